@@ -1,0 +1,128 @@
+package ioproto
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseRecord(t *testing.T) {
+	tests := []struct {
+		name    string
+		line    string
+		want    Record
+		wantID  string
+		wantErr string
+	}{
+		{name: "exec", line: `{"type":"exec","command_id":"c1","language":"bash","code":"ls","timeout_ms":5}`,
+			want: Record{Type: KindExec, CommandID: "c1", Language: LanguageBash, Code: "ls", TimeoutMS: 5}, wantID: "c1"},
+		{name: "default language", line: `{"type":"exec","command_id":"c2","code":"1"}`,
+			want: Record{Type: KindExec, CommandID: "c2", Language: LanguagePython, Code: "1"}, wantID: "c2"},
+		{name: "unknown fields ignored", line: `{"type":"interrupt","command_id":"c3","future":true}`,
+			want: Record{Type: KindInterrupt, CommandID: "c3"}, wantID: "c3"},
+		{name: "bad json keeps id", line: `{"type":"exec","command_id":"c4","code":"x`, wantID: "c4", wantErr: "malformed"},
+		{name: "wrong field type keeps id", line: `{"type":"exec","command_id":"c5","timeout_ms":"soon"}`, wantID: "c5", wantErr: "malformed"},
+		{name: "unknown type", line: `{"type":"launch","command_id":"c6"}`, wantID: "c6", wantErr: `unknown type "launch"`},
+		{name: "unknown language", line: `{"type":"exec","command_id":"c7","language":"cobol"}`, wantID: "c7", wantErr: `unknown language "cobol"`},
+		{name: "negative timeout", line: `{"type":"exec","command_id":"c8","timeout_ms":-1}`, wantID: "c8", wantErr: "negative"},
+		{name: "missing type", line: `{"command_id":"c9"}`, wantID: "c9", wantErr: "type is missing"},
+		{name: "path in id", line: `{"type":"exec","command_id":"../etc"}`, wantErr: "command_id"},
+		{name: "empty id", line: `{"type":"exec"}`, wantErr: "command_id is empty"},
+		{name: "not json", line: `hello`, wantErr: "malformed"},
+		{name: "two ids is ambiguous", line: `{"command_id":"a","command_id":"b",`, wantErr: "malformed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, id, err := ParseRecord([]byte(tt.line))
+			if id != tt.wantID {
+				t.Errorf("id = %q, want %q", id, tt.wantID)
+			}
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				if !errors.Is(err, ErrMalformed) {
+					t.Errorf("err = %v does not wrap ErrMalformed", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("unexpected error: %v", err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRecordTooLong(t *testing.T) {
+	line := `{"type":"exec","command_id":"big","code":"` + strings.Repeat("x", MaxRecordLen) + `"}`
+	if _, _, err := ParseRecord([]byte(line)); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("err = %v, want a length error", err)
+	}
+}
+
+func TestValidateCommandID(t *testing.T) {
+	for _, ok := range []string{"a", "A.b-c_d", "0123", strings.Repeat("x", MaxCommandIDLen)} {
+		if err := ValidateCommandID(ok); err != nil {
+			t.Errorf("ValidateCommandID(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ".hidden", "-x", "a/b", "a b", "é", strings.Repeat("x", MaxCommandIDLen+1), "a\n"} {
+		if err := ValidateCommandID(bad); err == nil {
+			t.Errorf("ValidateCommandID(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+func TestEncodeRecordRoundTrip(t *testing.T) {
+	in := Record{Type: KindExec, CommandID: "c1", Language: LanguagePython, Code: "print('a\\nb')\n", TimeoutMS: 1000}
+	line, err := EncodeRecord(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(line), "\n") != 1 || line[len(line)-1] != '\n' {
+		t.Fatalf("encoded record is not exactly one line: %q", line)
+	}
+	out, _, err := ParseRecord(line[:len(line)-1])
+	if err != nil || out != in {
+		t.Fatalf("round trip: got %+v, %v; want %+v", out, err, in)
+	}
+	if _, err := EncodeRecord(Record{Type: KindExec, CommandID: "bad id"}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("EncodeRecord accepted an invalid record: %v", err)
+	}
+}
+
+// FuzzParseRecord checks that no line can crash the parser, that a reported
+// command ID is always a valid one, and that accepted records survive a
+// round trip through EncodeRecord unchanged.
+func FuzzParseRecord(f *testing.F) {
+	f.Add([]byte(`{"type":"exec","command_id":"c1","language":"python","code":"x = 1","timeout_ms":100}`))
+	f.Add([]byte(`{"type":"interrupt","command_id":"c1"}`))
+	f.Add([]byte(`{"type":"exec","command_id":"c1","code":"x`))
+	f.Add([]byte(`{"type":"exec","command_id":"../../etc/passwd"}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"type":"exec","command_id":"\u0000"}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		rec, id, err := ParseRecord(line)
+		if id != "" && ValidateCommandID(id) != nil {
+			t.Fatalf("ParseRecord returned invalid id %q", id)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error does not wrap ErrMalformed: %v", err)
+			}
+			return
+		}
+		enc, err := EncodeRecord(rec)
+		if err != nil {
+			t.Fatalf("accepted record does not encode: %+v: %v", rec, err)
+		}
+		again, _, err := ParseRecord(enc[:len(enc)-1])
+		if err != nil || again != rec {
+			t.Fatalf("round trip changed the record: %+v -> %+v (%v)", rec, again, err)
+		}
+	})
+}
