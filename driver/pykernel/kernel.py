@@ -1,0 +1,637 @@
+"""Tiny notebook-style Python kernel for the sandbox driver.
+
+Started by the Go driver as ``python3 -u kernel.py`` with fd 0 = /dev/null,
+fd 1/2 = the user's raw stdout/stderr pipes, fd 3 = control in (one JSON
+request per line: {"id","code"}), fd 4 = control out (one JSON message per
+line: ready / display / result / error / done).  Before every message that
+carries "sync": N, the marker b"\\x00\\x1eSBX-SYNC:<N>\\x1e\\x00" is written to
+the stdout and stderr pipes, so the driver can order output against messages.
+
+Standard library only; nothing heavy (numpy, matplotlib, pandas, PIL, plotly,
+IPython) is ever imported unless user code imported it first: an idle kernel
+must stay ~10 MB and a trivial command must cost well under 1 ms.
+"""
+import os
+import signal
+import sys
+
+_executing = False   # SIGINT raises KeyboardInterrupt only while this is True
+_critical = False    # main thread is writing a message: defer the interrupt
+_pending = False     # an interrupt arrived during a critical section
+
+
+def _on_sigint(signum, frame):
+    # Idle (reading requests, sending messages) -> ignore, so a late SIGINT
+    # can never kill the kernel or cut a control message in half.
+    global _pending
+    if _executing:
+        if _critical:
+            _pending = True
+        else:
+            raise KeyboardInterrupt
+
+
+# Installed before the remaining imports so an early SIGINT cannot kill us.
+signal.signal(signal.SIGINT, _on_sigint)
+
+import _thread
+import ast
+import base64
+import builtins
+import io
+import json
+import linecache
+import traceback
+import types
+
+_CTL_IN, _CTL_OUT = 3, 4
+# Private, close-on-exec duplicates of the output pipes for the sync markers:
+# they keep working (and keep their order relative to user output, which is
+# the same pipe) even if the user closes or redirects fd 1/2.  Kept also to
+# repair fd 1/2 between commands.
+_OUT1, _OUT2 = os.dup(1), os.dup(2)
+# Children (os.system, ...) must not inherit the control pipes; a lingering
+# grandchild holding fd 4 open would hide the kernel's death from the driver.
+for _fd in (_CTL_IN, _CTL_OUT):
+    os.set_inheritable(_fd, False)
+
+_KFILE = _on_sigint.__code__.co_filename
+_child = False               # set in children forked by user code
+_MAIN = _thread.get_ident()
+_lock = _thread.RLock()      # RLock: a user stream's flush() may call display()
+_sync = 0                    # kernel-lifetime sync counter
+_cur_id = None               # id of the running request; None while idle
+_cell = 0
+_keep_src = False            # keep this cell's source in linecache?
+_loop = None                 # asyncio loop for top-level await, created lazily
+_plotly_png_ok = True        # cached: kaleido missing -> never retry to_image
+_enc = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_MAX_PLAIN = 1 << 20
+_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_CO_COROUTINE = 0x80
+
+# The user's namespace is a real module installed as __main__, so pickle,
+# multiprocessing and `import __main__` find the user's classes, not ours.
+_KMOD = sys.modules["__main__"]      # keeps the kernel's own module alive
+_umod = types.ModuleType("__main__")
+_umod.__builtins__ = builtins
+_ns = _umod.__dict__
+sys.modules["__main__"] = _umod
+sys.argv = [""]
+if sys.path and sys.path[0] == os.path.dirname(_KFILE):
+    sys.path[0] = ""         # imports resolve from the cwd, like a notebook
+
+
+def _fix_stream(s):
+    # Lone surrogates must not crash print(); the driver maps bad bytes itself.
+    try:
+        s.reconfigure(errors="backslashreplace")
+    except Exception:
+        pass
+    return s
+
+
+_orig_out = _fix_stream(sys.stdout)
+_orig_err = _fix_stream(sys.stderr)
+
+
+def _write_all(fd, b):
+    mv = memoryview(b)
+    while mv:                # os.write may be partial (signal, huge line)
+        mv = mv[os.write(fd, mv):]
+
+
+def _flush_std():
+    for s in (getattr(sys, "stdout", None), getattr(sys, "stderr", None), _orig_out, _orig_err):
+        try:
+            s.flush()
+        except Exception:    # user replaced/closed/deleted them: not our problem
+            pass
+
+
+def _send(typ, end=False, **fields):
+    """Write one sync'ed message for the running request (dropped if idle).
+
+    end=True marks `done`: the id is cleared under the lock, so no thread can
+    send a message for this request after its `done`."""
+    global _critical, _pending, _sync, _cur_id
+    main = _thread.get_ident() == _MAIN
+    if main:
+        _critical = True
+    try:
+        with _lock:
+            if _cur_id is None or _child:
+                return       # idle, or a forked child (it shares fd 4 with us)
+            _flush_std()
+            _sync += 1
+            msg = {"type": typ, "id": _cur_id, "sync": _sync}
+            msg.update(fields)
+            # Lone surrogates (from surrogateescape'd data) become the JSON
+            # escape \udcXX, so the line is always valid UTF-8 and valid JSON.
+            line = (_enc(msg) + "\n").encode("utf-8", "backslashreplace")
+            marker = b"\x00\x1eSBX-SYNC:%d\x1e\x00" % _sync
+            for fd in (_OUT1, _OUT2):
+                try:
+                    _write_all(fd, marker)
+                except OSError:
+                    pass
+            try:
+                _write_all(_CTL_OUT, line)
+            except OSError:
+                os._exit(1)  # the driver is gone; nobody to talk to
+            if end:
+                _cur_id = None
+    finally:
+        if main:
+            _critical = False
+            if _pending:
+                _pending = False
+                if _executing:
+                    raise KeyboardInterrupt
+
+
+def _after_fork():
+    global _child, _lock
+    _child = True
+    _lock = _thread.RLock()  # the parent's may have been held by a thread
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+# ---------------------------------------------------------------- MIME bundles
+_REPRS = (("_repr_html_", "text/html"), ("_repr_markdown_", "text/markdown"),
+          ("_repr_svg_", "image/svg+xml"), ("_repr_png_", "image/png"),
+          ("_repr_jpeg_", "image/jpeg"), ("_repr_latex_", "text/latex"),
+          ("_repr_json_", "application/json"))
+_PLAIN_TYPES = (int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset)
+
+
+def _norm(mime, v):
+    """Jupyter convention -> str: binary types base64, JSON types dumped."""
+    if isinstance(v, tuple) and v:       # (data, metadata)
+        v = v[0]
+    if v is None or not isinstance(mime, str):
+        return None
+    if mime.startswith(("image/", "audio/", "video/", "application/pdf")) and mime != "image/svg+xml":
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return base64.b64encode(v).decode("ascii")
+        return v if isinstance(v, str) else None   # str is already base64
+    if mime == "application/json" or mime.endswith("+json"):
+        return v if isinstance(v, str) else json.dumps(v, default=str)
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "replace")
+    if not isinstance(v, str):
+        return None
+    return _trunc(v) if mime == "text/plain" else v
+
+
+def _trunc(s):
+    return s if len(s) <= _MAX_PLAIN else s[:_MAX_PLAIN] + "…[truncated]"
+
+
+def _plain(v):
+    try:
+        r = repr(v)
+    except Exception:
+        try:
+            r = object.__repr__(v)
+        except Exception:
+            r = None
+    return _trunc(r) if isinstance(r, str) else "<unrepresentable object>"
+
+
+def _png(fn):
+    buf = io.BytesIO()
+    fn(buf)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _bundle(v):
+    global _plotly_png_ok
+    data = {"text/plain": _plain(v)}
+    if type(v) in _PLAIN_TYPES or v is None or isinstance(v, type):
+        return data          # fast path; classes would yield unbound _repr_*_
+    m = sys.modules
+    if "matplotlib.figure" in m and isinstance(v, m["matplotlib.figure"].Figure):
+        try:
+            data["image/png"] = _png(lambda b: v.savefig(b, format="png", bbox_inches="tight"))
+        except Exception as e:
+            data["text/plain"] += " (rendering failed: %s: %s)" % (type(e).__name__, _safe_str(e))
+        finally:
+            plt = m.get("matplotlib.pyplot")
+            if plt is not None:
+                try:
+                    plt.close(v)     # shown once; not again by the auto-capture
+                except Exception:
+                    pass
+        return data
+    if "PIL.Image" in m and isinstance(v, m["PIL.Image"].Image):
+        try:
+            data["image/png"] = _png(lambda b: v.save(b, format="PNG"))
+        except Exception:    # CMYK, YCbCr, LAB, ... cannot be stored as PNG
+            try:
+                data["image/png"] = _png(lambda b: v.convert("RGBA" if v.mode.endswith("A") else "RGB").save(b, format="PNG"))
+            except Exception:
+                pass
+        return data
+    if "plotly.basedatatypes" in m and isinstance(v, m["plotly.basedatatypes"].BaseFigure):
+        try:
+            data["text/html"] = v.to_html(full_html=False, include_plotlyjs="cdn")
+        except Exception:
+            pass
+        if _plotly_png_ok:
+            try:
+                data["image/png"] = base64.b64encode(v.to_image(format="png", engine="kaleido")).decode("ascii")
+            except Exception:
+                _plotly_png_ok = False   # no kaleido: don't pay for it again
+        return data
+    for name, mime in _REPRS:
+        try:
+            meth = getattr(v, name, None)
+            r = _norm(mime, meth()) if callable(meth) else None
+            if r is not None:
+                data[mime] = r
+        except Exception:
+            pass
+    try:
+        meth = getattr(v, "_repr_mimebundle_", None)
+        if callable(meth):
+            r = meth(include=None, exclude=None)
+            if isinstance(r, tuple) and r:
+                r = r[0]
+            for mime, val in (r or {}).items():
+                try:
+                    val = _norm(mime, val)
+                except Exception:
+                    continue
+                if val is not None:
+                    data[mime] = val
+    except Exception:
+        pass
+    return data
+
+
+def display(*objs, raw=False, **kwargs):
+    """Show each object as a rich output (IPython-compatible subset).
+
+    raw=True: each object is already a {mime: data} dict."""
+    for o in objs:
+        if raw and isinstance(o, dict):
+            d = {k: n for k, n in ((k, _norm(k, x)) for k, x in o.items()) if n is not None}
+            d.setdefault("text/plain", "")
+        else:
+            d = _bundle(o)
+        _send("display", data=d)
+
+
+builtins.display = display
+
+
+# ---------------------------------------------------------- matplotlib/plotly
+def _flush_figures(discard=False):
+    """Display every open pyplot figure (in number order), then close all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if not hasattr(plt, "get_fignums"):
+        return               # not imported (or replaced by the user)
+    try:
+        for num in [] if discard else plt.get_fignums():
+            display(plt.figure(num))
+    finally:
+        plt.close("all")
+
+
+def _patch_pyplot(plt):
+    def show(*args, **kwargs):
+        # Agg cannot show: emit the figures now, in order with prints.
+        _flush_figures()
+    show.__doc__ = plt.show.__doc__
+    plt.show = show
+    fig_mod = sys.modules.get("matplotlib.figure")
+    if fig_mod is not None:
+        fig_mod.Figure.show = lambda self, *a, **k: display(self)
+
+
+def _patch_plotly(mod):
+    mod.BaseFigure.show = lambda self, *a, **k: display(self)
+
+
+def _ipython_shim(mod):
+    """Minimal IPython / IPython.display when the real IPython is missing."""
+    dmod = types.ModuleType("IPython.display")
+
+    class _Data:
+        def __init__(self, data=None, url=None, filename=None, **kwargs):
+            if filename is not None:
+                with open(filename, "rb") as f:
+                    data = f.read()
+            self.data, self.url, self.filename = data, url, filename
+
+        def _text(self):
+            d = self.data
+            return d.decode("utf-8", "replace") if isinstance(d, bytes) else d
+
+        def __repr__(self):
+            return "<IPython.display.%s object>" % type(self).__name__
+
+    def _cls(name, meth, text=True):
+        return type(name, (_Data,), {meth: (lambda self: self._text()) if text else (lambda self: self.data)})
+
+    HTML, Markdown = _cls("HTML", "_repr_html_"), _cls("Markdown", "_repr_markdown_")
+    SVG, Latex = _cls("SVG", "_repr_svg_"), _cls("Latex", "_repr_latex_")
+    JSON = _cls("JSON", "_repr_json_", text=False)
+
+    class Image(_Data):
+        def __init__(self, data=None, url=None, filename=None, format=None, **kwargs):
+            if isinstance(data, str) and url is None and filename is None:
+                if data.startswith(("http://", "https://")):
+                    data, url = None, data
+                else:
+                    data, filename = None, data
+            super().__init__(data, url, filename)
+            d = self.data if isinstance(self.data, bytes) else b""
+            self.format = (format or ("jpeg" if d[:2] == b"\xff\xd8" else "png")).lower()
+
+        def _repr_png_(self):
+            return self.data if self.format == "png" else None
+
+        def _repr_jpeg_(self):
+            return self.data if self.format in ("jpeg", "jpg") else None
+
+        def _repr_html_(self):
+            return '<img src="%s"/>' % self.url if self.data is None and self.url else None
+
+    for c in (HTML, Markdown, SVG, Latex, JSON, Image):
+        c.__module__ = "IPython.display"
+        setattr(dmod, c.__name__, c)
+    dmod.display = display
+    dmod.clear_output = lambda wait=False: None
+    mod.display, mod.get_ipython = dmod, lambda: None   # matplotlib/plotly probe get_ipython()
+    mod.__path__ = []
+    sys.modules["IPython.display"] = dmod
+
+
+_HOOKS = {"matplotlib.pyplot": _patch_pyplot, "plotly.basedatatypes": _patch_plotly,
+          "IPython": _ipython_shim}
+
+
+class _HookLoader:
+    """Wraps the real loader: run the module, then patch it (never failing)."""
+
+    def __init__(self, loader, patch):
+        self.loader, self.patch = loader, patch
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec) if self.loader else None
+
+    def exec_module(self, module):
+        if self.loader is not None:
+            self.loader.exec_module(module)
+            module.__loader__ = module.__spec__.loader = self.loader
+        try:
+            self.patch(module)
+        except Exception:
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self.loader, name)
+
+
+class _Finder:
+    """sys.meta_path hook: patches a few modules right after their first
+    import, and provides the IPython shim when IPython is not installed.
+    Nothing is imported eagerly; any failure falls back to a plain import."""
+    busy = set()
+
+    def find_spec(self, name, path=None, target=None):
+        patch = _HOOKS.get(name)
+        if patch is None or name in self.busy:
+            return None
+        self.busy.add(name)
+        try:
+            spec = None
+            for f in sys.meta_path:
+                fs = getattr(f, "find_spec", None) if f is not self else None
+                spec = fs(name, path, target) if fs else None
+                if spec is not None:
+                    break
+            if name == "IPython":
+                if spec is not None:
+                    return spec                  # the real IPython wins
+                import importlib.machinery
+                return importlib.machinery.ModuleSpec(name, _HookLoader(None, patch))
+            if spec is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _HookLoader(spec.loader, patch)
+            return spec
+        except Exception:
+            return None
+        finally:
+            self.busy.discard(name)
+
+
+sys.meta_path.insert(0, _Finder())
+
+
+# ------------------------------------------------------------------ execution
+def _safe_str(e):
+    try:
+        return str(e)
+    except Exception:
+        return "<unprintable %s>" % type(e).__name__
+
+
+def _run_code(co):
+    global _loop, _keep_src
+    # Code objects that outlive the cell (functions, classes, lambdas,
+    # generators) may need its source later; otherwise it is dropped after
+    # the command so linecache does not grow forever.
+    _keep_src = _keep_src or any(type(c) is types.CodeType for c in co.co_consts)
+    r = eval(co, _ns)
+    if co.co_flags & _CO_COROUTINE:      # top-level await
+        if _loop is None:
+            import asyncio
+            _loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(_loop)
+        r = _loop.run_until_complete(r)
+    return r
+
+
+def _exec_cell(code):
+    global _cell, _keep_src
+    _cell += 1
+    _keep_src = False
+    fname = "<cell-%d>" % _cell
+    # Registered (mtime None survives checkcache) so tracebacks and
+    # inspect.getsource show the user's lines, also from later cells.
+    lines = io.StringIO(code, None).readlines()   # universal newlines, like the tokenizer
+    linecache.cache[fname] = (len(code), None, lines, fname)
+    tree = ast.parse(code, fname)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        node = tree.body[-1]
+        # A trailing ';' suppresses the result (notebook habit: `plt.plot(x);`).
+        rest = lines[node.end_lineno - 1].encode()[node.end_col_offset:]
+        if not rest.lstrip().startswith(b";"):
+            last = ast.Expression(tree.body.pop().value)
+    if tree.body:
+        _run_code(compile(tree, fname, "exec", _FLAGS, True))
+    if last is not None:
+        val = _run_code(compile(last, fname, "eval", _FLAGS, True))
+        if val is not None:
+            _ns["_"] = val
+            _send("result", data=_bundle(val))
+
+
+def _guarded(fn, *args):
+    """Run fn with SIGINT enabled; return the exception it raised, if any.
+    (No bytecode that checks for signals runs between the except and the
+    finally, so an interrupt cannot escape once fn has returned or raised.)"""
+    global _executing
+    _executing = True
+    try:
+        fn(*args)
+    except BaseException as e:
+        return e
+    finally:
+        _executing = False
+
+
+def _strip(e, seen, top=True):
+    """Remove the kernel's frames from e's traceback (and its chain), like
+    Jupyter: the leading ones (exec machinery, up to the first cell frame)
+    and any further down (the SIGINT handler, display() internals)."""
+    if e is None or id(e) in seen:
+        return None
+    seen.add(id(e))
+    tb = e.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == _KFILE or
+                              top and not tb.tb_frame.f_code.co_filename.startswith("<cell-")):
+        tb = tb.tb_next
+    tb0 = tb
+    while tb is not None:
+        nxt = tb.tb_next
+        while nxt is not None and nxt.tb_frame.f_code.co_filename == _KFILE:
+            nxt = nxt.tb_next
+        tb.tb_next = nxt                 # writable since Python 3.7
+        tb = nxt
+    try:
+        e.__traceback__ = tb0
+    except Exception:
+        pass
+    _strip(e.__cause__, seen, False)
+    _strip(e.__context__, seen, False)
+    return tb0
+
+
+def _report(e):
+    """Send `error` for e; return the done status it implies."""
+    # sys.exit() / sys.exit(0) / exit(): a deliberate successful stop, as for a
+    # script -> status "ok" and no error. Any other code is an error.
+    if isinstance(e, SystemExit) and (e.code is None or (isinstance(e.code, int) and e.code == 0)):
+        return "ok"
+    tb = _strip(e, set())
+    try:
+        lines = traceback.format_exception(type(e), e, tb)
+    except Exception:
+        lines = ["%s: %s\n" % (type(e).__name__, _safe_str(e))]
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    _send("error", ename=type(e).__name__, evalue=_trunc(_safe_str(e)),
+          traceback=[_trunc(l) for l in lines])
+    return "error"
+
+
+def _repair_stdio():
+    # Between commands: undo os.close(1)/sys.stdout.close() from the last one,
+    # so later commands still print. A user's own live replacement is kept.
+    for fd, dup, name, orig in ((1, _OUT1, "stdout", _orig_out), (2, _OUT2, "stderr", _orig_err)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                os.dup2(dup, fd)
+            except OSError:
+                pass
+        try:
+            cur = getattr(sys, name, None)
+            if cur is None or cur.closed:
+                if orig.closed:
+                    orig = io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding="utf-8",
+                                            errors="backslashreplace", write_through=True)
+                    globals()["_orig_" + name[3:]] = orig
+                setattr(sys, name, orig)
+        except Exception:
+            pass
+
+
+def _run(cid, code):
+    global _cur_id
+    _cur_id = cid
+    status = "ok"
+    try:
+        _repair_stdio()
+        if signal.getsignal(signal.SIGINT) is not _on_sigint:
+            signal.signal(signal.SIGINT, _on_sigint)   # user replaced it
+        if not hasattr(builtins, "display"):
+            builtins.display = display
+        e = _guarded(_exec_cell, code)
+        if _child:                       # a child forked by the cell came back
+            _flush_std()                 # here: it must not become a 2nd kernel
+            rc = 0 if e is None else 1
+            if isinstance(e, SystemExit):
+                rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+            os._exit(rc & 0xFF)
+        if e is not None:
+            status = _report(e)
+        if "matplotlib.pyplot" in sys.modules:
+            # Like Jupyter, also after an error; after an interrupt the
+            # figures are dropped so that `done` comes quickly.
+            e2 = _guarded(_flush_figures, isinstance(e, KeyboardInterrupt))
+            if e2 is not None:
+                status = "error" if _report(e2) == "error" else status
+    except BaseException as e:           # a bug or a racing SIGINT in here
+        try:
+            status = "error" if _report(e) == "error" else status
+        except BaseException:
+            status = "error"
+    if not _keep_src:
+        linecache.cache.pop("<cell-%d>" % _cell, None)
+    _send("done", end=True, status=status)
+
+
+def _main():
+    global _cur_id
+    _write_all(_CTL_OUT, (_enc({"type": "ready", "pid": os.getpid()}) + "\n").encode())
+    buf = bytearray()
+    while True:
+        nl = buf.find(b"\n")
+        if nl < 0:
+            try:
+                chunk = os.read(_CTL_IN, 1 << 16)
+            except OSError:
+                chunk = b""
+            if not chunk:                    # driver closed fd 3: quit now, even
+                _flush_std()                 # if user threads are still running
+                os._exit(0)
+            buf += chunk
+            continue
+        line = bytes(buf[:nl])
+        del buf[:nl + 1]
+        if not line.strip():
+            continue
+        req = None
+        try:
+            req = json.loads(line)
+            cid, code = req["id"], req["code"]
+            if not isinstance(cid, str) or not isinstance(code, str):
+                raise ValueError("'id' and 'code' must be strings")
+        except Exception as e:
+            cid = req.get("id") if isinstance(req, dict) else ""
+            _cur_id = cid if isinstance(cid, str) else ""
+            _send("error", ename="ProtocolError", evalue="bad request: %s" % _safe_str(e), traceback=[])
+            _send("done", end=True, status="error")
+            continue
+        _run(cid, code)
+
+
+if __name__ == "__main__":
+    _main()
