@@ -1,0 +1,62 @@
+// Command sandbox-driver is the main process of a sandbox container: it
+// serves the /io protocol (driver/PROTOCOL.md), running each command in a
+// persistent Python kernel or in bash. It expects an init process above it
+// that reaps zombies (docker run --init).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/driver"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox-driver:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg driver.Config
+	fs := flag.NewFlagSet("sandbox-driver", flag.ContinueOnError)
+	fs.StringVar(&cfg.IODir, "io", envOr("SANDBOX_IO", "/io"), "protocol directory (env SANDBOX_IO)")
+	fs.StringVar(&cfg.Workspace, "workspace", envOr("SANDBOX_WORKSPACE", "/workspace"), "working directory for commands (env SANDBOX_WORKSPACE)")
+	fs.StringVar(&cfg.Python, "python", envOr("SANDBOX_PYTHON", "python3"), "Python interpreter for the kernel (env SANDBOX_PYTHON)")
+	fs.StringVar(&cfg.Wake, "wake", envOr("SANDBOX_WAKE", "auto"), `how to notice new commands: "auto", "inotify" or "poll" (env SANDBOX_WAKE)`)
+	fs.DurationVar(&cfg.Grace, "grace", 2*time.Second, "time a command gets to stop after SIGINT before it is killed")
+	fs.IntVar(&cfg.KeepMin, "keep-min", 100, "finished commands whose output is always kept")
+	fs.IntVar(&cfg.KeepMax, "keep-max", 1000, "finished commands whose output is kept at most")
+	fs.DurationVar(&cfg.MaxAge, "max-age", time.Hour, "age after which output beyond keep-min is pruned")
+	level := fs.String("log-level", envOr("SANDBOX_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("bad --log-level: %w", err)
+	}
+	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	d, err := driver.New(cfg)
+	if err != nil {
+		return err
+	}
+	return d.Run(ctx)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,135 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// runBash runs a command with bash in the workspace, in its own process
+// group, streaming its output, and emits its events (not done). The script is
+// passed as a file rather than with -c because a single argument is limited
+// to 128 KiB by the kernel.
+func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+	script, err := os.CreateTemp("", "command-*.sh")
+	if err != nil {
+		return d.bashFailed(ev, fmt.Errorf("write script: %w", err))
+	}
+	defer os.Remove(script.Name())
+	_, werr := script.WriteString(rec.Code)
+	if cerr := script.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return d.bashFailed(ev, fmt.Errorf("write script: %w", werr))
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return d.bashFailed(ev, err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return d.bashFailed(ev, err)
+	}
+	cmd := exec.Command("bash", script.Name())
+	cmd.Dir = d.cfg.Workspace
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		closeAll(outR, outW, errR, errW)
+		return d.bashFailed(ev, err)
+	}
+	closeAll(outW, errW)
+	pgid := cmd.Process.Pid
+	// Whatever the script left running in its group ends with it.
+	defer syscall.Kill(-pgid, syscall.SIGKILL)
+
+	output := make(chan outputItem, 64)
+	stop := make(chan struct{})
+	defer close(stop)
+	defer closeAll(outR, errR)
+	go (&outputReader{stream: ioproto.EventStdout, out: output, stop: stop}).pump(outR)
+	go (&outputReader{stream: ioproto.EventStderr, out: output, stop: stop}).pump(errR)
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+
+	st := newStopper(rec.TimeoutMS)
+	defer st.stop()
+	var eofs int
+	var drain <-chan time.Time
+	killed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return outcome{}
+		case it := <-output:
+			if it.eof {
+				eofs++
+			} else {
+				d.emit(ev, &ioproto.Event{Type: it.stream, Text: it.text})
+			}
+		case <-st.timeoutC:
+			st.trigger(ioproto.StatusTimeout, d.cfg.Grace, func() { _ = syscall.Kill(-pgid, syscall.SIGINT) })
+		case <-intr:
+			st.trigger(ioproto.StatusInterrupted, d.cfg.Grace, func() { _ = syscall.Kill(-pgid, syscall.SIGINT) })
+		case <-st.graceC:
+			killed = true
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		case <-exited:
+			exited = nil
+			t := time.NewTimer(drainWait)
+			defer t.Stop()
+			drain = t.C
+		case <-drain:
+			eofs = 2
+		}
+		if exited == nil && eofs >= 2 {
+			break
+		}
+	}
+
+	code := cmd.ProcessState.ExitCode()
+	res := outcome{status: ioproto.StatusOK}
+	if code != 0 {
+		if code > 0 {
+			res.exitCode = &code
+		}
+		res.status = ioproto.StatusError
+		res.reason = describeExit(cmd.ProcessState)
+	}
+	switch {
+	case killed:
+		res.status = ioproto.StatusKilled
+		res.reason = fmt.Sprintf("the command did not stop within %s of SIGINT (%s) and was killed", d.cfg.Grace, st.status)
+	case st.status == ioproto.StatusTimeout:
+		res.status = ioproto.StatusTimeout
+		res.reason = fmt.Sprintf("timed out after %s and was interrupted", time.Duration(rec.TimeoutMS)*time.Millisecond)
+	case st.status == ioproto.StatusInterrupted:
+		res.status = ioproto.StatusInterrupted
+		res.reason = "interrupted on request"
+	}
+	return res
+}
+
+func (d *Driver) bashFailed(ev *eventsFile, err error) outcome {
+	d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "BashUnavailable", EValue: err.Error()})
+	return outcome{status: ioproto.StatusError, reason: "could not run bash: " + err.Error()}
+}
+
+// describeExit explains a non-zero exit of a bash command.
+func describeExit(st *os.ProcessState) string {
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return fmt.Sprintf("bash was killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
+	}
+	return fmt.Sprintf("exit status %d", st.ExitCode())
+}

@@ -1,0 +1,495 @@
+// Package driver is the program that runs inside each sandbox container. It
+// reads command records from /io/stdin, runs them one at a time (Python in a
+// long-lived kernel whose globals persist, or bash), and writes each
+// command's events to its own file under /io/out, following the /io protocol
+// (PROTOCOL.md beside this file; formats in driver/ioproto).
+//
+// The driver never dies from anything the user's code does: the code runs in
+// child processes it supervises, and every failure of theirs becomes an
+// event.
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// Config configures a Driver.
+type Config struct {
+	// IODir is the protocol directory, /io in the container.
+	IODir string
+	// Workspace is the user's working directory, /workspace in the container.
+	Workspace string
+	// Python is the interpreter to run the kernel with.
+	Python string
+	// Wake chooses how new records are noticed: "auto" (inotify, with a
+	// probe and a watchdog that fall back to polling), "inotify" or "poll".
+	Wake string
+	// Grace is how long a command may keep running after SIGINT before it is
+	// killed.
+	Grace time.Duration
+	// KeepMin, KeepMax and MaxAge set the pruning of old commands' files.
+	KeepMin, KeepMax int
+	MaxAge           time.Duration
+	// Logger receives the driver's own structured log.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.IODir == "" {
+		c.IODir = "/io"
+	}
+	if c.Workspace == "" {
+		c.Workspace = "/workspace"
+	}
+	if c.Python == "" {
+		c.Python = "python3"
+	}
+	if c.Wake == "" {
+		c.Wake = "auto"
+	}
+	if c.Grace <= 0 {
+		c.Grace = 2 * time.Second
+	}
+	if c.KeepMin <= 0 {
+		c.KeepMin = 100
+	}
+	if c.KeepMax < c.KeepMin {
+		c.KeepMax = max(1000, c.KeepMin)
+	}
+	if c.MaxAge <= 0 {
+		c.MaxAge = time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Driver runs the commands of one sandbox.
+type Driver struct {
+	cfg       Config
+	log       *slog.Logger
+	outDir    string
+	stdinPath string
+	launcher  *kernelLauncher
+
+	mu sync.Mutex
+	// seen holds every command ID met in the log, so that none runs twice
+	// even after its files were pruned.
+	seen map[string]struct{}
+	// queue holds exec records not started yet, in log order.
+	queue []queued
+	// running is the command being executed, nil between commands.
+	running *running
+	// readOffset is just past the last complete line handled.
+	readOffset int64
+	work       chan struct{}
+
+	stateMu     sync.Mutex
+	savedOffset int64
+
+	// Only the executor goroutine touches the fields below.
+	kernel *kernel
+	// lostReason, when set, is reported with the next Python command:
+	// the globals the caller built before are gone.
+	lostReason string
+	sincePrune int
+
+	statusMu sync.Mutex
+	status   ioproto.DriverStatus
+}
+
+type queued struct {
+	rec   ioproto.Record
+	start int64
+}
+
+type running struct {
+	id        string
+	interrupt chan struct{}
+}
+
+// New prepares a driver; Run starts it.
+func New(cfg Config) (*Driver, error) {
+	cfg.setDefaults()
+	d := &Driver{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		outDir:    filepath.Join(cfg.IODir, ioproto.OutDir),
+		stdinPath: filepath.Join(cfg.IODir, ioproto.StdinFile),
+		seen:      map[string]struct{}{},
+		work:      make(chan struct{}, 1),
+	}
+	if err := os.MkdirAll(d.outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", d.outDir, err)
+	}
+	l, err := newKernelLauncher(cfg.Python, cfg.Workspace, d.log)
+	if err != nil {
+		return nil, err
+	}
+	d.launcher = l
+	return d, nil
+}
+
+// Run serves the sandbox until ctx is cancelled. A cancelled driver leaves a
+// command it was running without done; the next driver start finishes it as
+// killed.
+func (d *Driver) Run(ctx context.Context) error {
+	stdin, err := os.OpenFile(d.stdinPath, os.O_RDONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open command log: %w", err)
+	}
+	defer stdin.Close()
+
+	offset, err := d.recover(stdin)
+	if err != nil {
+		return err
+	}
+	w := newWaker(d.cfg.Wake, d.cfg.IODir, d.stdinPath, d.log)
+	defer w.close()
+	d.updateStatus(func(s *ioproto.DriverStatus) { s.Wake = w.mode() })
+	d.log.Info("driver started", "boot", d.status.Boot, "offset", offset, "wake", w.mode())
+
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.execute(ctx)
+	}()
+
+	lr := ioproto.NewLineReader(stdin, offset, ioproto.MaxRecordLen)
+	for {
+		n := d.readAvailable(lr)
+		if st, err := stdin.Stat(); err == nil {
+			w.observed(st.Size())
+		}
+		if !w.wait(ctx, n > 0) {
+			break
+		}
+		if mode := w.mode(); mode != d.currentWake() {
+			d.updateStatus(func(s *ioproto.DriverStatus) { s.Wake = mode })
+		}
+	}
+	wg.Wait()
+	return nil
+}
+
+// recover rebuilds the driver's memory from /io after a (re)start: the boot
+// count, the IDs of commands already in the log, and commands that a previous
+// driver left without done. It returns the log offset to continue from.
+func (d *Driver) recover(stdin *os.File) (int64, error) {
+	var prev ioproto.DriverStatus
+	_ = ioproto.ReadJSONFile(filepath.Join(d.cfg.IODir, ioproto.DriverStatusFile), &prev)
+	d.status = ioproto.DriverStatus{Version: 1, PID: os.Getpid(), StartedAt: time.Now().UTC(), Boot: prev.Boot + 1}
+
+	var st ioproto.State
+	if err := ioproto.ReadJSONFile(filepath.Join(d.cfg.IODir, ioproto.StateFile), &st); err != nil && !errors.Is(err, os.ErrNotExist) {
+		// A state file is only ever replaced whole, so this is damage from
+		// outside; re-reading the log is safe because output files and the
+		// seen set still prevent double runs.
+		d.log.Error("unreadable state file; re-reading the log from the start", "err", err)
+		st.Offset = 0
+	}
+	if size, err := stdin.Seek(0, 2); err == nil && st.Offset > size {
+		d.log.Error("state offset beyond the end of the log; re-reading from the start", "offset", st.Offset, "size", size)
+		st.Offset = 0
+	}
+	lr := ioproto.NewLineReader(stdin, 0, ioproto.MaxRecordLen)
+	for {
+		line, ok, err := lr.Next()
+		if err != nil {
+			return 0, fmt.Errorf("scan command log: %w", err)
+		}
+		if !ok || line.Start >= st.Offset {
+			break
+		}
+		// Interrupts name commands but are not commands themselves.
+		if rec, id, err := ioproto.ParseRecord(line.Data); id != "" && (err != nil || rec.Type != ioproto.KindInterrupt) {
+			d.seen[id] = struct{}{}
+		}
+	}
+	d.readOffset, d.savedOffset = st.Offset, st.Offset
+
+	entries, err := os.ReadDir(d.outDir)
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", d.outDir, err)
+	}
+	for _, e := range entries {
+		id, ok := ioproto.CommandIDFromEventsFile(e.Name())
+		if !ok {
+			continue
+		}
+		d.seen[id] = struct{}{}
+		ev, done, err := openEvents(d.outDir, id)
+		if err != nil {
+			d.log.Error("cannot open events file", "command_id", id, "err", err)
+			continue
+		}
+		if !done {
+			d.log.Warn("finishing a command the previous driver left running", "command_id", id)
+			err = ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusKilled, StateLost: true, Time: time.Now().UTC(),
+				Reason: "the sandbox restarted while the command ran; it was not run again"})
+			if err != nil {
+				d.log.Error("cannot finish command", "command_id", id, "err", err)
+			}
+		}
+		ev.close()
+	}
+	if d.status.Boot > 1 && st.Offset > 0 {
+		d.lostReason = "the sandbox restarted since the previous command; Python globals defined before are gone"
+	}
+	return st.Offset, nil
+}
+
+// readAvailable handles every complete line the log has now and returns how
+// many it handled.
+func (d *Driver) readAvailable(lr *ioproto.LineReader) int {
+	n := 0
+	for {
+		line, ok, err := lr.Next()
+		if err != nil {
+			d.log.Error("read command log", "err", err)
+			break
+		}
+		if !ok {
+			break
+		}
+		n++
+		d.handleLine(line)
+		d.mu.Lock()
+		d.readOffset = line.End
+		d.mu.Unlock()
+	}
+	if n > 0 {
+		d.saveState()
+	}
+	return n
+}
+
+// handleLine acts on one complete record.
+func (d *Driver) handleLine(line ioproto.Line) {
+	rec, id, err := ioproto.ParseRecord(line.Data)
+	if line.Err != nil {
+		err = fmt.Errorf("%w: line longer than %d bytes", ioproto.ErrMalformed, ioproto.MaxRecordLen)
+	}
+	if err != nil {
+		d.reportMalformed(id, err, line.Start)
+		return
+	}
+	switch rec.Type {
+	case ioproto.KindInterrupt:
+		d.interrupt(rec.CommandID)
+	case ioproto.KindExec:
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if _, dup := d.seen[rec.CommandID]; dup {
+			d.log.Warn("skipping a command ID that is already in the log; commands never run twice", "command_id", rec.CommandID, "offset", line.Start)
+			return
+		}
+		d.seen[rec.CommandID] = struct{}{}
+		if _, err := os.Lstat(filepath.Join(d.outDir, ioproto.EventsFileName(rec.CommandID))); err == nil {
+			d.log.Warn("skipping a command that already has output", "command_id", rec.CommandID)
+			return
+		}
+		d.queue = append(d.queue, queued{rec: rec, start: line.Start})
+		select {
+		case d.work <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reportMalformed answers a bad record in its command's events when it named
+// a command that has none yet, and logs it otherwise.
+func (d *Driver) reportMalformed(id string, err error, offset int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, dup := d.seen[id]
+	if id == "" || dup {
+		d.log.Error("skipping malformed record", "offset", offset, "command_id", id, "err", err)
+		return
+	}
+	d.seen[id] = struct{}{}
+	ev, cerr := createEvents(d.outDir, id, "", time.Now())
+	if cerr != nil {
+		d.log.Error("skipping malformed record", "offset", offset, "command_id", id, "err", err, "report_err", cerr)
+		return
+	}
+	defer ev.close()
+	d.log.Warn("malformed record reported to its command", "offset", offset, "command_id", id, "err", err)
+	_ = ev.emit(&ioproto.Event{Type: ioproto.EventError, EName: ioproto.MalformedRecordName, EValue: err.Error()})
+	_ = ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusError, Time: time.Now().UTC(),
+		Reason: "the command record was malformed and was not run: " + err.Error()})
+}
+
+// interrupt stops the running command, or cancels a queued one.
+func (d *Driver) interrupt(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running != nil && d.running.id == id {
+		select {
+		case d.running.interrupt <- struct{}{}:
+		default:
+		}
+		return
+	}
+	for i, q := range d.queue {
+		if q.rec.CommandID != id {
+			continue
+		}
+		d.queue = append(d.queue[:i], d.queue[i+1:]...)
+		ev, err := createEvents(d.outDir, id, q.rec.Language, time.Now())
+		if err != nil {
+			d.log.Error("cannot cancel queued command", "command_id", id, "err", err)
+			return
+		}
+		_ = ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusInterrupted, Time: time.Now().UTC(),
+			Reason: "interrupted before it started; it did not run"})
+		ev.close()
+		return
+	}
+	d.log.Info("interrupt for a command that is not running or queued; nothing to do", "command_id", id)
+}
+
+// saveState persists the offset before which every record has been acted
+// on: the start of the oldest queued exec, or the read position.
+func (d *Driver) saveState() {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	d.mu.Lock()
+	off := d.readOffset
+	if len(d.queue) > 0 {
+		off = d.queue[0].start
+	}
+	d.mu.Unlock()
+	if off == d.savedOffset {
+		return
+	}
+	if err := ioproto.WriteJSONFileAtomic(filepath.Join(d.cfg.IODir, ioproto.StateFile), ioproto.State{Version: 1, Offset: off}, 0o644); err != nil {
+		d.log.Error("save state", "err", err)
+		return
+	}
+	d.savedOffset = off
+}
+
+// updateStatus changes and publishes /io/driver.json.
+func (d *Driver) updateStatus(change func(*ioproto.DriverStatus)) {
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	change(&d.status)
+	if err := ioproto.WriteJSONFileAtomic(filepath.Join(d.cfg.IODir, ioproto.DriverStatusFile), d.status, 0o644); err != nil {
+		d.log.Error("write driver status", "err", err)
+	}
+}
+
+func (d *Driver) currentWake() string {
+	d.statusMu.Lock()
+	defer d.statusMu.Unlock()
+	return d.status.Wake
+}
+
+// execute runs queued commands one at a time until ctx is cancelled.
+func (d *Driver) execute(ctx context.Context) {
+	d.ensureKernel()
+	defer func() {
+		if d.kernel != nil {
+			d.kernel.kill()
+		}
+	}()
+	for {
+		for {
+			q, ev, run := d.take()
+			if ev == nil {
+				break
+			}
+			d.run(ctx, q.rec, ev, run.interrupt)
+			ev.close()
+			if d.kernel == nil && ctx.Err() == nil {
+				// The command cost the kernel; have the next one ready.
+				_, _ = d.ensureKernel()
+			}
+			d.mu.Lock()
+			d.running = nil
+			d.mu.Unlock()
+			if ctx.Err() != nil {
+				return
+			}
+			d.sincePrune++
+			if d.sincePrune >= 20 {
+				d.sincePrune = 0
+				d.prune()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.work:
+		}
+	}
+}
+
+// take starts the next queued command: it creates its events file, which
+// from then on marks it as taken, and only then lets the saved offset pass it.
+func (d *Driver) take() (queued, *eventsFile, *running) {
+	d.mu.Lock()
+	defer d.saveState()
+	defer d.mu.Unlock()
+	for len(d.queue) > 0 {
+		q := d.queue[0]
+		d.queue = d.queue[1:]
+		ev, err := createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+		if err != nil {
+			d.log.Error("cannot start command; skipping it", "command_id", q.rec.CommandID, "err", err)
+			continue
+		}
+		d.running = &running{id: q.rec.CommandID, interrupt: make(chan struct{}, 1)}
+		return q, ev, d.running
+	}
+	return queued{}, nil, nil
+}
+
+// run executes one command and writes its events up to done.
+func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) {
+	start := time.Now()
+	var res outcome
+	switch rec.Language {
+	case ioproto.LanguageBash:
+		res = d.runBash(ctx, rec, ev, intr)
+	default:
+		res = d.runPython(ctx, rec, ev, intr)
+	}
+	if ctx.Err() != nil && res.status == "" {
+		// The driver is stopping; the next start reports the command.
+		return
+	}
+	done := &ioproto.Event{
+		Type:       ioproto.EventDone,
+		Status:     res.status,
+		DurationMS: time.Since(start).Milliseconds(),
+		StateLost:  res.stateLost,
+		Reason:     res.reason,
+		ExitCode:   res.exitCode,
+		Files:      changedFiles(d.cfg.Workspace, start, ioproto.MaxFiles),
+		Time:       time.Now().UTC(),
+	}
+	if err := ev.emit(done); err != nil {
+		d.log.Error("write done event", "command_id", rec.CommandID, "err", err)
+	}
+	d.log.Info("command finished", "command_id", rec.CommandID, "language", rec.Language, "status", res.status, "duration_ms", done.DurationMS, "state_lost", res.stateLost)
+}
+
+// outcome is how a command ended.
+type outcome struct {
+	status    string
+	reason    string
+	stateLost bool
+	exitCode  *int
+}

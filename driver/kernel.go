@@ -1,0 +1,265 @@
+package driver
+
+import (
+	"bufio"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// kernelSource is the Python side of the kernel, shipped inside the driver
+// binary so the image cannot hold a mismatched copy.
+//
+//go:embed pykernel/kernel.py
+var kernelSource []byte
+
+// kernelMsg is a control message from the Python kernel (fd 4).
+type kernelMsg struct {
+	Type      string            `json:"type"`
+	ID        string            `json:"id"`
+	Sync      int64             `json:"sync"`
+	PID       int               `json:"pid"`
+	Data      map[string]string `json:"data"`
+	EName     string            `json:"ename"`
+	EValue    string            `json:"evalue"`
+	Traceback []string          `json:"traceback"`
+	Status    string            `json:"status"`
+}
+
+// kernelRequest is a request to the Python kernel (fd 3).
+type kernelRequest struct {
+	ID   string `json:"id"`
+	Code string `json:"code"`
+}
+
+// kernel is one running Python interpreter with its pipes. It lives in its
+// own process group, so signals reach subprocesses the user's code started.
+type kernel struct {
+	cmd  *exec.Cmd
+	ctrl *os.File // fd 3 of the kernel: requests
+	// outR and errR are the driver's ends of fd 1 and 2; they are closed on
+	// discard, so a background process that inherited them cannot pin the
+	// reading goroutines forever.
+	outR, errR *os.File
+	output     chan outputItem
+	msgs       chan kernelMsg
+	// exited is closed when the process has been waited for; state is then set.
+	exited chan struct{}
+	state  *os.ProcessState
+	// stop is closed when the driver discards the kernel, releasing the
+	// goroutines that feed output and msgs.
+	stop chan struct{}
+	// killedByDriver is set before the driver sends SIGKILL, so a SIGKILL
+	// death can be told apart from the OOM killer's.
+	killedByDriver bool
+	// streams orders stdout (0) and stderr (1) against control messages;
+	// emitted is the sync number of the last control message emitted.
+	streams [2]streamOrder
+	emitted int64
+	log     *slog.Logger
+}
+
+// kernelLauncher starts kernels.
+type kernelLauncher struct {
+	python    string
+	workspace string
+	script    string // path of kernel.py, written once
+	log       *slog.Logger
+}
+
+func newKernelLauncher(python, workspace string, log *slog.Logger) (*kernelLauncher, error) {
+	dir, err := os.MkdirTemp("", "sandbox-driver-")
+	if err != nil {
+		return nil, fmt.Errorf("kernel: temp dir: %w", err)
+	}
+	script := filepath.Join(dir, "kernel.py")
+	if err := os.WriteFile(script, kernelSource, 0o644); err != nil {
+		return nil, fmt.Errorf("kernel: write script: %w", err)
+	}
+	return &kernelLauncher{python: python, workspace: workspace, script: script, log: log}, nil
+}
+
+// start launches a kernel and waits until it says it is ready.
+func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, err
+	}
+	ctrlR, ctrlW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW, errR, errW)
+		return nil, err
+	}
+	msgR, msgW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW, errR, errW, ctrlR, ctrlW)
+		return nil, err
+	}
+	cmd := exec.Command(l.python, "-u", l.script)
+	cmd.Dir = l.workspace
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	if os.Getenv("MPLBACKEND") == "" {
+		cmd.Env = append(cmd.Env, "MPLBACKEND=Agg")
+	}
+	cmd.Stdout = outW
+	cmd.Stderr = errW
+	cmd.ExtraFiles = []*os.File{ctrlR, msgW} // fd 3, fd 4
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		closeAll(outR, outW, errR, errW, ctrlR, ctrlW, msgR, msgW)
+		return nil, fmt.Errorf("kernel: start %s: %w", l.python, err)
+	}
+	// The child holds its own copies; the driver keeps only its ends.
+	closeAll(outW, errW, ctrlR, msgW)
+
+	k := &kernel{
+		cmd:    cmd,
+		ctrl:   ctrlW,
+		outR:   outR,
+		errR:   errR,
+		output: make(chan outputItem, 64),
+		msgs:   make(chan kernelMsg, 16),
+		exited: make(chan struct{}),
+		stop:   make(chan struct{}),
+		log:    l.log,
+	}
+	go (&outputReader{stream: "stdout", markers: true, out: k.output, stop: k.stop}).pump(outR)
+	go (&outputReader{stream: "stderr", markers: true, out: k.output, stop: k.stop}).pump(errR)
+	go k.readMessages(msgR)
+	go func() {
+		_ = cmd.Wait()
+		k.state = cmd.ProcessState
+		close(k.exited)
+	}()
+
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case m, ok := <-k.msgs:
+			if !ok {
+				k.kill()
+				return nil, errors.New("kernel: exited before it was ready")
+			}
+			if m.Type == "ready" {
+				return k, nil
+			}
+		case it := <-k.output:
+			// Start-up noise (warnings) is logged, not attributed to a command.
+			if it.text != "" {
+				l.log.Warn("kernel start-up output", "stream", it.stream, "text", it.text)
+			}
+		case <-timer.C:
+			k.kill()
+			return nil, fmt.Errorf("kernel: not ready after %s", readyTimeout)
+		}
+	}
+}
+
+// readMessages decodes control messages until the pipe closes.
+func (k *kernel) readMessages(r *os.File) {
+	defer close(k.msgs)
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<30)
+	for sc.Scan() {
+		var m kernelMsg
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			k.log.Warn("kernel: bad control message", "err", err)
+			continue
+		}
+		select {
+		case k.msgs <- m:
+		case <-k.stop:
+			return
+		}
+	}
+}
+
+// send writes a request line to the kernel.
+func (k *kernel) send(req kernelRequest) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	_, err = k.ctrl.Write(append(b, '\n'))
+	return err
+}
+
+// signal sends sig to the kernel's process group (the kernel and whatever
+// it started), like a terminal's Ctrl-C does.
+func (k *kernel) signal(sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		k.killedByDriver = true
+	}
+	_ = syscall.Kill(-k.cmd.Process.Pid, sig)
+}
+
+// kill ends the kernel and its process group, waits for it and releases
+// its goroutines. The kernel is unusable afterwards.
+func (k *kernel) kill() {
+	k.signal(syscall.SIGKILL)
+	<-k.exited
+	k.discard()
+}
+
+// discard releases an exited kernel's resources; it kills stragglers left
+// in its process group (background processes the user's code started).
+func (k *kernel) discard() {
+	select {
+	case <-k.stop:
+		return
+	default:
+	}
+	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+	close(k.stop)
+	closeAll(k.ctrl, k.outR, k.errR)
+}
+
+// alive reports whether the kernel process is still running.
+func (k *kernel) alive() bool {
+	select {
+	case <-k.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// deathReason explains why an exited kernel died, for the done event.
+func (k *kernel) deathReason() string {
+	st := k.state
+	if st == nil {
+		return "the Python process died"
+	}
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		sig := ws.Signal()
+		if sig == syscall.SIGKILL && !k.killedByDriver {
+			return "the Python process was killed by SIGKILL from outside the driver (likely out of memory)"
+		}
+		return fmt.Sprintf("the Python process was killed by signal %d (%s)", int(sig), sig)
+	case ok && ws.Exited():
+		return fmt.Sprintf("the Python process exited with code %d", ws.ExitStatus())
+	}
+	return "the Python process died: " + st.String()
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}

@@ -1,0 +1,177 @@
+package driver
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// The Python kernel writes a sync marker to fd 1 and fd 2 before each control
+// message, so the driver can emit output and rich results in the order the
+// user's code produced them even though they travel through different pipes.
+// The marker is bytes no text output contains: NUL, RS, a tag, the number,
+// RS, NUL.
+var (
+	syncPrefix = []byte("\x00\x1eSBX-SYNC:")
+	syncSuffix = []byte("\x1e\x00")
+)
+
+// maxSyncMarker bounds a marker's length (prefix, up to 20 digits, suffix).
+var maxSyncMarker = len(syncPrefix) + 20 + len(syncSuffix)
+
+// outputItem is what an output pipe yields: a text chunk, or a sync marker.
+type outputItem struct {
+	stream string // ioproto.EventStdout or ioproto.EventStderr
+	text   string
+	sync   int64 // > 0 for a marker
+	eof    bool
+}
+
+// outputReader turns one pipe's bytes into valid UTF-8 chunks of at most
+// ioproto.MaxChunk bytes and sync markers. It holds back only the bytes that
+// might be the start of a marker or of a multi-byte character.
+type outputReader struct {
+	stream  string
+	markers bool // recognise sync markers (Python kernel), not for bash
+	out     chan<- outputItem
+	stop    <-chan struct{}
+	carry   []byte
+}
+
+// send delivers an item unless the consumer has gone away.
+func (o *outputReader) send(it outputItem) {
+	select {
+	case o.out <- it:
+	case <-o.stop:
+	}
+}
+
+// pump reads r until EOF and sends items to out. It returns after sending the
+// final item with eof set, or when stop is closed (nobody listens any more).
+func (o *outputReader) pump(r io.Reader) {
+	buf := make([]byte, ioproto.MaxChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			o.feed(buf[:n])
+		}
+		if err != nil {
+			if len(o.carry) > 0 {
+				o.emitText(o.carry, true)
+				o.carry = nil
+			}
+			o.send(outputItem{stream: o.stream, eof: true})
+			return
+		}
+	}
+}
+
+// feed processes newly read bytes.
+func (o *outputReader) feed(p []byte) {
+	data := append(o.carry, p...)
+	o.carry = nil
+	for o.markers {
+		i := bytes.Index(data, syncPrefix)
+		if i < 0 {
+			break
+		}
+		o.emitText(data[:i], true)
+		rest := data[i+len(syncPrefix):]
+		j := bytes.Index(rest, syncSuffix)
+		if j < 0 {
+			if len(data)-i < maxSyncMarker {
+				// The marker is still arriving.
+				o.carry = append([]byte(nil), data[i:]...)
+				return
+			}
+			// Not a marker after all: pass the bytes through.
+			o.emitText(data[i:i+len(syncPrefix)], true)
+			data = rest
+			continue
+		}
+		n, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+		if err != nil || n <= 0 {
+			o.emitText(data[i:i+len(syncPrefix)], true)
+			data = rest
+			continue
+		}
+		o.send(outputItem{stream: o.stream, sync: n})
+		data = rest[j+len(syncSuffix):]
+	}
+	// Hold back a tail that could begin a marker.
+	keep := 0
+	if o.markers {
+		keep = partialSuffixLen(data, syncPrefix)
+	}
+	o.carry = append(o.carry, o.emitText(data[:len(data)-keep], false)...)
+	o.carry = append(o.carry, data[len(data)-keep:]...)
+}
+
+// emitText sends p as chunks of valid UTF-8. Unless final, an incomplete
+// multi-byte character at the end is returned instead of sent, to be
+// completed by the next read.
+func (o *outputReader) emitText(p []byte, final bool) []byte {
+	var rest []byte
+	if !final {
+		cut := incompleteUTF8Tail(p)
+		p, rest = p[:len(p)-cut], append([]byte(nil), p[len(p)-cut:]...)
+	}
+	for len(p) > 0 {
+		n := min(len(p), ioproto.MaxChunk)
+		// Do not split a character between chunks.
+		for n < len(p) && n > 0 && !utf8.RuneStart(p[n]) {
+			n--
+		}
+		if n == 0 {
+			n = min(len(p), ioproto.MaxChunk)
+		}
+		o.send(outputItem{stream: o.stream, text: strings.ToValidUTF8(string(p[:n]), "\uFFFD")})
+		p = p[n:]
+	}
+	return rest
+}
+
+// incompleteUTF8Tail returns how many bytes at the end of p are the start of
+// a multi-byte character whose remaining bytes have not arrived yet.
+func incompleteUTF8Tail(p []byte) int {
+	for i := 1; i <= 3 && i <= len(p); i++ {
+		c := p[len(p)-i]
+		if !utf8.RuneStart(c) {
+			continue
+		}
+		if c < utf8.RuneSelf {
+			return 0
+		}
+		need := 0
+		switch {
+		case c&0xE0 == 0xC0:
+			need = 2
+		case c&0xF0 == 0xE0:
+			need = 3
+		case c&0xF8 == 0xF0:
+			need = 4
+		default:
+			return 0
+		}
+		if i < need {
+			return i
+		}
+		return 0
+	}
+	return 0
+}
+
+// partialSuffixLen returns the length of the longest proper prefix of marker
+// that p ends with.
+func partialSuffixLen(p, marker []byte) int {
+	for k := min(len(marker)-1, len(p)); k > 0; k-- {
+		if bytes.HasSuffix(p, marker[:k]) {
+			return k
+		}
+	}
+	return 0
+}

@@ -1,0 +1,343 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+const (
+	// kernelReadyTimeout bounds a kernel's start-up.
+	kernelReadyTimeout = 30 * time.Second
+	// syncWait bounds how long a control message waits for its sync markers.
+	// Markers only go missing when the user's code closed or redirected fd 1
+	// or 2; then order is best effort rather than a stall.
+	syncWait = 500 * time.Millisecond
+	// drainWait bounds the wait for output still in the pipes after a
+	// process died; a background process holding a pipe open must not stall
+	// the command's end.
+	drainWait = 300 * time.Millisecond
+)
+
+// ensureKernel returns a live kernel, starting one when there is none. A
+// kernel found dead between commands is reported with the next command.
+func (d *Driver) ensureKernel() (*kernel, error) {
+	if d.kernel != nil && d.kernel.alive() {
+		return d.kernel, nil
+	}
+	if d.kernel != nil {
+		d.addLost(d.kernel.deathReason() + " between commands; Python globals defined before are gone")
+		d.kernel.discard()
+		d.kernel = nil
+	}
+	k, err := d.launcher.start(kernelReadyTimeout)
+	if err != nil {
+		d.log.Error("cannot start the Python kernel", "err", err)
+		return nil, err
+	}
+	d.kernel = k
+	d.updateStatus(func(s *ioproto.DriverStatus) { s.KernelPID = k.cmd.Process.Pid })
+	return k, nil
+}
+
+func (d *Driver) addLost(reason string) {
+	if d.lostReason != "" {
+		d.lostReason += "; "
+	}
+	d.lostReason += reason
+}
+
+// runPython runs a command in the kernel and emits its events (not done).
+func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+	var res outcome
+	if d.lostReason != "" {
+		res.stateLost, res.reason = true, d.lostReason
+		d.lostReason = ""
+	}
+	k, err := d.ensureKernel()
+	if err != nil {
+		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "KernelUnavailable", EValue: err.Error()})
+		return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, "could not start Python: "+err.Error())}
+	}
+	// Output that background threads printed between commands belongs to no
+	// command; it is dropped rather than attributed to this one.
+	k.resetOrder()
+	for drained := false; !drained; {
+		select {
+		case it := <-k.output:
+			if it.eof {
+				k.streams[streamIndex(it.stream)].eof = true
+			}
+		default:
+			drained = true
+		}
+	}
+	if err := k.send(kernelRequest{ID: rec.CommandID, Code: rec.Code}); err != nil {
+		// The kernel died just now; the exited branch below reports it.
+		d.log.Warn("kernel: send request", "err", err)
+	}
+
+	st := newStopper(rec.TimeoutMS)
+	defer st.stop()
+	var pending []kernelMsg
+	var flush *time.Timer
+	var flushC <-chan time.Time
+	msgs := k.msgs
+	for {
+		force := false
+		select {
+		case <-ctx.Done():
+			return outcome{}
+		case it := <-k.output:
+			d.acceptOutput(k, ev, it)
+		case m, ok := <-msgs:
+			if !ok {
+				msgs = nil
+				break
+			}
+			if m.ID != rec.CommandID {
+				d.log.Warn("kernel: message for another command ignored", "type", m.Type, "id", m.ID)
+				break
+			}
+			pending = append(pending, m)
+			if flush == nil {
+				flush = time.NewTimer(syncWait)
+				flushC = flush.C
+			}
+		case <-flushC:
+			force = true
+			flush, flushC = nil, nil
+		case <-st.timeoutC:
+			st.trigger(ioproto.StatusTimeout, d.cfg.Grace, func() { k.signal(syscall.SIGINT) })
+		case <-intr:
+			st.trigger(ioproto.StatusInterrupted, d.cfg.Grace, func() { k.signal(syscall.SIGINT) })
+		case <-st.graceC:
+			k.signal(syscall.SIGKILL)
+		case <-k.exited:
+			d.releaseHeld(k, ev, 0, true)
+			d.releaseHeld(k, ev, 1, true)
+			d.drainAfterExit(k, ev)
+			pending = append(pending, drainMsgs(msgs)...)
+			d.flushMsgs(k, ev, &pending, true)
+			reason := k.deathReason()
+			if st.status != "" && k.killedByDriver {
+				reason = fmt.Sprintf("the command did not stop within %s of SIGINT (%s), so the Python process was killed and restarted", d.cfg.Grace, st.status)
+			}
+			k.discard()
+			d.kernel = nil
+			return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, reason+"; Python globals are gone")}
+		}
+		if status, done := d.flushMsgs(k, ev, &pending, force); done {
+			res.status = ioproto.StatusOK
+			if status != ioproto.StatusOK {
+				res.status = ioproto.StatusError
+				if st.status != "" {
+					res.status = st.status
+				}
+			}
+			if res.status == ioproto.StatusTimeout {
+				res.reason = joinReason(res.reason, fmt.Sprintf("timed out after %s and was interrupted (globals kept)", time.Duration(rec.TimeoutMS)*time.Millisecond))
+			} else if res.status == ioproto.StatusInterrupted {
+				res.reason = joinReason(res.reason, "interrupted on request (globals kept)")
+			}
+			if flush != nil {
+				flush.Stop()
+			}
+			return res
+		}
+		if len(pending) == 0 && flush != nil {
+			flush.Stop()
+			flush, flushC = nil, nil
+		}
+	}
+}
+
+// flushMsgs emits pending control messages whose preceding output has been
+// emitted (their sync markers reached on both streams), or all of them when
+// force is set, and releases output held behind them. It reports the
+// kernel's status once the done message went out.
+func (d *Driver) flushMsgs(k *kernel, ev *eventsFile, pending *[]kernelMsg, force bool) (string, bool) {
+	for {
+		progressed := false
+		for len(*pending) > 0 {
+			m := (*pending)[0]
+			if !force && !k.synced(m.Sync) {
+				break
+			}
+			*pending = (*pending)[1:]
+			progressed = true
+			k.emitted = max(k.emitted, m.Sync)
+			switch m.Type {
+			case "display":
+				d.emit(ev, &ioproto.Event{Type: ioproto.EventDisplay, Data: m.Data})
+			case "result":
+				d.emit(ev, &ioproto.Event{Type: ioproto.EventResult, Data: m.Data})
+			case "error":
+				d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: m.EName, EValue: m.EValue, Traceback: m.Traceback})
+			case "done":
+				// Output after done's marker belongs to no command.
+				return m.Status, true
+			}
+		}
+		if !progressed {
+			return "", false
+		}
+		d.releaseHeld(k, ev, 0, false)
+		d.releaseHeld(k, ev, 1, false)
+	}
+}
+
+// streamOrder tracks one output pipe of the kernel. Items wait in held while
+// a sync marker at their head names a control message not yet emitted, so
+// output printed after a display() cannot overtake it.
+type streamOrder struct {
+	held []outputItem
+	// reached is the last marker up to which all output has been emitted.
+	reached int64
+	eof     bool
+}
+
+func streamIndex(stream string) int {
+	if stream == ioproto.EventStderr {
+		return 1
+	}
+	return 0
+}
+
+// resetOrder forgets held output of a previous command.
+func (k *kernel) resetOrder() {
+	for i := range k.streams {
+		k.streams[i].held = nil
+	}
+}
+
+// acceptOutput queues an output item behind earlier held ones and emits
+// what may go out now.
+func (d *Driver) acceptOutput(k *kernel, ev *eventsFile, it outputItem) {
+	s := &k.streams[streamIndex(it.stream)]
+	s.held = append(s.held, it)
+	d.releaseHeld(k, ev, streamIndex(it.stream), false)
+}
+
+// releaseHeld emits a stream's held items up to the first marker whose
+// control message has not been emitted; with all set, it emits everything.
+func (d *Driver) releaseHeld(k *kernel, ev *eventsFile, i int, all bool) {
+	s := &k.streams[i]
+	for len(s.held) > 0 {
+		it := s.held[0]
+		switch {
+		case it.eof:
+			s.eof = true
+		case it.sync > 0:
+			s.reached = max(s.reached, it.sync)
+			if !all && k.emitted < it.sync {
+				return
+			}
+		default:
+			d.emit(ev, &ioproto.Event{Type: it.stream, Text: it.text})
+		}
+		s.held = s.held[1:]
+	}
+}
+
+// synced reports whether all output written before marker n has been
+// emitted on both streams, so control message n may follow it.
+func (k *kernel) synced(n int64) bool {
+	for _, s := range k.streams {
+		if !s.eof && s.reached < n {
+			return false
+		}
+	}
+	return true
+}
+
+// drainAfterExit emits output still in the pipes of a kernel that died; no
+// control message will come to release held output, so all of it goes out.
+func (d *Driver) drainAfterExit(k *kernel, ev *eventsFile) {
+	t := time.NewTimer(drainWait)
+	defer t.Stop()
+	for !(k.streams[0].eof && k.streams[1].eof) {
+		select {
+		case it := <-k.output:
+			k.streams[streamIndex(it.stream)].held = append(k.streams[streamIndex(it.stream)].held, it)
+			d.releaseHeld(k, ev, streamIndex(it.stream), true)
+		case <-t.C:
+			return
+		}
+	}
+	d.releaseHeld(k, ev, 0, true)
+	d.releaseHeld(k, ev, 1, true)
+}
+
+func drainMsgs(msgs <-chan kernelMsg) []kernelMsg {
+	var out []kernelMsg
+	for msgs != nil {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				return out
+			}
+			out = append(out, m)
+		default:
+			return out
+		}
+	}
+	return out
+}
+
+// emit writes an event, logging failures (a full disk must not stop the driver).
+func (d *Driver) emit(ev *eventsFile, e *ioproto.Event) {
+	if err := ev.emit(e); err != nil {
+		d.log.Error("write event", "command_id", ev.id, "type", e.Type, "err", err)
+	}
+}
+
+func joinReason(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// stopper escalates the end of a command: SIGINT on timeout or interrupt,
+// then SIGKILL when the grace period passes. The first trigger wins.
+type stopper struct {
+	timeoutC <-chan time.Time
+	graceC   <-chan time.Time
+	status   string
+	timers   []*time.Timer
+}
+
+func newStopper(timeoutMS int64) *stopper {
+	s := &stopper{}
+	if timeoutMS > 0 {
+		t := time.NewTimer(time.Duration(timeoutMS) * time.Millisecond)
+		s.timers = append(s.timers, t)
+		s.timeoutC = t.C
+	}
+	return s
+}
+
+func (s *stopper) trigger(status string, grace time.Duration, interrupt func()) {
+	if s.status != "" {
+		return
+	}
+	s.status = status
+	s.timeoutC = nil
+	interrupt()
+	t := time.NewTimer(grace)
+	s.timers = append(s.timers, t)
+	s.graceC = t.C
+}
+
+func (s *stopper) stop() {
+	for _, t := range s.timers {
+		t.Stop()
+	}
+}
