@@ -459,6 +459,7 @@ func (d *Driver) take() (queued, *eventsFile, *running) {
 // run executes one command and writes its events up to done.
 func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) {
 	start := time.Now()
+	ws := watchWorkspace(d.cfg.Workspace, start)
 	var res outcome
 	switch rec.Language {
 	case ioproto.LanguageBash:
@@ -477,7 +478,7 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 		StateLost:  res.stateLost,
 		Reason:     res.reason,
 		ExitCode:   res.exitCode,
-		Files:      changedFiles(d.cfg.Workspace, start, ioproto.MaxFiles),
+		Files:      ws.changed(ioproto.MaxFiles),
 		Time:       time.Now().UTC(),
 	}
 	if err := ev.emit(done); err != nil {

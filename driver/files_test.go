@@ -114,16 +114,32 @@ func TestPrune(t *testing.T) {
 	}
 }
 
-func TestChangedFiles(t *testing.T) {
+func TestWorkspaceWatch(t *testing.T) {
 	ws := t.TempDir()
-	old := filepath.Join(ws, "old.txt")
-	os.WriteFile(old, []byte("o"), 0o644)
-	os.Chtimes(old, time.Now().Add(-time.Hour), time.Now().Add(-time.Hour))
-	start := time.Now()
-	os.MkdirAll(filepath.Join(ws, "sub"), 0o755)
-	os.WriteFile(filepath.Join(ws, "sub", "new.csv"), []byte("a,b\n"), 0o644)
-	files := changedFiles(ws, start, 10)
-	if len(files) != 1 || files[0].Path != "sub/new.csv" || files[0].Size != 4 {
-		t.Fatalf("changedFiles = %+v", files)
+	write := func(name, content string) {
+		t.Helper()
+		os.MkdirAll(filepath.Dir(filepath.Join(ws, name)), 0o755)
+		if err := os.WriteFile(filepath.Join(ws, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("old.txt", "o")
+	os.Chtimes(filepath.Join(ws, "old.txt"), time.Now().Add(-time.Hour), time.Now().Add(-time.Hour))
+	// Written just before the command starts, like an upload: not the
+	// command's doing, even though its mtime is within the clock slack.
+	write("uploaded.csv", "a,b\n")
+	w := watchWorkspace(ws, time.Now())
+	write("sub/new.csv", "a,b\n")
+	write("old.txt", "changed")
+	files := w.changed(10)
+	got := map[string]int64{}
+	for _, f := range files {
+		got[f.Path] = f.Size
+	}
+	if len(got) != 2 || got["sub/new.csv"] != 4 || got["old.txt"] != 7 {
+		t.Fatalf("changed files = %+v, want sub/new.csv and old.txt", files)
+	}
+	if len(w.changed(1)) != 1 {
+		t.Fatal("limit not applied")
 	}
 }
