@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# ensure-docker.sh: make sure a Docker daemon is installed, configured and
+# answering. Idempotent: if `docker info` already works it exits at once.
+#
+# On a fresh Debian machine (as root) it installs docker.io (and runsc when
+# the archive has it), writes/merges /etc/docker/daemon.json, starts dockerd
+# in the background and waits for it to answer.
+#
+# Environment:
+#   DOCKER_WAIT_SECONDS  how long to wait for the daemon to answer (default 60)
+#   DOCKERD_LOG          where dockerd's output goes (default /var/log/dockerd.log)
+#   DOCKER_DAEMON_JSON, DOCKER_PID_FILE, RUNSC_PATH
+#                        override /etc/docker/daemon.json, /var/run/docker.pid,
+#                        /usr/bin/runsc (for testing this script)
+set -euo pipefail
+
+WAIT_SECONDS="${DOCKER_WAIT_SECONDS:-60}"
+DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
+DAEMON_JSON="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
+PID_FILE="${DOCKER_PID_FILE:-/var/run/docker.pid}"
+RUNSC="${RUNSC_PATH:-/usr/bin/runsc}"
+
+log() { printf 'ensure-docker: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+docker_ok() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
+
+# Fast path.
+if docker_ok; then
+	exit 0
+fi
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+is_debian() { [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; }
+
+# Is a dockerd process running? (pgrep may be missing on minimal systems.)
+dockerd_running() {
+	if command -v pgrep >/dev/null 2>&1; then
+		pgrep -x dockerd >/dev/null 2>&1
+		return
+	fi
+	local c
+	for c in /proc/[0-9]*/comm; do
+		[ "$(cat "$c" 2>/dev/null)" = dockerd ] && return 0
+	done
+	return 1
+}
+
+# --- 1. Install -------------------------------------------------------------
+if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
+	if ! is_root || ! is_debian; then
+		log "Docker is not installed and cannot be installed automatically"
+		log "(automatic install needs root on Debian; uid=$(id -u), debian=$([ -f /etc/debian_version ] && echo yes || echo no))."
+		command -v dockerd >/dev/null 2>&1 || log "missing: dockerd (Debian package docker.io)"
+		command -v docker >/dev/null 2>&1 || log "missing: docker CLI (Debian package docker.io)"
+		log "Install Docker Engine, start it, and re-run."
+		exit 1
+	fi
+	log "installing docker.io via apt-get"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update
+	apt-get install -y docker.io
+	if [ ! -x "$RUNSC" ]; then
+		# gVisor is optional: tolerate its absence.
+		if apt-get install -y runsc; then
+			log "installed runsc"
+		else
+			log "runsc not available from apt; continuing without the gVisor runtime"
+		fi
+	fi
+fi
+command -v dockerd >/dev/null 2>&1 || die "dockerd still not found after install"
+
+# From here on we need to (re)configure or start the daemon.
+if dockerd_running; then
+	if [ -S /var/run/docker.sock ] && ! is_root; then
+		die "dockerd is running but 'docker info' fails; are you in the 'docker' group? (uid=$(id -u)). Try: sudo usermod -aG docker \$USER, or run as root."
+	fi
+fi
+is_root || die "dockerd is installed but not answering, and starting it needs root (uid=$(id -u))."
+
+# --- 2. daemon.json ---------------------------------------------------------
+# Merge our settings into daemon.json without clobbering anything else.
+want_runsc=0
+[ -x "$RUNSC" ] && want_runsc=1
+
+py=""
+for cand in /usr/bin/python3 python3; do
+	if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import json' >/dev/null 2>&1; then
+		py="$cand"
+		break
+	fi
+done
+
+mkdir -p "$(dirname "$DAEMON_JSON")"
+if [ -n "$py" ]; then
+	"$py" - "$DAEMON_JSON" "$want_runsc" "$RUNSC" <<'PY'
+import json, os, sys
+path, want_runsc, runsc = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+cfg = {}
+if os.path.exists(path) and os.path.getsize(path) > 0:
+    try:
+        with open(path) as f:
+            cfg = json.load(f)
+    except ValueError as e:
+        sys.exit("ensure-docker: ERROR: %s is not valid JSON (%s); fix it by hand" % (path, e))
+    if not isinstance(cfg, dict):
+        sys.exit("ensure-docker: ERROR: %s is not a JSON object" % path)
+orig = json.dumps(cfg, sort_keys=True)
+cfg["live-restore"] = True
+if want_runsc:
+    rts = cfg.setdefault("runtimes", {})
+    rt = rts.setdefault("runsc", {})
+    rt["path"] = runsc
+    rt["runtimeArgs"] = ["--network=none"]
+if json.dumps(cfg, sort_keys=True) != orig:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    print("ensure-docker: updated " + path, file=sys.stderr)
+PY
+elif [ ! -s "$DAEMON_JSON" ]; then
+	# No python3: only safe to write a fresh file.
+	if [ "$want_runsc" = 1 ]; then
+		cat >"$DAEMON_JSON" <<EOF
+{
+  "live-restore": true,
+  "runtimes": {
+    "runsc": {
+      "path": "$RUNSC",
+      "runtimeArgs": ["--network=none"]
+    }
+  }
+}
+EOF
+	else
+		printf '{\n  "live-restore": true\n}\n' >"$DAEMON_JSON"
+	fi
+	log "wrote $DAEMON_JSON"
+else
+	log "WARNING: python3 not found; leaving existing $DAEMON_JSON untouched (cannot merge safely)"
+fi
+
+# --- 3. Start dockerd -------------------------------------------------------
+if dockerd_running; then
+	# Running but not answering yet (e.g. still starting up): just wait.
+	log "dockerd process exists; waiting for it to answer"
+else
+	if [ -f "$PID_FILE" ]; then
+		log "removing stale $PID_FILE (no dockerd process running)"
+		rm -f "$PID_FILE"
+	fi
+	started=0
+	# Prefer the init system when there is one.
+	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+		if systemctl start docker >/dev/null 2>&1; then
+			log "started docker via systemctl"
+			started=1
+		fi
+	fi
+	if [ "$started" = 0 ]; then
+		mkdir -p "$(dirname "$DOCKERD_LOG")"
+		log "starting dockerd in the background (log: $DOCKERD_LOG)"
+		# setsid: fully detach so the daemon survives this script's session.
+		if command -v setsid >/dev/null 2>&1; then
+			nohup setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+		else
+			nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+		fi
+		disown || true
+	fi
+fi
+
+fail() {
+	log "$1"
+	if [ -f "$DOCKERD_LOG" ]; then
+		log "last lines of $DOCKERD_LOG:"
+		tail -n 40 "$DOCKERD_LOG" >&2 || true
+	fi
+	exit 1
+}
+deadline=$((SECONDS + WAIT_SECONDS))
+gone=0
+while ! docker_ok; do
+	[ "$SECONDS" -lt "$deadline" ] || fail "dockerd did not answer within ${WAIT_SECONDS}s"
+	sleep 1
+	# Fail fast if the daemon died (two checks in a row, to ride out start-up).
+	if dockerd_running; then gone=0; else gone=$((gone + 1)); fi
+	[ "$gone" -lt 2 ] || fail "dockerd exited before answering"
+done
+log "docker is up ($(docker version --format '{{.Server.Version}}' 2>/dev/null || echo '?'))"
