@@ -1,0 +1,108 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
+)
+
+// classError is an error of one of the classes in errors.go. Its message is
+// written for the caller and does not repeat the class name (the gRPC code
+// already carries it); the cause, when there is one, stays reachable with
+// errors.Is/As for logs and tests.
+type classError struct {
+	class error
+	msg   string
+	cause error
+}
+
+func (e *classError) Error() string { return e.msg }
+
+// Unwrap exposes both the class and the cause to errors.Is and errors.As.
+func (e *classError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.class}
+	}
+	return []error{e.class, e.cause}
+}
+
+// errorf returns an error of class with a formatted message. A %w verb in
+// format records the cause (the message then includes it, as fmt.Errorf does).
+func errorf(class error, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	return &classError{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
+}
+
+// invalidf, notFoundf, preconditionf, exhaustedf and unavailablef are
+// shorthands for errorf with each class.
+func invalidf(format string, args ...any) error {
+	return errorf(ErrInvalidArgument, format, args...)
+}
+
+func notFoundf(format string, args ...any) error { return errorf(ErrNotFound, format, args...) }
+
+func preconditionf(format string, args ...any) error {
+	return errorf(ErrFailedPrecondition, format, args...)
+}
+
+func exhaustedf(format string, args ...any) error {
+	return errorf(ErrResourceExhausted, format, args...)
+}
+
+func unavailablef(format string, args ...any) error {
+	return errorf(ErrUnavailable, format, args...)
+}
+
+// isClassified reports whether err already carries a class (or is a context
+// error, which callers recognise by itself), so wrappers don't classify twice.
+func isClassified(err error) bool {
+	for _, c := range []error{ErrInvalidArgument, ErrNotFound, ErrFailedPrecondition, ErrResourceExhausted, ErrUnavailable} {
+		if errors.Is(err, c) {
+			return true
+		}
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// fsError classifies an error from the host file system for a user-supplied
+// path (shown as display): a missing file is the caller's NotFound, an escape
+// attempt or a wrong file type is the caller's InvalidArgument. Anything else
+// (EIO, ENOSPC, ...) is returned unclassified: it is the server's fault, and
+// grpcapi reports it as Internal while logging the detail.
+func fsError(op, display string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case isClassified(err):
+		return err
+	case errors.Is(err, fs.ErrNotExist):
+		return notFoundf("%s %s: no such file or directory", op, display)
+	case isEscape(err):
+		return invalidf("%s %s: path escapes /workspace", op, display)
+	case errors.Is(err, syscall.ENOTDIR):
+		return invalidf("%s %s: a parent of the path is not a directory", op, display)
+	case errors.Is(err, syscall.EISDIR):
+		return invalidf("%s %s: is a directory", op, display)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return invalidf("%s %s: name too long", op, display)
+	case errors.Is(err, fs.ErrExist):
+		return invalidf("%s %s: already exists", op, display)
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return exhaustedf("%s %s: no space left on the sandbox's disk", op, display)
+	}
+	return fmt.Errorf("%s %s: %w", op, display, err)
+}
+
+// isEscape recognises os.Root's refusal to leave its directory. The os
+// package does not export that error, so it is matched by its text (stable
+// since Go 1.24: "path escapes from parent"); ELOOP is what openat returns
+// for a symlink where os.Root used O_NOFOLLOW.
+func isEscape(err error) bool {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
+		return true
+	}
+	return errors.Is(err, syscall.ELOOP)
+}

@@ -1,0 +1,321 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+)
+
+// Files live in the sandbox's /workspace, which is a host directory
+// bind-mounted into the container, so sandboxd reads and writes them on the
+// host side, without a Docker call. Everything under it is controlled by the
+// sandboxed code, which may have planted symlinks to host paths; every access
+// therefore goes through os.Root, which refuses to resolve any path (symlinks
+// included, at every step, race-free) to a location outside the workspace.
+//
+// Paths are what the sandboxed code sees: relative paths are relative to
+// /workspace, and absolute paths must be /workspace or lie under it
+// ("/workspace/data/x.csv" and "data/x.csv" name the same file). Any other
+// absolute path ("/etc/passwd", but also "/data/x.csv") is refused rather
+// than reinterpreted, so a path means the same thing to the model writing
+// code and to the file API. Paths with a ".." element are refused even when
+// they would stay inside, as are NUL bytes.
+
+// maxPathLen bounds a path argument (Linux's PATH_MAX).
+const maxPathLen = 4096
+
+// maxListEntries bounds one ListFiles answer.
+const maxListEntries = 10000
+
+// uploadTempPrefix starts the temporary name an upload is written under
+// before it is renamed into place; ListFiles hides such names.
+const uploadTempPrefix = ".sandboxd-upload-"
+
+// workspacePath turns a caller's path into a clean path relative to the
+// workspace ("." for the workspace itself).
+func workspacePath(p string) (string, error) {
+	switch {
+	case strings.ContainsRune(p, 0):
+		return "", invalidf("path %q contains a NUL byte", truncate(p, 256))
+	case len(p) > maxPathLen:
+		return "", invalidf("path is %d bytes long; the limit is %d", len(p), maxPathLen)
+	}
+	rel := p
+	if strings.HasPrefix(p, "/") {
+		after, ok := strings.CutPrefix(p, "/workspace")
+		if !ok || (after != "" && !strings.HasPrefix(after, "/")) {
+			return "", invalidf("path %q is outside /workspace: give a path relative to /workspace or one starting with /workspace/", truncate(p, 256))
+		}
+		rel = strings.TrimLeft(after, "/")
+	}
+	for _, elem := range strings.Split(rel, "/") {
+		if elem == ".." {
+			return "", invalidf("path %q escapes /workspace: \"..\" is not allowed", truncate(p, 256))
+		}
+	}
+	return path.Clean("./" + rel), nil // "./" makes "" clean to "."
+}
+
+// displayPath shows a workspace-relative path as the sandbox sees it.
+func displayPath(rel string) string {
+	if rel == "." {
+		return "/workspace"
+	}
+	return "/workspace/" + rel
+}
+
+// openWorkspace opens the sandbox's workspace as a root.
+func openWorkspace(sb *sandbox) (*os.Root, error) {
+	return os.OpenRoot(filepath.Join(sb.dir, workspaceDir))
+}
+
+// Upload writes r to a file in the sandbox's workspace, replacing any file of
+// that name, and creates missing parent directories. The data is written to
+// a temporary name and renamed into place, so a partial upload is never
+// visible under the real name. The file and the directories created belong
+// to the sandbox user, who can then modify them. Uploads are capped at
+// Config.MaxUploadBytes (ErrResourceExhausted).
+func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) (FileInfo, error) {
+	sb, err := m.use(sandboxID)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	rel, err := workspacePath(p)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if rel == "." {
+		return FileInfo{}, invalidf("upload path is empty: name a file under /workspace")
+	}
+	show := displayPath(rel)
+	root, err := openWorkspace(sb)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer root.Close()
+
+	dir := path.Dir(rel)
+	if err := mkdirAllOwned(root, dir); err != nil {
+		return FileInfo{}, fsError("upload to", show, err)
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(dir, uploadTempPrefix+hex.EncodeToString(rnd[:]))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return FileInfo{}, fsError("upload to", show, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			f.Close()
+			root.Remove(tmp)
+		}
+	}()
+	src := &ctxReader{ctx: ctx, r: r}
+	n, err := io.Copy(f, io.LimitReader(src, m.cfg.MaxUploadBytes+1))
+	if src.err != nil {
+		return FileInfo{}, src.err // the caller's stream or context failed: theirs to report
+	}
+	if err != nil {
+		return FileInfo{}, fsError("upload to", show, err)
+	}
+	if n > m.cfg.MaxUploadBytes {
+		return FileInfo{}, exhaustedf("upload to %s exceeds the limit of %d bytes", show, m.cfg.MaxUploadBytes)
+	}
+	if err := chownFile(f); err != nil {
+		return FileInfo{}, err
+	}
+	if err := f.Close(); err != nil {
+		return FileInfo{}, fsError("upload to", show, err)
+	}
+	if err := root.Rename(tmp, rel); err != nil {
+		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
+			err = syscall.EISDIR // renaming over a directory
+		}
+		root.Remove(tmp)
+		committed = true
+		return FileInfo{}, fsError("upload to", show, err)
+	}
+	committed = true
+	st, err := root.Lstat(rel)
+	if err != nil {
+		return FileInfo{}, fsError("upload to", show, err)
+	}
+	m.log.Debug("file uploaded", "sandbox_id", sb.id, "path", show, "bytes", n)
+	return fileInfo(rel, st), nil
+}
+
+// mkdirAllOwned creates dir and its missing parents inside root, each owned
+// by the sandbox user. Existing components may be symlinks to directories
+// inside the workspace (os.Root resolves them safely).
+func mkdirAllOwned(root *os.Root, dir string) error {
+	if dir == "." {
+		return nil
+	}
+	var prefix string
+	for _, elem := range strings.Split(dir, "/") {
+		prefix = path.Join(prefix, elem)
+		err := root.Mkdir(prefix, 0o755)
+		if errors.Is(err, fs.ErrExist) {
+			st, serr := root.Stat(prefix)
+			if serr != nil {
+				return serr
+			}
+			if !st.IsDir() {
+				return syscall.ENOTDIR
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		// Lchown: if the sandbox swapped the new directory for a symlink
+		// meanwhile, the link is chowned, not what it points to.
+		if err := root.Lchown(prefix, sandboxUID, sandboxGID); err != nil && !(errors.Is(err, fs.ErrPermission) && os.Geteuid() == sandboxUID) {
+			return err
+		}
+	}
+	return nil
+}
+
+// chownFile gives an open file to the sandbox user (by descriptor, so no
+// path is involved).
+func chownFile(f *os.File) error {
+	err := f.Chown(sandboxUID, sandboxGID)
+	if err != nil && errors.Is(err, fs.ErrPermission) && os.Geteuid() == sandboxUID {
+		return nil
+	}
+	return err
+}
+
+// Download opens a regular file in the sandbox's workspace for reading. The
+// caller closes it. Directories and special files (a FIFO would block
+// forever) are ErrInvalidArgument.
+func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, FileInfo, error) {
+	sb, err := m.use(sandboxID)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	rel, err := workspacePath(p)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	show := displayPath(rel)
+	root, err := openWorkspace(sb)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	defer root.Close() // files opened through a root outlive it
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, FileInfo{}, fsError("download", show, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, FileInfo{}, fsError("download", show, err)
+	}
+	switch {
+	case st.IsDir():
+		f.Close()
+		return nil, FileInfo{}, invalidf("download %s: is a directory; use ListFiles", show)
+	case !st.Mode().IsRegular():
+		f.Close()
+		return nil, FileInfo{}, invalidf("download %s: not a regular file (%v)", show, st.Mode().Type())
+	}
+	return f, fileInfo(rel, st), nil
+}
+
+// ListFiles lists a directory of the sandbox's workspace (not recursively),
+// sorted by name; for a file it returns just that file. Symbolic links are
+// listed as such (not followed). "" and "/workspace" list the workspace.
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInfo, error) {
+	sb, err := m.use(sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	rel, err := workspacePath(p)
+	if err != nil {
+		return nil, err
+	}
+	show := displayPath(rel)
+	root, err := openWorkspace(sb)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	st, err := root.Stat(rel)
+	if err != nil {
+		return nil, fsError("list", show, err)
+	}
+	if !st.IsDir() {
+		return []FileInfo{fileInfo(rel, st)}, nil
+	}
+	d, err := root.Open(rel)
+	if err != nil {
+		return nil, fsError("list", show, err)
+	}
+	defer d.Close()
+	entries, err := d.ReadDir(maxListEntries + 1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fsError("list", show, err)
+	}
+	if len(entries) > maxListEntries {
+		return nil, exhaustedf("list %s: the directory has more than %d entries", show, maxListEntries)
+	}
+	out := make([]FileInfo, 0, len(entries))
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), uploadTempPrefix) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed since ReadDir
+		}
+		out = append(out, fileInfo(path.Join(rel, e.Name()), info))
+	}
+	slices.SortFunc(out, func(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	return out, nil
+}
+
+// fileInfo converts host file metadata; rel is relative to the workspace.
+func fileInfo(rel string, st fs.FileInfo) FileInfo {
+	fi := FileInfo{Path: rel, IsDir: st.IsDir(), ModTime: st.ModTime()}
+	if rel == "." {
+		fi.Path = ""
+	}
+	if !fi.IsDir {
+		fi.Size = st.Size()
+	}
+	return fi
+}
+
+// ctxReader stops a copy when ctx ends, so an abandoned upload does not
+// keep writing, and remembers a read error to tell it from a write error.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+	err error
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		c.err = err
+		return 0, err
+	}
+	n, err := c.r.Read(p)
+	if err != nil && err != io.EOF {
+		c.err = err
+	}
+	return n, err
+}

@@ -1,0 +1,488 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/jellydator/ttlcache/v3"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// Config configures a Manager. Zero fields take the defaults given.
+type Config struct {
+	// StateDir is the root of all state; sandboxes live in
+	// StateDir/sandboxes/<id>/{meta.json,io/,workspace/}. Required.
+	StateDir string
+	// Image is the sandbox image; default DefaultImage.
+	Image string
+	// Runtime is the Docker runtime; "" is the engine's default (runc),
+	// "runsc" is gVisor.
+	Runtime string
+	// IdleTTL is how long a sandbox lives without being used; default 30m.
+	IdleTTL time.Duration
+	// MaxLifetime caps a sandbox's age however busy it is; 0 = unlimited.
+	MaxLifetime time.Duration
+	// DefaultLimits apply to the zero fields of a request's limits; zero
+	// fields here default to 1 GiB, 1 CPU and 256 processes.
+	DefaultLimits Limits
+	// MaxLimits cap what a request may ask for; zero fields default to
+	// 8 GiB, all of the host's CPUs and 4096 processes.
+	MaxLimits Limits
+	// DefaultTimeout applies to commands submitted without one; default 10m.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps a command's timeout; default 1h.
+	MaxTimeout time.Duration
+	// MaxSandboxes caps the number of live sandboxes; 0 = unlimited.
+	MaxSandboxes int
+	// MaxUploadBytes caps one uploaded file; default 256 MiB.
+	MaxUploadBytes int64
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultImage          = "sandboxd-sandbox:latest"
+	DefaultIdleTTL        = 30 * time.Minute
+	DefaultCommandTimeout = 10 * time.Minute
+	DefaultMaxTimeout     = time.Hour
+	DefaultMaxUploadBytes = 256 << 20
+)
+
+// MaxCodeBytes bounds the code of one command. The protocol allows records
+// up to 2 MiB; 1 MiB of code leaves room for JSON escaping.
+const MaxCodeBytes = 1 << 20
+
+// applyDefaults fills zero fields and checks the result.
+func (c *Config) applyDefaults() error {
+	if c.StateDir == "" {
+		return invalidf("config: StateDir is required")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return invalidf("config: StateDir: %v", err)
+	}
+	c.StateDir = abs
+	c.Image = cmp.Or(c.Image, DefaultImage)
+	c.IdleTTL = cmp.Or(c.IdleTTL, DefaultIdleTTL)
+	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, DefaultCommandTimeout)
+	c.MaxTimeout = cmp.Or(c.MaxTimeout, DefaultMaxTimeout)
+	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, DefaultMaxUploadBytes)
+	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
+	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
+	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
+	c.MaxLimits.MemoryBytes = cmp.Or(c.MaxLimits.MemoryBytes, 8<<30)
+	c.MaxLimits.NanoCPUs = cmp.Or(c.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
+	c.MaxLimits.PidsLimit = cmp.Or(c.MaxLimits.PidsLimit, 4096)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0, c.MaxUploadBytes < 0:
+		return invalidf("config: durations and caps must not be negative")
+	case c.DefaultTimeout > c.MaxTimeout:
+		return invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", c.DefaultTimeout, c.MaxTimeout)
+	}
+	if _, err := resolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
+		return invalidf("config: DefaultLimits: %v", err)
+	}
+	return nil
+}
+
+// Timings of background work.
+const (
+	// flushInterval throttles meta.json writes of last activity to one per
+	// sandbox per interval.
+	flushInterval = time.Second
+	// recheckInterval is how often a follower re-reads its file and checks
+	// the sandbox without a file notification, in case inotify events were
+	// lost (queue overflow) or the watch could not be set up.
+	recheckInterval = time.Second
+	// removeRetry is how long an expired sandbox whose removal failed
+	// (Docker unreachable) waits before the next attempt.
+	removeRetry = 30 * time.Second
+	// removeTimeout bounds one removal done in the background.
+	removeTimeout = time.Minute
+)
+
+// Manager owns the sandboxes. All its methods are safe for concurrent use.
+//
+// Every sandbox operation on an ID (Get, Submit, the start of Follow,
+// Interrupt, the file operations) and Acquire refresh the sandbox's idle
+// TTL. Sandboxes outlive the Manager: Close leaves their containers running
+// and New finds them again.
+type Manager struct {
+	cfg         Config
+	log         *slog.Logger
+	docker      DockerAPI
+	closeDocker func() error
+	lock        *os.File // holds the state directory's exclusive lock
+
+	reg       *registry
+	userLocks keyedMutex
+	watch     *outWatcher
+
+	// recheck is recheckInterval, shortened by tests.
+	recheck time.Duration
+
+	bgCtx        context.Context // background work; cancelled by Close
+	bgCancel     context.CancelFunc
+	wg           sync.WaitGroup // background goroutines
+	ttlDone      chan struct{}  // closed when the cache's expiry loop returns
+	stopEviction func()         // unsubscribes the eviction handler, waiting for running ones
+	closing      chan struct{}  // closed by Close
+	closeOnce    sync.Once
+}
+
+// New returns a Manager that has rebuilt its registry from the sandbox
+// directories under cfg.StateDir and the containers Docker has, and removed
+// what is left of interrupted creations and deletions, expired sandboxes and
+// orphan containers, all before it returns: once New returns, every
+// surviving sandbox is served as before the restart.
+//
+// docker is the Docker API to use; nil connects to the engine named by the
+// environment (DOCKER_HOST etc.), with API version negotiation. New fails
+// with ErrUnavailable when the engine cannot be reached.
+func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		docker:  docker,
+		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
+		recheck: recheckInterval,
+		ttlDone: make(chan struct{}),
+		closing: make(chan struct{}),
+	}
+	if docker == nil {
+		c, err := newDockerClient()
+		if err != nil {
+			return nil, err
+		}
+		m.docker, m.closeDocker = c, c.Close
+	}
+	fail := func(err error) (*Manager, error) {
+		if m.watch != nil {
+			m.watch.close()
+		}
+		if m.lock != nil {
+			m.lock.Close()
+		}
+		if m.closeDocker != nil {
+			m.closeDocker()
+		}
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, sandboxesDir), 0o700); err != nil {
+		return fail(fmt.Errorf("create state directory: %w", err))
+	}
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return fail(err)
+	}
+	m.lock = lock
+	w, err := newOutWatcher(m.log)
+	if err != nil {
+		return fail(fmt.Errorf("file watcher: %w", err))
+	}
+	m.watch = w
+
+	// Docker replays events since this instant when the monitor subscribes,
+	// so a container that dies while reconcile runs is not missed.
+	since := time.Now()
+	if err := m.reconcile(ctx); err != nil {
+		return fail(err)
+	}
+	if _, err := m.docker.ImageInspect(ctx, cfg.Image); err != nil {
+		// Not fatal: the image may be built after sandboxd starts. Acquire
+		// reports it to callers as a failed precondition.
+		m.log.Warn("sandbox image is not available yet", "image", cfg.Image, "error", err)
+	}
+
+	m.bgCtx, m.bgCancel = context.WithCancel(context.Background())
+	m.stopEviction = m.reg.cache.OnEviction(m.onEvicted)
+	go func() {
+		defer close(m.ttlDone)
+		m.reg.cache.Start()
+	}()
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
+	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
+	m.log.Info("orchestrator ready", "state_dir", cfg.StateDir, "image", cfg.Image,
+		"runtime", cfg.Runtime, "sandboxes", len(m.reg.all()), "idle_ttl", cfg.IdleTTL)
+	return m, nil
+}
+
+// Close stops the Manager's background work in order: the expiry loop (and
+// the removals it has started, which are waited for), the Docker event
+// monitor and the metadata flusher, the file watcher; then it writes every
+// sandbox's metadata a last time so idle TTLs resume where they stopped.
+// Containers keep running. Callers must stop calling other methods first
+// (in-flight Follow calls return ErrUnavailable).
+func (m *Manager) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		close(m.closing)
+		m.stopTTLLoop()
+		m.stopEviction()
+		m.bgCancel()
+		m.wg.Wait()
+		err = m.watch.close()
+		for _, sb := range m.reg.all() {
+			if perr := sb.persist(false); perr != nil {
+				m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", perr)
+				err = cmp.Or(err, perr)
+			}
+		}
+		if m.closeDocker != nil {
+			err = cmp.Or(err, m.closeDocker())
+		}
+		m.lock.Close() // releases the state directory for the next sandboxd
+		m.log.Info("orchestrator closed; sandboxes keep running")
+	})
+	return err
+}
+
+// stopTTLLoop stops ttlcache's expiry loop. Cache.Stop returns at once if
+// the loop's goroutine has not begun yet (and the loop would then run
+// forever), so it is repeated until the goroutine has ended.
+func (m *Manager) stopTTLLoop() {
+	for {
+		m.reg.cache.Stop()
+		select {
+		case <-m.ttlDone:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// checkOpen refuses work after Close.
+func (m *Manager) checkOpen() error {
+	select {
+	case <-m.closing:
+		return unavailablef("sandboxd is shutting down")
+	default:
+		return nil
+	}
+}
+
+// use looks up a sandbox for an operation on it and refreshes its idle TTL.
+func (m *Manager) use(sandboxID string) (*sandbox, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := ValidateSandboxID(sandboxID); err != nil {
+		return nil, err
+	}
+	sb := m.reg.get(sandboxID)
+	if sb == nil || !m.reg.touch(sb) {
+		return nil, notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
+	}
+	return sb, nil
+}
+
+// snapshot describes sb for callers.
+func (m *Manager) snapshot(sb *sandbox) Sandbox {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return Sandbox{
+		ID:           sb.id,
+		UserID:       sb.userID,
+		State:        sb.state,
+		StateReason:  sb.reason,
+		CreatedAt:    sb.createdAt,
+		LastActiveAt: sb.lastActive,
+		ExpiresAt:    m.reg.expiry(sb.createdAt, sb.lastActive),
+		Image:        sb.image,
+		Limits:       sb.limits,
+		ContainerID:  sb.containerID,
+	}
+}
+
+// Get returns a sandbox, refreshing its idle TTL. The container is inspected
+// so that a death is reported even if the event monitor has not seen it yet.
+func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
+	sb, err := m.use(sandboxID)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	if err := m.refresh(ctx, sb); err != nil {
+		return Sandbox{}, err
+	}
+	return m.snapshot(sb), nil
+}
+
+// List returns the sandboxes matching f, oldest first, without refreshing
+// their TTLs. States are brought up to date with a single ContainerList.
+func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	if f.UserID != "" {
+		if err := ValidateUserID(f.UserID); err != nil {
+			return nil, err
+		}
+	}
+	switch f.State {
+	case "", StateRunning, StateDead:
+	default:
+		return nil, invalidf("state filter %q is not %q or %q", f.State, StateRunning, StateDead)
+	}
+	if err := m.refreshAll(ctx); err != nil {
+		return nil, err
+	}
+	var out []Sandbox
+	for _, sb := range m.reg.all() {
+		s := m.snapshot(sb)
+		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b Sandbox) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// Delete removes a sandbox now: its container (forcibly, if running) and its
+// host directories. Followers of its commands return ErrNotFound.
+func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
+	if err := m.checkOpen(); err != nil {
+		return err
+	}
+	if err := ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	sb := m.reg.get(sandboxID)
+	if sb == nil || !m.claimRemoval(sb, false) {
+		return notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
+	}
+	return m.destroy(ctx, sb, "deleted on request")
+}
+
+// claimRemoval marks sb as being removed, so that no other removal, command
+// append or metadata write happens meanwhile. It reports false when another
+// removal already has it, or, for an expiry (expired=true), when the sandbox
+// was used again just as it expired (touch re-registered it) and must live.
+func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
+	m.reg.mu.Lock()
+	defer m.reg.mu.Unlock()
+	if expired {
+		if it := m.reg.cache.Get(sb.id); it != nil && it.Value() == sb {
+			return false
+		}
+	}
+	sb.log.mu.Lock() // wait for an append in progress
+	defer sb.log.mu.Unlock()
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.removing || sb.gone {
+		return false
+	}
+	sb.removing = true
+	return true
+}
+
+// destroy removes a sandbox claimed with claimRemoval: meta.json first (the
+// commit point: if sandboxd dies now, reconcile finds a directory without
+// metadata and a container without a sandbox, and removes both), then the
+// container, then the directory. If the container cannot be removed (Docker
+// unreachable), the metadata is restored and the sandbox stays as it was.
+func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
+	log := m.log.With("sandbox_id", sb.id, "user_id", sb.userID)
+	sb.metaMu.Lock()
+	err := os.Remove(filepath.Join(sb.dir, metaFile))
+	sb.metaMu.Unlock()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.unclaim(sb)
+		return fmt.Errorf("remove sandbox metadata: %w", err)
+	}
+	err = m.docker.ContainerRemove(ctx, sb.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !isDockerNotFound(err) {
+		m.unclaim(sb)
+		if perr := sb.persist(true); perr != nil {
+			log.Error("restore sandbox metadata after a failed removal", "error", perr)
+		}
+		return dockerError("remove container", err)
+	}
+	sb.mu.Lock()
+	sb.gone = true
+	close(sb.goneCh)
+	sb.mu.Unlock()
+	m.reg.remove(sb)
+	m.watch.forget(filepath.Join(sb.dir, ioDir, ioproto.OutDir))
+	if err := removeSandboxDir(sb.dir); err != nil {
+		// The sandbox is gone for callers; the debris has no meta.json and is
+		// removed by the next reconcile.
+		log.Error("remove sandbox directory", "dir", sb.dir, "error", err)
+	}
+	log.Info("sandbox removed", "reason", why)
+	return nil
+}
+
+// unclaim undoes claimRemoval after a failed removal.
+func (m *Manager) unclaim(sb *sandbox) {
+	sb.mu.Lock()
+	sb.removing = false
+	sb.mu.Unlock()
+}
+
+// onEvicted is the cache's eviction handler: expired sandboxes are removed.
+// (Deletions are evictions too, but Delete has already done the work.)
+func (m *Manager) onEvicted(_ context.Context, reason ttlcache.EvictionReason, item *ttlcache.Item[string, *sandbox]) {
+	if reason != ttlcache.EvictionReasonExpired {
+		return
+	}
+	sb := item.Value()
+	if !m.claimRemoval(sb, true) {
+		return
+	}
+	sb.mu.Lock()
+	why := fmt.Sprintf("idle for %v", m.cfg.IdleTTL)
+	if m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)) {
+		why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
+	}
+	sb.mu.Unlock()
+	// Not the cache's context, which is cancelled when Close unsubscribes:
+	// Close waits for this removal to finish instead.
+	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+	defer cancel()
+	if err := m.destroy(ctx, sb, "expired: "+why); err != nil {
+		m.log.Error("remove expired sandbox; will retry", "sandbox_id", sb.id, "retry_in", removeRetry, "error", err)
+		m.reg.rearm(sb, removeRetry)
+	}
+}
+
+// flushLoop writes changed metadata (last activity) at most once per
+// flushInterval per sandbox.
+func (m *Manager) flushLoop(ctx context.Context) {
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, sb := range m.reg.all() {
+				if err := sb.persist(false); err != nil {
+					m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
+				}
+			}
+		}
+	}
+}

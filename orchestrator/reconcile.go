@@ -1,0 +1,139 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+// reconcile rebuilds the registry at start-up from the sandbox directories
+// and one ContainerList, and cleans up what does not add up:
+//
+//   - a directory without a valid meta.json (an interrupted create or
+//     delete) is removed, and so is its container if it has one;
+//   - a container of ours that no meta.json names is an orphan: removed;
+//   - a sandbox whose idle TTL or lifetime ran out while sandboxd was down
+//     is removed at once;
+//   - a sandbox whose container is gone or stopped is kept as dead, with the
+//     reason, so its user learns what happened;
+//   - every other sandbox is registered with the TTL it had left.
+//
+// Each user's newest sandbox becomes their current one.
+func (m *Manager) reconcile(ctx context.Context) error {
+	list, err := m.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: m.managedFilter()})
+	if err != nil {
+		return dockerError("list containers", err)
+	}
+	containers := make(map[string]container.Summary, len(list))
+	for _, c := range list {
+		containers[c.ID] = c
+	}
+	root := filepath.Join(m.cfg.StateDir, sandboxesDir)
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return fmt.Errorf("read state directory: %w", err)
+	}
+
+	claimed := make(map[string]bool)
+	byUser := make(map[string][]*sandbox)
+	var expired, dead, orphanDirs int
+	for _, e := range entries {
+		name := e.Name()
+		if ValidateSandboxID(name) != nil || !e.IsDir() {
+			m.log.Warn("ignoring unexpected entry in the state directory", "path", filepath.Join(root, name))
+			continue
+		}
+		dir := filepath.Join(root, name)
+		log := m.log.With("sandbox_id", name)
+		md, err := readMeta(dir)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				log.Warn("unreadable sandbox metadata", "error", err)
+			}
+			log.Info("removing sandbox directory without metadata (interrupted create or delete)", "dir", dir)
+			orphanDirs++
+			if err := removeSandboxDir(dir); err != nil {
+				log.Error("remove orphan sandbox directory", "error", err)
+			}
+			continue // its container, if any, is unclaimed and removed below
+		}
+		c, hasContainer := containers[md.ContainerID]
+		claimed[md.ContainerID] = true
+		sb := newSandbox(dir, md)
+		log = log.With("user_id", md.UserID)
+
+		if exp := m.reg.expiry(md.CreatedAt, sb.lastActive); !time.Now().Before(exp) {
+			log.Info("removing sandbox that expired while sandboxd was down", "expired_at", exp)
+			expired++
+			if hasContainer {
+				if err := m.removeContainer(ctx, md.ContainerID); err != nil {
+					return err
+				}
+			}
+			if err := removeSandboxDir(dir); err != nil {
+				log.Error("remove expired sandbox directory", "error", err)
+			}
+			continue
+		}
+
+		if st, _ := sb.status(); st != StateDead {
+			switch {
+			case !hasContainer:
+				m.markDead(sb, reasonRemoved)
+			case !summaryAlive(c.State):
+				if err := m.refresh(ctx, sb); err != nil {
+					return err
+				}
+			}
+		}
+		if st, _ := sb.status(); st == StateDead {
+			dead++
+		}
+		byUser[md.UserID] = append(byUser[md.UserID], sb)
+	}
+
+	var orphans int
+	for id, c := range containers {
+		if claimed[id] {
+			continue
+		}
+		orphans++
+		m.log.Info("removing orphan container (no sandbox metadata)", "container_id", id,
+			"sandbox_id", c.Labels[LabelSandboxID], "user_id", c.Labels[LabelUserID])
+		if err := m.removeContainer(ctx, id); err != nil {
+			return err
+		}
+	}
+
+	restored := 0
+	for _, sbs := range byUser {
+		// Newest first: it is the user's current sandbox (there is one per
+		// user unless a dead one awaits expiry).
+		slices.SortFunc(sbs, func(a, b *sandbox) int { return cmp.Compare(b.createdAt.UnixNano(), a.createdAt.UnixNano()) })
+		for i, sb := range sbs {
+			if m.reg.add(sb, i == 0) {
+				restored++
+			}
+		}
+	}
+	m.log.Info("reconciled sandboxes with docker", "restored", restored, "dead", dead,
+		"removed_expired", expired, "removed_orphan_dirs", orphanDirs, "removed_orphan_containers", orphans)
+	return nil
+}
+
+// removeContainer force-removes a container; one already gone is fine.
+func (m *Manager) removeContainer(ctx context.Context, id string) error {
+	err := m.docker.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !isDockerNotFound(err) {
+		return dockerError("remove container", err)
+	}
+	return nil
+}

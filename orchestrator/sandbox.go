@@ -1,0 +1,104 @@
+// Package orchestrator owns sandboxes: one long-lived Docker container per end
+// user, its /io and /workspace directories on the host, the per-user registry
+// with idle expiry, crash-safe reattachment after a restart, and command
+// submission and output following over the /io protocol (driver/ioproto).
+//
+// The package knows nothing about gRPC: orchestrator/grpcapi translates.
+package orchestrator
+
+import (
+	"time"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// State is a sandbox's lifecycle state as callers see it.
+type State string
+
+const (
+	// StateRunning: the container runs and accepts commands.
+	StateRunning State = "running"
+	// StateDead: the container stopped or vanished; the Python state is lost.
+	// The sandbox stays visible (with a reason) until it expires or is
+	// deleted, so callers learn what happened instead of seeing a silent swap.
+	StateDead State = "dead"
+)
+
+// Limits are a sandbox's resource limits. Zero means "the server's default".
+type Limits struct {
+	// MemoryBytes caps the container's memory (RAM; swap is disabled).
+	MemoryBytes int64
+	// NanoCPUs caps CPU time in billionths of a CPU (1e9 = one core).
+	NanoCPUs int64
+	// PidsLimit caps the number of processes and threads in the container.
+	PidsLimit int64
+}
+
+// Options are what a caller may choose when a sandbox is created.
+type Options struct {
+	// Limits requested; zero fields take the server default, and requests
+	// above the server maximum are refused with ErrInvalidArgument.
+	Limits Limits
+	// Env is set in the sandbox's processes.
+	Env map[string]string
+}
+
+// Sandbox describes one sandbox.
+type Sandbox struct {
+	ID     string
+	UserID string
+	State  State
+	// StateReason says why a sandbox is dead (e.g. "container exited with code 137").
+	StateReason  string
+	CreatedAt    time.Time
+	LastActiveAt time.Time
+	// ExpiresAt is when the sandbox is removed unless used again: the
+	// earlier of LastActiveAt+idle TTL and CreatedAt+max lifetime.
+	ExpiresAt   time.Time
+	Image       string
+	Limits      Limits
+	ContainerID string
+}
+
+// AcquireResult is the outcome of Acquire.
+type AcquireResult struct {
+	Sandbox Sandbox
+	// Created is true when a new sandbox was made for this call.
+	Created bool
+	// ReplacedID is the user's previous sandbox when it had died and this
+	// new one replaces it; its Python state is lost. Empty otherwise.
+	ReplacedID string
+	// ReplacedReason says why the previous sandbox died.
+	ReplacedReason string
+}
+
+// ListFilter narrows List. Empty fields match everything.
+type ListFilter struct {
+	UserID string
+	State  State
+}
+
+// ExecRequest submits one command.
+type ExecRequest struct {
+	SandboxID string
+	// CommandID is the caller's idempotency key; generated when empty.
+	CommandID string
+	// Language is "python" (default when empty) or "bash".
+	Language string
+	Code     string
+	// Timeout is the command's wall-clock limit; zero means the server default.
+	Timeout time.Duration
+}
+
+// Event is one event of a command, as in the /io protocol, with large
+// artifacts already read back into Data (Refs is always empty).
+type Event = ioproto.Event
+
+// FileInfo describes an entry under /workspace.
+type FileInfo struct {
+	// Path is relative to /workspace, with forward slashes.
+	Path    string
+	Size    int64
+	IsDir   bool
+	ModTime time.Time
+}

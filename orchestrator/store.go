@@ -1,0 +1,172 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// On-disk layout. Everything sandboxd knows about a sandbox that Docker does
+// not is in its directory, so a restarted sandboxd rebuilds its registry from
+// Docker plus these directories alone:
+//
+//	<StateDir>/sandboxes/<id>/meta.json   sandboxd's metadata (root only)
+//	<StateDir>/sandboxes/<id>/io/         bind-mounted at /io (the /io protocol)
+//	<StateDir>/sandboxes/<id>/workspace/  bind-mounted at /workspace
+//
+// meta.json is written last when a sandbox is created and removed first when
+// it is destroyed: it is the commit point. A directory without it is debris
+// of an interrupted create or delete, and reconcile removes it.
+const (
+	sandboxesDir = "sandboxes"
+	metaFile     = "meta.json"
+	ioDir        = "io"
+	workspaceDir = "workspace"
+)
+
+// sandboxUID and sandboxGID are the user the container runs as ("1000:1000",
+// set by the image). The host directories it writes to belong to it.
+const (
+	sandboxUID = 1000
+	sandboxGID = 1000
+)
+
+// metaVersion is the format version of meta.json.
+const metaVersion = 1
+
+// meta is meta.json: what sandboxd must remember about a sandbox across its
+// own restarts.
+type meta struct {
+	Version     int       `json:"version"`
+	ID          string    `json:"id"`
+	UserID      string    `json:"user_id"`
+	ContainerID string    `json:"container_id"`
+	Image       string    `json:"image"`
+	Runtime     string    `json:"runtime,omitempty"`
+	Limits      Limits    `json:"limits"`
+	CreatedAt   time.Time `json:"created_at"`
+	// LastActiveAt is persisted (throttled) so that idle TTLs continue across
+	// restarts instead of starting over.
+	LastActiveAt time.Time `json:"last_active_at"`
+	// State and StateReason persist a death, so a sandbox reported dead stays
+	// dead with the same reason after a restart.
+	State       State  `json:"state"`
+	StateReason string `json:"state_reason,omitempty"`
+}
+
+// sandboxDir returns the directory of sandbox id under stateDir.
+func sandboxDir(stateDir, id string) string {
+	return filepath.Join(stateDir, sandboxesDir, id)
+}
+
+// readMeta reads and checks dir's meta.json. A missing file is reported with
+// fs.ErrNotExist; a malformed one with a descriptive error.
+func readMeta(dir string) (meta, error) {
+	var m meta
+	b, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("decode %s: %w", filepath.Join(dir, metaFile), err)
+	}
+	switch {
+	case m.Version != metaVersion:
+		return m, fmt.Errorf("%s: unsupported version %d", filepath.Join(dir, metaFile), m.Version)
+	case m.ID != filepath.Base(dir):
+		return m, fmt.Errorf("%s: id %q does not match its directory", filepath.Join(dir, metaFile), m.ID)
+	case ValidateUserID(m.UserID) != nil, m.ContainerID == "", m.CreatedAt.IsZero():
+		return m, fmt.Errorf("%s: missing or invalid fields", filepath.Join(dir, metaFile))
+	}
+	if m.State != StateDead {
+		m.State = StateRunning
+	}
+	return m, nil
+}
+
+// writeMeta replaces dir's meta.json atomically, so a crash leaves either the
+// old or the new version, never a torn one.
+func writeMeta(dir string, m meta) error {
+	m.Version = metaVersion
+	return ioproto.WriteJSONFileAtomic(filepath.Join(dir, metaFile), m, 0o600)
+}
+
+// prepareDirs creates a new sandbox's directory tree before its container
+// starts: io/ (with out/ and an empty stdin log) and workspace/. io/, out/
+// and workspace/ belong to the sandbox user, who must write there. stdin
+// stays root's (0644): the sandbox only reads the command log.
+func prepareDirs(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range []string{ioDir, filepath.Join(ioDir, ioproto.OutDir), workspaceDir} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return err
+		}
+		if err := chownSandboxUser(p); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(filepath.Join(dir, ioDir, ioproto.StdinFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// chownSandboxUser hands a host path to the sandbox user. Running sandboxd as
+// root (the normal case, it talks to Docker anyway) makes this work; a
+// sandboxd that runs as uid 1000 itself already creates files with the
+// right owner, so EPERM is fine there.
+func chownSandboxUser(p string) error {
+	err := os.Lchown(p, sandboxUID, sandboxGID)
+	if err != nil && errors.Is(err, fs.ErrPermission) && os.Geteuid() == sandboxUID {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("chown %s to the sandbox user %d:%d (sandboxd must run as root): %w", p, sandboxUID, sandboxGID, err)
+	}
+	return nil
+}
+
+// removeSandboxDir deletes a sandbox's directory: meta.json first (so an
+// interrupted removal leaves debris that reconcile recognises, not a
+// half-deleted sandbox), then the rest. os.RemoveAll never follows symlinks
+// the sandbox may have planted.
+func removeSandboxDir(dir string) error {
+	if err := os.Remove(filepath.Join(dir, metaFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.RemoveAll(dir)
+}
+
+// lockFile is the state directory's lock file.
+const lockFile = ".lock"
+
+// lockStateDir takes an exclusive lock on stateDir for this process. Two
+// sandboxd processes on one state directory would both append to the same
+// command logs, each unaware of the other's command IDs, and a command could
+// run twice; the lock turns that mistake into a clear start-up error. The
+// lock dies with the process, so a crash never leaves it stale.
+func lockStateDir(stateDir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open state directory lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, preconditionf("state directory %s is in use by another sandboxd process", stateDir)
+		}
+		return nil, fmt.Errorf("lock state directory: %w", err)
+	}
+	return f, nil
+}

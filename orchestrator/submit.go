@@ -1,0 +1,161 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// Submit queues a command in a sandbox and returns its ID. The command runs
+// after those submitted before it; its output is read with Follow.
+//
+// The command ID is the caller's idempotency key (generated when empty): if
+// a command with that ID is already in the sandbox's log, Submit returns the
+// ID and appends nothing, even if the code differs, so a retried Submit
+// never runs a command twice. This holds across sandboxd restarts, because
+// the log itself is the record.
+//
+// Language is "python" (the default) or "bash"; code is at most
+// MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
+// exceed its maximum. A dead sandbox refuses new commands with
+// ErrFailedPrecondition.
+func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
+	if err := m.checkOpen(); err != nil {
+		return "", err
+	}
+	if err := ValidateSandboxID(req.SandboxID); err != nil {
+		return "", err
+	}
+	rec, err := m.execRecord(req)
+	if err != nil {
+		return "", err
+	}
+	line, err := ioproto.EncodeRecord(rec)
+	if err != nil {
+		return "", invalidf("%v", err)
+	}
+	sb, err := m.use(req.SandboxID)
+	if err != nil {
+		return "", err
+	}
+
+	l := &sb.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.loadLocked(); err != nil {
+		return "", m.logError(sb, err)
+	}
+	if _, ok := l.ids[rec.CommandID]; ok {
+		return rec.CommandID, nil
+	}
+	if err := m.appendable(sb); err != nil {
+		return "", err
+	}
+	if err := l.appendLocked(line); err != nil {
+		return "", m.logError(sb, err)
+	}
+	l.ids[rec.CommandID] = l.size
+	m.log.Debug("command submitted", "sandbox_id", sb.id, "command_id", rec.CommandID,
+		"language", rec.Language, "code_bytes", len(rec.Code), "timeout_ms", rec.TimeoutMS)
+	return rec.CommandID, nil
+}
+
+// execRecord validates req and builds its exec record.
+func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
+	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code}
+	if rec.CommandID == "" {
+		rec.CommandID = uuid.NewString()
+	} else if err := validateCommandID(rec.CommandID); err != nil {
+		return rec, err
+	}
+	switch rec.Language {
+	case "":
+		rec.Language = ioproto.LanguagePython
+	case ioproto.LanguagePython, ioproto.LanguageBash:
+	default:
+		return rec, invalidf("language %q is not %q or %q", truncate(rec.Language, 32), ioproto.LanguagePython, ioproto.LanguageBash)
+	}
+	if len(rec.Code) > MaxCodeBytes {
+		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), MaxCodeBytes)
+	}
+	if !utf8.ValidString(rec.Code) {
+		return rec, invalidf("code is not valid UTF-8")
+	}
+	timeout := req.Timeout
+	switch {
+	case timeout < 0:
+		return rec, invalidf("timeout %v is negative", timeout)
+	case timeout == 0:
+		timeout = m.cfg.DefaultTimeout
+	case timeout < time.Millisecond:
+		return rec, invalidf("timeout %v is below the 1ms resolution", timeout)
+	case timeout > m.cfg.MaxTimeout:
+		return rec, invalidf("timeout %v exceeds the server maximum of %v", timeout, m.cfg.MaxTimeout)
+	}
+	rec.TimeoutMS = timeout.Milliseconds()
+	return rec, nil
+}
+
+// Interrupt asks the driver to stop a command: a running one gets SIGINT
+// (SIGKILL 2 seconds later if it persists), a queued one never starts, and a
+// finished one is unaffected. The command's done event tells what happened.
+// An unknown command is ErrNotFound.
+func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	if err := validateCommandID(commandID); err != nil {
+		return err
+	}
+	sb, err := m.use(sandboxID)
+	if err != nil {
+		return err
+	}
+	line, err := ioproto.EncodeRecord(ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID})
+	if err != nil {
+		return invalidf("%v", err)
+	}
+	l := &sb.log
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.loadLocked(); err != nil {
+		return m.logError(sb, err)
+	}
+	if _, ok := l.ids[commandID]; !ok {
+		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+	}
+	if err := m.appendable(sb); err != nil {
+		return err
+	}
+	if err := l.appendLocked(line); err != nil {
+		return m.logError(sb, err)
+	}
+	m.log.Info("command interrupt requested", "sandbox_id", sb.id, "command_id", commandID)
+	return nil
+}
+
+// appendable checks, under the log's lock, that sb may get new records.
+func (m *Manager) appendable(sb *sandbox) error {
+	sb.mu.Lock()
+	removing := sb.removing || sb.gone
+	sb.mu.Unlock()
+	if removing {
+		return notFoundf("sandbox %s was deleted", sb.id)
+	}
+	if st, _ := sb.status(); st == StateDead {
+		return sb.deadError()
+	}
+	return nil
+}
+
+// logError classifies a failure to read or append the command log.
+func (m *Manager) logError(sb *sandbox, err error) error {
+	if errors.Is(err, errTampered) || errors.Is(err, fs.ErrNotExist) || isEscape(err) {
+		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
+		return preconditionf("sandbox %s is unusable: its command log was altered from inside (%v); delete it and acquire a new one", sb.id, err)
+	}
+	return err
+}

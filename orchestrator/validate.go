@@ -1,0 +1,156 @@
+package orchestrator
+
+import (
+	"crypto/rand"
+	"encoding/base32"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// MaxUserIDLen bounds a user ID.
+const MaxUserIDLen = 128
+
+// userIDPattern: user IDs come from the caller's own identity system (emails,
+// UUIDs, numeric IDs), so they allow '@' and '.', but nothing that could
+// matter in a label value, a log line or a path.
+var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]+$`)
+
+// ValidateUserID checks a caller-chosen end-user ID: 1 to 128 characters from
+// [A-Za-z0-9._@-]. Errors wrap ErrInvalidArgument and say what is wrong.
+func ValidateUserID(id string) error {
+	switch {
+	case id == "":
+		return invalidf("user ID is empty")
+	case len(id) > MaxUserIDLen:
+		return invalidf("user ID is %d bytes long; the limit is %d", len(id), MaxUserIDLen)
+	case !userIDPattern.MatchString(id):
+		return invalidf("user ID %q has characters outside [A-Za-z0-9._@-]", id)
+	}
+	return nil
+}
+
+// sandboxIDPrefix starts every sandbox ID so IDs are recognisable in logs,
+// container names and directory listings.
+const sandboxIDPrefix = "sb-"
+
+// sandboxIDRandLen is the number of random base32 characters after the
+// prefix: 20 characters carry 100 bits, plenty against collisions and guessing.
+const sandboxIDRandLen = 20
+
+var sandboxIDPattern = regexp.MustCompile(`^sb-[a-z2-7]{20}$`)
+
+// ValidateSandboxID checks the form of a sandbox ID ("sb-" and 20 characters
+// of lowercase base32, [a-z2-7]) without looking it up. IDs name directories
+// on the host, so nothing else is ever used as one. Errors wrap
+// ErrInvalidArgument.
+func ValidateSandboxID(id string) error {
+	if id == "" {
+		return invalidf("sandbox ID is empty")
+	}
+	if !sandboxIDPattern.MatchString(id) {
+		return invalidf("sandbox ID %q is malformed: want %q followed by %d characters of [a-z2-7]", truncate(id, 64), sandboxIDPrefix, sandboxIDRandLen)
+	}
+	return nil
+}
+
+var sandboxIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// newSandboxID returns a fresh random sandbox ID.
+func newSandboxID() string {
+	var b [13]byte  // 104 bits, of which the first 100 are used
+	rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return sandboxIDPrefix + strings.ToLower(sandboxIDEncoding.EncodeToString(b[:]))[:sandboxIDRandLen]
+}
+
+// validateCommandID wraps ioproto's rule (shared with the driver) in the
+// InvalidArgument class.
+func validateCommandID(id string) error {
+	if err := ioproto.ValidateCommandID(id); err != nil {
+		return invalidf("%v", err)
+	}
+	return nil
+}
+
+// Bounds below which Docker refuses (or the sandbox cannot work): the
+// driver and a Python interpreter need some memory and a few processes.
+const (
+	minMemoryBytes = 32 << 20
+	minNanoCPUs    = 10_000_000 // 0.01 CPU, Docker's own minimum
+	minPidsLimit   = 16
+)
+
+// resolveLimits applies the server defaults to zero fields of req and checks
+// the result against the server maxima (a zero maximum means no cap).
+func resolveLimits(req, def, max Limits) (Limits, error) {
+	fields := []struct {
+		name          string
+		req, def, max int64
+		min           int64
+		out           *int64
+	}{
+		{"memory_bytes", req.MemoryBytes, def.MemoryBytes, max.MemoryBytes, minMemoryBytes, nil},
+		{"nano_cpus", req.NanoCPUs, def.NanoCPUs, max.NanoCPUs, minNanoCPUs, nil},
+		{"pids_limit", req.PidsLimit, def.PidsLimit, max.PidsLimit, minPidsLimit, nil},
+	}
+	var out Limits
+	fields[0].out, fields[1].out, fields[2].out = &out.MemoryBytes, &out.NanoCPUs, &out.PidsLimit
+	for _, f := range fields {
+		v := f.req
+		switch {
+		case v < 0:
+			return Limits{}, invalidf("limit %s is %d; it must be positive, or 0 for the server default", f.name, v)
+		case v == 0:
+			v = f.def
+		case f.max > 0 && v > f.max:
+			return Limits{}, invalidf("limit %s is %d; the server maximum is %d", f.name, v, f.max)
+		case v < f.min:
+			return Limits{}, invalidf("limit %s is %d; the minimum is %d", f.name, v, f.min)
+		}
+		*f.out = v
+	}
+	return out, nil
+}
+
+// Bounds on the environment a caller may give a sandbox: it travels in the
+// container's config, so it stays small.
+const (
+	maxEnvVars  = 256
+	maxEnvBytes = 128 << 10
+)
+
+// validateEnv checks variables that Docker would otherwise mangle or refuse.
+func validateEnv(env map[string]string) error {
+	if len(env) > maxEnvVars {
+		return invalidf("env has %d variables; the limit is %d", len(env), maxEnvVars)
+	}
+	total := 0
+	for k, v := range env {
+		switch {
+		case k == "":
+			return invalidf("env has a variable with an empty name")
+		case strings.ContainsAny(k, "=\x00"):
+			return invalidf("env variable name %q contains '=' or a NUL byte", truncate(k, 64))
+		case strings.ContainsRune(v, 0):
+			return invalidf("env variable %s contains a NUL byte", truncate(k, 64))
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return invalidf("env variable %s is not valid UTF-8", truncate(k, 64))
+		}
+		total += len(k) + len(v) + 1
+	}
+	if total > maxEnvBytes {
+		return invalidf("env is %d bytes long; the limit is %d", total, maxEnvBytes)
+	}
+	return nil
+}
+
+// truncate shortens s for an error message so a huge invalid input cannot
+// blow up the response.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

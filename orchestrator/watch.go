@@ -1,0 +1,193 @@
+package orchestrator
+
+import (
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+)
+
+// outWatcher tells followers when a command's events file changes. It holds
+// one inotify instance (fsnotify.Watcher) for the whole Manager, with one
+// watch per sandbox io/out directory that has ever been followed, and fans
+// events out to the subscriptions of the command whose file changed.
+//
+// Notifications carry no data: a subscriber re-reads its file from where it
+// stopped, so coalescing many writes into one wake-up loses nothing.
+type outWatcher struct {
+	w   *fsnotify.Watcher
+	log *slog.Logger
+
+	mu      sync.Mutex
+	dirs    map[string]map[string]map[*subscription]struct{} // out dir → command ID → subscriptions
+	watched map[string]bool                                  // out dirs with an inotify watch
+
+	done chan struct{} // closed when the event loop has ended
+}
+
+// subscription is one follower's wake-up channel.
+type subscription struct {
+	// C receives a value (coalesced, never blocking the watcher) when the
+	// command's events file may have changed, or when the watch broke.
+	C      chan struct{}
+	w      *outWatcher
+	dir    string
+	cmd    string
+	closed bool
+}
+
+func newOutWatcher(log *slog.Logger) (*outWatcher, error) {
+	w, err := fsnotify.NewBufferedWatcher(1024)
+	if err != nil {
+		return nil, err
+	}
+	ow := &outWatcher{
+		w:       w,
+		log:     log,
+		dirs:    make(map[string]map[string]map[*subscription]struct{}),
+		watched: make(map[string]bool),
+		done:    make(chan struct{}),
+	}
+	go ow.loop()
+	return ow, nil
+}
+
+// subscribe registers interest in command cmd's events file in outDir,
+// starting the directory's watch if needed. Subscribe before reading the
+// file, so that no change between the read and the wait is missed.
+func (ow *outWatcher) subscribe(outDir, cmd string) *subscription {
+	ow.mu.Lock()
+	defer ow.mu.Unlock()
+	if !ow.watched[outDir] {
+		// A failed Add (directory missing, inotify watch limit) is not fatal:
+		// followers still re-check periodically, and the next subscription
+		// tries again.
+		if err := ow.w.Add(outDir); err != nil {
+			ow.log.Warn("cannot watch output directory; followers fall back to periodic checks", "dir", outDir, "error", err)
+		} else {
+			ow.watched[outDir] = true
+		}
+	}
+	byCmd := ow.dirs[outDir]
+	if byCmd == nil {
+		byCmd = make(map[string]map[*subscription]struct{})
+		ow.dirs[outDir] = byCmd
+	}
+	subs := byCmd[cmd]
+	if subs == nil {
+		subs = make(map[*subscription]struct{})
+		byCmd[cmd] = subs
+	}
+	s := &subscription{C: make(chan struct{}, 1), w: ow, dir: outDir, cmd: cmd}
+	subs[s] = struct{}{}
+	return s
+}
+
+// cancel ends the subscription. The directory's watch stays: the sandbox is
+// likely to be followed again soon, and forget removes it with the sandbox.
+func (s *subscription) cancel() {
+	ow := s.w
+	ow.mu.Lock()
+	defer ow.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	if byCmd := ow.dirs[s.dir]; byCmd != nil {
+		delete(byCmd[s.cmd], s)
+		if len(byCmd[s.cmd]) == 0 {
+			delete(byCmd, s.cmd)
+		}
+	}
+}
+
+// forget drops outDir's watch, when its sandbox is destroyed. Remaining
+// subscribers are woken (they notice the sandbox is gone).
+func (ow *outWatcher) forget(outDir string) {
+	ow.mu.Lock()
+	defer ow.mu.Unlock()
+	for _, subs := range ow.dirs[outDir] {
+		for s := range subs {
+			notify(s)
+		}
+	}
+	delete(ow.dirs, outDir)
+	if !ow.watched[outDir] {
+		return
+	}
+	delete(ow.watched, outDir)
+	// The watch may already be gone with the directory (IN_IGNORED).
+	if err := ow.w.Remove(outDir); err != nil && !errors.Is(err, fsnotify.ErrNonExistentWatch) {
+		ow.log.Debug("remove watch", "dir", outDir, "error", err)
+	}
+}
+
+// watching reports how many subscriptions are active, for tests.
+func (ow *outWatcher) watching() int {
+	ow.mu.Lock()
+	defer ow.mu.Unlock()
+	n := 0
+	for _, byCmd := range ow.dirs {
+		for _, subs := range byCmd {
+			n += len(subs)
+		}
+	}
+	return n
+}
+
+// close stops the watcher and waits for its loop to end.
+func (ow *outWatcher) close() error {
+	err := ow.w.Close()
+	<-ow.done
+	return err
+}
+
+func (ow *outWatcher) loop() {
+	defer close(ow.done)
+	for {
+		select {
+		case ev, ok := <-ow.w.Events:
+			if !ok {
+				return
+			}
+			dir, name := filepath.Split(ev.Name)
+			cmd, ok := ioproto.CommandIDFromEventsFile(name)
+			if !ok {
+				continue // temporary files and artifacts: the events line follows them
+			}
+			ow.mu.Lock()
+			for s := range ow.dirs[filepath.Clean(dir)][cmd] {
+				notify(s)
+			}
+			ow.mu.Unlock()
+		case err, ok := <-ow.w.Errors:
+			if !ok {
+				return
+			}
+			// Typically the kernel queue overflowed: events were lost, so
+			// everyone re-reads.
+			ow.log.Warn("file watcher error; waking all followers", "error", err)
+			ow.mu.Lock()
+			for _, byCmd := range ow.dirs {
+				for _, subs := range byCmd {
+					for s := range subs {
+						notify(s)
+					}
+				}
+			}
+			ow.mu.Unlock()
+		}
+	}
+}
+
+// notify wakes s without blocking; a pending wake-up already covers this one.
+func notify(s *subscription) {
+	select {
+	case s.C <- struct{}{}:
+	default:
+	}
+}
