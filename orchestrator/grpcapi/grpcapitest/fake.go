@@ -1,0 +1,165 @@
+// Package grpcapitest provides a scriptable fake of the domain Manager, for
+// tests of the gRPC API and of its clients (sandboxctl) that must not need
+// Docker.
+package grpcapitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// ErrNotScripted is returned by a method whose function field is nil, so a
+// test that reaches an unexpected method fails loudly (as Internal).
+var ErrNotScripted = errors.New("grpcapitest: method not scripted")
+
+// Manager implements grpcapi.Manager (and Close) by calling its function
+// fields, recording every call so tests can check what reached the domain.
+// Set the fields before the server starts; they are not guarded.
+type Manager struct {
+	AcquireFunc   func(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error)
+	GetFunc       func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
+	ListFunc      func(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error)
+	DeleteFunc    func(ctx context.Context, sandboxID string) error
+	SubmitFunc    func(ctx context.Context, req orchestrator.ExecRequest) (string, error)
+	FollowFunc    func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error
+	InterruptFunc func(ctx context.Context, sandboxID, commandID string) error
+	UploadFunc    func(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error)
+	DownloadFunc  func(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error)
+	ListFilesFunc func(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error)
+	CloseFunc     func() error
+
+	mu    sync.Mutex
+	calls []string
+}
+
+func (m *Manager) record(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, name)
+}
+
+// Calls returns the names of the methods called so far, in order.
+func (m *Manager) Calls() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.calls...)
+}
+
+// Acquire calls AcquireFunc.
+func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
+	m.record("Acquire")
+	if m.AcquireFunc == nil {
+		return orchestrator.AcquireResult{}, ErrNotScripted
+	}
+	return m.AcquireFunc(ctx, userID, opts)
+}
+
+// Get calls GetFunc.
+func (m *Manager) Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error) {
+	m.record("Get")
+	if m.GetFunc == nil {
+		return orchestrator.Sandbox{}, ErrNotScripted
+	}
+	return m.GetFunc(ctx, sandboxID)
+}
+
+// List calls ListFunc.
+func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	m.record("List")
+	if m.ListFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ListFunc(ctx, f)
+}
+
+// Delete calls DeleteFunc.
+func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
+	m.record("Delete")
+	if m.DeleteFunc == nil {
+		return ErrNotScripted
+	}
+	return m.DeleteFunc(ctx, sandboxID)
+}
+
+// Submit calls SubmitFunc.
+func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (string, error) {
+	m.record("Submit")
+	if m.SubmitFunc == nil {
+		return "", ErrNotScripted
+	}
+	return m.SubmitFunc(ctx, req)
+}
+
+// Follow calls FollowFunc.
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error {
+	m.record("Follow")
+	if m.FollowFunc == nil {
+		return ErrNotScripted
+	}
+	return m.FollowFunc(ctx, sandboxID, commandID, afterSeq, fn)
+}
+
+// Interrupt calls InterruptFunc.
+func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	m.record("Interrupt")
+	if m.InterruptFunc == nil {
+		return ErrNotScripted
+	}
+	return m.InterruptFunc(ctx, sandboxID, commandID)
+}
+
+// Upload calls UploadFunc.
+func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error) {
+	m.record("Upload")
+	if m.UploadFunc == nil {
+		return orchestrator.FileInfo{}, ErrNotScripted
+	}
+	return m.UploadFunc(ctx, sandboxID, path, r)
+}
+
+// Download calls DownloadFunc.
+func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
+	m.record("Download")
+	if m.DownloadFunc == nil {
+		return nil, orchestrator.FileInfo{}, ErrNotScripted
+	}
+	return m.DownloadFunc(ctx, sandboxID, path)
+}
+
+// ListFiles calls ListFilesFunc.
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error) {
+	m.record("ListFiles")
+	if m.ListFilesFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ListFilesFunc(ctx, sandboxID, path)
+}
+
+// Close calls CloseFunc, or does nothing when it is nil.
+func (m *Manager) Close() error {
+	m.record("Close")
+	if m.CloseFunc == nil {
+		return nil
+	}
+	return m.CloseFunc()
+}
+
+// Errorf returns an error of the domain class (orchestrator.ErrNotFound,
+// ...) whose message is only the formatted text, as the real Manager's
+// errors are, so tests see the messages clients would.
+func Errorf(class error, format string, args ...any) error {
+	return &classError{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+type classError struct {
+	class error
+	msg   string
+}
+
+func (e *classError) Error() string { return e.msg }
+func (e *classError) Unwrap() error { return e.class }

@@ -1,0 +1,355 @@
+// Package grpcapi serves sandboxd's public gRPC API (proto/sandbox/v1) on top
+// of the orchestrator's domain Manager. Handlers are thin: validate the
+// request, call the domain, convert the result, and map errors to gRPC codes
+// in one place (toStatus). No sandbox logic lives here.
+package grpcapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// Manager is the part of *orchestrator.Manager the API calls. It is declared
+// here, next to its only user, so tests can serve a fake domain.
+type Manager interface {
+	Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error)
+	Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
+	List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error)
+	Delete(ctx context.Context, sandboxID string) error
+	Submit(ctx context.Context, req orchestrator.ExecRequest) (commandID string, err error)
+	Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error
+	Interrupt(ctx context.Context, sandboxID, commandID string) error
+	Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error)
+	Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error)
+	ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error)
+}
+
+// downloadChunk is the size of DownloadFile's content messages: large enough
+// to keep per-message overhead negligible, far below the 4 MiB a default
+// client accepts.
+const downloadChunk = 1 << 20
+
+// Service implements sandboxv1.SandboxServiceServer.
+type Service struct {
+	sandboxv1.UnimplementedSandboxServiceServer
+
+	m   Manager
+	log *slog.Logger
+}
+
+// NewService returns the API over m. A nil logger discards.
+func NewService(m Manager, log *slog.Logger) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{m: m, log: log}
+}
+
+// fail maps a domain error for the method that got it. Once the call's
+// context is done (the client cancelled, went away, or its deadline passed)
+// whatever failed did so because of that: the error is reported as the
+// context's, not logged as an internal failure (a failed stream Send is not
+// a server bug).
+func (s *Service) fail(ctx context.Context, method string, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return toStatus(ctx, s.log, method, err)
+}
+
+// AcquireSandbox implements sandboxv1.SandboxServiceServer.
+func (s *Service) AcquireSandbox(ctx context.Context, req *sandboxv1.AcquireSandboxRequest) (*sandboxv1.AcquireSandboxResponse, error) {
+	if err := validateUserID(req.GetUserId()); err != nil {
+		return nil, err
+	}
+	// Limits and env are checked by the domain, which knows the server's
+	// defaults and maxima.
+	res, err := s.m.Acquire(ctx, req.GetUserId(), optionsFromProto(req.GetOptions()))
+	if err != nil {
+		return nil, s.fail(ctx, "AcquireSandbox", err)
+	}
+	return acquireResultToProto(res), nil
+}
+
+// GetSandbox implements sandboxv1.SandboxServiceServer.
+func (s *Service) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxRequest) (*sandboxv1.GetSandboxResponse, error) {
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	sb, err := s.m.Get(ctx, req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail(ctx, "GetSandbox", err)
+	}
+	return &sandboxv1.GetSandboxResponse{Sandbox: sandboxToProto(sb)}, nil
+}
+
+// ListSandboxes implements sandboxv1.SandboxServiceServer.
+func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxesRequest) (*sandboxv1.ListSandboxesResponse, error) {
+	var f orchestrator.ListFilter
+	if req.GetUserId() != "" {
+		if err := validateUserID(req.GetUserId()); err != nil {
+			return nil, err
+		}
+		f.UserID = req.GetUserId()
+	}
+	st, err := stateFromProto(req.GetState())
+	if err != nil {
+		return nil, invalid("state: %v", err)
+	}
+	f.State = st
+	list, err := s.m.List(ctx, f)
+	if err != nil {
+		return nil, s.fail(ctx, "ListSandboxes", err)
+	}
+	// The contract promises oldest first; sort here rather than rely on
+	// the registry's iteration order.
+	sort.SliceStable(list, func(i, j int) bool {
+		if !list[i].CreatedAt.Equal(list[j].CreatedAt) {
+			return list[i].CreatedAt.Before(list[j].CreatedAt)
+		}
+		return list[i].ID < list[j].ID
+	})
+	resp := &sandboxv1.ListSandboxesResponse{Sandboxes: make([]*sandboxv1.Sandbox, 0, len(list))}
+	for _, sb := range list {
+		resp.Sandboxes = append(resp.Sandboxes, sandboxToProto(sb))
+	}
+	return resp, nil
+}
+
+// DeleteSandbox implements sandboxv1.SandboxServiceServer.
+func (s *Service) DeleteSandbox(ctx context.Context, req *sandboxv1.DeleteSandboxRequest) (*sandboxv1.DeleteSandboxResponse, error) {
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := s.m.Delete(ctx, req.GetSandboxId()); err != nil {
+		return nil, s.fail(ctx, "DeleteSandbox", err)
+	}
+	return &sandboxv1.DeleteSandboxResponse{}, nil
+}
+
+// Execute implements sandboxv1.SandboxServiceServer. Idempotence is the
+// domain's: Submit with a known command ID runs nothing and returns it, and
+// following from seq 0 replays that command's events.
+func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+	ctx := stream.Context()
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return err
+	}
+	if req.GetCommandId() != "" {
+		if err := ioproto.ValidateCommandID(req.GetCommandId()); err != nil {
+			return invalid("%v", err)
+		}
+	}
+	switch req.GetLanguage() {
+	case "", ioproto.LanguagePython, ioproto.LanguageBash:
+	default:
+		return invalid("language %q is not supported; use %q or %q", req.GetLanguage(), ioproto.LanguagePython, ioproto.LanguageBash)
+	}
+	er := orchestrator.ExecRequest{
+		SandboxID: req.GetSandboxId(),
+		CommandID: req.GetCommandId(),
+		Language:  req.GetLanguage(),
+		Code:      req.GetCode(),
+	}
+	if t := req.GetTimeout(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			return invalid("timeout: %v", err)
+		}
+		if er.Timeout = t.AsDuration(); er.Timeout < 0 {
+			return invalid("timeout %v is negative; omit it or use 0 for the server default", er.Timeout)
+		}
+	}
+	cmdID, err := s.m.Submit(ctx, er)
+	if err != nil {
+		return s.fail(ctx, "Execute", err)
+	}
+	return s.follow(ctx, "Execute", req.GetSandboxId(), cmdID, 0, stream)
+}
+
+// StreamCommand implements sandboxv1.SandboxServiceServer.
+func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return err
+	}
+	if err := ioproto.ValidateCommandID(req.GetCommandId()); err != nil {
+		return invalid("%v", err)
+	}
+	if req.GetAfterSeq() < 0 {
+		return invalid("after_seq %d is negative; use 0 to stream from the first event", req.GetAfterSeq())
+	}
+	return s.follow(stream.Context(), "StreamCommand", req.GetSandboxId(), req.GetCommandId(), req.GetAfterSeq(), stream)
+}
+
+// follow streams a command's events after afterSeq until it is done.
+func (s *Service) follow(ctx context.Context, method, sandboxID, commandID string, afterSeq int64, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+	err := s.m.Follow(ctx, sandboxID, commandID, afterSeq, func(e orchestrator.Event) error {
+		ev, ok := eventToProto(e, commandID)
+		if !ok {
+			s.log.WarnContext(ctx, "skipping event of unknown type", "sandbox_id", sandboxID, "command_id", commandID, "seq", e.Seq, "type", e.Type)
+			return nil
+		}
+		return stream.Send(ev)
+	})
+	return s.fail(ctx, method, err)
+}
+
+// InterruptCommand implements sandboxv1.SandboxServiceServer.
+func (s *Service) InterruptCommand(ctx context.Context, req *sandboxv1.InterruptCommandRequest) (*sandboxv1.InterruptCommandResponse, error) {
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := ioproto.ValidateCommandID(req.GetCommandId()); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if err := s.m.Interrupt(ctx, req.GetSandboxId(), req.GetCommandId()); err != nil {
+		return nil, s.fail(ctx, "InterruptCommand", err)
+	}
+	return &sandboxv1.InterruptCommandResponse{}, nil
+}
+
+// UploadFile implements sandboxv1.SandboxServiceServer.
+func (s *Service) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadFileRequest, sandboxv1.UploadFileResponse]) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return invalid("empty upload: the first message must carry the header")
+	}
+	if err != nil {
+		return s.fail(ctx, "UploadFile", err)
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return invalid("the first message must carry the header (sandbox_id and path), not a chunk")
+	}
+	if err := validateSandboxID(h.GetSandboxId()); err != nil {
+		return err
+	}
+	if h.GetPath() == "" {
+		return invalid("path is empty")
+	}
+	r := &uploadReader{stream: stream}
+	info, err := s.m.Upload(ctx, h.GetSandboxId(), h.GetPath(), r)
+	if r.err != nil {
+		// The stream broke or the client misbehaved: that, not however the
+		// domain wrapped the read error, is what the client must hear.
+		return s.fail(ctx, "UploadFile", r.err)
+	}
+	if err != nil {
+		return s.fail(ctx, "UploadFile", err)
+	}
+	return stream.SendAndClose(&sandboxv1.UploadFileResponse{File: fileInfoToProto(info)})
+}
+
+// uploadReader presents the chunks of an UploadFile stream as an io.Reader.
+type uploadReader struct {
+	stream grpc.ClientStreamingServer[sandboxv1.UploadFileRequest, sandboxv1.UploadFileResponse]
+	buf    []byte
+	// err is the first failure other than the clean end of the stream,
+	// already a status error or a stream error for toStatus.
+	err error
+}
+
+// Read implements io.Reader.
+func (r *uploadReader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	for len(r.buf) == 0 {
+		msg, err := r.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return 0, io.EOF
+		}
+		if err != nil {
+			r.err = err
+			return 0, err
+		}
+		if msg.GetHeader() != nil {
+			r.err = invalid("only the first message may carry a header")
+			return 0, r.err
+		}
+		r.buf = msg.GetChunk()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// DownloadFile implements sandboxv1.SandboxServiceServer.
+func (s *Service) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.ServerStreamingServer[sandboxv1.DownloadFileResponse]) error {
+	ctx := stream.Context()
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return err
+	}
+	if req.GetPath() == "" {
+		return invalid("path is empty")
+	}
+	rc, info, err := s.m.Download(ctx, req.GetSandboxId(), req.GetPath())
+	if err != nil {
+		return s.fail(ctx, "DownloadFile", err)
+	}
+	defer rc.Close()
+	buf := make([]byte, downloadChunk)
+	msg := &sandboxv1.DownloadFileResponse{File: fileInfoToProto(info)}
+	for {
+		n, rerr := io.ReadFull(rc, buf)
+		if n > 0 || msg.File != nil {
+			msg.Chunk = buf[:n]
+			if err := stream.Send(msg); err != nil {
+				return s.fail(ctx, "DownloadFile", err)
+			}
+			msg = &sandboxv1.DownloadFileResponse{}
+		}
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrUnexpectedEOF):
+			return nil
+		default:
+			return s.fail(ctx, "DownloadFile", fmt.Errorf("reading %s: %w", req.GetPath(), rerr))
+		}
+	}
+}
+
+// ListFiles implements sandboxv1.SandboxServiceServer.
+func (s *Service) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest) (*sandboxv1.ListFilesResponse, error) {
+	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	files, err := s.m.ListFiles(ctx, req.GetSandboxId(), req.GetPath())
+	if err != nil {
+		return nil, s.fail(ctx, "ListFiles", err)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	resp := &sandboxv1.ListFilesResponse{Files: make([]*sandboxv1.FileInfo, 0, len(files))}
+	for _, f := range files {
+		resp.Files = append(resp.Files, fileInfoToProto(f))
+	}
+	return resp, nil
+}
+
+// validateSandboxID and validateUserID apply the domain's rules up front, so
+// a malformed ID is refused before any work; the domain's messages already
+// name the ID and say what is wrong.
+func validateSandboxID(id string) error {
+	if err := orchestrator.ValidateSandboxID(id); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
+
+func validateUserID(id string) error {
+	if err := orchestrator.ValidateUserID(id); err != nil {
+		return invalid("%v", err)
+	}
+	return nil
+}
