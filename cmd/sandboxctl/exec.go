@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// interruptTimeout bounds the InterruptCommand sent when the user presses
+// Ctrl-C during exec or resume.
+const interruptTimeout = 5 * time.Second
+
+// cmdExec acquires the user's sandbox, runs code in it and streams the
+// output. The status is non-zero unless the command ended OK.
+func cmdExec(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	user := fs.String("user", "", "the end user whose sandbox runs the code (required)")
+	lang := fs.String("language", "python", "python or bash")
+	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
+	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "exec", err)
+	}
+	switch {
+	case *user == "":
+		return usageErr(c.stderr, "exec", errors.New("--user is required"))
+	case len(pos) != 1:
+		return usageErr(c.stderr, "exec", fmt.Errorf("want exactly one CODE argument (or - for stdin), got %d", len(pos)))
+	case *timeout < 0:
+		return usageErr(c.stderr, "exec", fmt.Errorf("--timeout %v is negative", *timeout))
+	}
+	code := pos[0]
+	if code == "-" {
+		b, err := io.ReadAll(c.stdin)
+		if err != nil {
+			return c.fail("exec: reading code from stdin", err)
+		}
+		code = string(b)
+	}
+
+	// Choosing the ID here rather than letting the server generate one means
+	// the command can be interrupted or resumed even if the stream breaks
+	// before its first event arrives.
+	if *cmdID == "" {
+		*cmdID = newCommandID()
+	}
+
+	rctx, cancel := rpcCtx(ctx)
+	acq, err := c.client.AcquireSandbox(rctx, &sandboxv1.AcquireSandboxRequest{UserId: *user})
+	cancel()
+	if err != nil {
+		return c.fail("exec: acquire sandbox for "+*user, err)
+	}
+	sb := acq.GetSandbox()
+	if acq.GetStateLost() {
+		fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",
+			*user, acq.GetReplacedSandboxId(), acq.GetReplacedReason(), sb.GetSandboxId())
+	}
+
+	req := &sandboxv1.ExecuteRequest{SandboxId: sb.GetSandboxId(), CommandId: *cmdID, Language: *lang, Code: code}
+	if *timeout > 0 {
+		req.Timeout = durationpb.New(*timeout)
+	}
+	stream, err := c.client.Execute(ctx, req)
+	if err != nil {
+		return c.fail("exec", err)
+	}
+	return c.follow(ctx, "exec", sb.GetSandboxId(), *cmdID, stream, true)
+}
+
+// newCommandID returns a fresh command ID; a variable so tests can pin it.
+var newCommandID = func() string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return "ctl-" + hex.EncodeToString(b[:])
+}
+
+// cmdResume streams a command's events after --after-seq.
+func cmdResume(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
+	after := fs.Int64("after-seq", 0, "skip the events up to and including this seq")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "resume", err)
+	}
+	if len(pos) != 2 {
+		return usageErr(c.stderr, "resume", fmt.Errorf("want SANDBOX_ID COMMAND_ID, got %d arguments", len(pos)))
+	}
+	if *after < 0 {
+		return usageErr(c.stderr, "resume", fmt.Errorf("--after-seq %d is negative", *after))
+	}
+	stream, err := c.client.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: pos[0], CommandId: pos[1], AfterSeq: *after})
+	if err != nil {
+		return c.fail("resume", err)
+	}
+	// Ctrl-C only stops following: like "logs -f", resume watches a
+	// command that was started elsewhere.
+	return c.follow(ctx, "resume", pos[0], pos[1], stream, false)
+}
+
+// follow prints a command's stream to its end and turns the outcome into an
+// exit status. On a broken stream it says how to resume. On Ctrl-C, with
+// interruptOnCancel it asks the sandbox to interrupt the command (which would
+// otherwise keep running unseen, unlike code run in a terminal); without, it
+// only stops following.
+func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, stream interface {
+	Recv() (*sandboxv1.ExecuteEvent, error)
+}, interruptOnCancel bool) int {
+	p := &eventPrinter{stdout: c.stdout, stderr: c.stderr}
+	for {
+		ev, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				if interruptOnCancel {
+					return c.interrupt(sandboxID, commandID, p.lastSeq)
+				}
+				fmt.Fprintf(c.stderr, "sandboxctl: stopped following command %s after event %d; it keeps running\n", commandID, p.lastSeq)
+				return exitInterrupted
+			}
+			c.fail(what, err)
+			if commandID != "" && p.lastSeq > 0 {
+				fmt.Fprintf(c.stderr, "sandboxctl: the command may still be running; follow it with: sandboxctl resume %s %s --after-seq %d\n", sandboxID, commandID, p.lastSeq)
+			}
+			return exitFailure
+		}
+		commandID = ev.GetCommandId() // the server's, when it generated one
+		p.print(ev)
+	}
+
+	d := p.done
+	if d == nil {
+		fmt.Fprintf(c.stderr, "sandboxctl: %s: the stream ended before the command did; follow it with: sandboxctl resume %s %s --after-seq %d\n", what, sandboxID, commandID, p.lastSeq)
+		return exitFailure
+	}
+	if d.GetStateLost() {
+		fmt.Fprintf(c.stderr, "sandboxctl: note: the sandbox's Python state was lost: %s\n", d.GetReason())
+	}
+	if d.GetStatus() == sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+		return exitOK
+	}
+	msg := fmt.Sprintf("sandboxctl: %s: command %s ended with status %s", what, commandID, statusName(d.GetStatus()))
+	if d.ExitCode != nil {
+		msg += fmt.Sprintf(" (exit code %d)", d.GetExitCode())
+	}
+	if r := d.GetReason(); r != "" && !d.GetStateLost() {
+		msg += ": " + r
+	}
+	fmt.Fprintln(c.stderr, msg)
+	return exitFailure
+}
+
+// interrupt asks the sandbox to stop the command after the user's Ctrl-C.
+func (c *cli) interrupt(sandboxID, commandID string, lastSeq int64) int {
+	ctx, cancel := context.WithTimeout(context.Background(), interruptTimeout)
+	defer cancel()
+	if _, err := c.client.InterruptCommand(ctx, &sandboxv1.InterruptCommandRequest{SandboxId: sandboxID, CommandId: commandID}); err != nil {
+		fmt.Fprintf(c.stderr, "sandboxctl: interrupted, but could not interrupt command %s: %s\n", commandID, c.describe(err))
+		return exitInterrupted
+	}
+	fmt.Fprintf(c.stderr, "sandboxctl: interrupted command %s; see how it ended with: sandboxctl resume %s %s --after-seq %d\n", commandID, sandboxID, commandID, lastSeq)
+	return exitInterrupted
+}

@@ -1,0 +1,200 @@
+// Command sandboxctl is the operator's client for sandboxd: list, inspect and
+// kill sandboxes, run code in a user's sandbox and resume a command's output.
+//
+//	sandboxctl [--addr ADDR] COMMAND [ARGS]
+//
+// ADDR defaults to $SANDBOXCTL_ADDR, then 127.0.0.1:50051. Errors are one
+// line on stderr; the exit status is 0 on success, 1 on failure, 2 on a usage
+// error and 130 when interrupted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2
+	exitInterrupted = 130 // 128+SIGINT, what shells report for Ctrl-C
+)
+
+const defaultAddr = "127.0.0.1:50051"
+
+// rpcTimeout bounds each unary call; deleting a sandbox stops its container,
+// which can take Docker several seconds.
+const rpcTimeout = time.Minute
+
+const usageText = `Usage: sandboxctl [--addr ADDR] COMMAND [ARGS]
+
+Commands:
+  list [--user USER] [--state running|dead] [--json]
+                         list sandboxes
+  inspect SANDBOX_ID     print one sandbox as JSON
+  kill SANDBOX_ID...     delete sandboxes (each is attempted)
+  kill --user USER       delete all of a user's sandboxes
+  exec --user USER [--language python|bash] [--timeout D] [--command-id ID] CODE
+                         run CODE ("-" reads stdin) in the user's sandbox,
+                         acquiring it first, and stream its output
+  resume SANDBOX_ID COMMAND_ID [--after-seq N]
+                         stream a command's output (again), after event N
+
+Global flags:
+  --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// cli carries what every command needs.
+type cli struct {
+	addr   string
+	client sandboxv1.SandboxServiceClient
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// run executes one sandboxctl invocation and returns its exit status. ctx is
+// cancelled on SIGINT/SIGTERM.
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("sandboxctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // usage errors are reported in one line below
+	addr := fs.String("addr", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usageText)
+			return exitOK
+		}
+		return usageErr(stderr, "", err)
+	}
+	if *addr == "" {
+		*addr = getenv("SANDBOXCTL_ADDR")
+	}
+	if *addr == "" {
+		*addr = defaultAddr
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+
+	commands := map[string]func(context.Context, *cli, []string) int{
+		"list":    cmdList,
+		"inspect": cmdInspect,
+		"kill":    cmdKill,
+		"exec":    cmdExec,
+		"resume":  cmdResume,
+	}
+	if cmd == "help" {
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
+	fn, ok := commands[cmd]
+	if !ok {
+		return usageErr(stderr, "", fmt.Errorf("unknown command %q (see sandboxctl help)", cmd))
+	}
+
+	conn, err := grpc.NewClient(*addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// Rich outputs (plots) arrive inline and can be several MiB.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcapi.MaxSendMsgSize)),
+	)
+	if err != nil {
+		return usageErr(stderr, "", fmt.Errorf("--addr %q: %v", *addr, err))
+	}
+	defer conn.Close()
+	c := &cli{addr: *addr, client: sandboxv1.NewSandboxServiceClient(conn), stdin: stdin, stdout: stdout, stderr: stderr}
+	return fn(ctx, c, rest)
+}
+
+// usageErr reports a bad command line in one line and returns exitUsage;
+// for -h/--help it prints the usage and returns exitOK.
+func usageErr(stderr io.Writer, cmd string, err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stderr, usageText)
+		return exitOK
+	}
+	prefix := "sandboxctl"
+	if cmd != "" {
+		prefix += " " + cmd
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+	return exitUsage
+}
+
+// fail reports a failed operation in one line ("sandboxctl: kill sb-1:
+// sandbox sb-1 not found ...") and returns exitFailure.
+func (c *cli) fail(what string, err error) int {
+	fmt.Fprintf(c.stderr, "sandboxctl: %s: %s\n", what, c.describe(err))
+	return exitFailure
+}
+
+// describe turns an RPC error into the server's message, or for a transport
+// failure a hint that sandboxd is not reachable.
+func (c *cli) describe(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection error") {
+		return fmt.Sprintf("cannot reach sandboxd at %s (is it running? set --addr or SANDBOXCTL_ADDR): %s", c.addr, st.Message())
+	}
+	if st.Code() == codes.Canceled {
+		return "interrupted"
+	}
+	return st.Message()
+}
+
+// parseArgs parses flags wherever they appear among the positional
+// arguments ("resume SB CMD --after-seq 3" as well as "resume --after-seq 3
+// SB CMD"); the standard flag package stops at the first positional one.
+// "--" ends flag parsing; a lone "-" is positional (stdin).
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		// fs.Parse consumed a "--" if that is what stopped it; it then left
+		// everything after as positional.
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// rpcCtx bounds one unary call.
+func rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, rpcTimeout)
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// cmdList lists sandboxes as a table, or as a JSON array with --json.
+func cmdList(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	user := fs.String("user", "", "only this user's sandboxes")
+	state := fs.String("state", "", "only sandboxes in this state: running or dead")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "list", err)
+	}
+	if len(pos) > 0 {
+		return usageErr(c.stderr, "list", fmt.Errorf("unexpected argument %q", pos[0]))
+	}
+	st, err := parseState(*state)
+	if err != nil {
+		return usageErr(c.stderr, "list", err)
+	}
+
+	rctx, cancel := rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{UserId: *user, State: st})
+	if err != nil {
+		return c.fail("list", err)
+	}
+	if *asJSON {
+		err = writeJSONList(c.stdout, resp.GetSandboxes())
+	} else {
+		err = writeTable(c.stdout, resp.GetSandboxes())
+	}
+	if err != nil {
+		return c.fail("list", err)
+	}
+	return exitOK
+}
+
+// parseState maps the --state flag to the filter enum ("" is any state).
+func parseState(s string) (sandboxv1.SandboxState, error) {
+	switch s {
+	case "":
+		return sandboxv1.SandboxState_SANDBOX_STATE_UNSPECIFIED, nil
+	case "running":
+		return sandboxv1.SandboxState_SANDBOX_STATE_RUNNING, nil
+	case "dead":
+		return sandboxv1.SandboxState_SANDBOX_STATE_DEAD, nil
+	}
+	return 0, fmt.Errorf("--state %q: want running or dead", s)
+}
+
+// cmdInspect prints one sandbox as JSON.
+func cmdInspect(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "inspect", err)
+	}
+	if len(pos) != 1 {
+		return usageErr(c.stderr, "inspect", fmt.Errorf("want exactly one SANDBOX_ID, got %d arguments", len(pos)))
+	}
+	rctx, cancel := rpcCtx(ctx)
+	defer cancel()
+	resp, err := c.client.GetSandbox(rctx, &sandboxv1.GetSandboxRequest{SandboxId: pos[0]})
+	if err != nil {
+		return c.fail("inspect "+pos[0], err)
+	}
+	if err := writeJSON(c.stdout, resp.GetSandbox()); err != nil {
+		return c.fail("inspect "+pos[0], err)
+	}
+	return exitOK
+}
+
+// cmdKill deletes the named sandboxes, or all of --user's. Every sandbox is
+// attempted even when one fails; each deleted ID is printed on stdout, each
+// failure on stderr, and the status is non-zero if any failed.
+func cmdKill(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("kill", flag.ContinueOnError)
+	user := fs.String("user", "", "delete all of this user's sandboxes")
+	ids, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "kill", err)
+	}
+	switch {
+	case *user == "" && len(ids) == 0:
+		return usageErr(c.stderr, "kill", fmt.Errorf("give SANDBOX_IDs or --user USER"))
+	case *user != "" && len(ids) > 0:
+		return usageErr(c.stderr, "kill", fmt.Errorf("give SANDBOX_IDs or --user USER, not both"))
+	}
+
+	if *user != "" {
+		rctx, cancel := rpcCtx(ctx)
+		resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{UserId: *user})
+		cancel()
+		if err != nil {
+			return c.fail("kill --user "+*user, err)
+		}
+		for _, sb := range resp.GetSandboxes() {
+			ids = append(ids, sb.GetSandboxId())
+		}
+		if len(ids) == 0 {
+			fmt.Fprintf(c.stderr, "sandboxctl: kill --user %s: the user has no sandboxes\n", *user)
+			return exitOK
+		}
+	}
+
+	code := exitOK
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			fmt.Fprintf(c.stderr, "sandboxctl: kill %s: interrupted\n", id)
+			return exitInterrupted
+		}
+		rctx, cancel := rpcCtx(ctx)
+		_, err := c.client.DeleteSandbox(rctx, &sandboxv1.DeleteSandboxRequest{SandboxId: id})
+		cancel()
+		if err != nil {
+			code = c.fail("kill "+id, err)
+			continue
+		}
+		fmt.Fprintln(c.stdout, id)
+	}
+	return code
+}

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// envPrefix names the environment equivalents of the flags: --idle-ttl is
+// SANDBOXD_IDLE_TTL. Containers and systemd units configure daemons through
+// the environment more easily than through arguments.
+const envPrefix = "SANDBOXD_"
+
+// config is sandboxd's parsed command line.
+type config struct {
+	listen          string
+	logLevel        slog.Level
+	logFormat       string
+	shutdownTimeout time.Duration
+	manager         orchestrator.Config
+}
+
+// errHelp is returned for -h/--help: usage was printed, exit 0.
+var errHelp = flag.ErrHelp
+
+// usageError is a bad command line; main exits 2 for it, as flag does.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// parseConfig reads flags from args, falling back to SANDBOXD_* variables
+// (via getenv) for flags not given, then to the defaults. Usage goes to out.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
+	fs.SetOutput(out)
+
+	c := config{logLevel: slog.LevelInfo}
+	mc := &c.manager
+	defMem, maxMem := byteSize(1<<30), byteSize(8<<30)
+	defCPUs, maxCPUs := cpus(1e9), cpus(int64(runtime.NumCPU())*1e9)
+	maxUpload := byteSize(orchestrator.DefaultMaxUploadBytes)
+
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); the API has no authentication, so keep it on loopback or a private network")
+	fs.StringVar(&mc.StateDir, "state-dir", defaultStateDir(getenv), "`directory` for the sandboxes' /io and /workspace directories and the registry")
+	fs.DurationVar(&mc.IdleTTL, "idle-ttl", orchestrator.DefaultIdleTTL, "remove a sandbox after this long without use")
+	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
+	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
+	fs.IntVar(&mc.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once; further users get RESOURCE_EXHAUSTED (0: no cap)")
+	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`)")
+	fs.StringVar(&mc.Runtime, "runtime", "", "Docker `runtime` for sandboxes, e.g. runsc for gVisor (empty: the engine's default)")
+	fs.Var(&defMem, "default-memory", "memory limit of a sandbox that asks for none (`size`: bytes, or 512m, 1g, 1GiB; binary units)")
+	fs.Var(&maxMem, "max-memory", "largest memory limit a caller may ask for (`size`)")
+	fs.Var(&defCPUs, "default-cpus", "CPU limit of a sandbox that asks for none, in `cores` (fractions allowed)")
+	fs.Var(&maxCPUs, "max-cpus", "largest CPU limit a caller may ask for, in `cores` (the default is the host's CPU count)")
+	fs.Int64Var(&mc.DefaultLimits.PidsLimit, "default-pids", 256, "process and thread limit of a sandbox that asks for none")
+	fs.Int64Var(&mc.MaxLimits.PidsLimit, "max-pids", 4096, "largest process limit a caller may ask for")
+	fs.DurationVar(&mc.DefaultTimeout, "default-timeout", orchestrator.DefaultCommandTimeout, "wall-clock limit of a command that asks for none")
+	fs.DurationVar(&mc.MaxTimeout, "max-timeout", orchestrator.DefaultMaxTimeout, "largest command timeout a caller may ask for")
+	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, wait this long for calls (including Execute streams) to end before cutting them off")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
+		fs.PrintDefaults()
+	}
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return config{}, errHelp
+		}
+		return config{}, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return config{}, usageError{fmt.Errorf("unexpected argument %q; sandboxd takes flags only", fs.Arg(0))}
+	}
+	if err := applyEnv(fs, getenv); err != nil {
+		return config{}, usageError{err}
+	}
+
+	mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes = int64(defMem), int64(maxMem)
+	mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs = int64(defCPUs), int64(maxCPUs)
+	mc.MaxUploadBytes = int64(maxUpload)
+	if err := c.check(); err != nil {
+		return config{}, usageError{err}
+	}
+	return c, nil
+}
+
+// applyEnv sets every flag not given on the command line from its
+// environment variable, if that is set.
+func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v := getenv(name); v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("%s=%q: %v", name, v, serr)
+			}
+		}
+	})
+	return err
+}
+
+// envName is the environment variable for a flag.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// check catches settings that would only fail later, or confusingly.
+func (c *config) check() error {
+	mc := &c.manager
+	if mc.StateDir == "" {
+		return errors.New("--state-dir is empty and no default could be derived (set HOME or XDG_STATE_HOME)")
+	}
+	if mc.Image == "" {
+		return errors.New("--image is empty")
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+	}
+	if mc.MaxLifetime < 0 {
+		return fmt.Errorf("--max-lifetime %v is negative", mc.MaxLifetime)
+	}
+	if mc.MaxSandboxes < 0 {
+		return fmt.Errorf("--max-sandboxes %d is negative", mc.MaxSandboxes)
+	}
+	// In orchestrator.Config a zero means "the built-in default", not "none",
+	// so a zero here would silently mean something else than it says.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"idle-ttl", mc.IdleTTL}, {"default-timeout", mc.DefaultTimeout}, {"max-timeout", mc.MaxTimeout}, {"shutdown-timeout", c.shutdownTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("--%s must be positive, got %v", d.name, d.v)
+		}
+	}
+	if mc.MaxUploadBytes <= 0 {
+		return errors.New("--max-upload must be positive")
+	}
+	for _, l := range []struct {
+		name     string
+		def, max int64
+	}{
+		{"memory", mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes},
+		{"cpus", mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs},
+		{"pids", mc.DefaultLimits.PidsLimit, mc.MaxLimits.PidsLimit},
+	} {
+		switch {
+		case l.def <= 0:
+			return fmt.Errorf("--default-%s must be positive", l.name)
+		case l.max <= 0:
+			return fmt.Errorf("--max-%s must be positive", l.name)
+		case l.def > l.max:
+			return fmt.Errorf("--default-%s is above --max-%s", l.name, l.name)
+		}
+	}
+	if mc.DefaultTimeout > mc.MaxTimeout {
+		return fmt.Errorf("--default-timeout %v is above --max-timeout %v", mc.DefaultTimeout, mc.MaxTimeout)
+	}
+	return nil
+}
+
+// defaultStateDir follows the XDG base directory spec: state that should
+// survive restarts but is not worth backing up. For root that is
+// /root/.local/state/sandboxd.
+func defaultStateDir(getenv func(string) string) string {
+	if x := getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "sandboxd")
+	}
+	// $HOME is what os.UserHomeDir reads on Unix; reading it through getenv
+	// keeps the function testable.
+	home := getenv("HOME")
+	if home == "" {
+		return ""
+	}
+	return filepath.Join(home, ".local", "state", "sandboxd")
+}
+
+// byteSize is a flag.Value for sizes in Docker's notation (RAM sizes use
+// binary units: 512m and 512MiB are both 512*2^20 bytes).
+type byteSize int64
+
+// String implements flag.Value.
+func (b *byteSize) String() string {
+	if *b == 0 {
+		return "0"
+	}
+	return units.BytesSize(float64(*b))
+}
+
+// Set implements flag.Value.
+func (b *byteSize) Set(s string) error {
+	n, err := units.RAMInBytes(strings.TrimSpace(s))
+	if err != nil || n < 0 {
+		return fmt.Errorf("invalid size %q: want bytes or a number with a unit such as 512m, 1g, 1GiB", s)
+	}
+	*b = byteSize(n)
+	return nil
+}
+
+// cpus is a flag.Value for a number of cores, stored in nano-CPUs as Docker
+// takes it.
+type cpus int64
+
+// String implements flag.Value.
+func (c *cpus) String() string {
+	return strconv.FormatFloat(float64(*c)/1e9, 'f', -1, 64)
+}
+
+// Set implements flag.Value.
+func (c *cpus) Set(s string) error {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f > 1e6 {
+		return fmt.Errorf("invalid CPU count %q: want a non-negative number of cores such as 1 or 0.5", s)
+	}
+	*c = cpus(math.Round(f * 1e9))
+	return nil
+}

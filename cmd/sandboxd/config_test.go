@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	c, err := parseConfig(nil, env("HOME", "/root"), io.Discard)
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	mc := c.manager
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen", c.listen, "127.0.0.1:50051"},
+		{"state dir", mc.StateDir, "/root/.local/state/sandboxd"},
+		{"idle ttl", mc.IdleTTL, 30 * time.Minute},
+		{"max lifetime", mc.MaxLifetime, time.Duration(0)},
+		{"image", mc.Image, "sandboxd-sandbox:latest"},
+		{"default memory", mc.DefaultLimits.MemoryBytes, int64(1 << 30)},
+		{"default cpus", mc.DefaultLimits.NanoCPUs, int64(1e9)},
+		{"max cpus", mc.MaxLimits.NanoCPUs, int64(runtime.NumCPU()) * 1e9},
+		{"default pids", mc.DefaultLimits.PidsLimit, int64(256)},
+		{"log level", c.logLevel, slog.LevelInfo},
+		{"shutdown", c.shutdownTimeout, 10 * time.Second},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
+	c, err := parseConfig(
+		[]string{"--listen", ":6000", "--default-memory", "512MiB", "--max-cpus=2.5", "--log-level", "debug"},
+		env("SANDBOXD_LISTEN", "ignored:1", "SANDBOXD_IDLE_TTL", "5m", "SANDBOXD_MAX_MEMORY", "2g",
+			"XDG_STATE_HOME", "/var/state", "SANDBOXD_DEFAULT_CPUS", "0.5"),
+		io.Discard)
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	mc := c.manager
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"listen (flag beats env)", c.listen, ":6000"},
+		{"idle ttl (env)", mc.IdleTTL, 5 * time.Minute},
+		{"default memory", mc.DefaultLimits.MemoryBytes, int64(512 << 20)},
+		{"max memory (env)", mc.MaxLimits.MemoryBytes, int64(2 << 30)},
+		{"default cpus (env)", mc.DefaultLimits.NanoCPUs, int64(5e8)},
+		{"max cpus", mc.MaxLimits.NanoCPUs, int64(25e8)},
+		{"state dir (XDG)", mc.StateDir, "/var/state/sandboxd"},
+		{"log level", c.logLevel, slog.LevelDebug},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s = %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  []string
+		want string
+	}{
+		{[]string{"--default-memory", "lots"}, nil, "invalid size"},
+		{[]string{"--default-cpus", "-1"}, nil, "invalid CPU count"},
+		{[]string{"--default-cpus", "NaN"}, nil, "invalid CPU count"},
+		{[]string{"--default-memory", "9g", "--max-memory", "8g"}, nil, "above --max-memory"},
+		{[]string{"--default-timeout", "2h"}, nil, "above --max-timeout"},
+		{[]string{"--idle-ttl", "0"}, nil, "--idle-ttl must be positive"},
+		{[]string{"--max-lifetime", "-1s"}, nil, "negative"},
+		{[]string{"--log-level", "chatty"}, nil, "log-level"},
+		{[]string{"--log-format", "xml"}, nil, "log-format"},
+		{[]string{"extra"}, nil, "unexpected argument"},
+		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
+		{nil, []string{"SANDBOXD_IDLE_TTL", "soon"}, "SANDBOXD_IDLE_TTL"},
+		{nil, []string{"HOME", ""}, "--state-dir is empty"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
+			kv := tt.env
+			if len(kv) == 0 || kv[0] != "HOME" {
+				kv = append([]string{"HOME", "/root"}, kv...)
+			}
+			_, err := parseConfig(tt.args, env(kv...), io.Discard)
+			var ue usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("error = %v, want a usage error", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := parseConfig([]string{"--help"}, env("HOME", "/root"), &out)
+	if !errors.Is(err, errHelp) {
+		t.Fatalf("error = %v, want errHelp", err)
+	}
+	for _, want := range []string{"-listen", "SANDBOXD_IDLE_TTL", "-default-memory"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,485 @@
+package main
+
+// End-to-end tests: the real sandboxd binary against the real Docker engine
+// and sandbox image, driven over gRPC and through the real sandboxctl binary.
+//
+// They skip when Docker or the image is unavailable, except under CI=true,
+// where that is a failure (so a broken CI setup cannot pass silently), and
+// in -short mode. SANDBOX_IMAGE (exported by the Makefile) and
+// SANDBOXD_E2E_RUNTIME (e.g. runsc) choose the image and runtime.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// e2eEnv is what every end-to-end test shares: built binaries and a state
+// directory.
+type e2eEnv struct {
+	sandboxd, sandboxctl string
+	stateDir             string
+	image, runtime       string
+}
+
+// needE2E skips (or, under CI=true, fails) when the prerequisites are
+// missing, and builds the binaries.
+func needE2E(t *testing.T) *e2eEnv {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test skipped in -short mode")
+	}
+	unavailable := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and %s", msg)
+		}
+		t.Skip(msg)
+	}
+	image := os.Getenv("SANDBOX_IMAGE")
+	if image == "" {
+		image = orchestrator.DefaultImage
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		unavailable("the docker CLI is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		unavailable("Docker is not reachable: %v: %s", err, bytes.TrimSpace(out))
+	}
+	if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		unavailable("image %s is missing (build it with make image): %v: %s", image, err, bytes.TrimSpace(out))
+	}
+
+	dir := t.TempDir()
+	env := &e2eEnv{
+		sandboxd:   filepath.Join(dir, "sandboxd"),
+		sandboxctl: filepath.Join(dir, "sandboxctl"),
+		stateDir:   filepath.Join(dir, "state"),
+		image:      image,
+		runtime:    os.Getenv("SANDBOXD_E2E_RUNTIME"),
+	}
+	for bin, pkg := range map[string]string{env.sandboxd: ".", env.sandboxctl: "../sandboxctl"} {
+		bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, pkg).CombinedOutput()
+		bcancel()
+		if err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	// Whatever a failed test leaves behind, no container outlives it.
+	t.Cleanup(func() { env.removeContainers(t) })
+	return env
+}
+
+// removeContainers force-removes the containers of this test's state dir.
+func (e *e2eEnv) removeContainers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+orchestrator.LabelStateDir+"="+e.stateDir).Output()
+	if err != nil {
+		t.Logf("listing leftover containers: %v", err)
+		return
+	}
+	if ids := strings.Fields(string(out)); len(ids) > 0 {
+		if out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput(); err != nil {
+			t.Logf("removing leftover containers: %v: %s", err, out)
+		}
+	}
+}
+
+// daemon is one running sandboxd process.
+type daemon struct {
+	cmd    *exec.Cmd
+	addr   string
+	logs   *lockedBuffer
+	exited chan error
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
+
+// start runs sandboxd on a free loopback port and waits until it serves.
+func (e *e2eEnv) start(t *testing.T) *daemon {
+	t.Helper()
+	args := []string{"--listen", "127.0.0.1:0", "--state-dir", e.stateDir, "--image", e.image, "--log-level", "debug",
+		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
+	if e.runtime != "" {
+		args = append(args, "--runtime", e.runtime)
+	}
+	cmd := exec.Command(e.sandboxd, args...)
+	cmd.Env = append(os.Environ(), "SANDBOXD_LISTEN=") // the flag, not the caller's env, decides
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting sandboxd: %v", err)
+	}
+	d := &daemon{cmd: cmd, logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	addrCh := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(d.logs, line)
+			if m := servingLine.FindStringSubmatch(line); m != nil {
+				select {
+				case addrCh <- m[1]:
+				default:
+				}
+			}
+		}
+		d.exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-d.exited
+		}
+		if t.Failed() {
+			t.Logf("sandboxd log:\n%s", d.logs.String())
+		}
+	})
+	select {
+	case d.addr = <-addrCh:
+	case err := <-d.exited:
+		t.Fatalf("sandboxd exited before serving: %v\n%s", err, d.logs.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("sandboxd did not serve within 2 minutes\n%s", d.logs.String())
+	}
+	return d
+}
+
+// stop sends SIGTERM and checks that sandboxd exits cleanly, in time.
+func (d *daemon) stop(t *testing.T) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case err := <-d.exited:
+		if err != nil {
+			t.Fatalf("sandboxd exited with %v after SIGTERM\n%s", err, d.logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("sandboxd did not exit within 30s of SIGTERM")
+	}
+}
+
+func (d *daemon) client(t *testing.T) (sandboxv1.SandboxServiceClient, *grpc.ClientConn) {
+	t.Helper()
+	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcapi.MaxSendMsgSize)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return sandboxv1.NewSandboxServiceClient(conn), conn
+}
+
+// e2eCtx bounds a whole test; container starts take seconds, not minutes.
+func e2eCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// outcome is a finished command as a client sees it.
+type outcome struct {
+	stdout, stderr string
+	results        []map[string]string
+	errs           []*sandboxv1.Error
+	done           *sandboxv1.Done
+	events         int
+}
+
+func execute(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient, req *sandboxv1.ExecuteRequest) outcome {
+	t.Helper()
+	s, err := c.Execute(ctx, req)
+	if err != nil {
+		t.Fatalf("Execute %q: %v", req.GetCode(), err)
+	}
+	return drain(t, s)
+}
+
+func drain(t *testing.T, s grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]) outcome {
+	t.Helper()
+	var o outcome
+	for {
+		ev, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("stream failed after %d events: %v", o.events, err)
+		}
+		o.events++
+		switch e := ev.GetEvent().(type) {
+		case *sandboxv1.ExecuteEvent_Stdout:
+			o.stdout += e.Stdout.GetText()
+		case *sandboxv1.ExecuteEvent_Stderr:
+			o.stderr += e.Stderr.GetText()
+		case *sandboxv1.ExecuteEvent_Result:
+			o.results = append(o.results, e.Result.GetData())
+		case *sandboxv1.ExecuteEvent_Display:
+			o.results = append(o.results, e.Display.GetData())
+		case *sandboxv1.ExecuteEvent_Error:
+			o.errs = append(o.errs, e.Error)
+		case *sandboxv1.ExecuteEvent_Done:
+			o.done = e.Done
+		}
+	}
+	if o.done == nil {
+		t.Fatalf("stream ended without done after %d events", o.events)
+	}
+	return o
+}
+
+func TestE2ELifecycle(t *testing.T) {
+	env := needE2E(t)
+	ctx := e2eCtx(t)
+	d := env.start(t)
+	c, conn := d.client(t)
+
+	hs, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || hs.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v; want SERVING", hs, err)
+	}
+
+	acq, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "e2e-alice"})
+	if err != nil {
+		t.Fatalf("AcquireSandbox: %v", err)
+	}
+	sbID := acq.GetSandbox().GetSandboxId()
+	if !acq.GetCreated() || acq.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING {
+		t.Fatalf("AcquireSandbox = %v; want a new running sandbox", acq)
+	}
+
+	// Python state persists between commands.
+	if o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: "x = 21"}); o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+		t.Fatalf("x = 21: %v", o.done)
+	}
+	o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: "print('hi')\nx * 2"})
+	if o.stdout != "hi\n" || len(o.results) != 1 || o.results[0]["text/plain"] != "42" {
+		t.Errorf("print + result: stdout %q, results %v", o.stdout, o.results)
+	}
+
+	// Idempotence: the same command ID replays, it does not run again.
+	req := &sandboxv1.ExecuteRequest{SandboxId: sbID, CommandId: "e2e-once", Code: "import random; print(random.random())"}
+	first, again := execute(t, ctx, c, req), execute(t, ctx, c, req)
+	if first.stdout == "" || first.stdout != again.stdout || first.events != again.events {
+		t.Errorf("retried command ran again: %q then %q", first.stdout, again.stdout)
+	}
+	// And its stream resumes after a given seq.
+	s, err := c.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: sbID, CommandId: "e2e-once", AfterSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resumed := drain(t, s); resumed.events != first.events-1 || resumed.stdout != first.stdout {
+		t.Errorf("resume after seq 1: %d events, stdout %q; want %d, %q", resumed.events, resumed.stdout, first.events-1, first.stdout)
+	}
+
+	// Errors, bash and timeouts.
+	o = execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: "undefined_name"})
+	if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_ERROR || len(o.errs) != 1 || o.errs[0].GetEname() != "NameError" {
+		t.Errorf("NameError: done %v, errors %v", o.done, o.errs)
+	}
+	o = execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Language: "bash", Code: "echo out; echo err >&2; exit 3"})
+	if o.stdout != "out\n" || o.stderr != "err\n" || o.done.GetExitCode() != 3 || o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_ERROR {
+		t.Errorf("bash: stdout %q stderr %q done %v", o.stdout, o.stderr, o.done)
+	}
+	o = execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: "import time; time.sleep(60)", Timeout: durationpb.New(time.Second)})
+	if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_TIMEOUT {
+		t.Errorf("timeout: done %v", o.done)
+	}
+
+	// Files: upload, see it from Python, list, download.
+	up, err := c.UploadFile(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB, several chunks
+	msgs := []*sandboxv1.UploadFileRequest{{Payload: &sandboxv1.UploadFileRequest_Header{Header: &sandboxv1.UploadFileHeader{SandboxId: sbID, Path: "in/data.bin"}}}}
+	for off := 0; off < len(payload); off += 1 << 20 {
+		msgs = append(msgs, &sandboxv1.UploadFileRequest{Payload: &sandboxv1.UploadFileRequest_Chunk{Chunk: payload[off:min(off+1<<20, len(payload))]}})
+	}
+	for _, m := range msgs {
+		if err := up.Send(m); err != nil {
+			t.Fatalf("upload send: %v", err)
+		}
+	}
+	ur, err := up.CloseAndRecv()
+	if err != nil || ur.GetFile().GetSize() != int64(len(payload)) {
+		t.Fatalf("upload: %v, %v", ur, err)
+	}
+	o = execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: "import os; print(os.path.getsize('in/data.bin'))\nopen('out.txt', 'w').write('hello')"})
+	if strings.TrimSpace(o.stdout) != fmt.Sprint(len(payload)) {
+		t.Errorf("python sees size %q, want %d", o.stdout, len(payload))
+	}
+	// The driver reports files changed since its previous look, which may
+	// include the upload; out.txt must be there in any case.
+	if !slices.ContainsFunc(o.done.GetFiles(), func(f *sandboxv1.FileRef) bool { return f.GetPath() == "out.txt" && f.GetSize() == 5 }) {
+		t.Errorf("done.files = %v, want out.txt (5 bytes) among them", o.done.GetFiles())
+	}
+	lf, err := c.ListFiles(ctx, &sandboxv1.ListFilesRequest{SandboxId: sbID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range lf.GetFiles() {
+		names = append(names, f.GetPath())
+	}
+	if strings.Join(names, ",") != "in,out.txt" {
+		t.Errorf("ListFiles = %v, want [in out.txt]", names)
+	}
+	dl, err := c.DownloadFile(ctx, &sandboxv1.DownloadFileRequest{SandboxId: sbID, Path: "in/data.bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for {
+		m, err := dl.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("download: %v", err)
+		}
+		got = append(got, m.GetChunk()...)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Errorf("downloaded %d bytes, differing from the %d uploaded", len(got), len(payload))
+	}
+
+	// A restart of sandboxd keeps the sandbox and its Python state.
+	d.stop(t)
+	d = env.start(t)
+	c, _ = d.client(t)
+	acq, err = c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "e2e-alice"})
+	if err != nil {
+		t.Fatalf("AcquireSandbox after restart: %v", err)
+	}
+	if acq.GetSandbox().GetSandboxId() != sbID || acq.GetCreated() || acq.GetStateLost() {
+		t.Fatalf("after restart got %v; want the same sandbox %s, not created", acq, sbID)
+	}
+	if o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: "x"}); len(o.results) != 1 || o.results[0]["text/plain"] != "21" {
+		t.Errorf("x after restart: %v %v", o.results, o.errs)
+	}
+
+	// The CLI, against the real server.
+	ctl := func(stdin string, args ...string) (string, string, int) {
+		cmd := exec.CommandContext(ctx, env.sandboxctl, append([]string{"--addr", d.addr}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("sandboxctl: %v", err)
+		}
+		return out.String(), errOut.String(), code
+	}
+	if out, errOut, code := ctl("print(x + 1)\n", "exec", "--user", "e2e-alice", "-"); code != 0 || out != "22\n" {
+		t.Errorf("sandboxctl exec: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, _, code := ctl("", "list"); code != 0 || !strings.Contains(out, sbID) || !strings.Contains(out, "e2e-alice") {
+		t.Errorf("sandboxctl list: exit %d:\n%s", code, out)
+	}
+	if out, errOut, code := ctl("", "kill", sbID); code != 0 || strings.TrimSpace(out) != sbID {
+		t.Errorf("sandboxctl kill: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetSandbox after kill: %v, want NotFound", err)
+	}
+	if _, errOut, code := ctl("", "kill", sbID); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("second kill: exit %d, stderr %q; want 1 and not found", code, errOut)
+	}
+	d.stop(t)
+}
+
+// TestE2ELargePlot: a plot larger than the /io artifact threshold and gRPC's
+// default 4 MiB message limit arrives whole, as a valid PNG.
+func TestE2ELargePlot(t *testing.T) {
+	env := needE2E(t)
+	ctx := e2eCtx(t)
+	d := env.start(t)
+	c, _ := d.client(t)
+	acq, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "e2e-plot"})
+	if err != nil {
+		t.Fatalf("AcquireSandbox: %v", err)
+	}
+	sbID := acq.GetSandbox().GetSandboxId()
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		c.DeleteSandbox(cctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sbID})
+	})
+	// Random noise does not compress: 1500x1500 pixels is several MiB of PNG.
+	code := "import numpy as np, matplotlib.pyplot as plt\n" +
+		"fig = plt.figure(figsize=(15, 15), dpi=100)\n" +
+		"plt.imshow(np.random.default_rng(0).random((1500, 1500, 3)))\n" +
+		"plt.show()"
+	o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sbID, Code: code})
+	if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+		t.Fatalf("plot failed: %v %v stderr %q", o.done, o.errs, o.stderr)
+	}
+	var png []byte
+	for _, r := range o.results {
+		if v, ok := r["image/png"]; ok {
+			if png, err = base64.StdEncoding.DecodeString(v); err != nil {
+				t.Fatalf("image/png is not base64: %v", err)
+			}
+		}
+	}
+	if len(png) < 4<<20 || !bytes.HasPrefix(png, []byte("\x89PNG\r\n\x1a\n")) {
+		t.Errorf("got a %d-byte image/png (header %q); want a PNG above 4 MiB", len(png), png[:min(8, len(png))])
+	}
+	d.stop(t)
+}

@@ -1,0 +1,133 @@
+// Command sandboxd serves the sandboxd gRPC API (proto/sandbox/v1): per-user,
+// long-lived code execution sandboxes in Docker containers.
+//
+// On start it reattaches to the sandboxes a previous run left behind (their
+// containers keep running across restarts), then serves. On SIGINT or SIGTERM
+// it reports NOT_SERVING, lets calls finish for --shutdown-timeout, and exits
+// leaving the containers running for the next start. Flags can also be set
+// through SANDBOXD_* environment variables; see sandboxd --help.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, stop, os.Args[1:], os.Getenv, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, errHelp):
+	default:
+		fmt.Fprintf(os.Stderr, "sandboxd: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// manager is what sandboxd needs of the domain: the API's calls, and Close
+// for shutdown.
+type manager interface {
+	grpcapi.Manager
+	Close() error
+}
+
+// run starts sandboxd and blocks until ctx is done (a signal) or serving
+// fails. stopSignals is called once shutdown begins, so a second Ctrl-C
+// kills the process at once instead of waiting for the graceful stop.
+func run(ctx context.Context, stopSignals func(), args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg, err := parseConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg, stderr)
+	cfg.manager.Logger = log
+
+	// Listen before the (possibly slow) reattachment, so a taken port or a
+	// typo in --listen fails at once.
+	lis, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	defer lis.Close()
+
+	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.manager.StateDir, "image", cfg.manager.Image, "runtime", cfg.manager.Runtime)
+	m, err := orchestrator.New(ctx, cfg.manager, nil)
+	if err != nil {
+		return fmt.Errorf("starting the sandbox manager: %w", err)
+	}
+	return serve(ctx, stopSignals, lis, m, cfg.shutdownTimeout, log)
+}
+
+// serve serves the API over m on lis until ctx is done, then shuts down:
+// NOT_SERVING first, then a graceful stop bounded by grace, then m.Close
+// (which leaves the containers running). It owns m from here on.
+func serve(ctx context.Context, stopSignals func(), lis net.Listener, m manager, grace time.Duration, log *slog.Logger) (err error) {
+	defer func() {
+		if cerr := m.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the sandbox manager: %w", cerr))
+		}
+	}()
+
+	srv := grpcapi.NewServer(m, log)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	srv.SetServing(true)
+	log.Info("serving", "listen", lis.Addr().String())
+
+	select {
+	case err := <-served:
+		// Serve only returns early on a listener failure.
+		srv.Stop()
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	stopSignals()
+	log.Info("shutting down", "grace", grace)
+	srv.SetServing(false)
+
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		// Long Execute streams would hold GracefulStop forever; their
+		// commands keep running and clients resume with StreamCommand.
+		log.Warn("grace period over; closing the remaining calls")
+		srv.Stop()
+		<-stopped
+	}
+	<-served // Serve returns once the server stopped; its error then is nil.
+	log.Info("gRPC server stopped")
+	return nil
+}
+
+// newLogger logs to stderr, where service managers collect it.
+func newLogger(cfg config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	if cfg.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
