@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -92,12 +91,13 @@ func (l *commandLog) lookup(id string) (end int64, ok bool, err error) {
 	return end, ok, nil
 }
 
-// appendLocked appends one encoded record (a complete line) with a single
-// write(2) on an O_APPEND descriptor, as ioproto.AppendLine does. It does not
-// use AppendLine because that opens a path: io/ belongs to the sandbox user,
-// so sandboxed code could replace stdin with a symlink to a host file, and
-// sandboxd (root) would append to it. Opening through os.Root confines the
-// open to io/, and the owner check refuses a file the sandbox made itself.
+// appendLocked appends one encoded record (a complete line) with
+// ioproto.AppendLineTo: a single write(2) on an O_APPEND descriptor. It does
+// not use ioproto.AppendLine because that opens a path: io/ belongs to the
+// sandbox user, so sandboxed code could replace stdin with a symlink to a
+// host file, and sandboxd (root) would append to it. Opening through os.Root
+// confines the open to io/, and the owner check refuses a file the sandbox
+// made itself.
 func (l *commandLog) appendLocked(line []byte) error {
 	root, err := os.OpenRoot(l.ioDir)
 	if err != nil {
@@ -115,16 +115,17 @@ func (l *commandLog) appendLocked(line []byte) error {
 	if l.partial {
 		line = append([]byte{'\n'}, line...)
 	}
-	n, err := f.Write(line)
-	if err == nil && n != len(line) {
-		err = io.ErrShortWrite
-	}
-	l.size += int64(n)
-	if err != nil {
+	if err := ioproto.AppendLineTo(f, line); err != nil {
+		n := len(line)
+		if ae := (*ioproto.AppendError)(nil); errors.As(err, &ae) {
+			n = ae.Written
+		}
+		l.size += int64(n)
 		// Whatever part of the line was written is debris now.
 		l.partial = n > 0 && line[n-1] != '\n'
 		return fmt.Errorf("append to command log: %w", err)
 	}
+	l.size += int64(len(line))
 	l.partial = false
 	return nil
 }

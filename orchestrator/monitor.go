@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 )
@@ -72,13 +71,9 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 	// Snapshot the registry before listing: a sandbox registered later has a
 	// container the list may not show yet, and must not be declared removed.
 	sbs := m.reg.all()
-	list, err := m.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: m.managedFilter()})
+	byID, err := m.listManaged(ctx)
 	if err != nil {
-		return dockerError("list containers", err)
-	}
-	byID := make(map[string]container.Summary, len(list))
-	for _, c := range list {
-		byID[c.ID] = c
+		return err
 	}
 	for _, sb := range sbs {
 		if st, _ := sb.status(); st == StateDead {

@@ -28,13 +28,9 @@ import (
 //
 // Each user's newest sandbox becomes their current one.
 func (m *Manager) reconcile(ctx context.Context) error {
-	list, err := m.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: m.managedFilter()})
+	containers, err := m.listManaged(ctx)
 	if err != nil {
-		return dockerError("list containers", err)
-	}
-	containers := make(map[string]container.Summary, len(list))
-	for _, c := range list {
-		containers[c.ID] = c
+		return err
 	}
 	root := filepath.Join(m.cfg.StateDir, sandboxesDir)
 	entries, err := os.ReadDir(root)
@@ -136,4 +132,17 @@ func (m *Manager) removeContainer(ctx context.Context, id string) error {
 		return dockerError("remove container", err)
 	}
 	return nil
+}
+
+// listManaged returns this Manager's containers, running or not, by ID.
+func (m *Manager) listManaged(ctx context.Context) (map[string]container.Summary, error) {
+	list, err := m.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: m.managedFilter()})
+	if err != nil {
+		return nil, dockerError("list containers", err)
+	}
+	byID := make(map[string]container.Summary, len(list))
+	for _, c := range list {
+		byID[c.ID] = c
+	}
+	return byID, nil
 }

@@ -120,23 +120,45 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 // write(2) on an O_APPEND descriptor, the only way the protocol allows lines
 // to be added. line must end with a newline.
 func AppendLine(path string, line []byte) error {
-	if len(line) == 0 || line[len(line)-1] != '\n' {
-		return errors.New("append: line must end with a newline")
-	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
 	}
-	n, werr := f.Write(line)
-	cerr := f.Close()
-	if werr == nil && n != len(line) {
-		werr = io.ErrShortWrite
+	werr := AppendLineTo(f, line)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
 	}
-	if werr != nil {
-		return werr
-	}
-	return cerr
+	return werr
 }
+
+// AppendLineTo is AppendLine on a descriptor the caller opened with
+// O_APPEND, for writers that must open the file in a confined way. A
+// failure is an *AppendError saying how many bytes reached the file.
+func AppendLineTo(f *os.File, line []byte) error {
+	if len(line) == 0 || line[len(line)-1] != '\n' {
+		return errors.New("append: line must end with a newline")
+	}
+	n, err := f.Write(line)
+	if err == nil && n != len(line) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return &AppendError{Written: n, Err: err}
+	}
+	return nil
+}
+
+// AppendError reports a failed append and how much of the line was
+// written, which a writer needs to repair the log's last line.
+type AppendError struct {
+	Written int
+	Err     error
+}
+
+func (e *AppendError) Error() string {
+	return fmt.Sprintf("append: %v (%d bytes written)", e.Err, e.Written)
+}
+func (e *AppendError) Unwrap() error { return e.Err }
 
 // LineReader reads complete lines from a file that others append to, keeping
 // its position between calls. Bytes after the last newline are left for a
