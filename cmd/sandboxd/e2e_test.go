@@ -143,13 +143,16 @@ func (b *lockedBuffer) String() string {
 var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
 
 // start runs sandboxd on a free loopback port and waits until it serves.
-func (e *e2eEnv) start(t *testing.T) *daemon {
+// extra flags come last, so they override the defaults (e.g. "--listen" with
+// a previous run's address, to restart on the same port).
+func (e *e2eEnv) start(t *testing.T, extra ...string) *daemon {
 	t.Helper()
 	args := []string{"--listen", "127.0.0.1:0", "--state-dir", e.stateDir, "--image", e.image, "--log-level", "debug",
 		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if e.runtime != "" {
 		args = append(args, "--runtime", e.runtime)
 	}
+	args = append(args, extra...)
 	cmd := exec.Command(e.sandboxd, args...)
 	cmd.Env = append(os.Environ(), "SANDBOXD_LISTEN=") // the flag, not the caller's env, decides
 	stderr, err := cmd.StderrPipe()
