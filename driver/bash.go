@@ -76,7 +76,7 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 			if it.eof {
 				eofs++
 			} else {
-				d.emit(ev, &ioproto.Event{Type: it.stream, Text: it.text})
+				d.emitText(ev, it.stream, it.text)
 			}
 		case <-st.timeoutC:
 			st.trigger(ioproto.StatusTimeout, d.cfg.Grace, func() { _ = syscall.Kill(-pgid, syscall.SIGINT) })

@@ -36,6 +36,9 @@ type Config struct {
 	// Grace is how long a command may keep running after SIGINT before it is
 	// killed.
 	Grace time.Duration
+	// MaxOutput caps the bytes of output and rich data one command may
+	// emit; the rest is discarded with a notice. 0 means no cap.
+	MaxOutput int64
 	// KeepMin, KeepMax and MaxAge set the pruning of old commands' files.
 	KeepMin, KeepMax int
 	MaxAge           time.Duration
@@ -471,15 +474,17 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 		// The driver is stopping; the next start reports the command.
 		return
 	}
+	truncated := outputTruncation(ev, d.cfg.MaxOutput)
 	done := &ioproto.Event{
-		Type:       ioproto.EventDone,
-		Status:     res.status,
-		DurationMS: time.Since(start).Milliseconds(),
-		StateLost:  res.stateLost,
-		Reason:     res.reason,
-		ExitCode:   res.exitCode,
-		Files:      ws.changed(ioproto.MaxFiles),
-		Time:       time.Now().UTC(),
+		Type:            ioproto.EventDone,
+		Status:          res.status,
+		DurationMS:      time.Since(start).Milliseconds(),
+		StateLost:       res.stateLost,
+		Reason:          joinReason(res.reason, truncated),
+		OutputTruncated: truncated != "",
+		ExitCode:        res.exitCode,
+		Files:           ws.changed(ioproto.MaxFiles),
+		Time:            time.Now().UTC(),
 	}
 	if err := ev.emit(done); err != nil {
 		d.log.Error("write done event", "command_id", rec.CommandID, "err", err)

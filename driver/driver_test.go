@@ -414,3 +414,40 @@ func TestDriverProtocolRobustness(t *testing.T) {
 		}
 	})
 }
+
+// TestDriverOutputCap runs commands that print far more than the cap: the
+// command still finishes normally, its events stay small, and it says what
+// happened.
+func TestDriverOutputCap(t *testing.T) {
+	b := startBox(t, boxOptions{env: []string{"SANDBOX_MAX_OUTPUT=1048576"}})
+	for name, cmd := range map[string][2]string{
+		"python": {"python", "import sys\nline = 'x' * 1023 + '\\n'\nfor _ in range(50_000):\n    sys.stdout.write(line)\n'finished'"},
+		"bash":   {"bash", "yes 0123456789 | head -c 50000000; echo; echo finished >&2"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			id := b.submit(cmd[0], cmd[1], 0)
+			evs := b.wait(id)
+			d := expectStatus(t, evs, ioproto.StatusOK, false)
+			if !d.OutputTruncated || !strings.Contains(d.Reason, "output truncated at the 1 MiB limit") {
+				t.Fatalf("done = %+v", d)
+			}
+			if n := len(stdout(evs)); n > 1<<20 || n < 1<<19 {
+				t.Fatalf("stdout kept %d bytes, want up to the 1 MiB cap", n)
+			}
+			var notice bool
+			for _, e := range ofType(evs, ioproto.EventStderr) {
+				notice = notice || strings.Contains(e.Text, "output truncated")
+			}
+			if !notice {
+				t.Fatal("no truncation notice on stderr")
+			}
+			info, err := os.Stat(filepath.Join(b.io, ioproto.OutDir, ioproto.EventsFileName(id)))
+			if err != nil || info.Size() > 2<<20 {
+				t.Fatalf("events file is %d bytes (%v); the cap should bound it", info.Size(), err)
+			}
+		})
+	}
+	if got := result(t, b.py("1 + 1"))["text/plain"]; got != "2" {
+		t.Fatalf("sandbox after a flood of output: %q", got)
+	}
+}

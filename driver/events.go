@@ -21,6 +21,9 @@ type eventsFile struct {
 	seq int64
 	// done is set once the done event is written; nothing may follow it.
 	done bool
+	// output counts the bytes of output and rich data emitted, against the
+	// driver's per-command cap; dropped counts what the cap discarded.
+	output, dropped int64
 }
 
 // errExists reports that a command already has an events file, which under

@@ -172,9 +172,9 @@ func (d *Driver) flushMsgs(k *kernel, ev *eventsFile, pending *[]kernelMsg, forc
 			k.emitted = max(k.emitted, m.Sync)
 			switch m.Type {
 			case "display":
-				d.emit(ev, &ioproto.Event{Type: ioproto.EventDisplay, Data: m.Data})
+				d.emitBundle(ev, ioproto.EventDisplay, m.Data)
 			case "result":
-				d.emit(ev, &ioproto.Event{Type: ioproto.EventResult, Data: m.Data})
+				d.emitBundle(ev, ioproto.EventResult, m.Data)
 			case "error":
 				d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: m.EName, EValue: m.EValue, Traceback: m.Traceback})
 			case "done":
@@ -237,7 +237,7 @@ func (d *Driver) releaseHeld(k *kernel, ev *eventsFile, i int, all bool) {
 				return
 			}
 		default:
-			d.emit(ev, &ioproto.Event{Type: it.stream, Text: it.text})
+			d.emitText(ev, it.stream, it.text)
 		}
 		s.held = s.held[1:]
 	}

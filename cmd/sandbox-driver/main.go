@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -32,6 +33,7 @@ func run() error {
 	fs.StringVar(&cfg.Python, "python", envOr("SANDBOX_PYTHON", "python3"), "Python interpreter for the kernel (env SANDBOX_PYTHON)")
 	fs.StringVar(&cfg.Wake, "wake", envOr("SANDBOX_WAKE", "auto"), `how to notice new commands: "auto", "inotify" or "poll" (env SANDBOX_WAKE)`)
 	fs.DurationVar(&cfg.Grace, "grace", 2*time.Second, "time a command gets to stop after SIGINT before it is killed")
+	fs.Int64Var(&cfg.MaxOutput, "max-output", envInt("SANDBOX_MAX_OUTPUT", 16<<20), "bytes of output one command may produce before the rest is discarded; 0 for no cap (env SANDBOX_MAX_OUTPUT)")
 	fs.IntVar(&cfg.KeepMin, "keep-min", 100, "finished commands whose output is always kept")
 	fs.IntVar(&cfg.KeepMax, "keep-max", 1000, "finished commands whose output is kept at most")
 	fs.DurationVar(&cfg.MaxAge, "max-age", time.Hour, "age after which output beyond keep-min is pruned")
@@ -52,6 +54,13 @@ func run() error {
 		return err
 	}
 	return d.Run(ctx)
+}
+
+func envInt(key string, def int64) int64 {
+	if v, err := strconv.ParseInt(os.Getenv(key), 10, 64); err == nil {
+		return v
+	}
+	return def
 }
 
 func envOr(key, def string) string {
