@@ -27,7 +27,9 @@ const (
 
 // MaxRecordLen bounds one line of /io/stdin. Longer lines are malformed; the
 // bound keeps a runaway writer from making the driver buffer without limit.
-const MaxRecordLen = 2 << 20
+// It leaves room for 1 MiB of code even when JSON escaping makes every byte
+// six (control characters become \u00XX).
+const MaxRecordLen = 8 << 20
 
 // MaxCommandIDLen bounds a command ID; IDs name files, so they stay short.
 const MaxCommandIDLen = 128
