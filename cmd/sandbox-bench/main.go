@@ -1,0 +1,184 @@
+// Command sandbox-bench measures sandboxd against what its users would
+// otherwise use, side by side in one run on one machine, and prints one
+// table (or JSON, or Markdown for BENCHMARKS.md).
+//
+// It drives sandboxd only through its public gRPC API: a running one
+// (--addr), or one it builds and starts itself with a temporary state
+// directory (the default), which also lets it measure a restart's reattach
+// time, sandboxd's memory while streaming and, when sandboxd has
+// --warm-pool, a new user's first result from a warm pool. The peers are
+// measured in the same run: `docker exec` and `docker run --rm` per call,
+// and a local Jupyter kernel when Debian's python3-ipykernel and
+// python3-jupyter-client are installed.
+//
+// Every size is a flag, so CI can smoke-run it in seconds:
+//
+//	sandbox-bench --iterations 5 --users 2 --idle-sandboxes 2 --reattach 2 --stream-mb 1
+//
+// Timings are reported, never asserted.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// Sizes are the amounts of work the benchmark does.
+type Sizes struct {
+	Iterations        int           `json:"iterations"`      // timed warm round trips (sandboxd and Jupyter)
+	Warmup            int           `json:"warmup"`          // untimed round trips before them
+	PeerIterations    int           `json:"peer_iterations"` // docker exec and docker run calls
+	Cold              int           `json:"cold"`            // cold sandbox creations
+	WarmPool          int           `json:"warm_pool"`       // sandboxd --warm-pool size
+	PoolAcquisitions  int           `json:"pool_acquisitions"`
+	Users             int           `json:"users"` // concurrent users for throughput
+	Duration          time.Duration `json:"duration"`
+	IdleSandboxes     int           `json:"idle_sandboxes"`
+	MemoryBudgetBytes int64         `json:"memory_budget_bytes"`
+	Reattach          int           `json:"reattach"`
+	StreamMB          int           `json:"stream_mb"`
+}
+
+func (s Sizes) String() string {
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d",
+		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
+		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB)
+}
+
+// config is the parsed command line.
+type config struct {
+	Sizes
+	addr          string // running sandboxd; empty: start one
+	pid           int    // its process, for RSS (with addr)
+	sandboxd      string // binary to start; empty: go build it
+	image         string
+	runtime       string
+	jupyterPython string
+	format        string // table, json or markdown
+}
+
+func parseConfig(args []string, out io.Writer) (config, error) {
+	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)
+	fs.SetOutput(out)
+	var c config
+	budget := "16GiB"
+	var asJSON, asMarkdown bool
+	fs.StringVar(&c.addr, "addr", "", "`address` of a running sandboxd to measure; empty: build and start one with a temporary state directory")
+	fs.IntVar(&c.pid, "pid", 0, "process ID of the sandboxd at --addr, to measure its memory while streaming")
+	fs.StringVar(&c.sandboxd, "sandboxd", "", "sandboxd `binary` to start (empty: go build ./cmd/sandboxd, which needs the repository)")
+	fs.StringVar(&c.image, "image", envOr("SANDBOX_IMAGE", orchestrator.DefaultImage), "sandbox `image` (env SANDBOX_IMAGE), also used by the docker run peer")
+	fs.StringVar(&c.runtime, "runtime", "", "Docker `runtime` for sandboxes and peers, e.g. runsc (empty: the engine's default)")
+	fs.StringVar(&c.jupyterPython, "jupyter-python", defaultJupyterPython(), "`python` with jupyter_client and ipykernel, for the Jupyter peer")
+	fs.IntVar(&c.Iterations, "iterations", 1000, "timed warm round trips, for sandboxd and the Jupyter peer")
+	fs.IntVar(&c.Warmup, "warmup", 50, "untimed round trips before the timed ones")
+	fs.IntVar(&c.PeerIterations, "peer-iterations", 30, "calls of the docker exec and docker run peers")
+	fs.IntVar(&c.Cold, "cold", 10, "cold sandbox creations to time")
+	fs.IntVar(&c.WarmPool, "warm-pool", 4, "sandboxd --warm-pool size for the warm-pool figure (0: skip it)")
+	fs.IntVar(&c.PoolAcquisitions, "pool-acquisitions", 10, "new users served from the warm pool to time")
+	fs.IntVar(&c.Users, "users", 20, "concurrent users for the throughput figure")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long the throughput figures (ours and the peer's) run")
+	fs.IntVar(&c.IdleSandboxes, "idle-sandboxes", 20, "idle sandboxes whose memory is measured")
+	fs.StringVar(&budget, "memory-budget", budget, "memory `size` for the \"idle sandboxes that fit\" figure")
+	fs.IntVar(&c.Reattach, "reattach", 100, "live sandboxes a restarted sandboxd reattaches")
+	fs.IntVar(&c.StreamMB, "stream-mb", 100, "megabytes (10^6 bytes) of output streamed by one command")
+	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&asMarkdown, "markdown", false, "print a Markdown table (as in BENCHMARKS.md)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	n, err := units.RAMInBytes(budget)
+	if err != nil || n <= 0 {
+		return c, fmt.Errorf("--memory-budget %q: want a size such as 16GiB", budget)
+	}
+	c.MemoryBudgetBytes = n
+	switch {
+	case asJSON && asMarkdown:
+		return c, errors.New("--json and --markdown exclude each other")
+	case asJSON:
+		c.format = "json"
+	case asMarkdown:
+		c.format = "markdown"
+	default:
+		c.format = "table"
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"iterations", c.Iterations}, {"peer-iterations", c.PeerIterations}, {"cold", c.Cold}, {"users", c.Users},
+		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}} {
+		if v.n < 1 {
+			return c, fmt.Errorf("--%s must be at least 1", v.name)
+		}
+	}
+	if c.Warmup < 0 || c.WarmPool < 0 || c.PoolAcquisitions < 1 {
+		return c, errors.New("--warmup and --warm-pool must not be negative, --pool-acquisitions must be at least 1")
+	}
+	if c.Duration <= 0 {
+		return c, errors.New("--duration must be positive")
+	}
+	if c.pid != 0 && c.addr == "" {
+		return c, errors.New("--pid only goes with --addr")
+	}
+	return c, nil
+}
+
+// defaultJupyterPython prefers Debian's interpreter, where apt installs
+// jupyter_client, over whatever python3 comes first on PATH.
+func defaultJupyterPython() string {
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox-bench: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, cfg, os.Stderr)
+	if rep != nil {
+		var werr error
+		switch cfg.format {
+		case "json":
+			werr = rep.WriteJSON(os.Stdout)
+		case "markdown":
+			werr = rep.WriteMarkdown(os.Stdout)
+		default:
+			werr = rep.WriteTable(os.Stdout)
+		}
+		err = errors.Join(err, werr)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandbox-bench: %v\n", strings.TrimSpace(err.Error()))
+		os.Exit(1)
+	}
+}

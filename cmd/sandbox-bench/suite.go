@@ -1,0 +1,253 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// The figures, in the order of the table.
+var (
+	mWarmP50       = metric{"warm_p50", "warm exec round trip p50 (x * 2, with state)", "ms", true, "faster", "slower"}
+	mWarmP90       = metric{"warm_p90", "warm exec round trip p90", "ms", true, "faster", "slower"}
+	mWarmP99       = metric{"warm_p99", "warm exec round trip p99", "ms", true, "faster", "slower"}
+	mWarmRun       = metric{"warm_vs_docker_run", "warm exec round trip p50", "ms", true, "faster", "slower"}
+	mWarmJupyter50 = metric{"warm_vs_jupyter_p50", "warm exec round trip p50", "ms", true, "faster", "slower"}
+	mWarmJupyter99 = metric{"warm_vs_jupyter_p99", "warm exec round trip p99", "ms", true, "faster", "slower"}
+	mCold          = metric{"cold_first_result", "new user's first result, no pool (p50)", "ms", true, "faster", "slower"}
+	mPool          = metric{"pool_first_result", "new user's first result, warm pool (p50)", "ms", true, "faster", "slower"}
+	mThroughput    = metric{"throughput", "aggregate executions/s", "exec/s", false, "more", "fewer"}
+	mIdleMemory    = metric{"idle_memory", "memory per idle sandbox (cgroup working set)", "MiB", true, "less", "more"}
+	mIdleFit       = metric{"idle_fit", "idle sandboxes that fit in the budget", "sandboxes", false, "more", "fewer"}
+	mReattach      = metric{"reattach_serving", "restart to health SERVING", "ms", true, "faster", "slower"}
+	mReattachGet   = metric{"reattach_first_get", "restart to first successful GetSandbox", "ms", true, "faster", "slower"}
+	mStream        = metric{"stream_throughput", "streamed output of one command", "MB/s", false, "faster", "slower"}
+	mStreamRSS     = metric{"stream_peak_rss", "sandboxd peak RSS while streaming", "MiB", true, "less", "more"}
+)
+
+// RowKeys lists every row a complete report has, in order.
+var RowKeys = []string{
+	mWarmP50.key, mWarmP90.key, mWarmP99.key, mWarmRun.key, mWarmJupyter50.key, mWarmJupyter99.key,
+	mCold.key, mPool.key, mThroughput.key, mIdleMemory.key, mIdleFit.key,
+	mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key,
+}
+
+const mib = 1 << 20
+
+// nan marks a figure that was not measured.
+var nan = math.NaN()
+
+// bench is one run of the suite.
+type bench struct {
+	cfg   config
+	log   io.Writer
+	rep   *Report
+	runID string
+	tmp   string // temporary directory (binary, state)
+
+	dcfg daemonConfig // when self-started
+	d    *daemon      // nil with --addr
+	c    *client
+
+	mu      sync.Mutex
+	created []string // sandboxes to delete at the end (with --addr)
+
+	// Figures later phases compare with.
+	coldP50      float64
+	dockerRunP50 float64
+	jupyterRSS   int64
+	errs       []error
+}
+
+// run measures everything and returns the report, also when some figure
+// failed (the error then says which).
+func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
+	b := &bench{cfg: cfg, log: progress, runID: randomID(), coldP50: nan, dockerRunP50: nan}
+	b.rep = &Report{Date: time.Now().UTC(), CPUs: runtime.NumCPU(), Kernel: kernelRelease(), Runtime: cfg.runtime,
+		Image: cfg.image, Sizes: cfg.Sizes, DockerVersion: dockerVersion(ctx)}
+	tmp, err := os.MkdirTemp("", "sandbox-bench-")
+	if err != nil {
+		return nil, err
+	}
+	b.tmp = tmp
+	defer os.RemoveAll(tmp)
+
+	if err := b.connect(ctx); err != nil {
+		return nil, err
+	}
+	defer b.cleanup()
+
+	b.phase("warm round trips", b.warm)
+	b.phase("cold starts", b.cold)
+	fleet, err := b.fleet(ctx)
+	if err != nil {
+		b.fail(err, mThroughput, mIdleMemory, mIdleFit, mReattach, mReattachGet)
+	} else {
+		b.phase("throughput", func(ctx context.Context) error { return b.throughput(ctx, fleet[:b.cfg.Users]) })
+		b.phase("idle memory", func(ctx context.Context) error { return b.idleMemory(ctx, fleet[:b.cfg.IdleSandboxes]) })
+		b.phase("reattach", func(ctx context.Context) error { return b.reattach(ctx, fleet[:b.cfg.Reattach]) })
+	}
+	b.phase("streaming", b.stream)
+	b.phase("warm pool", b.warmPool)
+	b.sortRows()
+	return b.rep, errors.Join(b.errs...)
+}
+
+// connect starts sandboxd (unless --addr) and connects to it.
+func (b *bench) connect(ctx context.Context) error {
+	addr := b.cfg.addr
+	if addr == "" {
+		bin := b.cfg.sandboxd
+		if bin == "" {
+			b.progress("building sandboxd")
+			var err error
+			if bin, err = buildSandboxd(ctx, b.tmp); err != nil {
+				return err
+			}
+		}
+		b.dcfg = daemonConfig{binary: bin, stateDir: filepath.Join(b.tmp, "state"), image: b.cfg.image, runtime: b.cfg.runtime}
+		b.progress("starting sandboxd")
+		d, err := startDaemon(ctx, b.dcfg, "127.0.0.1:0")
+		if err != nil {
+			removeContainers(b.dcfg.stateDir)
+			return err
+		}
+		b.d, addr = d, d.addr
+		b.rep.Sandboxd = "self-started (" + bin + ")"
+	} else {
+		b.rep.Sandboxd = "at " + addr
+	}
+	c, err := dial(addr, b.runID)
+	if err != nil {
+		return err
+	}
+	b.c = c
+	return nil
+}
+
+// cleanup removes everything the run created.
+func (b *bench) cleanup() {
+	if b.d == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(4)
+		for _, id := range b.created {
+			g.Go(func() error {
+				if err := b.c.delete(gctx, id); err != nil {
+					b.progress("deleting sandbox %s: %v", id, err)
+				}
+				return nil
+			})
+		}
+		g.Wait()
+	}
+	b.c.close()
+	if b.d != nil {
+		if err := b.d.stop(); err != nil {
+			b.progress("stopping sandboxd: %v", err)
+		}
+		if err := removeContainers(b.dcfg.stateDir); err != nil {
+			b.progress("removing containers: %v", err)
+		}
+	}
+}
+
+// phase runs one part of the suite, recording its failure.
+func (b *bench) phase(name string, fn func(context.Context) error) {
+	b.progress("%s", name)
+	start := time.Now()
+	if err := fn(context.Background()); err != nil {
+		b.errs = append(b.errs, fmt.Errorf("%s: %w", name, err))
+		b.progress("%s failed: %v", name, err)
+		return
+	}
+	b.progress("%s done in %v", name, time.Since(start).Round(time.Millisecond))
+}
+
+// fail records rows for figures an earlier failure left unmeasured.
+func (b *bench) fail(err error, ms ...metric) {
+	b.errs = append(b.errs, err)
+	for _, m := range ms {
+		b.rep.add(row(m, nan, "", nan, nil, "not measured: "+err.Error()))
+	}
+}
+
+func (b *bench) progress(format string, args ...any) {
+	fmt.Fprintf(b.log, "sandbox-bench: "+format+"\n", args...)
+}
+
+// user names a benchmark user; the run ID keeps runs against one long-lived
+// sandboxd apart.
+func (b *bench) user(name string) string { return "bench-" + b.runID + "-" + name }
+
+// newSandbox acquires a sandbox for a new user and remembers it for cleanup.
+func (b *bench) newSandbox(ctx context.Context, name string, env map[string]string) (string, error) {
+	id, err := b.c.acquire(ctx, b.user(name), env)
+	if err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	b.created = append(b.created, id)
+	b.mu.Unlock()
+	return id, nil
+}
+
+// sortRows puts the rows in RowKeys order (phases may add them out of it).
+func (b *bench) sortRows() {
+	order := map[string]int{}
+	for i, k := range RowKeys {
+		order[k] = i
+	}
+	rows := b.rep.Rows
+	sorted := make([]Row, 0, len(rows))
+	for _, k := range RowKeys {
+		for _, r := range rows {
+			if r.Key == k {
+				sorted = append(sorted, r)
+			}
+		}
+	}
+	for _, r := range rows {
+		if _, known := order[r.Key]; !known {
+			sorted = append(sorted, r)
+		}
+	}
+	b.rep.Rows = sorted
+}
+
+// randomID names one run.
+func randomID() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func kernelRelease() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return runtime.GOOS
+	}
+	return "Linux " + strings.TrimSpace(string(b))
+}
+
+func dockerVersion(ctx context.Context) string {
+	out, err := exec.CommandContext(ctx, "docker", "version", "--format", "{{.Server.Version}}").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(out))
+}
