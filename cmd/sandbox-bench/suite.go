@@ -69,7 +69,7 @@ type bench struct {
 	coldP50      float64
 	dockerRunP50 float64
 	jupyterRSS   int64
-	errs       []error
+	errs         []error
 }
 
 // run measures everything and returns the report, also when some figure
