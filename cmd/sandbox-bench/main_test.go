@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// needDocker skips (or, under CI=true, fails) when Docker or the sandbox
+// image is unavailable, and returns the image.
+func needDocker(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs Docker; skipped in -short mode")
+	}
+	unavailable := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true and %s", msg)
+		}
+		t.Skip(msg)
+	}
+	image := envOr("SANDBOX_IMAGE", orchestrator.DefaultImage)
+	if _, err := exec.LookPath("docker"); err != nil {
+		unavailable("the docker CLI is not installed")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
+		unavailable("Docker or image %s is unavailable (make image): %v: %s", image, err, bytes.TrimSpace(out))
+	}
+	return image
+}
+
+// TestSmoke runs the whole benchmark with tiny sizes against the real
+// sandboxd, Docker and image, as CI does: it must complete and report every
+// figure in every format. Timings are not checked; that is what the
+// benchmark is for.
+func TestSmoke(t *testing.T) {
+	image := needDocker(t)
+	cfg, err := parseConfig([]string{"--image", image, "--iterations", "5", "--warmup", "1", "--peer-iterations", "1",
+		"--cold", "1", "--warm-pool", "1", "--pool-acquisitions", "1", "--users", "2", "--duration", "300ms",
+		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	rep, err := run(t.Context(), cfg, &progress)
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
+	}
+
+	if len(rep.Rows) != len(RowKeys) {
+		t.Errorf("%d rows, want %d", len(rep.Rows), len(RowKeys))
+	}
+	for i, r := range rep.Rows {
+		if i < len(RowKeys) && r.Key != RowKeys[i] {
+			t.Errorf("row %d is %q, want %q", i, r.Key, RowKeys[i])
+		}
+		if r.Value == nil && r.Note == "" {
+			t.Errorf("row %s has no value and no note saying why", r.Key)
+		}
+		if r.Value != nil && r.Target != "" && r.Met == nil {
+			t.Errorf("row %s has a value and a target but no verdict", r.Key)
+		}
+	}
+	// The figures every machine with Docker can produce are there.
+	for _, k := range []string{mWarmP50.key, mWarmP99.key, mCold.key, mThroughput.key, mIdleMemory.key, mIdleFit.key,
+		mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key} {
+		if r := find(rep, k); r == nil || r.Value == nil {
+			t.Errorf("row %s was not measured: %+v", k, r)
+		}
+	}
+	if r := find(rep, mWarmP50.key); r != nil && r.PeerValue == nil {
+		t.Errorf("the docker exec peer was not measured: %s", r.Note)
+	}
+
+	var table, md, js bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Rows {
+		for name, out := range map[string]string{"table": table.String(), "markdown": md.String()} {
+			if !strings.Contains(out, r.Metric) {
+				t.Errorf("%s output lacks %q:\n%s", name, r.Metric, out)
+			}
+		}
+	}
+	var back Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil || len(back.Rows) != len(rep.Rows) {
+		t.Errorf("JSON output does not decode to the report: %v\n%s", err, js.String())
+	}
+	t.Logf("\n%s", table.String())
+}
+
+func find(rep *Report, key string) *Row {
+	for i := range rep.Rows {
+		if rep.Rows[i].Key == key {
+			return &rep.Rows[i]
+		}
+	}
+	return nil
+}
+
+// TestPercentileNearestRank pins the percentile definition the table uses:
+// a reported p99 is a sample that occurred, never an interpolation.
+func TestPercentileNearestRank(t *testing.T) {
+	var l latencies
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		l = append(l, time.Duration(i)*time.Millisecond)
+	}
+	for p, want := range map[float64]time.Duration{50: 50 * time.Millisecond, 90: 90 * time.Millisecond, 99: 99 * time.Millisecond, 100: 100 * time.Millisecond, 0.1: time.Millisecond} {
+		if got := l.percentile(p); got != want {
+			t.Errorf("p%v = %v, want %v", p, got, want)
+		}
+	}
+	if got := (latencies{7 * time.Millisecond, 3 * time.Millisecond}).percentile(99); got != 7*time.Millisecond {
+		t.Errorf("p99 of two samples = %v, want the larger", got)
+	}
+}
+
+// TestRowRatioAndVerdict checks the ratio's direction for both kinds of
+// figure and that ratio targets judge the ratio, not the value.
+func TestRowRatioAndVerdict(t *testing.T) {
+	r := row(mWarmP50, 2, "peer", 200, both(atMost(1, "≤ 1 ms"), ratioAtLeast(50, "≥ 50×")), "")
+	if r.Ratio == nil || *r.Ratio != 100 || r.RatioText != "100× faster" {
+		t.Errorf("latency ratio = %v %q, want 100 \"100× faster\"", r.Ratio, r.RatioText)
+	}
+	if r.Met == nil || *r.Met {
+		t.Errorf("2 ms met a ≤ 1 ms target: %+v", r)
+	}
+	r = row(mThroughput, 50, "peer", 100, ratioAtLeast(1, "more than the peer"), "")
+	if r.Ratio == nil || *r.Ratio != 0.5 || r.RatioText != "2.00× fewer" || r.Met == nil || *r.Met {
+		t.Errorf("throughput half the peer's: %+v", r)
+	}
+	r = row(mIdleMemory, nan, "peer", 10, atMost(30, "≤ 30 MiB"), "failed")
+	if r.Value != nil || r.Ratio != nil || r.Met != nil {
+		t.Errorf("an unmeasured figure got a value, ratio or verdict: %+v", r)
+	}
+}
