@@ -13,8 +13,19 @@
 // not retry unchanged); NOT_FOUND means the sandbox, command or file does not
 // exist (never existed, expired, or was deleted); FAILED_PRECONDITION means
 // the request is valid but the system cannot serve it now (sandbox dead,
-// image missing); RESOURCE_EXHAUSTED means a cap was reached; UNAVAILABLE
-// means a dependency (the Docker engine) is down and the call may be retried.
+// image missing); RESOURCE_EXHAUSTED means a cap was reached (the message
+// names it); UNAVAILABLE means a dependency (the Docker engine) is down and
+// the call may be retried; UNAUTHENTICATED means the call carried no valid
+// token.
+//
+// Authentication and tenants: a server started with sandboxd --auth-tokens
+// requires every call except the standard health service to carry
+// "authorization: Bearer <token>" metadata. Each token belongs to a tenant
+// and has a role. A "user" token sees, runs code in and deletes only its own
+// tenant's sandboxes: another tenant's sandbox answers NOT_FOUND exactly as
+// a sandbox that does not exist. An "admin" token sees every tenant's
+// sandboxes (AcquireSandbox still acquires in its own tenant). A server
+// without tokens has one tenant, "default", and every caller is an admin.
 //
 // Message sizes: rich outputs (plots) are sent inline and one ExecuteEvent can
 // be several MiB large. Clients should raise their maximum receive message
@@ -178,7 +189,15 @@ type ResourceLimits struct {
 	// 500000000 half of one.
 	NanoCpus int64 `protobuf:"varint,2,opt,name=nano_cpus,json=nanoCpus,proto3" json:"nano_cpus,omitempty"`
 	// pids_limit caps the number of processes and threads in the sandbox.
-	PidsLimit     int64 `protobuf:"varint,3,opt,name=pids_limit,json=pidsLimit,proto3" json:"pids_limit,omitempty"`
+	PidsLimit int64 `protobuf:"varint,3,opt,name=pids_limit,json=pidsLimit,proto3" json:"pids_limit,omitempty"`
+	// disk_bytes caps what the sandbox can store in /workspace, in bytes.
+	// Writing past it fails inside the sandbox with "No space left on device"
+	// (ENOSPC) and never fills the host's disk; the sandbox keeps working once
+	// files are deleted. /io, where the sandbox's command log and outputs live,
+	// has a separate bound set by the server (sandboxd --io-disk). 0 in a
+	// response means the server does not bound disk use (sandboxd
+	// --disk-volumes=false).
+	DiskBytes     int64 `protobuf:"varint,4,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,13 +253,27 @@ func (x *ResourceLimits) GetPidsLimit() int64 {
 	return 0
 }
 
+func (x *ResourceLimits) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
 // SandboxOptions are the settings chosen when a sandbox is created.
 type SandboxOptions struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// limits requested for the sandbox; unset fields take the server defaults.
 	Limits *ResourceLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
 	// env holds environment variables set in every process of the sandbox.
-	Env           map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// A sandbox with env is always created fresh, never taken from the
+	// server's warm pool (a running container's environment cannot change).
+	Env map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// network, when true, gives the sandbox outbound network access (Docker's
+	// default bridge). Without it a sandbox has no network interface but
+	// loopback. Servers refuse it with INVALID_ARGUMENT unless started with
+	// sandboxd --allow-network, which is not available under gVisor (runsc).
+	Network       bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +322,13 @@ func (x *SandboxOptions) GetEnv() map[string]string {
 	return nil
 }
 
+func (x *SandboxOptions) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -313,7 +353,14 @@ type Sandbox struct {
 	// image is the container image the sandbox runs.
 	Image string `protobuf:"bytes,8,opt,name=image,proto3" json:"image,omitempty"`
 	// limits are the resource limits in force.
-	Limits        *ResourceLimits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *ResourceLimits `protobuf:"bytes,9,opt,name=limits,proto3" json:"limits,omitempty"`
+	// tenant is the tenant the sandbox belongs to: the one named by the token
+	// that acquired it, or "default" on a server without authentication.
+	// User IDs are scoped by tenant, so two tenants' "alice" are two users.
+	Tenant string `protobuf:"bytes,10,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// network is true when the sandbox has outbound network access
+	// (SandboxOptions.network).
+	Network       bool `protobuf:"varint,11,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -409,6 +456,20 @@ func (x *Sandbox) GetLimits() *ResourceLimits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *Sandbox) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Sandbox) GetNetwork() bool {
+	if x != nil {
+		return x.Network
+	}
+	return false
 }
 
 // AcquireSandboxRequest asks for the user's sandbox.
@@ -646,13 +707,19 @@ func (x *GetSandboxResponse) GetSandbox() *Sandbox {
 	return nil
 }
 
-// ListSandboxesRequest filters the sandboxes to list. Empty fields match all.
+// ListSandboxesRequest filters the sandboxes to list. Empty fields match
+// all. A caller sees only its own tenant's sandboxes unless its token has the
+// admin role.
 type ListSandboxesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// user_id, when set, lists only that user's sandboxes.
+	// user_id, when set, lists only that user's sandboxes (in every tenant the
+	// caller can see).
 	UserId string `protobuf:"bytes,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// state, when not UNSPECIFIED, lists only sandboxes in that state.
-	State         SandboxState `protobuf:"varint,2,opt,name=state,proto3,enum=sandbox.v1.SandboxState" json:"state,omitempty"`
+	State SandboxState `protobuf:"varint,2,opt,name=state,proto3,enum=sandbox.v1.SandboxState" json:"state,omitempty"`
+	// tenant, when set, lists only that tenant's sandboxes. For a caller
+	// without the admin role, any tenant but its own matches nothing.
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,6 +766,13 @@ func (x *ListSandboxesRequest) GetState() SandboxState {
 		return x.State
 	}
 	return SandboxState_SANDBOX_STATE_UNSPECIFIED
+}
+
+func (x *ListSandboxesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
 }
 
 // ListSandboxesResponse lists sandboxes.
@@ -843,7 +917,9 @@ type ExecuteRequest struct {
 	// share one interpreter, so variables persist between commands; each bash
 	// command is a fresh shell. Both run in /workspace.
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
-	// code is the source to run; it may be empty. At most 1 MiB (UTF-8).
+	// code is the source to run; it may be empty. At most 1 MiB of UTF-8, or
+	// less when the server says so (sandboxd --max-code); longer code is
+	// INVALID_ARGUMENT.
 	Code string `protobuf:"bytes,4,opt,name=code,proto3" json:"code,omitempty"`
 	// timeout is the command's wall-clock limit, counted from when it starts
 	// (not while queued behind another command). Unset or zero means the
@@ -2187,18 +2263,21 @@ var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"\x18sandbox/v1/sandbox.proto\x12\n" +
-	"sandbox.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"o\n" +
+	"sandbox.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8e\x01\n" +
 	"\x0eResourceLimits\x12!\n" +
 	"\fmemory_bytes\x18\x01 \x01(\x03R\vmemoryBytes\x12\x1b\n" +
 	"\tnano_cpus\x18\x02 \x01(\x03R\bnanoCpus\x12\x1d\n" +
 	"\n" +
-	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\"\xb3\x01\n" +
+	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xcd\x01\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
-	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x1a6\n" +
+	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
+	"\anetwork\x18\x03 \x01(\bR\anetwork\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x03\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -2211,7 +2290,10 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x14\n" +
 	"\x05image\x18\b \x01(\tR\x05image\x122\n" +
-	"\x06limits\x18\t \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\"f\n" +
+	"\x06limits\x18\t \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x12\x16\n" +
+	"\x06tenant\x18\n" +
+	" \x01(\tR\x06tenant\x12\x18\n" +
+	"\anetwork\x18\v \x01(\bR\anetwork\"f\n" +
 	"\x15AcquireSandboxRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x124\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\xd9\x01\n" +
@@ -2226,10 +2308,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"C\n" +
 	"\x12GetSandboxResponse\x12-\n" +
-	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"_\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"w\n" +
 	"\x14ListSandboxesRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12.\n" +
-	"\x05state\x18\x02 \x01(\x0e2\x18.sandbox.v1.SandboxStateR\x05state\"J\n" +
+	"\x05state\x18\x02 \x01(\x0e2\x18.sandbox.v1.SandboxStateR\x05state\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"J\n" +
 	"\x15ListSandboxesResponse\x121\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x13.sandbox.v1.SandboxR\tsandboxes\"5\n" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +

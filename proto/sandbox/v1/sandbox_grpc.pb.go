@@ -13,8 +13,19 @@
 // not retry unchanged); NOT_FOUND means the sandbox, command or file does not
 // exist (never existed, expired, or was deleted); FAILED_PRECONDITION means
 // the request is valid but the system cannot serve it now (sandbox dead,
-// image missing); RESOURCE_EXHAUSTED means a cap was reached; UNAVAILABLE
-// means a dependency (the Docker engine) is down and the call may be retried.
+// image missing); RESOURCE_EXHAUSTED means a cap was reached (the message
+// names it); UNAVAILABLE means a dependency (the Docker engine) is down and
+// the call may be retried; UNAUTHENTICATED means the call carried no valid
+// token.
+//
+// Authentication and tenants: a server started with sandboxd --auth-tokens
+// requires every call except the standard health service to carry
+// "authorization: Bearer <token>" metadata. Each token belongs to a tenant
+// and has a role. A "user" token sees, runs code in and deletes only its own
+// tenant's sandboxes: another tenant's sandbox answers NOT_FOUND exactly as
+// a sandbox that does not exist. An "admin" token sees every tenant's
+// sandboxes (AcquireSandbox still acquires in its own tenant). A server
+// without tokens has one tenant, "default", and every caller is an admin.
 //
 // Message sizes: rich outputs (plots) are sent inline and one ExecuteEvent can
 // be several MiB large. Clients should raise their maximum receive message
@@ -59,7 +70,10 @@ const (
 // runs the code twice.
 type SandboxServiceClient interface {
 	// AcquireSandbox returns the user's sandbox, creating one when the user has
-	// none. A user has at most one sandbox. When the previous sandbox had died
+	// none (or taking one from the server's warm pool of started sandboxes,
+	// when the options allow: no env, no network, default limits). A user has
+	// at most one sandbox. RESOURCE_EXHAUSTED when the server's or the
+	// tenant's cap on sandboxes is reached. When the previous sandbox had died
 	// it is replaced by a new one and the response says so (state_lost), since
 	// the Python variables the caller built are gone. Options apply only when a
 	// sandbox is created; an existing sandbox keeps its settings.
@@ -116,8 +130,9 @@ type SandboxServiceClient interface {
 	// header, then any number of messages with chunks of the content (an empty
 	// file needs none), then closes its side of the stream. The file appears
 	// under its name only once complete. Files above the server's upload cap
-	// (sandboxd --max-upload, 256 MiB unless configured) are
-	// RESOURCE_EXHAUSTED.
+	// (sandboxd --max-upload, 256 MiB unless configured) are INVALID_ARGUMENT;
+	// a file that does not fit in what is left of the sandbox's disk
+	// (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED.
 	UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error)
 	// DownloadFile reads a regular file under the sandbox's /workspace. The
 	// first message carries the file's metadata; the content follows in chunks
@@ -281,7 +296,10 @@ func (c *sandboxServiceClient) ListFiles(ctx context.Context, in *ListFilesReque
 // runs the code twice.
 type SandboxServiceServer interface {
 	// AcquireSandbox returns the user's sandbox, creating one when the user has
-	// none. A user has at most one sandbox. When the previous sandbox had died
+	// none (or taking one from the server's warm pool of started sandboxes,
+	// when the options allow: no env, no network, default limits). A user has
+	// at most one sandbox. RESOURCE_EXHAUSTED when the server's or the
+	// tenant's cap on sandboxes is reached. When the previous sandbox had died
 	// it is replaced by a new one and the response says so (state_lost), since
 	// the Python variables the caller built are gone. Options apply only when a
 	// sandbox is created; an existing sandbox keeps its settings.
@@ -338,8 +356,9 @@ type SandboxServiceServer interface {
 	// header, then any number of messages with chunks of the content (an empty
 	// file needs none), then closes its side of the stream. The file appears
 	// under its name only once complete. Files above the server's upload cap
-	// (sandboxd --max-upload, 256 MiB unless configured) are
-	// RESOURCE_EXHAUSTED.
+	// (sandboxd --max-upload, 256 MiB unless configured) are INVALID_ARGUMENT;
+	// a file that does not fit in what is left of the sandbox's disk
+	// (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED.
 	UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error
 	// DownloadFile reads a regular file under the sandbox's /workspace. The
 	// first message carries the file's metadata; the content follows in chunks
