@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -12,8 +11,14 @@ import (
 )
 
 // Acquire returns the user's current sandbox, creating one if the user has
-// none. Concurrent calls for one user are serialised, so they all get the
-// same sandbox.
+// none. The user is userID within the caller's tenant (see WithCaller).
+// Concurrent calls for one user are serialised, so they all get the same
+// sandbox.
+//
+// A new sandbox is taken from the warm pool when the pool has one and opts
+// ask for nothing a pool sandbox lacks (no env, no network, the default
+// limits); otherwise a container is created and started for it. Either way
+// the result says Created.
 //
 // If the current sandbox is dead (its container exited or was removed), a
 // new one is created and the result says so: Created, ReplacedID and
@@ -22,29 +27,32 @@ import (
 // until it expires or is deleted.
 //
 // opts apply only when a sandbox is created; they are validated in any case.
+// A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
+// is ErrResourceExhausted, naming the cap.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
 	if err := m.checkOpen(); err != nil {
+		return AcquireResult{}, err
+	}
+	caller := callerOf(ctx)
+	if err := ValidateTenant(caller.Tenant); err != nil {
 		return AcquireResult{}, err
 	}
 	if err := ValidateUserID(userID); err != nil {
 		return AcquireResult{}, err
 	}
-	if err := validateEnv(opts.Env); err != nil {
-		return AcquireResult{}, err
-	}
-	limits, err := resolveLimits(opts.Limits, m.cfg.DefaultLimits, m.cfg.MaxLimits)
+	spec, err := m.newSpec(userKey{caller.Tenant, userID}, opts)
 	if err != nil {
 		return AcquireResult{}, err
 	}
 
-	unlock, err := m.userLocks.lock(ctx, userID)
+	unlock, err := m.userLocks.lock(ctx, spec.user.String())
 	if err != nil {
 		return AcquireResult{}, err
 	}
 	defer unlock()
 
 	var replaced *sandbox
-	if cur := m.reg.currentOf(userID); cur != nil {
+	if cur := m.reg.currentOf(spec.user); cur != nil {
 		if err := m.refresh(ctx, cur); err != nil {
 			return AcquireResult{}, err
 		}
@@ -53,15 +61,12 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (Acq
 		}
 		replaced = cur
 	}
-	if m.cfg.MaxSandboxes > 0 && m.reg.countRunning() >= m.cfg.MaxSandboxes {
-		return AcquireResult{}, exhaustedf("the server runs its maximum of %d sandboxes; try again later", m.cfg.MaxSandboxes)
-	}
-	sb, err := m.create(ctx, userID, limits, opts.Env)
+	sb, err := m.newSandboxFor(ctx, spec)
 	if err != nil {
 		return AcquireResult{}, err
 	}
 	res := AcquireResult{Sandbox: m.snapshot(sb), Created: true}
-	log := m.log.With("sandbox_id", sb.id, "user_id", userID)
+	log := m.log.With("sandbox_id", sb.id, "tenant", spec.user.tenant, "user_id", userID)
 	if replaced != nil {
 		_, reason := replaced.status()
 		res.ReplacedID, res.ReplacedReason = replaced.id, reason
@@ -72,11 +77,83 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (Acq
 	return res, nil
 }
 
-// create makes a new sandbox for userID and registers it as the user's
-// current one. Order matters for crash safety: directories, container,
-// start, and meta.json last; anything interrupted before meta.json is
-// written is debris that reconcile removes.
-func (m *Manager) create(ctx context.Context, userID string, limits Limits, env map[string]string) (*sandbox, error) {
+// sandboxSpec is what a new sandbox is made of.
+type sandboxSpec struct {
+	user    userKey // zero for a warm-pool sandbox
+	pool    bool
+	limits  Limits
+	env     map[string]string
+	network bool
+}
+
+// newSpec validates opts for a new sandbox of user and resolves them
+// against the server's defaults and maxima.
+func (m *Manager) newSpec(user userKey, opts Options) (sandboxSpec, error) {
+	if err := validateEnv(opts.Env); err != nil {
+		return sandboxSpec{}, err
+	}
+	if opts.Network && !m.cfg.AllowNetwork {
+		return sandboxSpec{}, invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
+	}
+	req := opts.Limits
+	if m.cfg.NoDiskVolumes {
+		req.DiskBytes = 0 // not enforceable here; the limits in force say 0
+	}
+	limits, err := resolveLimits(req, m.cfg.DefaultLimits, m.cfg.MaxLimits)
+	if err != nil {
+		return sandboxSpec{}, err
+	}
+	return sandboxSpec{user: user, limits: limits, env: opts.Env, network: opts.Network}, nil
+}
+
+// poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,
+// no network, no owner yet.
+func (m *Manager) poolSpec() sandboxSpec {
+	return sandboxSpec{pool: true, limits: m.cfg.DefaultLimits}
+}
+
+// newSandboxFor gives spec.user a new sandbox, from the warm pool when spec
+// allows, after checking the caps. The caller holds the user's lock.
+func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
+	all, ofTenant := m.reg.countRunning(spec.user.tenant)
+	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
+		return nil, exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
+	}
+	if m.poolable(spec) {
+		sb, err := m.claimPooled(ctx, spec.user)
+		if sb != nil || err != nil {
+			return sb, err
+		}
+	}
+	if c := m.cfg.MaxSandboxes; c > 0 && all+m.pool.count() >= c {
+		// Pool sandboxes count against the cap: they hold memory too. One
+		// that this request cannot use makes room for it instead.
+		victim := m.pool.take()
+		if victim == nil || all+m.pool.count() >= c {
+			if victim != nil {
+				m.pool.putBack(victim)
+			}
+			return nil, exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
+		}
+		m.discardPooled(ctx, victim, "removed to make room under --max-sandboxes")
+	}
+	sb, err := m.create(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if !m.reg.add(sb, true) {
+		// Only possible with an absurdly short IdleTTL.
+		m.discardCreated(ctx, sb)
+		return nil, errors.New("new sandbox expired before it was registered")
+	}
+	return sb, nil
+}
+
+// create makes and starts a new sandbox; the caller registers it (or puts
+// it in the pool). Order matters for crash safety: directories and volumes,
+// container, start, and meta.json last; anything interrupted before
+// meta.json is written is debris that reconcile removes.
+func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
 	if err := m.checkImage(ctx); err != nil {
 		return nil, err
 	}
@@ -84,14 +161,17 @@ func (m *Manager) create(ctx context.Context, userID string, limits Limits, env 
 	now := time.Now().UTC()
 	sb := newSandbox(sandboxDir(m.cfg.StateDir, id), meta{
 		ID:           id,
-		UserID:       userID,
+		Tenant:       spec.user.tenant,
+		UserID:       spec.user.user,
+		Pool:         spec.pool,
+		Network:      spec.network,
 		Image:        m.cfg.Image,
 		Runtime:      m.cfg.Runtime,
-		Limits:       limits,
+		Limits:       spec.limits,
 		CreatedAt:    now,
 		LastActiveAt: now,
 	})
-	log := m.log.With("sandbox_id", id, "user_id", userID)
+	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
 
 	// Cleanup must happen even when the caller has given up.
 	cleanup := func(containerID string) {
@@ -102,16 +182,20 @@ func (m *Manager) create(ctx context.Context, userID string, limits Limits, env 
 				log.Error("remove container of a failed creation", "container_id", containerID, "error", err)
 			}
 		}
-		if err := os.RemoveAll(sb.dir); err != nil {
-			log.Error("remove directory of a failed creation", "dir", sb.dir, "error", err)
+		if err := removeSandboxDir(sb.dir); err != nil {
+			log.Error("remove directory of a failed creation; the next start removes it", "dir", sb.dir, "error", err)
 		}
 	}
 
-	if err := prepareDirs(sb.dir); err != nil {
+	sizes := volumeSizes{io: m.cfg.IODiskBytes, workspace: spec.limits.DiskBytes}
+	if err := prepareDirs(ctx, sb.dir, sizes); err != nil {
 		cleanup("")
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("prepare sandbox directories: %w", err)
 	}
-	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, env)
+	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)
 	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+id)
 	if err != nil {
 		cleanup("")
@@ -145,12 +229,19 @@ func (m *Manager) create(ctx context.Context, userID string, limits Limits, env 
 		cleanup(resp.ID)
 		return nil, fmt.Errorf("write sandbox metadata: %w", err)
 	}
-	if !m.reg.add(sb, true) {
-		// Only possible with an absurdly short IdleTTL.
-		cleanup(resp.ID)
-		return nil, errors.New("new sandbox expired before it was registered")
-	}
 	return sb, nil
+}
+
+// discardCreated removes a sandbox create made that could not be used.
+func (m *Manager) discardCreated(ctx context.Context, sb *sandbox) {
+	if !m.claimRemoval(sb, false) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := m.destroy(cctx, sb, "discarded after creation"); err != nil {
+		m.log.Error("remove unusable new sandbox; the next start removes it", "sandbox_id", sb.id, "error", err)
+	}
 }
 
 // checkImage makes sure the sandbox image exists, so a missing image is

@@ -52,11 +52,22 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 		Labels: map[string]string{
 			LabelManaged:   "true",
 			LabelSandboxID: sb.id,
-			LabelUserID:    sb.userID,
 			LabelCreatedAt: sb.createdAt.UTC().Format(time.RFC3339),
 			LabelStateDir:  stateDir,
 		},
 		// No TTY, no stdin: the sandbox is driven only through /io.
+	}
+	// A warm-pool sandbox is labelled as such and gets its tenant and user
+	// only when claimed, in meta.json: labels cannot change on a container.
+	if sb.pool {
+		cfg.Labels[LabelPool] = "true"
+	} else {
+		cfg.Labels[LabelTenant] = sb.tenant
+		cfg.Labels[LabelUserID] = sb.userID
+	}
+	network := container.NetworkMode("none")
+	if sb.network {
+		network = "bridge" // Docker's default bridge: outbound access, NAT
 	}
 	init := true
 	pids := sb.limits.PidsLimit
@@ -65,7 +76,7 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 			filepath.Join(sb.dir, ioDir) + ":/io:rw",
 			filepath.Join(sb.dir, workspaceDir) + ":/workspace:rw",
 		},
-		NetworkMode:    "none",
+		NetworkMode:    network,
 		RestartPolicy:  container.RestartPolicy{Name: restartPolicy},
 		Runtime:        runtime,
 		ReadonlyRootfs: true,
@@ -89,6 +100,11 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 	}
 	return cfg, host
 }
+
+// runtimeGVisor is gVisor's Docker runtime name. sandboxd's Docker set-up
+// registers it with --network=none, so a sandbox under it has no network
+// whatever its spec says.
+const runtimeGVisor = "runsc"
 
 // Reasons given for dead sandboxes.
 const (

@@ -29,6 +29,7 @@ type DockerAPI interface {
 	ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error)
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
+	ContainerRestart(ctx context.Context, containerID string, options container.StopOptions) error
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 }
 
@@ -51,7 +52,13 @@ const (
 	LabelManaged   = "sandboxd.managed"
 	LabelSandboxID = "sandboxd.sandbox-id"
 	LabelUserID    = "sandboxd.user-id"
+	LabelTenant    = "sandboxd.tenant"
 	LabelCreatedAt = "sandboxd.created-at"
+	// LabelPool marks a container created for the warm pool. It keeps the
+	// label after a user claims it (labels cannot change); meta.json records
+	// the claim, and then the tenant and user, which such a container's
+	// labels do not carry.
+	LabelPool = "sandboxd.pool"
 	// LabelStateDir names the StateDir of the sandboxd that owns the
 	// container, so that two sandboxd instances sharing an engine never
 	// take each other's containers for orphans.

@@ -24,6 +24,7 @@ type fakeDocker struct {
 	containers  map[string]*fakeContainer
 	nextID      int
 	creates     int
+	restarts    int
 	unreachable bool
 	subs        map[chan events.Message]struct{}
 	history     []events.Message // replayed to subscribers asking for events since a time
@@ -184,6 +185,21 @@ func (f *fakeDocker) ContainerRemove(ctx context.Context, id string, opts contai
 	}
 	f.publish(c, events.ActionDestroy, nil)
 	f.removed <- id
+	return nil
+}
+
+func (f *fakeDocker) ContainerRestart(ctx context.Context, id string, _ container.StopOptions) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unreachable {
+		return errFakeUnreachable
+	}
+	c := f.containers[id]
+	if c == nil {
+		return notFound("container", id)
+	}
+	c.st = container.State{Status: container.StateRunning, Running: true, Pid: 43}
+	f.restarts++
 	return nil
 }
 

@@ -83,9 +83,10 @@ func openWorkspace(sb *sandbox) (*os.Root, error) {
 // a temporary name and renamed into place, so a partial upload is never
 // visible under the real name. The file and the directories created belong
 // to the sandbox user, who can then modify them. Uploads are capped at
-// Config.MaxUploadBytes (ErrResourceExhausted).
+// Config.MaxUploadBytes (ErrInvalidArgument); one that does not fit in the
+// sandbox's disk is ErrResourceExhausted.
 func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) (FileInfo, error) {
-	sb, err := m.use(sandboxID)
+	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -130,7 +131,7 @@ func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) 
 		return FileInfo{}, fsError("upload to", show, err)
 	}
 	if n > m.cfg.MaxUploadBytes {
-		return FileInfo{}, exhaustedf("upload to %s exceeds the limit of %d bytes", show, m.cfg.MaxUploadBytes)
+		return FileInfo{}, invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", show, m.cfg.MaxUploadBytes)
 	}
 	if err := chownFile(f); err != nil {
 		return FileInfo{}, err
@@ -202,7 +203,7 @@ func chownFile(f *os.File) error {
 // caller closes it. Directories and special files (a FIFO would block
 // forever) are ErrInvalidArgument.
 func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, FileInfo, error) {
-	sb, err := m.use(sandboxID)
+	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
@@ -240,7 +241,7 @@ func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadClo
 // sorted by name; for a file it returns just that file. Symbolic links are
 // listed as such (not followed). "" and "/workspace" list the workspace.
 func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInfo, error) {
-	sb, err := m.use(sandboxID)
+	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func TestFiles(t *testing.T) {
 
 	// Too large: refused, and nothing appears.
 	_, err = m.Upload(ctx, sb.ID, "big.bin", bytes.NewReader(make([]byte, 1001)))
-	wantClass(t, err, ErrResourceExhausted, "limit of 1000 bytes")
+	wantClass(t, err, ErrInvalidArgument, "upload limit of 1000 bytes")
 	if entries, _ := os.ReadDir(ws); len(entries) != 1 {
 		t.Errorf("workspace after a refused upload: %v", entries)
 	}

@@ -54,7 +54,7 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	if afterSeq < 0 {
 		return invalidf("after_seq %d is negative", afterSeq)
 	}
-	sb, err := m.use(sandboxID)
+	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}

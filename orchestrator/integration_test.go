@@ -92,6 +92,19 @@ func removeTestContainers(t testing.TB, c *client.Client, stateDir string) {
 			t.Logf("cleanup: remove %s: %v", ct.ID[:12], err)
 		}
 	}
+	unmountAll(t, abs)
+}
+
+// unmountAll unmounts the volumes of every sandbox under stateDir, so that
+// removing the test's directory neither fails on mount points nor leaves
+// loop devices behind.
+func unmountAll(t testing.TB, stateDir string) {
+	dirs, _ := filepath.Glob(filepath.Join(stateDir, sandboxesDir, "*"))
+	for _, d := range dirs {
+		if err := unmountVolumes(d); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	}
 }
 
 func TestIntegrationLifecycle(t *testing.T) {

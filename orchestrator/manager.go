@@ -35,19 +35,42 @@ type Config struct {
 	// MaxLifetime caps a sandbox's age however busy it is; 0 = unlimited.
 	MaxLifetime time.Duration
 	// DefaultLimits apply to the zero fields of a request's limits; zero
-	// fields here default to 1 GiB, 1 CPU and 256 processes.
+	// fields here default to 1 GiB, 1 CPU, 256 processes and a 1 GiB disk.
 	DefaultLimits Limits
 	// MaxLimits cap what a request may ask for; zero fields default to
-	// 8 GiB, all of the host's CPUs and 4096 processes.
+	// 8 GiB, all of the host's CPUs, 4096 processes and a 16 GiB disk.
 	MaxLimits Limits
 	// DefaultTimeout applies to commands submitted without one; default 10m.
 	DefaultTimeout time.Duration
 	// MaxTimeout caps a command's timeout; default 1h.
 	MaxTimeout time.Duration
-	// MaxSandboxes caps the number of live sandboxes; 0 = unlimited.
+	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
+	// included (they hold memory too); 0 = unlimited.
 	MaxSandboxes int
+	// MaxSandboxesPerTenant caps the number of one tenant's live
+	// sandboxes; 0 = unlimited.
+	MaxSandboxesPerTenant int
 	// MaxUploadBytes caps one uploaded file; default 256 MiB.
 	MaxUploadBytes int64
+	// MaxCodeBytes caps one command's code; default (and at most)
+	// MaxCodeBytes, which the /io protocol's record size allows.
+	MaxCodeBytes int
+	// AllowNetwork lets callers ask for outbound network access
+	// (Options.Network). Not available with the runsc runtime, which
+	// sandboxd's set-up registers with --network=none.
+	AllowNetwork bool
+	// NoDiskVolumes keeps each sandbox's /io and /workspace as plain
+	// directories of the host's file system instead of size-limited
+	// volumes (volume.go): sandboxed code can then fill the host's disk. For
+	// hosts where sandboxd cannot loop-mount (not root, no loop devices) and
+	// for tests that do not need disk limits. Limits.DiskBytes is then 0.
+	NoDiskVolumes bool
+	// IODiskBytes is the size of each sandbox's /io volume; default
+	// DefaultIODiskBytes.
+	IODiskBytes int64
+	// WarmPool is how many started, unclaimed sandboxes to keep ready for
+	// new users (pool.go); 0 = none.
+	WarmPool int
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 }
@@ -61,8 +84,9 @@ const (
 	DefaultMaxUploadBytes = 256 << 20
 )
 
-// MaxCodeBytes bounds the code of one command. The protocol allows records
-// up to 2 MiB; 1 MiB of code leaves room for JSON escaping.
+// MaxCodeBytes bounds the code of one command, whatever the configuration.
+// The protocol allows records up to 2 MiB; 1 MiB of code leaves room for
+// JSON escaping.
 const MaxCodeBytes = 1 << 20
 
 // applyDefaults fills zero fields and checks the result.
@@ -80,20 +104,37 @@ func (c *Config) applyDefaults() error {
 	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, DefaultCommandTimeout)
 	c.MaxTimeout = cmp.Or(c.MaxTimeout, DefaultMaxTimeout)
 	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, DefaultMaxUploadBytes)
+	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, MaxCodeBytes)
+	c.IODiskBytes = cmp.Or(c.IODiskBytes, DefaultIODiskBytes)
 	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
 	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
 	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
 	c.MaxLimits.MemoryBytes = cmp.Or(c.MaxLimits.MemoryBytes, 8<<30)
 	c.MaxLimits.NanoCPUs = cmp.Or(c.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
 	c.MaxLimits.PidsLimit = cmp.Or(c.MaxLimits.PidsLimit, 4096)
+	if c.NoDiskVolumes {
+		c.DefaultLimits.DiskBytes, c.MaxLimits.DiskBytes, c.IODiskBytes = 0, 0, 0
+	} else {
+		c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, DefaultDiskBytes)
+		c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, DefaultMaxDiskBytes)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0, c.MaxUploadBytes < 0:
-		return invalidf("config: durations and caps must not be negative")
+	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0,
+		c.MaxSandboxesPerTenant < 0, c.MaxUploadBytes < 0, c.MaxCodeBytes < 0, c.IODiskBytes < 0, c.WarmPool < 0:
+		return invalidf("config: durations, sizes and caps must not be negative")
 	case c.DefaultTimeout > c.MaxTimeout:
 		return invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", c.DefaultTimeout, c.MaxTimeout)
+	case c.MaxCodeBytes > MaxCodeBytes:
+		return invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", c.MaxCodeBytes, MaxCodeBytes)
+	case !c.NoDiskVolumes && c.IODiskBytes < minDiskBytes:
+		return invalidf("config: IODiskBytes %d is below the minimum volume size of %d", c.IODiskBytes, minDiskBytes)
+	case c.AllowNetwork && c.Runtime == runtimeGVisor:
+		return invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", runtimeGVisor)
+	case c.MaxSandboxes > 0 && c.WarmPool > c.MaxSandboxes:
+		return invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", c.WarmPool, c.MaxSandboxes)
 	}
 	if _, err := resolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
 		return invalidf("config: DefaultLimits: %v", err)
@@ -131,7 +172,8 @@ type Manager struct {
 	lock        *os.File // holds the state directory's exclusive lock
 
 	reg       *registry
-	userLocks keyedMutex
+	pool      *warmPool
+	userLocks keyedMutex // by userKey.String()
 	watch     *outWatcher
 
 	// recheck is recheckInterval, shortened by tests.
@@ -164,6 +206,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		log:     cfg.Logger,
 		docker:  docker,
 		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
+		pool:    newWarmPool(),
 		recheck: recheckInterval,
 		ttlDone: make(chan struct{}),
 		closing: make(chan struct{}),
@@ -186,6 +229,11 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 			m.closeDocker()
 		}
 		return nil, err
+	}
+	if !cfg.NoDiskVolumes {
+		if err := checkVolumeSupport(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, sandboxesDir), 0o700); err != nil {
 		return fail(fmt.Errorf("create state directory: %w", err))
@@ -222,16 +270,23 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
 	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
+	if cfg.WarmPool > 0 {
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.refillLoop(m.bgCtx) }()
+		m.pool.signal()
+	}
 	m.log.Info("orchestrator ready", "state_dir", cfg.StateDir, "image", cfg.Image,
-		"runtime", cfg.Runtime, "sandboxes", len(m.reg.all()), "idle_ttl", cfg.IdleTTL)
+		"runtime", cfg.Runtime, "sandboxes", len(m.reg.all()), "idle_ttl", cfg.IdleTTL,
+		"warm_pool", cfg.WarmPool, "disk_volumes", !cfg.NoDiskVolumes)
 	return m, nil
 }
 
 // Close stops the Manager's background work in order: the expiry loop (and
 // the removals it has started, which are waited for), the Docker event
-// monitor and the metadata flusher, the file watcher; then it writes every
-// sandbox's metadata a last time so idle TTLs resume where they stopped.
-// Containers keep running. Callers must stop calling other methods first
+// monitor, the metadata flusher and the warm pool's refill (a creation in
+// flight is abandoned and cleaned up), the file watcher; then it writes
+// every sandbox's metadata a last time so idle TTLs resume where they
+// stopped. Containers keep running, warm-pool ones included. Callers must stop calling other methods first
 // (in-flight Follow calls return ErrUnavailable).
 func (m *Manager) Close() error {
 	var err error
@@ -281,8 +336,10 @@ func (m *Manager) checkOpen() error {
 	}
 }
 
-// use looks up a sandbox for an operation on it and refreshes its idle TTL.
-func (m *Manager) use(sandboxID string) (*sandbox, error) {
+// use looks up a sandbox for an operation on it by the caller in ctx and
+// refreshes its idle TTL. Another tenant's sandbox is not found, exactly as
+// one that does not exist (and its TTL is not refreshed).
+func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -290,10 +347,16 @@ func (m *Manager) use(sandboxID string) (*sandbox, error) {
 		return nil, err
 	}
 	sb := m.reg.get(sandboxID)
-	if sb == nil || !m.reg.touch(sb) {
-		return nil, notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
+	if sb == nil || !callerOf(ctx).sees(sb.tenant) || !m.reg.touch(sb) {
+		return nil, sandboxNotFound(sandboxID)
 	}
 	return sb, nil
+}
+
+// sandboxNotFound is the one answer for a sandbox a caller cannot use,
+// whether it never existed, is gone, or belongs to another tenant.
+func sandboxNotFound(sandboxID string) error {
+	return notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
 }
 
 // snapshot describes sb for callers.
@@ -302,6 +365,7 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 	defer sb.mu.Unlock()
 	return Sandbox{
 		ID:           sb.id,
+		Tenant:       sb.tenant,
 		UserID:       sb.userID,
 		State:        sb.state,
 		StateReason:  sb.reason,
@@ -310,6 +374,7 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 		ExpiresAt:    m.reg.expiry(sb.createdAt, sb.lastActive),
 		Image:        sb.image,
 		Limits:       sb.limits,
+		Network:      sb.network,
 		ContainerID:  sb.containerID,
 	}
 }
@@ -317,7 +382,7 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 // Get returns a sandbox, refreshing its idle TTL. The container is inspected
 // so that a death is reported even if the event monitor has not seen it yet.
 func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
-	sb, err := m.use(sandboxID)
+	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -327,11 +392,17 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
 	return m.snapshot(sb), nil
 }
 
-// List returns the sandboxes matching f, oldest first, without refreshing
-// their TTLs. States are brought up to date with a single ContainerList.
+// List returns the sandboxes matching f that the caller may see, oldest
+// first, without refreshing their TTLs. States are brought up to date with a
+// single ContainerList.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
+	}
+	if f.Tenant != "" {
+		if err := ValidateTenant(f.Tenant); err != nil {
+			return nil, err
+		}
 	}
 	if f.UserID != "" {
 		if err := ValidateUserID(f.UserID); err != nil {
@@ -346,8 +417,12 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 	if err := m.refreshAll(ctx); err != nil {
 		return nil, err
 	}
+	caller := callerOf(ctx)
 	var out []Sandbox
 	for _, sb := range m.reg.all() {
+		if !caller.sees(sb.tenant) || (f.Tenant != "" && sb.tenant != f.Tenant) {
+			continue
+		}
 		s := m.snapshot(sb)
 		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) {
 			out = append(out, s)
@@ -369,8 +444,8 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 		return err
 	}
 	sb := m.reg.get(sandboxID)
-	if sb == nil || !m.claimRemoval(sb, false) {
-		return notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
+	if sb == nil || !callerOf(ctx).sees(sb.tenant) || !m.claimRemoval(sb, false) {
+		return sandboxNotFound(sandboxID)
 	}
 	return m.destroy(ctx, sb, "deleted on request")
 }
@@ -404,7 +479,7 @@ func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
 // container, then the directory. If the container cannot be removed (Docker
 // unreachable), the metadata is restored and the sandbox stays as it was.
 func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
-	log := m.log.With("sandbox_id", sb.id, "user_id", sb.userID)
+	log := m.log.With("sandbox_id", sb.id, "tenant", sb.tenant, "user_id", sb.userID)
 	sb.metaMu.Lock()
 	err := os.Remove(filepath.Join(sb.dir, metaFile))
 	sb.metaMu.Unlock()

@@ -25,7 +25,10 @@ func testConfig(t *testing.T) Config {
 	return Config{
 		StateDir: t.TempDir(),
 		Image:    testImage,
-		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		// Fake containers need no disk bounds; volume_test.go and the
+		// integration tests cover the volumes.
+		NoDiskVolumes: true,
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
 

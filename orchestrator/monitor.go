@@ -149,7 +149,11 @@ func (m *Manager) followEvents(ctx context.Context, since time.Time) error {
 
 // handleEvent updates a sandbox's state from a container event.
 func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
-	sb := m.reg.get(msg.Actor.Attributes[LabelSandboxID])
+	id := msg.Actor.Attributes[LabelSandboxID]
+	if msg.Actor.Attributes[LabelPool] == "true" && m.handlePoolEvent(ctx, id, msg) {
+		return
+	}
+	sb := m.reg.get(id)
 	if sb == nil || sb.containerID != msg.Actor.ID {
 		return // not (or no longer) one of ours: e.g. our own removal
 	}
@@ -167,4 +171,33 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 	case events.ActionDestroy:
 		m.markDead(sb, reasonRemoved)
 	}
+}
+
+// handlePoolEvent handles an event of an unclaimed warm-pool sandbox: one
+// that died leaves the pool (and the refill replaces it). It reports false
+// when the sandbox is not in the pool (claimed since, or not ours).
+func (m *Manager) handlePoolEvent(ctx context.Context, id string, msg events.Message) bool {
+	sb := m.pool.remove(id)
+	if sb == nil {
+		return false
+	}
+	if sb.containerID != msg.Actor.ID {
+		m.pool.putBack(sb)
+		return true
+	}
+	if msg.Action == events.ActionDie {
+		err := m.refresh(ctx, sb)
+		if st, _ := sb.status(); err != nil || st == StateRunning {
+			// Restarting (or unknown): it stays in the pool; a claim
+			// inspects it again.
+			m.pool.putBack(sb)
+			return true
+		}
+	}
+	_, reason := sb.status()
+	if msg.Action == events.ActionDestroy {
+		reason = reasonRemoved
+	}
+	m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
+	return true
 }

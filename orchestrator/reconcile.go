@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,7 +25,14 @@ import (
 //     is removed at once;
 //   - a sandbox whose container is gone or stopped is kept as dead, with the
 //     reason, so its user learns what happened;
-//   - every other sandbox is registered with the TTL it had left.
+//   - every other sandbox is registered with the TTL it had left;
+//   - an unclaimed warm-pool sandbox goes back to the pool if it is alive
+//     and the pool has room, and is removed otherwise.
+//
+// Volumes that are not mounted (the host rebooted) are mounted again; a
+// container that runs without them (Docker restarted it at boot, before
+// sandboxd was back) is restarted so that it sees them, which its driver
+// reports as lost Python state.
 //
 // Each user's newest sandbox becomes their current one.
 func (m *Manager) reconcile(ctx context.Context) error {
@@ -64,7 +72,37 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		c, hasContainer := containers[md.ContainerID]
 		claimed[md.ContainerID] = true
 		sb := newSandbox(dir, md)
-		log = log.With("user_id", md.UserID)
+		log = log.With("tenant", md.Tenant, "user_id", md.UserID)
+
+		remove := func(why string) error {
+			log.Info("removing sandbox: "+why, "pool", md.Pool)
+			if hasContainer {
+				if err := m.removeContainer(ctx, md.ContainerID); err != nil {
+					return err
+				}
+			}
+			if err := removeSandboxDir(dir); err != nil {
+				log.Error("remove sandbox directory", "error", err)
+			}
+			return nil
+		}
+		if md.Pool {
+			switch {
+			case !hasContainer || !summaryAlive(c.State):
+				err = remove("warm-pool sandbox whose container is gone or stopped")
+			case m.pool.size() >= m.cfg.WarmPool:
+				err = remove("warm-pool sandbox beyond the pool's size")
+			default:
+				err = m.remount(ctx, sb, log)
+				if err == nil {
+					m.pool.add(sb)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			continue
+		}
 
 		if exp := m.reg.expiry(md.CreatedAt, sb.lastActive); !time.Now().Before(exp) {
 			log.Info("removing sandbox that expired while sandboxd was down", "expired_at", exp)
@@ -89,6 +127,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 					return err
 				}
 			}
+		}
+		// Dead sandboxes' volumes are mounted too: their files can still be
+		// downloaded until they expire.
+		if err := m.remount(ctx, sb, log); err != nil {
+			return err
 		}
 		if st, _ := sb.status(); st == StateDead {
 			dead++
@@ -120,8 +163,33 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	m.log.Info("reconciled sandboxes with docker", "restored", restored, "dead", dead,
+	m.log.Info("reconciled sandboxes with docker", "restored", restored, "dead", dead, "warm_pool", m.pool.size(),
 		"removed_expired", expired, "removed_orphan_dirs", orphanDirs, "removed_orphan_containers", orphans)
+	return nil
+}
+
+// remount mounts sb's volumes if they are not, and restarts its container
+// if it was running without them.
+func (m *Manager) remount(ctx context.Context, sb *sandbox, log *slog.Logger) error {
+	remounted, err := ensureMounted(ctx, sb.dir)
+	if err != nil {
+		return fmt.Errorf("mount the volumes of sandbox %s: %w", sb.id, err)
+	}
+	if !remounted {
+		return nil
+	}
+	if st, _ := sb.status(); st == StateDead {
+		log.Info("remounted the volumes of a dead sandbox")
+		return nil
+	}
+	log.Warn("sandbox volumes were not mounted (host reboot?); remounted them and restarting the container, which loses its Python state")
+	if err := m.docker.ContainerRestart(ctx, sb.containerID, container.StopOptions{}); err != nil {
+		if isDockerNotFound(err) {
+			m.markDead(sb, reasonRemoved)
+			return nil
+		}
+		return dockerError("restart container", err)
+	}
 	return nil
 }
 

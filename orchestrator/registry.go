@@ -11,18 +11,23 @@ import (
 )
 
 // sandbox is the Manager's in-memory record of one sandbox. The identity
-// fields are fixed at creation; the rest is guarded by mu.
+// fields are fixed once the sandbox is registered (a warm-pool sandbox gets
+// its tenant, user and creation time when it is claimed, before that); the
+// rest is guarded by mu.
 type sandbox struct {
 	id          string
-	userID      string
+	tenant      string // empty while in the warm pool
+	userID      string // empty while in the warm pool
 	dir         string // host directory: meta.json, io/, workspace/
 	containerID string
 	image       string
 	runtime     string
 	limits      Limits
+	network     bool
 	createdAt   time.Time
 
 	mu         sync.Mutex
+	pool       bool // waiting, unclaimed, in the warm pool
 	state      State
 	reason     string
 	lastActive time.Time
@@ -44,12 +49,15 @@ type sandbox struct {
 func newSandbox(dir string, m meta) *sandbox {
 	sb := &sandbox{
 		id:          m.ID,
+		tenant:      m.Tenant,
 		userID:      m.UserID,
+		pool:        m.Pool,
 		dir:         dir,
 		containerID: m.ContainerID,
 		image:       m.Image,
 		runtime:     m.Runtime,
 		limits:      m.Limits,
+		network:     m.Network,
 		createdAt:   m.CreatedAt,
 		state:       StateRunning,
 		lastActive:  m.LastActiveAt,
@@ -71,7 +79,10 @@ func newSandbox(dir string, m meta) *sandbox {
 func (sb *sandbox) metaLocked() meta {
 	return meta{
 		ID:           sb.id,
+		Tenant:       sb.tenant,
 		UserID:       sb.userID,
+		Pool:         sb.pool,
+		Network:      sb.network,
 		ContainerID:  sb.containerID,
 		Image:        sb.image,
 		Runtime:      sb.runtime,
@@ -150,7 +161,9 @@ func (sb *sandbox) deadError() error {
 
 // registry holds the live sandboxes: a ttlcache keyed by sandbox ID whose
 // item TTLs implement idle expiry and the maximum lifetime, plus each user's
-// current sandbox.
+// current sandbox. Unclaimed warm-pool sandboxes are not in it (see
+// pool.go): they belong to nobody, so no caller can see them, and they do
+// not expire.
 //
 // An item's TTL is always the time left until the sandbox's expiry: the
 // earlier of last activity + idle TTL and creation + max lifetime. Refreshing
@@ -166,8 +179,19 @@ type registry struct {
 	// mu orders lookups-then-sets in touch against removals, and guards
 	// current.
 	mu      sync.Mutex
-	current map[string]*sandbox // user ID → the user's current sandbox
+	current map[userKey]*sandbox // the user's current sandbox
 }
+
+// userKey names a user: user IDs are unique within a tenant only.
+type userKey struct {
+	tenant, user string
+}
+
+// String is the key's form for keyed locks: '/' occurs in neither part.
+func (k userKey) String() string { return k.tenant + "/" + k.user }
+
+// key is sb's user.
+func (sb *sandbox) key() userKey { return userKey{sb.tenant, sb.userID} }
 
 func newRegistry(idleTTL, maxLifetime time.Duration) *registry {
 	return &registry{
@@ -176,7 +200,7 @@ func newRegistry(idleTTL, maxLifetime time.Duration) *registry {
 		cache: ttlcache.New(
 			ttlcache.WithDisableTouchOnHit[string, *sandbox](),
 		),
-		current: make(map[string]*sandbox),
+		current: make(map[userKey]*sandbox),
 	}
 }
 
@@ -205,7 +229,7 @@ func (r *registry) add(sb *sandbox, makeCurrent bool) bool {
 	defer r.mu.Unlock()
 	r.cache.Set(sb.id, sb, ttl)
 	if makeCurrent {
-		r.current[sb.userID] = sb
+		r.current[sb.key()] = sb
 	}
 	return true
 }
@@ -265,15 +289,15 @@ func (r *registry) remove(sb *sandbox) {
 	if item := r.cache.Get(sb.id); item != nil && item.Value() == sb {
 		r.cache.Delete(sb.id)
 	}
-	if r.current[sb.userID] == sb {
-		delete(r.current, sb.userID)
+	if r.current[sb.key()] == sb {
+		delete(r.current, sb.key())
 	}
 }
 
 // currentOf returns the user's current sandbox, or nil.
-func (r *registry) currentOf(userID string) *sandbox {
+func (r *registry) currentOf(user userKey) *sandbox {
 	r.mu.Lock()
-	sb := r.current[userID]
+	sb := r.current[user]
 	r.mu.Unlock()
 	if sb == nil || r.get(sb.id) != sb {
 		return nil
@@ -293,15 +317,18 @@ func (r *registry) all() []*sandbox {
 	return out
 }
 
-// countRunning returns the number of registered sandboxes that are alive.
-func (r *registry) countRunning() int {
-	n := 0
+// countRunning returns the number of registered sandboxes that are alive,
+// and how many of them belong to tenant.
+func (r *registry) countRunning(tenant string) (all, ofTenant int) {
 	for _, sb := range r.all() {
 		if st, _ := sb.status(); st == StateRunning {
-			n++
+			all++
+			if sb.tenant == tenant {
+				ofTenant++
+			}
 		}
 	}
-	return n
+	return all, ofTenant
 }
 
 // keyedMutex is a set of mutexes by key (user ID) that exist only while

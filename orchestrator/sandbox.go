@@ -32,6 +32,10 @@ type Limits struct {
 	NanoCPUs int64
 	// PidsLimit caps the number of processes and threads in the container.
 	PidsLimit int64
+	// DiskBytes caps what the sandbox can store in /workspace: the size of
+	// its workspace volume. Zero in a sandbox's limits means unbounded (a
+	// server with Config.NoDiskVolumes).
+	DiskBytes int64
 }
 
 // Options are what a caller may choose when a sandbox is created.
@@ -39,13 +43,19 @@ type Options struct {
 	// Limits requested; zero fields take the server default, and requests
 	// above the server maximum are refused with ErrInvalidArgument.
 	Limits Limits
-	// Env is set in the sandbox's processes.
+	// Env is set in the sandbox's processes. A sandbox with env is never
+	// taken from the warm pool: a running container's environment is fixed.
 	Env map[string]string
+	// Network gives the sandbox outbound network access (Docker's default
+	// bridge). Refused with ErrInvalidArgument unless Config.AllowNetwork.
+	Network bool
 }
 
 // Sandbox describes one sandbox.
 type Sandbox struct {
-	ID     string
+	ID string
+	// Tenant owns the sandbox; UserID is unique within it.
+	Tenant string
 	UserID string
 	State  State
 	// StateReason says why a sandbox is dead (e.g. "container exited with code 137").
@@ -54,9 +64,11 @@ type Sandbox struct {
 	LastActiveAt time.Time
 	// ExpiresAt is when the sandbox is removed unless used again: the
 	// earlier of LastActiveAt+idle TTL and CreatedAt+max lifetime.
-	ExpiresAt   time.Time
-	Image       string
-	Limits      Limits
+	ExpiresAt time.Time
+	Image     string
+	Limits    Limits
+	// Network is true when the sandbox has outbound network access.
+	Network     bool
 	ContainerID string
 }
 
@@ -72,8 +84,11 @@ type AcquireResult struct {
 	ReplacedReason string
 }
 
-// ListFilter narrows List. Empty fields match everything.
+// ListFilter narrows List. Empty fields match everything (everything the
+// caller may see: List never shows another tenant's sandboxes to a caller
+// that is not an admin).
 type ListFilter struct {
+	Tenant string
 	UserID string
 	State  State
 }

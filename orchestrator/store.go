@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +18,13 @@ import (
 // not is in its directory, so a restarted sandboxd rebuilds its registry from
 // Docker plus these directories alone:
 //
-//	<StateDir>/sandboxes/<id>/meta.json   sandboxd's metadata (root only)
-//	<StateDir>/sandboxes/<id>/io/         bind-mounted at /io (the /io protocol)
-//	<StateDir>/sandboxes/<id>/workspace/  bind-mounted at /workspace
+//	<StateDir>/sandboxes/<id>/meta.json      sandboxd's metadata (root only)
+//	<StateDir>/sandboxes/<id>/io/            bind-mounted at /io (the /io protocol)
+//	<StateDir>/sandboxes/<id>/workspace/     bind-mounted at /workspace
+//	<StateDir>/sandboxes/<id>/io.img         the volume mounted on io/
+//	<StateDir>/sandboxes/<id>/workspace.img  the volume mounted on workspace/
+//
+// (The images exist unless Config.NoDiskVolumes; see volume.go.)
 //
 // meta.json is written last when a sandbox is created and removed first when
 // it is destroyed: it is the commit point. A directory without it is debris
@@ -44,9 +49,18 @@ const metaVersion = 1
 // meta is meta.json: what sandboxd must remember about a sandbox across its
 // own restarts.
 type meta struct {
-	Version     int       `json:"version"`
-	ID          string    `json:"id"`
-	UserID      string    `json:"user_id"`
+	Version int    `json:"version"`
+	ID      string `json:"id"`
+	// Tenant is empty in metadata written before tenants existed, which
+	// readMeta reads as DefaultTenant.
+	Tenant string `json:"tenant,omitempty"`
+	// UserID is empty for an unclaimed warm-pool sandbox.
+	UserID string `json:"user_id"`
+	// Pool is true while the sandbox waits, unclaimed, in the warm pool.
+	// Claiming it sets Tenant and UserID and clears Pool here: meta.json is
+	// the record of the assignment, since a container's labels cannot change.
+	Pool        bool      `json:"pool,omitempty"`
+	Network     bool      `json:"network,omitempty"`
 	ContainerID string    `json:"container_id"`
 	Image       string    `json:"image"`
 	Runtime     string    `json:"runtime,omitempty"`
@@ -82,8 +96,14 @@ func readMeta(dir string) (meta, error) {
 		return m, fmt.Errorf("%s: unsupported version %d", filepath.Join(dir, metaFile), m.Version)
 	case m.ID != filepath.Base(dir):
 		return m, fmt.Errorf("%s: id %q does not match its directory", filepath.Join(dir, metaFile), m.ID)
-	case ValidateUserID(m.UserID) != nil, m.ContainerID == "", m.CreatedAt.IsZero():
+	case m.Pool && (m.UserID != "" || m.Tenant != ""),
+		!m.Pool && ValidateUserID(m.UserID) != nil,
+		m.Tenant != "" && ValidateTenant(m.Tenant) != nil,
+		m.ContainerID == "", m.CreatedAt.IsZero():
 		return m, fmt.Errorf("%s: missing or invalid fields", filepath.Join(dir, metaFile))
+	}
+	if !m.Pool && m.Tenant == "" {
+		m.Tenant = DefaultTenant
 	}
 	if m.State != StateDead {
 		m.State = StateRunning
@@ -99,21 +119,42 @@ func writeMeta(dir string, m meta) error {
 }
 
 // prepareDirs creates a new sandbox's directory tree before its container
-// starts: io/ (with out/ and an empty stdin log) and workspace/. io/, out/
-// and workspace/ belong to the sandbox user, who must write there. stdin
-// stays root's (0644): the sandbox only reads the command log.
-func prepareDirs(dir string) error {
+// starts: io/ (with out/ and an empty stdin log) and workspace/, each on a
+// volume of its size (see volume.go) or, for a zero size, a plain
+// directory. io/, out/ and workspace/ belong to the sandbox user, who must
+// write there. stdin stays root's (0644): the sandbox only reads the command
+// log. On failure the caller removes dir with removeSandboxDir.
+func prepareDirs(ctx context.Context, dir string, sizes volumeSizes) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	for _, d := range []string{ioDir, filepath.Join(ioDir, ioproto.OutDir), workspaceDir} {
-		p := filepath.Join(dir, d)
-		if err := os.Mkdir(p, 0o755); err != nil {
+	for _, v := range []struct {
+		name, reserve string
+		size          int64
+	}{{ioDir, ioRootReservePercent, sizes.io}, {workspaceDir, "0", sizes.workspace}} {
+		p := filepath.Join(dir, v.name)
+		if v.size == 0 {
+			if err := os.Mkdir(p, 0o755); err != nil {
+				return err
+			}
+			if err := chownSandboxUser(p); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.Mkdir(p, 0); err != nil { // unusable unless mounted on
 			return err
 		}
-		if err := chownSandboxUser(p); err != nil {
-			return err
+		if err := createVolume(ctx, filepath.Join(dir, v.name+".img"), p, v.size, v.reserve); err != nil {
+			return fmt.Errorf("create %s volume: %w", v.name, err)
 		}
+	}
+	out := filepath.Join(dir, ioDir, ioproto.OutDir)
+	if err := os.Mkdir(out, 0o755); err != nil {
+		return err
+	}
+	if err := chownSandboxUser(out); err != nil {
+		return err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, ioDir, ioproto.StdinFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -139,10 +180,15 @@ func chownSandboxUser(p string) error {
 
 // removeSandboxDir deletes a sandbox's directory: meta.json first (so an
 // interrupted removal leaves debris that reconcile recognises, not a
-// half-deleted sandbox), then the rest. os.RemoveAll never follows symlinks
-// the sandbox may have planted.
+// half-deleted sandbox), then its volumes are unmounted, then the rest goes
+// (the images with it). Nothing is deleted while a volume stays mounted, so
+// the removal never walks into a volume. os.RemoveAll never follows
+// symlinks the sandbox may have planted.
 func removeSandboxDir(dir string) error {
 	if err := os.Remove(filepath.Join(dir, metaFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := unmountVolumes(dir); err != nil {
 		return err
 	}
 	return os.RemoveAll(dir)

@@ -22,7 +22,7 @@ import (
 // the log itself is the record.
 //
 // Language is "python" (the default) or "bash"; code is at most
-// MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
+// Config.MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
 // exceed its maximum. A dead sandbox refuses new commands with
 // ErrFailedPrecondition.
 func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
@@ -40,7 +40,7 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err != nil {
 		return "", invalidf("%v", err)
 	}
-	sb, err := m.use(req.SandboxID)
+	sb, err := m.use(ctx, req.SandboxID)
 	if err != nil {
 		return "", err
 	}
@@ -81,8 +81,8 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	default:
 		return rec, invalidf("language %q is not %q or %q", truncate(rec.Language, 32), ioproto.LanguagePython, ioproto.LanguageBash)
 	}
-	if len(rec.Code) > MaxCodeBytes {
-		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), MaxCodeBytes)
+	if len(rec.Code) > m.cfg.MaxCodeBytes {
+		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), m.cfg.MaxCodeBytes)
 	}
 	if !utf8.ValidString(rec.Code) {
 		return rec, invalidf("code is not valid UTF-8")
@@ -110,7 +110,7 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 	if err := validateCommandID(commandID); err != nil {
 		return err
 	}
-	sb, err := m.use(sandboxID)
+	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}

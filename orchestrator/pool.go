@@ -1,0 +1,220 @@
+package orchestrator
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// The warm pool keeps Config.WarmPool sandboxes created and started, with
+// no owner, so that a new user's first Acquire skips container creation and
+// start-up (hundreds of milliseconds) and pays only for a claim: one
+// inspect and one meta.json write.
+//
+// What can be claimed: a pool sandbox has the server's default limits, no
+// env and no network, because those are fixed when a container is created.
+// A request that asks for anything else gets a sandbox created for it (a
+// cold start), as it would without a pool. Everything user-specific that can
+// change on a running container is applied at the claim: the tenant, user
+// ID, creation and activity times, recorded in meta.json and the registry.
+// The container's labels cannot change; they keep saying sandboxd.pool=true
+// without a tenant or user, and meta.json is the authority.
+//
+// Pool sandboxes are not in the registry, so no caller sees them and idle
+// expiry does not apply to them. They count against Config.MaxSandboxes.
+// The pool refills in the background, one sandbox at a time, after each
+// claim, after a pool sandbox dies, and at start-up; failures (image
+// missing, Docker down) are retried with backoff. Pool sandboxes outlive
+// sandboxd like any other: reconcile adopts them from their meta.json (and
+// removes those beyond the configured size).
+
+// Refill backoff after a failed creation.
+const (
+	poolRetryMin = time.Second
+	poolRetryMax = time.Minute
+)
+
+// warmPool holds the started, unclaimed sandboxes.
+type warmPool struct {
+	mu      sync.Mutex
+	ready   []*sandbox // oldest first: claimed first
+	filling int        // creations in flight
+	wake    chan struct{}
+}
+
+func newWarmPool() *warmPool {
+	return &warmPool{wake: make(chan struct{}, 1)}
+}
+
+// signal asks the refill loop to look at the pool.
+func (p *warmPool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes and returns the oldest ready sandbox, or nil.
+func (p *warmPool) take() *sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready) == 0 {
+		return nil
+	}
+	sb := p.ready[0]
+	p.ready = p.ready[1:]
+	return sb
+}
+
+// putBack returns a sandbox taken but not used to the front of the pool.
+func (p *warmPool) putBack(sb *sandbox) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = append([]*sandbox{sb}, p.ready...)
+}
+
+// add puts a new sandbox at the back of the pool.
+func (p *warmPool) add(sb *sandbox) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = append(p.ready, sb)
+}
+
+// remove takes the sandbox with this ID out of the pool, if it is there.
+func (p *warmPool) remove(id string) *sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, sb := range p.ready {
+		if sb.id == id {
+			p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
+			return sb
+		}
+	}
+	return nil
+}
+
+// count is the number of pool sandboxes, ready or being created.
+func (p *warmPool) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready) + p.filling
+}
+
+// size is the number of ready pool sandboxes.
+func (p *warmPool) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
+// poolable reports whether a pool sandbox fits spec.
+func (m *Manager) poolable(spec sandboxSpec) bool {
+	return m.cfg.WarmPool > 0 && len(spec.env) == 0 && !spec.network && spec.limits == m.cfg.DefaultLimits
+}
+
+// claimPooled gives user a ready pool sandbox, or returns nil when the pool
+// has none alive. Dead pool sandboxes met on the way are removed. The
+// caller holds the user's lock.
+func (m *Manager) claimPooled(ctx context.Context, user userKey) (*sandbox, error) {
+	for {
+		sb := m.pool.take()
+		if sb == nil {
+			return nil, nil
+		}
+		m.pool.signal() // refill
+		if err := m.refresh(ctx, sb); err != nil {
+			m.pool.putBack(sb)
+			return nil, err
+		}
+		if st, reason := sb.status(); st != StateRunning {
+			m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
+			continue
+		}
+		now := time.Now().UTC()
+		sb.mu.Lock()
+		sb.tenant, sb.userID, sb.pool = user.tenant, user.user, false
+		// The sandbox is the user's from now on: its age and idle time
+		// count from the claim, not from when the pool made it.
+		sb.createdAt, sb.lastActive = now, now
+		sb.mu.Unlock()
+		// meta.json is the commit point of the claim: written, a restart
+		// restores the sandbox as the user's.
+		if err := sb.persist(true); err != nil {
+			m.log.Error("record the claim of a warm-pool sandbox; creating one instead", "sandbox_id", sb.id, "error", err)
+			m.discardPooled(ctx, sb, "its claim could not be recorded")
+			return nil, nil
+		}
+		if !m.reg.add(sb, true) {
+			m.discardCreated(ctx, sb)
+			return nil, nil
+		}
+		m.log.Debug("warm-pool sandbox claimed", "sandbox_id", sb.id, "tenant", user.tenant, "user_id", user.user)
+		return sb, nil
+	}
+}
+
+// discardPooled removes a pool sandbox that will not be used.
+func (m *Manager) discardPooled(ctx context.Context, sb *sandbox, why string) {
+	if !m.claimRemoval(sb, false) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := m.destroy(cctx, sb, why); err != nil {
+		m.log.Error("remove warm-pool sandbox; the next start removes it", "sandbox_id", sb.id, "error", err)
+	}
+	m.pool.signal()
+}
+
+// poolHasRoom reports whether the pool may grow by one: it is below its
+// size, and the sandboxes alive plus the pool stay under MaxSandboxes. It
+// reserves the slot (filling) when it says yes.
+func (m *Manager) poolHasRoom() bool {
+	all, _ := m.reg.countRunning("")
+	p := m.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.ready) + p.filling
+	if n >= m.cfg.WarmPool || (m.cfg.MaxSandboxes > 0 && all+n >= m.cfg.MaxSandboxes) {
+		return false
+	}
+	p.filling++
+	return true
+}
+
+// refillLoop keeps the pool full until ctx ends: sandboxes are created one
+// at a time, whenever the pool is signalled and has room.
+func (m *Manager) refillLoop(ctx context.Context) {
+	retry := poolRetryMin
+	for {
+		for ctx.Err() == nil && m.poolHasRoom() {
+			sb, err := m.create(ctx, m.poolSpec())
+			m.pool.mu.Lock()
+			m.pool.filling--
+			if err == nil {
+				m.pool.ready = append(m.pool.ready, sb)
+			}
+			m.pool.mu.Unlock()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				m.log.Warn("warm pool: create sandbox; will retry", "error", err, "retry_in", retry)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(retry):
+				}
+				retry = min(2*retry, poolRetryMax)
+				continue
+			}
+			retry = poolRetryMin
+			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "ready", m.pool.size())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.pool.wake:
+		}
+	}
+}

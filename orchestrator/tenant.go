@@ -1,0 +1,84 @@
+package orchestrator
+
+import (
+	"context"
+	"regexp"
+)
+
+// Tenants partition the sandboxes among the API's callers, the way
+// containerd's namespaces partition its objects: the caller travels in the
+// context (WithCaller), and every Manager method acts within what that
+// caller may see. User IDs are scoped by tenant, so tenant A's "alice" and
+// tenant B's "alice" are two users with two sandboxes.
+//
+// Visibility is the only rule, applied at every lookup: a caller sees the
+// sandboxes of its own tenant, an admin sees all. Another tenant's sandbox
+// answers exactly as a sandbox that does not exist (ErrNotFound, same
+// message), so IDs leak nothing across tenants.
+
+// DefaultTenant is the single implicit tenant of a server without
+// authentication, and the tenant of sandboxes created before tenants existed.
+const DefaultTenant = "default"
+
+// MaxTenantLen bounds a tenant name.
+const MaxTenantLen = 64
+
+// tenantPattern: tenant names appear in container labels, logs and token
+// files, so they use a conservative character set.
+var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// ValidateTenant checks a tenant name: 1 to 64 characters from
+// [A-Za-z0-9._-], starting with a letter or digit. Errors wrap
+// ErrInvalidArgument.
+func ValidateTenant(name string) error {
+	switch {
+	case name == "":
+		return invalidf("tenant name is empty")
+	case len(name) > MaxTenantLen:
+		return invalidf("tenant name is %d bytes long; the limit is %d", len(name), MaxTenantLen)
+	case !tenantPattern.MatchString(name):
+		return invalidf("tenant name %q must start with a letter or digit and use only [A-Za-z0-9._-]", truncate(name, 80))
+	}
+	return nil
+}
+
+// Caller is who calls the Manager: a tenant, and whether the caller is an
+// admin (sees every tenant's sandboxes). An admin still belongs to a tenant:
+// the sandboxes it acquires are created there.
+type Caller struct {
+	Tenant string
+	Admin  bool
+}
+
+// DefaultCaller is the caller assumed for a context without one: the
+// implicit tenant, with admin rights. It is what a server without
+// authentication gives every request, and what in-process users of the
+// package (tests, tools) get without further ado. A server with
+// authentication always sets the caller explicitly.
+var DefaultCaller = Caller{Tenant: DefaultTenant, Admin: true}
+
+type callerKey struct{}
+
+// WithCaller returns a context that carries c to the Manager's methods.
+func WithCaller(ctx context.Context, c Caller) context.Context {
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+// CallerFrom returns the caller ctx carries, and whether it carries one.
+func CallerFrom(ctx context.Context) (Caller, bool) {
+	c, ok := ctx.Value(callerKey{}).(Caller)
+	return c, ok
+}
+
+// callerOf returns ctx's caller, DefaultCaller when there is none.
+func callerOf(ctx context.Context) Caller {
+	if c, ok := CallerFrom(ctx); ok {
+		return c
+	}
+	return DefaultCaller
+}
+
+// sees reports whether c may see sandboxes of tenant.
+func (c Caller) sees(tenant string) bool {
+	return c.Admin || c.Tenant == tenant
+}
