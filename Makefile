@@ -88,8 +88,11 @@ test: image
 run: image build
 	./$(BIN)/sandboxd $(RUN_ARGS)
 
-bench:
-	$(GO) test -run='^$$' -bench=. ./...
+# The side-by-side benchmark (cmd/sandbox-bench, results in BENCHMARKS.md)
+# against a sandboxd it starts itself with a temporary state directory.
+# BENCH_ARGS adds flags, e.g. BENCH_ARGS=--markdown or smaller sizes.
+bench: image $(BIN)/sandboxd
+	$(GO) run ./cmd/sandbox-bench --sandboxd $(BIN)/sandboxd --image $(IMAGE) $(BENCH_ARGS)
 
 fmt-check:
 	@out="$$(gofmt -l .)"; \
