@@ -29,6 +29,7 @@ func limitsToProto(l orchestrator.Limits) *sandboxv1.ResourceLimits {
 		MemoryBytes: l.MemoryBytes,
 		NanoCpus:    l.NanoCPUs,
 		PidsLimit:   l.PidsLimit,
+		DiskBytes:   l.DiskBytes,
 	}
 }
 
@@ -38,6 +39,7 @@ func limitsFromProto(l *sandboxv1.ResourceLimits) orchestrator.Limits {
 		MemoryBytes: l.GetMemoryBytes(),
 		NanoCPUs:    l.GetNanoCpus(),
 		PidsLimit:   l.GetPidsLimit(),
+		DiskBytes:   l.GetDiskBytes(),
 	}
 }
 
@@ -77,6 +79,8 @@ func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
 		ExpiresAt:    timestampToProto(s.ExpiresAt),
 		Image:        s.Image,
 		Limits:       limitsToProto(s.Limits),
+		Tenant:       s.Tenant,
+		Network:      s.Network,
 	}
 }
 
@@ -93,7 +97,7 @@ func acquireResultToProto(r orchestrator.AcquireResult) *sandboxv1.AcquireSandbo
 }
 
 func optionsFromProto(o *sandboxv1.SandboxOptions) orchestrator.Options {
-	return orchestrator.Options{Limits: limitsFromProto(o.GetLimits()), Env: o.GetEnv()}
+	return orchestrator.Options{Limits: limitsFromProto(o.GetLimits()), Env: o.GetEnv(), Network: o.GetNetwork()}
 }
 
 func fileInfoToProto(f orchestrator.FileInfo) *sandboxv1.FileInfo {

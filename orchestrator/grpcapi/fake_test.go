@@ -84,11 +84,11 @@ type testEnv struct {
 	log    *syncBuffer
 }
 
-func newTestEnv(t *testing.T, fake *fakeManager) *testEnv {
+func newTestEnv(t *testing.T, fake *fakeManager, opts ...Option) *testEnv {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := NewServer(fake, logger)
+	srv := NewServer(fake, logger, opts...)
 	lis := bufconn.Listen(1 << 20)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

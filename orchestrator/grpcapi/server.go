@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
@@ -27,21 +28,52 @@ import (
 const MaxSendMsgSize = 64 << 20
 
 // Server is sandboxd's gRPC server: the SandboxService, the standard health
-// service and server reflection, behind logging and panic recovery. The
-// embedded *grpc.Server provides Serve, GracefulStop and Stop.
+// service and server reflection, behind logging, authentication and panic
+// recovery. The embedded *grpc.Server provides Serve, GracefulStop and Stop.
 type Server struct {
 	*grpc.Server
 	health *health.Server
 }
 
+// Option configures NewServer.
+type Option func(*serverOptions)
+
+type serverOptions struct {
+	tokens *Tokens
+	grpc   []grpc.ServerOption
+}
+
+// WithTokens makes every call except health checks require one of tokens
+// as a bearer token, and act as the token's tenant and role. Without it
+// every call acts as orchestrator.DefaultCaller (the implicit tenant, with
+// admin rights).
+func WithTokens(t *Tokens) Option {
+	return func(o *serverOptions) { o.tokens = t }
+}
+
+// WithGRPCOptions appends options (TLS credentials, say) to the defaults.
+func WithGRPCOptions(opts ...grpc.ServerOption) Option {
+	return func(o *serverOptions) { o.grpc = append(o.grpc, opts...) }
+}
+
 // NewServer builds the server over m. Health reports NOT_SERVING until
 // SetServing(true): sandboxd calls it once the Manager has reattached every
 // sandbox, so load balancers and probes never route to a half-started
-// server. Extra options (TLS credentials, say) are appended to the defaults.
-// A nil logger discards.
-func NewServer(m Manager, logger *slog.Logger, opts ...grpc.ServerOption) *Server {
+// server. A nil logger discards.
+//
+// Interceptors run in the order of go-grpc-middleware's examples: logging
+// (outermost, so refused and failed calls are logged too), authentication,
+// recovery (innermost). Only the health service is open without a token:
+// probes carry none, and it reveals nothing but "serving". Reflection needs
+// a token like the API does (grpcurl sends -H headers with its reflection
+// calls too); the schema is no secret, but nothing is served to strangers.
+func NewServer(m Manager, logger *slog.Logger, opts ...Option) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	var o serverOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 
 	// One line per finished call with its code and duration. Health checks
@@ -58,13 +90,16 @@ func NewServer(m Manager, logger *slog.Logger, opts ...grpc.ServerOption) *Serve
 		return status.Error(codes.Internal, internalMessage)
 	})}
 
+	authFn := authenticate(o.tokens)
 	all := append([]grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(
 			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
+			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), notHealth),
 			recovery.UnaryServerInterceptor(recOpts...),
 		),
 		grpc.ChainStreamInterceptor(
 			selector.StreamServerInterceptor(logging.StreamServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth),
 			recovery.StreamServerInterceptor(recOpts...),
 		),
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
@@ -75,7 +110,7 @@ func NewServer(m Manager, logger *slog.Logger, opts ...grpc.ServerOption) *Serve
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	}, opts...)
+	}, o.grpc...)
 
 	gs := grpc.NewServer(all...)
 	sandboxv1.RegisterSandboxServiceServer(gs, NewService(m, logger))

@@ -97,6 +97,12 @@ func (s *Service) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxReque
 // ListSandboxes implements sandboxv1.SandboxServiceServer.
 func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxesRequest) (*sandboxv1.ListSandboxesResponse, error) {
 	var f orchestrator.ListFilter
+	if req.GetTenant() != "" {
+		if err := orchestrator.ValidateTenant(req.GetTenant()); err != nil {
+			return nil, invalid("%v", err)
+		}
+		f.Tenant = req.GetTenant()
+	}
 	if req.GetUserId() != "" {
 		if err := validateUserID(req.GetUserId()); err != nil {
 			return nil, err

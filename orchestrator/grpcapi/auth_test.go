@@ -1,0 +1,260 @@
+package grpcapi
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// Tokens used by the tests below.
+const (
+	tokAcme  = "acme-user-token-0123456789"
+	tokBeta  = "beta-user-token-0123456789"
+	tokAdmin = "ops-admin-token-0123456789"
+)
+
+const testTokenFile = `# sandboxd tokens
+` + tokAcme + ` acme user
+
+` + tokBeta + `   beta   user
+  ` + tokAdmin + ` ops admin
+`
+
+func TestParseTokens(t *testing.T) {
+	toks, err := ParseTokens(strings.NewReader(testTokenFile))
+	if err != nil {
+		t.Fatalf("ParseTokens: %v", err)
+	}
+	if toks.Len() != 3 {
+		t.Errorf("Len = %d; want 3", toks.Len())
+	}
+	for tok, want := range map[string]orchestrator.Caller{
+		tokAcme:  {Tenant: "acme"},
+		tokBeta:  {Tenant: "beta"},
+		tokAdmin: {Tenant: "ops", Admin: true},
+	} {
+		if got, ok := toks.lookup(tok); !ok || got != want {
+			t.Errorf("lookup(%s) = %+v, %v; want %+v", tok, got, ok, want)
+		}
+	}
+	if _, ok := toks.lookup(tokAcme[:len(tokAcme)-1]); ok {
+		t.Errorf("a prefix of a token authenticates")
+	}
+
+	secret := "s3cret-s3cret-s3cret"
+	for _, tc := range []struct{ name, file, want string }{
+		{"two fields", secret + " acme\n", "line 1: want \"TOKEN TENANT ROLE\", got 2 fields"},
+		{"four fields", "# c\n" + secret + " acme user extra\n", "line 2: want"},
+		{"short token", "short acme user\n", "line 1: the token is 5 characters long; use at least 16"},
+		{"bad role", secret + " acme root\n", `line 1: role "root" is not "user" or "admin"`},
+		{"bad tenant", secret + " -acme user\n", "line 1: tenant name \"-acme\" must start with a letter or digit"},
+		{"duplicate", secret + " acme user\n" + secret + " beta admin\n", "line 2: the token repeats an earlier line's"},
+		{"non-ASCII", "s3cret-s3cret-s3crét acme user\n", "line 1: the token has a character outside printable ASCII"},
+		{"empty", "# nothing\n\n", "no tokens"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseTokens(strings.NewReader(tc.file))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v; want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error %q echoes the token", err)
+			}
+		})
+	}
+}
+
+func TestLoadTokens(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(testTokenFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if toks, err := LoadTokens(path); err != nil || toks.Len() != 3 {
+		t.Fatalf("LoadTokens = %v, %v; want 3 tokens", toks, err)
+	}
+	if _, err := LoadTokens(path + ".missing"); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing file: error %v", err)
+	}
+}
+
+// callerRecorder scripts the fake domain to record the caller each call
+// carried.
+type callerRecorder struct {
+	mu      sync.Mutex
+	callers []orchestrator.Caller
+}
+
+func (r *callerRecorder) record(ctx context.Context) {
+	c, ok := orchestrator.CallerFrom(ctx)
+	if !ok {
+		c = orchestrator.Caller{Tenant: "<none>"}
+	}
+	r.mu.Lock()
+	r.callers = append(r.callers, c)
+	r.mu.Unlock()
+}
+
+func (r *callerRecorder) last(t *testing.T) orchestrator.Caller {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.callers) == 0 {
+		t.Fatal("no call reached the domain")
+	}
+	return r.callers[len(r.callers)-1]
+}
+
+func (r *callerRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.callers)
+}
+
+func recordingFake(r *callerRecorder) *fakeManager {
+	return &fakeManager{
+		ListFunc: func(ctx context.Context, _ orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+			r.record(ctx)
+			return nil, nil
+		},
+		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(orchestrator.Event) error) error {
+			r.record(ctx)
+			return nil
+		},
+	}
+}
+
+func withToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+func TestAuthRequiresValidToken(t *testing.T) {
+	toks, err := ParseTokens(strings.NewReader(testTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &callerRecorder{}
+	env := newTestEnv(t, recordingFake(rec), WithTokens(toks))
+	ctx := testCtx(t)
+
+	stream := func(ctx context.Context) error {
+		s, err := env.client.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: sb1, CommandId: "c1"})
+		if err != nil {
+			return err
+		}
+		_, err = s.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"no token", ctx, "this server requires a token"},
+		{"wrong token", withToken(ctx, "not-a-valid-token-at-all"), "the token is not valid on this server"},
+		{"not bearer", metadata.AppendToOutgoingContext(ctx, "authorization", "Basic "+tokAcme), "this server requires a token"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := env.client.ListSandboxes(tc.ctx, &sandboxv1.ListSandboxesRequest{})
+			wantStatus(t, err, codes.Unauthenticated, tc.want)
+			wantStatus(t, stream(tc.ctx), codes.Unauthenticated, tc.want)
+			refl, err := reflectionpb.NewServerReflectionClient(env.conn).ServerReflectionInfo(tc.ctx)
+			if err == nil {
+				err = refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+				if err == nil {
+					_, err = refl.Recv()
+				}
+			}
+			wantStatus(t, err, codes.Unauthenticated, tc.want)
+		})
+	}
+	if n := rec.count(); n != 0 {
+		t.Fatalf("%d unauthenticated calls reached the domain", n)
+	}
+
+	// Health stays open: probes carry no token.
+	env.server.SetServing(true)
+	resp, err := healthpb.NewHealthClient(env.conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health without a token = %v, %v; want SERVING", resp, err)
+	}
+
+	// Valid tokens reach the domain as their tenant and role, for unary and
+	// streaming calls alike.
+	for tok, want := range map[string]orchestrator.Caller{
+		tokAcme:  {Tenant: "acme"},
+		tokAdmin: {Tenant: "ops", Admin: true},
+	} {
+		if _, err := env.client.ListSandboxes(withToken(ctx, tok), &sandboxv1.ListSandboxesRequest{}); err != nil {
+			t.Fatalf("ListSandboxes with a valid token: %v", err)
+		}
+		if got := rec.last(t); got != want {
+			t.Errorf("unary call with token of %s reached the domain as %+v; want %+v", want.Tenant, got, want)
+		}
+		if err := stream(withToken(ctx, tok)); err != nil {
+			t.Fatalf("StreamCommand with a valid token: %v", err)
+		}
+		if got := rec.last(t); got != want {
+			t.Errorf("stream with token of %s reached the domain as %+v; want %+v", want.Tenant, got, want)
+		}
+	}
+}
+
+func TestNoTokensMeansDefaultAdmin(t *testing.T) {
+	rec := &callerRecorder{}
+	env := newTestEnv(t, recordingFake(rec))
+	// A token is ignored (not an error) on a server without tokens.
+	for _, ctx := range []context.Context{testCtx(t), withToken(testCtx(t), "whatever-token-123456")} {
+		if _, err := env.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{}); err != nil {
+			t.Fatalf("ListSandboxes: %v", err)
+		}
+		if got := rec.last(t); got != orchestrator.DefaultCaller {
+			t.Errorf("caller = %+v; want %+v", got, orchestrator.DefaultCaller)
+		}
+	}
+}
+
+func TestListTenantFilter(t *testing.T) {
+	var got orchestrator.ListFilter
+	env := newTestEnv(t, &fakeManager{ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+		got = f
+		return []orchestrator.Sandbox{{ID: sb1, Tenant: "acme", UserID: "alice", State: orchestrator.StateRunning, Network: true}}, nil
+	}})
+	ctx := testCtx(t)
+	resp, err := env.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{Tenant: "acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Tenant != "acme" {
+		t.Errorf("filter reached the domain as %+v", got)
+	}
+	if sb := resp.GetSandboxes()[0]; sb.GetTenant() != "acme" || !sb.GetNetwork() {
+		t.Errorf("sandbox = %v; want tenant acme with network", sb)
+	}
+	_, err = env.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{Tenant: "a b"})
+	wantStatus(t, err, codes.InvalidArgument, "tenant name")
+}
+
+// wantStatus fails t unless err is a status with code whose message contains msg.
+func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
+	t.Helper()
+	st, _ := status.FromError(err)
+	if err == nil || st.Code() != code || !strings.Contains(st.Message(), msg) {
+		t.Errorf("error = %v; want %v containing %q", err, code, msg)
+	}
+}
