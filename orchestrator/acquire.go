@@ -125,11 +125,15 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 			return sb, err
 		}
 	}
-	if c := m.cfg.MaxSandboxes; c > 0 && all+m.pool.count() >= c {
+	// Counted from before the cap check until the sandbox is registered, so
+	// that the pool's refill sees it too.
+	m.creating.Add(1)
+	defer m.creating.Add(-1)
+	if c := m.cfg.MaxSandboxes; c > 0 && all+int(m.creating.Load())-1+m.pool.count() >= c {
 		// Pool sandboxes count against the cap: they hold memory too. One
 		// that this request cannot use makes room for it instead.
 		victim := m.pool.take()
-		if victim == nil || all+m.pool.count() >= c {
+		if victim == nil || all+int(m.creating.Load())-1+m.pool.count() >= c {
 			if victim != nil {
 				m.pool.putBack(victim)
 			}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -173,7 +174,8 @@ type Manager struct {
 
 	reg       *registry
 	pool      *warmPool
-	userLocks keyedMutex // by userKey.String()
+	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
+	userLocks keyedMutex   // by userKey.String()
 	watch     *outWatcher
 
 	// recheck is recheckInterval, shortened by tests.

@@ -116,12 +116,18 @@ func (m *Manager) poolable(spec sandboxSpec) bool {
 // has none alive. Dead pool sandboxes met on the way are removed. The
 // caller holds the user's lock.
 func (m *Manager) claimPooled(ctx context.Context, user userKey) (*sandbox, error) {
+	// Refill once the claim is over: a claimed sandbox is counted against
+	// MaxSandboxes only once it is registered.
+	defer m.pool.signal()
+	// Counted as a creation meanwhile, so the refill never sees a claimed
+	// sandbox in neither the pool nor the registry.
+	m.creating.Add(1)
+	defer m.creating.Add(-1)
 	for {
 		sb := m.pool.take()
 		if sb == nil {
 			return nil, nil
 		}
-		m.pool.signal() // refill
 		if err := m.refresh(ctx, sb); err != nil {
 			m.pool.putBack(sb)
 			return nil, err
@@ -171,6 +177,7 @@ func (m *Manager) discardPooled(ctx context.Context, sb *sandbox, why string) {
 // reserves the slot (filling) when it says yes.
 func (m *Manager) poolHasRoom() bool {
 	all, _ := m.reg.countRunning("")
+	all += int(m.creating.Load())
 	p := m.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
