@@ -1,0 +1,152 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/sandboxd/sandboxd/agent/events"
+)
+
+// keepAlive is how often an idle event stream sends a comment, so proxies
+// and browsers keep it open.
+const keepAlive = 15 * time.Second
+
+// events streams a conversation's updates as server-sent events:
+//
+//	sync   {chat: [fragment], trace: [fragment], state}  the whole view, first
+//	item   {panel, id, v, html}                          add or replace an element
+//	out    {id, kind, text}                              output of a running call
+//	state  {running, usage}                              token counter and busy flag
+//
+// A client that falls behind is disconnected; the browser's EventSource
+// reconnects and gets a fresh sync.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	c, _, ok := s.conversation(w, r)
+	if !ok {
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ctx := r.Context()
+	sub := s.agent.Hub().Subscribe(c.ID)
+	defer sub.Close()
+	// Subscribed first, then read the store: nothing falls in between, and
+	// anything both in the view and in an event is applied idempotently.
+	v, err := s.view(ctx, c, sub.Live)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	rc := http.NewResponseController(w)
+	send := func(name string, data any) error {
+		b, err := json.Marshal(data)
+		if err != nil {
+			return err
+		}
+		rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, b); err != nil {
+			return err
+		}
+		flusher.Flush()
+		return nil
+	}
+	fmt.Fprint(w, "retry: 1000\n\n")
+	if send("sync", map[string]any{"chat": v.Chat, "trace": v.Trace, "state": state{Running: v.Running, Usage: string(v.Usage)}}) != nil {
+		return
+	}
+	tick := time.NewTicker(keepAlive)
+	defer tick.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.shutdown:
+			return
+		case <-tick.C:
+			rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			_, err = fmt.Fprint(w, ": keep-alive\n\n")
+			flusher.Flush()
+		case ev, ok := <-sub.C:
+			if !ok {
+				return // fell behind: the browser reconnects and resyncs
+			}
+			err = s.sendEvent(r, ev, send)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// state is the busy flag and the token counter.
+type state struct {
+	Running bool   `json:"running"`
+	Usage   string `json:"usage"`
+}
+
+// item is an element to add or replace.
+type item struct {
+	Panel string `json:"panel"`
+	fragment
+}
+
+// MarshalJSON flattens the fragment.
+func (i item) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]string{"panel": i.Panel, "id": i.ID, "v": i.V, "html": string(i.HTML)})
+}
+
+// MarshalJSON names a fragment's fields for the script.
+func (f fragment) MarshalJSON() ([]byte, error) {
+	return json.Marshal(map[string]string{"id": f.ID, "v": f.V, "html": string(f.HTML)})
+}
+
+func (s *Server) sendEvent(r *http.Request, ev events.Event, send func(string, any) error) error {
+	ctx := r.Context()
+	switch ev.Kind {
+	case events.EntryAdded:
+		it, ok := newChatItem(*ev.Entry)
+		if !ok {
+			return nil
+		}
+		f, err := s.fragment("chat-item", it.ID, it)
+		if err != nil {
+			return err
+		}
+		return send("item", item{Panel: "chat", fragment: f})
+	case events.RunStarted, events.RunFinished:
+		runs, err := s.store.Runs(ctx, ev.ConversationID)
+		if err != nil {
+			return err
+		}
+		n := len(runs)
+		for i, r := range runs {
+			if r.CallID == ev.Run.CallID {
+				n = i + 1
+			}
+		}
+		rv := newRunView(ev.ConversationID, n, *ev.Run, nil)
+		f, err := s.fragment("run", rv.ID, rv)
+		if err != nil {
+			return err
+		}
+		return send("item", item{Panel: "trace", fragment: f})
+	case events.RunOutput:
+		return send("out", map[string]string{"id": "run-" + ev.CallID, "kind": ev.Chunk.Kind, "text": ev.Chunk.Text})
+	case events.Usage, events.TurnStarted, events.TurnFinished:
+		u, err := s.renderHTML("usage", newUsageView(*ev.Conversation, *ev.Turn))
+		if err != nil {
+			return err
+		}
+		return send("state", state{Running: ev.Kind != events.TurnFinished, Usage: string(u)})
+	}
+	return nil
+}
