@@ -280,8 +280,9 @@ func runResuming(ctx context.Context, c sandboxv1.SandboxServiceClient, req *san
 }
 
 // runCollect runs req and gathers its whole outcome, stdout and stderr
-// included. Unlike execute it reports failures instead of stopping the test,
-// for suites that count them and for goroutines.
+// included, checking that the events are numbered 1..n (none lost or
+// repeated on the way). Unlike execute it reports failures instead of
+// stopping the test, for suites that count them and for goroutines.
 func runCollect(ctx context.Context, c sandboxv1.SandboxServiceClient, req *sandboxv1.ExecuteRequest) (outcome, error) {
 	s, err := c.Execute(ctx, req)
 	if err != nil {
@@ -291,6 +292,11 @@ func runCollect(ctx context.Context, c sandboxv1.SandboxServiceClient, req *sand
 	o := outcomeOf(evs)
 	if err != nil {
 		return o, fmt.Errorf("stream failed after %d events: %w", len(evs), err)
+	}
+	for i, ev := range evs {
+		if ev.GetSeq() != int64(i+1) {
+			return o, fmt.Errorf("event %d of the stream has seq %d: events were lost or repeated (seqs %v)", i+1, ev.GetSeq(), seqsOf(evs))
+		}
 	}
 	if o.done == nil {
 		return o, fmt.Errorf("stream ended without done after %d events", len(evs))
