@@ -58,9 +58,9 @@ func cmpOr(a, b string) string {
 }
 
 // integrationManager starts a Manager on the real engine in a fresh state
-// directory; every container it creates is removed when the test ends,
-// whatever happened.
-func integrationManager(t *testing.T) (*Manager, *client.Client, Config) {
+// directory, with the configuration changes given; every container it
+// creates is removed when the test ends, whatever happened.
+func integrationManager(t *testing.T, configure ...func(*Config)) (*Manager, *client.Client, Config) {
 	t.Helper()
 	c, img := realDocker(t)
 	cfg := Config{
@@ -68,6 +68,9 @@ func integrationManager(t *testing.T) (*Manager, *client.Client, Config) {
 		Image:    img,
 		Runtime:  os.Getenv("SANDBOX_RUNTIME"),
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	for _, f := range configure {
+		f(&cfg)
 	}
 	t.Cleanup(func() { removeTestContainers(t, c, cfg.StateDir) })
 	m, err := New(t.Context(), cfg, nil)

@@ -75,7 +75,8 @@ func validateCommandID(id string) error {
 }
 
 // Bounds below which Docker refuses (or the sandbox cannot work): the
-// driver and a Python interpreter need some memory and a few processes.
+// driver and a Python interpreter need some memory and a few processes
+// (minDiskBytes, for volumes, is in volume.go).
 const (
 	minMemoryBytes = 32 << 20
 	minNanoCPUs    = 10_000_000 // 0.01 CPU, Docker's own minimum
@@ -94,9 +95,10 @@ func resolveLimits(req, def, max Limits) (Limits, error) {
 		{"memory_bytes", req.MemoryBytes, def.MemoryBytes, max.MemoryBytes, minMemoryBytes, nil},
 		{"nano_cpus", req.NanoCPUs, def.NanoCPUs, max.NanoCPUs, minNanoCPUs, nil},
 		{"pids_limit", req.PidsLimit, def.PidsLimit, max.PidsLimit, minPidsLimit, nil},
+		{"disk_bytes", req.DiskBytes, def.DiskBytes, max.DiskBytes, minDiskBytes, nil},
 	}
 	var out Limits
-	fields[0].out, fields[1].out, fields[2].out = &out.MemoryBytes, &out.NanoCPUs, &out.PidsLimit
+	fields[0].out, fields[1].out, fields[2].out, fields[3].out = &out.MemoryBytes, &out.NanoCPUs, &out.PidsLimit, &out.DiskBytes
 	for _, f := range fields {
 		v := f.req
 		switch {

@@ -190,10 +190,11 @@ type ResourceLimits struct {
 	NanoCpus int64 `protobuf:"varint,2,opt,name=nano_cpus,json=nanoCpus,proto3" json:"nano_cpus,omitempty"`
 	// pids_limit caps the number of processes and threads in the sandbox.
 	PidsLimit int64 `protobuf:"varint,3,opt,name=pids_limit,json=pidsLimit,proto3" json:"pids_limit,omitempty"`
-	// disk_bytes caps what the sandbox can store in /workspace, in bytes.
+	// disk_bytes caps what the sandbox can store in /workspace, in bytes (the
+	// size of its file system, of which metadata takes a few percent).
 	// Writing past it fails inside the sandbox with "No space left on device"
 	// (ENOSPC) and never fills the host's disk; the sandbox keeps working once
-	// files are deleted. /io, where the sandbox's command log and outputs live,
+	// files are deleted. At least 16 MiB. /io, where the sandbox's command log and outputs live,
 	// has a separate bound set by the server (sandboxd --io-disk). 0 in a
 	// response means the server does not bound disk use (sandboxd
 	// --disk-volumes=false).
