@@ -56,7 +56,10 @@ func (s *Server) view(ctx context.Context, c session.Conversation, live map[stri
 	if err != nil {
 		return nil, err
 	}
-	v := &convView{ID: c.ID, Title: c.Title, Running: s.agent.Running(c.ID)}
+	// The stored state, not the agent's in-memory one: the agent records the
+	// end of a turn before it publishes it, so a view read after subscribing
+	// is never stuck on "running".
+	v := &convView{ID: c.ID, Title: c.Title, Running: c.State == session.StateRunning}
 	for _, it := range chatItems(entries) {
 		f, err := s.fragment("chat-item", it.ID, it)
 		if err != nil {
@@ -119,7 +122,7 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, user string, c *
 		if title == "" {
 			title = "New chat"
 		}
-		d.Conversations = append(d.Conversations, convLink{ID: cv.ID, Title: title, Active: c != nil && cv.ID == c.ID, Running: s.agent.Running(cv.ID)})
+		d.Conversations = append(d.Conversations, convLink{ID: cv.ID, Title: title, Active: c != nil && cv.ID == c.ID, Running: cv.State == session.StateRunning})
 	}
 	if c != nil {
 		// Running output is in the hub until the call ends.

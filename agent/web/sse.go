@@ -37,6 +37,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	defer sub.Close()
 	// Subscribed first, then read the store: nothing falls in between, and
 	// anything both in the view and in an event is applied idempotently.
+	c, err := s.store.Conversation(ctx, c.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	v, err := s.view(ctx, c, sub.Live)
 	if err != nil {
 		s.fail(w, r, err)

@@ -1,0 +1,244 @@
+package web_test
+
+// Handler tests with a real agent loop and store, a scripted model and a
+// tool that needs no sandbox (sandbox-backed behaviour is covered by the
+// browser test).
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
+	"github.com/sandboxd/sandboxd/agent/llm"
+	"github.com/sandboxd/sandboxd/agent/loop"
+	"github.com/sandboxd/sandboxd/agent/sandbox"
+	"github.com/sandboxd/sandboxd/agent/session"
+	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/agent/web"
+)
+
+// noSandboxes fails every sandbox operation: these tests use no sandbox.
+type noSandboxes struct{}
+
+func (noSandboxes) Acquire(context.Context, string) (sandbox.Acquired, error) {
+	return sandbox.Acquired{}, errors.New("no sandboxes in this test")
+}
+func (noSandboxes) Check(context.Context, string) error { return errors.New("no sandboxes in this test") }
+func (noSandboxes) Interrupt(context.Context, string, string) error {
+	return errors.New("no sandboxes in this test")
+}
+
+const plotlyHTML = `<div id="chart">plotly</div><script src="https://cdn.plot.ly/plotly-2.6.3.min.js"></script><script>draw()</script>`
+
+// chartTool returns a plotly chart without any sandbox.
+var chartTool = tools.Tool{
+	Name: "chart", Description: "makes a chart", Parameters: map[string]any{"type": "object"},
+	Run: func(context.Context, tools.Invocation) (tools.Result, error) {
+		return tools.Result{Text: "chart shown", Status: "ok", Charts: []tools.Artifact{{MIME: "text/html", Data: []byte(plotlyHTML)}}}, nil
+	},
+}
+
+type handlerStack struct {
+	srv   *httptest.Server
+	agent *loop.Agent
+}
+
+func startHandlers(t *testing.T, h sm.Handler) *handlerStack {
+	t.Helper()
+	model := sm.Start(t, h)
+	store, err := session.Open(filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	reg, err := tools.NewRegistry(chartTool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := llm.New(llm.Config{BaseURL: model.URL, Model: "scripted", MaxRetries: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := loop.New(loop.Config{Store: store, Model: m, Tools: reg, Sandboxes: noSandboxes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	plotly := filepath.Join(t.TempDir(), "plotly.min.js")
+	if err := os.WriteFile(plotly, []byte("/* plotly */"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := web.New(web.Options{Agent: a, PlotlyJS: plotly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ws)
+	t.Cleanup(srv.Close)
+	t.Cleanup(ws.Shutdown)
+	return &handlerStack{srv: srv, agent: a}
+}
+
+// newBrowser is an HTTP client with its own cookies that does not follow
+// redirects.
+func newBrowser(t *testing.T) *http.Client {
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Jar: jar, Timeout: time.Minute, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func body(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		b.WriteString(sc.Text() + "\n")
+	}
+	return b.String()
+}
+
+// TestConversationPagesArePrivate: a browser sees its own conversation,
+// rendered (Markdown, no raw HTML from the model); another browser does not.
+func TestConversationPagesArePrivate(t *testing.T) {
+	st := startHandlers(t, sm.Script(t,
+		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}} }),
+		sm.Say("Hello **there**\n\n```python\nx = 1\n```\n\n<script>alert(1)</script>"),
+	))
+	alice, bob := newBrowser(t), newBrowser(t)
+	resp, err := alice.PostForm(st.srv.URL+"/c", url.Values{"message": {"draw a chart"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(loc, "/c/c") {
+		t.Fatalf("POST /c = %d, Location %q", resp.StatusCode, loc)
+	}
+	convID := strings.TrimPrefix(loc, "/c/")
+	select {
+	case <-st.agent.Done(convID):
+	case <-time.After(time.Minute):
+		t.Fatal("turn did not finish")
+	}
+
+	resp, err = alice.Get(st.srv.URL + loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := body(t, resp)
+	for _, want := range []string{"draw a chart", "Hello <strong>there</strong>", `class="chroma"`, `id="run-c1"`,
+		`/c/` + convID + `/runs/c1/charts/0`, "tokens this message"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("alice's page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<script>alert(1)") {
+		t.Error("raw HTML from the model reached the page")
+	}
+
+	for _, path := range []string{loc, loc + "/events", loc + "/runs/c1/charts/0"} {
+		resp, err = bob.Get(st.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("another browser: GET %s = %d, want 404", path, resp.StatusCode)
+		}
+	}
+	resp, err = bob.PostForm(st.srv.URL+loc+"/messages", url.Values{"message": {"hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another browser posting to the conversation: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestCrossSitePostRefused(t *testing.T) {
+	st := startHandlers(t, sm.Script(t))
+	req, _ := http.NewRequest(http.MethodPost, st.srv.URL+"/c", strings.NewReader("message=hi"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", "http://evil.example")
+	resp, err := newBrowser(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("cross-origin POST = %d, want 403", resp.StatusCode)
+	}
+}
+
+// TestChartFrame: a plotly chart is served as a sandboxed document that
+// loads the local plotly.js instead of the CDN's.
+func TestChartFrame(t *testing.T) {
+	st := startHandlers(t, sm.Script(t,
+		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}} }),
+		sm.Say("done"),
+	))
+	b := newBrowser(t)
+	resp, err := b.PostForm(st.srv.URL+"/c", url.Values{"message": {"chart"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	<-st.agent.Done(strings.TrimPrefix(loc, "/c/"))
+
+	resp, err = b.Get(st.srv.URL + loc + "/runs/c1/charts/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := body(t, resp)
+	if csp := resp.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "sandbox allow-scripts;") {
+		t.Errorf("Content-Security-Policy = %q, want a sandboxed document", csp)
+	}
+	if strings.Contains(page, "cdn.plot.ly") || !strings.Contains(page, `<script src="/static/plotly.min.js">`) || !strings.Contains(page, "draw()") {
+		t.Errorf("chart page:\n%s", page)
+	}
+	resp, err = b.Get(st.srv.URL + "/static/plotly.min.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js := body(t, resp); !strings.Contains(js, "/* plotly */") {
+		t.Errorf("/static/plotly.min.js = %q", js)
+	}
+
+	// The event stream starts with the whole view.
+	resp, err = b.Get(st.srv.URL + loc + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var first string
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "event: ") {
+			first = sc.Text()
+			sc.Scan()
+			if !strings.Contains(sc.Text(), `run-c1`) || !strings.Contains(sc.Text(), `"running":false`) {
+				t.Errorf("sync data = %.300s", sc.Text())
+			}
+			break
+		}
+	}
+	if first != "event: sync" {
+		t.Errorf("first event %q, want sync", first)
+	}
+}
