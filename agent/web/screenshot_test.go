@@ -37,9 +37,9 @@ func TestScreenshot(t *testing.T) {
 		sm.Handler(func(*sm.Request) sm.Reply {
 			return sm.Reply{Text: "I'll simulate the rolls with NumPy.", Calls: []sm.Call{sm.RunCode("", "python", dice)}}
 		}),
-		sm.Say("The sums form the expected **triangle**, peaking at 7:\n\n" +
-			"- 7 comes up about **1 in 6** rolls (6 of the 36 combinations),\n" +
-			"- 2 and 12 are the rarest, at about 1 in 36 each.\n\n" +
+		sm.Say("The sums form the expected **triangle**, peaking at 7:\n\n"+
+			"- 7 comes up about **1 in 6** rolls (6 of the 36 combinations),\n"+
+			"- 2 and 12 are the rarest, at about 1 in 36 each.\n\n"+
 			"The rolls are kept in `rolls`, so we can keep exploring them."),
 		sm.Handler(func(*sm.Request) sm.Reply {
 			return sm.Reply{Calls: []sm.Call{sm.RunCode("", "python", plotly)}}

@@ -33,7 +33,9 @@ type noSandboxes struct{}
 func (noSandboxes) Acquire(context.Context, string) (sandbox.Acquired, error) {
 	return sandbox.Acquired{}, errors.New("no sandboxes in this test")
 }
-func (noSandboxes) Check(context.Context, string) error { return errors.New("no sandboxes in this test") }
+func (noSandboxes) Check(context.Context, string) error {
+	return errors.New("no sandboxes in this test")
+}
 func (noSandboxes) Interrupt(context.Context, string, string) error {
 	return errors.New("no sandboxes in this test")
 }
@@ -114,7 +116,9 @@ func body(t *testing.T, resp *http.Response) string {
 // rendered (Markdown, no raw HTML from the model); another browser does not.
 func TestConversationPagesArePrivate(t *testing.T) {
 	st := startHandlers(t, sm.Script(t,
-		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}} }),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}}
+		}),
 		sm.Say("Hello **there**\n\n```python\nx = 1\n```\n\n<script>alert(1)</script>"),
 	))
 	alice, bob := newBrowser(t), newBrowser(t)
@@ -188,7 +192,9 @@ func TestCrossSitePostRefused(t *testing.T) {
 // loads the local plotly.js instead of the CDN's.
 func TestChartFrame(t *testing.T) {
 	st := startHandlers(t, sm.Script(t,
-		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}} }),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}}
+		}),
 		sm.Say("done"),
 	))
 	b := newBrowser(t)
