@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
 )
 
 // fakeDocker is an in-memory DockerAPI: containers are records whose state
@@ -109,6 +113,24 @@ func (f *fakeDocker) ContainerStart(ctx context.Context, id string, _ container.
 		return notFound("container", id)
 	}
 	c.st = container.State{Status: container.StateRunning, Running: true, Pid: 42}
+	return answerWarmup(c.host)
+}
+
+// answerWarmup stands in for the driver's answer to the warm pool's warm-up
+// command (there is no driver behind a fake container): its done event is
+// in place before the pool asks.
+func answerWarmup(host container.HostConfig) error {
+	for _, b := range host.Binds {
+		src, dst, _ := strings.Cut(b, ":")
+		if !strings.HasPrefix(dst, "/io:") {
+			continue
+		}
+		line, err := ioproto.EncodeEvent(&ioproto.Event{Seq: 1, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(src, ioproto.OutDir, ioproto.EventsFileName(warmupCommandID)), line, 0o644)
+	}
 	return nil
 }
 

@@ -1,9 +1,18 @@
 package orchestrator
 
 import (
+	"bufio"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/sandboxd/sandboxd/driver/ioproto"
 )
 
 // The warm pool keeps Config.WarmPool sandboxes created and started, with
@@ -32,6 +41,19 @@ import (
 const (
 	poolRetryMin = time.Second
 	poolRetryMax = time.Minute
+)
+
+// A pool sandbox is ready once its Python interpreter is: the driver starts
+// one at boot, which takes a few hundred milliseconds (longer on a busy
+// host), and a claim right after the container started would wait for it.
+// The pool runs an empty Python command (warmupCommandID) and adds the
+// sandbox once that command is done. The command stays in the log like any
+// other; a user's own command with this ID would be taken for it, so the ID
+// is long and says whose it is.
+const (
+	warmupCommandID = "sandboxd-pool-warmup"
+	warmupTimeout   = 2 * time.Minute
+	warmupPoll      = 10 * time.Millisecond
 )
 
 // warmPool holds the started, unclaimed sandboxes.
@@ -196,6 +218,11 @@ func (m *Manager) refillLoop(ctx context.Context) {
 	for {
 		for ctx.Err() == nil && m.poolHasRoom() {
 			sb, err := m.create(ctx, m.poolSpec())
+			if err == nil {
+				if err = m.warmUp(ctx, sb); err != nil {
+					m.discardPooled(ctx, sb, "its warm-up failed")
+				}
+			}
 			m.pool.mu.Lock()
 			m.pool.filling--
 			if err == nil {
@@ -224,4 +251,76 @@ func (m *Manager) refillLoop(ctx context.Context) {
 		case <-m.pool.wake:
 		}
 	}
+}
+
+// warmUp runs the warm-up command in a new pool sandbox and waits for its
+// done event. No user code has run in the sandbox yet, but the events file
+// is read through an os.Root all the same, as everything under io/ is.
+func (m *Manager) warmUp(ctx context.Context, sb *sandbox) error {
+	line, err := ioproto.EncodeRecord(ioproto.Record{
+		Type: ioproto.KindExec, CommandID: warmupCommandID, Language: ioproto.LanguagePython,
+		TimeoutMS: warmupTimeout.Milliseconds(),
+	})
+	if err != nil {
+		return err
+	}
+	l := &sb.log
+	l.mu.Lock()
+	err = l.loadLocked()
+	if err == nil {
+		err = l.appendLocked(line)
+	}
+	if err == nil {
+		l.ids[warmupCommandID] = l.size
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("submit warm-up command: %w", err)
+	}
+
+	root, err := os.OpenRoot(filepath.Join(sb.dir, ioDir, ioproto.OutDir))
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	ctx, cancel := context.WithTimeout(ctx, warmupTimeout)
+	defer cancel()
+	tick := time.NewTicker(warmupPoll)
+	defer tick.Stop()
+	for {
+		if done, err := warmedUp(root); done || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("warm-up command not done: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// warmedUp reports whether the warm-up command's events end with done, and
+// whether it ended well.
+func warmedUp(out *os.Root) (bool, error) {
+	f, err := out.Open(ioproto.EventsFileName(warmupCommandID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, maxEventLine))
+	sc.Buffer(nil, maxEventLine)
+	for sc.Scan() {
+		ev, err := ioproto.ParseEvent(sc.Bytes())
+		if err != nil || ev.Type != ioproto.EventDone {
+			continue
+		}
+		if ev.Status != ioproto.StatusOK {
+			return true, fmt.Errorf("warm-up command ended %s: %s", ev.Status, ev.Reason)
+		}
+		return true, nil
+	}
+	return false, sc.Err()
 }
