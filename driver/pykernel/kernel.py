@@ -34,6 +34,7 @@ def _on_sigint(signum, frame):
 # Installed before the remaining imports so an early SIGINT cannot kill us.
 signal.signal(signal.SIGINT, _on_sigint)
 
+import _signal
 import _thread
 import ast
 import base64
@@ -61,6 +62,7 @@ _MAIN = _thread.get_ident()
 _lock = _thread.RLock()      # RLock: a user stream's flush() may call display()
 _sync = 0                    # kernel-lifetime sync counter
 _cur_id = None               # id of the running request; None while idle
+_deferred = []               # markers and lines of deferred messages, in turn
 _cell = 0
 _keep_src = False            # keep this cell's source in linecache?
 _loop = None                 # asyncio loop for top-level await, created lazily
@@ -109,11 +111,17 @@ def _flush_std():
             pass
 
 
-def _send(typ, end=False, **fields):
+def _send(typ, end=False, defer=False, **fields):
     """Write one sync'ed message for the running request (dropped if idle).
 
     end=True marks `done`: the id is cleared under the lock, so no thread can
-    send a message for this request after its `done`."""
+    send a message for this request after its `done`.
+
+    defer=True queues the message instead: it goes out, in order, ahead of
+    the next message sent, at the latest with `done`.  The cell's result is
+    deferred so that result and `done` cost one write per pipe instead of
+    two, and the driver one wake-up instead of two; the cell's code has
+    finished by then, so its output still precedes the result."""
     global _critical, _pending, _sync, _cur_id
     main = _thread.get_ident() == _MAIN
     if main:
@@ -130,6 +138,13 @@ def _send(typ, end=False, **fields):
             # escape \udcXX, so the line is always valid UTF-8 and valid JSON.
             line = (_enc(msg) + "\n").encode("utf-8", "backslashreplace")
             marker = b"\x00\x1eSBX-SYNC:%d\x1e\x00" % _sync
+            if _deferred:
+                line = b"".join(_deferred[1::2]) + line
+                marker = b"".join(_deferred[0::2]) + marker
+                del _deferred[:]
+            if defer:
+                _deferred.extend((marker, line))
+                return
             for fd in (_OUT1, _OUT2):
                 try:
                     _write_all(fd, marker)
@@ -479,7 +494,7 @@ def _exec_cell(code):
         val = _run_code(compile(last, fname, "eval", _FLAGS, True))
         if val is not None:
             _ns["_"] = val
-            _send("result", data=_bundle(val))
+            _send("result", defer=True, data=_bundle(val))
 
 
 def _guarded(fn, *args):
@@ -569,7 +584,8 @@ def _run(cid, code):
     status = "ok"
     try:
         _repair_stdio()
-        if signal.getsignal(signal.SIGINT) is not _on_sigint:
+        # _signal's getsignal skips signal's enum conversion (it is per command).
+        if _signal.getsignal(signal.SIGINT) is not _on_sigint:
             signal.signal(signal.SIGINT, _on_sigint)   # user replaced it
         if not hasattr(builtins, "display"):
             builtins.display = display
