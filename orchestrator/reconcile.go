@@ -47,7 +47,12 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 
 	claimed := make(map[string]bool)
-	byUser := make(map[string][]*sandbox)
+	byUser := make(map[userKey][]*sandbox)
+	type pooledEntry struct {
+		sb     *sandbox
+		remove func(why string) error
+	}
+	var pooled []pooledEntry
 	var expired, dead, orphanDirs int
 	for _, e := range entries {
 		name := e.Name()
@@ -87,20 +92,13 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			return nil
 		}
 		if md.Pool {
-			switch {
-			case !hasContainer || !summaryAlive(c.State):
-				err = remove("warm-pool sandbox whose container is gone or stopped")
-			case m.pool.size() >= m.cfg.WarmPool:
-				err = remove("warm-pool sandbox beyond the pool's size")
-			default:
-				err = m.remount(ctx, sb, log)
-				if err == nil {
-					m.pool.add(sb)
+			if !hasContainer || !summaryAlive(c.State) {
+				if err := remove("warm-pool sandbox whose container is gone or stopped"); err != nil {
+					return err
 				}
+				continue
 			}
-			if err != nil {
-				return err
-			}
+			pooled = append(pooled, pooledEntry{sb, remove})
 			continue
 		}
 
@@ -136,7 +134,23 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if st, _ := sb.status(); st == StateDead {
 			dead++
 		}
-		byUser[md.UserID] = append(byUser[md.UserID], sb)
+		byUser[sb.key()] = append(byUser[sb.key()], sb)
+	}
+
+	// The oldest pool sandboxes go back to the pool, in their order; those
+	// beyond its size (sandboxd restarted with a smaller --warm-pool) go.
+	slices.SortFunc(pooled, func(a, b pooledEntry) int { return a.sb.createdAt.Compare(b.sb.createdAt) })
+	for i, p := range pooled {
+		if i >= m.cfg.WarmPool {
+			if err := p.remove("warm-pool sandbox beyond the pool's size"); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := m.remount(ctx, p.sb, m.log.With("sandbox_id", p.sb.id)); err != nil {
+			return err
+		}
+		m.pool.add(p.sb)
 	}
 
 	var orphans int
