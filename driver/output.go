@@ -72,7 +72,12 @@ func (o *outputReader) pump(r io.Reader) {
 
 // feed processes newly read bytes.
 func (o *outputReader) feed(p []byte) {
-	data := append(o.carry, p...)
+	// p is the pump's buffer, reused by the next read: everything kept past
+	// this call is copied (carry, text), so p itself needs no copy.
+	data := p
+	if len(o.carry) > 0 {
+		data = append(o.carry, p...)
+	}
 	o.carry = nil
 	for o.markers {
 		i := bytes.Index(data, syncPrefix)
@@ -129,10 +134,21 @@ func (o *outputReader) emitText(p []byte, final bool) []byte {
 		if n == 0 {
 			n = min(len(p), ioproto.MaxChunk)
 		}
-		o.send(outputItem{stream: o.stream, text: strings.ToValidUTF8(string(p[:n]), "\uFFFD")})
+		o.send(outputItem{stream: o.stream, text: validText(p[:n])})
 		p = p[n:]
 	}
 	return rest
+}
+
+// validText returns p as a string, with each run of invalid UTF-8 replaced
+// by U+FFFD. Output is nearly always valid, and utf8.Valid checks it eight
+// ASCII bytes at a time, about three times as fast as ToValidUTF8's rune by
+// rune scan, which only the rare invalid chunk pays for.
+func validText(p []byte) string {
+	if utf8.Valid(p) {
+		return string(p)
+	}
+	return strings.ToValidUTF8(string(p), "\uFFFD")
 }
 
 // incompleteUTF8Tail returns how many bytes at the end of p are the start of
