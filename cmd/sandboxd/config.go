@@ -26,6 +26,9 @@ const envPrefix = "SANDBOXD_"
 // config is sandboxd's parsed command line.
 type config struct {
 	listen          string
+	authTokens      string // token file; empty: no authentication
+	insecure        bool   // allow serving without tokens beyond loopback
+	tlsCert, tlsKey string
 	logLevel        slog.Level
 	logFormat       string
 	shutdownTimeout time.Duration
@@ -52,14 +55,30 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	defMem, maxMem := byteSize(1<<30), byteSize(8<<30)
 	defCPUs, maxCPUs := cpus(1e9), cpus(int64(runtime.NumCPU())*1e9)
 	maxUpload := byteSize(orchestrator.DefaultMaxUploadBytes)
+	maxCode := byteSize(orchestrator.MaxCodeBytes)
+	defDisk, maxDisk := byteSize(orchestrator.DefaultDiskBytes), byteSize(orchestrator.DefaultMaxDiskBytes)
+	ioDisk := byteSize(orchestrator.DefaultIODiskBytes)
+	diskVolumes := true
 
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); the API has no authentication, so keep it on loopback or a private network")
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); an address beyond loopback needs --auth-tokens (or --insecure)")
+	fs.StringVar(&c.authTokens, "auth-tokens", "", "token `file` enabling authentication: one \"TOKEN TENANT ROLE\" per line (role user or admin; # comments); each call then needs \"authorization: Bearer TOKEN\" and sees only its tenant's sandboxes (admin: all)")
+	fs.BoolVar(&c.insecure, "insecure", false, "serve without --auth-tokens on an address beyond loopback: anyone who can connect controls every sandbox")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate `file` (PEM); with --tls-key, serve TLS instead of plaintext")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key `file` (PEM), for --tls-cert")
 	fs.StringVar(&mc.StateDir, "state-dir", defaultStateDir(getenv), "`directory` for the sandboxes' /io and /workspace directories and the registry")
 	fs.DurationVar(&mc.IdleTTL, "idle-ttl", orchestrator.DefaultIdleTTL, "remove a sandbox after this long without use")
 	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
 	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
-	fs.IntVar(&mc.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once; further users get RESOURCE_EXHAUSTED (0: no cap)")
-	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`)")
+	fs.IntVar(&mc.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once, warm-pool ones included; further users get RESOURCE_EXHAUSTED (0: no cap)")
+	fs.IntVar(&mc.MaxSandboxesPerTenant, "max-sandboxes-per-tenant", 0, "most sandboxes one tenant may have alive at once; further users of the tenant get RESOURCE_EXHAUSTED (0: no cap)")
+	fs.IntVar(&mc.WarmPool, "warm-pool", 0, "keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (requests with env, network or non-default limits still start their own)")
+	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
+	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
+	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network; Docker's default bridge); without it sandboxes have no network. Not available with --runtime runsc")
+	fs.BoolVar(&diskVolumes, "disk-volumes", true, "give each sandbox size-limited volumes for /workspace and /io (sparse ext4 images, loop-mounted: needs root, loop devices and mkfs.ext4); false: plain directories with no disk limit")
+	fs.Var(&defDisk, "default-disk", "/workspace size of a sandbox that asks for none (`size`)")
+	fs.Var(&maxDisk, "max-disk", "largest /workspace size a caller may ask for (`size`)")
+	fs.Var(&ioDisk, "io-disk", "size of each sandbox's /io volume, which holds its command log and outputs (`size`)")
 	fs.StringVar(&mc.Runtime, "runtime", "", "Docker `runtime` for sandboxes, e.g. runsc for gVisor (empty: the engine's default)")
 	fs.Var(&defMem, "default-memory", "memory limit of a sandbox that asks for none (`size`: bytes, or 512m, 1g, 1GiB; binary units)")
 	fs.Var(&maxMem, "max-memory", "largest memory limit a caller may ask for (`size`)")
@@ -93,6 +112,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes = int64(defMem), int64(maxMem)
 	mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs = int64(defCPUs), int64(maxCPUs)
 	mc.MaxUploadBytes = int64(maxUpload)
+	mc.MaxCodeBytes = int(maxCode)
+	mc.NoDiskVolumes = !diskVolumes
+	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
 	if err := c.check(); err != nil {
 		return config{}, usageError{err}
 	}
@@ -139,8 +161,25 @@ func (c *config) check() error {
 	if mc.MaxLifetime < 0 {
 		return fmt.Errorf("--max-lifetime %v is negative", mc.MaxLifetime)
 	}
-	if mc.MaxSandboxes < 0 {
-		return fmt.Errorf("--max-sandboxes %d is negative", mc.MaxSandboxes)
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"max-sandboxes", mc.MaxSandboxes}, {"max-sandboxes-per-tenant", mc.MaxSandboxesPerTenant}, {"warm-pool", mc.WarmPool}} {
+		if n.v < 0 {
+			return fmt.Errorf("--%s %d is negative", n.name, n.v)
+		}
+	}
+	if mc.MaxSandboxes > 0 && mc.WarmPool > mc.MaxSandboxes {
+		return fmt.Errorf("--warm-pool %d is above --max-sandboxes %d", mc.WarmPool, mc.MaxSandboxes)
+	}
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return errors.New("--tls-cert and --tls-key go together")
+	}
+	if mc.AllowNetwork && mc.Runtime == "runsc" {
+		return errors.New("--allow-network does not work with --runtime runsc: sandboxd's Docker set-up registers runsc with --network=none")
+	}
+	if mc.MaxCodeBytes <= 0 || mc.MaxCodeBytes > orchestrator.MaxCodeBytes {
+		return fmt.Errorf("--max-code must be between 1 and %d bytes (1MiB)", orchestrator.MaxCodeBytes)
 	}
 	// In orchestrator.Config a zero means "the built-in default", not "none",
 	// so a zero here would silently mean something else than it says.
@@ -155,14 +194,24 @@ func (c *config) check() error {
 	if mc.MaxUploadBytes <= 0 {
 		return errors.New("--max-upload must be positive")
 	}
-	for _, l := range []struct {
+	limits := []struct {
 		name     string
 		def, max int64
 	}{
 		{"memory", mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes},
 		{"cpus", mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs},
 		{"pids", mc.DefaultLimits.PidsLimit, mc.MaxLimits.PidsLimit},
-	} {
+	}
+	if !mc.NoDiskVolumes {
+		limits = append(limits, struct {
+			name     string
+			def, max int64
+		}{"disk", mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes})
+		if mc.IODiskBytes < 16<<20 || mc.DefaultLimits.DiskBytes < 16<<20 {
+			return errors.New("--default-disk and --io-disk must be at least 16MiB")
+		}
+	}
+	for _, l := range limits {
 		switch {
 		case l.def <= 0:
 			return fmt.Errorf("--default-%s must be positive", l.name)

@@ -39,6 +39,16 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"default pids", mc.DefaultLimits.PidsLimit, int64(256)},
 		{"log level", c.logLevel, slog.LevelInfo},
 		{"shutdown", c.shutdownTimeout, 10 * time.Second},
+		{"auth", c.authTokens, ""},
+		{"insecure", c.insecure, false},
+		{"per-tenant cap", mc.MaxSandboxesPerTenant, 0},
+		{"warm pool", mc.WarmPool, 0},
+		{"max code", mc.MaxCodeBytes, 1 << 20},
+		{"network", mc.AllowNetwork, false},
+		{"disk volumes", mc.NoDiskVolumes, false},
+		{"default disk", mc.DefaultLimits.DiskBytes, int64(1 << 30)},
+		{"max disk", mc.MaxLimits.DiskBytes, int64(16 << 30)},
+		{"io disk", mc.IODiskBytes, int64(1 << 30)},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -49,9 +59,11 @@ func TestParseConfigDefaults(t *testing.T) {
 
 func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 	c, err := parseConfig(
-		[]string{"--listen", ":6000", "--default-memory", "512MiB", "--max-cpus=2.5", "--log-level", "debug"},
+		[]string{"--listen", ":6000", "--default-memory", "512MiB", "--max-cpus=2.5", "--log-level", "debug",
+			"--warm-pool", "3", "--allow-network", "--max-code", "64KiB", "--default-disk", "256m", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
 		env("SANDBOXD_LISTEN", "ignored:1", "SANDBOXD_IDLE_TTL", "5m", "SANDBOXD_MAX_MEMORY", "2g",
-			"XDG_STATE_HOME", "/var/state", "SANDBOXD_DEFAULT_CPUS", "0.5"),
+			"XDG_STATE_HOME", "/var/state", "SANDBOXD_DEFAULT_CPUS", "0.5", "SANDBOXD_AUTH_TOKENS", "/etc/sandboxd/tokens",
+			"SANDBOXD_MAX_SANDBOXES_PER_TENANT", "7", "SANDBOXD_DISK_VOLUMES", "false"),
 		io.Discard)
 	if err != nil {
 		t.Fatalf("parseConfig: %v", err)
@@ -69,6 +81,14 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 		{"max cpus", mc.MaxLimits.NanoCPUs, int64(25e8)},
 		{"state dir (XDG)", mc.StateDir, "/var/state/sandboxd"},
 		{"log level", c.logLevel, slog.LevelDebug},
+		{"auth (env)", c.authTokens, "/etc/sandboxd/tokens"},
+		{"warm pool", mc.WarmPool, 3},
+		{"per-tenant cap (env)", mc.MaxSandboxesPerTenant, 7},
+		{"network", mc.AllowNetwork, true},
+		{"max code", mc.MaxCodeBytes, 64 << 10},
+		{"default disk", mc.DefaultLimits.DiskBytes, int64(256 << 20)},
+		{"disk volumes (env)", mc.NoDiskVolumes, true},
+		{"tls", c.tlsCert + "," + c.tlsKey, "c.pem,k.pem"},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -96,6 +116,13 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"--no-such-flag"}, nil, "no-such-flag"},
 		{nil, []string{"SANDBOXD_IDLE_TTL", "soon"}, "SANDBOXD_IDLE_TTL"},
 		{nil, []string{"HOME", ""}, "--state-dir is empty"},
+		{[]string{"--tls-cert", "c.pem"}, nil, "--tls-cert and --tls-key go together"},
+		{[]string{"--allow-network", "--runtime", "runsc"}, nil, "registers runsc with --network=none"},
+		{[]string{"--max-code", "2MiB"}, nil, "--max-code must be between 1 and 1048576 bytes"},
+		{[]string{"--warm-pool", "5", "--max-sandboxes", "4"}, nil, "--warm-pool 5 is above --max-sandboxes 4"},
+		{[]string{"--max-sandboxes-per-tenant", "-1"}, nil, "--max-sandboxes-per-tenant -1 is negative"},
+		{[]string{"--default-disk", "20g"}, nil, "--default-disk is above --max-disk"},
+		{[]string{"--io-disk", "1m"}, nil, "at least 16MiB"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
@@ -121,7 +148,8 @@ func TestHelp(t *testing.T) {
 	if !errors.Is(err, errHelp) {
 		t.Fatalf("error = %v, want errHelp", err)
 	}
-	for _, want := range []string{"-listen", "SANDBOXD_IDLE_TTL", "-default-memory"} {
+	for _, want := range []string{"-listen", "SANDBOXD_IDLE_TTL", "-default-memory", "-auth-tokens", "-insecure", "-tls-cert",
+		"-max-sandboxes-per-tenant", "-warm-pool", "-allow-network", "-default-disk", "-disk-volumes", "-max-code"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, out.String())
 		}

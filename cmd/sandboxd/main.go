@@ -2,7 +2,9 @@
 // long-lived code execution sandboxes in Docker containers.
 //
 // On start it reattaches to the sandboxes a previous run left behind (their
-// containers keep running across restarts), then serves. On SIGINT or SIGTERM
+// containers keep running across restarts), then serves. With --auth-tokens
+// every call needs a bearer token, which names the caller's tenant; without
+// it sandboxd serves on loopback only, unless --insecure. On SIGINT or SIGTERM
 // it reports NOT_SERVING, lets calls finish for --shutdown-timeout, and exits
 // leaving the containers running for the next start. Flags can also be set
 // through SANDBOXD_* environment variables; see sandboxd --help.
@@ -19,6 +21,9 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
@@ -59,6 +64,27 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	log := newLogger(cfg, stderr)
 	cfg.manager.Logger = log
 
+	var opts []grpcapi.Option
+	if cfg.authTokens != "" {
+		tokens, err := grpcapi.LoadTokens(cfg.authTokens)
+		if err != nil {
+			return fmt.Errorf("--auth-tokens: %w", err)
+		}
+		if st, err := os.Stat(cfg.authTokens); err == nil && st.Mode().Perm()&0o077 != 0 {
+			log.Warn("the token file is readable by other users; chmod 600 it", "file", cfg.authTokens, "mode", st.Mode().Perm())
+		}
+		opts = append(opts, grpcapi.WithTokens(tokens))
+		log.Info("authentication on", "tokens", tokens.Len())
+	}
+	useTLS := cfg.tlsCert != ""
+	if useTLS {
+		creds, err := credentials.NewServerTLSFromFile(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		opts = append(opts, grpcapi.WithGRPCOptions(grpc.Creds(creds)))
+	}
+
 	// Listen before the (possibly slow) reattachment, so a taken port or a
 	// typo in --listen fails at once.
 	lis, err := net.Listen("tcp", cfg.listen)
@@ -66,26 +92,39 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		return err
 	}
 	defer lis.Close()
+	// Judged on the address actually bound: ":50051" and "0.0.0.0:50051"
+	// are every interface, and a host name may resolve anywhere.
+	if ip := lis.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		switch {
+		case cfg.authTokens == "" && !cfg.insecure:
+			return usageError{fmt.Errorf("refusing to serve on %s without authentication: anyone who can connect would control every sandbox; give --auth-tokens FILE, listen on loopback, or pass --insecure to accept the risk", lis.Addr())}
+		case cfg.authTokens == "":
+			log.Warn("serving beyond loopback WITHOUT authentication (--insecure)", "listen", lis.Addr().String())
+		case !useTLS:
+			log.Warn("serving tokens over plaintext beyond loopback; use --tls-cert/--tls-key unless the network is trusted", "listen", lis.Addr().String())
+		}
+	}
 
-	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.manager.StateDir, "image", cfg.manager.Image, "runtime", cfg.manager.Runtime)
+	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.manager.StateDir, "image", cfg.manager.Image,
+		"runtime", cfg.manager.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
 	m, err := orchestrator.New(ctx, cfg.manager, nil)
 	if err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)
 	}
-	return serve(ctx, stopSignals, lis, m, cfg.shutdownTimeout, log)
+	return serve(ctx, stopSignals, lis, m, cfg.shutdownTimeout, log, opts...)
 }
 
 // serve serves the API over m on lis until ctx is done, then shuts down:
 // NOT_SERVING first, then a graceful stop bounded by grace, then m.Close
 // (which leaves the containers running). It owns m from here on.
-func serve(ctx context.Context, stopSignals func(), lis net.Listener, m manager, grace time.Duration, log *slog.Logger) (err error) {
+func serve(ctx context.Context, stopSignals func(), lis net.Listener, m manager, grace time.Duration, log *slog.Logger, opts ...grpcapi.Option) (err error) {
 	defer func() {
 		if cerr := m.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("closing the sandbox manager: %w", cerr))
 		}
 	}()
 
-	srv := grpcapi.NewServer(m, log)
+	srv := grpcapi.NewServer(m, log, opts...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 	srv.SetServing(true)
