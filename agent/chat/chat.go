@@ -216,15 +216,19 @@ func (v *viewer) runHeader(r *session.ToolRun) {
 // runFooter prints a call's outcome and saves its images and charts.
 func (v *viewer) runFooter(ctx context.Context, r *session.ToolRun) {
 	status := r.Result.Status
-	if r.Result.Duration > 0 {
-		status += fmt.Sprintf(" in %v", r.Result.Duration.Round(10*time.Millisecond))
+	if d := r.Result.Duration; d > 0 {
+		status += " in " + roundDuration(d).String()
 	}
 	if r.Result.StateLost {
 		status += " (sandbox state lost)"
 	}
 	fmt.Fprintf(v.out, "── %s\n", status)
-	for kind, n := range map[string]int{session.ArtifactImage: r.Images, session.ArtifactChart: r.Charts} {
-		for i := range n {
+	for _, art := range []struct {
+		kind string
+		n    int
+	}{{session.ArtifactImage, r.Images}, {session.ArtifactChart, r.Charts}} {
+		kind := art.kind
+		for i := range art.n {
 			a, err := v.store.Artifact(ctx, v.conv, r.CallID, kind, i)
 			if err != nil {
 				fmt.Fprintf(v.out, "(%s %d not available: %v)\n", kind, i+1, err)
@@ -272,4 +276,16 @@ func (v *viewer) history(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// roundDuration keeps two or three significant digits: 1.23s, 456ms.
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Millisecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
 }

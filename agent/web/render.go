@@ -167,7 +167,13 @@ func newRunView(convID string, n int, r session.ToolRun, live []tools.Chunk) run
 	v.StateLost = r.Result.StateLost
 	v.Console = r.Result.Console
 	if d := r.Result.Duration; d > 0 {
-		v.Duration = d.Round(10 * time.Millisecond).String()
+		switch {
+		case d >= time.Second:
+			d = d.Round(10 * time.Millisecond)
+		case d >= time.Millisecond:
+			d = d.Round(time.Millisecond)
+		}
+		v.Duration = d.String()
 	}
 	for i := range r.Images {
 		v.Images = append(v.Images, fmt.Sprintf("/c/%s/runs/%s/images/%d", convID, r.CallID, i))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -109,8 +108,8 @@ func defaultStateDir(getenv func(string) string) (string, error) {
 	if d := getenv("XDG_STATE_HOME"); d != "" {
 		return filepath.Join(d, "sandboxd-agent"), nil
 	}
-	home, err := os.UserHomeDir()
-	if err != nil {
+	home := getenv("HOME")
+	if home == "" {
 		return "", errors.New("no home directory to keep state in; set --state-dir or AGENT_STATE_DIR")
 	}
 	return filepath.Join(home, ".local", "state", "sandboxd-agent"), nil
