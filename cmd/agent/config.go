@@ -74,6 +74,11 @@ func parseConfig(cmd string, args []string, getenv func(string) string) (config,
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	// The most likely mistake, so reported first, in one message.
+	c.model.MaxRetries = 2
+	if err := c.model.Validate(); err != nil {
+		return c, err
+	}
 	var err error
 	if c.maxIterations, err = strconv.Atoi(*maxIter); err != nil || c.maxIterations < 1 {
 		return c, fmt.Errorf("--max-iterations %q: want a positive number", *maxIter)
@@ -95,11 +100,6 @@ func parseConfig(cmd string, args []string, getenv func(string) string) (config,
 	}
 	if cmd == "chat" && !userID.MatchString(c.user) {
 		return c, fmt.Errorf("--user %q: want 1-128 characters of [A-Za-z0-9._@-]", c.user)
-	}
-	c.model.MaxRetries = 2
-	// Reported here, once, before anything starts.
-	if err := c.model.Validate(); err != nil {
-		return c, err
 	}
 	return c, nil
 }
