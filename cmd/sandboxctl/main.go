@@ -1,15 +1,18 @@
 // Command sandboxctl is the operator's client for sandboxd: list, inspect and
 // kill sandboxes, run code in a user's sandbox and resume a command's output.
 //
-//	sandboxctl [--addr ADDR] COMMAND [ARGS]
+//	sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
 //
-// ADDR defaults to $SANDBOXCTL_ADDR, then 127.0.0.1:50051. Errors are one
-// line on stderr; the exit status is 0 on success, 1 on failure, 2 on a usage
-// error and 130 when interrupted.
+// ADDR defaults to $SANDBOXCTL_ADDR, then 127.0.0.1:50051; TOKEN to
+// $SANDBOXCTL_TOKEN (sent as "authorization: Bearer TOKEN"; operators use an
+// admin token, which sees every tenant). Errors are one line on stderr; the
+// exit status is 0 on success, 1 on failure, 2 on a usage error and 130 when
+// interrupted.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +25,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -43,14 +47,16 @@ const defaultAddr = "127.0.0.1:50051"
 // which can take Docker several seconds.
 const rpcTimeout = time.Minute
 
-const usageText = `Usage: sandboxctl [--addr ADDR] COMMAND [ARGS]
+const usageText = `Usage: sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
 
 Commands:
-  list [--user USER] [--state running|dead] [--json]
+  list [--tenant TENANT] [--user USER] [--state running|dead] [--json]
                          list sandboxes
   inspect SANDBOX_ID     print one sandbox as JSON
   kill SANDBOX_ID...     delete sandboxes (each is attempted)
-  kill --user USER       delete all of a user's sandboxes
+  kill --user USER [--tenant TENANT]
+                         delete all of a user's sandboxes (in every tenant
+                         the token sees, unless --tenant)
   exec --user USER [--language python|bash] [--timeout D] [--command-id ID] CODE
                          run CODE ("-" reads stdin) in the user's sandbox,
                          acquiring it first, and stream its output
@@ -59,6 +65,10 @@ Commands:
 
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
+  --token TOKEN          bearer token for a sandboxd started with --auth-tokens
+                         (env SANDBOXCTL_TOKEN; prefer the variable: arguments show in ps)
+  --tls                  connect with TLS, verifying the server against the system's CAs
+  --ca FILE              connect with TLS, verifying the server against this CA (PEM); implies --tls
 `
 
 func main() {
@@ -83,6 +93,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	fs := flag.NewFlagSet("sandboxctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // usage errors are reported in one line below
 	addr := fs.String("addr", "", "")
+	token := fs.String("token", "", "")
+	useTLS := fs.Bool("tls", false, "")
+	caFile := fs.String("ca", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usageText)
@@ -95,6 +108,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	if *addr == "" {
 		*addr = defaultAddr
+	}
+	if *token == "" {
+		*token = getenv("SANDBOXCTL_TOKEN")
 	}
 	if fs.NArg() == 0 {
 		fmt.Fprint(stderr, usageText)
@@ -118,11 +134,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return usageErr(stderr, "", fmt.Errorf("unknown command %q (see sandboxctl help)", cmd))
 	}
 
-	conn, err := grpc.NewClient(*addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	transport := insecure.NewCredentials()
+	if *useTLS || *caFile != "" {
+		var err error
+		if transport, err = tlsCredentials(*caFile); err != nil {
+			return usageErr(stderr, "", err)
+		}
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(transport),
 		// Rich outputs (plots) arrive inline and can be several MiB.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcapi.MaxSendMsgSize)),
-	)
+	}
+	if *token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(*token)))
+	}
+	conn, err := grpc.NewClient(*addr, opts...)
 	if err != nil {
 		return usageErr(stderr, "", fmt.Errorf("--addr %q: %v", *addr, err))
 	}
@@ -197,4 +224,30 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // rpcCtx bounds one unary call.
 func rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, rpcTimeout)
+}
+
+// bearerToken sends a token as "authorization: Bearer <token>" with every
+// call. Unlike grpc's oauth credentials it also works over plaintext, which
+// sandboxd allows on loopback (and on networks its operator trusts).
+type bearerToken string
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials.
+func (bearerToken) RequireTransportSecurity() bool { return false }
+
+// tlsCredentials verifies the server against caFile, or the system's CAs
+// when it is empty.
+func tlsCredentials(caFile string) (credentials.TransportCredentials, error) {
+	if caFile == "" {
+		return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
+	}
+	creds, err := credentials.NewClientTLSFromFile(caFile, "")
+	if err != nil {
+		return nil, fmt.Errorf("--ca %s: %v", caFile, err)
+	}
+	return creds, nil
 }

@@ -89,9 +89,9 @@ func oneLine(t *testing.T, stderr, want string) {
 
 func sandboxes() []orchestrator.Sandbox {
 	return []orchestrator.Sandbox{
-		{ID: sbA, UserID: "alice", State: orchestrator.StateRunning, CreatedAt: t0, LastActiveAt: t0.Add(time.Minute),
+		{ID: sbA, Tenant: "default", UserID: "alice", State: orchestrator.StateRunning, CreatedAt: t0, LastActiveAt: t0.Add(time.Minute),
 			ExpiresAt: t0.Add(31 * time.Minute), Image: "sandboxd-sandbox:latest", Limits: orchestrator.Limits{MemoryBytes: 1 << 30}},
-		{ID: sbB, UserID: "bob@example.com", State: orchestrator.StateDead, StateReason: "exit 137", CreatedAt: t0.Add(time.Hour),
+		{ID: sbB, Tenant: "acme", UserID: "bob@example.com", State: orchestrator.StateDead, StateReason: "exit 137", CreatedAt: t0.Add(time.Hour),
 			LastActiveAt: t0.Add(time.Hour), Image: "img:2"},
 	}
 }
@@ -107,9 +107,9 @@ func TestListTable(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", r.code, r.stderr)
 	}
 	want := "" +
-		"ID                       USER             STATE    CREATED              LAST ACTIVE          EXPIRES              IMAGE\n" +
-		"sb-aaaaaaaaaaaaaaaaaaaa  alice            running  2026-11-21 07:30:00  2026-11-21 07:31:00  2026-11-21 08:01:00  sandboxd-sandbox:latest\n" +
-		"sb-bbbbbbbbbbbbbbbbbbbb  bob@example.com  dead     2026-11-21 08:30:00  2026-11-21 08:30:00  -                    img:2\n"
+		"ID                       TENANT   USER             STATE    CREATED              LAST ACTIVE          EXPIRES              IMAGE\n" +
+		"sb-aaaaaaaaaaaaaaaaaaaa  default  alice            running  2026-11-21 07:30:00  2026-11-21 07:31:00  2026-11-21 08:01:00  sandboxd-sandbox:latest\n" +
+		"sb-bbbbbbbbbbbbbbbbbbbb  acme     bob@example.com  dead     2026-11-21 08:30:00  2026-11-21 08:30:00  -                    img:2\n"
 	if r.stdout != want {
 		t.Errorf("table:\n%s\nwant:\n%s", r.stdout, want)
 	}

@@ -67,10 +67,10 @@ func writeIndented(w io.Writer, b []byte) error {
 // writeTable prints sandboxes as an aligned table.
 func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tUSER\tSTATE\tCREATED\tLAST ACTIVE\tEXPIRES\tIMAGE")
+	fmt.Fprintln(tw, "ID\tTENANT\tUSER\tSTATE\tCREATED\tLAST ACTIVE\tEXPIRES\tIMAGE")
 	for _, sb := range sbs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-			sb.GetSandboxId(), sb.GetUserId(), stateName(sb.GetState()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			sb.GetSandboxId(), sb.GetTenant(), sb.GetUserId(), stateName(sb.GetState()),
 			formatTime(sb.GetCreatedAt()), formatTime(sb.GetLastActiveAt()), formatTime(sb.GetExpiresAt()),
 			sb.GetImage())
 	}

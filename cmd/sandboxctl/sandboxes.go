@@ -11,6 +11,7 @@ import (
 // cmdList lists sandboxes as a table, or as a JSON array with --json.
 func cmdList(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("list", flag.ContinueOnError)
+	tenant := fs.String("tenant", "", "only this tenant's sandboxes")
 	user := fs.String("user", "", "only this user's sandboxes")
 	state := fs.String("state", "", "only sandboxes in this state: running or dead")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
@@ -28,7 +29,7 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 
 	rctx, cancel := rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{UserId: *user, State: st})
+	resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{Tenant: *tenant, UserId: *user, State: st})
 	if err != nil {
 		return c.fail("list", err)
 	}
@@ -78,12 +79,14 @@ func cmdInspect(ctx context.Context, c *cli, args []string) int {
 	return exitOK
 }
 
-// cmdKill deletes the named sandboxes, or all of --user's. Every sandbox is
-// attempted even when one fails; each deleted ID is printed on stdout, each
+// cmdKill deletes the named sandboxes, or all of --user's (in every tenant
+// the token sees, or only --tenant's). Every sandbox is attempted even when
+// one fails; each deleted ID is printed on stdout, each
 // failure on stderr, and the status is non-zero if any failed.
 func cmdKill(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("kill", flag.ContinueOnError)
 	user := fs.String("user", "", "delete all of this user's sandboxes")
+	tenant := fs.String("tenant", "", "with --user: only in this tenant")
 	ids, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "kill", err)
@@ -93,11 +96,13 @@ func cmdKill(ctx context.Context, c *cli, args []string) int {
 		return usageErr(c.stderr, "kill", fmt.Errorf("give SANDBOX_IDs or --user USER"))
 	case *user != "" && len(ids) > 0:
 		return usageErr(c.stderr, "kill", fmt.Errorf("give SANDBOX_IDs or --user USER, not both"))
+	case *tenant != "" && *user == "":
+		return usageErr(c.stderr, "kill", fmt.Errorf("--tenant goes with --user"))
 	}
 
 	if *user != "" {
 		rctx, cancel := rpcCtx(ctx)
-		resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{UserId: *user})
+		resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{Tenant: *tenant, UserId: *user})
 		cancel()
 		if err != nil {
 			return c.fail("kill --user "+*user, err)
