@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -111,6 +112,23 @@ func (e *e2eEnv) removeContainers(t *testing.T) {
 	if ids := strings.Fields(string(out)); len(ids) > 0 {
 		if out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput(); err != nil {
 			t.Logf("removing leftover containers: %v: %s", err, out)
+		}
+	}
+	unmountUnder(t, e.stateDir)
+}
+
+// unmountUnder unmounts the sandbox volumes a killed sandboxd left mounted
+// under dir (a live one keeps them on purpose), so that the test's directory
+// can be removed and no loop device is left behind.
+func unmountUnder(t *testing.T, dir string) {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Logf("listing leftover mounts: %v", err)
+		return
+	}
+	for _, m := range mounts {
+		if err := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); err != nil {
+			t.Logf("unmounting %s: %v", m.Mountpoint, err)
 		}
 	}
 }
