@@ -32,7 +32,7 @@ PROTO_OUT  ?= proto
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './vendor/*' 2>/dev/null) \
               go.mod $(wildcard go.sum)
 
-.PHONY: help build go-build docker base image test run proto proto-tools proto-check \
+.PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         fmt-check bench clean clean-images
 
 help:
@@ -40,7 +40,9 @@ help:
 	@echo '  build        go build ./... and bin/{sandboxd,sandboxctl,sandbox-driver}'
 	@echo '  docker       make sure the Docker daemon is installed and running'
 	@echo '  image        build $(IMAGE) (and the offline base $(BASE_IMAGE) if missing)'
-	@echo '  test         go vet + go test (builds the image first; SANDBOX_IMAGE=$(IMAGE))'
+	@echo '  test         go vet + go test (builds the image first; SANDBOX_IMAGE=$(IMAGE)),'
+	@echo '               then the escape, fault and load suites'"'"' figures'
+	@echo '  fuzz-smoke   run each go fuzz target for FUZZ_TIME ($(FUZZ_TIME))'
 	@echo '  run          run bin/sandboxd with defaults (RUN_ARGS=... to add flags)'
 	@echo '  proto        buf generate + buf lint'
 	@echo '  proto-check  fail if generated protobuf code is stale'
@@ -81,9 +83,41 @@ image: base $(IMAGE_DIR)/sandbox-driver
 	docker build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) $(IMAGE_DIR)
 
 # ----------------------------------------------------------------- Test / run
+# The escape, fault and load suites (cmd/sandboxd) append one line of
+# figures each to this file, printed at the end: go test shows the output
+# of passing tests only with -v.
+SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
+
+# With SANDBOXD_FAULT_DOCKERD=1 (CI sets it) the fault suite also restarts
+# the Docker daemon under a running sandbox. That disturbs every container on
+# the machine, so it runs on its own, after all other tests, and never inside
+# the main go test run, whose packages run in parallel.
 test: image
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 40m ./...
+	@mkdir -p $(BIN) && rm -f $(SUITE_SUMMARY)
+	@rc=0; \
+	SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) SANDBOXD_FAULT_DOCKERD= \
+		$(GO) test -count=1 -timeout 40m ./... || rc=$$?; \
+	if [ "$${SANDBOXD_FAULT_DOCKERD:-}" = 1 ]; then \
+		echo "test: restarting dockerd under running sandboxes (SANDBOXD_FAULT_DOCKERD=1), alone"; \
+		SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) \
+			$(GO) test -count=1 -timeout 15m -run '^TestFaultDockerdRestart$$' ./cmd/sandboxd || rc=$$?; \
+	fi; \
+	if [ -s $(SUITE_SUMMARY) ]; then echo "suite figures:"; sed 's/^/    /' $(SUITE_SUMMARY); fi; \
+	exit $$rc
+
+# Fuzzing: go test -fuzz takes one target at a time, so every Fuzz function
+# of every package is run for FUZZ_TIME in turn. A failing input is written
+# under the package's testdata/fuzz/ and fails the target.
+FUZZ_TIME ?= 10s
+
+fuzz-smoke:
+	@for dir in $$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(' . | xargs -n1 dirname | sort -u); do \
+		for fn in $$(grep -hoE '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | sed 's/^func //'); do \
+			echo "fuzz-smoke: $$fn ($$dir) for $(FUZZ_TIME)"; \
+			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_TIME) $$dir || exit 1; \
+		done; \
+	done
 
 run: image build
 	./$(BIN)/sandboxd $(RUN_ARGS)

@@ -13,15 +13,18 @@ package main
 //   - the driver is killed from inside the sandbox, and from outside (docker
 //     exec), while a command runs;
 //   - the container is killed, and removed, behind sandboxd's back;
-//   - dockerd restarts while a command runs (only with
-//     SANDBOXD_FAULT_DOCKERD=1: it disturbs every container user on the
-//     machine, so only CI, which runs alone, sets it).
+//   - dockerd restarts while a command runs, then the container is killed
+//     (is the death still noticed?): TestFaultDockerdRestart, which runs
+//     only with SANDBOXD_FAULT_DOCKERD=1, since it disturbs every container
+//     user on the machine. `make test` runs it on its own, after every
+//     other test, when the variable is set; CI sets it.
 //
 // Every command appends its ID to a file in /workspace and to a Python
-// global, which prove after the fact that it ran exactly once. The suite
-// reports, per runtime:
+// global, which prove after the fact that it ran exactly once. The suites
+// report, per runtime:
 //
 //	fault suite (runc): 25 faults injected, results lost: 0, double executions: 0
+//	fault suite (runc, dockerd restart): 2 faults injected, results lost: 0, double executions: 0
 
 import (
 	"context"
@@ -100,15 +103,27 @@ func tickOutput(id string, n int) string {
 	return b.String()
 }
 
-func runFaultSuite(t *testing.T, env *e2eEnv, runtime string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
-	r := &faultRun{t: t, ctx: ctx, env: env, user: "fault-user", ran: map[string][]string{}}
-	r.d = env.start(t)
-	r.addr = r.d.addr
-	r.c = dialResilient(t, r.addr)
-	r.newSandbox(false)
+// TestFaultDockerdRestart restarts the Docker daemon under a running
+// command, then kills the container to check that sandboxd, whose event
+// stream broke, still notices deaths.
+func TestFaultDockerdRestart(t *testing.T) {
+	if os.Getenv(envFaultDockerd) != "1" {
+		t.Skipf("restarting dockerd disturbs every container on this machine; set %s=1 to run it (CI does)", envFaultDockerd)
+	}
+	env := needE2E(t)
+	for _, rt := range suiteRuntimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			r := newFaultRun(t, env.withRuntime(t, rt))
+			r.restartDockerd()
+			r.checkExactlyOnce("after the dockerd restart", true)
+			r.dockerKill()
+			r.finish(rt + ", dockerd restart")
+		})
+	}
+}
 
+func runFaultSuite(t *testing.T, env *e2eEnv, runtime string) {
+	r := newFaultRun(t, env)
 	r.killSandboxd(envInt(t, envFaultKills, 20))
 	r.killBeforeFirstEvent()
 	r.checkExactlyOnce("after the sandboxd kills", true)
@@ -117,27 +132,34 @@ func runFaultSuite(t *testing.T, env *e2eEnv, runtime string) {
 	r.killDriverFromOutside()
 	r.checkExactlyOnce("after the driver kills", false)
 
-	dockerd := os.Getenv(envFaultDockerd) == "1"
-	if dockerd {
-		r.restartDockerd()
-		r.checkExactlyOnce("after the dockerd restart", false)
-	}
-
 	// Faults that kill the sandbox come last, each followed by a visible
 	// replacement.
 	r.dockerKill()
 	r.dockerRemove()
+	r.finish(runtime)
+}
 
+// newFaultRun starts sandboxd and the user's sandbox.
+func newFaultRun(t *testing.T, env *e2eEnv) *faultRun {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	r := &faultRun{t: t, ctx: ctx, env: env, user: "fault-user", ran: map[string][]string{}}
+	r.d = env.start(t)
+	r.addr = r.d.addr
+	r.c = dialResilient(t, r.addr)
+	r.newSandbox(false)
+	return r
+}
+
+// finish reports the figures, checks them, and cleans up.
+func (r *faultRun) finish(what string) {
 	r.countDoubles()
-	reportSummary(t, "fault suite (%s): %d faults injected, results lost: %d, double executions: %d", runtime, r.faults, r.lost, r.double)
-	if !dockerd {
-		reportSummary(t, "  note (%s): dockerd restart not injected (set %s=1; CI does)", runtime, envFaultDockerd)
-	}
+	reportSummary(r.t, "fault suite (%s): %d faults injected, results lost: %d, double executions: %d", what, r.faults, r.lost, r.double)
 	if r.lost > 0 || r.double > 0 {
-		t.Errorf("%d results lost, %d double executions", r.lost, r.double)
+		r.t.Errorf("%d results lost, %d double executions", r.lost, r.double)
 	}
 	r.deleteAll()
-	r.d.stop(t)
+	r.d.stop(r.t)
 }
 
 // deleteAll deletes the user's sandboxes, the dead ones included.
