@@ -24,7 +24,7 @@ func TestScreenshot(t *testing.T) {
 		"rng = np.random.default_rng(7)\n" +
 		"rolls = rng.integers(1, 7, size=(10_000, 2)).sum(axis=1)\n" +
 		"sums, counts = np.unique(rolls, return_counts=True)\n\n" +
-		"fig, ax = plt.subplots(figsize=(7, 3.4))\n" +
+		"fig, ax = plt.subplots(figsize=(7, 3))\n" +
 		"ax.bar(sums, counts, color=\"#10a37f\")\n" +
 		"ax.set(xlabel=\"sum of two dice\", ylabel=\"rolls\", title=\"10,000 rolls of two dice\")\n" +
 		"print(\"most common sum:\", sums[counts.argmax()])\n" +
@@ -49,6 +49,7 @@ func TestScreenshot(t *testing.T) {
 	b := browser(t, 1440, 900)
 	const wait = 2 * time.Minute
 	within(t, b, "first message", wait,
+		chromedp.EmulateViewport(1440, 1000),
 		chromedp.Navigate(st.url+"/"),
 		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "Simulate 10,000 rolls of two dice and plot the distribution of their sum"),
 		chromedp.Click(chromedp.CSS(`#send`)),
@@ -61,6 +62,9 @@ func TestScreenshot(t *testing.T) {
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
 		chromedp.Sleep(3*time.Second), // let the chart frame draw
 	)
+	// Show the first call's output and figure above the second's chart.
+	get(t, b, "scrolling the trace", chromedp.Evaluate[int](
+		`(() => { const tr = document.getElementById('trace'); tr.scrollTop = tr.querySelector('.run .console').offsetTop - tr.offsetTop - 8; return tr.scrollTop; })()`))
 	png := get(t, b, "screenshot", chromedp.CaptureScreenshot())
 	if err := os.WriteFile(out, png, 0o644); err != nil {
 		t.Fatal(err)
