@@ -386,9 +386,9 @@ func acceptSandboxctl(t *testing.T, env *e2eEnv, d *daemon) {
 	for id, user := range map[string]string{keepID: "ctl-keep", killID: "ctl-kill"} {
 		if !slices.ContainsFunc(strings.Split(out, "\n"), func(l string) bool {
 			f := strings.Fields(l)
-			return len(f) >= 3 && f[0] == id && f[1] == user && f[2] == "running"
+			return len(f) >= 4 && f[0] == id && f[1] == "default" && f[2] == user && f[3] == "running"
 		}) {
-			t.Errorf("sandboxctl list has no row \"%s %s running ...\":\n%s", id, user, out)
+			t.Errorf("sandboxctl list has no row \"%s default %s running ...\":\n%s", id, user, out)
 		}
 	}
 
