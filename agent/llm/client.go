@@ -172,7 +172,7 @@ func toParams(system string, msgs []Message) []openai.ChatCompletionMessageParam
 			return
 		}
 		parts := append([]openai.ChatCompletionContentPartUnionParam{
-			openai.TextContentPart("Images produced by the tool calls above:"),
+			openai.TextContentPart("The figures captured by the tool calls above, for you to check:"),
 		}, toolImages...)
 		out = append(out, openai.UserMessage(parts))
 		toolImages = nil

@@ -49,6 +49,9 @@ type Config struct {
 	// ImageLimits bound the images sent to the model; zero means
 	// imagefit.DefaultLimits.
 	ImageLimits imagefit.Limits
+	// NoImageInput keeps tool images from the model, for models that do not
+	// accept image input (people still see them).
+	NoImageInput bool
 	// StopGrace is how long Stop waits for an interrupted command to end
 	// before abandoning it; 0 means 5 seconds (sandboxd kills a command that
 	// ignores the interrupt after 2).

@@ -176,7 +176,7 @@ func TestChartReachesModelAsImage(t *testing.T) {
 		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{sm.RunCode("plot", "python", code)}} }),
 		func(req *sm.Request) sm.Reply {
 			res, _ := req.ToolResult("plot")
-			if !strings.Contains(res, "1 figure(s)") || !strings.Contains(res, "1 plotly chart(s)") {
+			if !strings.Contains(res, "1 figure(s) captured") || !strings.Contains(res, "1 plotly chart(s)") {
 				t.Errorf("tool result does not announce the figure and the chart:\n%s", res)
 			}
 			var urls []string

@@ -132,6 +132,9 @@ func (a *Agent) ensureSandbox(ctx context.Context, conv *session.Conversation) (
 func (a *Agent) finishRun(db context.Context, convID string, turn int, r session.ToolRun, res tools.Result) error {
 	msg := llm.Message{Role: llm.RoleTool, ToolCallID: r.CallID, Content: res.Text}
 	for _, img := range res.Images {
+		if a.cfg.NoImageInput {
+			break
+		}
 		data, mime, err := imagefit.Fit(img.Data, a.cfg.ImageLimits)
 		if err != nil {
 			a.log.Warn("image not sent to the model", "conversation", convID, "call", r.CallID, "err", err)

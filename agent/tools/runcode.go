@@ -25,6 +25,9 @@ type RunCodeOptions struct {
 	// in the text the model reads, in characters (the middle is cut); 0
 	// means 16000. People see the whole output.
 	MaxOutput int
+	// NoImageInput says figures are not sent to the model (see
+	// loop.Config.NoImageInput), so the instructions do not promise it.
+	NoImageInput bool
 }
 
 // RunCodeName is the name of the run_code tool.
@@ -37,7 +40,7 @@ You can run code with run_code in a sandbox that belongs to this user:
 - The working directory is /workspace; files written there persist.
 - Installed: numpy, pandas, scipy, matplotlib, seaborn, plotly and pillow. There is no network access, so pip install and downloads will fail.
 - The value of the last expression is returned, as in a notebook; print anything else you need to see. Very long output is cut in the middle.
-- Figures are captured automatically: create the matplotlib figure and it is sent to you as an image (plt.show() is unnecessary), so you can check the chart and improve it. PIL images displayed or left as the last expression are sent too.
+- Figures are captured automatically: create the matplotlib figure and it is shown to the user (plt.show() is unnecessary). PIL images displayed or left as the last expression are shown too.%s
 - Plotly figures (fig.show() or the last expression) are shown to the user as interactive charts; you cannot see them, so make a matplotlib version if you need to look.
 - If a call fails, read the error, fix the code and try again.`
 
@@ -57,12 +60,19 @@ func RunCode(exec Executor, opts RunCodeOptions) Tool {
 			},
 			"required": []string{"code"},
 		},
-		Instructions: runCodeInstructions,
+		Instructions: fmt.Sprintf(runCodeInstructions, seeFigures(opts)),
 		UsesSandbox:  true,
 		Run: func(ctx context.Context, inv Invocation) (Result, error) {
 			return runCode(ctx, exec, opts, inv)
 		},
 	}
+}
+
+func seeFigures(opts RunCodeOptions) string {
+	if opts.NoImageInput {
+		return " You do not see the figures: check the data numerically instead."
+	}
+	return " You receive each figure as an image too, so you can check the chart and improve it."
 }
 
 // CodeArgs are run_code's arguments.
@@ -196,7 +206,7 @@ func describe(language string, out *sandbox.Outcome, res Result, limit int) stri
 		section("error", e.String())
 	}
 	if n := len(res.Images); n > 0 {
-		fmt.Fprintf(&b, "images: %d figure(s) captured; they follow as image input.\n", n)
+		fmt.Fprintf(&b, "figures: %d figure(s) captured and shown to the user.\n", n)
 	}
 	if n := len(res.Charts); n > 0 {
 		fmt.Fprintf(&b, "interactive charts: %d plotly chart(s) shown to the user (you cannot see them).\n", n)

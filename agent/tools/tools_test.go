@@ -54,6 +54,12 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("instructions lack %q:\n%s", want, ins)
 		}
 	}
+	if !strings.Contains(ins, "receive each figure as an image") {
+		t.Errorf("instructions do not say figures come back as images:\n%s", ins)
+	}
+	if blind := tools.RunCode(&fakeExec{}, tools.RunCodeOptions{NoImageInput: true}).Instructions; strings.Contains(blind, "receive each figure") || !strings.Contains(blind, "do not see the figures") {
+		t.Errorf("instructions without image input:\n%s", blind)
+	}
 	if _, err := tools.NewRegistry(run, run); err == nil {
 		t.Error("duplicate tool accepted")
 	}
@@ -88,7 +94,7 @@ func TestRunCodeOutput(t *testing.T) {
 	if res.IsError || res.Status != "ok" || len(res.Images) != 1 || string(res.Images[0].Data) != string(png) || len(res.Charts) != 1 {
 		t.Errorf("result = %+v", res)
 	}
-	for _, want := range []string{"status: ok", "stdout:\nhello", "stderr:\nwarn", "result:\n42", "1 figure(s)", "1 plotly chart(s)", "out.csv (12 bytes)"} {
+	for _, want := range []string{"status: ok", "stdout:\nhello", "stderr:\nwarn", "result:\n42", "1 figure(s) captured", "1 plotly chart(s)", "out.csv (12 bytes)"} {
 		if !strings.Contains(res.Text, want) {
 			t.Errorf("model text lacks %q:\n%s", want, res.Text)
 		}

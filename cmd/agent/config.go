@@ -22,6 +22,7 @@ type config struct {
 	sandboxdAddr   string
 	sandboxdToken  string
 	maxIterations  int
+	imageInput     bool
 	commandTimeout time.Duration
 	logLevel       slog.Level
 
@@ -56,6 +57,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string) (config,
 	fs.StringVar(&c.sandboxdToken, "sandboxd-token", env("AGENT_SANDBOXD_TOKEN", ""), "")
 	maxIter := fs.String("max-iterations", env("AGENT_MAX_ITERATIONS", "20"), "")
 	timeout := fs.String("command-timeout", env("AGENT_COMMAND_TIMEOUT", "0"), "")
+	imageInput := fs.String("image-input", env("AGENT_IMAGE_INPUT", "true"), "")
 	defLevel := "info"
 	if cmd == "chat" {
 		defLevel = "warn" // the terminal is for the conversation
@@ -85,6 +87,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string) (config,
 	}
 	if c.commandTimeout, err = time.ParseDuration(*timeout); err != nil || c.commandTimeout < 0 {
 		return c, fmt.Errorf("--command-timeout %q: want a duration such as 5m", *timeout)
+	}
+	if c.imageInput, err = strconv.ParseBool(*imageInput); err != nil {
+		return c, fmt.Errorf("--image-input %q: want true or false", *imageInput)
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
 		return c, fmt.Errorf("--log-level %q: want debug, info, warn or error", *level)

@@ -49,6 +49,8 @@ Agent:
   --sandboxd-token T   bearer token for sandboxd, if it requires one (env AGENT_SANDBOXD_TOKEN)
   --max-iterations N   model calls per message at most (env AGENT_MAX_ITERATIONS; default 20)
   --command-timeout D  limit of each code run (env AGENT_COMMAND_TIMEOUT; default: sandboxd's)
+  --image-input BOOL   send figures to the model as image input (env AGENT_IMAGE_INPUT; default
+                       true; set false for models without vision)
   --log-level LEVEL    debug, info, warn or error (env AGENT_LOG_LEVEL; default info, warn for chat)
 
 chat:

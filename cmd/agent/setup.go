@@ -52,7 +52,7 @@ func assemble(cfg config, logger *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { sbc.Close() })
-	reg, err := tools.NewRegistry(tools.RunCode(sbc, tools.RunCodeOptions{Timeout: cfg.commandTimeout}))
+	reg, err := tools.NewRegistry(tools.RunCode(sbc, tools.RunCodeOptions{Timeout: cfg.commandTimeout, NoImageInput: !cfg.imageInput}))
 	if err != nil {
 		a.close()
 		return nil, err
@@ -62,7 +62,7 @@ func assemble(cfg config, logger *slog.Logger) (*app, error) {
 		a.close()
 		return nil, err
 	}
-	a.agent, err = loop.New(loop.Config{Store: store, Model: model, Tools: reg, Sandboxes: sbc, MaxIterations: cfg.maxIterations, Logger: logger})
+	a.agent, err = loop.New(loop.Config{Store: store, Model: model, Tools: reg, Sandboxes: sbc, MaxIterations: cfg.maxIterations, NoImageInput: !cfg.imageInput, Logger: logger})
 	if err != nil {
 		a.close()
 		return nil, err
