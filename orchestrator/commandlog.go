@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -44,7 +45,7 @@ func (l *commandLog) loadLocked() error {
 		return err
 	}
 	defer root.Close()
-	f, err := openRegular(root, ioproto.StdinFile, os.O_RDONLY)
+	f, _, err := openRegular(root, ioproto.StdinFile, os.O_RDONLY)
 	if err != nil {
 		return err
 	}
@@ -104,12 +105,12 @@ func (l *commandLog) appendLocked(line []byte) error {
 		return err
 	}
 	defer root.Close()
-	f, err := openRegular(root, ioproto.StdinFile, os.O_WRONLY|os.O_APPEND)
+	f, st, err := openRegular(root, ioproto.StdinFile, os.O_WRONLY|os.O_APPEND)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := checkOwnedByUs(f, "/io/"+ioproto.StdinFile); err != nil {
+	if err := checkOwnedByUs(st, "/io/"+ioproto.StdinFile); err != nil {
 		return err
 	}
 	if l.partial {
@@ -130,38 +131,38 @@ func (l *commandLog) appendLocked(line []byte) error {
 	return nil
 }
 
-// openRegular opens name under root and makes sure it is a regular file.
-// O_NONBLOCK keeps a FIFO planted by the sandbox from blocking the open
-// forever; it has no effect on regular files.
-func openRegular(root *os.Root, name string, flag int) (*os.File, error) {
+// openRegular opens name under root, makes sure it is a regular file and
+// returns its stat for further checks (one fstat per open: this is on every
+// command's path). O_NONBLOCK keeps a FIFO planted by the sandbox from
+// blocking the open forever; it has no effect on regular files.
+func openRegular(root *os.Root, name string, flag int) (*os.File, fs.FileInfo, error) {
 	f, err := root.OpenFile(name, flag|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if !st.Mode().IsRegular() {
 		f.Close()
-		return nil, fmt.Errorf("%s is not a regular file (%v): %w", name, st.Mode().Type(), errTampered)
+		return nil, nil, fmt.Errorf("%s is not a regular file (%v): %w", name, st.Mode().Type(), errTampered)
 	}
-	return f, nil
+	return f, st, nil
 }
 
 // errTampered marks a file under io/ that is not what the protocol says it
 // is: sandboxed code, which runs as the user owning io/, replaced it.
 var errTampered = errors.New("replaced from inside the sandbox")
 
-// checkOwnedByUs verifies that f (shown as name) belongs to sandboxd's own
-// user: the sandbox user cannot create such a file.
-func checkOwnedByUs(f *os.File, name string) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
+// euid is sandboxd's effective user ID, which does not change.
+var euid = os.Geteuid()
+
+// checkOwnedByUs verifies that the file with stat st (shown as name) belongs
+// to sandboxd's own user: the sandbox user cannot create such a file.
+func checkOwnedByUs(st fs.FileInfo, name string) error {
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != euid {
 		return fmt.Errorf("%s is owned by uid %d, not by sandboxd: %w", name, sys.Uid, errTampered)
 	}
 	return nil

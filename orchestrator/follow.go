@@ -17,6 +17,11 @@ import (
 	"github.com/sandboxd/sandboxd/driver/ioproto"
 )
 
+// prunedCheckDelay is how long a follower whose command has no events file
+// waits before it reads the driver's state to learn whether the output was
+// pruned. A command that runs soon creates its file well within it.
+const prunedCheckDelay = 50 * time.Millisecond
+
 // Bounds on what a follower reads from files the sandbox writes: the driver
 // keeps well inside them, sandboxed code trying to exhaust sandboxd's memory
 // does not.
@@ -39,7 +44,8 @@ const (
 // wakes on inotify events for the sandbox's io/out directory, and re-checks
 // every second in case notifications were lost. Follow returns
 //   - ErrNotFound if the command is not in the sandbox's log, its output has
-//     been pruned, or the sandbox is deleted meanwhile;
+//     been pruned (noticed at the first re-check, after prunedCheckDelay),
+//     or the sandbox is deleted meanwhile;
 //   - ErrFailedPrecondition if the sandbox dies before the command is done;
 //   - fn's error, if fn fails;
 //   - ctx.Err() when ctx ends.
@@ -78,8 +84,11 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 
 	f := &follower{m: m, sb: sb, root: root, cmd: commandID, last: afterSeq, fn: fn}
 	defer f.close()
-	tick := time.NewTicker(m.recheck)
+	// The first re-check comes after prunedCheckDelay, the others every
+	// m.recheck.
+	tick := time.NewTicker(min(prunedCheckDelay, m.recheck))
 	defer tick.Stop()
+	recheck := false
 	for {
 		// Look at the sandbox's state before reading: if it was already dead,
 		// everything its driver wrote is in the file, and a read that finds no
@@ -92,9 +101,15 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		if dead {
 			return preconditionf("sandbox %s died before command %s finished: %s; acquire a new sandbox", sb.id, commandID, sb.reasonOrUnknown())
 		}
-		if f.file == nil && f.pruned(recordEnd) {
+		// A missing events file means that the command has not started yet
+		// or that its output was pruned. Telling the two apart costs a read
+		// of the driver's state file, so only the re-checks do it, not every
+		// pass: a command about to start (as after nearly every Submit) never
+		// pays for it, and pruned output is reported after prunedCheckDelay.
+		if recheck && f.file == nil && f.pruned(recordEnd) {
 			return notFoundf("the output of command %s in sandbox %s is no longer available: it was pruned", commandID, sb.id)
 		}
+		recheck = false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -105,6 +120,8 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		case <-sub.C:
 		case <-sb.deadCh:
 		case <-tick.C:
+			tick.Reset(m.recheck)
+			recheck = true
 			m.reg.touch(sb)
 		}
 	}
@@ -132,7 +149,7 @@ func (f *follower) close() {
 // after the done event.
 func (f *follower) drain() (done bool, err error) {
 	if f.file == nil {
-		file, err := openRegular(f.root, path.Join(ioproto.OutDir, ioproto.EventsFileName(f.cmd)), os.O_RDONLY)
+		file, _, err := openRegular(f.root, path.Join(ioproto.OutDir, ioproto.EventsFileName(f.cmd)), os.O_RDONLY)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil // not started yet
 		}
@@ -214,7 +231,7 @@ func (f *follower) readArtifact(name string) ([]byte, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") || !strings.HasPrefix(name, f.cmd+".") {
 		return nil, fmt.Errorf("invalid artifact name %q", name)
 	}
-	file, err := openRegular(f.root, path.Join(ioproto.OutDir, name), os.O_RDONLY)
+	file, _, err := openRegular(f.root, path.Join(ioproto.OutDir, name), os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +251,7 @@ func (f *follower) readArtifact(name string) ([]byte, error) {
 // driver's state says it has acted on the command's record.
 // Any doubt (no state yet, unreadable state) means "not pruned": keep waiting.
 func (f *follower) pruned(recordEnd int64) bool {
-	file, err := openRegular(f.root, ioproto.StateFile, os.O_RDONLY)
+	file, _, err := openRegular(f.root, ioproto.StateFile, os.O_RDONLY)
 	if err != nil {
 		return false
 	}

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/sandboxd/sandboxd/driver/ioproto"
 )
+
+// eventsSuffix ends every events file's name.
+var eventsSuffix = ioproto.EventsFileName("")
 
 // outWatcher tells followers when a command's events file changes. It holds
 // one inotify instance (fsnotify.Watcher) for the whole Manager, with one
@@ -154,13 +158,18 @@ func (ow *outWatcher) loop() {
 			if !ok {
 				return
 			}
+			// Routing is a map lookup by name. Subscriptions exist only for
+			// valid command IDs, so a name that is not one (a temporary file,
+			// an artifact, anything the sandbox made up) matches nothing
+			// without being validated; this runs for every write the driver
+			// makes.
 			dir, name := filepath.Split(ev.Name)
-			cmd, ok := ioproto.CommandIDFromEventsFile(name)
+			cmd, ok := strings.CutSuffix(name, eventsSuffix)
 			if !ok {
 				continue // temporary files and artifacts: the events line follows them
 			}
 			ow.mu.Lock()
-			for s := range ow.dirs[filepath.Clean(dir)][cmd] {
+			for s := range ow.dirs[strings.TrimSuffix(dir, string(filepath.Separator))][cmd] {
 				notify(s)
 			}
 			ow.mu.Unlock()
