@@ -218,10 +218,17 @@ func (a *Agent) startLocked(convID string) {
 		defer close(t.done)
 		defer cancel(nil)
 		a.runTurn(ctx, convID, t)
-		a.mu.Lock()
-		delete(a.active, convID)
-		a.mu.Unlock()
+		a.release(convID, t) // if endTurn did not (shutdown)
 	}()
+}
+
+// release frees the conversation for its next turn.
+func (a *Agent) release(convID string, t *activeTurn) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.active[convID] == t {
+		delete(a.active, convID)
+	}
 }
 
 // Running says whether the conversation is working on a message.
@@ -232,8 +239,8 @@ func (a *Agent) Running(convID string) bool {
 	return ok
 }
 
-// Done returns a channel closed when the conversation's current turn ends
-// (already closed when there is none).
+// Done returns a channel closed when the conversation's current turn has
+// ended and its goroutine returned (already closed when there is none).
 func (a *Agent) Done(convID string) <-chan struct{} {
 	a.mu.Lock()
 	defer a.mu.Unlock()

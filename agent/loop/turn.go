@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"regexp"
 
 	"github.com/sandboxd/sandboxd/agent/events"
 	"github.com/sandboxd/sandboxd/agent/llm"
@@ -31,7 +32,7 @@ func (a *Agent) runTurn(ctx context.Context, convID string, t *activeTurn) {
 		a.log.Error("turn failed", "conversation", convID, "step", what, "err", err)
 		turn, _ := store.LastTurn(db, convID)
 		a.notice(db, convID, turn.N, fmt.Sprintf("Internal error while %s: %v", what, err))
-		a.endTurn(db, convID, turn.N)
+		a.endTurn(db, convID, turn.N, t)
 	}
 	for {
 		turn, err := store.LastTurn(db, convID)
@@ -40,7 +41,7 @@ func (a *Agent) runTurn(ctx context.Context, convID string, t *activeTurn) {
 			return
 		}
 		if a.isStopped(t) || errors.Is(context.Cause(ctx), errStopped) {
-			a.finishStopped(db, convID, turn.N)
+			a.finishStopped(db, convID, turn.N, t)
 			return
 		}
 		if ctx.Err() != nil {
@@ -94,12 +95,12 @@ func (a *Agent) runTurn(ctx context.Context, convID string, t *activeTurn) {
 			last = &entries[i]
 		}
 		if last != nil && last.Kind == session.KindAssistant && len(last.Message.ToolCalls) == 0 {
-			a.endTurn(db, convID, turn.N) // answered; the crash came before the turn was closed
+			a.endTurn(db, convID, turn.N, t) // answered; the crash came before the turn was closed
 			return
 		}
 		if iterations >= a.cfg.MaxIterations {
 			a.notice(db, convID, turn.N, fmt.Sprintf("Stopped after %d model calls without a final answer (the limit per message). Send another message to continue.", iterations))
-			a.endTurn(db, convID, turn.N)
+			a.endTurn(db, convID, turn.N, t)
 			return
 		}
 
@@ -110,7 +111,7 @@ func (a *Agent) runTurn(ctx context.Context, convID string, t *activeTurn) {
 			}
 			a.log.Warn("model call failed", "conversation", convID, "err", err)
 			a.notice(db, convID, turn.N, fmt.Sprintf("The model call failed: %v", err))
-			a.endTurn(db, convID, turn.N)
+			a.endTurn(db, convID, turn.N, t)
 			return
 		}
 		calls := assignCallIDs(convID, &resp.Message, runs)
@@ -153,8 +154,12 @@ func (a *Agent) request(entries []session.Entry) llm.Request {
 	return llm.Request{System: a.system, Messages: msgs, Tools: a.cfg.Tools.Specs()}
 }
 
+// callID is what the agent accepts as a model's tool call ID: it becomes
+// part of URLs and element IDs.
+var callID = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
 // assignCallIDs gives each tool call of msg a command ID, and replaces call
-// IDs that are missing or already used in the conversation (some local
+// IDs that are missing, odd or already used in the conversation (some local
 // model servers number calls from 0 in every answer).
 func assignCallIDs(convID string, msg *llm.Message, runs []session.ToolRun) []session.NewCall {
 	used := map[string]bool{}
@@ -164,7 +169,7 @@ func assignCallIDs(convID string, msg *llm.Message, runs []session.ToolRun) []se
 	var calls []session.NewCall
 	for i := range msg.ToolCalls {
 		tc := &msg.ToolCalls[i]
-		if tc.ID == "" || used[tc.ID] {
+		if !callID.MatchString(tc.ID) || used[tc.ID] {
 			b := make([]byte, 8)
 			rand.Read(b)
 			tc.ID = "call_" + hex.EncodeToString(b)
@@ -177,7 +182,7 @@ func assignCallIDs(convID string, msg *llm.Message, runs []session.ToolRun) []se
 
 // finishStopped ends a turn the user stopped: calls without a result get
 // one saying so, so the conversation stays well-formed for the model.
-func (a *Agent) finishStopped(db context.Context, convID string, turn int) {
+func (a *Agent) finishStopped(db context.Context, convID string, turn int, t *activeTurn) {
 	runs, err := a.cfg.Store.Runs(db, convID)
 	if err != nil {
 		a.log.Error("reading tool calls", "conversation", convID, "err", err)
@@ -203,7 +208,7 @@ func (a *Agent) finishStopped(db context.Context, convID string, turn int) {
 		}
 	}
 	a.notice(db, convID, turn, "Stopped.")
-	a.endTurn(db, convID, turn)
+	a.endTurn(db, convID, turn, t)
 }
 
 // notice records and publishes a notice for people.
@@ -216,9 +221,13 @@ func (a *Agent) notice(db context.Context, convID string, turn int, text string)
 	a.publish(convID, events.Event{Kind: events.EntryAdded, Entry: &e})
 }
 
-func (a *Agent) endTurn(db context.Context, convID string, turn int) {
+// endTurn records the end of the turn, then makes the conversation free for
+// the next message, then says so: whoever sees TurnFinished can Send at
+// once.
+func (a *Agent) endTurn(db context.Context, convID string, turn int, t *activeTurn) {
 	if err := a.cfg.Store.EndTurn(db, convID, turn); err != nil {
 		a.log.Error("ending a turn", "conversation", convID, "err", err)
 	}
+	a.release(convID, t)
 	a.publishUsage(convID, events.TurnFinished)
 }

@@ -30,6 +30,9 @@ type RunCodeOptions struct {
 	NoImageInput bool
 }
 
+// maxConsole bounds the output kept for people per call, in bytes.
+const maxConsole = 1 << 20
+
 // RunCodeName is the name of the run_code tool.
 const RunCodeName = "run_code"
 
@@ -106,10 +109,18 @@ func runCode(ctx context.Context, exec Executor, opts RunCodeOptions, inv Invoca
 		return Result{Text: "error: " + err.Error(), IsError: true, Status: "error", Console: []Chunk{{Kind: ChunkError, Text: err.Error()}}}, nil
 	}
 	var console []Chunk
+	kept, dropped := 0, 0
 	emit := func(kind, text string) {
 		if text == "" {
 			return
 		}
+		// People see the output, but a runaway loop's megabytes would only
+		// bloat the store and the page.
+		if kept+len(text) > maxConsole {
+			dropped += len(text)
+			return
+		}
+		kept += len(text)
 		if n := len(console); n > 0 && console[n-1].Kind == kind {
 			console[n-1].Text += text
 		} else {
@@ -138,6 +149,9 @@ func runCode(ctx context.Context, exec Executor, opts RunCodeOptions, inv Invoca
 			emit(ChunkError, ev.Error.String())
 		}
 	})
+	if dropped > 0 {
+		console = append(console, Chunk{Kind: ChunkError, Text: fmt.Sprintf("\n[%d more bytes of output not shown]\n", dropped)})
+	}
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return Result{}, err

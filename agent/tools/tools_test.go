@@ -158,3 +158,24 @@ func TestRunCodeTruncatesForModel(t *testing.T) {
 		t.Errorf("console output was cut too")
 	}
 }
+
+func TestRunCodeBoundsConsole(t *testing.T) {
+	chunk := strings.Repeat("x", 300<<10)
+	var evs []sandbox.Event
+	for range 5 {
+		evs = append(evs, sandbox.Event{Kind: sandbox.KindStdout, Text: chunk})
+	}
+	f := &fakeExec{events: append(evs, sandbox.Event{Kind: sandbox.KindDone, Done: &sandbox.Done{Status: sandbox.StatusOK}})}
+	res, err := tools.RunCode(f, tools.RunCodeOptions{}).Run(context.Background(), tools.Invocation{Arguments: `{"code":"x"}`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, c := range res.Console {
+		total += len(c.Text)
+	}
+	last := res.Console[len(res.Console)-1]
+	if total > 1<<20+100 || last.Kind != "error" || !strings.Contains(last.Text, "bytes of output not shown") {
+		t.Errorf("console holds %d bytes, ending %q", total, last.Text)
+	}
+}
