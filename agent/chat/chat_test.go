@@ -1,0 +1,94 @@
+package chat_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/agent/chat"
+	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
+	"github.com/sandboxd/sandboxd/agent/llm"
+	"github.com/sandboxd/sandboxd/agent/loop"
+	"github.com/sandboxd/sandboxd/agent/sandbox"
+	"github.com/sandboxd/sandboxd/agent/session"
+	"github.com/sandboxd/sandboxd/agent/tools"
+)
+
+// noSandboxes fails every sandbox operation: the tool here needs none (the
+// chat with real sandboxes is covered by the agent's end-to-end test).
+type noSandboxes struct{}
+
+var errNone = errors.New("no sandboxes in this test")
+
+func (noSandboxes) Acquire(context.Context, string) (sandbox.Acquired, error) {
+	return sandbox.Acquired{}, errNone
+}
+func (noSandboxes) Check(context.Context, string) error             { return errNone }
+func (noSandboxes) Interrupt(context.Context, string, string) error { return errNone }
+
+// TestChatSession: a message, the tool call's output and saved figure, the
+// answer and the usage appear in order; the session can be continued.
+func TestChatSession(t *testing.T) {
+	draw := tools.Tool{
+		Name: "draw", Description: "draws", Parameters: map[string]any{"type": "object"},
+		Run: func(_ context.Context, inv tools.Invocation) (tools.Result, error) {
+			inv.Progress(tools.Chunk{Kind: tools.ChunkStdout, Text: "drawing...\n"})
+			return tools.Result{Text: "drawn", Status: "ok", Console: []tools.Chunk{{Kind: "stdout", Text: "drawing...\n"}},
+				Images: []tools.Artifact{{MIME: "image/png", Data: []byte("\x89PNG fake")}}}, nil
+		},
+	}
+	model := sm.Start(t, sm.Script(t,
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "d1", Name: "draw", Args: map[string]any{}}}}
+		}),
+		sm.Say("Here is your **drawing**."),
+		sm.Say("Still here."),
+	))
+	dir := t.TempDir()
+	store, err := session.Open(filepath.Join(dir, "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	reg, _ := tools.NewRegistry(draw)
+	m, _ := llm.New(llm.Config{BaseURL: model.URL, Model: "scripted", MaxRetries: 0})
+	a, err := loop.New(loop.Config{Store: store, Model: m, Tools: reg, Sandboxes: noSandboxes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	var out bytes.Buffer
+	err = chat.Run(context.Background(), chat.Options{Agent: a, UserID: "cli-test", In: strings.NewReader("draw something\n"), Out: &out, ImageDir: dir})
+	if err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	got := out.String()
+	order := []string{"conversation c", "── draw", "drawing...", "── ok", "image saved: ", "Here is your **drawing**.", "tokens: this message"}
+	pos := 0
+	for _, want := range order {
+		i := strings.Index(got[pos:], want)
+		if i < 0 {
+			t.Fatalf("output lacks %q after position %d:\n%s", want, pos, got)
+		}
+		pos += i + len(want)
+	}
+	path := regexp.MustCompile(`image saved: (\S+)`).FindStringSubmatch(got)[1]
+	if data, err := os.ReadFile(path); err != nil || string(data) != "\x89PNG fake" {
+		t.Errorf("saved image %s: %q, %v", path, data, err)
+	}
+
+	convID := regexp.MustCompile(`conversation (c[a-z2-7]+)`).FindStringSubmatch(got)[1]
+	out.Reset()
+	if err := chat.Run(context.Background(), chat.Options{Agent: a, ConversationID: convID, In: strings.NewReader("again\n"), Out: &out, ImageDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "> draw something") || !strings.Contains(got, "Still here.") {
+		t.Errorf("continued session:\n%s", got)
+	}
+}
