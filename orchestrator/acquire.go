@@ -103,6 +103,9 @@ func (m *Manager) newSpec(user userKey, opts Options) (sandboxSpec, error) {
 	if err != nil {
 		return sandboxSpec{}, err
 	}
+	if err := checkRuntimeLimits(m.cfg.Runtime, limits); err != nil {
+		return sandboxSpec{}, err
+	}
 	return sandboxSpec{user: user, limits: limits, env: opts.Env, network: opts.Network}, nil
 }
 

@@ -140,6 +140,9 @@ func (c *Config) applyDefaults() error {
 	if _, err := resolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
 		return invalidf("config: DefaultLimits: %v", err)
 	}
+	if err := checkRuntimeLimits(c.Runtime, c.DefaultLimits); err != nil {
+		return invalidf("config: DefaultLimits: %v", err)
+	}
 	return nil
 }
 

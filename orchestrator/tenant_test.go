@@ -274,3 +274,22 @@ func TestUploadLimitIsInvalidArgument(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// TestGVisorPidsMinimum: under runsc the pids limit also counts gVisor's
+// own threads; below the minimum the sandbox would crash, so it is refused.
+func TestGVisorPidsMinimum(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	cfg := testConfig(t)
+	cfg.Runtime = runtimeGVisor
+	m := newTestManager(t, cfg, fd)
+	_, err := m.Acquire(t.Context(), "u", Options{Limits: Limits{PidsLimit: 64}})
+	wantClass(t, err, ErrInvalidArgument, "under the runsc runtime the minimum is 128")
+	if _, err := m.Acquire(t.Context(), "u", Options{Limits: Limits{PidsLimit: 128}}); err != nil {
+		t.Errorf("128 under runsc: %v", err)
+	}
+
+	cfg = testConfig(t)
+	cfg.Runtime, cfg.DefaultLimits.PidsLimit = runtimeGVisor, 100
+	_, err = New(t.Context(), cfg, fd)
+	wantClass(t, err, ErrInvalidArgument, "under the runsc runtime the minimum is 128")
+}

@@ -81,7 +81,20 @@ const (
 	minMemoryBytes = 32 << 20
 	minNanoCPUs    = 10_000_000 // 0.01 CPU, Docker's own minimum
 	minPidsLimit   = 16
+	// minPidsLimitGVisor: under runsc the limit also counts gVisor's own
+	// threads (its sandboxed processes are not host processes), and with 64
+	// the sandbox itself crashes (measured: exit 2); 96 works, 128 leaves
+	// room.
+	minPidsLimitGVisor = 128
 )
+
+// checkRuntimeLimits refuses limits a runtime cannot run with.
+func checkRuntimeLimits(runtime string, l Limits) error {
+	if runtime == runtimeGVisor && l.PidsLimit < minPidsLimitGVisor {
+		return invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, runtimeGVisor, minPidsLimitGVisor)
+	}
+	return nil
+}
 
 // resolveLimits applies the server defaults to zero fields of req and checks
 // the result against the server maxima (a zero maximum means no cap).
