@@ -84,7 +84,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.Var(&maxMem, "max-memory", "largest memory limit a caller may ask for (`size`)")
 	fs.Var(&defCPUs, "default-cpus", "CPU limit of a sandbox that asks for none, in `cores` (fractions allowed)")
 	fs.Var(&maxCPUs, "max-cpus", "largest CPU limit a caller may ask for, in `cores` (the default is the host's CPU count)")
-	fs.Int64Var(&mc.DefaultLimits.PidsLimit, "default-pids", 256, "process and thread limit of a sandbox that asks for none")
+	fs.Int64Var(&mc.DefaultLimits.PidsLimit, "default-pids", 256, "process and thread limit of a sandbox that asks for none (under --runtime runsc at least 128: it also counts gVisor's own threads)")
 	fs.Int64Var(&mc.MaxLimits.PidsLimit, "max-pids", 4096, "largest process limit a caller may ask for")
 	fs.DurationVar(&mc.DefaultTimeout, "default-timeout", orchestrator.DefaultCommandTimeout, "wall-clock limit of a command that asks for none")
 	fs.DurationVar(&mc.MaxTimeout, "max-timeout", orchestrator.DefaultMaxTimeout, "largest command timeout a caller may ask for")
