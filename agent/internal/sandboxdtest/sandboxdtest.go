@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -96,6 +98,21 @@ type Daemon struct {
 	cmd    *exec.Cmd
 	logs   *lockedBuffer
 	exited chan error
+	// admin authenticates the cleanup when tokens are required.
+	admin string
+}
+
+// Option changes how Start runs sandboxd.
+type Option func(*startOptions)
+
+type startOptions struct {
+	tokens []string // "TOKEN TENANT ROLE" lines
+}
+
+// WithUserToken makes sandboxd require bearer tokens (--auth-tokens) and
+// accept token as a user of tenant.
+func WithUserToken(token, tenant string) Option {
+	return func(o *startOptions) { o.tokens = append(o.tokens, token+" "+tenant+" user") }
 }
 
 var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
@@ -103,14 +120,27 @@ var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
 // Start checks the prerequisites (see Need), builds sandboxd and runs it on
 // a free loopback port with a private state directory. When the test ends,
 // its sandboxes are deleted and it is stopped.
-func Start(t testing.TB) *Daemon {
+func Start(t testing.TB, opts ...Option) *Daemon {
 	t.Helper()
 	Need(t)
+	var o startOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	dir := t.TempDir()
 	bin := Build(t, dir, "github.com/sandboxd/sandboxd/cmd/sandboxd")
 	d := &Daemon{StateDir: filepath.Join(dir, "state"), logs: &lockedBuffer{}, exited: make(chan error, 1)}
 	args := []string{"--listen", "127.0.0.1:0", "--state-dir", d.StateDir, "--image", Image(), "--log-level", "debug",
 		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
+	if len(o.tokens) > 0 {
+		d.admin = "sandboxdtest-admin-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		file := filepath.Join(dir, "tokens")
+		lines := append(o.tokens, d.admin+" sandboxdtest admin")
+		if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--auth-tokens", file)
+	}
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}
@@ -173,6 +203,9 @@ func (d *Daemon) stop(t testing.TB) {
 	if d.cmd.ProcessState == nil {
 		if conn, err := grpc.NewClient(d.Addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
 			c := sandboxv1.NewSandboxServiceClient(conn)
+			if d.admin != "" {
+				ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+d.admin)
+			}
 			if l, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{}); err == nil {
 				for _, sb := range l.GetSandboxes() {
 					c.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sb.GetSandboxId()})
