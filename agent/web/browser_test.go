@@ -155,7 +155,7 @@ const plotCode = "import matplotlib.pyplot as plt\n" +
 // TestBrowserConversation: in Chromium, a message produces a tool call and
 // its chart in the trace panel, live; a second message (sent without
 // reloading) uses the first one's variable; after a reload the conversation
-// is still there.
+// is still there; the Stop button interrupts a running command.
 func TestBrowserConversation(t *testing.T) {
 	st := startStack(t, sm.Script(t,
 		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{sm.RunCode("plot", "python", plotCode)}} }),
@@ -164,6 +164,9 @@ func TestBrowserConversation(t *testing.T) {
 			return sm.Reply{Calls: []sm.Call{sm.RunCode("sum", "python", "print('sum:', sum(squares))")}}
 		}),
 		sm.Say("Their sum is 55."),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{sm.RunCode("slow", "python", "import time\nprint('waiting', flush=True)\ntime.sleep(120)")}}
+		}),
 	), "")
 	b := browser(t, 1400, 900)
 	const wait = 2 * time.Minute
@@ -219,7 +222,20 @@ func TestBrowserConversation(t *testing.T) {
 	if chat = text(t, b, "#chat"); !strings.Contains(chat, "Plot the squares of 1 to 5") || !strings.Contains(chat, "Their sum is 55.") {
 		t.Errorf("after reload the chat shows %q", chat)
 	}
-	if got := len(st.model.Requests()); got != 4 {
-		t.Errorf("the model was called %d times, want 4", got)
+
+	// The Stop button interrupts a running command.
+	within(t, b, "stopping a running command", wait,
+		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "Wait two minutes\r"),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(3) .console .stdout`)),
+		chromedp.Click(chromedp.CSS(`#stop`)),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(3).interrupted`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chat .msg.notice`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
+	)
+	if notice := text(t, b, "#chat .msg.notice"); notice != "Stopped." {
+		t.Errorf("notice after Stop: %q", notice)
+	}
+	if got := len(st.model.Requests()); got != 5 {
+		t.Errorf("the model was called %d times, want 5 (none after Stop)", got)
 	}
 }
