@@ -95,7 +95,8 @@ func (a *Agent) runTurn(ctx context.Context, convID string, t *activeTurn) {
 			last = &entries[i]
 		}
 		if last != nil && last.Kind == session.KindAssistant && len(last.Message.ToolCalls) == 0 {
-			a.endTurn(db, convID, turn.N, t) // answered; the crash came before the turn was closed
+			// Answered (also after a crash that came before the turn was closed).
+			a.endTurn(db, convID, turn.N, t)
 			return
 		}
 		if iterations >= a.cfg.MaxIterations {
