@@ -274,6 +274,9 @@ def syscall(name, *args):
     return r, ctypes.get_errno()
 `
 
+// escapeAttempts are the programs that try from inside, one concern each;
+// the attempts that need the host's view (the file API, forged /io files,
+// resources) are methods of escapeRun.
 var escapeAttempts = []escapeAttempt{
 	{name: "become root: setuid(0)", python: true, code: `
 try:
@@ -659,13 +662,7 @@ func (r *escapeRun) inSandbox(a escapeAttempt, secrets ...string) {
 			return
 		}
 	}
-	verdict := ""
-	for _, l := range strings.Split(stdout, "\n") {
-		if v, ok := strings.CutPrefix(l, "VERDICT "); ok {
-			verdict = v
-		}
-	}
-	switch {
+	switch verdict := lastVerdict(stdout); {
 	case strings.HasPrefix(verdict, "SUCCEEDED "):
 		r.record(a.name, true, strings.TrimPrefix(verdict, "SUCCEEDED "))
 	case strings.HasPrefix(verdict, "BLOCKED "):
@@ -1116,6 +1113,8 @@ func bridgeAddress(t *testing.T) string {
 
 // --- small helpers ---------------------------------------------------------------
 
+// lastVerdict is what follows "VERDICT " on the last such line of an
+// attempt's output ("SUCCEEDED ..." or "BLOCKED ..."), or "".
 func lastVerdict(stdout string) string {
 	v := ""
 	for _, l := range strings.Split(stdout, "\n") {
