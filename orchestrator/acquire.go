@@ -132,11 +132,14 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 	// that the pool's refill sees it too.
 	m.creating.Add(1)
 	defer m.creating.Add(-1)
-	if c := m.cfg.MaxSandboxes; c > 0 && all+int(m.creating.Load())-1+m.pool.count() >= c {
+	// held is what the server holds besides this request: live sandboxes,
+	// others being created or claimed, and the pool.
+	held := func() int { return all + int(m.creating.Load()) - 1 + m.pool.count() }
+	if c := m.cfg.MaxSandboxes; c > 0 && held() >= c {
 		// Pool sandboxes count against the cap: they hold memory too. One
 		// that this request cannot use makes room for it instead.
 		victim := m.pool.take()
-		if victim == nil || all+int(m.creating.Load())-1+m.pool.count() >= c {
+		if victim == nil || held() >= c {
 			if victim != nil {
 				m.pool.putBack(victim)
 			}

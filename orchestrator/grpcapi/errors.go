@@ -61,3 +61,12 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
+
+// clip shortens a caller's value quoted in an error message, so that a huge
+// invalid input cannot make a huge response.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -160,7 +160,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 	switch req.GetLanguage() {
 	case "", ioproto.LanguagePython, ioproto.LanguageBash:
 	default:
-		return invalid("language %q is not supported; use %q or %q", req.GetLanguage(), ioproto.LanguagePython, ioproto.LanguageBash)
+		return invalid("language %q is not supported; use %q or %q", clip(req.GetLanguage(), 32), ioproto.LanguagePython, ioproto.LanguageBash)
 	}
 	er := orchestrator.ExecRequest{
 		SandboxID: req.GetSandboxId(),

@@ -146,3 +146,17 @@ func TestValidation(t *testing.T) {
 		t.Errorf("invalid requests reached the domain: %v", calls)
 	}
 }
+
+// TestLongInvalidValuesAreClipped: a huge invalid value is not echoed in
+// full in the error message.
+func TestLongInvalidValuesAreClipped(t *testing.T) {
+	env := newTestEnv(t, &fakeManager{})
+	s, err := env.client.Execute(testCtx(t), &sandboxv1.ExecuteRequest{SandboxId: sb1, Language: strings.Repeat("x", 5000)})
+	if err == nil {
+		_, err = s.Recv()
+	}
+	st, _ := status.FromError(err)
+	if st.Code() != codes.InvalidArgument || len(st.Message()) > 200 || !strings.Contains(st.Message(), "is not supported") {
+		t.Errorf("error = %v (%d bytes); want a short InvalidArgument", err, len(st.Message()))
+	}
+}
