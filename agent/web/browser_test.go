@@ -157,6 +157,7 @@ const plotCode = "import matplotlib.pyplot as plt\n" +
 // reloading) uses the first one's variable; after a reload the conversation
 // is still there; the Stop button interrupts a running command.
 func TestBrowserConversation(t *testing.T) {
+	b := browser(t, 1400, 900) // first: without Chromium, skip before starting anything
 	st := startStack(t, sm.Script(t,
 		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{sm.RunCode("plot", "python", plotCode)}} }),
 		sm.Say("Here is the chart of the **squares**."),
@@ -168,7 +169,6 @@ func TestBrowserConversation(t *testing.T) {
 			return sm.Reply{Calls: []sm.Call{sm.RunCode("slow", "python", "import time\nprint('waiting', flush=True)\ntime.sleep(120)")}}
 		}),
 	), "")
-	b := browser(t, 1400, 900)
 	const wait = 2 * time.Minute
 
 	within(t, b, "opening the home page and sending the first message", wait,

@@ -33,6 +33,7 @@ func TestScreenshot(t *testing.T) {
 		"fig = px.histogram(x=rolls, nbins=11, title=\"Sum of two dice\", color_discrete_sequence=[\"#10a37f\"])\n" +
 		"fig.update_layout(bargap=0.1, xaxis_title=\"sum\", yaxis_title=\"rolls\")\n" +
 		"fig.show()"
+	b := browser(t, 1440, 900)
 	st := startStack(t, sm.Script(t,
 		sm.Handler(func(*sm.Request) sm.Reply {
 			return sm.Reply{Text: "I'll simulate the rolls with NumPy.", Calls: []sm.Call{sm.RunCode("", "python", dice)}}
@@ -46,7 +47,6 @@ func TestScreenshot(t *testing.T) {
 		}),
 		sm.Say("Here is an interactive version in the trace panel: hover over a bar to see its count."),
 	), os.Getenv("AGENT_WEB_PLOTLY_JS"))
-	b := browser(t, 1440, 900)
 	const wait = 2 * time.Minute
 	within(t, b, "first message", wait,
 		chromedp.EmulateViewport(1440, 1000),
