@@ -10,10 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
 )
@@ -173,6 +176,23 @@ func containersOf(ctx context.Context, stateDir string, all bool) ([]string, err
 		return nil, fmt.Errorf("docker ps: %w", err)
 	}
 	return strings.Fields(string(out)), nil
+}
+
+// unmountUnder unmounts whatever is mounted below dir, deepest first:
+// sandboxd's loop-mounted volumes of sandboxes a failed run could not delete.
+func unmountUnder(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(mounts, func(a, b *mountinfo.Info) int { return len(b.Mountpoint) - len(a.Mountpoint) })
+	var errs []error
+	for _, m := range mounts {
+		if err := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func withoutPrefix(env []string, prefix string) []string {

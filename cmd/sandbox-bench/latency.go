@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -111,8 +113,8 @@ func (b *bench) cold(ctx context.Context) error {
 
 // warmPool measures a new user's first result when sandboxd keeps a warm
 // pool: it starts a second sandboxd with --warm-pool and, before each new
-// user, waits until the pool is full again with every sandbox's Python up,
-// so each figure is what a user arriving at a steady pool gets.
+// user, waits until the pool is full again and idle, so each figure is what
+// a user arriving at a steady pool gets.
 func (b *bench) warmPool(ctx context.Context) error {
 	switch {
 	case b.d == nil:
@@ -125,33 +127,40 @@ func (b *bench) warmPool(ctx context.Context) error {
 	cfg := b.dcfg
 	cfg.stateDir = filepath.Join(b.tmp, "pool-state")
 	cfg.extra = []string{"--warm-pool", fmt.Sprint(b.cfg.WarmPool)}
-	defer removeContainers(cfg.stateDir)
 	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
 	if errors.Is(err, errFlagUnsupported) {
 		b.rep.add(row(mPool, nan, "", nan, atMost(30, "≤ 30 ms"), "not measured: this sandboxd has no --warm-pool flag"))
 		return nil
 	}
 	if err != nil {
+		b.removeLeftovers(cfg.stateDir)
 		b.fail(err, mPool)
 		return err
 	}
-	defer d.stop()
 	c, err := dial(d.addr, b.runID)
 	if err != nil {
+		d.kill()
+		b.removeLeftovers(cfg.stateDir)
 		b.fail(err, mPool)
 		return err
 	}
-	defer c.close()
+	var claimed []string
+	defer func() {
+		deleteAll(c, claimed, b.progress)
+		c.close()
+		b.drainPool(d, cfg)
+	}()
 	var first latencies
 	for i := range b.cfg.PoolAcquisitions {
 		// i users hold a sandbox each; the pool holds WarmPool more.
-		if err := waitKernels(ctx, cfg.stateDir, i+b.cfg.WarmPool, 3*time.Minute); err != nil {
+		if err := waitIdle(ctx, cfg.stateDir, i+b.cfg.WarmPool, 3*time.Minute); err != nil {
 			b.fail(err, mPool)
 			return err
 		}
 		start := time.Now()
 		sb, err := c.acquire(ctx, b.user(fmt.Sprintf("pool-%d", i)), nil)
 		if err == nil {
+			claimed = append(claimed, sb)
 			_, err = c.expect(ctx, sb, "1 + 1", "2")
 		}
 		if err != nil {
@@ -166,17 +175,37 @@ func (b *bench) warmPool(ctx context.Context) error {
 	return nil
 }
 
-// waitKernels waits until at least n sandboxes under stateDir have a running
-// Python kernel, as their drivers publish it in /io/driver.json (the /io
-// protocol's readiness signal).
-func waitKernels(ctx context.Context, stateDir string, n int, limit time.Duration) error {
+// drainPool stops the pool's sandboxd and has a sandboxd without a pool
+// remove the pool's sandboxes (at start-up it removes pool sandboxes beyond
+// its pool size), since only sandboxd can remove everything they hold.
+func (b *bench) drainPool(d *daemon, cfg daemonConfig) {
+	defer b.removeLeftovers(cfg.stateDir)
+	if err := d.stop(); err != nil {
+		b.progress("stopping the warm-pool sandboxd: %v", err)
+		return
+	}
+	cfg.extra = nil
+	d, err := startDaemon(context.Background(), cfg, "127.0.0.1:0")
+	if err != nil {
+		b.progress("restarting sandboxd to empty the warm pool: %v", err)
+		return
+	}
+	if err := d.stop(); err != nil {
+		b.progress("stopping sandboxd: %v", err)
+	}
+}
+
+// waitIdle waits until at least n sandboxes under stateDir are idle by the
+// /io protocol: the driver runs Python (driver.json), has taken every record
+// of the command log (state.json) and every command it took is done. A
+// warm-pool sandbox is idle once its warm-up command finished.
+func waitIdle(ctx context.Context, stateDir string, n int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
 		ready := 0
-		dirs, _ := filepath.Glob(filepath.Join(stateDir, "sandboxes", "*", "io", ioproto.DriverStatusFile))
-		for _, f := range dirs {
-			var st ioproto.DriverStatus
-			if ioproto.ReadJSONFile(f, &st) == nil && st.KernelPID > 0 {
+		ios, _ := filepath.Glob(filepath.Join(stateDir, "sandboxes", "*", "io"))
+		for _, io := range ios {
+			if idle(io) {
 				ready++
 			}
 		}
@@ -184,7 +213,7 @@ func waitKernels(ctx context.Context, stateDir string, n int, limit time.Duratio
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d sandboxes had Python running after %v", ready, n, limit)
+			return fmt.Errorf("only %d of %d sandboxes were idle after %v", ready, n, limit)
 		}
 		select {
 		case <-ctx.Done():
@@ -192,6 +221,37 @@ func waitKernels(ctx context.Context, stateDir string, n int, limit time.Duratio
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// idle reports whether the sandbox with this /io directory is idle.
+func idle(io string) bool {
+	var st ioproto.DriverStatus
+	if ioproto.ReadJSONFile(filepath.Join(io, ioproto.DriverStatusFile), &st) != nil || st.KernelPID == 0 {
+		return false
+	}
+	var state ioproto.State
+	log, err := os.Stat(filepath.Join(io, ioproto.StdinFile))
+	if err != nil || log.Size() == 0 || ioproto.ReadJSONFile(filepath.Join(io, ioproto.StateFile), &state) != nil || state.Offset != log.Size() {
+		return false
+	}
+	files, _ := filepath.Glob(filepath.Join(io, ioproto.OutDir, "*"+ioproto.EventsFileName("")))
+	for _, f := range files {
+		if !endsWithDone(f) {
+			return false
+		}
+	}
+	return len(files) > 0
+}
+
+// endsWithDone reports whether an events file's last event is done.
+func endsWithDone(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	lines := bytes.Split(bytes.TrimSuffix(b, []byte("\n")), []byte("\n"))
+	ev, err := ioproto.ParseEvent(lines[len(lines)-1])
+	return err == nil && ev.Type == ioproto.EventDone
 }
 
 // deleteSandbox deletes a sandbox the run no longer needs.

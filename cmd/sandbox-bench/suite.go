@@ -138,31 +138,46 @@ func (b *bench) connect(ctx context.Context) error {
 	return nil
 }
 
-// cleanup removes everything the run created.
+// cleanup removes everything the run created. Sandboxes are deleted
+// through the API, also when sandboxd was self-started, because sandboxd
+// owns more than the containers (e.g. loop-mounted volumes).
 func (b *bench) cleanup() {
-	if b.d == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		g, gctx := errgroup.WithContext(ctx)
-		g.SetLimit(4)
-		for _, id := range b.created {
-			g.Go(func() error {
-				if err := b.c.delete(gctx, id); err != nil {
-					b.progress("deleting sandbox %s: %v", id, err)
-				}
-				return nil
-			})
-		}
-		g.Wait()
-	}
+	deleteAll(b.c, b.created, b.progress)
 	b.c.close()
-	if b.d != nil {
-		if err := b.d.stop(); err != nil {
-			b.progress("stopping sandboxd: %v", err)
-		}
-		if err := removeContainers(b.dcfg.stateDir); err != nil {
-			b.progress("removing containers: %v", err)
-		}
+	if b.d == nil {
+		return
+	}
+	if err := b.d.stop(); err != nil {
+		b.progress("stopping sandboxd: %v", err)
+	}
+	b.removeLeftovers(b.dcfg.stateDir)
+}
+
+// deleteAll deletes sandboxes through c, a few at a time.
+func deleteAll(c *client, ids []string, progress func(string, ...any)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, id := range ids {
+		g.Go(func() error {
+			if err := c.delete(gctx, id); err != nil {
+				progress("deleting sandbox %s: %v", id, err)
+			}
+			return nil
+		})
+	}
+	g.Wait()
+}
+
+// removeLeftovers is the safety net after a self-started sandboxd stopped:
+// containers and mounts of its state directory that a failed run left.
+func (b *bench) removeLeftovers(stateDir string) {
+	if err := removeContainers(stateDir); err != nil {
+		b.progress("removing containers: %v", err)
+	}
+	if err := unmountUnder(stateDir); err != nil {
+		b.progress("unmounting volumes: %v", err)
 	}
 }
 
