@@ -90,20 +90,20 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 	}
 	defer b.cleanup()
 
-	b.phase("warm round trips", b.warm)
-	b.phase("cold starts", b.cold)
+	b.phase(ctx, "warm round trips", b.warm)
+	b.phase(ctx, "cold starts", b.cold)
 	fleet, err := b.fleet(ctx)
 	if err != nil {
 		b.fail(err, mThroughput, mIdleMemory, mIdleFit, mReattach, mReattachGet)
 	} else {
-		b.phase("throughput", func(ctx context.Context) error { return b.throughput(ctx, fleet[:b.cfg.Users]) })
-		b.phase("idle memory", func(ctx context.Context) error { return b.idleMemory(ctx, fleet[:b.cfg.IdleSandboxes]) })
-		b.phase("reattach", func(ctx context.Context) error { return b.reattach(ctx, fleet[:b.cfg.Reattach]) })
+		b.phase(ctx, "throughput", func(ctx context.Context) error { return b.throughput(ctx, fleet[:b.cfg.Users]) })
+		b.phase(ctx, "idle memory", func(ctx context.Context) error { return b.idleMemory(ctx, fleet[:b.cfg.IdleSandboxes]) })
+		b.phase(ctx, "reattach", func(ctx context.Context) error { return b.reattach(ctx, fleet[:b.cfg.Reattach]) })
 	}
-	b.phase("streaming", b.stream)
-	b.phase("warm pool", b.warmPool)
+	b.phase(ctx, "streaming", b.stream)
+	b.phase(ctx, "warm pool", b.warmPool)
 	b.sortRows()
-	return b.rep, errors.Join(b.errs...)
+	return b.rep, errors.Join(append(b.errs, ctx.Err())...)
 }
 
 // connect starts sandboxd (unless --addr) and connects to it.
@@ -182,10 +182,13 @@ func (b *bench) removeLeftovers(stateDir string) {
 }
 
 // phase runs one part of the suite, recording its failure.
-func (b *bench) phase(name string, fn func(context.Context) error) {
+func (b *bench) phase(ctx context.Context, name string, fn func(context.Context) error) {
+	if ctx.Err() != nil {
+		return // interrupted: run reports ctx's error once
+	}
 	b.progress("%s", name)
 	start := time.Now()
-	if err := fn(context.Background()); err != nil {
+	if err := fn(ctx); err != nil {
 		b.errs = append(b.errs, fmt.Errorf("%s: %w", name, err))
 		b.progress("%s failed: %v", name, err)
 		return
