@@ -117,12 +117,14 @@ func (b *bench) throughput(ctx context.Context, sbs []string) error {
 func (b *bench) idleMemory(ctx context.Context, sbs []string) error {
 	var ws, total []float64
 	source := ""
+	var ctrs []string
 	for _, sb := range sbs {
 		c, err := containerOf(ctx, sb)
 		if err != nil {
 			b.fail(err, mIdleMemory, mIdleFit)
 			return err
 		}
+		ctrs = append(ctrs, c)
 		m, err := readContainerMemory(ctx, c)
 		if err != nil {
 			b.fail(err, mIdleMemory, mIdleFit)
@@ -138,12 +140,13 @@ func (b *bench) idleMemory(ctx context.Context, sbs []string) error {
 		return s / float64(len(v))
 	}
 	perSandbox := mean(ws)
+	idleCPU := b.idleCPU(ctx, ctrs)
 	jupyter := nan
 	if b.jupyterRSS > 0 {
 		jupyter = float64(b.jupyterRSS) / mib
 	}
-	note := fmt.Sprintf("mean over %d idle sandboxes (Python started, x defined), max %s MiB; cgroup total including page cache: mean %s MiB; from %s; the peer is the idle kernel process's RSS",
-		len(sbs), fmtNum(slices.Max(ws)), fmtNum(mean(total)), source)
+	note := fmt.Sprintf("mean over %d idle sandboxes (Python started, x defined), max %s MiB; cgroup total including page cache: mean %s MiB; from %s; the peer is the idle kernel process's RSS; %s",
+		len(sbs), fmtNum(slices.Max(ws)), fmtNum(mean(total)), source, idleCPU)
 	b.rep.add(row(mIdleMemory, perSandbox, "idle local Jupyter kernel (RSS)", jupyter, atMost(30, "≤ 30 MiB"), note))
 
 	budget := float64(b.cfg.MemoryBudgetBytes) / mib
@@ -158,4 +161,37 @@ func (b *bench) idleMemory(ctx context.Context, sbs []string) error {
 	b.rep.add(row(mIdleFit, fit, "idle Jupyter kernels", jfit, atLeast(want, fmt.Sprintf("≥ %.0f per %s", want, budgetText)),
 		fmt.Sprintf("budget %s divided by the mean working set", budgetText)))
 	return nil
+}
+
+// idleCPU measures the CPU the idle sandboxes use over the run's duration,
+// from their cgroups, and says it in words: idle sandboxes cost CPU too,
+// which also bounds how many a host keeps.
+func (b *bench) idleCPU(ctx context.Context, ctrs []string) string {
+	read := func() (time.Duration, error) {
+		var sum time.Duration
+		for _, c := range ctrs {
+			d, err := readContainerCPU(c)
+			if err != nil {
+				return 0, err
+			}
+			sum += d
+		}
+		return sum, nil
+	}
+	before, err := read()
+	if err != nil {
+		return "idle CPU not measured: " + err.Error()
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return "idle CPU not measured: " + ctx.Err().Error()
+	case <-time.After(b.cfg.Duration):
+	}
+	after, err := read()
+	if err != nil {
+		return "idle CPU not measured: " + err.Error()
+	}
+	perSec := float64(after-before) / float64(len(ctrs)) / time.Since(start).Seconds() / float64(time.Millisecond)
+	return fmt.Sprintf("idle CPU %s ms per second per sandbox (cgroup CPU time over %v)", fmtNum(perSec), b.cfg.Duration)
 }

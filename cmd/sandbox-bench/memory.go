@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/docker/go-units"
 
@@ -78,6 +79,30 @@ func readContainerMemory(ctx context.Context, containerID string) (containerMemo
 		return containerMemory{}, fmt.Errorf("docker stats said %q: %w", out, err)
 	}
 	return containerMemory{total: n, workingSet: n, source: "docker stats"}, nil
+}
+
+// cpuDirs are where a container's CPU accounting lives, as cgroupDirs.
+var cpuDirs = []struct{ pattern, file string }{
+	{"/sys/fs/cgroup/cpuacct/docker/%s", "cpuacct.usage"},       // v1: nanoseconds
+	{"/sys/fs/cgroup/system.slice/docker-%s.scope", "cpu.stat"}, // v2: usage_usec
+	{"/sys/fs/cgroup/docker/%s", "cpu.stat"},
+}
+
+// readContainerCPU returns the CPU time a container's cgroup has used.
+func readContainerCPU(containerID string) (time.Duration, error) {
+	for _, c := range cpuDirs {
+		path := filepath.Join(fmt.Sprintf(c.pattern, containerID), c.file)
+		if c.file == "cpuacct.usage" {
+			if ns, err := readInt(path); err == nil {
+				return time.Duration(ns), nil
+			}
+			continue
+		}
+		if kv, err := readKeyed(path); err == nil {
+			return time.Duration(kv["usage_usec"]) * time.Microsecond, nil
+		}
+	}
+	return 0, fmt.Errorf("no CPU accounting cgroup found for container %s", containerID)
 }
 
 // processMemory reads a process's resident set now (VmRSS) and at its peak
