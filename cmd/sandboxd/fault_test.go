@@ -366,8 +366,12 @@ func (r *faultRun) killDriverFromOutside() {
 			}
 			pid = strconv.Itoa(ds.PID)
 			ctr := runningContainer(r.t, r.ctx, r.sb)
-			if out, err := exec.CommandContext(r.ctx, "docker", "exec", ctr.id, "kill", "-9", pid).CombinedOutput(); err != nil {
-				r.t.Fatalf("docker exec kill -9 %s: %v: %s", pid, err, out)
+			// Detached (-d): an attached docker exec can wait forever for a
+			// process whose container died under it (seen under runsc).
+			ectx, cancel := context.WithTimeout(r.ctx, time.Minute)
+			defer cancel()
+			if out, err := exec.CommandContext(ectx, "docker", "exec", "-d", ctr.id, "kill", "-9", pid).CombinedOutput(); err != nil {
+				r.t.Fatalf("docker exec -d %s kill -9 %s: %v: %s", ctr.id, pid, err, out)
 			}
 			r.faults++
 		})
@@ -493,7 +497,9 @@ func (r *faultRun) dockerKill() {
 			}
 			killed = true
 			r.faults++
-			if out, err := exec.CommandContext(r.ctx, "docker", "kill", ctr.id).CombinedOutput(); err != nil {
+			kctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+			defer cancel()
+			if out, err := exec.CommandContext(kctx, "docker", "kill", ctr.id).CombinedOutput(); err != nil {
 				r.t.Fatalf("docker kill: %v: %s", err, out)
 			}
 		})
@@ -516,7 +522,9 @@ func (r *faultRun) dockerRemove() {
 	id := "docker-rm"
 	ctr := runningContainer(r.t, r.ctx, r.sb)
 	r.faults++
-	if out, err := exec.CommandContext(r.ctx, "docker", "rm", "-f", ctr.id).CombinedOutput(); err != nil {
+	rctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(rctx, "docker", "rm", "-f", ctr.id).CombinedOutput(); err != nil {
 		r.t.Fatalf("docker rm -f: %v: %s", err, out)
 	}
 	r.expectDead(id)
