@@ -49,7 +49,7 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 	closeAll(outW, errW)
 	pgid := cmd.Process.Pid
 	// Whatever the script left running in its group ends with it.
-	defer syscall.Kill(-pgid, syscall.SIGKILL)
+	defer killGroup(pgid)
 
 	output := make(chan outputItem, 64)
 	stop := make(chan struct{})
@@ -65,19 +65,22 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 
 	st := newStopper(rec.TimeoutMS)
 	defer st.stop()
-	var eofs int
+	eofs := 0
 	var drain <-chan time.Time
 	killed := false
-	for {
+	emitItem := func(it outputItem) {
+		if it.eof {
+			eofs++
+		} else {
+			d.emitText(ev, it.stream, it.text)
+		}
+	}
+	for exited != nil || eofs < 2 {
 		select {
 		case <-ctx.Done():
 			return outcome{}
 		case it := <-output:
-			if it.eof {
-				eofs++
-			} else {
-				d.emitText(ev, it.stream, it.text)
-			}
+			emitItem(it)
 		case <-st.timeoutC:
 			st.trigger(ioproto.StatusTimeout, d.cfg.Grace, func() { _ = syscall.Kill(-pgid, syscall.SIGINT) })
 		case <-intr:
@@ -87,14 +90,25 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		case <-exited:
 			exited = nil
-			t := time.NewTimer(drainWait)
+			// The script is over; what it left running in its group goes
+			// now, which closes the pipes those processes held. Only a
+			// process that left the group can keep them open: the bound.
+			killGroup(pgid)
+			t := time.NewTimer(drainBound)
 			defer t.Stop()
 			drain = t.C
 		case <-drain:
+			d.log.Warn("bash: output pipes still open after the script ended (a process left its group); not waiting further", "command_id", rec.CommandID)
 			eofs = 2
 		}
-		if exited == nil && eofs >= 2 {
-			break
+	}
+	// Output already read is never dropped, whichever case won the select.
+	for more := true; more; {
+		select {
+		case it := <-output:
+			emitItem(it)
+		default:
+			more = false
 		}
 	}
 

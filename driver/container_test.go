@@ -2,11 +2,13 @@ package driver_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -57,6 +59,7 @@ func hasRuntime(name string) bool {
 type boxOptions struct {
 	runtime string   // "" for the engine default (runc)
 	env     []string // extra environment, e.g. SANDBOX_WAKE=poll
+	pids    int      // pids limit; 0 for 256
 }
 
 // box is one sandbox container and its host-side /io and /workspace.
@@ -85,7 +88,7 @@ func startBox(t *testing.T, opts boxOptions) *box {
 	}
 	args := []string{"run", "-d", "--init", "--network", "none", "--user", "1000:1000",
 		"--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=64m", "--cap-drop", "ALL",
-		"--security-opt", "no-new-privileges", "--memory", "1g", "--pids-limit", "256",
+		"--security-opt", "no-new-privileges", "--memory", "1g", "--pids-limit", strconv.Itoa(cmp.Or(opts.pids, 256)),
 		"--restart", "on-failure", "--label", "sandboxd.test=driver",
 		"-v", b.io + ":/io", "-v", b.ws + ":/workspace"}
 	if opts.runtime != "" {

@@ -146,6 +146,7 @@ func New(cfg Config) (*Driver, error) {
 // command it was running without done; the next driver start finishes it as
 // killed.
 func (d *Driver) Run(ctx context.Context) error {
+	reserveThreads()
 	stdin, err := os.OpenFile(d.stdinPath, os.O_RDONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("open command log: %w", err)

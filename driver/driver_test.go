@@ -451,3 +451,39 @@ func TestDriverOutputCap(t *testing.T) {
 		t.Fatalf("sandbox after a flood of output: %q", got)
 	}
 }
+
+// TestDriverSurvivesForkBomb fills the container's pids limit from user
+// code. The bomb must end with its command (timeout, or killed with a fresh
+// kernel) while the driver itself keeps running: no restart, and the next
+// command works.
+func TestDriverSurvivesForkBomb(t *testing.T) {
+	b := startBox(t, boxOptions{pids: 96})
+	b.py("1")
+	boot := b.driverStatus().Boot
+	bombs := map[string][2]string{
+		"bash":   {"bash", ":(){ :|:& };:\nsleep 10"},
+		"python": {"python", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"},
+	}
+	for _, name := range []string{"bash", "python"} {
+		t.Run(name, func(t *testing.T) {
+			id := b.submit(bombs[name][0], bombs[name][1], 2*time.Second)
+			d := done(t, b.wait(id))
+			if d.Status != ioproto.StatusTimeout && d.Status != ioproto.StatusKilled {
+				t.Fatalf("fork bomb ended with %q: %+v", d.Status, d)
+			}
+			if st := b.driverStatus(); st.Boot != boot {
+				t.Fatalf("the driver restarted (boot %d -> %d); it must outlive the bomb", boot, st.Boot)
+			}
+			// Only init, the driver, the kernel and this pipeline may remain; zombies
+			// are init's to reap and hold nothing but their pid until then.
+			psEvents := b.wait(b.submit("bash", "ps -e --no-headers -o stat= | grep -vc Z", 0))
+			out := stdout(psEvents)
+			if n, err := strconv.Atoi(strings.TrimSpace(out)); err != nil || n > 9 {
+				t.Fatalf("%q processes left after the bomb's command ended (%v): %s", out, err, dump(psEvents))
+			}
+			if got := result(t, b.py("6 * 7"))["text/plain"]; got != "42" {
+				t.Fatalf("sandbox after a fork bomb: %q", got)
+			}
+		})
+	}
+}

@@ -223,7 +223,7 @@ func (k *kernel) discard() {
 		return
 	default:
 	}
-	_ = syscall.Kill(-k.cmd.Process.Pid, syscall.SIGKILL)
+	killGroup(k.cmd.Process.Pid)
 	close(k.stop)
 	closeAll(k.ctrl, k.outR, k.errR)
 }

@@ -16,10 +16,10 @@ const (
 	// Markers only go missing when the user's code closed or redirected fd 1
 	// or 2; then order is best effort rather than a stall.
 	syncWait = 500 * time.Millisecond
-	// drainWait bounds the wait for output still in the pipes after a
-	// process died; a background process holding a pipe open must not stall
-	// the command's end.
-	drainWait = 300 * time.Millisecond
+	// drainBound bounds the wait for the end of output after a process
+	// ended and its group was killed: only a process that left the group
+	// can still hold a pipe open, and it must not stall the command's end.
+	drainBound = 2 * time.Second
 )
 
 // ensureKernel returns a live kernel, starting one when there is none. A
@@ -137,6 +137,10 @@ func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFi
 				if st.status != "" {
 					res.status = st.status
 				}
+			}
+			if st.status != "" {
+				// The interrupted command's subprocesses end with it.
+				killGroupExcept(k.cmd.Process.Pid, k.cmd.Process.Pid)
 			}
 			if res.status == ioproto.StatusTimeout {
 				res.reason = joinReason(res.reason, fmt.Sprintf("timed out after %s and was interrupted (globals kept)", time.Duration(rec.TimeoutMS)*time.Millisecond))
@@ -257,14 +261,28 @@ func (k *kernel) synced(n int64) bool {
 // drainAfterExit emits output still in the pipes of a kernel that died; no
 // control message will come to release held output, so all of it goes out.
 func (d *Driver) drainAfterExit(k *kernel, ev *eventsFile) {
-	t := time.NewTimer(drainWait)
+	// Children the kernel left behind hold its pipes open; they go first.
+	killGroup(k.cmd.Process.Pid)
+	t := time.NewTimer(drainBound)
 	defer t.Stop()
+	accept := func(it outputItem) {
+		i := streamIndex(it.stream)
+		k.streams[i].held = append(k.streams[i].held, it)
+		d.releaseHeld(k, ev, i, true)
+	}
 	for !(k.streams[0].eof && k.streams[1].eof) {
 		select {
 		case it := <-k.output:
-			k.streams[streamIndex(it.stream)].held = append(k.streams[streamIndex(it.stream)].held, it)
-			d.releaseHeld(k, ev, streamIndex(it.stream), true)
+			accept(it)
 		case <-t.C:
+			for more := true; more; {
+				select {
+				case it := <-k.output:
+					accept(it)
+				default:
+					more = false
+				}
+			}
 			return
 		}
 	}
