@@ -155,11 +155,12 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 		}}
 	case ioproto.EventDone:
 		d := &sandboxv1.Done{
-			Status:    commandStatusToProto(e.Status),
-			Duration:  durationpb.New(time.Duration(e.DurationMS) * time.Millisecond),
-			StateLost: e.StateLost,
-			Reason:    e.Reason,
-			Time:      timestampToProto(e.Time),
+			Status:          commandStatusToProto(e.Status),
+			Duration:        durationpb.New(time.Duration(e.DurationMS) * time.Millisecond),
+			StateLost:       e.StateLost,
+			OutputTruncated: e.OutputTruncated,
+			Reason:          e.Reason,
+			Time:            timestampToProto(e.Time),
 		}
 		if e.ExitCode != nil {
 			code := int32(*e.ExitCode)

@@ -40,7 +40,7 @@ func script() []orchestrator.Event {
 		{Seq: 6, Type: ioproto.EventResult, Data: map[string]string{"text/plain": "42"}},
 		{Seq: 7, Type: ioproto.EventError, EName: "NameError", EValue: "y", Traceback: []string{"tb1\n", "tb2\n"}},
 		{Seq: 8, Type: ioproto.EventDone, Status: ioproto.StatusError, DurationMS: 1500, StateLost: true, Reason: "why",
-			ExitCode: &exit, Time: t0.Add(2 * time.Second), Files: []ioproto.File{{Path: "out.csv", Size: 120}}},
+			OutputTruncated: true, ExitCode: &exit, Time: t0.Add(2 * time.Second), Files: []ioproto.File{{Path: "out.csv", Size: 120}}},
 	}
 }
 
@@ -57,7 +57,7 @@ func wantEvents(cid string) []*sandboxv1.ExecuteEvent {
 		{Seq: 7, CommandId: cid, Event: &sandboxv1.ExecuteEvent_Error{Error: &sandboxv1.Error{Ename: "NameError", Evalue: "y", Traceback: []string{"tb1\n", "tb2\n"}}}},
 		{Seq: 8, CommandId: cid, Event: &sandboxv1.ExecuteEvent_Done{Done: &sandboxv1.Done{
 			Status: sandboxv1.CommandStatus_COMMAND_STATUS_ERROR, Duration: durationpb.New(1500 * time.Millisecond),
-			StateLost: true, Reason: "why", ExitCode: &exit, Time: timestamppb.New(t0.Add(2 * time.Second)),
+			StateLost: true, OutputTruncated: true, Reason: "why", ExitCode: &exit, Time: timestamppb.New(t0.Add(2 * time.Second)),
 			Files: []*sandboxv1.FileRef{{Path: "out.csv", Size: 120}},
 		}}},
 	}

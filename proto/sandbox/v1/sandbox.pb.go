@@ -1546,9 +1546,14 @@ type Done struct {
 	// command ran (at most 1000), so a client can download new results.
 	Files []*FileRef `protobuf:"bytes,6,rep,name=files,proto3" json:"files,omitempty"`
 	// time is when the command ended.
-	Time          *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Time *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=time,proto3" json:"time,omitempty"`
+	// output_truncated is true when the command's output passed the output cap
+	// (16 MiB by default): output beyond it was discarded, a notice was sent
+	// on stderr, and `reason` says how much was dropped. The command itself
+	// ran to its end.
+	OutputTruncated bool `protobuf:"varint,8,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Done) Reset() {
@@ -1628,6 +1633,13 @@ func (x *Done) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *Done) GetOutputTruncated() bool {
+	if x != nil {
+		return x.OutputTruncated
+	}
+	return false
 }
 
 // FileRef names a file under /workspace.
@@ -2364,7 +2376,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05Error\x12\x14\n" +
 	"\x05ename\x18\x01 \x01(\tR\x05ename\x12\x16\n" +
 	"\x06evalue\x18\x02 \x01(\tR\x06evalue\x12\x1c\n" +
-	"\ttraceback\x18\x03 \x03(\tR\ttraceback\"\xb2\x02\n" +
+	"\ttraceback\x18\x03 \x03(\tR\ttraceback\"\xdd\x02\n" +
 	"\x04Done\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.sandbox.v1.CommandStatusR\x06status\x125\n" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1d\n" +
@@ -2373,7 +2385,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12 \n" +
 	"\texit_code\x18\x05 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12)\n" +
 	"\x05files\x18\x06 \x03(\v2\x13.sandbox.v1.FileRefR\x05files\x12.\n" +
-	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04timeB\f\n" +
+	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
+	"\x10output_truncated\x18\b \x01(\bR\x0foutputTruncatedB\f\n" +
 	"\n" +
 	"_exit_code\"1\n" +
 	"\aFileRef\x12\x12\n" +
