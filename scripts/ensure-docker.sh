@@ -144,33 +144,37 @@ else
 fi
 
 # --- 3. Start dockerd -------------------------------------------------------
-if dockerd_running; then
-	# Running but not answering yet (e.g. still starting up): just wait.
-	log "dockerd process exists; waiting for it to answer"
-else
+start_dockerd() {
 	if [ -f "$PID_FILE" ]; then
 		log "removing stale $PID_FILE (no dockerd process running)"
 		rm -f "$PID_FILE"
 	fi
-	started=0
 	# Prefer the init system when there is one.
 	if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
 		if systemctl start docker >/dev/null 2>&1; then
 			log "started docker via systemctl"
-			started=1
+			return
 		fi
 	fi
-	if [ "$started" = 0 ]; then
-		mkdir -p "$(dirname "$DOCKERD_LOG")"
-		log "starting dockerd in the background (log: $DOCKERD_LOG)"
-		# setsid: fully detach so the daemon survives this script's session.
-		if command -v setsid >/dev/null 2>&1; then
-			nohup setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
-		else
-			nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
-		fi
-		disown || true
+	mkdir -p "$(dirname "$DOCKERD_LOG")"
+	log "starting dockerd in the background (log: $DOCKERD_LOG)"
+	# setsid: fully detach so the daemon survives this script's session.
+	if command -v setsid >/dev/null 2>&1; then
+		nohup setsid dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
+	else
+		nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
 	fi
+	disown || true
+}
+
+starts=0
+if dockerd_running; then
+	# Running but not answering yet (e.g. still starting up, or shutting
+	# down after a kill): wait, and start a new one if it goes away.
+	log "dockerd process exists; waiting for it to answer"
+else
+	start_dockerd
+	starts=1
 fi
 
 fail() {
@@ -186,8 +190,15 @@ gone=0
 while ! docker_ok; do
 	[ "$SECONDS" -lt "$deadline" ] || fail "dockerd did not answer within ${WAIT_SECONDS}s"
 	sleep 1
-	# Fail fast if the daemon died (two checks in a row, to ride out start-up).
+	# A daemon that died (two checks in a row, to ride out start-up) is
+	# started again once: the one we waited for may have been on its way out.
 	if dockerd_running; then gone=0; else gone=$((gone + 1)); fi
-	[ "$gone" -lt 2 ] || fail "dockerd exited before answering"
+	if [ "$gone" -ge 2 ]; then
+		[ "$starts" -lt 2 ] || fail "dockerd exited before answering"
+		log "dockerd is gone; starting it"
+		start_dockerd
+		starts=$((starts + 1))
+		gone=0
+	fi
 done
 log "docker is up ($(docker version --format '{{.Server.Version}}' 2>/dev/null || echo '?'))"
