@@ -105,7 +105,7 @@ func (b *bench) cold(ctx context.Context) error {
 		}
 	}
 	b.coldP50 = ms(total.percentile(50))
-	note := fmt.Sprintf("over %d new users; AcquireSandbox alone (container create + start) p50 %s ms, the rest waits for the sandbox's Python to start; max %s ms",
+	note := fmt.Sprintf("over %d new users; AcquireSandbox alone (all sandboxd does to create and start a sandbox) p50 %s ms, the rest waits for the sandbox's Python to start; max %s ms",
 		b.cfg.Cold, fmtNum(ms(acquire.percentile(50))), fmtNum(ms(total.percentile(100))))
 	b.rep.add(row(mCold, b.coldP50, "docker run --rm … python3 -c (p50)", b.dockerRunP50, atMost(400, "≤ 400 ms"), note))
 	return nil
