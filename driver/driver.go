@@ -94,7 +94,10 @@ type Driver struct {
 	running *running
 	// readOffset is just past the last complete line handled.
 	readOffset int64
-	work       chan struct{}
+	// finished lists the commands whose files are in /io/out and that are
+	// done, oldest first, so pruning never has to list the directory.
+	finished []finishedCmd
+	work     chan struct{}
 
 	stateMu     sync.Mutex
 	savedOffset int64
@@ -104,7 +107,6 @@ type Driver struct {
 	// lostReason, when set, is reported with the next Python command:
 	// the globals the caller built before are gone.
 	lostReason string
-	sincePrune int
 
 	statusMu sync.Mutex
 	status   ioproto.DriverStatus
@@ -247,6 +249,7 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		}
 		ev.close()
 	}
+	d.finished = finishedFrom(entries)
 	if d.status.Boot > 1 && st.Offset > 0 {
 		d.lostReason = "the sandbox restarted since the previous command; Python globals defined before are gone"
 	}
@@ -327,6 +330,7 @@ func (d *Driver) reportMalformed(id string, err error, offset int64) {
 		d.log.Error("skipping malformed record", "offset", offset, "command_id", id, "err", err, "report_err", cerr)
 		return
 	}
+	defer d.noteFinishedLocked(ev)
 	defer ev.close()
 	d.log.Warn("malformed record reported to its command", "offset", offset, "command_id", id, "err", err)
 	_ = ev.emit(&ioproto.Event{Type: ioproto.EventError, EName: ioproto.MalformedRecordName, EValue: err.Error()})
@@ -358,6 +362,7 @@ func (d *Driver) interrupt(id string) {
 		_ = ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusInterrupted, Time: time.Now().UTC(),
 			Reason: "interrupted before it started; it did not run"})
 		ev.close()
+		d.noteFinishedLocked(ev)
 		return
 	}
 	d.log.Info("interrupt for a command that is not running or queued; nothing to do", "command_id", id)
@@ -416,6 +421,7 @@ func (d *Driver) execute(ctx context.Context) {
 			}
 			d.run(ctx, q.rec, ev, run.interrupt)
 			ev.close()
+			d.noteFinished(ev)
 			if d.kernel == nil && ctx.Err() == nil {
 				// The command cost the kernel; have the next one ready.
 				_, _ = d.ensureKernel()
@@ -426,11 +432,7 @@ func (d *Driver) execute(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			d.sincePrune++
-			if d.sincePrune >= 20 {
-				d.sincePrune = 0
-				d.prune()
-			}
+			d.prune()
 		}
 		select {
 		case <-ctx.Done():
@@ -444,7 +446,10 @@ func (d *Driver) execute(ctx context.Context) {
 // from then on marks it as taken, and only then lets the saved offset pass it.
 func (d *Driver) take() (queued, *eventsFile, *running) {
 	d.mu.Lock()
-	defer d.saveState()
+	// The state file may lag: a record after its offset whose events file
+	// exists is never run again. Saving it while the command runs keeps its
+	// temp file and rename off the command's path.
+	defer func() { go d.saveState() }()
 	defer d.mu.Unlock()
 	for len(d.queue) > 0 {
 		q := d.queue[0]

@@ -24,6 +24,8 @@ type eventsFile struct {
 	// output counts the bytes of output and rich data emitted, against the
 	// driver's per-command cap; dropped counts what the cap discarded.
 	output, dropped int64
+	// artifacts are the artifact files written for this command.
+	artifacts []string
 }
 
 // errExists reports that a command already has an events file, which under
@@ -145,6 +147,7 @@ func (w *eventsFile) spill(e *ioproto.Event) error {
 			e.Refs = map[string]string{}
 		}
 		e.Refs[mime] = name
+		w.artifacts = append(w.artifacts, name)
 		delete(e.Data, mime)
 	}
 	return nil

@@ -94,9 +94,11 @@ func TestPrune(t *testing.T) {
 					os.Chtimes(p, now.Add(-age), now.Add(-age))
 				}
 			}
+			entries, _ := os.ReadDir(out) // what recover does at start-up
+			d.finished = finishedFrom(entries)
 			d.prune()
 			var left []string
-			entries, _ := os.ReadDir(out)
+			entries, _ = os.ReadDir(out)
 			for _, e := range entries {
 				if id, ok := ioproto.CommandIDFromEventsFile(e.Name()); ok {
 					left = append(left, id)

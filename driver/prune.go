@@ -10,21 +10,17 @@ import (
 	"github.com/sandboxd/sandboxd/driver/ioproto"
 )
 
-// prune deletes the files of old finished commands from /io/out so it does
-// not grow forever: the newest KeepMin commands always stay, commands beyond
-// the newest KeepMax go, and those in between go once older than MaxAge.
-// Their IDs stay in the log, so they still never run again.
-func (d *Driver) prune() {
-	entries, err := os.ReadDir(d.outDir)
-	if err != nil {
-		d.log.Error("prune: list output directory", "err", err)
-		return
-	}
-	type cmd struct {
-		id    string
-		mtime time.Time
-	}
-	var cmds []cmd
+// finishedCmd is a finished command whose files are in /io/out.
+type finishedCmd struct {
+	id        string
+	at        time.Time
+	artifacts []string
+}
+
+// finishedFrom lists the commands found in /io/out at start-up (all of them
+// finished by then), oldest first, with their artifacts.
+func finishedFrom(entries []os.DirEntry) []finishedCmd {
+	var out []finishedCmd
 	for _, e := range entries {
 		id, ok := ioproto.CommandIDFromEventsFile(e.Name())
 		if !ok {
@@ -34,43 +30,56 @@ func (d *Driver) prune() {
 		if err != nil {
 			continue
 		}
-		cmds = append(cmds, cmd{id, info.ModTime()})
+		out = append(out, finishedCmd{id: id, at: info.ModTime()})
 	}
-	if len(cmds) <= d.cfg.KeepMin {
-		return
-	}
-	sort.Slice(cmds, func(i, j int) bool { return cmds[i].mtime.After(cmds[j].mtime) })
-	d.mu.Lock()
-	runningID := ""
-	if d.running != nil {
-		runningID = d.running.id
-	}
-	d.mu.Unlock()
-	cutoff := time.Now().Add(-d.cfg.MaxAge)
-	doomed := map[string]bool{}
-	for i, c := range cmds[d.cfg.KeepMin:] {
-		if c.id == runningID {
-			continue
-		}
-		if d.cfg.KeepMin+i >= d.cfg.KeepMax || c.mtime.Before(cutoff) {
-			doomed[c.id] = true
-		}
-	}
-	if len(doomed) == 0 {
-		return
+	sort.Slice(out, func(i, j int) bool { return out[i].at.Before(out[j].at) })
+	byID := make(map[string]*finishedCmd, len(out))
+	for i := range out {
+		byID[out[i].id] = &out[i]
 	}
 	for _, e := range entries {
-		name := e.Name()
-		if id, ok := ioproto.CommandIDFromEventsFile(name); ok && doomed[id] {
-			os.Remove(filepath.Join(d.outDir, name))
-			continue
-		}
-		// Artifacts are named <command_id>.<seq>.<n>.
-		if base, ok := artifactOwner(name); ok && doomed[base] {
-			os.Remove(filepath.Join(d.outDir, name))
+		if base, ok := artifactOwner(e.Name()); ok && byID[base] != nil {
+			byID[base].artifacts = append(byID[base].artifacts, e.Name())
 		}
 	}
-	d.log.Info("pruned old commands", "count", len(doomed))
+	return out
+}
+
+// noteFinished records that ev's command is done, for pruning.
+func (d *Driver) noteFinished(ev *eventsFile) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.noteFinishedLocked(ev)
+}
+
+func (d *Driver) noteFinishedLocked(ev *eventsFile) {
+	d.finished = append(d.finished, finishedCmd{id: ev.id, at: time.Now(), artifacts: ev.artifacts})
+}
+
+// prune deletes the files of old finished commands from /io/out so it does
+// not grow forever: the newest KeepMin commands always stay, commands beyond
+// the newest KeepMax go, and those in between go once older than MaxAge.
+// Their IDs stay in the log, so they still never run again. The driver
+// keeps the list of finished commands itself, so pruning costs only the
+// deletions, not a listing of /io/out.
+func (d *Driver) prune() {
+	cutoff := time.Now().Add(-d.cfg.MaxAge)
+	d.mu.Lock()
+	var doomed []finishedCmd
+	for len(d.finished) > d.cfg.KeepMin && (len(d.finished) > d.cfg.KeepMax || d.finished[0].at.Before(cutoff)) {
+		doomed = append(doomed, d.finished[0])
+		d.finished = d.finished[1:]
+	}
+	d.mu.Unlock()
+	for _, c := range doomed {
+		os.Remove(filepath.Join(d.outDir, ioproto.EventsFileName(c.id)))
+		for _, a := range c.artifacts {
+			os.Remove(filepath.Join(d.outDir, a))
+		}
+	}
+	if len(doomed) > 0 {
+		d.log.Debug("pruned old commands", "count", len(doomed))
+	}
 }
 
 // artifactOwner returns the command ID of an artifact file name.

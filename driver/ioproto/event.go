@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Event types in an events file.
@@ -100,7 +103,9 @@ func EncodeEvent(e *Event) ([]byte, error) {
 // ParseEvent decodes one line of an events file, without its newline.
 func ParseEvent(line []byte) (Event, error) {
 	var e Event
-	if err := json.Unmarshal(line, &e); err != nil {
+	// go-json-experiment decodes about twice as fast as encoding/json: on a
+	// streaming command sandboxd spends most of its time here.
+	if err := jsonv2.Unmarshal(line, &e, jsontext.AllowInvalidUTF8(true)); err != nil {
 		return Event{}, fmt.Errorf("bad event line: %w", err)
 	}
 	if e.Seq < 1 || e.Type == "" {

@@ -164,19 +164,25 @@ func (e *AppendError) Unwrap() error { return e.Err }
 // its position between calls. Bytes after the last newline are left for a
 // later call, so a line written in several parts is returned once, whole.
 type LineReader struct {
-	f       *os.File
-	offset  int64
-	buf     []byte
-	pending []byte
-	maxLine int
-	skip    bool
+	f      *os.File
+	offset int64 // file offset of buf[start]
+	// buf[start:end] holds bytes read but not yet returned. The buffer starts
+	// small and grows only as far as long lines need: readers are made per
+	// command, and most events files are a few hundred bytes.
+	buf        []byte
+	start, end int
+	maxLine    int
+	skip       bool
 }
+
+// minRead is the least free space a read gets, and the first buffer's size.
+const minRead = 4 << 10
 
 // NewLineReader reads f from offset. Lines longer than maxLine bytes are
 // returned truncated to maxLine with ErrLineTooLong (and the rest of them is
 // skipped), so a runaway writer cannot make the reader buffer without limit.
 func NewLineReader(f *os.File, offset int64, maxLine int) *LineReader {
-	return &LineReader{f: f, offset: offset, buf: make([]byte, 64<<10), maxLine: maxLine}
+	return &LineReader{f: f, offset: offset, maxLine: maxLine}
 }
 
 // ErrLineTooLong marks a line that exceeded the reader's limit.
@@ -199,11 +205,12 @@ func (r *LineReader) Offset() int64 { return r.offset }
 // available yet. A read error other than EOF is returned as err.
 func (r *LineReader) Next() (line Line, ok bool, err error) {
 	for {
-		if i := bytes.IndexByte(r.pending, '\n'); i >= 0 {
-			data := r.pending[:i]
+		pending := r.buf[r.start:r.end]
+		if i := bytes.IndexByte(pending, '\n'); i >= 0 {
+			data := pending[:i]
 			start := r.offset
 			r.offset += int64(i + 1)
-			r.pending = r.pending[i+1:]
+			r.start += i + 1
 			if r.skip {
 				// The tail of an over-long line already reported.
 				r.skip = false
@@ -214,25 +221,30 @@ func (r *LineReader) Next() (line Line, ok bool, err error) {
 			}
 			return Line{Data: data, Start: start, End: r.offset}, true, nil
 		}
-		if len(r.pending) > r.maxLine {
+		if len(pending) > r.maxLine {
+			// Report the over-long line once, then drop bytes up to its newline.
+			start := r.offset
+			r.offset += int64(len(pending))
+			r.start, r.end = 0, 0
 			if !r.skip {
-				// Report the over-long line once, then drop bytes up to its newline.
-				start := r.offset
-				data := r.pending[:r.maxLine]
-				r.offset += int64(len(r.pending))
-				r.pending = nil
 				r.skip = true
-				return Line{Data: data, Start: start, End: r.offset, Err: ErrLineTooLong}, true, nil
+				return Line{Data: pending[:r.maxLine], Start: start, End: r.offset, Err: ErrLineTooLong}, true, nil
 			}
-			r.offset += int64(len(r.pending))
-			r.pending = nil
 		}
-		n, err := r.f.ReadAt(r.buf, r.offset+int64(len(r.pending)))
+		// Move what is pending to the front (Data returned earlier is only
+		// valid until this call) and make room for a read.
+		if r.start > 0 {
+			r.end = copy(r.buf, r.buf[r.start:r.end])
+			r.start = 0
+		}
+		if len(r.buf)-r.end < minRead {
+			nb := make([]byte, max(2*len(r.buf), r.end+minRead))
+			copy(nb, r.buf[:r.end])
+			r.buf = nb
+		}
+		n, err := r.f.ReadAt(r.buf[r.end:], r.offset+int64(r.end))
+		r.end += n
 		if n > 0 {
-			// Compact before growing so pending never holds consumed bytes.
-			p := make([]byte, 0, len(r.pending)+n)
-			p = append(p, r.pending...)
-			r.pending = append(p, r.buf[:n]...)
 			continue
 		}
 		if err != nil && err != io.EOF {
