@@ -1,24 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 )
 
 // daemonConfig says how to run a sandboxd the benchmark starts itself.
@@ -33,15 +23,10 @@ type daemonConfig struct {
 // daemon is one sandboxd process.
 type daemon struct {
 	cfg     daemonConfig
-	cmd     *exec.Cmd
+	proc    *sandboxdproc.Process
 	addr    string
 	started time.Time // just before the process was started
-	logs    *tailBuffer
-	exited  chan struct{}
-	waitErr error
 }
-
-var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
 
 // errFlagUnsupported says sandboxd refused one of the extra flags: it is an
 // older build (e.g. one without --warm-pool).
@@ -55,95 +40,40 @@ func startDaemon(ctx context.Context, cfg daemonConfig, addr string) (*daemon, e
 		args = append(args, "--runtime", cfg.runtime)
 	}
 	args = append(args, cfg.extra...)
-	cmd := exec.Command(cfg.binary, args...)
-	// The flags decide; a SANDBOXD_* variable in the caller's environment
-	// must not change what is measured.
-	cmd.Env = withoutPrefix(os.Environ(), "SANDBOXD_")
-	stderr, err := cmd.StderrPipe()
+	p, err := sandboxdproc.Start(ctx, sandboxdproc.Config{
+		Binary: cfg.binary,
+		Args:   args,
+		// The flags decide; a SANDBOXD_* variable in the caller's
+		// environment must not change what is measured.
+		Env: withoutPrefix(os.Environ(), "SANDBOXD_"),
+		// A long benchmark must not hold all of sandboxd's log.
+		LogBytes: 64 << 10,
+	})
+	if errors.Is(err, sandboxdproc.ErrExitedBeforeServing) && strings.Contains(err.Error(), "flag provided but not defined") {
+		return nil, fmt.Errorf("%w: %w", errFlagUnsupported, err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	d := &daemon{cfg: cfg, cmd: cmd, logs: &tailBuffer{max: 64 << 10}, exited: make(chan struct{})}
-	d.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", cfg.binary, err)
-	}
-	addrCh := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			d.logs.add(line)
-			if m := servingLine.FindStringSubmatch(line); m != nil {
-				select {
-				case addrCh <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-		d.waitErr = cmd.Wait()
-		close(d.exited)
-	}()
-	timer := time.NewTimer(3 * time.Minute)
-	defer timer.Stop()
-	select {
-	case d.addr = <-addrCh:
-		return d, nil
-	case <-d.exited:
-		if strings.Contains(d.logs.String(), "flag provided but not defined") {
-			return nil, fmt.Errorf("%w: %s", errFlagUnsupported, strings.TrimSpace(d.logs.String()))
-		}
-		return nil, fmt.Errorf("sandboxd exited before serving: %v\n%s", d.waitErr, d.logs.String())
-	case <-timer.C:
-		d.kill()
-		return nil, fmt.Errorf("sandboxd did not serve within 3 minutes\n%s", d.logs.String())
-	case <-ctx.Done():
-		d.kill()
-		return nil, ctx.Err()
-	}
+	return &daemon{cfg: cfg, proc: p, addr: p.Addr, started: p.Started}, nil
 }
 
 // pid is the sandboxd process's ID.
-func (d *daemon) pid() int { return d.cmd.Process.Pid }
+func (d *daemon) pid() int { return d.proc.Pid() }
 
 // stop shuts sandboxd down gracefully (SIGTERM); its sandboxes keep running.
-func (d *daemon) stop() error {
-	select {
-	case <-d.exited:
-		return nil
-	default:
-	}
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
-	}
-	select {
-	case <-d.exited:
-		if d.waitErr != nil {
-			return fmt.Errorf("sandboxd exited with %v\n%s", d.waitErr, d.logs.String())
-		}
-		return nil
-	case <-time.After(time.Minute):
-		d.kill()
-		return fmt.Errorf("sandboxd did not stop within a minute of SIGTERM\n%s", d.logs.String())
-	}
-}
+func (d *daemon) stop() error { return d.proc.Stop(time.Minute) }
 
 // kill ends the process at once.
-func (d *daemon) kill() {
-	_ = d.cmd.Process.Kill()
-	<-d.exited
-}
+func (d *daemon) kill() { d.proc.Kill() }
 
 // buildSandboxd compiles cmd/sandboxd into dir and returns the binary's path.
 // It needs the Go tool and this module's source, i.e. running from the
 // repository, which is what `make bench` and the tests do.
 func buildSandboxd(ctx context.Context, dir string) (string, error) {
-	bin := filepath.Join(dir, "sandboxd")
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/sandboxd/sandboxd/cmd/sandboxd").CombinedOutput()
+	bin, err := sandboxdproc.Build(ctx, dir, sandboxdproc.Package)
 	if err != nil {
-		return "", fmt.Errorf("go build sandboxd (run from the repository, or pass --sandboxd): %v\n%s", err, out)
+		return "", fmt.Errorf("%w (run from the repository, or pass --sandboxd)", err)
 	}
 	return bin, nil
 }
@@ -153,47 +83,18 @@ func buildSandboxd(ctx context.Context, dir string) (string, error) {
 func removeContainers(stateDir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	ids, err := containersOf(ctx, stateDir, true)
-	if err != nil || len(ids) == 0 {
-		return err
-	}
-	out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("docker rm: %v: %s", err, out)
-	}
-	return nil
+	return sandboxdproc.RemoveContainers(ctx, stateDir)
 }
 
 // containersOf lists the IDs of the containers sandboxd made for stateDir
 // (running ones only, unless all).
 func containersOf(ctx context.Context, stateDir string, all bool) ([]string, error) {
-	args := []string{"ps", "-q", "--no-trunc", "--filter", "label=" + orchestrator.LabelStateDir + "=" + stateDir}
-	if all {
-		args = append(args, "-a")
-	}
-	out, err := exec.CommandContext(ctx, "docker", args...).Output()
-	if err != nil {
-		return nil, fmt.Errorf("docker ps: %w", err)
-	}
-	return strings.Fields(string(out)), nil
+	return sandboxdproc.Containers(ctx, stateDir, all)
 }
 
 // unmountUnder unmounts whatever is mounted below dir, deepest first:
 // sandboxd's loop-mounted volumes of sandboxes a failed run could not delete.
-func unmountUnder(dir string) error {
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		return err
-	}
-	slices.SortFunc(mounts, func(a, b *mountinfo.Info) int { return len(b.Mountpoint) - len(a.Mountpoint) })
-	var errs []error
-	for _, m := range mounts {
-		if err := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); err != nil {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", m.Mountpoint, err))
-		}
-	}
-	return errors.Join(errs...)
-}
+func unmountUnder(dir string) error { return sandboxdproc.UnmountUnder(dir) }
 
 func withoutPrefix(env []string, prefix string) []string {
 	out := env[:0:0]
@@ -203,30 +104,4 @@ func withoutPrefix(env []string, prefix string) []string {
 		}
 	}
 	return out
-}
-
-// tailBuffer keeps the last lines of a log, up to max bytes, for error
-// messages: a long benchmark must not hold all of sandboxd's log.
-type tailBuffer struct {
-	mu    sync.Mutex
-	max   int
-	size  int
-	lines []string
-}
-
-func (b *tailBuffer) add(line string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.lines = append(b.lines, line)
-	b.size += len(line) + 1
-	for b.size > b.max && len(b.lines) > 1 {
-		b.size -= len(b.lines[0]) + 1
-		b.lines = b.lines[1:]
-	}
-}
-
-func (b *tailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Join(b.lines, "\n")
 }

@@ -9,7 +9,6 @@ package main
 // SANDBOXD_E2E_RUNTIME (e.g. runsc) choose the image and runtime.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -19,15 +18,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,6 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
@@ -87,12 +83,12 @@ func needE2E(t *testing.T) *e2eEnv {
 		image:      image,
 		runtime:    os.Getenv("SANDBOXD_E2E_RUNTIME"),
 	}
-	for bin, pkg := range map[string]string{env.sandboxd: ".", env.sandboxctl: "../sandboxctl"} {
+	for bin, pkg := range map[string]string{env.sandboxd: sandboxdproc.Package, env.sandboxctl: "github.com/sandboxd/sandboxd/cmd/sandboxctl"} {
 		bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, pkg).CombinedOutput()
+		_, err := sandboxdproc.Build(bctx, filepath.Dir(bin), pkg)
 		bcancel()
 		if err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+			t.Fatal(err)
 		}
 	}
 	// Whatever a failed test leaves behind, no container outlives it.
@@ -100,65 +96,28 @@ func needE2E(t *testing.T) *e2eEnv {
 	return env
 }
 
-// removeContainers force-removes the containers of this test's state dir.
+// removeContainers force-removes the containers of this test's state dir
+// and unmounts the sandbox volumes a killed sandboxd left mounted under it
+// (a live one keeps them on purpose), so that the test's directory can be
+// removed and no loop device is left behind.
 func (e *e2eEnv) removeContainers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+orchestrator.LabelStateDir+"="+e.stateDir).Output()
-	if err != nil {
-		t.Logf("listing leftover containers: %v", err)
-		return
-	}
-	if ids := strings.Fields(string(out)); len(ids) > 0 {
-		if out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput(); err != nil {
-			t.Logf("removing leftover containers: %v: %s", err, out)
-		}
-	}
-	unmountUnder(t, e.stateDir)
-}
-
-// unmountUnder unmounts the sandbox volumes a killed sandboxd left mounted
-// under dir (a live one keeps them on purpose), so that the test's directory
-// can be removed and no loop device is left behind.
-func unmountUnder(t *testing.T, dir string) {
-	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
-	if err != nil {
-		t.Logf("listing leftover mounts: %v", err)
-		return
-	}
-	for _, m := range mounts {
-		if err := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); err != nil {
-			t.Logf("unmounting %s: %v", m.Mountpoint, err)
-		}
+	if err := sandboxdproc.Cleanup(ctx, e.stateDir); err != nil {
+		t.Logf("removing what sandboxd left: %v", err)
 	}
 }
 
-// daemon is one running sandboxd process.
+// daemon is one running sandboxd process. cmd, logs and exited are the
+// process's own, kept as fields for the tests that signal it and read its
+// log.
 type daemon struct {
+	proc   *sandboxdproc.Process
 	cmd    *exec.Cmd
 	addr   string
-	logs   *lockedBuffer
-	exited chan error
+	logs   *sandboxdproc.Log
+	exited <-chan struct{}
 }
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
 
 // start runs sandboxd on a free loopback port and waits until it serves.
 // extra flags come last, so they override the defaults (e.g. "--listen" with
@@ -171,63 +130,30 @@ func (e *e2eEnv) start(t *testing.T, extra ...string) *daemon {
 		args = append(args, "--runtime", e.runtime)
 	}
 	args = append(args, extra...)
-	cmd := exec.Command(e.sandboxd, args...)
-	cmd.Env = append(os.Environ(), "SANDBOXD_LISTEN=") // the flag, not the caller's env, decides
-	stderr, err := cmd.StderrPipe()
+	p, err := sandboxdproc.Start(context.Background(), sandboxdproc.Config{
+		Binary: e.sandboxd,
+		Args:   args,
+		Env:    append(os.Environ(), "SANDBOXD_LISTEN="), // the flag, not the caller's env, decides
+		// Tests read the whole log, up to a goroutine dump under load.
+		LogBytes: 32 << 20,
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting sandboxd: %v", err)
 	}
-	d := &daemon{cmd: cmd, logs: &lockedBuffer{}, exited: make(chan error, 1)}
-	addrCh := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(d.logs, line)
-			if m := servingLine.FindStringSubmatch(line); m != nil {
-				select {
-				case addrCh <- m[1]:
-				default:
-				}
-			}
-		}
-		d.exited <- cmd.Wait()
-	}()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-d.exited
-		}
+		p.Kill()
 		if t.Failed() {
-			t.Logf("sandboxd log:\n%s", d.logs.String())
+			t.Logf("sandboxd log:\n%s", p.Log())
 		}
 	})
-	select {
-	case d.addr = <-addrCh:
-	case err := <-d.exited:
-		t.Fatalf("sandboxd exited before serving: %v\n%s", err, d.logs.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("sandboxd did not serve within 2 minutes\n%s", d.logs.String())
-	}
-	return d
+	return &daemon{proc: p, cmd: p.Cmd(), addr: p.Addr, logs: p.Log(), exited: p.Exited()}
 }
 
 // stop sends SIGTERM and checks that sandboxd exits cleanly, in time.
 func (d *daemon) stop(t *testing.T) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case err := <-d.exited:
-		if err != nil {
-			t.Fatalf("sandboxd exited with %v after SIGTERM\n%s", err, d.logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd did not exit within 30s of SIGTERM")
+	if err := d.proc.Stop(30 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -8,18 +8,14 @@
 package sandboxdtest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,15 +23,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // defaultImage is what `make image` builds.
 const defaultImage = "sandboxd-sandbox:latest"
-
-// labelStateDir is the Docker label sandboxd puts on its containers, naming
-// its state directory; used to remove what a failed test leaves behind.
-const labelStateDir = "sandboxd.state-dir"
 
 // Need skips (or, under CI=true, fails) t when integration tests cannot run
 // here: -short mode, no Docker, or no sandbox image.
@@ -79,11 +72,11 @@ func Image() string {
 // and returns the binary's path.
 func Build(t testing.TB, dir, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(dir, filepath.Base(pkg))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	bin, err := sandboxdproc.Build(ctx, dir, pkg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -95,9 +88,7 @@ type Daemon struct {
 	// StateDir is its state directory.
 	StateDir string
 
-	cmd    *exec.Cmd
-	logs   *lockedBuffer
-	exited chan error
+	proc *sandboxdproc.Process
 	// admin authenticates the cleanup when tokens are required.
 	admin string
 }
@@ -115,8 +106,6 @@ func WithUserToken(token, tenant string) Option {
 	return func(o *startOptions) { o.tokens = append(o.tokens, token+" "+tenant+" user") }
 }
 
-var servingLine = regexp.MustCompile(`msg=serving listen=(\S+)`)
-
 // Start checks the prerequisites (see Need), builds sandboxd and runs it on
 // a free loopback port with a private state directory. When the test ends,
 // its sandboxes are deleted and it is stopped.
@@ -128,8 +117,8 @@ func Start(t testing.TB, opts ...Option) *Daemon {
 		opt(&o)
 	}
 	dir := t.TempDir()
-	bin := Build(t, dir, "github.com/sandboxd/sandboxd/cmd/sandboxd")
-	d := &Daemon{StateDir: filepath.Join(dir, "state"), logs: &lockedBuffer{}, exited: make(chan error, 1)}
+	bin := Build(t, dir, sandboxdproc.Package)
+	d := &Daemon{StateDir: filepath.Join(dir, "state")}
 	args := []string{"--listen", "127.0.0.1:0", "--state-dir", d.StateDir, "--image", Image(), "--log-level", "debug",
 		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if len(o.tokens) > 0 {
@@ -144,39 +133,18 @@ func Start(t testing.TB, opts ...Option) *Daemon {
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}
-	d.cmd = exec.Command(bin, args...)
-	d.cmd.Env = append(os.Environ(), "SANDBOXD_LISTEN=")
-	stderr, err := d.cmd.StderrPipe()
+	p, err := sandboxdproc.Start(context.Background(), sandboxdproc.Config{
+		Binary: bin,
+		Args:   args,
+		Env:    append(os.Environ(), "SANDBOXD_LISTEN="), // the flag, not the caller's env, decides
+		// Tests read the whole log, up to a goroutine dump.
+		LogBytes: 32 << 20,
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("starting sandboxd: %v", err)
 	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(d.logs, line)
-			if m := servingLine.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		d.exited <- d.cmd.Wait()
-	}()
+	d.proc, d.Addr = p, p.Addr
 	t.Cleanup(func() { d.stop(t) })
-	select {
-	case d.Addr = <-addr:
-	case err := <-d.exited:
-		t.Fatalf("sandboxd exited before serving: %v\n%s", err, d.logs.String())
-	case <-time.After(2 * time.Minute):
-		t.Fatalf("sandboxd did not serve within 2 minutes\n%s", d.logs.String())
-	}
 	return d
 }
 
@@ -192,15 +160,17 @@ func (d *Daemon) Client(t testing.TB) sandboxv1.SandboxServiceClient {
 	return sandboxv1.NewSandboxServiceClient(conn)
 }
 
-// Logs is what sandboxd logged so far.
-func (d *Daemon) Logs() string { return d.logs.String() }
+// Logs is what sandboxd logged so far (its last 32 MiB).
+func (d *Daemon) Logs() string { return d.proc.Log().String() }
 
 // stop deletes the daemon's sandboxes, stops it, and removes any container
-// left over.
+// or mount left over.
 func (d *Daemon) stop(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if d.cmd.ProcessState == nil {
+	select {
+	case <-d.proc.Exited():
+	default:
 		if conn, err := grpc.NewClient(d.Addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
 			c := sandboxv1.NewSandboxServiceClient(conn)
 			if d.admin != "" {
@@ -213,42 +183,14 @@ func (d *Daemon) stop(t testing.TB) {
 			}
 			conn.Close()
 		}
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-d.exited:
-		case <-time.After(30 * time.Second):
-			d.cmd.Process.Kill()
-			<-d.exited
-		}
 	}
+	stopErr := d.proc.Stop(30 * time.Second)
 	if t.Failed() {
-		t.Logf("sandboxd log:\n%s", d.logs.String())
+		t.Logf("sandboxd log:\n%s", d.proc.Log())
+	} else if stopErr != nil {
+		t.Logf("stopping sandboxd: %v", stopErr)
 	}
-	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+labelStateDir+"="+d.StateDir).Output()
-	if err != nil {
-		t.Logf("listing leftover containers: %v", err)
-		return
+	if err := sandboxdproc.Cleanup(ctx, d.StateDir); err != nil {
+		t.Logf("removing what sandboxd left: %v", err)
 	}
-	if ids := strings.Fields(string(out)); len(ids) > 0 {
-		if out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput(); err != nil {
-			t.Logf("removing leftover containers: %v: %s", err, out)
-		}
-	}
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,0 +1,68 @@
+package sandboxdproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// Cleanup removes what a sandboxd with state directory stateDir may have
+// left behind after a failed run: its containers (RemoveContainers), then
+// the volumes still mounted under stateDir (UnmountUnder), so that the
+// directory can be removed and no loop device is left.
+func Cleanup(ctx context.Context, stateDir string) error {
+	return errors.Join(RemoveContainers(ctx, stateDir), UnmountUnder(stateDir))
+}
+
+// RemoveContainers force-removes every container sandboxd made for
+// stateDir (those labelled with it), running or not.
+func RemoveContainers(ctx context.Context, stateDir string) error {
+	ids, err := Containers(ctx, stateDir, true)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f"}, ids...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("docker rm: %v: %s", err, out)
+	}
+	return nil
+}
+
+// Containers lists the IDs of the containers sandboxd made for stateDir
+// (running ones only, unless all).
+func Containers(ctx context.Context, stateDir string, all bool) ([]string, error) {
+	args := []string{"ps", "-q", "--no-trunc", "--filter", "label=" + orchestrator.LabelStateDir + "=" + stateDir}
+	if all {
+		args = append(args, "-a")
+	}
+	out, err := exec.CommandContext(ctx, "docker", args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("docker ps: %w", err)
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// UnmountUnder unmounts whatever is mounted below dir, deepest first:
+// sandboxd's loop-mounted volumes that a killed sandboxd left (a live or
+// gracefully stopped one keeps them on purpose, for its sandboxes).
+func UnmountUnder(dir string) error {
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		return fmt.Errorf("listing mounts: %w", err)
+	}
+	slices.SortFunc(mounts, func(a, b *mountinfo.Info) int { return len(b.Mountpoint) - len(a.Mountpoint) })
+	var errs []error
+	for _, m := range mounts {
+		if err := syscall.Unmount(m.Mountpoint, syscall.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.Mountpoint, err))
+		}
+	}
+	return errors.Join(errs...)
+}
