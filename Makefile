@@ -47,7 +47,7 @@ help:
 	@echo '  proto        buf generate + buf lint'
 	@echo '  proto-check  fail if generated protobuf code is stale'
 	@echo '  fmt-check    fail if gofmt would change anything'
-	@echo '  bench        run Go benchmarks'
+	@echo '  bench        side-by-side benchmark (cmd/sandbox-bench; BENCH_ARGS=--markdown|--json)'
 	@echo '  clean        remove build outputs (clean-images: also the docker images)'
 
 # ---------------------------------------------------------------- Go binaries
