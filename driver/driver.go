@@ -195,6 +195,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 	var prev ioproto.DriverStatus
 	_ = ioproto.ReadJSONFile(filepath.Join(d.cfg.IODir, ioproto.DriverStatusFile), &prev)
 	d.status = ioproto.DriverStatus{Version: 1, PID: os.Getpid(), StartedAt: time.Now().UTC(), Boot: prev.Boot + 1}
+	// Publish the new boot before finishing what the previous driver left
+	// running, so whoever sees those commands end sees this driver too.
+	d.updateStatus(func(*ioproto.DriverStatus) {})
 
 	var st ioproto.State
 	if err := ioproto.ReadJSONFile(filepath.Join(d.cfg.IODir, ioproto.StateFile), &st); err != nil && !errors.Is(err, os.ErrNotExist) {
