@@ -31,7 +31,11 @@ type fakeDocker struct {
 	restarts    int
 	unreachable bool
 	subs        map[chan events.Message]struct{}
-	history     []events.Message // replayed to subscribers asking for events since a time
+	// unsubscribed gets a value each time a subscription ends, which
+	// happens asynchronously after its context is cancelled, as with the
+	// engine's client.
+	unsubscribed chan struct{}
+	history      []events.Message // replayed to subscribers asking for events since a time
 	// removed receives the ID of every removed container (buffered).
 	removed chan string
 }
@@ -48,10 +52,11 @@ var errFakeUnreachable = fmt.Errorf("cannot connect to the Docker daemon: %w", c
 
 func newFakeDocker(images ...string) *fakeDocker {
 	f := &fakeDocker{
-		images:     make(map[string]bool),
-		containers: make(map[string]*fakeContainer),
-		subs:       make(map[chan events.Message]struct{}),
-		removed:    make(chan string, 100),
+		images:       make(map[string]bool),
+		containers:   make(map[string]*fakeContainer),
+		subs:         make(map[chan events.Message]struct{}),
+		unsubscribed: make(chan struct{}, 1024),
+		removed:      make(chan string, 100),
 	}
 	for _, im := range images {
 		f.images[im] = true
@@ -249,6 +254,10 @@ func (f *fakeDocker) Events(ctx context.Context, opts events.ListOptions) (<-cha
 		f.mu.Lock()
 		delete(f.subs, msgs)
 		f.mu.Unlock()
+		select {
+		case f.unsubscribed <- struct{}{}:
+		default:
+		}
 		errs <- ctx.Err()
 	}()
 	return msgs, errs
