@@ -9,20 +9,16 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/sandboxd/sandboxd/agent/internal/agenttest"
 	"github.com/sandboxd/sandboxd/agent/internal/sandboxdtest"
 	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
-	"github.com/sandboxd/sandboxd/agent/llm"
-	"github.com/sandboxd/sandboxd/agent/loop"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
-	"github.com/sandboxd/sandboxd/agent/tools"
 	"github.com/sandboxd/sandboxd/agent/web"
 )
 
@@ -50,29 +46,7 @@ func startStack(t *testing.T, h sm.Handler, plotlyJS string) *stack {
 	t.Helper()
 	d := sandboxdtest.Start(t)
 	model := sm.Start(t, h)
-	store, err := session.Open(filepath.Join(t.TempDir(), "agent.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	sbc, err := sandbox.Dial(d.Addr, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sbc.Close() })
-	reg, err := tools.NewRegistry(tools.RunCode(sbc, tools.RunCodeOptions{Timeout: 2 * time.Minute}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := llm.New(llm.Config{BaseURL: model.URL, Model: "scripted", MaxRetries: 0})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := loop.New(loop.Config{Store: store, Model: m, Tools: reg, Sandboxes: sbc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(a.Close)
+	a, store := agenttest.New(t, d.Addr, model.URL)
 	ws, err := web.New(web.Options{Agent: a, PlotlyJS: plotlyJS})
 	if err != nil {
 		t.Fatal(err)
