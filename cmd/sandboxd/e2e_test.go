@@ -204,21 +204,7 @@ func drain(t *testing.T, s grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]) o
 		if err != nil {
 			t.Fatalf("stream failed after %d events: %v", o.events, err)
 		}
-		o.events++
-		switch e := ev.GetEvent().(type) {
-		case *sandboxv1.ExecuteEvent_Stdout:
-			o.stdout += e.Stdout.GetText()
-		case *sandboxv1.ExecuteEvent_Stderr:
-			o.stderr += e.Stderr.GetText()
-		case *sandboxv1.ExecuteEvent_Result:
-			o.results = append(o.results, e.Result.GetData())
-		case *sandboxv1.ExecuteEvent_Display:
-			o.results = append(o.results, e.Display.GetData())
-		case *sandboxv1.ExecuteEvent_Error:
-			o.errs = append(o.errs, e.Error)
-		case *sandboxv1.ExecuteEvent_Done:
-			o.done = e.Done
-		}
+		o.add(ev)
 	}
 	if o.done == nil {
 		t.Fatalf("stream ended without done after %d events", o.events)

@@ -308,23 +308,28 @@ func runCollect(ctx context.Context, c sandboxv1.SandboxServiceClient, req *sand
 func outcomeOf(evs []*sandboxv1.ExecuteEvent) outcome {
 	var o outcome
 	for _, ev := range evs {
-		o.events++
-		switch e := ev.GetEvent().(type) {
-		case *sandboxv1.ExecuteEvent_Stdout:
-			o.stdout += e.Stdout.GetText()
-		case *sandboxv1.ExecuteEvent_Stderr:
-			o.stderr += e.Stderr.GetText()
-		case *sandboxv1.ExecuteEvent_Result:
-			o.results = append(o.results, e.Result.GetData())
-		case *sandboxv1.ExecuteEvent_Display:
-			o.results = append(o.results, e.Display.GetData())
-		case *sandboxv1.ExecuteEvent_Error:
-			o.errs = append(o.errs, e.Error)
-		case *sandboxv1.ExecuteEvent_Done:
-			o.done = e.Done
-		}
+		o.add(ev)
 	}
 	return o
+}
+
+// add counts one event into the outcome.
+func (o *outcome) add(ev *sandboxv1.ExecuteEvent) {
+	o.events++
+	switch e := ev.GetEvent().(type) {
+	case *sandboxv1.ExecuteEvent_Stdout:
+		o.stdout += e.Stdout.GetText()
+	case *sandboxv1.ExecuteEvent_Stderr:
+		o.stderr += e.Stderr.GetText()
+	case *sandboxv1.ExecuteEvent_Result:
+		o.results = append(o.results, e.Result.GetData())
+	case *sandboxv1.ExecuteEvent_Display:
+		o.results = append(o.results, e.Display.GetData())
+	case *sandboxv1.ExecuteEvent_Error:
+		o.errs = append(o.errs, e.Error)
+	case *sandboxv1.ExecuteEvent_Done:
+		o.done = e.Done
+	}
 }
 
 // --- process counters for leak checks ---------------------------------------
