@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // runBash runs a command with bash in the workspace, in its own process

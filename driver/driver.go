@@ -2,7 +2,7 @@
 // reads command records from /io/stdin, runs them one at a time (Python in a
 // long-lived kernel whose globals persist, or bash), and writes each
 // command's events to its own file under /io/out, following the /io protocol
-// (PROTOCOL.md beside this file; formats in driver/ioproto).
+// (ioproto/PROTOCOL.md; its formats in package ioproto).
 //
 // The driver never dies from anything the user's code does: the code runs in
 // child processes it supervises, and every failure of theirs becomes an
@@ -19,7 +19,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // Config configures a Driver.

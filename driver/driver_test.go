@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // variants are the environments the whole behaviour suite runs in: the

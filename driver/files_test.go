@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 func TestEventsFileArtifactsAndRecovery(t *testing.T) {

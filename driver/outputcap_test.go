@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 func TestOutputCap(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // finishedCmd is a finished command whose files are in /io/out.

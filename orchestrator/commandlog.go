@@ -9,7 +9,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // commandLog is a sandbox's command log, io/stdin, as the host writes it.

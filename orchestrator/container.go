@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // containerUser is who runs in the sandbox: an unprivileged user that owns
@@ -50,20 +52,20 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 		User:  containerUser,
 		Env:   envList,
 		Labels: map[string]string{
-			LabelManaged:   "true",
-			LabelSandboxID: sb.id,
-			LabelCreatedAt: sb.createdAt.UTC().Format(time.RFC3339),
-			LabelStateDir:  stateDir,
+			labels.Managed:   "true",
+			labels.SandboxID: sb.id,
+			labels.CreatedAt: sb.createdAt.UTC().Format(time.RFC3339),
+			labels.StateDir:  stateDir,
 		},
 		// No TTY, no stdin: the sandbox is driven only through /io.
 	}
 	// A warm-pool sandbox is labelled as such and gets its tenant and user
 	// only when claimed, in meta.json: labels cannot change on a container.
 	if sb.pool {
-		cfg.Labels[LabelPool] = "true"
+		cfg.Labels[labels.Pool] = "true"
 	} else {
-		cfg.Labels[LabelTenant] = sb.tenant
-		cfg.Labels[LabelUserID] = sb.userID
+		cfg.Labels[labels.Tenant] = sb.tenant
+		cfg.Labels[labels.UserID] = sb.userID
 	}
 	network := container.NetworkMode("none")
 	if sb.network {

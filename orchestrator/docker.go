@@ -44,27 +44,6 @@ func newDockerClient() (*client.Client, error) {
 	return c, nil
 }
 
-// Container labels. Every container sandboxd creates carries them: the
-// managed label is how sandboxd finds its containers again after a restart
-// (and never touches anyone else's); the others make `docker ps` readable and
-// let reconcile match containers to state directories.
-const (
-	LabelManaged   = "sandboxd.managed"
-	LabelSandboxID = "sandboxd.sandbox-id"
-	LabelUserID    = "sandboxd.user-id"
-	LabelTenant    = "sandboxd.tenant"
-	LabelCreatedAt = "sandboxd.created-at"
-	// LabelPool marks a container created for the warm pool. It keeps the
-	// label after a user claims it (labels cannot change); meta.json records
-	// the claim, and then the tenant and user, which such a container's
-	// labels do not carry.
-	LabelPool = "sandboxd.pool"
-	// LabelStateDir names the StateDir of the sandboxd that owns the
-	// container, so that two sandboxd instances sharing an engine never
-	// take each other's containers for orphans.
-	LabelStateDir = "sandboxd.state-dir"
-)
-
 // containerNamePrefix + sandbox ID names each container.
 const containerNamePrefix = "sandboxd-"
 

@@ -17,7 +17,7 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // fakeDocker is an in-memory DockerAPI: containers are records whose state
@@ -179,10 +179,10 @@ func (f *fakeDocker) ContainerList(ctx context.Context, opts container.ListOptio
 
 // matchLabels applies Docker's label filter semantics: every "k=v" (or "k")
 // must match.
-func matchLabels(labels map[string]string, want []string) bool {
+func matchLabels(lbls map[string]string, want []string) bool {
 	for _, w := range want {
 		k, v, hasV := strings.Cut(w, "=")
-		got, ok := labels[k]
+		got, ok := lbls[k]
 		if !ok || (hasV && got != v) {
 			return false
 		}
@@ -316,12 +316,12 @@ func (f *fakeDocker) createCount() int {
 
 // addContainer inserts a running container with the given labels (an orphan,
 // for reconcile tests) and returns its ID.
-func (f *fakeDocker) addContainer(name string, labels map[string]string) string {
+func (f *fakeDocker) addContainer(name string, lbls map[string]string) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextID++
 	id := fmt.Sprintf("%064x", f.nextID)
-	f.containers[id] = &fakeContainer{id: id, name: name, cfg: container.Config{Labels: labels}, st: container.State{Status: container.StateRunning, Running: true}}
+	f.containers[id] = &fakeContainer{id: id, name: name, cfg: container.Config{Labels: lbls}, st: container.State{Status: container.StateRunning, Running: true}}
 	return id
 }
 

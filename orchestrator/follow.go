@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // prunedCheckDelay is how long a follower whose command has no events file

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // fakeDriver writes a command's output files the way the driver does: the

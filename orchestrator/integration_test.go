@@ -18,6 +18,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // realDocker returns a client for the engine and the image to test with.
@@ -85,7 +87,7 @@ func removeTestContainers(t testing.TB, c *client.Client, stateDir string) {
 	abs, _ := filepath.Abs(stateDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", LabelStateDir+"="+abs))})
+	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labels.StateDir+"="+abs))})
 	if err != nil {
 		t.Logf("cleanup: list containers: %v", err)
 		return
@@ -128,10 +130,10 @@ func TestIntegrationLifecycle(t *testing.T) {
 	for what, ok := range map[string]bool{
 		"running":                     info.State.Running,
 		"name":                        info.Name == "/sandboxd-"+sb.ID,
-		"label managed":               info.Config.Labels[LabelManaged] == "true",
-		"label sandbox id":            info.Config.Labels[LabelSandboxID] == sb.ID,
-		"label user id":               info.Config.Labels[LabelUserID] == "it-user",
-		"label created-at":            info.Config.Labels[LabelCreatedAt] != "",
+		"label managed":               info.Config.Labels[labels.Managed] == "true",
+		"label sandbox id":            info.Config.Labels[labels.SandboxID] == sb.ID,
+		"label user id":               info.Config.Labels[labels.UserID] == "it-user",
+		"label created-at":            info.Config.Labels[labels.CreatedAt] != "",
 		"user 1000:1000":              info.Config.User == "1000:1000",
 		"env":                         strings.Contains(strings.Join(info.Config.Env, " "), "FOO=bar"),
 		"network none":                hc.NetworkMode == "none",

@@ -14,7 +14,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 const testImage = "sandboxd-sandbox:test"
@@ -150,11 +151,11 @@ func TestAcquireCreatesSandbox(t *testing.T) {
 		got, want any
 	}{
 		{"name", c.name, "sandboxd-" + sb.ID},
-		{"label managed", c.cfg.Labels[LabelManaged], "true"},
-		{"label sandbox", c.cfg.Labels[LabelSandboxID], sb.ID},
-		{"label user", c.cfg.Labels[LabelUserID], "alice"},
-		{"label created", c.cfg.Labels[LabelCreatedAt], sb.CreatedAt.UTC().Format(time.RFC3339)},
-		{"label state dir", c.cfg.Labels[LabelStateDir], m.cfg.StateDir},
+		{"label managed", c.cfg.Labels[labels.Managed], "true"},
+		{"label sandbox", c.cfg.Labels[labels.SandboxID], sb.ID},
+		{"label user", c.cfg.Labels[labels.UserID], "alice"},
+		{"label created", c.cfg.Labels[labels.CreatedAt], sb.CreatedAt.UTC().Format(time.RFC3339)},
+		{"label state dir", c.cfg.Labels[labels.StateDir], m.cfg.StateDir},
 		{"user", c.cfg.User, "1000:1000"},
 		{"env", strings.Join(c.cfg.Env, ","), "A=1,B=2"},
 		{"image", c.cfg.Image, testImage},
@@ -577,8 +578,8 @@ func TestReconcileCleansUp(t *testing.T) {
 	// Interrupted delete: metadata gone, container still there.
 	os.Remove(filepath.Join(root, noMeta.ID, metaFile))
 	// Orphan container of ours, and one of another sandboxd (not ours to touch).
-	orphan := fd.addContainer("sandboxd-orphan", map[string]string{LabelManaged: "true", LabelStateDir: cfg.StateDir, LabelSandboxID: newSandboxID()})
-	foreign := fd.addContainer("sandboxd-foreign", map[string]string{LabelManaged: "true", LabelStateDir: "/elsewhere", LabelSandboxID: newSandboxID()})
+	orphan := fd.addContainer("sandboxd-orphan", map[string]string{labels.Managed: "true", labels.StateDir: cfg.StateDir, labels.SandboxID: newSandboxID()})
+	foreign := fd.addContainer("sandboxd-foreign", map[string]string{labels.Managed: "true", labels.StateDir: "/elsewhere", labels.SandboxID: newSandboxID()})
 	// Debris of an interrupted create: a directory without metadata.
 	debris := filepath.Join(root, newSandboxID())
 	os.MkdirAll(filepath.Join(debris, "io"), 0o755)

@@ -6,6 +6,8 @@ import (
 
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // How sandboxd learns that a container died, cheaply and promptly:
@@ -26,8 +28,8 @@ import (
 // another StateDir has its own).
 func (m *Manager) managedFilter() filters.Args {
 	return filters.NewArgs(
-		filters.Arg("label", LabelManaged+"=true"),
-		filters.Arg("label", LabelStateDir+"="+m.cfg.StateDir),
+		filters.Arg("label", labels.Managed+"=true"),
+		filters.Arg("label", labels.StateDir+"="+m.cfg.StateDir),
 	)
 }
 
@@ -149,8 +151,8 @@ func (m *Manager) followEvents(ctx context.Context, since time.Time) error {
 
 // handleEvent updates a sandbox's state from a container event.
 func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
-	id := msg.Actor.Attributes[LabelSandboxID]
-	if msg.Actor.Attributes[LabelPool] == "true" && m.handlePoolEvent(ctx, id, msg) {
+	id := msg.Actor.Attributes[labels.SandboxID]
+	if msg.Actor.Attributes[labels.Pool] == "true" && m.handlePoolEvent(ctx, id, msg) {
 		return
 	}
 	sb := m.reg.get(id)

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // The warm pool keeps Config.WarmPool sandboxes created and started, with

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // awaitPool waits until m's warm pool holds n ready sandboxes.
@@ -41,7 +43,7 @@ func TestWarmPoolClaimAndRefill(t *testing.T) {
 	pooled := poolIDs(m)
 	for _, id := range pooled {
 		c := fd.container(m.pool.ready[slices.Index(pooled, id)].containerID)
-		if c.cfg.Labels[LabelPool] != "true" || c.cfg.Labels[LabelUserID] != "" || c.cfg.Labels[LabelTenant] != "" {
+		if c.cfg.Labels[labels.Pool] != "true" || c.cfg.Labels[labels.UserID] != "" || c.cfg.Labels[labels.Tenant] != "" {
 			t.Errorf("pool container labels = %v", c.cfg.Labels)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // reconcile rebuilds the registry at start-up from the sandbox directories
@@ -160,7 +162,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 		orphans++
 		m.log.Info("removing orphan container (no sandbox metadata)", "container_id", id,
-			"sandbox_id", c.Labels[LabelSandboxID], "user_id", c.Labels[LabelUserID])
+			"sandbox_id", c.Labels[labels.SandboxID], "user_id", c.Labels[labels.UserID])
 		if err := m.removeContainer(ctx, id); err != nil {
 			return err
 		}

@@ -1,7 +1,7 @@
 // Package orchestrator owns sandboxes: one long-lived Docker container per end
 // user, its /io and /workspace directories on the host, the per-user registry
 // with idle expiry, crash-safe reattachment after a restart, and command
-// submission and output following over the /io protocol (driver/ioproto).
+// submission and output following over the /io protocol (ioproto).
 //
 // The package knows nothing about gRPC: orchestrator/grpcapi translates.
 package orchestrator
@@ -9,7 +9,7 @@ package orchestrator
 import (
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // State is a sandbox's lifecycle state as callers see it.

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // On-disk layout. Everything sandboxd knows about a sandbox that Docker does

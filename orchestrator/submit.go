@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // Submit queues a command in a sandbox and returns its ID. The command runs

@@ -10,7 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 func TestSubmitIdempotent(t *testing.T) {

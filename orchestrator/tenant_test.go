@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // as returns a context of the test acting as caller c.
@@ -53,7 +55,7 @@ func TestTenantIsolation(t *testing.T) {
 	if again, err := m.Acquire(acme, "alice", Options{}); err != nil || again.Sandbox.ID != a.Sandbox.ID || again.Created {
 		t.Errorf("acme's alice again = %+v, %v; want her sandbox", again, err)
 	}
-	if c := fd.container(a.Sandbox.ContainerID); c.cfg.Labels[LabelTenant] != "acme" || c.cfg.Labels[LabelUserID] != "alice" {
+	if c := fd.container(a.Sandbox.ContainerID); c.cfg.Labels[labels.Tenant] != "acme" || c.cfg.Labels[labels.UserID] != "alice" {
 		t.Errorf("container labels = %v", c.cfg.Labels)
 	}
 

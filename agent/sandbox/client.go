@@ -18,10 +18,6 @@ import (
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
-// MaxRecvMsgSize is the largest message accepted from sandboxd, which sends
-// plots inline in events of up to 64 MiB.
-const MaxRecvMsgSize = 64 << 20
-
 // ErrGone means the sandbox no longer exists or its container died: the
 // Python variables and files built in it are lost.
 var ErrGone = errors.New("sandbox is gone")
@@ -48,7 +44,7 @@ func Dial(addr, token string) (*Client, error) { return dial(addr, token) }
 func dial(addr, token string, extra ...grpc.DialOption) (*Client, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sandboxv1.MaxMessageSize)),
 	}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(token)))

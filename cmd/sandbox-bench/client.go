@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -32,7 +31,7 @@ type client struct {
 func dial(addr, runID string) (*client, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcapi.MaxSendMsgSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sandboxv1.MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("connect to sandboxd at %s: %w", addr, err)
 	}

@@ -13,14 +13,14 @@ import (
 
 	"github.com/docker/go-units"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // containerOf returns the full ID of a sandbox's container, found by the
 // label sandboxd puts on it.
 func containerOf(ctx context.Context, sandboxID string) (string, error) {
 	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--no-trunc",
-		"--filter", "label="+orchestrator.LabelSandboxID+"="+sandboxID).Output()
+		"--filter", "label="+labels.SandboxID+"="+sandboxID).Output()
 	if err != nil {
 		return "", fmt.Errorf("docker ps: %w", err)
 	}

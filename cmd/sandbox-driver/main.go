@@ -1,5 +1,5 @@
 // Command sandbox-driver is the main process of a sandbox container: it
-// serves the /io protocol (driver/PROTOCOL.md), running each command in a
+// serves the /io protocol (ioproto/PROTOCOL.md), running each command in a
 // persistent Python kernel or in bash. It expects an init process above it
 // that reaps zombies (docker run --init).
 package main

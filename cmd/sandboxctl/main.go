@@ -29,7 +29,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -144,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(transport),
 		// Rich outputs (plots) arrive inline and can be several MiB.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcapi.MaxSendMsgSize)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sandboxv1.MaxMessageSize)),
 	}
 	if *token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(*token)))

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/driver/ioproto"
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"

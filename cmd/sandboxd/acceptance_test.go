@@ -36,7 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -745,10 +745,10 @@ type containerInfo struct{ id, user string }
 // Docker label.
 func runningContainer(t *testing.T, ctx context.Context, sbID string) containerInfo {
 	t.Helper()
-	lines := dockerLines(t, ctx, "ps", "--filter", "label="+orchestrator.LabelSandboxID+"="+sbID,
-		"--format", `{{.ID}} {{.Label "`+orchestrator.LabelUserID+`"}}`)
+	lines := dockerLines(t, ctx, "ps", "--filter", "label="+labels.SandboxID+"="+sbID,
+		"--format", `{{.ID}} {{.Label "`+labels.UserID+`"}}`)
 	if len(lines) != 1 {
-		t.Fatalf("docker ps finds %d running containers labelled %s=%s, want 1: %v", len(lines), orchestrator.LabelSandboxID, sbID, lines)
+		t.Fatalf("docker ps finds %d running containers labelled %s=%s, want 1: %v", len(lines), labels.SandboxID, sbID, lines)
 	}
 	id, user, _ := strings.Cut(lines[0], " ")
 	return containerInfo{id: id, user: user}
@@ -759,8 +759,8 @@ func runningContainer(t *testing.T, ctx context.Context, sbID string) containerI
 func containersByID(t *testing.T, ctx context.Context, env *e2eEnv) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	for _, l := range dockerLines(t, ctx, "ps", "--filter", "label="+orchestrator.LabelStateDir+"="+env.stateDir,
-		"--format", `{{.Label "`+orchestrator.LabelSandboxID+`"}} {{.ID}}`) {
+	for _, l := range dockerLines(t, ctx, "ps", "--filter", "label="+labels.StateDir+"="+env.stateDir,
+		"--format", `{{.Label "`+labels.SandboxID+`"}} {{.ID}}`) {
 		sb, ctr, _ := strings.Cut(l, " ")
 		if _, dup := m[sb]; dup {
 			t.Errorf("sandbox %s has several running containers", sb)

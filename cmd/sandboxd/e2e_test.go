@@ -32,7 +32,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/orchestrator"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -160,7 +159,7 @@ func (d *daemon) stop(t *testing.T) {
 func (d *daemon) client(t *testing.T) (sandboxv1.SandboxServiceClient, *grpc.ClientConn) {
 	t.Helper()
 	conn, err := grpc.NewClient(d.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(grpcapi.MaxSendMsgSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sandboxv1.MaxMessageSize)))
 	if err != nil {
 		t.Fatal(err)
 	}

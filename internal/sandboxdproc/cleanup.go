@@ -11,7 +11,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // Cleanup removes what a sandboxd with state directory stateDir may have
@@ -38,7 +38,7 @@ func RemoveContainers(ctx context.Context, stateDir string) error {
 // Containers lists the IDs of the containers sandboxd made for stateDir
 // (running ones only, unless all).
 func Containers(ctx context.Context, stateDir string, all bool) ([]string, error) {
-	args := []string{"ps", "-q", "--no-trunc", "--filter", "label=" + orchestrator.LabelStateDir + "=" + stateDir}
+	args := []string{"ps", "-q", "--no-trunc", "--filter", "label=" + labels.StateDir + "=" + stateDir}
 	if all {
 		args = append(args, "-a")
 	}

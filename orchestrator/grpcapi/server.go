@@ -22,11 +22,6 @@ import (
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
-// MaxSendMsgSize bounds one message the server sends. Rich outputs are sent
-// inline in an ExecuteEvent, and a large plot is several MiB of base64, well
-// above gRPC's 4 MiB default. Clients must raise their receive limit to match.
-const MaxSendMsgSize = 64 << 20
-
 // Server is sandboxd's gRPC server: the SandboxService, the standard health
 // service and server reflection, behind logging, authentication and panic
 // recovery. The embedded *grpc.Server provides Serve, GracefulStop and Stop.
@@ -102,7 +97,7 @@ func NewServer(m Manager, logger *slog.Logger, opts ...Option) *Server {
 			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth),
 			recovery.StreamServerInterceptor(recOpts...),
 		),
-		grpc.MaxSendMsgSize(MaxSendMsgSize),
+		grpc.MaxSendMsgSize(sandboxv1.MaxMessageSize),
 		// Execute streams can be quiet for minutes while code runs; allow
 		// clients to keep such connections alive through NATs and proxies
 		// with pings, without being cut off as abusive.

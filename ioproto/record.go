@@ -1,7 +1,7 @@
 // Package ioproto holds the file formats of the /io protocol shared by the
 // in-container driver and the host-side orchestrator: command records,
 // events, the driver's state files and the rules for naming files under /io.
-// driver/PROTOCOL.md is the normative description; this package is its Go
+// ioproto/PROTOCOL.md is the normative description; this package is its Go
 // implementation, free of any transport or Docker concern.
 package ioproto
 

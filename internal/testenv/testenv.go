@@ -1,0 +1,109 @@
+// Package testenv decides, in one place, what a test does when a real part
+// it needs is missing: the Docker engine, the sandbox image, gVisor's runsc
+// runtime, Chromium. Developers' machines may lack them, so such a test
+// skips; under CI=true it fails instead, because CI promises every part and
+// a skip there would hide a broken set-up. -short skips every such test.
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// DefaultImage is the sandbox image `make image` builds (the Makefile's
+// IMAGE); SANDBOX_IMAGE, which the Makefile exports, overrides it.
+const DefaultImage = "sandboxd-sandbox:latest"
+
+// InCI reports whether the tests run in CI (CI=true), where missing parts
+// fail tests rather than skip them.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable skips t with a message saying what is missing, or fails it
+// under CI=true.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		t.Fatalf("CI=true and %s", msg)
+	}
+	t.Skip(msg)
+}
+
+// Image is the sandbox image tests run: SANDBOX_IMAGE, else DefaultImage.
+func Image() string {
+	if img := os.Getenv("SANDBOX_IMAGE"); img != "" {
+		return img
+	}
+	return DefaultImage
+}
+
+// NeedDocker skips t (fails it under CI=true) unless the docker CLI is
+// installed, the engine answers and the sandbox image exists; in -short
+// mode it skips. It returns the image.
+func NeedDocker(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("test with real containers skipped in -short mode")
+	}
+	if _, err := exec.LookPath("docker"); err != nil {
+		Unavailable(t, "the docker CLI is not installed (run `make docker`)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		Unavailable(t, "the Docker engine is not reachable (run `make docker`): %v: %s", err, bytes.TrimSpace(out))
+	}
+	img := Image()
+	if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "--format", "{{.Id}}", img).CombinedOutput(); err != nil {
+		Unavailable(t, "sandbox image %s is missing (run `make image`): %v: %s", img, err, bytes.TrimSpace(out))
+	}
+	return img
+}
+
+// DockerRuntimes lists the runtimes the Docker engine has registered
+// (runc, and runsc where gVisor is installed).
+func DockerRuntimes(t testing.TB) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{range $name, $_ := .Runtimes}}{{$name}} {{end}}").Output()
+	if err != nil {
+		t.Fatalf("docker info (runtimes): %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+// HasRuntime reports whether the engine has the runtime registered.
+func HasRuntime(t testing.TB, name string) bool {
+	t.Helper()
+	return slices.Contains(DockerRuntimes(t), name)
+}
+
+// NeedRuntime skips t (fails it under CI=true) unless the engine has the
+// runtime registered.
+func NeedRuntime(t testing.TB, name string) {
+	t.Helper()
+	if rts := DockerRuntimes(t); !slices.Contains(rts, name) {
+		Unavailable(t, "dockerd has no %s runtime (registered: %v); scripts/ensure-docker.sh installs and registers runsc", name, rts)
+	}
+}
+
+// Chromium returns the path of a Chromium binary, skipping t (failing it
+// under CI=true) when there is none.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	Unavailable(t, "chromium is not installed (apt-get install chromium)")
+	return ""
+}
