@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The escape suite: code inside a real sandbox tries to get out, under every
 // runtime CI has (runc and gVisor's runsc), through the real sandboxd binary
@@ -38,6 +38,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -1105,7 +1106,7 @@ func bridgeAddress(t *testing.T) string {
 			}
 		}
 	}
-	if os.Getenv("CI") == "true" {
+	if testenv.InCI() {
 		t.Fatalf("CI=true and the host has no docker0 bridge address (%v): the network attempts need it", err)
 	}
 	return ""

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The load suite: many users run many commands at once through one
 // sandboxd, with no errors, and leave nothing behind, under each runtime.

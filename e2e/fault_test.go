@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // The fault suite: faults injected into every part of a running system,
 // each of which must end in a defined state the API reports (the sandbox

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Shared machinery of the hardening suites (escape_test.go, fault_test.go,
 // load_test.go): the runtimes they run under, the one-line summaries they
@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -52,7 +53,7 @@ const (
 // overrides the choice.
 func suiteRuntimes(t *testing.T) []string {
 	t.Helper()
-	registered := dockerRuntimes(t)
+	registered := testenv.DockerRuntimes(t)
 	if v := os.Getenv(envSuiteRuntimes); v != "" {
 		var rts []string
 		for _, rt := range strings.Split(v, ",") {
@@ -68,24 +69,12 @@ func suiteRuntimes(t *testing.T) []string {
 	switch {
 	case slices.Contains(registered, "runsc"):
 		rts = append(rts, "runsc")
-	case os.Getenv("CI") == "true":
+	case testenv.InCI():
 		t.Fatalf("CI=true and dockerd has no runsc runtime (registered: %v); install runsc and register it in /etc/docker/daemon.json (scripts/ensure-docker.sh does both)", registered)
 	default:
 		t.Logf("dockerd has no runsc runtime (registered: %v); running under runc only", registered)
 	}
 	return rts
-}
-
-// dockerRuntimes lists the runtimes dockerd has registered.
-func dockerRuntimes(t *testing.T) []string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{range $name, $_ := .Runtimes}}{{$name}} {{end}}").Output()
-	if err != nil {
-		t.Fatalf("docker info (runtimes): %v", err)
-	}
-	return strings.Fields(string(out))
 }
 
 // withRuntime returns an environment with e's binaries, a state directory

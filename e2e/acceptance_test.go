@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // Acceptance tests: each subtest of TestAcceptance proves one promise users
 // rely on, against the real sandboxd binary, the real Docker engine and the

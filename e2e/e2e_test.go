@@ -1,4 +1,4 @@
-package main
+package e2e
 
 // End-to-end tests: the real sandboxd binary against the real Docker engine
 // and sandbox image, driven over gRPC and through the real sandboxctl binary.
@@ -31,7 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -44,35 +44,10 @@ type e2eEnv struct {
 }
 
 // needE2E skips (or, under CI=true, fails) when the prerequisites are
-// missing, and builds the binaries.
+// missing, following testenv's rule, and builds the binaries.
 func needE2E(t *testing.T) *e2eEnv {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test skipped in -short mode")
-	}
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		msg := fmt.Sprintf(format, args...)
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and %s", msg)
-		}
-		t.Skip(msg)
-	}
-	image := os.Getenv("SANDBOX_IMAGE")
-	if image == "" {
-		image = orchestrator.DefaultImage
-	}
-	if _, err := exec.LookPath("docker"); err != nil {
-		unavailable("the docker CLI is not installed")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		unavailable("Docker is not reachable: %v: %s", err, bytes.TrimSpace(out))
-	}
-	if out, err := exec.CommandContext(ctx, "docker", "image", "inspect", "--format", "{{.Id}}", image).CombinedOutput(); err != nil {
-		unavailable("image %s is missing (build it with make image): %v: %s", image, err, bytes.TrimSpace(out))
-	}
+	image := testenv.NeedDocker(t)
 
 	dir := t.TempDir()
 	env := &e2eEnv{
@@ -165,6 +140,27 @@ func (d *daemon) client(t *testing.T) (sandboxv1.SandboxServiceClient, *grpc.Cli
 	}
 	t.Cleanup(func() { conn.Close() })
 	return sandboxv1.NewSandboxServiceClient(conn), conn
+}
+
+// waitServing blocks until health reports SERVING, using Watch so no
+// polling or sleeping is needed.
+func waitServing(t *testing.T, conn *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health watch: %v", err)
+	}
+	for {
+		resp, err := w.Recv()
+		if err != nil {
+			t.Fatalf("server never reported SERVING: %v", err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+	}
 }
 
 // e2eCtx bounds a whole test; container starts take seconds, not minutes.
