@@ -83,7 +83,7 @@ image: base $(IMAGE_DIR)/sandbox-driver
 	docker build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) $(IMAGE_DIR)
 
 # ----------------------------------------------------------------- Test / run
-# The escape, fault and load suites (cmd/sandboxd) append one line of
+# The escape, fault and load suites (e2e/) append one line of
 # figures each to this file, printed at the end: go test shows the output
 # of passing tests only with -v.
 SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
@@ -101,7 +101,7 @@ test: image
 	if [ "$${SANDBOXD_FAULT_DOCKERD:-}" = 1 ]; then \
 		echo "test: restarting dockerd under running sandboxes (SANDBOXD_FAULT_DOCKERD=1), alone"; \
 		SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) \
-			$(GO) test -count=1 -timeout 15m -run '^TestFaultDockerdRestart$$' ./cmd/sandboxd || rc=$$?; \
+			$(GO) test -count=1 -timeout 15m -run '^TestFaultDockerdRestart$$' ./e2e || rc=$$?; \
 	fi; \
 	if [ -s $(SUITE_SUMMARY) ]; then echo "suite figures:"; sed 's/^/    /' $(SUITE_SUMMARY); fi; \
 	exit $$rc
