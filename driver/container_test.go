@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
@@ -25,35 +27,16 @@ import (
 
 const waitLimit = 60 * time.Second
 
-func sandboxImage() string {
-	if img := os.Getenv("SANDBOX_IMAGE"); img != "" {
-		return img
-	}
-	return "sandboxd-sandbox:latest"
-}
-
-// requireDocker skips the test when Docker or the image is unavailable, and
-// fails it instead in CI, where a skip would hide a broken set-up.
+// requireDocker and hasRuntime are the names driver_test.go calls; the
+// skip-or-fail rule is testenv's.
 func requireDocker(t *testing.T) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("container test skipped in -short mode")
-	}
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
-		fail("Docker engine unreachable (run `make docker`): %v: %s", err, out)
-	}
-	if out, err := exec.Command("docker", "image", "inspect", sandboxImage()).CombinedOutput(); err != nil {
-		fail("sandbox image %s missing (run `make image`): %v: %s", sandboxImage(), err, bytes.TrimSpace(out))
-	}
+	testenv.NeedDocker(t)
 }
 
 func hasRuntime(name string) bool {
-	out, err := exec.Command("docker", "info", "--format", "{{json .Runtimes}}").Output()
-	return err == nil && bytes.Contains(out, []byte(`"`+name+`"`))
+	rts, err := testenv.Runtimes()
+	return err == nil && slices.Contains(rts, name)
 }
 
 type boxOptions struct {
@@ -97,7 +80,7 @@ func startBox(t *testing.T, opts boxOptions) *box {
 	for _, e := range opts.env {
 		args = append(args, "-e", e)
 	}
-	args = append(args, sandboxImage())
+	args = append(args, testenv.Image())
 	out, err := exec.Command("docker", args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v: %s", err, out)

@@ -71,13 +71,23 @@ func NeedDocker(t testing.TB) string {
 // (runc, and runsc where gVisor is installed).
 func DockerRuntimes(t testing.TB) []string {
 	t.Helper()
+	rts, err := Runtimes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rts
+}
+
+// Runtimes is DockerRuntimes for callers without a test at hand: an
+// unreachable engine is an error.
+func Runtimes() ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "docker", "info", "--format", "{{range $name, $_ := .Runtimes}}{{$name}} {{end}}").Output()
 	if err != nil {
-		t.Fatalf("docker info (runtimes): %v", err)
+		return nil, fmt.Errorf("docker info (runtimes): %w", err)
 	}
-	return strings.Fields(string(out))
+	return strings.Fields(string(out)), nil
 }
 
 // HasRuntime reports whether the engine has the runtime registered.
