@@ -442,7 +442,7 @@ func (r *faultRun) restartDockerd() {
 			}
 			ectx, ecancel := context.WithTimeout(r.ctx, 3*time.Minute)
 			defer ecancel()
-			script := filepath.Join("..", "..", "scripts", "ensure-docker.sh")
+			script := filepath.Join("..", "scripts", "ensure-docker.sh")
 			if out, err := exec.CommandContext(ectx, script).CombinedOutput(); err != nil {
 				r.t.Fatalf("restarting dockerd with %s: %v\n%s", script, err, out)
 			}
