@@ -510,13 +510,20 @@ func (e *e2eEnv) fork(t *testing.T) *e2eEnv {
 // to be gone.
 func (d *daemon) kill9(t *testing.T) {
 	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL: %v", err)
+	d.signalExit(t, syscall.SIGKILL, "SIGKILL")
+}
+
+// signalExit sends sandboxd sig (called name in messages) and waits, up to
+// 30s, for it to exit.
+func (d *daemon) signalExit(t *testing.T, sig syscall.Signal, name string) {
+	t.Helper()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
 	select {
 	case <-d.exited:
 	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd did not exit within 30s of SIGKILL")
+		t.Fatalf("sandboxd did not exit within 30s of %s", name)
 	}
 }
 
@@ -570,18 +577,7 @@ func tryExecute(ctx context.Context, c sandboxv1.SandboxServiceClient, req *sand
 	if err != nil {
 		return outcome{}, err
 	}
-	var o outcome
-	for _, ev := range evs {
-		o.events++
-		switch e := ev.GetEvent().(type) {
-		case *sandboxv1.ExecuteEvent_Result:
-			o.results = append(o.results, e.Result.GetData())
-		case *sandboxv1.ExecuteEvent_Error:
-			o.errs = append(o.errs, e.Error)
-		case *sandboxv1.ExecuteEvent_Done:
-			o.done = e.Done
-		}
-	}
+	o := outcomeOf(evs)
 	if o.done == nil {
 		return o, fmt.Errorf("stream ended without done after %d events", o.events)
 	}

@@ -190,17 +190,11 @@ func execute(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient
 
 func drain(t *testing.T, s grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]) outcome {
 	t.Helper()
-	var o outcome
-	for {
-		ev, err := s.Recv()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("stream failed after %d events: %v", o.events, err)
-		}
-		o.add(ev)
+	evs, err := recvEvents(s)
+	if err != nil {
+		t.Fatalf("stream failed after %d events: %v", len(evs), err)
 	}
+	o := outcomeOf(evs)
 	if o.done == nil {
 		t.Fatalf("stream ended without done after %d events", o.events)
 	}

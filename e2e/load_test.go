@@ -321,14 +321,7 @@ var (
 // GOTRACEBACK=all), and counts them by creator, leaving out ignoredCreators.
 func sigquitGoroutines(t *testing.T, d *daemon) goroutineCounts {
 	t.Helper()
-	if err := d.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
-		t.Fatalf("SIGQUIT: %v", err)
-	}
-	select {
-	case <-d.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("sandboxd did not exit within 30s of SIGQUIT")
-	}
+	d.signalExit(t, syscall.SIGQUIT, "SIGQUIT")
 	counts := goroutineCounts{}
 	for _, block := range strings.Split(d.logs.String(), "\n\n") {
 		if !goroutineHeader.MatchString(strings.SplitN(strings.TrimSpace(block), "\n", 2)[0]) {
