@@ -734,7 +734,8 @@ def _race():
             os.replace(".race.tmp", "race")
         except OSError:
             pass
-threading.Thread(target=_race, daemon=True).start()
+_race_thread = threading.Thread(target=_race, daemon=True)
+_race_thread.start()
 `, hostDir)
 	if o, err := runCollect(ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: race}); err != nil || o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
 		r.recordInconclusive("file API while the code swaps a link (race)", fmt.Sprintf("starting the swapper failed: %v %v %v", err, o.done, o.errs))
@@ -756,7 +757,7 @@ threading.Thread(target=_race, daemon=True).start()
 			uploads++
 		}
 	}
-	stop := "_race_stop = True\nimport glob, os, shutil\nfor p in glob.glob('race*') + glob.glob('.race*'):\n    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)"
+	stop := "_race_stop = True\n_race_thread.join()\nimport glob, os, shutil\nfor p in glob.glob('race*') + glob.glob('.race*'):\n    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)"
 	if o, err := runCollect(ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: stop}); err != nil || o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
 		r.t.Errorf("stopping the link swapper: %v %v %v", err, o.done, o.errs)
 	}
