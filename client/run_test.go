@@ -1,4 +1,4 @@
-package sandbox
+package client
 
 // Unit tests of the client's resume logic against a fake sandboxd (one
 // layer: the gRPC contract). The real sandboxd is exercised by the agent's

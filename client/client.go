@@ -1,8 +1,8 @@
-// Package sandbox is the agent's client for sandboxd: it acquires a user's
+// Package client is the Go client of sandboxd: it acquires a user's
 // sandbox, checks that a remembered sandbox still exists, and runs commands
 // with crash-safe resumption (by command ID, never running a command twice).
 // It talks to sandboxd only through the public gRPC API in proto/sandbox/v1.
-package sandbox
+package client
 
 import (
 	"context"
