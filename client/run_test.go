@@ -1,125 +1,17 @@
 package client
 
-// Unit tests of the client's resume logic against a fake sandboxd (one
-// layer: the gRPC contract). The real sandboxd is exercised by the agent's
-// integration tests.
+// Unit tests of Run's resume logic against the fake sandboxd.
 
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
+	"io"
+	"slices"
 	"testing"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
-
-	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
-
-// fakeSandboxd knows commands by ID; each has a fixed list of events.
-// breakAfter makes the next stream fail with UNAVAILABLE after that many
-// events, as a sandboxd restart would.
-type fakeSandboxd struct {
-	sandboxv1.UnimplementedSandboxServiceServer
-	mu         sync.Mutex
-	alive      bool
-	commands   map[string][]*sandboxv1.ExecuteEvent
-	executes   int
-	streams    []int64 // after_seq of each StreamCommand
-	breakAfter int
-	auth       []string
-}
-
-func (f *fakeSandboxd) events(id string) []*sandboxv1.ExecuteEvent {
-	out := []*sandboxv1.ExecuteEvent{{Seq: 1, Event: &sandboxv1.ExecuteEvent_Started{Started: &sandboxv1.Started{Language: "python"}}}}
-	for i, s := range []string{"a", "b", "c"} {
-		out = append(out, &sandboxv1.ExecuteEvent{Seq: int64(i + 2), Event: &sandboxv1.ExecuteEvent_Stdout{Stdout: &sandboxv1.OutputChunk{Text: s}}})
-	}
-	return append(out, &sandboxv1.ExecuteEvent{Seq: 5, Event: &sandboxv1.ExecuteEvent_Done{Done: &sandboxv1.Done{Status: sandboxv1.CommandStatus_COMMAND_STATUS_OK}}})
-}
-
-func (f *fakeSandboxd) send(id string, after int64, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
-	f.mu.Lock()
-	evs := f.commands[id]
-	brk := f.breakAfter
-	f.breakAfter = 0
-	f.mu.Unlock()
-	sent := 0
-	for _, e := range evs {
-		if e.Seq <= after {
-			continue
-		}
-		if brk > 0 && sent == brk {
-			return status.Error(codes.Unavailable, "restarting")
-		}
-		if err := stream.Send(e); err != nil {
-			return err
-		}
-		sent++
-	}
-	return nil
-}
-
-func (f *fakeSandboxd) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
-	f.mu.Lock()
-	if md, ok := metadata.FromIncomingContext(stream.Context()); ok {
-		f.auth = append(f.auth, md.Get("authorization")...)
-	}
-	if !f.alive {
-		f.mu.Unlock()
-		return status.Error(codes.NotFound, "no such sandbox")
-	}
-	f.executes++
-	if _, ok := f.commands[req.GetCommandId()]; !ok {
-		f.commands[req.GetCommandId()] = f.events(req.GetCommandId())
-	}
-	f.mu.Unlock()
-	return f.send(req.GetCommandId(), 0, stream)
-}
-
-func (f *fakeSandboxd) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
-	f.mu.Lock()
-	f.streams = append(f.streams, req.GetAfterSeq())
-	_, known := f.commands[req.GetCommandId()]
-	alive := f.alive
-	f.mu.Unlock()
-	if !alive {
-		return status.Error(codes.NotFound, "no such sandbox")
-	}
-	if !known {
-		return status.Error(codes.NotFound, "no such command")
-	}
-	return f.send(req.GetCommandId(), req.GetAfterSeq(), stream)
-}
-
-func (f *fakeSandboxd) GetSandbox(_ context.Context, req *sandboxv1.GetSandboxRequest) (*sandboxv1.GetSandboxResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.alive {
-		return nil, status.Error(codes.NotFound, "no such sandbox")
-	}
-	return &sandboxv1.GetSandboxResponse{Sandbox: &sandboxv1.Sandbox{SandboxId: req.GetSandboxId(), State: sandboxv1.SandboxState_SANDBOX_STATE_RUNNING}}, nil
-}
-
-func startFake(t *testing.T, f *fakeSandboxd, token string) *Client {
-	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	sandboxv1.RegisterSandboxServiceServer(srv, f)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	c, err := dial("passthrough:///bufnet", token,
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 func collect(t *testing.T, c *Client, cmd Command, resume bool) (string, *Outcome, error) {
 	t.Helper()
@@ -129,8 +21,8 @@ func collect(t *testing.T, c *Client, cmd Command, resume bool) (string, *Outcom
 }
 
 func TestRunNew(t *testing.T) {
-	f := &fakeSandboxd{alive: true, commands: map[string][]*sandboxv1.ExecuteEvent{}}
-	c := startFake(t, f, "s3cret")
+	f := newFake()
+	c := startFake(t, f, WithToken("s3cret"))
 	seen, out, err := collect(t, c, Command{SandboxID: "sb-1", ID: "c1", Code: "x"}, false)
 	if err != nil || seen != "abc" || out.Stdout != "abc" || out.Done == nil || out.Done.Status != StatusOK {
 		t.Fatalf("Run = %q, %+v, %v", seen, out, err)
@@ -145,9 +37,9 @@ func TestRunNew(t *testing.T) {
 
 // A resumed command that sandboxd already knows is streamed, not executed.
 func TestRunResumeKnownCommand(t *testing.T) {
-	f := &fakeSandboxd{alive: true, commands: map[string][]*sandboxv1.ExecuteEvent{}}
+	f := newFake()
 	f.commands["c1"] = f.events("c1")
-	c := startFake(t, f, "")
+	c := startFake(t, f)
 	seen, _, err := collect(t, c, Command{SandboxID: "sb-1", ID: "c1"}, true)
 	if err != nil || seen != "abc" {
 		t.Fatalf("Run = %q, %v", seen, err)
@@ -159,8 +51,8 @@ func TestRunResumeKnownCommand(t *testing.T) {
 
 // A resumed command that never reached sandboxd is sent once.
 func TestRunResumeUnknownCommand(t *testing.T) {
-	f := &fakeSandboxd{alive: true, commands: map[string][]*sandboxv1.ExecuteEvent{}}
-	c := startFake(t, f, "")
+	f := newFake()
+	c := startFake(t, f)
 	seen, _, err := collect(t, c, Command{SandboxID: "sb-1", ID: "c1"}, true)
 	if err != nil || seen != "abc" || f.executes != 1 {
 		t.Fatalf("Run = %q, %v after %d Execute calls; want abc after 1", seen, err, f.executes)
@@ -169,8 +61,9 @@ func TestRunResumeUnknownCommand(t *testing.T) {
 
 // A stream broken mid-way resumes after the last event: no duplicates.
 func TestRunResumesBrokenStream(t *testing.T) {
-	f := &fakeSandboxd{alive: true, commands: map[string][]*sandboxv1.ExecuteEvent{}, breakAfter: 2}
-	c := startFake(t, f, "")
+	f := newFake()
+	f.breakAfter = 2
+	c := startFake(t, f)
 	seen, out, err := collect(t, c, Command{SandboxID: "sb-1", ID: "c1"}, false)
 	if err != nil || seen != "abc" || out.Stdout != "abc" {
 		t.Fatalf("Run = %q, %v", seen, err)
@@ -181,8 +74,9 @@ func TestRunResumesBrokenStream(t *testing.T) {
 }
 
 func TestRunSandboxGone(t *testing.T) {
-	f := &fakeSandboxd{alive: false, commands: map[string][]*sandboxv1.ExecuteEvent{}}
-	c := startFake(t, f, "")
+	f := newFake()
+	f.alive = false
+	c := startFake(t, f)
 	for _, resume := range []bool{false, true} {
 		if _, _, err := collect(t, c, Command{SandboxID: "sb-1", ID: "c1"}, resume); !errors.Is(err, ErrGone) {
 			t.Errorf("resume=%v: %v, want ErrGone", resume, err)
@@ -190,5 +84,76 @@ func TestRunSandboxGone(t *testing.T) {
 	}
 	if err := c.Check(context.Background(), "sb-1"); !errors.Is(err, ErrGone) {
 		t.Errorf("Check = %v, want ErrGone", err)
+	}
+}
+
+// A command whose Execute was lost before sandboxd recorded it is sent
+// again once, and only once: if sandboxd still does not know it, its output
+// is reported lost rather than risking a second run.
+func TestRunExecuteRetriedOnce(t *testing.T) {
+	f := newFake()
+	c := startFake(t, f)
+	f.dropExecute = true
+	_, _, err := collect(t, c, Command{SandboxID: "sb-1", ID: "c1"}, false)
+	if err != nil || f.executes != 2 {
+		// Dropped Execute -> StreamCommand NOT_FOUND -> one more Execute.
+		t.Fatalf("Run = %v after %d Execute calls; want success after 2", err, f.executes)
+	}
+
+	f = newFake()
+	c = startFake(t, f)
+	f.dropExecute = true
+	_, _, err = collect(t, c, Command{SandboxID: "sb-1", ID: "c2"}, true)
+	// StreamCommand NOT_FOUND -> Execute (dropped) -> StreamCommand
+	// NOT_FOUND again: no third attempt.
+	if !errors.Is(err, ErrCommandLost) || f.executes != 1 {
+		t.Fatalf("Run = %v after %d Execute calls; want ErrCommandLost after 1", err, f.executes)
+	}
+}
+
+// Execute and StreamCommand hand over the stream as it is, typed.
+func TestStream(t *testing.T) {
+	f := newFake()
+	c := startFake(t, f)
+	ctx := context.Background()
+	s, err := c.Execute(ctx, Command{SandboxID: "sb-1", ID: "c1", Language: "python", Code: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []Kind
+	for {
+		ev, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.CommandID != "c1" {
+			t.Errorf("event %d has command ID %q", ev.Seq, ev.CommandID)
+		}
+		kinds = append(kinds, ev.Kind)
+	}
+	if want := []Kind{KindStarted, KindStdout, KindStdout, KindStdout, KindDone}; !slices.Equal(kinds, want) {
+		t.Errorf("kinds %v, want %v", kinds, want)
+	}
+
+	s, err = c.StreamCommand(ctx, "sb-1", "c1", 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := s.Recv(); err != nil || ev.Seq != 5 || ev.Kind != KindDone || ev.Done.Status != StatusOK {
+		t.Errorf("after seq 4: %+v, %v; want the done event", ev, err)
+	}
+	if _, err := s.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("after done: %v, want io.EOF", err)
+	}
+
+	s, err = c.StreamCommand(ctx, "sb-1", "unknown", 0)
+	if err == nil {
+		_, err = s.Recv()
+	}
+	if !errors.Is(err, ErrNotFound) || status.Code(err) != codes.NotFound {
+		t.Errorf("unknown command: %v, want ErrNotFound", err)
 	}
 }

@@ -25,7 +25,7 @@ type noSandboxes struct{}
 
 var errNone = errors.New("no sandboxes in this test")
 
-func (noSandboxes) Acquire(context.Context, string) (client.Acquired, error) {
+func (noSandboxes) Acquire(context.Context, string, ...client.AcquireOption) (client.Acquired, error) {
 	return client.Acquired{}, errNone
 }
 func (noSandboxes) Check(context.Context, string) error             { return errNone }

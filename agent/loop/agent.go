@@ -24,7 +24,7 @@ import (
 // Sandboxes is what the agent needs from sandboxd; *client.Client is the
 // real one.
 type Sandboxes interface {
-	Acquire(ctx context.Context, userID string) (client.Acquired, error)
+	Acquire(ctx context.Context, userID string, opts ...client.AcquireOption) (client.Acquired, error)
 	Check(ctx context.Context, sandboxID string) error
 	Interrupt(ctx context.Context, sandboxID, commandID string) error
 }

@@ -78,7 +78,7 @@ type noSandboxes struct{}
 
 var errNoSandboxes = errors.New("no sandboxes in this test")
 
-func (noSandboxes) Acquire(context.Context, string) (client.Acquired, error) {
+func (noSandboxes) Acquire(context.Context, string, ...client.AcquireOption) (client.Acquired, error) {
 	return client.Acquired{}, errNoSandboxes
 }
 func (noSandboxes) Check(context.Context, string) error             { return errNoSandboxes }

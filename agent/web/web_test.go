@@ -30,7 +30,7 @@ import (
 // noSandboxes fails every sandbox operation: these tests use no sandbox.
 type noSandboxes struct{}
 
-func (noSandboxes) Acquire(context.Context, string) (client.Acquired, error) {
+func (noSandboxes) Acquire(context.Context, string, ...client.AcquireOption) (client.Acquired, error) {
 	return client.Acquired{}, errors.New("no sandboxes in this test")
 }
 func (noSandboxes) Check(context.Context, string) error {

@@ -46,7 +46,7 @@ func assemble(cfg config, logger *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { store.Close() })
-	sbc, err := client.Dial(cfg.sandboxdAddr, cfg.sandboxdToken)
+	sbc, err := client.Dial(cfg.sandboxdAddr, client.WithToken(cfg.sandboxdToken))
 	if err != nil {
 		a.close()
 		return nil, err

@@ -25,7 +25,7 @@ func New(t testing.TB, sandboxdAddr, modelURL string) (*loop.Agent, *session.Sto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	sbc, err := client.Dial(sandboxdAddr, "")
+	sbc, err := client.Dial(sandboxdAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
