@@ -157,8 +157,11 @@ func (c *Client) Ready(ctx context.Context) error {
 // loopback without TLS.
 type bearer string
 
+// GetRequestMetadata implements credentials.PerRPCCredentials.
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
 	return map[string]string{"authorization": "Bearer " + string(b)}, nil
 }
 
+// RequireTransportSecurity implements credentials.PerRPCCredentials: the
+// token may travel in plaintext (over loopback).
 func (bearer) RequireTransportSecurity() bool { return false }

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -186,5 +189,33 @@ func TestFilesRoundTrip(t *testing.T) {
 	f.mu.Unlock()
 	if stored {
 		t.Error("an upload whose reader failed was stored")
+	}
+}
+
+// A dead sandbox is gone too, with the reason sandboxd gives.
+func TestCheckDead(t *testing.T) {
+	f := newFake()
+	f.deadReason = "container exited with code 137"
+	c := startFake(t, f)
+	err := c.Check(context.Background(), "sb-1")
+	if !errors.Is(err, ErrGone) || !strings.Contains(err.Error(), "code 137") {
+		t.Errorf("Check = %v, want ErrGone with the reason", err)
+	}
+}
+
+func TestTLSConfig(t *testing.T) {
+	if cfg, err := TLSConfig(""); err != nil || cfg.RootCAs != nil {
+		t.Errorf("TLSConfig(\"\") = %v, %v; want the system's CAs", cfg, err)
+	}
+	dir := t.TempDir()
+	if _, err := TLSConfig(filepath.Join(dir, "missing.pem")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing CA file: %v", err)
+	}
+	bad := filepath.Join(dir, "bad.pem")
+	if err := os.WriteFile(bad, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := TLSConfig(bad); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("CA file without a certificate: %v", err)
 	}
 }

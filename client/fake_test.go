@@ -34,6 +34,7 @@ type fakeSandboxd struct {
 	sandboxv1.UnimplementedSandboxServiceServer
 	mu          sync.Mutex
 	alive       bool
+	deadReason  string // when set, the sandbox exists but is dead
 	commands    map[string][]*sandboxv1.ExecuteEvent
 	executes    int
 	streams     []int64 // after_seq of each StreamCommand
@@ -127,7 +128,11 @@ func (f *fakeSandboxd) GetSandbox(_ context.Context, req *sandboxv1.GetSandboxRe
 	if !f.alive {
 		return nil, status.Errorf(codes.NotFound, "sandbox %s not found", req.GetSandboxId())
 	}
-	return &sandboxv1.GetSandboxResponse{Sandbox: &sandboxv1.Sandbox{SandboxId: req.GetSandboxId(), State: sandboxv1.SandboxState_SANDBOX_STATE_RUNNING}}, nil
+	sb := &sandboxv1.Sandbox{SandboxId: req.GetSandboxId(), State: sandboxv1.SandboxState_SANDBOX_STATE_RUNNING}
+	if f.deadReason != "" {
+		sb.State, sb.StateReason = sandboxv1.SandboxState_SANDBOX_STATE_DEAD, f.deadReason
+	}
+	return &sandboxv1.GetSandboxResponse{Sandbox: sb}, nil
 }
 
 func (f *fakeSandboxd) AcquireSandbox(ctx context.Context, req *sandboxv1.AcquireSandboxRequest) (*sandboxv1.AcquireSandboxResponse, error) {
