@@ -14,9 +14,9 @@ import (
 	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
 	"github.com/sandboxd/sandboxd/agent/llm"
 	"github.com/sandboxd/sandboxd/agent/loop"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // noSandboxes fails every sandbox operation: the tool here needs none (the
@@ -25,8 +25,8 @@ type noSandboxes struct{}
 
 var errNone = errors.New("no sandboxes in this test")
 
-func (noSandboxes) Acquire(context.Context, string) (sandbox.Acquired, error) {
-	return sandbox.Acquired{}, errNone
+func (noSandboxes) Acquire(context.Context, string, ...client.AcquireOption) (client.Acquired, error) {
+	return client.Acquired{}, errNone
 }
 func (noSandboxes) Check(context.Context, string) error             { return errNone }
 func (noSandboxes) Interrupt(context.Context, string, string) error { return errNone }

@@ -16,15 +16,15 @@ import (
 	"github.com/sandboxd/sandboxd/agent/events"
 	"github.com/sandboxd/sandboxd/agent/imagefit"
 	"github.com/sandboxd/sandboxd/agent/llm"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
-// Sandboxes is what the agent needs from sandboxd; *sandbox.Client is the
+// Sandboxes is what the agent needs from sandboxd; *client.Client is the
 // real one.
 type Sandboxes interface {
-	Acquire(ctx context.Context, userID string) (sandbox.Acquired, error)
+	Acquire(ctx context.Context, userID string, opts ...client.AcquireOption) (client.Acquired, error)
 	Check(ctx context.Context, sandboxID string) error
 	Interrupt(ctx context.Context, sandboxID, commandID string) error
 }

@@ -19,7 +19,6 @@ import (
 	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
 	"github.com/sandboxd/sandboxd/agent/loop"
 	"github.com/sandboxd/sandboxd/agent/session"
-	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // harness is an agent wired to a real sandboxd and a scripted model.
@@ -237,7 +236,7 @@ func TestSandboxLostIsReported(t *testing.T) {
 	old := c.SandboxID
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := d.Client(t).DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: old}); err != nil {
+	if err := d.Client(t).Delete(ctx, old); err != nil {
 		t.Fatalf("deleting the sandbox: %v", err)
 	}
 	h.send(t, conv, "show x")

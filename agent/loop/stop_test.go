@@ -13,9 +13,9 @@ import (
 	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
 	"github.com/sandboxd/sandboxd/agent/llm"
 	"github.com/sandboxd/sandboxd/agent/loop"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // TestStopInterruptsRunningCommand: Stop interrupts the running command
@@ -78,8 +78,8 @@ type noSandboxes struct{}
 
 var errNoSandboxes = errors.New("no sandboxes in this test")
 
-func (noSandboxes) Acquire(context.Context, string) (sandbox.Acquired, error) {
-	return sandbox.Acquired{}, errNoSandboxes
+func (noSandboxes) Acquire(context.Context, string, ...client.AcquireOption) (client.Acquired, error) {
+	return client.Acquired{}, errNoSandboxes
 }
 func (noSandboxes) Check(context.Context, string) error             { return errNoSandboxes }
 func (noSandboxes) Interrupt(context.Context, string, string) error { return errNoSandboxes }

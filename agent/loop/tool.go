@@ -9,9 +9,9 @@ import (
 	"github.com/sandboxd/sandboxd/agent/events"
 	"github.com/sandboxd/sandboxd/agent/imagefit"
 	"github.com/sandboxd/sandboxd/agent/llm"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // runTool runs (or, after a crash, resumes) one recorded tool call and
@@ -70,7 +70,7 @@ func (a *Agent) runTool(ctx context.Context, t *activeTurn, conv *session.Conver
 			return ctx.Err()
 		}
 		var msg string
-		if errors.Is(err, sandbox.ErrGone) {
+		if errors.Is(err, client.ErrGone) {
 			res.Status, res.StateLost = "lost", true
 			res.Text = fmt.Sprintf("error: %v. The outcome of this call is unknown, and the variables and files of earlier calls are lost. The next call runs in a new sandbox: recreate what you need.", err)
 			msg = fmt.Sprintf("The sandbox was lost while code was running (%v). Its Python variables and files are gone; the next call uses a new sandbox.", err)
@@ -107,7 +107,7 @@ func (a *Agent) ensureSandbox(ctx context.Context, conv *session.Conversation) (
 		if err == nil {
 			return conv.SandboxID, "", nil
 		}
-		if !errors.Is(err, sandbox.ErrGone) {
+		if !errors.Is(err, client.ErrGone) {
 			return "", "", err
 		}
 		lost = err

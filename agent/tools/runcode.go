@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/agent/sandbox"
+	"github.com/sandboxd/sandboxd/client"
 )
 
-// Executor runs sandbox commands; *sandbox.Client is the real one.
+// Executor runs sandbox commands; *client.Client is the real one.
 type Executor interface {
-	Run(ctx context.Context, cmd sandbox.Command, resume bool, fn func(sandbox.Event)) (*sandbox.Outcome, error)
+	Run(ctx context.Context, cmd client.Command, resume bool, fn func(client.Event)) (*client.Outcome, error)
 }
 
 // RunCodeOptions tune run_code.
@@ -130,22 +130,22 @@ func runCode(ctx context.Context, exec Executor, opts RunCodeOptions, inv Invoca
 			inv.Progress(Chunk{Kind: kind, Text: text})
 		}
 	}
-	cmd := sandbox.Command{SandboxID: inv.SandboxID, ID: inv.CommandID, Language: args.Language, Code: args.Code, Timeout: opts.Timeout}
-	out, err := exec.Run(ctx, cmd, inv.Resume, func(ev sandbox.Event) {
+	cmd := client.Command{SandboxID: inv.SandboxID, ID: inv.CommandID, Language: args.Language, Code: args.Code, Timeout: opts.Timeout}
+	out, err := exec.Run(ctx, cmd, inv.Resume, func(ev client.Event) {
 		switch ev.Kind {
-		case sandbox.KindStdout:
+		case client.KindStdout:
 			emit(ChunkStdout, ev.Text)
-		case sandbox.KindStderr:
+		case client.KindStderr:
 			emit(ChunkStderr, ev.Text)
-		case sandbox.KindResult:
+		case client.KindResult:
 			if t := ev.Data["text/plain"]; t != "" && !hasVisual(ev.Data) {
 				emit(ChunkResult, t+"\n")
 			}
-		case sandbox.KindDisplay:
+		case client.KindDisplay:
 			if t := ev.Data["text/plain"]; t != "" && !hasVisual(ev.Data) {
 				emit(ChunkStdout, t+"\n")
 			}
-		case sandbox.KindError:
+		case client.KindError:
 			emit(ChunkError, ev.Error.String())
 		}
 	})
@@ -160,7 +160,7 @@ func runCode(ctx context.Context, exec Executor, opts RunCodeOptions, inv Invoca
 		return Result{Console: console}, err
 	}
 	res := Result{Console: console, Status: string(out.Done.Status), StateLost: out.Done.StateLost, Duration: out.Done.Duration}
-	res.IsError = out.Done.Status != sandbox.StatusOK
+	res.IsError = out.Done.Status != client.StatusOK
 	for _, o := range out.Outputs {
 		for _, mime := range []string{"image/png", "image/jpeg"} {
 			if b64, ok := o.Data[mime]; ok {
@@ -188,14 +188,14 @@ func hasVisual(data map[string]string) bool {
 func isPlotly(html string) bool { return strings.Contains(html, "plotly") }
 
 // describe writes the outcome for the model.
-func describe(language string, out *sandbox.Outcome, res Result, limit int) string {
+func describe(language string, out *client.Outcome, res Result, limit int) string {
 	var b strings.Builder
 	d := out.Done
 	fmt.Fprintf(&b, "status: %s", d.Status)
 	if d.ExitCode != nil && language == "bash" {
 		fmt.Fprintf(&b, " (exit code %d)", *d.ExitCode)
 	}
-	if d.Status != sandbox.StatusOK && d.Reason != "" {
+	if d.Status != client.StatusOK && d.Reason != "" {
 		fmt.Fprintf(&b, ": %s", d.Reason)
 	}
 	b.WriteByte('\n')
@@ -236,7 +236,7 @@ func describe(language string, out *sandbox.Outcome, res Result, limit int) stri
 		}
 		b.WriteByte('\n')
 	}
-	if d.Status == sandbox.StatusOK && out.Stdout == "" && out.Stderr == "" && len(out.Outputs) == 0 && len(out.Errors) == 0 {
+	if d.Status == client.StatusOK && out.Stdout == "" && out.Stderr == "" && len(out.Outputs) == 0 && len(out.Errors) == 0 {
 		b.WriteString("(no output)\n")
 	}
 	return strings.TrimRight(b.String(), "\n")

@@ -6,32 +6,32 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // fakeExec replays fixed events (a unit test of run_code's formatting; the
 // real sandbox is exercised by the agent's integration tests).
 type fakeExec struct {
-	events []sandbox.Event
-	got    []sandbox.Command
+	events []client.Event
+	got    []client.Command
 	resume []bool
 }
 
-func (f *fakeExec) Run(_ context.Context, cmd sandbox.Command, resume bool, fn func(sandbox.Event)) (*sandbox.Outcome, error) {
+func (f *fakeExec) Run(_ context.Context, cmd client.Command, resume bool, fn func(client.Event)) (*client.Outcome, error) {
 	f.got, f.resume = append(f.got, cmd), append(f.resume, resume)
-	out := &sandbox.Outcome{}
+	out := &client.Outcome{}
 	for _, ev := range f.events {
 		switch ev.Kind {
-		case sandbox.KindStdout:
+		case client.KindStdout:
 			out.Stdout += ev.Text
-		case sandbox.KindStderr:
+		case client.KindStderr:
 			out.Stderr += ev.Text
-		case sandbox.KindDisplay, sandbox.KindResult:
-			out.Outputs = append(out.Outputs, sandbox.Output{Result: ev.Kind == sandbox.KindResult, Data: ev.Data})
-		case sandbox.KindError:
+		case client.KindDisplay, client.KindResult:
+			out.Outputs = append(out.Outputs, client.Output{Result: ev.Kind == client.KindResult, Data: ev.Data})
+		case client.KindError:
 			out.Errors = append(out.Errors, ev.Error)
-		case sandbox.KindDone:
+		case client.KindDone:
 			out.Done = ev.Done
 		}
 		fn(ev)
@@ -72,13 +72,13 @@ func TestRegistry(t *testing.T) {
 
 func TestRunCodeOutput(t *testing.T) {
 	png := []byte("\x89PNG\r\n\x1a\nfake")
-	f := &fakeExec{events: []sandbox.Event{
-		{Kind: sandbox.KindStdout, Text: "hello\n"},
-		{Kind: sandbox.KindStderr, Text: "warn\n"},
-		{Kind: sandbox.KindDisplay, Data: map[string]string{"text/plain": "<Figure>", "image/png": base64.StdEncoding.EncodeToString(png)}},
-		{Kind: sandbox.KindDisplay, Data: map[string]string{"text/plain": "Figure()", "text/html": `<div>plotly chart</div><script src="https://cdn.plot.ly/plotly-2.6.3.min.js"></script>`}},
-		{Kind: sandbox.KindResult, Data: map[string]string{"text/plain": "42"}},
-		{Kind: sandbox.KindDone, Done: &sandbox.Done{Status: sandbox.StatusOK, Files: []sandbox.File{{Path: "out.csv", Size: 12}}}},
+	f := &fakeExec{events: []client.Event{
+		{Kind: client.KindStdout, Text: "hello\n"},
+		{Kind: client.KindStderr, Text: "warn\n"},
+		{Kind: client.KindDisplay, Data: map[string]string{"text/plain": "<Figure>", "image/png": base64.StdEncoding.EncodeToString(png)}},
+		{Kind: client.KindDisplay, Data: map[string]string{"text/plain": "Figure()", "text/html": `<div>plotly chart</div><script src="https://cdn.plot.ly/plotly-2.6.3.min.js"></script>`}},
+		{Kind: client.KindResult, Data: map[string]string{"text/plain": "42"}},
+		{Kind: client.KindDone, Done: &client.Done{Status: client.StatusOK, Files: []client.File{{Path: "out.csv", Size: 12}}}},
 	}}
 	var live []tools.Chunk
 	res, err := tools.RunCode(f, tools.RunCodeOptions{}).Run(context.Background(), tools.Invocation{
@@ -114,9 +114,9 @@ func TestRunCodeOutput(t *testing.T) {
 }
 
 func TestRunCodeError(t *testing.T) {
-	f := &fakeExec{events: []sandbox.Event{
-		{Kind: sandbox.KindError, Error: &sandbox.ExecError{Name: "NameError", Value: "name 'y' is not defined", Traceback: []string{"Traceback (most recent call last):\n", "NameError: name 'y' is not defined"}}},
-		{Kind: sandbox.KindDone, Done: &sandbox.Done{Status: sandbox.StatusError}},
+	f := &fakeExec{events: []client.Event{
+		{Kind: client.KindError, Error: &client.ExecError{Name: "NameError", Value: "name 'y' is not defined", Traceback: []string{"Traceback (most recent call last):\n", "NameError: name 'y' is not defined"}}},
+		{Kind: client.KindDone, Done: &client.Done{Status: client.StatusError}},
 	}}
 	res, err := tools.RunCode(f, tools.RunCodeOptions{}).Run(context.Background(), tools.Invocation{Arguments: `{"code": "y"}`})
 	if err != nil {
@@ -142,9 +142,9 @@ func TestRunCodeBadArguments(t *testing.T) {
 
 func TestRunCodeTruncatesForModel(t *testing.T) {
 	long := strings.Repeat("a", 5000) + "MIDDLE" + strings.Repeat("z", 5000)
-	f := &fakeExec{events: []sandbox.Event{
-		{Kind: sandbox.KindStdout, Text: long},
-		{Kind: sandbox.KindDone, Done: &sandbox.Done{Status: sandbox.StatusOK}},
+	f := &fakeExec{events: []client.Event{
+		{Kind: client.KindStdout, Text: long},
+		{Kind: client.KindDone, Done: &client.Done{Status: client.StatusOK}},
 	}}
 	res, err := tools.RunCode(f, tools.RunCodeOptions{MaxOutput: 1000}).Run(context.Background(), tools.Invocation{Arguments: `{"code":"x"}`})
 	if err != nil {
@@ -161,11 +161,11 @@ func TestRunCodeTruncatesForModel(t *testing.T) {
 
 func TestRunCodeBoundsConsole(t *testing.T) {
 	chunk := strings.Repeat("x", 300<<10)
-	var evs []sandbox.Event
+	var evs []client.Event
 	for range 5 {
-		evs = append(evs, sandbox.Event{Kind: sandbox.KindStdout, Text: chunk})
+		evs = append(evs, client.Event{Kind: client.KindStdout, Text: chunk})
 	}
-	f := &fakeExec{events: append(evs, sandbox.Event{Kind: sandbox.KindDone, Done: &sandbox.Done{Status: sandbox.StatusOK}})}
+	f := &fakeExec{events: append(evs, client.Event{Kind: client.KindDone, Done: &client.Done{Status: client.StatusOK}})}
 	res, err := tools.RunCode(f, tools.RunCodeOptions{}).Run(context.Background(), tools.Invocation{Arguments: `{"code":"x"}`})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -20,20 +19,8 @@ import (
 	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/web"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 )
-
-// chromiumPath finds Debian's chromium; it skips the test when there is
-// none, except under CI=true, where that is a failure.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	sandboxdtest.Unavailable(t, "chromium is not installed (apt-get install chromium)")
-	return ""
-}
 
 // stack is the web interface served with a real agent.
 type stack struct {
@@ -60,7 +47,7 @@ func startStack(t *testing.T, h sm.Handler, plotlyJS string) *stack {
 // browser starts headless Chromium.
 func browser(t *testing.T, width, height int) context.Context {
 	t.Helper()
-	path := chromiumPath(t)
+	path := testenv.Chromium(t)
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Headless,

@@ -21,17 +21,17 @@ import (
 	sm "github.com/sandboxd/sandboxd/agent/internal/scriptedmodel"
 	"github.com/sandboxd/sandboxd/agent/llm"
 	"github.com/sandboxd/sandboxd/agent/loop"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
 	"github.com/sandboxd/sandboxd/agent/web"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // noSandboxes fails every sandbox operation: these tests use no sandbox.
 type noSandboxes struct{}
 
-func (noSandboxes) Acquire(context.Context, string) (sandbox.Acquired, error) {
-	return sandbox.Acquired{}, errors.New("no sandboxes in this test")
+func (noSandboxes) Acquire(context.Context, string, ...client.AcquireOption) (client.Acquired, error) {
+	return client.Acquired{}, errors.New("no sandboxes in this test")
 }
 func (noSandboxes) Check(context.Context, string) error {
 	return errors.New("no sandboxes in this test")

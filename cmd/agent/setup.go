@@ -12,9 +12,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent/llm"
 	"github.com/sandboxd/sandboxd/agent/loop"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // app is an assembled agent and what must be closed after it.
@@ -46,7 +46,7 @@ func assemble(cfg config, logger *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { store.Close() })
-	sbc, err := sandbox.Dial(cfg.sandboxdAddr, cfg.sandboxdToken)
+	sbc, err := client.Dial(cfg.sandboxdAddr, client.WithToken(cfg.sandboxdToken))
 	if err != nil {
 		a.close()
 		return nil, err

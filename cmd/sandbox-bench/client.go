@@ -9,19 +9,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-
-	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+	sandboxclient "github.com/sandboxd/sandboxd/client"
 )
 
-// client is the benchmark's view of sandboxd: its public gRPC API, nothing
-// else, so the figures are what any caller gets.
+// client is the benchmark's view of sandboxd: the module's client of its
+// public gRPC API, nothing else, so the figures are what any caller gets.
 type client struct {
-	conn   *grpc.ClientConn
-	api    sandboxv1.SandboxServiceClient
-	health healthpb.HealthClient
+	sb *sandboxclient.Client
 	// prefix and seq make command IDs unique across runs against one
 	// long-lived sandboxd (--addr), where IDs must never repeat in a sandbox.
 	prefix string
@@ -29,38 +23,30 @@ type client struct {
 }
 
 func dial(addr, runID string) (*client, error) {
-	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sandboxv1.MaxMessageSize)))
+	sb, err := sandboxclient.Dial(addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to sandboxd at %s: %w", addr, err)
 	}
-	return &client{
-		conn:   conn,
-		api:    sandboxv1.NewSandboxServiceClient(conn),
-		health: healthpb.NewHealthClient(conn),
-		prefix: "bench-" + runID + "-",
-	}, nil
+	return &client{sb: sb, prefix: "bench-" + runID + "-"}, nil
 }
 
-func (c *client) close() error { return c.conn.Close() }
+func (c *client) close() error { return c.sb.Close() }
 
 // acquire returns the user's sandbox ID, creating the sandbox if needed.
 func (c *client) acquire(ctx context.Context, user string, env map[string]string) (string, error) {
-	req := &sandboxv1.AcquireSandboxRequest{UserId: user}
+	var opts []sandboxclient.AcquireOption
 	if len(env) > 0 {
-		req.Options = &sandboxv1.SandboxOptions{Env: env}
+		opts = append(opts, sandboxclient.WithEnv(env))
 	}
-	resp, err := c.api.AcquireSandbox(ctx, req)
+	acq, err := c.sb.Acquire(ctx, user, opts...)
 	if err != nil {
-		return "", fmt.Errorf("acquire a sandbox for %s: %w", user, err)
+		return "", err
 	}
-	return resp.GetSandbox().GetSandboxId(), nil
+	return acq.ID, nil
 }
 
 func (c *client) delete(ctx context.Context, sandboxID string) error {
-	_, err := c.api.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sandboxID})
-	return err
+	return c.sb.Delete(ctx, sandboxID)
 }
 
 // execResult is what one command produced, as far as the benchmark cares.
@@ -77,10 +63,12 @@ func (c *client) exec(ctx context.Context, sandboxID, language, code string) (ex
 }
 
 // execStream is exec that also reports each output chunk's size to onOutput.
+// It reads one Execute stream (no resume, which would hide a broken stream
+// in the figures, and no RPC besides Execute).
 func (c *client) execStream(ctx context.Context, sandboxID, language, code string, onOutput func(int)) (execResult, error) {
 	var res execResult
 	id := c.prefix + strconv.FormatInt(c.seq.Add(1), 10)
-	stream, err := c.api.Execute(ctx, &sandboxv1.ExecuteRequest{SandboxId: sandboxID, CommandId: id, Language: language, Code: code})
+	stream, err := c.sb.Execute(ctx, sandboxclient.Command{SandboxID: sandboxID, ID: id, Language: language, Code: code})
 	if err != nil {
 		return res, err
 	}
@@ -93,21 +81,21 @@ func (c *client) execStream(ctx context.Context, sandboxID, language, code strin
 			return res, fmt.Errorf("command %s: %w", id, err)
 		}
 		res.events++
-		switch e := ev.GetEvent().(type) {
-		case *sandboxv1.ExecuteEvent_Stdout:
-			res.outputBytes += int64(len(e.Stdout.GetText()))
+		switch ev.Kind {
+		case sandboxclient.KindStdout:
+			res.outputBytes += int64(len(ev.Text))
 			if onOutput != nil {
-				onOutput(len(e.Stdout.GetText()))
+				onOutput(len(ev.Text))
 			}
-		case *sandboxv1.ExecuteEvent_Stderr:
-			res.outputBytes += int64(len(e.Stderr.GetText()))
-		case *sandboxv1.ExecuteEvent_Result:
-			res.result = e.Result.GetData()["text/plain"]
-		case *sandboxv1.ExecuteEvent_Error:
-			return res, fmt.Errorf("command %s raised %s: %s", id, e.Error.GetEname(), e.Error.GetEvalue())
-		case *sandboxv1.ExecuteEvent_Done:
-			if st := e.Done.GetStatus(); st != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
-				return res, fmt.Errorf("command %s ended %v: %s", id, st, e.Done.GetReason())
+		case sandboxclient.KindStderr:
+			res.outputBytes += int64(len(ev.Text))
+		case sandboxclient.KindResult:
+			res.result = ev.Data["text/plain"]
+		case sandboxclient.KindError:
+			return res, fmt.Errorf("command %s raised %s: %s", id, ev.Error.Name, ev.Error.Value)
+		case sandboxclient.KindDone:
+			if st := ev.Done.Status; st != sandboxclient.StatusOK {
+				return res, fmt.Errorf("command %s ended %v: %s", id, st, ev.Done.Reason)
 			}
 			return res, nil
 		}
@@ -130,6 +118,5 @@ func (c *client) expect(ctx context.Context, sandboxID, code, want string) (time
 
 // serving reports whether sandboxd's health service says SERVING.
 func (c *client) serving(ctx context.Context) bool {
-	resp, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{})
-	return err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	return c.sb.Ready(ctx) == nil
 }

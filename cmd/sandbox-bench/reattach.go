@@ -7,9 +7,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	sandboxclient "github.com/sandboxd/sandboxd/client"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -44,10 +43,12 @@ func (b *bench) reattach(ctx context.Context, sbs []string) error {
 	}
 	ps := time.Since(psStart)
 
-	probe, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	probe, err := sandboxclient.Dial(addr, sandboxclient.WithDialOptions(
 		// Reconnect at once while the new process comes up, not after
 		// gRPC's default back-off of a second and more.
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Millisecond, Multiplier: 1.2, MaxDelay: 5 * time.Millisecond}, MinConnectTimeout: time.Minute}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Millisecond, Multiplier: 1.2, MaxDelay: 5 * time.Millisecond}, MinConnectTimeout: time.Minute}),
+		// Calls wait for the connection instead of failing while it is down.
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true))))
 	if err != nil {
 		return fail(err)
 	}
@@ -61,18 +62,16 @@ func (b *bench) reattach(ctx context.Context, sbs []string) error {
 	defer cancel()
 	go func() {
 		var r probeResult
-		health := healthpb.NewHealthClient(probe)
-		api := sandboxv1.NewSandboxServiceClient(probe)
 		for r.serving.IsZero() && pctx.Err() == nil {
 			cctx, ccancel := context.WithTimeout(pctx, time.Second)
-			resp, err := health.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			err := probe.Ready(cctx)
 			ccancel()
-			if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			if err == nil {
 				r.serving = time.Now()
 			}
 		}
 		for r.get.IsZero() && pctx.Err() == nil {
-			if _, err := api.GetSandbox(pctx, &sandboxv1.GetSandboxRequest{SandboxId: sbs[0]}, grpc.WaitForReady(true)); err == nil {
+			if _, err := probe.Get(pctx, sbs[0]); err == nil {
 				r.get = time.Now()
 			}
 		}
@@ -98,12 +97,12 @@ func (b *bench) reattach(ctx context.Context, sbs []string) error {
 	b.c = c
 	// Every sandbox is back, running, and kept its variables.
 	for _, sb := range sbs {
-		resp, err := c.api.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sb})
+		info, err := c.sb.Get(ctx, sb)
 		if err != nil {
 			return fail(fmt.Errorf("after the restart: %w", err))
 		}
-		if st := resp.GetSandbox().GetState(); st != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING {
-			return fail(fmt.Errorf("after the restart sandbox %s is %v: %s", sb, st, resp.GetSandbox().GetStateReason()))
+		if st := info.GetState(); st != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING {
+			return fail(fmt.Errorf("after the restart sandbox %s is %v: %s", sb, st, info.GetStateReason()))
 		}
 	}
 	if _, err := c.expect(ctx, sbs[0], "x * 2", "42"); err != nil {

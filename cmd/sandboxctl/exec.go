@@ -10,9 +10,7 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
-	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // interruptTimeout bounds the InterruptCommand sent when the user presses
@@ -56,26 +54,23 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	}
 
 	rctx, cancel := rpcCtx(ctx)
-	acq, err := c.client.AcquireSandbox(rctx, &sandboxv1.AcquireSandboxRequest{UserId: *user})
+	acq, err := c.sandboxd.Acquire(rctx, *user)
 	cancel()
 	if err != nil {
 		return c.fail("exec: acquire sandbox for "+*user, err)
 	}
-	sb := acq.GetSandbox()
-	if acq.GetStateLost() {
+	if acq.StateLost {
 		fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",
-			*user, acq.GetReplacedSandboxId(), acq.GetReplacedReason(), sb.GetSandboxId())
+			*user, acq.ReplacedID, acq.ReplacedReason, acq.ID)
 	}
 
-	req := &sandboxv1.ExecuteRequest{SandboxId: sb.GetSandboxId(), CommandId: *cmdID, Language: *lang, Code: code}
-	if *timeout > 0 {
-		req.Timeout = durationpb.New(*timeout)
-	}
-	stream, err := c.client.Execute(ctx, req)
+	// One Execute, not client.Run: a broken stream is reported with the
+	// command to resume it, rather than retried behind the user's back.
+	stream, err := c.sandboxd.Execute(ctx, client.Command{SandboxID: acq.ID, ID: *cmdID, Language: *lang, Code: code, Timeout: *timeout})
 	if err != nil {
 		return c.fail("exec", err)
 	}
-	return c.follow(ctx, "exec", sb.GetSandboxId(), *cmdID, stream, true)
+	return c.follow(ctx, "exec", acq.ID, *cmdID, stream, true)
 }
 
 // newCommandID returns a fresh command ID; a variable so tests can pin it.
@@ -99,7 +94,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) int {
 	if *after < 0 {
 		return usageErr(c.stderr, "resume", fmt.Errorf("--after-seq %d is negative", *after))
 	}
-	stream, err := c.client.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: pos[0], CommandId: pos[1], AfterSeq: *after})
+	stream, err := c.sandboxd.StreamCommand(ctx, pos[0], pos[1], *after)
 	if err != nil {
 		return c.fail("resume", err)
 	}
@@ -113,9 +108,7 @@ func cmdResume(ctx context.Context, c *cli, args []string) int {
 // interruptOnCancel it asks the sandbox to interrupt the command (which would
 // otherwise keep running unseen, unlike code run in a terminal); without, it
 // only stops following.
-func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, stream interface {
-	Recv() (*sandboxv1.ExecuteEvent, error)
-}, interruptOnCancel bool) int {
+func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, stream *client.Stream, interruptOnCancel bool) int {
 	p := &eventPrinter{stdout: c.stdout, stderr: c.stderr}
 	for {
 		ev, err := stream.Recv()
@@ -136,7 +129,7 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 			}
 			return exitFailure
 		}
-		commandID = ev.GetCommandId() // the server's, when it generated one
+		commandID = ev.CommandID // the server's, when it generated one
 		p.print(ev)
 	}
 
@@ -145,17 +138,17 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 		fmt.Fprintf(c.stderr, "sandboxctl: %s: the stream ended before the command did; follow it with: sandboxctl resume %s %s --after-seq %d\n", what, sandboxID, commandID, p.lastSeq)
 		return exitFailure
 	}
-	if d.GetStateLost() {
-		fmt.Fprintf(c.stderr, "sandboxctl: note: the sandbox's Python state was lost: %s\n", d.GetReason())
+	if d.StateLost {
+		fmt.Fprintf(c.stderr, "sandboxctl: note: the sandbox's Python state was lost: %s\n", d.Reason)
 	}
-	if d.GetStatus() == sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+	if d.Status == client.StatusOK {
 		return exitOK
 	}
-	msg := fmt.Sprintf("sandboxctl: %s: command %s ended with status %s", what, commandID, statusName(d.GetStatus()))
+	msg := fmt.Sprintf("sandboxctl: %s: command %s ended with status %s", what, commandID, d.Status)
 	if d.ExitCode != nil {
-		msg += fmt.Sprintf(" (exit code %d)", d.GetExitCode())
+		msg += fmt.Sprintf(" (exit code %d)", *d.ExitCode)
 	}
-	if r := d.GetReason(); r != "" && !d.GetStateLost() {
+	if r := d.Reason; r != "" && !d.StateLost {
 		msg += ": " + r
 	}
 	fmt.Fprintln(c.stderr, msg)
@@ -166,7 +159,7 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 func (c *cli) interrupt(sandboxID, commandID string, lastSeq int64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), interruptTimeout)
 	defer cancel()
-	if _, err := c.client.InterruptCommand(ctx, &sandboxv1.InterruptCommandRequest{SandboxId: sandboxID, CommandId: commandID}); err != nil {
+	if err := c.sandboxd.Interrupt(ctx, sandboxID, commandID); err != nil {
 		fmt.Fprintf(c.stderr, "sandboxctl: interrupted, but could not interrupt command %s: %s\n", commandID, c.describe(err))
 		return exitInterrupted
 	}

@@ -12,7 +12,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,13 +22,10 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // Exit statuses.
@@ -79,11 +75,11 @@ func main() {
 
 // cli carries what every command needs.
 type cli struct {
-	addr   string
-	client sandboxv1.SandboxServiceClient
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
+	addr     string
+	sandboxd *client.Client
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
 }
 
 // run executes one sandboxctl invocation and returns its exit status. ctx is
@@ -133,27 +129,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return usageErr(stderr, "", fmt.Errorf("unknown command %q (see sandboxctl help)", cmd))
 	}
 
-	transport := insecure.NewCredentials()
+	// The client's default message size already admits rich outputs
+	// (plots arrive inline and can be several MiB).
+	opts := []client.Option{client.WithToken(*token)}
 	if *useTLS || *caFile != "" {
-		var err error
-		if transport, err = tlsCredentials(*caFile); err != nil {
-			return usageErr(stderr, "", err)
+		cfg, err := client.TLSConfig(*caFile)
+		if err != nil {
+			return usageErr(stderr, "", fmt.Errorf("--ca %s: %v", *caFile, err))
 		}
+		opts = append(opts, client.WithTLS(cfg))
 	}
-	opts := []grpc.DialOption{
-		grpc.WithTransportCredentials(transport),
-		// Rich outputs (plots) arrive inline and can be several MiB.
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(sandboxv1.MaxMessageSize)),
-	}
-	if *token != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(*token)))
-	}
-	conn, err := grpc.NewClient(*addr, opts...)
+	sandboxd, err := client.Dial(*addr, opts...)
 	if err != nil {
+		// Dial's error names the address; say which flag set it instead.
+		if inner := errors.Unwrap(err); inner != nil {
+			err = inner
+		}
 		return usageErr(stderr, "", fmt.Errorf("--addr %q: %v", *addr, err))
 	}
-	defer conn.Close()
-	c := &cli{addr: *addr, client: sandboxv1.NewSandboxServiceClient(conn), stdin: stdin, stdout: stdout, stderr: stderr}
+	defer sandboxd.Close()
+	c := &cli{addr: *addr, sandboxd: sandboxd, stdin: stdin, stdout: stdout, stderr: stderr}
 	return fn(ctx, c, rest)
 }
 
@@ -180,12 +175,14 @@ func (c *cli) fail(what string, err error) int {
 }
 
 // describe turns an RPC error into the server's message, or for a transport
-// failure a hint that sandboxd is not reachable.
+// failure a hint that sandboxd is not reachable. The client's errors say
+// what the call was about; the command line says that already.
 func (c *cli) describe(err error) string {
-	st, ok := status.FromError(err)
-	if !ok {
+	var rpc interface{ GRPCStatus() *status.Status }
+	if !errors.As(err, &rpc) {
 		return err.Error()
 	}
+	st := rpc.GRPCStatus()
 	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection error") {
 		return fmt.Sprintf("cannot reach sandboxd at %s (is it running? set --addr or SANDBOXCTL_ADDR): %s", c.addr, st.Message())
 	}
@@ -223,30 +220,4 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 // rpcCtx bounds one unary call.
 func rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, rpcTimeout)
-}
-
-// bearerToken sends a token as "authorization: Bearer <token>" with every
-// call. Unlike grpc's oauth credentials it also works over plaintext, which
-// sandboxd allows on loopback (and on networks its operator trusts).
-type bearerToken string
-
-// GetRequestMetadata implements credentials.PerRPCCredentials.
-func (t bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(t)}, nil
-}
-
-// RequireTransportSecurity implements credentials.PerRPCCredentials.
-func (bearerToken) RequireTransportSecurity() bool { return false }
-
-// tlsCredentials verifies the server against caFile, or the system's CAs
-// when it is empty.
-func tlsCredentials(caFile string) (credentials.TransportCredentials, error) {
-	if caFile == "" {
-		return credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12}), nil
-	}
-	creds, err := credentials.NewClientTLSFromFile(caFile, "")
-	if err != nil {
-		return nil, fmt.Errorf("--ca %s: %v", caFile, err)
-	}
-	return creds, nil
 }

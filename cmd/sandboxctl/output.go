@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/sandboxd/sandboxd/client"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -96,25 +97,23 @@ type eventPrinter struct {
 	stdout, stderr io.Writer
 	// lastSeq is the last event seen, for resuming after a broken stream.
 	lastSeq int64
-	done    *sandboxv1.Done
+	done    *client.Done
 }
 
 // print handles one event.
-func (p *eventPrinter) print(ev *sandboxv1.ExecuteEvent) {
-	p.lastSeq = ev.GetSeq()
-	switch e := ev.GetEvent().(type) {
-	case *sandboxv1.ExecuteEvent_Stdout:
-		io.WriteString(p.stdout, e.Stdout.GetText())
-	case *sandboxv1.ExecuteEvent_Stderr:
-		io.WriteString(p.stderr, e.Stderr.GetText())
-	case *sandboxv1.ExecuteEvent_Display:
-		p.printBundle(e.Display.GetData())
-	case *sandboxv1.ExecuteEvent_Result:
-		p.printBundle(e.Result.GetData())
-	case *sandboxv1.ExecuteEvent_Error:
-		p.printError(e.Error)
-	case *sandboxv1.ExecuteEvent_Done:
-		p.done = e.Done
+func (p *eventPrinter) print(ev client.Event) {
+	p.lastSeq = ev.Seq
+	switch ev.Kind {
+	case client.KindStdout:
+		io.WriteString(p.stdout, ev.Text)
+	case client.KindStderr:
+		io.WriteString(p.stderr, ev.Text)
+	case client.KindDisplay, client.KindResult:
+		p.printBundle(ev.Data)
+	case client.KindError:
+		p.printError(ev.Error)
+	case client.KindDone:
+		p.done = ev.Done
 	}
 }
 
@@ -151,12 +150,12 @@ func (p *eventPrinter) printBundle(data map[string]string) {
 
 // printError prints a traceback as the interpreter would, or "ename: evalue"
 // when there is none.
-func (p *eventPrinter) printError(e *sandboxv1.Error) {
-	if len(e.GetTraceback()) == 0 {
-		fmt.Fprintf(p.stderr, "%s: %s\n", e.GetEname(), e.GetEvalue())
+func (p *eventPrinter) printError(e *client.ExecError) {
+	if len(e.Traceback) == 0 {
+		fmt.Fprintf(p.stderr, "%s: %s\n", e.Name, e.Value)
 		return
 	}
-	for _, line := range e.GetTraceback() {
+	for _, line := range e.Traceback {
 		io.WriteString(p.stderr, line)
 		if !strings.HasSuffix(line, "\n") {
 			io.WriteString(p.stderr, "\n")
@@ -183,9 +182,4 @@ func decodedLen(s string) int {
 		return len(b)
 	}
 	return len(s)
-}
-
-// statusName is the lower-case name of a command status ("timeout").
-func statusName(s sandboxv1.CommandStatus) string {
-	return strings.ToLower(strings.TrimPrefix(s.String(), "COMMAND_STATUS_"))
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/sandboxd/sandboxd/client"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -29,14 +30,14 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 
 	rctx, cancel := rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{Tenant: *tenant, UserId: *user, State: st})
+	sbs, err := c.sandboxd.List(rctx, client.ListFilter{Tenant: *tenant, UserID: *user, State: st})
 	if err != nil {
 		return c.fail("list", err)
 	}
 	if *asJSON {
-		err = writeJSONList(c.stdout, resp.GetSandboxes())
+		err = writeJSONList(c.stdout, sbs)
 	} else {
-		err = writeTable(c.stdout, resp.GetSandboxes())
+		err = writeTable(c.stdout, sbs)
 	}
 	if err != nil {
 		return c.fail("list", err)
@@ -69,11 +70,11 @@ func cmdInspect(ctx context.Context, c *cli, args []string) int {
 	}
 	rctx, cancel := rpcCtx(ctx)
 	defer cancel()
-	resp, err := c.client.GetSandbox(rctx, &sandboxv1.GetSandboxRequest{SandboxId: pos[0]})
+	sb, err := c.sandboxd.Get(rctx, pos[0])
 	if err != nil {
 		return c.fail("inspect "+pos[0], err)
 	}
-	if err := writeJSON(c.stdout, resp.GetSandbox()); err != nil {
+	if err := writeJSON(c.stdout, sb); err != nil {
 		return c.fail("inspect "+pos[0], err)
 	}
 	return exitOK
@@ -102,12 +103,12 @@ func cmdKill(ctx context.Context, c *cli, args []string) int {
 
 	if *user != "" {
 		rctx, cancel := rpcCtx(ctx)
-		resp, err := c.client.ListSandboxes(rctx, &sandboxv1.ListSandboxesRequest{Tenant: *tenant, UserId: *user})
+		sbs, err := c.sandboxd.List(rctx, client.ListFilter{Tenant: *tenant, UserID: *user})
 		cancel()
 		if err != nil {
 			return c.fail("kill --user "+*user, err)
 		}
-		for _, sb := range resp.GetSandboxes() {
+		for _, sb := range sbs {
 			ids = append(ids, sb.GetSandboxId())
 		}
 		if len(ids) == 0 {
@@ -123,7 +124,7 @@ func cmdKill(ctx context.Context, c *cli, args []string) int {
 			return exitInterrupted
 		}
 		rctx, cancel := rpcCtx(ctx)
-		_, err := c.client.DeleteSandbox(rctx, &sandboxv1.DeleteSandboxRequest{SandboxId: id})
+		err := c.sandboxd.Delete(rctx, id)
 		cancel()
 		if err != nil {
 			code = c.fail("kill "+id, err)

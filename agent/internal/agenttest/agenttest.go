@@ -10,9 +10,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent/llm"
 	"github.com/sandboxd/sandboxd/agent/loop"
-	"github.com/sandboxd/sandboxd/agent/sandbox"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/client"
 )
 
 // New returns an agent talking to the sandboxd at sandboxdAddr and the
@@ -25,7 +25,7 @@ func New(t testing.TB, sandboxdAddr, modelURL string) (*loop.Agent, *session.Sto
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	sbc, err := sandbox.Dial(sandboxdAddr, "")
+	sbc, err := client.Dial(sandboxdAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

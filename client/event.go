@@ -1,4 +1,4 @@
-package sandbox
+package client
 
 import (
 	"strings"
@@ -35,10 +35,15 @@ const (
 	StatusUnknown     Status = "unknown"
 )
 
-// Event is one event of a command.
+// Event is one event of a command, decoded from the API's ExecuteEvent so
+// that callers switch on Kind rather than on protobuf oneof wrappers.
 type Event struct {
-	// Seq numbers the command's events from 1.
+	// Seq numbers the command's events from 1, without gaps: resuming
+	// after the last Seq received loses and repeats nothing.
 	Seq int64
+	// CommandID is the command the event belongs to (sandboxd's own when
+	// the caller left Command.ID empty).
+	CommandID string
 	// Kind says which of the fields below is set.
 	Kind Kind
 	// Text is a stdout or stderr chunk.
@@ -91,6 +96,10 @@ type Done struct {
 	Files []File
 	// Duration is the command's wall time.
 	Duration time.Duration
+	// OutputTruncated is true when the output passed sandboxd's cap and
+	// the rest was dropped (Reason says how much); the command ran to its
+	// end.
+	OutputTruncated bool
 }
 
 // File is a file under /workspace.
@@ -109,7 +118,8 @@ type Output struct {
 	Data map[string]string
 }
 
-// Outcome collects a command's events.
+// Outcome collects a command's events, for callers that want the result
+// rather than the stream.
 type Outcome struct {
 	// Stdout and Stderr are the concatenated streams.
 	Stdout, Stderr string
@@ -147,7 +157,7 @@ var statuses = map[sandboxv1.CommandStatus]Status{
 // fromProto converts an API event; false for an event kind this client does
 // not know (a newer server), which is skipped.
 func fromProto(pe *sandboxv1.ExecuteEvent) (Event, bool) {
-	ev := Event{Seq: pe.GetSeq()}
+	ev := Event{Seq: pe.GetSeq(), CommandID: pe.GetCommandId()}
 	switch e := pe.GetEvent().(type) {
 	case *sandboxv1.ExecuteEvent_Started:
 		ev.Kind = KindStarted
@@ -167,7 +177,8 @@ func fromProto(pe *sandboxv1.ExecuteEvent) (Event, bool) {
 		if !ok {
 			st = StatusUnknown
 		}
-		d := &Done{Status: st, StateLost: e.Done.GetStateLost(), Reason: e.Done.GetReason(), Duration: e.Done.GetDuration().AsDuration()}
+		d := &Done{Status: st, StateLost: e.Done.GetStateLost(), Reason: e.Done.GetReason(),
+			Duration: e.Done.GetDuration().AsDuration(), OutputTruncated: e.Done.GetOutputTruncated()}
 		if e.Done.ExitCode != nil {
 			code := e.Done.GetExitCode()
 			d.ExitCode = &code

@@ -1,4 +1,4 @@
-package sandbox
+package client
 
 import (
 	"context"
@@ -21,9 +21,10 @@ type Command struct {
 	SandboxID string
 	// ID is the command's idempotency key, chosen (and stored) by the caller
 	// before the command is sent, so that after a crash the same ID resumes
-	// the command instead of running it again.
+	// the command instead of running it again. Empty lets sandboxd choose
+	// one (Event.CommandID), which Run cannot resume.
 	ID string
-	// Language is "python" or "bash".
+	// Language is "python" or "bash"; empty means python.
 	Language string
 	// Code is the source.
 	Code string
@@ -31,14 +32,23 @@ type Command struct {
 	Timeout time.Duration
 }
 
-// Run sends cmd and calls fn for each of its events, in order and without
-// duplicates, until the command is done; it returns the collected outcome.
+func (cmd Command) request() *sandboxv1.ExecuteRequest {
+	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code}
+	if cmd.Timeout > 0 {
+		req.Timeout = durationpb.New(cmd.Timeout)
+	}
+	return req
+}
+
+// Run sends cmd and calls fn (if not nil) for each of its events, in order
+// and without duplicates, until the command is done; it returns the
+// collected outcome.
 //
 // With resume, the command may already have been sent (by an earlier process
 // that crashed): its stream is resumed by ID with StreamCommand, and the
 // command is sent only if sandboxd has never seen it. Either way it never
-// runs twice. A stream broken by a sandboxd restart is resumed after the
-// last event received.
+// runs twice. A stream broken by a dropped connection or a sandboxd restart
+// is resumed after the last event received, for up to two minutes.
 //
 // Errors wrap ErrGone when the sandbox was removed or died, and
 // ErrCommandLost when the output was pruned; on such errors the outcome
@@ -54,11 +64,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 		var stream grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]
 		var err error
 		if execute {
-			req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code}
-			if cmd.Timeout > 0 {
-				req.Timeout = durationpb.New(cmd.Timeout)
-			}
-			stream, err = c.api.Execute(ctx, req)
+			stream, err = c.api.Execute(ctx, cmd.request())
 		} else {
 			stream, err = c.api.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, AfterSeq: last})
 		}
@@ -84,12 +90,12 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 				retriedExecute, execute = true, true
 				continue
 			}
-			return out, fmt.Errorf("%w: command %s in sandbox %s: %v", ErrCommandLost, cmd.ID, cmd.SandboxID, rpcError(err))
+			return out, fmt.Errorf("%w: command %s in sandbox %s: %v", ErrCommandLost, cmd.ID, cmd.SandboxID, fromGRPC(err))
 		case codes.FailedPrecondition:
 			if cerr := c.Check(ctx, cmd.SandboxID); errors.Is(cerr, ErrGone) {
 				return out, cerr
 			}
-			return out, fmt.Errorf("command %s: %w", cmd.ID, rpcError(err))
+			return out, fmt.Errorf("command %s: %w", cmd.ID, fromGRPC(err))
 		case codes.Unavailable, codes.Aborted:
 			// sandboxd restarting, or a broken connection: resume after the
 			// last event received, for a while.
@@ -97,7 +103,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 				deadline = time.Now().Add(c.retryFor)
 			}
 			if time.Now().After(deadline) {
-				return out, fmt.Errorf("command %s: sandboxd unreachable for %v: %w", cmd.ID, c.retryFor, rpcError(err))
+				return out, fmt.Errorf("command %s: sandboxd unreachable for %v: %w", cmd.ID, c.retryFor, fromGRPC(err))
 			}
 			select {
 			case <-ctx.Done():
@@ -106,7 +112,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 			}
 			backoff = min(2*backoff, 2*time.Second)
 		default:
-			return out, fmt.Errorf("command %s: %w", cmd.ID, rpcError(err))
+			return out, fmt.Errorf("command %s: %w", cmd.ID, fromGRPC(err))
 		}
 	}
 }
@@ -140,4 +146,63 @@ func (c *Client) drain(stream grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]
 			return nil
 		}
 	}
+}
+
+// Stream is one command's events as they arrive, without Run's resumption:
+// for callers that show a stream as it is and let a person decide what to
+// do when it breaks (sandboxctl), or that measure it (sandbox-bench).
+type Stream struct {
+	s grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]
+}
+
+// Recv returns the next event; io.EOF after the last one (normally the done
+// event). Event kinds this client does not know (from a newer sandboxd) are
+// skipped. Cancel the context the stream was opened with to abandon it.
+func (s *Stream) Recv() (Event, error) {
+	for {
+		pe, err := s.s.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return Event{}, io.EOF
+			}
+			return Event{}, fromGRPC(err)
+		}
+		if ev, ok := fromProto(pe); ok {
+			return ev, nil
+		}
+	}
+}
+
+// Execute sends cmd once and returns its stream. Like sandboxd's Execute it
+// is idempotent by cmd.ID: a known ID runs nothing and replays that
+// command's events. Ending the stream early does not stop the command.
+func (c *Client) Execute(ctx context.Context, cmd Command) (*Stream, error) {
+	s, err := c.api.Execute(ctx, cmd.request())
+	if err != nil {
+		return nil, fromGRPC(err)
+	}
+	return &Stream{s: s}, nil
+}
+
+// StreamCommand follows a command that was sent earlier, from the event
+// after afterSeq (0: from the start), until it is done. ErrNotFound (from
+// Recv) when the command is unknown or its output was pruned.
+func (c *Client) StreamCommand(ctx context.Context, sandboxID, commandID string, afterSeq int64) (*Stream, error) {
+	s, err := c.api.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: sandboxID, CommandId: commandID, AfterSeq: afterSeq})
+	if err != nil {
+		return nil, fromGRPC(err)
+	}
+	return &Stream{s: s}, nil
+}
+
+// Interrupt asks sandboxd to interrupt a command, like Ctrl-C: Python gets
+// KeyboardInterrupt and keeps its variables; a command that ignores it is
+// killed 2 seconds later. The outcome arrives on the command's stream.
+// Interrupting a finished command succeeds and does nothing.
+func (c *Client) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	_, err := c.api.InterruptCommand(ctx, &sandboxv1.InterruptCommandRequest{SandboxId: sandboxID, CommandId: commandID})
+	if err != nil {
+		return fmt.Errorf("interrupting command %s: %w", commandID, fromGRPC(err))
+	}
+	return nil
 }
