@@ -6,7 +6,11 @@
 //
 // The driver never dies from anything the user's code does: the code runs in
 // child processes it supervises, and every failure of theirs becomes an
-// event.
+// event. Every command it takes ends with a done event, also when /io is
+// full: what it stores is bounded by an out budget, and a reserve keeps
+// room for done (budget.go). Output framing between the Python kernel and
+// the driver carries a per-kernel secret, so output cannot spoof it
+// (output.go).
 package driver
 
 import (
