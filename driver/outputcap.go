@@ -85,17 +85,16 @@ func (d *Driver) emitBundle(ev *eventsFile, typ string, data map[string]string) 
 			}
 			return
 		}
-		if plain, ok := data["text/plain"]; ok {
-			// Past the cap, a result keeps a bounded text/plain (the
-			// kernel sends at most 1 MiB of it).
-			ev.dropped += size - int64(len(plain))
-			if len(plain) > 4<<10 {
-				ev.dropped += int64(len(plain) - 4<<10)
-				plain = jsonPrefix(plain, 4<<10) + "…[truncated]"
-			}
-			data = map[string]string{"text/plain": plain}
-			size = jsonLen(plain)
+		// Past the cap, a result keeps a bounded text/plain (the kernel
+		// sends at most 1 MiB of it).
+		plain := data["text/plain"]
+		ev.dropped += max(size-int64(len(plain)), 0)
+		if len(plain) > 4<<10 {
+			ev.dropped += int64(len(plain) - 4<<10)
+			plain = jsonPrefix(plain, 4<<10) + "…[truncated]"
 		}
+		data = map[string]string{"text/plain": plain}
+		size = jsonLen(plain)
 	}
 	ev.output += size
 	d.emit(ev, &ioproto.Event{Type: typ, Data: data})
