@@ -201,7 +201,7 @@ func (d *Driver) ensureReserve() {
 		return
 	}
 	path := filepath.Join(d.outDir, ioproto.ReserveFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		d.log.Warn("cannot create the /io reserve", "err", err)
 		return

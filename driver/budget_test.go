@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,14 +158,7 @@ func TestIOFullAnswersCommands(t *testing.T) {
 // the driver's back: creating the command's events file fails with ENOSPC,
 // and the driver answers it from its reserve. Needs root, to mount.
 func TestIOFullUsesReserve(t *testing.T) {
-	io := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", io).CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs: %v: %s", err, out)
-		}
-		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", io).Run() })
+	io := mountTmpfs(t, 8<<20)
 	// statfs would see the junk; this test is about a write failing when
 	// the free-space check did not foresee it.
 	lying := func(d *Driver) {
@@ -184,20 +178,7 @@ func TestIOFullUsesReserve(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.submit("victim", "bash", "echo should not run > ran.txt")
-	junk, err := os.Create(filepath.Join(io, "junk"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 64<<10)
-	for n := len(buf); n > 0; {
-		if _, err := junk.Write(buf[:n]); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			n /= 2
-		}
-	}
-	junk.Close()
+	fillUp(t, filepath.Join(io, "junk"))
 	h = startDriver(t, io, lying)
 	d := lastEvent(t, h.wait("victim"))
 	if d.Status != ioproto.StatusError || !strings.Contains(d.Reason, "/io is full") {
@@ -209,6 +190,104 @@ func TestIOFullUsesReserve(t *testing.T) {
 	var st ioproto.DriverStatus
 	if err := ioproto.ReadJSONFile(filepath.Join(io, ioproto.DriverStatusFile), &st); err != nil || st.Health != ioproto.HealthIOFull {
 		t.Fatalf("driver status %+v (%v), want io_full", st, err)
+	}
+}
+
+// TestFinishUsesReserve: when a running command's done cannot be written
+// for lack of space and nothing can be pruned, the reserve makes room.
+func TestFinishUsesReserve(t *testing.T) {
+	io := mountTmpfs(t, 8<<20)
+	d, err := New(Config{IODir: io, Workspace: t.TempDir(), Logger: slog.New(slog.NewTextHandler(io2testLog{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.setupBudget()
+	ev, err := createEvents(d.outDir, "c1", "bash", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// End the events file at a block boundary, so done needs a new block.
+	pad := (blockSize - ev.size%blockSize - int64(len(`{"seq":2,"type":"stdout","text":""}`+"\n"))) % blockSize
+	if pad < 0 {
+		pad += blockSize
+	}
+	d.emit(ev, &ioproto.Event{Type: ioproto.EventStdout, Text: strings.Repeat("x", int(pad))})
+	if ev.size%blockSize != 0 {
+		t.Fatalf("events file is %d bytes; the test wants a block boundary", ev.size)
+	}
+	fillUp(t, filepath.Join(io, "junk"))
+	if err := d.finish(ev, &ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusOK, Time: time.Now()}); err != nil {
+		t.Fatalf("finish on a full /io: %v", err)
+	}
+	ev.close()
+	evs := readEventsFile(t, filepath.Join(d.outDir, "c1.events"))
+	if len(evs) != 3 || evs[2].Type != ioproto.EventDone {
+		t.Fatalf("events: %+v", evs)
+	}
+	if _, err := os.Stat(filepath.Join(d.outDir, ioproto.ReserveFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the reserve is still there (%v); done should have needed it", err)
+	}
+	var st ioproto.DriverStatus
+	if err := ioproto.ReadJSONFile(filepath.Join(io, ioproto.DriverStatusFile), &st); err != nil || st.Health != ioproto.HealthIOFull {
+		t.Fatalf("driver status %+v (%v), want io_full", st, err)
+	}
+}
+
+// TestTornLineIsCutOff: an event that a full volume cut short is removed,
+// so the next one starts on a line of its own.
+func TestTornLineIsCutOff(t *testing.T) {
+	io := mountTmpfs(t, 4<<20)
+	ev, err := createEvents(io, "c1", "bash", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillUp(t, filepath.Join(io, "junk"))
+	// Bigger than what is left in the file's last block.
+	err = ev.emit(&ioproto.Event{Type: ioproto.EventStdout, Text: strings.Repeat("y", 64<<10)})
+	if !isNoSpace(err) {
+		t.Fatalf("emit on a full volume: %v", err)
+	}
+	if err := ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusOK}); err != nil {
+		t.Fatal(err)
+	}
+	ev.close()
+	evs := readEventsFile(t, filepath.Join(io, "c1.events"))
+	if len(evs) != 2 || evs[1].Type != ioproto.EventDone || evs[1].Seq != 2 {
+		t.Fatalf("events after a torn write: %+v", evs)
+	}
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a temporary directory. It
+// needs root; the test is skipped otherwise (and fails in CI).
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+strconv.FormatInt(size, 10), "tmpfs", dir).CombinedOutput(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount tmpfs: %v: %s", err, out)
+		}
+		t.Skipf("cannot mount a tmpfs (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fillUp writes path until its volume is full, to the last byte.
+func fillUp(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for n := len(buf); n > 0; {
+		if _, err := f.Write(buf[:n]); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			n /= 2
+		}
 	}
 }
 

@@ -94,6 +94,27 @@ func TestDriverOutputBudget(t *testing.T) {
 			}
 			out := filepath.Join(b.io, ioproto.OutDir)
 			var peakOut, peakVolume int64
+			// Sample the volume's use while the commands run, to see the
+			// peak (a measurement only; nothing waits on it).
+			sampled := make(chan int64)
+			stopSampling := make(chan struct{})
+			go func() {
+				var peak int64
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					var st syscall.Statfs_t
+					if syscall.Statfs(b.io, &st) == nil {
+						peak = max(peak, int64(st.Blocks-st.Bfree)*st.Bsize)
+					}
+					select {
+					case <-tick.C:
+					case <-stopSampling:
+						sampled <- peak
+						return
+					}
+				}
+			}()
 			start := time.Now()
 			for i := range 10 {
 				id := b.submit("bash", "head -c 16777216 /dev/zero", 0)
@@ -112,6 +133,11 @@ func TestDriverOutputBudget(t *testing.T) {
 				}
 			}
 			flood := time.Since(start)
+			close(stopSampling)
+			peakVolume = max(peakVolume, <-sampled)
+			if peakVolume > st.OutBudget+8<<20 {
+				t.Fatalf("/io peaked at %d bytes; the out budget is %d", peakVolume, st.OutBudget)
+			}
 			start = time.Now()
 			id := b.submit("python", "print(1)", 0)
 			evs := b.untilWithin(id, "done of print(1) after the flood", 15*time.Second, isDone)
@@ -159,13 +185,36 @@ func TestDriverIOFull(t *testing.T) {
 			if err := os.Remove(junk); err != nil {
 				t.Fatal(err)
 			}
-			evs = b.untilWithin(b.submit("python", "print(1)", 0), "done once /io has room", 15*time.Second, isDone)
-			expectStatus(t, evs, ioproto.StatusOK, false)
-			if got := stdout(evs); got != "1\n" {
-				t.Fatalf("print(1) printed %q", got)
+			b.expectHealthy()
+
+			// Sandboxed code runs as the driver's user and may fill /io
+			// itself, while it runs: it still gets its done, the next
+			// command is answered without running, and the sandbox says it
+			// is unhealthy.
+			fill := "with open('/io/junk', 'wb', buffering=0) as f:\n    try:\n        while True:\n            f.write(b'x' * 65536)\n    except OSError as e:\n        print('filled', e.errno)\n    try:\n        while True:\n            f.write(b'x')\n    except OSError:\n        pass\nprint('after')"
+			evs = b.untilWithin(b.submit("python", fill, 0), "done of a command that fills /io", 15*time.Second, isDone)
+			d = done(t, evs)
+			if d.Status != ioproto.StatusOK {
+				t.Fatalf("the filling command: %s", dump(evs))
 			}
-			if st := b.driverStatus(); st.Health != ioproto.HealthOK {
-				t.Fatalf("driver status %+v, want health ok again", st)
+			t.Logf("the command that filled /io: %s", dump(evs))
+			evs = b.untilWithin(b.submit("bash", "echo ran > ran.txt", 0), "done of a command after /io was filled", 15*time.Second, isDone)
+			d = expectStatus(t, evs, ioproto.StatusError, false)
+			if !strings.HasPrefix(d.Reason, "/io is full") {
+				t.Fatalf("after the fill: %s", dump(evs))
+			}
+			if st := b.driverStatus(); st.Health != ioproto.HealthIOFull {
+				t.Fatalf("driver status %+v, want health io_full", st)
+			}
+			// Removed from inside: gVisor keeps its own handle on a file
+			// its sandbox wrote, so removing it from the host would not
+			// free the space while the sandbox runs.
+			if out, err := exec.Command("docker", "exec", b.container, "rm", "/io/junk").CombinedOutput(); err != nil {
+				t.Fatalf("remove /io/junk: %v: %s", err, out)
+			}
+			b.expectHealthy()
+			if _, err := os.Stat(filepath.Join(b.io, ioproto.OutDir, ioproto.ReserveFile)); err != nil {
+				t.Fatalf("the reserve was not re-created: %v", err)
 			}
 		})
 	}
@@ -272,5 +321,19 @@ func TestDriverForgedSyncMarkers(t *testing.T) {
 				t.Fatalf("the next command printed %q", got)
 			}
 		})
+	}
+}
+
+// expectHealthy runs print(1), which must work, and then finds the
+// driver healthy.
+func (b *box) expectHealthy() {
+	b.t.Helper()
+	evs := b.untilWithin(b.submit("python", "print(1)", 0), "done once /io has room", 15*time.Second, isDone)
+	expectStatus(b.t, evs, ioproto.StatusOK, false)
+	if got := stdout(evs); got != "1\n" {
+		b.t.Fatalf("print(1) printed %q", got)
+	}
+	if st := b.driverStatus(); st.Health != ioproto.HealthOK {
+		b.t.Fatalf("driver status %+v, want health ok again", st)
 	}
 }
