@@ -317,7 +317,7 @@ func (d *Driver) emit(ev *eventsFile, e *ioproto.Event) {
 	if isNoSpace(err) && ev.ioErr == nil {
 		ev.ioErr = err
 		ev.dropped += max(int64(len(e.Text)), 1)
-		d.setHealth(ioproto.HealthIOFull, "/io is full: "+err.Error())
+		d.setHealth(ioproto.HealthIOFull, "/io is full: cannot write the events of command "+ev.id+" ("+errnoText(err)+")")
 	}
 	if d.log != nil {
 		d.log.Error("write event", "command_id", ev.id, "type", e.Type, "err", err)
