@@ -43,6 +43,7 @@ type boxOptions struct {
 	runtime string   // "" for the engine default (runc)
 	env     []string // extra environment, e.g. SANDBOX_WAKE=poll
 	pids    int      // pids limit; 0 for 256
+	ioBytes int64    // > 0: /io is a tmpfs of this size, like a size-limited volume
 }
 
 // box is one sandbox container and its host-side /io and /workspace.
@@ -65,6 +66,9 @@ func startBox(t *testing.T, opts boxOptions) *box {
 		if err := os.Chown(d, 1000, 1000); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if opts.ioBytes > 0 {
+		mountIOVolume(t, b.io, opts.ioBytes)
 	}
 	if err := os.WriteFile(filepath.Join(b.io, ioproto.StdinFile), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -154,6 +158,12 @@ func (b *box) readEvents(id string) []ioproto.Event {
 // until waits, woken by inotify on /io/out, until cond holds for the
 // command's events, and returns them.
 func (b *box) until(id string, what string, cond func([]ioproto.Event) bool) []ioproto.Event {
+	b.t.Helper()
+	return b.untilWithin(id, what, waitLimit, cond)
+}
+
+// untilWithin is until with a bound of its own.
+func (b *box) untilWithin(id string, what string, waitLimit time.Duration, cond func([]ioproto.Event) bool) []ioproto.Event {
 	b.t.Helper()
 	w, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -6,7 +6,11 @@
 //
 // The driver never dies from anything the user's code does: the code runs in
 // child processes it supervises, and every failure of theirs becomes an
-// event.
+// event. Every command it takes ends with a done event, also when /io is
+// full: what it stores is bounded by an out budget, and a reserve keeps
+// room for done (budget.go). Output framing between the Python kernel and
+// the driver carries a per-kernel secret, so output cannot spoof it
+// (output.go).
 package driver
 
 import (
@@ -16,7 +20,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -37,8 +43,14 @@ type Config struct {
 	// killed.
 	Grace time.Duration
 	// MaxOutput caps the bytes of output and rich data one command may
-	// emit; the rest is discarded with a notice. 0 means no cap.
+	// emit, counted as stored (after JSON escaping, artifacts included);
+	// the rest is discarded with a notice. It is lowered when it does not
+	// fit the out budget; 0 means the most the budget allows.
 	MaxOutput int64
+	// OutBudget bounds the bytes /io/out takes on disk: retained commands,
+	// the running command's worst case and the reserve (budget.go). 0 means
+	// half of the /io file system's size, at most 1 GiB.
+	OutBudget int64
 	// KeepMin, KeepMax and MaxAge set the pruning of old commands' files.
 	KeepMin, KeepMax int
 	MaxAge           time.Duration
@@ -110,6 +122,17 @@ type Driver struct {
 
 	statusMu sync.Mutex
 	status   ioproto.DriverStatus
+	// statusStale is set while the last write of status failed.
+	statusStale bool
+
+	// Disk accounting (budget.go): budget and maxOutput are fixed at
+	// start; outUsed, the disk bytes of the finished commands' files, is
+	// guarded by mu; reserveHeld is the executor's.
+	budget, maxOutput int64
+	outUsed           int64
+	reserveHeld       int64
+	// statfsHook replaces statfs in tests.
+	statfsHook func(dir string) (free, total int64, err error)
 }
 
 type queued struct {
@@ -159,6 +182,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d.setupBudget()
 	w := newWaker(d.cfg.Wake, d.cfg.IODir, d.stdinPath, d.log)
 	defer w.close()
 	d.updateStatus(func(s *ioproto.DriverStatus) { s.Wake = w.mode() })
@@ -232,6 +256,11 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		return 0, fmt.Errorf("list %s: %w", d.outDir, err)
 	}
 	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".tmp-") {
+			// A file a previous driver was writing when it died.
+			os.Remove(filepath.Join(d.outDir, e.Name()))
+			continue
+		}
 		id, ok := ioproto.CommandIDFromEventsFile(e.Name())
 		if !ok {
 			continue
@@ -253,6 +282,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		ev.close()
 	}
 	d.finished = finishedFrom(entries)
+	for _, c := range d.finished {
+		d.outUsed += c.bytes
+	}
 	if d.status.Boot > 1 && st.Offset > 0 {
 		d.lostReason = "the sandbox restarted since the previous command; Python globals defined before are gone"
 	}
@@ -397,7 +429,10 @@ func (d *Driver) updateStatus(change func(*ioproto.DriverStatus)) {
 	d.statusMu.Lock()
 	defer d.statusMu.Unlock()
 	change(&d.status)
+	d.statusStale = false
 	if err := ioproto.WriteJSONFileAtomic(filepath.Join(d.cfg.IODir, ioproto.DriverStatusFile), d.status, 0o644); err != nil {
+		// Retried with the next change of health.
+		d.statusStale = true
 		d.log.Error("write driver status", "err", err)
 	}
 }
@@ -417,10 +452,13 @@ func (d *Driver) execute(ctx context.Context) {
 		}
 	}()
 	for {
-		for {
-			q, ev, run := d.take()
+		for d.hasQueued() {
+			// Room first: pruning, the next command's caps, or the verdict
+			// that /io is too full to run it.
+			lim, ok, why := d.makeRoom()
+			q, ev, run := d.take(lim, ok, why)
 			if ev == nil {
-				break
+				continue
 			}
 			d.run(ctx, q.rec, ev, run.interrupt)
 			ev.close()
@@ -445,23 +483,48 @@ func (d *Driver) execute(ctx context.Context) {
 	}
 }
 
+func (d *Driver) hasQueued() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.queue) > 0
+}
+
 // take starts the next queued command: it creates its events file, which
 // from then on marks it as taken, and only then lets the saved offset pass it.
-func (d *Driver) take() (queued, *eventsFile, *running) {
+// When /io has no room (roomOK false, or creating the file fails for lack
+// of space even after pruning), the command is answered at once with a done
+// event saying so, and take returns no command.
+func (d *Driver) take(lim limits, roomOK bool, why string) (queued, *eventsFile, *running) {
 	d.mu.Lock()
 	// The state file may lag: a record after its offset whose events file
 	// exists is never run again. Saving it while the command runs keeps its
 	// temp file and rename off the command's path.
 	defer func() { go d.saveState() }()
 	defer d.mu.Unlock()
-	for len(d.queue) > 0 {
+	if len(d.queue) > 0 {
 		q := d.queue[0]
 		d.queue = d.queue[1:]
-		ev, err := createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
-		if err != nil {
-			d.log.Error("cannot start command; skipping it", "command_id", q.rec.CommandID, "err", err)
-			continue
+		if !roomOK {
+			d.answerNotRunLocked(q.rec, "/io is full: "+why)
+			return queued{}, nil, nil
 		}
+		ev, err := createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+		if isNoSpace(err) {
+			d.removeFiles(d.selectLocked(func(int64) bool { return true }))
+			ev, err = createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+		}
+		switch {
+		case errors.Is(err, errExists):
+			d.log.Warn("skipping a command that already has output", "command_id", q.rec.CommandID)
+			return queued{}, nil, nil
+		case isNoSpace(err):
+			d.answerNotRunLocked(q.rec, "/io is full: cannot create the command's events file ("+errnoText(err)+")")
+			return queued{}, nil, nil
+		case err != nil:
+			d.answerNotRunLocked(q.rec, "cannot create the command's events file: "+err.Error())
+			return queued{}, nil, nil
+		}
+		ev.lim = lim
 		d.running = &running{id: q.rec.CommandID, interrupt: make(chan struct{}, 1)}
 		return q, ev, d.running
 	}
@@ -483,7 +546,7 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 		// The driver is stopping; the next start reports the command.
 		return
 	}
-	truncated := outputTruncation(ev, d.cfg.MaxOutput)
+	truncated := outputTruncation(ev, d.outputCap(ev))
 	done := &ioproto.Event{
 		Type:            ioproto.EventDone,
 		Status:          res.status,
@@ -495,7 +558,7 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 		Files:           ws.changed(ioproto.MaxFiles),
 		Time:            time.Now().UTC(),
 	}
-	if err := ev.emit(done); err != nil {
+	if err := d.finish(ev, done); err != nil {
 		d.log.Error("write done event", "command_id", rec.CommandID, "err", err)
 	}
 	d.log.Info("command finished", "command_id", rec.CommandID, "language", rec.Language, "status", res.status, "duration_ms", done.DurationMS, "state_lost", res.stateLost)
@@ -507,4 +570,74 @@ type outcome struct {
 	reason    string
 	stateLost bool
 	exitCode  *int
+}
+
+// finish writes a command's done event, which must not be lost: when /io
+// is full it prunes every finished command's files, and then releases the
+// reserve, before it gives up. The done line is kept under maxDoneLine by
+// shortening its list of changed files.
+func (d *Driver) finish(ev *eventsFile, done *ioproto.Event) error {
+	for len(done.Files) > 0 {
+		line, err := ioproto.EncodeEvent(done)
+		if err != nil || len(line) <= maxDoneLine {
+			break
+		}
+		done.Files = done.Files[:len(done.Files)/2]
+	}
+	err := ev.emit(done)
+	if !isNoSpace(err) {
+		return err
+	}
+	d.mu.Lock()
+	doomed := d.selectLocked(func(int64) bool { return true })
+	d.mu.Unlock()
+	d.removeFiles(doomed)
+	if err = ev.emit(done); !isNoSpace(err) {
+		return err
+	}
+	if d.releaseReserve() {
+		d.setHealth(ioproto.HealthIOFull, "/io is full: the driver used its reserve to finish command "+ev.id)
+		err = ev.emit(done)
+	}
+	return err
+}
+
+// answerNotRunLocked answers a command that will not run with started and
+// a done event with status error and the reason, using the reserve when
+// /io is full. d.mu is held.
+func (d *Driver) answerNotRunLocked(rec ioproto.Record, reason string) {
+	id := rec.CommandID
+	ev, err := createEvents(d.outDir, id, rec.Language, time.Now())
+	if isNoSpace(err) && d.releaseReserve() {
+		ev, err = createEvents(d.outDir, id, rec.Language, time.Now())
+	}
+	if strings.HasPrefix(reason, "/io is full") || isNoSpace(err) {
+		// After the reserve's release, so the status has room too.
+		d.setHealth(ioproto.HealthIOFull, reason)
+	}
+	if err != nil {
+		// Nothing can be written to /io/out at all.
+		d.log.Error("cannot start command, nor answer it", "command_id", id, "reason", reason, "err", err)
+		return
+	}
+	defer d.noteFinishedLocked(ev)
+	defer ev.close()
+	d.log.Error("command not run", "command_id", id, "reason", reason)
+	done := &ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusError, Time: time.Now().UTC(),
+		Reason: reason + "; the command was not run"}
+	if err := ev.emit(done); isNoSpace(err) && d.releaseReserve() {
+		err = ev.emit(done)
+	} else if err != nil {
+		d.log.Error("write done event", "command_id", id, "err", err)
+	}
+}
+
+// errnoText is the system error inside err ("no space left on device"),
+// without the host-specific path around it.
+func errnoText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
 }

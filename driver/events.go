@@ -21,11 +21,26 @@ type eventsFile struct {
 	seq int64
 	// done is set once the done event is written; nothing may follow it.
 	done bool
-	// output counts the bytes of output and rich data emitted, against the
-	// driver's per-command cap; dropped counts what the cap discarded.
+	// output counts the bytes of output and rich data emitted as stored
+	// (JSON-escaped in event lines, or in artifact files), against the
+	// command's output cap; dropped counts what the caps discarded.
 	output, dropped int64
+	// lim holds the command's caps; zero values mean the driver's defaults
+	// (output) and no bound (disk).
+	lim limits
+	// size is the length of the file's complete lines; written adds the
+	// artifacts' sizes, for the disk accounting.
+	size, written int64
+	// ioErr is the first write that failed for lack of space: output is
+	// then dropped and done says so.
+	ioErr error
 	// artifacts are the artifact files written for this command.
 	artifacts []string
+}
+
+// diskBytes is what the command's files take on disk, in whole blocks.
+func (w *eventsFile) diskBytes() int64 {
+	return diskSize(w.size) + (w.written - w.size) + int64(len(w.artifacts))*blockSize
 }
 
 // errExists reports that a command already has an events file, which under
@@ -98,6 +113,7 @@ func openEvents(dir, id string) (*eventsFile, bool, error) {
 		}
 	}
 	w.done = sawDone
+	w.size, w.written = end, end
 	return w, sawDone, nil
 }
 
@@ -114,9 +130,17 @@ func (w *eventsFile) emit(e *ioproto.Event) error {
 	if err != nil {
 		return err
 	}
-	if _, err := w.f.Write(line); err != nil {
+	if n, err := w.f.Write(line); err != nil {
+		if n > 0 {
+			// A torn line would glue the next event to it: cut it off.
+			if terr := w.f.Truncate(w.size); terr != nil {
+				return fmt.Errorf("%w (and the torn line could not be cut off: %v)", err, terr)
+			}
+		}
 		return err
 	}
+	w.size += int64(len(line))
+	w.written += int64(len(line))
 	w.seq = e.Seq
 	if e.Type == ioproto.EventDone {
 		w.done = true
@@ -148,6 +172,7 @@ func (w *eventsFile) spill(e *ioproto.Event) error {
 		}
 		e.Refs[mime] = name
 		w.artifacts = append(w.artifacts, name)
+		w.written += int64(len(content))
 		delete(e.Data, mime)
 	}
 	return nil

@@ -33,6 +33,11 @@ type kernelMsg struct {
 	Status    string            `json:"status"`
 }
 
+// kernelHello is the first line the kernel reads from fd 3.
+type kernelHello struct {
+	Nonce string `json:"nonce"`
+}
+
 // kernelRequest is a request to the Python kernel (fd 3).
 type kernelRequest struct {
 	ID   string `json:"id"`
@@ -86,8 +91,14 @@ func newKernelLauncher(python, workspace string, log *slog.Logger) (*kernelLaunc
 	return &kernelLauncher{python: python, workspace: workspace, script: script, log: log}, nil
 }
 
-// start launches a kernel and waits until it says it is ready.
+// start launches a kernel and waits until it says it is ready. The first
+// line on the kernel's control pipe is its hello, {"nonce": …}, the secret
+// part of its sync markers (output.go).
 func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
+	nonce, err := newNonce()
+	if err != nil {
+		return nil, fmt.Errorf("kernel: nonce: %w", err)
+	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -123,6 +134,10 @@ func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
 	}
 	// The child holds its own copies; the driver keeps only its ends.
 	closeAll(outW, errW, ctrlR, msgW)
+	hello, _ := json.Marshal(kernelHello{Nonce: nonce})
+	// The pipe is empty: a short line cannot block. A kernel that died
+	// already is noticed below.
+	_, _ = ctrlW.Write(append(hello, '\n'))
 
 	k := &kernel{
 		cmd:    cmd,
@@ -135,8 +150,8 @@ func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
 		stop:   make(chan struct{}),
 		log:    l.log,
 	}
-	go (&outputReader{stream: "stdout", markers: true, out: k.output, stop: k.stop}).pump(outR)
-	go (&outputReader{stream: "stderr", markers: true, out: k.output, stop: k.stop}).pump(errR)
+	go (&outputReader{stream: "stdout", markers: true, nonce: nonce, out: k.output, stop: k.stop}).pump(outR)
+	go (&outputReader{stream: "stderr", markers: true, nonce: nonce, out: k.output, stop: k.stop}).pump(errR)
 	go k.readMessages(msgR)
 	go func() {
 		_ = cmd.Wait()

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"strconv"
 	"strings"
@@ -13,15 +15,30 @@ import (
 // The Python kernel writes a sync marker to fd 1 and fd 2 before each control
 // message, so the driver can emit output and rich results in the order the
 // user's code produced them even though they travel through different pipes.
-// The marker is bytes no text output contains: NUL, RS, a tag, the number,
-// RS, NUL.
+// The marker is NUL, RS, a tag, the kernel's nonce, the number, RS, NUL:
+//
+//	\x00\x1eSBX-SYNC:<nonce>:<n>\x1e\x00
+//
+// The nonce is 128 random bits, new for every kernel, which the driver gives
+// the kernel over its control pipe (never in the environment, which
+// subprocesses inherit and /proc shows). Output is user data and may hold
+// any bytes, marker-like ones included; without the nonce they are not a
+// marker and pass through as text, so they can neither swallow output nor
+// reorder it. (Code running inside the kernel process can read the nonce
+// from its memory; it can then only disorder its own command's output.)
 var (
 	syncPrefix = []byte("\x00\x1eSBX-SYNC:")
 	syncSuffix = []byte("\x1e\x00")
 )
 
-// maxSyncMarker bounds a marker's length (prefix, up to 20 digits, suffix).
-var maxSyncMarker = len(syncPrefix) + 20 + len(syncSuffix)
+// newNonce returns a fresh marker nonce: 32 hex digits.
+func newNonce() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
 
 // outputItem is what an output pipe yields: a text chunk, or a sync marker.
 type outputItem struct {
@@ -37,9 +54,13 @@ type outputItem struct {
 type outputReader struct {
 	stream  string
 	markers bool // recognise sync markers (Python kernel), not for bash
-	out     chan<- outputItem
-	stop    <-chan struct{}
-	carry   []byte
+	// nonce is the kernel's marker nonce; empty (unit tests only) means
+	// markers without one.
+	nonce  string
+	prefix []byte // the marker up to the number, from nonce
+	out    chan<- outputItem
+	stop   <-chan struct{}
+	carry  []byte
 }
 
 // send delivers an item unless the consumer has gone away.
@@ -72,6 +93,14 @@ func (o *outputReader) pump(r io.Reader) {
 
 // feed processes newly read bytes.
 func (o *outputReader) feed(p []byte) {
+	if o.prefix == nil {
+		o.prefix = syncPrefix
+		if o.nonce != "" {
+			o.prefix = append(append(append([]byte(nil), syncPrefix...), o.nonce...), ':')
+		}
+	}
+	// A marker's length: prefix, up to 20 digits, suffix.
+	maxSyncMarker := len(o.prefix) + 20 + len(syncSuffix)
 	// p is the pump's buffer, reused by the next read: everything kept past
 	// this call is copied (carry, text), so p itself needs no copy.
 	data := p
@@ -80,12 +109,12 @@ func (o *outputReader) feed(p []byte) {
 	}
 	o.carry = nil
 	for o.markers {
-		i := bytes.Index(data, syncPrefix)
+		i := bytes.Index(data, o.prefix)
 		if i < 0 {
 			break
 		}
 		o.emitText(data[:i], true)
-		rest := data[i+len(syncPrefix):]
+		rest := data[i+len(o.prefix):]
 		j := bytes.Index(rest, syncSuffix)
 		if j < 0 {
 			if len(data)-i < maxSyncMarker {
@@ -94,13 +123,13 @@ func (o *outputReader) feed(p []byte) {
 				return
 			}
 			// Not a marker after all: pass the bytes through.
-			o.emitText(data[i:i+len(syncPrefix)], true)
+			o.emitText(data[i:i+len(o.prefix)], true)
 			data = rest
 			continue
 		}
 		n, err := strconv.ParseInt(string(rest[:j]), 10, 64)
 		if err != nil || n <= 0 {
-			o.emitText(data[i:i+len(syncPrefix)], true)
+			o.emitText(data[i:i+len(o.prefix)], true)
 			data = rest
 			continue
 		}
@@ -110,7 +139,7 @@ func (o *outputReader) feed(p []byte) {
 	// Hold back a tail that could begin a marker.
 	keep := 0
 	if o.markers {
-		keep = partialSuffixLen(data, syncPrefix)
+		keep = partialSuffixLen(data, o.prefix)
 	}
 	o.carry = append(o.carry, o.emitText(data[:len(data)-keep], false)...)
 	o.carry = append(o.carry, data[len(data)-keep:]...)

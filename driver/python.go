@@ -180,7 +180,7 @@ func (d *Driver) flushMsgs(k *kernel, ev *eventsFile, pending *[]kernelMsg, forc
 			case "result":
 				d.emitBundle(ev, ioproto.EventResult, m.Data)
 			case "error":
-				d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: m.EName, EValue: m.EValue, Traceback: m.Traceback})
+				d.emitError(ev, &ioproto.Event{Type: ioproto.EventError, EName: m.EName, EValue: m.EValue, Traceback: m.Traceback})
 			case "done":
 				// Output after done's marker belongs to no command.
 				return m.Status, true
@@ -306,9 +306,20 @@ func drainMsgs(msgs <-chan kernelMsg) []kernelMsg {
 	return out
 }
 
-// emit writes an event, logging failures (a full disk must not stop the driver).
+// emit writes an event, logging failures (a full disk must not stop the
+// driver). After a write failed for lack of space, the command's further
+// output is dropped, and its done event says so.
 func (d *Driver) emit(ev *eventsFile, e *ioproto.Event) {
-	if err := ev.emit(e); err != nil {
+	err := ev.emit(e)
+	if err == nil {
+		return
+	}
+	if isNoSpace(err) && ev.ioErr == nil {
+		ev.ioErr = err
+		ev.dropped += max(int64(len(e.Text)), 1)
+		d.setHealth(ioproto.HealthIOFull, "/io is full: cannot write the events of command "+ev.id+" ("+errnoText(err)+")")
+	}
+	if d.log != nil {
 		d.log.Error("write event", "command_id", ev.id, "type", e.Type, "err", err)
 	}
 }

@@ -19,7 +19,22 @@ const (
 	StateFile        = "state.json"
 	DriverStatusFile = "driver.json"
 	OutDir           = "out"
-	eventsSuffix     = ".events"
+	// ReserveFile, inside OutDir, is space the driver holds back so that it
+	// can always finish a command (write its done event) when /io is full.
+	// Its name starts with a dot, so readers ignore it.
+	ReserveFile  = ".reserve"
+	eventsSuffix = ".events"
+)
+
+// Values of DriverStatus.Health.
+const (
+	// HealthOK: the driver can take commands and store their output.
+	HealthOK = "ok"
+	// HealthIOFull: /io has no room left for commands' output even after
+	// pruning; commands end at once with status error and a reason starting
+	// with "/io is full". The host should report the sandbox as unhealthy
+	// (with HealthReason) and may recycle it.
+	HealthIOFull = "io_full"
 )
 
 // EventsFileName is the name, inside OutDir, of a command's events file.
@@ -64,6 +79,17 @@ type DriverStatus struct {
 	Wake string `json:"wake"`
 	// KernelPID is the Python interpreter's process ID, 0 while none runs.
 	KernelPID int `json:"kernel_pid,omitempty"`
+	// Health is HealthOK or HealthIOFull; empty (drivers before it existed)
+	// means HealthOK. The driver rewrites the file whenever it changes.
+	Health string `json:"health,omitempty"`
+	// HealthReason explains a Health other than HealthOK.
+	HealthReason string `json:"health_reason,omitempty"`
+	// OutBudget is the most bytes the driver lets /io/out take on disk (all
+	// retained commands' events and artifacts and its reserve).
+	OutBudget int64 `json:"out_budget,omitempty"`
+	// MaxOutput is the per-command output cap in effect, in bytes as stored
+	// (after JSON escaping).
+	MaxOutput int64 `json:"max_output,omitempty"`
 }
 
 // ReadJSONFile decodes a small JSON file such as State or DriverStatus. A

@@ -1,11 +1,14 @@
 """Tiny notebook-style Python kernel for the sandbox driver.
 
 Started by the Go driver as ``python3 -u kernel.py`` with fd 0 = /dev/null,
-fd 1/2 = the user's raw stdout/stderr pipes, fd 3 = control in (one JSON
-request per line: {"id","code"}), fd 4 = control out (one JSON message per
-line: ready / display / result / error / done).  Before every message that
-carries "sync": N, the marker b"\\x00\\x1eSBX-SYNC:<N>\\x1e\\x00" is written to
-the stdout and stderr pipes, so the driver can order output against messages.
+fd 1/2 = the user's raw stdout/stderr pipes, fd 3 = control in (first a
+hello {"nonce"}, then one JSON request per line: {"id","code"}), fd 4 =
+control out (one JSON message per line: ready / display / result / error /
+done).  Before every message that carries "sync": N, the marker
+b"\\x00\\x1eSBX-SYNC:<nonce>:<N>\\x1e\\x00" is written to the stdout and stderr
+pipes, so the driver can order output against messages.  The nonce is a
+secret of this kernel (never in the environment), so marker-like bytes in
+user output are just text to the driver.
 
 Standard library only; nothing heavy (numpy, matplotlib, pandas, PIL, plotly,
 IPython) is ever imported unless user code imported it first: an idle kernel
@@ -61,6 +64,7 @@ _child = False               # set in children forked by user code
 _MAIN = _thread.get_ident()
 _lock = _thread.RLock()      # RLock: a user stream's flush() may call display()
 _sync = 0                    # kernel-lifetime sync counter
+_NONCE = b""                 # marker nonce, from the driver's hello
 _cur_id = None               # id of the running request; None while idle
 _deferred = []               # markers and lines of deferred messages, in turn
 _cell = 0
@@ -137,7 +141,7 @@ def _send(typ, end=False, defer=False, **fields):
             # Lone surrogates (from surrogateescape'd data) become the JSON
             # escape \udcXX, so the line is always valid UTF-8 and valid JSON.
             line = (_enc(msg) + "\n").encode("utf-8", "backslashreplace")
-            marker = b"\x00\x1eSBX-SYNC:%d\x1e\x00" % _sync
+            marker = b"\x00\x1eSBX-SYNC:%s:%d\x1e\x00" % (_NONCE, _sync)
             if _deferred:
                 line = b"".join(_deferred[1::2]) + line
                 marker = b"".join(_deferred[0::2]) + marker
@@ -614,24 +618,38 @@ def _run(cid, code):
     _send("done", end=True, status=status)
 
 
-def _main():
-    global _cur_id
-    _write_all(_CTL_OUT, (_enc({"type": "ready", "pid": os.getpid()}) + "\n").encode())
-    buf = bytearray()
+def _read_line(buf):
+    """The next line from fd 3; exits when the driver closed it."""
     while True:
         nl = buf.find(b"\n")
-        if nl < 0:
-            try:
-                chunk = os.read(_CTL_IN, 1 << 16)
-            except OSError:
-                chunk = b""
-            if not chunk:                    # driver closed fd 3: quit now, even
-                _flush_std()                 # if user threads are still running
-                os._exit(0)
-            buf += chunk
-            continue
-        line = bytes(buf[:nl])
-        del buf[:nl + 1]
+        if nl >= 0:
+            line = bytes(buf[:nl])
+            del buf[:nl + 1]
+            return line
+        try:
+            chunk = os.read(_CTL_IN, 1 << 16)
+        except OSError:
+            chunk = b""
+        if not chunk:                        # driver closed fd 3: quit now, even
+            _flush_std()                     # if user threads are still running
+            os._exit(0)
+        buf += chunk
+
+
+def _main():
+    global _cur_id, _NONCE
+    buf = bytearray()
+    try:
+        nonce = json.loads(_read_line(buf))["nonce"]
+        if not (isinstance(nonce, str) and len(nonce) >= 16 and all(c in "0123456789abcdef" for c in nonce)):
+            raise ValueError("bad nonce")
+    except Exception:
+        os._exit(2)                          # not started by the driver
+    _NONCE = nonce.encode("ascii")
+    del nonce
+    _write_all(_CTL_OUT, (_enc({"type": "ready", "pid": os.getpid()}) + "\n").encode())
+    while True:
+        line = _read_line(buf)
         if not line.strip():
             continue
         req = None
