@@ -13,7 +13,7 @@ import (
 // already carries it); the cause, when there is one, stays reachable with
 // errors.Is/As for logs and tests.
 type classError struct {
-	class error
+	class *Class
 	msg   string
 	cause error
 }
@@ -30,7 +30,7 @@ func (e *classError) Unwrap() []error {
 
 // errorf returns an error of class with a formatted message. A %w verb in
 // format records the cause (the message then includes it, as fmt.Errorf does).
-func errorf(class error, format string, args ...any) error {
+func errorf(class *Class, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	return &classError{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
 }
@@ -58,12 +58,7 @@ func unavailablef(format string, args ...any) error {
 // isClassified reports whether err already carries a class (or is a context
 // error, which callers recognise by itself), so wrappers don't classify twice.
 func isClassified(err error) bool {
-	for _, c := range []error{ErrInvalidArgument, ErrNotFound, ErrFailedPrecondition, ErrResourceExhausted, ErrUnavailable} {
-		if errors.Is(err, c) {
-			return true
-		}
-	}
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return ClassOf(err) != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // fsError classifies an error from the host file system for a user-supplied
