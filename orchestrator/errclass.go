@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // classError is an error of one of the classes in errors.go. Its message is
@@ -74,7 +76,7 @@ func fsError(op, display string, err error) error {
 		return err
 	case errors.Is(err, fs.ErrNotExist):
 		return notFoundf("%s %s: no such file or directory", op, display)
-	case isEscape(err):
+	case iolog.IsEscape(err):
 		return invalidf("%s %s: path escapes /workspace", op, display)
 	case errors.Is(err, syscall.ENOTDIR):
 		return invalidf("%s %s: a parent of the path is not a directory", op, display)
@@ -88,16 +90,4 @@ func fsError(op, display string, err error) error {
 		return exhaustedf("%s %s: no space left on the sandbox's disk", op, display)
 	}
 	return fmt.Errorf("%s %s: %w", op, display, err)
-}
-
-// isEscape recognises os.Root's refusal to leave its directory. The os
-// package does not export that error, so it is matched by its text (stable
-// since Go 1.24: "path escapes from parent"); ELOOP is what openat returns
-// for a symlink where os.Root used O_NOFOLLOW.
-func isEscape(err error) bool {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
-		return true
-	}
-	return errors.Is(err, syscall.ELOOP)
 }

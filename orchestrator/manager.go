@@ -18,7 +18,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/jellydator/ttlcache/v3"
 
-	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Config configures a Manager. Zero fields take the defaults given.
@@ -179,7 +179,7 @@ type Manager struct {
 	pool      *warmPool
 	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
 	userLocks keyedMutex   // by userKey.String()
-	watch     *outWatcher
+	watch     *iolog.Watcher
 
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration
@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	}
 	fail := func(err error) (*Manager, error) {
 		if m.watch != nil {
-			m.watch.close()
+			m.watch.Close()
 		}
 		if m.lock != nil {
 			m.lock.Close()
@@ -248,7 +248,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		return fail(err)
 	}
 	m.lock = lock
-	w, err := newOutWatcher(m.log)
+	w, err := iolog.NewWatcher(m.log)
 	if err != nil {
 		return fail(fmt.Errorf("file watcher: %w", err))
 	}
@@ -301,7 +301,7 @@ func (m *Manager) Close() error {
 		m.stopEviction()
 		m.bgCancel()
 		m.wg.Wait()
-		err = m.watch.close()
+		err = m.watch.Close()
 		for _, sb := range m.reg.all() {
 			if perr := sb.persist(false); perr != nil {
 				m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", perr)
@@ -467,15 +467,15 @@ func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
 			return false
 		}
 	}
-	sb.log.mu.Lock() // wait for an append in progress
-	defer sb.log.mu.Unlock()
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.removing || sb.gone {
-		return false
-	}
-	sb.removing = true
-	return true
+	claimed := false
+	sb.io.HoldAppends(func() { // wait for an append in progress
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if !sb.removing && !sb.gone {
+			sb.removing, claimed = true, true
+		}
+	})
+	return claimed
 }
 
 // destroy removes a sandbox claimed with claimRemoval: meta.json first (the
@@ -505,7 +505,7 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	close(sb.goneCh)
 	sb.mu.Unlock()
 	m.reg.remove(sb)
-	m.watch.forget(filepath.Join(sb.dir, ioDir, ioproto.OutDir))
+	m.watch.Forget(sb.io)
 	if err := removeSandboxDir(sb.dir); err != nil {
 		// The sandbox is gone for callers; the debris has no meta.json and is
 		// removed by the next reconcile.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/jellydator/ttlcache/v3"
+
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // sandbox is the Manager's in-memory record of one sandbox. The identity
@@ -41,8 +44,9 @@ type sandbox struct {
 	// overwrites a newer one.
 	metaMu sync.Mutex
 
-	// log is the command log (io/stdin) with its index of command IDs.
-	log commandLog
+	// io is the sandbox's io/ directory: the command log (io/stdin) with
+	// its index of command IDs, and the commands' events.
+	io *iolog.Dir
 }
 
 // newSandbox builds the record for metadata m in directory dir.
@@ -71,7 +75,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		sb.state, sb.reason = StateDead, m.StateReason
 		close(sb.deadCh)
 	}
-	sb.log.init(dir)
+	sb.io = iolog.New(filepath.Join(dir, ioDir))
 	return sb
 }
 

@@ -3,13 +3,13 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Submit queues a command in a sandbox and returns its ID. The command runs
@@ -36,33 +36,18 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	line, err := ioproto.EncodeRecord(rec)
-	if err != nil {
-		return "", invalidf("%v", err)
-	}
 	sb, err := m.use(ctx, req.SandboxID)
 	if err != nil {
 		return "", err
 	}
-
-	l := &sb.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.loadLocked(); err != nil {
-		return "", m.logError(sb, err)
+	appended, err := sb.io.Append(rec, func() error { return m.appendable(sb) })
+	if err != nil {
+		return "", m.appendError(sb, err)
 	}
-	if _, ok := l.ids[rec.CommandID]; ok {
-		return rec.CommandID, nil
+	if appended {
+		m.log.Debug("command submitted", "sandbox_id", sb.id, "command_id", rec.CommandID,
+			"language", rec.Language, "code_bytes", len(rec.Code), "timeout_ms", rec.TimeoutMS)
 	}
-	if err := m.appendable(sb); err != nil {
-		return "", err
-	}
-	if err := l.appendLocked(line); err != nil {
-		return "", m.logError(sb, err)
-	}
-	l.ids[rec.CommandID] = l.size
-	m.log.Debug("command submitted", "sandbox_id", sb.id, "command_id", rec.CommandID,
-		"language", rec.Language, "code_bytes", len(rec.Code), "timeout_ms", rec.TimeoutMS)
 	return rec.CommandID, nil
 }
 
@@ -114,30 +99,18 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 	if err != nil {
 		return err
 	}
-	line, err := ioproto.EncodeRecord(ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID})
-	if err != nil {
-		return invalidf("%v", err)
-	}
-	l := &sb.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.loadLocked(); err != nil {
-		return m.logError(sb, err)
-	}
-	if _, ok := l.ids[commandID]; !ok {
+	_, err = sb.io.Append(ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}, func() error { return m.appendable(sb) })
+	if errors.Is(err, iolog.ErrUnknownCommand) {
 		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	}
-	if err := m.appendable(sb); err != nil {
-		return err
-	}
-	if err := l.appendLocked(line); err != nil {
-		return m.logError(sb, err)
+	if err != nil {
+		return m.appendError(sb, err)
 	}
 	m.log.Info("command interrupt requested", "sandbox_id", sb.id, "command_id", commandID)
 	return nil
 }
 
-// appendable checks, under the log's lock, that sb may get new records.
+// appendable checks, with appends held, that sb may get new records.
 func (m *Manager) appendable(sb *sandbox) error {
 	sb.mu.Lock()
 	removing := sb.removing || sb.gone
@@ -151,11 +124,14 @@ func (m *Manager) appendable(sb *sandbox) error {
 	return nil
 }
 
-// logError classifies a failure to read or append the command log.
-func (m *Manager) logError(sb *sandbox, err error) error {
-	if errors.Is(err, errTampered) || errors.Is(err, fs.ErrNotExist) || isEscape(err) {
-		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
-		return preconditionf("sandbox %s is unusable: its command log was altered from inside (%v); delete it and acquire a new one", sb.id, err)
+// appendError classifies a failed append: a record the protocol refuses is
+// the caller's, anything else is the log's (logError).
+func (m *Manager) appendError(sb *sandbox, err error) error {
+	if isClassified(err) {
+		return err // from appendable
 	}
-	return err
+	if errors.Is(err, ioproto.ErrMalformed) {
+		return invalidf("%v", err)
+	}
+	return m.logError(sb, err)
 }
