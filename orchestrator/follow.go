@@ -120,14 +120,6 @@ func (m *Manager) logError(sb *sandbox, err error) error {
 	return err
 }
 
-// reasonOrUnknown returns the reason a dead sandbox died.
-func (sb *sandbox) reasonOrUnknown() string {
-	if _, r := sb.status(); r != "" {
-		return r
-	}
-	return "unknown reason"
-}
-
 // isClosed reports whether ch is closed.
 func isClosed(ch <-chan struct{}) bool {
 	select {

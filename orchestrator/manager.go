@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/jellydator/ttlcache/v3"
 
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
@@ -162,7 +161,8 @@ const (
 	removeTimeout = time.Minute
 )
 
-// Manager owns the sandboxes. All its methods are safe for concurrent use.
+// Manager owns the sandboxes. All its methods are safe for concurrent use;
+// the locks they take nest in the order documented on sandbox (handle.go).
 //
 // Every sandbox operation on an ID (Get, Submit, the start of Follow,
 // Interrupt, the file operations) and Acquire refresh the sandbox's idle
@@ -184,13 +184,11 @@ type Manager struct {
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration
 
-	bgCtx        context.Context // background work; cancelled by Close
-	bgCancel     context.CancelFunc
-	wg           sync.WaitGroup // background goroutines
-	ttlDone      chan struct{}  // closed when the cache's expiry loop returns
-	stopEviction func()         // unsubscribes the eviction handler, waiting for running ones
-	closing      chan struct{}  // closed by Close
-	closeOnce    sync.Once
+	bgCtx     context.Context // background work; cancelled by Close
+	bgCancel  context.CancelFunc
+	wg        sync.WaitGroup // background goroutines
+	closing   chan struct{}  // closed by Close
+	closeOnce sync.Once
 }
 
 // New returns a Manager that has rebuilt its registry from the sandbox
@@ -213,7 +211,6 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
 		pool:    newWarmPool(),
 		recheck: recheckInterval,
-		ttlDone: make(chan struct{}),
 		closing: make(chan struct{}),
 	}
 	if docker == nil {
@@ -267,11 +264,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	}
 
 	m.bgCtx, m.bgCancel = context.WithCancel(context.Background())
-	m.stopEviction = m.reg.cache.OnEviction(m.onEvicted)
-	go func() {
-		defer close(m.ttlDone)
-		m.reg.cache.Start()
-	}()
+	m.reg.start(m.onExpired)
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
 	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
@@ -297,8 +290,7 @@ func (m *Manager) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
 		close(m.closing)
-		m.stopTTLLoop()
-		m.stopEviction()
+		m.reg.stop()
 		m.bgCancel()
 		m.wg.Wait()
 		err = m.watch.Close()
@@ -315,20 +307,6 @@ func (m *Manager) Close() error {
 		m.log.Info("orchestrator closed; sandboxes keep running")
 	})
 	return err
-}
-
-// stopTTLLoop stops ttlcache's expiry loop. Cache.Stop returns at once if
-// the loop's goroutine has not begun yet (and the loop would then run
-// forever), so it is repeated until the goroutine has ended.
-func (m *Manager) stopTTLLoop() {
-	for {
-		m.reg.cache.Stop()
-		select {
-		case <-m.ttlDone:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // checkOpen refuses work after Close.
@@ -460,22 +438,7 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 // removal already has it, or, for an expiry (expired=true), when the sandbox
 // was used again just as it expired (touch re-registered it) and must live.
 func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
-	m.reg.mu.Lock()
-	defer m.reg.mu.Unlock()
-	if expired {
-		if it := m.reg.cache.Get(sb.id); it != nil && it.Value() == sb {
-			return false
-		}
-	}
-	claimed := false
-	sb.io.HoldAppends(func() { // wait for an append in progress
-		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		if !sb.removing && !sb.gone {
-			sb.removing, claimed = true, true
-		}
-	})
-	return claimed
+	return m.reg.claim(sb, expired, sb.markRemoving)
 }
 
 // destroy removes a sandbox claimed with claimRemoval: meta.json first (the
@@ -489,21 +452,18 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	err := os.Remove(filepath.Join(sb.dir, metaFile))
 	sb.metaMu.Unlock()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		m.unclaim(sb)
+		sb.unmarkRemoving()
 		return fmt.Errorf("remove sandbox metadata: %w", err)
 	}
 	err = m.docker.ContainerRemove(ctx, sb.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !isDockerNotFound(err) {
-		m.unclaim(sb)
+		sb.unmarkRemoving()
 		if perr := sb.persist(true); perr != nil {
 			log.Error("restore sandbox metadata after a failed removal", "error", perr)
 		}
 		return dockerError("remove container", err)
 	}
-	sb.mu.Lock()
-	sb.gone = true
-	close(sb.goneCh)
-	sb.mu.Unlock()
+	sb.markGone()
 	m.reg.remove(sb)
 	m.watch.Forget(sb.io)
 	if err := removeSandboxDir(sb.dir); err != nil {
@@ -515,20 +475,8 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	return nil
 }
 
-// unclaim undoes claimRemoval after a failed removal.
-func (m *Manager) unclaim(sb *sandbox) {
-	sb.mu.Lock()
-	sb.removing = false
-	sb.mu.Unlock()
-}
-
-// onEvicted is the cache's eviction handler: expired sandboxes are removed.
-// (Deletions are evictions too, but Delete has already done the work.)
-func (m *Manager) onEvicted(_ context.Context, reason ttlcache.EvictionReason, item *ttlcache.Item[string, *sandbox]) {
-	if reason != ttlcache.EvictionReasonExpired {
-		return
-	}
-	sb := item.Value()
+// onExpired removes a sandbox whose TTL ran out; the registry calls it.
+func (m *Manager) onExpired(sb *sandbox) {
 	if !m.claimRemoval(sb, true) {
 		return
 	}
@@ -538,8 +486,8 @@ func (m *Manager) onEvicted(_ context.Context, reason ttlcache.EvictionReason, i
 		why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
 	}
 	sb.mu.Unlock()
-	// Not the cache's context, which is cancelled when Close unsubscribes:
-	// Close waits for this removal to finish instead.
+	// Not a context Close cancels: Close waits for this removal to finish
+	// instead.
 	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
 	if err := m.destroy(ctx, sb, "expired: "+why); err != nil {
