@@ -411,9 +411,7 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, func(a, b Sandbox) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(out, CompareSandboxes)
 	return out, nil
 }
 

@@ -177,14 +177,7 @@ func (m *Manager) claimPooled(ctx context.Context, user userKey) (*sandbox, erro
 
 // discardPooled removes a pool sandbox that will not be used.
 func (m *Manager) discardPooled(ctx context.Context, sb *sandbox, why string) {
-	if !m.claimRemoval(sb, false) {
-		return
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	defer cancel()
-	if err := m.destroy(cctx, sb, why); err != nil {
-		m.log.Error("remove warm-pool sandbox; the next start removes it", "sandbox_id", sb.id, "error", err)
-	}
+	m.discard(ctx, sb, "warm-pool sandbox", why)
 	m.pool.signal()
 }
 
@@ -208,7 +201,7 @@ func (m *Manager) poolHasRoom() bool {
 // refillLoop keeps the pool full until ctx ends: sandboxes are created one
 // at a time, whenever the pool is signalled and has room.
 func (m *Manager) refillLoop(ctx context.Context) {
-	retry := poolRetryMin
+	retry := newBackoff(poolRetryMin, poolRetryMax)
 	for {
 		for ctx.Err() == nil && m.poolHasRoom() {
 			sb, err := m.create(ctx, m.poolSpec())
@@ -227,16 +220,13 @@ func (m *Manager) refillLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				m.log.Warn("warm pool: create sandbox; will retry", "error", err, "retry_in", retry)
-				select {
-				case <-ctx.Done():
+				m.log.Warn("warm pool: create sandbox; will retry", "error", err, "retry_in", retry.delay())
+				if !retry.wait(ctx) {
 					return
-				case <-time.After(retry):
 				}
-				retry = min(2*retry, poolRetryMax)
 				continue
 			}
-			retry = poolRetryMin
+			retry.reset()
 			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "ready", m.pool.size())
 		}
 		select {

@@ -21,13 +21,21 @@ var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]+$`)
 // ValidateUserID checks a caller-chosen end-user ID: 1 to 128 characters from
 // [A-Za-z0-9._@-]. Errors wrap ErrInvalidArgument and say what is wrong.
 func ValidateUserID(id string) error {
+	return checkName("user ID", id, MaxUserIDLen, userIDPattern, "has characters outside [A-Za-z0-9._@-]")
+}
+
+// checkName applies the rule user IDs and tenant names share: present, at
+// most max bytes long, and matching pattern. what names the value in the
+// messages; mismatch says what a value that does not match breaks.
+func checkName(what, s string, max int, pattern *regexp.Regexp, mismatch string) error {
 	switch {
-	case id == "":
-		return invalidf("user ID is empty")
-	case len(id) > MaxUserIDLen:
-		return invalidf("user ID is %d bytes long; the limit is %d", len(id), MaxUserIDLen)
-	case !userIDPattern.MatchString(id):
-		return invalidf("user ID %q has characters outside [A-Za-z0-9._@-]", id)
+	case s == "":
+		return invalidf("%s is empty", what)
+	case len(s) > max:
+		return invalidf("%s is %d bytes long; the limit is %d", what, len(s), max)
+	case !pattern.MatchString(s):
+		// s is at most max bytes long here: quoting it in full is safe.
+		return invalidf("%s %q %s", what, s, mismatch)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
@@ -118,14 +117,7 @@ func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxe
 	if err != nil {
 		return nil, s.fail(ctx, "ListSandboxes", err)
 	}
-	// The contract promises oldest first; sort here rather than rely on
-	// the registry's iteration order.
-	sort.SliceStable(list, func(i, j int) bool {
-		if !list[i].CreatedAt.Equal(list[j].CreatedAt) {
-			return list[i].CreatedAt.Before(list[j].CreatedAt)
-		}
-		return list[i].ID < list[j].ID
-	})
+	// The domain returns the order the contract promises (oldest first).
 	resp := &sandboxv1.ListSandboxesResponse{Sandboxes: make([]*sandboxv1.Sandbox, 0, len(list))}
 	for _, sb := range list {
 		resp.Sandboxes = append(resp.Sandboxes, sandboxToProto(sb))
@@ -335,7 +327,7 @@ func (s *Service) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest
 	if err != nil {
 		return nil, s.fail(ctx, "ListFiles", err)
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	// The domain returns them sorted by path.
 	resp := &sandboxv1.ListFilesResponse{Files: make([]*sandboxv1.FileInfo, 0, len(files))}
 	for _, f := range files {
 		resp.Files = append(resp.Files, fileInfoToProto(f))

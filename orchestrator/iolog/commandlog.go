@@ -3,6 +3,7 @@ package iolog
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -68,12 +69,7 @@ func (d *Dir) loadLocked() error {
 	if d.ids != nil {
 		return nil
 	}
-	root, err := os.OpenRoot(d.path)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	f, _, err := openRegular(root, ioproto.StdinFile, os.O_RDONLY)
+	f, _, err := d.openLog(os.O_RDONLY)
 	if err != nil {
 		return err
 	}
@@ -108,6 +104,17 @@ func (d *Dir) loadLocked() error {
 	return nil
 }
 
+// openLog opens the command log through an os.Root confined to io/ (the
+// file stays open when the root is closed).
+func (d *Dir) openLog(flag int) (*os.File, fs.FileInfo, error) {
+	root, err := os.OpenRoot(d.path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	return openRegular(root, ioproto.StdinFile, flag)
+}
+
 // appendLocked appends one encoded record (a complete line) with
 // ioproto.AppendLineTo: a single write(2) on an O_APPEND descriptor. It does
 // not use ioproto.AppendLine because that opens a path: io/ belongs to the
@@ -116,12 +123,7 @@ func (d *Dir) loadLocked() error {
 // confines the open to io/, and the owner check refuses a file the sandbox
 // made itself. Call with mu held.
 func (d *Dir) appendLocked(line []byte) error {
-	root, err := os.OpenRoot(d.path)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	f, st, err := openRegular(root, ioproto.StdinFile, os.O_WRONLY|os.O_APPEND)
+	f, st, err := d.openLog(os.O_WRONLY | os.O_APPEND)
 	if err != nil {
 		return err
 	}

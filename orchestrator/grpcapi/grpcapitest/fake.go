@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
@@ -20,6 +21,11 @@ var ErrNotScripted = errors.New("grpcapitest: method not scripted")
 // Manager implements grpcapi.Manager (and Close) by calling its function
 // fields, recording every call so tests can check what reached the domain.
 // Set the fields before the server starts; they are not guarded.
+//
+// It keeps the promises of the real Manager that the API relies on instead
+// of repeating them: List and ListFiles return their results in the
+// domain's order (orchestrator.CompareSandboxes, CompareFiles), whatever
+// order the function fields use.
 type Manager struct {
 	AcquireFunc   func(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error)
 	GetFunc       func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
@@ -74,7 +80,9 @@ func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orches
 	if m.ListFunc == nil {
 		return nil, ErrNotScripted
 	}
-	return m.ListFunc(ctx, f)
+	list, err := m.ListFunc(ctx, f)
+	slices.SortFunc(list, orchestrator.CompareSandboxes)
+	return list, err
 }
 
 // Delete calls DeleteFunc.
@@ -137,7 +145,9 @@ func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orch
 	if m.ListFilesFunc == nil {
 		return nil, ErrNotScripted
 	}
-	return m.ListFilesFunc(ctx, sandboxID, path)
+	files, err := m.ListFilesFunc(ctx, sandboxID, path)
+	slices.SortFunc(files, orchestrator.CompareFiles)
+	return files, err
 }
 
 // Close calls CloseFunc, or does nothing when it is nil.
