@@ -30,14 +30,14 @@ import (
 // A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
 // is ErrResourceExhausted, naming the cap.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
-	if err := m.checkOpen(); err != nil {
-		return AcquireResult{}, err
-	}
 	caller := callerOf(ctx)
 	if err := ValidateTenant(caller.Tenant); err != nil {
 		return AcquireResult{}, err
 	}
 	if err := ValidateUserID(userID); err != nil {
+		return AcquireResult{}, err
+	}
+	if err := m.checkOpen(); err != nil {
 		return AcquireResult{}, err
 	}
 	spec, err := m.newSpec(userKey{caller.Tenant, userID}, opts)

@@ -16,7 +16,8 @@ const prunedCheckDelay = 50 * time.Millisecond
 
 // Follow streams a command's events with Seq > afterSeq, in order, calling fn
 // for each, and returns nil once it has delivered the done event (at once, if
-// done's seq is not above afterSeq: there is nothing left to send). Events
+// done's seq is not above afterSeq: there is nothing left to send; afterSeq
+// 0, or below, streams from the first event). Events
 // whose values the driver moved to artifact files come with those values
 // back in Data (base64 for binary MIME types) and no Refs.
 //
@@ -34,11 +35,8 @@ const prunedCheckDelay = 50 * time.Millisecond
 // TTL: a sandbox being watched is in use even while a long command prints
 // nothing.
 func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(Event) error) error {
-	if err := validateCommandID(commandID); err != nil {
+	if err := validateIDs(sandboxID, commandID); err != nil {
 		return err
-	}
-	if afterSeq < 0 {
-		return invalidf("after_seq %d is negative", afterSeq)
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {

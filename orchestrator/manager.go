@@ -322,11 +322,16 @@ func (m *Manager) checkOpen() error {
 // use looks up a sandbox for an operation on it by the caller in ctx and
 // refreshes its idle TTL. Another tenant's sandbox is not found, exactly as
 // one that does not exist (and its TTL is not refreshed).
+//
+// use validates the ID before anything else, so a malformed ID is always
+// ErrInvalidArgument, never ErrNotFound. (Operations that check other
+// arguments too check the sandbox ID first themselves, for the order of
+// their errors; use checking it again costs one match.)
 func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
-	if err := m.checkOpen(); err != nil {
+	if err := ValidateSandboxID(sandboxID); err != nil {
 		return nil, err
 	}
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	sb := m.reg.get(sandboxID)
@@ -379,23 +384,11 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
 // first, without refreshing their TTLs. States are brought up to date with a
 // single ContainerList.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
-	if err := m.checkOpen(); err != nil {
+	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if f.Tenant != "" {
-		if err := ValidateTenant(f.Tenant); err != nil {
-			return nil, err
-		}
-	}
-	if f.UserID != "" {
-		if err := ValidateUserID(f.UserID); err != nil {
-			return nil, err
-		}
-	}
-	switch f.State {
-	case "", StateRunning, StateDead:
-	default:
-		return nil, invalidf("state filter %q is not %q or %q", f.State, StateRunning, StateDead)
+	if err := m.checkOpen(); err != nil {
+		return nil, err
 	}
 	if err := m.refreshAll(ctx); err != nil {
 		return nil, err
@@ -418,10 +411,10 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 // Delete removes a sandbox now: its container (forcibly, if running) and its
 // host directories. Followers of its commands return ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	if err := m.checkOpen(); err != nil {
+	if err := ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := m.checkOpen(); err != nil {
 		return err
 	}
 	sb := m.reg.get(sandboxID)

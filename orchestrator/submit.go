@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -26,10 +25,7 @@ import (
 // exceed its maximum. A dead sandbox refuses new commands with
 // ErrFailedPrecondition.
 func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
-	if err := m.checkOpen(); err != nil {
-		return "", err
-	}
-	if err := ValidateSandboxID(req.SandboxID); err != nil {
+	if err := req.Validate(); err != nil {
 		return "", err
 	}
 	rec, err := m.execRecord(req)
@@ -51,20 +47,15 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	return rec.CommandID, nil
 }
 
-// execRecord validates req and builds its exec record.
+// execRecord builds the exec record of a valid req (ExecRequest.Validate),
+// checking it against the server's limits and applying its defaults.
 func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code}
 	if rec.CommandID == "" {
 		rec.CommandID = uuid.NewString()
-	} else if err := validateCommandID(rec.CommandID); err != nil {
-		return rec, err
 	}
-	switch rec.Language {
-	case "":
+	if rec.Language == "" {
 		rec.Language = ioproto.LanguagePython
-	case ioproto.LanguagePython, ioproto.LanguageBash:
-	default:
-		return rec, invalidf("language %q is not %q or %q", truncate(rec.Language, 32), ioproto.LanguagePython, ioproto.LanguageBash)
 	}
 	if len(rec.Code) > m.cfg.MaxCodeBytes {
 		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), m.cfg.MaxCodeBytes)
@@ -74,12 +65,8 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	}
 	timeout := req.Timeout
 	switch {
-	case timeout < 0:
-		return rec, invalidf("timeout %v is negative", timeout)
 	case timeout == 0:
 		timeout = m.cfg.DefaultTimeout
-	case timeout < time.Millisecond:
-		return rec, invalidf("timeout %v is below the 1ms resolution", timeout)
 	case timeout > m.cfg.MaxTimeout:
 		return rec, invalidf("timeout %v exceeds the server maximum of %v", timeout, m.cfg.MaxTimeout)
 	}
@@ -92,7 +79,7 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 // finished one is unaffected. The command's done event tells what happened.
 // An unknown command is ErrNotFound.
 func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
-	if err := validateCommandID(commandID); err != nil {
+	if err := validateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
 	sb, err := m.use(ctx, sandboxID)

@@ -67,11 +67,10 @@ func invalid(format string, args ...any) error {
 	return status.Errorf(codes.InvalidArgument, format, args...)
 }
 
-// clip shortens a caller's value quoted in an error message, so that a huge
-// invalid input cannot make a huge response.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+// required checks that a required field (shown as name) is present.
+func required(name, value string) error {
+	if value == "" {
+		return invalid("%s is empty", name)
 	}
-	return s[:n] + "…"
+	return nil
 }
