@@ -22,7 +22,7 @@ import (
 // lifetime).
 //
 // The registry's state is its own: the cache and mu are used only by its
-// methods. Its lock comes first in the lock order (see sandbox).
+// methods. Where its lock nests with others, see the lock order on sandbox.
 type registry struct {
 	idleTTL     time.Duration
 	maxLifetime time.Duration
