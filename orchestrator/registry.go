@@ -143,7 +143,7 @@ func (r *registry) touch(sb *sandbox) bool {
 	defer r.mu.Unlock()
 	// Under r.mu, nothing removes sb between this check and the Set below;
 	// expiry by the cache's own loop can still race, which the eviction
-	// handler resolves (see Manager.onEvicted).
+	// handler resolves (see claim with expired=true).
 	if r.get(sb.id) != sb {
 		return false
 	}

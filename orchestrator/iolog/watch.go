@@ -37,7 +37,8 @@ type Watcher struct {
 type Subscription struct {
 	// C receives a value (coalesced, never blocking the watcher) when the
 	// command's events file may have changed, or when the watch broke.
-	C      chan struct{}
+	C      <-chan struct{}
+	ch     chan struct{} // C, for sending
 	w      *Watcher
 	dir    string
 	cmd    string
@@ -89,7 +90,8 @@ func (ow *Watcher) Subscribe(d *Dir, cmd string) *Subscription {
 		subs = make(map[*Subscription]struct{})
 		byCmd[cmd] = subs
 	}
-	s := &Subscription{C: make(chan struct{}, 1), w: ow, dir: outDir, cmd: cmd}
+	ch := make(chan struct{}, 1)
+	s := &Subscription{C: ch, ch: ch, w: ow, dir: outDir, cmd: cmd}
 	subs[s] = struct{}{}
 	return s
 }
@@ -202,7 +204,7 @@ func (ow *Watcher) loop() {
 // notify wakes s without blocking; a pending wake-up already covers this one.
 func notify(s *Subscription) {
 	select {
-	case s.C <- struct{}{}:
+	case s.ch <- struct{}{}:
 	default:
 	}
 }
