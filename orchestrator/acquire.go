@@ -30,14 +30,14 @@ import (
 // A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
 // is ErrResourceExhausted, naming the cap.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
-	if err := m.checkOpen(); err != nil {
-		return AcquireResult{}, err
-	}
 	caller := callerOf(ctx)
 	if err := ValidateTenant(caller.Tenant); err != nil {
 		return AcquireResult{}, err
 	}
 	if err := ValidateUserID(userID); err != nil {
+		return AcquireResult{}, err
+	}
+	if err := m.checkOpen(); err != nil {
 		return AcquireResult{}, err
 	}
 	spec, err := m.newSpec(userKey{caller.Tenant, userID}, opts)
@@ -244,13 +244,20 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 
 // discardCreated removes a sandbox create made that could not be used.
 func (m *Manager) discardCreated(ctx context.Context, sb *sandbox) {
+	m.discard(ctx, sb, "unusable new sandbox", "discarded after creation")
+}
+
+// discard removes a sandbox nobody uses (what says which, in the log),
+// even when the caller has given up: a removal that fails is logged, and
+// the next start removes what is left.
+func (m *Manager) discard(ctx context.Context, sb *sandbox, what, why string) {
 	if !m.claimRemoval(sb, false) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	defer cancel()
-	if err := m.destroy(cctx, sb, "discarded after creation"); err != nil {
-		m.log.Error("remove unusable new sandbox; the next start removes it", "sandbox_id", sb.id, "error", err)
+	if err := m.destroy(cctx, sb, why); err != nil {
+		m.log.Error("remove "+what+"; the next start removes it", "sandbox_id", sb.id, "error", err)
 	}
 }
 

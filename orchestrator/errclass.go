@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // classError is an error of one of the classes in errors.go. Its message is
@@ -13,7 +15,7 @@ import (
 // already carries it); the cause, when there is one, stays reachable with
 // errors.Is/As for logs and tests.
 type classError struct {
-	class error
+	class *Class
 	msg   string
 	cause error
 }
@@ -30,7 +32,7 @@ func (e *classError) Unwrap() []error {
 
 // errorf returns an error of class with a formatted message. A %w verb in
 // format records the cause (the message then includes it, as fmt.Errorf does).
-func errorf(class error, format string, args ...any) error {
+func errorf(class *Class, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	return &classError{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
 }
@@ -58,12 +60,7 @@ func unavailablef(format string, args ...any) error {
 // isClassified reports whether err already carries a class (or is a context
 // error, which callers recognise by itself), so wrappers don't classify twice.
 func isClassified(err error) bool {
-	for _, c := range []error{ErrInvalidArgument, ErrNotFound, ErrFailedPrecondition, ErrResourceExhausted, ErrUnavailable} {
-		if errors.Is(err, c) {
-			return true
-		}
-	}
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return ClassOf(err) != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // fsError classifies an error from the host file system for a user-supplied
@@ -79,7 +76,7 @@ func fsError(op, display string, err error) error {
 		return err
 	case errors.Is(err, fs.ErrNotExist):
 		return notFoundf("%s %s: no such file or directory", op, display)
-	case isEscape(err):
+	case iolog.IsEscape(err):
 		return invalidf("%s %s: path escapes /workspace", op, display)
 	case errors.Is(err, syscall.ENOTDIR):
 		return invalidf("%s %s: a parent of the path is not a directory", op, display)
@@ -93,16 +90,4 @@ func fsError(op, display string, err error) error {
 		return exhaustedf("%s %s: no space left on the sandbox's disk", op, display)
 	}
 	return fmt.Errorf("%s %s: %w", op, display, err)
-}
-
-// isEscape recognises os.Root's refusal to leave its directory. The os
-// package does not export that error, so it is matched by its text (stable
-// since Go 1.24: "path escapes from parent"); ELOOP is what openat returns
-// for a symlink where os.Root used O_NOFOLLOW.
-func isEscape(err error) bool {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
-		return true
-	}
-	return errors.Is(err, syscall.ELOOP)
 }

@@ -2,24 +2,59 @@ package orchestrator
 
 import "errors"
 
-// Error classes. Every error the Manager returns wraps exactly one of these
-// (test with errors.Is); orchestrator/grpcapi maps them to gRPC codes in one
-// place. The wrapping message says what was wrong, for the caller.
+// Class is an error class: what kind of failure an error of the Manager is,
+// which decides what a caller can do about it (fix the request, retry,
+// acquire a new sandbox, ...). The classes are the Err* values below, and
+// they are listed only there: ClassOf and Classes find them, and
+// orchestrator/grpcapi maps each one to a gRPC code in one function.
+//
+// Every error the Manager returns wraps exactly one class (test with
+// errors.Is(err, ErrNotFound), or ClassOf). The wrapping message says what
+// was wrong, for the caller.
 //
 // Two kinds of errors are deliberately left unclassified: the caller's own
 // context errors (ctx.Err(), returned as is), and server-side failures the
 // caller can do nothing about (host disk I/O, unexpected Docker answers),
 // which grpcapi reports as Internal and logs in full.
+type Class struct{ name string }
+
+// Error returns the class's name, so a class is itself the sentinel error
+// that errors of the class wrap.
+func (c *Class) Error() string { return c.name }
+
+// classes is every class, in declaration order; newClass fills it.
+var classes []*Class
+
+func newClass(name string) *Class {
+	c := &Class{name: name}
+	classes = append(classes, c)
+	return c
+}
+
+// The error classes.
 var (
 	// ErrInvalidArgument: the request itself is wrong (bad ID, path, limit…).
-	ErrInvalidArgument = errors.New("invalid argument")
+	ErrInvalidArgument = newClass("invalid argument")
 	// ErrNotFound: no such sandbox (never existed, expired or deleted), command or file.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = newClass("not found")
 	// ErrFailedPrecondition: the request is valid but the system is not in a
 	// state to serve it (image missing, sandbox dead).
-	ErrFailedPrecondition = errors.New("failed precondition")
+	ErrFailedPrecondition = newClass("failed precondition")
 	// ErrResourceExhausted: a cap on sandboxes or sizes was reached.
-	ErrResourceExhausted = errors.New("resource exhausted")
+	ErrResourceExhausted = newClass("resource exhausted")
 	// ErrUnavailable: a dependency (the Docker engine) cannot be reached; retry later.
-	ErrUnavailable = errors.New("unavailable")
+	ErrUnavailable = newClass("unavailable")
 )
+
+// Classes returns every error class, for code that must handle each of
+// them (grpcapi's tests check that each has its own gRPC code).
+func Classes() []*Class { return append([]*Class(nil), classes...) }
+
+// ClassOf returns the class err wraps, or nil for an unclassified error.
+func ClassOf(err error) *Class {
+	var c *Class
+	if errors.As(err, &c) {
+		return c
+	}
+	return nil
+}

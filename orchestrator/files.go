@@ -285,7 +285,7 @@ func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInf
 		}
 		out = append(out, fileInfo(path.Join(rel, e.Name()), info))
 	}
-	slices.SortFunc(out, func(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(out, CompareFiles)
 	return out, nil
 }
 

@@ -167,7 +167,7 @@ func TestFollowStreamsEventsAndArtifacts(t *testing.T) {
 	if err := run.result(t); err != nil {
 		t.Fatalf("Follow = %v", err)
 	}
-	if n := m.watch.watching(); n != 0 {
+	if n := m.watch.Watching(); n != 0 {
 		t.Errorf("%d watch subscriptions left after Follow returned", n)
 	}
 
@@ -226,7 +226,7 @@ func TestFollowErrors(t *testing.T) {
 	if strings.Join(types, ",") != "started,stdout,done" {
 		t.Errorf("events = %v", types)
 	}
-	if n := m.watch.watching(); n != 0 {
+	if n := m.watch.Watching(); n != 0 {
 		t.Errorf("%d watch subscriptions left", n)
 	}
 }
@@ -257,7 +257,7 @@ func TestFollowSandboxDiesOrIsDeleted(t *testing.T) {
 	run = followAsync(t.Context(), m, other.ID, "c2", 0)
 	// Wait until the follower is subscribed, so the test covers a wait.
 	deadline := time.Now().Add(5 * time.Second)
-	for m.watch.watching() == 0 {
+	for m.watch.Watching() == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("follower never subscribed")
 		}
@@ -267,7 +267,7 @@ func TestFollowSandboxDiesOrIsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantClass(t, run.result(t), ErrNotFound, "deleted")
-	if n := m.watch.watching(); n != 0 {
+	if n := m.watch.Watching(); n != 0 {
 		t.Errorf("%d watch subscriptions left", n)
 	}
 }

@@ -19,44 +19,21 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
-// realDocker returns a client for the engine and the image to test with.
-func realDocker(t *testing.T) (*client.Client, string) {
+// realDocker returns a client for the engine and the image to test with;
+// testenv decides whether a missing engine or image skips or fails.
+func realDocker(t testing.TB) (*client.Client, string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test skipped in -short mode")
-	}
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") == "true" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	img := cmpOr(os.Getenv("SANDBOX_IMAGE"), DefaultImage)
+	img := testenv.NeedDocker(t)
 	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		unavailable("docker client: %v", err)
+		testenv.Unavailable(t, "docker client: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	if _, err := c.Ping(ctx); err != nil {
-		unavailable("docker engine unreachable: %v", err)
-	}
-	if _, err := c.ImageInspect(ctx, img); err != nil {
-		unavailable("sandbox image %q missing (build it with `make image`): %v", img, err)
-	}
 	return c, img
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // integrationManager starts a Manager on the real engine in a fresh state
@@ -486,15 +463,7 @@ func TestIntegrationDeathFromEvents(t *testing.T) {
 // BenchmarkIntegrationRoundTrip measures a warm command's round trip through
 // the /io protocol: Submit plus Follow to done, for "x * 2".
 func BenchmarkIntegrationRoundTrip(b *testing.B) {
-	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		b.Skip(err)
-	}
-	defer c.Close()
-	img := cmpOr(os.Getenv("SANDBOX_IMAGE"), DefaultImage)
-	if _, err := c.ImageInspect(b.Context(), img); err != nil {
-		b.Skipf("sandbox image %q missing: %v", img, err)
-	}
+	c, img := realDocker(b)
 	cfg := Config{StateDir: b.TempDir(), Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME"), Logger: slog.New(slog.DiscardHandler)}
 	m, err := New(b.Context(), cfg, nil)
 	if err != nil {

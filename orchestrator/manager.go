@@ -16,9 +16,8 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/jellydator/ttlcache/v3"
 
-	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Config configures a Manager. Zero fields take the defaults given.
@@ -162,7 +161,8 @@ const (
 	removeTimeout = time.Minute
 )
 
-// Manager owns the sandboxes. All its methods are safe for concurrent use.
+// Manager owns the sandboxes. All its methods are safe for concurrent use;
+// the locks they take nest in the order documented on sandbox (handle.go).
 //
 // Every sandbox operation on an ID (Get, Submit, the start of Follow,
 // Interrupt, the file operations) and Acquire refresh the sandbox's idle
@@ -179,18 +179,16 @@ type Manager struct {
 	pool      *warmPool
 	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
 	userLocks keyedMutex   // by userKey.String()
-	watch     *outWatcher
+	watch     *iolog.Watcher
 
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration
 
-	bgCtx        context.Context // background work; cancelled by Close
-	bgCancel     context.CancelFunc
-	wg           sync.WaitGroup // background goroutines
-	ttlDone      chan struct{}  // closed when the cache's expiry loop returns
-	stopEviction func()         // unsubscribes the eviction handler, waiting for running ones
-	closing      chan struct{}  // closed by Close
-	closeOnce    sync.Once
+	bgCtx     context.Context // background work; cancelled by Close
+	bgCancel  context.CancelFunc
+	wg        sync.WaitGroup // background goroutines
+	closing   chan struct{}  // closed by Close
+	closeOnce sync.Once
 }
 
 // New returns a Manager that has rebuilt its registry from the sandbox
@@ -213,7 +211,6 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
 		pool:    newWarmPool(),
 		recheck: recheckInterval,
-		ttlDone: make(chan struct{}),
 		closing: make(chan struct{}),
 	}
 	if docker == nil {
@@ -225,7 +222,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	}
 	fail := func(err error) (*Manager, error) {
 		if m.watch != nil {
-			m.watch.close()
+			m.watch.Close()
 		}
 		if m.lock != nil {
 			m.lock.Close()
@@ -248,7 +245,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		return fail(err)
 	}
 	m.lock = lock
-	w, err := newOutWatcher(m.log)
+	w, err := iolog.NewWatcher(m.log)
 	if err != nil {
 		return fail(fmt.Errorf("file watcher: %w", err))
 	}
@@ -267,11 +264,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	}
 
 	m.bgCtx, m.bgCancel = context.WithCancel(context.Background())
-	m.stopEviction = m.reg.cache.OnEviction(m.onEvicted)
-	go func() {
-		defer close(m.ttlDone)
-		m.reg.cache.Start()
-	}()
+	m.reg.start(m.onExpired)
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
 	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
@@ -297,11 +290,10 @@ func (m *Manager) Close() error {
 	var err error
 	m.closeOnce.Do(func() {
 		close(m.closing)
-		m.stopTTLLoop()
-		m.stopEviction()
+		m.reg.stop()
 		m.bgCancel()
 		m.wg.Wait()
-		err = m.watch.close()
+		err = m.watch.Close()
 		for _, sb := range m.reg.all() {
 			if perr := sb.persist(false); perr != nil {
 				m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", perr)
@@ -317,20 +309,6 @@ func (m *Manager) Close() error {
 	return err
 }
 
-// stopTTLLoop stops ttlcache's expiry loop. Cache.Stop returns at once if
-// the loop's goroutine has not begun yet (and the loop would then run
-// forever), so it is repeated until the goroutine has ended.
-func (m *Manager) stopTTLLoop() {
-	for {
-		m.reg.cache.Stop()
-		select {
-		case <-m.ttlDone:
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
 // checkOpen refuses work after Close.
 func (m *Manager) checkOpen() error {
 	select {
@@ -344,11 +322,16 @@ func (m *Manager) checkOpen() error {
 // use looks up a sandbox for an operation on it by the caller in ctx and
 // refreshes its idle TTL. Another tenant's sandbox is not found, exactly as
 // one that does not exist (and its TTL is not refreshed).
+//
+// use validates the ID before anything else, so a malformed ID is always
+// ErrInvalidArgument, never ErrNotFound. (Operations that check other
+// arguments too check the sandbox ID first themselves, for the order of
+// their errors; use checking it again costs one match.)
 func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
-	if err := m.checkOpen(); err != nil {
+	if err := ValidateSandboxID(sandboxID); err != nil {
 		return nil, err
 	}
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	sb := m.reg.get(sandboxID)
@@ -401,23 +384,11 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
 // first, without refreshing their TTLs. States are brought up to date with a
 // single ContainerList.
 func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
-	if err := m.checkOpen(); err != nil {
+	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if f.Tenant != "" {
-		if err := ValidateTenant(f.Tenant); err != nil {
-			return nil, err
-		}
-	}
-	if f.UserID != "" {
-		if err := ValidateUserID(f.UserID); err != nil {
-			return nil, err
-		}
-	}
-	switch f.State {
-	case "", StateRunning, StateDead:
-	default:
-		return nil, invalidf("state filter %q is not %q or %q", f.State, StateRunning, StateDead)
+	if err := m.checkOpen(); err != nil {
+		return nil, err
 	}
 	if err := m.refreshAll(ctx); err != nil {
 		return nil, err
@@ -433,19 +404,17 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, func(a, b Sandbox) int {
-		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
-	})
+	slices.SortFunc(out, CompareSandboxes)
 	return out, nil
 }
 
 // Delete removes a sandbox now: its container (forcibly, if running) and its
 // host directories. Followers of its commands return ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	if err := m.checkOpen(); err != nil {
+	if err := ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := m.checkOpen(); err != nil {
 		return err
 	}
 	sb := m.reg.get(sandboxID)
@@ -460,22 +429,7 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 // removal already has it, or, for an expiry (expired=true), when the sandbox
 // was used again just as it expired (touch re-registered it) and must live.
 func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
-	m.reg.mu.Lock()
-	defer m.reg.mu.Unlock()
-	if expired {
-		if it := m.reg.cache.Get(sb.id); it != nil && it.Value() == sb {
-			return false
-		}
-	}
-	sb.log.mu.Lock() // wait for an append in progress
-	defer sb.log.mu.Unlock()
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.removing || sb.gone {
-		return false
-	}
-	sb.removing = true
-	return true
+	return m.reg.claim(sb, expired, sb.markRemoving)
 }
 
 // destroy removes a sandbox claimed with claimRemoval: meta.json first (the
@@ -489,23 +443,20 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	err := os.Remove(filepath.Join(sb.dir, metaFile))
 	sb.metaMu.Unlock()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		m.unclaim(sb)
+		sb.unmarkRemoving()
 		return fmt.Errorf("remove sandbox metadata: %w", err)
 	}
 	err = m.docker.ContainerRemove(ctx, sb.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !isDockerNotFound(err) {
-		m.unclaim(sb)
+		sb.unmarkRemoving()
 		if perr := sb.persist(true); perr != nil {
 			log.Error("restore sandbox metadata after a failed removal", "error", perr)
 		}
 		return dockerError("remove container", err)
 	}
-	sb.mu.Lock()
-	sb.gone = true
-	close(sb.goneCh)
-	sb.mu.Unlock()
+	sb.markGone()
 	m.reg.remove(sb)
-	m.watch.forget(filepath.Join(sb.dir, ioDir, ioproto.OutDir))
+	m.watch.Forget(sb.io)
 	if err := removeSandboxDir(sb.dir); err != nil {
 		// The sandbox is gone for callers; the debris has no meta.json and is
 		// removed by the next reconcile.
@@ -515,20 +466,8 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	return nil
 }
 
-// unclaim undoes claimRemoval after a failed removal.
-func (m *Manager) unclaim(sb *sandbox) {
-	sb.mu.Lock()
-	sb.removing = false
-	sb.mu.Unlock()
-}
-
-// onEvicted is the cache's eviction handler: expired sandboxes are removed.
-// (Deletions are evictions too, but Delete has already done the work.)
-func (m *Manager) onEvicted(_ context.Context, reason ttlcache.EvictionReason, item *ttlcache.Item[string, *sandbox]) {
-	if reason != ttlcache.EvictionReasonExpired {
-		return
-	}
-	sb := item.Value()
+// onExpired removes a sandbox whose TTL ran out; the registry calls it.
+func (m *Manager) onExpired(sb *sandbox) {
 	if !m.claimRemoval(sb, true) {
 		return
 	}
@@ -538,8 +477,8 @@ func (m *Manager) onEvicted(_ context.Context, reason ttlcache.EvictionReason, i
 		why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
 	}
 	sb.mu.Unlock()
-	// Not the cache's context, which is cancelled when Close unsubscribes:
-	// Close waits for this removal to finish instead.
+	// Not a context Close cancels: Close waits for this removal to finish
+	// instead.
 	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
 	defer cancel()
 	if err := m.destroy(ctx, sb, "expired: "+why); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 
@@ -78,18 +79,27 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 		return err
 	}
 	for _, sb := range sbs {
-		if st, _ := sb.status(); st == StateDead {
-			continue
+		c, listed := byID[sb.containerID]
+		if err := m.refreshListed(ctx, sb, c, listed); err != nil {
+			return err
 		}
-		c, ok := byID[sb.containerID]
-		switch {
-		case !ok:
-			m.markDead(sb, reasonRemoved)
-		case !summaryAlive(c.State):
-			if err := m.refresh(ctx, sb); err != nil {
-				return err
-			}
-		}
+	}
+	return nil
+}
+
+// refreshListed brings a live sandbox's state up to date from its
+// container's entry in a ContainerList (listed=false: it has none): a
+// container that is gone means death, one that is not running is
+// inspected (refresh) to learn why. A dead sandbox stays dead.
+func (m *Manager) refreshListed(ctx context.Context, sb *sandbox, c container.Summary, listed bool) error {
+	if st, _ := sb.status(); st == StateDead {
+		return nil
+	}
+	switch {
+	case !listed:
+		m.markDead(sb, reasonRemoved)
+	case !summaryAlive(c.State):
+		return m.refresh(ctx, sb)
 	}
 	return nil
 }
@@ -98,8 +108,7 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 // when the stream breaks (engine restart, ...). After each reconnect it
 // re-lists the containers, since events may have been missed meanwhile.
 func (m *Manager) monitor(ctx context.Context, since time.Time) {
-	const maxBackoff = 30 * time.Second
-	backoff := time.Second
+	retry := newBackoff(time.Second, 30*time.Second)
 	for {
 		started := time.Now()
 		err := m.followEvents(ctx, since)
@@ -110,15 +119,12 @@ func (m *Manager) monitor(ctx context.Context, since time.Time) {
 		// twice is harmless, missing one is not.
 		since = time.Now().Add(-time.Second)
 		if time.Since(started) > time.Minute {
-			backoff = time.Second
+			retry.reset()
 		}
-		m.log.Warn("docker event stream broke; reconnecting", "error", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		m.log.Warn("docker event stream broke; reconnecting", "error", err, "retry_in", retry.delay())
+		if !retry.wait(ctx) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, maxBackoff)
 		if err := m.refreshAll(ctx); err != nil && ctx.Err() == nil {
 			m.log.Warn("resynchronise container states", "error", err)
 		}

@@ -1,14 +1,8 @@
 package orchestrator
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -183,14 +177,7 @@ func (m *Manager) claimPooled(ctx context.Context, user userKey) (*sandbox, erro
 
 // discardPooled removes a pool sandbox that will not be used.
 func (m *Manager) discardPooled(ctx context.Context, sb *sandbox, why string) {
-	if !m.claimRemoval(sb, false) {
-		return
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
-	defer cancel()
-	if err := m.destroy(cctx, sb, why); err != nil {
-		m.log.Error("remove warm-pool sandbox; the next start removes it", "sandbox_id", sb.id, "error", err)
-	}
+	m.discard(ctx, sb, "warm-pool sandbox", why)
 	m.pool.signal()
 }
 
@@ -214,7 +201,7 @@ func (m *Manager) poolHasRoom() bool {
 // refillLoop keeps the pool full until ctx ends: sandboxes are created one
 // at a time, whenever the pool is signalled and has room.
 func (m *Manager) refillLoop(ctx context.Context) {
-	retry := poolRetryMin
+	retry := newBackoff(poolRetryMin, poolRetryMax)
 	for {
 		for ctx.Err() == nil && m.poolHasRoom() {
 			sb, err := m.create(ctx, m.poolSpec())
@@ -233,16 +220,13 @@ func (m *Manager) refillLoop(ctx context.Context) {
 				if ctx.Err() != nil {
 					return
 				}
-				m.log.Warn("warm pool: create sandbox; will retry", "error", err, "retry_in", retry)
-				select {
-				case <-ctx.Done():
+				m.log.Warn("warm pool: create sandbox; will retry", "error", err, "retry_in", retry.delay())
+				if !retry.wait(ctx) {
 					return
-				case <-time.After(retry):
 				}
-				retry = min(2*retry, poolRetryMax)
 				continue
 			}
-			retry = poolRetryMin
+			retry.reset()
 			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "ready", m.pool.size())
 		}
 		select {
@@ -255,40 +239,26 @@ func (m *Manager) refillLoop(ctx context.Context) {
 
 // warmUp runs the warm-up command in a new pool sandbox and waits for its
 // done event. No user code has run in the sandbox yet, but the events file
-// is read through an os.Root all the same, as everything under io/ is.
+// is read through iolog all the same, as everything under io/ is.
 func (m *Manager) warmUp(ctx context.Context, sb *sandbox) error {
-	line, err := ioproto.EncodeRecord(ioproto.Record{
+	_, err := sb.io.Append(ioproto.Record{
 		Type: ioproto.KindExec, CommandID: warmupCommandID, Language: ioproto.LanguagePython,
 		TimeoutMS: warmupTimeout.Milliseconds(),
-	})
-	if err != nil {
-		return err
-	}
-	l := &sb.log
-	l.mu.Lock()
-	err = l.loadLocked()
-	if err == nil {
-		err = l.appendLocked(line)
-	}
-	if err == nil {
-		l.ids[warmupCommandID] = l.size
-	}
-	l.mu.Unlock()
+	}, nil)
 	if err != nil {
 		return fmt.Errorf("submit warm-up command: %w", err)
 	}
-
-	root, err := os.OpenRoot(filepath.Join(sb.dir, ioDir, ioproto.OutDir))
+	evs, err := sb.io.Events(warmupCommandID, 0, m.log.With("sandbox_id", sb.id))
 	if err != nil {
 		return err
 	}
-	defer root.Close()
+	defer evs.Close()
 	ctx, cancel := context.WithTimeout(ctx, warmupTimeout)
 	defer cancel()
 	tick := time.NewTicker(warmupPoll)
 	defer tick.Stop()
 	for {
-		if done, err := warmedUp(root); done || err != nil {
+		if done, err := evs.Drain(warmedUp); done || err != nil {
 			return err
 		}
 		select {
@@ -299,28 +269,10 @@ func (m *Manager) warmUp(ctx context.Context, sb *sandbox) error {
 	}
 }
 
-// warmedUp reports whether the warm-up command's events end with done, and
-// whether it ended well.
-func warmedUp(out *os.Root) (bool, error) {
-	f, err := out.Open(ioproto.EventsFileName(warmupCommandID))
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
+// warmedUp fails a warm-up whose command did not end well.
+func warmedUp(ev Event) error {
+	if ev.Type == ioproto.EventDone && ev.Status != ioproto.StatusOK {
+		return fmt.Errorf("warm-up command ended %s: %s", ev.Status, ev.Reason)
 	}
-	if err != nil {
-		return false, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(io.LimitReader(f, maxEventLine))
-	sc.Buffer(nil, maxEventLine)
-	for sc.Scan() {
-		ev, err := ioproto.ParseEvent(sc.Bytes())
-		if err != nil || ev.Type != ioproto.EventDone {
-			continue
-		}
-		if ev.Status != ioproto.StatusOK {
-			return true, fmt.Errorf("warm-up command ended %s: %s", ev.Status, ev.Reason)
-		}
-		return true, nil
-	}
-	return false, sc.Err()
+	return nil
 }

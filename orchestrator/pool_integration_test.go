@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/docker/docker/client"
 )
 
 // awaitPoolWithin waits until m's pool holds n ready sandboxes; real
@@ -81,15 +79,7 @@ func TestIntegrationWarmPool(t *testing.T) {
 // warm pool: Acquire (a claim) plus a first command's round trip. The pool
 // is refilled outside the timer.
 func BenchmarkIntegrationWarmAcquire(b *testing.B) {
-	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		b.Skip(err)
-	}
-	defer c.Close()
-	img := cmpOr(os.Getenv("SANDBOX_IMAGE"), DefaultImage)
-	if _, err := c.ImageInspect(b.Context(), img); err != nil {
-		b.Skipf("sandbox image %q missing: %v", img, err)
-	}
+	c, img := realDocker(b)
 	cfg := Config{StateDir: b.TempDir(), Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME"), WarmPool: 1, Logger: slog.New(slog.DiscardHandler)}
 	m, err := New(b.Context(), cfg, nil)
 	if err != nil {

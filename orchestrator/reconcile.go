@@ -81,8 +81,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		sb := newSandbox(dir, md)
 		log = log.With("tenant", md.Tenant, "user_id", md.UserID)
 
-		remove := func(why string) error {
-			log.Info("removing sandbox: "+why, "pool", md.Pool)
+		removeAll := func() error {
 			if hasContainer {
 				if err := m.removeContainer(ctx, md.ContainerID); err != nil {
 					return err
@@ -92,6 +91,10 @@ func (m *Manager) reconcile(ctx context.Context) error {
 				log.Error("remove sandbox directory", "error", err)
 			}
 			return nil
+		}
+		remove := func(why string) error {
+			log.Info("removing sandbox: "+why, "pool", md.Pool)
+			return removeAll()
 		}
 		if md.Pool {
 			if !hasContainer || !summaryAlive(c.State) {
@@ -107,26 +110,14 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if exp := m.reg.expiry(md.CreatedAt, sb.lastActive); !time.Now().Before(exp) {
 			log.Info("removing sandbox that expired while sandboxd was down", "expired_at", exp)
 			expired++
-			if hasContainer {
-				if err := m.removeContainer(ctx, md.ContainerID); err != nil {
-					return err
-				}
-			}
-			if err := removeSandboxDir(dir); err != nil {
-				log.Error("remove expired sandbox directory", "error", err)
+			if err := removeAll(); err != nil {
+				return err
 			}
 			continue
 		}
 
-		if st, _ := sb.status(); st != StateDead {
-			switch {
-			case !hasContainer:
-				m.markDead(sb, reasonRemoved)
-			case !summaryAlive(c.State):
-				if err := m.refresh(ctx, sb); err != nil {
-					return err
-				}
-			}
+		if err := m.refreshListed(ctx, sb, c, hasContainer); err != nil {
+			return err
 		}
 		// Dead sandboxes' volumes are mounted too: their files can still be
 		// downloaded until they expire.

@@ -2,162 +2,11 @@ package orchestrator
 
 import (
 	"context"
-	"errors"
-	"io/fs"
 	"sync"
 	"time"
 
 	"github.com/jellydator/ttlcache/v3"
 )
-
-// sandbox is the Manager's in-memory record of one sandbox. The identity
-// fields are fixed once the sandbox is registered (a warm-pool sandbox gets
-// its tenant, user and creation time when it is claimed, before that); the
-// rest is guarded by mu.
-type sandbox struct {
-	id          string
-	tenant      string // empty while in the warm pool
-	userID      string // empty while in the warm pool
-	dir         string // host directory: meta.json, io/, workspace/
-	containerID string
-	image       string
-	runtime     string
-	limits      Limits
-	network     bool
-	createdAt   time.Time
-
-	mu         sync.Mutex
-	pool       bool // waiting, unclaimed, in the warm pool
-	state      State
-	reason     string
-	lastActive time.Time
-	dirty      bool          // lastActive or state not yet written to meta.json
-	removing   bool          // destroy has begun: meta.json must not be rewritten
-	gone       bool          // destroyed: every handle to it is stale
-	deadCh     chan struct{} // closed when the sandbox dies, to wake followers
-	goneCh     chan struct{} // closed when the sandbox is destroyed
-
-	// metaMu serialises meta.json writes so an older snapshot never
-	// overwrites a newer one.
-	metaMu sync.Mutex
-
-	// log is the command log (io/stdin) with its index of command IDs.
-	log commandLog
-}
-
-// newSandbox builds the record for metadata m in directory dir.
-func newSandbox(dir string, m meta) *sandbox {
-	sb := &sandbox{
-		id:          m.ID,
-		tenant:      m.Tenant,
-		userID:      m.UserID,
-		pool:        m.Pool,
-		dir:         dir,
-		containerID: m.ContainerID,
-		image:       m.Image,
-		runtime:     m.Runtime,
-		limits:      m.Limits,
-		network:     m.Network,
-		createdAt:   m.CreatedAt,
-		state:       StateRunning,
-		lastActive:  m.LastActiveAt,
-		deadCh:      make(chan struct{}),
-		goneCh:      make(chan struct{}),
-	}
-	if sb.lastActive.IsZero() {
-		sb.lastActive = m.CreatedAt
-	}
-	if m.State == StateDead {
-		sb.state, sb.reason = StateDead, m.StateReason
-		close(sb.deadCh)
-	}
-	sb.log.init(dir)
-	return sb
-}
-
-// metaLocked returns the sandbox's meta.json content. Call with mu held.
-func (sb *sandbox) metaLocked() meta {
-	return meta{
-		ID:           sb.id,
-		Tenant:       sb.tenant,
-		UserID:       sb.userID,
-		Pool:         sb.pool,
-		Network:      sb.network,
-		ContainerID:  sb.containerID,
-		Image:        sb.image,
-		Runtime:      sb.runtime,
-		Limits:       sb.limits,
-		CreatedAt:    sb.createdAt,
-		LastActiveAt: sb.lastActive,
-		State:        sb.state,
-		StateReason:  sb.reason,
-	}
-}
-
-// persist writes meta.json if anything changed since the last write (or
-// always, with force). It does nothing once destruction has begun, so a
-// late write cannot resurrect a deleted sandbox's metadata.
-func (sb *sandbox) persist(force bool) error {
-	sb.metaMu.Lock()
-	defer sb.metaMu.Unlock()
-	sb.mu.Lock()
-	if sb.removing || (!sb.dirty && !force) {
-		sb.mu.Unlock()
-		return nil
-	}
-	m := sb.metaLocked()
-	sb.dirty = false
-	sb.mu.Unlock()
-	if err := writeMeta(sb.dir, m); err != nil {
-		// Try again at the next flush, unless the directory is gone (removed
-		// behind our back): retrying every second would only flood the log.
-		if !errors.Is(err, fs.ErrNotExist) {
-			sb.mu.Lock()
-			sb.dirty = true
-			sb.mu.Unlock()
-		}
-		return err
-	}
-	return nil
-}
-
-// markDead records the sandbox's death. It reports false when the sandbox was
-// already dead or is being destroyed (death during our own removal is not
-// news). Death is final: a container that comes back later (an operator's
-// `docker start`) does not revive the sandbox, because callers have already
-// been told its state is lost. The caller persists the death and then calls
-// signalDead.
-func (sb *sandbox) markDead(reason string) bool {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if sb.state == StateDead || sb.removing {
-		return false
-	}
-	sb.state, sb.reason, sb.dirty = StateDead, reason, true
-	return true
-}
-
-// signalDead wakes everyone waiting on the sandbox's death.
-func (sb *sandbox) signalDead() {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	if !isClosed(sb.deadCh) {
-		close(sb.deadCh)
-	}
-}
-
-// status returns the state and, for a dead sandbox, the reason.
-func (sb *sandbox) status() (State, string) {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.state, sb.reason
-}
-
-// deadError is the error for an operation that needs a live sandbox.
-func (sb *sandbox) deadError() error {
-	_, reason := sb.status()
-	return preconditionf("sandbox %s is dead: %s; acquire a new one", sb.id, reason)
-}
 
 // registry holds the live sandboxes: a ttlcache keyed by sandbox ID whose
 // item TTLs implement idle expiry and the maximum lifetime, plus each user's
@@ -171,15 +20,21 @@ func (sb *sandbox) deadError() error {
 // ttlcache's touch-on-hit (which would extend by the item's previous TTL, not
 // the idle TTL, for items restored after a restart or capped by the
 // lifetime).
+//
+// The registry's state is its own: the cache and mu are used only by its
+// methods. Where its lock nests with others, see the lock order on sandbox.
 type registry struct {
 	idleTTL     time.Duration
 	maxLifetime time.Duration
 	cache       *ttlcache.Cache[string, *sandbox]
 
-	// mu orders lookups-then-sets in touch against removals, and guards
-	// current.
+	// mu orders lookups-then-sets in touch against removals (claim), and
+	// guards current.
 	mu      sync.Mutex
 	current map[userKey]*sandbox // the user's current sandbox
+
+	loopDone     chan struct{} // closed when the cache's expiry loop returns
+	stopEviction func()        // unsubscribes the expiry handler, waiting for running ones
 }
 
 // userKey names a user: user IDs are unique within a tenant only.
@@ -190,9 +45,6 @@ type userKey struct {
 // String is the key's form for keyed locks: '/' occurs in neither part.
 func (k userKey) String() string { return k.tenant + "/" + k.user }
 
-// key is sb's user.
-func (sb *sandbox) key() userKey { return userKey{sb.tenant, sb.userID} }
-
 func newRegistry(idleTTL, maxLifetime time.Duration) *registry {
 	return &registry{
 		idleTTL:     idleTTL,
@@ -200,8 +52,40 @@ func newRegistry(idleTTL, maxLifetime time.Duration) *registry {
 		cache: ttlcache.New(
 			ttlcache.WithDisableTouchOnHit[string, *sandbox](),
 		),
-		current: make(map[userKey]*sandbox),
+		current:  make(map[userKey]*sandbox),
+		loopDone: make(chan struct{}),
 	}
+}
+
+// start runs the expiry loop: onExpired is called, in a goroutine of its
+// own, for each sandbox whose TTL ran out. (Deletions are evictions too,
+// but Delete has already done the work, so they call nothing.)
+func (r *registry) start(onExpired func(*sandbox)) {
+	r.stopEviction = r.cache.OnEviction(func(_ context.Context, reason ttlcache.EvictionReason, item *ttlcache.Item[string, *sandbox]) {
+		if reason == ttlcache.EvictionReasonExpired {
+			onExpired(item.Value())
+		}
+	})
+	go func() {
+		defer close(r.loopDone)
+		r.cache.Start()
+	}()
+}
+
+// stop ends the expiry loop and waits for the onExpired calls in progress.
+// Cache.Stop returns at once if the loop's goroutine has not begun yet (and
+// the loop would then run forever), so it is repeated until the goroutine
+// has ended.
+func (r *registry) stop() {
+	for done := false; !done; {
+		r.cache.Stop()
+		select {
+		case <-r.loopDone:
+			done = true
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	r.stopEviction()
 }
 
 // expiry returns when a sandbox last active at lastActive and created at
@@ -259,7 +143,7 @@ func (r *registry) touch(sb *sandbox) bool {
 	defer r.mu.Unlock()
 	// Under r.mu, nothing removes sb between this check and the Set below;
 	// expiry by the cache's own loop can still race, which the eviction
-	// handler resolves (see Manager.onEvicted).
+	// handler resolves (see claim with expired=true).
 	if r.get(sb.id) != sb {
 		return false
 	}
@@ -272,6 +156,21 @@ func (r *registry) touch(sb *sandbox) bool {
 	}
 	r.cache.Set(sb.id, sb, ttl)
 	return true
+}
+
+// claim runs mark (which marks sb as being removed) with the registry
+// locked, so that touch cannot re-register sb between the check and the
+// mark. For an expiry (expired=true) it reports false without calling mark
+// when sb is registered again: it was used just as it expired, and lives.
+func (r *registry) claim(sb *sandbox, expired bool, mark func() bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if expired {
+		if it := r.cache.Get(sb.id); it != nil && it.Value() == sb {
+			return false
+		}
+	}
+	return mark()
 }
 
 // rearm keeps sb registered for d more, used to retry a removal that failed.
@@ -329,48 +228,4 @@ func (r *registry) countRunning(tenant string) (all, ofTenant int) {
 		}
 	}
 	return all, ofTenant
-}
-
-// keyedMutex is a set of mutexes by key (user ID) that exist only while
-// in use, so it does not grow with the number of users ever seen. Waiting
-// respects the caller's context: creating a sandbox can take seconds.
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedLock
-}
-
-type keyedLock struct {
-	ch   chan struct{} // holds a token while locked
-	refs int
-}
-
-// lock acquires key's mutex and returns its unlock function.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = make(map[string]*keyedLock)
-	}
-	l := k.locks[key]
-	if l == nil {
-		l = &keyedLock{ch: make(chan struct{}, 1)}
-		k.locks[key] = l
-	}
-	l.refs++
-	k.mu.Unlock()
-
-	release := func() {
-		k.mu.Lock()
-		l.refs--
-		if l.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
-	select {
-	case l.ch <- struct{}{}:
-		return func() { <-l.ch; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
 }

@@ -3,13 +3,12 @@ package orchestrator
 import (
 	"context"
 	"errors"
-	"io/fs"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Submit queues a command in a sandbox and returns its ID. The command runs
@@ -26,60 +25,37 @@ import (
 // exceed its maximum. A dead sandbox refuses new commands with
 // ErrFailedPrecondition.
 func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
-	if err := m.checkOpen(); err != nil {
-		return "", err
-	}
-	if err := ValidateSandboxID(req.SandboxID); err != nil {
+	if err := req.Validate(); err != nil {
 		return "", err
 	}
 	rec, err := m.execRecord(req)
 	if err != nil {
 		return "", err
 	}
-	line, err := ioproto.EncodeRecord(rec)
-	if err != nil {
-		return "", invalidf("%v", err)
-	}
 	sb, err := m.use(ctx, req.SandboxID)
 	if err != nil {
 		return "", err
 	}
-
-	l := &sb.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.loadLocked(); err != nil {
-		return "", m.logError(sb, err)
+	appended, err := sb.io.Append(rec, func() error { return m.appendable(sb) })
+	if err != nil {
+		return "", m.appendError(sb, err)
 	}
-	if _, ok := l.ids[rec.CommandID]; ok {
-		return rec.CommandID, nil
+	if appended {
+		m.log.Debug("command submitted", "sandbox_id", sb.id, "command_id", rec.CommandID,
+			"language", rec.Language, "code_bytes", len(rec.Code), "timeout_ms", rec.TimeoutMS)
 	}
-	if err := m.appendable(sb); err != nil {
-		return "", err
-	}
-	if err := l.appendLocked(line); err != nil {
-		return "", m.logError(sb, err)
-	}
-	l.ids[rec.CommandID] = l.size
-	m.log.Debug("command submitted", "sandbox_id", sb.id, "command_id", rec.CommandID,
-		"language", rec.Language, "code_bytes", len(rec.Code), "timeout_ms", rec.TimeoutMS)
 	return rec.CommandID, nil
 }
 
-// execRecord validates req and builds its exec record.
+// execRecord builds the exec record of a valid req (ExecRequest.Validate),
+// checking it against the server's limits and applying its defaults.
 func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code}
 	if rec.CommandID == "" {
 		rec.CommandID = uuid.NewString()
-	} else if err := validateCommandID(rec.CommandID); err != nil {
-		return rec, err
 	}
-	switch rec.Language {
-	case "":
+	if rec.Language == "" {
 		rec.Language = ioproto.LanguagePython
-	case ioproto.LanguagePython, ioproto.LanguageBash:
-	default:
-		return rec, invalidf("language %q is not %q or %q", truncate(rec.Language, 32), ioproto.LanguagePython, ioproto.LanguageBash)
 	}
 	if len(rec.Code) > m.cfg.MaxCodeBytes {
 		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), m.cfg.MaxCodeBytes)
@@ -89,12 +65,8 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	}
 	timeout := req.Timeout
 	switch {
-	case timeout < 0:
-		return rec, invalidf("timeout %v is negative", timeout)
 	case timeout == 0:
 		timeout = m.cfg.DefaultTimeout
-	case timeout < time.Millisecond:
-		return rec, invalidf("timeout %v is below the 1ms resolution", timeout)
 	case timeout > m.cfg.MaxTimeout:
 		return rec, invalidf("timeout %v exceeds the server maximum of %v", timeout, m.cfg.MaxTimeout)
 	}
@@ -107,37 +79,25 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 // finished one is unaffected. The command's done event tells what happened.
 // An unknown command is ErrNotFound.
 func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
-	if err := validateCommandID(commandID); err != nil {
+	if err := validateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
-	line, err := ioproto.EncodeRecord(ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID})
-	if err != nil {
-		return invalidf("%v", err)
-	}
-	l := &sb.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := l.loadLocked(); err != nil {
-		return m.logError(sb, err)
-	}
-	if _, ok := l.ids[commandID]; !ok {
+	_, err = sb.io.Append(ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}, func() error { return m.appendable(sb) })
+	if errors.Is(err, iolog.ErrUnknownCommand) {
 		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	}
-	if err := m.appendable(sb); err != nil {
-		return err
-	}
-	if err := l.appendLocked(line); err != nil {
-		return m.logError(sb, err)
+	if err != nil {
+		return m.appendError(sb, err)
 	}
 	m.log.Info("command interrupt requested", "sandbox_id", sb.id, "command_id", commandID)
 	return nil
 }
 
-// appendable checks, under the log's lock, that sb may get new records.
+// appendable checks, with appends held, that sb may get new records.
 func (m *Manager) appendable(sb *sandbox) error {
 	sb.mu.Lock()
 	removing := sb.removing || sb.gone
@@ -151,11 +111,14 @@ func (m *Manager) appendable(sb *sandbox) error {
 	return nil
 }
 
-// logError classifies a failure to read or append the command log.
-func (m *Manager) logError(sb *sandbox, err error) error {
-	if errors.Is(err, errTampered) || errors.Is(err, fs.ErrNotExist) || isEscape(err) {
-		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
-		return preconditionf("sandbox %s is unusable: its command log was altered from inside (%v); delete it and acquire a new one", sb.id, err)
+// appendError classifies a failed append: a record the protocol refuses is
+// the caller's, anything else is the log's (logError).
+func (m *Manager) appendError(sb *sandbox, err error) error {
+	if isClassified(err) {
+		return err // from appendable
 	}
-	return err
+	if errors.Is(err, ioproto.ErrMalformed) {
+		return invalidf("%v", err)
+	}
+	return m.logError(sb, err)
 }

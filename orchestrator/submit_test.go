@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 func TestSubmitIdempotent(t *testing.T) {
@@ -100,7 +101,7 @@ func TestSubmitLearnsExistingLog(t *testing.T) {
 	if err := os.WriteFile(stdin, []byte(prior), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	m.reg.get(sb.ID).log.ids = nil // as if this process had not used the sandbox yet
+	forgetLog(m, sb.ID) // as if this process had not used the sandbox yet
 
 	for _, id := range []string{"old-1", "bad-1"} {
 		if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: id}); err != nil {
@@ -147,7 +148,7 @@ func TestSubmitRefusesTamperedLog(t *testing.T) {
 	if err := os.Symlink(victim, stdin); err != nil {
 		t.Fatal(err)
 	}
-	m.reg.get(sb.ID).log.ids = nil
+	forgetLog(m, sb.ID)
 	_, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
 	wantClass(t, err, ErrFailedPrecondition, "altered")
 	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
@@ -160,4 +161,11 @@ func TestSubmitRefusesTamperedLog(t *testing.T) {
 	os.Chown(stdin, 1000, 1000)
 	_, err = m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
 	wantClass(t, err, ErrFailedPrecondition, "altered")
+}
+
+// forgetLog drops what m knows of a sandbox's command log, as if this
+// process had not used the sandbox yet: the next use reads the log again.
+func forgetLog(m *Manager, id string) {
+	sb := m.reg.get(id)
+	sb.io = iolog.New(sb.io.Path())
 }

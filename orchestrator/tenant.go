@@ -31,15 +31,7 @@ var tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // [A-Za-z0-9._-], starting with a letter or digit. Errors wrap
 // ErrInvalidArgument.
 func ValidateTenant(name string) error {
-	switch {
-	case name == "":
-		return invalidf("tenant name is empty")
-	case len(name) > MaxTenantLen:
-		return invalidf("tenant name is %d bytes long; the limit is %d", len(name), MaxTenantLen)
-	case !tenantPattern.MatchString(name):
-		return invalidf("tenant name %q must start with a letter or digit and use only [A-Za-z0-9._-]", truncate(name, 80))
-	}
-	return nil
+	return checkName("tenant name", name, MaxTenantLen, tenantPattern, "must start with a letter or digit and use only [A-Za-z0-9._-]")
 }
 
 // Caller is who calls the Manager: a tenant, and whether the caller is an

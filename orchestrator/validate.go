@@ -5,6 +5,7 @@ import (
 	"encoding/base32"
 	"regexp"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -21,13 +22,21 @@ var userIDPattern = regexp.MustCompile(`^[A-Za-z0-9._@-]+$`)
 // ValidateUserID checks a caller-chosen end-user ID: 1 to 128 characters from
 // [A-Za-z0-9._@-]. Errors wrap ErrInvalidArgument and say what is wrong.
 func ValidateUserID(id string) error {
+	return checkName("user ID", id, MaxUserIDLen, userIDPattern, "has characters outside [A-Za-z0-9._@-]")
+}
+
+// checkName applies the rule user IDs and tenant names share: present, at
+// most max bytes long, and matching pattern. what names the value in the
+// messages; mismatch says what a value that does not match breaks.
+func checkName(what, s string, max int, pattern *regexp.Regexp, mismatch string) error {
 	switch {
-	case id == "":
-		return invalidf("user ID is empty")
-	case len(id) > MaxUserIDLen:
-		return invalidf("user ID is %d bytes long; the limit is %d", len(id), MaxUserIDLen)
-	case !userIDPattern.MatchString(id):
-		return invalidf("user ID %q has characters outside [A-Za-z0-9._@-]", id)
+	case s == "":
+		return invalidf("%s is empty", what)
+	case len(s) > max:
+		return invalidf("%s is %d bytes long; the limit is %d", what, len(s), max)
+	case !pattern.MatchString(s):
+		// s is at most max bytes long here: quoting it in full is safe.
+		return invalidf("%s %q %s", what, s, mismatch)
 	}
 	return nil
 }
@@ -65,13 +74,79 @@ func newSandboxID() string {
 	return sandboxIDPrefix + strings.ToLower(sandboxIDEncoding.EncodeToString(b[:]))[:sandboxIDRandLen]
 }
 
-// validateCommandID wraps ioproto's rule (shared with the driver) in the
-// InvalidArgument class.
-func validateCommandID(id string) error {
+// ValidateCommandID checks a command ID with the /io protocol's rule (the
+// driver applies the same one: IDs name files under /io/out). Errors wrap
+// ErrInvalidArgument.
+func ValidateCommandID(id string) error {
 	if err := ioproto.ValidateCommandID(id); err != nil {
 		return invalidf("%v", err)
 	}
 	return nil
+}
+
+// validateIDs checks the IDs of an operation on a command: the sandbox's
+// first, then the command's.
+func validateIDs(sandboxID, commandID string) error {
+	if err := ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	return ValidateCommandID(commandID)
+}
+
+// validateLanguage checks a command's language: "python", "bash", or empty
+// for the default (python).
+func validateLanguage(lang string) error {
+	switch lang {
+	case "", ioproto.LanguagePython, ioproto.LanguageBash:
+		return nil
+	}
+	return invalidf("language %q is not supported; use %q or %q", truncate(lang, 32), ioproto.LanguagePython, ioproto.LanguageBash)
+}
+
+// Validate checks the rules of an ExecRequest that do not depend on the
+// server's configuration: the IDs' forms, the language, and a timeout that
+// is a duration at all (not negative, not below the protocol's
+// millisecond). Submit also checks the code and the timeout against the
+// server's limits. Errors wrap ErrInvalidArgument.
+func (r ExecRequest) Validate() error {
+	if err := ValidateSandboxID(r.SandboxID); err != nil {
+		return err
+	}
+	if r.CommandID != "" {
+		if err := ValidateCommandID(r.CommandID); err != nil {
+			return err
+		}
+	}
+	if err := validateLanguage(r.Language); err != nil {
+		return err
+	}
+	switch {
+	case r.Timeout < 0:
+		return invalidf("timeout %v is negative; use 0 for the server default", r.Timeout)
+	case r.Timeout > 0 && r.Timeout < time.Millisecond:
+		return invalidf("timeout %v is below the 1ms resolution", r.Timeout)
+	}
+	return nil
+}
+
+// Validate checks a List filter: each field is empty or well-formed.
+// Errors wrap ErrInvalidArgument.
+func (f ListFilter) Validate() error {
+	if f.Tenant != "" {
+		if err := ValidateTenant(f.Tenant); err != nil {
+			return err
+		}
+	}
+	if f.UserID != "" {
+		if err := ValidateUserID(f.UserID); err != nil {
+			return err
+		}
+	}
+	switch f.State {
+	case "", StateRunning, StateDead:
+		return nil
+	}
+	return invalidf("state filter %q is not %q or %q", truncate(string(f.State), 32), StateRunning, StateDead)
 }
 
 // Bounds below which Docker refuses (or the sandbox cannot work): the

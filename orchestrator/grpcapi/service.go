@@ -1,7 +1,13 @@
 // Package grpcapi serves sandboxd's public gRPC API (proto/sandbox/v1) on top
-// of the orchestrator's domain Manager. Handlers are thin: validate the
-// request, call the domain, convert the result, and map errors to gRPC codes
-// in one place (toStatus). No sandbox logic lives here.
+// of the orchestrator's domain Manager. Handlers are thin: check the
+// request's shape, call the domain, convert the result, and map errors to
+// gRPC codes in one place (toStatus). No sandbox logic lives here.
+//
+// A request's shape is what only the API can see: required fields present,
+// durations valid, sequence numbers not negative, an upload's header first.
+// The domain's own rules (the form of IDs, languages, limits, paths) are
+// checked once, by the domain, whose InvalidArgument errors say what is
+// wrong; the handlers do not repeat them.
 package grpcapi
 
 import (
@@ -10,12 +16,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -70,11 +74,11 @@ func (s *Service) fail(ctx context.Context, method string, err error) error {
 
 // AcquireSandbox implements sandboxv1.SandboxServiceServer.
 func (s *Service) AcquireSandbox(ctx context.Context, req *sandboxv1.AcquireSandboxRequest) (*sandboxv1.AcquireSandboxResponse, error) {
-	if err := validateUserID(req.GetUserId()); err != nil {
+	if err := required("user ID", req.GetUserId()); err != nil {
 		return nil, err
 	}
-	// Limits and env are checked by the domain, which knows the server's
-	// defaults and maxima.
+	// The user ID's form, limits and env are checked by the domain, which
+	// knows the server's defaults and maxima.
 	res, err := s.m.Acquire(ctx, req.GetUserId(), optionsFromProto(req.GetOptions()))
 	if err != nil {
 		return nil, s.fail(ctx, "AcquireSandbox", err)
@@ -84,7 +88,7 @@ func (s *Service) AcquireSandbox(ctx context.Context, req *sandboxv1.AcquireSand
 
 // GetSandbox implements sandboxv1.SandboxServiceServer.
 func (s *Service) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxRequest) (*sandboxv1.GetSandboxResponse, error) {
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return nil, err
 	}
 	sb, err := s.m.Get(ctx, req.GetSandboxId())
@@ -96,36 +100,16 @@ func (s *Service) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxReque
 
 // ListSandboxes implements sandboxv1.SandboxServiceServer.
 func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxesRequest) (*sandboxv1.ListSandboxesResponse, error) {
-	var f orchestrator.ListFilter
-	if req.GetTenant() != "" {
-		if err := orchestrator.ValidateTenant(req.GetTenant()); err != nil {
-			return nil, invalid("%v", err)
-		}
-		f.Tenant = req.GetTenant()
-	}
-	if req.GetUserId() != "" {
-		if err := validateUserID(req.GetUserId()); err != nil {
-			return nil, err
-		}
-		f.UserID = req.GetUserId()
-	}
 	st, err := stateFromProto(req.GetState())
 	if err != nil {
 		return nil, invalid("state: %v", err)
 	}
-	f.State = st
+	f := orchestrator.ListFilter{Tenant: req.GetTenant(), UserID: req.GetUserId(), State: st}
 	list, err := s.m.List(ctx, f)
 	if err != nil {
 		return nil, s.fail(ctx, "ListSandboxes", err)
 	}
-	// The contract promises oldest first; sort here rather than rely on
-	// the registry's iteration order.
-	sort.SliceStable(list, func(i, j int) bool {
-		if !list[i].CreatedAt.Equal(list[j].CreatedAt) {
-			return list[i].CreatedAt.Before(list[j].CreatedAt)
-		}
-		return list[i].ID < list[j].ID
-	})
+	// The domain returns the order the contract promises (oldest first).
 	resp := &sandboxv1.ListSandboxesResponse{Sandboxes: make([]*sandboxv1.Sandbox, 0, len(list))}
 	for _, sb := range list {
 		resp.Sandboxes = append(resp.Sandboxes, sandboxToProto(sb))
@@ -135,7 +119,7 @@ func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxe
 
 // DeleteSandbox implements sandboxv1.SandboxServiceServer.
 func (s *Service) DeleteSandbox(ctx context.Context, req *sandboxv1.DeleteSandboxRequest) (*sandboxv1.DeleteSandboxResponse, error) {
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return nil, err
 	}
 	if err := s.m.Delete(ctx, req.GetSandboxId()); err != nil {
@@ -149,18 +133,8 @@ func (s *Service) DeleteSandbox(ctx context.Context, req *sandboxv1.DeleteSandbo
 // following from seq 0 replays that command's events.
 func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
 	ctx := stream.Context()
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return err
-	}
-	if req.GetCommandId() != "" {
-		if err := ioproto.ValidateCommandID(req.GetCommandId()); err != nil {
-			return invalid("%v", err)
-		}
-	}
-	switch req.GetLanguage() {
-	case "", ioproto.LanguagePython, ioproto.LanguageBash:
-	default:
-		return invalid("language %q is not supported; use %q or %q", clip(req.GetLanguage(), 32), ioproto.LanguagePython, ioproto.LanguageBash)
 	}
 	er := orchestrator.ExecRequest{
 		SandboxID: req.GetSandboxId(),
@@ -172,9 +146,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		if err := t.CheckValid(); err != nil {
 			return invalid("timeout: %v", err)
 		}
-		if er.Timeout = t.AsDuration(); er.Timeout < 0 {
-			return invalid("timeout %v is negative; omit it or use 0 for the server default", er.Timeout)
-		}
+		er.Timeout = t.AsDuration()
 	}
 	cmdID, err := s.m.Submit(ctx, er)
 	if err != nil {
@@ -185,11 +157,11 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 
 // StreamCommand implements sandboxv1.SandboxServiceServer.
 func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return err
 	}
-	if err := ioproto.ValidateCommandID(req.GetCommandId()); err != nil {
-		return invalid("%v", err)
+	if err := required("command_id", req.GetCommandId()); err != nil {
+		return err
 	}
 	if req.GetAfterSeq() < 0 {
 		return invalid("after_seq %d is negative; use 0 to stream from the first event", req.GetAfterSeq())
@@ -212,11 +184,11 @@ func (s *Service) follow(ctx context.Context, method, sandboxID, commandID strin
 
 // InterruptCommand implements sandboxv1.SandboxServiceServer.
 func (s *Service) InterruptCommand(ctx context.Context, req *sandboxv1.InterruptCommandRequest) (*sandboxv1.InterruptCommandResponse, error) {
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return nil, err
 	}
-	if err := ioproto.ValidateCommandID(req.GetCommandId()); err != nil {
-		return nil, invalid("%v", err)
+	if err := required("command_id", req.GetCommandId()); err != nil {
+		return nil, err
 	}
 	if err := s.m.Interrupt(ctx, req.GetSandboxId(), req.GetCommandId()); err != nil {
 		return nil, s.fail(ctx, "InterruptCommand", err)
@@ -238,11 +210,11 @@ func (s *Service) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadF
 	if h == nil {
 		return invalid("the first message must carry the header (sandbox_id and path), not a chunk")
 	}
-	if err := validateSandboxID(h.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", h.GetSandboxId()); err != nil {
 		return err
 	}
-	if h.GetPath() == "" {
-		return invalid("path is empty")
+	if err := required("path", h.GetPath()); err != nil {
+		return err
 	}
 	r := &uploadReader{stream: stream}
 	info, err := s.m.Upload(ctx, h.GetSandboxId(), h.GetPath(), r)
@@ -294,11 +266,11 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 // DownloadFile implements sandboxv1.SandboxServiceServer.
 func (s *Service) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.ServerStreamingServer[sandboxv1.DownloadFileResponse]) error {
 	ctx := stream.Context()
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return err
 	}
-	if req.GetPath() == "" {
-		return invalid("path is empty")
+	if err := required("path", req.GetPath()); err != nil {
+		return err
 	}
 	rc, info, err := s.m.Download(ctx, req.GetSandboxId(), req.GetPath())
 	if err != nil {
@@ -328,34 +300,17 @@ func (s *Service) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.S
 
 // ListFiles implements sandboxv1.SandboxServiceServer.
 func (s *Service) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest) (*sandboxv1.ListFilesResponse, error) {
-	if err := validateSandboxID(req.GetSandboxId()); err != nil {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return nil, err
 	}
 	files, err := s.m.ListFiles(ctx, req.GetSandboxId(), req.GetPath())
 	if err != nil {
 		return nil, s.fail(ctx, "ListFiles", err)
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
+	// The domain returns them sorted by path.
 	resp := &sandboxv1.ListFilesResponse{Files: make([]*sandboxv1.FileInfo, 0, len(files))}
 	for _, f := range files {
 		resp.Files = append(resp.Files, fileInfoToProto(f))
 	}
 	return resp, nil
-}
-
-// validateSandboxID and validateUserID apply the domain's rules up front, so
-// a malformed ID is refused before any work; the domain's messages already
-// name the ID and say what is wrong.
-func validateSandboxID(id string) error {
-	if err := orchestrator.ValidateSandboxID(id); err != nil {
-		return invalid("%v", err)
-	}
-	return nil
-}
-
-func validateUserID(id string) error {
-	if err := orchestrator.ValidateUserID(id); err != nil {
-		return invalid("%v", err)
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
@@ -20,6 +21,17 @@ var ErrNotScripted = errors.New("grpcapitest: method not scripted")
 // Manager implements grpcapi.Manager (and Close) by calling its function
 // fields, recording every call so tests can check what reached the domain.
 // Set the fields before the server starts; they are not guarded.
+//
+// It keeps the promises of the real Manager that the API relies on instead
+// of repeating them:
+//   - it refuses malformed arguments with the domain's own validators
+//     (orchestrator.ValidateSandboxID, ExecRequest.Validate, ...), before
+//     recording the call or calling the function field, so such calls
+//     never "reach the domain" in Calls, as with the real Manager, which
+//     validates before it does anything;
+//   - List and ListFiles return their results in the domain's order
+//     (orchestrator.CompareSandboxes, CompareFiles), whatever order the
+//     function fields use.
 type Manager struct {
 	AcquireFunc   func(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error)
 	GetFunc       func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
@@ -37,13 +49,28 @@ type Manager struct {
 	calls []string
 }
 
-func (m *Manager) record(name string) {
+// record records a call whose arguments the domain accepts (valid is
+// their validation's result); it returns valid.
+func (m *Manager) record(name string, valid error) error {
+	if valid != nil {
+		return valid
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls = append(m.calls, name)
+	return nil
 }
 
-// Calls returns the names of the methods called so far, in order.
+// commandIDs validates the IDs of a command operation.
+func commandIDs(sandboxID, commandID string) error {
+	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	return orchestrator.ValidateCommandID(commandID)
+}
+
+// Calls returns the names of the methods called so far with arguments the
+// domain accepts, in order.
 func (m *Manager) Calls() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -52,7 +79,9 @@ func (m *Manager) Calls() []string {
 
 // Acquire calls AcquireFunc.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
-	m.record("Acquire")
+	if err := m.record("Acquire", orchestrator.ValidateUserID(userID)); err != nil {
+		return orchestrator.AcquireResult{}, err
+	}
 	if m.AcquireFunc == nil {
 		return orchestrator.AcquireResult{}, ErrNotScripted
 	}
@@ -61,7 +90,9 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.
 
 // Get calls GetFunc.
 func (m *Manager) Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error) {
-	m.record("Get")
+	if err := m.record("Get", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return orchestrator.Sandbox{}, err
+	}
 	if m.GetFunc == nil {
 		return orchestrator.Sandbox{}, ErrNotScripted
 	}
@@ -70,16 +101,22 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (orchestrator.Sandb
 
 // List calls ListFunc.
 func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
-	m.record("List")
+	if err := m.record("List", f.Validate()); err != nil {
+		return nil, err
+	}
 	if m.ListFunc == nil {
 		return nil, ErrNotScripted
 	}
-	return m.ListFunc(ctx, f)
+	list, err := m.ListFunc(ctx, f)
+	slices.SortFunc(list, orchestrator.CompareSandboxes)
+	return list, err
 }
 
 // Delete calls DeleteFunc.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	m.record("Delete")
+	if err := m.record("Delete", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return err
+	}
 	if m.DeleteFunc == nil {
 		return ErrNotScripted
 	}
@@ -88,7 +125,9 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 
 // Submit calls SubmitFunc.
 func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (string, error) {
-	m.record("Submit")
+	if err := m.record("Submit", req.Validate()); err != nil {
+		return "", err
+	}
 	if m.SubmitFunc == nil {
 		return "", ErrNotScripted
 	}
@@ -97,7 +136,9 @@ func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (str
 
 // Follow calls FollowFunc.
 func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error {
-	m.record("Follow")
+	if err := m.record("Follow", commandIDs(sandboxID, commandID)); err != nil {
+		return err
+	}
 	if m.FollowFunc == nil {
 		return ErrNotScripted
 	}
@@ -106,7 +147,9 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 
 // Interrupt calls InterruptFunc.
 func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
-	m.record("Interrupt")
+	if err := m.record("Interrupt", commandIDs(sandboxID, commandID)); err != nil {
+		return err
+	}
 	if m.InterruptFunc == nil {
 		return ErrNotScripted
 	}
@@ -115,7 +158,9 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 
 // Upload calls UploadFunc.
 func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error) {
-	m.record("Upload")
+	if err := m.record("Upload", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return orchestrator.FileInfo{}, err
+	}
 	if m.UploadFunc == nil {
 		return orchestrator.FileInfo{}, ErrNotScripted
 	}
@@ -124,7 +169,9 @@ func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reade
 
 // Download calls DownloadFunc.
 func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
-	m.record("Download")
+	if err := m.record("Download", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return nil, orchestrator.FileInfo{}, err
+	}
 	if m.DownloadFunc == nil {
 		return nil, orchestrator.FileInfo{}, ErrNotScripted
 	}
@@ -133,16 +180,20 @@ func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.Read
 
 // ListFiles calls ListFilesFunc.
 func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error) {
-	m.record("ListFiles")
+	if err := m.record("ListFiles", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return nil, err
+	}
 	if m.ListFilesFunc == nil {
 		return nil, ErrNotScripted
 	}
-	return m.ListFilesFunc(ctx, sandboxID, path)
+	files, err := m.ListFilesFunc(ctx, sandboxID, path)
+	slices.SortFunc(files, orchestrator.CompareFiles)
+	return files, err
 }
 
 // Close calls CloseFunc, or does nothing when it is nil.
 func (m *Manager) Close() error {
-	m.record("Close")
+	m.record("Close", nil)
 	if m.CloseFunc == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package orchestrator
+package iolog
 
 import (
 	"errors"
@@ -15,44 +15,46 @@ import (
 // eventsSuffix ends every events file's name.
 var eventsSuffix = ioproto.EventsFileName("")
 
-// outWatcher tells followers when a command's events file changes. It holds
-// one inotify instance (fsnotify.Watcher) for the whole Manager, with one
+// Watcher tells followers when a command's events file changes. It holds
+// one inotify instance (fsnotify.Watcher) for all sandboxes, with one
 // watch per sandbox io/out directory that has ever been followed, and fans
 // events out to the subscriptions of the command whose file changed.
 //
 // Notifications carry no data: a subscriber re-reads its file from where it
 // stopped, so coalescing many writes into one wake-up loses nothing.
-type outWatcher struct {
+type Watcher struct {
 	w   *fsnotify.Watcher
 	log *slog.Logger
 
 	mu      sync.Mutex
-	dirs    map[string]map[string]map[*subscription]struct{} // out dir → command ID → subscriptions
+	dirs    map[string]map[string]map[*Subscription]struct{} // out dir → command ID → subscriptions
 	watched map[string]bool                                  // out dirs with an inotify watch
 
 	done chan struct{} // closed when the event loop has ended
 }
 
-// subscription is one follower's wake-up channel.
-type subscription struct {
+// Subscription is one follower's wake-up channel.
+type Subscription struct {
 	// C receives a value (coalesced, never blocking the watcher) when the
 	// command's events file may have changed, or when the watch broke.
-	C      chan struct{}
-	w      *outWatcher
+	C      <-chan struct{}
+	ch     chan struct{} // C, for sending
+	w      *Watcher
 	dir    string
 	cmd    string
 	closed bool
 }
 
-func newOutWatcher(log *slog.Logger) (*outWatcher, error) {
+// NewWatcher starts a watcher; log receives its warnings. Close it.
+func NewWatcher(log *slog.Logger) (*Watcher, error) {
 	w, err := fsnotify.NewBufferedWatcher(1024)
 	if err != nil {
 		return nil, err
 	}
-	ow := &outWatcher{
+	ow := &Watcher{
 		w:       w,
 		log:     log,
-		dirs:    make(map[string]map[string]map[*subscription]struct{}),
+		dirs:    make(map[string]map[string]map[*Subscription]struct{}),
 		watched: make(map[string]bool),
 		done:    make(chan struct{}),
 	}
@@ -60,10 +62,12 @@ func newOutWatcher(log *slog.Logger) (*outWatcher, error) {
 	return ow, nil
 }
 
-// subscribe registers interest in command cmd's events file in outDir,
-// starting the directory's watch if needed. Subscribe before reading the
-// file, so that no change between the read and the wait is missed.
-func (ow *outWatcher) subscribe(outDir, cmd string) *subscription {
+// Subscribe registers interest in command cmd's events file in d,
+// starting the watch of d's out directory if needed. Subscribe before
+// reading the file, so that no change between the read and the wait is
+// missed; Cancel the subscription when done.
+func (ow *Watcher) Subscribe(d *Dir, cmd string) *Subscription {
+	outDir := d.outDir()
 	ow.mu.Lock()
 	defer ow.mu.Unlock()
 	if !ow.watched[outDir] {
@@ -78,22 +82,23 @@ func (ow *outWatcher) subscribe(outDir, cmd string) *subscription {
 	}
 	byCmd := ow.dirs[outDir]
 	if byCmd == nil {
-		byCmd = make(map[string]map[*subscription]struct{})
+		byCmd = make(map[string]map[*Subscription]struct{})
 		ow.dirs[outDir] = byCmd
 	}
 	subs := byCmd[cmd]
 	if subs == nil {
-		subs = make(map[*subscription]struct{})
+		subs = make(map[*Subscription]struct{})
 		byCmd[cmd] = subs
 	}
-	s := &subscription{C: make(chan struct{}, 1), w: ow, dir: outDir, cmd: cmd}
+	ch := make(chan struct{}, 1)
+	s := &Subscription{C: ch, ch: ch, w: ow, dir: outDir, cmd: cmd}
 	subs[s] = struct{}{}
 	return s
 }
 
-// cancel ends the subscription. The directory's watch stays: the sandbox is
-// likely to be followed again soon, and forget removes it with the sandbox.
-func (s *subscription) cancel() {
+// Cancel ends the subscription. The directory's watch stays: the sandbox is
+// likely to be followed again soon, and Forget removes it with the sandbox.
+func (s *Subscription) Cancel() {
 	ow := s.w
 	ow.mu.Lock()
 	defer ow.mu.Unlock()
@@ -109,9 +114,11 @@ func (s *subscription) cancel() {
 	}
 }
 
-// forget drops outDir's watch, when its sandbox is destroyed. Remaining
-// subscribers are woken (they notice the sandbox is gone).
-func (ow *outWatcher) forget(outDir string) {
+// Forget drops the watch of d's out directory, when its sandbox is
+// destroyed. Remaining subscribers are woken (they notice the sandbox is
+// gone).
+func (ow *Watcher) Forget(d *Dir) {
+	outDir := d.outDir()
 	ow.mu.Lock()
 	defer ow.mu.Unlock()
 	for _, subs := range ow.dirs[outDir] {
@@ -130,8 +137,9 @@ func (ow *outWatcher) forget(outDir string) {
 	}
 }
 
-// watching reports how many subscriptions are active, for tests.
-func (ow *outWatcher) watching() int {
+// Watching reports how many subscriptions are active; tests check that
+// followers clean up after themselves.
+func (ow *Watcher) Watching() int {
 	ow.mu.Lock()
 	defer ow.mu.Unlock()
 	n := 0
@@ -143,14 +151,14 @@ func (ow *outWatcher) watching() int {
 	return n
 }
 
-// close stops the watcher and waits for its loop to end.
-func (ow *outWatcher) close() error {
+// Close stops the watcher and waits for its loop to end.
+func (ow *Watcher) Close() error {
 	err := ow.w.Close()
 	<-ow.done
 	return err
 }
 
-func (ow *outWatcher) loop() {
+func (ow *Watcher) loop() {
 	defer close(ow.done)
 	for {
 		select {
@@ -194,9 +202,9 @@ func (ow *outWatcher) loop() {
 }
 
 // notify wakes s without blocking; a pending wake-up already covers this one.
-func notify(s *subscription) {
+func notify(s *Subscription) {
 	select {
-	case s.C <- struct{}{}:
+	case s.ch <- struct{}{}:
 	default:
 	}
 }

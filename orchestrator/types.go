@@ -1,12 +1,8 @@
-// Package orchestrator owns sandboxes: one long-lived Docker container per end
-// user, its /io and /workspace directories on the host, the per-user registry
-// with idle expiry, crash-safe reattachment after a restart, and command
-// submission and output following over the /io protocol (ioproto).
-//
-// The package knows nothing about gRPC: orchestrator/grpcapi translates.
 package orchestrator
 
 import (
+	"cmp"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -72,6 +68,12 @@ type Sandbox struct {
 	ContainerID string
 }
 
+// CompareSandboxes is the order List returns sandboxes in, which the API
+// promises: oldest first, then by ID.
+func CompareSandboxes(a, b Sandbox) int {
+	return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), cmp.Compare(a.ID, b.ID))
+}
+
 // AcquireResult is the outcome of Acquire.
 type AcquireResult struct {
 	Sandbox Sandbox
@@ -117,3 +119,6 @@ type FileInfo struct {
 	IsDir   bool
 	ModTime time.Time
 }
+
+// CompareFiles is the order ListFiles returns entries in: by path.
+func CompareFiles(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) }

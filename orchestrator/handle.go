@@ -1,0 +1,217 @@
+package orchestrator
+
+import (
+	"errors"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+)
+
+// sandbox is the Manager's handle on one sandbox: its identity, its
+// lifecycle state, its metadata file (meta.json) and its io/ directory;
+// the registry, the warm pool and the Manager hold pointers to it, and
+// state changes with rules (death, removal) go through its methods. The
+// identity fields are
+// fixed once the sandbox is registered (a warm-pool sandbox gets its tenant,
+// user and creation time when it is claimed, before that); the rest is
+// guarded by mu.
+//
+// Lock order, where locks nest (outermost first; a lock may be taken while
+// holding only locks to its left):
+//
+//	a user's lock (Manager.userLocks) → registry.mu →
+//	    the io/ directory's append lock (iolog.Dir: HoldAppends, Append's
+//	    ready callback) → sandbox.mu
+//	sandbox.metaMu → sandbox.mu
+//
+// sandbox.mu is innermost: nothing is locked while it is held. warmPool.mu
+// and iolog.Watcher's lock are leaves, never held while taking another.
+type sandbox struct {
+	id          string
+	tenant      string // empty while in the warm pool
+	userID      string // empty while in the warm pool
+	dir         string // host directory: meta.json, io/, workspace/
+	containerID string
+	image       string
+	runtime     string
+	limits      Limits
+	network     bool
+	createdAt   time.Time
+
+	mu         sync.Mutex
+	pool       bool // waiting, unclaimed, in the warm pool
+	state      State
+	reason     string
+	lastActive time.Time
+	dirty      bool          // lastActive or state not yet written to meta.json
+	removing   bool          // destroy has begun: meta.json must not be rewritten
+	gone       bool          // destroyed: every handle to it is stale
+	deadCh     chan struct{} // closed when the sandbox dies, to wake followers
+	goneCh     chan struct{} // closed when the sandbox is destroyed
+
+	// metaMu serialises meta.json writes so an older snapshot never
+	// overwrites a newer one.
+	metaMu sync.Mutex
+
+	// io is the sandbox's io/ directory: the command log (io/stdin) with
+	// its index of command IDs, and the commands' events.
+	io *iolog.Dir
+}
+
+// newSandbox builds the record for metadata m in directory dir.
+func newSandbox(dir string, m meta) *sandbox {
+	sb := &sandbox{
+		id:          m.ID,
+		tenant:      m.Tenant,
+		userID:      m.UserID,
+		pool:        m.Pool,
+		dir:         dir,
+		containerID: m.ContainerID,
+		image:       m.Image,
+		runtime:     m.Runtime,
+		limits:      m.Limits,
+		network:     m.Network,
+		createdAt:   m.CreatedAt,
+		state:       StateRunning,
+		lastActive:  m.LastActiveAt,
+		deadCh:      make(chan struct{}),
+		goneCh:      make(chan struct{}),
+	}
+	if sb.lastActive.IsZero() {
+		sb.lastActive = m.CreatedAt
+	}
+	if m.State == StateDead {
+		sb.state, sb.reason = StateDead, m.StateReason
+		close(sb.deadCh)
+	}
+	sb.io = iolog.New(filepath.Join(dir, ioDir))
+	return sb
+}
+
+// metaLocked returns the sandbox's meta.json content. Call with mu held.
+func (sb *sandbox) metaLocked() meta {
+	return meta{
+		ID:           sb.id,
+		Tenant:       sb.tenant,
+		UserID:       sb.userID,
+		Pool:         sb.pool,
+		Network:      sb.network,
+		ContainerID:  sb.containerID,
+		Image:        sb.image,
+		Runtime:      sb.runtime,
+		Limits:       sb.limits,
+		CreatedAt:    sb.createdAt,
+		LastActiveAt: sb.lastActive,
+		State:        sb.state,
+		StateReason:  sb.reason,
+	}
+}
+
+// persist writes meta.json if anything changed since the last write (or
+// always, with force). It does nothing once destruction has begun, so a
+// late write cannot resurrect a deleted sandbox's metadata.
+func (sb *sandbox) persist(force bool) error {
+	sb.metaMu.Lock()
+	defer sb.metaMu.Unlock()
+	sb.mu.Lock()
+	if sb.removing || (!sb.dirty && !force) {
+		sb.mu.Unlock()
+		return nil
+	}
+	m := sb.metaLocked()
+	sb.dirty = false
+	sb.mu.Unlock()
+	if err := writeMeta(sb.dir, m); err != nil {
+		// Try again at the next flush, unless the directory is gone (removed
+		// behind our back): retrying every second would only flood the log.
+		if !errors.Is(err, fs.ErrNotExist) {
+			sb.mu.Lock()
+			sb.dirty = true
+			sb.mu.Unlock()
+		}
+		return err
+	}
+	return nil
+}
+
+// markDead records the sandbox's death. It reports false when the sandbox was
+// already dead or is being destroyed (death during our own removal is not
+// news). Death is final: a container that comes back later (an operator's
+// `docker start`) does not revive the sandbox, because callers have already
+// been told its state is lost. The caller persists the death and then calls
+// signalDead.
+func (sb *sandbox) markDead(reason string) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.state == StateDead || sb.removing {
+		return false
+	}
+	sb.state, sb.reason, sb.dirty = StateDead, reason, true
+	return true
+}
+
+// signalDead wakes everyone waiting on the sandbox's death.
+func (sb *sandbox) signalDead() {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if !isClosed(sb.deadCh) {
+		close(sb.deadCh)
+	}
+}
+
+// status returns the state and, for a dead sandbox, the reason.
+func (sb *sandbox) status() (State, string) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.state, sb.reason
+}
+
+// deadError is the error for an operation that needs a live sandbox.
+func (sb *sandbox) deadError() error {
+	_, reason := sb.status()
+	return preconditionf("sandbox %s is dead: %s; acquire a new one", sb.id, reason)
+}
+
+// key is sb's user.
+func (sb *sandbox) key() userKey { return userKey{sb.tenant, sb.userID} }
+
+// markRemoving claims sb for removal: no other removal, append or metadata
+// write happens from now on. It waits for an append in progress, and
+// reports false when a removal already has sb.
+func (sb *sandbox) markRemoving() bool {
+	claimed := false
+	sb.io.HoldAppends(func() {
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		if !sb.removing && !sb.gone {
+			sb.removing, claimed = true, true
+		}
+	})
+	return claimed
+}
+
+// unmarkRemoving undoes markRemoving after a removal failed.
+func (sb *sandbox) unmarkRemoving() {
+	sb.mu.Lock()
+	sb.removing = false
+	sb.mu.Unlock()
+}
+
+// markGone records that sb is destroyed, waking its followers.
+func (sb *sandbox) markGone() {
+	sb.mu.Lock()
+	sb.gone = true
+	close(sb.goneCh)
+	sb.mu.Unlock()
+}
+
+// reasonOrUnknown returns the reason a dead sandbox died.
+func (sb *sandbox) reasonOrUnknown() string {
+	if _, r := sb.status(); r != "" {
+		return r
+	}
+	return "unknown reason"
+}
