@@ -27,13 +27,20 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 BUF_DIR    ?= .
 PROTO_OUT  ?= proto
 
+# The Python client's stubs (clients/python), generated with Debian's protoc
+# 3.21 and grpc_python_plugin to match Debian's python3-protobuf and
+# python3-grpcio (PyPI is not used).
+PY_CLIENT       := clients/python
+PY_GEN          := $(PY_CLIENT)/sandboxd/_gen
+PY_DEB_PACKAGES := protobuf-compiler protobuf-compiler-grpc python3-grpcio python3-protobuf
+
 # Any Go change may affect any binary; go's build cache keeps rebuilds cheap,
 # these dependencies just let make skip the go invocation entirely.
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './vendor/*' 2>/dev/null) \
               go.mod $(wildcard go.sum)
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
-        fmt-check bench clean clean-images
+        python-proto python-proto-tools fmt-check bench clean clean-images
 
 help:
 	@echo 'targets:'
@@ -45,7 +52,8 @@ help:
 	@echo '  fuzz-smoke   run each go fuzz target for FUZZ_TIME ($(FUZZ_TIME))'
 	@echo '  run          run bin/sandboxd with defaults (RUN_ARGS=... to add flags)'
 	@echo '  proto        buf generate + buf lint'
-	@echo '  proto-check  fail if generated protobuf code is stale'
+	@echo '  proto-check  fail if generated protobuf code (Go and Python) is stale'
+	@echo '  python-proto regenerate the Python client'"'"'s stubs (clients/python, Debian packages)'
 	@echo '  fmt-check    fail if gofmt would change anything'
 	@echo '  bench        side-by-side benchmark (cmd/sandbox-bench; BENCH_ARGS=--markdown|--json)'
 	@echo '  clean        remove build outputs (clean-images: also the docker images)'
@@ -152,7 +160,7 @@ proto: proto-tools
 # and with local edits: it fails when the generated code in $(PROTO_OUT)/
 # differs from what buf produces, including files buf produces that are
 # missing. The regenerated files are left in place, ready to commit.
-proto-check: proto-tools
+proto-check: proto-tools python-proto-tools
 	@snap="$$(mktemp -d)"; trap 'rm -rf "$$snap" "$$snap.diff"' EXIT; \
 	cp -a $(PROTO_OUT)/. "$$snap/"; \
 	$(MAKE) --no-print-directory proto; \
@@ -162,6 +170,32 @@ proto-check: proto-tools
 		exit 1; \
 	fi; \
 	echo "proto-check: ok"
+	@snap="$$(mktemp -d)"; trap 'rm -rf "$$snap"' EXIT; \
+	$(PY_CLIENT)/generate.sh "$$snap/_gen"; \
+	if ! diff -r -x __pycache__ "$$snap/_gen" $(PY_GEN) >"$$snap/diff" 2>&1; then \
+		echo "proto-check: the Python stubs in $(PY_GEN)/ are stale; run 'make python-proto' and commit the result:"; \
+		cat "$$snap/diff"; \
+		exit 1; \
+	fi; \
+	echo "proto-check: python ok"
+
+# Installs Debian's protoc, grpc_python_plugin, python3-grpcio and
+# python3-protobuf when one is missing (as root, with apt-get).
+python-proto-tools:
+	@missing=""; for p in $(PY_DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+			echo "python-proto-tools: missing Debian packages:$$missing (apt-get install them as root)"; exit 1; \
+		fi; \
+		echo "installing$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+python-proto: python-proto-tools
+	$(PY_CLIENT)/generate.sh $(PY_GEN)
 
 # ---------------------------------------------------------------------- Clean
 clean:

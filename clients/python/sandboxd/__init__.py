@@ -1,0 +1,74 @@
+"""sandboxd: a Python client for sandboxd's gRPC API (sandbox.v1).
+
+    import sandboxd
+
+    with sandboxd.Client("127.0.0.1:50051") as client:
+        sb = client.acquire("alice")
+        for event in sb.run("x = 41\nprint('hi')\nx + 1"):
+            print(event)
+        print(sb.run_collect("x + 1").results[0].text)   # "42"
+
+It needs Debian's python3-grpcio and python3-protobuf (or any grpcio >= 1.51
+and protobuf 4.21.x). See clients/python/README.md.
+"""
+
+from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, connect
+from .errors import (
+    Aborted,
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    SandboxdError,
+    Unauthenticated,
+    Unavailable,
+)
+from .events import (
+    CommandStatus,
+    Display,
+    Done,
+    Error,
+    Event,
+    FileInfo,
+    FileRef,
+    Result,
+    SandboxInfo,
+    Started,
+    Stderr,
+    Stdout,
+)
+
+__all__ = [
+    "Client",
+    "Sandbox",
+    "Execution",
+    "Files",
+    "connect",
+    "MAX_MESSAGE_SIZE",
+    "CommandStatus",
+    "Event",
+    "Started",
+    "Stdout",
+    "Stderr",
+    "Display",
+    "Result",
+    "Error",
+    "Done",
+    "FileRef",
+    "FileInfo",
+    "SandboxInfo",
+    "SandboxdError",
+    "NotFound",
+    "InvalidArgument",
+    "FailedPrecondition",
+    "ResourceExhausted",
+    "Unavailable",
+    "PermissionDenied",
+    "Unauthenticated",
+    "Aborted",
+    "DeadlineExceeded",
+    "Cancelled",
+]

@@ -1,0 +1,339 @@
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
+
+COMMAND_STATUS_ERROR: CommandStatus
+COMMAND_STATUS_INTERRUPTED: CommandStatus
+COMMAND_STATUS_KILLED: CommandStatus
+COMMAND_STATUS_OK: CommandStatus
+COMMAND_STATUS_TIMEOUT: CommandStatus
+COMMAND_STATUS_UNSPECIFIED: CommandStatus
+DESCRIPTOR: _descriptor.FileDescriptor
+SANDBOX_STATE_DEAD: SandboxState
+SANDBOX_STATE_RUNNING: SandboxState
+SANDBOX_STATE_UNSPECIFIED: SandboxState
+
+class AcquireSandboxRequest(_message.Message):
+    __slots__ = ["options", "user_id"]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    options: SandboxOptions
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ..., options: _Optional[_Union[SandboxOptions, _Mapping]] = ...) -> None: ...
+
+class AcquireSandboxResponse(_message.Message):
+    __slots__ = ["created", "replaced_reason", "replaced_sandbox_id", "sandbox", "state_lost"]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_REASON_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    STATE_LOST_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    replaced_reason: str
+    replaced_sandbox_id: str
+    sandbox: Sandbox
+    state_lost: bool
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ...) -> None: ...
+
+class DeleteSandboxRequest(_message.Message):
+    __slots__ = ["sandbox_id"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class DeleteSandboxResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class Display(_message.Message):
+    __slots__ = ["data"]
+    class DataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: _containers.ScalarMap[str, str]
+    def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Done(_message.Message):
+    __slots__ = ["duration", "exit_code", "files", "output_truncated", "reason", "state_lost", "status", "time"]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STATE_LOST_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    duration: _duration_pb2.Duration
+    exit_code: int
+    files: _containers.RepeatedCompositeFieldContainer[FileRef]
+    output_truncated: bool
+    reason: str
+    state_lost: bool
+    status: CommandStatus
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, status: _Optional[_Union[CommandStatus, str]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., state_lost: bool = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., files: _Optional[_Iterable[_Union[FileRef, _Mapping]]] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., output_truncated: bool = ...) -> None: ...
+
+class DownloadFileRequest(_message.Message):
+    __slots__ = ["path", "sandbox_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class DownloadFileResponse(_message.Message):
+    __slots__ = ["chunk", "file"]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class Error(_message.Message):
+    __slots__ = ["ename", "evalue", "traceback"]
+    ENAME_FIELD_NUMBER: _ClassVar[int]
+    EVALUE_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
+    ename: str
+    evalue: str
+    traceback: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ename: _Optional[str] = ..., evalue: _Optional[str] = ..., traceback: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ExecuteEvent(_message.Message):
+    __slots__ = ["command_id", "display", "done", "error", "result", "seq", "started", "stderr", "stdout"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    DISPLAY_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    display: Display
+    done: Done
+    error: Error
+    result: Result
+    seq: int
+    started: Started
+    stderr: OutputChunk
+    stdout: OutputChunk
+    def __init__(self, seq: _Optional[int] = ..., command_id: _Optional[str] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[_Union[OutputChunk, _Mapping]] = ..., stderr: _Optional[_Union[OutputChunk, _Mapping]] = ..., display: _Optional[_Union[Display, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ...) -> None: ...
+
+class ExecuteRequest(_message.Message):
+    __slots__ = ["code", "command_id", "language", "sandbox_id", "timeout"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    command_id: str
+    language: str
+    sandbox_id: str
+    timeout: _duration_pb2.Duration
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class FileInfo(_message.Message):
+    __slots__ = ["is_dir", "mod_time", "path", "size"]
+    IS_DIR_FIELD_NUMBER: _ClassVar[int]
+    MOD_TIME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    is_dir: bool
+    mod_time: _timestamp_pb2.Timestamp
+    path: str
+    size: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., is_dir: bool = ..., mod_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class FileRef(_message.Message):
+    __slots__ = ["path", "size"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class GetSandboxRequest(_message.Message):
+    __slots__ = ["sandbox_id"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class GetSandboxResponse(_message.Message):
+    __slots__ = ["sandbox"]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: Sandbox
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
+
+class InterruptCommandRequest(_message.Message):
+    __slots__ = ["command_id", "sandbox_id"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ...) -> None: ...
+
+class InterruptCommandResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class ListFilesRequest(_message.Message):
+    __slots__ = ["path", "sandbox_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ListFilesResponse(_message.Message):
+    __slots__ = ["files"]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[FileInfo]
+    def __init__(self, files: _Optional[_Iterable[_Union[FileInfo, _Mapping]]] = ...) -> None: ...
+
+class ListSandboxesRequest(_message.Message):
+    __slots__ = ["state", "tenant", "user_id"]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    state: SandboxState
+    tenant: str
+    user_id: str
+    def __init__(self, user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ListSandboxesResponse(_message.Message):
+    __slots__ = ["sandboxes"]
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    sandboxes: _containers.RepeatedCompositeFieldContainer[Sandbox]
+    def __init__(self, sandboxes: _Optional[_Iterable[_Union[Sandbox, _Mapping]]] = ...) -> None: ...
+
+class OutputChunk(_message.Message):
+    __slots__ = ["text"]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class ResourceLimits(_message.Message):
+    __slots__ = ["disk_bytes", "memory_bytes", "nano_cpus", "pids_limit"]
+    DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NANO_CPUS_FIELD_NUMBER: _ClassVar[int]
+    PIDS_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    disk_bytes: int
+    memory_bytes: int
+    nano_cpus: int
+    pids_limit: int
+    def __init__(self, memory_bytes: _Optional[int] = ..., nano_cpus: _Optional[int] = ..., pids_limit: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ["data"]
+    class DataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: _containers.ScalarMap[str, str]
+    def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Sandbox(_message.Message):
+    __slots__ = ["created_at", "expires_at", "image", "last_active_at", "limits", "network", "sandbox_id", "state", "state_reason", "tenant", "user_id"]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_REASON_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    created_at: _timestamp_pb2.Timestamp
+    expires_at: _timestamp_pb2.Timestamp
+    image: str
+    last_active_at: _timestamp_pb2.Timestamp
+    limits: ResourceLimits
+    network: bool
+    sandbox_id: str
+    state: SandboxState
+    state_reason: str
+    tenant: str
+    user_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ...) -> None: ...
+
+class SandboxOptions(_message.Message):
+    __slots__ = ["env", "limits", "network"]
+    class EnvEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    env: _containers.ScalarMap[str, str]
+    limits: ResourceLimits
+    network: bool
+    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ...) -> None: ...
+
+class Started(_message.Message):
+    __slots__ = ["language", "time"]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    language: str
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, language: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class StreamCommandRequest(_message.Message):
+    __slots__ = ["after_seq", "command_id", "sandbox_id"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    command_id: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class UploadFileHeader(_message.Message):
+    __slots__ = ["path", "sandbox_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class UploadFileRequest(_message.Message):
+    __slots__ = ["chunk", "header"]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    header: UploadFileHeader
+    def __init__(self, header: _Optional[_Union[UploadFileHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class UploadFileResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class SandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class CommandStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []

@@ -1,0 +1,551 @@
+"""The sandboxd client: Client (a connection), Sandbox (one user's sandbox),
+Execution (one command's events, resumed transparently) and Files."""
+
+import datetime
+import time
+import uuid
+from typing import Iterator, List, Optional
+
+import grpc
+from google.protobuf import duration_pb2
+
+from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from ._gen.sandbox.v1 import sandbox_pb2_grpc as pb_grpc
+from .errors import Unavailable, from_rpc_error
+from .events import (
+    CommandStatus,
+    Display,
+    Done,
+    Error,
+    Event,
+    FileInfo,
+    Result,
+    SandboxInfo,
+    Stderr,
+    Stdout,
+    event_from_proto,
+)
+
+__all__ = ["Client", "Sandbox", "Execution", "Files", "connect", "MAX_MESSAGE_SIZE"]
+
+# MAX_MESSAGE_SIZE is the largest message sandboxd sends (a plot inline in
+# one event); the client's receive limit is raised to it.
+MAX_MESSAGE_SIZE = 64 << 20
+
+# Uploads are sent in chunks of this size, well under the server's 4 MiB
+# receive limit.
+UPLOAD_CHUNK = 1 << 20
+
+# Codes on which a command's stream is resumed rather than the error raised.
+# CANCELLED counts too: a server that shuts down may reset its streams with
+# it (the client cancels a stream only once it stopped reading it).
+_RESUMABLE = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED, grpc.StatusCode.CANCELLED}
+)
+
+
+def _duration(value) -> Optional[duration_pb2.Duration]:
+    if value is None:
+        return None
+    d = duration_pb2.Duration()
+    if isinstance(value, datetime.timedelta):
+        d.FromTimedelta(value)
+    else:
+        d.FromNanoseconds(int(round(float(value) * 1e9)))
+    return d
+
+
+class Client:
+    """A connection to sandboxd.
+
+    addr is "host:port". token, when given, is sent as "authorization:
+    Bearer TOKEN" on every call (servers started with --auth-tokens). tls=True
+    connects with TLS using the system's root certificates; ca_file (a PEM
+    file) trusts that CA instead and implies TLS.
+
+    resume_timeout bounds, in seconds, how long a command's stream keeps
+    trying to resume without receiving anything (sandboxd down or
+    restarting) before Execution raises Unavailable. call_timeout, when
+    set, is the deadline in seconds of each unary call (AcquireSandbox can
+    take seconds when it starts a container).
+
+    Use it as a context manager, or call close(), to close the channel.
+    """
+
+    def __init__(
+        self,
+        addr: str,
+        token: Optional[str] = None,
+        tls: bool = False,
+        ca_file: Optional[str] = None,
+        *,
+        resume_timeout: float = 120.0,
+        call_timeout: Optional[float] = None,
+        channel_options=(),
+    ):
+        self.addr = addr
+        self.resume_timeout = resume_timeout
+        self.call_timeout = call_timeout
+        self._metadata = (("authorization", "Bearer " + token),) if token else None
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_SIZE),
+            # gRPC's default reconnect backoff grows to two minutes; capped
+            # so that a restarted sandboxd is found again within seconds.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+        ]
+        options.extend(channel_options)
+        if tls or ca_file:
+            root = None
+            if ca_file:
+                with open(ca_file, "rb") as f:
+                    root = f.read()
+            creds = grpc.ssl_channel_credentials(root_certificates=root)
+            self._channel = grpc.secure_channel(addr, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(addr, options=options)
+        self._stub = pb_grpc.SandboxServiceStub(self._channel)
+        self.closed = False
+
+    # -- plumbing
+
+    def _call(self, method, request, timeout=None):
+        """Runs a unary (or client-streaming) call, mapping errors."""
+        try:
+            return method(request, metadata=self._metadata, timeout=timeout or self.call_timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    # -- sandboxes
+
+    def acquire(self, user_id: str, **options) -> "Sandbox":
+        """The user's sandbox, created if the user has none; see
+        Sandbox.acquire for the options."""
+        return Sandbox.acquire(self, user_id, **options)
+
+    def sandbox(self, sandbox_id: str) -> "Sandbox":
+        """Reattaches to a sandbox by ID (GetSandbox). NotFound when it
+        expired or was deleted."""
+        return Sandbox.attach(self, sandbox_id)
+
+    def list(self, user_id: str = "", state: str = "", tenant: str = "") -> List[SandboxInfo]:
+        """Lists sandboxes, optionally of one user, in one state ("RUNNING",
+        "DEAD") or of one tenant."""
+        req = pb.ListSandboxesRequest(user_id=user_id, tenant=tenant)
+        if state:
+            req.state = pb.SandboxState.Value("SANDBOX_STATE_" + state.upper())
+        resp = self._call(self._stub.ListSandboxes, req)
+        return [SandboxInfo.from_proto(s) for s in resp.sandboxes]
+
+    def delete(self, sandbox_id: str) -> None:
+        """Stops and removes a sandbox with its files. NotFound when it does
+        not exist."""
+        self._call(self._stub.DeleteSandbox, pb.DeleteSandboxRequest(sandbox_id=sandbox_id))
+
+    def close(self) -> None:
+        """Closes the channel; streams still open end with Cancelled."""
+        self.closed = True
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return "Client(%r)" % self.addr
+
+
+class Sandbox:
+    """One user's sandbox: a container with a persistent Python interpreter
+    and a /workspace directory.
+
+    A sandbox outlives this object, the client and sandboxd itself: it is
+    removed only after the server's idle TTL, by delete(), or on exit of a
+    `with` block when created with delete_on_exit=True. Leaving a `with`
+    block otherwise keeps it (so the user's variables and files are there
+    next time) and closes the client only if the Sandbox owns it (see
+    connect()).
+    """
+
+    def __init__(self, client: Client, info: SandboxInfo, *, created=False, state_lost=False,
+                 replaced_sandbox_id="", replaced_reason="", delete_on_exit=False, owns_client=False):
+        self.client = client
+        self.info = info
+        self.created = created
+        self.state_lost = state_lost
+        self.replaced_sandbox_id = replaced_sandbox_id
+        self.replaced_reason = replaced_reason
+        self.delete_on_exit = delete_on_exit
+        self._owns_client = owns_client
+        self.files = Files(self)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @classmethod
+    def acquire(
+        cls,
+        client: Client,
+        user_id: str,
+        *,
+        memory_bytes: int = 0,
+        cpus: float = 0,
+        pids_limit: int = 0,
+        disk_bytes: int = 0,
+        env: Optional[dict] = None,
+        network: bool = False,
+        delete_on_exit: bool = False,
+    ) -> "Sandbox":
+        """The user's sandbox (AcquireSandbox), created if the user has none.
+
+        The options apply only when a sandbox is created: limits (0 is the
+        server's default; cpus in cores, e.g. 0.5), environment variables,
+        outbound network. `created` says whether this call created it;
+        `state_lost` (with `replaced_sandbox_id`, `replaced_reason`) that
+        the user's previous sandbox had died, so variables and files built
+        earlier are gone.
+        """
+        opts = pb.SandboxOptions(
+            limits=pb.ResourceLimits(
+                memory_bytes=int(memory_bytes),
+                nano_cpus=int(round(cpus * 1e9)),
+                pids_limit=int(pids_limit),
+                disk_bytes=int(disk_bytes),
+            ),
+            env=env or {},
+            network=network,
+        )
+        resp = client._call(client._stub.AcquireSandbox, pb.AcquireSandboxRequest(user_id=user_id, options=opts))
+        return cls(
+            client,
+            SandboxInfo.from_proto(resp.sandbox),
+            created=resp.created,
+            state_lost=resp.state_lost,
+            replaced_sandbox_id=resp.replaced_sandbox_id,
+            replaced_reason=resp.replaced_reason,
+            delete_on_exit=delete_on_exit,
+        )
+
+    @classmethod
+    def attach(cls, client: Client, sandbox_id: str) -> "Sandbox":
+        """An existing sandbox by ID (GetSandbox); NotFound when gone."""
+        resp = client._call(client._stub.GetSandbox, pb.GetSandboxRequest(sandbox_id=sandbox_id))
+        return cls(client, SandboxInfo.from_proto(resp.sandbox))
+
+    def refresh(self) -> SandboxInfo:
+        """Describes the sandbox anew (its state, expiry) and returns it."""
+        resp = self.client._call(self.client._stub.GetSandbox, pb.GetSandboxRequest(sandbox_id=self.id))
+        self.info = SandboxInfo.from_proto(resp.sandbox)
+        return self.info
+
+    # -- commands
+
+    def run(self, code: str, language: str = "python", timeout=None, command_id: Optional[str] = None) -> "Execution":
+        """Starts a command and returns its Execution: iterate over it for
+        the events as they come (Started, Stdout, ..., Done), or call
+        wait() for the finished outcome.
+
+        language is "python" (variables persist between commands) or
+        "bash". timeout (seconds or a timedelta) is the command's wall-clock
+        limit; None is the server's default. command_id is the idempotency
+        key: a fresh UUID unless given; running again with the ID of an
+        existing command runs nothing and replays that command's events.
+
+        A dropped stream (network, sandboxd restarted) is resumed by command
+        ID where it stopped, without running the code twice; see Execution.
+        """
+        if command_id is None:
+            command_id = str(uuid.uuid4())
+        req = pb.ExecuteRequest(sandbox_id=self.id, command_id=command_id, language=language, code=code)
+        d = _duration(timeout)
+        if d is not None:
+            req.timeout.CopyFrom(d)
+        return Execution(self, command_id, execute=req)
+
+    def run_collect(self, code: str, **kwargs) -> "Execution":
+        """run(code, ...).wait(): the finished command, with .stdout,
+        .stderr, .results, .displays, .error, .status."""
+        return self.run(code, **kwargs).wait()
+
+    def resume(self, command_id: str, after_seq: int = 0) -> "Execution":
+        """Follows an existing command's events with seq above after_seq
+        (StreamCommand), e.g. one started by a process that crashed.
+        NotFound when the command is unknown."""
+        return Execution(self, command_id, after_seq=after_seq)
+
+    def interrupt(self, command_id: str) -> None:
+        """Asks a command to stop, like Ctrl-C (KeyboardInterrupt in Python;
+        killed if still running 2 s later). Its stream then ends with Done
+        status INTERRUPTED or KILLED. A finished command is left alone."""
+        self.client._call(
+            self.client._stub.InterruptCommand,
+            pb.InterruptCommandRequest(sandbox_id=self.id, command_id=command_id),
+        )
+
+    # -- lifecycle
+
+    def delete(self, missing_ok: bool = False) -> None:
+        """Stops and removes the sandbox with its files. NotFound when it no
+        longer exists, unless missing_ok."""
+        from .errors import NotFound
+
+        try:
+            self.client.delete(self.id)
+        except NotFound:
+            if not missing_ok:
+                raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            if self.delete_on_exit:
+                self.delete(missing_ok=True)
+        finally:
+            if self._owns_client:
+                self.client.close()
+        return False
+
+    def __repr__(self):
+        return "Sandbox(id=%r, user_id=%r)" % (self.id, self.info.user_id)
+
+
+class Execution:
+    """One command's events, in order, each exactly once: iterate over it,
+    or call wait().
+
+    Resumption: the command is sent once, with Execute and its command ID.
+    When the stream fails with UNAVAILABLE, ABORTED or CANCELLED, or ends
+    without Done (a dropped connection, sandboxd killed or restarted), the
+    client waits (backoff from 0.1 s doubling to 2 s) and resumes with
+    StreamCommand after the last event received, for as long as the client's
+    resume_timeout allows without receiving anything; then it raises
+    Unavailable. Execute is sent again only when the server answers that it
+    does not know the command (NOT_FOUND) and no event arrived, i.e. the
+    first Execute never reached it; since Execute is idempotent by command
+    ID, even that cannot run the code twice. Other errors raise the matching
+    SandboxdError.
+
+    While iterating, and after wait(), the events received so far are in
+    `events`, and the summaries below describe them.
+    """
+
+    INITIAL_BACKOFF = 0.1
+    MAX_BACKOFF = 2.0
+
+    def __init__(self, sandbox: Sandbox, command_id: str, *, execute=None, after_seq: int = 0):
+        self.sandbox = sandbox
+        self.command_id = command_id
+        self.events: List[Event] = []
+        self.done: Optional[Done] = None
+        # resumes counts the streams opened after the first one.
+        self.resumes = 0
+        self._request = execute
+        self._last_seq = after_seq
+        stream = None
+        if execute is not None:
+            # Started at once (gRPC sends it now), so run() starts the
+            # command even if the caller iterates later or never.
+            client = sandbox.client
+            stream = client._stub.Execute(execute, metadata=client._metadata)
+        self._gen = self._follow(stream)
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._gen)
+
+    def wait(self) -> "Execution":
+        """Reads the remaining events; returns self once Done arrived."""
+        for _ in self:
+            pass
+        return self
+
+    def interrupt(self) -> None:
+        """Interrupts this command (see Sandbox.interrupt)."""
+        self.sandbox.interrupt(self.command_id)
+
+    def close(self) -> None:
+        """Stops reading (the command keeps running on the server)."""
+        self._gen.close()
+
+    # -- summaries
+
+    @property
+    def stdout(self) -> str:
+        return "".join(e.text for e in self.events if isinstance(e, Stdout))
+
+    @property
+    def stderr(self) -> str:
+        return "".join(e.text for e in self.events if isinstance(e, Stderr))
+
+    @property
+    def results(self) -> List[Result]:
+        return [e for e in self.events if isinstance(e, Result)]
+
+    @property
+    def displays(self) -> List[Display]:
+        return [e for e in self.events if isinstance(e, Display)]
+
+    @property
+    def errors(self) -> List[Error]:
+        return [e for e in self.events if isinstance(e, Error)]
+
+    @property
+    def error(self) -> Optional[Error]:
+        errs = self.errors
+        return errs[0] if errs else None
+
+    @property
+    def status(self) -> Optional[CommandStatus]:
+        """How the command ended; None until Done arrived."""
+        return self.done.status if self.done else None
+
+    @property
+    def ok(self) -> bool:
+        return self.done is not None and self.done.ok
+
+    def __repr__(self):
+        return "Execution(command_id=%r, events=%d, status=%s)" % (
+            self.command_id, len(self.events), self.status.value if self.status else None)
+
+    # -- the stream
+
+    def _open(self, execute: bool):
+        client = self.sandbox.client
+        if execute:
+            return client._stub.Execute(self._request, metadata=client._metadata)
+        req = pb.StreamCommandRequest(
+            sandbox_id=self.sandbox.id, command_id=self.command_id, after_seq=self._last_seq)
+        return client._stub.StreamCommand(req, metadata=client._metadata)
+
+    def _follow(self, stream):
+        client = self.sandbox.client
+        execute = stream is not None  # the stream at hand is an Execute
+        failing_since = None
+        backoff = self.INITIAL_BACKOFF
+        while True:
+            if stream is None:
+                stream = self._open(execute)
+            try:
+                for msg in stream:
+                    if msg.seq <= self._last_seq:
+                        continue  # already delivered (a replay from the start)
+                    ev = event_from_proto(msg)
+                    self._last_seq = msg.seq
+                    failing_since, backoff = None, self.INITIAL_BACKOFF
+                    self.events.append(ev)
+                    if isinstance(ev, Done):
+                        self.done = ev
+                    yield ev
+                    if isinstance(ev, Done):
+                        return
+                last_error = "the stream ended before the command's Done event"
+                execute = False
+            except grpc.RpcError as e:
+                code = e.code()
+                if client.closed:
+                    raise from_rpc_error(e) from e
+                if (code == grpc.StatusCode.NOT_FOUND and not execute
+                        and self._request is not None and self._last_seq == 0):
+                    # The server does not know the command: the Execute sent
+                    # earlier never reached it. Send it again (idempotent).
+                    execute = True
+                elif code in _RESUMABLE:
+                    execute = False
+                else:
+                    raise from_rpc_error(e) from e
+                last_error = "%s: %s" % (code.name, e.details())
+            finally:
+                stream.cancel()  # no-op on a finished call
+            stream = None
+            now = time.monotonic()
+            if failing_since is None:
+                failing_since = now
+            elif now - failing_since > client.resume_timeout:
+                raise Unavailable(
+                    "command %s: no event for %.0f s while resuming after seq %d (last error: %s)"
+                    % (self.command_id, now - failing_since, self._last_seq, last_error),
+                    grpc.StatusCode.UNAVAILABLE,
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, self.MAX_BACKOFF)
+            self.resumes += 1
+
+
+class Files:
+    """Files under the sandbox's /workspace. Paths are relative to it
+    ("data/in.csv") or absolute under it ("/workspace/data/in.csv")."""
+
+    def __init__(self, sandbox: Sandbox):
+        self._sandbox = sandbox
+
+    def upload(self, path: str, data) -> FileInfo:
+        """Writes a file, replacing any file at path and creating missing
+        directories. data is bytes (or bytearray, memoryview), a str
+        (written as UTF-8) or a binary file object (read to its end), e.g.
+        open("local.csv", "rb")."""
+        sb = self._sandbox
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+
+        def requests():
+            yield pb.UploadFileRequest(header=pb.UploadFileHeader(sandbox_id=sb.id, path=path))
+            if hasattr(data, "read"):
+                while True:
+                    chunk = data.read(UPLOAD_CHUNK)
+                    if not chunk:
+                        return
+                    if isinstance(chunk, str):
+                        raise TypeError("upload: the file must be opened in binary mode ('rb')")
+                    yield pb.UploadFileRequest(chunk=chunk)
+            else:
+                view = memoryview(data).cast("B")
+                for i in range(0, len(view), UPLOAD_CHUNK):
+                    yield pb.UploadFileRequest(chunk=bytes(view[i:i + UPLOAD_CHUNK]))
+
+        resp = sb.client._call(sb.client._stub.UploadFile, requests())
+        return FileInfo.from_proto(resp.file)
+
+    def download(self, path: str) -> bytes:
+        """A regular file's content. NotFound when it does not exist,
+        InvalidArgument for a directory."""
+        sb = self._sandbox
+        client = sb.client
+        parts = []
+        try:
+            for msg in client._stub.DownloadFile(
+                    pb.DownloadFileRequest(sandbox_id=sb.id, path=path), metadata=client._metadata):
+                parts.append(msg.chunk)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        return b"".join(parts)
+
+    def list(self, path: str = "") -> List[FileInfo]:
+        """One directory's entries (not recursive), sorted by path; for a
+        file, just that file. "" is /workspace itself."""
+        sb = self._sandbox
+        resp = sb.client._call(sb.client._stub.ListFiles, pb.ListFilesRequest(sandbox_id=sb.id, path=path))
+        return [FileInfo.from_proto(f) for f in resp.files]
+
+
+def connect(addr: str, user_id: str, token: Optional[str] = None, tls: bool = False,
+            ca_file: Optional[str] = None, **acquire_options) -> Sandbox:
+    """A Client for addr and the user's sandbox in one step. The Sandbox owns
+    the client: leaving its `with` block (or calling sb.client.close())
+    closes the channel; the sandbox itself is kept unless
+    delete_on_exit=True."""
+    client = Client(addr, token=token, tls=tls, ca_file=ca_file)
+    try:
+        sb = Sandbox.acquire(client, user_id, **acquire_options)
+    except BaseException:
+        client.close()
+        raise
+    sb._owns_client = True
+    return sb

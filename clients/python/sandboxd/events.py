@@ -1,0 +1,262 @@
+"""A command's events as plain dataclasses, mirroring the proto's
+ExecuteEvent oneof: Started, Stdout, Stderr, Display, Result, Error, Done.
+
+Every event has `seq` (1, 2, 3, ... without gaps within a command) and
+`command_id`. Rich outputs (Display, Result) are MIME bundles as in Jupyter:
+text types hold text, binary types (image/png, image/jpeg) hold base64.
+"""
+
+import base64
+import datetime
+import enum
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+__all__ = [
+    "CommandStatus",
+    "Event",
+    "Started",
+    "Stdout",
+    "Stderr",
+    "Display",
+    "Result",
+    "Error",
+    "Done",
+    "FileRef",
+    "FileInfo",
+    "SandboxInfo",
+    "event_from_proto",
+]
+
+
+class CommandStatus(str, enum.Enum):
+    """How a command ended (Done.status). UNSPECIFIED also stands for any
+    value this client does not know, and like it should count as a
+    failure."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    OK = "OK"
+    ERROR = "ERROR"
+    TIMEOUT = "TIMEOUT"
+    INTERRUPTED = "INTERRUPTED"
+    KILLED = "KILLED"
+
+    @classmethod
+    def from_proto(cls, value):
+        from ._gen.sandbox.v1 import sandbox_pb2
+
+        try:
+            name = sandbox_pb2.CommandStatus.Name(value)
+        except ValueError:
+            return cls.UNSPECIFIED
+        return cls.__members__.get(name[len("COMMAND_STATUS_"):], cls.UNSPECIFIED)
+
+
+def _time(ts) -> Optional[datetime.datetime]:
+    """A google.protobuf.Timestamp as an aware UTC datetime; None if unset."""
+    if ts is None or (ts.seconds == 0 and ts.nanos == 0):
+        return None
+    return ts.ToDatetime(tzinfo=datetime.timezone.utc)
+
+
+class _MimeBundle:
+    """Helpers shared by Display and Result (which have `data`)."""
+
+    data: Dict[str, str]
+
+    @property
+    def text(self) -> Optional[str]:
+        """The text/plain representation, if any."""
+        return self.data.get("text/plain")
+
+    def decode(self, mime: str) -> Optional[bytes]:
+        """The decoded content of a binary MIME type (image/png,
+        image/jpeg), or None if the bundle lacks it."""
+        value = self.data.get(mime)
+        return None if value is None else base64.b64decode(value)
+
+    @property
+    def png(self) -> Optional[bytes]:
+        """The image/png content, decoded, or None."""
+        return self.decode("image/png")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all events."""
+
+    seq: int
+    command_id: str
+
+
+@dataclass(frozen=True)
+class Started(Event):
+    """Always the first event (seq 1): the sandbox took the command."""
+
+    language: str
+    time: Optional[datetime.datetime]
+
+
+@dataclass(frozen=True)
+class Stdout(Event):
+    """A chunk of standard output (not necessarily whole lines)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Stderr(Event):
+    """A chunk of standard error (not necessarily whole lines)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Display(_MimeBundle, Event):
+    """A rich output shown while running (display(obj), a matplotlib
+    figure)."""
+
+    data: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class Result(_MimeBundle, Event):
+    """The value of the code's final expression (Python, when not None);
+    `data` always has text/plain."""
+
+    data: Dict[str, str]
+
+
+@dataclass(frozen=True)
+class Error(Event):
+    """An exception raised by the code, or a problem with the command."""
+
+    ename: str
+    evalue: str
+    traceback: List[str]
+
+    def format(self) -> str:
+        """The traceback as printed by Python."""
+        return "".join(t if t.endswith("\n") else t + "\n" for t in self.traceback)
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file under /workspace (path relative to it) and its size."""
+
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Done(Event):
+    """The last event: how the command ended."""
+
+    status: CommandStatus
+    duration: datetime.timedelta
+    state_lost: bool
+    reason: str
+    exit_code: Optional[int]
+    files: List[FileRef]
+    time: Optional[datetime.datetime]
+    output_truncated: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.status is CommandStatus.OK
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file or directory under /workspace (path relative to it)."""
+
+    path: str
+    size: int
+    is_dir: bool
+    mod_time: Optional[datetime.datetime]
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(path=m.path, size=m.size, is_dir=m.is_dir, mod_time=_time(m.mod_time))
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """A sandbox's description (GetSandbox, ListSandboxes). `state` is
+    "RUNNING" or "DEAD"; `limits` maps memory_bytes, nano_cpus, pids_limit
+    and disk_bytes to the limits in force."""
+
+    id: str
+    user_id: str
+    state: str
+    state_reason: str
+    created_at: Optional[datetime.datetime]
+    last_active_at: Optional[datetime.datetime]
+    expires_at: Optional[datetime.datetime]
+    image: str
+    limits: Dict[str, int] = field(default_factory=dict)
+    tenant: str = ""
+    network: bool = False
+
+    @classmethod
+    def from_proto(cls, m):
+        from ._gen.sandbox.v1 import sandbox_pb2
+
+        try:
+            state = sandbox_pb2.SandboxState.Name(m.state)[len("SANDBOX_STATE_"):]
+        except ValueError:
+            state = "UNSPECIFIED"
+        limits = {
+            "memory_bytes": m.limits.memory_bytes,
+            "nano_cpus": m.limits.nano_cpus,
+            "pids_limit": m.limits.pids_limit,
+            "disk_bytes": m.limits.disk_bytes,
+        }
+        return cls(
+            id=m.sandbox_id,
+            user_id=m.user_id,
+            state=state,
+            state_reason=m.state_reason,
+            created_at=_time(m.created_at),
+            last_active_at=_time(m.last_active_at),
+            expires_at=_time(m.expires_at),
+            image=m.image,
+            limits=limits,
+            tenant=m.tenant,
+            network=m.network,
+        )
+
+
+def event_from_proto(ev) -> Event:
+    """Converts a sandbox.v1.ExecuteEvent into its dataclass. An event kind
+    this client does not know (a newer server) comes back as a bare Event."""
+    kind = ev.WhichOneof("event")
+    seq, cid = ev.seq, ev.command_id
+    if kind == "started":
+        return Started(seq, cid, ev.started.language, _time(ev.started.time))
+    if kind == "stdout":
+        return Stdout(seq, cid, ev.stdout.text)
+    if kind == "stderr":
+        return Stderr(seq, cid, ev.stderr.text)
+    if kind == "display":
+        return Display(seq, cid, dict(ev.display.data))
+    if kind == "result":
+        return Result(seq, cid, dict(ev.result.data))
+    if kind == "error":
+        e = ev.error
+        return Error(seq, cid, e.ename, e.evalue, list(e.traceback))
+    if kind == "done":
+        d = ev.done
+        return Done(
+            seq,
+            cid,
+            status=CommandStatus.from_proto(d.status),
+            duration=d.duration.ToTimedelta(),
+            state_lost=d.state_lost,
+            reason=d.reason,
+            exit_code=d.exit_code if d.HasField("exit_code") else None,
+            files=[FileRef(f.path, f.size) for f in d.files],
+            time=_time(d.time),
+            output_truncated=d.output_truncated,
+        )
+    return Event(seq, cid)
