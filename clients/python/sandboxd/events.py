@@ -184,7 +184,8 @@ class FileInfo:
 class SandboxInfo:
     """A sandbox's description (GetSandbox, ListSandboxes). `state` is
     "RUNNING" or "DEAD"; `limits` maps memory_bytes, nano_cpus, pids_limit
-    and disk_bytes to the limits in force."""
+    and disk_bytes to the limits in force; `health_reason` is empty unless a
+    running sandbox reports a problem (e.g. "/io is full: ...")."""
 
     id: str
     user_id: str
@@ -197,6 +198,7 @@ class SandboxInfo:
     limits: Dict[str, int] = field(default_factory=dict)
     tenant: str = ""
     network: bool = False
+    health_reason: str = ""
 
     @classmethod
     def from_proto(cls, m):
@@ -224,6 +226,7 @@ class SandboxInfo:
             limits=limits,
             tenant=m.tenant,
             network=m.network,
+            health_reason=m.health_reason,
         )
 
 

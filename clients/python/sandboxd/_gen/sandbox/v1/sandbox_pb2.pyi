@@ -250,9 +250,10 @@ class Result(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ["created_at", "expires_at", "image", "last_active_at", "limits", "network", "sandbox_id", "state", "state_reason", "tenant", "user_id"]
+    __slots__ = ["created_at", "expires_at", "health_reason", "image", "last_active_at", "limits", "network", "sandbox_id", "state", "state_reason", "tenant", "user_id"]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_REASON_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
@@ -264,6 +265,7 @@ class Sandbox(_message.Message):
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     created_at: _timestamp_pb2.Timestamp
     expires_at: _timestamp_pb2.Timestamp
+    health_reason: str
     image: str
     last_active_at: _timestamp_pb2.Timestamp
     limits: ResourceLimits
@@ -273,7 +275,7 @@ class Sandbox(_message.Message):
     state_reason: str
     tenant: str
     user_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
     __slots__ = ["env", "limits", "network"]
