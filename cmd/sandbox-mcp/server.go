@@ -9,7 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"path"
-		"sort"
+	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
