@@ -37,11 +37,14 @@
 //
 // When the client sends a progress token, a running command reports progress
 // at most once a second (elapsed time, output so far, its last line). When
-// the client cancels a call (notifications/cancelled, or an HTTP client that
-// goes away), the command is interrupted in the sandbox (like Ctrl-C) rather
-// than left running. Each result's text is capped (about 100 KB): the head
-// and tail are kept, and a notice says how to read the rest with
-// resume_command and output_offset.
+// the client cancels a call (notifications/cancelled), the command is
+// interrupted in the sandbox (like Ctrl-C) rather than left running. An HTTP
+// client that merely disconnects has not cancelled (the MCP specification
+// says so, and the SDK cancels the call only for protocol versions from
+// 2026-07-28 on): the command runs on to its end or timeout, and
+// resume_command returns its outcome. Each result's text is capped (about
+// 100 KB): the head and tail are kept, and a notice says how to read the
+// rest with resume_command and output_offset.
 //
 // Usage:
 //
@@ -204,7 +207,8 @@ func serveHTTP(ctx context.Context, addr string, server *mcp.Server, log *slog.L
 		return fmt.Errorf("--http: %v", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
+		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	// Tests (and people) starting it on port 0 read the address here.
 	log.Info("serving MCP over streamable HTTP", "url", "http://"+lis.Addr().String()+"/mcp")

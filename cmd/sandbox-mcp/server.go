@@ -215,7 +215,7 @@ func (s *service) execute(ctx context.Context, req *mcp.CallToolRequest, lang, c
 		return nil, runOut{}, errors.New("the code is empty")
 	}
 	if timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds {
-		return nil, runOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and %d", timeoutSeconds, maxTimeoutSeconds)
+		return nil, runOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and %d (or 0 for the default)", timeoutSeconds, maxTimeoutSeconds)
 	}
 	timeout := s.timeout
 	if timeoutSeconds > 0 {
