@@ -186,7 +186,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	defer sandboxd.Close()
 
-	svc := &service{sandboxd: sandboxd, user: cfg.user, userHeader: cfg.userHeader, timeout: cfg.timeout, log: log}
+	svc := &service{sandboxd: sandboxd, addr: cfg.sandboxd, user: cfg.user, userHeader: cfg.userHeader, timeout: cfg.timeout, log: log}
 	server := svc.newServer()
 
 	if cfg.httpAddr == "" {

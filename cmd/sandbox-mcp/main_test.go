@@ -325,16 +325,39 @@ func TestBadInput(t *testing.T) {
 // Cancelling a call interrupts its command in the sandbox.
 func TestCancelInterrupts(t *testing.T) {
 	const user = "mcp-test-cancel"
+	ids, progress := progressIDs(t)
+	cs := inMemory(t, user, progress)
+	checkCancelInterrupts(t, cs, ids, user)
+}
+
+// progressIDs collects the command IDs that progress notifications name,
+// and checks that they come at most about once a second.
+func progressIDs(t *testing.T) (<-chan string, func(*mcp.ProgressNotificationClientRequest)) {
 	ids := make(chan string, 16)
-	progressRe := regexp.MustCompile(`command (mcp-[0-9a-f-]+) running`)
-	cs := inMemory(t, user, func(r *mcp.ProgressNotificationClientRequest) {
-		if m := progressRe.FindStringSubmatch(r.Params.Message); m != nil {
+	re := regexp.MustCompile(`command (mcp-[0-9a-f-]+) running`)
+	var mu sync.Mutex
+	var last time.Time
+	return ids, func(r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		if gap := time.Since(last); !last.IsZero() && gap < 900*time.Millisecond {
+			t.Errorf("progress notifications %v apart, want at most one a second", gap)
+		}
+		last = time.Now()
+		mu.Unlock()
+		if m := re.FindStringSubmatch(r.Params.Message); m != nil {
 			select {
 			case ids <- m[1]:
 			default:
 			}
 		}
-	})
+	}
+}
+
+// checkCancelInterrupts starts a minute-long command, cancels the call once
+// a progress notification named it, and checks (with client/) that the
+// command ended INTERRUPTED within seconds.
+func checkCancelInterrupts(t *testing.T, cs *mcp.ClientSession, ids <-chan string, user string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
@@ -395,6 +418,38 @@ func TestCancelInterrupts(t *testing.T) {
 	if res.IsError || !strings.Contains(out, "after") {
 		t.Errorf("after the interrupt: %s", out)
 	}
+}
+
+// A sandbox that died is replaced, and the next result says the state is
+// lost.
+func TestStateLost(t *testing.T) {
+	const user = "mcp-test-lost"
+	cs := inMemory(t, user, nil)
+	out, res := call(t, cs, "run_code", map[string]any{"language": "python", "code": "x = 1"})
+	if res.IsError {
+		t.Fatal(out)
+	}
+	old := res.StructuredContent.(map[string]any)["sandbox_id"].(string)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if b, err := exec.CommandContext(ctx, "docker", "kill", "--signal", "KILL", containerOf(t, ctx, old)).CombinedOutput(); err != nil {
+		t.Fatalf("docker kill: %v: %s", err, b)
+	}
+	out, res = call(t, cs, "run_code", map[string]any{"language": "python", "code": "print(x)"})
+	sc := res.StructuredContent.(map[string]any)
+	if !strings.Contains(out, "state_lost") || sc["state_lost"] != true || sc["replaced_sandbox_id"] != old || !strings.Contains(out, "NameError") {
+		t.Fatalf("after the sandbox died: want state_lost, replaced_sandbox_id %s and a NameError:\n%s\n%v", old, out, sc)
+	}
+}
+
+// containerOf is the ID of the sandbox's running container.
+func containerOf(t *testing.T, ctx context.Context, sandboxID string) string {
+	t.Helper()
+	b, err := exec.CommandContext(ctx, "docker", "ps", "-q", "--filter", "label=sandboxd.sandbox-id="+sandboxID).Output()
+	if err != nil || len(strings.Fields(string(b))) != 1 {
+		t.Fatalf("the container of %s: %q, %v", sandboxID, b, err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // The built command over stdio, as a desktop client runs it: state kept
@@ -495,7 +550,9 @@ func TestHTTPCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: headerTransport{"X-Sandbox-User", "mcp-test-http"}}}
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil).Connect(ctx, tr, nil)
+	ids, progress := progressIDs(t)
+	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { progress(r) }}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, opts).Connect(ctx, tr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -516,4 +573,5 @@ func TestHTTPCommand(t *testing.T) {
 	if _, err := c.Download(ctx, sb.ID, "from-http.txt", &buf); err != nil || buf.String() != "via header" {
 		t.Fatalf("the file in mcp-test-http's sandbox: %q, %v", buf.String(), err)
 	}
+	checkCancelInterrupts(t, cs, ids, "mcp-test-http")
 }

@@ -25,6 +25,8 @@ import (
 // user model.
 type service struct {
 	sandboxd *client.Client
+	// addr is sandboxd's address, for messages.
+	addr string
 	// user is the sandboxd user whose sandbox the tools use.
 	user string
 	// userHeader, when set, is an HTTP request header that picks the user.
@@ -186,6 +188,9 @@ func (s *service) userOf(req *mcp.CallToolRequest) string {
 // this finds the one earlier calls used) and notes a replacement in out.
 func (s *service) sandbox(ctx context.Context, req *mcp.CallToolRequest, out *runOut) (string, error) {
 	sb, err := s.sandboxd.Acquire(ctx, s.userOf(req))
+	if errors.Is(err, client.ErrUnavailable) {
+		return "", fmt.Errorf("%w (is sandboxd running at %s? set --sandboxd or SANDBOX_MCP_SANDBOXD)", err, s.addr)
+	}
 	if err != nil {
 		return "", err
 	}
