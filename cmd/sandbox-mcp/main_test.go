@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -272,6 +273,35 @@ func TestStateAndFigures(t *testing.T) {
 		t.Fatalf("no PNG image content in the figure's result (%d contents):\n%s", len(res.Content), out)
 	}
 
+	// A figure saved to a file comes back from read_file as an image.
+	call(t, cs, "run_code", map[string]any{"language": "python", "code": "plt.savefig('fig.png')"})
+	out, res = call(t, cs, "read_file", map[string]any{"path": "fig.png"})
+	if len(res.Content) != 2 || res.IsError {
+		t.Fatalf("read_file fig.png: %s", out)
+	}
+	if img, ok := res.Content[1].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" || !bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
+		t.Errorf("read_file fig.png: want a PNG image, got %#v", res.Content[1])
+	}
+	// Binary content goes in as base64 and is described, not returned.
+	call(t, cs, "write_file", map[string]any{"path": "blob.bin", "content": "AAECAw==", "encoding": "base64"})
+	out, _ = call(t, cs, "read_file", map[string]any{"path": "blob.bin"})
+	if !strings.Contains(out, "binary file of 4 bytes") {
+		t.Errorf("read_file blob.bin: %s", out)
+	}
+
+	// A large text file is read in pieces.
+	call(t, cs, "write_file", map[string]any{"path": "big.txt", "content": strings.Repeat("ab\n", 50_000) + "LAST\n"})
+	out, _ = call(t, cs, "read_file", map[string]any{"path": "big.txt"})
+	m := regexp.MustCompile(`read_file with offset=(\d+)`).FindStringSubmatch(out)
+	if m == nil || len(out) > maxText+1024 {
+		t.Fatalf("read_file big.txt: %d bytes, want a cut with a notice: %s", len(out), out[max(0, len(out)-300):])
+	}
+	offset, _ := strconv.Atoi(m[1])
+	out, _ = call(t, cs, "read_file", map[string]any{"path": "big.txt", "offset": offset})
+	if !strings.HasSuffix(out, "LAST\n") {
+		t.Errorf("read_file big.txt from %s: %.200s", m[1], out)
+	}
+
 	out, _ = call(t, cs, "run_bash", map[string]any{"command": "echo hello from bash; exit 3"})
 	if !strings.Contains(out, "hello from bash") || !strings.Contains(out, "exit code 3") {
 		t.Errorf("run_bash: %s", out)
@@ -294,7 +324,7 @@ func TestStateAndFigures(t *testing.T) {
 		t.Errorf("read_file: %s", out)
 	}
 	out, _ = call(t, cs, "run_code", map[string]any{"language": "python", "code": "print('y' * 200_000)\nprint('THE END')"})
-	m := regexp.MustCompile(`output_offset (\d+)`).FindStringSubmatch(out)
+	m = regexp.MustCompile(`output_offset (\d+)`).FindStringSubmatch(out)
 	if len(out) > maxText+4096 || m == nil || !strings.Contains(out, "THE END") {
 		t.Fatalf("long output: %d bytes, want it cut with a notice and its tail kept:\n%.300s", len(out), out)
 	}
@@ -344,7 +374,9 @@ func progressIDs(t *testing.T) (<-chan string, func(*mcp.ProgressNotificationCli
 		}
 		last = time.Now()
 		mu.Unlock()
-		if m := re.FindStringSubmatch(r.Params.Message); m != nil {
+		// Once the command printed (not merely started: a SIGINT before
+		// Python runs the code is not a KeyboardInterrupt).
+		if m := re.FindStringSubmatch(r.Params.Message); m != nil && strings.HasSuffix(r.Params.Message, ": sleeping") {
 			select {
 			case ids <- m[1]:
 			default:

@@ -103,7 +103,8 @@ func (s *service) newServer() *mcp.Server {
 			"Returns: a header line with command_id and status (ok, error, timeout, interrupted, killed), then stdout and stderr " +
 			"(interleaved as printed), the result, and any exception's traceback. Text beyond about 100 KB is cut (head and tail kept) " +
 			"with a notice: read the rest with resume_command, or write large output to a file and use read_file. " +
-			"No network access unless the server allows it; files persist under /workspace.",
+			"The sandbox has no network access; files persist under /workspace. " +
+			"Cancelling the call interrupts the command (Python keeps its variables).",
 		InputSchema: runCodeSchema(),
 		Annotations: &mcp.ToolAnnotations{Title: "Run code", DestructiveHint: &t, OpenWorldHint: &f},
 	}, s.runCode)
@@ -122,7 +123,7 @@ func (s *service) newServer() *mcp.Server {
 		Description: "Get the output and outcome of a command started earlier by run_code or run_bash, by its command_id: " +
 			"waits for it to finish if it still runs (e.g. the earlier call was interrupted or timed out on the client side), " +
 			"and returns its output from output_offset on (to read output that a result cut off). Never runs the command again. " +
-			"Fails when the command is unknown, e.g. its sandbox was replaced.",
+			"Fails when the command is unknown, e.g. its sandbox was replaced. Cancelling the call interrupts the command.",
 		Annotations: &mcp.ToolAnnotations{Title: "Resume command", ReadOnlyHint: true, OpenWorldHint: &f},
 	}, s.resumeCommand)
 	mcp.AddTool(server, &mcp.Tool{
@@ -413,12 +414,15 @@ func (s *service) readFile(ctx context.Context, req *mcp.CallToolRequest, in rea
 	}
 	cut := len(data) > maxText
 	if cut {
-		data = data[:maxText]
-		for len(data) > 0 && !utf8.Valid(data[len(data)-min(len(data), 3):]) && !utf8.RuneStart(data[len(data)-1]) {
-			data = data[:len(data)-1]
-		}
+		data = []byte(cutAt(string(data), maxText))
 	}
-	if !utf8.Valid(data) && !cut || bytes.IndexByte(data, 0) >= 0 {
+	// Text is valid UTF-8 without NULs; a piece read from an offset may
+	// start inside a character.
+	body := data
+	for i := 0; i < 3 && in.Offset > 0 && len(body) > 0 && !utf8.RuneStart(body[0]); i++ {
+		body = body[1:]
+	}
+	if !utf8.Valid(body) || bytes.IndexByte(body, 0) >= 0 {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: note + fmt.Sprintf(
 			"%s is a binary file of %d bytes; it is not returned as text. Inspect it with run_code (e.g. Python).", in.Path, size)}}}, nil, nil
 	}
