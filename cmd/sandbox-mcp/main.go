@@ -121,7 +121,7 @@ type config struct {
 	logLevel   string
 }
 
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("sandbox-mcp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -137,7 +137,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.logLevel, "log-level", "info", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, usageText)
+			fmt.Fprint(stdout, usageText)
 		}
 		return c, err
 	}
@@ -162,7 +162,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	cfg, err := parseFlags(args, getenv, stderr)
+	cfg, err := parseFlags(args, getenv, stdout)
 	if err != nil {
 		return err
 	}

@@ -101,3 +101,21 @@ func TestSandboxdDown(t *testing.T) {
 		t.Errorf("isError %v: %s", res.IsError, text)
 	}
 }
+
+func TestFlags(t *testing.T) {
+	env := map[string]string{"SANDBOX_MCP_SANDBOXD": "10.0.0.1:1", "SANDBOX_MCP_TOKEN": "secret"}
+	cfg, err := parseFlags([]string{"--user", "bob"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.sandboxd != "10.0.0.1:1" || cfg.token != "secret" || cfg.user != "bob" || cfg.timeout != 5*time.Minute || cfg.httpAddr != "" {
+		t.Errorf("%+v", cfg)
+	}
+	cfg, err = parseFlags(nil, func(string) string { return "" }, io.Discard)
+	if err != nil || cfg.sandboxd != "127.0.0.1:50051" || cfg.user != "mcp" {
+		t.Errorf("defaults: %+v, %v", cfg, err)
+	}
+	if _, err := parseFlags([]string{"--timeout", "-1s"}, func(string) string { return "" }, io.Discard); err == nil {
+		t.Error("a negative --timeout was accepted")
+	}
+}
