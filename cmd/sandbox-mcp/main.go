@@ -41,8 +41,10 @@
 // interrupted in the sandbox (like Ctrl-C) rather than left running. An HTTP
 // client that merely disconnects has not cancelled (the MCP specification
 // says so, and the SDK cancels the call only for protocol versions from
-// 2026-07-28 on): the command runs on to its end or timeout, and
-// resume_command returns its outcome. Each result's text is capped (about
+// 2026-07-28 on): the command runs on to its end or timeout; the client
+// can reconnect to the stream (Last-Event-ID: sandbox-mcp keeps the last
+// 64 MiB of events in memory) or call resume_command. Idle HTTP sessions
+// end after an hour; the state is in sandboxd, not in the session. Each result's text is capped (about
 // 100 KB): the head and tail are kept, and a notice says how to read the
 // rest with resume_command and output_offset.
 //
@@ -207,8 +209,17 @@ func serveHTTP(ctx context.Context, addr string, server *mcp.Server, log *slog.L
 		return fmt.Errorf("--http: %v", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server },
-		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true}))
+	events := mcp.NewMemoryEventStore(nil)
+	events.SetMaxBytes(64 << 20)
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
+		// A client whose SSE stream broke during a long command reconnects
+		// with Last-Event-ID and gets the rest, the result included.
+		EventStore: events,
+		// Idle sessions end (a client then initializes again; the state is
+		// in sandboxd, not in the session).
+		SessionTimeout:               time.Hour,
+		PropagateRequestCancellation: true,
+	}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
 	// Tests (and people) starting it on port 0 read the address here.
 	log.Info("serving MCP over streamable HTTP", "url", "http://"+lis.Addr().String()+"/mcp")
