@@ -113,7 +113,7 @@ func (c *collector) result(out *runOut, offset int) *mcp.CallToolResult {
 		if errors.Is(c.err, client.ErrGone) {
 			out.StateLost = true
 			head.WriteString("\nNOTE: state_lost: the sandbox is gone with its variables and files; the next call gets a new one")
-		} else {
+		} else if !errors.Is(c.err, client.ErrNotFound) && !errors.Is(c.err, client.ErrCommandLost) {
 			fmt.Fprintf(&head, "\ncall resume_command with command_id %s to wait for it", c.commandID)
 		}
 		head.WriteString("\n")
