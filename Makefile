@@ -40,7 +40,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
               go.mod $(wildcard go.sum)
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
-        python-proto python-proto-tools fmt-check bench clean clean-images
+        python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools
 
 help:
 	@echo 'targets:'
@@ -54,6 +54,7 @@ help:
 	@echo '  proto        buf generate + buf lint'
 	@echo '  proto-check  fail if generated protobuf code (Go and Python) is stale'
 	@echo '  python-proto regenerate the Python client'"'"'s stubs (clients/python, Debian packages)'
+	@echo '  mcp-conformance-tools  install the MCP conformance suite (npm) into $(MCP_CONFORMANCE_DIR)'
 	@echo '  fmt-check    fail if gofmt would change anything'
 	@echo '  bench        side-by-side benchmark (cmd/sandbox-bench; BENCH_ARGS=--markdown|--json)'
 	@echo '  clean        remove build outputs (clean-images: also the docker images)'
@@ -196,6 +197,24 @@ python-proto-tools:
 
 python-proto: python-proto-tools
 	$(PY_CLIENT)/generate.sh $(PY_GEN)
+
+# ------------------------------------------------------------ MCP conformance
+# The MCP project's conformance suite, which cmd/sandbox-mcp's
+# conformance_test.go runs against sandbox-mcp --http. It is installed with
+# npm into a cache outside the repository, one directory per version, and
+# only when missing; the test finds it there (MCP_CONFORMANCE_DIR).
+MCP_CONFORMANCE_VERSION ?= 0.1.10
+MCP_CONFORMANCE_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/conformance-$(MCP_CONFORMANCE_VERSION)
+export MCP_CONFORMANCE_DIR
+
+mcp-conformance-tools:
+	@if [ -x "$(MCP_CONFORMANCE_DIR)/node_modules/.bin/conformance" ]; then \
+		echo "mcp-conformance-tools: conformance $(MCP_CONFORMANCE_VERSION) in $(MCP_CONFORMANCE_DIR)"; \
+	else \
+		command -v npm >/dev/null || { echo "mcp-conformance-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
+		mkdir -p "$(MCP_CONFORMANCE_DIR)"; \
+		npm install --prefix "$(MCP_CONFORMANCE_DIR)" --no-audit --no-fund @modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION); \
+	fi
 
 # ---------------------------------------------------------------------- Clean
 clean:
