@@ -139,3 +139,12 @@ func (d *Dir) HoldAppends(fn func()) {
 	defer d.mu.Unlock()
 	fn()
 }
+
+// OpenReaders is the number of files the Dir has open for reading (open
+// Events, loads in progress): zero once every follower has returned. For
+// tests and diagnostics.
+func (d *Dir) OpenReaders() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.readers
+}
