@@ -311,9 +311,6 @@ func (e *Events) readArtifact(name string, budget int64) ([]byte, error) {
 	if _, err := io.ReadFull(r, data); err != nil {
 		return nil, err
 	}
-	if data == nil {
-		data = []byte{}
-	}
 	return data, nil
 }
 
