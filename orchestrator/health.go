@@ -1,12 +1,9 @@
 package orchestrator
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -27,15 +24,10 @@ import (
 // command's path. One lstat tells whether the file changed since it was
 // last read (the driver replaces it atomically: a new inode); it is read
 // again only then. The file belongs to the sandbox user, so its content is
-// hostile: it is opened through os.Root, without following a symlink or
-// blocking on a FIFO, must be a regular file of at most
-// maxDriverStatusBytes, and the reason is bounded. A file that breaks these
+// hostile: it is read through iolog's bounded open (no symlink, FIFO,
+// hard link, sparse or oversized file), and the reason is bounded. A file that breaks these
 // rules, or that is missing (older drivers, a driver not started yet), says
 // nothing: the sandbox is reported healthy, and the problem logged.
-
-// maxDriverStatusBytes bounds what is read of /io/driver.json, which the
-// driver writes in a few hundred bytes.
-const maxDriverStatusBytes = 8 << 10
 
 // maxHealthReason bounds the reason passed on to callers.
 const maxHealthReason = 1 << 10
@@ -89,7 +81,7 @@ func (m *Manager) refreshHealth(sb *sandbox) {
 	if h.read && key == h.key {
 		return
 	}
-	reason, readKey, err := readDriverHealth(sb.io.Path())
+	reason, readKey, err := readDriverHealth(sb.io)
 	if err != nil {
 		m.log.Warn("ignoring the sandbox's driver status", "sandbox_id", sb.id, "file", ioproto.DriverStatusFile, "error", err)
 	}
@@ -107,53 +99,22 @@ func (m *Manager) refreshHealth(sb *sandbox) {
 	h.reason.Store(&reason)
 }
 
-// readDriverHealth reads the health in ioDir's driver.json: the reason the
-// sandbox is unhealthy, or "" when it is healthy or says nothing (missing
-// file, with err nil). key identifies the file read (zero when none was).
-func readDriverHealth(ioDir string) (reason string, key statusKey, err error) {
-	root, err := os.OpenRoot(ioDir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", key, nil
+// readDriverHealth reads the health in the sandbox's driver.json: the
+// reason the sandbox is unhealthy, or "" when it is healthy or says nothing
+// (missing file, with err nil). key identifies the file read (zero when
+// none was). The read is iolog's bounded one.
+func readDriverHealth(d *iolog.Dir) (reason string, key statusKey, err error) {
+	ds, fi, err := d.ReadDriverStatus()
+	if fi != nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			key = keyOf(st)
 		}
-		return "", key, err
 	}
-	defer root.Close()
-	f, err := root.OpenFile(ioproto.DriverStatusFile, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", key, nil
-	case err != nil && iolog.IsEscape(err):
-		return "", key, fmt.Errorf("%s is a symbolic link: %w", ioproto.DriverStatusFile, iolog.ErrTampered)
 	case err != nil:
 		return "", key, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return "", key, err
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		key = keyOf(st)
-	}
-	switch {
-	case !fi.Mode().IsRegular():
-		return "", key, fmt.Errorf("%s is not a regular file (%v): %w", ioproto.DriverStatusFile, fi.Mode().Type(), iolog.ErrTampered)
-	case fi.Size() > maxDriverStatusBytes:
-		return "", key, fmt.Errorf("%s is %d bytes, more than %d: %w", ioproto.DriverStatusFile, fi.Size(), maxDriverStatusBytes, iolog.ErrTampered)
-	}
-	// The size was checked on the descriptor, but the file can still grow:
-	// read no more than the bound either way.
-	b, err := io.ReadAll(io.LimitReader(f, maxDriverStatusBytes+1))
-	if err != nil {
-		return "", key, err
-	}
-	if len(b) > maxDriverStatusBytes {
-		return "", key, fmt.Errorf("%s grew past %d bytes: %w", ioproto.DriverStatusFile, maxDriverStatusBytes, iolog.ErrTampered)
-	}
-	var ds ioproto.DriverStatus
-	if err := json.Unmarshal(b, &ds); err != nil {
-		return "", key, fmt.Errorf("decode %s: %w", ioproto.DriverStatusFile, err)
 	}
 	return healthReason(ds), key, nil
 }

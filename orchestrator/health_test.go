@@ -68,7 +68,7 @@ func TestReadDriverHealth(t *testing.T) {
 			done := make(chan struct{})
 			var got string
 			var err error
-			go func() { got, _, err = readDriverHealth(dir); close(done) }()
+			go func() { got, _, err = readDriverHealth(iolog.New(dir)); close(done) }()
 			select {
 			case <-done:
 			case <-time.After(5 * time.Second):
@@ -85,7 +85,7 @@ func TestReadDriverHealth(t *testing.T) {
 			}
 		})
 	}
-	if got, _, err := readDriverHealth(filepath.Join(t.TempDir(), "none")); got != "" || err != nil {
+	if got, _, err := readDriverHealth(iolog.New(filepath.Join(t.TempDir(), "none"))); got != "" || err != nil {
 		t.Errorf("missing io dir: %q, %v", got, err)
 	}
 }
