@@ -57,12 +57,13 @@ func TestIntegrationNonUTF8FromTheSandbox(t *testing.T) {
 // of "art" carries ("" when the reader refused the rewritten file).
 func runArtifactTamper(t *testing.T, m *Manager, id string) string {
 	t.Helper()
-	evs := runCommand(t, m, id, ExecRequest{CommandID: "art", Language: "python", Code: "display({'text/html': 'h' * 300000}, raw=True)"})
+	art := ExecRequest{CommandID: "art", Language: "python", Code: "display({'text/html': 'h' * 300000}, raw=True)"}
+	evs := runCommand(t, m, id, art)
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("display ended %s: %+v", d.Status, evs)
 	}
 	mustRunOK(t, m, id, "bash", `n=0; for f in /io/out/art.*.1; do printf '\xff\xfe tampered' > "$f"; n=$((n+1)); done; test $n = 1`)
-	evs = runCommand(t, m, id, ExecRequest{CommandID: "art"}) // a replay
+	evs = runCommand(t, m, id, art) // the same command again: a replay
 	for _, e := range evs {
 		if e.Type != "display" {
 			continue
