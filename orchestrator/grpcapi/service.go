@@ -172,15 +172,34 @@ func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc
 }
 
 // follow streams a command's events after afterSeq until it is done.
+//
+// Events of a type this server does not know are skipped. The events file
+// is the sandbox's to write, so it can hold millions of them: they are
+// logged once per call, with their count and the first one's type and seq,
+// never once each (a few MB of them must not become a flood in sandboxd's
+// own log).
 func (s *Service) follow(ctx context.Context, method, sandboxID, commandID string, afterSeq int64, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+	var skipped int
+	var first orchestrator.Event
 	err := s.m.Follow(ctx, sandboxID, commandID, afterSeq, func(e orchestrator.Event) error {
 		ev, ok := eventToProto(e, commandID)
 		if !ok {
-			s.log.WarnContext(ctx, "skipping event of unknown type", "sandbox_id", sandboxID, "command_id", commandID, "seq", e.Seq, "type", e.Type)
+			if skipped == 0 {
+				first = e
+			}
+			skipped++
 			return nil
 		}
 		return stream.Send(ev)
 	})
+	if skipped > 0 {
+		typ := first.Type
+		if len(typ) > 64 {
+			typ = typ[:64] + "…"
+		}
+		s.log.WarnContext(ctx, "skipped events of unknown type", "sandbox_id", sandboxID, "command_id", commandID,
+			"count", skipped, "first_seq", first.Seq, "first_type", validUTF8(typ))
+	}
 	return s.fail(ctx, method, err)
 }
 

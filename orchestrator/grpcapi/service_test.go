@@ -516,3 +516,34 @@ func TestClientCancelIsNotAnInternalError(t *testing.T) {
 		t.Errorf("a client cancel was logged as an internal error:\n%s", logs)
 	}
 }
+
+// TestUnknownEventsLoggedOnce: an events file is the sandbox's to write, so
+// it can hold any number of events of a type the server does not know. They
+// are skipped and logged once per call, not once each (a few MB of them
+// must not become a flood in sandboxd's own log).
+func TestUnknownEventsLoggedOnce(t *testing.T) {
+	const n = 10000
+	fake := &fakeManager{FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(orchestrator.Event) error) error {
+		for i := 1; i <= n; i++ {
+			if err := fn(orchestrator.Event{Seq: int64(i), Type: "bogus\xff" + strings.Repeat("t", 100)}); err != nil {
+				return err
+			}
+		}
+		return fn(orchestrator.Event{Seq: n + 1, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+	}}
+	env := newTestEnv(t, fake)
+	got := collector(t)(env.client.StreamCommand(testCtx(t), &sandboxv1.StreamCommandRequest{SandboxId: sb1, CommandId: "c1"}))
+	if len(got) != 1 || got[0].GetDone() == nil {
+		t.Fatalf("got %d events, want only done: %v", len(got), got)
+	}
+	logs := env.log.String()
+	if c := strings.Count(logs, "unknown type"); c != 1 {
+		t.Errorf("the unknown events were logged %d times, want once:\n%.2000s", c, logs)
+	}
+	if !strings.Contains(logs, fmt.Sprintf("count=%d", n)) {
+		t.Errorf("the log line does not give the count %d:\n%.2000s", n, logs)
+	}
+	if len(logs) > 4096 {
+		t.Errorf("the log grew by %d bytes for %d skipped events", len(logs), n)
+	}
+}
