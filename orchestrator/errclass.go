@@ -37,7 +37,8 @@ func errorf(class *Class, format string, args ...any) error {
 	return &classError{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
 }
 
-// invalidf, notFoundf, preconditionf, exhaustedf and unavailablef are
+// invalidf, notFoundf, preconditionf, exhaustedf, unavailablef and
+// alreadyExistsf are
 // shorthands for errorf with each class.
 func invalidf(format string, args ...any) error {
 	return errorf(ErrInvalidArgument, format, args...)
@@ -55,6 +56,10 @@ func exhaustedf(format string, args ...any) error {
 
 func unavailablef(format string, args ...any) error {
 	return errorf(ErrUnavailable, format, args...)
+}
+
+func alreadyExistsf(format string, args ...any) error {
+	return errorf(ErrAlreadyExists, format, args...)
 }
 
 // isClassified reports whether err already carries a class (or is a context

@@ -44,6 +44,13 @@ var (
 	ErrResourceExhausted = newClass("resource exhausted")
 	// ErrUnavailable: a dependency (the Docker engine) cannot be reached; retry later.
 	ErrUnavailable = newClass("unavailable")
+	// ErrAlreadyExists: the request would create something whose name is
+	// taken by something else: a command ID re-used for a different
+	// command. A class of its own rather than a failed precondition: the
+	// fix is a new name, not a change of the system's state, and a client
+	// retrying on a precondition (acquire a new sandbox) would do the wrong
+	// thing; gRPC's ALREADY_EXISTS says exactly this.
+	ErrAlreadyExists = newClass("already exists")
 )
 
 // Classes returns every error class, for code that must handle each of

@@ -42,11 +42,13 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	if err != nil {
 		return err
 	}
-	evs, err := sb.io.Events(commandID, afterSeq, m.log.With("sandbox_id", sb.id))
-	if errors.Is(err, iolog.ErrUnknownCommand) {
+	evs, err := sb.io.EventsContext(ctx, commandID, afterSeq, m.log.With("sandbox_id", sb.id))
+	switch {
+	case errors.Is(err, iolog.ErrUnknownCommand):
 		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
-	}
-	if err != nil {
+	case errors.Is(err, iolog.ErrClosed):
+		return notFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
+	case err != nil:
 		return m.logError(sb, err)
 	}
 	defer evs.Close()
@@ -102,8 +104,11 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 // sandbox replaced is its fault, and the output cannot be read. fn's own
 // errors pass through.
 func eventsError(sb *sandbox, cmd string, err error) error {
-	if errors.Is(err, iolog.ErrTampered) {
-		return preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read", cmd, sb.id)
+	switch {
+	case errors.Is(err, iolog.ErrTampered):
+		return preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read: %v", cmd, sb.id, err)
+	case errors.Is(err, iolog.ErrClosed):
+		return notFoundf("sandbox %s was deleted while following command %s", sb.id, cmd)
 	}
 	return err
 }
@@ -111,9 +116,14 @@ func eventsError(sb *sandbox, cmd string, err error) error {
 // logError classifies a failure to read or append the command log: a log
 // that is missing or was replaced makes the sandbox unusable.
 func (m *Manager) logError(sb *sandbox, err error) error {
-	if errors.Is(err, iolog.ErrTampered) || errors.Is(err, fs.ErrNotExist) {
+	switch {
+	case errors.Is(err, iolog.ErrTampered) || errors.Is(err, fs.ErrNotExist):
+		// Logged once per sandbox at most in practice: a refused log stays
+		// refused (iolog caches the verdict), and callers stop using it.
 		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
-		return preconditionf("sandbox %s is unusable: its command log was altered from inside (%v); delete it and acquire a new one", sb.id, err)
+		return preconditionf("sandbox %s tampered with its command log: %v; it is unusable: delete it and acquire a new one", sb.id, err)
+	case errors.Is(err, iolog.ErrClosed):
+		return sandboxNotFound(sb.id)
 	}
 	return err
 }

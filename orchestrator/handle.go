@@ -22,13 +22,25 @@ import (
 // Lock order, where locks nest (outermost first; a lock may be taken while
 // holding only locks to its left):
 //
-//	a user's lock (Manager.userLocks) → registry.mu →
-//	    the io/ directory's append lock (iolog.Dir: HoldAppends, Append's
+//	a user's lock (Manager.userLocks) → registry.mu → sandbox.mu
+//	the io/ directory's append lock (iolog.Dir: HoldAppends, Append's
 //	    ready callback) → sandbox.mu
 //	sandbox.metaMu → sandbox.mu
 //
 // sandbox.mu is innermost: nothing is locked while it is held. warmPool.mu
 // and iolog.Watcher's lock are leaves, never held while taking another.
+//
+// The rule that keeps one sandbox from stalling the others: no lock that a
+// caller of another sandbox can need (registry.mu, a user's lock) is ever
+// held while waiting on something a sandbox controls, and no lock is held
+// while reading sandbox-controlled data. Everything under io/ is written by
+// the sandbox (a forged 16 TiB command log, a FIFO, an events file that
+// never ends); iolog reads it with no lock held (the log is loaded outside
+// the append lock), bounded, and stoppable by the caller's context and by
+// Delete (iolog.Dir.Close). registry.mu therefore never nests the append
+// lock: a removal is claimed under registry.mu with sandbox.mu alone
+// (markRemoving), and waits for an append in progress (a bounded write)
+// only after registry.mu is released (claimRemoval).
 type sandbox struct {
 	id          string
 	tenant      string // empty while in the warm pool
@@ -179,18 +191,19 @@ func (sb *sandbox) deadError() error {
 func (sb *sandbox) key() userKey { return userKey{sb.tenant, sb.userID} }
 
 // markRemoving claims sb for removal: no other removal, append or metadata
-// write happens from now on. It waits for an append in progress, and
-// reports false when a removal already has sb.
+// write happens from now on (an append checks removing with appends held,
+// in its ready callback). It reports false when a removal already has sb.
+// It takes sandbox.mu only, so the registry may call it with its lock held;
+// the caller then waits for an append already past its check with
+// sb.io.HoldAppends, after releasing the registry.
 func (sb *sandbox) markRemoving() bool {
-	claimed := false
-	sb.io.HoldAppends(func() {
-		sb.mu.Lock()
-		defer sb.mu.Unlock()
-		if !sb.removing && !sb.gone {
-			sb.removing, claimed = true, true
-		}
-	})
-	return claimed
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.removing || sb.gone {
+		return false
+	}
+	sb.removing = true
+	return true
 }
 
 // unmarkRemoving undoes markRemoving after a removal failed.

@@ -159,6 +159,14 @@ const (
 	removeRetry = 30 * time.Second
 	// removeTimeout bounds one removal done in the background.
 	removeTimeout = time.Minute
+	// containerRemoveTimeout bounds the forced removal of a container in
+	// any removal, whatever the caller's context: the engine kills it.
+	containerRemoveTimeout = 30 * time.Second
+	// ioCloseTimeout bounds how long a removal waits for the reads of the
+	// sandbox's io/ to stop before unmounting. Reads check between lines
+	// and chunks, so they stop within milliseconds; the bound is for the
+	// unexpected (a host disk stalled).
+	ioCloseTimeout = 5 * time.Second
 )
 
 // Manager owns the sandboxes. All its methods are safe for concurrent use;
@@ -429,7 +437,14 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 // removal already has it, or, for an expiry (expired=true), when the sandbox
 // was used again just as it expired (touch re-registered it) and must live.
 func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
-	return m.reg.claim(sb, expired, sb.markRemoving)
+	if !m.reg.claim(sb, expired, sb.markRemoving) {
+		return false
+	}
+	// With the registry released (see the lock rule on sandbox): wait for
+	// an append that passed its check before the mark. Appends hold the
+	// lock only for a bounded write, never while reading the log.
+	sb.io.HoldAppends(func() {})
+	return true
 }
 
 // destroy removes a sandbox claimed with claimRemoval: meta.json first (the
@@ -446,7 +461,11 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 		sb.unmarkRemoving()
 		return fmt.Errorf("remove sandbox metadata: %w", err)
 	}
-	err = m.docker.ContainerRemove(ctx, sb.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	// Bounded whatever the caller's context: the container is killed
+	// (Force) by the engine, which does not wait on the sandbox.
+	rctx, cancel := context.WithTimeout(ctx, containerRemoveTimeout)
+	err = m.docker.ContainerRemove(rctx, sb.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	cancel()
 	if err != nil && !isDockerNotFound(err) {
 		sb.unmarkRemoving()
 		if perr := sb.persist(true); perr != nil {
@@ -457,6 +476,13 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	sb.markGone()
 	m.reg.remove(sb)
 	m.watch.Forget(sb.io)
+	// Stop every read of the sandbox's io/ (a follower in the middle of a
+	// huge events file, a load of a forged log) and wait, bounded, for
+	// their files to be closed: an open file keeps the volume busy, and a
+	// busy volume is only detached lazily, its loop device left attached.
+	if !sb.io.Close(ioCloseTimeout) {
+		log.Warn("readers of the sandbox's io directory still open; its volume is detached lazily", "waited", ioCloseTimeout)
+	}
 	if err := removeSandboxDir(sb.dir); err != nil {
 		// The sandbox is gone for callers; the debris has no meta.json and is
 		// removed by the next reconcile.

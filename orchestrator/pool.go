@@ -241,14 +241,14 @@ func (m *Manager) refillLoop(ctx context.Context) {
 // done event. No user code has run in the sandbox yet, but the events file
 // is read through iolog all the same, as everything under io/ is.
 func (m *Manager) warmUp(ctx context.Context, sb *sandbox) error {
-	_, err := sb.io.Append(ioproto.Record{
+	_, err := sb.io.AppendContext(ctx, ioproto.Record{
 		Type: ioproto.KindExec, CommandID: warmupCommandID, Language: ioproto.LanguagePython,
 		TimeoutMS: warmupTimeout.Milliseconds(),
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("submit warm-up command: %w", err)
 	}
-	evs, err := sb.io.Events(warmupCommandID, 0, m.log.With("sandbox_id", sb.id))
+	evs, err := sb.io.EventsContext(ctx, warmupCommandID, 0, m.log.With("sandbox_id", sb.id))
 	if err != nil {
 		return err
 	}

@@ -15,10 +15,12 @@ import (
 // after those submitted before it; its output is read with Follow.
 //
 // The command ID is the caller's idempotency key (generated when empty): if
-// a command with that ID is already in the sandbox's log, Submit returns the
-// ID and appends nothing, even if the code differs, so a retried Submit
-// never runs a command twice. This holds across sandboxd restarts, because
-// the log itself is the record.
+// the same command (language, code and timeout) with that ID is already in
+// the sandbox's log, Submit returns the ID and appends nothing, so a retried
+// Submit never runs a command twice. The ID re-used for a different command
+// is ErrAlreadyExists: answering with the other command's output would be
+// wrong. This holds across sandboxd restarts, because the log itself is the
+// record.
 //
 // Language is "python" (the default) or "bash"; code is at most
 // Config.MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
@@ -36,7 +38,10 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	appended, err := sb.io.Append(rec, func() error { return m.appendable(sb) })
+	appended, err := sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
+	if errors.Is(err, iolog.ErrConflict) {
+		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language, code or timeout); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
+	}
 	if err != nil {
 		return "", m.appendError(sb, err)
 	}
@@ -86,7 +91,7 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 	if err != nil {
 		return err
 	}
-	_, err = sb.io.Append(ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}, func() error { return m.appendable(sb) })
+	_, err = sb.io.AppendContext(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}, func() error { return m.appendable(sb) })
 	if errors.Is(err, iolog.ErrUnknownCommand) {
 		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	}
@@ -114,11 +119,13 @@ func (m *Manager) appendable(sb *sandbox) error {
 // appendError classifies a failed append: a record the protocol refuses is
 // the caller's, anything else is the log's (logError).
 func (m *Manager) appendError(sb *sandbox, err error) error {
-	if isClassified(err) {
-		return err // from appendable
-	}
-	if errors.Is(err, ioproto.ErrMalformed) {
+	switch {
+	case isClassified(err):
+		return err // from appendable, or the caller's context
+	case errors.Is(err, ioproto.ErrMalformed):
 		return invalidf("%v", err)
+	case errors.Is(err, iolog.ErrLogFull):
+		return exhaustedf("sandbox %s takes no more commands: %v; acquire a new one", sb.id, err)
 	}
 	return m.logError(sb, err)
 }

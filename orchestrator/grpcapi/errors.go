@@ -31,6 +31,8 @@ func classCode(c *orchestrator.Class) codes.Code {
 		return codes.ResourceExhausted
 	case orchestrator.ErrUnavailable:
 		return codes.Unavailable
+	case orchestrator.ErrAlreadyExists:
+		return codes.AlreadyExists
 	}
 	// A class added to the domain but not here; TestClassCodes catches it.
 	return codes.Internal

@@ -28,6 +28,7 @@ func TestToStatus(t *testing.T) {
 		{"failed precondition", fmt.Errorf("%w: sandbox is dead", orchestrator.ErrFailedPrecondition), codes.FailedPrecondition, "", false},
 		{"resource exhausted", fmt.Errorf("%w: 500 sandboxes", orchestrator.ErrResourceExhausted), codes.ResourceExhausted, "", false},
 		{"unavailable", fmt.Errorf("%w: docker: connection refused", orchestrator.ErrUnavailable), codes.Unavailable, "", false},
+		{"already exists", fmt.Errorf("%w: command ID c1 used for a different command", orchestrator.ErrAlreadyExists), codes.AlreadyExists, "", false},
 		{"doubly wrapped", fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", orchestrator.ErrNotFound)), codes.NotFound, "", false},
 		{"canceled", fmt.Errorf("following: %w", context.Canceled), codes.Canceled, "", false},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, "", false},

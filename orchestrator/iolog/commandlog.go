@@ -1,8 +1,11 @@
 package iolog
 
 import (
+	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 
@@ -12,31 +15,101 @@ import (
 // ErrUnknownCommand: the command is not in the sandbox's command log.
 var ErrUnknownCommand = errors.New("command not in the command log")
 
+// ErrConflict: an exec record's command ID is already in the log for a
+// different command (other language, code or timeout). Replaying the
+// logged command's output as the answer to the new one would be wrong.
+var ErrConflict = errors.New("command ID already used for a different command")
+
+// ErrLogFull: the command log reached MaxLogRecords or MaxLogBytes; the
+// sandbox takes no more commands.
+var ErrLogFull = errors.New("command log is full")
+
+// Bounds on the command log. sandboxd is its only legitimate writer and
+// refuses to append past them, so a log beyond either bound was forged by
+// the sandbox (a sparse 16 TiB file, millions of tiny records) and is
+// refused without being read further.
+const (
+	// MaxLogBytes: 1 GiB, the default /io volume (a dense log cannot be
+	// larger than the volume holding it), read in a second or two.
+	MaxLogBytes = 1 << 30
+	// MaxLogRecords bounds the commands of one sandbox's life, and so the
+	// index sandboxd keeps in memory per sandbox (about 150 bytes per
+	// command: ~20 MiB at the bound). A command a second for a day and a
+	// half fits.
+	MaxLogRecords = 1 << 17
+	// loadCheckEvery: a load looks at its context and at Close every so
+	// many records, so a cancelled caller or a Delete stops it promptly.
+	loadCheckEvery = 256
+)
+
+// logEntry is what the index keeps of one command in the log.
+type logEntry struct {
+	end    int64    // offset just past the command's record
+	digest [32]byte // recordDigest of the record
+}
+
+// recordDigest identifies "the same command" for idempotency: a retry of a
+// submission carries the same language, code and timeout. A malformed
+// record (forged by the sandbox) gets the zero digest, which no valid
+// record has.
+func recordDigest(rec ioproto.Record) [32]byte {
+	lang := rec.Language
+	if lang == "" {
+		lang = ioproto.LanguagePython
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00", lang, rec.TimeoutMS)
+	io.WriteString(h, rec.Code)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
 // Append appends rec to the command log (io/stdin), once: an exec record
 // whose command ID is already in the log is not appended again, and Append
 // reports appended=false (the caller's retried submission must not run a
-// command twice). An interrupt record must name a command in the log, or
+// command twice); if the logged record runs something else, Append fails
+// with ErrConflict. An interrupt record must name a command in the log, or
 // Append fails with ErrUnknownCommand.
 //
 // ready, if not nil, is called with appends held (see HoldAppends) just
 // before the write; its error cancels the append and is returned as is.
 // The orchestrator refuses appends to a dead or deleted sandbox there.
 func (d *Dir) Append(rec ioproto.Record, ready func() error) (appended bool, err error) {
+	return d.AppendContext(context.Background(), rec, ready)
+}
+
+// AppendContext is Append, giving up when ctx ends while the log is being
+// loaded.
+func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func() error) (appended bool, err error) {
 	line, err := ioproto.EncodeRecord(rec)
 	if err != nil {
 		return false, err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.loadLocked(); err != nil {
+	if err := d.ensureLoaded(ctx); err != nil {
 		return false, err
 	}
-	_, known := d.ids[rec.CommandID]
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed() {
+		return false, ErrClosed
+	}
+	if d.loadErr != nil {
+		return false, d.loadErr
+	}
+	known, ok := d.ids[rec.CommandID]
 	switch {
-	case rec.Type == ioproto.KindExec && known:
+	case rec.Type == ioproto.KindExec && ok:
+		if known.digest != recordDigest(rec) {
+			return false, ErrConflict
+		}
 		return false, nil
-	case rec.Type == ioproto.KindInterrupt && !known:
+	case rec.Type == ioproto.KindInterrupt && !ok:
 		return false, ErrUnknownCommand
+	case d.size+int64(len(line))+1 > MaxLogBytes:
+		return false, fmt.Errorf("%w: it holds %d bytes; the limit is %d", ErrLogFull, d.size, MaxLogBytes)
+	case rec.Type == ioproto.KindExec && len(d.ids) >= MaxLogRecords:
+		return false, fmt.Errorf("%w: it holds %d commands; the limit is %d", ErrLogFull, len(d.ids), MaxLogRecords)
 	}
 	if ready != nil {
 		if err := ready(); err != nil {
@@ -47,41 +120,116 @@ func (d *Dir) Append(rec ioproto.Record, ready func() error) (appended bool, err
 		return false, err
 	}
 	if rec.Type == ioproto.KindExec {
-		d.ids[rec.CommandID] = d.size
+		d.ids[rec.CommandID] = logEntry{end: d.size, digest: recordDigest(rec)}
 	}
 	return true, nil
 }
 
 // lookup reports whether command id is in the log and, if so, where its
 // record ends.
-func (d *Dir) lookup(id string) (end int64, ok bool, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.loadLocked(); err != nil {
+func (d *Dir) lookup(ctx context.Context, id string) (end int64, ok bool, err error) {
+	if err := d.ensureLoaded(ctx); err != nil {
 		return 0, false, err
 	}
-	end, ok = d.ids[id]
-	return end, ok, nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e, ok := d.ids[id]
+	return e.end, ok, nil
 }
 
-// loadLocked builds ids by reading the whole log once. Call with mu held.
-func (d *Dir) loadLocked() error {
-	if d.ids != nil {
-		return nil
-	}
-	f, _, err := d.openLog(os.O_RDONLY)
-	if err != nil {
+// Load reads the command log into the index if it is not loaded yet (see
+// ensureLoaded). Append and Events load it when needed; Load lets a caller
+// do it first, with its own context.
+func (d *Dir) Load(ctx context.Context) error { return d.ensureLoaded(ctx) }
+
+// ensureLoaded builds the index by reading the whole log once, without
+// holding mu: the log is sandbox-controlled data, and mu is what a Delete
+// takes (HoldAppends). One load runs at a time; other callers wait for it
+// or for their ctx. A log refused as tampered stays refused (loadErr); a
+// load cut short by its caller's ctx is retried by the next caller.
+func (d *Dir) ensureLoaded(ctx context.Context) error {
+	for {
+		d.mu.Lock()
+		if d.ids != nil || d.loadErr != nil {
+			err := d.loadErr
+			d.mu.Unlock()
+			return err
+		}
+		if d.loading != nil {
+			ch := d.loading
+			d.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-d.done:
+				return ErrClosed
+			}
+		}
+		if err := d.addReaderLocked(); err != nil {
+			d.mu.Unlock()
+			return err
+		}
+		ch := make(chan struct{})
+		d.loading = ch
+		d.mu.Unlock()
+
+		ids, size, partial, err := d.scanLog(ctx)
+
+		d.mu.Lock()
+		d.loading = nil
+		close(ch)
+		switch {
+		case err == nil:
+			d.ids, d.size, d.partial = ids, size, partial
+		case errors.Is(err, ErrTampered):
+			d.loadErr = err
+		}
+		d.mu.Unlock()
+		d.doneReader()
 		return err
 	}
+}
+
+// scanLog reads the log for ensureLoaded: bounded by MaxLogBytes (checked
+// on the opened file, sparse files refused, see openBounded) and
+// MaxLogRecords, and stopped by ctx or Close every loadCheckEvery records.
+// The file must be sandboxd's own (a file the sandbox made and renamed
+// onto io/stdin is refused before it is read).
+func (d *Dir) scanLog(ctx context.Context) (map[string]logEntry, int64, bool, error) {
+	root, err := os.OpenRoot(d.path)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	defer root.Close()
+	f, st, _, err := openBounded(root, ioproto.StdinFile, MaxLogBytes)
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("command log: %w", err)
+	}
 	defer f.Close()
-	ids := make(map[string]int64)
+	if err := checkOwnedByUs(st, "/io/"+ioproto.StdinFile); err != nil {
+		return nil, 0, false, err
+	}
+	size := st.Size()
+	ids := make(map[string]logEntry)
 	lr := ioproto.NewLineReader(f, 0, ioproto.MaxRecordLen)
-	for {
+	for n := 0; ; n++ {
+		if n%loadCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, 0, false, err
+			}
+			if d.closed() {
+				return nil, 0, false, ErrClosed
+			}
+		}
 		line, ok, err := lr.Next()
 		if err != nil {
-			return fmt.Errorf("read command log: %w", err)
+			return nil, 0, false, fmt.Errorf("read command log: %w", err)
 		}
-		if !ok {
+		// Lines appended after the size check are not sandboxd's (it is
+		// the only writer, and it is not appending: the log is not loaded).
+		if !ok || line.Start >= size {
 			break
 		}
 		// Count every ID the driver would count as a command: valid exec
@@ -91,17 +239,19 @@ func (d *Dir) loadLocked() error {
 		if id == "" || (perr == nil && rec.Type == ioproto.KindInterrupt) {
 			continue
 		}
-		if _, seen := ids[id]; !seen {
-			ids[id] = line.End
+		if _, seen := ids[id]; seen {
+			continue
 		}
+		if len(ids) >= MaxLogRecords {
+			return nil, 0, false, fmt.Errorf("command log holds more than %d commands, more than sandboxd ever appends: %w", MaxLogRecords, ErrTampered)
+		}
+		e := logEntry{end: line.End}
+		if perr == nil && line.Err == nil {
+			e.digest = recordDigest(rec)
+		}
+		ids[id] = e
 	}
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	d.ids, d.size = ids, st.Size()
-	d.partial = st.Size() > lr.Offset()
-	return nil
+	return ids, size, size > lr.Offset(), nil
 }
 
 // openLog opens the command log through an os.Root confined to io/ (the

@@ -11,8 +11,10 @@
 package iolog
 
 import (
+	"errors"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
@@ -23,16 +25,35 @@ import (
 // index of the command IDs in the log, built from the log the first time
 // it is needed and kept up to date by its own appends: idempotency costs
 // one map lookup.
+//
+// Locking: mu is never held while reading a file the sandbox controls. The
+// log is loaded without it (one load at a time, see ensureLoaded), so a
+// forged log slows down only the callers that need that log, and never a
+// caller that merely takes mu (HoldAppends, from a Delete).
 type Dir struct {
 	path string
+	// done is closed by Close: loads and readers of this directory stop
+	// at their next check.
+	done      chan struct{}
+	closeOnce sync.Once
 
 	// mu serialises appends (the protocol requires writers to serialise
 	// per sandbox) and guards the fields below.
 	mu sync.Mutex
-	// ids maps each command ID in the log to the offset just past its
-	// record, to tell a queued command from one whose output was pruned;
-	// nil until the log is loaded.
-	ids map[string]int64
+	// ids maps each command ID in the log to where its record ends (to
+	// tell a queued command from one whose output was pruned) and to the
+	// digest of what it runs (to tell a retry from a conflicting re-use of
+	// the ID); nil until the log is loaded.
+	ids map[string]logEntry
+	// loadErr is a final failure to load the log: the sandbox tampered
+	// with it, and it is not read again.
+	loadErr error
+	// loading is closed when the load in progress ends; nil when none is.
+	loading chan struct{}
+	// readers counts open Events and loads in progress (files open under
+	// io/); idle is closed when it drops to zero after Close.
+	readers int
+	idle    chan struct{}
 	// size is the log's length as far as we know it.
 	size int64
 	// partial is set when the log ends in an incomplete line (a crash in
@@ -43,7 +64,65 @@ type Dir struct {
 
 // New returns the Dir for the io/ directory at path. It does not touch
 // the file system: the log is read when first needed.
-func New(path string) *Dir { return &Dir{path: path} }
+func New(path string) *Dir {
+	return &Dir{path: path, done: make(chan struct{}), idle: make(chan struct{})}
+}
+
+// ErrClosed: the Dir was closed (its sandbox is being deleted).
+var ErrClosed = errors.New("sandbox io directory closed")
+
+// Close stops every load and reader of the directory at its next check
+// (between lines or chunks), refuses new ones with ErrClosed, and waits up
+// to timeout for those open to release their files, so the volume can be
+// unmounted. It reports whether none is left open.
+func (d *Dir) Close(timeout time.Duration) bool {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		close(d.done)
+		if d.readers == 0 {
+			close(d.idle)
+		}
+		d.mu.Unlock()
+	})
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-d.idle:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// closed reports whether Close was called.
+func (d *Dir) closed() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// addReader counts a file about to be opened under io/; it fails once the
+// Dir is closed. Call with mu held.
+func (d *Dir) addReaderLocked() error {
+	if d.closed() {
+		return ErrClosed
+	}
+	d.readers++
+	return nil
+}
+
+// doneReader uncounts a reader.
+func (d *Dir) doneReader() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.readers--
+	if d.readers == 0 && d.closed() {
+		close(d.idle)
+	}
+}
 
 // Path is the host path of the io/ directory.
 func (d *Dir) Path() string { return d.path }

@@ -3,6 +3,7 @@ package iolog
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"syscall"
@@ -73,4 +74,60 @@ func IsEscape(err error) bool {
 		return true
 	}
 	return errors.Is(err, syscall.ELOOP)
+}
+
+// sparseSlack: files up to this size are not checked for holes. Small files
+// cost little to read whatever their layout, and ext4 may keep a tiny file's
+// data inline (st_blocks 0).
+const sparseSlack = 1 << 20
+
+// openBounded is the one way iolog opens a file the sandbox can write for
+// reading (the command log, events, artifacts, the driver's state): through
+// root (no symlink followed, nothing outside io/), with O_NONBLOCK (a FIFO
+// cannot block the open), and checked on the opened descriptor, not the
+// path (the sandbox can swap the path between a check and the open):
+//
+//   - a regular file (not a FIFO, device, socket or directory);
+//   - one link (a hard link would let the sandbox make one file several
+//     files at once, e.g. the same big artifact under every name);
+//   - at most maxSize bytes (a sandbox can make a file as large as it
+//     likes with truncate, at no cost to itself);
+//   - not sparse: a file of more than sparseSlack bytes must have at least
+//     half its size allocated. The driver only ever appends or writes whole
+//     files, which are dense; a sparse file is a forgery whose size costs
+//     the sandbox nothing and sandboxd a full read (the "16 TiB" log).
+//
+// The result is the file, its stat, and a reader capped at the size fstat
+// gave: a file growing after the check is read no further than that (the
+// caller re-opens or reads on for a file that legitimately grows).
+// Violations wrap ErrTampered with a message naming the file and the limit.
+func openBounded(root *os.Root, name string, maxSize int64) (*os.File, fs.FileInfo, io.Reader, error) {
+	f, st, err := openRegular(root, name, os.O_RDONLY)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := checkBounds(st, name, maxSize); err != nil {
+		f.Close()
+		return nil, nil, nil, err
+	}
+	return f, st, io.LimitReader(f, st.Size()), nil
+}
+
+// checkBounds applies openBounded's checks to the stat of an opened file.
+func checkBounds(st fs.FileInfo, name string, maxSize int64) error {
+	size := st.Size()
+	if size > maxSize {
+		return fmt.Errorf("%s is %d bytes long; the most sandboxd reads is %d: %w", name, size, maxSize, ErrTampered)
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil
+	}
+	if sys.Nlink > 1 {
+		return fmt.Errorf("%s has %d hard links; the driver makes files with one: %w", name, sys.Nlink, ErrTampered)
+	}
+	if size > sparseSlack && sys.Blocks*512 < size/2 {
+		return fmt.Errorf("%s is sparse (%d bytes long, %d allocated); the driver writes dense files: %w", name, size, sys.Blocks*512, ErrTampered)
+	}
+	return nil
 }
