@@ -71,6 +71,8 @@ type sandbox struct {
 	// io is the sandbox's io/ directory: the command log (io/stdin) with
 	// its index of command IDs, and the commands' events.
 	io *iolog.Dir
+
+	health ioHealth // its driver's health in /io/driver.json, as last read (health.go)
 }
 
 // newSandbox builds the record for metadata m in directory dir.

@@ -365,6 +365,7 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 		UserID:       sb.userID,
 		State:        sb.state,
 		StateReason:  sb.reason,
+		HealthReason: sb.healthReasonLocked(),
 		CreatedAt:    sb.createdAt,
 		LastActiveAt: sb.lastActive,
 		ExpiresAt:    m.reg.expiry(sb.createdAt, sb.lastActive),

@@ -48,7 +48,8 @@ func (m *Manager) markDead(sb *sandbox, reason string) {
 }
 
 // refresh inspects a live sandbox's container and records its death if it is
-// not running. A dead sandbox stays dead without asking Docker.
+// not running, or else reads its health if that changed (health.go). A dead
+// sandbox stays dead without asking Docker.
 func (m *Manager) refresh(ctx context.Context, sb *sandbox) error {
 	if st, _ := sb.status(); st == StateDead {
 		return nil
@@ -63,6 +64,8 @@ func (m *Manager) refresh(ctx context.Context, sb *sandbox) error {
 	}
 	if alive, reason := containerAlive(info.State); !alive {
 		m.markDead(sb, reason)
+	} else {
+		m.refreshHealth(sb)
 	}
 	return nil
 }
@@ -90,7 +93,8 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 // refreshListed brings a live sandbox's state up to date from its
 // container's entry in a ContainerList (listed=false: it has none): a
 // container that is gone means death, one that is not running is
-// inspected (refresh) to learn why. A dead sandbox stays dead.
+// inspected (refresh) to learn why; a running one's health is read if it
+// changed (health.go). A dead sandbox stays dead.
 func (m *Manager) refreshListed(ctx context.Context, sb *sandbox, c container.Summary, listed bool) error {
 	if st, _ := sb.status(); st == StateDead {
 		return nil
@@ -100,6 +104,8 @@ func (m *Manager) refreshListed(ctx context.Context, sb *sandbox, c container.Su
 		m.markDead(sb, reasonRemoved)
 	case !summaryAlive(c.State):
 		return m.refresh(ctx, sb)
+	default:
+		m.refreshHealth(sb)
 	}
 	return nil
 }

@@ -55,7 +55,11 @@ type Sandbox struct {
 	UserID string
 	State  State
 	// StateReason says why a sandbox is dead (e.g. "container exited with code 137").
-	StateReason  string
+	StateReason string
+	// HealthReason is empty while a running sandbox is healthy; otherwise it
+	// says what is wrong (e.g. "/io is full: ..."), as the sandbox's driver
+	// reported it in /io/driver.json (health.go). Always empty when dead.
+	HealthReason string
 	CreatedAt    time.Time
 	LastActiveAt time.Time
 	// ExpiresAt is when the sandbox is removed unless used again: the

@@ -2,7 +2,11 @@ package grpcapi
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -14,6 +18,87 @@ import (
 
 // This file holds every conversion between domain and proto types, so the
 // mapping of the public contract is reviewed in one place.
+//
+// Proto3 string fields must be valid UTF-8: a message with an invalid one
+// fails to marshal, and gRPC then ends the call or stream with INTERNAL. Many
+// strings come from the sandbox, which can write any bytes (file names in
+// /workspace, events files and artifacts in /io, which hostile code can
+// rewrite, Docker's account of its death). The domain keeps them as they are
+// (a Go caller may need the real bytes of a file name); every such string is
+// made valid here, where it enters a proto, with validUTF8, validUTF8s or
+// mimeBundleToProto. Strings the server itself chose or validated (IDs,
+// tenants, the image, the language of a request) need not be.
+
+// validUTF8 returns s with each run of invalid UTF-8 bytes replaced by
+// U+FFFD (as Go's json and the driver's output cleaning do). Valid strings,
+// nearly all of them, are returned as they are, without allocating.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// validUTF8s is validUTF8 on each element; it copies the slice only when an
+// element changes.
+func validUTF8s(ss []string) []string {
+	for i, s := range ss {
+		if utf8.ValidString(s) {
+			continue
+		}
+		out := slices.Clone(ss)
+		for j := i; j < len(out); j++ {
+			out[j] = validUTF8(out[j])
+		}
+		return out
+	}
+	return ss
+}
+
+// mimeBundleToProto makes a MIME bundle (Display.data, Result.data) valid
+// for the wire. Values are made valid like any string (base64 values of
+// binary types are ASCII and pass unchanged). Keys are MIME types and nearly
+// always ASCII; an invalid key is made valid too, but two keys can then
+// collide ("text/\xff" and "text/\xfe" both become "text/\uFFFD", or one can
+// become a valid key already present). Rather than silently dropping a value,
+// a key that collides gets the suffix "#2", "#3", ... (the first free one):
+// valid keys keep their name, and the invalid ones are placed in the order
+// of their raw bytes, so the result is deterministic and holds exactly as
+// many entries as the input. The bundle is returned as it is when it is
+// valid, the common case.
+func mimeBundleToProto(data map[string]string) map[string]string {
+	clean := true
+	for k, v := range data {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return data
+	}
+	out := make(map[string]string, len(data))
+	var invalidKeys []string
+	for k, v := range data {
+		if !utf8.ValidString(k) {
+			invalidKeys = append(invalidKeys, k)
+			continue
+		}
+		out[k] = validUTF8(v)
+	}
+	slices.Sort(invalidKeys)
+	for _, k := range invalidKeys {
+		key := validUTF8(k)
+		for n := 2; ; n++ {
+			if _, taken := out[key]; !taken {
+				break
+			}
+			key = validUTF8(k) + "#" + strconv.Itoa(n)
+		}
+		out[key] = validUTF8(data[k])
+	}
+	return out
+}
 
 // timestampToProto leaves unset times (zero) unset on the wire instead of
 // sending 0001-01-01, which clients would show as a real date.
@@ -73,7 +158,8 @@ func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
 		SandboxId:    s.ID,
 		UserId:       s.UserID,
 		State:        stateToProto(s.State),
-		StateReason:  s.StateReason,
+		StateReason:  validUTF8(s.StateReason),
+		HealthReason: validUTF8(s.HealthReason),
 		CreatedAt:    timestampToProto(s.CreatedAt),
 		LastActiveAt: timestampToProto(s.LastActiveAt),
 		ExpiresAt:    timestampToProto(s.ExpiresAt),
@@ -92,7 +178,7 @@ func acquireResultToProto(r orchestrator.AcquireResult) *sandboxv1.AcquireSandbo
 		// The domain replaces a user's sandbox only when it died, and a dead
 		// sandbox's interpreter state is gone by definition.
 		StateLost:      r.ReplacedID != "",
-		ReplacedReason: r.ReplacedReason,
+		ReplacedReason: validUTF8(r.ReplacedReason),
 	}
 }
 
@@ -102,7 +188,7 @@ func optionsFromProto(o *sandboxv1.SandboxOptions) orchestrator.Options {
 
 func fileInfoToProto(f orchestrator.FileInfo) *sandboxv1.FileInfo {
 	return &sandboxv1.FileInfo{
-		Path:    f.Path,
+		Path:    validUTF8(f.Path),
 		Size:    f.Size,
 		IsDir:   f.IsDir,
 		ModTime: timestampToProto(f.ModTime),
@@ -136,22 +222,22 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 	switch e.Type {
 	case ioproto.EventStarted:
 		ev.Event = &sandboxv1.ExecuteEvent_Started{Started: &sandboxv1.Started{
-			Language: e.Language,
+			Language: validUTF8(e.Language),
 			Time:     timestampToProto(e.Time),
 		}}
 	case ioproto.EventStdout:
-		ev.Event = &sandboxv1.ExecuteEvent_Stdout{Stdout: &sandboxv1.OutputChunk{Text: e.Text}}
+		ev.Event = &sandboxv1.ExecuteEvent_Stdout{Stdout: &sandboxv1.OutputChunk{Text: validUTF8(e.Text)}}
 	case ioproto.EventStderr:
-		ev.Event = &sandboxv1.ExecuteEvent_Stderr{Stderr: &sandboxv1.OutputChunk{Text: e.Text}}
+		ev.Event = &sandboxv1.ExecuteEvent_Stderr{Stderr: &sandboxv1.OutputChunk{Text: validUTF8(e.Text)}}
 	case ioproto.EventDisplay:
-		ev.Event = &sandboxv1.ExecuteEvent_Display{Display: &sandboxv1.Display{Data: e.Data}}
+		ev.Event = &sandboxv1.ExecuteEvent_Display{Display: &sandboxv1.Display{Data: mimeBundleToProto(e.Data)}}
 	case ioproto.EventResult:
-		ev.Event = &sandboxv1.ExecuteEvent_Result{Result: &sandboxv1.Result{Data: e.Data}}
+		ev.Event = &sandboxv1.ExecuteEvent_Result{Result: &sandboxv1.Result{Data: mimeBundleToProto(e.Data)}}
 	case ioproto.EventError:
 		ev.Event = &sandboxv1.ExecuteEvent_Error{Error: &sandboxv1.Error{
-			Ename:     e.EName,
-			Evalue:    e.EValue,
-			Traceback: e.Traceback,
+			Ename:     validUTF8(e.EName),
+			Evalue:    validUTF8(e.EValue),
+			Traceback: validUTF8s(e.Traceback),
 		}}
 	case ioproto.EventDone:
 		d := &sandboxv1.Done{
@@ -159,7 +245,7 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 			Duration:        durationpb.New(time.Duration(e.DurationMS) * time.Millisecond),
 			StateLost:       e.StateLost,
 			OutputTruncated: e.OutputTruncated,
-			Reason:          e.Reason,
+			Reason:          validUTF8(e.Reason),
 			Time:            timestampToProto(e.Time),
 		}
 		if e.ExitCode != nil {
@@ -167,7 +253,7 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 			d.ExitCode = &code
 		}
 		for _, f := range e.Files {
-			d.Files = append(d.Files, &sandboxv1.FileRef{Path: f.Path, Size: f.Size})
+			d.Files = append(d.Files, &sandboxv1.FileRef{Path: validUTF8(f.Path), Size: f.Size})
 		}
 		ev.Event = &sandboxv1.ExecuteEvent_Done{Done: d}
 	default:

@@ -27,6 +27,12 @@
 // sandboxes (AcquireSandbox still acquires in its own tenant). A server
 // without tokens has one tenant, "default", and every caller is an admin.
 //
+// Text: every string that comes from inside a sandbox (output, rich outputs
+// and their MIME types, errors, reasons, file names) is sent as valid UTF-8,
+// as proto3 requires, whatever bytes the sandboxed code produced: each run of
+// invalid bytes is replaced by U+FFFD (see FileInfo.path for what that means
+// for file names, Display.data for MIME types).
+//
 // Message sizes: rich outputs (plots) are sent inline and one ExecuteEvent can
 // be several MiB large. Clients should raise their maximum receive message
 // size (the server sends up to 64 MiB).
@@ -361,7 +367,18 @@ type Sandbox struct {
 	Tenant string `protobuf:"bytes,10,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// network is true when the sandbox has outbound network access
 	// (SandboxOptions.network).
-	Network       bool `protobuf:"varint,11,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,11,opt,name=network,proto3" json:"network,omitempty"`
+	// health_reason is empty while the sandbox is healthy (and always for a
+	// DEAD sandbox). Otherwise it says what is wrong, e.g. "/io is full: 254.0
+	// KiB free, a command needs at least 1 MiB" when the volume holding the
+	// sandbox's command log and outputs has no room left (sandboxed code can
+	// fill it): commands then end at once with status ERROR and a reason
+	// starting with "/io is full". The state stays RUNNING, since the sandbox
+	// recovers by itself once room is made (its code deleting what filled the
+	// volume) and its Python state is intact; a client may instead recycle it
+	// with DeleteSandbox and AcquireSandbox. Reported by the sandbox itself,
+	// as of its last command.
+	HealthReason  string `protobuf:"bytes,12,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -471,6 +488,13 @@ func (x *Sandbox) GetNetwork() bool {
 		return x.Network
 	}
 	return false
+}
+
+func (x *Sandbox) GetHealthReason() string {
+	if x != nil {
+		return x.HealthReason
+	}
+	return ""
 }
 
 // AcquireSandboxRequest asks for the user's sandbox.
@@ -1368,7 +1392,11 @@ type Display struct {
 	// data maps MIME types to values: text types (text/plain, text/html,
 	// image/svg+xml, application/json) hold the text itself, binary types
 	// (image/png, image/jpeg) hold base64, as in Jupyter. It usually includes
-	// text/plain as a fallback.
+	// text/plain as a fallback. Text the sandbox produced that is not valid
+	// UTF-8 has each run of invalid bytes replaced by U+FFFD, in keys too; if
+	// that makes two keys equal, the later one (in the order of the original
+	// bytes; a key that was valid always keeps its name) gets the suffix "#2",
+	// "#3", ..., so that no value is lost.
 	Data          map[string]string `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1645,7 +1673,8 @@ func (x *Done) GetOutputTruncated() bool {
 // FileRef names a file under /workspace.
 type FileRef struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// path is relative to /workspace, with forward slashes.
+	// path is relative to /workspace, with forward slashes, made valid UTF-8
+	// as FileInfo.path is.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// size is the file's size in bytes.
 	Size          int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
@@ -1794,7 +1823,11 @@ func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is relative to /workspace, with forward slashes; empty for
-	// /workspace itself.
+	// /workspace itself. Sandboxed code can give a file a name that is not
+	// valid UTF-8; such a path is sent with each run of invalid bytes
+	// replaced by U+FFFD, so it shows the file but does not name it:
+	// DownloadFile and UploadFile with it reach another path (usually none).
+	// To fetch such a file, rename it from inside the sandbox first.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// size is the file's size in bytes (0 for directories).
 	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
@@ -2290,7 +2323,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\anetwork\x18\x03 \x01(\bR\anetwork\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x03\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -2306,7 +2339,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06limits\x18\t \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x12\x16\n" +
 	"\x06tenant\x18\n" +
 	" \x01(\tR\x06tenant\x12\x18\n" +
-	"\anetwork\x18\v \x01(\bR\anetwork\"f\n" +
+	"\anetwork\x18\v \x01(\bR\anetwork\x12#\n" +
+	"\rhealth_reason\x18\f \x01(\tR\fhealthReason\"f\n" +
 	"\x15AcquireSandboxRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x124\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\xd9\x01\n" +

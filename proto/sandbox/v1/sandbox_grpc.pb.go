@@ -27,6 +27,12 @@
 // sandboxes (AcquireSandbox still acquires in its own tenant). A server
 // without tokens has one tenant, "default", and every caller is an admin.
 //
+// Text: every string that comes from inside a sandbox (output, rich outputs
+// and their MIME types, errors, reasons, file names) is sent as valid UTF-8,
+// as proto3 requires, whatever bytes the sandboxed code produced: each run of
+// invalid bytes is replaced by U+FFFD (see FileInfo.path for what that means
+// for file names, Display.data for MIME types).
+//
 // Message sizes: rich outputs (plots) are sent inline and one ExecuteEvent can
 // be several MiB large. Clients should raise their maximum receive message
 // size (the server sends up to 64 MiB).
