@@ -343,6 +343,26 @@ events = [started, {"seq": 2, "type": "display", "data": {"text/plain": "x"}, "r
 	o, err = hc.stream(sb, "refs-bomb", hostileCallTimeout)
 	hc.note("StreamCommand replay: %s, %d events", codeOf(err), o.events)
 	hc.wantClear("StreamCommand replay of a references bomb", err, true)
+
+	// The same with a dense 32 MiB artifact, which a reader refusing sparse
+	// or oversized files still has to read: once, not once per reference.
+	hc.mustRun(sb, "python", forgeEvents("refs-dense", fmt.Sprintf(`
+with open("/io/out/refs-dense.2.1", "wb") as f:
+    for _ in range(32):
+        f.write(os.urandom(1 << 20))
+refs = {"text/x-ref-%%d" %% i: "refs-dense.2.1" for i in range(%d)}
+refs["image/png"] = "refs-dense.2.1"
+events = [started, {"seq": 2, "type": "display", "data": {"text/plain": "x"}, "refs": refs}, {"seq": 3, "type": "done", "status": "ok"}]
+`, refs)))
+	o, err = hc.execute(sb, &sandboxv1.ExecuteRequest{CommandId: "refs-dense", Code: "print('never')"}, hostileCallTimeout)
+	delivered := 0
+	for _, r := range o.results {
+		for _, v := range r {
+			delivered += len(v)
+		}
+	}
+	hc.note("dense 32 MiB artifact: Execute %s, %d events, %d MiB of values delivered", codeOf(err), o.events, delivered>>20)
+	hc.wantClear("Execute of a command with a references bomb on a dense artifact", err, true)
 }
 
 // hugeEvents: a sparse events file of terabytes, followed with a short
