@@ -23,6 +23,9 @@ import (
 //     event stream lags or is reconnecting.
 //   - List, and the monitor after each reconnect, compare the registry with
 //     one ContainerList.
+//   - Where a running sandbox's state is brought up to date (refresh,
+//     refreshListed), its health is read too from /io/driver.json when that
+//     file changed (health.go); never on a command's path.
 
 // managedFilter selects the containers this Manager owns: sandboxd's label
 // and this state directory's (another sandboxd on the same engine with
