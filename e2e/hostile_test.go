@@ -26,9 +26,9 @@ package e2e
 //
 //	hostile-/io suite (runc): 11 cases, 0 harmed the service; peak sandboxd RSS 41 MiB (+9), other users' p50 round trip 1.2 ms (baseline 1.0 ms), Delete ≤ 0.4 s
 //
-// Sizes come from the environment (SANDBOXD_HOSTILE_*, below); the defaults
-// are the full sizes, chosen to keep a runtime's run within about three
-// minutes on 2 cores.
+// Sizes come from the environment (SANDBOXD_HOSTILE_*, below, set by
+// .ci/run); the defaults are the full sizes except for the malformed lines
+// (2 MiB, 4 MiB in CI). A runtime's run takes about a minute on 2 cores.
 
 import (
 	"context"
@@ -193,6 +193,7 @@ func runHostileSuite(t *testing.T, env *e2eEnv, runtime string) {
 	r.run("file-types", (*hostileCase).fileTypes)
 	r.run("inotify-flood", (*hostileCase).inotifyFlood)
 	r.run("command-id-reuse", (*hostileCase).commandIDReuse)
+	r.run("driver-status", (*hostileCase).driverStatus)
 
 	if len(r.cases) == 0 {
 		return // -run chose none of the cases
@@ -732,6 +733,54 @@ func (hc *hostileCase) commandIDReuse() {
 		t.Errorf("a command ID reused with different code: %v, stdout %q; want ALREADY_EXISTS or FAILED_PRECONDITION naming the conflict, not a replay", err, o.stdout)
 	case !strings.Contains(status.Convert(err).Message(), "reused"):
 		t.Errorf("a command ID reused with different code: %v; want the message to name the command ID", err)
+	}
+}
+
+// driverStatus: /io/driver.json, which sandboxd reads for the sandbox's
+// health, replaced by an oversized file, a reason that is not UTF-8, a
+// FIFO, a terabyte sparse file and a link to a host file: GetSandbox and
+// ListSandboxes answer promptly, with a bounded, valid reason and nothing of
+// the host.
+func (hc *hostileCase) driverStatus() {
+	t := hc.t
+	sb := hc.attacker("driver-status")
+	defer hc.deleteAndCheck(sb)
+	steps := []struct{ what, code string }{
+		{"a 1 MiB reason", `st["health"] = "io_full"; st["health_reason"] = "A" * (1 << 20); put(json.dumps(st).encode())`},
+		{"a reason that is not UTF-8", `st["health"] = "io_full"; put(json.dumps(st).encode().replace(b'"io_full"', b'"io_full", "health_reason": "bad \xff\xfe \xc3\x28 ' + b"x" * 3000 + b'"', 1))`},
+		{"a FIFO", `os.mkfifo("/io/.tmp-status"); os.rename("/io/.tmp-status", "/io/driver.json")`},
+		{"a terabyte sparse file", "put(b\"\")\n" + growSparse("/io/driver.json")},
+		{"a link to /etc/shadow", `os.symlink("/etc/shadow", "/io/.tmp-status"); os.rename("/io/.tmp-status", "/io/driver.json")`},
+	}
+	for _, st := range steps {
+		hc.mustRun(sb, "python", `import json, os
+import stat
+try:
+    _st = os.lstat("/io/driver.json")
+    if not stat.S_ISREG(_st.st_mode) or _st.st_size > 4096:
+        raise ValueError("not the driver's")
+    st = json.load(open("/io/driver.json", "rb"))
+except (OSError, ValueError):
+    st = {"version": 1, "pid": 1}
+def put(b):
+    with open("/io/.tmp-status", "wb") as f:
+        f.write(b)
+    os.rename("/io/.tmp-status", "/io/driver.json")
+`+st.code)
+		ctx, cancel := context.WithTimeout(hc.ctx, hostilePrompt)
+		start := time.Now()
+		g, err := hc.c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sb})
+		_, lerr := hc.c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{})
+		took := time.Since(start)
+		cancel()
+		reason := g.GetSandbox().GetHealthReason()
+		hc.note("driver.json as %s: GetSandbox %s, ListSandboxes %s in %s, reason of %d bytes", st.what, codeOf(err), codeOf(lerr), fmtMS(took), len(reason))
+		if err != nil || lerr != nil {
+			t.Errorf("driver.json as %s: GetSandbox: %v, ListSandboxes: %v; want both to answer", st.what, err, lerr)
+		}
+		if len(reason) > 4<<10 || strings.Contains(reason, "root:") {
+			t.Errorf("driver.json as %s: health_reason of %d bytes: %q; want at most 4 KiB and nothing of the host", st.what, len(reason), truncateText(reason, 200))
+		}
 	}
 }
 
