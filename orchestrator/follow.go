@@ -121,7 +121,7 @@ func (m *Manager) logError(sb *sandbox, err error) error {
 		// Logged once per sandbox at most in practice: a refused log stays
 		// refused (iolog caches the verdict), and callers stop using it.
 		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
-		return preconditionf("sandbox %s tampered with its command log: %v; it is unusable: delete it and acquire a new one", sb.id, err)
+		return preconditionf("sandbox %s tampered with its command log (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", sb.id, err)
 	case errors.Is(err, iolog.ErrClosed):
 		return sandboxNotFound(sb.id)
 	}

@@ -15,7 +15,7 @@ import (
 // after those submitted before it; its output is read with Follow.
 //
 // The command ID is the caller's idempotency key (generated when empty): if
-// the same command (language, code and timeout) with that ID is already in
+// the same command (language and code) with that ID is already in
 // the sandbox's log, Submit returns the ID and appends nothing, so a retried
 // Submit never runs a command twice. The ID re-used for a different command
 // is ErrAlreadyExists: answering with the other command's output would be
@@ -40,7 +40,7 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	}
 	appended, err := sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
 	if errors.Is(err, iolog.ErrConflict) {
-		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language, code or timeout); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
+		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
 	}
 	if err != nil {
 		return "", m.appendError(sb, err)

@@ -104,7 +104,9 @@ func TestSubmitLearnsExistingLog(t *testing.T) {
 	forgetLog(m, sb.ID) // as if this process had not used the sandbox yet
 
 	for _, id := range []string{"old-1", "bad-1"} {
-		if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: id}); err != nil {
+		// The same code as old-1's: a re-used ID with other code is a
+		// conflict (TestSubmitCommandIDConflict).
+		if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: id, Code: "1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,4 +170,25 @@ func TestSubmitRefusesTamperedLog(t *testing.T) {
 func forgetLog(m *Manager, id string) {
 	sb := m.reg.get(id)
 	sb.io = iolog.New(sb.io.Path())
+}
+
+func TestSubmitCommandIDConflict(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	m := newTestManager(t, testConfig(t), fd)
+	sb := acquire(t, m, "u").Sandbox
+	if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(1)"}); err != nil {
+		t.Fatal(err)
+	}
+	// The same command again: a retry, nothing appended.
+	if id, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(1)"}); err != nil || id != "c1" {
+		t.Fatalf("retry = %q, %v", id, err)
+	}
+	_, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(2)"})
+	wantClass(t, err, ErrAlreadyExists, "c1")
+	forgetLog(m, sb.ID) // and after a restart, from the log
+	_, err = m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(2)", Language: "bash"})
+	wantClass(t, err, ErrAlreadyExists, "different command")
+	if n := len(records(t, m, sb.ID)); n != 1 {
+		t.Errorf("log has %d records, want 1", n)
+	}
 }

@@ -16,7 +16,7 @@ import (
 var ErrUnknownCommand = errors.New("command not in the command log")
 
 // ErrConflict: an exec record's command ID is already in the log for a
-// different command (other language, code or timeout). Replaying the
+// different command (other language or code). Replaying the
 // logged command's output as the answer to the new one would be wrong.
 var ErrConflict = errors.New("command ID already used for a different command")
 
@@ -48,17 +48,21 @@ type logEntry struct {
 	digest [32]byte // recordDigest of the record
 }
 
-// recordDigest identifies "the same command" for idempotency: a retry of a
-// submission carries the same language, code and timeout. A malformed
-// record (forged by the sandbox) gets the zero digest, which no valid
-// record has.
+// recordDigest identifies "the same command" for idempotency: what runs,
+// the language and the code. The timeout is a limit on it, not its
+// identity: a retry whose timeout changed (the server's default changed
+// across a restart) is still a retry. A malformed record gets the zero
+// digest, which no valid record has and which matches any command: what
+// it was cannot be known, so a re-use of its ID replays its answer, as
+// before digests (only the sandbox can forge one, and it can forge its
+// answers anyway).
 func recordDigest(rec ioproto.Record) [32]byte {
 	lang := rec.Language
 	if lang == "" {
 		lang = ioproto.LanguagePython
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d\x00", lang, rec.TimeoutMS)
+	fmt.Fprintf(h, "%s\x00", lang)
 	io.WriteString(h, rec.Code)
 	var sum [32]byte
 	h.Sum(sum[:0])
@@ -100,7 +104,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	known, ok := d.ids[rec.CommandID]
 	switch {
 	case rec.Type == ioproto.KindExec && ok:
-		if known.digest != recordDigest(rec) {
+		if known.digest != ([32]byte{}) && known.digest != recordDigest(rec) {
 			return false, ErrConflict
 		}
 		return false, nil

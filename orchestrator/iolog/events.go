@@ -13,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
@@ -277,6 +278,9 @@ func (e *Events) resolveRefs(ev *ioproto.Event) error {
 	return nil
 }
 
+// artifactReads counts artifact opens, for tests of read-once.
+var artifactReads atomic.Int64
+
 // skipRef counts a ref left out, logging the first of the Events in detail.
 func (e *Events) skipRef(seq int64, mime, name string, err error) {
 	if e.badRefs == 0 {
@@ -294,6 +298,7 @@ func (e *Events) readArtifact(name string, budget int64) ([]byte, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || strings.HasPrefix(name, ".") || !strings.HasPrefix(name, e.cmd+".") {
 		return nil, fmt.Errorf("invalid artifact name %q", name)
 	}
+	artifactReads.Add(1)
 	limit := min(int64(maxArtifactBytes), budget)
 	file, st, r, err := openBounded(e.root, path.Join(ioproto.OutDir, name), limit)
 	if err != nil {
