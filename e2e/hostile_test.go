@@ -229,39 +229,47 @@ func (r *hostileRun) run(name string, f func(hc *hostileCase)) {
 		r.resetPeakRSS()
 		startRSS := max(r.baseRSS, r.rss("VmRSS"))
 		stopProbe := r.probeOthers()
+		// The checks are deferred, so that a case that stops (t.Fatal)
+		// still stops its probe and counts in the summary.
+		defer r.afterCase(hc, name, startRSS, stopProbe)
 		f(hc)
-		rtts, errs := stopProbe()
-
-		// Memory: the peak of the case (VmHWM was reset at its start, or
-		// sandboxd was restarted during it).
-		peak := r.rss("VmHWM")
-		limit := startRSS + int64(envInt(t, envHostileRSSMiB, 256))<<20
-		hc.note("peak RSS %d MiB (from %d)", peak>>20, startRSS>>20)
-		if peak > limit {
-			t.Errorf("sandboxd's RSS peaked at %d MiB during the case; the bound is %d MiB (%d MiB at the start + %s)", peak>>20, limit>>20, startRSS>>20, envHostileRSSMiB)
-		}
-		// Other tenants.
-		p50 := median(rtts)
-		hc.note("other user: %d round trips, p50 %s, max %s", len(rtts), fmtMS(p50), fmtMS(maxDur(rtts)))
-		if len(errs) > 0 {
-			t.Errorf("another user's round trips failed %d times during the case, first: %v", len(errs), errs[0])
-		}
-		if bound := max(othersFactor*r.baseRTT, othersCeiling); p50 > bound {
-			t.Errorf("another user's median round trip was %v during the case; the bound is %v (%dx the baseline %v, at least %v)", p50, bound, othersFactor, r.baseRTT, othersCeiling)
-		}
-		// CPU: back to idle once the case's calls are over.
-		if d, ok := r.waitIdle(); ok {
-			hc.note("idle %s after", fmtMS(d))
-		} else {
-			t.Errorf("sandboxd was still using more than %.0f%% of a core %v after the case's calls ended", idleCPU*100, idleWithin)
-		}
-
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.peakRSS = max(r.peakRSS, peak)
-		r.othersRTTs = append(r.othersRTTs, rtts...)
-		r.cases = append(r.cases, hostileResult{name: name, harmed: t.Failed(), detail: strings.Join(hc.details, "; ")})
 	})
+}
+
+// afterCase ends a case: its probe of the other user, and the checks every
+// case shares; it records the case for the summary.
+func (r *hostileRun) afterCase(hc *hostileCase, name string, startRSS int64, stopProbe func() ([]time.Duration, []error)) {
+	t := hc.t
+	rtts, errs := stopProbe()
+	// Memory: the peak of the case (VmHWM was reset at its start, or
+	// sandboxd was restarted during it).
+	peak := r.rss("VmHWM")
+	limit := startRSS + int64(envInt(t, envHostileRSSMiB, 256))<<20
+	hc.note("peak RSS %d MiB (from %d)", peak>>20, startRSS>>20)
+	if peak > limit {
+		t.Errorf("sandboxd's RSS peaked at %d MiB during the case; the bound is %d MiB (%d MiB at the start + %s)", peak>>20, limit>>20, startRSS>>20, envHostileRSSMiB)
+	}
+	// Other tenants.
+	p50 := median(rtts)
+	hc.note("other user: %d round trips, p50 %s, max %s", len(rtts), fmtMS(p50), fmtMS(maxDur(rtts)))
+	if len(errs) > 0 {
+		t.Errorf("another user's round trips failed %d times during the case, first: %v", len(errs), errs[0])
+	}
+	if bound := max(othersFactor*r.baseRTT, othersCeiling); p50 > bound {
+		t.Errorf("another user's median round trip was %v during the case; the bound is %v (%dx the baseline %v, at least %v)", p50, bound, othersFactor, r.baseRTT, othersCeiling)
+	}
+	// CPU: back to idle once the case's calls are over.
+	if d, ok := r.waitIdle(); ok {
+		hc.note("idle %s after", fmtMS(d))
+	} else {
+		t.Errorf("sandboxd was still using more than %.0f%% of a core %v after the case's calls ended", idleCPU*100, idleWithin)
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.peakRSS = max(r.peakRSS, peak)
+	r.othersRTTs = append(r.othersRTTs, rtts...)
+	r.cases = append(r.cases, hostileResult{name: name, harmed: t.Failed(), detail: strings.Join(hc.details, "; ")})
 }
 
 // note adds to the case's line in the suite's log.
