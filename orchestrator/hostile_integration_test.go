@@ -1,146 +1,255 @@
 package orchestrator
 
 import (
-	"os"
-	"path/filepath"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-	"unicode/utf8"
 )
 
-// Real-engine tests of what hostile sandboxed code can put in front of the
-// host: names and bytes that are not UTF-8, and a full /io.
+// Integration tests of the attacks on sandboxd through /io (SECURITY.md,
+// "Everything a sandbox writes is hostile input"), on the real engine.
 
-// TestIntegrationNonUTF8FromTheSandbox: the domain passes the sandbox's
-// bytes on as they are (the gRPC API makes them valid, see
-// grpcapi.TestIntegrationInvalidUTF8OverGRPC), and nothing breaks on them.
-func TestIntegrationNonUTF8FromTheSandbox(t *testing.T) {
-	m, _, _ := integrationManager(t)
-	sb, err := m.Acquire(t.Context(), "it-utf8", Options{})
+// loopDevicesOf returns the lines of `losetup -a` naming sandbox id's images.
+func loopDevicesOf(t *testing.T, id string) []string {
+	t.Helper()
+	out, err := exec.Command("losetup", "-a").CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup -a: %v: %s", err, out)
+	}
+	var mine []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, id) {
+			mine = append(mine, l)
+		}
+	}
+	return mine
+}
+
+// inSandbox runs Python code in the sandbox and fails unless it ends ok.
+func inSandbox(t *testing.T, m *Manager, id, code string) {
+	t.Helper()
+	evs := runCommand(t, m, id, ExecRequest{Code: code})
+	if d := lastDone(t, evs); d.Status != "ok" {
+		t.Fatalf("sandboxed code ended %s: %+v", d.Status, evs)
+	}
+}
+
+// deleteTimed deletes a sandbox, checks the time it took and that no loop
+// device is left.
+func deleteTimed(t *testing.T, m *Manager, id string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := m.Delete(t.Context(), id); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	el := time.Since(start)
+	if el > 15*time.Second {
+		t.Errorf("Delete took %v", el)
+	}
+	if loops := loopDevicesOf(t, id); len(loops) != 0 {
+		t.Errorf("loop devices left after Delete: %q", loops)
+	}
+	return el
+}
+
+func TestIntegrationForgedLogAfterRestart(t *testing.T) {
+	m1, _, cfg := integrationManager(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	bad, err := m1.Acquire(ctx, "it-forger", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := sb.Sandbox.ID
+	// The attack: a copy of the log, made sparse and huge (16 TiB, or the
+	// most ext4 allows), renamed onto /io/stdin.
+	inSandbox(t, m1, bad.Sandbox.ID, `import os, shutil
+shutil.copy('/io/stdin', '/io/x')
+size = 16 << 40
+while True:
+    try:
+        os.truncate('/io/x', size); break
+    except OSError:
+        size -= 1 << 30
+os.rename('/io/x', '/io/stdin')
+print(size)`)
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
 
-	// A file whose name is not UTF-8 is listed, under its real name.
-	mustRunOK(t, m, id, "bash", `mkdir -p d && touch $'d/\xff\xfe.txt' d/ok.txt`)
-	files, err := m.ListFiles(t.Context(), id, "d")
+	m2, err := New(ctx, cfg, nil)
 	if err != nil {
-		t.Fatalf("ListFiles: %v", err)
+		t.Fatal(err)
 	}
-	var names []string
-	for _, f := range files {
-		names = append(names, f.Path)
+	defer m2.Close()
+	// Meanwhile another user works normally.
+	var wg sync.WaitGroup
+	var otherRT time.Duration
+	var otherID string
+	wg.Go(func() {
+		start := time.Now()
+		res, err := m2.Acquire(ctx, "it-bystander", Options{})
+		if err != nil {
+			t.Errorf("bystander Acquire: %v", err)
+			return
+		}
+		otherID = res.Sandbox.ID
+		runCommand(t, m2, otherID, ExecRequest{Code: "print('fine')"})
+		otherRT = time.Since(start)
+	})
+	start := time.Now()
+	_, err = m2.Submit(ctx, ExecRequest{SandboxID: bad.Sandbox.ID, Code: "print(1)"})
+	execTime := time.Since(start)
+	if !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "tampered with its command log") {
+		t.Fatalf("Execute in the forger's sandbox = %v, want FailedPrecondition (tampered)", err)
 	}
-	if len(names) != 2 || names[0] != "d/ok.txt" || names[1] != "d/\xff\xfe.txt" {
-		t.Errorf("ListFiles(d) = %q; want d/ok.txt and d/\\xff\\xfe.txt", names)
+	if execTime > 2*time.Second {
+		t.Errorf("Execute on the forged log took %v to fail", execTime)
 	}
-
-	// Invalid bytes on stdout: the driver replaces them.
-	evs := runCommand(t, m, id, ExecRequest{Language: "python", Code: "import os; os.write(1, b'\\xff\\xfeabc\\n')"})
-	if d := lastDone(t, evs); d.Status != "ok" {
-		t.Fatalf("python ended %s: %+v", d.Status, evs)
+	// Follow of a command from before the forgery: the same answer.
+	err = m2.Follow(ctx, bad.Sandbox.ID, "anything", 0, func(Event) error { return nil })
+	if !errors.Is(err, ErrFailedPrecondition) {
+		t.Errorf("Follow in the forger's sandbox = %v, want FailedPrecondition", err)
 	}
-	if out := textOf(evs); !strings.Contains(out, "abc\n") {
-		t.Errorf("stdout %q lacks abc", out)
+	delTime := deleteTimed(t, m2, bad.Sandbox.ID)
+	wg.Wait()
+	if otherRT > 30*time.Second {
+		t.Errorf("bystander's Acquire+Execute took %v during the attack", otherRT)
 	}
-
-	// A text artifact rewritten with invalid bytes by a later command is
-	// what a replay reads back.
-	runArtifactTamper(t, m, id)
+	t.Logf("forged log: Execute failed in %v; Delete took %v; bystander's Acquire+Execute %v", execTime, delTime, otherRT)
+	if otherID != "" {
+		deleteTimed(t, m2, otherID)
+	}
 }
 
-// runArtifactTamper displays a text/html value large enough to be stored
-// as an artifact (command "art"), then rewrites the artifact from inside
-// the sandbox with bytes that are not UTF-8, and returns the value a replay
-// of "art" carries ("" when the reader refused the rewritten file).
-func runArtifactTamper(t *testing.T, m *Manager, id string) string {
+// forgeEvents writes, from inside the sandbox, the events file of command
+// cmd (which already ran) from Python code making its lines, plus setup.
+func forgeEvents(t *testing.T, m *Manager, id, cmd, setup, lines string) {
 	t.Helper()
-	evs := runCommand(t, m, id, ExecRequest{CommandID: "art", Language: "python", Code: "display({'text/html': 'h' * 300000}, raw=True)"})
-	if d := lastDone(t, evs); d.Status != "ok" {
-		t.Fatalf("display ended %s: %+v", d.Status, evs)
-	}
-	mustRunOK(t, m, id, "bash", `n=0; for f in /io/out/art.*.1; do printf '\xff\xfe tampered' > "$f"; n=$((n+1)); done; test $n = 1`)
-	evs = runCommand(t, m, id, ExecRequest{CommandID: "art"}) // a replay
-	for _, e := range evs {
-		if e.Type != "display" {
-			continue
-		}
-		v, ok := e.Data["text/html"]
-		switch {
-		case !ok:
-			t.Logf("the rewritten artifact was refused by the reader")
-			return ""
-		case v != "\xff\xfe tampered":
-			t.Fatalf("replayed text/html = %q…, want the rewritten bytes", truncate(v, 40))
-		}
-		return v
-	}
-	t.Fatalf("no display event in the replay: %+v", evs)
-	return ""
+	inSandbox(t, m, id, fmt.Sprintf(`import os
+%s
+with open('/io/out/f.tmp', 'w') as f:
+%s
+os.rename('/io/out/f.tmp', '/io/out/%s.events')`, setup, lines, cmd))
 }
 
-// TestIntegrationIOFullHealth: code that fills /io makes the sandbox report
-// itself unhealthy, with the driver's reason, while it stays running; once
-// room is made and a command has run, the reason clears.
-func TestIntegrationIOFullHealth(t *testing.T) {
-	m, _, _ := integrationManager(t, func(c *Config) { c.IODiskBytes = 32 << 20 })
-	if m.cfg.NoDiskVolumes {
-		t.Skip("needs the size-limited /io volume")
-	}
-	res, err := m.Acquire(t.Context(), "it-iofull", Options{})
+func TestIntegrationRefsToSparseArtifact(t *testing.T) {
+	m, _, _ := integrationManager(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	res, err := m.Acquire(ctx, "it-refs", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := res.Sandbox.ID
-	mustRunOK(t, m, id, "bash", "true")
-	if sb, err := m.Get(t.Context(), id); err != nil || sb.HealthReason != "" {
-		t.Fatalf("fresh sandbox: Get = %+v, %v; want healthy", sb, err)
+	runCommand(t, m, id, ExecRequest{CommandID: "victim", Code: "pass"})
+	// One display event referring 8 times to one sparse 64 MiB artifact.
+	refs := make([]string, 8)
+	for i := range refs {
+		refs[i] = fmt.Sprintf(`"image/x-%d":"victim.2.1"`, i)
 	}
+	forgeEvents(t, m, id, "victim",
+		`open('/io/out/victim.2.1', 'w').truncate(64 << 20)`,
+		`    f.write('{"seq":1,"type":"started"}\n')
+    f.write('{"seq":2,"type":"display","data":{"text/plain":"x"},"refs":{`+strings.Join(refs, ",")+`}}\n')
+    f.write('{"seq":3,"type":"done","status":"ok"}\n')`)
 
-	runCommand(t, m, id, ExecRequest{Language: "bash", Code: "head -c 2G /dev/zero > /io/fill; df -h /io"})
-	evs := runCommand(t, m, id, ExecRequest{Language: "bash", Code: "echo hi"})
-	t.Logf("command on a full /io: %+v", lastDone(t, evs))
-	reason := awaitHealth(t, m, id, func(r string) bool { return strings.HasPrefix(r, "/io is full") })
-	if sb, _ := m.Get(t.Context(), id); sb.State != StateRunning {
-		t.Errorf("state %s with /io full; want running", sb.State)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var got []Event
+	start := time.Now()
+	err = m.Follow(ctx, id, "victim", 0, func(e Event) error { got = append(got, e); return nil })
+	el := time.Since(start)
+	runtime.ReadMemStats(&after)
+	alloc := after.TotalAlloc - before.TotalAlloc
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Follow = %v, %d events; want the 3, the refs skipped", err, len(got))
 	}
-	t.Logf("health reason: %s", reason)
-	if sbs, err := m.List(t.Context(), ListFilter{}); err != nil || len(sbs) != 1 || sbs[0].HealthReason != reason {
-		t.Errorf("List = %+v, %v; want the same reason", sbs, err)
+	if len(got[1].Data) != 1 || got[1].Data["text/plain"] != "x" {
+		t.Errorf("display = %v, want only text/plain", got[1].Data)
 	}
+	if alloc > 32<<20 {
+		t.Errorf("Follow allocated %d MiB for 8 refs to a sparse artifact, want < 32", alloc>>20)
+	}
+	t.Logf("8 refs to a sparse 64 MiB artifact: Follow %v, %d KiB allocated", el, alloc>>10)
 
-	// A command cannot remove the file: with /io full, none runs. The host
-	// does it, as an operator would (the volume is mounted there).
-	if err := os.Remove(filepath.Join(sandboxDir(m.cfg.StateDir, id), ioDir, "fill")); err != nil {
-		t.Fatal(err)
+	// The command ID re-used for other code: the conflict; the same code:
+	// its output replayed.
+	_, err = m.Submit(ctx, ExecRequest{SandboxID: id, CommandID: "victim", Code: "print('other')"})
+	if !errors.Is(err, ErrAlreadyExists) {
+		t.Errorf("Submit of victim with other code = %v, want ErrAlreadyExists", err)
 	}
-	if out := mustRunOK(t, m, id, "bash", "echo back"); out != "back\n" {
-		t.Errorf("after freeing /io: %q", out)
+	if again := runCommand(t, m, id, ExecRequest{CommandID: "victim", Code: "pass"}); len(again) != 3 {
+		t.Errorf("replay of victim = %d events, want the 3 logged", len(again))
 	}
-	awaitHealth(t, m, id, func(r string) bool { return r == "" })
+	deleteTimed(t, m, id)
 }
 
-// awaitHealth polls Get until the sandbox's HealthReason satisfies ok (the
-// driver may write its status just after a command's done).
-func awaitHealth(t *testing.T, m *Manager, id string, ok func(string) bool) string {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		sb, err := m.Get(t.Context(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !utf8.ValidString(sb.HealthReason) {
-			t.Errorf("HealthReason %q is not UTF-8", sb.HealthReason)
-		}
-		if ok(sb.HealthReason) {
-			return sb.HealthReason
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("HealthReason is still %q after 15s", sb.HealthReason)
-		}
-		time.Sleep(100 * time.Millisecond)
+func TestIntegrationFollowHugeEvents(t *testing.T) {
+	m, _, _ := integrationManager(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	res, err := m.Acquire(ctx, "it-huge", Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	id := res.Sandbox.ID
+	runCommand(t, m, id, ExecRequest{CommandID: "victim", Code: "pass"})
+	// A dense events file of ~150 MiB of tiny events and no done: reading
+	// it all takes seconds.
+	forgeEvents(t, m, id, "victim", "",
+		`    line = '{"seq":%d,"type":"stdout","text":"x"}\n'
+    f.write(''.join(line % i for i in range(1, 4_000_001)))`)
+	sbh := m.reg.get(id)
+	goroutines := runtime.NumGoroutine()
+
+	// A caller with a short deadline: Follow returns just after it.
+	dctx, dcancel := context.WithTimeout(ctx, time.Second)
+	start := time.Now()
+	n := 0
+	err = m.Follow(dctx, id, "victim", 0, func(Event) error { n++; return nil })
+	dcancel()
+	el := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Follow with a 1 s deadline = %v after %d events, want DeadlineExceeded", err, n)
+	}
+	if el > 2*time.Second {
+		t.Errorf("Follow with a 1 s deadline returned after %v", el)
+	}
+	if r := sbh.io.OpenReaders(); r != 0 {
+		t.Errorf("%d readers of the sandbox's io/ left open after Follow returned", r)
+	}
+	t.Logf("huge events file: Follow with a 1 s deadline returned after %v (%d events)", el, n)
+
+	// A Follow without a deadline, then Delete: both end promptly, and no
+	// loop device is left.
+	followed := make(chan error, 1)
+	go func() {
+		followed <- m.Follow(ctx, id, "victim", 0, func(Event) error { return nil })
+	}()
+	for deadline := time.Now().Add(10 * time.Second); sbh.io.OpenReaders() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the follower never opened the events file")
+		}
+		runtime.Gosched()
+	}
+	delTime := deleteTimed(t, m, id)
+	select {
+	case err := <-followed:
+		if !errors.Is(err, ErrNotFound) {
+			t.Errorf("Follow during Delete = %v, want ErrNotFound", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Follow still running 5 s after Delete returned")
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+2 {
+		t.Errorf("%d goroutines after the follows, %d before", g, goroutines)
+	}
+	t.Logf("Delete during a Follow of it: %v", delTime)
 }

@@ -37,9 +37,11 @@ const (
 	// command: ~20 MiB at the bound). A command a second for a day and a
 	// half fits.
 	MaxLogRecords = 1 << 17
-	// loadCheckEvery: a load looks at its context and at Close every so
-	// many records, so a cancelled caller or a Delete stops it promptly.
-	loadCheckEvery = 256
+	// loadCheckEvery, checkEveryBytes: a load looks at its context and at
+	// Close every so many records or bytes (records are up to 8 MiB), so a
+	// cancelled caller or a Delete stops it promptly.
+	loadCheckEvery  = 256
+	checkEveryBytes = 4 << 20
 )
 
 // logEntry is what the index keeps of one command in the log.
@@ -218,8 +220,10 @@ func (d *Dir) scanLog(ctx context.Context) (map[string]logEntry, int64, bool, er
 	size := st.Size()
 	ids := make(map[string]logEntry)
 	lr := ioproto.NewLineReader(f, 0, ioproto.MaxRecordLen)
+	var checked int64
 	for n := 0; ; n++ {
-		if n%loadCheckEvery == 0 {
+		if n%loadCheckEvery == 0 || lr.Offset()-checked >= checkEveryBytes {
+			checked = lr.Offset()
 			if err := ctx.Err(); err != nil {
 				return nil, 0, false, err
 			}

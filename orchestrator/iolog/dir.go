@@ -4,8 +4,11 @@
 // wakes followers when those files change.
 //
 // Everything under io/ is writable by the sandboxed code, which is hostile
-// by assumption: every file is opened through an os.Root and checked (see
-// safeopen.go), and failures that mean the sandbox tampered with its files
+// by assumption: every file is opened through an os.Root and checked, its
+// size and layout bounded before it is read (openBounded, safeopen.go;
+// the bounds are named constants next to their readers), no lock is held
+// while reading it, and every read stops when its caller's context ends or
+// the Dir is closed. Failures that mean the sandbox tampered with its files
 // wrap ErrTampered. Errors are plain errors or this package's sentinels;
 // the orchestrator decides what they mean for its callers.
 package iolog
@@ -138,4 +141,13 @@ func (d *Dir) HoldAppends(fn func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	fn()
+}
+
+// OpenReaders is the number of files the Dir has open for reading (open
+// Events, loads in progress): zero once every follower has returned. For
+// tests and diagnostics.
+func (d *Dir) OpenReaders() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.readers
 }

@@ -47,8 +47,8 @@ const (
 	// maxStateFile bounds the driver's state.json (a few dozen bytes).
 	maxStateFile = 4 << 10
 	// drainCheckEvery: a Drain looks at its context and at Close every so
-	// many lines, so that a caller gone or a Delete stops it promptly
-	// however large the file.
+	// many lines (or checkEveryBytes), so that a caller gone or a Delete
+	// stops it promptly however large the file.
 	drainCheckEvery = 64
 )
 
@@ -169,8 +169,10 @@ func (e *Events) Drain(fn func(ioproto.Event) error) (done bool, err error) {
 			return false, fmt.Errorf("read events of command %s: %w", e.cmd, err)
 		}
 	}
+	checked := e.lr.Offset()
 	for n := 1; ; n++ {
-		if n%drainCheckEvery == 0 {
+		if n%drainCheckEvery == 0 || e.lr.Offset()-checked >= checkEveryBytes {
+			checked = e.lr.Offset()
 			if err := e.check(); err != nil {
 				return false, err
 			}
@@ -308,9 +310,6 @@ func (e *Events) readArtifact(name string, budget int64) ([]byte, error) {
 	data := make([]byte, st.Size())
 	if _, err := io.ReadFull(r, data); err != nil {
 		return nil, err
-	}
-	if data == nil {
-		data = []byte{}
 	}
 	return data, nil
 }

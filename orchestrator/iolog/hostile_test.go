@@ -446,3 +446,57 @@ func TestDrainStopsOnCancelAndClose(t *testing.T) {
 		t.Errorf("Events after Close = %v, want ErrClosed", err)
 	}
 }
+
+// TestLoadHoldsNoLock: while a (large, legitimate) log is being loaded,
+// HoldAppends, which a Delete takes, does not wait for it, and Close stops
+// the load at its next check.
+func TestLoadHoldsNoLock(t *testing.T) {
+	d := newDir(t)
+	f, err := os.Create(stdinPath(d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := strings.Repeat("x", 1<<20)
+	for i := range 300 {
+		fmt.Fprintf(f, `{"type":"exec","command_id":"c%d","code":"%s"}`+"\n", i, code)
+	}
+	f.Close()
+	loaded := make(chan error, 1)
+	go func() { loaded <- d.Load(context.Background()) }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		d.mu.Lock()
+		loading := d.loading != nil
+		d.mu.Unlock()
+		if loading {
+			break
+		}
+		select {
+		case err := <-loaded:
+			t.Skipf("the load ended (%v) before it could be observed", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the load never started")
+		}
+	}
+	start := time.Now()
+	stillLoading := false
+	d.HoldAppends(func() { stillLoading = d.loading != nil })
+	if !stillLoading {
+		t.Skip("the load ended before HoldAppends: inconclusive")
+	}
+	t.Logf("HoldAppends during a load of a 300 MiB log: %v", time.Since(start))
+	start = time.Now()
+	if !d.Close(5 * time.Second) {
+		t.Fatal("Close: the load still holds the log 5 s later")
+	}
+	select {
+	case err := <-loaded:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("load cut by Close = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the load did not return after Close")
+	}
+	t.Logf("Close stopped the load in %v", time.Since(start))
+}
