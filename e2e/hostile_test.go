@@ -24,7 +24,7 @@ package e2e
 // Each case is a subtest (go test -run 'TestHostileIO/runc/sparse' ./e2e/).
 // The suite reports one line per runtime, e.g.
 //
-//	hostile-/io suite (runc): 11 cases, 0 harmed the service; peak sandboxd RSS 41 MiB (+9), other users' p50 round trip 1.2 ms (baseline 1.0 ms), Delete ≤ 0.4 s
+//	hostile-/io suite (runc): 12 cases, 0 harmed the service; peak sandboxd RSS 231 MiB (+212), other users' p50 round trip 4.0 ms (baseline 2.0 ms), Delete ≤ 0.6 s
 //
 // Sizes come from the environment (SANDBOXD_HOSTILE_*, below, set by
 // .ci/run); the defaults are the full sizes except for the malformed lines
