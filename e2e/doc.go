@@ -5,9 +5,10 @@
 //   - e2e_test.go: the harness (needE2E, start, client, execute) and the
 //     lifecycle tests;
 //   - acceptance_test.go, tenant_e2e_test.go: the promises users rely on;
-//   - escape_test.go, fault_test.go, load_test.go: the hardening suites,
-//     with their shared machinery in suites_test.go. Each appends one
-//     summary line to the file SANDBOXD_SUITE_SUMMARY names.
+//   - escape_test.go, fault_test.go, load_test.go, hostile_test.go: the
+//     hardening suites, with their shared machinery in suites_test.go.
+//     Each appends one summary line to the file SANDBOXD_SUITE_SUMMARY
+//     names.
 //
 // The tests skip when Docker or the image is missing and fail instead
 // under CI=true (internal/testenv); -short skips them all. The package has
