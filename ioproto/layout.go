@@ -227,6 +227,11 @@ type Line struct {
 // Offset returns the position just past the last complete line returned.
 func (r *LineReader) Offset() int64 { return r.offset }
 
+// ReadTo returns the position up to which the file has been read: the
+// lines returned and the bytes still pending. A file that only grows (as
+// the protocol's files do) is never shorter than this.
+func (r *LineReader) ReadTo() int64 { return r.offset + int64(r.end-r.start) }
+
 // Next returns the next complete line, or ok=false when no complete line is
 // available yet. A read error other than EOF is returned as err.
 func (r *LineReader) Next() (line Line, ok bool, err error) {

@@ -289,6 +289,9 @@ func (d *Dir) appendLocked(line []byte) error {
 	if err := checkOwnedByUs(st, "/io/"+ioproto.StdinFile); err != nil {
 		return err
 	}
+	if err := checkBounds(st, "/io/"+ioproto.StdinFile, MaxLogBytes); err != nil {
+		return err
+	}
 	if d.partial {
 		line = append([]byte{'\n'}, line...)
 	}

@@ -168,6 +168,13 @@ func (e *Events) Drain(fn func(ioproto.Event) error) (done bool, err error) {
 		if err := checkBounds(st, name, maxEventsFile); err != nil {
 			return false, fmt.Errorf("read events of command %s: %w", e.cmd, err)
 		}
+		// The driver only appends. A file now shorter than what was read of
+		// it was truncated from inside the sandbox: reading on would wait at
+		// a position the file never reaches again, until the caller's
+		// deadline (a Follow hung on a shrunk file).
+		if pos := e.lr.ReadTo(); st.Size() < pos {
+			return false, fmt.Errorf("read events of command %s: %s shrank from at least %d to %d bytes; the driver only appends: %w", e.cmd, name, pos, st.Size(), ErrTampered)
+		}
 	}
 	checked := e.lr.Offset()
 	for n := 1; ; n++ {

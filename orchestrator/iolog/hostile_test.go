@@ -500,3 +500,51 @@ func TestLoadHoldsNoLock(t *testing.T) {
 	}
 	t.Logf("Close stopped the load in %v", time.Since(start))
 }
+
+// TestPlantedLogAfterLoad: a log already loaded is opened only to append;
+// a FIFO planted then (no reader: open fails with ENXIO) is tampering too,
+// not an internal error.
+func TestPlantedLogAfterLoad(t *testing.T) {
+	for _, kind := range plantKinds {
+		t.Run(kind, func(t *testing.T) {
+			d := newDir(t)
+			if err := appendTimed(t, d, exec("c1")); err != nil {
+				t.Fatal(err)
+			}
+			plant(t, kind, stdinPath(d))
+			if err := appendTimed(t, d, exec("c2")); !errors.Is(err, ErrTampered) {
+				t.Errorf("Append with stdin replaced by a %s after the load = %v, want ErrTampered", kind, err)
+			}
+		})
+	}
+}
+
+// TestEventsShrunk: an events file truncated under a reader (the driver
+// only appends) is tampering; the reader must not wait at a position the
+// file never reaches again.
+func TestEventsShrunk(t *testing.T) {
+	d := newDir(t)
+	if _, err := d.Append(exec("c1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	writeEvents(t, d, `{"seq":1,"type":"started"}`, `{"seq":2,"type":"stdout","text":"`+strings.Repeat("a", 4096)+`"}`)
+	evs, err := d.Events("c1", 0, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evs.Close()
+	n := 0
+	count := func(ioproto.Event) error { n++; return nil }
+	if done, err := evs.Drain(count); done || err != nil || n != 2 {
+		t.Fatalf("first Drain = %v, %v after %d events; want 2 events, not done", done, err, n)
+	}
+	// Rewrite it in place, shorter (same inode: the reader's descriptor
+	// sees the new size).
+	if err := os.Truncate(outPath(d, ioproto.EventsFileName("c1")), 0); err != nil {
+		t.Fatal(err)
+	}
+	writeEvents(t, d, `{"seq":3,"type":"done","status":"ok"}`)
+	if _, err := evs.Drain(count); !errors.Is(err, ErrTampered) {
+		t.Errorf("Drain of a shrunk events file = %v, want ErrTampered", err)
+	}
+}

@@ -35,8 +35,16 @@ func (t tampered) Unwrap() error        { return t.error }
 func openRegular(root *os.Root, name string, flag int) (*os.File, fs.FileInfo, error) {
 	f, err := root.OpenFile(name, flag|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		if IsEscape(err) {
+		switch {
+		case IsEscape(err):
 			err = tampered{err}
+		case errors.Is(err, syscall.EISDIR):
+			err = fmt.Errorf("%s is a directory: %w", name, tampered{err})
+		case errors.Is(err, syscall.ENXIO):
+			// Opening a FIFO for writing without blocking fails with ENXIO
+			// when nobody reads it (and a socket file always does): the
+			// sandbox put one where the protocol has a regular file.
+			err = fmt.Errorf("%s is not a regular file (a FIFO or socket): %w", name, tampered{err})
 		}
 		return nil, nil, err
 	}
