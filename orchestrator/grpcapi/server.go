@@ -14,6 +14,7 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
@@ -142,6 +143,9 @@ func NewServer(m Manager, logger *slog.Logger, opts ...Option) *Server {
 		// caller's trace context (W3C traceparent) into the handler's ctx.
 		base = append(base, grpc.StatsHandler(otelgrpc.NewServerHandler(
 			otelgrpc.WithTracerProvider(o.tracer),
+			// Metrics are Prometheus' (WithMetrics); the handler's own
+			// OpenTelemetry metrics are not recorded.
+			otelgrpc.WithMeterProvider(noop.NewMeterProvider()),
 			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
 			otelgrpc.WithFilter(filters.Not(filters.ServiceName(healthpb.Health_ServiceDesc.ServiceName))),
 		)))
