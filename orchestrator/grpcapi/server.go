@@ -82,9 +82,10 @@ func WithGRPCOptions(opts ...grpc.ServerOption) Option {
 // server. A nil logger discards.
 //
 // Interceptors run in the order of go-grpc-middleware's examples: metrics
-// (WithMetrics), logging
-// (outermost, so refused and failed calls are logged too), authentication,
-// recovery (innermost). Only the health service is open without a token:
+// (with WithMetrics; outermost, so every call is counted and timed), logging
+// (so refused and failed calls are logged too), authentication, recovery
+// (innermost). Tracing (WithTracerProvider) is a stats handler, around them
+// all. Only the health service is open without a token:
 // probes carry none, and it reveals nothing but "serving". Reflection needs
 // a token like the API does (grpcurl sends -H headers with its reflection
 // calls too); the schema is no secret, but nothing is served to strangers.
