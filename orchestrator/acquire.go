@@ -30,6 +30,7 @@ import (
 // A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
 // is ErrResourceExhausted, naming the cap.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
+	start := time.Now()
 	caller := callerOf(ctx)
 	if err := ValidateTenant(caller.Tenant); err != nil {
 		return AcquireResult{}, err
@@ -57,14 +58,16 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (Acq
 			return AcquireResult{}, err
 		}
 		if st, _ := cur.status(); st == StateRunning && m.reg.touch(cur) {
+			m.cfg.Metrics.Acquired(AcquireExisting, time.Since(start))
 			return AcquireResult{Sandbox: m.snapshot(cur)}, nil
 		}
 		replaced = cur
 	}
-	sb, err := m.newSandboxFor(ctx, spec)
+	sb, kind, err := m.newSandboxFor(ctx, spec)
 	if err != nil {
 		return AcquireResult{}, err
 	}
+	m.cfg.Metrics.Acquired(kind, time.Since(start))
 	res := AcquireResult{Sandbox: m.snapshot(sb), Created: true}
 	log := m.log.With("sandbox_id", sb.id, "tenant", spec.user.tenant, "user_id", userID)
 	if replaced != nil {
@@ -116,16 +119,17 @@ func (m *Manager) poolSpec() sandboxSpec {
 }
 
 // newSandboxFor gives spec.user a new sandbox, from the warm pool when spec
-// allows, after checking the caps. The caller holds the user's lock.
-func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
+// allows, after checking the caps, and says which it did. The caller holds
+// the user's lock.
+func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, AcquireKind, error) {
 	all, ofTenant := m.reg.countRunning(spec.user.tenant)
 	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
-		return nil, exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
+		return nil, "", exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
 	}
 	if m.poolable(spec) {
 		sb, err := m.claimPooled(ctx, spec.user)
 		if sb != nil || err != nil {
-			return sb, err
+			return sb, AcquireWarmPool, err
 		}
 	}
 	// Counted from before the cap check until the sandbox is registered, so
@@ -143,20 +147,20 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 			if victim != nil {
 				m.pool.putBack(victim)
 			}
-			return nil, exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
+			return nil, "", exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
 		}
 		m.discardPooled(ctx, victim, "removed to make room under --max-sandboxes")
 	}
 	sb, err := m.create(ctx, spec)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if !m.reg.add(sb, true) {
 		// Only possible with an absurdly short IdleTTL.
 		m.discardCreated(ctx, sb)
-		return nil, errors.New("new sandbox expired before it was registered")
+		return nil, "", errors.New("new sandbox expired before it was registered")
 	}
-	return sb, nil
+	return sb, AcquireCold, nil
 }
 
 // create makes and starts a new sandbox; the caller registers it (or puts

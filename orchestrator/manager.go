@@ -73,6 +73,8 @@ type Config struct {
 	WarmPool int
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
+	// Metrics receives events for monitoring (metrics.go); nil discards.
+	Metrics Metrics
 }
 
 // Defaults.
@@ -121,6 +123,7 @@ func (c *Config) applyDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Metrics = metricsOrNoop(c.Metrics) // metrics hook
 	switch {
 	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0,
 		c.MaxSandboxesPerTenant < 0, c.MaxUploadBytes < 0, c.MaxCodeBytes < 0, c.IODiskBytes < 0, c.WarmPool < 0:
@@ -228,6 +231,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		}
 		m.docker, m.closeDocker = c, c.Close
 	}
+	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {
 		if m.watch != nil {
 			m.watch.Close()

@@ -227,6 +227,7 @@ func (m *Manager) refillLoop(ctx context.Context) {
 				continue
 			}
 			retry.reset()
+			m.cfg.Metrics.PoolRefilled()
 			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "ready", m.pool.size())
 		}
 		select {

@@ -170,6 +170,10 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
+	for r, n := range map[ReconcileResult]int{ReconcileAdopted: restored, ReconcileDead: dead, ReconcileExpired: expired,
+		ReconcileOrphanDir: orphanDirs, ReconcileOrphanContainer: orphans} {
+		m.cfg.Metrics.Reconciled(r, n)
+	}
 	m.log.Info("reconciled sandboxes with docker", "restored", restored, "dead", dead, "warm_pool", m.pool.size(),
 		"removed_expired", expired, "removed_orphan_dirs", orphanDirs, "removed_orphan_containers", orphans)
 	return nil

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
+	"net/url"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -32,6 +34,8 @@ type config struct {
 	logLevel        slog.Level
 	logFormat       string
 	shutdownTimeout time.Duration
+	metricsListen   string // Prometheus /metrics address; empty: off
+	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
 	manager         orchestrator.Config
 }
 
@@ -91,6 +95,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, wait this long for calls (including Execute streams) to end before cutting them off")
+	fs.StringVar(&c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
+	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
 		fs.PrintDefaults()
@@ -171,6 +177,17 @@ func (c *config) check() error {
 	}
 	if mc.MaxSandboxes > 0 && mc.WarmPool > mc.MaxSandboxes {
 		return fmt.Errorf("--warm-pool %d is above --max-sandboxes %d", mc.WarmPool, mc.MaxSandboxes)
+	}
+	if c.metricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
+			return fmt.Errorf("--metrics-listen %q: %v", c.metricsListen, err)
+		}
+	}
+	if c.otlpEndpoint != "" {
+		u, err := url.Parse(c.otlpEndpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--otlp-endpoint %q: want an http:// or https:// URL such as http://127.0.0.1:4318", c.otlpEndpoint)
+		}
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return errors.New("--tls-cert and --tls-key go together")

@@ -155,3 +155,45 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfigMetricsAndTraces(t *testing.T) {
+	c, err := parseConfig(nil, env("HOME", "/root"), io.Discard)
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	if c.metricsListen != "" || c.otlpEndpoint != "" {
+		t.Errorf("metrics %q, otlp %q by default, want both off", c.metricsListen, c.otlpEndpoint)
+	}
+	c, err = parseConfig([]string{"--metrics-listen", "127.0.0.1:9090"},
+		env("HOME", "/root", "SANDBOXD_METRICS_LISTEN", "ignored:1", "SANDBOXD_OTLP_ENDPOINT", "http://127.0.0.1:4318"), io.Discard)
+	if err != nil {
+		t.Fatalf("parseConfig: %v", err)
+	}
+	if c.metricsListen != "127.0.0.1:9090" {
+		t.Errorf("metrics listen = %q, want the flag's 127.0.0.1:9090", c.metricsListen)
+	}
+	if c.otlpEndpoint != "http://127.0.0.1:4318" {
+		t.Errorf("otlp endpoint = %q, want the environment's", c.otlpEndpoint)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--metrics-listen", "9090"}, "--metrics-listen"},
+		{[]string{"--otlp-endpoint", "127.0.0.1:4318"}, "--otlp-endpoint"},
+		{[]string{"--otlp-endpoint", "ftp://collector"}, "--otlp-endpoint"},
+	} {
+		_, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: error = %v, want a usage error about %s", tt.args, err, tt.want)
+		}
+	}
+	var out strings.Builder
+	_, _ = parseConfig([]string{"--help"}, env("HOME", "/root"), &out)
+	for _, want := range []string{"-metrics-listen", "-otlp-endpoint"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q", want)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
 
 func main() {
@@ -85,6 +86,41 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		opts = append(opts, grpcapi.WithGRPCOptions(grpc.Creds(creds)))
 	}
 
+	// Metrics and traces (observe.go), when asked for.
+	var met *metrics.Metrics
+	var metricsLis net.Listener
+	if cfg.metricsListen != "" {
+		reg := newMetricsRegistry()
+		met = metrics.New(reg)
+		cfg.manager.Metrics = met
+		opts = append(opts, grpcapi.WithMetrics(met))
+		if metricsLis, err = net.Listen("tcp", cfg.metricsListen); err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		defer metricsLis.Close()
+		defer serveMetrics(metricsLis, reg, log)()
+		if ip := metricsLis.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+			log.Warn("serving metrics beyond loopback, without authentication; they name tenants", "metrics_listen", metricsLis.Addr().String())
+		}
+		log.Info("serving metrics", "metrics_listen", metricsLis.Addr().String())
+	}
+	if cfg.otlpEndpoint != "" {
+		tp, err := newTracerProvider(ctx, cfg.otlpEndpoint)
+		if err != nil {
+			return fmt.Errorf("--otlp-endpoint: %w", err)
+		}
+		defer func() {
+			// Flush the last spans, but never hang the exit on a collector.
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(sctx); err != nil {
+				log.Warn("flushing traces", "error", err)
+			}
+		}()
+		opts = append(opts, grpcapi.WithTracerProvider(tp))
+		log.Info("tracing on", "otlp_endpoint", cfg.otlpEndpoint)
+	}
+
 	// Listen before the (possibly slow) reattachment, so a taken port or a
 	// typo in --listen fails at once.
 	lis, err := net.Listen("tcp", cfg.listen)
@@ -110,6 +146,9 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	m, err := orchestrator.New(ctx, cfg.manager, nil)
 	if err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)
+	}
+	if met != nil {
+		met.Watch(m) // sandboxes by state and the pool's size, read at scrape time
 	}
 	return serve(ctx, stopSignals, lis, m, cfg.shutdownTimeout, log, opts...)
 }

@@ -6,11 +6,17 @@ import (
 	"runtime/debug"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -19,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -34,8 +41,10 @@ type Server struct {
 type Option func(*serverOptions)
 
 type serverOptions struct {
-	tokens *Tokens
-	grpc   []grpc.ServerOption
+	tokens  *Tokens
+	grpc    []grpc.ServerOption
+	metrics *metrics.Metrics
+	tracer  trace.TracerProvider
 }
 
 // WithTokens makes every call except health checks require one of tokens
@@ -44,6 +53,22 @@ type serverOptions struct {
 // admin rights).
 func WithTokens(t *Tokens) Option {
 	return func(o *serverOptions) { o.tokens = t }
+}
+
+// WithMetrics records the gRPC server's metrics (go-grpc-middleware's
+// Prometheus provider: calls started and handled by method and code,
+// messages, handling-time histograms) on m's registry, and reports the
+// commands and bytes the streams deliver to m.
+func WithMetrics(m *metrics.Metrics) Option {
+	return func(o *serverOptions) { o.metrics = m }
+}
+
+// WithTracerProvider traces every call but health checks with tp
+// (OpenTelemetry's gRPC stats handler: a server span per call, a child of
+// the caller's span when the call carries a W3C traceparent). Without it
+// nothing is traced and nothing is added to calls.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *serverOptions) { o.tracer = tp }
 }
 
 // WithGRPCOptions appends options (TLS credentials, say) to the defaults.
@@ -56,9 +81,11 @@ func WithGRPCOptions(opts ...grpc.ServerOption) Option {
 // sandbox, so load balancers and probes never route to a half-started
 // server. A nil logger discards.
 //
-// Interceptors run in the order of go-grpc-middleware's examples: logging
-// (outermost, so refused and failed calls are logged too), authentication,
-// recovery (innermost). Only the health service is open without a token:
+// Interceptors run in the order of go-grpc-middleware's examples: metrics
+// (with WithMetrics; outermost, so every call is counted and timed), logging
+// (so refused and failed calls are logged too), authentication, recovery
+// (innermost). Tracing (WithTracerProvider) is a stats handler, around them
+// all. Only the health service is open without a token:
 // probes carry none, and it reveals nothing but "serving". Reflection needs
 // a token like the API does (grpcurl sends -H headers with its reflection
 // calls too); the schema is no secret, but nothing is served to strangers.
@@ -86,17 +113,47 @@ func NewServer(m Manager, logger *slog.Logger, opts ...Option) *Server {
 	})}
 
 	authFn := authenticate(o.tokens)
-	all := append([]grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(
-			selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
-			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), notHealth),
-			recovery.UnaryServerInterceptor(recOpts...),
-		),
-		grpc.ChainStreamInterceptor(
-			selector.StreamServerInterceptor(logging.StreamServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth),
-			recovery.StreamServerInterceptor(recOpts...),
-		),
+	unary := []grpc.UnaryServerInterceptor{
+		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
+		selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), notHealth),
+		recovery.UnaryServerInterceptor(recOpts...),
+	}
+	stream := []grpc.StreamServerInterceptor{
+		selector.StreamServerInterceptor(logging.StreamServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
+		selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth),
+		recovery.StreamServerInterceptor(recOpts...),
+	}
+	var srvMetrics *grpcprom.ServerMetrics
+	if o.metrics != nil {
+		// Metrics go first (outermost), as in go-grpc-middleware's
+		// examples: they then count every call, health checks and calls
+		// refused by authentication included, with the code the client
+		// got (Unauthenticated, or Internal from a recovered panic), and
+		// time the whole of the handling.
+		srvMetrics = grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+			grpcprom.WithHistogramBuckets([]float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}),
+		))
+		o.metrics.Registerer().MustRegister(srvMetrics)
+		unary = append([]grpc.UnaryServerInterceptor{srvMetrics.UnaryServerInterceptor()}, unary...)
+		stream = append([]grpc.StreamServerInterceptor{srvMetrics.StreamServerInterceptor()}, stream...)
+	}
+	var base []grpc.ServerOption
+	if o.tracer != nil {
+		// A stats handler, not an interceptor: it sees the call before any
+		// interceptor, so the span covers all of them and carries the
+		// caller's trace context (W3C traceparent) into the handler's ctx.
+		base = append(base, grpc.StatsHandler(otelgrpc.NewServerHandler(
+			otelgrpc.WithTracerProvider(o.tracer),
+			// Metrics are Prometheus' (WithMetrics); the handler's own
+			// OpenTelemetry metrics are not recorded.
+			otelgrpc.WithMeterProvider(noop.NewMeterProvider()),
+			otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+			otelgrpc.WithFilter(filters.Not(filters.ServiceName(healthpb.Health_ServiceDesc.ServiceName))),
+		)))
+	}
+	all := append(base,
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxSendMsgSize(sandboxv1.MaxMessageSize),
 		// Execute streams can be quiet for minutes while code runs; allow
 		// clients to keep such connections alive through NATs and proxies
@@ -105,14 +162,23 @@ func NewServer(m Manager, logger *slog.Logger, opts ...Option) *Server {
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
-	}, o.grpc...)
+	)
+	all = append(all, o.grpc...)
 
 	gs := grpc.NewServer(all...)
-	sandboxv1.RegisterSandboxServiceServer(gs, NewService(m, logger))
+	svc := NewService(m, logger)
+	if o.metrics != nil {
+		svc.obs = o.metrics
+	}
+	sandboxv1.RegisterSandboxServiceServer(gs, svc)
 
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
+	if srvMetrics != nil {
+		// Zero series for every method, so rates exist before first use.
+		srvMetrics.InitializeMetrics(gs)
+	}
 
 	s := &Server{Server: gs, health: hs}
 	s.SetServing(false)

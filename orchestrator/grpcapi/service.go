@@ -18,10 +18,12 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -52,14 +54,31 @@ type Service struct {
 
 	m   Manager
 	log *slog.Logger
+	obs StreamObserver // never nil
 }
+
+// StreamObserver is told what the command streams deliver, for metrics
+// (metrics.Metrics implements it). Its methods must be quick and safe for
+// concurrent use.
+type StreamObserver interface {
+	// CommandDone: an Execute stream delivered a command's done event.
+	CommandDone(language, status string, d time.Duration)
+	// Streamed: n payload bytes of an event of kind (stdout, stderr,
+	// display, result) were sent to a client.
+	Streamed(kind string, n int)
+}
+
+type noObserver struct{}
+
+func (noObserver) CommandDone(string, string, time.Duration) {}
+func (noObserver) Streamed(string, int)                      {}
 
 // NewService returns the API over m. A nil logger discards.
 func NewService(m Manager, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{m: m, log: log}
+	return &Service{m: m, log: log, obs: noObserver{}}
 }
 
 // fail maps a domain error for the method that got it. Once the call's
@@ -178,9 +197,18 @@ func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc
 // logged once per call, with their count and the first one's type and seq,
 // never once each (a few MB of them must not become a flood in sandboxd's
 // own log).
+//
+// What was sent is reported to s.obs: the payload bytes of every event,
+// and, for Execute only, the command's end when its done event was sent.
+// Counting commands where the client receives their end is the honest
+// place for the API (the domain has no single point that sees every
+// command end), and leaving StreamCommand out keeps a command resumed
+// after a broken stream from being counted twice; a command whose
+// Execute stream broke before its done event is not counted.
 func (s *Service) follow(ctx context.Context, method, sandboxID, commandID string, afterSeq int64, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
 	var skipped int
 	var first orchestrator.Event
+	var language string // from the started event
 	err := s.m.Follow(ctx, sandboxID, commandID, afterSeq, func(e orchestrator.Event) error {
 		ev, ok := eventToProto(e, commandID)
 		if !ok {
@@ -190,7 +218,11 @@ func (s *Service) follow(ctx context.Context, method, sandboxID, commandID strin
 			skipped++
 			return nil
 		}
-		return stream.Send(ev)
+		if err := stream.Send(ev); err != nil {
+			return err
+		}
+		s.observe(method, e, &language)
+		return nil
 	})
 	if skipped > 0 {
 		typ := first.Type
@@ -201,6 +233,26 @@ func (s *Service) follow(ctx context.Context, method, sandboxID, commandID strin
 			"count", skipped, "first_seq", first.Seq, "first_type", validUTF8(typ))
 	}
 	return s.fail(ctx, method, err)
+}
+
+// observe reports a sent event to s.obs (see follow).
+func (s *Service) observe(method string, e orchestrator.Event, language *string) {
+	switch e.Type {
+	case ioproto.EventStarted:
+		*language = e.Language
+	case ioproto.EventStdout, ioproto.EventStderr:
+		s.obs.Streamed(e.Type, len(e.Text))
+	case ioproto.EventDisplay, ioproto.EventResult:
+		n := 0
+		for _, v := range e.Data {
+			n += len(v)
+		}
+		s.obs.Streamed(e.Type, n)
+	case ioproto.EventDone:
+		if method == "Execute" {
+			s.obs.CommandDone(*language, e.Status, time.Duration(e.DurationMS)*time.Millisecond)
+		}
+	}
 }
 
 // InterruptCommand implements sandboxv1.SandboxServiceServer.

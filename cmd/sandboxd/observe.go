@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// newMetricsRegistry is sandboxd's own registry (not Prometheus' global
+// one): the Go runtime's and the process's series, plus what sandboxd adds.
+func newMetricsRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// serveMetrics serves reg at /metrics on lis until the returned function is
+// called, which stops it.
+func serveMetrics(lis net.Listener, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		Registry:          reg, // promhttp_metric_handler_errors_total
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelError),
+		EnableOpenMetrics: true,
+	}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "error", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}
+}
+
+// newTracerProvider exports spans in batches over OTLP/HTTP to endpoint
+// (a URL; without a path, the standard /v1/traces).
+func newTracerProvider(ctx context.Context, endpoint string) (*sdktrace.TracerProvider, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Trim(u.Path, "/") == "" {
+		u.Path = "/v1/traces"
+	}
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))
+	if err != nil {
+		return nil, fmt.Errorf("OTLP exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", "sandboxd")))
+	if err != nil {
+		return nil, err
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}

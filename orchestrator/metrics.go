@@ -1,0 +1,186 @@
+package orchestrator
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Metrics receives what the Manager does, for monitoring (sandboxd
+// implements it with Prometheus in orchestrator/metrics; the domain knows no
+// metrics library). Methods are called synchronously from the operations
+// they describe and must be quick and safe for concurrent use. Gauges of the
+// current state (sandboxes by state, the pool's size) are not pushed
+// through it: the Manager answers SandboxCounts and PoolSize at scrape time,
+// so they cannot drift.
+type Metrics interface {
+	// Acquired reports a successful Acquire: how its sandbox was found
+	// (kind) and how long the call took.
+	Acquired(kind AcquireKind, d time.Duration)
+	// PoolRefilled reports a sandbox added to the warm pool.
+	PoolRefilled()
+	// DockerError reports a failed Docker API call, by operation (the
+	// DockerAPI method's name). "Not found" answers and calls cancelled by
+	// their caller are not failures of the engine and are not reported.
+	DockerError(op string)
+	// Reconciled reports what New found and did at start-up: n sandboxes
+	// (or containers, or directories) with the given result.
+	Reconciled(result ReconcileResult, n int)
+}
+
+// AcquireKind says how Acquire found the sandbox it returned.
+type AcquireKind string
+
+// Acquire kinds.
+const (
+	// AcquireExisting: the user's current sandbox, alive.
+	AcquireExisting AcquireKind = "existing"
+	// AcquireWarmPool: a new sandbox claimed from the warm pool.
+	AcquireWarmPool AcquireKind = "warm_pool"
+	// AcquireCold: a new sandbox whose container was created and started
+	// for the call.
+	AcquireCold AcquireKind = "cold"
+)
+
+// ReconcileResult names what reconciliation did with a sandbox at start-up.
+type ReconcileResult string
+
+// Reconcile results.
+const (
+	// ReconcileAdopted: a sandbox registered again, alive or dead.
+	ReconcileAdopted ReconcileResult = "adopted"
+	// ReconcileDead: of the adopted, those whose container is gone or
+	// stopped.
+	ReconcileDead ReconcileResult = "dead"
+	// ReconcileExpired: removed, having expired while sandboxd was down.
+	ReconcileExpired ReconcileResult = "expired"
+	// ReconcileOrphanContainer: a container without a sandbox, removed.
+	ReconcileOrphanContainer ReconcileResult = "orphan_container"
+	// ReconcileOrphanDir: a sandbox directory without metadata, removed.
+	ReconcileOrphanDir ReconcileResult = "orphan_dir"
+)
+
+// noMetrics is the default Metrics: it discards.
+type noMetrics struct{}
+
+func (noMetrics) Acquired(AcquireKind, time.Duration) {}
+func (noMetrics) PoolRefilled()                       {}
+func (noMetrics) DockerError(string)                  {}
+func (noMetrics) Reconciled(ReconcileResult, int)     {}
+
+// metricsOrNoop is c's Metrics, or one that discards.
+func metricsOrNoop(mt Metrics) Metrics {
+	if mt == nil {
+		return noMetrics{}
+	}
+	return mt
+}
+
+// SandboxCount is how many registered sandboxes of a tenant are in a state.
+type SandboxCount struct {
+	Tenant string
+	State  State
+	N      int
+}
+
+// SandboxCounts counts the registered sandboxes (not the unclaimed warm-pool
+// ones; see PoolSize) by tenant and state, sorted by tenant then state.
+// It reads the registry as it is, for gauges computed at scrape time.
+func (m *Manager) SandboxCounts() []SandboxCount {
+	type key struct {
+		tenant string
+		state  State
+	}
+	counts := map[key]int{}
+	for _, sb := range m.reg.all() {
+		st, _ := sb.status()
+		sb.mu.Lock()
+		tenant := sb.tenant
+		sb.mu.Unlock()
+		counts[key{tenant, st}]++
+	}
+	out := make([]SandboxCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, SandboxCount{Tenant: k.tenant, State: k.state, N: n})
+	}
+	slices.SortFunc(out, func(a, b SandboxCount) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.State, b.State))
+	})
+	return out
+}
+
+// PoolSize is the number of ready, unclaimed warm-pool sandboxes.
+func (m *Manager) PoolSize() int { return m.pool.size() }
+
+// countDockerErrors wraps d so that its failures are reported to mt.
+// Without metrics, d is returned as is.
+func countDockerErrors(d DockerAPI, mt Metrics) DockerAPI {
+	if _, none := mt.(noMetrics); none {
+		return d
+	}
+	return countingDocker{d, mt}
+}
+
+// countingDocker is a DockerAPI that reports its failures. Events' errors
+// are the monitor's to handle (it reconnects) and are not counted.
+type countingDocker struct {
+	DockerAPI
+	mt Metrics
+}
+
+func (c countingDocker) count(ctx context.Context, op string, err error) {
+	if err == nil || cerrdefs.IsNotFound(err) || ctx.Err() != nil {
+		return
+	}
+	c.mt.DockerError(op)
+}
+
+func (c countingDocker) ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (image.InspectResponse, error) {
+	r, err := c.DockerAPI.ImageInspect(ctx, imageID, opts...)
+	c.count(ctx, "image_inspect", err)
+	return r, err
+}
+
+func (c countingDocker) ContainerCreate(ctx context.Context, config *container.Config, hostConfig *container.HostConfig, networkingConfig *network.NetworkingConfig, platform *ocispec.Platform, containerName string) (container.CreateResponse, error) {
+	r, err := c.DockerAPI.ContainerCreate(ctx, config, hostConfig, networkingConfig, platform, containerName)
+	c.count(ctx, "container_create", err)
+	return r, err
+}
+
+func (c countingDocker) ContainerStart(ctx context.Context, containerID string, options container.StartOptions) error {
+	err := c.DockerAPI.ContainerStart(ctx, containerID, options)
+	c.count(ctx, "container_start", err)
+	return err
+}
+
+func (c countingDocker) ContainerInspect(ctx context.Context, containerID string) (container.InspectResponse, error) {
+	r, err := c.DockerAPI.ContainerInspect(ctx, containerID)
+	c.count(ctx, "container_inspect", err)
+	return r, err
+}
+
+func (c countingDocker) ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error) {
+	r, err := c.DockerAPI.ContainerList(ctx, options)
+	c.count(ctx, "container_list", err)
+	return r, err
+}
+
+func (c countingDocker) ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error {
+	err := c.DockerAPI.ContainerRemove(ctx, containerID, options)
+	c.count(ctx, "container_remove", err)
+	return err
+}
+
+func (c countingDocker) ContainerRestart(ctx context.Context, containerID string, options container.StopOptions) error {
+	err := c.DockerAPI.ContainerRestart(ctx, containerID, options)
+	c.count(ctx, "container_restart", err)
+	return err
+}

@@ -1,0 +1,93 @@
+package orchestrator
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// recordingMetrics remembers what the Manager reported.
+type recordingMetrics struct {
+	mu         sync.Mutex
+	acquires   []AcquireKind
+	docker     map[string]int
+	reconciled map[ReconcileResult]int
+	refills    int
+}
+
+func newRecordingMetrics() *recordingMetrics {
+	return &recordingMetrics{docker: map[string]int{}, reconciled: map[ReconcileResult]int{}}
+}
+
+func (r *recordingMetrics) Acquired(k AcquireKind, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquires = append(r.acquires, k)
+}
+
+func (r *recordingMetrics) PoolRefilled() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refills++
+}
+
+func (r *recordingMetrics) DockerError(op string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.docker[op]++
+}
+
+func (r *recordingMetrics) Reconciled(res ReconcileResult, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reconciled[res] += n
+}
+
+func TestMetricsHooks(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	rec := newRecordingMetrics()
+	cfg := testConfig(t)
+	cfg.Metrics = rec
+	m := newTestManager(t, cfg, fd)
+
+	acquire(t, m, "alice")
+	acquire(t, m, "alice")
+	acquire(t, m, "bob")
+	fd.setUnreachable(true)
+	if _, err := m.Acquire(t.Context(), "carol", Options{}); err == nil {
+		t.Fatal("Acquire with Docker unreachable succeeded")
+	}
+	fd.setUnreachable(false)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if diff := cmp.Diff([]AcquireKind{AcquireCold, AcquireExisting, AcquireCold}, rec.acquires); diff != "" {
+		t.Errorf("acquires (-want +got):\n%s", diff)
+	}
+	if rec.docker["image_inspect"] != 1 || len(rec.docker) != 1 {
+		t.Errorf("docker errors %v, want one image_inspect (the failed acquire's first call)", rec.docker)
+	}
+	if rec.reconciled[ReconcileAdopted] != 0 {
+		t.Errorf("reconciled %v on a fresh state directory, want nothing adopted", rec.reconciled)
+	}
+	want := []SandboxCount{{Tenant: DefaultCaller.Tenant, State: StateRunning, N: 2}}
+	if diff := cmp.Diff(want, m.SandboxCounts()); diff != "" {
+		t.Errorf("SandboxCounts (-want +got):\n%s", diff)
+	}
+	if n := m.PoolSize(); n != 0 {
+		t.Errorf("PoolSize = %d without a pool", n)
+	}
+
+	// A restart adopts both sandboxes.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec2 := newRecordingMetrics()
+	cfg.Metrics = rec2
+	newTestManager(t, cfg, fd)
+	if diff := cmp.Diff(map[ReconcileResult]int{ReconcileAdopted: 2, ReconcileDead: 0, ReconcileExpired: 0, ReconcileOrphanContainer: 0, ReconcileOrphanDir: 0}, rec2.reconciled); diff != "" {
+		t.Errorf("reconciled after restart (-want +got):\n%s", diff)
+	}
+}
