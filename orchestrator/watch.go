@@ -15,13 +15,16 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// WatchDirectory's bounds.
-const (
+// WatchDirectory's bounds (variables for tests).
+var (
 	// maxWatchDirsPerCall and maxWatchDirsPerSandbox bound the directories
 	// (inotify watches, and open descriptors, see below) one call and all
 	// the calls on one sandbox hold.
-	maxWatchDirsPerCall    = 1000
-	maxWatchDirsPerSandbox = 4000
+	maxWatchDirsPerCall    int   = 1000
+	maxWatchDirsPerSandbox int64 = 4000
+)
+
+const (
 	// maxWatchers bounds the calls in progress on the server: each is an
 	// inotify instance, of which Linux allows 128 per user by default.
 	maxWatchers = 64
