@@ -126,9 +126,35 @@ type FileInfo struct {
 	// Mode is the file's type and permission bits, as Lstat reports them
 	// (a symbolic link is a link, never what it points to).
 	Mode fs.FileMode
+	// Type is the kind of file, from Mode (zero when unknown).
+	Type FileType
 	// UID and GID are the numeric owner and group, the same inside the
 	// sandbox as on the host.
 	UID, GID uint32
+}
+
+// FileType is the kind of a file in a FileInfo.
+type FileType int
+
+// The kinds of file; the zero FileType is unknown.
+const (
+	FileRegular FileType = iota + 1
+	FileDirectory
+	FileSymlink
+	FileOther
+)
+
+// fileTypeOf classifies a file mode.
+func fileTypeOf(m fs.FileMode) FileType {
+	switch {
+	case m.IsRegular():
+		return FileRegular
+	case m.IsDir():
+		return FileDirectory
+	case m&fs.ModeSymlink != 0:
+		return FileSymlink
+	}
+	return FileOther
 }
 
 // WatchOp is the kind of a WatchEvent.

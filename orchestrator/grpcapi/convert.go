@@ -193,7 +193,7 @@ func fileInfoToProto(f orchestrator.FileInfo) *sandboxv1.FileInfo {
 		Size:    f.Size,
 		IsDir:   f.IsDir,
 		ModTime: timestampToProto(f.ModTime),
-		Type:    fileTypeToProto(f.Mode),
+		Type:    fileTypeToProto(f.Type),
 		Mode:    modeToProto(f.Mode),
 		Uid:     f.UID,
 		Gid:     f.GID,
@@ -215,17 +215,19 @@ func modeToProto(m fs.FileMode) uint32 {
 	return bits
 }
 
-// fileTypeToProto maps the type bits of a file mode.
-func fileTypeToProto(m fs.FileMode) sandboxv1.FileType {
-	switch {
-	case m.IsRegular():
+// fileTypeToProto maps a file's kind.
+func fileTypeToProto(t orchestrator.FileType) sandboxv1.FileType {
+	switch t {
+	case orchestrator.FileRegular:
 		return sandboxv1.FileType_FILE_TYPE_FILE
-	case m.IsDir():
+	case orchestrator.FileDirectory:
 		return sandboxv1.FileType_FILE_TYPE_DIRECTORY
-	case m&fs.ModeSymlink != 0:
+	case orchestrator.FileSymlink:
 		return sandboxv1.FileType_FILE_TYPE_SYMLINK
+	case orchestrator.FileOther:
+		return sandboxv1.FileType_FILE_TYPE_OTHER
 	}
-	return sandboxv1.FileType_FILE_TYPE_OTHER
+	return sandboxv1.FileType_FILE_TYPE_UNSPECIFIED
 }
 
 // filesToProto converts a list sorted by path and keeps it so: making a path
