@@ -58,6 +58,7 @@ type dirWatch struct {
 	root      *os.Root
 	w         *fsnotify.Watcher
 	recursive bool
+	top       string // the watched directory's workspace path
 
 	dirs  map[string]*os.File // /proc/self/fd/N -> the open directory
 	rels  map[string]string   // /proc/self/fd/N -> its workspace path
@@ -113,7 +114,7 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recur
 		return fmt.Errorf("watch %s: %w", show, err)
 	}
 	dw := &dirWatch{
-		m: m, sb: sb, root: root, w: w, recursive: recursive,
+		m: m, sb: sb, root: root, w: w, recursive: recursive, top: rel,
 		dirs: map[string]*os.File{}, rels: map[string]string{}, byRel: map[string]string{},
 		out: make(chan WatchEvent, watchQueue), writes: map[string]time.Time{},
 	}
@@ -157,6 +158,12 @@ func (dw *dirWatch) loop(ctx context.Context) error {
 		case <-dw.m.closing:
 			return unavailablef("the server is shutting down")
 		case now := <-tick.C:
+			// The directory's descriptor keeps inotify from reporting its
+			// removal (IN_DELETE_SELF waits for the last reference), and
+			// nothing watches its parent: a link count of 0 tells.
+			if err := dw.topGone(); err != nil {
+				return err
+			}
 			for p, first := range dw.writes {
 				if now.Sub(first) >= writeWindow {
 					delete(dw.writes, p)
@@ -191,6 +198,9 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 		// when watched, reports it; either way it is no longer watched.
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 			dw.drop(rel)
+			if rel == dw.top {
+				return notFoundf("watch %s: the watched directory was removed or moved", displayPath(rel))
+			}
 		}
 		return nil
 	}
@@ -228,6 +238,22 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 			}
 			dw.writes[rel] = now
 		}
+	}
+	return nil
+}
+
+// topGone returns ErrNotFound once the watched directory has been removed.
+func (dw *dirWatch) topGone() error {
+	key, ok := dw.byRel[dw.top]
+	if !ok {
+		return notFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
+	}
+	st, err := dw.dirs[key].Stat()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", displayPath(dw.top), err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 0 {
+		return notFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
 	}
 	return nil
 }

@@ -270,3 +270,28 @@ func TestWatchDirectoryEndsWithSandbox(t *testing.T) {
 		t.Fatal("watch did not end with the sandbox")
 	}
 }
+
+func TestWatchDirectoryEndsWhenRemoved(t *testing.T) {
+	for _, how := range []string{"remove", "rename"} {
+		t.Run(how, func(t *testing.T) {
+			m, id, ws := fileOpsEnv(t)
+			mustDo(t, os.MkdirAll(filepath.Join(ws, "w", "sub"), 0o755))
+			w := startWatch(t, m, id, "w", true)
+			if how == "remove" {
+				mustDo(t, os.RemoveAll(filepath.Join(ws, "w")))
+			} else {
+				mustDo(t, os.Rename(filepath.Join(ws, "w"), filepath.Join(ws, "w2")))
+			}
+			select {
+			case err := <-w.done:
+				wantClass(t, err, ErrNotFound, "watched directory was removed or moved")
+				w.done <- err
+			case <-time.After(5 * time.Second):
+				t.Fatal("watch did not end when its directory went")
+			}
+			if n := m.reg.get(id).watchedDirs.Load(); n != 0 {
+				t.Errorf("%d directories still counted", n)
+			}
+		})
+	}
+}

@@ -174,8 +174,9 @@ type SandboxServiceClient interface {
 	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
 	// WatchDirectory streams changes under a directory of the sandbox's
 	// /workspace (with recursive, in its subdirectories too, including those
-	// created later) until the caller cancels or the sandbox is deleted (the
-	// stream then ends with NOT_FOUND). The first message is sent once the
+	// created later) until the caller cancels, or the sandbox is deleted or
+	// the watched directory removed or moved (the stream then ends with
+	// NOT_FOUND). The first message is sent once the
 	// watch is in place (it carries no event), so changes made after it
 	// arrives are seen. Symbolic links are never followed. Bounds: one call
 	// watches at most 1000 directories and a sandbox at most 4000 across its
@@ -480,8 +481,9 @@ type SandboxServiceServer interface {
 	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
 	// WatchDirectory streams changes under a directory of the sandbox's
 	// /workspace (with recursive, in its subdirectories too, including those
-	// created later) until the caller cancels or the sandbox is deleted (the
-	// stream then ends with NOT_FOUND). The first message is sent once the
+	// created later) until the caller cancels, or the sandbox is deleted or
+	// the watched directory removed or moved (the stream then ends with
+	// NOT_FOUND). The first message is sent once the
 	// watch is in place (it carries no event), so changes made after it
 	// arrives are seen. Symbolic links are never followed. Bounds: one call
 	// watches at most 1000 directories and a sandbox at most 4000 across its
