@@ -22,12 +22,12 @@ var (
 	// the calls on one sandbox hold.
 	maxWatchDirsPerCall    int   = 1000
 	maxWatchDirsPerSandbox int64 = 4000
+	// maxWatchers bounds the calls in progress on the server: each is an
+	// inotify instance, of which Linux allows 128 per user by default.
+	maxWatchers int32 = 64
 )
 
 const (
-	// maxWatchers bounds the calls in progress on the server: each is an
-	// inotify instance, of which Linux allows 128 per user by default.
-	maxWatchers = 64
 	// watchQueue is how many events wait for a slow reader; more are
 	// dropped and counted.
 	watchQueue = 1000

@@ -203,6 +203,14 @@ func TestWatchDirectoryBounds(t *testing.T) {
 	if n := m.reg.get(id).watchedDirs.Load(); n != 0 {
 		t.Errorf("%d directories still counted after the watch ended", n)
 	}
+	// Per server: calls in progress.
+	oldWatchers := maxWatchers
+	maxWatchers = 1
+	w2 := startWatch(t, m, id, "t", false)
+	wantClass(t, m.WatchDirectory(ctx, id, "t", false, nop), ErrResourceExhausted, "already runs 1 watches")
+	w2.cancel()
+	w2.done <- <-w2.done
+	maxWatchers = oldWatchers
 	// Per sandbox: two watches of 4 fill 8; a third is refused.
 	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "4")))
 	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "3")))
