@@ -5,6 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
 
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -91,12 +96,156 @@ func (c *Client) Download(ctx context.Context, sandboxID, path string, w io.Writ
 }
 
 // ListFiles lists one directory under the sandbox's /workspace ("" is
-// /workspace itself), sorted by path, not recursively; for a file it
-// returns just that file.
-func (c *Client) ListFiles(ctx context.Context, sandboxID, path string) ([]*sandboxv1.FileInfo, error) {
-	r, err := c.api.ListFiles(ctx, &sandboxv1.ListFilesRequest{SandboxId: sandboxID, Path: path})
+// /workspace itself), sorted by path, not recursively unless WithDepth says
+// otherwise; for a file it returns just that file. ErrNotFound when the path
+// does not exist, ErrResourceExhausted above sandboxd's 10000 entries.
+func (c *Client) ListFiles(ctx context.Context, sandboxID, path string, opts ...ListOption) ([]*sandboxv1.FileInfo, error) {
+	var o listOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	r, err := c.api.ListFiles(ctx, &sandboxv1.ListFilesRequest{SandboxId: sandboxID, Path: path, Depth: o.depth})
 	if err != nil {
 		return nil, fmt.Errorf("listing %q in sandbox %s: %w", path, sandboxID, fromGRPC(err))
 	}
 	return r.GetFiles(), nil
+}
+
+// ListOption is an option of ListFiles.
+type ListOption func(*listOptions)
+
+type listOptions struct{ depth int32 }
+
+// WithDepth lists n levels: 0 and 1 the directory's children, 2 their
+// children too, and so on up to sandboxd's cap of 10 (ErrInvalidArgument
+// beyond). Symbolic links are never descended into.
+func WithDepth(n int) ListOption {
+	return func(o *listOptions) {
+		o.depth = int32(max(min(n, math.MaxInt32), math.MinInt32))
+	}
+}
+
+// MakeDirectory creates a directory under the sandbox's /workspace. Without
+// parents a missing parent is ErrNotFound and an existing path
+// ErrAlreadyExists; with parents it behaves as mkdir -p.
+func (c *Client) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (*sandboxv1.FileInfo, error) {
+	r, err := c.api.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: sandboxID, Path: path, Parents: parents})
+	if err != nil {
+		return nil, fmt.Errorf("making directory %q in sandbox %s: %w", path, sandboxID, fromGRPC(err))
+	}
+	return r.GetFile(), nil
+}
+
+// Remove deletes a file, symbolic link or directory under the sandbox's
+// /workspace; a non-empty directory needs recursive (ErrFailedPrecondition
+// otherwise). ErrNotFound when it does not exist; /workspace itself is
+// ErrInvalidArgument.
+func (c *Client) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
+	if _, err := c.api.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: sandboxID, Path: path, Recursive: recursive}); err != nil {
+		return fmt.Errorf("removing %q in sandbox %s: %w", path, sandboxID, fromGRPC(err))
+	}
+	return nil
+}
+
+// Rename moves a file or directory within the sandbox's /workspace and
+// returns it at its new path. An existing destination is ErrAlreadyExists
+// unless overwrite is set.
+func (c *Client) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (*sandboxv1.FileInfo, error) {
+	r, err := c.api.Rename(ctx, &sandboxv1.RenameRequest{SandboxId: sandboxID, From: from, To: to, Overwrite: overwrite})
+	if err != nil {
+		return nil, fmt.Errorf("renaming %q to %q in sandbox %s: %w", from, to, sandboxID, fromGRPC(err))
+	}
+	return r.GetFile(), nil
+}
+
+// WatchOp is the kind of a WatchEvent.
+type WatchOp string
+
+// The kinds of WatchEvent.
+const (
+	WatchCreate WatchOp = "create"
+	WatchWrite  WatchOp = "write"
+	WatchRemove WatchOp = "remove"
+	WatchRename WatchOp = "rename"
+)
+
+// WatchEvent is one change under a watched directory.
+type WatchEvent struct {
+	Op WatchOp
+	// Path is relative to /workspace.
+	Path string
+	// Time is when sandboxd saw the change.
+	Time time.Time
+	// Dropped counts the events sandboxd dropped before this one because
+	// the reader was too slow.
+	Dropped uint64
+}
+
+// Watch is a stream of changes from WatchDirectory.
+type Watch struct {
+	stream grpc.ServerStreamingClient[sandboxv1.WatchDirectoryResponse]
+	cancel context.CancelFunc
+	desc   string
+}
+
+// WatchDirectory watches a directory under the sandbox's /workspace (with
+// recursive, its subdirectories too) and returns once the watch is in
+// place: changes made after it returns are reported by Next. Close it when
+// done. ErrNotFound for a missing directory or sandbox, ErrResourceExhausted
+// past sandboxd's caps on watched directories.
+func (c *Client) WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool) (*Watch, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &Watch{cancel: cancel, desc: fmt.Sprintf("watching %q in sandbox %s", path, sandboxID)}
+	stream, err := c.api.WatchDirectory(ctx, &sandboxv1.WatchDirectoryRequest{SandboxId: sandboxID, Path: path, Recursive: recursive})
+	if err == nil {
+		w.stream = stream
+		_, err = stream.Recv() // the watch is in place
+	}
+	if err != nil {
+		cancel()
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("%s: %w", w.desc, fromGRPC(err))
+	}
+	return w, nil
+}
+
+// Next waits for the next change. The stream ends with an error: ErrNotFound
+// when the sandbox was deleted, context.Canceled after Close,
+// ErrResourceExhausted when a new subdirectory passed sandboxd's caps.
+func (w *Watch) Next() (WatchEvent, error) {
+	for {
+		m, err := w.stream.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return WatchEvent{}, fmt.Errorf("%s: %w", w.desc, fromGRPC(err))
+		}
+		ev := m.GetEvent()
+		if ev == nil {
+			continue
+		}
+		var op WatchOp
+		switch ev.GetType() {
+		case sandboxv1.WatchEventType_WATCH_EVENT_TYPE_CREATE:
+			op = WatchCreate
+		case sandboxv1.WatchEventType_WATCH_EVENT_TYPE_WRITE:
+			op = WatchWrite
+		case sandboxv1.WatchEventType_WATCH_EVENT_TYPE_REMOVE:
+			op = WatchRemove
+		case sandboxv1.WatchEventType_WATCH_EVENT_TYPE_RENAME:
+			op = WatchRename
+		default:
+			op = WatchOp(strings.ToLower(strings.TrimPrefix(ev.GetType().String(), "WATCH_EVENT_TYPE_")))
+		}
+		return WatchEvent{Op: op, Path: ev.GetPath(), Time: ev.GetTime().AsTime(), Dropped: m.GetDropped()}, nil
+	}
+}
+
+// Close ends the watch.
+func (w *Watch) Close() error {
+	w.cancel()
+	return nil
 }

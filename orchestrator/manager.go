@@ -191,6 +191,7 @@ type Manager struct {
 	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
 	userLocks keyedMutex   // by userKey.String()
 	watch     *iolog.Watcher
+	watchers  atomic.Int32 // WatchDirectory calls in progress (maxWatchers)
 
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration

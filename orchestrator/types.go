@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"cmp"
+	"io/fs"
 	"strings"
 	"time"
 
@@ -122,6 +123,66 @@ type FileInfo struct {
 	Size    int64
 	IsDir   bool
 	ModTime time.Time
+	// Mode is the file's type and permission bits, as Lstat reports them
+	// (a symbolic link is a link, never what it points to).
+	Mode fs.FileMode
+	// Type is the kind of file, from Mode (zero when unknown).
+	Type FileType
+	// UID and GID are the numeric owner and group, the same inside the
+	// sandbox as on the host.
+	UID, GID uint32
+}
+
+// FileType is the kind of a file in a FileInfo.
+type FileType int
+
+// The kinds of file; the zero FileType is unknown.
+const (
+	FileRegular FileType = iota + 1
+	FileDirectory
+	FileSymlink
+	FileOther
+)
+
+// fileTypeOf classifies a file mode.
+func fileTypeOf(m fs.FileMode) FileType {
+	switch {
+	case m.IsRegular():
+		return FileRegular
+	case m.IsDir():
+		return FileDirectory
+	case m&fs.ModeSymlink != 0:
+		return FileSymlink
+	}
+	return FileOther
+}
+
+// WatchOp is the kind of a WatchEvent.
+type WatchOp int
+
+// The kinds of WatchEvent.
+const (
+	WatchCreate WatchOp = iota + 1
+	WatchWrite
+	WatchRemove
+	WatchRename
+)
+
+// WatchEvent is one change under a watched directory.
+type WatchEvent struct {
+	Op WatchOp
+	// Path is relative to /workspace, with forward slashes.
+	Path string
+	// Time is when sandboxd saw the change (for coalesced writes, the first).
+	Time time.Time
+}
+
+// WatchUpdate is what WatchDirectory passes to its callback: first one with
+// no Event once the watch is in place, then one per event. Dropped counts
+// the events dropped since the previous update.
+type WatchUpdate struct {
+	Event   *WatchEvent
+	Dropped uint64
 }
 
 // CompareFiles is the order ListFiles returns entries in: by path.

@@ -1,5 +1,6 @@
 // Command sandboxctl is the operator's client for sandboxd: list, inspect and
-// kill sandboxes, run code in a user's sandbox and resume a command's output.
+// kill sandboxes, run code in a user's sandbox and resume a command's output,
+// and list, create, remove and rename files in a sandbox's /workspace.
 //
 //	sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
 //
@@ -57,6 +58,14 @@ Commands:
                          acquiring it first, and stream its output
   resume SANDBOX_ID COMMAND_ID [--after-seq N]
                          stream a command's output (again), after event N
+  ls SANDBOX_ID [PATH] [--depth N]
+                         list a directory of the sandbox's /workspace (N levels, 1-10)
+  mkdir [-p] SANDBOX_ID PATH
+                         create a directory in /workspace (-p: parents, no error if it exists)
+  rm [-r] SANDBOX_ID PATH
+                         remove a file or (-r: with its content) a directory from /workspace
+  mv [-f] SANDBOX_ID FROM TO
+                         rename within /workspace (-f: replace an existing destination)
 
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
@@ -119,6 +128,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"kill":    cmdKill,
 		"exec":    cmdExec,
 		"resume":  cmdResume,
+		"ls":      cmdLs,
+		"mkdir":   cmdMkdir,
+		"rm":      cmdRm,
+		"mv":      cmdMv,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)

@@ -2,6 +2,7 @@ package grpcapi
 
 import (
 	"fmt"
+	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,7 +193,81 @@ func fileInfoToProto(f orchestrator.FileInfo) *sandboxv1.FileInfo {
 		Size:    f.Size,
 		IsDir:   f.IsDir,
 		ModTime: timestampToProto(f.ModTime),
+		Type:    fileTypeToProto(f.Type),
+		Mode:    modeToProto(f.Mode),
+		Uid:     f.UID,
+		Gid:     f.GID,
 	}
+}
+
+// modeToProto gives the permission bits as chmod takes them.
+func modeToProto(m fs.FileMode) uint32 {
+	bits := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		bits |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		bits |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		bits |= 0o1000
+	}
+	return bits
+}
+
+// fileTypeToProto maps a file's kind.
+func fileTypeToProto(t orchestrator.FileType) sandboxv1.FileType {
+	switch t {
+	case orchestrator.FileRegular:
+		return sandboxv1.FileType_FILE_TYPE_FILE
+	case orchestrator.FileDirectory:
+		return sandboxv1.FileType_FILE_TYPE_DIRECTORY
+	case orchestrator.FileSymlink:
+		return sandboxv1.FileType_FILE_TYPE_SYMLINK
+	case orchestrator.FileOther:
+		return sandboxv1.FileType_FILE_TYPE_OTHER
+	}
+	return sandboxv1.FileType_FILE_TYPE_UNSPECIFIED
+}
+
+// filesToProto converts a list sorted by path and keeps it so: making a path
+// valid UTF-8 can move it in that order.
+func filesToProto(files []orchestrator.FileInfo) []*sandboxv1.FileInfo {
+	out := make([]*sandboxv1.FileInfo, 0, len(files))
+	changed := false
+	for _, f := range files {
+		pf := fileInfoToProto(f)
+		changed = changed || pf.GetPath() != f.Path
+		out = append(out, pf)
+	}
+	if changed {
+		slices.SortStableFunc(out, func(a, b *sandboxv1.FileInfo) int { return strings.Compare(a.GetPath(), b.GetPath()) })
+	}
+	return out
+}
+
+// watchUpdateToProto converts one update of a watch; the path comes from
+// the sandbox.
+func watchUpdateToProto(u orchestrator.WatchUpdate) *sandboxv1.WatchDirectoryResponse {
+	resp := &sandboxv1.WatchDirectoryResponse{Dropped: u.Dropped}
+	if ev := u.Event; ev != nil {
+		resp.Event = &sandboxv1.WatchEvent{Type: watchOpToProto(ev.Op), Path: validUTF8(ev.Path), Time: timestampToProto(ev.Time)}
+	}
+	return resp
+}
+
+func watchOpToProto(op orchestrator.WatchOp) sandboxv1.WatchEventType {
+	switch op {
+	case orchestrator.WatchCreate:
+		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_CREATE
+	case orchestrator.WatchWrite:
+		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_WRITE
+	case orchestrator.WatchRemove:
+		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_REMOVE
+	case orchestrator.WatchRename:
+		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_RENAME
+	}
+	return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_UNSPECIFIED
 }
 
 func commandStatusToProto(s string) sandboxv1.CommandStatus {

@@ -41,6 +41,11 @@ type Manager interface {
 	Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error)
 	Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error)
 	ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error)
+	ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error)
+	MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (orchestrator.FileInfo, error)
+	Remove(ctx context.Context, sandboxID, path string, recursive bool) error
+	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
+	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
 }
 
 // downloadChunk is the size of DownloadFile's content messages: large enough
@@ -376,6 +381,9 @@ func (s *Service) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest
 	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return nil, err
 	}
+	if d := req.GetDepth(); d < 0 || d > 1 {
+		return s.listFilesDepth(ctx, req)
+	}
 	files, err := s.m.ListFiles(ctx, req.GetSandboxId(), req.GetPath())
 	if err != nil {
 		return nil, s.fail(ctx, "ListFiles", err)
@@ -394,4 +402,76 @@ func (s *Service) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest
 		slices.SortStableFunc(resp.Files, func(a, b *sandboxv1.FileInfo) int { return strings.Compare(a.GetPath(), b.GetPath()) })
 	}
 	return resp, nil
+}
+
+// listFilesDepth is ListFiles with a depth other than 0 and 1 (the domain
+// checks its range).
+func (s *Service) listFilesDepth(ctx context.Context, req *sandboxv1.ListFilesRequest) (*sandboxv1.ListFilesResponse, error) {
+	files, err := s.m.ListFilesDepth(ctx, req.GetSandboxId(), req.GetPath(), int(req.GetDepth()))
+	if err != nil {
+		return nil, s.fail(ctx, "ListFiles", err)
+	}
+	return &sandboxv1.ListFilesResponse{Files: filesToProto(files)}, nil
+}
+
+// MakeDirectory implements sandboxv1.SandboxServiceServer.
+func (s *Service) MakeDirectory(ctx context.Context, req *sandboxv1.MakeDirectoryRequest) (*sandboxv1.MakeDirectoryResponse, error) {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := required("path", req.GetPath()); err != nil {
+		return nil, err
+	}
+	info, err := s.m.MakeDirectory(ctx, req.GetSandboxId(), req.GetPath(), req.GetParents())
+	if err != nil {
+		return nil, s.fail(ctx, "MakeDirectory", err)
+	}
+	return &sandboxv1.MakeDirectoryResponse{File: fileInfoToProto(info)}, nil
+}
+
+// Remove implements sandboxv1.SandboxServiceServer.
+func (s *Service) Remove(ctx context.Context, req *sandboxv1.RemoveRequest) (*sandboxv1.RemoveResponse, error) {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := required("path", req.GetPath()); err != nil {
+		return nil, err
+	}
+	if err := s.m.Remove(ctx, req.GetSandboxId(), req.GetPath(), req.GetRecursive()); err != nil {
+		return nil, s.fail(ctx, "Remove", err)
+	}
+	return &sandboxv1.RemoveResponse{}, nil
+}
+
+// Rename implements sandboxv1.SandboxServiceServer.
+func (s *Service) Rename(ctx context.Context, req *sandboxv1.RenameRequest) (*sandboxv1.RenameResponse, error) {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	if err := required("from", req.GetFrom()); err != nil {
+		return nil, err
+	}
+	if err := required("to", req.GetTo()); err != nil {
+		return nil, err
+	}
+	info, err := s.m.Rename(ctx, req.GetSandboxId(), req.GetFrom(), req.GetTo(), req.GetOverwrite())
+	if err != nil {
+		return nil, s.fail(ctx, "Rename", err)
+	}
+	return &sandboxv1.RenameResponse{File: fileInfoToProto(info)}, nil
+}
+
+// WatchDirectory implements sandboxv1.SandboxServiceServer.
+func (s *Service) WatchDirectory(req *sandboxv1.WatchDirectoryRequest, stream grpc.ServerStreamingServer[sandboxv1.WatchDirectoryResponse]) error {
+	ctx := stream.Context()
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
+		return err
+	}
+	err := s.m.WatchDirectory(ctx, req.GetSandboxId(), req.GetPath(), req.GetRecursive(), func(u orchestrator.WatchUpdate) error {
+		return stream.Send(watchUpdateToProto(u))
+	})
+	if err == nil {
+		return nil
+	}
+	return s.fail(ctx, "WatchDirectory", err)
 }

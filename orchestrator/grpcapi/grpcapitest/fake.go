@@ -45,6 +45,12 @@ type Manager struct {
 	ListFilesFunc func(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error)
 	CloseFunc     func() error
 
+	MakeDirectoryFunc  func(ctx context.Context, sandboxID, path string, parents bool) (orchestrator.FileInfo, error)
+	RemoveFunc         func(ctx context.Context, sandboxID, path string, recursive bool) error
+	RenameFunc         func(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
+	ListFilesDepthFunc func(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error)
+	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
+
 	mu    sync.Mutex
 	calls []string
 }
@@ -189,6 +195,63 @@ func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orch
 	files, err := m.ListFilesFunc(ctx, sandboxID, path)
 	slices.SortFunc(files, orchestrator.CompareFiles)
 	return files, err
+}
+
+// MakeDirectory calls MakeDirectoryFunc.
+func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (orchestrator.FileInfo, error) {
+	if err := m.record("MakeDirectory", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return orchestrator.FileInfo{}, err
+	}
+	if m.MakeDirectoryFunc == nil {
+		return orchestrator.FileInfo{}, ErrNotScripted
+	}
+	return m.MakeDirectoryFunc(ctx, sandboxID, path, parents)
+}
+
+// Remove calls RemoveFunc.
+func (m *Manager) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
+	if err := m.record("Remove", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return err
+	}
+	if m.RemoveFunc == nil {
+		return ErrNotScripted
+	}
+	return m.RemoveFunc(ctx, sandboxID, path, recursive)
+}
+
+// Rename calls RenameFunc.
+func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error) {
+	if err := m.record("Rename", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return orchestrator.FileInfo{}, err
+	}
+	if m.RenameFunc == nil {
+		return orchestrator.FileInfo{}, ErrNotScripted
+	}
+	return m.RenameFunc(ctx, sandboxID, from, to, overwrite)
+}
+
+// ListFilesDepth calls ListFilesDepthFunc, and returns its result sorted.
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error) {
+	if err := m.record("ListFilesDepth", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return nil, err
+	}
+	if m.ListFilesDepthFunc == nil {
+		return nil, ErrNotScripted
+	}
+	files, err := m.ListFilesDepthFunc(ctx, sandboxID, path, depth)
+	slices.SortFunc(files, orchestrator.CompareFiles)
+	return files, err
+}
+
+// WatchDirectory calls WatchDirectoryFunc.
+func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error {
+	if err := m.record("WatchDirectory", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return err
+	}
+	if m.WatchDirectoryFunc == nil {
+		return ErrNotScripted
+	}
+	return m.WatchDirectoryFunc(ctx, sandboxID, path, recursive, fn)
 }
 
 // Close calls CloseFunc, or does nothing when it is nil.

@@ -11,7 +11,8 @@
 // Error model: every RPC fails with a standard gRPC status code whose message
 // says what was wrong. INVALID_ARGUMENT means the request itself is bad (do
 // not retry unchanged); NOT_FOUND means the sandbox, command or file does not
-// exist (never existed, expired, or was deleted); FAILED_PRECONDITION means
+// exist (never existed, expired, or was deleted); ALREADY_EXISTS means a
+// file the request would create is there already; FAILED_PRECONDITION means
 // the request is valid but the system cannot serve it now (sandbox dead,
 // image missing); RESOURCE_EXHAUSTED means a cap was reached (the message
 // names it); UNAVAILABLE means a dependency (the Docker engine) is down and
@@ -181,6 +182,130 @@ func (x CommandStatus) Number() protoreflect.EnumNumber {
 // Deprecated: Use CommandStatus.Descriptor instead.
 func (CommandStatus) EnumDescriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
+// FileType is the kind of a file under /workspace.
+type FileType int32
+
+const (
+	// FILE_TYPE_UNSPECIFIED is never reported by this server.
+	FileType_FILE_TYPE_UNSPECIFIED FileType = 0
+	// FILE_TYPE_FILE is a regular file.
+	FileType_FILE_TYPE_FILE FileType = 1
+	// FILE_TYPE_DIRECTORY is a directory.
+	FileType_FILE_TYPE_DIRECTORY FileType = 2
+	// FILE_TYPE_SYMLINK is a symbolic link (never followed by the file API).
+	FileType_FILE_TYPE_SYMLINK FileType = 3
+	// FILE_TYPE_OTHER is anything else: a FIFO, socket or device node.
+	FileType_FILE_TYPE_OTHER FileType = 4
+)
+
+// Enum value maps for FileType.
+var (
+	FileType_name = map[int32]string{
+		0: "FILE_TYPE_UNSPECIFIED",
+		1: "FILE_TYPE_FILE",
+		2: "FILE_TYPE_DIRECTORY",
+		3: "FILE_TYPE_SYMLINK",
+		4: "FILE_TYPE_OTHER",
+	}
+	FileType_value = map[string]int32{
+		"FILE_TYPE_UNSPECIFIED": 0,
+		"FILE_TYPE_FILE":        1,
+		"FILE_TYPE_DIRECTORY":   2,
+		"FILE_TYPE_SYMLINK":     3,
+		"FILE_TYPE_OTHER":       4,
+	}
+)
+
+func (x FileType) Enum() *FileType {
+	p := new(FileType)
+	*p = x
+	return p
+}
+
+func (x FileType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileType) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
+}
+
+func (FileType) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[2]
+}
+
+func (x FileType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileType.Descriptor instead.
+func (FileType) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+// WatchEventType is the kind of a WatchEvent.
+type WatchEventType int32
+
+const (
+	// WATCH_EVENT_TYPE_UNSPECIFIED is never sent.
+	WatchEventType_WATCH_EVENT_TYPE_UNSPECIFIED WatchEventType = 0
+	// WATCH_EVENT_TYPE_CREATE: a file, directory or link was created (also
+	// the new name of a rename within the watched tree).
+	WatchEventType_WATCH_EVENT_TYPE_CREATE WatchEventType = 1
+	// WATCH_EVENT_TYPE_WRITE: a file's content changed (coalesced per path).
+	WatchEventType_WATCH_EVENT_TYPE_WRITE WatchEventType = 2
+	// WATCH_EVENT_TYPE_REMOVE: a path was removed.
+	WatchEventType_WATCH_EVENT_TYPE_REMOVE WatchEventType = 3
+	// WATCH_EVENT_TYPE_RENAME: a path was renamed away (its new name, when
+	// inside the watched tree, follows as a CREATE).
+	WatchEventType_WATCH_EVENT_TYPE_RENAME WatchEventType = 4
+)
+
+// Enum value maps for WatchEventType.
+var (
+	WatchEventType_name = map[int32]string{
+		0: "WATCH_EVENT_TYPE_UNSPECIFIED",
+		1: "WATCH_EVENT_TYPE_CREATE",
+		2: "WATCH_EVENT_TYPE_WRITE",
+		3: "WATCH_EVENT_TYPE_REMOVE",
+		4: "WATCH_EVENT_TYPE_RENAME",
+	}
+	WatchEventType_value = map[string]int32{
+		"WATCH_EVENT_TYPE_UNSPECIFIED": 0,
+		"WATCH_EVENT_TYPE_CREATE":      1,
+		"WATCH_EVENT_TYPE_WRITE":       2,
+		"WATCH_EVENT_TYPE_REMOVE":      3,
+		"WATCH_EVENT_TYPE_RENAME":      4,
+	}
+)
+
+func (x WatchEventType) Enum() *WatchEventType {
+	p := new(WatchEventType)
+	*p = x
+	return p
+}
+
+func (x WatchEventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchEventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
+}
+
+func (WatchEventType) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[3]
+}
+
+func (x WatchEventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchEventType.Descriptor instead.
+func (WatchEventType) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 // ResourceLimits are a sandbox's resource limits. In requests, zero (or an
@@ -1834,7 +1959,18 @@ type FileInfo struct {
 	// is_dir is true for directories.
 	IsDir bool `protobuf:"varint,3,opt,name=is_dir,json=isDir,proto3" json:"is_dir,omitempty"`
 	// mod_time is the last modification time.
-	ModTime       *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=mod_time,json=modTime,proto3" json:"mod_time,omitempty"`
+	ModTime *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=mod_time,json=modTime,proto3" json:"mod_time,omitempty"`
+	// type is the kind of file. Symbolic links are reported as links, not as
+	// what they point to.
+	Type FileType `protobuf:"varint,5,opt,name=type,proto3,enum=sandbox.v1.FileType" json:"type,omitempty"`
+	// mode is the permission bits (as chmod takes them, 0o7777 at most:
+	// rwx for owner, group and others plus setuid, setgid and sticky).
+	Mode uint32 `protobuf:"varint,6,opt,name=mode,proto3" json:"mode,omitempty"`
+	// uid is the numeric owner, as seen inside the sandbox (1000 is the
+	// sandbox user, 0 root).
+	Uid uint32 `protobuf:"varint,7,opt,name=uid,proto3" json:"uid,omitempty"`
+	// gid is the numeric group, as seen inside the sandbox.
+	Gid           uint32 `protobuf:"varint,8,opt,name=gid,proto3" json:"gid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1895,6 +2031,34 @@ func (x *FileInfo) GetModTime() *timestamppb.Timestamp {
 		return x.ModTime
 	}
 	return nil
+}
+
+func (x *FileInfo) GetType() FileType {
+	if x != nil {
+		return x.Type
+	}
+	return FileType_FILE_TYPE_UNSPECIFIED
+}
+
+func (x *FileInfo) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileInfo) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *FileInfo) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
 }
 
 // UploadFileHeader says where an upload goes. It is the first message of an
@@ -2209,7 +2373,13 @@ type ListFilesRequest struct {
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// path is the directory, relative to /workspace or absolute under it;
 	// empty (or "/workspace") means /workspace itself.
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// depth is how many levels to list: 0 and 1 list the directory's direct
+	// children, 2 their children too, and so on, up to 10
+	// (INVALID_ARGUMENT above, or when negative). Symbolic links to
+	// directories are listed, not descended into. The whole answer is capped
+	// at 10000 entries (RESOURCE_EXHAUSTED beyond).
+	Depth         int32 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2258,6 +2428,13 @@ func (x *ListFilesRequest) GetPath() string {
 	return ""
 }
 
+func (x *ListFilesRequest) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
 // ListFilesResponse lists a directory's entries.
 type ListFilesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2300,6 +2477,526 @@ func (*ListFilesResponse) Descriptor() ([]byte, []int) {
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
 	if x != nil {
 		return x.Files
+	}
+	return nil
+}
+
+// MakeDirectoryRequest names the directory to create.
+type MakeDirectoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to create it in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// path is the new directory, relative to /workspace or absolute under it.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// parents creates missing parent directories and accepts an existing
+	// directory at path (mkdir -p).
+	Parents       bool `protobuf:"varint,3,opt,name=parents,proto3" json:"parents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirectoryRequest) Reset() {
+	*x = MakeDirectoryRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirectoryRequest) ProtoMessage() {}
+
+func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *MakeDirectoryRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *MakeDirectoryRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MakeDirectoryRequest) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+// MakeDirectoryResponse describes the directory.
+type MakeDirectoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the directory as stored.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirectoryResponse) Reset() {
+	*x = MakeDirectoryResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirectoryResponse) ProtoMessage() {}
+
+func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MakeDirectoryResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// RemoveRequest names the path to remove.
+type RemoveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to remove it from.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// path is the file or directory, relative to /workspace or absolute under
+	// it; it must not be /workspace itself.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive removes a directory with everything in it (rm -r).
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RemoveRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+// RemoveResponse is empty: the path is gone.
+type RemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveResponse) Reset() {
+	*x = RemoveResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveResponse) ProtoMessage() {}
+
+func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
+func (*RemoveResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+// RenameRequest names the path to move and its destination.
+type RenameRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to rename in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// from is the existing path, relative to /workspace or absolute under it.
+	From string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	// to is the new path, relative to /workspace or absolute under it.
+	To string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// overwrite replaces an existing file (or empty directory) at to.
+	Overwrite     bool `protobuf:"varint,4,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameRequest) Reset() {
+	*x = RenameRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameRequest) ProtoMessage() {}
+
+func (x *RenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
+func (*RenameRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RenameRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetOverwrite() bool {
+	if x != nil {
+		return x.Overwrite
+	}
+	return false
+}
+
+// RenameResponse describes the moved file.
+type RenameResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the file or directory at its new path.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameResponse) Reset() {
+	*x = RenameResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameResponse) ProtoMessage() {}
+
+func (x *RenameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
+func (*RenameResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RenameResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// WatchDirectoryRequest names the directory to watch.
+type WatchDirectoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to watch in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// path is the directory, relative to /workspace or absolute under it;
+	// empty means /workspace itself.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive watches every subdirectory too, and those created later.
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDirectoryRequest) Reset() {
+	*x = WatchDirectoryRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDirectoryRequest) ProtoMessage() {}
+
+func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *WatchDirectoryRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *WatchDirectoryRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchDirectoryRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+// WatchDirectoryResponse is one message of a WatchDirectory stream: the
+// first has no event (the watch is in place), each later one carries one.
+type WatchDirectoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event is the change; unset on the first message.
+	Event *WatchEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// dropped is how many events were dropped, since the previous message,
+	// because the reader was too slow (see WatchDirectory).
+	Dropped       uint64 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDirectoryResponse) Reset() {
+	*x = WatchDirectoryResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDirectoryResponse) ProtoMessage() {}
+
+func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchDirectoryResponse) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+// WatchEvent is one change under a watched directory.
+type WatchEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// type is what happened.
+	Type WatchEventType `protobuf:"varint,1,opt,name=type,proto3,enum=sandbox.v1.WatchEventType" json:"type,omitempty"`
+	// path is the changed path, relative to /workspace with forward slashes,
+	// made valid UTF-8 as FileInfo.path is.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// time is when sandboxd saw the change (for a coalesced WRITE, the first
+	// write of the window).
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *WatchEvent) GetType() WatchEventType {
+	if x != nil {
+		return x.Type
+	}
+	return WatchEventType_WATCH_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *WatchEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
 	}
 	return nil
 }
@@ -2431,12 +3128,16 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\"\x1a\n" +
-	"\x18InterruptCommandResponse\"\x80\x01\n" +
+	"\x18InterruptCommandResponse\"\xe2\x01\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x15\n" +
 	"\x06is_dir\x18\x03 \x01(\bR\x05isDir\x125\n" +
-	"\bmod_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\amodTime\"E\n" +
+	"\bmod_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\amodTime\x12(\n" +
+	"\x04type\x18\x05 \x01(\x0e2\x14.sandbox.v1.FileTypeR\x04type\x12\x12\n" +
+	"\x04mode\x18\x06 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\a \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\b \x01(\rR\x03gid\"E\n" +
 	"\x10UploadFileHeader\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -2453,13 +3154,48 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04path\x18\x02 \x01(\tR\x04path\"V\n" +
 	"\x14DownloadFileResponse\x12(\n" +
 	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"E\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"[\n" +
 	"\x10ListFilesRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x05R\x05depth\"?\n" +
 	"\x11ListFilesResponse\x12*\n" +
-	"\x05files\x18\x01 \x03(\v2\x14.sandbox.v1.FileInfoR\x05files*`\n" +
+	"\x05files\x18\x01 \x03(\v2\x14.sandbox.v1.FileInfoR\x05files\"c\n" +
+	"\x14MakeDirectoryRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
+	"\aparents\x18\x03 \x01(\bR\aparents\"A\n" +
+	"\x15MakeDirectoryResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"`\n" +
+	"\rRemoveRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x10\n" +
+	"\x0eRemoveResponse\"p\n" +
+	"\rRenameRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1c\n" +
+	"\toverwrite\x18\x04 \x01(\bR\toverwrite\":\n" +
+	"\x0eRenameResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"h\n" +
+	"\x15WatchDirectoryRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"`\n" +
+	"\x16WatchDirectoryResponse\x12,\n" +
+	"\x05event\x18\x01 \x01(\v2\x16.sandbox.v1.WatchEventR\x05event\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\x04R\adropped\"\x80\x01\n" +
+	"\n" +
+	"WatchEvent\x12.\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1a.sandbox.v1.WatchEventTypeR\x04type\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time*`\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -2470,7 +3206,19 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14COMMAND_STATUS_ERROR\x10\x02\x12\x1a\n" +
 	"\x16COMMAND_STATUS_TIMEOUT\x10\x03\x12\x1e\n" +
 	"\x1aCOMMAND_STATUS_INTERRUPTED\x10\x04\x12\x19\n" +
-	"\x15COMMAND_STATUS_KILLED\x10\x052\xc1\x06\n" +
+	"\x15COMMAND_STATUS_KILLED\x10\x05*~\n" +
+	"\bFileType\x12\x19\n" +
+	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eFILE_TYPE_FILE\x10\x01\x12\x17\n" +
+	"\x13FILE_TYPE_DIRECTORY\x10\x02\x12\x15\n" +
+	"\x11FILE_TYPE_SYMLINK\x10\x03\x12\x13\n" +
+	"\x0fFILE_TYPE_OTHER\x10\x04*\xa5\x01\n" +
+	"\x0eWatchEventType\x12 \n" +
+	"\x1cWATCH_EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17WATCH_EVENT_TYPE_CREATE\x10\x01\x12\x1a\n" +
+	"\x16WATCH_EVENT_TYPE_WRITE\x10\x02\x12\x1b\n" +
+	"\x17WATCH_EVENT_TYPE_REMOVE\x10\x03\x12\x1b\n" +
+	"\x17WATCH_EVENT_TYPE_RENAME\x10\x042\xf4\b\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -2483,7 +3231,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"UploadFile\x12\x1d.sandbox.v1.UploadFileRequest\x1a\x1e.sandbox.v1.UploadFileResponse(\x01\x12S\n" +
 	"\fDownloadFile\x12\x1f.sandbox.v1.DownloadFileRequest\x1a .sandbox.v1.DownloadFileResponse0\x01\x12H\n" +
-	"\tListFiles\x12\x1c.sandbox.v1.ListFilesRequest\x1a\x1d.sandbox.v1.ListFilesResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\tListFiles\x12\x1c.sandbox.v1.ListFilesRequest\x1a\x1d.sandbox.v1.ListFilesResponse\x12T\n" +
+	"\rMakeDirectory\x12 .sandbox.v1.MakeDirectoryRequest\x1a!.sandbox.v1.MakeDirectoryResponse\x12?\n" +
+	"\x06Remove\x12\x19.sandbox.v1.RemoveRequest\x1a\x1a.sandbox.v1.RemoveResponse\x12?\n" +
+	"\x06Rename\x12\x19.sandbox.v1.RenameRequest\x1a\x1a.sandbox.v1.RenameResponse\x12Y\n" +
+	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01B9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -2497,106 +3249,131 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
-	(*ResourceLimits)(nil),           // 2: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),           // 3: sandbox.v1.SandboxOptions
-	(*Sandbox)(nil),                  // 4: sandbox.v1.Sandbox
-	(*AcquireSandboxRequest)(nil),    // 5: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),   // 6: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),        // 7: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),       // 8: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),     // 9: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),    // 10: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),     // 11: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),    // 12: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),           // 13: sandbox.v1.ExecuteRequest
-	(*StreamCommandRequest)(nil),     // 14: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),             // 15: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                  // 16: sandbox.v1.Started
-	(*OutputChunk)(nil),              // 17: sandbox.v1.OutputChunk
-	(*Display)(nil),                  // 18: sandbox.v1.Display
-	(*Result)(nil),                   // 19: sandbox.v1.Result
-	(*Error)(nil),                    // 20: sandbox.v1.Error
-	(*Done)(nil),                     // 21: sandbox.v1.Done
-	(*FileRef)(nil),                  // 22: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),  // 23: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil), // 24: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                 // 25: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),         // 26: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),        // 27: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),       // 28: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),      // 29: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),     // 30: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),         // 31: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),        // 32: sandbox.v1.ListFilesResponse
-	nil,                              // 33: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 34: sandbox.v1.Display.DataEntry
-	nil,                              // 35: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
+	(FileType)(0),                    // 2: sandbox.v1.FileType
+	(WatchEventType)(0),              // 3: sandbox.v1.WatchEventType
+	(*ResourceLimits)(nil),           // 4: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),           // 5: sandbox.v1.SandboxOptions
+	(*Sandbox)(nil),                  // 6: sandbox.v1.Sandbox
+	(*AcquireSandboxRequest)(nil),    // 7: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),   // 8: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),        // 9: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),       // 10: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),     // 11: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),    // 12: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),     // 13: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),    // 14: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),           // 15: sandbox.v1.ExecuteRequest
+	(*StreamCommandRequest)(nil),     // 16: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),             // 17: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                  // 18: sandbox.v1.Started
+	(*OutputChunk)(nil),              // 19: sandbox.v1.OutputChunk
+	(*Display)(nil),                  // 20: sandbox.v1.Display
+	(*Result)(nil),                   // 21: sandbox.v1.Result
+	(*Error)(nil),                    // 22: sandbox.v1.Error
+	(*Done)(nil),                     // 23: sandbox.v1.Done
+	(*FileRef)(nil),                  // 24: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),  // 25: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil), // 26: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                 // 27: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),         // 28: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),        // 29: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),       // 30: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),      // 31: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),     // 32: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),         // 33: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),        // 34: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),     // 35: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),    // 36: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),            // 37: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),           // 38: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),            // 39: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),           // 40: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),    // 41: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),   // 42: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),               // 43: sandbox.v1.WatchEvent
+	nil,                              // 44: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                              // 45: sandbox.v1.Display.DataEntry
+	nil,                              // 46: sandbox.v1.Result.DataEntry
+	(*timestamppb.Timestamp)(nil),    // 47: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 48: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	2,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	33, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	4,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
+	44, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
 	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	36, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	36, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	36, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	3,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	4,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	4,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	47, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	47, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	47, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	5,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	6,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	6,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	4,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	37, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	16, // 13: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	17, // 14: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	17, // 15: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	18, // 16: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	19, // 17: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	20, // 18: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	21, // 19: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	36, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	34, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	35, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	6,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	48, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	18, // 13: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	19, // 14: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	19, // 15: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	20, // 16: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	21, // 17: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	22, // 18: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	23, // 19: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	47, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	45, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	46, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
 	1,  // 23: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	37, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	22, // 25: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	36, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	36, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	26, // 28: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	25, // 29: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	25, // 30: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	25, // 31: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	5,  // 32: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	7,  // 33: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	9,  // 34: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	11, // 35: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	13, // 36: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	14, // 37: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	23, // 38: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	27, // 39: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	29, // 40: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	31, // 41: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	6,  // 42: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	8,  // 43: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	10, // 44: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	12, // 45: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	15, // 46: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	15, // 47: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	24, // 48: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	28, // 49: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	30, // 50: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	32, // 51: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	42, // [42:52] is the sub-list for method output_type
-	32, // [32:42] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	48, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	24, // 25: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	47, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	47, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 28: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	28, // 29: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	27, // 30: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 31: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 32: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	27, // 33: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 34: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	43, // 35: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 36: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	47, // 37: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	7,  // 38: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	9,  // 39: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	11, // 40: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	13, // 41: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	15, // 42: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	16, // 43: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	25, // 44: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	29, // 45: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	31, // 46: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	33, // 47: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	35, // 48: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	37, // 49: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	39, // 50: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	41, // 51: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	8,  // 52: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	10, // 53: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	12, // 54: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	14, // 55: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	17, // 56: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	17, // 57: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	26, // 58: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	30, // 59: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	32, // 60: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	34, // 61: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	36, // 62: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	38, // 63: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	40, // 64: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	42, // 65: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	52, // [52:66] is the sub-list for method output_type
+	38, // [38:52] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -2623,8 +3400,8 @@ func file_sandbox_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   34,
+			NumEnums:      4,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -11,7 +11,8 @@
 // Error model: every RPC fails with a standard gRPC status code whose message
 // says what was wrong. INVALID_ARGUMENT means the request itself is bad (do
 // not retry unchanged); NOT_FOUND means the sandbox, command or file does not
-// exist (never existed, expired, or was deleted); FAILED_PRECONDITION means
+// exist (never existed, expired, or was deleted); ALREADY_EXISTS means a
+// file the request would create is there already; FAILED_PRECONDITION means
 // the request is valid but the system cannot serve it now (sandbox dead,
 // image missing); RESOURCE_EXHAUSTED means a cap was reached (the message
 // names it); UNAVAILABLE means a dependency (the Docker engine) is down and
@@ -62,6 +63,10 @@ const (
 	SandboxService_UploadFile_FullMethodName       = "/sandbox.v1.SandboxService/UploadFile"
 	SandboxService_DownloadFile_FullMethodName     = "/sandbox.v1.SandboxService/DownloadFile"
 	SandboxService_ListFiles_FullMethodName        = "/sandbox.v1.SandboxService/ListFiles"
+	SandboxService_MakeDirectory_FullMethodName    = "/sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_Remove_FullMethodName           = "/sandbox.v1.SandboxService/Remove"
+	SandboxService_Rename_FullMethodName           = "/sandbox.v1.SandboxService/Rename"
+	SandboxService_WatchDirectory_FullMethodName   = "/sandbox.v1.SandboxService/WatchDirectory"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -150,6 +155,38 @@ type SandboxServiceClient interface {
 	// returns just that file. RESOURCE_EXHAUSTED for a directory with more than
 	// 10000 entries.
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
+	// MakeDirectory creates a directory under the sandbox's /workspace, owned
+	// by the sandbox user. Without parents, a missing parent is NOT_FOUND and
+	// an existing path is ALREADY_EXISTS; with parents, missing parents are
+	// created and an existing directory is not an error (mkdir -p).
+	MakeDirectory(ctx context.Context, in *MakeDirectoryRequest, opts ...grpc.CallOption) (*MakeDirectoryResponse, error)
+	// Remove deletes a file, symbolic link (not its target) or directory under
+	// the sandbox's /workspace. A non-empty directory needs recursive
+	// (otherwise FAILED_PRECONDITION). NOT_FOUND when the path does not exist;
+	// /workspace itself cannot be removed (INVALID_ARGUMENT).
+	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
+	// Rename moves a file or directory to another path under the sandbox's
+	// /workspace (the destination's parent must exist). A destination that
+	// exists is ALREADY_EXISTS unless overwrite is set; even with overwrite a
+	// directory is only replaced by a directory, and only if it is empty
+	// (FAILED_PRECONDITION otherwise). /workspace itself cannot be moved, nor
+	// a directory into itself (INVALID_ARGUMENT).
+	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
+	// WatchDirectory streams changes under a directory of the sandbox's
+	// /workspace (with recursive, in its subdirectories too, including those
+	// created later) until the caller cancels, or the sandbox is deleted or
+	// the watched directory removed or moved (the stream then ends with
+	// NOT_FOUND). The first message is sent once the
+	// watch is in place (it carries no event), so changes made after it
+	// arrives are seen. Symbolic links are never followed. Bounds: one call
+	// watches at most 1000 directories and a sandbox at most 4000 across its
+	// calls (RESOURCE_EXHAUSTED, when the watch starts or when a new
+	// subdirectory would exceed them); writes to one path are coalesced into
+	// at most one WRITE event per 100 ms; at most 1000 events are buffered
+	// for a slow reader, and events beyond that are dropped and counted in the
+	// next message's dropped field. Events report what happened, not a
+	// snapshot: a path may be gone by the time its event arrives.
+	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
 }
 
 type sandboxServiceClient struct {
@@ -290,6 +327,55 @@ func (c *sandboxServiceClient) ListFiles(ctx context.Context, in *ListFilesReque
 	return out, nil
 }
 
+func (c *sandboxServiceClient) MakeDirectory(ctx context.Context, in *MakeDirectoryRequest, opts ...grpc.CallOption) (*MakeDirectoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MakeDirectoryResponse)
+	err := c.cc.Invoke(ctx, SandboxService_MakeDirectory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveResponse)
+	err := c.cc.Invoke(ctx, SandboxService_Remove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenameResponse)
+	err := c.cc.Invoke(ctx, SandboxService_Rename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_WatchDirectory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchDirectoryRequest, WatchDirectoryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_WatchDirectoryClient = grpc.ServerStreamingClient[WatchDirectoryResponse]
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -376,6 +462,38 @@ type SandboxServiceServer interface {
 	// returns just that file. RESOURCE_EXHAUSTED for a directory with more than
 	// 10000 entries.
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
+	// MakeDirectory creates a directory under the sandbox's /workspace, owned
+	// by the sandbox user. Without parents, a missing parent is NOT_FOUND and
+	// an existing path is ALREADY_EXISTS; with parents, missing parents are
+	// created and an existing directory is not an error (mkdir -p).
+	MakeDirectory(context.Context, *MakeDirectoryRequest) (*MakeDirectoryResponse, error)
+	// Remove deletes a file, symbolic link (not its target) or directory under
+	// the sandbox's /workspace. A non-empty directory needs recursive
+	// (otherwise FAILED_PRECONDITION). NOT_FOUND when the path does not exist;
+	// /workspace itself cannot be removed (INVALID_ARGUMENT).
+	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
+	// Rename moves a file or directory to another path under the sandbox's
+	// /workspace (the destination's parent must exist). A destination that
+	// exists is ALREADY_EXISTS unless overwrite is set; even with overwrite a
+	// directory is only replaced by a directory, and only if it is empty
+	// (FAILED_PRECONDITION otherwise). /workspace itself cannot be moved, nor
+	// a directory into itself (INVALID_ARGUMENT).
+	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
+	// WatchDirectory streams changes under a directory of the sandbox's
+	// /workspace (with recursive, in its subdirectories too, including those
+	// created later) until the caller cancels, or the sandbox is deleted or
+	// the watched directory removed or moved (the stream then ends with
+	// NOT_FOUND). The first message is sent once the
+	// watch is in place (it carries no event), so changes made after it
+	// arrives are seen. Symbolic links are never followed. Bounds: one call
+	// watches at most 1000 directories and a sandbox at most 4000 across its
+	// calls (RESOURCE_EXHAUSTED, when the watch starts or when a new
+	// subdirectory would exceed them); writes to one path are coalesced into
+	// at most one WRITE event per 100 ms; at most 1000 events are buffered
+	// for a slow reader, and events beyond that are dropped and counted in the
+	// next message's dropped field. Events report what happened, not a
+	// snapshot: a path may be gone by the time its event arrives.
+	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -415,6 +533,18 @@ func (UnimplementedSandboxServiceServer) DownloadFile(*DownloadFileRequest, grpc
 }
 func (UnimplementedSandboxServiceServer) ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedSandboxServiceServer) MakeDirectory(context.Context, *MakeDirectoryRequest) (*MakeDirectoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MakeDirectory not implemented")
+}
+func (UnimplementedSandboxServiceServer) Remove(context.Context, *RemoveRequest) (*RemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedSandboxServiceServer) Rename(context.Context, *RenameRequest) (*RenameResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
+}
+func (UnimplementedSandboxServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -585,6 +715,71 @@ func _SandboxService_ListFiles_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_MakeDirectory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MakeDirectoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).MakeDirectory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_MakeDirectory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).MakeDirectory(ctx, req.(*MakeDirectoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_Remove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).Remove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_Remove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).Remove(ctx, req.(*RemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_Rename_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).Rename(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_Rename_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).Rename(ctx, req.(*RenameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_WatchDirectory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchDirectoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).WatchDirectory(m, &grpc.GenericServerStream[WatchDirectoryRequest, WatchDirectoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_WatchDirectoryServer = grpc.ServerStreamingServer[WatchDirectoryResponse]
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -616,6 +811,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListFiles",
 			Handler:    _SandboxService_ListFiles_Handler,
 		},
+		{
+			MethodName: "MakeDirectory",
+			Handler:    _SandboxService_MakeDirectory_Handler,
+		},
+		{
+			MethodName: "Remove",
+			Handler:    _SandboxService_Remove_Handler,
+		},
+		{
+			MethodName: "Rename",
+			Handler:    _SandboxService_Rename_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -636,6 +843,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "DownloadFile",
 			Handler:       _SandboxService_DownloadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchDirectory",
+			Handler:       _SandboxService_WatchDirectory_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -13,9 +13,19 @@ COMMAND_STATUS_OK: CommandStatus
 COMMAND_STATUS_TIMEOUT: CommandStatus
 COMMAND_STATUS_UNSPECIFIED: CommandStatus
 DESCRIPTOR: _descriptor.FileDescriptor
+FILE_TYPE_DIRECTORY: FileType
+FILE_TYPE_FILE: FileType
+FILE_TYPE_OTHER: FileType
+FILE_TYPE_SYMLINK: FileType
+FILE_TYPE_UNSPECIFIED: FileType
 SANDBOX_STATE_DEAD: SandboxState
 SANDBOX_STATE_RUNNING: SandboxState
 SANDBOX_STATE_UNSPECIFIED: SandboxState
+WATCH_EVENT_TYPE_CREATE: WatchEventType
+WATCH_EVENT_TYPE_REMOVE: WatchEventType
+WATCH_EVENT_TYPE_RENAME: WatchEventType
+WATCH_EVENT_TYPE_UNSPECIFIED: WatchEventType
+WATCH_EVENT_TYPE_WRITE: WatchEventType
 
 class AcquireSandboxRequest(_message.Message):
     __slots__ = ["options", "user_id"]
@@ -145,16 +155,24 @@ class ExecuteRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class FileInfo(_message.Message):
-    __slots__ = ["is_dir", "mod_time", "path", "size"]
+    __slots__ = ["gid", "is_dir", "mod_time", "mode", "path", "size", "type", "uid"]
+    GID_FIELD_NUMBER: _ClassVar[int]
     IS_DIR_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
     MOD_TIME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    gid: int
     is_dir: bool
     mod_time: _timestamp_pb2.Timestamp
+    mode: int
     path: str
     size: int
-    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., is_dir: bool = ..., mod_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    type: FileType
+    uid: int
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., is_dir: bool = ..., mod_time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., type: _Optional[_Union[FileType, str]] = ..., mode: _Optional[int] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ...) -> None: ...
 
 class FileRef(_message.Message):
     __slots__ = ["path", "size"]
@@ -189,12 +207,14 @@ class InterruptCommandResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ListFilesRequest(_message.Message):
-    __slots__ = ["path", "sandbox_id"]
+    __slots__ = ["depth", "path", "sandbox_id"]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    depth: int
     path: str
     sandbox_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
 
 class ListFilesResponse(_message.Message):
     __slots__ = ["files"]
@@ -218,11 +238,58 @@ class ListSandboxesResponse(_message.Message):
     sandboxes: _containers.RepeatedCompositeFieldContainer[Sandbox]
     def __init__(self, sandboxes: _Optional[_Iterable[_Union[Sandbox, _Mapping]]] = ...) -> None: ...
 
+class MakeDirectoryRequest(_message.Message):
+    __slots__ = ["parents", "path", "sandbox_id"]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    parents: bool
+    path: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., parents: bool = ...) -> None: ...
+
+class MakeDirectoryResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
 class OutputChunk(_message.Message):
     __slots__ = ["text"]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     text: str
     def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class RemoveRequest(_message.Message):
+    __slots__ = ["path", "recursive", "sandbox_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    recursive: bool
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., recursive: bool = ...) -> None: ...
+
+class RemoveResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class RenameRequest(_message.Message):
+    __slots__ = ["overwrite", "sandbox_id", "to"]
+    FROM_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    overwrite: bool
+    sandbox_id: str
+    to: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., to: _Optional[str] = ..., overwrite: bool = ..., **kwargs) -> None: ...
+
+class RenameResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
 
 class ResourceLimits(_message.Message):
     __slots__ = ["disk_bytes", "memory_bytes", "nano_cpus", "pids_limit"]
@@ -334,8 +401,42 @@ class UploadFileResponse(_message.Message):
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
 
+class WatchDirectoryRequest(_message.Message):
+    __slots__ = ["path", "recursive", "sandbox_id"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    recursive: bool
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., recursive: bool = ...) -> None: ...
+
+class WatchDirectoryResponse(_message.Message):
+    __slots__ = ["dropped", "event"]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    dropped: int
+    event: WatchEvent
+    def __init__(self, event: _Optional[_Union[WatchEvent, _Mapping]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ["path", "time", "type"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    time: _timestamp_pb2.Timestamp
+    type: WatchEventType
+    def __init__(self, type: _Optional[_Union[WatchEventType, str]] = ..., path: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class SandboxState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class CommandStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class WatchEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -70,6 +70,26 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListFilesRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListFilesResponse.FromString,
                 )
+        self.MakeDirectory = channel.unary_unary(
+                '/sandbox.v1.SandboxService/MakeDirectory',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.MakeDirectoryRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.MakeDirectoryResponse.FromString,
+                )
+        self.Remove = channel.unary_unary(
+                '/sandbox.v1.SandboxService/Remove',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveResponse.FromString,
+                )
+        self.Rename = channel.unary_unary(
+                '/sandbox.v1.SandboxService/Rename',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.RenameRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RenameResponse.FromString,
+                )
+        self.WatchDirectory = channel.unary_stream(
+                '/sandbox.v1.SandboxService/WatchDirectory',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -206,6 +226,58 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MakeDirectory(self, request, context):
+        """MakeDirectory creates a directory under the sandbox's /workspace, owned
+        by the sandbox user. Without parents, a missing parent is NOT_FOUND and
+        an existing path is ALREADY_EXISTS; with parents, missing parents are
+        created and an existing directory is not an error (mkdir -p).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Remove(self, request, context):
+        """Remove deletes a file, symbolic link (not its target) or directory under
+        the sandbox's /workspace. A non-empty directory needs recursive
+        (otherwise FAILED_PRECONDITION). NOT_FOUND when the path does not exist;
+        /workspace itself cannot be removed (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Rename(self, request, context):
+        """Rename moves a file or directory to another path under the sandbox's
+        /workspace (the destination's parent must exist). A destination that
+        exists is ALREADY_EXISTS unless overwrite is set; even with overwrite a
+        directory is only replaced by a directory, and only if it is empty
+        (FAILED_PRECONDITION otherwise). /workspace itself cannot be moved, nor
+        a directory into itself (INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchDirectory(self, request, context):
+        """WatchDirectory streams changes under a directory of the sandbox's
+        /workspace (with recursive, in its subdirectories too, including those
+        created later) until the caller cancels, or the sandbox is deleted or
+        the watched directory removed or moved (the stream then ends with
+        NOT_FOUND). The first message is sent once the
+        watch is in place (it carries no event), so changes made after it
+        arrives are seen. Symbolic links are never followed. Bounds: one call
+        watches at most 1000 directories and a sandbox at most 4000 across its
+        calls (RESOURCE_EXHAUSTED, when the watch starts or when a new
+        subdirectory would exceed them); writes to one path are coalesced into
+        at most one WRITE event per 100 ms; at most 1000 events are buffered
+        for a slow reader, and events beyond that are dropped and counted in the
+        next message's dropped field. Events report what happened, not a
+        snapshot: a path may be gone by the time its event arrives.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -258,6 +330,26 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.ListFiles,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListFilesRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListFilesResponse.SerializeToString,
+            ),
+            'MakeDirectory': grpc.unary_unary_rpc_method_handler(
+                    servicer.MakeDirectory,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.MakeDirectoryRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.MakeDirectoryResponse.SerializeToString,
+            ),
+            'Remove': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remove,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveResponse.SerializeToString,
+            ),
+            'Rename': grpc.unary_unary_rpc_method_handler(
+                    servicer.Rename,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RenameRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.RenameResponse.SerializeToString,
+            ),
+            'WatchDirectory': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchDirectory,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -442,5 +534,73 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListFiles',
             sandbox_dot_v1_dot_sandbox__pb2.ListFilesRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.ListFilesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def MakeDirectory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/MakeDirectory',
+            sandbox_dot_v1_dot_sandbox__pb2.MakeDirectoryRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.MakeDirectoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Remove(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/Remove',
+            sandbox_dot_v1_dot_sandbox__pb2.RemoveRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.RemoveResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Rename(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/Rename',
+            sandbox_dot_v1_dot_sandbox__pb2.RenameRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.RenameResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WatchDirectory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/WatchDirectory',
+            sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
