@@ -257,6 +257,9 @@ func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth
 					continue // removed since ReadDir
 				}
 				if len(out) == maxListEntries {
+					if depth == 1 {
+						return nil, exhaustedf("list %s: the directory has more than %d entries", show, maxListEntries)
+					}
 					return nil, exhaustedf("list %s: more than %d entries (list a smaller depth or a subdirectory)", show, maxListEntries)
 				}
 				p := path.Join(dir, e.Name())

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 )
@@ -240,53 +239,9 @@ func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadClo
 // ListFiles lists a directory of the sandbox's workspace (not recursively),
 // sorted by name; for a file it returns just that file. Symbolic links are
 // listed as such (not followed). "" and "/workspace" list the workspace.
+// It is ListFilesDepth at depth 1.
 func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInfo, error) {
-	sb, err := m.use(ctx, sandboxID)
-	if err != nil {
-		return nil, err
-	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return nil, err
-	}
-	show := displayPath(rel)
-	root, err := openWorkspace(sb)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	st, err := root.Stat(rel)
-	if err != nil {
-		return nil, fsError("list", show, err)
-	}
-	if !st.IsDir() {
-		return []FileInfo{fileInfo(rel, st)}, nil
-	}
-	d, err := root.Open(rel)
-	if err != nil {
-		return nil, fsError("list", show, err)
-	}
-	defer d.Close()
-	entries, err := d.ReadDir(maxListEntries + 1)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fsError("list", show, err)
-	}
-	if len(entries) > maxListEntries {
-		return nil, exhaustedf("list %s: the directory has more than %d entries", show, maxListEntries)
-	}
-	out := make([]FileInfo, 0, len(entries))
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), uploadTempPrefix) {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // removed since ReadDir
-		}
-		out = append(out, fileInfo(path.Join(rel, e.Name()), info))
-	}
-	slices.SortFunc(out, CompareFiles)
-	return out, nil
+	return m.ListFilesDepth(ctx, sandboxID, p, 1)
 }
 
 // fileInfo converts host file metadata; rel is relative to the workspace.

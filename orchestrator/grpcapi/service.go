@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -388,20 +386,7 @@ func (s *Service) ListFiles(ctx context.Context, req *sandboxv1.ListFilesRequest
 	if err != nil {
 		return nil, s.fail(ctx, "ListFiles", err)
 	}
-	// The domain returns them sorted by path. Making a path valid UTF-8 can
-	// move it in that order (U+FFFD sorts below the bytes 0xF0-0xFF it may
-	// replace), so the rare list with such a path is sorted again.
-	resp := &sandboxv1.ListFilesResponse{Files: make([]*sandboxv1.FileInfo, 0, len(files))}
-	changed := false
-	for _, f := range files {
-		pf := fileInfoToProto(f)
-		changed = changed || pf.GetPath() != f.Path
-		resp.Files = append(resp.Files, pf)
-	}
-	if changed {
-		slices.SortStableFunc(resp.Files, func(a, b *sandboxv1.FileInfo) int { return strings.Compare(a.GetPath(), b.GetPath()) })
-	}
-	return resp, nil
+	return &sandboxv1.ListFilesResponse{Files: filesToProto(files)}, nil
 }
 
 // listFilesDepth is ListFiles with a depth other than 0 and 1 (the domain
