@@ -1,8 +1,8 @@
 package driver_test
 
 import (
+	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
@@ -40,7 +40,52 @@ func TestDriverFidelity(t *testing.T) {
 				if d := expectStatus(t, b.py("1"), ioproto.StatusOK, false); d.ExitCode != nil {
 					t.Fatalf("python: exit code = %d, want absent", *d.ExitCode)
 				}
-				_ = time.Second
+			})
+
+			t.Run("a print arrives as one stdout event", func(t *testing.T) {
+				const n = 200
+				split := 0
+				for i := range n {
+					evs := b.py(`print("x")`)
+					expectStatus(t, evs, ioproto.StatusOK, false)
+					outs := ofType(evs, ioproto.EventStdout)
+					if len(outs) != 1 || outs[0].Text != "x\n" {
+						split++
+						if split <= 3 {
+							t.Errorf("print %d: stdout events %s", i, dump(outs))
+						}
+					}
+				}
+				t.Logf("%d of %d single prints split into more than one event", split, n)
+
+				// Many lines with a flush between each: one event per line.
+				evs := b.py("import sys\nfor i in range(200):\n    print('line', i, flush=True)")
+				expectStatus(t, evs, ioproto.StatusOK, false)
+				for _, e := range ofType(evs, ioproto.EventStdout) {
+					if !strings.HasSuffix(e.Text, "\n") {
+						t.Fatalf("a flushed line was split: %q", e.Text)
+					}
+				}
+
+				// A partial line that stays partial is not held back until
+				// the line ends: it arrives while the command still sleeps.
+				id := b.submit("python", "import sys, time\nsys.stdout.write('partial'); sys.stdout.flush()\ntime.sleep(1)\nprint('!')", 0)
+				evs = b.until(id, "the partial line", func(evs []ioproto.Event) bool { return strings.Contains(stdout(evs), "partial") })
+				if isDone(evs) || strings.Contains(stdout(evs), "!") {
+					t.Fatalf("the partial line only arrived with the rest of the command: %s", dump(evs))
+				}
+				evs = b.wait(id)
+				outs := ofType(evs, ioproto.EventStdout)
+				if len(outs) != 2 || outs[0].Text != "partial" || outs[1].Text != "!\n" {
+					t.Fatalf("partial line then the rest: %s", dump(outs))
+				}
+
+				// The same holds for bash.
+				id = b.submit("bash", "printf partial; sleep 1; echo '!'", 0)
+				evs = b.until(id, "bash's partial line", func(evs []ioproto.Event) bool { return strings.Contains(stdout(evs), "partial") })
+				if isDone(evs) || strings.Contains(stdout(evs), "!") {
+					t.Fatalf("bash's partial line only arrived with the rest: %s", dump(evs))
+				}
 			})
 		})
 	}

@@ -306,6 +306,27 @@ def display(*objs, raw=False, **kwargs):
 
 builtins.display = display
 
+_builtin_print = builtins.print
+
+
+def _print(*objects, sep=" ", end="\n", file=None, flush=False):
+    """print() that writes its text and `end` to the kernel's stdout/stderr
+    with one write, not one per piece: with -u every piece is its own pipe
+    write, and a print would often reach the driver as "text" then "\n".
+    Anything unusual (another file, odd sep/end) goes to the real print."""
+    f = sys.stdout if file is None else file
+    if (f is not _orig_out and f is not _orig_err) or not (sep is None or isinstance(sep, str)) \
+            or not (end is None or isinstance(end, str)):
+        return _builtin_print(*objects, sep=sep, end=end, file=file, flush=flush)
+    f.write((" " if sep is None else sep).join(map(str, objects)) + ("\n" if end is None else end))
+    if flush:
+        f.flush()
+
+
+_print.__name__ = _print.__qualname__ = "print"
+_print.__doc__ = _builtin_print.__doc__
+builtins.print = _print
+
 
 # ---------------------------------------------------------- matplotlib/plotly
 def _flush_figures(discard=False):
