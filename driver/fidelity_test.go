@@ -42,6 +42,37 @@ func TestDriverFidelity(t *testing.T) {
 				}
 			})
 
+			t.Run("python done carries the kernel's execution count", func(t *testing.T) {
+				count := func(evs []ioproto.Event) int64 {
+					t.Helper()
+					d := done(t, evs)
+					if d.ExecutionCount == nil {
+						t.Fatalf("no execution_count: %s", dump(evs))
+					}
+					return *d.ExecutionCount
+				}
+				first := count(b.py("1"))
+				if n := count(b.py("raise ValueError('counted too')")); n != first+1 {
+					t.Fatalf("after an error cell: %d, want %d", n, first+1)
+				}
+				if n := count(b.py("def broken(:")); n != first+2 {
+					t.Fatalf("after a syntax error: %d, want %d", n, first+2)
+				}
+				if d := done(t, b.wait(b.submit("bash", "true", 0))); d.ExecutionCount != nil {
+					t.Fatalf("bash: execution_count = %d, want absent", *d.ExecutionCount)
+				}
+				if n := count(b.py("2")); n != first+3 {
+					t.Fatalf("bash counted as a cell: %d, want %d", n, first+3)
+				}
+				// A restarted kernel counts from 1 again.
+				if d := done(t, b.py("import os\nos._exit(1)")); d.ExecutionCount != nil || !d.StateLost {
+					t.Fatalf("a kernel death: %+v", d)
+				}
+				if n := count(b.py("3")); n != 1 {
+					t.Fatalf("first cell of a new kernel: %d, want 1", n)
+				}
+			})
+
 			t.Run("a print arrives as one stdout event", func(t *testing.T) {
 				const n = 200
 				split := 0

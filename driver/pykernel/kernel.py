@@ -636,7 +636,9 @@ def _run(cid, code):
             status = "error"
     if not _keep_src:
         linecache.cache.pop("<cell-%d>" % _cell, None)
-    _send("done", end=True, status=status)
+    # Like Jupyter's execution_count: cells run by this kernel, this one
+    # included (a restarted kernel counts from 1 again).
+    _send("done", end=True, status=status, execution_count=_cell)
 
 
 def _read_line(buf):
