@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -118,6 +119,105 @@ func TestDriverFidelity(t *testing.T) {
 					t.Fatalf("bash's partial line only arrived with the rest: %s", dump(evs))
 				}
 			})
+
+			t.Run("DataFrames and figures carry their data", func(t *testing.T) {
+				evs := b.py("import pandas as pd\npd.DataFrame({'a': [1.5, None], 'b': ['x', 'y']})")
+				expectStatus(t, evs, ioproto.StatusOK, false)
+				var table struct {
+					Schema struct {
+						Fields     []struct{ Name, Type string }
+						PrimaryKey []string
+					}
+					Data      []map[string]any
+					Truncated *struct{ Rows int }
+				}
+				res := result(t, evs)
+				if err := json.Unmarshal([]byte(res["application/vnd.dataresource+json"]), &table); err != nil {
+					t.Fatalf("table data: %v in %v", err, res)
+				}
+				if len(table.Schema.Fields) != 3 || table.Schema.Fields[1].Name != "a" || table.Schema.Fields[1].Type != "number" ||
+					len(table.Data) != 2 || table.Data[0]["a"] != 1.5 || table.Data[1]["a"] != nil || table.Data[1]["b"] != "y" || table.Truncated != nil {
+					t.Fatalf("table data: %+v", table)
+				}
+				if !strings.Contains(res["text/html"], "<table") {
+					t.Fatalf("the HTML rendering is gone: %v", keys(res))
+				}
+				res = result(t, b.py("pd.DataFrame({'n': range(2500)})"))
+				table.Truncated = nil
+				if err := json.Unmarshal([]byte(res["application/vnd.dataresource+json"]), &table); err != nil ||
+					len(table.Data) != 1000 || table.Truncated == nil || table.Truncated.Rows != 2500 {
+					t.Fatalf("a long table: %v, %d rows, truncated %+v", err, len(table.Data), table.Truncated)
+				}
+
+				type chart struct {
+					Type, Title, XLabel, YLabel string
+					Series                      []struct {
+						Label  string
+						Points [][2]any
+					}
+					Bars []struct {
+						Label any
+						Value float64
+					}
+					Slices []struct {
+						Label    string
+						Fraction float64
+					}
+					Boxes []struct {
+						Label  string
+						Median float64
+					}
+					Charts []json.RawMessage
+				}
+				figure := func(code string) chart {
+					t.Helper()
+					evs := b.py("import matplotlib.pyplot as plt\n" + code)
+					expectStatus(t, evs, ioproto.StatusOK, false)
+					disp := ofType(evs, ioproto.EventDisplay)
+					if len(disp) != 1 {
+						t.Fatalf("want one figure: %s", dump(evs))
+					}
+					expectPNG(t, disp[0])
+					var c chart
+					raw := strings.NewReplacer(`"x_label"`, `"XLabel"`, `"y_label"`, `"YLabel"`).Replace(disp[0].Data["application/vnd.sandboxd.chart+json"])
+					if err := json.Unmarshal([]byte(raw), &c); err != nil {
+						t.Fatalf("chart of %q: %v in %s", code, err, dump(disp))
+					}
+					return c
+				}
+				c := figure("plt.plot([1, 2, 3], [4, 5, 6], label='up')\nplt.title('T')\nplt.xlabel('X')\nplt.ylabel('Y')")
+				if c.Type != "line" || c.Title != "T" || c.XLabel != "X" || c.YLabel != "Y" || len(c.Series) != 1 ||
+					c.Series[0].Label != "up" || len(c.Series[0].Points) != 3 || c.Series[0].Points[2][1] != 6.0 {
+					t.Fatalf("line chart: %+v", c)
+				}
+				c = figure("plt.bar(['a', 'b'], [3, 4])")
+				if c.Type != "bar" || len(c.Bars) != 2 || c.Bars[1].Label != "b" || c.Bars[1].Value != 4 {
+					t.Fatalf("bar chart: %+v", c)
+				}
+				c = figure("plt.scatter([1, 2], [3, 4])")
+				if c.Type != "scatter" || len(c.Series) != 1 || len(c.Series[0].Points) != 2 {
+					t.Fatalf("scatter chart: %+v", c)
+				}
+				c = figure("plt.pie([1, 3], labels=['x', 'y'])")
+				if c.Type != "pie" || len(c.Slices) != 2 || c.Slices[1].Label != "y" || c.Slices[1].Fraction != 0.75 {
+					t.Fatalf("pie chart: %+v", c)
+				}
+				c = figure("plt.boxplot([[1, 2, 3, 4, 5]], labels=['p'])")
+				if c.Type != "box" || len(c.Boxes) != 1 || c.Boxes[0].Label != "p" || c.Boxes[0].Median != 3 {
+					t.Fatalf("box chart: %+v", c)
+				}
+				c = figure("fig, (a, b) = plt.subplots(1, 2)\na.plot([1, 2])\nb.bar([1], [2])")
+				if c.Type != "composite" || len(c.Charts) != 2 {
+					t.Fatalf("two charts: %+v", c)
+				}
+				// A figure whose chart cannot be read still shows.
+				evs = b.py("import matplotlib.pyplot as plt\nplt.imshow([[1, 2], [3, 4]])\nplt.show()")
+				expectStatus(t, evs, ioproto.StatusOK, false)
+				if disp := ofType(evs, ioproto.EventDisplay); len(disp) != 1 || disp[0].Data["application/vnd.sandboxd.chart+json"] != "" {
+					t.Fatalf("an image plot: %s", dump(evs))
+				}
+			})
+
 		})
 	}
 }

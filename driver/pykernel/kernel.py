@@ -237,6 +237,12 @@ def _bundle(v):
             data["image/png"] = _png(lambda b: v.savefig(b, format="png", bbox_inches="tight"))
         except Exception as e:
             data["text/plain"] += " (rendering failed: %s: %s)" % (type(e).__name__, _safe_str(e))
+        try:
+            chart = _chart(v)        # after savefig: tick labels are drawn
+            if chart is not None:
+                data[_CHART_MIME] = json.dumps(chart, default=str)
+        except Exception:
+            pass                     # best effort: never fails the command
         finally:
             plt = m.get("matplotlib.pyplot")
             if plt is not None:
@@ -273,6 +279,11 @@ def _bundle(v):
                 data[mime] = r
         except Exception:
             pass
+    if "pandas" in m and isinstance(v, getattr(m["pandas"], "DataFrame", ())):
+        try:
+            data[_TABLE_MIME] = _table(v)
+        except Exception:
+            pass                     # e.g. MultiIndex columns: no table data
     try:
         meth = getattr(v, "_repr_mimebundle_", None)
         if callable(meth):
@@ -289,6 +300,136 @@ def _bundle(v):
     except Exception:
         pass
     return data
+
+
+# ------------------------------------------------------------ structured data
+_TABLE_MIME = "application/vnd.dataresource+json"
+_CHART_MIME = "application/vnd.sandboxd.chart+json"
+_MAX_TABLE_ROWS = 1000
+_MAX_POINTS = 10000
+
+
+def _table(df):
+    """A DataFrame as a Table Schema data resource (pandas' orient="table"):
+    {"schema": {"fields": [...], "primaryKey": [...]}, "data": [rows]}, the
+    first _MAX_TABLE_ROWS rows, with "truncated": {"rows": total} past that."""
+    n = len(df)
+    s = df.head(_MAX_TABLE_ROWS).to_json(orient="table", date_format="iso", default_handler=str)
+    if n > _MAX_TABLE_ROWS and s.endswith("}"):
+        s = s[:-1] + ',"truncated":{"rows":%d}}' % n
+    return s
+
+
+def _jv(x):
+    """One data value as JSON: numbers (NaN/inf -> null), dates as ISO text."""
+    if type(x).__name__ in ("datetime64", "timedelta64"):
+        return str(x)                # numpy: ISO 8601 text, not an int of ns
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        try:
+            x = x.item()             # numpy scalar
+        except Exception:
+            pass
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return x
+    if isinstance(x, (int, float)):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if hasattr(x, "isoformat"):
+        return x.isoformat()
+    if isinstance(x, bytes):
+        return x.decode("utf-8", "replace")
+    return str(x)
+
+
+def _label(artist):
+    lab = artist.get_label()
+    return "" if not isinstance(lab, str) or lab.startswith("_") else lab
+
+
+def _tick_text(ax, axis, pos):
+    """The drawn tick label at data position pos on axis "x" or "y", if any."""
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    for t in labels:
+        p = t.get_position()[0 if axis == "x" else 1]
+        if abs(p - pos) < 1e-9 and t.get_text():
+            return t.get_text()
+    return None
+
+
+def _axes_chart(ax):
+    """The chart one Axes draws, or None when it is none of the known kinds."""
+    m = sys.modules
+    c = {"title": ax.get_title(), "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel()}
+    boxes = ax.__dict__.get("_sbx_boxes")
+    if boxes:
+        c["type"] = "box"
+        c["boxes"] = [{"label": str(st.get("label", i + 1)), "min": _jv(st.get("whislo")),
+                       "first_quartile": _jv(st.get("q1")), "median": _jv(st.get("med")),
+                       "third_quartile": _jv(st.get("q3")), "max": _jv(st.get("whishi")),
+                       "outliers": [_jv(o) for o in list(st.get("fliers", []))[:_MAX_POINTS]]}
+                      for i, st in enumerate(boxes)]
+        return c
+    mpatches = m.get("matplotlib.patches")
+    if mpatches is not None and ax.patches and all(isinstance(p, mpatches.Wedge) for p in ax.patches):
+        c["type"] = "pie"
+        c["slices"] = [{"label": _label(w), "fraction": _jv((w.theta2 - w.theta1) / 360.0)} for w in ax.patches]
+        return c
+    mcont = m.get("matplotlib.container")
+    bars = [bc for bc in ax.containers if mcont is not None and isinstance(bc, mcont.BarContainer)]
+    if bars:
+        c["type"] = "bar"
+        c["bars"] = []
+        for bc in bars:
+            horizontal = getattr(bc, "orientation", "vertical") == "horizontal"
+            for r in bc.patches[:_MAX_POINTS]:
+                if horizontal:
+                    pos, value, axis = r.get_y() + r.get_height() / 2, r.get_width(), "y"
+                else:
+                    pos, value, axis = r.get_x() + r.get_width() / 2, r.get_height(), "x"
+                lab = _tick_text(ax, axis, pos)
+                c["bars"].append({"label": lab if lab is not None else _jv(pos),
+                                  "value": _jv(value), "group": _label(bc)})
+        if any(getattr(bc, "orientation", "") == "horizontal" for bc in bars):
+            c["orientation"] = "horizontal"
+        return c
+    lines = [ln for ln in ax.get_lines() if ln.get_visible()]
+    mcoll = m.get("matplotlib.collections")
+    scatters = [pc for pc in ax.collections if mcoll is not None and isinstance(pc, mcoll.PathCollection)]
+    if lines:
+        c["type"] = "line"
+        c["series"] = []
+        for ln in lines:
+            xs, ys = ln.get_xdata(), ln.get_ydata()
+            n = min(len(xs), len(ys))
+            pts = [[_jv(xs[i]), _jv(ys[i])] for i in range(min(n, _MAX_POINTS))]
+            s = {"label": _label(ln), "points": pts}
+            if n > _MAX_POINTS:
+                s["truncated"] = {"points": n}
+            c["series"].append(s)
+        return c
+    if scatters:
+        c["type"] = "scatter"
+        c["series"] = []
+        for pc in scatters:
+            offs = pc.get_offsets()
+            n = len(offs)
+            s = {"label": _label(pc), "points": [[_jv(p[0]), _jv(p[1])] for p in offs[:_MAX_POINTS]]}
+            if n > _MAX_POINTS:
+                s["truncated"] = {"points": n}
+            c["series"].append(s)
+        return c
+    return None
+
+
+def _chart(fig):
+    """A matplotlib figure as chart data (see PROTOCOL.md): the chart of its
+    one Axes, or a "composite" of the charts of several; None if none."""
+    charts = [c for c in (_axes_chart(ax) for ax in fig.axes) if c is not None]
+    if not charts:
+        return None
+    if len(charts) == 1:
+        return charts[0]
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    return {"type": "composite", "title": title, "charts": charts}
 
 
 def display(*objs, raw=False, **kwargs):
@@ -350,6 +491,21 @@ def _patch_pyplot(plt):
     fig_mod = sys.modules.get("matplotlib.figure")
     if fig_mod is not None:
         fig_mod.Figure.show = lambda self, *a, **k: display(self)
+    axes_mod = sys.modules.get("matplotlib.axes")
+    if axes_mod is not None:
+        # Box plots are lines once drawn: keep their statistics for _chart.
+        bxp = axes_mod.Axes.bxp
+
+        def _bxp(self, bxpstats, *args, **kwargs):
+            r = bxp(self, bxpstats, *args, **kwargs)
+            try:
+                stats = [dict(st) for st in bxpstats]
+                self.__dict__["_sbx_boxes"] = self.__dict__.get("_sbx_boxes", []) + stats
+            except Exception:
+                pass
+            return r
+        _bxp.__doc__, _bxp.__name__ = bxp.__doc__, bxp.__name__
+        axes_mod.Axes.bxp = _bxp
 
 
 def _patch_plotly(mod):

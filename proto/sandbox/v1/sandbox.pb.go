@@ -1397,6 +1397,15 @@ type Display struct {
 	// that makes two keys equal, the later one (in the order of the original
 	// bytes; a key that was valid always keeps its name) gets the suffix "#2",
 	// "#3", ..., so that no value is lost.
+	//
+	// Structured data (JSON text; best effort, absent if extraction failed):
+	// a pandas DataFrame also carries its rows under
+	// "application/vnd.dataresource+json" (Table Schema: {"schema": {"fields",
+	// "primaryKey"}, "data": [rows]}, at most 1000 rows, with "truncated":
+	// {"rows": total} past that); a matplotlib figure also carries its chart
+	// under "application/vnd.sandboxd.chart+json" ({"type": line | scatter |
+	// bar | pie | box | composite, "title", "x_label", "y_label", and the
+	// series, bars, slices or boxes}). ioproto/PROTOCOL.md documents both.
 	Data          map[string]string `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1442,8 +1451,9 @@ func (x *Display) GetData() map[string]string {
 // Result is the value of the code's final expression, as a MIME bundle.
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// data maps MIME types to values, encoded as in Display.data; it always
-	// includes text/plain (the repr of the value).
+	// data maps MIME types to values, encoded as in Display.data (structured
+	// DataFrame and chart data included); it always includes text/plain (the
+	// repr of the value).
 	Data          map[string]string `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
