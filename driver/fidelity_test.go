@@ -218,6 +218,42 @@ func TestDriverFidelity(t *testing.T) {
 				}
 			})
 
+			t.Run("!cmd lines run in bash, %magics are refused", func(t *testing.T) {
+				evs := b.py("print('before')\n!echo from-bash; echo to-stderr >&2\nfor i in range(2):\n    !echo \"n=$((1 + 1))\"\ns = '''\n!not a shell line\n'''\n!exit 3\nprint('after', _exit_code, s.strip())")
+				expectStatus(t, evs, ioproto.StatusOK, false)
+				if got := stdout(evs); got != "before\nfrom-bash\nn=2\nn=2\nafter 3 !not a shell line\n" {
+					t.Fatalf("stdout = %q", got)
+				}
+				if got := ofType(evs, ioproto.EventStderr); len(got) != 1 || got[0].Text != "to-stderr\n" {
+					t.Fatalf("stderr: %s", dump(got))
+				}
+				if ofType(evs, ioproto.EventResult) != nil {
+					t.Fatalf("a final shell line has no result: %s", dump(evs))
+				}
+
+				// Output streams while the shell line runs.
+				id := b.submit("python", "!echo first; sleep 1; echo second", 0)
+				evs = b.until(id, "the shell line's first output", func(evs []ioproto.Event) bool { return strings.Contains(stdout(evs), "first") })
+				if isDone(evs) {
+					t.Fatalf("the shell line's output only came with done: %s", dump(evs))
+				}
+				expectStatus(t, b.wait(id), ioproto.StatusOK, false)
+
+				evs = b.py("ran = True\n%pip install requests")
+				expectStatus(t, evs, ioproto.StatusError, false)
+				errs := ofType(evs, ioproto.EventError)
+				if len(errs) != 1 || errs[0].EName != "SyntaxError" || !strings.Contains(errs[0].EValue, "%pip is not supported") ||
+					!strings.Contains(errs[0].EValue, "!pip install") {
+					t.Fatalf("%%pip: %s", dump(evs))
+				}
+				if errs := ofType(b.py("ran"), ioproto.EventError); len(errs) != 1 || errs[0].EName != "NameError" {
+					t.Fatalf("a cell with a magic ran in part: %s", dump(errs))
+				}
+				// A modulo continued on the next line is not a magic.
+				if got := result(t, b.py("(7\n% 4)"))["text/plain"]; got != "3" {
+					t.Fatalf("(7 %% 4) = %q", got)
+				}
+			})
 		})
 	}
 }

@@ -652,6 +652,71 @@ def _run_code(co):
     return r
 
 
+def _shell(cmd):
+    """Runs one `!cmd` line in bash, in the cwd, its output on the kernel's
+    fd 1/2 (streamed like any output); its status goes to `_exit_code`."""
+    import subprocess
+    _flush_std()
+    rc = subprocess.run(["bash", "-c", cmd]).returncode
+    _ns["_exit_code"] = rc
+
+
+builtins.__sandboxd_shell__ = _shell
+
+
+def _special_lines(lines):
+    """{line index: "!" or "%"} for the lines of a cell that begin, as a
+    statement, with `!` (a shell line) or `%` (an IPython magic): neither is
+    valid Python there, and a `!` or `%` inside a string is not one."""
+    if not any(l.lstrip()[:1] in ("!", "%") for l in lines):
+        return {}                # the common case: no tokenizing
+    import tokenize
+    found = {}
+    try:
+        depth, at_start = 0, True
+        for tok in tokenize.generate_tokens(iter(lines).__next__ if lines else iter([""]).__next__):
+            t, text = tok.type, tok.string
+            if t in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+                at_start = depth == 0
+                continue
+            if t in (tokenize.COMMENT, tokenize.ENDMARKER):
+                continue
+            if at_start and depth == 0 and text in ("!", "%", "%%") and t in (tokenize.ERRORTOKEN, tokenize.OP):
+                found[tok.start[0] - 1] = text[0]
+            if t == tokenize.OP and text in "([{":
+                depth += 1
+            elif t == tokenize.OP and text in ")]}":
+                depth = max(0, depth - 1)
+            at_start = False
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        # e.g. a shell line with an unbalanced triple quote: by line instead.
+        found = {i: l.lstrip()[0] for i, l in enumerate(lines) if l.lstrip()[:1] in ("!", "%")}
+    return found
+
+
+def _transform(code, lines, fname):
+    """The cell with each `!cmd` line made a call of _shell (same line
+    numbers); a `%magic` line is an error: IPython magics are not available."""
+    special = _special_lines(lines)
+    if not special:
+        return code, lines
+    out = list(lines)
+    for i, kind in sorted(special.items()):
+        line = lines[i]
+        indent = line[:len(line) - len(line.lstrip())]
+        body = line.strip()
+        if kind == "%":
+            name = body.lstrip("%").split(None, 1)[0] if body.lstrip("%") else ""
+            hint = (" Install packages with a shell line instead: !pip install <package>"
+                    if name in ("pip", "conda", "mamba") else "")
+            err = SyntaxError("%%%s is not supported: sandboxd runs a plain Python kernel without "
+                              "IPython magics (only !cmd shell lines are available).%s" % (name, hint),
+                              (fname, i + 1, len(indent) + 1, line))
+            raise err
+        out[i] = "%s__sandboxd_shell__(%r)\n" % (indent, body[1:].strip())
+    return "".join(out), out
+
+
 def _exec_cell(code):
     global _cell, _keep_src
     _cell += 1
@@ -661,6 +726,7 @@ def _exec_cell(code):
     # inspect.getsource show the user's lines, also from later cells.
     lines = io.StringIO(code, None).readlines()   # universal newlines, like the tokenizer
     linecache.cache[fname] = (len(code), None, lines, fname)
+    code, lines = _transform(code, lines, fname)
     tree = ast.parse(code, fname)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -770,6 +836,8 @@ def _run(cid, code):
             signal.signal(signal.SIGINT, _on_sigint)   # user replaced it
         if not hasattr(builtins, "display"):
             builtins.display = display
+        if not hasattr(builtins, "__sandboxd_shell__"):
+            builtins.__sandboxd_shell__ = _shell
         e = _guarded(_exec_cell, code)
         if _child:                       # a child forked by the cell came back
             _flush_std()                 # here: it must not become a 2nd kernel

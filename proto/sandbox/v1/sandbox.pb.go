@@ -944,7 +944,11 @@ type ExecuteRequest struct {
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
 	// code is the source to run; it may be empty. At most 1 MiB of UTF-8, or
 	// less when the server says so (sandboxd --max-code); longer code is
-	// INVALID_ARGUMENT.
+	// INVALID_ARGUMENT. Python code may hold IPython-style shell lines: a line
+	// whose statement begins with "!" runs the rest of the line in bash, its
+	// output streamed (a documented subset, see ioproto/PROTOCOL.md). IPython
+	// magics ("%pip", "%time", ...) are not supported: a cell with one fails
+	// with a SyntaxError that says so.
 	Code string `protobuf:"bytes,4,opt,name=code,proto3" json:"code,omitempty"`
 	// timeout is the command's wall-clock limit, counted from when it starts
 	// (not while queued behind another command). Unset or zero means the
