@@ -90,8 +90,13 @@ type Done struct {
 	StateLost bool
 	// Reason explains a status other than OK, or the lost state.
 	Reason string
-	// ExitCode is bash's exit status (nil for Python).
+	// ExitCode is bash's exit status, 0 included (nil for Python, and when
+	// bash was killed by a signal).
 	ExitCode *int32
+	// ExecutionCount is the Python kernel's cell counter, as Jupyter's
+	// execution_count: 1 for the first command after a kernel start (nil
+	// for bash, and when the kernel died during the command).
+	ExecutionCount *int64
 	// Files were created or changed under /workspace by the command.
 	Files []File
 	// Duration is the command's wall time.
@@ -182,6 +187,10 @@ func fromProto(pe *sandboxv1.ExecuteEvent) (Event, bool) {
 		if e.Done.ExitCode != nil {
 			code := e.Done.GetExitCode()
 			d.ExitCode = &code
+		}
+		if e.Done.ExecutionCount != nil {
+			n := e.Done.GetExecutionCount()
+			d.ExecutionCount = &n
 		}
 		for _, f := range e.Done.GetFiles() {
 			d.Files = append(d.Files, File{Path: f.GetPath(), Size: f.GetSize()})

@@ -114,10 +114,12 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 
 	code := cmd.ProcessState.ExitCode()
 	res := outcome{status: ioproto.StatusOK}
+	// Every bash command that exited reports its status, 0 included; one
+	// killed by a signal (ExitCode -1) has none.
+	if code >= 0 {
+		res.exitCode = &code
+	}
 	if code != 0 {
-		if code > 0 {
-			res.exitCode = &code
-		}
 		res.status = ioproto.StatusError
 		res.reason = describeExit(cmd.ProcessState)
 	}

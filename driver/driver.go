@@ -555,6 +555,7 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 		Reason:          joinReason(res.reason, truncated),
 		OutputTruncated: truncated != "",
 		ExitCode:        res.exitCode,
+		ExecutionCount:  res.executionCount,
 		Files:           ws.changed(ioproto.MaxFiles),
 		Time:            time.Now().UTC(),
 	}
@@ -570,6 +571,8 @@ type outcome struct {
 	reason    string
 	stateLost bool
 	exitCode  *int
+	// executionCount is the Python kernel's cell counter after the command.
+	executionCount *int64
 }
 
 // finish writes a command's done event, which must not be lost: when /io

@@ -31,6 +31,8 @@ type kernelMsg struct {
 	EValue    string            `json:"evalue"`
 	Traceback []string          `json:"traceback"`
 	Status    string            `json:"status"`
+	// ExecutionCount is the kernel's cell counter (done only).
+	ExecutionCount *int64 `json:"execution_count"`
 }
 
 // kernelHello is the first line the kernel reads from fd 3.

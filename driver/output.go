@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -71,14 +74,35 @@ func (o *outputReader) send(it outputItem) {
 	}
 }
 
+// lineWait bounds how long the reader waits for the rest of a line after a
+// read that ended mid-line. Python's print() writes its text and its newline
+// with two write calls; without the wait a pipe read often falls between them
+// and one print becomes two events, "text" and "\n". A line that stays
+// partial (a prompt, a progress bar) is emitted once the bound passes.
+const lineWait = 5 * time.Millisecond
+
+// deadlineReader is a pipe whose reads can time out (an *os.File from
+// os.Pipe). Readers without deadlines (unit tests' fakes) are not waited on.
+type deadlineReader interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
 // pump reads r until EOF and sends items to out. It returns after sending the
 // final item with eof set, or when stop is closed (nobody listens any more).
 func (o *outputReader) pump(r io.Reader) {
 	buf := make([]byte, ioproto.MaxChunk)
+	dr, _ := r.(deadlineReader)
+	filled := 0
 	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			o.feed(buf[:n])
+		n, err := r.Read(buf[filled:])
+		filled += n
+		if n > 0 && err == nil && dr != nil {
+			filled, err = o.completeLine(dr, buf, filled)
+		}
+		if filled > 0 {
+			o.feed(buf[:filled])
+			filled = 0
 		}
 		if err != nil {
 			if len(o.carry) > 0 {
@@ -89,6 +113,48 @@ func (o *outputReader) pump(r io.Reader) {
 			return
 		}
 	}
+}
+
+// completeLine is called when buf[:filled] was just read. If it ends
+// mid-line, it reads on for up to lineWait so that a line written in pieces
+// within a few milliseconds is emitted whole. If the line is still partial
+// then, the complete lines before it are fed at once and its tail gets one
+// more lineWait to end. It returns what of buf is left to feed; a read error
+// (EOF) ends the wait and is returned.
+func (o *outputReader) completeLine(r deadlineReader, buf []byte, filled int) (int, error) {
+	defer r.SetReadDeadline(time.Time{})
+	for round := 0; round < 2; round++ {
+		if err := r.SetReadDeadline(time.Now().Add(lineWait)); err != nil {
+			return filled, nil
+		}
+		for filled < len(buf) && !o.lineEnded(buf[:filled]) {
+			n, err := r.Read(buf[filled:])
+			filled += n
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				return filled, err
+			}
+		}
+		if filled == len(buf) || o.lineEnded(buf[:filled]) {
+			return filled, nil
+		}
+		nl := bytes.LastIndexByte(buf[:filled], '\n')
+		if nl < 0 || round == 1 {
+			return filled, nil
+		}
+		// Emit the whole lines now; the partial tail waits once more.
+		o.feed(buf[:nl+1])
+		filled = copy(buf, buf[nl+1:filled])
+	}
+	return filled, nil
+}
+
+// lineEnded reports whether p ends at a line's end, or with a sync marker
+// (after which the kernel waits for the driver: waiting longer is useless).
+func (o *outputReader) lineEnded(p []byte) bool {
+	return len(p) > 0 && p[len(p)-1] == '\n' || o.markers && bytes.HasSuffix(p, syncSuffix)
 }
 
 // feed processes newly read bytes.

@@ -3,8 +3,10 @@ package driver
 import (
 	"bytes"
 	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -113,5 +115,63 @@ func TestOutputReaderChunkLimit(t *testing.T) {
 	}
 	if joined.String() != big {
 		t.Fatal("chunks do not add up to the output")
+	}
+}
+
+// TestOutputReaderWholeLines: on a real pipe, a line written in pieces within
+// a few milliseconds is one chunk, and a line that stays partial is still
+// emitted without waiting for its end.
+func TestOutputReaderWholeLines(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	out := make(chan outputItem, 64)
+	stop := make(chan struct{})
+	defer close(stop)
+	go (&outputReader{stream: "stdout", markers: true, out: out, stop: stop}).pump(r)
+	next := func(what string) outputItem {
+		t.Helper()
+		select {
+		case it := <-out:
+			return it
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no item for %s", what)
+		}
+		return outputItem{}
+	}
+	for i := range 50 {
+		w.WriteString("x")
+		time.Sleep(500 * time.Microsecond)
+		w.WriteString("\n")
+		if it := next("a print"); it.text != "x\n" {
+			t.Fatalf("print %d: chunk %q, want \"x\\n\"", i, it.text)
+		}
+	}
+	// Whole lines go at once; a partial tail follows on its own.
+	w.WriteString("a\nb\npart")
+	var got string
+	for !strings.HasSuffix(got, "part") {
+		got += next("lines and a partial tail").text
+	}
+	if got != "a\nb\npart" {
+		t.Fatalf("got %q", got)
+	}
+	// A partial line is emitted while the writer is still silent.
+	w.WriteString("prompt> ")
+	if it := next("a partial line"); it.text != "prompt> " {
+		t.Fatalf("partial line: %q", it.text)
+	}
+	w.WriteString("y\n" + marker(1))
+	if it := next("text before a marker"); it.text != "y\n" {
+		t.Fatalf("before the marker: %q", it.text)
+	}
+	if it := next("the marker"); it.sync != 1 {
+		t.Fatalf("want marker 1, got %+v", it)
+	}
+	w.Close()
+	if it := next("eof"); !it.eof {
+		t.Fatalf("want eof, got %+v", it)
 	}
 }

@@ -130,9 +130,10 @@ func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFi
 			d.kernel = nil
 			return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, reason+"; Python globals are gone")}
 		}
-		if status, done := d.flushMsgs(k, ev, &pending, force); done {
+		if m, done := d.flushMsgs(k, ev, &pending, force); done {
 			res.status = ioproto.StatusOK
-			if status != ioproto.StatusOK {
+			res.executionCount = m.ExecutionCount
+			if m.Status != ioproto.StatusOK {
 				res.status = ioproto.StatusError
 				if st.status != "" {
 					res.status = st.status
@@ -161,9 +162,9 @@ func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFi
 
 // flushMsgs emits pending control messages whose preceding output has been
 // emitted (their sync markers reached on both streams), or all of them when
-// force is set, and releases output held behind them. It reports the
-// kernel's status once the done message went out.
-func (d *Driver) flushMsgs(k *kernel, ev *eventsFile, pending *[]kernelMsg, force bool) (string, bool) {
+// force is set, and releases output held behind them. It returns the
+// kernel's done message once that went out.
+func (d *Driver) flushMsgs(k *kernel, ev *eventsFile, pending *[]kernelMsg, force bool) (kernelMsg, bool) {
 	for {
 		progressed := false
 		for len(*pending) > 0 {
@@ -183,11 +184,11 @@ func (d *Driver) flushMsgs(k *kernel, ev *eventsFile, pending *[]kernelMsg, forc
 				d.emitError(ev, &ioproto.Event{Type: ioproto.EventError, EName: m.EName, EValue: m.EValue, Traceback: m.Traceback})
 			case "done":
 				// Output after done's marker belongs to no command.
-				return m.Status, true
+				return m, true
 			}
 		}
 		if !progressed {
-			return "", false
+			return kernelMsg{}, false
 		}
 		d.releaseHeld(k, ev, 0, false)
 		d.releaseHeld(k, ev, 1, false)

@@ -71,14 +71,16 @@ type Event struct {
 	EValue    string   `json:"evalue,omitempty"`
 	Traceback []string `json:"traceback,omitempty"`
 
-	// Status, DurationMS, StateLost, Reason, ExitCode, Files and
-	// OutputTruncated end the command (done).
+	// Status, DurationMS, StateLost, Reason, ExitCode, ExecutionCount,
+	// Files and OutputTruncated end the command (done).
 	Status     string `json:"status,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
 	StateLost  bool   `json:"state_lost,omitempty"`
 	Reason     string `json:"reason,omitempty"`
 	ExitCode   *int   `json:"exit_code,omitempty"`
-	Files      []File `json:"files,omitempty"`
+	// ExecutionCount is the Python kernel's cell counter (Python only).
+	ExecutionCount *int64 `json:"execution_count,omitempty"`
+	Files          []File `json:"files,omitempty"`
 	// OutputTruncated says the driver's output cap discarded output.
 	OutputTruncated bool `json:"output_truncated,omitempty"`
 }

@@ -237,6 +237,12 @@ def _bundle(v):
             data["image/png"] = _png(lambda b: v.savefig(b, format="png", bbox_inches="tight"))
         except Exception as e:
             data["text/plain"] += " (rendering failed: %s: %s)" % (type(e).__name__, _safe_str(e))
+        try:
+            chart = _chart(v)        # after savefig: tick labels are drawn
+            if chart is not None:
+                data[_CHART_MIME] = json.dumps(chart, default=str)
+        except Exception:
+            pass                     # best effort: never fails the command
         finally:
             plt = m.get("matplotlib.pyplot")
             if plt is not None:
@@ -273,6 +279,11 @@ def _bundle(v):
                 data[mime] = r
         except Exception:
             pass
+    if "pandas" in m and isinstance(v, getattr(m["pandas"], "DataFrame", ())):
+        try:
+            data[_TABLE_MIME] = _table(v)
+        except Exception:
+            pass                     # e.g. MultiIndex columns: no table data
     try:
         meth = getattr(v, "_repr_mimebundle_", None)
         if callable(meth):
@@ -291,6 +302,136 @@ def _bundle(v):
     return data
 
 
+# ------------------------------------------------------------ structured data
+_TABLE_MIME = "application/vnd.dataresource+json"
+_CHART_MIME = "application/vnd.sandboxd.chart+json"
+_MAX_TABLE_ROWS = 1000
+_MAX_POINTS = 10000
+
+
+def _table(df):
+    """A DataFrame as a Table Schema data resource (pandas' orient="table"):
+    {"schema": {"fields": [...], "primaryKey": [...]}, "data": [rows]}, the
+    first _MAX_TABLE_ROWS rows, with "truncated": {"rows": total} past that."""
+    n = len(df)
+    s = df.head(_MAX_TABLE_ROWS).to_json(orient="table", date_format="iso", default_handler=str)
+    if n > _MAX_TABLE_ROWS and s.endswith("}"):
+        s = s[:-1] + ',"truncated":{"rows":%d}}' % n
+    return s
+
+
+def _jv(x):
+    """One data value as JSON: numbers (NaN/inf -> null), dates as ISO text."""
+    if type(x).__name__ in ("datetime64", "timedelta64"):
+        return str(x)                # numpy: ISO 8601 text, not an int of ns
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        try:
+            x = x.item()             # numpy scalar
+        except Exception:
+            pass
+    if isinstance(x, bool) or x is None or isinstance(x, str):
+        return x
+    if isinstance(x, (int, float)):
+        return x if x == x and x not in (float("inf"), float("-inf")) else None
+    if hasattr(x, "isoformat"):
+        return x.isoformat()
+    if isinstance(x, bytes):
+        return x.decode("utf-8", "replace")
+    return str(x)
+
+
+def _label(artist):
+    lab = artist.get_label()
+    return "" if not isinstance(lab, str) or lab.startswith("_") else lab
+
+
+def _tick_text(ax, axis, pos):
+    """The drawn tick label at data position pos on axis "x" or "y", if any."""
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    for t in labels:
+        p = t.get_position()[0 if axis == "x" else 1]
+        if abs(p - pos) < 1e-9 and t.get_text():
+            return t.get_text()
+    return None
+
+
+def _axes_chart(ax):
+    """The chart one Axes draws, or None when it is none of the known kinds."""
+    m = sys.modules
+    c = {"title": ax.get_title(), "x_label": ax.get_xlabel(), "y_label": ax.get_ylabel()}
+    boxes = ax.__dict__.get("_sbx_boxes")
+    if boxes:
+        c["type"] = "box"
+        c["boxes"] = [{"label": str(st.get("label", i + 1)), "min": _jv(st.get("whislo")),
+                       "first_quartile": _jv(st.get("q1")), "median": _jv(st.get("med")),
+                       "third_quartile": _jv(st.get("q3")), "max": _jv(st.get("whishi")),
+                       "outliers": [_jv(o) for o in list(st.get("fliers", []))[:_MAX_POINTS]]}
+                      for i, st in enumerate(boxes)]
+        return c
+    mpatches = m.get("matplotlib.patches")
+    if mpatches is not None and ax.patches and all(isinstance(p, mpatches.Wedge) for p in ax.patches):
+        c["type"] = "pie"
+        c["slices"] = [{"label": _label(w), "fraction": _jv((w.theta2 - w.theta1) / 360.0)} for w in ax.patches]
+        return c
+    mcont = m.get("matplotlib.container")
+    bars = [bc for bc in ax.containers if mcont is not None and isinstance(bc, mcont.BarContainer)]
+    if bars:
+        c["type"] = "bar"
+        c["bars"] = []
+        for bc in bars:
+            horizontal = getattr(bc, "orientation", "vertical") == "horizontal"
+            for r in bc.patches[:_MAX_POINTS]:
+                if horizontal:
+                    pos, value, axis = r.get_y() + r.get_height() / 2, r.get_width(), "y"
+                else:
+                    pos, value, axis = r.get_x() + r.get_width() / 2, r.get_height(), "x"
+                lab = _tick_text(ax, axis, pos)
+                c["bars"].append({"label": lab if lab is not None else _jv(pos),
+                                  "value": _jv(value), "group": _label(bc)})
+        if any(getattr(bc, "orientation", "") == "horizontal" for bc in bars):
+            c["orientation"] = "horizontal"
+        return c
+    lines = [ln for ln in ax.get_lines() if ln.get_visible()]
+    mcoll = m.get("matplotlib.collections")
+    scatters = [pc for pc in ax.collections if mcoll is not None and isinstance(pc, mcoll.PathCollection)]
+    if lines:
+        c["type"] = "line"
+        c["series"] = []
+        for ln in lines:
+            xs, ys = ln.get_xdata(), ln.get_ydata()
+            n = min(len(xs), len(ys))
+            pts = [[_jv(xs[i]), _jv(ys[i])] for i in range(min(n, _MAX_POINTS))]
+            s = {"label": _label(ln), "points": pts}
+            if n > _MAX_POINTS:
+                s["truncated"] = {"points": n}
+            c["series"].append(s)
+        return c
+    if scatters:
+        c["type"] = "scatter"
+        c["series"] = []
+        for pc in scatters:
+            offs = pc.get_offsets()
+            n = len(offs)
+            s = {"label": _label(pc), "points": [[_jv(p[0]), _jv(p[1])] for p in offs[:_MAX_POINTS]]}
+            if n > _MAX_POINTS:
+                s["truncated"] = {"points": n}
+            c["series"].append(s)
+        return c
+    return None
+
+
+def _chart(fig):
+    """A matplotlib figure as chart data (see PROTOCOL.md): the chart of its
+    one Axes, or a "composite" of the charts of several; None if none."""
+    charts = [c for c in (_axes_chart(ax) for ax in fig.axes) if c is not None]
+    if not charts:
+        return None
+    if len(charts) == 1:
+        return charts[0]
+    title = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    return {"type": "composite", "title": title, "charts": charts}
+
+
 def display(*objs, raw=False, **kwargs):
     """Show each object as a rich output (IPython-compatible subset).
 
@@ -305,6 +446,27 @@ def display(*objs, raw=False, **kwargs):
 
 
 builtins.display = display
+
+_builtin_print = builtins.print
+
+
+def _print(*objects, sep=" ", end="\n", file=None, flush=False):
+    """print() that writes its text and `end` to the kernel's stdout/stderr
+    with one write, not one per piece: with -u every piece is its own pipe
+    write, and a print would often reach the driver as "text" then "\n".
+    Anything unusual (another file, odd sep/end) goes to the real print."""
+    f = sys.stdout if file is None else file
+    if (f is not _orig_out and f is not _orig_err) or not (sep is None or isinstance(sep, str)) \
+            or not (end is None or isinstance(end, str)):
+        return _builtin_print(*objects, sep=sep, end=end, file=file, flush=flush)
+    f.write((" " if sep is None else sep).join(map(str, objects)) + ("\n" if end is None else end))
+    if flush:
+        f.flush()
+
+
+_print.__name__ = _print.__qualname__ = "print"
+_print.__doc__ = _builtin_print.__doc__
+builtins.print = _print
 
 
 # ---------------------------------------------------------- matplotlib/plotly
@@ -329,6 +491,21 @@ def _patch_pyplot(plt):
     fig_mod = sys.modules.get("matplotlib.figure")
     if fig_mod is not None:
         fig_mod.Figure.show = lambda self, *a, **k: display(self)
+    axes_mod = sys.modules.get("matplotlib.axes")
+    if axes_mod is not None:
+        # Box plots are lines once drawn: keep their statistics for _chart.
+        bxp = axes_mod.Axes.bxp
+
+        def _bxp(self, bxpstats, *args, **kwargs):
+            r = bxp(self, bxpstats, *args, **kwargs)
+            try:
+                stats = [dict(st) for st in bxpstats]
+                self.__dict__["_sbx_boxes"] = self.__dict__.get("_sbx_boxes", []) + stats
+            except Exception:
+                pass
+            return r
+        _bxp.__doc__, _bxp.__name__ = bxp.__doc__, bxp.__name__
+        axes_mod.Axes.bxp = _bxp
 
 
 def _patch_plotly(mod):
@@ -475,6 +652,71 @@ def _run_code(co):
     return r
 
 
+def _shell(cmd):
+    """Runs one `!cmd` line in bash, in the cwd, its output on the kernel's
+    fd 1/2 (streamed like any output); its status goes to `_exit_code`."""
+    import subprocess
+    _flush_std()
+    rc = subprocess.run(["bash", "-c", cmd]).returncode
+    _ns["_exit_code"] = rc
+
+
+builtins.__sandboxd_shell__ = _shell
+
+
+def _special_lines(lines):
+    """{line index: "!" or "%"} for the lines of a cell that begin, as a
+    statement, with `!` (a shell line) or `%` (an IPython magic): neither is
+    valid Python there, and a `!` or `%` inside a string is not one."""
+    if not any(l.lstrip()[:1] in ("!", "%") for l in lines):
+        return {}                # the common case: no tokenizing
+    import tokenize
+    found = {}
+    try:
+        depth, at_start = 0, True
+        for tok in tokenize.generate_tokens(iter(lines).__next__ if lines else iter([""]).__next__):
+            t, text = tok.type, tok.string
+            if t in (tokenize.NEWLINE, tokenize.NL, tokenize.INDENT, tokenize.DEDENT):
+                at_start = depth == 0
+                continue
+            if t in (tokenize.COMMENT, tokenize.ENDMARKER):
+                continue
+            if at_start and depth == 0 and text in ("!", "%", "%%") and t in (tokenize.ERRORTOKEN, tokenize.OP):
+                found[tok.start[0] - 1] = text[0]
+            if t == tokenize.OP and text in "([{":
+                depth += 1
+            elif t == tokenize.OP and text in ")]}":
+                depth = max(0, depth - 1)
+            at_start = False
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        # e.g. a shell line with an unbalanced triple quote: by line instead.
+        found = {i: l.lstrip()[0] for i, l in enumerate(lines) if l.lstrip()[:1] in ("!", "%")}
+    return found
+
+
+def _transform(code, lines, fname):
+    """The cell with each `!cmd` line made a call of _shell (same line
+    numbers); a `%magic` line is an error: IPython magics are not available."""
+    special = _special_lines(lines)
+    if not special:
+        return code, lines
+    out = list(lines)
+    for i, kind in sorted(special.items()):
+        line = lines[i]
+        indent = line[:len(line) - len(line.lstrip())]
+        body = line.strip()
+        if kind == "%":
+            name = body.lstrip("%").split(None, 1)[0] if body.lstrip("%") else ""
+            hint = (" Install packages with a shell line instead: !pip install <package>"
+                    if name in ("pip", "conda", "mamba") else "")
+            err = SyntaxError("%%%s is not supported: sandboxd runs a plain Python kernel without "
+                              "IPython magics (only !cmd shell lines are available).%s" % (name, hint),
+                              (fname, i + 1, len(indent) + 1, line))
+            raise err
+        out[i] = "%s__sandboxd_shell__(%r)\n" % (indent, body[1:].strip())
+    return "".join(out), out
+
+
 def _exec_cell(code):
     global _cell, _keep_src
     _cell += 1
@@ -484,6 +726,7 @@ def _exec_cell(code):
     # inspect.getsource show the user's lines, also from later cells.
     lines = io.StringIO(code, None).readlines()   # universal newlines, like the tokenizer
     linecache.cache[fname] = (len(code), None, lines, fname)
+    code, lines = _transform(code, lines, fname)
     tree = ast.parse(code, fname)
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -593,6 +836,8 @@ def _run(cid, code):
             signal.signal(signal.SIGINT, _on_sigint)   # user replaced it
         if not hasattr(builtins, "display"):
             builtins.display = display
+        if not hasattr(builtins, "__sandboxd_shell__"):
+            builtins.__sandboxd_shell__ = _shell
         e = _guarded(_exec_cell, code)
         if _child:                       # a child forked by the cell came back
             _flush_std()                 # here: it must not become a 2nd kernel
@@ -615,7 +860,9 @@ def _run(cid, code):
             status = "error"
     if not _keep_src:
         linecache.cache.pop("<cell-%d>" % _cell, None)
-    _send("done", end=True, status=status)
+    # Like Jupyter's execution_count: cells run by this kernel, this one
+    # included (a restarted kernel counts from 1 again).
+    _send("done", end=True, status=status, execution_count=_cell)
 
 
 def _read_line(buf):

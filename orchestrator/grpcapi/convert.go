@@ -327,6 +327,10 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 			code := int32(*e.ExitCode)
 			d.ExitCode = &code
 		}
+		if e.ExecutionCount != nil {
+			n := *e.ExecutionCount
+			d.ExecutionCount = &n
+		}
 		for _, f := range e.Files {
 			d.Files = append(d.Files, &sandboxv1.FileRef{Path: validUTF8(f.Path), Size: f.Size})
 		}

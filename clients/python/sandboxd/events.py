@@ -160,6 +160,9 @@ class Done(Event):
     files: List[FileRef]
     time: Optional[datetime.datetime]
     output_truncated: bool
+    #: The Python kernel's cell counter, as Jupyter's execution_count (None
+    #: for bash, and when the kernel died during the command).
+    execution_count: Optional[int] = None
 
     @property
     def ok(self) -> bool:
@@ -261,5 +264,6 @@ def event_from_proto(ev) -> Event:
             files=[FileRef(f.path, f.size) for f in d.files],
             time=_time(d.time),
             output_truncated=d.output_truncated,
+            execution_count=d.execution_count if d.HasField("execution_count") else None,
         )
     return Event(seq, cid)

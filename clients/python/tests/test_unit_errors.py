@@ -126,6 +126,11 @@ class EventConversionTest(unittest.TestCase):
         self.assertEqual(done.files, [sandboxd.FileRef("a.txt", 3)])
         self.assertFalse(done.ok)
 
+    def test_execution_count(self):
+        done = event_from_proto(pb.ExecuteEvent(seq=1, done=pb.Done(status=pb.COMMAND_STATUS_OK, execution_count=4)))
+        self.assertEqual(done.execution_count, 4)
+        self.assertIsNone(event_from_proto(pb.ExecuteEvent(seq=1, done=pb.Done(exit_code=0))).execution_count)
+
     def test_exit_code_unset_and_unknown_status(self):
         done = event_from_proto(pb.ExecuteEvent(seq=1, done=pb.Done(status=99)))
         self.assertIsNone(done.exit_code)

@@ -1069,7 +1069,11 @@ type ExecuteRequest struct {
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
 	// code is the source to run; it may be empty. At most 1 MiB of UTF-8, or
 	// less when the server says so (sandboxd --max-code); longer code is
-	// INVALID_ARGUMENT.
+	// INVALID_ARGUMENT. Python code may hold IPython-style shell lines: a line
+	// whose statement begins with "!" runs the rest of the line in bash, its
+	// output streamed (a documented subset, see ioproto/PROTOCOL.md). IPython
+	// magics ("%pip", "%time", ...) are not supported: a cell with one fails
+	// with a SyntaxError that says so.
 	Code string `protobuf:"bytes,4,opt,name=code,proto3" json:"code,omitempty"`
 	// timeout is the command's wall-clock limit, counted from when it starts
 	// (not while queued behind another command). Unset or zero means the
@@ -1522,6 +1526,15 @@ type Display struct {
 	// that makes two keys equal, the later one (in the order of the original
 	// bytes; a key that was valid always keeps its name) gets the suffix "#2",
 	// "#3", ..., so that no value is lost.
+	//
+	// Structured data (JSON text; best effort, absent if extraction failed):
+	// a pandas DataFrame also carries its rows under
+	// "application/vnd.dataresource+json" (Table Schema: {"schema": {"fields",
+	// "primaryKey"}, "data": [rows]}, at most 1000 rows, with "truncated":
+	// {"rows": total} past that); a matplotlib figure also carries its chart
+	// under "application/vnd.sandboxd.chart+json" ({"type": line | scatter |
+	// bar | pie | box | composite, "title", "x_label", "y_label", and the
+	// series, bars, slices or boxes}). ioproto/PROTOCOL.md documents both.
 	Data          map[string]string `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1567,8 +1580,9 @@ func (x *Display) GetData() map[string]string {
 // Result is the value of the code's final expression, as a MIME bundle.
 type Result struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// data maps MIME types to values, encoded as in Display.data; it always
-	// includes text/plain (the repr of the value).
+	// data maps MIME types to values, encoded as in Display.data (structured
+	// DataFrame and chart data included); it always includes text/plain (the
+	// repr of the value).
 	Data          map[string]string `protobuf:"bytes,1,rep,name=data,proto3" json:"data,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1693,7 +1707,9 @@ type Done struct {
 	// reason explains the status or the lost state for humans, when status is
 	// not OK or state_lost is true; empty otherwise.
 	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
-	// exit_code is the shell's exit status, for bash commands only.
+	// exit_code is the shell's exit status, for bash commands only: set for
+	// every bash command that exited, 0 included; unset for Python and when
+	// bash itself was killed by a signal.
 	ExitCode *int32 `protobuf:"varint,5,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	// files lists the files under /workspace created or changed while the
 	// command ran (at most 1000), so a client can download new results.
@@ -1705,8 +1721,15 @@ type Done struct {
 	// on stderr, and `reason` says how much was dropped. The command itself
 	// ran to its end.
 	OutputTruncated bool `protobuf:"varint,8,opt,name=output_truncated,json=outputTruncated,proto3" json:"output_truncated,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// execution_count is the Python kernel's cell counter, as Jupyter's
+	// execution_count: the number of cells this kernel has run, this one
+	// included (1 for the first command after a kernel start; a kernel that
+	// was restarted, see state_lost, counts from 1 again). Set for Python
+	// commands the kernel completed; unset for bash and when the kernel died
+	// during the command.
+	ExecutionCount *int64 `protobuf:"varint,9,opt,name=execution_count,json=executionCount,proto3,oneof" json:"execution_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Done) Reset() {
@@ -1793,6 +1816,13 @@ func (x *Done) GetOutputTruncated() bool {
 		return x.OutputTruncated
 	}
 	return false
+}
+
+func (x *Done) GetExecutionCount() int64 {
+	if x != nil && x.ExecutionCount != nil {
+		return *x.ExecutionCount
+	}
+	return 0
 }
 
 // FileRef names a file under /workspace.
@@ -3107,7 +3137,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05Error\x12\x14\n" +
 	"\x05ename\x18\x01 \x01(\tR\x05ename\x12\x16\n" +
 	"\x06evalue\x18\x02 \x01(\tR\x06evalue\x12\x1c\n" +
-	"\ttraceback\x18\x03 \x03(\tR\ttraceback\"\xdd\x02\n" +
+	"\ttraceback\x18\x03 \x03(\tR\ttraceback\"\x9f\x03\n" +
 	"\x04Done\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.sandbox.v1.CommandStatusR\x06status\x125\n" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1d\n" +
@@ -3117,9 +3147,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\texit_code\x18\x05 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12)\n" +
 	"\x05files\x18\x06 \x03(\v2\x13.sandbox.v1.FileRefR\x05files\x12.\n" +
 	"\x04time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12)\n" +
-	"\x10output_truncated\x18\b \x01(\bR\x0foutputTruncatedB\f\n" +
+	"\x10output_truncated\x18\b \x01(\bR\x0foutputTruncated\x12,\n" +
+	"\x0fexecution_count\x18\t \x01(\x03H\x01R\x0eexecutionCount\x88\x01\x01B\f\n" +
 	"\n" +
-	"_exit_code\"1\n" +
+	"_exit_codeB\x12\n" +
+	"\x10_execution_count\"1\n" +
 	"\aFileRef\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"W\n" +

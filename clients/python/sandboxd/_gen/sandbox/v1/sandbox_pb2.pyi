@@ -73,8 +73,9 @@ class Display(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Done(_message.Message):
-    __slots__ = ["duration", "exit_code", "files", "output_truncated", "reason", "state_lost", "status", "time"]
+    __slots__ = ["duration", "execution_count", "exit_code", "files", "output_truncated", "reason", "state_lost", "status", "time"]
     DURATION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_COUNT_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +84,7 @@ class Done(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     duration: _duration_pb2.Duration
+    execution_count: int
     exit_code: int
     files: _containers.RepeatedCompositeFieldContainer[FileRef]
     output_truncated: bool
@@ -90,7 +92,7 @@ class Done(_message.Message):
     state_lost: bool
     status: CommandStatus
     time: _timestamp_pb2.Timestamp
-    def __init__(self, status: _Optional[_Union[CommandStatus, str]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., state_lost: bool = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., files: _Optional[_Iterable[_Union[FileRef, _Mapping]]] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., output_truncated: bool = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[CommandStatus, str]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., state_lost: bool = ..., reason: _Optional[str] = ..., exit_code: _Optional[int] = ..., files: _Optional[_Iterable[_Union[FileRef, _Mapping]]] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., output_truncated: bool = ..., execution_count: _Optional[int] = ...) -> None: ...
 
 class DownloadFileRequest(_message.Message):
     __slots__ = ["path", "sandbox_id"]
