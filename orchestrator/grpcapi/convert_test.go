@@ -1,0 +1,44 @@
+package grpcapi
+
+import (
+	"testing"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// TestDoneOptionalFields: exit_code and execution_count are present when
+// the driver gave them, zero included (a bash command that exited 0, a
+// first cell), and absent when it did not.
+func TestDoneOptionalFields(t *testing.T) {
+	zero, three := 0, 3
+	var one int64 = 1
+	for _, tc := range []struct {
+		name      string
+		exit      *int
+		count     *int64
+		wantExit  *int32
+		wantCount *int64
+	}{
+		{"bash exit 0", &zero, nil, ptr(int32(0)), nil},
+		{"bash exit 3", &three, nil, ptr(int32(3)), nil},
+		{"python cell 1", nil, &one, nil, ptr(int64(1))},
+		{"neither", nil, nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev, ok := eventToProto(orchestrator.Event{Seq: 1, Type: ioproto.EventDone, Status: ioproto.StatusOK, ExitCode: tc.exit, ExecutionCount: tc.count}, "c1")
+			if !ok {
+				t.Fatal("done event not converted")
+			}
+			d := ev.GetDone()
+			if (d.ExitCode == nil) != (tc.wantExit == nil) || (d.ExitCode != nil && *d.ExitCode != *tc.wantExit) {
+				t.Errorf("exit_code = %v, want %v", d.ExitCode, tc.wantExit)
+			}
+			if (d.ExecutionCount == nil) != (tc.wantCount == nil) || (d.ExecutionCount != nil && *d.ExecutionCount != *tc.wantCount) {
+				t.Errorf("execution_count = %v, want %v", d.ExecutionCount, tc.wantCount)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
