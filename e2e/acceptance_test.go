@@ -36,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -182,7 +183,7 @@ func acceptCrashResume(t *testing.T, env *e2eEnv) {
 
 	d = env.start(t, "--listen", addr)
 	c, conn := d.client(t)
-	waitServing(t, conn)
+	testenv.WaitServing(t, conn)
 	restarted := time.Now()
 
 	full := streamEvents(t, ctx, c, sbID, "slow-1", 0)
@@ -337,7 +338,7 @@ func acceptTwentySurviveRestart(t *testing.T, env *e2eEnv) {
 	d.kill9(t)
 	d = env.start(t)
 	c, conn := d.client(t)
-	waitServing(t, conn)
+	testenv.WaitServing(t, conn)
 
 	list, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{})
 	if err != nil {

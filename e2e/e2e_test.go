@@ -142,27 +142,6 @@ func (d *daemon) client(t *testing.T) (sandboxv1.SandboxServiceClient, *grpc.Cli
 	return sandboxv1.NewSandboxServiceClient(conn), conn
 }
 
-// waitServing blocks until health reports SERVING, using Watch so no
-// polling or sleeping is needed.
-func waitServing(t *testing.T, conn *grpc.ClientConn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatalf("health watch: %v", err)
-	}
-	for {
-		resp, err := w.Recv()
-		if err != nil {
-			t.Fatalf("server never reported SERVING: %v", err)
-		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-	}
-}
-
 // e2eCtx bounds a whole test; container starts take seconds, not minutes.
 func e2eCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

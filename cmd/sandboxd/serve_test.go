@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
@@ -40,27 +40,6 @@ func startServe(t *testing.T, ctx context.Context, fake *grpcapitest.Manager, gr
 	return conn, done
 }
 
-// waitServing blocks until health reports SERVING, using Watch so no
-// polling or sleeping is needed.
-func waitServing(t *testing.T, conn *grpc.ClientConn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatalf("health watch: %v", err)
-	}
-	for {
-		resp, err := w.Recv()
-		if err != nil {
-			t.Fatalf("server never reported SERVING: %v", err)
-		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-	}
-}
-
 func waitDone(t *testing.T, done <-chan error) error {
 	t.Helper()
 	select {
@@ -77,7 +56,7 @@ func TestServeShutsDownAndClosesManager(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, done := startServe(t, ctx, fake, 5*time.Second)
-	waitServing(t, conn)
+	testenv.WaitServing(t, conn)
 
 	cancel() // what SIGTERM does
 	if err := waitDone(t, done); err != nil {
@@ -102,7 +81,7 @@ func TestServeForcesStopAfterGrace(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, done := startServe(t, ctx, fake, 50*time.Millisecond)
-	waitServing(t, conn)
+	testenv.WaitServing(t, conn)
 
 	callCtx, callCancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer callCancel()

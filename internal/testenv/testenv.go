@@ -15,6 +15,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // DefaultImage is the sandbox image `make image` builds (the Makefile's
@@ -116,4 +119,26 @@ func Chromium(t testing.TB) string {
 	}
 	Unavailable(t, "chromium is not installed (apt-get install chromium)")
 	return ""
+}
+
+// WaitServing blocks until the server behind conn reports SERVING on the
+// standard health service, failing t after 10 seconds. It uses Watch, so
+// no polling or sleeping is needed.
+func WaitServing(t testing.TB, conn *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health watch: %v", err)
+	}
+	for {
+		resp, err := w.Recv()
+		if err != nil {
+			t.Fatalf("server never reported SERVING: %v", err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+	}
 }
