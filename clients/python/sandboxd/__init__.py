@@ -12,9 +12,10 @@ It needs Debian's python3-grpcio and python3-protobuf (or any grpcio >= 1.51
 and protobuf 4.21.x). See clients/python/README.md.
 """
 
-from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, connect
+from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, Watch, connect
 from .errors import (
     Aborted,
+    AlreadyExists,
     Cancelled,
     DeadlineExceeded,
     FailedPrecondition,
@@ -39,6 +40,7 @@ from .events import (
     Started,
     Stderr,
     Stdout,
+    WatchEvent,
 )
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "Sandbox",
     "Execution",
     "Files",
+    "Watch",
     "connect",
     "MAX_MESSAGE_SIZE",
     "CommandStatus",
@@ -59,10 +62,12 @@ __all__ = [
     "Done",
     "FileRef",
     "FileInfo",
+    "WatchEvent",
     "SandboxInfo",
     "SandboxdError",
     "NotFound",
     "InvalidArgument",
+    "AlreadyExists",
     "FailedPrecondition",
     "ResourceExhausted",
     "Unavailable",

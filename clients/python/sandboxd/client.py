@@ -23,10 +23,11 @@ from .events import (
     SandboxInfo,
     Stderr,
     Stdout,
+    WatchEvent,
     event_from_proto,
 )
 
-__all__ = ["Client", "Sandbox", "Execution", "Files", "connect", "MAX_MESSAGE_SIZE"]
+__all__ = ["Client", "Sandbox", "Execution", "Files", "Watch", "connect", "MAX_MESSAGE_SIZE"]
 
 # MAX_MESSAGE_SIZE is the largest message sandboxd sends (a plot inline in
 # one event); the client's receive limit is raised to it.
@@ -527,12 +528,95 @@ class Files:
             raise from_rpc_error(e) from e
         return b"".join(parts)
 
-    def list(self, path: str = "") -> List[FileInfo]:
-        """One directory's entries (not recursive), sorted by path; for a
-        file, just that file. "" is /workspace itself."""
+    def list(self, path: str = "", depth: int = 1) -> List[FileInfo]:
+        """A directory's entries, sorted by path; for a file, just that
+        file. "" is /workspace itself. depth 1 lists the direct children, 2
+        their children too, and so on up to 10 (symbolic links are listed,
+        not followed); ResourceExhausted past 10000 entries."""
         sb = self._sandbox
-        resp = sb.client._call(sb.client._stub.ListFiles, pb.ListFilesRequest(sandbox_id=sb.id, path=path))
+        resp = sb.client._call(sb.client._stub.ListFiles,
+                               pb.ListFilesRequest(sandbox_id=sb.id, path=path, depth=depth))
         return [FileInfo.from_proto(f) for f in resp.files]
+
+    def mkdir(self, path: str, parents: bool = False) -> FileInfo:
+        """Creates a directory. With parents, missing parents are created
+        and an existing directory is fine (mkdir -p); without, AlreadyExists
+        when path exists and NotFound when its parent does not."""
+        sb = self._sandbox
+        resp = sb.client._call(sb.client._stub.MakeDirectory,
+                               pb.MakeDirectoryRequest(sandbox_id=sb.id, path=path, parents=parents))
+        return FileInfo.from_proto(resp.file)
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, a link or an empty directory; with recursive, a
+        directory with everything in it. NotFound when path does not
+        exist; FailedPrecondition for a non-empty directory without
+        recursive."""
+        sb = self._sandbox
+        sb.client._call(sb.client._stub.Remove,
+                        pb.RemoveRequest(sandbox_id=sb.id, path=path, recursive=recursive))
+
+    def rename(self, src: str, dst: str, overwrite: bool = False) -> FileInfo:
+        """Moves src to dst within /workspace and returns it at its new
+        path. AlreadyExists when dst exists, unless overwrite."""
+        sb = self._sandbox
+        resp = sb.client._call(sb.client._stub.Rename,
+                               pb.RenameRequest(sandbox_id=sb.id, to=dst, overwrite=overwrite, **{"from": src}))
+        return FileInfo.from_proto(resp.file)
+
+    def watch(self, path: str = "", recursive: bool = False, timeout=None) -> "Watch":
+        """Watches a directory: returns once the watch is in place, so
+        every change made after it is reported (with recursive, also in
+        subdirectories, those created later included). Iterate over the
+        result for WatchEvents; close() it (or leave its `with` block) to
+        stop. timeout (seconds or a timedelta) ends the watch with
+        DeadlineExceeded; None watches until closed."""
+        sb = self._sandbox
+        client = sb.client
+        if isinstance(timeout, datetime.timedelta):
+            timeout = timeout.total_seconds()
+        call = client._stub.WatchDirectory(
+            pb.WatchDirectoryRequest(sandbox_id=sb.id, path=path, recursive=recursive),
+            metadata=client._metadata, timeout=timeout)
+        watch = Watch(call)
+        try:
+            next(call)  # the first message says the watch is in place
+        except grpc.RpcError as e:
+            call.cancel()
+            raise from_rpc_error(e) from e
+        except StopIteration:
+            raise Unavailable("WatchDirectory ended before the watch was in place",
+                              grpc.StatusCode.UNAVAILABLE) from None
+        return watch
+
+
+class Watch:
+    """A WatchDirectory stream: an iterator of WatchEvents that ends when
+    the sandbox goes away, or raises the server's error. close() stops it
+    from any thread."""
+
+    def __init__(self, call):
+        self._call = call
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        try:
+            for msg in self._call:
+                if msg.HasField("event"):
+                    yield WatchEvent.from_proto(msg)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise from_rpc_error(e) from e
+
+    def close(self) -> None:
+        self._call.cancel()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
 
 
 def connect(addr: str, user_id: str, token: Optional[str] = None, tls: bool = False,

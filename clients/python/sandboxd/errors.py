@@ -53,6 +53,13 @@ class InvalidArgument(SandboxdError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class AlreadyExists(SandboxdError):
+    """Something the request would create is there already: a file or
+    directory, or a command ID used for a different command."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
 class FailedPrecondition(SandboxdError):
     """The request is valid but cannot be served now (sandbox dead, image
     missing)."""
@@ -109,6 +116,7 @@ _BY_CODE = {
     for cls in (
         NotFound,
         InvalidArgument,
+        AlreadyExists,
         FailedPrecondition,
         ResourceExhausted,
         Unavailable,

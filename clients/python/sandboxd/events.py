@@ -24,6 +24,7 @@ __all__ = [
     "Done",
     "FileRef",
     "FileInfo",
+    "WatchEvent",
     "SandboxInfo",
     "event_from_proto",
 ]
@@ -171,16 +172,56 @@ class Done(Event):
 
 @dataclass(frozen=True)
 class FileInfo:
-    """A file or directory under /workspace (path relative to it)."""
+    """A file or directory under /workspace (path relative to it).
+
+    `type` is "FILE", "DIRECTORY", "SYMLINK" (links are never followed) or
+    "OTHER" (FIFO, socket, device); `mode` the permission bits (0o7777 at
+    most); `uid`/`gid` the numeric owner as seen inside the sandbox (1000
+    is the sandbox user)."""
 
     path: str
     size: int
     is_dir: bool
     mod_time: Optional[datetime.datetime]
+    type: str = "UNSPECIFIED"
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
 
     @classmethod
     def from_proto(cls, m):
-        return cls(path=m.path, size=m.size, is_dir=m.is_dir, mod_time=_time(m.mod_time))
+        return cls(path=m.path, size=m.size, is_dir=m.is_dir, mod_time=_time(m.mod_time),
+                   type=_enum_name("FileType", m.type, "FILE_TYPE_"),
+                   mode=m.mode, uid=m.uid, gid=m.gid)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change under a watched directory (Files.watch). `type` is
+    "CREATE", "WRITE", "REMOVE" or "RENAME"; `path` is relative to
+    /workspace; `dropped` counts events dropped before this one because the
+    reader was too slow."""
+
+    type: str
+    path: str
+    time: Optional[datetime.datetime]
+    dropped: int = 0
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(type=_enum_name("WatchEventType", m.event.type, "WATCH_EVENT_TYPE_"),
+                   path=m.event.path, time=_time(m.event.time), dropped=m.dropped)
+
+
+def _enum_name(enum: str, value: int, prefix: str) -> str:
+    """A proto enum value's name without its prefix ("FILE"), or
+    "UNSPECIFIED" for a value this client does not know."""
+    from ._gen.sandbox.v1 import sandbox_pb2
+
+    try:
+        return getattr(sandbox_pb2, enum).Name(value)[len(prefix):]
+    except ValueError:
+        return "UNSPECIFIED"
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,53 @@ class LiveTest(unittest.TestCase):
         with self.assertRaises(sandboxd.InvalidArgument):
             self.sb.files.upload("../escape.txt", b"x")
 
+    def test_file_operations(self):
+        files = self.sb.files
+        d = files.mkdir("a/b", parents=True)
+        self.assertEqual((d.path, d.type, d.is_dir), ("a/b", "DIRECTORY", True))
+        with self.assertRaises(sandboxd.AlreadyExists):
+            files.mkdir("a/b")
+        with self.assertRaises(sandboxd.NotFound):
+            files.mkdir("x/y")  # no parents
+        info = files.upload("a/b/f.txt", b"hello")
+        self.assertEqual((info.type, info.uid, info.mode & 0o600), ("FILE", 1000, 0o600))
+        self.assertEqual([f.path for f in files.list("a", depth=2)], ["a/b", "a/b/f.txt"])
+        self.assertEqual([f.path for f in files.list("a")], ["a/b"])
+        moved = files.rename("a/b/f.txt", "g.txt")
+        self.assertEqual((moved.path, moved.size), ("g.txt", 5))
+        files.upload("h.txt", b"other")
+        with self.assertRaises(sandboxd.AlreadyExists):
+            files.rename("g.txt", "h.txt")
+        files.rename("g.txt", "h.txt", overwrite=True)
+        self.assertEqual(files.download("h.txt"), b"hello")
+        with self.assertRaises(sandboxd.FailedPrecondition):
+            files.remove("a")  # not empty
+        files.remove("a", recursive=True)
+        with self.assertRaises(sandboxd.NotFound):
+            files.remove("a")
+        self.assertEqual([f.path for f in files.list()], ["h.txt"])
+
+    def test_watch_reports_changes_made_after_it_returns(self):
+        self.sb.files.mkdir("w")
+        events = []
+        # The timeout bounds the wait: a missing event fails the test with
+        # DeadlineExceeded instead of hanging it.
+        with self.sb.files.watch("w", recursive=True, timeout=60) as watch:
+            # The watch is in place when watch() returns: the writes below
+            # are reported, in order per path.
+            self.assertTrue(self.sb.run_collect(
+                "mkdir -p w/sub && echo x > w/sub/new.txt && rm w/sub/new.txt", language="bash").ok)
+            try:
+                for ev in watch:
+                    events.append((ev.type, ev.path))
+                    if ev.type == "REMOVE" and ev.path == "w/sub/new.txt":
+                        break
+            except sandboxd.DeadlineExceeded:
+                self.fail("no REMOVE of w/sub/new.txt within 60 s; got %r" % events)
+        self.assertIn(("CREATE", "w/sub"), events)
+        self.assertIn(("CREATE", "w/sub/new.txt"), events)
+        self.assertLess(events.index(("CREATE", "w/sub/new.txt")), events.index(("REMOVE", "w/sub/new.txt")))
+
     def test_errors_carry_the_server_message(self):
         with self.assertRaises(sandboxd.NotFound) as cm:
             self.client.sandbox("sb-" + "a" * 20)

@@ -29,6 +29,7 @@ class ErrorMappingTest(unittest.TestCase):
     CASES = [
         (grpc.StatusCode.NOT_FOUND, sandboxd.NotFound),
         (grpc.StatusCode.INVALID_ARGUMENT, sandboxd.InvalidArgument),
+        (grpc.StatusCode.ALREADY_EXISTS, sandboxd.AlreadyExists),
         (grpc.StatusCode.FAILED_PRECONDITION, sandboxd.FailedPrecondition),
         (grpc.StatusCode.RESOURCE_EXHAUSTED, sandboxd.ResourceExhausted),
         (grpc.StatusCode.UNAVAILABLE, sandboxd.Unavailable),
