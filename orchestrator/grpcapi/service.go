@@ -165,12 +165,17 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		CommandID: req.GetCommandId(),
 		Language:  req.GetLanguage(),
 		Code:      req.GetCode(),
+		Stdin:     req.GetStdin(),
+		Pty:       ptyToDomain(req.GetPty()),
 	}
 	if t := req.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {
 			return invalid("timeout: %v", err)
 		}
 		er.Timeout = t.AsDuration()
+	}
+	if p := req.GetPty(); p != nil && (p.GetRows() == 0 || p.GetCols() == 0) {
+		return invalid("pty is set without rows and cols (%dx%d)", p.GetRows(), p.GetCols())
 	}
 	cmdID, err := s.m.Submit(ctx, er)
 	if err != nil {
