@@ -11,6 +11,11 @@ import (
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
+// CommandIDHeader is the response header Execute sends once the command
+// is queued, holding its ID (the caller's, or the one generated): a
+// client may send its input from then on.
+const CommandIDHeader = "sandboxd-command-id"
+
 // ProcessManager is the part of *orchestrator.Manager behind the
 // interactive-command calls (SendStdin, CloseStdin, ResizePty,
 // ListCommands). It is its own interface so that a Manager without it (a

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -181,6 +182,9 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 	if err != nil {
 		return s.fail(ctx, "Execute", err)
 	}
+	// The header tells the client the command is in the sandbox's log
+	// before any event: SendStdin can follow at once (processes.go).
+	_ = stream.SendHeader(metadata.Pairs(CommandIDHeader, cmdID))
 	return s.follow(ctx, "Execute", req.GetSandboxId(), cmdID, 0, stream)
 }
 
