@@ -67,13 +67,18 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 	st := newStopper(rec.TimeoutMS)
 	defer st.stop()
 	eofs, streams := 0, files.streams()
-	var drain <-chan time.Time
+	var drain, idle <-chan time.Time
+	var idleTimer *time.Timer
+	isPty := feed != nil && feed.pty
 	killed := false
 	emitItem := func(it outputItem) {
 		if it.eof {
 			eofs++
 		} else {
 			d.emitText(ev, it.stream, it.text)
+		}
+		if idleTimer != nil {
+			idleTimer.Reset(ptyDrainIdle)
 		}
 	}
 	for exited != nil || eofs < streams {
@@ -98,6 +103,14 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 			t := time.NewTimer(drainBound)
 			defer t.Stop()
 			drain = t.C
+			if isPty {
+				idleTimer = time.NewTimer(ptyDrainIdle)
+				defer idleTimer.Stop()
+				idle = idleTimer.C
+			}
+		case <-idle:
+			d.log.Debug("bash: terminal silent after the command ended; its output is complete", "command_id", rec.CommandID)
+			eofs = streams
 		case <-drain:
 			d.log.Warn("bash: output pipes still open after the script ended (a process left its group); not waiting further", "command_id", rec.CommandID)
 			eofs = streams
@@ -155,6 +168,13 @@ func describeExit(st *os.ProcessState) string {
 	}
 	return fmt.Sprintf("exit status %d", st.ExitCode())
 }
+
+// ptyDrainIdle ends the reading of a terminal's output once the command
+// has ended and the terminal has been silent this long (within drainBound
+// in all). A terminal's master does not always report the end: under
+// gVisor it was seen to wait for drainBound each time, where runc's reads
+// EIO at once; and nothing of the command's group is left to write to it.
+const ptyDrainIdle = 100 * time.Millisecond
 
 // bashFiles are a bash command's standard files as the driver holds them.
 type bashFiles struct {
