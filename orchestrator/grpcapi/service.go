@@ -184,7 +184,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 	}
 	// The header tells the client the command is in the sandbox's log
 	// before any event: SendStdin can follow at once (processes.go).
-	_ = stream.SendHeader(metadata.Pairs(CommandIDHeader, cmdID))
+	_ = grpc.SendHeader(ctx, metadata.Pairs(CommandIDHeader, cmdID))
 	return s.follow(ctx, "Execute", req.GetSandboxId(), cmdID, 0, stream)
 }
 
