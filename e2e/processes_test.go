@@ -120,9 +120,12 @@ func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 	}
 	w := startWait(p)
 	w.awaitStdout(t, ctx, "name?")
+	sentAt := time.Now()
 	if err := p.SendStdin(ctx, []byte("Ada\n")); err != nil {
 		t.Fatal(err)
 	}
+	w.awaitStdout(t, ctx, "hi Ada")
+	t.Logf("SendStdin to the answer's output: %v", time.Since(sentAt))
 	if o := w.result(t, ctx); o.Stdout != "name?\nhi Ada\n" || o.Done.Status != client.StatusOK || o.Done.ExitCode == nil || *o.Done.ExitCode != 0 {
 		t.Errorf("interactive read: stdout %q, done %+v", o.Stdout, o.Done)
 	}
