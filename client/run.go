@@ -30,12 +30,21 @@ type Command struct {
 	Code string
 	// Timeout is the command's limit; 0 means sandboxd's default.
 	Timeout time.Duration
+	// Stdin keeps a bash command's input open for Process.SendStdin
+	// (processes.go); without it the command reads EOF at once.
+	Stdin bool
+	// Pty, when set, runs a bash command on a terminal of that size.
+	Pty *PtySize
 }
 
 func (cmd Command) request() *sandboxv1.ExecuteRequest {
 	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code}
 	if cmd.Timeout > 0 {
 		req.Timeout = durationpb.New(cmd.Timeout)
+	}
+	req.Stdin = cmd.Stdin
+	if cmd.Pty != nil {
+		req.Pty = &sandboxv1.PtySize{Rows: cmd.Pty.Rows, Cols: cmd.Pty.Cols}
 	}
 	return req
 }

@@ -29,24 +29,19 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 		return d.bashFailed(ev, fmt.Errorf("write script: %w", werr))
 	}
 
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return d.bashFailed(ev, err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(outR, outW)
-		return d.bashFailed(ev, err)
-	}
+	feed := d.stdinFeedOf(rec.CommandID)
 	cmd := exec.Command("bash", script.Name())
 	cmd.Dir = d.cfg.Workspace
-	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		closeAll(outR, outW, errR, errW)
+	files, err := d.bashIO(cmd, feed)
+	if err != nil {
 		return d.bashFailed(ev, err)
 	}
-	closeAll(outW, errW)
+	if err := cmd.Start(); err != nil {
+		files.closeAll()
+		return d.bashFailed(ev, err)
+	}
+	files.started()
 	pgid := cmd.Process.Pid
 	// Whatever the script left running in its group ends with it.
 	defer killGroup(pgid)
@@ -54,9 +49,15 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 	output := make(chan outputItem, 64)
 	stop := make(chan struct{})
 	defer close(stop)
-	defer closeAll(outR, errR)
-	go (&outputReader{stream: ioproto.EventStdout, out: output, stop: stop}).pump(outR)
-	go (&outputReader{stream: ioproto.EventStderr, out: output, stop: stop}).pump(errR)
+	defer files.closeAll()
+	if feed != nil {
+		defer feed.end()
+		feed.start(files.in)
+	}
+	go (&outputReader{stream: ioproto.EventStdout, out: output, stop: stop}).pump(files.outR)
+	if files.errR != nil {
+		go (&outputReader{stream: ioproto.EventStderr, out: output, stop: stop}).pump(files.errR)
+	}
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -65,8 +66,10 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 
 	st := newStopper(rec.TimeoutMS)
 	defer st.stop()
-	eofs := 0
-	var drain <-chan time.Time
+	eofs, streams := 0, files.streams()
+	var drain, idle <-chan time.Time
+	var idleTimer *time.Timer
+	isPty := feed != nil && feed.pty
 	killed := false
 	emitItem := func(it outputItem) {
 		if it.eof {
@@ -74,8 +77,11 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 		} else {
 			d.emitText(ev, it.stream, it.text)
 		}
+		if idleTimer != nil {
+			idleTimer.Reset(ptyDrainIdle)
+		}
 	}
-	for exited != nil || eofs < 2 {
+	for exited != nil || eofs < streams {
 		select {
 		case <-ctx.Done():
 			return outcome{}
@@ -97,9 +103,17 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 			t := time.NewTimer(drainBound)
 			defer t.Stop()
 			drain = t.C
+			if isPty {
+				idleTimer = time.NewTimer(ptyDrainIdle)
+				defer idleTimer.Stop()
+				idle = idleTimer.C
+			}
+		case <-idle:
+			d.log.Debug("bash: terminal silent after the command ended; its output is complete", "command_id", rec.CommandID)
+			eofs = streams
 		case <-drain:
 			d.log.Warn("bash: output pipes still open after the script ended (a process left its group); not waiting further", "command_id", rec.CommandID)
-			eofs = 2
+			eofs = streams
 		}
 	}
 	// Output already read is never dropped, whichever case won the select.
@@ -112,6 +126,10 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 		}
 	}
 
+	var inputNote string
+	if feed != nil {
+		inputNote = feed.end()
+	}
 	code := cmd.ProcessState.ExitCode()
 	res := outcome{status: ioproto.StatusOK}
 	// Every bash command that exited reports its status, 0 included; one
@@ -134,6 +152,7 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 		res.status = ioproto.StatusInterrupted
 		res.reason = "interrupted on request"
 	}
+	res.reason = joinReason(res.reason, inputNote)
 	return res
 }
 
@@ -148,4 +167,81 @@ func describeExit(st *os.ProcessState) string {
 		return fmt.Sprintf("bash was killed by signal %d (%s)", int(ws.Signal()), ws.Signal())
 	}
 	return fmt.Sprintf("exit status %d", st.ExitCode())
+}
+
+// ptyDrainIdle ends the reading of a terminal's output once the command
+// has ended and the terminal has been silent this long (within drainBound
+// in all). A terminal's master does not always report the end: under
+// gVisor it was seen to wait for drainBound each time, where runc's reads
+// EIO at once; and nothing of the command's group is left to write to it.
+const ptyDrainIdle = 100 * time.Millisecond
+
+// bashFiles are a bash command's standard files as the driver holds them.
+type bashFiles struct {
+	outR, errR *os.File   // output to read; errR is nil on a terminal
+	in         *os.File   // where stdin goes (pipe write end or pty master), nil without stdin
+	child      []*os.File // the child's ends, closed once it started
+}
+
+// bashIO wires cmd's standard files: pipes for output and, with a feed, a
+// pipe for input, or for a pty command one terminal for all three (its
+// output read from the master as stdout). Without a feed the command's
+// input is /dev/null, so a command reading it sees EOF at once.
+func (d *Driver) bashIO(cmd *exec.Cmd, feed *stdinFeed) (*bashFiles, error) {
+	b := &bashFiles{}
+	if feed != nil && feed.pty {
+		master, slave, err := openPty(feed.currentSize())
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		// A session of its own with the terminal as its controlling one;
+		// its ID is its process group's, so the group rules hold.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		b.outR, b.in, b.child = master, master, []*os.File{slave}
+		return b, nil
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	b.outR, b.errR, b.child = outR, errR, []*os.File{outW, errW}
+	if feed != nil {
+		inR, inW, err := os.Pipe()
+		if err != nil {
+			closeAll(outR, outW, errR, errW)
+			return nil, err
+		}
+		cmd.Stdin = inR
+		b.in, b.child = inW, append(b.child, inR)
+	}
+	return b, nil
+}
+
+// started closes the child's ends in the driver.
+func (b *bashFiles) started() {
+	closeAll(b.child...)
+	b.child = nil
+}
+
+// streams is how many output streams end with EOF.
+func (b *bashFiles) streams() int {
+	if b.errR == nil {
+		return 1
+	}
+	return 2
+}
+
+func (b *bashFiles) closeAll() {
+	closeAll(b.child...)
+	closeAll(b.outR, b.errR)
+	if b.in != b.outR {
+		closeAll(b.in)
+	}
 }

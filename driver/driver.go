@@ -110,6 +110,8 @@ type Driver struct {
 	// done, oldest first, so pruning never has to list the directory.
 	finished []finishedCmd
 	work     chan struct{}
+	// stdin holds the input of commands started with stdin (stdin.go).
+	stdin stdinState
 
 	stateMu     sync.Mutex
 	savedOffset int64
@@ -244,8 +246,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		if !ok || line.Start >= st.Offset {
 			break
 		}
-		// Interrupts name commands but are not commands themselves.
-		if rec, id, err := ioproto.ParseRecord(line.Data); id != "" && (err != nil || rec.Type != ioproto.KindInterrupt) {
+		// Interrupts and stdin records name commands but are not commands
+		// themselves.
+		if rec, id, err := ioproto.ParseRecord(line.Data); id != "" && (err != nil || ioproto.NamesCommand(rec.Type)) {
 			d.seen[id] = struct{}{}
 		}
 	}
@@ -329,6 +332,8 @@ func (d *Driver) handleLine(line ioproto.Line) {
 	switch rec.Type {
 	case ioproto.KindInterrupt:
 		d.interrupt(rec.CommandID)
+	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:
+		d.stdinRecord(rec)
 	case ioproto.KindExec:
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -342,6 +347,7 @@ func (d *Driver) handleLine(line ioproto.Line) {
 			return
 		}
 		d.queue = append(d.queue, queued{rec: rec, start: line.Start})
+		d.noteStdinLocked(rec)
 		select {
 		case d.work <- struct{}{}:
 		default:

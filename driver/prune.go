@@ -61,6 +61,7 @@ func (d *Driver) noteFinishedLocked(ev *eventsFile) {
 	c := finishedCmd{id: ev.id, at: time.Now(), artifacts: ev.artifacts, bytes: ev.diskBytes()}
 	d.finished = append(d.finished, c)
 	d.outUsed += c.bytes
+	d.forgetStdinLocked(ev.id)
 }
 
 // prune deletes the files of old finished commands from /io/out so it does

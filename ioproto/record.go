@@ -7,6 +7,7 @@ package ioproto
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,7 +18,42 @@ import (
 const (
 	KindExec      = "exec"
 	KindInterrupt = "interrupt"
+	// KindStdin, KindStdinClose and KindResize act on a command's standard
+	// input or terminal (PROTOCOL.md, "Standard input and terminals"). Like
+	// interrupts they name a command but are not commands.
+	KindStdin      = "stdin"
+	KindStdinClose = "stdin_close"
+	KindResize     = "resize"
 )
+
+// MaxStdinChunk bounds the data of one stdin record (before base64), so
+// interactive input stays a small fraction of the log's bounds.
+const MaxStdinChunk = 64 << 10
+
+// MaxPtyDim bounds a terminal's rows and columns (the kernel's winsize
+// fields are 16 bits; real terminals stay far below).
+const MaxPtyDim = 4096
+
+// PtySize is a pseudo-terminal's size in character cells.
+type PtySize struct {
+	Rows int `json:"rows"`
+	Cols int `json:"cols"`
+}
+
+// validate checks both dimensions are within 1..MaxPtyDim.
+func (p PtySize) validate() error {
+	if p.Rows < 1 || p.Rows > MaxPtyDim || p.Cols < 1 || p.Cols > MaxPtyDim {
+		return fmt.Errorf("%w: terminal size %dx%d (rows x cols) is outside 1..%d", ErrMalformed, p.Rows, p.Cols, MaxPtyDim)
+	}
+	return nil
+}
+
+// NamesCommand reports whether records of kind k are commands (exec), as
+// opposed to records that only refer to one (interrupt, stdin, ...). Only
+// commands count for "a command ID runs once".
+func NamesCommand(k string) bool {
+	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize
+}
 
 // Languages an exec record may ask for.
 const (
@@ -80,7 +116,35 @@ type Record struct {
 	Code string `json:"code,omitempty"`
 	// TimeoutMS is the wall-clock limit in milliseconds; 0 means none.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Stdin (exec, bash only) keeps the command's standard input open for
+	// stdin records; without it the command reads EOF at once.
+	Stdin bool `json:"stdin,omitempty"`
+	// Pty (exec, bash only), when not zero, runs the command on a
+	// pseudo-terminal of that size; it implies Stdin. For resize records,
+	// the new size.
+	Pty PtySize `json:"pty,omitzero"`
+	// Data is a stdin record's bytes in standard base64, at most
+	// MaxStdinChunk bytes decoded (StdinData). A string rather than
+	// []byte keeps Record comparable.
+	Data string `json:"data,omitempty"`
 }
+
+// StdinRecord returns the stdin record giving data to command id.
+func StdinRecord(id string, data []byte) Record {
+	return Record{Type: KindStdin, CommandID: id, Data: base64.StdEncoding.EncodeToString(data)}
+}
+
+// StdinData decodes a stdin record's data.
+func (r *Record) StdinData() ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(r.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: stdin data is not base64: %v", ErrMalformed, err)
+	}
+	return b, nil
+}
+
+// HasPty reports whether an exec record asks for a terminal.
+func (r *Record) HasPty() bool { return r.Pty != (PtySize{}) }
 
 // Validate checks the record's fields against the protocol and normalises the
 // default language. Errors wrap ErrMalformed.
@@ -99,7 +163,33 @@ func (r *Record) Validate() error {
 		if r.TimeoutMS < 0 {
 			return fmt.Errorf("%w: timeout_ms is negative (%d)", ErrMalformed, r.TimeoutMS)
 		}
-	case KindInterrupt:
+		if (r.Stdin || r.HasPty()) && r.Language != LanguageBash {
+			return fmt.Errorf("%w: stdin and pty are for bash commands only (language %q)", ErrMalformed, r.Language)
+		}
+		if r.HasPty() {
+			if err := r.Pty.validate(); err != nil {
+				return err
+			}
+		}
+	case KindStdin:
+		if base64.StdEncoding.DecodedLen(len(r.Data)) > MaxStdinChunk+2 {
+			return fmt.Errorf("%w: stdin data is about %d bytes; the limit is %d", ErrMalformed, base64.StdEncoding.DecodedLen(len(r.Data)), MaxStdinChunk)
+		}
+		b, err := r.StdinData()
+		if err != nil {
+			return err
+		}
+		if len(b) > MaxStdinChunk {
+			return fmt.Errorf("%w: stdin data is %d bytes; the limit is %d", ErrMalformed, len(b), MaxStdinChunk)
+		}
+	case KindResize:
+		if !r.HasPty() {
+			return fmt.Errorf("%w: resize without pty size", ErrMalformed)
+		}
+		if err := r.Pty.validate(); err != nil {
+			return err
+		}
+	case KindInterrupt, KindStdinClose:
 	case "":
 		return fmt.Errorf("%w: type is missing", ErrMalformed)
 	default:

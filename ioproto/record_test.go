@@ -29,6 +29,17 @@ func TestParseRecord(t *testing.T) {
 		{name: "path in id", line: `{"type":"exec","command_id":"../etc"}`, wantErr: "command_id"},
 		{name: "empty id", line: `{"type":"exec"}`, wantErr: "command_id is empty"},
 		{name: "not json", line: `hello`, wantErr: "malformed"},
+		{name: "exec with stdin and pty", line: `{"type":"exec","command_id":"s1","language":"bash","code":"cat","stdin":true,"pty":{"rows":24,"cols":80}}`,
+			want: Record{Type: KindExec, CommandID: "s1", Language: LanguageBash, Code: "cat", Stdin: true, Pty: PtySize{Rows: 24, Cols: 80}}, wantID: "s1"},
+		{name: "stdin for python", line: `{"type":"exec","command_id":"s2","code":"input()","stdin":true}`, wantID: "s2", wantErr: "bash commands only"},
+		{name: "pty too large", line: `{"type":"exec","command_id":"s3","language":"bash","pty":{"rows":24,"cols":70000}}`, wantID: "s3", wantErr: "terminal size"},
+		{name: "stdin data", line: `{"type":"stdin","command_id":"s4","data":"aGkK"}`,
+			want: Record{Type: KindStdin, CommandID: "s4", Data: "aGkK"}, wantID: "s4"},
+		{name: "stdin close", line: `{"type":"stdin_close","command_id":"s5"}`, want: Record{Type: KindStdinClose, CommandID: "s5"}, wantID: "s5"},
+		{name: "resize", line: `{"type":"resize","command_id":"s6","pty":{"rows":50,"cols":200}}`,
+			want: Record{Type: KindResize, CommandID: "s6", Pty: PtySize{Rows: 50, Cols: 200}}, wantID: "s6"},
+		{name: "resize without size", line: `{"type":"resize","command_id":"s7"}`, wantID: "s7", wantErr: "without pty size"},
+		{name: "stdin data not base64", line: `{"type":"stdin","command_id":"s8","data":"!!"}`, wantID: "s8", wantErr: "not base64"},
 		{name: "two ids is ambiguous", line: `{"command_id":"a","command_id":"b",`, wantErr: "malformed"},
 	}
 	for _, tt := range tests {
@@ -53,6 +64,30 @@ func TestParseRecord(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestStdinChunkBound(t *testing.T) {
+	big := StdinRecord("c", make([]byte, MaxStdinChunk+1))
+	if _, err := EncodeRecord(big); err == nil || !errors.Is(err, ErrMalformed) {
+		t.Fatalf("EncodeRecord of %d bytes of stdin = %v, want ErrMalformed", MaxStdinChunk+1, err)
+	}
+	ok := StdinRecord("c", make([]byte, MaxStdinChunk))
+	line, err := EncodeRecord(ok)
+	if err != nil {
+		t.Fatalf("EncodeRecord of %d bytes of stdin: %v", MaxStdinChunk, err)
+	}
+	got, _, err := ParseRecord(line[:len(line)-1])
+	if b, derr := got.StdinData(); err != nil || derr != nil || len(b) != MaxStdinChunk {
+		t.Fatalf("round trip: %v, %v, %d bytes", err, derr, len(b))
+	}
+}
+
+func TestNamesCommand(t *testing.T) {
+	for kind, want := range map[string]bool{KindExec: true, KindInterrupt: false, KindStdin: false, KindStdinClose: false, KindResize: false} {
+		if NamesCommand(kind) != want {
+			t.Errorf("NamesCommand(%q) = %v, want %v", kind, !want, want)
+		}
 	}
 }
 

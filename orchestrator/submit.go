@@ -55,7 +55,8 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 // execRecord builds the exec record of a valid req (ExecRequest.Validate),
 // checking it against the server's limits and applying its defaults.
 func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
-	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code}
+	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code,
+		Stdin: req.Stdin || req.Pty != (PtySize{}), Pty: ioproto.PtySize{Rows: int(req.Pty.Rows), Cols: int(req.Pty.Cols)}}
 	if rec.CommandID == "" {
 		rec.CommandID = uuid.NewString()
 	}

@@ -110,6 +110,10 @@ type ExecRequest struct {
 	Code     string
 	// Timeout is the command's wall-clock limit; zero means the server default.
 	Timeout time.Duration
+	// Stdin keeps a bash command's input open for SendStdin (commands.go).
+	Stdin bool
+	// Pty, when not zero, runs a bash command on a terminal of that size.
+	Pty PtySize
 }
 
 // Event is one event of a command, as in the /io protocol, with large

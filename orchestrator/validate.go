@@ -126,7 +126,7 @@ func (r ExecRequest) Validate() error {
 	case r.Timeout > 0 && r.Timeout < time.Millisecond:
 		return invalidf("timeout %v is below the 1ms resolution", r.Timeout)
 	}
-	return nil
+	return r.validateInput()
 }
 
 // Validate checks a List filter: each field is empty or well-formed.

@@ -66,7 +66,7 @@ Commands:
                          remove a file or (-r: with its content) a directory from /workspace
   mv [-f] SANDBOX_ID FROM TO
                          rename within /workspace (-f: replace an existing destination)
-
+` + psUsage + `
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
   --token TOKEN          bearer token for a sandboxd started with --auth-tokens
@@ -132,6 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"mkdir":   cmdMkdir,
 		"rm":      cmdRm,
 		"mv":      cmdMv,
+		"ps":      cmdPs,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)

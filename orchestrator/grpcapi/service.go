@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -165,6 +166,8 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		CommandID: req.GetCommandId(),
 		Language:  req.GetLanguage(),
 		Code:      req.GetCode(),
+		Stdin:     req.GetStdin(),
+		Pty:       ptyToDomain(req.GetPty()),
 	}
 	if t := req.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {
@@ -172,10 +175,16 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		}
 		er.Timeout = t.AsDuration()
 	}
+	if p := req.GetPty(); p != nil && (p.GetRows() == 0 || p.GetCols() == 0) {
+		return invalid("pty is set without rows and cols (%dx%d)", p.GetRows(), p.GetCols())
+	}
 	cmdID, err := s.m.Submit(ctx, er)
 	if err != nil {
 		return s.fail(ctx, "Execute", err)
 	}
+	// The header tells the client the command is in the sandbox's log
+	// before any event: SendStdin can follow at once (processes.go).
+	_ = grpc.SendHeader(ctx, metadata.Pairs(CommandIDHeader, cmdID))
 	return s.follow(ctx, "Execute", req.GetSandboxId(), cmdID, 0, stream)
 }
 

@@ -48,6 +48,24 @@ const (
 type logEntry struct {
 	end    int64    // offset just past the command's record
 	digest [32]byte // recordDigest of the record
+	// What ListCommands and the stdin calls need of the record, without
+	// reading the log again: its language (one of ioproto's constants, or
+	// empty for a malformed record) and whether it asked for stdin or a
+	// terminal.
+	lang       string
+	stdin, pty bool
+}
+
+// entryOf is the index entry of a valid exec record ending at end.
+func entryOf(rec ioproto.Record, end int64) logEntry {
+	e := logEntry{end: end, digest: recordDigest(rec), stdin: rec.Stdin || rec.HasPty(), pty: rec.HasPty()}
+	switch rec.Language {
+	case ioproto.LanguageBash:
+		e.lang = ioproto.LanguageBash
+	default:
+		e.lang = ioproto.LanguagePython
+	}
+	return e
 }
 
 // recordDigest identifies "the same command" for idempotency: what runs,
@@ -110,7 +128,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 			return false, ErrConflict
 		}
 		return false, nil
-	case rec.Type == ioproto.KindInterrupt && !ok:
+	case !ioproto.NamesCommand(rec.Type) && !ok:
 		return false, ErrUnknownCommand
 	case d.size+int64(len(line))+1 > MaxLogBytes:
 		return false, fmt.Errorf("%w: it holds %d bytes; the limit is %d", ErrLogFull, d.size, MaxLogBytes)
@@ -126,7 +144,8 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 		return false, err
 	}
 	if rec.Type == ioproto.KindExec {
-		d.ids[rec.CommandID] = logEntry{end: d.size, digest: recordDigest(rec)}
+		d.ids[rec.CommandID] = entryOf(rec, d.size)
+		d.order = append(d.order, rec.CommandID)
 	}
 	return true, nil
 }
@@ -181,14 +200,14 @@ func (d *Dir) ensureLoaded(ctx context.Context) error {
 		d.loading = ch
 		d.mu.Unlock()
 
-		ids, size, partial, err := d.scanLog(ctx)
+		ids, order, size, partial, err := d.scanLog(ctx)
 
 		d.mu.Lock()
 		d.loading = nil
 		close(ch)
 		switch {
 		case err == nil:
-			d.ids, d.size, d.partial = ids, size, partial
+			d.ids, d.order, d.size, d.partial = ids, order, size, partial
 		case errors.Is(err, ErrTampered):
 			d.loadErr = err
 		}
@@ -203,37 +222,37 @@ func (d *Dir) ensureLoaded(ctx context.Context) error {
 // MaxLogRecords, and stopped by ctx or Close every loadCheckEvery records.
 // The file must be sandboxd's own (a file the sandbox made and renamed
 // onto io/stdin is refused before it is read).
-func (d *Dir) scanLog(ctx context.Context) (map[string]logEntry, int64, bool, error) {
+func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []string, size int64, partial bool, err error) {
 	root, err := os.OpenRoot(d.path)
 	if err != nil {
-		return nil, 0, false, err
+		return nil, nil, 0, false, err
 	}
 	defer root.Close()
 	f, st, _, err := openBounded(root, ioproto.StdinFile, MaxLogBytes)
 	if err != nil {
-		return nil, 0, false, fmt.Errorf("command log: %w", err)
+		return nil, nil, 0, false, fmt.Errorf("command log: %w", err)
 	}
 	defer f.Close()
 	if err := checkOwnedByUs(st, "/io/"+ioproto.StdinFile); err != nil {
-		return nil, 0, false, err
+		return nil, nil, 0, false, err
 	}
-	size := st.Size()
-	ids := make(map[string]logEntry)
+	size = st.Size()
+	ids = make(map[string]logEntry)
 	lr := ioproto.NewLineReader(f, 0, ioproto.MaxRecordLen)
 	var checked int64
 	for n := 0; ; n++ {
 		if n%loadCheckEvery == 0 || lr.Offset()-checked >= checkEveryBytes {
 			checked = lr.Offset()
 			if err := ctx.Err(); err != nil {
-				return nil, 0, false, err
+				return nil, nil, 0, false, err
 			}
 			if d.closed() {
-				return nil, 0, false, ErrClosed
+				return nil, nil, 0, false, ErrClosed
 			}
 		}
 		line, ok, err := lr.Next()
 		if err != nil {
-			return nil, 0, false, fmt.Errorf("read command log: %w", err)
+			return nil, nil, 0, false, fmt.Errorf("read command log: %w", err)
 		}
 		// Lines appended after the size check are not sandboxd's (it is
 		// the only writer, and it is not appending: the log is not loaded).
@@ -242,24 +261,25 @@ func (d *Dir) scanLog(ctx context.Context) (map[string]logEntry, int64, bool, er
 		}
 		// Count every ID the driver would count as a command: valid exec
 		// records, and malformed ones it answers under their ID. Interrupts
-		// only refer to commands.
+		// and stdin records only refer to commands.
 		rec, id, perr := ioproto.ParseRecord(line.Data)
-		if id == "" || (perr == nil && rec.Type == ioproto.KindInterrupt) {
+		if id == "" || (perr == nil && !ioproto.NamesCommand(rec.Type)) {
 			continue
 		}
 		if _, seen := ids[id]; seen {
 			continue
 		}
 		if len(ids) >= MaxLogRecords {
-			return nil, 0, false, fmt.Errorf("command log holds more than %d commands, more than sandboxd ever appends: %w", MaxLogRecords, ErrTampered)
+			return nil, nil, 0, false, fmt.Errorf("command log holds more than %d commands, more than sandboxd ever appends: %w", MaxLogRecords, ErrTampered)
 		}
 		e := logEntry{end: line.End}
 		if perr == nil && line.Err == nil {
-			e.digest = recordDigest(rec)
+			e = entryOf(rec, line.End)
 		}
 		ids[id] = e
+		order = append(order, id)
 	}
-	return ids, size, size > lr.Offset(), nil
+	return ids, order, size, size > lr.Offset(), nil
 }
 
 // openLog opens the command log through an os.Root confined to io/ (the

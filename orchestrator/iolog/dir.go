@@ -48,6 +48,8 @@ type Dir struct {
 	// digest of what it runs (to tell a retry from a conflicting re-use of
 	// the ID); nil until the log is loaded.
 	ids map[string]logEntry
+	// order lists the IDs of ids in log order (ListCommands' pages).
+	order []string
 	// loadErr is a final failure to load the log: the sandbox tampered
 	// with it, and it is not read again.
 	loadErr error

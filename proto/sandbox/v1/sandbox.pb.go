@@ -308,6 +308,65 @@ func (WatchEventType) EnumDescriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
+// CommandState is where a command is in its life.
+type CommandState int32
+
+const (
+	// COMMAND_STATE_UNSPECIFIED: the server cannot tell (the command's files
+	// in the sandbox are unreadable).
+	CommandState_COMMAND_STATE_UNSPECIFIED CommandState = 0
+	// COMMAND_STATE_QUEUED: waiting for earlier commands to finish.
+	CommandState_COMMAND_STATE_QUEUED CommandState = 1
+	// COMMAND_STATE_RUNNING: started and not finished.
+	CommandState_COMMAND_STATE_RUNNING CommandState = 2
+	// COMMAND_STATE_FINISHED: ended; CommandInfo.status says how, unless its
+	// output was pruned.
+	CommandState_COMMAND_STATE_FINISHED CommandState = 3
+)
+
+// Enum value maps for CommandState.
+var (
+	CommandState_name = map[int32]string{
+		0: "COMMAND_STATE_UNSPECIFIED",
+		1: "COMMAND_STATE_QUEUED",
+		2: "COMMAND_STATE_RUNNING",
+		3: "COMMAND_STATE_FINISHED",
+	}
+	CommandState_value = map[string]int32{
+		"COMMAND_STATE_UNSPECIFIED": 0,
+		"COMMAND_STATE_QUEUED":      1,
+		"COMMAND_STATE_RUNNING":     2,
+		"COMMAND_STATE_FINISHED":    3,
+	}
+)
+
+func (x CommandState) Enum() *CommandState {
+	p := new(CommandState)
+	*p = x
+	return p
+}
+
+func (x CommandState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CommandState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[4].Descriptor()
+}
+
+func (CommandState) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[4]
+}
+
+func (x CommandState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CommandState.Descriptor instead.
+func (CommandState) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
 // ResourceLimits are a sandbox's resource limits. In requests, zero (or an
 // absent field) means "the server's default", and values above the server's
 // maximum are refused with INVALID_ARGUMENT. In responses they are the limits
@@ -1080,7 +1139,19 @@ type ExecuteRequest struct {
 	// server's default (sandboxd --default-timeout, 10 minutes unless
 	// configured); negative values and values above the server's maximum
 	// (--max-timeout, 1 hour unless configured) are INVALID_ARGUMENT.
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// stdin keeps the command's standard input open for SendStdin and
+	// CloseStdin (bash only: INVALID_ARGUMENT for Python). Without it (the
+	// default) the command's input is empty, so a command reading it, such
+	// as cat, ends at once instead of waiting.
+	Stdin bool `protobuf:"varint,8,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// pty runs the bash command on a pseudo-terminal of this size (rows and
+	// cols 1-4096; INVALID_ARGUMENT otherwise, and for Python): programs see
+	// a terminal (isatty, line editing, colours). Its input works as with
+	// stdin (implied), resized with ResizePty; its output, stdout and stderr
+	// merged as a terminal shows them, escape sequences and "\r\n" line ends
+	// included, arrives as stdout events, made valid UTF-8 like all output.
+	Pty           *PtySize `protobuf:"bytes,9,opt,name=pty,proto3" json:"pty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1150,6 +1221,75 @@ func (x *ExecuteRequest) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *ExecuteRequest) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *ExecuteRequest) GetPty() *PtySize {
+	if x != nil {
+		return x.Pty
+	}
+	return nil
+}
+
+// PtySize is a terminal's size in character cells.
+type PtySize struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rows is the number of lines, 1-4096.
+	Rows uint32 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	// cols is the number of columns, 1-4096.
+	Cols          uint32 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PtySize) Reset() {
+	*x = PtySize{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PtySize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PtySize) ProtoMessage() {}
+
+func (x *PtySize) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
+func (*PtySize) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PtySize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *PtySize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 // StreamCommandRequest names the command to follow and where to resume.
 type StreamCommandRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1167,7 +1307,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1319,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1332,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -1244,7 +1384,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1396,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1409,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -1425,7 +1565,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1577,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1590,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Started) GetLanguage() string {
@@ -1480,7 +1620,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1632,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1645,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -1542,7 +1682,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1694,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1707,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -1590,7 +1730,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1602,7 +1742,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1615,7 +1755,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -1644,7 +1784,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1796,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1809,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Error) GetEname() string {
@@ -1734,7 +1874,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1886,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1899,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -1839,7 +1979,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1991,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2004,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *FileRef) GetPath() string {
@@ -1894,7 +2034,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2046,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2059,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -1946,7 +2086,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2098,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2111,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 // FileInfo describes a file or directory under /workspace.
@@ -2007,7 +2147,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2159,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2172,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2107,7 +2247,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2259,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2272,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -2166,7 +2306,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2318,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2331,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -2250,7 +2390,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2402,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2415,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -2298,7 +2438,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2450,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2463,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -2354,7 +2494,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2366,7 +2506,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2379,7 +2519,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -2416,7 +2556,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2428,7 +2568,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2441,7 +2581,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -2476,7 +2616,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2628,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2641,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -2527,7 +2667,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2679,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2692,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -2587,7 +2727,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2739,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2752,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -2638,7 +2778,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +2790,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +2803,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -2696,7 +2836,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2848,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2861,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -2741,7 +2881,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +2893,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +2906,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -2808,7 +2948,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +2960,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +2973,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -2859,7 +2999,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3011,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3024,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -2923,7 +3063,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3075,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3088,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -2982,7 +3122,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2994,7 +3134,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3007,7 +3147,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -3029,6 +3169,576 @@ func (x *WatchEvent) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+// SendStdinRequest carries input for a command.
+type SendStdinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox the command runs in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// command_id is the command, started with stdin or pty.
+	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// data is the bytes to write, at most 64 KiB (any bytes; for a terminal,
+	// what a user would type, e.g. "\x03" for Ctrl-C).
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStdinRequest) Reset() {
+	*x = SendStdinRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStdinRequest) ProtoMessage() {}
+
+func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
+func (*SendStdinRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SendStdinRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SendStdinRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SendStdinRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// SendStdinResponse is empty: the data is in the sandbox's command log and
+// will reach the command in order.
+type SendStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendStdinResponse) Reset() {
+	*x = SendStdinResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendStdinResponse) ProtoMessage() {}
+
+func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
+func (*SendStdinResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+}
+
+// CloseStdinRequest names the command whose input ends.
+type CloseStdinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox the command runs in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// command_id is the command, started with stdin or pty.
+	CommandId     string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseStdinRequest) Reset() {
+	*x = CloseStdinRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseStdinRequest) ProtoMessage() {}
+
+func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
+func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *CloseStdinRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CloseStdinRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+// CloseStdinResponse is empty: the close is recorded.
+type CloseStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseStdinResponse) Reset() {
+	*x = CloseStdinResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseStdinResponse) ProtoMessage() {}
+
+func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
+func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+}
+
+// ResizePtyRequest gives a command's terminal a new size.
+type ResizePtyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox the command runs in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// command_id is the command, started with pty.
+	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// size is the new size (rows and cols 1-4096).
+	Size          *PtySize `protobuf:"bytes,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizePtyRequest) Reset() {
+	*x = ResizePtyRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizePtyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizePtyRequest) ProtoMessage() {}
+
+func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
+func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ResizePtyRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ResizePtyRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *ResizePtyRequest) GetSize() *PtySize {
+	if x != nil {
+		return x.Size
+	}
+	return nil
+}
+
+// ResizePtyResponse is empty: the resize is recorded.
+type ResizePtyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizePtyResponse) Reset() {
+	*x = ResizePtyResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizePtyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizePtyResponse) ProtoMessage() {}
+
+func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
+func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+// ListCommandsRequest asks for a page of a sandbox's commands.
+type ListCommandsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox whose commands to list.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// page_size is the most commands to return: 0 means 50; at most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a listing: the next_page_token of the previous
+	// page. Empty starts from the newest command. A token not made by this
+	// server is INVALID_ARGUMENT.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandsRequest) Reset() {
+	*x = ListCommandsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandsRequest) ProtoMessage() {}
+
+func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
+func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListCommandsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ListCommandsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCommandsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListCommandsResponse is one page of commands, newest first.
+type ListCommandsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// commands are the page's commands, newest first.
+	Commands []*CommandInfo `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	// next_page_token fetches the following (older) page; empty on the last
+	// page. Commands submitted after the first page are not in later pages:
+	// pages go back in time from where the listing began.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// total_commands is the number of commands the sandbox has run or
+	// queued in its life.
+	TotalCommands int64 `protobuf:"varint,3,opt,name=total_commands,json=totalCommands,proto3" json:"total_commands,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandsResponse) Reset() {
+	*x = ListCommandsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandsResponse) ProtoMessage() {}
+
+func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
+func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *ListCommandsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListCommandsResponse) GetTotalCommands() int64 {
+	if x != nil {
+		return x.TotalCommands
+	}
+	return 0
+}
+
+// CommandInfo describes one command of a sandbox.
+type CommandInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// command_id is the command's ID, for StreamCommand, InterruptCommand,
+	// SendStdin.
+	CommandId string `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// language is "python" or "bash" (empty for a record the sandbox could not
+	// parse).
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// state is queued, running or finished.
+	State CommandState `protobuf:"varint,3,opt,name=state,proto3,enum=sandbox.v1.CommandState" json:"state,omitempty"`
+	// status is how a finished command ended; UNSPECIFIED while it has not,
+	// and when its output was pruned.
+	Status CommandStatus `protobuf:"varint,4,opt,name=status,proto3,enum=sandbox.v1.CommandStatus" json:"status,omitempty"`
+	// started_at is when the command started; unset while queued and when
+	// its output was pruned.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// finished_at is when it ended; unset unless status is set.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// duration is its wall time, set with finished_at.
+	Duration *durationpb.Duration `protobuf:"bytes,7,opt,name=duration,proto3" json:"duration,omitempty"`
+	// exit_code is a finished bash command's exit status (see Done.exit_code).
+	ExitCode *int32 `protobuf:"varint,8,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	// output_available is false once the sandbox pruned the command's output
+	// (old commands; see the README): StreamCommand can no longer replay it.
+	OutputAvailable bool `protobuf:"varint,9,opt,name=output_available,json=outputAvailable,proto3" json:"output_available,omitempty"`
+	// stdin is true for a command started with stdin or pty.
+	Stdin bool `protobuf:"varint,10,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// pty is true for a command started on a terminal.
+	Pty           bool `protobuf:"varint,11,opt,name=pty,proto3" json:"pty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandInfo) Reset() {
+	*x = CommandInfo{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandInfo) ProtoMessage() {}
+
+func (x *CommandInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
+func (*CommandInfo) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CommandInfo) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetState() CommandState {
+	if x != nil {
+		return x.State
+	}
+	return CommandState_COMMAND_STATE_UNSPECIFIED
+}
+
+func (x *CommandInfo) GetStatus() CommandStatus {
+	if x != nil {
+		return x.Status
+	}
+	return CommandStatus_COMMAND_STATUS_UNSPECIFIED
+}
+
+func (x *CommandInfo) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *CommandInfo) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *CommandInfo) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *CommandInfo) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetOutputAvailable() bool {
+	if x != nil {
+		return x.OutputAvailable
+	}
+	return false
+}
+
+func (x *CommandInfo) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *CommandInfo) GetPty() bool {
+	if x != nil {
+		return x.Pty
+	}
+	return false
 }
 
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -3092,7 +3802,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\xb3\x01\n" +
+	"\x15DeleteSandboxResponse\"\xf0\x01\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3100,7 +3810,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x1a\n" +
 	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\tR\x04code\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"q\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +
+	"\x05stdin\x18\b \x01(\bR\x05stdin\x12%\n" +
+	"\x03pty\x18\t \x01(\v2\x13.sandbox.v1.PtySizeR\x03pty\"1\n" +
+	"\aPtySize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"q\n" +
 	"\x14StreamCommandRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3227,7 +3942,55 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"WatchEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.sandbox.v1.WatchEventTypeR\x04type\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time*`\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"d\n" +
+	"\x10SendStdinRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\"\x13\n" +
+	"\x11SendStdinResponse\"Q\n" +
+	"\x11CloseStdinRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\"\x14\n" +
+	"\x12CloseStdinResponse\"y\n" +
+	"\x10ResizePtyRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\x12'\n" +
+	"\x04size\x18\x03 \x01(\v2\x13.sandbox.v1.PtySizeR\x04size\"\x13\n" +
+	"\x11ResizePtyResponse\"p\n" +
+	"\x13ListCommandsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\x9a\x01\n" +
+	"\x14ListCommandsResponse\x123\n" +
+	"\bcommands\x18\x01 \x03(\v2\x17.sandbox.v1.CommandInfoR\bcommands\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12%\n" +
+	"\x0etotal_commands\x18\x03 \x01(\x03R\rtotalCommands\"\xdd\x03\n" +
+	"\vCommandInfo\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12.\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x18.sandbox.v1.CommandStateR\x05state\x121\n" +
+	"\x06status\x18\x04 \x01(\x0e2\x19.sandbox.v1.CommandStatusR\x06status\x129\n" +
+	"\n" +
+	"started_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x125\n" +
+	"\bduration\x18\a \x01(\v2\x19.google.protobuf.DurationR\bduration\x12 \n" +
+	"\texit_code\x18\b \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12)\n" +
+	"\x10output_available\x18\t \x01(\bR\x0foutputAvailable\x12\x14\n" +
+	"\x05stdin\x18\n" +
+	" \x01(\bR\x05stdin\x12\x10\n" +
+	"\x03pty\x18\v \x01(\bR\x03ptyB\f\n" +
+	"\n" +
+	"_exit_code*`\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -3250,7 +4013,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17WATCH_EVENT_TYPE_CREATE\x10\x01\x12\x1a\n" +
 	"\x16WATCH_EVENT_TYPE_WRITE\x10\x02\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_REMOVE\x10\x03\x12\x1b\n" +
-	"\x17WATCH_EVENT_TYPE_RENAME\x10\x042\xf4\b\n" +
+	"\x17WATCH_EVENT_TYPE_RENAME\x10\x04*~\n" +
+	"\fCommandState\x12\x1d\n" +
+	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x19\n" +
+	"\x15COMMAND_STATE_RUNNING\x10\x02\x12\x1a\n" +
+	"\x16COMMAND_STATE_FINISHED\x10\x032\xa8\v\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -3267,7 +4035,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rMakeDirectory\x12 .sandbox.v1.MakeDirectoryRequest\x1a!.sandbox.v1.MakeDirectoryResponse\x12?\n" +
 	"\x06Remove\x12\x19.sandbox.v1.RemoveRequest\x1a\x1a.sandbox.v1.RemoveResponse\x12?\n" +
 	"\x06Rename\x12\x19.sandbox.v1.RenameRequest\x1a\x1a.sandbox.v1.RenameResponse\x12Y\n" +
-	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01B9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01\x12H\n" +
+	"\tSendStdin\x12\x1c.sandbox.v1.SendStdinRequest\x1a\x1d.sandbox.v1.SendStdinResponse\x12K\n" +
+	"\n" +
+	"CloseStdin\x12\x1d.sandbox.v1.CloseStdinRequest\x1a\x1e.sandbox.v1.CloseStdinResponse\x12H\n" +
+	"\tResizePty\x12\x1c.sandbox.v1.ResizePtyRequest\x1a\x1d.sandbox.v1.ResizePtyResponse\x12Q\n" +
+	"\fListCommands\x12\x1f.sandbox.v1.ListCommandsRequest\x1a .sandbox.v1.ListCommandsResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -3281,131 +4054,158 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
 	(FileType)(0),                    // 2: sandbox.v1.FileType
 	(WatchEventType)(0),              // 3: sandbox.v1.WatchEventType
-	(*ResourceLimits)(nil),           // 4: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),           // 5: sandbox.v1.SandboxOptions
-	(*Sandbox)(nil),                  // 6: sandbox.v1.Sandbox
-	(*AcquireSandboxRequest)(nil),    // 7: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),   // 8: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),        // 9: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),       // 10: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),     // 11: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),    // 12: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),     // 13: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),    // 14: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),           // 15: sandbox.v1.ExecuteRequest
-	(*StreamCommandRequest)(nil),     // 16: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),             // 17: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                  // 18: sandbox.v1.Started
-	(*OutputChunk)(nil),              // 19: sandbox.v1.OutputChunk
-	(*Display)(nil),                  // 20: sandbox.v1.Display
-	(*Result)(nil),                   // 21: sandbox.v1.Result
-	(*Error)(nil),                    // 22: sandbox.v1.Error
-	(*Done)(nil),                     // 23: sandbox.v1.Done
-	(*FileRef)(nil),                  // 24: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),  // 25: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil), // 26: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                 // 27: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),         // 28: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),        // 29: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),       // 30: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),      // 31: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),     // 32: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),         // 33: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),        // 34: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),     // 35: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),    // 36: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),            // 37: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),           // 38: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),            // 39: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),           // 40: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),    // 41: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),   // 42: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),               // 43: sandbox.v1.WatchEvent
-	nil,                              // 44: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 45: sandbox.v1.Display.DataEntry
-	nil,                              // 46: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 48: google.protobuf.Duration
+	(CommandState)(0),                // 4: sandbox.v1.CommandState
+	(*ResourceLimits)(nil),           // 5: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),           // 6: sandbox.v1.SandboxOptions
+	(*Sandbox)(nil),                  // 7: sandbox.v1.Sandbox
+	(*AcquireSandboxRequest)(nil),    // 8: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),   // 9: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),        // 10: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),       // 11: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),     // 12: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),    // 13: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),     // 14: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),    // 15: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),           // 16: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                  // 17: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),     // 18: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),             // 19: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                  // 20: sandbox.v1.Started
+	(*OutputChunk)(nil),              // 21: sandbox.v1.OutputChunk
+	(*Display)(nil),                  // 22: sandbox.v1.Display
+	(*Result)(nil),                   // 23: sandbox.v1.Result
+	(*Error)(nil),                    // 24: sandbox.v1.Error
+	(*Done)(nil),                     // 25: sandbox.v1.Done
+	(*FileRef)(nil),                  // 26: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),  // 27: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil), // 28: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                 // 29: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),         // 30: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),        // 31: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),       // 32: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),      // 33: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),     // 34: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),         // 35: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),        // 36: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),     // 37: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),    // 38: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),            // 39: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),           // 40: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),            // 41: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),           // 42: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),    // 43: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),   // 44: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),               // 45: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),         // 46: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),        // 47: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),        // 48: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),       // 49: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),         // 50: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),        // 51: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),      // 52: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),     // 53: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),              // 54: sandbox.v1.CommandInfo
+	nil,                              // 55: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                              // 56: sandbox.v1.Display.DataEntry
+	nil,                              // 57: sandbox.v1.Result.DataEntry
+	(*timestamppb.Timestamp)(nil),    // 58: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 59: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	4,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	44, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	5,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
+	55, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
 	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	47, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	47, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	47, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	5,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	6,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	6,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	58, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	58, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	58, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	6,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	7,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	7,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	6,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	48, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	18, // 13: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	19, // 14: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	19, // 15: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	20, // 16: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	21, // 17: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	22, // 18: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	23, // 19: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	47, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	45, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	46, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 23: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	48, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	24, // 25: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	47, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	47, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 28: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	28, // 29: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	27, // 30: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 31: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 32: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	27, // 33: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 34: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	43, // 35: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 36: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	47, // 37: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 38: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	9,  // 39: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	11, // 40: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	13, // 41: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	15, // 42: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	16, // 43: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	25, // 44: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	29, // 45: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	31, // 46: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	33, // 47: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	35, // 48: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	37, // 49: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	39, // 50: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	41, // 51: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	8,  // 52: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	10, // 53: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	12, // 54: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	14, // 55: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	17, // 56: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	17, // 57: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	26, // 58: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	30, // 59: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	32, // 60: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	34, // 61: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	36, // 62: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	38, // 63: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	40, // 64: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	42, // 65: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	52, // [52:66] is the sub-list for method output_type
-	38, // [38:52] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	7,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	59, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	17, // 13: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	20, // 14: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	21, // 15: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	21, // 16: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	22, // 17: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	23, // 18: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	24, // 19: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	25, // 20: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	58, // 21: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	56, // 22: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	57, // 23: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 24: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	59, // 25: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	26, // 26: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	58, // 27: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	58, // 28: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 29: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	30, // 30: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	29, // 31: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 32: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 33: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	29, // 34: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 35: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	45, // 36: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 37: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	58, // 38: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 39: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	54, // 40: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	4,  // 41: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,  // 42: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	58, // 43: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	58, // 44: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	59, // 45: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	8,  // 46: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	10, // 47: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	12, // 48: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	14, // 49: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	16, // 50: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	18, // 51: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	27, // 52: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	31, // 53: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	33, // 54: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	35, // 55: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	37, // 56: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	39, // 57: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	41, // 58: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	43, // 59: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	46, // 60: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	48, // 61: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	50, // 62: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	52, // 63: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	9,  // 64: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	11, // 65: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	13, // 66: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	15, // 67: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	19, // 68: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	19, // 69: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	28, // 70: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	32, // 71: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	34, // 72: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	36, // 73: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	38, // 74: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	40, // 75: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	42, // 76: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	44, // 77: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	47, // 78: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	49, // 79: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	51, // 80: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	53, // 81: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	64, // [64:82] is the sub-list for method output_type
+	46, // [46:64] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -3413,7 +4213,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 	if File_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[13].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[14].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -3422,18 +4222,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[19].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[25].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
+	file_sandbox_v1_sandbox_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   43,
+			NumEnums:      5,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

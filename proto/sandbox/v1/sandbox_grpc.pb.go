@@ -67,6 +67,10 @@ const (
 	SandboxService_Remove_FullMethodName           = "/sandbox.v1.SandboxService/Remove"
 	SandboxService_Rename_FullMethodName           = "/sandbox.v1.SandboxService/Rename"
 	SandboxService_WatchDirectory_FullMethodName   = "/sandbox.v1.SandboxService/WatchDirectory"
+	SandboxService_SendStdin_FullMethodName        = "/sandbox.v1.SandboxService/SendStdin"
+	SandboxService_CloseStdin_FullMethodName       = "/sandbox.v1.SandboxService/CloseStdin"
+	SandboxService_ResizePty_FullMethodName        = "/sandbox.v1.SandboxService/ResizePty"
+	SandboxService_ListCommands_FullMethodName     = "/sandbox.v1.SandboxService/ListCommands"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -187,6 +191,34 @@ type SandboxServiceClient interface {
 	// next message's dropped field. Events report what happened, not a
 	// snapshot: a path may be gone by the time its event arrives.
 	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
+	// SendStdin writes data to the standard input of a bash command started
+	// with ExecuteRequest.stdin or pty, in call order. data is at most 64 KiB
+	// per call (more is INVALID_ARGUMENT). Data for a queued command waits
+	// until it starts; a command that does not read keeps at most 4 MiB
+	// unread in the sandbox (16 MiB over all its commands): past that the
+	// data is discarded, the command's input is closed after what was kept,
+	// and its Done.reason says how much was lost. NOT_FOUND for an unknown
+	// command; FAILED_PRECONDITION for a command started without stdin or
+	// already finished (data racing with the command's end is dropped).
+	SendStdin(ctx context.Context, in *SendStdinRequest, opts ...grpc.CallOption) (*SendStdinResponse, error)
+	// CloseStdin ends a command's standard input after the data already sent:
+	// a pipe is closed, so the command reads end of file; on a terminal (pty)
+	// the EOF character (Ctrl-D) is typed, which a program reading a line sees
+	// as end of input. Data sent after it is dropped. Errors as SendStdin's.
+	CloseStdin(ctx context.Context, in *CloseStdinRequest, opts ...grpc.CallOption) (*CloseStdinResponse, error)
+	// ResizePty changes the terminal size of a command started with
+	// ExecuteRequest.pty (the command gets SIGWINCH); for a queued command the
+	// size applies when it starts. rows and cols are 1-4096 (else
+	// INVALID_ARGUMENT). NOT_FOUND for an unknown command;
+	// FAILED_PRECONDITION for a command without a terminal or finished.
+	ResizePty(ctx context.Context, in *ResizePtyRequest, opts ...grpc.CallOption) (*ResizePtyResponse, error)
+	// ListCommands lists a sandbox's commands, newest first, with their IDs,
+	// language and state (queued, running, finished with its status), so a
+	// caller that lost its command IDs can find and follow them. Commands
+	// whose output the sandbox has pruned are still listed
+	// (output_available false). Paged: page_size defaults to 50 and is at
+	// most 200 (larger is INVALID_ARGUMENT).
+	ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -376,6 +408,46 @@ func (c *sandboxServiceClient) WatchDirectory(ctx context.Context, in *WatchDire
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_WatchDirectoryClient = grpc.ServerStreamingClient[WatchDirectoryResponse]
 
+func (c *sandboxServiceClient) SendStdin(ctx context.Context, in *SendStdinRequest, opts ...grpc.CallOption) (*SendStdinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendStdinResponse)
+	err := c.cc.Invoke(ctx, SandboxService_SendStdin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) CloseStdin(ctx context.Context, in *CloseStdinRequest, opts ...grpc.CallOption) (*CloseStdinResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseStdinResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CloseStdin_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ResizePty(ctx context.Context, in *ResizePtyRequest, opts ...grpc.CallOption) (*ResizePtyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResizePtyResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ResizePty_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCommandsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListCommands_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -494,6 +566,34 @@ type SandboxServiceServer interface {
 	// next message's dropped field. Events report what happened, not a
 	// snapshot: a path may be gone by the time its event arrives.
 	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
+	// SendStdin writes data to the standard input of a bash command started
+	// with ExecuteRequest.stdin or pty, in call order. data is at most 64 KiB
+	// per call (more is INVALID_ARGUMENT). Data for a queued command waits
+	// until it starts; a command that does not read keeps at most 4 MiB
+	// unread in the sandbox (16 MiB over all its commands): past that the
+	// data is discarded, the command's input is closed after what was kept,
+	// and its Done.reason says how much was lost. NOT_FOUND for an unknown
+	// command; FAILED_PRECONDITION for a command started without stdin or
+	// already finished (data racing with the command's end is dropped).
+	SendStdin(context.Context, *SendStdinRequest) (*SendStdinResponse, error)
+	// CloseStdin ends a command's standard input after the data already sent:
+	// a pipe is closed, so the command reads end of file; on a terminal (pty)
+	// the EOF character (Ctrl-D) is typed, which a program reading a line sees
+	// as end of input. Data sent after it is dropped. Errors as SendStdin's.
+	CloseStdin(context.Context, *CloseStdinRequest) (*CloseStdinResponse, error)
+	// ResizePty changes the terminal size of a command started with
+	// ExecuteRequest.pty (the command gets SIGWINCH); for a queued command the
+	// size applies when it starts. rows and cols are 1-4096 (else
+	// INVALID_ARGUMENT). NOT_FOUND for an unknown command;
+	// FAILED_PRECONDITION for a command without a terminal or finished.
+	ResizePty(context.Context, *ResizePtyRequest) (*ResizePtyResponse, error)
+	// ListCommands lists a sandbox's commands, newest first, with their IDs,
+	// language and state (queued, running, finished with its status), so a
+	// caller that lost its command IDs can find and follow them. Commands
+	// whose output the sandbox has pruned are still listed
+	// (output_available false). Paged: page_size defaults to 50 and is at
+	// most 200 (larger is INVALID_ARGUMENT).
+	ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -545,6 +645,18 @@ func (UnimplementedSandboxServiceServer) Rename(context.Context, *RenameRequest)
 }
 func (UnimplementedSandboxServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
+}
+func (UnimplementedSandboxServiceServer) SendStdin(context.Context, *SendStdinRequest) (*SendStdinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SendStdin not implemented")
+}
+func (UnimplementedSandboxServiceServer) CloseStdin(context.Context, *CloseStdinRequest) (*CloseStdinResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseStdin not implemented")
+}
+func (UnimplementedSandboxServiceServer) ResizePty(context.Context, *ResizePtyRequest) (*ResizePtyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResizePty not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -780,6 +892,78 @@ func _SandboxService_WatchDirectory_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_WatchDirectoryServer = grpc.ServerStreamingServer[WatchDirectoryResponse]
 
+func _SandboxService_SendStdin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendStdinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).SendStdin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_SendStdin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).SendStdin(ctx, req.(*SendStdinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_CloseStdin_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseStdinRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CloseStdin(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CloseStdin_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CloseStdin(ctx, req.(*CloseStdinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ResizePty_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResizePtyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ResizePty(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ResizePty_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ResizePty(ctx, req.(*ResizePtyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListCommands_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCommandsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListCommands(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListCommands_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListCommands(ctx, req.(*ListCommandsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -822,6 +1006,22 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rename",
 			Handler:    _SandboxService_Rename_Handler,
+		},
+		{
+			MethodName: "SendStdin",
+			Handler:    _SandboxService_SendStdin_Handler,
+		},
+		{
+			MethodName: "CloseStdin",
+			Handler:    _SandboxService_CloseStdin_Handler,
+		},
+		{
+			MethodName: "ResizePty",
+			Handler:    _SandboxService_ResizePty_Handler,
+		},
+		{
+			MethodName: "ListCommands",
+			Handler:    _SandboxService_ListCommands_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -6,6 +6,10 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
+COMMAND_STATE_FINISHED: CommandState
+COMMAND_STATE_QUEUED: CommandState
+COMMAND_STATE_RUNNING: CommandState
+COMMAND_STATE_UNSPECIFIED: CommandState
 COMMAND_STATUS_ERROR: CommandStatus
 COMMAND_STATUS_INTERRUPTED: CommandStatus
 COMMAND_STATUS_KILLED: CommandStatus
@@ -48,6 +52,44 @@ class AcquireSandboxResponse(_message.Message):
     sandbox: Sandbox
     state_lost: bool
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ...) -> None: ...
+
+class CloseStdinRequest(_message.Message):
+    __slots__ = ["command_id", "sandbox_id"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ...) -> None: ...
+
+class CloseStdinResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class CommandInfo(_message.Message):
+    __slots__ = ["command_id", "duration", "exit_code", "finished_at", "language", "output_available", "pty", "started_at", "state", "status", "stdin"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    duration: _duration_pb2.Duration
+    exit_code: int
+    finished_at: _timestamp_pb2.Timestamp
+    language: str
+    output_available: bool
+    pty: bool
+    started_at: _timestamp_pb2.Timestamp
+    state: CommandState
+    status: CommandStatus
+    stdin: bool
+    def __init__(self, command_id: _Optional[str] = ..., language: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., status: _Optional[_Union[CommandStatus, str]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., exit_code: _Optional[int] = ..., output_available: bool = ..., stdin: bool = ..., pty: bool = ...) -> None: ...
 
 class DeleteSandboxRequest(_message.Message):
     __slots__ = ["sandbox_id"]
@@ -143,18 +185,22 @@ class ExecuteEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., command_id: _Optional[str] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[_Union[OutputChunk, _Mapping]] = ..., stderr: _Optional[_Union[OutputChunk, _Mapping]] = ..., display: _Optional[_Union[Display, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ["code", "command_id", "language", "sandbox_id", "timeout"]
+    __slots__ = ["code", "command_id", "language", "pty", "sandbox_id", "stdin", "timeout"]
     CODE_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     code: str
     command_id: str
     language: str
+    pty: PtySize
     sandbox_id: str
+    stdin: bool
     timeout: _duration_pb2.Duration
-    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdin: bool = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ...) -> None: ...
 
 class FileInfo(_message.Message):
     __slots__ = ["gid", "is_dir", "mod_time", "mode", "path", "size", "type", "uid"]
@@ -207,6 +253,26 @@ class InterruptCommandRequest(_message.Message):
 class InterruptCommandResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class ListCommandsRequest(_message.Message):
+    __slots__ = ["page_size", "page_token", "sandbox_id"]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListCommandsResponse(_message.Message):
+    __slots__ = ["commands", "next_page_token", "total_commands"]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    commands: _containers.RepeatedCompositeFieldContainer[CommandInfo]
+    next_page_token: str
+    total_commands: int
+    def __init__(self, commands: _Optional[_Iterable[_Union[CommandInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total_commands: _Optional[int] = ...) -> None: ...
 
 class ListFilesRequest(_message.Message):
     __slots__ = ["depth", "path", "sandbox_id"]
@@ -262,6 +328,14 @@ class OutputChunk(_message.Message):
     text: str
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
+class PtySize(_message.Message):
+    __slots__ = ["cols", "rows"]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    cols: int
+    rows: int
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
 class RemoveRequest(_message.Message):
     __slots__ = ["path", "recursive", "sandbox_id"]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +366,20 @@ class RenameResponse(_message.Message):
     FILE_FIELD_NUMBER: _ClassVar[int]
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class ResizePtyRequest(_message.Message):
+    __slots__ = ["command_id", "sandbox_id", "size"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    sandbox_id: str
+    size: PtySize
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., size: _Optional[_Union[PtySize, _Mapping]] = ...) -> None: ...
+
+class ResizePtyResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
 
 class ResourceLimits(_message.Message):
     __slots__ = ["disk_bytes", "memory_bytes", "nano_cpus", "pids_limit"]
@@ -362,6 +450,20 @@ class SandboxOptions(_message.Message):
     limits: ResourceLimits
     network: bool
     def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ...) -> None: ...
+
+class SendStdinRequest(_message.Message):
+    __slots__ = ["command_id", "data", "sandbox_id"]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    data: bytes
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class SendStdinResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["language", "time"]
@@ -441,4 +543,7 @@ class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class WatchEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class CommandState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -90,6 +90,26 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryResponse.FromString,
                 )
+        self.SendStdin = channel.unary_unary(
+                '/sandbox.v1.SandboxService/SendStdin',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.SendStdinRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SendStdinResponse.FromString,
+                )
+        self.CloseStdin = channel.unary_unary(
+                '/sandbox.v1.SandboxService/CloseStdin',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.CloseStdinRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CloseStdinResponse.FromString,
+                )
+        self.ResizePty = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ResizePty',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ResizePtyRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ResizePtyResponse.FromString,
+                )
+        self.ListCommands = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListCommands',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -278,6 +298,54 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendStdin(self, request, context):
+        """SendStdin writes data to the standard input of a bash command started
+        with ExecuteRequest.stdin or pty, in call order. data is at most 64 KiB
+        per call (more is INVALID_ARGUMENT). Data for a queued command waits
+        until it starts; a command that does not read keeps at most 4 MiB
+        unread in the sandbox (16 MiB over all its commands): past that the
+        data is discarded, the command's input is closed after what was kept,
+        and its Done.reason says how much was lost. NOT_FOUND for an unknown
+        command; FAILED_PRECONDITION for a command started without stdin or
+        already finished (data racing with the command's end is dropped).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseStdin(self, request, context):
+        """CloseStdin ends a command's standard input after the data already sent:
+        a pipe is closed, so the command reads end of file; on a terminal (pty)
+        the EOF character (Ctrl-D) is typed, which a program reading a line sees
+        as end of input. Data sent after it is dropped. Errors as SendStdin's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResizePty(self, request, context):
+        """ResizePty changes the terminal size of a command started with
+        ExecuteRequest.pty (the command gets SIGWINCH); for a queued command the
+        size applies when it starts. rows and cols are 1-4096 (else
+        INVALID_ARGUMENT). NOT_FOUND for an unknown command;
+        FAILED_PRECONDITION for a command without a terminal or finished.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCommands(self, request, context):
+        """ListCommands lists a sandbox's commands, newest first, with their IDs,
+        language and state (queued, running, finished with its status), so a
+        caller that lost its command IDs can find and follow them. Commands
+        whose output the sandbox has pruned are still listed
+        (output_available false). Paged: page_size defaults to 50 and is at
+        most 200 (larger is INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -350,6 +418,26 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.WatchDirectory,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryResponse.SerializeToString,
+            ),
+            'SendStdin': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendStdin,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SendStdinRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.SendStdinResponse.SerializeToString,
+            ),
+            'CloseStdin': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseStdin,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CloseStdinRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.CloseStdinResponse.SerializeToString,
+            ),
+            'ResizePty': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResizePty,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ResizePtyRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ResizePtyResponse.SerializeToString,
+            ),
+            'ListCommands': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCommands,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -602,5 +690,73 @@ class SandboxService(object):
         return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/WatchDirectory',
             sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.WatchDirectoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SendStdin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/SendStdin',
+            sandbox_dot_v1_dot_sandbox__pb2.SendStdinRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.SendStdinResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CloseStdin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/CloseStdin',
+            sandbox_dot_v1_dot_sandbox__pb2.CloseStdinRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.CloseStdinResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ResizePty(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ResizePty',
+            sandbox_dot_v1_dot_sandbox__pb2.ResizePtyRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ResizePtyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListCommands(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListCommands',
+            sandbox_dot_v1_dot_sandbox__pb2.ListCommandsRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListCommandsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

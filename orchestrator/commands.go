@@ -1,0 +1,220 @@
+package orchestrator
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+)
+
+// Interactive commands: standard input and terminals for bash commands,
+// and the listing of a sandbox's commands. Input travels as records in the
+// command log (ioproto/PROTOCOL.md, "Standard input and terminals"), so it
+// shares the log's bounds (iolog.MaxLogBytes): a 64 KiB chunk costs about
+// 87 KiB of log, so a sandbox's log holds about 12,000 full chunks, and
+// small keystrokes about 100 bytes each.
+
+// PtySize is a terminal's size in character cells.
+type PtySize struct {
+	Rows, Cols uint32
+}
+
+// MaxStdinChunk bounds SendStdin's data per call.
+const MaxStdinChunk = ioproto.MaxStdinChunk
+
+// ListCommands' page sizes.
+const (
+	DefaultCommandPage = 50
+	MaxCommandPage     = 200
+)
+
+// validateInput checks an ExecRequest's stdin and pty (part of Validate).
+func (r ExecRequest) validateInput() error {
+	if !r.Stdin && r.Pty == (PtySize{}) {
+		return nil
+	}
+	if r.Language != ioproto.LanguageBash {
+		lang := r.Language
+		if lang == "" {
+			lang = ioproto.LanguagePython
+		}
+		return invalidf("stdin and pty are for bash commands only; language is %q", lang)
+	}
+	if r.Pty != (PtySize{}) {
+		return validatePtySize(r.Pty)
+	}
+	return nil
+}
+
+func validatePtySize(sz PtySize) error {
+	if sz.Rows < 1 || sz.Rows > ioproto.MaxPtyDim || sz.Cols < 1 || sz.Cols > ioproto.MaxPtyDim {
+		return invalidf("terminal size %dx%d (rows x cols) is outside 1-%d", sz.Rows, sz.Cols, ioproto.MaxPtyDim)
+	}
+	return nil
+}
+
+// SendStdin appends data for command commandID's standard input (see
+// ioproto.MaxStdinChunk). The command must have been started with stdin or
+// a pty and not be finished (ErrFailedPrecondition); unknown commands are
+// ErrNotFound. Data that races with the command's end is dropped by the
+// driver.
+func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
+	if err := validateIDs(sandboxID, commandID); err != nil {
+		return err
+	}
+	if len(data) > MaxStdinChunk {
+		return invalidf("stdin data is %d bytes; the limit is %d per call", len(data), MaxStdinChunk)
+	}
+	return m.appendInput(ctx, sandboxID, commandID, false, ioproto.StdinRecord(commandID, data))
+}
+
+// CloseStdin ends command commandID's standard input after the data sent
+// before. Errors as SendStdin's.
+func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
+	if err := validateIDs(sandboxID, commandID); err != nil {
+		return err
+	}
+	return m.appendInput(ctx, sandboxID, commandID, false, ioproto.Record{Type: ioproto.KindStdinClose, CommandID: commandID})
+}
+
+// ResizePty resizes command commandID's terminal. The command must have
+// been started with a pty and not be finished (ErrFailedPrecondition).
+func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size PtySize) error {
+	if err := validateIDs(sandboxID, commandID); err != nil {
+		return err
+	}
+	if err := validatePtySize(size); err != nil {
+		return err
+	}
+	rec := ioproto.Record{Type: ioproto.KindResize, CommandID: commandID, Pty: ioproto.PtySize{Rows: int(size.Rows), Cols: int(size.Cols)}}
+	return m.appendInput(ctx, sandboxID, commandID, true, rec)
+}
+
+// appendInput checks that the command takes input (a terminal, if pty)
+// and is not finished, and appends rec.
+func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, pty bool, rec ioproto.Record) error {
+	sb, err := m.use(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	e, ok, err := sb.io.Command(ctx, commandID)
+	if err != nil {
+		return m.appendError(sb, err)
+	}
+	if !ok {
+		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+	}
+	switch {
+	case pty && !e.Pty:
+		return preconditionf("command %s in sandbox %s was not started with a terminal (ExecuteRequest.pty); it cannot be resized", commandID, sb.id)
+	case !e.Stdin:
+		return preconditionf("command %s in sandbox %s was not started with stdin (ExecuteRequest.stdin or pty); its input is closed", commandID, sb.id)
+	}
+	prog, err := sb.io.Progress(ctx, []iolog.CommandEntry{e})
+	if err != nil {
+		return m.appendError(sb, err)
+	}
+	if prog[0].Phase == iolog.PhaseFinished {
+		return preconditionf("command %s in sandbox %s has finished; it takes no more input", commandID, sb.id)
+	}
+	_, err = sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
+	if errors.Is(err, iolog.ErrUnknownCommand) {
+		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+	}
+	if err != nil {
+		return m.appendError(sb, err)
+	}
+	return nil
+}
+
+// CommandPhase is where a command is in its life.
+type CommandPhase int
+
+const (
+	// CommandUnknown: the command's files cannot be read.
+	CommandUnknown CommandPhase = iota
+	CommandQueued
+	CommandRunning
+	CommandFinished
+)
+
+// CommandInfo describes one command for ListCommands.
+type CommandInfo struct {
+	ID       string
+	Language string
+	Phase    CommandPhase
+	// Status is a finished command's ioproto status ("ok", ...); empty
+	// otherwise, and when its output was pruned.
+	Status     string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Duration   time.Duration
+	ExitCode   *int
+	// OutputAvailable: the command's events can still be streamed.
+	OutputAvailable bool
+	Stdin, Pty      bool
+}
+
+// CommandPage is one page of ListCommands.
+type CommandPage struct {
+	Commands []CommandInfo
+	// NextPageToken continues the listing; empty on the last page.
+	NextPageToken string
+	// Total is the number of commands in the sandbox's log.
+	Total int
+}
+
+// ListCommands lists a sandbox's commands, newest first, pageSize at a time
+// (0: DefaultCommandPage; at most MaxCommandPage). pageToken is a previous
+// page's NextPageToken: the log position to continue below, which stays
+// valid because the log only grows. Each listed command costs a bounded
+// read of its events file's head and tail (iolog.Progress).
+func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (CommandPage, error) {
+	if err := ValidateSandboxID(sandboxID); err != nil {
+		return CommandPage{}, err
+	}
+	switch {
+	case pageSize < 0 || pageSize > MaxCommandPage:
+		return CommandPage{}, invalidf("page_size %d is outside 0-%d", pageSize, MaxCommandPage)
+	case pageSize == 0:
+		pageSize = DefaultCommandPage
+	}
+	before := 0
+	if pageToken != "" {
+		n, err := strconv.Atoi(pageToken)
+		if err != nil || n < 1 || n > iolog.MaxLogRecords {
+			return CommandPage{}, invalidf("page_token %q is not one this server made", truncate(pageToken, 32))
+		}
+		before = n
+	}
+	sb, err := m.use(ctx, sandboxID)
+	if err != nil {
+		return CommandPage{}, err
+	}
+	entries, total, err := sb.io.Commands(ctx, before, pageSize)
+	if err != nil {
+		return CommandPage{}, m.appendError(sb, err)
+	}
+	prog, err := sb.io.Progress(ctx, entries)
+	if err != nil {
+		return CommandPage{}, m.appendError(sb, err)
+	}
+	page := CommandPage{Total: total, Commands: make([]CommandInfo, len(entries))}
+	for i, e := range entries {
+		p := prog[i]
+		info := CommandInfo{ID: e.ID, Language: e.Language, Phase: CommandPhase(p.Phase), StartedAt: p.StartedAt,
+			OutputAvailable: p.OutputAvailable, Stdin: e.Stdin, Pty: e.Pty}
+		if d := p.Done; d != nil {
+			info.Status, info.FinishedAt, info.ExitCode = d.Status, d.Time, d.ExitCode
+			info.Duration = time.Duration(max(d.DurationMS, 0)) * time.Millisecond
+		}
+		page.Commands[i] = info
+	}
+	if n := len(entries); n > 0 && entries[n-1].Index > 0 {
+		page.NextPageToken = strconv.Itoa(entries[n-1].Index)
+	}
+	return page, nil
+}

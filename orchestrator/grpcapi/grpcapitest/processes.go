@@ -1,0 +1,62 @@
+package grpcapitest
+
+import (
+	"context"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// ProcessManager is Manager with the interactive-command calls
+// (grpcapi.ProcessManager) scripted too. A plain Manager lacks them, and
+// the API answers them UNIMPLEMENTED.
+type ProcessManager struct {
+	*Manager
+	SendStdinFunc    func(ctx context.Context, sandboxID, commandID string, data []byte) error
+	CloseStdinFunc   func(ctx context.Context, sandboxID, commandID string) error
+	ResizePtyFunc    func(ctx context.Context, sandboxID, commandID string, size orchestrator.PtySize) error
+	ListCommandsFunc func(ctx context.Context, sandboxID string, pageSize int, pageToken string) (orchestrator.CommandPage, error)
+}
+
+// SendStdin calls SendStdinFunc.
+func (m *ProcessManager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
+	if err := m.record("SendStdin", commandIDs(sandboxID, commandID)); err != nil {
+		return err
+	}
+	if m.SendStdinFunc == nil {
+		return ErrNotScripted
+	}
+	return m.SendStdinFunc(ctx, sandboxID, commandID, data)
+}
+
+// CloseStdin calls CloseStdinFunc.
+func (m *ProcessManager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
+	if err := m.record("CloseStdin", commandIDs(sandboxID, commandID)); err != nil {
+		return err
+	}
+	if m.CloseStdinFunc == nil {
+		return ErrNotScripted
+	}
+	return m.CloseStdinFunc(ctx, sandboxID, commandID)
+}
+
+// ResizePty calls ResizePtyFunc.
+func (m *ProcessManager) ResizePty(ctx context.Context, sandboxID, commandID string, size orchestrator.PtySize) error {
+	if err := m.record("ResizePty", commandIDs(sandboxID, commandID)); err != nil {
+		return err
+	}
+	if m.ResizePtyFunc == nil {
+		return ErrNotScripted
+	}
+	return m.ResizePtyFunc(ctx, sandboxID, commandID, size)
+}
+
+// ListCommands calls ListCommandsFunc.
+func (m *ProcessManager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (orchestrator.CommandPage, error) {
+	if err := m.record("ListCommands", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+		return orchestrator.CommandPage{}, err
+	}
+	if m.ListCommandsFunc == nil {
+		return orchestrator.CommandPage{}, ErrNotScripted
+	}
+	return m.ListCommandsFunc(ctx, sandboxID, pageSize, pageToken)
+}
