@@ -40,6 +40,7 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 	}
 	cmd := exec.Command("bash", script.Name())
 	cmd.Dir = d.cfg.Workspace
+	cmd.Env = withEnv(os.Environ(), rec.Env)
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
