@@ -165,6 +165,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		CommandID: req.GetCommandId(),
 		Language:  req.GetLanguage(),
 		Code:      req.GetCode(),
+		Env:       req.GetEnv(),
 	}
 	if t := req.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {

@@ -1063,9 +1063,16 @@ type ExecuteRequest struct {
 	// [A-Za-z0-9._-], starting with a letter or digit, unique within the
 	// sandbox. Empty means the server generates one.
 	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	// language is "python" (the default, when empty) or "bash". Python commands
-	// share one interpreter, so variables persist between commands; each bash
-	// command is a fresh shell. Both run in /workspace.
+	// language is "python" (the default, when empty), "bash", "javascript"
+	// (alias "js"), "typescript" (alias "ts") or "r" (alias "R"). Python
+	// commands share one interpreter, so variables persist between commands;
+	// so do JavaScript and TypeScript commands, which share one Node.js
+	// interpreter and its globals (TypeScript is transpiled, not type
+	// checked), and R commands, which share one R session. Each bash command
+	// is a fresh shell. All run in /workspace. Interpreters other than
+	// Python's start at their language's first command. An unknown language
+	// is INVALID_ARGUMENT; a known one the sandbox's image lacks is
+	// FAILED_PRECONDITION naming it.
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
 	// code is the source to run; it may be empty. At most 1 MiB of UTF-8, or
 	// less when the server says so (sandboxd --max-code); longer code is
@@ -1080,7 +1087,17 @@ type ExecuteRequest struct {
 	// server's default (sandboxd --default-timeout, 10 minutes unless
 	// configured); negative values and values above the server's maximum
 	// (--max-timeout, 1 hour unless configured) are INVALID_ARGUMENT.
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// env sets environment variables for this command only, in every
+	// language: they override the sandbox's variables (AcquireSandbox's env)
+	// for the command's duration, are seen by the processes it starts, and
+	// are restored afterwards (variables it added are removed). At most 256
+	// variables and 128 KiB in total (each counted as name + value + 1);
+	// names are non-empty without '=' or NUL, values without NUL, both
+	// UTF-8. Anything else is INVALID_ARGUMENT. The env is part of the
+	// command's identity: re-using a command_id with another env is
+	// ALREADY_EXISTS.
+	Env           map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1146,6 +1163,13 @@ func (x *ExecuteRequest) GetCode() string {
 func (x *ExecuteRequest) GetTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
 	}
 	return nil
 }
@@ -3092,7 +3116,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\xb3\x01\n" +
+	"\x15DeleteSandboxResponse\"\xa2\x02\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3100,7 +3124,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x1a\n" +
 	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\tR\x04code\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"q\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x125\n" +
+	"\x03env\x18\x06 \x03(\v2#.sandbox.v1.ExecuteRequest.EnvEntryR\x03env\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
 	"\x14StreamCommandRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3282,7 +3310,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
@@ -3329,83 +3357,85 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*WatchDirectoryResponse)(nil),   // 42: sandbox.v1.WatchDirectoryResponse
 	(*WatchEvent)(nil),               // 43: sandbox.v1.WatchEvent
 	nil,                              // 44: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 45: sandbox.v1.Display.DataEntry
-	nil,                              // 46: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 48: google.protobuf.Duration
+	nil,                              // 45: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                              // 46: sandbox.v1.Display.DataEntry
+	nil,                              // 47: sandbox.v1.Result.DataEntry
+	(*timestamppb.Timestamp)(nil),    // 48: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 49: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	4,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
 	44, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
 	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	47, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	47, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	47, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	48, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	48, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
 	5,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
 	6,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	6,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
 	6,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	48, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	18, // 13: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	19, // 14: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	19, // 15: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	20, // 16: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	21, // 17: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	22, // 18: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	23, // 19: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	47, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	45, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	46, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 23: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	48, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	24, // 25: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	47, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	47, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 28: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	28, // 29: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	27, // 30: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 31: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 32: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	27, // 33: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 34: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	43, // 35: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 36: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	47, // 37: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 38: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	9,  // 39: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	11, // 40: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	13, // 41: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	15, // 42: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	16, // 43: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	25, // 44: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	29, // 45: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	31, // 46: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	33, // 47: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	35, // 48: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	37, // 49: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	39, // 50: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	41, // 51: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	8,  // 52: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	10, // 53: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	12, // 54: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	14, // 55: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	17, // 56: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	17, // 57: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	26, // 58: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	30, // 59: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	32, // 60: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	34, // 61: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	36, // 62: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	38, // 63: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	40, // 64: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	42, // 65: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	52, // [52:66] is the sub-list for method output_type
-	38, // [38:52] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	49, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	45, // 13: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	18, // 14: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	19, // 15: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	19, // 16: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	20, // 17: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	21, // 18: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	22, // 19: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	23, // 20: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	48, // 21: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	46, // 22: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	47, // 23: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 24: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	49, // 25: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	24, // 26: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	48, // 27: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	48, // 28: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 29: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	28, // 30: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	27, // 31: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 32: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 33: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	27, // 34: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 35: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	43, // 36: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 37: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	48, // 38: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	7,  // 39: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	9,  // 40: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	11, // 41: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	13, // 42: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	15, // 43: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	16, // 44: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	25, // 45: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	29, // 46: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	31, // 47: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	33, // 48: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	35, // 49: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	37, // 50: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	39, // 51: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	41, // 52: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	8,  // 53: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	10, // 54: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	12, // 55: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	14, // 56: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	17, // 57: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	17, // 58: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	26, // 59: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	30, // 60: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	32, // 61: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	34, // 62: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	36, // 63: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	38, // 64: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	40, // 65: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	42, // 66: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	53, // [53:67] is the sub-list for method output_type
+	39, // [39:53] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -3433,7 +3463,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   43,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
