@@ -22,7 +22,7 @@ const interruptTimeout = 5 * time.Second
 func cmdExec(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	user := fs.String("user", "", "the end user whose sandbox runs the code (required)")
-	lang := fs.String("language", "python", "python or bash")
+	lang := fs.String("language", "python", "python, bash, javascript, typescript or r")
 	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
 	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
 	pos, err := parseArgs(fs, args)
