@@ -245,6 +245,28 @@ func languagesSuite(t *testing.T, d *daemon) {
 		}
 	})
 
+	t.Run("kernel death names the interpreter", func(t *testing.T) {
+		for _, tc := range []struct{ lang, code, reason, check, want string }{
+			{client.LanguageJavaScript, "process.exit(3)", "the Node.js process exited with code 3", "typeof a", "'undefined'"},
+			{client.LanguageR, "quit(status = 4)", "the R process exited with code 4", "exists('x')", "[1] FALSE"},
+		} {
+			o, _ := langRun(t, ctx, c, cmd(tc.lang, tc.code))
+			wantStatus(t, tc.code, o, client.StatusKilled)
+			if !o.Done.StateLost || !strings.Contains(o.Done.Reason, tc.reason) || strings.Contains(o.Done.Reason, "Python") {
+				t.Errorf("%s: state_lost %v, reason %q; want state lost and %q", tc.code, o.Done.StateLost, o.Done.Reason, tc.reason)
+			}
+			o, _ = langRun(t, ctx, c, cmd(tc.lang, tc.check))
+			if resultOf(o) != tc.want || o.Done.StateLost {
+				t.Errorf("%s after the death: result %q, state_lost %v; want %s from a fresh kernel", tc.lang, resultOf(o), o.Done.StateLost, tc.want)
+			}
+		}
+		// Python's globals were not touched.
+		o, _ := langRun(t, ctx, c, cmd(client.LanguagePython, "1 + 1"))
+		if o.Done.StateLost || resultOf(o) != "2" {
+			t.Errorf("python after the other kernels died: %v %q", o.Done.StateLost, resultOf(o))
+		}
+	})
+
 	// Each extra kernel is started once and kept.
 	procs := containerProcs(t, ctx, ctr)
 	if procCount(procs, "node") != 1 || procCount(procs, "R") != 1 {
