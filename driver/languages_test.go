@@ -127,8 +127,15 @@ func TestJavaScriptKernelLocal(t *testing.T) {
 	if len(errs) != 1 || errs[0].EName != "TypeError" || errs[0].EValue != "bad thing" {
 		t.Fatalf("error events %+v", errs)
 	}
-	if tb := strings.Join(errs[0].Traceback, ""); !strings.Contains(tb, "boom") || !strings.Contains(tb, "<cell-") || strings.Contains(tb, "kernel.mjs") {
+	// The user's frames only: not the kernel's, nor the wrapper's call on
+	// the line after the cell's last.
+	if tb := strings.Join(errs[0].Traceback, ""); !strings.Contains(tb, "boom") || !strings.Contains(tb, "<cell-") || strings.Contains(tb, "kernel.mjs") || strings.Contains(tb, ">:3:") {
 		t.Fatalf("traceback %q", tb)
+	}
+	// Columns on a cell's first line are the user's.
+	evs = js("col", "const nothing = null; nothing.x\n1")
+	if e := evsOf(evs, ioproto.EventError); len(e) != 1 || !strings.Contains(strings.Join(e[0].Traceback, ""), ">:1:31") {
+		t.Fatalf("first-line frame: %+v", e)
 	}
 	evs = js("syn", "let = = 2")
 	wantDone(t, evs, ioproto.StatusError)

@@ -163,12 +163,15 @@ function rewrite(code) {
   const edits = []; // {start, end, text}, non-overlapping
   const prologue = [];
   const nl = (node) => "\n".repeat((code.slice(node.start, node.end).match(/\n/g) || []).length);
+  // blank is the text from a to b as spaces (newlines kept): what is
+  // removed keeps the columns of what follows.
+  const blank = (a, b) => code.slice(a, b).replace(/[^\n]/g, " ");
   let n = 0;
   const body = ast.body;
   const declare = (node) => {
     if (node.type === "VariableDeclaration") {
       const first = node.declarations[0];
-      edits.push({ start: node.start, end: first.start, text: "" });
+      edits.push({ start: node.start, end: first.start, text: blank(node.start, first.start) });
       for (const d of node.declarations) {
         if (d.id.type !== "Identifier") {
           edits.push({ start: d.start, end: d.start, text: "(" });
@@ -207,7 +210,7 @@ function rewrite(code) {
       }
       case "ExportNamedDeclaration":
         if (node.declaration) {
-          edits.push({ start: node.start, end: node.declaration.start, text: "" });
+          edits.push({ start: node.start, end: node.declaration.start, text: blank(node.start, node.declaration.start) });
           declare(node.declaration);
         } else {
           edits.push({ start: node.start, end: node.end, text: nl(node) });
@@ -217,7 +220,7 @@ function rewrite(code) {
         edits.push({ start: node.start, end: node.end, text: nl(node) });
         break;
       case "ExportDefaultDeclaration":
-        edits.push({ start: node.start, end: node.declaration.start, text: "" });
+        edits.push({ start: node.start, end: node.declaration.start, text: blank(node.start, node.declaration.start) });
         if (node.declaration.type === "FunctionDeclaration" || node.declaration.type === "ClassDeclaration") {
           if (node.declaration.id) declare(node.declaration);
         } else if (i === body.length - 1) {
@@ -245,7 +248,9 @@ function rewrite(code) {
   let out = code;
   for (const e of edits) out = out.slice(0, e.start) + e.text + out.slice(e.end);
   if (out.startsWith("#!")) out = "//" + out;
-  return `(async () => {${prologue.join(" ")}${out}\n})()`;
+  // The wrapper's head has a line of its own (lineOffset -1 hides it), so
+  // columns on the cell's first line stay the user's.
+  return `(async () => {${prologue.join(" ")}\n${out}\n})()`;
 }
 
 function loadTypeScript() {
@@ -287,6 +292,7 @@ function transpile(code, fname) {
 }
 
 // ---------------------------------------------------------------- execution
+let wrapperFrame = null;
 class Interrupted extends Error {}
 Object.defineProperty(Interrupted.prototype, "name", { value: "Interrupted" });
 
@@ -305,7 +311,9 @@ async function execCell(code, language) {
     }
     throw e;
   }
-  const script = new vm.Script(src, { filename: fname, importModuleDynamically: (spec) => importFrom(spec) });
+  // The wrapper's closing line (its call) is no frame of the user's.
+  wrapperFrame = `(${fname}:${js.split("\n").length + 1}:`;
+  const script = new vm.Script(src, { filename: fname, lineOffset: -1, importModuleDynamically: (spec) => importFrom(spec) });
   const stop = new Promise((_, reject) => {
     cellInterrupt = () => reject(new Interrupted("the cell was interrupted (SIGINT)"));
   });
@@ -344,7 +352,11 @@ function report(e) {
       } else if (!(e instanceof Interrupted)) {
         const lines = String(e.stack || "").split("\n");
         // The kernel's own frames and Node's internals are not the user's.
-        tb = lines.filter((l) => !l.includes(KFILE) && !l.includes("node:internal") && !l.includes("node:vm")).map((l) => l + "\n");
+        const wrapper = wrapperFrame ? wrapperFrame.slice(1) : null;
+        tb = lines
+          .filter((l) => !l.includes(KFILE) && !l.includes("node:internal") && !l.includes("node:vm"))
+          .filter((l) => !wrapper || !l.trim().startsWith("at " + wrapper))
+          .map((l) => l + "\n");
       }
     } catch {
       ename = "Error";
