@@ -1,9 +1,12 @@
 package driver
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,5 +263,53 @@ func TestEnvPythonBashLocal(t *testing.T) {
 	evs = h.submitRec(ioproto.Record{CommandID: "b2", Language: ioproto.LanguageBash, Code: "echo ${SBX_NEW:-unset}"})
 	if got := textOf(evs, ioproto.EventStdout); got != "unset\n" {
 		t.Fatalf("bash env leaked %q", got)
+	}
+}
+
+// TestIdleSIGINTLocal: a SIGINT that reaches a kernel between commands (a
+// timeout racing the command's end) neither kills it nor interrupts the
+// next command.
+func TestIdleSIGINTLocal(t *testing.T) {
+	h, d := startLangDriver(t)
+	for _, tc := range []struct{ lang, set, get, want string }{
+		{ioproto.LanguageJavaScript, "globalThis.v = 7", "v", "7"},
+		{ioproto.LanguageR, "v <- 7", "v", "[1] 7"},
+		{ioproto.LanguagePython, "v = 7", "v", "7"},
+	} {
+		needLanguage(t, h, d, tc.lang)
+		wantDone(t, h.submitRec(ioproto.Record{CommandID: tc.lang + "-set", Language: tc.lang, Code: tc.set}), ioproto.StatusOK)
+		k := d.kernels[kernelKind(tc.lang)]
+		k.signal(syscall.SIGINT)
+		waitDelivered(t, k.cmd.Process.Pid)
+		evs := h.submitRec(ioproto.Record{CommandID: tc.lang + "-get", Language: tc.lang, Code: tc.get})
+		dn := wantDone(t, evs, ioproto.StatusOK)
+		if dn.StateLost || plainResult(evs) != tc.want {
+			t.Fatalf("%s after an idle SIGINT: %+v", tc.lang, evs)
+		}
+	}
+}
+
+// waitDelivered waits until no signal is pending for pid (its handler ran).
+func waitDelivered(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pending := false
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && (f[0] == "SigPnd:" || f[0] == "ShdPnd:") && strings.Trim(f[1], "0") != "" {
+				pending = true
+			}
+		}
+		if !pending {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a signal to %d is still pending after 5s", pid)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -15,7 +15,9 @@
 # the calls, innermost first, like traceback()).  Base graphics go to a PNG
 # device opened at the first plot of a cell and closed after it; each page
 # is sent as an image/png display.  SIGINT interrupts a cell (R's
-# "interrupt" condition); the globals are kept.  Base R only: no packages.
+# "interrupt" condition); the globals are kept.  Outside cells interrupts
+# are suspended, and one that arrived while idle is taken (and dropped)
+# before the next cell starts.  Base R only: no packages.
 local({
   ctl_in <- file("/dev/fd/3", open = "r", raw = TRUE)
   ctl_out <- file("/dev/fd/4", open = "wb", raw = TRUE)
@@ -200,9 +202,12 @@ local({
     if (length(env)) do.call(Sys.setenv, as.list(env))
     status <- "ok"
     calls <- NULL
+    # An interrupt that arrived while idle (a timeout racing the previous
+    # command's end) is pending: taken here, it cannot hit this cell.
+    tryCatch(allowInterrupts({ for (i in 1:2000) NULL; NULL }), interrupt = function(e) NULL)
     res <- tryCatch(
       withCallingHandlers(
-        { run_cell(req$code); NULL },
+        allowInterrupts({ run_cell(req$code); NULL }),
         error = function(e) calls <<- user_calls(sys.calls(), st$base),
         warning = function(w) {
           cl <- conditionCall(w)
@@ -226,20 +231,18 @@ local({
   }
 
   # read_line returns the next line from fd 3; it quits when the driver
-  # closed it (an interrupt while idle is ignored).
+  # closed it. Interrupts are suspended outside cells (see below), so a
+  # SIGINT while idle only stays pending.
   read_line <- function() {
-    empty <- 0
-    repeat {
-      x <- tryCatch(readLines(ctl_in, n = 1L, warn = FALSE, encoding = "UTF-8"),
-                    interrupt = function(e) NULL, error = function(e) character(0))
-      if (is.null(x)) next
-      if (length(x) == 1L) return(x)
-      empty <- empty + 1
-      if (empty > 20) quit(save = "no", status = 0)
-      Sys.sleep(0.01)
-    }
+    x <- tryCatch(readLines(ctl_in, n = 1L, warn = FALSE, encoding = "UTF-8"),
+                  error = function(e) character(0))
+    if (length(x) != 1L) quit(save = "no", status = 0)
+    x
   }
 
+  # Interrupts are allowed only while a cell runs (allowInterrupts in run):
+  # elsewhere a SIGINT could cut a control message or a request in half.
+  suspendInterrupts({
   hello <- read_line()
   m <- regmatches(hello, regexec("\"nonce\"\\s*:\\s*\"([0-9a-f]{16,})\"", hello))[[1]]
   if (length(m) != 2) quit(save = "no", status = 2) # not started by the driver
@@ -258,4 +261,5 @@ local({
     }
     tryCatch(run(req), interrupt = function(e) NULL)
   }
+  })
 })
