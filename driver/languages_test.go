@@ -313,3 +313,45 @@ func waitDelivered(t *testing.T, pid int) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestRestartLostStateLocal: after a driver restart, the first command of
+// each language used before reports its globals lost, naming the
+// interpreter; a language never used before starts fresh without a loss.
+func TestRestartLostStateLocal(t *testing.T) {
+	h, d := startLangDriver(t)
+	needLanguage(t, h, d, ioproto.LanguageJavaScript)
+	needLanguage(t, h, d, ioproto.LanguageR)
+	wantDone(t, h.submitRec(ioproto.Record{CommandID: "js-1", Language: ioproto.LanguageJavaScript, Code: "globalThis.v = 1"}), ioproto.StatusOK)
+	h.stop()
+
+	h2 := startDriver(t, h.io, func(dd *Driver) {})
+	evs := h2.submitRec(ioproto.Record{CommandID: "js-2", Language: ioproto.LanguageJavaScript, Code: "typeof v"})
+	dn := wantDone(t, evs, ioproto.StatusOK)
+	if !dn.StateLost || !strings.Contains(dn.Reason, "Node.js globals defined before are gone") || plainResult(evs) != "'undefined'" {
+		t.Fatalf("javascript after a restart: %+v", dn)
+	}
+	evs = h2.submitRec(ioproto.Record{CommandID: "r-1", Language: ioproto.LanguageR, Code: "1"})
+	if dn := wantDone(t, evs, ioproto.StatusOK); dn.StateLost {
+		t.Fatalf("R, never used before the restart, reported lost state: %+v", dn)
+	}
+}
+
+// TestOutputCapLocal: the per-command output cap holds for the new kernels.
+func TestOutputCapLocal(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.Unavailable(t, "python3 is not installed")
+	}
+	var d *Driver
+	h := startDriver(t, t.TempDir(), func(dd *Driver) { d = dd; dd.cfg.MaxOutput = 64 << 10 })
+	for _, tc := range []struct{ lang, code string }{
+		{ioproto.LanguageJavaScript, "for (let i = 0; i < 4000; i++) console.log('x'.repeat(100)); 'after'"},
+		{ioproto.LanguageR, "for (i in 1:4000) cat(strrep('x', 100), '\\n'); 'after'"},
+	} {
+		needLanguage(t, h, d, tc.lang)
+		evs := h.submitRec(ioproto.Record{CommandID: tc.lang + "-cap", Language: tc.lang, Code: tc.code})
+		dn := wantDone(t, evs, ioproto.StatusOK)
+		if out := len(textOf(evs, ioproto.EventStdout)); !dn.OutputTruncated || out > 64<<10 {
+			t.Fatalf("%s: %d bytes of stdout, truncated %v; want at most 64 KiB and truncated", tc.lang, out, dn.OutputTruncated)
+		}
+	}
+}
