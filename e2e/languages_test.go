@@ -249,6 +249,9 @@ func languagesSuite(t *testing.T, d *daemon) {
 		for _, tc := range []struct{ lang, code, reason, check, want string }{
 			{client.LanguageJavaScript, "process.exit(3)", "the Node.js process exited with code 3", "typeof a", "'undefined'"},
 			{client.LanguageR, "quit(status = 4)", "the R process exited with code 4", "exists('x')", "[1] FALSE"},
+			// What the OOM killer does, as far as the driver can tell.
+			{client.LanguageJavaScript, "globalThis.a = 1; process.kill(process.pid, 'SIGKILL')", "the Node.js process was killed by SIGKILL from outside the driver (likely out of memory)", "typeof a", "'undefined'"},
+			{client.LanguageR, "x <- 1; tools::pskill(Sys.getpid(), 9L)", "the R process was killed by SIGKILL from outside the driver (likely out of memory)", "exists('x')", "[1] FALSE"},
 		} {
 			o, _ := langRun(t, ctx, c, cmd(tc.lang, tc.code))
 			wantStatus(t, tc.code, o, client.StatusKilled)
