@@ -1,6 +1,7 @@
 // Package driver is the program that runs inside each sandbox container. It
-// reads command records from /io/stdin, runs them one at a time (Python in a
-// long-lived kernel whose globals persist, or bash), and writes each
+// reads command records from /io/stdin, runs them one at a time (Python,
+// JavaScript/TypeScript and R in long-lived kernels whose globals persist,
+// or bash), and writes each
 // command's events to its own file under /io/out, following the /io protocol
 // (ioproto/PROTOCOL.md; its formats in package ioproto).
 //
