@@ -180,6 +180,17 @@ func TestJavaScriptKernelLocal(t *testing.T) {
 	if got := plainResult(js("ts2", "t + 1")); got != "43" {
 		t.Fatalf("ts global from js: %q", got)
 	}
+	evs = h.submitRec(ioproto.Record{CommandID: "ts3", Language: ioproto.LanguageTypeScript, Code: "const q: number = ;"})
+	wantDone(t, evs, ioproto.StatusError)
+	if e := evsOf(evs, ioproto.EventError); len(e) != 1 || e[0].EName != "SyntaxError" || !strings.Contains(e[0].EValue, "<cell-") {
+		t.Fatalf("typescript syntax error: %+v", e)
+	}
+	// Small shapes of cells: a destructuring declaration, a trailing
+	// comment, an await as the last expression, a class used at once.
+	evs = js("shapes", "const { p1, p2: [p3] } = { p1: 1, p2: [2] }\nclass K { static n = 3 }\n(await Promise.resolve(p1 + p3 + K.n)) // six")
+	if got := plainResult(evs); got != "6" {
+		t.Fatalf("shapes: %q; %+v", got, evs)
+	}
 
 	// Env: set for the command, restored afterwards, seen by subprocesses.
 	evs = h.submitRec(ioproto.Record{CommandID: "env1", Language: ioproto.LanguageJavaScript, Env: map[string]string{"HOME": "/elsewhere", "SBX_NEW": "v1"},
