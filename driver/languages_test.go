@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -282,17 +283,24 @@ func TestEnvPythonBashLocal(t *testing.T) {
 // next command.
 func TestIdleSIGINTLocal(t *testing.T) {
 	h, d := startLangDriver(t)
+	// Each set cell's result is the kernel's PID.
 	for _, tc := range []struct{ lang, set, get, want string }{
-		{ioproto.LanguageJavaScript, "globalThis.v = 7", "v", "7"},
-		{ioproto.LanguageR, "v <- 7", "v", "[1] 7"},
-		{ioproto.LanguagePython, "v = 7", "v", "7"},
+		{ioproto.LanguageJavaScript, "globalThis.v = 7; process.pid", "v", "7"},
+		{ioproto.LanguageR, "v <- 7; Sys.getpid()", "v", "[1] 7"},
+		{ioproto.LanguagePython, "import os; v = 7; os.getpid()", "v", "7"},
 	} {
 		needLanguage(t, h, d, tc.lang)
-		wantDone(t, h.submitRec(ioproto.Record{CommandID: tc.lang + "-set", Language: tc.lang, Code: tc.set}), ioproto.StatusOK)
-		k := d.kernels[kernelKind(tc.lang)]
-		k.signal(syscall.SIGINT)
-		waitDelivered(t, k.cmd.Process.Pid)
-		evs := h.submitRec(ioproto.Record{CommandID: tc.lang + "-get", Language: tc.lang, Code: tc.get})
+		evs := h.submitRec(ioproto.Record{CommandID: tc.lang + "-set", Language: tc.lang, Code: tc.set})
+		wantDone(t, evs, ioproto.StatusOK)
+		pid, err := strconv.Atoi(strings.TrimPrefix(plainResult(evs), "[1] "))
+		if err != nil {
+			t.Fatalf("%s: kernel PID %q", tc.lang, plainResult(evs))
+		}
+		if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		waitDelivered(t, pid)
+		evs = h.submitRec(ioproto.Record{CommandID: tc.lang + "-get", Language: tc.lang, Code: tc.get})
 		dn := wantDone(t, evs, ioproto.StatusOK)
 		if dn.StateLost || plainResult(evs) != tc.want {
 			t.Fatalf("%s after an idle SIGINT: %+v", tc.lang, evs)
