@@ -24,7 +24,8 @@ type Command struct {
 	// the command instead of running it again. Empty lets sandboxd choose
 	// one (Event.CommandID), which Run cannot resume.
 	ID string
-	// Language is "python" or "bash"; empty means python.
+	// Language is one of the Language constants (python, bash, javascript,
+	// typescript, r); empty means python.
 	Language string
 	// Code is the source.
 	Code string
@@ -35,10 +36,13 @@ type Command struct {
 	Stdin bool
 	// Pty, when set, runs a bash command on a terminal of that size.
 	Pty *PtySize
+	// Env sets environment variables for this command only, overriding the
+	// sandbox's while it runs (at most 256 variables, 128 KiB in all).
+	Env map[string]string
 }
 
 func (cmd Command) request() *sandboxv1.ExecuteRequest {
-	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code}
+	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code, Env: cmd.Env}
 	if cmd.Timeout > 0 {
 		req.Timeout = durationpb.New(cmd.Timeout)
 	}

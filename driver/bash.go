@@ -32,6 +32,7 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 	feed := d.stdinFeedOf(rec.CommandID)
 	cmd := exec.Command("bash", script.Name())
 	cmd.Dir = d.cfg.Workspace
+	cmd.Env = withEnv(os.Environ(), rec.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	files, err := d.bashIO(cmd, feed)
 	if err != nil {

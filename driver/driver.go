@@ -1,6 +1,7 @@
 // Package driver is the program that runs inside each sandbox container. It
-// reads command records from /io/stdin, runs them one at a time (Python in a
-// long-lived kernel whose globals persist, or bash), and writes each
+// reads command records from /io/stdin, runs them one at a time (Python,
+// JavaScript/TypeScript and R in long-lived kernels whose globals persist,
+// or bash), and writes each
 // command's events to its own file under /io/out, following the /io protocol
 // (ioproto/PROTOCOL.md; its formats in package ioproto).
 //
@@ -20,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -117,10 +119,12 @@ type Driver struct {
 	savedOffset int64
 
 	// Only the executor goroutine touches the fields below.
-	kernel *kernel
-	// lostReason, when set, is reported with the next Python command:
-	// the globals the caller built before are gone.
-	lostReason string
+	// kernels holds the running kernel of each kind (kernelKind), started
+	// at the kind's first command (Python's at once).
+	kernels map[string]*kernel
+	// lostReasons, by kernel kind, is reported with the next command of
+	// that kind: the globals the caller built before are gone.
+	lostReasons map[string]string
 
 	statusMu sync.Mutex
 	status   ioproto.DriverStatus
@@ -151,12 +155,14 @@ type running struct {
 func New(cfg Config) (*Driver, error) {
 	cfg.setDefaults()
 	d := &Driver{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		outDir:    filepath.Join(cfg.IODir, ioproto.OutDir),
-		stdinPath: filepath.Join(cfg.IODir, ioproto.StdinFile),
-		seen:      map[string]struct{}{},
-		work:      make(chan struct{}, 1),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		outDir:      filepath.Join(cfg.IODir, ioproto.OutDir),
+		stdinPath:   filepath.Join(cfg.IODir, ioproto.StdinFile),
+		seen:        map[string]struct{}{},
+		work:        make(chan struct{}, 1),
+		kernels:     map[string]*kernel{},
+		lostReasons: map[string]string{},
 	}
 	if err := os.MkdirAll(d.outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", d.outDir, err)
@@ -220,7 +226,7 @@ func (d *Driver) Run(ctx context.Context) error {
 func (d *Driver) recover(stdin *os.File) (int64, error) {
 	var prev ioproto.DriverStatus
 	_ = ioproto.ReadJSONFile(filepath.Join(d.cfg.IODir, ioproto.DriverStatusFile), &prev)
-	d.status = ioproto.DriverStatus{Version: 1, PID: os.Getpid(), StartedAt: time.Now().UTC(), Boot: prev.Boot + 1}
+	d.status = ioproto.DriverStatus{Version: 1, PID: os.Getpid(), StartedAt: time.Now().UTC(), Boot: prev.Boot + 1, Languages: d.launcher.languages}
 	// Publish the new boot before finishing what the previous driver left
 	// running, so whoever sees those commands end sees this driver too.
 	d.updateStatus(func(*ioproto.DriverStatus) {})
@@ -238,6 +244,7 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		st.Offset = 0
 	}
 	lr := ioproto.NewLineReader(stdin, 0, ioproto.MaxRecordLen)
+	used := map[string]bool{kindPython: true}
 	for {
 		line, ok, err := lr.Next()
 		if err != nil {
@@ -250,6 +257,7 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		// themselves.
 		if rec, id, err := ioproto.ParseRecord(line.Data); id != "" && (err != nil || ioproto.NamesCommand(rec.Type)) {
 			d.seen[id] = struct{}{}
+			used[kernelKind(rec.Language)] = true
 		}
 	}
 	d.readOffset, d.savedOffset = st.Offset, st.Offset
@@ -289,7 +297,11 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		d.outUsed += c.bytes
 	}
 	if d.status.Boot > 1 && st.Offset > 0 {
-		d.lostReason = "the sandbox restarted since the previous command; Python globals defined before are gone"
+		for kind, spec := range kernelSpecs {
+			if used[kind] {
+				d.lostReasons[kind] = "the sandbox restarted since the previous command; " + spec.display + " globals defined before are gone"
+			}
+		}
 	}
 	return st.Offset, nil
 }
@@ -451,10 +463,10 @@ func (d *Driver) currentWake() string {
 
 // execute runs queued commands one at a time until ctx is cancelled.
 func (d *Driver) execute(ctx context.Context) {
-	d.ensureKernel()
+	_, _ = d.ensureKernel(ioproto.LanguagePython)
 	defer func() {
-		if d.kernel != nil {
-			d.kernel.kill()
+		for _, k := range d.kernels {
+			k.kill()
 		}
 	}()
 	for {
@@ -469,9 +481,9 @@ func (d *Driver) execute(ctx context.Context) {
 			d.run(ctx, q.rec, ev, run.interrupt)
 			ev.close()
 			d.noteFinished(ev)
-			if d.kernel == nil && ctx.Err() == nil {
+			if kind := kernelKind(q.rec.Language); kind != "" && d.kernels[kind] == nil && ctx.Err() == nil && slices.Contains(d.launcher.languages, q.rec.Language) {
 				// The command cost the kernel; have the next one ready.
-				_, _ = d.ensureKernel()
+				_, _ = d.ensureKernel(q.rec.Language)
 			}
 			d.mu.Lock()
 			d.running = nil
@@ -546,7 +558,7 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 	case ioproto.LanguageBash:
 		res = d.runBash(ctx, rec, ev, intr)
 	default:
-		res = d.runPython(ctx, rec, ev, intr)
+		res = d.runKernel(ctx, rec, ev, intr)
 	}
 	if ctx.Err() != nil && res.status == "" {
 		// The driver is stopping; the next start reports the command.

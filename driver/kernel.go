@@ -20,7 +20,7 @@ import (
 //go:embed pykernel/kernel.py
 var kernelSource []byte
 
-// kernelMsg is a control message from the Python kernel (fd 4).
+// kernelMsg is a control message from a kernel (fd 4).
 type kernelMsg struct {
 	Type      string            `json:"type"`
 	ID        string            `json:"id"`
@@ -40,15 +40,24 @@ type kernelHello struct {
 	Nonce string `json:"nonce"`
 }
 
-// kernelRequest is a request to the Python kernel (fd 3).
+// kernelRequest is a request to a kernel (fd 3).
 type kernelRequest struct {
 	ID   string `json:"id"`
 	Code string `json:"code"`
+	// Language tells a kernel that runs several (Node.js: javascript,
+	// typescript) how to read the code.
+	Language string `json:"language,omitempty"`
+	// Env is set in the kernel's environment for this request only and
+	// restored afterwards (keys that did not exist are removed).
+	Env map[string]string `json:"env,omitempty"`
 }
 
-// kernel is one running Python interpreter with its pipes. It lives in its
-// own process group, so signals reach subprocesses the user's code started.
+// kernel is one running interpreter (kernelSpecs) with its pipes. It lives
+// in its own process group, so signals reach subprocesses the user's code
+// started.
 type kernel struct {
+	// spec says which interpreter this is (reasons name it).
+	spec *kernelSpec
 	cmd  *exec.Cmd
 	ctrl *os.File // fd 3 of the kernel: requests
 	// outR and errR are the driver's ends of fd 1 and 2; they are closed on
@@ -75,9 +84,12 @@ type kernel struct {
 
 // kernelLauncher starts kernels.
 type kernelLauncher struct {
-	python    string
 	workspace string
-	script    string // path of kernel.py, written once
+	dir       string // holds the kernels' scripts, written once
+	// bins maps a kernel kind to its interpreter ("" when absent).
+	bins map[string]string
+	// languages are the command languages this image supports.
+	languages []string
 	log       *slog.Logger
 }
 
@@ -86,17 +98,31 @@ func newKernelLauncher(python, workspace string, log *slog.Logger) (*kernelLaunc
 	if err != nil {
 		return nil, fmt.Errorf("kernel: temp dir: %w", err)
 	}
-	script := filepath.Join(dir, "kernel.py")
-	if err := os.WriteFile(script, kernelSource, 0o644); err != nil {
-		return nil, fmt.Errorf("kernel: write script: %w", err)
+	for _, spec := range kernelSpecs {
+		if err := os.WriteFile(filepath.Join(dir, spec.file), spec.source, 0o644); err != nil {
+			return nil, fmt.Errorf("kernel: write script: %w", err)
+		}
 	}
-	return &kernelLauncher{python: python, workspace: workspace, script: script, log: log}, nil
+	bins := lookBins(python)
+	return &kernelLauncher{workspace: workspace, dir: dir, bins: bins, languages: probeLanguages(bins), log: log}, nil
 }
 
-// start launches a kernel and waits until it says it is ready. The first
-// line on the kernel's control pipe is its hello, {"nonce": …}, the secret
-// part of its sync markers (output.go).
-func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
+// start launches the kernel that runs lang (kernelKind) in the working
+// directory dir ("" for the workspace) and waits until it says it is
+// ready. The first line on the kernel's control pipe is its hello,
+// {"nonce": …}, the secret part of its sync markers (output.go).
+func (l *kernelLauncher) start(lang, dir string, readyTimeout time.Duration) (*kernel, error) {
+	spec := kernelSpecs[kernelKind(lang)]
+	if spec == nil {
+		return nil, fmt.Errorf("kernel: no kernel runs %s", lang)
+	}
+	bin := l.bins[spec.kind]
+	if bin == "" {
+		return nil, fmt.Errorf("kernel: this image has no %s interpreter for %s", spec.display, lang)
+	}
+	if dir == "" {
+		dir = l.workspace
+	}
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, fmt.Errorf("kernel: nonce: %w", err)
@@ -120,10 +146,10 @@ func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
 		closeAll(outR, outW, errR, errW, ctrlR, ctrlW)
 		return nil, err
 	}
-	cmd := exec.Command(l.python, "-u", l.script)
-	cmd.Dir = l.workspace
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
-	if os.Getenv("MPLBACKEND") == "" {
+	cmd := exec.Command(bin, spec.args(filepath.Join(l.dir, spec.file))...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), spec.env...)
+	if spec.kind == kindPython && os.Getenv("MPLBACKEND") == "" {
 		cmd.Env = append(cmd.Env, "MPLBACKEND=Agg")
 	}
 	cmd.Stdout = outW
@@ -132,7 +158,7 @@ func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		closeAll(outR, outW, errR, errW, ctrlR, ctrlW, msgR, msgW)
-		return nil, fmt.Errorf("kernel: start %s: %w", l.python, err)
+		return nil, fmt.Errorf("kernel: start %s: %w", bin, err)
 	}
 	// The child holds its own copies; the driver keeps only its ends.
 	closeAll(outW, errW, ctrlR, msgW)
@@ -142,6 +168,7 @@ func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
 	_, _ = ctrlW.Write(append(hello, '\n'))
 
 	k := &kernel{
+		spec:   spec,
 		cmd:    cmd,
 		ctrl:   ctrlW,
 		outR:   outR,
@@ -258,21 +285,22 @@ func (k *kernel) alive() bool {
 // deathReason explains why an exited kernel died, for the done event.
 func (k *kernel) deathReason() string {
 	st := k.state
+	name := k.spec.display
 	if st == nil {
-		return "the Python process died"
+		return "the " + name + " process died"
 	}
 	ws, ok := st.Sys().(syscall.WaitStatus)
 	switch {
 	case ok && ws.Signaled():
 		sig := ws.Signal()
 		if sig == syscall.SIGKILL && !k.killedByDriver {
-			return "the Python process was killed by SIGKILL from outside the driver (likely out of memory)"
+			return "the " + name + " process was killed by SIGKILL from outside the driver (likely out of memory)"
 		}
-		return fmt.Sprintf("the Python process was killed by signal %d (%s)", int(sig), sig)
+		return fmt.Sprintf("the %s process was killed by signal %d (%s)", name, int(sig), sig)
 	case ok && ws.Exited():
-		return fmt.Sprintf("the Python process exited with code %d", ws.ExitStatus())
+		return fmt.Sprintf("the %s process exited with code %d", name, ws.ExitStatus())
 	}
-	return "the Python process died: " + st.String()
+	return "the " + name + " process died: " + st.String()
 }
 
 func closeAll(fs ...*os.File) {

@@ -3,6 +3,8 @@ package driver
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,45 +24,57 @@ const (
 	drainBound = 2 * time.Second
 )
 
-// ensureKernel returns a live kernel, starting one when there is none. A
-// kernel found dead between commands is reported with the next command.
-func (d *Driver) ensureKernel() (*kernel, error) {
-	if d.kernel != nil && d.kernel.alive() {
-		return d.kernel, nil
+// ensureKernel returns a live kernel for lang, starting one when there is
+// none. A kernel found dead between commands is reported with the next
+// command of its kind.
+func (d *Driver) ensureKernel(lang string) (*kernel, error) {
+	kind := kernelKind(lang)
+	if k := d.kernels[kind]; k != nil && k.alive() {
+		return k, nil
 	}
-	if d.kernel != nil {
-		d.addLost(d.kernel.deathReason() + " between commands; Python globals defined before are gone")
-		d.kernel.discard()
-		d.kernel = nil
+	if k := d.kernels[kind]; k != nil {
+		d.addLost(kind, k.deathReason()+" between commands; "+k.spec.display+" globals defined before are gone")
+		k.discard()
+		delete(d.kernels, kind)
 	}
-	k, err := d.launcher.start(kernelReadyTimeout)
+	k, err := d.launcher.start(lang, "", kernelReadyTimeout)
 	if err != nil {
-		d.log.Error("cannot start the Python kernel", "err", err)
+		d.log.Error("cannot start a kernel", "language", lang, "err", err)
 		return nil, err
 	}
-	d.kernel = k
-	d.updateStatus(func(s *ioproto.DriverStatus) { s.KernelPID = k.cmd.Process.Pid })
+	d.kernels[kind] = k
+	if kind == kindPython {
+		d.updateStatus(func(s *ioproto.DriverStatus) { s.KernelPID = k.cmd.Process.Pid })
+	}
 	return k, nil
 }
 
-func (d *Driver) addLost(reason string) {
-	if d.lostReason != "" {
-		d.lostReason += "; "
+func (d *Driver) addLost(kind, reason string) {
+	if d.lostReasons[kind] != "" {
+		reason = d.lostReasons[kind] + "; " + reason
 	}
-	d.lostReason += reason
+	d.lostReasons[kind] = reason
 }
 
-// runPython runs a command in the kernel and emits its events (not done).
-func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
-	var res outcome
-	if d.lostReason != "" {
-		res.stateLost, res.reason = true, d.lostReason
-		d.lostReason = ""
+// runKernel runs a command in its language's kernel and emits its events
+// (not done).
+func (d *Driver) runKernel(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+	if !slices.Contains(d.launcher.languages, rec.Language) {
+		msg := fmt.Sprintf("this sandbox's image has no %s interpreter for %s (it supports %s)", languageName(rec.Language), rec.Language, strings.Join(d.launcher.languages, ", "))
+		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "LanguageUnavailable", EValue: msg})
+		return outcome{status: ioproto.StatusError, reason: msg}
 	}
-	k, err := d.ensureKernel()
+	var res outcome
+	kind := kernelKind(rec.Language)
+	if r := d.lostReasons[kind]; r != "" {
+		res.stateLost, res.reason = true, r
+		delete(d.lostReasons, kind)
+	}
+	name := languageName(rec.Language)
+	k, err := d.ensureKernel(rec.Language)
 	if err != nil {
 		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "KernelUnavailable", EValue: err.Error()})
-		return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, "could not start Python: "+err.Error())}
+		return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, "could not start "+name+": "+err.Error())}
 	}
 	// Output that background threads printed between commands belongs to no
 	// command; it is dropped rather than attributed to this one.
@@ -75,7 +89,7 @@ func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFi
 			drained = true
 		}
 	}
-	if err := k.send(kernelRequest{ID: rec.CommandID, Code: rec.Code}); err != nil {
+	if err := k.send(kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env}); err != nil {
 		// The kernel died just now; the exited branch below reports it.
 		d.log.Warn("kernel: send request", "err", err)
 	}
@@ -124,11 +138,11 @@ func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFi
 			d.flushMsgs(k, ev, &pending, true)
 			reason := k.deathReason()
 			if st.status != "" && k.killedByDriver {
-				reason = fmt.Sprintf("the command did not stop within %s of SIGINT (%s), so the Python process was killed and restarted", d.cfg.Grace, st.status)
+				reason = fmt.Sprintf("the command did not stop within %s of SIGINT (%s), so the %s process was killed and restarted", d.cfg.Grace, st.status, name)
 			}
 			k.discard()
-			d.kernel = nil
-			return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, reason+"; Python globals are gone")}
+			delete(d.kernels, kind)
+			return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, reason+"; "+name+" globals are gone")}
 		}
 		if m, done := d.flushMsgs(k, ev, &pending, force); done {
 			res.status = ioproto.StatusOK

@@ -93,7 +93,7 @@ func (w *waiter) result(t *testing.T, ctx context.Context) *client.Outcome {
 	return w.out
 }
 
-func wantStatus(t *testing.T, what string, err error, code codes.Code, mention string) {
+func wantRPCError(t *testing.T, what string, err error, code codes.Code, mention string) {
 	t.Helper()
 	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), mention) {
 		t.Errorf("%s: %v; want %v mentioning %q", what, err, code, mention)
@@ -175,18 +175,18 @@ func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 	// What cannot be served says why.
 	mustOK(t, execute(t, ctx, raw, &sandboxv1.ExecuteRequest{SandboxId: sb, CommandId: "py", Code: "1"}), "py")
 	_, err = raw.SendStdin(ctx, &sandboxv1.SendStdinRequest{SandboxId: sb, CommandId: "ask", Data: []byte("late\n")})
-	wantStatus(t, "SendStdin to a finished command", err, codes.FailedPrecondition, "has finished")
+	wantRPCError(t, "SendStdin to a finished command", err, codes.FailedPrecondition, "has finished")
 	_, err = raw.CloseStdin(ctx, &sandboxv1.CloseStdinRequest{SandboxId: sb, CommandId: "py"})
-	wantStatus(t, "CloseStdin of a command without stdin", err, codes.FailedPrecondition, "not started with stdin")
+	wantRPCError(t, "CloseStdin of a command without stdin", err, codes.FailedPrecondition, "not started with stdin")
 	_, err = raw.SendStdin(ctx, &sandboxv1.SendStdinRequest{SandboxId: sb, CommandId: "nobody", Data: []byte("x")})
-	wantStatus(t, "SendStdin to an unknown command", err, codes.NotFound, "nobody")
+	wantRPCError(t, "SendStdin to an unknown command", err, codes.NotFound, "nobody")
 	_, err = raw.SendStdin(ctx, &sandboxv1.SendStdinRequest{SandboxId: sb, CommandId: "ask", Data: make([]byte, 64<<10+1)})
-	wantStatus(t, "SendStdin of 64 KiB + 1", err, codes.InvalidArgument, "limit")
+	wantRPCError(t, "SendStdin of 64 KiB + 1", err, codes.InvalidArgument, "limit")
 	s, err := raw.Execute(ctx, &sandboxv1.ExecuteRequest{SandboxId: sb, Code: "input()", Stdin: true})
 	if err == nil {
 		_, err = s.Recv()
 	}
-	wantStatus(t, "Python with stdin", err, codes.InvalidArgument, "bash commands only")
+	wantRPCError(t, "Python with stdin", err, codes.InvalidArgument, "bash commands only")
 
 	// A command that waits for input, and one queued behind it.
 	hold, err := c.Start(ctx, bash("hold", `read x; echo "held $x"`))
@@ -195,7 +195,7 @@ func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 	}
 	holdW := startWait(hold)
 	_, err = raw.ResizePty(ctx, &sandboxv1.ResizePtyRequest{SandboxId: sb, CommandId: "hold", Size: &sandboxv1.PtySize{Rows: 10, Cols: 10}})
-	wantStatus(t, "ResizePty of a command without a terminal", err, codes.FailedPrecondition, "terminal")
+	wantRPCError(t, "ResizePty of a command without a terminal", err, codes.FailedPrecondition, "terminal")
 	queued, err := c.Start(ctx, client.Command{SandboxID: sb, ID: "queued", Language: "bash", Code: "echo after"})
 	if err != nil {
 		t.Fatal(err)
@@ -271,9 +271,9 @@ func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 		t.Errorf("pages of 2 gave %s", got)
 	}
 	_, err = raw.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb, PageSize: 201})
-	wantStatus(t, "ListCommands page_size 201", err, codes.InvalidArgument, "page_size")
+	wantRPCError(t, "ListCommands page_size 201", err, codes.InvalidArgument, "page_size")
 	_, err = raw.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb, PageToken: "forged"})
-	wantStatus(t, "ListCommands with a forged token", err, codes.InvalidArgument, "page_token")
+	wantRPCError(t, "ListCommands with a forged token", err, codes.InvalidArgument, "page_token")
 
 	// sandboxctl ps shows the same.
 	out, err := exec.CommandContext(ctx, env.sandboxctl, "--addr", d.addr, "ps", sb).CombinedOutput()

@@ -90,6 +90,10 @@ type DriverStatus struct {
 	// MaxOutput is the per-command output cap in effect, in bytes as stored
 	// (after JSON escaping).
 	MaxOutput int64 `json:"max_output,omitempty"`
+	// Languages lists the command languages this image supports (probed
+	// at driver start: the interpreters present). Absent (drivers before
+	// it existed) means LanguagePython and LanguageBash.
+	Languages []string `json:"languages,omitempty"`
 }
 
 // ReadJSONFile decodes a small JSON file such as State or DriverStatus. A

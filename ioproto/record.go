@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
+	"unicode/utf8"
 )
 
 // Record kinds in /io/stdin.
@@ -55,11 +57,70 @@ func NamesCommand(k string) bool {
 	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize
 }
 
-// Languages an exec record may ask for.
+// Languages an exec record may ask for. Python and bash are in every
+// image; the others only where the image has their interpreter (the driver
+// lists what it found in DriverStatus.Languages).
 const (
-	LanguagePython = "python"
-	LanguageBash   = "bash"
+	LanguagePython     = "python"
+	LanguageBash       = "bash"
+	LanguageJavaScript = "javascript"
+	LanguageTypeScript = "typescript"
+	LanguageR          = "r"
 )
+
+// Languages lists every language the protocol knows, in a stable order.
+var Languages = []string{LanguagePython, LanguageBash, LanguageJavaScript, LanguageTypeScript, LanguageR}
+
+// KnownLanguage reports whether lang is one of Languages.
+func KnownLanguage(lang string) bool {
+	for _, l := range Languages {
+		if l == lang {
+			return true
+		}
+	}
+	return false
+}
+
+// Bounds on a command's environment (Record.Env): it travels in one record
+// line, and the kernels apply it key by key before the command.
+const (
+	MaxEnvVars  = 256
+	MaxEnvBytes = 128 << 10
+)
+
+// ValidateEnv checks a command's environment: at most MaxEnvVars entries
+// and MaxEnvBytes in total (each entry counted as len(key)+len(value)+1),
+// names non-empty without '=' or NUL, values without NUL, all valid UTF-8.
+func ValidateEnv(env map[string]string) error {
+	if len(env) > MaxEnvVars {
+		return fmt.Errorf("env has %d variables; the limit is %d", len(env), MaxEnvVars)
+	}
+	total := 0
+	for k, v := range env {
+		switch {
+		case k == "":
+			return errors.New("env has a variable with an empty name")
+		case strings.ContainsAny(k, "=\x00"):
+			return fmt.Errorf("env variable name %q contains '=' or a NUL byte", short(k))
+		case strings.ContainsRune(v, 0):
+			return fmt.Errorf("env variable %q contains a NUL byte", short(k))
+		case !utf8.ValidString(k) || !utf8.ValidString(v):
+			return fmt.Errorf("env variable %q is not valid UTF-8", short(k))
+		}
+		total += len(k) + len(v) + 1
+	}
+	if total > MaxEnvBytes {
+		return fmt.Errorf("env is %d bytes long; the limit is %d", total, MaxEnvBytes)
+	}
+	return nil
+}
+
+func short(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
 
 // MaxRecordLen bounds one line of /io/stdin. Longer lines are malformed; the
 // bound keeps a runaway writer from making the driver buffer without limit.
@@ -110,7 +171,7 @@ type Record struct {
 	Type string `json:"type"`
 	// CommandID names the command the record is about.
 	CommandID string `json:"command_id"`
-	// Language is LanguagePython or LanguageBash (exec only; empty means Python).
+	// Language is one of Languages (exec only; empty means Python).
 	Language string `json:"language,omitempty"`
 	// Code is the source to run (exec only).
 	Code string `json:"code,omitempty"`
@@ -127,6 +188,10 @@ type Record struct {
 	// MaxStdinChunk bytes decoded (StdinData). A string rather than
 	// []byte keeps Record comparable.
 	Data string `json:"data,omitempty"`
+	// Env holds environment variables set for this command only (exec
+	// only): they override the sandbox's for the command's duration and are
+	// restored afterwards (ValidateEnv gives the rules).
+	Env map[string]string `json:"env,omitempty"`
 }
 
 // StdinRecord returns the stdin record giving data to command id.
@@ -157,8 +222,11 @@ func (r *Record) Validate() error {
 		if r.Language == "" {
 			r.Language = LanguagePython
 		}
-		if r.Language != LanguagePython && r.Language != LanguageBash {
-			return fmt.Errorf("%w: unknown language %q (want %q or %q)", ErrMalformed, r.Language, LanguagePython, LanguageBash)
+		if !KnownLanguage(r.Language) {
+			return fmt.Errorf("%w: unknown language %q (want one of %s)", ErrMalformed, short(r.Language), strings.Join(Languages, ", "))
+		}
+		if err := ValidateEnv(r.Env); err != nil {
+			return fmt.Errorf("%w: %v", ErrMalformed, err)
 		}
 		if r.TimeoutMS < 0 {
 			return fmt.Errorf("%w: timeout_ms is negative (%d)", ErrMalformed, r.TimeoutMS)

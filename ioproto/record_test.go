@@ -2,6 +2,7 @@ package ioproto
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -60,7 +61,7 @@ func TestParseRecord(t *testing.T) {
 			if err != nil {
 				t.Fatalf("unexpected error: %v", err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})
@@ -121,7 +122,7 @@ func TestEncodeRecordRoundTrip(t *testing.T) {
 		t.Fatalf("encoded record is not exactly one line: %q", line)
 	}
 	out, _, err := ParseRecord(line[:len(line)-1])
-	if err != nil || out != in {
+	if err != nil || !reflect.DeepEqual(out, in) {
 		t.Fatalf("round trip: got %+v, %v; want %+v", out, err, in)
 	}
 	if _, err := EncodeRecord(Record{Type: KindExec, CommandID: "bad id"}); !errors.Is(err, ErrMalformed) {
@@ -156,7 +157,7 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("accepted record does not encode: %+v: %v", rec, err)
 		}
 		again, _, err := ParseRecord(enc[:len(enc)-1])
-		if err != nil || again != rec {
+		if err != nil || !reflect.DeepEqual(again, rec) {
 			t.Fatalf("round trip changed the record: %+v -> %+v (%v)", rec, again, err)
 		}
 	})

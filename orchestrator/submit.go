@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -22,7 +24,9 @@ import (
 // wrong. This holds across sandboxd restarts, because the log itself is the
 // record.
 //
-// Language is "python" (the default) or "bash"; code is at most
+// Language is "python" (the default), "bash", "javascript", "typescript" or
+// "r" (aliases "js", "ts", "R"); a language the sandbox's image lacks is
+// ErrFailedPrecondition naming it. Env applies to this command only. Code is at most
 // Config.MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
 // exceed its maximum. A dead sandbox refuses new commands with
 // ErrFailedPrecondition.
@@ -36,6 +40,9 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	}
 	sb, err := m.use(ctx, req.SandboxID)
 	if err != nil {
+		return "", err
+	}
+	if err := imageHasLanguage(sb, rec.Language); err != nil {
 		return "", err
 	}
 	appended, err := sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
@@ -55,13 +62,13 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 // execRecord builds the exec record of a valid req (ExecRequest.Validate),
 // checking it against the server's limits and applying its defaults.
 func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
-	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code,
+	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: canonicalLanguage(req.Language), Code: req.Code,
 		Stdin: req.Stdin || req.Pty != (PtySize{}), Pty: ioproto.PtySize{Rows: int(req.Pty.Rows), Cols: int(req.Pty.Cols)}}
 	if rec.CommandID == "" {
 		rec.CommandID = uuid.NewString()
 	}
-	if rec.Language == "" {
-		rec.Language = ioproto.LanguagePython
+	if len(req.Env) > 0 {
+		rec.Env = req.Env
 	}
 	if len(rec.Code) > m.cfg.MaxCodeBytes {
 		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), m.cfg.MaxCodeBytes)
@@ -129,4 +136,33 @@ func (m *Manager) appendError(sb *sandbox, err error) error {
 		return exhaustedf("sandbox %s takes no more commands: %v; acquire a new one", sb.id, err)
 	}
 	return m.logError(sb, err)
+}
+
+// imageHasLanguage refuses a language the sandbox's image lacks, from the
+// languages its driver lists in /io/driver.json (read with iolog's bounded
+// read). Python and bash are in every image and need no read. A driver that
+// lists none predates the field and has only those two; a status that
+// cannot be read yet lets the command through, and the driver answers it.
+func imageHasLanguage(sb *sandbox, lang string) error {
+	if lang == ioproto.LanguagePython || lang == ioproto.LanguageBash {
+		return nil
+	}
+	ds, _, err := sb.io.ReadDriverStatus()
+	if err != nil {
+		return nil
+	}
+	have := ds.Languages
+	if len(have) == 0 {
+		have = []string{ioproto.LanguagePython, ioproto.LanguageBash}
+	}
+	if slices.Contains(have, lang) {
+		return nil
+	}
+	safe := make([]string, 0, len(have))
+	for _, l := range have {
+		if ioproto.KnownLanguage(l) {
+			safe = append(safe, l)
+		}
+	}
+	return preconditionf("language %q is not available in sandbox %s: its image has no %s interpreter (it supports %s)", lang, sb.id, lang, strings.Join(safe, ", "))
 }

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -54,7 +55,7 @@ func TestSubmitIdempotent(t *testing.T) {
 		{Type: "exec", CommandID: gen, Language: "bash", Code: "echo hi", TimeoutMS: DefaultCommandTimeout.Milliseconds()},
 	}
 	for i := range want {
-		if recs[i] != want[i] {
+		if !reflect.DeepEqual(recs[i], want[i]) {
 			t.Errorf("record %d = %+v, want %+v", i, recs[i], want[i])
 		}
 	}
@@ -133,7 +134,7 @@ func TestInterrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs := records(t, m, sb.ID)
-	if len(recs) != 2 || recs[1] != (ioproto.Record{Type: "interrupt", CommandID: "c1"}) {
+	if len(recs) != 2 || !reflect.DeepEqual(recs[1], ioproto.Record{Type: "interrupt", CommandID: "c1"}) {
 		t.Errorf("records = %+v", recs)
 	}
 }

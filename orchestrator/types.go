@@ -105,7 +105,9 @@ type ExecRequest struct {
 	SandboxID string
 	// CommandID is the caller's idempotency key; generated when empty.
 	CommandID string
-	// Language is "python" (default when empty) or "bash".
+	// Language is "python" (default when empty), "bash", "javascript" (or
+	// "js"), "typescript" (or "ts") or "r" (or "R"); the last three only in
+	// images that have their interpreter.
 	Language string
 	Code     string
 	// Timeout is the command's wall-clock limit; zero means the server default.
@@ -114,6 +116,9 @@ type ExecRequest struct {
 	Stdin bool
 	// Pty, when not zero, runs a bash command on a terminal of that size.
 	Pty PtySize
+	// Env sets environment variables for this command only, overriding the
+	// sandbox's for its duration (ioproto.ValidateEnv gives the bounds).
+	Env map[string]string
 }
 
 // Event is one event of a command, as in the /io protocol, with large

@@ -93,18 +93,46 @@ func validateIDs(sandboxID, commandID string) error {
 	return ValidateCommandID(commandID)
 }
 
-// validateLanguage checks a command's language: "python", "bash", or empty
-// for the default (python).
+// languageAliases are the other names a caller may use for a language
+// (E2B's SDKs say "js", "ts" and "r"); they are normalised before the
+// record is written, so a retry under either name is the same command.
+var languageAliases = map[string]string{
+	"js": ioproto.LanguageJavaScript, "ts": ioproto.LanguageTypeScript, "R": ioproto.LanguageR,
+}
+
+// canonicalLanguage is lang with an alias resolved and the default applied.
+func canonicalLanguage(lang string) string {
+	if lang == "" {
+		return ioproto.LanguagePython
+	}
+	if c, ok := languageAliases[lang]; ok {
+		return c
+	}
+	return lang
+}
+
+// validateLanguage checks a command's language: one the /io protocol knows
+// (python, bash, javascript, typescript, r), an alias of one, or empty for
+// the default (python). Whether the sandbox's image has it is Submit's
+// check (FAILED_PRECONDITION).
 func validateLanguage(lang string) error {
-	switch lang {
-	case "", ioproto.LanguagePython, ioproto.LanguageBash:
+	if ioproto.KnownLanguage(canonicalLanguage(lang)) {
 		return nil
 	}
-	return invalidf("language %q is not supported; use %q or %q", truncate(lang, 32), ioproto.LanguagePython, ioproto.LanguageBash)
+	return invalidf("language %q is not supported; use one of %s", truncate(lang, 32), strings.Join(ioproto.Languages, ", "))
+}
+
+// validateCommandEnv checks a command's environment with the /io
+// protocol's rules (the driver checks them again).
+func validateCommandEnv(env map[string]string) error {
+	if err := ioproto.ValidateEnv(env); err != nil {
+		return invalidf("%v", err)
+	}
+	return nil
 }
 
 // Validate checks the rules of an ExecRequest that do not depend on the
-// server's configuration: the IDs' forms, the language, and a timeout that
+// server's configuration: the IDs' forms, the language, the env, and a timeout that
 // is a duration at all (not negative, not below the protocol's
 // millisecond). Submit also checks the code and the timeout against the
 // server's limits. Errors wrap ErrInvalidArgument.
@@ -118,6 +146,9 @@ func (r ExecRequest) Validate() error {
 		}
 	}
 	if err := validateLanguage(r.Language); err != nil {
+		return err
+	}
+	if err := validateCommandEnv(r.Env); err != nil {
 		return err
 	}
 	switch {

@@ -22,9 +22,11 @@ const interruptTimeout = 5 * time.Second
 func cmdExec(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	user := fs.String("user", "", "the end user whose sandbox runs the code (required)")
-	lang := fs.String("language", "python", "python or bash")
+	lang := fs.String("language", "python", "python, bash, javascript, typescript or r")
 	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
 	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
+	env := envFlag{}
+	fs.Var(env, "env", "NAME=VALUE set for this command only (repeatable)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "exec", err)
@@ -66,7 +68,7 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 
 	// One Execute, not client.Run: a broken stream is reported with the
 	// command to resume it, rather than retried behind the user's back.
-	stream, err := c.sandboxd.Execute(ctx, client.Command{SandboxID: acq.ID, ID: *cmdID, Language: *lang, Code: code, Timeout: *timeout})
+	stream, err := c.sandboxd.Execute(ctx, client.Command{SandboxID: acq.ID, ID: *cmdID, Language: *lang, Code: code, Timeout: *timeout, Env: env})
 	if err != nil {
 		return c.fail("exec", err)
 	}

@@ -53,7 +53,7 @@ Commands:
   kill --user USER [--tenant TENANT]
                          delete all of a user's sandboxes (in every tenant
                          the token sees, unless --tenant)
-  exec --user USER [--language python|bash] [--timeout D] [--command-id ID] CODE
+  exec --user USER [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] CODE
                          run CODE ("-" reads stdin) in the user's sandbox,
                          acquiring it first, and stream its output
   resume SANDBOX_ID COMMAND_ID [--after-seq N]

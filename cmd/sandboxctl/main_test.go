@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"net"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -352,7 +353,7 @@ func TestExecFromStdinWithOptions(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	want := orchestrator.ExecRequest{SandboxID: sbA, CommandID: "c9", Language: "bash", Code: "echo hi\n", Timeout: 5 * time.Second}
-	if len(*submitted) != 1 || (*submitted)[0] != want {
+	if len(*submitted) != 1 || !reflect.DeepEqual((*submitted)[0], want) {
 		t.Errorf("submitted %+v, want %+v", *submitted, want)
 	}
 }

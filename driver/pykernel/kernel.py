@@ -2,7 +2,8 @@
 
 Started by the Go driver as ``python3 -u kernel.py`` with fd 0 = /dev/null,
 fd 1/2 = the user's raw stdout/stderr pipes, fd 3 = control in (first a
-hello {"nonce"}, then one JSON request per line: {"id","code"}), fd 4 =
+hello {"nonce"}, then one JSON request per line: {"id","code"} and optional
+"env", variables set for that request only), fd 4 =
 control out (one JSON message per line: ready / display / result / error /
 done).  Before every message that carries "sync": N, the marker
 b"\\x00\\x1eSBX-SYNC:<nonce>:<N>\\x1e\\x00" is written to the stdout and stderr
@@ -825,10 +826,35 @@ def _repair_stdio():
             pass
 
 
-def _run(cid, code):
+def _set_env(env):
+    """Apply a request's env (its keys set in os.environ, so subprocesses
+    see them too); returns what to restore: each key's old value or None."""
+    saved = {}
+    for k, v in env.items():
+        try:
+            saved[k] = os.environ.get(k)
+            os.environ[k] = v
+        except Exception:
+            pass
+    return saved
+
+
+def _restore_env(saved):
+    for k, v in saved.items():
+        try:
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        except Exception:
+            pass
+
+
+def _run(cid, code, env=None):
     global _cur_id
     _cur_id = cid
     status = "ok"
+    saved = _set_env(env) if env else None
     try:
         _repair_stdio()
         # _signal's getsignal skips signal's enum conversion (it is per command).
@@ -858,6 +884,8 @@ def _run(cid, code):
             status = "error" if _report(e) == "error" else status
         except BaseException:
             status = "error"
+    if saved:
+        _restore_env(saved)
     if not _keep_src:
         linecache.cache.pop("<cell-%d>" % _cell, None)
     # Like Jupyter's execution_count: cells run by this kernel, this one
@@ -902,16 +930,18 @@ def _main():
         req = None
         try:
             req = json.loads(line)
-            cid, code = req["id"], req["code"]
+            cid, code, env = req["id"], req["code"], req.get("env") or {}
             if not isinstance(cid, str) or not isinstance(code, str):
                 raise ValueError("'id' and 'code' must be strings")
+            if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+                raise ValueError("'env' must map strings to strings")
         except Exception as e:
             cid = req.get("id") if isinstance(req, dict) else ""
             _cur_id = cid if isinstance(cid, str) else ""
             _send("error", ename="ProtocolError", evalue="bad request: %s" % _safe_str(e), traceback=[])
             _send("done", end=True, status="error")
             continue
-        _run(cid, code)
+        _run(cid, code, env)
 
 
 if __name__ == "__main__":

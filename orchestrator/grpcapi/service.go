@@ -168,6 +168,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		Code:      req.GetCode(),
 		Stdin:     req.GetStdin(),
 		Pty:       ptyToDomain(req.GetPty()),
+		Env:       req.GetEnv(),
 	}
 	if t := req.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {

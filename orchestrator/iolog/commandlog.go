@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
@@ -69,7 +71,7 @@ func entryOf(rec ioproto.Record, end int64) logEntry {
 }
 
 // recordDigest identifies "the same command" for idempotency: what runs,
-// the language and the code. The timeout is a limit on it, not its
+// the language, the code and the command's env. The timeout is a limit on it, not its
 // identity: a retry whose timeout changed (the server's default changed
 // across a restart) is still a retry. A malformed record gets the zero
 // digest, which no valid record has and which matches any command: what
@@ -84,6 +86,13 @@ func recordDigest(rec ioproto.Record) [32]byte {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00", lang)
 	io.WriteString(h, rec.Code)
+	if len(rec.Env) > 0 {
+		// The env changes what runs; without one the digest is as before.
+		keys := slices.Sorted(maps.Keys(rec.Env))
+		for _, k := range keys {
+			fmt.Fprintf(h, "\x00env\x00%d:%s%d:%s", len(k), k, len(rec.Env[k]), rec.Env[k])
+		}
+	}
 	var sum [32]byte
 	h.Sum(sum[:0])
 	return sum

@@ -167,7 +167,7 @@ func (m *Metrics) CommandDone(language, status string, d time.Duration) {
 	if m == nil {
 		return
 	}
-	language = bounded(language, ioproto.LanguagePython, ioproto.LanguageBash)
+	language = bounded(language, ioproto.Languages...)
 	status = bounded(status, ioproto.StatusOK, ioproto.StatusError, ioproto.StatusTimeout, ioproto.StatusInterrupted, ioproto.StatusKilled)
 	m.commands.WithLabelValues(language, status).Inc()
 	m.commandDuration.WithLabelValues(language, status).Observe(d.Seconds())

@@ -245,13 +245,17 @@ class Sandbox:
 
     # -- commands
 
-    def run(self, code: str, language: str = "python", timeout=None, command_id: Optional[str] = None) -> "Execution":
+    def run(self, code: str, language: str = "python", timeout=None, command_id: Optional[str] = None,
+            env: Optional[dict] = None) -> "Execution":
         """Starts a command and returns its Execution: iterate over it for
         the events as they come (Started, Stdout, ..., Done), or call
         wait() for the finished outcome.
 
-        language is "python" (variables persist between commands) or
-        "bash". timeout (seconds or a timedelta) is the command's wall-clock
+        language is "python" (variables persist between commands),
+        "bash", "javascript" or "typescript" (one Node.js interpreter whose
+        globals persist, shared by both) or "r" (one R session); the last
+        three only in images that have them. env sets environment variables
+        for this command only. timeout (seconds or a timedelta) is the command's wall-clock
         limit; None is the server's default. command_id is the idempotency
         key: a fresh UUID unless given; running again with the ID of an
         existing command runs nothing and replays that command's events.
@@ -261,7 +265,8 @@ class Sandbox:
         """
         if command_id is None:
             command_id = str(uuid.uuid4())
-        req = pb.ExecuteRequest(sandbox_id=self.id, command_id=command_id, language=language, code=code)
+        req = pb.ExecuteRequest(sandbox_id=self.id, command_id=command_id, language=language, code=code,
+                                env=dict(env or {}))
         d = _duration(timeout)
         if d is not None:
             req.timeout.CopyFrom(d)

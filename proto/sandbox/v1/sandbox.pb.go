@@ -1122,9 +1122,16 @@ type ExecuteRequest struct {
 	// [A-Za-z0-9._-], starting with a letter or digit, unique within the
 	// sandbox. Empty means the server generates one.
 	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	// language is "python" (the default, when empty) or "bash". Python commands
-	// share one interpreter, so variables persist between commands; each bash
-	// command is a fresh shell. Both run in /workspace.
+	// language is "python" (the default, when empty), "bash", "javascript"
+	// (alias "js"), "typescript" (alias "ts") or "r" (alias "R"). Python
+	// commands share one interpreter, so variables persist between commands;
+	// so do JavaScript and TypeScript commands, which share one Node.js
+	// interpreter and its globals (TypeScript is transpiled, not type
+	// checked), and R commands, which share one R session. Each bash command
+	// is a fresh shell. All run in /workspace. Interpreters other than
+	// Python's start at their language's first command. An unknown language
+	// is INVALID_ARGUMENT; a known one the sandbox's image lacks is
+	// FAILED_PRECONDITION naming it.
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
 	// code is the source to run; it may be empty. At most 1 MiB of UTF-8, or
 	// less when the server says so (sandboxd --max-code); longer code is
@@ -1140,6 +1147,16 @@ type ExecuteRequest struct {
 	// configured); negative values and values above the server's maximum
 	// (--max-timeout, 1 hour unless configured) are INVALID_ARGUMENT.
 	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// env sets environment variables for this command only, in every
+	// language: they override the sandbox's variables (AcquireSandbox's env)
+	// for the command's duration, are seen by the processes it starts, and
+	// are restored afterwards (variables it added are removed). At most 256
+	// variables and 128 KiB in total (each counted as name + value + 1);
+	// names are non-empty without '=' or NUL, values without NUL, both
+	// UTF-8. Anything else is INVALID_ARGUMENT. The env is part of the
+	// command's identity: re-using a command_id with another env is
+	// ALREADY_EXISTS.
+	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// stdin keeps the command's standard input open for SendStdin and
 	// CloseStdin (bash only: INVALID_ARGUMENT for Python). Without it (the
 	// default) the command's input is empty, so a command reading it, such
@@ -1217,6 +1234,13 @@ func (x *ExecuteRequest) GetCode() string {
 func (x *ExecuteRequest) GetTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ExecuteRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
 	}
 	return nil
 }
@@ -3802,7 +3826,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\xf0\x01\n" +
+	"\x15DeleteSandboxResponse\"\xdf\x02\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3810,9 +3834,13 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x1a\n" +
 	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\tR\x04code\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x14\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x125\n" +
+	"\x03env\x18\x06 \x03(\v2#.sandbox.v1.ExecuteRequest.EnvEntryR\x03env\x12\x14\n" +
 	"\x05stdin\x18\b \x01(\bR\x05stdin\x12%\n" +
-	"\x03pty\x18\t \x01(\v2\x13.sandbox.v1.PtySizeR\x03pty\"1\n" +
+	"\x03pty\x18\t \x01(\v2\x13.sandbox.v1.PtySizeR\x03pty\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
 	"\aPtySize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\"q\n" +
@@ -4055,7 +4083,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
@@ -4113,99 +4141,101 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*ListCommandsResponse)(nil),     // 53: sandbox.v1.ListCommandsResponse
 	(*CommandInfo)(nil),              // 54: sandbox.v1.CommandInfo
 	nil,                              // 55: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 56: sandbox.v1.Display.DataEntry
-	nil,                              // 57: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 58: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 59: google.protobuf.Duration
+	nil,                              // 56: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                              // 57: sandbox.v1.Display.DataEntry
+	nil,                              // 58: sandbox.v1.Result.DataEntry
+	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 60: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	5,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
 	55, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
 	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	58, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	58, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	58, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	59, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	59, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	59, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	5,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
 	6,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
 	7,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	7,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
 	7,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	59, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	17, // 13: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	20, // 14: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	21, // 15: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	21, // 16: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	22, // 17: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	23, // 18: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	24, // 19: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	25, // 20: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	58, // 21: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	56, // 22: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	57, // 23: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 24: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	59, // 25: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	26, // 26: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	58, // 27: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	58, // 28: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 29: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	30, // 30: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	29, // 31: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 32: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 33: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	29, // 34: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 35: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	45, // 36: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 37: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	58, // 38: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 39: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	54, // 40: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	4,  // 41: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,  // 42: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	58, // 43: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	58, // 44: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	59, // 45: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	8,  // 46: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	10, // 47: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	12, // 48: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	14, // 49: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	16, // 50: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	18, // 51: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	27, // 52: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	31, // 53: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	33, // 54: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	35, // 55: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	37, // 56: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	39, // 57: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	41, // 58: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	43, // 59: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	46, // 60: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	48, // 61: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	50, // 62: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	52, // 63: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	9,  // 64: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	11, // 65: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	13, // 66: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	15, // 67: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	19, // 68: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	19, // 69: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	28, // 70: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	32, // 71: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	34, // 72: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	36, // 73: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	38, // 74: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	40, // 75: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	42, // 76: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	44, // 77: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	47, // 78: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	49, // 79: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	51, // 80: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	53, // 81: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	64, // [64:82] is the sub-list for method output_type
-	46, // [46:64] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	60, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	56, // 13: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	17, // 14: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	20, // 15: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	21, // 16: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	21, // 17: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	22, // 18: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	23, // 19: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	24, // 20: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	25, // 21: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	59, // 22: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	57, // 23: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	58, // 24: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 25: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	60, // 26: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	26, // 27: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	59, // 28: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	59, // 29: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 30: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	30, // 31: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	29, // 32: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 33: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 34: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	29, // 35: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 36: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	45, // 37: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 38: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	59, // 39: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 40: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	54, // 41: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	4,  // 42: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,  // 43: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	59, // 44: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	59, // 45: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	60, // 46: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	8,  // 47: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	10, // 48: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	12, // 49: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	14, // 50: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	16, // 51: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	18, // 52: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	27, // 53: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	31, // 54: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	33, // 55: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	35, // 56: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	37, // 57: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	39, // 58: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	41, // 59: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	43, // 60: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	46, // 61: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	48, // 62: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	50, // 63: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	52, // 64: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	9,  // 65: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	11, // 66: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	13, // 67: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	15, // 68: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	19, // 69: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	19, // 70: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	28, // 71: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	32, // 72: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	34, // 73: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	36, // 74: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	38, // 75: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	40, // 76: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	42, // 77: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	44, // 78: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	47, // 79: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	49, // 80: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	51, // 81: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	53, // 82: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	65, // [65:83] is the sub-list for method output_type
+	47, // [47:65] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -4234,7 +4264,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -185,9 +185,17 @@ class ExecuteEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., command_id: _Optional[str] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[_Union[OutputChunk, _Mapping]] = ..., stderr: _Optional[_Union[OutputChunk, _Mapping]] = ..., display: _Optional[_Union[Display, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ["code", "command_id", "language", "pty", "sandbox_id", "stdin", "timeout"]
+    __slots__ = ["code", "command_id", "env", "language", "pty", "sandbox_id", "stdin", "timeout"]
+    class EnvEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CODE_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     PTY_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -195,12 +203,13 @@ class ExecuteRequest(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     code: str
     command_id: str
+    env: _containers.ScalarMap[str, str]
     language: str
     pty: PtySize
     sandbox_id: str
     stdin: bool
     timeout: _duration_pb2.Duration
-    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., stdin: bool = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: bool = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ...) -> None: ...
 
 class FileInfo(_message.Message):
     __slots__ = ["gid", "is_dir", "mod_time", "mode", "path", "size", "type", "uid"]
