@@ -405,7 +405,21 @@ type SandboxOptions struct {
 	// default bridge). Without it a sandbox has no network interface but
 	// loopback. Servers refuse it with INVALID_ARGUMENT unless started with
 	// sandboxd --allow-network, which is not available under gVisor (runsc).
-	Network       bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
+	// metadata is the caller's own labels for the sandbox (a session ID, a
+	// project name), returned in every Sandbox and filterable in
+	// ListSandboxes. At most 64 entries; keys are 1-64 characters from
+	// [A-Za-z0-9._:/-]; values at most 512 bytes of UTF-8; keys and values
+	// together at most 16 KiB. Anything else is INVALID_ARGUMENT naming the
+	// key. Like every option, set only when the sandbox is created (a
+	// sandbox taken from the warm pool gets it too); an existing sandbox keeps
+	// its metadata.
+	Metadata map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// idle_timeout, when set, is the sandbox's idle timeout instead of the
+	// server's default (sandboxd --idle-ttl), within the bounds of
+	// SetSandboxTimeout (1 second to sandboxd --max-idle-ttl; outside them is
+	// INVALID_ARGUMENT). Change it later with SetSandboxTimeout.
+	IdleTimeout   *durationpb.Duration `protobuf:"bytes,5,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +475,20 @@ func (x *SandboxOptions) GetNetwork() bool {
 	return false
 }
 
+func (x *SandboxOptions) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *SandboxOptions) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -503,7 +531,14 @@ type Sandbox struct {
 	// volume) and its Python state is intact; a client may instead recycle it
 	// with DeleteSandbox and AcquireSandbox. Reported by the sandbox itself,
 	// as of its last command.
-	HealthReason  string `protobuf:"bytes,12,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
+	HealthReason string `protobuf:"bytes,12,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
+	// metadata is what SandboxOptions.metadata set when the sandbox was
+	// created; empty when none was given.
+	Metadata map[string]string `protobuf:"bytes,13,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// idle_timeout is how long after last_active_at the sandbox is removed:
+	// the server's default idle TTL unless set with SandboxOptions.idle_timeout
+	// or SetSandboxTimeout.
+	IdleTimeout   *durationpb.Duration `protobuf:"bytes,14,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -620,6 +655,20 @@ func (x *Sandbox) GetHealthReason() string {
 		return x.HealthReason
 	}
 	return ""
+}
+
+func (x *Sandbox) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Sandbox) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
 }
 
 // AcquireSandboxRequest asks for the user's sandbox.
@@ -869,7 +918,11 @@ type ListSandboxesRequest struct {
 	State SandboxState `protobuf:"varint,2,opt,name=state,proto3,enum=sandbox.v1.SandboxState" json:"state,omitempty"`
 	// tenant, when set, lists only that tenant's sandboxes. For a caller
 	// without the admin role, any tenant but its own matches nothing.
-	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// metadata, when set, lists only sandboxes whose metadata has every one of
+	// these pairs (equal keys and values). Keys and values follow the rules of
+	// SandboxOptions.metadata (INVALID_ARGUMENT otherwise).
+	Metadata      map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -923,6 +976,13 @@ func (x *ListSandboxesRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *ListSandboxesRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
 }
 
 // ListSandboxesResponse lists sandboxes.
@@ -3031,6 +3091,109 @@ func (x *WatchEvent) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// SetSandboxTimeoutRequest names a sandbox and its new idle timeout.
+type SetSandboxTimeoutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to change.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// timeout is the new idle timeout: from 1 second to the server's maximum
+	// (sandboxd --max-idle-ttl). Required.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSandboxTimeoutRequest) Reset() {
+	*x = SetSandboxTimeoutRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSandboxTimeoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSandboxTimeoutRequest) ProtoMessage() {}
+
+func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
+func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SetSandboxTimeoutRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// SetSandboxTimeoutResponse is the sandbox with its new timeout.
+type SetSandboxTimeoutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the changed sandbox: idle_timeout is the new timeout and
+	// expires_at counts it from now.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSandboxTimeoutResponse) Reset() {
+	*x = SetSandboxTimeoutResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSandboxTimeoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSandboxTimeoutResponse) ProtoMessage() {}
+
+func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
+func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -3043,14 +3206,19 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xcd\x01\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x8e\x03\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
-	"\anetwork\x18\x03 \x01(\bR\anetwork\x1a6\n" +
+	"\anetwork\x18\x03 \x01(\bR\anetwork\x12D\n" +
+	"\bmetadata\x18\x04 \x03(\v2(.sandbox.v1.SandboxOptions.MetadataEntryR\bmetadata\x12<\n" +
+	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x05\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -3067,7 +3235,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06tenant\x18\n" +
 	" \x01(\tR\x06tenant\x12\x18\n" +
 	"\anetwork\x18\v \x01(\bR\anetwork\x12#\n" +
-	"\rhealth_reason\x18\f \x01(\tR\fhealthReason\"f\n" +
+	"\rhealth_reason\x18\f \x01(\tR\fhealthReason\x12=\n" +
+	"\bmetadata\x18\r \x03(\v2!.sandbox.v1.Sandbox.MetadataEntryR\bmetadata\x12<\n" +
+	"\fidle_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
 	"\x15AcquireSandboxRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x124\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\xd9\x01\n" +
@@ -3082,11 +3255,15 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"C\n" +
 	"\x12GetSandboxResponse\x12-\n" +
-	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"w\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"\x80\x02\n" +
 	"\x14ListSandboxesRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.sandbox.v1.SandboxStateR\x05state\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"J\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12J\n" +
+	"\bmetadata\x18\x04 \x03(\v2..sandbox.v1.ListSandboxesRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
 	"\x15ListSandboxesResponse\x121\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x13.sandbox.v1.SandboxR\tsandboxes\"5\n" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
@@ -3227,7 +3404,13 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"WatchEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.sandbox.v1.WatchEventTypeR\x04type\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time*`\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"n\n" +
+	"\x18SetSandboxTimeoutRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"J\n" +
+	"\x19SetSandboxTimeoutResponse\x12-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox*`\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -3250,7 +3433,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17WATCH_EVENT_TYPE_CREATE\x10\x01\x12\x1a\n" +
 	"\x16WATCH_EVENT_TYPE_WRITE\x10\x02\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_REMOVE\x10\x03\x12\x1b\n" +
-	"\x17WATCH_EVENT_TYPE_RENAME\x10\x042\xf4\b\n" +
+	"\x17WATCH_EVENT_TYPE_RENAME\x10\x042\xd6\t\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -3267,7 +3450,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rMakeDirectory\x12 .sandbox.v1.MakeDirectoryRequest\x1a!.sandbox.v1.MakeDirectoryResponse\x12?\n" +
 	"\x06Remove\x12\x19.sandbox.v1.RemoveRequest\x1a\x1a.sandbox.v1.RemoveResponse\x12?\n" +
 	"\x06Rename\x12\x19.sandbox.v1.RenameRequest\x1a\x1a.sandbox.v1.RenameResponse\x12Y\n" +
-	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01B9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01\x12`\n" +
+	"\x11SetSandboxTimeout\x12$.sandbox.v1.SetSandboxTimeoutRequest\x1a%.sandbox.v1.SetSandboxTimeoutResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -3282,130 +3466,144 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
-	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
-	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
-	(FileType)(0),                    // 2: sandbox.v1.FileType
-	(WatchEventType)(0),              // 3: sandbox.v1.WatchEventType
-	(*ResourceLimits)(nil),           // 4: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),           // 5: sandbox.v1.SandboxOptions
-	(*Sandbox)(nil),                  // 6: sandbox.v1.Sandbox
-	(*AcquireSandboxRequest)(nil),    // 7: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),   // 8: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),        // 9: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),       // 10: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),     // 11: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),    // 12: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),     // 13: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),    // 14: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),           // 15: sandbox.v1.ExecuteRequest
-	(*StreamCommandRequest)(nil),     // 16: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),             // 17: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                  // 18: sandbox.v1.Started
-	(*OutputChunk)(nil),              // 19: sandbox.v1.OutputChunk
-	(*Display)(nil),                  // 20: sandbox.v1.Display
-	(*Result)(nil),                   // 21: sandbox.v1.Result
-	(*Error)(nil),                    // 22: sandbox.v1.Error
-	(*Done)(nil),                     // 23: sandbox.v1.Done
-	(*FileRef)(nil),                  // 24: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),  // 25: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil), // 26: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                 // 27: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),         // 28: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),        // 29: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),       // 30: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),      // 31: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),     // 32: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),         // 33: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),        // 34: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),     // 35: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),    // 36: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),            // 37: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),           // 38: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),            // 39: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),           // 40: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),    // 41: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),   // 42: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),               // 43: sandbox.v1.WatchEvent
-	nil,                              // 44: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 45: sandbox.v1.Display.DataEntry
-	nil,                              // 46: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 48: google.protobuf.Duration
+	(SandboxState)(0),                 // 0: sandbox.v1.SandboxState
+	(CommandStatus)(0),                // 1: sandbox.v1.CommandStatus
+	(FileType)(0),                     // 2: sandbox.v1.FileType
+	(WatchEventType)(0),               // 3: sandbox.v1.WatchEventType
+	(*ResourceLimits)(nil),            // 4: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),            // 5: sandbox.v1.SandboxOptions
+	(*Sandbox)(nil),                   // 6: sandbox.v1.Sandbox
+	(*AcquireSandboxRequest)(nil),     // 7: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),    // 8: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),         // 9: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),        // 10: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),      // 11: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),     // 12: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),      // 13: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),     // 14: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),            // 15: sandbox.v1.ExecuteRequest
+	(*StreamCommandRequest)(nil),      // 16: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),              // 17: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                   // 18: sandbox.v1.Started
+	(*OutputChunk)(nil),               // 19: sandbox.v1.OutputChunk
+	(*Display)(nil),                   // 20: sandbox.v1.Display
+	(*Result)(nil),                    // 21: sandbox.v1.Result
+	(*Error)(nil),                     // 22: sandbox.v1.Error
+	(*Done)(nil),                      // 23: sandbox.v1.Done
+	(*FileRef)(nil),                   // 24: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),   // 25: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),  // 26: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                  // 27: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),          // 28: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),         // 29: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),        // 30: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),       // 31: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),      // 32: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),          // 33: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 34: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),      // 35: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),     // 36: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),             // 37: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 38: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),             // 39: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),            // 40: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),     // 41: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),    // 42: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                // 43: sandbox.v1.WatchEvent
+	(*SetSandboxTimeoutRequest)(nil),  // 44: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil), // 45: sandbox.v1.SetSandboxTimeoutResponse
+	nil,                               // 46: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                               // 47: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                               // 48: sandbox.v1.Sandbox.MetadataEntry
+	nil,                               // 49: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                               // 50: sandbox.v1.Display.DataEntry
+	nil,                               // 51: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),       // 52: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 53: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	4,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	44, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	47, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	47, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	47, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	4,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	5,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	6,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	6,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	6,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	48, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	18, // 13: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	19, // 14: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	19, // 15: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	20, // 16: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	21, // 17: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	22, // 18: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	23, // 19: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	47, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	45, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	46, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 23: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	48, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	24, // 25: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	47, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	47, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 28: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	28, // 29: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	27, // 30: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 31: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 32: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	27, // 33: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	27, // 34: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	43, // 35: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 36: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	47, // 37: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 38: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	9,  // 39: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	11, // 40: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	13, // 41: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	15, // 42: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	16, // 43: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	25, // 44: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	29, // 45: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	31, // 46: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	33, // 47: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	35, // 48: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	37, // 49: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	39, // 50: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	41, // 51: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	8,  // 52: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	10, // 53: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	12, // 54: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	14, // 55: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	17, // 56: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	17, // 57: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	26, // 58: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	30, // 59: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	32, // 60: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	34, // 61: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	36, // 62: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	38, // 63: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	40, // 64: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	42, // 65: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	52, // [52:66] is the sub-list for method output_type
-	38, // [38:52] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	46, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	47, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	52, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	0,  // 4: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
+	53, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	53, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	53, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 8: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	48, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	52, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	5,  // 11: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	6,  // 12: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	6,  // 13: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,  // 14: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	49, // 15: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	6,  // 16: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	52, // 17: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	18, // 18: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	19, // 19: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	19, // 20: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	20, // 21: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	21, // 22: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	22, // 23: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	23, // 24: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	53, // 25: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	50, // 26: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	51, // 27: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 28: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	52, // 29: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	24, // 30: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	53, // 31: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	53, // 32: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 33: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	28, // 34: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	27, // 35: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 36: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 37: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	27, // 38: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	27, // 39: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	43, // 40: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 41: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	53, // 42: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	52, // 43: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	6,  // 44: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	7,  // 45: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	9,  // 46: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	11, // 47: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	13, // 48: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	15, // 49: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	16, // 50: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	25, // 51: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	29, // 52: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	31, // 53: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	33, // 54: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	35, // 55: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	37, // 56: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	39, // 57: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	41, // 58: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	44, // 59: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	8,  // 60: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	10, // 61: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	12, // 62: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	14, // 63: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	17, // 64: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	17, // 65: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	26, // 66: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	30, // 67: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	32, // 68: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	34, // 69: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	36, // 70: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	38, // 71: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	40, // 72: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	42, // 73: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	45, // 74: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	60, // [60:75] is the sub-list for method output_type
+	45, // [45:60] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -3433,7 +3631,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   43,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

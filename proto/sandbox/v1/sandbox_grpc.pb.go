@@ -53,20 +53,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_AcquireSandbox_FullMethodName   = "/sandbox.v1.SandboxService/AcquireSandbox"
-	SandboxService_GetSandbox_FullMethodName       = "/sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName    = "/sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName    = "/sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Execute_FullMethodName          = "/sandbox.v1.SandboxService/Execute"
-	SandboxService_StreamCommand_FullMethodName    = "/sandbox.v1.SandboxService/StreamCommand"
-	SandboxService_InterruptCommand_FullMethodName = "/sandbox.v1.SandboxService/InterruptCommand"
-	SandboxService_UploadFile_FullMethodName       = "/sandbox.v1.SandboxService/UploadFile"
-	SandboxService_DownloadFile_FullMethodName     = "/sandbox.v1.SandboxService/DownloadFile"
-	SandboxService_ListFiles_FullMethodName        = "/sandbox.v1.SandboxService/ListFiles"
-	SandboxService_MakeDirectory_FullMethodName    = "/sandbox.v1.SandboxService/MakeDirectory"
-	SandboxService_Remove_FullMethodName           = "/sandbox.v1.SandboxService/Remove"
-	SandboxService_Rename_FullMethodName           = "/sandbox.v1.SandboxService/Rename"
-	SandboxService_WatchDirectory_FullMethodName   = "/sandbox.v1.SandboxService/WatchDirectory"
+	SandboxService_AcquireSandbox_FullMethodName    = "/sandbox.v1.SandboxService/AcquireSandbox"
+	SandboxService_GetSandbox_FullMethodName        = "/sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName     = "/sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName     = "/sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Execute_FullMethodName           = "/sandbox.v1.SandboxService/Execute"
+	SandboxService_StreamCommand_FullMethodName     = "/sandbox.v1.SandboxService/StreamCommand"
+	SandboxService_InterruptCommand_FullMethodName  = "/sandbox.v1.SandboxService/InterruptCommand"
+	SandboxService_UploadFile_FullMethodName        = "/sandbox.v1.SandboxService/UploadFile"
+	SandboxService_DownloadFile_FullMethodName      = "/sandbox.v1.SandboxService/DownloadFile"
+	SandboxService_ListFiles_FullMethodName         = "/sandbox.v1.SandboxService/ListFiles"
+	SandboxService_MakeDirectory_FullMethodName     = "/sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_Remove_FullMethodName            = "/sandbox.v1.SandboxService/Remove"
+	SandboxService_Rename_FullMethodName            = "/sandbox.v1.SandboxService/Rename"
+	SandboxService_WatchDirectory_FullMethodName    = "/sandbox.v1.SandboxService/WatchDirectory"
+	SandboxService_SetSandboxTimeout_FullMethodName = "/sandbox.v1.SandboxService/SetSandboxTimeout"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -187,6 +188,19 @@ type SandboxServiceClient interface {
 	// next message's dropped field. Events report what happened, not a
 	// snapshot: a path may be gone by the time its event arrives.
 	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
+	// SetSandboxTimeout sets one sandbox's idle timeout: how long after its
+	// last activity it is removed. The call counts as activity, so the
+	// returned sandbox expires timeout from now (expires_at), and later
+	// activity restarts the same timeout, until it is set again. It may
+	// shorten or extend the server's default (sandboxd --idle-ttl), from 1
+	// second up to the server's maximum (sandboxd --max-idle-ttl, 24h unless
+	// configured); outside that range is INVALID_ARGUMENT naming the bound.
+	// The server's maximum lifetime (sandboxd --max-lifetime) still caps
+	// expires_at. Works on DEAD sandboxes too (to keep or drop one sooner).
+	// NOT_FOUND when the sandbox does not exist or belongs to another tenant.
+	// The timeout survives sandboxd restarts; AcquireSandbox of the existing
+	// sandbox keeps it.
+	SetSandboxTimeout(ctx context.Context, in *SetSandboxTimeoutRequest, opts ...grpc.CallOption) (*SetSandboxTimeoutResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -376,6 +390,16 @@ func (c *sandboxServiceClient) WatchDirectory(ctx context.Context, in *WatchDire
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_WatchDirectoryClient = grpc.ServerStreamingClient[WatchDirectoryResponse]
 
+func (c *sandboxServiceClient) SetSandboxTimeout(ctx context.Context, in *SetSandboxTimeoutRequest, opts ...grpc.CallOption) (*SetSandboxTimeoutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSandboxTimeoutResponse)
+	err := c.cc.Invoke(ctx, SandboxService_SetSandboxTimeout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -494,6 +518,19 @@ type SandboxServiceServer interface {
 	// next message's dropped field. Events report what happened, not a
 	// snapshot: a path may be gone by the time its event arrives.
 	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
+	// SetSandboxTimeout sets one sandbox's idle timeout: how long after its
+	// last activity it is removed. The call counts as activity, so the
+	// returned sandbox expires timeout from now (expires_at), and later
+	// activity restarts the same timeout, until it is set again. It may
+	// shorten or extend the server's default (sandboxd --idle-ttl), from 1
+	// second up to the server's maximum (sandboxd --max-idle-ttl, 24h unless
+	// configured); outside that range is INVALID_ARGUMENT naming the bound.
+	// The server's maximum lifetime (sandboxd --max-lifetime) still caps
+	// expires_at. Works on DEAD sandboxes too (to keep or drop one sooner).
+	// NOT_FOUND when the sandbox does not exist or belongs to another tenant.
+	// The timeout survives sandboxd restarts; AcquireSandbox of the existing
+	// sandbox keeps it.
+	SetSandboxTimeout(context.Context, *SetSandboxTimeoutRequest) (*SetSandboxTimeoutResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -545,6 +582,9 @@ func (UnimplementedSandboxServiceServer) Rename(context.Context, *RenameRequest)
 }
 func (UnimplementedSandboxServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
+}
+func (UnimplementedSandboxServiceServer) SetSandboxTimeout(context.Context, *SetSandboxTimeoutRequest) (*SetSandboxTimeoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSandboxTimeout not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -780,6 +820,24 @@ func _SandboxService_WatchDirectory_Handler(srv interface{}, stream grpc.ServerS
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_WatchDirectoryServer = grpc.ServerStreamingServer[WatchDirectoryResponse]
 
+func _SandboxService_SetSandboxTimeout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSandboxTimeoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).SetSandboxTimeout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_SetSandboxTimeout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).SetSandboxTimeout(ctx, req.(*SetSandboxTimeoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -822,6 +880,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rename",
 			Handler:    _SandboxService_Rename_Handler,
+		},
+		{
+			MethodName: "SetSandboxTimeout",
+			Handler:    _SandboxService_SetSandboxTimeout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
