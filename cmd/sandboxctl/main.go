@@ -46,8 +46,8 @@ const rpcTimeout = time.Minute
 const usageText = `Usage: sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
 
 Commands:
-  list [--tenant TENANT] [--user USER] [--state running|dead] [--json]
-                         list sandboxes
+  list [--tenant TENANT] [--user USER] [--state running|dead] [--metadata K=V]... [--json]
+                         list sandboxes (--metadata: only those with every pair)
   inspect SANDBOX_ID     print one sandbox as JSON
   kill SANDBOX_ID...     delete sandboxes (each is attempted)
   kill --user USER [--tenant TENANT]
@@ -66,6 +66,9 @@ Commands:
                          remove a file or (-r: with its content) a directory from /workspace
   mv [-f] SANDBOX_ID FROM TO
                          rename within /workspace (-f: replace an existing destination)
+  set-timeout SANDBOX_ID DURATION
+                         set the sandbox's idle timeout (e.g. 2h): it expires
+                         DURATION after its last use, counted from now
 
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
@@ -132,6 +135,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"mkdir":   cmdMkdir,
 		"rm":      cmdRm,
 		"mv":      cmdMv,
+
+		"set-timeout": cmdSetTimeout,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)
