@@ -267,3 +267,27 @@ func TestWarmPoolClaimGetsMetadata(t *testing.T) {
 		t.Errorf("claimed pool sandbox after restart = %+v, %v", got, err)
 	}
 }
+
+func TestMaxIdleTTLDefault(t *testing.T) {
+	for _, c := range []struct {
+		idle, max, want time.Duration
+		err             bool
+	}{
+		{0, 0, DefaultMaxIdleTTL, false},
+		{48 * time.Hour, 0, 48 * time.Hour, false},
+		{time.Minute, time.Hour, time.Hour, false},
+		{2 * time.Hour, time.Hour, 0, true},
+	} {
+		cfg := Config{StateDir: t.TempDir(), IdleTTL: c.idle, MaxIdleTTL: c.max}
+		err := cfg.applyDefaults()
+		if c.err {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("IdleTTL %v, MaxIdleTTL %v: %v; want InvalidArgument", c.idle, c.max, err)
+			}
+			continue
+		}
+		if err != nil || cfg.MaxIdleTTL != c.want {
+			t.Errorf("IdleTTL %v, MaxIdleTTL %v: got %v, %v; want %v", c.idle, c.max, cfg.MaxIdleTTL, err, c.want)
+		}
+	}
+}
