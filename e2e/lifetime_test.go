@@ -213,4 +213,17 @@ func lifetimeSuite(t *testing.T, env *e2eEnv) {
 		list.GetSandboxes()[0].GetIdleTimeout().AsDuration() != 10*time.Minute {
 		t.Errorf("after restart, List origin=pool = %v, %v; want the pool-claimed %s with 10m", list.GetSandboxes(), err, pooledID)
 	}
+
+	// sandboxctl: the filter and the column, and set-timeout.
+	out, stderr, code := env.ctl(t, ctx, d.addr, "--token", e2eAcme, "list", "--metadata", "session=s-42")
+	if code != 0 || !strings.Contains(out, alice.ID) || strings.Contains(out, pooledID) || !strings.Contains(out, "project=alpha,session=s-42") {
+		t.Errorf("sandboxctl list --metadata session=s-42: exit %d, stderr %q:\n%s", code, stderr, out)
+	}
+	out, stderr, code = env.ctl(t, ctx, d.addr, "--token", e2eAcme, "set-timeout", alice.ID, "40m")
+	if code != 0 || !strings.Contains(out, "idle timeout 40m0s") {
+		t.Errorf("sandboxctl set-timeout 40m: exit %d, stderr %q, stdout %q", code, stderr, out)
+	}
+	if _, stderr, code = env.ctl(t, ctx, d.addr, "--token", e2eAcme, "set-timeout", alice.ID, "2h"); code != 1 || !strings.Contains(stderr, "maximum of 1h0m0s") {
+		t.Errorf("sandboxctl set-timeout above the maximum: exit %d, stderr %q", code, stderr)
+	}
 }
