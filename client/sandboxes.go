@@ -107,11 +107,14 @@ type ListFilter struct {
 	Tenant string
 	// State, when not SANDBOX_STATE_UNSPECIFIED, selects that state.
 	State sandboxv1.SandboxState
+	// Metadata, when set, selects sandboxes whose metadata (WithMetadata)
+	// has every one of these pairs.
+	Metadata map[string]string
 }
 
 // List lists the sandboxes the token can see that match f, oldest first.
 func (c *Client) List(ctx context.Context, f ListFilter) ([]*sandboxv1.Sandbox, error) {
-	r, err := c.api.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{UserId: f.UserID, Tenant: f.Tenant, State: f.State})
+	r, err := c.api.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{UserId: f.UserID, Tenant: f.Tenant, State: f.State, Metadata: f.Metadata})
 	if err != nil {
 		return nil, fmt.Errorf("listing sandboxes: %w", fromGRPC(err))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -27,6 +28,8 @@ import (
 // until it expires or is deleted.
 //
 // opts apply only when a sandbox is created; they are validated in any case.
+// An existing sandbox keeps its metadata and its idle TTL (being acquired
+// restarts that TTL; it never resets it to the server's default).
 // A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
 // is ErrResourceExhausted, naming the cap.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
@@ -87,6 +90,10 @@ type sandboxSpec struct {
 	limits  Limits
 	env     map[string]string
 	network bool
+	// metadata and idleTTL are Options.Metadata and Options.IdleTimeout,
+	// validated (lifetime.go).
+	metadata map[string]string
+	idleTTL  time.Duration
 }
 
 // newSpec validates opts for a new sandbox of user and resolves them
@@ -109,7 +116,16 @@ func (m *Manager) newSpec(user userKey, opts Options) (sandboxSpec, error) {
 	if err := checkRuntimeLimits(m.cfg.Runtime, limits); err != nil {
 		return sandboxSpec{}, err
 	}
-	return sandboxSpec{user: user, limits: limits, env: opts.Env, network: opts.Network}, nil
+	if err := validateMetadata(opts.Metadata); err != nil {
+		return sandboxSpec{}, err
+	}
+	if opts.IdleTimeout != 0 {
+		if err := m.checkIdleTimeout(opts.IdleTimeout); err != nil {
+			return sandboxSpec{}, err
+		}
+	}
+	return sandboxSpec{user: user, limits: limits, env: opts.Env, network: opts.Network,
+		metadata: maps.Clone(opts.Metadata), idleTTL: opts.IdleTimeout}, nil
 }
 
 // poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,
@@ -127,7 +143,7 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 		return nil, "", exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
 	}
 	if m.poolable(spec) {
-		sb, err := m.claimPooled(ctx, spec.user)
+		sb, err := m.claimPooled(ctx, spec)
 		if sb != nil || err != nil {
 			return sb, AcquireWarmPool, err
 		}
@@ -184,6 +200,8 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		Limits:       spec.limits,
 		CreatedAt:    now,
 		LastActiveAt: now,
+		Metadata:     spec.metadata,
+		IdleTTL:      spec.idleTTL,
 	})
 	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
 

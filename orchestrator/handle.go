@@ -53,12 +53,16 @@ type sandbox struct {
 	limits      Limits
 	network     bool
 	createdAt   time.Time
+	// metadata is the caller's labels; fixed like the identity fields (a
+	// warm-pool sandbox gets them when claimed). Never modified in place.
+	metadata map[string]string
 
 	mu         sync.Mutex
 	pool       bool // waiting, unclaimed, in the warm pool
 	state      State
 	reason     string
 	lastActive time.Time
+	idleTTL    time.Duration // the sandbox's own idle TTL; 0 = the server's (registry.idleOf)
 	dirty      bool          // lastActive or state not yet written to meta.json
 	removing   bool          // destroy has begun: meta.json must not be rewritten
 	gone       bool          // destroyed: every handle to it is stale
@@ -96,6 +100,8 @@ func newSandbox(dir string, m meta) *sandbox {
 		createdAt:   m.CreatedAt,
 		state:       StateRunning,
 		lastActive:  m.LastActiveAt,
+		metadata:    m.Metadata,
+		idleTTL:     max(m.IdleTTL, 0),
 		deadCh:      make(chan struct{}),
 		goneCh:      make(chan struct{}),
 	}
@@ -126,6 +132,8 @@ func (sb *sandbox) metaLocked() meta {
 		LastActiveAt: sb.lastActive,
 		State:        sb.state,
 		StateReason:  sb.reason,
+		Metadata:     sb.metadata,
+		IdleTTL:      sb.idleTTL,
 	}
 }
 

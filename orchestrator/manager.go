@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -34,6 +35,10 @@ type Config struct {
 	IdleTTL time.Duration
 	// MaxLifetime caps a sandbox's age however busy it is; 0 = unlimited.
 	MaxLifetime time.Duration
+	// MaxIdleTTL caps the idle TTL a caller may give one sandbox
+	// (Options.IdleTimeout, SetTimeout); default DefaultMaxIdleTTL, or
+	// IdleTTL when that is longer. Must not be below IdleTTL.
+	MaxIdleTTL time.Duration
 	// DefaultLimits apply to the zero fields of a request's limits; zero
 	// fields here default to 1 GiB, 1 CPU, 256 processes and a 1 GiB disk.
 	DefaultLimits Limits
@@ -103,6 +108,7 @@ func (c *Config) applyDefaults() error {
 	c.StateDir = abs
 	c.Image = cmp.Or(c.Image, DefaultImage)
 	c.IdleTTL = cmp.Or(c.IdleTTL, DefaultIdleTTL)
+	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(DefaultMaxIdleTTL, c.IdleTTL))
 	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, DefaultCommandTimeout)
 	c.MaxTimeout = cmp.Or(c.MaxTimeout, DefaultMaxTimeout)
 	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, DefaultMaxUploadBytes)
@@ -125,6 +131,8 @@ func (c *Config) applyDefaults() error {
 	}
 	c.Metrics = metricsOrNoop(c.Metrics) // metrics hook
 	switch {
+	case c.MaxIdleTTL < c.IdleTTL:
+		return invalidf("config: MaxIdleTTL %v is below IdleTTL %v", c.MaxIdleTTL, c.IdleTTL)
 	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0,
 		c.MaxSandboxesPerTenant < 0, c.MaxUploadBytes < 0, c.MaxCodeBytes < 0, c.IODiskBytes < 0, c.WarmPool < 0:
 		return invalidf("config: durations, sizes and caps must not be negative")
@@ -175,9 +183,9 @@ const (
 // Manager owns the sandboxes. All its methods are safe for concurrent use;
 // the locks they take nest in the order documented on sandbox (handle.go).
 //
-// Every sandbox operation on an ID (Get, Submit, the start of Follow,
+// Every sandbox operation on an ID (SetTimeout, Submit, the start of Follow,
 // Interrupt, the file operations) and Acquire refresh the sandbox's idle
-// TTL. Sandboxes outlive the Manager: Close leaves their containers running
+// TTL; Get and List only look. Sandboxes outlive the Manager: Close leaves their containers running
 // and New finds them again.
 type Manager struct {
 	cfg         Config
@@ -232,6 +240,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		}
 		m.docker, m.closeDocker = c, c.Close
 	}
+	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {
 		if m.watch != nil {
@@ -373,18 +382,23 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 		HealthReason: sb.healthReasonLocked(),
 		CreatedAt:    sb.createdAt,
 		LastActiveAt: sb.lastActive,
-		ExpiresAt:    m.reg.expiry(sb.createdAt, sb.lastActive),
+		ExpiresAt:    m.reg.expiry(sb.createdAt, sb.lastActive, sb.idleTTL),
 		Image:        sb.image,
 		Limits:       sb.limits,
 		Network:      sb.network,
 		ContainerID:  sb.containerID,
+		Metadata:     maps.Clone(sb.metadata),
+		IdleTimeout:  m.reg.idleOf(sb.idleTTL),
 	}
 }
 
-// Get returns a sandbox, refreshing its idle TTL. The container is inspected
-// so that a death is reported even if the event monitor has not seen it yet.
+// Get returns a sandbox without refreshing its idle TTL: looking at a
+// sandbox is not using it, so a client polling its state does not keep it
+// alive (the API documents last_active_at as acquire, commands and file
+// operations). The container is inspected so that a death is reported even
+// if the event monitor has not seen it yet.
 func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
-	sb, err := m.use(ctx, sandboxID)
+	sb, err := m.lookup(ctx, sandboxID)
 	if err != nil {
 		return Sandbox{}, err
 	}
@@ -414,7 +428,7 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 			continue
 		}
 		s := m.snapshot(sb)
-		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) {
+		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) && hasMetadata(s.Metadata, f.Metadata) {
 			out = append(out, s)
 		}
 	}
@@ -504,7 +518,7 @@ func (m *Manager) onExpired(sb *sandbox) {
 		return
 	}
 	sb.mu.Lock()
-	why := fmt.Sprintf("idle for %v", m.cfg.IdleTTL)
+	why := fmt.Sprintf("idle for %v", m.reg.idleOf(sb.idleTTL))
 	if m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)) {
 		why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
 	}

@@ -431,7 +431,7 @@ func TestTouchRefreshesTTL(t *testing.T) {
 	sb := acquire(t, m, "hank").Sandbox
 	prev := sb.ExpiresAt
 	ops := map[string]func() error{
-		"Get": func() error { _, err := m.Get(t.Context(), sb.ID); return err },
+		"SetTimeout": func() error { _, err := m.SetTimeout(t.Context(), sb.ID, time.Hour); return err },
 		"Submit": func() error {
 			_, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
 			return err
@@ -439,7 +439,7 @@ func TestTouchRefreshesTTL(t *testing.T) {
 		"Interrupt": func() error { return m.Interrupt(t.Context(), sb.ID, "c1") },
 		"ListFiles": func() error { _, err := m.ListFiles(t.Context(), sb.ID, ""); return err },
 	}
-	for _, name := range []string{"Get", "Submit", "Interrupt", "ListFiles"} {
+	for _, name := range []string{"Submit", "Interrupt", "SetTimeout", "ListFiles"} {
 		if err := ops[name](); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -453,12 +453,19 @@ func TestTouchRefreshesTTL(t *testing.T) {
 		}
 		prev = cur
 	}
-	// List does not count as use.
+	// Looking is not using: neither List nor Get counts as use, so a
+	// client polling a sandbox does not keep it alive.
 	if _, err := m.List(t.Context(), ListFilter{}); err != nil {
 		t.Fatal(err)
 	}
 	if cur := m.snapshot(m.reg.get(sb.ID)).ExpiresAt; !cur.Equal(prev) {
 		t.Errorf("List refreshed the TTL")
+	}
+	if _, err := m.Get(t.Context(), sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if cur := m.snapshot(m.reg.get(sb.ID)).ExpiresAt; !cur.Equal(prev) {
+		t.Errorf("Get refreshed the TTL")
 	}
 }
 
@@ -499,10 +506,11 @@ func TestRestartRebuildsRegistry(t *testing.T) {
 	if err != nil || got.State != StateRunning {
 		t.Fatalf("after restart Get = %+v, %v", got, err)
 	}
-	// The idle TTL continued from the persisted last activity (Get refreshed
-	// it, so it is now later, but the restored value was the persisted one).
+	// The idle TTL continues from the persisted last activity (Get only
+	// looks, so it shows the restored value).
 	restored := m2.reg.get(alive.ID)
-	if restored == nil || got.CreatedAt.Sub(aliveBefore.CreatedAt).Abs() > time.Microsecond {
+	if restored == nil || got.CreatedAt.Sub(aliveBefore.CreatedAt).Abs() > time.Microsecond ||
+		!got.LastActiveAt.Equal(aliveBefore.LastActiveAt) || !got.ExpiresAt.Equal(aliveBefore.ExpiresAt) {
 		t.Errorf("restored sandbox = %+v, before restart %+v", got, aliveBefore)
 	}
 	res := acquire(t, m2, "ivan")

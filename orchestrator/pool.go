@@ -131,7 +131,8 @@ func (m *Manager) poolable(spec sandboxSpec) bool {
 // claimPooled gives user a ready pool sandbox, or returns nil when the pool
 // has none alive. Dead pool sandboxes met on the way are removed. The
 // caller holds the user's lock.
-func (m *Manager) claimPooled(ctx context.Context, user userKey) (*sandbox, error) {
+func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
+	user := spec.user
 	// Refill once the claim is over: a claimed sandbox is counted against
 	// MaxSandboxes only once it is registered.
 	defer m.pool.signal()
@@ -158,6 +159,8 @@ func (m *Manager) claimPooled(ctx context.Context, user userKey) (*sandbox, erro
 		// The sandbox is the user's from now on: its age and idle time
 		// count from the claim, not from when the pool made it.
 		sb.createdAt, sb.lastActive = now, now
+		// The caller's labels and timeout go with the claim (lifetime.go).
+		sb.metadata, sb.idleTTL = spec.metadata, spec.idleTTL
 		sb.mu.Unlock()
 		// meta.json is the commit point of the claim: written, a restart
 		// restores the sandbox as the user's.

@@ -107,7 +107,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			continue
 		}
 
-		if exp := m.reg.expiry(md.CreatedAt, sb.lastActive); !time.Now().Before(exp) {
+		if exp := m.reg.expiry(md.CreatedAt, sb.lastActive, md.IdleTTL); !time.Now().Before(exp) {
 			log.Info("removing sandbox that expired while sandboxd was down", "expired_at", exp)
 			expired++
 			if err := removeAll(); err != nil {

@@ -26,7 +26,10 @@ import (
 type registry struct {
 	idleTTL     time.Duration
 	maxLifetime time.Duration
-	cache       *ttlcache.Cache[string, *sandbox]
+	// maxIdleTTL caps a sandbox's own idle TTL (Config.MaxIdleTTL), also one
+	// persisted under a larger maximum before a restart; 0 = no cap.
+	maxIdleTTL time.Duration
+	cache      *ttlcache.Cache[string, *sandbox]
 
 	// mu orders lookups-then-sets in touch against removals (claim), and
 	// guards current.
@@ -88,10 +91,22 @@ func (r *registry) stop() {
 	r.stopEviction()
 }
 
-// expiry returns when a sandbox last active at lastActive and created at
-// created expires.
-func (r *registry) expiry(created, lastActive time.Time) time.Time {
-	exp := lastActive.Add(r.idleTTL)
+// idleOf returns the idle TTL in force for a sandbox whose own is own (0 =
+// the server's).
+func (r *registry) idleOf(own time.Duration) time.Duration {
+	switch {
+	case own <= 0:
+		return r.idleTTL
+	case r.maxIdleTTL > 0 && own > r.maxIdleTTL:
+		return r.maxIdleTTL
+	}
+	return own
+}
+
+// expiry returns when a sandbox last active at lastActive, created at
+// created, with its own idle TTL own (0 = the server's), expires.
+func (r *registry) expiry(created, lastActive time.Time, own time.Duration) time.Time {
+	exp := lastActive.Add(r.idleOf(own))
 	if r.maxLifetime > 0 {
 		if end := created.Add(r.maxLifetime); end.Before(exp) {
 			exp = end
@@ -104,7 +119,7 @@ func (r *registry) expiry(created, lastActive time.Time) time.Time {
 // false, registering nothing, when sb has already expired.
 func (r *registry) add(sb *sandbox, makeCurrent bool) bool {
 	sb.mu.Lock()
-	ttl := time.Until(r.expiry(sb.createdAt, sb.lastActive))
+	ttl := time.Until(r.expiry(sb.createdAt, sb.lastActive, sb.idleTTL))
 	sb.mu.Unlock()
 	if ttl <= 0 {
 		return false
@@ -137,7 +152,11 @@ func (r *registry) get(id string) *sandbox {
 
 // touch records activity on sb now and restarts its idle TTL. It reports
 // false when sb is no longer registered (expired or destroyed meanwhile).
-func (r *registry) touch(sb *sandbox) bool {
+func (r *registry) touch(sb *sandbox) bool { return r.touchWith(sb, 0) }
+
+// touchWith is touch that first sets sb's own idle TTL to idle, when idle is
+// positive (SetTimeout), so the new TTL counts from now.
+func (r *registry) touchWith(sb *sandbox, idle time.Duration) bool {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -149,7 +168,10 @@ func (r *registry) touch(sb *sandbox) bool {
 	}
 	sb.mu.Lock()
 	sb.lastActive, sb.dirty = now, true
-	ttl := r.expiry(sb.createdAt, now).Sub(now)
+	if idle > 0 {
+		sb.idleTTL = idle
+	}
+	ttl := r.expiry(sb.createdAt, now, sb.idleTTL).Sub(now)
 	sb.mu.Unlock()
 	if ttl <= 0 {
 		return false // the maximum lifetime is over; the cache expires it

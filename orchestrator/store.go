@@ -73,6 +73,13 @@ type meta struct {
 	// dead with the same reason after a restart.
 	State       State  `json:"state"`
 	StateReason string `json:"state_reason,omitempty"`
+	// Metadata is the caller's labels (Options.Metadata). A claimed
+	// warm-pool sandbox gets them here, with its claim: container labels
+	// cannot change.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// IdleTTL is the sandbox's own idle TTL in nanoseconds (Options.IdleTimeout
+	// or SetTimeout); zero follows the server's --idle-ttl.
+	IdleTTL time.Duration `json:"idle_ttl_ns,omitempty"`
 }
 
 // sandboxDir returns the directory of sandbox id under stateDir.

@@ -46,6 +46,14 @@ type Options struct {
 	// Network gives the sandbox outbound network access (Docker's default
 	// bridge). Refused with ErrInvalidArgument unless Config.AllowNetwork.
 	Network bool
+	// Metadata is the caller's labels for the sandbox, returned with it and
+	// matched by ListFilter.Metadata; bounded by validateMetadata
+	// (lifetime.go). Unlike Env it does not keep a sandbox from the warm
+	// pool: it lives in meta.json, not in the container.
+	Metadata map[string]string
+	// IdleTimeout replaces Config.IdleTTL for this sandbox; zero means the
+	// server default. Bounded as in SetTimeout.
+	IdleTimeout time.Duration
 }
 
 // Sandbox describes one sandbox.
@@ -71,6 +79,12 @@ type Sandbox struct {
 	// Network is true when the sandbox has outbound network access.
 	Network     bool
 	ContainerID string
+	// Metadata is what Options.Metadata set at creation (nil when none); a
+	// copy, which the caller may keep.
+	Metadata map[string]string
+	// IdleTimeout is the idle TTL in force for this sandbox: its own (set
+	// at creation or with SetTimeout) or the server's default.
+	IdleTimeout time.Duration
 }
 
 // CompareSandboxes is the order List returns sandboxes in, which the API
@@ -98,6 +112,9 @@ type ListFilter struct {
 	Tenant string
 	UserID string
 	State  State
+	// Metadata, when not empty, keeps only sandboxes whose metadata has
+	// every one of its pairs.
+	Metadata map[string]string
 }
 
 // ExecRequest submits one command.

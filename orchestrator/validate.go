@@ -173,6 +173,9 @@ func (f ListFilter) Validate() error {
 			return err
 		}
 	}
+	if err := validateMetadataFilter(f.Metadata); err != nil {
+		return err
+	}
 	switch f.State {
 	case "", StateRunning, StateDead:
 		return nil

@@ -46,8 +46,8 @@ const rpcTimeout = time.Minute
 const usageText = `Usage: sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
 
 Commands:
-  list [--tenant TENANT] [--user USER] [--state running|dead] [--json]
-                         list sandboxes
+  list [--tenant TENANT] [--user USER] [--state running|dead] [--metadata K=V]... [--json]
+                         list sandboxes (--metadata: only those with every pair)
   inspect SANDBOX_ID     print one sandbox as JSON
   kill SANDBOX_ID...     delete sandboxes (each is attempted)
   kill --user USER [--tenant TENANT]
@@ -67,6 +67,10 @@ Commands:
   mv [-f] SANDBOX_ID FROM TO
                          rename within /workspace (-f: replace an existing destination)
 ` + psUsage + `
+  set-timeout SANDBOX_ID DURATION
+                         set the sandbox's idle timeout (e.g. 2h): it expires
+                         DURATION after its last use, counted from now
+
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
   --token TOKEN          bearer token for a sandboxd started with --auth-tokens
@@ -123,16 +127,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 
 	commands := map[string]func(context.Context, *cli, []string) int{
-		"list":    cmdList,
-		"inspect": cmdInspect,
-		"kill":    cmdKill,
-		"exec":    cmdExec,
-		"resume":  cmdResume,
-		"ls":      cmdLs,
-		"mkdir":   cmdMkdir,
-		"rm":      cmdRm,
-		"mv":      cmdMv,
-		"ps":      cmdPs,
+		"list":        cmdList,
+		"inspect":     cmdInspect,
+		"kill":        cmdKill,
+		"exec":        cmdExec,
+		"resume":      cmdResume,
+		"ls":          cmdLs,
+		"mkdir":       cmdMkdir,
+		"rm":          cmdRm,
+		"mv":          cmdMv,
+		"ps":          cmdPs,
+		"set-timeout": cmdSetTimeout,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)

@@ -114,7 +114,7 @@ func TestListTable(t *testing.T) {
 	if r.stdout != want {
 		t.Errorf("table:\n%s\nwant:\n%s", r.stdout, want)
 	}
-	if got != (orchestrator.ListFilter{UserID: "alice", State: orchestrator.StateRunning}) {
+	if !reflect.DeepEqual(got, orchestrator.ListFilter{UserID: "alice", State: orchestrator.StateRunning}) {
 		t.Errorf("server got filter %+v", got)
 	}
 }

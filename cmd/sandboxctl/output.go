@@ -68,12 +68,21 @@ func writeIndented(w io.Writer, b []byte) error {
 // writeTable prints sandboxes as an aligned table.
 func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tTENANT\tUSER\tSTATE\tCREATED\tLAST ACTIVE\tEXPIRES\tIMAGE")
+	withMD := anyMetadata(sbs) // the column appears only when there is something to show
+	fmt.Fprint(tw, "ID\tTENANT\tUSER\tSTATE\tCREATED\tLAST ACTIVE\tEXPIRES\tIMAGE")
+	if withMD {
+		fmt.Fprint(tw, "\tMETADATA")
+	}
+	fmt.Fprintln(tw)
 	for _, sb := range sbs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
 			sb.GetSandboxId(), sb.GetTenant(), sb.GetUserId(), stateName(sb.GetState()),
 			formatTime(sb.GetCreatedAt()), formatTime(sb.GetLastActiveAt()), formatTime(sb.GetExpiresAt()),
 			sb.GetImage())
+		if withMD {
+			fmt.Fprint(tw, "\t"+formatMetadata(sb.GetMetadata()))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }

@@ -15,6 +15,8 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	tenant := fs.String("tenant", "", "only this tenant's sandboxes")
 	user := fs.String("user", "", "only this user's sandboxes")
 	state := fs.String("state", "", "only sandboxes in this state: running or dead")
+	md := metadataFlag{}
+	fs.Var(md, "metadata", "only sandboxes with this metadata pair, K=V (repeatable)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -30,7 +32,7 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 
 	rctx, cancel := rpcCtx(ctx)
 	defer cancel()
-	sbs, err := c.sandboxd.List(rctx, client.ListFilter{Tenant: *tenant, UserID: *user, State: st})
+	sbs, err := c.sandboxd.List(rctx, client.ListFilter{Tenant: *tenant, UserID: *user, State: st, Metadata: md.filter()})
 	if err != nil {
 		return c.fail("list", err)
 	}

@@ -72,6 +72,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&mc.StateDir, "state-dir", defaultStateDir(getenv), "`directory` for the sandboxes' /io and /workspace directories and the registry")
 	fs.DurationVar(&mc.IdleTTL, "idle-ttl", orchestrator.DefaultIdleTTL, "remove a sandbox after this long without use")
 	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
+	fs.DurationVar(&mc.MaxIdleTTL, "max-idle-ttl", 0, "the longest idle timeout a caller may give one sandbox (SetSandboxTimeout, options.idle_timeout); 0: 24h, or --idle-ttl if longer")
 	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
 	fs.IntVar(&mc.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once, warm-pool ones included; further users get RESOURCE_EXHAUSTED (0: no cap)")
 	fs.IntVar(&mc.MaxSandboxesPerTenant, "max-sandboxes-per-tenant", 0, "most sandboxes one tenant may have alive at once; further users of the tenant get RESOURCE_EXHAUSTED (0: no cap)")
@@ -166,6 +167,9 @@ func (c *config) check() error {
 	}
 	if mc.MaxLifetime < 0 {
 		return fmt.Errorf("--max-lifetime %v is negative", mc.MaxLifetime)
+	}
+	if mc.MaxIdleTTL < 0 || (mc.MaxIdleTTL > 0 && mc.MaxIdleTTL < mc.IdleTTL) {
+		return fmt.Errorf("--max-idle-ttl %v must be 0 (automatic) or at least --idle-ttl %v", mc.MaxIdleTTL, mc.IdleTTL)
 	}
 	for _, n := range []struct {
 		name string

@@ -32,6 +32,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"state dir", mc.StateDir, "/root/.local/state/sandboxd"},
 		{"idle ttl", mc.IdleTTL, 30 * time.Minute},
 		{"max lifetime", mc.MaxLifetime, time.Duration(0)},
+		{"max idle ttl (automatic)", mc.MaxIdleTTL, time.Duration(0)},
 		{"image", mc.Image, "sandboxd-sandbox:latest"},
 		{"default memory", mc.DefaultLimits.MemoryBytes, int64(1 << 30)},
 		{"default cpus", mc.DefaultLimits.NanoCPUs, int64(1e9)},
@@ -123,6 +124,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"--max-sandboxes-per-tenant", "-1"}, nil, "--max-sandboxes-per-tenant -1 is negative"},
 		{[]string{"--default-disk", "20g"}, nil, "--default-disk is above --max-disk"},
 		{[]string{"--io-disk", "1m"}, nil, "at least 16MiB"},
+		{[]string{"--idle-ttl", "2h", "--max-idle-ttl", "1h"}, nil, "--max-idle-ttl 1h0m0s must be 0 (automatic) or at least --idle-ttl 2h0m0s"},
+		{[]string{"--max-idle-ttl", "-1s"}, nil, "--max-idle-ttl -1s"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {

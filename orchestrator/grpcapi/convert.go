@@ -168,6 +168,8 @@ func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
 		Limits:       limitsToProto(s.Limits),
 		Tenant:       s.Tenant,
 		Network:      s.Network,
+		Metadata:     metadataToProto(s.Metadata),
+		IdleTimeout:  idleTimeoutToProto(s.IdleTimeout),
 	}
 }
 

@@ -45,6 +45,7 @@ type Manager interface {
 	Remove(ctx context.Context, sandboxID, path string, recursive bool) error
 	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
 	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
+	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
 }
 
 // downloadChunk is the size of DownloadFile's content messages: large enough
@@ -104,7 +105,11 @@ func (s *Service) AcquireSandbox(ctx context.Context, req *sandboxv1.AcquireSand
 	}
 	// The user ID's form, limits and env are checked by the domain, which
 	// knows the server's defaults and maxima.
-	res, err := s.m.Acquire(ctx, req.GetUserId(), optionsFromProto(req.GetOptions()))
+	opts, err := acquireOptionsFromProto(req.GetOptions())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.m.Acquire(ctx, req.GetUserId(), opts)
 	if err != nil {
 		return nil, s.fail(ctx, "AcquireSandbox", err)
 	}
@@ -129,7 +134,7 @@ func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxe
 	if err != nil {
 		return nil, invalid("state: %v", err)
 	}
-	f := orchestrator.ListFilter{Tenant: req.GetTenant(), UserID: req.GetUserId(), State: st}
+	f := orchestrator.ListFilter{Tenant: req.GetTenant(), UserID: req.GetUserId(), State: st, Metadata: req.GetMetadata()}
 	list, err := s.m.List(ctx, f)
 	if err != nil {
 		return nil, s.fail(ctx, "ListSandboxes", err)

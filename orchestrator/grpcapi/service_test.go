@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
@@ -234,7 +235,7 @@ func TestAcquireListGetDelete(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ListSandboxes: %v", err)
 	}
-	if gotFilter != (orchestrator.ListFilter{UserID: "bob", State: orchestrator.StateDead}) {
+	if !cmp.Equal(gotFilter, orchestrator.ListFilter{UserID: "bob", State: orchestrator.StateDead}, cmpopts.EquateEmpty()) {
 		t.Errorf("domain got filter %+v", gotFilter)
 	}
 	if n := len(list.GetSandboxes()); n != 2 || list.GetSandboxes()[0].GetSandboxId() != sb1 {

@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
 )
@@ -50,6 +51,8 @@ type Manager struct {
 	RenameFunc         func(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
 	ListFilesDepthFunc func(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error)
 	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
+
+	SetTimeoutFunc func(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
 
 	mu    sync.Mutex
 	calls []string

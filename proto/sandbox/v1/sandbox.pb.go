@@ -464,7 +464,21 @@ type SandboxOptions struct {
 	// default bridge). Without it a sandbox has no network interface but
 	// loopback. Servers refuse it with INVALID_ARGUMENT unless started with
 	// sandboxd --allow-network, which is not available under gVisor (runsc).
-	Network       bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
+	Network bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
+	// metadata is the caller's own labels for the sandbox (a session ID, a
+	// project name), returned in every Sandbox and filterable in
+	// ListSandboxes. At most 64 entries; keys are 1-64 characters from
+	// [A-Za-z0-9._:/-]; values at most 512 bytes of UTF-8; keys and values
+	// together at most 16 KiB. Anything else is INVALID_ARGUMENT naming the
+	// key. Like every option, set only when the sandbox is created (a
+	// sandbox taken from the warm pool gets it too); an existing sandbox keeps
+	// its metadata.
+	Metadata map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// idle_timeout, when set, is the sandbox's idle timeout instead of the
+	// server's default (sandboxd --idle-ttl), within the bounds of
+	// SetSandboxTimeout (1 second to sandboxd --max-idle-ttl; outside them is
+	// INVALID_ARGUMENT). Change it later with SetSandboxTimeout.
+	IdleTimeout   *durationpb.Duration `protobuf:"bytes,5,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -520,6 +534,20 @@ func (x *SandboxOptions) GetNetwork() bool {
 	return false
 }
 
+func (x *SandboxOptions) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *SandboxOptions) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -562,7 +590,14 @@ type Sandbox struct {
 	// volume) and its Python state is intact; a client may instead recycle it
 	// with DeleteSandbox and AcquireSandbox. Reported by the sandbox itself,
 	// as of its last command.
-	HealthReason  string `protobuf:"bytes,12,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
+	HealthReason string `protobuf:"bytes,12,opt,name=health_reason,json=healthReason,proto3" json:"health_reason,omitempty"`
+	// metadata is what SandboxOptions.metadata set when the sandbox was
+	// created; empty when none was given.
+	Metadata map[string]string `protobuf:"bytes,13,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// idle_timeout is how long after last_active_at the sandbox is removed:
+	// the server's default idle TTL unless set with SandboxOptions.idle_timeout
+	// or SetSandboxTimeout.
+	IdleTimeout   *durationpb.Duration `protobuf:"bytes,14,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -679,6 +714,20 @@ func (x *Sandbox) GetHealthReason() string {
 		return x.HealthReason
 	}
 	return ""
+}
+
+func (x *Sandbox) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *Sandbox) GetIdleTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.IdleTimeout
+	}
+	return nil
 }
 
 // AcquireSandboxRequest asks for the user's sandbox.
@@ -928,7 +977,11 @@ type ListSandboxesRequest struct {
 	State SandboxState `protobuf:"varint,2,opt,name=state,proto3,enum=sandbox.v1.SandboxState" json:"state,omitempty"`
 	// tenant, when set, lists only that tenant's sandboxes. For a caller
 	// without the admin role, any tenant but its own matches nothing.
-	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// metadata, when set, lists only sandboxes whose metadata has every one of
+	// these pairs (equal keys and values). Keys and values follow the rules of
+	// SandboxOptions.metadata (INVALID_ARGUMENT otherwise).
+	Metadata      map[string]string `protobuf:"bytes,4,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -982,6 +1035,13 @@ func (x *ListSandboxesRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *ListSandboxesRequest) GetMetadata() map[string]string {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
 }
 
 // ListSandboxesResponse lists sandboxes.
@@ -3765,6 +3825,109 @@ func (x *CommandInfo) GetPty() bool {
 	return false
 }
 
+// SetSandboxTimeoutRequest names a sandbox and its new idle timeout.
+type SetSandboxTimeoutRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to change.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// timeout is the new idle timeout: from 1 second to the server's maximum
+	// (sandboxd --max-idle-ttl). Required.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSandboxTimeoutRequest) Reset() {
+	*x = SetSandboxTimeoutRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSandboxTimeoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSandboxTimeoutRequest) ProtoMessage() {}
+
+func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
+func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SetSandboxTimeoutRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// SetSandboxTimeoutResponse is the sandbox with its new timeout.
+type SetSandboxTimeoutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the changed sandbox: idle_timeout is the new timeout and
+	// expires_at counts it from now.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSandboxTimeoutResponse) Reset() {
+	*x = SetSandboxTimeoutResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSandboxTimeoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSandboxTimeoutResponse) ProtoMessage() {}
+
+func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
+func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -3777,14 +3940,19 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xcd\x01\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x8e\x03\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
-	"\anetwork\x18\x03 \x01(\bR\anetwork\x1a6\n" +
+	"\anetwork\x18\x03 \x01(\bR\anetwork\x12D\n" +
+	"\bmetadata\x18\x04 \x03(\v2(.sandbox.v1.SandboxOptions.MetadataEntryR\bmetadata\x12<\n" +
+	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xed\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x05\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -3801,7 +3969,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06tenant\x18\n" +
 	" \x01(\tR\x06tenant\x12\x18\n" +
 	"\anetwork\x18\v \x01(\bR\anetwork\x12#\n" +
-	"\rhealth_reason\x18\f \x01(\tR\fhealthReason\"f\n" +
+	"\rhealth_reason\x18\f \x01(\tR\fhealthReason\x12=\n" +
+	"\bmetadata\x18\r \x03(\v2!.sandbox.v1.Sandbox.MetadataEntryR\bmetadata\x12<\n" +
+	"\fidle_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
 	"\x15AcquireSandboxRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x124\n" +
 	"\aoptions\x18\x02 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\xd9\x01\n" +
@@ -3816,11 +3989,15 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"C\n" +
 	"\x12GetSandboxResponse\x12-\n" +
-	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"w\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"\x80\x02\n" +
 	"\x14ListSandboxesRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x12.\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x18.sandbox.v1.SandboxStateR\x05state\x12\x16\n" +
-	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"J\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12J\n" +
+	"\bmetadata\x18\x04 \x03(\v2..sandbox.v1.ListSandboxesRequest.MetadataEntryR\bmetadata\x1a;\n" +
+	"\rMetadataEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
 	"\x15ListSandboxesResponse\x121\n" +
 	"\tsandboxes\x18\x01 \x03(\v2\x13.sandbox.v1.SandboxR\tsandboxes\"5\n" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
@@ -4018,7 +4195,13 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\bR\x05stdin\x12\x10\n" +
 	"\x03pty\x18\v \x01(\bR\x03ptyB\f\n" +
 	"\n" +
-	"_exit_code*`\n" +
+	"_exit_code\"n\n" +
+	"\x18SetSandboxTimeoutRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"J\n" +
+	"\x19SetSandboxTimeoutResponse\x12-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox*`\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -4046,7 +4229,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x02\x12\x1a\n" +
-	"\x16COMMAND_STATE_FINISHED\x10\x032\xa8\v\n" +
+	"\x16COMMAND_STATE_FINISHED\x10\x032\x8a\f\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -4068,7 +4251,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"CloseStdin\x12\x1d.sandbox.v1.CloseStdinRequest\x1a\x1e.sandbox.v1.CloseStdinResponse\x12H\n" +
 	"\tResizePty\x12\x1c.sandbox.v1.ResizePtyRequest\x1a\x1d.sandbox.v1.ResizePtyResponse\x12Q\n" +
-	"\fListCommands\x12\x1f.sandbox.v1.ListCommandsRequest\x1a .sandbox.v1.ListCommandsResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\fListCommands\x12\x1f.sandbox.v1.ListCommandsRequest\x1a .sandbox.v1.ListCommandsResponse\x12`\n" +
+	"\x11SetSandboxTimeout\x12$.sandbox.v1.SetSandboxTimeoutRequest\x1a%.sandbox.v1.SetSandboxTimeoutResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4083,159 +4267,173 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
-	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
-	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
-	(FileType)(0),                    // 2: sandbox.v1.FileType
-	(WatchEventType)(0),              // 3: sandbox.v1.WatchEventType
-	(CommandState)(0),                // 4: sandbox.v1.CommandState
-	(*ResourceLimits)(nil),           // 5: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),           // 6: sandbox.v1.SandboxOptions
-	(*Sandbox)(nil),                  // 7: sandbox.v1.Sandbox
-	(*AcquireSandboxRequest)(nil),    // 8: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),   // 9: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),        // 10: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),       // 11: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),     // 12: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),    // 13: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),     // 14: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),    // 15: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),           // 16: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                  // 17: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),     // 18: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),             // 19: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                  // 20: sandbox.v1.Started
-	(*OutputChunk)(nil),              // 21: sandbox.v1.OutputChunk
-	(*Display)(nil),                  // 22: sandbox.v1.Display
-	(*Result)(nil),                   // 23: sandbox.v1.Result
-	(*Error)(nil),                    // 24: sandbox.v1.Error
-	(*Done)(nil),                     // 25: sandbox.v1.Done
-	(*FileRef)(nil),                  // 26: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),  // 27: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil), // 28: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                 // 29: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),         // 30: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),        // 31: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),       // 32: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),      // 33: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),     // 34: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),         // 35: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),        // 36: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),     // 37: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),    // 38: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),            // 39: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),           // 40: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),            // 41: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),           // 42: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),    // 43: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),   // 44: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),               // 45: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),         // 46: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),        // 47: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),        // 48: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),       // 49: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),         // 50: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),        // 51: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),      // 52: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),     // 53: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),              // 54: sandbox.v1.CommandInfo
-	nil,                              // 55: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 56: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                              // 57: sandbox.v1.Display.DataEntry
-	nil,                              // 58: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 59: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 60: google.protobuf.Duration
+	(SandboxState)(0),                 // 0: sandbox.v1.SandboxState
+	(CommandStatus)(0),                // 1: sandbox.v1.CommandStatus
+	(FileType)(0),                     // 2: sandbox.v1.FileType
+	(WatchEventType)(0),               // 3: sandbox.v1.WatchEventType
+	(CommandState)(0),                 // 4: sandbox.v1.CommandState
+	(*ResourceLimits)(nil),            // 5: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),            // 6: sandbox.v1.SandboxOptions
+	(*Sandbox)(nil),                   // 7: sandbox.v1.Sandbox
+	(*AcquireSandboxRequest)(nil),     // 8: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),    // 9: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),         // 10: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),        // 11: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),      // 12: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),     // 13: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),      // 14: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),     // 15: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),            // 16: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                   // 17: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),      // 18: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),              // 19: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                   // 20: sandbox.v1.Started
+	(*OutputChunk)(nil),               // 21: sandbox.v1.OutputChunk
+	(*Display)(nil),                   // 22: sandbox.v1.Display
+	(*Result)(nil),                    // 23: sandbox.v1.Result
+	(*Error)(nil),                     // 24: sandbox.v1.Error
+	(*Done)(nil),                      // 25: sandbox.v1.Done
+	(*FileRef)(nil),                   // 26: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),   // 27: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),  // 28: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                  // 29: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),          // 30: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),         // 31: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),        // 32: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),       // 33: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),      // 34: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),          // 35: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 36: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),      // 37: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),     // 38: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),             // 39: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 40: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),             // 41: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),            // 42: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),     // 43: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),    // 44: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                // 45: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),          // 46: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),         // 47: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),         // 48: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 49: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),          // 50: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),         // 51: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),       // 52: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),      // 53: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),               // 54: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),  // 55: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil), // 56: sandbox.v1.SetSandboxTimeoutResponse
+	nil,                               // 57: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                               // 58: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                               // 59: sandbox.v1.Sandbox.MetadataEntry
+	nil,                               // 60: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                               // 61: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                               // 62: sandbox.v1.Display.DataEntry
+	nil,                               // 63: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),       // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 65: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	5,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	55, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	59, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	59, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	59, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	6,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	7,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	7,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	7,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	60, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	56, // 13: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	17, // 14: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	20, // 15: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	21, // 16: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	21, // 17: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	22, // 18: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	23, // 19: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	24, // 20: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	25, // 21: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	59, // 22: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	57, // 23: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	58, // 24: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 25: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	60, // 26: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	26, // 27: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	59, // 28: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	59, // 29: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 30: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	30, // 31: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	29, // 32: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 33: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 34: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	29, // 35: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 36: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	45, // 37: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 38: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	59, // 39: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 40: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	54, // 41: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	4,  // 42: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,  // 43: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	59, // 44: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	59, // 45: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	60, // 46: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	8,  // 47: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	10, // 48: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	12, // 49: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	14, // 50: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	16, // 51: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	18, // 52: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	27, // 53: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	31, // 54: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	33, // 55: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	35, // 56: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	37, // 57: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	39, // 58: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	41, // 59: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	43, // 60: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	46, // 61: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	48, // 62: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	50, // 63: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	52, // 64: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	9,  // 65: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	11, // 66: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	13, // 67: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	15, // 68: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	19, // 69: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	19, // 70: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	28, // 71: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	32, // 72: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	34, // 73: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	36, // 74: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	38, // 75: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	40, // 76: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	42, // 77: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	44, // 78: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	47, // 79: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	49, // 80: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	51, // 81: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	53, // 82: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	65, // [65:83] is the sub-list for method output_type
-	47, // [47:65] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	57, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	58, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	64, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	0,  // 4: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
+	65, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	65, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	65, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	5,  // 8: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	59, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	64, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	6,  // 11: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	7,  // 12: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	7,  // 13: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,  // 14: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	60, // 15: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	7,  // 16: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	64, // 17: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	61, // 18: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	17, // 19: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	20, // 20: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	21, // 21: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	21, // 22: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	22, // 23: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	23, // 24: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	24, // 25: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	25, // 26: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	65, // 27: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	62, // 28: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	63, // 29: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 30: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	64, // 31: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	26, // 32: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	65, // 33: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	65, // 34: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 35: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	30, // 36: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	29, // 37: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 38: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 39: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	29, // 40: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	29, // 41: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	45, // 42: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 43: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	65, // 44: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	17, // 45: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	54, // 46: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	4,  // 47: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,  // 48: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	65, // 49: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	65, // 50: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	64, // 51: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	64, // 52: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	7,  // 53: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	8,  // 54: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	10, // 55: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	12, // 56: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	14, // 57: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	16, // 58: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	18, // 59: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	27, // 60: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	31, // 61: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	33, // 62: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	35, // 63: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	37, // 64: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	39, // 65: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	41, // 66: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	43, // 67: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	46, // 68: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	48, // 69: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	50, // 70: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	52, // 71: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	55, // 72: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	9,  // 73: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	11, // 74: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	13, // 75: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	15, // 76: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	19, // 77: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	19, // 78: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	28, // 79: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	32, // 80: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	34, // 81: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	36, // 82: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	38, // 83: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	40, // 84: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	42, // 85: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	44, // 86: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	47, // 87: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	49, // 88: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	51, // 89: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	53, // 90: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	56, // 91: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	73, // [73:92] is the sub-list for method output_type
+	54, // [54:73] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -4264,7 +4462,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   54,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,24 +53,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_AcquireSandbox_FullMethodName   = "/sandbox.v1.SandboxService/AcquireSandbox"
-	SandboxService_GetSandbox_FullMethodName       = "/sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName    = "/sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName    = "/sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Execute_FullMethodName          = "/sandbox.v1.SandboxService/Execute"
-	SandboxService_StreamCommand_FullMethodName    = "/sandbox.v1.SandboxService/StreamCommand"
-	SandboxService_InterruptCommand_FullMethodName = "/sandbox.v1.SandboxService/InterruptCommand"
-	SandboxService_UploadFile_FullMethodName       = "/sandbox.v1.SandboxService/UploadFile"
-	SandboxService_DownloadFile_FullMethodName     = "/sandbox.v1.SandboxService/DownloadFile"
-	SandboxService_ListFiles_FullMethodName        = "/sandbox.v1.SandboxService/ListFiles"
-	SandboxService_MakeDirectory_FullMethodName    = "/sandbox.v1.SandboxService/MakeDirectory"
-	SandboxService_Remove_FullMethodName           = "/sandbox.v1.SandboxService/Remove"
-	SandboxService_Rename_FullMethodName           = "/sandbox.v1.SandboxService/Rename"
-	SandboxService_WatchDirectory_FullMethodName   = "/sandbox.v1.SandboxService/WatchDirectory"
-	SandboxService_SendStdin_FullMethodName        = "/sandbox.v1.SandboxService/SendStdin"
-	SandboxService_CloseStdin_FullMethodName       = "/sandbox.v1.SandboxService/CloseStdin"
-	SandboxService_ResizePty_FullMethodName        = "/sandbox.v1.SandboxService/ResizePty"
-	SandboxService_ListCommands_FullMethodName     = "/sandbox.v1.SandboxService/ListCommands"
+	SandboxService_AcquireSandbox_FullMethodName    = "/sandbox.v1.SandboxService/AcquireSandbox"
+	SandboxService_GetSandbox_FullMethodName        = "/sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName     = "/sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName     = "/sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Execute_FullMethodName           = "/sandbox.v1.SandboxService/Execute"
+	SandboxService_StreamCommand_FullMethodName     = "/sandbox.v1.SandboxService/StreamCommand"
+	SandboxService_InterruptCommand_FullMethodName  = "/sandbox.v1.SandboxService/InterruptCommand"
+	SandboxService_UploadFile_FullMethodName        = "/sandbox.v1.SandboxService/UploadFile"
+	SandboxService_DownloadFile_FullMethodName      = "/sandbox.v1.SandboxService/DownloadFile"
+	SandboxService_ListFiles_FullMethodName         = "/sandbox.v1.SandboxService/ListFiles"
+	SandboxService_MakeDirectory_FullMethodName     = "/sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_Remove_FullMethodName            = "/sandbox.v1.SandboxService/Remove"
+	SandboxService_Rename_FullMethodName            = "/sandbox.v1.SandboxService/Rename"
+	SandboxService_WatchDirectory_FullMethodName    = "/sandbox.v1.SandboxService/WatchDirectory"
+	SandboxService_SendStdin_FullMethodName         = "/sandbox.v1.SandboxService/SendStdin"
+	SandboxService_CloseStdin_FullMethodName        = "/sandbox.v1.SandboxService/CloseStdin"
+	SandboxService_ResizePty_FullMethodName         = "/sandbox.v1.SandboxService/ResizePty"
+	SandboxService_ListCommands_FullMethodName      = "/sandbox.v1.SandboxService/ListCommands"
+	SandboxService_SetSandboxTimeout_FullMethodName = "/sandbox.v1.SandboxService/SetSandboxTimeout"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -219,6 +220,19 @@ type SandboxServiceClient interface {
 	// (output_available false). Paged: page_size defaults to 50 and is at
 	// most 200 (larger is INVALID_ARGUMENT).
 	ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
+	// SetSandboxTimeout sets one sandbox's idle timeout: how long after its
+	// last activity it is removed. The call counts as activity, so the
+	// returned sandbox expires timeout from now (expires_at), and later
+	// activity restarts the same timeout, until it is set again. It may
+	// shorten or extend the server's default (sandboxd --idle-ttl), from 1
+	// second up to the server's maximum (sandboxd --max-idle-ttl, 24h unless
+	// configured); outside that range is INVALID_ARGUMENT naming the bound.
+	// The server's maximum lifetime (sandboxd --max-lifetime) still caps
+	// expires_at. Works on DEAD sandboxes too (to keep or drop one sooner).
+	// NOT_FOUND when the sandbox does not exist or belongs to another tenant.
+	// The timeout survives sandboxd restarts; AcquireSandbox of the existing
+	// sandbox keeps it.
+	SetSandboxTimeout(ctx context.Context, in *SetSandboxTimeoutRequest, opts ...grpc.CallOption) (*SetSandboxTimeoutResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -448,6 +462,16 @@ func (c *sandboxServiceClient) ListCommands(ctx context.Context, in *ListCommand
 	return out, nil
 }
 
+func (c *sandboxServiceClient) SetSandboxTimeout(ctx context.Context, in *SetSandboxTimeoutRequest, opts ...grpc.CallOption) (*SetSandboxTimeoutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSandboxTimeoutResponse)
+	err := c.cc.Invoke(ctx, SandboxService_SetSandboxTimeout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -594,6 +618,19 @@ type SandboxServiceServer interface {
 	// (output_available false). Paged: page_size defaults to 50 and is at
 	// most 200 (larger is INVALID_ARGUMENT).
 	ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
+	// SetSandboxTimeout sets one sandbox's idle timeout: how long after its
+	// last activity it is removed. The call counts as activity, so the
+	// returned sandbox expires timeout from now (expires_at), and later
+	// activity restarts the same timeout, until it is set again. It may
+	// shorten or extend the server's default (sandboxd --idle-ttl), from 1
+	// second up to the server's maximum (sandboxd --max-idle-ttl, 24h unless
+	// configured); outside that range is INVALID_ARGUMENT naming the bound.
+	// The server's maximum lifetime (sandboxd --max-lifetime) still caps
+	// expires_at. Works on DEAD sandboxes too (to keep or drop one sooner).
+	// NOT_FOUND when the sandbox does not exist or belongs to another tenant.
+	// The timeout survives sandboxd restarts; AcquireSandbox of the existing
+	// sandbox keeps it.
+	SetSandboxTimeout(context.Context, *SetSandboxTimeoutRequest) (*SetSandboxTimeoutResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -657,6 +694,9 @@ func (UnimplementedSandboxServiceServer) ResizePty(context.Context, *ResizePtyRe
 }
 func (UnimplementedSandboxServiceServer) ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
+}
+func (UnimplementedSandboxServiceServer) SetSandboxTimeout(context.Context, *SetSandboxTimeoutRequest) (*SetSandboxTimeoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSandboxTimeout not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -964,6 +1004,24 @@ func _SandboxService_ListCommands_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_SetSandboxTimeout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSandboxTimeoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).SetSandboxTimeout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_SetSandboxTimeout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).SetSandboxTimeout(ctx, req.(*SetSandboxTimeoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1022,6 +1080,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCommands",
 			Handler:    _SandboxService_ListCommands_Handler,
+		},
+		{
+			MethodName: "SetSandboxTimeout",
+			Handler:    _SandboxService_SetSandboxTimeout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

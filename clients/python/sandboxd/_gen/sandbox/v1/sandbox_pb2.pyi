@@ -300,14 +300,23 @@ class ListFilesResponse(_message.Message):
     def __init__(self, files: _Optional[_Iterable[_Union[FileInfo, _Mapping]]] = ...) -> None: ...
 
 class ListSandboxesRequest(_message.Message):
-    __slots__ = ["state", "tenant", "user_id"]
+    __slots__ = ["metadata", "state", "tenant", "user_id"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
+    metadata: _containers.ScalarMap[str, str]
     state: SandboxState
     tenant: str
     user_id: str
-    def __init__(self, user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., tenant: _Optional[str] = ...) -> None: ...
+    def __init__(self, user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., tenant: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ListSandboxesResponse(_message.Message):
     __slots__ = ["sandboxes"]
@@ -416,13 +425,22 @@ class Result(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ["created_at", "expires_at", "health_reason", "image", "last_active_at", "limits", "network", "sandbox_id", "state", "state_reason", "tenant", "user_id"]
+    __slots__ = ["created_at", "expires_at", "health_reason", "idle_timeout", "image", "last_active_at", "limits", "metadata", "network", "sandbox_id", "state", "state_reason", "tenant", "user_id"]
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     HEALTH_REASON_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -432,19 +450,21 @@ class Sandbox(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     expires_at: _timestamp_pb2.Timestamp
     health_reason: str
+    idle_timeout: _duration_pb2.Duration
     image: str
     last_active_at: _timestamp_pb2.Timestamp
     limits: ResourceLimits
+    metadata: _containers.ScalarMap[str, str]
     network: bool
     sandbox_id: str
     state: SandboxState
     state_reason: str
     tenant: str
     user_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
-    __slots__ = ["env", "limits", "network"]
+    __slots__ = ["env", "idle_timeout", "limits", "metadata", "network"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -452,13 +472,24 @@ class SandboxOptions(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class MetadataEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ENV_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
+    METADATA_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     env: _containers.ScalarMap[str, str]
+    idle_timeout: _duration_pb2.Duration
     limits: ResourceLimits
+    metadata: _containers.ScalarMap[str, str]
     network: bool
-    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ...) -> None: ...
+    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SendStdinRequest(_message.Message):
     __slots__ = ["command_id", "data", "sandbox_id"]
@@ -473,6 +504,20 @@ class SendStdinRequest(_message.Message):
 class SendStdinResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class SetSandboxTimeoutRequest(_message.Message):
+    __slots__ = ["sandbox_id", "timeout"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    timeout: _duration_pb2.Duration
+    def __init__(self, sandbox_id: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class SetSandboxTimeoutResponse(_message.Message):
+    __slots__ = ["sandbox"]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: Sandbox
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
     __slots__ = ["language", "time"]

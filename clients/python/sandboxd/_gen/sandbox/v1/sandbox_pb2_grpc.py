@@ -110,6 +110,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsResponse.FromString,
                 )
+        self.SetSandboxTimeout = channel.unary_unary(
+                '/sandbox.v1.SandboxService/SetSandboxTimeout',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -346,6 +351,24 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetSandboxTimeout(self, request, context):
+        """SetSandboxTimeout sets one sandbox's idle timeout: how long after its
+        last activity it is removed. The call counts as activity, so the
+        returned sandbox expires timeout from now (expires_at), and later
+        activity restarts the same timeout, until it is set again. It may
+        shorten or extend the server's default (sandboxd --idle-ttl), from 1
+        second up to the server's maximum (sandboxd --max-idle-ttl, 24h unless
+        configured); outside that range is INVALID_ARGUMENT naming the bound.
+        The server's maximum lifetime (sandboxd --max-lifetime) still caps
+        expires_at. Works on DEAD sandboxes too (to keep or drop one sooner).
+        NOT_FOUND when the sandbox does not exist or belongs to another tenant.
+        The timeout survives sandboxd restarts; AcquireSandbox of the existing
+        sandbox keeps it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -438,6 +461,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.ListCommands,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListCommandsResponse.SerializeToString,
+            ),
+            'SetSandboxTimeout': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSandboxTimeout,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -758,5 +786,22 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListCommands',
             sandbox_dot_v1_dot_sandbox__pb2.ListCommandsRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.ListCommandsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetSandboxTimeout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/SetSandboxTimeout',
+            sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
