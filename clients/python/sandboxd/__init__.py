@@ -28,6 +28,7 @@ from .errors import (
     Unavailable,
 )
 from .events import (
+    CommandInfo,
     CommandStatus,
     Display,
     Done,
@@ -52,6 +53,7 @@ __all__ = [
     "connect",
     "MAX_MESSAGE_SIZE",
     "CommandStatus",
+    "CommandInfo",
     "Event",
     "Started",
     "Stdout",

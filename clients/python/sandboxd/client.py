@@ -13,6 +13,7 @@ from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from ._gen.sandbox.v1 import sandbox_pb2_grpc as pb_grpc
 from .errors import Unavailable, from_rpc_error
 from .events import (
+    CommandInfo,
     CommandStatus,
     Display,
     Done,
@@ -129,10 +130,11 @@ class Client:
         expired or was deleted."""
         return Sandbox.attach(self, sandbox_id)
 
-    def list(self, user_id: str = "", state: str = "", tenant: str = "") -> List[SandboxInfo]:
+    def list(self, user_id: str = "", state: str = "", tenant: str = "",
+             metadata: Optional[dict] = None) -> List[SandboxInfo]:
         """Lists sandboxes, optionally of one user, in one state ("RUNNING",
-        "DEAD") or of one tenant."""
-        req = pb.ListSandboxesRequest(user_id=user_id, tenant=tenant)
+        "DEAD"), of one tenant, or whose metadata has every given pair."""
+        req = pb.ListSandboxesRequest(user_id=user_id, tenant=tenant, metadata=dict(metadata or {}))
         if state:
             req.state = pb.SandboxState.Value("SANDBOX_STATE_" + state.upper())
         resp = self._call(self._stub.ListSandboxes, req)
@@ -199,13 +201,17 @@ class Sandbox:
         disk_bytes: int = 0,
         env: Optional[dict] = None,
         network: bool = False,
+        metadata: Optional[dict] = None,
+        idle_timeout=None,
         delete_on_exit: bool = False,
     ) -> "Sandbox":
         """The user's sandbox (AcquireSandbox), created if the user has none.
 
         The options apply only when a sandbox is created: limits (0 is the
         server's default; cpus in cores, e.g. 0.5), environment variables,
-        outbound network. `created` says whether this call created it;
+        outbound network, metadata (a string map returned on every
+        SandboxInfo and filterable in Client.list), idle_timeout (seconds
+        or a timedelta; None is the server's default). `created` says whether this call created it;
         `state_lost` (with `replaced_sandbox_id`, `replaced_reason`) that
         the user's previous sandbox had died, so variables and files built
         earlier are gone.
@@ -219,7 +225,11 @@ class Sandbox:
             ),
             env=env or {},
             network=network,
+            metadata=dict(metadata or {}),
         )
+        d = _duration(idle_timeout)
+        if d is not None:
+            opts.idle_timeout.CopyFrom(d)
         resp = client._call(client._stub.AcquireSandbox, pb.AcquireSandboxRequest(user_id=user_id, options=opts))
         return cls(
             client,
@@ -242,6 +252,33 @@ class Sandbox:
         resp = self.client._call(self.client._stub.GetSandbox, pb.GetSandboxRequest(sandbox_id=self.id))
         self.info = SandboxInfo.from_proto(resp.sandbox)
         return self.info
+
+    def set_timeout(self, timeout) -> SandboxInfo:
+        """Sets this sandbox's idle timeout (SetSandboxTimeout; seconds or a
+        timedelta, from 1 s to the server's maximum): it expires timeout
+        after its last use, counted from now. Returns the updated info."""
+        d = _duration(timeout)
+        if d is None:
+            raise ValueError("set_timeout: a timeout is required")
+        resp = self.client._call(self.client._stub.SetSandboxTimeout,
+                                 pb.SetSandboxTimeoutRequest(sandbox_id=self.id, timeout=d))
+        self.info = SandboxInfo.from_proto(resp.sandbox)
+        return self.info
+
+    def list_commands(self, limit: int = 50) -> List[CommandInfo]:
+        """The sandbox's most recent commands, newest first (ListCommands,
+        following pages up to limit), so a caller that lost its command IDs
+        can find them and resume() one."""
+        out: List[CommandInfo] = []
+        token = ""
+        while len(out) < limit:
+            resp = self.client._call(self.client._stub.ListCommands, pb.ListCommandsRequest(
+                sandbox_id=self.id, page_size=min(200, limit - len(out)), page_token=token))
+            out.extend(CommandInfo.from_proto(c) for c in resp.commands)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out
 
     # -- commands
 

@@ -26,6 +26,7 @@ __all__ = [
     "FileInfo",
     "WatchEvent",
     "SandboxInfo",
+    "CommandInfo",
     "event_from_proto",
 ]
 
@@ -243,6 +244,11 @@ class SandboxInfo:
     tenant: str = ""
     network: bool = False
     health_reason: str = ""
+    #: The string map set at creation (AcquireSandbox's metadata).
+    metadata: Dict[str, str] = field(default_factory=dict)
+    #: The sandbox's own idle timeout (SetSandboxTimeout), None when it
+    #: follows the server's default.
+    idle_timeout: Optional[datetime.timedelta] = None
 
     @classmethod
     def from_proto(cls, m):
@@ -271,6 +277,44 @@ class SandboxInfo:
             tenant=m.tenant,
             network=m.network,
             health_reason=m.health_reason,
+            metadata=dict(m.metadata),
+            idle_timeout=m.idle_timeout.ToTimedelta() if m.HasField("idle_timeout") else None,
+        )
+
+
+@dataclass(frozen=True)
+class CommandInfo:
+    """One command of a sandbox (Sandbox.list_commands). `state` is
+    "QUEUED", "RUNNING", "FINISHED" or "UNSPECIFIED" (its files are
+    unreadable); `status` how a finished command ended (None while it runs,
+    and when its output was pruned: `output_available` is then False)."""
+
+    command_id: str
+    language: str
+    state: str
+    status: Optional[CommandStatus]
+    started_at: Optional[datetime.datetime]
+    finished_at: Optional[datetime.datetime]
+    duration: Optional[datetime.timedelta]
+    exit_code: Optional[int]
+    output_available: bool
+    stdin: bool = False
+    pty: bool = False
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(
+            command_id=m.command_id,
+            language=m.language,
+            state=_enum_name("CommandState", m.state, "COMMAND_STATE_"),
+            status=CommandStatus.from_proto(m.status) if m.status else None,
+            started_at=_time(m.started_at),
+            finished_at=_time(m.finished_at),
+            duration=m.duration.ToTimedelta() if m.HasField("duration") else None,
+            exit_code=m.exit_code if m.HasField("exit_code") else None,
+            output_available=m.output_available,
+            stdin=m.stdin,
+            pty=m.pty,
         )
 
 

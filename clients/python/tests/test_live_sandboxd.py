@@ -167,6 +167,28 @@ class LiveTest(unittest.TestCase):
         self.assertIn(("CREATE", "w/sub/new.txt"), events)
         self.assertLess(events.index(("CREATE", "w/sub/new.txt")), events.index(("REMOVE", "w/sub/new.txt")))
 
+    def test_metadata_timeout_and_commands(self):
+        user = "py-" + uuid.uuid4().hex[:12]
+        sb = self.client.acquire(user, metadata={"team": "py", "run": user}, idle_timeout=600)
+        try:
+            self.assertEqual(sb.info.metadata, {"team": "py", "run": user})
+            self.assertEqual(sb.info.idle_timeout.total_seconds(), 600)
+            listed = self.client.list(metadata={"run": user})
+            self.assertEqual([i.id for i in listed], [sb.id])
+            self.assertEqual(self.client.list(metadata={"run": user, "team": "other"}), [])
+            info = sb.set_timeout(120)
+            self.assertEqual(info.idle_timeout.total_seconds(), 120)
+            with self.assertRaises(sandboxd.InvalidArgument):
+                sb.set_timeout(10 * 365 * 24 * 3600)  # far above the server's maximum
+            ids = [sb.run_collect("print(%d)" % i).command_id for i in range(3)]
+            cmds = sb.list_commands()
+            self.assertEqual([c.command_id for c in cmds[:3]], ids[::-1])
+            self.assertTrue(all(c.state == "FINISHED" and c.status is sandboxd.CommandStatus.OK
+                                and c.output_available for c in cmds[:3]), cmds[:3])
+            self.assertEqual(len(sb.list_commands(limit=2)), 2)
+        finally:
+            sb.delete(missing_ok=True)
+
     def test_errors_carry_the_server_message(self):
         with self.assertRaises(sandboxd.NotFound) as cm:
             self.client.sandbox("sb-" + "a" * 20)
