@@ -10,7 +10,8 @@
 // # Tools
 //
 //   - run_code: run Python (a persistent IPython-like kernel: variables,
-//     imports and functions persist across calls) or bash; returns the
+//     imports and functions persist across calls), bash, JavaScript or
+//     TypeScript (one persistent Node.js kernel) or R; returns the
 //     output, the final expression's value, the traceback, figures as
 //     images, the command ID and the status.
 //   - run_bash: run a bash command (a fresh bash process each call; files

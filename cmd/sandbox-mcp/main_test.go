@@ -223,7 +223,7 @@ func TestToolsList(t *testing.T) {
 		}
 		if tool.Name == "run_code" {
 			lang := props["language"].(map[string]any)
-			if fmt.Sprint(lang["enum"]) != "[python bash]" {
+			if fmt.Sprint(lang["enum"]) != "[python bash javascript typescript r]" {
 				t.Errorf("run_code language enum %v", lang["enum"])
 			}
 			if out, ok := tool.OutputSchema.(map[string]any); !ok || out["properties"].(map[string]any)["command_id"] == nil {
@@ -332,6 +332,24 @@ func TestStateAndFigures(t *testing.T) {
 	out, res = call(t, cs, "resume_command", map[string]any{"command_id": id, "output_offset": 150_000})
 	if res.IsError || !strings.Contains(out, "THE END") || !strings.Contains(out, "output from byte 150000") {
 		t.Errorf("resume_command: %.400s", out)
+	}
+}
+
+// TestOtherLanguages: JavaScript and R keep their state across run_code
+// calls and return the last expression's value, as Python does.
+func TestOtherLanguages(t *testing.T) {
+	cs := inMemory(t, "mcp-test-langs", nil)
+	for _, c := range []struct{ lang, set, get, want string }{
+		{"javascript", "const nums = [1, 2, 3]", "nums.map(n => n * 2)", "result: [ 2, 4, 6 ]"},
+		{"typescript", "let total: number = 40", "total + 2", "result: 42"},
+		{"r", "v <- c(1, 2, 3)", "sum(v)", "result: [1] 6"},
+	} {
+		if out, res := call(t, cs, "run_code", map[string]any{"language": c.lang, "code": c.set}); res.IsError || !strings.Contains(out, "status: ok") {
+			t.Fatalf("%s %q: %s", c.lang, c.set, out)
+		}
+		if out, res := call(t, cs, "run_code", map[string]any{"language": c.lang, "code": c.get}); res.IsError || !strings.Contains(out, c.want) {
+			t.Errorf("%s %q: want %q in:\n%s", c.lang, c.get, c.want, out)
+		}
 	}
 }
 

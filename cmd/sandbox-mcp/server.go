@@ -45,7 +45,7 @@ const maxTimeoutSeconds = 3600
 // The tools' inputs. The jsonschema tags are the descriptions the model sees.
 type (
 	runCodeIn struct {
-		Language       string `json:"language" jsonschema:"python (a persistent interpreter: variables, imports and definitions survive across calls) or bash (a fresh bash process per call)"`
+		Language       string `json:"language" jsonschema:"python (a persistent interpreter: variables, imports and definitions survive across calls), bash (a fresh bash process per call), javascript or typescript (one persistent Node.js interpreter shared by both: top-level await, import), or r (a persistent R session); javascript, typescript and r only where the sandbox image has them"`
 		Code           string `json:"code" jsonschema:"the source to run"`
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's --timeout); the command ends with status timeout when it is reached"`
 	}
@@ -86,7 +86,7 @@ type runOut struct {
 
 func (s *service) newServer() *mcp.Server {
 	server := mcp.NewServer(&mcp.Implementation{Name: "sandbox-mcp", Title: "sandboxd code sandbox", Version: version}, &mcp.ServerOptions{
-		Instructions: "Runs Python and bash in an isolated Linux sandbox (no network unless configured). " +
+		Instructions: "Runs Python, bash, JavaScript/TypeScript and R in an isolated Linux sandbox (no network unless configured). " +
 			"Python state persists across run_code calls; files under /workspace persist across all calls. " +
 			"Every command result carries a command_id; use resume_command with it when a result was cut off or a call was interrupted.",
 		Logger: s.log,
@@ -95,11 +95,13 @@ func (s *service) newServer() *mcp.Server {
 	mcp.AddTool(server, &mcp.Tool{
 		Name:  "run_code",
 		Title: "Run code in the sandbox",
-		Description: "Run Python or bash in the user's sandbox and wait for it to finish. " +
+		Description: "Run Python, bash, JavaScript, TypeScript or R in the user's sandbox and wait for it to finish. " +
 			"Python runs in one persistent interpreter: variables, imports and functions defined in earlier run_code calls are still there " +
 			"(unless the result says state_lost). The value of the last expression is returned like in a notebook; " +
 			"matplotlib figures (plt.show() or a figure as last expression) come back as PNG images. " +
 			"bash runs in a fresh process each call, in /workspace. " +
+			"JavaScript and TypeScript share one persistent Node.js interpreter (top-level await, import statements), R one persistent session; " +
+			"each returns its last expression's value like Python. " +
 			"Returns: a header line with command_id and status (ok, error, timeout, interrupted, killed), then stdout and stderr " +
 			"(interleaved as printed), the result, and any exception's traceback. Text beyond about 100 KB is cut (head and tail kept) " +
 			"with a notice: read the rest with resume_command, or write large output to a file and use read_file. " +
@@ -158,7 +160,7 @@ func runCodeSchema() *jsonschema.Schema {
 	if err != nil {
 		panic(err)
 	}
-	sch.Properties["language"].Enum = []any{"python", "bash"}
+	sch.Properties["language"].Enum = []any{"python", "bash", "javascript", "typescript", "r"}
 	sch.Properties["timeout_seconds"].Minimum = ptr(0.0)
 	sch.Properties["timeout_seconds"].Maximum = ptr(float64(maxTimeoutSeconds))
 	return sch
@@ -205,9 +207,9 @@ func (s *service) sandbox(ctx context.Context, req *mcp.CallToolRequest, out *ru
 
 func (s *service) runCode(ctx context.Context, req *mcp.CallToolRequest, in runCodeIn) (*mcp.CallToolResult, runOut, error) {
 	switch in.Language {
-	case "python", "bash":
+	case client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR:
 	default:
-		return nil, runOut{}, fmt.Errorf("unknown language %q: run_code runs python or bash", in.Language)
+		return nil, runOut{}, fmt.Errorf("unknown language %q: run_code runs python, bash, javascript, typescript or r", in.Language)
 	}
 	return s.execute(ctx, req, in.Language, in.Code, in.TimeoutSeconds)
 }
