@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,7 @@ const runCodeInstructions = `
 You can run code with run_code in a sandbox that belongs to this user:
 - language "python" (the default) runs in one persistent Python 3 interpreter, like a Jupyter kernel: variables, imports and functions defined in one call stay available in later calls and later messages. Do not redefine what already exists unless it must change.
 - language "bash" runs a shell command; each call is a fresh shell, but files persist.
+- languages "javascript" and "typescript" share one persistent Node.js interpreter (top-level await, import statements); "r" runs in one persistent R session. Prefer Python for data work.
 - The working directory is /workspace; files written there persist.
 - Installed: numpy, pandas, scipy, matplotlib, seaborn, plotly and pillow. There is no network access, so pip install and downloads will fail.
 - The value of the last expression is returned, as in a notebook; print anything else you need to see. Very long output is cut in the middle.
@@ -54,11 +56,11 @@ func RunCode(exec Executor, opts RunCodeOptions) Tool {
 	}
 	return Tool{
 		Name:        RunCodeName,
-		Description: "Run Python (persistent interpreter: variables survive between calls) or bash in the user's sandbox and return the output, the value of the last expression, errors and figures.",
+		Description: "Run Python (persistent interpreter: variables survive between calls), bash, JavaScript, TypeScript or R in the user's sandbox and return the output, the value of the last expression, errors and figures.",
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
-				"language": map[string]any{"type": "string", "enum": []string{"python", "bash"}, "description": "python (default) or bash"},
+				"language": map[string]any{"type": "string", "enum": codeLanguages, "description": "python (default), bash, javascript, typescript or r"},
 				"code":     map[string]any{"type": "string", "description": "the code to run"},
 			},
 			"required": []string{"code"},
@@ -78,9 +80,13 @@ func seeFigures(opts RunCodeOptions) string {
 	return " You receive each figure as an image too, so you can check the chart and improve it."
 }
 
+// codeLanguages are the languages run_code offers: every language the
+// sandbox image has (a sandbox without one answers that it lacks it).
+var codeLanguages = []string{client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR}
+
 // CodeArgs are run_code's arguments.
 type CodeArgs struct {
-	// Language is "python" or "bash".
+	// Language is one of codeLanguages.
 	Language string `json:"language"`
 	// Code is the source.
 	Code string `json:"code"`
@@ -93,12 +99,11 @@ func ParseCodeArgs(raw string) (CodeArgs, error) {
 	if err := json.Unmarshal([]byte(raw), &a); err != nil {
 		return a, fmt.Errorf("the arguments are not a JSON object: %v; send {\"language\": \"python\", \"code\": \"...\"}", err)
 	}
-	switch a.Language {
-	case "":
-		a.Language = "python"
-	case "python", "bash":
-	default:
-		return a, fmt.Errorf("language %q is not supported; use \"python\" or \"bash\"", a.Language)
+	if a.Language == "" {
+		a.Language = client.LanguagePython
+	}
+	if !slices.Contains(codeLanguages, a.Language) {
+		return a, fmt.Errorf("language %q is not supported; use one of %q", a.Language, codeLanguages)
 	}
 	return a, nil
 }
