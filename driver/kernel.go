@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -71,6 +72,9 @@ type kernel struct {
 	streams [2]streamOrder
 	emitted int64
 	log     *slog.Logger
+	// stopReason, when set, is why the driver killed the kernel on a
+	// context's restart or delete (contexts.go); deathReason reports it.
+	stopReason atomic.Pointer[string]
 }
 
 // kernelLauncher starts kernels.
@@ -93,10 +97,11 @@ func newKernelLauncher(python, workspace string, log *slog.Logger) (*kernelLaunc
 	return &kernelLauncher{python: python, workspace: workspace, script: script, log: log}, nil
 }
 
-// start launches a kernel and waits until it says it is ready. The first
+// start launches a kernel in directory dir (a context's working directory;
+// the workspace when empty) and waits until it says it is ready. The first
 // line on the kernel's control pipe is its hello, {"nonce": …}, the secret
 // part of its sync markers (output.go).
-func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
+func (l *kernelLauncher) start(dir string, readyTimeout time.Duration) (*kernel, error) {
 	nonce, err := newNonce()
 	if err != nil {
 		return nil, fmt.Errorf("kernel: nonce: %w", err)
@@ -122,6 +127,9 @@ func (l *kernelLauncher) start(readyTimeout time.Duration) (*kernel, error) {
 	}
 	cmd := exec.Command(l.python, "-u", l.script)
 	cmd.Dir = l.workspace
+	if dir != "" {
+		cmd.Dir = dir
+	}
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
 	if os.Getenv("MPLBACKEND") == "" {
 		cmd.Env = append(cmd.Env, "MPLBACKEND=Agg")
@@ -257,6 +265,9 @@ func (k *kernel) alive() bool {
 
 // deathReason explains why an exited kernel died, for the done event.
 func (k *kernel) deathReason() string {
+	if r := k.stopReason.Load(); r != nil {
+		return *r
+	}
 	st := k.state
 	if st == nil {
 		return "the Python process died"

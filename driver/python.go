@@ -22,42 +22,48 @@ const (
 	drainBound = 2 * time.Second
 )
 
-// ensureKernel returns a live kernel, starting one when there is none. A
-// kernel found dead between commands is reported with the next command.
-func (d *Driver) ensureKernel() (*kernel, error) {
-	if d.kernel != nil && d.kernel.alive() {
-		return d.kernel, nil
+// ensureKernel returns the context's live kernel, starting one when there
+// is none. A kernel found dead between commands is reported with the
+// context's next command. Only c's executor calls it.
+func (d *Driver) ensureKernel(c *execContext) (*kernel, error) {
+	if c.kernel != nil && c.kernel.alive() {
+		return c.kernel, nil
 	}
-	if d.kernel != nil {
-		d.addLost(d.kernel.deathReason() + " between commands; Python globals defined before are gone")
-		d.kernel.discard()
-		d.kernel = nil
+	if c.kernel != nil {
+		c.addLost(c.kernel.deathReason() + " between commands; Python globals defined before are gone")
+		c.kernel.discard()
+		d.setKernel(c, nil)
 	}
-	k, err := d.launcher.start(kernelReadyTimeout)
+	k, err := d.startKernel(c)
 	if err != nil {
-		d.log.Error("cannot start the Python kernel", "err", err)
+		d.log.Error("cannot start the Python kernel", "context_id", c.info.ID, "err", err)
 		return nil, err
 	}
-	d.kernel = k
-	d.updateStatus(func(s *ioproto.DriverStatus) { s.KernelPID = k.cmd.Process.Pid })
+	d.setKernel(c, k)
 	return k, nil
 }
 
-func (d *Driver) addLost(reason string) {
-	if d.lostReason != "" {
-		d.lostReason += "; "
+// startKernel is the one place a context's kernel is launched: in the
+// context's working directory.
+func (d *Driver) startKernel(c *execContext) (*kernel, error) {
+	return d.launcher.start(c.dir, kernelReadyTimeout)
+}
+
+func (c *execContext) addLost(reason string) {
+	if c.lostReason != "" {
+		c.lostReason += "; "
 	}
-	d.lostReason += reason
+	c.lostReason += reason
 }
 
 // runPython runs a command in the kernel and emits its events (not done).
-func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+func (d *Driver) runPython(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
 	var res outcome
-	if d.lostReason != "" {
-		res.stateLost, res.reason = true, d.lostReason
-		d.lostReason = ""
+	if c.lostReason != "" {
+		res.stateLost, res.reason = true, c.lostReason
+		c.lostReason = ""
 	}
-	k, err := d.ensureKernel()
+	k, err := d.ensureKernel(c)
 	if err != nil {
 		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "KernelUnavailable", EValue: err.Error()})
 		return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, "could not start Python: "+err.Error())}
@@ -127,7 +133,7 @@ func (d *Driver) runPython(ctx context.Context, rec ioproto.Record, ev *eventsFi
 				reason = fmt.Sprintf("the command did not stop within %s of SIGINT (%s), so the Python process was killed and restarted", d.cfg.Grace, st.status)
 			}
 			k.discard()
-			d.kernel = nil
+			d.setKernel(c, nil)
 			return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, reason+"; Python globals are gone")}
 		}
 		if m, done := d.flushMsgs(k, ev, &pending, force); done {

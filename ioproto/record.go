@@ -17,6 +17,8 @@ import (
 const (
 	KindExec      = "exec"
 	KindInterrupt = "interrupt"
+	// KindContext creates, restarts or deletes a context (context.go).
+	KindContext = "context"
 )
 
 // Languages an exec record may ask for.
@@ -80,6 +82,12 @@ type Record struct {
 	Code string `json:"code,omitempty"`
 	// TimeoutMS is the wall-clock limit in milliseconds; 0 means none.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// ContextID names the context an exec runs in (empty: DefaultContext)
+	// or that a context record is about (context.go).
+	ContextID string `json:"context_id,omitempty"`
+	// Op and Cwd belong to context records (context.go).
+	Op  string `json:"op,omitempty"`
+	Cwd string `json:"cwd,omitempty"`
 }
 
 // Validate checks the record's fields against the protocol and normalises the
@@ -99,6 +107,11 @@ func (r *Record) Validate() error {
 		if r.TimeoutMS < 0 {
 			return fmt.Errorf("%w: timeout_ms is negative (%d)", ErrMalformed, r.TimeoutMS)
 		}
+		if err := validateExecContext(r); err != nil {
+			return err
+		}
+	case KindContext:
+		return r.validateContextOp()
 	case KindInterrupt:
 	case "":
 		return fmt.Errorf("%w: type is missing", ErrMalformed)

@@ -64,7 +64,17 @@ func recordDigest(rec ioproto.Record) [32]byte {
 		lang = ioproto.LanguagePython
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00", lang)
+	if rec.Type == ioproto.KindContext {
+		// A context operation is identified by what it does; the prefix
+		// keeps it apart from every exec digest.
+		fmt.Fprintf(h, "context\x00%s\x00%s\x00%s\x00%s", rec.Op, rec.ContextID, rec.Language, rec.Cwd)
+	} else {
+		fmt.Fprintf(h, "%s\x00", lang)
+		if rec.ContextID != "" && rec.ContextID != ioproto.DefaultContext {
+			// The same code in another context is another command.
+			fmt.Fprintf(h, "\x01context\x00%s\x00", rec.ContextID)
+		}
+	}
 	io.WriteString(h, rec.Code)
 	var sum [32]byte
 	h.Sum(sum[:0])
@@ -105,7 +115,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	}
 	known, ok := d.ids[rec.CommandID]
 	switch {
-	case rec.Type == ioproto.KindExec && ok:
+	case isCommand(rec.Type) && ok:
 		if known.digest != ([32]byte{}) && known.digest != recordDigest(rec) {
 			return false, ErrConflict
 		}
@@ -114,7 +124,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 		return false, ErrUnknownCommand
 	case d.size+int64(len(line))+1 > MaxLogBytes:
 		return false, fmt.Errorf("%w: it holds %d bytes; the limit is %d", ErrLogFull, d.size, MaxLogBytes)
-	case rec.Type == ioproto.KindExec && len(d.ids) >= MaxLogRecords:
+	case isCommand(rec.Type) && len(d.ids) >= MaxLogRecords:
 		return false, fmt.Errorf("%w: it holds %d commands; the limit is %d", ErrLogFull, len(d.ids), MaxLogRecords)
 	}
 	if ready != nil {
@@ -125,10 +135,16 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	if err := d.appendLocked(line); err != nil {
 		return false, err
 	}
-	if rec.Type == ioproto.KindExec {
+	if isCommand(rec.Type) {
 		d.ids[rec.CommandID] = logEntry{end: d.size, digest: recordDigest(rec)}
 	}
 	return true, nil
+}
+
+// isCommand reports whether records of kind get their own events file
+// (exec, context operations), so their IDs are indexed and appended once.
+func isCommand(kind string) bool {
+	return kind == ioproto.KindExec || kind == ioproto.KindContext
 }
 
 // lookup reports whether command id is in the log and, if so, where its
