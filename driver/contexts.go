@@ -316,7 +316,8 @@ func (d *Driver) contextOp(rec ioproto.Record) {
 	}
 	if done.Status != ioproto.StatusOK {
 		d.log.Warn("context "+rec.Op+" refused", "context_id", rec.ContextID, "command_id", rec.CommandID, "reason", done.Reason)
-		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "ContextError", EValue: done.Reason})
+		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: done.EName, EValue: done.Reason})
+		done.EName = ""
 	} else {
 		d.log.Info("context "+rec.Op+" done", "context_id", rec.ContextID, "command_id", rec.CommandID)
 	}
@@ -334,7 +335,7 @@ func (d *Driver) contextOpLocked(rec ioproto.Record) (*eventsFile, *ioproto.Even
 		return nil, nil
 	}
 	d.seen[rec.CommandID] = struct{}{}
-	ev, err := createEvents(d.outDir, rec.CommandID, rec.Language, time.Now())
+	ev, err := createEventsIn(d.outDir, rec.CommandID, rec.Language, rec.ContextID, time.Now())
 	if errors.Is(err, errExists) {
 		d.log.Warn("skipping a context record that already has output", "command_id", rec.CommandID)
 		return nil, nil
@@ -343,44 +344,44 @@ func (d *Driver) contextOpLocked(rec ioproto.Record) (*eventsFile, *ioproto.Even
 		d.answerNotRunLocked(rec, "cannot create the record's events file: "+err.Error())
 		return nil, nil
 	}
-	fail := func(reason string) (*eventsFile, *ioproto.Event) {
-		return ev, &ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusError, Time: time.Now().UTC(), Reason: reason}
+	fail := func(kind, reason string) (*eventsFile, *ioproto.Event) {
+		return ev, &ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusError, Time: time.Now().UTC(), Reason: reason, EName: kind}
 	}
 	c := d.contexts[rec.ContextID]
 	switch rec.Op {
 	case ioproto.ContextCreate:
 		if c != nil {
-			return fail(fmt.Sprintf("context %s already exists", rec.ContextID))
+			return fail(ioproto.ContextErrExists, fmt.Sprintf("context %s already exists", rec.ContextID))
 		}
 		if n := len(d.contexts) - 1; n >= ioproto.MaxContexts {
-			return fail(fmt.Sprintf("the sandbox has %d contexts besides the default one; the limit is %d (delete one first)", n, ioproto.MaxContexts))
+			return fail(ioproto.ContextErrTooMany, fmt.Sprintf("the sandbox has %d contexts besides the default one; the limit is %d (delete one first)", n, ioproto.MaxContexts))
 		}
 		if why := d.checkContextDir(rec.Cwd); why != "" {
-			return fail(why)
+			return fail(ioproto.ContextErrCwd, why)
 		}
 		c = newExecContext(ioproto.ContextInfo{ID: rec.ContextID, Language: rec.Language, Cwd: rec.Cwd,
 			CreatedAt: time.Now().UTC(), CreatedBy: rec.CommandID}, d.cfg.Workspace)
 		d.contexts[c.info.ID] = c
 		if err := d.writeContextsLocked(); err != nil {
 			delete(d.contexts, c.info.ID)
-			return fail("cannot record the context in /io/" + ioproto.ContextsFile + ": " + errnoText(err))
+			return fail(ioproto.ContextErrIO, "cannot record the context in /io/"+ioproto.ContextsFile+": "+errnoText(err))
 		}
 		d.startExecutorLocked(c)
 		return ev, &ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusOK, Time: time.Now().UTC()}
 	default: // restart, delete
 		if c == nil {
-			return fail(fmt.Sprintf("unknown context %s (never created, or deleted)", rec.ContextID))
+			return fail(ioproto.ContextErrUnknown, fmt.Sprintf("unknown context %s (never created, or deleted)", rec.ContextID))
 		}
 		reason := "the context was restarted"
 		if rec.Op == ioproto.ContextDelete {
 			if c.info.ID == ioproto.DefaultContext {
-				return fail("the default context cannot be deleted (restart it for fresh globals)")
+				return fail(ioproto.ContextErrDefault, "the default context cannot be deleted (restart it for fresh globals)")
 			}
 			reason = "the context was deleted"
 			delete(d.contexts, c.info.ID)
 			if err := d.writeContextsLocked(); err != nil {
 				d.contexts[c.info.ID] = c
-				return fail("cannot record the deletion in /io/" + ioproto.ContextsFile + ": " + errnoText(err))
+				return fail(ioproto.ContextErrIO, "cannot record the deletion in /io/"+ioproto.ContextsFile+": "+errnoText(err))
 			}
 			c.deleted = true
 			for _, q := range c.queue {

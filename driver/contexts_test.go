@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
@@ -114,6 +115,7 @@ func expectDone(t *testing.T, evs []ioproto.Event, status string) ioproto.Event 
 // context's command runs.
 func waitForFile(name string) string {
 	return fmt.Sprintf(`import os, time
+print("waiting", flush=True)
 for _ in range(2000):
     if os.path.exists(%q):
         break
@@ -121,6 +123,19 @@ for _ in range(2000):
 else:
     raise SystemExit("file never appeared")
 print("saw it")`, name)
+}
+
+// waitRunning waits until command id has printed, so it is running.
+func (h *driverHarness) waitRunning(id string) {
+	h.t.Helper()
+	path := filepath.Join(h.io, ioproto.OutDir, ioproto.EventsFileName(id))
+	deadline := time.Now().Add(30 * time.Second)
+	for stdoutOf(readEventsFile(h.t, path)) == "" {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("command %s printed nothing within 30s: %+v", id, readEventsFile(h.t, path))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestContextsParallelAndSeparate(t *testing.T) {
@@ -158,7 +173,7 @@ func TestContextsParallelAndSeparate(t *testing.T) {
 		h.submitIn("a", "p1", "python", waitForFile("flag"))
 		h.submitIn("b", "p2", "python", "open('flag', 'w').close()")
 		expectDone(t, h.wait("p2"), ioproto.StatusOK)
-		if evs := h.wait("p1"); stdoutOf(evs) != "saw it\n" {
+		if evs := h.wait("p1"); stdoutOf(evs) != "waiting\nsaw it\n" {
 			t.Fatalf("p1: %+v", evs)
 		}
 		// Two sleeping commands overlap: each started before the other ended.
@@ -192,6 +207,7 @@ func TestContextsParallelAndSeparate(t *testing.T) {
 		}
 		// A running command ends with the interpreter.
 		h.submitIn("a", "r3", "python", "import time\nprint('going', flush=True)\ntime.sleep(60)")
+		h.waitRunning("r3")
 		h.record(ioproto.Record{Type: ioproto.KindContext, CommandID: "op-restart-a2", Op: ioproto.ContextRestart, ContextID: "a"})
 		d := expectDone(t, h.wait("r3"), ioproto.StatusKilled)
 		if !d.StateLost || !strings.Contains(d.Reason, "restarted") {
@@ -203,6 +219,7 @@ func TestContextsParallelAndSeparate(t *testing.T) {
 	t.Run("delete", func(t *testing.T) {
 		h.submitIn("b", "d1", "python", waitForFile("never"))
 		h.submitIn("b", "d2", "python", "print('queued')")
+		h.waitRunning("d1")
 		h.mustOp("op-del-b", ioproto.ContextDelete, "b", "", "")
 		if d := expectDone(t, h.wait("d1"), ioproto.StatusKilled); !strings.Contains(d.Reason, "deleted") {
 			t.Fatalf("running command on delete: %+v", d)

@@ -477,17 +477,19 @@ func (d *Driver) take(c *execContext, lim limits, roomOK bool, why string) (queu
 	// temp file and rename off the command's path.
 	defer func() { go d.saveState() }()
 	defer d.mu.Unlock()
-	if len(c.queue) > 0 && !c.deleted {
+	// Pending restart or delete records go first: a command taken now
+	// would run in the interpreter they are about to end.
+	if len(c.queue) > 0 && !c.deleted && len(c.ops) == 0 {
 		q := c.queue[0]
 		c.queue = c.queue[1:]
 		if !roomOK {
 			d.answerNotRunLocked(q.rec, "/io is full: "+why)
 			return queued{}, nil, nil
 		}
-		ev, err := createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+		ev, err := createEventsIn(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, time.Now())
 		if isNoSpace(err) {
 			d.removeFiles(d.selectLocked(func(int64) bool { return true }))
-			ev, err = createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+			ev, err = createEventsIn(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, time.Now())
 		}
 		switch {
 		case errors.Is(err, errExists):

@@ -30,6 +30,19 @@ const (
 	ContextDelete  = "delete"
 )
 
+// Error names (the error event's ename) of a refused context record, so the
+// host can answer with the right status without parsing the reason.
+const (
+	ContextErrUnknown = "UnknownContext"
+	ContextErrExists  = "ContextExists"
+	ContextErrTooMany = "TooManyContexts"
+	// ContextErrCwd: the working directory does not exist, is not a
+	// directory, or resolves outside /workspace.
+	ContextErrCwd     = "BadContextDirectory"
+	ContextErrDefault = "DefaultContext"
+	ContextErrIO      = "ContextIOError"
+)
+
 // Bounds on contexts.
 const (
 	// MaxContexts bounds the contexts a sandbox may have besides the
