@@ -38,7 +38,11 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	appended, err := sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
+	ready, err := m.execContext(sb, &rec, req.Language == "")
+	if err != nil {
+		return "", err
+	}
+	appended, err := sb.io.AppendContext(ctx, rec, ready)
 	if errors.Is(err, iolog.ErrConflict) {
 		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
 	}
@@ -55,7 +59,10 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 // execRecord builds the exec record of a valid req (ExecRequest.Validate),
 // checking it against the server's limits and applying its defaults.
 func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
-	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code}
+	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: req.Language, Code: req.Code, ContextID: req.ContextID}
+	if rec.ContextID == ioproto.DefaultContext {
+		rec.ContextID = "" // the same record as without one
+	}
 	if rec.CommandID == "" {
 		rec.CommandID = uuid.NewString()
 	}

@@ -110,6 +110,9 @@ type ExecRequest struct {
 	Code     string
 	// Timeout is the command's wall-clock limit; zero means the server default.
 	Timeout time.Duration
+	// ContextID is the context to run in (contexts.go); empty means the
+	// default context.
+	ContextID string
 }
 
 // Event is one event of a command, as in the /io protocol, with large

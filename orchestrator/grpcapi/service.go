@@ -44,6 +44,10 @@ type Manager interface {
 	Remove(ctx context.Context, sandboxID, path string, recursive bool) error
 	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
 	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
+	CreateContext(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error)
+	ListContexts(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
+	RestartContext(ctx context.Context, sandboxID, contextID string) error
+	DeleteContext(ctx context.Context, sandboxID, contextID string) error
 }
 
 // downloadChunk is the size of DownloadFile's content messages: large enough
@@ -165,6 +169,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		CommandID: req.GetCommandId(),
 		Language:  req.GetLanguage(),
 		Code:      req.GetCode(),
+		ContextID: req.GetContextId(),
 	}
 	if t := req.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {

@@ -1080,7 +1080,15 @@ type ExecuteRequest struct {
 	// server's default (sandboxd --default-timeout, 10 minutes unless
 	// configured); negative values and values above the server's maximum
 	// (--max-timeout, 1 hour unless configured) are INVALID_ARGUMENT.
-	Timeout       *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,5,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// context_id selects the context to run in (see CreateContext). Empty, or
+	// "default", means the sandbox's default context, as before contexts.
+	// An unknown context is NOT_FOUND. When language is empty the command
+	// takes its context's language; a created context runs its own language
+	// and bash (a fresh shell in the context's directory), other languages
+	// are FAILED_PRECONDITION. The same command_id re-sent with another
+	// context_id is ALREADY_EXISTS, like other changes to a command.
+	ContextId     string `protobuf:"bytes,7,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1148,6 +1156,13 @@ func (x *ExecuteRequest) GetTimeout() *durationpb.Duration {
 		return x.Timeout
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
 }
 
 // StreamCommandRequest names the command to follow and where to resume.
@@ -1418,7 +1433,10 @@ type Started struct {
 	// language is the command's language ("python" or "bash").
 	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
 	// time is when the command started (after any queueing).
-	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// context_id is the context the command runs in ("default" for the
+	// default context; empty from sandboxes whose driver predates contexts).
+	ContextId     string `protobuf:"bytes,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1465,6 +1483,13 @@ func (x *Started) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *Started) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
 }
 
 // OutputChunk is a piece of the stdout or stderr stream. Chunks split output
@@ -3031,6 +3056,469 @@ func (x *WatchEvent) GetTime() *timestamppb.Timestamp {
 	return nil
 }
 
+// Context is an independent interpreter in a sandbox (see CreateContext).
+type Context struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context_id names the context within its sandbox: "default" for the
+	// default context, server-chosen ("ctx-" and 16 hex digits) for others.
+	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// language is the context's language ("python" or "bash").
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// cwd is the context's working directory, relative to /workspace ("."
+	// for /workspace itself).
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// created_at is when the context was created.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Context) Reset() {
+	*x = Context{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Context) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Context) ProtoMessage() {}
+
+func (x *Context) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Context.ProtoReflect.Descriptor instead.
+func (*Context) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *Context) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *Context) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Context) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *Context) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// CreateContextRequest says what context to create.
+type CreateContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to create the context in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// language is "python" (the default, when empty) or "bash".
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// cwd is the working directory, relative to /workspace (empty for
+	// /workspace itself); it must be an existing directory, at most 1024
+	// bytes, not absolute and not leaving /workspace.
+	Cwd           string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateContextRequest) Reset() {
+	*x = CreateContextRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateContextRequest) ProtoMessage() {}
+
+func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
+func (*CreateContextRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CreateContextRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateContextRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *CreateContextRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+// CreateContextResponse carries the new context.
+type CreateContextResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context is the context created.
+	Context       *Context `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateContextResponse) Reset() {
+	*x = CreateContextResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateContextResponse) ProtoMessage() {}
+
+func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
+func (*CreateContextResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *CreateContextResponse) GetContext() *Context {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+// ListContextsRequest names the sandbox.
+type ListContextsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox whose contexts to list.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsRequest) Reset() {
+	*x = ListContextsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsRequest) ProtoMessage() {}
+
+func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
+func (*ListContextsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListContextsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// ListContextsResponse lists contexts.
+type ListContextsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// contexts are the sandbox's contexts, the default one first.
+	Contexts      []*Context `protobuf:"bytes,1,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsResponse) Reset() {
+	*x = ListContextsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsResponse) ProtoMessage() {}
+
+func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
+func (*ListContextsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListContextsResponse) GetContexts() []*Context {
+	if x != nil {
+		return x.Contexts
+	}
+	return nil
+}
+
+// RestartContextRequest names the context to restart.
+type RestartContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the context's sandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// context_id is the context to restart ("default" included).
+	ContextId     string `protobuf:"bytes,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartContextRequest) Reset() {
+	*x = RestartContextRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartContextRequest) ProtoMessage() {}
+
+func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
+func (*RestartContextRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RestartContextRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *RestartContextRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+// RestartContextResponse is empty: the context has a fresh interpreter.
+type RestartContextResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartContextResponse) Reset() {
+	*x = RestartContextResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartContextResponse) ProtoMessage() {}
+
+func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
+func (*RestartContextResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+// DeleteContextRequest names the context to delete.
+type DeleteContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the context's sandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// context_id is the context to delete (not "default").
+	ContextId     string `protobuf:"bytes,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteContextRequest) Reset() {
+	*x = DeleteContextRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteContextRequest) ProtoMessage() {}
+
+func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
+func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DeleteContextRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *DeleteContextRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+// DeleteContextResponse is empty: the context is gone.
+type DeleteContextResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteContextResponse) Reset() {
+	*x = DeleteContextResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteContextResponse) ProtoMessage() {}
+
+func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
+func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -3092,7 +3580,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\xb3\x01\n" +
+	"\x15DeleteSandboxResponse\"\xd2\x01\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3100,7 +3588,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x1a\n" +
 	"\blanguage\x18\x03 \x01(\tR\blanguage\x12\x12\n" +
 	"\x04code\x18\x04 \x01(\tR\x04code\x123\n" +
-	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"q\n" +
+	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\a \x01(\tR\tcontextId\"q\n" +
 	"\x14StreamCommandRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -3118,10 +3608,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06result\x18\a \x01(\v2\x12.sandbox.v1.ResultH\x00R\x06result\x12)\n" +
 	"\x05error\x18\b \x01(\v2\x11.sandbox.v1.ErrorH\x00R\x05error\x12&\n" +
 	"\x04done\x18\t \x01(\v2\x10.sandbox.v1.DoneH\x00R\x04doneB\a\n" +
-	"\x05event\"U\n" +
+	"\x05event\"t\n" +
 	"\aStarted\x12\x1a\n" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x12.\n" +
-	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"!\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x03 \x01(\tR\tcontextId\"!\n" +
 	"\vOutputChunk\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"u\n" +
 	"\aDisplay\x121\n" +
@@ -3227,7 +3719,38 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"WatchEvent\x12.\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1a.sandbox.v1.WatchEventTypeR\x04type\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12.\n" +
-	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time*`\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\x91\x01\n" +
+	"\aContext\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"c\n" +
+	"\x14CreateContextRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\"F\n" +
+	"\x15CreateContextResponse\x12-\n" +
+	"\acontext\x18\x01 \x01(\v2\x13.sandbox.v1.ContextR\acontext\"4\n" +
+	"\x13ListContextsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"G\n" +
+	"\x14ListContextsResponse\x12/\n" +
+	"\bcontexts\x18\x01 \x03(\v2\x13.sandbox.v1.ContextR\bcontexts\"U\n" +
+	"\x15RestartContextRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x02 \x01(\tR\tcontextId\"\x18\n" +
+	"\x16RestartContextResponse\"T\n" +
+	"\x14DeleteContextRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x02 \x01(\tR\tcontextId\"\x17\n" +
+	"\x15DeleteContextResponse*`\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -3250,7 +3773,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x17WATCH_EVENT_TYPE_CREATE\x10\x01\x12\x1a\n" +
 	"\x16WATCH_EVENT_TYPE_WRITE\x10\x02\x12\x1b\n" +
 	"\x17WATCH_EVENT_TYPE_REMOVE\x10\x03\x12\x1b\n" +
-	"\x17WATCH_EVENT_TYPE_RENAME\x10\x042\xf4\b\n" +
+	"\x17WATCH_EVENT_TYPE_RENAME\x10\x042\xcc\v\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -3267,7 +3790,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rMakeDirectory\x12 .sandbox.v1.MakeDirectoryRequest\x1a!.sandbox.v1.MakeDirectoryResponse\x12?\n" +
 	"\x06Remove\x12\x19.sandbox.v1.RemoveRequest\x1a\x1a.sandbox.v1.RemoveResponse\x12?\n" +
 	"\x06Rename\x12\x19.sandbox.v1.RenameRequest\x1a\x1a.sandbox.v1.RenameResponse\x12Y\n" +
-	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01B9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\x0eWatchDirectory\x12!.sandbox.v1.WatchDirectoryRequest\x1a\".sandbox.v1.WatchDirectoryResponse0\x01\x12T\n" +
+	"\rCreateContext\x12 .sandbox.v1.CreateContextRequest\x1a!.sandbox.v1.CreateContextResponse\x12Q\n" +
+	"\fListContexts\x12\x1f.sandbox.v1.ListContextsRequest\x1a .sandbox.v1.ListContextsResponse\x12W\n" +
+	"\x0eRestartContext\x12!.sandbox.v1.RestartContextRequest\x1a\".sandbox.v1.RestartContextResponse\x12T\n" +
+	"\rDeleteContext\x12 .sandbox.v1.DeleteContextRequest\x1a!.sandbox.v1.DeleteContextResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -3282,7 +3809,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),               // 1: sandbox.v1.CommandStatus
@@ -3328,26 +3855,35 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*WatchDirectoryRequest)(nil),    // 41: sandbox.v1.WatchDirectoryRequest
 	(*WatchDirectoryResponse)(nil),   // 42: sandbox.v1.WatchDirectoryResponse
 	(*WatchEvent)(nil),               // 43: sandbox.v1.WatchEvent
-	nil,                              // 44: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                              // 45: sandbox.v1.Display.DataEntry
-	nil,                              // 46: sandbox.v1.Result.DataEntry
-	(*timestamppb.Timestamp)(nil),    // 47: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 48: google.protobuf.Duration
+	(*Context)(nil),                  // 44: sandbox.v1.Context
+	(*CreateContextRequest)(nil),     // 45: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),    // 46: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),      // 47: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),     // 48: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),    // 49: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),   // 50: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),     // 51: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),    // 52: sandbox.v1.DeleteContextResponse
+	nil,                              // 53: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                              // 54: sandbox.v1.Display.DataEntry
+	nil,                              // 55: sandbox.v1.Result.DataEntry
+	(*timestamppb.Timestamp)(nil),    // 56: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 57: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	4,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	44, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	53, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
 	0,  // 2: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	47, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	47, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	47, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 3: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	56, // 4: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	56, // 5: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
 	5,  // 7: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
 	6,  // 8: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	6,  // 9: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,  // 10: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
 	6,  // 11: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	48, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	57, // 12: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
 	18, // 13: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
 	19, // 14: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
 	19, // 15: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
@@ -3355,14 +3891,14 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	21, // 17: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
 	22, // 18: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
 	23, // 19: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	47, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	45, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	46, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	56, // 20: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	54, // 21: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	55, // 22: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
 	1,  // 23: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	48, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	57, // 24: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
 	24, // 25: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	47, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	47, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	56, // 26: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	56, // 27: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
 	2,  // 28: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
 	28, // 29: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
 	27, // 30: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
@@ -3372,40 +3908,51 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	27, // 34: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
 	43, // 35: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
 	3,  // 36: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	47, // 37: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	7,  // 38: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	9,  // 39: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	11, // 40: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	13, // 41: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	15, // 42: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	16, // 43: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	25, // 44: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	29, // 45: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	31, // 46: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	33, // 47: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	35, // 48: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	37, // 49: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	39, // 50: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	41, // 51: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	8,  // 52: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	10, // 53: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	12, // 54: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	14, // 55: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	17, // 56: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	17, // 57: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	26, // 58: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	30, // 59: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	32, // 60: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	34, // 61: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	36, // 62: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	38, // 63: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	40, // 64: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	42, // 65: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	52, // [52:66] is the sub-list for method output_type
-	38, // [38:52] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	56, // 37: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	56, // 38: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	44, // 39: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	44, // 40: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	7,  // 41: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	9,  // 42: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	11, // 43: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	13, // 44: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	15, // 45: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	16, // 46: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	25, // 47: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	29, // 48: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	31, // 49: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	33, // 50: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	35, // 51: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	37, // 52: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	39, // 53: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	41, // 54: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	45, // 55: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	47, // 56: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	49, // 57: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	51, // 58: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	8,  // 59: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	10, // 60: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	12, // 61: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	14, // 62: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	17, // 63: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	17, // 64: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	26, // 65: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	30, // 66: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	32, // 67: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	34, // 68: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	36, // 69: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	38, // 70: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	40, // 71: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	42, // 72: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	46, // 73: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	48, // 74: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	50, // 75: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	52, // 76: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	59, // [59:77] is the sub-list for method output_type
+	41, // [41:59] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -3433,7 +3980,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   43,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
