@@ -30,10 +30,13 @@ type Command struct {
 	Code string
 	// Timeout is the command's limit; 0 means sandboxd's default.
 	Timeout time.Duration
+	// ContextID selects the context to run in (CreateContext); empty
+	// means the sandbox's default context.
+	ContextID string
 }
 
 func (cmd Command) request() *sandboxv1.ExecuteRequest {
-	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code}
+	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code, ContextId: cmd.ContextID}
 	if cmd.Timeout > 0 {
 		req.Timeout = durationpb.New(cmd.Timeout)
 	}

@@ -66,6 +66,14 @@ Commands:
                          remove a file or (-r: with its content) a directory from /workspace
   mv [-f] SANDBOX_ID FROM TO
                          rename within /workspace (-f: replace an existing destination)
+  ctx create SANDBOX_ID [--language python|bash] [--cwd DIR]
+                         create a context (own interpreter and globals, cwd DIR
+                         under /workspace) and print its ID
+  ctx ls SANDBOX_ID      list a sandbox's contexts
+  ctx restart SANDBOX_ID CONTEXT_ID
+                         give a context fresh globals
+  ctx rm SANDBOX_ID CONTEXT_ID
+                         delete a context
 
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
@@ -132,6 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"mkdir":   cmdMkdir,
 		"rm":      cmdRm,
 		"mv":      cmdMv,
+		"ctx":     cmdCtx,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)
