@@ -66,6 +66,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 	for {
 		var stream grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]
 		var err error
+		sent := execute
 		if execute {
 			stream, err = c.api.Execute(ctx, cmd.request())
 		} else {
@@ -85,6 +86,10 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 			// The sandbox, or the command, is unknown. Which one?
 			if cerr := c.Check(ctx, cmd.SandboxID); cerr != nil {
 				return out, cerr
+			}
+			if sent && cmd.ContextID != "" {
+				// Execute itself refused: the context does not exist.
+				return out, fmt.Errorf("command %s: %w", cmd.ID, fromGRPC(err))
 			}
 			if last == 0 && !retriedExecute {
 				// The command never reached sandboxd (a crash or a broken
