@@ -220,4 +220,3 @@ print("saw it")`}, false, func(ev client.Event) {
 }
 
 func second[T any](_ T, err error) error { return err }
-
