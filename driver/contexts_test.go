@@ -355,3 +355,42 @@ func TestStateOffsetSeveralQueues(t *testing.T) {
 		t.Fatalf("state offset after everything ran = %d (%v), want the log's end %d", state.Offset, err, st.Size())
 	}
 }
+
+// TestRoomHeldForRunningCommands: commands running at once in different
+// contexts each hold their worst case out of the out budget, so a command
+// that starts while another holds the room gets a lower cap, and the room
+// comes back when the other ends.
+func TestRoomHeldForRunningCommands(t *testing.T) {
+	d, err := New(Config{IODir: t.TempDir(), Workspace: t.TempDir(), OutBudget: 48 << 20, MaxOutput: 16 << 20,
+		Logger: slog.New(slog.NewTextHandler(io2testLog{t}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.statfsHook = func(string) (int64, int64, error) { return 1 << 40, 1 << 40, nil }
+	d.setupBudget()
+	first, ok, _ := d.makeRoom()
+	if !ok || first.output != 16<<20 {
+		t.Fatalf("first command: %+v, %v; want the full 16 MiB cap", first, ok)
+	}
+	// 48 MiB holds the reserve and two worst cases of 16 MiB commands
+	// (about 20.3 MiB each), not three.
+	second, ok, _ := d.makeRoom()
+	if !ok || second.output != 16<<20 {
+		t.Fatalf("second command: %+v, %v; want the full cap", second, ok)
+	}
+	third, ok, _ := d.makeRoom()
+	if !ok || third.output >= 16<<20 || roomOf(first)+roomOf(second)+roomOf(third)+reserveBytes > d.budget {
+		t.Fatalf("third command: %+v, %v; want a lower cap within the budget %d (held %d, %d)", third, ok, d.budget, roomOf(first), roomOf(second))
+	}
+	d.releaseRoom(first)
+	d.releaseRoom(third)
+	again, ok, _ := d.makeRoom()
+	if !ok || again.output != 16<<20 {
+		t.Fatalf("after the others ended: %+v, %v; want the full cap again", again, ok)
+	}
+	d.releaseRoom(second)
+	d.releaseRoom(again)
+	if d.reserved != 0 {
+		t.Fatalf("room still held after every command ended: %d", d.reserved)
+	}
+}
