@@ -1,7 +1,8 @@
 // Package driver is the program that runs inside each sandbox container. It
-// reads command records from /io/stdin, runs them one at a time (Python in a
-// long-lived kernel whose globals persist, or bash), and writes each
-// command's events to its own file under /io/out, following the /io protocol
+// reads command records from /io/stdin, runs them one at a time per context
+// (Python in a long-lived kernel whose globals persist, or bash; several
+// contexts run in parallel, contexts.go), and writes each command's events
+// to its own file under /io/out, following the /io protocol
 // (ioproto/PROTOCOL.md; its formats in package ioproto).
 //
 // The driver never dies from anything the user's code does: the code runs in

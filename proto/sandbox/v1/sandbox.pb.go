@@ -1064,8 +1064,9 @@ type ExecuteRequest struct {
 	// sandbox. Empty means the server generates one.
 	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	// language is "python" (the default, when empty) or "bash". Python commands
-	// share one interpreter, so variables persist between commands; each bash
-	// command is a fresh shell. Both run in /workspace.
+	// share one interpreter per context, so variables persist between
+	// commands; each bash command is a fresh shell. Both run in /workspace,
+	// or in the context's directory (see context_id).
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
 	// code is the source to run; it may be empty. At most 1 MiB of UTF-8, or
 	// less when the server says so (sandboxd --max-code); longer code is
