@@ -152,6 +152,32 @@ print("saw it")`}, false, func(ev client.Event) {
 		if o := mustRun(B, "", "print(x)"); o.Stdout != "b\n" {
 			t.Errorf("restarting A changed B: %q", o.Stdout)
 		}
+		// A command running in the context ends with its interpreter.
+		going := make(chan struct{})
+		got := make(chan *client.Outcome, 1)
+		go func() {
+			o, err := c.Run(ctx, client.Command{SandboxID: sb, ContextID: A, Code: "import time\nprint('going', flush=True)\ntime.sleep(120)"}, false,
+				func(ev client.Event) {
+					if ev.Kind == client.KindStdout {
+						close(going)
+					}
+				})
+			if err != nil {
+				t.Errorf("the running command: %v", err)
+			}
+			got <- o
+		}()
+		select {
+		case <-going:
+		case <-ctx.Done():
+			t.Fatal("the long command never started")
+		}
+		if err := c.RestartContext(ctx, sb, A); err != nil {
+			t.Fatalf("RestartContext while a command runs: %v", err)
+		}
+		if o := <-got; o == nil || o.Done == nil || o.Done.Status != client.StatusKilled || !o.Done.StateLost || !strings.Contains(o.Done.Reason, "restarted") {
+			t.Fatalf("the command running during the restart: %+v", o)
+		}
 	})
 
 	t.Run("delete", func(t *testing.T) {
@@ -197,6 +223,19 @@ print("saw it")`}, false, func(ev client.Event) {
 		}
 		if o := mustRun(sh.GetContextId(), "", "pwd; test -e shared.txt && echo shared"); o.Stdout != "/workspace/proj\nshared\n" {
 			t.Errorf("bash context printed %q", o.Stdout)
+		}
+		// The bound (bash contexts hold no interpreter: cheap to fill with).
+		list, err := c.ListContexts(ctx, sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 16 - (len(list) - 1) {
+			if _, err := c.CreateContext(ctx, sb, "bash", ""); err != nil {
+				t.Fatalf("CreateContext below the bound: %v", err)
+			}
+		}
+		if _, err := c.CreateContext(ctx, sb, "bash", ""); status.Code(err) != codes.ResourceExhausted {
+			t.Errorf("a 17th context: %v; want RESOURCE_EXHAUSTED", err)
 		}
 	})
 
