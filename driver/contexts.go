@@ -203,9 +203,10 @@ func (d *Driver) startExecutors(ctx context.Context) {
 
 func (d *Driver) startExecutorLocked(c *execContext) {
 	d.executors.Add(1)
+	ctx := d.runCtx
 	go func() {
 		defer d.executors.Done()
-		d.execute(d.runCtx, c)
+		d.execute(ctx, c)
 	}()
 }
 
