@@ -39,10 +39,13 @@ type Command struct {
 	// Env sets environment variables for this command only, overriding the
 	// sandbox's while it runs (at most 256 variables, 128 KiB in all).
 	Env map[string]string
+	// ContextID selects the context to run in (CreateContext); empty
+	// means the sandbox's default context.
+	ContextID string
 }
 
 func (cmd Command) request() *sandboxv1.ExecuteRequest {
-	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code, Env: cmd.Env}
+	req := &sandboxv1.ExecuteRequest{SandboxId: cmd.SandboxID, CommandId: cmd.ID, Language: cmd.Language, Code: cmd.Code, Env: cmd.Env, ContextId: cmd.ContextID}
 	if cmd.Timeout > 0 {
 		req.Timeout = durationpb.New(cmd.Timeout)
 	}
@@ -76,6 +79,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 	for {
 		var stream grpc.ServerStreamingClient[sandboxv1.ExecuteEvent]
 		var err error
+		sent := execute
 		if execute {
 			stream, err = c.api.Execute(ctx, cmd.request())
 		} else {
@@ -95,6 +99,10 @@ func (c *Client) Run(ctx context.Context, cmd Command, resume bool, fn func(Even
 			// The sandbox, or the command, is unknown. Which one?
 			if cerr := c.Check(ctx, cmd.SandboxID); cerr != nil {
 				return out, cerr
+			}
+			if sent && cmd.ContextID != "" {
+				// Execute itself refused: the context does not exist.
+				return out, fmt.Errorf("command %s: %w", cmd.ID, fromGRPC(err))
 			}
 			if last == 0 && !retriedExecute {
 				// The command never reached sandboxd (a crash or a broken

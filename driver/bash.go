@@ -11,11 +11,12 @@ import (
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
-// runBash runs a command with bash in the workspace, in its own process
+// runBash runs a command with bash in dir (its context's working
+// directory), in its own process
 // group, streaming its output, and emits its events (not done). The script is
 // passed as a file rather than with -c because a single argument is limited
 // to 128 KiB by the kernel.
-func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+func (d *Driver) runBash(ctx context.Context, dir string, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
 	script, err := os.CreateTemp("", "command-*.sh")
 	if err != nil {
 		return d.bashFailed(ev, fmt.Errorf("write script: %w", err))
@@ -31,7 +32,7 @@ func (d *Driver) runBash(ctx context.Context, rec ioproto.Record, ev *eventsFile
 
 	feed := d.stdinFeedOf(rec.CommandID)
 	cmd := exec.Command("bash", script.Name())
-	cmd.Dir = d.cfg.Workspace
+	cmd.Dir = dir
 	cmd.Env = withEnv(os.Environ(), rec.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	files, err := d.bashIO(cmd, feed)

@@ -20,9 +20,11 @@ import (
 //   - The out budget (Config.OutBudget; by default half of the /io volume as
 //     statfs reports it, at most defaultOutBudget) bounds everything in
 //     /io/out: the retained commands' events files and artifacts, the running
-//     command's worst case, and the reserve. Before each command the driver
-//     prunes the oldest finished commands until the running command's worst
-//     case fits, on top of the count and age rules.
+//     commands' worst cases (one per context running a command), and the
+//     reserve. Before each command the driver prunes the oldest finished
+//     commands until its worst case fits next to those of the commands
+//     running already, on top of the count and age rules; what does not fit
+//     lowers that command's cap.
 //   - A command's worst case is bounded: its output cap counts bytes as
 //     stored (JSON-escaped text and data, artifacts), its events file may
 //     take at most the cap plus a framing allowance, and what follows the
@@ -138,13 +140,32 @@ type limits struct {
 // makeRoom runs before each command: it prunes old commands by count, age,
 // out budget and free space, and returns the caps for the next command, or
 // ok=false with the reason when /io has too little room to run one.
+//
+// Commands of different contexts run at once, so the room of each running
+// command is held until it ends (releaseRoom): the budget and the free
+// space a new command may count on are what is left after the worst cases
+// of the commands running already. When they leave less than a full
+// command's worst case, the new command runs with a lower cap.
 func (d *Driver) makeRoom() (lim limits, ok bool, why string) {
+	d.roomMu.Lock()
+	defer d.roomMu.Unlock()
+	defer func() {
+		if ok {
+			d.mu.Lock()
+			d.reserved += roomOf(lim)
+			d.mu.Unlock()
+		}
+	}()
 	d.prune()
 	lim = limits{output: d.maxOutput, disk: d.maxOutput + framingFor(d.maxOutput)}
 	need := worstCase(d.maxOutput)
-	// The out budget: what is retained plus the next command's worst case.
+	held := d.reserveBytes()
+	// The out budget: what is retained, the running commands' worst cases
+	// and the next command's.
 	d.mu.Lock()
-	doomed := d.selectLocked(func(used int64) bool { return used+d.reserveHeld+need > d.budget })
+	others := d.reserved
+	doomed := d.selectLocked(func(used int64) bool { return used+held+others+need > d.budget })
+	budgetRoom := d.budget - d.outUsed - held - others
 	d.mu.Unlock()
 	d.removeFiles(doomed)
 
@@ -152,14 +173,14 @@ func (d *Driver) makeRoom() (lim limits, ok bool, why string) {
 	if err != nil {
 		// Without statfs the budget alone bounds /io use; writes that
 		// still fail are handled as they happen.
-		return lim, true, ""
+		return lowered(lim, need, budgetRoom, d.log), true, ""
 	}
-	if free < need {
+	if free-others < need {
 		// Others use the volume too: make the command's worst case fit in
 		// what is free, if pruning can.
 		d.mu.Lock()
 		freed := int64(0)
-		doomed := d.selectLocked(func(int64) bool { return free+freed < need })
+		doomed := d.selectLocked(func(int64) bool { return free-others+freed < need })
 		for _, c := range doomed {
 			freed += c.bytes
 		}
@@ -171,7 +192,7 @@ func (d *Driver) makeRoom() (lim limits, ok bool, why string) {
 			}
 		}
 	}
-	if d.reserveHeld < reserveBytes && free >= need+reserveBytes {
+	if held < reserveBytes && free-others >= need+reserveBytes {
 		d.ensureReserve()
 		if f, _, err := d.statfs(d.outDir); err == nil {
 			free = f
@@ -182,21 +203,51 @@ func (d *Driver) makeRoom() (lim limits, ok bool, why string) {
 		d.setHealth(ioproto.HealthIOFull, "/io is full: "+why)
 		return lim, false, why
 	}
-	if free < need {
-		// Run it with what there is.
-		room := free - tailAllowance - blockSize
-		lim = limits{output: max(4<<10, room*2/3), disk: room}
-		d.log.Warn("little room on /io; this command's output cap is lowered", "free", free, "cap", lim.output)
-	}
-	if d.reserveHeld >= reserveBytes || free >= need {
+	lim = lowered(lim, need, min(budgetRoom, free-others), d.log)
+	if d.reserveBytes() >= reserveBytes || free >= need {
 		d.setHealth(ioproto.HealthOK, "")
 	}
 	return lim, true, ""
 }
 
+// lowered returns lim, or lower caps when room is less than the worst
+// case need: the command then runs with what there is (at least a small
+// cap, when the room is held by commands running in other contexts).
+func lowered(lim limits, need, room int64, log interface {
+	Warn(string, ...any)
+}) limits {
+	if room >= need {
+		return lim
+	}
+	room = max(room-tailAllowance-blockSize, minStartFree/4)
+	lim = limits{output: max(4<<10, room*2/3), disk: room}
+	log.Warn("little room on /io; this command's output cap is lowered", "room", room, "cap", lim.output)
+	return lim
+}
+
+// roomOf is the most a command with caps lim takes on disk.
+func roomOf(lim limits) int64 { return lim.disk + tailAllowance + blockSize }
+
+// releaseRoom gives back the room makeRoom held for a command that ended
+// (or did not run).
+func (d *Driver) releaseRoom(lim limits) {
+	d.mu.Lock()
+	d.reserved = max(0, d.reserved-roomOf(lim))
+	d.mu.Unlock()
+}
+
+// reserveBytes is what the reserve file holds now.
+func (d *Driver) reserveBytes() int64 {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
+	return d.reserveHeld
+}
+
 // ensureReserve (re)creates the reserve file up to reserveBytes. On a full
 // volume it keeps what it could write.
 func (d *Driver) ensureReserve() {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
 	if d.reserveHeld >= reserveBytes {
 		return
 	}
@@ -233,6 +284,8 @@ func (d *Driver) ensureReserve() {
 // releaseReserve gives the reserve's space back to the file system, for a
 // write that must not fail. It reports whether there was any.
 func (d *Driver) releaseReserve() bool {
+	d.resMu.Lock()
+	defer d.resMu.Unlock()
 	if d.reserveHeld == 0 {
 		return false
 	}

@@ -1,16 +1,17 @@
 // Package driver is the program that runs inside each sandbox container. It
-// reads command records from /io/stdin, runs them one at a time (Python,
-// JavaScript/TypeScript and R in long-lived kernels whose globals persist,
-// or bash), and writes each
-// command's events to its own file under /io/out, following the /io protocol
+// reads command records from /io/stdin, runs them one at a time per context
+// (Python, JavaScript/TypeScript and R in long-lived kernels whose globals
+// persist, or bash; several contexts run in parallel, contexts.go), and
+// writes each command's events
+// to its own file under /io/out, following the /io protocol
 // (ioproto/PROTOCOL.md; its formats in package ioproto).
 //
 // The driver never dies from anything the user's code does: the code runs in
 // child processes it supervises, and every failure of theirs becomes an
 // event. Every command it takes ends with a done event, also when /io is
 // full: what it stores is bounded by an out budget, and a reserve keeps
-// room for done (budget.go). Output framing between the Python kernel and
-// the driver carries a per-kernel secret, so output cannot spoof it
+// room for done (budget.go). Output framing between a kernel and the
+// driver carries a per-kernel secret, so output cannot spoof it
 // (output.go).
 package driver
 
@@ -21,7 +22,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,29 +102,27 @@ type Driver struct {
 	// seen holds every command ID met in the log, so that none runs twice
 	// even after its files were pruned.
 	seen map[string]struct{}
-	// queue holds exec records not started yet, in log order.
-	queue []queued
-	// running is the command being executed, nil between commands.
-	running *running
+	// contexts are the sandbox's contexts by ID (contexts.go), the default
+	// one included; each has its queue, running command and executor.
+	contexts map[string]*execContext
 	// readOffset is just past the last complete line handled.
 	readOffset int64
 	// finished lists the commands whose files are in /io/out and that are
 	// done, oldest first, so pruning never has to list the directory.
 	finished []finishedCmd
-	work     chan struct{}
 	// stdin holds the input of commands started with stdin (stdin.go).
 	stdin stdinState
+	// reserved is the disk the running commands may still take: the sum
+	// of their worst cases (budget.go).
+	reserved int64
+
+	// runCtx and executors: executors of contexts created while running
+	// start under runCtx, and Run waits for all of them.
+	runCtx    context.Context
+	executors sync.WaitGroup
 
 	stateMu     sync.Mutex
 	savedOffset int64
-
-	// Only the executor goroutine touches the fields below.
-	// kernels holds the running kernel of each kind (kernelKind), started
-	// at the kind's first command (Python's at once).
-	kernels map[string]*kernel
-	// lostReasons, by kernel kind, is reported with the next command of
-	// that kind: the globals the caller built before are gone.
-	lostReasons map[string]string
 
 	statusMu sync.Mutex
 	status   ioproto.DriverStatus
@@ -133,10 +131,13 @@ type Driver struct {
 
 	// Disk accounting (budget.go): budget and maxOutput are fixed at
 	// start; outUsed, the disk bytes of the finished commands' files, is
-	// guarded by mu; reserveHeld is the executor's.
+	// guarded by mu; reserveHeld by resMu (a leaf lock). roomMu makes
+	// one executor at a time size its command's room.
 	budget, maxOutput int64
 	outUsed           int64
+	resMu             sync.Mutex
 	reserveHeld       int64
+	roomMu            sync.Mutex
 	// statfsHook replaces statfs in tests.
 	statfsHook func(dir string) (free, total int64, err error)
 }
@@ -155,14 +156,12 @@ type running struct {
 func New(cfg Config) (*Driver, error) {
 	cfg.setDefaults()
 	d := &Driver{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		outDir:      filepath.Join(cfg.IODir, ioproto.OutDir),
-		stdinPath:   filepath.Join(cfg.IODir, ioproto.StdinFile),
-		seen:        map[string]struct{}{},
-		work:        make(chan struct{}, 1),
-		kernels:     map[string]*kernel{},
-		lostReasons: map[string]string{},
+		cfg:       cfg,
+		log:       cfg.Logger,
+		outDir:    filepath.Join(cfg.IODir, ioproto.OutDir),
+		stdinPath: filepath.Join(cfg.IODir, ioproto.StdinFile),
+		seen:      map[string]struct{}{},
+		contexts:  map[string]*execContext{},
 	}
 	if err := os.MkdirAll(d.outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", d.outDir, err)
@@ -196,12 +195,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	d.updateStatus(func(s *ioproto.DriverStatus) { s.Wake = w.mode() })
 	d.log.Info("driver started", "boot", d.status.Boot, "offset", offset, "wake", w.mode())
 
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		d.execute(ctx)
-	}()
+	d.startExecutors(ctx)
 
 	lr := ioproto.NewLineReader(stdin, offset, ioproto.MaxRecordLen)
 	for {
@@ -216,7 +210,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			d.updateStatus(func(s *ioproto.DriverStatus) { s.Wake = mode })
 		}
 	}
-	wg.Wait()
+	d.executors.Wait()
 	return nil
 }
 
@@ -244,7 +238,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		st.Offset = 0
 	}
 	lr := ioproto.NewLineReader(stdin, 0, ioproto.MaxRecordLen)
-	used := map[string]bool{kindPython: true}
+	// used gives, per context, the kernel kinds its commands used, so that
+	// after a restart only those report lost globals.
+	used := map[string]map[string]bool{ioproto.DefaultContext: {kindPython: true}}
 	for {
 		line, ok, err := lr.Next()
 		if err != nil {
@@ -253,11 +249,17 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		if !ok || line.Start >= st.Offset {
 			break
 		}
-		// Interrupts and stdin records name commands but are not commands
+		// Interrupts and input records name commands but are not commands
 		// themselves.
 		if rec, id, err := ioproto.ParseRecord(line.Data); id != "" && (err != nil || ioproto.NamesCommand(rec.Type)) {
 			d.seen[id] = struct{}{}
-			used[kernelKind(rec.Language)] = true
+			if err == nil && rec.Type == ioproto.KindExec {
+				cid := cmpOr(rec.ContextID, ioproto.DefaultContext)
+				if used[cid] == nil {
+					used[cid] = map[string]bool{}
+				}
+				used[cid][kernelKind(rec.Language)] = true
+			}
 		}
 	}
 	d.readOffset, d.savedOffset = st.Offset, st.Offset
@@ -296,13 +298,10 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 	for _, c := range d.finished {
 		d.outUsed += c.bytes
 	}
-	if d.status.Boot > 1 && st.Offset > 0 {
-		for kind, spec := range kernelSpecs {
-			if used[kind] {
-				d.lostReasons[kind] = "the sandbox restarted since the previous command; " + spec.display + " globals defined before are gone"
-			}
-		}
+	if d.status.Boot == 1 || st.Offset == 0 {
+		used = nil // nothing ran before: nothing is lost
 	}
+	d.recoverContexts(used)
 	return st.Offset, nil
 }
 
@@ -344,6 +343,8 @@ func (d *Driver) handleLine(line ioproto.Line) {
 	switch rec.Type {
 	case ioproto.KindInterrupt:
 		d.interrupt(rec.CommandID)
+	case ioproto.KindContext:
+		d.contextOp(rec)
 	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:
 		d.stdinRecord(rec)
 	case ioproto.KindExec:
@@ -358,12 +359,14 @@ func (d *Driver) handleLine(line ioproto.Line) {
 			d.log.Warn("skipping a command that already has output", "command_id", rec.CommandID)
 			return
 		}
-		d.queue = append(d.queue, queued{rec: rec, start: line.Start})
-		d.noteStdinLocked(rec)
-		select {
-		case d.work <- struct{}{}:
-		default:
+		c, why := d.contextForLocked(rec)
+		if c == nil {
+			d.answerNotRunLocked(rec, why)
+			return
 		}
+		c.queue = append(c.queue, queued{rec: rec, start: line.Start})
+		d.noteStdinLocked(rec)
+		c.poke()
 	}
 }
 
@@ -391,45 +394,67 @@ func (d *Driver) reportMalformed(id string, err error, offset int64) {
 		Reason: "the command record was malformed and was not run: " + err.Error()})
 }
 
-// interrupt stops the running command, or cancels a queued one.
+// interrupt stops the running command, or cancels a queued one, in
+// whichever context has it.
 func (d *Driver) interrupt(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.running != nil && d.running.id == id {
+	if r := d.runningCommandLocked(id); r != nil {
 		select {
-		case d.running.interrupt <- struct{}{}:
+		case r.interrupt <- struct{}{}:
 		default:
 		}
 		return
 	}
-	for i, q := range d.queue {
-		if q.rec.CommandID != id {
-			continue
-		}
-		d.queue = append(d.queue[:i], d.queue[i+1:]...)
-		ev, err := createEvents(d.outDir, id, q.rec.Language, time.Now())
-		if err != nil {
-			d.log.Error("cannot cancel queued command", "command_id", id, "err", err)
+	for _, c := range d.contexts {
+		for i, q := range c.queue {
+			if q.rec.CommandID != id {
+				continue
+			}
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			d.cancelQueuedLocked(q.rec, "interrupted before it started; it did not run")
 			return
 		}
-		_ = ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusInterrupted, Time: time.Now().UTC(),
-			Reason: "interrupted before it started; it did not run"})
-		ev.close()
-		d.noteFinishedLocked(ev)
-		return
 	}
 	d.log.Info("interrupt for a command that is not running or queued; nothing to do", "command_id", id)
 }
 
+// runningCommandLocked returns the running command with ID id in any
+// context, or nil. d.mu is held.
+func (d *Driver) runningCommandLocked(id string) *running {
+	for _, c := range d.contexts {
+		if c.running != nil && c.running.id == id {
+			return c.running
+		}
+	}
+	return nil
+}
+
+// cancelQueuedLocked answers a queued command that will not run with
+// started and done (interrupted, reason). d.mu is held.
+func (d *Driver) cancelQueuedLocked(rec ioproto.Record, reason string) {
+	ev, err := createEvents(d.outDir, rec.CommandID, rec.Language, time.Now())
+	if err != nil {
+		d.log.Error("cannot cancel queued command", "command_id", rec.CommandID, "err", err)
+		return
+	}
+	_ = ev.emit(&ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusInterrupted, Time: time.Now().UTC(), Reason: reason})
+	ev.close()
+	d.noteFinishedLocked(ev)
+}
+
 // saveState persists the offset before which every record has been acted
-// on: the start of the oldest queued exec, or the read position.
+// on: the start of the oldest exec queued in any context, or the read
+// position.
 func (d *Driver) saveState() {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	d.mu.Lock()
 	off := d.readOffset
-	if len(d.queue) > 0 {
-		off = d.queue[0].start
+	for _, c := range d.contexts {
+		if len(c.queue) > 0 {
+			off = min(off, c.queue[0].start)
+		}
 	}
 	d.mu.Unlock()
 	if off == d.savedOffset {
@@ -461,75 +486,31 @@ func (d *Driver) currentWake() string {
 	return d.status.Wake
 }
 
-// execute runs queued commands one at a time until ctx is cancelled.
-func (d *Driver) execute(ctx context.Context) {
-	_, _ = d.ensureKernel(ioproto.LanguagePython)
-	defer func() {
-		for _, k := range d.kernels {
-			k.kill()
-		}
-	}()
-	for {
-		for d.hasQueued() {
-			// Room first: pruning, the next command's caps, or the verdict
-			// that /io is too full to run it.
-			lim, ok, why := d.makeRoom()
-			q, ev, run := d.take(lim, ok, why)
-			if ev == nil {
-				continue
-			}
-			d.run(ctx, q.rec, ev, run.interrupt)
-			ev.close()
-			d.noteFinished(ev)
-			if kind := kernelKind(q.rec.Language); kind != "" && d.kernels[kind] == nil && ctx.Err() == nil && slices.Contains(d.launcher.languages, q.rec.Language) {
-				// The command cost the kernel; have the next one ready.
-				_, _ = d.ensureKernel(q.rec.Language)
-			}
-			d.mu.Lock()
-			d.running = nil
-			d.mu.Unlock()
-			if ctx.Err() != nil {
-				return
-			}
-			d.prune()
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-d.work:
-		}
-	}
-}
-
-func (d *Driver) hasQueued() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.queue) > 0
-}
-
-// take starts the next queued command: it creates its events file, which
+// take starts c's next queued command: it creates its events file, which
 // from then on marks it as taken, and only then lets the saved offset pass it.
 // When /io has no room (roomOK false, or creating the file fails for lack
 // of space even after pruning), the command is answered at once with a done
 // event saying so, and take returns no command.
-func (d *Driver) take(lim limits, roomOK bool, why string) (queued, *eventsFile, *running) {
+func (d *Driver) take(c *execContext, lim limits, roomOK bool, why string) (queued, *eventsFile, *running) {
 	d.mu.Lock()
 	// The state file may lag: a record after its offset whose events file
 	// exists is never run again. Saving it while the command runs keeps its
 	// temp file and rename off the command's path.
 	defer func() { go d.saveState() }()
 	defer d.mu.Unlock()
-	if len(d.queue) > 0 {
-		q := d.queue[0]
-		d.queue = d.queue[1:]
+	// Pending restart or delete records go first: a command taken now
+	// would run in the interpreter they are about to end.
+	if len(c.queue) > 0 && !c.deleted && len(c.ops) == 0 {
+		q := c.queue[0]
+		c.queue = c.queue[1:]
 		if !roomOK {
 			d.answerNotRunLocked(q.rec, "/io is full: "+why)
 			return queued{}, nil, nil
 		}
-		ev, err := createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+		ev, err := createEventsIn(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, time.Now())
 		if isNoSpace(err) {
 			d.removeFiles(d.selectLocked(func(int64) bool { return true }))
-			ev, err = createEvents(d.outDir, q.rec.CommandID, q.rec.Language, time.Now())
+			ev, err = createEventsIn(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, time.Now())
 		}
 		switch {
 		case errors.Is(err, errExists):
@@ -543,22 +524,22 @@ func (d *Driver) take(lim limits, roomOK bool, why string) (queued, *eventsFile,
 			return queued{}, nil, nil
 		}
 		ev.lim = lim
-		d.running = &running{id: q.rec.CommandID, interrupt: make(chan struct{}, 1)}
-		return q, ev, d.running
+		c.running = &running{id: q.rec.CommandID, interrupt: make(chan struct{}, 1)}
+		return q, ev, c.running
 	}
 	return queued{}, nil, nil
 }
 
 // run executes one command and writes its events up to done.
-func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) {
+func (d *Driver) run(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) {
 	start := time.Now()
 	ws := watchWorkspace(d.cfg.Workspace, start)
 	var res outcome
 	switch rec.Language {
 	case ioproto.LanguageBash:
-		res = d.runBash(ctx, rec, ev, intr)
+		res = d.runBash(ctx, c.dir, rec, ev, intr)
 	default:
-		res = d.runKernel(ctx, rec, ev, intr)
+		res = d.runKernel(ctx, c, rec, ev, intr)
 	}
 	if ctx.Err() != nil && res.status == "" {
 		// The driver is stopping; the next start reports the command.
@@ -580,7 +561,7 @@ func (d *Driver) run(ctx context.Context, rec ioproto.Record, ev *eventsFile, in
 	if err := d.finish(ev, done); err != nil {
 		d.log.Error("write done event", "command_id", rec.CommandID, "err", err)
 	}
-	d.log.Info("command finished", "command_id", rec.CommandID, "language", rec.Language, "status", res.status, "duration_ms", done.DurationMS, "state_lost", res.stateLost)
+	d.log.Info("command finished", "command_id", rec.CommandID, "context_id", c.info.ID, "language", rec.Language, "status", res.status, "duration_ms", done.DurationMS, "state_lost", res.stateLost)
 }
 
 // outcome is how a command ended.

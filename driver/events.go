@@ -51,6 +51,12 @@ var errExists = errors.New("events file exists")
 // its first event. The file appears atomically with that event in it: it is
 // written under a temporary name and renamed into place.
 func createEvents(dir, id, language string, now time.Time) (*eventsFile, error) {
+	return createEventsIn(dir, id, language, "", now)
+}
+
+// createEventsIn is createEvents for a command of context contextID, which
+// its started event names.
+func createEventsIn(dir, id, language, contextID string, now time.Time) (*eventsFile, error) {
 	final := filepath.Join(dir, ioproto.EventsFileName(id))
 	if _, err := os.Lstat(final); err == nil {
 		return nil, errExists
@@ -61,7 +67,7 @@ func createEvents(dir, id, language string, now time.Time) (*eventsFile, error) 
 		return nil, err
 	}
 	w := &eventsFile{dir: dir, id: id, f: f}
-	if err := w.emit(&ioproto.Event{Type: ioproto.EventStarted, CommandID: id, Language: language, Time: now.UTC()}); err != nil {
+	if err := w.emit(&ioproto.Event{Type: ioproto.EventStarted, CommandID: id, Language: language, ContextID: contextID, Time: now.UTC()}); err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return nil, err

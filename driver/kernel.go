@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -80,6 +81,9 @@ type kernel struct {
 	streams [2]streamOrder
 	emitted int64
 	log     *slog.Logger
+	// stopReason, when set, is why the driver killed the kernel on a
+	// context's restart or delete (contexts.go); deathReason reports it.
+	stopReason atomic.Pointer[string]
 }
 
 // kernelLauncher starts kernels.
@@ -284,6 +288,9 @@ func (k *kernel) alive() bool {
 
 // deathReason explains why an exited kernel died, for the done event.
 func (k *kernel) deathReason() string {
+	if r := k.stopReason.Load(); r != nil {
+		return *r
+	}
 	st := k.state
 	name := k.spec.display
 	if st == nil {

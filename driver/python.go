@@ -24,41 +24,52 @@ const (
 	drainBound = 2 * time.Second
 )
 
-// ensureKernel returns a live kernel for lang, starting one when there is
-// none. A kernel found dead between commands is reported with the next
-// command of its kind.
-func (d *Driver) ensureKernel(lang string) (*kernel, error) {
+// kernelOf returns c's kernel of kind, or nil.
+func (d *Driver) kernelOf(c *execContext, kind string) *kernel {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return c.kernels[kind]
+}
+
+// ensureKernel returns the context's live kernel for lang, starting one
+// when there is none. A kernel found dead between commands is reported
+// with the context's next command of its kind. Only c's executor calls it.
+func (d *Driver) ensureKernel(c *execContext, lang string) (*kernel, error) {
 	kind := kernelKind(lang)
-	if k := d.kernels[kind]; k != nil && k.alive() {
+	k := d.kernelOf(c, kind)
+	if k != nil && k.alive() {
 		return k, nil
 	}
-	if k := d.kernels[kind]; k != nil {
-		d.addLost(kind, k.deathReason()+" between commands; "+k.spec.display+" globals defined before are gone")
+	if k != nil {
+		c.addLost(kind, k.deathReason()+" between commands; "+k.spec.display+" globals defined before are gone")
 		k.discard()
-		delete(d.kernels, kind)
+		d.setKernel(c, kind, nil)
 	}
-	k, err := d.launcher.start(lang, "", kernelReadyTimeout)
+	k, err := d.startKernel(c, lang)
 	if err != nil {
-		d.log.Error("cannot start a kernel", "language", lang, "err", err)
+		d.log.Error("cannot start a kernel", "context_id", c.info.ID, "language", lang, "err", err)
 		return nil, err
 	}
-	d.kernels[kind] = k
-	if kind == kindPython {
-		d.updateStatus(func(s *ioproto.DriverStatus) { s.KernelPID = k.cmd.Process.Pid })
-	}
+	d.setKernel(c, kind, k)
 	return k, nil
 }
 
-func (d *Driver) addLost(kind, reason string) {
-	if d.lostReasons[kind] != "" {
-		reason = d.lostReasons[kind] + "; " + reason
-	}
-	d.lostReasons[kind] = reason
+// startKernel is the one place a context's kernel is launched: in the
+// context's working directory.
+func (d *Driver) startKernel(c *execContext, lang string) (*kernel, error) {
+	return d.launcher.start(lang, c.dir, kernelReadyTimeout)
 }
 
-// runKernel runs a command in its language's kernel and emits its events
-// (not done).
-func (d *Driver) runKernel(ctx context.Context, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+func (c *execContext) addLost(kind, reason string) {
+	if c.lostReasons[kind] != "" {
+		reason = c.lostReasons[kind] + "; " + reason
+	}
+	c.lostReasons[kind] = reason
+}
+
+// runKernel runs a command in its language's kernel of context c and
+// emits its events (not done).
+func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
 	if !slices.Contains(d.launcher.languages, rec.Language) {
 		msg := fmt.Sprintf("this sandbox's image has no %s interpreter for %s (it supports %s)", languageName(rec.Language), rec.Language, strings.Join(d.launcher.languages, ", "))
 		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "LanguageUnavailable", EValue: msg})
@@ -66,12 +77,12 @@ func (d *Driver) runKernel(ctx context.Context, rec ioproto.Record, ev *eventsFi
 	}
 	var res outcome
 	kind := kernelKind(rec.Language)
-	if r := d.lostReasons[kind]; r != "" {
+	if r := c.lostReasons[kind]; r != "" {
 		res.stateLost, res.reason = true, r
-		delete(d.lostReasons, kind)
+		delete(c.lostReasons, kind)
 	}
 	name := languageName(rec.Language)
-	k, err := d.ensureKernel(rec.Language)
+	k, err := d.ensureKernel(c, rec.Language)
 	if err != nil {
 		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "KernelUnavailable", EValue: err.Error()})
 		return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, "could not start "+name+": "+err.Error())}
@@ -141,7 +152,7 @@ func (d *Driver) runKernel(ctx context.Context, rec ioproto.Record, ev *eventsFi
 				reason = fmt.Sprintf("the command did not stop within %s of SIGINT (%s), so the %s process was killed and restarted", d.cfg.Grace, st.status, name)
 			}
 			k.discard()
-			delete(d.kernels, kind)
+			d.setKernel(c, kind, nil)
 			return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, reason+"; "+name+" globals are gone")}
 		}
 		if m, done := d.flushMsgs(k, ev, &pending, force); done {

@@ -55,6 +55,10 @@ type Event struct {
 	CommandID string    `json:"command_id,omitempty"`
 	Language  string    `json:"language,omitempty"`
 	Time      time.Time `json:"time,omitzero"`
+	// ContextID (started) is the context the command runs in, or the
+	// context a context record is about; absent for the default context
+	// from drivers before contexts.
+	ContextID string `json:"context_id,omitempty"`
 
 	// Text is an output chunk (stdout, stderr).
 	Text string `json:"text,omitempty"`

@@ -26,6 +26,8 @@ const (
 	KindStdin      = "stdin"
 	KindStdinClose = "stdin_close"
 	KindResize     = "resize"
+	// KindContext creates, restarts or deletes a context (context.go).
+	KindContext = "context"
 )
 
 // MaxStdinChunk bounds the data of one stdin record (before base64), so
@@ -192,6 +194,12 @@ type Record struct {
 	// only): they override the sandbox's for the command's duration and are
 	// restored afterwards (ValidateEnv gives the rules).
 	Env map[string]string `json:"env,omitempty"`
+	// ContextID names the context an exec runs in (empty: DefaultContext)
+	// or that a context record is about (context.go).
+	ContextID string `json:"context_id,omitempty"`
+	// Op and Cwd belong to context records (context.go).
+	Op  string `json:"op,omitempty"`
+	Cwd string `json:"cwd,omitempty"`
 }
 
 // StdinRecord returns the stdin record giving data to command id.
@@ -239,6 +247,11 @@ func (r *Record) Validate() error {
 				return err
 			}
 		}
+		if err := validateExecContext(r); err != nil {
+			return err
+		}
+	case KindContext:
+		return r.validateContextOp()
 	case KindStdin:
 		if base64.StdEncoding.DecodedLen(len(r.Data)) > MaxStdinChunk+2 {
 			return fmt.Errorf("%w: stdin data is about %d bytes; the limit is %d", ErrMalformed, base64.StdEncoding.DecodedLen(len(r.Data)), MaxStdinChunk)

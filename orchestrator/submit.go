@@ -42,10 +42,14 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	ready, err := m.execContext(sb, &rec, req.Language == "")
+	if err != nil {
+		return "", err
+	}
 	if err := imageHasLanguage(sb, rec.Language); err != nil {
 		return "", err
 	}
-	appended, err := sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
+	appended, err := sb.io.AppendContext(ctx, rec, ready)
 	if errors.Is(err, iolog.ErrConflict) {
 		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
 	}
@@ -62,8 +66,11 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 // execRecord builds the exec record of a valid req (ExecRequest.Validate),
 // checking it against the server's limits and applying its defaults.
 func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
-	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: canonicalLanguage(req.Language), Code: req.Code,
+	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: canonicalLanguage(req.Language), Code: req.Code, ContextID: req.ContextID,
 		Stdin: req.Stdin || req.Pty != (PtySize{}), Pty: ioproto.PtySize{Rows: int(req.Pty.Rows), Cols: int(req.Pty.Cols)}}
+	if rec.ContextID == ioproto.DefaultContext {
+		rec.ContextID = "" // the same record as without one
+	}
 	if rec.CommandID == "" {
 		rec.CommandID = uuid.NewString()
 	}

@@ -136,6 +136,9 @@ type ExecRequest struct {
 	// Env sets environment variables for this command only, overriding the
 	// sandbox's for its duration (ioproto.ValidateEnv gives the bounds).
 	Env map[string]string
+	// ContextID is the context to run in (contexts.go); empty means the
+	// default context.
+	ContextID string
 }
 
 // Event is one event of a command, as in the /io protocol, with large

@@ -151,6 +151,9 @@ func (r ExecRequest) Validate() error {
 	if err := validateCommandEnv(r.Env); err != nil {
 		return err
 	}
+	if err := validateContextID(r.ContextID, true); err != nil {
+		return err
+	}
 	switch {
 	case r.Timeout < 0:
 		return invalidf("timeout %v is negative; use 0 for the server default", r.Timeout)

@@ -70,6 +70,14 @@ Commands:
   set-timeout SANDBOX_ID DURATION
                          set the sandbox's idle timeout (e.g. 2h): it expires
                          DURATION after its last use, counted from now
+  ctx create SANDBOX_ID [--language LANG] [--cwd DIR]
+                         create a context (own interpreter and globals, cwd DIR
+                         under /workspace) and print its ID
+  ctx ls SANDBOX_ID      list a sandbox's contexts
+  ctx restart SANDBOX_ID CONTEXT_ID
+                         give a context fresh globals
+  ctx rm SANDBOX_ID CONTEXT_ID
+                         delete a context
 
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
@@ -138,6 +146,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"mv":          cmdMv,
 		"ps":          cmdPs,
 		"set-timeout": cmdSetTimeout,
+		"ctx":         cmdCtx,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)

@@ -299,8 +299,9 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 	switch e.Type {
 	case ioproto.EventStarted:
 		ev.Event = &sandboxv1.ExecuteEvent_Started{Started: &sandboxv1.Started{
-			Language: validUTF8(e.Language),
-			Time:     timestampToProto(e.Time),
+			Language:  validUTF8(e.Language),
+			Time:      timestampToProto(e.Time),
+			ContextId: validUTF8(e.ContextID),
 		}}
 	case ioproto.EventStdout:
 		ev.Event = &sandboxv1.ExecuteEvent_Stdout{Stdout: &sandboxv1.OutputChunk{Text: validUTF8(e.Text)}}

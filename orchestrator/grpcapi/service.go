@@ -46,6 +46,10 @@ type Manager interface {
 	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
 	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
 	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
+	CreateContext(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error)
+	ListContexts(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
+	RestartContext(ctx context.Context, sandboxID, contextID string) error
+	DeleteContext(ctx context.Context, sandboxID, contextID string) error
 }
 
 // downloadChunk is the size of DownloadFile's content messages: large enough
@@ -174,6 +178,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 		Stdin:     req.GetStdin(),
 		Pty:       ptyToDomain(req.GetPty()),
 		Env:       req.GetEnv(),
+		ContextID: req.GetContextId(),
 	}
 	if t := req.GetTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {

@@ -61,10 +61,8 @@ type logEntry struct {
 // entryOf is the index entry of a valid exec record ending at end.
 func entryOf(rec ioproto.Record, end int64) logEntry {
 	e := logEntry{end: end, digest: recordDigest(rec), stdin: rec.Stdin || rec.HasPty(), pty: rec.HasPty()}
-	switch rec.Language {
-	case ioproto.LanguageBash:
-		e.lang = ioproto.LanguageBash
-	default:
+	e.lang = rec.Language
+	if e.lang == "" {
 		e.lang = ioproto.LanguagePython
 	}
 	return e
@@ -84,7 +82,17 @@ func recordDigest(rec ioproto.Record) [32]byte {
 		lang = ioproto.LanguagePython
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00", lang)
+	if rec.Type == ioproto.KindContext {
+		// A context operation is identified by what it does; the prefix
+		// keeps it apart from every exec digest.
+		fmt.Fprintf(h, "context\x00%s\x00%s\x00%s\x00%s", rec.Op, rec.ContextID, rec.Language, rec.Cwd)
+	} else {
+		fmt.Fprintf(h, "%s\x00", lang)
+		if rec.ContextID != "" && rec.ContextID != ioproto.DefaultContext {
+			// The same code in another context is another command.
+			fmt.Fprintf(h, "\x01context\x00%s\x00", rec.ContextID)
+		}
+	}
 	io.WriteString(h, rec.Code)
 	if len(rec.Env) > 0 {
 		// The env changes what runs; without one the digest is as before.
@@ -132,7 +140,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	}
 	known, ok := d.ids[rec.CommandID]
 	switch {
-	case rec.Type == ioproto.KindExec && ok:
+	case isCommand(rec.Type) && ok:
 		if known.digest != ([32]byte{}) && known.digest != recordDigest(rec) {
 			return false, ErrConflict
 		}
@@ -141,7 +149,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 		return false, ErrUnknownCommand
 	case d.size+int64(len(line))+1 > MaxLogBytes:
 		return false, fmt.Errorf("%w: it holds %d bytes; the limit is %d", ErrLogFull, d.size, MaxLogBytes)
-	case rec.Type == ioproto.KindExec && len(d.ids) >= MaxLogRecords:
+	case isCommand(rec.Type) && len(d.ids) >= MaxLogRecords:
 		return false, fmt.Errorf("%w: it holds %d commands; the limit is %d", ErrLogFull, len(d.ids), MaxLogRecords)
 	}
 	if ready != nil {
@@ -152,11 +160,21 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	if err := d.appendLocked(line); err != nil {
 		return false, err
 	}
-	if rec.Type == ioproto.KindExec {
+	if isCommand(rec.Type) {
 		d.ids[rec.CommandID] = entryOf(rec, d.size)
-		d.order = append(d.order, rec.CommandID)
+		if rec.Type == ioproto.KindExec {
+			// Context operations are commands of the log, not the user's:
+			// ListCommands leaves them out.
+			d.order = append(d.order, rec.CommandID)
+		}
 	}
 	return true, nil
+}
+
+// isCommand reports whether records of kind get their own events file
+// (exec, context operations), so their IDs are indexed and appended once.
+func isCommand(kind string) bool {
+	return kind == ioproto.KindExec || kind == ioproto.KindContext
 }
 
 // lookup reports whether command id is in the log and, if so, where its
@@ -286,7 +304,9 @@ func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []str
 			e = entryOf(rec, line.End)
 		}
 		ids[id] = e
-		order = append(order, id)
+		if perr != nil || rec.Type != ioproto.KindContext {
+			order = append(order, id)
+		}
 	}
 	return ids, order, size, size > lr.Offset(), nil
 }

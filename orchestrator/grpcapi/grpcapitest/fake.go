@@ -52,7 +52,11 @@ type Manager struct {
 	ListFilesDepthFunc func(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error)
 	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
 
-	SetTimeoutFunc func(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
+	SetTimeoutFunc     func(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
+	CreateContextFunc  func(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error)
+	ListContextsFunc   func(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
+	RestartContextFunc func(ctx context.Context, sandboxID, contextID string) error
+	DeleteContextFunc  func(ctx context.Context, sandboxID, contextID string) error
 
 	mu    sync.Mutex
 	calls []string

@@ -1188,8 +1188,10 @@ type ExecuteRequest struct {
 	// so do JavaScript and TypeScript commands, which share one Node.js
 	// interpreter and its globals (TypeScript is transpiled, not type
 	// checked), and R commands, which share one R session. Each bash command
-	// is a fresh shell. All run in /workspace. Interpreters other than
-	// Python's start at their language's first command. An unknown language
+	// is a fresh shell. All run in /workspace, or in the context's
+	// directory (see context_id), with one interpreter per language and
+	// context. Interpreters other than Python's start at their language's
+	// first command. An unknown language
 	// is INVALID_ARGUMENT; a known one the sandbox's image lacks is
 	// FAILED_PRECONDITION naming it.
 	Language string `protobuf:"bytes,3,opt,name=language,proto3" json:"language,omitempty"`
@@ -1228,7 +1230,15 @@ type ExecuteRequest struct {
 	// stdin (implied), resized with ResizePty; its output, stdout and stderr
 	// merged as a terminal shows them, escape sequences and "\r\n" line ends
 	// included, arrives as stdout events, made valid UTF-8 like all output.
-	Pty           *PtySize `protobuf:"bytes,9,opt,name=pty,proto3" json:"pty,omitempty"`
+	Pty *PtySize `protobuf:"bytes,9,opt,name=pty,proto3" json:"pty,omitempty"`
+	// context_id selects the context to run in (see CreateContext). Empty, or
+	// "default", means the sandbox's default context, as before contexts.
+	// An unknown context is NOT_FOUND. When language is empty the command
+	// takes its context's language; a created context runs its own language
+	// and bash (a fresh shell in the context's directory), other languages
+	// are FAILED_PRECONDITION. The same command_id re-sent with another
+	// context_id is ALREADY_EXISTS, like other changes to a command.
+	ContextId     string `protobuf:"bytes,7,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1317,6 +1327,13 @@ func (x *ExecuteRequest) GetPty() *PtySize {
 		return x.Pty
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
 }
 
 // PtySize is a terminal's size in character cells.
@@ -1639,10 +1656,14 @@ func (*ExecuteEvent_Done) isExecuteEvent_Event() {}
 // Started says the sandbox took the command.
 type Started struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// language is the command's language ("python" or "bash").
+	// language is the command's language ("python", "bash", "javascript",
+	// "typescript" or "r").
 	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
 	// time is when the command started (after any queueing).
-	Time          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// context_id is the context the command runs in ("default" for the
+	// default context; empty from sandboxes whose driver predates contexts).
+	ContextId     string `protobuf:"bytes,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,6 +1710,13 @@ func (x *Started) GetTime() *timestamppb.Timestamp {
 		return x.Time
 	}
 	return nil
+}
+
+func (x *Started) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
 }
 
 // OutputChunk is a piece of the stdout or stderr stream. Chunks split output
@@ -3690,8 +3718,8 @@ type CommandInfo struct {
 	// command_id is the command's ID, for StreamCommand, InterruptCommand,
 	// SendStdin.
 	CommandId string `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	// language is "python" or "bash" (empty for a record the sandbox could not
-	// parse).
+	// language is the command's language ("python", "bash", "javascript",
+	// "typescript" or "r"; empty for a record the sandbox could not parse).
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// state is queued, running or finished.
 	State CommandState `protobuf:"varint,3,opt,name=state,proto3,enum=sandbox.v1.CommandState" json:"state,omitempty"`
@@ -3928,6 +3956,469 @@ func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
 	return nil
 }
 
+// Context is an independent interpreter in a sandbox (see CreateContext).
+type Context struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context_id names the context within its sandbox: "default" for the
+	// default context, server-chosen ("ctx-" and 16 hex digits) for others.
+	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// language is the context's language ("python" or "bash").
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// cwd is the context's working directory, relative to /workspace ("."
+	// for /workspace itself).
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// created_at is when the context was created.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Context) Reset() {
+	*x = Context{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Context) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Context) ProtoMessage() {}
+
+func (x *Context) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Context.ProtoReflect.Descriptor instead.
+func (*Context) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *Context) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *Context) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *Context) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *Context) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// CreateContextRequest says what context to create.
+type CreateContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to create the context in.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// language is "python" (the default, when empty) or "bash".
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// cwd is the working directory, relative to /workspace (empty for
+	// /workspace itself); it must be an existing directory, at most 1024
+	// bytes, not absolute and not leaving /workspace.
+	Cwd           string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateContextRequest) Reset() {
+	*x = CreateContextRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateContextRequest) ProtoMessage() {}
+
+func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
+func (*CreateContextRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CreateContextRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateContextRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *CreateContextRequest) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+// CreateContextResponse carries the new context.
+type CreateContextResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// context is the context created.
+	Context       *Context `protobuf:"bytes,1,opt,name=context,proto3" json:"context,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateContextResponse) Reset() {
+	*x = CreateContextResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateContextResponse) ProtoMessage() {}
+
+func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
+func (*CreateContextResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *CreateContextResponse) GetContext() *Context {
+	if x != nil {
+		return x.Context
+	}
+	return nil
+}
+
+// ListContextsRequest names the sandbox.
+type ListContextsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox whose contexts to list.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsRequest) Reset() {
+	*x = ListContextsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsRequest) ProtoMessage() {}
+
+func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
+func (*ListContextsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListContextsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// ListContextsResponse lists contexts.
+type ListContextsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// contexts are the sandbox's contexts, the default one first.
+	Contexts      []*Context `protobuf:"bytes,1,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsResponse) Reset() {
+	*x = ListContextsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsResponse) ProtoMessage() {}
+
+func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
+func (*ListContextsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListContextsResponse) GetContexts() []*Context {
+	if x != nil {
+		return x.Contexts
+	}
+	return nil
+}
+
+// RestartContextRequest names the context to restart.
+type RestartContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the context's sandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// context_id is the context to restart ("default" included).
+	ContextId     string `protobuf:"bytes,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartContextRequest) Reset() {
+	*x = RestartContextRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartContextRequest) ProtoMessage() {}
+
+func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
+func (*RestartContextRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *RestartContextRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *RestartContextRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+// RestartContextResponse is empty: the context has a fresh interpreter.
+type RestartContextResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestartContextResponse) Reset() {
+	*x = RestartContextResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestartContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestartContextResponse) ProtoMessage() {}
+
+func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
+func (*RestartContextResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+}
+
+// DeleteContextRequest names the context to delete.
+type DeleteContextRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the context's sandbox.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// context_id is the context to delete (not "default").
+	ContextId     string `protobuf:"bytes,2,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteContextRequest) Reset() {
+	*x = DeleteContextRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteContextRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteContextRequest) ProtoMessage() {}
+
+func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
+func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *DeleteContextRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *DeleteContextRequest) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+// DeleteContextResponse is empty: the context is gone.
+type DeleteContextResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteContextResponse) Reset() {
+	*x = DeleteContextResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteContextResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteContextResponse) ProtoMessage() {}
+
+func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
+func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -4003,7 +4494,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14DeleteSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\x17\n" +
-	"\x15DeleteSandboxResponse\"\xdf\x02\n" +
+	"\x15DeleteSandboxResponse\"\xfe\x02\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
@@ -4014,7 +4505,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\atimeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x125\n" +
 	"\x03env\x18\x06 \x03(\v2#.sandbox.v1.ExecuteRequest.EnvEntryR\x03env\x12\x14\n" +
 	"\x05stdin\x18\b \x01(\bR\x05stdin\x12%\n" +
-	"\x03pty\x18\t \x01(\v2\x13.sandbox.v1.PtySizeR\x03pty\x1a6\n" +
+	"\x03pty\x18\t \x01(\v2\x13.sandbox.v1.PtySizeR\x03pty\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\a \x01(\tR\tcontextId\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
@@ -4038,10 +4531,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06result\x18\a \x01(\v2\x12.sandbox.v1.ResultH\x00R\x06result\x12)\n" +
 	"\x05error\x18\b \x01(\v2\x11.sandbox.v1.ErrorH\x00R\x05error\x12&\n" +
 	"\x04done\x18\t \x01(\v2\x10.sandbox.v1.DoneH\x00R\x04doneB\a\n" +
-	"\x05event\"U\n" +
+	"\x05event\"t\n" +
 	"\aStarted\x12\x1a\n" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x12.\n" +
-	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"!\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x03 \x01(\tR\tcontextId\"!\n" +
 	"\vOutputChunk\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"u\n" +
 	"\aDisplay\x121\n" +
@@ -4201,7 +4696,38 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x123\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"J\n" +
 	"\x19SetSandboxTimeoutResponse\x12-\n" +
-	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox*`\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"\x91\x01\n" +
+	"\aContext\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"c\n" +
+	"\x14CreateContextRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\"F\n" +
+	"\x15CreateContextResponse\x12-\n" +
+	"\acontext\x18\x01 \x01(\v2\x13.sandbox.v1.ContextR\acontext\"4\n" +
+	"\x13ListContextsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"G\n" +
+	"\x14ListContextsResponse\x12/\n" +
+	"\bcontexts\x18\x01 \x03(\v2\x13.sandbox.v1.ContextR\bcontexts\"U\n" +
+	"\x15RestartContextRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x02 \x01(\tR\tcontextId\"\x18\n" +
+	"\x16RestartContextResponse\"T\n" +
+	"\x14DeleteContextRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x02 \x01(\tR\tcontextId\"\x17\n" +
+	"\x15DeleteContextResponse*`\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -4229,7 +4755,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x02\x12\x1a\n" +
-	"\x16COMMAND_STATE_FINISHED\x10\x032\x8a\f\n" +
+	"\x16COMMAND_STATE_FINISHED\x10\x032\xe2\x0e\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -4252,7 +4778,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"CloseStdin\x12\x1d.sandbox.v1.CloseStdinRequest\x1a\x1e.sandbox.v1.CloseStdinResponse\x12H\n" +
 	"\tResizePty\x12\x1c.sandbox.v1.ResizePtyRequest\x1a\x1d.sandbox.v1.ResizePtyResponse\x12Q\n" +
 	"\fListCommands\x12\x1f.sandbox.v1.ListCommandsRequest\x1a .sandbox.v1.ListCommandsResponse\x12`\n" +
-	"\x11SetSandboxTimeout\x12$.sandbox.v1.SetSandboxTimeoutRequest\x1a%.sandbox.v1.SetSandboxTimeoutResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\x11SetSandboxTimeout\x12$.sandbox.v1.SetSandboxTimeoutRequest\x1a%.sandbox.v1.SetSandboxTimeoutResponse\x12T\n" +
+	"\rCreateContext\x12 .sandbox.v1.CreateContextRequest\x1a!.sandbox.v1.CreateContextResponse\x12Q\n" +
+	"\fListContexts\x12\x1f.sandbox.v1.ListContextsRequest\x1a .sandbox.v1.ListContextsResponse\x12W\n" +
+	"\x0eRestartContext\x12!.sandbox.v1.RestartContextRequest\x1a\".sandbox.v1.RestartContextResponse\x12T\n" +
+	"\rDeleteContext\x12 .sandbox.v1.DeleteContextRequest\x1a!.sandbox.v1.DeleteContextResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4267,7 +4797,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                 // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                // 1: sandbox.v1.CommandStatus
@@ -4326,36 +4856,45 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*CommandInfo)(nil),               // 54: sandbox.v1.CommandInfo
 	(*SetSandboxTimeoutRequest)(nil),  // 55: sandbox.v1.SetSandboxTimeoutRequest
 	(*SetSandboxTimeoutResponse)(nil), // 56: sandbox.v1.SetSandboxTimeoutResponse
-	nil,                               // 57: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                               // 58: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                               // 59: sandbox.v1.Sandbox.MetadataEntry
-	nil,                               // 60: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                               // 61: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                               // 62: sandbox.v1.Display.DataEntry
-	nil,                               // 63: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),       // 64: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 65: google.protobuf.Timestamp
+	(*Context)(nil),                   // 57: sandbox.v1.Context
+	(*CreateContextRequest)(nil),      // 58: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),     // 59: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),       // 60: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),      // 61: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),     // 62: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),    // 63: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),      // 64: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),     // 65: sandbox.v1.DeleteContextResponse
+	nil,                               // 66: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                               // 67: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                               // 68: sandbox.v1.Sandbox.MetadataEntry
+	nil,                               // 69: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                               // 70: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                               // 71: sandbox.v1.Display.DataEntry
+	nil,                               // 72: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),       // 73: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 74: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	5,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	57, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	58, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	64, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	66, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	67, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	73, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	0,  // 4: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	65, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	65, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	65, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	74, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	74, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	74, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	5,  // 8: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	59, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	64, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	68, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	73, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	6,  // 11: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
 	7,  // 12: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	7,  // 13: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,  // 14: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	60, // 15: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	69, // 15: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
 	7,  // 16: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	64, // 17: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	61, // 18: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	73, // 17: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	70, // 18: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
 	17, // 19: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
 	20, // 20: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
 	21, // 21: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
@@ -4364,14 +4903,14 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	23, // 24: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
 	24, // 25: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
 	25, // 26: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	65, // 27: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	62, // 28: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	63, // 29: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	74, // 27: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	71, // 28: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	72, // 29: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
 	1,  // 30: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	64, // 31: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	73, // 31: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
 	26, // 32: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	65, // 33: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	65, // 34: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	74, // 33: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	74, // 34: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
 	2,  // 35: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
 	30, // 36: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
 	29, // 37: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
@@ -4381,59 +4920,70 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	29, // 41: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
 	45, // 42: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
 	3,  // 43: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	65, // 44: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	74, // 44: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
 	17, // 45: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
 	54, // 46: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
 	4,  // 47: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
 	1,  // 48: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	65, // 49: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	65, // 50: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	64, // 51: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	64, // 52: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	74, // 49: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	74, // 50: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	73, // 51: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	73, // 52: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	7,  // 53: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	8,  // 54: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	10, // 55: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	12, // 56: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	14, // 57: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	16, // 58: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	18, // 59: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	27, // 60: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	31, // 61: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	33, // 62: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	35, // 63: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	37, // 64: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	39, // 65: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	41, // 66: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	43, // 67: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	46, // 68: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	48, // 69: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	50, // 70: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	52, // 71: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	55, // 72: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	9,  // 73: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	11, // 74: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	13, // 75: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	15, // 76: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	19, // 77: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	19, // 78: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	28, // 79: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	32, // 80: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	34, // 81: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	36, // 82: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	38, // 83: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	40, // 84: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	42, // 85: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	44, // 86: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	47, // 87: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	49, // 88: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	51, // 89: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	53, // 90: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	56, // 91: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	73, // [73:92] is the sub-list for method output_type
-	54, // [54:73] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	74, // 54: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	57, // 55: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	57, // 56: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	8,  // 57: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	10, // 58: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	12, // 59: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	14, // 60: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	16, // 61: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	18, // 62: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	27, // 63: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	31, // 64: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	33, // 65: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	35, // 66: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	37, // 67: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	39, // 68: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	41, // 69: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	43, // 70: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	46, // 71: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	48, // 72: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	50, // 73: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	52, // 74: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	55, // 75: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	58, // 76: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	60, // 77: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	62, // 78: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	64, // 79: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	9,  // 80: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	11, // 81: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	13, // 82: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	15, // 83: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	19, // 84: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	19, // 85: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	28, // 86: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	32, // 87: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	34, // 88: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	36, // 89: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	38, // 90: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	40, // 91: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	42, // 92: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	44, // 93: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	47, // 94: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	49, // 95: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	51, // 96: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	53, // 97: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	56, // 98: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	59, // 99: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	61, // 100: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	63, // 101: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	65, // 102: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	80, // [80:103] is the sub-list for method output_type
+	57, // [57:80] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -4462,7 +5012,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   59,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -72,6 +72,10 @@ const (
 	SandboxService_ResizePty_FullMethodName         = "/sandbox.v1.SandboxService/ResizePty"
 	SandboxService_ListCommands_FullMethodName      = "/sandbox.v1.SandboxService/ListCommands"
 	SandboxService_SetSandboxTimeout_FullMethodName = "/sandbox.v1.SandboxService/SetSandboxTimeout"
+	SandboxService_CreateContext_FullMethodName     = "/sandbox.v1.SandboxService/CreateContext"
+	SandboxService_ListContexts_FullMethodName      = "/sandbox.v1.SandboxService/ListContexts"
+	SandboxService_RestartContext_FullMethodName    = "/sandbox.v1.SandboxService/RestartContext"
+	SandboxService_DeleteContext_FullMethodName     = "/sandbox.v1.SandboxService/DeleteContext"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -233,6 +237,35 @@ type SandboxServiceClient interface {
 	// The timeout survives sandboxd restarts; AcquireSandbox of the existing
 	// sandbox keeps it.
 	SetSandboxTimeout(ctx context.Context, in *SetSandboxTimeoutRequest, opts ...grpc.CallOption) (*SetSandboxTimeoutResponse, error)
+	// CreateContext creates a context in a sandbox: an independent
+	// interpreter with its own globals, language and working directory,
+	// sharing the sandbox's files. Commands of one context run one at a time
+	// in order; commands of different contexts run in parallel. Every
+	// sandbox also has the default context (context_id "default"), where
+	// commands without a context_id run. A sandbox has at most 16 contexts
+	// besides the default one (RESOURCE_EXHAUSTED beyond; each holds an
+	// interpreter in memory). INVALID_ARGUMENT for an unsupported language
+	// or a cwd that is absolute or leaves /workspace; FAILED_PRECONDITION
+	// when cwd is not an existing directory under /workspace. The call
+	// returns once the context exists. A retried call creates another
+	// context (context IDs are chosen by the server).
+	CreateContext(ctx context.Context, in *CreateContextRequest, opts ...grpc.CallOption) (*CreateContextResponse, error)
+	// ListContexts lists a sandbox's contexts: the default one first, then
+	// in order of creation.
+	ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error)
+	// RestartContext gives a context a fresh interpreter with the same ID,
+	// language and working directory: its globals are gone. A Python command
+	// running in it ends KILLED with state_lost; a running bash command is
+	// interrupted; queued commands run in the new interpreter. Returns once
+	// the new interpreter is ready. NOT_FOUND for an unknown context. The
+	// default context can be restarted too.
+	RestartContext(ctx context.Context, in *RestartContextRequest, opts ...grpc.CallOption) (*RestartContextResponse, error)
+	// DeleteContext ends a context: its interpreter stops, a running command
+	// ends (KILLED, or INTERRUPTED for bash), queued commands end INTERRUPTED
+	// without running, and Execute naming it afterwards is NOT_FOUND.
+	// NOT_FOUND for an unknown context; the default context cannot be
+	// deleted (FAILED_PRECONDITION).
+	DeleteContext(ctx context.Context, in *DeleteContextRequest, opts ...grpc.CallOption) (*DeleteContextResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -472,6 +505,46 @@ func (c *sandboxServiceClient) SetSandboxTimeout(ctx context.Context, in *SetSan
 	return out, nil
 }
 
+func (c *sandboxServiceClient) CreateContext(ctx context.Context, in *CreateContextRequest, opts ...grpc.CallOption) (*CreateContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateContextResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CreateContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListContextsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListContexts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) RestartContext(ctx context.Context, in *RestartContextRequest, opts ...grpc.CallOption) (*RestartContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestartContextResponse)
+	err := c.cc.Invoke(ctx, SandboxService_RestartContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteContext(ctx context.Context, in *DeleteContextRequest, opts ...grpc.CallOption) (*DeleteContextResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteContextResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteContext_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -631,6 +704,35 @@ type SandboxServiceServer interface {
 	// The timeout survives sandboxd restarts; AcquireSandbox of the existing
 	// sandbox keeps it.
 	SetSandboxTimeout(context.Context, *SetSandboxTimeoutRequest) (*SetSandboxTimeoutResponse, error)
+	// CreateContext creates a context in a sandbox: an independent
+	// interpreter with its own globals, language and working directory,
+	// sharing the sandbox's files. Commands of one context run one at a time
+	// in order; commands of different contexts run in parallel. Every
+	// sandbox also has the default context (context_id "default"), where
+	// commands without a context_id run. A sandbox has at most 16 contexts
+	// besides the default one (RESOURCE_EXHAUSTED beyond; each holds an
+	// interpreter in memory). INVALID_ARGUMENT for an unsupported language
+	// or a cwd that is absolute or leaves /workspace; FAILED_PRECONDITION
+	// when cwd is not an existing directory under /workspace. The call
+	// returns once the context exists. A retried call creates another
+	// context (context IDs are chosen by the server).
+	CreateContext(context.Context, *CreateContextRequest) (*CreateContextResponse, error)
+	// ListContexts lists a sandbox's contexts: the default one first, then
+	// in order of creation.
+	ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error)
+	// RestartContext gives a context a fresh interpreter with the same ID,
+	// language and working directory: its globals are gone. A Python command
+	// running in it ends KILLED with state_lost; a running bash command is
+	// interrupted; queued commands run in the new interpreter. Returns once
+	// the new interpreter is ready. NOT_FOUND for an unknown context. The
+	// default context can be restarted too.
+	RestartContext(context.Context, *RestartContextRequest) (*RestartContextResponse, error)
+	// DeleteContext ends a context: its interpreter stops, a running command
+	// ends (KILLED, or INTERRUPTED for bash), queued commands end INTERRUPTED
+	// without running, and Execute naming it afterwards is NOT_FOUND.
+	// NOT_FOUND for an unknown context; the default context cannot be
+	// deleted (FAILED_PRECONDITION).
+	DeleteContext(context.Context, *DeleteContextRequest) (*DeleteContextResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -697,6 +799,18 @@ func (UnimplementedSandboxServiceServer) ListCommands(context.Context, *ListComm
 }
 func (UnimplementedSandboxServiceServer) SetSandboxTimeout(context.Context, *SetSandboxTimeoutRequest) (*SetSandboxTimeoutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetSandboxTimeout not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreateContext(context.Context, *CreateContextRequest) (*CreateContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateContext not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListContexts not implemented")
+}
+func (UnimplementedSandboxServiceServer) RestartContext(context.Context, *RestartContextRequest) (*RestartContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestartContext not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteContext(context.Context, *DeleteContextRequest) (*DeleteContextResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteContext not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -1022,6 +1136,78 @@ func _SandboxService_SetSandboxTimeout_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_CreateContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreateContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreateContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreateContext(ctx, req.(*CreateContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListContexts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListContextsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListContexts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListContexts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListContexts(ctx, req.(*ListContextsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_RestartContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestartContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).RestartContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_RestartContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).RestartContext(ctx, req.(*RestartContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteContext_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteContextRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteContext(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteContext_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteContext(ctx, req.(*DeleteContextRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1084,6 +1270,22 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetSandboxTimeout",
 			Handler:    _SandboxService_SetSandboxTimeout_Handler,
+		},
+		{
+			MethodName: "CreateContext",
+			Handler:    _SandboxService_CreateContext_Handler,
+		},
+		{
+			MethodName: "ListContexts",
+			Handler:    _SandboxService_ListContexts_Handler,
+		},
+		{
+			MethodName: "RestartContext",
+			Handler:    _SandboxService_RestartContext_Handler,
+		},
+		{
+			MethodName: "DeleteContext",
+			Handler:    _SandboxService_DeleteContext_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

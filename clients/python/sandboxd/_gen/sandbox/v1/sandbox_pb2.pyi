@@ -91,6 +91,46 @@ class CommandInfo(_message.Message):
     stdin: bool
     def __init__(self, command_id: _Optional[str] = ..., language: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., status: _Optional[_Union[CommandStatus, str]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., exit_code: _Optional[int] = ..., output_available: bool = ..., stdin: bool = ..., pty: bool = ...) -> None: ...
 
+class Context(_message.Message):
+    __slots__ = ["context_id", "created_at", "cwd", "language"]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    created_at: _timestamp_pb2.Timestamp
+    cwd: str
+    language: str
+    def __init__(self, context_id: _Optional[str] = ..., language: _Optional[str] = ..., cwd: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CreateContextRequest(_message.Message):
+    __slots__ = ["cwd", "language", "sandbox_id"]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    cwd: str
+    language: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., language: _Optional[str] = ..., cwd: _Optional[str] = ...) -> None: ...
+
+class CreateContextResponse(_message.Message):
+    __slots__ = ["context"]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    context: Context
+    def __init__(self, context: _Optional[_Union[Context, _Mapping]] = ...) -> None: ...
+
+class DeleteContextRequest(_message.Message):
+    __slots__ = ["context_id", "sandbox_id"]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., context_id: _Optional[str] = ...) -> None: ...
+
+class DeleteContextResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
 class DeleteSandboxRequest(_message.Message):
     __slots__ = ["sandbox_id"]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -185,7 +225,7 @@ class ExecuteEvent(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., command_id: _Optional[str] = ..., started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[_Union[OutputChunk, _Mapping]] = ..., stderr: _Optional[_Union[OutputChunk, _Mapping]] = ..., display: _Optional[_Union[Display, _Mapping]] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., done: _Optional[_Union[Done, _Mapping]] = ...) -> None: ...
 
 class ExecuteRequest(_message.Message):
-    __slots__ = ["code", "command_id", "env", "language", "pty", "sandbox_id", "stdin", "timeout"]
+    __slots__ = ["code", "command_id", "context_id", "env", "language", "pty", "sandbox_id", "stdin", "timeout"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -195,6 +235,7 @@ class ExecuteRequest(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CODE_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     ENV_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     PTY_FIELD_NUMBER: _ClassVar[int]
@@ -203,13 +244,14 @@ class ExecuteRequest(_message.Message):
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     code: str
     command_id: str
+    context_id: str
     env: _containers.ScalarMap[str, str]
     language: str
     pty: PtySize
     sandbox_id: str
     stdin: bool
     timeout: _duration_pb2.Duration
-    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: bool = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: bool = ..., pty: _Optional[_Union[PtySize, _Mapping]] = ..., context_id: _Optional[str] = ...) -> None: ...
 
 class FileInfo(_message.Message):
     __slots__ = ["gid", "is_dir", "mod_time", "mode", "path", "size", "type", "uid"]
@@ -282,6 +324,18 @@ class ListCommandsResponse(_message.Message):
     next_page_token: str
     total_commands: int
     def __init__(self, commands: _Optional[_Iterable[_Union[CommandInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., total_commands: _Optional[int] = ...) -> None: ...
+
+class ListContextsRequest(_message.Message):
+    __slots__ = ["sandbox_id"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class ListContextsResponse(_message.Message):
+    __slots__ = ["contexts"]
+    CONTEXTS_FIELD_NUMBER: _ClassVar[int]
+    contexts: _containers.RepeatedCompositeFieldContainer[Context]
+    def __init__(self, contexts: _Optional[_Iterable[_Union[Context, _Mapping]]] = ...) -> None: ...
 
 class ListFilesRequest(_message.Message):
     __slots__ = ["depth", "path", "sandbox_id"]
@@ -411,6 +465,18 @@ class ResourceLimits(_message.Message):
     pids_limit: int
     def __init__(self, memory_bytes: _Optional[int] = ..., nano_cpus: _Optional[int] = ..., pids_limit: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
 
+class RestartContextRequest(_message.Message):
+    __slots__ = ["context_id", "sandbox_id"]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., context_id: _Optional[str] = ...) -> None: ...
+
+class RestartContextResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
 class Result(_message.Message):
     __slots__ = ["data"]
     class DataEntry(_message.Message):
@@ -520,12 +586,14 @@ class SetSandboxTimeoutResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
 class Started(_message.Message):
-    __slots__ = ["language", "time"]
+    __slots__ = ["context_id", "language", "time"]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    context_id: str
     language: str
     time: _timestamp_pb2.Timestamp
-    def __init__(self, language: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, language: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., context_id: _Optional[str] = ...) -> None: ...
 
 class StreamCommandRequest(_message.Message):
     __slots__ = ["after_seq", "command_id", "sandbox_id"]

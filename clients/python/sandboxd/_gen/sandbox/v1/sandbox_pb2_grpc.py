@@ -115,6 +115,26 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutResponse.FromString,
                 )
+        self.CreateContext = channel.unary_unary(
+                '/sandbox.v1.SandboxService/CreateContext',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.CreateContextRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CreateContextResponse.FromString,
+                )
+        self.ListContexts = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListContexts',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListContextsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListContextsResponse.FromString,
+                )
+        self.RestartContext = channel.unary_unary(
+                '/sandbox.v1.SandboxService/RestartContext',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.RestartContextRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RestartContextResponse.FromString,
+                )
+        self.DeleteContext = channel.unary_unary(
+                '/sandbox.v1.SandboxService/DeleteContext',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -369,6 +389,55 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateContext(self, request, context):
+        """CreateContext creates a context in a sandbox: an independent
+        interpreter with its own globals, language and working directory,
+        sharing the sandbox's files. Commands of one context run one at a time
+        in order; commands of different contexts run in parallel. Every
+        sandbox also has the default context (context_id "default"), where
+        commands without a context_id run. A sandbox has at most 16 contexts
+        besides the default one (RESOURCE_EXHAUSTED beyond; each holds an
+        interpreter in memory). INVALID_ARGUMENT for an unsupported language
+        or a cwd that is absolute or leaves /workspace; FAILED_PRECONDITION
+        when cwd is not an existing directory under /workspace. The call
+        returns once the context exists. A retried call creates another
+        context (context IDs are chosen by the server).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListContexts(self, request, context):
+        """ListContexts lists a sandbox's contexts: the default one first, then
+        in order of creation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RestartContext(self, request, context):
+        """RestartContext gives a context a fresh interpreter with the same ID,
+        language and working directory: its globals are gone. A Python command
+        running in it ends KILLED with state_lost; a running bash command is
+        interrupted; queued commands run in the new interpreter. Returns once
+        the new interpreter is ready. NOT_FOUND for an unknown context. The
+        default context can be restarted too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteContext(self, request, context):
+        """DeleteContext ends a context: its interpreter stops, a running command
+        ends (KILLED, or INTERRUPTED for bash), queued commands end INTERRUPTED
+        without running, and Execute naming it afterwards is NOT_FOUND.
+        NOT_FOUND for an unknown context; the default context cannot be
+        deleted (FAILED_PRECONDITION).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -466,6 +535,26 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.SetSandboxTimeout,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutResponse.SerializeToString,
+            ),
+            'CreateContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateContext,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CreateContextRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.CreateContextResponse.SerializeToString,
+            ),
+            'ListContexts': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListContexts,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListContextsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListContextsResponse.SerializeToString,
+            ),
+            'RestartContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.RestartContext,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RestartContextRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.RestartContextResponse.SerializeToString,
+            ),
+            'DeleteContext': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteContext,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -803,5 +892,73 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/SetSandboxTimeout',
             sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.SetSandboxTimeoutResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CreateContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/CreateContext',
+            sandbox_dot_v1_dot_sandbox__pb2.CreateContextRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.CreateContextResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListContexts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListContexts',
+            sandbox_dot_v1_dot_sandbox__pb2.ListContextsRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListContextsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RestartContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/RestartContext',
+            sandbox_dot_v1_dot_sandbox__pb2.RestartContextRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.RestartContextResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteContext(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/DeleteContext',
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteContextRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteContextResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
