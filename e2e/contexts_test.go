@@ -98,6 +98,35 @@ func runContexts(t *testing.T, env *e2eEnv) {
 		}
 	})
 
+	t.Run("a JavaScript context, and commands listed with their context", func(t *testing.T) {
+		js, err := c.CreateContext(ctx, sb, "javascript", "proj")
+		if err != nil {
+			t.Fatalf("CreateContext(javascript, proj): %v", err)
+		}
+		J := js.GetContextId()
+		mustRun(J, "", "const y = 21")
+		o := mustRun(J, "", "y * 2")
+		if len(o.Outputs) != 1 || !o.Outputs[0].Result || o.Outputs[0].Data["text/plain"] != "42" {
+			t.Errorf("y * 2 in the JavaScript context: outputs %+v, want the result 42", o.Outputs)
+		}
+		if _, err := c.Run(ctx, client.Command{SandboxID: sb, ContextID: J, Language: "python", Code: "1"}, false, nil); !errors.Is(err, client.ErrFailedPrecondition) || !strings.Contains(err.Error(), "runs javascript") {
+			t.Errorf("python in a JavaScript context: %v; want FAILED_PRECONDITION", err)
+		}
+		if o := mustRun(J, "", "process.cwd()"); len(o.Outputs) != 1 || o.Outputs[0].Data["text/plain"] != "'/workspace/proj'" {
+			t.Errorf("cwd of the JavaScript context: %+v", o.Outputs)
+		}
+		cmds, _, err := c.ListCommands(ctx, sb, 3, "")
+		if err != nil || len(cmds) != 3 {
+			t.Fatalf("ListCommands: %v, %v", cmds, err)
+		}
+		if got := cmds[0]; got.GetContextId() != J || got.GetLanguage() != "javascript" {
+			t.Errorf("newest command %v: want context %s, language javascript", got, J)
+		}
+		if err := c.DeleteContext(ctx, sb, J); err != nil {
+			t.Fatalf("DeleteContext(%s): %v", J, err)
+		}
+	})
+
 	t.Run("parallel across contexts", func(t *testing.T) {
 		// The command in A can only finish if the one in B runs while it
 		// waits: no timing involved.

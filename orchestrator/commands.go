@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -156,6 +157,9 @@ type CommandInfo struct {
 	// OutputAvailable: the command's events can still be streamed.
 	OutputAvailable bool
 	Stdin, Pty      bool
+	// ContextID is the context the command runs in (ioproto.DefaultContext
+	// for the default one).
+	ContextID string
 }
 
 // CommandPage is one page of ListCommands.
@@ -205,7 +209,7 @@ func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize i
 	page := CommandPage{Total: total, Commands: make([]CommandInfo, len(entries))}
 	for i, e := range entries {
 		p := prog[i]
-		info := CommandInfo{ID: e.ID, Language: e.Language, Phase: CommandPhase(p.Phase), StartedAt: p.StartedAt,
+		info := CommandInfo{ID: e.ID, Language: e.Language, ContextID: cmp.Or(e.ContextID, ioproto.DefaultContext), Phase: CommandPhase(p.Phase), StartedAt: p.StartedAt,
 			OutputAvailable: p.OutputAvailable, Stdin: e.Stdin, Pty: e.Pty}
 		if d := p.Done; d != nil {
 			info.Status, info.FinishedAt, info.ExitCode = d.Status, d.Time, d.ExitCode

@@ -129,6 +129,7 @@ func commandInfoToProto(c orchestrator.CommandInfo) *sandboxv1.CommandInfo {
 		OutputAvailable: c.OutputAvailable,
 		Stdin:           c.Stdin,
 		Pty:             c.Pty,
+		ContextId:       validUTF8(c.ContextID),
 	}
 	switch c.Phase {
 	case orchestrator.CommandQueued:

@@ -56,12 +56,15 @@ type logEntry struct {
 	// terminal.
 	lang       string
 	stdin, pty bool
+	// context is the record's context_id (empty: the default context).
+	context string
 }
 
 // entryOf is the index entry of a valid exec record ending at end.
 func entryOf(rec ioproto.Record, end int64) logEntry {
 	e := logEntry{end: end, digest: recordDigest(rec), stdin: rec.Stdin || rec.HasPty(), pty: rec.HasPty()}
 	e.lang = rec.Language
+	e.context = rec.ContextID
 	if e.lang == "" {
 		e.lang = ioproto.LanguagePython
 	}

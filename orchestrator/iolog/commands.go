@@ -30,9 +30,11 @@ const (
 // CommandEntry is what the command log says of one command.
 type CommandEntry struct {
 	ID string
-	// Language is ioproto.LanguagePython or LanguageBash; empty for a
-	// malformed record (the driver answered it with an error).
+	// Language is one of ioproto's languages; empty for a malformed
+	// record (the driver answered it with an error).
 	Language string
+	// ContextID is the record's context (empty: the default context).
+	ContextID string
 	// Stdin and Pty: the command was started with its input open, or on
 	// a terminal (which implies Stdin).
 	Stdin, Pty bool
@@ -54,7 +56,7 @@ func (d *Dir) Command(ctx context.Context, id string) (e CommandEntry, ok bool, 
 	if !ok {
 		return CommandEntry{}, false, nil
 	}
-	return CommandEntry{ID: id, Language: le.lang, Stdin: le.stdin, Pty: le.pty, recordEnd: le.end}, true, nil
+	return CommandEntry{ID: id, Language: le.lang, ContextID: le.context, Stdin: le.stdin, Pty: le.pty, recordEnd: le.end}, true, nil
 }
 
 // Commands returns up to n commands, newest first, among those at log
@@ -73,7 +75,7 @@ func (d *Dir) Commands(ctx context.Context, before, n int) (list []CommandEntry,
 	for i := before - 1; i >= 0 && len(list) < n; i-- {
 		id := d.order[i]
 		le := d.ids[id]
-		list = append(list, CommandEntry{ID: id, Language: le.lang, Stdin: le.stdin, Pty: le.pty, Index: i, recordEnd: le.end})
+		list = append(list, CommandEntry{ID: id, Language: le.lang, ContextID: le.context, Stdin: le.stdin, Pty: le.pty, Index: i, recordEnd: le.end})
 	}
 	return list, total, nil
 }

@@ -300,10 +300,12 @@ class CommandInfo:
     output_available: bool
     stdin: bool = False
     pty: bool = False
+    context_id: str = "default"
 
     @classmethod
     def from_proto(cls, m):
         return cls(
+            context_id=m.context_id or "default",
             command_id=m.command_id,
             language=m.language,
             state=_enum_name("CommandState", m.state, "COMMAND_STATE_"),

@@ -3741,7 +3741,10 @@ type CommandInfo struct {
 	// stdin is true for a command started with stdin or pty.
 	Stdin bool `protobuf:"varint,10,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// pty is true for a command started on a terminal.
-	Pty           bool `protobuf:"varint,11,opt,name=pty,proto3" json:"pty,omitempty"`
+	Pty bool `protobuf:"varint,11,opt,name=pty,proto3" json:"pty,omitempty"`
+	// context_id is the context the command runs in ("default" for the
+	// sandbox's default context; see CreateContext).
+	ContextId     string `protobuf:"bytes,12,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3851,6 +3854,13 @@ func (x *CommandInfo) GetPty() bool {
 		return x.Pty
 	}
 	return false
+}
+
+func (x *CommandInfo) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
 }
 
 // SetSandboxTimeoutRequest names a sandbox and its new idle timeout.
@@ -4672,7 +4682,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14ListCommandsResponse\x123\n" +
 	"\bcommands\x18\x01 \x03(\v2\x17.sandbox.v1.CommandInfoR\bcommands\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12%\n" +
-	"\x0etotal_commands\x18\x03 \x01(\x03R\rtotalCommands\"\xdd\x03\n" +
+	"\x0etotal_commands\x18\x03 \x01(\x03R\rtotalCommands\"\xfc\x03\n" +
 	"\vCommandInfo\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1a\n" +
@@ -4688,7 +4698,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x10output_available\x18\t \x01(\bR\x0foutputAvailable\x12\x14\n" +
 	"\x05stdin\x18\n" +
 	" \x01(\bR\x05stdin\x12\x10\n" +
-	"\x03pty\x18\v \x01(\bR\x03ptyB\f\n" +
+	"\x03pty\x18\v \x01(\bR\x03pty\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\f \x01(\tR\tcontextIdB\f\n" +
 	"\n" +
 	"_exit_code\"n\n" +
 	"\x18SetSandboxTimeoutRequest\x12\x1d\n" +

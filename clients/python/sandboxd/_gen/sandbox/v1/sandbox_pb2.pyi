@@ -66,8 +66,9 @@ class CloseStdinResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class CommandInfo(_message.Message):
-    __slots__ = ["command_id", "duration", "exit_code", "finished_at", "language", "output_available", "pty", "started_at", "state", "status", "stdin"]
+    __slots__ = ["command_id", "context_id", "duration", "exit_code", "finished_at", "language", "output_available", "pty", "started_at", "state", "status", "stdin"]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +80,7 @@ class CommandInfo(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     STDIN_FIELD_NUMBER: _ClassVar[int]
     command_id: str
+    context_id: str
     duration: _duration_pb2.Duration
     exit_code: int
     finished_at: _timestamp_pb2.Timestamp
@@ -89,7 +91,7 @@ class CommandInfo(_message.Message):
     state: CommandState
     status: CommandStatus
     stdin: bool
-    def __init__(self, command_id: _Optional[str] = ..., language: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., status: _Optional[_Union[CommandStatus, str]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., exit_code: _Optional[int] = ..., output_available: bool = ..., stdin: bool = ..., pty: bool = ...) -> None: ...
+    def __init__(self, command_id: _Optional[str] = ..., language: _Optional[str] = ..., state: _Optional[_Union[CommandState, str]] = ..., status: _Optional[_Union[CommandStatus, str]] = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., exit_code: _Optional[int] = ..., output_available: bool = ..., stdin: bool = ..., pty: bool = ..., context_id: _Optional[str] = ...) -> None: ...
 
 class Context(_message.Message):
     __slots__ = ["context_id", "created_at", "cwd", "language"]
