@@ -40,14 +40,17 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
               go.mod $(wildcard go.sum)
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
-        python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools
+        python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
+        envtest-assets
 
 help:
 	@echo 'targets:'
 	@echo '  build        go build ./... and bin/{sandboxd,sandboxctl,sandbox-driver}'
 	@echo '  docker       make sure the Docker daemon is installed and running'
 	@echo '  image        build $(IMAGE) (and the offline base $(BASE_IMAGE) if missing)'
-	@echo '  test         go vet + go test (builds the image first; SANDBOX_IMAGE=$(IMAGE)),'
+	@echo '  envtest-assets  build kube-apiserver and etcd for the Kubernetes tests once into a'
+	@echo '               cache and print `export KUBEBUILDER_ASSETS=<dir>` (first build: minutes)'
+	@echo '  test         go vet + go test (builds the image and envtest assets first; SANDBOX_IMAGE=$(IMAGE)),'
 	@echo '               then the escape, fault and load suites'"'"' figures'
 	@echo '  fuzz-smoke   run each go fuzz target for FUZZ_TIME ($(FUZZ_TIME))'
 	@echo '  run          run bin/sandboxd with defaults (RUN_ARGS=... to add flags)'
@@ -91,6 +94,24 @@ base: docker
 image: base $(IMAGE_DIR)/sandbox-driver
 	docker build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) $(IMAGE_DIR)
 
+# -------------------------------------------------------------------- envtest
+# kube-apiserver and etcd, which internal/kubetest runs (through
+# controller-runtime's envtest) as a real Kubernetes API server for tests.
+# scripts/envtest-assets.sh builds them from Go modules once into a
+# versioned cache outside the repository (~/.cache/sandboxd/envtest/k8s-<v>;
+# many minutes on two cores the first time) and prints that directory;
+# later runs return at once. A KUBEBUILDER_ASSETS already set in the
+# environment names another directory and is used as it is. The output is
+# a shell line: eval "$$(make -s envtest-assets)" sets it for a go test run
+# by hand.
+envtest-assets:
+	@if [ -n "$${KUBEBUILDER_ASSETS:-}" ]; then dir="$$KUBEBUILDER_ASSETS"; \
+	else dir="$$(scripts/envtest-assets.sh)"; fi; \
+	for b in kube-apiserver etcd; do \
+		[ -x "$$dir/$$b" ] || { echo "envtest-assets: $$dir/$$b is missing" >&2; exit 1; }; \
+	done; \
+	echo "export KUBEBUILDER_ASSETS=$$dir"
+
 # ----------------------------------------------------------------- Test / run
 # The escape, fault and load suites (e2e/) append one line of
 # figures each to this file, printed at the end: go test shows the output
@@ -101,10 +122,14 @@ SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
 # the Docker daemon under a running sandbox. That disturbs every container on
 # the machine, so it runs on its own, after all other tests, and never inside
 # the main go test run, whose packages run in parallel.
-test: image
+#
+# KUBEBUILDER_ASSETS points the Kubernetes tests (internal/kubetest) at the
+# binaries envtest-assets built (asking the script again returns at once).
+test: image envtest-assets
 	$(GO) vet ./...
 	@mkdir -p $(BIN) && rm -f $(SUITE_SUMMARY)
 	@rc=0; \
+	export KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh)}"; \
 	SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) SANDBOXD_FAULT_DOCKERD= \
 		$(GO) test -count=1 -timeout 40m ./... || rc=$$?; \
 	if [ "$${SANDBOXD_FAULT_DOCKERD:-}" = 1 ]; then \
