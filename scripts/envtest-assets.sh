@@ -28,8 +28,10 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 staging_version=0.${K8S_VERSION#1.}
-proxy=$(go env GOPROXY | cut -d, -f1)
-modfile=$(curl -fsS "$proxy/k8s.io/kubernetes/@v/v$K8S_VERSION.mod")
+# kubernetes' own go.mod, as the module proxy serves it (fetched with the
+# module, which the build needs anyway).
+modpath=$(go mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+modfile=$(cat "$modpath")
 etcd_version=$(awk '$1 == "go.etcd.io/etcd/server/v3" { print $2; exit }' <<<"$modfile")
 [[ -n $etcd_version ]] || { echo "envtest-assets: no etcd version in k8s.io/kubernetes v$K8S_VERSION's go.mod" >&2; exit 1; }
 
