@@ -12,7 +12,7 @@ import (
 const DefaultContext = "default"
 
 // CreateContext creates an independent interpreter in a sandbox, with its
-// own globals, language ("python" or "bash"; empty means python) and
+// own globals, language (one of the Language constants; empty means python) and
 // working directory cwd (relative to /workspace, empty for /workspace; it
 // must exist). Run a command in it with Command.ContextID. Commands of one
 // context queue; different contexts run in parallel. ErrResourceExhausted

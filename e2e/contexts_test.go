@@ -99,9 +99,9 @@ func runContexts(t *testing.T, env *e2eEnv) {
 	})
 
 	t.Run("a JavaScript context, and commands listed with their context", func(t *testing.T) {
-		js, err := c.CreateContext(ctx, sb, "javascript", "proj")
-		if err != nil {
-			t.Fatalf("CreateContext(javascript, proj): %v", err)
+		js, err := c.CreateContext(ctx, sb, "js", "proj") // E2B's name for it
+		if err != nil || js.GetLanguage() != "javascript" {
+			t.Fatalf("CreateContext(js, proj) = %v, %v; want a javascript context", js, err)
 		}
 		J := js.GetContextId()
 		mustRun(J, "", "const y = 21")

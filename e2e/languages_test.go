@@ -315,6 +315,10 @@ func TestLanguageMissingFromImage(t *testing.T) {
 			t.Fatalf("%s in an image without node: %v; want FAILED_PRECONDITION naming the language", lang, err)
 		}
 	}
+	// Nor can a context run it.
+	if _, err := c.CreateContext(ctx, &sandboxv1.CreateContextRequest{SandboxId: sb, Language: "javascript"}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(status.Convert(err).Message(), "javascript") {
+		t.Fatalf("CreateContext(javascript) in an image without node: %v; want FAILED_PRECONDITION naming the language", err)
+	}
 	// R is still there.
 	o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: sb, Language: "r", Code: "1 + 1"})
 	if len(o.results) != 1 || o.results[0]["text/plain"] != "[1] 2" {

@@ -110,7 +110,7 @@ func (m *Manager) execContext(sb *sandbox, rec *ioproto.Record, defaultLanguage 
 }
 
 // CreateContext creates a context in a sandbox: a fresh interpreter of
-// language ("python" or "bash") whose working directory is cwd, a
+// language (any ExecuteRequest takes) whose working directory is cwd, a
 // directory under /workspace given relative to it (empty for /workspace).
 // Errors: INVALID_ARGUMENT for a bad language or cwd path,
 // FAILED_PRECONDITION when cwd is not an existing directory under
@@ -119,18 +119,19 @@ func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd st
 	if err := ValidateSandboxID(sandboxID); err != nil {
 		return ContextInfo{}, err
 	}
-	if language == "" {
-		language = ioproto.LanguagePython
-	}
 	if err := validateLanguage(language); err != nil {
 		return ContextInfo{}, err
 	}
+	language = canonicalLanguage(language)
 	clean, err := ioproto.CleanContextCwd(cwd)
 	if err != nil {
 		return ContextInfo{}, invalidf("%v", err)
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
+		return ContextInfo{}, err
+	}
+	if err := imageHasLanguage(sb, language); err != nil {
 		return ContextInfo{}, err
 	}
 	list, err := m.contexts(sb)

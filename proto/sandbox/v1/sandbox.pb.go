@@ -1220,12 +1220,12 @@ type ExecuteRequest struct {
 	// ALREADY_EXISTS.
 	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// stdin keeps the command's standard input open for SendStdin and
-	// CloseStdin (bash only: INVALID_ARGUMENT for Python). Without it (the
+	// CloseStdin (bash only: INVALID_ARGUMENT for other languages). Without it (the
 	// default) the command's input is empty, so a command reading it, such
 	// as cat, ends at once instead of waiting.
 	Stdin bool `protobuf:"varint,8,opt,name=stdin,proto3" json:"stdin,omitempty"`
 	// pty runs the bash command on a pseudo-terminal of this size (rows and
-	// cols 1-4096; INVALID_ARGUMENT otherwise, and for Python): programs see
+	// cols 1-4096; INVALID_ARGUMENT otherwise, and for other languages): programs see
 	// a terminal (isatty, line editing, colours). Its input works as with
 	// stdin (implied), resized with ResizePty; its output, stdout and stderr
 	// merged as a terminal shows them, escape sequences and "\r\n" line ends
@@ -3972,7 +3972,8 @@ type Context struct {
 	// context_id names the context within its sandbox: "default" for the
 	// default context, server-chosen ("ctx-" and 16 hex digits) for others.
 	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
-	// language is the context's language ("python" or "bash").
+	// language is the context's language ("python", "bash", "javascript",
+	// "typescript" or "r").
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// cwd is the context's working directory, relative to /workspace ("."
 	// for /workspace itself).
@@ -4046,7 +4047,10 @@ type CreateContextRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// sandbox_id is the sandbox to create the context in.
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
-	// language is "python" (the default, when empty) or "bash".
+	// language is the context's language, as ExecuteRequest.language takes
+	// it (aliases included): "python" (the default, when empty), "bash",
+	// "javascript", "typescript" or "r"; one the sandbox's image lacks is
+	// FAILED_PRECONDITION.
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// cwd is the working directory, relative to /workspace (empty for
 	// /workspace itself); it must be an existing directory, at most 1024
