@@ -108,6 +108,9 @@ if os.path.exists(path) and os.path.getsize(path) > 0:
         sys.exit("ensure-docker: ERROR: %s is not a JSON object" % path)
 orig = json.dumps(cfg, sort_keys=True)
 cfg["live-restore"] = True
+# Experimental mode exposes `docker checkpoint` (CRIU under runc, runsc's own
+# checkpoint under gVisor), which hibernation's memory level uses.
+cfg["experimental"] = True
 if want_runsc:
     rts = cfg.setdefault("runtimes", {})
     rt = rts.setdefault("runsc", {})
@@ -127,6 +130,7 @@ elif [ ! -s "$DAEMON_JSON" ]; then
 		cat >"$DAEMON_JSON" <<EOF
 {
   "live-restore": true,
+  "experimental": true,
   "runtimes": {
     "runsc": {
       "path": "$RUNSC",
@@ -136,7 +140,7 @@ elif [ ! -s "$DAEMON_JSON" ]; then
 }
 EOF
 	else
-		printf '{\n  "live-restore": true\n}\n' >"$DAEMON_JSON"
+		printf '{\n  "live-restore": true,\n  "experimental": true\n}\n' >"$DAEMON_JSON"
 	fi
 	log "wrote $DAEMON_JSON"
 else
