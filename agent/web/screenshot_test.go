@@ -58,7 +58,7 @@ func TestScreenshot(t *testing.T) {
 	)
 	within(t, b, "second message", wait,
 		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "Make it interactive\r"),
-		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(2) iframe`)),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(2) iframe`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
 		chromedp.Sleep(3*time.Second), // let the chart frame draw
 	)

@@ -7,6 +7,7 @@ package web_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/cookiejar"
@@ -246,5 +247,85 @@ func TestChartFrame(t *testing.T) {
 	}
 	if first != "event: sync" {
 		t.Errorf("first event %q, want sync", first)
+	}
+}
+
+// TestAnswerStreamsToBrowser: the model's answer reaches an open page as it
+// is written (delta events, in order, spelling the answer), then as the
+// stored message.
+func TestAnswerStreamsToBrowser(t *testing.T) {
+	const answer = "Here is a longer answer, streamed token by token to the page."
+	listening := make(chan struct{})
+	st := startHandlers(t, sm.Script(t,
+		sm.Say("First."),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			<-listening
+			return sm.Reply{Text: answer}
+		}),
+	))
+	b := newBrowser(t)
+	resp, err := b.PostForm(st.srv.URL+"/c", url.Values{"message": {"hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	convID := strings.TrimPrefix(loc, "/c/")
+	select {
+	case <-st.agent.Done(convID):
+	case <-time.After(time.Minute):
+		t.Fatal("first turn did not finish")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", st.srv.URL+loc+"/events", nil)
+	events, err := b.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Body.Close()
+	sc := bufio.NewScanner(events.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	next := func() (string, string) {
+		var name string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: ") && name != "":
+				return name, strings.TrimPrefix(line, "data: ")
+			}
+		}
+		t.Fatalf("event stream ended: %v", sc.Err())
+		return "", ""
+	}
+	if name, _ := next(); name != "sync" {
+		t.Fatalf("first event %q, want sync", name)
+	}
+	resp, err = b.PostForm(st.srv.URL+loc+"/messages", url.Values{"message": {"more"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	close(listening)
+	var streamed strings.Builder
+	deltas := 0
+	for {
+		name, data := next()
+		if name == "delta" {
+			var d struct{ Text string }
+			if err := json.Unmarshal([]byte(data), &d); err != nil {
+				t.Fatal(err)
+			}
+			streamed.WriteString(d.Text)
+			deltas++
+		}
+		if name == "item" && strings.Contains(data, "token by token") {
+			break
+		}
+	}
+	if deltas < 2 || streamed.String() != answer {
+		t.Errorf("%d delta events spelling %q; want several spelling %q", deltas, streamed.String(), answer)
 	}
 }
