@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/agent/loop"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/internal/plotlyjs"
 )
 
 // Options configure a chat session.
@@ -39,6 +40,9 @@ type Options struct {
 	// the turn (interrupting the running command); at the prompt it ends the
 	// session. May be nil.
 	Interrupts <-chan struct{}
+	// Markdown renders the model's Markdown for the terminal (see
+	// MarkdownRenderer); nil prints it as it is.
+	Markdown func(string) string
 }
 
 // ErrInterrupted is returned when the user ended the session with Ctrl-C.
@@ -56,7 +60,7 @@ func Run(ctx context.Context, o Options) error {
 	} else if conv, err = store.CreateConversation(ctx, o.UserID); err != nil {
 		return err
 	}
-	v := &viewer{out: o.Out, store: store, conv: conv.ID, dir: filepath.Join(o.ImageDir, conv.ID)}
+	v := &viewer{out: o.Out, store: store, conv: conv.ID, dir: filepath.Join(o.ImageDir, conv.ID), markdown: o.Markdown}
 	fmt.Fprintf(o.Out, "conversation %s (continue it later with: agent chat --session %s)\n", conv.ID, conv.ID)
 	if o.ConversationID != "" {
 		if err := v.history(ctx); err != nil {
@@ -127,6 +131,23 @@ type viewer struct {
 	dir   string
 	// midLine is true when the last output did not end a line.
 	midLine bool
+	// streamed is true once the running call showed output.
+	streamed bool
+	markdown func(string) string
+}
+
+// text prints the model's text, rendered if there is a renderer.
+func (v *viewer) text(md string) {
+	md = strings.TrimSpace(md)
+	if v.markdown != nil {
+		lines := strings.Split(strings.Trim(v.markdown(md), "\n"), "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+		fmt.Fprintf(v.out, "\n%s\n", strings.Join(lines, "\n"))
+		return
+	}
+	fmt.Fprintf(v.out, "\n%s\n", md)
 }
 
 // follow prints events until the turn ends.
@@ -162,7 +183,7 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 		case session.KindAssistant:
 			if e.Message.Content != "" {
 				v.endLine()
-				fmt.Fprintf(v.out, "\n%s\n", strings.TrimSpace(e.Message.Content))
+				v.text(e.Message.Content)
 			}
 		case session.KindNotice:
 			v.endLine()
@@ -170,8 +191,10 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 		}
 	case events.RunStarted:
 		v.endLine()
+		v.streamed = false
 		v.runHeader(ev.Run)
 	case events.RunOutput:
+		v.streamed = true
 		fmt.Fprint(v.out, ev.Chunk.Text)
 		v.midLine = !strings.HasSuffix(ev.Chunk.Text, "\n")
 	case events.RunFinished:
@@ -213,8 +236,29 @@ func (v *viewer) runHeader(r *session.ToolRun) {
 	fmt.Fprintln(v.out, "── output")
 }
 
-// runFooter prints a call's outcome and saves its images and charts.
+// maxReason bounds the output shown for a call that streamed none.
+const maxReason = 4 << 10
+
+// runFooter prints a call's outcome and saves its images and charts. A call
+// that failed before it could stream output (sandboxd unreachable, bad
+// arguments) gets its recorded output shown, so the reason is visible.
 func (v *viewer) runFooter(ctx context.Context, r *session.ToolRun) {
+	if !v.streamed && r.Result.Status != "ok" {
+		var b strings.Builder
+		for _, c := range r.Result.Console {
+			b.WriteString(c.Text)
+		}
+		reason := strings.TrimSpace(b.String())
+		if reason == "" {
+			reason = strings.TrimSpace(r.Result.Text)
+		}
+		if len(reason) > maxReason {
+			reason = reason[:maxReason] + "…"
+		}
+		if reason != "" {
+			fmt.Fprintln(v.out, reason)
+		}
+	}
 	status := r.Result.Status
 	if d := r.Result.Duration; d > 0 {
 		status += " in " + roundDuration(d).String()
@@ -241,9 +285,14 @@ func (v *viewer) runFooter(ctx context.Context, r *session.ToolRun) {
 			case "text/html":
 				ext = ".html"
 			}
+			data := a.Data
+			if a.MIME == "text/html" {
+				// Opens offline: plotly.js inside rather than from its CDN.
+				data = plotlyjs.Standalone("chart "+r.CallID, string(a.Data))
+			}
 			path := filepath.Join(v.dir, fmt.Sprintf("%s-%s%d%s", r.CallID, kind, i+1, ext))
 			if err := os.MkdirAll(v.dir, 0o755); err == nil {
-				err = os.WriteFile(path, a.Data, 0o644)
+				err = os.WriteFile(path, data, 0o644)
 			}
 			if err != nil {
 				fmt.Fprintf(v.out, "(saving %s: %v)\n", kind, err)
@@ -266,7 +315,7 @@ func (v *viewer) history(ctx context.Context) error {
 			fmt.Fprintf(v.out, "\n> %s\n", e.Message.Content)
 		case session.KindAssistant:
 			if e.Message.Content != "" {
-				fmt.Fprintf(v.out, "\n%s\n", strings.TrimSpace(e.Message.Content))
+				v.text(e.Message.Content)
 			}
 			for _, tc := range e.Message.ToolCalls {
 				fmt.Fprintf(v.out, "── %s (%d bytes of arguments)\n", tc.Name, len(tc.Arguments))
