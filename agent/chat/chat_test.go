@@ -111,8 +111,12 @@ func TestChatReasonsMarkdownCharts(t *testing.T) {
 		},
 	}
 	model := sm.Start(t, sm.Script(t,
-		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{{ID: "p1", Name: "plot", Args: map[string]any{}}}} }),
-		sm.Handler(func(*sm.Request) sm.Reply { return sm.Reply{Calls: []sm.Call{{ID: "p2", Name: "plot", Args: map[string]any{}}}} }),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "p1", Name: "plot", Args: map[string]any{}}}}
+		}),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "p2", Name: "plot", Args: map[string]any{}}}}
+		}),
 		sm.Say("The **second** try worked.\n\n| letter | count |\n|---|---|\n| a | 3 |\n| c | 4 |"),
 	))
 	dir := t.TempDir()
