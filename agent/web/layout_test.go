@@ -128,8 +128,9 @@ func TestBrowserLayout(t *testing.T) {
 				within(t, b, "closing the zoom", 30*time.Second, chromedp.Click(chromedp.CSS(`#zoom .close`)), chromedp.WaitNotPresent(chromedp.CSS(`#zoom[open]`)))
 				get(t, b, "clearing the composer", chromedp.Evaluate[string](`document.querySelector('#composer textarea').value = ''`))
 				if size.w > 760 {
-					// Let the chart frame draw, with the trace at its end.
-					within(t, b, "waiting for the chart", 30*time.Second, chromedp.Sleep(2*time.Second))
+					// The chart frame has loaded (and so drawn: plotly draws
+					// while its page loads); the trace is at its end.
+					within(t, b, "waiting for the chart", time.Minute, chromedp.WaitReady(chromedp.CSS(`#trace iframe[data-loaded]`)))
 				}
 				png := get(t, b, "screenshot", chromedp.CaptureScreenshot())
 				if err := os.WriteFile(filepath.Join(out, fmt.Sprintf("web-ui-%d.png", size.w)), png, 0o644); err != nil {

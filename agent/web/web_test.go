@@ -58,6 +58,16 @@ type handlerStack struct {
 
 func startHandlers(t *testing.T, h sm.Handler) *handlerStack {
 	t.Helper()
+	plotly := filepath.Join(t.TempDir(), "plotly.min.js")
+	if err := os.WriteFile(plotly, []byte("/* plotly */"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startHandlersPlotly(t, h, plotly)
+}
+
+// startHandlersPlotly serves plotlyJS ("" is the embedded one).
+func startHandlersPlotly(t *testing.T, h sm.Handler, plotly string) *handlerStack {
+	t.Helper()
 	model := sm.Start(t, h)
 	store, err := session.Open(filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
@@ -77,10 +87,6 @@ func startHandlers(t *testing.T, h sm.Handler) *handlerStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	plotly := filepath.Join(t.TempDir(), "plotly.min.js")
-	if err := os.WriteFile(plotly, []byte("/* plotly */"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ws, err := web.New(web.Options{Agent: a, PlotlyJS: plotly})
 	if err != nil {
 		t.Fatal(err)
@@ -327,5 +333,39 @@ func TestAnswerStreamsToBrowser(t *testing.T) {
 	}
 	if deltas < 2 || streamed.String() != answer {
 		t.Errorf("%d delta events spelling %q; want several spelling %q", deltas, streamed.String(), answer)
+	}
+}
+
+// TestEmbeddedPlotly: without --plotly-js the binary serves its own
+// plotly.js (so charts draw offline), and the chart page says so if a
+// chart does not draw.
+func TestEmbeddedPlotly(t *testing.T) {
+	st := startHandlersPlotly(t, sm.Script(t,
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}}
+		}),
+		sm.Say("done"),
+	), "")
+	b := newBrowser(t)
+	resp, err := b.Get(st.srv.URL + "/static/plotly.min.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js := body(t, resp); resp.StatusCode != http.StatusOK || !strings.Contains(js[:min(len(js), 200)], "plotly.js v4.1.2") || len(js) < 1<<20 {
+		t.Errorf("/static/plotly.min.js: %d, %d bytes", resp.StatusCode, len(js))
+	}
+	resp, err = b.PostForm(st.srv.URL+"/c", url.Values{"message": {"chart"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	<-st.agent.Done(strings.TrimPrefix(loc, "/c/"))
+	resp, err = b.Get(st.srv.URL + loc + "/runs/c1/charts/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page := body(t, resp); !strings.Contains(page, "plotly-fallback") || strings.Contains(page, "cdn.plot.ly") {
+		t.Errorf("chart page:\n%s", page)
 	}
 }

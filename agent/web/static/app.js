@@ -92,7 +92,10 @@
   for (const el of follow.keys()) {
     el.addEventListener("scroll", () => { if (!programmatic) follow.set(el, atBottom(el)); }, { passive: true });
     // Images and charts change the height when they load.
-    el.addEventListener("load", () => toBottom(el), true);
+    el.addEventListener("load", (e) => {
+      if (e.target.tagName === "IFRAME") e.target.dataset.loaded = "";
+      toBottom(el);
+    }, true);
   }
   const update = (el, fn) => { fn(); toBottom(el); };
 
