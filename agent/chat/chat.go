@@ -133,6 +133,11 @@ type viewer struct {
 	midLine bool
 	// streamed is true once the running call showed output.
 	streamed bool
+	// drafted is the model's text shown as it streamed (plain output only:
+	// rendered Markdown waits for the whole message).
+	drafted strings.Builder
+	// drafting is true between the first delta and the whole message.
+	drafting bool
 	markdown func(string) string
 }
 
@@ -181,14 +186,34 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 	case events.EntryAdded:
 		switch e := ev.Entry; e.Kind {
 		case session.KindAssistant:
+			streamed := strings.TrimSpace(v.drafted.String())
+			v.drafted.Reset()
+			v.drafting = false
 			if e.Message.Content != "" {
 				v.endLine()
-				v.text(e.Message.Content)
+				if streamed != strings.TrimSpace(e.Message.Content) {
+					v.text(e.Message.Content)
+				}
 			}
 		case session.KindNotice:
 			v.endLine()
 			fmt.Fprintf(v.out, "! %s\n", e.Notice)
 		}
+	case events.TextDelta:
+		if v.markdown != nil {
+			break
+		}
+		if !v.drafting {
+			v.endLine()
+			fmt.Fprintln(v.out)
+			v.drafting = true
+		}
+		if v.drafted.Len() == 0 {
+			ev.Text = strings.TrimLeft(ev.Text, " \n")
+		}
+		v.drafted.WriteString(ev.Text)
+		fmt.Fprint(v.out, ev.Text)
+		v.midLine = !strings.HasSuffix(ev.Text, "\n")
 	case events.RunStarted:
 		v.endLine()
 		v.streamed = false
