@@ -48,7 +48,7 @@ func init() {
 				"sandboxctl exec --user alice --save ./figs 'import matplotlib.pyplot as plt; plt.plot([1, 4, 9]); plt.show()'",
 				"sandboxctl exec --user alice --command-id job-1 --events 'for i in range(3): print(i)'"}, cmdExec},
 		{"resume", "SANDBOX_ID COMMAND_ID [--after-seq N] [--save DIR] [--events]",
-			"stream a command's output (again), after event N (exec --events and ps show the seqs)",
+			"stream a command's output (again), after event N (exec --events and resume --events show the seqs)",
 			[]string{"sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1", "sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1 --after-seq 2 --events"}, cmdResume},
 		{"ls", "SANDBOX_ID [PATH] [--depth N] [-o table|json]",
 			"list a directory of the sandbox's /workspace (N levels, 1-10)",

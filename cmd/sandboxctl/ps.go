@@ -54,6 +54,10 @@ func cmdPs(ctx context.Context, c *cli, args []string) int {
 		}
 		return exitOK
 	}
+	if len(all) == 0 {
+		fmt.Fprintf(c.stdout, "No commands in sandbox %s yet.\n", pos[0])
+		return exitOK
+	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "COMMAND_ID\tLANGUAGE\tSTATE\tSTATUS\tEXIT\tSTARTED\tDURATION\tOUTPUT")
 	for _, cmd := range all {
