@@ -227,6 +227,8 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 		v.runFooter(ctx, ev.Run)
 	case events.TurnFinished:
 		v.endLine()
+		v.drafted.Reset() // a stopped answer's start
+		v.drafting = false
 		if ev.Turn != nil && ev.Conversation != nil {
 			u, c := ev.Turn.Usage, ev.Conversation.Usage
 			fmt.Fprintf(v.out, "tokens: this message %d (prompt %d, completion %d; %d model calls) · conversation %d\n",

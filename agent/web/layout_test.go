@@ -124,6 +124,21 @@ func TestBrowserLayout(t *testing.T) {
 			if w := get(t, b, "zoomed width", chromedp.Evaluate[int](`document.querySelector('#zoom img').naturalWidth`)); w < 300 {
 				t.Errorf("the zoomed figure is %d px wide", w)
 			}
+			if size.w <= 760 {
+				// On a phone the trace is a tab away, and the composer stays.
+				within(t, b, "switching to the trace tab", 30*time.Second,
+					chromedp.Click(chromedp.CSS(`#zoom .close`)),
+					chromedp.WaitNotPresent(chromedp.CSS(`#zoom[open]`)),
+					chromedp.Click(chromedp.CSS(`#tabs .tab[data-tab="trace"]`)),
+					chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(2) iframe`)),
+					chromedp.WaitVisible(chromedp.CSS(`#composer textarea`)),
+					chromedp.WaitNotVisible(chromedp.CSS(`#chat-col`)),
+					chromedp.Click(chromedp.CSS(`#tabs .tab[data-tab="chat"]`)),
+					chromedp.WaitVisible(chromedp.CSS(`#chat .msg:last-child`)),
+					chromedp.Click(chromedp.CSS(`#chat .figs .thumb`)),
+					chromedp.WaitVisible(chromedp.CSS(`#zoom[open] img`)),
+				)
+			}
 			if out := os.Getenv("AGENT_WEB_SCREENSHOTS"); out != "" {
 				within(t, b, "closing the zoom", 30*time.Second, chromedp.Click(chromedp.CSS(`#zoom .close`)), chromedp.WaitNotPresent(chromedp.CSS(`#zoom[open]`)))
 				get(t, b, "clearing the composer", chromedp.Evaluate[string](`document.querySelector('#composer textarea').value = ''`))
