@@ -189,8 +189,10 @@ func TestBrowserConversation(t *testing.T) {
 	within(t, b, "stopping a running command", wait,
 		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "Wait two minutes\r"),
 		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(3) .console .stdout`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chat .chip.running[data-call="slow"]`)), // the chip's live status
 		chromedp.Click(chromedp.CSS(`#stop`)),
 		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(3) .run.interrupted`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chat .chip.interrupted[data-call="slow"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chat .msg.notice`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
 	)
