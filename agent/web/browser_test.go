@@ -148,7 +148,14 @@ func TestBrowserConversation(t *testing.T) {
 	if !strings.Contains(code, "plt.plot(range(1, 6), squares") || !strings.Contains(console, "plotted 5 points") {
 		t.Errorf("trace shows code %q and output %q", code, console)
 	}
-	if w := get(t, b, "image width", chromedp.Evaluate[int](`document.querySelector('#trace .run img').naturalWidth`)); w == 0 {
+	// Loaded (lazily, once visible) or failed: whichever comes first.
+	if w := get(t, b, "image width", chromedp.Evaluate[int](`new Promise((ok) => {
+		const img = document.querySelector('#trace .run img');
+		if (img.complete && img.naturalWidth > 0) return ok(img.naturalWidth);
+		img.addEventListener('load', () => ok(img.naturalWidth));
+		img.addEventListener('error', () => ok(0));
+		img.scrollIntoView();
+	})`, chromedp.EvalAwaitPromise)); w == 0 {
 		t.Error("the chart image did not load")
 	}
 	if !strings.Contains(chat, "Plot the squares of 1 to 5") || !strings.Contains(chat, "Here is the chart of the squares.") {
