@@ -160,6 +160,13 @@ func TestE2ESandboxctlUX(t *testing.T) {
 		t.Errorf("ls -o json: %v, %q", err, out)
 	}
 
+	var contexts []map[string]any
+	ctl("", "ctx", "create", sb, "--cwd", "data")
+	out, _, _ = ctl("", "ctx", "ls", sb, "-o", "json")
+	if err := json.Unmarshal([]byte(out), &contexts); err != nil || len(contexts) == 0 {
+		t.Errorf("ctx ls -o json: %v, %q", err, out)
+	}
+
 	// A bad host is named.
 	cmd := exec.CommandContext(ctx, env.sandboxctl, "--addr", "no-such-host.invalid:50051", "list")
 	var errBuf bytes.Buffer

@@ -70,7 +70,7 @@ func init() {
 		{"set-timeout", "SANDBOX_ID DURATION",
 			"set the sandbox's idle timeout (e.g. 2h): it expires DURATION after its last use, counted from now",
 			[]string{"sandboxctl set-timeout sb-q3x7kd2mf5a6bnp4hcw2 2h"}, cmdSetTimeout},
-		{"ctx", "create SANDBOX_ID [--language LANG] [--cwd DIR] | ls SANDBOX_ID | restart SANDBOX_ID CONTEXT_ID | rm SANDBOX_ID CONTEXT_ID",
+		{"ctx", "create SANDBOX_ID [--language LANG] [--cwd DIR] | ls SANDBOX_ID [-o table|json] | restart SANDBOX_ID CONTEXT_ID | rm SANDBOX_ID CONTEXT_ID",
 			"manage contexts: create one (own interpreter and globals, cwd DIR under /workspace) and print its ID,\n" +
 				"list them, give one fresh globals, delete one",
 			[]string{"sandboxctl ctx create sb-q3x7kd2mf5a6bnp4hcw2 --language python --cwd project", "sandboxctl ctx ls sb-q3x7kd2mf5a6bnp4hcw2",
