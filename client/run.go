@@ -22,7 +22,9 @@ type Command struct {
 	// ID is the command's idempotency key, chosen (and stored) by the caller
 	// before the command is sent, so that after a crash the same ID resumes
 	// the command instead of running it again. Empty lets sandboxd choose
-	// one (Event.CommandID), which Run cannot resume.
+	// one (Event.CommandID), which Run cannot resume. The same ID with
+	// another Code, Language, Env or ContextID is refused with
+	// ErrAlreadyExists (naming the command) rather than replayed.
 	ID string
 	// Language is one of the Language constants (python, bash, javascript,
 	// typescript, r); empty means python.
@@ -195,8 +197,10 @@ func (s *Stream) Recv() (Event, error) {
 }
 
 // Execute sends cmd once and returns its stream. Like sandboxd's Execute it
-// is idempotent by cmd.ID: a known ID runs nothing and replays that
-// command's events. Ending the stream early does not stop the command.
+// is idempotent by cmd.ID: a known ID with the same request runs nothing
+// and replays that command's events; a known ID with a different request
+// fails with ErrAlreadyExists (on the stream's first Recv). Ending the
+// stream early does not stop the command.
 func (c *Client) Execute(ctx context.Context, cmd Command) (*Stream, error) {
 	s, err := c.api.Execute(ctx, cmd.request())
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/sandboxd/sandboxd/agent/loop"
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
+	"github.com/sandboxd/sandboxd/internal/plotlyjs"
 )
 
 // Options configure a chat session.
@@ -39,6 +40,9 @@ type Options struct {
 	// the turn (interrupting the running command); at the prompt it ends the
 	// session. May be nil.
 	Interrupts <-chan struct{}
+	// Markdown renders the model's Markdown for the terminal (see
+	// MarkdownRenderer); nil prints it as it is.
+	Markdown func(string) string
 }
 
 // ErrInterrupted is returned when the user ended the session with Ctrl-C.
@@ -56,7 +60,7 @@ func Run(ctx context.Context, o Options) error {
 	} else if conv, err = store.CreateConversation(ctx, o.UserID); err != nil {
 		return err
 	}
-	v := &viewer{out: o.Out, store: store, conv: conv.ID, dir: filepath.Join(o.ImageDir, conv.ID)}
+	v := &viewer{out: o.Out, store: store, conv: conv.ID, dir: filepath.Join(o.ImageDir, conv.ID), markdown: o.Markdown}
 	fmt.Fprintf(o.Out, "conversation %s (continue it later with: agent chat --session %s)\n", conv.ID, conv.ID)
 	if o.ConversationID != "" {
 		if err := v.history(ctx); err != nil {
@@ -127,6 +131,28 @@ type viewer struct {
 	dir   string
 	// midLine is true when the last output did not end a line.
 	midLine bool
+	// streamed is true once the running call showed output.
+	streamed bool
+	// drafted is the model's text shown as it streamed (plain output only:
+	// rendered Markdown waits for the whole message).
+	drafted strings.Builder
+	// drafting is true between the first delta and the whole message.
+	drafting bool
+	markdown func(string) string
+}
+
+// text prints the model's text, rendered if there is a renderer.
+func (v *viewer) text(md string) {
+	md = strings.TrimSpace(md)
+	if v.markdown != nil {
+		lines := strings.Split(strings.Trim(v.markdown(md), "\n"), "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimRight(l, " ")
+		}
+		fmt.Fprintf(v.out, "\n%s\n", strings.Join(lines, "\n"))
+		return
+	}
+	fmt.Fprintf(v.out, "\n%s\n", md)
 }
 
 // follow prints events until the turn ends.
@@ -160,18 +186,40 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 	case events.EntryAdded:
 		switch e := ev.Entry; e.Kind {
 		case session.KindAssistant:
+			streamed := strings.TrimSpace(v.drafted.String())
+			v.drafted.Reset()
+			v.drafting = false
 			if e.Message.Content != "" {
 				v.endLine()
-				fmt.Fprintf(v.out, "\n%s\n", strings.TrimSpace(e.Message.Content))
+				if streamed != strings.TrimSpace(e.Message.Content) {
+					v.text(e.Message.Content)
+				}
 			}
 		case session.KindNotice:
 			v.endLine()
 			fmt.Fprintf(v.out, "! %s\n", e.Notice)
 		}
+	case events.TextDelta:
+		if v.markdown != nil {
+			break
+		}
+		if !v.drafting {
+			v.endLine()
+			fmt.Fprintln(v.out)
+			v.drafting = true
+		}
+		if v.drafted.Len() == 0 {
+			ev.Text = strings.TrimLeft(ev.Text, " \n")
+		}
+		v.drafted.WriteString(ev.Text)
+		fmt.Fprint(v.out, ev.Text)
+		v.midLine = !strings.HasSuffix(ev.Text, "\n")
 	case events.RunStarted:
 		v.endLine()
+		v.streamed = false
 		v.runHeader(ev.Run)
 	case events.RunOutput:
+		v.streamed = true
 		fmt.Fprint(v.out, ev.Chunk.Text)
 		v.midLine = !strings.HasSuffix(ev.Chunk.Text, "\n")
 	case events.RunFinished:
@@ -179,6 +227,8 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 		v.runFooter(ctx, ev.Run)
 	case events.TurnFinished:
 		v.endLine()
+		v.drafted.Reset() // a stopped answer's start
+		v.drafting = false
 		if ev.Turn != nil && ev.Conversation != nil {
 			u, c := ev.Turn.Usage, ev.Conversation.Usage
 			fmt.Fprintf(v.out, "tokens: this message %d (prompt %d, completion %d; %d model calls) · conversation %d\n",
@@ -213,8 +263,29 @@ func (v *viewer) runHeader(r *session.ToolRun) {
 	fmt.Fprintln(v.out, "── output")
 }
 
-// runFooter prints a call's outcome and saves its images and charts.
+// maxReason bounds the output shown for a call that streamed none.
+const maxReason = 4 << 10
+
+// runFooter prints a call's outcome and saves its images and charts. A call
+// that failed before it could stream output (sandboxd unreachable, bad
+// arguments) gets its recorded output shown, so the reason is visible.
 func (v *viewer) runFooter(ctx context.Context, r *session.ToolRun) {
+	if !v.streamed && r.Result.Status != "ok" {
+		var b strings.Builder
+		for _, c := range r.Result.Console {
+			b.WriteString(c.Text)
+		}
+		reason := strings.TrimSpace(b.String())
+		if reason == "" {
+			reason = strings.TrimSpace(r.Result.Text)
+		}
+		if len(reason) > maxReason {
+			reason = reason[:maxReason] + "…"
+		}
+		if reason != "" {
+			fmt.Fprintln(v.out, reason)
+		}
+	}
 	status := r.Result.Status
 	if d := r.Result.Duration; d > 0 {
 		status += " in " + roundDuration(d).String()
@@ -241,9 +312,14 @@ func (v *viewer) runFooter(ctx context.Context, r *session.ToolRun) {
 			case "text/html":
 				ext = ".html"
 			}
+			data := a.Data
+			if a.MIME == "text/html" {
+				// Opens offline: plotly.js inside rather than from its CDN.
+				data = plotlyjs.Standalone("chart "+r.CallID, string(a.Data))
+			}
 			path := filepath.Join(v.dir, fmt.Sprintf("%s-%s%d%s", r.CallID, kind, i+1, ext))
 			if err := os.MkdirAll(v.dir, 0o755); err == nil {
-				err = os.WriteFile(path, a.Data, 0o644)
+				err = os.WriteFile(path, data, 0o644)
 			}
 			if err != nil {
 				fmt.Fprintf(v.out, "(saving %s: %v)\n", kind, err)
@@ -266,7 +342,7 @@ func (v *viewer) history(ctx context.Context) error {
 			fmt.Fprintf(v.out, "\n> %s\n", e.Message.Content)
 		case session.KindAssistant:
 			if e.Message.Content != "" {
-				fmt.Fprintf(v.out, "\n%s\n", strings.TrimSpace(e.Message.Content))
+				v.text(e.Message.Content)
 			}
 			for _, tc := range e.Message.ToolCalls {
 				fmt.Fprintf(v.out, "── %s (%d bytes of arguments)\n", tc.Name, len(tc.Arguments))

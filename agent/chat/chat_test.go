@@ -92,3 +92,66 @@ func TestChatSession(t *testing.T) {
 		t.Errorf("continued session:\n%s", got)
 	}
 }
+
+// TestChatReasonsMarkdownCharts: a call that fails before any output says
+// why (not only "error"); the answer's Markdown is rendered (no raw ** or
+// table rules); a chart is saved as an HTML file that carries plotly.js.
+func TestChatReasonsMarkdownCharts(t *testing.T) {
+	calls := 0
+	flaky := tools.Tool{
+		Name: "plot", Description: "plots", Parameters: map[string]any{"type": "object"},
+		Run: func(context.Context, tools.Invocation) (tools.Result, error) {
+			calls++
+			if calls == 1 {
+				msg := "acquiring a sandbox: cannot reach sandboxd at 127.0.0.1:1: connection refused"
+				return tools.Result{Text: "error: " + msg, Status: "error", IsError: true, Console: []tools.Chunk{{Kind: tools.ChunkError, Text: msg}}}, nil
+			}
+			return tools.Result{Text: "ok", Status: "ok", Charts: []tools.Artifact{{MIME: "text/html",
+				Data: []byte(`<div id="p"></div><script src="https://cdn.plot.ly/plotly-2.6.3.min.js"></script><script>Plotly.newPlot("p", [])</script>`)}}}, nil
+		},
+	}
+	model := sm.Start(t, sm.Script(t,
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "p1", Name: "plot", Args: map[string]any{}}}}
+		}),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "p2", Name: "plot", Args: map[string]any{}}}}
+		}),
+		sm.Say("The **second** try worked.\n\n| letter | count |\n|---|---|\n| a | 3 |\n| c | 4 |"),
+	))
+	dir := t.TempDir()
+	store, err := session.Open(filepath.Join(dir, "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	reg, _ := tools.NewRegistry(flaky)
+	m, _ := llm.New(llm.Config{BaseURL: model.URL, Model: "scripted", MaxRetries: 0})
+	a, err := loop.New(loop.Config{Store: store, Model: m, Tools: reg, Sandboxes: noSandboxes{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	render, err := chat.MarkdownRenderer("dark", 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := chat.Run(context.Background(), chat.Options{Agent: a, UserID: "cli-test", In: strings.NewReader("plot\n"), Out: &out, ImageDir: dir, Markdown: render}); err != nil {
+		t.Fatalf("Run: %v\n%s", err, out.String())
+	}
+	got := regexp.MustCompile("\x1b\\[[0-9;]*m").ReplaceAllString(out.String(), "")
+	if !strings.Contains(got, "cannot reach sandboxd at 127.0.0.1:1: connection refused\n── error") {
+		t.Errorf("the failed call's reason is missing:\n%s", got)
+	}
+	if strings.Contains(got, "**second**") || strings.Contains(got, "|---|") || !strings.Contains(got, "second") || !regexp.MustCompile(`a\s+│?\s*3`).MatchString(got) {
+		t.Errorf("the Markdown was not rendered:\n%s", got)
+	}
+	path := regexp.MustCompile(`chart saved: (\S+)`).FindStringSubmatch(got)
+	if path == nil {
+		t.Fatalf("no chart saved:\n%s", got)
+	}
+	if data, err := os.ReadFile(path[1]); err != nil || !bytes.Contains(data, []byte("plotly.js v")) || bytes.Contains(data, []byte("cdn.plot.ly/plotly-2")) {
+		t.Errorf("saved chart %s is not self-contained (%d bytes, %v)", path[1], len(data), err)
+	}
+}

@@ -32,6 +32,10 @@ const (
 	TurnStarted Kind = "turn-started"
 	// TurnFinished: the conversation is idle again.
 	TurnFinished Kind = "turn-finished"
+	// TextDelta: Text is more of the model's answer, as the model streams
+	// it; the whole answer follows as an EntryAdded. Not kept for late
+	// subscribers.
+	TextDelta Kind = "text-delta"
 )
 
 // Event is one thing that happened in a conversation.
@@ -48,6 +52,8 @@ type Event struct {
 	CallID string
 	// Chunk is the output.
 	Chunk tools.Chunk
+	// Text is a piece of the model's answer (TextDelta).
+	Text string
 	// Conversation and Turn carry the current usage (Usage, TurnStarted,
 	// TurnFinished).
 	Conversation *session.Conversation

@@ -1,11 +1,17 @@
 package llm
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"mime"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -28,6 +34,10 @@ type Config struct {
 	// MaxRetries is how often a failed call (connection error, 429, 5xx) is
 	// retried with backoff; negative means the library default.
 	MaxRetries int
+	// NoStream turns token streaming off: every call waits for the whole
+	// answer. Streaming is on by default, and a server that cannot stream
+	// is detected and called without it.
+	NoStream bool
 }
 
 // Validate reports missing configuration in one message that says what to
@@ -54,6 +64,10 @@ type Request struct {
 	Messages []Message
 	// Tools the model may call.
 	Tools []ToolSpec
+	// OnText, if set, receives the answer's text as the model writes it
+	// (token streaming); the Response still carries the whole message.
+	// It is called from the goroutine that called Complete.
+	OnText func(delta string)
 }
 
 // Response is the model's answer to one Request.
@@ -83,6 +97,8 @@ type Client struct {
 	api     openai.Client
 	model   string
 	timeout time.Duration
+	// noStream is set by NoStream, or once a server refused to stream.
+	noStream atomic.Bool
 }
 
 // New returns a client for cfg, or cfg's validation error.
@@ -107,13 +123,120 @@ func New(cfg Config) (*Client, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Minute
 	}
-	return &Client{api: openai.NewClient(opts...), model: cfg.Model, timeout: timeout}, nil
+	c := &Client{api: openai.NewClient(opts...), model: cfg.Model, timeout: timeout}
+	c.noStream.Store(cfg.NoStream)
+	return c, nil
 }
 
-// Complete sends req and returns the first choice.
+// Complete sends req and returns the first choice. With req.OnText set it
+// streams the answer (stream: true), passing the text on as it comes and
+// assembling the tool calls from their deltas; a server that answers a
+// streaming request with a plain completion is understood, and one that
+// refuses to stream (a 4xx) is asked again without streaming, then never
+// asked to stream again.
 func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	params := c.params(req)
+	if req.OnText == nil || c.noStream.Load() {
+		resp, err := c.api.Chat.Completions.New(ctx, params)
+		if err != nil {
+			return Response{}, c.callError(err)
+		}
+		return c.response(resp)
+	}
+	resp, err := c.stream(ctx, params, req.OnText)
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) && refusesStreaming(apiErr.StatusCode) {
+		plain, perr := c.api.Chat.Completions.New(ctx, params)
+		if perr != nil {
+			return Response{}, c.callError(perr)
+		}
+		c.noStream.Store(true)
+		return c.response(plain)
+	}
+	if err != nil {
+		return Response{}, c.callError(err)
+	}
+	return c.response(resp)
+}
+
+// refusesStreaming says an HTTP status of a streaming request may mean the
+// server does not stream (rather than that the key or the quota is wrong,
+// or that the server is down).
+func refusesStreaming(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed,
+		http.StatusNotAcceptable, http.StatusUnsupportedMediaType, http.StatusUnprocessableEntity, http.StatusNotImplemented:
+		return true
+	}
+	return false
+}
+
+// maxPlainBody bounds a plain completion read in place of a stream.
+const maxPlainBody = 32 << 20
+
+// stream makes a streaming call and accumulates its chunks into one
+// completion.
+func (c *Client) stream(ctx context.Context, params openai.ChatCompletionNewParams, onText func(string)) (*openai.ChatCompletion, error) {
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	// A server that ignores "stream": it answers with JSON, which the
+	// stream decoder would read as no events: keep the body aside.
+	var plain []byte
+	keepJSON := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(r)
+		if err != nil || res.StatusCode != http.StatusOK {
+			return res, err
+		}
+		if mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type")); mt == "application/json" {
+			plain, err = io.ReadAll(io.LimitReader(res.Body, maxPlainBody))
+			res.Body.Close()
+			res.Body = io.NopCloser(bytes.NewReader(nil))
+			if err != nil {
+				return nil, err
+			}
+		}
+		return res, nil
+	})
+	s := c.api.Chat.Completions.NewStreaming(ctx, params, keepJSON)
+	defer s.Close()
+	var acc openai.ChatCompletionAccumulator
+	chunks := 0
+	for s.Next() {
+		chunk := s.Current()
+		chunks++
+		acc.AddChunk(chunk)
+		for _, ch := range chunk.Choices {
+			if ch.Index == 0 && ch.Delta.Content != "" {
+				onText(ch.Delta.Content)
+			}
+		}
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	if chunks == 0 && plain != nil {
+		var resp openai.ChatCompletion
+		if err := json.Unmarshal(plain, &resp); err != nil {
+			return nil, fmt.Errorf("reading the answer: %w", err)
+		}
+		if len(resp.Choices) > 0 && resp.Choices[0].Message.Content != "" {
+			onText(resp.Choices[0].Message.Content)
+		}
+		return &resp, nil
+	}
+	return &acc.ChatCompletion, nil
+}
+
+func (c *Client) callError(err error) error {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		return fmt.Errorf("model %s: HTTP %d: %s", c.model, apiErr.StatusCode, firstNonEmpty(apiErr.Message, apiErr.Code, apiErr.Type))
+	}
+	return fmt.Errorf("model %s: %w", c.model, err)
+}
+
+func (c *Client) params(req Request) openai.ChatCompletionNewParams {
 	params := openai.ChatCompletionNewParams{
 		Model:    shared.ChatModel(c.model),
 		Messages: toParams(req.System, req.Messages),
@@ -125,14 +248,11 @@ func (c *Client) Complete(ctx context.Context, req Request) (Response, error) {
 			Parameters:  shared.FunctionParameters(t.Parameters),
 		}))
 	}
-	resp, err := c.api.Chat.Completions.New(ctx, params)
-	if err != nil {
-		var apiErr *openai.Error
-		if errors.As(err, &apiErr) {
-			return Response{}, fmt.Errorf("model %s: HTTP %d: %s", c.model, apiErr.StatusCode, firstNonEmpty(apiErr.Message, apiErr.Code, apiErr.Type))
-		}
-		return Response{}, fmt.Errorf("model %s: %w", c.model, err)
-	}
+	return params
+}
+
+// response converts the first choice.
+func (c *Client) response(resp *openai.ChatCompletion) (Response, error) {
 	if len(resp.Choices) == 0 {
 		return Response{}, fmt.Errorf("model %s answered with no choices", c.model)
 	}

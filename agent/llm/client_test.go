@@ -3,6 +3,7 @@ package llm_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -132,5 +133,73 @@ func TestCompleteHTTPError(t *testing.T) {
 	_, err = c.Complete(context.Background(), llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Content: "hi"}}})
 	if err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "bad key") {
 		t.Errorf("error = %v, want HTTP 401 and the server's message", err)
+	}
+}
+
+// TestCompleteStreaming: with OnText set, the answer's text arrives in
+// pieces as the server streams it, and the tool calls are assembled from
+// their deltas; a server that answers a streaming request with a plain
+// completion, or refuses it, still gives the whole answer (the refusing
+// one is not asked to stream again).
+func TestCompleteStreaming(t *testing.T) {
+	const text = "Streaming, one piece at a time — ünïcode too."
+	calls := []scriptedmodel.Call{
+		scriptedmodel.RunCode("call_a", "python", "print('a' * 40)"),
+		scriptedmodel.RunCode("call_b", "javascript", "console.log([1, 2, 3].map((x) => x * 2))"),
+	}
+	for _, tc := range []struct {
+		name       string
+		mode       scriptedmodel.StreamMode
+		minDeltas  int
+		wantStream []bool // the Stream flag of each request, over two calls
+	}{
+		{"streams", scriptedmodel.Streams, 5, []bool{true, true}},
+		{"ignores stream", scriptedmodel.IgnoresStream, 1, []bool{true, true}},
+		{"refuses stream", scriptedmodel.RefusesStream, 0, []bool{true, false, false}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := scriptedmodel.StartMode(t, func(*scriptedmodel.Request) scriptedmodel.Reply {
+				return scriptedmodel.Reply{Text: text, Calls: calls}
+			}, tc.mode)
+			c, err := llm.New(llm.Config{BaseURL: srv.URL, Model: "scripted", MaxRetries: 0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for round := range 2 {
+				var deltas []string
+				resp, err := c.Complete(context.Background(), llm.Request{
+					Messages: []llm.Message{{Role: llm.RoleUser, Content: "go"}},
+					OnText:   func(d string) { deltas = append(deltas, d) },
+				})
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if resp.Message.Content != text {
+					t.Errorf("round %d: content %q, want %q", round, resp.Message.Content, text)
+				}
+				if got := strings.Join(deltas, ""); len(deltas) > 0 && got != text {
+					t.Errorf("round %d: the deltas spell %q, want %q", round, got, text)
+				}
+				if round == 0 && len(deltas) < tc.minDeltas {
+					t.Errorf("round %d: %d text deltas, want at least %d", round, len(deltas), tc.minDeltas)
+				}
+				tcs := resp.Message.ToolCalls
+				if len(tcs) != 2 || tcs[0].ID != "call_a" || tcs[1].ID != "call_b" || tcs[0].Name != "run_code" ||
+					tcs[0].Arguments != `{"code":"print('a' * 40)","language":"python"}` ||
+					tcs[1].Arguments != `{"code":"console.log([1, 2, 3].map((x) =\u003e x * 2))","language":"javascript"}` {
+					t.Errorf("round %d: tool calls %+v", round, tcs)
+				}
+				if resp.FinishReason != "tool_calls" || resp.Usage.CompletionTokens != 10 || resp.Usage.PromptTokens == 0 {
+					t.Errorf("round %d: finish %q, usage %+v", round, resp.FinishReason, resp.Usage)
+				}
+			}
+			var got []bool
+			for _, r := range srv.Requests() {
+				got = append(got, r.Stream)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.wantStream) {
+				t.Errorf("requests streamed %v, want %v", got, tc.wantStream)
+			}
+		})
 	}
 }

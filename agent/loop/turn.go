@@ -105,7 +105,11 @@ func (a *Agent) runTurn(ctx context.Context, convID string, t *activeTurn) {
 			return
 		}
 
-		resp, err := a.cfg.Model.Complete(ctx, a.request(entries))
+		req := a.request(entries)
+		// The answer as the model writes it, for the people watching; the
+		// stored entry below is the whole of it.
+		req.OnText = func(delta string) { a.publish(convID, events.Event{Kind: events.TextDelta, Text: delta}) }
+		resp, err := a.cfg.Model.Complete(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				continue // stopped or shutting down: handled above

@@ -194,3 +194,25 @@ func makeTitle(text string) string {
 	}
 	return cut + "…"
 }
+
+// DeleteConversation removes a conversation with everything stored for it
+// (turns, entries, tool calls, artifacts); ErrNotFound if there is none,
+// ErrBusy while a turn is in progress (stop it first). The sandbox and its
+// files are not touched: they belong to the user, not to the conversation.
+func (s *Store) DeleteConversation(ctx context.Context, id string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var state State
+		err := tx.QueryRowContext(ctx, `SELECT state FROM conversations WHERE id = ?`, id).Scan(&state)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("conversation %s: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if state == StateRunning {
+			return fmt.Errorf("conversation %s is working on a message: %w", id, ErrBusy)
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM conversations WHERE id = ?`, id)
+		return err
+	})
+}

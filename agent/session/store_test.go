@@ -129,3 +129,50 @@ func TestUsersSeeTheirOwnConversations(t *testing.T) {
 		t.Errorf("unknown conversation: %v", err)
 	}
 }
+
+// TestDeleteConversation: a conversation goes with everything stored for it
+// (its tool calls and artifacts too), not while it is working, and others
+// stay.
+func TestDeleteConversation(t *testing.T) {
+	ctx := context.Background()
+	s, err := session.Open(filepath.Join(t.TempDir(), "agent.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	keep, _ := s.CreateConversation(ctx, "alice")
+	c, _ := s.CreateConversation(ctx, "alice")
+	if _, err := s.BeginTurn(ctx, c.ID, "plot"); err != nil {
+		t.Fatal(err)
+	}
+	call := llm.ToolCall{ID: "call_1", Name: "run_code", Arguments: `{"code":"1"}`}
+	if _, err := s.AddAssistant(ctx, c.ID, 1, llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{call}}, llm.Usage{},
+		[]session.NewCall{{CallID: "call_1", Name: "run_code", Arguments: call.Arguments, CommandID: session.NewCommandID(c.ID)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteConversation(ctx, c.ID); !errors.Is(err, session.ErrBusy) {
+		t.Errorf("deleting a working conversation: %v, want ErrBusy", err)
+	}
+	res := tools.Result{Text: "ok", Status: "ok", Images: []tools.Artifact{{MIME: "image/png", Data: []byte("png")}}}
+	if _, err := s.FinishRun(ctx, c.ID, 1, "call_1", res, llm.Message{Role: llm.RoleTool, ToolCallID: "call_1", Content: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndTurn(ctx, c.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteConversation(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Conversation(ctx, c.ID); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("after delete: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Artifact(ctx, c.ID, "call_1", session.ArtifactImage, 0); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("artifact after delete: %v, want ErrNotFound", err)
+	}
+	if err := s.DeleteConversation(ctx, c.ID); !errors.Is(err, session.ErrNotFound) {
+		t.Errorf("second delete: %v, want ErrNotFound", err)
+	}
+	if convs, _ := s.Conversations(ctx, "alice"); len(convs) != 1 || convs[0].ID != keep.ID {
+		t.Errorf("alice's conversations after delete: %+v", convs)
+	}
+}

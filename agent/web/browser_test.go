@@ -44,8 +44,8 @@ func startStack(t *testing.T, h sm.Handler, plotlyJS string) *stack {
 	return &stack{url: srv.URL, model: model, store: store}
 }
 
-// browser starts headless Chromium.
-func browser(t *testing.T, width, height int) context.Context {
+// browser starts headless Chromium (with extra options, if any).
+func browser(t *testing.T, width, height int, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path := testenv.Chromium(t)
 	opts := []chromedp.ExecAllocatorOption{
@@ -59,6 +59,7 @@ func browser(t *testing.T, width, height int) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(width, height),
 	}
+	opts = append(opts, extra...)
 	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
 	bctx, cancel := chromedp.NewContext(actx)
@@ -147,7 +148,14 @@ func TestBrowserConversation(t *testing.T) {
 	if !strings.Contains(code, "plt.plot(range(1, 6), squares") || !strings.Contains(console, "plotted 5 points") {
 		t.Errorf("trace shows code %q and output %q", code, console)
 	}
-	if w := get(t, b, "image width", chromedp.Evaluate[int](`document.querySelector('#trace .run img').naturalWidth`)); w == 0 {
+	// Loaded (lazily, once visible) or failed: whichever comes first.
+	if w := get(t, b, "image width", chromedp.Evaluate[int](`new Promise((ok) => {
+		const img = document.querySelector('#trace .run img');
+		if (img.complete && img.naturalWidth > 0) return ok(img.naturalWidth);
+		img.addEventListener('load', () => ok(img.naturalWidth));
+		img.addEventListener('error', () => ok(0));
+		img.scrollIntoView();
+	})`, chromedp.EvalAwaitPromise)); w == 0 {
 		t.Error("the chart image did not load")
 	}
 	if !strings.Contains(chat, "Plot the squares of 1 to 5") || !strings.Contains(chat, "Here is the chart of the squares.") {
@@ -159,11 +167,11 @@ func TestBrowserConversation(t *testing.T) {
 	within(t, b, "sending the second message with Enter", wait,
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
 		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "And their sum?\r"),
-		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(2).ok`)),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(2) .run.ok`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chat .msg.assistant:last-child .md`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
 	)
-	chat, console = text(t, b, "#chat"), text(t, b, "#trace .run:nth-of-type(2) .console")
+	chat, console = text(t, b, "#chat"), text(t, b, "#trace .run-wrap:nth-of-type(2) .console")
 	if !strings.Contains(chat, "Their sum is 55.") || !strings.Contains(console, "sum: 55") {
 		t.Errorf("after the second message: chat %q, output %q", chat, console)
 	}
@@ -187,9 +195,11 @@ func TestBrowserConversation(t *testing.T) {
 	// The Stop button interrupts a running command.
 	within(t, b, "stopping a running command", wait,
 		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "Wait two minutes\r"),
-		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(3) .console .stdout`)),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(3) .console .stdout`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chat .chip.running[data-call="slow"]`)), // the chip's live status
 		chromedp.Click(chromedp.CSS(`#stop`)),
-		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(3).interrupted`)),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(3) .run.interrupted`)),
+		chromedp.WaitVisible(chromedp.CSS(`#chat .chip.interrupted[data-call="slow"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#chat .msg.notice`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
 	)

@@ -60,7 +60,7 @@ func (s *Server) view(ctx context.Context, c session.Conversation, live map[stri
 	// end of a turn before it publishes it, so a view read after subscribing
 	// is never stuck on "running".
 	v := &convView{ID: c.ID, Title: c.Title, Running: c.State == session.StateRunning}
-	for _, it := range chatItems(entries) {
+	for _, it := range chatItems(c.ID, entries, runs) {
 		f, err := s.fragment("chat-item", it.ID, it)
 		if err != nil {
 			return nil, err
@@ -68,7 +68,7 @@ func (s *Server) view(ctx context.Context, c session.Conversation, live map[stri
 		v.Chat = append(v.Chat, f)
 	}
 	for i, r := range runs {
-		rv := newRunView(c.ID, i+1, r, live[r.CallID])
+		rv := newRunView(c.ID, i+1, r, live[r.CallID], i == 0 || runs[i-1].Turn != r.Turn)
 		f, err := s.fragment("run", rv.ID, rv)
 		if err != nil {
 			return nil, err

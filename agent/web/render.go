@@ -85,24 +85,59 @@ type chatItem struct {
 	Calls []callChip
 }
 
-// callChip is a tool call mentioned in the chat.
+// callChip is a tool call mentioned in the chat, with its live status and
+// its figures (shown in the chat as thumbnails).
 type callChip struct {
 	CallID, Label string
+	// Status is running, ok, error, interrupted, ... (the run's status).
+	Status string
+	// Title is the chip's tooltip.
+	Title string
+	// Images are the figures' URLs.
+	Images []string
+	// Charts counts the interactive charts (shown in the trace).
+	Charts int
 }
 
-func chatItems(entries []session.Entry) []chatItem {
+func chatItems(convID string, entries []session.Entry, runs []session.ToolRun) []chatItem {
+	byCall := map[string]*session.ToolRun{}
+	for i := range runs {
+		byCall[runs[i].CallID] = &runs[i]
+	}
 	var items []chatItem
 	for _, e := range entries {
-		if it, ok := newChatItem(e); ok {
+		if it, ok := newChatItem(convID, e, byCall); ok {
 			items = append(items, it)
 		}
 	}
 	return items
 }
 
+// chipLabel says what a call did, in its current state.
+func chipLabel(name, language, status string) string {
+	what := name
+	if language != "" {
+		what = language
+	}
+	switch status {
+	case "running":
+		return "running " + what + "…"
+	case "ok":
+		if language != "" {
+			return "ran " + language
+		}
+		return "called " + name
+	case "pending", "":
+		return what + " (waiting)"
+	default:
+		return what + ": " + status
+	}
+}
+
 // newChatItem renders an entry for the chat column; tool results are not
-// shown there (they are in the trace panel).
-func newChatItem(e session.Entry) (chatItem, bool) {
+// shown there (they are in the trace panel), but each call's status and
+// figures are.
+func newChatItem(convID string, e session.Entry, runs map[string]*session.ToolRun) (chatItem, bool) {
 	it := chatItem{ID: fmt.Sprintf("e-%d", e.Seq), Kind: e.Kind}
 	switch e.Kind {
 	case session.KindUser:
@@ -114,13 +149,28 @@ func newChatItem(e session.Entry) (chatItem, bool) {
 			it.HTML = renderMarkdown(e.Message.Content)
 		}
 		for _, tc := range e.Message.ToolCalls {
-			label := tc.Name
+			var language string
 			if tc.Name == tools.RunCodeName {
 				if a, err := tools.ParseCodeArgs(tc.Arguments); err == nil {
-					label = "ran " + a.Language
+					language = a.Language
 				}
 			}
-			it.Calls = append(it.Calls, callChip{CallID: tc.ID, Label: label})
+			chip := callChip{CallID: tc.ID, Status: "pending"}
+			if r := runs[tc.ID]; r != nil {
+				switch {
+				case r.State == session.RunRunning:
+					chip.Status = "running"
+				case r.State == session.RunDone:
+					chip.Status = r.Result.Status
+					for i := range r.Images {
+						chip.Images = append(chip.Images, fmt.Sprintf("/c/%s/runs/%s/images/%d", convID, r.CallID, i))
+					}
+					chip.Charts = r.Charts
+				}
+			}
+			chip.Label = chipLabel(tc.Name, language, chip.Status)
+			chip.Title = "show this call in the trace (" + chip.Status + ")"
+			it.Calls = append(it.Calls, chip)
 		}
 	default:
 		return it, false
@@ -134,7 +184,9 @@ type runView struct {
 	ID     string
 	CallID string
 	// N numbers the calls of the conversation from 1.
-	N        int
+	N int
+	// Sep, on the first call of a message, labels the separator before it.
+	Sep      string
 	Name     string
 	Language string
 	// Code is the highlighted code (run_code), or the raw arguments.
@@ -150,8 +202,12 @@ type runView struct {
 	Images, Charts []string
 }
 
-func newRunView(convID string, n int, r session.ToolRun, live []tools.Chunk) runView {
+// newRunView renders a run; first says it is the first call of its message.
+func newRunView(convID string, n int, r session.ToolRun, live []tools.Chunk, first bool) runView {
 	v := runView{ID: "run-" + r.CallID, CallID: r.CallID, N: n, Name: r.Name, Running: r.State != session.RunDone}
+	if first {
+		v.Sep = fmt.Sprintf("Message %d", r.Turn)
+	}
 	if a, err := tools.ParseCodeArgs(r.Arguments); r.Name == tools.RunCodeName && err == nil {
 		v.Language = a.Language
 		v.Code = highlight(a.Code, a.Language)

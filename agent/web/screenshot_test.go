@@ -13,8 +13,7 @@ import (
 // TestScreenshot renders a realistic conversation and saves a screenshot
 // of the page, for the documentation. It runs only when asked:
 //
-//	AGENT_WEB_SCREENSHOT=agent/docs/web-ui.png AGENT_WEB_PLOTLY_JS=/path/plotly.min.js \
-//	    go test -run TestScreenshot ./agent/web
+//	AGENT_WEB_SCREENSHOT=$PWD/agent/docs/web-ui.png go test -run TestScreenshot ./agent/web
 func TestScreenshot(t *testing.T) {
 	out := os.Getenv("AGENT_WEB_SCREENSHOT")
 	if out == "" {
@@ -58,9 +57,9 @@ func TestScreenshot(t *testing.T) {
 	)
 	within(t, b, "second message", wait,
 		chromedp.SendKeys(chromedp.CSS(`#composer textarea`), "Make it interactive\r"),
-		chromedp.WaitVisible(chromedp.CSS(`#trace .run:nth-of-type(2) iframe`)),
+		chromedp.WaitVisible(chromedp.CSS(`#trace .run-wrap:nth-of-type(2) iframe`)),
 		chromedp.WaitNotPresent(chromedp.CSS(`body.running`)),
-		chromedp.Sleep(3*time.Second), // let the chart frame draw
+		chromedp.WaitReady(chromedp.CSS(`#trace iframe[data-loaded]`)), // the chart frame has drawn
 	)
 	// Show the first call's output and figure above the second's chart.
 	get(t, b, "scrolling the trace", chromedp.Evaluate[int](

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/agent/loop"
 	"github.com/sandboxd/sandboxd/agent/session"
+	"github.com/sandboxd/sandboxd/internal/plotlyjs"
 )
 
 //go:embed templates/*.html
@@ -36,10 +37,9 @@ var staticFS embed.FS
 type Options struct {
 	// Agent runs the conversations.
 	Agent *loop.Agent
-	// PlotlyJS is the path of a local plotly.min.js, served to the chart
-	// frames instead of plotly's CDN (which an offline browser cannot
-	// reach). Empty means FindPlotlyJS's choice; if none is found, charts
-	// load plotly from the CDN.
+	// PlotlyJS is the path of a plotly.min.js to serve to the chart frames
+	// instead of the one embedded in the binary (internal/plotlyjs). Empty
+	// means the embedded one.
 	PlotlyJS string
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -67,17 +67,12 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("parsing templates: %w", err)
 	}
 	s := &Server{agent: o.Agent, store: o.Agent.Store(), log: o.Logger, tmpl: tmpl, chroma: chromaCSS(), shutdown: make(chan struct{})}
-	path := o.PlotlyJS
-	if path == "" {
-		path = FindPlotlyJS()
-	}
-	if path != "" {
-		if s.plotly, err = os.ReadFile(path); err != nil {
+	s.plotly = plotlyjs.JS
+	if o.PlotlyJS != "" {
+		if s.plotly, err = os.ReadFile(o.PlotlyJS); err != nil {
 			return nil, fmt.Errorf("plotly.js: %w", err)
 		}
-		s.log.Info("serving plotly.js locally", "path", path)
-	} else {
-		s.log.Info("no local plotly.js found; charts load it from plotly's CDN (set --plotly-js to serve a local copy)")
+		s.log.Info("serving plotly.js from a file", "path", o.PlotlyJS)
 	}
 
 	static, _ := fs.Sub(staticFS, "static")
@@ -298,10 +293,6 @@ func (s *Server) serveBytes(contentType string, data []byte) http.HandlerFunc {
 }
 
 func (s *Server) servePlotly(w http.ResponseWriter, r *http.Request) {
-	if s.plotly == nil {
-		http.Error(w, "no local plotly.js (see --plotly-js)", http.StatusNotFound)
-		return
-	}
 	w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
 	w.Header().Set("Cache-Control", "max-age=86400")
 	w.Write(s.plotly)

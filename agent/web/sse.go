@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent/events"
+	"github.com/sandboxd/sandboxd/agent/session"
 )
 
 // keepAlive is how often an idle event stream sends a comment, so proxies
@@ -18,6 +19,7 @@ const keepAlive = 15 * time.Second
 //	sync   {chat: [fragment], trace: [fragment], state}  the whole view, first
 //	item   {panel, id, v, html}                          add or replace an element
 //	out    {id, kind, text}                              output of a running call
+//	delta  {text}                                        the model's answer as it is written
 //	state  {running, usage}                              token counter and busy flag
 //
 // A client that falls behind is disconnected; the browser's EventSource
@@ -92,6 +94,23 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// sendChatItem sends an entry's chat item, if it has one.
+func (s *Server) sendChatItem(convID string, e session.Entry, runs []session.ToolRun, send func(string, any) error) error {
+	byCall := map[string]*session.ToolRun{}
+	for i := range runs {
+		byCall[runs[i].CallID] = &runs[i]
+	}
+	it, ok := newChatItem(convID, e, byCall)
+	if !ok {
+		return nil
+	}
+	f, err := s.fragment("chat-item", it.ID, it)
+	if err != nil {
+		return err
+	}
+	return send("item", item{Panel: "chat", fragment: f})
+}
+
 // state is the busy flag and the token counter.
 type state struct {
 	Running bool   `json:"running"`
@@ -118,32 +137,50 @@ func (s *Server) sendEvent(r *http.Request, ev events.Event, send func(string, a
 	ctx := r.Context()
 	switch ev.Kind {
 	case events.EntryAdded:
-		it, ok := newChatItem(*ev.Entry)
-		if !ok {
-			return nil
-		}
-		f, err := s.fragment("chat-item", it.ID, it)
+		runs, err := s.store.Runs(ctx, ev.ConversationID)
 		if err != nil {
 			return err
 		}
-		return send("item", item{Panel: "chat", fragment: f})
+		return s.sendChatItem(ev.ConversationID, *ev.Entry, runs, send)
 	case events.RunStarted, events.RunFinished:
 		runs, err := s.store.Runs(ctx, ev.ConversationID)
 		if err != nil {
 			return err
 		}
-		n := len(runs)
+		n, first := len(runs), true
 		for i, r := range runs {
 			if r.CallID == ev.Run.CallID {
-				n = i + 1
+				n, first = i+1, i == 0 || runs[i-1].Turn != r.Turn
 			}
 		}
-		rv := newRunView(ev.ConversationID, n, *ev.Run, nil)
+		// The store's copy, if it has one, so that the chip below agrees.
+		run := *ev.Run
+		if n <= len(runs) && runs[n-1].CallID == run.CallID {
+			runs[n-1] = run
+		}
+		rv := newRunView(ev.ConversationID, n, run, nil, first)
 		f, err := s.fragment("run", rv.ID, rv)
 		if err != nil {
 			return err
 		}
-		return send("item", item{Panel: "trace", fragment: f})
+		if err := send("item", item{Panel: "trace", fragment: f}); err != nil {
+			return err
+		}
+		// The chat message that made the call: its chip and figures.
+		entries, err := s.store.Entries(ctx, ev.ConversationID)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			for _, tc := range e.Message.ToolCalls {
+				if e.Kind == session.KindAssistant && tc.ID == run.CallID {
+					return s.sendChatItem(ev.ConversationID, e, runs, send)
+				}
+			}
+		}
+		return nil
+	case events.TextDelta:
+		return send("delta", map[string]string{"text": ev.Text})
 	case events.RunOutput:
 		return send("out", map[string]string{"id": "run-" + ev.CallID, "kind": ev.Chunk.Kind, "text": ev.Chunk.Text})
 	case events.Usage, events.TurnStarted, events.TurnFinished:

@@ -7,6 +7,7 @@ package web_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/cookiejar"
@@ -57,6 +58,16 @@ type handlerStack struct {
 
 func startHandlers(t *testing.T, h sm.Handler) *handlerStack {
 	t.Helper()
+	plotly := filepath.Join(t.TempDir(), "plotly.min.js")
+	if err := os.WriteFile(plotly, []byte("/* plotly */"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startHandlersPlotly(t, h, plotly)
+}
+
+// startHandlersPlotly serves plotlyJS ("" is the embedded one).
+func startHandlersPlotly(t *testing.T, h sm.Handler, plotly string) *handlerStack {
+	t.Helper()
 	model := sm.Start(t, h)
 	store, err := session.Open(filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
@@ -76,10 +87,6 @@ func startHandlers(t *testing.T, h sm.Handler) *handlerStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	plotly := filepath.Join(t.TempDir(), "plotly.min.js")
-	if err := os.WriteFile(plotly, []byte("/* plotly */"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ws, err := web.New(web.Options{Agent: a, PlotlyJS: plotly})
 	if err != nil {
 		t.Fatal(err)
@@ -246,5 +253,119 @@ func TestChartFrame(t *testing.T) {
 	}
 	if first != "event: sync" {
 		t.Errorf("first event %q, want sync", first)
+	}
+}
+
+// TestAnswerStreamsToBrowser: the model's answer reaches an open page as it
+// is written (delta events, in order, spelling the answer), then as the
+// stored message.
+func TestAnswerStreamsToBrowser(t *testing.T) {
+	const answer = "Here is a longer answer, streamed token by token to the page."
+	listening := make(chan struct{})
+	st := startHandlers(t, sm.Script(t,
+		sm.Say("First."),
+		sm.Handler(func(*sm.Request) sm.Reply {
+			<-listening
+			return sm.Reply{Text: answer}
+		}),
+	))
+	b := newBrowser(t)
+	resp, err := b.PostForm(st.srv.URL+"/c", url.Values{"message": {"hello"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	convID := strings.TrimPrefix(loc, "/c/")
+	select {
+	case <-st.agent.Done(convID):
+	case <-time.After(time.Minute):
+		t.Fatal("first turn did not finish")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", st.srv.URL+loc+"/events", nil)
+	events, err := b.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Body.Close()
+	sc := bufio.NewScanner(events.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	next := func() (string, string) {
+		var name string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case strings.HasPrefix(line, "event: "):
+				name = strings.TrimPrefix(line, "event: ")
+			case strings.HasPrefix(line, "data: ") && name != "":
+				return name, strings.TrimPrefix(line, "data: ")
+			}
+		}
+		t.Fatalf("event stream ended: %v", sc.Err())
+		return "", ""
+	}
+	if name, _ := next(); name != "sync" {
+		t.Fatalf("first event %q, want sync", name)
+	}
+	resp, err = b.PostForm(st.srv.URL+loc+"/messages", url.Values{"message": {"more"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	close(listening)
+	var streamed strings.Builder
+	deltas := 0
+	for {
+		name, data := next()
+		if name == "delta" {
+			var d struct{ Text string }
+			if err := json.Unmarshal([]byte(data), &d); err != nil {
+				t.Fatal(err)
+			}
+			streamed.WriteString(d.Text)
+			deltas++
+		}
+		if name == "item" && strings.Contains(data, "token by token") {
+			break
+		}
+	}
+	if deltas < 2 || streamed.String() != answer {
+		t.Errorf("%d delta events spelling %q; want several spelling %q", deltas, streamed.String(), answer)
+	}
+}
+
+// TestEmbeddedPlotly: without --plotly-js the binary serves its own
+// plotly.js (so charts draw offline), and the chart page says so if a
+// chart does not draw.
+func TestEmbeddedPlotly(t *testing.T) {
+	st := startHandlersPlotly(t, sm.Script(t,
+		sm.Handler(func(*sm.Request) sm.Reply {
+			return sm.Reply{Calls: []sm.Call{{ID: "c1", Name: "chart", Args: map[string]any{}}}}
+		}),
+		sm.Say("done"),
+	), "")
+	b := newBrowser(t)
+	resp, err := b.Get(st.srv.URL + "/static/plotly.min.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if js := body(t, resp); resp.StatusCode != http.StatusOK || !strings.Contains(js[:min(len(js), 200)], "plotly.js v4.1.2") || len(js) < 1<<20 {
+		t.Errorf("/static/plotly.min.js: %d, %d bytes", resp.StatusCode, len(js))
+	}
+	resp, err = b.PostForm(st.srv.URL+"/c", url.Values{"message": {"chart"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	<-st.agent.Done(strings.TrimPrefix(loc, "/c/"))
+	resp, err = b.Get(st.srv.URL + loc + "/runs/c1/charts/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if page := body(t, resp); !strings.Contains(page, "plotly-fallback") || strings.Contains(page, "cdn.plot.ly") {
+		t.Errorf("chart page:\n%s", page)
 	}
 }

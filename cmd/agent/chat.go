@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"path/filepath"
 
+	"github.com/charmbracelet/x/term"
+
 	"github.com/sandboxd/sandboxd/agent/chat"
 )
 
@@ -39,6 +41,7 @@ func runChat(ctx context.Context, cfg config, logger *slog.Logger, stdin io.Read
 	err = chat.Run(ctx, chat.Options{
 		Agent: a.agent, UserID: cfg.user, ConversationID: cfg.session,
 		In: stdin, Out: stdout, ImageDir: filepath.Join(cfg.stateDir, "images"), Interrupts: interrupts,
+		Markdown: terminalMarkdown(stdout, logger),
 	})
 	switch {
 	case err == nil:
@@ -49,4 +52,28 @@ func runChat(ctx context.Context, cfg config, logger *slog.Logger, stdin io.Read
 		fmt.Fprintf(stderr, "agent chat: %v\n", err)
 		return exitFailure
 	}
+}
+
+// terminalMarkdown renders the model's Markdown when the output is a
+// terminal (GLAMOUR_STYLE picks the style; default: by the terminal's
+// background); piped output stays plain Markdown.
+func terminalMarkdown(out io.Writer, logger *slog.Logger) func(string) string {
+	f, ok := out.(*os.File)
+	if !ok || !term.IsTerminal(f.Fd()) {
+		return nil
+	}
+	width := 100
+	if w, _, err := term.GetSize(f.Fd()); err == nil && w > 20 {
+		width = min(w-2, 120)
+	}
+	style := os.Getenv("GLAMOUR_STYLE")
+	if style == "" {
+		style = "auto"
+	}
+	render, err := chat.MarkdownRenderer(style, width)
+	if err != nil {
+		logger.Warn("Markdown rendering off", "err", err)
+		return nil
+	}
+	return render
 }

@@ -6,6 +6,7 @@
 //
 //	agent chat [--session ID] [flags]   chat in the terminal
 //	agent serve [--listen ADDR] [flags] serve the web interface
+//	agent sessions [list|resume ID|delete ID...]
 //
 // The model is any OpenAI-compatible Chat Completions endpoint with tool
 // calling: OPENAI_BASE_URL, OPENAI_API_KEY and AGENT_MODEL (or --base-url,
@@ -35,6 +36,9 @@ const (
 const usageText = `Usage:
   agent chat [--session ID] [--user USER] [flags]   chat in the terminal
   agent serve [--listen ADDR] [flags]               serve the web interface
+  agent sessions [list]                             list your terminal conversations
+  agent sessions resume ID [flags]                  continue one (as chat --session ID)
+  agent sessions delete ID...                       delete conversations (not the sandbox)
   agent help                                        show this help
 
 Model (any OpenAI-compatible Chat Completions endpoint with tool calling):
@@ -59,8 +63,8 @@ chat:
 
 serve:
   --listen ADDR        HTTP address (env AGENT_LISTEN; default 127.0.0.1:8080)
-  --plotly-js PATH     local plotly.min.js for charts (env AGENT_PLOTLY_JS; default: found on
-                       the system, else plotly's CDN)
+  --plotly-js PATH     a plotly.min.js to serve instead of the one built in (env AGENT_PLOTLY_JS;
+                       default: plotly.js 4.1.2, embedded, so charts draw offline)
 
 One agent process uses a state directory at a time.
 `
@@ -80,6 +84,10 @@ func run(args []string, getenv func(string) string, stdin io.Reader, stdout, std
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
+	case "sessions":
+		ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		defer cancel()
+		return runSessions(ctx, rest, getenv, stdin, stdout, stderr)
 	case "chat", "serve":
 	default:
 		fmt.Fprintf(stderr, "agent: unknown command %q (see agent help)\n", cmd)

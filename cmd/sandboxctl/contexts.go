@@ -16,6 +16,8 @@ func cmdCtx(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("ctx "+sub, flag.ContinueOnError)
 	language := fs.String("language", "python", "the context's language")
 	cwd := fs.String("cwd", "", "working directory, relative to /workspace")
+	var format formatFlag
+	format.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "ctx "+sub, err)
@@ -43,6 +45,12 @@ func cmdCtx(ctx context.Context, c *cli, args []string) int {
 		list, err := c.sandboxd.ListContexts(rctx, pos[0])
 		if err != nil {
 			return c.fail("ctx ls", err)
+		}
+		if format == "json" {
+			if err := writeJSONList(c.stdout, list); err != nil {
+				return c.fail("ctx ls", err)
+			}
+			return exitOK
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "CONTEXT\tLANGUAGE\tCWD\tCREATED")

@@ -8,6 +8,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"regexp"
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -21,7 +23,10 @@ const interruptTimeout = 5 * time.Second
 // output. The status is non-zero unless the command ended OK.
 func cmdExec(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	user := fs.String("user", "", "the end user whose sandbox runs the code (required)")
+	user := fs.String("user", "", "the end user whose sandbox runs the code (acquired first)")
+	sandboxID := fs.String("sandbox", "", "the sandbox that runs the code, by ID (instead of --user)")
+	var out outputFlags
+	out.register(fs)
 	lang := fs.String("language", "python", "python, bash, javascript, typescript or r")
 	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
 	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
@@ -31,13 +36,21 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return usageErr(c.stderr, "exec", err)
 	}
+	if *sandboxID == "" && len(pos) == 2 && looksLikeSandboxID(pos[0]) {
+		*sandboxID, pos = pos[0], pos[1:] // "exec SANDBOX_ID CODE"
+	}
 	switch {
-	case *user == "":
-		return usageErr(c.stderr, "exec", errors.New("--user is required"))
+	case *user == "" && *sandboxID == "":
+		return usageErr(c.stderr, "exec", errors.New("say whose sandbox runs the code: --user USER, or --sandbox SANDBOX_ID"))
+	case *user != "" && *sandboxID != "":
+		return usageErr(c.stderr, "exec", errors.New("--user and --sandbox are exclusive"))
 	case len(pos) != 1:
 		return usageErr(c.stderr, "exec", fmt.Errorf("want exactly one CODE argument (or - for stdin), got %d", len(pos)))
 	case *timeout < 0:
 		return usageErr(c.stderr, "exec", fmt.Errorf("--timeout %v is negative", *timeout))
+	}
+	if err := out.check(); err != nil {
+		return usageErr(c.stderr, "exec", err)
 	}
 	code := pos[0]
 	if code == "-" {
@@ -55,24 +68,58 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		*cmdID = newCommandID()
 	}
 
-	rctx, cancel := rpcCtx(ctx)
-	acq, err := c.sandboxd.Acquire(rctx, *user)
-	cancel()
-	if err != nil {
-		return c.fail("exec: acquire sandbox for "+*user, err)
-	}
-	if acq.StateLost {
-		fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",
-			*user, acq.ReplacedID, acq.ReplacedReason, acq.ID)
+	sb := *sandboxID
+	if sb == "" {
+		rctx, cancel := rpcCtx(ctx)
+		acq, err := c.sandboxd.Acquire(rctx, *user)
+		cancel()
+		if err != nil {
+			return c.fail("exec: acquire sandbox for "+*user, err)
+		}
+		if acq.StateLost {
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",
+				*user, acq.ReplacedID, acq.ReplacedReason, acq.ID)
+		}
+		sb = acq.ID
 	}
 
 	// One Execute, not client.Run: a broken stream is reported with the
 	// command to resume it, rather than retried behind the user's back.
-	stream, err := c.sandboxd.Execute(ctx, client.Command{SandboxID: acq.ID, ID: *cmdID, Language: *lang, Code: code, Timeout: *timeout, Env: env})
+	stream, err := c.sandboxd.Execute(ctx, client.Command{SandboxID: sb, ID: *cmdID, Language: *lang, Code: code, Timeout: *timeout, Env: env})
 	if err != nil {
 		return c.fail("exec", err)
 	}
-	return c.follow(ctx, "exec", acq.ID, *cmdID, stream, true)
+	return c.follow(ctx, "exec", sb, *cmdID, stream, true, out)
+}
+
+// sandboxIDForm is the form of sandboxd's sandbox IDs ("sb-" and 20
+// characters of lowercase base32).
+var sandboxIDForm = regexp.MustCompile(`^sb-[a-z2-7]{20}$`)
+
+// looksLikeSandboxID says an argument is a sandbox ID rather than code.
+func looksLikeSandboxID(s string) bool { return sandboxIDForm.MatchString(s) }
+
+// outputFlags are exec's and resume's flags about how events are shown.
+type outputFlags struct {
+	save   string
+	events bool
+}
+
+func (o *outputFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&o.save, "save", "", "write figures and plotly charts (self-contained HTML) to this directory")
+	fs.BoolVar(&o.events, "events", false, "prefix each event with its seq, for resume --after-seq")
+}
+
+// check makes the save directory exists (creating it), so that a typo is
+// an error before the command runs rather than after.
+func (o *outputFlags) check() error {
+	if o.save == "" {
+		return nil
+	}
+	if err := os.MkdirAll(o.save, 0o755); err != nil {
+		return fmt.Errorf("--save: %v", err)
+	}
+	return nil
 }
 
 // newCommandID returns a fresh command ID; a variable so tests can pin it.
@@ -86,6 +133,8 @@ var newCommandID = func() string {
 func cmdResume(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
 	after := fs.Int64("after-seq", 0, "skip the events up to and including this seq")
+	var out outputFlags
+	out.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "resume", err)
@@ -96,13 +145,16 @@ func cmdResume(ctx context.Context, c *cli, args []string) int {
 	if *after < 0 {
 		return usageErr(c.stderr, "resume", fmt.Errorf("--after-seq %d is negative", *after))
 	}
+	if err := out.check(); err != nil {
+		return usageErr(c.stderr, "resume", err)
+	}
 	stream, err := c.sandboxd.StreamCommand(ctx, pos[0], pos[1], *after)
 	if err != nil {
 		return c.fail("resume", err)
 	}
 	// Ctrl-C only stops following: like "logs -f", resume watches a
 	// command that was started elsewhere.
-	return c.follow(ctx, "resume", pos[0], pos[1], stream, false)
+	return c.follow(ctx, "resume", pos[0], pos[1], stream, false, out)
 }
 
 // follow prints a command's stream to its end and turns the outcome into an
@@ -110,8 +162,8 @@ func cmdResume(ctx context.Context, c *cli, args []string) int {
 // interruptOnCancel it asks the sandbox to interrupt the command (which would
 // otherwise keep running unseen, unlike code run in a terminal); without, it
 // only stops following.
-func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, stream *client.Stream, interruptOnCancel bool) int {
-	p := &eventPrinter{stdout: c.stdout, stderr: c.stderr}
+func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, stream *client.Stream, interruptOnCancel bool, out outputFlags) int {
+	p := &eventPrinter{stdout: c.stdout, stderr: c.stderr, saveDir: out.save, seqs: out.events, commandID: commandID}
 	for {
 		ev, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -147,10 +199,14 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 		return exitOK
 	}
 	msg := fmt.Sprintf("sandboxctl: %s: command %s ended with status %s", what, commandID, d.Status)
+	r := d.Reason
 	if d.ExitCode != nil {
-		msg += fmt.Sprintf(" (exit code %d)", *d.ExitCode)
+		msg = fmt.Sprintf("sandboxctl: %s: command %s failed with exit code %d", what, commandID, *d.ExitCode)
+		if r == fmt.Sprintf("exit status %d", *d.ExitCode) {
+			r = "" // says nothing more
+		}
 	}
-	if r := d.Reason; r != "" && !d.StateLost {
+	if r != "" && !d.StateLost {
 		msg += ": " + r
 	}
 	fmt.Fprintln(c.stderr, msg)

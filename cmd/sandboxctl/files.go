@@ -2,9 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/sandboxd/sandboxd/client"
@@ -16,6 +21,8 @@ import (
 func cmdLs(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
 	depth := fs.Int("depth", 1, "levels to list (1-10)")
+	var format formatFlag
+	format.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "ls", err)
@@ -32,6 +39,12 @@ func cmdLs(ctx context.Context, c *cli, args []string) int {
 	files, err := c.sandboxd.ListFiles(rctx, pos[0], path, client.WithDepth(*depth))
 	if err != nil {
 		return c.fail("ls "+displayArg(path), err)
+	}
+	if format == "json" {
+		if err := writeJSONList(c.stdout, files); err != nil {
+			return c.fail("ls", err)
+		}
+		return exitOK
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	for _, f := range files {
@@ -128,4 +141,98 @@ func displayArg(p string) string {
 		return "/workspace"
 	}
 	return p
+}
+
+// cmdCp copies one file between the local machine and a sandbox's
+// /workspace, in either direction; the side written as SANDBOX_ID:PATH is
+// the sandbox's. A download goes to a temporary file renamed into place
+// once complete, so a failed copy leaves no partial file.
+func cmdCp(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("cp", flag.ContinueOnError)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "cp", err)
+	}
+	if len(pos) != 2 {
+		return usageErr(c.stderr, "cp", fmt.Errorf("want SOURCE and DESTINATION (one of them SANDBOX_ID:PATH), got %d arguments", len(pos)))
+	}
+	srcSB, srcPath, srcRemote := remoteSpec(pos[0])
+	dstSB, dstPath, dstRemote := remoteSpec(pos[1])
+	switch {
+	case srcRemote && dstRemote:
+		return usageErr(c.stderr, "cp", errors.New("both sides are in a sandbox; copy through a local file, or use mv within one sandbox"))
+	case !srcRemote && !dstRemote:
+		return usageErr(c.stderr, "cp", errors.New("neither side is in a sandbox; write one as SANDBOX_ID:PATH"))
+	case srcRemote:
+		return c.download(ctx, srcSB, srcPath, pos[1])
+	default:
+		return c.upload(ctx, pos[0], dstSB, dstPath)
+	}
+}
+
+// remoteSpec splits "SANDBOX_ID:PATH"; a local path has no colon before its
+// first slash.
+func remoteSpec(s string) (sandboxID, path string, ok bool) {
+	i := strings.IndexByte(s, ':')
+	if i <= 0 || strings.Contains(s[:i], "/") {
+		return "", "", false
+	}
+	return s[:i], s[i+1:], true
+}
+
+func (c *cli) download(ctx context.Context, sandboxID, path, local string) int {
+	what := "cp " + sandboxID + ":" + displayArg(path)
+	if local == "-" {
+		if _, err := c.sandboxd.Download(ctx, sandboxID, path, c.stdout); err != nil {
+			return c.fail(what, err)
+		}
+		return exitOK
+	}
+	if st, err := os.Stat(local); (err == nil && st.IsDir()) || strings.HasSuffix(local, string(os.PathSeparator)) {
+		local = filepath.Join(local, filepath.Base(filepath.FromSlash(path)))
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(local), "."+filepath.Base(local)+".part-*")
+	if err != nil {
+		return c.fail(what, err)
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	info, err := c.sandboxd.Download(ctx, sandboxID, path, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return c.fail(what, err)
+	}
+	if err := os.Rename(tmp.Name(), local); err != nil {
+		return c.fail(what, err)
+	}
+	fmt.Fprintf(c.stderr, "copied %s:%s to %s (%d bytes)\n", sandboxID, info.GetPath(), local, info.GetSize())
+	return exitOK
+}
+
+func (c *cli) upload(ctx context.Context, local, sandboxID, path string) int {
+	what := "cp " + local
+	var r io.Reader = c.stdin
+	if local != "-" {
+		f, err := os.Open(local)
+		if err != nil {
+			return c.fail(what, err)
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err == nil && st.IsDir() {
+			return usageErr(c.stderr, "cp", fmt.Errorf("%s is a directory; cp copies one file", local))
+		}
+		r = f
+		if path == "" || strings.HasSuffix(path, "/") {
+			path += filepath.Base(local)
+		}
+	} else if path == "" || strings.HasSuffix(path, "/") {
+		return usageErr(c.stderr, "cp", errors.New("copying stdin needs a file name: SANDBOX_ID:PATH"))
+	}
+	info, err := c.sandboxd.Upload(ctx, sandboxID, path, r)
+	if err != nil {
+		return c.fail(what, err)
+	}
+	fmt.Fprintf(c.stderr, "copied %s to %s:%s (%d bytes)\n", local, sandboxID, info.GetPath(), info.GetSize())
+	return exitOK
 }

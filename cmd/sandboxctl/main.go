@@ -43,50 +43,6 @@ const defaultAddr = "127.0.0.1:50051"
 // which can take Docker several seconds.
 const rpcTimeout = time.Minute
 
-const usageText = `Usage: sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
-
-Commands:
-  list [--tenant TENANT] [--user USER] [--state running|dead] [--metadata K=V]... [--json]
-                         list sandboxes (--metadata: only those with every pair)
-  inspect SANDBOX_ID     print one sandbox as JSON
-  kill SANDBOX_ID...     delete sandboxes (each is attempted)
-  kill --user USER [--tenant TENANT]
-                         delete all of a user's sandboxes (in every tenant
-                         the token sees, unless --tenant)
-  exec --user USER [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] CODE
-                         run CODE ("-" reads stdin) in the user's sandbox,
-                         acquiring it first, and stream its output
-  resume SANDBOX_ID COMMAND_ID [--after-seq N]
-                         stream a command's output (again), after event N
-  ls SANDBOX_ID [PATH] [--depth N]
-                         list a directory of the sandbox's /workspace (N levels, 1-10)
-  mkdir [-p] SANDBOX_ID PATH
-                         create a directory in /workspace (-p: parents, no error if it exists)
-  rm [-r] SANDBOX_ID PATH
-                         remove a file or (-r: with its content) a directory from /workspace
-  mv [-f] SANDBOX_ID FROM TO
-                         rename within /workspace (-f: replace an existing destination)
-` + psUsage + `
-  set-timeout SANDBOX_ID DURATION
-                         set the sandbox's idle timeout (e.g. 2h): it expires
-                         DURATION after its last use, counted from now
-  ctx create SANDBOX_ID [--language LANG] [--cwd DIR]
-                         create a context (own interpreter and globals, cwd DIR
-                         under /workspace) and print its ID
-  ctx ls SANDBOX_ID      list a sandbox's contexts
-  ctx restart SANDBOX_ID CONTEXT_ID
-                         give a context fresh globals
-  ctx rm SANDBOX_ID CONTEXT_ID
-                         delete a context
-
-Global flags:
-  --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
-  --token TOKEN          bearer token for a sandboxd started with --auth-tokens
-                         (env SANDBOXCTL_TOKEN; prefer the variable: arguments show in ps)
-  --tls                  connect with TLS, verifying the server against the system's CAs
-  --ca FILE              connect with TLS, verifying the server against this CA (PEM); implies --tls
-`
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
@@ -114,7 +70,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	caFile := fs.String("ca", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, usageText)
+			writeUsage(stdout)
 			return exitOK
 		}
 		return usageErr(stderr, "", err)
@@ -129,32 +85,29 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		*token = getenv("SANDBOXCTL_TOKEN")
 	}
 	if fs.NArg() == 0 {
-		fmt.Fprint(stderr, usageText)
+		writeUsage(stderr)
 		return exitUsage
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 
-	commands := map[string]func(context.Context, *cli, []string) int{
-		"list":        cmdList,
-		"inspect":     cmdInspect,
-		"kill":        cmdKill,
-		"exec":        cmdExec,
-		"resume":      cmdResume,
-		"ls":          cmdLs,
-		"mkdir":       cmdMkdir,
-		"rm":          cmdRm,
-		"mv":          cmdMv,
-		"ps":          cmdPs,
-		"set-timeout": cmdSetTimeout,
-		"ctx":         cmdCtx,
-	}
 	if cmd == "help" {
-		fmt.Fprint(stdout, usageText)
-		return exitOK
+		if len(rest) == 0 {
+			writeUsage(stdout)
+			return exitOK
+		}
+		cmd, rest = rest[0], []string{"--help"}
 	}
-	fn, ok := commands[cmd]
+	command, ok := lookup(cmd)
 	if !ok {
-		return usageErr(stderr, "", fmt.Errorf("unknown command %q (see sandboxctl help)", cmd))
+		err := fmt.Errorf("unknown command %q (see sandboxctl help)", cmd)
+		if s := suggest(cmd); len(s) > 0 {
+			err = fmt.Errorf("unknown command %q; did you mean %s? (see sandboxctl help)", cmd, strings.Join(s, " or "))
+		}
+		return usageErr(stderr, "", err)
+	}
+	if wantsHelp(rest) {
+		writeCommandHelp(stdout, command)
+		return exitOK
 	}
 
 	// The client's default message size already admits rich outputs
@@ -177,14 +130,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	defer sandboxd.Close()
 	c := &cli{addr: *addr, sandboxd: sandboxd, stdin: stdin, stdout: stdout, stderr: stderr}
-	return fn(ctx, c, rest)
+	return command.run(ctx, c, rest)
 }
 
-// usageErr reports a bad command line in one line and returns exitUsage;
-// for -h/--help it prints the usage and returns exitOK.
+// usageErr reports a bad command line in one line (and where to find the
+// command's help) and returns exitUsage; for -h/--help it prints the
+// command's help and returns exitOK.
 func usageErr(stderr io.Writer, cmd string, err error) int {
+	if c, ok := lookup(strings.Fields(cmd + " x")[0]); ok {
+		if errors.Is(err, flag.ErrHelp) {
+			writeCommandHelp(stderr, c)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "sandboxctl %s: %v (see sandboxctl help %s)\n", cmd, err, c.name)
+		return exitUsage
+	}
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stderr, usageText)
+		writeUsage(stderr)
 		return exitOK
 	}
 	prefix := "sandboxctl"
@@ -211,8 +173,14 @@ func (c *cli) describe(err error) string {
 		return err.Error()
 	}
 	st := rpc.GRPCStatus()
-	if st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection error") {
-		return fmt.Sprintf("cannot reach sandboxd at %s (is it running? set --addr or SANDBOXCTL_ADDR): %s", c.addr, st.Message())
+	if st.Code() == codes.Unavailable {
+		msg := st.Message()
+		switch {
+		case strings.Contains(msg, "produced zero addresses"), strings.Contains(msg, "no such host"), strings.Contains(msg, "name resolver"):
+			return fmt.Sprintf("cannot resolve the host of sandboxd's address %q (set --addr or SANDBOXCTL_ADDR): %s", c.addr, msg)
+		case strings.Contains(msg, "connection error"), strings.Contains(msg, "connection refused"):
+			return fmt.Sprintf("cannot reach sandboxd at %s (is it running? set --addr or SANDBOXCTL_ADDR): %s", c.addr, msg)
+		}
 	}
 	if st.Code() == codes.Canceled {
 		return "interrupted"

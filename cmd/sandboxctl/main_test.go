@@ -250,8 +250,20 @@ func TestUsageErrors(t *testing.T) {
 	if r := runCLI(t, nil, addr, "", "help"); r.code != 0 || !strings.Contains(r.stdout, "Usage:") {
 		t.Errorf("help: exit %d, stdout %q", r.code, r.stdout)
 	}
-	if r := runCLI(t, nil, addr, "", "exec", "--help"); r.code != 0 || !strings.Contains(r.stderr, "Usage:") {
-		t.Errorf("exec --help: exit %d, stderr %q", r.code, r.stderr)
+	for _, args := range [][]string{{"exec", "--help"}, {"help", "exec"}, {"exec", "-h", "--user", "u"}} {
+		r := runCLI(t, nil, addr, "", args...)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "Usage: sandboxctl exec ") || !strings.Contains(r.stdout, "Examples:\n  sandboxctl exec --user alice") ||
+			strings.Contains(r.stdout, "Commands:") {
+			t.Errorf("%v: exit %d, stdout %q; want exec's own help with examples", args, r.code, r.stdout)
+		}
+	}
+	// A mistyped command gets suggestions.
+	for typo, want := range map[string]string{"exce": "did you mean exec?", "lst": "did you mean list or ls?", "resu": "did you mean resume?"} {
+		r := runCLI(t, nil, addr, "", typo)
+		if r.code != 2 {
+			t.Errorf("%s: exit %d, want 2", typo, r.code)
+		}
+		oneLine(t, r.stderr, want)
 	}
 }
 
@@ -317,7 +329,7 @@ func TestExecStreamsOutput(t *testing.T) {
 	})
 	addr := startServer(t, fake)
 	r := runCLI(t, nil, addr, "", "exec", "--user", "alice", "print('hello')")
-	wantOut := "hello\n[image/png 100 bytes]\n[text/html 8 bytes]\n42\n"
+	wantOut := "hello\n[image/png 100 bytes; --save DIR keeps it]\n[text/html 8 bytes]\n42\n"
 	if r.stdout != wantOut {
 		t.Errorf("stdout = %q, want %q", r.stdout, wantOut)
 	}

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -16,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/plotlyjs"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -36,9 +41,31 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	return writeIndented(w, b)
 }
 
-// writeJSONList prints sandboxes as a JSON array (easier for jq than the
+// formatFlag is the -o flag: table (the default), wide or json.
+type formatFlag string
+
+func (f *formatFlag) String() string { return string(*f) }
+
+// Set implements flag.Value.
+func (f *formatFlag) Set(s string) error {
+	switch s {
+	case "table", "wide", "json":
+		*f = formatFlag(s)
+		return nil
+	}
+	return fmt.Errorf("output format %q: want table, wide or json", s)
+}
+
+// register adds -o (and --output) to fs.
+func (f *formatFlag) register(fs *flag.FlagSet) {
+	*f = "table"
+	fs.Var(f, "o", "output format: table, wide or json")
+	fs.Var(f, "output", "output format: table, wide or json")
+}
+
+// writeJSONList prints messages as a JSON array (easier for jq than a
 // response wrapper); an empty list is [].
-func writeJSONList(w io.Writer, sbs []*sandboxv1.Sandbox) error {
+func writeJSONList[M proto.Message](w io.Writer, sbs []M) error {
 	var buf bytes.Buffer
 	buf.WriteByte('[')
 	for i, sb := range sbs {
@@ -65,11 +92,15 @@ func writeIndented(w io.Writer, b []byte) error {
 	return err
 }
 
-// writeTable prints sandboxes as an aligned table.
-func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox) error {
+// writeTable prints sandboxes as an aligned table; wide adds the state's
+// reason and the limits.
+func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox, wide bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	withMD := anyMetadata(sbs) // the column appears only when there is something to show
+	withMD := anyMetadata(sbs) || wide // the column appears only when there is something to show
 	fmt.Fprint(tw, "ID\tTENANT\tUSER\tSTATE\tCREATED\tLAST ACTIVE\tEXPIRES\tIMAGE")
+	if wide {
+		fmt.Fprint(tw, "\tREASON\tMEMORY")
+	}
 	if withMD {
 		fmt.Fprint(tw, "\tMETADATA")
 	}
@@ -79,8 +110,15 @@ func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox) error {
 			sb.GetSandboxId(), sb.GetTenant(), sb.GetUserId(), stateName(sb.GetState()),
 			formatTime(sb.GetCreatedAt()), formatTime(sb.GetLastActiveAt()), formatTime(sb.GetExpiresAt()),
 			sb.GetImage())
+		if wide {
+			mem := "-"
+			if m := sb.GetLimits().GetMemoryBytes(); m > 0 {
+				mem = fmt.Sprintf("%d MiB", m>>20)
+			}
+			fmt.Fprintf(tw, "\t%s\t%s", orDash(sb.GetStateReason()), mem)
+		}
 		if withMD {
-			fmt.Fprint(tw, "\t"+formatMetadata(sb.GetMetadata()))
+			fmt.Fprint(tw, "\t"+orDash(formatMetadata(sb.GetMetadata())))
 		}
 		fmt.Fprintln(tw)
 	}
@@ -104,14 +142,35 @@ func formatTime(ts *timestamppb.Timestamp) string {
 // the matching stream as they arrive, rich outputs as text, errors to stderr.
 type eventPrinter struct {
 	stdout, stderr io.Writer
+	// saveDir, if set, is where figures and charts are written.
+	saveDir string
+	// commandID names the saved files.
+	commandID string
+	// seqs prefixes each event with its seq.
+	seqs bool
 	// lastSeq is the last event seen, for resuming after a broken stream.
 	lastSeq int64
 	done    *client.Done
+	// seq is the event being printed; saved counts the files written.
+	seq, saved int64
+	// saveErr is the first failure to save a file.
+	saveErr error
 }
 
 // print handles one event.
 func (p *eventPrinter) print(ev client.Event) {
 	p.lastSeq = ev.Seq
+	if p.seqs {
+		w := p.stdout
+		if ev.Kind == client.KindStderr || ev.Kind == client.KindError {
+			w = p.stderr
+		}
+		fmt.Fprintf(w, "[seq %d %s] ", ev.Seq, ev.Kind)
+		if ev.Kind == client.KindDone && ev.Done != nil {
+			fmt.Fprintf(w, "%s\n", ev.Done.Status)
+		}
+	}
+	p.seq = ev.Seq
 	switch ev.Kind {
 	case client.KindStdout:
 		io.WriteString(p.stdout, ev.Text)
@@ -126,9 +185,10 @@ func (p *eventPrinter) print(ev client.Event) {
 	}
 }
 
-// printBundle shows a MIME bundle as a terminal can: binary values (images)
-// as a placeholder with their size, otherwise the text/plain form, otherwise
-// a placeholder for the first type.
+// printBundle shows a MIME bundle as a terminal can: a plotly figure as a
+// one-line summary, binary values (images) as a placeholder with their size,
+// otherwise the text/plain form, otherwise a placeholder for the first
+// type. With a save directory, figures and charts are written there too.
 func (p *eventPrinter) printBundle(data map[string]string) {
 	types := make([]string, 0, len(data))
 	for t := range data {
@@ -136,9 +196,15 @@ func (p *eventPrinter) printBundle(data map[string]string) {
 	}
 	sort.Strings(types)
 	shown := false
+	if html, ok := data["text/html"]; ok && isPlotly(html) {
+		fmt.Fprintf(p.stdout, "[plotly figure: %s%s]\n", plotlySummary(data["text/plain"]), p.save("chart", ".html", func() []byte {
+			return plotlyjs.Standalone("plotly chart "+p.commandID, html)
+		}))
+		shown = true
+	}
 	for _, t := range types {
-		if isBinaryMIME(t) {
-			fmt.Fprintf(p.stdout, "[%s %d bytes]\n", t, decodedLen(data[t]))
+		if isBinaryMIME(t) || t == "image/svg+xml" {
+			fmt.Fprintf(p.stdout, "[%s %d bytes%s]\n", t, decodedLen(data[t]), p.save("figure", extension(t), func() []byte { return decoded(t, data[t]) }))
 			shown = true
 		}
 	}
@@ -182,6 +248,98 @@ func isBinaryMIME(t string) bool {
 		return true
 	}
 	return false
+}
+
+// save writes a figure to the save directory as COMMAND-SEQ-KIND.EXT and
+// returns the note to print: where it went, or how to keep it.
+func (p *eventPrinter) save(kind, ext string, content func() []byte) string {
+	if p.saveDir == "" {
+		return "; --save DIR keeps it"
+	}
+	name := filepath.Join(p.saveDir, fmt.Sprintf("%s-%d-%s%s", safeName(p.commandID), p.seq, kind, ext))
+	if err := os.WriteFile(name, content(), 0o644); err != nil {
+		if p.saveErr == nil {
+			p.saveErr = err
+		}
+		return "; not saved: " + err.Error()
+	}
+	p.saved++
+	return " saved to " + name
+}
+
+// safeName keeps a command ID usable as part of a file name.
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r == '/' || r == '\\' || r == 0 || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, s)
+}
+
+func extension(mime string) string {
+	switch mime {
+	case "image/png":
+		return ".png"
+	case "image/jpeg":
+		return ".jpg"
+	case "image/gif":
+		return ".gif"
+	case "image/svg+xml":
+		return ".svg"
+	case "application/pdf":
+		return ".pdf"
+	}
+	return ".bin"
+}
+
+// decoded is a bundle value's bytes: base64-decoded for binary types.
+func decoded(mime, v string) []byte {
+	if isBinaryMIME(mime) {
+		if b, err := base64.StdEncoding.DecodeString(v); err == nil {
+			return b
+		}
+	}
+	return []byte(v)
+}
+
+// isPlotly says an HTML output is a plotly chart.
+func isPlotly(html string) bool {
+	return strings.Contains(html, "Plotly.newPlot") || strings.Contains(html, "plotly-graph-div")
+}
+
+var (
+	plotlyTraceType = regexp.MustCompile(`'type': '([a-z0-9_]+)'`)
+	plotlyTitle     = regexp.MustCompile(`'title': \{'text': '((?:[^'\\]|\\.)*)'`)
+)
+
+// plotlySummary describes a figure from its text/plain form (plotly.py's
+// "Figure({...})" repr) in a few words: trace types and title.
+func plotlySummary(repr string) string {
+	if i := strings.Index(repr, "'layout'"); i >= 0 {
+		data, layout := repr[:i], repr[i:]
+		counts := map[string]int{}
+		var order []string
+		for _, m := range plotlyTraceType.FindAllStringSubmatch(data, -1) {
+			if counts[m[1]] == 0 {
+				order = append(order, m[1])
+			}
+			counts[m[1]]++
+		}
+		var parts []string
+		for _, t := range order {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[t], t))
+		}
+		out := "traces: " + strings.Join(parts, ", ")
+		if len(parts) == 0 {
+			out = "no traces"
+		}
+		if m := plotlyTitle.FindStringSubmatch(layout); m != nil {
+			out = fmt.Sprintf("%q, %s", m[1], out)
+		}
+		return out
+	}
+	return "interactive chart"
 }
 
 // decodedLen is the size of a base64 value once decoded (the size of the

@@ -11,17 +11,14 @@ import (
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
-// psUsage is ps's line in the usage text.
-const psUsage = `  ps SANDBOX_ID [--limit N]
-                         list the sandbox's commands, newest first (N, default 50; 0: all)
-`
-
 // cmdPs lists a sandbox's commands in a table: ID, language, state, how a
 // finished one ended, when it started, how long it ran, and whether its
 // output can still be streamed (resume).
 func cmdPs(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
 	limit := fs.Int("limit", 50, "most commands to list; 0 lists all")
+	var format formatFlag
+	format.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "ps", err)
@@ -50,6 +47,16 @@ func cmdPs(ctx context.Context, c *cli, args []string) int {
 			break
 		}
 		token = next
+	}
+	if format == "json" {
+		if err := writeJSONList(c.stdout, all); err != nil {
+			return c.fail("ps", err)
+		}
+		return exitOK
+	}
+	if len(all) == 0 {
+		fmt.Fprintf(c.stdout, "No commands in sandbox %s yet.\n", pos[0])
+		return exitOK
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "COMMAND_ID\tLANGUAGE\tSTATE\tSTATUS\tEXIT\tSTARTED\tDURATION\tOUTPUT")

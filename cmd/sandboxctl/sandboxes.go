@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/sandboxd/sandboxd/client"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
@@ -17,7 +18,9 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	state := fs.String("state", "", "only sandboxes in this state: running or dead")
 	md := metadataFlag{}
 	fs.Var(md, "metadata", "only sandboxes with this metadata pair, K=V (repeatable)")
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table (the same as -o json)")
+	var format formatFlag
+	format.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "list", err)
@@ -36,10 +39,13 @@ func cmdList(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail("list", err)
 	}
-	if *asJSON {
+	switch {
+	case *asJSON || format == "json":
 		err = writeJSONList(c.stdout, sbs)
-	} else {
-		err = writeTable(c.stdout, sbs)
+	case len(sbs) == 0:
+		fmt.Fprintln(c.stdout, "No sandboxes"+filterNote(*tenant, *user, *state, md)+".")
+	default:
+		err = writeTable(c.stdout, sbs, format == "wide")
 	}
 	if err != nil {
 		return c.fail("list", err)
@@ -135,4 +141,25 @@ func cmdKill(ctx context.Context, c *cli, args []string) int {
 		fmt.Fprintln(c.stdout, id)
 	}
 	return code
+}
+
+// filterNote says which filters an empty list was for.
+func filterNote(tenant, user, state string, md metadataFlag) string {
+	var parts []string
+	if tenant != "" {
+		parts = append(parts, "tenant "+tenant)
+	}
+	if user != "" {
+		parts = append(parts, "user "+user)
+	}
+	if state != "" {
+		parts = append(parts, "state "+state)
+	}
+	if len(md) > 0 {
+		parts = append(parts, "metadata "+formatMetadata(md))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " match " + strings.Join(parts, ", ")
 }

@@ -16,12 +16,19 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // Request is a chat completion request as the server received it.
 type Request struct {
 	// Model is the requested model name.
 	Model string `json:"model"`
+	// Stream is true for a streaming request.
+	Stream bool `json:"stream"`
+	// StreamOptions asks for the usage in the stream.
+	StreamOptions struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
 	// Messages are the conversation sent.
 	Messages []Message `json:"messages"`
 	// Tools are the tools offered.
@@ -173,10 +180,28 @@ func Script(t testing.TB, steps ...Handler) Handler {
 // Say is a step that answers with text.
 func Say(text string) Handler { return func(*Request) Reply { return Reply{Text: text} } }
 
+// StreamMode is how the server answers a streaming request.
+type StreamMode int
+
+// The stream modes.
+const (
+	// Streams answers in server-sent events, as OpenAI does: the text a
+	// few characters per chunk, each tool call's ID and name first and its
+	// arguments in pieces, then the usage, then [DONE].
+	Streams StreamMode = iota
+	// IgnoresStream answers a streaming request with a plain completion
+	// (application/json), as some servers do.
+	IgnoresStream
+	// RefusesStream fails a streaming request with 400.
+	RefusesStream
+)
+
 // Server is a running scripted model.
 type Server struct {
 	// URL is the base URL to configure as OPENAI_BASE_URL (ends in /v1).
 	URL string
+	// mode is how streaming requests are answered.
+	mode StreamMode
 
 	srv     *httptest.Server
 	handler Handler
@@ -186,9 +211,13 @@ type Server struct {
 	nextID  int
 }
 
-// Start runs a server answering with h until the test ends.
-func Start(t testing.TB, h Handler) *Server {
-	s := &Server{handler: h, changed: make(chan struct{})}
+// Start runs a server answering with h until the test ends; it streams
+// when asked to.
+func Start(t testing.TB, h Handler) *Server { return StartMode(t, h, Streams) }
+
+// StartMode is Start with the given answer to streaming requests.
+func StartMode(t testing.TB, h Handler, mode StreamMode) *Server {
+	s := &Server{handler: h, changed: make(chan struct{}), mode: mode}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.complete)
 	s.srv = httptest.NewServer(mux)
@@ -275,10 +304,71 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	// Deterministic usage: a token per 4 bytes of request, 10 per answer.
 	prompt := len(body) / 4
+	usage := map[string]any{"prompt_tokens": prompt, "completion_tokens": 10, "total_tokens": prompt + 10}
+	if req.Stream && s.mode == RefusesStream {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": "stream is not supported", "type": "invalid_request_error"}})
+		return
+	}
+	if req.Stream && s.mode == Streams {
+		s.stream(w, req, msg, finish, usage)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{
 		"id": "chatcmpl-scripted", "object": "chat.completion", "created": time.Now().Unix(), "model": req.Model,
 		"choices": []map[string]any{{"index": 0, "message": msg, "finish_reason": finish}},
-		"usage":   map[string]any{"prompt_tokens": prompt, "completion_tokens": 10, "total_tokens": prompt + 10},
+		"usage":   usage,
 	})
+}
+
+// pieces cuts s into pieces of at most n bytes, on rune boundaries.
+func pieces(s string, n int) []string {
+	var out []string
+	for len(s) > 0 {
+		i := min(n, len(s))
+		for i < len(s) && !utf8.RuneStart(s[i]) {
+			i++
+		}
+		out = append(out, s[:i])
+		s = s[i:]
+	}
+	return out
+}
+
+// stream answers in server-sent events (chat.completion.chunk objects).
+func (s *Server) stream(w http.ResponseWriter, req Request, msg map[string]any, finish string, usage map[string]any) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	flusher, _ := w.(http.Flusher)
+	created := time.Now().Unix()
+	send := func(choices []map[string]any, extra map[string]any) {
+		chunk := map[string]any{"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": created, "model": req.Model, "choices": choices}
+		for k, v := range extra {
+			chunk[k] = v
+		}
+		b, _ := json.Marshal(chunk)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	delta := func(d map[string]any) { send([]map[string]any{{"index": 0, "delta": d, "finish_reason": nil}}, nil) }
+	delta(map[string]any{"role": "assistant", "content": ""})
+	for _, p := range pieces(msg["content"].(string), 4) {
+		delta(map[string]any{"content": p})
+	}
+	calls, _ := msg["tool_calls"].([]map[string]any)
+	for i, c := range calls {
+		fn := c["function"].(map[string]any)
+		delta(map[string]any{"tool_calls": []map[string]any{{"index": i, "id": c["id"], "type": "function", "function": map[string]any{"name": fn["name"], "arguments": ""}}}})
+		for _, p := range pieces(fn["arguments"].(string), 7) {
+			delta(map[string]any{"tool_calls": []map[string]any{{"index": i, "function": map[string]any{"arguments": p}}}})
+		}
+	}
+	send([]map[string]any{{"index": 0, "delta": map[string]any{}, "finish_reason": finish}}, nil)
+	if req.StreamOptions.IncludeUsage {
+		send([]map[string]any{}, map[string]any{"usage": usage})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
 }

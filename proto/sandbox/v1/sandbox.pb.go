@@ -1180,7 +1180,9 @@ type ExecuteRequest struct {
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// command_id is the caller's idempotency key: 1-128 characters from
 	// [A-Za-z0-9._-], starting with a letter or digit, unique within the
-	// sandbox. Empty means the server generates one.
+	// sandbox. Empty means the server generates one. Re-sending it with the
+	// same request replays the command; with other code, language, env or
+	// context_id it is ALREADY_EXISTS.
 	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	// language is "python" (the default, when empty), "bash", "javascript"
 	// (alias "js"), "typescript" (alias "ts") or "r" (alias "R"). Python

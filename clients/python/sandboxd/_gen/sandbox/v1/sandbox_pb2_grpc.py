@@ -191,8 +191,11 @@ class SandboxServiceServicer(object):
         is done.
 
         Execute is idempotent by command_id: when a command with this ID already
-        exists in the sandbox, nothing new runs and the stream replays that
-        command's events from the start (and follows it if it is still running).
+        exists in the sandbox and the request is the same (code, language, env
+        and context_id), nothing new runs and the stream replays that command's
+        events from the start (and follows it if it is still running). The same
+        command_id with a different request is ALREADY_EXISTS, naming the
+        command: an idempotency key never replays another command's output.
         When command_id is empty the server generates one; it is in every event.
 
         Ending the stream early (client cancel, dropped connection) does not stop

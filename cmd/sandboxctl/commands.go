@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+)
+
+// command is one sandboxctl command. Adding a command is one entry in
+// commandTable and its run function.
+type command struct {
+	// name is what is typed ("exec").
+	name string
+	// synopsis is the arguments and flags after the name.
+	synopsis string
+	// summary says what it does (one or a few lines).
+	summary string
+	// examples are command lines with a comment each ("# ..." lines allowed).
+	examples []string
+	// run executes it with the arguments after the name.
+	run func(context.Context, *cli, []string) int
+}
+
+// commandTable lists the commands in the order the usage shows them (set
+// in init: the commands' help refers back to it).
+var commandTable []command
+
+func init() {
+	commandTable = []command{
+		{"list", "[--tenant TENANT] [--user USER] [--state running|dead] [--metadata K=V]... [-o table|wide|json]",
+			"list sandboxes (--metadata: only those with every pair; --json is -o json)",
+			[]string{"sandboxctl list", "sandboxctl list --user alice -o json", "sandboxctl list --state dead --metadata team=ml"}, cmdList},
+		{"inspect", "SANDBOX_ID", "print one sandbox as JSON",
+			[]string{"sandboxctl inspect sb-q3x7kd2mf5a6bnp4hcw2"}, cmdInspect},
+		{"kill", "SANDBOX_ID... | --user USER [--tenant TENANT]",
+			"delete sandboxes (each is attempted), or all of a user's (in every tenant the token sees, unless --tenant)",
+			[]string{"sandboxctl kill sb-q3x7kd2mf5a6bnp4hcw2 sb-7ryz2lnw4ks6tdm3vb5e", "sandboxctl kill --user alice"}, cmdKill},
+		{"exec", "(--user USER | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] CODE",
+			"run CODE (\"-\" reads stdin) in a user's sandbox (acquired first) or in a sandbox by ID, and stream its output;\n" +
+				"--save DIR writes figures (PNG, JPEG, SVG, PDF) and plotly charts (self-contained HTML) there;\n" +
+				"--events prefixes each event with its seq (for resume --after-seq)",
+			[]string{"sandboxctl exec --user alice 'print(6 * 7)'",
+				"sandboxctl exec --sandbox sb-q3x7kd2mf5a6bnp4hcw2 --language bash 'ls -l'",
+				"sandboxctl exec sb-q3x7kd2mf5a6bnp4hcw2 'print(x)'   # the same: a sandbox ID first",
+				"echo 'import this' | sandboxctl exec --user alice -",
+				"sandboxctl exec --user alice --save ./figs 'import matplotlib.pyplot as plt; plt.plot([1, 4, 9]); plt.show()'",
+				"sandboxctl exec --user alice --command-id job-1 --events 'for i in range(3): print(i)'"}, cmdExec},
+		{"resume", "SANDBOX_ID COMMAND_ID [--after-seq N] [--save DIR] [--events]",
+			"stream a command's output (again), after event N (exec --events and resume --events show the seqs)",
+			[]string{"sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1", "sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1 --after-seq 2 --events"}, cmdResume},
+		{"ls", "SANDBOX_ID [PATH] [--depth N] [-o table|json]",
+			"list a directory of the sandbox's /workspace (N levels, 1-10)",
+			[]string{"sandboxctl ls sb-q3x7kd2mf5a6bnp4hcw2", "sandboxctl ls sb-q3x7kd2mf5a6bnp4hcw2 data --depth 2 -o json"}, cmdLs},
+		{"cp", "SANDBOX_ID:PATH LOCAL | LOCAL SANDBOX_ID:PATH",
+			"copy a file out of the sandbox's /workspace, or into it (LOCAL \"-\" is stdout or stdin;\n" +
+				"a LOCAL directory takes the file's name)",
+			[]string{"sandboxctl cp sb-q3x7kd2mf5a6bnp4hcw2:results/out.csv .", "sandboxctl cp data.csv sb-q3x7kd2mf5a6bnp4hcw2:input/data.csv",
+				"sandboxctl cp sb-q3x7kd2mf5a6bnp4hcw2:report.txt - | less"}, cmdCp},
+		{"mkdir", "[-p] SANDBOX_ID PATH", "create a directory in /workspace (-p: parents, no error if it exists)",
+			[]string{"sandboxctl mkdir -p sb-q3x7kd2mf5a6bnp4hcw2 data/raw"}, cmdMkdir},
+		{"rm", "[-r] SANDBOX_ID PATH", "remove a file or (-r: with its content) a directory from /workspace",
+			[]string{"sandboxctl rm sb-q3x7kd2mf5a6bnp4hcw2 old.csv", "sandboxctl rm -r sb-q3x7kd2mf5a6bnp4hcw2 data/tmp"}, cmdRm},
+		{"mv", "[-f] SANDBOX_ID FROM TO", "rename within /workspace (-f: replace an existing destination)",
+			[]string{"sandboxctl mv sb-q3x7kd2mf5a6bnp4hcw2 draft.txt final.txt"}, cmdMv},
+		{"ps", "SANDBOX_ID [--limit N] [-o table|json]",
+			"list the sandbox's commands, newest first (N, default 50; 0: all)",
+			[]string{"sandboxctl ps sb-q3x7kd2mf5a6bnp4hcw2", "sandboxctl ps sb-q3x7kd2mf5a6bnp4hcw2 --limit 0 -o json"}, cmdPs},
+		{"set-timeout", "SANDBOX_ID DURATION",
+			"set the sandbox's idle timeout (e.g. 2h): it expires DURATION after its last use, counted from now",
+			[]string{"sandboxctl set-timeout sb-q3x7kd2mf5a6bnp4hcw2 2h"}, cmdSetTimeout},
+		{"ctx", "create SANDBOX_ID [--language LANG] [--cwd DIR] | ls SANDBOX_ID [-o table|json] | restart SANDBOX_ID CONTEXT_ID | rm SANDBOX_ID CONTEXT_ID",
+			"manage contexts: create one (own interpreter and globals, cwd DIR under /workspace) and print its ID,\n" +
+				"list them, give one fresh globals, delete one",
+			[]string{"sandboxctl ctx create sb-q3x7kd2mf5a6bnp4hcw2 --language python --cwd project", "sandboxctl ctx ls sb-q3x7kd2mf5a6bnp4hcw2",
+				"sandboxctl ctx restart sb-q3x7kd2mf5a6bnp4hcw2 ctx-1"}, cmdCtx},
+	}
+}
+
+// lookup finds a command by name.
+func lookup(name string) (command, bool) {
+	for _, c := range commandTable {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+const globalFlags = `Global flags:
+  --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
+  --token TOKEN          bearer token for a sandboxd started with --auth-tokens
+                         (env SANDBOXCTL_TOKEN; prefer the variable: arguments show in ps)
+  --tls                  connect with TLS, verifying the server against the system's CAs
+  --ca FILE              connect with TLS, verifying the server against this CA (PEM); implies --tls
+`
+
+// writeUsage prints the global usage: every command with its summary.
+func writeUsage(w io.Writer) {
+	var b strings.Builder
+	b.WriteString("Usage: sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]\n\nCommands:\n")
+	for _, c := range commandTable {
+		fmt.Fprintf(&b, "  %s %s\n                         %s\n", c.name, c.synopsis, strings.ReplaceAll(c.summary, "\n", "\n                         "))
+	}
+	b.WriteString("\nRun \"sandboxctl help COMMAND\" (or COMMAND --help) for a command's arguments and examples.\n\n")
+	b.WriteString(globalFlags)
+	io.WriteString(w, b.String())
+}
+
+// writeCommandHelp prints one command's synopsis, summary and examples.
+func writeCommandHelp(w io.Writer, c command) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Usage: sandboxctl %s %s\n\n%s\n", c.name, c.synopsis, c.summary)
+	if len(c.examples) > 0 {
+		b.WriteString("\nExamples:\n")
+		for _, e := range c.examples {
+			fmt.Fprintf(&b, "  %s\n", e)
+		}
+	}
+	b.WriteString("\n")
+	b.WriteString(globalFlags)
+	io.WriteString(w, b.String())
+}
+
+// suggest returns the commands a mistyped name was probably meant to be:
+// those within an edit or two (one for short names; swapping two letters
+// is one edit), or that it is a prefix of.
+func suggest(name string) []string {
+	limit := 2
+	if len(name) <= 4 {
+		limit = 1
+	}
+	var out []string
+	for _, c := range commandTable {
+		if editDistance(name, c.name) <= limit || (len(name) >= 2 && strings.HasPrefix(c.name, name)) {
+			out = append(out, c.name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// editDistance is the optimal string alignment distance between two short
+// strings: insertions, deletions, substitutions and swaps of adjacent
+// letters.
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// wantsHelp says the arguments ask for help (-h, -help, --help) before any
+// "--".
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "-h" || a == "-help" || a == "--help" {
+			return true
+		}
+	}
+	return false
+}
