@@ -312,21 +312,7 @@ func TestE2ELifecycle(t *testing.T) {
 	}
 
 	// The CLI, against the real server.
-	ctl := func(stdin string, args ...string) (string, string, int) {
-		cmd := exec.CommandContext(ctx, env.sandboxctl, append([]string{"--addr", d.addr}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("sandboxctl: %v", err)
-		}
-		return out.String(), errOut.String(), code
-	}
+	ctl := sandboxctlRunner(t, ctx, env.sandboxctl, d.addr)
 	if out, errOut, code := ctl("print(x + 1)\n", "exec", "--user", "e2e-alice", "-"); code != 0 || out != "22\n" {
 		t.Errorf("sandboxctl exec: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -383,4 +369,26 @@ func TestE2ELargePlot(t *testing.T) {
 		t.Errorf("got a %d-byte image/png (header %q); want a PNG above 4 MiB", len(png), png[:min(8, len(png))])
 	}
 	d.stop(t)
+}
+
+// sandboxctlRunner returns a function that runs the sandboxctl binary bin
+// against addr with stdin as its input, and returns its stdout, stderr and
+// exit code; failing to start it at all fails the test.
+func sandboxctlRunner(t *testing.T, ctx context.Context, bin, addr string) func(stdin string, args ...string) (string, string, int) {
+	return func(stdin string, args ...string) (string, string, int) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--addr", addr}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatalf("sandboxctl: %v", err)
+		}
+		return out.String(), errOut.String(), code
+	}
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,22 +21,7 @@ func TestE2ESandboxctlUX(t *testing.T) {
 	env := needE2E(t)
 	d := env.start(t)
 	ctx := e2eCtx(t)
-	ctl := func(stdin string, args ...string) (string, string, int) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, env.sandboxctl, append([]string{"--addr", d.addr}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errOut bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatalf("sandboxctl: %v", err)
-		}
-		return out.String(), errOut.String(), code
-	}
+	ctl := sandboxctlRunner(t, ctx, env.sandboxctl, d.addr)
 
 	// Help and suggestions need no server.
 	if out, _, code := ctl("", "help", "cp"); code != 0 || !strings.Contains(out, "Usage: sandboxctl cp ") || !strings.Contains(out, "Examples:") {
