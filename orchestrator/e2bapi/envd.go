@@ -89,6 +89,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	switch {
+	case mt == "multipart/form-data" && params["boundary"] == "":
+		s.writeError(w, r, "upload", badRequest("multipart body without a boundary"))
+		return
 	case mt == "multipart/form-data":
 		mr := multipart.NewReader(r.Body, params["boundary"])
 		for {
@@ -106,7 +109,10 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 			}
 			p := qpath
 			if p == "" {
-				p = part.FileName()
+				// The part's file name is the path (multipart.Part.FileName
+				// would keep only its last element).
+				_, dp, _ := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+				p = dp["filename"]
 			}
 			err = put(p, part)
 			part.Close()
@@ -242,9 +248,16 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 	return connect.NewResponse(&filesystem.MoveResponse{Entry: entryOf(fi)}), nil
 }
 
-// Remove removes a file or a whole directory.
+// Remove removes a file or a whole directory; a missing one is no error,
+// as for envd (rm -rf).
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	if err := f.s.m.Remove(ctx, sandboxFrom(ctx), toWorkspace(req.Msg.GetPath()), true); err != nil {
+	err := f.s.m.Remove(ctx, sandboxFrom(ctx), toWorkspace(req.Msg.GetPath()), true)
+	if orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
+		if _, serr := f.s.m.Get(ctx, sandboxFrom(ctx)); serr == nil {
+			err = nil // the path, not the sandbox, is missing
+		}
+	}
+	if err != nil {
 		return nil, f.s.connectError(ctx, "Remove", err)
 	}
 	return connect.NewResponse(&filesystem.RemoveResponse{}), nil
@@ -321,7 +334,19 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		case orchestrator.WatchRename:
 			t = filesystem.EventType_EVENT_TYPE_RENAME
 		}
-		return ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: &filesystem.FilesystemEvent{Name: name, Type: t}}})
+		if err := ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: &filesystem.FilesystemEvent{Name: name, Type: t}}}); err != nil {
+			return err
+		}
+		if u.Event.Op == orchestrator.WatchCreate {
+			// sandboxd's uploads (and editors) write a file aside and
+			// rename it into place, which shows as a create only; envd
+			// writes in place, and its clients wait for the write. A file
+			// created is also written, so say so.
+			if fi, err := f.stat(ctx, u.Event.Path); err == nil && fi.Type != orchestrator.FileDirectory {
+				return ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_WRITE}}})
+			}
+		}
+		return nil
 	})
 	if err != nil && ctx.Err() == nil {
 		return f.s.connectError(ctx, "WatchDir", err)

@@ -111,14 +111,46 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		exec.Pty = orchestrator.PtySize{Rows: pty.GetSize().GetRows(), Cols: pty.GetSize().GetCols()}
 		exec.Stdin = true
 	}
-	if _, err := p.s.m.Submit(ctx, exec); err != nil {
+	// Each process gets a bash context of its own, so that processes run
+	// side by side and beside runCode, as envd's do; the context goes when
+	// the process ends. Past the sandbox's context cap the process runs in
+	// the default context, queued behind its commands.
+	cx, err := p.s.m.CreateContext(ctx, id, ioproto.LanguageBash, "")
+	switch {
+	case err == nil:
+		exec.ContextID = cx.ID
+	case orchestrator.ClassOf(err) == orchestrator.ErrResourceExhausted:
+		p.s.log.Warn("no context left for an envd process; it queues in the default context", "sandbox_id", id, "error", err)
+	default:
 		return p.s.connectError(ctx, "Start", err)
+	}
+	if _, err := p.s.m.Submit(ctx, exec); err != nil {
+		if cx.ID != "" {
+			_ = p.s.m.DeleteContext(context.WithoutCancel(ctx), id, cx.ID)
+		}
+		return p.s.connectError(ctx, "Start", err)
+	}
+	if cx.ID != "" {
+		go p.reap(context.WithoutCancel(ctx), id, exec.CommandID, cx.ID)
 	}
 	p.s.procs.put(id, pid, procEntry{cmd: cfg.GetCmd(), args: cfg.GetArgs(), envs: cfg.GetEnvs(), cwd: cfg.GetCwd(), tag: req.Msg.GetTag()})
 	ls := &lockedSender[process.StartResponse]{stream: stream}
 	return p.follow(ctx, req.Header(), pid, pty != nil, func(ev *process.ProcessEvent) error {
 		return ls.send(&process.StartResponse{Event: ev})
 	})
+}
+
+// reap deletes a process's context once the process has ended, whether or
+// not a client still follows it. ctx carries the caller, not the request's
+// end.
+func (p *processService) reap(ctx context.Context, sandboxID, commandID, contextID string) {
+	err := p.s.m.Follow(ctx, sandboxID, commandID, 0, func(orchestrator.Event) error { return nil })
+	if err != nil && orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
+		return // the sandbox went, and its contexts with it
+	}
+	if err := p.s.m.DeleteContext(ctx, sandboxID, contextID); err != nil && orchestrator.ClassOf(err) != orchestrator.ErrNotFound {
+		p.s.log.Warn("deleting an envd process's context", "sandbox_id", sandboxID, "context_id", contextID, "error", err)
+	}
 }
 
 // Connect streams a running command's events, from its start: sandboxd
@@ -309,4 +341,3 @@ func (p *processService) Update(ctx context.Context, req *connect.Request[proces
 	}
 	return connect.NewResponse(&process.UpdateResponse{}), nil
 }
-

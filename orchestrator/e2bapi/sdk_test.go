@@ -223,7 +223,13 @@ func TestSDK(t *testing.T) {
 
 // knownFailures are ported SDK tests that fail against sandboxd by design,
 // with why (reported, not failed). Keyed "file/test name".
-var knownFailures = map[string]string{}
+var knownFailures = map[string]string{
+	"ported_ci/create context with options": "the context's cwd /root is outside /workspace; sandboxd's contexts work under /workspace",
+	"ported_ci/list contexts":               "sandboxd has one default context for every language (listed once, as python), not one default context per language",
+	"ported_ci/get data":                    "the sandbox's Python does not pre-import pandas as pd, as E2B's template does",
+	"ported_ci/bash":                        "IPython's !cmd shell escape is not Python; sandboxd runs plain Python (bash runs with language: 'bash'), and the home is /workspace",
+	"ported_sdk/list directory":             "paths come back under /workspace, sandboxd's workspace, not E2B's /home/user",
+}
 
 func TestParseTAP(t *testing.T) {
 	out := []byte(`TAP version 13

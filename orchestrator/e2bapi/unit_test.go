@@ -184,4 +184,3 @@ func TestScriptOf(t *testing.T) {
 		t.Errorf("scriptOf quoted = %q", s)
 	}
 }
-
