@@ -376,6 +376,18 @@ describe('commands', () => {
     assert.equal(r.stdout, 'piped text\n')
   })
 
+  test('a running command holds up neither other commands nor runCode', T, async () => {
+    // Were they queued behind it, these would wait the full 600 s and the
+    // test would time out.
+    const h = await sbx.commands.run('sleep 600', { background: true })
+    try {
+      assert.equal((await sbx.commands.run('echo beside')).stdout, 'beside\n')
+      assert.equal((await sbx.runCode('6 * 7')).text, '42')
+    } finally {
+      await h.kill()
+    }
+  })
+
   test('a command timeout ends the wait with an error', T, async () => {
     await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1_500 }))
   })
