@@ -32,14 +32,15 @@ export async function withSandbox(fn, opts = {}) {
 }
 
 /**
- * Polls cond every 100 ms until it is true, failing with what after ms
- * (a bounded wait for something asynchronous, not a sleep).
+ * Polls cond every 100 ms until it is true, failing with what (a string,
+ * or a function giving one when the wait fails) after ms: a bounded wait
+ * for something asynchronous, not a sleep.
  */
 export async function waitFor(cond, what, ms = 20_000) {
   const end = Date.now() + ms
   for (;;) {
     if (await cond()) return
-    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`)
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${typeof what === 'function' ? what() : what}`)
     await new Promise((r) => setTimeout(r, 100))
   }
 }

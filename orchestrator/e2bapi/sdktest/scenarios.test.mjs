@@ -388,6 +388,21 @@ describe('commands', () => {
     }
   })
 
+  test('pty: an interactive shell that answers and resizes', T, async () => {
+    let out = ''
+    const dec = new TextDecoder()
+    const h = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d) } })
+    try {
+      await sbx.pty.sendInput(h.pid, new TextEncoder().encode('echo pty-$((6*7)); tty\n'))
+      await waitFor(() => out.includes('pty-42') && out.includes('/dev/pts/'), () => `the shell to answer (got ${JSON.stringify(out)})`)
+      await sbx.pty.resize(h.pid, { cols: 100, rows: 30 })
+      await sbx.pty.sendInput(h.pid, new TextEncoder().encode('stty size\n'))
+      await waitFor(() => out.includes('30 100'), () => `the new size (got ${JSON.stringify(out)})`)
+    } finally {
+      await sbx.pty.kill(h.pid)
+    }
+  })
+
   test('a command timeout ends the wait with an error', T, async () => {
     await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1_500 }))
   })
