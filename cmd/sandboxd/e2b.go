@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 )
@@ -26,7 +28,8 @@ func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, l
 	if !ok {
 		return nil, errors.New("--e2b-listen: this sandbox manager does not serve interactive commands")
 	}
-	door, err := e2bapi.New(dm, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b")})
+	door, err := e2bapi.New(dm, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b"),
+		CommandTimeout: cmp.Or(cfg.manager.MaxTimeout, orchestrator.DefaultMaxTimeout)})
 	if err != nil {
 		return nil, err
 	}

@@ -312,12 +312,16 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	ls := &lockedSender[filesystem.WatchDirResponse]{stream: stream}
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go keepalive(kctx, f.s.rpcKeepalive(req.Header()), func() error {
-		return ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}})
-	})
 	err := f.s.m.WatchDirectory(ctx, sandboxFrom(ctx), dir, req.Msg.GetRecursive(), func(u orchestrator.WatchUpdate) error {
 		if u.Event == nil {
-			return ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}})
+			// The start event first: the SDK takes the first message for it.
+			if err := ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
+				return err
+			}
+			go keepalive(kctx, f.s.rpcKeepalive(req.Header()), func() error {
+				return ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Keepalive{Keepalive: &filesystem.WatchDirResponse_KeepAlive{}}})
+			})
+			return nil
 		}
 		name := u.Event.Path
 		if dir != "" {

@@ -65,7 +65,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := sandboxFrom(ctx)
 	cmdID, err := s.m.Submit(ctx, orchestrator.ExecRequest{SandboxID: id, Language: languageOf(req.Language),
-		Code: req.Code, Env: req.EnvVars, ContextID: req.ContextID})
+		Code: req.Code, Env: req.EnvVars, ContextID: req.ContextID, Timeout: s.cmdTimeout})
 	if err != nil {
 		s.writeError(w, r, "execute", err)
 		return

@@ -105,7 +105,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	pid := nextPID.Add(1)
 	id := sandboxFrom(ctx)
 	exec := orchestrator.ExecRequest{SandboxID: id, CommandID: commandIDOf(pid), Language: ioproto.LanguageBash,
-		Code: script, Env: cfg.GetEnvs(), Stdin: req.Msg.GetStdin()}
+		Code: script, Env: cfg.GetEnvs(), Stdin: req.Msg.GetStdin(), Timeout: p.s.cmdTimeout}
 	pty := req.Msg.GetPty()
 	if pty != nil {
 		exec.Pty = orchestrator.PtySize{Rows: pty.GetSize().GetRows(), Cols: pty.GetSize().GetCols()}

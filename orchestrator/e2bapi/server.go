@@ -89,17 +89,23 @@ type Config struct {
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Keepalive is the silence after which /execute sends a keepalive line
-	// (default 5 s) and streaming RPCs a keepalive event (default 30 s).
+	// (default 5 s); streaming RPCs send theirs at the interval the SDK
+	// asks for.
 	Keepalive time.Duration
+	// CommandTimeout bounds every command this door runs (sandboxd's
+	// --max-timeout): E2B sets no server-side limit on processes or runs,
+	// so they get the longest sandboxd allows. 0: sandboxd's default.
+	CommandTimeout time.Duration
 }
 
 // Server serves the E2B protocol over a Manager. Build it with New.
 type Server struct {
-	m         Manager
-	tokens    *grpcapi.Tokens
-	secret    []byte
-	log       *slog.Logger
-	keepalive time.Duration
+	m          Manager
+	tokens     *grpcapi.Tokens
+	secret     []byte
+	log        *slog.Logger
+	keepalive  time.Duration
+	cmdTimeout time.Duration
 
 	control http.Handler
 	envd    http.Handler
@@ -113,7 +119,7 @@ func New(m Manager, cfg Config) (*Server, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("e2bapi: the access-token secret is missing or shorter than 16 bytes")
 	}
-	s := &Server{m: m, tokens: cfg.Tokens, secret: cfg.Secret, log: cfg.Logger, keepalive: cfg.Keepalive}
+	s := &Server{m: m, tokens: cfg.Tokens, secret: cfg.Secret, log: cfg.Logger, keepalive: cfg.Keepalive, cmdTimeout: cfg.CommandTimeout}
 	if s.log == nil {
 		s.log = discardLogger
 	}
