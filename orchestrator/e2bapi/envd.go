@@ -1,6 +1,7 @@
 package e2bapi
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -71,8 +72,19 @@ type entryWritten struct {
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	qpath := r.URL.Query().Get("path")
-	if r.Header.Get("Content-Encoding") != "" {
-		s.writeError(w, r, "upload", badRequest("compressed uploads (Content-Encoding) are not supported; send the bytes as they are"))
+	switch ce := r.Header.Get("Content-Encoding"); ce {
+	case "", "identity":
+	case "gzip":
+		// Decompressed size is bounded by the domain's upload limit.
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			s.writeError(w, r, "upload", badRequest("the gzip body is malformed: "+err.Error()))
+			return
+		}
+		defer zr.Close()
+		r.Body = zr
+	default:
+		s.writeError(w, r, "upload", badRequest(fmt.Sprintf("Content-Encoding %q is not supported (gzip is)", sanitizeHeader(ce))))
 		return
 	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))

@@ -244,6 +244,14 @@ describe('files', () => {
     assert.deepEqual(Buffer.from(back), Buffer.from(data))
   })
 
+  test('octet-stream and gzip uploads', T, async () => {
+    await sbx.files.write('raw/octet.txt', 'sent raw', { useOctetStream: true })
+    assert.equal(await sbx.files.read('raw/octet.txt'), 'sent raw')
+    const big = 'z'.repeat(100_000)
+    await sbx.files.write('raw/gzipped.txt', big, { gzip: true })
+    assert.equal(await sbx.files.read('raw/gzipped.txt'), big)
+  })
+
   test('writeFiles writes several files at once', T, async () => {
     await sbx.files.write([{ path: 'multi/a.txt', data: 'A' }, { path: 'multi/b.txt', data: 'B' }])
     assert.equal(await sbx.files.read('multi/a.txt'), 'A')
