@@ -130,10 +130,10 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		}
 		return p.s.connectError(ctx, "Start", err)
 	}
+	p.s.procs.put(id, pid, procEntry{cmd: cfg.GetCmd(), args: cfg.GetArgs(), envs: cfg.GetEnvs(), cwd: cfg.GetCwd(), tag: req.Msg.GetTag()})
 	if cx.ID != "" {
 		go p.reap(context.WithoutCancel(ctx), id, exec.CommandID, cx.ID)
 	}
-	p.s.procs.put(id, pid, procEntry{cmd: cfg.GetCmd(), args: cfg.GetArgs(), envs: cfg.GetEnvs(), cwd: cfg.GetCwd(), tag: req.Msg.GetTag()})
 	ls := &lockedSender[process.StartResponse]{stream: stream}
 	return p.follow(ctx, req.Header(), pid, pty != nil, func(ev *process.ProcessEvent) error {
 		return ls.send(&process.StartResponse{Event: ev})
@@ -145,6 +145,9 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 // end.
 func (p *processService) reap(ctx context.Context, sandboxID, commandID, contextID string) {
 	err := p.s.m.Follow(ctx, sandboxID, commandID, 0, func(orchestrator.Event) error { return nil })
+	if pid, ok := pidOf(commandID); ok {
+		p.s.procs.drop(sandboxID, pid)
+	}
 	if err != nil && orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
 		return // the sandbox went, and its contexts with it
 	}

@@ -218,7 +218,7 @@ func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 		return nil, err
 	}
 	if sb.State != orchestrator.StateRunning {
-		return nil, fmt.Errorf("%w", &apiError{status: http.StatusBadGateway, msg: "the sandbox is not running: " + sb.StateReason})
+		return nil, &apiError{status: http.StatusBadGateway, msg: "the sandbox is not running: " + sb.StateReason}
 	}
 	ctx := orchestrator.WithCaller(r.Context(), orchestrator.Caller{Tenant: sb.Tenant})
 	return context.WithValue(ctx, sandboxKey{}, id), nil
@@ -345,6 +345,17 @@ func (t *procTable) byTag(sandboxID, tag string) (uint32, bool) {
 		}
 	}
 	return 0, false
+}
+
+func (t *procTable) drop(sandboxID string, pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.procs[sandboxID]; m != nil {
+		delete(m, pid)
+		if len(m) == 0 {
+			delete(t.procs, sandboxID)
+		}
+	}
 }
 
 func (t *procTable) forget(sandboxID string) {
