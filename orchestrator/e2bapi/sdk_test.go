@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,9 +42,41 @@ func sdkDir(t *testing.T) string {
 
 var e2bServing = regexp.MustCompile(`msg="serving the E2B API" e2b_listen=(\S+)`)
 
+// daemon is a sandboxd the SDK suites run against.
+type daemon struct {
+	bin, state string
+	args       []string
+	proc       *sandboxdproc.Process
+}
+
+// start runs it and returns its E2B address.
+func (d *daemon) start(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	proc, err := sandboxdproc.Start(ctx, sandboxdproc.Config{Binary: d.bin, Args: d.args,
+		Env: append(os.Environ(), "SANDBOXD_LISTEN=", "SANDBOXD_E2B_LISTEN=")})
+	if err != nil {
+		t.Fatalf("starting sandboxd: %v", err)
+	}
+	d.proc = proc
+	m := e2bServing.FindStringSubmatch(proc.Log().String())
+	if m == nil {
+		t.Fatalf("sandboxd did not log the E2B address:\n%s", proc.Log())
+	}
+	return m[1]
+}
+
 // startSandboxd runs a real sandboxd with --e2b-listen and two API keys in
 // two tenants, and returns the E2B address and the keys.
 func startSandboxd(t *testing.T) (addr, key, otherKey string) {
+	d, key, otherKey := newDaemon(t, "127.0.0.1:0")
+	return d.start(t), key, otherKey
+}
+
+// newDaemon prepares a sandboxd serving E2B on e2bAddr (stopped and
+// cleaned up when t ends), and returns it with its two API keys.
+func newDaemon(t *testing.T, e2bAddr string) (d *daemon, key, otherKey string) {
 	t.Helper()
 	image := testenv.NeedDocker(t)
 	dir := t.TempDir()
@@ -59,34 +92,28 @@ func startSandboxd(t *testing.T) (addr, key, otherKey string) {
 		t.Fatal(err)
 	}
 	state := filepath.Join(dir, "state")
-	args := []string{"--listen", "127.0.0.1:0", "--e2b-listen", "127.0.0.1:0", "--auth-tokens", tokens,
+	args := []string{"--listen", "127.0.0.1:0", "--e2b-listen", e2bAddr, "--auth-tokens", tokens,
 		"--state-dir", state, "--image", image, "--default-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}
-	proc, err := sandboxdproc.Start(ctx, sandboxdproc.Config{Binary: bin, Args: args,
-		Env: append(os.Environ(), "SANDBOXD_LISTEN=", "SANDBOXD_E2B_LISTEN=")})
-	if err != nil {
-		t.Fatalf("starting sandboxd: %v", err)
-	}
+	d = &daemon{bin: bin, state: state, args: args}
 	t.Cleanup(func() {
-		if err := proc.Stop(10 * time.Second); err != nil {
-			t.Logf("stopping sandboxd: %v", err)
+		if d.proc != nil {
+			if err := d.proc.Stop(10 * time.Second); err != nil {
+				t.Logf("stopping sandboxd: %v", err)
+			}
+			if t.Failed() {
+				t.Logf("sandboxd's log:\n%s", d.proc.Log())
+			}
 		}
 		cctx, ccancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer ccancel()
 		if err := sandboxdproc.Cleanup(cctx, state); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
-		if t.Failed() {
-			t.Logf("sandboxd's log:\n%s", proc.Log())
-		}
 	})
-	m := e2bServing.FindStringSubmatch(proc.Log().String())
-	if m == nil {
-		t.Fatalf("sandboxd did not log the E2B address:\n%s", proc.Log())
-	}
-	return m[1], key, otherKey
+	return d, key, otherKey
 }
 
 func randHex(t *testing.T) string {
@@ -159,17 +186,7 @@ func parseTAP(out []byte) []tapResult {
 // full; the ports of the SDKs' own tests (ported_*.test.mjs) report their
 // counts, and fail the test only for cases not listed in knownFailures.
 func TestSDK(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Unavailable(t, "node is not installed (needed for the E2B SDK suites)")
-	}
-	dir := sdkDir(t)
-	for _, pkg := range []string{"e2b", "@e2b/code-interpreter"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			testenv.Unavailable(t, "the E2B SDK %s is not installed in %s (run `make e2b-sdk-tools`)", pkg, dir)
-		}
-	}
-	testenv.NeedDocker(t)
+	node, dir := needSDK(t)
 	addr, key, other := startSandboxd(t)
 	files, err := filepath.Glob("sdktest/*.test.mjs")
 	if err != nil || len(files) == 0 {
@@ -218,6 +235,62 @@ func TestSDK(t *testing.T) {
 			fmt.Fprintln(f, summary)
 			f.Close()
 		}
+	}
+}
+
+// needSDK returns node and the SDKs' directory, or skips (fails under
+// CI=true) without them or Docker.
+func needSDK(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		testenv.Unavailable(t, "node is not installed (needed for the E2B SDK suites)")
+	}
+	dir = sdkDir(t)
+	for _, pkg := range []string{"e2b", "@e2b/code-interpreter"} {
+		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
+			testenv.Unavailable(t, "the E2B SDK %s is not installed in %s (run `make e2b-sdk-tools`)", pkg, dir)
+		}
+	}
+	testenv.NeedDocker(t)
+	return node, dir
+}
+
+// TestSDKAcrossRestart: work started through the SDK survives a sandboxd
+// restart. A background command started before is reattached by its pid
+// after, its output whole and once, the command run once, the
+// interpreter's state kept, the same access secret in force.
+func TestSDKAcrossRestart(t *testing.T) {
+	node, dir := needSDK(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2bAddr := lis.Addr().String()
+	lis.Close() // sandboxd binds it next; the same address after the restart
+	d, key, _ := newDaemon(t, e2bAddr)
+	d.start(t)
+	run := func(args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, node, append([]string{"sdktest/restart.mjs"}, args...)...)
+		cmd.Env = append(os.Environ(), "E2B_SDK_DIR="+dir, "E2B_API_URL=http://"+e2bAddr, "E2B_SANDBOX_URL=http://"+e2bAddr,
+			"E2B_API_KEY="+key, "E2B_DEBUG=", "E2B_DOMAIN=")
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("restart.mjs %s: %v\n%s%s", args[0], err, out, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	state := run("before")
+	if err := d.proc.Stop(10 * time.Second); err != nil {
+		t.Fatalf("stopping sandboxd: %v", err)
+	}
+	d.start(t)
+	if got := run("after", state); got != "ok" {
+		t.Fatalf("after the restart: %s", got)
 	}
 }
 
