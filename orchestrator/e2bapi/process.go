@@ -2,6 +2,7 @@ package e2bapi
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -207,6 +208,11 @@ func (p *processService) follow(ctx context.Context, h http.Header, pid uint32, 
 		return send(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: data}})
 	})
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			// The client's timeoutMs (Connect-Timeout-Ms) passed; the
+			// command goes on, and Connect reattaches to it.
+			return connect.NewError(connect.CodeDeadlineExceeded, errors.New("the stream's deadline passed; the command goes on"))
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
