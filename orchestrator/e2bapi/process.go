@@ -2,9 +2,9 @@ package e2bapi
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
