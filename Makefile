@@ -24,8 +24,12 @@ export SANDBOX_IMAGE := $(IMAGE)
 BUF_VERSION                ?= v1.70.0
 PROTOC_GEN_GO_VERSION      ?= $(or $(shell $(GO) list -m -f '{{.Version}}' google.golang.org/protobuf 2>/dev/null),v1.36.12)
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
+PROTOC_GEN_CONNECT_GO_VERSION ?= $(or $(shell $(GO) list -m -f '{{.Version}}' connectrpc.com/connect 2>/dev/null),v1.21.1)
 BUF_DIR    ?= .
 PROTO_OUT  ?= proto
+# The envd services of the E2B door (orchestrator/e2bapi), a buf module of
+# their own: they keep E2B's wire names, which proto/'s lint refuses.
+E2B_PROTO  ?= orchestrator/e2bapi/envdproto
 
 # The Python client's stubs (clients/python), generated with Debian's protoc
 # 3.21 and grpc_python_plugin to match Debian's python3-protobuf and
@@ -41,7 +45,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
-        envtest-assets
+        envtest-assets e2b-sdk-tools
 
 help:
 	@echo 'targets:'
@@ -58,6 +62,7 @@ help:
 	@echo '  proto-check  fail if generated protobuf code (Go and Python) is stale'
 	@echo '  python-proto regenerate the Python client'"'"'s stubs (clients/python, Debian packages)'
 	@echo '  mcp-conformance-tools  install the MCP conformance suite (npm) into $(MCP_CONFORMANCE_DIR)'
+	@echo '  e2b-sdk-tools  install the official E2B SDKs (npm, pinned) into $(E2B_SDK_DIR)'
 	@echo '  fmt-check    fail if gofmt would change anything'
 	@echo '  bench        side-by-side benchmark (cmd/sandbox-bench; BENCH_ARGS=--markdown|--json)'
 	@echo '  clean        remove build outputs (clean-images: also the docker images)'
@@ -176,10 +181,13 @@ proto-tools:
 		{ echo "installing protoc-gen-go $(PROTOC_GEN_GO_VERSION)"; $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION); }
 	@[ "$$(protoc-gen-go-grpc --version 2>/dev/null)" = "protoc-gen-go-grpc $(patsubst v%,%,$(PROTOC_GEN_GO_GRPC_VERSION))" ] || \
 		{ echo "installing protoc-gen-go-grpc $(PROTOC_GEN_GO_GRPC_VERSION)"; $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION); }
+	@[ "$$(protoc-gen-connect-go --version 2>/dev/null)" = "$(patsubst v%,%,$(PROTOC_GEN_CONNECT_GO_VERSION))" ] || \
+		{ echo "installing protoc-gen-connect-go $(PROTOC_GEN_CONNECT_GO_VERSION)"; $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION); }
 
 proto: proto-tools
 	cd $(BUF_DIR) && buf generate
 	cd $(BUF_DIR) && buf lint
+	cd $(E2B_PROTO) && buf generate
 
 # Regenerates and compares with the working tree as it was (rather than with
 # git's index), so it works the same in a fresh clone, before the first commit
@@ -196,6 +204,15 @@ proto-check: proto-tools python-proto-tools
 		exit 1; \
 	fi; \
 	echo "proto-check: ok"
+	@snap="$$(mktemp -d)"; trap 'rm -rf "$$snap" "$$snap.diff"' EXIT; \
+	cp -a $(E2B_PROTO)/. "$$snap/"; \
+	(cd $(E2B_PROTO) && buf generate); \
+	if ! diff -r "$$snap" $(E2B_PROTO) >"$$snap.diff" 2>&1; then \
+		echo "proto-check: generated code in $(E2B_PROTO)/ is stale; run 'make proto' and commit the result:"; \
+		cat "$$snap.diff"; \
+		exit 1; \
+	fi; \
+	echo "proto-check: e2b ok"
 	@snap="$$(mktemp -d)"; trap 'rm -rf "$$snap"' EXIT; \
 	$(PY_CLIENT)/generate.sh "$$snap/_gen"; \
 	if ! diff -r -x __pycache__ "$$snap/_gen" $(PY_GEN) >"$$snap/diff" 2>&1; then \
@@ -239,6 +256,26 @@ mcp-conformance-tools:
 		command -v npm >/dev/null || { echo "mcp-conformance-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
 		mkdir -p "$(MCP_CONFORMANCE_DIR)"; \
 		npm install --prefix "$(MCP_CONFORMANCE_DIR)" --no-audit --no-fund @modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION); \
+	fi
+
+# ------------------------------------------------------------------ E2B SDKs
+# The official E2B SDKs (npm "e2b" and "@e2b/code-interpreter", pinned),
+# which orchestrator/e2bapi's TestSDK runs unmodified against a real
+# sandboxd --e2b-listen. Installed with npm into a cache outside the
+# repository, one directory per version pair, only when missing.
+E2B_SDK_VERSION    ?= 2.51.0
+E2B_CI_SDK_VERSION ?= 2.8.0
+E2B_SDK_DIR        ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/e2b-$(E2B_SDK_VERSION)-ci-$(E2B_CI_SDK_VERSION)
+export E2B_SDK_DIR
+
+e2b-sdk-tools:
+	@if [ -f "$(E2B_SDK_DIR)/node_modules/e2b/package.json" ] && [ -f "$(E2B_SDK_DIR)/node_modules/@e2b/code-interpreter/package.json" ]; then \
+		echo "e2b-sdk-tools: e2b $(E2B_SDK_VERSION), @e2b/code-interpreter $(E2B_CI_SDK_VERSION) in $(E2B_SDK_DIR)"; \
+	else \
+		command -v npm >/dev/null || { echo "e2b-sdk-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
+		mkdir -p "$(E2B_SDK_DIR)"; \
+		npm install --prefix "$(E2B_SDK_DIR)" --no-audit --no-fund --save-exact \
+			e2b@$(E2B_SDK_VERSION) @e2b/code-interpreter@$(E2B_CI_SDK_VERSION); \
 	fi
 
 # ---------------------------------------------------------------------- Clean

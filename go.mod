@@ -3,6 +3,7 @@ module github.com/sandboxd/sandboxd
 go 1.26.8
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/charmbracelet/glamour v1.0.0
 	github.com/charmbracelet/x/term v0.2.1
 	github.com/containerd/errdefs v1.0.0

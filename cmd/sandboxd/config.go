@@ -35,6 +35,7 @@ type config struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	metricsListen   string // Prometheus /metrics address; empty: off
+	e2bListen       string // E2B-compatible HTTP API address; empty: off
 	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
 	manager         orchestrator.Config
 }
@@ -97,6 +98,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, wait this long for calls (including Execute streams) to end before cutting them off")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
+	fs.StringVar(&c.e2bListen, "e2b-listen", "", "`address` to serve the E2B-compatible HTTP API on (host:port; empty: off): the official E2B SDKs work against it with E2B_API_URL and E2B_SANDBOX_URL set to http://ADDRESS. API keys are --auth-tokens tokens; beyond loopback it needs them as --listen does")
 	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
@@ -185,6 +187,11 @@ func (c *config) check() error {
 	if c.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
 			return fmt.Errorf("--metrics-listen %q: %v", c.metricsListen, err)
+		}
+	}
+	if c.e2bListen != "" {
+		if _, _, err := net.SplitHostPort(c.e2bListen); err != nil {
+			return fmt.Errorf("--e2b-listen %q: %v", c.e2bListen, err)
 		}
 	}
 	if c.otlpEndpoint != "" {

@@ -66,8 +66,9 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	cfg.manager.Logger = log
 
 	var opts []grpcapi.Option
+	var tokens *grpcapi.Tokens
 	if cfg.authTokens != "" {
-		tokens, err := grpcapi.LoadTokens(cfg.authTokens)
+		tokens, err = grpcapi.LoadTokens(cfg.authTokens)
 		if err != nil {
 			return fmt.Errorf("--auth-tokens: %w", err)
 		}
@@ -141,6 +142,19 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 	}
 
+	// The E2B-compatible door (--e2b-listen), bound early for the same
+	// reason; it serves once the manager is up.
+	var e2bLis net.Listener
+	if cfg.e2bListen != "" {
+		if e2bLis, err = net.Listen("tcp", cfg.e2bListen); err != nil {
+			return fmt.Errorf("--e2b-listen: %w", err)
+		}
+		defer e2bLis.Close()
+		if ip := e2bLis.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && cfg.authTokens == "" && !cfg.insecure {
+			return usageError{fmt.Errorf("refusing to serve the E2B API on %s without authentication: give --auth-tokens FILE (its tokens are the API keys), listen on loopback, or pass --insecure", e2bLis.Addr())}
+		}
+	}
+
 	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.manager.StateDir, "image", cfg.manager.Image,
 		"runtime", cfg.manager.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
 	m, err := orchestrator.New(ctx, cfg.manager, nil)
@@ -149,6 +163,17 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	}
 	if met != nil {
 		met.Watch(m) // sandboxes by state and the pool's size, read at scrape time
+	}
+	if e2bLis != nil {
+		stopE2B, err := serveE2B(e2bLis, m, tokens, cfg, log)
+		if err != nil {
+			m.Close()
+			return err
+		}
+		// Stopped when shutdown begins, before the manager closes.
+		defer stopE2B()
+		next := stopSignals
+		stopSignals = func() { next(); stopE2B() }
 	}
 	return serve(ctx, stopSignals, lis, m, cfg.shutdownTimeout, log, opts...)
 }

@@ -139,3 +139,7 @@ func authenticate(tokens *Tokens) auth.AuthFunc {
 		return orchestrator.WithCaller(ctx, c), nil
 	}
 }
+
+// Lookup returns the caller token authenticates, for other front doors
+// (orchestrator/e2bapi) that take the same tokens in their own headers.
+func (t *Tokens) Lookup(token string) (orchestrator.Caller, bool) { return t.lookup(token) }

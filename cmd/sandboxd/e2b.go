@@ -1,0 +1,58 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/e2bapi"
+	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+)
+
+// serveE2B serves the E2B-compatible API (orchestrator/e2bapi) on lis over
+// m until the returned stop is called. The access-token secret lives in the
+// state directory, so sandboxes' tokens survive restarts.
+func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, log *slog.Logger) (stop func(), err error) {
+	secret, err := e2bapi.LoadSecret(filepath.Join(cfg.manager.StateDir, "e2b-secret"))
+	if err != nil {
+		return nil, err
+	}
+	dm, ok := m.(e2bapi.Manager)
+	if !ok {
+		return nil, errors.New("--e2b-listen: this sandbox manager does not serve interactive commands")
+	}
+	door, err := e2bapi.New(dm, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b"),
+		CommandTimeout: cmp.Or(cfg.manager.MaxTimeout, orchestrator.DefaultMaxTimeout)})
+	if err != nil {
+		return nil, err
+	}
+	srv := door.HTTPServer()
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving the E2B API", "error", err)
+		}
+	}()
+	log.Info("serving the E2B API", "e2b_listen", lis.Addr().String(), "auth", tokens != nil)
+	var once sync.Once
+	return func() {
+		once.Do(func() { shutdownHTTP(srv, cfg.shutdownTimeout) })
+	}, nil
+}
+
+// shutdownHTTP stops srv, letting requests finish for grace.
+func shutdownHTTP(srv *http.Server, grace time.Duration) {
+	{
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+	}
+}

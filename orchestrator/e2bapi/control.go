@@ -1,0 +1,423 @@
+package e2bapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// templateKey is the metadata key that keeps the template a sandbox was
+// created from; it is hidden from the metadata the SDK sees.
+const templateKey = "e2b:template"
+
+// templates are the E2B template IDs this door serves, all with the
+// server's image.
+var templates = []string{"code-interpreter-v1", "base", "code-interpreter", "code-interpreter-beta"}
+
+// listLimit bounds one page of GET /v2/sandboxes.
+const listLimit = 100
+
+func (s *Server) controlMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	for _, p := range []string{"/sandboxes", "/v2/sandboxes"} {
+		mux.HandleFunc("POST "+p, s.authed(s.create))
+		mux.HandleFunc("GET "+p, s.authed(s.list))
+		mux.HandleFunc("POST "+p+"/{id}/connect", s.authed(s.connect))
+	}
+	mux.HandleFunc("POST /sandboxes/{id}/resume", s.authed(s.connect))
+	mux.HandleFunc("GET /sandboxes/{id}", s.authed(s.info))
+	mux.HandleFunc("DELETE /sandboxes/{id}", s.authed(s.kill))
+	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
+	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.authed(s.refresh))
+	mux.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.pause))
+	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound,
+			"message": fmt.Sprintf("%s %s is not part of sandboxd's E2B API", r.Method, sanitizeHeader(r.URL.Path))})
+	})
+	return mux
+}
+
+// authed authenticates by X-API-KEY and bounds the body.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.callerFor(r)
+		if err != nil {
+			s.writeError(w, r, "auth", err)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
+		h(w, r.WithContext(orchestrator.WithCaller(r.Context(), c)))
+	}
+}
+
+// decodeBody decodes an optional JSON body into v.
+func decodeBody(r *http.Request, v any) error {
+	err := json.NewDecoder(r.Body).Decode(v)
+	var mbe *http.MaxBytesError
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+		return nil
+	case errors.As(err, &mbe):
+		return badRequest(fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit))
+	}
+	return badRequest("the request body is not valid JSON: " + err.Error())
+}
+
+type createRequest struct {
+	TemplateID string            `json:"templateID"`
+	Metadata   map[string]string `json:"metadata"`
+	EnvVars    map[string]string `json:"envVars"`
+	Timeout    *int64            `json:"timeout"` // seconds
+	AutoPause  *bool             `json:"autoPause"`
+	Secure     *bool             `json:"secure"`
+}
+
+// sandboxCreated is E2B's answer to create and connect.
+type sandboxCreated struct {
+	SandboxID          string  `json:"sandboxID"`
+	TemplateID         string  `json:"templateID"`
+	ClientID           string  `json:"clientID"`
+	EnvdVersion        string  `json:"envdVersion"`
+	EnvdAccessToken    string  `json:"envdAccessToken"`
+	TrafficAccessToken string  `json:"trafficAccessToken"`
+	Domain             *string `json:"domain"`
+	Alias              string  `json:"alias,omitempty"`
+}
+
+const clientID = "sandboxd"
+
+func (s *Server) created(sb orchestrator.Sandbox) sandboxCreated {
+	tok := s.accessToken(sb.ID)
+	return sandboxCreated{SandboxID: sb.ID, TemplateID: templateOf(sb), ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: tok, TrafficAccessToken: tok}
+}
+
+func templateOf(sb orchestrator.Sandbox) string {
+	if t := sb.Metadata[templateKey]; t != "" {
+		return t
+	}
+	return templates[0]
+}
+
+// timeoutOf converts E2B's timeout in seconds (nil: the server's default).
+func timeoutOf(sec *int64) (time.Duration, error) {
+	if sec == nil || *sec == 0 {
+		return 0, nil
+	}
+	if *sec < 0 || *sec > int64(365*24*time.Hour/time.Second) {
+		return 0, badRequest(fmt.Sprintf("timeout %d s is out of range", *sec))
+	}
+	return time.Duration(*sec) * time.Second, nil
+}
+
+// newUserID is a fresh sandboxd user for one Sandbox.create().
+func newUserID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return userPrefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:]))
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, r, "create", err)
+		return
+	}
+	tpl := cmpOr(req.TemplateID, templates[0])
+	if !slices.Contains(templates, tpl) {
+		s.writeError(w, r, "create", &apiError{status: http.StatusBadRequest,
+			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image)", sanitizeHeader(tpl), strings.Join(templates, ", "))})
+		return
+	}
+	if req.AutoPause != nil && *req.AutoPause {
+		s.writeError(w, r, "create", &apiError{status: http.StatusBadRequest, msg: "pausing on timeout is not supported by sandboxd yet; omit lifecycle.onTimeout"})
+		return
+	}
+	d, err := timeoutOf(req.Timeout)
+	if err != nil {
+		s.writeError(w, r, "create", err)
+		return
+	}
+	if _, ok := req.Metadata[templateKey]; ok {
+		s.writeError(w, r, "create", badRequest("metadata key "+templateKey+" is reserved"))
+		return
+	}
+	md := make(map[string]string, len(req.Metadata)+1)
+	for k, v := range req.Metadata {
+		md[k] = v
+	}
+	md[templateKey] = tpl
+	res, err := s.m.Acquire(r.Context(), newUserID(), orchestrator.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d})
+	if err != nil {
+		s.writeError(w, r, "create", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, s.created(res.Sandbox))
+}
+
+type timeoutRequest struct {
+	Timeout *int64 `json:"timeout"`
+}
+
+func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
+	var req timeoutRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, r, "connect", err)
+		return
+	}
+	d, err := timeoutOf(req.Timeout)
+	if err != nil {
+		s.writeError(w, r, "connect", err)
+		return
+	}
+	sb, err := s.running(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, "connect", err)
+		return
+	}
+	if d > 0 {
+		if sb, err = s.m.SetTimeout(r.Context(), sb.ID, d); err != nil {
+			s.writeError(w, r, "connect", err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, s.created(sb))
+}
+
+// running gets a sandbox the caller sees; a dead one is not found, as E2B
+// has no dead sandboxes.
+func (s *Server) running(ctx context.Context, id string) (orchestrator.Sandbox, error) {
+	sb, err := s.m.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if sb.State != orchestrator.StateRunning {
+		return sb, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %s is not running: %s", id, sb.StateReason)}
+	}
+	return sb, nil
+}
+
+// sandboxInfo is E2B's SandboxDetail / ListedSandbox.
+type sandboxInfo struct {
+	TemplateID      string            `json:"templateID"`
+	SandboxID       string            `json:"sandboxID"`
+	ClientID        string            `json:"clientID"`
+	StartedAt       time.Time         `json:"startedAt"`
+	EndAt           time.Time         `json:"endAt"`
+	EnvdVersion     string            `json:"envdVersion"`
+	CPUCount        int64             `json:"cpuCount"`
+	MemoryMB        int64             `json:"memoryMB"`
+	DiskSizeMB      int64             `json:"diskSizeMB"`
+	Metadata        map[string]string `json:"metadata"`
+	State           string            `json:"state"`
+	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
+	Domain          *string           `json:"domain"`
+}
+
+func infoOf(sb orchestrator.Sandbox) sandboxInfo {
+	md := make(map[string]string, len(sb.Metadata))
+	for k, v := range sb.Metadata {
+		if k != templateKey {
+			md[k] = v
+		}
+	}
+	cpus := max(sb.Limits.NanoCPUs/1e9, 1)
+	return sandboxInfo{TemplateID: templateOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
+		EndAt: sb.ExpiresAt, EnvdVersion: EnvdVersion, CPUCount: cpus, MemoryMB: sb.Limits.MemoryBytes >> 20,
+		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: "running"}
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.running(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, "info", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, infoOf(sb))
+}
+
+// list answers GET /v2/sandboxes: the running sandboxes this door
+// created in the caller's tenant, newest first, filtered by metadata
+// (metadata=k%3Dv%26…, each pair URL-encoded once more by the SDK) and
+// state, paged by X-Next-Token.
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	filter := orchestrator.ListFilter{State: orchestrator.StateRunning}
+	if c, _ := orchestrator.CallerFrom(r.Context()); c.Admin {
+		filter.Tenant = c.Tenant // an admin key lists its own tenant here, like any key
+	}
+	if raw := q.Get("metadata"); raw != "" {
+		pairs, err := url.ParseQuery(raw)
+		if err != nil {
+			s.writeError(w, r, "list", badRequest("metadata is not a query string of key=value pairs: "+err.Error()))
+			return
+		}
+		filter.Metadata = make(map[string]string, len(pairs))
+		for k, vs := range pairs {
+			k2, err1 := url.QueryUnescape(k)
+			v2, err2 := url.QueryUnescape(vs[0])
+			if err1 != nil || err2 != nil {
+				s.writeError(w, r, "list", badRequest("metadata has a malformed escape"))
+				return
+			}
+			filter.Metadata[k2] = v2
+		}
+	}
+	if states := q["state"]; len(states) > 0 {
+		var want []string
+		for _, st := range states {
+			want = append(want, strings.Split(st, ",")...)
+		}
+		if !slices.Contains(want, "running") {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, "[]\n") // nothing is ever paused
+			return
+		}
+	}
+	limit := listLimit
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			s.writeError(w, r, "list", badRequest("limit must be a positive number"))
+			return
+		}
+		limit = min(n, listLimit)
+	}
+	offset := 0
+	if t := q.Get("nextToken"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 {
+			s.writeError(w, r, "list", badRequest("nextToken is not one this server gave"))
+			return
+		}
+		offset = n
+	}
+	all, err := s.m.List(r.Context(), filter)
+	if err != nil {
+		s.writeError(w, r, "list", err)
+		return
+	}
+	mine := all[:0]
+	for _, sb := range all {
+		if strings.HasPrefix(sb.UserID, userPrefix) {
+			mine = append(mine, sb)
+		}
+	}
+	slices.SortFunc(mine, func(a, b orchestrator.Sandbox) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	out := []sandboxInfo{}
+	if offset < len(mine) {
+		page := mine[offset:min(offset+limit, len(mine))]
+		for _, sb := range page {
+			out = append(out, infoOf(sb))
+		}
+		if offset+limit < len(mine) {
+			w.Header().Set("X-Next-Token", strconv.Itoa(offset+limit))
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := s.m.Delete(r.Context(), id); err != nil {
+		s.writeError(w, r, "kill", err)
+		return
+	}
+	s.procs.forget(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req timeoutRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, r, "timeout", err)
+		return
+	}
+	if req.Timeout == nil || *req.Timeout <= 0 {
+		s.writeError(w, r, "timeout", badRequest("timeout (seconds, > 0) is required"))
+		return
+	}
+	d, err := timeoutOf(req.Timeout)
+	if err == nil {
+		_, err = s.m.SetTimeout(r.Context(), r.PathValue("id"), d)
+	}
+	if err != nil {
+		s.writeError(w, r, "timeout", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// refresh (the older keep-alive call) extends the sandbox by duration
+// seconds, or its own timeout.
+func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Duration *int64 `json:"duration"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, r, "refresh", err)
+		return
+	}
+	sb, err := s.running(r.Context(), r.PathValue("id"))
+	if err == nil {
+		d := sb.IdleTimeout
+		if req.Duration != nil && *req.Duration > 0 {
+			d = time.Duration(*req.Duration) * time.Second
+		}
+		if d > 0 {
+			_, err = s.m.SetTimeout(r.Context(), sb.ID, d)
+		}
+	}
+	if err != nil {
+		s.writeError(w, r, "refresh", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// pause is not offered until sandboxd can hibernate a sandbox: 501 with
+// E2B's error body, after the usual 404 for an unknown sandbox.
+func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.running(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, "pause", err)
+		return
+	}
+	writeJSON(w, http.StatusNotImplemented, map[string]any{"code": http.StatusNotImplemented,
+		"message": "pausing a sandbox is not supported by this sandboxd yet; sandboxes keep running until their timeout"})
+}
+
+// metrics answers an empty series: sandboxd exports its sandboxes'
+// resource use through Prometheus (--metrics-listen), not per sandbox here.
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.running(r.Context(), r.PathValue("id")); err != nil {
+		s.writeError(w, r, "metrics", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, []any{})
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

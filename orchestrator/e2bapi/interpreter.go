@@ -1,0 +1,305 @@
+package e2bapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+func (s *Server) interpreterMux() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, "OK") })
+	mux.HandleFunc("POST /execute", s.execute)
+	mux.HandleFunc("POST /contexts", s.createContext)
+	mux.HandleFunc("GET /contexts", s.listContexts)
+	mux.HandleFunc("DELETE /contexts/{id}", s.deleteContext)
+	mux.HandleFunc("POST /contexts/{id}/restart", s.restartContext)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound,
+			"message": fmt.Sprintf("code interpreter: %s %s is not served by sandboxd", r.Method, sanitizeHeader(r.URL.Path))})
+	})
+	return mux
+}
+
+// languageOf maps the code interpreter's language names to sandboxd's
+// (which resolves its own aliases); "" is the default, Python.
+func languageOf(l string) string {
+	switch strings.ToLower(l) {
+	case "", "python", "python3":
+		return ""
+	case "sh":
+		return ioproto.LanguageBash
+	}
+	return strings.ToLower(l)
+}
+
+type executeRequest struct {
+	Code      string            `json:"code"`
+	ContextID string            `json:"context_id"`
+	Language  string            `json:"language"`
+	EnvVars   map[string]string `json:"env_vars"`
+}
+
+// execute answers POST /execute: the command's events as NDJSON lines in
+// the code interpreter's format, a keepalive line after each 5 s of
+// silence, end_of_execution last. A client that goes away interrupts the
+// command, as E2B does (unlike sandboxd's gRPC API, where it can resume).
+func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxExecuteBody)
+	var req executeRequest
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, r, "execute", err)
+		return
+	}
+	if req.ContextID != "" && req.Language != "" {
+		s.writeError(w, r, "execute", badRequest("give context_id or language, not both"))
+		return
+	}
+	ctx := r.Context()
+	id := sandboxFrom(ctx)
+	cmdID, err := s.m.Submit(ctx, orchestrator.ExecRequest{SandboxID: id, Language: languageOf(req.Language),
+		Code: req.Code, Env: req.EnvVars, ContextID: req.ContextID, Timeout: s.cmdTimeout})
+	if err != nil {
+		s.writeError(w, r, "execute", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	out := &ndjson{w: w, rc: http.NewResponseController(w)}
+
+	kctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		t := time.NewTicker(s.keepalive)
+		defer t.Stop()
+		for {
+			select {
+			case <-kctx.Done():
+				return
+			case <-t.C:
+				if out.idleFor() >= s.keepalive {
+					_ = out.line(map[string]any{"type": "keepalive"})
+				}
+			}
+		}
+	}()
+
+	sawError := false
+	err = s.m.Follow(ctx, id, cmdID, 0, func(ev orchestrator.Event) error {
+		switch ev.Type {
+		case ioproto.EventStdout, ioproto.EventStderr:
+			return out.line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": timestamp(ev.Time)})
+		case ioproto.EventDisplay, ioproto.EventResult:
+			return out.line(resultOf(ev.Data, ev.Type == ioproto.EventResult))
+		case ioproto.EventError:
+			sawError = true
+			return out.line(map[string]any{"type": "error", "name": ev.EName, "value": ev.EValue, "traceback": strings.Join(ev.Traceback, "\n")})
+		case ioproto.EventDone:
+			if !sawError && ev.Status != ioproto.StatusOK {
+				if err := out.line(errorOfStatus(ev)); err != nil {
+					return err
+				}
+			}
+			if ev.ExecutionCount != nil {
+				if err := out.line(map[string]any{"type": "number_of_executions", "execution_count": *ev.ExecutionCount}); err != nil {
+					return err
+				}
+			}
+			return out.line(map[string]any{"type": "end_of_execution"})
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		// The client went away (or its timeout aborted the request):
+		// interrupt the command, as E2B's code interpreter does.
+		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer icancel()
+		if ierr := s.m.Interrupt(ictx, id, cmdID); ierr != nil {
+			s.log.Warn("interrupting an abandoned /execute", "sandbox_id", id, "command_id", cmdID, "error", ierr)
+		}
+		return
+	}
+	if err != nil {
+		_, msg := s.classify(ctx, "execute", err)
+		_ = out.line(map[string]any{"type": "error", "name": "SandboxError", "value": msg, "traceback": ""})
+	}
+}
+
+// errorOfStatus is the error line of a command that ended without an
+// exception event: timed out, interrupted, killed, or a bash command that
+// failed.
+func errorOfStatus(ev orchestrator.Event) map[string]any {
+	name := map[string]string{
+		ioproto.StatusTimeout:     "TimeoutError",
+		ioproto.StatusInterrupted: "KeyboardInterrupt",
+		ioproto.StatusKilled:      "Killed",
+	}[ev.Status]
+	value := ev.Reason
+	if name == "" {
+		name = "Error"
+		if ev.ExitCode != nil {
+			value = fmt.Sprintf("exit status %d", *ev.ExitCode)
+		}
+	}
+	if value == "" {
+		value = ev.Status
+	}
+	return map[string]any{"type": "error", "name": name, "value": value, "traceback": ""}
+}
+
+func timestamp(t time.Time) string {
+	if t.IsZero() {
+		t = time.Now()
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// mimeKeys maps MIME types to the code interpreter's result fields.
+var mimeKeys = map[string]string{
+	"text/plain":                          "text",
+	"text/html":                           "html",
+	"text/markdown":                       "markdown",
+	"image/svg+xml":                       "svg",
+	"image/png":                           "png",
+	"image/jpeg":                          "jpeg",
+	"application/pdf":                     "pdf",
+	"text/latex":                          "latex",
+	"application/json":                    "json",
+	"application/javascript":              "javascript",
+	"application/vnd.dataresource+json":   "data",
+	"application/vnd.sandboxd.chart+json": "chart",
+}
+
+// jsonValued are the fields whose value is JSON, sent as such.
+var jsonValued = map[string]bool{"json": true, "data": true, "chart": true}
+
+// resultOf converts a MIME bundle to a result line.
+func resultOf(data map[string]string, main bool) map[string]any {
+	out := map[string]any{"type": "result", "is_main_result": main}
+	for mt, v := range data {
+		key, ok := mimeKeys[mt]
+		if !ok {
+			out[mt] = v
+			continue
+		}
+		switch {
+		case jsonValued[key]:
+			var j any
+			if json.Unmarshal([]byte(v), &j) == nil {
+				out[key] = j
+			} else {
+				out[key] = v
+			}
+		case key == "text":
+			out[key] = unquoteRepr(v)
+		default:
+			out[key] = v
+		}
+	}
+	return out
+}
+
+// unquoteRepr strips the quotes of a Python str repr ('abc'), as E2B's
+// code interpreter shows a string result.
+func unquoteRepr(v string) string {
+	if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' && !strings.Contains(v[1:len(v)-1], "'") {
+		return v[1 : len(v)-1]
+	}
+	return v
+}
+
+// ndjson writes lines and flushes each one.
+type ndjson struct {
+	mu   sync.Mutex
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	last time.Time
+}
+
+func (n *ndjson) line(v any) error {
+	b, err := json.Marshal(v) // invalid UTF-8 becomes U+FFFD
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.last = time.Now()
+	if _, err := n.w.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return n.rc.Flush()
+}
+
+func (n *ndjson) idleFor() time.Duration {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return time.Since(n.last)
+}
+
+type contextJSON struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+func contextOf(c orchestrator.ContextInfo) contextJSON {
+	return contextJSON{ID: c.ID, Language: c.Language, Cwd: fromWorkspace(c.Cwd)}
+}
+
+func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		s.writeError(w, r, "create context", err)
+		return
+	}
+	lang := languageOf(req.Language)
+	if lang == "" {
+		lang = ioproto.LanguagePython
+	}
+	c, err := s.m.CreateContext(r.Context(), sandboxFrom(r.Context()), lang, toWorkspace(req.Cwd))
+	if err != nil {
+		s.writeError(w, r, "create context", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, contextOf(c))
+}
+
+func (s *Server) listContexts(w http.ResponseWriter, r *http.Request) {
+	list, err := s.m.ListContexts(r.Context(), sandboxFrom(r.Context()))
+	if err != nil {
+		s.writeError(w, r, "list contexts", err)
+		return
+	}
+	out := make([]contextJSON, 0, len(list))
+	for _, c := range list {
+		out = append(out, contextOf(c))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteContext(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.DeleteContext(r.Context(), sandboxFrom(r.Context()), r.PathValue("id")); err != nil {
+		s.writeError(w, r, "delete context", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) restartContext(w http.ResponseWriter, r *http.Request) {
+	if err := s.m.RestartContext(r.Context(), sandboxFrom(r.Context()), r.PathValue("id")); err != nil {
+		s.writeError(w, r, "restart context", err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
