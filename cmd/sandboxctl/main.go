@@ -46,7 +46,7 @@ const rpcTimeout = time.Minute
 const usageText = `Usage: sandboxctl [--addr ADDR] [--token TOKEN] [--tls] [--ca FILE] COMMAND [ARGS]
 
 Commands:
-  list [--tenant TENANT] [--user USER] [--state running|dead] [--metadata K=V]... [--json]
+  list [--tenant TENANT] [--user USER] [--state running|dead|hibernated] [--metadata K=V]... [--json]
                          list sandboxes (--metadata: only those with every pair)
   inspect SANDBOX_ID     print one sandbox as JSON
   kill SANDBOX_ID...     delete sandboxes (each is attempted)
@@ -78,6 +78,7 @@ Commands:
                          give a context fresh globals
   ctx rm SANDBOX_ID CONTEXT_ID
                          delete a context
+` + hibernateUsage + `
 
 Global flags:
   --addr ADDR            sandboxd's gRPC address (env SANDBOXCTL_ADDR; default 127.0.0.1:50051)
@@ -147,6 +148,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"ps":          cmdPs,
 		"set-timeout": cmdSetTimeout,
 		"ctx":         cmdCtx,
+		"hibernate":   cmdHibernate, "wake": cmdWake,
 	}
 	if cmd == "help" {
 		fmt.Fprint(stdout, usageText)
