@@ -43,10 +43,10 @@ import (
 // (markRemoving), and waits for an append in progress (a bounded write)
 // only after registry.mu is released (claimRemoval).
 type sandbox struct {
-	id          string
-	tenant      string // empty while in the warm pool
-	userID      string // empty while in the warm pool
-	dir         string // host directory: meta.json, io/, workspace/
+	id     string
+	tenant string // empty while in the warm pool
+	userID string // empty while in the warm pool
+	dir    string // host directory: meta.json, io/, workspace/
 	// containerID changes when the sandbox hibernates ("") and wakes;
 	// guarded by mu from registration on (currentContainer).
 	containerID string
