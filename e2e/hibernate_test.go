@@ -87,8 +87,22 @@ func lostNames(w *sandboxv1.WakeInfo) []string {
 	return out
 }
 
-func TestE2EHibernate(t *testing.T) {
+// forRuntimes runs fn under runc and, when dockerd has it (always in CI),
+// runsc; SANDBOXD_E2E_RUNTIME, when set, is the only runtime.
+func forRuntimes(t *testing.T, fn func(t *testing.T, env *e2eEnv)) {
 	env := needE2E(t)
+	if env.runtime != "" {
+		fn(t, env)
+		return
+	}
+	for _, rt := range suiteRuntimes(t) {
+		t.Run(rt, func(t *testing.T) { fn(t, env.withRuntime(t, rt)) })
+	}
+}
+
+func TestE2EHibernate(t *testing.T) { forRuntimes(t, testHibernate) }
+
+func testHibernate(t *testing.T, env *e2eEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	d := env.start(t)
@@ -179,8 +193,9 @@ func TestE2EHibernate(t *testing.T) {
 
 // TestE2EHibernateIdle: the idle TTL hibernates (the default --on-idle),
 // and a later acquire wakes the same sandbox with its globals.
-func TestE2EHibernateIdle(t *testing.T) {
-	env := needE2E(t)
+func TestE2EHibernateIdle(t *testing.T) { forRuntimes(t, testHibernateIdle) }
+
+func testHibernateIdle(t *testing.T, env *e2eEnv) {
 	ctx := e2eCtx(t)
 	d := env.start(t, "--idle-ttl", "2s")
 	c, _ := d.client(t)
@@ -213,8 +228,9 @@ func TestE2EHibernateIdle(t *testing.T) {
 // SANDBOXD_TEST_CRASH_AT) at each step of a hibernation and of a wake,
 // restarts it, and checks that the sandbox is running or hibernated and
 // that nothing is lost beyond what the wake reports.
-func TestE2EHibernateCrash(t *testing.T) {
-	env := needE2E(t)
+func TestE2EHibernateCrash(t *testing.T) { forRuntimes(t, testHibernateCrash) }
+
+func testHibernateCrash(t *testing.T, env *e2eEnv) {
 	steps := append(slices.Clone(orchestrator.HibernateSteps), orchestrator.WakeSteps...)
 	for i, step := range steps {
 		t.Run(strings.ReplaceAll(step, ":", "-"), func(t *testing.T) {
