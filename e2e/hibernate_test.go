@@ -197,7 +197,7 @@ func TestE2EHibernateIdle(t *testing.T) { forRuntimes(t, testHibernateIdle) }
 
 func testHibernateIdle(t *testing.T, env *e2eEnv) {
 	ctx := e2eCtx(t)
-	d := env.start(t, "--idle-ttl", "2s")
+	d := env.start(t, "--idle-ttl", "8s") // longer than a container start under runsc
 	c, _ := d.client(t)
 	sbID := acquire(t, ctx, c, "idle-hib").GetSandbox().GetSandboxId()
 	execOut(t, ctx, c, sbID, "set", "x = 'kept while idle'")
@@ -211,7 +211,7 @@ func testHibernateIdle(t *testing.T, env *e2eEnv) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sandbox not hibernated 90 s after its 2 s idle TTL: %v", g.GetSandbox())
+			t.Fatalf("sandbox not hibernated 90 s after its 8 s idle TTL: %v", g.GetSandbox())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -89,6 +89,10 @@ type Config struct {
 	HibernatedTTL time.Duration
 	// Snapshots stores hibernation snapshots; default LocalSnapshots.
 	Snapshots SnapshotStore
+	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
+	// snapshots take together; past it the oldest snapshots are dropped
+	// (those sandboxes then wake at level files, and say so). 0 = no bound.
+	SnapshotDiskBudget int64
 }
 
 // Defaults.
@@ -146,8 +150,8 @@ func (c *Config) applyDefaults() error {
 	if c.OnIdle != OnIdleDelete && c.OnIdle != OnIdleHibernate {
 		return invalidf("config: OnIdle %q: want %q or %q", c.OnIdle, OnIdleHibernate, OnIdleDelete)
 	}
-	if c.HibernatedTTL < 0 {
-		return invalidf("config: HibernatedTTL must not be negative")
+	if c.HibernatedTTL < 0 || c.SnapshotDiskBudget < 0 {
+		return invalidf("config: HibernatedTTL and SnapshotDiskBudget must not be negative")
 	}
 	c.Metrics = metricsOrNoop(c.Metrics) // metrics hook
 	switch {
