@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -181,42 +182,58 @@ type SnapshotStore interface {
 
 // LocalSnapshots is the SnapshotStore on the host's disk: files in the
 // sandbox's io/hibernate/, which the sandbox itself writes. sandboxd only
-// looks at their size and deletes them: it never reads their content.
+// looks at their size and deletes them, never reads their content, and
+// does both through an os.Root confined to io/: the sandbox may have made
+// io/hibernate, or an entry in it, a symlink to anywhere (a host path).
 type LocalSnapshots struct{}
 
-func (LocalSnapshots) dir(dir string) string { return filepath.Join(dir, ioDir, ioproto.HibernateDir) }
-
-// Size is Lstat of a regular file: the sandbox could plant anything there.
-func (s LocalSnapshots) Size(dir, name string) (int64, bool) {
+// Size is Lstat of a regular file, confined to io/.
+func (LocalSnapshots) Size(dir, name string) (int64, bool) {
 	if !ioproto.ValidSnapshotName(name) {
 		return 0, false
 	}
-	st, err := os.Lstat(filepath.Join(s.dir(dir), name))
+	root, err := os.OpenRoot(filepath.Join(dir, ioDir))
+	if err != nil {
+		return 0, false
+	}
+	defer root.Close()
+	st, err := root.Lstat(ioproto.HibernateDir + "/" + name)
 	if err != nil || !st.Mode().IsRegular() {
 		return 0, false
 	}
 	return st.Size(), true
 }
 
-// Prune removes the entries of io/hibernate/ but keep (never following
-// symlinks: os.RemoveAll does not).
-func (s LocalSnapshots) Prune(dir, keep string) error {
-	entries, err := os.ReadDir(s.dir(dir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+// Prune removes the entries of io/hibernate/ but keep, confined to io/
+// (os.Root.RemoveAll never follows a symlink out of it).
+func (LocalSnapshots) Prune(dir, keep string) error {
+	root, err := os.OpenRoot(filepath.Join(dir, ioDir))
 	if err != nil {
 		return err
 	}
+	defer root.Close()
+	if st, err := root.Lstat(ioproto.HibernateDir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	} else if !st.IsDir() {
+		return root.Remove(ioproto.HibernateDir) // a planted symlink or file
+	}
+	d, err := root.Open(ioproto.HibernateDir)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(10000) // bounded: the sandbox may have filled it
+	d.Close()
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
 	var errs []error
-	for i, e := range entries {
-		if i >= 10000 {
-			break // bounded: the sandbox may have filled it
-		}
-		if e.Name() == keep {
+	for _, name := range names {
+		if name == keep {
 			continue
 		}
-		errs = append(errs, os.RemoveAll(filepath.Join(s.dir(dir), e.Name())))
+		errs = append(errs, root.RemoveAll(ioproto.HibernateDir+"/"+name))
 	}
 	return errors.Join(errs...)
 }
