@@ -23,6 +23,13 @@ func snapshotPath(ioDir, name string) string {
 
 // runHib runs a snapshot or restore record in context c (the default one).
 func (d *Driver) runHib(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+	if rec.Type == ioproto.KindRestore && rec.Level == ioproto.LevelMemory {
+		// The runtime restored this very process tree from its checkpoint:
+		// every interpreter is as it was.
+		res := &ioproto.HibResult{Level: ioproto.LevelMemory, Reason: "every process was checkpointed and restored as it was"}
+		d.setWake(c, res, true)
+		return outcome{status: ioproto.StatusOK, hib: res}
+	}
 	if rec.Type == ioproto.KindRestore && rec.Level == ioproto.LevelFiles {
 		res := &ioproto.HibResult{Level: ioproto.LevelFiles, Reason: "the sandbox was hibernated with level files: /workspace is kept, the Python globals are gone"}
 		d.setWake(c, res, false)

@@ -116,8 +116,8 @@ func (r *Record) validateHibRecord() error {
 	switch {
 	case r.Type == KindSnapshot && !ValidSnapshotName(r.Snapshot):
 		return fmt.Errorf("%w: snapshot record without a valid snapshot file name", ErrMalformed)
-	case r.Type == KindRestore && r.Level != LevelGlobals && r.Level != LevelFiles:
-		return fmt.Errorf("%w: restore level %q (want %s or %s)", ErrMalformed, short(r.Level), LevelGlobals, LevelFiles)
+	case r.Type == KindRestore && r.Level != LevelGlobals && r.Level != LevelFiles && r.Level != LevelMemory:
+		return fmt.Errorf("%w: restore level %q (want %s, %s or %s)", ErrMalformed, short(r.Level), LevelMemory, LevelGlobals, LevelFiles)
 	case r.Type == KindRestore && r.Level == LevelGlobals && !ValidSnapshotName(r.Snapshot):
 		return fmt.Errorf("%w: restore record without a valid snapshot file name", ErrMalformed)
 	case r.ContextID != "" && r.ContextID != DefaultContext:

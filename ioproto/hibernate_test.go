@@ -49,7 +49,8 @@ func TestHibRecordValidate(t *testing.T) {
 		{Record{Type: KindRestore, CommandID: "r1", Level: LevelFiles}, true},
 		{Record{Type: KindRestore, CommandID: "r1", Level: LevelGlobals, Snapshot: "snap-1"}, true},
 		{Record{Type: KindRestore, CommandID: "r1", Level: LevelGlobals}, false},
-		{Record{Type: KindRestore, CommandID: "r1", Level: "memory"}, false},
+		{Record{Type: KindRestore, CommandID: "r1", Level: LevelMemory}, true},
+		{Record{Type: KindRestore, CommandID: "r1", Level: "disk"}, false},
 		{Record{Type: KindRestore, CommandID: "r1", Level: LevelFiles, ContextID: "ctx-1"}, false},
 	} {
 		err := tc.rec.Validate()

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -106,6 +107,50 @@ type snapMeta struct {
 	TakenAt time.Time `json:"taken_at,omitzero"`
 	// Reason says why the level is lower than globals.
 	Reason string `json:"reason,omitempty"`
+	// Checkpoint names the runtime checkpoint of the stopped container
+	// (level memory); File is then the globals fallback.
+	Checkpoint string `json:"checkpoint,omitempty"`
+}
+
+// checkpointer is the part of the Docker client that checkpoints
+// containers (dockerd in experimental mode); the real client has it.
+type checkpointer interface {
+	CheckpointCreate(ctx context.Context, containerID string, options checkpoint.CreateOptions) error
+	CheckpointDelete(ctx context.Context, containerID string, options checkpoint.DeleteOptions) error
+	ContainerStop(ctx context.Context, containerID string, options container.StopOptions) error
+}
+
+// checkpointTimeout bounds a runtime checkpoint.
+const checkpointTimeout = 2 * time.Minute
+
+// tryCheckpoint checkpoints sb's container for the memory level and
+// reports the checkpoint's name, or why there is none. Only gVisor is
+// tried: its checkpoint keeps a Python kernel exactly; runc needs CRIU,
+// whose Debian bookworm build fails on current kernels ("vdso: Unexpected
+// rt vDSO area bounds"), so runc sandboxes use the globals level.
+func (m *Manager) tryCheckpoint(ctx context.Context, sb *sandbox, containerID string, seq int) (string, string) {
+	switch {
+	case !m.cfg.MemorySnapshots:
+		return "", ""
+	case m.checkpoints == nil:
+		return "", "the Docker client cannot checkpoint"
+	case sb.runtime != runtimeGVisor:
+		return "", "the memory level needs the runsc runtime (runc would need a working CRIU)"
+	}
+	name := fmt.Sprintf("sbx-ckpt-%d-%s", seq, randomSuffix())
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
+	defer cancel()
+	if err := m.checkpoints.CheckpointCreate(cctx, containerID, checkpoint.CreateOptions{CheckpointID: name, Exit: true}); err != nil {
+		return "", truncate("docker checkpoint failed (is dockerd in experimental mode?): "+err.Error(), 512)
+	}
+	// The checkpoint's exit is not a manual stop: the restart policy would
+	// start the container afresh. A stop marks it stopped on purpose (and
+	// ends such a fresh start); the checkpoint stays for the wake.
+	zero := 0
+	if err := m.checkpoints.ContainerStop(cctx, containerID, container.StopOptions{Timeout: &zero}); err != nil {
+		return "", truncate("cannot keep the checkpointed container stopped: "+err.Error(), 512)
+	}
+	return name, ""
 }
 
 // SnapshotInfo describes the state a hibernated sandbox keeps.
@@ -359,12 +404,22 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 	}
 	crashAt("hibernate:snapshotted")
 
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
-	err := m.docker.ContainerRemove(rctx, containerID, container.RemoveOptions{Force: true})
-	cancel()
-	if err != nil && !isDockerNotFound(err) {
-		m.abortHibernate(sb)
-		return dockerError("remove container", err)
+	ckpt, why := m.tryCheckpoint(ctx, sb, containerID, snap.seq(sb))
+	if ckpt != "" {
+		// The container stays, stopped, with its checkpoint; the globals
+		// snapshot is the fallback should the restore fail.
+		snap.Checkpoint, snap.Level = ckpt, ioproto.LevelMemory
+	} else {
+		if why != "" {
+			log.Info("memory level not available; keeping level "+snap.Level, "why", why)
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
+		err := m.docker.ContainerRemove(rctx, containerID, container.RemoveOptions{Force: true})
+		cancel()
+		if err != nil && !isDockerNotFound(err) {
+			m.abortHibernate(sb)
+			return dockerError("remove container", err)
+		}
 	}
 	crashAt("hibernate:removed")
 	m.commitHibernated(sb, snap)
@@ -470,15 +525,26 @@ func (m *Manager) abortHibernate(sb *sandbox) {
 	}
 }
 
-// commitHibernated records, in memory, that sb is hibernated with snap.
+// commitHibernated records, in memory, that sb is hibernated with snap;
+// a memory-level snapshot keeps its (stopped) container.
 func (m *Manager) commitHibernated(sb *sandbox, snap snapMeta) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	sb.state, sb.containerID = StateHibernated, ""
+	sb.state = StateHibernated
+	if snap.Checkpoint == "" {
+		sb.containerID = ""
+	}
 	sb.hib.Phase, sb.hib.Pending, sb.hib.WakeRecord, sb.hib.WakeLevel = "", nil, "", ""
 	sb.hib.Snapshot = &snap
 	sb.hib.HibernatedAt = time.Now().UTC()
 	sb.health = ioHealth{}
+}
+
+// seq returns the hibernation's sequence number.
+func (s snapMeta) seq(sb *sandbox) int {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.hib.Seq
 }
 
 // takeSnapshot asks sb's driver for a snapshot of the globals and waits,
@@ -570,6 +636,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	snap := sb.hib.Snapshot
 	seq := sb.hib.Seq
 	sb.mu.Unlock()
+	memoryFailed := "" // why a memory-level wake fell back
 	start := time.Now()
 	if all, _ := m.reg.countRunning(""); m.cfg.MaxSandboxes > 0 && all+m.pool.count() >= m.cfg.MaxSandboxes {
 		m.endWake(sb)
@@ -583,6 +650,14 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	if _, err := ensureMounted(ctx, sb.dir); err != nil {
 		m.endWake(sb)
 		return nil, fmt.Errorf("mount the volumes of sandbox %s: %w", sb.id, err)
+	}
+	if snap != nil && snap.Level == ioproto.LevelMemory {
+		w, fallback, err := m.wakeFromCheckpoint(ctx, sb, snap, seq)
+		if err == nil {
+			return w, nil
+		}
+		log.Warn("restoring the memory checkpoint failed; waking from the globals snapshot", "error", err)
+		memoryFailed = fallback
 	}
 	if err := m.checkImageOf(ctx, sb.image); err != nil {
 		m.endWake(sb)
@@ -604,7 +679,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	crashAt("wake:started")
 
 	level := ioproto.LevelFiles
-	if snap != nil && snap.Level == ioproto.LevelGlobals {
+	if snap != nil && (snap.Level == ioproto.LevelGlobals || snap.Level == ioproto.LevelMemory) && snap.File != "" {
 		if _, ok := m.snapshots.Size(sb.dir, snap.File); ok {
 			level = ioproto.LevelGlobals
 		}
@@ -629,6 +704,9 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	if err != nil {
 		w = &WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
 	}
+	if memoryFailed != "" {
+		w.Reason = joinReasons(memoryFailed, w.Reason)
+	}
 	if snap != nil && snap.Level == ioproto.LevelGlobals && level == ioproto.LevelFiles {
 		w.Reason = joinReasons("the snapshot of the globals is missing", w.Reason)
 	} else if snap != nil && snap.Reason != "" && w.Level == ioproto.LevelFiles {
@@ -644,6 +722,57 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	m.reg.reset(sb)
 	log.Info("sandbox woken", "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason, "took", time.Since(start))
 	return w.clone(), nil
+}
+
+// wakeFromCheckpoint starts sb's stopped container from its memory
+// checkpoint: the same processes, exactly. On failure the container is
+// removed (the caller wakes from the globals snapshot) and the reason is
+// returned for the wake's report.
+func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *snapMeta, seq int) (*WakeInfo, string, error) {
+	containerID := sb.currentContainer()
+	err := m.docker.ContainerStart(ctx, containerID, container.StartOptions{CheckpointID: snap.Checkpoint})
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
+		_ = m.docker.ContainerRemove(cctx, containerID, container.RemoveOptions{Force: true})
+		cancel()
+		sb.mu.Lock()
+		sb.containerID = ""
+		sb.mu.Unlock()
+		return nil, truncate("the memory checkpoint could not be restored ("+err.Error()+"); the globals snapshot was used", 512), err
+	}
+	crashAt("wake:started")
+	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: fmt.Sprintf("sbx-restore-%d-%s", seq, randomSuffix()), Level: ioproto.LevelMemory}
+	sb.mu.Lock()
+	sb.state = StateRunning
+	sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.HibernatedAt = rec.CommandID, rec.Level, time.Time{}
+	sb.lastActive, sb.dirty = time.Now(), true
+	sb.mu.Unlock()
+	if err := sb.persist(true); err != nil {
+		m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
+	}
+	crashAt("wake:running")
+	res, err := m.runHibRecord(ctx, sb, rec, restoreTimeout)
+	w := WakeFromEvent(res)
+	if err != nil {
+		w = &WakeInfo{Level: ioproto.LevelMemory, Reason: "the processes were restored from the checkpoint, but the sandbox did not confirm: " + err.Error()}
+	}
+	w.Time = time.Now().UTC()
+	sb.mu.Lock()
+	sb.hib.Phase, sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.Wake = "", "", "", w
+	sb.mu.Unlock()
+	if err := sb.persist(true); err != nil {
+		m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
+	}
+	if m.checkpoints != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		if err := m.checkpoints.CheckpointDelete(dctx, containerID, checkpoint.DeleteOptions{CheckpointID: snap.Checkpoint}); err != nil {
+			m.log.Warn("delete the used checkpoint", "sandbox_id", sb.id, "error", err)
+		}
+		cancel()
+	}
+	m.reg.reset(sb)
+	m.log.Info("sandbox woken from its memory checkpoint", "sandbox_id", sb.id)
+	return w.clone(), "", nil
 }
 
 // endWake undoes the start of a wake that failed before the container

@@ -87,6 +87,11 @@ type Config struct {
 	// HibernatedTTL is how long a hibernated sandbox is kept before it is
 	// deleted; default DefaultHibernatedTTL.
 	HibernatedTTL time.Duration
+	// MemorySnapshots lets a hibernation checkpoint the whole container
+	// (level memory: every process exactly) under the runsc runtime, with
+	// dockerd in experimental mode; the globals snapshot is still taken as
+	// the fallback. Off by default: a checkpoint takes seconds.
+	MemorySnapshots bool
 	// Snapshots stores hibernation snapshots; default LocalSnapshots.
 	Snapshots SnapshotStore
 	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
@@ -229,6 +234,8 @@ type Manager struct {
 	recheck time.Duration
 	// snapshots is Config.Snapshots.
 	snapshots SnapshotStore
+	// checkpoints is the Docker client's checkpoint API, when it has one.
+	checkpoints checkpointer
 
 	bgCtx     context.Context // background work; cancelled by Close
 	bgCancel  context.CancelFunc
@@ -269,6 +276,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		}
 		m.docker, m.closeDocker = c, c.Close
 	}
+	m.checkpoints, _ = m.docker.(checkpointer)
 	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {

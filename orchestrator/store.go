@@ -121,9 +121,6 @@ func readMeta(dir string) (meta, error) {
 	if m.State != StateDead && m.State != StateHibernated {
 		m.State = StateRunning
 	}
-	if m.State == StateHibernated {
-		m.ContainerID = ""
-	}
 	return m, nil
 }
 
