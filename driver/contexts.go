@@ -60,6 +60,9 @@ type execContext struct {
 	// context's next command of that kind: the globals the caller built
 	// before are gone.
 	lostReasons map[string]string
+	// pendingWake (d.mu) is how a restore record brought the state back,
+	// put in the started event of the context's next exec (hibernate.go).
+	pendingWake *ioproto.HibResult
 }
 
 type contextOpTask struct {

@@ -347,7 +347,7 @@ func (d *Driver) handleLine(line ioproto.Line) {
 		d.contextOp(rec)
 	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:
 		d.stdinRecord(rec)
-	case ioproto.KindExec:
+	case ioproto.KindExec, ioproto.KindSnapshot, ioproto.KindRestore:
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if _, dup := d.seen[rec.CommandID]; dup {
@@ -507,10 +507,17 @@ func (d *Driver) take(c *execContext, lim limits, roomOK bool, why string) (queu
 			d.answerNotRunLocked(q.rec, "/io is full: "+why)
 			return queued{}, nil, nil
 		}
-		ev, err := createEventsIn(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, time.Now())
+		var wake *ioproto.HibResult
+		if q.rec.Type == ioproto.KindExec {
+			wake = c.pendingWake
+		}
+		ev, err := createEventsWake(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, wake, time.Now())
 		if isNoSpace(err) {
 			d.removeFiles(d.selectLocked(func(int64) bool { return true }))
-			ev, err = createEventsIn(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, time.Now())
+			ev, err = createEventsWake(d.outDir, q.rec.CommandID, q.rec.Language, c.info.ID, wake, time.Now())
+		}
+		if err == nil && wake != nil {
+			c.pendingWake = nil
 		}
 		switch {
 		case errors.Is(err, errExists):
@@ -535,8 +542,10 @@ func (d *Driver) run(ctx context.Context, c *execContext, rec ioproto.Record, ev
 	start := time.Now()
 	ws := watchWorkspace(d.cfg.Workspace, start)
 	var res outcome
-	switch rec.Language {
-	case ioproto.LanguageBash:
+	switch {
+	case rec.Type == ioproto.KindSnapshot || rec.Type == ioproto.KindRestore:
+		res = d.runHib(ctx, c, rec, ev, intr)
+	case rec.Language == ioproto.LanguageBash:
 		res = d.runBash(ctx, c.dir, rec, ev, intr)
 	default:
 		res = d.runKernel(ctx, c, rec, ev, intr)
@@ -557,6 +566,7 @@ func (d *Driver) run(ctx context.Context, c *execContext, rec ioproto.Record, ev
 		ExecutionCount:  res.executionCount,
 		Files:           ws.changed(ioproto.MaxFiles),
 		Time:            time.Now().UTC(),
+		Snapshot:        res.hib,
 	}
 	if err := d.finish(ev, done); err != nil {
 		d.log.Error("write done event", "command_id", rec.CommandID, "err", err)
@@ -572,6 +582,8 @@ type outcome struct {
 	exitCode  *int
 	// executionCount is the Python kernel's cell counter after the command.
 	executionCount *int64
+	// hib is a snapshot or restore record's outcome (hibernate.go).
+	hib *ioproto.HibResult
 }
 
 // finish writes a command's done event, which must not be lost: when /io

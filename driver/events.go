@@ -57,6 +57,12 @@ func createEvents(dir, id, language string, now time.Time) (*eventsFile, error) 
 // createEventsIn is createEvents for a command of context contextID, which
 // its started event names.
 func createEventsIn(dir, id, language, contextID string, now time.Time) (*eventsFile, error) {
+	return createEventsWake(dir, id, language, contextID, nil, now)
+}
+
+// createEventsWake is createEventsIn whose started event also carries wake:
+// how the state came back, for the first command after a restore record.
+func createEventsWake(dir, id, language, contextID string, wake *ioproto.HibResult, now time.Time) (*eventsFile, error) {
 	final := filepath.Join(dir, ioproto.EventsFileName(id))
 	if _, err := os.Lstat(final); err == nil {
 		return nil, errExists
@@ -67,7 +73,7 @@ func createEventsIn(dir, id, language, contextID string, now time.Time) (*events
 		return nil, err
 	}
 	w := &eventsFile{dir: dir, id: id, f: f}
-	if err := w.emit(&ioproto.Event{Type: ioproto.EventStarted, CommandID: id, Language: language, ContextID: contextID, Time: now.UTC()}); err != nil {
+	if err := w.emit(&ioproto.Event{Type: ioproto.EventStarted, CommandID: id, Language: language, ContextID: contextID, Time: now.UTC(), Wake: wake}); err != nil {
 		f.Close()
 		os.Remove(tmp)
 		return nil, err

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 // kernelSource is the Python side of the kernel, shipped inside the driver
@@ -34,6 +36,8 @@ type kernelMsg struct {
 	Status    string            `json:"status"`
 	// ExecutionCount is the kernel's cell counter (done only).
 	ExecutionCount *int64 `json:"execution_count"`
+	// Hib is the outcome of a snapshot or restore request (done only).
+	Hib *ioproto.HibResult `json:"hib"`
 }
 
 // kernelHello is the first line the kernel reads from fd 3.
@@ -51,6 +55,11 @@ type kernelRequest struct {
 	// Env is set in the kernel's environment for this request only and
 	// restored afterwards (keys that did not exist are removed).
 	Env map[string]string `json:"env,omitempty"`
+	// Op and Path ask the Python kernel to save ("snapshot") or load
+	// ("restore") its user's globals in the file Path instead of running
+	// code (hibernate.go).
+	Op   string `json:"op,omitempty"`
+	Path string `json:"path,omitempty"`
 }
 
 // kernel is one running interpreter (kernelSpecs) with its pipes. It lives

@@ -77,7 +77,8 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 	}
 	var res outcome
 	kind := kernelKind(rec.Language)
-	if r := c.lostReasons[kind]; r != "" {
+	op := rec.Type == ioproto.KindSnapshot || rec.Type == ioproto.KindRestore
+	if r := c.lostReasons[kind]; r != "" && !op {
 		res.stateLost, res.reason = true, r
 		delete(c.lostReasons, kind)
 	}
@@ -100,7 +101,11 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 			drained = true
 		}
 	}
-	if err := k.send(kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env}); err != nil {
+	req := kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env}
+	if op {
+		req.Op, req.Path = rec.Type, snapshotPath(d.cfg.IODir, rec.Snapshot)
+	}
+	if err := k.send(req); err != nil {
 		// The kernel died just now; the exited branch below reports it.
 		d.log.Warn("kernel: send request", "err", err)
 	}
@@ -158,6 +163,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 		if m, done := d.flushMsgs(k, ev, &pending, force); done {
 			res.status = ioproto.StatusOK
 			res.executionCount = m.ExecutionCount
+			res.hib = m.Hib
 			if m.Status != ioproto.StatusOK {
 				res.status = ioproto.StatusError
 				if st.status != "" {

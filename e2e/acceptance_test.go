@@ -247,7 +247,7 @@ func acceptIdleTTL(t *testing.T, env *e2eEnv) {
 	const ttl = 3 * time.Second
 	const slack = 15 * time.Second
 	ctx := e2eCtx(t)
-	d := env.start(t, "--idle-ttl", ttl.String())
+	d := env.start(t, "--idle-ttl", ttl.String(), "--on-idle", "delete")
 	c, _ := d.client(t)
 
 	since := time.Now().Add(-2 * time.Second)

@@ -98,6 +98,12 @@ type daemon struct {
 // a previous run's address, to restart on the same port).
 func (e *e2eEnv) start(t *testing.T, extra ...string) *daemon {
 	t.Helper()
+	return e.startEnv(t, nil, extra...)
+}
+
+// startEnv is start with more environment variables for sandboxd.
+func (e *e2eEnv) startEnv(t *testing.T, environ []string, extra ...string) *daemon {
+	t.Helper()
 	args := []string{"--listen", "127.0.0.1:0", "--state-dir", e.stateDir, "--image", e.image, "--log-level", "debug",
 		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if e.runtime != "" {
@@ -107,7 +113,7 @@ func (e *e2eEnv) start(t *testing.T, extra ...string) *daemon {
 	p, err := sandboxdproc.Start(context.Background(), sandboxdproc.Config{
 		Binary: e.sandboxd,
 		Args:   args,
-		Env:    append(os.Environ(), "SANDBOXD_LISTEN="), // the flag, not the caller's env, decides
+		Env:    append(append(os.Environ(), "SANDBOXD_LISTEN="), environ...), // the flag, not the caller's env, decides
 		// Tests read the whole log, up to a goroutine dump under load.
 		LogBytes: 32 << 20,
 	})

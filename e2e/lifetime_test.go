@@ -41,7 +41,7 @@ func lifetimeSuite(t *testing.T, env *e2eEnv) {
 	if err := os.WriteFile(tokens, []byte(e2eAcme+" acme user\n"+e2eBeta+" beta user\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--auth-tokens", tokens, "--idle-ttl", idleTTL.String(), "--max-idle-ttl", "1h", "--warm-pool", "1"}
+	flags := []string{"--auth-tokens", tokens, "--idle-ttl", idleTTL.String(), "--on-idle", "delete", "--max-idle-ttl", "1h", "--warm-pool", "1"}
 	d := env.start(t, flags...)
 	c, _ := d.client(t)
 	acme, beta := bearer(ctx, e2eAcme), bearer(ctx, e2eBeta)

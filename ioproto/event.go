@@ -87,6 +87,12 @@ type Event struct {
 	Files          []File `json:"files,omitempty"`
 	// OutputTruncated says the driver's output cap discarded output.
 	OutputTruncated bool `json:"output_truncated,omitempty"`
+
+	// Snapshot (done of a snapshot or restore record) is its outcome; Wake
+	// (started of the first command after a restore record, in the default
+	// context) says how the state came back (hibernate.go).
+	Snapshot *HibResult `json:"snapshot,omitempty"`
+	Wake     *HibResult `json:"wake,omitempty"`
 }
 
 // File is a workspace file created or changed by a command.

@@ -200,6 +200,10 @@ type Record struct {
 	// Op and Cwd belong to context records (context.go).
 	Op  string `json:"op,omitempty"`
 	Cwd string `json:"cwd,omitempty"`
+	// Snapshot names a snapshot file in HibernateDir and Level the level to
+	// restore (snapshot and restore records, hibernate.go).
+	Snapshot string `json:"snapshot,omitempty"`
+	Level    string `json:"level,omitempty"`
 }
 
 // StdinRecord returns the stdin record giving data to command id.
@@ -252,6 +256,8 @@ func (r *Record) Validate() error {
 		}
 	case KindContext:
 		return r.validateContextOp()
+	case KindSnapshot, KindRestore:
+		return r.validateHibRecord()
 	case KindStdin:
 		if base64.StdEncoding.DecodedLen(len(r.Data)) > MaxStdinChunk+2 {
 			return fmt.Errorf("%w: stdin data is about %d bytes; the limit is %d", ErrMalformed, base64.StdEncoding.DecodedLen(len(r.Data)), MaxStdinChunk)

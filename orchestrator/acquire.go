@@ -60,6 +60,16 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (Acq
 		if err := m.refresh(ctx, cur); err != nil {
 			return AcquireResult{}, err
 		}
+		if cur.asleep() {
+			w, err := m.wakeLocked(ctx, cur)
+			if err != nil {
+				return AcquireResult{}, err
+			}
+			if m.reg.touch(cur) {
+				m.cfg.Metrics.Acquired(AcquireExisting, time.Since(start))
+				return AcquireResult{Sandbox: m.snapshot(cur), Woke: w}, nil
+			}
+		}
 		if st, _ := cur.status(); st == StateRunning && m.reg.touch(cur) {
 			m.cfg.Metrics.Acquired(AcquireExisting, time.Since(start))
 			return AcquireResult{Sandbox: m.snapshot(cur)}, nil
@@ -202,6 +212,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		LastActiveAt: now,
 		Metadata:     spec.metadata,
 		IdleTTL:      spec.idleTTL,
+		Env:          spec.env,
 	})
 	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
 

@@ -42,6 +42,11 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	if err != nil {
 		return err
 	}
+	return m.follow(ctx, sb, commandID, afterSeq, fn)
+}
+
+// follow is Follow on a sandbox already looked up.
+func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, afterSeq int64, fn func(Event) error) error {
 	evs, err := sb.io.EventsContext(ctx, commandID, afterSeq, m.log.With("sandbox_id", sb.id))
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):

@@ -43,10 +43,12 @@ import (
 // (markRemoving), and waits for an append in progress (a bounded write)
 // only after registry.mu is released (claimRemoval).
 type sandbox struct {
-	id          string
-	tenant      string // empty while in the warm pool
-	userID      string // empty while in the warm pool
-	dir         string // host directory: meta.json, io/, workspace/
+	id     string
+	tenant string // empty while in the warm pool
+	userID string // empty while in the warm pool
+	dir    string // host directory: meta.json, io/, workspace/
+	// containerID changes when the sandbox hibernates ("") and wakes;
+	// guarded by mu from registration on (currentContainer).
 	containerID string
 	image       string
 	runtime     string
@@ -82,6 +84,11 @@ type sandbox struct {
 	io *iolog.Dir
 
 	health ioHealth // its driver's health in /io/driver.json, as last read (health.go)
+
+	// env is the caller's Options.Env, for a woken sandbox's new container.
+	env map[string]string
+	// hib (mu) is the hibernation state machine, persisted in meta.json.
+	hib hibMeta
 }
 
 // newSandbox builds the record for metadata m in directory dir.
@@ -102,6 +109,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		lastActive:  m.LastActiveAt,
 		metadata:    m.Metadata,
 		idleTTL:     max(m.IdleTTL, 0),
+		env:         m.Env,
 		deadCh:      make(chan struct{}),
 		goneCh:      make(chan struct{}),
 	}
@@ -111,6 +119,12 @@ func newSandbox(dir string, m meta) *sandbox {
 	if m.State == StateDead {
 		sb.state, sb.reason = StateDead, m.StateReason
 		close(sb.deadCh)
+	}
+	if m.Hib != nil {
+		sb.hib = *m.Hib
+	}
+	if m.State == StateHibernated {
+		sb.state = StateHibernated
 	}
 	sb.io = iolog.New(filepath.Join(dir, ioDir))
 	return sb
@@ -134,6 +148,8 @@ func (sb *sandbox) metaLocked() meta {
 		StateReason:  sb.reason,
 		Metadata:     sb.metadata,
 		IdleTTL:      sb.idleTTL,
+		Env:          sb.env,
+		Hib:          sb.hib.forMeta(),
 	}
 }
 
@@ -173,8 +189,8 @@ func (sb *sandbox) persist(force bool) error {
 func (sb *sandbox) markDead(reason string) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.state == StateDead || sb.removing {
-		return false
+	if sb.state == StateDead || sb.state == StateHibernated || sb.hib.Phase != "" || sb.removing {
+		return false // a hibernation removes the container on purpose
 	}
 	sb.state, sb.reason, sb.dirty = StateDead, reason, true
 	return true
@@ -187,6 +203,13 @@ func (sb *sandbox) signalDead() {
 	if !isClosed(sb.deadCh) {
 		close(sb.deadCh)
 	}
+}
+
+// currentContainer returns the sandbox's container ID ("" while hibernated).
+func (sb *sandbox) currentContainer() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.containerID
 }
 
 // status returns the state and, for a dead sandbox, the reason.

@@ -80,6 +80,24 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives events for monitoring (metrics.go); nil discards.
 	Metrics Metrics
+	// OnIdle is what the idle TTL does to a running sandbox: OnIdleDelete
+	// (the default here, as before hibernation existed; sandboxd's flag
+	// defaults to hibernate) or OnIdleHibernate (hibernate.go).
+	OnIdle string
+	// HibernatedTTL is how long a hibernated sandbox is kept before it is
+	// deleted; default DefaultHibernatedTTL.
+	HibernatedTTL time.Duration
+	// MemorySnapshots lets a hibernation checkpoint the whole container
+	// (level memory: every process exactly) under the runsc runtime, with
+	// dockerd in experimental mode; the globals snapshot is still taken as
+	// the fallback. Off by default: a checkpoint takes seconds.
+	MemorySnapshots bool
+	// Snapshots stores hibernation snapshots; default LocalSnapshots.
+	Snapshots SnapshotStore
+	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
+	// snapshots take together; past it the oldest snapshots are dropped
+	// (those sandboxes then wake at level files, and say so). 0 = no bound.
+	SnapshotDiskBudget int64
 }
 
 // Defaults.
@@ -128,6 +146,17 @@ func (c *Config) applyDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	c.OnIdle = cmp.Or(c.OnIdle, OnIdleDelete)
+	c.HibernatedTTL = cmp.Or(c.HibernatedTTL, DefaultHibernatedTTL)
+	if c.Snapshots == nil {
+		c.Snapshots = LocalSnapshots{}
+	}
+	if c.OnIdle != OnIdleDelete && c.OnIdle != OnIdleHibernate {
+		return invalidf("config: OnIdle %q: want %q or %q", c.OnIdle, OnIdleHibernate, OnIdleDelete)
+	}
+	if c.HibernatedTTL < 0 || c.SnapshotDiskBudget < 0 {
+		return invalidf("config: HibernatedTTL and SnapshotDiskBudget must not be negative")
 	}
 	c.Metrics = metricsOrNoop(c.Metrics) // metrics hook
 	switch {
@@ -203,6 +232,10 @@ type Manager struct {
 
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration
+	// snapshots is Config.Snapshots.
+	snapshots SnapshotStore
+	// checkpoints is the Docker client's checkpoint API, when it has one.
+	checkpoints checkpointer
 
 	bgCtx     context.Context // background work; cancelled by Close
 	bgCancel  context.CancelFunc
@@ -232,7 +265,10 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		pool:    newWarmPool(),
 		recheck: recheckInterval,
 		closing: make(chan struct{}),
+
+		snapshots: cfg.Snapshots,
 	}
+	m.reg.hibernatedTTL = cfg.HibernatedTTL
 	if docker == nil {
 		c, err := newDockerClient()
 		if err != nil {
@@ -240,6 +276,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		}
 		m.docker, m.closeDocker = c, c.Close
 	}
+	m.checkpoints, _ = m.docker.(checkpointer)
 	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {
@@ -360,6 +397,11 @@ func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
 	if sb == nil || !callerOf(ctx).sees(sb.tenant) || !m.reg.touch(sb) {
 		return nil, sandboxNotFound(sandboxID)
 	}
+	// Using a hibernated sandbox wakes it (hibernate.go); the first command
+	// after the wake reports how the state came back.
+	if _, err := m.ensureAwake(ctx, sb); err != nil {
+		return nil, err
+	}
 	return sb, nil
 }
 
@@ -382,13 +424,16 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 		HealthReason: sb.healthReasonLocked(),
 		CreatedAt:    sb.createdAt,
 		LastActiveAt: sb.lastActive,
-		ExpiresAt:    m.reg.expiry(sb.createdAt, sb.lastActive, sb.idleTTL),
+		ExpiresAt:    m.reg.deadlineLocked(sb),
 		Image:        sb.image,
 		Limits:       sb.limits,
 		Network:      sb.network,
 		ContainerID:  sb.containerID,
 		Metadata:     maps.Clone(sb.metadata),
 		IdleTimeout:  m.reg.idleOf(sb.idleTTL),
+		Snapshot:     sb.hib.snapshotInfo(),
+		HibernatedAt: sb.hib.HibernatedAt,
+		LastWake:     sb.hib.Wake.clone(),
 	}
 }
 
@@ -484,7 +529,13 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	// Bounded whatever the caller's context: the container is killed
 	// (Force) by the engine, which does not wait on the sandbox.
 	rctx, cancel := context.WithTimeout(ctx, containerRemoveTimeout)
-	err = m.docker.ContainerRemove(rctx, sb.containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	sb.mu.Lock()
+	containerID := sb.containerID
+	sb.mu.Unlock()
+	err = nil
+	if containerID != "" { // none while hibernated
+		err = m.docker.ContainerRemove(rctx, containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	}
 	cancel()
 	if err != nil && !isDockerNotFound(err) {
 		sb.unmarkRemoving()
@@ -514,11 +565,17 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 
 // onExpired removes a sandbox whose TTL ran out; the registry calls it.
 func (m *Manager) onExpired(sb *sandbox) {
+	if m.hibernateExpired(sb) {
+		return
+	}
 	if !m.claimRemoval(sb, true) {
 		return
 	}
 	sb.mu.Lock()
 	why := fmt.Sprintf("idle for %v", m.reg.idleOf(sb.idleTTL))
+	if sb.state == StateHibernated {
+		why = fmt.Sprintf("hibernated for %v", m.cfg.HibernatedTTL)
+	}
 	if m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)) {
 		why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
 	}

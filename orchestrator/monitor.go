@@ -43,7 +43,7 @@ func (m *Manager) markDead(sb *sandbox, reason string) {
 	if !sb.markDead(reason) {
 		return
 	}
-	m.log.Warn("sandbox died", "sandbox_id", sb.id, "user_id", sb.userID, "container_id", sb.containerID, "reason", reason)
+	m.log.Warn("sandbox died", "sandbox_id", sb.id, "user_id", sb.userID, "container_id", sb.currentContainer(), "reason", reason)
 	if err := sb.persist(false); err != nil {
 		m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
 	}
@@ -54,10 +54,10 @@ func (m *Manager) markDead(sb *sandbox, reason string) {
 // not running, or else reads its health if that changed (health.go). A dead
 // sandbox stays dead without asking Docker.
 func (m *Manager) refresh(ctx context.Context, sb *sandbox) error {
-	if st, _ := sb.status(); st == StateDead {
+	if st, _ := sb.status(); st == StateDead || sb.asleep() {
 		return nil
 	}
-	info, err := m.docker.ContainerInspect(ctx, sb.containerID)
+	info, err := m.docker.ContainerInspect(ctx, sb.currentContainer())
 	if err != nil {
 		if isDockerNotFound(err) {
 			m.markDead(sb, reasonRemoved)
@@ -85,7 +85,7 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 		return err
 	}
 	for _, sb := range sbs {
-		c, listed := byID[sb.containerID]
+		c, listed := byID[sb.currentContainer()]
 		if err := m.refreshListed(ctx, sb, c, listed); err != nil {
 			return err
 		}
@@ -99,7 +99,7 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 // inspected (refresh) to learn why; a running one's health is read if it
 // changed (health.go). A dead sandbox stays dead.
 func (m *Manager) refreshListed(ctx context.Context, sb *sandbox, c container.Summary, listed bool) error {
-	if st, _ := sb.status(); st == StateDead {
+	if st, _ := sb.status(); st == StateDead || sb.asleep() {
 		return nil
 	}
 	switch {
@@ -171,7 +171,7 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 		return
 	}
 	sb := m.reg.get(id)
-	if sb == nil || sb.containerID != msg.Actor.ID {
+	if sb == nil || sb.asleep() || sb.currentContainer() != msg.Actor.ID {
 		return // not (or no longer) one of ours: e.g. our own removal
 	}
 	switch msg.Action {

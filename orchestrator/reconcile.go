@@ -56,6 +56,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	var pooled []pooledEntry
 	var expired, dead, orphanDirs int
+	var idleSoon []*sandbox
 	for _, e := range entries {
 		name := e.Name()
 		if ValidateSandboxID(name) != nil || !e.IsDir() {
@@ -107,7 +108,19 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			continue
 		}
 
-		if exp := m.reg.expiry(md.CreatedAt, sb.lastActive, md.IdleTTL); !time.Now().Before(exp) {
+		if err := m.recoverHibernation(ctx, sb, hasContainer && summaryAlive(c.State), hasContainer); err != nil {
+			return err
+		}
+		sb.mu.Lock()
+		exp := m.reg.deadlineLocked(sb)
+		hibernateSoon := m.cfg.OnIdle == OnIdleHibernate && sb.state == StateRunning &&
+			(m.cfg.MaxLifetime == 0 || time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)))
+		sb.mu.Unlock()
+		if !time.Now().Before(exp) && hibernateSoon {
+			// Idle while sandboxd was down: hibernated by the expiry loop
+			// once registered, not removed.
+			idleSoon = append(idleSoon, sb)
+		} else if !time.Now().Before(exp) {
 			log.Info("removing sandbox that expired while sandboxd was down", "expired_at", exp)
 			expired++
 			if err := removeAll(); err != nil {
@@ -165,7 +178,10 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		// user unless a dead one awaits expiry).
 		slices.SortFunc(sbs, func(a, b *sandbox) int { return cmp.Compare(b.createdAt.UnixNano(), a.createdAt.UnixNano()) })
 		for i, sb := range sbs {
-			if m.reg.add(sb, i == 0) {
+			if slices.Contains(idleSoon, sb) {
+				m.reg.addFor(sb, i == 0, time.Second)
+				restored++
+			} else if m.reg.add(sb, i == 0) {
 				restored++
 			}
 		}
@@ -189,8 +205,8 @@ func (m *Manager) remount(ctx context.Context, sb *sandbox, log *slog.Logger) er
 	if !remounted {
 		return nil
 	}
-	if st, _ := sb.status(); st == StateDead {
-		log.Info("remounted the volumes of a dead sandbox")
+	if st, _ := sb.status(); st == StateDead || st == StateHibernated {
+		log.Info("remounted the volumes of a sandbox without a running container", "state", st)
 		return nil
 	}
 	log.Warn("sandbox volumes were not mounted (host reboot?); remounted them and restarting the container, which loses its Python state")

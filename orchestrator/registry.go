@@ -29,7 +29,9 @@ type registry struct {
 	// maxIdleTTL caps a sandbox's own idle TTL (Config.MaxIdleTTL), also one
 	// persisted under a larger maximum before a restart; 0 = no cap.
 	maxIdleTTL time.Duration
-	cache      *ttlcache.Cache[string, *sandbox]
+	// hibernatedTTL is how long a hibernated sandbox is kept (Config.HibernatedTTL).
+	hibernatedTTL time.Duration
+	cache         *ttlcache.Cache[string, *sandbox]
 
 	// mu orders lookups-then-sets in touch against removals (claim), and
 	// guards current.
@@ -115,11 +117,20 @@ func (r *registry) expiry(created, lastActive time.Time, own time.Duration) time
 	return exp
 }
 
+// deadlineLocked is when sb expires: a running (or dead) one by expiry, a
+// hibernated one hibernatedTTL after its hibernation. sb.mu is held.
+func (r *registry) deadlineLocked(sb *sandbox) time.Time {
+	if sb.state == StateHibernated {
+		return sb.hib.HibernatedAt.Add(r.hibernatedTTL)
+	}
+	return r.expiry(sb.createdAt, sb.lastActive, sb.idleTTL)
+}
+
 // add registers sb with the TTL left from its last activity. It reports
 // false, registering nothing, when sb has already expired.
 func (r *registry) add(sb *sandbox, makeCurrent bool) bool {
 	sb.mu.Lock()
-	ttl := time.Until(r.expiry(sb.createdAt, sb.lastActive, sb.idleTTL))
+	ttl := time.Until(r.deadlineLocked(sb))
 	sb.mu.Unlock()
 	if ttl <= 0 {
 		return false
@@ -131,6 +142,16 @@ func (r *registry) add(sb *sandbox, makeCurrent bool) bool {
 		r.current[sb.key()] = sb
 	}
 	return true
+}
+
+// addFor registers sb for ttl, whatever its deadline says.
+func (r *registry) addFor(sb *sandbox, makeCurrent bool, ttl time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cache.Set(sb.id, sb, ttl)
+	if makeCurrent {
+		r.current[sb.key()] = sb
+	}
 }
 
 // get returns the registered sandbox id, or nil when there is none (never
@@ -171,7 +192,7 @@ func (r *registry) touchWith(sb *sandbox, idle time.Duration) bool {
 	if idle > 0 {
 		sb.idleTTL = idle
 	}
-	ttl := r.expiry(sb.createdAt, now, sb.idleTTL).Sub(now)
+	ttl := r.deadlineLocked(sb).Sub(now)
 	sb.mu.Unlock()
 	if ttl <= 0 {
 		return false // the maximum lifetime is over; the cache expires it
@@ -193,6 +214,35 @@ func (r *registry) claim(sb *sandbox, expired bool, mark func() bool) bool {
 		}
 	}
 	return mark()
+}
+
+// reset re-registers sb with the TTL its state gives it now (after a
+// hibernation or a wake), unless it was removed meanwhile.
+func (r *registry) reset(sb *sandbox) {
+	sb.mu.Lock()
+	ttl := time.Until(r.deadlineLocked(sb))
+	gone := sb.gone || sb.removing
+	sb.mu.Unlock()
+	if gone {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cache.Set(sb.id, sb, max(ttl, time.Millisecond))
+}
+
+// holdExpired keeps an expired sb registered for d while its expiry is
+// handled other than by removal (a hibernation), so callers still find
+// it. It reports false when sb was registered again meanwhile (used just
+// as it expired): then there is nothing to do.
+func (r *registry) holdExpired(sb *sandbox, d time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if it := r.cache.Get(sb.id); it != nil && it.Value() == sb {
+		return false
+	}
+	r.cache.Set(sb.id, sb, d)
+	return true
 }
 
 // rearm keeps sb registered for d more, used to retry a removal that failed.

@@ -80,6 +80,12 @@ type meta struct {
 	// IdleTTL is the sandbox's own idle TTL in nanoseconds (Options.IdleTimeout
 	// or SetTimeout); zero follows the server's --idle-ttl.
 	IdleTTL time.Duration `json:"idle_ttl_ns,omitempty"`
+	// Env is the caller's Options.Env, kept so a woken sandbox's new
+	// container gets it again (meta.json is root's, mode 0600).
+	Env map[string]string `json:"env,omitempty"`
+	// Hib is the hibernation state machine (hibernate.go); nil for a
+	// sandbox never hibernated.
+	Hib *hibMeta `json:"hibernation,omitempty"`
 }
 
 // sandboxDir returns the directory of sandbox id under stateDir.
@@ -106,13 +112,13 @@ func readMeta(dir string) (meta, error) {
 	case m.Pool && (m.UserID != "" || m.Tenant != ""),
 		!m.Pool && ValidateUserID(m.UserID) != nil,
 		m.Tenant != "" && ValidateTenant(m.Tenant) != nil,
-		m.ContainerID == "", m.CreatedAt.IsZero():
+		m.ContainerID == "" && m.State != StateHibernated, m.CreatedAt.IsZero():
 		return m, fmt.Errorf("%s: missing or invalid fields", filepath.Join(dir, metaFile))
 	}
 	if !m.Pool && m.Tenant == "" {
 		m.Tenant = DefaultTenant
 	}
-	if m.State != StateDead {
+	if m.State != StateDead && m.State != StateHibernated {
 		m.State = StateRunning
 	}
 	return m, nil

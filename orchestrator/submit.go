@@ -38,18 +38,28 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sb, err := m.use(ctx, req.SandboxID)
-	if err != nil {
-		return "", err
+	var sb *sandbox
+	var appended bool
+	// A hibernation that begins between the lookup and the append refuses
+	// the append (errAsleep): the command then waits for the wake.
+	for attempt := 0; ; attempt++ {
+		sb, err = m.use(ctx, req.SandboxID)
+		if err != nil {
+			return "", err
+		}
+		var ready func() error
+		ready, err = m.execContext(sb, &rec, req.Language == "")
+		if err != nil {
+			return "", err
+		}
+		if err := imageHasLanguage(sb, rec.Language); err != nil {
+			return "", err
+		}
+		appended, err = sb.io.AppendContext(ctx, rec, ready)
+		if !errors.Is(err, errAsleep) || attempt >= 3 {
+			break
+		}
 	}
-	ready, err := m.execContext(sb, &rec, req.Language == "")
-	if err != nil {
-		return "", err
-	}
-	if err := imageHasLanguage(sb, rec.Language); err != nil {
-		return "", err
-	}
-	appended, err := sb.io.AppendContext(ctx, rec, ready)
 	if errors.Is(err, iolog.ErrConflict) {
 		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
 	}
@@ -117,6 +127,10 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 	return nil
 }
 
+// errAsleep refuses an append to a sandbox that hibernates or is being
+// woken; the caller wakes it and tries again.
+var errAsleep = unavailablef("the sandbox is hibernating; try again")
+
 // appendable checks, with appends held, that sb may get new records.
 func (m *Manager) appendable(sb *sandbox) error {
 	sb.mu.Lock()
@@ -124,6 +138,9 @@ func (m *Manager) appendable(sb *sandbox) error {
 	sb.mu.Unlock()
 	if removing {
 		return notFoundf("sandbox %s was deleted", sb.id)
+	}
+	if sb.asleep() {
+		return errAsleep
 	}
 	if st, _ := sb.status(); st == StateDead {
 		return sb.deadError()

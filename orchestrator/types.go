@@ -19,6 +19,10 @@ const (
 	// The sandbox stays visible (with a reason) until it expires or is
 	// deleted, so callers learn what happened instead of seeing a silent swap.
 	StateDead State = "dead"
+	// StateHibernated: no container runs and no memory is used; the
+	// volumes and a snapshot of the state stay on disk, and the next
+	// Acquire, command or other use wakes it (hibernate.go).
+	StateHibernated State = "hibernated"
 )
 
 // Limits are a sandbox's resource limits. Zero means "the server's default".
@@ -85,6 +89,12 @@ type Sandbox struct {
 	// IdleTimeout is the idle TTL in force for this sandbox: its own (set
 	// at creation or with SetTimeout) or the server's default.
 	IdleTimeout time.Duration
+	// Snapshot is the state a hibernated sandbox keeps (nil when it has
+	// never been hibernated); HibernatedAt when it was hibernated.
+	Snapshot     *SnapshotInfo
+	HibernatedAt time.Time
+	// LastWake is how the state came back at the sandbox's last wake.
+	LastWake *WakeInfo
 }
 
 // CompareSandboxes is the order List returns sandboxes in, which the API
@@ -103,6 +113,9 @@ type AcquireResult struct {
 	ReplacedID string
 	// ReplacedReason says why the previous sandbox died.
 	ReplacedReason string
+	// Woke is set when this call woke the user's hibernated sandbox: how
+	// its state came back.
+	Woke *WakeInfo
 }
 
 // ListFilter narrows List. Empty fields match everything (everything the

@@ -180,10 +180,10 @@ func (f ListFilter) Validate() error {
 		return err
 	}
 	switch f.State {
-	case "", StateRunning, StateDead:
+	case "", StateRunning, StateDead, StateHibernated:
 		return nil
 	}
-	return invalidf("state filter %q is not %q or %q", truncate(string(f.State), 32), StateRunning, StateDead)
+	return invalidf("state filter %q is not %q, %q or %q", truncate(string(f.State), 32), StateRunning, StateDead, StateHibernated)
 }
 
 // Bounds below which Docker refuses (or the sandbox cannot work): the

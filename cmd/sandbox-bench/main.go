@@ -49,12 +49,13 @@ type Sizes struct {
 	MemoryBudgetBytes int64         `json:"memory_budget_bytes"`
 	Reattach          int           `json:"reattach"`
 	StreamMB          int           `json:"stream_mb"`
+	Hibernated        int           `json:"hibernated"` // hibernated sandboxes sandboxd holds for its RSS and list figures
 }
 
 func (s Sizes) String() string {
-	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d",
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d",
 		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
-		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB)
+		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated)
 }
 
 // config is the parsed command line.
@@ -93,6 +94,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&budget, "memory-budget", budget, "memory `size` for the \"idle sandboxes that fit\" figure")
 	fs.IntVar(&c.Reattach, "reattach", 100, "live sandboxes a restarted sandboxd reattaches")
 	fs.IntVar(&c.StreamMB, "stream-mb", 100, "megabytes (10^6 bytes) of output streamed by one command")
+	fs.IntVar(&c.Hibernated, "hibernated", 20, "hibernated sandboxes sandboxd holds while its RSS and ListSandboxes are measured")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&asMarkdown, "markdown", false, "print a Markdown table (as in BENCHMARKS.md)")
 	if err := fs.Parse(args); err != nil {

@@ -43,6 +43,8 @@ var RowKeys = []string{
 	mWarmP50.key, mWarmP90.key, mWarmP99.key, mWarmRun.key, mWarmJupyter50.key, mWarmJupyter99.key,
 	mCold.key, mPool.key, mThroughput.key, mIdleMemory.key, mIdleFit.key,
 	mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key,
+	mHibSmall.key, mWakeSmall.key, mHibLarge.key, mWakeLarge.key, mSnapLarge.key,
+	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key,
 }
 
 const mib = 1 << 20
@@ -102,6 +104,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 	}
 	b.phase(ctx, "streaming", b.stream)
 	b.phase(ctx, "warm pool", b.warmPool)
+	b.phase(ctx, "hibernation", b.hibernation)
 	b.sortRows()
 	return b.rep, errors.Join(append(b.errs, ctx.Err())...)
 }

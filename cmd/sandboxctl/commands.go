@@ -29,7 +29,7 @@ var commandTable []command
 
 func init() {
 	commandTable = []command{
-		{"list", "[--tenant TENANT] [--user USER] [--state running|dead] [--metadata K=V]... [-o table|wide|json]",
+		{"list", "[--tenant TENANT] [--user USER] [--state running|dead|hibernated] [--metadata K=V]... [-o table|wide|json]",
 			"list sandboxes (--metadata: only those with every pair; --json is -o json)",
 			[]string{"sandboxctl list", "sandboxctl list --user alice -o json", "sandboxctl list --state dead --metadata team=ml"}, cmdList},
 		{"inspect", "SANDBOX_ID", "print one sandbox as JSON",
@@ -75,6 +75,11 @@ func init() {
 				"list them, give one fresh globals, delete one",
 			[]string{"sandboxctl ctx create sb-q3x7kd2mf5a6bnp4hcw2 --language python --cwd project", "sandboxctl ctx ls sb-q3x7kd2mf5a6bnp4hcw2",
 				"sandboxctl ctx restart sb-q3x7kd2mf5a6bnp4hcw2 ctx-1"}, cmdCtx},
+		{"hibernate", "SANDBOX_ID...",
+			"hibernate sandboxes now: globals saved, container removed, files kept; their next use wakes them",
+			[]string{"sandboxctl hibernate sb-q3x7kd2mf5a6bnp4hcw2"}, cmdHibernate},
+		{"wake", "SANDBOX_ID...", "wake hibernated sandboxes and print how their state came back",
+			[]string{"sandboxctl wake sb-q3x7kd2mf5a6bnp4hcw2"}, cmdWake},
 	}
 }
 

@@ -107,7 +107,7 @@ func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox, wide bool) error {
 	fmt.Fprintln(tw)
 	for _, sb := range sbs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
-			sb.GetSandboxId(), sb.GetTenant(), sb.GetUserId(), stateName(sb.GetState()),
+			sb.GetSandboxId(), sb.GetTenant(), sb.GetUserId(), sandboxStateLabel(sb),
 			formatTime(sb.GetCreatedAt()), formatTime(sb.GetLastActiveAt()), formatTime(sb.GetExpiresAt()),
 			sb.GetImage())
 		if wide {

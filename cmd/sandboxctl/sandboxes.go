@@ -62,8 +62,10 @@ func parseState(s string) (sandboxv1.SandboxState, error) {
 		return sandboxv1.SandboxState_SANDBOX_STATE_RUNNING, nil
 	case "dead":
 		return sandboxv1.SandboxState_SANDBOX_STATE_DEAD, nil
+	case "hibernated":
+		return sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED, nil
 	}
-	return 0, fmt.Errorf("--state %q: want running or dead", s)
+	return 0, fmt.Errorf("--state %q: want running, dead or hibernated", s)
 }
 
 // cmdInspect prints one sandbox as JSON.

@@ -63,6 +63,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	maxCode := byteSize(orchestrator.MaxCodeBytes)
 	defDisk, maxDisk := byteSize(orchestrator.DefaultDiskBytes), byteSize(orchestrator.DefaultMaxDiskBytes)
 	ioDisk := byteSize(orchestrator.DefaultIODiskBytes)
+	snapBudget := byteSize(0)
 	diskVolumes := true
 
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); an address beyond loopback needs --auth-tokens (or --insecure)")
@@ -71,7 +72,11 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate `file` (PEM); with --tls-key, serve TLS instead of plaintext")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key `file` (PEM), for --tls-cert")
 	fs.StringVar(&mc.StateDir, "state-dir", defaultStateDir(getenv), "`directory` for the sandboxes' /io and /workspace directories and the registry")
-	fs.DurationVar(&mc.IdleTTL, "idle-ttl", orchestrator.DefaultIdleTTL, "remove a sandbox after this long without use")
+	fs.DurationVar(&mc.IdleTTL, "idle-ttl", orchestrator.DefaultIdleTTL, "hibernate (or, with --on-idle delete, remove) a sandbox after this long without use")
+	fs.StringVar(&mc.OnIdle, "on-idle", orchestrator.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use) or delete")
+	fs.DurationVar(&mc.HibernatedTTL, "hibernated-ttl", orchestrator.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
+	fs.BoolVar(&mc.MemorySnapshots, "memory-snapshots", false, "under --runtime runsc with dockerd in experimental mode, hibernate at level memory: checkpoint the whole container (docker checkpoint; every process kept exactly), with the globals snapshot as fallback")
+	fs.Var(&snapBudget, "snapshot-disk-budget", "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound); past it the oldest are dropped and those sandboxes wake with their files only, saying so")
 	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
 	fs.DurationVar(&mc.MaxIdleTTL, "max-idle-ttl", 0, "the longest idle timeout a caller may give one sandbox (SetSandboxTimeout, options.idle_timeout); 0: 24h, or --idle-ttl if longer")
 	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
@@ -124,6 +129,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.MaxCodeBytes = int(maxCode)
 	mc.NoDiskVolumes = !diskVolumes
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
+	mc.SnapshotDiskBudget = int64(snapBudget)
 	if err := c.check(); err != nil {
 		return config{}, usageError{err}
 	}

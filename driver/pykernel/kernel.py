@@ -893,6 +893,138 @@ def _run(cid, code, env=None):
     _send("done", end=True, status=status, execution_count=_cell)
 
 
+# --- hibernation (ioproto/PROTOCOL.md, *Hibernation*) -----------------------
+# The user's globals are pickled (dill: functions, classes and lambdas of
+# __main__ by value) into a file under /io/hibernate, written to a temporary
+# name, fsynced and renamed, so a half-written snapshot is never read; and
+# loaded back into a fresh kernel on wake. Both happen only here, inside the
+# sandbox's own container: the host never unpickles anything.
+_HIB_SKIP = frozenset(("__name__", "__doc__", "__package__", "__loader__", "__spec__",
+                       "__builtins__", "__annotations__", "__file__", "__cached__"))
+
+
+def _pickler():
+    try:
+        import dill
+        return dill
+    except ImportError:
+        pass
+    try:
+        import cloudpickle
+        return cloudpickle
+    except ImportError:
+        pass
+    # The standard library's pickle saves data but not functions or classes
+    # defined in the session: those are reported lost, one by one.
+    import pickle
+    return pickle
+
+
+def _unkeepable(v):
+    """Why v cannot survive a hibernation, or None: things tied to this
+    process that pickling would fake (dill reopens files by name) or fail on."""
+    if isinstance(v, (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)):
+        return "a generator or coroutine (its running frame cannot be saved)"
+    if isinstance(v, io.IOBase):
+        return "an open file (reopen it after the wake)"
+    sock = sys.modules.get("socket")
+    if sock is not None and isinstance(v, sock.socket):
+        return "a socket"
+    thr = sys.modules.get("threading")
+    if thr is not None and isinstance(v, thr.Thread):
+        return "a thread"
+    return None
+
+
+def _why(e):
+    return ("cannot be pickled: %s: %s" % (type(e).__name__, _safe_str(e)))[:240]
+
+
+def _snapshot(pk, path):
+    names, lost, mods = {}, [], {}
+    for name, v in list(_ns.items()):
+        if name in _HIB_SKIP:
+            continue
+        if isinstance(v, types.ModuleType):
+            mods[name] = v.__name__
+            continue
+        why = _unkeepable(v)
+        if why:
+            lost.append({"name": name, "why": why})
+            continue
+        names[name] = v
+    d, base = os.path.split(path)
+    os.makedirs(d, exist_ok=True)
+    tmp = os.path.join(d, ".tmp-" + base)
+
+    def write():
+        payload = {"version": 1, "modules": mods, "names": names, "lost": lost}
+        with open(tmp, "wb") as f:
+            pk.dump(payload, f, protocol=4)
+            f.flush()
+            os.fsync(f.fileno())
+
+    try:
+        write()
+    except Exception:
+        # One name spoils the whole dump: find them one by one (shared
+        # references between the rest are kept by the second dump).
+        for name in list(names):
+            try:
+                pk.dumps(names[name], protocol=4)
+            except Exception as e:
+                lost.append({"name": name, "why": _why(e)})
+                del names[name]
+        write()
+    os.replace(tmp, path)
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"level": "globals", "bytes": os.path.getsize(path),
+            "names": sorted(list(names) + list(mods)), "lost": lost}
+
+
+def _restore(pk, path):
+    import importlib
+    with open(path, "rb") as f:
+        payload = pk.load(f)
+    restored, lost = [], list(payload.get("lost") or [])
+    for name, mod in (payload.get("modules") or {}).items():
+        try:
+            _ns[name] = importlib.import_module(mod)
+            restored.append(name)
+        except BaseException as e:
+            lost.append({"name": name, "why": ("import %s failed: %s" % (mod, _safe_str(e)))[:240]})
+    for name, v in (payload.get("names") or {}).items():
+        _ns[name] = v
+        restored.append(name)
+    return {"level": "globals", "names": sorted(restored), "lost": lost}
+
+
+def _hib(cid, op, path):
+    """Runs a snapshot or restore request; answers with done and its outcome."""
+    global _cur_id, _executing
+    _cur_id = cid
+    status, res = "ok", None
+    pk = _pickler()
+    _executing = True
+    try:
+        if pk is None:
+            status, res = "error", {"level": "files", "reason": "neither dill nor cloudpickle is installed in the sandbox image"}
+        elif op == "snapshot":
+            res = _snapshot(pk, path)
+        else:
+            res = _restore(pk, path)
+    except BaseException as e:
+        status = "error"
+        res = {"level": "files", "reason": ("%s failed: %s: %s" % (op, type(e).__name__, _safe_str(e)))[:1000]}
+    finally:
+        _executing = False
+    _send("done", end=True, status=status, hib=res)
+
+
 def _read_line(buf):
     """The next line from fd 3; exits when the driver closed it."""
     while True:
@@ -930,6 +1062,9 @@ def _main():
         req = None
         try:
             req = json.loads(line)
+            if req.get("op") in ("snapshot", "restore"):
+                _hib(req["id"], req["op"], req["path"])
+                continue
             cid, code, env = req["id"], req["code"], req.get("env") or {}
             if not isinstance(cid, str) or not isinstance(code, str):
                 raise ValueError("'id' and 'code' must be strings")

@@ -135,6 +135,8 @@ func stateToProto(s orchestrator.State) sandboxv1.SandboxState {
 		return sandboxv1.SandboxState_SANDBOX_STATE_RUNNING
 	case orchestrator.StateDead:
 		return sandboxv1.SandboxState_SANDBOX_STATE_DEAD
+	case orchestrator.StateHibernated:
+		return sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED
 	}
 	return sandboxv1.SandboxState_SANDBOX_STATE_UNSPECIFIED
 }
@@ -150,6 +152,8 @@ func stateFromProto(s sandboxv1.SandboxState) (orchestrator.State, error) {
 		return orchestrator.StateRunning, nil
 	case sandboxv1.SandboxState_SANDBOX_STATE_DEAD:
 		return orchestrator.StateDead, nil
+	case sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED:
+		return orchestrator.StateHibernated, nil
 	}
 	return "", fmt.Errorf("unknown sandbox state %d", int32(s))
 }
@@ -170,7 +174,31 @@ func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
 		Network:      s.Network,
 		Metadata:     metadataToProto(s.Metadata),
 		IdleTimeout:  idleTimeoutToProto(s.IdleTimeout),
+		Snapshot:     snapshotToProto(s.Snapshot),
+		HibernatedAt: timestampToProto(s.HibernatedAt),
+		LastWake:     wakeToProto(s.LastWake),
 	}
+}
+
+func snapshotToProto(s *orchestrator.SnapshotInfo) *sandboxv1.SnapshotInfo {
+	if s == nil {
+		return nil
+	}
+	return &sandboxv1.SnapshotInfo{Level: s.Level, SizeBytes: s.Bytes, TakenAt: timestampToProto(s.TakenAt), Reason: validUTF8(s.Reason)}
+}
+
+// wakeToProto converts a wake's outcome. Names come from the sandbox:
+// the domain bounded them (ioproto.HibResult.Sanitized); they are made
+// valid UTF-8 here again, as all sandbox text is.
+func wakeToProto(w *orchestrator.WakeInfo) *sandboxv1.WakeInfo {
+	if w == nil {
+		return nil
+	}
+	p := &sandboxv1.WakeInfo{Level: validUTF8(w.Level), RestoredNames: validUTF8s(w.Restored), Reason: validUTF8(w.Reason), Time: timestampToProto(w.Time)}
+	for _, l := range w.Lost {
+		p.Lost = append(p.Lost, &sandboxv1.LostName{Name: validUTF8(l.Name), Reason: validUTF8(l.Why)})
+	}
+	return p
 }
 
 func acquireResultToProto(r orchestrator.AcquireResult) *sandboxv1.AcquireSandboxResponse {
@@ -182,6 +210,7 @@ func acquireResultToProto(r orchestrator.AcquireResult) *sandboxv1.AcquireSandbo
 		// sandbox's interpreter state is gone by definition.
 		StateLost:      r.ReplacedID != "",
 		ReplacedReason: validUTF8(r.ReplacedReason),
+		Woke:           wakeToProto(r.Woke),
 	}
 }
 
@@ -302,6 +331,7 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 			Language:  validUTF8(e.Language),
 			Time:      timestampToProto(e.Time),
 			ContextId: validUTF8(e.ContextID),
+			Wake:      wakeToProto(orchestrator.WakeFromEvent(e.Wake)),
 		}}
 	case ioproto.EventStdout:
 		ev.Event = &sandboxv1.ExecuteEvent_Stdout{Stdout: &sandboxv1.OutputChunk{Text: validUTF8(e.Text)}}

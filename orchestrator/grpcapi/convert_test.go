@@ -5,6 +5,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // TestDoneOptionalFields: exit_code and execution_count are present when
@@ -42,3 +43,22 @@ func TestDoneOptionalFields(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestWakeToProto: a wake's report (names from the sandbox) reaches the
+// proto as valid UTF-8, and hibernated maps both ways.
+func TestWakeToProto(t *testing.T) {
+	w := &orchestrator.WakeInfo{Level: "globals", Restored: []string{"x", "bad\xff"}, Lost: []ioproto.LostName{{Name: "f\xfe", Why: "open file"}}, Reason: "r\xff"}
+	p := wakeToProto(w)
+	if p.GetLevel() != "globals" || p.GetRestoredNames()[1] != "bad\uFFFD" || p.GetLost()[0].GetName() != "f\uFFFD" || p.GetReason() != "r\uFFFD" {
+		t.Fatalf("wakeToProto = %v", p)
+	}
+	if wakeToProto(nil) != nil {
+		t.Fatal("nil wake should stay nil")
+	}
+	if stateToProto(orchestrator.StateHibernated) != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
+		t.Fatal("hibernated state not mapped")
+	}
+	if st, err := stateFromProto(sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED); err != nil || st != orchestrator.StateHibernated {
+		t.Fatalf("stateFromProto(HIBERNATED) = %q, %v", st, err)
+	}
+}

@@ -50,6 +50,8 @@ type Manager interface {
 	ListContexts(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
 	RestartContext(ctx context.Context, sandboxID, contextID string) error
 	DeleteContext(ctx context.Context, sandboxID, contextID string) error
+	Hibernate(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
+	Wake(ctx context.Context, sandboxID string) (orchestrator.Sandbox, *orchestrator.WakeInfo, error)
 }
 
 // downloadChunk is the size of DownloadFile's content messages: large enough
@@ -130,6 +132,30 @@ func (s *Service) GetSandbox(ctx context.Context, req *sandboxv1.GetSandboxReque
 		return nil, s.fail(ctx, "GetSandbox", err)
 	}
 	return &sandboxv1.GetSandboxResponse{Sandbox: sandboxToProto(sb)}, nil
+}
+
+// HibernateSandbox implements sandboxv1.SandboxServiceServer.
+func (s *Service) HibernateSandbox(ctx context.Context, req *sandboxv1.HibernateSandboxRequest) (*sandboxv1.HibernateSandboxResponse, error) {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	sb, err := s.m.Hibernate(ctx, req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail(ctx, "HibernateSandbox", err)
+	}
+	return &sandboxv1.HibernateSandboxResponse{Sandbox: sandboxToProto(sb)}, nil
+}
+
+// WakeSandbox implements sandboxv1.SandboxServiceServer.
+func (s *Service) WakeSandbox(ctx context.Context, req *sandboxv1.WakeSandboxRequest) (*sandboxv1.WakeSandboxResponse, error) {
+	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	sb, w, err := s.m.Wake(ctx, req.GetSandboxId())
+	if err != nil {
+		return nil, s.fail(ctx, "WakeSandbox", err)
+	}
+	return &sandboxv1.WakeSandboxResponse{Sandbox: sandboxToProto(sb), Woke: wakeToProto(w)}, nil
 }
 
 // ListSandboxes implements sandboxv1.SandboxServiceServer.

@@ -89,6 +89,9 @@ func recordDigest(rec ioproto.Record) [32]byte {
 		// A context operation is identified by what it does; the prefix
 		// keeps it apart from every exec digest.
 		fmt.Fprintf(h, "context\x00%s\x00%s\x00%s\x00%s", rec.Op, rec.ContextID, rec.Language, rec.Cwd)
+	} else if rec.Type == ioproto.KindSnapshot || rec.Type == ioproto.KindRestore {
+		// Hibernation records likewise (sandboxd's own, never the user's).
+		fmt.Fprintf(h, "hibernation\x00%s\x00%s\x00%s", rec.Type, rec.Snapshot, rec.Level)
 	} else {
 		fmt.Fprintf(h, "%s\x00", lang)
 		if rec.ContextID != "" && rec.ContextID != ioproto.DefaultContext {
@@ -175,9 +178,9 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 }
 
 // isCommand reports whether records of kind get their own events file
-// (exec, context operations), so their IDs are indexed and appended once.
+// (exec, context operations, hibernation records), so their IDs are indexed and appended once.
 func isCommand(kind string) bool {
-	return kind == ioproto.KindExec || kind == ioproto.KindContext
+	return kind == ioproto.KindExec || kind == ioproto.KindContext || kind == ioproto.KindSnapshot || kind == ioproto.KindRestore
 }
 
 // lookup reports whether command id is in the log and, if so, where its
@@ -307,7 +310,8 @@ func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []str
 			e = entryOf(rec, line.End)
 		}
 		ids[id] = e
-		if perr != nil || rec.Type != ioproto.KindContext {
+		if perr != nil || rec.Type == ioproto.KindExec {
+			// Context and hibernation records are not the user's commands.
 			order = append(order, id)
 		}
 	}

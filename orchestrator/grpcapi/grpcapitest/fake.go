@@ -53,6 +53,8 @@ type Manager struct {
 	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
 
 	SetTimeoutFunc     func(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
+	HibernateFunc      func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
+	WakeFunc           func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, *orchestrator.WakeInfo, error)
 	CreateContextFunc  func(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error)
 	ListContextsFunc   func(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
 	RestartContextFunc func(ctx context.Context, sandboxID, contextID string) error

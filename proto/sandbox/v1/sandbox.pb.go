@@ -70,6 +70,11 @@ const (
 	// state is lost. The sandbox stays visible, with state_reason, until it
 	// expires or is deleted; the user's next AcquireSandbox replaces it.
 	SandboxState_SANDBOX_STATE_DEAD SandboxState = 2
+	// SANDBOX_STATE_HIBERNATED: no container runs and no memory is used; the
+	// volumes and a snapshot of the state (Sandbox.snapshot) stay on disk.
+	// GetSandbox and ListSandboxes report it without waking it; its next use
+	// wakes it and says how the state came back (WakeInfo).
+	SandboxState_SANDBOX_STATE_HIBERNATED SandboxState = 3
 )
 
 // Enum value maps for SandboxState.
@@ -78,11 +83,13 @@ var (
 		0: "SANDBOX_STATE_UNSPECIFIED",
 		1: "SANDBOX_STATE_RUNNING",
 		2: "SANDBOX_STATE_DEAD",
+		3: "SANDBOX_STATE_HIBERNATED",
 	}
 	SandboxState_value = map[string]int32{
 		"SANDBOX_STATE_UNSPECIFIED": 0,
 		"SANDBOX_STATE_RUNNING":     1,
 		"SANDBOX_STATE_DEAD":        2,
+		"SANDBOX_STATE_HIBERNATED":  3,
 	}
 )
 
@@ -597,7 +604,15 @@ type Sandbox struct {
 	// idle_timeout is how long after last_active_at the sandbox is removed:
 	// the server's default idle TTL unless set with SandboxOptions.idle_timeout
 	// or SetSandboxTimeout.
-	IdleTimeout   *durationpb.Duration `protobuf:"bytes,14,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	IdleTimeout *durationpb.Duration `protobuf:"bytes,14,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	// snapshot is the state the sandbox keeps while hibernated (the last
+	// hibernation's); unset when it never hibernated.
+	Snapshot *SnapshotInfo `protobuf:"bytes,15,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// hibernated_at is when a HIBERNATED sandbox hibernated; expires_at is
+	// then hibernated_at plus the server's --hibernated-ttl.
+	HibernatedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=hibernated_at,json=hibernatedAt,proto3" json:"hibernated_at,omitempty"`
+	// last_wake is how the state came back at the sandbox's last wake.
+	LastWake      *WakeInfo `protobuf:"bytes,17,opt,name=last_wake,json=lastWake,proto3" json:"last_wake,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -730,6 +745,437 @@ func (x *Sandbox) GetIdleTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Sandbox) GetSnapshot() *SnapshotInfo {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+func (x *Sandbox) GetHibernatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HibernatedAt
+	}
+	return nil
+}
+
+func (x *Sandbox) GetLastWake() *WakeInfo {
+	if x != nil {
+		return x.LastWake
+	}
+	return nil
+}
+
+// SnapshotInfo describes a hibernated sandbox's kept state.
+type SnapshotInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// level is "globals" (the default context's Python globals, pickled
+	// inside the sandbox, and /workspace) or "files" (/workspace only).
+	Level string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
+	// size_bytes is the snapshot's size on disk (volumes not counted).
+	SizeBytes int64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// taken_at is when the snapshot was taken.
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// reason says why the level is below "globals", or which names were not
+	// kept.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SnapshotInfo) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *SnapshotInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// WakeInfo says how a woken sandbox's state came back: never silently.
+type WakeInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// level is "globals" (the names in restored_names are back, by value)
+	// or "files" (only /workspace is kept; every global is gone).
+	Level string `protobuf:"bytes,1,opt,name=level,proto3" json:"level,omitempty"`
+	// restored_names are the Python globals restored (level "globals").
+	RestoredNames []string `protobuf:"bytes,2,rep,name=restored_names,json=restoredNames,proto3" json:"restored_names,omitempty"`
+	// lost are the globals that could not be kept (open files, generators,
+	// sockets, threads, unpicklable objects), and other interpreters'
+	// globals (JavaScript, R), each with why.
+	Lost []*LostName `protobuf:"bytes,3,rep,name=lost,proto3" json:"lost,omitempty"`
+	// reason explains a lower level than "globals" or what else was lost.
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// time is when the wake happened.
+	Time          *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WakeInfo) Reset() {
+	*x = WakeInfo{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeInfo) ProtoMessage() {}
+
+func (x *WakeInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeInfo.ProtoReflect.Descriptor instead.
+func (*WakeInfo) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WakeInfo) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *WakeInfo) GetRestoredNames() []string {
+	if x != nil {
+		return x.RestoredNames
+	}
+	return nil
+}
+
+func (x *WakeInfo) GetLost() []*LostName {
+	if x != nil {
+		return x.Lost
+	}
+	return nil
+}
+
+func (x *WakeInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WakeInfo) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// LostName is a global a hibernation could not keep.
+type LostName struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the global's name ("(javascript globals)" for a whole
+	// interpreter).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// reason says why it was not kept.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LostName) Reset() {
+	*x = LostName{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LostName) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LostName) ProtoMessage() {}
+
+func (x *LostName) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LostName.ProtoReflect.Descriptor instead.
+func (*LostName) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LostName) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *LostName) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// HibernateSandboxRequest names the sandbox to hibernate.
+type HibernateSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to hibernate.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HibernateSandboxRequest) Reset() {
+	*x = HibernateSandboxRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HibernateSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HibernateSandboxRequest) ProtoMessage() {}
+
+func (x *HibernateSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HibernateSandboxRequest.ProtoReflect.Descriptor instead.
+func (*HibernateSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *HibernateSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// HibernateSandboxResponse is the hibernated sandbox.
+type HibernateSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox, HIBERNATED, with its snapshot.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HibernateSandboxResponse) Reset() {
+	*x = HibernateSandboxResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HibernateSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HibernateSandboxResponse) ProtoMessage() {}
+
+func (x *HibernateSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HibernateSandboxResponse.ProtoReflect.Descriptor instead.
+func (*HibernateSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HibernateSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+// WakeSandboxRequest names the sandbox to wake.
+type WakeSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to wake.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WakeSandboxRequest) Reset() {
+	*x = WakeSandboxRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeSandboxRequest) ProtoMessage() {}
+
+func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeSandboxRequest.ProtoReflect.Descriptor instead.
+func (*WakeSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *WakeSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// WakeSandboxResponse is the woken sandbox.
+type WakeSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the sandbox, RUNNING.
+	Sandbox *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// woke says how the state came back; unset when the sandbox was
+	// running already.
+	Woke          *WakeInfo `protobuf:"bytes,2,opt,name=woke,proto3" json:"woke,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WakeSandboxResponse) Reset() {
+	*x = WakeSandboxResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WakeSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WakeSandboxResponse) ProtoMessage() {}
+
+func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WakeSandboxResponse.ProtoReflect.Descriptor instead.
+func (*WakeSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *WakeSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *WakeSandboxResponse) GetWoke() *WakeInfo {
+	if x != nil {
+		return x.Woke
+	}
+	return nil
+}
+
 // AcquireSandboxRequest asks for the user's sandbox.
 type AcquireSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -744,7 +1190,7 @@ type AcquireSandboxRequest struct {
 
 func (x *AcquireSandboxRequest) Reset() {
 	*x = AcquireSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +1202,7 @@ func (x *AcquireSandboxRequest) String() string {
 func (*AcquireSandboxRequest) ProtoMessage() {}
 
 func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +1215,7 @@ func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *AcquireSandboxRequest) GetUserId() string {
@@ -804,13 +1250,16 @@ type AcquireSandboxResponse struct {
 	// replaced_reason says why the previous sandbox died (when
 	// replaced_sandbox_id is set).
 	ReplacedReason string `protobuf:"bytes,5,opt,name=replaced_reason,json=replacedReason,proto3" json:"replaced_reason,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// woke is set when this call woke the user's hibernated sandbox: how its
+	// state came back (created stays false: it is the same sandbox).
+	Woke          *WakeInfo `protobuf:"bytes,6,opt,name=woke,proto3" json:"woke,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcquireSandboxResponse) Reset() {
 	*x = AcquireSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +1271,7 @@ func (x *AcquireSandboxResponse) String() string {
 func (*AcquireSandboxResponse) ProtoMessage() {}
 
 func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +1284,7 @@ func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AcquireSandboxResponse) GetSandbox() *Sandbox {
@@ -873,6 +1322,13 @@ func (x *AcquireSandboxResponse) GetReplacedReason() string {
 	return ""
 }
 
+func (x *AcquireSandboxResponse) GetWoke() *WakeInfo {
+	if x != nil {
+		return x.Woke
+	}
+	return nil
+}
+
 // GetSandboxRequest names the sandbox to describe.
 type GetSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -884,7 +1340,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1352,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1365,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -930,7 +1386,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1398,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1411,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -988,7 +1444,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1456,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1469,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListSandboxesRequest) GetUserId() string {
@@ -1055,7 +1511,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1523,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1536,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1101,7 +1557,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1569,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1582,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -1145,7 +1601,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1613,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1626,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 // ExecuteRequest is one command to run.
@@ -1247,7 +1703,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1715,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1728,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -1351,7 +1807,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1819,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1832,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -1410,7 +1866,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1878,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1891,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -1487,7 +1943,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1955,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1968,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -1665,14 +2121,17 @@ type Started struct {
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
 	// context_id is the context the command runs in ("default" for the
 	// default context; empty from sandboxes whose driver predates contexts).
-	ContextId     string `protobuf:"bytes,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	ContextId string `protobuf:"bytes,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// wake is set on the first command of the default context after the
+	// sandbox woke from hibernation: how the state came back.
+	Wake          *WakeInfo `protobuf:"bytes,4,opt,name=wake,proto3" json:"wake,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +2143,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +2156,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Started) GetLanguage() string {
@@ -1721,6 +2180,13 @@ func (x *Started) GetContextId() string {
 	return ""
 }
 
+func (x *Started) GetWake() *WakeInfo {
+	if x != nil {
+		return x.Wake
+	}
+	return nil
+}
+
 // OutputChunk is a piece of the stdout or stderr stream. Chunks split output
 // at arbitrary points (not necessarily at line ends); concatenate them.
 type OutputChunk struct {
@@ -1734,7 +2200,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +2212,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +2225,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -1796,7 +2262,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +2274,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +2287,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -1844,7 +2310,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2322,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2335,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -1898,7 +2364,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +2376,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +2389,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Error) GetEname() string {
@@ -1988,7 +2454,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2466,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2479,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -2093,7 +2559,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2571,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2584,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FileRef) GetPath() string {
@@ -2148,7 +2614,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2626,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2639,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -2200,7 +2666,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2678,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2691,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 // FileInfo describes a file or directory under /workspace.
@@ -2261,7 +2727,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2739,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2752,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2361,7 +2827,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2839,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2852,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -2420,7 +2886,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2898,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2911,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -2504,7 +2970,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2982,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2995,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -2552,7 +3018,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +3030,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +3043,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -2608,7 +3074,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +3086,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +3099,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -2670,7 +3136,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +3148,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +3161,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -2730,7 +3196,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +3208,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +3221,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -2781,7 +3247,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +3259,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +3272,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -2841,7 +3307,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3319,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3332,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -2892,7 +3358,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +3370,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +3383,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -2950,7 +3416,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2962,7 +3428,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2975,7 +3441,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -2995,7 +3461,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3473,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3486,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -3062,7 +3528,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3540,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3553,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -3113,7 +3579,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3125,7 +3591,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3138,7 +3604,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -3177,7 +3643,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3655,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3668,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -3236,7 +3702,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3714,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3727,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -3301,7 +3767,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3779,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3792,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -3360,7 +3826,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3838,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3851,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -3401,7 +3867,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3879,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3892,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -3452,7 +3918,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3930,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3943,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -3495,7 +3961,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3507,7 +3973,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3520,7 +3986,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -3553,7 +4019,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +4031,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +4044,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -3598,7 +4064,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +4076,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +4089,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -3665,7 +4131,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +4143,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +4156,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -3753,7 +4219,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +4231,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +4244,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -3879,7 +4345,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3891,7 +4357,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3904,7 +4370,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -3933,7 +4399,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4411,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4424,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -3988,7 +4454,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4000,7 +4466,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4013,7 +4479,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Context) GetContextId() string {
@@ -4064,7 +4530,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4076,7 +4542,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4089,7 +4555,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -4124,7 +4590,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4136,7 +4602,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4149,7 +4615,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -4170,7 +4636,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4182,7 +4648,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4195,7 +4661,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -4216,7 +4682,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4228,7 +4694,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4241,7 +4707,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -4264,7 +4730,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4742,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4755,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -4315,7 +4781,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4327,7 +4793,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4340,7 +4806,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -4356,7 +4822,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4368,7 +4834,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4381,7 +4847,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -4407,7 +4873,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4419,7 +4885,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4432,7 +4898,7 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4459,7 +4925,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x06\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -4478,20 +4944,50 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\anetwork\x18\v \x01(\bR\anetwork\x12#\n" +
 	"\rhealth_reason\x18\f \x01(\tR\fhealthReason\x12=\n" +
 	"\bmetadata\x18\r \x03(\v2!.sandbox.v1.Sandbox.MetadataEntryR\bmetadata\x12<\n" +
-	"\fidle_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x1a;\n" +
+	"\fidle_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x124\n" +
+	"\bsnapshot\x18\x0f \x01(\v2\x18.sandbox.v1.SnapshotInfoR\bsnapshot\x12?\n" +
+	"\rhibernated_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fhibernatedAt\x121\n" +
+	"\tlast_wake\x18\x11 \x01(\v2\x14.sandbox.v1.WakeInfoR\blastWake\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
+	"\fSnapshotInfo\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\x125\n" +
+	"\btaken_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xb9\x01\n" +
+	"\bWakeInfo\x12\x14\n" +
+	"\x05level\x18\x01 \x01(\tR\x05level\x12%\n" +
+	"\x0erestored_names\x18\x02 \x03(\tR\rrestoredNames\x12(\n" +
+	"\x04lost\x18\x03 \x03(\v2\x14.sandbox.v1.LostNameR\x04lost\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12.\n" +
+	"\x04time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"6\n" +
+	"\bLostName\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"8\n" +
+	"\x17HibernateSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"I\n" +
+	"\x18HibernateSandboxResponse\x12-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"3\n" +
+	"\x12WakeSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"n\n" +
+	"\x13WakeSandboxResponse\x12-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\x12(\n" +
+	"\x04woke\x18\x02 \x01(\v2\x14.sandbox.v1.WakeInfoR\x04woke\"f\n" +
 	"\x15AcquireSandboxRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\tR\x06userId\x124\n" +
-	"\aoptions\x18\x02 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\xd9\x01\n" +
+	"\aoptions\x18\x02 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\x83\x02\n" +
 	"\x16AcquireSandboxResponse\x12-\n" +
 	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\x12.\n" +
 	"\x13replaced_sandbox_id\x18\x03 \x01(\tR\x11replacedSandboxId\x12\x1d\n" +
 	"\n" +
 	"state_lost\x18\x04 \x01(\bR\tstateLost\x12'\n" +
-	"\x0freplaced_reason\x18\x05 \x01(\tR\x0ereplacedReason\"2\n" +
+	"\x0freplaced_reason\x18\x05 \x01(\tR\x0ereplacedReason\x12(\n" +
+	"\x04woke\x18\x06 \x01(\v2\x14.sandbox.v1.WakeInfoR\x04woke\"2\n" +
 	"\x11GetSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"C\n" +
@@ -4547,12 +5043,13 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06result\x18\a \x01(\v2\x12.sandbox.v1.ResultH\x00R\x06result\x12)\n" +
 	"\x05error\x18\b \x01(\v2\x11.sandbox.v1.ErrorH\x00R\x05error\x12&\n" +
 	"\x04done\x18\t \x01(\v2\x10.sandbox.v1.DoneH\x00R\x04doneB\a\n" +
-	"\x05event\"t\n" +
+	"\x05event\"\x9e\x01\n" +
 	"\aStarted\x12\x1a\n" +
 	"\blanguage\x18\x01 \x01(\tR\blanguage\x12.\n" +
 	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1d\n" +
 	"\n" +
-	"context_id\x18\x03 \x01(\tR\tcontextId\"!\n" +
+	"context_id\x18\x03 \x01(\tR\tcontextId\x12(\n" +
+	"\x04wake\x18\x04 \x01(\v2\x14.sandbox.v1.WakeInfoR\x04wake\"!\n" +
 	"\vOutputChunk\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\"u\n" +
 	"\aDisplay\x121\n" +
@@ -4745,11 +5242,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x02 \x01(\tR\tcontextId\"\x17\n" +
-	"\x15DeleteContextResponse*`\n" +
+	"\x15DeleteContextResponse*~\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
-	"\x12SANDBOX_STATE_DEAD\x10\x02*\xb7\x01\n" +
+	"\x12SANDBOX_STATE_DEAD\x10\x02\x12\x1c\n" +
+	"\x18SANDBOX_STATE_HIBERNATED\x10\x03*\xb7\x01\n" +
 	"\rCommandStatus\x12\x1e\n" +
 	"\x1aCOMMAND_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11COMMAND_STATUS_OK\x10\x01\x12\x18\n" +
@@ -4773,7 +5271,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x02\x12\x1a\n" +
-	"\x16COMMAND_STATE_FINISHED\x10\x032\xe2\x0e\n" +
+	"\x16COMMAND_STATE_FINISHED\x10\x032\x91\x10\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -4800,7 +5298,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rCreateContext\x12 .sandbox.v1.CreateContextRequest\x1a!.sandbox.v1.CreateContextResponse\x12Q\n" +
 	"\fListContexts\x12\x1f.sandbox.v1.ListContextsRequest\x1a .sandbox.v1.ListContextsResponse\x12W\n" +
 	"\x0eRestartContext\x12!.sandbox.v1.RestartContextRequest\x1a\".sandbox.v1.RestartContextResponse\x12T\n" +
-	"\rDeleteContext\x12 .sandbox.v1.DeleteContextRequest\x1a!.sandbox.v1.DeleteContextResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\rDeleteContext\x12 .sandbox.v1.DeleteContextRequest\x1a!.sandbox.v1.DeleteContextResponse\x12]\n" +
+	"\x10HibernateSandbox\x12#.sandbox.v1.HibernateSandboxRequest\x1a$.sandbox.v1.HibernateSandboxResponse\x12N\n" +
+	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -4815,7 +5315,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                 // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                // 1: sandbox.v1.CommandStatus
@@ -4825,183 +5325,205 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*ResourceLimits)(nil),            // 5: sandbox.v1.ResourceLimits
 	(*SandboxOptions)(nil),            // 6: sandbox.v1.SandboxOptions
 	(*Sandbox)(nil),                   // 7: sandbox.v1.Sandbox
-	(*AcquireSandboxRequest)(nil),     // 8: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),    // 9: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),         // 10: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),        // 11: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),      // 12: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),     // 13: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),      // 14: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),     // 15: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),            // 16: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                   // 17: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),      // 18: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),              // 19: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                   // 20: sandbox.v1.Started
-	(*OutputChunk)(nil),               // 21: sandbox.v1.OutputChunk
-	(*Display)(nil),                   // 22: sandbox.v1.Display
-	(*Result)(nil),                    // 23: sandbox.v1.Result
-	(*Error)(nil),                     // 24: sandbox.v1.Error
-	(*Done)(nil),                      // 25: sandbox.v1.Done
-	(*FileRef)(nil),                   // 26: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),   // 27: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),  // 28: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                  // 29: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),          // 30: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),         // 31: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),        // 32: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),       // 33: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),      // 34: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),          // 35: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 36: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),      // 37: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),     // 38: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),             // 39: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),            // 40: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),             // 41: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),            // 42: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),     // 43: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),    // 44: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                // 45: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),          // 46: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),         // 47: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),         // 48: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 49: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),          // 50: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),         // 51: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),       // 52: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),      // 53: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),               // 54: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),  // 55: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil), // 56: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                   // 57: sandbox.v1.Context
-	(*CreateContextRequest)(nil),      // 58: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),     // 59: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),       // 60: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),      // 61: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),     // 62: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),    // 63: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),      // 64: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),     // 65: sandbox.v1.DeleteContextResponse
-	nil,                               // 66: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                               // 67: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                               // 68: sandbox.v1.Sandbox.MetadataEntry
-	nil,                               // 69: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                               // 70: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                               // 71: sandbox.v1.Display.DataEntry
-	nil,                               // 72: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),       // 73: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 74: google.protobuf.Timestamp
+	(*SnapshotInfo)(nil),              // 8: sandbox.v1.SnapshotInfo
+	(*WakeInfo)(nil),                  // 9: sandbox.v1.WakeInfo
+	(*LostName)(nil),                  // 10: sandbox.v1.LostName
+	(*HibernateSandboxRequest)(nil),   // 11: sandbox.v1.HibernateSandboxRequest
+	(*HibernateSandboxResponse)(nil),  // 12: sandbox.v1.HibernateSandboxResponse
+	(*WakeSandboxRequest)(nil),        // 13: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),       // 14: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),     // 15: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),    // 16: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),         // 17: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),        // 18: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),      // 19: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),     // 20: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),      // 21: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),     // 22: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),            // 23: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                   // 24: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),      // 25: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),              // 26: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                   // 27: sandbox.v1.Started
+	(*OutputChunk)(nil),               // 28: sandbox.v1.OutputChunk
+	(*Display)(nil),                   // 29: sandbox.v1.Display
+	(*Result)(nil),                    // 30: sandbox.v1.Result
+	(*Error)(nil),                     // 31: sandbox.v1.Error
+	(*Done)(nil),                      // 32: sandbox.v1.Done
+	(*FileRef)(nil),                   // 33: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),   // 34: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),  // 35: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                  // 36: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),          // 37: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),         // 38: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),        // 39: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),       // 40: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),      // 41: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),          // 42: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 43: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),      // 44: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),     // 45: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),             // 46: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 47: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),             // 48: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),            // 49: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),     // 50: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),    // 51: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                // 52: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),          // 53: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),         // 54: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),         // 55: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 56: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),          // 57: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),         // 58: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),       // 59: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),      // 60: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),               // 61: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),  // 62: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil), // 63: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                   // 64: sandbox.v1.Context
+	(*CreateContextRequest)(nil),      // 65: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),     // 66: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),       // 67: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),      // 68: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),     // 69: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),    // 70: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),      // 71: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),     // 72: sandbox.v1.DeleteContextResponse
+	nil,                               // 73: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                               // 74: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                               // 75: sandbox.v1.Sandbox.MetadataEntry
+	nil,                               // 76: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                               // 77: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                               // 78: sandbox.v1.Display.DataEntry
+	nil,                               // 79: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),       // 80: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 81: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	5,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	66, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	67, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	73, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	73, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	74, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	80, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	0,  // 4: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	74, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	74, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	74, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	81, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	81, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	81, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	5,  // 8: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	68, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	73, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
-	6,  // 11: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	7,  // 12: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	7,  // 13: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,  // 14: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	69, // 15: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	7,  // 16: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	73, // 17: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	70, // 18: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	17, // 19: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	20, // 20: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	21, // 21: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	21, // 22: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	22, // 23: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	23, // 24: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	24, // 25: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	25, // 26: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	74, // 27: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	71, // 28: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	72, // 29: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 30: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	73, // 31: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	26, // 32: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	74, // 33: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	74, // 34: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 35: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	30, // 36: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	29, // 37: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 38: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 39: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	29, // 40: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	29, // 41: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	45, // 42: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 43: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	74, // 44: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	17, // 45: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	54, // 46: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	4,  // 47: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,  // 48: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	74, // 49: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	74, // 50: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	73, // 51: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	73, // 52: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	7,  // 53: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	74, // 54: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	57, // 55: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	57, // 56: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	8,  // 57: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	10, // 58: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	12, // 59: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	14, // 60: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	16, // 61: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	18, // 62: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	27, // 63: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	31, // 64: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	33, // 65: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	35, // 66: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	37, // 67: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	39, // 68: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	41, // 69: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	43, // 70: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	46, // 71: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	48, // 72: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	50, // 73: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	52, // 74: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	55, // 75: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	58, // 76: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	60, // 77: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	62, // 78: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	64, // 79: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	9,  // 80: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	11, // 81: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	13, // 82: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	15, // 83: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	19, // 84: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	19, // 85: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	28, // 86: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	32, // 87: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	34, // 88: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	36, // 89: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	38, // 90: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	40, // 91: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	42, // 92: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	44, // 93: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	47, // 94: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	49, // 95: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	51, // 96: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	53, // 97: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	56, // 98: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	59, // 99: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	61, // 100: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	63, // 101: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	65, // 102: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	80, // [80:103] is the sub-list for method output_type
-	57, // [57:80] is the sub-list for method input_type
-	57, // [57:57] is the sub-list for extension type_name
-	57, // [57:57] is the sub-list for extension extendee
-	0,  // [0:57] is the sub-list for field type_name
+	75, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	80, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	8,  // 11: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
+	81, // 12: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	9,  // 13: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
+	81, // 14: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	10, // 15: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
+	81, // 16: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	7,  // 17: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	7,  // 18: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	9,  // 19: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	6,  // 20: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	7,  // 21: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	9,  // 22: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	7,  // 23: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,  // 24: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	76, // 25: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	7,  // 26: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	80, // 27: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	77, // 28: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	24, // 29: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	27, // 30: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	28, // 31: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	28, // 32: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	29, // 33: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	30, // 34: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	31, // 35: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	32, // 36: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	81, // 37: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	9,  // 38: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	78, // 39: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	79, // 40: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 41: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	80, // 42: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	33, // 43: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	81, // 44: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	81, // 45: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	2,  // 46: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	37, // 47: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	36, // 48: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	36, // 49: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	36, // 50: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	36, // 51: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	36, // 52: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	52, // 53: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	3,  // 54: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	81, // 55: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	24, // 56: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	61, // 57: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	4,  // 58: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,  // 59: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	81, // 60: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	81, // 61: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	80, // 62: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	80, // 63: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	7,  // 64: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	81, // 65: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	64, // 66: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	64, // 67: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	15, // 68: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	17, // 69: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	19, // 70: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	21, // 71: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	23, // 72: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	25, // 73: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	34, // 74: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	38, // 75: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	40, // 76: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	42, // 77: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	44, // 78: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	46, // 79: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	48, // 80: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	50, // 81: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	53, // 82: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	55, // 83: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	57, // 84: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	59, // 85: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	62, // 86: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	65, // 87: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	67, // 88: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	69, // 89: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	71, // 90: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	11, // 91: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	13, // 92: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	16, // 93: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	18, // 94: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	20, // 95: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	22, // 96: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	26, // 97: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	26, // 98: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	35, // 99: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	39, // 100: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	41, // 101: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	43, // 102: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	45, // 103: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	47, // 104: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	49, // 105: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	51, // 106: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	54, // 107: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	56, // 108: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	58, // 109: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	60, // 110: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	63, // 111: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	66, // 112: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	68, // 113: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	70, // 114: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	72, // 115: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	12, // 116: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	14, // 117: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	93, // [93:118] is the sub-list for method output_type
+	68, // [68:93] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -5009,7 +5531,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 	if File_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[14].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -5018,19 +5540,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[20].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[26].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[27].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[49].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   68,
+			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -76,6 +76,8 @@ const (
 	SandboxService_ListContexts_FullMethodName      = "/sandbox.v1.SandboxService/ListContexts"
 	SandboxService_RestartContext_FullMethodName    = "/sandbox.v1.SandboxService/RestartContext"
 	SandboxService_DeleteContext_FullMethodName     = "/sandbox.v1.SandboxService/DeleteContext"
+	SandboxService_HibernateSandbox_FullMethodName  = "/sandbox.v1.SandboxService/HibernateSandbox"
+	SandboxService_WakeSandbox_FullMethodName       = "/sandbox.v1.SandboxService/WakeSandbox"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -269,6 +271,21 @@ type SandboxServiceClient interface {
 	// NOT_FOUND for an unknown context; the default context cannot be
 	// deleted (FAILED_PRECONDITION).
 	DeleteContext(ctx context.Context, in *DeleteContextRequest, opts ...grpc.CallOption) (*DeleteContextResponse, error)
+	// HibernateSandbox hibernates a running sandbox now: the default
+	// context's Python globals are saved inside the sandbox (snapshot level
+	// "globals"; "files" when they cannot be), its container is removed (no
+	// memory, no CPU) and its volumes and snapshot stay on disk for sandboxd
+	// --hibernated-ttl. A command running in the default context is waited
+	// for (at most 2 minutes; past that the level is "files"). The sandbox's
+	// next use (AcquireSandbox for its user, Execute, StreamCommand, a file
+	// operation, WakeSandbox) wakes it. A HIBERNATED sandbox is returned as
+	// it is; a DEAD one is FAILED_PRECONDITION. Does not count as a use.
+	HibernateSandbox(ctx context.Context, in *HibernateSandboxRequest, opts ...grpc.CallOption) (*HibernateSandboxResponse, error)
+	// WakeSandbox wakes a hibernated sandbox now (a new container on its
+	// volumes, the snapshot restored) and says how the state came back
+	// (woke); a running sandbox is returned as it is, without woke.
+	// Concurrent wakes of one sandbox yield one wake.
+	WakeSandbox(ctx context.Context, in *WakeSandboxRequest, opts ...grpc.CallOption) (*WakeSandboxResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -548,6 +565,26 @@ func (c *sandboxServiceClient) DeleteContext(ctx context.Context, in *DeleteCont
 	return out, nil
 }
 
+func (c *sandboxServiceClient) HibernateSandbox(ctx context.Context, in *HibernateSandboxRequest, opts ...grpc.CallOption) (*HibernateSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(HibernateSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_HibernateSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) WakeSandbox(ctx context.Context, in *WakeSandboxRequest, opts ...grpc.CallOption) (*WakeSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WakeSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_WakeSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -739,6 +776,21 @@ type SandboxServiceServer interface {
 	// NOT_FOUND for an unknown context; the default context cannot be
 	// deleted (FAILED_PRECONDITION).
 	DeleteContext(context.Context, *DeleteContextRequest) (*DeleteContextResponse, error)
+	// HibernateSandbox hibernates a running sandbox now: the default
+	// context's Python globals are saved inside the sandbox (snapshot level
+	// "globals"; "files" when they cannot be), its container is removed (no
+	// memory, no CPU) and its volumes and snapshot stay on disk for sandboxd
+	// --hibernated-ttl. A command running in the default context is waited
+	// for (at most 2 minutes; past that the level is "files"). The sandbox's
+	// next use (AcquireSandbox for its user, Execute, StreamCommand, a file
+	// operation, WakeSandbox) wakes it. A HIBERNATED sandbox is returned as
+	// it is; a DEAD one is FAILED_PRECONDITION. Does not count as a use.
+	HibernateSandbox(context.Context, *HibernateSandboxRequest) (*HibernateSandboxResponse, error)
+	// WakeSandbox wakes a hibernated sandbox now (a new container on its
+	// volumes, the snapshot restored) and says how the state came back
+	// (woke); a running sandbox is returned as it is, without woke.
+	// Concurrent wakes of one sandbox yield one wake.
+	WakeSandbox(context.Context, *WakeSandboxRequest) (*WakeSandboxResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -817,6 +869,12 @@ func (UnimplementedSandboxServiceServer) RestartContext(context.Context, *Restar
 }
 func (UnimplementedSandboxServiceServer) DeleteContext(context.Context, *DeleteContextRequest) (*DeleteContextResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteContext not implemented")
+}
+func (UnimplementedSandboxServiceServer) HibernateSandbox(context.Context, *HibernateSandboxRequest) (*HibernateSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method HibernateSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) WakeSandbox(context.Context, *WakeSandboxRequest) (*WakeSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WakeSandbox not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -1214,6 +1272,42 @@ func _SandboxService_DeleteContext_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_HibernateSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(HibernateSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).HibernateSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_HibernateSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).HibernateSandbox(ctx, req.(*HibernateSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_WakeSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WakeSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WakeSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WakeSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WakeSandbox(ctx, req.(*WakeSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1292,6 +1386,14 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteContext",
 			Handler:    _SandboxService_DeleteContext_Handler,
+		},
+		{
+			MethodName: "HibernateSandbox",
+			Handler:    _SandboxService_HibernateSandbox_Handler,
+		},
+		{
+			MethodName: "WakeSandbox",
+			Handler:    _SandboxService_WakeSandbox_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

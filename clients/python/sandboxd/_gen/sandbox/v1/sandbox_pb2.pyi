@@ -23,6 +23,7 @@ FILE_TYPE_OTHER: FileType
 FILE_TYPE_SYMLINK: FileType
 FILE_TYPE_UNSPECIFIED: FileType
 SANDBOX_STATE_DEAD: SandboxState
+SANDBOX_STATE_HIBERNATED: SandboxState
 SANDBOX_STATE_RUNNING: SandboxState
 SANDBOX_STATE_UNSPECIFIED: SandboxState
 WATCH_EVENT_TYPE_CREATE: WatchEventType
@@ -40,18 +41,20 @@ class AcquireSandboxRequest(_message.Message):
     def __init__(self, user_id: _Optional[str] = ..., options: _Optional[_Union[SandboxOptions, _Mapping]] = ...) -> None: ...
 
 class AcquireSandboxResponse(_message.Message):
-    __slots__ = ["created", "replaced_reason", "replaced_sandbox_id", "sandbox", "state_lost"]
+    __slots__ = ["created", "replaced_reason", "replaced_sandbox_id", "sandbox", "state_lost", "woke"]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     REPLACED_REASON_FIELD_NUMBER: _ClassVar[int]
     REPLACED_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     STATE_LOST_FIELD_NUMBER: _ClassVar[int]
+    WOKE_FIELD_NUMBER: _ClassVar[int]
     created: bool
     replaced_reason: str
     replaced_sandbox_id: str
     sandbox: Sandbox
     state_lost: bool
-    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ...) -> None: ...
+    woke: WakeInfo
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
 class CloseStdinRequest(_message.Message):
     __slots__ = ["command_id", "sandbox_id"]
@@ -295,6 +298,18 @@ class GetSandboxResponse(_message.Message):
     sandbox: Sandbox
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
+class HibernateSandboxRequest(_message.Message):
+    __slots__ = ["sandbox_id"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class HibernateSandboxResponse(_message.Message):
+    __slots__ = ["sandbox"]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: Sandbox
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
+
 class InterruptCommandRequest(_message.Message):
     __slots__ = ["command_id", "sandbox_id"]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +394,14 @@ class ListSandboxesResponse(_message.Message):
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     sandboxes: _containers.RepeatedCompositeFieldContainer[Sandbox]
     def __init__(self, sandboxes: _Optional[_Iterable[_Union[Sandbox, _Mapping]]] = ...) -> None: ...
+
+class LostName(_message.Message):
+    __slots__ = ["name", "reason"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    reason: str
+    def __init__(self, name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class MakeDirectoryRequest(_message.Message):
     __slots__ = ["parents", "path", "sandbox_id"]
@@ -493,7 +516,7 @@ class Result(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ["created_at", "expires_at", "health_reason", "idle_timeout", "image", "last_active_at", "limits", "metadata", "network", "sandbox_id", "state", "state_reason", "tenant", "user_id"]
+    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "sandbox_id", "snapshot", "state", "state_reason", "tenant", "user_id"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -504,13 +527,16 @@ class Sandbox(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     HEALTH_REASON_FIELD_NUMBER: _ClassVar[int]
+    HIBERNATED_AT_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     LAST_ACTIVE_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_WAKE_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_REASON_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -518,18 +544,21 @@ class Sandbox(_message.Message):
     created_at: _timestamp_pb2.Timestamp
     expires_at: _timestamp_pb2.Timestamp
     health_reason: str
+    hibernated_at: _timestamp_pb2.Timestamp
     idle_timeout: _duration_pb2.Duration
     image: str
     last_active_at: _timestamp_pb2.Timestamp
+    last_wake: WakeInfo
     limits: ResourceLimits
     metadata: _containers.ScalarMap[str, str]
     network: bool
     sandbox_id: str
+    snapshot: SnapshotInfo
     state: SandboxState
     state_reason: str
     tenant: str
     user_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
     __slots__ = ["env", "idle_timeout", "limits", "metadata", "network"]
@@ -587,15 +616,29 @@ class SetSandboxTimeoutResponse(_message.Message):
     sandbox: Sandbox
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
+class SnapshotInfo(_message.Message):
+    __slots__ = ["level", "reason", "size_bytes", "taken_at"]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_AT_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    reason: str
+    size_bytes: int
+    taken_at: _timestamp_pb2.Timestamp
+    def __init__(self, level: _Optional[str] = ..., size_bytes: _Optional[int] = ..., taken_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class Started(_message.Message):
-    __slots__ = ["context_id", "language", "time"]
+    __slots__ = ["context_id", "language", "time", "wake"]
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
+    WAKE_FIELD_NUMBER: _ClassVar[int]
     context_id: str
     language: str
     time: _timestamp_pb2.Timestamp
-    def __init__(self, language: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., context_id: _Optional[str] = ...) -> None: ...
+    wake: WakeInfo
+    def __init__(self, language: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., context_id: _Optional[str] = ..., wake: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
 class StreamCommandRequest(_message.Message):
     __slots__ = ["after_seq", "command_id", "sandbox_id"]
@@ -628,6 +671,34 @@ class UploadFileResponse(_message.Message):
     FILE_FIELD_NUMBER: _ClassVar[int]
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class WakeInfo(_message.Message):
+    __slots__ = ["level", "lost", "reason", "restored_names", "time"]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    RESTORED_NAMES_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    lost: _containers.RepeatedCompositeFieldContainer[LostName]
+    reason: str
+    restored_names: _containers.RepeatedScalarFieldContainer[str]
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, level: _Optional[str] = ..., restored_names: _Optional[_Iterable[str]] = ..., lost: _Optional[_Iterable[_Union[LostName, _Mapping]]] = ..., reason: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class WakeSandboxRequest(_message.Message):
+    __slots__ = ["sandbox_id"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class WakeSandboxResponse(_message.Message):
+    __slots__ = ["sandbox", "woke"]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    WOKE_FIELD_NUMBER: _ClassVar[int]
+    sandbox: Sandbox
+    woke: WakeInfo
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
 class WatchDirectoryRequest(_message.Message):
     __slots__ = ["path", "recursive", "sandbox_id"]

@@ -135,6 +135,16 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextResponse.FromString,
                 )
+        self.HibernateSandbox = channel.unary_unary(
+                '/sandbox.v1.SandboxService/HibernateSandbox',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.HibernateSandboxRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.HibernateSandboxResponse.FromString,
+                )
+        self.WakeSandbox = channel.unary_unary(
+                '/sandbox.v1.SandboxService/WakeSandbox',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -441,6 +451,31 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HibernateSandbox(self, request, context):
+        """HibernateSandbox hibernates a running sandbox now: the default
+        context's Python globals are saved inside the sandbox (snapshot level
+        "globals"; "files" when they cannot be), its container is removed (no
+        memory, no CPU) and its volumes and snapshot stay on disk for sandboxd
+        --hibernated-ttl. A command running in the default context is waited
+        for (at most 2 minutes; past that the level is "files"). The sandbox's
+        next use (AcquireSandbox for its user, Execute, StreamCommand, a file
+        operation, WakeSandbox) wakes it. A HIBERNATED sandbox is returned as
+        it is; a DEAD one is FAILED_PRECONDITION. Does not count as a use.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WakeSandbox(self, request, context):
+        """WakeSandbox wakes a hibernated sandbox now (a new container on its
+        volumes, the snapshot restored) and says how the state came back
+        (woke); a running sandbox is returned as it is, without woke.
+        Concurrent wakes of one sandbox yield one wake.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -558,6 +593,16 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.DeleteContext,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteContextResponse.SerializeToString,
+            ),
+            'HibernateSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.HibernateSandbox,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.HibernateSandboxRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.HibernateSandboxResponse.SerializeToString,
+            ),
+            'WakeSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.WakeSandbox,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -963,5 +1008,39 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/DeleteContext',
             sandbox_dot_v1_dot_sandbox__pb2.DeleteContextRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.DeleteContextResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def HibernateSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/HibernateSandbox',
+            sandbox_dot_v1_dot_sandbox__pb2.HibernateSandboxRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.HibernateSandboxResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def WakeSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/WakeSandbox',
+            sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
