@@ -30,6 +30,14 @@ func WithIdleTimeout(d time.Duration) AcquireOption {
 	return func(o *sandboxv1.SandboxOptions) { o.IdleTimeout = durationpb.New(d) }
 }
 
+// WithOnIdle sets what a new sandbox's idle timeout does to it instead of
+// sandboxd's --on-idle: hibernate it (its state kept, woken by the next
+// use) or delete it. Like every option it applies only when the sandbox is
+// created.
+func WithOnIdle(a sandboxv1.IdleAction) AcquireOption {
+	return func(o *sandboxv1.SandboxOptions) { o.OnIdle = a }
+}
+
 // SetTimeout sets a sandbox's idle timeout, extending or shortening its
 // life: the call counts as use, so the sandbox now expires d from now
 // (capped by sandboxd's --max-lifetime), and each later use restarts d.

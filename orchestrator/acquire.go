@@ -104,6 +104,8 @@ type sandboxSpec struct {
 	// validated (lifetime.go).
 	metadata map[string]string
 	idleTTL  time.Duration
+	// onIdle is Options.OnIdle, validated.
+	onIdle string
 }
 
 // newSpec validates opts for a new sandbox of user and resolves them
@@ -134,8 +136,11 @@ func (m *Manager) newSpec(user userKey, opts Options) (sandboxSpec, error) {
 			return sandboxSpec{}, err
 		}
 	}
+	if err := checkOnIdle(opts.OnIdle); err != nil {
+		return sandboxSpec{}, err
+	}
 	return sandboxSpec{user: user, limits: limits, env: opts.Env, network: opts.Network,
-		metadata: maps.Clone(opts.Metadata), idleTTL: opts.IdleTimeout}, nil
+		metadata: maps.Clone(opts.Metadata), idleTTL: opts.IdleTimeout, onIdle: opts.OnIdle}, nil
 }
 
 // poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,
@@ -212,6 +217,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		LastActiveAt: now,
 		Metadata:     spec.metadata,
 		IdleTTL:      spec.idleTTL,
+		OnIdle:       spec.onIdle,
 		Env:          spec.env,
 	})
 	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)

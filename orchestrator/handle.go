@@ -65,6 +65,7 @@ type sandbox struct {
 	reason     string
 	lastActive time.Time
 	idleTTL    time.Duration // the sandbox's own idle TTL; 0 = the server's (registry.idleOf)
+	onIdle     string        // the sandbox's own Options.OnIdle; "" = Config.OnIdle (Manager.onIdleOf)
 	dirty      bool          // lastActive or state not yet written to meta.json
 	removing   bool          // destroy has begun: meta.json must not be rewritten
 	gone       bool          // destroyed: every handle to it is stale
@@ -109,6 +110,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		lastActive:  m.LastActiveAt,
 		metadata:    m.Metadata,
 		idleTTL:     max(m.IdleTTL, 0),
+		onIdle:      m.OnIdle,
 		env:         m.Env,
 		deadCh:      make(chan struct{}),
 		goneCh:      make(chan struct{}),
@@ -148,6 +150,7 @@ func (sb *sandbox) metaLocked() meta {
 		StateReason:  sb.reason,
 		Metadata:     sb.metadata,
 		IdleTTL:      sb.idleTTL,
+		OnIdle:       sb.onIdle,
 		Env:          sb.env,
 		Hib:          sb.hib.forMeta(),
 	}

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -809,6 +810,22 @@ func (m *Manager) checkImageOf(ctx context.Context, image string) error {
 	return dockerError("inspect image", err)
 }
 
+// onIdleOf is what the idle TTL does to sb: its own Options.OnIdle, else
+// Config.OnIdle. Call with sb.mu held or before sb is shared (onIdle is set
+// at creation and at a warm-pool claim).
+func (m *Manager) onIdleOf(sb *sandbox) string {
+	return cmp.Or(sb.onIdle, m.cfg.OnIdle)
+}
+
+// checkOnIdle checks Options.OnIdle.
+func checkOnIdle(onIdle string) error {
+	switch onIdle {
+	case "", OnIdleHibernate, OnIdleDelete:
+		return nil
+	}
+	return invalidf("on-idle action %q: want %q or %q", onIdle, OnIdleHibernate, OnIdleDelete)
+}
+
 // hibernateExpired handles the idle expiry of a running sandbox under
 // OnIdleHibernate; it reports false when the sandbox is to be removed
 // instead (its maximum lifetime is over, or it is not running).
@@ -816,8 +833,9 @@ func (m *Manager) hibernateExpired(sb *sandbox) bool {
 	sb.mu.Lock()
 	running := sb.state == StateRunning && sb.hib.Phase == ""
 	lifetimeOver := m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime))
+	onIdle := m.onIdleOf(sb)
 	sb.mu.Unlock()
-	if m.cfg.OnIdle != OnIdleHibernate || !running || lifetimeOver {
+	if onIdle != OnIdleHibernate || !running || lifetimeOver {
 		return false
 	}
 	if !m.reg.holdExpired(sb, snapshotTimeout+2*removeTimeout) {

@@ -291,3 +291,32 @@ func TestMaxIdleTTLDefault(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox's own on-idle action is validated, reported, kept in
+// meta.json across a restart, and defaults to the server's.
+func TestAcquireOnIdleOption(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	cfg := testConfig(t)
+	cfg.OnIdle = OnIdleDelete
+	m1, err := New(t.Context(), cfg, fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := m1.Acquire(t.Context(), "hib", Options{OnIdle: OnIdleHibernate})
+	if err != nil || own.Sandbox.OnIdle != OnIdleHibernate {
+		t.Fatalf("Acquire with OnIdle hibernate = %q, %v", own.Sandbox.OnIdle, err)
+	}
+	if dflt := acquire(t, m1, "dflt").Sandbox; dflt.OnIdle != OnIdleDelete {
+		t.Errorf("Acquire without OnIdle on a server with %q: %q", OnIdleDelete, dflt.OnIdle)
+	}
+	if _, err := m1.Acquire(t.Context(), "bad", Options{OnIdle: "pause"}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"pause"`) {
+		t.Errorf("Acquire with OnIdle pause: %v; want ErrInvalidArgument naming it", err)
+	}
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newTestManager(t, cfg, fd)
+	if got, err := m2.Get(t.Context(), own.Sandbox.ID); err != nil || got.OnIdle != OnIdleHibernate {
+		t.Errorf("after restart: OnIdle %q, %v; want %q", got.OnIdle, err, OnIdleHibernate)
+	}
+}

@@ -431,6 +431,7 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 		ContainerID:  sb.containerID,
 		Metadata:     maps.Clone(sb.metadata),
 		IdleTimeout:  m.reg.idleOf(sb.idleTTL),
+		OnIdle:       m.onIdleOf(sb),
 		Snapshot:     sb.hib.snapshotInfo(),
 		HibernatedAt: sb.hib.HibernatedAt,
 		LastWake:     sb.hib.Wake.clone(),

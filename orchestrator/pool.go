@@ -160,7 +160,7 @@ func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, 
 		// count from the claim, not from when the pool made it.
 		sb.createdAt, sb.lastActive = now, now
 		// The caller's labels and timeout go with the claim (lifetime.go).
-		sb.metadata, sb.idleTTL = spec.metadata, spec.idleTTL
+		sb.metadata, sb.idleTTL, sb.onIdle = spec.metadata, spec.idleTTL, spec.onIdle
 		sb.mu.Unlock()
 		// meta.json is the commit point of the claim: written, a restart
 		// restores the sandbox as the user's.

@@ -113,7 +113,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 		sb.mu.Lock()
 		exp := m.reg.deadlineLocked(sb)
-		hibernateSoon := m.cfg.OnIdle == OnIdleHibernate && sb.state == StateRunning &&
+		hibernateSoon := m.onIdleOf(sb) == OnIdleHibernate && sb.state == StateRunning &&
 			(m.cfg.MaxLifetime == 0 || time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)))
 		sb.mu.Unlock()
 		if !time.Now().Before(exp) && hibernateSoon {

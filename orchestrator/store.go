@@ -80,6 +80,9 @@ type meta struct {
 	// IdleTTL is the sandbox's own idle TTL in nanoseconds (Options.IdleTimeout
 	// or SetTimeout); zero follows the server's --idle-ttl.
 	IdleTTL time.Duration `json:"idle_ttl_ns,omitempty"`
+	// OnIdle is the sandbox's own Options.OnIdle; empty follows the
+	// server's --on-idle.
+	OnIdle string `json:"on_idle,omitempty"`
 	// Env is the caller's Options.Env, kept so a woken sandbox's new
 	// container gets it again (meta.json is root's, mode 0600).
 	Env map[string]string `json:"env,omitempty"`

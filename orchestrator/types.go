@@ -58,6 +58,10 @@ type Options struct {
 	// IdleTimeout replaces Config.IdleTTL for this sandbox; zero means the
 	// server default. Bounded as in SetTimeout.
 	IdleTimeout time.Duration
+	// OnIdle replaces Config.OnIdle for this sandbox (OnIdleHibernate or
+	// OnIdleDelete); empty means the server default. The E2B door sets it
+	// from lifecycle.onTimeout, whose default is to kill.
+	OnIdle string
 }
 
 // Sandbox describes one sandbox.
@@ -89,6 +93,9 @@ type Sandbox struct {
 	// IdleTimeout is the idle TTL in force for this sandbox: its own (set
 	// at creation or with SetTimeout) or the server's default.
 	IdleTimeout time.Duration
+	// OnIdle is what the idle TTL does to this sandbox: its own
+	// Options.OnIdle, else Config.OnIdle.
+	OnIdle string
 	// Snapshot is the state a hibernated sandbox keeps (nil when it has
 	// never been hibernated); HibernatedAt when it was hibernated.
 	Snapshot     *SnapshotInfo

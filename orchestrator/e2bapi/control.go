@@ -143,9 +143,11 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image)", sanitizeHeader(tpl), strings.Join(templates, ", "))})
 		return
 	}
+	// E2B kills a sandbox at its timeout unless lifecycle.onTimeout is
+	// "pause", whatever sandboxd's own default (--on-idle) is.
+	onIdle := orchestrator.OnIdleDelete
 	if req.AutoPause != nil && *req.AutoPause {
-		s.writeError(w, r, "create", &apiError{status: http.StatusBadRequest, msg: "pausing on timeout is not supported by sandboxd yet; omit lifecycle.onTimeout"})
-		return
+		onIdle = orchestrator.OnIdleHibernate
 	}
 	d, err := timeoutOf(req.Timeout)
 	if err != nil {
@@ -161,7 +163,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		md[k] = v
 	}
 	md[templateKey] = tpl
-	res, err := s.m.Acquire(r.Context(), newUserID(), orchestrator.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d})
+	res, err := s.m.Acquire(r.Context(), newUserID(), orchestrator.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle})
 	if err != nil {
 		s.writeError(w, r, "create", err)
 		return
@@ -184,7 +186,12 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "connect", err)
 		return
 	}
-	sb, err := s.running(r.Context(), r.PathValue("id"))
+	sb, err := s.visible(r.Context(), r.PathValue("id"))
+	if err == nil && sb.State == orchestrator.StateHibernated {
+		// Connect resumes a paused sandbox: a wake, with its state back at
+		// the best level its snapshot has (Sandbox.LastWake says which).
+		sb, _, err = s.m.Wake(r.Context(), sb.ID)
+	}
 	if err != nil {
 		s.writeError(w, r, "connect", err)
 		return
@@ -198,17 +205,26 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.created(sb))
 }
 
-// running gets a sandbox the caller sees; a dead one is not found, as E2B
-// has no dead sandboxes.
-func (s *Server) running(ctx context.Context, id string) (orchestrator.Sandbox, error) {
+// visible gets a sandbox the caller sees, running or hibernated (E2B's
+// "paused"), without waking it; a dead one is not found, as E2B has no
+// dead sandboxes.
+func (s *Server) visible(ctx context.Context, id string) (orchestrator.Sandbox, error) {
 	sb, err := s.m.Get(ctx, id)
 	if err != nil {
 		return sb, err
 	}
-	if sb.State != orchestrator.StateRunning {
+	if sb.State != orchestrator.StateRunning && sb.State != orchestrator.StateHibernated {
 		return sb, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %s is not running: %s", id, sb.StateReason)}
 	}
 	return sb, nil
+}
+
+// e2bState is E2B's name for a sandbox's state.
+func e2bState(st orchestrator.State) string {
+	if st == orchestrator.StateHibernated {
+		return "paused"
+	}
+	return "running"
 }
 
 // sandboxInfo is E2B's SandboxDetail / ListedSandbox.
@@ -238,11 +254,11 @@ func infoOf(sb orchestrator.Sandbox) sandboxInfo {
 	cpus := max(sb.Limits.NanoCPUs/1e9, 1)
 	return sandboxInfo{TemplateID: templateOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
 		EndAt: sb.ExpiresAt, EnvdVersion: EnvdVersion, CPUCount: cpus, MemoryMB: sb.Limits.MemoryBytes >> 20,
-		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: "running"}
+		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: e2bState(sb.State)}
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
-	sb, err := s.running(r.Context(), r.PathValue("id"))
+	sb, err := s.visible(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, "info", err)
 		return
@@ -256,7 +272,8 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 // state, paged by X-Next-Token.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	filter := orchestrator.ListFilter{State: orchestrator.StateRunning}
+	filter := orchestrator.ListFilter{}
+	states := []string{"running", "paused"} // E2B's default: both
 	if c, _ := orchestrator.CallerFrom(r.Context()); c.Admin {
 		filter.Tenant = c.Tenant // an admin key lists its own tenant here, like any key
 	}
@@ -277,15 +294,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			filter.Metadata[k2] = v2
 		}
 	}
-	if states := q["state"]; len(states) > 0 {
-		var want []string
-		for _, st := range states {
-			want = append(want, strings.Split(st, ",")...)
-		}
-		if !slices.Contains(want, "running") {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = io.WriteString(w, "[]\n") // nothing is ever paused
-			return
+	if qs := q["state"]; len(qs) > 0 {
+		states = nil
+		for _, st := range qs {
+			states = append(states, strings.Split(st, ",")...)
 		}
 	}
 	limit := listLimit
@@ -313,7 +325,8 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	mine := all[:0]
 	for _, sb := range all {
-		if strings.HasPrefix(sb.UserID, userPrefix) {
+		visible := sb.State == orchestrator.StateRunning || sb.State == orchestrator.StateHibernated
+		if visible && strings.HasPrefix(sb.UserID, userPrefix) && slices.Contains(states, e2bState(sb.State)) {
 			mine = append(mine, sb)
 		}
 	}
@@ -377,7 +390,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "refresh", err)
 		return
 	}
-	sb, err := s.running(r.Context(), r.PathValue("id"))
+	sb, err := s.visible(r.Context(), r.PathValue("id"))
 	if err == nil {
 		d := sb.IdleTimeout
 		if req.Duration != nil && *req.Duration > 0 {
@@ -394,21 +407,29 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// pause is not offered until sandboxd can hibernate a sandbox: 501 with
-// E2B's error body, after the usual 404 for an unknown sandbox.
+// pause hibernates the sandbox (its Python globals and files kept, its
+// container gone); 409 when it is already paused, as E2B answers. The
+// body's memory flag is not needed: sandboxd keeps the best level it can
+// (the memory level only with sandboxd --memory-snapshots).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.running(r.Context(), r.PathValue("id")); err != nil {
+	sb, err := s.visible(r.Context(), r.PathValue("id"))
+	if err == nil && sb.State == orchestrator.StateHibernated {
+		err = &apiError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", sb.ID)}
+	}
+	if err == nil {
+		_, err = s.m.Hibernate(r.Context(), sb.ID)
+	}
+	if err != nil {
 		s.writeError(w, r, "pause", err)
 		return
 	}
-	writeJSON(w, http.StatusNotImplemented, map[string]any{"code": http.StatusNotImplemented,
-		"message": "pausing a sandbox is not supported by this sandboxd yet; sandboxes keep running until their timeout"})
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // metrics answers an empty series: sandboxd exports its sandboxes'
 // resource use through Prometheus (--metrics-listen), not per sandbox here.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.running(r.Context(), r.PathValue("id")); err != nil {
+	if _, err := s.visible(r.Context(), r.PathValue("id")); err != nil {
 		s.writeError(w, r, "metrics", err)
 		return
 	}

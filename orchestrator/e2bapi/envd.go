@@ -31,7 +31,7 @@ func (s *Server) envdMux() http.Handler {
 	mux.Handle(p, ph)
 	f, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...)
 	mux.Handle(f, fh)
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	mux.HandleFunc("GET /health", s.envdHealth)
 	mux.HandleFunc("GET /files", s.download)
 	mux.HandleFunc("POST /files", s.upload)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -368,4 +368,16 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		return f.s.connectError(ctx, "WatchDir", err)
 	}
 	return nil
+}
+
+// envdHealth answers 204 while the sandbox runs and 502 while it is
+// paused (hibernated), as E2B's edge does for a sandbox without a running
+// envd (Sandbox.isRunning). It looks without waking the sandbox.
+func (s *Server) envdHealth(w http.ResponseWriter, r *http.Request) {
+	sb, err := s.m.Get(r.Context(), sandboxFrom(r.Context()))
+	if err != nil || sb.State != orchestrator.StateRunning {
+		http.Error(w, "the sandbox is not running", http.StatusBadGateway)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

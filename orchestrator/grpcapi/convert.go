@@ -177,7 +177,19 @@ func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
 		Snapshot:     snapshotToProto(s.Snapshot),
 		HibernatedAt: timestampToProto(s.HibernatedAt),
 		LastWake:     wakeToProto(s.LastWake),
+		OnIdle:       idleActionToProto(s.OnIdle),
 	}
+}
+
+// idleActionToProto converts the domain's on-idle action.
+func idleActionToProto(a string) sandboxv1.IdleAction {
+	switch a {
+	case orchestrator.OnIdleHibernate:
+		return sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE
+	case orchestrator.OnIdleDelete:
+		return sandboxv1.IdleAction_IDLE_ACTION_DELETE
+	}
+	return sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
 func snapshotToProto(s *orchestrator.SnapshotInfo) *sandboxv1.SnapshotInfo {

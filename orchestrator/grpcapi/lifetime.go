@@ -36,6 +36,15 @@ func (s *Service) SetSandboxTimeout(ctx context.Context, req *sandboxv1.SetSandb
 func acquireOptionsFromProto(o *sandboxv1.SandboxOptions) (orchestrator.Options, error) {
 	opts := optionsFromProto(o)
 	opts.Metadata = o.GetMetadata()
+	switch a := o.GetOnIdle(); a {
+	case sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED:
+	case sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:
+		opts.OnIdle = orchestrator.OnIdleHibernate
+	case sandboxv1.IdleAction_IDLE_ACTION_DELETE:
+		opts.OnIdle = orchestrator.OnIdleDelete
+	default:
+		return orchestrator.Options{}, invalid("options.on_idle %d is not an IdleAction", a)
+	}
 	if t := o.GetIdleTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {
 			return orchestrator.Options{}, invalid("options.idle_timeout: %v", err)

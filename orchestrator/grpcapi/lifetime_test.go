@@ -1,6 +1,7 @@
 package grpcapi
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -84,6 +85,28 @@ func TestAcquireLifetimeOptions(t *testing.T) {
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("%s idle_timeout: %v; want InvalidArgument", name, err)
 		}
+	}
+	// on_idle both ways; a value outside the enum is InvalidArgument.
+	fake.AcquireFunc = func(_ context.Context, _ string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
+		got = opts
+		return orchestrator.AcquireResult{Sandbox: orchestrator.Sandbox{ID: sb1, OnIdle: cmp.Or(opts.OnIdle, orchestrator.OnIdleDelete)}, Created: true}, nil
+	}
+	for in, want := range map[sandboxv1.IdleAction]string{
+		sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED: "",
+		sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:   orchestrator.OnIdleHibernate,
+		sandboxv1.IdleAction_IDLE_ACTION_DELETE:      orchestrator.OnIdleDelete,
+	} {
+		resp, err := env.client.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "u", Options: &sandboxv1.SandboxOptions{OnIdle: in}})
+		if err != nil || got.OnIdle != want {
+			t.Errorf("on_idle %v: domain got %q, %v; want %q", in, got.OnIdle, err, want)
+			continue
+		}
+		if wantOut := cmp.Or(in, sandboxv1.IdleAction_IDLE_ACTION_DELETE); resp.GetSandbox().GetOnIdle() != wantOut {
+			t.Errorf("on_idle %v: response says %v; want %v", in, resp.GetSandbox().GetOnIdle(), wantOut)
+		}
+	}
+	if _, err := env.client.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "u", Options: &sandboxv1.SandboxOptions{OnIdle: 7}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("on_idle 7: %v; want InvalidArgument", err)
 	}
 	// The domain's metadata rules reach the caller as InvalidArgument (the
 	// fake lists through the domain's own filter validation).

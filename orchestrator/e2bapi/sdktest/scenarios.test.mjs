@@ -86,11 +86,32 @@ describe('lifecycle', () => {
     await assert.rejects(Sandbox.connect(sbx.sandboxId), NotFoundError)
   })
 
-  test('pause: answers a clear not-supported error', T, async () => {
+  test('pause, then connect: the sandbox hibernates and wakes with its globals and files', T, async () => {
+    const tag = `z${Date.now()}`
     await withSandbox(async (sbx) => {
-      await assert.rejects(sbx.pause(), /not supported/)
-      assert.equal(await sbx.isRunning(), true)
-    })
+      await sbx.runCode('kept = [1, 2, 3]')
+      await sbx.files.write('note.txt', 'hello')
+      assert.equal(await sbx.pause(), true)
+      assert.equal(await sbx.isRunning(), false)
+      assert.equal(await Sandbox.pause(sbx.sandboxId), false, 'pausing a paused sandbox answers false')
+      assert.equal((await sbx.getInfo()).state, 'paused')
+      const paused = await Sandbox.list({ query: { metadata: { pz: tag }, state: ['paused'] } }).nextItems()
+      assert.deepEqual(paused.map((s) => [s.sandboxId, s.state]), [[sbx.sandboxId, 'paused']])
+      const running = await Sandbox.list({ query: { metadata: { pz: tag }, state: ['running'] } }).nextItems()
+      assert.deepEqual(running, [])
+      const again = await Sandbox.connect(sbx.sandboxId)
+      assert.equal(await again.isRunning(), true)
+      assert.equal((await again.getInfo()).state, 'running')
+      assert.equal((await again.runCode('sum(kept)')).text, '6')
+      assert.equal(await again.files.read('note.txt'), 'hello')
+    }, { metadata: { pz: tag } })
+  })
+
+  test("create with lifecycle onTimeout 'pause' is accepted", T, async () => {
+    await withSandbox(async (sbx) => {
+      assert.equal((await sbx.getInfo()).state, 'running')
+      assert.equal((await sbx.runCode('1 + 1')).text, '2')
+    }, { lifecycle: { onTimeout: 'pause' } })
   })
 
   test('a wrong API key is refused', T, async () => {

@@ -191,6 +191,60 @@ func (CommandStatus) EnumDescriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
 }
 
+// IdleAction is what a sandbox's idle timeout does to it.
+type IdleAction int32
+
+const (
+	// IDLE_ACTION_UNSPECIFIED means the server's default (sandboxd --on-idle).
+	IdleAction_IDLE_ACTION_UNSPECIFIED IdleAction = 0
+	// IDLE_ACTION_HIBERNATE hibernates the sandbox: no container, its files
+	// and a snapshot of its state kept; its next use wakes it.
+	IdleAction_IDLE_ACTION_HIBERNATE IdleAction = 1
+	// IDLE_ACTION_DELETE deletes the sandbox with everything in it.
+	IdleAction_IDLE_ACTION_DELETE IdleAction = 2
+)
+
+// Enum value maps for IdleAction.
+var (
+	IdleAction_name = map[int32]string{
+		0: "IDLE_ACTION_UNSPECIFIED",
+		1: "IDLE_ACTION_HIBERNATE",
+		2: "IDLE_ACTION_DELETE",
+	}
+	IdleAction_value = map[string]int32{
+		"IDLE_ACTION_UNSPECIFIED": 0,
+		"IDLE_ACTION_HIBERNATE":   1,
+		"IDLE_ACTION_DELETE":      2,
+	}
+)
+
+func (x IdleAction) Enum() *IdleAction {
+	p := new(IdleAction)
+	*p = x
+	return p
+}
+
+func (x IdleAction) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IdleAction) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
+}
+
+func (IdleAction) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[2]
+}
+
+func (x IdleAction) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IdleAction.Descriptor instead.
+func (IdleAction) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
 // FileType is the kind of a file under /workspace.
 type FileType int32
 
@@ -236,11 +290,11 @@ func (x FileType) String() string {
 }
 
 func (FileType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
 }
 
 func (FileType) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[2]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[3]
 }
 
 func (x FileType) Number() protoreflect.EnumNumber {
@@ -249,7 +303,7 @@ func (x FileType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileType.Descriptor instead.
 func (FileType) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 // WatchEventType is the kind of a WatchEvent.
@@ -299,11 +353,11 @@ func (x WatchEventType) String() string {
 }
 
 func (WatchEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[4].Descriptor()
 }
 
 func (WatchEventType) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[3]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[4]
 }
 
 func (x WatchEventType) Number() protoreflect.EnumNumber {
@@ -312,7 +366,7 @@ func (x WatchEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEventType.Descriptor instead.
 func (WatchEventType) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 // CommandState is where a command is in its life.
@@ -358,11 +412,11 @@ func (x CommandState) String() string {
 }
 
 func (CommandState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[4].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[5].Descriptor()
 }
 
 func (CommandState) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[4]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[5]
 }
 
 func (x CommandState) Number() protoreflect.EnumNumber {
@@ -371,7 +425,7 @@ func (x CommandState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CommandState.Descriptor instead.
 func (CommandState) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 // ResourceLimits are a sandbox's resource limits. In requests, zero (or an
@@ -485,7 +539,12 @@ type SandboxOptions struct {
 	// server's default (sandboxd --idle-ttl), within the bounds of
 	// SetSandboxTimeout (1 second to sandboxd --max-idle-ttl; outside them is
 	// INVALID_ARGUMENT). Change it later with SetSandboxTimeout.
-	IdleTimeout   *durationpb.Duration `protobuf:"bytes,5,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	IdleTimeout *durationpb.Duration `protobuf:"bytes,5,opt,name=idle_timeout,json=idleTimeout,proto3" json:"idle_timeout,omitempty"`
+	// on_idle, when set, is what this sandbox's idle timeout does to it
+	// instead of the server's default (sandboxd --on-idle): hibernate it
+	// (state kept, woken by its next use) or delete it. Like idle_timeout it
+	// is set when the sandbox is created and kept across restarts.
+	OnIdle        IdleAction `protobuf:"varint,6,opt,name=on_idle,json=onIdle,proto3,enum=sandbox.v1.IdleAction" json:"on_idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -555,6 +614,13 @@ func (x *SandboxOptions) GetIdleTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *SandboxOptions) GetOnIdle() IdleAction {
+	if x != nil {
+		return x.OnIdle
+	}
+	return IdleAction_IDLE_ACTION_UNSPECIFIED
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -612,7 +678,10 @@ type Sandbox struct {
 	// then hibernated_at plus the server's --hibernated-ttl.
 	HibernatedAt *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=hibernated_at,json=hibernatedAt,proto3" json:"hibernated_at,omitempty"`
 	// last_wake is how the state came back at the sandbox's last wake.
-	LastWake      *WakeInfo `protobuf:"bytes,17,opt,name=last_wake,json=lastWake,proto3" json:"last_wake,omitempty"`
+	LastWake *WakeInfo `protobuf:"bytes,17,opt,name=last_wake,json=lastWake,proto3" json:"last_wake,omitempty"`
+	// on_idle is what the idle timeout does to this sandbox: its own
+	// SandboxOptions.on_idle, else the server's default (never UNSPECIFIED).
+	OnIdle        IdleAction `protobuf:"varint,18,opt,name=on_idle,json=onIdle,proto3,enum=sandbox.v1.IdleAction" json:"on_idle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -764,6 +833,13 @@ func (x *Sandbox) GetLastWake() *WakeInfo {
 		return x.LastWake
 	}
 	return nil
+}
+
+func (x *Sandbox) GetOnIdle() IdleAction {
+	if x != nil {
+		return x.OnIdle
+	}
+	return IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
 // SnapshotInfo describes a hibernated sandbox's kept state.
@@ -4913,19 +4989,20 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x8e\x03\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xbf\x03\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
 	"\anetwork\x18\x03 \x01(\bR\anetwork\x12D\n" +
 	"\bmetadata\x18\x04 \x03(\v2(.sandbox.v1.SandboxOptions.MetadataEntryR\bmetadata\x12<\n" +
-	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x1a6\n" +
+	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12/\n" +
+	"\aon_idle\x18\x06 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\a\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -4947,7 +5024,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fidle_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x124\n" +
 	"\bsnapshot\x18\x0f \x01(\v2\x18.sandbox.v1.SnapshotInfoR\bsnapshot\x12?\n" +
 	"\rhibernated_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fhibernatedAt\x121\n" +
-	"\tlast_wake\x18\x11 \x01(\v2\x14.sandbox.v1.WakeInfoR\blastWake\x1a;\n" +
+	"\tlast_wake\x18\x11 \x01(\v2\x14.sandbox.v1.WakeInfoR\blastWake\x12/\n" +
+	"\aon_idle\x18\x12 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
@@ -5254,7 +5332,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x14COMMAND_STATUS_ERROR\x10\x02\x12\x1a\n" +
 	"\x16COMMAND_STATUS_TIMEOUT\x10\x03\x12\x1e\n" +
 	"\x1aCOMMAND_STATUS_INTERRUPTED\x10\x04\x12\x19\n" +
-	"\x15COMMAND_STATUS_KILLED\x10\x05*~\n" +
+	"\x15COMMAND_STATUS_KILLED\x10\x05*\\\n" +
+	"\n" +
+	"IdleAction\x12\x1b\n" +
+	"\x17IDLE_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15IDLE_ACTION_HIBERNATE\x10\x01\x12\x16\n" +
+	"\x12IDLE_ACTION_DELETE\x10\x02*~\n" +
 	"\bFileType\x12\x19\n" +
 	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eFILE_TYPE_FILE\x10\x01\x12\x17\n" +
@@ -5314,216 +5397,219 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
 var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                 // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                // 1: sandbox.v1.CommandStatus
-	(FileType)(0),                     // 2: sandbox.v1.FileType
-	(WatchEventType)(0),               // 3: sandbox.v1.WatchEventType
-	(CommandState)(0),                 // 4: sandbox.v1.CommandState
-	(*ResourceLimits)(nil),            // 5: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),            // 6: sandbox.v1.SandboxOptions
-	(*Sandbox)(nil),                   // 7: sandbox.v1.Sandbox
-	(*SnapshotInfo)(nil),              // 8: sandbox.v1.SnapshotInfo
-	(*WakeInfo)(nil),                  // 9: sandbox.v1.WakeInfo
-	(*LostName)(nil),                  // 10: sandbox.v1.LostName
-	(*HibernateSandboxRequest)(nil),   // 11: sandbox.v1.HibernateSandboxRequest
-	(*HibernateSandboxResponse)(nil),  // 12: sandbox.v1.HibernateSandboxResponse
-	(*WakeSandboxRequest)(nil),        // 13: sandbox.v1.WakeSandboxRequest
-	(*WakeSandboxResponse)(nil),       // 14: sandbox.v1.WakeSandboxResponse
-	(*AcquireSandboxRequest)(nil),     // 15: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),    // 16: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),         // 17: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),        // 18: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),      // 19: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),     // 20: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),      // 21: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),     // 22: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),            // 23: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                   // 24: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),      // 25: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),              // 26: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                   // 27: sandbox.v1.Started
-	(*OutputChunk)(nil),               // 28: sandbox.v1.OutputChunk
-	(*Display)(nil),                   // 29: sandbox.v1.Display
-	(*Result)(nil),                    // 30: sandbox.v1.Result
-	(*Error)(nil),                     // 31: sandbox.v1.Error
-	(*Done)(nil),                      // 32: sandbox.v1.Done
-	(*FileRef)(nil),                   // 33: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),   // 34: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),  // 35: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                  // 36: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),          // 37: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),         // 38: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),        // 39: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),       // 40: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),      // 41: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),          // 42: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 43: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),      // 44: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),     // 45: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),             // 46: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),            // 47: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),             // 48: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),            // 49: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),     // 50: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),    // 51: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                // 52: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),          // 53: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),         // 54: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),         // 55: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 56: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),          // 57: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),         // 58: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),       // 59: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),      // 60: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),               // 61: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),  // 62: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil), // 63: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                   // 64: sandbox.v1.Context
-	(*CreateContextRequest)(nil),      // 65: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),     // 66: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),       // 67: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),      // 68: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),     // 69: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),    // 70: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),      // 71: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),     // 72: sandbox.v1.DeleteContextResponse
-	nil,                               // 73: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                               // 74: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                               // 75: sandbox.v1.Sandbox.MetadataEntry
-	nil,                               // 76: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                               // 77: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                               // 78: sandbox.v1.Display.DataEntry
-	nil,                               // 79: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),       // 80: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 81: google.protobuf.Timestamp
+	(IdleAction)(0),                   // 2: sandbox.v1.IdleAction
+	(FileType)(0),                     // 3: sandbox.v1.FileType
+	(WatchEventType)(0),               // 4: sandbox.v1.WatchEventType
+	(CommandState)(0),                 // 5: sandbox.v1.CommandState
+	(*ResourceLimits)(nil),            // 6: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),            // 7: sandbox.v1.SandboxOptions
+	(*Sandbox)(nil),                   // 8: sandbox.v1.Sandbox
+	(*SnapshotInfo)(nil),              // 9: sandbox.v1.SnapshotInfo
+	(*WakeInfo)(nil),                  // 10: sandbox.v1.WakeInfo
+	(*LostName)(nil),                  // 11: sandbox.v1.LostName
+	(*HibernateSandboxRequest)(nil),   // 12: sandbox.v1.HibernateSandboxRequest
+	(*HibernateSandboxResponse)(nil),  // 13: sandbox.v1.HibernateSandboxResponse
+	(*WakeSandboxRequest)(nil),        // 14: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),       // 15: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),     // 16: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),    // 17: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),         // 18: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),        // 19: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),      // 20: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),     // 21: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),      // 22: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),     // 23: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),            // 24: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                   // 25: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),      // 26: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),              // 27: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                   // 28: sandbox.v1.Started
+	(*OutputChunk)(nil),               // 29: sandbox.v1.OutputChunk
+	(*Display)(nil),                   // 30: sandbox.v1.Display
+	(*Result)(nil),                    // 31: sandbox.v1.Result
+	(*Error)(nil),                     // 32: sandbox.v1.Error
+	(*Done)(nil),                      // 33: sandbox.v1.Done
+	(*FileRef)(nil),                   // 34: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),   // 35: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),  // 36: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                  // 37: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),          // 38: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),         // 39: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),        // 40: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),       // 41: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),      // 42: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),          // 43: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 44: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),      // 45: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),     // 46: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),             // 47: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),            // 48: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),             // 49: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),            // 50: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),     // 51: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),    // 52: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                // 53: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),          // 54: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),         // 55: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),         // 56: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 57: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),          // 58: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),         // 59: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),       // 60: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),      // 61: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),               // 62: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),  // 63: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil), // 64: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                   // 65: sandbox.v1.Context
+	(*CreateContextRequest)(nil),      // 66: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),     // 67: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),       // 68: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),      // 69: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),     // 70: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),    // 71: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),      // 72: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),     // 73: sandbox.v1.DeleteContextResponse
+	nil,                               // 74: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                               // 75: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                               // 76: sandbox.v1.Sandbox.MetadataEntry
+	nil,                               // 77: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                               // 78: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                               // 79: sandbox.v1.Display.DataEntry
+	nil,                               // 80: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),       // 81: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 82: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	5,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	73, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	74, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	80, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
-	0,  // 4: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	81, // 5: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	81, // 6: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	81, // 7: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 8: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	75, // 9: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	80, // 10: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
-	8,  // 11: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	81, // 12: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
-	9,  // 13: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
-	81, // 14: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
-	10, // 15: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	81, // 16: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
-	7,  // 17: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	7,  // 18: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	9,  // 19: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	6,  // 20: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	7,  // 21: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	9,  // 22: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	7,  // 23: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,  // 24: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	76, // 25: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	7,  // 26: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	80, // 27: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	77, // 28: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	24, // 29: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	27, // 30: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	28, // 31: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	28, // 32: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	29, // 33: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	30, // 34: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	31, // 35: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	32, // 36: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	81, // 37: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	9,  // 38: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	78, // 39: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	79, // 40: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 41: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	80, // 42: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	33, // 43: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	81, // 44: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	81, // 45: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	2,  // 46: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	37, // 47: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	36, // 48: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	36, // 49: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	36, // 50: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	36, // 51: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	36, // 52: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	52, // 53: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	3,  // 54: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	81, // 55: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	24, // 56: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	61, // 57: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	4,  // 58: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,  // 59: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	81, // 60: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	81, // 61: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	80, // 62: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	80, // 63: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	7,  // 64: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	81, // 65: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	64, // 66: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	64, // 67: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	15, // 68: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	17, // 69: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	19, // 70: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	21, // 71: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	23, // 72: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	25, // 73: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	34, // 74: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	38, // 75: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	40, // 76: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	42, // 77: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	44, // 78: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	46, // 79: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	48, // 80: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	50, // 81: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	53, // 82: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	55, // 83: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	57, // 84: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	59, // 85: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	62, // 86: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	65, // 87: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	67, // 88: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	69, // 89: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	71, // 90: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	11, // 91: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	13, // 92: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	16, // 93: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	18, // 94: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	20, // 95: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	22, // 96: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	26, // 97: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	26, // 98: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	35, // 99: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	39, // 100: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	41, // 101: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	43, // 102: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	45, // 103: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	47, // 104: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	49, // 105: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	51, // 106: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	54, // 107: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	56, // 108: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	58, // 109: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	60, // 110: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	63, // 111: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	66, // 112: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	68, // 113: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	70, // 114: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	72, // 115: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	12, // 116: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	14, // 117: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	93, // [93:118] is the sub-list for method output_type
-	68, // [68:93] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	6,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
+	74, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	75, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	81, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	2,  // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
+	0,  // 5: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
+	82, // 6: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	82, // 7: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	82, // 8: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	6,  // 9: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	76, // 10: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	81, // 11: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	9,  // 12: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
+	82, // 13: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	10, // 14: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
+	2,  // 15: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
+	82, // 16: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	11, // 17: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
+	82, // 18: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	8,  // 19: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	8,  // 20: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	10, // 21: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	7,  // 22: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	8,  // 23: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	10, // 24: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	8,  // 25: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,  // 26: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	77, // 27: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	8,  // 28: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	81, // 29: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	78, // 30: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	25, // 31: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	28, // 32: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	29, // 33: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	29, // 34: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	30, // 35: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	31, // 36: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	32, // 37: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	33, // 38: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	82, // 39: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	10, // 40: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	79, // 41: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	80, // 42: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,  // 43: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	81, // 44: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	34, // 45: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	82, // 46: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	82, // 47: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	3,  // 48: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	38, // 49: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	37, // 50: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	37, // 51: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	37, // 52: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	37, // 53: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	37, // 54: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	53, // 55: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	4,  // 56: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	82, // 57: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	25, // 58: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	62, // 59: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	5,  // 60: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,  // 61: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	82, // 62: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	82, // 63: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	81, // 64: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	81, // 65: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	8,  // 66: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	82, // 67: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	65, // 68: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	65, // 69: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	16, // 70: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	18, // 71: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	20, // 72: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	22, // 73: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	24, // 74: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	26, // 75: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	35, // 76: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	39, // 77: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	41, // 78: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	43, // 79: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	45, // 80: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	47, // 81: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	49, // 82: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	51, // 83: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	54, // 84: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	56, // 85: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	58, // 86: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	60, // 87: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	63, // 88: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	66, // 89: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	68, // 90: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	70, // 91: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	72, // 92: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	12, // 93: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	14, // 94: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	17, // 95: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	19, // 96: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	21, // 97: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	23, // 98: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	27, // 99: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	27, // 100: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	36, // 101: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	40, // 102: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	42, // 103: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	44, // 104: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	46, // 105: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	48, // 106: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	50, // 107: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	52, // 108: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	55, // 109: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	57, // 110: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	59, // 111: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	61, // 112: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	64, // 113: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	67, // 114: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	69, // 115: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	71, // 116: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	73, // 117: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	13, // 118: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	15, // 119: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	95, // [95:120] is the sub-list for method output_type
+	70, // [70:95] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -5551,7 +5637,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      5,
+			NumEnums:      6,
 			NumMessages:   75,
 			NumExtensions: 0,
 			NumServices:   1,
