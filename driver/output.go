@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -64,6 +65,9 @@ type outputReader struct {
 	out    chan<- outputItem
 	stop   <-chan struct{}
 	carry  []byte
+	// lineWait replaces defaultLineWait when set (tests on a loaded
+	// machine, where a goroutine can be descheduled for milliseconds).
+	lineWait time.Duration
 }
 
 // send delivers an item unless the consumer has gone away.
@@ -74,12 +78,12 @@ func (o *outputReader) send(it outputItem) {
 	}
 }
 
-// lineWait bounds how long the reader waits for the rest of a line after a
+// defaultLineWait bounds how long the reader waits for the rest of a line after a
 // read that ended mid-line. Python's print() writes its text and its newline
 // with two write calls; without the wait a pipe read often falls between them
 // and one print becomes two events, "text" and "\n". A line that stays
 // partial (a prompt, a progress bar) is emitted once the bound passes.
-const lineWait = 5 * time.Millisecond
+const defaultLineWait = 5 * time.Millisecond
 
 // deadlineReader is a pipe whose reads can time out (an *os.File from
 // os.Pipe). Readers without deadlines (unit tests' fakes) are not waited on.
@@ -116,15 +120,16 @@ func (o *outputReader) pump(r io.Reader) {
 }
 
 // completeLine is called when buf[:filled] was just read. If it ends
-// mid-line, it reads on for up to lineWait so that a line written in pieces
+// mid-line, it reads on for up to the line wait so that a line written in pieces
 // within a few milliseconds is emitted whole. If the line is still partial
 // then, the complete lines before it are fed at once and its tail gets one
-// more lineWait to end. It returns what of buf is left to feed; a read error
+// more wait to end. It returns what of buf is left to feed; a read error
 // (EOF) ends the wait and is returned.
 func (o *outputReader) completeLine(r deadlineReader, buf []byte, filled int) (int, error) {
 	defer r.SetReadDeadline(time.Time{})
+	wait := cmp.Or(o.lineWait, defaultLineWait)
 	for round := 0; round < 2; round++ {
-		if err := r.SetReadDeadline(time.Now().Add(lineWait)); err != nil {
+		if err := r.SetReadDeadline(time.Now().Add(wait)); err != nil {
 			return filled, nil
 		}
 		for filled < len(buf) && !o.lineEnded(buf[:filled]) {
