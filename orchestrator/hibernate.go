@@ -28,12 +28,12 @@ import (
 // in a new container on the same volumes, and the state comes back at the
 // best level the snapshot reached:
 //
+//	memory   (opt-in, Config.MemorySnapshots, runsc only) the container
+//	         checkpointed by the runtime and kept stopped; the globals
+//	         snapshot is taken too, as the fallback when the restore fails;
 //	globals  the default context's Python globals, pickled by the kernel
 //	         inside the container (ioproto snapshot and restore records);
 //	files    /workspace only: everything in memory is reported lost.
-//
-// (The memory level, a runtime checkpoint of the whole process tree, is
-// not implemented: see README, Hibernation.)
 //
 // It is a state machine persisted in meta.json (hibMeta), so a crash of
 // sandboxd at any step leaves the sandbox running or hibernated with a
