@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 )
 
 // internalMessage is all an E2B client learns about an unexpected error; the
@@ -19,7 +20,7 @@ const internalMessage = "internal error; see the sandboxd log"
 // httpStatus maps a domain error class to the HTTP status E2B's API and envd
 // answer for it (the SDKs turn 400, 401, 404, 409, 429, 502 and 507 into
 // their own error classes). It is this door's one mapping of the classes,
-// the counterpart of grpcapi's classCode.
+// the counterpart of grpcapi's ClassCode.
 func httpStatus(c *orchestrator.Class) int {
 	switch c {
 	case orchestrator.ErrInvalidArgument:
@@ -39,23 +40,10 @@ func httpStatus(c *orchestrator.Class) int {
 }
 
 // connectCode maps a domain error class to the Connect code envd's RPCs
-// answer with (the same codes as sandboxd's gRPC API).
+// answer with: the gRPC API's code (grpcapi.ClassCode, the one mapping),
+// as Connect's codes are gRPC's.
 func connectCode(c *orchestrator.Class) connect.Code {
-	switch c {
-	case orchestrator.ErrInvalidArgument:
-		return connect.CodeInvalidArgument
-	case orchestrator.ErrNotFound:
-		return connect.CodeNotFound
-	case orchestrator.ErrFailedPrecondition:
-		return connect.CodeFailedPrecondition
-	case orchestrator.ErrResourceExhausted:
-		return connect.CodeResourceExhausted
-	case orchestrator.ErrUnavailable:
-		return connect.CodeUnavailable
-	case orchestrator.ErrAlreadyExists:
-		return connect.CodeAlreadyExists
-	}
-	return connect.CodeInternal
+	return connect.Code(grpcapi.ClassCode(c))
 }
 
 // apiError is an error with an HTTP status and a message for the caller,

@@ -16,10 +16,10 @@ import (
 // operator can find them by time and method.
 const internalMessage = "internal error; see the sandboxd log"
 
-// classCode maps one of the orchestrator's error classes to its gRPC code.
+// ClassCode maps one of the orchestrator's error classes to its gRPC code.
 // It is the only place that knows both; the domain promises that every
 // error it returns wraps exactly one class (orchestrator.ClassOf).
-func classCode(c *orchestrator.Class) codes.Code {
+func ClassCode(c *orchestrator.Class) codes.Code {
 	switch c {
 	case orchestrator.ErrInvalidArgument:
 		return codes.InvalidArgument
@@ -49,7 +49,7 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		return nil
 	}
 	if c := orchestrator.ClassOf(err); c != nil {
-		return status.Error(classCode(c), err.Error())
+		return status.Error(ClassCode(c), err.Error())
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -71,7 +71,7 @@ func TestToStatus(t *testing.T) {
 func TestClassCodes(t *testing.T) {
 	seen := make(map[codes.Code]*orchestrator.Class)
 	for _, c := range orchestrator.Classes() {
-		code := classCode(c)
+		code := ClassCode(c)
 		if code == codes.Internal || code == codes.Unknown || code == codes.OK {
 			t.Errorf("class %q maps to %v", c, code)
 		}
