@@ -758,7 +758,14 @@ _race_thread.start()
 		}
 	}
 	stop := "_race_stop = True\n_race_thread.join()\nimport glob, os, shutil\nfor p in glob.glob('race*') + glob.glob('.race*'):\n    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.remove(p)"
-	if o, err := runCollect(ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: stop}); err != nil || o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+	switch o, err := runCollect(ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: stop}); {
+	case err == nil && o.done.GetStatus() == sandboxv1.CommandStatus_COMMAND_STATUS_OK:
+	case err == nil && o.done.GetStateLost():
+		// The clean-up is not an attempt: a runtime that restarts the
+		// sandbox under it (seen once under runsc, container exit code 2)
+		// leaks nothing, and the records above are already taken.
+		r.notes = append(r.notes, "race: the sandbox restarted while the link swapper was being stopped: "+o.done.GetReason())
+	default:
 		r.t.Errorf("stopping the link swapper: %v %v %v", err, o.done, o.errs)
 	}
 	hostEntries, _ := filepath.Glob(filepath.Join(hostDir, "up-*"))
