@@ -186,6 +186,13 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 	if err != nil {
 		return nil, "", err
 	}
+	// The idle TTL counts from when the caller gets the sandbox, not from
+	// when its creation began: a container start slower than a short TTL
+	// (a loaded machine) must not expire the sandbox before anyone could
+	// use it. meta.json has the creation time until the next save.
+	sb.mu.Lock()
+	sb.lastActive, sb.dirty = time.Now().UTC(), true
+	sb.mu.Unlock()
 	if !m.reg.add(sb, true) {
 		// Only possible with an absurdly short IdleTTL.
 		m.discardCreated(ctx, sb)

@@ -38,6 +38,9 @@ type fakeDocker struct {
 	history      []events.Message // replayed to subscribers asking for events since a time
 	// removed receives the ID of every removed container (buffered).
 	removed chan string
+	// startDelay, when set, is how long ContainerStart takes (a slow
+	// engine on a loaded machine).
+	startDelay time.Duration
 }
 
 type fakeContainer struct {
@@ -108,6 +111,16 @@ func (f *fakeDocker) ContainerCreate(ctx context.Context, cfg *container.Config,
 }
 
 func (f *fakeDocker) ContainerStart(ctx context.Context, id string, _ container.StartOptions) error {
+	f.mu.Lock()
+	delay := f.startDelay
+	f.mu.Unlock()
+	if delay > 0 {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.unreachable {

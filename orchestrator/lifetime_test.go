@@ -320,3 +320,21 @@ func TestAcquireOnIdleOption(t *testing.T) {
 		t.Errorf("after restart: OnIdle %q, %v; want %q", got.OnIdle, err, OnIdleHibernate)
 	}
 }
+
+// A container start slower than the idle TTL (a loaded machine) still
+// hands the sandbox to its caller: the idle TTL counts from then, not from
+// when the creation began.
+func TestAcquireSlowerThanIdleTTL(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	fd.startDelay = 1500 * time.Millisecond
+	cfg := testConfig(t)
+	cfg.IdleTTL = time.Second
+	m := newTestManager(t, cfg, fd)
+	res, err := m.Acquire(t.Context(), "slow", Options{})
+	if err != nil {
+		t.Fatalf("Acquire with a start slower than the idle TTL: %v", err)
+	}
+	if !res.Sandbox.ExpiresAt.After(time.Now()) {
+		t.Errorf("the new sandbox expires at %v, before it could be used", res.Sandbox.ExpiresAt)
+	}
+}
