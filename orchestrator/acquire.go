@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -111,36 +110,13 @@ type sandboxSpec struct {
 // newSpec validates opts for a new sandbox of user and resolves them
 // against the server's defaults and maxima.
 func (m *Manager) newSpec(user userKey, opts Options) (sandboxSpec, error) {
-	if err := validateEnv(opts.Env); err != nil {
-		return sandboxSpec{}, err
-	}
-	if opts.Network && !m.cfg.AllowNetwork {
-		return sandboxSpec{}, invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
-	}
-	req := opts.Limits
-	if m.cfg.NoDiskVolumes {
-		req.DiskBytes = 0 // not enforceable here; the limits in force say 0
-	}
-	limits, err := resolveLimits(req, m.cfg.DefaultLimits, m.cfg.MaxLimits)
+	r, err := ResolveOptions(opts, Policy{DefaultLimits: m.cfg.DefaultLimits, MaxLimits: m.cfg.MaxLimits,
+		AllowNetwork: m.cfg.AllowNetwork, NoDiskLimit: m.cfg.NoDiskVolumes, MaxIdleTTL: m.cfg.MaxIdleTTL, Runtime: m.cfg.Runtime})
 	if err != nil {
 		return sandboxSpec{}, err
 	}
-	if err := checkRuntimeLimits(m.cfg.Runtime, limits); err != nil {
-		return sandboxSpec{}, err
-	}
-	if err := validateMetadata(opts.Metadata); err != nil {
-		return sandboxSpec{}, err
-	}
-	if opts.IdleTimeout != 0 {
-		if err := m.checkIdleTimeout(opts.IdleTimeout); err != nil {
-			return sandboxSpec{}, err
-		}
-	}
-	if err := checkOnIdle(opts.OnIdle); err != nil {
-		return sandboxSpec{}, err
-	}
-	return sandboxSpec{user: user, limits: limits, env: opts.Env, network: opts.Network,
-		metadata: maps.Clone(opts.Metadata), idleTTL: opts.IdleTimeout, onIdle: opts.OnIdle}, nil
+	return sandboxSpec{user: user, limits: r.Limits, env: r.Env, network: r.Network,
+		metadata: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle}, nil
 }
 
 // poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,

@@ -97,13 +97,7 @@ func hasMetadata(md, want map[string]string) bool {
 // checkIdleTimeout checks an idle TTL a caller asks for against
 // MinIdleTimeout and Config.MaxIdleTTL.
 func (m *Manager) checkIdleTimeout(d time.Duration) error {
-	switch {
-	case d < MinIdleTimeout:
-		return invalidf("idle timeout %v is below the minimum of %v", d, MinIdleTimeout)
-	case d > m.cfg.MaxIdleTTL:
-		return invalidf("idle timeout %v exceeds the server's maximum of %v (sandboxd --max-idle-ttl)", d, m.cfg.MaxIdleTTL)
-	}
-	return nil
+	return CheckIdleTimeout(d, m.cfg.MaxIdleTTL)
 }
 
 // SetTimeout sets a sandbox's own idle TTL to d and counts the call as

@@ -34,7 +34,7 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err := req.Validate(); err != nil {
 		return "", err
 	}
-	rec, err := m.execRecord(req)
+	rec, err := execRecord(req, m.commandPolicy())
 	if err != nil {
 		return "", err
 	}
@@ -73,9 +73,14 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	return rec.CommandID, nil
 }
 
+// commandPolicy is the server's bounds on commands.
+func (m *Manager) commandPolicy() CommandPolicy {
+	return CommandPolicy{MaxCodeBytes: m.cfg.MaxCodeBytes, DefaultTimeout: m.cfg.DefaultTimeout, MaxTimeout: m.cfg.MaxTimeout}
+}
+
 // execRecord builds the exec record of a valid req (ExecRequest.Validate),
-// checking it against the server's limits and applying its defaults.
-func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
+// checking it against p and applying its defaults.
+func execRecord(req ExecRequest, p CommandPolicy) (ioproto.Record, error) {
 	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: canonicalLanguage(req.Language), Code: req.Code, ContextID: req.ContextID,
 		Stdin: req.Stdin || req.Pty != (PtySize{}), Pty: ioproto.PtySize{Rows: int(req.Pty.Rows), Cols: int(req.Pty.Cols)}}
 	if rec.ContextID == ioproto.DefaultContext {
@@ -87,8 +92,8 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	if len(req.Env) > 0 {
 		rec.Env = req.Env
 	}
-	if len(rec.Code) > m.cfg.MaxCodeBytes {
-		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), m.cfg.MaxCodeBytes)
+	if len(rec.Code) > p.MaxCodeBytes {
+		return rec, invalidf("code is %d bytes long; the limit is %d", len(rec.Code), p.MaxCodeBytes)
 	}
 	if !utf8.ValidString(rec.Code) {
 		return rec, invalidf("code is not valid UTF-8")
@@ -96,9 +101,9 @@ func (m *Manager) execRecord(req ExecRequest) (ioproto.Record, error) {
 	timeout := req.Timeout
 	switch {
 	case timeout == 0:
-		timeout = m.cfg.DefaultTimeout
-	case timeout > m.cfg.MaxTimeout:
-		return rec, invalidf("timeout %v exceeds the server maximum of %v", timeout, m.cfg.MaxTimeout)
+		timeout = p.DefaultTimeout
+	case timeout > p.MaxTimeout:
+		return rec, invalidf("timeout %v exceeds the server maximum of %v", timeout, p.MaxTimeout)
 	}
 	rec.TimeoutMS = timeout.Milliseconds()
 	return rec, nil

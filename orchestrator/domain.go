@@ -1,0 +1,134 @@
+package orchestrator
+
+import (
+	"context"
+	"maps"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+)
+
+// The rules of the domain that every backend applies, exported for the
+// Kubernetes backend (orchestrator/kube), which keeps its sandboxes in Pods
+// instead of this package's state directory but must answer callers exactly
+// as the Docker backend does: the same validation, the same defaults, the
+// same error classes and messages. Each rule is still said once, here or in
+// the file it is named after; the Docker Manager calls the same functions.
+
+// Errorf returns an error of class with a formatted message (a %w verb
+// records the cause), for backends outside this package. The message is
+// for the caller and does not repeat the class.
+func Errorf(class *Class, format string, args ...any) error {
+	return errorf(class, format, args...)
+}
+
+// IsClassified reports whether err already carries a class or is a context
+// error, so a wrapper does not classify it twice.
+func IsClassified(err error) bool { return isClassified(err) }
+
+// NewSandboxID returns a fresh random sandbox ID (see ValidateSandboxID).
+func NewSandboxID() string { return newSandboxID() }
+
+// SandboxNotFound is the error for a sandbox that does not exist or that
+// the caller may not see: one message for both, so IDs leak nothing across
+// tenants.
+func SandboxNotFound(id string) error { return sandboxNotFound(id) }
+
+// CallerOf returns the caller ctx carries, DefaultCaller when none.
+func CallerOf(ctx context.Context) Caller { return callerOf(ctx) }
+
+// Sees reports whether c may see sandboxes of tenant.
+func (c Caller) Sees(tenant string) bool { return c.sees(tenant) }
+
+// HasMetadata reports whether md has every pair of want (ListFilter.Metadata).
+func HasMetadata(md, want map[string]string) bool { return hasMetadata(md, want) }
+
+// Policy is the part of a server's configuration that decides which
+// Options a caller may ask for.
+type Policy struct {
+	DefaultLimits, MaxLimits Limits
+	// AllowNetwork: Options.Network may be true.
+	AllowNetwork bool
+	// NoDiskLimit: the backend cannot enforce Limits.DiskBytes, which is
+	// then 0 in the limits in force.
+	NoDiskLimit bool
+	// MaxIdleTTL caps Options.IdleTimeout.
+	MaxIdleTTL time.Duration
+	// Runtime is the container runtime, for its own limits (gVisor's).
+	Runtime string
+}
+
+// Resolved is a new sandbox's options, validated and with the server's
+// defaults applied.
+type Resolved struct {
+	Limits      Limits
+	Env         map[string]string
+	Network     bool
+	Metadata    map[string]string
+	IdleTimeout time.Duration // 0: the server's
+	OnIdle      string        // "": the server's
+}
+
+// ResolveOptions validates opts for a new sandbox under p and applies p's
+// defaults. Errors wrap ErrInvalidArgument and say what is wrong.
+func ResolveOptions(opts Options, p Policy) (Resolved, error) {
+	if err := validateEnv(opts.Env); err != nil {
+		return Resolved{}, err
+	}
+	if opts.Network && !p.AllowNetwork {
+		return Resolved{}, invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
+	}
+	req := opts.Limits
+	if p.NoDiskLimit {
+		req.DiskBytes = 0 // not enforceable here; the limits in force say 0
+	}
+	limits, err := resolveLimits(req, p.DefaultLimits, p.MaxLimits)
+	if err != nil {
+		return Resolved{}, err
+	}
+	if err := checkRuntimeLimits(p.Runtime, limits); err != nil {
+		return Resolved{}, err
+	}
+	if err := validateMetadata(opts.Metadata); err != nil {
+		return Resolved{}, err
+	}
+	if opts.IdleTimeout != 0 {
+		if err := CheckIdleTimeout(opts.IdleTimeout, p.MaxIdleTTL); err != nil {
+			return Resolved{}, err
+		}
+	}
+	if err := checkOnIdle(opts.OnIdle); err != nil {
+		return Resolved{}, err
+	}
+	return Resolved{Limits: limits, Env: opts.Env, Network: opts.Network,
+		Metadata: maps.Clone(opts.Metadata), IdleTimeout: opts.IdleTimeout, OnIdle: opts.OnIdle}, nil
+}
+
+// CheckIdleTimeout checks an idle TTL a caller asks for against
+// MinIdleTimeout and the server's maximum.
+func CheckIdleTimeout(d, maxTTL time.Duration) error {
+	switch {
+	case d < MinIdleTimeout:
+		return invalidf("idle timeout %v is below the minimum of %v", d, MinIdleTimeout)
+	case d > maxTTL:
+		return invalidf("idle timeout %v exceeds the server's maximum of %v (sandboxd --max-idle-ttl)", d, maxTTL)
+	}
+	return nil
+}
+
+// CommandPolicy is the part of a server's configuration that bounds
+// commands.
+type CommandPolicy struct {
+	MaxCodeBytes               int
+	DefaultTimeout, MaxTimeout time.Duration
+}
+
+// ExecRecord builds the /io exec record of req (validated with
+// ExecRequest.Validate first), checking it against p and applying its
+// defaults; an empty command ID gets a fresh one.
+func ExecRecord(req ExecRequest, p CommandPolicy) (ioproto.Record, error) {
+	if err := req.Validate(); err != nil {
+		return ioproto.Record{}, err
+	}
+	return execRecord(req, p)
+}
