@@ -37,6 +37,8 @@ type config struct {
 	metricsListen   string // Prometheus /metrics address; empty: off
 	e2bListen       string // E2B-compatible HTTP API address; empty: off
 	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
+	backend         string // docker or kubernetes
+	kube            kubeConfig
 	manager         orchestrator.Config
 }
 
@@ -105,6 +107,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
 	fs.StringVar(&c.e2bListen, "e2b-listen", "", "`address` to serve the E2B-compatible HTTP API on (host:port; empty: off): the official E2B SDKs work against it with E2B_API_URL and E2B_SANDBOX_URL set to http://ADDRESS. API keys are --auth-tokens tokens; beyond loopback it needs them as --listen does")
 	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
+	fs.StringVar(&c.backend, "backend", backendDocker, "where sandboxes run: docker (containers on this host's engine) or kubernetes (a Pod each, with --kube-* settings; replicas of sandboxd may run side by side)")
+	c.kube.register(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
 		fs.PrintDefaults()
@@ -169,6 +173,18 @@ func (c *config) check() error {
 	}
 	if mc.Image == "" {
 		return errors.New("--image is empty")
+	}
+	switch c.backend {
+	case backendDocker:
+	case backendKubernetes:
+		if err := c.kube.check(); err != nil {
+			return err
+		}
+		if c.e2bListen != "" {
+			return errors.New("--e2b-listen needs --backend docker (the E2B door uses hibernation and files operations the kubernetes backend lacks)")
+		}
+	default:
+		return fmt.Errorf("--backend %q: want docker or kubernetes", c.backend)
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)

@@ -157,6 +157,13 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 
 	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.manager.StateDir, "image", cfg.manager.Image,
 		"runtime", cfg.manager.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
+	if cfg.backend == backendKubernetes {
+		km, err := newKubeManager(ctx, cfg, log)
+		if err != nil {
+			return fmt.Errorf("starting the kubernetes backend: %w", err)
+		}
+		return serve(ctx, stopSignals, lis, km, cfg.shutdownTimeout, log, opts...)
+	}
 	m, err := orchestrator.New(ctx, cfg.manager, nil)
 	if err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/sandboxd/sandboxd/orchestrator/kube"
+)
+
+// Backends.
+const (
+	backendDocker     = "docker"
+	backendKubernetes = "kubernetes"
+)
+
+// kubeConfig is the command line of the Kubernetes backend (--kube-*).
+type kubeConfig struct {
+	kubeconfig    string
+	namespace     string
+	runtimeClass  string
+	nodeSelector  string // k=v,k=v
+	tolerations   string // JSON list of core/v1 Tolerations
+	storageClass  string
+	ioTokenFile   string
+	ioTokenSecret string
+	leaderLease   time.Duration
+	identity      string
+}
+
+// register adds the --kube-* flags to fs.
+func (k *kubeConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "with --backend kubernetes: kubeconfig `file` (empty: the in-cluster service account, else $KUBECONFIG or ~/.kube/config)")
+	fs.StringVar(&k.namespace, "kube-namespace", kube.DefaultNamespace, "with --backend kubernetes: `namespace` of the sandbox Pods")
+	fs.StringVar(&k.runtimeClass, "kube-runtime-class", "", "with --backend kubernetes: runtimeClassName of sandbox Pods, e.g. gvisor (empty: the cluster's default)")
+	fs.StringVar(&k.nodeSelector, "kube-node-selector", "", "with --backend kubernetes: nodeSelector of sandbox Pods, as `key=value,...`")
+	fs.StringVar(&k.tolerations, "kube-tolerations", "", "with --backend kubernetes: tolerations of sandbox Pods, as a JSON list of Kubernetes tolerations")
+	fs.StringVar(&k.storageClass, "kube-storage-class", "", "with --backend kubernetes: give each /workspace an ephemeral volume of this storage `class`, sized by its disk limit (empty: an emptyDir)")
+	fs.StringVar(&k.ioTokenFile, "kube-io-token-file", "", "with --backend kubernetes: `file` holding the token sandboxd presents to the io sidecars (the same as in --kube-io-token-secret); required")
+	fs.StringVar(&k.ioTokenSecret, "kube-io-token-secret", "sandboxd-io-token", "with --backend kubernetes: `name` of the Secret (key \"token\") the io sidecars read their token from")
+	fs.DurationVar(&k.leaderLease, "kube-leader-lease", 15*time.Second, "with --backend kubernetes: lease of the leader election among replicas (the leader keeps the warm pool and expires idle sandboxes)")
+	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
+}
+
+// check catches bad --kube-* settings at start-up.
+func (k *kubeConfig) check() error {
+	if k.ioTokenFile == "" {
+		return errors.New("--backend kubernetes needs --kube-io-token-file (the io sidecars' shared token)")
+	}
+	if _, err := k.parseNodeSelector(); err != nil {
+		return err
+	}
+	if _, err := k.parseTolerations(); err != nil {
+		return err
+	}
+	if k.leaderLease < time.Second {
+		return fmt.Errorf("--kube-leader-lease %v: want at least 1s", k.leaderLease)
+	}
+	return nil
+}
+
+func (k *kubeConfig) parseNodeSelector() (map[string]string, error) {
+	if k.nodeSelector == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(k.nodeSelector, ",") {
+		key, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || key == "" {
+			return nil, fmt.Errorf("--kube-node-selector %q: want key=value,...", k.nodeSelector)
+		}
+		out[key] = v
+	}
+	return out, nil
+}
+
+func (k *kubeConfig) parseTolerations() ([]corev1.Toleration, error) {
+	if k.tolerations == "" {
+		return nil, nil
+	}
+	var ts []corev1.Toleration
+	if err := json.Unmarshal([]byte(k.tolerations), &ts); err != nil {
+		return nil, fmt.Errorf("--kube-tolerations: want a JSON list of tolerations: %v", err)
+	}
+	return ts, nil
+}
+
+// restConfig finds the API server: --kubeconfig, else in-cluster, else the
+// usual kubeconfig locations.
+func (k *kubeConfig) restConfig() (*rest.Config, error) {
+	if k.kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", k.kubeconfig)
+	}
+	if c, err := rest.InClusterConfig(); err == nil {
+		return c, nil
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
+// newKubeManager starts the Kubernetes backend with the server-wide
+// settings of cfg.manager (image, limits, TTLs, caps, pool).
+func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Manager, error) {
+	k := cfg.kube
+	rc, err := k.restConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--backend kubernetes: no API server: %w", err)
+	}
+	rc.QPS, rc.Burst = 50, 100 // the defaults (5/10) throttle a busy replica
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	token, err := os.ReadFile(k.ioTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--kube-io-token-file: %w", err)
+	}
+	sel, _ := k.parseNodeSelector()
+	tol, _ := k.parseTolerations()
+	id := k.identity
+	if id == "" {
+		id = os.Getenv("POD_NAME")
+	}
+	mc := cfg.manager
+	return kube.New(ctx, kube.Config{
+		Client: client, Namespace: k.namespace, Image: mc.Image, RuntimeClass: k.runtimeClass,
+		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass,
+		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)), IODiskBytes: mc.IODiskBytes,
+		IdleTTL: mc.IdleTTL, MaxIdleTTL: mc.MaxIdleTTL, DefaultLimits: mc.DefaultLimits, MaxLimits: mc.MaxLimits,
+		DefaultTimeout: mc.DefaultTimeout, MaxTimeout: mc.MaxTimeout, MaxCodeBytes: mc.MaxCodeBytes,
+		MaxUploadBytes: mc.MaxUploadBytes, MaxSandboxes: mc.MaxSandboxes, MaxSandboxesPerTenant: mc.MaxSandboxesPerTenant,
+		WarmPool: mc.WarmPool, Identity: id, LeaseDuration: k.leaderLease, Logger: log,
+	})
+}

@@ -1,0 +1,211 @@
+package kube
+
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// A user's binding is a Lease named after userHash(tenant, user) whose
+// holder is the user's current sandbox. Creating it is how replicas agree
+// on one sandbox per user without a lock service: the API server lets one
+// create succeed, and a replacement moves it with a conditional update.
+const (
+	bindingPrefix = "sbu-"
+	// annReplacedID and annReplacedReason on a binding name the sandbox the
+	// current one replaced, and why it died.
+	annReplacedID     = "sandboxd.io/replaced-sandbox-id"
+	annReplacedReason = "sandboxd.io/replaced-reason"
+)
+
+func bindingName(key string) string { return bindingPrefix + key }
+
+// maxAcquireRounds bounds the retries of an Acquire that keeps losing
+// races to other replicas (each loss means another replica made progress).
+const maxAcquireRounds = 8
+
+// Acquire returns the user's current sandbox, creating one (from the warm
+// pool when the options allow) if the user has none or theirs is dead, as
+// orchestrator.Manager.Acquire does. Replicas racing for one user agree
+// through the user's binding: the loser adopts the winner's sandbox and
+// deletes the Pod it made.
+func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
+	caller := orchestrator.CallerOf(ctx)
+	if err := orchestrator.ValidateTenant(caller.Tenant); err != nil {
+		return orchestrator.AcquireResult{}, err
+	}
+	if err := orchestrator.ValidateUserID(userID); err != nil {
+		return orchestrator.AcquireResult{}, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return orchestrator.AcquireResult{}, err
+	}
+	r, err := orchestrator.ResolveOptions(opts, m.cfg.policy())
+	if err != nil {
+		return orchestrator.AcquireResult{}, err
+	}
+	key := userHash(caller.Tenant, userID)
+	for round := 0; round < maxAcquireRounds; round++ {
+		lease, err := m.currentBinding(ctx, key)
+		if err != nil {
+			return orchestrator.AcquireResult{}, err
+		}
+		var replacedID, replacedReason string
+		if lease != nil {
+			id := ptr.Deref(lease.Spec.HolderIdentity, "")
+			p, err := m.pod(ctx, id)
+			if err != nil {
+				return orchestrator.AcquireResult{}, err
+			}
+			if p != nil {
+				gone, dead, reason, _ := podState(p)
+				if !gone && !dead {
+					p, err = m.awaitReady(ctx, p)
+					if err == nil {
+						m.touch(id, p)
+						return orchestrator.AcquireResult{Sandbox: m.sandboxOf(p)}, nil
+					}
+					if orchestrator.ClassOf(err) != orchestrator.ErrFailedPrecondition {
+						return orchestrator.AcquireResult{}, err
+					}
+					q, _ := m.pod(ctx, id)
+					if q != nil {
+						p = q
+					}
+					_, _, reason, _ = podState(p)
+				}
+				replacedID, replacedReason = id, reason
+				if gone {
+					replacedReason = "it was deleted"
+				}
+			} else {
+				replacedID, replacedReason = id, "its pod no longer exists"
+			}
+		}
+		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, r)
+		if err != nil {
+			return orchestrator.AcquireResult{}, err
+		}
+		id := p.Labels[labelSandboxID]
+		if err := m.bind(ctx, key, lease, id, replacedID, replacedReason, caller.Tenant, userID); err != nil {
+			// Another replica bound the user first: ours goes, theirs is
+			// adopted in the next round.
+			m.removePod(context.WithoutCancel(ctx), p, "lost the race for its user to another replica")
+			if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+				continue
+			}
+			return orchestrator.AcquireResult{}, apiError("bind the user's sandbox", err)
+		}
+		if replacedID != "" {
+			m.retire(context.WithoutCancel(ctx), replacedID, replacedReason)
+		}
+		p, err = m.awaitReady(ctx, p)
+		if err != nil {
+			return orchestrator.AcquireResult{}, err
+		}
+		m.touch(id, p)
+		log := m.log.With("sandbox_id", id, "tenant", caller.Tenant, "user_id", userID, "kind", kind)
+		if replacedID != "" {
+			log.Info("sandbox created, replacing a dead one", "replaced_id", replacedID, "replaced_reason", replacedReason)
+		} else {
+			log.Info("sandbox created")
+		}
+		return orchestrator.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
+	}
+	return orchestrator.AcquireResult{}, orchestrator.Errorf(orchestrator.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)
+}
+
+// currentBinding reads the user's binding from the cache, or from the API
+// server when the cache has none (it may lag another replica's create).
+func (m *Manager) currentBinding(ctx context.Context, key string) (*coordinationv1.Lease, error) {
+	if l := m.binding(key); l != nil {
+		return l, nil
+	}
+	l, err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Get(ctx, bindingName(key), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, apiError("get the user's binding", err)
+	}
+	return l, nil
+}
+
+// bind makes sandbox id the user's: creates the binding when old is nil,
+// else moves old to id, conditional on old's resourceVersion.
+func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Lease, id, replacedID, replacedReason, tenant, userID string) error {
+	leases := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace)
+	now := metav1.NewMicroTime(time.Now())
+	if old == nil {
+		_, err := leases.Create(ctx, &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: bindingName(key), Namespace: m.cfg.Namespace,
+				Labels:      map[string]string{labelManaged: managedBy, labelUser: key},
+				Annotations: map[string]string{annTenant: tenant, annUserID: userID}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(id), AcquireTime: &now},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	l := old.DeepCopy()
+	l.Spec.HolderIdentity = ptr.To(id)
+	l.Spec.AcquireTime = &now
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[annReplacedID] = replacedID
+	l.Annotations[annReplacedReason] = truncate(replacedReason, 1024)
+	_, err := leases.Update(ctx, l, metav1.UpdateOptions{}) // conditional: l.ResourceVersion
+	return err
+}
+
+// newSandboxPod gives a user a new sandbox Pod: a claimed warm-pool Pod
+// when r allows one and the pool has one, else a new Pod, after checking
+// the caps.
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r orchestrator.Resolved) (*corev1.Pod, orchestrator.AcquireKind, error) {
+	if err := m.checkCaps(tenant); err != nil {
+		return nil, "", err
+	}
+	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, now: time.Now()}
+	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits {
+		if p := m.claim(ctx, s); p != nil {
+			return p, orchestrator.AcquireWarmPool, nil
+		}
+	}
+	s.id = orchestrator.NewSandboxID()
+	p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildPod(&m.cfg, s), metav1.CreateOptions{})
+	if err != nil {
+		return nil, "", apiError("create the sandbox pod", err)
+	}
+	return p, orchestrator.AcquireCold, nil
+}
+
+// checkCaps refuses a new sandbox beyond MaxSandboxes or
+// MaxSandboxesPerTenant, counting the live ones in the cache.
+func (m *Manager) checkCaps(tenant string) error {
+	if m.cfg.MaxSandboxes == 0 && m.cfg.MaxSandboxesPerTenant == 0 {
+		return nil
+	}
+	all, ofTenant := 0, 0
+	for _, p := range m.userPods() {
+		if gone, dead, _, _ := podState(p); gone || dead {
+			continue
+		}
+		all++
+		if p.Annotations[annTenant] == tenant {
+			ofTenant++
+		}
+	}
+	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
+		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", tenant, c)
+	}
+	if c := m.cfg.MaxSandboxes; c > 0 && all >= c {
+		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "sandboxd runs its maximum of %d sandboxes (--max-sandboxes); try again later", c)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package kube
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
+)
+
+// choreInterval is how often the leader looks at every sandbox, besides
+// each change of the cache.
+const choreInterval = time.Second
+
+// chores runs the leader's duties until ctx ends (leadership lost): the
+// warm pool, death records, idle expiry, and stale bindings. Each is
+// idempotent: a leader that changes in the middle of one does no harm.
+func (m *Manager) chores(ctx context.Context) {
+	t := time.NewTicker(choreInterval)
+	defer t.Stop()
+	for {
+		if m.cfg.WarmPool > 0 {
+			m.refillPool(ctx)
+		}
+		m.recordDeaths(ctx)
+		m.expire(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.changed():
+			// Coalesce bursts of changes (a Pod's status updates).
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// recordDeaths writes the reason of each newly dead sandbox on its Pod (so
+// every replica reports the same one once the kubelet has torn the Pod
+// down), then deletes the Pod, keeping its finalizer: the sandbox stays
+// visible as dead, using nothing, until it is replaced or expires.
+func (m *Manager) recordDeaths(ctx context.Context) {
+	for _, p := range m.userPods() {
+		if p.Annotations[annDeadReason] != "" || p.Annotations[annDeleting] != "" {
+			continue
+		}
+		reason := deathOf(p)
+		if reason == "" {
+			continue
+		}
+		id := p.Labels[labelSandboxID]
+		if err := m.patchAnnotations(ctx, id, map[string]string{annDeadReason: reason}); err != nil {
+			if !apierrors.IsNotFound(err) && ctx.Err() == nil {
+				m.log.Warn("recording a sandbox's death", "sandbox_id", id, "error", err)
+			}
+			continue
+		}
+		m.log.Warn("sandbox died", "sandbox_id", id, "tenant", p.Annotations[annTenant], "user_id", p.Annotations[annUserID], "reason", reason)
+		if p.DeletionTimestamp == nil {
+			m.deletePod(ctx, p)
+		}
+	}
+}
+
+// expire removes the sandboxes whose idle TTL has passed (dead ones too:
+// their record has been kept long enough), and bindings left naming no
+// Pod.
+func (m *Manager) expire(ctx context.Context) {
+	now := time.Now()
+	for _, p := range m.userPods() {
+		if p.Annotations[annDeleting] != "" {
+			m.finishRemoval(ctx, p)
+			continue
+		}
+		ttl := m.idleTTLOf(p)
+		deadline := m.lastActive(p).Add(ttl + m.writeInterval(p))
+		if now.Before(deadline) {
+			continue
+		}
+		// Read it back first: another replica's recent write of the last
+		// activity must win over our cached copy.
+		fresh, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		if now.Before(m.lastActive(fresh).Add(ttl + m.writeInterval(fresh))) {
+			continue
+		}
+		m.log.Info("sandbox expired", "sandbox_id", fresh.Labels[labelSandboxID], "idle_ttl", ttl,
+			"tenant", fresh.Annotations[annTenant], "user_id", fresh.Annotations[annUserID])
+		m.removePod(ctx, fresh, "idle TTL expired")
+	}
+	m.gcBindings(ctx)
+}
+
+// gcBindings deletes bindings whose sandbox Pod is gone for good (deleted
+// and its record expired), a minute after they last changed.
+func (m *Manager) gcBindings(ctx context.Context) {
+	ls, _ := m.leases.Leases(m.cfg.Namespace).List(labels.Everything())
+	for _, l := range ls {
+		if l.Labels[labelUser] == "" {
+			continue // the leader election's lease
+		}
+		id := ptr.Deref(l.Spec.HolderIdentity, "")
+		if _, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id)); err == nil {
+			continue
+		}
+		changed := l.CreationTimestamp.Time
+		if l.Spec.AcquireTime != nil && l.Spec.AcquireTime.After(changed) {
+			changed = l.Spec.AcquireTime.Time
+		}
+		if time.Since(changed) < time.Minute {
+			continue
+		}
+		m.deleteBinding(ctx, l.Name, l.ResourceVersion)
+	}
+}
+
+// deleteBinding deletes a binding if it is still at resourceVersion rv.
+func (m *Manager) deleteBinding(ctx context.Context, name, rv string) {
+	err := m.cfg.Client.CoordinationV1().Leases(m.cfg.Namespace).Delete(ctx, name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+		m.log.Warn("deleting a user's binding", "binding", name, "error", err)
+	}
+}
+

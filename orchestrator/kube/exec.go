@@ -1,0 +1,143 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// Submit queues a command in a sandbox and returns its ID, exactly as the
+// Docker backend does: the command ID is the idempotency key, kept by the
+// sandbox's io sidecar, the command log's only writer, so a retry through
+// any replica never runs a command twice.
+func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (string, error) {
+	rec, err := orchestrator.ExecRecord(req, m.cfg.commandPolicy())
+	if err != nil {
+		return "", err
+	}
+	if rec.ContextID != "" {
+		return "", unsupported("execution contexts")
+	}
+	p, err := m.live(ctx, req.SandboxID)
+	if err != nil {
+		return "", err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	appended, err := c.Append(ctx, rec)
+	if err != nil {
+		if errors.Is(err, ErrIOConflict) {
+			return "", orchestrator.Errorf(orchestrator.ErrAlreadyExists, "command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, req.SandboxID)
+		}
+		return "", m.ioError(req.SandboxID, "", err)
+	}
+	m.touch(req.SandboxID, p)
+	if appended {
+		m.log.Debug("command submitted", "sandbox_id", req.SandboxID, "command_id", rec.CommandID, "language", rec.Language)
+	}
+	return rec.CommandID, nil
+}
+
+// Interrupt asks the driver to stop a command (see the Docker backend's).
+func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	if err := orchestrator.ValidateCommandID(commandID); err != nil {
+		return err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Append(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}); err != nil {
+		return m.ioError(sandboxID, commandID, err)
+	}
+	m.log.Info("command interrupt requested", "sandbox_id", sandboxID, "command_id", commandID)
+	return nil
+}
+
+// Follow streams a command's events with seq above afterSeq until its done
+// event, as the Docker backend's Follow does, through the sandbox's io
+// sidecar. The sandbox's death ends it with ErrFailedPrecondition naming
+// the reason; each second of it counts as a use of the sandbox.
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error {
+	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	if err := orchestrator.ValidateCommandID(commandID); err != nil {
+		return err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return err
+	}
+	m.touch(sandboxID, p)
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		m.watchWhileFollowing(fctx, sandboxID, cancel)
+	}()
+	err = c.Follow(fctx, commandID, afterSeq, fn)
+	cancel(nil)
+	<-watched
+	if cause := context.Cause(fctx); err != nil && cause != nil && orchestrator.ClassOf(cause) != nil {
+		return cause // the sandbox died or was deleted
+	}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		return m.ioError(sandboxID, commandID, err)
+	}
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// watchWhileFollowing ends a Follow (through cancel) when its sandbox dies
+// or is deleted, and records a use each second, until ctx ends.
+func (m *Manager) watchWhileFollowing(ctx context.Context, id string, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := m.changed()
+		p, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id))
+		if err != nil {
+			cancel(orchestrator.Errorf(orchestrator.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			return
+		}
+		gone, dead, reason, _ := podState(p)
+		switch {
+		case gone:
+			cancel(orchestrator.Errorf(orchestrator.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			return
+		case dead:
+			cancel(orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.closed:
+			cancel(errClosing)
+			return
+		case <-ch:
+		case <-tick.C:
+			m.touch(id, p)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package kube
+
+import (
+	"context"
+	"io"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// Upload writes a file under the sandbox's /workspace through its io
+// sidecar, which confines it to /workspace as the Docker backend does on
+// the host; at most Config.MaxUploadBytes.
+func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error) {
+	c, err := m.files(ctx, sandboxID)
+	if err != nil {
+		return orchestrator.FileInfo{}, err
+	}
+	fi, err := c.Upload(ctx, path, r, m.cfg.MaxUploadBytes)
+	if err != nil {
+		return orchestrator.FileInfo{}, m.ioError(sandboxID, "", err)
+	}
+	return fi, nil
+}
+
+// Download reads a regular file under the sandbox's /workspace.
+func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
+	c, err := m.files(ctx, sandboxID)
+	if err != nil {
+		return nil, orchestrator.FileInfo{}, err
+	}
+	rc, fi, err := c.Download(ctx, path)
+	if err != nil {
+		return nil, orchestrator.FileInfo{}, m.ioError(sandboxID, "", err)
+	}
+	return rc, fi, nil
+}
+
+// ListFiles lists a directory under the sandbox's /workspace.
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error) {
+	c, err := m.files(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	list, err := c.ListFiles(ctx, path)
+	if err != nil {
+		return nil, m.ioError(sandboxID, "", err)
+	}
+	return list, nil
+}
+
+// ListFilesDepth is ListFiles for depth 1; deeper listings are not
+// supported by this backend yet.
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error) {
+	if depth > 1 {
+		return nil, unsupported("recursive file listings (depth above 1)")
+	}
+	return m.ListFiles(ctx, sandboxID, path)
+}
+
+// files returns the sidecar connection of a live sandbox for a files call,
+// which counts as a use.
+func (m *Manager) files(ctx context.Context, sandboxID string) (IOConn, error) {
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	m.touch(sandboxID, p)
+	return m.io(ctx, p)
+}

@@ -1,0 +1,309 @@
+package kube
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// Labels, annotations and the finalizer sandboxd puts on its objects. Labels
+// are what selectors need; everything else is an annotation.
+const (
+	labelManaged   = "app.kubernetes.io/managed-by"
+	managedBy      = "sandboxd"
+	labelSandboxID = "sandboxd.io/sandbox-id"
+	labelPool      = "sandboxd.io/pool"
+	// labelUser is userHash(tenant, user): user IDs may hold characters
+	// that label values may not ('@').
+	labelUser = "sandboxd.io/user"
+
+	annTenant      = "sandboxd.io/tenant"
+	annUserID      = "sandboxd.io/user-id"
+	annCreatedAt   = "sandboxd.io/created-at"
+	annLastActive  = "sandboxd.io/last-active"
+	annIdleTimeout = "sandboxd.io/idle-timeout"
+	annLimits      = "sandboxd.io/limits"
+	annMetadata    = "sandboxd.io/metadata"
+	// annDeadReason records why the sandbox died, once, so that every
+	// replica reports the same reason after the kubelet has torn the Pod's
+	// containers down.
+	annDeadReason = "sandboxd.io/dead-reason"
+	// annDeleting marks a Pod sandboxd itself is deleting: it is gone for
+	// callers, not dead.
+	annDeleting = "sandboxd.io/deleting"
+
+	// finalizer keeps a Pod deleted behind sandboxd's back until its death
+	// has been reported (or has expired).
+	finalizer = "sandboxd.io/report-death"
+
+	// Containers and volumes of a sandbox Pod.
+	containerSandbox = "sandbox"
+	containerIO      = "io"
+	volumeIO         = "io"
+	volumeWorkspace  = "workspace"
+	volumeTmp        = "tmp"
+
+	// sidecarBinary is the io sidecar in the sandbox image.
+	sidecarBinary = "/usr/local/bin/sandbox-iosidecar"
+	// tokenEnv carries the shared token to the sidecar.
+	tokenEnv = "SANDBOXD_IO_TOKEN"
+	// tokenKey is the key of the token in its Secret.
+	tokenKey = "token"
+)
+
+// sandboxUID is the sandbox container's user, as in the image and under the
+// Docker backend.
+const sandboxUID = 1000
+
+// podName is the Pod of sandbox id: "sbx-" and the ID's random part.
+func podName(id string) string { return "sbx-" + strings.TrimPrefix(id, "sb-") }
+
+// userHash identifies (tenant, user) in label values and object names.
+func userHash(tenant, user string) string {
+	h := sha256.Sum256([]byte(tenant + "\x00" + user))
+	return hex.EncodeToString(h[:16])
+}
+
+// podSpec is what a new sandbox Pod looks like: the security posture in one
+// place, as containerSpec is for Docker. A warm-pool Pod has no owner yet.
+type podSpec struct {
+	id      string
+	pool    bool
+	tenant  string
+	userID  string
+	limits  orchestrator.Limits
+	env     map[string]string
+	meta    map[string]string
+	idleTTL time.Duration
+	now     time.Time
+}
+
+// buildPod returns the Pod for s under cfg.
+func buildPod(cfg *Config, s podSpec) *corev1.Pod {
+	lbl := map[string]string{
+		labelManaged:   managedBy,
+		labelSandboxID: s.id,
+		labelPool:      strconv.FormatBool(s.pool),
+	}
+	ann := map[string]string{}
+	if !s.pool {
+		lbl[labelUser] = userHash(s.tenant, s.userID)
+		maps.Copy(ann, ownerAnnotations(s))
+	}
+	limitsJSON, _ := json.Marshal(s.limits)
+	ann[annLimits] = string(limitsJSON)
+
+	env := make([]corev1.EnvVar, 0, len(s.env))
+	for _, k := range slices.Sorted(maps.Keys(s.env)) {
+		env = append(env, corev1.EnvVar{Name: k, Value: s.env[k]})
+	}
+	res := corev1.ResourceList{
+		corev1.ResourceMemory: *resource.NewQuantity(s.limits.MemoryBytes, resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(s.limits.NanoCPUs/1e6, resource.DecimalSI),
+	}
+	workspace := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if s.limits.DiskBytes > 0 {
+		workspace.EmptyDir.SizeLimit = resource.NewQuantity(s.limits.DiskBytes, resource.BinarySI)
+	}
+	if cfg.StorageClass != "" {
+		size := max(s.limits.DiskBytes, 1<<30)
+		workspace = corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
+			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				StorageClassName: ptr.To(cfg.StorageClass),
+				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
+			}}}}
+	}
+	ioSize := resource.NewQuantity(cfg.IODiskBytes, resource.BinarySI)
+	tmpSize := resource.NewQuantity(256<<20, resource.BinarySI)
+	mounts := []corev1.VolumeMount{{Name: volumeIO, MountPath: "/io"}, {Name: volumeWorkspace, MountPath: "/workspace"}}
+	always := corev1.ContainerRestartPolicyAlways
+	port := intstrPort(cfg.IOPort)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: podName(s.id), Namespace: cfg.Namespace,
+			Labels: lbl, Annotations: ann, Finalizers: []string{finalizer},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyAlways,
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To[int64](5),
+			NodeSelector:                  cfg.NodeSelector,
+			Tolerations:                   cfg.Tolerations,
+			Volumes: []corev1.Volume{
+				{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ioSize}}},
+				{Name: volumeWorkspace, VolumeSource: workspace},
+				{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmpSize}}},
+			},
+			// The io sidecar is a native sidecar: it starts (and prepares
+			// the /io layout) before the driver, and stops after it.
+			InitContainers: []corev1.Container{{
+				Name:          containerIO,
+				Image:         cfg.Image,
+				RestartPolicy: &always,
+				Command:       []string{sidecarBinary},
+				Args:          []string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace"},
+				Env: []corev1.EnvVar{{Name: tokenEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+					LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}}},
+				Ports:          []corev1.ContainerPort{{Name: "io", ContainerPort: int32(cfg.IOPort), Protocol: corev1.ProtocolTCP}},
+				StartupProbe:   &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 1, FailureThreshold: 60},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 5},
+				VolumeMounts:   mounts,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+				},
+				// Root for chown (files it writes belong to the sandbox user)
+				// and to read what the sandbox user locked itself out of;
+				// nothing else.
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false),
+					ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}},
+				},
+			}},
+			Containers: []corev1.Container{{
+				Name:         containerSandbox,
+				Image:        cfg.Image,
+				Env:          env,
+				VolumeMounts: append(slices.Clone(mounts), corev1.VolumeMount{Name: volumeTmp, MountPath: "/tmp"}),
+				Resources:    corev1.ResourceRequirements{Requests: res, Limits: res},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID), RunAsNonRoot: ptr.To(true),
+					ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+		},
+	}
+	if cfg.RuntimeClass != "" {
+		pod.Spec.RuntimeClassName = ptr.To(cfg.RuntimeClass)
+	}
+	return pod
+}
+
+// ownerAnnotations are the annotations of a sandbox given to a user (at
+// creation, or when claimed from the pool).
+func ownerAnnotations(s podSpec) map[string]string {
+	ann := map[string]string{
+		annTenant:     s.tenant,
+		annUserID:     s.userID,
+		annCreatedAt:  s.now.UTC().Format(time.RFC3339Nano),
+		annLastActive: s.now.UTC().Format(time.RFC3339Nano),
+	}
+	if s.idleTTL > 0 {
+		ann[annIdleTimeout] = s.idleTTL.String()
+	}
+	if len(s.meta) > 0 {
+		b, _ := json.Marshal(s.meta)
+		ann[annMetadata] = string(b)
+	}
+	return ann
+}
+
+// podState is what a Pod says about its sandbox: gone (being deleted by
+// sandboxd), dead with a reason, or alive; ready when alive and its io
+// sidecar and driver are up.
+func podState(p *corev1.Pod) (gone, dead bool, reason string, ready bool) {
+	if p.Annotations[annDeleting] != "" {
+		return true, false, "", false
+	}
+	if r := p.Annotations[annDeadReason]; r != "" {
+		return false, true, r, false
+	}
+	if r := deathOf(p); r != "" {
+		return false, true, r, false
+	}
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return false, false, "", false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return false, false, "", c.Status == corev1.ConditionTrue
+		}
+	}
+	return false, false, "", false
+}
+
+// deathOf returns why the sandbox of Pod p is dead, from the Pod's own
+// status, or "" while it lives.
+func deathOf(p *corev1.Pod) string {
+	if p.DeletionTimestamp != nil {
+		return "its pod was deleted outside sandboxd"
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != containerSandbox {
+			continue
+		}
+		for _, st := range []corev1.ContainerState{cs.State, cs.LastTerminationState} {
+			if t := st.Terminated; t != nil && t.Reason == "OOMKilled" {
+				return "its sandbox container was OOM-killed: it ran out of memory (limit " + memoryLimitOf(p) + ")"
+			}
+		}
+	}
+	switch {
+	case p.Status.Reason == "Evicted":
+		return "its pod was evicted: " + truncate(p.Status.Message, 256)
+	case p.Status.Reason == "NodeLost":
+		return "its pod's node was lost"
+	case p.Status.Phase == corev1.PodFailed:
+		why := "its pod failed"
+		if p.Status.Reason != "" {
+			why += ": " + truncate(p.Status.Reason, 64)
+		}
+		if p.Status.Message != "" {
+			why += ": " + truncate(p.Status.Message, 256)
+		}
+		return why
+	case p.Status.Phase == corev1.PodSucceeded:
+		return "its pod's containers exited"
+	case p.Status.Phase == corev1.PodUnknown:
+		return "its pod's node stopped reporting (phase Unknown)"
+	}
+	return ""
+}
+
+// memoryLimitOf is the sandbox container's memory limit, for messages.
+func memoryLimitOf(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == containerSandbox {
+			if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+				return q.String()
+			}
+		}
+	}
+	return "unknown"
+}
+
+// truncate bounds text taken from the API server for messages.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// parseTime reads a time annotation; zero when absent or malformed.
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+// intstrPort is port as a probe's target.
+func intstrPort(port int) intstr.IntOrString { return intstr.FromInt32(int32(port)) }

@@ -1,0 +1,113 @@
+package kube
+
+import (
+	"cmp"
+	"context"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// The warm pool: started Pods with no user yet (label pool=true), kept at
+// Config.WarmPool by the leader. Any replica claims one for a new user with
+// a conditional update of its labels and annotations: the update carries
+// the resourceVersion the replica saw, so of two replicas claiming the same
+// Pod one gets a Conflict and tries the next. No Pod is claimed twice.
+
+// claim takes a ready pool Pod for the user of s, or returns nil when the
+// pool has none to give.
+func (m *Manager) claim(ctx context.Context, s podSpec) *corev1.Pod {
+	for _, p := range m.readyPool() {
+		q := p.DeepCopy()
+		q.Labels[labelPool] = "false"
+		q.Labels[labelUser] = userHash(s.tenant, s.userID)
+		if q.Annotations == nil {
+			q.Annotations = map[string]string{}
+		}
+		maps.Copy(q.Annotations, ownerAnnotations(s))
+		got, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Update(ctx, q, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			m.log.Debug("warm-pool sandbox claimed", "sandbox_id", got.Labels[labelSandboxID])
+			return got
+		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+			continue // another replica got it first
+		default:
+			m.log.Warn("claiming a warm-pool pod", "pod", p.Name, "error", err)
+			return nil
+		}
+	}
+	return nil
+}
+
+// readyPool lists the pool's ready Pods, oldest first.
+func (m *Manager) readyPool() []*corev1.Pod {
+	ps, _ := m.pods.Pods(m.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{labelPool: "true"}))
+	ready := ps[:0:0]
+	for _, p := range ps {
+		if gone, dead, _, ok := podState(p); ok && !gone && !dead {
+			ready = append(ready, p)
+		}
+	}
+	slices.SortFunc(ready, byAge)
+	return ready
+}
+
+// byAge orders Pods oldest first, then by name: the same order on every
+// replica.
+func byAge(a, b *corev1.Pod) int {
+	return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), cmp.Compare(a.Name, b.Name))
+}
+
+// refillPool (leader) creates pool Pods up to Config.WarmPool, and deletes
+// the pool's dead Pods and any surplus (the newest first).
+func (m *Manager) refillPool(ctx context.Context) {
+	ps, _ := m.pods.Pods(m.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{labelPool: "true"}))
+	var live []*corev1.Pod
+	m.mu.Lock()
+	for _, p := range ps {
+		delete(m.creating, p.Name)
+	}
+	for name, at := range m.creating {
+		if time.Since(at) > time.Minute { // never seen: give up counting it
+			delete(m.creating, name)
+		}
+	}
+	pending := len(m.creating)
+	m.mu.Unlock()
+	for _, p := range ps {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if _, dead, reason, _ := podState(p); dead {
+			m.removePod(ctx, p, "warm-pool pod died: "+reason)
+			continue
+		}
+		live = append(live, p)
+	}
+	slices.SortFunc(live, byAge)
+	for len(live) > m.cfg.WarmPool {
+		m.removePod(ctx, live[len(live)-1], "warm pool above its size")
+		live = live[:len(live)-1]
+	}
+	for n := len(live) + pending; n < m.cfg.WarmPool; n++ {
+		s := podSpec{id: orchestrator.NewSandboxID(), pool: true, limits: m.cfg.DefaultLimits}
+		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildPod(&m.cfg, s), metav1.CreateOptions{})
+		if err != nil {
+			if ctx.Err() == nil {
+				m.log.Warn("creating a warm-pool pod", "error", err)
+			}
+			return
+		}
+		m.mu.Lock()
+		m.creating[p.Name] = time.Now()
+		m.mu.Unlock()
+	}
+}

@@ -1,0 +1,189 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// Get describes a sandbox the caller may see, from the cache.
+func (m *Manager) Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error) {
+	p, err := m.visible(ctx, sandboxID)
+	if err != nil {
+		return orchestrator.Sandbox{}, err
+	}
+	return m.sandboxOf(p), nil
+}
+
+// List describes the sandboxes the caller may see that match f, in
+// orchestrator.CompareSandboxes order.
+func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	caller := orchestrator.CallerOf(ctx)
+	var out []orchestrator.Sandbox
+	for _, p := range m.userPods() {
+		if gone, _, _, _ := podState(p); gone || !caller.Sees(p.Annotations[annTenant]) {
+			continue
+		}
+		sb := m.sandboxOf(p)
+		if (f.Tenant != "" && sb.Tenant != f.Tenant) || (f.UserID != "" && sb.UserID != f.UserID) ||
+			(f.State != "" && sb.State != f.State) || !orchestrator.HasMetadata(sb.Metadata, f.Metadata) {
+			continue
+		}
+		out = append(out, sb)
+	}
+	slices.SortFunc(out, orchestrator.CompareSandboxes)
+	return out, nil
+}
+
+// Delete removes a sandbox: its Pod (and with it /io and /workspace) and,
+// if it is its user's current one, the user's binding.
+func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
+	p, err := m.visible(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if err := m.removePod(ctx, p, "deleted by request"); err != nil {
+		return apiError("delete the sandbox pod", err)
+	}
+	return nil
+}
+
+// SetTimeout sets a sandbox's own idle TTL and counts as a use.
+func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error) {
+	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+		return orchestrator.Sandbox{}, err
+	}
+	if err := orchestrator.CheckIdleTimeout(d, m.cfg.MaxIdleTTL); err != nil {
+		return orchestrator.Sandbox{}, err
+	}
+	p, err := m.visible(ctx, sandboxID)
+	if err != nil {
+		return orchestrator.Sandbox{}, err
+	}
+	now := time.Now()
+	// Written at once, with the last activity: a caller that extended the
+	// timeout must not lose it to a replica's crash.
+	if err := m.patchAnnotations(ctx, sandboxID, map[string]string{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return orchestrator.Sandbox{}, orchestrator.SandboxNotFound(sandboxID)
+		}
+		return orchestrator.Sandbox{}, apiError("set the idle timeout", err)
+	}
+	p = p.DeepCopy()
+	p.Annotations[annIdleTimeout] = d.String()
+	p.Annotations[annLastActive] = now.UTC().Format(time.RFC3339Nano)
+	m.touch(sandboxID, p)
+	m.log.Info("sandbox idle timeout set", "sandbox_id", sandboxID, "idle_timeout", d)
+	return m.sandboxOf(p), nil
+}
+
+// sandboxOf describes the sandbox of Pod p.
+func (m *Manager) sandboxOf(p *corev1.Pod) orchestrator.Sandbox {
+	_, dead, reason, _ := podState(p)
+	sb := orchestrator.Sandbox{
+		ID:           p.Labels[labelSandboxID],
+		Tenant:       p.Annotations[annTenant],
+		UserID:       p.Annotations[annUserID],
+		State:        orchestrator.StateRunning,
+		CreatedAt:    parseTime(p.Annotations[annCreatedAt]),
+		LastActiveAt: m.lastActive(p),
+		Image:        m.cfg.Image,
+		ContainerID:  p.Name,
+		IdleTimeout:  m.idleTTLOf(p),
+		OnIdle:       orchestrator.OnIdleDelete,
+	}
+	if dead {
+		sb.State, sb.StateReason = orchestrator.StateDead, reason
+	}
+	if sb.CreatedAt.IsZero() {
+		sb.CreatedAt = p.CreationTimestamp.Time
+	}
+	sb.ExpiresAt = sb.LastActiveAt.Add(sb.IdleTimeout)
+	_ = json.Unmarshal([]byte(p.Annotations[annLimits]), &sb.Limits)
+	if s := p.Annotations[annMetadata]; s != "" {
+		_ = json.Unmarshal([]byte(s), &sb.Metadata)
+	}
+	for _, c := range p.Spec.Containers {
+		if c.Name == containerSandbox && c.Image != "" {
+			sb.Image = c.Image
+		}
+	}
+	return sb
+}
+
+// removePod deletes sandbox Pod p for good: marked as being deleted (so it
+// is gone for callers at once), its finalizer dropped, then deleted; and
+// its user's binding, if it names p, deleted too. why is logged.
+func (m *Manager) removePod(ctx context.Context, p *corev1.Pod, why string) error {
+	id := p.Labels[labelSandboxID]
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{annDeleting: why},
+		"finalizers":  nil,
+	}})
+	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m.forgetPod(p)
+	m.deletePod(ctx, p)
+	if key := p.Labels[labelUser]; key != "" {
+		if l := m.binding(key); l != nil && ptr.Deref(l.Spec.HolderIdentity, "") == id {
+			m.deleteBinding(ctx, l.Name, l.ResourceVersion)
+		}
+	}
+	m.log.Info("sandbox removed", "sandbox_id", id, "why", why)
+	return nil
+}
+
+// finishRemoval completes a removal that a replica began and did not end
+// (it crashed between the two writes).
+func (m *Manager) finishRemoval(ctx context.Context, p *corev1.Pod) {
+	if len(p.Finalizers) > 0 || p.DeletionTimestamp == nil {
+		_ = m.removePod(ctx, p, p.Annotations[annDeleting])
+	}
+}
+
+// deletePod asks for Pod p's deletion (its finalizer, if still there,
+// keeps the object).
+func (m *Manager) deletePod(ctx context.Context, p *corev1.Pod) {
+	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, p.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(p.UID)}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
+		m.log.Warn("deleting a sandbox pod", "pod", p.Name, "error", err)
+	}
+}
+
+// retire ends a replaced sandbox: its death recorded and its Pod deleted,
+// keeping its finalizer, so that it stays visible as dead until it expires.
+func (m *Manager) retire(ctx context.Context, id, reason string) {
+	p, err := m.pod(ctx, id)
+	if err != nil || p == nil {
+		return
+	}
+	if p.Annotations[annDeadReason] == "" {
+		if err := m.patchAnnotations(ctx, id, map[string]string{annDeadReason: reason}); err != nil && !apierrors.IsNotFound(err) {
+			m.log.Warn("recording a replaced sandbox's death", "sandbox_id", id, "error", err)
+		}
+	}
+	if p.DeletionTimestamp == nil {
+		m.deletePod(ctx, p)
+	}
+}
