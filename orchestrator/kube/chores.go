@@ -130,4 +130,3 @@ func (m *Manager) deleteBinding(ctx context.Context, name, rv string) {
 		m.log.Warn("deleting a user's binding", "binding", name, "error", err)
 	}
 }
-

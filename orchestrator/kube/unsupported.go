@@ -65,4 +65,3 @@ func (m *Manager) Hibernate(context.Context, string) (orchestrator.Sandbox, erro
 func (m *Manager) Wake(context.Context, string) (orchestrator.Sandbox, *orchestrator.WakeInfo, error) {
 	return orchestrator.Sandbox{}, nil, unsupported("hibernation and wake")
 }
-
