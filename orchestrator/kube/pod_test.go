@@ -1,0 +1,140 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandboxd/orchestrator"
+)
+
+// TestPodState checks the reasons a user reads when a Pod dies: each cause
+// the issue lists is reported, in words, and a recorded reason wins over
+// whatever the Pod's status says later.
+func TestPodState(t *testing.T) {
+	running := func() *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: containerSandbox, Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceMemory: *resourceQuantity("512Mi")}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.7",
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+		}
+	}
+	now := metav1.NewTime(time.Now())
+	for _, tc := range []struct {
+		name   string
+		mutate func(p *corev1.Pod)
+		dead   bool
+		gone   bool
+		ready  bool
+		reason string
+	}{
+		{name: "running", mutate: func(*corev1.Pod) {}, ready: true},
+		{name: "starting", mutate: func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }},
+		{name: "pending", mutate: func(p *corev1.Pod) { p.Status.Phase, p.Status.PodIP = corev1.PodPending, "" }},
+		{name: "deleted behind our back", mutate: func(p *corev1.Pod) { p.DeletionTimestamp = &now }, dead: true, reason: "deleted outside sandboxd"},
+		{name: "deleted by sandboxd", mutate: func(p *corev1.Pod) { p.DeletionTimestamp = &now; p.Annotations[annDeleting] = "x" }, gone: true},
+		{name: "evicted", mutate: func(p *corev1.Pod) {
+			p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
+		}, dead: true, reason: "evicted: The node was low on resource: memory."},
+		{name: "node lost", mutate: func(p *corev1.Pod) { p.Status.Phase = corev1.PodUnknown }, dead: true, reason: "stopped reporting"},
+		{name: "OOM-killed, restarted", mutate: func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, RestartCount: 1,
+				State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "OOMKilled", ExitCode: 137}}}}
+		}, dead: true, reason: "OOM-killed: it ran out of memory (limit 512Mi)"},
+		{name: "driver crashed and restarted", mutate: func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, RestartCount: 1,
+				State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 2}}}}
+		}, ready: true},
+		{name: "recorded reason wins", mutate: func(p *corev1.Pod) {
+			p.Annotations[annDeadReason] = "its sandbox container was OOM-killed"
+			p.DeletionTimestamp = &now
+		}, dead: true, reason: "OOM-killed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := running()
+			tc.mutate(p)
+			gone, dead, reason, ready := podState(p)
+			if gone != tc.gone || dead != tc.dead || ready != tc.ready {
+				t.Fatalf("podState = gone %v, dead %v (%q), ready %v; want gone %v, dead %v, ready %v", gone, dead, reason, ready, tc.gone, tc.dead, tc.ready)
+			}
+			if !strings.Contains(reason, tc.reason) {
+				t.Errorf("reason %q does not say %q", reason, tc.reason)
+			}
+		})
+	}
+}
+
+// TestBuildPodPosture checks the security posture of a sandbox Pod, the
+// Kubernetes twin of the Docker backend's containerSpec: what a reviewer
+// and a cluster's admission policies rely on.
+func TestBuildPodPosture(t *testing.T) {
+	cfg := Config{Namespace: "ns", Image: "img:1", IOTokenSecret: "tok", IOPort: 7070, IODiskBytes: 64 << 20, RuntimeClass: "gvisor"}
+	lim := orchestrator.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 256, DiskBytes: 1 << 30}
+	p := buildPod(&cfg, podSpec{id: "sb-abcdefghijklmnopqrst", tenant: "t", userID: "alice@example.com", limits: lim,
+		env: map[string]string{"B": "2", "A": "1"}, now: time.Unix(1700000000, 0)})
+	if p.Name != "sbx-abcdefghijklmnopqrst" || p.Namespace != "ns" {
+		t.Errorf("pod %s/%s", p.Namespace, p.Name)
+	}
+	if p.Labels[labelUser] != userHash("t", "alice@example.com") || p.Labels[labelPool] != "false" {
+		t.Errorf("labels %v", p.Labels)
+	}
+	if p.Annotations[annUserID] != "alice@example.com" || p.Annotations[annTenant] != "t" {
+		t.Errorf("annotations %v", p.Annotations)
+	}
+	if len(p.Finalizers) != 1 || p.Finalizers[0] != finalizer {
+		t.Errorf("finalizers %v", p.Finalizers)
+	}
+	s := p.Spec
+	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken {
+		t.Error("the service account token is mounted")
+	}
+	if s.RuntimeClassName == nil || *s.RuntimeClassName != "gvisor" {
+		t.Error("runtime class not set")
+	}
+	if len(s.Containers) != 1 || len(s.InitContainers) != 1 {
+		t.Fatalf("%d containers, %d init containers", len(s.Containers), len(s.InitContainers))
+	}
+	sb, io := s.Containers[0], s.InitContainers[0]
+	sc := sb.SecurityContext
+	if *sc.RunAsUser != sandboxUID || !*sc.RunAsNonRoot || !*sc.ReadOnlyRootFilesystem || *sc.AllowPrivilegeEscalation ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("sandbox container's security context: %+v", sc)
+	}
+	if got := sb.Resources.Limits[corev1.ResourceMemory]; got.Value() != 512<<20 {
+		t.Errorf("memory limit %v", got.String())
+	}
+	if got := sb.Resources.Limits[corev1.ResourceCPU]; got.MilliValue() != 500 {
+		t.Errorf("cpu limit %v", got.String())
+	}
+	if len(sb.Env) != 2 || sb.Env[0].Name != "A" {
+		t.Errorf("env not sorted: %v", sb.Env)
+	}
+	if io.RestartPolicy == nil || *io.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Error("the io sidecar is not a native sidecar")
+	}
+	if io.Env[0].ValueFrom == nil || io.Env[0].ValueFrom.SecretKeyRef.Name != "tok" {
+		t.Errorf("the io sidecar's token does not come from the Secret: %+v", io.Env)
+	}
+	if add := io.SecurityContext.Capabilities.Add; len(add) != 3 {
+		t.Errorf("the io sidecar's capabilities: %v", add)
+	}
+	for _, v := range s.Volumes {
+		if v.Name == volumeWorkspace && (v.EmptyDir == nil || v.EmptyDir.SizeLimit.Value() != 1<<30) {
+			t.Errorf("workspace volume not bounded by the disk limit: %+v", v)
+		}
+	}
+	pool := buildPod(&cfg, podSpec{id: "sb-bbbbbbbbbbbbbbbbbbbb", pool: true, limits: lim})
+	if pool.Labels[labelPool] != "true" || pool.Labels[labelUser] != "" || pool.Annotations[annUserID] != "" {
+		t.Errorf("pool pod has an owner: %v %v", pool.Labels, pool.Annotations)
+	}
+}
+
+func resourceQuantity(s string) *resource.Quantity { q := resource.MustParse(s); return &q }
