@@ -13,6 +13,7 @@
 package kubetest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -91,6 +92,21 @@ var quietLogs sync.Once
 func Start(t testing.TB) *rest.Config {
 	t.Helper()
 	dir := NeedAPIServer(t)
+	cfg, stop, err := StartAt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("stopping the envtest API server: %v", err)
+		}
+	})
+	return cfg
+}
+
+// StartAt starts a fresh API server from the binaries in dir, for code
+// that is not a test (sandbox-bench); stop stops it and removes its data.
+func StartAt(dir string) (cfg *rest.Config, stop func() error, err error) {
 	quietLogs.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 
 	// The servers' output is kept (its tail) for the error message only:
@@ -106,18 +122,13 @@ func Start(t testing.TB) *rest.Config {
 	api.Out, api.Err = apiOut, apiOut
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd"), Out: etcdOut, Err: etcdOut}
 
-	cfg, err := env.Start()
+	cfg, err = env.Start()
 	if err != nil {
 		// Start may leave a half-started control plane behind.
 		_ = env.Stop()
-		t.Fatalf("starting the envtest API server from %s: %v\nlast output of kube-apiserver:\n%s\nlast output of etcd:\n%s", dir, err, apiOut, etcdOut)
+		return nil, nil, fmt.Errorf("starting the envtest API server from %s: %v\nlast output of kube-apiserver:\n%s\nlast output of etcd:\n%s", dir, err, apiOut, etcdOut)
 	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stopping the envtest API server: %v", err)
-		}
-	})
-	return cfg
+	return cfg, env.Stop, nil
 }
 
 // tailBuffer keeps the last max bytes written to it, for error messages;
