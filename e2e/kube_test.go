@@ -1,0 +1,486 @@
+package e2e
+
+// The Kubernetes backend end to end: real sandboxd replicas (--backend
+// kubernetes) on a real API server (envtest's kube-apiserver and etcd),
+// whose Pods a test kubelet (internal/kubetest/kubelet) runs on this
+// machine's Docker engine, each with its own 127.0.0.N address. Everything
+// above the kubelet is the production path: sandboxd, its informers and
+// leader election, the Pods it creates, the io sidecar in the sandbox
+// image. The clients talk gRPC to the replicas, as users do.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandboxd/sandboxd/internal/kubetest"
+	"github.com/sandboxd/sandboxd/internal/kubetest/kubelet"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// kubeNamespace is where the replicas keep their sandboxes.
+const kubeNamespace = "sandboxd"
+
+// kubeEnv is a running API server with a test kubelet, and what sandboxd
+// replicas need to use it.
+type kubeEnv struct {
+	*e2eEnv
+	cs         kubernetes.Interface
+	kl         *kubelet.Kubelet
+	kubeconfig string
+	tokenFile  string
+}
+
+// needKube starts the API server and the kubelet (or skips, or fails under
+// CI=true, when a part is missing).
+func needKube(t *testing.T) *kubeEnv {
+	t.Helper()
+	kubetest.NeedAPIServer(t)
+	env := needE2E(t)
+	rc := kubetest.Start(t)
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	k := &kubeEnv{e2eEnv: env, cs: cs, kubeconfig: filepath.Join(dir, "kubeconfig"), tokenFile: filepath.Join(dir, "io-token")}
+	if err := kubetest.WriteKubeconfig(rc, k.kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	token := "e2e-io-token-" + fmt.Sprint(time.Now().UnixNano())
+	if err := os.WriteFile(k.tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kubeNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Secrets(kubeNamespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-io-token"},
+		StringData: map[string]string{"token": token},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	k.kl = kubelet.StartForTest(t, kubelet.Config{RestConfig: rc, StateDir: filepath.Join(dir, "kubelet")})
+	return k
+}
+
+// replica starts one sandboxd replica named name on the API server.
+func (k *kubeEnv) replica(t *testing.T, name string, extra ...string) *daemon {
+	t.Helper()
+	args := append([]string{"--backend", "kubernetes", "--kubeconfig", k.kubeconfig, "--kube-namespace", kubeNamespace,
+		"--kube-io-token-file", k.tokenFile, "--kube-identity", name, "--kube-leader-lease", "3s",
+		"--default-cpus", "0.5"}, extra...)
+	return k.start(t, args...)
+}
+
+// sandboxPods lists the user sandboxes' Pods that are not being deleted.
+func (k *kubeEnv) sandboxPods(t *testing.T, ctx context.Context) []corev1.Pod {
+	t.Helper()
+	list, err := k.cs.CoreV1().Pods(kubeNamespace).List(ctx, metav1.ListOptions{LabelSelector: "sandboxd.io/pool=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// podOf returns sandbox id's Pod.
+func (k *kubeEnv) podOf(t *testing.T, ctx context.Context, id string) *corev1.Pod {
+	t.Helper()
+	p, err := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, "sbx-"+strings.TrimPrefix(id, "sb-"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the pod of sandbox %s: %v", id, err)
+	}
+	return p
+}
+
+// TestKube runs the Kubernetes backend's scenarios on one API server and
+// kubelet; each subtest has its own replicas and users.
+func TestKube(t *testing.T) {
+	k := needKube(t)
+	t.Run("TwoReplicasOneSandboxPerUser", func(t *testing.T) { kubeTwoReplicas(t, k) })
+	t.Run("KillReplicaMidCommand", func(t *testing.T) { kubeKillReplica(t, k) })
+	t.Run("DeadPods", func(t *testing.T) { kubeDeadPods(t, k) })
+	t.Run("IdleTTLAcrossReplicaRestart", func(t *testing.T) { kubeIdleTTL(t, k) })
+	t.Run("WarmPoolConcurrentClaims", func(t *testing.T) { kubeWarmPool(t, k) })
+	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
+}
+
+// Twenty users acquire through both replicas at once: exactly twenty Pods,
+// one per user, both replicas answer with the same sandbox, and a user's
+// globals are kept while calls alternate between the replicas. Tenants are
+// isolated as under Docker.
+func kubeTwoReplicas(t *testing.T, k *kubeEnv) {
+	const users = 20
+	ctx := e2eCtx(t)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("tok-a tenant-a user\ntok-b tenant-b user\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := k.replica(t, "replica-a", "--auth-tokens", tokens)
+	b := k.replica(t, "replica-b", "--auth-tokens", tokens)
+	ca, _ := a.client(t)
+	cb, _ := b.client(t)
+	actx := withToken(ctx, "tok-a")
+
+	start := time.Now()
+	ids := make([][2]string, users)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*users)
+	for i := range users {
+		for j, c := range []sandboxv1.SandboxServiceClient{ca, cb} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := c.AcquireSandbox(actx, &sandboxv1.AcquireSandboxRequest{UserId: fmt.Sprintf("user-%02d", i)})
+				if err != nil {
+					errs <- fmt.Errorf("AcquireSandbox(user-%02d) through replica %d: %v", i, j, err)
+					return
+				}
+				ids[i][j] = r.GetSandbox().GetSandboxId()
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Logf("%d users acquired through two replicas at once in %v", users, time.Since(start).Round(time.Millisecond))
+	seen := map[string]bool{}
+	for i, pair := range ids {
+		if pair[0] != pair[1] {
+			t.Errorf("user-%02d got sandbox %s from one replica and %s from the other", i, pair[0], pair[1])
+		}
+		if seen[pair[0]] {
+			t.Errorf("sandbox %s given to two users", pair[0])
+		}
+		seen[pair[0]] = true
+	}
+	// The losers' Pods are deleted as soon as they lose: wait for that.
+	var pods []corev1.Pod
+	if !pollUntil(time.Minute, func() bool { pods = k.sandboxPods(t, ctx); return len(pods) == users }) {
+		t.Fatalf("%d sandbox pods (not being deleted) after %d users acquired; want exactly %d", len(pods), users, users)
+	}
+	for _, p := range pods {
+		if !seen[p.Labels["sandboxd.io/sandbox-id"]] {
+			t.Errorf("pod %s belongs to no user's sandbox", p.Name)
+		}
+	}
+
+	// Globals across replicas: each call goes to the other replica.
+	id := ids[0][0]
+	for i, c := range []sandboxv1.SandboxServiceClient{ca, cb, ca, cb} {
+		code := "n = 0"
+		if i > 0 {
+			code = "n += 1\nn"
+		}
+		o := execute(t, actx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: code})
+		if i > 0 && (len(o.results) != 1 || o.results[0]["text/plain"] != fmt.Sprint(i)) {
+			t.Errorf("call %d (replica %d): results %v, errors %v; want n = %d (globals lost between replicas?)", i, i%2, o.results, o.errs, i)
+		}
+	}
+
+	// Tenants: tenant-b neither sees nor reaches tenant-a's sandbox.
+	bctx := withToken(ctx, "tok-b")
+	if _, err := cb.GetSandbox(bctx, &sandboxv1.GetSandboxRequest{SandboxId: id}); status.Code(err) != codes.NotFound {
+		t.Errorf("tenant-b GetSandbox(tenant-a's sandbox): %v; want NotFound", err)
+	}
+	if s, err := cb.Execute(bctx, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "n"}); err == nil {
+		if _, err = s.Recv(); status.Code(err) != codes.NotFound {
+			t.Errorf("tenant-b Execute in tenant-a's sandbox: %v; want NotFound", err)
+		}
+	}
+	list, err := cb.ListSandboxes(bctx, &sandboxv1.ListSandboxesRequest{})
+	if err != nil || len(list.GetSandboxes()) != 0 {
+		t.Errorf("tenant-b ListSandboxes: %d sandboxes, %v; want none", len(list.GetSandboxes()), err)
+	}
+	rb, err := cb.AcquireSandbox(bctx, &sandboxv1.AcquireSandboxRequest{UserId: "user-00"})
+	if err != nil || rb.GetSandbox().GetSandboxId() == id {
+		t.Errorf("tenant-b's user-00 got %v (%v); want a sandbox of its own, not tenant-a's %s", rb.GetSandbox().GetSandboxId(), err, id)
+	}
+	for i := range ids {
+		deleteQuietly(ca, ids[i][0]) // with the admin-less token: the tests' own tenant
+	}
+	if rb != nil {
+		deleteQuietly(cb, rb.GetSandbox().GetSandboxId())
+	}
+}
+
+// A replica killed with SIGKILL mid-command loses nothing: the client
+// resumes through the other replica by command ID, and nothing runs twice.
+func kubeKillReplica(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	a := k.replica(t, "kill-a")
+	b := k.replica(t, "kill-b")
+	ca, _ := a.client(t)
+	cb, _ := b.client(t)
+	id := acquire(t, ctx, ca, "kill-user").GetSandbox().GetSandboxId()
+	defer deleteQuietly(cb, id)
+
+	req := &sandboxv1.ExecuteRequest{SandboxId: id, CommandId: "slow-k", Code: slowCode}
+	s, err := ca.Execute(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []*sandboxv1.ExecuteEvent
+	for !slices.ContainsFunc(seen, func(e *sandboxv1.ExecuteEvent) bool { return e.GetStdout() != nil }) {
+		ev, err := s.Recv()
+		if err != nil {
+			t.Fatalf("Execute ended before its first stdout event: %v", err)
+		}
+		seen = append(seen, ev)
+	}
+	a.kill9(t)
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			break
+		}
+		seen = append(seen, ev)
+	}
+	if seen[len(seen)-1].GetDone() != nil {
+		t.Fatal("the command finished before the replica was killed")
+	}
+	last := seen[len(seen)-1].GetSeq()
+	rest := streamEvents(t, ctx, cb, id, "slow-k", last)
+	checkSeqs(t, "resumed through the other replica", rest, last+1, true)
+	if got := stdoutOf(seen) + stdoutOf(rest); got != slowTicks {
+		t.Errorf("stdout before the kill + resumed = %q; want each tick once: %q", got, slowTicks)
+	}
+	// Retrying the command through the survivor replays it.
+	replay := runEvents(t, ctx, cb, req)
+	if stdoutOf(replay) != slowTicks {
+		t.Errorf("retried Execute stdout %q; want the original %q", stdoutOf(replay), slowTicks)
+	}
+	if o := execute(t, ctx, cb, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "counter, open('counter.txt').read()"}); len(o.results) != 1 || o.results[0]["text/plain"] != "(1, '1')" {
+		t.Errorf("run counters after the kill and the retry: %v %v; want (1, '1'): the command ran twice?", o.results, o.errs)
+	}
+}
+
+// A Pod deleted behind sandboxd's back and one whose sandbox container was
+// OOM-killed make their sandboxes DEAD with the reason, and the user's next
+// acquire names the replaced sandbox.
+func kubeDeadPods(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	d := k.replica(t, "dead-a")
+	c, _ := d.client(t)
+	for _, tc := range []struct {
+		user, reason string
+		kill         func(t *testing.T, p *corev1.Pod)
+	}{
+		{"deleted-user", "deleted outside sandboxd", func(t *testing.T, p *corev1.Pod) {
+			if err := k.cs.CoreV1().Pods(kubeNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"oom-user", "OOM-killed", func(t *testing.T, p *corev1.Pod) {
+			if err := k.kl.KillContainer(kubeNamespace, p.Name, "sandbox", true); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.user, func(t *testing.T) {
+			id := acquire(t, ctx, c, tc.user).GetSandbox().GetSandboxId()
+			mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "x = 1"}), "x = 1")
+			tc.kill(t, k.podOf(t, ctx, id))
+			var sb *sandboxv1.Sandbox
+			if !pollUntil(time.Minute, func() bool {
+				r, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
+				sb = r.GetSandbox()
+				return err == nil && sb.GetState() == sandboxv1.SandboxState_SANDBOX_STATE_DEAD
+			}) {
+				t.Fatalf("sandbox %s is %v a minute after its pod was killed; want DEAD", id, sb.GetState())
+			}
+			if !strings.Contains(sb.GetStateReason(), tc.reason) {
+				t.Errorf("dead sandbox's reason %q does not say %q", sb.GetStateReason(), tc.reason)
+			}
+			r := acquire(t, ctx, c, tc.user)
+			if !r.GetCreated() || !r.GetStateLost() || r.GetReplacedSandboxId() != id || !strings.Contains(r.GetReplacedReason(), tc.reason) {
+				t.Errorf("acquire after the death: created %v, state_lost %v, replaced %q (%q); want a new sandbox replacing %s, saying %q",
+					r.GetCreated(), r.GetStateLost(), r.GetReplacedSandboxId(), r.GetReplacedReason(), id, tc.reason)
+			}
+			o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: r.GetSandbox().GetSandboxId(), Code: "x"})
+			if len(o.errs) != 1 || o.errs[0].GetEname() != "NameError" {
+				t.Errorf("x in the new sandbox: %v %v; want NameError (a fresh interpreter)", o.results, o.errs)
+			}
+			deleteQuietly(c, r.GetSandbox().GetSandboxId())
+		})
+	}
+}
+
+// The idle TTL is kept on the Pod: it expires the sandbox although the
+// replica that served it was restarted, not before, and soon after.
+func kubeIdleTTL(t *testing.T, k *kubeEnv) {
+	const ttl = 4 * time.Second
+	ctx := e2eCtx(t)
+	a := k.replica(t, "ttl-a", "--idle-ttl", ttl.String())
+	c, _ := a.client(t)
+	r := acquire(t, ctx, c, "ttl-user")
+	id := r.GetSandbox().GetSandboxId()
+	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "1"}), "1")
+	lastUse := time.Now()
+	a.kill9(t)
+	b := k.replica(t, "ttl-b", "--idle-ttl", ttl.String())
+	cb, _ := b.client(t)
+	g, err := cb.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
+	if err != nil {
+		t.Fatalf("the restarted replica does not know sandbox %s: %v", id, err)
+	}
+	t.Logf("expires_at per the new replica: %v after the last use", g.GetSandbox().GetExpiresAt().AsTime().Sub(lastUse).Round(time.Millisecond))
+	var goneAt time.Time
+	if !pollUntil(time.Minute, func() bool {
+		_, err := cb.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
+		goneAt = time.Now()
+		return status.Code(err) == codes.NotFound
+	}) {
+		t.Fatalf("sandbox %s still exists a minute after its idle TTL of %v", id, ttl)
+	}
+	if idle := goneAt.Sub(lastUse); idle < ttl {
+		t.Errorf("sandbox expired after %v idle; its TTL is %v", idle, ttl)
+	} else {
+		t.Logf("sandbox expired %v after its last use (idle TTL %v)", idle.Round(time.Millisecond), ttl)
+	}
+	if !pollUntil(time.Minute, func() bool {
+		_, err := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, "sbx-"+strings.TrimPrefix(id, "sb-"), metav1.GetOptions{})
+		return err != nil
+	}) {
+		t.Errorf("the expired sandbox's pod still exists")
+	}
+}
+
+// The warm pool, claimed from both replicas at once: no Pod is given to two
+// users, and the leader refills the pool.
+func kubeWarmPool(t *testing.T, k *kubeEnv) {
+	const pool, users = 3, 6
+	ctx := e2eCtx(t)
+	a := k.replica(t, "pool-a", "--warm-pool", fmt.Sprint(pool))
+	b := k.replica(t, "pool-b", "--warm-pool", fmt.Sprint(pool))
+	ca, _ := a.client(t)
+	cb, _ := b.client(t)
+	readyPool := func() []corev1.Pod {
+		list, err := k.cs.CoreV1().Pods(kubeNamespace).List(ctx, metav1.ListOptions{LabelSelector: "sandboxd.io/pool=true"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ready []corev1.Pod
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && podReady(&p) {
+				ready = append(ready, p)
+			}
+		}
+		return ready
+	}
+	var before []corev1.Pod
+	if !pollUntil(2*time.Minute, func() bool { before = readyPool(); return len(before) == pool }) {
+		t.Fatalf("%d ready warm-pool pods; want %d", len(before), pool)
+	}
+	poolIDs := map[string]bool{}
+	for _, p := range before {
+		poolIDs[p.Labels["sandboxd.io/sandbox-id"]] = true
+	}
+	got := make([]string, users)
+	var wg sync.WaitGroup
+	for i := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := []sandboxv1.SandboxServiceClient{ca, cb}[i%2]
+			r, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: fmt.Sprintf("pool-user-%d", i)})
+			if err != nil {
+				t.Errorf("AcquireSandbox(pool-user-%d): %v", i, err)
+				return
+			}
+			got[i] = r.GetSandbox().GetSandboxId()
+		}()
+	}
+	wg.Wait()
+	claimed := 0
+	seen := map[string]bool{}
+	for i, id := range got {
+		if seen[id] {
+			t.Errorf("sandbox %s given to two users (pool-user-%d among them)", id, i)
+		}
+		seen[id] = true
+		if poolIDs[id] {
+			claimed++
+		}
+	}
+	if claimed != pool {
+		t.Errorf("%d of %d users got a warm-pool sandbox; want %d (the whole pool, each once)", claimed, users, pool)
+	}
+	var after []corev1.Pod
+	if !pollUntil(2*time.Minute, func() bool { after = readyPool(); return len(after) == pool }) {
+		t.Errorf("the pool holds %d ready pods after the claims; want it refilled to %d", len(after), pool)
+	}
+	for _, p := range after {
+		if poolIDs[p.Labels["sandboxd.io/sandbox-id"]] {
+			t.Errorf("pod %s is in the pool again after it was claimed", p.Name)
+		}
+	}
+	for _, id := range got {
+		deleteQuietly(ca, id)
+	}
+}
+
+// Files go through the io sidecar: upload, list, download, and paths that
+// leave /workspace are refused.
+func kubeFiles(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	d := k.replica(t, "files-a")
+	c, _ := d.client(t)
+	id := acquire(t, ctx, c, "files-user").GetSandbox().GetSandboxId()
+	defer deleteQuietly(c, id)
+	data := []byte(strings.Repeat("sandboxd on kubernetes\n", 100000)) // 2.3 MB: several chunks
+	if _, err := upload(ctx, c, id, "data/in.txt", data); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "import os\nos.path.getsize('data/in.txt')"})
+	if len(o.results) != 1 || o.results[0]["text/plain"] != fmt.Sprint(len(data)) {
+		t.Errorf("the sandbox sees %v (%v); want the uploaded %d bytes", o.results, o.errs, len(data))
+	}
+	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "open('data/out.txt','w').write('made inside')"}), "write out.txt")
+	if got := string(download(t, ctx, c, id, "data/out.txt")); got != "made inside" {
+		t.Errorf("download out.txt = %q", got)
+	}
+	if got := listPaths(t, ctx, c, id, "data"); !slices.Equal(got, []string{"data/in.txt", "data/out.txt"}) && !slices.Equal(got, []string{"/workspace/data/in.txt", "/workspace/data/out.txt"}) {
+		t.Errorf("ListFiles(data) = %v", got)
+	}
+	if _, err := tryDownload(ctx, c, id, "../etc/passwd"); status.Code(err) != codes.InvalidArgument && status.Code(err) != codes.NotFound {
+		t.Errorf("download ../etc/passwd: %v; want InvalidArgument", err)
+	}
+}
+
+// podReady reports a Pod's Ready condition.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+var _ = testenv.WaitServing
