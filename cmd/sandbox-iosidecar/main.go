@@ -34,6 +34,9 @@ const stopGrace = 3 * time.Second
 
 func main() {
 	if err := run(); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
 		fmt.Fprintln(os.Stderr, "sandbox-iosidecar:", err)
 		os.Exit(1)
 	}

@@ -107,8 +107,8 @@ func TestHostileFollow(t *testing.T) {
 		}, ErrPruned},
 		// One that does not is refused by the transport (maxHeaderList):
 		// the stream is reset.
-		"10 MiB error message": {func(grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error {
-			return status.Error(codes.NotFound, msgPruned+strings.Repeat("\xff\xfeé", 10<<20/4))
+		"2 MiB error message": {func(grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error {
+			return status.Error(codes.NotFound, msgPruned+strings.Repeat("\xff\xfeé", 2<<20/4))
 		}, ErrInternal},
 	} {
 		t.Run(name, func(t *testing.T) {
