@@ -33,11 +33,9 @@ func TestSandboxImage(t *testing.T) {
 	dir := t.TempDir()
 	ioDir, ws := filepath.Join(dir, "io"), filepath.Join(dir, "workspace")
 	for _, d := range []string{ioDir, ws} {
-		// What an emptyDir is: root's, open to all.
-		if err := os.Mkdir(d, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(d, 0o777); err != nil {
+		// A fresh volume's root: root's, 0755. The sidecar gives it to
+		// the sandbox user (an emptyDir, 0777, needs nothing more).
+		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -109,7 +109,8 @@ type Server struct {
 	closeOnce sync.Once
 }
 
-// New prepares the /io layout (PrepareLayout) and returns a server ready
+// New prepares the /io layout (PrepareLayout), gives the workspace's root
+// to the sandbox user, and returns a server ready
 // to Serve, its health SERVING: the layout exists before the port opens,
 // so that "port open" means "layout ready".
 func New(cfg Config) (*Server, error) {
@@ -131,6 +132,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := PrepareLayout(cfg.IODir); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", cfg.IODir, err)
+	}
+	if err := chownDir(cfg.Workspace); err != nil {
+		return nil, fmt.Errorf("prepare %s: %w", cfg.Workspace, err)
 	}
 	watch, err := iolog.NewWatcher(log)
 	if err != nil {
@@ -187,25 +191,21 @@ func (s *Server) Stop(grace time.Duration) {
 }
 
 // PrepareLayout creates what the /io protocol needs in ioDir, as sandboxd
-// does for a new sandbox (orchestrator/store.go): out/ owned by the sandbox
-// user, mode 0755, and an empty command log (stdin) owned by the caller,
-// mode 0644, made with O_EXCL. It is idempotent: what exists is kept (a
-// restarted sidecar container must keep the log of the Pod's life), and
-// out/ is given to the sandbox user again if it exists.
+// does for a new sandbox (orchestrator/store.go): ioDir and out/ owned by
+// the sandbox user (out/ mode 0755), and an empty command log (stdin)
+// owned by the caller, mode 0644, made with O_EXCL. It is idempotent: what
+// exists is kept (a restarted sidecar container must keep the log of the
+// Pod's life), and the directories are given to the sandbox user again.
 func PrepareLayout(ioDir string) error {
+	if err := chownDir(ioDir); err != nil {
+		return err
+	}
 	out := filepath.Join(ioDir, ioproto.OutDir)
 	if err := os.Mkdir(out, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	st, err := os.Lstat(out)
-	if err != nil {
+	if err := chownDir(out); err != nil {
 		return err
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory (%v)", out, st.Mode().Type())
-	}
-	if err := os.Lchown(out, wspath.UID, wspath.GID); err != nil && !(errors.Is(err, fs.ErrPermission) && os.Geteuid() == wspath.UID) {
-		return fmt.Errorf("chown %s to the sandbox user %d:%d (the sidecar must run as root with CAP_CHOWN): %w", out, wspath.UID, wspath.GID, err)
 	}
 	f, err := os.OpenFile(filepath.Join(ioDir, ioproto.StdinFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if errors.Is(err, fs.ErrExist) {
@@ -215,6 +215,25 @@ func PrepareLayout(ioDir string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// chownDir gives directory p to the sandbox user, as store.go's
+// chownSandboxUser does: a volume's root (an emptyDir is root's, mode
+// 0777; a fresh claim's file system root is root's, mode 0755) must be
+// writable by the sandbox. A p that is not a directory (a symlink the
+// sandbox planted as out/) is refused.
+func chownDir(p string) error {
+	st, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory (%v)", p, st.Mode().Type())
+	}
+	if err := os.Lchown(p, wspath.UID, wspath.GID); err != nil && !(errors.Is(err, fs.ErrPermission) && os.Geteuid() == wspath.UID) {
+		return fmt.Errorf("chown %s to the sandbox user %d:%d (the sidecar must run as root with CAP_CHOWN): %w", p, wspath.UID, wspath.GID, err)
+	}
+	return nil
 }
 
 // authorized checks the call's "authorization: Bearer <token>" metadata.

@@ -324,6 +324,9 @@ func TestPrepareLayoutKeepsTheLog(t *testing.T) {
 		if uid := ownerOf(t, st); uid != 1000 {
 			t.Errorf("out/ is owned by uid %d; want 1000", uid)
 		}
+		if st, err := os.Stat(dir); err != nil || ownerOf(t, st) != 1000 {
+			t.Errorf("the io directory is not the sandbox user's: %v", err)
+		}
 	}
 	p := filepath.Join(dir, ioproto.StdinFile)
 	if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o644 || st.Size() != 0 {
