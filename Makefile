@@ -82,8 +82,16 @@ $(BIN)/sandbox-driver: $(GO_SOURCES)
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o $@ ./cmd/sandbox-driver
 
+# The io sidecar of the Kubernetes backend, in the same image: static too.
+$(BIN)/sandbox-iosidecar: $(GO_SOURCES)
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags='-s -w' -o $@ ./cmd/sandbox-iosidecar
+
 # Copy into the docker build context (gitignored).
 $(IMAGE_DIR)/sandbox-driver: $(BIN)/sandbox-driver
+	cp $< $@
+
+$(IMAGE_DIR)/sandbox-iosidecar: $(BIN)/sandbox-iosidecar
 	cp $< $@
 
 # --------------------------------------------------------------------- Docker
@@ -96,7 +104,7 @@ base: docker
 # Docker's layer cache makes an unchanged rebuild take a second or so; a
 # driver-only change re-runs just the final COPY layer. The slow apt layer
 # only re-runs when the Dockerfile's apt step or the base image changes.
-image: base $(IMAGE_DIR)/sandbox-driver
+image: base $(IMAGE_DIR)/sandbox-driver $(IMAGE_DIR)/sandbox-iosidecar
 	docker build --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) $(IMAGE_DIR)
 
 # -------------------------------------------------------------------- envtest
@@ -280,7 +288,7 @@ e2b-sdk-tools:
 
 # ---------------------------------------------------------------------- Clean
 clean:
-	rm -rf $(BIN) $(IMAGE_DIR)/sandbox-driver
+	rm -rf $(BIN) $(IMAGE_DIR)/sandbox-driver $(IMAGE_DIR)/sandbox-iosidecar
 
 clean-images:
 	-docker image rm $(IMAGE) $(BASE_IMAGE)

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 // maxListDepth bounds ListFilesDepth's depth.
@@ -55,7 +56,7 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, p string, parent
 		case err != nil:
 			return FileInfo{}, fsError("make directory", show, err)
 		}
-		if err := root.Lchown(rel, sandboxUID, sandboxGID); err != nil && !(errors.Is(err, fs.ErrPermission) && os.Geteuid() == sandboxUID) {
+		if err := wspath.LchownOwned(root, rel); err != nil {
 			return FileInfo{}, fsError("make directory", show, err)
 		}
 	}

@@ -10,8 +10,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"syscall"
+
+	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 // Files live in the sandbox's /workspace, which is a host directory
@@ -20,57 +21,30 @@ import (
 // sandboxed code, which may have planted symlinks to host paths; every access
 // therefore goes through os.Root, which refuses to resolve any path (symlinks
 // included, at every step, race-free) to a location outside the workspace.
-//
-// Paths are what the sandboxed code sees: relative paths are relative to
-// /workspace, and absolute paths must be /workspace or lie under it
-// ("/workspace/data/x.csv" and "data/x.csv" name the same file). Any other
-// absolute path ("/etc/passwd", but also "/data/x.csv") is refused rather
-// than reinterpreted, so a path means the same thing to the model writing
-// code and to the file API. Paths with a ".." element are refused even when
-// they would stay inside, as are NUL bytes.
-
-// maxPathLen bounds a path argument (Linux's PATH_MAX).
-const maxPathLen = 4096
+// What a path means (relative to /workspace, or absolute under it; no "..",
+// no NUL) is package wspath's, shared with the io sidecar of the Kubernetes
+// backend.
 
 // maxListEntries bounds one ListFiles answer.
-const maxListEntries = 10000
+const maxListEntries = wspath.MaxListEntries
 
 // uploadTempPrefix starts the temporary name an upload is written under
 // before it is renamed into place; ListFiles hides such names.
-const uploadTempPrefix = ".sandboxd-upload-"
+const uploadTempPrefix = wspath.UploadTempPrefix
 
 // workspacePath turns a caller's path into a clean path relative to the
-// workspace ("." for the workspace itself).
+// workspace ("." for the workspace itself); a refused path is
+// ErrInvalidArgument.
 func workspacePath(p string) (string, error) {
-	switch {
-	case strings.ContainsRune(p, 0):
-		return "", invalidf("path %q contains a NUL byte", truncate(p, 256))
-	case len(p) > maxPathLen:
-		return "", invalidf("path is %d bytes long; the limit is %d", len(p), maxPathLen)
+	rel, err := wspath.Clean(p)
+	if err != nil {
+		return "", invalidf("%v", err)
 	}
-	rel := p
-	if strings.HasPrefix(p, "/") {
-		after, ok := strings.CutPrefix(p, "/workspace")
-		if !ok || (after != "" && !strings.HasPrefix(after, "/")) {
-			return "", invalidf("path %q is outside /workspace: give a path relative to /workspace or one starting with /workspace/", truncate(p, 256))
-		}
-		rel = strings.TrimLeft(after, "/")
-	}
-	for _, elem := range strings.Split(rel, "/") {
-		if elem == ".." {
-			return "", invalidf("path %q escapes /workspace: \"..\" is not allowed", truncate(p, 256))
-		}
-	}
-	return path.Clean("./" + rel), nil // "./" makes "" clean to "."
+	return rel, nil
 }
 
 // displayPath shows a workspace-relative path as the sandbox sees it.
-func displayPath(rel string) string {
-	if rel == "." {
-		return "/workspace"
-	}
-	return "/workspace/" + rel
-}
+func displayPath(rel string) string { return wspath.Display(rel) }
 
 // openWorkspace opens the sandbox's workspace as a root.
 func openWorkspace(sb *sandbox) (*os.Root, error) {
@@ -156,47 +130,12 @@ func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) 
 }
 
 // mkdirAllOwned creates dir and its missing parents inside root, each owned
-// by the sandbox user. Existing components may be symlinks to directories
-// inside the workspace (os.Root resolves them safely).
-func mkdirAllOwned(root *os.Root, dir string) error {
-	if dir == "." {
-		return nil
-	}
-	var prefix string
-	for _, elem := range strings.Split(dir, "/") {
-		prefix = path.Join(prefix, elem)
-		err := root.Mkdir(prefix, 0o755)
-		if errors.Is(err, fs.ErrExist) {
-			st, serr := root.Stat(prefix)
-			if serr != nil {
-				return serr
-			}
-			if !st.IsDir() {
-				return syscall.ENOTDIR
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		// Lchown: if the sandbox swapped the new directory for a symlink
-		// meanwhile, the link is chowned, not what it points to.
-		if err := root.Lchown(prefix, sandboxUID, sandboxGID); err != nil && !(errors.Is(err, fs.ErrPermission) && os.Geteuid() == sandboxUID) {
-			return err
-		}
-	}
-	return nil
-}
+// by the sandbox user (wspath.MkdirAllOwned).
+func mkdirAllOwned(root *os.Root, dir string) error { return wspath.MkdirAllOwned(root, dir) }
 
 // chownFile gives an open file to the sandbox user (by descriptor, so no
 // path is involved).
-func chownFile(f *os.File) error {
-	err := f.Chown(sandboxUID, sandboxGID)
-	if err != nil && errors.Is(err, fs.ErrPermission) && os.Geteuid() == sandboxUID {
-		return nil
-	}
-	return err
-}
+func chownFile(f *os.File) error { return wspath.ChownFile(f) }
 
 // Download opens a regular file in the sandbox's workspace for reading. The
 // caller closes it. Directories and special files (a FIFO would block

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 // On-disk layout. Everything sandboxd knows about a sandbox that Docker does
@@ -39,8 +40,8 @@ const (
 // sandboxUID and sandboxGID are the user the container runs as ("1000:1000",
 // set by the image). The host directories it writes to belong to it.
 const (
-	sandboxUID = 1000
-	sandboxGID = 1000
+	sandboxUID = wspath.UID
+	sandboxGID = wspath.GID
 )
 
 // metaVersion is the format version of meta.json.

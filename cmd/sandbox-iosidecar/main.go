@@ -1,0 +1,125 @@
+// Command sandbox-iosidecar is the io sidecar of a sandbox Pod on the
+// Kubernetes backend (orchestrator/kube/iosidecar): it serves sandboxio.v1
+// to sandboxd — the host half of the /io protocol and the files API on
+// /workspace — from its own container beside the sandbox container.
+//
+// It creates the /io layout before it listens, so that an open port means
+// a ready layout (the Pod's readiness probe is a TCP check). SIGTERM stops
+// it gracefully: followers end with UNAVAILABLE and sandboxd follows again.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
+)
+
+// maxTokenFile bounds what is read of --token-file.
+const maxTokenFile = 4 << 10
+
+// stopGrace is how long calls in progress get at SIGTERM, inside the Pod's
+// terminationGracePeriodSeconds (5).
+const stopGrace = 3 * time.Second
+
+func main() {
+	if err := run(); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return
+		}
+		fmt.Fprintln(os.Stderr, "sandbox-iosidecar:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg iosidecar.Config
+	fs := flag.NewFlagSet("sandbox-iosidecar", flag.ContinueOnError)
+	listen := fs.String("listen", ":7070", "address to serve sandboxio.v1 on")
+	fs.StringVar(&cfg.IODir, "io", "/io", "the sandbox's protocol directory")
+	fs.StringVar(&cfg.Workspace, "workspace", "/workspace", "the sandbox's workspace")
+	tokenFile := fs.String("token-file", "", "file holding the shared token (default: env SANDBOXD_IO_TOKEN)")
+	fs.Int64Var(&cfg.MaxUploadBytes, "max-upload", iosidecar.DefaultMaxUploadBytes, "the most bytes one upload may have, whatever sandboxd asks")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return err
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("bad --log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	cfg.Logger = log
+
+	token, err := readToken(*tokenFile)
+	if err != nil {
+		return err
+	}
+	cfg.Token = token
+
+	srv, err := iosidecar.New(cfg) // the /io layout exists from here on
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		srv.Stop(0)
+		return err
+	}
+	log.Info("io sidecar serving", "addr", lis.Addr().String(), "io", cfg.IODir, "workspace", cfg.Workspace)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- srv.GRPC().Serve(lis) }()
+	select {
+	case err := <-served:
+		srv.Stop(0)
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("stopping")
+	srv.Stop(stopGrace)
+	if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// readToken reads the shared token from file, or from SANDBOXD_IO_TOKEN
+// when no file is given; surrounding white space is dropped (a Secret's
+// file often ends in a newline).
+func readToken(file string) (string, error) {
+	var tok string
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		defer f.Close()
+		b := make([]byte, maxTokenFile+1)
+		n, _ := io.ReadFull(f, b)
+		if n > maxTokenFile {
+			return "", fmt.Errorf("token file %s is larger than %d bytes", file, maxTokenFile)
+		}
+		tok = string(b[:n])
+	} else {
+		tok = os.Getenv("SANDBOXD_IO_TOKEN")
+	}
+	tok = strings.TrimSpace(tok)
+	if len(tok) < iosidecar.MinTokenLen {
+		return "", fmt.Errorf("the token (--token-file or SANDBOXD_IO_TOKEN) is %d bytes long; at least %d are required", len(tok), iosidecar.MinTokenLen)
+	}
+	return tok, nil
+}

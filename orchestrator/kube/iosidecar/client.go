@@ -1,0 +1,509 @@
+package iosidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/wspath"
+	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
+)
+
+// Errors of the Client. Each failed call returns an error matching (with
+// errors.Is) one of these, or the caller's context error, so that the kube
+// Manager classifies failures as orchestrator does with iolog's: the text
+// says what happened, the sentinel what it means.
+var (
+	// ErrUnknownCommand: the command is not in the sandbox's command log
+	// (Follow, or Append of an interrupt or stdin record).
+	ErrUnknownCommand = errors.New("command not in the command log")
+	// ErrPruned: the command's output was pruned by the driver.
+	ErrPruned = errors.New("command output pruned")
+	// ErrConflict: the command ID is already in the log for a different
+	// command.
+	ErrConflict = errors.New("command ID already used for a different command")
+	// ErrLogFull: the command log takes no more records.
+	ErrLogFull = errors.New("command log is full")
+	// ErrTampered: the sandbox altered a file the sidecar relies on (the
+	// command log, an events file, the driver's status).
+	ErrTampered = errors.New("altered from inside the sandbox")
+	// ErrNotFound: no such file under /workspace, or no driver status yet.
+	ErrNotFound = errors.New("not found")
+	// ErrInvalid: the request was refused as malformed (a record, a path
+	// outside /workspace or through a symlink leaving it, a directory
+	// given to Download, ...).
+	ErrInvalid = errors.New("invalid request")
+	// ErrExhausted: a file request exceeded a limit (upload larger than its
+	// max, no space left on the workspace, a directory too large to list).
+	ErrExhausted = errors.New("limit exceeded")
+	// ErrUnavailable: the sidecar could not be reached or went away
+	// mid-call (its container restarting, the Pod gone, a network
+	// failure): the call may be retried.
+	ErrUnavailable = errors.New("io sidecar unavailable")
+	// ErrUnauthenticated: the sidecar refused the token.
+	ErrUnauthenticated = errors.New("io sidecar refused the token")
+	// ErrBadResponse: the sidecar answered what the protocol does not allow
+	// (a malformed or out-of-order event, a message over the size limit, a
+	// file description outside /workspace). The sidecar shares a Pod with
+	// the sandbox; treat the sandbox as compromised.
+	ErrBadResponse = errors.New("io sidecar sent a bad response")
+	// ErrInternal: any other failure the sidecar reported.
+	ErrInternal = errors.New("io sidecar failed")
+)
+
+// Client bounds: what sandboxd accepts from a sidecar.
+const (
+	// MaxCallRecvMsgSize bounds one message from the sidecar (an event with
+	// its artifacts read back, a listing): the server's MaxSendMsgSize.
+	MaxCallRecvMsgSize = MaxSendMsgSize
+	// maxHeaderList bounds the headers and trailers of one response, where
+	// gRPC carries error messages (percent-encoded): the transport refuses
+	// more, as a connection error.
+	maxHeaderList = 1 << 20
+	// maxErrorMessage bounds the sidecar's error text kept in an error.
+	maxErrorMessage = 1 << 10
+	// maxDriverStatus bounds the driver status the client decodes (the
+	// sidecar reads at most 8 KiB of the file and encodes it again).
+	maxDriverStatus = 64 << 10
+	// uploadChunk is the size of an Upload's messages.
+	uploadChunk = 1 << 20
+)
+
+// Client is sandboxd's connection to one sandbox's io sidecar. It is safe
+// for concurrent use. Everything it returns was checked: the sidecar shares
+// its Pod with hostile code.
+type Client struct {
+	conn *grpc.ClientConn
+	rpc  sandboxiov1.IOServiceClient
+}
+
+// Dial returns a client of the sidecar at addr ("podIP:7070") that sends
+// token with every call. It does not connect until the first call.
+//
+// The transport is plaintext: the sidecar is reached over the cluster's Pod
+// network, and the token is its only protection (a NetworkPolicy should
+// admit only sandboxd to port 7070). mTLS between sandboxd and the sidecar
+// is future work. opts are appended (tests, interceptors).
+func Dial(addr, token string, opts ...grpc.DialOption) (*Client, error) {
+	if len(token) < MinTokenLen {
+		return nil, fmt.Errorf("the io sidecar token is %d bytes long; at least %d are needed", len(token), MinTokenLen)
+	}
+	all := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(bearer(token)),
+		grpc.WithMaxHeaderListSize(maxHeaderList),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxCallRecvMsgSize), grpc.MaxCallSendMsgSize(MaxRecvMsgSize)),
+	}, opts...)
+	conn, err := grpc.NewClient(addr, all...)
+	if err != nil {
+		return nil, fmt.Errorf("io sidecar %s: %w", addr, err)
+	}
+	return &Client{conn: conn, rpc: sandboxiov1.NewIOServiceClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Conn is the underlying connection (health checks).
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// bearer is the token as per-RPC credentials.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+// RequireTransportSecurity is false: see Dial.
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// op says which call an error came from: the same code means different
+// things on different calls.
+type op int
+
+const (
+	opAppend op = iota
+	opFollow
+	opStatus
+	opFiles
+)
+
+// Error is a failed call: its code, the sidecar's message (truncated and
+// made valid UTF-8) and the sentinel it matches.
+type Error struct {
+	// Code is the gRPC code the sidecar (or the transport) returned.
+	Code codes.Code
+	// Message is the sidecar's text, at most about 1 KiB of valid UTF-8.
+	Message string
+	kind    error
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("io sidecar: %s (%s)", e.Message, e.Code)
+}
+
+// Is matches the sentinel the error was classified as.
+func (e *Error) Is(target error) bool { return target == e.kind }
+
+// sanitize makes a message from the sidecar safe to log and to show: valid
+// UTF-8, at most maxErrorMessage bytes.
+func sanitize(s string) string {
+	if len(s) > maxErrorMessage {
+		s = s[:maxErrorMessage]
+		for !utf8.ValidString(s) && len(s) > maxErrorMessage-utf8.UTFMax {
+			s = s[:len(s)-1] // do not leave half a rune to become U+FFFD
+		}
+		s += "…"
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
+}
+
+// classify turns a call's error into an *Error (or ctx's error, when the
+// caller gave up).
+func classify(ctx context.Context, o op, err error) error {
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return ctxErr
+	}
+	st, _ := status.FromError(err) // a non-status error is Unknown
+	e := &Error{Code: st.Code(), Message: sanitize(st.Message())}
+	switch st.Code() {
+	case codes.NotFound:
+		switch {
+		case o == opFollow && strings.HasPrefix(st.Message(), msgPruned):
+			e.kind = ErrPruned
+		case o == opFollow || o == opAppend:
+			e.kind = ErrUnknownCommand
+		default:
+			e.kind = ErrNotFound
+		}
+	case codes.AlreadyExists:
+		e.kind = ErrConflict
+		if o == opFiles {
+			e.kind = ErrInvalid
+		}
+	case codes.ResourceExhausted:
+		switch o {
+		case opAppend:
+			e.kind = ErrLogFull
+		case opFiles:
+			e.kind = ErrExhausted
+		default:
+			// Follow and Status never run out of anything but the message
+			// size limit: an answer too large to be honest.
+			e.kind = ErrBadResponse
+		}
+	case codes.FailedPrecondition:
+		e.kind = ErrTampered
+	case codes.InvalidArgument, codes.OutOfRange:
+		e.kind = ErrInvalid
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Aborted:
+		e.kind = ErrUnavailable
+	case codes.Unauthenticated, codes.PermissionDenied:
+		e.kind = ErrUnauthenticated
+	default:
+		e.kind = ErrInternal
+	}
+	return e
+}
+
+// badResponse is an ErrBadResponse error.
+func badResponse(format string, args ...any) error {
+	return &Error{Code: codes.Internal, Message: sanitize(fmt.Sprintf(format, args...)), kind: ErrBadResponse}
+}
+
+// Append appends rec to the sandbox's command log, once; appended is false
+// when the same command was already there (see iolog.Dir.Append). The
+// record is validated and encoded here (ioproto.EncodeRecord), so a
+// malformed one never leaves sandboxd (an error wrapping
+// ioproto.ErrMalformed, not an *Error).
+func (c *Client) Append(ctx context.Context, rec ioproto.Record) (appended bool, err error) {
+	line, err := ioproto.EncodeRecord(rec)
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.rpc.Append(ctx, &sandboxiov1.AppendRequest{Record: line[:len(line)-1]})
+	if err != nil {
+		return false, classify(ctx, opAppend, err)
+	}
+	return resp.GetAppended(), nil
+}
+
+// Follow calls fn for each event of command cmd with seq above afterSeq,
+// in order, and returns nil after the done event (at once if done's seq is
+// not above afterSeq). Each event is parsed again with ioproto.ParseEvent,
+// must come in increasing seq order above afterSeq, and may not carry
+// artifact references (the sidecar resolves them); anything else ends the
+// call with ErrBadResponse. fn's error is returned as is. A sidecar that
+// stops meanwhile is ErrUnavailable: follow again from the last seq
+// delivered.
+func (c *Client) Follow(ctx context.Context, cmd string, afterSeq int64, fn func(ioproto.Event) error) error {
+	if err := ioproto.ValidateCommandID(cmd); err != nil {
+		return &Error{Code: codes.InvalidArgument, Message: sanitize(err.Error()), kind: ErrInvalid}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream when fn fails or done arrives
+	stream, err := c.rpc.Follow(ctx, &sandboxiov1.FollowRequest{CommandId: cmd, AfterSeq: afterSeq})
+	if err != nil {
+		return classify(ctx, opFollow, err)
+	}
+	last := max(afterSeq, 0)
+	for {
+		msg, err := stream.Recv()
+		if err == io.EOF {
+			// The sidecar ends a stream OK only at the done event; without
+			// one, the done event's seq was not above afterSeq (iolog's
+			// Drain): there was nothing left to send.
+			return nil
+		}
+		if err != nil {
+			return classify(ctx, opFollow, err)
+		}
+		ev, err := ioproto.ParseEvent(msg.GetEvent())
+		if err != nil {
+			return badResponse("command %s: %v", cmd, err)
+		}
+		if ev.Seq <= last {
+			return badResponse("command %s: event seq %d after seq %d; events come in increasing order", cmd, ev.Seq, last)
+		}
+		if len(ev.Refs) > 0 {
+			return badResponse("command %s: event %d refers to artifact files; the sidecar resolves them", cmd, ev.Seq)
+		}
+		last = ev.Seq
+		if err := fn(ev); err != nil {
+			return err
+		}
+		if ev.Type == ioproto.EventDone {
+			return nil
+		}
+	}
+}
+
+// DriverStatus returns the driver's status (/io/driver.json). A driver
+// that has not written it yet is ErrNotFound.
+func (c *Client) DriverStatus(ctx context.Context) (ioproto.DriverStatus, error) {
+	var ds ioproto.DriverStatus
+	resp, err := c.rpc.Status(ctx, &sandboxiov1.StatusRequest{})
+	if err != nil {
+		return ds, classify(ctx, opStatus, err)
+	}
+	b := resp.GetDriverStatus()
+	switch {
+	case len(b) == 0:
+		return ds, &Error{Code: codes.NotFound, Message: "the driver has not written its status yet", kind: ErrNotFound}
+	case len(b) > maxDriverStatus:
+		return ds, badResponse("driver status is %d bytes; the limit is %d", len(b), maxDriverStatus)
+	}
+	if err := json.Unmarshal(b, &ds); err != nil {
+		return ioproto.DriverStatus{}, badResponse("driver status: %v", err)
+	}
+	return ds, nil
+}
+
+// FileInfo describes a file under /workspace, as checked by the Client.
+type FileInfo struct {
+	// Path is the file's path relative to /workspace ("" for /workspace
+	// itself), clean by wspath's rules; Display gives the absolute path.
+	Path string
+	// Size is in bytes (0 for directories).
+	Size int64
+	// Mode is the permission bits and type.
+	Mode fs.FileMode
+	// ModTime is the modification time.
+	ModTime time.Time
+	// UID and GID own the file.
+	UID, GID uint32
+}
+
+// Display is the path as the sandbox sees it (/workspace/...).
+func (fi FileInfo) Display() string {
+	if fi.Path == "" {
+		return wspath.Display(".")
+	}
+	return wspath.Display(fi.Path)
+}
+
+// IsDir reports whether the file is a directory.
+func (fi FileInfo) IsDir() bool { return fi.Mode.IsDir() }
+
+// checkInfo converts and checks a FileInfo from the sidecar.
+func checkInfo(p *sandboxiov1.FileInfo) (FileInfo, error) {
+	if p == nil {
+		return FileInfo{}, badResponse("a file description is missing")
+	}
+	if !utf8.ValidString(p.GetPath()) {
+		return FileInfo{}, badResponse("file path %q is not valid UTF-8", wspath.Truncate(p.GetPath(), 256))
+	}
+	if !strings.HasPrefix(p.GetPath(), "/") {
+		return FileInfo{}, badResponse("file path %q is not absolute", wspath.Truncate(p.GetPath(), 256))
+	}
+	rel, err := wspath.Clean(p.GetPath())
+	if err != nil {
+		return FileInfo{}, badResponse("file path: %v", err)
+	}
+	if p.GetSize() < 0 {
+		return FileInfo{}, badResponse("file %s has a negative size", wspath.Display(rel))
+	}
+	fi := FileInfo{Path: rel, Size: p.GetSize(), Mode: fs.FileMode(p.GetMode()), ModTime: time.Unix(0, p.GetModTimeUnixNano()), UID: p.GetUid(), GID: p.GetGid()}
+	if rel == "." {
+		fi.Path = ""
+	}
+	return fi, nil
+}
+
+// Upload writes r to path under /workspace (replacing a file of that name,
+// creating missing parents), refusing more than maxBytes (ErrExhausted; 0
+// leaves the sidecar's own cap).
+func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (FileInfo, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.Upload(ctx)
+	if err != nil {
+		return FileInfo{}, classify(ctx, opFiles, err)
+	}
+	hdr := &sandboxiov1.UploadRequest{Msg: &sandboxiov1.UploadRequest_Header{Header: &sandboxiov1.UploadHeader{Path: path, MaxBytes: maxBytes}}}
+	if err := stream.Send(hdr); err != nil {
+		_, err = stream.CloseAndRecv() // the server's error, if it sent one
+		return FileInfo{}, classify(ctx, opFiles, err)
+	}
+	buf := make([]byte, uploadChunk)
+	for {
+		n, rerr := io.ReadFull(r, buf)
+		if n > 0 {
+			if err := stream.Send(&sandboxiov1.UploadRequest{Msg: &sandboxiov1.UploadRequest_Chunk{Chunk: buf[:n]}}); err != nil {
+				// io.EOF: the server ended the call (too large, bad path);
+				// CloseAndRecv returns its status.
+				_, err = stream.CloseAndRecv()
+				return FileInfo{}, classify(ctx, opFiles, err)
+			}
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		if rerr != nil {
+			return FileInfo{}, rerr // the caller's reader: theirs to report
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return FileInfo{}, classify(ctx, opFiles, err)
+	}
+	return checkInfo(resp.GetFile())
+}
+
+// Download opens a regular file under /workspace. The reader returns at
+// most the size the file description gives (more is ErrBadResponse, and so
+// is less: a truncated stream is never mistaken for the whole file); close
+// it to end the stream.
+func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, FileInfo, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.rpc.Download(ctx, &sandboxiov1.DownloadRequest{Path: path})
+	if err != nil {
+		err = classify(ctx, opFiles, err)
+		cancel()
+		return nil, FileInfo{}, err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		if err == io.EOF {
+			err = badResponse("download %s: no file description", wspath.Truncate(path, 256))
+		} else {
+			err = classify(ctx, opFiles, err)
+		}
+		cancel()
+		return nil, FileInfo{}, err
+	}
+	fi, err := checkInfo(first.GetFile())
+	if err != nil {
+		cancel()
+		return nil, FileInfo{}, err
+	}
+	d := &download{ctx: ctx, cancel: cancel, stream: stream, left: fi.Size, pending: first.GetChunk(), path: fi.Display()}
+	if int64(len(d.pending)) > d.left {
+		cancel()
+		return nil, FileInfo{}, badResponse("download %s: more content than its size %d", fi.Display(), fi.Size)
+	}
+	d.left -= int64(len(d.pending))
+	return d, fi, nil
+}
+
+// download reads a Download stream.
+type download struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	stream  grpc.ServerStreamingClient[sandboxiov1.DownloadResponse]
+	left    int64 // bytes still expected after pending
+	pending []byte
+	path    string
+	err     error
+}
+
+func (d *download) Read(p []byte) (int, error) {
+	for len(d.pending) == 0 {
+		if d.err != nil {
+			return 0, d.err
+		}
+		msg, err := d.stream.Recv()
+		switch {
+		case err == io.EOF && d.left == 0:
+			d.err = io.EOF
+		case err == io.EOF:
+			d.err = badResponse("download %s: the stream ended %d bytes short of the file's size", d.path, d.left)
+		case err != nil:
+			d.err = classify(d.ctx, opFiles, err)
+		case msg.GetFile() != nil:
+			d.err = badResponse("download %s: a second file description", d.path)
+		case int64(len(msg.GetChunk())) > d.left:
+			d.err = badResponse("download %s: more content than the file's size", d.path)
+		default:
+			d.pending = msg.GetChunk()
+			d.left -= int64(len(d.pending))
+		}
+	}
+	n := copy(p, d.pending)
+	d.pending = d.pending[n:]
+	return n, nil
+}
+
+func (d *download) Close() error {
+	d.cancel()
+	if d.err == nil {
+		d.err = errors.New("download closed")
+	}
+	return nil
+}
+
+// ListFiles lists a directory under /workspace ("" for /workspace), sorted
+// by path, or returns just the file path names.
+func (c *Client) ListFiles(ctx context.Context, path string) ([]FileInfo, error) {
+	resp, err := c.rpc.ListFiles(ctx, &sandboxiov1.ListFilesRequest{Path: path})
+	if err != nil {
+		return nil, classify(ctx, opFiles, err)
+	}
+	if len(resp.GetFiles()) > wspath.MaxListEntries {
+		return nil, badResponse("list %s: %d entries; the limit is %d", wspath.Truncate(path, 256), len(resp.GetFiles()), wspath.MaxListEntries)
+	}
+	out := make([]FileInfo, 0, len(resp.GetFiles()))
+	for _, p := range resp.GetFiles() {
+		fi, err := checkInfo(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, fi)
+	}
+	return out, nil
+}
