@@ -168,7 +168,7 @@ func envName(flagName string) string {
 // check catches settings that would only fail later, or confusingly.
 func (c *config) check() error {
 	mc := &c.manager
-	if mc.StateDir == "" {
+	if mc.StateDir == "" && c.backend != backendKubernetes {
 		return errors.New("--state-dir is empty and no default could be derived (set HOME or XDG_STATE_HOME)")
 	}
 	if mc.Image == "" {

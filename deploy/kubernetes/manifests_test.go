@@ -472,12 +472,10 @@ func checkRBAC(t *testing.T, byKey map[string]*unstructured.Unstructured, servic
 	for _, v := range []string{"get", "list", "watch", "create", "update", "patch", "delete"} {
 		want[rbacGrant{"", "pods", "", v}] = true
 	}
-	want[rbacGrant{"", "pods/status", "", "get"}] = true
-	want[rbacGrant{"", "secrets", ioTokenSecret, "get"}] = true
-	for _, g := range []string{"", "events.k8s.io"} {
-		for _, v := range []string{"create", "patch"} {
-			want[rbacGrant{g, "events", "", v}] = true
-		}
+	// Leases: each user's binding to its sandbox, and the replicas'
+	// leader election (orchestrator/kube).
+	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
+		want[rbacGrant{"coordination.k8s.io", "leases", "", v}] = true
 	}
 	for g := range got {
 		if !want[g] {

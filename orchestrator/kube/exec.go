@@ -7,6 +7,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
 )
 
 // Submit queues a command in a sandbox and returns its ID, exactly as the
@@ -31,7 +32,7 @@ func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (str
 	}
 	appended, err := c.Append(ctx, rec)
 	if err != nil {
-		if errors.Is(err, ErrIOConflict) {
+		if errors.Is(err, iosidecar.ErrConflict) {
 			return "", orchestrator.Errorf(orchestrator.ErrAlreadyExists, "command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, req.SandboxID)
 		}
 		return "", m.ioError(req.SandboxID, "", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"net"
 	"strconv"
 
@@ -11,12 +12,13 @@ import (
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
 )
 
 // IOConn is a connection to one sandbox's io sidecar: the host half of
-// /io, at the Pod's IP. Its errors wrap the ErrIO* sentinels below where
-// they mean something to the domain. Everything it returns came from the
-// sandbox's Pod and was bounded and checked by the implementation.
+// /io, at the Pod's IP. Its errors match iosidecar's sentinels (ErrConflict,
+// ErrUnknownCommand, ...). Everything it returns came from the sandbox's
+// Pod and was bounded and checked by the implementation (iosidecar.Client).
 type IOConn interface {
 	Append(ctx context.Context, rec ioproto.Record) (appended bool, err error)
 	Follow(ctx context.Context, commandID string, afterSeq int64, fn func(ioproto.Event) error) error
@@ -25,19 +27,6 @@ type IOConn interface {
 	ListFiles(ctx context.Context, path string) ([]orchestrator.FileInfo, error)
 	Close() error
 }
-
-// What an IOConn's errors mean.
-var (
-	ErrIOConflict       = errors.New("command ID used for a different command")
-	ErrIOUnknownCommand = errors.New("unknown command")
-	ErrIOPruned         = errors.New("command output pruned")
-	ErrIOLogFull        = errors.New("command log full")
-	ErrIOTampered       = errors.New("io file tampered with")
-	ErrIONotFound       = errors.New("file not found")
-	ErrIOInvalid        = errors.New("invalid request")
-	ErrIOTooLarge       = errors.New("too large")
-	ErrIOUnavailable    = errors.New("io sidecar unavailable")
-)
 
 // ioEntry is an open connection, for the Pod whose IP it dialled.
 type ioEntry struct {
@@ -74,33 +63,81 @@ func (m *Manager) io(ctx context.Context, p *corev1.Pod) (IOConn, error) {
 }
 
 // ioError classifies an error of a sandbox's sidecar. Its messages come
-// from the Pod: the IOConn bounded and sanitised them.
+// from the Pod: iosidecar.Client bounded and sanitised them.
 func (m *Manager) ioError(id, cmd string, err error) error {
 	switch {
 	case orchestrator.IsClassified(err):
 		return err
-	case errors.Is(err, ErrIOUnknownCommand):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "command %s not found in sandbox %s", cmd, id)
-	case errors.Is(err, ErrIOPruned):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "the output of command %s in sandbox %s is no longer available: it was pruned", cmd, id)
-	case errors.Is(err, ErrIOLogFull):
-		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "sandbox %s takes no more commands: %v; acquire a new one", id, err)
-	case errors.Is(err, ErrIOTampered):
-		m.log.Error("io file tampered with", "sandbox_id", id, "error", err)
-		return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "sandbox %s tampered with its /io files (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", id, err)
-	case errors.Is(err, ErrIONotFound):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "%v", err)
-	case errors.Is(err, ErrIOInvalid):
+	case errors.Is(err, ioproto.ErrMalformed):
 		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "%v", err)
-	case errors.Is(err, ErrIOTooLarge):
+	case errors.Is(err, iosidecar.ErrUnknownCommand):
+		return orchestrator.Errorf(orchestrator.ErrNotFound, "command %s not found in sandbox %s", cmd, id)
+	case errors.Is(err, iosidecar.ErrPruned):
+		return orchestrator.Errorf(orchestrator.ErrNotFound, "the output of command %s in sandbox %s is no longer available: it was pruned", cmd, id)
+	case errors.Is(err, iosidecar.ErrLogFull):
+		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "sandbox %s takes no more commands: %v; acquire a new one", id, err)
+	case errors.Is(err, iosidecar.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
+		m.log.Error("sandbox tampered with its /io files or its io sidecar", "sandbox_id", id, "error", err)
+		return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "sandbox %s tampered with its /io files (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", id, err)
+	case errors.Is(err, iosidecar.ErrNotFound):
+		return orchestrator.Errorf(orchestrator.ErrNotFound, "%v", err)
+	case errors.Is(err, iosidecar.ErrInvalid):
+		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "%v", err)
+	case errors.Is(err, iosidecar.ErrExhausted):
 		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "%v", err)
-	case errors.Is(err, ErrIOUnavailable):
+	case errors.Is(err, iosidecar.ErrUnavailable):
 		return orchestrator.Errorf(orchestrator.ErrUnavailable, "the io sidecar of sandbox %s: %v; try again", id, err)
+	case errors.Is(err, iosidecar.ErrUnauthenticated):
+		m.log.Error("an io sidecar refused sandboxd's token: --kube-io-token-file and the Secret differ", "sandbox_id", id)
+		return orchestrator.Errorf(orchestrator.ErrUnavailable, "the io sidecar of sandbox %s refused sandboxd's token (a configuration error; see sandboxd's log)", id)
 	}
 	return orchestrator.Errorf(orchestrator.ErrUnavailable, "the io sidecar of sandbox %s failed: %v", id, err)
 }
 
 // dialSidecar connects to a real io sidecar.
-func dialSidecar(ctx context.Context, addr, token string) (IOConn, error) {
-	return nil, errors.New("not yet")
+func dialSidecar(_ context.Context, addr, token string) (IOConn, error) {
+	c, err := iosidecar.Dial(addr, token)
+	if err != nil {
+		return nil, err
+	}
+	return sidecarConn{c}, nil
+}
+
+// sidecarConn adapts iosidecar.Client to IOConn: its file descriptions
+// become the domain's.
+type sidecarConn struct{ *iosidecar.Client }
+
+func (c sidecarConn) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (orchestrator.FileInfo, error) {
+	fi, err := c.Client.Upload(ctx, path, r, maxBytes)
+	return fileInfo(fi), err
+}
+
+func (c sidecarConn) Download(ctx context.Context, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
+	rc, fi, err := c.Client.Download(ctx, path)
+	return rc, fileInfo(fi), err
+}
+
+func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]orchestrator.FileInfo, error) {
+	list, err := c.Client.ListFiles(ctx, path)
+	out := make([]orchestrator.FileInfo, len(list))
+	for i, fi := range list {
+		out[i] = fileInfo(fi)
+	}
+	return out, err
+}
+
+// fileInfo is the domain's description of a sidecar's file.
+func fileInfo(fi iosidecar.FileInfo) orchestrator.FileInfo {
+	out := orchestrator.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode, UID: fi.UID, GID: fi.GID}
+	switch {
+	case fi.Mode.IsRegular():
+		out.Type = orchestrator.FileRegular
+	case fi.Mode.IsDir():
+		out.Type = orchestrator.FileDirectory
+	case fi.Mode&fs.ModeSymlink != 0:
+		out.Type = orchestrator.FileSymlink
+	default:
+		out.Type = orchestrator.FileOther
+	}
+	return out
 }

@@ -144,8 +144,11 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			NodeSelector:                  cfg.NodeSelector,
-			Tolerations:                   cfg.Tolerations,
+			// The runtime's default seccomp filter, as Docker applies to
+			// every container: the kubelet applies none unless told.
+			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			NodeSelector:    cfg.NodeSelector,
+			Tolerations:     cfg.Tolerations,
 			Volumes: []corev1.Volume{
 				{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ioSize}}},
 				{Name: volumeWorkspace, VolumeSource: workspace},
