@@ -27,12 +27,17 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/internal/kubetest/kubelet"
-	"github.com/sandboxd/sandboxd/internal/testenv"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // kubeNamespace is where the replicas keep their sandboxes.
 const kubeNamespace = "sandboxd"
+
+// Two tenants' tokens, for the isolation checks.
+const (
+	kubeTokA = "kube-tenant-a-token-e2e-0123456789"
+	kubeTokB = "kube-tenant-b-token-e2e-0123456789"
+)
 
 // kubeEnv is a running API server with a test kubelet, and what sandboxd
 // replicas need to use it.
@@ -133,14 +138,14 @@ func kubeTwoReplicas(t *testing.T, k *kubeEnv) {
 	const users = 20
 	ctx := e2eCtx(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(tokens, []byte("tok-a tenant-a user\ntok-b tenant-b user\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokens, []byte(kubeTokA+" tenant-a user\n"+kubeTokB+" tenant-b user\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	a := k.replica(t, "replica-a", "--auth-tokens", tokens)
 	b := k.replica(t, "replica-b", "--auth-tokens", tokens)
 	ca, _ := a.client(t)
 	cb, _ := b.client(t)
-	actx := withToken(ctx, "tok-a")
+	actx := bearer(ctx, kubeTokA)
 
 	start := time.Now()
 	ids := make([][2]string, users)
@@ -204,7 +209,7 @@ func kubeTwoReplicas(t *testing.T, k *kubeEnv) {
 	}
 
 	// Tenants: tenant-b neither sees nor reaches tenant-a's sandbox.
-	bctx := withToken(ctx, "tok-b")
+	bctx := bearer(ctx, kubeTokB)
 	if _, err := cb.GetSandbox(bctx, &sandboxv1.GetSandboxRequest{SandboxId: id}); status.Code(err) != codes.NotFound {
 		t.Errorf("tenant-b GetSandbox(tenant-a's sandbox): %v; want NotFound", err)
 	}
@@ -222,10 +227,10 @@ func kubeTwoReplicas(t *testing.T, k *kubeEnv) {
 		t.Errorf("tenant-b's user-00 got %v (%v); want a sandbox of its own, not tenant-a's %s", rb.GetSandbox().GetSandboxId(), err, id)
 	}
 	for i := range ids {
-		deleteQuietly(ca, ids[i][0]) // with the admin-less token: the tests' own tenant
+		ca.DeleteSandbox(actx, &sandboxv1.DeleteSandboxRequest{SandboxId: ids[i][0]})
 	}
 	if rb != nil {
-		deleteQuietly(cb, rb.GetSandbox().GetSandboxId())
+		cb.DeleteSandbox(bctx, &sandboxv1.DeleteSandboxRequest{SandboxId: rb.GetSandbox().GetSandboxId()})
 	}
 }
 
@@ -483,4 +488,3 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-var _ = testenv.WaitServing
