@@ -322,6 +322,25 @@ func (k *Kubelet) KillContainer(ns, pod, name string, oom bool) error {
 	return nil
 }
 
+// Evict evicts the Pod ns/name as the kubelet's eviction manager does
+// under node pressure: its containers are stopped and it ends Failed with
+// status.reason Evicted and the message, and a DisruptionTarget
+// condition. The Pod object stays until it is deleted. It returns once
+// the eviction is queued; the Pod's status tells the rest.
+func (k *Kubelet) Evict(ns, name, message string) error {
+	w := k.worker(ns, name)
+	if w == nil {
+		return fmt.Errorf("kubelet: pod %s/%s is not running on node %s", ns, name, k.cfg.NodeName)
+	}
+	w.mu.Lock()
+	if w.reason == "" {
+		w.reason, w.message = "Evicted", message
+	}
+	w.mu.Unlock()
+	w.wake()
+	return nil
+}
+
 // worker finds the live worker of the Pod ns/name.
 func (k *Kubelet) worker(ns, name string) *podWorker {
 	k.mu.Lock()

@@ -91,6 +91,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("NeverRestartFails", e.testNeverRestart)
 	t.Run("RealOOM", e.testRealOOM)
 	t.Run("Finalizer", e.testFinalizer)
+	t.Run("SidecarRestartAndEviction", e.testSidecarAndEviction)
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -223,19 +224,7 @@ func (e *env) testSandboxPod(t *testing.T) {
 
 	// The main container reached the sidecar over localhost, expanded
 	// $(GREETING), and wrote through the shared volume to the host.
-	// (Ready means running: the file comes a moment later.)
-	started := filepath.Join(e.stateDir, string(created.UID), "workspace", "started")
-	deadline := time.Now().Add(podWait)
-	for {
-		b, err := os.ReadFile(started)
-		if err == nil && strings.TrimSpace(string(b)) == "hi-sbx-a" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("workspace/started on the host: %q, %v after %v; want hi-sbx-a", b, err, podWait)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.waitStarted(t, created)
 
 	// The secret reaches the sidecar's environment.
 	ioID := e.k.ContainerID(ns, "sbx-a", "io")
@@ -299,19 +288,20 @@ func (e *env) testSandboxPod(t *testing.T) {
 		t.Fatalf("second pod's IP %q, first's %q: want two different IPs", podB.Status.PodIP, pod.Status.PodIP)
 	}
 
-	// Deletion: containers, directories and the object go.
-	if err := e.cs.CoreV1().Pods(ns).Delete(ctx, "sbx-a", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
+	// Deletion: containers, directories and the object go (both Pods at
+	// once: each takes its grace period).
+	for _, name := range []string{"sbx-a", "sbx-b"} {
+		if err := e.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.waitGone(t, "sbx-a")
 	e.checkCleaned(t, created)
 	if ip := e.k.PodIP(ns, "sbx-a"); ip != "" {
 		t.Errorf("PodIP of a deleted pod = %q, want none", ip)
 	}
-	if err := e.cs.CoreV1().Pods(ns).Delete(ctx, "sbx-b", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	e.waitGone(t, "sbx-b")
+	e.checkCleaned(t, podB)
 }
 
 // testNeverRestart: a container that fails under restartPolicy Never
@@ -402,6 +392,70 @@ func (e *env) testFinalizer(t *testing.T) {
 		t.Fatalf("removing the finalizer: %v", err)
 	}
 	e.waitGone(t, "sbx-fin")
+}
+
+// testSidecarAndEviction: a crashed native sidecar restarts on its own
+// while the main container runs on; an evicted Pod ends Failed with
+// reason Evicted.
+func (e *env) testSidecarAndEviction(t *testing.T) {
+	ctx := t.Context()
+	created, err := e.cs.CoreV1().Pods(ns).Create(ctx, e.sandboxPod("sbx-ev"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitPod(t, "sbx-ev", "Running and Ready", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && podCondition(p, corev1.PodReady)
+	})
+	// Killed before the main container reached it, the sidecar would fail
+	// that check and the main container would restart too.
+	e.waitStarted(t, created)
+	if err := e.k.KillContainer(ns, "sbx-ev", "io", false); err != nil {
+		t.Fatal(err)
+	}
+	p := e.waitPod(t, "sbx-ev", "io sidecar restarted and Ready", func(p *corev1.Pod) bool {
+		s := initStatus(p, "io")
+		return s != nil && s.RestartCount == 1 && s.Ready && podCondition(p, corev1.PodReady)
+	})
+	if s := ctrStatus(p, "sandbox"); s.RestartCount != 0 || s.State.Running == nil {
+		t.Errorf("sandbox container after a sidecar restart: %+v, want running, never restarted", s)
+	}
+
+	if err := e.k.Evict(ns, "sbx-ev", "The node was low on resource: memory."); err != nil {
+		t.Fatal(err)
+	}
+	p = e.waitPod(t, "sbx-ev", "Failed with reason Evicted", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodFailed && p.Status.Reason == "Evicted"
+	})
+	if s := ctrStatus(p, "sandbox"); s.State.Terminated == nil || s.Ready || podCondition(p, corev1.PodReady) || !podCondition(p, corev1.DisruptionTarget) {
+		t.Errorf("evicted pod: sandbox %+v, conditions %+v; want terminated, not ready, DisruptionTarget", s, p.Status.Conditions)
+	}
+	if err := e.cs.CoreV1().Pods(ns).Delete(ctx, "sbx-ev", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server deletes a Failed Pod at once; the kubelet cleans up
+	// after.
+	e.waitGone(t, "sbx-ev")
+	e.waitCleaned(t, created)
+}
+
+// waitStarted waits until the sandbox container of sandboxPod wrote
+// workspace/started, seen on the host: it reached the sidecar over
+// localhost and expanded $(GREETING). Ready means running; the file comes
+// a moment later.
+func (e *env) waitStarted(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	started := filepath.Join(e.stateDir, string(pod.UID), "workspace", "started")
+	deadline := time.Now().Add(podWait)
+	for {
+		b, err := os.ReadFile(started)
+		if err == nil && strings.TrimSpace(string(b)) == "hi-"+pod.Name {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workspace/started on the host: %q, %v after %v; want hi-%s", b, err, podWait, pod.Name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitPod polls the Pod until ok, failing t with its last status after

@@ -34,6 +34,10 @@ const (
 // tick paces probes and the retry of failed steps while a Pod runs.
 const tick = 250 * time.Millisecond
 
+// reconcileEvery paces the check of running containers against Docker
+// (see reconcile).
+const reconcileEvery = 2 * time.Second
+
 // ctr is one container of the Pod spec and the state of its current
 // Docker container (a restart creates a new one, as the kubelet does).
 type ctr struct {
@@ -86,6 +90,11 @@ type podWorker struct {
 	lastStatus    *corev1.PodStatus
 	condSince     map[corev1.PodConditionType]condSince
 	released      bool
+	nextReconcile time.Time
+	// reason and message are the Pod's status.reason and message, set by
+	// an eviction.
+	reason, message string
+	evicted         bool
 
 	podMu sync.Mutex
 	pod   *corev1.Pod
@@ -201,6 +210,13 @@ func (w *podWorker) sync() {
 		w.teardown(pod, gone)
 		return
 	}
+	if w.reason == "Evicted" && !w.evicted {
+		w.evicted = true
+		w.log.Info("pod evicted", "message", w.message)
+		w.stopContainers(w.mains, gracePeriod(pod))
+		w.stopContainers(w.inits, 2*time.Second)
+		w.phase = corev1.PodFailed
+	}
 	if w.terminal() {
 		w.writeStatus(pod)
 		return
@@ -223,6 +239,7 @@ func (w *podWorker) sync() {
 		w.setupErr = ""
 	}
 	w.probe()
+	w.reconcile(ctx, pod)
 
 	initFailed := false
 	if !w.initialized {
@@ -513,6 +530,9 @@ func (w *podWorker) drainEvents(ctx context.Context, pod *corev1.Pod) {
 			if m.Actor.ID == w.pauseID && m.Action == events.ActionDie {
 				w.log.Warn("pause container died; the pod's network is gone")
 			}
+			if m.Action == events.ActionOOM {
+				w.lateOOM(m.Actor.ID)
+			}
 			continue
 		}
 		switch m.Action {
@@ -527,6 +547,51 @@ func (w *podWorker) drainEvents(ctx context.Context, pod *corev1.Pod) {
 			if c.running() {
 				w.containerDied(ctx, pod, c, m.Actor.Attributes["exitCode"])
 			}
+		}
+	}
+}
+
+// lateOOM handles an oom event that comes after the container's die
+// event was handled: its end is reported OOMKilled after all.
+func (w *podWorker) lateOOM(id string) {
+	cid := "docker://" + id
+	for _, c := range w.ctrs {
+		fix := func(t *corev1.ContainerStateTerminated) *corev1.ContainerStateTerminated {
+			if t == nil || t.ContainerID != cid || t.Reason == "OOMKilled" {
+				return t
+			}
+			nt := *t
+			nt.Reason, nt.ExitCode = "OOMKilled", 137
+			return &nt
+		}
+		if c.lastTerm != nil && c.lastTerm.ContainerID == cid {
+			w.log.Info("late oom event", "container", c.spec.Name)
+		}
+		c.lastTerm = fix(c.lastTerm)
+		c.state.Terminated = fix(c.state.Terminated)
+		c.lastState.Terminated = fix(c.lastState.Terminated)
+	}
+}
+
+// reconcile looks at the running containers in Docker, in case the event
+// stream lost a die event; it runs every reconcileEvery.
+func (w *podWorker) reconcile(ctx context.Context, pod *corev1.Pod) {
+	if time.Now().Before(w.nextReconcile) {
+		return
+	}
+	w.nextReconcile = time.Now().Add(reconcileEvery)
+	for _, c := range w.ctrs {
+		if !c.running() {
+			continue
+		}
+		ins, err := w.k.docker.ContainerInspect(ctx, c.id)
+		switch {
+		case client.IsErrNotFound(err):
+			w.log.Warn("container vanished from Docker", "container", c.spec.Name)
+			w.containerDied(ctx, pod, c, "137")
+		case err == nil && ins.State != nil && !ins.State.Running:
+			w.log.Warn("container exited without a die event", "container", c.spec.Name)
+			w.containerDied(ctx, pod, c, "")
 		}
 	}
 }
@@ -642,14 +707,7 @@ func (w *podWorker) stopContainers(cs []*ctr, grace time.Duration) {
 // sidecar containers), its sandbox removed, a final status, and the Pod
 // object deleted for good.
 func (w *podWorker) teardown(pod *corev1.Pod, gone bool) {
-	grace := 30 * time.Second
-	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
-		grace = time.Duration(*s) * time.Second
-	}
-	if s := pod.DeletionGracePeriodSeconds; s != nil {
-		grace = time.Duration(*s) * time.Second
-	}
-	grace = min(grace, maxGrace)
+	grace := gracePeriod(pod)
 	w.log.Info("pod deleted, tearing down", "grace", grace, "gone", gone)
 	start := time.Now()
 	w.stopContainers(w.mains, grace)
@@ -689,6 +747,19 @@ func (w *podWorker) teardown(pod *corev1.Pod, gone bool) {
 	}
 	w.log.Info("pod torn down")
 	w.finished.Store(true)
+}
+
+// gracePeriod is the Pod's termination grace period (its deletion's, if
+// any), at most maxGrace.
+func gracePeriod(pod *corev1.Pod) time.Duration {
+	grace := 30 * time.Second
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		grace = time.Duration(*s) * time.Second
+	}
+	if s := pod.DeletionGracePeriodSeconds; s != nil {
+		grace = time.Duration(*s) * time.Second
+	}
+	return min(grace, maxGrace)
 }
 
 // releaseHost removes the Pod's directories and frees its IP; the caller

@@ -147,8 +147,8 @@ func (w *podWorker) containerStatus(c *ctr) corev1.ContainerStatus {
 		Ready:                c.ready,
 		Started:              &started,
 		RestartCount:         c.restartCount,
-		State:                c.state,
-		LastTerminationState: c.lastState,
+		State:                *c.state.DeepCopy(),
+		LastTerminationState: *c.lastState.DeepCopy(),
 	}
 	if c.id != "" {
 		st.ContainerID = "docker://" + c.id
@@ -179,6 +179,9 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 	}
 	if w.setupErr != "" && w.pauseID == "" {
 		st.Message = "creating the pod sandbox: " + w.setupErr
+	}
+	if w.reason != "" {
+		st.Reason, st.Message = w.reason, w.message
 	}
 	containersReady := true
 	for _, c := range w.inits {
@@ -228,6 +231,13 @@ func (w *podWorker) status(pod *corev1.Pod) corev1.PodStatus {
 	add(corev1.ContainersReady, containersReady, "ContainersNotReady")
 	add(corev1.PodReady, ready, "ContainersNotReady")
 	add(corev1.PodScheduled, true, "")
+	if w.evicted {
+		mine[corev1.DisruptionTarget] = true
+		st.Conditions = append(st.Conditions, corev1.PodCondition{
+			Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "TerminationByKubelet",
+			Message: w.message, LastTransitionTime: w.condSince[corev1.PodReady].at,
+		})
+	}
 	for _, cond := range pod.Status.Conditions {
 		if !mine[cond.Type] {
 			st.Conditions = append(st.Conditions, cond)
