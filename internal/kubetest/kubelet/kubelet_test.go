@@ -89,6 +89,7 @@ func TestKubelet(t *testing.T) {
 
 	t.Run("SandboxPod", e.testSandboxPod)
 	t.Run("NeverRestartFails", e.testNeverRestart)
+	t.Run("InitContainersInOrder", e.testInitOrder)
 	t.Run("RealOOM", e.testRealOOM)
 	t.Run("Finalizer", e.testFinalizer)
 	t.Run("SidecarRestartAndEviction", e.testSidecarAndEviction)
@@ -328,6 +329,47 @@ func (e *env) testNeverRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitGone(t, "never")
+}
+
+// testInitOrder: regular init containers run one after the other, to
+// completion, before the main container; a Pod whose containers all
+// succeed under OnFailure ends Succeeded.
+func (e *env) testInitOrder(t *testing.T) {
+	grace := int64(1)
+	mount := []corev1.VolumeMount{{Name: "w", MountPath: "/w"}}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "inits", Namespace: ns},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyOnFailure,
+			TerminationGracePeriodSeconds: &grace,
+			Volumes:                       []corev1.Volume{{Name: "w", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+			InitContainers: []corev1.Container{
+				{Name: "first", Image: e.img, Command: []string{"sh", "-c", "sleep 0.3; echo first >> /w/order"}, VolumeMounts: mount},
+				{Name: "second", Image: e.img, Command: []string{"sh", "-c", "echo second >> /w/order"}, VolumeMounts: mount},
+			},
+			Containers: []corev1.Container{{Name: "main", Image: e.img, Command: []string{"sh", "-c", "echo main >> /w/order"}, VolumeMounts: mount}},
+		},
+	}
+	created, err := e.cs.CoreV1().Pods(ns).Create(t.Context(), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := e.waitPod(t, "inits", "phase Succeeded", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	b, err := os.ReadFile(filepath.Join(e.stateDir, string(created.UID), "w", "order"))
+	if err != nil || string(b) != "first\nsecond\nmain\n" {
+		t.Fatalf("order of the containers' runs: %q, %v; want first, second, main", b, err)
+	}
+	for _, name := range []string{"first", "second"} {
+		s := initStatus(p, name)
+		if s == nil || s.State.Terminated == nil || s.State.Terminated.Reason != "Completed" || !s.Ready {
+			t.Errorf("init container %s: %+v, want terminated Completed and ready", name, s)
+		}
+	}
+	if err := e.cs.CoreV1().Pods(ns).Delete(t.Context(), "inits", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(t, "inits")
+	e.waitCleaned(t, created)
 }
 
 // testRealOOM: a container over its memory limit is reported OOMKilled.
