@@ -104,7 +104,7 @@ func acceptAliceBob(t *testing.T, d *daemon) {
 	if !bob.GetCreated() || bobID == aliceID {
 		t.Fatalf("AcquireSandbox(bob) = %v; want a new sandbox, not alice's %s", bob, aliceID)
 	}
-	aliceCtr, bobCtr := runningContainer(t, ctx, aliceID), runningContainer(t, ctx, bobID)
+	aliceCtr, bobCtr := d.container(t, ctx, aliceID), d.container(t, ctx, bobID)
 	if aliceCtr.id == bobCtr.id {
 		t.Fatalf("alice and bob share container %s", aliceCtr.id)
 	}
@@ -378,7 +378,7 @@ func acceptSandboxctl(t *testing.T, env *e2eEnv, d *daemon) {
 	keepID := acquire(t, ctx, c, "ctl-keep").GetSandbox().GetSandboxId()
 	killID := acquire(t, ctx, c, "ctl-kill").GetSandbox().GetSandboxId()
 	t.Cleanup(func() { deleteQuietly(c, keepID) })
-	killCtr := runningContainer(t, ctx, killID)
+	killCtr := d.container(t, ctx, killID)
 
 	out, errOut, code := env.ctl(t, ctx, d.addr, "list")
 	if code != 0 || errOut != "" {
@@ -416,10 +416,7 @@ func acceptSandboxctl(t *testing.T, env *e2eEnv, d *daemon) {
 	if _, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: killID}); status.Code(err) != codes.NotFound {
 		t.Errorf("GetSandbox after sandboxctl kill: %v; want NotFound", err)
 	}
-	// DeleteSandbox returns once the container is removed.
-	if ids := dockerLines(t, ctx, "ps", "-aq", "--filter", "id="+killCtr.id); len(ids) != 0 {
-		t.Errorf("container %s of the killed sandbox still exists: %v", killCtr.id, ids)
-	}
+	d.checkContainerGone(t, ctx, killCtr.id)
 	if _, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: keepID}); err != nil {
 		t.Errorf("the other sandbox is affected by the kill: GetSandbox(%s): %v", keepID, err)
 	}
@@ -737,6 +734,30 @@ func refused(err error) bool {
 }
 
 type containerInfo struct{ id, user string }
+
+// container is the running container of a sandbox, on either backend.
+func (d *daemon) container(t *testing.T, ctx context.Context, sbID string) containerInfo {
+	t.Helper()
+	if d.kube != nil {
+		return d.kube.sandboxContainer(t, ctx, sbID)
+	}
+	return runningContainer(t, ctx, sbID)
+}
+
+// checkContainerGone checks that a deleted sandbox's container is gone:
+// at once under Docker, where DeleteSandbox returns once it is removed;
+// within a bound on Kubernetes, where the kubelet removes it after the
+// Pod's deletion.
+func (d *daemon) checkContainerGone(t *testing.T, ctx context.Context, ctrID string) {
+	t.Helper()
+	gone := func() bool { return len(dockerLines(t, ctx, "ps", "-aq", "--filter", "id="+ctrID)) == 0 }
+	if d.kube != nil && pollUntil(30*time.Second, gone) {
+		return
+	}
+	if ids := dockerLines(t, ctx, "ps", "-aq", "--filter", "id="+ctrID); len(ids) != 0 {
+		t.Errorf("container %s of the deleted sandbox still exists: %v", ctrID, ids)
+	}
+}
 
 // runningContainer is the one running container of a sandbox, found by
 // Docker label.

@@ -91,6 +91,8 @@ type daemon struct {
 	addr   string
 	logs   *sandboxdproc.Log
 	exited <-chan struct{}
+	// kube is set for a replica on the Kubernetes backend (kube_test.go).
+	kube *kubeEnv
 }
 
 // start runs sandboxd on a free loopback port and waits until it serves.

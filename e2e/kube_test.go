@@ -89,7 +89,21 @@ func (k *kubeEnv) replica(t *testing.T, name string, extra ...string) *daemon {
 	args := append([]string{"--backend", "kubernetes", "--kubeconfig", k.kubeconfig, "--kube-namespace", kubeNamespace,
 		"--kube-io-token-file", k.tokenFile, "--kube-identity", name, "--kube-leader-lease", "3s",
 		"--default-cpus", "0.5"}, extra...)
-	return k.start(t, args...)
+	d := k.start(t, args...)
+	d.kube = k
+	return d
+}
+
+// sandboxContainer is the sandbox container of sandbox id's Pod, as the
+// kubelet runs it, and the user its Pod is for.
+func (k *kubeEnv) sandboxContainer(t *testing.T, ctx context.Context, id string) containerInfo {
+	t.Helper()
+	p := k.podOf(t, ctx, id)
+	var ctr string
+	if !pollUntil(30*time.Second, func() bool { ctr = k.kl.ContainerID(kubeNamespace, p.Name, "sandbox"); return ctr != "" }) {
+		t.Fatalf("the kubelet runs no sandbox container for pod %s", p.Name)
+	}
+	return containerInfo{id: ctr, user: p.Annotations["sandboxd.io/user-id"]}
 }
 
 // sandboxPods lists the user sandboxes' Pods that are not being deleted.
@@ -128,12 +142,21 @@ func TestKube(t *testing.T) {
 	t.Run("IdleTTLAcrossReplicaRestart", func(t *testing.T) { kubeIdleTTL(t, k) })
 	t.Run("WarmPoolConcurrentClaims", func(t *testing.T) { kubeWarmPool(t, k) })
 	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
+	// The core acceptance scenarios, as under Docker (acceptance_test.go);
+	// crash resume and idle expiry are the subtests above.
+	t.Run("Acceptance", func(t *testing.T) {
+		d := k.replica(t, "accept-a")
+		t.Run("AliceBobIsolation", func(t *testing.T) { acceptAliceBob(t, d) })
+		t.Run("Sandboxctl", func(t *testing.T) { acceptSandboxctl(t, k.e2eEnv, d) })
+		t.Run("Files", func(t *testing.T) { acceptFiles(t, k.e2eEnv, d) })
+	})
 }
 
 // Twenty users acquire through both replicas at once: exactly twenty Pods,
 // one per user, both replicas answer with the same sandbox, and a user's
-// globals are kept while calls alternate between the replicas. Tenants are
-// isolated as under Docker.
+// globals are kept while calls alternate between the replicas. The twenty
+// sandboxes and their globals survive a SIGKILL of both replicas. Tenants
+// are isolated as under Docker.
 func kubeTwoReplicas(t *testing.T, k *kubeEnv) {
 	const users = 20
 	ctx := e2eCtx(t)
@@ -207,6 +230,36 @@ func kubeTwoReplicas(t *testing.T, k *kubeEnv) {
 			t.Errorf("call %d (replica %d): results %v, errors %v; want n = %d (globals lost between replicas?)", i, i%2, o.results, o.errs, i)
 		}
 	}
+
+	// Twenty sandboxes and their globals survive both replicas' SIGKILL:
+	// a new replica serves them from the API server's records.
+	var wg2 sync.WaitGroup
+	for i := range users {
+		wg2.Add(1)
+		go func() {
+			defer wg2.Done()
+			o := execute(t, actx, []sandboxv1.SandboxServiceClient{ca, cb}[i%2], &sandboxv1.ExecuteRequest{SandboxId: ids[i][0], Code: fmt.Sprintf("v = %d", i)})
+			if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+				t.Errorf("v = %d in user-%02d's sandbox: %v", i, i, o.done)
+			}
+		}()
+	}
+	wg2.Wait()
+	a.kill9(t)
+	b.kill9(t)
+	c3 := k.replica(t, "replica-c", "--auth-tokens", tokens)
+	cc, _ := c3.client(t)
+	for i := range users {
+		r, err := cc.AcquireSandbox(actx, &sandboxv1.AcquireSandboxRequest{UserId: fmt.Sprintf("user-%02d", i)})
+		if err != nil || r.GetSandbox().GetSandboxId() != ids[i][0] || r.GetCreated() {
+			t.Errorf("after both replicas were killed, AcquireSandbox(user-%02d) = %v, created %v, %v; want the same sandbox %s", i, r.GetSandbox().GetSandboxId(), r.GetCreated(), err, ids[i][0])
+			continue
+		}
+		if o := execute(t, actx, cc, &sandboxv1.ExecuteRequest{SandboxId: ids[i][0], Code: "v"}); len(o.results) != 1 || o.results[0]["text/plain"] != fmt.Sprint(i) {
+			t.Errorf("v in user-%02d's sandbox after the replicas' restart: %v %v; want %d", i, o.results, o.errs, i)
+		}
+	}
+	ca, cb = cc, cc
 
 	// Tenants: tenant-b neither sees nor reaches tenant-a's sandbox.
 	bctx := bearer(ctx, kubeTokB)

@@ -20,7 +20,7 @@ import (
 // leader expires a sandbox only once its annotated time plus its TTL plus
 // that interval has passed, so a use another replica has not written yet
 // never lets its sandbox expire; a sandbox thus lives up to one interval
-// longer than its TTL, never shorter.
+// longer than its TTL (expiryGrace), never shorter.
 
 // activity is one sandbox's last use as this replica knows it.
 type activity struct {
@@ -72,9 +72,12 @@ func (m *Manager) idleTTLOf(p *corev1.Pod) time.Duration {
 	return m.cfg.IdleTTL
 }
 
+// flushTick is how often due last activities are written.
+const flushTick = 100 * time.Millisecond
+
 // flushLoop writes due last activities until ctx ends.
 func (m *Manager) flushLoop(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
+	t := time.NewTicker(flushTick)
 	defer t.Stop()
 	for {
 		select {
@@ -122,4 +125,11 @@ func (m *Manager) patchAnnotations(ctx context.Context, id string, ann map[strin
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, podName(id), types.MergePatchType, b, metav1.PatchOptions{})
 	return err
+}
+
+// expiryGrace is how long past its idle TTL the leader waits before it
+// expires sandbox p: a use that another replica saw is on the Pod within
+// one write interval and a flush tick of it.
+func (m *Manager) expiryGrace(p *corev1.Pod) time.Duration {
+	return m.writeInterval(p) + 2*flushTick
 }

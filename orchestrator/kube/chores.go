@@ -79,7 +79,7 @@ func (m *Manager) expire(ctx context.Context) {
 			continue
 		}
 		ttl := m.idleTTLOf(p)
-		deadline := m.lastActive(p).Add(ttl + m.writeInterval(p))
+		deadline := m.lastActive(p).Add(ttl + m.expiryGrace(p))
 		if now.Before(deadline) {
 			continue
 		}
@@ -89,7 +89,7 @@ func (m *Manager) expire(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		if now.Before(m.lastActive(fresh).Add(ttl + m.writeInterval(fresh))) {
+		if now.Before(m.lastActive(fresh).Add(ttl + m.expiryGrace(fresh))) {
 			continue
 		}
 		m.log.Info("sandbox expired", "sandbox_id", fresh.Labels[labelSandboxID], "idle_ttl", ttl,
