@@ -540,4 +540,3 @@ func podReady(p *corev1.Pod) bool {
 	}
 	return false
 }
-
