@@ -22,6 +22,10 @@ func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (str
 	if rec.ContextID != "" {
 		return "", unsupported("execution contexts")
 	}
+	if rec.Stdin {
+		// Its input could never arrive: SendStdin is not served here.
+		return "", unsupported("stdin and terminals for commands")
+	}
 	p, err := m.live(ctx, req.SandboxID)
 	if err != nil {
 		return "", err
