@@ -137,7 +137,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		Client: client, Namespace: k.namespace, Image: mc.Image, RuntimeClass: k.runtimeClass,
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)), IODiskBytes: mc.IODiskBytes,
-		IdleTTL: mc.IdleTTL, MaxIdleTTL: mc.MaxIdleTTL, DefaultLimits: mc.DefaultLimits, MaxLimits: mc.MaxLimits,
+		IdleTTL: mc.IdleTTL, MaxLifetime: mc.MaxLifetime, MaxIdleTTL: mc.MaxIdleTTL, DefaultLimits: mc.DefaultLimits, MaxLimits: mc.MaxLimits,
 		DefaultTimeout: mc.DefaultTimeout, MaxTimeout: mc.MaxTimeout, MaxCodeBytes: mc.MaxCodeBytes,
 		MaxUploadBytes: mc.MaxUploadBytes, MaxSandboxes: mc.MaxSandboxes, MaxSandboxesPerTenant: mc.MaxSandboxesPerTenant,
 		WarmPool: mc.WarmPool, Identity: id, LeaseDuration: k.leaderLease, Logger: log,

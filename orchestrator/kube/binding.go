@@ -60,34 +60,19 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.
 		var replacedID, replacedReason string
 		if lease != nil {
 			id := ptr.Deref(lease.Spec.HolderIdentity, "")
-			p, err := m.pod(ctx, id)
+			cur, err := m.currentSandbox(ctx, id)
 			if err != nil {
 				return orchestrator.AcquireResult{}, err
 			}
-			if p != nil {
-				gone, dead, reason, _ := podState(p)
-				if !gone && !dead {
-					p, err = m.awaitReady(ctx, p)
-					if err == nil {
-						m.touch(id, p)
-						return orchestrator.AcquireResult{Sandbox: m.sandboxOf(p)}, nil
-					}
-					if orchestrator.ClassOf(err) != orchestrator.ErrFailedPrecondition {
-						return orchestrator.AcquireResult{}, err
-					}
-					q, _ := m.pod(ctx, id)
-					if q != nil {
-						p = q
-					}
-					_, _, reason, _ = podState(p)
-				}
-				replacedID, replacedReason = id, reason
-				if gone {
-					replacedReason = "it was deleted"
-				}
-			} else {
-				replacedID, replacedReason = id, "its pod no longer exists"
+			switch {
+			case cur.pod != nil:
+				m.touch(id, cur.pod)
+				return orchestrator.AcquireResult{Sandbox: m.sandboxOf(cur.pod)}, nil
+			case cur.dead:
+				replacedID, replacedReason = id, cur.reason
 			}
+			// Otherwise sandboxd removed it (expiry, DeleteSandbox): a new
+			// sandbox, with nothing to report, as under Docker.
 		}
 		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, r)
 		if err != nil {
@@ -120,6 +105,45 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.
 		return orchestrator.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
 	}
 	return orchestrator.AcquireResult{}, orchestrator.Errorf(orchestrator.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)
+}
+
+// current is what became of a user's bound sandbox: alive and ready
+// (pod), dead (with the reason), or neither (removed by sandboxd: a Pod
+// deleted behind its back keeps its finalizer, so a missing Pod is one
+// sandboxd removed).
+type current struct {
+	pod    *corev1.Pod
+	dead   bool
+	reason string
+}
+
+// currentSandbox looks at sandbox id, waiting while it starts.
+func (m *Manager) currentSandbox(ctx context.Context, id string) (current, error) {
+	p, err := m.pod(ctx, id)
+	if err != nil || p == nil {
+		return current{}, err
+	}
+	gone, dead, reason, _ := podState(p)
+	switch {
+	case gone:
+		return current{}, nil
+	case dead:
+		return current{dead: true, reason: reason}, nil
+	}
+	ready, err := m.awaitReady(ctx, p)
+	switch orchestrator.ClassOf(err) {
+	case nil:
+		return current{pod: ready}, nil
+	case orchestrator.ErrNotFound:
+		return current{}, nil
+	case orchestrator.ErrFailedPrecondition: // it died while starting
+		if q, _ := m.pod(ctx, id); q != nil {
+			p = q
+		}
+		_, _, reason, _ = podState(p)
+		return current{dead: true, reason: reason}, nil
+	}
+	return current{}, err
 }
 
 // currentBinding reads the user's binding from the cache, or from the API

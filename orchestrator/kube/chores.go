@@ -80,6 +80,13 @@ func (m *Manager) expire(ctx context.Context) {
 		}
 		ttl := m.idleTTLOf(p)
 		deadline := m.lastActive(p).Add(ttl + m.expiryGrace(p))
+		if m.cfg.MaxLifetime > 0 {
+			if created := parseTime(p.Annotations[annCreatedAt]); !created.IsZero() && now.After(created.Add(m.cfg.MaxLifetime)) {
+				m.log.Info("sandbox reached its maximum lifetime", "sandbox_id", p.Labels[labelSandboxID], "max_lifetime", m.cfg.MaxLifetime)
+				m.removePod(ctx, p, "maximum lifetime reached")
+				continue
+			}
+		}
 		if now.Before(deadline) {
 			continue
 		}

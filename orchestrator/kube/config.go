@@ -45,6 +45,7 @@ type Config struct {
 	IODiskBytes int64
 
 	IdleTTL               time.Duration
+	MaxLifetime           time.Duration // 0: none
 	MaxIdleTTL            time.Duration
 	DefaultLimits         orchestrator.Limits
 	MaxLimits             orchestrator.Limits

@@ -120,8 +120,16 @@ func (m *Manager) watchWhileFollowing(ctx context.Context, id string, cancel con
 	defer tick.Stop()
 	for {
 		ch := m.changed()
-		p, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id))
+		// The cache may not have a Pod another replica just created: the
+		// API server is asked then.
+		p, err := m.pod(ctx, id)
 		if err != nil {
+			if ctx.Err() == nil {
+				cancel(err)
+			}
+			return
+		}
+		if p == nil {
 			cancel(orchestrator.Errorf(orchestrator.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
 			return
 		}

@@ -114,6 +114,11 @@ func (m *Manager) sandboxOf(p *corev1.Pod) orchestrator.Sandbox {
 		sb.CreatedAt = p.CreationTimestamp.Time
 	}
 	sb.ExpiresAt = sb.LastActiveAt.Add(sb.IdleTimeout)
+	if m.cfg.MaxLifetime > 0 {
+		if end := sb.CreatedAt.Add(m.cfg.MaxLifetime); end.Before(sb.ExpiresAt) {
+			sb.ExpiresAt = end
+		}
+	}
 	_ = json.Unmarshal([]byte(p.Annotations[annLimits]), &sb.Limits)
 	if s := p.Annotations[annMetadata]; s != "" {
 		_ = json.Unmarshal([]byte(s), &sb.Metadata)
