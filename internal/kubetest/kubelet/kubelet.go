@@ -15,10 +15,19 @@
 // memory.oom.group semantics: the whole container dies) and graceful
 // deletion behave as the kubelet's do, and the Pod's status says so.
 //
+// Tests reach a Pod at podIP:port for its declared containerPorts only,
+// from the host only (Pods reach each other through their bridge
+// addresses, if at all). Helpers let them act on it as a node would:
+// Kubelet.KillContainer (a crash, or an OOM kill, deterministically) and
+// Kubelet.Evict; Kubelet.PodIP and Kubelet.ContainerID find its parts.
+//
 // What it leaves out: exec probes (they pass), liveness probes, image pull
-// policies (a missing image is pulled once), Services, and networking
-// between Pods (a Pod IP is reachable from the host only; Pods reach each
-// other through their bridge addresses, if at all).
+// policies (a missing image is pulled once), Services, resources and
+// taints in scheduling, emptyDir sizeLimit (not enforced) and sharing of
+// a medium Memory emptyDir between containers (each container mounts its
+// own tmpfs). A RuntimeClass's handler runs the containers, not the pause
+// container: a runtime that brings its own network (runsc with
+// --network=none) cuts the Pod off from its IP.
 //
 // This package is test-only; production code must not import it.
 package kubelet
@@ -112,6 +121,7 @@ type Kubelet struct {
 	log      *slog.Logger
 	instance string
 	ips      *ipAllocator
+	ncpu     int // the Docker machine's CPUs
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -360,6 +370,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet: docker info: %w", err)
 	}
+	k.ncpu = max(info.NCPU, 1)
 	lbls := map[string]string{
 		"kubernetes.io/hostname": k.cfg.NodeName,
 		"kubernetes.io/os":       "linux",
@@ -384,7 +395,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 	}
 	now := metav1.Now()
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(k.ncpu), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(info.MemTotal, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
 	}
