@@ -416,6 +416,11 @@ func (w *podWorker) setup(ctx context.Context, pod *corev1.Pod) error {
 	}
 	ins, err := w.k.docker.ContainerInspect(ctx, w.pauseID)
 	if err != nil {
+		// Without its bridge address the Pod cannot be probed: start
+		// over.
+		w.remove(w.pauseID)
+		w.k.ips.free(w.ip)
+		w.pauseID, w.ip = "", netip.Addr{}
 		return fmt.Errorf("inspect pause: %w", err)
 	}
 	if n := ins.NetworkSettings; n != nil && n.Networks["bridge"] != nil {
