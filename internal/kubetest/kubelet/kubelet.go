@@ -52,6 +52,7 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -76,6 +77,10 @@ const (
 	LabelPodName   = "sandboxd.test.kubelet.pod-name"
 	LabelContainer = "sandboxd.test.kubelet.container"
 	LabelRole      = "sandboxd.test.kubelet.role" // pause, init, sidecar or main
+	// LabelPID is the kubelet's process: Start removes the containers
+	// of kubelets whose process is gone (a test binary killed before its
+	// cleanup), which would otherwise hold their Pod IPs' ports.
+	LabelPID = "sandboxd.test.kubelet.pid"
 )
 
 // DefaultNodeName is the Node a kubelet registers when Config.NodeName is
@@ -188,6 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Kubelet, error) {
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 
+	k.removeOrphans(ctx)
 	if err := k.registerNode(ctx); err != nil {
 		k.Stop()
 		return nil, err
@@ -361,6 +367,29 @@ func (k *Kubelet) worker(ns, name string) *podWorker {
 		}
 	}
 	return nil
+}
+
+// removeOrphans removes the containers of test kubelets whose process no
+// longer exists on this machine.
+func (k *Kubelet) removeOrphans(ctx context.Context) {
+	list, err := k.docker.ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelPID)),
+	})
+	if err != nil {
+		k.log.Warn("listing orphaned containers", "err", err)
+		return
+	}
+	for _, c := range list {
+		pid, err := strconv.Atoi(c.Labels[LabelPID])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		k.log.Info("removing the container of a kubelet that is gone", "name", c.Names, "pid", pid)
+		if err := k.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+			k.log.Warn("removing orphaned container", "id", c.ID, "err", err)
+		}
+	}
 }
 
 // registerNode creates (or takes over) the Node, Ready, without the

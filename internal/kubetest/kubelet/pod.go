@@ -358,6 +358,7 @@ func (w *podWorker) labels(role, name string) map[string]string {
 		LabelPodName:   w.name,
 		LabelContainer: name,
 		LabelRole:      role,
+		LabelPID:       strconv.Itoa(os.Getpid()),
 	}
 }
 
