@@ -203,7 +203,12 @@ func (w *podWorker) run() {
 // sync moves the Pod one step towards what its spec and state ask for and
 // writes its status.
 func (w *podWorker) sync() {
-	ctx := w.k.ctx
+	// A sync that has begun finishes even if Stop cancels the kubelet's
+	// context: Stop waits for it, then removes every container, including
+	// one whose creation was under way (a cancelled create may still
+	// create it in dockerd, after Stop looked).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.k.ctx), 2*time.Minute)
+	defer cancel()
 	pod, gone := w.current()
 	w.drainEvents(ctx, pod)
 	if gone || pod.DeletionTimestamp != nil {
