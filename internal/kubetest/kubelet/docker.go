@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,8 +139,8 @@ func (w *podWorker) containerConfig(pod *corev1.Pod, c *ctr, env []string, vals 
 		hc.MemorySwap = q.Value()
 	}
 	if q, ok := spec.Resources.Limits[corev1.ResourceCPU]; ok {
-		// Docker refuses more CPUs than the machine has.
-		hc.NanoCPUs = min(q.MilliValue()*1_000_000, int64(runtime.NumCPU())*1_000_000_000)
+		// Docker refuses more CPUs than its machine has.
+		hc.NanoCPUs = min(q.MilliValue()*1_000_000, int64(w.k.ncpu)*1_000_000_000)
 	}
 
 	for _, m := range spec.VolumeMounts {

@@ -15,10 +15,19 @@
 // memory.oom.group semantics: the whole container dies) and graceful
 // deletion behave as the kubelet's do, and the Pod's status says so.
 //
+// Tests reach a Pod at podIP:port for its declared containerPorts only,
+// from the host only (Pods reach each other through their bridge
+// addresses, if at all). Helpers let them act on it as a node would:
+// Kubelet.KillContainer (a crash, or an OOM kill, deterministically) and
+// Kubelet.Evict; Kubelet.PodIP and Kubelet.ContainerID find its parts.
+//
 // What it leaves out: exec probes (they pass), liveness probes, image pull
-// policies (a missing image is pulled once), Services, and networking
-// between Pods (a Pod IP is reachable from the host only; Pods reach each
-// other through their bridge addresses, if at all).
+// policies (a missing image is pulled once), Services, resources and
+// taints in scheduling, emptyDir sizeLimit (not enforced) and sharing of
+// a medium Memory emptyDir between containers (each container mounts its
+// own tmpfs). A RuntimeClass's handler runs the containers, not the pause
+// container: a runtime that brings its own network (runsc with
+// --network=none) cuts the Pod off from its IP.
 //
 // This package is test-only; production code must not import it.
 package kubelet
@@ -43,6 +52,7 @@ import (
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -67,6 +77,10 @@ const (
 	LabelPodName   = "sandboxd.test.kubelet.pod-name"
 	LabelContainer = "sandboxd.test.kubelet.container"
 	LabelRole      = "sandboxd.test.kubelet.role" // pause, init, sidecar or main
+	// LabelPID is the kubelet's process: Start removes the containers
+	// of kubelets whose process is gone (a test binary killed before its
+	// cleanup), which would otherwise hold their Pod IPs' ports.
+	LabelPID = "sandboxd.test.kubelet.pid"
 )
 
 // DefaultNodeName is the Node a kubelet registers when Config.NodeName is
@@ -112,6 +126,7 @@ type Kubelet struct {
 	log      *slog.Logger
 	instance string
 	ips      *ipAllocator
+	ncpu     int // the Docker machine's CPUs
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -178,6 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Kubelet, error) {
 	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 
+	k.removeOrphans(ctx)
 	if err := k.registerNode(ctx); err != nil {
 		k.Stop()
 		return nil, err
@@ -353,6 +369,29 @@ func (k *Kubelet) worker(ns, name string) *podWorker {
 	return nil
 }
 
+// removeOrphans removes the containers of test kubelets whose process no
+// longer exists on this machine.
+func (k *Kubelet) removeOrphans(ctx context.Context) {
+	list, err := k.docker.ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelPID)),
+	})
+	if err != nil {
+		k.log.Warn("listing orphaned containers", "err", err)
+		return
+	}
+	for _, c := range list {
+		pid, err := strconv.Atoi(c.Labels[LabelPID])
+		if err != nil || pid <= 0 || unix.Kill(pid, 0) != unix.ESRCH {
+			continue
+		}
+		k.log.Info("removing the container of a kubelet that is gone", "name", c.Names, "pid", pid)
+		if err := k.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !client.IsErrNotFound(err) {
+			k.log.Warn("removing orphaned container", "id", c.ID, "err", err)
+		}
+	}
+}
+
 // registerNode creates (or takes over) the Node, Ready, without the
 // not-ready taint the API server's admission puts on a new Node.
 func (k *Kubelet) registerNode(ctx context.Context) error {
@@ -360,6 +399,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kubelet: docker info: %w", err)
 	}
+	k.ncpu = max(info.NCPU, 1)
 	lbls := map[string]string{
 		"kubernetes.io/hostname": k.cfg.NodeName,
 		"kubernetes.io/os":       "linux",
@@ -384,7 +424,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 	}
 	now := metav1.Now()
 	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI),
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(k.ncpu), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(info.MemTotal, resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(110, resource.DecimalSI),
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,6 +94,8 @@ func TestKubelet(t *testing.T) {
 	t.Run("RealOOM", e.testRealOOM)
 	t.Run("Finalizer", e.testFinalizer)
 	t.Run("SidecarRestartAndEviction", e.testSidecarAndEviction)
+	// Last: it stops the kubelet.
+	t.Run("StopRemovesContainers", e.testStop)
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -337,9 +340,14 @@ func (e *env) testNeverRestart(t *testing.T) {
 func (e *env) testInitOrder(t *testing.T) {
 	grace := int64(1)
 	mount := []corev1.VolumeMount{{Name: "w", MountPath: "/w"}}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: "kubelet-test-runc"}, Handler: "runc"}
+	if _, err := e.cs.NodeV1().RuntimeClasses().Create(t.Context(), rc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "inits", Namespace: ns},
 		Spec: corev1.PodSpec{
+			RuntimeClassName:              &rc.Name,
 			RestartPolicy:                 corev1.RestartPolicyOnFailure,
 			TerminationGracePeriodSeconds: &grace,
 			Volumes:                       []corev1.Volume{{Name: "w", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
@@ -364,6 +372,13 @@ func (e *env) testInitOrder(t *testing.T) {
 		if s == nil || s.State.Terminated == nil || s.State.Terminated.Reason != "Completed" || !s.Ready {
 			t.Errorf("init container %s: %+v, want terminated Completed and ready", name, s)
 		}
+	}
+	ins, err := e.docker.ContainerInspect(t.Context(), e.k.ContainerID(ns, "inits", "main"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins.HostConfig.Runtime != "runc" {
+		t.Errorf("main container's runtime %q, want the RuntimeClass's handler runc", ins.HostConfig.Runtime)
 	}
 	if err := e.cs.CoreV1().Pods(ns).Delete(t.Context(), "inits", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -478,6 +493,21 @@ func (e *env) testSidecarAndEviction(t *testing.T) {
 	// after.
 	e.waitGone(t, "sbx-ev")
 	e.waitCleaned(t, created)
+}
+
+// testStop: Stop removes the containers of the Pods still running, and a
+// second Stop is harmless.
+func (e *env) testStop(t *testing.T) {
+	created, err := e.cs.CoreV1().Pods(ns).Create(t.Context(), e.sandboxPod("sbx-stop"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.waitPod(t, "sbx-stop", "Running and Ready", func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && podCondition(p, corev1.PodReady)
+	})
+	e.k.Stop()
+	e.checkCleaned(t, created)
+	e.k.Stop()
 }
 
 // waitStarted waits until the sandbox container of sandboxPod wrote

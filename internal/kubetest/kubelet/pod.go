@@ -203,7 +203,12 @@ func (w *podWorker) run() {
 // sync moves the Pod one step towards what its spec and state ask for and
 // writes its status.
 func (w *podWorker) sync() {
-	ctx := w.k.ctx
+	// A sync that has begun finishes even if Stop cancels the kubelet's
+	// context: Stop waits for it, then removes every container, including
+	// one whose creation was under way (a cancelled create may still
+	// create it in dockerd, after Stop looked).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.k.ctx), 2*time.Minute)
+	defer cancel()
 	pod, gone := w.current()
 	w.drainEvents(ctx, pod)
 	if gone || pod.DeletionTimestamp != nil {
@@ -358,6 +363,7 @@ func (w *podWorker) labels(role, name string) map[string]string {
 		LabelPodName:   w.name,
 		LabelContainer: name,
 		LabelRole:      role,
+		LabelPID:       strconv.Itoa(os.Getpid()),
 	}
 }
 
@@ -416,6 +422,11 @@ func (w *podWorker) setup(ctx context.Context, pod *corev1.Pod) error {
 	}
 	ins, err := w.k.docker.ContainerInspect(ctx, w.pauseID)
 	if err != nil {
+		// Without its bridge address the Pod cannot be probed: start
+		// over.
+		w.remove(w.pauseID)
+		w.k.ips.free(w.ip)
+		w.pauseID, w.ip = "", netip.Addr{}
 		return fmt.Errorf("inspect pause: %w", err)
 	}
 	if n := ins.NetworkSettings; n != nil && n.Networks["bridge"] != nil {
