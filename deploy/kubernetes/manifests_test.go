@@ -41,6 +41,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/kube"
 )
 
 const (
@@ -617,52 +618,11 @@ func checkSecrets(t *testing.T, byKey map[string]*unstructured.Unstructured) {
 	}
 }
 
-// sandboxPod is a Pod of the shape the kube Manager creates (the Kubernetes
-// backend's contract), for Pod Security admission.
+// sandboxPod is the Pod the kube Manager creates (a warm-pool sandbox, in
+// this namespace, with the Deployment's image and token Secret), for Pod
+// Security admission.
 func sandboxPod() *corev1.Pod {
-	f, t := false, true
-	root, user := int64(0), int64(1000)
-	grace := int64(5)
-	always := corev1.ContainerRestartPolicyAlways
-	mounts := []corev1.VolumeMount{{Name: "io", MountPath: "/io"}, {Name: "workspace", MountPath: "/workspace"}}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "sbx-abcdefghijklmnopqrst", Namespace: namespace, Labels: sandboxPodLabels,
-			Finalizers: []string{"sandboxd.io/report-death"},
-		},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyAlways,
-			AutomountServiceAccountToken:  &f,
-			EnableServiceLinks:            &f,
-			TerminationGracePeriodSeconds: &grace,
-			Volumes: []corev1.Volume{
-				{Name: "io", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "workspace", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-				{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}},
-			},
-			InitContainers: []corev1.Container{{
-				Name: "io", Image: "sandboxd-sandbox:latest", RestartPolicy: &always,
-				Command: []string{"/usr/local/bin/sandbox-iosidecar"},
-				Args:    []string{"--listen=:7070", "--io=/io", "--workspace=/workspace"},
-				Env: []corev1.EnvVar{{Name: "SANDBOXD_IO_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-					LocalObjectReference: corev1.LocalObjectReference{Name: ioTokenSecret}, Key: "token"}}}},
-				Ports: []corev1.ContainerPort{{Name: "io", ContainerPort: sidecarPort}},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser: &root, RunAsNonRoot: &f, ReadOnlyRootFilesystem: &t, AllowPrivilegeEscalation: &f,
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}},
-				},
-				VolumeMounts: mounts,
-			}},
-			Containers: []corev1.Container{{
-				Name: "sandbox", Image: "sandboxd-sandbox:latest",
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser: &user, RunAsGroup: &user, RunAsNonRoot: &t, ReadOnlyRootFilesystem: &t, AllowPrivilegeEscalation: &f,
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-				VolumeMounts: append(mounts, corev1.VolumeMount{Name: "tmp", MountPath: "/tmp"}),
-			}},
-		},
-	}
+	return kube.SamplePod(kube.Config{Namespace: namespace, Image: "sandboxd-sandbox:latest", IOTokenSecret: ioTokenSecret})
 }
 
 func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {

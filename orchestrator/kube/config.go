@@ -89,6 +89,13 @@ func (c *Config) applyDefaults() error {
 	case c.IOTokenSecret == "" || len(c.IOToken) < 16:
 		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "config: the io sidecars' token (at least 16 bytes) and the name of the Secret holding it are required")
 	}
+	c.fillDefaults()
+	return nil
+}
+
+// fillDefaults sets the zero fields to their defaults.
+func (c *Config) fillDefaults() {
+	c.IOTokenSecret = cmp.Or(c.IOTokenSecret, "sandboxd-io-token")
 	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
 	c.Image = cmp.Or(c.Image, orchestrator.DefaultImage)
 	c.IOPort = cmp.Or(c.IOPort, DefaultIOPort)
@@ -113,7 +120,6 @@ func (c *Config) applyDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	return nil
 }
 
 // policy is the server's rule for new sandboxes' options. Pids are not

@@ -201,6 +201,15 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 	return pod
 }
 
+// SamplePod returns the Pod a warm-pool sandbox gets under cfg (its zero
+// fields defaulted) with a fixed sandbox ID: the exact spec sandboxd
+// creates, for checking it against a cluster's admission policies before
+// deploying (deploy/kubernetes's test does, against Pod Security).
+func SamplePod(cfg Config) *corev1.Pod {
+	cfg.fillDefaults()
+	return buildPod(&cfg, podSpec{id: "sb-aaaaaaaaaaaaaaaaaaaa", pool: true, limits: cfg.DefaultLimits})
+}
+
 // ownerAnnotations are the annotations of a sandbox given to a user (at
 // creation, or when claimed from the pool).
 func ownerAnnotations(s podSpec) map[string]string {
