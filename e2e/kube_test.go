@@ -338,8 +338,8 @@ func kubeKillReplica(t *testing.T, k *kubeEnv) {
 	}
 }
 
-// A Pod deleted behind sandboxd's back and one whose sandbox container was
-// OOM-killed make their sandboxes DEAD with the reason, and the user's next
+// A Pod deleted behind sandboxd's back, one evicted and one whose sandbox
+// container was OOM-killed make their sandboxes DEAD with the reason, and the user's next
 // acquire names the replaced sandbox.
 func kubeDeadPods(t *testing.T, k *kubeEnv) {
 	ctx := e2eCtx(t)
@@ -351,6 +351,11 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 	}{
 		{"deleted-user", "deleted outside sandboxd", func(t *testing.T, p *corev1.Pod) {
 			if err := k.cs.CoreV1().Pods(kubeNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"evicted-user", "evicted: The node was low on resource: ephemeral-storage.", func(t *testing.T, p *corev1.Pod) {
+			if err := k.kl.Evict(kubeNamespace, p.Name, "The node was low on resource: ephemeral-storage."); err != nil {
 				t.Fatal(err)
 			}
 		}},
