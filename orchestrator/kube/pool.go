@@ -24,27 +24,49 @@ import (
 // claim takes a ready pool Pod for the user of s, or returns nil when the
 // pool has none to give.
 func (m *Manager) claim(ctx context.Context, s podSpec) *corev1.Pod {
+	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	for _, p := range m.readyPool() {
-		q := p.DeepCopy()
-		q.Labels[labelPool] = "false"
-		q.Labels[labelUser] = userHash(s.tenant, s.userID)
-		if q.Annotations == nil {
-			q.Annotations = map[string]string{}
-		}
-		maps.Copy(q.Annotations, ownerAnnotations(s))
-		got, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Update(ctx, q, metav1.UpdateOptions{})
-		switch {
-		case err == nil:
-			m.log.Debug("warm-pool sandbox claimed", "sandbox_id", got.Labels[labelSandboxID])
-			return got
-		case apierrors.IsConflict(err), apierrors.IsNotFound(err):
-			continue // another replica got it first
-		default:
-			m.log.Warn("claiming a warm-pool pod", "pod", p.Name, "error", err)
-			return nil
+		// A Conflict means the Pod changed since the cache saw it: claimed
+		// by another replica (then it is no longer in the pool), or only
+		// its status updated (then it still is, and the claim is retried
+		// on the fresh copy).
+		for attempt := 0; p != nil && attempt < 3; attempt++ {
+			q := p.DeepCopy()
+			q.Labels[labelPool] = "false"
+			q.Labels[labelUser] = userHash(s.tenant, s.userID)
+			if q.Annotations == nil {
+				q.Annotations = map[string]string{}
+			}
+			maps.Copy(q.Annotations, ownerAnnotations(s))
+			got, err := pods.Update(ctx, q, metav1.UpdateOptions{})
+			switch {
+			case err == nil:
+				m.log.Debug("warm-pool sandbox claimed", "sandbox_id", got.Labels[labelSandboxID])
+				return got
+			case apierrors.IsConflict(err):
+				p = m.stillPooled(ctx, p.Name)
+			case apierrors.IsNotFound(err):
+				p = nil
+			default:
+				m.log.Warn("claiming a warm-pool pod", "pod", p.Name, "error", err)
+				return nil
+			}
 		}
 	}
 	return nil
+}
+
+// stillPooled reads Pod name back from the API server and returns it if it
+// is still a ready, unclaimed pool Pod.
+func (m *Manager) stillPooled(ctx context.Context, name string) *corev1.Pod {
+	p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || p.Labels[labelPool] != "true" {
+		return nil
+	}
+	if gone, dead, _, ready := podState(p); gone || dead || !ready {
+		return nil
+	}
+	return p
 }
 
 // readyPool lists the pool's ready Pods, oldest first.
