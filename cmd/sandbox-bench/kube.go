@@ -283,7 +283,7 @@ func (b *bench) kubeNoPool(ctx context.Context, k *kubeEnv, a, r2 *replica) erro
 	}
 	var warmTarget *target
 	if dp50 := b.warmP50; !math.IsNaN(dp50) {
-		warmTarget = atMost(dp50+1, "< 1 ms over the Docker backend's")
+		warmTarget = atMost(dp50+1, "≤ the Docker backend's + 1 ms")
 	}
 	hop := ""
 	if !math.IsNaN(b.warmP50) {
