@@ -11,6 +11,12 @@
 // and a local Jupyter kernel when Debian's python3-ipykernel and
 // python3-jupyter-client are installed.
 //
+// The Kubernetes backend is measured in the same run (unless --kube=false):
+// two sandboxd replicas with --backend kubernetes on a local API server
+// (envtest's binaries, `make envtest-assets`) whose Pods the test kubelet
+// runs on this machine's Docker engine; its rows are compared with the
+// Docker backend's.
+//
 // Every size is a flag, so CI can smoke-run it in seconds:
 //
 //	sandbox-bench --iterations 5 --users 2 --idle-sandboxes 2 --reattach 2 --stream-mb 1
@@ -49,13 +55,14 @@ type Sizes struct {
 	MemoryBudgetBytes int64         `json:"memory_budget_bytes"`
 	Reattach          int           `json:"reattach"`
 	StreamMB          int           `json:"stream_mb"`
-	Hibernated        int           `json:"hibernated"` // hibernated sandboxes sandboxd holds for its RSS and list figures
+	Hibernated        int           `json:"hibernated"`    // hibernated sandboxes sandboxd holds for its RSS and list figures
+	KubeAcquires      int           `json:"kube_acquires"` // concurrent new users of the kubernetes acquire figure
 }
 
 func (s Sizes) String() string {
-	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d",
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d",
 		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
-		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated)
+		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated, s.KubeAcquires)
 }
 
 // config is the parsed command line.
@@ -68,6 +75,7 @@ type config struct {
 	runtime       string
 	jupyterPython string
 	format        string // table, json or markdown
+	kube          bool   // measure the Kubernetes backend too (kube.go)
 }
 
 func parseConfig(args []string, out io.Writer) (config, error) {
@@ -95,6 +103,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.Reattach, "reattach", 100, "live sandboxes a restarted sandboxd reattaches")
 	fs.IntVar(&c.StreamMB, "stream-mb", 100, "megabytes (10^6 bytes) of output streamed by one command")
 	fs.IntVar(&c.Hibernated, "hibernated", 20, "hibernated sandboxes sandboxd holds while its RSS and ListSandboxes are measured")
+	fs.BoolVar(&c.kube, "kube", true, "also measure the Kubernetes backend: sandboxd replicas on a local API server (make envtest-assets) and the test kubelet")
+	fs.IntVar(&c.KubeAcquires, "kube-acquires", 100, "new users acquiring at once through two kubernetes replicas")
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&asMarkdown, "markdown", false, "print a Markdown table (as in BENCHMARKS.md)")
 	if err := fs.Parse(args); err != nil {
@@ -122,7 +132,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		name string
 		n    int
 	}{{"iterations", c.Iterations}, {"peer-iterations", c.PeerIterations}, {"cold", c.Cold}, {"users", c.Users},
-		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}} {
+		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}, {"kube-acquires", c.KubeAcquires}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", v.name)
 		}

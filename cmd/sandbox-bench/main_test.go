@@ -8,10 +8,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/kubetest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
@@ -42,15 +45,38 @@ func needDocker(t *testing.T) string {
 	return image
 }
 
+// haveAPIServer reports whether the Kubernetes rows can be measured: the
+// envtest binaries are there. Without them the smoke run passes --kube=false
+// (under CI=true it fails instead, as internal/testenv's rule says).
+func haveAPIServer(t *testing.T) bool {
+	t.Helper()
+	dir := kubetest.AssetsDir()
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			if testenv.InCI() {
+				t.Fatalf("CI=true and the envtest binary %s is missing (make envtest-assets)", filepath.Join(dir, name))
+			}
+			t.Logf("the envtest binary %s is missing (make envtest-assets): the kubernetes rows are not measured", filepath.Join(dir, name))
+			return false
+		}
+	}
+	return true
+}
+
 // TestSmoke runs the whole benchmark with tiny sizes against the real
 // sandboxd, Docker and image, as CI does: it must complete and report every
 // figure in every format. Timings are not checked; that is what the
 // benchmark is for.
 func TestSmoke(t *testing.T) {
 	image := needDocker(t)
-	cfg, err := parseConfig([]string{"--image", image, "--iterations", "5", "--warmup", "1", "--peer-iterations", "1",
+	args := []string{"--image", image, "--iterations", "5", "--warmup", "1", "--peer-iterations", "1",
 		"--cold", "1", "--warm-pool", "1", "--pool-acquisitions", "1", "--users", "2", "--duration", "300ms",
-		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1"}, io.Discard)
+		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1", "--kube-acquires", "3"}
+	kube := haveAPIServer(t)
+	if !kube {
+		args = append(args, "--kube=false")
+	}
+	cfg, err := parseConfig(args, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +110,28 @@ func TestSmoke(t *testing.T) {
 	if r := find(rep, mWarmP50.key); r != nil && r.PeerValue == nil {
 		t.Errorf("the docker exec peer was not measured: %s", r.Note)
 	}
+	if kube {
+		for _, m := range kubeMetrics {
+			if r := find(rep, m.key); r == nil || r.Value == nil {
+				t.Errorf("kubernetes row %s was not measured: %+v", m.key, r)
+			}
+		}
+		// The kubernetes rows are compared with the Docker backend's.
+		for _, k := range []string{mKubeWarmP50.key, mKubeWarmP99.key, mKubeCold.key, mKubePool.key} {
+			if r := find(rep, k); r != nil && r.PeerValue == nil {
+				t.Errorf("kubernetes row %s has no figure to compare with: %+v", k, r)
+			}
+		}
+		if r := find(rep, mKubeAcquire.key); r != nil && !strings.Contains(r.Metric, "3 new users") {
+			t.Errorf("the acquire row does not say how many users: %q", r.Metric)
+		}
+	} else {
+		for _, m := range kubeMetrics {
+			if r := find(rep, m.key); r == nil || r.Value != nil || !strings.Contains(r.Note, "--kube=false") {
+				t.Errorf("with --kube=false, row %s is %+v; want not measured, saying why", m.key, r)
+			}
+		}
+	}
 
 	var table, md, js bytes.Buffer
 	if err := rep.WriteTable(&table); err != nil {
@@ -107,15 +155,6 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("JSON output does not decode to the report: %v\n%s", err, js.String())
 	}
 	t.Logf("\n%s", table.String())
-}
-
-func find(rep *Report, key string) *Row {
-	for i := range rep.Rows {
-		if rep.Rows[i].Key == key {
-			return &rep.Rows[i]
-		}
-	}
-	return nil
 }
 
 // TestPercentileNearestRank pins the percentile definition the table uses:

@@ -36,6 +36,16 @@ var (
 	mReattachGet   = metric{"reattach_first_get", "restart to first successful GetSandbox", "ms", true, "faster", "slower"}
 	mStream        = metric{"stream_throughput", "streamed output of one command", "MB/s", false, "faster", "slower"}
 	mStreamRSS     = metric{"stream_peak_rss", "sandboxd peak RSS while streaming", "MiB", true, "less", "more"}
+
+	// The Kubernetes backend (kube.go): sandboxd replicas with
+	// --backend kubernetes, compared with the Docker backend's figures of
+	// the same run.
+	mKubeWarmP50 = metric{"kube_warm_p50", "kubernetes: warm exec round trip p50 (x * 2, with state)", "ms", true, "faster", "slower"}
+	mKubeWarmP99 = metric{"kube_warm_p99", "kubernetes: warm exec round trip p99", "ms", true, "faster", "slower"}
+	mKubeCold    = metric{"kube_cold_first_result", "kubernetes: new user's first result, no pool (p50)", "ms", true, "faster", "slower"}
+	mKubePool    = metric{"kube_pool_first_result", "kubernetes: new user's first result, warm pool (p50)", "ms", true, "faster", "slower"}
+	// Its name gets the number of users (--kube-acquires).
+	mKubeAcquire = metric{"kube_acquire_100", "kubernetes: %d new users' AcquireSandbox at once over two replicas (wall time)", "ms", true, "faster", "slower"}
 )
 
 // RowKeys lists every row a complete report has, in order.
@@ -45,6 +55,7 @@ var RowKeys = []string{
 	mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key,
 	mHibSmall.key, mWakeSmall.key, mHibLarge.key, mWakeLarge.key, mSnapLarge.key,
 	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key,
+	mKubeWarmP50.key, mKubeWarmP99.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key,
 }
 
 const mib = 1 << 20
@@ -70,6 +81,9 @@ type bench struct {
 	// Figures later phases compare with.
 	coldP50      float64
 	dockerRunP50 float64
+	warmP50      float64 // the Docker backend's, for the kubernetes rows
+	warmP99      float64
+	poolP50      float64
 	jupyterRSS   int64
 	errs         []error
 }
@@ -77,7 +91,7 @@ type bench struct {
 // run measures everything and returns the report, also when some figure
 // failed (the error then says which).
 func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
-	b := &bench{cfg: cfg, log: progress, runID: randomID(), coldP50: nan, dockerRunP50: nan}
+	b := &bench{cfg: cfg, log: progress, runID: randomID(), coldP50: nan, dockerRunP50: nan, warmP50: nan, warmP99: nan, poolP50: nan}
 	b.rep = &Report{Date: time.Now().UTC(), CPUs: runtime.NumCPU(), Kernel: kernelRelease(), Runtime: cfg.runtime,
 		Image: cfg.image, Sizes: cfg.Sizes, DockerVersion: dockerVersion(ctx)}
 	tmp, err := os.MkdirTemp("", "sandbox-bench-")
@@ -105,6 +119,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 	b.phase(ctx, "streaming", b.stream)
 	b.phase(ctx, "warm pool", b.warmPool)
 	b.phase(ctx, "hibernation", b.hibernation)
+	b.phase(ctx, "kubernetes", b.kubernetes)
 	b.sortRows()
 	return b.rep, errors.Join(append(b.errs, ctx.Err())...)
 }

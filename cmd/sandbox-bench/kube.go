@@ -1,0 +1,475 @@
+package main
+
+// The Kubernetes backend's figures: sandboxd replicas with --backend
+// kubernetes, measured in the same run as the Docker backend and compared
+// with its figures.
+//
+// There is no cluster here, so the bench (a developer tool, not production
+// code) stands up what the end-to-end tests use (e2e/kube_test.go): a real
+// API server (envtest's kube-apiserver and etcd, internal/kubetest) and the
+// test kubelet (internal/kubetest/kubelet), which runs the Pods on this
+// machine's Docker engine. The figures are therefore those of sandboxd and
+// the io sidecar hop on one machine, not of a real kubelet, container
+// runtime and CNI: a Pod's start here is a few `docker run`s, and sandboxd
+// reaches the sidecar over the loopback interface.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/sandboxd/sandboxd/internal/kubetest"
+	"github.com/sandboxd/sandboxd/internal/kubetest/kubelet"
+	"github.com/sandboxd/sandboxd/ioproto"
+)
+
+// kubeMetrics are the rows of the kubernetes phase.
+var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeCold, mKubePool, mKubeAcquire}
+
+// Labels and annotation of the sandbox Pods the bench reads (the kube
+// backend's, orchestrator/kube/pod.go).
+const (
+	kubeLabelPool      = "sandboxd.io/pool"
+	kubeLabelSandboxID = "sandboxd.io/sandbox-id"
+	kubeLabelManaged   = "app.kubernetes.io/managed-by=sandboxd"
+	kubeAnnDeleting    = "sandboxd.io/deleting"
+)
+
+// kubeEnv is a running API server with a test kubelet, and what replicas
+// need to use it.
+type kubeEnv struct {
+	cs         kubernetes.Interface
+	kl         *kubelet.Kubelet
+	stopAPI    func() error
+	dir        string
+	kubeletDir string // the kubelet's state: <dir>/<pod UID>/<volume>
+	kubeconfig string
+	tokenFile  string
+	namespace  string
+	runtime    string // RuntimeClass for --runtime, or ""
+}
+
+// kubernetes measures the Kubernetes backend. Whatever fails, every
+// kubernetes row is in the report, with the reason when it is not
+// measured, and nothing the phase started is left running.
+func (b *bench) kubernetes(ctx context.Context) (err error) {
+	defer func() {
+		reason := "not measured"
+		if err != nil {
+			reason = "not measured: " + err.Error()
+		}
+		b.kubeUnmeasured(reason)
+	}()
+	switch {
+	case !b.cfg.kube:
+		b.kubeUnmeasured("not measured: --kube=false")
+		return nil
+	case b.d == nil:
+		b.kubeUnmeasured("not measured: needs a self-started sandboxd (no --addr) to start replicas with --backend kubernetes")
+		return nil
+	}
+	dir := kubetest.AssetsDir()
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			return fmt.Errorf("the envtest binary %s is missing: run make envtest-assets (or set KUBEBUILDER_ASSETS)", filepath.Join(dir, name))
+		}
+	}
+	b.progress("starting the API server and the test kubelet")
+	k, err := b.startKube(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.stopKube(k)) }()
+
+	b.progress("kubernetes: two replicas, no pool")
+	a, err := b.replica(ctx, k, "bench-a")
+	if err != nil {
+		return err
+	}
+	r2, err := b.replica(ctx, k, "bench-b")
+	if err != nil {
+		a.stop()
+		return err
+	}
+	err = b.kubeNoPool(ctx, k, a, r2)
+	err = errors.Join(err, a.stop(), r2.stop())
+	if err != nil {
+		return err
+	}
+	if b.cfg.WarmPool == 0 {
+		b.rep.add(row(mKubePool, nan, "", nan, nil, "not measured: --warm-pool 0"))
+		return nil
+	}
+	b.progress("kubernetes: two replicas with --warm-pool %d", b.cfg.WarmPool)
+	pool := []string{"--warm-pool", fmt.Sprint(b.cfg.WarmPool)}
+	pa, err := b.replica(ctx, k, "bench-pool-a", pool...)
+	if err != nil {
+		return err
+	}
+	pb, err := b.replica(ctx, k, "bench-pool-b", pool...)
+	if err != nil {
+		pa.stop()
+		return err
+	}
+	err = b.kubePool(ctx, k, pa)
+	return errors.Join(err, pa.stop(), pb.stop())
+}
+
+// kubeUnmeasured adds the kubernetes rows the report lacks, with note.
+func (b *bench) kubeUnmeasured(note string) {
+	for _, m := range kubeMetrics {
+		if find(b.rep, m.key) == nil {
+			if m == mKubeAcquire {
+				m.name = fmt.Sprintf(m.name, b.cfg.KubeAcquires)
+			}
+			b.rep.add(row(m, nan, "", nan, nil, note))
+		}
+	}
+}
+
+// find returns the report's row with key, or nil.
+func find(rep *Report, key string) *Row {
+	for i := range rep.Rows {
+		if rep.Rows[i].Key == key {
+			return &rep.Rows[i]
+		}
+	}
+	return nil
+}
+
+// startKube starts the API server (binaries in dir) and the test kubelet,
+// and creates the namespace and the io sidecars' token Secret, as
+// e2e/kube_test.go does.
+func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
+	rc, stopAPI, err := kubetest.StartAt(dir)
+	if err != nil {
+		return nil, err
+	}
+	k := &kubeEnv{stopAPI: stopAPI, dir: filepath.Join(b.tmp, "kube"), namespace: "sandbox-bench-" + b.runID}
+	k.kubeletDir = filepath.Join(k.dir, "kubelet")
+	k.kubeconfig = filepath.Join(k.dir, "kubeconfig")
+	k.tokenFile = filepath.Join(k.dir, "io-token")
+	fail := func(err error) (*kubeEnv, error) { return nil, errors.Join(err, b.stopKube(k)) }
+	if err := os.MkdirAll(k.dir, 0o700); err != nil {
+		return fail(err)
+	}
+	if k.cs, err = kubernetes.NewForConfig(rc); err != nil {
+		return fail(err)
+	}
+	if err := kubetest.WriteKubeconfig(rc, k.kubeconfig); err != nil {
+		return fail(err)
+	}
+	token := "sandbox-bench-io-token-" + b.runID + "-" + randomID() + randomID()
+	if err := os.WriteFile(k.tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return fail(err)
+	}
+	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.namespace}}, metav1.CreateOptions{}); err != nil {
+		return fail(fmt.Errorf("create namespace %s: %w", k.namespace, err))
+	}
+	if _, err := k.cs.CoreV1().Secrets(k.namespace).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-io-token"},
+		StringData: map[string]string{"token": token},
+	}, metav1.CreateOptions{}); err != nil {
+		return fail(fmt.Errorf("create the io token secret: %w", err))
+	}
+	// --runtime (e.g. runsc) becomes a RuntimeClass whose handler the
+	// kubelet passes to Docker, as a cluster's would to its runtime.
+	if rt := b.cfg.runtime; rt != "" {
+		if _, err := k.cs.NodeV1().RuntimeClasses().Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: rt}, Handler: rt}, metav1.CreateOptions{}); err != nil {
+			return fail(fmt.Errorf("create RuntimeClass %s: %w", rt, err))
+		}
+		k.runtime = rt
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if k.kl, err = kubelet.Start(sctx, kubelet.Config{RestConfig: rc, StateDir: k.kubeletDir}); err != nil {
+		return fail(fmt.Errorf("start the test kubelet: %w", err))
+	}
+	return k, nil
+}
+
+// stopKube stops the kubelet, which removes every container it made, and
+// the API server, and checks that no Pod container is left.
+func (b *bench) stopKube(k *kubeEnv) error {
+	var errs []error
+	if k.kl != nil {
+		k.kl.Stop()
+	}
+	if err := k.stopAPI(); err != nil {
+		errs = append(errs, fmt.Errorf("stop the API server: %w", err))
+	}
+	// The safety net: the kubelet's Stop removes its containers, and its
+	// labels name the bench's own namespace.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "label="+kubelet.LabelPodNS+"="+k.namespace).Output()
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list the kubelet's containers: %w", err))...)
+	}
+	if left := strings.Fields(string(out)); len(left) > 0 {
+		errs = append(errs, fmt.Errorf("%d pod containers were left after the kubelet stopped (removed now)", len(left)))
+		if out, err := exec.CommandContext(ctx, "docker", append([]string{"rm", "-f", "-v"}, left...)...).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("docker rm: %v: %s", err, strings.TrimSpace(string(out))))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// replica is one sandboxd replica on k's API server, with a client.
+type replica struct {
+	d *daemon
+	c *client
+}
+
+// replica starts sandboxd replica name, with the Docker backend's defaults
+// otherwise (no --default-cpus etc.), so that the figures compare.
+func (b *bench) replica(ctx context.Context, k *kubeEnv, name string, extra ...string) (*replica, error) {
+	cfg := daemonConfig{binary: b.dcfg.binary, stateDir: filepath.Join(k.dir, "state-"+name), image: b.cfg.image}
+	cfg.extra = append([]string{"--backend", "kubernetes", "--kubeconfig", k.kubeconfig, "--kube-namespace", k.namespace,
+		"--kube-io-token-file", k.tokenFile, "--kube-identity", name, "--kube-leader-lease", "3s"}, extra...)
+	if k.runtime != "" {
+		cfg.extra = append(cfg.extra, "--kube-runtime-class", k.runtime)
+	}
+	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("start replica %s: %w", name, err)
+	}
+	c, err := dial(d.addr, b.runID)
+	if err != nil {
+		d.kill()
+		return nil, err
+	}
+	return &replica{d: d, c: c}, nil
+}
+
+func (r *replica) stop() error {
+	r.c.close()
+	return r.d.stop()
+}
+
+// kubeNoPool measures, through replicas without a warm pool, the warm round
+// trip, a new user's first result and many new users at once; it deletes
+// the sandboxes it made and waits for their Pods to be gone.
+func (b *bench) kubeNoPool(ctx context.Context, k *kubeEnv, a, r2 *replica) error {
+	// Warm: the same commands as the Docker backend's figure.
+	sb, err := a.c.acquire(ctx, b.user("kube-warm"), nil)
+	if err != nil {
+		return err
+	}
+	if _, err := a.c.exec(ctx, sb, "python", "x = 21"); err != nil {
+		return err
+	}
+	var warm latencies
+	for i := range b.cfg.Warmup + b.cfg.Iterations {
+		d, err := a.c.expect(ctx, sb, "x * 2", "42")
+		if err != nil {
+			return err
+		}
+		if i >= b.cfg.Warmup {
+			warm = append(warm, d)
+		}
+	}
+	var warmTarget *target
+	if dp50 := b.warmP50; !math.IsNaN(dp50) {
+		warmTarget = atMost(dp50+1, "≤ the Docker backend's + 1 ms")
+	}
+	hop := ""
+	if !math.IsNaN(b.warmP50) {
+		hop = fmt.Sprintf("; the sidecar hop adds %s ms at p50", fmtNum(ms(warm.percentile(50))-b.warmP50))
+	}
+	b.rep.add(row(mKubeWarmP50, ms(warm.percentile(50)), "Docker backend (same run, p50)", b.warmP50, warmTarget,
+		fmt.Sprintf("over %d round trips through one replica: sandboxd → io sidecar (gRPC over loopback) → /io in the Pod%s", b.cfg.Iterations, hop)))
+	b.rep.add(row(mKubeWarmP99, ms(warm.percentile(99)), "Docker backend (same run, p99)", b.warmP99, nil, ""))
+	if err := a.c.delete(ctx, sb); err != nil {
+		return fmt.Errorf("delete sandbox %s: %w", sb, err)
+	}
+
+	// Cold: a replica without a pool creates a Pod for each new user, as
+	// the Docker figure's sandboxd (no pool) creates a container.
+	var total, acquire latencies
+	for i := range b.cfg.Cold {
+		start := time.Now()
+		sb, err := a.c.acquire(ctx, b.user(fmt.Sprintf("kube-cold-%d", i)), nil)
+		acq := time.Since(start)
+		if err != nil {
+			return err
+		}
+		if _, err := a.c.expect(ctx, sb, "1 + 1", "2"); err != nil {
+			return err
+		}
+		total, acquire = append(total, time.Since(start)), append(acquire, acq)
+		if err := a.c.delete(ctx, sb); err != nil {
+			return fmt.Errorf("delete sandbox %s: %w", sb, err)
+		}
+	}
+	b.rep.add(row(mKubeCold, ms(total.percentile(50)), "Docker backend, no pool (same run, p50)", b.coldP50, nil,
+		fmt.Sprintf("over %d new users; AcquireSandbox alone (create the Pod, wait until it is Ready) p50 %s ms; max %s ms",
+			b.cfg.Cold, fmtNum(ms(acquire.percentile(50))), fmtNum(ms(total.percentile(100))))))
+	if err := waitPodsGone(ctx, k, 2*time.Minute); err != nil {
+		return err
+	}
+
+	// Many new users at once, half through each replica.
+	n := b.cfg.KubeAcquires
+	b.progress("kubernetes: %d new users acquiring at once", n)
+	ids := make([]string, n)
+	calls := make(latencies, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			c := []*client{a.c, r2.c}[i%2]
+			<-gate
+			start := time.Now()
+			ids[i], errs[i] = c.acquire(ctx, b.user(fmt.Sprintf("kube-many-%d", i)), nil)
+			calls[i] = time.Since(start)
+		})
+	}
+	start := time.Now()
+	close(gate)
+	wg.Wait()
+	wall := time.Since(start)
+	var made []string
+	for _, id := range ids {
+		if id != "" {
+			made = append(made, id)
+		}
+	}
+	deleteAll(a.c, made, b.progress)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%d new users acquiring at once: %w", n, err)
+	}
+	m := mKubeAcquire
+	m.name = fmt.Sprintf(m.name, n)
+	b.rep.add(row(m, ms(wall), "", nan, nil, fmt.Sprintf("each AcquireSandbox (a new Pod, Ready) p50 %s ms, p99 %s ms; %d users alternating between two replicas",
+		fmtNum(ms(calls.percentile(50))), fmtNum(ms(calls.percentile(99))), n)))
+	return waitPodsGone(ctx, k, 3*time.Minute)
+}
+
+// kubePool measures a new user's first result from the warm pool through
+// replica a: before each new user it waits until the pool is full again
+// and every pool Pod's Python runs, so each figure is what a user arriving
+// at a steady pool gets. (The kube backend runs no warm-up command in a
+// pool Pod, unlike the Docker backend: its first command pays what the
+// driver's first command costs.)
+func (b *bench) kubePool(ctx context.Context, k *kubeEnv, a *replica) error {
+	var first latencies
+	var claimed []string
+	defer func() { deleteAll(a.c, claimed, b.progress) }()
+	fromPool := 0
+	for i := range b.cfg.PoolAcquisitions {
+		pool, err := waitPool(ctx, k, b.cfg.WarmPool, 3*time.Minute)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		sb, err := a.c.acquire(ctx, b.user(fmt.Sprintf("kube-pool-%d", i)), nil)
+		if err != nil {
+			return err
+		}
+		claimed = append(claimed, sb)
+		if _, err := a.c.expect(ctx, sb, "1 + 1", "2"); err != nil {
+			return err
+		}
+		first = append(first, time.Since(start))
+		if pool[sb] {
+			fromPool++
+		}
+	}
+	note := fmt.Sprintf("replicas with --warm-pool %d, %d new users, each after the pool refilled; %d served from the pool; max %s ms",
+		b.cfg.WarmPool, b.cfg.PoolAcquisitions, fromPool, fmtNum(ms(first.percentile(100))))
+	if !math.IsNaN(b.poolP50) {
+		note += fmt.Sprintf("; the Docker backend's warm-pool figure: %s ms", fmtNum(b.poolP50))
+	}
+	b.rep.add(row(mKubePool, ms(first.percentile(50)), "kubernetes, no pool (same run, p50)", valueOf(b.rep, mKubeCold.key), nil, note))
+	return nil
+}
+
+// waitPool waits until at least n warm-pool Pods are Ready with Python
+// running in their sandbox container (the driver's /io/driver.json, in
+// the kubelet's volume directory, names its kernel) and returns their
+// sandbox IDs.
+func waitPool(ctx context.Context, k *kubeEnv, n int, limit time.Duration) (map[string]bool, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		list, err := k.cs.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: kubeLabelPool + "=true"})
+		if err != nil {
+			return nil, err
+		}
+		ready := map[string]bool{}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil || p.Annotations[kubeAnnDeleting] != "" || !podReady(&p) {
+				continue
+			}
+			var st ioproto.DriverStatus
+			if ioproto.ReadJSONFile(filepath.Join(k.kubeletDir, string(p.UID), "io", ioproto.DriverStatusFile), &st) == nil && st.KernelPID != 0 {
+				ready[p.Labels[kubeLabelSandboxID]] = true
+			}
+		}
+		if len(ready) >= n {
+			return ready, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d warm-pool pods were ready after %v", len(ready), n, limit)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// waitPodsGone waits until the namespace holds no sandbox Pod, so that
+// the next figure does not pay for the teardown of the last one's.
+func waitPodsGone(ctx context.Context, k *kubeEnv, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		list, err := k.cs.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: kubeLabelManaged})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d sandbox pods still exist %v after their sandboxes were deleted", len(list.Items), limit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// podReady reports a Pod's Ready condition.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// valueOf is the value of the report's row key, NaN when not measured.
+func valueOf(rep *Report, key string) float64 {
+	if r := find(rep, key); r != nil && r.Value != nil {
+		return *r.Value
+	}
+	return nan
+}
