@@ -25,7 +25,12 @@ func startDriverIn(t *testing.T, io, ws string) *driverHarness {
 	} else {
 		f.Close()
 	}
-	d, err := New(Config{IODir: io, Workspace: ws, Wake: "inotify",
+	// MaxOutput is the sandbox-driver binary's default. Left at 0, a
+	// command's cap is most of the out budget, so the worst cases of
+	// commands in parallel contexts would not fit together and each new
+	// one would prune the others' finished output before the test read it
+	// (TestContextsParallelAndSeparate failed so in CI).
+	d, err := New(Config{IODir: io, Workspace: ws, Wake: "inotify", MaxOutput: 16 << 20,
 		Logger: slog.New(slog.NewTextHandler(io2testLog{t}, nil))})
 	if err != nil {
 		t.Fatal(err)
