@@ -163,7 +163,7 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 			if f.Tenant != "" && orchestrator.ValidateTenant(f.Tenant) != nil {
 				t.Fatalf("the domain got a malformed tenant filter %q", f.Tenant)
 			}
-			if f.State != "" && f.State != orchestrator.StateRunning && f.State != orchestrator.StateDead {
+			if f.State != "" && f.State != orchestrator.StateRunning && f.State != orchestrator.StateDead && f.State != orchestrator.StateHibernated {
 				t.Fatalf("the domain got an unknown state filter %q", f.State)
 			}
 			return []orchestrator.Sandbox{sb}, nil
