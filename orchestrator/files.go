@@ -185,7 +185,7 @@ func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInf
 
 // fileInfo converts host file metadata; rel is relative to the workspace.
 func fileInfo(rel string, st fs.FileInfo) FileInfo {
-	fi := FileInfo{Path: rel, IsDir: st.IsDir(), ModTime: st.ModTime(), Mode: st.Mode(), Type: fileTypeOf(st.Mode())}
+	fi := FileInfo{Path: rel, IsDir: st.IsDir(), ModTime: st.ModTime(), Mode: st.Mode(), Type: FileTypeOf(st.Mode())}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		fi.UID, fi.GID = sys.Uid, sys.Gid
 	}

@@ -193,8 +193,8 @@ const (
 	FileOther
 )
 
-// fileTypeOf classifies a file mode.
-func fileTypeOf(m fs.FileMode) FileType {
+// FileTypeOf classifies a file mode.
+func FileTypeOf(m fs.FileMode) FileType {
 	switch {
 	case m.IsRegular():
 		return FileRegular

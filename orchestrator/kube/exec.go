@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
@@ -50,17 +52,7 @@ func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (str
 
 // Interrupt asks the driver to stop a command (see the Docker backend's).
 func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
-	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
-		return err
-	}
-	if err := orchestrator.ValidateCommandID(commandID); err != nil {
-		return err
-	}
-	p, err := m.live(ctx, sandboxID)
-	if err != nil {
-		return err
-	}
-	c, err := m.io(ctx, p)
+	_, c, err := m.commandSidecar(ctx, sandboxID, commandID)
 	if err != nil {
 		return err
 	}
@@ -76,17 +68,7 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 // sidecar. The sandbox's death ends it with ErrFailedPrecondition naming
 // the reason; each second of it counts as a use of the sandbox.
 func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error {
-	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
-		return err
-	}
-	if err := orchestrator.ValidateCommandID(commandID); err != nil {
-		return err
-	}
-	p, err := m.live(ctx, sandboxID)
-	if err != nil {
-		return err
-	}
-	c, err := m.io(ctx, p)
+	p, c, err := m.commandSidecar(ctx, sandboxID, commandID)
 	if err != nil {
 		return err
 	}
@@ -111,6 +93,26 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		return ctx.Err()
 	}
 	return err
+}
+
+// commandSidecar checks the IDs of an operation on a command and returns
+// the sandbox's ready Pod and its sidecar connection.
+func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID string) (*corev1.Pod, IOConn, error) {
+	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+		return nil, nil, err
+	}
+	if err := orchestrator.ValidateCommandID(commandID); err != nil {
+		return nil, nil, err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
 }
 
 // watchWhileFollowing ends a Follow (through cancel) when its sandbox dies

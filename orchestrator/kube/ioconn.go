@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"io/fs"
 	"net"
 	"strconv"
 
@@ -128,16 +127,6 @@ func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]orchestrator
 
 // fileInfo is the domain's description of a sidecar's file.
 func fileInfo(fi iosidecar.FileInfo) orchestrator.FileInfo {
-	out := orchestrator.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode, UID: fi.UID, GID: fi.GID}
-	switch {
-	case fi.Mode.IsRegular():
-		out.Type = orchestrator.FileRegular
-	case fi.Mode.IsDir():
-		out.Type = orchestrator.FileDirectory
-	case fi.Mode&fs.ModeSymlink != 0:
-		out.Type = orchestrator.FileSymlink
-	default:
-		out.Type = orchestrator.FileOther
-	}
-	return out
+	return orchestrator.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode,
+		Type: orchestrator.FileTypeOf(fi.Mode), UID: fi.UID, GID: fi.GID}
 }
