@@ -103,11 +103,6 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 	return cfg, host
 }
 
-// runtimeGVisor is gVisor's Docker runtime name. sandboxd's Docker set-up
-// registers it with --network=none, so a sandbox under it has no network
-// whatever its spec says.
-const runtimeGVisor = "runsc"
-
 // Reasons given for dead sandboxes.
 const (
 	reasonRemoved = "container removed outside sandboxd"

@@ -19,36 +19,10 @@ import (
 // a command; the driver's io/contexts.json (read bounded and sanitised by
 // iolog) is what ListContexts and the checks before an append see.
 
-// DefaultContextID is the context every sandbox has, in which commands
-// without a context run.
-const DefaultContextID = ioproto.DefaultContext
-
 // contextOpTimeout bounds the wait for the driver's answer to a context
 // record: a restart starts a new interpreter (at most 30 s), a delete may
 // wait for a bash command's 2 s grace period.
 const contextOpTimeout = 45 * time.Second
-
-// ContextInfo describes a context.
-type ContextInfo struct {
-	ID       string
-	Language string
-	// Cwd is the working directory relative to /workspace ("." for
-	// /workspace itself).
-	Cwd       string
-	CreatedAt time.Time
-}
-
-// validateContextID checks a context ID in a request; empty is allowed
-// where it means the default context.
-func validateContextID(id string, emptyOK bool) error {
-	if id == "" && emptyOK {
-		return nil
-	}
-	if err := ioproto.ValidateContextID(id); err != nil {
-		return invalidf("%v", err)
-	}
-	return nil
-}
 
 // contexts reads sb's contexts (bounded, sanitised).
 func (m *Manager) contexts(sb *sandbox) ([]ContextInfo, error) {

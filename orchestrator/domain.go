@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"context"
 	"maps"
 	"time"
 
@@ -14,34 +13,6 @@ import (
 // as the Docker backend does: the same validation, the same defaults, the
 // same error classes and messages. Each rule is still said once, here or in
 // the file it is named after; the Docker Manager calls the same functions.
-
-// Errorf returns an error of class with a formatted message (a %w verb
-// records the cause), for backends outside this package. The message is
-// for the caller and does not repeat the class.
-func Errorf(class *Class, format string, args ...any) error {
-	return errorf(class, format, args...)
-}
-
-// IsClassified reports whether err already carries a class or is a context
-// error, so a wrapper does not classify it twice.
-func IsClassified(err error) bool { return isClassified(err) }
-
-// NewSandboxID returns a fresh random sandbox ID (see ValidateSandboxID).
-func NewSandboxID() string { return newSandboxID() }
-
-// SandboxNotFound is the error for a sandbox that does not exist or that
-// the caller may not see: one message for both, so IDs leak nothing across
-// tenants.
-func SandboxNotFound(id string) error { return sandboxNotFound(id) }
-
-// CallerOf returns the caller ctx carries, DefaultCaller when none.
-func CallerOf(ctx context.Context) Caller { return callerOf(ctx) }
-
-// Sees reports whether c may see sandboxes of tenant.
-func (c Caller) Sees(tenant string) bool { return c.sees(tenant) }
-
-// HasMetadata reports whether md has every pair of want (ListFilter.Metadata).
-func HasMetadata(md, want map[string]string) bool { return hasMetadata(md, want) }
 
 // Policy is the part of a server's configuration that decides which
 // Options a caller may ask for.

@@ -51,18 +51,8 @@ import (
 // deleted only after a newer commit, so the snapshot a hibernated sandbox
 // names is always complete.
 
-// OnIdle values: what the idle TTL does to a running sandbox.
+// Timeouts of hibernation.
 const (
-	// OnIdleHibernate hibernates it (kept Config.HibernatedTTL more).
-	OnIdleHibernate = "hibernate"
-	// OnIdleDelete deletes it, with everything in it.
-	OnIdleDelete = "delete"
-)
-
-// Defaults of hibernation.
-const (
-	// DefaultHibernatedTTL keeps a hibernated sandbox a week.
-	DefaultHibernatedTTL = 7 * 24 * time.Hour
 	// snapshotTimeout bounds the snapshot record, which waits behind a
 	// running command of the default context; past it the level is files.
 	snapshotTimeout = 2 * time.Minute
@@ -152,50 +142,6 @@ func (m *Manager) tryCheckpoint(ctx context.Context, sb *sandbox, containerID st
 		return "", truncate("cannot keep the checkpointed container stopped: "+err.Error(), 512)
 	}
 	return name, ""
-}
-
-// SnapshotInfo describes the state a hibernated sandbox keeps.
-type SnapshotInfo struct {
-	// Level is "globals" or "files" (ioproto.Level*).
-	Level string
-	// Bytes is the snapshot's size on disk (the volumes not counted).
-	Bytes   int64
-	TakenAt time.Time
-	// Reason says why the level is lower than globals, when it is.
-	Reason string
-}
-
-// WakeInfo is how a woken sandbox's state came back. Never silent: the
-// wake's response and the first command after it carry it.
-type WakeInfo struct {
-	// Level is "globals" or "files".
-	Level string
-	// Restored are the Python globals restored (level globals).
-	Restored []string
-	// Lost are the globals that could not be kept, with why.
-	Lost []ioproto.LostName
-	// Reason explains a lower level, or what else was lost.
-	Reason string
-	Time   time.Time
-}
-
-func (w *WakeInfo) clone() *WakeInfo {
-	if w == nil {
-		return nil
-	}
-	c := *w
-	c.Restored, c.Lost = slices.Clone(w.Restored), slices.Clone(w.Lost)
-	return &c
-}
-
-// WakeFromEvent turns a (sanitised) hibernation outcome from the sandbox
-// into a WakeInfo; nil stays nil.
-func WakeFromEvent(r *ioproto.HibResult) *WakeInfo {
-	if r == nil {
-		return nil
-	}
-	r = r.Sanitized()
-	return &WakeInfo{Level: r.Level, Restored: r.Names, Lost: r.Lost, Reason: r.Reason}
 }
 
 // forMeta returns h for meta.json: nil when there is nothing to keep.
@@ -815,15 +761,6 @@ func (m *Manager) checkImageOf(ctx context.Context, image string) error {
 // at creation and at a warm-pool claim).
 func (m *Manager) onIdleOf(sb *sandbox) string {
 	return cmp.Or(sb.onIdle, m.cfg.OnIdle)
-}
-
-// checkOnIdle checks Options.OnIdle.
-func checkOnIdle(onIdle string) error {
-	switch onIdle {
-	case "", OnIdleHibernate, OnIdleDelete:
-		return nil
-	}
-	return invalidf("on-idle action %q: want %q or %q", onIdle, OnIdleHibernate, OnIdleDelete)
 }
 
 // hibernateExpired handles the idle expiry of a running sandbox under

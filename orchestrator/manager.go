@@ -100,20 +100,6 @@ type Config struct {
 	SnapshotDiskBudget int64
 }
 
-// Defaults.
-const (
-	DefaultImage          = "sandboxd-sandbox:latest"
-	DefaultIdleTTL        = 30 * time.Minute
-	DefaultCommandTimeout = 10 * time.Minute
-	DefaultMaxTimeout     = time.Hour
-	DefaultMaxUploadBytes = 256 << 20
-)
-
-// MaxCodeBytes bounds the code of one command, whatever the configuration.
-// The protocol allows records up to 2 MiB; 1 MiB of code leaves room for
-// JSON escaping.
-const MaxCodeBytes = 1 << 20
-
 // applyDefaults fills zero fields and checks the result.
 func (c *Config) applyDefaults() error {
 	if c.StateDir == "" {
@@ -403,12 +389,6 @@ func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
 		return nil, err
 	}
 	return sb, nil
-}
-
-// sandboxNotFound is the one answer for a sandbox a caller cannot use,
-// whether it never existed, is gone, or belongs to another tenant.
-func sandboxNotFound(sandboxID string) error {
-	return notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
 }
 
 // snapshot describes sb for callers.

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
@@ -13,83 +12,6 @@ import (
 	"github.com/docker/docker/client"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
-
-// Metrics receives what the Manager does, for monitoring (sandboxd
-// implements it with Prometheus in orchestrator/metrics; the domain knows no
-// metrics library). Methods are called synchronously from the operations
-// they describe and must be quick and safe for concurrent use. Gauges of the
-// current state (sandboxes by state, the pool's size) are not pushed
-// through it: the Manager answers SandboxCounts and PoolSize at scrape time,
-// so they cannot drift.
-type Metrics interface {
-	// Acquired reports a successful Acquire: how its sandbox was found
-	// (kind) and how long the call took.
-	Acquired(kind AcquireKind, d time.Duration)
-	// PoolRefilled reports a sandbox added to the warm pool.
-	PoolRefilled()
-	// DockerError reports a failed Docker API call, by operation (the
-	// DockerAPI method's name). "Not found" answers and calls cancelled by
-	// their caller are not failures of the engine and are not reported.
-	DockerError(op string)
-	// Reconciled reports what New found and did at start-up: n sandboxes
-	// (or containers, or directories) with the given result.
-	Reconciled(result ReconcileResult, n int)
-}
-
-// AcquireKind says how Acquire found the sandbox it returned.
-type AcquireKind string
-
-// Acquire kinds.
-const (
-	// AcquireExisting: the user's current sandbox, alive.
-	AcquireExisting AcquireKind = "existing"
-	// AcquireWarmPool: a new sandbox claimed from the warm pool.
-	AcquireWarmPool AcquireKind = "warm_pool"
-	// AcquireCold: a new sandbox whose container was created and started
-	// for the call.
-	AcquireCold AcquireKind = "cold"
-)
-
-// ReconcileResult names what reconciliation did with a sandbox at start-up.
-type ReconcileResult string
-
-// Reconcile results.
-const (
-	// ReconcileAdopted: a sandbox registered again, alive or dead.
-	ReconcileAdopted ReconcileResult = "adopted"
-	// ReconcileDead: of the adopted, those whose container is gone or
-	// stopped.
-	ReconcileDead ReconcileResult = "dead"
-	// ReconcileExpired: removed, having expired while sandboxd was down.
-	ReconcileExpired ReconcileResult = "expired"
-	// ReconcileOrphanContainer: a container without a sandbox, removed.
-	ReconcileOrphanContainer ReconcileResult = "orphan_container"
-	// ReconcileOrphanDir: a sandbox directory without metadata, removed.
-	ReconcileOrphanDir ReconcileResult = "orphan_dir"
-)
-
-// noMetrics is the default Metrics: it discards.
-type noMetrics struct{}
-
-func (noMetrics) Acquired(AcquireKind, time.Duration) {}
-func (noMetrics) PoolRefilled()                       {}
-func (noMetrics) DockerError(string)                  {}
-func (noMetrics) Reconciled(ReconcileResult, int)     {}
-
-// metricsOrNoop is c's Metrics, or one that discards.
-func metricsOrNoop(mt Metrics) Metrics {
-	if mt == nil {
-		return noMetrics{}
-	}
-	return mt
-}
-
-// SandboxCount is how many registered sandboxes of a tenant are in a state.
-type SandboxCount struct {
-	Tenant string
-	State  State
-	N      int
-}
 
 // SandboxCounts counts the registered sandboxes (not the unclaimed warm-pool
 // ones; see PoolSize) by tenant and state, sorted by tenant then state.

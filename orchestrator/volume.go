@@ -54,16 +54,6 @@ const (
 
 // Volume sizes and options.
 const (
-	// DefaultDiskBytes is a sandbox's /workspace size unless configured.
-	DefaultDiskBytes = 1 << 30
-	// DefaultMaxDiskBytes caps what a request may ask for unless configured.
-	DefaultMaxDiskBytes = 16 << 30
-	// DefaultIODiskBytes is the size of a sandbox's /io unless configured:
-	// room for the command log and the retained commands' outputs.
-	DefaultIODiskBytes = 1 << 30
-	// minDiskBytes is the smallest volume: ext4 with a journal needs a few
-	// MiB of its own.
-	minDiskBytes = 16 << 20
 	// ioRootReservePercent of the io volume only root (sandboxd) can use.
 	ioRootReservePercent = "2"
 	// mountOptions: no setuid binaries or device nodes from a volume the
