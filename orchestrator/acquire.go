@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 )
@@ -31,56 +33,56 @@ import (
 // restarts that TTL; it never resets it to the server's default).
 // A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
 // is ErrResourceExhausted, naming the cap.
-func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
+func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
 	start := time.Now()
-	caller := callerOf(ctx)
-	if err := ValidateTenant(caller.Tenant); err != nil {
-		return AcquireResult{}, err
+	caller := core.CallerOf(ctx)
+	if err := core.ValidateTenant(caller.Tenant); err != nil {
+		return core.AcquireResult{}, err
 	}
-	if err := ValidateUserID(userID); err != nil {
-		return AcquireResult{}, err
+	if err := core.ValidateUserID(userID); err != nil {
+		return core.AcquireResult{}, err
 	}
 	if err := m.checkOpen(); err != nil {
-		return AcquireResult{}, err
+		return core.AcquireResult{}, err
 	}
 	spec, err := m.newSpec(userKey{caller.Tenant, userID}, opts)
 	if err != nil {
-		return AcquireResult{}, err
+		return core.AcquireResult{}, err
 	}
 
 	unlock, err := m.userLocks.lock(ctx, spec.user.String())
 	if err != nil {
-		return AcquireResult{}, err
+		return core.AcquireResult{}, err
 	}
 	defer unlock()
 
 	var replaced *sandbox
 	if cur := m.reg.currentOf(spec.user); cur != nil {
 		if err := m.refresh(ctx, cur); err != nil {
-			return AcquireResult{}, err
+			return core.AcquireResult{}, err
 		}
 		if cur.asleep() {
 			w, err := m.wakeLocked(ctx, cur)
 			if err != nil {
-				return AcquireResult{}, err
+				return core.AcquireResult{}, err
 			}
 			if m.reg.touch(cur) {
-				m.cfg.Metrics.Acquired(AcquireExisting, time.Since(start))
-				return AcquireResult{Sandbox: m.snapshot(cur), Woke: w}, nil
+				m.cfg.Metrics.Acquired(core.AcquireExisting, time.Since(start))
+				return core.AcquireResult{Sandbox: m.snapshot(cur), Woke: w}, nil
 			}
 		}
-		if st, _ := cur.status(); st == StateRunning && m.reg.touch(cur) {
-			m.cfg.Metrics.Acquired(AcquireExisting, time.Since(start))
-			return AcquireResult{Sandbox: m.snapshot(cur)}, nil
+		if st, _ := cur.status(); st == core.StateRunning && m.reg.touch(cur) {
+			m.cfg.Metrics.Acquired(core.AcquireExisting, time.Since(start))
+			return core.AcquireResult{Sandbox: m.snapshot(cur)}, nil
 		}
 		replaced = cur
 	}
 	sb, kind, err := m.newSandboxFor(ctx, spec)
 	if err != nil {
-		return AcquireResult{}, err
+		return core.AcquireResult{}, err
 	}
 	m.cfg.Metrics.Acquired(kind, time.Since(start))
-	res := AcquireResult{Sandbox: m.snapshot(sb), Created: true}
+	res := core.AcquireResult{Sandbox: m.snapshot(sb), Created: true}
 	log := m.log.With("sandbox_id", sb.id, "tenant", spec.user.tenant, "user_id", userID)
 	if replaced != nil {
 		_, reason := replaced.status()
@@ -96,7 +98,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts Options) (Acq
 type sandboxSpec struct {
 	user    userKey // zero for a warm-pool sandbox
 	pool    bool
-	limits  Limits
+	limits  core.Limits
 	env     map[string]string
 	network bool
 	// metadata and idleTTL are Options.Metadata and Options.IdleTimeout,
@@ -109,8 +111,8 @@ type sandboxSpec struct {
 
 // newSpec validates opts for a new sandbox of user and resolves them
 // against the server's defaults and maxima.
-func (m *Manager) newSpec(user userKey, opts Options) (sandboxSpec, error) {
-	r, err := ResolveOptions(opts, Policy{DefaultLimits: m.cfg.DefaultLimits, MaxLimits: m.cfg.MaxLimits,
+func (m *Manager) newSpec(user userKey, opts core.Options) (sandboxSpec, error) {
+	r, err := core.ResolveOptions(opts, core.Policy{DefaultLimits: m.cfg.DefaultLimits, MaxLimits: m.cfg.MaxLimits,
 		AllowNetwork: m.cfg.AllowNetwork, NoDiskLimit: m.cfg.NoDiskVolumes, MaxIdleTTL: m.cfg.MaxIdleTTL, Runtime: m.cfg.Runtime})
 	if err != nil {
 		return sandboxSpec{}, err
@@ -128,15 +130,15 @@ func (m *Manager) poolSpec() sandboxSpec {
 // newSandboxFor gives spec.user a new sandbox, from the warm pool when spec
 // allows, after checking the caps, and says which it did. The caller holds
 // the user's lock.
-func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, AcquireKind, error) {
+func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, core.AcquireKind, error) {
 	all, ofTenant := m.reg.countRunning(spec.user.tenant)
 	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
-		return nil, "", exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
+		return nil, "", core.Exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
 	}
 	if m.poolable(spec) {
 		sb, err := m.claimPooled(ctx, spec)
 		if sb != nil || err != nil {
-			return sb, AcquireWarmPool, err
+			return sb, core.AcquireWarmPool, err
 		}
 	}
 	// Counted from before the cap check until the sandbox is registered, so
@@ -154,7 +156,7 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 			if victim != nil {
 				m.pool.putBack(victim)
 			}
-			return nil, "", exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
+			return nil, "", core.Exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
 		}
 		m.discardPooled(ctx, victim, "removed to make room under --max-sandboxes")
 	}
@@ -174,7 +176,7 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 		m.discardCreated(ctx, sb)
 		return nil, "", errors.New("new sandbox expired before it was registered")
 	}
-	return sb, AcquireCold, nil
+	return sb, core.AcquireCold, nil
 }
 
 // create makes and starts a new sandbox; the caller registers it (or puts
@@ -185,7 +187,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 	if err := m.checkImage(ctx); err != nil {
 		return nil, err
 	}
-	id := newSandboxID()
+	id := core.NewSandboxID()
 	now := time.Now().UTC()
 	sb := newSandbox(sandboxDir(m.cfg.StateDir, id), meta{
 		ID:           id,
@@ -238,7 +240,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		case cerrdefs.IsInvalidArgument(err):
 			// Docker refused the spec: e.g. an unknown runtime, or more CPUs
 			// than the host has. A server setup problem, not the request's.
-			return nil, preconditionf("docker refused to create the sandbox container: %v", err)
+			return nil, core.Preconditionf("docker refused to create the sandbox container: %v", err)
 		}
 		return nil, dockerError("create container", err)
 	}
@@ -250,7 +252,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		cleanup(resp.ID)
 		if cerrdefs.IsInvalidArgument(err) || cerrdefs.IsUnknown(err) || cerrdefs.IsInternal(err) {
 			// The engine failed to start it (e.g. the runtime is broken).
-			return nil, preconditionf("docker could not start the sandbox container: %v", err)
+			return nil, core.Preconditionf("docker could not start the sandbox container: %v", err)
 		}
 		return nil, dockerError("start container", err)
 	}
@@ -297,11 +299,11 @@ func (m *Manager) checkImage(ctx context.Context) error {
 }
 
 func (m *Manager) imageMissing() error {
-	return preconditionf("sandbox image %q is not present; build it with \"make image\"", m.cfg.Image)
+	return core.Preconditionf("sandbox image %q is not present; build it with \"make image\"", m.cfg.Image)
 }
 
 // isDockerNotFound reports whether a Docker API error means "no such
 // object". Errors already classified by us are not Docker's.
 func isDockerNotFound(err error) bool {
-	return err != nil && !isClassified(err) && cerrdefs.IsNotFound(err)
+	return err != nil && !core.IsClassified(err) && cerrdefs.IsNotFound(err)
 }

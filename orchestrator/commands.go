@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
@@ -24,11 +26,11 @@ import (
 // ErrNotFound. Data that races with the command's end is dropped by the
 // driver.
 func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
-	if err := validateIDs(sandboxID, commandID); err != nil {
+	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
-	if len(data) > MaxStdinChunk {
-		return invalidf("stdin data is %d bytes; the limit is %d per call", len(data), MaxStdinChunk)
+	if len(data) > core.MaxStdinChunk {
+		return core.Invalidf("stdin data is %d bytes; the limit is %d per call", len(data), core.MaxStdinChunk)
 	}
 	return m.appendInput(ctx, sandboxID, commandID, false, ioproto.StdinRecord(commandID, data))
 }
@@ -36,7 +38,7 @@ func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, da
 // CloseStdin ends command commandID's standard input after the data sent
 // before. Errors as SendStdin's.
 func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
-	if err := validateIDs(sandboxID, commandID); err != nil {
+	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
 	return m.appendInput(ctx, sandboxID, commandID, false, ioproto.Record{Type: ioproto.KindStdinClose, CommandID: commandID})
@@ -44,11 +46,11 @@ func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) e
 
 // ResizePty resizes command commandID's terminal. The command must have
 // been started with a pty and not be finished (ErrFailedPrecondition).
-func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size PtySize) error {
-	if err := validateIDs(sandboxID, commandID); err != nil {
+func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error {
+	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
-	if err := validatePtySize(size); err != nil {
+	if err := core.ValidatePtySize(size); err != nil {
 		return err
 	}
 	rec := ioproto.Record{Type: ioproto.KindResize, CommandID: commandID, Pty: ioproto.PtySize{Rows: int(size.Rows), Cols: int(size.Cols)}}
@@ -67,24 +69,24 @@ func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, 
 		return m.appendError(sb, err)
 	}
 	if !ok {
-		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	}
 	switch {
 	case pty && !e.Pty:
-		return preconditionf("command %s in sandbox %s was not started with a terminal (ExecuteRequest.pty); it cannot be resized", commandID, sb.id)
+		return core.Preconditionf("command %s in sandbox %s was not started with a terminal (ExecuteRequest.pty); it cannot be resized", commandID, sb.id)
 	case !e.Stdin:
-		return preconditionf("command %s in sandbox %s was not started with stdin (ExecuteRequest.stdin or pty); its input is closed", commandID, sb.id)
+		return core.Preconditionf("command %s in sandbox %s was not started with stdin (ExecuteRequest.stdin or pty); its input is closed", commandID, sb.id)
 	}
 	prog, err := sb.io.Progress(ctx, []iolog.CommandEntry{e})
 	if err != nil {
 		return m.appendError(sb, err)
 	}
 	if prog[0].Phase == iolog.PhaseFinished {
-		return preconditionf("command %s in sandbox %s has finished; it takes no more input", commandID, sb.id)
+		return core.Preconditionf("command %s in sandbox %s has finished; it takes no more input", commandID, sb.id)
 	}
 	_, err = sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
 	if errors.Is(err, iolog.ErrUnknownCommand) {
-		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	}
 	if err != nil {
 		return m.appendError(sb, err)
@@ -97,40 +99,40 @@ func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, 
 // page's NextPageToken: the log position to continue below, which stays
 // valid because the log only grows. Each listed command costs a bounded
 // read of its events file's head and tail (iolog.Progress).
-func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (CommandPage, error) {
-	if err := ValidateSandboxID(sandboxID); err != nil {
-		return CommandPage{}, err
+func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return core.CommandPage{}, err
 	}
 	switch {
-	case pageSize < 0 || pageSize > MaxCommandPage:
-		return CommandPage{}, invalidf("page_size %d is outside 0-%d", pageSize, MaxCommandPage)
+	case pageSize < 0 || pageSize > core.MaxCommandPage:
+		return core.CommandPage{}, core.Invalidf("page_size %d is outside 0-%d", pageSize, core.MaxCommandPage)
 	case pageSize == 0:
-		pageSize = DefaultCommandPage
+		pageSize = core.DefaultCommandPage
 	}
 	before := 0
 	if pageToken != "" {
 		n, err := strconv.Atoi(pageToken)
 		if err != nil || n < 1 || n > iolog.MaxLogRecords {
-			return CommandPage{}, invalidf("page_token %q is not one this server made", truncate(pageToken, 32))
+			return core.CommandPage{}, core.Invalidf("page_token %q is not one this server made", core.Truncate(pageToken, 32))
 		}
 		before = n
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
-		return CommandPage{}, err
+		return core.CommandPage{}, err
 	}
 	entries, total, err := sb.io.Commands(ctx, before, pageSize)
 	if err != nil {
-		return CommandPage{}, m.appendError(sb, err)
+		return core.CommandPage{}, m.appendError(sb, err)
 	}
 	prog, err := sb.io.Progress(ctx, entries)
 	if err != nil {
-		return CommandPage{}, m.appendError(sb, err)
+		return core.CommandPage{}, m.appendError(sb, err)
 	}
-	page := CommandPage{Total: total, Commands: make([]CommandInfo, len(entries))}
+	page := core.CommandPage{Total: total, Commands: make([]core.CommandInfo, len(entries))}
 	for i, e := range entries {
 		p := prog[i]
-		info := CommandInfo{ID: e.ID, Language: e.Language, ContextID: cmp.Or(e.ContextID, ioproto.DefaultContext), Phase: CommandPhase(p.Phase), StartedAt: p.StartedAt,
+		info := core.CommandInfo{ID: e.ID, Language: e.Language, ContextID: cmp.Or(e.ContextID, ioproto.DefaultContext), Phase: core.CommandPhase(p.Phase), StartedAt: p.StartedAt,
 			OutputAvailable: p.OutputAvailable, Stdin: e.Stdin, Pty: e.Pty}
 		if d := p.Done; d != nil {
 			info.Status, info.FinishedAt, info.ExitCode = d.Status, d.Time, d.ExitCode

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // The rules of the interactive calls that need no sandbox: they are
@@ -13,21 +15,21 @@ func TestInteractiveRequestRules(t *testing.T) {
 	const sb = "sb-aaaaaaaaaaaaaaaaaaaa"
 	for _, tc := range []struct {
 		name    string
-		req     ExecRequest
+		req     core.ExecRequest
 		mention string
 	}{
-		{"python with stdin", ExecRequest{SandboxID: sb, Stdin: true}, `language is "python"`},
-		{"python with pty", ExecRequest{SandboxID: sb, Language: "python", Pty: PtySize{Rows: 2, Cols: 2}}, "bash commands only"},
-		{"pty without cols", ExecRequest{SandboxID: sb, Language: "bash", Pty: PtySize{Rows: 2}}, "outside 1-4096"},
-		{"pty too tall", ExecRequest{SandboxID: sb, Language: "bash", Pty: PtySize{Rows: 5000, Cols: 80}}, "5000x80"},
+		{"python with stdin", core.ExecRequest{SandboxID: sb, Stdin: true}, `language is "python"`},
+		{"python with pty", core.ExecRequest{SandboxID: sb, Language: "python", Pty: core.PtySize{Rows: 2, Cols: 2}}, "bash commands only"},
+		{"pty without cols", core.ExecRequest{SandboxID: sb, Language: "bash", Pty: core.PtySize{Rows: 2}}, "outside 1-4096"},
+		{"pty too tall", core.ExecRequest{SandboxID: sb, Language: "bash", Pty: core.PtySize{Rows: 5000, Cols: 80}}, "5000x80"},
 	} {
-		if err := tc.req.Validate(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.mention) {
+		if err := tc.req.Validate(); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.mention) {
 			t.Errorf("%s: %v; want invalid argument mentioning %q", tc.name, err, tc.mention)
 		}
 	}
-	for _, ok := range []ExecRequest{
+	for _, ok := range []core.ExecRequest{
 		{SandboxID: sb, Language: "bash", Stdin: true},
-		{SandboxID: sb, Language: "bash", Pty: PtySize{Rows: 4096, Cols: 1}},
+		{SandboxID: sb, Language: "bash", Pty: core.PtySize{Rows: 4096, Cols: 1}},
 	} {
 		if err := ok.Validate(); err != nil {
 			t.Errorf("%+v: %v", ok, err)
@@ -36,20 +38,20 @@ func TestInteractiveRequestRules(t *testing.T) {
 
 	m := &Manager{}
 	ctx := context.Background()
-	if err := m.SendStdin(ctx, sb, "c1", make([]byte, MaxStdinChunk+1)); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "limit") {
+	if err := m.SendStdin(ctx, sb, "c1", make([]byte, core.MaxStdinChunk+1)); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("SendStdin of 64 KiB + 1: %v", err)
 	}
-	if err := m.ResizePty(ctx, sb, "c1", PtySize{Rows: 0, Cols: 80}); !errors.Is(err, ErrInvalidArgument) {
+	if err := m.ResizePty(ctx, sb, "c1", core.PtySize{Rows: 0, Cols: 80}); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("ResizePty to 0 rows: %v", err)
 	}
-	if err := m.CloseStdin(ctx, sb, "../x"); !errors.Is(err, ErrInvalidArgument) {
+	if err := m.CloseStdin(ctx, sb, "../x"); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("CloseStdin of a malformed command ID: %v", err)
 	}
 	for _, tc := range []struct {
 		size  int
 		token string
-	}{{-1, ""}, {MaxCommandPage + 1, ""}, {0, "abc"}, {0, "0"}, {0, "-3"}, {0, "99999999999"}} {
-		if _, err := m.ListCommands(ctx, sb, tc.size, tc.token); !errors.Is(err, ErrInvalidArgument) {
+	}{{-1, ""}, {core.MaxCommandPage + 1, ""}, {0, "abc"}, {0, "0"}, {0, "-3"}, {0, "99999999999"}} {
+		if _, err := m.ListCommands(ctx, sb, tc.size, tc.token); !errors.Is(err, core.ErrInvalidArgument) {
 			t.Errorf("ListCommands(size %d, token %q): %v; want invalid argument", tc.size, tc.token, err)
 		}
 	}

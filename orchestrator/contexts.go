@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -25,25 +27,25 @@ import (
 const contextOpTimeout = 45 * time.Second
 
 // contexts reads sb's contexts (bounded, sanitised).
-func (m *Manager) contexts(sb *sandbox) ([]ContextInfo, error) {
+func (m *Manager) contexts(sb *sandbox) ([]core.ContextInfo, error) {
 	list, err := sb.io.ReadContexts()
 	if err != nil {
-		return nil, preconditionf("sandbox %s: its list of contexts cannot be read (altered from inside the sandbox?): %v", sb.id, err)
+		return nil, core.Preconditionf("sandbox %s: its list of contexts cannot be read (altered from inside the sandbox?): %v", sb.id, err)
 	}
-	out := make([]ContextInfo, 0, len(list))
+	out := make([]core.ContextInfo, 0, len(list))
 	for _, c := range list {
-		out = append(out, ContextInfo{ID: c.ID, Language: c.Language, Cwd: c.Cwd, CreatedAt: c.CreatedAt})
+		out = append(out, core.ContextInfo{ID: c.ID, Language: c.Language, Cwd: c.Cwd, CreatedAt: c.CreatedAt})
 	}
 	return out, nil
 }
 
-func findContext(list []ContextInfo, id string) (ContextInfo, bool) {
+func findContext(list []core.ContextInfo, id string) (core.ContextInfo, bool) {
 	for _, c := range list {
 		if c.ID == id {
 			return c, true
 		}
 	}
-	return ContextInfo{}, false
+	return core.ContextInfo{}, false
 }
 
 // execContext resolves the context of an exec record before it is
@@ -74,10 +76,10 @@ func (m *Manager) execContext(sb *sandbox, rec *ioproto.Record, defaultLanguage 
 		}
 		c, ok := findContext(list, rec.ContextID)
 		if !ok {
-			return notFoundf("context %s not found in sandbox %s (never created, or deleted)", rec.ContextID, sb.id)
+			return core.NotFoundf("context %s not found in sandbox %s (never created, or deleted)", rec.ContextID, sb.id)
 		}
 		if rec.Language != c.Language && rec.Language != ioproto.LanguageBash {
-			return preconditionf("context %s runs %s, not %s; run %s in another context", c.ID, c.Language, rec.Language, rec.Language)
+			return core.Preconditionf("context %s runs %s, not %s; run %s in another context", c.ID, c.Language, rec.Language, rec.Language)
 		}
 		return nil
 	}, nil
@@ -89,50 +91,50 @@ func (m *Manager) execContext(sb *sandbox, rec *ioproto.Record, defaultLanguage 
 // Errors: INVALID_ARGUMENT for a bad language or cwd path,
 // FAILED_PRECONDITION when cwd is not an existing directory under
 // /workspace, RESOURCE_EXHAUSTED past ioproto.MaxContexts.
-func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd string) (ContextInfo, error) {
-	if err := ValidateSandboxID(sandboxID); err != nil {
-		return ContextInfo{}, err
+func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error) {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return core.ContextInfo{}, err
 	}
-	if err := validateLanguage(language); err != nil {
-		return ContextInfo{}, err
+	if err := core.ValidateLanguage(language); err != nil {
+		return core.ContextInfo{}, err
 	}
-	language = canonicalLanguage(language)
+	language = core.CanonicalLanguage(language)
 	clean, err := ioproto.CleanContextCwd(cwd)
 	if err != nil {
-		return ContextInfo{}, invalidf("%v", err)
+		return core.ContextInfo{}, core.Invalidf("%v", err)
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
-		return ContextInfo{}, err
+		return core.ContextInfo{}, err
 	}
 	if err := imageHasLanguage(sb, language); err != nil {
-		return ContextInfo{}, err
+		return core.ContextInfo{}, err
 	}
 	list, err := m.contexts(sb)
 	if err != nil {
-		return ContextInfo{}, err
+		return core.ContextInfo{}, err
 	}
 	if n := len(list) - 1; n >= ioproto.MaxContexts {
-		return ContextInfo{}, exhaustedf("sandbox %s has %d contexts besides the default one; the limit is %d (delete one first)", sb.id, n, ioproto.MaxContexts)
+		return core.ContextInfo{}, core.Exhaustedf("sandbox %s has %d contexts besides the default one; the limit is %d (delete one first)", sb.id, n, ioproto.MaxContexts)
 	}
 	id := "ctx-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
 	rec := ioproto.Record{Type: ioproto.KindContext, Op: ioproto.ContextCreate, ContextID: id, Language: language, Cwd: clean}
 	if err := m.contextOp(ctx, sb, rec); err != nil {
-		return ContextInfo{}, err
+		return core.ContextInfo{}, err
 	}
 	list, err = m.contexts(sb)
 	if err != nil {
-		return ContextInfo{}, err
+		return core.ContextInfo{}, err
 	}
 	if c, ok := findContext(list, id); ok {
 		return c, nil
 	}
-	return ContextInfo{ID: id, Language: language, Cwd: clean, CreatedAt: time.Now().UTC()}, nil
+	return core.ContextInfo{ID: id, Language: language, Cwd: clean, CreatedAt: time.Now().UTC()}, nil
 }
 
 // ListContexts lists a sandbox's contexts, the default one first, then in
 // order of creation.
-func (m *Manager) ListContexts(ctx context.Context, sandboxID string) ([]ContextInfo, error) {
+func (m *Manager) ListContexts(ctx context.Context, sandboxID string) ([]core.ContextInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return nil, err
@@ -158,14 +160,14 @@ func (m *Manager) DeleteContext(ctx context.Context, sandboxID, contextID string
 }
 
 func (m *Manager) contextChange(ctx context.Context, sandboxID, contextID, op string) error {
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
-	if err := validateContextID(contextID, false); err != nil {
+	if err := core.ValidateContextID(contextID, false); err != nil {
 		return err
 	}
-	if op == ioproto.ContextDelete && contextID == DefaultContextID {
-		return preconditionf("the default context cannot be deleted; restart it for fresh globals")
+	if op == ioproto.ContextDelete && contextID == core.DefaultContextID {
+		return core.Preconditionf("the default context cannot be deleted; restart it for fresh globals")
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
@@ -176,7 +178,7 @@ func (m *Manager) contextChange(ctx context.Context, sandboxID, contextID, op st
 		return err
 	}
 	if _, ok := findContext(list, contextID); !ok {
-		return notFoundf("context %s not found in sandbox %s (never created, or deleted)", contextID, sb.id)
+		return core.NotFoundf("context %s not found in sandbox %s (never created, or deleted)", contextID, sb.id)
 	}
 	return m.contextOp(ctx, sb, ioproto.Record{Type: ioproto.KindContext, Op: op, ContextID: contextID})
 }
@@ -191,9 +193,9 @@ func (m *Manager) contextOp(ctx context.Context, sb *sandbox, rec ioproto.Record
 	m.log.Info("context "+rec.Op+" requested", "sandbox_id", sb.id, "context_id", rec.ContextID, "command_id", rec.CommandID)
 	wctx, cancel := context.WithTimeout(ctx, contextOpTimeout)
 	defer cancel()
-	var done *Event
+	var done *core.Event
 	var ename string
-	err := m.Follow(wctx, sb.id, rec.CommandID, 0, func(e Event) error {
+	err := m.Follow(wctx, sb.id, rec.CommandID, 0, func(e core.Event) error {
 		switch e.Type {
 		case ioproto.EventError:
 			ename = e.EName
@@ -206,24 +208,24 @@ func (m *Manager) contextOp(ctx context.Context, sb *sandbox, rec ioproto.Record
 	case err != nil && ctx.Err() != nil:
 		return ctx.Err()
 	case errors.Is(err, context.DeadlineExceeded):
-		return unavailablef("sandbox %s did not answer the context %s of %s within %s; it may still take effect (list the contexts to see)", sb.id, rec.Op, rec.ContextID, contextOpTimeout)
+		return core.Unavailablef("sandbox %s did not answer the context %s of %s within %s; it may still take effect (list the contexts to see)", sb.id, rec.Op, rec.ContextID, contextOpTimeout)
 	case err != nil:
 		return err
 	case done == nil:
-		return unavailablef("sandbox %s ended the context %s of %s without an answer", sb.id, rec.Op, rec.ContextID)
+		return core.Unavailablef("sandbox %s ended the context %s of %s without an answer", sb.id, rec.Op, rec.ContextID)
 	case done.Status == ioproto.StatusOK:
 		return nil
 	}
 	// The reason is the sandbox's text: valid UTF-8 and short before it
 	// enters a status message.
-	reason := truncate(strings.ToValidUTF8(done.Reason, "\uFFFD"), 512)
+	reason := core.Truncate(strings.ToValidUTF8(done.Reason, "\uFFFD"), 512)
 	switch ename {
 	case ioproto.ContextErrUnknown:
-		return notFoundf("sandbox %s: %s", sb.id, reason)
+		return core.NotFoundf("sandbox %s: %s", sb.id, reason)
 	case ioproto.ContextErrExists:
-		return alreadyExistsf("sandbox %s: %s", sb.id, reason)
+		return core.AlreadyExistsf("sandbox %s: %s", sb.id, reason)
 	case ioproto.ContextErrTooMany:
-		return exhaustedf("sandbox %s: %s", sb.id, reason)
+		return core.Exhaustedf("sandbox %s: %s", sb.id, reason)
 	}
-	return preconditionf("sandbox %s: context %s of %s failed: %s", sb.id, rec.Op, rec.ContextID, reason)
+	return core.Preconditionf("sandbox %s: context %s of %s failed: %s", sb.id, rec.Op, rec.ContextID, reason)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
@@ -39,7 +41,7 @@ type DockerAPI interface {
 func newDockerClient() (*client.Client, error) {
 	c, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
-		return nil, unavailablef("docker client: %w", err)
+		return nil, core.Unavailablef("docker client: %w", err)
 	}
 	return c, nil
 }
@@ -57,19 +59,19 @@ func dockerError(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case isClassified(err):
+	case core.IsClassified(err):
 		return err
 	case client.IsErrConnectionFailed(err), cerrdefs.IsUnavailable(err):
-		return unavailablef("docker engine is unreachable (%s): %w", op, err)
+		return core.Unavailablef("docker engine is unreachable (%s): %w", op, err)
 	case cerrdefs.IsNotFound(err):
-		return notFoundf("docker %s: %w", op, err)
+		return core.NotFoundf("docker %s: %w", op, err)
 	case cerrdefs.IsInvalidArgument(err):
-		return invalidf("docker rejected %s: %w", op, err)
+		return core.Invalidf("docker rejected %s: %w", op, err)
 	case cerrdefs.IsConflict(err):
-		return preconditionf("docker %s: %w", op, err)
+		return core.Preconditionf("docker %s: %w", op, err)
 	case cerrdefs.IsInternal(err), cerrdefs.IsUnknown(err), cerrdefs.IsDeadlineExceeded(err),
 		errors.Is(err, context.DeadlineExceeded):
-		return unavailablef("docker %s failed: %w", op, err)
+		return core.Unavailablef("docker %s failed: %w", op, err)
 	}
 	return fmt.Errorf("docker %s: %w", op, err)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
@@ -22,47 +24,47 @@ const maxListDepth = 10
 // and an existing directory (or a symlink to one inside the workspace) is
 // returned as it is (mkdir -p), while an existing non-directory is still
 // ErrAlreadyExists.
-func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, p string, parents bool) (FileInfo, error) {
+func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, p string, parents bool) (core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	rel, err := workspacePath(p)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	show := displayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	defer root.Close()
 	if parents {
 		if st, err := root.Stat(rel); err == nil && !st.IsDir() {
-			return FileInfo{}, alreadyExistsf("make directory %s: a file that is not a directory exists there", show)
+			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: a file that is not a directory exists there", show)
 		}
 		if err := mkdirAllOwned(root, rel); err != nil {
-			return FileInfo{}, fsError("make directory", show, err)
+			return core.FileInfo{}, fsError("make directory", show, err)
 		}
 	} else {
 		if rel == "." {
-			return FileInfo{}, alreadyExistsf("make directory %s: already exists", show)
+			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: already exists", show)
 		}
 		switch err := root.Mkdir(rel, 0o755); {
 		case errors.Is(err, fs.ErrExist):
-			return FileInfo{}, alreadyExistsf("make directory %s: already exists", show)
+			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: already exists", show)
 		case errors.Is(err, fs.ErrNotExist):
-			return FileInfo{}, notFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, displayPath(path.Dir(rel)))
+			return core.FileInfo{}, core.NotFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, displayPath(path.Dir(rel)))
 		case err != nil:
-			return FileInfo{}, fsError("make directory", show, err)
+			return core.FileInfo{}, fsError("make directory", show, err)
 		}
 		if err := wspath.LchownOwned(root, rel); err != nil {
-			return FileInfo{}, fsError("make directory", show, err)
+			return core.FileInfo{}, fsError("make directory", show, err)
 		}
 	}
 	st, err := root.Stat(rel)
 	if err != nil {
-		return FileInfo{}, fsError("make directory", show, err)
+		return core.FileInfo{}, fsError("make directory", show, err)
 	}
 	return fileInfo(rel, st), nil
 }
@@ -82,7 +84,7 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, p string, recursive boo
 		return err
 	}
 	if rel == "." {
-		return invalidf("remove %s: the workspace itself cannot be removed; remove what is in it", displayPath(rel))
+		return core.Invalidf("remove %s: the workspace itself cannot be removed; remove what is in it", displayPath(rel))
 	}
 	show := displayPath(rel)
 	root, err := openWorkspace(sb)
@@ -100,7 +102,7 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, p string, recursive boo
 		err = root.Remove(rel)
 	}
 	if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-		return preconditionf("remove %s: the directory is not empty (set recursive to remove it with its content)", show)
+		return core.Preconditionf("remove %s: the directory is not empty (set recursive to remove it with its content)", show)
 	}
 	if err != nil {
 		return fsError("remove", show, err)
@@ -118,81 +120,81 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, p string, recursive boo
 // are two steps, so sandboxed code creating the destination in between sees
 // it replaced, as with mv from inside the sandbox; both paths stay inside
 // the workspace either way.
-func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (FileInfo, error) {
+func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	relFrom, err := workspacePath(from)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	relTo, err := workspacePath(to)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	showFrom, showTo := displayPath(relFrom), displayPath(relTo)
 	switch {
 	case relFrom == ".":
-		return FileInfo{}, invalidf("rename %s: the workspace itself cannot be moved", showFrom)
+		return core.FileInfo{}, core.Invalidf("rename %s: the workspace itself cannot be moved", showFrom)
 	case relTo == ".":
-		return FileInfo{}, invalidf("rename %s to %s: the destination is the workspace itself", showFrom, showTo)
+		return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is the workspace itself", showFrom, showTo)
 	case relTo == relFrom:
-		return FileInfo{}, invalidf("rename %s: source and destination are the same path", showFrom)
+		return core.FileInfo{}, core.Invalidf("rename %s: source and destination are the same path", showFrom)
 	case strings.HasPrefix(relTo, relFrom+"/"):
-		return FileInfo{}, invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
+		return core.FileInfo{}, core.Invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
 	}
 	root, err := openWorkspace(sb)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	defer root.Close()
 	src, err := root.Lstat(relFrom)
 	if err != nil {
-		return FileInfo{}, fsError("rename", showFrom, err)
+		return core.FileInfo{}, fsError("rename", showFrom, err)
 	}
 	if dst, err := root.Lstat(relTo); err == nil {
 		switch {
 		case !overwrite:
-			return FileInfo{}, alreadyExistsf("rename %s to %s: the destination exists (set overwrite to replace it)", showFrom, showTo)
+			return core.FileInfo{}, core.AlreadyExistsf("rename %s to %s: the destination exists (set overwrite to replace it)", showFrom, showTo)
 		case dst.IsDir() && !src.IsDir():
-			return FileInfo{}, invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
+			return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
 		case !dst.IsDir() && src.IsDir():
-			return FileInfo{}, invalidf("rename %s to %s: the source is a directory and the destination is not", showFrom, showTo)
+			return core.FileInfo{}, core.Invalidf("rename %s to %s: the source is a directory and the destination is not", showFrom, showTo)
 		case dst.IsDir():
 			// os.Root.Rename never replaces a directory (as os.Rename):
 			// remove the destination first, which only an empty one allows.
 			if err := root.Remove(relTo); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-					return FileInfo{}, preconditionf("rename %s to %s: the destination is a non-empty directory", showFrom, showTo)
+					return core.FileInfo{}, core.Preconditionf("rename %s to %s: the destination is a non-empty directory", showFrom, showTo)
 				}
-				return FileInfo{}, fsError("rename to", showTo, err)
+				return core.FileInfo{}, fsError("rename to", showTo, err)
 			}
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return FileInfo{}, fsError("rename to", showTo, err)
+		return core.FileInfo{}, fsError("rename to", showTo, err)
 	}
 	switch err := root.Rename(relFrom, relTo); {
 	case err == nil:
 	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-		return FileInfo{}, preconditionf("rename %s to %s: the destination is a non-empty directory", showFrom, showTo)
+		return core.FileInfo{}, core.Preconditionf("rename %s to %s: the destination is a non-empty directory", showFrom, showTo)
 	case errors.Is(err, fs.ErrNotExist):
 		if _, serr := root.Lstat(relFrom); serr != nil {
-			return FileInfo{}, fsError("rename", showFrom, serr)
+			return core.FileInfo{}, fsError("rename", showFrom, serr)
 		}
-		return FileInfo{}, notFoundf("rename %s to %s: directory %s does not exist", showFrom, showTo, displayPath(path.Dir(relTo)))
+		return core.FileInfo{}, core.NotFoundf("rename %s to %s: directory %s does not exist", showFrom, showTo, displayPath(path.Dir(relTo)))
 	case errors.Is(err, syscall.EISDIR):
-		return FileInfo{}, invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
+		return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
 	case errors.Is(err, syscall.ENOTDIR):
-		return FileInfo{}, invalidf("rename %s to %s: a file that is not a directory is in the way", showFrom, showTo)
+		return core.FileInfo{}, core.Invalidf("rename %s to %s: a file that is not a directory is in the way", showFrom, showTo)
 	case errors.Is(err, syscall.EINVAL):
-		return FileInfo{}, invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
+		return core.FileInfo{}, core.Invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
 	default:
-		return FileInfo{}, fsError("rename "+showFrom+" to", showTo, err)
+		return core.FileInfo{}, fsError("rename "+showFrom+" to", showTo, err)
 	}
 	st, err := root.Lstat(relTo)
 	if err != nil {
-		return FileInfo{}, fsError("rename to", showTo, err)
+		return core.FileInfo{}, fsError("rename to", showTo, err)
 	}
 	m.log.Debug("file renamed", "sandbox_id", sb.id, "from", showFrom, "to", showTo)
 	return fileInfo(relTo, st), nil
@@ -203,9 +205,9 @@ func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwr
 // (ErrInvalidArgument beyond, or when negative). Only real directories are
 // descended into, never symbolic links. The answer, sorted by path, holds at
 // most maxListEntries entries (ErrResourceExhausted beyond).
-func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth int) ([]FileInfo, error) {
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth int) ([]core.FileInfo, error) {
 	if depth < 0 || depth > maxListDepth {
-		return nil, invalidf("list depth %d is out of range: give 0 to %d", depth, maxListDepth)
+		return nil, core.Invalidf("list depth %d is out of range: give 0 to %d", depth, maxListDepth)
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
@@ -226,10 +228,10 @@ func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth
 		return nil, fsError("list", show, err)
 	}
 	if !st.IsDir() {
-		return []FileInfo{fileInfo(rel, st)}, nil
+		return []core.FileInfo{fileInfo(rel, st)}, nil
 	}
 	depth = max(depth, 1)
-	var out []FileInfo
+	var out []core.FileInfo
 	level := []string{rel}
 	for d := 1; d <= depth && len(level) > 0; d++ {
 		var next []string
@@ -259,9 +261,9 @@ func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth
 				}
 				if len(out) == maxListEntries {
 					if depth == 1 {
-						return nil, exhaustedf("list %s: the directory has more than %d entries", show, maxListEntries)
+						return nil, core.Exhaustedf("list %s: the directory has more than %d entries", show, maxListEntries)
 					}
-					return nil, exhaustedf("list %s: more than %d entries (list a smaller depth or a subdirectory)", show, maxListEntries)
+					return nil, core.Exhaustedf("list %s: more than %d entries (list a smaller depth or a subdirectory)", show, maxListEntries)
 				}
 				p := path.Join(dir, e.Name())
 				out = append(out, fileInfo(p, info))
@@ -272,6 +274,6 @@ func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth
 		}
 		level = next
 	}
-	slices.SortFunc(out, CompareFiles)
+	slices.SortFunc(out, core.CompareFiles)
 	return out, nil
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // fileOpsEnv is a sandbox on the fake Docker with its host workspace.
@@ -38,11 +40,11 @@ func TestMakeDirectory(t *testing.T) {
 		t.Errorf("owned by %d (reported %d:%d)", sys.Uid, fi.UID, fi.GID)
 	}
 	_, err = m.MakeDirectory(ctx, id, "out", false)
-	wantClass(t, err, ErrAlreadyExists, "already exists")
+	wantClass(t, err, core.ErrAlreadyExists, "already exists")
 	_, err = m.MakeDirectory(ctx, id, "", false)
-	wantClass(t, err, ErrAlreadyExists, "already exists")
+	wantClass(t, err, core.ErrAlreadyExists, "already exists")
 	_, err = m.MakeDirectory(ctx, id, "a/b/c", false)
-	wantClass(t, err, ErrNotFound, "/workspace/a/b does not exist")
+	wantClass(t, err, core.ErrNotFound, "/workspace/a/b does not exist")
 
 	// parents: mkdir -p.
 	fi, err = m.MakeDirectory(ctx, id, "a/b/c", true)
@@ -55,11 +57,11 @@ func TestMakeDirectory(t *testing.T) {
 	}
 	mustDo(t, os.WriteFile(filepath.Join(ws, "f"), nil, 0o644))
 	_, err = m.MakeDirectory(ctx, id, "f", true)
-	wantClass(t, err, ErrAlreadyExists, "not a directory")
+	wantClass(t, err, core.ErrAlreadyExists, "not a directory")
 	_, err = m.MakeDirectory(ctx, id, "f/x", true)
-	wantClass(t, err, ErrInvalidArgument, "not a directory")
+	wantClass(t, err, core.ErrInvalidArgument, "not a directory")
 	_, err = m.MakeDirectory(ctx, id, "f", false)
-	wantClass(t, err, ErrAlreadyExists, "already exists")
+	wantClass(t, err, core.ErrAlreadyExists, "already exists")
 
 	// Escapes.
 	host := t.TempDir()
@@ -67,12 +69,12 @@ func TestMakeDirectory(t *testing.T) {
 	for _, p := range []string{"hostdir/x", "hostdir/x/y"} {
 		for _, parents := range []bool{false, true} {
 			_, err = m.MakeDirectory(ctx, id, p, parents)
-			wantClass(t, err, ErrInvalidArgument, "escapes /workspace")
+			wantClass(t, err, core.ErrInvalidArgument, "escapes /workspace")
 		}
 	}
 	for p, msg := range map[string]string{"../x": "escapes", "/tmp/x": "outside /workspace", "a/../../x": "escapes"} {
 		_, err = m.MakeDirectory(ctx, id, p, true)
-		wantClass(t, err, ErrInvalidArgument, msg)
+		wantClass(t, err, core.ErrInvalidArgument, msg)
 	}
 	if ents, _ := os.ReadDir(host); len(ents) != 0 {
 		t.Errorf("created outside the workspace: %v", ents)
@@ -89,10 +91,10 @@ func TestRemove(t *testing.T) {
 
 	for _, p := range []string{"", "/workspace", "/workspace/", "."} {
 		err := m.Remove(ctx, id, p, true)
-		wantClass(t, err, ErrInvalidArgument, "workspace itself")
+		wantClass(t, err, core.ErrInvalidArgument, "workspace itself")
 	}
-	wantClass(t, m.Remove(ctx, id, "nope", false), ErrNotFound, "/workspace/nope")
-	wantClass(t, m.Remove(ctx, id, "d", false), ErrFailedPrecondition, "not empty")
+	wantClass(t, m.Remove(ctx, id, "nope", false), core.ErrNotFound, "/workspace/nope")
+	wantClass(t, m.Remove(ctx, id, "d", false), core.ErrFailedPrecondition, "not empty")
 	mustDo(t, m.Remove(ctx, id, "g.txt", false))
 	mustDo(t, m.Remove(ctx, id, "/workspace/empty", false))
 	mustDo(t, m.Remove(ctx, id, "d", true))
@@ -106,10 +108,10 @@ func TestRemove(t *testing.T) {
 	mustDo(t, os.Symlink(host, filepath.Join(ws, "hostdir")))
 	mustDo(t, os.Mkdir(filepath.Join(ws, "tree"), 0o755))
 	mustDo(t, os.Symlink(host, filepath.Join(ws, "tree", "hostlink")))
-	wantClass(t, m.Remove(ctx, id, "hostdir/keep", false), ErrInvalidArgument, "escapes /workspace")
-	wantClass(t, m.Remove(ctx, id, "hostdir/keep", true), ErrInvalidArgument, "escapes /workspace")
-	wantClass(t, m.Remove(ctx, id, "../x", true), ErrInvalidArgument, "escapes /workspace")
-	wantClass(t, m.Remove(ctx, id, "/etc/passwd", true), ErrInvalidArgument, "outside /workspace")
+	wantClass(t, m.Remove(ctx, id, "hostdir/keep", false), core.ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, m.Remove(ctx, id, "hostdir/keep", true), core.ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, m.Remove(ctx, id, "../x", true), core.ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, m.Remove(ctx, id, "/etc/passwd", true), core.ErrInvalidArgument, "outside /workspace")
 	mustDo(t, m.Remove(ctx, id, "tree", true))
 	mustDo(t, m.Remove(ctx, id, "hostdir", true))
 	if b, err := os.ReadFile(filepath.Join(host, "keep")); err != nil || string(b) != "host" {
@@ -134,26 +136,26 @@ func TestRename(t *testing.T) {
 		t.Errorf("Rename = %+v", fi)
 	}
 	_, err = m.Rename(ctx, id, "b.txt", "dir/a2.txt", false)
-	wantClass(t, err, ErrAlreadyExists, "destination exists")
+	wantClass(t, err, core.ErrAlreadyExists, "destination exists")
 	fi, err = m.Rename(ctx, id, "b.txt", "dir/a2.txt", true)
 	mustDo(t, err)
 	if b, _ := os.ReadFile(filepath.Join(ws, "dir/a2.txt")); string(b) != "b" {
 		t.Errorf("overwrite: %q", b)
 	}
 	_, err = m.Rename(ctx, id, "nope", "x", false)
-	wantClass(t, err, ErrNotFound, "/workspace/nope")
+	wantClass(t, err, core.ErrNotFound, "/workspace/nope")
 	_, err = m.Rename(ctx, id, "dir/a2.txt", "no/such/x", false)
-	wantClass(t, err, ErrNotFound, "/workspace/no/such does not exist")
+	wantClass(t, err, core.ErrNotFound, "/workspace/no/such does not exist")
 	_, err = m.Rename(ctx, id, "dir", "dir/sub/x", false)
-	wantClass(t, err, ErrInvalidArgument, "into itself")
+	wantClass(t, err, core.ErrInvalidArgument, "into itself")
 	_, err = m.Rename(ctx, id, "", "x", false)
-	wantClass(t, err, ErrInvalidArgument, "workspace itself")
+	wantClass(t, err, core.ErrInvalidArgument, "workspace itself")
 	_, err = m.Rename(ctx, id, "dir", "/workspace", true)
-	wantClass(t, err, ErrInvalidArgument, "workspace itself")
+	wantClass(t, err, core.ErrInvalidArgument, "workspace itself")
 	_, err = m.Rename(ctx, id, "dir/a2.txt", "empty", true)
-	wantClass(t, err, ErrInvalidArgument, "is a directory")
+	wantClass(t, err, core.ErrInvalidArgument, "is a directory")
 	_, err = m.Rename(ctx, id, "empty", "dir", true)
-	wantClass(t, err, ErrFailedPrecondition, "non-empty directory")
+	wantClass(t, err, core.ErrFailedPrecondition, "non-empty directory")
 	fi, err = m.Rename(ctx, id, "dir", "empty", true) // onto an empty directory
 	mustDo(t, err)
 	if !fi.IsDir || fi.Path != "empty" {
@@ -165,13 +167,13 @@ func TestRename(t *testing.T) {
 	mustDo(t, os.WriteFile(filepath.Join(host, "secret"), []byte("host"), 0o644))
 	mustDo(t, os.Symlink(host, filepath.Join(ws, "hostdir")))
 	_, err = m.Rename(ctx, id, "hostdir/secret", "stolen", false)
-	wantClass(t, err, ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, err, core.ErrInvalidArgument, "escapes /workspace")
 	_, err = m.Rename(ctx, id, "empty/a2.txt", "hostdir/planted", false)
-	wantClass(t, err, ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, err, core.ErrInvalidArgument, "escapes /workspace")
 	_, err = m.Rename(ctx, id, "empty/a2.txt", "../planted", false)
-	wantClass(t, err, ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, err, core.ErrInvalidArgument, "escapes /workspace")
 	_, err = m.Rename(ctx, id, "/etc/passwd", "x", false)
-	wantClass(t, err, ErrInvalidArgument, "outside /workspace")
+	wantClass(t, err, core.ErrInvalidArgument, "outside /workspace")
 	if ents, _ := os.ReadDir(host); len(ents) != 1 {
 		t.Errorf("host dir changed: %v", ents)
 	}
@@ -228,12 +230,12 @@ func TestListFilesDepth(t *testing.T) {
 	}
 	for _, d := range []int{-1, 11} {
 		_, err := m.ListFilesDepth(ctx, id, "", d)
-		wantClass(t, err, ErrInvalidArgument, "depth")
+		wantClass(t, err, core.ErrInvalidArgument, "depth")
 	}
 	_, err = m.ListFilesDepth(ctx, id, "etc", 2)
-	wantClass(t, err, ErrInvalidArgument, "escapes /workspace")
+	wantClass(t, err, core.ErrInvalidArgument, "escapes /workspace")
 	_, err = m.ListFilesDepth(ctx, id, "nope", 2)
-	wantClass(t, err, ErrNotFound, "/workspace/nope")
+	wantClass(t, err, core.ErrNotFound, "/workspace/nope")
 
 	// The entry cap covers the whole answer, across levels.
 	for d := range 3 {
@@ -247,5 +249,5 @@ func TestListFilesDepth(t *testing.T) {
 		t.Fatalf("depth 1: %d entries, %v", len(list), err)
 	}
 	_, err = m.ListFilesDepth(ctx, id, "many", 2)
-	wantClass(t, err, ErrResourceExhausted, "more than 10000 entries")
+	wantClass(t, err, core.ErrResourceExhausted, "more than 10000 entries")
 }

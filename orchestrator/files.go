@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
@@ -38,7 +40,7 @@ const uploadTempPrefix = wspath.UploadTempPrefix
 func workspacePath(p string) (string, error) {
 	rel, err := wspath.Clean(p)
 	if err != nil {
-		return "", invalidf("%v", err)
+		return "", core.Invalidf("%v", err)
 	}
 	return rel, nil
 }
@@ -58,35 +60,35 @@ func openWorkspace(sb *sandbox) (*os.Root, error) {
 // to the sandbox user, who can then modify them. Uploads are capped at
 // Config.MaxUploadBytes (ErrInvalidArgument); one that does not fit in the
 // sandbox's disk is ErrResourceExhausted.
-func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) (FileInfo, error) {
+func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) (core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	rel, err := workspacePath(p)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	if rel == "." {
-		return FileInfo{}, invalidf("upload path is empty: name a file under /workspace")
+		return core.FileInfo{}, core.Invalidf("upload path is empty: name a file under /workspace")
 	}
 	show := displayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	defer root.Close()
 
 	dir := path.Dir(rel)
 	if err := mkdirAllOwned(root, dir); err != nil {
-		return FileInfo{}, fsError("upload to", show, err)
+		return core.FileInfo{}, fsError("upload to", show, err)
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := path.Join(dir, uploadTempPrefix+hex.EncodeToString(rnd[:]))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return FileInfo{}, fsError("upload to", show, err)
+		return core.FileInfo{}, fsError("upload to", show, err)
 	}
 	committed := false
 	defer func() {
@@ -98,19 +100,19 @@ func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) 
 	src := &ctxReader{ctx: ctx, r: r}
 	n, err := io.Copy(f, io.LimitReader(src, m.cfg.MaxUploadBytes+1))
 	if src.err != nil {
-		return FileInfo{}, src.err // the caller's stream or context failed: theirs to report
+		return core.FileInfo{}, src.err // the caller's stream or context failed: theirs to report
 	}
 	if err != nil {
-		return FileInfo{}, fsError("upload to", show, err)
+		return core.FileInfo{}, fsError("upload to", show, err)
 	}
 	if n > m.cfg.MaxUploadBytes {
-		return FileInfo{}, invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", show, m.cfg.MaxUploadBytes)
+		return core.FileInfo{}, core.Invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", show, m.cfg.MaxUploadBytes)
 	}
 	if err := chownFile(f); err != nil {
-		return FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	if err := f.Close(); err != nil {
-		return FileInfo{}, fsError("upload to", show, err)
+		return core.FileInfo{}, fsError("upload to", show, err)
 	}
 	if err := root.Rename(tmp, rel); err != nil {
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
@@ -118,12 +120,12 @@ func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) 
 		}
 		root.Remove(tmp)
 		committed = true
-		return FileInfo{}, fsError("upload to", show, err)
+		return core.FileInfo{}, fsError("upload to", show, err)
 	}
 	committed = true
 	st, err := root.Lstat(rel)
 	if err != nil {
-		return FileInfo{}, fsError("upload to", show, err)
+		return core.FileInfo{}, fsError("upload to", show, err)
 	}
 	m.log.Debug("file uploaded", "sandbox_id", sb.id, "path", show, "bytes", n)
 	return fileInfo(rel, st), nil
@@ -140,37 +142,37 @@ func chownFile(f *os.File) error { return wspath.ChownFile(f) }
 // Download opens a regular file in the sandbox's workspace for reading. The
 // caller closes it. Directories and special files (a FIFO would block
 // forever) are ErrInvalidArgument.
-func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, FileInfo, error) {
+func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
-		return nil, FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
 	rel, err := workspacePath(p)
 	if err != nil {
-		return nil, FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
 	show := displayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
-		return nil, FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
 	defer root.Close() // files opened through a root outlive it
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, FileInfo{}, fsError("download", show, err)
+		return nil, core.FileInfo{}, fsError("download", show, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, FileInfo{}, fsError("download", show, err)
+		return nil, core.FileInfo{}, fsError("download", show, err)
 	}
 	switch {
 	case st.IsDir():
 		f.Close()
-		return nil, FileInfo{}, invalidf("download %s: is a directory; use ListFiles", show)
+		return nil, core.FileInfo{}, core.Invalidf("download %s: is a directory; use ListFiles", show)
 	case !st.Mode().IsRegular():
 		f.Close()
-		return nil, FileInfo{}, invalidf("download %s: not a regular file (%v)", show, st.Mode().Type())
+		return nil, core.FileInfo{}, core.Invalidf("download %s: not a regular file (%v)", show, st.Mode().Type())
 	}
 	return f, fileInfo(rel, st), nil
 }
@@ -179,13 +181,13 @@ func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadClo
 // sorted by name; for a file it returns just that file. Symbolic links are
 // listed as such (not followed). "" and "/workspace" list the workspace.
 // It is ListFilesDepth at depth 1.
-func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInfo, error) {
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, p string) ([]core.FileInfo, error) {
 	return m.ListFilesDepth(ctx, sandboxID, p, 1)
 }
 
 // fileInfo converts host file metadata; rel is relative to the workspace.
-func fileInfo(rel string, st fs.FileInfo) FileInfo {
-	fi := FileInfo{Path: rel, IsDir: st.IsDir(), ModTime: st.ModTime(), Mode: st.Mode(), Type: FileTypeOf(st.Mode())}
+func fileInfo(rel string, st fs.FileInfo) core.FileInfo {
+	fi := core.FileInfo{Path: rel, IsDir: st.IsDir(), ModTime: st.ModTime(), Mode: st.Mode(), Type: core.FileTypeOf(st.Mode())}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		fi.UID, fi.GID = sys.Uid, sys.Gid
 	}

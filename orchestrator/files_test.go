@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 func TestWorkspacePath(t *testing.T) {
@@ -43,7 +45,7 @@ func TestWorkspacePath(t *testing.T) {
 		strings.Repeat("a", 5000): "limit",
 	} {
 		_, err := workspacePath(in)
-		wantClass(t, err, ErrInvalidArgument, msg)
+		wantClass(t, err, core.ErrInvalidArgument, msg)
 	}
 }
 
@@ -93,7 +95,7 @@ func TestFiles(t *testing.T) {
 
 	// Too large: refused, and nothing appears.
 	_, err = m.Upload(ctx, sb.ID, "big.bin", bytes.NewReader(make([]byte, 1001)))
-	wantClass(t, err, ErrInvalidArgument, "upload limit of 1000 bytes")
+	wantClass(t, err, core.ErrInvalidArgument, "upload limit of 1000 bytes")
 	if entries, _ := os.ReadDir(ws); len(entries) != 1 {
 		t.Errorf("workspace after a refused upload: %v", entries)
 	}
@@ -108,21 +110,21 @@ func TestFiles(t *testing.T) {
 	}
 
 	_, err = m.Upload(ctx, sb.ID, "", strings.NewReader("x"))
-	wantClass(t, err, ErrInvalidArgument, "empty")
+	wantClass(t, err, core.ErrInvalidArgument, "empty")
 	_, err = m.Upload(ctx, sb.ID, "data", strings.NewReader("x"))
-	wantClass(t, err, ErrInvalidArgument, "is a directory")
+	wantClass(t, err, core.ErrInvalidArgument, "is a directory")
 	_, err = m.Upload(ctx, sb.ID, "data/in/x.csv/y", strings.NewReader("x"))
-	wantClass(t, err, ErrInvalidArgument, "not a directory")
+	wantClass(t, err, core.ErrInvalidArgument, "not a directory")
 
 	_, _, err = m.Download(ctx, sb.ID, "nope.txt")
-	wantClass(t, err, ErrNotFound, "/workspace/nope.txt")
+	wantClass(t, err, core.ErrNotFound, "/workspace/nope.txt")
 	_, _, err = m.Download(ctx, sb.ID, "data")
-	wantClass(t, err, ErrInvalidArgument, "is a directory")
+	wantClass(t, err, core.ErrInvalidArgument, "is a directory")
 	if err := syscall.Mkfifo(filepath.Join(ws, "fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = m.Download(ctx, sb.ID, "fifo") // must not block
-	wantClass(t, err, ErrInvalidArgument, "not a regular file")
+	wantClass(t, err, core.ErrInvalidArgument, "not a regular file")
 
 	list, err := m.ListFiles(ctx, sb.ID, "/workspace")
 	if err != nil {
@@ -144,7 +146,7 @@ func TestFiles(t *testing.T) {
 		t.Errorf("ListFiles(file) = %+v, %v", list, err)
 	}
 	_, err = m.ListFiles(ctx, sb.ID, "missing")
-	wantClass(t, err, ErrNotFound, "")
+	wantClass(t, err, core.ErrNotFound, "")
 }
 
 type errReader struct{ err error }
@@ -178,13 +180,13 @@ func TestFilesSymlinks(t *testing.T) {
 
 	for _, p := range []string{"etc/passwd", "passwd", "up/etc/passwd", "hostdir/secret"} {
 		_, _, err := m.Download(ctx, sb.ID, p)
-		wantClass(t, err, ErrInvalidArgument, "path escapes /workspace")
+		wantClass(t, err, core.ErrInvalidArgument, "path escapes /workspace")
 		_, err = m.ListFiles(ctx, sb.ID, p)
-		wantClass(t, err, ErrInvalidArgument, "path escapes /workspace")
+		wantClass(t, err, core.ErrInvalidArgument, "path escapes /workspace")
 	}
 	for _, p := range []string{"etc/evil", "hostdir/secret", "up/tmp/x", "hostdir/new/file"} {
 		_, err := m.Upload(ctx, sb.ID, p, strings.NewReader("pwned"))
-		wantClass(t, err, ErrInvalidArgument, "path escapes /workspace")
+		wantClass(t, err, core.ErrInvalidArgument, "path escapes /workspace")
 	}
 	if b, _ := os.ReadFile(filepath.Join(host, "secret")); string(b) != "host secret" {
 		t.Fatalf("host file changed: %q", b)

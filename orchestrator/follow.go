@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
@@ -34,8 +36,8 @@ const prunedCheckDelay = 50 * time.Millisecond
 // The start of a Follow, and each second of it, refresh the sandbox's idle
 // TTL: a sandbox being watched is in use even while a long command prints
 // nothing.
-func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(Event) error) error {
-	if err := validateIDs(sandboxID, commandID); err != nil {
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error {
+	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
 	sb, err := m.use(ctx, sandboxID)
@@ -46,13 +48,13 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 }
 
 // follow is Follow on a sandbox already looked up.
-func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, afterSeq int64, fn func(Event) error) error {
+func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, afterSeq int64, fn func(core.Event) error) error {
 	evs, err := sb.io.EventsContext(ctx, commandID, afterSeq, m.log.With("sandbox_id", sb.id))
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):
-		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	case errors.Is(err, iolog.ErrClosed):
-		return notFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
+		return core.NotFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
 	case err != nil:
 		return m.logError(sb, err)
 	}
@@ -77,7 +79,7 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 			return eventsError(sb, commandID, err)
 		}
 		if dead {
-			return preconditionf("sandbox %s died before command %s finished: %s; acquire a new sandbox", sb.id, commandID, sb.reasonOrUnknown())
+			return core.Preconditionf("sandbox %s died before command %s finished: %s; acquire a new sandbox", sb.id, commandID, sb.reasonOrUnknown())
 		}
 		// A missing events file means that the command has not started yet
 		// or that its output was pruned. Telling the two apart costs a read
@@ -85,16 +87,16 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 		// pass: a command about to start (as after nearly every Submit) never
 		// pays for it, and pruned output is reported after prunedCheckDelay.
 		if recheck && evs.Pruned() {
-			return notFoundf("the output of command %s in sandbox %s is no longer available: it was pruned", commandID, sb.id)
+			return core.NotFoundf("the output of command %s in sandbox %s is no longer available: it was pruned", commandID, sb.id)
 		}
 		recheck = false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-m.closing:
-			return unavailablef("sandboxd is shutting down")
+			return core.Unavailablef("sandboxd is shutting down")
 		case <-sb.goneCh:
-			return notFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
+			return core.NotFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
 		case <-sub.C:
 		case <-sb.deadCh:
 		case <-tick.C:
@@ -111,9 +113,9 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 func eventsError(sb *sandbox, cmd string, err error) error {
 	switch {
 	case errors.Is(err, iolog.ErrTampered):
-		return preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read: %v", cmd, sb.id, err)
+		return core.Preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read: %v", cmd, sb.id, err)
 	case errors.Is(err, iolog.ErrClosed):
-		return notFoundf("sandbox %s was deleted while following command %s", sb.id, cmd)
+		return core.NotFoundf("sandbox %s was deleted while following command %s", sb.id, cmd)
 	}
 	return err
 }
@@ -126,9 +128,9 @@ func (m *Manager) logError(sb *sandbox, err error) error {
 		// Logged once per sandbox at most in practice: a refused log stays
 		// refused (iolog caches the verdict), and callers stop using it.
 		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
-		return preconditionf("sandbox %s tampered with its command log (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", sb.id, err)
+		return core.Preconditionf("sandbox %s tampered with its command log (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", sb.id, err)
 	case errors.Is(err, iolog.ErrClosed):
-		return sandboxNotFound(sb.id)
+		return core.SandboxNotFound(sb.id)
 	}
 	return err
 }

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
@@ -72,14 +74,14 @@ func (d *fakeDriver) artifact(seq int64, n int, data []byte) string {
 
 // followAsync runs Follow in the background, sending events on a channel.
 type followRun struct {
-	events chan Event
+	events chan core.Event
 	err    chan error
 }
 
 func followAsync(ctx context.Context, m *Manager, sandboxID, cmd string, after int64) followRun {
-	r := followRun{events: make(chan Event, 100), err: make(chan error, 1)}
+	r := followRun{events: make(chan core.Event, 100), err: make(chan error, 1)}
 	go func() {
-		r.err <- m.Follow(ctx, sandboxID, cmd, after, func(e Event) error {
+		r.err <- m.Follow(ctx, sandboxID, cmd, after, func(e core.Event) error {
 			r.events <- e
 			return nil
 		})
@@ -87,7 +89,7 @@ func followAsync(ctx context.Context, m *Manager, sandboxID, cmd string, after i
 	return r
 }
 
-func (r followRun) next(t *testing.T) Event {
+func (r followRun) next(t *testing.T) core.Event {
 	t.Helper()
 	select {
 	case e := <-r.events:
@@ -104,7 +106,7 @@ func (r followRun) next(t *testing.T) Event {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no event within 5s")
 	}
-	return Event{}
+	return core.Event{}
 }
 
 func (r followRun) result(t *testing.T) error {
@@ -120,7 +122,7 @@ func (r followRun) result(t *testing.T) error {
 
 func submit(t *testing.T, m *Manager, sandboxID, cmd string) {
 	t.Helper()
-	if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sandboxID, CommandID: cmd, Code: "x"}); err != nil {
+	if _, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sandboxID, CommandID: cmd, Code: "x"}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -173,12 +175,12 @@ func TestFollowStreamsEventsAndArtifacts(t *testing.T) {
 
 	// Resuming after seq 3 replays only the rest.
 	var seqs []int64
-	err := m.Follow(t.Context(), sb.ID, "c1", 3, func(e Event) error { seqs = append(seqs, e.Seq); return nil })
+	err := m.Follow(t.Context(), sb.ID, "c1", 3, func(e core.Event) error { seqs = append(seqs, e.Seq); return nil })
 	if err != nil || len(seqs) != 2 || seqs[0] != 4 || seqs[1] != 5 {
 		t.Fatalf("Follow after 3 = %v, %v", seqs, err)
 	}
 	// After done's seq: nothing to send, and no waiting.
-	err = m.Follow(t.Context(), sb.ID, "c1", 5, func(e Event) error { t.Errorf("unexpected event %+v", e); return nil })
+	err = m.Follow(t.Context(), sb.ID, "c1", 5, func(e core.Event) error { t.Errorf("unexpected event %+v", e); return nil })
 	if err != nil {
 		t.Fatalf("Follow after done = %v", err)
 	}
@@ -189,10 +191,10 @@ func TestFollowErrors(t *testing.T) {
 	m := newTestManager(t, testConfig(t), fd)
 	sb := acquire(t, m, "u").Sandbox
 	ctx := t.Context()
-	noop := func(Event) error { return nil }
+	noop := func(core.Event) error { return nil }
 
-	wantClass(t, m.Follow(ctx, sb.ID, "unknown", 0, noop), ErrNotFound, "command unknown not found")
-	wantClass(t, m.Follow(ctx, sb.ID, "../x", 0, noop), ErrInvalidArgument, "")
+	wantClass(t, m.Follow(ctx, sb.ID, "unknown", 0, noop), core.ErrNotFound, "command unknown not found")
+	wantClass(t, m.Follow(ctx, sb.ID, "../x", 0, noop), core.ErrInvalidArgument, "")
 
 	// fn's error stops Follow and is returned as is.
 	submit(t, m, sb.ID, "c1")
@@ -201,7 +203,7 @@ func TestFollowErrors(t *testing.T) {
 	d.emit(ioproto.Event{Type: "stdout", Text: "a"}, false)
 	stop := errors.New("client went away")
 	calls := 0
-	err := m.Follow(ctx, sb.ID, "c1", 0, func(Event) error { calls++; return stop })
+	err := m.Follow(ctx, sb.ID, "c1", 0, func(core.Event) error { calls++; return stop })
 	if err != stop || calls != 1 {
 		t.Fatalf("Follow = %v after %d calls, want fn's error after 1", err, calls)
 	}
@@ -220,7 +222,7 @@ func TestFollowErrors(t *testing.T) {
 	f.Close()
 	d.emit(ioproto.Event{Type: "done", Status: "ok"}, false)
 	var types []string
-	if err := m.Follow(ctx, sb.ID, "c1", 0, func(e Event) error { types = append(types, e.Type); return nil }); err != nil {
+	if err := m.Follow(ctx, sb.ID, "c1", 0, func(e core.Event) error { types = append(types, e.Type); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(types, ",") != "started,stdout,done" {
@@ -243,11 +245,11 @@ func TestFollowSandboxDiesOrIsDeleted(t *testing.T) {
 	run.next(t)
 	fd.exit(sb.ContainerID, 137, false)
 	err := run.result(t)
-	wantClass(t, err, ErrFailedPrecondition, "died before command c1 finished: container exited with code 137")
+	wantClass(t, err, core.ErrFailedPrecondition, "died before command c1 finished: container exited with code 137")
 
 	// Finished output stays readable on a dead sandbox.
 	d.emit(ioproto.Event{Type: "done", Status: "killed"}, false)
-	if err := m.Follow(t.Context(), sb.ID, "c1", 0, func(Event) error { return nil }); err != nil {
+	if err := m.Follow(t.Context(), sb.ID, "c1", 0, func(core.Event) error { return nil }); err != nil {
 		t.Fatalf("Follow of a finished command on a dead sandbox = %v", err)
 	}
 
@@ -266,7 +268,7 @@ func TestFollowSandboxDiesOrIsDeleted(t *testing.T) {
 	if err := m.Delete(t.Context(), other.ID); err != nil {
 		t.Fatal(err)
 	}
-	wantClass(t, run.result(t), ErrNotFound, "deleted")
+	wantClass(t, run.result(t), core.ErrNotFound, "deleted")
 	if n := m.watch.Watching(); n != 0 {
 		t.Errorf("%d watch subscriptions left", n)
 	}
@@ -283,8 +285,8 @@ func TestFollowPrunedOutput(t *testing.T) {
 	if err := ioproto.WriteJSONFileAtomic(filepath.Join(io, "state.json"), ioproto.State{Version: 1, Offset: st.Size()}, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := m.Follow(t.Context(), sb.ID, "c1", 0, func(Event) error { return nil })
-	wantClass(t, err, ErrNotFound, "pruned")
+	err := m.Follow(t.Context(), sb.ID, "c1", 0, func(core.Event) error { return nil })
+	wantClass(t, err, core.ErrNotFound, "pruned")
 }
 
 func TestFollowRefusesEscapingEventsFile(t *testing.T) {
@@ -299,9 +301,9 @@ func TestFollowRefusesEscapingEventsFile(t *testing.T) {
 	if err := os.Symlink(secret, filepath.Join(out, "c1.events")); err != nil {
 		t.Fatal(err)
 	}
-	err := m.Follow(t.Context(), sb.ID, "c1", 0, func(e Event) error {
+	err := m.Follow(t.Context(), sb.ID, "c1", 0, func(e core.Event) error {
 		t.Errorf("delivered %+v from outside the sandbox", e)
 		return nil
 	})
-	wantClass(t, err, ErrFailedPrecondition, "altered")
+	wantClass(t, err, core.ErrFailedPrecondition, "altered")
 }

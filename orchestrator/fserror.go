@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
@@ -18,22 +20,22 @@ func fsError(op, display string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case isClassified(err):
+	case core.IsClassified(err):
 		return err
 	case errors.Is(err, fs.ErrNotExist):
-		return notFoundf("%s %s: no such file or directory", op, display)
+		return core.NotFoundf("%s %s: no such file or directory", op, display)
 	case iolog.IsEscape(err):
-		return invalidf("%s %s: path escapes /workspace", op, display)
+		return core.Invalidf("%s %s: path escapes /workspace", op, display)
 	case errors.Is(err, syscall.ENOTDIR):
-		return invalidf("%s %s: a parent of the path is not a directory", op, display)
+		return core.Invalidf("%s %s: a parent of the path is not a directory", op, display)
 	case errors.Is(err, syscall.EISDIR):
-		return invalidf("%s %s: is a directory", op, display)
+		return core.Invalidf("%s %s: is a directory", op, display)
 	case errors.Is(err, syscall.ENAMETOOLONG):
-		return invalidf("%s %s: name too long", op, display)
+		return core.Invalidf("%s %s: name too long", op, display)
 	case errors.Is(err, fs.ErrExist):
-		return invalidf("%s %s: already exists", op, display)
+		return core.Invalidf("%s %s: already exists", op, display)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return exhaustedf("%s %s: no space left on the sandbox's disk", op, display)
+		return core.Exhaustedf("%s %s: no space left on the sandbox's disk", op, display)
 	}
 	return fmt.Errorf("%s %s: %w", op, display, err)
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
@@ -52,7 +54,7 @@ type sandbox struct {
 	containerID string
 	image       string
 	runtime     string
-	limits      Limits
+	limits      core.Limits
 	network     bool
 	createdAt   time.Time
 	// metadata is the caller's labels; fixed like the identity fields (a
@@ -61,7 +63,7 @@ type sandbox struct {
 
 	mu         sync.Mutex
 	pool       bool // waiting, unclaimed, in the warm pool
-	state      State
+	state      core.State
 	reason     string
 	lastActive time.Time
 	idleTTL    time.Duration // the sandbox's own idle TTL; 0 = the server's (registry.idleOf)
@@ -106,7 +108,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		limits:      m.Limits,
 		network:     m.Network,
 		createdAt:   m.CreatedAt,
-		state:       StateRunning,
+		state:       core.StateRunning,
 		lastActive:  m.LastActiveAt,
 		metadata:    m.Metadata,
 		idleTTL:     max(m.IdleTTL, 0),
@@ -118,15 +120,15 @@ func newSandbox(dir string, m meta) *sandbox {
 	if sb.lastActive.IsZero() {
 		sb.lastActive = m.CreatedAt
 	}
-	if m.State == StateDead {
-		sb.state, sb.reason = StateDead, m.StateReason
+	if m.State == core.StateDead {
+		sb.state, sb.reason = core.StateDead, m.StateReason
 		close(sb.deadCh)
 	}
 	if m.Hib != nil {
 		sb.hib = *m.Hib
 	}
-	if m.State == StateHibernated {
-		sb.state = StateHibernated
+	if m.State == core.StateHibernated {
+		sb.state = core.StateHibernated
 	}
 	sb.io = iolog.New(filepath.Join(dir, ioDir))
 	return sb
@@ -192,10 +194,10 @@ func (sb *sandbox) persist(force bool) error {
 func (sb *sandbox) markDead(reason string) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	if sb.state == StateDead || sb.state == StateHibernated || sb.hib.Phase != "" || sb.removing {
+	if sb.state == core.StateDead || sb.state == core.StateHibernated || sb.hib.Phase != "" || sb.removing {
 		return false // a hibernation removes the container on purpose
 	}
-	sb.state, sb.reason, sb.dirty = StateDead, reason, true
+	sb.state, sb.reason, sb.dirty = core.StateDead, reason, true
 	return true
 }
 
@@ -216,7 +218,7 @@ func (sb *sandbox) currentContainer() string {
 }
 
 // status returns the state and, for a dead sandbox, the reason.
-func (sb *sandbox) status() (State, string) {
+func (sb *sandbox) status() (core.State, string) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return sb.state, sb.reason
@@ -225,7 +227,7 @@ func (sb *sandbox) status() (State, string) {
 // deadError is the error for an operation that needs a live sandbox.
 func (sb *sandbox) deadError() error {
 	_, reason := sb.status()
-	return preconditionf("sandbox %s is dead: %s; acquire a new one", sb.id, reason)
+	return core.Preconditionf("sandbox %s is dead: %s; acquire a new one", sb.id, reason)
 }
 
 // key is sb's user.

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
@@ -58,7 +60,7 @@ func keyOf(st *syscall.Stat_t) statusKey {
 // healthReasonLocked is the sandbox's HealthReason for snapshot: empty for
 // a sandbox that is not running. Call with sb.mu held.
 func (sb *sandbox) healthReasonLocked() string {
-	if sb.state != StateRunning {
+	if sb.state != core.StateRunning {
 		return ""
 	}
 	if r := sb.health.reason.Load(); r != nil {
@@ -132,8 +134,8 @@ func healthReason(ds ioproto.DriverStatus) string {
 		if ds.Health == ioproto.HealthIOFull {
 			r = "/io is full"
 		} else {
-			r = "the sandbox's driver reports health " + truncate(fmt.Sprintf("%q", ds.Health), 64)
+			r = "the sandbox's driver reports health " + core.Truncate(fmt.Sprintf("%q", ds.Health), 64)
 		}
 	}
-	return truncate(r, maxHealthReason)
+	return core.Truncate(r, maxHealthReason)
 }

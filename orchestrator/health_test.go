@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
@@ -101,7 +103,7 @@ func TestSandboxHealthFromDriverStatus(t *testing.T) {
 	m := newTestManager(t, testConfig(t), fd)
 	sb := acquire(t, m, "alice").Sandbox
 	sbIO := filepath.Join(sandboxDir(m.cfg.StateDir, sb.ID), ioDir)
-	get := func() Sandbox {
+	get := func() core.Sandbox {
 		t.Helper()
 		s, err := m.Get(t.Context(), sb.ID)
 		if err != nil {
@@ -109,9 +111,9 @@ func TestSandboxHealthFromDriverStatus(t *testing.T) {
 		}
 		return s
 	}
-	list := func() Sandbox {
+	list := func() core.Sandbox {
 		t.Helper()
-		l, err := m.List(t.Context(), ListFilter{})
+		l, err := m.List(t.Context(), core.ListFilter{})
 		if err != nil || len(l) != 1 {
 			t.Fatalf("List = %v, %v", l, err)
 		}
@@ -123,7 +125,7 @@ func TestSandboxHealthFromDriverStatus(t *testing.T) {
 
 	reason := "/io is full: 10 KiB free, a command needs at least 1 MiB"
 	writeDriverStatus(t, sbIO, ioproto.DriverStatus{Version: 1, Health: ioproto.HealthIOFull, HealthReason: reason})
-	if s := get(); s.HealthReason != reason || s.State != StateRunning {
+	if s := get(); s.HealthReason != reason || s.State != core.StateRunning {
 		t.Errorf("io full: Get = %q %q; want running with %q", s.State, s.HealthReason, reason)
 	}
 	if s := list(); s.HealthReason != reason {
@@ -161,7 +163,7 @@ func TestSandboxHealthFromDriverStatus(t *testing.T) {
 		t.Fatalf("HealthReason %q", s.HealthReason)
 	}
 	fd.exit(sb.ContainerID, 1, false)
-	if s := get(); s.State != StateDead || s.HealthReason != "" {
+	if s := get(); s.State != core.StateDead || s.HealthReason != "" {
 		t.Errorf("dead: state %q, HealthReason %q; want dead with none", s.State, s.HealthReason)
 	}
 }

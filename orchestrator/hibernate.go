@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/docker/api/types/checkpoint"
 	"github.com/docker/docker/api/types/container"
 
@@ -79,7 +81,7 @@ type hibMeta struct {
 	// HibernatedAt is set while the sandbox is hibernated.
 	HibernatedAt time.Time `json:"hibernated_at,omitzero"`
 	// Wake is how the state came back at the last wake.
-	Wake *WakeInfo `json:"wake,omitempty"`
+	Wake *core.WakeInfo `json:"wake,omitempty"`
 	// WakeRecord and WakeLevel are the restore record of a wake whose
 	// container runs but whose restore may not be in the log yet.
 	WakeRecord string `json:"wake_record,omitempty"`
@@ -125,21 +127,21 @@ func (m *Manager) tryCheckpoint(ctx context.Context, sb *sandbox, containerID st
 		return "", ""
 	case m.checkpoints == nil:
 		return "", "the Docker client cannot checkpoint"
-	case sb.runtime != runtimeGVisor:
+	case sb.runtime != core.RuntimeGVisor:
 		return "", "the memory level needs the runsc runtime (runc would need a working CRIU)"
 	}
 	name := fmt.Sprintf("sbx-ckpt-%d-%s", seq, randomSuffix())
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
 	defer cancel()
 	if err := m.checkpoints.CheckpointCreate(cctx, containerID, checkpoint.CreateOptions{CheckpointID: name, Exit: true}); err != nil {
-		return "", truncate("docker checkpoint failed (is dockerd in experimental mode?): "+err.Error(), 512)
+		return "", core.Truncate("docker checkpoint failed (is dockerd in experimental mode?): "+err.Error(), 512)
 	}
 	// The checkpoint's exit is not a manual stop: the restart policy would
 	// start the container afresh. A stop marks it stopped on purpose (and
 	// ends such a fresh start); the checkpoint stays for the wake.
 	zero := 0
 	if err := m.checkpoints.ContainerStop(cctx, containerID, container.StopOptions{Timeout: &zero}); err != nil {
-		return "", truncate("cannot keep the checkpointed container stopped: "+err.Error(), 512)
+		return "", core.Truncate("cannot keep the checkpointed container stopped: "+err.Error(), 512)
 	}
 	return name, ""
 }
@@ -153,11 +155,11 @@ func (h hibMeta) forMeta() *hibMeta {
 }
 
 // snapshotInfo describes the committed snapshot.
-func (h hibMeta) snapshotInfo() *SnapshotInfo {
+func (h hibMeta) snapshotInfo() *core.SnapshotInfo {
 	if h.Snapshot == nil {
 		return nil
 	}
-	return &SnapshotInfo{Level: h.Snapshot.Level, Bytes: h.Snapshot.Bytes, TakenAt: h.Snapshot.TakenAt, Reason: h.Snapshot.Reason}
+	return &core.SnapshotInfo{Level: h.Snapshot.Level, Bytes: h.Snapshot.Bytes, TakenAt: h.Snapshot.TakenAt, Reason: h.Snapshot.Reason}
 }
 
 // SnapshotStore keeps hibernated sandboxes' snapshots. The local store
@@ -258,32 +260,32 @@ func randomSuffix() string {
 // Hibernate hibernates a running sandbox now (see above) and returns it.
 // A hibernated one is returned as it is; a dead one is
 // ErrFailedPrecondition. It does not count as a use of the sandbox.
-func (m *Manager) Hibernate(ctx context.Context, sandboxID string) (Sandbox, error) {
+func (m *Manager) Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error) {
 	sb, err := m.lookup(ctx, sandboxID)
 	if err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	unlock, err := m.userLocks.lock(ctx, sb.key().String())
 	if err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	defer unlock()
 	if err := m.hibernateLocked(ctx, sb, "on request"); err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	return m.snapshot(sb), nil
 }
 
 // Wake wakes a hibernated sandbox now and returns it with how its state
 // came back (nil when it was running already).
-func (m *Manager) Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInfo, error) {
+func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error) {
 	sb, err := m.lookup(ctx, sandboxID)
 	if err != nil {
-		return Sandbox{}, nil, err
+		return core.Sandbox{}, nil, err
 	}
 	w, err := m.ensureAwake(ctx, sb)
 	if err != nil {
-		return Sandbox{}, nil, err
+		return core.Sandbox{}, nil, err
 	}
 	m.reg.touch(sb)
 	return m.snapshot(sb), w, nil
@@ -291,7 +293,7 @@ func (m *Manager) Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInf
 
 // ensureAwake wakes sb if it is hibernated (or being hibernated: it waits
 // for that to end). Concurrent calls yield one wake; the others return nil.
-func (m *Manager) ensureAwake(ctx context.Context, sb *sandbox) (*WakeInfo, error) {
+func (m *Manager) ensureAwake(ctx context.Context, sb *sandbox) (*core.WakeInfo, error) {
 	if !sb.asleep() {
 		return nil, nil
 	}
@@ -307,7 +309,7 @@ func (m *Manager) ensureAwake(ctx context.Context, sb *sandbox) (*WakeInfo, erro
 func (sb *sandbox) asleep() bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return sb.state == StateHibernated || sb.hib.Phase != ""
+	return sb.state == core.StateHibernated || sb.hib.Phase != ""
 }
 
 // hibernateLocked hibernates sb; the caller holds its user's lock.
@@ -317,13 +319,13 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 	switch {
 	case sb.removing || sb.gone:
 		sb.mu.Unlock()
-		return sandboxNotFound(sb.id)
-	case sb.state == StateHibernated:
+		return core.SandboxNotFound(sb.id)
+	case sb.state == core.StateHibernated:
 		sb.mu.Unlock()
 		return nil
-	case sb.state == StateDead:
+	case sb.state == core.StateDead:
 		sb.mu.Unlock()
-		return preconditionf("sandbox %s is dead (%s): there is no state to hibernate", sb.id, sb.reason)
+		return core.Preconditionf("sandbox %s is dead (%s): there is no state to hibernate", sb.id, sb.reason)
 	}
 	sb.hib.Seq++
 	suffix := randomSuffix()
@@ -405,7 +407,7 @@ func (m *Manager) enforceSnapshotBudget(self *sandbox) {
 	var total int64
 	for _, sb := range m.reg.all() {
 		sb.mu.Lock()
-		if sb.state == StateHibernated && sb.hib.Snapshot != nil && sb.hib.Snapshot.Level == ioproto.LevelGlobals {
+		if sb.state == core.StateHibernated && sb.hib.Snapshot != nil && sb.hib.Snapshot.Level == ioproto.LevelGlobals {
 			all = append(all, held{sb, sb.hib.HibernatedAt, sb.hib.Snapshot.Bytes})
 			total += sb.hib.Snapshot.Bytes
 		}
@@ -443,7 +445,7 @@ func (m *Manager) enforceSnapshotBudget(self *sandbox) {
 // dropSnapshot lowers a hibernated sandbox's snapshot to level files.
 func (m *Manager) dropSnapshot(sb *sandbox) {
 	sb.mu.Lock()
-	if sb.state != StateHibernated || sb.hib.Snapshot == nil || sb.hib.Snapshot.Level != ioproto.LevelGlobals {
+	if sb.state != core.StateHibernated || sb.hib.Snapshot == nil || sb.hib.Snapshot.Level != ioproto.LevelGlobals {
 		sb.mu.Unlock()
 		return
 	}
@@ -477,7 +479,7 @@ func (m *Manager) abortHibernate(sb *sandbox) {
 func (m *Manager) commitHibernated(sb *sandbox, snap snapMeta) {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	sb.state = StateHibernated
+	sb.state = core.StateHibernated
 	if snap.Checkpoint == "" {
 		sb.containerID = ""
 	}
@@ -525,7 +527,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, sb *sandbox, p *snapMeta) sn
 		for _, l := range res.Lost {
 			names = append(names, l.Name)
 		}
-		snap.Reason = truncate("not kept: "+strings.Join(names, ", "), 1024)
+		snap.Reason = core.Truncate("not kept: "+strings.Join(names, ", "), 1024)
 	}
 	return snap
 }
@@ -537,7 +539,7 @@ func (m *Manager) runHibRecord(ctx context.Context, sb *sandbox, rec ioproto.Rec
 		sb.mu.Lock()
 		defer sb.mu.Unlock()
 		if sb.removing || sb.gone {
-			return notFoundf("sandbox %s was deleted", sb.id)
+			return core.NotFoundf("sandbox %s was deleted", sb.id)
 		}
 		return nil
 	}
@@ -549,8 +551,8 @@ func (m *Manager) runHibRecord(ctx context.Context, sb *sandbox, rec ioproto.Rec
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var done *Event
-	err := m.follow(wctx, sb, rec.CommandID, 0, func(e Event) error {
+	var done *core.Event
+	err := m.follow(wctx, sb, rec.CommandID, 0, func(e core.Event) error {
 		if e.Type == ioproto.EventDone {
 			done = &e
 		}
@@ -568,14 +570,14 @@ func (m *Manager) runHibRecord(ctx context.Context, sb *sandbox, rec ioproto.Rec
 }
 
 // wakeLocked wakes sb if hibernated; the caller holds its user's lock.
-func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error) {
+func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, error) {
 	log := m.log.With("sandbox_id", sb.id, "tenant", sb.tenant, "user_id", sb.userID)
 	sb.mu.Lock()
 	switch {
 	case sb.removing || sb.gone:
 		sb.mu.Unlock()
-		return nil, sandboxNotFound(sb.id)
-	case sb.state != StateHibernated:
+		return nil, core.SandboxNotFound(sb.id)
+	case sb.state != core.StateHibernated:
 		sb.mu.Unlock()
 		return nil, nil // woken meanwhile: one wake for concurrent callers
 	}
@@ -587,7 +589,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	start := time.Now()
 	if all, _ := m.reg.countRunning(""); m.cfg.MaxSandboxes > 0 && all+m.pool.count() >= m.cfg.MaxSandboxes {
 		m.endWake(sb)
-		return nil, exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); sandbox %s stays hibernated, try again later", m.cfg.MaxSandboxes, sb.id)
+		return nil, core.Exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); sandbox %s stays hibernated, try again later", m.cfg.MaxSandboxes, sb.id)
 	}
 	if err := sb.persist(true); err != nil {
 		m.endWake(sb)
@@ -637,7 +639,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 		rec.Snapshot = snap.File
 	}
 	sb.mu.Lock()
-	sb.state, sb.containerID = StateRunning, resp.ID
+	sb.state, sb.containerID = core.StateRunning, resp.ID
 	sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.HibernatedAt = rec.CommandID, level, time.Time{}
 	sb.lastActive, sb.dirty = time.Now(), true
 	sb.mu.Unlock()
@@ -647,9 +649,9 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	crashAt("wake:running")
 
 	res, err := m.runHibRecord(ctx, sb, rec, restoreTimeout+30*time.Second)
-	w := WakeFromEvent(res)
+	w := core.WakeFromEvent(res)
 	if err != nil {
-		w = &WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
+		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
 	}
 	if memoryFailed != "" {
 		w.Reason = joinReasons(memoryFailed, w.Reason)
@@ -668,14 +670,14 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*WakeInfo, error
 	}
 	m.reg.reset(sb)
 	log.Info("sandbox woken", "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason, "took", time.Since(start))
-	return w.clone(), nil
+	return w.Clone(), nil
 }
 
 // wakeFromCheckpoint starts sb's stopped container from its memory
 // checkpoint: the same processes, exactly. On failure the container is
 // removed (the caller wakes from the globals snapshot) and the reason is
 // returned for the wake's report.
-func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *snapMeta, seq int) (*WakeInfo, string, error) {
+func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *snapMeta, seq int) (*core.WakeInfo, string, error) {
 	containerID := sb.currentContainer()
 	err := m.docker.ContainerStart(ctx, containerID, container.StartOptions{CheckpointID: snap.Checkpoint})
 	if err != nil {
@@ -685,12 +687,12 @@ func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *sna
 		sb.mu.Lock()
 		sb.containerID = ""
 		sb.mu.Unlock()
-		return nil, truncate("the memory checkpoint could not be restored ("+err.Error()+"); the globals snapshot was used", 512), err
+		return nil, core.Truncate("the memory checkpoint could not be restored ("+err.Error()+"); the globals snapshot was used", 512), err
 	}
 	crashAt("wake:started")
 	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: fmt.Sprintf("sbx-restore-%d-%s", seq, randomSuffix()), Level: ioproto.LevelMemory}
 	sb.mu.Lock()
-	sb.state = StateRunning
+	sb.state = core.StateRunning
 	sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.HibernatedAt = rec.CommandID, rec.Level, time.Time{}
 	sb.lastActive, sb.dirty = time.Now(), true
 	sb.mu.Unlock()
@@ -699,9 +701,9 @@ func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *sna
 	}
 	crashAt("wake:running")
 	res, err := m.runHibRecord(ctx, sb, rec, restoreTimeout)
-	w := WakeFromEvent(res)
+	w := core.WakeFromEvent(res)
 	if err != nil {
-		w = &WakeInfo{Level: ioproto.LevelMemory, Reason: "the processes were restored from the checkpoint, but the sandbox did not confirm: " + err.Error()}
+		w = &core.WakeInfo{Level: ioproto.LevelMemory, Reason: "the processes were restored from the checkpoint, but the sandbox did not confirm: " + err.Error()}
 	}
 	w.Time = time.Now().UTC()
 	sb.mu.Lock()
@@ -719,7 +721,7 @@ func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *sna
 	}
 	m.reg.reset(sb)
 	m.log.Info("sandbox woken from its memory checkpoint", "sandbox_id", sb.id)
-	return w.clone(), "", nil
+	return w.Clone(), "", nil
 }
 
 // endWake undoes the start of a wake that failed before the container
@@ -751,7 +753,7 @@ func (m *Manager) checkImageOf(ctx context.Context, image string) error {
 	case err == nil:
 		return nil
 	case isDockerNotFound(err):
-		return preconditionf("sandbox image %q of this hibernated sandbox is not present any more; it cannot be woken", image)
+		return core.Preconditionf("sandbox image %q of this hibernated sandbox is not present any more; it cannot be woken", image)
 	}
 	return dockerError("inspect image", err)
 }
@@ -768,11 +770,11 @@ func (m *Manager) onIdleOf(sb *sandbox) string {
 // instead (its maximum lifetime is over, or it is not running).
 func (m *Manager) hibernateExpired(sb *sandbox) bool {
 	sb.mu.Lock()
-	running := sb.state == StateRunning && sb.hib.Phase == ""
+	running := sb.state == core.StateRunning && sb.hib.Phase == ""
 	lifetimeOver := m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime))
 	onIdle := m.onIdleOf(sb)
 	sb.mu.Unlock()
-	if onIdle != OnIdleHibernate || !running || lifetimeOver {
+	if onIdle != core.OnIdleHibernate || !running || lifetimeOver {
 		return false
 	}
 	if !m.reg.holdExpired(sb, snapshotTimeout+2*removeTimeout) {
@@ -810,7 +812,7 @@ func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, alive, ex
 	sb.mu.Unlock()
 	log := m.log.With("sandbox_id", sb.id)
 	switch {
-	case state == StateHibernated:
+	case state == core.StateHibernated:
 		if h.Phase != "" {
 			// A wake that had not started its container: any container it
 			// made is an orphan (meta.json names none), removed by reconcile.
@@ -870,7 +872,7 @@ func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, alive, ex
 		log.Info("sandboxd stopped during a wake; its restore record is in the log", "level", h.WakeLevel)
 		sb.mu.Lock()
 		sb.hib.Phase, sb.hib.WakeRecord, sb.hib.WakeLevel = "", "", ""
-		sb.hib.Wake = &WakeInfo{Level: h.WakeLevel, Time: time.Now().UTC(),
+		sb.hib.Wake = &core.WakeInfo{Level: h.WakeLevel, Time: time.Now().UTC(),
 			Reason: "sandboxd restarted during the wake; the first command after it reports how the state came back"}
 		sb.mu.Unlock()
 		return sb.persist(true)

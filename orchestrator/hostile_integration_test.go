@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // Integration tests of the attacks on sandboxd through /io (SECURITY.md,
@@ -34,7 +36,7 @@ func loopDevicesOf(t *testing.T, id string) []string {
 // inSandbox runs Python code in the sandbox and fails unless it ends ok.
 func inSandbox(t *testing.T, m *Manager, id, code string) {
 	t.Helper()
-	evs := runCommand(t, m, id, ExecRequest{Code: code})
+	evs := runCommand(t, m, id, core.ExecRequest{Code: code})
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("sandboxed code ended %s: %+v", d.Status, evs)
 	}
@@ -62,7 +64,7 @@ func TestIntegrationForgedLogAfterRestart(t *testing.T) {
 	m1, _, cfg := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	bad, err := m1.Acquire(ctx, "it-forger", Options{})
+	bad, err := m1.Acquire(ctx, "it-forger", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,27 +95,27 @@ print(size)`)
 	var otherID string
 	wg.Go(func() {
 		start := time.Now()
-		res, err := m2.Acquire(ctx, "it-bystander", Options{})
+		res, err := m2.Acquire(ctx, "it-bystander", core.Options{})
 		if err != nil {
 			t.Errorf("bystander Acquire: %v", err)
 			return
 		}
 		otherID = res.Sandbox.ID
-		runCommand(t, m2, otherID, ExecRequest{Code: "print('fine')"})
+		runCommand(t, m2, otherID, core.ExecRequest{Code: "print('fine')"})
 		otherRT = time.Since(start)
 	})
 	start := time.Now()
-	_, err = m2.Submit(ctx, ExecRequest{SandboxID: bad.Sandbox.ID, Code: "print(1)"})
+	_, err = m2.Submit(ctx, core.ExecRequest{SandboxID: bad.Sandbox.ID, Code: "print(1)"})
 	execTime := time.Since(start)
-	if !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), "tampered with its command log") {
+	if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "tampered with its command log") {
 		t.Fatalf("Execute in the forger's sandbox = %v, want FailedPrecondition (tampered)", err)
 	}
 	if execTime > 2*time.Second {
 		t.Errorf("Execute on the forged log took %v to fail", execTime)
 	}
 	// Follow of a command from before the forgery: the same answer.
-	err = m2.Follow(ctx, bad.Sandbox.ID, "anything", 0, func(Event) error { return nil })
-	if !errors.Is(err, ErrFailedPrecondition) {
+	err = m2.Follow(ctx, bad.Sandbox.ID, "anything", 0, func(core.Event) error { return nil })
+	if !errors.Is(err, core.ErrFailedPrecondition) {
 		t.Errorf("Follow in the forger's sandbox = %v, want FailedPrecondition", err)
 	}
 	delTime := deleteTimed(t, m2, bad.Sandbox.ID)
@@ -142,12 +144,12 @@ func TestIntegrationRefsToSparseArtifact(t *testing.T) {
 	m, _, _ := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := m.Acquire(ctx, "it-refs", Options{})
+	res, err := m.Acquire(ctx, "it-refs", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := res.Sandbox.ID
-	runCommand(t, m, id, ExecRequest{CommandID: "victim", Code: "pass"})
+	runCommand(t, m, id, core.ExecRequest{CommandID: "victim", Code: "pass"})
 	// One display event referring 8 times to one sparse 64 MiB artifact.
 	refs := make([]string, 8)
 	for i := range refs {
@@ -162,9 +164,9 @@ func TestIntegrationRefsToSparseArtifact(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	var got []Event
+	var got []core.Event
 	start := time.Now()
-	err = m.Follow(ctx, id, "victim", 0, func(e Event) error { got = append(got, e); return nil })
+	err = m.Follow(ctx, id, "victim", 0, func(e core.Event) error { got = append(got, e); return nil })
 	el := time.Since(start)
 	runtime.ReadMemStats(&after)
 	alloc := after.TotalAlloc - before.TotalAlloc
@@ -181,11 +183,11 @@ func TestIntegrationRefsToSparseArtifact(t *testing.T) {
 
 	// The command ID re-used for other code: the conflict; the same code:
 	// its output replayed.
-	_, err = m.Submit(ctx, ExecRequest{SandboxID: id, CommandID: "victim", Code: "print('other')"})
-	if !errors.Is(err, ErrAlreadyExists) {
+	_, err = m.Submit(ctx, core.ExecRequest{SandboxID: id, CommandID: "victim", Code: "print('other')"})
+	if !errors.Is(err, core.ErrAlreadyExists) {
 		t.Errorf("Submit of victim with other code = %v, want ErrAlreadyExists", err)
 	}
-	if again := runCommand(t, m, id, ExecRequest{CommandID: "victim", Code: "pass"}); len(again) != 3 {
+	if again := runCommand(t, m, id, core.ExecRequest{CommandID: "victim", Code: "pass"}); len(again) != 3 {
 		t.Errorf("replay of victim = %d events, want the 3 logged", len(again))
 	}
 	deleteTimed(t, m, id)
@@ -195,12 +197,12 @@ func TestIntegrationFollowHugeEvents(t *testing.T) {
 	m, _, _ := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	res, err := m.Acquire(ctx, "it-huge", Options{})
+	res, err := m.Acquire(ctx, "it-huge", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := res.Sandbox.ID
-	runCommand(t, m, id, ExecRequest{CommandID: "victim", Code: "pass"})
+	runCommand(t, m, id, core.ExecRequest{CommandID: "victim", Code: "pass"})
 	// A dense events file of ~150 MiB of tiny events and no done: reading
 	// it all takes seconds.
 	forgeEvents(t, m, id, "victim", "",
@@ -213,7 +215,7 @@ func TestIntegrationFollowHugeEvents(t *testing.T) {
 	dctx, dcancel := context.WithTimeout(ctx, time.Second)
 	start := time.Now()
 	n := 0
-	err = m.Follow(dctx, id, "victim", 0, func(Event) error { n++; return nil })
+	err = m.Follow(dctx, id, "victim", 0, func(core.Event) error { n++; return nil })
 	dcancel()
 	el := time.Since(start)
 	if !errors.Is(err, context.DeadlineExceeded) {
@@ -231,7 +233,7 @@ func TestIntegrationFollowHugeEvents(t *testing.T) {
 	// loop device is left.
 	followed := make(chan error, 1)
 	go func() {
-		followed <- m.Follow(ctx, id, "victim", 0, func(Event) error { return nil })
+		followed <- m.Follow(ctx, id, "victim", 0, func(core.Event) error { return nil })
 	}()
 	for deadline := time.Now().Add(10 * time.Second); sbh.io.OpenReaders() == 0; {
 		if time.Now().After(deadline) {
@@ -242,7 +244,7 @@ func TestIntegrationFollowHugeEvents(t *testing.T) {
 	delTime := deleteTimed(t, m, id)
 	select {
 	case err := <-followed:
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, core.ErrNotFound) {
 			t.Errorf("Follow during Delete = %v, want ErrNotFound", err)
 		}
 	case <-time.After(5 * time.Second):

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // Real-engine tests of what hostile sandboxed code can put in front of the
@@ -17,7 +19,7 @@ import (
 // grpcapi.TestIntegrationInvalidUTF8OverGRPC), and nothing breaks on them.
 func TestIntegrationNonUTF8FromTheSandbox(t *testing.T) {
 	m, _, _ := integrationManager(t)
-	sb, err := m.Acquire(t.Context(), "it-utf8", Options{})
+	sb, err := m.Acquire(t.Context(), "it-utf8", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestIntegrationNonUTF8FromTheSandbox(t *testing.T) {
 	}
 
 	// Invalid bytes on stdout: the driver replaces them.
-	evs := runCommand(t, m, id, ExecRequest{Language: "python", Code: "import os; os.write(1, b'\\xff\\xfeabc\\n')"})
+	evs := runCommand(t, m, id, core.ExecRequest{Language: "python", Code: "import os; os.write(1, b'\\xff\\xfeabc\\n')"})
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("python ended %s: %+v", d.Status, evs)
 	}
@@ -57,7 +59,7 @@ func TestIntegrationNonUTF8FromTheSandbox(t *testing.T) {
 // of "art" carries ("" when the reader refused the rewritten file).
 func runArtifactTamper(t *testing.T, m *Manager, id string) string {
 	t.Helper()
-	art := ExecRequest{CommandID: "art", Language: "python", Code: "display({'text/html': 'h' * 300000}, raw=True)"}
+	art := core.ExecRequest{CommandID: "art", Language: "python", Code: "display({'text/html': 'h' * 300000}, raw=True)"}
 	evs := runCommand(t, m, id, art)
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("display ended %s: %+v", d.Status, evs)
@@ -74,7 +76,7 @@ func runArtifactTamper(t *testing.T, m *Manager, id string) string {
 			t.Logf("the rewritten artifact was refused by the reader")
 			return ""
 		case v != "\xff\xfe tampered":
-			t.Fatalf("replayed text/html = %q…, want the rewritten bytes", truncate(v, 40))
+			t.Fatalf("replayed text/html = %q…, want the rewritten bytes", core.Truncate(v, 40))
 		}
 		return v
 	}
@@ -90,7 +92,7 @@ func TestIntegrationIOFullHealth(t *testing.T) {
 	if m.cfg.NoDiskVolumes {
 		t.Skip("needs the size-limited /io volume")
 	}
-	res, err := m.Acquire(t.Context(), "it-iofull", Options{})
+	res, err := m.Acquire(t.Context(), "it-iofull", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,15 +102,15 @@ func TestIntegrationIOFullHealth(t *testing.T) {
 		t.Fatalf("fresh sandbox: Get = %+v, %v; want healthy", sb, err)
 	}
 
-	runCommand(t, m, id, ExecRequest{Language: "bash", Code: "head -c 2G /dev/zero > /io/fill; df -h /io"})
-	evs := runCommand(t, m, id, ExecRequest{Language: "bash", Code: "echo hi"})
+	runCommand(t, m, id, core.ExecRequest{Language: "bash", Code: "head -c 2G /dev/zero > /io/fill; df -h /io"})
+	evs := runCommand(t, m, id, core.ExecRequest{Language: "bash", Code: "echo hi"})
 	t.Logf("command on a full /io: %+v", lastDone(t, evs))
 	reason := awaitHealth(t, m, id, func(r string) bool { return strings.HasPrefix(r, "/io is full") })
-	if sb, _ := m.Get(t.Context(), id); sb.State != StateRunning {
+	if sb, _ := m.Get(t.Context(), id); sb.State != core.StateRunning {
 		t.Errorf("state %s with /io full; want running", sb.State)
 	}
 	t.Logf("health reason: %s", reason)
-	if sbs, err := m.List(t.Context(), ListFilter{}); err != nil || len(sbs) != 1 || sbs[0].HealthReason != reason {
+	if sbs, err := m.List(t.Context(), core.ListFilter{}); err != nil || len(sbs) != 1 || sbs[0].HealthReason != reason {
 		t.Errorf("List = %+v, %v; want the same reason", sbs, err)
 	}
 

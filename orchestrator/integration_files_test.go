@@ -2,6 +2,8 @@ package orchestrator
 
 import (
 	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // TestIntegrationFilesAPI runs the workspace file calls against a real
@@ -10,14 +12,14 @@ import (
 func TestIntegrationFilesAPI(t *testing.T) {
 	m, _, _ := integrationManager(t)
 	ctx := t.Context()
-	res, err := m.Acquire(ctx, "it-files", Options{})
+	res, err := m.Acquire(ctx, "it-files", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := res.Sandbox.ID
 
 	w := startWatch(t, m, id, "/workspace", true)
-	evs := runCommand(t, m, id, ExecRequest{Language: "bash", Code: `set -e
+	evs := runCommand(t, m, id, core.ExecRequest{Language: "bash", Code: `set -e
 mkdir -p out/sub
 echo 0 > out/sub/a.txt
 for i in $(seq 300); do echo $i >> out/sub/a.txt; done
@@ -31,14 +33,14 @@ ln -s /etc out/etc
 	got, dropped := w.collect()
 	writes := 0
 	for _, e := range got {
-		if e.Op == WatchWrite {
+		if e.Op == core.WatchWrite {
 			writes++
 		}
 	}
-	for _, want := range []WatchEvent{
-		{Op: WatchCreate, Path: "out"}, {Op: WatchCreate, Path: "out/sub"}, {Op: WatchCreate, Path: "out/sub/a.txt"},
-		{Op: WatchWrite, Path: "out/sub/a.txt"}, {Op: WatchRename, Path: "out/sub/a.txt"}, {Op: WatchCreate, Path: "out/b.txt"},
-		{Op: WatchRemove, Path: "out/b.txt"}, {Op: WatchCreate, Path: "out/etc"},
+	for _, want := range []core.WatchEvent{
+		{Op: core.WatchCreate, Path: "out"}, {Op: core.WatchCreate, Path: "out/sub"}, {Op: core.WatchCreate, Path: "out/sub/a.txt"},
+		{Op: core.WatchWrite, Path: "out/sub/a.txt"}, {Op: core.WatchRename, Path: "out/sub/a.txt"}, {Op: core.WatchCreate, Path: "out/b.txt"},
+		{Op: core.WatchRemove, Path: "out/b.txt"}, {Op: core.WatchCreate, Path: "out/etc"},
 	} {
 		if !has(got, want.Op, want.Path) {
 			t.Errorf("no %v %s in %+v", want.Op, want.Path, got)
@@ -56,7 +58,7 @@ ln -s /etc out/etc
 	if fi.UID != sandboxUID {
 		t.Errorf("MakeDirectory = %+v", fi)
 	}
-	evs = runCommand(t, m, id, ExecRequest{Language: "bash", Code: "echo x > /workspace/made/here/f && stat -c %u /workspace/made/here/f"})
+	evs = runCommand(t, m, id, core.ExecRequest{Language: "bash", Code: "echo x > /workspace/made/here/f && stat -c %u /workspace/made/here/f"})
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("writing into the made directory: %+v", evs)
 	}
@@ -70,7 +72,7 @@ ln -s /etc out/etc
 	if err := m.Remove(ctx, id, "made", true); err != nil {
 		t.Fatal(err)
 	}
-	evs = runCommand(t, m, id, ExecRequest{Language: "bash", Code: "test ! -e /workspace/made && test -L /workspace/out/etc"})
+	evs = runCommand(t, m, id, core.ExecRequest{Language: "bash", Code: "test ! -e /workspace/made && test -L /workspace/out/etc"})
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("after Remove: %+v", evs)
 	}

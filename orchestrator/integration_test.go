@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
@@ -94,7 +96,7 @@ func TestIntegrationLifecycle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
-	res, err := m.Acquire(ctx, "it-user", Options{Env: map[string]string{"FOO": "bar"}})
+	res, err := m.Acquire(ctx, "it-user", core.Options{Env: map[string]string{"FOO": "bar"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestIntegrationLifecycle(t *testing.T) {
 			t.Errorf("container spec: %s is wrong: %+v", what, hc)
 		}
 	}
-	if again, err := m.Acquire(ctx, "it-user", Options{}); err != nil || again.Created || again.Sandbox.ID != sb.ID {
+	if again, err := m.Acquire(ctx, "it-user", core.Options{}); err != nil || again.Created || again.Sandbox.ID != sb.ID {
 		t.Fatalf("second Acquire = %+v, %v", again, err)
 	}
 
@@ -139,10 +141,10 @@ func TestIntegrationLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := m.Get(ctx, sb.ID)
-	if err != nil || got.State != StateDead || !strings.Contains(got.StateReason, "exited with code") {
+	if err != nil || got.State != core.StateDead || !strings.Contains(got.StateReason, "exited with code") {
 		t.Fatalf("Get after docker stop = %+v, %v", got, err)
 	}
-	repl, err := m.Acquire(ctx, "it-user", Options{})
+	repl, err := m.Acquire(ctx, "it-user", core.Options{})
 	if err != nil || !repl.Created || repl.ReplacedID != sb.ID || repl.ReplacedReason != got.StateReason {
 		t.Fatalf("Acquire after death = %+v, %v", repl, err)
 	}
@@ -152,7 +154,7 @@ func TestIntegrationLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err = m.Get(ctx, repl.Sandbox.ID)
-	if err != nil || got.State != StateDead || got.StateReason != reasonRemoved {
+	if err != nil || got.State != core.StateDead || got.StateReason != reasonRemoved {
 		t.Fatalf("Get after docker rm = %+v, %v", got, err)
 	}
 
@@ -178,12 +180,12 @@ func TestIntegrationImageMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	_, err = m.Acquire(t.Context(), "u", Options{})
-	wantClass(t, err, ErrFailedPrecondition, `build it with "make image"`)
+	_, err = m.Acquire(t.Context(), "u", core.Options{})
+	wantClass(t, err, core.ErrFailedPrecondition, `build it with "make image"`)
 }
 
 // runCommand submits code and follows it to the end, returning its events.
-func runCommand(t *testing.T, m *Manager, sandboxID string, req ExecRequest) []Event {
+func runCommand(t *testing.T, m *Manager, sandboxID string, req core.ExecRequest) []core.Event {
 	t.Helper()
 	req.SandboxID = sandboxID
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -192,14 +194,14 @@ func runCommand(t *testing.T, m *Manager, sandboxID string, req ExecRequest) []E
 	if err != nil {
 		t.Fatalf("Submit: %v", err)
 	}
-	var evs []Event
-	if err := m.Follow(ctx, sandboxID, id, 0, func(e Event) error { evs = append(evs, e); return nil }); err != nil {
+	var evs []core.Event
+	if err := m.Follow(ctx, sandboxID, id, 0, func(e core.Event) error { evs = append(evs, e); return nil }); err != nil {
 		t.Fatalf("Follow(%s): %v (events so far: %+v)", id, err, evs)
 	}
 	return evs
 }
 
-func lastDone(t *testing.T, evs []Event) Event {
+func lastDone(t *testing.T, evs []core.Event) core.Event {
 	t.Helper()
 	if len(evs) == 0 || evs[len(evs)-1].Type != "done" {
 		t.Fatalf("no done event: %+v", evs)
@@ -210,17 +212,17 @@ func lastDone(t *testing.T, evs []Event) Event {
 func TestIntegrationExec(t *testing.T) {
 	m, _, cfg := integrationManager(t)
 	ctx := t.Context()
-	res, err := m.Acquire(ctx, "it-exec", Options{})
+	res, err := m.Acquire(ctx, "it-exec", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := res.Sandbox
 
-	evs := runCommand(t, m, sb.ID, ExecRequest{CommandID: "set-x", Code: "x = 21"})
+	evs := runCommand(t, m, sb.ID, core.ExecRequest{CommandID: "set-x", Code: "x = 21"})
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("x = 21: %+v", evs)
 	}
-	evs = runCommand(t, m, sb.ID, ExecRequest{CommandID: "double-x", Code: "x * 2"})
+	evs = runCommand(t, m, sb.ID, core.ExecRequest{CommandID: "double-x", Code: "x * 2"})
 	var result string
 	for _, e := range evs {
 		if e.Type == "result" {
@@ -232,7 +234,7 @@ func TestIntegrationExec(t *testing.T) {
 	}
 
 	// Idempotent: the same ID again runs nothing new and replays the same output.
-	again := runCommand(t, m, sb.ID, ExecRequest{CommandID: "double-x", Code: "x * 2"})
+	again := runCommand(t, m, sb.ID, core.ExecRequest{CommandID: "double-x", Code: "x * 2"})
 	if len(again) != len(evs) {
 		t.Fatalf("replayed %d events, want %d", len(again), len(evs))
 	}
@@ -243,13 +245,13 @@ func TestIntegrationExec(t *testing.T) {
 	// Streaming: output arrives while the command still runs.
 	ctx2, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	id, err := m.Submit(ctx2, ExecRequest{SandboxID: sb.ID, Language: "bash", Code: "for i in 1 2 3; do echo line$i; sleep 0.3; done"})
+	id, err := m.Submit(ctx2, core.ExecRequest{SandboxID: sb.ID, Language: "bash", Code: "for i in 1 2 3; do echo line$i; sleep 0.3; done"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var stdout strings.Builder
 	var firstOut, done time.Time
-	err = m.Follow(ctx2, sb.ID, id, 0, func(e Event) error {
+	err = m.Follow(ctx2, sb.ID, id, 0, func(e core.Event) error {
 		switch e.Type {
 		case "stdout":
 			if firstOut.IsZero() {
@@ -278,7 +280,7 @@ func TestIntegrationExec(t *testing.T) {
 	if _, err := m.Upload(ctx, sb.ID, "in/data.txt", strings.NewReader("from host")); err != nil {
 		t.Fatal(err)
 	}
-	evs = runCommand(t, m, sb.ID, ExecRequest{Code: `
+	evs = runCommand(t, m, sb.ID, core.ExecRequest{Code: `
 import os
 s = open("/workspace/in/data.txt").read()
 open("/workspace/in/data.txt", "a").write(" + sandbox")
@@ -307,24 +309,24 @@ os.symlink("/etc/passwd", "/workspace/evil")
 		t.Errorf("in/data.txt = %q", b)
 	}
 	_, _, err = m.Download(ctx, sb.ID, "evil")
-	wantClass(t, err, ErrInvalidArgument, "path escapes /workspace")
+	wantClass(t, err, core.ErrInvalidArgument, "path escapes /workspace")
 }
 
 func TestIntegrationInterrupt(t *testing.T) {
 	m, _, _ := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
-	res, err := m.Acquire(ctx, "it-intr", Options{})
+	res, err := m.Acquire(ctx, "it-intr", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := res.Sandbox
-	id, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
+	id, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, Code: "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var status string
-	err = m.Follow(ctx, sb.ID, id, 0, func(e Event) error {
+	err = m.Follow(ctx, sb.ID, id, 0, func(e core.Event) error {
 		switch e.Type {
 		case "stdout":
 			if err := m.Interrupt(ctx, sb.ID, id); err != nil {
@@ -339,7 +341,7 @@ func TestIntegrationInterrupt(t *testing.T) {
 		t.Fatalf("Follow = %v, done status %q; want interrupted", err, status)
 	}
 	// The globals survive an interrupt.
-	evs := runCommand(t, m, sb.ID, ExecRequest{Code: "1 + 1"})
+	evs := runCommand(t, m, sb.ID, core.ExecRequest{Code: "1 + 1"})
 	if lastDone(t, evs).Status != "ok" {
 		t.Errorf("command after interrupt: %+v", evs)
 	}
@@ -349,13 +351,13 @@ func TestIntegrationRestart(t *testing.T) {
 	m1, c, cfg := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := m1.Acquire(ctx, "it-restart", Options{})
+	res, err := m1.Acquire(ctx, "it-restart", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := res.Sandbox
-	runCommand(t, m1, sb.ID, ExecRequest{CommandID: "keep", Code: "kept = 'still here'"})
-	id, err := m1.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "slow", Language: "bash", Code: "sleep 1; echo finished"})
+	runCommand(t, m1, sb.ID, core.ExecRequest{CommandID: "keep", Code: "kept = 'still here'"})
+	id, err := m1.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "slow", Language: "bash", Code: "sleep 1; echo finished"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,19 +374,19 @@ func TestIntegrationRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m2.Close()
-	if again, err := m2.Acquire(ctx, "it-restart", Options{}); err != nil || again.Created || again.Sandbox.ID != sb.ID {
+	if again, err := m2.Acquire(ctx, "it-restart", core.Options{}); err != nil || again.Created || again.Sandbox.ID != sb.ID {
 		t.Fatalf("Acquire after restart = %+v, %v", again, err)
 	}
 	// The command submitted before the restart is followed to its end.
 	var out string
-	if err := m2.Follow(ctx, sb.ID, id, 0, func(e Event) error { out += e.Text; return nil }); err != nil {
+	if err := m2.Follow(ctx, sb.ID, id, 0, func(e core.Event) error { out += e.Text; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if out != "finished\n" {
 		t.Errorf("output across restart = %q", out)
 	}
 	// Python state survived too: the sandbox is the same.
-	evs := runCommand(t, m2, sb.ID, ExecRequest{Code: "kept"})
+	evs := runCommand(t, m2, sb.ID, core.ExecRequest{Code: "kept"})
 	if evs[len(evs)-2].Data["text/plain"] != "'still here'" {
 		t.Errorf("state after restart: %+v", evs)
 	}
@@ -397,7 +399,7 @@ func TestIntegrationDriverCrashRestarts(t *testing.T) {
 	m, c, _ := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	res, err := m.Acquire(ctx, "it-crash", Options{})
+	res, err := m.Acquire(ctx, "it-crash", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +407,7 @@ func TestIntegrationDriverCrashRestarts(t *testing.T) {
 	// Sandboxed code kills the driver (same user): the container's init
 	// exits, Docker restarts the container (restart policy), and the new
 	// driver closes the interrupted command as killed, with state lost.
-	evs := runCommand(t, m, sb.ID, ExecRequest{Language: "bash", Code: "kill -KILL $(pgrep -x sandbox-driver); sleep 30"})
+	evs := runCommand(t, m, sb.ID, core.ExecRequest{Language: "bash", Code: "kill -KILL $(pgrep -x sandbox-driver); sleep 30"})
 	d := lastDone(t, evs)
 	if d.Status != "killed" || !d.StateLost {
 		t.Fatalf("done after the driver crash = %+v", d)
@@ -416,10 +418,10 @@ func TestIntegrationDriverCrashRestarts(t *testing.T) {
 	}
 	// The restart is not a death.
 	got, err := m.Get(ctx, sb.ID)
-	if err != nil || got.State != StateRunning {
+	if err != nil || got.State != core.StateRunning {
 		t.Fatalf("Get after the driver crash = %+v, %v", got, err)
 	}
-	evs = runCommand(t, m, sb.ID, ExecRequest{Code: "6 * 7"})
+	evs = runCommand(t, m, sb.ID, core.ExecRequest{Code: "6 * 7"})
 	if lastDone(t, evs).Status != "ok" {
 		t.Fatalf("command after restart: %+v", evs)
 	}
@@ -429,18 +431,18 @@ func TestIntegrationDeathFromEvents(t *testing.T) {
 	m, c, _ := integrationManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	res, err := m.Acquire(ctx, "it-events", Options{})
+	res, err := m.Acquire(ctx, "it-events", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := res.Sandbox
 	// A follower waits on a command that will never finish.
-	id, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, Code: "import time; time.sleep(60)"})
+	id, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, Code: "import time; time.sleep(60)"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	follow := make(chan error, 1)
-	go func() { follow <- m.Follow(ctx, sb.ID, id, 0, func(Event) error { return nil }) }()
+	go func() { follow <- m.Follow(ctx, sb.ID, id, 0, func(core.Event) error { return nil }) }()
 	timeout := 1
 	if err := c.ContainerStop(ctx, sb.ContainerID, container.StopOptions{Timeout: &timeout}); err != nil {
 		t.Fatal(err)
@@ -452,12 +454,12 @@ func TestIntegrationDeathFromEvents(t *testing.T) {
 	}
 	select {
 	case err := <-follow:
-		wantClass(t, err, ErrFailedPrecondition, "died before command")
+		wantClass(t, err, core.ErrFailedPrecondition, "died before command")
 	case <-time.After(10 * time.Second):
 		t.Fatal("Follow did not return after the sandbox died")
 	}
-	_, err = m.Submit(ctx, ExecRequest{SandboxID: sb.ID, Code: "1"})
-	wantClass(t, err, ErrFailedPrecondition, "is dead")
+	_, err = m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, Code: "1"})
+	wantClass(t, err, core.ErrFailedPrecondition, "is dead")
 }
 
 // BenchmarkIntegrationRoundTrip measures a warm command's round trip through
@@ -473,16 +475,16 @@ func BenchmarkIntegrationRoundTrip(b *testing.B) {
 		m.Close()
 		removeTestContainers(b, c, cfg.StateDir)
 	}()
-	res, err := m.Acquire(b.Context(), "bench", Options{})
+	res, err := m.Acquire(b.Context(), "bench", core.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	run := func(code string) {
-		id, err := m.Submit(b.Context(), ExecRequest{SandboxID: res.Sandbox.ID, Code: code})
+		id, err := m.Submit(b.Context(), core.ExecRequest{SandboxID: res.Sandbox.ID, Code: code})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := m.Follow(b.Context(), res.Sandbox.ID, id, 0, func(Event) error { return nil }); err != nil {
+		if err := m.Follow(b.Context(), res.Sandbox.ID, id, 0, func(core.Event) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
@@ -28,26 +30,26 @@ func TestSubmitLanguages(t *testing.T) {
 
 	// An old driver (no languages field): python and bash only.
 	writeStatus(nil)
-	_, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "js-1", Language: "js", Code: "1"})
-	if !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), `"javascript"`) {
+	_, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "js-1", Language: "js", Code: "1"})
+	if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), `"javascript"`) {
 		t.Fatalf("javascript with an old driver: %v; want FAILED_PRECONDITION naming javascript", err)
 	}
-	if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "b-1", Language: "bash", Code: "true"}); err != nil {
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "b-1", Language: "bash", Code: "true"}); err != nil {
 		t.Fatalf("bash: %v", err)
 	}
 	writeStatus([]string{"python", "bash", "javascript", "typescript"})
-	if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "r-1", Language: "R", Code: "1"}); !errors.Is(err, ErrFailedPrecondition) || !strings.Contains(err.Error(), `"r"`) {
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "r-1", Language: "R", Code: "1"}); !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), `"r"`) {
 		t.Fatalf("r without R in the image: %v", err)
 	}
 	env := map[string]string{"K": "v"}
-	if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "ts", Code: "1", Env: env}); err != nil {
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "ts", Code: "1", Env: env}); err != nil {
 		t.Fatalf("typescript: %v", err)
 	}
 	// Same ID, canonical name: a retry. Same ID, other env: a conflict.
-	if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "typescript", Code: "1", Env: env}); err != nil {
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "typescript", Code: "1", Env: env}); err != nil {
 		t.Fatalf("retry under the canonical name: %v", err)
 	}
-	if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "typescript", Code: "1", Env: map[string]string{"K": "w"}}); !errors.Is(err, ErrAlreadyExists) {
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "typescript", Code: "1", Env: map[string]string{"K": "w"}}); !errors.Is(err, core.ErrAlreadyExists) {
 		t.Fatalf("same ID, other env: %v; want ALREADY_EXISTS", err)
 	}
 	recs := records(t, m, sb.ID)
@@ -56,7 +58,7 @@ func TestSubmitLanguages(t *testing.T) {
 		t.Fatalf("record %+v", last)
 	}
 
-	for _, bad := range []ExecRequest{
+	for _, bad := range []core.ExecRequest{
 		{Language: "cobol"},
 		{Env: map[string]string{"": "x"}},
 		{Env: map[string]string{"A=B": "x"}},
@@ -64,7 +66,7 @@ func TestSubmitLanguages(t *testing.T) {
 		{Env: map[string]string{"A": strings.Repeat("x", ioproto.MaxEnvBytes)}},
 	} {
 		bad.SandboxID = sb.ID
-		if _, err := m.Submit(ctx, bad); !errors.Is(err, ErrInvalidArgument) {
+		if _, err := m.Submit(ctx, bad); !errors.Is(err, core.ErrInvalidArgument) {
 			t.Errorf("Submit(%q, env of %d) = %v; want INVALID_ARGUMENT", bad.Language, len(bad.Env), err)
 		}
 	}
@@ -72,7 +74,7 @@ func TestSubmitLanguages(t *testing.T) {
 	if err := os.Remove(status); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "r-2", Language: "r", Code: "1"}); err != nil {
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "r-2", Language: "r", Code: "1"}); err != nil {
 		t.Fatalf("r with no driver status: %v", err)
 	}
 }

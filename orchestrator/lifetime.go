@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // Lifetime control: a sandbox's own idle TTL (Options.IdleTimeout,
@@ -13,7 +15,7 @@ import (
 // checkIdleTimeout checks an idle TTL a caller asks for against
 // MinIdleTimeout and Config.MaxIdleTTL.
 func (m *Manager) checkIdleTimeout(d time.Duration) error {
-	return CheckIdleTimeout(d, m.cfg.MaxIdleTTL)
+	return core.CheckIdleTimeout(d, m.cfg.MaxIdleTTL)
 }
 
 // SetTimeout sets a sandbox's own idle TTL to d and counts the call as
@@ -23,19 +25,19 @@ func (m *Manager) checkIdleTimeout(d time.Duration) error {
 // Config.MaxIdleTTL is ErrInvalidArgument; another tenant's sandbox is
 // ErrNotFound, as everywhere. A dead sandbox may be given a timeout too (it
 // stays visible until it expires).
-func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (Sandbox, error) {
-	if err := ValidateSandboxID(sandboxID); err != nil {
-		return Sandbox{}, err
+func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return core.Sandbox{}, err
 	}
 	if err := m.checkIdleTimeout(d); err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	sb, err := m.lookup(ctx, sandboxID)
 	if err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	if !m.reg.touchWith(sb, d) {
-		return Sandbox{}, sandboxNotFound(sandboxID)
+		return core.Sandbox{}, core.SandboxNotFound(sandboxID)
 	}
 	// Written now rather than by the next flush: a caller that extended
 	// the timeout must not lose it to a crash a moment later.
@@ -50,15 +52,15 @@ func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Durat
 // idle TTL (use does both). A malformed ID is ErrInvalidArgument; a sandbox
 // that is gone or another tenant's is ErrNotFound.
 func (m *Manager) lookup(ctx context.Context, sandboxID string) (*sandbox, error) {
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
 		return nil, err
 	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	sb := m.reg.get(sandboxID)
-	if sb == nil || !callerOf(ctx).sees(sb.tenant) {
-		return nil, sandboxNotFound(sandboxID)
+	if sb == nil || !core.CallerOf(ctx).Sees(sb.tenant) {
+		return nil, core.SandboxNotFound(sandboxID)
 	}
 	return sb, nil
 }

@@ -6,16 +6,18 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 func TestValidateMetadata(t *testing.T) {
 	many := map[string]string{}
-	for i := range maxMetadataEntries + 1 {
+	for i := range core.MaxMetadataEntries + 1 {
 		many["k"+strings.Repeat("x", i%10)+string(rune('a'+i%26))+string(rune('a'+i/26))] = "v"
 	}
 	big := map[string]string{}
 	for i := range 40 {
-		big["key-"+string(rune('a'+i%26))+string(rune('a'+i/26))] = strings.Repeat("v", maxMetadataValueLen)
+		big["key-"+string(rune('a'+i%26))+string(rune('a'+i/26))] = strings.Repeat("v", core.MaxMetadataValueLen)
 	}
 	for _, c := range []struct {
 		name string
@@ -33,11 +35,11 @@ func TestValidateMetadata(t *testing.T) {
 		{"too large", big, "the limit is 16384"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := validateMetadata(c.md)
+			err := core.ValidateMetadata(c.md)
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("validateMetadata: %v; want valid", err)
-			case c.want != "" && (err == nil || !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), c.want)):
+			case c.want != "" && (err == nil || !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want)):
 				t.Fatalf("validateMetadata: %v; want InvalidArgument containing %q", err, c.want)
 			}
 		})
@@ -48,7 +50,7 @@ func TestAcquireMetadataAndList(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	m := newTestManager(t, testConfig(t), fd)
 	md := map[string]string{"project": "alpha", "run": "1"}
-	res, err := m.Acquire(t.Context(), "meta-a", Options{Metadata: md})
+	res, err := m.Acquire(t.Context(), "meta-a", core.Options{Metadata: md})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func TestAcquireMetadataAndList(t *testing.T) {
 	other := acquire(t, m, "meta-b").Sandbox
 
 	// An existing sandbox keeps its metadata: options apply at creation.
-	again, err := m.Acquire(t.Context(), "meta-a", Options{Metadata: map[string]string{"project": "beta"}})
+	again, err := m.Acquire(t.Context(), "meta-a", core.Options{Metadata: map[string]string{"project": "beta"}})
 	if err != nil || again.Created || again.Sandbox.Metadata["project"] != "alpha" {
 		t.Errorf("re-acquire = %+v, %v; want the same sandbox with project=alpha", again, err)
 	}
@@ -71,7 +73,7 @@ func TestAcquireMetadataAndList(t *testing.T) {
 		t.Errorf("sandbox acquired without metadata has %v", other.Metadata)
 	}
 
-	ids := func(f ListFilter) []string {
+	ids := func(f core.ListFilter) []string {
 		t.Helper()
 		list, err := m.List(t.Context(), f)
 		if err != nil {
@@ -83,22 +85,22 @@ func TestAcquireMetadataAndList(t *testing.T) {
 		}
 		return out
 	}
-	if got := ids(ListFilter{Metadata: map[string]string{"project": "alpha"}}); len(got) != 1 || got[0] != res.Sandbox.ID {
+	if got := ids(core.ListFilter{Metadata: map[string]string{"project": "alpha"}}); len(got) != 1 || got[0] != res.Sandbox.ID {
 		t.Errorf("filter project=alpha lists %v; want [%s]", got, res.Sandbox.ID)
 	}
-	if got := ids(ListFilter{Metadata: map[string]string{"project": "alpha", "run": "1"}}); len(got) != 1 {
+	if got := ids(core.ListFilter{Metadata: map[string]string{"project": "alpha", "run": "1"}}); len(got) != 1 {
 		t.Errorf("filter with both pairs lists %v", got)
 	}
-	if got := ids(ListFilter{Metadata: map[string]string{"project": "alpha", "run": "2"}}); len(got) != 0 {
+	if got := ids(core.ListFilter{Metadata: map[string]string{"project": "alpha", "run": "2"}}); len(got) != 0 {
 		t.Errorf("filter with a wrong value lists %v", got)
 	}
-	if got := ids(ListFilter{}); len(got) != 2 {
+	if got := ids(core.ListFilter{}); len(got) != 2 {
 		t.Errorf("unfiltered List lists %v", got)
 	}
-	if _, err := m.List(t.Context(), ListFilter{Metadata: map[string]string{"bad key": "x"}}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := m.List(t.Context(), core.ListFilter{Metadata: map[string]string{"bad key": "x"}}); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("List with a malformed filter key: %v; want InvalidArgument", err)
 	}
-	if _, err := m.Acquire(t.Context(), "meta-c", Options{Metadata: map[string]string{"bad key": "x"}}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "bad key") {
+	if _, err := m.Acquire(t.Context(), "meta-c", core.Options{Metadata: map[string]string{"bad key": "x"}}); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "bad key") {
 		t.Errorf("Acquire with a malformed key: %v; want InvalidArgument naming it", err)
 	}
 }
@@ -108,12 +110,12 @@ func TestSetTimeoutBoundsAndTenancy(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.MaxIdleTTL = 2 * time.Hour
 	m := newTestManager(t, cfg, fd)
-	sb, err := m.Acquire(as(t, "acme", false), "tim", Options{})
+	sb, err := m.Acquire(as(t, "acme", false), "tim", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sb.Sandbox.IdleTimeout != DefaultIdleTTL {
-		t.Errorf("IdleTimeout of a new sandbox = %v; want the server's %v", sb.Sandbox.IdleTimeout, DefaultIdleTTL)
+	if sb.Sandbox.IdleTimeout != core.DefaultIdleTTL {
+		t.Errorf("IdleTimeout of a new sandbox = %v; want the server's %v", sb.Sandbox.IdleTimeout, core.DefaultIdleTTL)
 	}
 	for _, c := range []struct {
 		d    time.Duration
@@ -124,18 +126,18 @@ func TestSetTimeoutBoundsAndTenancy(t *testing.T) {
 		{999 * time.Millisecond, "below the minimum"},
 		{2*time.Hour + time.Second, "exceeds the server's maximum of 2h0m0s"},
 	} {
-		if _, err := m.SetTimeout(as(t, "acme", false), sb.Sandbox.ID, c.d); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
+		if _, err := m.SetTimeout(as(t, "acme", false), sb.Sandbox.ID, c.d); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("SetTimeout(%v): %v; want InvalidArgument with %q", c.d, err, c.want)
 		}
 	}
-	if _, err := m.SetTimeout(t.Context(), "not-an-id", time.Minute); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := m.SetTimeout(t.Context(), "not-an-id", time.Minute); !errors.Is(err, core.ErrInvalidArgument) {
 		t.Errorf("SetTimeout with a malformed ID: %v", err)
 	}
-	if _, err := m.SetTimeout(t.Context(), newSandboxID(), time.Minute); !errors.Is(err, ErrNotFound) {
+	if _, err := m.SetTimeout(t.Context(), core.NewSandboxID(), time.Minute); !errors.Is(err, core.ErrNotFound) {
 		t.Errorf("SetTimeout of an unknown sandbox: %v", err)
 	}
 	before := m.snapshot(m.reg.get(sb.Sandbox.ID))
-	if _, err := m.SetTimeout(as(t, "beta", false), sb.Sandbox.ID, time.Minute); !errors.Is(err, ErrNotFound) {
+	if _, err := m.SetTimeout(as(t, "beta", false), sb.Sandbox.ID, time.Minute); !errors.Is(err, core.ErrNotFound) {
 		t.Errorf("SetTimeout of another tenant's sandbox: %v; want NotFound", err)
 	}
 	if after := m.snapshot(m.reg.get(sb.Sandbox.ID)); after.IdleTimeout != before.IdleTimeout || !after.ExpiresAt.Equal(before.ExpiresAt) {
@@ -155,7 +157,7 @@ func TestSetTimeoutBoundsAndTenancy(t *testing.T) {
 	}
 	// Acquiring the sandbox again keeps its timeout (never resets it to the
 	// server's default).
-	again, err := m.Acquire(as(t, "acme", false), "tim", Options{})
+	again, err := m.Acquire(as(t, "acme", false), "tim", core.Options{})
 	if err != nil || again.Created || again.Sandbox.IdleTimeout != 2*time.Hour || again.Sandbox.ExpiresAt.Before(start.Add(2*time.Hour)) {
 		t.Errorf("re-acquire = %+v, %v; want idle timeout 2h kept", again.Sandbox, err)
 	}
@@ -173,11 +175,11 @@ func TestSetTimeoutBoundsAndTenancy(t *testing.T) {
 
 func TestAcquireIdleTimeoutOption(t *testing.T) {
 	m := newTestManager(t, testConfig(t), newFakeDocker(testImage))
-	res, err := m.Acquire(t.Context(), "opt", Options{IdleTimeout: 3 * time.Hour})
+	res, err := m.Acquire(t.Context(), "opt", core.Options{IdleTimeout: 3 * time.Hour})
 	if err != nil || res.Sandbox.IdleTimeout != 3*time.Hour || res.Sandbox.ExpiresAt.Sub(res.Sandbox.LastActiveAt) != 3*time.Hour {
 		t.Errorf("Acquire with IdleTimeout 3h = %+v, %v", res.Sandbox, err)
 	}
-	if _, err := m.Acquire(t.Context(), "opt2", Options{IdleTimeout: 25 * time.Hour}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "maximum of 24h0m0s") {
+	if _, err := m.Acquire(t.Context(), "opt2", core.Options{IdleTimeout: 25 * time.Hour}); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "maximum of 24h0m0s") {
 		t.Errorf("Acquire with IdleTimeout above the maximum: %v", err)
 	}
 }
@@ -220,7 +222,7 @@ func TestLifetimeSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := m1.Acquire(t.Context(), "persist", Options{Metadata: map[string]string{"k": "v"}})
+	res, err := m1.Acquire(t.Context(), "persist", core.Options{Metadata: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +253,7 @@ func TestWarmPoolClaimGetsMetadata(t *testing.T) {
 	}
 	awaitPool(t, m1, 1)
 	pooled := poolIDs(m1)[0]
-	res, err := m1.Acquire(t.Context(), "pool-user", Options{Metadata: map[string]string{"from": "pool"}, IdleTimeout: 2 * time.Hour})
+	res, err := m1.Acquire(t.Context(), "pool-user", core.Options{Metadata: map[string]string{"from": "pool"}, IdleTimeout: 2 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +275,7 @@ func TestMaxIdleTTLDefault(t *testing.T) {
 		idle, max, want time.Duration
 		err             bool
 	}{
-		{0, 0, DefaultMaxIdleTTL, false},
+		{0, 0, core.DefaultMaxIdleTTL, false},
 		{48 * time.Hour, 0, 48 * time.Hour, false},
 		{time.Minute, time.Hour, time.Hour, false},
 		{2 * time.Hour, time.Hour, 0, true},
@@ -281,7 +283,7 @@ func TestMaxIdleTTLDefault(t *testing.T) {
 		cfg := Config{StateDir: t.TempDir(), IdleTTL: c.idle, MaxIdleTTL: c.max}
 		err := cfg.applyDefaults()
 		if c.err {
-			if !errors.Is(err, ErrInvalidArgument) {
+			if !errors.Is(err, core.ErrInvalidArgument) {
 				t.Errorf("IdleTTL %v, MaxIdleTTL %v: %v; want InvalidArgument", c.idle, c.max, err)
 			}
 			continue
@@ -297,27 +299,27 @@ func TestMaxIdleTTLDefault(t *testing.T) {
 func TestAcquireOnIdleOption(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
-	cfg.OnIdle = OnIdleDelete
+	cfg.OnIdle = core.OnIdleDelete
 	m1, err := New(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	own, err := m1.Acquire(t.Context(), "hib", Options{OnIdle: OnIdleHibernate})
-	if err != nil || own.Sandbox.OnIdle != OnIdleHibernate {
+	own, err := m1.Acquire(t.Context(), "hib", core.Options{OnIdle: core.OnIdleHibernate})
+	if err != nil || own.Sandbox.OnIdle != core.OnIdleHibernate {
 		t.Fatalf("Acquire with OnIdle hibernate = %q, %v", own.Sandbox.OnIdle, err)
 	}
-	if dflt := acquire(t, m1, "dflt").Sandbox; dflt.OnIdle != OnIdleDelete {
-		t.Errorf("Acquire without OnIdle on a server with %q: %q", OnIdleDelete, dflt.OnIdle)
+	if dflt := acquire(t, m1, "dflt").Sandbox; dflt.OnIdle != core.OnIdleDelete {
+		t.Errorf("Acquire without OnIdle on a server with %q: %q", core.OnIdleDelete, dflt.OnIdle)
 	}
-	if _, err := m1.Acquire(t.Context(), "bad", Options{OnIdle: "pause"}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), `"pause"`) {
+	if _, err := m1.Acquire(t.Context(), "bad", core.Options{OnIdle: "pause"}); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), `"pause"`) {
 		t.Errorf("Acquire with OnIdle pause: %v; want ErrInvalidArgument naming it", err)
 	}
 	if err := m1.Close(); err != nil {
 		t.Fatal(err)
 	}
 	m2 := newTestManager(t, cfg, fd)
-	if got, err := m2.Get(t.Context(), own.Sandbox.ID); err != nil || got.OnIdle != OnIdleHibernate {
-		t.Errorf("after restart: OnIdle %q, %v; want %q", got.OnIdle, err, OnIdleHibernate)
+	if got, err := m2.Get(t.Context(), own.Sandbox.ID); err != nil || got.OnIdle != core.OnIdleHibernate {
+		t.Errorf("after restart: OnIdle %q, %v; want %q", got.OnIdle, err, core.OnIdleHibernate)
 	}
 }
 
@@ -330,7 +332,7 @@ func TestAcquireSlowerThanIdleTTL(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.IdleTTL = time.Second
 	m := newTestManager(t, cfg, fd)
-	res, err := m.Acquire(t.Context(), "slow", Options{})
+	res, err := m.Acquire(t.Context(), "slow", core.Options{})
 	if err != nil {
 		t.Fatalf("Acquire with a start slower than the idle TTL: %v", err)
 	}

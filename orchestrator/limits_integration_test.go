@@ -10,13 +10,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // Real-engine tests of the limits users rely on: each shows the limit
 // holding, the message the command gets, and the sandbox working afterwards.
 
 // textOf concatenates a command's stdout and stderr.
-func textOf(evs []Event) string {
+func textOf(evs []core.Event) string {
 	var b strings.Builder
 	for _, e := range evs {
 		b.WriteString(e.Text)
@@ -28,7 +30,7 @@ func textOf(evs []Event) string {
 // output.
 func mustRunOK(t *testing.T, m *Manager, sandboxID, language, code string) string {
 	t.Helper()
-	evs := runCommand(t, m, sandboxID, ExecRequest{Language: language, Code: code})
+	evs := runCommand(t, m, sandboxID, core.ExecRequest{Language: language, Code: code})
 	if d := lastDone(t, evs); d.Status != "ok" {
 		t.Fatalf("%s %q ended %s (%s): %+v", language, code, d.Status, d.Reason, evs)
 	}
@@ -38,7 +40,7 @@ func mustRunOK(t *testing.T, m *Manager, sandboxID, language, code string) strin
 func TestIntegrationDiskLimit(t *testing.T) {
 	const disk = 64 << 20
 	m, _, _ := integrationManager(t, func(c *Config) { c.DefaultLimits.DiskBytes = disk })
-	res, err := m.Acquire(t.Context(), "it-disk", Options{})
+	res, err := m.Acquire(t.Context(), "it-disk", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +51,13 @@ func TestIntegrationDiskLimit(t *testing.T) {
 	img := filepath.Join(sandboxDir(m.cfg.StateDir, sb.ID), workspaceImage)
 
 	// bash: dd writes until the volume is full and says why it stopped.
-	evs := runCommand(t, m, sb.ID, ExecRequest{Language: "bash", Code: "dd if=/dev/zero of=/workspace/big bs=1M count=200"})
+	evs := runCommand(t, m, sb.ID, core.ExecRequest{Language: "bash", Code: "dd if=/dev/zero of=/workspace/big bs=1M count=200"})
 	if d := lastDone(t, evs); d.Status != "error" || !strings.Contains(textOf(evs), "No space left on device") {
 		t.Fatalf("dd past the limit ended %s: %q", d.Status, textOf(evs))
 	}
 	// Python: the write raises OSError with ENOSPC.
-	evs = runCommand(t, m, sb.ID, ExecRequest{Code: "open('/workspace/big2', 'wb').write(b'x' * (100 << 20))"})
-	var pyErr *Event
+	evs = runCommand(t, m, sb.ID, core.ExecRequest{Code: "open('/workspace/big2', 'wb').write(b'x' * (100 << 20))"})
+	var pyErr *core.Event
 	for i := range evs {
 		if evs[i].Type == "error" {
 			pyErr = &evs[i]
@@ -66,7 +68,7 @@ func TestIntegrationDiskLimit(t *testing.T) {
 	}
 	// While full, an upload is refused for what it is.
 	_, err = m.Upload(t.Context(), sb.ID, "up.bin", strings.NewReader(strings.Repeat("u", 1<<20)))
-	wantClass(t, err, ErrResourceExhausted, "no space left on the sandbox's disk")
+	wantClass(t, err, core.ErrResourceExhausted, "no space left on the sandbox's disk")
 
 	// The host gave the sandbox no more than its limit.
 	var st syscall.Stat_t
@@ -101,7 +103,7 @@ func TestIntegrationDiskLimit(t *testing.T) {
 func TestIntegrationVolumesRemountedOnRestart(t *testing.T) {
 	m1, c, cfg := integrationManager(t)
 	ctx := t.Context()
-	res, err := m1.Acquire(ctx, "it-remount", Options{})
+	res, err := m1.Acquire(ctx, "it-remount", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestIntegrationVolumesRemountedOnRestart(t *testing.T) {
 
 func TestIntegrationMemoryLimit(t *testing.T) {
 	m, _, _ := integrationManager(t, func(c *Config) { c.DefaultLimits.MemoryBytes = 256 << 20 })
-	res, err := m.Acquire(t.Context(), "it-memory", Options{})
+	res, err := m.Acquire(t.Context(), "it-memory", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,23 +149,23 @@ func TestIntegrationMemoryLimit(t *testing.T) {
 	mustRunOK(t, m, sb.ID, "python", "kept = 1")
 	// b'x' * n touches every page, unlike bytearray(n), which the kernel
 	// may leave unbacked.
-	evs := runCommand(t, m, sb.ID, ExecRequest{Code: "hog = b'x' * (512 << 20)"})
+	evs := runCommand(t, m, sb.ID, core.ExecRequest{Code: "hog = b'x' * (512 << 20)"})
 	d := lastDone(t, evs)
 	// Under runsc the sandbox's memory is gVisor's own, so the kernel kills
 	// the whole sandbox, and the driver can only tell that it restarted.
 	reason := "out of memory"
-	if m.cfg.Runtime == runtimeGVisor {
+	if m.cfg.Runtime == core.RuntimeGVisor {
 		reason = "the sandbox restarted"
 	}
 	if d.Status != "killed" || !d.StateLost || !strings.Contains(d.Reason, reason) {
 		t.Fatalf("allocation past the limit ended %s (state lost %v): %q; want killed, %q", d.Status, d.StateLost, d.Reason, reason)
 	}
 	// A fresh interpreter serves the next command; the old globals are gone.
-	evs = runCommand(t, m, sb.ID, ExecRequest{Code: "'kept' in globals()"})
+	evs = runCommand(t, m, sb.ID, core.ExecRequest{Code: "'kept' in globals()"})
 	if lastDone(t, evs).Status != "ok" || evs[len(evs)-2].Data["text/plain"] != "False" {
 		t.Errorf("after the OOM kill: %+v", evs)
 	}
-	if got, err := m.Get(t.Context(), sb.ID); err != nil || got.State != StateRunning {
+	if got, err := m.Get(t.Context(), sb.ID); err != nil || got.State != core.StateRunning {
 		t.Errorf("sandbox after the OOM kill = %+v, %v; want running", got, err)
 	}
 }
@@ -171,25 +173,25 @@ func TestIntegrationMemoryLimit(t *testing.T) {
 func TestIntegrationForkBombContained(t *testing.T) {
 	m, _, _ := integrationManager(t, func(c *Config) {
 		c.DefaultLimits.PidsLimit = 64
-		if c.Runtime == runtimeGVisor {
-			c.DefaultLimits.PidsLimit = minPidsLimitGVisor
+		if c.Runtime == core.RuntimeGVisor {
+			c.DefaultLimits.PidsLimit = core.MinPidsLimitGVisor
 		}
 	})
 	ctx := t.Context()
-	bomb, err := m.Acquire(ctx, "it-bomb", Options{})
+	bomb, err := m.Acquire(ctx, "it-bomb", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := m.Acquire(ctx, "it-bystander", Options{})
+	other, err := m.Acquire(ctx, "it-bystander", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
-	var bombEvs []Event
+	var bombEvs []core.Event
 	go func() {
 		defer wg.Done()
-		bombEvs = runCommand(t, m, bomb.Sandbox.ID, ExecRequest{Language: "bash", Code: ":(){ :|:& };:\nwhile :; do sleep 1; done", Timeout: 5 * time.Second})
+		bombEvs = runCommand(t, m, bomb.Sandbox.ID, core.ExecRequest{Language: "bash", Code: ":(){ :|:& };:\nwhile :; do sleep 1; done", Timeout: 5 * time.Second})
 	}()
 	// The bystander keeps working while the bomb runs (and after).
 	for i := range 3 {
@@ -212,7 +214,7 @@ func TestIntegrationForkBombContained(t *testing.T) {
 
 func TestIntegrationCPULimit(t *testing.T) {
 	m, _, _ := integrationManager(t)
-	res, err := m.Acquire(t.Context(), "it-cpu", Options{Limits: Limits{NanoCPUs: 500_000_000}})
+	res, err := m.Acquire(t.Context(), "it-cpu", core.Options{Limits: core.Limits{NanoCPUs: 500_000_000}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,16 +250,16 @@ func TestIntegrationCPULimit(t *testing.T) {
 }
 
 func TestIntegrationNetwork(t *testing.T) {
-	if os.Getenv("SANDBOX_RUNTIME") == runtimeGVisor {
+	if os.Getenv("SANDBOX_RUNTIME") == core.RuntimeGVisor {
 		t.Skip("runsc is registered with --network=none; AllowNetwork is refused with it (TestNetworkOption)")
 	}
 	m, _, _ := integrationManager(t, func(c *Config) { c.AllowNetwork = true })
 	ctx := t.Context()
-	none, err := m.Acquire(ctx, "it-nonet", Options{})
+	none, err := m.Acquire(ctx, "it-nonet", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	withNet, err := m.Acquire(ctx, "it-net", Options{Network: true})
+	withNet, err := m.Acquire(ctx, "it-net", core.Options{Network: true})
 	if err != nil {
 		t.Fatal(err)
 	}

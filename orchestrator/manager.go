@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
@@ -41,10 +43,10 @@ type Config struct {
 	MaxIdleTTL time.Duration
 	// DefaultLimits apply to the zero fields of a request's limits; zero
 	// fields here default to 1 GiB, 1 CPU, 256 processes and a 1 GiB disk.
-	DefaultLimits Limits
+	DefaultLimits core.Limits
 	// MaxLimits cap what a request may ask for; zero fields default to
 	// 8 GiB, all of the host's CPUs, 4096 processes and a 16 GiB disk.
-	MaxLimits Limits
+	MaxLimits core.Limits
 	// DefaultTimeout applies to commands submitted without one; default 10m.
 	DefaultTimeout time.Duration
 	// MaxTimeout caps a command's timeout; default 1h.
@@ -79,7 +81,7 @@ type Config struct {
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives events for monitoring (metrics.go); nil discards.
-	Metrics Metrics
+	Metrics core.Metrics
 	// OnIdle is what the idle TTL does to a running sandbox: OnIdleDelete
 	// (the default here, as before hibernation existed; sandboxd's flag
 	// defaults to hibernate) or OnIdleHibernate (hibernate.go).
@@ -103,21 +105,21 @@ type Config struct {
 // applyDefaults fills zero fields and checks the result.
 func (c *Config) applyDefaults() error {
 	if c.StateDir == "" {
-		return invalidf("config: StateDir is required")
+		return core.Invalidf("config: StateDir is required")
 	}
 	abs, err := filepath.Abs(c.StateDir)
 	if err != nil {
-		return invalidf("config: StateDir: %v", err)
+		return core.Invalidf("config: StateDir: %v", err)
 	}
 	c.StateDir = abs
-	c.Image = cmp.Or(c.Image, DefaultImage)
-	c.IdleTTL = cmp.Or(c.IdleTTL, DefaultIdleTTL)
-	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(DefaultMaxIdleTTL, c.IdleTTL))
-	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, DefaultCommandTimeout)
-	c.MaxTimeout = cmp.Or(c.MaxTimeout, DefaultMaxTimeout)
-	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, DefaultMaxUploadBytes)
-	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, MaxCodeBytes)
-	c.IODiskBytes = cmp.Or(c.IODiskBytes, DefaultIODiskBytes)
+	c.Image = cmp.Or(c.Image, core.DefaultImage)
+	c.IdleTTL = cmp.Or(c.IdleTTL, core.DefaultIdleTTL)
+	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(core.DefaultMaxIdleTTL, c.IdleTTL))
+	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, core.DefaultCommandTimeout)
+	c.MaxTimeout = cmp.Or(c.MaxTimeout, core.DefaultMaxTimeout)
+	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, core.DefaultMaxUploadBytes)
+	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, core.MaxCodeBytes)
+	c.IODiskBytes = cmp.Or(c.IODiskBytes, core.DefaultIODiskBytes)
 	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
 	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
 	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
@@ -127,46 +129,46 @@ func (c *Config) applyDefaults() error {
 	if c.NoDiskVolumes {
 		c.DefaultLimits.DiskBytes, c.MaxLimits.DiskBytes, c.IODiskBytes = 0, 0, 0
 	} else {
-		c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, DefaultDiskBytes)
-		c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, DefaultMaxDiskBytes)
+		c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, core.DefaultDiskBytes)
+		c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, core.DefaultMaxDiskBytes)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	c.OnIdle = cmp.Or(c.OnIdle, OnIdleDelete)
-	c.HibernatedTTL = cmp.Or(c.HibernatedTTL, DefaultHibernatedTTL)
+	c.OnIdle = cmp.Or(c.OnIdle, core.OnIdleDelete)
+	c.HibernatedTTL = cmp.Or(c.HibernatedTTL, core.DefaultHibernatedTTL)
 	if c.Snapshots == nil {
 		c.Snapshots = LocalSnapshots{}
 	}
-	if c.OnIdle != OnIdleDelete && c.OnIdle != OnIdleHibernate {
-		return invalidf("config: OnIdle %q: want %q or %q", c.OnIdle, OnIdleHibernate, OnIdleDelete)
+	if c.OnIdle != core.OnIdleDelete && c.OnIdle != core.OnIdleHibernate {
+		return core.Invalidf("config: OnIdle %q: want %q or %q", c.OnIdle, core.OnIdleHibernate, core.OnIdleDelete)
 	}
 	if c.HibernatedTTL < 0 || c.SnapshotDiskBudget < 0 {
-		return invalidf("config: HibernatedTTL and SnapshotDiskBudget must not be negative")
+		return core.Invalidf("config: HibernatedTTL and SnapshotDiskBudget must not be negative")
 	}
-	c.Metrics = metricsOrNoop(c.Metrics) // metrics hook
+	c.Metrics = core.MetricsOrNoop(c.Metrics) // metrics hook
 	switch {
 	case c.MaxIdleTTL < c.IdleTTL:
-		return invalidf("config: MaxIdleTTL %v is below IdleTTL %v", c.MaxIdleTTL, c.IdleTTL)
+		return core.Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", c.MaxIdleTTL, c.IdleTTL)
 	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0,
 		c.MaxSandboxesPerTenant < 0, c.MaxUploadBytes < 0, c.MaxCodeBytes < 0, c.IODiskBytes < 0, c.WarmPool < 0:
-		return invalidf("config: durations, sizes and caps must not be negative")
+		return core.Invalidf("config: durations, sizes and caps must not be negative")
 	case c.DefaultTimeout > c.MaxTimeout:
-		return invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", c.DefaultTimeout, c.MaxTimeout)
-	case c.MaxCodeBytes > MaxCodeBytes:
-		return invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", c.MaxCodeBytes, MaxCodeBytes)
-	case !c.NoDiskVolumes && c.IODiskBytes < minDiskBytes:
-		return invalidf("config: IODiskBytes %d is below the minimum volume size of %d", c.IODiskBytes, minDiskBytes)
-	case c.AllowNetwork && c.Runtime == runtimeGVisor:
-		return invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", runtimeGVisor)
+		return core.Invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", c.DefaultTimeout, c.MaxTimeout)
+	case c.MaxCodeBytes > core.MaxCodeBytes:
+		return core.Invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", c.MaxCodeBytes, core.MaxCodeBytes)
+	case !c.NoDiskVolumes && c.IODiskBytes < core.MinDiskBytes:
+		return core.Invalidf("config: IODiskBytes %d is below the minimum volume size of %d", c.IODiskBytes, core.MinDiskBytes)
+	case c.AllowNetwork && c.Runtime == core.RuntimeGVisor:
+		return core.Invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", core.RuntimeGVisor)
 	case c.MaxSandboxes > 0 && c.WarmPool > c.MaxSandboxes:
-		return invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", c.WarmPool, c.MaxSandboxes)
+		return core.Invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", c.WarmPool, c.MaxSandboxes)
 	}
-	if _, err := resolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
-		return invalidf("config: DefaultLimits: %v", err)
+	if _, err := core.ResolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
+		return core.Invalidf("config: DefaultLimits: %v", err)
 	}
-	if err := checkRuntimeLimits(c.Runtime, c.DefaultLimits); err != nil {
-		return invalidf("config: DefaultLimits: %v", err)
+	if err := core.CheckRuntimeLimits(c.Runtime, c.DefaultLimits); err != nil {
+		return core.Invalidf("config: DefaultLimits: %v", err)
 	}
 	return nil
 }
@@ -358,7 +360,7 @@ func (m *Manager) Close() error {
 func (m *Manager) checkOpen() error {
 	select {
 	case <-m.closing:
-		return unavailablef("sandboxd is shutting down")
+		return core.Unavailablef("sandboxd is shutting down")
 	default:
 		return nil
 	}
@@ -373,15 +375,15 @@ func (m *Manager) checkOpen() error {
 // arguments too check the sandbox ID first themselves, for the order of
 // their errors; use checking it again costs one match.)
 func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
 		return nil, err
 	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	sb := m.reg.get(sandboxID)
-	if sb == nil || !callerOf(ctx).sees(sb.tenant) || !m.reg.touch(sb) {
-		return nil, sandboxNotFound(sandboxID)
+	if sb == nil || !core.CallerOf(ctx).Sees(sb.tenant) || !m.reg.touch(sb) {
+		return nil, core.SandboxNotFound(sandboxID)
 	}
 	// Using a hibernated sandbox wakes it (hibernate.go); the first command
 	// after the wake reports how the state came back.
@@ -392,10 +394,10 @@ func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
 }
 
 // snapshot describes sb for callers.
-func (m *Manager) snapshot(sb *sandbox) Sandbox {
+func (m *Manager) snapshot(sb *sandbox) core.Sandbox {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return Sandbox{
+	return core.Sandbox{
 		ID:           sb.id,
 		Tenant:       sb.tenant,
 		UserID:       sb.userID,
@@ -414,7 +416,7 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 		OnIdle:       m.onIdleOf(sb),
 		Snapshot:     sb.hib.snapshotInfo(),
 		HibernatedAt: sb.hib.HibernatedAt,
-		LastWake:     sb.hib.Wake.clone(),
+		LastWake:     sb.hib.Wake.Clone(),
 	}
 }
 
@@ -423,13 +425,13 @@ func (m *Manager) snapshot(sb *sandbox) Sandbox {
 // alive (the API documents last_active_at as acquire, commands and file
 // operations). The container is inspected so that a death is reported even
 // if the event monitor has not seen it yet.
-func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
+func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
 	sb, err := m.lookup(ctx, sandboxID)
 	if err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	if err := m.refresh(ctx, sb); err != nil {
-		return Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	return m.snapshot(sb), nil
 }
@@ -437,7 +439,7 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
 // List returns the sandboxes matching f that the caller may see, oldest
 // first, without refreshing their TTLs. States are brought up to date with a
 // single ContainerList.
-func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
+func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
@@ -447,33 +449,33 @@ func (m *Manager) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
 	if err := m.refreshAll(ctx); err != nil {
 		return nil, err
 	}
-	caller := callerOf(ctx)
-	var out []Sandbox
+	caller := core.CallerOf(ctx)
+	var out []core.Sandbox
 	for _, sb := range m.reg.all() {
-		if !caller.sees(sb.tenant) || (f.Tenant != "" && sb.tenant != f.Tenant) {
+		if !caller.Sees(sb.tenant) || (f.Tenant != "" && sb.tenant != f.Tenant) {
 			continue
 		}
 		s := m.snapshot(sb)
-		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) && hasMetadata(s.Metadata, f.Metadata) {
+		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) && core.HasMetadata(s.Metadata, f.Metadata) {
 			out = append(out, s)
 		}
 	}
-	slices.SortFunc(out, CompareSandboxes)
+	slices.SortFunc(out, core.CompareSandboxes)
 	return out, nil
 }
 
 // Delete removes a sandbox now: its container (forcibly, if running) and its
 // host directories. Followers of its commands return ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	if err := ValidateSandboxID(sandboxID); err != nil {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
 	if err := m.checkOpen(); err != nil {
 		return err
 	}
 	sb := m.reg.get(sandboxID)
-	if sb == nil || !callerOf(ctx).sees(sb.tenant) || !m.claimRemoval(sb, false) {
-		return sandboxNotFound(sandboxID)
+	if sb == nil || !core.CallerOf(ctx).Sees(sb.tenant) || !m.claimRemoval(sb, false) {
+		return core.SandboxNotFound(sandboxID)
 	}
 	return m.destroy(ctx, sb, "deleted on request")
 }
@@ -554,7 +556,7 @@ func (m *Manager) onExpired(sb *sandbox) {
 	}
 	sb.mu.Lock()
 	why := fmt.Sprintf("idle for %v", m.reg.idleOf(sb.idleTTL))
-	if sb.state == StateHibernated {
+	if sb.state == core.StateHibernated {
 		why = fmt.Sprintf("hibernated for %v", m.cfg.HibernatedTTL)
 	}
 	if m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)) {

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -48,9 +50,9 @@ func newTestManager(t *testing.T, cfg Config, fd *fakeDocker) *Manager {
 	return m
 }
 
-func acquire(t *testing.T, m *Manager, user string) AcquireResult {
+func acquire(t *testing.T, m *Manager, user string) core.AcquireResult {
 	t.Helper()
-	res, err := m.Acquire(t.Context(), user, Options{})
+	res, err := m.Acquire(t.Context(), user, core.Options{})
 	if err != nil {
 		t.Fatalf("Acquire(%s): %v", user, err)
 	}
@@ -77,7 +79,7 @@ func awaitRemoval(t *testing.T, fd *fakeDocker, id string, within time.Duration)
 // learns of deaths through events delivered asynchronously, so callers that
 // do not inspect (Submit, List's cache) need this; it retries on a short
 // tick and fails with what it saw last.
-func awaitDead(t *testing.T, m *Manager, id string) Sandbox {
+func awaitDead(t *testing.T, m *Manager, id string) core.Sandbox {
 	t.Helper()
 	sb := m.reg.get(id)
 	if sb == nil {
@@ -103,22 +105,22 @@ func wantClass(t *testing.T, err, class error, msgPart string) {
 
 func TestValidateIDs(t *testing.T) {
 	for _, id := range []string{"u", "alice@example.com", "A.b_c-9", strings.Repeat("x", 128)} {
-		if err := ValidateUserID(id); err != nil {
+		if err := core.ValidateUserID(id); err != nil {
 			t.Errorf("ValidateUserID(%q) = %v, want nil", id, err)
 		}
 	}
 	for _, id := range []string{"", strings.Repeat("x", 129), "a b", "a/b", "ü", "a\x00"} {
-		if err := ValidateUserID(id); !errors.Is(err, ErrInvalidArgument) {
+		if err := core.ValidateUserID(id); !errors.Is(err, core.ErrInvalidArgument) {
 			t.Errorf("ValidateUserID(%q) = %v, want ErrInvalidArgument", id, err)
 		}
 	}
 	for range 100 {
-		if id := newSandboxID(); ValidateSandboxID(id) != nil {
-			t.Fatalf("generated ID %q does not validate: %v", id, ValidateSandboxID(id))
+		if id := core.NewSandboxID(); core.ValidateSandboxID(id) != nil {
+			t.Fatalf("generated ID %q does not validate: %v", id, core.ValidateSandboxID(id))
 		}
 	}
 	for _, id := range []string{"", "sb-", "sb-ABCDEFGHIJKLMNOPQRST", "sb-aaaaaaaaaaaaaaaaaaaa/", "../etc", "sb-aaaaaaaaaaaaaaaaaaa1"} {
-		if err := ValidateSandboxID(id); !errors.Is(err, ErrInvalidArgument) {
+		if err := core.ValidateSandboxID(id); !errors.Is(err, core.ErrInvalidArgument) {
 			t.Errorf("ValidateSandboxID(%q) = %v, want ErrInvalidArgument", id, err)
 		}
 	}
@@ -130,15 +132,15 @@ func TestAcquireCreatesSandbox(t *testing.T) {
 	cfg.Runtime = "runsc"
 	m := newTestManager(t, cfg, fd)
 
-	res, err := m.Acquire(t.Context(), "alice", Options{Env: map[string]string{"B": "2", "A": "1"}, Limits: Limits{MemoryBytes: 512 << 20}})
+	res, err := m.Acquire(t.Context(), "alice", core.Options{Env: map[string]string{"B": "2", "A": "1"}, Limits: core.Limits{MemoryBytes: 512 << 20}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sb := res.Sandbox
-	if !res.Created || res.ReplacedID != "" || sb.State != StateRunning || sb.UserID != "alice" {
+	if !res.Created || res.ReplacedID != "" || sb.State != core.StateRunning || sb.UserID != "alice" {
 		t.Fatalf("Acquire = %+v", res)
 	}
-	if want := sb.LastActiveAt.Add(DefaultIdleTTL); !sb.ExpiresAt.Equal(want) {
+	if want := sb.LastActiveAt.Add(core.DefaultIdleTTL); !sb.ExpiresAt.Equal(want) {
 		t.Errorf("ExpiresAt = %v, want %v", sb.ExpiresAt, want)
 	}
 	c := fd.container(sb.ContainerID)
@@ -214,7 +216,7 @@ func TestAcquireConcurrentOneSandbox(t *testing.T) {
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			res, err := m.Acquire(t.Context(), "bob", Options{})
+			res, err := m.Acquire(t.Context(), "bob", core.Options{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -241,14 +243,14 @@ func TestAcquireValidation(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	m := newTestManager(t, testConfig(t), fd)
 	ctx := t.Context()
-	_, err := m.Acquire(ctx, "bad user", Options{})
-	wantClass(t, err, ErrInvalidArgument, "user ID")
-	_, err = m.Acquire(ctx, "u", Options{Limits: Limits{MemoryBytes: 1 << 40}})
-	wantClass(t, err, ErrInvalidArgument, "memory_bytes")
-	_, err = m.Acquire(ctx, "u", Options{Limits: Limits{PidsLimit: -1}})
-	wantClass(t, err, ErrInvalidArgument, "pids_limit")
-	_, err = m.Acquire(ctx, "u", Options{Env: map[string]string{"A=B": "x"}})
-	wantClass(t, err, ErrInvalidArgument, "env")
+	_, err := m.Acquire(ctx, "bad user", core.Options{})
+	wantClass(t, err, core.ErrInvalidArgument, "user ID")
+	_, err = m.Acquire(ctx, "u", core.Options{Limits: core.Limits{MemoryBytes: 1 << 40}})
+	wantClass(t, err, core.ErrInvalidArgument, "memory_bytes")
+	_, err = m.Acquire(ctx, "u", core.Options{Limits: core.Limits{PidsLimit: -1}})
+	wantClass(t, err, core.ErrInvalidArgument, "pids_limit")
+	_, err = m.Acquire(ctx, "u", core.Options{Env: map[string]string{"A=B": "x"}})
+	wantClass(t, err, core.ErrInvalidArgument, "env")
 	if fd.createCount() != 0 {
 		t.Error("a container was created for an invalid request")
 	}
@@ -257,8 +259,8 @@ func TestAcquireValidation(t *testing.T) {
 func TestAcquireImageMissing(t *testing.T) {
 	fd := newFakeDocker() // no image
 	m := newTestManager(t, testConfig(t), fd)
-	_, err := m.Acquire(t.Context(), "u", Options{})
-	wantClass(t, err, ErrFailedPrecondition, `sandbox image "`+testImage+`" is not present; build it with "make image"`)
+	_, err := m.Acquire(t.Context(), "u", core.Options{})
+	wantClass(t, err, core.ErrFailedPrecondition, `sandbox image "`+testImage+`" is not present; build it with "make image"`)
 	entries, _ := os.ReadDir(filepath.Join(m.cfg.StateDir, "sandboxes"))
 	if len(entries) != 0 {
 		t.Errorf("state directory not cleaned up: %v", entries)
@@ -269,18 +271,18 @@ func TestDockerUnavailable(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	fd.setUnreachable(true)
 	_, err := New(t.Context(), testConfig(t), fd)
-	wantClass(t, err, ErrUnavailable, "docker")
+	wantClass(t, err, core.ErrUnavailable, "docker")
 
 	fd.setUnreachable(false)
 	m := newTestManager(t, testConfig(t), fd)
 	res := acquire(t, m, "u")
 	fd.setUnreachable(true)
-	_, err = m.Acquire(t.Context(), "u2", Options{})
-	wantClass(t, err, ErrUnavailable, "")
+	_, err = m.Acquire(t.Context(), "u2", core.Options{})
+	wantClass(t, err, core.ErrUnavailable, "")
 	_, err = m.Get(t.Context(), res.Sandbox.ID)
-	wantClass(t, err, ErrUnavailable, "")
+	wantClass(t, err, core.ErrUnavailable, "")
 	err = m.Delete(t.Context(), res.Sandbox.ID)
-	wantClass(t, err, ErrUnavailable, "")
+	wantClass(t, err, core.ErrUnavailable, "")
 	fd.setUnreachable(false)
 	// The failed Delete left the sandbox intact, metadata included.
 	if _, err := m.Get(t.Context(), res.Sandbox.ID); err != nil {
@@ -302,25 +304,25 @@ func TestDeadSandboxIsReplacedVisibly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != StateDead || !strings.Contains(got.StateReason, "exited with code 137") || !strings.Contains(got.StateReason, "OOM") {
+	if got.State != core.StateDead || !strings.Contains(got.StateReason, "exited with code 137") || !strings.Contains(got.StateReason, "OOM") {
 		t.Fatalf("Get after exit = %+v", got)
 	}
-	_, err = m.Submit(t.Context(), ExecRequest{SandboxID: first.ID, Code: "1"})
-	wantClass(t, err, ErrFailedPrecondition, "is dead: container exited with code 137")
+	_, err = m.Submit(t.Context(), core.ExecRequest{SandboxID: first.ID, Code: "1"})
+	wantClass(t, err, core.ErrFailedPrecondition, "is dead: container exited with code 137")
 
 	res := acquire(t, m, "carol")
 	if !res.Created || res.ReplacedID != first.ID || res.ReplacedReason != got.StateReason || res.Sandbox.ID == first.ID {
 		t.Fatalf("Acquire after death = %+v", res)
 	}
 	old, err := m.Get(t.Context(), first.ID)
-	if err != nil || old.State != StateDead {
+	if err != nil || old.State != core.StateDead {
 		t.Fatalf("dead sandbox no longer visible: %+v, %v", old, err)
 	}
-	all, err := m.List(t.Context(), ListFilter{UserID: "carol"})
+	all, err := m.List(t.Context(), core.ListFilter{UserID: "carol"})
 	if err != nil || len(all) != 2 || all[0].ID != first.ID || all[1].ID != res.Sandbox.ID {
 		t.Fatalf("List = %+v, %v", all, err)
 	}
-	dead, _ := m.List(t.Context(), ListFilter{State: StateDead})
+	dead, _ := m.List(t.Context(), core.ListFilter{State: core.StateDead})
 	if len(dead) != 1 || dead[0].ID != first.ID {
 		t.Fatalf("List(dead) = %+v", dead)
 	}
@@ -341,7 +343,7 @@ func TestDeathLearnedFromEvents(t *testing.T) {
 	}
 	// Persisted at once: a restart keeps the reason.
 	md, err := readMeta(filepath.Join(m.cfg.StateDir, "sandboxes", sb.ID))
-	if err != nil || md.State != StateDead || md.StateReason != got.StateReason {
+	if err != nil || md.State != core.StateDead || md.StateReason != got.StateReason {
 		t.Errorf("meta after death = %+v, %v", md, err)
 	}
 }
@@ -353,12 +355,12 @@ func TestRemovedContainerIsDead(t *testing.T) {
 	b := acquire(t, m, "b").Sandbox
 	fd.vanish(a.ContainerID) // no event: Get must find out by itself
 	got, err := m.Get(t.Context(), a.ID)
-	if err != nil || got.State != StateDead || got.StateReason != reasonRemoved {
+	if err != nil || got.State != core.StateDead || got.StateReason != reasonRemoved {
 		t.Fatalf("Get = %+v, %v", got, err)
 	}
 	fd.vanish(b.ContainerID) // no event: List must find out by itself
-	list, err := m.List(t.Context(), ListFilter{UserID: "b"})
-	if err != nil || len(list) != 1 || list[0].State != StateDead || list[0].StateReason != reasonRemoved {
+	list, err := m.List(t.Context(), core.ListFilter{UserID: "b"})
+	if err != nil || len(list) != 1 || list[0].State != core.StateDead || list[0].StateReason != reasonRemoved {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 }
@@ -377,9 +379,9 @@ func TestDelete(t *testing.T) {
 		t.Errorf("directory still exists: %v", err)
 	}
 	_, err := m.Get(t.Context(), sb.ID)
-	wantClass(t, err, ErrNotFound, sb.ID)
-	wantClass(t, m.Delete(t.Context(), sb.ID), ErrNotFound, "")
-	wantClass(t, m.Delete(t.Context(), "nonsense"), ErrInvalidArgument, "")
+	wantClass(t, err, core.ErrNotFound, sb.ID)
+	wantClass(t, m.Delete(t.Context(), sb.ID), core.ErrNotFound, "")
+	wantClass(t, m.Delete(t.Context(), "nonsense"), core.ErrInvalidArgument, "")
 	// The user gets a fresh sandbox, not a "replacement": it was deleted on purpose.
 	if res := acquire(t, m, "erin"); !res.Created || res.ReplacedID != "" {
 		t.Errorf("Acquire after Delete = %+v", res)
@@ -406,7 +408,7 @@ func TestIdleExpiry(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	_, err := m.Get(t.Context(), sb.ID)
-	wantClass(t, err, ErrNotFound, "")
+	wantClass(t, err, core.ErrNotFound, "")
 }
 
 func TestMaxLifetime(t *testing.T) {
@@ -433,7 +435,7 @@ func TestTouchRefreshesTTL(t *testing.T) {
 	ops := map[string]func() error{
 		"SetTimeout": func() error { _, err := m.SetTimeout(t.Context(), sb.ID, time.Hour); return err },
 		"Submit": func() error {
-			_, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
+			_, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
 			return err
 		},
 		"Interrupt": func() error { return m.Interrupt(t.Context(), sb.ID, "c1") },
@@ -455,7 +457,7 @@ func TestTouchRefreshesTTL(t *testing.T) {
 	}
 	// Looking is not using: neither List nor Get counts as use, so a
 	// client polling a sandbox does not keep it alive.
-	if _, err := m.List(t.Context(), ListFilter{}); err != nil {
+	if _, err := m.List(t.Context(), core.ListFilter{}); err != nil {
 		t.Fatal(err)
 	}
 	if cur := m.snapshot(m.reg.get(sb.ID)).ExpiresAt; !cur.Equal(prev) {
@@ -475,8 +477,8 @@ func TestMaxSandboxes(t *testing.T) {
 	cfg.MaxSandboxes = 1
 	m := newTestManager(t, cfg, fd)
 	acquire(t, m, "a")
-	_, err := m.Acquire(t.Context(), "b", Options{})
-	wantClass(t, err, ErrResourceExhausted, "maximum of 1")
+	_, err := m.Acquire(t.Context(), "b", core.Options{})
+	wantClass(t, err, core.ErrResourceExhausted, "maximum of 1")
 }
 
 func TestRestartRebuildsRegistry(t *testing.T) {
@@ -488,7 +490,7 @@ func TestRestartRebuildsRegistry(t *testing.T) {
 	}
 	alive := acquire(t, m1, "ivan").Sandbox
 	doomed := acquire(t, m1, "judy").Sandbox
-	if _, err := m1.Submit(t.Context(), ExecRequest{SandboxID: alive.ID, CommandID: "before-restart", Code: "x = 1"}); err != nil {
+	if _, err := m1.Submit(t.Context(), core.ExecRequest{SandboxID: alive.ID, CommandID: "before-restart", Code: "x = 1"}); err != nil {
 		t.Fatal(err)
 	}
 	fd.exit(doomed.ContainerID, 2, false)
@@ -503,7 +505,7 @@ func TestRestartRebuildsRegistry(t *testing.T) {
 
 	m2 := newTestManager(t, cfg, fd)
 	got, err := m2.Get(t.Context(), alive.ID)
-	if err != nil || got.State != StateRunning {
+	if err != nil || got.State != core.StateRunning {
 		t.Fatalf("after restart Get = %+v, %v", got, err)
 	}
 	// The idle TTL continues from the persisted last activity (Get only
@@ -518,14 +520,14 @@ func TestRestartRebuildsRegistry(t *testing.T) {
 		t.Errorf("Acquire after restart = %+v, want the same sandbox", res)
 	}
 	// The log index is rebuilt from disk: a retried submit is not appended.
-	if id, err := m2.Submit(t.Context(), ExecRequest{SandboxID: alive.ID, CommandID: "before-restart", Code: "x = 1"}); err != nil || id != "before-restart" {
+	if id, err := m2.Submit(t.Context(), core.ExecRequest{SandboxID: alive.ID, CommandID: "before-restart", Code: "x = 1"}); err != nil || id != "before-restart" {
 		t.Fatalf("Submit after restart = %q, %v", id, err)
 	}
 	if n := countLines(t, filepath.Join(cfg.StateDir, "sandboxes", alive.ID, "io", "stdin")); n != 1 {
 		t.Errorf("stdin has %d lines, want 1", n)
 	}
 	d, err := m2.Get(t.Context(), doomed.ID)
-	if err != nil || d.State != StateDead || d.StateReason != "container exited with code 2" {
+	if err != nil || d.State != core.StateDead || d.StateReason != "container exited with code 2" {
 		t.Fatalf("dead sandbox after restart = %+v, %v", d, err)
 	}
 	res = acquire(t, m2, "judy")
@@ -586,10 +588,10 @@ func TestReconcileCleansUp(t *testing.T) {
 	// Interrupted delete: metadata gone, container still there.
 	os.Remove(filepath.Join(root, noMeta.ID, metaFile))
 	// Orphan container of ours, and one of another sandboxd (not ours to touch).
-	orphan := fd.addContainer("sandboxd-orphan", map[string]string{labels.Managed: "true", labels.StateDir: cfg.StateDir, labels.SandboxID: newSandboxID()})
-	foreign := fd.addContainer("sandboxd-foreign", map[string]string{labels.Managed: "true", labels.StateDir: "/elsewhere", labels.SandboxID: newSandboxID()})
+	orphan := fd.addContainer("sandboxd-orphan", map[string]string{labels.Managed: "true", labels.StateDir: cfg.StateDir, labels.SandboxID: core.NewSandboxID()})
+	foreign := fd.addContainer("sandboxd-foreign", map[string]string{labels.Managed: "true", labels.StateDir: "/elsewhere", labels.SandboxID: core.NewSandboxID()})
 	// Debris of an interrupted create: a directory without metadata.
-	debris := filepath.Join(root, newSandboxID())
+	debris := filepath.Join(root, core.NewSandboxID())
 	os.MkdirAll(filepath.Join(debris, "io"), 0o755)
 
 	m2 := newTestManager(t, cfg, fd)
@@ -608,12 +610,12 @@ func TestReconcileCleansUp(t *testing.T) {
 		}
 	}
 	_, err = m2.Get(t.Context(), expired.ID)
-	wantClass(t, err, ErrNotFound, "")
+	wantClass(t, err, core.ErrNotFound, "")
 	g, err := m2.Get(t.Context(), gone.ID)
-	if err != nil || g.State != StateDead || g.StateReason != reasonRemoved {
+	if err != nil || g.State != core.StateDead || g.StateReason != reasonRemoved {
 		t.Errorf("sandbox whose container vanished = %+v, %v", g, err)
 	}
-	if k, err := m2.Get(t.Context(), keep.ID); err != nil || k.State != StateRunning {
+	if k, err := m2.Get(t.Context(), keep.ID); err != nil || k.State != core.StateRunning {
 		t.Errorf("kept sandbox = %+v, %v", k, err)
 	}
 }
@@ -631,8 +633,8 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	if err := m.Close(); err != nil {
 		t.Fatal("second Close:", err)
 	}
-	_, err = m.Acquire(context.Background(), "u", Options{})
-	wantClass(t, err, ErrUnavailable, "shutting down")
+	_, err = m.Acquire(context.Background(), "u", core.Options{})
+	wantClass(t, err, core.ErrUnavailable, "shutting down")
 	// The subscription ends asynchronously once Close cancelled it.
 	deadline := time.After(5 * time.Second)
 	for {
@@ -684,7 +686,7 @@ func records(t *testing.T, m *Manager, sandboxID string) []ioproto.Record {
 func TestRealClientUnreachable(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no-docker.sock"))
 	_, err := New(t.Context(), testConfig(t), nil)
-	wantClass(t, err, ErrUnavailable, "docker engine is unreachable")
+	wantClass(t, err, core.ErrUnavailable, "docker engine is unreachable")
 }
 
 func TestStateDirLocked(t *testing.T) {
@@ -692,5 +694,5 @@ func TestStateDirLocked(t *testing.T) {
 	cfg := testConfig(t)
 	newTestManager(t, cfg, fd)
 	_, err := New(t.Context(), cfg, fd)
-	wantClass(t, err, ErrFailedPrecondition, "in use by another sandboxd")
+	wantClass(t, err, core.ErrFailedPrecondition, "in use by another sandboxd")
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"slices"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
@@ -16,10 +18,10 @@ import (
 // SandboxCounts counts the registered sandboxes (not the unclaimed warm-pool
 // ones; see PoolSize) by tenant and state, sorted by tenant then state.
 // It reads the registry as it is, for gauges computed at scrape time.
-func (m *Manager) SandboxCounts() []SandboxCount {
+func (m *Manager) SandboxCounts() []core.SandboxCount {
 	type key struct {
 		tenant string
-		state  State
+		state  core.State
 	}
 	counts := map[key]int{}
 	for _, sb := range m.reg.all() {
@@ -29,11 +31,11 @@ func (m *Manager) SandboxCounts() []SandboxCount {
 		sb.mu.Unlock()
 		counts[key{tenant, st}]++
 	}
-	out := make([]SandboxCount, 0, len(counts))
+	out := make([]core.SandboxCount, 0, len(counts))
 	for k, n := range counts {
-		out = append(out, SandboxCount{Tenant: k.tenant, State: k.state, N: n})
+		out = append(out, core.SandboxCount{Tenant: k.tenant, State: k.state, N: n})
 	}
-	slices.SortFunc(out, func(a, b SandboxCount) int {
+	slices.SortFunc(out, func(a, b core.SandboxCount) int {
 		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.State, b.State))
 	})
 	return out
@@ -44,8 +46,8 @@ func (m *Manager) PoolSize() int { return m.pool.size() }
 
 // countDockerErrors wraps d so that its failures are reported to mt.
 // Without metrics, d is returned as is.
-func countDockerErrors(d DockerAPI, mt Metrics) DockerAPI {
-	if _, none := mt.(noMetrics); none {
+func countDockerErrors(d DockerAPI, mt core.Metrics) DockerAPI {
+	if _, none := mt.(core.NoMetrics); none {
 		return d
 	}
 	return countingDocker{d, mt}
@@ -55,7 +57,7 @@ func countDockerErrors(d DockerAPI, mt Metrics) DockerAPI {
 // are the monitor's to handle (it reconnects) and are not counted.
 type countingDocker struct {
 	DockerAPI
-	mt Metrics
+	mt core.Metrics
 }
 
 func (c countingDocker) count(ctx context.Context, op string, err error) {

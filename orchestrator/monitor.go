@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -54,7 +56,7 @@ func (m *Manager) markDead(sb *sandbox, reason string) {
 // not running, or else reads its health if that changed (health.go). A dead
 // sandbox stays dead without asking Docker.
 func (m *Manager) refresh(ctx context.Context, sb *sandbox) error {
-	if st, _ := sb.status(); st == StateDead || sb.asleep() {
+	if st, _ := sb.status(); st == core.StateDead || sb.asleep() {
 		return nil
 	}
 	info, err := m.docker.ContainerInspect(ctx, sb.currentContainer())
@@ -99,7 +101,7 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 // inspected (refresh) to learn why; a running one's health is read if it
 // changed (health.go). A dead sandbox stays dead.
 func (m *Manager) refreshListed(ctx context.Context, sb *sandbox, c container.Summary, listed bool) error {
-	if st, _ := sb.status(); st == StateDead || sb.asleep() {
+	if st, _ := sb.status(); st == core.StateDead || sb.asleep() {
 		return nil
 	}
 	switch {
@@ -181,7 +183,7 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 		// from a restart.
 		if err := m.refresh(ctx, sb); err != nil && ctx.Err() == nil {
 			m.log.Warn("inspect container after die event", "sandbox_id", sb.id, "error", err)
-		} else if st, _ := sb.status(); st == StateRunning {
+		} else if st, _ := sb.status(); st == core.StateRunning {
 			m.log.Info("sandbox container exited and is being restarted by docker; its driver resumes from /io",
 				"sandbox_id", sb.id, "user_id", sb.userID, "exit_code", msg.Actor.Attributes["exitCode"])
 		}
@@ -204,7 +206,7 @@ func (m *Manager) handlePoolEvent(ctx context.Context, id string, msg events.Mes
 	}
 	if msg.Action == events.ActionDie {
 		err := m.refresh(ctx, sb)
-		if st, _ := sb.status(); err != nil || st == StateRunning {
+		if st, _ := sb.status(); err != nil || st == core.StateRunning {
 			// Restarting (or unknown): it stays in the pool; a claim
 			// inspects it again.
 			m.pool.putBack(sb)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
@@ -149,7 +151,7 @@ func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, 
 			m.pool.putBack(sb)
 			return nil, err
 		}
-		if st, reason := sb.status(); st != StateRunning {
+		if st, reason := sb.status(); st != core.StateRunning {
 			m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
 			continue
 		}
@@ -274,7 +276,7 @@ func (m *Manager) warmUp(ctx context.Context, sb *sandbox) error {
 }
 
 // warmedUp fails a warm-up whose command did not end well.
-func warmedUp(ev Event) error {
+func warmedUp(ev core.Event) error {
 	if ev.Type == ioproto.EventDone && ev.Status != ioproto.StatusOK {
 		return fmt.Errorf("warm-up command ended %s: %s", ev.Status, ev.Reason)
 	}

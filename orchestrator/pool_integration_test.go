@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // awaitPoolWithin waits until m's pool holds n ready sandboxes; real
@@ -29,7 +31,7 @@ func TestIntegrationWarmPool(t *testing.T) {
 	pooled := poolIDs(m1)
 
 	start := time.Now()
-	res, err := m1.Acquire(WithCaller(ctx, Caller{Tenant: "acme"}), "alice", Options{})
+	res, err := m1.Acquire(core.WithCaller(ctx, core.Caller{Tenant: "acme"}), "alice", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +66,12 @@ func TestIntegrationWarmPool(t *testing.T) {
 	if got := poolIDs(m2); !slices.Equal(got, refilled) {
 		t.Errorf("after restart the pool holds %v; want the same sandboxes %v", got, refilled)
 	}
-	again, err := m2.Acquire(WithCaller(ctx, Caller{Tenant: "acme"}), "alice", Options{})
+	again, err := m2.Acquire(core.WithCaller(ctx, core.Caller{Tenant: "acme"}), "alice", core.Options{})
 	if err != nil || again.Created || again.Sandbox.ID != res.Sandbox.ID {
 		t.Errorf("after restart alice gets %+v, %v; want her claimed sandbox", again, err)
 	}
 	// Another tenant's alice is a new user: she gets an adopted pool sandbox.
-	other, err := m2.Acquire(WithCaller(ctx, Caller{Tenant: "beta"}), "alice", Options{})
+	other, err := m2.Acquire(core.WithCaller(ctx, core.Caller{Tenant: "beta"}), "alice", core.Options{})
 	if err != nil || !slices.Contains(refilled, other.Sandbox.ID) {
 		t.Errorf("beta's alice gets %+v, %v; want an adopted pool sandbox", other, err)
 	}
@@ -93,15 +95,15 @@ func BenchmarkIntegrationWarmAcquire(b *testing.B) {
 	for i := range b.N {
 		awaitPoolWithin(b, m, 1, 2*time.Minute)
 		b.StartTimer()
-		res, err := m.Acquire(b.Context(), fmt.Sprintf("bench-%d", i), Options{})
+		res, err := m.Acquire(b.Context(), fmt.Sprintf("bench-%d", i), core.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		id, err := m.Submit(b.Context(), ExecRequest{SandboxID: res.Sandbox.ID, Code: "1 + 1"})
+		id, err := m.Submit(b.Context(), core.ExecRequest{SandboxID: res.Sandbox.ID, Code: "1 + 1"})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := m.Follow(b.Context(), res.Sandbox.ID, id, 0, func(Event) error { return nil }); err != nil {
+		if err := m.Follow(b.Context(), res.Sandbox.ID, id, 0, func(core.Event) error { return nil }); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
@@ -48,12 +50,12 @@ func TestWarmPoolClaimAndRefill(t *testing.T) {
 		}
 	}
 	// Unclaimed pool sandboxes are nobody's: not even an admin lists them.
-	if list, _ := m.List(t.Context(), ListFilter{}); len(list) != 0 {
+	if list, _ := m.List(t.Context(), core.ListFilter{}); len(list) != 0 {
 		t.Errorf("List shows pool sandboxes: %+v", list)
 	}
 
 	before := time.Now()
-	res, err := m.Acquire(as(t, "acme", false), "alice", Options{})
+	res, err := m.Acquire(as(t, "acme", false), "alice", core.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +86,9 @@ func TestWarmPoolColdForOptions(t *testing.T) {
 	m := newTestManager(t, cfg, fd)
 	awaitPool(t, m, 1)
 	ready := poolIDs(m)
-	for user, opts := range map[string]Options{
+	for user, opts := range map[string]core.Options{
 		"env":    {Env: map[string]string{"K": "v"}},
-		"memory": {Limits: Limits{MemoryBytes: 512 << 20}},
+		"memory": {Limits: core.Limits{MemoryBytes: 512 << 20}},
 	} {
 		res, err := m.Acquire(t.Context(), user, opts)
 		if err != nil {
@@ -97,7 +99,7 @@ func TestWarmPoolColdForOptions(t *testing.T) {
 		}
 	}
 	// Default limits given explicitly are still the defaults: the pool fits.
-	res, err := m.Acquire(t.Context(), "explicit", Options{Limits: m.cfg.DefaultLimits})
+	res, err := m.Acquire(t.Context(), "explicit", core.Options{Limits: m.cfg.DefaultLimits})
 	if err != nil || res.Sandbox.ID != ready[0] {
 		t.Errorf("explicit default limits got %+v, %v; want pool sandbox %s", res, err, ready[0])
 	}
@@ -137,7 +139,7 @@ func TestWarmPoolSurvivesRestart(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Errorf("the pool sandbox beyond the new size was not removed")
 	}
-	got, err := m2.Acquire(t.Context(), "alice", Options{})
+	got, err := m2.Acquire(t.Context(), "alice", core.Options{})
 	if err != nil || got.Created || got.Sandbox.ID != claimed.ID {
 		t.Errorf("after restart alice gets %+v, %v; want her claimed sandbox %s", got, err, claimed.ID)
 	}
@@ -176,7 +178,7 @@ func TestWarmPoolUnderMaxSandboxes(t *testing.T) {
 	m := newTestManager(t, cfg, fd)
 	awaitPool(t, m, 2)
 	// A request the pool cannot serve makes room by removing a pool sandbox.
-	res, err := m.Acquire(t.Context(), "env", Options{Env: map[string]string{"K": "v"}})
+	res, err := m.Acquire(t.Context(), "env", core.Options{Env: map[string]string{"K": "v"}})
 	if err != nil {
 		t.Fatalf("Acquire at the cap with a full pool: %v", err)
 	}
@@ -189,13 +191,13 @@ func TestWarmPoolUnderMaxSandboxes(t *testing.T) {
 	if m.poolHasRoom() {
 		t.Errorf("the pool may grow beyond the cap")
 	}
-	_, err = m.Acquire(t.Context(), "third", Options{})
-	wantClass(t, err, ErrResourceExhausted, "maximum of 2 sandboxes")
+	_, err = m.Acquire(t.Context(), "third", core.Options{})
+	wantClass(t, err, core.ErrResourceExhausted, "maximum of 2 sandboxes")
 
 	cfg = testConfig(t)
 	cfg.WarmPool, cfg.MaxSandboxes = 3, 2
 	_, err = New(t.Context(), cfg, fd)
-	wantClass(t, err, ErrInvalidArgument, "warm pool of 3 exceeds MaxSandboxes 2")
+	wantClass(t, err, core.ErrInvalidArgument, "warm pool of 3 exceeds MaxSandboxes 2")
 }
 
 func TestWarmPoolOutlivesClose(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
@@ -59,7 +61,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	var idleSoon []*sandbox
 	for _, e := range entries {
 		name := e.Name()
-		if ValidateSandboxID(name) != nil || !e.IsDir() {
+		if core.ValidateSandboxID(name) != nil || !e.IsDir() {
 			m.log.Warn("ignoring unexpected entry in the state directory", "path", filepath.Join(root, name))
 			continue
 		}
@@ -113,7 +115,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 		sb.mu.Lock()
 		exp := m.reg.deadlineLocked(sb)
-		hibernateSoon := m.onIdleOf(sb) == OnIdleHibernate && sb.state == StateRunning &&
+		hibernateSoon := m.onIdleOf(sb) == core.OnIdleHibernate && sb.state == core.StateRunning &&
 			(m.cfg.MaxLifetime == 0 || time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)))
 		sb.mu.Unlock()
 		if !time.Now().Before(exp) && hibernateSoon {
@@ -137,7 +139,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if err := m.remount(ctx, sb, log); err != nil {
 			return err
 		}
-		if st, _ := sb.status(); st == StateDead {
+		if st, _ := sb.status(); st == core.StateDead {
 			dead++
 		}
 		byUser[sb.key()] = append(byUser[sb.key()], sb)
@@ -186,8 +188,8 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	for r, n := range map[ReconcileResult]int{ReconcileAdopted: restored, ReconcileDead: dead, ReconcileExpired: expired,
-		ReconcileOrphanDir: orphanDirs, ReconcileOrphanContainer: orphans} {
+	for r, n := range map[core.ReconcileResult]int{core.ReconcileAdopted: restored, core.ReconcileDead: dead, core.ReconcileExpired: expired,
+		core.ReconcileOrphanDir: orphanDirs, core.ReconcileOrphanContainer: orphans} {
 		m.cfg.Metrics.Reconciled(r, n)
 	}
 	m.log.Info("reconciled sandboxes with docker", "restored", restored, "dead", dead, "warm_pool", m.pool.size(),
@@ -205,7 +207,7 @@ func (m *Manager) remount(ctx context.Context, sb *sandbox, log *slog.Logger) er
 	if !remounted {
 		return nil
 	}
-	if st, _ := sb.status(); st == StateDead || st == StateHibernated {
+	if st, _ := sb.status(); st == core.StateDead || st == core.StateHibernated {
 		log.Info("remounted the volumes of a sandbox without a running container", "state", st)
 		return nil
 	}

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/jellydator/ttlcache/v3"
 )
 
@@ -120,7 +122,7 @@ func (r *registry) expiry(created, lastActive time.Time, own time.Duration) time
 // deadlineLocked is when sb expires: a running (or dead) one by expiry, a
 // hibernated one hibernatedTTL after its hibernation. sb.mu is held.
 func (r *registry) deadlineLocked(sb *sandbox) time.Time {
-	if sb.state == StateHibernated {
+	if sb.state == core.StateHibernated {
 		return sb.hib.HibernatedAt.Add(r.hibernatedTTL)
 	}
 	return r.expiry(sb.createdAt, sb.lastActive, sb.idleTTL)
@@ -292,7 +294,7 @@ func (r *registry) all() []*sandbox {
 // and how many of them belong to tenant.
 func (r *registry) countRunning(tenant string) (all, ofTenant int) {
 	for _, sb := range r.all() {
-		if st, _ := sb.status(); st == StateRunning {
+		if st, _ := sb.status(); st == core.StateRunning {
 			all++
 			if sb.tenant == tenant {
 				ofTenant++

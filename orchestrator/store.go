@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
@@ -60,20 +62,20 @@ type meta struct {
 	// Pool is true while the sandbox waits, unclaimed, in the warm pool.
 	// Claiming it sets Tenant and UserID and clears Pool here: meta.json is
 	// the record of the assignment, since a container's labels cannot change.
-	Pool        bool      `json:"pool,omitempty"`
-	Network     bool      `json:"network,omitempty"`
-	ContainerID string    `json:"container_id"`
-	Image       string    `json:"image"`
-	Runtime     string    `json:"runtime,omitempty"`
-	Limits      Limits    `json:"limits"`
-	CreatedAt   time.Time `json:"created_at"`
+	Pool        bool        `json:"pool,omitempty"`
+	Network     bool        `json:"network,omitempty"`
+	ContainerID string      `json:"container_id"`
+	Image       string      `json:"image"`
+	Runtime     string      `json:"runtime,omitempty"`
+	Limits      core.Limits `json:"limits"`
+	CreatedAt   time.Time   `json:"created_at"`
 	// LastActiveAt is persisted (throttled) so that idle TTLs continue across
 	// restarts instead of starting over.
 	LastActiveAt time.Time `json:"last_active_at"`
 	// State and StateReason persist a death, so a sandbox reported dead stays
 	// dead with the same reason after a restart.
-	State       State  `json:"state"`
-	StateReason string `json:"state_reason,omitempty"`
+	State       core.State `json:"state"`
+	StateReason string     `json:"state_reason,omitempty"`
 	// Metadata is the caller's labels (Options.Metadata). A claimed
 	// warm-pool sandbox gets them here, with its claim: container labels
 	// cannot change.
@@ -114,16 +116,16 @@ func readMeta(dir string) (meta, error) {
 	case m.ID != filepath.Base(dir):
 		return m, fmt.Errorf("%s: id %q does not match its directory", filepath.Join(dir, metaFile), m.ID)
 	case m.Pool && (m.UserID != "" || m.Tenant != ""),
-		!m.Pool && ValidateUserID(m.UserID) != nil,
-		m.Tenant != "" && ValidateTenant(m.Tenant) != nil,
-		m.ContainerID == "" && m.State != StateHibernated, m.CreatedAt.IsZero():
+		!m.Pool && core.ValidateUserID(m.UserID) != nil,
+		m.Tenant != "" && core.ValidateTenant(m.Tenant) != nil,
+		m.ContainerID == "" && m.State != core.StateHibernated, m.CreatedAt.IsZero():
 		return m, fmt.Errorf("%s: missing or invalid fields", filepath.Join(dir, metaFile))
 	}
 	if !m.Pool && m.Tenant == "" {
-		m.Tenant = DefaultTenant
+		m.Tenant = core.DefaultTenant
 	}
-	if m.State != StateDead && m.State != StateHibernated {
-		m.State = StateRunning
+	if m.State != core.StateDead && m.State != core.StateHibernated {
+		m.State = core.StateRunning
 	}
 	return m, nil
 }
@@ -227,7 +229,7 @@ func lockStateDir(stateDir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, preconditionf("state directory %s is in use by another sandboxd process", stateDir)
+			return nil, core.Preconditionf("state directory %s is in use by another sandboxd process", stateDir)
 		}
 		return nil, fmt.Errorf("lock state directory: %w", err)
 	}

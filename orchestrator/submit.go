@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
@@ -27,11 +29,11 @@ import (
 // Config.MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
 // exceed its maximum. A dead sandbox refuses new commands with
 // ErrFailedPrecondition.
-func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
+func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
 	if err := req.Validate(); err != nil {
 		return "", err
 	}
-	rec, err := execRecord(req, m.commandPolicy())
+	rec, err := core.ExecRecord(req, m.commandPolicy())
 	if err != nil {
 		return "", err
 	}
@@ -58,7 +60,7 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 		}
 	}
 	if errors.Is(err, iolog.ErrConflict) {
-		return "", alreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
+		return "", core.AlreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
 	}
 	if err != nil {
 		return "", m.appendError(sb, err)
@@ -71,8 +73,8 @@ func (m *Manager) Submit(ctx context.Context, req ExecRequest) (string, error) {
 }
 
 // commandPolicy is the server's bounds on commands.
-func (m *Manager) commandPolicy() CommandPolicy {
-	return CommandPolicy{MaxCodeBytes: m.cfg.MaxCodeBytes, DefaultTimeout: m.cfg.DefaultTimeout, MaxTimeout: m.cfg.MaxTimeout}
+func (m *Manager) commandPolicy() core.CommandPolicy {
+	return core.CommandPolicy{MaxCodeBytes: m.cfg.MaxCodeBytes, DefaultTimeout: m.cfg.DefaultTimeout, MaxTimeout: m.cfg.MaxTimeout}
 }
 
 // Interrupt asks the driver to stop a command: a running one gets SIGINT
@@ -80,7 +82,7 @@ func (m *Manager) commandPolicy() CommandPolicy {
 // finished one is unaffected. The command's done event tells what happened.
 // An unknown command is ErrNotFound.
 func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
-	if err := validateIDs(sandboxID, commandID); err != nil {
+	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
 		return err
 	}
 	sb, err := m.use(ctx, sandboxID)
@@ -89,7 +91,7 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 	}
 	_, err = sb.io.AppendContext(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}, func() error { return m.appendable(sb) })
 	if errors.Is(err, iolog.ErrUnknownCommand) {
-		return notFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
 	}
 	if err != nil {
 		return m.appendError(sb, err)
@@ -100,7 +102,7 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 
 // errAsleep refuses an append to a sandbox that hibernates or is being
 // woken; the caller wakes it and tries again.
-var errAsleep = unavailablef("the sandbox is hibernating; try again")
+var errAsleep = core.Unavailablef("the sandbox is hibernating; try again")
 
 // appendable checks, with appends held, that sb may get new records.
 func (m *Manager) appendable(sb *sandbox) error {
@@ -108,12 +110,12 @@ func (m *Manager) appendable(sb *sandbox) error {
 	removing := sb.removing || sb.gone
 	sb.mu.Unlock()
 	if removing {
-		return notFoundf("sandbox %s was deleted", sb.id)
+		return core.NotFoundf("sandbox %s was deleted", sb.id)
 	}
 	if sb.asleep() {
 		return errAsleep
 	}
-	if st, _ := sb.status(); st == StateDead {
+	if st, _ := sb.status(); st == core.StateDead {
 		return sb.deadError()
 	}
 	return nil
@@ -123,12 +125,12 @@ func (m *Manager) appendable(sb *sandbox) error {
 // the caller's, anything else is the log's (logError).
 func (m *Manager) appendError(sb *sandbox, err error) error {
 	switch {
-	case isClassified(err):
+	case core.IsClassified(err):
 		return err // from appendable, or the caller's context
 	case errors.Is(err, ioproto.ErrMalformed):
-		return invalidf("%v", err)
+		return core.Invalidf("%v", err)
 	case errors.Is(err, iolog.ErrLogFull):
-		return exhaustedf("sandbox %s takes no more commands: %v; acquire a new one", sb.id, err)
+		return core.Exhaustedf("sandbox %s takes no more commands: %v; acquire a new one", sb.id, err)
 	}
 	return m.logError(sb, err)
 }
@@ -159,5 +161,5 @@ func imageHasLanguage(sb *sandbox, lang string) error {
 			safe = append(safe, l)
 		}
 	}
-	return preconditionf("language %q is not available in sandbox %s: its image has no %s interpreter (it supports %s)", lang, sb.id, lang, strings.Join(safe, ", "))
+	return core.Preconditionf("language %q is not available in sandbox %s: its image has no %s interpreter (it supports %s)", lang, sb.id, lang, strings.Join(safe, ", "))
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -21,7 +23,7 @@ func TestSubmitIdempotent(t *testing.T) {
 	sb := acquire(t, m, "u").Sandbox
 	ctx := t.Context()
 
-	req := ExecRequest{SandboxID: sb.ID, CommandID: "cmd-1", Code: "x = 21", Timeout: 5 * time.Second}
+	req := core.ExecRequest{SandboxID: sb.ID, CommandID: "cmd-1", Code: "x = 21", Timeout: 5 * time.Second}
 	for range 2 {
 		id, err := m.Submit(ctx, req)
 		if err != nil || id != "cmd-1" {
@@ -32,13 +34,13 @@ func TestSubmitIdempotent(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 10 {
 		wg.Go(func() {
-			if _, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, CommandID: "cmd-2", Code: "x * 2", Language: "python"}); err != nil {
+			if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "cmd-2", Code: "x * 2", Language: "python"}); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	gen, err := m.Submit(ctx, ExecRequest{SandboxID: sb.ID, Code: "echo hi", Language: "bash"})
+	gen, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, Code: "echo hi", Language: "bash"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,8 +53,8 @@ func TestSubmitIdempotent(t *testing.T) {
 	}
 	want := []ioproto.Record{
 		{Type: "exec", CommandID: "cmd-1", Language: "python", Code: "x = 21", TimeoutMS: 5000},
-		{Type: "exec", CommandID: "cmd-2", Language: "python", Code: "x * 2", TimeoutMS: DefaultCommandTimeout.Milliseconds()},
-		{Type: "exec", CommandID: gen, Language: "bash", Code: "echo hi", TimeoutMS: DefaultCommandTimeout.Milliseconds()},
+		{Type: "exec", CommandID: "cmd-2", Language: "python", Code: "x * 2", TimeoutMS: core.DefaultCommandTimeout.Milliseconds()},
+		{Type: "exec", CommandID: gen, Language: "bash", Code: "echo hi", TimeoutMS: core.DefaultCommandTimeout.Milliseconds()},
 	}
 	for i := range want {
 		if !reflect.DeepEqual(recs[i], want[i]) {
@@ -67,18 +69,18 @@ func TestSubmitValidation(t *testing.T) {
 	sb := acquire(t, m, "u").Sandbox
 	ctx := t.Context()
 	for _, c := range []struct {
-		req  ExecRequest
+		req  core.ExecRequest
 		want error
 		msg  string
 	}{
-		{ExecRequest{SandboxID: sb.ID, Language: "ruby"}, ErrInvalidArgument, "language"},
-		{ExecRequest{SandboxID: sb.ID, CommandID: "../x"}, ErrInvalidArgument, "command_id"},
-		{ExecRequest{SandboxID: sb.ID, Code: strings.Repeat("x", MaxCodeBytes+1)}, ErrInvalidArgument, "limit is 1048576"},
-		{ExecRequest{SandboxID: sb.ID, Code: "\xff"}, ErrInvalidArgument, "UTF-8"},
-		{ExecRequest{SandboxID: sb.ID, Timeout: 2 * time.Hour}, ErrInvalidArgument, "maximum"},
-		{ExecRequest{SandboxID: sb.ID, Timeout: -time.Second}, ErrInvalidArgument, "negative"},
-		{ExecRequest{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa"}, ErrNotFound, "not found"},
-		{ExecRequest{SandboxID: "x"}, ErrInvalidArgument, "sandbox ID"},
+		{core.ExecRequest{SandboxID: sb.ID, Language: "ruby"}, core.ErrInvalidArgument, "language"},
+		{core.ExecRequest{SandboxID: sb.ID, CommandID: "../x"}, core.ErrInvalidArgument, "command_id"},
+		{core.ExecRequest{SandboxID: sb.ID, Code: strings.Repeat("x", core.MaxCodeBytes+1)}, core.ErrInvalidArgument, "limit is 1048576"},
+		{core.ExecRequest{SandboxID: sb.ID, Code: "\xff"}, core.ErrInvalidArgument, "UTF-8"},
+		{core.ExecRequest{SandboxID: sb.ID, Timeout: 2 * time.Hour}, core.ErrInvalidArgument, "maximum"},
+		{core.ExecRequest{SandboxID: sb.ID, Timeout: -time.Second}, core.ErrInvalidArgument, "negative"},
+		{core.ExecRequest{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa"}, core.ErrNotFound, "not found"},
+		{core.ExecRequest{SandboxID: "x"}, core.ErrInvalidArgument, "sandbox ID"},
 	} {
 		_, err := m.Submit(ctx, c.req)
 		wantClass(t, err, c.want, c.msg)
@@ -107,11 +109,11 @@ func TestSubmitLearnsExistingLog(t *testing.T) {
 	for _, id := range []string{"old-1", "bad-1"} {
 		// The same code as old-1's: a re-used ID with other code is a
 		// conflict (TestSubmitCommandIDConflict).
-		if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: id, Code: "1"}); err != nil {
+		if _, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: id, Code: "1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "only-interrupted"}); err != nil {
+	if _, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "only-interrupted"}); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(stdin)
@@ -126,8 +128,8 @@ func TestInterrupt(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	m := newTestManager(t, testConfig(t), fd)
 	sb := acquire(t, m, "u").Sandbox
-	wantClass(t, m.Interrupt(t.Context(), sb.ID, "nope"), ErrNotFound, "nope")
-	if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "while True: pass"}); err != nil {
+	wantClass(t, m.Interrupt(t.Context(), sb.ID, "nope"), core.ErrNotFound, "nope")
+	if _, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "while True: pass"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Interrupt(t.Context(), sb.ID, "c1"); err != nil {
@@ -152,8 +154,8 @@ func TestSubmitRefusesTamperedLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	forgetLog(m, sb.ID)
-	_, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
-	wantClass(t, err, ErrFailedPrecondition, "altered")
+	_, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
+	wantClass(t, err, core.ErrFailedPrecondition, "altered")
 	if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
 		t.Fatalf("host file modified: %q", b)
 	}
@@ -162,8 +164,8 @@ func TestSubmitRefusesTamperedLog(t *testing.T) {
 	os.Remove(stdin)
 	os.WriteFile(stdin, nil, 0o644)
 	os.Chown(stdin, 1000, 1000)
-	_, err = m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
-	wantClass(t, err, ErrFailedPrecondition, "altered")
+	_, err = m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1"})
+	wantClass(t, err, core.ErrFailedPrecondition, "altered")
 }
 
 // forgetLog drops what m knows of a sandbox's command log, as if this
@@ -177,18 +179,18 @@ func TestSubmitCommandIDConflict(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	m := newTestManager(t, testConfig(t), fd)
 	sb := acquire(t, m, "u").Sandbox
-	if _, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(1)"}); err != nil {
+	if _, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(1)"}); err != nil {
 		t.Fatal(err)
 	}
 	// The same command again: a retry, nothing appended.
-	if id, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(1)"}); err != nil || id != "c1" {
+	if id, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(1)"}); err != nil || id != "c1" {
 		t.Fatalf("retry = %q, %v", id, err)
 	}
-	_, err := m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(2)"})
-	wantClass(t, err, ErrAlreadyExists, "c1")
+	_, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(2)"})
+	wantClass(t, err, core.ErrAlreadyExists, "c1")
 	forgetLog(m, sb.ID) // and after a restart, from the log
-	_, err = m.Submit(t.Context(), ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(2)", Language: "bash"})
-	wantClass(t, err, ErrAlreadyExists, "different command")
+	_, err = m.Submit(t.Context(), core.ExecRequest{SandboxID: sb.ID, CommandID: "c1", Code: "print(2)", Language: "bash"})
+	wantClass(t, err, core.ErrAlreadyExists, "different command")
 	if n := len(records(t, m, sb.ID)); n != 1 {
 		t.Errorf("log has %d records, want 1", n)
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/moby/sys/mountinfo"
 )
 
@@ -72,14 +74,14 @@ var volumeTools = []string{"mkfs.ext4", "mount"}
 func checkVolumeSupport() error {
 	for _, tool := range volumeTools {
 		if _, err := exec.LookPath(tool); err != nil {
-			return preconditionf("disk volumes need %s (Debian packages e2fsprogs and mount): %v; install it or start sandboxd with --disk-volumes=false (no disk limits)", tool, err)
+			return core.Preconditionf("disk volumes need %s (Debian packages e2fsprogs and mount): %v; install it or start sandboxd with --disk-volumes=false (no disk limits)", tool, err)
 		}
 	}
 	if os.Geteuid() != 0 {
-		return preconditionf("disk volumes need root to loop-mount (sandboxd runs as uid %d); run as root or start sandboxd with --disk-volumes=false (no disk limits)", os.Geteuid())
+		return core.Preconditionf("disk volumes need root to loop-mount (sandboxd runs as uid %d); run as root or start sandboxd with --disk-volumes=false (no disk limits)", os.Geteuid())
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		return preconditionf("disk volumes need loop devices (/dev/loop-control: %v); load the loop module or start sandboxd with --disk-volumes=false (no disk limits)", err)
+		return core.Preconditionf("disk volumes need loop devices (/dev/loop-control: %v); load the loop module or start sandboxd with --disk-volumes=false (no disk limits)", err)
 	}
 	return nil
 }

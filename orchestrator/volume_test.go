@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
@@ -22,7 +24,7 @@ func needVolumes(t testing.TB) {
 
 func TestVolumeLifecycle(t *testing.T) {
 	needVolumes(t)
-	dir := filepath.Join(t.TempDir(), newSandboxID())
+	dir := filepath.Join(t.TempDir(), core.NewSandboxID())
 	t.Cleanup(func() { unmountVolumes(dir) })
 	if err := prepareDirs(t.Context(), dir, volumeSizes{io: 32 << 20, workspace: 48 << 20}); err != nil {
 		t.Fatal(err)
@@ -91,16 +93,16 @@ func TestDiskLimitValidation(t *testing.T) {
 	m := newTestManager(t, cfg, fd)
 	// Without volumes a disk limit cannot be enforced: the limits in force
 	// say 0 rather than promising one.
-	res, err := m.Acquire(t.Context(), "u", Options{Limits: Limits{DiskBytes: 1 << 30}})
+	res, err := m.Acquire(t.Context(), "u", core.Options{Limits: core.Limits{DiskBytes: 1 << 30}})
 	if err != nil || res.Sandbox.Limits.DiskBytes != 0 {
 		t.Errorf("disk limit without volumes = %+v, %v; want 0", res.Sandbox.Limits, err)
 	}
-	def, max := Limits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 256, DiskBytes: 1 << 30}, Limits{DiskBytes: 2 << 30}
-	_, err = resolveLimits(Limits{DiskBytes: 3 << 30}, def, max)
-	wantClass(t, err, ErrInvalidArgument, "limit disk_bytes is 3221225472; the server maximum is 2147483648")
-	_, err = resolveLimits(Limits{DiskBytes: 1 << 20}, def, max)
-	wantClass(t, err, ErrInvalidArgument, "limit disk_bytes is 1048576; the minimum is 16777216")
-	if l, err := resolveLimits(Limits{}, def, max); err != nil || l.DiskBytes != 1<<30 {
+	def, max := core.Limits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 256, DiskBytes: 1 << 30}, core.Limits{DiskBytes: 2 << 30}
+	_, err = core.ResolveLimits(core.Limits{DiskBytes: 3 << 30}, def, max)
+	wantClass(t, err, core.ErrInvalidArgument, "limit disk_bytes is 3221225472; the server maximum is 2147483648")
+	_, err = core.ResolveLimits(core.Limits{DiskBytes: 1 << 20}, def, max)
+	wantClass(t, err, core.ErrInvalidArgument, "limit disk_bytes is 1048576; the minimum is 16777216")
+	if l, err := core.ResolveLimits(core.Limits{}, def, max); err != nil || l.DiskBytes != 1<<30 {
 		t.Errorf("default disk = %+v, %v", l, err)
 	}
 }
@@ -111,8 +113,8 @@ func BenchmarkVolumeCreate(b *testing.B) {
 	needVolumes(b)
 	root := b.TempDir()
 	for b.Loop() {
-		dir := filepath.Join(root, newSandboxID())
-		if err := prepareDirs(b.Context(), dir, volumeSizes{io: DefaultIODiskBytes, workspace: DefaultDiskBytes}); err != nil {
+		dir := filepath.Join(root, core.NewSandboxID())
+		if err := prepareDirs(b.Context(), dir, volumeSizes{io: core.DefaultIODiskBytes, workspace: core.DefaultDiskBytes}); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/fsnotify/fsnotify"
 )
 
@@ -64,7 +66,7 @@ type dirWatch struct {
 	rels  map[string]string   // /proc/self/fd/N -> its workspace path
 	byRel map[string]string   // workspace path -> /proc/self/fd/N
 
-	out     chan WatchEvent
+	out     chan core.WatchEvent
 	dropped atomic.Uint64
 	writes  map[string]time.Time // pending coalesced writes: path -> first
 }
@@ -79,7 +81,7 @@ type dirWatch struct {
 // maxWatchers calls on the server; writes to one path within writeWindow
 // are reported once; at most watchQueue events wait for fn, later ones are
 // dropped and counted in the next update's Dropped.
-func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recursive bool, fn func(WatchUpdate) error) error {
+func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recursive bool, fn func(core.WatchUpdate) error) error {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
@@ -91,7 +93,7 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recur
 	show := displayPath(rel)
 	if m.watchers.Add(1) > maxWatchers {
 		m.watchers.Add(-1)
-		return exhaustedf("watch %s: the server already runs %d watches; end one first", show, maxWatchers)
+		return core.Exhaustedf("watch %s: the server already runs %d watches; end one first", show, maxWatchers)
 	}
 	defer m.watchers.Add(-1)
 	root, err := openWorkspace(sb)
@@ -104,19 +106,19 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recur
 		return fsError("watch", show, err)
 	}
 	if !st.IsDir() {
-		return invalidf("watch %s: not a directory", show)
+		return core.Invalidf("watch %s: not a directory", show)
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		if errors.Is(err, syscall.EMFILE) {
-			return exhaustedf("watch %s: the host's inotify instances are used up", show)
+			return core.Exhaustedf("watch %s: the host's inotify instances are used up", show)
 		}
 		return fmt.Errorf("watch %s: %w", show, err)
 	}
 	dw := &dirWatch{
 		m: m, sb: sb, root: root, w: w, recursive: recursive, top: rel,
 		dirs: map[string]*os.File{}, rels: map[string]string{}, byRel: map[string]string{},
-		out: make(chan WatchEvent, watchQueue), writes: map[string]time.Time{},
+		out: make(chan core.WatchEvent, watchQueue), writes: map[string]time.Time{},
 	}
 	defer dw.close()
 	if err := dw.add(rel, true, false); err != nil {
@@ -129,13 +131,13 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recur
 	go func() { defer close(loopDone); loopErr <- dw.loop(loopCtx) }()
 	defer func() { cancel(); <-loopDone }() // before dw.close: the loop owns dw
 
-	if err := fn(WatchUpdate{}); err != nil {
+	if err := fn(core.WatchUpdate{}); err != nil {
 		return err
 	}
 	for {
 		select {
 		case ev := <-dw.out:
-			if err := fn(WatchUpdate{Event: &ev, Dropped: dw.dropped.Swap(0)}); err != nil {
+			if err := fn(core.WatchUpdate{Event: &ev, Dropped: dw.dropped.Swap(0)}); err != nil {
 				return err
 			}
 		case err := <-loopErr:
@@ -154,9 +156,9 @@ func (dw *dirWatch) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-dw.sb.goneCh:
-			return sandboxNotFound(dw.sb.id)
+			return core.SandboxNotFound(dw.sb.id)
 		case <-dw.m.closing:
-			return unavailablef("the server is shutting down")
+			return core.Unavailablef("the server is shutting down")
 		case now := <-tick.C:
 			// The directory's descriptor keeps inotify from reporting its
 			// removal (IN_DELETE_SELF waits for the last reference), and
@@ -167,7 +169,7 @@ func (dw *dirWatch) loop(ctx context.Context) error {
 			for p, first := range dw.writes {
 				if now.Sub(first) >= writeWindow {
 					delete(dw.writes, p)
-					dw.emit(WatchEvent{Op: WatchWrite, Path: p, Time: first})
+					dw.emit(core.WatchEvent{Op: core.WatchWrite, Path: p, Time: first})
 				}
 			}
 		case err, ok := <-dw.w.Errors:
@@ -199,7 +201,7 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 			dw.drop(rel)
 			if rel == dw.top {
-				return notFoundf("watch %s: the watched directory was removed or moved", displayPath(rel))
+				return core.NotFoundf("watch %s: the watched directory was removed or moved", displayPath(rel))
 			}
 		}
 		return nil
@@ -216,7 +218,7 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 	switch {
 	case ev.Has(fsnotify.Create):
 		dw.flushWrite(rel)
-		dw.emit(WatchEvent{Op: WatchCreate, Path: rel, Time: now})
+		dw.emit(core.WatchEvent{Op: core.WatchCreate, Path: rel, Time: now})
 		if dw.recursive {
 			if st, err := dw.root.Lstat(rel); err == nil && st.IsDir() {
 				return dw.add(rel, false, true)
@@ -225,11 +227,11 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 	case ev.Has(fsnotify.Remove):
 		dw.flushWrite(rel)
 		dw.drop(rel)
-		dw.emit(WatchEvent{Op: WatchRemove, Path: rel, Time: now})
+		dw.emit(core.WatchEvent{Op: core.WatchRemove, Path: rel, Time: now})
 	case ev.Has(fsnotify.Rename):
 		dw.flushWrite(rel)
 		dw.drop(rel)
-		dw.emit(WatchEvent{Op: WatchRename, Path: rel, Time: now})
+		dw.emit(core.WatchEvent{Op: core.WatchRename, Path: rel, Time: now})
 	case ev.Has(fsnotify.Write):
 		if _, pending := dw.writes[rel]; !pending {
 			if len(dw.writes) >= watchQueue {
@@ -246,14 +248,14 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 func (dw *dirWatch) topGone() error {
 	key, ok := dw.byRel[dw.top]
 	if !ok {
-		return notFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
+		return core.NotFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
 	}
 	st, err := dw.dirs[key].Stat()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", displayPath(dw.top), err)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 0 {
-		return notFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
+		return core.NotFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
 	}
 	return nil
 }
@@ -262,12 +264,12 @@ func (dw *dirWatch) topGone() error {
 func (dw *dirWatch) flushWrite(rel string) {
 	if first, ok := dw.writes[rel]; ok {
 		delete(dw.writes, rel)
-		dw.emit(WatchEvent{Op: WatchWrite, Path: rel, Time: first})
+		dw.emit(core.WatchEvent{Op: core.WatchWrite, Path: rel, Time: first})
 	}
 }
 
 // emit queues ev, or counts it as dropped when the reader is behind.
-func (dw *dirWatch) emit(ev WatchEvent) {
+func (dw *dirWatch) emit(ev core.WatchEvent) {
 	select {
 	case dw.out <- ev:
 	default:
@@ -284,11 +286,11 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 		return nil
 	}
 	if len(dw.dirs) >= maxWatchDirsPerCall {
-		return exhaustedf("watch: more than %d directories to watch in one call; watch a smaller tree or not recursively", maxWatchDirsPerCall)
+		return core.Exhaustedf("watch: more than %d directories to watch in one call; watch a smaller tree or not recursively", maxWatchDirsPerCall)
 	}
 	if dw.sb.watchedDirs.Add(1) > maxWatchDirsPerSandbox {
 		dw.sb.watchedDirs.Add(-1)
-		return exhaustedf("watch: the sandbox's watches already cover %d directories; end a watch first", maxWatchDirsPerSandbox)
+		return core.Exhaustedf("watch: the sandbox's watches already cover %d directories; end a watch first", maxWatchDirsPerSandbox)
 	}
 	// os.Root keeps every step inside the workspace (a link swapped in
 	// since the Lstat is resolved inside it, or refused); O_DIRECTORY: a
@@ -306,7 +308,7 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 		f.Close()
 		dw.sb.watchedDirs.Add(-1)
 		if errors.Is(err, syscall.ENOSPC) {
-			return exhaustedf("watch %s: the host's inotify watches are used up", displayPath(rel))
+			return core.Exhaustedf("watch %s: the host's inotify watches are used up", displayPath(rel))
 		}
 		if top {
 			return fmt.Errorf("watch %s: %w", displayPath(rel), err)
@@ -327,7 +329,7 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 		}
 		sub := path.Join(rel, e.Name())
 		if announce {
-			dw.emit(WatchEvent{Op: WatchCreate, Path: sub, Time: time.Now()})
+			dw.emit(core.WatchEvent{Op: core.WatchCreate, Path: sub, Time: time.Now()})
 		}
 		if e.Type().IsDir() {
 			if err := dw.add(sub, false, announce); err != nil {

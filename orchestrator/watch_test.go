@@ -8,12 +8,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // watcher runs WatchDirectory in the background and collects its updates.
 type watcher struct {
 	t       *testing.T
-	updates chan WatchUpdate
+	updates chan core.WatchUpdate
 	done    chan error
 	cancel  context.CancelFunc
 }
@@ -21,9 +23,9 @@ type watcher struct {
 func startWatch(t *testing.T, m *Manager, id, p string, recursive bool) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	w := &watcher{t: t, updates: make(chan WatchUpdate, 10000), done: make(chan error, 1), cancel: cancel}
+	w := &watcher{t: t, updates: make(chan core.WatchUpdate, 10000), done: make(chan error, 1), cancel: cancel}
 	go func() {
-		w.done <- m.WatchDirectory(ctx, id, p, recursive, func(u WatchUpdate) error {
+		w.done <- m.WatchDirectory(ctx, id, p, recursive, func(u core.WatchUpdate) error {
 			w.updates <- u
 			return nil
 		})
@@ -43,7 +45,7 @@ func startWatch(t *testing.T, m *Manager, id, p string, recursive bool) *watcher
 }
 
 // collect gathers events until quiet for 300ms (or 5s pass).
-func (w *watcher) collect() (evs []WatchEvent, dropped uint64) {
+func (w *watcher) collect() (evs []core.WatchEvent, dropped uint64) {
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
@@ -60,7 +62,7 @@ func (w *watcher) collect() (evs []WatchEvent, dropped uint64) {
 	}
 }
 
-func has(evs []WatchEvent, op WatchOp, p string) bool {
+func has(evs []core.WatchEvent, op core.WatchOp, p string) bool {
 	for _, e := range evs {
 		if e.Op == op && e.Path == p {
 			return true
@@ -92,15 +94,15 @@ func TestWatchDirectory(t *testing.T) {
 	evs, dropped := w.collect()
 	writes := 0
 	for _, e := range evs {
-		if e.Op == WatchWrite {
+		if e.Op == core.WatchWrite {
 			writes++
 		}
 		if strings.Contains(e.Path, "deep") || e.Path == "outside" || e.Time.IsZero() {
 			t.Errorf("unexpected event %+v", e)
 		}
 	}
-	for _, want := range []WatchEvent{{Op: WatchCreate, Path: "d/f.txt"}, {Op: WatchWrite, Path: "d/f.txt"}, {Op: WatchRename, Path: "d/f.txt"},
-		{Op: WatchCreate, Path: "d/g.txt"}, {Op: WatchRemove, Path: "d/g.txt"}, {Op: WatchCreate, Path: "d/sub"}} {
+	for _, want := range []core.WatchEvent{{Op: core.WatchCreate, Path: "d/f.txt"}, {Op: core.WatchWrite, Path: "d/f.txt"}, {Op: core.WatchRename, Path: "d/f.txt"},
+		{Op: core.WatchCreate, Path: "d/g.txt"}, {Op: core.WatchRemove, Path: "d/g.txt"}, {Op: core.WatchCreate, Path: "d/sub"}} {
 		if !has(evs, want.Op, want.Path) {
 			t.Errorf("no %v %s in %+v", want.Op, want.Path, evs)
 		}
@@ -121,7 +123,7 @@ func TestWatchDirectoryRecursive(t *testing.T) {
 	mustDo(t, os.WriteFile(filepath.Join(ws, "a/b/c/new.txt"), []byte("hi"), 0o644))
 	evs, _ := w.collect()
 	for _, p := range []string{"x/y/old", "a", "a/b", "a/b/c", "a/b/c/new.txt"} {
-		if !has(evs, WatchCreate, p) {
+		if !has(evs, core.WatchCreate, p) {
 			t.Errorf("no CREATE %s in %+v", p, evs)
 		}
 	}
@@ -131,7 +133,7 @@ func TestWatchDirectoryRecursive(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	mustDo(t, os.WriteFile(filepath.Join(ws, "a2/b/c/after"), nil, 0o644))
 	evs, _ = w.collect()
-	if !has(evs, WatchRename, "a") || !has(evs, WatchCreate, "a2") || !has(evs, WatchCreate, "a2/b/c/after") {
+	if !has(evs, core.WatchRename, "a") || !has(evs, core.WatchCreate, "a2") || !has(evs, core.WatchCreate, "a2/b/c/after") {
 		t.Errorf("after rename: %+v", evs)
 	}
 	for _, e := range evs {
@@ -146,13 +148,13 @@ func TestWatchDirectoryConfined(t *testing.T) {
 	host := t.TempDir()
 	mustDo(t, os.Symlink(host, filepath.Join(ws, "hostdir")))
 	ctx := t.Context()
-	nop := func(WatchUpdate) error { return nil }
+	nop := func(core.WatchUpdate) error { return nil }
 	for p, msg := range map[string]string{"hostdir": "escapes /workspace", "../x": "escapes /workspace", "/etc": "outside /workspace"} {
-		wantClass(t, m.WatchDirectory(ctx, id, p, true, nop), ErrInvalidArgument, msg)
+		wantClass(t, m.WatchDirectory(ctx, id, p, true, nop), core.ErrInvalidArgument, msg)
 	}
-	wantClass(t, m.WatchDirectory(ctx, id, "nope", true, nop), ErrNotFound, "/workspace/nope")
+	wantClass(t, m.WatchDirectory(ctx, id, "nope", true, nop), core.ErrNotFound, "/workspace/nope")
 	mustDo(t, os.WriteFile(filepath.Join(ws, "file"), nil, 0o644))
-	wantClass(t, m.WatchDirectory(ctx, id, "file", true, nop), ErrInvalidArgument, "not a directory")
+	wantClass(t, m.WatchDirectory(ctx, id, "file", true, nop), core.ErrInvalidArgument, "not a directory")
 
 	// A recursive watch neither follows the planted link nor a directory
 	// replaced by a link to the host.
@@ -170,7 +172,7 @@ func TestWatchDirectoryConfined(t *testing.T) {
 			t.Errorf("event from outside the workspace: %+v", e)
 		}
 	}
-	if !has(evs, WatchCreate, "d") || !has(evs, WatchCreate, "gone/link") {
+	if !has(evs, core.WatchCreate, "d") || !has(evs, core.WatchCreate, "gone/link") {
 		t.Errorf("events: %+v", evs)
 	}
 }
@@ -184,18 +186,18 @@ func TestWatchDirectoryBounds(t *testing.T) {
 	for i := range 3 {
 		mustDo(t, os.MkdirAll(filepath.Join(ws, "t", fmt.Sprint(i)), 0o755))
 	}
-	nop := func(WatchUpdate) error { return nil }
+	nop := func(core.WatchUpdate) error { return nil }
 
 	// Per call: t and 3 children are 4 directories; a 6th is too many.
 	mustDo(t, os.MkdirAll(filepath.Join(ws, "big/1/2/3/4/5"), 0o755))
-	wantClass(t, m.WatchDirectory(ctx, id, "big", true, nop), ErrResourceExhausted, "more than 5 directories")
+	wantClass(t, m.WatchDirectory(ctx, id, "big", true, nop), core.ErrResourceExhausted, "more than 5 directories")
 	w1 := startWatch(t, m, id, "t", true) // 4
 	// A new subdirectory past the cap ends the stream.
 	mustDo(t, os.Mkdir(filepath.Join(ws, "t", "3"), 0o755)) // 5: fine
 	mustDo(t, os.Mkdir(filepath.Join(ws, "t", "4"), 0o755)) // 6: too many
 	select {
 	case err := <-w1.done:
-		wantClass(t, err, ErrResourceExhausted, "more than 5 directories")
+		wantClass(t, err, core.ErrResourceExhausted, "more than 5 directories")
 		w1.done <- err // for the cleanup
 	case <-time.After(5 * time.Second):
 		t.Fatal("watch past its cap did not end")
@@ -207,7 +209,7 @@ func TestWatchDirectoryBounds(t *testing.T) {
 	oldWatchers := maxWatchers
 	maxWatchers = 1
 	w2 := startWatch(t, m, id, "t", false)
-	wantClass(t, m.WatchDirectory(ctx, id, "t", false, nop), ErrResourceExhausted, "already runs 1 watches")
+	wantClass(t, m.WatchDirectory(ctx, id, "t", false, nop), core.ErrResourceExhausted, "already runs 1 watches")
 	w2.cancel()
 	w2.done <- <-w2.done
 	maxWatchers = oldWatchers
@@ -216,7 +218,7 @@ func TestWatchDirectoryBounds(t *testing.T) {
 	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "3")))
 	startWatch(t, m, id, "t", true)
 	startWatch(t, m, id, "t", true)
-	wantClass(t, m.WatchDirectory(ctx, id, "", false, nop), ErrResourceExhausted, "already cover 8 directories")
+	wantClass(t, m.WatchDirectory(ctx, id, "", false, nop), core.ErrResourceExhausted, "already cover 8 directories")
 }
 
 func TestWatchDirectoryDropsForSlowReader(t *testing.T) {
@@ -224,11 +226,11 @@ func TestWatchDirectoryDropsForSlowReader(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	release := make(chan struct{})
-	updates := make(chan WatchUpdate, 100000)
+	updates := make(chan core.WatchUpdate, 100000)
 	done := make(chan error, 1)
 	first := true
 	go func() {
-		done <- m.WatchDirectory(ctx, id, "", false, func(u WatchUpdate) error {
+		done <- m.WatchDirectory(ctx, id, "", false, func(u core.WatchUpdate) error {
 			updates <- u
 			if first {
 				first = false
@@ -272,7 +274,7 @@ func TestWatchDirectoryEndsWithSandbox(t *testing.T) {
 	mustDo(t, m.Delete(t.Context(), id))
 	select {
 	case err := <-w.done:
-		wantClass(t, err, ErrNotFound, id)
+		wantClass(t, err, core.ErrNotFound, id)
 		w.done <- err
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not end with the sandbox")
@@ -292,7 +294,7 @@ func TestWatchDirectoryEndsWhenRemoved(t *testing.T) {
 			}
 			select {
 			case err := <-w.done:
-				wantClass(t, err, ErrNotFound, "watched directory was removed or moved")
+				wantClass(t, err, core.ErrNotFound, "watched directory was removed or moved")
 				w.done <- err
 			case <-time.After(5 * time.Second):
 				t.Fatal("watch did not end when its directory went")

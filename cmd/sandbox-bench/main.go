@@ -36,9 +36,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/go-units"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/docker/go-units"
 )
 
 // Sizes are the amounts of work the benchmark does.
@@ -87,7 +87,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.addr, "addr", "", "`address` of a running sandboxd to measure; empty: build and start one with a temporary state directory")
 	fs.IntVar(&c.pid, "pid", 0, "process ID of the sandboxd at --addr, to measure its memory while streaming")
 	fs.StringVar(&c.sandboxd, "sandboxd", "", "sandboxd `binary` to start (empty: go build ./cmd/sandboxd, which needs the repository)")
-	fs.StringVar(&c.image, "image", envOr("SANDBOX_IMAGE", orchestrator.DefaultImage), "sandbox `image` (env SANDBOX_IMAGE), also used by the docker run peer")
+	fs.StringVar(&c.image, "image", envOr("SANDBOX_IMAGE", core.DefaultImage), "sandbox `image` (env SANDBOX_IMAGE), also used by the docker run peer")
 	fs.StringVar(&c.runtime, "runtime", "", "Docker `runtime` for sandboxes and peers, e.g. runsc (empty: the engine's default)")
 	fs.StringVar(&c.jupyterPython, "jupyter-python", defaultJupyterPython(), "`python` with jupyter_client and ipykernel, for the Jupyter peer")
 	fs.IntVar(&c.Iterations, "iterations", 1000, "timed warm round trips, for sandboxd and the Jupyter peer")

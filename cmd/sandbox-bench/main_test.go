@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/internal/testenv"
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // needDocker skips (or, under CI=true, fails) when Docker or the sandbox
@@ -33,7 +34,7 @@ func needDocker(t *testing.T) string {
 		}
 		t.Skip(msg)
 	}
-	image := envOr("SANDBOX_IMAGE", orchestrator.DefaultImage)
+	image := envOr("SANDBOX_IMAGE", core.DefaultImage)
 	if _, err := exec.LookPath("docker"); err != nil {
 		unavailable("the docker CLI is not installed")
 	}

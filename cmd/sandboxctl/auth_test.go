@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 )
@@ -55,9 +56,9 @@ func runCLIEnv(t *testing.T, env map[string]string, args ...string) result {
 }
 
 // listAs scripts a fake that reports the caller List saw.
-func listAs(seen *orchestrator.Caller) *grpcapitest.Manager {
-	return &grpcapitest.Manager{ListFunc: func(ctx context.Context, _ orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
-		*seen, _ = orchestrator.CallerFrom(ctx)
+func listAs(seen *core.Caller) *grpcapitest.Manager {
+	return &grpcapitest.Manager{ListFunc: func(ctx context.Context, _ core.ListFilter) ([]core.Sandbox, error) {
+		*seen, _ = core.CallerFrom(ctx)
 		return nil, nil
 	}}
 }
@@ -67,7 +68,7 @@ func TestToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen orchestrator.Caller
+	var seen core.Caller
 	addr := startServerWith(t, listAs(&seen), grpcapi.WithTokens(toks))
 
 	r := runCLIEnv(t, nil, "--addr", addr, "list")
@@ -86,7 +87,7 @@ func TestToken(t *testing.T) {
 		runCLIEnv(t, nil, "--addr", addr, "--token", adminToken, "list"),
 		runCLIEnv(t, map[string]string{"SANDBOXCTL_ADDR": addr, "SANDBOXCTL_TOKEN": adminToken}, "list"),
 	} {
-		if r.code != exitOK || seen != (orchestrator.Caller{Tenant: "ops", Admin: true}) {
+		if r.code != exitOK || seen != (core.Caller{Tenant: "ops", Admin: true}) {
 			t.Errorf("with the admin token: exit %d (stderr %q), the server saw %+v", r.code, r.stderr, seen)
 		}
 	}
@@ -100,7 +101,7 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen orchestrator.Caller
+	var seen core.Caller
 	addr := startServerWith(t, listAs(&seen), grpcapi.WithGRPCOptions(grpc.Creds(creds)))
 
 	if r := runCLIEnv(t, nil, "--addr", addr, "--ca", certFile, "list"); r.code != exitOK {

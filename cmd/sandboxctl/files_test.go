@@ -7,7 +7,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 )
 
@@ -20,40 +21,40 @@ func TestFileCommands(t *testing.T) {
 		calls = append(calls, s)
 	}
 	fake := &grpcapitest.Manager{
-		ListFilesFunc: func(_ context.Context, id, p string) ([]orchestrator.FileInfo, error) {
+		ListFilesFunc: func(_ context.Context, id, p string) ([]core.FileInfo, error) {
 			note("ls " + p)
-			return []orchestrator.FileInfo{
-				{Path: "data", IsDir: true, Type: orchestrator.FileDirectory, Mode: fs.ModeDir | 0o755, UID: 1000, GID: 1000, ModTime: t0},
-				{Path: "x.csv", Size: 12, Type: orchestrator.FileRegular, Mode: 0o644, UID: 1000, GID: 1000, ModTime: t0},
+			return []core.FileInfo{
+				{Path: "data", IsDir: true, Type: core.FileDirectory, Mode: fs.ModeDir | 0o755, UID: 1000, GID: 1000, ModTime: t0},
+				{Path: "x.csv", Size: 12, Type: core.FileRegular, Mode: 0o644, UID: 1000, GID: 1000, ModTime: t0},
 			}, nil
 		},
-		ListFilesDepthFunc: func(_ context.Context, id, p string, depth int) ([]orchestrator.FileInfo, error) {
+		ListFilesDepthFunc: func(_ context.Context, id, p string, depth int) ([]core.FileInfo, error) {
 			if depth > 10 {
-				return nil, grpcapitest.Errorf(orchestrator.ErrInvalidArgument, "list depth %d is out of range: give 0 to 10", depth)
+				return nil, grpcapitest.Errorf(core.ErrInvalidArgument, "list depth %d is out of range: give 0 to 10", depth)
 			}
 			note("ls " + p + " depth " + string(rune('0'+depth)))
-			return []orchestrator.FileInfo{{Path: "data/in", Type: orchestrator.FileSymlink, Mode: fs.ModeSymlink | 0o777}}, nil
+			return []core.FileInfo{{Path: "data/in", Type: core.FileSymlink, Mode: fs.ModeSymlink | 0o777}}, nil
 		},
-		MakeDirectoryFunc: func(_ context.Context, id, p string, parents bool) (orchestrator.FileInfo, error) {
+		MakeDirectoryFunc: func(_ context.Context, id, p string, parents bool) (core.FileInfo, error) {
 			note("mkdir " + p + map[bool]string{true: " -p"}[parents])
 			if !parents && p == "a/b" {
-				return orchestrator.FileInfo{}, grpcapitest.Errorf(orchestrator.ErrNotFound, "make directory /workspace/a/b: parent directory /workspace/a does not exist")
+				return core.FileInfo{}, grpcapitest.Errorf(core.ErrNotFound, "make directory /workspace/a/b: parent directory /workspace/a does not exist")
 			}
-			return orchestrator.FileInfo{Path: p, IsDir: true}, nil
+			return core.FileInfo{Path: p, IsDir: true}, nil
 		},
 		RemoveFunc: func(_ context.Context, id, p string, recursive bool) error {
 			note("rm " + p + map[bool]string{true: " -r"}[recursive])
 			if !recursive && p == "data" {
-				return grpcapitest.Errorf(orchestrator.ErrFailedPrecondition, "remove /workspace/data: the directory is not empty")
+				return grpcapitest.Errorf(core.ErrFailedPrecondition, "remove /workspace/data: the directory is not empty")
 			}
 			return nil
 		},
-		RenameFunc: func(_ context.Context, id, from, to string, overwrite bool) (orchestrator.FileInfo, error) {
+		RenameFunc: func(_ context.Context, id, from, to string, overwrite bool) (core.FileInfo, error) {
 			note("mv " + from + " " + to + map[bool]string{true: " -f"}[overwrite])
 			if !overwrite && to == "taken" {
-				return orchestrator.FileInfo{}, grpcapitest.Errorf(orchestrator.ErrAlreadyExists, "rename /workspace/%s to /workspace/taken: the destination exists", from)
+				return core.FileInfo{}, grpcapitest.Errorf(core.ErrAlreadyExists, "rename /workspace/%s to /workspace/taken: the destination exists", from)
 			}
-			return orchestrator.FileInfo{Path: to}, nil
+			return core.FileInfo{Path: to}, nil
 		},
 	}
 	addr := startServer(t, fake)

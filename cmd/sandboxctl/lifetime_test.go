@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 )
 
 func TestSetTimeout(t *testing.T) {
 	var gotID string
 	var gotD time.Duration
-	addr := startServer(t, &grpcapitest.Manager{SetTimeoutFunc: func(_ context.Context, id string, d time.Duration) (orchestrator.Sandbox, error) {
+	addr := startServer(t, &grpcapitest.Manager{SetTimeoutFunc: func(_ context.Context, id string, d time.Duration) (core.Sandbox, error) {
 		gotID, gotD = id, d
 		sb := sandboxes()[0]
 		sb.IdleTimeout, sb.ExpiresAt = d, t0.Add(2*time.Hour)
@@ -36,8 +37,8 @@ func TestSetTimeout(t *testing.T) {
 }
 
 func TestListMetadata(t *testing.T) {
-	var got orchestrator.ListFilter
-	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	var got core.ListFilter
+	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 		got = f
 		sbs := sandboxes()
 		sbs[0].Metadata = map[string]string{"project": "alpha", "note": "two words"}

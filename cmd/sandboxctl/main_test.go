@@ -13,8 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 )
@@ -88,18 +89,18 @@ func oneLine(t *testing.T, stderr, want string) {
 	}
 }
 
-func sandboxes() []orchestrator.Sandbox {
-	return []orchestrator.Sandbox{
-		{ID: sbA, Tenant: "default", UserID: "alice", State: orchestrator.StateRunning, CreatedAt: t0, LastActiveAt: t0.Add(time.Minute),
-			ExpiresAt: t0.Add(31 * time.Minute), Image: "sandboxd-sandbox:latest", Limits: orchestrator.Limits{MemoryBytes: 1 << 30}},
-		{ID: sbB, Tenant: "acme", UserID: "bob@example.com", State: orchestrator.StateDead, StateReason: "exit 137", CreatedAt: t0.Add(time.Hour),
+func sandboxes() []core.Sandbox {
+	return []core.Sandbox{
+		{ID: sbA, Tenant: "default", UserID: "alice", State: core.StateRunning, CreatedAt: t0, LastActiveAt: t0.Add(time.Minute),
+			ExpiresAt: t0.Add(31 * time.Minute), Image: "sandboxd-sandbox:latest", Limits: core.Limits{MemoryBytes: 1 << 30}},
+		{ID: sbB, Tenant: "acme", UserID: "bob@example.com", State: core.StateDead, StateReason: "exit 137", CreatedAt: t0.Add(time.Hour),
 			LastActiveAt: t0.Add(time.Hour), Image: "img:2"},
 	}
 }
 
 func TestListTable(t *testing.T) {
-	var got orchestrator.ListFilter
-	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	var got core.ListFilter
+	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 		got = f
 		return sandboxes(), nil
 	}})
@@ -114,13 +115,13 @@ func TestListTable(t *testing.T) {
 	if r.stdout != want {
 		t.Errorf("table:\n%s\nwant:\n%s", r.stdout, want)
 	}
-	if !reflect.DeepEqual(got, orchestrator.ListFilter{UserID: "alice", State: orchestrator.StateRunning}) {
+	if !reflect.DeepEqual(got, core.ListFilter{UserID: "alice", State: core.StateRunning}) {
 		t.Errorf("server got filter %+v", got)
 	}
 }
 
 func TestListJSON(t *testing.T) {
-	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(context.Context, orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
 		return sandboxes(), nil
 	}})
 	r := runCLI(t, nil, addr, "", "list", "--json")
@@ -139,7 +140,7 @@ func TestListJSON(t *testing.T) {
 		t.Errorf("limits = %v; want memory_bytes as protojson's int64 string", got[0]["limits"])
 	}
 
-	empty := startServer(t, &grpcapitest.Manager{ListFunc: func(context.Context, orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	empty := startServer(t, &grpcapitest.Manager{ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
 		return nil, nil
 	}})
 	if r := runCLI(t, nil, empty, "", "list", "--json"); r.code != 0 || r.stdout != "[]\n" {
@@ -148,9 +149,9 @@ func TestListJSON(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	addr := startServer(t, &grpcapitest.Manager{GetFunc: func(_ context.Context, id string) (orchestrator.Sandbox, error) {
+	addr := startServer(t, &grpcapitest.Manager{GetFunc: func(_ context.Context, id string) (core.Sandbox, error) {
 		if id != sbB {
-			return orchestrator.Sandbox{}, grpcapitest.Errorf(orchestrator.ErrNotFound, "sandbox %s not found", id)
+			return core.Sandbox{}, grpcapitest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
 		}
 		return sandboxes()[1], nil
 	}})
@@ -172,14 +173,14 @@ func TestKill(t *testing.T) {
 	fake := &grpcapitest.Manager{
 		DeleteFunc: func(_ context.Context, id string) error {
 			if id != sbA && id != sbB {
-				return grpcapitest.Errorf(orchestrator.ErrNotFound, "sandbox %s not found", id)
+				return grpcapitest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
 			}
 			mu.Lock()
 			defer mu.Unlock()
 			deleted = append(deleted, id)
 			return nil
 		},
-		ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+		ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 			if f.UserID == "alice" {
 				return sandboxes(), nil
 			}
@@ -282,14 +283,14 @@ func TestUnreachableServer(t *testing.T) {
 }
 
 // execFake serves one user's sandbox and plays events for every command.
-func execFake(events func(cid string) []orchestrator.Event) (*grpcapitest.Manager, *[]orchestrator.ExecRequest, *sync.Mutex) {
+func execFake(events func(cid string) []core.Event) (*grpcapitest.Manager, *[]core.ExecRequest, *sync.Mutex) {
 	var mu sync.Mutex
-	var submitted []orchestrator.ExecRequest
+	var submitted []core.ExecRequest
 	fake := &grpcapitest.Manager{
-		AcquireFunc: func(_ context.Context, user string, _ orchestrator.Options) (orchestrator.AcquireResult, error) {
-			return orchestrator.AcquireResult{Sandbox: orchestrator.Sandbox{ID: sbA, UserID: user, State: orchestrator.StateRunning}}, nil
+		AcquireFunc: func(_ context.Context, user string, _ core.Options) (core.AcquireResult, error) {
+			return core.AcquireResult{Sandbox: core.Sandbox{ID: sbA, UserID: user, State: core.StateRunning}}, nil
 		},
-		SubmitFunc: func(_ context.Context, req orchestrator.ExecRequest) (string, error) {
+		SubmitFunc: func(_ context.Context, req core.ExecRequest) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			submitted = append(submitted, req)
@@ -298,7 +299,7 @@ func execFake(events func(cid string) []orchestrator.Event) (*grpcapitest.Manage
 			}
 			return req.CommandID, nil
 		},
-		FollowFunc: func(_ context.Context, _, cid string, after int64, fn func(orchestrator.Event) error) error {
+		FollowFunc: func(_ context.Context, _, cid string, after int64, fn func(core.Event) error) error {
 			for _, e := range events(cid) {
 				if e.Seq > after {
 					if err := fn(e); err != nil {
@@ -314,8 +315,8 @@ func execFake(events func(cid string) []orchestrator.Event) (*grpcapitest.Manage
 
 func TestExecStreamsOutput(t *testing.T) {
 	png := base64.StdEncoding.EncodeToString(make([]byte, 100))
-	fake, submitted, mu := execFake(func(cid string) []orchestrator.Event {
-		return []orchestrator.Event{
+	fake, submitted, mu := execFake(func(cid string) []core.Event {
+		return []core.Event{
 			{Seq: 1, Type: ioproto.EventStarted, CommandID: cid, Language: "python"},
 			{Seq: 2, Type: ioproto.EventStdout, Text: "hello\n"},
 			{Seq: 3, Type: ioproto.EventStderr, Text: "careful\n"},
@@ -350,8 +351,8 @@ func TestExecStreamsOutput(t *testing.T) {
 
 func TestExecFromStdinWithOptions(t *testing.T) {
 	exit := 0
-	fake, submitted, mu := execFake(func(cid string) []orchestrator.Event {
-		return []orchestrator.Event{
+	fake, submitted, mu := execFake(func(cid string) []core.Event {
+		return []core.Event{
 			{Seq: 1, Type: ioproto.EventStarted, CommandID: cid, Language: "bash"},
 			{Seq: 2, Type: ioproto.EventStdout, Text: "hi\n"},
 			{Seq: 3, Type: ioproto.EventDone, Status: ioproto.StatusOK, ExitCode: &exit},
@@ -364,21 +365,21 @@ func TestExecFromStdinWithOptions(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := orchestrator.ExecRequest{SandboxID: sbA, CommandID: "c9", Language: "bash", Code: "echo hi\n", Timeout: 5 * time.Second}
+	want := core.ExecRequest{SandboxID: sbA, CommandID: "c9", Language: "bash", Code: "echo hi\n", Timeout: 5 * time.Second}
 	if len(*submitted) != 1 || !reflect.DeepEqual((*submitted)[0], want) {
 		t.Errorf("submitted %+v, want %+v", *submitted, want)
 	}
 }
 
 func TestExecTimeoutAndStateLost(t *testing.T) {
-	fake, _, _ := execFake(func(cid string) []orchestrator.Event {
-		return []orchestrator.Event{
+	fake, _, _ := execFake(func(cid string) []core.Event {
+		return []core.Event{
 			{Seq: 1, Type: ioproto.EventStarted, CommandID: cid},
 			{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusKilled, StateLost: true, Reason: "likely out of memory"},
 		}
 	})
-	fake.AcquireFunc = func(_ context.Context, user string, _ orchestrator.Options) (orchestrator.AcquireResult, error) {
-		return orchestrator.AcquireResult{Sandbox: orchestrator.Sandbox{ID: sbA, UserID: user}, Created: true,
+	fake.AcquireFunc = func(_ context.Context, user string, _ core.Options) (core.AcquireResult, error) {
+		return core.AcquireResult{Sandbox: core.Sandbox{ID: sbA, UserID: user}, Created: true,
 			ReplacedID: sbB, ReplacedReason: "container exited with code 137"}, nil
 	}
 	addr := startServer(t, fake)
@@ -399,8 +400,8 @@ func TestExecTimeoutAndStateLost(t *testing.T) {
 
 func TestResumeAfterSeq(t *testing.T) {
 	var gotAfter int64 = -1
-	fake, _, _ := execFake(func(cid string) []orchestrator.Event {
-		return []orchestrator.Event{
+	fake, _, _ := execFake(func(cid string) []core.Event {
+		return []core.Event{
 			{Seq: 1, Type: ioproto.EventStarted, CommandID: cid},
 			{Seq: 2, Type: ioproto.EventStdout, Text: "one\n"},
 			{Seq: 3, Type: ioproto.EventStdout, Text: "two\n"},
@@ -408,7 +409,7 @@ func TestResumeAfterSeq(t *testing.T) {
 		}
 	})
 	follow := fake.FollowFunc
-	fake.FollowFunc = func(ctx context.Context, sid, cid string, after int64, fn func(orchestrator.Event) error) error {
+	fake.FollowFunc = func(ctx context.Context, sid, cid string, after int64, fn func(core.Event) error) error {
 		gotAfter = after
 		return follow(ctx, sid, cid, after, fn)
 	}
@@ -430,11 +431,11 @@ func TestExecInterruptOnCtrlC(t *testing.T) {
 	started := make(chan struct{})
 	interrupted := make(chan string, 1)
 	fake, _, _ := execFake(nil)
-	fake.FollowFunc = func(ctx context.Context, _, cid string, _ int64, fn func(orchestrator.Event) error) error {
-		if err := fn(orchestrator.Event{Seq: 1, Type: ioproto.EventStarted, CommandID: cid}); err != nil {
+	fake.FollowFunc = func(ctx context.Context, _, cid string, _ int64, fn func(core.Event) error) error {
+		if err := fn(core.Event{Seq: 1, Type: ioproto.EventStarted, CommandID: cid}); err != nil {
 			return err
 		}
-		if err := fn(orchestrator.Event{Seq: 2, Type: ioproto.EventStdout, Text: "working\n"}); err != nil {
+		if err := fn(core.Event{Seq: 2, Type: ioproto.EventStdout, Text: "working\n"}); err != nil {
 			return err
 		}
 		close(started)

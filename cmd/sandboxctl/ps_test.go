@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 )
@@ -18,16 +19,16 @@ func TestPs(t *testing.T) {
 	two := 2
 	var tokens []string
 	pm := &grpcapitest.ProcessManager{Manager: &grpcapitest.Manager{},
-		ListCommandsFunc: func(_ context.Context, _ string, size int, token string) (orchestrator.CommandPage, error) {
+		ListCommandsFunc: func(_ context.Context, _ string, size int, token string) (core.CommandPage, error) {
 			tokens = append(tokens, token)
 			if token == "" {
-				return orchestrator.CommandPage{Total: 3, NextPageToken: "1", Commands: []orchestrator.CommandInfo{
-					{ID: "c3", Language: "bash", Phase: orchestrator.CommandRunning, StartedAt: start, OutputAvailable: true, Pty: true, Stdin: true},
-					{ID: "c2", Language: "bash", Phase: orchestrator.CommandFinished, Status: "error", ExitCode: &two, StartedAt: start,
+				return core.CommandPage{Total: 3, NextPageToken: "1", Commands: []core.CommandInfo{
+					{ID: "c3", Language: "bash", Phase: core.CommandRunning, StartedAt: start, OutputAvailable: true, Pty: true, Stdin: true},
+					{ID: "c2", Language: "bash", Phase: core.CommandFinished, Status: "error", ExitCode: &two, StartedAt: start,
 						FinishedAt: start.Add(1500 * time.Millisecond), Duration: 1500 * time.Millisecond, OutputAvailable: true},
 				}}, nil
 			}
-			return orchestrator.CommandPage{Total: 3, Commands: []orchestrator.CommandInfo{{ID: "c1", Language: "python", Phase: orchestrator.CommandFinished}}}, nil
+			return core.CommandPage{Total: 3, Commands: []core.CommandInfo{{ID: "c1", Language: "python", Phase: core.CommandFinished}}}, nil
 		},
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // TestExecSaveAndEvents: --save writes a figure and a self-contained plotly
@@ -17,13 +18,13 @@ import (
 func TestExecSaveAndEvents(t *testing.T) {
 	png := base64.StdEncoding.EncodeToString([]byte("\x89PNG fake"))
 	repr := "Figure({\n    'data': [{'type': 'bar', 'x': ['a'], 'y': [1]}, {'type': 'scatter', 'y': [2]}],\n    'layout': {'template': '...', 'title': {'text': 'Counts'}}\n})"
-	fake, _, _ := execFake(func(cid string) []orchestrator.Event {
+	fake, _, _ := execFake(func(cid string) []core.Event {
 		if cid == "bash-1" {
 			code := 3
-			return []orchestrator.Event{{Seq: 1, Type: ioproto.EventStarted, CommandID: cid},
+			return []core.Event{{Seq: 1, Type: ioproto.EventStarted, CommandID: cid},
 				{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusError, ExitCode: &code, Reason: "exit status 3"}}
 		}
-		return []orchestrator.Event{
+		return []core.Event{
 			{Seq: 1, Type: ioproto.EventStarted, CommandID: cid, Language: "python"},
 			{Seq: 2, Type: ioproto.EventStdout, Text: "hi\n"},
 			{Seq: 3, Type: ioproto.EventDisplay, Data: map[string]string{"text/plain": "<Figure>", "image/png": png}},

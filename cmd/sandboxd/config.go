@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/orchestrator"
@@ -61,10 +63,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc := &c.manager
 	defMem, maxMem := byteSize(1<<30), byteSize(8<<30)
 	defCPUs, maxCPUs := cpus(1e9), cpus(int64(runtime.NumCPU())*1e9)
-	maxUpload := byteSize(orchestrator.DefaultMaxUploadBytes)
-	maxCode := byteSize(orchestrator.MaxCodeBytes)
-	defDisk, maxDisk := byteSize(orchestrator.DefaultDiskBytes), byteSize(orchestrator.DefaultMaxDiskBytes)
-	ioDisk := byteSize(orchestrator.DefaultIODiskBytes)
+	maxUpload := byteSize(core.DefaultMaxUploadBytes)
+	maxCode := byteSize(core.MaxCodeBytes)
+	defDisk, maxDisk := byteSize(core.DefaultDiskBytes), byteSize(core.DefaultMaxDiskBytes)
+	ioDisk := byteSize(core.DefaultIODiskBytes)
 	snapBudget := byteSize(0)
 	diskVolumes := true
 
@@ -74,9 +76,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate `file` (PEM); with --tls-key, serve TLS instead of plaintext")
 	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key `file` (PEM), for --tls-cert")
 	fs.StringVar(&mc.StateDir, "state-dir", defaultStateDir(getenv), "`directory` for the sandboxes' /io and /workspace directories and the registry")
-	fs.DurationVar(&mc.IdleTTL, "idle-ttl", orchestrator.DefaultIdleTTL, "hibernate (or, with --on-idle delete, remove) a sandbox after this long without use")
-	fs.StringVar(&mc.OnIdle, "on-idle", orchestrator.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use) or delete")
-	fs.DurationVar(&mc.HibernatedTTL, "hibernated-ttl", orchestrator.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
+	fs.DurationVar(&mc.IdleTTL, "idle-ttl", core.DefaultIdleTTL, "hibernate (or, with --on-idle delete, remove) a sandbox after this long without use")
+	fs.StringVar(&mc.OnIdle, "on-idle", core.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use) or delete")
+	fs.DurationVar(&mc.HibernatedTTL, "hibernated-ttl", core.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
 	fs.BoolVar(&mc.MemorySnapshots, "memory-snapshots", false, "under --runtime runsc with dockerd in experimental mode, hibernate at level memory: checkpoint the whole container (docker checkpoint; every process kept exactly), with the globals snapshot as fallback")
 	fs.Var(&snapBudget, "snapshot-disk-budget", "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound); past it the oldest are dropped and those sandboxes wake with their files only, saying so")
 	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
@@ -99,8 +101,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.Var(&maxCPUs, "max-cpus", "largest CPU limit a caller may ask for, in `cores` (the default is the host's CPU count)")
 	fs.Int64Var(&mc.DefaultLimits.PidsLimit, "default-pids", 256, "process and thread limit of a sandbox that asks for none (under --runtime runsc at least 128: it also counts gVisor's own threads)")
 	fs.Int64Var(&mc.MaxLimits.PidsLimit, "max-pids", 4096, "largest process limit a caller may ask for")
-	fs.DurationVar(&mc.DefaultTimeout, "default-timeout", orchestrator.DefaultCommandTimeout, "wall-clock limit of a command that asks for none")
-	fs.DurationVar(&mc.MaxTimeout, "max-timeout", orchestrator.DefaultMaxTimeout, "largest command timeout a caller may ask for")
+	fs.DurationVar(&mc.DefaultTimeout, "default-timeout", core.DefaultCommandTimeout, "wall-clock limit of a command that asks for none")
+	fs.DurationVar(&mc.MaxTimeout, "max-timeout", core.DefaultMaxTimeout, "largest command timeout a caller may ask for")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, wait this long for calls (including Execute streams) to end before cutting them off")
@@ -228,8 +230,8 @@ func (c *config) check() error {
 	if mc.AllowNetwork && mc.Runtime == "runsc" {
 		return errors.New("--allow-network does not work with --runtime runsc: sandboxd's Docker set-up registers runsc with --network=none")
 	}
-	if mc.MaxCodeBytes <= 0 || mc.MaxCodeBytes > orchestrator.MaxCodeBytes {
-		return fmt.Errorf("--max-code must be between 1 and %d bytes (1MiB)", orchestrator.MaxCodeBytes)
+	if mc.MaxCodeBytes <= 0 || mc.MaxCodeBytes > core.MaxCodeBytes {
+		return fmt.Errorf("--max-code must be between 1 and %d bytes (1MiB)", core.MaxCodeBytes)
 	}
 	// In orchestrator.Config a zero means "the built-in default", not "none",
 	// so a zero here would silently mean something else than it says.

@@ -11,7 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 )
@@ -29,7 +30,7 @@ func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, l
 		return nil, errors.New("--e2b-listen: this sandbox manager does not serve interactive commands")
 	}
 	door, err := e2bapi.New(dm, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b"),
-		CommandTimeout: cmp.Or(cfg.manager.MaxTimeout, orchestrator.DefaultMaxTimeout)})
+		CommandTimeout: cmp.Or(cfg.manager.MaxTimeout, core.DefaultMaxTimeout)})
 	if err != nil {
 		return nil, err
 	}

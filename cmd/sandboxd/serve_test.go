@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -72,7 +73,7 @@ func TestServeShutsDownAndClosesManager(t *testing.T) {
 func TestServeForcesStopAfterGrace(t *testing.T) {
 	following := make(chan struct{})
 	fake := &grpcapitest.Manager{
-		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(orchestrator.Event) error) error {
+		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(core.Event) error) error {
 			close(following)
 			<-ctx.Done()
 			return ctx.Err()

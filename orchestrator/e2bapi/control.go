@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // templateKey is the metadata key that keeps the template a sandbox was
@@ -60,7 +60,7 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.Handler
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
-		h(w, r.WithContext(orchestrator.WithCaller(r.Context(), c)))
+		h(w, r.WithContext(core.WithCaller(r.Context(), c)))
 	}
 }
 
@@ -100,13 +100,13 @@ type sandboxCreated struct {
 
 const clientID = "sandboxd"
 
-func (s *Server) created(sb orchestrator.Sandbox) sandboxCreated {
+func (s *Server) created(sb core.Sandbox) sandboxCreated {
 	tok := s.accessToken(sb.ID)
 	return sandboxCreated{SandboxID: sb.ID, TemplateID: templateOf(sb), ClientID: clientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: tok, TrafficAccessToken: tok}
 }
 
-func templateOf(sb orchestrator.Sandbox) string {
+func templateOf(sb core.Sandbox) string {
 	if t := sb.Metadata[templateKey]; t != "" {
 		return t
 	}
@@ -145,9 +145,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	// E2B kills a sandbox at its timeout unless lifecycle.onTimeout is
 	// "pause", whatever sandboxd's own default (--on-idle) is.
-	onIdle := orchestrator.OnIdleDelete
+	onIdle := core.OnIdleDelete
 	if req.AutoPause != nil && *req.AutoPause {
-		onIdle = orchestrator.OnIdleHibernate
+		onIdle = core.OnIdleHibernate
 	}
 	d, err := timeoutOf(req.Timeout)
 	if err != nil {
@@ -163,7 +163,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		md[k] = v
 	}
 	md[templateKey] = tpl
-	res, err := s.m.Acquire(r.Context(), newUserID(), orchestrator.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle})
+	res, err := s.m.Acquire(r.Context(), newUserID(), core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle})
 	if err != nil {
 		s.writeError(w, r, "create", err)
 		return
@@ -187,7 +187,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sb, err := s.visible(r.Context(), r.PathValue("id"))
-	if err == nil && sb.State == orchestrator.StateHibernated {
+	if err == nil && sb.State == core.StateHibernated {
 		// Connect resumes a paused sandbox: a wake, with its state back at
 		// the best level its snapshot has (Sandbox.LastWake says which).
 		sb, _, err = s.m.Wake(r.Context(), sb.ID)
@@ -208,20 +208,20 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 // visible gets a sandbox the caller sees, running or hibernated (E2B's
 // "paused"), without waking it; a dead one is not found, as E2B has no
 // dead sandboxes.
-func (s *Server) visible(ctx context.Context, id string) (orchestrator.Sandbox, error) {
+func (s *Server) visible(ctx context.Context, id string) (core.Sandbox, error) {
 	sb, err := s.m.Get(ctx, id)
 	if err != nil {
 		return sb, err
 	}
-	if sb.State != orchestrator.StateRunning && sb.State != orchestrator.StateHibernated {
+	if sb.State != core.StateRunning && sb.State != core.StateHibernated {
 		return sb, &apiError{status: http.StatusNotFound, msg: fmt.Sprintf("sandbox %s is not running: %s", id, sb.StateReason)}
 	}
 	return sb, nil
 }
 
 // e2bState is E2B's name for a sandbox's state.
-func e2bState(st orchestrator.State) string {
-	if st == orchestrator.StateHibernated {
+func e2bState(st core.State) string {
+	if st == core.StateHibernated {
 		return "paused"
 	}
 	return "running"
@@ -244,7 +244,7 @@ type sandboxInfo struct {
 	Domain          *string           `json:"domain"`
 }
 
-func infoOf(sb orchestrator.Sandbox) sandboxInfo {
+func infoOf(sb core.Sandbox) sandboxInfo {
 	md := make(map[string]string, len(sb.Metadata))
 	for k, v := range sb.Metadata {
 		if k != templateKey {
@@ -272,9 +272,9 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 // state, paged by X-Next-Token.
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	filter := orchestrator.ListFilter{}
+	filter := core.ListFilter{}
 	states := []string{"running", "paused"} // E2B's default: both
-	if c, _ := orchestrator.CallerFrom(r.Context()); c.Admin {
+	if c, _ := core.CallerFrom(r.Context()); c.Admin {
 		filter.Tenant = c.Tenant // an admin key lists its own tenant here, like any key
 	}
 	if raw := q.Get("metadata"); raw != "" {
@@ -325,12 +325,12 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	mine := all[:0]
 	for _, sb := range all {
-		visible := sb.State == orchestrator.StateRunning || sb.State == orchestrator.StateHibernated
+		visible := sb.State == core.StateRunning || sb.State == core.StateHibernated
 		if visible && strings.HasPrefix(sb.UserID, userPrefix) && slices.Contains(states, e2bState(sb.State)) {
 			mine = append(mine, sb)
 		}
 	}
-	slices.SortFunc(mine, func(a, b orchestrator.Sandbox) int {
+	slices.SortFunc(mine, func(a, b core.Sandbox) int {
 		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
 			return c
 		}
@@ -413,7 +413,7 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // (the memory level only with sandboxd --memory-snapshots).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.visible(r.Context(), r.PathValue("id"))
-	if err == nil && sb.State == orchestrator.StateHibernated {
+	if err == nil && sb.State == core.StateHibernated {
 		err = &apiError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", sb.ID)}
 	}
 	if err == nil {

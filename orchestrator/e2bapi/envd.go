@@ -16,10 +16,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/filesystem"
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/filesystem/filesystemconnect"
 )
@@ -153,14 +154,14 @@ type filesystemService struct {
 }
 
 // entryOf converts a domain FileInfo.
-func entryOf(fi orchestrator.FileInfo) *filesystem.EntryInfo {
+func entryOf(fi core.FileInfo) *filesystem.EntryInfo {
 	t := filesystem.FileType_FILE_TYPE_UNSPECIFIED
 	switch fi.Type {
-	case orchestrator.FileRegular:
+	case core.FileRegular:
 		t = filesystem.FileType_FILE_TYPE_FILE
-	case orchestrator.FileDirectory:
+	case core.FileDirectory:
 		t = filesystem.FileType_FILE_TYPE_DIRECTORY
-	case orchestrator.FileSymlink:
+	case core.FileSymlink:
 		t = filesystem.FileType_FILE_TYPE_SYMLINK
 	}
 	name := path.Base(fi.Path)
@@ -185,32 +186,32 @@ func ownerName(id uint32) string {
 
 // stat finds one entry: the domain lists directories, so a path is looked
 // up in its parent's listing.
-func (f *filesystemService) stat(ctx context.Context, p string) (orchestrator.FileInfo, error) {
+func (f *filesystemService) stat(ctx context.Context, p string) (core.FileInfo, error) {
 	rel := path.Clean(toWorkspace(p))
 	id := sandboxFrom(ctx)
 	if rel == "." || rel == "" {
-		return orchestrator.FileInfo{Path: "", IsDir: true, Type: orchestrator.FileDirectory, Mode: fs.ModeDir | 0o755, ModTime: time.Now()}, nil
+		return core.FileInfo{Path: "", IsDir: true, Type: core.FileDirectory, Mode: fs.ModeDir | 0o755, ModTime: time.Now()}, nil
 	}
 	if strings.HasPrefix(rel, "/") || rel == ".." || strings.HasPrefix(rel, "../") {
 		_, err := f.s.m.ListFiles(ctx, id, rel) // the domain says why not
 		if err == nil {
 			err = badRequest("path is outside /workspace")
 		}
-		return orchestrator.FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	list, err := f.s.m.ListFiles(ctx, id, path.Dir(rel))
 	if err != nil {
-		if orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
-			return orchestrator.FileInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("path %s does not exist", p))
+		if core.ClassOf(err) == core.ErrNotFound {
+			return core.FileInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("path %s does not exist", p))
 		}
-		return orchestrator.FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	for _, fi := range list {
 		if fi.Path == rel {
 			return fi, nil
 		}
 	}
-	return orchestrator.FileInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("path %s does not exist", p))
+	return core.FileInfo{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("path %s does not exist", p))
 }
 
 func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
@@ -264,7 +265,7 @@ func (f *filesystemService) Move(ctx context.Context, req *connect.Request[files
 // as for envd (rm -rf).
 func (f *filesystemService) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
 	err := f.s.m.Remove(ctx, sandboxFrom(ctx), toWorkspace(req.Msg.GetPath()), true)
-	if orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
+	if core.ClassOf(err) == core.ErrNotFound {
 		if _, serr := f.s.m.Get(ctx, sandboxFrom(ctx)); serr == nil {
 			err = nil // the path, not the sandbox, is missing
 		}
@@ -324,7 +325,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 	ls := &lockedSender[filesystem.WatchDirResponse]{stream: stream}
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := f.s.m.WatchDirectory(ctx, sandboxFrom(ctx), dir, req.Msg.GetRecursive(), func(u orchestrator.WatchUpdate) error {
+	err := f.s.m.WatchDirectory(ctx, sandboxFrom(ctx), dir, req.Msg.GetRecursive(), func(u core.WatchUpdate) error {
 		if u.Event == nil {
 			// The start event first: the SDK takes the first message for it.
 			if err := ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Start{Start: &filesystem.WatchDirResponse_StartEvent{}}}); err != nil {
@@ -341,24 +342,24 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 		}
 		var t filesystem.EventType
 		switch u.Event.Op {
-		case orchestrator.WatchCreate:
+		case core.WatchCreate:
 			t = filesystem.EventType_EVENT_TYPE_CREATE
-		case orchestrator.WatchWrite:
+		case core.WatchWrite:
 			t = filesystem.EventType_EVENT_TYPE_WRITE
-		case orchestrator.WatchRemove:
+		case core.WatchRemove:
 			t = filesystem.EventType_EVENT_TYPE_REMOVE
-		case orchestrator.WatchRename:
+		case core.WatchRename:
 			t = filesystem.EventType_EVENT_TYPE_RENAME
 		}
 		if err := ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: &filesystem.FilesystemEvent{Name: name, Type: t}}}); err != nil {
 			return err
 		}
-		if u.Event.Op == orchestrator.WatchCreate {
+		if u.Event.Op == core.WatchCreate {
 			// sandboxd's uploads (and editors) write a file aside and
 			// rename it into place, which shows as a create only; envd
 			// writes in place, and its clients wait for the write. A file
 			// created is also written, so say so.
-			if fi, err := f.stat(ctx, u.Event.Path); err == nil && fi.Type != orchestrator.FileDirectory {
+			if fi, err := f.stat(ctx, u.Event.Path); err == nil && fi.Type != core.FileDirectory {
 				return ls.send(&filesystem.WatchDirResponse{Event: &filesystem.WatchDirResponse_Filesystem{Filesystem: &filesystem.FilesystemEvent{Name: name, Type: filesystem.EventType_EVENT_TYPE_WRITE}}})
 			}
 		}
@@ -375,7 +376,7 @@ func (f *filesystemService) WatchDir(ctx context.Context, req *connect.Request[f
 // envd (Sandbox.isRunning). It looks without waking the sandbox.
 func (s *Server) envdHealth(w http.ResponseWriter, r *http.Request) {
 	sb, err := s.m.Get(r.Context(), sandboxFrom(r.Context()))
-	if err != nil || sb.State != orchestrator.StateRunning {
+	if err != nil || sb.State != core.StateRunning {
 		http.Error(w, "the sandbox is not running", http.StatusBadGateway)
 		return
 	}

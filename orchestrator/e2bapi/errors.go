@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"connectrpc.com/connect"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 )
 
@@ -21,19 +22,19 @@ const internalMessage = "internal error; see the sandboxd log"
 // answer for it (the SDKs turn 400, 401, 404, 409, 429, 502 and 507 into
 // their own error classes). It is this door's one mapping of the classes,
 // the counterpart of grpcapi's ClassCode.
-func httpStatus(c *orchestrator.Class) int {
+func httpStatus(c *core.Class) int {
 	switch c {
-	case orchestrator.ErrInvalidArgument:
+	case core.ErrInvalidArgument:
 		return http.StatusBadRequest
-	case orchestrator.ErrNotFound:
+	case core.ErrNotFound:
 		return http.StatusNotFound
-	case orchestrator.ErrFailedPrecondition:
+	case core.ErrFailedPrecondition:
 		return http.StatusConflict
-	case orchestrator.ErrResourceExhausted:
+	case core.ErrResourceExhausted:
 		return http.StatusTooManyRequests
-	case orchestrator.ErrUnavailable:
+	case core.ErrUnavailable:
 		return http.StatusServiceUnavailable
-	case orchestrator.ErrAlreadyExists:
+	case core.ErrAlreadyExists:
 		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
@@ -42,7 +43,7 @@ func httpStatus(c *orchestrator.Class) int {
 // connectCode maps a domain error class to the Connect code envd's RPCs
 // answer with: the gRPC API's code (grpcapi.ClassCode, the one mapping),
 // as Connect's codes are gRPC's.
-func connectCode(c *orchestrator.Class) connect.Code {
+func connectCode(c *core.Class) connect.Code {
 	return connect.Code(grpcapi.ClassCode(c))
 }
 
@@ -64,8 +65,8 @@ func (s *Server) classify(ctx context.Context, op string, err error) (int, strin
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
-	case orchestrator.ClassOf(err) != nil:
-		return httpStatus(orchestrator.ClassOf(err)), err.Error()
+	case core.ClassOf(err) != nil:
+		return httpStatus(core.ClassOf(err)), err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusRequestTimeout, err.Error()
 	}
@@ -94,8 +95,8 @@ func (s *Server) connectError(ctx context.Context, op string, err error) error {
 			code = connect.CodeUnauthenticated
 		}
 		return connect.NewError(code, errors.New(ae.msg))
-	case orchestrator.ClassOf(err) != nil:
-		return connect.NewError(connectCode(orchestrator.ClassOf(err)), errors.New(err.Error()))
+	case core.ClassOf(err) != nil:
+		return connect.NewError(connectCode(core.ClassOf(err)), errors.New(err.Error()))
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

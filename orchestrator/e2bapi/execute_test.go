@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // execManager runs one command whose events the test releases: Follow
@@ -22,12 +23,12 @@ type execManager struct {
 	interrupted chan string
 }
 
-func (e *execManager) Submit(ctx context.Context, req orchestrator.ExecRequest) (string, error) {
+func (e *execManager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
 	return "cmd-1", nil
 }
 
-func (e *execManager) Follow(ctx context.Context, sandboxID, commandID string, after int64, fn func(orchestrator.Event) error) error {
-	if err := fn(orchestrator.Event{Seq: 1, Type: ioproto.EventStdout, Text: "before\xff\n"}); err != nil {
+func (e *execManager) Follow(ctx context.Context, sandboxID, commandID string, after int64, fn func(core.Event) error) error {
+	if err := fn(core.Event{Seq: 1, Type: ioproto.EventStdout, Text: "before\xff\n"}); err != nil {
 		return err
 	}
 	select {
@@ -35,7 +36,7 @@ func (e *execManager) Follow(ctx context.Context, sandboxID, commandID string, a
 		return ctx.Err()
 	case <-e.release:
 	}
-	return fn(orchestrator.Event{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+	return fn(core.Event{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusOK})
 }
 
 func (e *execManager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
@@ -50,7 +51,7 @@ func startExec(t *testing.T) (*execManager, *httptest.Server, *http.Request) {
 	s.m = em
 	s.keepalive = 20 * time.Millisecond
 	id := "sb-eeeeeeeeeeeeeeeeeeee"
-	em.sandboxes[id] = orchestrator.Sandbox{ID: id, Tenant: "acme", State: orchestrator.StateRunning}
+	em.sandboxes[id] = core.Sandbox{ID: id, Tenant: "acme", State: core.StateRunning}
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	req, _ := http.NewRequest("POST", srv.URL+"/execute", strings.NewReader(`{"code":"x"}`))

@@ -9,8 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 func (s *Server) interpreterMux() http.Handler {
@@ -64,7 +65,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	id := sandboxFrom(ctx)
-	cmdID, err := s.m.Submit(ctx, orchestrator.ExecRequest{SandboxID: id, Language: languageOf(req.Language),
+	cmdID, err := s.m.Submit(ctx, core.ExecRequest{SandboxID: id, Language: languageOf(req.Language),
 		Code: req.Code, Env: req.EnvVars, ContextID: req.ContextID, Timeout: s.cmdTimeout})
 	if err != nil {
 		s.writeError(w, r, "execute", err)
@@ -92,7 +93,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	sawError := false
-	err = s.m.Follow(ctx, id, cmdID, 0, func(ev orchestrator.Event) error {
+	err = s.m.Follow(ctx, id, cmdID, 0, func(ev core.Event) error {
 		switch ev.Type {
 		case ioproto.EventStdout, ioproto.EventStderr:
 			return out.line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": timestamp(ev.Time)})
@@ -135,7 +136,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 // errorOfStatus is the error line of a command that ended without an
 // exception event: timed out, interrupted, killed, or a bash command that
 // failed.
-func errorOfStatus(ev orchestrator.Event) map[string]any {
+func errorOfStatus(ev core.Event) map[string]any {
 	name := map[string]string{
 		ioproto.StatusTimeout:     "TimeoutError",
 		ioproto.StatusInterrupted: "KeyboardInterrupt",
@@ -249,7 +250,7 @@ type contextJSON struct {
 	Cwd      string `json:"cwd"`
 }
 
-func contextOf(c orchestrator.ContextInfo) contextJSON {
+func contextOf(c core.ContextInfo) contextJSON {
 	return contextJSON{ID: c.ID, Language: c.Language, Cwd: fromWorkspace(c.Cwd)}
 }
 

@@ -11,10 +11,11 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"connectrpc.com/connect"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/process"
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/process/processconnect"
 )
@@ -105,11 +106,11 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	}
 	pid := nextPID.Add(1)
 	id := sandboxFrom(ctx)
-	exec := orchestrator.ExecRequest{SandboxID: id, CommandID: commandIDOf(pid), Language: ioproto.LanguageBash,
+	exec := core.ExecRequest{SandboxID: id, CommandID: commandIDOf(pid), Language: ioproto.LanguageBash,
 		Code: script, Env: cfg.GetEnvs(), Stdin: req.Msg.GetStdin(), Timeout: p.s.cmdTimeout}
 	pty := req.Msg.GetPty()
 	if pty != nil {
-		exec.Pty = orchestrator.PtySize{Rows: pty.GetSize().GetRows(), Cols: pty.GetSize().GetCols()}
+		exec.Pty = core.PtySize{Rows: pty.GetSize().GetRows(), Cols: pty.GetSize().GetCols()}
 		exec.Stdin = true
 	}
 	// Each process gets a bash context of its own, so that processes run
@@ -120,7 +121,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	switch {
 	case err == nil:
 		exec.ContextID = cx.ID
-	case orchestrator.ClassOf(err) == orchestrator.ErrResourceExhausted:
+	case core.ClassOf(err) == core.ErrResourceExhausted:
 		p.s.log.Warn("no context left for an envd process; it queues in the default context", "sandbox_id", id, "error", err)
 	default:
 		return p.s.connectError(ctx, "Start", err)
@@ -145,14 +146,14 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 // not a client still follows it. ctx carries the caller, not the request's
 // end.
 func (p *processService) reap(ctx context.Context, sandboxID, commandID, contextID string) {
-	err := p.s.m.Follow(ctx, sandboxID, commandID, 0, func(orchestrator.Event) error { return nil })
+	err := p.s.m.Follow(ctx, sandboxID, commandID, 0, func(core.Event) error { return nil })
 	if pid, ok := pidOf(commandID); ok {
 		p.s.procs.drop(sandboxID, pid)
 	}
-	if err != nil && orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
+	if err != nil && core.ClassOf(err) == core.ErrNotFound {
 		return // the sandbox went, and its contexts with it
 	}
-	if err := p.s.m.DeleteContext(ctx, sandboxID, contextID); err != nil && orchestrator.ClassOf(err) != orchestrator.ErrNotFound {
+	if err := p.s.m.DeleteContext(ctx, sandboxID, contextID); err != nil && core.ClassOf(err) != core.ErrNotFound {
 		p.s.log.Warn("deleting an envd process's context", "sandbox_id", sandboxID, "context_id", contextID, "error", err)
 	}
 }
@@ -177,7 +178,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, pid uint32, 
 	started := false
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := p.s.m.Follow(ctx, id, commandIDOf(pid), 0, func(ev orchestrator.Event) error {
+	err := p.s.m.Follow(ctx, id, commandIDOf(pid), 0, func(ev core.Event) error {
 		if !started {
 			started = true
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
@@ -223,7 +224,7 @@ func (p *processService) follow(ctx context.Context, h http.Header, pid uint32, 
 
 // endOf converts a done event: bash's exit code, or -1 with the reason when
 // the command did not exit by itself (killed, timed out, lost).
-func endOf(ev orchestrator.Event) *process.ProcessEvent_EndEvent {
+func endOf(ev core.Event) *process.ProcessEvent_EndEvent {
 	end := &process.ProcessEvent_EndEvent{ExitCode: -1, Exited: false, Status: ev.Status}
 	if ev.ExitCode != nil && ev.Status != ioproto.StatusKilled && ev.Status != ioproto.StatusInterrupted {
 		end.ExitCode = int32(*ev.ExitCode)
@@ -246,14 +247,14 @@ func endOf(ev orchestrator.Event) *process.ProcessEvent_EndEvent {
 // List lists the running commands this door started.
 func (p *processService) List(ctx context.Context, _ *connect.Request[process.ListRequest]) (*connect.Response[process.ListResponse], error) {
 	id := sandboxFrom(ctx)
-	page, err := p.s.m.ListCommands(ctx, id, orchestrator.MaxCommandPage, "")
+	page, err := p.s.m.ListCommands(ctx, id, core.MaxCommandPage, "")
 	if err != nil {
 		return nil, p.s.connectError(ctx, "List", err)
 	}
 	out := &process.ListResponse{}
 	for _, c := range page.Commands {
 		pid, ok := pidOf(c.ID)
-		if !ok || (c.Phase != orchestrator.CommandRunning && c.Phase != orchestrator.CommandQueued) {
+		if !ok || (c.Phase != core.CommandRunning && c.Phase != core.CommandQueued) {
 			continue
 		}
 		info := &process.ProcessInfo{Pid: pid, Config: &process.ProcessConfig{Cmd: "/bin/bash"}}
@@ -284,7 +285,7 @@ func (p *processService) SendInput(ctx context.Context, req *connect.Request[pro
 		data = in.Pty
 	}
 	for len(data) > 0 {
-		n := min(len(data), orchestrator.MaxStdinChunk)
+		n := min(len(data), core.MaxStdinChunk)
 		if err := p.s.m.SendStdin(ctx, sandboxFrom(ctx), commandIDOf(pid), data[:n]); err != nil {
 			return nil, p.s.connectError(ctx, "SendInput", err)
 		}
@@ -325,13 +326,13 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 // running reports whether the command is queued or running, from the
 // newest page of the command list.
 func (p *processService) running(ctx context.Context, sandboxID, commandID string) bool {
-	page, err := p.s.m.ListCommands(ctx, sandboxID, orchestrator.MaxCommandPage, "")
+	page, err := p.s.m.ListCommands(ctx, sandboxID, core.MaxCommandPage, "")
 	if err != nil {
 		return false
 	}
 	for _, c := range page.Commands {
 		if c.ID == commandID {
-			return c.Phase == orchestrator.CommandRunning || c.Phase == orchestrator.CommandQueued
+			return c.Phase == core.CommandRunning || c.Phase == core.CommandQueued
 		}
 	}
 	return false
@@ -344,7 +345,7 @@ func (p *processService) Update(ctx context.Context, req *connect.Request[proces
 		return nil, p.s.connectError(ctx, "Update", err)
 	}
 	if sz := req.Msg.GetPty().GetSize(); sz != nil {
-		if err := p.s.m.ResizePty(ctx, sandboxFrom(ctx), commandIDOf(pid), orchestrator.PtySize{Rows: sz.GetRows(), Cols: sz.GetCols()}); err != nil {
+		if err := p.s.m.ResizePty(ctx, sandboxFrom(ctx), commandIDOf(pid), core.PtySize{Rows: sz.GetRows(), Cols: sz.GetCols()}); err != nil {
 			return nil, p.s.connectError(ctx, "Update", err)
 		}
 	}

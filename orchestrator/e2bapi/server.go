@@ -42,7 +42,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/filesystem/filesystemconnect"
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/process/processconnect"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
@@ -154,7 +155,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case EnvdPort, InterpreterPort:
 		ctx, err := s.sandboxContext(r)
 		if err != nil {
-			if r.URL.Path == "/health" && port == EnvdPort && orchestrator.ClassOf(err) == orchestrator.ErrNotFound {
+			if r.URL.Path == "/health" && port == EnvdPort && core.ClassOf(err) == core.ErrNotFound {
 				// The SDK probes /health after a dropped stream: 502
 				// tells it the sandbox is gone.
 				http.Error(w, "the sandbox is not running", http.StatusBadGateway)
@@ -192,7 +193,7 @@ func sandboxFrom(ctx context.Context) string {
 
 // admin is the caller the door uses to learn a sandbox's tenant once its
 // access token was verified.
-var admin = orchestrator.Caller{Tenant: orchestrator.DefaultTenant, Admin: true}
+var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true}
 
 // sandboxContext authenticates a sandbox-level request: the access token
 // (X-Access-Token, or E2B-Traffic-Access-Token, which the code
@@ -203,7 +204,7 @@ func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 	if id == "" {
 		return nil, badRequest("the E2b-Sandbox-Id header is missing")
 	}
-	if err := orchestrator.ValidateSandboxID(id); err != nil {
+	if err := core.ValidateSandboxID(id); err != nil {
 		return nil, err
 	}
 	tok := r.Header.Get("X-Access-Token")
@@ -213,14 +214,14 @@ func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 	if tok == "" || !hmac.Equal([]byte(tok), []byte(s.accessToken(id))) {
 		return nil, &apiError{status: http.StatusUnauthorized, msg: "the sandbox's access token (X-Access-Token) is missing or wrong"}
 	}
-	sb, err := s.m.Get(orchestrator.WithCaller(r.Context(), admin), id)
+	sb, err := s.m.Get(core.WithCaller(r.Context(), admin), id)
 	if err != nil {
 		return nil, err
 	}
-	if sb.State != orchestrator.StateRunning {
+	if sb.State != core.StateRunning {
 		return nil, &apiError{status: http.StatusBadGateway, msg: "the sandbox is not running: " + sb.StateReason}
 	}
-	ctx := orchestrator.WithCaller(r.Context(), orchestrator.Caller{Tenant: sb.Tenant})
+	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: sb.Tenant})
 	return context.WithValue(ctx, sandboxKey{}, id), nil
 }
 
@@ -232,17 +233,17 @@ func (s *Server) accessToken(sandboxID string) string {
 }
 
 // callerFor authenticates a control-plane request by its X-API-KEY.
-func (s *Server) callerFor(r *http.Request) (orchestrator.Caller, error) {
+func (s *Server) callerFor(r *http.Request) (core.Caller, error) {
 	key := r.Header.Get("X-API-KEY")
 	if key == "" {
-		return orchestrator.Caller{}, &apiError{status: http.StatusUnauthorized, msg: "the X-API-KEY header is missing (set E2B_API_KEY)"}
+		return core.Caller{}, &apiError{status: http.StatusUnauthorized, msg: "the X-API-KEY header is missing (set E2B_API_KEY)"}
 	}
 	if s.tokens == nil {
-		return orchestrator.DefaultCaller, nil
+		return core.DefaultCaller, nil
 	}
 	c, ok := s.tokens.Lookup(key)
 	if !ok {
-		return orchestrator.Caller{}, &apiError{status: http.StatusUnauthorized, msg: "the API key is not valid on this server"}
+		return core.Caller{}, &apiError{status: http.StatusUnauthorized, msg: "the API key is not valid on this server"}
 	}
 	return c, nil
 }

@@ -8,7 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/sandboxd/sandboxd/orchestrator/e2bapi/envdproto/process"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
 )
@@ -17,25 +18,25 @@ import (
 // method panics (nil embedded interface), which the tests never reach.
 type fakeManager struct {
 	Manager
-	sandboxes map[string]orchestrator.Sandbox
+	sandboxes map[string]core.Sandbox
 	acquired  []string // users
 }
 
-func (f *fakeManager) Get(ctx context.Context, id string) (orchestrator.Sandbox, error) {
-	c, _ := orchestrator.CallerFrom(ctx)
+func (f *fakeManager) Get(ctx context.Context, id string) (core.Sandbox, error) {
+	c, _ := core.CallerFrom(ctx)
 	sb, ok := f.sandboxes[id]
 	if !ok || (!c.Admin && sb.Tenant != c.Tenant) {
-		return orchestrator.Sandbox{}, orchestrator.ErrNotFound
+		return core.Sandbox{}, core.ErrNotFound
 	}
 	return sb, nil
 }
 
-func (f *fakeManager) Acquire(ctx context.Context, user string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
-	c, _ := orchestrator.CallerFrom(ctx)
+func (f *fakeManager) Acquire(ctx context.Context, user string, opts core.Options) (core.AcquireResult, error) {
+	c, _ := core.CallerFrom(ctx)
 	f.acquired = append(f.acquired, user)
-	sb := orchestrator.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", Tenant: c.Tenant, UserID: user, State: orchestrator.StateRunning, Metadata: opts.Metadata}
+	sb := core.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", Tenant: c.Tenant, UserID: user, State: core.StateRunning, Metadata: opts.Metadata}
 	f.sandboxes[sb.ID] = sb
-	return orchestrator.AcquireResult{Sandbox: sb, Created: true}, nil
+	return core.AcquireResult{Sandbox: sb, Created: true}, nil
 }
 
 func (f *fakeManager) Delete(ctx context.Context, id string) error {
@@ -54,7 +55,7 @@ func newTestServer(t *testing.T) (*Server, *fakeManager) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fm := &fakeManager{sandboxes: map[string]orchestrator.Sandbox{}}
+	fm := &fakeManager{sandboxes: map[string]core.Sandbox{}}
 	s, err := New(fm, Config{Tokens: tokens, Secret: []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +118,7 @@ func TestKillUnknownIs404WithJSONBody(t *testing.T) {
 func TestSandboxRequestsNeedTheSandboxsToken(t *testing.T) {
 	s, fm := newTestServer(t)
 	id := "sb-cccccccccccccccccccc"
-	fm.sandboxes[id] = orchestrator.Sandbox{ID: id, Tenant: "acme", State: orchestrator.StateRunning}
+	fm.sandboxes[id] = core.Sandbox{ID: id, Tenant: "acme", State: core.StateRunning}
 	hdr := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": EnvdPort}
 	if w := do(s, "GET", "/health", hdr, ""); w.Code != http.StatusUnauthorized {
 		t.Errorf("no token: %d", w.Code)

@@ -9,11 +9,11 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // Bearer tokens. A token file has one token per line:
@@ -44,7 +44,7 @@ const (
 
 // Tokens maps bearer tokens to the callers they authenticate.
 type Tokens struct {
-	byDigest map[[sha256.Size]byte]orchestrator.Caller
+	byDigest map[[sha256.Size]byte]core.Caller
 }
 
 // LoadTokens reads a token file (see ParseTokens).
@@ -65,7 +65,7 @@ func LoadTokens(path string) (*Tokens, error) {
 // but never echo a token. A file with no tokens is an error: a server that
 // requires tokens and accepts none serves nobody.
 func ParseTokens(r io.Reader) (*Tokens, error) {
-	t := &Tokens{byDigest: make(map[[sha256.Size]byte]orchestrator.Caller)}
+	t := &Tokens{byDigest: make(map[[sha256.Size]byte]core.Caller)}
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -85,7 +85,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 				return nil, fmt.Errorf("line %d: the token has a character outside printable ASCII", n)
 			}
 		}
-		if err := orchestrator.ValidateTenant(tenant); err != nil {
+		if err := core.ValidateTenant(tenant); err != nil {
 			return nil, fmt.Errorf("line %d: %v", n, err)
 		}
 		var admin bool
@@ -100,7 +100,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		if _, dup := t.byDigest[d]; dup {
 			return nil, fmt.Errorf("line %d: the token repeats an earlier line's", n)
 		}
-		t.byDigest[d] = orchestrator.Caller{Tenant: tenant, Admin: admin}
+		t.byDigest[d] = core.Caller{Tenant: tenant, Admin: admin}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -115,7 +115,7 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 func (t *Tokens) Len() int { return len(t.byDigest) }
 
 // lookup returns the caller token authenticates.
-func (t *Tokens) lookup(token string) (orchestrator.Caller, bool) {
+func (t *Tokens) lookup(token string) (core.Caller, bool) {
 	c, ok := t.byDigest[sha256.Sum256([]byte(token))]
 	return c, ok
 }
@@ -126,7 +126,7 @@ func (t *Tokens) lookup(token string) (orchestrator.Caller, bool) {
 func authenticate(tokens *Tokens) auth.AuthFunc {
 	return func(ctx context.Context) (context.Context, error) {
 		if tokens == nil {
-			return orchestrator.WithCaller(ctx, orchestrator.DefaultCaller), nil
+			return core.WithCaller(ctx, core.DefaultCaller), nil
 		}
 		token, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
@@ -136,10 +136,10 @@ func authenticate(tokens *Tokens) auth.AuthFunc {
 		if !ok {
 			return nil, status.Error(codes.Unauthenticated, "the token is not valid on this server")
 		}
-		return orchestrator.WithCaller(ctx, c), nil
+		return core.WithCaller(ctx, c), nil
 	}
 }
 
 // Lookup returns the caller token authenticates, for other front doors
 // (orchestrator/e2bapi) that take the same tokens in their own headers.
-func (t *Tokens) Lookup(token string) (orchestrator.Caller, bool) { return t.lookup(token) }
+func (t *Tokens) Lookup(token string) (core.Caller, bool) { return t.lookup(token) }

@@ -10,13 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -42,7 +43,7 @@ func TestParseTokens(t *testing.T) {
 	if toks.Len() != 3 {
 		t.Errorf("Len = %d; want 3", toks.Len())
 	}
-	for tok, want := range map[string]orchestrator.Caller{
+	for tok, want := range map[string]core.Caller{
 		tokAcme:  {Tenant: "acme"},
 		tokBeta:  {Tenant: "beta"},
 		tokAdmin: {Tenant: "ops", Admin: true},
@@ -95,20 +96,20 @@ func TestLoadTokens(t *testing.T) {
 // carried.
 type callerRecorder struct {
 	mu      sync.Mutex
-	callers []orchestrator.Caller
+	callers []core.Caller
 }
 
 func (r *callerRecorder) record(ctx context.Context) {
-	c, ok := orchestrator.CallerFrom(ctx)
+	c, ok := core.CallerFrom(ctx)
 	if !ok {
-		c = orchestrator.Caller{Tenant: "<none>"}
+		c = core.Caller{Tenant: "<none>"}
 	}
 	r.mu.Lock()
 	r.callers = append(r.callers, c)
 	r.mu.Unlock()
 }
 
-func (r *callerRecorder) last(t *testing.T) orchestrator.Caller {
+func (r *callerRecorder) last(t *testing.T) core.Caller {
 	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -126,11 +127,11 @@ func (r *callerRecorder) count() int {
 
 func recordingFake(r *callerRecorder) *fakeManager {
 	return &fakeManager{
-		ListFunc: func(ctx context.Context, _ orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+		ListFunc: func(ctx context.Context, _ core.ListFilter) ([]core.Sandbox, error) {
 			r.record(ctx)
 			return nil, nil
 		},
-		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(orchestrator.Event) error) error {
+		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(core.Event) error) error {
 			r.record(ctx)
 			return nil
 		},
@@ -199,7 +200,7 @@ func TestAuthRequiresValidToken(t *testing.T) {
 
 	// Valid tokens reach the domain as their tenant and role, for unary and
 	// streaming calls alike.
-	for tok, want := range map[string]orchestrator.Caller{
+	for tok, want := range map[string]core.Caller{
 		tokAcme:  {Tenant: "acme"},
 		tokAdmin: {Tenant: "ops", Admin: true},
 	} {
@@ -226,17 +227,17 @@ func TestNoTokensMeansDefaultAdmin(t *testing.T) {
 		if _, err := env.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{}); err != nil {
 			t.Fatalf("ListSandboxes: %v", err)
 		}
-		if got := rec.last(t); got != orchestrator.DefaultCaller {
-			t.Errorf("caller = %+v; want %+v", got, orchestrator.DefaultCaller)
+		if got := rec.last(t); got != core.DefaultCaller {
+			t.Errorf("caller = %+v; want %+v", got, core.DefaultCaller)
 		}
 	}
 }
 
 func TestListTenantFilter(t *testing.T) {
-	var got orchestrator.ListFilter
-	env := newTestEnv(t, &fakeManager{ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+	var got core.ListFilter
+	env := newTestEnv(t, &fakeManager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 		got = f
-		return []orchestrator.Sandbox{{ID: sb1, Tenant: "acme", UserID: "alice", State: orchestrator.StateRunning, Network: true}}, nil
+		return []core.Sandbox{{ID: sb1, Tenant: "acme", UserID: "alice", State: core.StateRunning, Network: true}}, nil
 	}})
 	ctx := testCtx(t)
 	resp, err := env.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{Tenant: "acme"})

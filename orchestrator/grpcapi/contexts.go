@@ -3,7 +3,8 @@ package grpcapi
 import (
 	"context"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -65,7 +66,7 @@ func (s *Service) DeleteContext(ctx context.Context, req *sandboxv1.DeleteContex
 
 // contextToProto converts a context; its strings come from the sandbox's
 // contexts file (sanitised by iolog), so they are made valid UTF-8 too.
-func contextToProto(c orchestrator.ContextInfo) *sandboxv1.Context {
+func contextToProto(c core.ContextInfo) *sandboxv1.Context {
 	return &sandboxv1.Context{
 		ContextId: validUTF8(c.ID),
 		Language:  validUTF8(c.Language),

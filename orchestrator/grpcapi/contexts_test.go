@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -18,17 +19,17 @@ func TestContextRPCs(t *testing.T) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var restarted, deleted string
 	env := newTestEnv(t, &fakeManager{
-		CreateContextFunc: func(_ context.Context, sid, lang, cwd string) (orchestrator.ContextInfo, error) {
-			return orchestrator.ContextInfo{ID: "ctx-1", Language: lang, Cwd: cwd, CreatedAt: created}, nil
+		CreateContextFunc: func(_ context.Context, sid, lang, cwd string) (core.ContextInfo, error) {
+			return core.ContextInfo{ID: "ctx-1", Language: lang, Cwd: cwd, CreatedAt: created}, nil
 		},
-		ListContextsFunc: func(context.Context, string) ([]orchestrator.ContextInfo, error) {
+		ListContextsFunc: func(context.Context, string) ([]core.ContextInfo, error) {
 			// Strings from the sandbox's contexts file are made valid UTF-8.
-			return []orchestrator.ContextInfo{{ID: "default", Language: "python", Cwd: "."}, {ID: "ctx-1", Language: "python", Cwd: "d\xff"}}, nil
+			return []core.ContextInfo{{ID: "default", Language: "python", Cwd: "."}, {ID: "ctx-1", Language: "python", Cwd: "d\xff"}}, nil
 		},
 		RestartContextFunc: func(_ context.Context, sid, cid string) error { restarted = sid + "/" + cid; return nil },
 		DeleteContextFunc: func(_ context.Context, sid, cid string) error {
 			deleted = sid + "/" + cid
-			return orchestrator.ErrNotFound
+			return core.ErrNotFound
 		},
 	})
 	ctx := testCtx(t)

@@ -9,11 +9,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -110,7 +111,7 @@ func timestampToProto(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-func limitsToProto(l orchestrator.Limits) *sandboxv1.ResourceLimits {
+func limitsToProto(l core.Limits) *sandboxv1.ResourceLimits {
 	return &sandboxv1.ResourceLimits{
 		MemoryBytes: l.MemoryBytes,
 		NanoCpus:    l.NanoCPUs,
@@ -120,8 +121,8 @@ func limitsToProto(l orchestrator.Limits) *sandboxv1.ResourceLimits {
 }
 
 // limitsFromProto treats an absent message as all zeros: the server defaults.
-func limitsFromProto(l *sandboxv1.ResourceLimits) orchestrator.Limits {
-	return orchestrator.Limits{
+func limitsFromProto(l *sandboxv1.ResourceLimits) core.Limits {
+	return core.Limits{
 		MemoryBytes: l.GetMemoryBytes(),
 		NanoCPUs:    l.GetNanoCpus(),
 		PidsLimit:   l.GetPidsLimit(),
@@ -129,13 +130,13 @@ func limitsFromProto(l *sandboxv1.ResourceLimits) orchestrator.Limits {
 	}
 }
 
-func stateToProto(s orchestrator.State) sandboxv1.SandboxState {
+func stateToProto(s core.State) sandboxv1.SandboxState {
 	switch s {
-	case orchestrator.StateRunning:
+	case core.StateRunning:
 		return sandboxv1.SandboxState_SANDBOX_STATE_RUNNING
-	case orchestrator.StateDead:
+	case core.StateDead:
 		return sandboxv1.SandboxState_SANDBOX_STATE_DEAD
-	case orchestrator.StateHibernated:
+	case core.StateHibernated:
 		return sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED
 	}
 	return sandboxv1.SandboxState_SANDBOX_STATE_UNSPECIFIED
@@ -144,21 +145,21 @@ func stateToProto(s orchestrator.State) sandboxv1.SandboxState {
 // stateFromProto maps a filter state; UNSPECIFIED is "any" (empty). Values
 // this server does not know are an error rather than "any", so a newer
 // client's filter is never silently widened.
-func stateFromProto(s sandboxv1.SandboxState) (orchestrator.State, error) {
+func stateFromProto(s sandboxv1.SandboxState) (core.State, error) {
 	switch s {
 	case sandboxv1.SandboxState_SANDBOX_STATE_UNSPECIFIED:
 		return "", nil
 	case sandboxv1.SandboxState_SANDBOX_STATE_RUNNING:
-		return orchestrator.StateRunning, nil
+		return core.StateRunning, nil
 	case sandboxv1.SandboxState_SANDBOX_STATE_DEAD:
-		return orchestrator.StateDead, nil
+		return core.StateDead, nil
 	case sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED:
-		return orchestrator.StateHibernated, nil
+		return core.StateHibernated, nil
 	}
 	return "", fmt.Errorf("unknown sandbox state %d", int32(s))
 }
 
-func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
+func sandboxToProto(s core.Sandbox) *sandboxv1.Sandbox {
 	return &sandboxv1.Sandbox{
 		SandboxId:    s.ID,
 		UserId:       s.UserID,
@@ -184,15 +185,15 @@ func sandboxToProto(s orchestrator.Sandbox) *sandboxv1.Sandbox {
 // idleActionToProto converts the domain's on-idle action.
 func idleActionToProto(a string) sandboxv1.IdleAction {
 	switch a {
-	case orchestrator.OnIdleHibernate:
+	case core.OnIdleHibernate:
 		return sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE
-	case orchestrator.OnIdleDelete:
+	case core.OnIdleDelete:
 		return sandboxv1.IdleAction_IDLE_ACTION_DELETE
 	}
 	return sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
-func snapshotToProto(s *orchestrator.SnapshotInfo) *sandboxv1.SnapshotInfo {
+func snapshotToProto(s *core.SnapshotInfo) *sandboxv1.SnapshotInfo {
 	if s == nil {
 		return nil
 	}
@@ -202,7 +203,7 @@ func snapshotToProto(s *orchestrator.SnapshotInfo) *sandboxv1.SnapshotInfo {
 // wakeToProto converts a wake's outcome. Names come from the sandbox:
 // the domain bounded them (ioproto.HibResult.Sanitized); they are made
 // valid UTF-8 here again, as all sandbox text is.
-func wakeToProto(w *orchestrator.WakeInfo) *sandboxv1.WakeInfo {
+func wakeToProto(w *core.WakeInfo) *sandboxv1.WakeInfo {
 	if w == nil {
 		return nil
 	}
@@ -213,7 +214,7 @@ func wakeToProto(w *orchestrator.WakeInfo) *sandboxv1.WakeInfo {
 	return p
 }
 
-func acquireResultToProto(r orchestrator.AcquireResult) *sandboxv1.AcquireSandboxResponse {
+func acquireResultToProto(r core.AcquireResult) *sandboxv1.AcquireSandboxResponse {
 	return &sandboxv1.AcquireSandboxResponse{
 		Sandbox:           sandboxToProto(r.Sandbox),
 		Created:           r.Created,
@@ -226,11 +227,11 @@ func acquireResultToProto(r orchestrator.AcquireResult) *sandboxv1.AcquireSandbo
 	}
 }
 
-func optionsFromProto(o *sandboxv1.SandboxOptions) orchestrator.Options {
-	return orchestrator.Options{Limits: limitsFromProto(o.GetLimits()), Env: o.GetEnv(), Network: o.GetNetwork()}
+func optionsFromProto(o *sandboxv1.SandboxOptions) core.Options {
+	return core.Options{Limits: limitsFromProto(o.GetLimits()), Env: o.GetEnv(), Network: o.GetNetwork()}
 }
 
-func fileInfoToProto(f orchestrator.FileInfo) *sandboxv1.FileInfo {
+func fileInfoToProto(f core.FileInfo) *sandboxv1.FileInfo {
 	return &sandboxv1.FileInfo{
 		Path:    validUTF8(f.Path),
 		Size:    f.Size,
@@ -259,15 +260,15 @@ func modeToProto(m fs.FileMode) uint32 {
 }
 
 // fileTypeToProto maps a file's kind.
-func fileTypeToProto(t orchestrator.FileType) sandboxv1.FileType {
+func fileTypeToProto(t core.FileType) sandboxv1.FileType {
 	switch t {
-	case orchestrator.FileRegular:
+	case core.FileRegular:
 		return sandboxv1.FileType_FILE_TYPE_FILE
-	case orchestrator.FileDirectory:
+	case core.FileDirectory:
 		return sandboxv1.FileType_FILE_TYPE_DIRECTORY
-	case orchestrator.FileSymlink:
+	case core.FileSymlink:
 		return sandboxv1.FileType_FILE_TYPE_SYMLINK
-	case orchestrator.FileOther:
+	case core.FileOther:
 		return sandboxv1.FileType_FILE_TYPE_OTHER
 	}
 	return sandboxv1.FileType_FILE_TYPE_UNSPECIFIED
@@ -275,7 +276,7 @@ func fileTypeToProto(t orchestrator.FileType) sandboxv1.FileType {
 
 // filesToProto converts a list sorted by path and keeps it so: making a path
 // valid UTF-8 can move it in that order.
-func filesToProto(files []orchestrator.FileInfo) []*sandboxv1.FileInfo {
+func filesToProto(files []core.FileInfo) []*sandboxv1.FileInfo {
 	out := make([]*sandboxv1.FileInfo, 0, len(files))
 	changed := false
 	for _, f := range files {
@@ -291,7 +292,7 @@ func filesToProto(files []orchestrator.FileInfo) []*sandboxv1.FileInfo {
 
 // watchUpdateToProto converts one update of a watch; the path comes from
 // the sandbox.
-func watchUpdateToProto(u orchestrator.WatchUpdate) *sandboxv1.WatchDirectoryResponse {
+func watchUpdateToProto(u core.WatchUpdate) *sandboxv1.WatchDirectoryResponse {
 	resp := &sandboxv1.WatchDirectoryResponse{Dropped: u.Dropped}
 	if ev := u.Event; ev != nil {
 		resp.Event = &sandboxv1.WatchEvent{Type: watchOpToProto(ev.Op), Path: validUTF8(ev.Path), Time: timestampToProto(ev.Time)}
@@ -299,15 +300,15 @@ func watchUpdateToProto(u orchestrator.WatchUpdate) *sandboxv1.WatchDirectoryRes
 	return resp
 }
 
-func watchOpToProto(op orchestrator.WatchOp) sandboxv1.WatchEventType {
+func watchOpToProto(op core.WatchOp) sandboxv1.WatchEventType {
 	switch op {
-	case orchestrator.WatchCreate:
+	case core.WatchCreate:
 		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_CREATE
-	case orchestrator.WatchWrite:
+	case core.WatchWrite:
 		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_WRITE
-	case orchestrator.WatchRemove:
+	case core.WatchRemove:
 		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_REMOVE
-	case orchestrator.WatchRename:
+	case core.WatchRename:
 		return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_RENAME
 	}
 	return sandboxv1.WatchEventType_WATCH_EVENT_TYPE_UNSPECIFIED
@@ -335,7 +336,7 @@ func commandStatusToProto(s string) sandboxv1.CommandStatus {
 // because the /io protocol carries it only on "started". ok is false for an
 // event type this server does not know (a newer driver); the caller skips it
 // rather than failing the whole stream.
-func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.ExecuteEvent, ok bool) {
+func eventToProto(e core.Event, commandID string) (ev *sandboxv1.ExecuteEvent, ok bool) {
 	ev = &sandboxv1.ExecuteEvent{Seq: e.Seq, CommandId: commandID}
 	switch e.Type {
 	case ioproto.EventStarted:
@@ -343,7 +344,7 @@ func eventToProto(e orchestrator.Event, commandID string) (ev *sandboxv1.Execute
 			Language:  validUTF8(e.Language),
 			Time:      timestampToProto(e.Time),
 			ContextId: validUTF8(e.ContextID),
-			Wake:      wakeToProto(orchestrator.WakeFromEvent(e.Wake)),
+			Wake:      wakeToProto(core.WakeFromEvent(e.Wake)),
 		}}
 	case ioproto.EventStdout:
 		ev.Event = &sandboxv1.ExecuteEvent_Stdout{Stdout: &sandboxv1.OutputChunk{Text: validUTF8(e.Text)}}

@@ -1,10 +1,10 @@
 package grpcapi
 
 import (
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -27,7 +27,7 @@ func TestDoneOptionalFields(t *testing.T) {
 		{"neither", nil, nil, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ev, ok := eventToProto(orchestrator.Event{Seq: 1, Type: ioproto.EventDone, Status: ioproto.StatusOK, ExitCode: tc.exit, ExecutionCount: tc.count}, "c1")
+			ev, ok := eventToProto(core.Event{Seq: 1, Type: ioproto.EventDone, Status: ioproto.StatusOK, ExitCode: tc.exit, ExecutionCount: tc.count}, "c1")
 			if !ok {
 				t.Fatal("done event not converted")
 			}
@@ -47,7 +47,7 @@ func ptr[T any](v T) *T { return &v }
 // TestWakeToProto: a wake's report (names from the sandbox) reaches the
 // proto as valid UTF-8, and hibernated maps both ways.
 func TestWakeToProto(t *testing.T) {
-	w := &orchestrator.WakeInfo{Level: "globals", Restored: []string{"x", "bad\xff"}, Lost: []ioproto.LostName{{Name: "f\xfe", Why: "open file"}}, Reason: "r\xff"}
+	w := &core.WakeInfo{Level: "globals", Restored: []string{"x", "bad\xff"}, Lost: []ioproto.LostName{{Name: "f\xfe", Why: "open file"}}, Reason: "r\xff"}
 	p := wakeToProto(w)
 	if p.GetLevel() != "globals" || p.GetRestoredNames()[1] != "bad\uFFFD" || p.GetLost()[0].GetName() != "f\uFFFD" || p.GetReason() != "r\uFFFD" {
 		t.Fatalf("wakeToProto = %v", p)
@@ -55,10 +55,10 @@ func TestWakeToProto(t *testing.T) {
 	if wakeToProto(nil) != nil {
 		t.Fatal("nil wake should stay nil")
 	}
-	if stateToProto(orchestrator.StateHibernated) != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
+	if stateToProto(core.StateHibernated) != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
 		t.Fatal("hibernated state not mapped")
 	}
-	if st, err := stateFromProto(sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED); err != nil || st != orchestrator.StateHibernated {
+	if st, err := stateFromProto(sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED); err != nil || st != core.StateHibernated {
 		t.Fatalf("stateFromProto(HIBERNATED) = %q, %v", st, err)
 	}
 }

@@ -8,16 +8,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
 
 type stateSource struct{}
 
-func (stateSource) SandboxCounts() []orchestrator.SandboxCount {
-	return []orchestrator.SandboxCount{{Tenant: "t", State: orchestrator.StateRunning, N: 1}}
+func (stateSource) SandboxCounts() []core.SandboxCount {
+	return []core.SandboxCount{{Tenant: "t", State: core.StateRunning, N: 1}}
 }
 func (stateSource) PoolSize() int { return 0 }
 
@@ -47,7 +48,7 @@ func TestDashboardQueriesExistingSeries(t *testing.T) {
 	m.Watch(stateSource{})
 	m.DockerError("container_create")
 	m.PoolRefilled()
-	m.Acquired(orchestrator.AcquireCold, time.Second)
+	m.Acquired(core.AcquireCold, time.Second)
 	env := newTestEnv(t, observedFake(), WithMetrics(m))
 	runObservedTraffic(t, testCtx(t), env)
 	fams, err := reg.Gather()

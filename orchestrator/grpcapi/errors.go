@@ -5,10 +5,10 @@ import (
 	"errors"
 	"log/slog"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // internalMessage is all a client learns about an unexpected error: details
@@ -19,19 +19,19 @@ const internalMessage = "internal error; see the sandboxd log"
 // ClassCode maps one of the orchestrator's error classes to its gRPC code.
 // It is the only place that knows both; the domain promises that every
 // error it returns wraps exactly one class (orchestrator.ClassOf).
-func ClassCode(c *orchestrator.Class) codes.Code {
+func ClassCode(c *core.Class) codes.Code {
 	switch c {
-	case orchestrator.ErrInvalidArgument:
+	case core.ErrInvalidArgument:
 		return codes.InvalidArgument
-	case orchestrator.ErrNotFound:
+	case core.ErrNotFound:
 		return codes.NotFound
-	case orchestrator.ErrFailedPrecondition:
+	case core.ErrFailedPrecondition:
 		return codes.FailedPrecondition
-	case orchestrator.ErrResourceExhausted:
+	case core.ErrResourceExhausted:
 		return codes.ResourceExhausted
-	case orchestrator.ErrUnavailable:
+	case core.ErrUnavailable:
 		return codes.Unavailable
-	case orchestrator.ErrAlreadyExists:
+	case core.ErrAlreadyExists:
 		return codes.AlreadyExists
 	}
 	// A class added to the domain but not here; TestClassCodes catches it.
@@ -48,7 +48,7 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 	if err == nil {
 		return nil
 	}
-	if c := orchestrator.ClassOf(err); c != nil {
+	if c := core.ClassOf(err); c != nil {
 		return status.Error(ClassCode(c), err.Error())
 	}
 	switch {

@@ -8,10 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -23,13 +24,13 @@ func TestToStatus(t *testing.T) {
 		msg      string // expected status message; "" means the error's own text
 		internal bool   // the detail must be logged, not sent
 	}{
-		{"invalid argument", fmt.Errorf("%w: memory 9GiB above the maximum 4GiB", orchestrator.ErrInvalidArgument), codes.InvalidArgument, "", false},
-		{"not found", fmt.Errorf("sandbox sb-1: %w", orchestrator.ErrNotFound), codes.NotFound, "", false},
-		{"failed precondition", fmt.Errorf("%w: sandbox is dead", orchestrator.ErrFailedPrecondition), codes.FailedPrecondition, "", false},
-		{"resource exhausted", fmt.Errorf("%w: 500 sandboxes", orchestrator.ErrResourceExhausted), codes.ResourceExhausted, "", false},
-		{"unavailable", fmt.Errorf("%w: docker: connection refused", orchestrator.ErrUnavailable), codes.Unavailable, "", false},
-		{"already exists", fmt.Errorf("%w: command ID c1 used for a different command", orchestrator.ErrAlreadyExists), codes.AlreadyExists, "", false},
-		{"doubly wrapped", fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", orchestrator.ErrNotFound)), codes.NotFound, "", false},
+		{"invalid argument", fmt.Errorf("%w: memory 9GiB above the maximum 4GiB", core.ErrInvalidArgument), codes.InvalidArgument, "", false},
+		{"not found", fmt.Errorf("sandbox sb-1: %w", core.ErrNotFound), codes.NotFound, "", false},
+		{"failed precondition", fmt.Errorf("%w: sandbox is dead", core.ErrFailedPrecondition), codes.FailedPrecondition, "", false},
+		{"resource exhausted", fmt.Errorf("%w: 500 sandboxes", core.ErrResourceExhausted), codes.ResourceExhausted, "", false},
+		{"unavailable", fmt.Errorf("%w: docker: connection refused", core.ErrUnavailable), codes.Unavailable, "", false},
+		{"already exists", fmt.Errorf("%w: command ID c1 used for a different command", core.ErrAlreadyExists), codes.AlreadyExists, "", false},
+		{"doubly wrapped", fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", core.ErrNotFound)), codes.NotFound, "", false},
 		{"canceled", fmt.Errorf("following: %w", context.Canceled), codes.Canceled, "", false},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, "", false},
 		{"status passes through", status.Error(codes.Aborted, "stream broke"), codes.Aborted, "stream broke", false},
@@ -69,8 +70,8 @@ func TestToStatus(t *testing.T) {
 // TestClassCodes: every class the domain has maps to a code of its own,
 // never to Internal, which would hide the domain's message.
 func TestClassCodes(t *testing.T) {
-	seen := make(map[codes.Code]*orchestrator.Class)
-	for _, c := range orchestrator.Classes() {
+	seen := make(map[codes.Code]*core.Class)
+	for _, c := range core.Classes() {
 		code := ClassCode(c)
 		if code == codes.Internal || code == codes.Unknown || code == codes.OK {
 			t.Errorf("class %q maps to %v", c, code)
@@ -86,11 +87,11 @@ func TestClassCodes(t *testing.T) {
 // with its code and message, for unary and streaming RPCs.
 func TestErrorMappingOverTheWire(t *testing.T) {
 	fake := &fakeManager{
-		GetFunc: func(context.Context, string) (orchestrator.Sandbox, error) {
-			return orchestrator.Sandbox{}, fmt.Errorf("%w: sandbox "+sbGone, orchestrator.ErrNotFound)
+		GetFunc: func(context.Context, string) (core.Sandbox, error) {
+			return core.Sandbox{}, fmt.Errorf("%w: sandbox "+sbGone, core.ErrNotFound)
 		},
-		SubmitFunc: func(context.Context, orchestrator.ExecRequest) (string, error) {
-			return "", fmt.Errorf("%w: sandbox sb-1 is dead", orchestrator.ErrFailedPrecondition)
+		SubmitFunc: func(context.Context, core.ExecRequest) (string, error) {
+			return "", fmt.Errorf("%w: sandbox sb-1 is dead", core.ErrFailedPrecondition)
 		},
 		DeleteFunc: func(context.Context, string) error { return errors.New("docker said: boom at /var/run") },
 	}

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -86,28 +87,28 @@ func TestFileOpsDelegateAndConvert(t *testing.T) {
 	mod := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	var got []string
 	fake := &fakeManager{
-		MakeDirectoryFunc: func(_ context.Context, id, p string, parents bool) (orchestrator.FileInfo, error) {
+		MakeDirectoryFunc: func(_ context.Context, id, p string, parents bool) (core.FileInfo, error) {
 			got = append(got, "mkdir "+p+" "+map[bool]string{true: "-p", false: ""}[parents])
-			return orchestrator.FileInfo{Path: "d\xff", IsDir: true, ModTime: mod, Mode: fs.ModeDir | fs.ModeSetgid | 0o755,
-				Type: orchestrator.FileDirectory, UID: 1000, GID: 1000}, nil
+			return core.FileInfo{Path: "d\xff", IsDir: true, ModTime: mod, Mode: fs.ModeDir | fs.ModeSetgid | 0o755,
+				Type: core.FileDirectory, UID: 1000, GID: 1000}, nil
 		},
 		RemoveFunc: func(_ context.Context, id, p string, recursive bool) error {
 			if !recursive {
-				return grpcapitest.Errorf(orchestrator.ErrFailedPrecondition, "remove /workspace/%s: the directory is not empty", p)
+				return grpcapitest.Errorf(core.ErrFailedPrecondition, "remove /workspace/%s: the directory is not empty", p)
 			}
 			return nil
 		},
-		RenameFunc: func(_ context.Context, id, from, to string, overwrite bool) (orchestrator.FileInfo, error) {
+		RenameFunc: func(_ context.Context, id, from, to string, overwrite bool) (core.FileInfo, error) {
 			if !overwrite {
-				return orchestrator.FileInfo{}, grpcapitest.Errorf(orchestrator.ErrAlreadyExists, "rename /workspace/%s to /workspace/%s: the destination exists", from, to)
+				return core.FileInfo{}, grpcapitest.Errorf(core.ErrAlreadyExists, "rename /workspace/%s to /workspace/%s: the destination exists", from, to)
 			}
-			return orchestrator.FileInfo{Path: to, Size: 3, Mode: fs.ModeSymlink | 0o777, Type: orchestrator.FileSymlink}, nil
+			return core.FileInfo{Path: to, Size: 3, Mode: fs.ModeSymlink | 0o777, Type: core.FileSymlink}, nil
 		},
-		ListFilesDepthFunc: func(_ context.Context, id, p string, depth int) ([]orchestrator.FileInfo, error) {
+		ListFilesDepthFunc: func(_ context.Context, id, p string, depth int) ([]core.FileInfo, error) {
 			if depth > 10 {
-				return nil, grpcapitest.Errorf(orchestrator.ErrInvalidArgument, "list depth %d is out of range", depth)
+				return nil, grpcapitest.Errorf(core.ErrInvalidArgument, "list depth %d is out of range", depth)
 			}
-			return []orchestrator.FileInfo{{Path: "b/c", Type: orchestrator.FileRegular, Mode: 0o600}, {Path: "b", IsDir: true, Type: orchestrator.FileDirectory}}, nil
+			return []core.FileInfo{{Path: "b/c", Type: core.FileRegular, Mode: 0o600}, {Path: "b", IsDir: true, Type: core.FileDirectory}}, nil
 		},
 	}
 	env := newTestEnv(t, fake)
@@ -158,16 +159,16 @@ func TestFileOpsDelegateAndConvert(t *testing.T) {
 
 func TestWatchDirectoryStreams(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	fake := &fakeManager{WatchDirectoryFunc: func(ctx context.Context, id, p string, recursive bool, fn func(orchestrator.WatchUpdate) error) error {
+	fake := &fakeManager{WatchDirectoryFunc: func(ctx context.Context, id, p string, recursive bool, fn func(core.WatchUpdate) error) error {
 		if p != "w" || !recursive {
-			return grpcapitest.Errorf(orchestrator.ErrInvalidArgument, "unexpected %q %v", p, recursive)
+			return grpcapitest.Errorf(core.ErrInvalidArgument, "unexpected %q %v", p, recursive)
 		}
-		fn(orchestrator.WatchUpdate{})
-		fn(orchestrator.WatchUpdate{Event: &orchestrator.WatchEvent{Op: orchestrator.WatchCreate, Path: "w/a\xfe", Time: at}})
-		fn(orchestrator.WatchUpdate{Event: &orchestrator.WatchEvent{Op: orchestrator.WatchWrite, Path: "w/b", Time: at}, Dropped: 7})
-		fn(orchestrator.WatchUpdate{Event: &orchestrator.WatchEvent{Op: orchestrator.WatchRemove, Path: "w/c", Time: at}})
-		fn(orchestrator.WatchUpdate{Event: &orchestrator.WatchEvent{Op: orchestrator.WatchRename, Path: "w/d", Time: at}})
-		return grpcapitest.Errorf(orchestrator.ErrNotFound, "sandbox %s not found", id)
+		fn(core.WatchUpdate{})
+		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchCreate, Path: "w/a\xfe", Time: at}})
+		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchWrite, Path: "w/b", Time: at}, Dropped: 7})
+		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchRemove, Path: "w/c", Time: at}})
+		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchRename, Path: "w/d", Time: at}})
+		return grpcapitest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
 	}}
 	env := newTestEnv(t, fake)
 	stream, err := env.client.WatchDirectory(testCtx(t), &sandboxv1.WatchDirectoryRequest{SandboxId: sb1, Path: "w", Recursive: true})

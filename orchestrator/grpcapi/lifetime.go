@@ -4,9 +4,10 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -33,26 +34,26 @@ func (s *Service) SetSandboxTimeout(ctx context.Context, req *sandboxv1.SetSandb
 // acquireOptionsFromProto is optionsFromProto with the options' lifetime
 // fields; a malformed idle_timeout is INVALID_ARGUMENT (its bounds are the
 // domain's).
-func acquireOptionsFromProto(o *sandboxv1.SandboxOptions) (orchestrator.Options, error) {
+func acquireOptionsFromProto(o *sandboxv1.SandboxOptions) (core.Options, error) {
 	opts := optionsFromProto(o)
 	opts.Metadata = o.GetMetadata()
 	switch a := o.GetOnIdle(); a {
 	case sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED:
 	case sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:
-		opts.OnIdle = orchestrator.OnIdleHibernate
+		opts.OnIdle = core.OnIdleHibernate
 	case sandboxv1.IdleAction_IDLE_ACTION_DELETE:
-		opts.OnIdle = orchestrator.OnIdleDelete
+		opts.OnIdle = core.OnIdleDelete
 	default:
-		return orchestrator.Options{}, invalid("options.on_idle %d is not an IdleAction", a)
+		return core.Options{}, invalid("options.on_idle %d is not an IdleAction", a)
 	}
 	if t := o.GetIdleTimeout(); t != nil {
 		if err := t.CheckValid(); err != nil {
-			return orchestrator.Options{}, invalid("options.idle_timeout: %v", err)
+			return core.Options{}, invalid("options.idle_timeout: %v", err)
 		}
 		opts.IdleTimeout = t.AsDuration()
 		if opts.IdleTimeout == 0 {
 			// Set but zero: the caller asked for something, not the default.
-			return orchestrator.Options{}, invalid("options.idle_timeout is zero; leave it unset for the server's default")
+			return core.Options{}, invalid("options.idle_timeout is zero; leave it unset for the server's default")
 		}
 	}
 	return opts, nil

@@ -8,25 +8,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 func TestSetSandboxTimeout(t *testing.T) {
 	var gotD time.Duration
-	fake := &fakeManager{SetTimeoutFunc: func(_ context.Context, id string, d time.Duration) (orchestrator.Sandbox, error) {
+	fake := &fakeManager{SetTimeoutFunc: func(_ context.Context, id string, d time.Duration) (core.Sandbox, error) {
 		switch {
 		case id == sb2:
-			return orchestrator.Sandbox{}, fmt.Errorf("sandbox %s not found: %w", id, orchestrator.ErrNotFound)
+			return core.Sandbox{}, fmt.Errorf("sandbox %s not found: %w", id, core.ErrNotFound)
 		case d > 24*time.Hour:
-			return orchestrator.Sandbox{}, fmt.Errorf("idle timeout %v exceeds the server's maximum of 24h0m0s: %w", d, orchestrator.ErrInvalidArgument)
+			return core.Sandbox{}, fmt.Errorf("idle timeout %v exceeds the server's maximum of 24h0m0s: %w", d, core.ErrInvalidArgument)
 		}
 		gotD = d
-		return orchestrator.Sandbox{ID: id, UserID: "u", State: orchestrator.StateRunning, CreatedAt: t0, LastActiveAt: t0,
+		return core.Sandbox{ID: id, UserID: "u", State: core.StateRunning, CreatedAt: t0, LastActiveAt: t0,
 			ExpiresAt: t0.Add(d), IdleTimeout: d, Metadata: map[string]string{"k": "v\xff"}}, nil
 	}}
 	env := newTestEnv(t, fake)
@@ -61,10 +62,10 @@ func TestSetSandboxTimeout(t *testing.T) {
 }
 
 func TestAcquireLifetimeOptions(t *testing.T) {
-	var got orchestrator.Options
-	fake := &fakeManager{AcquireFunc: func(_ context.Context, _ string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
+	var got core.Options
+	fake := &fakeManager{AcquireFunc: func(_ context.Context, _ string, opts core.Options) (core.AcquireResult, error) {
 		got = opts
-		return orchestrator.AcquireResult{Sandbox: orchestrator.Sandbox{ID: sb1, Metadata: opts.Metadata, IdleTimeout: opts.IdleTimeout}, Created: true}, nil
+		return core.AcquireResult{Sandbox: core.Sandbox{ID: sb1, Metadata: opts.Metadata, IdleTimeout: opts.IdleTimeout}, Created: true}, nil
 	}}
 	env := newTestEnv(t, fake)
 	ctx := testCtx(t)
@@ -87,14 +88,14 @@ func TestAcquireLifetimeOptions(t *testing.T) {
 		}
 	}
 	// on_idle both ways; a value outside the enum is InvalidArgument.
-	fake.AcquireFunc = func(_ context.Context, _ string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
+	fake.AcquireFunc = func(_ context.Context, _ string, opts core.Options) (core.AcquireResult, error) {
 		got = opts
-		return orchestrator.AcquireResult{Sandbox: orchestrator.Sandbox{ID: sb1, OnIdle: cmp.Or(opts.OnIdle, orchestrator.OnIdleDelete)}, Created: true}, nil
+		return core.AcquireResult{Sandbox: core.Sandbox{ID: sb1, OnIdle: cmp.Or(opts.OnIdle, core.OnIdleDelete)}, Created: true}, nil
 	}
 	for in, want := range map[sandboxv1.IdleAction]string{
 		sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED: "",
-		sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:   orchestrator.OnIdleHibernate,
-		sandboxv1.IdleAction_IDLE_ACTION_DELETE:      orchestrator.OnIdleDelete,
+		sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:   core.OnIdleHibernate,
+		sandboxv1.IdleAction_IDLE_ACTION_DELETE:      core.OnIdleDelete,
 	} {
 		resp, err := env.client.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "u", Options: &sandboxv1.SandboxOptions{OnIdle: in}})
 		if err != nil || got.OnIdle != want {
@@ -110,7 +111,7 @@ func TestAcquireLifetimeOptions(t *testing.T) {
 	}
 	// The domain's metadata rules reach the caller as InvalidArgument (the
 	// fake lists through the domain's own filter validation).
-	fake.ListFunc = func(context.Context, orchestrator.ListFilter) ([]orchestrator.Sandbox, error) { return nil, nil }
+	fake.ListFunc = func(context.Context, core.ListFilter) ([]core.Sandbox, error) { return nil, nil }
 	if _, err := env.client.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{Metadata: map[string]string{"bad key": "v"}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("ListSandboxes with a malformed metadata key: %v; want InvalidArgument", err)
 	}

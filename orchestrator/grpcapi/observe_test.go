@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -16,7 +18,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -25,12 +26,12 @@ import (
 // known payloads: 5 stdout bytes, a 2-byte result, done ok after 1.5s.
 func observedFake() *fakeManager {
 	return &fakeManager{
-		AcquireFunc: func(context.Context, string, orchestrator.Options) (orchestrator.AcquireResult, error) {
-			return orchestrator.AcquireResult{Sandbox: orchestrator.Sandbox{ID: sb1, UserID: "alice", State: orchestrator.StateRunning}, Created: true}, nil
+		AcquireFunc: func(context.Context, string, core.Options) (core.AcquireResult, error) {
+			return core.AcquireResult{Sandbox: core.Sandbox{ID: sb1, UserID: "alice", State: core.StateRunning}, Created: true}, nil
 		},
-		SubmitFunc: func(context.Context, orchestrator.ExecRequest) (string, error) { return "c1", nil },
-		FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(orchestrator.Event) error) error {
-			for _, e := range []orchestrator.Event{
+		SubmitFunc: func(context.Context, core.ExecRequest) (string, error) { return "c1", nil },
+		FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(core.Event) error) error {
+			for _, e := range []core.Event{
 				{Seq: 1, Type: ioproto.EventStarted, Language: ioproto.LanguagePython},
 				{Seq: 2, Type: ioproto.EventStdout, Text: "hello"},
 				{Seq: 3, Type: ioproto.EventResult, Data: map[string]string{"text/plain": "42"}},

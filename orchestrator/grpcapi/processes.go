@@ -3,11 +3,12 @@ package grpcapi
 import (
 	"context"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -23,8 +24,8 @@ const CommandIDHeader = "sandboxd-command-id"
 type ProcessManager interface {
 	SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error
 	CloseStdin(ctx context.Context, sandboxID, commandID string) error
-	ResizePty(ctx context.Context, sandboxID, commandID string, size orchestrator.PtySize) error
-	ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (orchestrator.CommandPage, error)
+	ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error
+	ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error)
 }
 
 func (s *Service) processes() (ProcessManager, error) {
@@ -36,11 +37,11 @@ func (s *Service) processes() (ProcessManager, error) {
 }
 
 // ptyToDomain converts an optional PtySize (nil: none).
-func ptyToDomain(p *sandboxv1.PtySize) orchestrator.PtySize {
+func ptyToDomain(p *sandboxv1.PtySize) core.PtySize {
 	if p == nil {
-		return orchestrator.PtySize{}
+		return core.PtySize{}
 	}
-	return orchestrator.PtySize{Rows: p.GetRows(), Cols: p.GetCols()}
+	return core.PtySize{Rows: p.GetRows(), Cols: p.GetCols()}
 }
 
 // commandIDs checks a request names a sandbox and a command.
@@ -121,7 +122,7 @@ func (s *Service) ListCommands(ctx context.Context, req *sandboxv1.ListCommandsR
 
 // commandInfoToProto converts one listed command; its strings are made
 // valid UTF-8 like everything else that comes from a sandbox's files.
-func commandInfoToProto(c orchestrator.CommandInfo) *sandboxv1.CommandInfo {
+func commandInfoToProto(c core.CommandInfo) *sandboxv1.CommandInfo {
 	info := &sandboxv1.CommandInfo{
 		CommandId:       validUTF8(c.ID),
 		Language:        validUTF8(c.Language),
@@ -132,11 +133,11 @@ func commandInfoToProto(c orchestrator.CommandInfo) *sandboxv1.CommandInfo {
 		ContextId:       validUTF8(c.ContextID),
 	}
 	switch c.Phase {
-	case orchestrator.CommandQueued:
+	case core.CommandQueued:
 		info.State = sandboxv1.CommandState_COMMAND_STATE_QUEUED
-	case orchestrator.CommandRunning:
+	case core.CommandRunning:
 		info.State = sandboxv1.CommandState_COMMAND_STATE_RUNNING
-	case orchestrator.CommandFinished:
+	case core.CommandFinished:
 		info.State = sandboxv1.CommandState_COMMAND_STATE_FINISHED
 	}
 	if c.Status != "" {

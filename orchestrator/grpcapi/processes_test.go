@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -15,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -45,9 +46,9 @@ func TestProcessCallsShapeAndDelegation(t *testing.T) {
 			return nil
 		},
 		CloseStdinFunc: func(_ context.Context, sb, cmd string) error {
-			return fmt.Errorf("%w: command %s has finished", orchestrator.ErrFailedPrecondition, cmd)
+			return fmt.Errorf("%w: command %s has finished", core.ErrFailedPrecondition, cmd)
 		},
-		ResizePtyFunc: func(_ context.Context, sb, cmd string, size orchestrator.PtySize) error {
+		ResizePtyFunc: func(_ context.Context, sb, cmd string, size core.PtySize) error {
 			got = append(got, fmt.Sprintf("resize %s %dx%d", cmd, size.Rows, size.Cols))
 			return nil
 		},
@@ -106,17 +107,17 @@ func TestListCommandsConversion(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	three := 3
 	pm := &grpcapitest.ProcessManager{Manager: &grpcapitest.Manager{},
-		ListCommandsFunc: func(_ context.Context, sb string, size int, token string) (orchestrator.CommandPage, error) {
+		ListCommandsFunc: func(_ context.Context, sb string, size int, token string) (core.CommandPage, error) {
 			if size != 7 || token != "12" {
-				return orchestrator.CommandPage{}, fmt.Errorf("%w: got size %d token %q", orchestrator.ErrInvalidArgument, size, token)
+				return core.CommandPage{}, fmt.Errorf("%w: got size %d token %q", core.ErrInvalidArgument, size, token)
 			}
-			return orchestrator.CommandPage{Total: 40, NextPageToken: "5", Commands: []orchestrator.CommandInfo{
-				{ID: "q", Language: "bash", Phase: orchestrator.CommandQueued, Stdin: true},
-				{ID: "r", Language: "python", Phase: orchestrator.CommandRunning, StartedAt: start, OutputAvailable: true},
-				{ID: "f", Language: "bash\xff", Phase: orchestrator.CommandFinished, Status: "error", StartedAt: start,
+			return core.CommandPage{Total: 40, NextPageToken: "5", Commands: []core.CommandInfo{
+				{ID: "q", Language: "bash", Phase: core.CommandQueued, Stdin: true},
+				{ID: "r", Language: "python", Phase: core.CommandRunning, StartedAt: start, OutputAvailable: true},
+				{ID: "f", Language: "bash\xff", Phase: core.CommandFinished, Status: "error", StartedAt: start,
 					FinishedAt: start.Add(2 * time.Second), Duration: 2 * time.Second, ExitCode: &three, OutputAvailable: true, Pty: true, Stdin: true},
-				{ID: "p", Phase: orchestrator.CommandFinished},
-				{ID: "u", Phase: orchestrator.CommandUnknown},
+				{ID: "p", Phase: core.CommandFinished},
+				{ID: "u", Phase: core.CommandUnknown},
 			}}, nil
 		},
 	}
@@ -151,11 +152,11 @@ func TestListCommandsConversion(t *testing.T) {
 
 func TestExecuteInputFieldsAndHeader(t *testing.T) {
 	ctx := testCtx(t)
-	var req orchestrator.ExecRequest
+	var req core.ExecRequest
 	m := &grpcapitest.Manager{
-		SubmitFunc: func(_ context.Context, r orchestrator.ExecRequest) (string, error) { req = r; return "gen-7", nil },
-		FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(orchestrator.Event) error) error {
-			return fn(orchestrator.Event{Seq: 1, Type: "done", Status: "ok"})
+		SubmitFunc: func(_ context.Context, r core.ExecRequest) (string, error) { req = r; return "gen-7", nil },
+		FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(core.Event) error) error {
+			return fn(core.Event{Seq: 1, Type: "done", Status: "ok"})
 		},
 	}
 	c := serveProcesses(t, m)
@@ -172,7 +173,7 @@ func TestExecuteInputFieldsAndHeader(t *testing.T) {
 			break
 		}
 	}
-	if !req.Stdin || req.Pty != (orchestrator.PtySize{Rows: 24, Cols: 80}) {
+	if !req.Stdin || req.Pty != (core.PtySize{Rows: 24, Cols: 80}) {
 		t.Errorf("Submit got %+v", req)
 	}
 	s, err = c.Execute(ctx, &sandboxv1.ExecuteRequest{SandboxId: sb1, Language: "bash", Pty: &sandboxv1.PtySize{}})

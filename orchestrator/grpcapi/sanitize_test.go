@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
@@ -15,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -31,9 +32,9 @@ const R = "\uFFFD"
 
 // hostileScript is script() with invalid UTF-8 in every sandbox-originated
 // string.
-func hostileScript() []orchestrator.Event {
+func hostileScript() []core.Event {
 	exit := 1
-	return []orchestrator.Event{
+	return []core.Event{
 		{Seq: 1, Type: ioproto.EventStarted, Language: "py" + bad, Time: t0},
 		{Seq: 2, Type: ioproto.EventStdout, Text: "out" + bad + "\n"},
 		{Seq: 3, Type: ioproto.EventStderr, Text: bad},
@@ -80,8 +81,8 @@ func wantHostile(cid string) []*sandboxv1.ExecuteEvent {
 
 func TestInvalidUTF8EventsAreMadeValid(t *testing.T) {
 	fake := &fakeManager{
-		SubmitFunc: func(context.Context, orchestrator.ExecRequest) (string, error) { return "c1", nil },
-		FollowFunc: func(_ context.Context, _, _ string, after int64, fn func(orchestrator.Event) error) error {
+		SubmitFunc: func(context.Context, core.ExecRequest) (string, error) { return "c1", nil },
+		FollowFunc: func(_ context.Context, _, _ string, after int64, fn func(core.Event) error) error {
 			for _, e := range hostileScript() {
 				if e.Seq > after {
 					if err := fn(e); err != nil {
@@ -108,20 +109,20 @@ func TestInvalidUTF8EventsAreMadeValid(t *testing.T) {
 
 func TestInvalidUTF8FileInfosAreMadeValid(t *testing.T) {
 	fake := &fakeManager{
-		ListFilesFunc: func(context.Context, string, string) ([]orchestrator.FileInfo, error) {
-			return []orchestrator.FileInfo{
+		ListFilesFunc: func(context.Context, string, string) ([]core.FileInfo, error) {
+			return []core.FileInfo{
 				{Path: "a.txt", Size: 1, ModTime: t0},
 				{Path: "dir/\xf5x", Size: 2, ModTime: t0}, // 0xF5 sorts after "\xf0\x9f\x98\x80", U+FFFD before it
 				{Path: "dir/\xf0\x9f\x98\x80", Size: 3, ModTime: t0},
 				{Path: "sub" + bad, IsDir: true, ModTime: t0},
 			}, nil
 		},
-		UploadFunc: func(_ context.Context, _, _ string, r io.Reader) (orchestrator.FileInfo, error) {
+		UploadFunc: func(_ context.Context, _, _ string, r io.Reader) (core.FileInfo, error) {
 			io.Copy(io.Discard, r)
-			return orchestrator.FileInfo{Path: "up" + bad, Size: 4, ModTime: t0}, nil
+			return core.FileInfo{Path: "up" + bad, Size: 4, ModTime: t0}, nil
 		},
-		DownloadFunc: func(context.Context, string, string) (io.ReadCloser, orchestrator.FileInfo, error) {
-			return io.NopCloser(bytes.NewReader([]byte("content"))), orchestrator.FileInfo{Path: "down" + bad, Size: 7, ModTime: t0}, nil
+		DownloadFunc: func(context.Context, string, string) (io.ReadCloser, core.FileInfo, error) {
+			return io.NopCloser(bytes.NewReader([]byte("content"))), core.FileInfo{Path: "down" + bad, Size: 7, ModTime: t0}, nil
 		},
 	}
 	env := newTestEnv(t, fake)
@@ -164,15 +165,15 @@ func TestInvalidUTF8FileInfosAreMadeValid(t *testing.T) {
 }
 
 func TestInvalidUTF8SandboxReasonsAreMadeValid(t *testing.T) {
-	sb := orchestrator.Sandbox{ID: sb1, UserID: "u", Tenant: "default", State: orchestrator.StateDead,
+	sb := core.Sandbox{ID: sb1, UserID: "u", Tenant: "default", State: core.StateDead,
 		StateReason: "exited: " + bad, HealthReason: "/io is full: " + bad, CreatedAt: t0}
 	fake := &fakeManager{
-		GetFunc: func(context.Context, string) (orchestrator.Sandbox, error) { return sb, nil },
-		ListFunc: func(context.Context, orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
-			return []orchestrator.Sandbox{sb}, nil
+		GetFunc: func(context.Context, string) (core.Sandbox, error) { return sb, nil },
+		ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
+			return []core.Sandbox{sb}, nil
 		},
-		AcquireFunc: func(context.Context, string, orchestrator.Options) (orchestrator.AcquireResult, error) {
-			return orchestrator.AcquireResult{Sandbox: sb, Created: true, ReplacedID: sb2, ReplacedReason: "oom " + bad}, nil
+		AcquireFunc: func(context.Context, string, core.Options) (core.AcquireResult, error) {
+			return core.AcquireResult{Sandbox: sb, Created: true, ReplacedID: sb2, ReplacedReason: "oom " + bad}, nil
 		},
 	}
 	env := newTestEnv(t, fake)

@@ -18,40 +18,41 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // Manager is the part of *orchestrator.Manager the API calls. It is declared
 // here, next to its only user, so tests can serve a fake domain.
 type Manager interface {
-	Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error)
-	Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
-	List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error)
+	Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error)
+	Get(ctx context.Context, sandboxID string) (core.Sandbox, error)
+	List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error)
 	Delete(ctx context.Context, sandboxID string) error
-	Submit(ctx context.Context, req orchestrator.ExecRequest) (commandID string, err error)
-	Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error
+	Submit(ctx context.Context, req core.ExecRequest) (commandID string, err error)
+	Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
 	Interrupt(ctx context.Context, sandboxID, commandID string) error
-	Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error)
-	Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error)
-	ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error)
-	ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error)
-	MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (orchestrator.FileInfo, error)
+	Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error)
+	Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error)
+	ListFiles(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error)
+	ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error)
+	MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error)
 	Remove(ctx context.Context, sandboxID, path string, recursive bool) error
-	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
-	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
-	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
-	CreateContext(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error)
-	ListContexts(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
+	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error)
+	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error
+	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error)
+	CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error)
+	ListContexts(ctx context.Context, sandboxID string) ([]core.ContextInfo, error)
 	RestartContext(ctx context.Context, sandboxID, contextID string) error
 	DeleteContext(ctx context.Context, sandboxID, contextID string) error
-	Hibernate(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
-	Wake(ctx context.Context, sandboxID string) (orchestrator.Sandbox, *orchestrator.WakeInfo, error)
+	Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error)
+	Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
 }
 
 // downloadChunk is the size of DownloadFile's content messages: large enough
@@ -164,7 +165,7 @@ func (s *Service) ListSandboxes(ctx context.Context, req *sandboxv1.ListSandboxe
 	if err != nil {
 		return nil, invalid("state: %v", err)
 	}
-	f := orchestrator.ListFilter{Tenant: req.GetTenant(), UserID: req.GetUserId(), State: st, Metadata: req.GetMetadata()}
+	f := core.ListFilter{Tenant: req.GetTenant(), UserID: req.GetUserId(), State: st, Metadata: req.GetMetadata()}
 	list, err := s.m.List(ctx, f)
 	if err != nil {
 		return nil, s.fail(ctx, "ListSandboxes", err)
@@ -196,7 +197,7 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return err
 	}
-	er := orchestrator.ExecRequest{
+	er := core.ExecRequest{
 		SandboxID: req.GetSandboxId(),
 		CommandID: req.GetCommandId(),
 		Language:  req.GetLanguage(),
@@ -256,9 +257,9 @@ func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc
 // Execute stream broke before its done event is not counted.
 func (s *Service) follow(ctx context.Context, method, sandboxID, commandID string, afterSeq int64, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
 	var skipped int
-	var first orchestrator.Event
+	var first core.Event
 	var language string // from the started event
-	err := s.m.Follow(ctx, sandboxID, commandID, afterSeq, func(e orchestrator.Event) error {
+	err := s.m.Follow(ctx, sandboxID, commandID, afterSeq, func(e core.Event) error {
 		ev, ok := eventToProto(e, commandID)
 		if !ok {
 			if skipped == 0 {
@@ -285,7 +286,7 @@ func (s *Service) follow(ctx context.Context, method, sandboxID, commandID strin
 }
 
 // observe reports a sent event to s.obs (see follow).
-func (s *Service) observe(method string, e orchestrator.Event, language *string) {
+func (s *Service) observe(method string, e core.Event, language *string) {
 	switch e.Type {
 	case ioproto.EventStarted:
 		*language = e.Language
@@ -498,7 +499,7 @@ func (s *Service) WatchDirectory(req *sandboxv1.WatchDirectoryRequest, stream gr
 	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return err
 	}
-	err := s.m.WatchDirectory(ctx, req.GetSandboxId(), req.GetPath(), req.GetRecursive(), func(u orchestrator.WatchUpdate) error {
+	err := s.m.WatchDirectory(ctx, req.GetSandboxId(), req.GetPath(), req.GetRecursive(), func(u core.WatchUpdate) error {
 		return stream.Send(watchUpdateToProto(u))
 	})
 	if err == nil {

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
@@ -23,16 +25,15 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 var t0 = time.Date(2026, 11, 21, 7, 30, 0, 0, time.UTC)
 
 // script is a command's events as the domain delivers them.
-func script() []orchestrator.Event {
+func script() []core.Event {
 	exit := 3
-	return []orchestrator.Event{
+	return []core.Event{
 		{Seq: 1, Type: ioproto.EventStarted, CommandID: "c1", Language: "python", Time: t0},
 		{Seq: 2, Type: ioproto.EventStdout, Text: "hello\n"},
 		{Seq: 3, Type: ioproto.EventStderr, Text: "warn\n"},
@@ -65,7 +66,7 @@ func wantEvents(cid string) []*sandboxv1.ExecuteEvent {
 }
 
 // followScript plays script() after afterSeq, as the domain's Follow does.
-func followScript(_ context.Context, _, _ string, afterSeq int64, fn func(orchestrator.Event) error) error {
+func followScript(_ context.Context, _, _ string, afterSeq int64, fn func(core.Event) error) error {
 	for _, e := range script() {
 		if e.Seq > afterSeq {
 			if err := fn(e); err != nil {
@@ -104,10 +105,10 @@ func collector(t *testing.T) func(s interface {
 
 func TestExecuteStreamsEventsAndDelegatesIdempotence(t *testing.T) {
 	var mu sync.Mutex
-	var submitted []orchestrator.ExecRequest
+	var submitted []core.ExecRequest
 	var followed []string
 	fake := &fakeManager{
-		SubmitFunc: func(_ context.Context, req orchestrator.ExecRequest) (string, error) {
+		SubmitFunc: func(_ context.Context, req core.ExecRequest) (string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			submitted = append(submitted, req)
@@ -116,7 +117,7 @@ func TestExecuteStreamsEventsAndDelegatesIdempotence(t *testing.T) {
 			}
 			return req.CommandID, nil
 		},
-		FollowFunc: func(ctx context.Context, sid, cid string, after int64, fn func(orchestrator.Event) error) error {
+		FollowFunc: func(ctx context.Context, sid, cid string, after int64, fn func(core.Event) error) error {
 			mu.Lock()
 			followed = append(followed, fmt.Sprintf("%s/%s/%d", sid, cid, after))
 			mu.Unlock()
@@ -143,7 +144,7 @@ func TestExecuteStreamsEventsAndDelegatesIdempotence(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	wantSub := orchestrator.ExecRequest{SandboxID: sb1, CommandID: "c1", Language: "bash", Code: "echo hi", Timeout: 90 * time.Second}
+	wantSub := core.ExecRequest{SandboxID: sb1, CommandID: "c1", Language: "bash", Code: "echo hi", Timeout: 90 * time.Second}
 	if len(submitted) != 3 || !cmp.Equal(submitted[0], wantSub) || !cmp.Equal(submitted[1], wantSub) {
 		t.Errorf("submitted %+v, want twice %+v then one without ID", submitted, wantSub)
 	}
@@ -156,7 +157,7 @@ func TestExecuteStreamsEventsAndDelegatesIdempotence(t *testing.T) {
 func TestStreamCommandResumesAfterSeq(t *testing.T) {
 	var gotAfter []int64
 	var mu sync.Mutex
-	fake := &fakeManager{FollowFunc: func(ctx context.Context, sid, cid string, after int64, fn func(orchestrator.Event) error) error {
+	fake := &fakeManager{FollowFunc: func(ctx context.Context, sid, cid string, after int64, fn func(core.Event) error) error {
 		mu.Lock()
 		gotAfter = append(gotAfter, after)
 		mu.Unlock()
@@ -176,11 +177,11 @@ func TestStreamCommandResumesAfterSeq(t *testing.T) {
 // must not fail with ResourceExhausted.
 func TestLargeEventIsDelivered(t *testing.T) {
 	big := strings.Repeat("A", 10<<20)
-	fake := &fakeManager{FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(orchestrator.Event) error) error {
-		if err := fn(orchestrator.Event{Seq: 1, Type: ioproto.EventDisplay, Data: map[string]string{"image/png": big}}); err != nil {
+	fake := &fakeManager{FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(core.Event) error) error {
+		if err := fn(core.Event{Seq: 1, Type: ioproto.EventDisplay, Data: map[string]string{"image/png": big}}); err != nil {
 			return err
 		}
-		return fn(orchestrator.Event{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+		return fn(core.Event{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusOK})
 	}}
 	env := newTestEnv(t, fake)
 	got := collector(t)(env.client.StreamCommand(testCtx(t), &sandboxv1.StreamCommandRequest{SandboxId: sb1, CommandId: "c1"}))
@@ -190,23 +191,23 @@ func TestLargeEventIsDelivered(t *testing.T) {
 }
 
 func TestAcquireListGetDelete(t *testing.T) {
-	sbA := orchestrator.Sandbox{ID: sb2, UserID: "alice@example.com", State: orchestrator.StateRunning, CreatedAt: t0.Add(time.Hour),
+	sbA := core.Sandbox{ID: sb2, UserID: "alice@example.com", State: core.StateRunning, CreatedAt: t0.Add(time.Hour),
 		LastActiveAt: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(3 * time.Hour), Image: "img:1",
-		Limits: orchestrator.Limits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 256}}
-	sbB := orchestrator.Sandbox{ID: sb1, UserID: "bob", State: orchestrator.StateDead, StateReason: "exit 137", CreatedAt: t0}
-	var gotOpts orchestrator.Options
-	var gotFilter orchestrator.ListFilter
+		Limits: core.Limits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 256}}
+	sbB := core.Sandbox{ID: sb1, UserID: "bob", State: core.StateDead, StateReason: "exit 137", CreatedAt: t0}
+	var gotOpts core.Options
+	var gotFilter core.ListFilter
 	var deleted string
 	fake := &fakeManager{
-		AcquireFunc: func(_ context.Context, user string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
+		AcquireFunc: func(_ context.Context, user string, opts core.Options) (core.AcquireResult, error) {
 			gotOpts = opts
-			return orchestrator.AcquireResult{Sandbox: sbA, Created: true, ReplacedID: sb1, ReplacedReason: "exit 137"}, nil
+			return core.AcquireResult{Sandbox: sbA, Created: true, ReplacedID: sb1, ReplacedReason: "exit 137"}, nil
 		},
-		ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+		ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 			gotFilter = f
-			return []orchestrator.Sandbox{sbA, sbB}, nil
+			return []core.Sandbox{sbA, sbB}, nil
 		},
-		GetFunc:    func(context.Context, string) (orchestrator.Sandbox, error) { return sbB, nil },
+		GetFunc:    func(context.Context, string) (core.Sandbox, error) { return sbB, nil },
 		DeleteFunc: func(_ context.Context, id string) error { deleted = id; return nil },
 	}
 	env := newTestEnv(t, fake)
@@ -235,7 +236,7 @@ func TestAcquireListGetDelete(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ListSandboxes: %v", err)
 	}
-	if !cmp.Equal(gotFilter, orchestrator.ListFilter{UserID: "bob", State: orchestrator.StateDead}, cmpopts.EquateEmpty()) {
+	if !cmp.Equal(gotFilter, core.ListFilter{UserID: "bob", State: core.StateDead}, cmpopts.EquateEmpty()) {
 		t.Errorf("domain got filter %+v", gotFilter)
 	}
 	if n := len(list.GetSandboxes()); n != 2 || list.GetSandboxes()[0].GetSandboxId() != sb1 {
@@ -269,13 +270,13 @@ func TestInterrupt(t *testing.T) {
 func TestUploadReassemblesChunks(t *testing.T) {
 	var got bytes.Buffer
 	var gotPath string
-	fake := &fakeManager{UploadFunc: func(_ context.Context, sid, path string, r io.Reader) (orchestrator.FileInfo, error) {
+	fake := &fakeManager{UploadFunc: func(_ context.Context, sid, path string, r io.Reader) (core.FileInfo, error) {
 		gotPath = sid + ":" + path
 		n, err := io.Copy(&got, r)
 		if err != nil {
-			return orchestrator.FileInfo{}, err
+			return core.FileInfo{}, err
 		}
-		return orchestrator.FileInfo{Path: path, Size: n, ModTime: t0}, nil
+		return core.FileInfo{Path: path, Size: n, ModTime: t0}, nil
 	}}
 	env := newTestEnv(t, fake)
 	ctx := testCtx(t)
@@ -307,11 +308,11 @@ func TestUploadReassemblesChunks(t *testing.T) {
 }
 
 func TestUploadSecondHeaderIsRejected(t *testing.T) {
-	fake := &fakeManager{UploadFunc: func(_ context.Context, _, _ string, r io.Reader) (orchestrator.FileInfo, error) {
+	fake := &fakeManager{UploadFunc: func(_ context.Context, _, _ string, r io.Reader) (core.FileInfo, error) {
 		_, err := io.Copy(io.Discard, r)
 		// Whatever the domain makes of the read error, the client must hear
 		// the protocol violation.
-		return orchestrator.FileInfo{}, fmt.Errorf("writing: %w", err)
+		return core.FileInfo{}, fmt.Errorf("writing: %w", err)
 	}}
 	env := newTestEnv(t, fake)
 	s, err := env.client.UploadFile(testCtx(t))
@@ -332,8 +333,8 @@ func TestUploadSecondHeaderIsRejected(t *testing.T) {
 
 func TestDownloadChunksContent(t *testing.T) {
 	content := bytes.Repeat([]byte("0123456789"), (downloadChunk*5/2)/10)
-	fake := &fakeManager{DownloadFunc: func(_ context.Context, _, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
-		return io.NopCloser(bytes.NewReader(content)), orchestrator.FileInfo{Path: path, Size: int64(len(content)), ModTime: t0}, nil
+	fake := &fakeManager{DownloadFunc: func(_ context.Context, _, path string) (io.ReadCloser, core.FileInfo, error) {
+		return io.NopCloser(bytes.NewReader(content)), core.FileInfo{Path: path, Size: int64(len(content)), ModTime: t0}, nil
 	}}
 	env := newTestEnv(t, fake)
 	s, err := env.client.DownloadFile(testCtx(t), &sandboxv1.DownloadFileRequest{SandboxId: sb1, Path: "out.bin"})
@@ -365,8 +366,8 @@ func TestDownloadChunksContent(t *testing.T) {
 }
 
 func TestDownloadEmptyFileSendsMetadata(t *testing.T) {
-	fake := &fakeManager{DownloadFunc: func(_ context.Context, _, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
-		return io.NopCloser(strings.NewReader("")), orchestrator.FileInfo{Path: path}, nil
+	fake := &fakeManager{DownloadFunc: func(_ context.Context, _, path string) (io.ReadCloser, core.FileInfo, error) {
+		return io.NopCloser(strings.NewReader("")), core.FileInfo{Path: path}, nil
 	}}
 	env := newTestEnv(t, fake)
 	s, err := env.client.DownloadFile(testCtx(t), &sandboxv1.DownloadFileRequest{SandboxId: sb1, Path: "empty"})
@@ -383,8 +384,8 @@ func TestDownloadEmptyFileSendsMetadata(t *testing.T) {
 }
 
 func TestListFilesSorted(t *testing.T) {
-	fake := &fakeManager{ListFilesFunc: func(context.Context, string, string) ([]orchestrator.FileInfo, error) {
-		return []orchestrator.FileInfo{{Path: "b.txt", Size: 2}, {Path: "a", IsDir: true}}, nil
+	fake := &fakeManager{ListFilesFunc: func(context.Context, string, string) ([]core.FileInfo, error) {
+		return []core.FileInfo{{Path: "b.txt", Size: 2}, {Path: "a", IsDir: true}}, nil
 	}}
 	env := newTestEnv(t, fake)
 	resp, err := env.client.ListFiles(testCtx(t), &sandboxv1.ListFilesRequest{SandboxId: sb1})
@@ -399,8 +400,8 @@ func TestListFilesSorted(t *testing.T) {
 
 func TestPanicBecomesInternal(t *testing.T) {
 	fake := &fakeManager{
-		GetFunc: func(context.Context, string) (orchestrator.Sandbox, error) { panic("boom in Get") },
-		FollowFunc: func(context.Context, string, string, int64, func(orchestrator.Event) error) error {
+		GetFunc: func(context.Context, string) (core.Sandbox, error) { panic("boom in Get") },
+		FollowFunc: func(context.Context, string, string, int64, func(core.Event) error) error {
 			panic("boom in Follow")
 		},
 		DeleteFunc: func(context.Context, string) error { return nil },
@@ -485,9 +486,9 @@ func TestHealthAndReflection(t *testing.T) {
 func TestClientCancelIsNotAnInternalError(t *testing.T) {
 	following := make(chan struct{})
 	returned := make(chan struct{})
-	fake := &fakeManager{FollowFunc: func(ctx context.Context, _, _ string, _ int64, fn func(orchestrator.Event) error) error {
+	fake := &fakeManager{FollowFunc: func(ctx context.Context, _, _ string, _ int64, fn func(core.Event) error) error {
 		defer close(returned)
-		if err := fn(orchestrator.Event{Seq: 1, Type: ioproto.EventStarted}); err != nil {
+		if err := fn(core.Event{Seq: 1, Type: ioproto.EventStarted}); err != nil {
 			return err
 		}
 		close(following)
@@ -524,13 +525,13 @@ func TestClientCancelIsNotAnInternalError(t *testing.T) {
 // must not become a flood in sandboxd's own log).
 func TestUnknownEventsLoggedOnce(t *testing.T) {
 	const n = 10000
-	fake := &fakeManager{FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(orchestrator.Event) error) error {
+	fake := &fakeManager{FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(core.Event) error) error {
 		for i := 1; i <= n; i++ {
-			if err := fn(orchestrator.Event{Seq: int64(i), Type: "bogus\xff" + strings.Repeat("t", 100)}); err != nil {
+			if err := fn(core.Event{Seq: int64(i), Type: "bogus\xff" + strings.Repeat("t", 100)}); err != nil {
 				return err
 			}
 		}
-		return fn(orchestrator.Event{Seq: n + 1, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+		return fn(core.Event{Seq: n + 1, Type: ioproto.EventDone, Status: ioproto.StatusOK})
 	}}
 	env := newTestEnv(t, fake)
 	got := collector(t)(env.client.StreamCommand(testCtx(t), &sandboxv1.StreamCommandRequest{SandboxId: sb1, CommandId: "c1"}))

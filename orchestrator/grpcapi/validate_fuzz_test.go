@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -113,7 +114,7 @@ func FuzzValidation(f *testing.F) {
 				t.Fatalf("method %d: refused with %v, but the domain was called: %v", method%methodCount, err, calls)
 			}
 		}
-		if method%methodCount != 0 && method%methodCount != 2 && orchestrator.ValidateSandboxID(sandboxID) != nil && err == nil {
+		if method%methodCount != 0 && method%methodCount != 2 && core.ValidateSandboxID(sandboxID) != nil && err == nil {
 			t.Fatalf("method %d: malformed sandbox ID %q accepted", method%methodCount, sandboxID)
 		}
 	})
@@ -130,7 +131,7 @@ type fuzzDomain struct {
 
 func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 	checkSandbox := func(id string) {
-		if err := orchestrator.ValidateSandboxID(id); err != nil {
+		if err := core.ValidateSandboxID(id); err != nil {
 			t.Fatalf("the domain got a malformed sandbox ID: %v", err)
 		}
 	}
@@ -144,35 +145,35 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 			t.Fatalf("the domain got an empty path")
 		}
 	}
-	sb := orchestrator.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", UserID: "u", State: orchestrator.StateRunning}
+	sb := core.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", UserID: "u", State: core.StateRunning}
 	m := &grpcapitest.Manager{
-		AcquireFunc: func(_ context.Context, userID string, _ orchestrator.Options) (orchestrator.AcquireResult, error) {
-			if err := orchestrator.ValidateUserID(userID); err != nil {
+		AcquireFunc: func(_ context.Context, userID string, _ core.Options) (core.AcquireResult, error) {
+			if err := core.ValidateUserID(userID); err != nil {
 				t.Fatalf("the domain got a malformed user ID: %v", err)
 			}
-			return orchestrator.AcquireResult{Sandbox: sb, Created: true}, nil
+			return core.AcquireResult{Sandbox: sb, Created: true}, nil
 		},
-		GetFunc: func(_ context.Context, id string) (orchestrator.Sandbox, error) {
+		GetFunc: func(_ context.Context, id string) (core.Sandbox, error) {
 			checkSandbox(id)
 			return sb, nil
 		},
-		ListFunc: func(_ context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
-			if f.UserID != "" && orchestrator.ValidateUserID(f.UserID) != nil {
+		ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
+			if f.UserID != "" && core.ValidateUserID(f.UserID) != nil {
 				t.Fatalf("the domain got a malformed user ID filter %q", f.UserID)
 			}
-			if f.Tenant != "" && orchestrator.ValidateTenant(f.Tenant) != nil {
+			if f.Tenant != "" && core.ValidateTenant(f.Tenant) != nil {
 				t.Fatalf("the domain got a malformed tenant filter %q", f.Tenant)
 			}
-			if f.State != "" && f.State != orchestrator.StateRunning && f.State != orchestrator.StateDead && f.State != orchestrator.StateHibernated {
+			if f.State != "" && f.State != core.StateRunning && f.State != core.StateDead && f.State != core.StateHibernated {
 				t.Fatalf("the domain got an unknown state filter %q", f.State)
 			}
-			return []orchestrator.Sandbox{sb}, nil
+			return []core.Sandbox{sb}, nil
 		},
 		DeleteFunc: func(_ context.Context, id string) error {
 			checkSandbox(id)
 			return nil
 		},
-		SubmitFunc: func(_ context.Context, req orchestrator.ExecRequest) (string, error) {
+		SubmitFunc: func(_ context.Context, req core.ExecRequest) (string, error) {
 			checkSandbox(req.SandboxID)
 			if req.CommandID != "" {
 				checkCommand(req.CommandID)
@@ -185,7 +186,7 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 			}
 			return "c1", nil
 		},
-		FollowFunc: func(_ context.Context, id, cmd string, afterSeq int64, fn func(orchestrator.Event) error) error {
+		FollowFunc: func(_ context.Context, id, cmd string, afterSeq int64, fn func(core.Event) error) error {
 			checkSandbox(id)
 			checkCommand(cmd)
 			if afterSeq < 0 {
@@ -197,27 +198,27 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 					return err
 				}
 			}
-			return fn(orchestrator.Event{Seq: 1 << 40, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+			return fn(core.Event{Seq: 1 << 40, Type: ioproto.EventDone, Status: ioproto.StatusOK})
 		},
 		InterruptFunc: func(_ context.Context, id, cmd string) error {
 			checkSandbox(id)
 			checkCommand(cmd)
 			return nil
 		},
-		UploadFunc: func(_ context.Context, id, p string, r io.Reader) (orchestrator.FileInfo, error) {
+		UploadFunc: func(_ context.Context, id, p string, r io.Reader) (core.FileInfo, error) {
 			checkSandbox(id)
 			checkPath(p)
 			n, err := io.Copy(io.Discard, r)
-			return orchestrator.FileInfo{Path: p, Size: n}, err
+			return core.FileInfo{Path: p, Size: n}, err
 		},
-		DownloadFunc: func(_ context.Context, id, p string) (io.ReadCloser, orchestrator.FileInfo, error) {
+		DownloadFunc: func(_ context.Context, id, p string) (io.ReadCloser, core.FileInfo, error) {
 			checkSandbox(id)
 			checkPath(p)
-			return io.NopCloser(strings.NewReader(p)), orchestrator.FileInfo{Path: p, Size: int64(len(p))}, nil
+			return io.NopCloser(strings.NewReader(p)), core.FileInfo{Path: p, Size: int64(len(p))}, nil
 		},
-		ListFilesFunc: func(_ context.Context, id, p string) ([]orchestrator.FileInfo, error) {
+		ListFilesFunc: func(_ context.Context, id, p string) ([]core.FileInfo, error) {
 			checkSandbox(id)
-			return []orchestrator.FileInfo{{Path: "a"}}, nil
+			return []core.FileInfo{{Path: "a"}}, nil
 		},
 	}
 	return &fuzzDomain{m: m}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // A user's binding is a Lease named after userHash(tenant, user) whose
@@ -36,38 +36,38 @@ const maxAcquireRounds = 8
 // orchestrator.Manager.Acquire does. Replicas racing for one user agree
 // through the user's binding: the loser adopts the winner's sandbox and
 // deletes the Pod it made.
-func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
-	caller := orchestrator.CallerOf(ctx)
-	if err := orchestrator.ValidateTenant(caller.Tenant); err != nil {
-		return orchestrator.AcquireResult{}, err
+func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
+	caller := core.CallerOf(ctx)
+	if err := core.ValidateTenant(caller.Tenant); err != nil {
+		return core.AcquireResult{}, err
 	}
-	if err := orchestrator.ValidateUserID(userID); err != nil {
-		return orchestrator.AcquireResult{}, err
+	if err := core.ValidateUserID(userID); err != nil {
+		return core.AcquireResult{}, err
 	}
 	if err := m.checkOpen(); err != nil {
-		return orchestrator.AcquireResult{}, err
+		return core.AcquireResult{}, err
 	}
-	r, err := orchestrator.ResolveOptions(opts, m.cfg.policy())
+	r, err := core.ResolveOptions(opts, m.cfg.policy())
 	if err != nil {
-		return orchestrator.AcquireResult{}, err
+		return core.AcquireResult{}, err
 	}
 	key := userHash(caller.Tenant, userID)
 	for round := 0; round < maxAcquireRounds; round++ {
 		lease, err := m.currentBinding(ctx, key)
 		if err != nil {
-			return orchestrator.AcquireResult{}, err
+			return core.AcquireResult{}, err
 		}
 		var replacedID, replacedReason string
 		if lease != nil {
 			id := ptr.Deref(lease.Spec.HolderIdentity, "")
 			cur, err := m.currentSandbox(ctx, id)
 			if err != nil {
-				return orchestrator.AcquireResult{}, err
+				return core.AcquireResult{}, err
 			}
 			switch {
 			case cur.pod != nil:
 				m.touch(id, cur.pod)
-				return orchestrator.AcquireResult{Sandbox: m.sandboxOf(cur.pod)}, nil
+				return core.AcquireResult{Sandbox: m.sandboxOf(cur.pod)}, nil
 			case cur.dead:
 				replacedID, replacedReason = id, cur.reason
 			}
@@ -76,7 +76,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.
 		}
 		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, r)
 		if err != nil {
-			return orchestrator.AcquireResult{}, err
+			return core.AcquireResult{}, err
 		}
 		id := p.Labels[labelSandboxID]
 		if err := m.bind(ctx, key, lease, id, replacedID, replacedReason, caller.Tenant, userID); err != nil {
@@ -86,14 +86,14 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.
 			if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
 				continue
 			}
-			return orchestrator.AcquireResult{}, apiError("bind the user's sandbox", err)
+			return core.AcquireResult{}, apiError("bind the user's sandbox", err)
 		}
 		if replacedID != "" {
 			m.retire(context.WithoutCancel(ctx), replacedID, replacedReason)
 		}
 		p, err = m.awaitReady(ctx, p)
 		if err != nil {
-			return orchestrator.AcquireResult{}, err
+			return core.AcquireResult{}, err
 		}
 		m.touch(id, p)
 		log := m.log.With("sandbox_id", id, "tenant", caller.Tenant, "user_id", userID, "kind", kind)
@@ -102,9 +102,9 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.
 		} else {
 			log.Info("sandbox created")
 		}
-		return orchestrator.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
+		return core.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
 	}
-	return orchestrator.AcquireResult{}, orchestrator.Errorf(orchestrator.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)
+	return core.AcquireResult{}, core.Errorf(core.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)
 }
 
 // current is what became of a user's bound sandbox: alive and ready
@@ -131,12 +131,12 @@ func (m *Manager) currentSandbox(ctx context.Context, id string) (current, error
 		return current{dead: true, reason: reason}, nil
 	}
 	ready, err := m.awaitReady(ctx, p)
-	switch orchestrator.ClassOf(err) {
+	switch core.ClassOf(err) {
 	case nil:
 		return current{pod: ready}, nil
-	case orchestrator.ErrNotFound:
+	case core.ErrNotFound:
 		return current{}, nil
-	case orchestrator.ErrFailedPrecondition: // it died while starting
+	case core.ErrFailedPrecondition: // it died while starting
 		if q, _ := m.pod(ctx, id); q != nil {
 			p = q
 		}
@@ -191,22 +191,22 @@ func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Leas
 // newSandboxPod gives a user a new sandbox Pod: a claimed warm-pool Pod
 // when r allows one and the pool has one, else a new Pod, after checking
 // the caps.
-func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r orchestrator.Resolved) (*corev1.Pod, orchestrator.AcquireKind, error) {
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Resolved) (*corev1.Pod, core.AcquireKind, error) {
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
 	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, now: time.Now()}
 	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits {
 		if p := m.claim(ctx, s); p != nil {
-			return p, orchestrator.AcquireWarmPool, nil
+			return p, core.AcquireWarmPool, nil
 		}
 	}
-	s.id = orchestrator.NewSandboxID()
+	s.id = core.NewSandboxID()
 	p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildPod(&m.cfg, s), metav1.CreateOptions{})
 	if err != nil {
 		return nil, "", apiError("create the sandbox pod", err)
 	}
-	return p, orchestrator.AcquireCold, nil
+	return p, core.AcquireCold, nil
 }
 
 // checkCaps refuses a new sandbox beyond MaxSandboxes or
@@ -226,10 +226,10 @@ func (m *Manager) checkCaps(tenant string) error {
 		}
 	}
 	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
-		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", tenant, c)
+		return core.Errorf(core.ErrResourceExhausted, "tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", tenant, c)
 	}
 	if c := m.cfg.MaxSandboxes; c > 0 && all >= c {
-		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "sandboxd runs its maximum of %d sandboxes (--max-sandboxes); try again later", c)
+		return core.Errorf(core.ErrResourceExhausted, "sandboxd runs its maximum of %d sandboxes (--max-sandboxes); try again later", c)
 	}
 	return nil
 }

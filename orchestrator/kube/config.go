@@ -7,10 +7,10 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // Config configures a Manager. Zero fields take the defaults given; the
@@ -47,8 +47,8 @@ type Config struct {
 	IdleTTL               time.Duration
 	MaxLifetime           time.Duration // 0: none
 	MaxIdleTTL            time.Duration
-	DefaultLimits         orchestrator.Limits
-	MaxLimits             orchestrator.Limits
+	DefaultLimits         core.Limits
+	MaxLimits             core.Limits
 	DefaultTimeout        time.Duration
 	MaxTimeout            time.Duration
 	MaxCodeBytes          int
@@ -85,9 +85,9 @@ const (
 func (c *Config) applyDefaults() error {
 	switch {
 	case c.Client == nil:
-		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "config: a Kubernetes client is required")
+		return core.Errorf(core.ErrInvalidArgument, "config: a Kubernetes client is required")
 	case c.IOTokenSecret == "" || len(c.IOToken) < 16:
-		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "config: the io sidecars' token (at least 16 bytes) and the name of the Secret holding it are required")
+		return core.Errorf(core.ErrInvalidArgument, "config: the io sidecars' token (at least 16 bytes) and the name of the Secret holding it are required")
 	}
 	c.fillDefaults()
 	return nil
@@ -97,23 +97,23 @@ func (c *Config) applyDefaults() error {
 func (c *Config) fillDefaults() {
 	c.IOTokenSecret = cmp.Or(c.IOTokenSecret, "sandboxd-io-token")
 	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
-	c.Image = cmp.Or(c.Image, orchestrator.DefaultImage)
+	c.Image = cmp.Or(c.Image, core.DefaultImage)
 	c.IOPort = cmp.Or(c.IOPort, DefaultIOPort)
-	c.IODiskBytes = cmp.Or(c.IODiskBytes, orchestrator.DefaultIODiskBytes)
-	c.IdleTTL = cmp.Or(c.IdleTTL, orchestrator.DefaultIdleTTL)
-	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(orchestrator.DefaultMaxIdleTTL, c.IdleTTL))
-	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, orchestrator.DefaultCommandTimeout)
-	c.MaxTimeout = cmp.Or(c.MaxTimeout, orchestrator.DefaultMaxTimeout)
-	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, orchestrator.MaxCodeBytes)
-	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, orchestrator.DefaultMaxUploadBytes)
+	c.IODiskBytes = cmp.Or(c.IODiskBytes, core.DefaultIODiskBytes)
+	c.IdleTTL = cmp.Or(c.IdleTTL, core.DefaultIdleTTL)
+	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(core.DefaultMaxIdleTTL, c.IdleTTL))
+	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, core.DefaultCommandTimeout)
+	c.MaxTimeout = cmp.Or(c.MaxTimeout, core.DefaultMaxTimeout)
+	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, core.MaxCodeBytes)
+	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, core.DefaultMaxUploadBytes)
 	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
 	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
 	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
-	c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, orchestrator.DefaultDiskBytes)
+	c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, core.DefaultDiskBytes)
 	c.MaxLimits.MemoryBytes = cmp.Or(c.MaxLimits.MemoryBytes, 8<<30)
 	c.MaxLimits.NanoCPUs = cmp.Or(c.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
 	c.MaxLimits.PidsLimit = cmp.Or(c.MaxLimits.PidsLimit, 4096)
-	c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, orchestrator.DefaultMaxDiskBytes)
+	c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, core.DefaultMaxDiskBytes)
 	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 10*time.Second)
 	c.StartTimeout = cmp.Or(c.StartTimeout, 2*time.Minute)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 15*time.Second)
@@ -125,10 +125,10 @@ func (c *Config) fillDefaults() {
 // policy is the server's rule for new sandboxes' options. Pids are not
 // enforced per Pod by Kubernetes (the kubelet's podPidsLimit is per node):
 // the limit is validated and reported as under Docker.
-func (c *Config) policy() orchestrator.Policy {
-	return orchestrator.Policy{DefaultLimits: c.DefaultLimits, MaxLimits: c.MaxLimits, MaxIdleTTL: c.MaxIdleTTL}
+func (c *Config) policy() core.Policy {
+	return core.Policy{DefaultLimits: c.DefaultLimits, MaxLimits: c.MaxLimits, MaxIdleTTL: c.MaxIdleTTL}
 }
 
-func (c *Config) commandPolicy() orchestrator.CommandPolicy {
-	return orchestrator.CommandPolicy{MaxCodeBytes: c.MaxCodeBytes, DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout}
+func (c *Config) commandPolicy() core.CommandPolicy {
+	return core.CommandPolicy{MaxCodeBytes: c.MaxCodeBytes, DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout}
 }

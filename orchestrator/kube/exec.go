@@ -5,10 +5,11 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
 )
 
@@ -16,8 +17,8 @@ import (
 // Docker backend does: the command ID is the idempotency key, kept by the
 // sandbox's io sidecar, the command log's only writer, so a retry through
 // any replica never runs a command twice.
-func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (string, error) {
-	rec, err := orchestrator.ExecRecord(req, m.cfg.commandPolicy())
+func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
+	rec, err := core.ExecRecord(req, m.cfg.commandPolicy())
 	if err != nil {
 		return "", err
 	}
@@ -39,7 +40,7 @@ func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (str
 	appended, err := c.Append(ctx, rec)
 	if err != nil {
 		if errors.Is(err, iosidecar.ErrConflict) {
-			return "", orchestrator.Errorf(orchestrator.ErrAlreadyExists, "command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, req.SandboxID)
+			return "", core.Errorf(core.ErrAlreadyExists, "command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, req.SandboxID)
 		}
 		return "", m.ioError(req.SandboxID, "", err)
 	}
@@ -67,7 +68,7 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 // event, as the Docker backend's Follow does, through the sandbox's io
 // sidecar. The sandbox's death ends it with ErrFailedPrecondition naming
 // the reason; each second of it counts as a use of the sandbox.
-func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error {
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error {
 	p, c, err := m.commandSidecar(ctx, sandboxID, commandID)
 	if err != nil {
 		return err
@@ -83,7 +84,7 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	err = c.Follow(fctx, commandID, afterSeq, fn)
 	cancel(nil)
 	<-watched
-	if cause := context.Cause(fctx); err != nil && cause != nil && orchestrator.ClassOf(cause) != nil {
+	if cause := context.Cause(fctx); err != nil && cause != nil && core.ClassOf(cause) != nil {
 		return cause // the sandbox died or was deleted
 	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
@@ -98,10 +99,10 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 // commandSidecar checks the IDs of an operation on a command and returns
 // the sandbox's ready Pod and its sidecar connection.
 func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID string) (*corev1.Pod, IOConn, error) {
-	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
 		return nil, nil, err
 	}
-	if err := orchestrator.ValidateCommandID(commandID); err != nil {
+	if err := core.ValidateCommandID(commandID); err != nil {
 		return nil, nil, err
 	}
 	p, err := m.live(ctx, sandboxID)
@@ -132,16 +133,16 @@ func (m *Manager) watchWhileFollowing(ctx context.Context, id string, cancel con
 			return
 		}
 		if p == nil {
-			cancel(orchestrator.Errorf(orchestrator.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			cancel(core.Errorf(core.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
 			return
 		}
 		gone, dead, reason, _ := podState(p)
 		switch {
 		case gone:
-			cancel(orchestrator.Errorf(orchestrator.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			cancel(core.Errorf(core.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
 			return
 		case dead:
-			cancel(orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason))
+			cancel(core.Errorf(core.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason))
 			return
 		}
 		select {

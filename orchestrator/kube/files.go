@@ -4,39 +4,39 @@ import (
 	"context"
 	"io"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // Upload writes a file under the sandbox's /workspace through its io
 // sidecar, which confines it to /workspace as the Docker backend does on
 // the host; at most Config.MaxUploadBytes.
-func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error) {
+func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error) {
 	c, err := m.files(ctx, sandboxID)
 	if err != nil {
-		return orchestrator.FileInfo{}, err
+		return core.FileInfo{}, err
 	}
 	fi, err := c.Upload(ctx, path, r, m.cfg.MaxUploadBytes)
 	if err != nil {
-		return orchestrator.FileInfo{}, m.ioError(sandboxID, "", err)
+		return core.FileInfo{}, m.ioError(sandboxID, "", err)
 	}
 	return fi, nil
 }
 
 // Download reads a regular file under the sandbox's /workspace.
-func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
+func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error) {
 	c, err := m.files(ctx, sandboxID)
 	if err != nil {
-		return nil, orchestrator.FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
 	rc, fi, err := c.Download(ctx, path)
 	if err != nil {
-		return nil, orchestrator.FileInfo{}, m.ioError(sandboxID, "", err)
+		return nil, core.FileInfo{}, m.ioError(sandboxID, "", err)
 	}
 	return rc, fi, nil
 }
 
 // ListFiles lists a directory under the sandbox's /workspace.
-func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error) {
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error) {
 	c, err := m.files(ctx, sandboxID)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orch
 
 // ListFilesDepth is ListFiles for depth 1; deeper listings are not
 // supported by this backend yet.
-func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error) {
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error) {
 	if depth > 1 {
 		return nil, unsupported("recursive file listings (depth above 1)")
 	}

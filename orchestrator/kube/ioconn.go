@@ -7,10 +7,11 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
 )
 
@@ -21,9 +22,9 @@ import (
 type IOConn interface {
 	Append(ctx context.Context, rec ioproto.Record) (appended bool, err error)
 	Follow(ctx context.Context, commandID string, afterSeq int64, fn func(ioproto.Event) error) error
-	Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (orchestrator.FileInfo, error)
-	Download(ctx context.Context, path string) (io.ReadCloser, orchestrator.FileInfo, error)
-	ListFiles(ctx context.Context, path string) ([]orchestrator.FileInfo, error)
+	Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error)
+	Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error)
+	ListFiles(ctx context.Context, path string) ([]core.FileInfo, error)
 	Close() error
 }
 
@@ -46,7 +47,7 @@ func (m *Manager) io(ctx context.Context, p *corev1.Pod) (IOConn, error) {
 	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(m.cfg.IOPort))
 	c, err := m.cfg.DialIO(ctx, addr, m.cfg.IOToken)
 	if err != nil {
-		return nil, orchestrator.Errorf(orchestrator.ErrUnavailable, "connecting to the io sidecar of sandbox %s at %s: %w", p.Labels[labelSandboxID], addr, err)
+		return nil, core.Errorf(core.ErrUnavailable, "connecting to the io sidecar of sandbox %s at %s: %w", p.Labels[labelSandboxID], addr, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -65,32 +66,32 @@ func (m *Manager) io(ctx context.Context, p *corev1.Pod) (IOConn, error) {
 // from the Pod: iosidecar.Client bounded and sanitised them.
 func (m *Manager) ioError(id, cmd string, err error) error {
 	switch {
-	case orchestrator.IsClassified(err):
+	case core.IsClassified(err):
 		return err
 	case errors.Is(err, ioproto.ErrMalformed):
-		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "%v", err)
+		return core.Errorf(core.ErrInvalidArgument, "%v", err)
 	case errors.Is(err, iosidecar.ErrUnknownCommand):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "command %s not found in sandbox %s", cmd, id)
+		return core.Errorf(core.ErrNotFound, "command %s not found in sandbox %s", cmd, id)
 	case errors.Is(err, iosidecar.ErrPruned):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "the output of command %s in sandbox %s is no longer available: it was pruned", cmd, id)
+		return core.Errorf(core.ErrNotFound, "the output of command %s in sandbox %s is no longer available: it was pruned", cmd, id)
 	case errors.Is(err, iosidecar.ErrLogFull):
-		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "sandbox %s takes no more commands: %v; acquire a new one", id, err)
+		return core.Errorf(core.ErrResourceExhausted, "sandbox %s takes no more commands: %v; acquire a new one", id, err)
 	case errors.Is(err, iosidecar.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
 		m.log.Error("sandbox tampered with its /io files or its io sidecar", "sandbox_id", id, "error", err)
-		return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "sandbox %s tampered with its /io files (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", id, err)
+		return core.Errorf(core.ErrFailedPrecondition, "sandbox %s tampered with its /io files (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", id, err)
 	case errors.Is(err, iosidecar.ErrNotFound):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "%v", err)
+		return core.Errorf(core.ErrNotFound, "%v", err)
 	case errors.Is(err, iosidecar.ErrInvalid):
-		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "%v", err)
+		return core.Errorf(core.ErrInvalidArgument, "%v", err)
 	case errors.Is(err, iosidecar.ErrExhausted):
-		return orchestrator.Errorf(orchestrator.ErrResourceExhausted, "%v", err)
+		return core.Errorf(core.ErrResourceExhausted, "%v", err)
 	case errors.Is(err, iosidecar.ErrUnavailable):
-		return orchestrator.Errorf(orchestrator.ErrUnavailable, "the io sidecar of sandbox %s: %v; try again", id, err)
+		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s: %v; try again", id, err)
 	case errors.Is(err, iosidecar.ErrUnauthenticated):
 		m.log.Error("an io sidecar refused sandboxd's token: --kube-io-token-file and the Secret differ", "sandbox_id", id)
-		return orchestrator.Errorf(orchestrator.ErrUnavailable, "the io sidecar of sandbox %s refused sandboxd's token (a configuration error; see sandboxd's log)", id)
+		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s refused sandboxd's token (a configuration error; see sandboxd's log)", id)
 	}
-	return orchestrator.Errorf(orchestrator.ErrUnavailable, "the io sidecar of sandbox %s failed: %v", id, err)
+	return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s failed: %v", id, err)
 }
 
 // dialSidecar connects to a real io sidecar.
@@ -106,19 +107,19 @@ func dialSidecar(_ context.Context, addr, token string) (IOConn, error) {
 // become the domain's.
 type sidecarConn struct{ *iosidecar.Client }
 
-func (c sidecarConn) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (orchestrator.FileInfo, error) {
+func (c sidecarConn) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error) {
 	fi, err := c.Client.Upload(ctx, path, r, maxBytes)
 	return fileInfo(fi), err
 }
 
-func (c sidecarConn) Download(ctx context.Context, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
+func (c sidecarConn) Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error) {
 	rc, fi, err := c.Client.Download(ctx, path)
 	return rc, fileInfo(fi), err
 }
 
-func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]orchestrator.FileInfo, error) {
+func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]core.FileInfo, error) {
 	list, err := c.Client.ListFiles(ctx, path)
-	out := make([]orchestrator.FileInfo, len(list))
+	out := make([]core.FileInfo, len(list))
 	for i, fi := range list {
 		out[i] = fileInfo(fi)
 	}
@@ -126,7 +127,7 @@ func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]orchestrator
 }
 
 // fileInfo is the domain's description of a sidecar's file.
-func fileInfo(fi iosidecar.FileInfo) orchestrator.FileInfo {
-	return orchestrator.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode,
-		Type: orchestrator.FileTypeOf(fi.Mode), UID: fi.UID, GID: fi.GID}
+func fileInfo(fi iosidecar.FileInfo) core.FileInfo {
+	return core.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode,
+		Type: core.FileTypeOf(fi.Mode), UID: fi.UID, GID: fi.GID}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,8 +22,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // Manager is the Kubernetes backend's domain: the methods of
@@ -82,7 +82,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	// The API server must answer before anything else: a wrong kubeconfig
 	// or missing RBAC fails the start with a clear message.
 	if _, err := cfg.Client.CoreV1().Pods(cfg.Namespace).List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: labelManaged + "=" + managedBy}); err != nil {
-		return nil, orchestrator.Errorf(orchestrator.ErrUnavailable, "kubernetes: listing pods in namespace %s: %w", cfg.Namespace, err)
+		return nil, core.Errorf(core.ErrUnavailable, "kubernetes: listing pods in namespace %s: %w", cfg.Namespace, err)
 	}
 	m.factory = informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 		informers.WithNamespace(cfg.Namespace),
@@ -110,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		if !ok {
 			cancel()
 			m.factory.Shutdown()
-			return nil, orchestrator.Errorf(orchestrator.ErrUnavailable, "kubernetes: the %v cache did not sync", typ)
+			return nil, core.Errorf(core.ErrUnavailable, "kubernetes: the %v cache did not sync", typ)
 		}
 	}
 	m.done.Add(2)
@@ -237,7 +237,7 @@ func (m *Manager) pod(ctx context.Context, id string) (*corev1.Pod, error) {
 // A sandbox sandboxd is deleting, a pool Pod and another tenant's sandbox
 // are ErrNotFound.
 func (m *Manager) visible(ctx context.Context, id string) (*corev1.Pod, error) {
-	if err := orchestrator.ValidateSandboxID(id); err != nil {
+	if err := core.ValidateSandboxID(id); err != nil {
 		return nil, err
 	}
 	if err := m.checkOpen(); err != nil {
@@ -247,11 +247,11 @@ func (m *Manager) visible(ctx context.Context, id string) (*corev1.Pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p == nil || p.Labels[labelPool] == "true" || !orchestrator.CallerOf(ctx).Sees(p.Annotations[annTenant]) {
-		return nil, orchestrator.SandboxNotFound(id)
+	if p == nil || p.Labels[labelPool] == "true" || !core.CallerOf(ctx).Sees(p.Annotations[annTenant]) {
+		return nil, core.SandboxNotFound(id)
 	}
 	if gone, _, _, _ := podState(p); gone {
-		return nil, orchestrator.SandboxNotFound(id)
+		return nil, core.SandboxNotFound(id)
 	}
 	return p, nil
 }
@@ -278,7 +278,7 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		gone, dead, reason, ready := podState(p)
 		switch {
 		case gone:
-			return nil, orchestrator.SandboxNotFound(id)
+			return nil, core.SandboxNotFound(id)
 		case dead:
 			return nil, deadError(id, reason)
 		case ready:
@@ -290,7 +290,7 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		case <-m.closed:
 			return nil, errClosing
 		case <-timer.C:
-			return nil, orchestrator.Errorf(orchestrator.ErrUnavailable, "sandbox %s did not become ready within %v (pod %s is %s); try again later", id, m.cfg.StartTimeout, p.Name, p.Status.Phase)
+			return nil, core.Errorf(core.ErrUnavailable, "sandbox %s did not become ready within %v (pod %s is %s); try again later", id, m.cfg.StartTimeout, p.Name, p.Status.Phase)
 		case <-ch:
 		}
 		q, err := m.pod(ctx, id)
@@ -298,13 +298,13 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 			return nil, err
 		}
 		if q == nil {
-			return nil, orchestrator.SandboxNotFound(id)
+			return nil, core.SandboxNotFound(id)
 		}
 		p = q
 	}
 }
 
-var errClosing = orchestrator.Errorf(orchestrator.ErrUnavailable, "sandboxd is shutting down")
+var errClosing = core.Errorf(core.ErrUnavailable, "sandboxd is shutting down")
 
 func (m *Manager) checkOpen() error {
 	select {
@@ -317,7 +317,7 @@ func (m *Manager) checkOpen() error {
 
 // deadError is the error for an operation that needs a live sandbox.
 func deadError(id, reason string) error {
-	return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "sandbox %s is dead: %s; acquire a new one", id, reason)
+	return core.Errorf(core.ErrFailedPrecondition, "sandbox %s is dead: %s; acquire a new one", id, reason)
 }
 
 // apiError classifies an error of the API server for op.
@@ -325,20 +325,20 @@ func apiError(op string, err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case orchestrator.IsClassified(err):
+	case core.IsClassified(err):
 		return err
 	case apierrors.IsInvalid(err), apierrors.IsBadRequest(err):
-		return orchestrator.Errorf(orchestrator.ErrInvalidArgument, "kubernetes rejected %s: %w", op, err)
+		return core.Errorf(core.ErrInvalidArgument, "kubernetes rejected %s: %w", op, err)
 	case apierrors.IsForbidden(err):
-		return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "kubernetes refused %s (check sandboxd's Role): %w", op, err)
+		return core.Errorf(core.ErrFailedPrecondition, "kubernetes refused %s (check sandboxd's Role): %w", op, err)
 	case apierrors.IsNotFound(err):
-		return orchestrator.Errorf(orchestrator.ErrNotFound, "kubernetes %s: %w", op, err)
+		return core.Errorf(core.ErrNotFound, "kubernetes %s: %w", op, err)
 	case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
-		return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "kubernetes %s: %w", op, err)
+		return core.Errorf(core.ErrFailedPrecondition, "kubernetes %s: %w", op, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	}
-	return orchestrator.Errorf(orchestrator.ErrUnavailable, "kubernetes %s failed: %w", op, err)
+	return core.Errorf(core.ErrUnavailable, "kubernetes %s failed: %w", op, err)
 }
 
 // userPods lists the cached Pods of sandboxes given to users.

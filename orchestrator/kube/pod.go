@@ -11,13 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // Labels, annotations and the finalizer sandboxd puts on its objects. Labels
@@ -85,7 +85,7 @@ type podSpec struct {
 	pool    bool
 	tenant  string
 	userID  string
-	limits  orchestrator.Limits
+	limits  core.Limits
 	env     map[string]string
 	meta    map[string]string
 	idleTTL time.Duration

@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // TestPodState checks the reasons a user reads when a Pod dies: each cause
@@ -77,7 +77,7 @@ func TestPodState(t *testing.T) {
 // and a cluster's admission policies rely on.
 func TestBuildPodPosture(t *testing.T) {
 	cfg := Config{Namespace: "ns", Image: "img:1", IOTokenSecret: "tok", IOPort: 7070, IODiskBytes: 64 << 20, RuntimeClass: "gvisor"}
-	lim := orchestrator.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 256, DiskBytes: 1 << 30}
+	lim := core.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 256, DiskBytes: 1 << 30}
 	p := buildPod(&cfg, podSpec{id: "sb-abcdefghijklmnopqrst", tenant: "t", userID: "alice@example.com", limits: lim,
 		env: map[string]string{"B": "2", "A": "1"}, now: time.Unix(1700000000, 0)})
 	if p.Name != "sbx-abcdefghijklmnopqrst" || p.Namespace != "ns" {

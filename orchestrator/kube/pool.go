@@ -7,12 +7,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // The warm pool: started Pods with no user yet (label pool=true), kept at
@@ -120,7 +120,7 @@ func (m *Manager) refillPool(ctx context.Context) {
 		live = live[:len(live)-1]
 	}
 	for n := len(live) + pending; n < m.cfg.WarmPool; n++ {
-		s := podSpec{id: orchestrator.NewSandboxID(), pool: true, limits: m.cfg.DefaultLimits}
+		s := podSpec{id: core.NewSandboxID(), pool: true, limits: m.cfg.DefaultLimits}
 		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildPod(&m.cfg, s), metav1.CreateOptions{})
 		if err != nil {
 			if ctx.Err() == nil {

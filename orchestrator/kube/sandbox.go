@@ -6,47 +6,47 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // Get describes a sandbox the caller may see, from the cache.
-func (m *Manager) Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error) {
+func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
 	p, err := m.visible(ctx, sandboxID)
 	if err != nil {
-		return orchestrator.Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	return m.sandboxOf(p), nil
 }
 
 // List describes the sandboxes the caller may see that match f, in
 // orchestrator.CompareSandboxes order.
-func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
-	caller := orchestrator.CallerOf(ctx)
-	var out []orchestrator.Sandbox
+	caller := core.CallerOf(ctx)
+	var out []core.Sandbox
 	for _, p := range m.userPods() {
 		if gone, _, _, _ := podState(p); gone || !caller.Sees(p.Annotations[annTenant]) {
 			continue
 		}
 		sb := m.sandboxOf(p)
 		if (f.Tenant != "" && sb.Tenant != f.Tenant) || (f.UserID != "" && sb.UserID != f.UserID) ||
-			(f.State != "" && sb.State != f.State) || !orchestrator.HasMetadata(sb.Metadata, f.Metadata) {
+			(f.State != "" && sb.State != f.State) || !core.HasMetadata(sb.Metadata, f.Metadata) {
 			continue
 		}
 		out = append(out, sb)
 	}
-	slices.SortFunc(out, orchestrator.CompareSandboxes)
+	slices.SortFunc(out, core.CompareSandboxes)
 	return out, nil
 }
 
@@ -64,25 +64,25 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 }
 
 // SetTimeout sets a sandbox's own idle TTL and counts as a use.
-func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error) {
-	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
-		return orchestrator.Sandbox{}, err
+func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return core.Sandbox{}, err
 	}
-	if err := orchestrator.CheckIdleTimeout(d, m.cfg.MaxIdleTTL); err != nil {
-		return orchestrator.Sandbox{}, err
+	if err := core.CheckIdleTimeout(d, m.cfg.MaxIdleTTL); err != nil {
+		return core.Sandbox{}, err
 	}
 	p, err := m.visible(ctx, sandboxID)
 	if err != nil {
-		return orchestrator.Sandbox{}, err
+		return core.Sandbox{}, err
 	}
 	now := time.Now()
 	// Written at once, with the last activity: a caller that extended the
 	// timeout must not lose it to a replica's crash.
 	if err := m.patchAnnotations(ctx, sandboxID, map[string]string{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)}); err != nil {
 		if apierrors.IsNotFound(err) {
-			return orchestrator.Sandbox{}, orchestrator.SandboxNotFound(sandboxID)
+			return core.Sandbox{}, core.SandboxNotFound(sandboxID)
 		}
-		return orchestrator.Sandbox{}, apiError("set the idle timeout", err)
+		return core.Sandbox{}, apiError("set the idle timeout", err)
 	}
 	p = p.DeepCopy()
 	p.Annotations[annIdleTimeout] = d.String()
@@ -93,22 +93,22 @@ func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Durat
 }
 
 // sandboxOf describes the sandbox of Pod p.
-func (m *Manager) sandboxOf(p *corev1.Pod) orchestrator.Sandbox {
+func (m *Manager) sandboxOf(p *corev1.Pod) core.Sandbox {
 	_, dead, reason, _ := podState(p)
-	sb := orchestrator.Sandbox{
+	sb := core.Sandbox{
 		ID:           p.Labels[labelSandboxID],
 		Tenant:       p.Annotations[annTenant],
 		UserID:       p.Annotations[annUserID],
-		State:        orchestrator.StateRunning,
+		State:        core.StateRunning,
 		CreatedAt:    parseTime(p.Annotations[annCreatedAt]),
 		LastActiveAt: m.lastActive(p),
 		Image:        m.cfg.Image,
 		ContainerID:  p.Name,
 		IdleTimeout:  m.idleTTLOf(p),
-		OnIdle:       orchestrator.OnIdleDelete,
+		OnIdle:       core.OnIdleDelete,
 	}
 	if dead {
-		sb.State, sb.StateReason = orchestrator.StateDead, reason
+		sb.State, sb.StateReason = core.StateDead, reason
 	}
 	if sb.CreatedAt.IsZero() {
 		sb.CreatedAt = p.CreationTimestamp.Time

@@ -3,7 +3,7 @@ package kube
 import (
 	"context"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // The operations the Kubernetes backend does not offer yet. Each answers
@@ -13,12 +13,12 @@ import (
 
 // unsupported is the error of an operation this backend lacks.
 func unsupported(what string) error {
-	return orchestrator.Errorf(orchestrator.ErrFailedPrecondition, "%s are not supported by sandboxd's kubernetes backend yet (--backend kubernetes); the docker backend has them", what)
+	return core.Errorf(core.ErrFailedPrecondition, "%s are not supported by sandboxd's kubernetes backend yet (--backend kubernetes); the docker backend has them", what)
 }
 
 // MakeDirectory is not supported on this backend.
-func (m *Manager) MakeDirectory(context.Context, string, string, bool) (orchestrator.FileInfo, error) {
-	return orchestrator.FileInfo{}, unsupported("directory operations (make, remove, rename)")
+func (m *Manager) MakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {
+	return core.FileInfo{}, unsupported("directory operations (make, remove, rename)")
 }
 
 // Remove is not supported on this backend.
@@ -27,22 +27,22 @@ func (m *Manager) Remove(context.Context, string, string, bool) error {
 }
 
 // Rename is not supported on this backend.
-func (m *Manager) Rename(context.Context, string, string, string, bool) (orchestrator.FileInfo, error) {
-	return orchestrator.FileInfo{}, unsupported("directory operations (make, remove, rename)")
+func (m *Manager) Rename(context.Context, string, string, string, bool) (core.FileInfo, error) {
+	return core.FileInfo{}, unsupported("directory operations (make, remove, rename)")
 }
 
 // WatchDirectory is not supported on this backend.
-func (m *Manager) WatchDirectory(context.Context, string, string, bool, func(orchestrator.WatchUpdate) error) error {
+func (m *Manager) WatchDirectory(context.Context, string, string, bool, func(core.WatchUpdate) error) error {
 	return unsupported("directory watches")
 }
 
 // CreateContext is not supported on this backend.
-func (m *Manager) CreateContext(context.Context, string, string, string) (orchestrator.ContextInfo, error) {
-	return orchestrator.ContextInfo{}, unsupported("execution contexts")
+func (m *Manager) CreateContext(context.Context, string, string, string) (core.ContextInfo, error) {
+	return core.ContextInfo{}, unsupported("execution contexts")
 }
 
 // ListContexts is not supported on this backend.
-func (m *Manager) ListContexts(context.Context, string) ([]orchestrator.ContextInfo, error) {
+func (m *Manager) ListContexts(context.Context, string) ([]core.ContextInfo, error) {
 	return nil, unsupported("execution contexts")
 }
 
@@ -57,11 +57,11 @@ func (m *Manager) DeleteContext(context.Context, string, string) error {
 }
 
 // Hibernate is not supported on this backend: idle sandboxes are deleted.
-func (m *Manager) Hibernate(context.Context, string) (orchestrator.Sandbox, error) {
-	return orchestrator.Sandbox{}, unsupported("hibernation and wake")
+func (m *Manager) Hibernate(context.Context, string) (core.Sandbox, error) {
+	return core.Sandbox{}, unsupported("hibernation and wake")
 }
 
 // Wake is not supported on this backend.
-func (m *Manager) Wake(context.Context, string) (orchestrator.Sandbox, *orchestrator.WakeInfo, error) {
-	return orchestrator.Sandbox{}, nil, unsupported("hibernation and wake")
+func (m *Manager) Wake(context.Context, string) (core.Sandbox, *core.WakeInfo, error) {
+	return core.Sandbox{}, nil, unsupported("hibernation and wake")
 }

@@ -10,12 +10,12 @@
 package metrics
 
 import (
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 // Namespace prefixes every series of this package.
@@ -40,7 +40,7 @@ func Name(n string) string { return Namespace + "_" + n }
 
 // Source is what the scrape-time gauges read: *orchestrator.Manager.
 type Source interface {
-	SandboxCounts() []orchestrator.SandboxCount
+	SandboxCounts() []core.SandboxCount
 	PoolSize() int
 }
 
@@ -60,7 +60,7 @@ type Metrics struct {
 	reconciled      *prometheus.CounterVec
 }
 
-var _ orchestrator.Metrics = (*Metrics)(nil)
+var _ core.Metrics = (*Metrics)(nil)
 
 // New creates the series and registers them on reg. Series that are
 // labelled by a fixed set are initialised to zero for every label value,
@@ -103,14 +103,14 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "What start-up reconciliation did: sandboxes adopted (and of those, dead), removed as expired, orphan containers and directories removed.",
 		}, []string{"result"}),
 	}
-	for _, k := range []orchestrator.AcquireKind{orchestrator.AcquireExisting, orchestrator.AcquireWarmPool, orchestrator.AcquireCold} {
+	for _, k := range []core.AcquireKind{core.AcquireExisting, core.AcquireWarmPool, core.AcquireCold} {
 		m.acquires.WithLabelValues(string(k))
 	}
 	for _, k := range streamKinds {
 		m.streamed.WithLabelValues(k)
 	}
-	for _, r := range []orchestrator.ReconcileResult{orchestrator.ReconcileAdopted, orchestrator.ReconcileDead, orchestrator.ReconcileExpired,
-		orchestrator.ReconcileOrphanContainer, orchestrator.ReconcileOrphanDir} {
+	for _, r := range []core.ReconcileResult{core.ReconcileAdopted, core.ReconcileDead, core.ReconcileExpired,
+		core.ReconcileOrphanContainer, core.ReconcileOrphanDir} {
 		m.reconciled.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.acquires, m.acquireDuration, m.commands, m.commandDuration, m.streamed, m.poolRefills, m.dockerErrors, m.reconciled)
@@ -128,7 +128,7 @@ func (m *Metrics) Watch(src Source) {
 }
 
 // Acquired implements orchestrator.Metrics.
-func (m *Metrics) Acquired(kind orchestrator.AcquireKind, d time.Duration) {
+func (m *Metrics) Acquired(kind core.AcquireKind, d time.Duration) {
 	if m == nil {
 		return
 	}
@@ -153,7 +153,7 @@ func (m *Metrics) DockerError(op string) {
 }
 
 // Reconciled implements orchestrator.Metrics.
-func (m *Metrics) Reconciled(result orchestrator.ReconcileResult, n int) {
+func (m *Metrics) Reconciled(result core.ReconcileResult, n int) {
 	if m == nil {
 		return
 	}

@@ -5,30 +5,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/sandboxd/sandboxd/orchestrator"
 )
 
 type fakeSource struct {
-	counts []orchestrator.SandboxCount
+	counts []core.SandboxCount
 	pool   int
 }
 
-func (f *fakeSource) SandboxCounts() []orchestrator.SandboxCount { return f.counts }
-func (f *fakeSource) PoolSize() int                              { return f.pool }
+func (f *fakeSource) SandboxCounts() []core.SandboxCount { return f.counts }
+func (f *fakeSource) PoolSize() int                      { return f.pool }
 
 func TestDomainSeries(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
-	m.Acquired(orchestrator.AcquireCold, 2*time.Second)
-	m.Acquired(orchestrator.AcquireCold, time.Second)
-	m.Acquired(orchestrator.AcquireExisting, time.Millisecond)
+	m.Acquired(core.AcquireCold, 2*time.Second)
+	m.Acquired(core.AcquireCold, time.Second)
+	m.Acquired(core.AcquireExisting, time.Millisecond)
 	m.PoolRefilled()
 	m.DockerError("container_create")
-	m.Reconciled(orchestrator.ReconcileAdopted, 3)
-	m.Reconciled(orchestrator.ReconcileOrphanContainer, 1)
+	m.Reconciled(core.ReconcileAdopted, 3)
+	m.Reconciled(core.ReconcileOrphanContainer, 1)
 
 	checks := []struct {
 		name      string
@@ -94,9 +94,9 @@ func TestCommandsAndStreamedAreBounded(t *testing.T) {
 func TestStateGaugesReadAtScrapeTime(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
-	src := &fakeSource{pool: 2, counts: []orchestrator.SandboxCount{
-		{Tenant: "acme", State: orchestrator.StateRunning, N: 3},
-		{Tenant: "acme", State: orchestrator.StateDead, N: 1},
+	src := &fakeSource{pool: 2, counts: []core.SandboxCount{
+		{Tenant: "acme", State: core.StateRunning, N: 3},
+		{Tenant: "acme", State: core.StateDead, N: 1},
 	}}
 	m.Watch(src)
 	want := `# HELP sandboxd_sandboxes Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead).
@@ -127,10 +127,10 @@ sandboxd_warm_pool_size 0
 
 func TestNilMetricsDiscard(t *testing.T) {
 	var m *Metrics
-	m.Acquired(orchestrator.AcquireCold, time.Second)
+	m.Acquired(core.AcquireCold, time.Second)
 	m.PoolRefilled()
 	m.DockerError("x")
-	m.Reconciled(orchestrator.ReconcileDead, 1)
+	m.Reconciled(core.ReconcileDead, 1)
 	m.CommandDone("python", "ok", time.Second)
 	m.Streamed(StreamStdout, 1)
 }
@@ -139,7 +139,7 @@ func TestEverySeriesHasHelp(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := New(reg)
 	m.Watch(&fakeSource{})
-	m.Acquired(orchestrator.AcquireCold, time.Second)
+	m.Acquired(core.AcquireCold, time.Second)
 	m.DockerError("container_start")
 	m.CommandDone("python", "ok", time.Second)
 	fams, err := reg.Gather()

@@ -3,23 +3,23 @@ package grpcapitest
 import (
 	"context"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // CreateContext calls CreateContextFunc.
-func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error) {
-	if err := m.record("CreateContext", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return orchestrator.ContextInfo{}, err
+func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error) {
+	if err := m.record("CreateContext", core.ValidateSandboxID(sandboxID)); err != nil {
+		return core.ContextInfo{}, err
 	}
 	if m.CreateContextFunc == nil {
-		return orchestrator.ContextInfo{}, ErrNotScripted
+		return core.ContextInfo{}, ErrNotScripted
 	}
 	return m.CreateContextFunc(ctx, sandboxID, language, cwd)
 }
 
 // ListContexts calls ListContextsFunc.
-func (m *Manager) ListContexts(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error) {
-	if err := m.record("ListContexts", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+func (m *Manager) ListContexts(ctx context.Context, sandboxID string) ([]core.ContextInfo, error) {
+	if err := m.record("ListContexts", core.ValidateSandboxID(sandboxID)); err != nil {
 		return nil, err
 	}
 	if m.ListContextsFunc == nil {
@@ -30,7 +30,7 @@ func (m *Manager) ListContexts(ctx context.Context, sandboxID string) ([]orchest
 
 // RestartContext calls RestartContextFunc.
 func (m *Manager) RestartContext(ctx context.Context, sandboxID, contextID string) error {
-	if err := m.record("RestartContext", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+	if err := m.record("RestartContext", core.ValidateSandboxID(sandboxID)); err != nil {
 		return err
 	}
 	if m.RestartContextFunc == nil {
@@ -41,7 +41,7 @@ func (m *Manager) RestartContext(ctx context.Context, sandboxID, contextID strin
 
 // DeleteContext calls DeleteContextFunc.
 func (m *Manager) DeleteContext(ctx context.Context, sandboxID, contextID string) error {
-	if err := m.record("DeleteContext", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+	if err := m.record("DeleteContext", core.ValidateSandboxID(sandboxID)); err != nil {
 		return err
 	}
 	if m.DeleteContextFunc == nil {

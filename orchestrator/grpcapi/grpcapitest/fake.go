@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // ErrNotScripted is returned by a method whose function field is nil, so a
@@ -34,29 +34,29 @@ var ErrNotScripted = errors.New("grpcapitest: method not scripted")
 //     (orchestrator.CompareSandboxes, CompareFiles), whatever order the
 //     function fields use.
 type Manager struct {
-	AcquireFunc   func(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error)
-	GetFunc       func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
-	ListFunc      func(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error)
+	AcquireFunc   func(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error)
+	GetFunc       func(ctx context.Context, sandboxID string) (core.Sandbox, error)
+	ListFunc      func(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error)
 	DeleteFunc    func(ctx context.Context, sandboxID string) error
-	SubmitFunc    func(ctx context.Context, req orchestrator.ExecRequest) (string, error)
-	FollowFunc    func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error
+	SubmitFunc    func(ctx context.Context, req core.ExecRequest) (string, error)
+	FollowFunc    func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
 	InterruptFunc func(ctx context.Context, sandboxID, commandID string) error
-	UploadFunc    func(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error)
-	DownloadFunc  func(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error)
-	ListFilesFunc func(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error)
+	UploadFunc    func(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error)
+	DownloadFunc  func(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error)
+	ListFilesFunc func(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error)
 	CloseFunc     func() error
 
-	MakeDirectoryFunc  func(ctx context.Context, sandboxID, path string, parents bool) (orchestrator.FileInfo, error)
+	MakeDirectoryFunc  func(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error)
 	RemoveFunc         func(ctx context.Context, sandboxID, path string, recursive bool) error
-	RenameFunc         func(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error)
-	ListFilesDepthFunc func(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error)
-	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error
+	RenameFunc         func(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error)
+	ListFilesDepthFunc func(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error)
+	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error
 
-	SetTimeoutFunc     func(ctx context.Context, sandboxID string, d time.Duration) (orchestrator.Sandbox, error)
-	HibernateFunc      func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error)
-	WakeFunc           func(ctx context.Context, sandboxID string) (orchestrator.Sandbox, *orchestrator.WakeInfo, error)
-	CreateContextFunc  func(ctx context.Context, sandboxID, language, cwd string) (orchestrator.ContextInfo, error)
-	ListContextsFunc   func(ctx context.Context, sandboxID string) ([]orchestrator.ContextInfo, error)
+	SetTimeoutFunc     func(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error)
+	HibernateFunc      func(ctx context.Context, sandboxID string) (core.Sandbox, error)
+	WakeFunc           func(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
+	CreateContextFunc  func(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error)
+	ListContextsFunc   func(ctx context.Context, sandboxID string) ([]core.ContextInfo, error)
 	RestartContextFunc func(ctx context.Context, sandboxID, contextID string) error
 	DeleteContextFunc  func(ctx context.Context, sandboxID, contextID string) error
 
@@ -78,10 +78,10 @@ func (m *Manager) record(name string, valid error) error {
 
 // commandIDs validates the IDs of a command operation.
 func commandIDs(sandboxID, commandID string) error {
-	if err := orchestrator.ValidateSandboxID(sandboxID); err != nil {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
-	return orchestrator.ValidateCommandID(commandID)
+	return core.ValidateCommandID(commandID)
 }
 
 // Calls returns the names of the methods called so far with arguments the
@@ -93,29 +93,29 @@ func (m *Manager) Calls() []string {
 }
 
 // Acquire calls AcquireFunc.
-func (m *Manager) Acquire(ctx context.Context, userID string, opts orchestrator.Options) (orchestrator.AcquireResult, error) {
-	if err := m.record("Acquire", orchestrator.ValidateUserID(userID)); err != nil {
-		return orchestrator.AcquireResult{}, err
+func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
+	if err := m.record("Acquire", core.ValidateUserID(userID)); err != nil {
+		return core.AcquireResult{}, err
 	}
 	if m.AcquireFunc == nil {
-		return orchestrator.AcquireResult{}, ErrNotScripted
+		return core.AcquireResult{}, ErrNotScripted
 	}
 	return m.AcquireFunc(ctx, userID, opts)
 }
 
 // Get calls GetFunc.
-func (m *Manager) Get(ctx context.Context, sandboxID string) (orchestrator.Sandbox, error) {
-	if err := m.record("Get", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return orchestrator.Sandbox{}, err
+func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
+	if err := m.record("Get", core.ValidateSandboxID(sandboxID)); err != nil {
+		return core.Sandbox{}, err
 	}
 	if m.GetFunc == nil {
-		return orchestrator.Sandbox{}, ErrNotScripted
+		return core.Sandbox{}, ErrNotScripted
 	}
 	return m.GetFunc(ctx, sandboxID)
 }
 
 // List calls ListFunc.
-func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orchestrator.Sandbox, error) {
+func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 	if err := m.record("List", f.Validate()); err != nil {
 		return nil, err
 	}
@@ -123,13 +123,13 @@ func (m *Manager) List(ctx context.Context, f orchestrator.ListFilter) ([]orches
 		return nil, ErrNotScripted
 	}
 	list, err := m.ListFunc(ctx, f)
-	slices.SortFunc(list, orchestrator.CompareSandboxes)
+	slices.SortFunc(list, core.CompareSandboxes)
 	return list, err
 }
 
 // Delete calls DeleteFunc.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	if err := m.record("Delete", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+	if err := m.record("Delete", core.ValidateSandboxID(sandboxID)); err != nil {
 		return err
 	}
 	if m.DeleteFunc == nil {
@@ -139,7 +139,7 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 }
 
 // Submit calls SubmitFunc.
-func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (string, error) {
+func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
 	if err := m.record("Submit", req.Validate()); err != nil {
 		return "", err
 	}
@@ -150,7 +150,7 @@ func (m *Manager) Submit(ctx context.Context, req orchestrator.ExecRequest) (str
 }
 
 // Follow calls FollowFunc.
-func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(orchestrator.Event) error) error {
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error {
 	if err := m.record("Follow", commandIDs(sandboxID, commandID)); err != nil {
 		return err
 	}
@@ -172,54 +172,54 @@ func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) er
 }
 
 // Upload calls UploadFunc.
-func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (orchestrator.FileInfo, error) {
-	if err := m.record("Upload", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return orchestrator.FileInfo{}, err
+func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error) {
+	if err := m.record("Upload", core.ValidateSandboxID(sandboxID)); err != nil {
+		return core.FileInfo{}, err
 	}
 	if m.UploadFunc == nil {
-		return orchestrator.FileInfo{}, ErrNotScripted
+		return core.FileInfo{}, ErrNotScripted
 	}
 	return m.UploadFunc(ctx, sandboxID, path, r)
 }
 
 // Download calls DownloadFunc.
-func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, orchestrator.FileInfo, error) {
-	if err := m.record("Download", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return nil, orchestrator.FileInfo{}, err
+func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error) {
+	if err := m.record("Download", core.ValidateSandboxID(sandboxID)); err != nil {
+		return nil, core.FileInfo{}, err
 	}
 	if m.DownloadFunc == nil {
-		return nil, orchestrator.FileInfo{}, ErrNotScripted
+		return nil, core.FileInfo{}, ErrNotScripted
 	}
 	return m.DownloadFunc(ctx, sandboxID, path)
 }
 
 // ListFiles calls ListFilesFunc.
-func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]orchestrator.FileInfo, error) {
-	if err := m.record("ListFiles", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error) {
+	if err := m.record("ListFiles", core.ValidateSandboxID(sandboxID)); err != nil {
 		return nil, err
 	}
 	if m.ListFilesFunc == nil {
 		return nil, ErrNotScripted
 	}
 	files, err := m.ListFilesFunc(ctx, sandboxID, path)
-	slices.SortFunc(files, orchestrator.CompareFiles)
+	slices.SortFunc(files, core.CompareFiles)
 	return files, err
 }
 
 // MakeDirectory calls MakeDirectoryFunc.
-func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (orchestrator.FileInfo, error) {
-	if err := m.record("MakeDirectory", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return orchestrator.FileInfo{}, err
+func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error) {
+	if err := m.record("MakeDirectory", core.ValidateSandboxID(sandboxID)); err != nil {
+		return core.FileInfo{}, err
 	}
 	if m.MakeDirectoryFunc == nil {
-		return orchestrator.FileInfo{}, ErrNotScripted
+		return core.FileInfo{}, ErrNotScripted
 	}
 	return m.MakeDirectoryFunc(ctx, sandboxID, path, parents)
 }
 
 // Remove calls RemoveFunc.
 func (m *Manager) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
-	if err := m.record("Remove", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+	if err := m.record("Remove", core.ValidateSandboxID(sandboxID)); err != nil {
 		return err
 	}
 	if m.RemoveFunc == nil {
@@ -229,32 +229,32 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, path string, recursive 
 }
 
 // Rename calls RenameFunc.
-func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (orchestrator.FileInfo, error) {
-	if err := m.record("Rename", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return orchestrator.FileInfo{}, err
+func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
+	if err := m.record("Rename", core.ValidateSandboxID(sandboxID)); err != nil {
+		return core.FileInfo{}, err
 	}
 	if m.RenameFunc == nil {
-		return orchestrator.FileInfo{}, ErrNotScripted
+		return core.FileInfo{}, ErrNotScripted
 	}
 	return m.RenameFunc(ctx, sandboxID, from, to, overwrite)
 }
 
 // ListFilesDepth calls ListFilesDepthFunc, and returns its result sorted.
-func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]orchestrator.FileInfo, error) {
-	if err := m.record("ListFilesDepth", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error) {
+	if err := m.record("ListFilesDepth", core.ValidateSandboxID(sandboxID)); err != nil {
 		return nil, err
 	}
 	if m.ListFilesDepthFunc == nil {
 		return nil, ErrNotScripted
 	}
 	files, err := m.ListFilesDepthFunc(ctx, sandboxID, path, depth)
-	slices.SortFunc(files, orchestrator.CompareFiles)
+	slices.SortFunc(files, core.CompareFiles)
 	return files, err
 }
 
 // WatchDirectory calls WatchDirectoryFunc.
-func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(orchestrator.WatchUpdate) error) error {
-	if err := m.record("WatchDirectory", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
+func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error {
+	if err := m.record("WatchDirectory", core.ValidateSandboxID(sandboxID)); err != nil {
 		return err
 	}
 	if m.WatchDirectoryFunc == nil {

@@ -3,7 +3,7 @@ package grpcapitest
 import (
 	"context"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // ProcessManager is Manager with the interactive-command calls
@@ -13,8 +13,8 @@ type ProcessManager struct {
 	*Manager
 	SendStdinFunc    func(ctx context.Context, sandboxID, commandID string, data []byte) error
 	CloseStdinFunc   func(ctx context.Context, sandboxID, commandID string) error
-	ResizePtyFunc    func(ctx context.Context, sandboxID, commandID string, size orchestrator.PtySize) error
-	ListCommandsFunc func(ctx context.Context, sandboxID string, pageSize int, pageToken string) (orchestrator.CommandPage, error)
+	ResizePtyFunc    func(ctx context.Context, sandboxID, commandID string, size core.PtySize) error
+	ListCommandsFunc func(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error)
 }
 
 // SendStdin calls SendStdinFunc.
@@ -40,7 +40,7 @@ func (m *ProcessManager) CloseStdin(ctx context.Context, sandboxID, commandID st
 }
 
 // ResizePty calls ResizePtyFunc.
-func (m *ProcessManager) ResizePty(ctx context.Context, sandboxID, commandID string, size orchestrator.PtySize) error {
+func (m *ProcessManager) ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error {
 	if err := m.record("ResizePty", commandIDs(sandboxID, commandID)); err != nil {
 		return err
 	}
@@ -51,12 +51,12 @@ func (m *ProcessManager) ResizePty(ctx context.Context, sandboxID, commandID str
 }
 
 // ListCommands calls ListCommandsFunc.
-func (m *ProcessManager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (orchestrator.CommandPage, error) {
-	if err := m.record("ListCommands", orchestrator.ValidateSandboxID(sandboxID)); err != nil {
-		return orchestrator.CommandPage{}, err
+func (m *ProcessManager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
+	if err := m.record("ListCommands", core.ValidateSandboxID(sandboxID)); err != nil {
+		return core.CommandPage{}, err
 	}
 	if m.ListCommandsFunc == nil {
-		return orchestrator.CommandPage{}, ErrNotScripted
+		return core.CommandPage{}, ErrNotScripted
 	}
 	return m.ListCommandsFunc(ctx, sandboxID, pageSize, pageToken)
 }

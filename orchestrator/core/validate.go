@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"crypto/rand"
@@ -31,12 +31,12 @@ func ValidateUserID(id string) error {
 func checkName(what, s string, max int, pattern *regexp.Regexp, mismatch string) error {
 	switch {
 	case s == "":
-		return invalidf("%s is empty", what)
+		return Invalidf("%s is empty", what)
 	case len(s) > max:
-		return invalidf("%s is %d bytes long; the limit is %d", what, len(s), max)
+		return Invalidf("%s is %d bytes long; the limit is %d", what, len(s), max)
 	case !pattern.MatchString(s):
 		// s is at most max bytes long here: quoting it in full is safe.
-		return invalidf("%s %q %s", what, s, mismatch)
+		return Invalidf("%s %q %s", what, s, mismatch)
 	}
 	return nil
 }
@@ -57,10 +57,10 @@ var sandboxIDPattern = regexp.MustCompile(`^sb-[a-z2-7]{20}$`)
 // ErrInvalidArgument.
 func ValidateSandboxID(id string) error {
 	if id == "" {
-		return invalidf("sandbox ID is empty")
+		return Invalidf("sandbox ID is empty")
 	}
 	if !sandboxIDPattern.MatchString(id) {
-		return invalidf("sandbox ID %q is malformed: want %q followed by %d characters of [a-z2-7]", truncate(id, 64), sandboxIDPrefix, sandboxIDRandLen)
+		return Invalidf("sandbox ID %q is malformed: want %q followed by %d characters of [a-z2-7]", Truncate(id, 64), sandboxIDPrefix, sandboxIDRandLen)
 	}
 	return nil
 }
@@ -68,7 +68,7 @@ func ValidateSandboxID(id string) error {
 var sandboxIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // newSandboxID returns a fresh random sandbox ID.
-func newSandboxID() string {
+func NewSandboxID() string {
 	var b [13]byte  // 104 bits, of which the first 100 are used
 	rand.Read(b[:]) // never fails (crypto/rand panics instead)
 	return sandboxIDPrefix + strings.ToLower(sandboxIDEncoding.EncodeToString(b[:]))[:sandboxIDRandLen]
@@ -79,14 +79,14 @@ func newSandboxID() string {
 // ErrInvalidArgument.
 func ValidateCommandID(id string) error {
 	if err := ioproto.ValidateCommandID(id); err != nil {
-		return invalidf("%v", err)
+		return Invalidf("%v", err)
 	}
 	return nil
 }
 
 // validateIDs checks the IDs of an operation on a command: the sandbox's
 // first, then the command's.
-func validateIDs(sandboxID, commandID string) error {
+func ValidateIDs(sandboxID, commandID string) error {
 	if err := ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ var languageAliases = map[string]string{
 }
 
 // canonicalLanguage is lang with an alias resolved and the default applied.
-func canonicalLanguage(lang string) string {
+func CanonicalLanguage(lang string) string {
 	if lang == "" {
 		return ioproto.LanguagePython
 	}
@@ -115,18 +115,18 @@ func canonicalLanguage(lang string) string {
 // (python, bash, javascript, typescript, r), an alias of one, or empty for
 // the default (python). Whether the sandbox's image has it is Submit's
 // check (FAILED_PRECONDITION).
-func validateLanguage(lang string) error {
-	if ioproto.KnownLanguage(canonicalLanguage(lang)) {
+func ValidateLanguage(lang string) error {
+	if ioproto.KnownLanguage(CanonicalLanguage(lang)) {
 		return nil
 	}
-	return invalidf("language %q is not supported; use one of %s", truncate(lang, 32), strings.Join(ioproto.Languages, ", "))
+	return Invalidf("language %q is not supported; use one of %s", Truncate(lang, 32), strings.Join(ioproto.Languages, ", "))
 }
 
 // validateCommandEnv checks a command's environment with the /io
 // protocol's rules (the driver checks them again).
 func validateCommandEnv(env map[string]string) error {
 	if err := ioproto.ValidateEnv(env); err != nil {
-		return invalidf("%v", err)
+		return Invalidf("%v", err)
 	}
 	return nil
 }
@@ -145,20 +145,20 @@ func (r ExecRequest) Validate() error {
 			return err
 		}
 	}
-	if err := validateLanguage(r.Language); err != nil {
+	if err := ValidateLanguage(r.Language); err != nil {
 		return err
 	}
 	if err := validateCommandEnv(r.Env); err != nil {
 		return err
 	}
-	if err := validateContextID(r.ContextID, true); err != nil {
+	if err := ValidateContextID(r.ContextID, true); err != nil {
 		return err
 	}
 	switch {
 	case r.Timeout < 0:
-		return invalidf("timeout %v is negative; use 0 for the server default", r.Timeout)
+		return Invalidf("timeout %v is negative; use 0 for the server default", r.Timeout)
 	case r.Timeout > 0 && r.Timeout < time.Millisecond:
-		return invalidf("timeout %v is below the 1ms resolution", r.Timeout)
+		return Invalidf("timeout %v is below the 1ms resolution", r.Timeout)
 	}
 	return r.validateInput()
 }
@@ -183,7 +183,7 @@ func (f ListFilter) Validate() error {
 	case "", StateRunning, StateDead, StateHibernated:
 		return nil
 	}
-	return invalidf("state filter %q is not %q, %q or %q", truncate(string(f.State), 32), StateRunning, StateDead, StateHibernated)
+	return Invalidf("state filter %q is not %q, %q or %q", Truncate(string(f.State), 32), StateRunning, StateDead, StateHibernated)
 }
 
 // Bounds below which Docker refuses (or the sandbox cannot work): the
@@ -197,20 +197,20 @@ const (
 	// threads (its sandboxed processes are not host processes), and with 64
 	// the sandbox itself crashes (measured: exit 2); 96 works, 128 leaves
 	// room.
-	minPidsLimitGVisor = 128
+	MinPidsLimitGVisor = 128
 )
 
 // checkRuntimeLimits refuses limits a runtime cannot run with.
-func checkRuntimeLimits(runtime string, l Limits) error {
-	if runtime == runtimeGVisor && l.PidsLimit < minPidsLimitGVisor {
-		return invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, runtimeGVisor, minPidsLimitGVisor)
+func CheckRuntimeLimits(runtime string, l Limits) error {
+	if runtime == RuntimeGVisor && l.PidsLimit < MinPidsLimitGVisor {
+		return Invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, RuntimeGVisor, MinPidsLimitGVisor)
 	}
 	return nil
 }
 
 // resolveLimits applies the server defaults to zero fields of req and checks
 // the result against the server maxima (a zero maximum means no cap).
-func resolveLimits(req, def, max Limits) (Limits, error) {
+func ResolveLimits(req, def, max Limits) (Limits, error) {
 	fields := []struct {
 		name          string
 		req, def, max int64
@@ -220,7 +220,7 @@ func resolveLimits(req, def, max Limits) (Limits, error) {
 		{"memory_bytes", req.MemoryBytes, def.MemoryBytes, max.MemoryBytes, minMemoryBytes, nil},
 		{"nano_cpus", req.NanoCPUs, def.NanoCPUs, max.NanoCPUs, minNanoCPUs, nil},
 		{"pids_limit", req.PidsLimit, def.PidsLimit, max.PidsLimit, minPidsLimit, nil},
-		{"disk_bytes", req.DiskBytes, def.DiskBytes, max.DiskBytes, minDiskBytes, nil},
+		{"disk_bytes", req.DiskBytes, def.DiskBytes, max.DiskBytes, MinDiskBytes, nil},
 	}
 	var out Limits
 	fields[0].out, fields[1].out, fields[2].out, fields[3].out = &out.MemoryBytes, &out.NanoCPUs, &out.PidsLimit, &out.DiskBytes
@@ -228,13 +228,13 @@ func resolveLimits(req, def, max Limits) (Limits, error) {
 		v := f.req
 		switch {
 		case v < 0:
-			return Limits{}, invalidf("limit %s is %d; it must be positive, or 0 for the server default", f.name, v)
+			return Limits{}, Invalidf("limit %s is %d; it must be positive, or 0 for the server default", f.name, v)
 		case v == 0:
 			v = f.def
 		case f.max > 0 && v > f.max:
-			return Limits{}, invalidf("limit %s is %d; the server maximum is %d", f.name, v, f.max)
+			return Limits{}, Invalidf("limit %s is %d; the server maximum is %d", f.name, v, f.max)
 		case v < f.min:
-			return Limits{}, invalidf("limit %s is %d; the minimum is %d", f.name, v, f.min)
+			return Limits{}, Invalidf("limit %s is %d; the minimum is %d", f.name, v, f.min)
 		}
 		*f.out = v
 	}
@@ -251,31 +251,31 @@ const (
 // validateEnv checks variables that Docker would otherwise mangle or refuse.
 func validateEnv(env map[string]string) error {
 	if len(env) > maxEnvVars {
-		return invalidf("env has %d variables; the limit is %d", len(env), maxEnvVars)
+		return Invalidf("env has %d variables; the limit is %d", len(env), maxEnvVars)
 	}
 	total := 0
 	for k, v := range env {
 		switch {
 		case k == "":
-			return invalidf("env has a variable with an empty name")
+			return Invalidf("env has a variable with an empty name")
 		case strings.ContainsAny(k, "=\x00"):
-			return invalidf("env variable name %q contains '=' or a NUL byte", truncate(k, 64))
+			return Invalidf("env variable name %q contains '=' or a NUL byte", Truncate(k, 64))
 		case strings.ContainsRune(v, 0):
-			return invalidf("env variable %s contains a NUL byte", truncate(k, 64))
+			return Invalidf("env variable %s contains a NUL byte", Truncate(k, 64))
 		case !utf8.ValidString(k) || !utf8.ValidString(v):
-			return invalidf("env variable %s is not valid UTF-8", truncate(k, 64))
+			return Invalidf("env variable %s is not valid UTF-8", Truncate(k, 64))
 		}
 		total += len(k) + len(v) + 1
 	}
 	if total > maxEnvBytes {
-		return invalidf("env is %d bytes long; the limit is %d", total, maxEnvBytes)
+		return Invalidf("env is %d bytes long; the limit is %d", total, maxEnvBytes)
 	}
 	return nil
 }
 
 // truncate shortens s for an error message so a huge invalid input cannot
 // blow up the response.
-func truncate(s string, n int) string {
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

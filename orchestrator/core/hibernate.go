@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"slices"
@@ -40,7 +40,7 @@ type WakeInfo struct {
 	Time   time.Time
 }
 
-func (w *WakeInfo) clone() *WakeInfo {
+func (w *WakeInfo) Clone() *WakeInfo {
 	if w == nil {
 		return nil
 	}
@@ -65,5 +65,5 @@ func checkOnIdle(onIdle string) error {
 	case "", OnIdleHibernate, OnIdleDelete:
 		return nil
 	}
-	return invalidf("on-idle action %q: want %q or %q", onIdle, OnIdleHibernate, OnIdleDelete)
+	return Invalidf("on-idle action %q: want %q or %q", onIdle, OnIdleHibernate, OnIdleDelete)
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func CallerFrom(ctx context.Context) (Caller, bool) {
 }
 
 // callerOf returns ctx's caller, DefaultCaller when there is none.
-func callerOf(ctx context.Context) Caller {
+func CallerOf(ctx context.Context) Caller {
 	if c, ok := CallerFrom(ctx); ok {
 		return c
 	}
@@ -71,6 +71,6 @@ func callerOf(ctx context.Context) Caller {
 }
 
 // sees reports whether c may see sandboxes of tenant.
-func (c Caller) sees(tenant string) bool {
+func (c Caller) Sees(tenant string) bool {
 	return c.Admin || c.Tenant == tenant
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"maps"
@@ -47,20 +47,20 @@ func ResolveOptions(opts Options, p Policy) (Resolved, error) {
 		return Resolved{}, err
 	}
 	if opts.Network && !p.AllowNetwork {
-		return Resolved{}, invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
+		return Resolved{}, Invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
 	}
 	req := opts.Limits
 	if p.NoDiskLimit {
 		req.DiskBytes = 0 // not enforceable here; the limits in force say 0
 	}
-	limits, err := resolveLimits(req, p.DefaultLimits, p.MaxLimits)
+	limits, err := ResolveLimits(req, p.DefaultLimits, p.MaxLimits)
 	if err != nil {
 		return Resolved{}, err
 	}
-	if err := checkRuntimeLimits(p.Runtime, limits); err != nil {
+	if err := CheckRuntimeLimits(p.Runtime, limits); err != nil {
 		return Resolved{}, err
 	}
-	if err := validateMetadata(opts.Metadata); err != nil {
+	if err := ValidateMetadata(opts.Metadata); err != nil {
 		return Resolved{}, err
 	}
 	if opts.IdleTimeout != 0 {
@@ -80,9 +80,9 @@ func ResolveOptions(opts Options, p Policy) (Resolved, error) {
 func CheckIdleTimeout(d, maxTTL time.Duration) error {
 	switch {
 	case d < MinIdleTimeout:
-		return invalidf("idle timeout %v is below the minimum of %v", d, MinIdleTimeout)
+		return Invalidf("idle timeout %v is below the minimum of %v", d, MinIdleTimeout)
 	case d > maxTTL:
-		return invalidf("idle timeout %v exceeds the server's maximum of %v (sandboxd --max-idle-ttl)", d, maxTTL)
+		return Invalidf("idle timeout %v exceeds the server's maximum of %v (sandboxd --max-idle-ttl)", d, maxTTL)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"time"
@@ -59,20 +59,20 @@ const (
 )
 
 // noMetrics is the default Metrics: it discards.
-type noMetrics struct{}
+type NoMetrics struct{}
 
-func (noMetrics) Acquired(AcquireKind, time.Duration) {}
+func (NoMetrics) Acquired(AcquireKind, time.Duration) {}
 
-func (noMetrics) PoolRefilled() {}
+func (NoMetrics) PoolRefilled() {}
 
-func (noMetrics) DockerError(string) {}
+func (NoMetrics) DockerError(string) {}
 
-func (noMetrics) Reconciled(ReconcileResult, int) {}
+func (NoMetrics) Reconciled(ReconcileResult, int) {}
 
 // metricsOrNoop is c's Metrics, or one that discards.
-func metricsOrNoop(mt Metrics) Metrics {
+func MetricsOrNoop(mt Metrics) Metrics {
 	if mt == nil {
-		return noMetrics{}
+		return NoMetrics{}
 	}
 	return mt
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"time"
@@ -22,12 +22,12 @@ type ContextInfo struct {
 
 // validateContextID checks a context ID in a request; empty is allowed
 // where it means the default context.
-func validateContextID(id string, emptyOK bool) error {
+func ValidateContextID(id string, emptyOK bool) error {
 	if id == "" && emptyOK {
 		return nil
 	}
 	if err := ioproto.ValidateContextID(id); err != nil {
-		return invalidf("%v", err)
+		return Invalidf("%v", err)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"regexp"
@@ -19,9 +19,9 @@ const (
 // Bounds of a sandbox's metadata: enough for a few IDs and names, small
 // enough that meta.json, List responses and their filters stay cheap.
 const (
-	maxMetadataEntries  = 64
+	MaxMetadataEntries  = 64
 	maxMetadataKeyLen   = 64
-	maxMetadataValueLen = 512
+	MaxMetadataValueLen = 512
 	maxMetadataBytes    = 16 << 10
 )
 
@@ -31,9 +31,9 @@ var metadataKeyPattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]+$`)
 
 // validateMetadata checks a sandbox's metadata. Errors wrap
 // ErrInvalidArgument and name the offending key.
-func validateMetadata(md map[string]string) error {
-	if len(md) > maxMetadataEntries {
-		return invalidf("metadata has %d entries; the limit is %d", len(md), maxMetadataEntries)
+func ValidateMetadata(md map[string]string) error {
+	if len(md) > MaxMetadataEntries {
+		return Invalidf("metadata has %d entries; the limit is %d", len(md), MaxMetadataEntries)
 	}
 	total := 0
 	for k, v := range md {
@@ -43,7 +43,7 @@ func validateMetadata(md map[string]string) error {
 		total += len(k) + len(v)
 	}
 	if total > maxMetadataBytes {
-		return invalidf("metadata is %d bytes long (keys and values); the limit is %d", total, maxMetadataBytes)
+		return Invalidf("metadata is %d bytes long (keys and values); the limit is %d", total, maxMetadataBytes)
 	}
 	return nil
 }
@@ -51,8 +51,8 @@ func validateMetadata(md map[string]string) error {
 // validateMetadataFilter checks ListFilter.Metadata: each pair as in
 // validateMetadata (a pair no sandbox can have is a mistake worth telling).
 func validateMetadataFilter(md map[string]string) error {
-	if len(md) > maxMetadataEntries {
-		return invalidf("metadata filter has %d entries; the limit is %d", len(md), maxMetadataEntries)
+	if len(md) > MaxMetadataEntries {
+		return Invalidf("metadata filter has %d entries; the limit is %d", len(md), MaxMetadataEntries)
 	}
 	for k, v := range md {
 		if err := checkMetadataPair(k, v); err != nil {
@@ -65,21 +65,21 @@ func validateMetadataFilter(md map[string]string) error {
 func checkMetadataPair(k, v string) error {
 	switch {
 	case k == "":
-		return invalidf("metadata has an empty key")
+		return Invalidf("metadata has an empty key")
 	case len(k) > maxMetadataKeyLen:
-		return invalidf("metadata key %q is %d characters long; the limit is %d", truncate(k, 64), len(k), maxMetadataKeyLen)
+		return Invalidf("metadata key %q is %d characters long; the limit is %d", Truncate(k, 64), len(k), maxMetadataKeyLen)
 	case !metadataKeyPattern.MatchString(k):
-		return invalidf("metadata key %q may contain only letters, digits and . _ : / -", truncate(k, 64))
-	case len(v) > maxMetadataValueLen:
-		return invalidf("metadata value of key %s is %d bytes long; the limit is %d", k, len(v), maxMetadataValueLen)
+		return Invalidf("metadata key %q may contain only letters, digits and . _ : / -", Truncate(k, 64))
+	case len(v) > MaxMetadataValueLen:
+		return Invalidf("metadata value of key %s is %d bytes long; the limit is %d", k, len(v), MaxMetadataValueLen)
 	case !utf8.ValidString(v):
-		return invalidf("metadata value of key %s is not valid UTF-8", k)
+		return Invalidf("metadata value of key %s is not valid UTF-8", k)
 	}
 	return nil
 }
 
 // hasMetadata reports whether md has every pair of want.
-func hasMetadata(md, want map[string]string) bool {
+func HasMetadata(md, want map[string]string) bool {
 	for k, v := range want {
 		if got, ok := md[k]; !ok || got != v {
 			return false

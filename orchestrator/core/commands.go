@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"time"
@@ -30,17 +30,17 @@ func (r ExecRequest) validateInput() error {
 		if lang == "" {
 			lang = ioproto.LanguagePython
 		}
-		return invalidf("stdin and pty are for bash commands only; language is %q", lang)
+		return Invalidf("stdin and pty are for bash commands only; language is %q", lang)
 	}
 	if r.Pty != (PtySize{}) {
-		return validatePtySize(r.Pty)
+		return ValidatePtySize(r.Pty)
 	}
 	return nil
 }
 
-func validatePtySize(sz PtySize) error {
+func ValidatePtySize(sz PtySize) error {
 	if sz.Rows < 1 || sz.Rows > ioproto.MaxPtyDim || sz.Cols < 1 || sz.Cols > ioproto.MaxPtyDim {
-		return invalidf("terminal size %dx%d (rows x cols) is outside 1-%d", sz.Rows, sz.Cols, ioproto.MaxPtyDim)
+		return Invalidf("terminal size %dx%d (rows x cols) is outside 1-%d", sz.Rows, sz.Cols, ioproto.MaxPtyDim)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"time"
@@ -20,8 +20,8 @@ const MaxCodeBytes = 1 << 20
 
 // sandboxNotFound is the one answer for a sandbox a caller cannot use,
 // whether it never existed, is gone, or belongs to another tenant.
-func sandboxNotFound(sandboxID string) error {
-	return notFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
+func SandboxNotFound(sandboxID string) error {
+	return NotFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
 }
 
 // Disk sizes.
@@ -35,7 +35,7 @@ const (
 	DefaultIODiskBytes = 1 << 30
 	// minDiskBytes is the smallest volume: ext4 with a journal needs a few
 	// MiB of its own.
-	minDiskBytes = 16 << 20
+	MinDiskBytes = 16 << 20
 )
 
 // DefaultHibernatedTTL keeps a hibernated sandbox a week.

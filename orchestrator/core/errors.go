@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import "errors"
 

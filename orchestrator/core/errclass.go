@@ -1,4 +1,4 @@
-package orchestrator
+package core
 
 import (
 	"context"
@@ -28,7 +28,7 @@ func (e *classError) Unwrap() []error {
 
 // errorf returns an error of class with a formatted message. A %w verb in
 // format records the cause (the message then includes it, as fmt.Errorf does).
-func errorf(class *Class, format string, args ...any) error {
+func Errorf(class *Class, format string, args ...any) error {
 	err := fmt.Errorf(format, args...)
 	return &classError{class: class, msg: err.Error(), cause: errors.Unwrap(err)}
 }
@@ -36,30 +36,30 @@ func errorf(class *Class, format string, args ...any) error {
 // invalidf, notFoundf, preconditionf, exhaustedf, unavailablef and
 // alreadyExistsf are
 // shorthands for errorf with each class.
-func invalidf(format string, args ...any) error {
-	return errorf(ErrInvalidArgument, format, args...)
+func Invalidf(format string, args ...any) error {
+	return Errorf(ErrInvalidArgument, format, args...)
 }
 
-func notFoundf(format string, args ...any) error { return errorf(ErrNotFound, format, args...) }
+func NotFoundf(format string, args ...any) error { return Errorf(ErrNotFound, format, args...) }
 
-func preconditionf(format string, args ...any) error {
-	return errorf(ErrFailedPrecondition, format, args...)
+func Preconditionf(format string, args ...any) error {
+	return Errorf(ErrFailedPrecondition, format, args...)
 }
 
-func exhaustedf(format string, args ...any) error {
-	return errorf(ErrResourceExhausted, format, args...)
+func Exhaustedf(format string, args ...any) error {
+	return Errorf(ErrResourceExhausted, format, args...)
 }
 
-func unavailablef(format string, args ...any) error {
-	return errorf(ErrUnavailable, format, args...)
+func Unavailablef(format string, args ...any) error {
+	return Errorf(ErrUnavailable, format, args...)
 }
 
-func alreadyExistsf(format string, args ...any) error {
-	return errorf(ErrAlreadyExists, format, args...)
+func AlreadyExistsf(format string, args ...any) error {
+	return Errorf(ErrAlreadyExists, format, args...)
 }
 
 // isClassified reports whether err already carries a class (or is a context
 // error, which callers recognise by itself), so wrappers don't classify twice.
-func isClassified(err error) bool {
+func IsClassified(err error) bool {
 	return ClassOf(err) != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
