@@ -27,9 +27,9 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.6.2
 PROTOC_GEN_CONNECT_GO_VERSION ?= $(or $(shell $(GO) list -m -f '{{.Version}}' connectrpc.com/connect 2>/dev/null),v1.21.1)
 BUF_DIR    ?= .
 PROTO_OUT  ?= proto
-# The envd services of the E2B door (orchestrator/e2bapi), a buf module of
+# The envd services of the E2B door (orchestrator/door/e2bapi), a buf module of
 # their own: they keep E2B's wire names, which proto/'s lint refuses.
-E2B_PROTO  ?= orchestrator/e2bapi/envdproto
+E2B_PROTO  ?= orchestrator/door/e2bapi/envdproto
 
 # The Python client's stubs (clients/python), generated with Debian's protoc
 # 3.21 and grpc_python_plugin to match Debian's python3-protobuf and
@@ -268,7 +268,7 @@ mcp-conformance-tools:
 
 # ------------------------------------------------------------------ E2B SDKs
 # The official E2B SDKs (npm "e2b" and "@e2b/code-interpreter", pinned),
-# which orchestrator/e2bapi's TestSDK runs unmodified against a real
+# which orchestrator/door/e2bapi's TestSDK runs unmodified against a real
 # sandboxd --e2b-listen. Installed with npm into a cache outside the
 # repository, one directory per version pair, only when missing.
 E2B_SDK_VERSION    ?= 2.51.0

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -231,7 +231,7 @@ func testHibernateIdle(t *testing.T, env *e2eEnv) {
 func TestE2EHibernateCrash(t *testing.T) { forRuntimes(t, testHibernateCrash) }
 
 func testHibernateCrash(t *testing.T, env *e2eEnv) {
-	steps := append(slices.Clone(orchestrator.HibernateSteps), orchestrator.WakeSteps...)
+	steps := append(slices.Clone(docker.HibernateSteps), docker.WakeSteps...)
 	for i, step := range steps {
 		t.Run(strings.ReplaceAll(step, ":", "-"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

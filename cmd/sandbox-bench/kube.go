@@ -39,7 +39,7 @@ import (
 var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeCold, mKubePool, mKubeAcquire}
 
 // Labels and annotation of the sandbox Pods the bench reads (the kube
-// backend's, orchestrator/kube/pod.go).
+// backend's, orchestrator/backend/kube/pod.go).
 const (
 	kubeLabelPool      = "sandboxd.io/pool"
 	kubeLabelSandboxID = "sandboxd.io/sandbox-id"

@@ -1,5 +1,5 @@
 // Command sandbox-iosidecar is the io sidecar of a sandbox Pod on the
-// Kubernetes backend (orchestrator/kube/iosidecar): it serves sandboxio.v1
+// Kubernetes backend (orchestrator/backend/kube/iosidecar): it serves sandboxio.v1
 // to sandboxd — the host half of the /io protocol and the files API on
 // /workspace — from its own container beside the sandbox container.
 //
@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator/kube/iosidecar"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 )
 
 // maxTokenFile bounds what is read of --token-file.

@@ -22,8 +22,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 const adminToken = "ops-admin-token-0123456789"

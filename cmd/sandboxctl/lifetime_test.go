@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 func TestSetTimeout(t *testing.T) {

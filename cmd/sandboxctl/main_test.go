@@ -16,8 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 const (

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 func TestPs(t *testing.T) {

@@ -19,7 +19,7 @@ import (
 
 	"github.com/docker/go-units"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 )
 
 // envPrefix names the environment equivalents of the flags: --idle-ttl is
@@ -41,7 +41,7 @@ type config struct {
 	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
 	backend         string // docker or kubernetes
 	kube            kubeConfig
-	manager         orchestrator.Config
+	manager         docker.Config
 }
 
 // errHelp is returned for -h/--help: usage was printed, exit 0.
@@ -233,7 +233,7 @@ func (c *config) check() error {
 	if mc.MaxCodeBytes <= 0 || mc.MaxCodeBytes > core.MaxCodeBytes {
 		return fmt.Errorf("--max-code must be between 1 and %d bytes (1MiB)", core.MaxCodeBytes)
 	}
-	// In orchestrator.Config a zero means "the built-in default", not "none",
+	// In docker.Config a zero means "the built-in default", not "none",
 	// so a zero here would silently mean something else than it says.
 	for _, d := range []struct {
 		name string

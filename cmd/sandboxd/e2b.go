@@ -13,11 +13,11 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/e2bapi"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 )
 
-// serveE2B serves the E2B-compatible API (orchestrator/e2bapi) on lis over
+// serveE2B serves the E2B-compatible API (orchestrator/door/e2bapi) on lis over
 // m until the returned stop is called. The access-token secret lives in the
 // state directory, so sandboxes' tokens survive restarts.
 func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, log *slog.Logger) (stop func(), err error) {

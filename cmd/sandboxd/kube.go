@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/sandboxd/sandboxd/orchestrator/kube"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
 )
 
 // Backends.

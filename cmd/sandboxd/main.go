@@ -25,8 +25,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/sandboxd/sandboxd/orchestrator"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
 
@@ -164,7 +164,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 		return serve(ctx, stopSignals, lis, km, cfg.shutdownTimeout, log, opts...)
 	}
-	m, err := orchestrator.New(ctx, cfg.manager, nil)
+	m, err := docker.New(ctx, cfg.manager, nil)
 	if err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)
 	}

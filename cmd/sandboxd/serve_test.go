@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 

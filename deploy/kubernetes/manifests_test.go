@@ -40,8 +40,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
-	"github.com/sandboxd/sandboxd/orchestrator/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/kube"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
 )
 
 const (
@@ -474,7 +474,7 @@ func checkRBAC(t *testing.T, byKey map[string]*unstructured.Unstructured, servic
 		want[rbacGrant{"", "pods", "", v}] = true
 	}
 	// Leases: each user's binding to its sandbox, and the replicas'
-	// leader election (orchestrator/kube).
+	// leader election (orchestrator/backend/kube).
 	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
 		want[rbacGrant{"coordination.k8s.io", "leases", "", v}] = true
 	}

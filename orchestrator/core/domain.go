@@ -8,7 +8,7 @@ import (
 )
 
 // The rules of the domain that every backend applies, exported for the
-// Kubernetes backend (orchestrator/kube), which keeps its sandboxes in Pods
+// Kubernetes backend (orchestrator/backend/kube), which keeps its sandboxes in Pods
 // instead of this package's state directory but must answer callers exactly
 // as the Docker backend does: the same validation, the same defaults, the
 // same error classes and messages. Each rule is still said once, here or in

@@ -6,7 +6,7 @@ import "errors"
 // which decides what a caller can do about it (fix the request, retry,
 // acquire a new sandbox, ...). The classes are the Err* values below, and
 // they are listed only there: ClassOf and Classes find them, and
-// orchestrator/grpcapi maps each one to a gRPC code in one function.
+// orchestrator/door/grpcapi maps each one to a gRPC code in one function.
 //
 // Every error the Manager returns wraps exactly one class (test with
 // errors.Is(err, ErrNotFound), or ClassOf). The wrapping message says what

@@ -1,0 +1,309 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+)
+
+// Acquire returns the user's current sandbox, creating one if the user has
+// none. The user is userID within the caller's tenant (see WithCaller).
+// Concurrent calls for one user are serialised, so they all get the same
+// sandbox.
+//
+// A new sandbox is taken from the warm pool when the pool has one and opts
+// ask for nothing a pool sandbox lacks (no env, no network, the default
+// limits); otherwise a container is created and started for it. Either way
+// the result says Created.
+//
+// If the current sandbox is dead (its container exited or was removed), a
+// new one is created and the result says so: Created, ReplacedID and
+// ReplacedReason tell the caller that the Python state is gone, never a
+// silent swap. The dead sandbox stays visible (StateDead, with its reason)
+// until it expires or is deleted.
+//
+// opts apply only when a sandbox is created; they are validated in any case.
+// An existing sandbox keeps its metadata and its idle TTL (being acquired
+// restarts that TTL; it never resets it to the server's default).
+// A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
+// is ErrResourceExhausted, naming the cap.
+func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
+	start := time.Now()
+	caller := core.CallerOf(ctx)
+	if err := core.ValidateTenant(caller.Tenant); err != nil {
+		return core.AcquireResult{}, err
+	}
+	if err := core.ValidateUserID(userID); err != nil {
+		return core.AcquireResult{}, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return core.AcquireResult{}, err
+	}
+	spec, err := m.newSpec(userKey{caller.Tenant, userID}, opts)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+
+	unlock, err := m.userLocks.lock(ctx, spec.user.String())
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	defer unlock()
+
+	var replaced *sandbox
+	if cur := m.reg.currentOf(spec.user); cur != nil {
+		if err := m.refresh(ctx, cur); err != nil {
+			return core.AcquireResult{}, err
+		}
+		if cur.asleep() {
+			w, err := m.wakeLocked(ctx, cur)
+			if err != nil {
+				return core.AcquireResult{}, err
+			}
+			if m.reg.touch(cur) {
+				m.cfg.Metrics.Acquired(core.AcquireExisting, time.Since(start))
+				return core.AcquireResult{Sandbox: m.snapshot(cur), Woke: w}, nil
+			}
+		}
+		if st, _ := cur.status(); st == core.StateRunning && m.reg.touch(cur) {
+			m.cfg.Metrics.Acquired(core.AcquireExisting, time.Since(start))
+			return core.AcquireResult{Sandbox: m.snapshot(cur)}, nil
+		}
+		replaced = cur
+	}
+	sb, kind, err := m.newSandboxFor(ctx, spec)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	m.cfg.Metrics.Acquired(kind, time.Since(start))
+	res := core.AcquireResult{Sandbox: m.snapshot(sb), Created: true}
+	log := m.log.With("sandbox_id", sb.id, "tenant", spec.user.tenant, "user_id", userID)
+	if replaced != nil {
+		_, reason := replaced.status()
+		res.ReplacedID, res.ReplacedReason = replaced.id, reason
+		log.Info("sandbox created, replacing a dead one", "replaced_id", replaced.id, "replaced_reason", reason)
+	} else {
+		log.Info("sandbox created")
+	}
+	return res, nil
+}
+
+// sandboxSpec is what a new sandbox is made of.
+type sandboxSpec struct {
+	user    userKey // zero for a warm-pool sandbox
+	pool    bool
+	limits  core.Limits
+	env     map[string]string
+	network bool
+	// metadata and idleTTL are Options.Metadata and Options.IdleTimeout,
+	// validated (lifetime.go).
+	metadata map[string]string
+	idleTTL  time.Duration
+	// onIdle is Options.OnIdle, validated.
+	onIdle string
+}
+
+// newSpec validates opts for a new sandbox of user and resolves them
+// against the server's defaults and maxima.
+func (m *Manager) newSpec(user userKey, opts core.Options) (sandboxSpec, error) {
+	r, err := core.ResolveOptions(opts, core.Policy{DefaultLimits: m.cfg.DefaultLimits, MaxLimits: m.cfg.MaxLimits,
+		AllowNetwork: m.cfg.AllowNetwork, NoDiskLimit: m.cfg.NoDiskVolumes, MaxIdleTTL: m.cfg.MaxIdleTTL, Runtime: m.cfg.Runtime})
+	if err != nil {
+		return sandboxSpec{}, err
+	}
+	return sandboxSpec{user: user, limits: r.Limits, env: r.Env, network: r.Network,
+		metadata: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle}, nil
+}
+
+// poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,
+// no network, no owner yet.
+func (m *Manager) poolSpec() sandboxSpec {
+	return sandboxSpec{pool: true, limits: m.cfg.DefaultLimits}
+}
+
+// newSandboxFor gives spec.user a new sandbox, from the warm pool when spec
+// allows, after checking the caps, and says which it did. The caller holds
+// the user's lock.
+func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, core.AcquireKind, error) {
+	all, ofTenant := m.reg.countRunning(spec.user.tenant)
+	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
+		return nil, "", core.Exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
+	}
+	if m.poolable(spec) {
+		sb, err := m.claimPooled(ctx, spec)
+		if sb != nil || err != nil {
+			return sb, core.AcquireWarmPool, err
+		}
+	}
+	// Counted from before the cap check until the sandbox is registered, so
+	// that the pool's refill sees it too.
+	m.creating.Add(1)
+	defer m.creating.Add(-1)
+	// held is what the server holds besides this request: live sandboxes,
+	// others being created or claimed, and the pool.
+	held := func() int { return all + int(m.creating.Load()) - 1 + m.pool.count() }
+	if c := m.cfg.MaxSandboxes; c > 0 && held() >= c {
+		// Pool sandboxes count against the cap: they hold memory too. One
+		// that this request cannot use makes room for it instead.
+		victim := m.pool.take()
+		if victim == nil || held() >= c {
+			if victim != nil {
+				m.pool.putBack(victim)
+			}
+			return nil, "", core.Exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
+		}
+		m.discardPooled(ctx, victim, "removed to make room under --max-sandboxes")
+	}
+	sb, err := m.create(ctx, spec)
+	if err != nil {
+		return nil, "", err
+	}
+	// The idle TTL counts from when the caller gets the sandbox, not from
+	// when its creation began: a container start slower than a short TTL
+	// (a loaded machine) must not expire the sandbox before anyone could
+	// use it. meta.json has the creation time until the next save.
+	sb.mu.Lock()
+	sb.lastActive, sb.dirty = time.Now().UTC(), true
+	sb.mu.Unlock()
+	if !m.reg.add(sb, true) {
+		// Only possible with an absurdly short IdleTTL.
+		m.discardCreated(ctx, sb)
+		return nil, "", errors.New("new sandbox expired before it was registered")
+	}
+	return sb, core.AcquireCold, nil
+}
+
+// create makes and starts a new sandbox; the caller registers it (or puts
+// it in the pool). Order matters for crash safety: directories and volumes,
+// container, start, and meta.json last; anything interrupted before
+// meta.json is written is debris that reconcile removes.
+func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
+	if err := m.checkImage(ctx); err != nil {
+		return nil, err
+	}
+	id := core.NewSandboxID()
+	now := time.Now().UTC()
+	sb := newSandbox(sandboxDir(m.cfg.StateDir, id), meta{
+		ID:           id,
+		Tenant:       spec.user.tenant,
+		UserID:       spec.user.user,
+		Pool:         spec.pool,
+		Network:      spec.network,
+		Image:        m.cfg.Image,
+		Runtime:      m.cfg.Runtime,
+		Limits:       spec.limits,
+		CreatedAt:    now,
+		LastActiveAt: now,
+		Metadata:     spec.metadata,
+		IdleTTL:      spec.idleTTL,
+		OnIdle:       spec.onIdle,
+		Env:          spec.env,
+	})
+	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
+
+	// Cleanup must happen even when the caller has given up.
+	cleanup := func(containerID string) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+		defer cancel()
+		if containerID != "" {
+			if err := m.docker.ContainerRemove(cctx, containerID, container.RemoveOptions{Force: true}); err != nil && !isDockerNotFound(err) {
+				log.Error("remove container of a failed creation", "container_id", containerID, "error", err)
+			}
+		}
+		if err := removeSandboxDir(sb.dir); err != nil {
+			log.Error("remove directory of a failed creation; the next start removes it", "dir", sb.dir, "error", err)
+		}
+	}
+
+	sizes := volumeSizes{io: m.cfg.IODiskBytes, workspace: spec.limits.DiskBytes}
+	if err := prepareDirs(ctx, sb.dir, sizes); err != nil {
+		cleanup("")
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("prepare sandbox directories: %w", err)
+	}
+	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)
+	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+id)
+	if err != nil {
+		cleanup("")
+		switch {
+		case isDockerNotFound(err):
+			// The image vanished since checkImage.
+			return nil, m.imageMissing()
+		case cerrdefs.IsInvalidArgument(err):
+			// Docker refused the spec: e.g. an unknown runtime, or more CPUs
+			// than the host has. A server setup problem, not the request's.
+			return nil, core.Preconditionf("docker refused to create the sandbox container: %v", err)
+		}
+		return nil, dockerError("create container", err)
+	}
+	sb.containerID = resp.ID
+	for _, w := range resp.Warnings {
+		log.Warn("docker warning on container create", "warning", w)
+	}
+	if err := m.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		cleanup(resp.ID)
+		if cerrdefs.IsInvalidArgument(err) || cerrdefs.IsUnknown(err) || cerrdefs.IsInternal(err) {
+			// The engine failed to start it (e.g. the runtime is broken).
+			return nil, core.Preconditionf("docker could not start the sandbox container: %v", err)
+		}
+		return nil, dockerError("start container", err)
+	}
+	sb.mu.Lock()
+	md := sb.metaLocked()
+	sb.mu.Unlock()
+	if err := writeMeta(sb.dir, md); err != nil {
+		cleanup(resp.ID)
+		return nil, fmt.Errorf("write sandbox metadata: %w", err)
+	}
+	return sb, nil
+}
+
+// discardCreated removes a sandbox create made that could not be used.
+func (m *Manager) discardCreated(ctx context.Context, sb *sandbox) {
+	m.discard(ctx, sb, "unusable new sandbox", "discarded after creation")
+}
+
+// discard removes a sandbox nobody uses (what says which, in the log),
+// even when the caller has given up: a removal that fails is logged, and
+// the next start removes what is left.
+func (m *Manager) discard(ctx context.Context, sb *sandbox, what, why string) {
+	if !m.claimRemoval(sb, false) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := m.destroy(cctx, sb, why); err != nil {
+		m.log.Error("remove "+what+"; the next start removes it", "sandbox_id", sb.id, "error", err)
+	}
+}
+
+// checkImage makes sure the sandbox image exists, so a missing image is
+// reported as such rather than as a confusing create failure.
+func (m *Manager) checkImage(ctx context.Context) error {
+	_, err := m.docker.ImageInspect(ctx, m.cfg.Image)
+	switch {
+	case err == nil:
+		return nil
+	case isDockerNotFound(err):
+		return m.imageMissing()
+	}
+	return dockerError("inspect image", err)
+}
+
+func (m *Manager) imageMissing() error {
+	return core.Preconditionf("sandbox image %q is not present; build it with \"make image\"", m.cfg.Image)
+}
+
+// isDockerNotFound reports whether a Docker API error means "no such
+// object". Errors already classified by us are not Docker's.
+func isDockerNotFound(err error) bool {
+	return err != nil && !core.IsClassified(err) && cerrdefs.IsNotFound(err)
+}

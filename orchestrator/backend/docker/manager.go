@@ -1,0 +1,593 @@
+package docker
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+)
+
+// Config configures a Manager. Zero fields take the defaults given.
+type Config struct {
+	// StateDir is the root of all state; sandboxes live in
+	// StateDir/sandboxes/<id>/{meta.json,io/,workspace/}. Required.
+	StateDir string
+	// Image is the sandbox image; default DefaultImage.
+	Image string
+	// Runtime is the Docker runtime; "" is the engine's default (runc),
+	// "runsc" is gVisor.
+	Runtime string
+	// IdleTTL is how long a sandbox lives without being used; default 30m.
+	IdleTTL time.Duration
+	// MaxLifetime caps a sandbox's age however busy it is; 0 = unlimited.
+	MaxLifetime time.Duration
+	// MaxIdleTTL caps the idle TTL a caller may give one sandbox
+	// (Options.IdleTimeout, SetTimeout); default DefaultMaxIdleTTL, or
+	// IdleTTL when that is longer. Must not be below IdleTTL.
+	MaxIdleTTL time.Duration
+	// DefaultLimits apply to the zero fields of a request's limits; zero
+	// fields here default to 1 GiB, 1 CPU, 256 processes and a 1 GiB disk.
+	DefaultLimits core.Limits
+	// MaxLimits cap what a request may ask for; zero fields default to
+	// 8 GiB, all of the host's CPUs, 4096 processes and a 16 GiB disk.
+	MaxLimits core.Limits
+	// DefaultTimeout applies to commands submitted without one; default 10m.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps a command's timeout; default 1h.
+	MaxTimeout time.Duration
+	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
+	// included (they hold memory too); 0 = unlimited.
+	MaxSandboxes int
+	// MaxSandboxesPerTenant caps the number of one tenant's live
+	// sandboxes; 0 = unlimited.
+	MaxSandboxesPerTenant int
+	// MaxUploadBytes caps one uploaded file; default 256 MiB.
+	MaxUploadBytes int64
+	// MaxCodeBytes caps one command's code; default (and at most)
+	// MaxCodeBytes, which the /io protocol's record size allows.
+	MaxCodeBytes int
+	// AllowNetwork lets callers ask for outbound network access
+	// (Options.Network). Not available with the runsc runtime, which
+	// sandboxd's set-up registers with --network=none.
+	AllowNetwork bool
+	// NoDiskVolumes keeps each sandbox's /io and /workspace as plain
+	// directories of the host's file system instead of size-limited
+	// volumes (volume.go): sandboxed code can then fill the host's disk. For
+	// hosts where sandboxd cannot loop-mount (not root, no loop devices) and
+	// for tests that do not need disk limits. Limits.DiskBytes is then 0.
+	NoDiskVolumes bool
+	// IODiskBytes is the size of each sandbox's /io volume; default
+	// DefaultIODiskBytes.
+	IODiskBytes int64
+	// WarmPool is how many started, unclaimed sandboxes to keep ready for
+	// new users (pool.go); 0 = none.
+	WarmPool int
+	// Logger receives structured logs; default slog.Default().
+	Logger *slog.Logger
+	// Metrics receives events for monitoring (metrics.go); nil discards.
+	Metrics core.Metrics
+	// OnIdle is what the idle TTL does to a running sandbox: OnIdleDelete
+	// (the default here, as before hibernation existed; sandboxd's flag
+	// defaults to hibernate) or OnIdleHibernate (hibernate.go).
+	OnIdle string
+	// HibernatedTTL is how long a hibernated sandbox is kept before it is
+	// deleted; default DefaultHibernatedTTL.
+	HibernatedTTL time.Duration
+	// MemorySnapshots lets a hibernation checkpoint the whole container
+	// (level memory: every process exactly) under the runsc runtime, with
+	// dockerd in experimental mode; the globals snapshot is still taken as
+	// the fallback. Off by default: a checkpoint takes seconds.
+	MemorySnapshots bool
+	// Snapshots stores hibernation snapshots; default LocalSnapshots.
+	Snapshots SnapshotStore
+	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
+	// snapshots take together; past it the oldest snapshots are dropped
+	// (those sandboxes then wake at level files, and say so). 0 = no bound.
+	SnapshotDiskBudget int64
+}
+
+// applyDefaults fills zero fields and checks the result.
+func (c *Config) applyDefaults() error {
+	if c.StateDir == "" {
+		return core.Invalidf("config: StateDir is required")
+	}
+	abs, err := filepath.Abs(c.StateDir)
+	if err != nil {
+		return core.Invalidf("config: StateDir: %v", err)
+	}
+	c.StateDir = abs
+	c.Image = cmp.Or(c.Image, core.DefaultImage)
+	c.IdleTTL = cmp.Or(c.IdleTTL, core.DefaultIdleTTL)
+	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(core.DefaultMaxIdleTTL, c.IdleTTL))
+	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, core.DefaultCommandTimeout)
+	c.MaxTimeout = cmp.Or(c.MaxTimeout, core.DefaultMaxTimeout)
+	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, core.DefaultMaxUploadBytes)
+	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, core.MaxCodeBytes)
+	c.IODiskBytes = cmp.Or(c.IODiskBytes, core.DefaultIODiskBytes)
+	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
+	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
+	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
+	c.MaxLimits.MemoryBytes = cmp.Or(c.MaxLimits.MemoryBytes, 8<<30)
+	c.MaxLimits.NanoCPUs = cmp.Or(c.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
+	c.MaxLimits.PidsLimit = cmp.Or(c.MaxLimits.PidsLimit, 4096)
+	if c.NoDiskVolumes {
+		c.DefaultLimits.DiskBytes, c.MaxLimits.DiskBytes, c.IODiskBytes = 0, 0, 0
+	} else {
+		c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, core.DefaultDiskBytes)
+		c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, core.DefaultMaxDiskBytes)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	c.OnIdle = cmp.Or(c.OnIdle, core.OnIdleDelete)
+	c.HibernatedTTL = cmp.Or(c.HibernatedTTL, core.DefaultHibernatedTTL)
+	if c.Snapshots == nil {
+		c.Snapshots = LocalSnapshots{}
+	}
+	if c.OnIdle != core.OnIdleDelete && c.OnIdle != core.OnIdleHibernate {
+		return core.Invalidf("config: OnIdle %q: want %q or %q", c.OnIdle, core.OnIdleHibernate, core.OnIdleDelete)
+	}
+	if c.HibernatedTTL < 0 || c.SnapshotDiskBudget < 0 {
+		return core.Invalidf("config: HibernatedTTL and SnapshotDiskBudget must not be negative")
+	}
+	c.Metrics = core.MetricsOrNoop(c.Metrics) // metrics hook
+	switch {
+	case c.MaxIdleTTL < c.IdleTTL:
+		return core.Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", c.MaxIdleTTL, c.IdleTTL)
+	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0,
+		c.MaxSandboxesPerTenant < 0, c.MaxUploadBytes < 0, c.MaxCodeBytes < 0, c.IODiskBytes < 0, c.WarmPool < 0:
+		return core.Invalidf("config: durations, sizes and caps must not be negative")
+	case c.DefaultTimeout > c.MaxTimeout:
+		return core.Invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", c.DefaultTimeout, c.MaxTimeout)
+	case c.MaxCodeBytes > core.MaxCodeBytes:
+		return core.Invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", c.MaxCodeBytes, core.MaxCodeBytes)
+	case !c.NoDiskVolumes && c.IODiskBytes < core.MinDiskBytes:
+		return core.Invalidf("config: IODiskBytes %d is below the minimum volume size of %d", c.IODiskBytes, core.MinDiskBytes)
+	case c.AllowNetwork && c.Runtime == core.RuntimeGVisor:
+		return core.Invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", core.RuntimeGVisor)
+	case c.MaxSandboxes > 0 && c.WarmPool > c.MaxSandboxes:
+		return core.Invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", c.WarmPool, c.MaxSandboxes)
+	}
+	if _, err := core.ResolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
+		return core.Invalidf("config: DefaultLimits: %v", err)
+	}
+	if err := core.CheckRuntimeLimits(c.Runtime, c.DefaultLimits); err != nil {
+		return core.Invalidf("config: DefaultLimits: %v", err)
+	}
+	return nil
+}
+
+// Timings of background work.
+const (
+	// flushInterval throttles meta.json writes of last activity to one per
+	// sandbox per interval.
+	flushInterval = time.Second
+	// recheckInterval is how often a follower re-reads its file and checks
+	// the sandbox without a file notification, in case inotify events were
+	// lost (queue overflow) or the watch could not be set up.
+	recheckInterval = time.Second
+	// removeRetry is how long an expired sandbox whose removal failed
+	// (Docker unreachable) waits before the next attempt.
+	removeRetry = 30 * time.Second
+	// removeTimeout bounds one removal done in the background.
+	removeTimeout = time.Minute
+	// containerRemoveTimeout bounds the forced removal of a container in
+	// any removal, whatever the caller's context: the engine kills it.
+	containerRemoveTimeout = 30 * time.Second
+	// ioCloseTimeout bounds how long a removal waits for the reads of the
+	// sandbox's io/ to stop before unmounting. Reads check between lines
+	// and chunks, so they stop within milliseconds; the bound is for the
+	// unexpected (a host disk stalled).
+	ioCloseTimeout = 5 * time.Second
+)
+
+// Manager owns the sandboxes. All its methods are safe for concurrent use;
+// the locks they take nest in the order documented on sandbox (handle.go).
+//
+// Every sandbox operation on an ID (SetTimeout, Submit, the start of Follow,
+// Interrupt, the file operations) and Acquire refresh the sandbox's idle
+// TTL; Get and List only look. Sandboxes outlive the Manager: Close leaves their containers running
+// and New finds them again.
+type Manager struct {
+	cfg         Config
+	log         *slog.Logger
+	docker      DockerAPI
+	closeDocker func() error
+	lock        *os.File // holds the state directory's exclusive lock
+
+	reg       *registry
+	pool      *warmPool
+	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
+	userLocks keyedMutex   // by userKey.String()
+	watch     *iolog.Watcher
+	watchers  atomic.Int32 // WatchDirectory calls in progress (maxWatchers)
+
+	// recheck is recheckInterval, shortened by tests.
+	recheck time.Duration
+	// snapshots is Config.Snapshots.
+	snapshots SnapshotStore
+	// checkpoints is the Docker client's checkpoint API, when it has one.
+	checkpoints checkpointer
+
+	bgCtx     context.Context // background work; cancelled by Close
+	bgCancel  context.CancelFunc
+	wg        sync.WaitGroup // background goroutines
+	closing   chan struct{}  // closed by Close
+	closeOnce sync.Once
+}
+
+// New returns a Manager that has rebuilt its registry from the sandbox
+// directories under cfg.StateDir and the containers Docker has, and removed
+// what is left of interrupted creations and deletions, expired sandboxes and
+// orphan containers, all before it returns: once New returns, every
+// surviving sandbox is served as before the restart.
+//
+// docker is the Docker API to use; nil connects to the engine named by the
+// environment (DOCKER_HOST etc.), with API version negotiation. New fails
+// with ErrUnavailable when the engine cannot be reached.
+func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, err
+	}
+	m := &Manager{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		docker:  docker,
+		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
+		pool:    newWarmPool(),
+		recheck: recheckInterval,
+		closing: make(chan struct{}),
+
+		snapshots: cfg.Snapshots,
+	}
+	m.reg.hibernatedTTL = cfg.HibernatedTTL
+	if docker == nil {
+		c, err := newDockerClient()
+		if err != nil {
+			return nil, err
+		}
+		m.docker, m.closeDocker = c, c.Close
+	}
+	m.checkpoints, _ = m.docker.(checkpointer)
+	m.reg.maxIdleTTL = cfg.MaxIdleTTL
+	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
+	fail := func(err error) (*Manager, error) {
+		if m.watch != nil {
+			m.watch.Close()
+		}
+		if m.lock != nil {
+			m.lock.Close()
+		}
+		if m.closeDocker != nil {
+			m.closeDocker()
+		}
+		return nil, err
+	}
+	if !cfg.NoDiskVolumes {
+		if err := checkVolumeSupport(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, sandboxesDir), 0o700); err != nil {
+		return fail(fmt.Errorf("create state directory: %w", err))
+	}
+	lock, err := lockStateDir(cfg.StateDir)
+	if err != nil {
+		return fail(err)
+	}
+	m.lock = lock
+	w, err := iolog.NewWatcher(m.log)
+	if err != nil {
+		return fail(fmt.Errorf("file watcher: %w", err))
+	}
+	m.watch = w
+
+	// Docker replays events since this instant when the monitor subscribes,
+	// so a container that dies while reconcile runs is not missed.
+	since := time.Now()
+	if err := m.reconcile(ctx); err != nil {
+		return fail(err)
+	}
+	if _, err := m.docker.ImageInspect(ctx, cfg.Image); err != nil {
+		// Not fatal: the image may be built after sandboxd starts. Acquire
+		// reports it to callers as a failed precondition.
+		m.log.Warn("sandbox image is not available yet", "image", cfg.Image, "error", err)
+	}
+
+	m.bgCtx, m.bgCancel = context.WithCancel(context.Background())
+	m.reg.start(m.onExpired)
+	m.wg.Add(2)
+	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
+	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
+	if cfg.WarmPool > 0 {
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.refillLoop(m.bgCtx) }()
+		m.pool.signal()
+	}
+	m.log.Info("orchestrator ready", "state_dir", cfg.StateDir, "image", cfg.Image,
+		"runtime", cfg.Runtime, "sandboxes", len(m.reg.all()), "idle_ttl", cfg.IdleTTL,
+		"warm_pool", cfg.WarmPool, "disk_volumes", !cfg.NoDiskVolumes)
+	return m, nil
+}
+
+// Close stops the Manager's background work in order: the expiry loop (and
+// the removals it has started, which are waited for), the Docker event
+// monitor, the metadata flusher and the warm pool's refill (a creation in
+// flight is abandoned and cleaned up), the file watcher; then it writes
+// every sandbox's metadata a last time so idle TTLs resume where they
+// stopped. Containers keep running, warm-pool ones included. Callers must stop calling other methods first
+// (in-flight Follow calls return ErrUnavailable).
+func (m *Manager) Close() error {
+	var err error
+	m.closeOnce.Do(func() {
+		close(m.closing)
+		m.reg.stop()
+		m.bgCancel()
+		m.wg.Wait()
+		err = m.watch.Close()
+		for _, sb := range m.reg.all() {
+			if perr := sb.persist(false); perr != nil {
+				m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", perr)
+				err = cmp.Or(err, perr)
+			}
+		}
+		if m.closeDocker != nil {
+			err = cmp.Or(err, m.closeDocker())
+		}
+		m.lock.Close() // releases the state directory for the next sandboxd
+		m.log.Info("orchestrator closed; sandboxes keep running")
+	})
+	return err
+}
+
+// checkOpen refuses work after Close.
+func (m *Manager) checkOpen() error {
+	select {
+	case <-m.closing:
+		return core.Unavailablef("sandboxd is shutting down")
+	default:
+		return nil
+	}
+}
+
+// use looks up a sandbox for an operation on it by the caller in ctx and
+// refreshes its idle TTL. Another tenant's sandbox is not found, exactly as
+// one that does not exist (and its TTL is not refreshed).
+//
+// use validates the ID before anything else, so a malformed ID is always
+// ErrInvalidArgument, never ErrNotFound. (Operations that check other
+// arguments too check the sandbox ID first themselves, for the order of
+// their errors; use checking it again costs one match.)
+func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return nil, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	sb := m.reg.get(sandboxID)
+	if sb == nil || !core.CallerOf(ctx).Sees(sb.tenant) || !m.reg.touch(sb) {
+		return nil, core.SandboxNotFound(sandboxID)
+	}
+	// Using a hibernated sandbox wakes it (hibernate.go); the first command
+	// after the wake reports how the state came back.
+	if _, err := m.ensureAwake(ctx, sb); err != nil {
+		return nil, err
+	}
+	return sb, nil
+}
+
+// snapshot describes sb for callers.
+func (m *Manager) snapshot(sb *sandbox) core.Sandbox {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return core.Sandbox{
+		ID:           sb.id,
+		Tenant:       sb.tenant,
+		UserID:       sb.userID,
+		State:        sb.state,
+		StateReason:  sb.reason,
+		HealthReason: sb.healthReasonLocked(),
+		CreatedAt:    sb.createdAt,
+		LastActiveAt: sb.lastActive,
+		ExpiresAt:    m.reg.deadlineLocked(sb),
+		Image:        sb.image,
+		Limits:       sb.limits,
+		Network:      sb.network,
+		ContainerID:  sb.containerID,
+		Metadata:     maps.Clone(sb.metadata),
+		IdleTimeout:  m.reg.idleOf(sb.idleTTL),
+		OnIdle:       m.onIdleOf(sb),
+		Snapshot:     sb.hib.snapshotInfo(),
+		HibernatedAt: sb.hib.HibernatedAt,
+		LastWake:     sb.hib.Wake.Clone(),
+	}
+}
+
+// Get returns a sandbox without refreshing its idle TTL: looking at a
+// sandbox is not using it, so a client polling its state does not keep it
+// alive (the API documents last_active_at as acquire, commands and file
+// operations). The container is inspected so that a death is reported even
+// if the event monitor has not seen it yet.
+func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
+	sb, err := m.lookup(ctx, sandboxID)
+	if err != nil {
+		return core.Sandbox{}, err
+	}
+	if err := m.refresh(ctx, sb); err != nil {
+		return core.Sandbox{}, err
+	}
+	return m.snapshot(sb), nil
+}
+
+// List returns the sandboxes matching f that the caller may see, oldest
+// first, without refreshing their TTLs. States are brought up to date with a
+// single ContainerList.
+func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := m.refreshAll(ctx); err != nil {
+		return nil, err
+	}
+	caller := core.CallerOf(ctx)
+	var out []core.Sandbox
+	for _, sb := range m.reg.all() {
+		if !caller.Sees(sb.tenant) || (f.Tenant != "" && sb.tenant != f.Tenant) {
+			continue
+		}
+		s := m.snapshot(sb)
+		if (f.UserID == "" || s.UserID == f.UserID) && (f.State == "" || s.State == f.State) && core.HasMetadata(s.Metadata, f.Metadata) {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, core.CompareSandboxes)
+	return out, nil
+}
+
+// Delete removes a sandbox now: its container (forcibly, if running) and its
+// host directories. Followers of its commands return ErrNotFound.
+func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	if err := m.checkOpen(); err != nil {
+		return err
+	}
+	sb := m.reg.get(sandboxID)
+	if sb == nil || !core.CallerOf(ctx).Sees(sb.tenant) || !m.claimRemoval(sb, false) {
+		return core.SandboxNotFound(sandboxID)
+	}
+	return m.destroy(ctx, sb, "deleted on request")
+}
+
+// claimRemoval marks sb as being removed, so that no other removal, command
+// append or metadata write happens meanwhile. It reports false when another
+// removal already has it, or, for an expiry (expired=true), when the sandbox
+// was used again just as it expired (touch re-registered it) and must live.
+func (m *Manager) claimRemoval(sb *sandbox, expired bool) bool {
+	if !m.reg.claim(sb, expired, sb.markRemoving) {
+		return false
+	}
+	// With the registry released (see the lock rule on sandbox): wait for
+	// an append that passed its check before the mark. Appends hold the
+	// lock only for a bounded write, never while reading the log.
+	sb.io.HoldAppends(func() {})
+	return true
+}
+
+// destroy removes a sandbox claimed with claimRemoval: meta.json first (the
+// commit point: if sandboxd dies now, reconcile finds a directory without
+// metadata and a container without a sandbox, and removes both), then the
+// container, then the directory. If the container cannot be removed (Docker
+// unreachable), the metadata is restored and the sandbox stays as it was.
+func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
+	log := m.log.With("sandbox_id", sb.id, "tenant", sb.tenant, "user_id", sb.userID)
+	sb.metaMu.Lock()
+	err := os.Remove(filepath.Join(sb.dir, metaFile))
+	sb.metaMu.Unlock()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		sb.unmarkRemoving()
+		return fmt.Errorf("remove sandbox metadata: %w", err)
+	}
+	// Bounded whatever the caller's context: the container is killed
+	// (Force) by the engine, which does not wait on the sandbox.
+	rctx, cancel := context.WithTimeout(ctx, containerRemoveTimeout)
+	sb.mu.Lock()
+	containerID := sb.containerID
+	sb.mu.Unlock()
+	err = nil
+	if containerID != "" { // none while hibernated
+		err = m.docker.ContainerRemove(rctx, containerID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	}
+	cancel()
+	if err != nil && !isDockerNotFound(err) {
+		sb.unmarkRemoving()
+		if perr := sb.persist(true); perr != nil {
+			log.Error("restore sandbox metadata after a failed removal", "error", perr)
+		}
+		return dockerError("remove container", err)
+	}
+	sb.markGone()
+	m.reg.remove(sb)
+	m.watch.Forget(sb.io)
+	// Stop every read of the sandbox's io/ (a follower in the middle of a
+	// huge events file, a load of a forged log) and wait, bounded, for
+	// their files to be closed: an open file keeps the volume busy, and a
+	// busy volume is only detached lazily, its loop device left attached.
+	if !sb.io.Close(ioCloseTimeout) {
+		log.Warn("readers of the sandbox's io directory still open; its volume is detached lazily", "waited", ioCloseTimeout)
+	}
+	if err := removeSandboxDir(sb.dir); err != nil {
+		// The sandbox is gone for callers; the debris has no meta.json and is
+		// removed by the next reconcile.
+		log.Error("remove sandbox directory", "dir", sb.dir, "error", err)
+	}
+	log.Info("sandbox removed", "reason", why)
+	return nil
+}
+
+// onExpired removes a sandbox whose TTL ran out; the registry calls it.
+func (m *Manager) onExpired(sb *sandbox) {
+	if m.hibernateExpired(sb) {
+		return
+	}
+	if !m.claimRemoval(sb, true) {
+		return
+	}
+	sb.mu.Lock()
+	why := fmt.Sprintf("idle for %v", m.reg.idleOf(sb.idleTTL))
+	if sb.state == core.StateHibernated {
+		why = fmt.Sprintf("hibernated for %v", m.cfg.HibernatedTTL)
+	}
+	if m.cfg.MaxLifetime > 0 && !time.Now().Before(sb.createdAt.Add(m.cfg.MaxLifetime)) {
+		why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
+	}
+	sb.mu.Unlock()
+	// Not a context Close cancels: Close waits for this removal to finish
+	// instead.
+	ctx, cancel := context.WithTimeout(context.Background(), removeTimeout)
+	defer cancel()
+	if err := m.destroy(ctx, sb, "expired: "+why); err != nil {
+		m.log.Error("remove expired sandbox; will retry", "sandbox_id", sb.id, "retry_in", removeRetry, "error", err)
+		m.reg.rearm(sb, removeRetry)
+	}
+}
+
+// flushLoop writes changed metadata (last activity) at most once per
+// flushInterval per sandbox.
+func (m *Manager) flushLoop(ctx context.Context) {
+	t := time.NewTicker(flushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, sb := range m.reg.all() {
+				if err := sb.persist(false); err != nil {
+					m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
+				}
+			}
+		}
+	}
+}

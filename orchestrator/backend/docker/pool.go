@@ -1,0 +1,284 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+)
+
+// The warm pool keeps Config.WarmPool sandboxes created and started, with
+// no owner, so that a new user's first Acquire skips container creation and
+// start-up (hundreds of milliseconds) and pays only for a claim: one
+// inspect and one meta.json write.
+//
+// What can be claimed: a pool sandbox has the server's default limits, no
+// env and no network, because those are fixed when a container is created.
+// A request that asks for anything else gets a sandbox created for it (a
+// cold start), as it would without a pool. Everything user-specific that can
+// change on a running container is applied at the claim: the tenant, user
+// ID, creation and activity times, recorded in meta.json and the registry.
+// The container's labels cannot change; they keep saying sandboxd.pool=true
+// without a tenant or user, and meta.json is the authority.
+//
+// Pool sandboxes are not in the registry, so no caller sees them and idle
+// expiry does not apply to them. They count against Config.MaxSandboxes.
+// The pool refills in the background, one sandbox at a time, after each
+// claim, after a pool sandbox dies, and at start-up; failures (image
+// missing, Docker down) are retried with backoff. Pool sandboxes outlive
+// sandboxd like any other: reconcile adopts them from their meta.json (and
+// removes those beyond the configured size).
+
+// Refill backoff after a failed creation.
+const (
+	poolRetryMin = time.Second
+	poolRetryMax = time.Minute
+)
+
+// A pool sandbox is ready once its Python interpreter is: the driver starts
+// one at boot, which takes a few hundred milliseconds (longer on a busy
+// host), and a claim right after the container started would wait for it.
+// The pool runs an empty Python command (warmupCommandID) and adds the
+// sandbox once that command is done. The command stays in the log like any
+// other; a user's own command with this ID would be taken for it, so the ID
+// is long and says whose it is.
+const (
+	warmupCommandID = "sandboxd-pool-warmup"
+	warmupTimeout   = 2 * time.Minute
+	warmupPoll      = 10 * time.Millisecond
+)
+
+// warmPool holds the started, unclaimed sandboxes.
+type warmPool struct {
+	mu      sync.Mutex
+	ready   []*sandbox // oldest first: claimed first
+	filling int        // creations in flight
+	wake    chan struct{}
+}
+
+func newWarmPool() *warmPool {
+	return &warmPool{wake: make(chan struct{}, 1)}
+}
+
+// signal asks the refill loop to look at the pool.
+func (p *warmPool) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take removes and returns the oldest ready sandbox, or nil.
+func (p *warmPool) take() *sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.ready) == 0 {
+		return nil
+	}
+	sb := p.ready[0]
+	p.ready = p.ready[1:]
+	return sb
+}
+
+// putBack returns a sandbox taken but not used to the front of the pool.
+func (p *warmPool) putBack(sb *sandbox) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = append([]*sandbox{sb}, p.ready...)
+}
+
+// add puts a new sandbox at the back of the pool.
+func (p *warmPool) add(sb *sandbox) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ready = append(p.ready, sb)
+}
+
+// remove takes the sandbox with this ID out of the pool, if it is there.
+func (p *warmPool) remove(id string) *sandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, sb := range p.ready {
+		if sb.id == id {
+			p.ready = append(p.ready[:i:i], p.ready[i+1:]...)
+			return sb
+		}
+	}
+	return nil
+}
+
+// count is the number of pool sandboxes, ready or being created.
+func (p *warmPool) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready) + p.filling
+}
+
+// size is the number of ready pool sandboxes.
+func (p *warmPool) size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ready)
+}
+
+// poolable reports whether a pool sandbox fits spec.
+func (m *Manager) poolable(spec sandboxSpec) bool {
+	return m.cfg.WarmPool > 0 && len(spec.env) == 0 && !spec.network && spec.limits == m.cfg.DefaultLimits
+}
+
+// claimPooled gives user a ready pool sandbox, or returns nil when the pool
+// has none alive. Dead pool sandboxes met on the way are removed. The
+// caller holds the user's lock.
+func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
+	user := spec.user
+	// Refill once the claim is over: a claimed sandbox is counted against
+	// MaxSandboxes only once it is registered.
+	defer m.pool.signal()
+	// Counted as a creation meanwhile, so the refill never sees a claimed
+	// sandbox in neither the pool nor the registry.
+	m.creating.Add(1)
+	defer m.creating.Add(-1)
+	for {
+		sb := m.pool.take()
+		if sb == nil {
+			return nil, nil
+		}
+		if err := m.refresh(ctx, sb); err != nil {
+			m.pool.putBack(sb)
+			return nil, err
+		}
+		if st, reason := sb.status(); st != core.StateRunning {
+			m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
+			continue
+		}
+		now := time.Now().UTC()
+		sb.mu.Lock()
+		sb.tenant, sb.userID, sb.pool = user.tenant, user.user, false
+		// The sandbox is the user's from now on: its age and idle time
+		// count from the claim, not from when the pool made it.
+		sb.createdAt, sb.lastActive = now, now
+		// The caller's labels and timeout go with the claim (lifetime.go).
+		sb.metadata, sb.idleTTL, sb.onIdle = spec.metadata, spec.idleTTL, spec.onIdle
+		sb.mu.Unlock()
+		// meta.json is the commit point of the claim: written, a restart
+		// restores the sandbox as the user's.
+		if err := sb.persist(true); err != nil {
+			m.log.Error("record the claim of a warm-pool sandbox; creating one instead", "sandbox_id", sb.id, "error", err)
+			m.discardPooled(ctx, sb, "its claim could not be recorded")
+			return nil, nil
+		}
+		if !m.reg.add(sb, true) {
+			m.discardCreated(ctx, sb)
+			return nil, nil
+		}
+		m.log.Debug("warm-pool sandbox claimed", "sandbox_id", sb.id, "tenant", user.tenant, "user_id", user.user)
+		return sb, nil
+	}
+}
+
+// discardPooled removes a pool sandbox that will not be used.
+func (m *Manager) discardPooled(ctx context.Context, sb *sandbox, why string) {
+	m.discard(ctx, sb, "warm-pool sandbox", why)
+	m.pool.signal()
+}
+
+// poolHasRoom reports whether the pool may grow by one: it is below its
+// size, and the sandboxes alive plus the pool stay under MaxSandboxes. It
+// reserves the slot (filling) when it says yes.
+func (m *Manager) poolHasRoom() bool {
+	all, _ := m.reg.countRunning("")
+	all += int(m.creating.Load())
+	p := m.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.ready) + p.filling
+	if n >= m.cfg.WarmPool || (m.cfg.MaxSandboxes > 0 && all+n >= m.cfg.MaxSandboxes) {
+		return false
+	}
+	p.filling++
+	return true
+}
+
+// refillLoop keeps the pool full until ctx ends: sandboxes are created one
+// at a time, whenever the pool is signalled and has room.
+func (m *Manager) refillLoop(ctx context.Context) {
+	retry := newBackoff(poolRetryMin, poolRetryMax)
+	for {
+		for ctx.Err() == nil && m.poolHasRoom() {
+			sb, err := m.create(ctx, m.poolSpec())
+			if err == nil {
+				if err = m.warmUp(ctx, sb); err != nil {
+					m.discardPooled(ctx, sb, "its warm-up failed")
+				}
+			}
+			m.pool.mu.Lock()
+			m.pool.filling--
+			if err == nil {
+				m.pool.ready = append(m.pool.ready, sb)
+			}
+			m.pool.mu.Unlock()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				m.log.Warn("warm pool: create sandbox; will retry", "error", err, "retry_in", retry.delay())
+				if !retry.wait(ctx) {
+					return
+				}
+				continue
+			}
+			retry.reset()
+			m.cfg.Metrics.PoolRefilled()
+			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "ready", m.pool.size())
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.pool.wake:
+		}
+	}
+}
+
+// warmUp runs the warm-up command in a new pool sandbox and waits for its
+// done event. No user code has run in the sandbox yet, but the events file
+// is read through iolog all the same, as everything under io/ is.
+func (m *Manager) warmUp(ctx context.Context, sb *sandbox) error {
+	_, err := sb.io.AppendContext(ctx, ioproto.Record{
+		Type: ioproto.KindExec, CommandID: warmupCommandID, Language: ioproto.LanguagePython,
+		TimeoutMS: warmupTimeout.Milliseconds(),
+	}, nil)
+	if err != nil {
+		return fmt.Errorf("submit warm-up command: %w", err)
+	}
+	evs, err := sb.io.EventsContext(ctx, warmupCommandID, 0, m.log.With("sandbox_id", sb.id))
+	if err != nil {
+		return err
+	}
+	defer evs.Close()
+	ctx, cancel := context.WithTimeout(ctx, warmupTimeout)
+	defer cancel()
+	tick := time.NewTicker(warmupPoll)
+	defer tick.Stop()
+	for {
+		if done, err := evs.Drain(warmedUp); done || err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("warm-up command not done: %w", ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// warmedUp fails a warm-up whose command did not end well.
+func warmedUp(ev core.Event) error {
+	if ev.Type == ioproto.EventDone && ev.Status != ioproto.StatusOK {
+		return fmt.Errorf("warm-up command ended %s: %s", ev.Status, ev.Reason)
+	}
+	return nil
+}

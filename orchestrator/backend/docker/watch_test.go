@@ -1,0 +1,307 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// watcher runs WatchDirectory in the background and collects its updates.
+type watcher struct {
+	t       *testing.T
+	updates chan core.WatchUpdate
+	done    chan error
+	cancel  context.CancelFunc
+}
+
+func startWatch(t *testing.T, m *Manager, id, p string, recursive bool) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	w := &watcher{t: t, updates: make(chan core.WatchUpdate, 10000), done: make(chan error, 1), cancel: cancel}
+	go func() {
+		w.done <- m.WatchDirectory(ctx, id, p, recursive, func(u core.WatchUpdate) error {
+			w.updates <- u
+			return nil
+		})
+	}()
+	select {
+	case u := <-w.updates:
+		if u.Event != nil {
+			t.Fatalf("first update has an event: %+v", u.Event)
+		}
+	case err := <-w.done:
+		t.Fatalf("WatchDirectory: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch not ready")
+	}
+	t.Cleanup(func() { cancel(); <-w.done })
+	return w
+}
+
+// collect gathers events until quiet for 300ms (or 5s pass).
+func (w *watcher) collect() (evs []core.WatchEvent, dropped uint64) {
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case u := <-w.updates:
+			dropped += u.Dropped
+			if u.Event != nil {
+				evs = append(evs, *u.Event)
+			}
+		case <-time.After(300 * time.Millisecond):
+			return evs, dropped
+		case <-deadline:
+			return evs, dropped
+		}
+	}
+}
+
+func has(evs []core.WatchEvent, op core.WatchOp, p string) bool {
+	for _, e := range evs {
+		if e.Op == op && e.Path == p {
+			return true
+		}
+	}
+	return false
+}
+
+func TestWatchDirectory(t *testing.T) {
+	m, id, ws := fileOpsEnv(t)
+	mustDo(t, os.Mkdir(filepath.Join(ws, "d"), 0o755))
+	w := startWatch(t, m, id, "/workspace/d", false)
+
+	p := filepath.Join(ws, "d", "f.txt")
+	mustDo(t, os.WriteFile(p, []byte("1"), 0o644))
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	mustDo(t, err)
+	for range 500 { // a loop of writes is coalesced
+		f.Write([]byte("x"))
+	}
+	f.Close()
+	time.Sleep(50 * time.Millisecond)
+	mustDo(t, os.Rename(p, filepath.Join(ws, "d", "g.txt")))
+	mustDo(t, os.Remove(filepath.Join(ws, "d", "g.txt")))
+	mustDo(t, os.Mkdir(filepath.Join(ws, "d", "sub"), 0o755))
+	mustDo(t, os.WriteFile(filepath.Join(ws, "d", "sub", "deep"), nil, 0o644)) // not recursive: unseen
+	mustDo(t, os.WriteFile(filepath.Join(ws, "outside"), nil, 0o644))          // not under d: unseen
+
+	evs, dropped := w.collect()
+	writes := 0
+	for _, e := range evs {
+		if e.Op == core.WatchWrite {
+			writes++
+		}
+		if strings.Contains(e.Path, "deep") || e.Path == "outside" || e.Time.IsZero() {
+			t.Errorf("unexpected event %+v", e)
+		}
+	}
+	for _, want := range []core.WatchEvent{{Op: core.WatchCreate, Path: "d/f.txt"}, {Op: core.WatchWrite, Path: "d/f.txt"}, {Op: core.WatchRename, Path: "d/f.txt"},
+		{Op: core.WatchCreate, Path: "d/g.txt"}, {Op: core.WatchRemove, Path: "d/g.txt"}, {Op: core.WatchCreate, Path: "d/sub"}} {
+		if !has(evs, want.Op, want.Path) {
+			t.Errorf("no %v %s in %+v", want.Op, want.Path, evs)
+		}
+	}
+	if writes == 0 || writes > 10 || dropped != 0 {
+		t.Errorf("%d WRITE events for 501 writes (want coalesced), %d dropped", writes, dropped)
+	}
+}
+
+func TestWatchDirectoryRecursive(t *testing.T) {
+	m, id, ws := fileOpsEnv(t)
+	mustDo(t, os.MkdirAll(filepath.Join(ws, "x/y"), 0o755))
+	w := startWatch(t, m, id, "", true)
+
+	mustDo(t, os.WriteFile(filepath.Join(ws, "x/y/old"), nil, 0o644))
+	mustDo(t, os.MkdirAll(filepath.Join(ws, "a/b/c"), 0o755))
+	time.Sleep(100 * time.Millisecond)
+	mustDo(t, os.WriteFile(filepath.Join(ws, "a/b/c/new.txt"), []byte("hi"), 0o644))
+	evs, _ := w.collect()
+	for _, p := range []string{"x/y/old", "a", "a/b", "a/b/c", "a/b/c/new.txt"} {
+		if !has(evs, core.WatchCreate, p) {
+			t.Errorf("no CREATE %s in %+v", p, evs)
+		}
+	}
+	// A watched directory moved away stops being reported under its old
+	// name; under its new name it is watched again.
+	mustDo(t, os.Rename(filepath.Join(ws, "a"), filepath.Join(ws, "a2")))
+	time.Sleep(100 * time.Millisecond)
+	mustDo(t, os.WriteFile(filepath.Join(ws, "a2/b/c/after"), nil, 0o644))
+	evs, _ = w.collect()
+	if !has(evs, core.WatchRename, "a") || !has(evs, core.WatchCreate, "a2") || !has(evs, core.WatchCreate, "a2/b/c/after") {
+		t.Errorf("after rename: %+v", evs)
+	}
+	for _, e := range evs {
+		if strings.HasPrefix(e.Path, "a/") {
+			t.Errorf("event under the old name: %+v", e)
+		}
+	}
+}
+
+func TestWatchDirectoryConfined(t *testing.T) {
+	m, id, ws := fileOpsEnv(t)
+	host := t.TempDir()
+	mustDo(t, os.Symlink(host, filepath.Join(ws, "hostdir")))
+	ctx := t.Context()
+	nop := func(core.WatchUpdate) error { return nil }
+	for p, msg := range map[string]string{"hostdir": "escapes /workspace", "../x": "escapes /workspace", "/etc": "outside /workspace"} {
+		wantClass(t, m.WatchDirectory(ctx, id, p, true, nop), core.ErrInvalidArgument, msg)
+	}
+	wantClass(t, m.WatchDirectory(ctx, id, "nope", true, nop), core.ErrNotFound, "/workspace/nope")
+	mustDo(t, os.WriteFile(filepath.Join(ws, "file"), nil, 0o644))
+	wantClass(t, m.WatchDirectory(ctx, id, "file", true, nop), core.ErrInvalidArgument, "not a directory")
+
+	// A recursive watch neither follows the planted link nor a directory
+	// replaced by a link to the host.
+	mustDo(t, os.Mkdir(filepath.Join(ws, "d"), 0o755))
+	w := startWatch(t, m, id, "", true)
+	mustDo(t, os.Rename(filepath.Join(ws, "d"), filepath.Join(ws, "gone")))
+	mustDo(t, os.Symlink(host, filepath.Join(ws, "d")))
+	mustDo(t, os.Symlink(host, filepath.Join(ws, "gone", "link")))
+	time.Sleep(100 * time.Millisecond)
+	mustDo(t, os.WriteFile(filepath.Join(host, "secret"), []byte("s"), 0o644))
+	mustDo(t, os.Mkdir(filepath.Join(host, "sub"), 0o755))
+	evs, _ := w.collect()
+	for _, e := range evs {
+		if strings.Contains(e.Path, "secret") || strings.Contains(e.Path, "sub") {
+			t.Errorf("event from outside the workspace: %+v", e)
+		}
+	}
+	if !has(evs, core.WatchCreate, "d") || !has(evs, core.WatchCreate, "gone/link") {
+		t.Errorf("events: %+v", evs)
+	}
+}
+
+func TestWatchDirectoryBounds(t *testing.T) {
+	m, id, ws := fileOpsEnv(t)
+	ctx := t.Context()
+	oldCall, oldSandbox := maxWatchDirsPerCall, maxWatchDirsPerSandbox
+	maxWatchDirsPerCall, maxWatchDirsPerSandbox = 5, 8
+	t.Cleanup(func() { maxWatchDirsPerCall, maxWatchDirsPerSandbox = oldCall, oldSandbox })
+	for i := range 3 {
+		mustDo(t, os.MkdirAll(filepath.Join(ws, "t", fmt.Sprint(i)), 0o755))
+	}
+	nop := func(core.WatchUpdate) error { return nil }
+
+	// Per call: t and 3 children are 4 directories; a 6th is too many.
+	mustDo(t, os.MkdirAll(filepath.Join(ws, "big/1/2/3/4/5"), 0o755))
+	wantClass(t, m.WatchDirectory(ctx, id, "big", true, nop), core.ErrResourceExhausted, "more than 5 directories")
+	w1 := startWatch(t, m, id, "t", true) // 4
+	// A new subdirectory past the cap ends the stream.
+	mustDo(t, os.Mkdir(filepath.Join(ws, "t", "3"), 0o755)) // 5: fine
+	mustDo(t, os.Mkdir(filepath.Join(ws, "t", "4"), 0o755)) // 6: too many
+	select {
+	case err := <-w1.done:
+		wantClass(t, err, core.ErrResourceExhausted, "more than 5 directories")
+		w1.done <- err // for the cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch past its cap did not end")
+	}
+	if n := m.reg.get(id).watchedDirs.Load(); n != 0 {
+		t.Errorf("%d directories still counted after the watch ended", n)
+	}
+	// Per server: calls in progress.
+	oldWatchers := maxWatchers
+	maxWatchers = 1
+	w2 := startWatch(t, m, id, "t", false)
+	wantClass(t, m.WatchDirectory(ctx, id, "t", false, nop), core.ErrResourceExhausted, "already runs 1 watches")
+	w2.cancel()
+	w2.done <- <-w2.done
+	maxWatchers = oldWatchers
+	// Per sandbox: two watches of 4 fill 8; a third is refused.
+	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "4")))
+	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "3")))
+	startWatch(t, m, id, "t", true)
+	startWatch(t, m, id, "t", true)
+	wantClass(t, m.WatchDirectory(ctx, id, "", false, nop), core.ErrResourceExhausted, "already cover 8 directories")
+}
+
+func TestWatchDirectoryDropsForSlowReader(t *testing.T) {
+	m, id, ws := fileOpsEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	release := make(chan struct{})
+	updates := make(chan core.WatchUpdate, 100000)
+	done := make(chan error, 1)
+	first := true
+	go func() {
+		done <- m.WatchDirectory(ctx, id, "", false, func(u core.WatchUpdate) error {
+			updates <- u
+			if first {
+				first = false
+				return nil
+			}
+			<-release
+			return nil
+		})
+	}()
+	<-updates
+	for i := range 3 * watchQueue {
+		mustDo(t, os.WriteFile(filepath.Join(ws, fmt.Sprint("f", i)), nil, 0o644))
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(release)
+	var events int
+	var dropped uint64
+	deadline := time.After(10 * time.Second)
+loop:
+	for {
+		select {
+		case u := <-updates:
+			dropped += u.Dropped
+			if u.Event != nil {
+				events++
+			}
+		case <-time.After(500 * time.Millisecond):
+			break loop
+		case <-deadline:
+			break loop
+		}
+	}
+	if dropped == 0 || events > watchQueue+2 {
+		t.Errorf("%d events, %d dropped; want at most %d and some dropped", events, dropped, watchQueue+1)
+	}
+}
+
+func TestWatchDirectoryEndsWithSandbox(t *testing.T) {
+	m, id, _ := fileOpsEnv(t)
+	w := startWatch(t, m, id, "", true)
+	mustDo(t, m.Delete(t.Context(), id))
+	select {
+	case err := <-w.done:
+		wantClass(t, err, core.ErrNotFound, id)
+		w.done <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not end with the sandbox")
+	}
+}
+
+func TestWatchDirectoryEndsWhenRemoved(t *testing.T) {
+	for _, how := range []string{"remove", "rename"} {
+		t.Run(how, func(t *testing.T) {
+			m, id, ws := fileOpsEnv(t)
+			mustDo(t, os.MkdirAll(filepath.Join(ws, "w", "sub"), 0o755))
+			w := startWatch(t, m, id, "w", true)
+			if how == "remove" {
+				mustDo(t, os.RemoveAll(filepath.Join(ws, "w")))
+			} else {
+				mustDo(t, os.Rename(filepath.Join(ws, "w"), filepath.Join(ws, "w2")))
+			}
+			select {
+			case err := <-w.done:
+				wantClass(t, err, core.ErrNotFound, "watched directory was removed or moved")
+				w.done <- err
+			case <-time.After(5 * time.Second):
+				t.Fatal("watch did not end when its directory went")
+			}
+			if n := m.reg.get(id).watchedDirs.Load(); n != 0 {
+				t.Errorf("%d directories still counted", n)
+			}
+		})
+	}
+}

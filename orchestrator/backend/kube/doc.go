@@ -1,0 +1,56 @@
+// Package kube is sandboxd's Kubernetes backend: each sandbox is a Pod, and
+// sandboxd replicas are stateless. It implements the same domain as the
+// Docker backend (package orchestrator) behind the same API
+// (orchestrator/door/grpcapi's Manager): callers cannot tell the two apart,
+// except that the operations listed in unsupported.go answer
+// FailedPrecondition here.
+//
+// # Where the seam is, and why
+//
+// The Docker backend keeps a sandbox's state in a host directory (meta.json
+// as its commit point, /io and /workspace bind-mounted into the container)
+// and its registry in memory; one sandboxd owns a host. On Kubernetes no
+// replica owns anything: the API server is the only store, and /io lives in
+// the Pod's emptyDir, on a node sandboxd cannot see. So the seam is the
+// domain's interface, not a list of container operations: both backends
+// apply the same rules (orchestrator.ResolveOptions, orchestrator.ExecRecord,
+// the error classes), and the host half of /io is the same code
+// (orchestrator/iolog), run on the host by the Docker backend and inside the
+// Pod by the io sidecar (orchestrator/backend/kube/iosidecar) here. The sidecar is
+// the command log's only writer, as sandboxd is under Docker, so a command
+// ID names one command however many replicas submit it: exactly once holds
+// across replicas and their crashes.
+//
+// # What is stored where
+//
+//   - A sandbox is a Pod named after its ID (podName). Its labels say what
+//     it is (sandbox ID, pool, the user's hash) and its annotations hold
+//     everything else the domain knows: tenant, user, creation, last
+//     activity (written back, throttled: activity.go), idle TTL, limits,
+//     metadata, and the reason it died.
+//   - A user's current sandbox is named by a coordination.k8s.io Lease
+//     ("binding", binding.go) whose name is derived from (tenant, user).
+//     Creating it is the one-sandbox-per-user arbitration: a concurrent
+//     create by another replica fails with AlreadyExists and the loser adopts
+//     the winner's sandbox. A replacement moves it with a conditional update
+//     (resourceVersion). The design derived the Pod's name from the
+//     user instead; that cannot work with a warm pool, whose Pods exist
+//     before their user is known, so the derived name moved to the binding.
+//   - Warm-pool Pods are claimed with a conditional update of their labels
+//     (pool.go): no Pod is claimed twice.
+//
+// Every replica watches Pods and Leases with informers and serves reads from
+// that cache; writes go to the API server, whose conflicts arbitrate. The
+// chores that must happen once (refilling the pool, expiring idle sandboxes,
+// recording deaths) run on the elected leader (client-go's leaderelection,
+// on a Lease of its own); each is idempotent, so a leader that changes in
+// the middle of one does no harm.
+//
+// # Failures are reported, never hidden
+//
+// A Pod deleted behind sandboxd's back, evicted, lost with its node, or
+// whose sandbox container was OOM-killed makes its sandbox DEAD with that
+// reason (podState). A finalizer keeps a deleted Pod's object until the
+// death has been reported: the user's next AcquireSandbox names it
+// (ReplacedID, ReplacedReason), and Get shows it dead until it expires.
+package kube

@@ -1,0 +1,159 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
+)
+
+// Submit queues a command in a sandbox and returns its ID, exactly as the
+// Docker backend does: the command ID is the idempotency key, kept by the
+// sandbox's io sidecar, the command log's only writer, so a retry through
+// any replica never runs a command twice.
+func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
+	rec, err := core.ExecRecord(req, m.cfg.commandPolicy())
+	if err != nil {
+		return "", err
+	}
+	if rec.ContextID != "" {
+		return "", unsupported("execution contexts")
+	}
+	if rec.Stdin {
+		// Its input could never arrive: SendStdin is not served here.
+		return "", unsupported("stdin and terminals for commands")
+	}
+	p, err := m.live(ctx, req.SandboxID)
+	if err != nil {
+		return "", err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	appended, err := c.Append(ctx, rec)
+	if err != nil {
+		if errors.Is(err, iosidecar.ErrConflict) {
+			return "", core.Errorf(core.ErrAlreadyExists, "command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, req.SandboxID)
+		}
+		return "", m.ioError(req.SandboxID, "", err)
+	}
+	m.touch(req.SandboxID, p)
+	if appended {
+		m.log.Debug("command submitted", "sandbox_id", req.SandboxID, "command_id", rec.CommandID, "language", rec.Language)
+	}
+	return rec.CommandID, nil
+}
+
+// Interrupt asks the driver to stop a command (see the Docker backend's).
+func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	_, c, err := m.commandSidecar(ctx, sandboxID, commandID)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Append(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}); err != nil {
+		return m.ioError(sandboxID, commandID, err)
+	}
+	m.log.Info("command interrupt requested", "sandbox_id", sandboxID, "command_id", commandID)
+	return nil
+}
+
+// Follow streams a command's events with seq above afterSeq until its done
+// event, as the Docker backend's Follow does, through the sandbox's io
+// sidecar. The sandbox's death ends it with ErrFailedPrecondition naming
+// the reason; each second of it counts as a use of the sandbox.
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error {
+	p, c, err := m.commandSidecar(ctx, sandboxID, commandID)
+	if err != nil {
+		return err
+	}
+	m.touch(sandboxID, p)
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		m.watchWhileFollowing(fctx, sandboxID, cancel)
+	}()
+	err = c.Follow(fctx, commandID, afterSeq, fn)
+	cancel(nil)
+	<-watched
+	if cause := context.Cause(fctx); err != nil && cause != nil && core.ClassOf(cause) != nil {
+		return cause // the sandbox died or was deleted
+	}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
+		return m.ioError(sandboxID, commandID, err)
+	}
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// commandSidecar checks the IDs of an operation on a command and returns
+// the sandbox's ready Pod and its sidecar connection.
+func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID string) (*corev1.Pod, IOConn, error) {
+	if err := core.ValidateSandboxID(sandboxID); err != nil {
+		return nil, nil, err
+	}
+	if err := core.ValidateCommandID(commandID); err != nil {
+		return nil, nil, err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, c, nil
+}
+
+// watchWhileFollowing ends a Follow (through cancel) when its sandbox dies
+// or is deleted, and records a use each second, until ctx ends.
+func (m *Manager) watchWhileFollowing(ctx context.Context, id string, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := m.changed()
+		// The cache may not have a Pod another replica just created: the
+		// API server is asked then.
+		p, err := m.pod(ctx, id)
+		if err != nil {
+			if ctx.Err() == nil {
+				cancel(err)
+			}
+			return
+		}
+		if p == nil {
+			cancel(core.Errorf(core.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			return
+		}
+		gone, dead, reason, _ := podState(p)
+		switch {
+		case gone:
+			cancel(core.Errorf(core.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			return
+		case dead:
+			cancel(core.Errorf(core.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.closed:
+			cancel(errClosing)
+			return
+		case <-ch:
+		case <-tick.C:
+			m.touch(id, p)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
+)
+
+// IOConn is a connection to one sandbox's io sidecar: the host half of
+// /io, at the Pod's IP. Its errors match iosidecar's sentinels (ErrConflict,
+// ErrUnknownCommand, ...). Everything it returns came from the sandbox's
+// Pod and was bounded and checked by the implementation (iosidecar.Client).
+type IOConn interface {
+	Append(ctx context.Context, rec ioproto.Record) (appended bool, err error)
+	Follow(ctx context.Context, commandID string, afterSeq int64, fn func(ioproto.Event) error) error
+	Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error)
+	Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error)
+	ListFiles(ctx context.Context, path string) ([]core.FileInfo, error)
+	Close() error
+}
+
+// ioEntry is an open connection, for the Pod whose IP it dialled.
+type ioEntry struct {
+	ip   string
+	conn IOConn
+}
+
+// io returns the connection to ready Pod p's sidecar, dialling it once.
+func (m *Manager) io(ctx context.Context, p *corev1.Pod) (IOConn, error) {
+	uid := string(p.UID)
+	m.mu.Lock()
+	e := m.conns[uid]
+	if e != nil && e.ip == p.Status.PodIP {
+		m.mu.Unlock()
+		return e.conn, nil
+	}
+	m.mu.Unlock()
+	addr := net.JoinHostPort(p.Status.PodIP, strconv.Itoa(m.cfg.IOPort))
+	c, err := m.cfg.DialIO(ctx, addr, m.cfg.IOToken)
+	if err != nil {
+		return nil, core.Errorf(core.ErrUnavailable, "connecting to the io sidecar of sandbox %s at %s: %w", p.Labels[labelSandboxID], addr, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.conns[uid]; e != nil {
+		if e.ip == p.Status.PodIP {
+			c.Close() // another call dialled first
+			return e.conn, nil
+		}
+		e.conn.Close()
+	}
+	m.conns[uid] = &ioEntry{ip: p.Status.PodIP, conn: c}
+	return c, nil
+}
+
+// ioError classifies an error of a sandbox's sidecar. Its messages come
+// from the Pod: iosidecar.Client bounded and sanitised them.
+func (m *Manager) ioError(id, cmd string, err error) error {
+	switch {
+	case core.IsClassified(err):
+		return err
+	case errors.Is(err, ioproto.ErrMalformed):
+		return core.Errorf(core.ErrInvalidArgument, "%v", err)
+	case errors.Is(err, iosidecar.ErrUnknownCommand):
+		return core.Errorf(core.ErrNotFound, "command %s not found in sandbox %s", cmd, id)
+	case errors.Is(err, iosidecar.ErrPruned):
+		return core.Errorf(core.ErrNotFound, "the output of command %s in sandbox %s is no longer available: it was pruned", cmd, id)
+	case errors.Is(err, iosidecar.ErrLogFull):
+		return core.Errorf(core.ErrResourceExhausted, "sandbox %s takes no more commands: %v; acquire a new one", id, err)
+	case errors.Is(err, iosidecar.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
+		m.log.Error("sandbox tampered with its /io files or its io sidecar", "sandbox_id", id, "error", err)
+		return core.Errorf(core.ErrFailedPrecondition, "sandbox %s tampered with its /io files (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", id, err)
+	case errors.Is(err, iosidecar.ErrNotFound):
+		return core.Errorf(core.ErrNotFound, "%v", err)
+	case errors.Is(err, iosidecar.ErrInvalid):
+		return core.Errorf(core.ErrInvalidArgument, "%v", err)
+	case errors.Is(err, iosidecar.ErrExhausted):
+		return core.Errorf(core.ErrResourceExhausted, "%v", err)
+	case errors.Is(err, iosidecar.ErrUnavailable):
+		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s: %v; try again", id, err)
+	case errors.Is(err, iosidecar.ErrUnauthenticated):
+		m.log.Error("an io sidecar refused sandboxd's token: --kube-io-token-file and the Secret differ", "sandbox_id", id)
+		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s refused sandboxd's token (a configuration error; see sandboxd's log)", id)
+	}
+	return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s failed: %v", id, err)
+}
+
+// dialSidecar connects to a real io sidecar.
+func dialSidecar(_ context.Context, addr, token string) (IOConn, error) {
+	c, err := iosidecar.Dial(addr, token)
+	if err != nil {
+		return nil, err
+	}
+	return sidecarConn{c}, nil
+}
+
+// sidecarConn adapts iosidecar.Client to IOConn: its file descriptions
+// become the domain's.
+type sidecarConn struct{ *iosidecar.Client }
+
+func (c sidecarConn) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error) {
+	fi, err := c.Client.Upload(ctx, path, r, maxBytes)
+	return fileInfo(fi), err
+}
+
+func (c sidecarConn) Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error) {
+	rc, fi, err := c.Client.Download(ctx, path)
+	return rc, fileInfo(fi), err
+}
+
+func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]core.FileInfo, error) {
+	list, err := c.Client.ListFiles(ctx, path)
+	out := make([]core.FileInfo, len(list))
+	for i, fi := range list {
+		out[i] = fileInfo(fi)
+	}
+	return out, err
+}
+
+// fileInfo is the domain's description of a sidecar's file.
+func fileInfo(fi iosidecar.FileInfo) core.FileInfo {
+	return core.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode,
+		Type: core.FileTypeOf(fi.Mode), UID: fi.UID, GID: fi.GID}
+}

@@ -1,0 +1,62 @@
+// Shared set-up of the SDK suites: the official E2B SDKs, unmodified, from
+// the npm cache the Makefile's e2b-sdk-tools fills (E2B_SDK_DIR), pointed
+// at a sandboxd started by e2bapi's Go test (E2B_API_URL, E2B_SANDBOX_URL,
+// E2B_API_KEY).
+import { createRequire } from 'node:module'
+import path from 'node:path'
+
+const dir = process.env.E2B_SDK_DIR
+if (!dir) throw new Error('E2B_SDK_DIR is not set (run through go test ./orchestrator/door/e2bapi)')
+const require = createRequire(path.join(dir, 'node_modules') + '/')
+
+/** @e2b/code-interpreter: Sandbox with runCode and contexts. */
+export const ci = require('@e2b/code-interpreter')
+/** e2b: the core SDK (commands, files, errors). */
+export const core = require('e2b')
+export const { Sandbox } = ci
+
+/** Test timeout for a scenario, in ms (sandboxes start in a second or two; CI machines are slow). */
+export const T = { timeout: 120_000 }
+
+/**
+ * Runs fn with a new sandbox (code-interpreter template) and kills it
+ * afterwards, whatever happened.
+ */
+export async function withSandbox(fn, opts = {}) {
+  const sbx = await Sandbox.create(opts)
+  try {
+    return await fn(sbx)
+  } finally {
+    await sbx.kill().catch(() => {})
+  }
+}
+
+/**
+ * Polls cond every 100 ms until it is true, failing with what (a string,
+ * or a function giving one when the wait fails) after ms: a bounded wait
+ * for something asynchronous, not a sleep.
+ */
+export async function waitFor(cond, what, ms = 20_000) {
+  const end = Date.now() + ms
+  for (;;) {
+    if (await cond()) return
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${typeof what === 'function' ? what() : what}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+/** A promise with its resolve function, for events. */
+export function deferred() {
+  let resolve
+  const p = new Promise((r) => { resolve = r })
+  return { p, resolve }
+}
+
+/** Rejects after ms with a message naming what did not happen. */
+export function within(p, ms, what) {
+  let t
+  return Promise.race([
+    p,
+    new Promise((_, rej) => { t = setTimeout(() => rej(new Error(`${what} did not happen within ${ms} ms`)), ms) }),
+  ]).finally(() => clearTimeout(t))
+}

@@ -1,0 +1,366 @@
+// Package e2bapi is sandboxd's E2B-compatible front door: an HTTP server on
+// which the official, unmodified E2B SDKs (npm "e2b" and
+// "@e2b/code-interpreter", and the Python packages) run against sandboxd
+// once E2B_API_URL and E2B_SANDBOX_URL point at it.
+//
+// It sits beside orchestrator/door/grpcapi and, like it, is a thin layer over the
+// domain (the same Manager interface): it translates E2B's three surfaces
+// onto sandboxd's sandboxes, commands, contexts and files, and maps the
+// domain's error classes to HTTP statuses and Connect codes in one place
+// (errors.go). The SDK sends every request to one address; requests are
+// told apart by headers, not paths (/health exists on several):
+//
+//   - no E2b-Sandbox-Port header: the control plane (create, connect, list,
+//     get, kill, set timeout), authenticated by X-API-KEY, which names a
+//     tenant through sandboxd's --auth-tokens file;
+//   - E2b-Sandbox-Port 49983: envd, the in-sandbox daemon: Connect RPC
+//     services process.Process and filesystem.Filesystem (envdproto/),
+//     /files and /health;
+//   - E2b-Sandbox-Port 49999: the code interpreter: /execute (NDJSON) and
+//     /contexts.
+//
+// Sandbox-level requests carry the sandbox's access token (returned by
+// create and connect), an HMAC of the sandbox ID under a secret kept in
+// sandboxd's state directory, so tokens survive restarts and nothing per
+// sandbox needs storing. Every Sandbox.create() is a new sandbox: a new
+// sandboxd user ("e2b-" and a random suffix) within the key's tenant.
+package e2bapi
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/filesystem/filesystemconnect"
+	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/process/processconnect"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+)
+
+// The ports the SDK names in E2b-Sandbox-Port.
+const (
+	EnvdPort        = "49983"
+	InterpreterPort = "49999"
+)
+
+// EnvdVersion is the envd version this door claims: the SDK enables
+// features by it. 0.5.7 means closing stdin (0.5.2) and octet-stream
+// uploads (0.5.7); file metadata (0.6.2) and watch entries (0.6.3) are not
+// offered.
+const EnvdVersion = "0.5.7"
+
+// userPrefix starts the sandboxd user ID of every sandbox this door
+// creates; the E2B list shows only those.
+const userPrefix = "e2b-"
+
+// Bounds of what a client may send.
+const (
+	maxControlBody = 256 << 10 // create, connect, timeout bodies
+	maxExecuteBody = 8 << 20   // /execute and /contexts bodies
+	maxRPCBody     = 8 << 20   // one Connect RPC message
+	maxHeaderBytes = 64 << 10
+)
+
+// Manager is what the door needs of the domain: the calls the gRPC API
+// makes, interactive commands included.
+type Manager interface {
+	grpcapi.Manager
+	grpcapi.ProcessManager
+}
+
+// Config configures a Server.
+type Config struct {
+	// Tokens authenticates X-API-KEY (sandboxd's --auth-tokens). Nil: no
+	// authentication; any non-empty key acts as the default tenant.
+	Tokens *grpcapi.Tokens
+	// Secret keys the sandboxes' access tokens (see LoadSecret).
+	Secret []byte
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Keepalive is the silence after which /execute sends a keepalive line
+	// (default 5 s); streaming RPCs send theirs at the interval the SDK
+	// asks for.
+	Keepalive time.Duration
+	// CommandTimeout bounds every command this door runs (sandboxd's
+	// --max-timeout): E2B sets no server-side limit on processes or runs,
+	// so they get the longest sandboxd allows. 0: sandboxd's default.
+	CommandTimeout time.Duration
+}
+
+// Server serves the E2B protocol over a Manager. Build it with New.
+type Server struct {
+	m          Manager
+	tokens     *grpcapi.Tokens
+	secret     []byte
+	log        *slog.Logger
+	keepalive  time.Duration
+	cmdTimeout time.Duration
+
+	control http.Handler
+	envd    http.Handler
+	interp  http.Handler
+
+	procs procTable
+}
+
+// New returns the door over m.
+func New(m Manager, cfg Config) (*Server, error) {
+	if len(cfg.Secret) < 16 {
+		return nil, errors.New("e2bapi: the access-token secret is missing or shorter than 16 bytes")
+	}
+	s := &Server{m: m, tokens: cfg.Tokens, secret: cfg.Secret, log: cfg.Logger, keepalive: cfg.Keepalive, cmdTimeout: cfg.CommandTimeout}
+	if s.log == nil {
+		s.log = discardLogger
+	}
+	if s.keepalive <= 0 {
+		s.keepalive = 5 * time.Second
+	}
+	s.procs.init()
+	s.control = s.controlMux()
+	s.envd = s.envdMux()
+	s.interp = s.interpreterMux()
+	return s, nil
+}
+
+// HTTPServer returns an http.Server for the door with bounded headers and
+// slow-client timeouts. No write timeout: /execute and the RPC streams last
+// as long as their commands.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// ServeHTTP routes on E2b-Sandbox-Port, as E2B's own edge does.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch port := r.Header.Get("E2b-Sandbox-Port"); port {
+	case "":
+		s.control.ServeHTTP(w, r)
+	case EnvdPort, InterpreterPort:
+		ctx, err := s.sandboxContext(r)
+		if err != nil {
+			if r.URL.Path == "/health" && port == EnvdPort && core.ClassOf(err) == core.ErrNotFound {
+				// The SDK probes /health after a dropped stream: 502
+				// tells it the sandbox is gone.
+				http.Error(w, "the sandbox is not running", http.StatusBadGateway)
+				return
+			}
+			s.writeError(w, r, "sandbox auth", err)
+			return
+		}
+		if port == EnvdPort {
+			s.envd.ServeHTTP(w, r.WithContext(ctx))
+		} else {
+			s.interp.ServeHTTP(w, r.WithContext(ctx))
+		}
+	default:
+		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway,
+			"message": fmt.Sprintf("port %q is not served: sandboxd's sandboxes have no network; only envd (%s) and the code interpreter (%s) are", sanitizeHeader(port), EnvdPort, InterpreterPort)})
+	}
+}
+
+// sanitizeHeader bounds and cleans a header value before it is echoed.
+func sanitizeHeader(v string) string {
+	if len(v) > 64 {
+		v = v[:64]
+	}
+	return strings.ToValidUTF8(v, "?")
+}
+
+type sandboxKey struct{}
+
+// sandboxFrom returns the sandbox ID sandboxContext put in ctx.
+func sandboxFrom(ctx context.Context) string {
+	id, _ := ctx.Value(sandboxKey{}).(string)
+	return id
+}
+
+// admin is the caller the door uses to learn a sandbox's tenant once its
+// access token was verified.
+var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true}
+
+// sandboxContext authenticates a sandbox-level request: the access token
+// (X-Access-Token, or E2B-Traffic-Access-Token, which the code
+// interpreter's /contexts calls send instead) must be the sandbox's. The
+// context returned acts as the sandbox's tenant and carries its ID.
+func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
+	id := r.Header.Get("E2b-Sandbox-Id")
+	if id == "" {
+		return nil, badRequest("the E2b-Sandbox-Id header is missing")
+	}
+	if err := core.ValidateSandboxID(id); err != nil {
+		return nil, err
+	}
+	tok := r.Header.Get("X-Access-Token")
+	if tok == "" {
+		tok = r.Header.Get("E2B-Traffic-Access-Token")
+	}
+	if tok == "" || !hmac.Equal([]byte(tok), []byte(s.accessToken(id))) {
+		return nil, &apiError{status: http.StatusUnauthorized, msg: "the sandbox's access token (X-Access-Token) is missing or wrong"}
+	}
+	sb, err := s.m.Get(core.WithCaller(r.Context(), admin), id)
+	if err != nil {
+		return nil, err
+	}
+	if sb.State != core.StateRunning {
+		return nil, &apiError{status: http.StatusBadGateway, msg: "the sandbox is not running: " + sb.StateReason}
+	}
+	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: sb.Tenant})
+	return context.WithValue(ctx, sandboxKey{}, id), nil
+}
+
+// accessToken is a sandbox's envd access token: HMAC-SHA256 of its ID.
+func (s *Server) accessToken(sandboxID string) string {
+	mac := hmac.New(sha256.New, s.secret)
+	mac.Write([]byte("e2b-envd-access:" + sandboxID))
+	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// callerFor authenticates a control-plane request by its X-API-KEY.
+func (s *Server) callerFor(r *http.Request) (core.Caller, error) {
+	key := r.Header.Get("X-API-KEY")
+	if key == "" {
+		return core.Caller{}, &apiError{status: http.StatusUnauthorized, msg: "the X-API-KEY header is missing (set E2B_API_KEY)"}
+	}
+	if s.tokens == nil {
+		return core.DefaultCaller, nil
+	}
+	c, ok := s.tokens.Lookup(key)
+	if !ok {
+		return core.Caller{}, &apiError{status: http.StatusUnauthorized, msg: "the API key is not valid on this server"}
+	}
+	return c, nil
+}
+
+// LoadSecret reads the access-token secret from path, creating it (32
+// random bytes, mode 0600) when missing, so tokens handed out survive
+// sandboxd restarts.
+func LoadSecret(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if len(b) < 32 {
+			return nil, fmt.Errorf("%s is shorter than 32 bytes; remove it to have a new one made", path)
+		}
+		return b, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return LoadSecret(path) // another process made it first
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := f.Write(secret); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return secret, nil
+}
+
+// ensure the generated services are linked (their handlers live in
+// envd.go).
+var (
+	_ processconnect.ProcessHandler       = (*processService)(nil)
+	_ filesystemconnect.FilesystemHandler = (*filesystemService)(nil)
+)
+
+// procTable remembers how this door started each process, for
+// Process.List (sandboxd's command list has no argv) and tag selectors.
+type procTable struct {
+	mu    sync.Mutex
+	procs map[string]map[uint32]procEntry // sandbox ID → pid → entry
+}
+
+type procEntry struct {
+	cmd  string
+	args []string
+	envs map[string]string
+	cwd  string
+	tag  string
+}
+
+func (t *procTable) init() { t.procs = make(map[string]map[uint32]procEntry) }
+
+// maxProcEntries bounds what the table keeps per sandbox.
+const maxProcEntries = 1000
+
+func (t *procTable) put(sandboxID string, pid uint32, e procEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := t.procs[sandboxID]
+	if m == nil {
+		m = make(map[uint32]procEntry)
+		t.procs[sandboxID] = m
+	}
+	if len(m) >= maxProcEntries {
+		for k := range m { // forget an arbitrary old one
+			delete(m, k)
+			break
+		}
+	}
+	m[pid] = e
+}
+
+func (t *procTable) get(sandboxID string, pid uint32) (procEntry, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.procs[sandboxID][pid]
+	return e, ok
+}
+
+func (t *procTable) byTag(sandboxID, tag string) (uint32, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for pid, e := range t.procs[sandboxID] {
+		if e.tag == tag {
+			return pid, true
+		}
+	}
+	return 0, false
+}
+
+func (t *procTable) drop(sandboxID string, pid uint32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if m := t.procs[sandboxID]; m != nil {
+		delete(m, pid)
+		if len(m) == 0 {
+			delete(t.procs, sandboxID)
+		}
+	}
+}
+
+func (t *procTable) forget(sandboxID string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.procs, sandboxID)
+}

@@ -1,0 +1,187 @@
+package e2bapi
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/process"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+)
+
+// fakeManager serves Get, Acquire and Delete from a map; every other
+// method panics (nil embedded interface), which the tests never reach.
+type fakeManager struct {
+	Manager
+	sandboxes map[string]core.Sandbox
+	acquired  []string // users
+}
+
+func (f *fakeManager) Get(ctx context.Context, id string) (core.Sandbox, error) {
+	c, _ := core.CallerFrom(ctx)
+	sb, ok := f.sandboxes[id]
+	if !ok || (!c.Admin && sb.Tenant != c.Tenant) {
+		return core.Sandbox{}, core.ErrNotFound
+	}
+	return sb, nil
+}
+
+func (f *fakeManager) Acquire(ctx context.Context, user string, opts core.Options) (core.AcquireResult, error) {
+	c, _ := core.CallerFrom(ctx)
+	f.acquired = append(f.acquired, user)
+	sb := core.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", Tenant: c.Tenant, UserID: user, State: core.StateRunning, Metadata: opts.Metadata}
+	f.sandboxes[sb.ID] = sb
+	return core.AcquireResult{Sandbox: sb, Created: true}, nil
+}
+
+func (f *fakeManager) Delete(ctx context.Context, id string) error {
+	if _, err := f.Get(ctx, id); err != nil {
+		return err
+	}
+	delete(f.sandboxes, id)
+	return nil
+}
+
+const testKey = "e2b_0123456789abcdef0123"
+
+func newTestServer(t *testing.T) (*Server, *fakeManager) {
+	t.Helper()
+	tokens, err := grpcapi.ParseTokens(strings.NewReader(testKey + " acme user\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := &fakeManager{sandboxes: map[string]core.Sandbox{}}
+	s, err := New(fm, Config{Tokens: tokens, Secret: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, fm
+}
+
+func do(s *Server, method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	for k, v := range hdr {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	return w
+}
+
+func TestCreateAuthenticatesAndMakesANewUser(t *testing.T) {
+	s, fm := newTestServer(t)
+	if w := do(s, "POST", "/v2/sandboxes", nil, `{}`); w.Code != http.StatusUnauthorized {
+		t.Fatalf("no key: %d %s", w.Code, w.Body)
+	}
+	if w := do(s, "POST", "/v2/sandboxes", map[string]string{"X-API-KEY": "e2b_wrong_wrong_wrong_wrong"}, `{}`); w.Code != http.StatusUnauthorized {
+		t.Fatalf("wrong key: %d %s", w.Code, w.Body)
+	}
+	w := do(s, "POST", "/v2/sandboxes", map[string]string{"X-API-KEY": testKey}, `{"templateID":"base","metadata":{"a":"b"}}`)
+	if w.Code != http.StatusCreated {
+		t.Fatalf("create: %d %s", w.Code, w.Body)
+	}
+	var got sandboxCreated
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.SandboxID == "" || got.EnvdAccessToken != s.accessToken(got.SandboxID) || got.EnvdVersion != EnvdVersion || got.TemplateID != "base" {
+		t.Errorf("create answered %+v", got)
+	}
+	if len(fm.acquired) != 1 || !strings.HasPrefix(fm.acquired[0], userPrefix) {
+		t.Errorf("acquired users %v, want one new e2b- user", fm.acquired)
+	}
+	if sb := fm.sandboxes[got.SandboxID]; sb.Tenant != "acme" || sb.Metadata[templateKey] != "base" {
+		t.Errorf("sandbox %+v: want tenant acme and the template kept", sb)
+	}
+	if w := do(s, "POST", "/v2/sandboxes", map[string]string{"X-API-KEY": testKey}, `{"templateID":"nope"}`); w.Code != http.StatusBadRequest {
+		t.Errorf("unknown template: %d %s", w.Code, w.Body)
+	}
+}
+
+func TestKillUnknownIs404WithJSONBody(t *testing.T) {
+	s, _ := newTestServer(t)
+	w := do(s, "DELETE", "/sandboxes/sb-bbbbbbbbbbbbbbbbbbbb", map[string]string{"X-API-KEY": testKey}, "")
+	var body struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
+	if w.Code != http.StatusNotFound || json.Unmarshal(w.Body.Bytes(), &body) != nil || body.Code != 404 || body.Message == "" {
+		t.Fatalf("got %d %s, want 404 with {code,message}", w.Code, w.Body)
+	}
+}
+
+func TestSandboxRequestsNeedTheSandboxsToken(t *testing.T) {
+	s, fm := newTestServer(t)
+	id := "sb-cccccccccccccccccccc"
+	fm.sandboxes[id] = core.Sandbox{ID: id, Tenant: "acme", State: core.StateRunning}
+	hdr := map[string]string{"E2b-Sandbox-Id": id, "E2b-Sandbox-Port": EnvdPort}
+	if w := do(s, "GET", "/health", hdr, ""); w.Code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", w.Code)
+	}
+	hdr["X-Access-Token"] = s.accessToken("sb-dddddddddddddddddddd")
+	if w := do(s, "GET", "/health", hdr, ""); w.Code != http.StatusUnauthorized {
+		t.Errorf("another sandbox's token: %d", w.Code)
+	}
+	hdr["X-Access-Token"] = s.accessToken(id)
+	if w := do(s, "GET", "/health", hdr, ""); w.Code != http.StatusNoContent {
+		t.Errorf("envd health: %d, want 204", w.Code)
+	}
+	// The same path without the port header is the control plane's.
+	if w := do(s, "GET", "/health", nil, ""); w.Code != http.StatusOK {
+		t.Errorf("control health: %d, want 200", w.Code)
+	}
+	delete(fm.sandboxes, id)
+	if w := do(s, "GET", "/health", hdr, ""); w.Code != http.StatusBadGateway {
+		t.Errorf("health of a gone sandbox: %d, want 502", w.Code)
+	}
+	hdr["E2b-Sandbox-Port"] = "8080"
+	if w := do(s, "GET", "/", hdr, ""); w.Code != http.StatusBadGateway {
+		t.Errorf("other port: %d, want 502", w.Code)
+	}
+}
+
+func TestPaths(t *testing.T) {
+	for in, want := range map[string]string{
+		"a.txt": "a.txt", "/home/user": "", "/home/user/x/y": "x/y", "/workspace/z": "z", "/workspace": "", "/etc/passwd": "/etc/passwd",
+	} {
+		if got := toWorkspace(in); got != want {
+			t.Errorf("toWorkspace(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if got := fromWorkspace("x/y"); got != "/workspace/x/y" {
+		t.Errorf("fromWorkspace = %q", got)
+	}
+	if got := absDir("/home/user/p"); got != "/workspace/p" {
+		t.Errorf("absDir = %q", got)
+	}
+}
+
+func TestResultOf(t *testing.T) {
+	r := resultOf(map[string]string{"text/plain": "'hi'", "image/png": "AAA", "application/json": `{"k":1}`, "application/x-custom": "c"}, true)
+	if r["text"] != "hi" || r["png"] != "AAA" || r["is_main_result"] != true || r["application/x-custom"] != "c" {
+		t.Errorf("resultOf = %v", r)
+	}
+	if j, ok := r["json"].(map[string]any); !ok || j["k"] != float64(1) {
+		t.Errorf("json = %#v, want the parsed object", r["json"])
+	}
+	if got := unquoteRepr("'it''s'"); got != "'it''s'" {
+		t.Errorf("unquoteRepr kept quotes inside: %q", got)
+	}
+}
+
+func TestScriptOf(t *testing.T) {
+	cwd := "/home/user/d"
+	s, err := scriptOf(&process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "echo hi"}, Cwd: &cwd})
+	if err != nil || s != "cd -- '/workspace/d' || exit 1\necho hi" {
+		t.Errorf("scriptOf = %q, %v", s, err)
+	}
+	s, _ = scriptOf(&process.ProcessConfig{Cmd: "ls", Args: []string{"it's"}})
+	if s != `exec 'ls' 'it'\''s'` {
+		t.Errorf("scriptOf quoted = %q", s)
+	}
+}

@@ -1,0 +1,285 @@
+package grpcapi
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// maxErrorMessage bounds what an InvalidArgument may echo back: a request
+// carries up to megabytes, its error says what is wrong with it, not all
+// of it again.
+const maxErrorMessage = 1024
+
+// FuzzValidation drives every method of the service with arbitrary field
+// values (a, b, c: IDs, paths, languages, env; n: numbers; event: an events
+// file line the domain replays) over a domain that accepts everything, and
+// checks the service's side of the contract:
+//
+//   - no request panics it;
+//   - a request it refuses gets InvalidArgument with a short, non-empty
+//     message, and never reaches the domain;
+//   - what reaches the domain is well-formed (IDs that pass the domain's
+//     validators, a known language, no negative timeout or seq);
+//   - a malformed sandbox ID is always refused;
+//   - every message it sends can be marshalled (the domain's events, from
+//     any line the events parser accepts, convert to valid API messages).
+//
+// The service is called directly, not over gRPC, so strings that are not
+// valid UTF-8 (which a gRPC client cannot send) are covered too and a panic
+// fails the fuzzer instead of becoming Internal in the recovery interceptor.
+func FuzzValidation(f *testing.F) {
+	const okID = "sb-aaaaaaaaaaaaaaaaaaaa"
+	for m := range methodCount {
+		f.Add(uint8(m), okID, "c1", "python", int64(0), []byte(`{"seq":1,"type":"stdout","text":"hi\n"}`))
+		f.Add(uint8(m), "../../etc/passwd", ".hidden", "ruby", int64(-1), []byte(`{"seq":2,"type":"done","status":"ok"}`))
+		f.Add(uint8(m), "", "", "", int64(1), []byte(`{"seq":1,"type":"display","data":{"image/png":"eA=="}}`))
+	}
+	f.Add(uint8(0), "alice@example.com", "PATH", "/usr/bin", int64(1<<30), []byte(`{"seq":1,"type":"result","data":{"text/plain":"42"}}`))
+	f.Add(uint8(4), okID, "c1", "bash", int64(-1), []byte(`{"seq":1,"type":"error","ename":"E","traceback":["x"]}`))
+	f.Add(uint8(4), okID, strings.Repeat("c", 129), strings.Repeat("x", 5000), int64(1), []byte(`null`))
+	f.Add(uint8(7), okID, "dir/../../x", "\xff\xfe", int64(0), []byte{})
+	f.Add(uint8(2), "a b", "tenant/x", "", int64(42), []byte(`{"seq":1,"type":"started","time":"2026-11-21T07:30:00Z"}`))
+
+	f.Fuzz(func(t *testing.T, method uint8, a, b, c string, n int64, event []byte) {
+		fz := newFuzzDomain(t, event)
+		svc := NewService(fz.m, nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+
+		var sandboxID string
+		var err error
+		switch method % methodCount {
+		case 0:
+			_, err = svc.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: a, Options: &sandboxv1.SandboxOptions{
+				Env:    map[string]string{b: c},
+				Limits: &sandboxv1.ResourceLimits{MemoryBytes: n, NanoCpus: n, PidsLimit: n},
+			}})
+		case 1:
+			sandboxID = a
+			_, err = svc.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: a})
+		case 2:
+			_, err = svc.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{UserId: a, Tenant: b, State: sandboxv1.SandboxState(n)})
+		case 3:
+			sandboxID = a
+			_, err = svc.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: a})
+		case 4:
+			sandboxID = a
+			err = svc.Execute(&sandboxv1.ExecuteRequest{SandboxId: a, CommandId: b, Language: c, Code: c,
+				Timeout: &durationpb.Duration{Seconds: n, Nanos: int32(n)}}, &fuzzEventStream{t: t, ctx: ctx})
+		case 5:
+			sandboxID = a
+			err = svc.StreamCommand(&sandboxv1.StreamCommandRequest{SandboxId: a, CommandId: b, AfterSeq: n}, &fuzzEventStream{t: t, ctx: ctx})
+		case 6:
+			sandboxID = a
+			_, err = svc.InterruptCommand(ctx, &sandboxv1.InterruptCommandRequest{SandboxId: a, CommandId: b})
+		case 7:
+			sandboxID = a
+			err = svc.UploadFile(&fuzzUploadStream{t: t, ctx: ctx, msgs: []*sandboxv1.UploadFileRequest{
+				{Payload: &sandboxv1.UploadFileRequest_Header{Header: &sandboxv1.UploadFileHeader{SandboxId: a, Path: b}}},
+				{Payload: &sandboxv1.UploadFileRequest_Chunk{Chunk: []byte(c)}},
+			}})
+		case 8:
+			sandboxID = a
+			err = svc.DownloadFile(&sandboxv1.DownloadFileRequest{SandboxId: a, Path: b}, &fuzzDownloadStream{t: t, ctx: ctx})
+		case 9:
+			sandboxID = a
+			_, err = svc.ListFiles(ctx, &sandboxv1.ListFilesRequest{SandboxId: a, Path: b})
+		}
+
+		if err != nil {
+			st, ok := status.FromError(err)
+			if !ok || st.Code() != codes.InvalidArgument {
+				t.Fatalf("method %d: error %v (%T); over a domain that accepts everything, want nil or InvalidArgument", method%methodCount, err, err)
+			}
+			if msg := st.Message(); msg == "" || len(msg) > maxErrorMessage {
+				t.Fatalf("method %d: InvalidArgument with a message of %d bytes (want 1 to %d): %.200q…", method%methodCount, len(msg), maxErrorMessage, msg)
+			}
+			if calls := fz.m.Calls(); len(calls) != 0 {
+				t.Fatalf("method %d: refused with %v, but the domain was called: %v", method%methodCount, err, calls)
+			}
+		}
+		if method%methodCount != 0 && method%methodCount != 2 && core.ValidateSandboxID(sandboxID) != nil && err == nil {
+			t.Fatalf("method %d: malformed sandbox ID %q accepted", method%methodCount, sandboxID)
+		}
+	})
+}
+
+// methodCount is the number of methods FuzzValidation drives.
+const methodCount = 10
+
+// fuzzDomain is a domain that accepts everything and checks that what it is
+// given is well-formed.
+type fuzzDomain struct {
+	m *grpcapitest.Manager
+}
+
+func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
+	checkSandbox := func(id string) {
+		if err := core.ValidateSandboxID(id); err != nil {
+			t.Fatalf("the domain got a malformed sandbox ID: %v", err)
+		}
+	}
+	checkCommand := func(id string) {
+		if err := ioproto.ValidateCommandID(id); err != nil {
+			t.Fatalf("the domain got a malformed command ID: %v", err)
+		}
+	}
+	checkPath := func(p string) {
+		if p == "" {
+			t.Fatalf("the domain got an empty path")
+		}
+	}
+	sb := core.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", UserID: "u", State: core.StateRunning}
+	m := &grpcapitest.Manager{
+		AcquireFunc: func(_ context.Context, userID string, _ core.Options) (core.AcquireResult, error) {
+			if err := core.ValidateUserID(userID); err != nil {
+				t.Fatalf("the domain got a malformed user ID: %v", err)
+			}
+			return core.AcquireResult{Sandbox: sb, Created: true}, nil
+		},
+		GetFunc: func(_ context.Context, id string) (core.Sandbox, error) {
+			checkSandbox(id)
+			return sb, nil
+		},
+		ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
+			if f.UserID != "" && core.ValidateUserID(f.UserID) != nil {
+				t.Fatalf("the domain got a malformed user ID filter %q", f.UserID)
+			}
+			if f.Tenant != "" && core.ValidateTenant(f.Tenant) != nil {
+				t.Fatalf("the domain got a malformed tenant filter %q", f.Tenant)
+			}
+			if f.State != "" && f.State != core.StateRunning && f.State != core.StateDead && f.State != core.StateHibernated {
+				t.Fatalf("the domain got an unknown state filter %q", f.State)
+			}
+			return []core.Sandbox{sb}, nil
+		},
+		DeleteFunc: func(_ context.Context, id string) error {
+			checkSandbox(id)
+			return nil
+		},
+		SubmitFunc: func(_ context.Context, req core.ExecRequest) (string, error) {
+			checkSandbox(req.SandboxID)
+			if req.CommandID != "" {
+				checkCommand(req.CommandID)
+			}
+			if req.Language != "" && req.Language != ioproto.LanguagePython && req.Language != ioproto.LanguageBash {
+				t.Fatalf("the domain got language %q", req.Language)
+			}
+			if req.Timeout < 0 {
+				t.Fatalf("the domain got a negative timeout %v", req.Timeout)
+			}
+			return "c1", nil
+		},
+		FollowFunc: func(_ context.Context, id, cmd string, afterSeq int64, fn func(core.Event) error) error {
+			checkSandbox(id)
+			checkCommand(cmd)
+			if afterSeq < 0 {
+				t.Fatalf("the domain got a negative after_seq %d", afterSeq)
+			}
+			// Replay the fuzzed events line, if the events parser takes it.
+			if ev, err := ioproto.ParseEvent(event); err == nil {
+				if err := fn(ev); err != nil {
+					return err
+				}
+			}
+			return fn(core.Event{Seq: 1 << 40, Type: ioproto.EventDone, Status: ioproto.StatusOK})
+		},
+		InterruptFunc: func(_ context.Context, id, cmd string) error {
+			checkSandbox(id)
+			checkCommand(cmd)
+			return nil
+		},
+		UploadFunc: func(_ context.Context, id, p string, r io.Reader) (core.FileInfo, error) {
+			checkSandbox(id)
+			checkPath(p)
+			n, err := io.Copy(io.Discard, r)
+			return core.FileInfo{Path: p, Size: n}, err
+		},
+		DownloadFunc: func(_ context.Context, id, p string) (io.ReadCloser, core.FileInfo, error) {
+			checkSandbox(id)
+			checkPath(p)
+			return io.NopCloser(strings.NewReader(p)), core.FileInfo{Path: p, Size: int64(len(p))}, nil
+		},
+		ListFilesFunc: func(_ context.Context, id, p string) ([]core.FileInfo, error) {
+			checkSandbox(id)
+			return []core.FileInfo{{Path: "a"}}, nil
+		},
+	}
+	return &fuzzDomain{m: m}
+}
+
+// checkSendable fails unless a message the service sends would marshal
+// (proto3 strings must be valid UTF-8, for one).
+func checkSendable(t *testing.T, m proto.Message) {
+	if _, err := proto.Marshal(m); err != nil {
+		t.Fatalf("the service sent a message that cannot be marshalled: %v: %v", err, m)
+	}
+}
+
+// The streams below stand in for gRPC's; the service uses only Context,
+// Send, Recv and SendAndClose of them (the embedded interface is nil).
+
+type fuzzEventStream struct {
+	grpc.ServerStream
+	t   *testing.T
+	ctx context.Context
+}
+
+func (s *fuzzEventStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzEventStream) Send(ev *sandboxv1.ExecuteEvent) error {
+	checkSendable(s.t, ev)
+	return nil
+}
+
+type fuzzDownloadStream struct {
+	grpc.ServerStream
+	t   *testing.T
+	ctx context.Context
+}
+
+func (s *fuzzDownloadStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzDownloadStream) Send(m *sandboxv1.DownloadFileResponse) error {
+	if !utf8.ValidString(m.GetFile().GetPath()) {
+		return nil // the path came from the request, which gRPC would have refused
+	}
+	checkSendable(s.t, m)
+	return nil
+}
+
+type fuzzUploadStream struct {
+	grpc.ServerStream
+	t    *testing.T
+	ctx  context.Context
+	msgs []*sandboxv1.UploadFileRequest
+}
+
+func (s *fuzzUploadStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzUploadStream) Recv() (*sandboxv1.UploadFileRequest, error) {
+	if len(s.msgs) == 0 {
+		return nil, io.EOF
+	}
+	m := s.msgs[0]
+	s.msgs = s.msgs[1:]
+	return m, nil
+}
+
+func (s *fuzzUploadStream) SendAndClose(*sandboxv1.UploadFileResponse) error { return nil }
