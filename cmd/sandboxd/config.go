@@ -41,7 +41,7 @@ type config struct {
 	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
 	backend         string // docker or kubernetes
 	kube            kubeConfig
-	manager         docker.Config
+	docker          docker.Config // the backends' shared policy (embedded) and the Docker backend's own settings
 }
 
 // errHelp is returned for -h/--help: usage was printed, exit 0.
@@ -60,7 +60,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.SetOutput(out)
 
 	c := config{logLevel: slog.LevelInfo}
-	mc := &c.manager
+	mc := &c.docker
 	defMem, maxMem := byteSize(1<<30), byteSize(8<<30)
 	defCPUs, maxCPUs := cpus(1e9), cpus(int64(runtime.NumCPU())*1e9)
 	maxUpload := byteSize(core.DefaultMaxUploadBytes)
@@ -169,7 +169,7 @@ func envName(flagName string) string {
 
 // check catches settings that would only fail later, or confusingly.
 func (c *config) check() error {
-	mc := &c.manager
+	mc := &c.docker
 	if mc.StateDir == "" && c.backend != backendKubernetes {
 		return errors.New("--state-dir is empty and no default could be derived (set HOME or XDG_STATE_HOME)")
 	}

@@ -23,7 +23,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseConfig: %v", err)
 	}
-	mc := c.manager
+	mc := c.docker
 	checks := []struct {
 		name      string
 		got, want any
@@ -69,7 +69,7 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatalf("parseConfig: %v", err)
 	}
-	mc := c.manager
+	mc := c.docker
 	checks := []struct {
 		name      string
 		got, want any

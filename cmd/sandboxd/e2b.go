@@ -21,16 +21,12 @@ import (
 // m until the returned stop is called. The access-token secret lives in the
 // state directory, so sandboxes' tokens survive restarts.
 func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, log *slog.Logger) (stop func(), err error) {
-	secret, err := e2bapi.LoadSecret(filepath.Join(cfg.manager.StateDir, "e2b-secret"))
+	secret, err := e2bapi.LoadSecret(filepath.Join(cfg.docker.StateDir, "e2b-secret"))
 	if err != nil {
 		return nil, err
 	}
-	dm, ok := m.(e2bapi.Manager)
-	if !ok {
-		return nil, errors.New("--e2b-listen: this sandbox manager does not serve interactive commands")
-	}
-	door, err := e2bapi.New(dm, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b"),
-		CommandTimeout: cmp.Or(cfg.manager.MaxTimeout, core.DefaultMaxTimeout)})
+	door, err := e2bapi.New(m, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b"),
+		CommandTimeout: cmp.Or(cfg.docker.MaxTimeout, core.DefaultMaxTimeout)})
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func (k *kubeConfig) restConfig() (*rest.Config, error) {
 }
 
 // newKubeManager starts the Kubernetes backend with the server-wide
-// settings of cfg.manager (image, limits, TTLs, caps, pool).
+// settings of cfg.docker (image, limits, TTLs, caps, pool).
 func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Manager, error) {
 	k := cfg.kube
 	rc, err := k.restConfig()
@@ -132,14 +132,11 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 	if id == "" {
 		id = os.Getenv("POD_NAME")
 	}
-	mc := cfg.manager
 	return kube.New(ctx, kube.Config{
-		Client: client, Namespace: k.namespace, Image: mc.Image, RuntimeClass: k.runtimeClass,
+		Policy: cfg.docker.Policy, // the one policy, shared with the Docker backend
+		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass,
-		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)), IODiskBytes: mc.IODiskBytes,
-		IdleTTL: mc.IdleTTL, MaxLifetime: mc.MaxLifetime, MaxIdleTTL: mc.MaxIdleTTL, DefaultLimits: mc.DefaultLimits, MaxLimits: mc.MaxLimits,
-		DefaultTimeout: mc.DefaultTimeout, MaxTimeout: mc.MaxTimeout, MaxCodeBytes: mc.MaxCodeBytes,
-		MaxUploadBytes: mc.MaxUploadBytes, MaxSandboxes: mc.MaxSandboxes, MaxSandboxesPerTenant: mc.MaxSandboxesPerTenant,
-		WarmPool: mc.WarmPool, Identity: id, LeaseDuration: k.leaderLease, Logger: log,
+		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
+		Identity: id, LeaseDuration: k.leaderLease, Logger: log,
 	})
 }

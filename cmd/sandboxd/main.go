@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
@@ -47,12 +48,33 @@ func main() {
 	}
 }
 
-// manager is what sandboxd needs of the domain: the API's calls, and Close
+// manager is what serve needs of the domain: the API's calls, and Close
 // for shutdown.
 type manager interface {
-	grpcapi.Manager
+	core.Manager
 	Close() error
 }
+
+// backend is a backend as sandboxd starts it: the domain's calls, the
+// policy it applies (which core.Validating enforces in front of it) and
+// Close.
+type backend interface {
+	manager
+	Policy() core.Policy
+}
+
+// validated is a backend behind core.Validating: every door calls the
+// domain through the validating layer, and Close reaches the backend.
+type validated struct {
+	core.Manager
+	b backend
+}
+
+func newValidated(b backend) validated {
+	return validated{Manager: core.Validating(b, b.Policy()), b: b}
+}
+
+func (v validated) Close() error { return v.b.Close() }
 
 // run starts sandboxd and blocks until ctx is done (a signal) or serving
 // fails. stopSignals is called once shutdown begins, so a second Ctrl-C
@@ -63,7 +85,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		return err
 	}
 	log := newLogger(cfg, stderr)
-	cfg.manager.Logger = log
+	cfg.docker.Logger = log
 
 	var opts []grpcapi.Option
 	var tokens *grpcapi.Tokens
@@ -93,7 +115,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	if cfg.metricsListen != "" {
 		reg := newMetricsRegistry()
 		met = metrics.New(reg)
-		cfg.manager.Metrics = met
+		cfg.docker.Metrics = met
 		opts = append(opts, grpcapi.WithMetrics(met))
 		if metricsLis, err = net.Listen("tcp", cfg.metricsListen); err != nil {
 			return fmt.Errorf("--metrics-listen: %w", err)
@@ -155,22 +177,23 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 	}
 
-	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.manager.StateDir, "image", cfg.manager.Image,
-		"runtime", cfg.manager.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
+	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.docker.StateDir, "image", cfg.docker.Image,
+		"runtime", cfg.docker.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
 	if cfg.backend == backendKubernetes {
 		km, err := newKubeManager(ctx, cfg, log)
 		if err != nil {
 			return fmt.Errorf("starting the kubernetes backend: %w", err)
 		}
-		return serve(ctx, stopSignals, lis, km, cfg.shutdownTimeout, log, opts...)
+		return serve(ctx, stopSignals, lis, newValidated(km), cfg.shutdownTimeout, log, opts...)
 	}
-	m, err := docker.New(ctx, cfg.manager, nil)
+	dm, err := docker.New(ctx, cfg.docker, nil)
 	if err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)
 	}
 	if met != nil {
-		met.Watch(m) // sandboxes by state and the pool's size, read at scrape time
+		met.Watch(dm) // sandboxes by state and the pool's size, read at scrape time
 	}
+	m := newValidated(dm)
 	if e2bLis != nil {
 		stopE2B, err := serveE2B(e2bLis, m, tokens, cfg, log)
 		if err != nil {

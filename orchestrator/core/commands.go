@@ -33,12 +33,12 @@ func (r ExecRequest) validateInput() error {
 		return Invalidf("stdin and pty are for bash commands only; language is %q", lang)
 	}
 	if r.Pty != (PtySize{}) {
-		return ValidatePtySize(r.Pty)
+		return validatePtySize(r.Pty)
 	}
 	return nil
 }
 
-func ValidatePtySize(sz PtySize) error {
+func validatePtySize(sz PtySize) error {
 	if sz.Rows < 1 || sz.Rows > ioproto.MaxPtyDim || sz.Cols < 1 || sz.Cols > ioproto.MaxPtyDim {
 		return Invalidf("terminal size %dx%d (rows x cols) is outside 1-%d", sz.Rows, sz.Cols, ioproto.MaxPtyDim)
 	}

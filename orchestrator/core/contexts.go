@@ -22,7 +22,7 @@ type ContextInfo struct {
 
 // validateContextID checks a context ID in a request; empty is allowed
 // where it means the default context.
-func ValidateContextID(id string, emptyOK bool) error {
+func validateContextID(id string, emptyOK bool) error {
 	if id == "" && emptyOK {
 		return nil
 	}

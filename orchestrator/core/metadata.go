@@ -19,9 +19,9 @@ const (
 // Bounds of a sandbox's metadata: enough for a few IDs and names, small
 // enough that meta.json, List responses and their filters stay cheap.
 const (
-	MaxMetadataEntries  = 64
+	maxMetadataEntries  = 64
 	maxMetadataKeyLen   = 64
-	MaxMetadataValueLen = 512
+	maxMetadataValueLen = 512
 	maxMetadataBytes    = 16 << 10
 )
 
@@ -31,9 +31,9 @@ var metadataKeyPattern = regexp.MustCompile(`^[A-Za-z0-9._:/-]+$`)
 
 // validateMetadata checks a sandbox's metadata. Errors wrap
 // ErrInvalidArgument and name the offending key.
-func ValidateMetadata(md map[string]string) error {
-	if len(md) > MaxMetadataEntries {
-		return Invalidf("metadata has %d entries; the limit is %d", len(md), MaxMetadataEntries)
+func validateMetadata(md map[string]string) error {
+	if len(md) > maxMetadataEntries {
+		return Invalidf("metadata has %d entries; the limit is %d", len(md), maxMetadataEntries)
 	}
 	total := 0
 	for k, v := range md {
@@ -51,8 +51,8 @@ func ValidateMetadata(md map[string]string) error {
 // validateMetadataFilter checks ListFilter.Metadata: each pair as in
 // validateMetadata (a pair no sandbox can have is a mistake worth telling).
 func validateMetadataFilter(md map[string]string) error {
-	if len(md) > MaxMetadataEntries {
-		return Invalidf("metadata filter has %d entries; the limit is %d", len(md), MaxMetadataEntries)
+	if len(md) > maxMetadataEntries {
+		return Invalidf("metadata filter has %d entries; the limit is %d", len(md), maxMetadataEntries)
 	}
 	for k, v := range md {
 		if err := checkMetadataPair(k, v); err != nil {
@@ -70,8 +70,8 @@ func checkMetadataPair(k, v string) error {
 		return Invalidf("metadata key %q is %d characters long; the limit is %d", Truncate(k, 64), len(k), maxMetadataKeyLen)
 	case !metadataKeyPattern.MatchString(k):
 		return Invalidf("metadata key %q may contain only letters, digits and . _ : / -", Truncate(k, 64))
-	case len(v) > MaxMetadataValueLen:
-		return Invalidf("metadata value of key %s is %d bytes long; the limit is %d", k, len(v), MaxMetadataValueLen)
+	case len(v) > maxMetadataValueLen:
+		return Invalidf("metadata value of key %s is %d bytes long; the limit is %d", k, len(v), maxMetadataValueLen)
 	case !utf8.ValidString(v):
 		return Invalidf("metadata value of key %s is not valid UTF-8", k)
 	}

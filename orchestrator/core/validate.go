@@ -86,7 +86,7 @@ func ValidateCommandID(id string) error {
 
 // validateIDs checks the IDs of an operation on a command: the sandbox's
 // first, then the command's.
-func ValidateIDs(sandboxID, commandID string) error {
+func validateIDs(sandboxID, commandID string) error {
 	if err := ValidateSandboxID(sandboxID); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func CanonicalLanguage(lang string) string {
 // (python, bash, javascript, typescript, r), an alias of one, or empty for
 // the default (python). Whether the sandbox's image has it is Submit's
 // check (FAILED_PRECONDITION).
-func ValidateLanguage(lang string) error {
+func validateLanguage(lang string) error {
 	if ioproto.KnownLanguage(CanonicalLanguage(lang)) {
 		return nil
 	}
@@ -145,13 +145,13 @@ func (r ExecRequest) Validate() error {
 			return err
 		}
 	}
-	if err := ValidateLanguage(r.Language); err != nil {
+	if err := validateLanguage(r.Language); err != nil {
 		return err
 	}
 	if err := validateCommandEnv(r.Env); err != nil {
 		return err
 	}
-	if err := ValidateContextID(r.ContextID, true); err != nil {
+	if err := validateContextID(r.ContextID, true); err != nil {
 		return err
 	}
 	switch {
@@ -197,20 +197,20 @@ const (
 	// threads (its sandboxed processes are not host processes), and with 64
 	// the sandbox itself crashes (measured: exit 2); 96 works, 128 leaves
 	// room.
-	MinPidsLimitGVisor = 128
+	minPidsLimitGVisor = 128
 )
 
 // checkRuntimeLimits refuses limits a runtime cannot run with.
-func CheckRuntimeLimits(runtime string, l Limits) error {
-	if runtime == RuntimeGVisor && l.PidsLimit < MinPidsLimitGVisor {
-		return Invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, RuntimeGVisor, MinPidsLimitGVisor)
+func checkRuntimeLimits(runtime string, l Limits) error {
+	if runtime == RuntimeGVisor && l.PidsLimit < minPidsLimitGVisor {
+		return Invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, RuntimeGVisor, minPidsLimitGVisor)
 	}
 	return nil
 }
 
 // resolveLimits applies the server defaults to zero fields of req and checks
 // the result against the server maxima (a zero maximum means no cap).
-func ResolveLimits(req, def, max Limits) (Limits, error) {
+func resolveLimits(req, def, max Limits) (Limits, error) {
 	fields := []struct {
 		name          string
 		req, def, max int64

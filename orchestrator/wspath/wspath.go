@@ -1,32 +1,20 @@
-// Package wspath holds the rules for paths under a sandbox's /workspace and
-// the few os.Root helpers that create files there for the sandbox user. It
-// is shared by the orchestrator (which reaches the workspace on the host,
-// Docker backend) and the io sidecar (which reaches it inside the Pod,
-// Kubernetes backend), so that a path means the same thing on both.
-//
-// Paths are what the sandboxed code sees: relative paths are relative to
-// /workspace, and absolute paths must be /workspace or lie under it
-// ("/workspace/data/x.csv" and "data/x.csv" name the same file). Any other
-// absolute path ("/etc/passwd", but also "/data/x.csv") is refused rather
-// than reinterpreted, so a path means the same thing to the model writing
-// code and to the file API. Paths with a ".." element are refused even when
-// they would stay inside, as are NUL bytes. Callers still open everything
-// through an os.Root: the workspace is the sandbox's, and may hold symlinks
-// planted to leave it.
+// Package wspath is the host half of the files API: the operations on a
+// sandbox's /workspace through an os.Root, shared by the Docker backend
+// (which reaches the workspace on the host) and the io sidecar of the
+// Kubernetes backend (which reaches it inside the Pod), so that each is
+// written once. Paths here are already clean and relative
+// (core.CleanPath, the one path rule); the workspace may still hold
+// symlinks planted to leave it, which os.Root refuses to follow out.
 package wspath
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
 	"syscall"
 )
-
-// MaxPathLen bounds a path argument (Linux's PATH_MAX).
-const MaxPathLen = 4096
 
 // MaxListEntries bounds one directory listing.
 const MaxListEntries = 10000
@@ -41,61 +29,6 @@ const (
 	UID = 1000
 	GID = 1000
 )
-
-// ErrInvalid marks a path refused by Clean.
-var ErrInvalid = errors.New("invalid workspace path")
-
-// invalid is a refused path: its message is the whole error text, and it
-// matches ErrInvalid.
-type invalid string
-
-func (e invalid) Error() string        { return string(e) }
-func (e invalid) Is(target error) bool { return target == ErrInvalid }
-
-func invalidf(format string, args ...any) error { return invalid(fmt.Sprintf(format, args...)) }
-
-// Clean turns a caller's path into a clean path relative to the workspace
-// ("." for the workspace itself). A refused path is an error matching
-// ErrInvalid whose text says why (quoting at most 256 bytes of the path).
-func Clean(p string) (string, error) {
-	switch {
-	case strings.ContainsRune(p, 0):
-		return "", invalidf("path %q contains a NUL byte", Truncate(p, 256))
-	case len(p) > MaxPathLen:
-		return "", invalidf("path is %d bytes long; the limit is %d", len(p), MaxPathLen)
-	}
-	rel := p
-	if strings.HasPrefix(p, "/") {
-		after, ok := strings.CutPrefix(p, "/workspace")
-		if !ok || (after != "" && !strings.HasPrefix(after, "/")) {
-			return "", invalidf("path %q is outside /workspace: give a path relative to /workspace or one starting with /workspace/", Truncate(p, 256))
-		}
-		rel = strings.TrimLeft(after, "/")
-	}
-	for _, elem := range strings.Split(rel, "/") {
-		if elem == ".." {
-			return "", invalidf("path %q escapes /workspace: \"..\" is not allowed", Truncate(p, 256))
-		}
-	}
-	return path.Clean("./" + rel), nil // "./" makes "" clean to "."
-}
-
-// Display shows a workspace-relative path as the sandbox sees it.
-func Display(rel string) string {
-	if rel == "." {
-		return "/workspace"
-	}
-	return "/workspace/" + rel
-}
-
-// Truncate shortens s for an error message so a huge input cannot blow up
-// the response.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
 
 // MkdirAllOwned creates dir and its missing parents inside root, each owned
 // by the sandbox user. Existing components may be symlinks to directories

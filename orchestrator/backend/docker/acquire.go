@@ -28,7 +28,7 @@ import (
 // silent swap. The dead sandbox stays visible (StateDead, with its reason)
 // until it expires or is deleted.
 //
-// opts apply only when a sandbox is created; they are validated in any case.
+// opts (resolved by core.Validating) apply only when a sandbox is created.
 // An existing sandbox keeps its metadata and its idle TTL (being acquired
 // restarts that TTL; it never resets it to the server's default).
 // A new sandbox beyond Config.MaxSandboxesPerTenant or Config.MaxSandboxes
@@ -36,19 +36,10 @@ import (
 func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
 	start := time.Now()
 	caller := core.CallerOf(ctx)
-	if err := core.ValidateTenant(caller.Tenant); err != nil {
-		return core.AcquireResult{}, err
-	}
-	if err := core.ValidateUserID(userID); err != nil {
-		return core.AcquireResult{}, err
-	}
 	if err := m.checkOpen(); err != nil {
 		return core.AcquireResult{}, err
 	}
-	spec, err := m.newSpec(userKey{caller.Tenant, userID}, opts)
-	if err != nil {
-		return core.AcquireResult{}, err
-	}
+	spec := m.newSpec(userKey{caller.Tenant, userID}, opts)
 
 	unlock, err := m.userLocks.lock(ctx, spec.user.String())
 	if err != nil {
@@ -109,16 +100,11 @@ type sandboxSpec struct {
 	onIdle string
 }
 
-// newSpec validates opts for a new sandbox of user and resolves them
-// against the server's defaults and maxima.
-func (m *Manager) newSpec(user userKey, opts core.Options) (sandboxSpec, error) {
-	r, err := core.ResolveOptions(opts, core.Policy{DefaultLimits: m.cfg.DefaultLimits, MaxLimits: m.cfg.MaxLimits,
-		AllowNetwork: m.cfg.AllowNetwork, NoDiskLimit: m.cfg.NoDiskVolumes, MaxIdleTTL: m.cfg.MaxIdleTTL, Runtime: m.cfg.Runtime})
-	if err != nil {
-		return sandboxSpec{}, err
-	}
-	return sandboxSpec{user: user, limits: r.Limits, env: r.Env, network: r.Network,
-		metadata: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle}, nil
+// newSpec is the spec of a new sandbox of user, from opts as
+// core.Policy.ResolveOptions resolved them.
+func (m *Manager) newSpec(user userKey, opts core.Options) sandboxSpec {
+	return sandboxSpec{user: user, limits: opts.Limits, env: opts.Env, network: opts.Network,
+		metadata: opts.Metadata, idleTTL: opts.IdleTimeout, onIdle: opts.OnIdle}
 }
 
 // poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,
@@ -133,7 +119,7 @@ func (m *Manager) poolSpec() sandboxSpec {
 func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, core.AcquireKind, error) {
 	all, ofTenant := m.reg.countRunning(spec.user.tenant)
 	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
-		return nil, "", core.Exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", spec.user.tenant, c)
+		return nil, "", core.TenantCapReached(spec.user.tenant, c)
 	}
 	if m.poolable(spec) {
 		sb, err := m.claimPooled(ctx, spec)
@@ -156,7 +142,7 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 			if victim != nil {
 				m.pool.putBack(victim)
 			}
-			return nil, "", core.Exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", c)
+			return nil, "", core.ServerCapReached(c)
 		}
 		m.discardPooled(ctx, victim, "removed to make room under --max-sandboxes")
 	}

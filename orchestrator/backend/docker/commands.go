@@ -26,9 +26,6 @@ import (
 // ErrNotFound. Data that races with the command's end is dropped by the
 // driver.
 func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
-	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
-		return err
-	}
 	if len(data) > core.MaxStdinChunk {
 		return core.Invalidf("stdin data is %d bytes; the limit is %d per call", len(data), core.MaxStdinChunk)
 	}
@@ -38,21 +35,12 @@ func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, da
 // CloseStdin ends command commandID's standard input after the data sent
 // before. Errors as SendStdin's.
 func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
-	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
-		return err
-	}
 	return m.appendInput(ctx, sandboxID, commandID, false, ioproto.Record{Type: ioproto.KindStdinClose, CommandID: commandID})
 }
 
 // ResizePty resizes command commandID's terminal. The command must have
 // been started with a pty and not be finished (ErrFailedPrecondition).
 func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error {
-	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
-		return err
-	}
-	if err := core.ValidatePtySize(size); err != nil {
-		return err
-	}
 	rec := ioproto.Record{Type: ioproto.KindResize, CommandID: commandID, Pty: ioproto.PtySize{Rows: int(size.Rows), Cols: int(size.Cols)}}
 	return m.appendInput(ctx, sandboxID, commandID, true, rec)
 }
@@ -69,7 +57,7 @@ func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, 
 		return m.appendError(sb, err)
 	}
 	if !ok {
-		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.CommandNotFound(commandID, sb.id)
 	}
 	switch {
 	case pty && !e.Pty:
@@ -86,7 +74,7 @@ func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, 
 	}
 	_, err = sb.io.AppendContext(ctx, rec, func() error { return m.appendable(sb) })
 	if errors.Is(err, iolog.ErrUnknownCommand) {
-		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.CommandNotFound(commandID, sb.id)
 	}
 	if err != nil {
 		return m.appendError(sb, err)
@@ -100,9 +88,6 @@ func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, 
 // valid because the log only grows. Each listed command costs a bounded
 // read of its events file's head and tail (iolog.Progress).
 func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return core.CommandPage{}, err
-	}
 	switch {
 	case pageSize < 0 || pageSize > core.MaxCommandPage:
 		return core.CommandPage{}, core.Invalidf("page_size %d is outside 0-%d", pageSize, core.MaxCommandPage)

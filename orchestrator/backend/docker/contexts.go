@@ -76,7 +76,7 @@ func (m *Manager) execContext(sb *sandbox, rec *ioproto.Record, defaultLanguage 
 		}
 		c, ok := findContext(list, rec.ContextID)
 		if !ok {
-			return core.NotFoundf("context %s not found in sandbox %s (never created, or deleted)", rec.ContextID, sb.id)
+			return core.ContextNotFound(rec.ContextID, sb.id)
 		}
 		if rec.Language != c.Language && rec.Language != ioproto.LanguageBash {
 			return core.Preconditionf("context %s runs %s, not %s; run %s in another context", c.ID, c.Language, rec.Language, rec.Language)
@@ -92,12 +92,6 @@ func (m *Manager) execContext(sb *sandbox, rec *ioproto.Record, defaultLanguage 
 // FAILED_PRECONDITION when cwd is not an existing directory under
 // /workspace, RESOURCE_EXHAUSTED past ioproto.MaxContexts.
 func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return core.ContextInfo{}, err
-	}
-	if err := core.ValidateLanguage(language); err != nil {
-		return core.ContextInfo{}, err
-	}
 	language = core.CanonicalLanguage(language)
 	clean, err := ioproto.CleanContextCwd(cwd)
 	if err != nil {
@@ -160,12 +154,6 @@ func (m *Manager) DeleteContext(ctx context.Context, sandboxID, contextID string
 }
 
 func (m *Manager) contextChange(ctx context.Context, sandboxID, contextID, op string) error {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return err
-	}
-	if err := core.ValidateContextID(contextID, false); err != nil {
-		return err
-	}
 	if op == ioproto.ContextDelete && contextID == core.DefaultContextID {
 		return core.Preconditionf("the default context cannot be deleted; restart it for fresh globals")
 	}
@@ -178,7 +166,7 @@ func (m *Manager) contextChange(ctx context.Context, sandboxID, contextID, op st
 		return err
 	}
 	if _, ok := findContext(list, contextID); !ok {
-		return core.NotFoundf("context %s not found in sandbox %s (never created, or deleted)", contextID, sb.id)
+		return core.ContextNotFound(contextID, sb.id)
 	}
 	return m.contextOp(ctx, sb, ioproto.Record{Type: ioproto.KindContext, Op: op, ContextID: contextID})
 }

@@ -15,25 +15,18 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
-// maxListDepth bounds ListFilesDepth's depth.
-const maxListDepth = 10
-
 // MakeDirectory creates a directory in the sandbox's workspace, owned by the
 // sandbox user. Without parents, a missing parent is ErrNotFound and an
 // existing path ErrAlreadyExists; with parents, missing parents are created
 // and an existing directory (or a symlink to one inside the workspace) is
 // returned as it is (mkdir -p), while an existing non-directory is still
 // ErrAlreadyExists.
-func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, p string, parents bool) (core.FileInfo, error) {
+func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, rel string, parents bool) (core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return core.FileInfo{}, err
-	}
-	show := displayPath(rel)
+	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return core.FileInfo{}, err
@@ -54,7 +47,7 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, p string, parent
 		case errors.Is(err, fs.ErrExist):
 			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: already exists", show)
 		case errors.Is(err, fs.ErrNotExist):
-			return core.FileInfo{}, core.NotFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, displayPath(path.Dir(rel)))
+			return core.FileInfo{}, core.NotFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, core.DisplayPath(path.Dir(rel)))
 		case err != nil:
 			return core.FileInfo{}, fsError("make directory", show, err)
 		}
@@ -74,19 +67,12 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, p string, parent
 // (ErrFailedPrecondition otherwise). The workspace itself cannot be removed
 // (ErrInvalidArgument). Recursive removal goes through os.Root too, so a
 // symlink inside the tree is removed, never followed.
-func (m *Manager) Remove(ctx context.Context, sandboxID, p string, recursive bool) error {
+func (m *Manager) Remove(ctx context.Context, sandboxID, rel string, recursive bool) error {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return err
-	}
-	if rel == "." {
-		return core.Invalidf("remove %s: the workspace itself cannot be removed; remove what is in it", displayPath(rel))
-	}
-	show := displayPath(rel)
+	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return err
@@ -120,30 +106,12 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, p string, recursive boo
 // are two steps, so sandboxed code creating the destination in between sees
 // it replaced, as with mv from inside the sandbox; both paths stay inside
 // the workspace either way.
-func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
+func (m *Manager) Rename(ctx context.Context, sandboxID, relFrom, relTo string, overwrite bool) (core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
-	relFrom, err := workspacePath(from)
-	if err != nil {
-		return core.FileInfo{}, err
-	}
-	relTo, err := workspacePath(to)
-	if err != nil {
-		return core.FileInfo{}, err
-	}
-	showFrom, showTo := displayPath(relFrom), displayPath(relTo)
-	switch {
-	case relFrom == ".":
-		return core.FileInfo{}, core.Invalidf("rename %s: the workspace itself cannot be moved", showFrom)
-	case relTo == ".":
-		return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is the workspace itself", showFrom, showTo)
-	case relTo == relFrom:
-		return core.FileInfo{}, core.Invalidf("rename %s: source and destination are the same path", showFrom)
-	case strings.HasPrefix(relTo, relFrom+"/"):
-		return core.FileInfo{}, core.Invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
-	}
+	showFrom, showTo := core.DisplayPath(relFrom), core.DisplayPath(relTo)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return core.FileInfo{}, err
@@ -182,7 +150,7 @@ func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwr
 		if _, serr := root.Lstat(relFrom); serr != nil {
 			return core.FileInfo{}, fsError("rename", showFrom, serr)
 		}
-		return core.FileInfo{}, core.NotFoundf("rename %s to %s: directory %s does not exist", showFrom, showTo, displayPath(path.Dir(relTo)))
+		return core.FileInfo{}, core.NotFoundf("rename %s to %s: directory %s does not exist", showFrom, showTo, core.DisplayPath(path.Dir(relTo)))
 	case errors.Is(err, syscall.EISDIR):
 		return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
 	case errors.Is(err, syscall.ENOTDIR):
@@ -201,23 +169,16 @@ func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwr
 }
 
 // ListFilesDepth is ListFiles over depth levels: 0 and 1 list the
-// directory's children, 2 their children too, up to maxListDepth
+// directory's children, 2 their children too, up to core.MaxListDepth
 // (ErrInvalidArgument beyond, or when negative). Only real directories are
 // descended into, never symbolic links. The answer, sorted by path, holds at
 // most maxListEntries entries (ErrResourceExhausted beyond).
-func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth int) ([]core.FileInfo, error) {
-	if depth < 0 || depth > maxListDepth {
-		return nil, core.Invalidf("list depth %d is out of range: give 0 to %d", depth, maxListDepth)
-	}
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, rel string, depth int) ([]core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return nil, err
-	}
-	show := displayPath(rel)
+	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return nil, err
@@ -244,12 +205,12 @@ func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, p string, depth
 				if dir != rel && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
 					continue // changed since it was listed
 				}
-				return nil, fsError("list", displayPath(dir), err)
+				return nil, fsError("list", core.DisplayPath(dir), err)
 			}
 			entries, err := f.ReadDir(maxListEntries + 1 - len(out))
 			f.Close()
 			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, fsError("list", displayPath(dir), err)
+				return nil, fsError("list", core.DisplayPath(dir), err)
 			}
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), uploadTempPrefix) {

@@ -34,20 +34,6 @@ const maxListEntries = wspath.MaxListEntries
 // before it is renamed into place; ListFiles hides such names.
 const uploadTempPrefix = wspath.UploadTempPrefix
 
-// workspacePath turns a caller's path into a clean path relative to the
-// workspace ("." for the workspace itself); a refused path is
-// ErrInvalidArgument.
-func workspacePath(p string) (string, error) {
-	rel, err := wspath.Clean(p)
-	if err != nil {
-		return "", core.Invalidf("%v", err)
-	}
-	return rel, nil
-}
-
-// displayPath shows a workspace-relative path as the sandbox sees it.
-func displayPath(rel string) string { return wspath.Display(rel) }
-
 // openWorkspace opens the sandbox's workspace as a root.
 func openWorkspace(sb *sandbox) (*os.Root, error) {
 	return os.OpenRoot(filepath.Join(sb.dir, workspaceDir))
@@ -60,19 +46,12 @@ func openWorkspace(sb *sandbox) (*os.Root, error) {
 // to the sandbox user, who can then modify them. Uploads are capped at
 // Config.MaxUploadBytes (ErrInvalidArgument); one that does not fit in the
 // sandbox's disk is ErrResourceExhausted.
-func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) (core.FileInfo, error) {
+func (m *Manager) Upload(ctx context.Context, sandboxID, rel string, r io.Reader) (core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return core.FileInfo{}, err
-	}
-	if rel == "." {
-		return core.FileInfo{}, core.Invalidf("upload path is empty: name a file under /workspace")
-	}
-	show := displayPath(rel)
+	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return core.FileInfo{}, err
@@ -98,15 +77,12 @@ func (m *Manager) Upload(ctx context.Context, sandboxID, p string, r io.Reader) 
 		}
 	}()
 	src := &ctxReader{ctx: ctx, r: r}
-	n, err := io.Copy(f, io.LimitReader(src, m.cfg.MaxUploadBytes+1))
+	n, err := io.Copy(f, src) // core.Validating bounds src by Policy.MaxUploadBytes
 	if src.err != nil {
 		return core.FileInfo{}, src.err // the caller's stream or context failed: theirs to report
 	}
 	if err != nil {
 		return core.FileInfo{}, fsError("upload to", show, err)
-	}
-	if n > m.cfg.MaxUploadBytes {
-		return core.FileInfo{}, core.Invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", show, m.cfg.MaxUploadBytes)
 	}
 	if err := chownFile(f); err != nil {
 		return core.FileInfo{}, err
@@ -142,16 +118,12 @@ func chownFile(f *os.File) error { return wspath.ChownFile(f) }
 // Download opens a regular file in the sandbox's workspace for reading. The
 // caller closes it. Directories and special files (a FIFO would block
 // forever) are ErrInvalidArgument.
-func (m *Manager) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, core.FileInfo, error) {
+func (m *Manager) Download(ctx context.Context, sandboxID, rel string) (io.ReadCloser, core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return nil, core.FileInfo{}, err
 	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return nil, core.FileInfo{}, err
-	}
-	show := displayPath(rel)
+	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return nil, core.FileInfo{}, err

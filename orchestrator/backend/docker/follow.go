@@ -37,9 +37,6 @@ const prunedCheckDelay = 50 * time.Millisecond
 // TTL: a sandbox being watched is in use even while a long command prints
 // nothing.
 func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error {
-	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
-		return err
-	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
@@ -52,9 +49,9 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 	evs, err := sb.io.EventsContext(ctx, commandID, afterSeq, m.log.With("sandbox_id", sb.id))
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):
-		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.CommandNotFound(commandID, sb.id)
 	case errors.Is(err, iolog.ErrClosed):
-		return core.NotFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
+		return core.SandboxDeleted(sb.id, commandID)
 	case err != nil:
 		return m.logError(sb, err)
 	}
@@ -87,16 +84,16 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 		// pass: a command about to start (as after nearly every Submit) never
 		// pays for it, and pruned output is reported after prunedCheckDelay.
 		if recheck && evs.Pruned() {
-			return core.NotFoundf("the output of command %s in sandbox %s is no longer available: it was pruned", commandID, sb.id)
+			return core.OutputPruned(commandID, sb.id)
 		}
 		recheck = false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-m.closing:
-			return core.Unavailablef("sandboxd is shutting down")
+			return core.ShuttingDown()
 		case <-sb.goneCh:
-			return core.NotFoundf("sandbox %s was deleted while following command %s", sb.id, commandID)
+			return core.SandboxDeleted(sb.id, commandID)
 		case <-sub.C:
 		case <-sb.deadCh:
 		case <-tick.C:
@@ -115,7 +112,7 @@ func eventsError(sb *sandbox, cmd string, err error) error {
 	case errors.Is(err, iolog.ErrTampered):
 		return core.Preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read: %v", cmd, sb.id, err)
 	case errors.Is(err, iolog.ErrClosed):
-		return core.NotFoundf("sandbox %s was deleted while following command %s", sb.id, cmd)
+		return core.SandboxDeleted(sb.id, cmd)
 	}
 	return err
 }
@@ -128,7 +125,7 @@ func (m *Manager) logError(sb *sandbox, err error) error {
 		// Logged once per sandbox at most in practice: a refused log stays
 		// refused (iolog caches the verdict), and callers stop using it.
 		m.log.Error("command log tampered with", "sandbox_id", sb.id, "error", err)
-		return core.Preconditionf("sandbox %s tampered with its command log (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", sb.id, err)
+		return core.Tampered(sb.id, "its command log", err)
 	case errors.Is(err, iolog.ErrClosed):
 		return core.SandboxNotFound(sb.id)
 	}

@@ -227,7 +227,7 @@ func (sb *sandbox) status() (core.State, string) {
 // deadError is the error for an operation that needs a live sandbox.
 func (sb *sandbox) deadError() error {
 	_, reason := sb.status()
-	return core.Preconditionf("sandbox %s is dead: %s; acquire a new one", sb.id, reason)
+	return core.SandboxDead(sb.id, reason)
 }
 
 // key is sb's user.

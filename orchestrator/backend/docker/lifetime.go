@@ -12,12 +12,6 @@ import (
 // Both live in meta.json, so they survive restarts and a warm-pool sandbox
 // gets them when claimed (its container's labels cannot change).
 
-// checkIdleTimeout checks an idle TTL a caller asks for against
-// MinIdleTimeout and Config.MaxIdleTTL.
-func (m *Manager) checkIdleTimeout(d time.Duration) error {
-	return core.CheckIdleTimeout(d, m.cfg.MaxIdleTTL)
-}
-
 // SetTimeout sets a sandbox's own idle TTL to d and counts the call as
 // activity, so the sandbox expires d from now (or at the end of its maximum
 // lifetime, if sooner) unless used again; each later use restarts d. The
@@ -26,12 +20,6 @@ func (m *Manager) checkIdleTimeout(d time.Duration) error {
 // ErrNotFound, as everywhere. A dead sandbox may be given a timeout too (it
 // stays visible until it expires).
 func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return core.Sandbox{}, err
-	}
-	if err := m.checkIdleTimeout(d); err != nil {
-		return core.Sandbox{}, err
-	}
 	sb, err := m.lookup(ctx, sandboxID)
 	if err != nil {
 		return core.Sandbox{}, err
@@ -52,9 +40,6 @@ func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Durat
 // idle TTL (use does both). A malformed ID is ErrInvalidArgument; a sandbox
 // that is gone or another tenant's is ErrNotFound.
 func (m *Manager) lookup(ctx context.Context, sandboxID string) (*sandbox, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return nil, err
-	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}

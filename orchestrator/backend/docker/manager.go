@@ -10,7 +10,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,72 +22,25 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
-// Config configures a Manager. Zero fields take the defaults given.
+// Config configures a Manager: the policy every backend shares
+// (core.Policy, embedded, so its fields read as the Config's) and what is
+// the Docker backend's own. Zero fields take the defaults given.
 type Config struct {
+	core.Policy
+
 	// StateDir is the root of all state; sandboxes live in
 	// StateDir/sandboxes/<id>/{meta.json,io/,workspace/}. Required.
 	StateDir string
-	// Image is the sandbox image; default DefaultImage.
-	Image string
-	// Runtime is the Docker runtime; "" is the engine's default (runc),
-	// "runsc" is gVisor.
-	Runtime string
-	// IdleTTL is how long a sandbox lives without being used; default 30m.
-	IdleTTL time.Duration
-	// MaxLifetime caps a sandbox's age however busy it is; 0 = unlimited.
-	MaxLifetime time.Duration
-	// MaxIdleTTL caps the idle TTL a caller may give one sandbox
-	// (Options.IdleTimeout, SetTimeout); default DefaultMaxIdleTTL, or
-	// IdleTTL when that is longer. Must not be below IdleTTL.
-	MaxIdleTTL time.Duration
-	// DefaultLimits apply to the zero fields of a request's limits; zero
-	// fields here default to 1 GiB, 1 CPU, 256 processes and a 1 GiB disk.
-	DefaultLimits core.Limits
-	// MaxLimits cap what a request may ask for; zero fields default to
-	// 8 GiB, all of the host's CPUs, 4096 processes and a 16 GiB disk.
-	MaxLimits core.Limits
-	// DefaultTimeout applies to commands submitted without one; default 10m.
-	DefaultTimeout time.Duration
-	// MaxTimeout caps a command's timeout; default 1h.
-	MaxTimeout time.Duration
-	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
-	// included (they hold memory too); 0 = unlimited.
-	MaxSandboxes int
-	// MaxSandboxesPerTenant caps the number of one tenant's live
-	// sandboxes; 0 = unlimited.
-	MaxSandboxesPerTenant int
-	// MaxUploadBytes caps one uploaded file; default 256 MiB.
-	MaxUploadBytes int64
-	// MaxCodeBytes caps one command's code; default (and at most)
-	// MaxCodeBytes, which the /io protocol's record size allows.
-	MaxCodeBytes int
-	// AllowNetwork lets callers ask for outbound network access
-	// (Options.Network). Not available with the runsc runtime, which
-	// sandboxd's set-up registers with --network=none.
-	AllowNetwork bool
 	// NoDiskVolumes keeps each sandbox's /io and /workspace as plain
 	// directories of the host's file system instead of size-limited
 	// volumes (volume.go): sandboxed code can then fill the host's disk. For
 	// hosts where sandboxd cannot loop-mount (not root, no loop devices) and
-	// for tests that do not need disk limits. Limits.DiskBytes is then 0.
+	// for tests that do not need disk limits. It sets Policy.NoDiskLimit.
 	NoDiskVolumes bool
-	// IODiskBytes is the size of each sandbox's /io volume; default
-	// DefaultIODiskBytes.
-	IODiskBytes int64
-	// WarmPool is how many started, unclaimed sandboxes to keep ready for
-	// new users (pool.go); 0 = none.
-	WarmPool int
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
-	// Metrics receives events for monitoring (metrics.go); nil discards.
+	// Metrics receives events for monitoring (core.Metrics); nil discards.
 	Metrics core.Metrics
-	// OnIdle is what the idle TTL does to a running sandbox: OnIdleDelete
-	// (the default here, as before hibernation existed; sandboxd's flag
-	// defaults to hibernate) or OnIdleHibernate (hibernate.go).
-	OnIdle string
-	// HibernatedTTL is how long a hibernated sandbox is kept before it is
-	// deleted; default DefaultHibernatedTTL.
-	HibernatedTTL time.Duration
 	// MemorySnapshots lets a hibernation checkpoint the whole container
 	// (level memory: every process exactly) under the runsc runtime, with
 	// dockerd in experimental mode; the globals snapshot is still taken as
@@ -102,7 +54,8 @@ type Config struct {
 	SnapshotDiskBudget int64
 }
 
-// applyDefaults fills zero fields and checks the result.
+// applyDefaults fills zero fields and checks the result: the policy's own
+// checks (core.Policy.ApplyDefaults), then what only this backend knows.
 func (c *Config) applyDefaults() error {
 	if c.StateDir == "" {
 		return core.Invalidf("config: StateDir is required")
@@ -112,63 +65,22 @@ func (c *Config) applyDefaults() error {
 		return core.Invalidf("config: StateDir: %v", err)
 	}
 	c.StateDir = abs
-	c.Image = cmp.Or(c.Image, core.DefaultImage)
-	c.IdleTTL = cmp.Or(c.IdleTTL, core.DefaultIdleTTL)
-	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(core.DefaultMaxIdleTTL, c.IdleTTL))
-	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, core.DefaultCommandTimeout)
-	c.MaxTimeout = cmp.Or(c.MaxTimeout, core.DefaultMaxTimeout)
-	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, core.DefaultMaxUploadBytes)
-	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, core.MaxCodeBytes)
-	c.IODiskBytes = cmp.Or(c.IODiskBytes, core.DefaultIODiskBytes)
-	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
-	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
-	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
-	c.MaxLimits.MemoryBytes = cmp.Or(c.MaxLimits.MemoryBytes, 8<<30)
-	c.MaxLimits.NanoCPUs = cmp.Or(c.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
-	c.MaxLimits.PidsLimit = cmp.Or(c.MaxLimits.PidsLimit, 4096)
-	if c.NoDiskVolumes {
-		c.DefaultLimits.DiskBytes, c.MaxLimits.DiskBytes, c.IODiskBytes = 0, 0, 0
-	} else {
-		c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, core.DefaultDiskBytes)
-		c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, core.DefaultMaxDiskBytes)
+	c.NoDiskLimit = c.NoDiskLimit || c.NoDiskVolumes
+	if err := c.Policy.ApplyDefaults(); err != nil {
+		return err
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	c.OnIdle = cmp.Or(c.OnIdle, core.OnIdleDelete)
-	c.HibernatedTTL = cmp.Or(c.HibernatedTTL, core.DefaultHibernatedTTL)
 	if c.Snapshots == nil {
 		c.Snapshots = LocalSnapshots{}
 	}
-	if c.OnIdle != core.OnIdleDelete && c.OnIdle != core.OnIdleHibernate {
-		return core.Invalidf("config: OnIdle %q: want %q or %q", c.OnIdle, core.OnIdleHibernate, core.OnIdleDelete)
-	}
-	if c.HibernatedTTL < 0 || c.SnapshotDiskBudget < 0 {
-		return core.Invalidf("config: HibernatedTTL and SnapshotDiskBudget must not be negative")
-	}
 	c.Metrics = core.MetricsOrNoop(c.Metrics) // metrics hook
 	switch {
-	case c.MaxIdleTTL < c.IdleTTL:
-		return core.Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", c.MaxIdleTTL, c.IdleTTL)
-	case c.IdleTTL < 0, c.MaxLifetime < 0, c.DefaultTimeout < 0, c.MaxTimeout < 0, c.MaxSandboxes < 0,
-		c.MaxSandboxesPerTenant < 0, c.MaxUploadBytes < 0, c.MaxCodeBytes < 0, c.IODiskBytes < 0, c.WarmPool < 0:
-		return core.Invalidf("config: durations, sizes and caps must not be negative")
-	case c.DefaultTimeout > c.MaxTimeout:
-		return core.Invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", c.DefaultTimeout, c.MaxTimeout)
-	case c.MaxCodeBytes > core.MaxCodeBytes:
-		return core.Invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", c.MaxCodeBytes, core.MaxCodeBytes)
-	case !c.NoDiskVolumes && c.IODiskBytes < core.MinDiskBytes:
-		return core.Invalidf("config: IODiskBytes %d is below the minimum volume size of %d", c.IODiskBytes, core.MinDiskBytes)
+	case c.SnapshotDiskBudget < 0:
+		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
 	case c.AllowNetwork && c.Runtime == core.RuntimeGVisor:
 		return core.Invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", core.RuntimeGVisor)
-	case c.MaxSandboxes > 0 && c.WarmPool > c.MaxSandboxes:
-		return core.Invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", c.WarmPool, c.MaxSandboxes)
-	}
-	if _, err := core.ResolveLimits(c.DefaultLimits, c.DefaultLimits, c.MaxLimits); err != nil {
-		return core.Invalidf("config: DefaultLimits: %v", err)
-	}
-	if err := core.CheckRuntimeLimits(c.Runtime, c.DefaultLimits); err != nil {
-		return core.Invalidf("config: DefaultLimits: %v", err)
 	}
 	return nil
 }
@@ -326,6 +238,10 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	return m, nil
 }
 
+// Policy is the policy this Manager applies, its defaults filled in: what
+// core.Validating in front of it must enforce.
+func (m *Manager) Policy() core.Policy { return m.cfg.Policy }
+
 // Close stops the Manager's background work in order: the expiry loop (and
 // the removals it has started, which are waited for), the Docker event
 // monitor, the metadata flusher and the warm pool's refill (a creation in
@@ -360,7 +276,7 @@ func (m *Manager) Close() error {
 func (m *Manager) checkOpen() error {
 	select {
 	case <-m.closing:
-		return core.Unavailablef("sandboxd is shutting down")
+		return core.ShuttingDown()
 	default:
 		return nil
 	}
@@ -369,15 +285,8 @@ func (m *Manager) checkOpen() error {
 // use looks up a sandbox for an operation on it by the caller in ctx and
 // refreshes its idle TTL. Another tenant's sandbox is not found, exactly as
 // one that does not exist (and its TTL is not refreshed).
-//
-// use validates the ID before anything else, so a malformed ID is always
-// ErrInvalidArgument, never ErrNotFound. (Operations that check other
-// arguments too check the sandbox ID first themselves, for the order of
-// their errors; use checking it again costs one match.)
+
 func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return nil, err
-	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -440,9 +349,6 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, erro
 // first, without refreshing their TTLs. States are brought up to date with a
 // single ContainerList.
 func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -467,9 +373,6 @@ func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, 
 // Delete removes a sandbox now: its container (forcibly, if running) and its
 // host directories. Followers of its commands return ErrNotFound.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return err
-	}
 	if err := m.checkOpen(); err != nil {
 		return err
 	}

@@ -30,15 +30,10 @@ import (
 // exceed its maximum. A dead sandbox refuses new commands with
 // ErrFailedPrecondition.
 func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
-	if err := req.Validate(); err != nil {
-		return "", err
-	}
-	rec, err := core.ExecRecord(req, m.commandPolicy())
-	if err != nil {
-		return "", err
-	}
+	rec := core.ExecRecord(req)
 	var sb *sandbox
 	var appended bool
+	var err error
 	// A hibernation that begins between the lookup and the append refuses
 	// the append (errAsleep): the command then waits for the wake.
 	for attempt := 0; ; attempt++ {
@@ -60,7 +55,7 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 		}
 	}
 	if errors.Is(err, iolog.ErrConflict) {
-		return "", core.AlreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, sb.id)
+		return "", core.CommandIDReused(rec.CommandID, sb.id)
 	}
 	if err != nil {
 		return "", m.appendError(sb, err)
@@ -72,26 +67,18 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	return rec.CommandID, nil
 }
 
-// commandPolicy is the server's bounds on commands.
-func (m *Manager) commandPolicy() core.CommandPolicy {
-	return core.CommandPolicy{MaxCodeBytes: m.cfg.MaxCodeBytes, DefaultTimeout: m.cfg.DefaultTimeout, MaxTimeout: m.cfg.MaxTimeout}
-}
-
 // Interrupt asks the driver to stop a command: a running one gets SIGINT
 // (SIGKILL 2 seconds later if it persists), a queued one never starts, and a
 // finished one is unaffected. The command's done event tells what happened.
 // An unknown command is ErrNotFound.
 func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
-	if err := core.ValidateIDs(sandboxID, commandID); err != nil {
-		return err
-	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
 	_, err = sb.io.AppendContext(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: commandID}, func() error { return m.appendable(sb) })
 	if errors.Is(err, iolog.ErrUnknownCommand) {
-		return core.NotFoundf("command %s not found in sandbox %s", commandID, sb.id)
+		return core.CommandNotFound(commandID, sb.id)
 	}
 	if err != nil {
 		return m.appendError(sb, err)
@@ -130,7 +117,7 @@ func (m *Manager) appendError(sb *sandbox, err error) error {
 	case errors.Is(err, ioproto.ErrMalformed):
 		return core.Invalidf("%v", err)
 	case errors.Is(err, iolog.ErrLogFull):
-		return core.Exhaustedf("sandbox %s takes no more commands: %v; acquire a new one", sb.id, err)
+		return core.LogFull(sb.id, err)
 	}
 	return m.logError(sb, err)
 }

@@ -81,16 +81,12 @@ type dirWatch struct {
 // maxWatchers calls on the server; writes to one path within writeWindow
 // are reported once; at most watchQueue events wait for fn, later ones are
 // dropped and counted in the next update's Dropped.
-func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, p string, recursive bool, fn func(core.WatchUpdate) error) error {
+func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, rel string, recursive bool, fn func(core.WatchUpdate) error) error {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
-	rel, err := workspacePath(p)
-	if err != nil {
-		return err
-	}
-	show := displayPath(rel)
+	show := core.DisplayPath(rel)
 	if m.watchers.Add(1) > maxWatchers {
 		m.watchers.Add(-1)
 		return core.Exhaustedf("watch %s: the server already runs %d watches; end one first", show, maxWatchers)
@@ -201,7 +197,7 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
 			dw.drop(rel)
 			if rel == dw.top {
-				return core.NotFoundf("watch %s: the watched directory was removed or moved", displayPath(rel))
+				return core.NotFoundf("watch %s: the watched directory was removed or moved", core.DisplayPath(rel))
 			}
 		}
 		return nil
@@ -248,14 +244,14 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 func (dw *dirWatch) topGone() error {
 	key, ok := dw.byRel[dw.top]
 	if !ok {
-		return core.NotFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
+		return core.NotFoundf("watch %s: the watched directory was removed or moved", core.DisplayPath(dw.top))
 	}
 	st, err := dw.dirs[key].Stat()
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", displayPath(dw.top), err)
+		return fmt.Errorf("watch %s: %w", core.DisplayPath(dw.top), err)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 0 {
-		return core.NotFoundf("watch %s: the watched directory was removed or moved", displayPath(dw.top))
+		return core.NotFoundf("watch %s: the watched directory was removed or moved", core.DisplayPath(dw.top))
 	}
 	return nil
 }
@@ -299,7 +295,7 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 	if err != nil {
 		dw.sb.watchedDirs.Add(-1)
 		if top {
-			return fsError("watch", displayPath(rel), err)
+			return fsError("watch", core.DisplayPath(rel), err)
 		}
 		return nil // gone or replaced since its event: nothing to watch
 	}
@@ -308,10 +304,10 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 		f.Close()
 		dw.sb.watchedDirs.Add(-1)
 		if errors.Is(err, syscall.ENOSPC) {
-			return core.Exhaustedf("watch %s: the host's inotify watches are used up", displayPath(rel))
+			return core.Exhaustedf("watch %s: the host's inotify watches are used up", core.DisplayPath(rel))
 		}
 		if top {
-			return fmt.Errorf("watch %s: %w", displayPath(rel), err)
+			return fmt.Errorf("watch %s: %w", core.DisplayPath(rel), err)
 		}
 		return nil
 	}

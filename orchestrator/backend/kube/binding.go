@@ -38,17 +38,7 @@ const maxAcquireRounds = 8
 // deletes the Pod it made.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
 	caller := core.CallerOf(ctx)
-	if err := core.ValidateTenant(caller.Tenant); err != nil {
-		return core.AcquireResult{}, err
-	}
-	if err := core.ValidateUserID(userID); err != nil {
-		return core.AcquireResult{}, err
-	}
 	if err := m.checkOpen(); err != nil {
-		return core.AcquireResult{}, err
-	}
-	r, err := core.ResolveOptions(opts, m.cfg.policy())
-	if err != nil {
 		return core.AcquireResult{}, err
 	}
 	key := userHash(caller.Tenant, userID)
@@ -74,7 +64,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			// Otherwise sandboxd removed it (expiry, DeleteSandbox): a new
 			// sandbox, with nothing to report, as under Docker.
 		}
-		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, r)
+		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts)
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
@@ -189,9 +179,9 @@ func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Leas
 }
 
 // newSandboxPod gives a user a new sandbox Pod: a claimed warm-pool Pod
-// when r allows one and the pool has one, else a new Pod, after checking
-// the caps.
-func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Resolved) (*corev1.Pod, core.AcquireKind, error) {
+// when r (resolved by core.Validating) allows one and the pool has one,
+// else a new Pod, after checking the caps.
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options) (*corev1.Pod, core.AcquireKind, error) {
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
@@ -226,10 +216,10 @@ func (m *Manager) checkCaps(tenant string) error {
 		}
 	}
 	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
-		return core.Errorf(core.ErrResourceExhausted, "tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", tenant, c)
+		return core.TenantCapReached(tenant, c)
 	}
 	if c := m.cfg.MaxSandboxes; c > 0 && all >= c {
-		return core.Errorf(core.ErrResourceExhausted, "sandboxd runs its maximum of %d sandboxes (--max-sandboxes); try again later", c)
+		return core.ServerCapReached(c)
 	}
 	return nil
 }

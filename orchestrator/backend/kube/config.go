@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
-	"runtime"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -13,16 +12,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Config configures a Manager. Zero fields take the defaults given; the
-// limits, timeouts and caps mean what they mean in orchestrator.Config.
+// Config configures a Manager: the policy every backend shares
+// (core.Policy, embedded, so its fields read as the Config's) and what is
+// the Kubernetes backend's own. Zero fields take the defaults given.
+//
+// Of the policy, this backend does not hibernate yet: an idle sandbox is
+// deleted whatever Policy.OnIdle says, and Policy.Runtime is unused (a
+// Pod's runtime is RuntimeClass).
 type Config struct {
+	core.Policy
+
 	// Client talks to the API server. Required.
 	Client kubernetes.Interface
 	// Namespace holds the sandbox Pods; default "sandboxd".
 	Namespace string
-	// Image is the sandbox image (with the driver and the io sidecar);
-	// default orchestrator.DefaultImage.
-	Image string
 	// RuntimeClass is the Pods' runtimeClassName (e.g. a gVisor one); ""
 	// is the cluster's default runtime.
 	RuntimeClass string
@@ -40,23 +43,6 @@ type Config struct {
 	IOToken       string
 	// IOPort is the io sidecar's port; default 7070.
 	IOPort int
-	// IODiskBytes bounds each sandbox's /io emptyDir; default
-	// orchestrator.DefaultIODiskBytes.
-	IODiskBytes int64
-
-	IdleTTL               time.Duration
-	MaxLifetime           time.Duration // 0: none
-	MaxIdleTTL            time.Duration
-	DefaultLimits         core.Limits
-	MaxLimits             core.Limits
-	DefaultTimeout        time.Duration
-	MaxTimeout            time.Duration
-	MaxCodeBytes          int
-	MaxUploadBytes        int64
-	MaxSandboxes          int
-	MaxSandboxesPerTenant int
-	// WarmPool is how many started, unclaimed sandbox Pods the leader keeps.
-	WarmPool int
 
 	// ActivityWriteInterval bounds how often a sandbox's last activity is
 	// written to its Pod (activity.go); default 10 s, and at most a fifth
@@ -85,50 +71,27 @@ const (
 func (c *Config) applyDefaults() error {
 	switch {
 	case c.Client == nil:
-		return core.Errorf(core.ErrInvalidArgument, "config: a Kubernetes client is required")
+		return core.Invalidf("config: a Kubernetes client is required")
 	case c.IOTokenSecret == "" || len(c.IOToken) < 16:
-		return core.Errorf(core.ErrInvalidArgument, "config: the io sidecars' token (at least 16 bytes) and the name of the Secret holding it are required")
+		return core.Invalidf("config: the io sidecars' token (at least 16 bytes) and the name of the Secret holding it are required")
+	}
+	if err := c.Policy.ApplyDefaults(); err != nil {
+		return err
 	}
 	c.fillDefaults()
 	return nil
 }
 
-// fillDefaults sets the zero fields to their defaults.
+// fillDefaults sets the zero fields of the backend's own settings to their
+// defaults.
 func (c *Config) fillDefaults() {
 	c.IOTokenSecret = cmp.Or(c.IOTokenSecret, "sandboxd-io-token")
 	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
-	c.Image = cmp.Or(c.Image, core.DefaultImage)
 	c.IOPort = cmp.Or(c.IOPort, DefaultIOPort)
-	c.IODiskBytes = cmp.Or(c.IODiskBytes, core.DefaultIODiskBytes)
-	c.IdleTTL = cmp.Or(c.IdleTTL, core.DefaultIdleTTL)
-	c.MaxIdleTTL = cmp.Or(c.MaxIdleTTL, max(core.DefaultMaxIdleTTL, c.IdleTTL))
-	c.DefaultTimeout = cmp.Or(c.DefaultTimeout, core.DefaultCommandTimeout)
-	c.MaxTimeout = cmp.Or(c.MaxTimeout, core.DefaultMaxTimeout)
-	c.MaxCodeBytes = cmp.Or(c.MaxCodeBytes, core.MaxCodeBytes)
-	c.MaxUploadBytes = cmp.Or(c.MaxUploadBytes, core.DefaultMaxUploadBytes)
-	c.DefaultLimits.MemoryBytes = cmp.Or(c.DefaultLimits.MemoryBytes, 1<<30)
-	c.DefaultLimits.NanoCPUs = cmp.Or(c.DefaultLimits.NanoCPUs, 1e9)
-	c.DefaultLimits.PidsLimit = cmp.Or(c.DefaultLimits.PidsLimit, 256)
-	c.DefaultLimits.DiskBytes = cmp.Or(c.DefaultLimits.DiskBytes, core.DefaultDiskBytes)
-	c.MaxLimits.MemoryBytes = cmp.Or(c.MaxLimits.MemoryBytes, 8<<30)
-	c.MaxLimits.NanoCPUs = cmp.Or(c.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
-	c.MaxLimits.PidsLimit = cmp.Or(c.MaxLimits.PidsLimit, 4096)
-	c.MaxLimits.DiskBytes = cmp.Or(c.MaxLimits.DiskBytes, core.DefaultMaxDiskBytes)
 	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 10*time.Second)
 	c.StartTimeout = cmp.Or(c.StartTimeout, 2*time.Minute)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 15*time.Second)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-}
-
-// policy is the server's rule for new sandboxes' options. Pids are not
-// enforced per Pod by Kubernetes (the kubelet's podPidsLimit is per node):
-// the limit is validated and reported as under Docker.
-func (c *Config) policy() core.Policy {
-	return core.Policy{DefaultLimits: c.DefaultLimits, MaxLimits: c.MaxLimits, MaxIdleTTL: c.MaxIdleTTL}
-}
-
-func (c *Config) commandPolicy() core.CommandPolicy {
-	return core.CommandPolicy{MaxCodeBytes: c.MaxCodeBytes, DefaultTimeout: c.DefaultTimeout, MaxTimeout: c.MaxTimeout}
 }

@@ -18,16 +18,13 @@ import (
 // sandbox's io sidecar, the command log's only writer, so a retry through
 // any replica never runs a command twice.
 func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
-	rec, err := core.ExecRecord(req, m.cfg.commandPolicy())
-	if err != nil {
-		return "", err
-	}
+	rec := core.ExecRecord(req)
 	if rec.ContextID != "" {
-		return "", unsupported("execution contexts")
+		return "", unsupported(featContexts)
 	}
 	if rec.Stdin {
 		// Its input could never arrive: SendStdin is not served here.
-		return "", unsupported("stdin and terminals for commands")
+		return "", unsupported(featInput)
 	}
 	p, err := m.live(ctx, req.SandboxID)
 	if err != nil {
@@ -40,7 +37,7 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	appended, err := c.Append(ctx, rec)
 	if err != nil {
 		if errors.Is(err, iosidecar.ErrConflict) {
-			return "", core.Errorf(core.ErrAlreadyExists, "command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", rec.CommandID, req.SandboxID)
+			return "", core.CommandIDReused(rec.CommandID, req.SandboxID)
 		}
 		return "", m.ioError(req.SandboxID, "", err)
 	}
@@ -79,7 +76,7 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		m.watchWhileFollowing(fctx, sandboxID, cancel)
+		m.watchWhileFollowing(fctx, sandboxID, commandID, cancel)
 	}()
 	err = c.Follow(fctx, commandID, afterSeq, fn)
 	cancel(nil)
@@ -99,12 +96,6 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 // commandSidecar checks the IDs of an operation on a command and returns
 // the sandbox's ready Pod and its sidecar connection.
 func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID string) (*corev1.Pod, IOConn, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return nil, nil, err
-	}
-	if err := core.ValidateCommandID(commandID); err != nil {
-		return nil, nil, err
-	}
 	p, err := m.live(ctx, sandboxID)
 	if err != nil {
 		return nil, nil, err
@@ -118,7 +109,7 @@ func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID strin
 
 // watchWhileFollowing ends a Follow (through cancel) when its sandbox dies
 // or is deleted, and records a use each second, until ctx ends.
-func (m *Manager) watchWhileFollowing(ctx context.Context, id string, cancel context.CancelCauseFunc) {
+func (m *Manager) watchWhileFollowing(ctx context.Context, id, cmd string, cancel context.CancelCauseFunc) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -133,13 +124,13 @@ func (m *Manager) watchWhileFollowing(ctx context.Context, id string, cancel con
 			return
 		}
 		if p == nil {
-			cancel(core.Errorf(core.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			cancel(core.SandboxDeleted(id, cmd))
 			return
 		}
 		gone, dead, reason, _ := podState(p)
 		switch {
 		case gone:
-			cancel(core.Errorf(core.ErrNotFound, "sandbox %s was deleted while its command was followed", id))
+			cancel(core.SandboxDeleted(id, cmd))
 			return
 		case dead:
 			cancel(core.Errorf(core.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason))

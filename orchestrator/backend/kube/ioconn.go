@@ -71,14 +71,14 @@ func (m *Manager) ioError(id, cmd string, err error) error {
 	case errors.Is(err, ioproto.ErrMalformed):
 		return core.Errorf(core.ErrInvalidArgument, "%v", err)
 	case errors.Is(err, iosidecar.ErrUnknownCommand):
-		return core.Errorf(core.ErrNotFound, "command %s not found in sandbox %s", cmd, id)
+		return core.CommandNotFound(cmd, id)
 	case errors.Is(err, iosidecar.ErrPruned):
-		return core.Errorf(core.ErrNotFound, "the output of command %s in sandbox %s is no longer available: it was pruned", cmd, id)
+		return core.OutputPruned(cmd, id)
 	case errors.Is(err, iosidecar.ErrLogFull):
-		return core.Errorf(core.ErrResourceExhausted, "sandbox %s takes no more commands: %v; acquire a new one", id, err)
+		return core.LogFull(id, err)
 	case errors.Is(err, iosidecar.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
 		m.log.Error("sandbox tampered with its /io files or its io sidecar", "sandbox_id", id, "error", err)
-		return core.Errorf(core.ErrFailedPrecondition, "sandbox %s tampered with its /io files (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", id, err)
+		return core.Tampered(id, "its /io files", err)
 	case errors.Is(err, iosidecar.ErrNotFound):
 		return core.Errorf(core.ErrNotFound, "%v", err)
 	case errors.Is(err, iosidecar.ErrInvalid):

@@ -121,6 +121,10 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	return m, nil
 }
 
+// Policy is the policy this Manager applies, its defaults filled in: what
+// core.Validating in front of it must enforce.
+func (m *Manager) Policy() core.Policy { return m.cfg.Policy }
+
 // Close stops the replica: its informers, its chores and its connections.
 // Sandboxes keep running; the last activities are written first.
 func (m *Manager) Close() error {
@@ -237,9 +241,6 @@ func (m *Manager) pod(ctx context.Context, id string) (*corev1.Pod, error) {
 // A sandbox sandboxd is deleting, a pool Pod and another tenant's sandbox
 // are ErrNotFound.
 func (m *Manager) visible(ctx context.Context, id string) (*corev1.Pod, error) {
-	if err := core.ValidateSandboxID(id); err != nil {
-		return nil, err
-	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -304,7 +305,7 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 	}
 }
 
-var errClosing = core.Errorf(core.ErrUnavailable, "sandboxd is shutting down")
+var errClosing = core.ShuttingDown()
 
 func (m *Manager) checkOpen() error {
 	select {
@@ -317,7 +318,7 @@ func (m *Manager) checkOpen() error {
 
 // deadError is the error for an operation that needs a live sandbox.
 func deadError(id, reason string) error {
-	return core.Errorf(core.ErrFailedPrecondition, "sandbox %s is dead: %s; acquire a new one", id, reason)
+	return core.SandboxDead(id, reason)
 }
 
 // apiError classifies an error of the API server for op.

@@ -27,9 +27,6 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, erro
 // List describes the sandboxes the caller may see that match f, in
 // orchestrator.CompareSandboxes order.
 func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
-	if err := f.Validate(); err != nil {
-		return nil, err
-	}
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -65,12 +62,6 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 
 // SetTimeout sets a sandbox's own idle TTL and counts as a use.
 func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
-	if err := core.ValidateSandboxID(sandboxID); err != nil {
-		return core.Sandbox{}, err
-	}
-	if err := core.CheckIdleTimeout(d, m.cfg.MaxIdleTTL); err != nil {
-		return core.Sandbox{}, err
-	}
 	p, err := m.visible(ctx, sandboxID)
 	if err != nil {
 		return core.Sandbox{}, err

@@ -7,61 +7,96 @@ import (
 )
 
 // The operations the Kubernetes backend does not offer yet. Each answers
-// FailedPrecondition saying so, rather than Unimplemented: the API has the
-// method, this server's configuration lacks it. They are listed in the
-// README's "Running on Kubernetes".
+// core.Unsupported (FAILED_PRECONDITION naming this backend and the
+// feature), as every backend says "not here"; the README's "Running on
+// Kubernetes" lists them.
+
+// backendName is this backend's --backend value.
+const backendName = "kubernetes"
 
 // unsupported is the error of an operation this backend lacks.
-func unsupported(what string) error {
-	return core.Errorf(core.ErrFailedPrecondition, "%s are not supported by sandboxd's kubernetes backend yet (--backend kubernetes); the docker backend has them", what)
-}
+func unsupported(feature string) error { return core.Unsupported(backendName, feature) }
+
+// The features this backend lacks, as unsupported names them.
+const (
+	featDirOps      = "directory operations (make, remove, rename)"
+	featWatches     = "directory watches"
+	featContexts    = "execution contexts"
+	featHibernation = "hibernation and wake"
+	featInput       = "stdin and terminals for commands"
+	featListing     = "command listings"
+)
 
 // MakeDirectory is not supported on this backend.
 func (m *Manager) MakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported("directory operations (make, remove, rename)")
+	return core.FileInfo{}, unsupported(featDirOps)
 }
 
 // Remove is not supported on this backend.
 func (m *Manager) Remove(context.Context, string, string, bool) error {
-	return unsupported("directory operations (make, remove, rename)")
+	return unsupported(featDirOps)
 }
 
 // Rename is not supported on this backend.
 func (m *Manager) Rename(context.Context, string, string, string, bool) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported("directory operations (make, remove, rename)")
+	return core.FileInfo{}, unsupported(featDirOps)
 }
 
 // WatchDirectory is not supported on this backend.
 func (m *Manager) WatchDirectory(context.Context, string, string, bool, func(core.WatchUpdate) error) error {
-	return unsupported("directory watches")
+	return unsupported(featWatches)
 }
 
 // CreateContext is not supported on this backend.
 func (m *Manager) CreateContext(context.Context, string, string, string) (core.ContextInfo, error) {
-	return core.ContextInfo{}, unsupported("execution contexts")
+	return core.ContextInfo{}, unsupported(featContexts)
 }
 
 // ListContexts is not supported on this backend.
 func (m *Manager) ListContexts(context.Context, string) ([]core.ContextInfo, error) {
-	return nil, unsupported("execution contexts")
+	return nil, unsupported(featContexts)
 }
 
 // RestartContext is not supported on this backend.
 func (m *Manager) RestartContext(context.Context, string, string) error {
-	return unsupported("execution contexts")
+	return unsupported(featContexts)
 }
 
 // DeleteContext is not supported on this backend.
 func (m *Manager) DeleteContext(context.Context, string, string) error {
-	return unsupported("execution contexts")
+	return unsupported(featContexts)
 }
 
 // Hibernate is not supported on this backend: idle sandboxes are deleted.
 func (m *Manager) Hibernate(context.Context, string) (core.Sandbox, error) {
-	return core.Sandbox{}, unsupported("hibernation and wake")
+	return core.Sandbox{}, unsupported(featHibernation)
 }
 
 // Wake is not supported on this backend.
 func (m *Manager) Wake(context.Context, string) (core.Sandbox, *core.WakeInfo, error) {
-	return core.Sandbox{}, nil, unsupported("hibernation and wake")
+	return core.Sandbox{}, nil, unsupported(featHibernation)
 }
+
+// SendStdin is not supported on this backend (Submit refuses commands
+// with stdin or a terminal).
+func (m *Manager) SendStdin(context.Context, string, string, []byte) error {
+	return unsupported(featInput)
+}
+
+// CloseStdin is not supported on this backend.
+func (m *Manager) CloseStdin(context.Context, string, string) error {
+	return unsupported(featInput)
+}
+
+// ResizePty is not supported on this backend.
+func (m *Manager) ResizePty(context.Context, string, string, core.PtySize) error {
+	return unsupported(featInput)
+}
+
+// ListCommands is not supported on this backend.
+func (m *Manager) ListCommands(context.Context, string, int, string) (core.CommandPage, error) {
+	return core.CommandPage{}, unsupported(featListing)
+}
+
+// Every operation of the port, supported or not.
+var _ core.Manager = (*Manager)(nil)

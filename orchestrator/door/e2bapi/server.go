@@ -73,13 +73,6 @@ const (
 	maxHeaderBytes = 64 << 10
 )
 
-// Manager is what the door needs of the domain: the calls the gRPC API
-// makes, interactive commands included.
-type Manager interface {
-	grpcapi.Manager
-	grpcapi.ProcessManager
-}
-
 // Config configures a Server.
 type Config struct {
 	// Tokens authenticates X-API-KEY (sandboxd's --auth-tokens). Nil: no
@@ -101,7 +94,7 @@ type Config struct {
 
 // Server serves the E2B protocol over a Manager. Build it with New.
 type Server struct {
-	m          Manager
+	m          core.Manager
 	tokens     *grpcapi.Tokens
 	secret     []byte
 	log        *slog.Logger
@@ -116,7 +109,7 @@ type Server struct {
 }
 
 // New returns the door over m.
-func New(m Manager, cfg Config) (*Server, error) {
+func New(m core.Manager, cfg Config) (*Server, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("e2bapi: the access-token secret is missing or shorter than 16 bytes")
 	}

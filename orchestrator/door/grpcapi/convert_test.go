@@ -1,8 +1,9 @@
 package grpcapi
 
 import (
-	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"

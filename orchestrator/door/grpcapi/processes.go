@@ -5,8 +5,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
@@ -16,25 +14,6 @@ import (
 // is queued, holding its ID (the caller's, or the one generated): a
 // client may send its input from then on.
 const CommandIDHeader = "sandboxd-command-id"
-
-// ProcessManager is the part of *orchestrator.Manager behind the
-// interactive-command calls (SendStdin, CloseStdin, ResizePty,
-// ListCommands). It is its own interface so that a Manager without it (a
-// test's fake) still serves the rest: these calls are then UNIMPLEMENTED.
-type ProcessManager interface {
-	SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error
-	CloseStdin(ctx context.Context, sandboxID, commandID string) error
-	ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error
-	ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error)
-}
-
-func (s *Service) processes() (ProcessManager, error) {
-	pm, ok := s.m.(ProcessManager)
-	if !ok {
-		return nil, status.Error(codes.Unimplemented, "this server does not serve interactive commands")
-	}
-	return pm, nil
-}
 
 // ptyToDomain converts an optional PtySize (nil: none).
 func ptyToDomain(p *sandboxv1.PtySize) core.PtySize {
@@ -57,11 +36,7 @@ func (s *Service) SendStdin(ctx context.Context, req *sandboxv1.SendStdinRequest
 	if err := commandIDs(req.GetSandboxId(), req.GetCommandId()); err != nil {
 		return nil, err
 	}
-	pm, err := s.processes()
-	if err != nil {
-		return nil, err
-	}
-	if err := pm.SendStdin(ctx, req.GetSandboxId(), req.GetCommandId(), req.GetData()); err != nil {
+	if err := s.m.SendStdin(ctx, req.GetSandboxId(), req.GetCommandId(), req.GetData()); err != nil {
 		return nil, s.fail(ctx, "SendStdin", err)
 	}
 	return &sandboxv1.SendStdinResponse{}, nil
@@ -72,11 +47,7 @@ func (s *Service) CloseStdin(ctx context.Context, req *sandboxv1.CloseStdinReque
 	if err := commandIDs(req.GetSandboxId(), req.GetCommandId()); err != nil {
 		return nil, err
 	}
-	pm, err := s.processes()
-	if err != nil {
-		return nil, err
-	}
-	if err := pm.CloseStdin(ctx, req.GetSandboxId(), req.GetCommandId()); err != nil {
+	if err := s.m.CloseStdin(ctx, req.GetSandboxId(), req.GetCommandId()); err != nil {
 		return nil, s.fail(ctx, "CloseStdin", err)
 	}
 	return &sandboxv1.CloseStdinResponse{}, nil
@@ -90,11 +61,7 @@ func (s *Service) ResizePty(ctx context.Context, req *sandboxv1.ResizePtyRequest
 	if req.GetSize() == nil {
 		return nil, invalid("size is unset")
 	}
-	pm, err := s.processes()
-	if err != nil {
-		return nil, err
-	}
-	if err := pm.ResizePty(ctx, req.GetSandboxId(), req.GetCommandId(), ptyToDomain(req.GetSize())); err != nil {
+	if err := s.m.ResizePty(ctx, req.GetSandboxId(), req.GetCommandId(), ptyToDomain(req.GetSize())); err != nil {
 		return nil, s.fail(ctx, "ResizePty", err)
 	}
 	return &sandboxv1.ResizePtyResponse{}, nil
@@ -105,11 +72,7 @@ func (s *Service) ListCommands(ctx context.Context, req *sandboxv1.ListCommandsR
 	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
 		return nil, err
 	}
-	pm, err := s.processes()
-	if err != nil {
-		return nil, err
-	}
-	page, err := pm.ListCommands(ctx, req.GetSandboxId(), int(req.GetPageSize()), req.GetPageToken())
+	page, err := s.m.ListCommands(ctx, req.GetSandboxId(), int(req.GetPageSize()), req.GetPageToken())
 	if err != nil {
 		return nil, s.fail(ctx, "ListCommands", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -89,7 +90,7 @@ func WithGRPCOptions(opts ...grpc.ServerOption) Option {
 // probes carry none, and it reveals nothing but "serving". Reflection needs
 // a token like the API does (grpcurl sends -H headers with its reflection
 // calls too); the schema is no secret, but nothing is served to strangers.
-func NewServer(m Manager, logger *slog.Logger, opts ...Option) *Server {
+func NewServer(m core.Manager, logger *slog.Logger, opts ...Option) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

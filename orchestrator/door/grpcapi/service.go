@@ -1,5 +1,5 @@
 // Package grpcapi serves sandboxd's public gRPC API (proto/sandbox/v1) on top
-// of the orchestrator's domain Manager. Handlers are thin: check the
+// of the domain's port, core.Manager. Handlers are thin: check the
 // request's shape, call the domain, convert the result, and map errors to
 // gRPC codes in one place (toStatus). No sandbox logic lives here.
 //
@@ -28,33 +28,6 @@ import (
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
-// Manager is the part of *orchestrator.Manager the API calls. It is declared
-// here, next to its only user, so tests can serve a fake domain.
-type Manager interface {
-	Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error)
-	Get(ctx context.Context, sandboxID string) (core.Sandbox, error)
-	List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error)
-	Delete(ctx context.Context, sandboxID string) error
-	Submit(ctx context.Context, req core.ExecRequest) (commandID string, err error)
-	Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
-	Interrupt(ctx context.Context, sandboxID, commandID string) error
-	Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error)
-	Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error)
-	ListFiles(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error)
-	ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error)
-	MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error)
-	Remove(ctx context.Context, sandboxID, path string, recursive bool) error
-	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error)
-	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error
-	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error)
-	CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error)
-	ListContexts(ctx context.Context, sandboxID string) ([]core.ContextInfo, error)
-	RestartContext(ctx context.Context, sandboxID, contextID string) error
-	DeleteContext(ctx context.Context, sandboxID, contextID string) error
-	Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error)
-	Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
-}
-
 // downloadChunk is the size of DownloadFile's content messages: large enough
 // to keep per-message overhead negligible, far below the 4 MiB a default
 // client accepts.
@@ -64,7 +37,7 @@ const downloadChunk = 1 << 20
 type Service struct {
 	sandboxv1.UnimplementedSandboxServiceServer
 
-	m   Manager
+	m   core.Manager
 	log *slog.Logger
 	obs StreamObserver // never nil
 }
@@ -86,7 +59,7 @@ func (noObserver) CommandDone(string, string, time.Duration) {}
 func (noObserver) Streamed(string, int)                      {}
 
 // NewService returns the API over m. A nil logger discards.
-func NewService(m Manager, log *slog.Logger) *Service {
+func NewService(m core.Manager, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

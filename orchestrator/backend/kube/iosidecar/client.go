@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
@@ -332,9 +333,9 @@ type FileInfo struct {
 // Display is the path as the sandbox sees it (/workspace/...).
 func (fi FileInfo) Display() string {
 	if fi.Path == "" {
-		return wspath.Display(".")
+		return core.DisplayPath(".")
 	}
-	return wspath.Display(fi.Path)
+	return core.DisplayPath(fi.Path)
 }
 
 // IsDir reports whether the file is a directory.
@@ -346,17 +347,17 @@ func checkInfo(p *sandboxiov1.FileInfo) (FileInfo, error) {
 		return FileInfo{}, badResponse("a file description is missing")
 	}
 	if !utf8.ValidString(p.GetPath()) {
-		return FileInfo{}, badResponse("file path %q is not valid UTF-8", wspath.Truncate(p.GetPath(), 256))
+		return FileInfo{}, badResponse("file path %q is not valid UTF-8", core.Truncate(p.GetPath(), 256))
 	}
 	if !strings.HasPrefix(p.GetPath(), "/") {
-		return FileInfo{}, badResponse("file path %q is not absolute", wspath.Truncate(p.GetPath(), 256))
+		return FileInfo{}, badResponse("file path %q is not absolute", core.Truncate(p.GetPath(), 256))
 	}
-	rel, err := wspath.Clean(p.GetPath())
+	rel, err := core.CleanPath(p.GetPath())
 	if err != nil {
 		return FileInfo{}, badResponse("file path: %v", err)
 	}
 	if p.GetSize() < 0 {
-		return FileInfo{}, badResponse("file %s has a negative size", wspath.Display(rel))
+		return FileInfo{}, badResponse("file %s has a negative size", core.DisplayPath(rel))
 	}
 	fi := FileInfo{Path: rel, Size: p.GetSize(), Mode: fs.FileMode(p.GetMode()), ModTime: time.Unix(0, p.GetModTimeUnixNano()), UID: p.GetUid(), GID: p.GetGid()}
 	if rel == "." {
@@ -420,7 +421,7 @@ func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, File
 	first, err := stream.Recv()
 	if err != nil {
 		if err == io.EOF {
-			err = badResponse("download %s: no file description", wspath.Truncate(path, 256))
+			err = badResponse("download %s: no file description", core.Truncate(path, 256))
 		} else {
 			err = classify(ctx, opFiles, err)
 		}
@@ -495,7 +496,7 @@ func (c *Client) ListFiles(ctx context.Context, path string) ([]FileInfo, error)
 		return nil, classify(ctx, opFiles, err)
 	}
 	if len(resp.GetFiles()) > wspath.MaxListEntries {
-		return nil, badResponse("list %s: %d entries; the limit is %d", wspath.Truncate(path, 256), len(resp.GetFiles()), wspath.MaxListEntries)
+		return nil, badResponse("list %s: %d entries; the limit is %d", core.Truncate(path, 256), len(resp.GetFiles()), wspath.MaxListEntries)
 	}
 	out := make([]FileInfo, 0, len(resp.GetFiles()))
 	for _, p := range resp.GetFiles() {

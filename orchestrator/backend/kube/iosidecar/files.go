@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
@@ -30,7 +31,7 @@ import (
 
 // cleanPath applies wspath's rules, as INVALID_ARGUMENT.
 func cleanPath(p string) (string, error) {
-	rel, err := wspath.Clean(p)
+	rel, err := core.CleanPath(p)
 	if err != nil {
 		return "", status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -64,7 +65,7 @@ func fsError(op, display string, err error) error {
 
 // fileInfo describes a file; rel is relative to the workspace.
 func fileInfo(rel string, st fs.FileInfo) *sandboxiov1.FileInfo {
-	fi := &sandboxiov1.FileInfo{Path: wspath.Display(rel), Mode: uint32(st.Mode()), ModTimeUnixNano: st.ModTime().UnixNano()}
+	fi := &sandboxiov1.FileInfo{Path: core.DisplayPath(rel), Mode: uint32(st.Mode()), ModTimeUnixNano: st.ModTime().UnixNano()}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		fi.Uid, fi.Gid = sys.Uid, sys.Gid
 	}
@@ -100,7 +101,7 @@ func (s *Server) Upload(stream grpc.ClientStreamingServer[sandboxiov1.UploadRequ
 	if rel == "." {
 		return status.Error(codes.InvalidArgument, "upload path is empty: name a file under /workspace")
 	}
-	show := wspath.Display(rel)
+	show := core.DisplayPath(rel)
 	root, err := os.OpenRoot(s.cfg.Workspace)
 	if err != nil {
 		return status.Errorf(codes.Internal, "open the workspace: %v", err)
@@ -178,7 +179,7 @@ func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerSt
 	if err != nil {
 		return err
 	}
-	show := wspath.Display(rel)
+	show := core.DisplayPath(rel)
 	root, err := os.OpenRoot(s.cfg.Workspace)
 	if err != nil {
 		return status.Errorf(codes.Internal, "open the workspace: %v", err)
@@ -232,7 +233,7 @@ func (s *Server) ListFiles(ctx context.Context, req *sandboxiov1.ListFilesReques
 	if err != nil {
 		return nil, err
 	}
-	show := wspath.Display(rel)
+	show := core.DisplayPath(rel)
 	root, err := os.OpenRoot(s.cfg.Workspace)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "open the workspace: %v", err)

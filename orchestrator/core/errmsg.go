@@ -1,0 +1,77 @@
+package core
+
+// The errors both backends return for the same situation, each with its
+// one message: a caller cannot tell which backend answered, and a message
+// changed here changes everywhere.
+
+// SandboxNotFound is the one answer for a sandbox a caller cannot use,
+// whether it never existed, is gone, or belongs to another tenant (so IDs
+// leak nothing across tenants).
+func SandboxNotFound(sandboxID string) error {
+	return NotFoundf("sandbox %s not found: it never existed, expired or was deleted", sandboxID)
+}
+
+// SandboxDead refuses an operation on a sandbox whose container or Pod
+// died; reason says why.
+func SandboxDead(sandboxID, reason string) error {
+	return Preconditionf("sandbox %s is dead: %s; acquire a new one", sandboxID, reason)
+}
+
+// SandboxDeleted ends a Follow whose sandbox was deleted meanwhile.
+func SandboxDeleted(sandboxID, commandID string) error {
+	return NotFoundf("sandbox %s was deleted while following command %s", sandboxID, commandID)
+}
+
+// TenantCapReached refuses a new sandbox past Policy.MaxSandboxesPerTenant.
+func TenantCapReached(tenant string, max int) error {
+	return Exhaustedf("tenant %s runs its maximum of %d sandboxes (sandboxd --max-sandboxes-per-tenant); delete one or try again later", tenant, max)
+}
+
+// ServerCapReached refuses a new sandbox past Policy.MaxSandboxes.
+func ServerCapReached(max int) error {
+	return Exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); try again later", max)
+}
+
+// CommandNotFound: no command of that ID in the sandbox.
+func CommandNotFound(commandID, sandboxID string) error {
+	return NotFoundf("command %s not found in sandbox %s", commandID, sandboxID)
+}
+
+// CommandIDReused refuses a command ID already used for another command.
+func CommandIDReused(commandID, sandboxID string) error {
+	return AlreadyExistsf("command ID %s is already used in sandbox %s for a different command (other language or code); use a new command ID, or resend the same command to replay it", commandID, sandboxID)
+}
+
+// OutputPruned: the command ran, but its output was pruned to keep /io
+// within its budget.
+func OutputPruned(commandID, sandboxID string) error {
+	return NotFoundf("the output of command %s in sandbox %s is no longer available: it was pruned", commandID, sandboxID)
+}
+
+// LogFull refuses a command to a sandbox whose command log reached its
+// bounds (cause says which).
+func LogFull(sandboxID string, cause error) error {
+	return Exhaustedf("sandbox %s takes no more commands: %v; acquire a new one", sandboxID, cause)
+}
+
+// Tampered reports a sandbox whose /io files sandboxd refuses to read
+// (what names them: "its command log", "its /io files"): it altered them
+// from inside, and is unusable.
+func Tampered(sandboxID, what string, cause error) error {
+	return Preconditionf("sandbox %s tampered with %s (altered from inside the sandbox): %v; it is unusable: delete it and acquire a new one", sandboxID, what, cause)
+}
+
+// ContextNotFound: no context of that ID in the sandbox.
+func ContextNotFound(contextID, sandboxID string) error {
+	return NotFoundf("context %s not found in sandbox %s (never created, or deleted)", contextID, sandboxID)
+}
+
+// ShuttingDown refuses work once sandboxd is stopping.
+func ShuttingDown() error { return Unavailablef("sandboxd is shutting down") }
+
+// Unsupported is the one way a backend says it lacks an operation the API
+// has: FAILED_PRECONDITION (this server's configuration lacks it, another
+// backend has it), naming the backend and the feature.
+func Unsupported(backend, feature string) error {
+	return Preconditionf("%s are not supported by sandboxd's %s backend yet (--backend %s)", feature, backend, backend)
+}

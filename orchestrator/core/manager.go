@@ -1,0 +1,66 @@
+package core
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Manager is the port between the doors and the backends: everything a
+// caller can do to sandboxes, in the domain's own types. The Docker backend
+// (orchestrator/backend/docker) and the Kubernetes backend
+// (orchestrator/backend/kube) implement it; the gRPC door
+// (orchestrator/door/grpcapi) and the E2B door (orchestrator/door/e2bapi)
+// call it. sandboxd puts Validating in front of the backend, so every
+// method's arguments have passed the domain's request rules (validate.go)
+// and the Policy before a backend sees them.
+//
+// The caller travels in ctx (WithCaller): every method acts within what
+// that caller may see, and another tenant's sandbox answers exactly as one
+// that does not exist. Every error wraps exactly one Class (or is the
+// caller's own context error). A backend that lacks an operation answers
+// it with Unsupported, naming itself and the feature.
+type Manager interface {
+	// Acquire returns the user's current sandbox, creating one (or waking
+	// a hibernated one) if needed; concurrent calls for one user yield one
+	// sandbox. opts apply only to a new sandbox.
+	Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error)
+	Get(ctx context.Context, sandboxID string) (Sandbox, error)
+	List(ctx context.Context, f ListFilter) ([]Sandbox, error)
+	Delete(ctx context.Context, sandboxID string) error
+	// SetTimeout sets a sandbox's own idle TTL, counted from now.
+	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (Sandbox, error)
+	Hibernate(ctx context.Context, sandboxID string) (Sandbox, error)
+	Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInfo, error)
+
+	// Submit queues a command, exactly once per command ID, and returns
+	// its ID (generated when req has none).
+	Submit(ctx context.Context, req ExecRequest) (commandID string, err error)
+	// Follow calls fn with the command's events after afterSeq, in order,
+	// until its done event (or fn's error, or ctx).
+	Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(Event) error) error
+	Interrupt(ctx context.Context, sandboxID, commandID string) error
+	SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error
+	CloseStdin(ctx context.Context, sandboxID, commandID string) error
+	ResizePty(ctx context.Context, sandboxID, commandID string, size PtySize) error
+	ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (CommandPage, error)
+
+	CreateContext(ctx context.Context, sandboxID, language, cwd string) (ContextInfo, error)
+	ListContexts(ctx context.Context, sandboxID string) ([]ContextInfo, error)
+	RestartContext(ctx context.Context, sandboxID, contextID string) error
+	DeleteContext(ctx context.Context, sandboxID, contextID string) error
+
+	// The files API, under /workspace. Paths are relative to /workspace
+	// or absolute under it (ValidatePath); Validating hands backends the
+	// clean relative form.
+	Upload(ctx context.Context, sandboxID, path string, r io.Reader) (FileInfo, error)
+	Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, FileInfo, error)
+	ListFiles(ctx context.Context, sandboxID, path string) ([]FileInfo, error)
+	ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]FileInfo, error)
+	MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (FileInfo, error)
+	Remove(ctx context.Context, sandboxID, path string, recursive bool) error
+	Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (FileInfo, error)
+	// WatchDirectory calls fn once the watch is in place (an update with
+	// no Event), then once per change, until ctx ends or fn fails.
+	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(WatchUpdate) error) error
+}

@@ -1,0 +1,261 @@
+package core
+
+import (
+	"cmp"
+	"maps"
+	"runtime"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+)
+
+// Policy is what the operator decides about sandboxes and commands: the
+// image, lifetimes, limits, caps and what callers may ask for. It is one
+// value for every backend (docker.Config and kube.Config embed it, and
+// sandboxd fills it once from its flags), its defaults and sanity checks
+// are ApplyDefaults's alone, and Validating applies its request rules
+// before any backend sees a request. Zero fields take the defaults given.
+type Policy struct {
+	// Image is the sandbox image of new sandboxes; default DefaultImage.
+	Image string
+	// Runtime names the container runtime ("" the backend's default;
+	// RuntimeGVisor is gVisor), for the limits it needs.
+	Runtime string
+
+	// IdleTTL is how long a sandbox lives without being used; default
+	// DefaultIdleTTL.
+	IdleTTL time.Duration
+	// MaxLifetime caps a sandbox's age however busy it is; 0: unlimited.
+	MaxLifetime time.Duration
+	// MaxIdleTTL caps the idle TTL a caller may give one sandbox
+	// (Options.IdleTimeout, SetTimeout); default DefaultMaxIdleTTL, or
+	// IdleTTL when that is longer. Must not be below IdleTTL.
+	MaxIdleTTL time.Duration
+	// OnIdle is what the idle TTL does to a running sandbox: OnIdleDelete
+	// (the default) or OnIdleHibernate, on a backend that hibernates.
+	OnIdle string
+	// HibernatedTTL is how long a hibernated sandbox is kept before it is
+	// deleted; default DefaultHibernatedTTL.
+	HibernatedTTL time.Duration
+
+	// DefaultLimits apply to the zero fields of a request's limits; zero
+	// fields here default to 1 GiB, 1 CPU, 256 processes and a
+	// DefaultDiskBytes disk.
+	DefaultLimits Limits
+	// MaxLimits cap what a request may ask for; zero fields default to
+	// 8 GiB, all of the host's CPUs, 4096 processes and a
+	// DefaultMaxDiskBytes disk.
+	MaxLimits Limits
+	// NoDiskLimit: the backend cannot enforce Limits.DiskBytes (Docker
+	// without disk volumes), which is then 0 in every limit in force.
+	NoDiskLimit bool
+	// IODiskBytes is the size of each sandbox's /io; default
+	// DefaultIODiskBytes (0 with NoDiskLimit).
+	IODiskBytes int64
+
+	// DefaultTimeout applies to commands submitted without one; default
+	// DefaultCommandTimeout.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps a command's timeout; default DefaultMaxTimeout.
+	MaxTimeout time.Duration
+	// MaxCodeBytes caps one command's code; default (and at most)
+	// MaxCodeBytes, which the /io protocol's record size allows.
+	MaxCodeBytes int
+	// MaxUploadBytes caps one uploaded file; default
+	// DefaultMaxUploadBytes.
+	MaxUploadBytes int64
+
+	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
+	// included (they hold memory too); 0: unlimited.
+	MaxSandboxes int
+	// MaxSandboxesPerTenant caps one tenant's live sandboxes; 0: unlimited.
+	MaxSandboxesPerTenant int
+	// WarmPool is how many started, unclaimed sandboxes to keep ready for
+	// new users; 0: none.
+	WarmPool int
+	// AllowNetwork lets callers ask for outbound network access
+	// (Options.Network).
+	AllowNetwork bool
+}
+
+// Defaults.
+const (
+	DefaultImage          = "sandboxd-sandbox:latest"
+	DefaultIdleTTL        = 30 * time.Minute
+	DefaultCommandTimeout = 10 * time.Minute
+	DefaultMaxTimeout     = time.Hour
+	DefaultMaxUploadBytes = 256 << 20
+	// DefaultHibernatedTTL keeps a hibernated sandbox a week.
+	DefaultHibernatedTTL = 7 * 24 * time.Hour
+	// DefaultDiskBytes is a sandbox's /workspace size unless configured.
+	DefaultDiskBytes = 1 << 30
+	// DefaultMaxDiskBytes caps what a request may ask for unless configured.
+	DefaultMaxDiskBytes = 16 << 30
+	// DefaultIODiskBytes is the size of a sandbox's /io unless configured:
+	// room for the command log and the retained commands' outputs.
+	DefaultIODiskBytes = 1 << 30
+	// MinDiskBytes is the smallest volume: ext4 with a journal needs a few
+	// MiB of its own.
+	MinDiskBytes = 16 << 20
+)
+
+// MaxCodeBytes bounds the code of one command, whatever the configuration.
+// The protocol allows records up to 2 MiB; 1 MiB of code leaves room for
+// JSON escaping.
+const MaxCodeBytes = 1 << 20
+
+// DefaultPolicy is the zero Policy with its defaults applied.
+func DefaultPolicy() Policy {
+	var p Policy
+	if err := p.ApplyDefaults(); err != nil {
+		panic(err) // the defaults are consistent
+	}
+	return p
+}
+
+// ApplyDefaults fills p's zero fields and checks the result: negative
+// values, a default above its maximum, limits the runtime cannot run.
+// Errors wrap ErrInvalidArgument and name the field ("config: ..."). It is
+// idempotent, so a backend may apply it to a policy already applied.
+func (p *Policy) ApplyDefaults() error {
+	p.Image = cmp.Or(p.Image, DefaultImage)
+	p.IdleTTL = cmp.Or(p.IdleTTL, DefaultIdleTTL)
+	p.MaxIdleTTL = cmp.Or(p.MaxIdleTTL, max(DefaultMaxIdleTTL, p.IdleTTL))
+	p.OnIdle = cmp.Or(p.OnIdle, OnIdleDelete)
+	p.HibernatedTTL = cmp.Or(p.HibernatedTTL, DefaultHibernatedTTL)
+	p.DefaultTimeout = cmp.Or(p.DefaultTimeout, DefaultCommandTimeout)
+	p.MaxTimeout = cmp.Or(p.MaxTimeout, DefaultMaxTimeout)
+	p.MaxUploadBytes = cmp.Or(p.MaxUploadBytes, DefaultMaxUploadBytes)
+	p.MaxCodeBytes = cmp.Or(p.MaxCodeBytes, MaxCodeBytes)
+	p.DefaultLimits.MemoryBytes = cmp.Or(p.DefaultLimits.MemoryBytes, 1<<30)
+	p.DefaultLimits.NanoCPUs = cmp.Or(p.DefaultLimits.NanoCPUs, 1e9)
+	p.DefaultLimits.PidsLimit = cmp.Or(p.DefaultLimits.PidsLimit, 256)
+	p.MaxLimits.MemoryBytes = cmp.Or(p.MaxLimits.MemoryBytes, 8<<30)
+	p.MaxLimits.NanoCPUs = cmp.Or(p.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
+	p.MaxLimits.PidsLimit = cmp.Or(p.MaxLimits.PidsLimit, 4096)
+	if p.NoDiskLimit {
+		p.DefaultLimits.DiskBytes, p.MaxLimits.DiskBytes, p.IODiskBytes = 0, 0, 0
+	} else {
+		p.DefaultLimits.DiskBytes = cmp.Or(p.DefaultLimits.DiskBytes, DefaultDiskBytes)
+		p.MaxLimits.DiskBytes = cmp.Or(p.MaxLimits.DiskBytes, DefaultMaxDiskBytes)
+		p.IODiskBytes = cmp.Or(p.IODiskBytes, DefaultIODiskBytes)
+	}
+	switch {
+	case p.OnIdle != OnIdleDelete && p.OnIdle != OnIdleHibernate:
+		return Invalidf("config: OnIdle %q: want %q or %q", p.OnIdle, OnIdleHibernate, OnIdleDelete)
+	case p.MaxIdleTTL < p.IdleTTL:
+		return Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", p.MaxIdleTTL, p.IdleTTL)
+	case p.IdleTTL < 0, p.MaxLifetime < 0, p.HibernatedTTL < 0, p.DefaultTimeout < 0, p.MaxTimeout < 0, p.MaxSandboxes < 0,
+		p.MaxSandboxesPerTenant < 0, p.MaxUploadBytes < 0, p.MaxCodeBytes < 0, p.IODiskBytes < 0, p.WarmPool < 0:
+		return Invalidf("config: durations, sizes and caps must not be negative")
+	case p.DefaultTimeout > p.MaxTimeout:
+		return Invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", p.DefaultTimeout, p.MaxTimeout)
+	case p.MaxCodeBytes > MaxCodeBytes:
+		return Invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", p.MaxCodeBytes, MaxCodeBytes)
+	case !p.NoDiskLimit && p.IODiskBytes < MinDiskBytes:
+		return Invalidf("config: IODiskBytes %d is below the minimum volume size of %d", p.IODiskBytes, MinDiskBytes)
+	case p.MaxSandboxes > 0 && p.WarmPool > p.MaxSandboxes:
+		return Invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", p.WarmPool, p.MaxSandboxes)
+	}
+	if _, err := resolveLimits(p.DefaultLimits, p.DefaultLimits, p.MaxLimits); err != nil {
+		return Invalidf("config: DefaultLimits: %v", err)
+	}
+	if err := checkRuntimeLimits(p.Runtime, p.DefaultLimits); err != nil {
+		return Invalidf("config: DefaultLimits: %v", err)
+	}
+	return nil
+}
+
+// ResolveOptions validates opts for a new sandbox and applies p's defaults:
+// the limits in force, metadata copied. Errors wrap ErrInvalidArgument and
+// say what is wrong.
+func (p *Policy) ResolveOptions(opts Options) (Options, error) {
+	if err := validateEnv(opts.Env); err != nil {
+		return Options{}, err
+	}
+	if opts.Network && !p.AllowNetwork {
+		return Options{}, Invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
+	}
+	req := opts.Limits
+	if p.NoDiskLimit {
+		req.DiskBytes = 0 // not enforceable here; the limits in force say 0
+	}
+	limits, err := resolveLimits(req, p.DefaultLimits, p.MaxLimits)
+	if err != nil {
+		return Options{}, err
+	}
+	if err := checkRuntimeLimits(p.Runtime, limits); err != nil {
+		return Options{}, err
+	}
+	if err := validateMetadata(opts.Metadata); err != nil {
+		return Options{}, err
+	}
+	if opts.IdleTimeout != 0 {
+		if err := p.CheckIdleTimeout(opts.IdleTimeout); err != nil {
+			return Options{}, err
+		}
+	}
+	if err := checkOnIdle(opts.OnIdle); err != nil {
+		return Options{}, err
+	}
+	opts.Limits, opts.Metadata = limits, maps.Clone(opts.Metadata)
+	return opts, nil
+}
+
+// CheckIdleTimeout checks an idle TTL a caller asks for against
+// MinIdleTimeout and p.MaxIdleTTL.
+func (p *Policy) CheckIdleTimeout(d time.Duration) error {
+	switch {
+	case d < MinIdleTimeout:
+		return Invalidf("idle timeout %v is below the minimum of %v", d, MinIdleTimeout)
+	case d > p.MaxIdleTTL:
+		return Invalidf("idle timeout %v exceeds the server's maximum of %v (sandboxd --max-idle-ttl)", d, p.MaxIdleTTL)
+	}
+	return nil
+}
+
+// ResolveExec checks req (already ExecRequest.Validate'd) against p and
+// applies the defaults: the canonical name of the language (empty stays
+// empty: the context's language, python in the default context), the
+// default context as "", a fresh command ID when it has none, the default
+// timeout.
+func (p *Policy) ResolveExec(req ExecRequest) (ExecRequest, error) {
+	if len(req.Code) > p.MaxCodeBytes {
+		return req, Invalidf("code is %d bytes long; the limit is %d", len(req.Code), p.MaxCodeBytes)
+	}
+	if !utf8.ValidString(req.Code) {
+		return req, Invalidf("code is not valid UTF-8")
+	}
+	switch {
+	case req.Timeout == 0:
+		req.Timeout = p.DefaultTimeout
+	case req.Timeout > p.MaxTimeout:
+		return req, Invalidf("timeout %v exceeds the server maximum of %v", req.Timeout, p.MaxTimeout)
+	}
+	if req.Language != "" {
+		req.Language = CanonicalLanguage(req.Language)
+	}
+	if req.ContextID == ioproto.DefaultContext {
+		req.ContextID = "" // the same record as without one
+	}
+	if req.CommandID == "" {
+		req.CommandID = uuid.NewString()
+	}
+	return req, nil
+}
+
+// ExecRecord is the /io exec record of a request Validating let through
+// (an empty language is python's; a backend resolves a context's language
+// first).
+func ExecRecord(req ExecRequest) ioproto.Record {
+	rec := ioproto.Record{Type: ioproto.KindExec, CommandID: req.CommandID, Language: CanonicalLanguage(req.Language), Code: req.Code, ContextID: req.ContextID,
+		Stdin: req.Stdin || req.Pty != (PtySize{}), Pty: ioproto.PtySize{Rows: int(req.Pty.Rows), Cols: int(req.Pty.Cols)},
+		TimeoutMS: req.Timeout.Milliseconds()}
+	if len(req.Env) > 0 {
+		rec.Env = req.Env
+	}
+	return rec
+}

@@ -1,0 +1,351 @@
+package core
+
+import (
+	"context"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+)
+
+// Validating returns m behind the domain's request rules: the form of IDs,
+// names, languages, environments and paths (validate.go, path.go) and p's
+// bounds and defaults (Policy). It is the one place those rules are
+// applied, so a backend (and a test's fake) never re-checks them, and every
+// backend refuses a bad request with the same message. A request it
+// refuses never reaches m.
+//
+// What m receives is normalised: Options with the limits in force, an
+// ExecRequest resolved by Policy.ResolveExec (canonical language, a
+// command ID, a timeout), paths in CleanPath's relative form, an empty
+// context ID of RestartContext and DeleteContext as DefaultContextID,
+// ListCommands' page size defaulted, uploads cut off past
+// Policy.MaxUploadBytes. Rules that need a sandbox's state (does the
+// command exist, does the image have the language) stay the backend's.
+//
+// The order of checks is the API's: the sandbox ID first, then the other
+// arguments in the order the method takes them.
+func Validating(m Manager, p Policy) Manager {
+	return &validating{m: m, p: p}
+}
+
+type validating struct {
+	m Manager
+	p Policy
+}
+
+// ids checks a sandbox ID and, for an operation on a command, its ID.
+func ids(sandboxID string, commandID ...string) error {
+	if err := ValidateSandboxID(sandboxID); err != nil {
+		return err
+	}
+	for _, c := range commandID {
+		if err := ValidateCommandID(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sandboxPath checks a sandbox ID and a path, returning the clean path.
+func sandboxPath(sandboxID, p string) (string, error) {
+	if err := ValidateSandboxID(sandboxID); err != nil {
+		return "", err
+	}
+	return CleanPath(p)
+}
+
+func (v *validating) Acquire(ctx context.Context, userID string, opts Options) (AcquireResult, error) {
+	if err := ValidateTenant(CallerOf(ctx).Tenant); err != nil {
+		return AcquireResult{}, err
+	}
+	if err := ValidateUserID(userID); err != nil {
+		return AcquireResult{}, err
+	}
+	opts, err := v.p.ResolveOptions(opts)
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	return v.m.Acquire(ctx, userID, opts)
+}
+
+func (v *validating) Get(ctx context.Context, sandboxID string) (Sandbox, error) {
+	if err := ids(sandboxID); err != nil {
+		return Sandbox{}, err
+	}
+	return v.m.Get(ctx, sandboxID)
+}
+
+func (v *validating) List(ctx context.Context, f ListFilter) ([]Sandbox, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	return v.m.List(ctx, f)
+}
+
+func (v *validating) Delete(ctx context.Context, sandboxID string) error {
+	if err := ids(sandboxID); err != nil {
+		return err
+	}
+	return v.m.Delete(ctx, sandboxID)
+}
+
+func (v *validating) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (Sandbox, error) {
+	if err := ids(sandboxID); err != nil {
+		return Sandbox{}, err
+	}
+	if err := v.p.CheckIdleTimeout(d); err != nil {
+		return Sandbox{}, err
+	}
+	return v.m.SetTimeout(ctx, sandboxID, d)
+}
+
+func (v *validating) Hibernate(ctx context.Context, sandboxID string) (Sandbox, error) {
+	if err := ids(sandboxID); err != nil {
+		return Sandbox{}, err
+	}
+	return v.m.Hibernate(ctx, sandboxID)
+}
+
+func (v *validating) Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInfo, error) {
+	if err := ids(sandboxID); err != nil {
+		return Sandbox{}, nil, err
+	}
+	return v.m.Wake(ctx, sandboxID)
+}
+
+func (v *validating) Submit(ctx context.Context, req ExecRequest) (string, error) {
+	if err := req.Validate(); err != nil {
+		return "", err
+	}
+	req, err := v.p.ResolveExec(req)
+	if err != nil {
+		return "", err
+	}
+	return v.m.Submit(ctx, req)
+}
+
+func (v *validating) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(Event) error) error {
+	if err := ids(sandboxID, commandID); err != nil {
+		return err
+	}
+	return v.m.Follow(ctx, sandboxID, commandID, afterSeq, fn)
+}
+
+func (v *validating) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	if err := ids(sandboxID, commandID); err != nil {
+		return err
+	}
+	return v.m.Interrupt(ctx, sandboxID, commandID)
+}
+
+func (v *validating) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
+	if err := ids(sandboxID, commandID); err != nil {
+		return err
+	}
+	if len(data) > MaxStdinChunk {
+		return Invalidf("stdin data is %d bytes; the limit is %d per call", len(data), MaxStdinChunk)
+	}
+	return v.m.SendStdin(ctx, sandboxID, commandID, data)
+}
+
+func (v *validating) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
+	if err := ids(sandboxID, commandID); err != nil {
+		return err
+	}
+	return v.m.CloseStdin(ctx, sandboxID, commandID)
+}
+
+func (v *validating) ResizePty(ctx context.Context, sandboxID, commandID string, size PtySize) error {
+	if err := ids(sandboxID, commandID); err != nil {
+		return err
+	}
+	if err := validatePtySize(size); err != nil {
+		return err
+	}
+	return v.m.ResizePty(ctx, sandboxID, commandID, size)
+}
+
+func (v *validating) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (CommandPage, error) {
+	if err := ids(sandboxID); err != nil {
+		return CommandPage{}, err
+	}
+	switch {
+	case pageSize < 0 || pageSize > MaxCommandPage:
+		return CommandPage{}, Invalidf("page_size %d is outside 0-%d", pageSize, MaxCommandPage)
+	case pageSize == 0:
+		pageSize = DefaultCommandPage
+	}
+	return v.m.ListCommands(ctx, sandboxID, pageSize, pageToken)
+}
+
+func (v *validating) CreateContext(ctx context.Context, sandboxID, language, cwd string) (ContextInfo, error) {
+	if err := ids(sandboxID); err != nil {
+		return ContextInfo{}, err
+	}
+	if err := validateLanguage(language); err != nil {
+		return ContextInfo{}, err
+	}
+	rel, err := CleanPath(cwd)
+	if err != nil {
+		return ContextInfo{}, err
+	}
+	if rel, err = ioproto.CleanContextCwd(rel); err != nil { // the protocol's length bound
+		return ContextInfo{}, Invalidf("%v", err)
+	}
+	return v.m.CreateContext(ctx, sandboxID, CanonicalLanguage(language), rel)
+}
+
+func (v *validating) ListContexts(ctx context.Context, sandboxID string) ([]ContextInfo, error) {
+	if err := ids(sandboxID); err != nil {
+		return nil, err
+	}
+	return v.m.ListContexts(ctx, sandboxID)
+}
+
+// contextOf checks the context ID of an operation on a context: empty is
+// the default context, as for Execute.
+func contextOf(sandboxID, contextID string) (string, error) {
+	if err := ids(sandboxID); err != nil {
+		return "", err
+	}
+	if contextID == "" {
+		return DefaultContextID, nil
+	}
+	return contextID, validateContextID(contextID, false)
+}
+
+func (v *validating) RestartContext(ctx context.Context, sandboxID, contextID string) error {
+	contextID, err := contextOf(sandboxID, contextID)
+	if err != nil {
+		return err
+	}
+	return v.m.RestartContext(ctx, sandboxID, contextID)
+}
+
+func (v *validating) DeleteContext(ctx context.Context, sandboxID, contextID string) error {
+	contextID, err := contextOf(sandboxID, contextID)
+	if err != nil {
+		return err
+	}
+	return v.m.DeleteContext(ctx, sandboxID, contextID)
+}
+
+func (v *validating) Upload(ctx context.Context, sandboxID, p string, r io.Reader) (FileInfo, error) {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if rel == "." {
+		return FileInfo{}, Invalidf("upload path is empty: name a file under /workspace")
+	}
+	return v.m.Upload(ctx, sandboxID, rel, &uploadLimit{r: r, max: v.p.MaxUploadBytes, left: v.p.MaxUploadBytes, path: rel})
+}
+
+// uploadLimit fails the read past Policy.MaxUploadBytes, so a backend
+// never stores more than the limit, whatever the caller sends.
+type uploadLimit struct {
+	r         io.Reader
+	max, left int64
+	path      string
+}
+
+func (u *uploadLimit) Read(p []byte) (int, error) {
+	if u.left < 0 {
+		return 0, u.tooLarge()
+	}
+	if int64(len(p)) > u.left+1 {
+		p = p[:u.left+1]
+	}
+	n, err := u.r.Read(p)
+	u.left -= int64(n)
+	if u.left < 0 {
+		return 0, u.tooLarge()
+	}
+	return n, err
+}
+
+func (u *uploadLimit) tooLarge() error {
+	return Invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", DisplayPath(u.path), u.max)
+}
+
+func (v *validating) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, FileInfo, error) {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	return v.m.Download(ctx, sandboxID, rel)
+}
+
+func (v *validating) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInfo, error) {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return nil, err
+	}
+	return v.m.ListFiles(ctx, sandboxID, rel)
+}
+
+// MaxListDepth bounds ListFilesDepth's depth.
+const MaxListDepth = 10
+
+func (v *validating) ListFilesDepth(ctx context.Context, sandboxID, p string, depth int) ([]FileInfo, error) {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return nil, err
+	}
+	if depth < 0 || depth > MaxListDepth {
+		return nil, Invalidf("list depth %d is out of range: give 0 to %d", depth, MaxListDepth)
+	}
+	return v.m.ListFilesDepth(ctx, sandboxID, rel, depth)
+}
+
+func (v *validating) MakeDirectory(ctx context.Context, sandboxID, p string, parents bool) (FileInfo, error) {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return v.m.MakeDirectory(ctx, sandboxID, rel, parents)
+}
+
+func (v *validating) Remove(ctx context.Context, sandboxID, p string, recursive bool) error {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return err
+	}
+	if rel == "." {
+		return Invalidf("remove %s: the workspace itself cannot be removed; remove what is in it", DisplayPath(rel))
+	}
+	return v.m.Remove(ctx, sandboxID, rel, recursive)
+}
+
+func (v *validating) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (FileInfo, error) {
+	relFrom, err := sandboxPath(sandboxID, from)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	relTo, err := CleanPath(to)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	showFrom, showTo := DisplayPath(relFrom), DisplayPath(relTo)
+	switch {
+	case relFrom == ".":
+		return FileInfo{}, Invalidf("rename %s: the workspace itself cannot be moved", showFrom)
+	case relTo == ".":
+		return FileInfo{}, Invalidf("rename %s to %s: the destination is the workspace itself", showFrom, showTo)
+	case relTo == relFrom:
+		return FileInfo{}, Invalidf("rename %s: source and destination are the same path", showFrom)
+	case strings.HasPrefix(relTo, relFrom+"/"):
+		return FileInfo{}, Invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
+	}
+	return v.m.Rename(ctx, sandboxID, relFrom, relTo, overwrite)
+}
+
+func (v *validating) WatchDirectory(ctx context.Context, sandboxID, p string, recursive bool, fn func(WatchUpdate) error) error {
+	rel, err := sandboxPath(sandboxID, p)
+	if err != nil {
+		return err
+	}
+	return v.m.WatchDirectory(ctx, sandboxID, rel, recursive, fn)
+}
