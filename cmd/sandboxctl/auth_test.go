@@ -22,20 +22,20 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 const adminToken = "ops-admin-token-0123456789"
 
 // startServerWith serves the real API over fake with server options.
-func startServerWith(t *testing.T, fake *grpcapitest.Manager, opts ...grpcapi.Option) string {
+func startServerWith(t *testing.T, fake *coretest.Manager, opts ...grpcapi.Option) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	srv := grpcapi.NewServer(fake, nil, opts...)
+	srv := grpcapi.NewServer(coretest.Validated(fake), nil, opts...)
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(lis) }()
 	t.Cleanup(func() {
@@ -56,8 +56,8 @@ func runCLIEnv(t *testing.T, env map[string]string, args ...string) result {
 }
 
 // listAs scripts a fake that reports the caller List saw.
-func listAs(seen *core.Caller) *grpcapitest.Manager {
-	return &grpcapitest.Manager{ListFunc: func(ctx context.Context, _ core.ListFilter) ([]core.Sandbox, error) {
+func listAs(seen *core.Caller) *coretest.Manager {
+	return &coretest.Manager{ListFunc: func(ctx context.Context, _ core.ListFilter) ([]core.Sandbox, error) {
 		*seen, _ = core.CallerFrom(ctx)
 		return nil, nil
 	}}

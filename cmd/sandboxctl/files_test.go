@@ -9,7 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 )
 
 func TestFileCommands(t *testing.T) {
@@ -20,7 +20,7 @@ func TestFileCommands(t *testing.T) {
 		defer mu.Unlock()
 		calls = append(calls, s)
 	}
-	fake := &grpcapitest.Manager{
+	fake := &coretest.Manager{
 		ListFilesFunc: func(_ context.Context, id, p string) ([]core.FileInfo, error) {
 			note("ls " + p)
 			return []core.FileInfo{
@@ -30,7 +30,7 @@ func TestFileCommands(t *testing.T) {
 		},
 		ListFilesDepthFunc: func(_ context.Context, id, p string, depth int) ([]core.FileInfo, error) {
 			if depth > 10 {
-				return nil, grpcapitest.Errorf(core.ErrInvalidArgument, "list depth %d is out of range: give 0 to 10", depth)
+				return nil, coretest.Errorf(core.ErrInvalidArgument, "list depth %d is out of range: give 0 to 10", depth)
 			}
 			note("ls " + p + " depth " + string(rune('0'+depth)))
 			return []core.FileInfo{{Path: "data/in", Type: core.FileSymlink, Mode: fs.ModeSymlink | 0o777}}, nil
@@ -38,21 +38,21 @@ func TestFileCommands(t *testing.T) {
 		MakeDirectoryFunc: func(_ context.Context, id, p string, parents bool) (core.FileInfo, error) {
 			note("mkdir " + p + map[bool]string{true: " -p"}[parents])
 			if !parents && p == "a/b" {
-				return core.FileInfo{}, grpcapitest.Errorf(core.ErrNotFound, "make directory /workspace/a/b: parent directory /workspace/a does not exist")
+				return core.FileInfo{}, coretest.Errorf(core.ErrNotFound, "make directory /workspace/a/b: parent directory /workspace/a does not exist")
 			}
 			return core.FileInfo{Path: p, IsDir: true}, nil
 		},
 		RemoveFunc: func(_ context.Context, id, p string, recursive bool) error {
 			note("rm " + p + map[bool]string{true: " -r"}[recursive])
 			if !recursive && p == "data" {
-				return grpcapitest.Errorf(core.ErrFailedPrecondition, "remove /workspace/data: the directory is not empty")
+				return coretest.Errorf(core.ErrFailedPrecondition, "remove /workspace/data: the directory is not empty")
 			}
 			return nil
 		},
 		RenameFunc: func(_ context.Context, id, from, to string, overwrite bool) (core.FileInfo, error) {
 			note("mv " + from + " " + to + map[bool]string{true: " -f"}[overwrite])
 			if !overwrite && to == "taken" {
-				return core.FileInfo{}, grpcapitest.Errorf(core.ErrAlreadyExists, "rename /workspace/%s to /workspace/taken: the destination exists", from)
+				return core.FileInfo{}, coretest.Errorf(core.ErrAlreadyExists, "rename /workspace/%s to /workspace/taken: the destination exists", from)
 			}
 			return core.FileInfo{Path: to}, nil
 		},
@@ -89,14 +89,15 @@ func TestFileCommands(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	wantCalls := []string{"ls ", "ls data depth 3", "mkdir a/b -p", "rm data -r", "mv x.csv y.csv", "mv x.csv taken -f"}
+	// The domain gets clean paths (core.CleanPath): "" is ".".
+	wantCalls := []string{"ls .", "ls data depth 3", "mkdir a/b -p", "rm data -r", "mv x.csv y.csv", "mv x.csv taken -f"}
 	if len(calls) < len(wantCalls) || strings.Join(calls[:len(wantCalls)], "|") != strings.Join(wantCalls, "|") {
 		t.Errorf("calls %q, want them to start with %q", calls, wantCalls)
 	}
 }
 
 func TestFileCommandsUsage(t *testing.T) {
-	fake := &grpcapitest.Manager{}
+	fake := &coretest.Manager{}
 	addr := startServer(t, fake)
 	for _, args := range [][]string{
 		{"ls"}, {"ls", sbA, "a", "b"}, {"ls", sbA, "--depth", "x"},

@@ -9,13 +9,13 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 )
 
 func TestSetTimeout(t *testing.T) {
 	var gotID string
 	var gotD time.Duration
-	addr := startServer(t, &grpcapitest.Manager{SetTimeoutFunc: func(_ context.Context, id string, d time.Duration) (core.Sandbox, error) {
+	addr := startServer(t, &coretest.Manager{SetTimeoutFunc: func(_ context.Context, id string, d time.Duration) (core.Sandbox, error) {
 		gotID, gotD = id, d
 		sb := sandboxes()[0]
 		sb.IdleTimeout, sb.ExpiresAt = d, t0.Add(2*time.Hour)
@@ -38,7 +38,7 @@ func TestSetTimeout(t *testing.T) {
 
 func TestListMetadata(t *testing.T) {
 	var got core.ListFilter
-	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
+	addr := startServer(t, &coretest.Manager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 		got = f
 		sbs := sandboxes()
 		sbs[0].Metadata = map[string]string{"project": "alpha", "note": "two words"}

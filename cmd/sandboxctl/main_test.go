@@ -16,8 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 const (
@@ -37,13 +37,13 @@ func init() {
 }
 
 // startServer serves the real API over fake on a loopback port.
-func startServer(t *testing.T, fake *grpcapitest.Manager) string {
+func startServer(t *testing.T, fake *coretest.Manager) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	srv := grpcapi.NewServer(fake, nil)
+	srv := grpcapi.NewServer(coretest.Validated(fake), nil)
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(lis) }()
 	t.Cleanup(func() {
@@ -100,7 +100,7 @@ func sandboxes() []core.Sandbox {
 
 func TestListTable(t *testing.T) {
 	var got core.ListFilter
-	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
+	addr := startServer(t, &coretest.Manager{ListFunc: func(_ context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 		got = f
 		return sandboxes(), nil
 	}})
@@ -121,7 +121,7 @@ func TestListTable(t *testing.T) {
 }
 
 func TestListJSON(t *testing.T) {
-	addr := startServer(t, &grpcapitest.Manager{ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
+	addr := startServer(t, &coretest.Manager{ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
 		return sandboxes(), nil
 	}})
 	r := runCLI(t, nil, addr, "", "list", "--json")
@@ -140,7 +140,7 @@ func TestListJSON(t *testing.T) {
 		t.Errorf("limits = %v; want memory_bytes as protojson's int64 string", got[0]["limits"])
 	}
 
-	empty := startServer(t, &grpcapitest.Manager{ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
+	empty := startServer(t, &coretest.Manager{ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
 		return nil, nil
 	}})
 	if r := runCLI(t, nil, empty, "", "list", "--json"); r.code != 0 || r.stdout != "[]\n" {
@@ -149,9 +149,9 @@ func TestListJSON(t *testing.T) {
 }
 
 func TestInspect(t *testing.T) {
-	addr := startServer(t, &grpcapitest.Manager{GetFunc: func(_ context.Context, id string) (core.Sandbox, error) {
+	addr := startServer(t, &coretest.Manager{GetFunc: func(_ context.Context, id string) (core.Sandbox, error) {
 		if id != sbB {
-			return core.Sandbox{}, grpcapitest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
+			return core.Sandbox{}, coretest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
 		}
 		return sandboxes()[1], nil
 	}})
@@ -170,10 +170,10 @@ func TestInspect(t *testing.T) {
 func TestKill(t *testing.T) {
 	var mu sync.Mutex
 	var deleted []string
-	fake := &grpcapitest.Manager{
+	fake := &coretest.Manager{
 		DeleteFunc: func(_ context.Context, id string) error {
 			if id != sbA && id != sbB {
-				return grpcapitest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
+				return coretest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -221,7 +221,7 @@ func TestKill(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	addr := startServer(t, &grpcapitest.Manager{})
+	addr := startServer(t, &coretest.Manager{})
 	tests := [][]string{
 		{"frobnicate"},
 		{"list", "--state", "zombie"},
@@ -283,10 +283,10 @@ func TestUnreachableServer(t *testing.T) {
 }
 
 // execFake serves one user's sandbox and plays events for every command.
-func execFake(events func(cid string) []core.Event) (*grpcapitest.Manager, *[]core.ExecRequest, *sync.Mutex) {
+func execFake(events func(cid string) []core.Event) (*coretest.Manager, *[]core.ExecRequest, *sync.Mutex) {
 	var mu sync.Mutex
 	var submitted []core.ExecRequest
-	fake := &grpcapitest.Manager{
+	fake := &coretest.Manager{
 		AcquireFunc: func(_ context.Context, user string, _ core.Options) (core.AcquireResult, error) {
 			return core.AcquireResult{Sandbox: core.Sandbox{ID: sbA, UserID: user, State: core.StateRunning}}, nil
 		},

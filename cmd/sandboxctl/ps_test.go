@@ -9,8 +9,8 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
 )
 
 func TestPs(t *testing.T) {
@@ -18,7 +18,7 @@ func TestPs(t *testing.T) {
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	two := 2
 	var tokens []string
-	pm := &grpcapitest.ProcessManager{Manager: &grpcapitest.Manager{},
+	pm := &coretest.Manager{
 		ListCommandsFunc: func(_ context.Context, _ string, size int, token string) (core.CommandPage, error) {
 			tokens = append(tokens, token)
 			if token == "" {
@@ -35,7 +35,7 @@ func TestPs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpcapi.NewServer(pm, nil)
+	srv := grpcapi.NewServer(coretest.Validated(pm), nil)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 

@@ -17,13 +17,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // startServe runs serve over fake on a loopback port and returns a client
 // connection and the channel serve's result arrives on.
-func startServe(t *testing.T, ctx context.Context, fake *grpcapitest.Manager, grace time.Duration) (*grpc.ClientConn, <-chan error) {
+func startServe(t *testing.T, ctx context.Context, fake *coretest.Manager, grace time.Duration) (*grpc.ClientConn, <-chan error) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,7 +31,7 @@ func startServe(t *testing.T, ctx context.Context, fake *grpcapitest.Manager, gr
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(ctx, func() {}, lis, fake, grace, slog.New(slog.DiscardHandler))
+		done <- serve(ctx, func() {}, lis, coretest.Validated(fake), grace, slog.New(slog.DiscardHandler))
 	}()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -53,7 +53,7 @@ func waitDone(t *testing.T, done <-chan error) error {
 }
 
 func TestServeShutsDownAndClosesManager(t *testing.T) {
-	fake := &grpcapitest.Manager{}
+	fake := &coretest.Manager{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	conn, done := startServe(t, ctx, fake, 5*time.Second)
@@ -72,7 +72,7 @@ func TestServeShutsDownAndClosesManager(t *testing.T) {
 // hold shutdown hostage.
 func TestServeForcesStopAfterGrace(t *testing.T) {
 	following := make(chan struct{})
-	fake := &grpcapitest.Manager{
+	fake := &coretest.Manager{
 		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(core.Event) error) error {
 			close(following)
 			<-ctx.Done()

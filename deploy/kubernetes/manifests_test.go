@@ -40,8 +40,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 )
 
 const (
@@ -622,7 +623,7 @@ func checkSecrets(t *testing.T, byKey map[string]*unstructured.Unstructured) {
 // this namespace, with the Deployment's image and token Secret), for Pod
 // Security admission.
 func sandboxPod() *corev1.Pod {
-	return kube.SamplePod(kube.Config{Namespace: namespace, Image: "sandboxd-sandbox:latest", IOTokenSecret: ioTokenSecret})
+	return kube.SamplePod(kube.Config{Policy: core.Policy{Image: "sandboxd-sandbox:latest"}, Namespace: namespace, IOTokenSecret: ioTokenSecret})
 }
 
 func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {

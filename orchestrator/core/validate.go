@@ -193,17 +193,17 @@ const (
 	minMemoryBytes = 32 << 20
 	minNanoCPUs    = 10_000_000 // 0.01 CPU, Docker's own minimum
 	minPidsLimit   = 16
-	// minPidsLimitGVisor: under runsc the limit also counts gVisor's own
+	// MinPidsLimitGVisor: under runsc the limit also counts gVisor's own
 	// threads (its sandboxed processes are not host processes), and with 64
 	// the sandbox itself crashes (measured: exit 2); 96 works, 128 leaves
 	// room.
-	minPidsLimitGVisor = 128
+	MinPidsLimitGVisor = 128
 )
 
 // checkRuntimeLimits refuses limits a runtime cannot run with.
 func checkRuntimeLimits(runtime string, l Limits) error {
-	if runtime == RuntimeGVisor && l.PidsLimit < minPidsLimitGVisor {
-		return Invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, RuntimeGVisor, minPidsLimitGVisor)
+	if runtime == RuntimeGVisor && l.PidsLimit < MinPidsLimitGVisor {
+		return Invalidf("limit pids_limit is %d; under the %s runtime the minimum is %d (the limit also counts gVisor's own threads)", l.PidsLimit, RuntimeGVisor, MinPidsLimitGVisor)
 	}
 	return nil
 }

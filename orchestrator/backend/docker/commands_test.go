@@ -36,7 +36,9 @@ func TestInteractiveRequestRules(t *testing.T) {
 		}
 	}
 
-	m := &Manager{}
+	// Behind the validating layer, as sandboxd serves the backend: only
+	// the page token is this backend's to check.
+	m := core.Validating(&Manager{}, core.DefaultPolicy())
 	ctx := context.Background()
 	if err := m.SendStdin(ctx, sb, "c1", make([]byte, core.MaxStdinChunk+1)); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("SendStdin of 64 KiB + 1: %v", err)

@@ -12,7 +12,7 @@ import (
 )
 
 // fileOpsEnv is a sandbox on the fake Docker with its host workspace.
-func fileOpsEnv(t *testing.T) (*Manager, string, string) {
+func fileOpsEnv(t *testing.T) (*validated, string, string) {
 	t.Helper()
 	m := newTestManager(t, testConfig(t), newFakeDocker(testImage))
 	sb := acquire(t, m, "u").Sandbox

@@ -13,42 +13,6 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
-func TestWorkspacePath(t *testing.T) {
-	for in, want := range map[string]string{
-		"":               ".",
-		"/workspace":     ".",
-		"/workspace/":    ".",
-		"x":              "x",
-		"./x":            "x",
-		"a/b/c.txt":      "a/b/c.txt",
-		"a//b/":          "a/b",
-		"/workspace/a/b": "a/b",
-		"/workspace//a":  "a",
-		"a/./b":          "a/b",
-		"..foo/bar..":    "..foo/bar..",
-	} {
-		got, err := workspacePath(in)
-		if err != nil || got != want {
-			t.Errorf("workspacePath(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-	for in, msg := range map[string]string{
-		"..":                      "escapes /workspace",
-		"../etc/passwd":           "escapes /workspace",
-		"a/../b":                  "escapes /workspace",
-		"a/..":                    "escapes /workspace",
-		"/workspace/../etc":       "escapes /workspace",
-		"/etc/passwd":             "outside /workspace",
-		"/x":                      "outside /workspace",
-		"/workspacex/y":           "outside /workspace",
-		"a\x00b":                  "NUL",
-		strings.Repeat("a", 5000): "limit",
-	} {
-		_, err := workspacePath(in)
-		wantClass(t, err, core.ErrInvalidArgument, msg)
-	}
-}
-
 func TestFiles(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)

@@ -27,7 +27,7 @@ type fakeDriver struct {
 	seq int64
 }
 
-func newFakeDriver(t *testing.T, m *Manager, sandboxID, cmd string) *fakeDriver {
+func newFakeDriver(t *testing.T, m *validated, sandboxID, cmd string) *fakeDriver {
 	return &fakeDriver{t: t, out: filepath.Join(m.cfg.StateDir, "sandboxes", sandboxID, "io", "out"), cmd: cmd}
 }
 
@@ -78,7 +78,7 @@ type followRun struct {
 	err    chan error
 }
 
-func followAsync(ctx context.Context, m *Manager, sandboxID, cmd string, after int64) followRun {
+func followAsync(ctx context.Context, m *validated, sandboxID, cmd string, after int64) followRun {
 	r := followRun{events: make(chan core.Event, 100), err: make(chan error, 1)}
 	go func() {
 		r.err <- m.Follow(ctx, sandboxID, cmd, after, func(e core.Event) error {
@@ -120,7 +120,7 @@ func (r followRun) result(t *testing.T) error {
 	return nil
 }
 
-func submit(t *testing.T, m *Manager, sandboxID, cmd string) {
+func submit(t *testing.T, m *validated, sandboxID, cmd string) {
 	t.Helper()
 	if _, err := m.Submit(t.Context(), core.ExecRequest{SandboxID: sandboxID, CommandID: cmd, Code: "x"}); err != nil {
 		t.Fatal(err)

@@ -34,7 +34,7 @@ func loopDevicesOf(t *testing.T, id string) []string {
 }
 
 // inSandbox runs Python code in the sandbox and fails unless it ends ok.
-func inSandbox(t *testing.T, m *Manager, id, code string) {
+func inSandbox(t *testing.T, m *validated, id, code string) {
 	t.Helper()
 	evs := runCommand(t, m, id, core.ExecRequest{Code: code})
 	if d := lastDone(t, evs); d.Status != "ok" {
@@ -44,7 +44,7 @@ func inSandbox(t *testing.T, m *Manager, id, code string) {
 
 // deleteTimed deletes a sandbox, checks the time it took and that no loop
 // device is left.
-func deleteTimed(t *testing.T, m *Manager, id string) time.Duration {
+func deleteTimed(t *testing.T, m *validated, id string) time.Duration {
 	t.Helper()
 	start := time.Now()
 	if err := m.Delete(t.Context(), id); err != nil {
@@ -84,7 +84,7 @@ print(size)`)
 		t.Fatal(err)
 	}
 
-	m2, err := New(ctx, cfg, nil)
+	m2, err := newValidated(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ print(size)`)
 
 // forgeEvents writes, from inside the sandbox, the events file of command
 // cmd (which already ran) from Python code making its lines, plus setup.
-func forgeEvents(t *testing.T, m *Manager, id, cmd, setup, lines string) {
+func forgeEvents(t *testing.T, m *validated, id, cmd, setup, lines string) {
 	t.Helper()
 	inSandbox(t, m, id, fmt.Sprintf(`import os
 %s

@@ -57,7 +57,7 @@ func TestIntegrationNonUTF8FromTheSandbox(t *testing.T) {
 // as an artifact (command "art"), then rewrites the artifact from inside
 // the sandbox with bytes that are not UTF-8, and returns the value a replay
 // of "art" carries ("" when the reader refused the rewritten file).
-func runArtifactTamper(t *testing.T, m *Manager, id string) string {
+func runArtifactTamper(t *testing.T, m *validated, id string) string {
 	t.Helper()
 	art := core.ExecRequest{CommandID: "art", Language: "python", Code: "display({'text/html': 'h' * 300000}, raw=True)"}
 	evs := runCommand(t, m, id, art)
@@ -127,7 +127,7 @@ func TestIntegrationIOFullHealth(t *testing.T) {
 
 // awaitHealth polls Get until the sandbox's HealthReason satisfies ok (the
 // driver may write its status just after a command's done).
-func awaitHealth(t *testing.T, m *Manager, id string, ok func(string) bool) string {
+func awaitHealth(t *testing.T, m *validated, id string, ok func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {

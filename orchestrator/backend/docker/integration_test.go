@@ -41,13 +41,12 @@ func realDocker(t testing.TB) (*client.Client, string) {
 // integrationManager starts a Manager on the real engine in a fresh state
 // directory, with the configuration changes given; every container it
 // creates is removed when the test ends, whatever happened.
-func integrationManager(t *testing.T, configure ...func(*Config)) (*Manager, *client.Client, Config) {
+func integrationManager(t *testing.T, configure ...func(*Config)) (*validated, *client.Client, Config) {
 	t.Helper()
 	c, img := realDocker(t)
 	cfg := Config{
+		Policy:   core.Policy{Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME")},
 		StateDir: t.TempDir(),
-		Image:    img,
-		Runtime:  os.Getenv("SANDBOX_RUNTIME"),
 		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 	for _, f := range configure {
@@ -59,7 +58,7 @@ func integrationManager(t *testing.T, configure ...func(*Config)) (*Manager, *cl
 		t.Fatalf("New: %v", err)
 	}
 	t.Cleanup(func() { m.Close() })
-	return m, c, m.cfg
+	return validate(m), c, m.cfg
 }
 
 func removeTestContainers(t testing.TB, c *client.Client, stateDir string) {
@@ -174,8 +173,8 @@ func TestIntegrationLifecycle(t *testing.T) {
 func TestIntegrationImageMissing(t *testing.T) {
 	c, _ := realDocker(t)
 	_ = c
-	cfg := Config{StateDir: t.TempDir(), Image: "sandboxd-no-such-image:never", Logger: slog.New(slog.DiscardHandler)}
-	m, err := New(t.Context(), cfg, nil)
+	cfg := Config{Policy: core.Policy{Image: "sandboxd-no-such-image:never"}, StateDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	m, err := newValidated(t.Context(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +184,7 @@ func TestIntegrationImageMissing(t *testing.T) {
 }
 
 // runCommand submits code and follows it to the end, returning its events.
-func runCommand(t *testing.T, m *Manager, sandboxID string, req core.ExecRequest) []core.Event {
+func runCommand(t *testing.T, m *validated, sandboxID string, req core.ExecRequest) []core.Event {
 	t.Helper()
 	req.SandboxID = sandboxID
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
@@ -369,7 +368,7 @@ func TestIntegrationRestart(t *testing.T) {
 		t.Fatalf("container after Close: running=%v, %v", info.State != nil && info.State.Running, err)
 	}
 
-	m2, err := New(ctx, cfg, nil)
+	m2, err := newValidated(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,8 +465,8 @@ func TestIntegrationDeathFromEvents(t *testing.T) {
 // the /io protocol: Submit plus Follow to done, for "x * 2".
 func BenchmarkIntegrationRoundTrip(b *testing.B) {
 	c, img := realDocker(b)
-	cfg := Config{StateDir: b.TempDir(), Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME"), Logger: slog.New(slog.DiscardHandler)}
-	m, err := New(b.Context(), cfg, nil)
+	cfg := Config{Policy: core.Policy{Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME")}, StateDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	m, err := newValidated(b.Context(), cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -10,42 +10,6 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
-func TestValidateMetadata(t *testing.T) {
-	many := map[string]string{}
-	for i := range core.MaxMetadataEntries + 1 {
-		many["k"+strings.Repeat("x", i%10)+string(rune('a'+i%26))+string(rune('a'+i/26))] = "v"
-	}
-	big := map[string]string{}
-	for i := range 40 {
-		big["key-"+string(rune('a'+i%26))+string(rune('a'+i/26))] = strings.Repeat("v", core.MaxMetadataValueLen)
-	}
-	for _, c := range []struct {
-		name string
-		md   map[string]string
-		want string // substring of the error; "" = valid
-	}{
-		{"nil", nil, ""},
-		{"ordinary", map[string]string{"project": "alpha", "session.id": "s-1", "team/owner:x": "ünïcødé ✓", "empty": ""}, ""},
-		{"empty key", map[string]string{"": "v"}, "empty key"},
-		{"key too long", map[string]string{strings.Repeat("k", 65): "v"}, "65 characters"},
-		{"key charset", map[string]string{"with space": "v"}, `"with space" may contain only`},
-		{"value too long", map[string]string{"big": strings.Repeat("v", 513)}, "key big is 513 bytes"},
-		{"value not UTF-8", map[string]string{"bin": "\xff\xfe"}, "key bin is not valid UTF-8"},
-		{"too many", many, "65 entries"},
-		{"too large", big, "the limit is 16384"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			err := core.ValidateMetadata(c.md)
-			switch {
-			case c.want == "" && err != nil:
-				t.Fatalf("validateMetadata: %v; want valid", err)
-			case c.want != "" && (err == nil || !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), c.want)):
-				t.Fatalf("validateMetadata: %v; want InvalidArgument containing %q", err, c.want)
-			}
-		})
-	}
-}
-
 func TestAcquireMetadataAndList(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	m := newTestManager(t, testConfig(t), fd)
@@ -218,7 +182,7 @@ func TestSetTimeoutExpiry(t *testing.T) {
 func TestLifetimeSurvivesRestart(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +211,7 @@ func TestWarmPoolClaimGetsMetadata(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
 	cfg.WarmPool = 1
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +244,7 @@ func TestMaxIdleTTLDefault(t *testing.T) {
 		{time.Minute, time.Hour, time.Hour, false},
 		{2 * time.Hour, time.Hour, 0, true},
 	} {
-		cfg := Config{StateDir: t.TempDir(), IdleTTL: c.idle, MaxIdleTTL: c.max}
+		cfg := Config{Policy: core.Policy{IdleTTL: c.idle, MaxIdleTTL: c.max}, StateDir: t.TempDir()}
 		err := cfg.applyDefaults()
 		if c.err {
 			if !errors.Is(err, core.ErrInvalidArgument) {
@@ -300,7 +264,7 @@ func TestAcquireOnIdleOption(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
 	cfg.OnIdle = core.OnIdleDelete
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func textOf(evs []core.Event) string {
 
 // mustRunOK runs code and fails the test unless it ends OK; it returns the
 // output.
-func mustRunOK(t *testing.T, m *Manager, sandboxID, language, code string) string {
+func mustRunOK(t *testing.T, m *validated, sandboxID, language, code string) string {
 	t.Helper()
 	evs := runCommand(t, m, sandboxID, core.ExecRequest{Language: language, Code: code})
 	if d := lastDone(t, evs); d.Status != "ok" {
@@ -122,7 +122,7 @@ func TestIntegrationVolumesRemountedOnRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m2, err := New(ctx, cfg, nil)
+	m2, err := newValidated(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,17 +26,16 @@ const testImage = "sandboxd-sandbox:test"
 func testConfig(t *testing.T) Config {
 	t.Helper()
 	return Config{
-		StateDir: t.TempDir(),
-		Image:    testImage,
-		// Fake containers need no disk bounds; volume_test.go and the
-		// integration tests cover the volumes.
+		Policy:        core.Policy{Image: testImage},
+		StateDir:      t.TempDir(),
 		NoDiskVolumes: true,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 	}
 }
 
-// newTestManager starts a Manager over fd, closed when the test ends.
-func newTestManager(t *testing.T, cfg Config, fd *fakeDocker) *Manager {
+// newTestManager starts a Manager over fd, closed when the test ends, and
+// serves it as sandboxd does (validated).
+func newTestManager(t *testing.T, cfg Config, fd *fakeDocker) *validated {
 	t.Helper()
 	m, err := New(t.Context(), cfg, fd)
 	if err != nil {
@@ -47,10 +46,10 @@ func newTestManager(t *testing.T, cfg Config, fd *fakeDocker) *Manager {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return m
+	return validate(m)
 }
 
-func acquire(t *testing.T, m *Manager, user string) core.AcquireResult {
+func acquire(t *testing.T, m *validated, user string) core.AcquireResult {
 	t.Helper()
 	res, err := m.Acquire(t.Context(), user, core.Options{})
 	if err != nil {
@@ -79,7 +78,7 @@ func awaitRemoval(t *testing.T, fd *fakeDocker, id string, within time.Duration)
 // learns of deaths through events delivered asynchronously, so callers that
 // do not inspect (Submit, List's cache) need this; it retries on a short
 // tick and fails with what it saw last.
-func awaitDead(t *testing.T, m *Manager, id string) core.Sandbox {
+func awaitDead(t *testing.T, m *validated, id string) core.Sandbox {
 	t.Helper()
 	sb := m.reg.get(id)
 	if sb == nil {
@@ -484,7 +483,7 @@ func TestMaxSandboxes(t *testing.T) {
 func TestRestartRebuildsRegistry(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -540,7 +539,7 @@ func TestRestartRemainingTTL(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
 	cfg.IdleTTL = time.Hour
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +567,7 @@ func TestReconcileCleansUp(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
 	cfg.IdleTTL = time.Hour
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,7 +621,7 @@ func TestReconcileCleansUp(t *testing.T) {
 
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	fd := newFakeDocker(testImage)
-	m, err := New(t.Context(), testConfig(t), fd)
+	m, err := newValidated(t.Context(), testConfig(t), fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -663,7 +662,7 @@ func countLines(t *testing.T, path string) int {
 }
 
 // records parses every record of a sandbox's stdin.
-func records(t *testing.T, m *Manager, sandboxID string) []ioproto.Record {
+func records(t *testing.T, m *validated, sandboxID string) []ioproto.Record {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(m.cfg.StateDir, "sandboxes", sandboxID, "io", "stdin"))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // awaitPoolWithin waits until m's pool holds n ready sandboxes; real
 // containers take a while to start on a busy machine.
-func awaitPoolWithin(t testing.TB, m *Manager, n int, within time.Duration) {
+func awaitPoolWithin(t testing.TB, m *validated, n int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for m.pool.size() != n {
@@ -58,7 +58,7 @@ func TestIntegrationWarmPool(t *testing.T) {
 	if err := m1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	m2, err := New(ctx, cfg, nil)
+	m2, err := newValidated(ctx, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,8 +82,8 @@ func TestIntegrationWarmPool(t *testing.T) {
 // is refilled outside the timer.
 func BenchmarkIntegrationWarmAcquire(b *testing.B) {
 	c, img := realDocker(b)
-	cfg := Config{StateDir: b.TempDir(), Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME"), WarmPool: 1, Logger: slog.New(slog.DiscardHandler)}
-	m, err := New(b.Context(), cfg, nil)
+	cfg := Config{Policy: core.Policy{Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME"), WarmPool: 1}, StateDir: b.TempDir(), Logger: slog.New(slog.DiscardHandler)}
+	m, err := newValidated(b.Context(), cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // awaitPool waits until m's warm pool holds n ready sandboxes.
-func awaitPool(t *testing.T, m *Manager, n int) {
+func awaitPool(t *testing.T, m *validated, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for m.pool.size() != n {
@@ -23,7 +23,7 @@ func awaitPool(t *testing.T, m *Manager, n int) {
 }
 
 // poolIDs returns the IDs of the pool's ready sandboxes.
-func poolIDs(m *Manager) []string {
+func poolIDs(m *validated) []string {
 	m.pool.mu.Lock()
 	defer m.pool.mu.Unlock()
 	var ids []string
@@ -109,7 +109,7 @@ func TestWarmPoolSurvivesRestart(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
 	cfg.WarmPool = 3
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestWarmPoolOutlivesClose(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
 	cfg.WarmPool = 2
-	m, err := New(t.Context(), cfg, fd)
+	m, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}

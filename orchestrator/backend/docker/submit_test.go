@@ -170,7 +170,7 @@ func TestSubmitRefusesTamperedLog(t *testing.T) {
 
 // forgetLog drops what m knows of a sandbox's command log, as if this
 // process had not used the sandbox yet: the next use reads the log again.
-func forgetLog(m *Manager, id string) {
+func forgetLog(m *validated, id string) {
 	sb := m.reg.get(id)
 	sb.io = iolog.New(sb.io.Path())
 }

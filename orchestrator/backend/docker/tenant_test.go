@@ -133,7 +133,7 @@ func TestTenantIsolation(t *testing.T) {
 func TestTenantRestored(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestTenantRestored(t *testing.T) {
 func TestMetaWithoutTenant(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	cfg := testConfig(t)
-	m1, err := New(t.Context(), cfg, fd)
+	m1, err := newValidated(t.Context(), cfg, fd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,17 +93,9 @@ func TestDiskLimitValidation(t *testing.T) {
 	m := newTestManager(t, cfg, fd)
 	// Without volumes a disk limit cannot be enforced: the limits in force
 	// say 0 rather than promising one.
-	res, err := m.Acquire(t.Context(), "u", core.Options{Limits: core.Limits{DiskBytes: 1 << 30}})
+	res, err := core.Validating(m, m.Policy()).Acquire(t.Context(), "u", core.Options{Limits: core.Limits{DiskBytes: 1 << 30}})
 	if err != nil || res.Sandbox.Limits.DiskBytes != 0 {
 		t.Errorf("disk limit without volumes = %+v, %v; want 0", res.Sandbox.Limits, err)
-	}
-	def, max := core.Limits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 256, DiskBytes: 1 << 30}, core.Limits{DiskBytes: 2 << 30}
-	_, err = core.ResolveLimits(core.Limits{DiskBytes: 3 << 30}, def, max)
-	wantClass(t, err, core.ErrInvalidArgument, "limit disk_bytes is 3221225472; the server maximum is 2147483648")
-	_, err = core.ResolveLimits(core.Limits{DiskBytes: 1 << 20}, def, max)
-	wantClass(t, err, core.ErrInvalidArgument, "limit disk_bytes is 1048576; the minimum is 16777216")
-	if l, err := core.ResolveLimits(core.Limits{}, def, max); err != nil || l.DiskBytes != 1<<30 {
-		t.Errorf("default disk = %+v, %v", l, err)
 	}
 }
 

@@ -20,7 +20,7 @@ type watcher struct {
 	cancel  context.CancelFunc
 }
 
-func startWatch(t *testing.T, m *Manager, id, p string, recursive bool) *watcher {
+func startWatch(t *testing.T, m *validated, id, p string, recursive bool) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	w := &watcher{t: t, updates: make(chan core.WatchUpdate, 10000), done: make(chan error, 1), cancel: cancel}

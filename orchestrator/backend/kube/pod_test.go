@@ -76,7 +76,7 @@ func TestPodState(t *testing.T) {
 // Kubernetes twin of the Docker backend's containerSpec: what a reviewer
 // and a cluster's admission policies rely on.
 func TestBuildPodPosture(t *testing.T) {
-	cfg := Config{Namespace: "ns", Image: "img:1", IOTokenSecret: "tok", IOPort: 7070, IODiskBytes: 64 << 20, RuntimeClass: "gvisor"}
+	cfg := Config{Policy: core.Policy{Image: "img:1", IODiskBytes: 64 << 20}, Namespace: "ns", IOTokenSecret: "tok", IOPort: 7070, RuntimeClass: "gvisor"}
 	lim := core.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 256, DiskBytes: 1 << 30}
 	p := buildPod(&cfg, podSpec{id: "sb-abcdefghijklmnopqrst", tenant: "t", userID: "alice@example.com", limits: lim,
 		env: map[string]string{"B": "2", "A": "1"}, now: time.Unix(1700000000, 0)})

@@ -17,7 +17,7 @@ import (
 // fakeManager serves Get, Acquire and Delete from a map; every other
 // method panics (nil embedded interface), which the tests never reach.
 type fakeManager struct {
-	Manager
+	core.Manager
 	sandboxes map[string]core.Sandbox
 	acquired  []string // users
 }

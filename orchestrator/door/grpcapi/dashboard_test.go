@@ -25,7 +25,7 @@ func (stateSource) PoolSize() int { return 0 }
 // TestDashboardQueriesExistingSeries checks that every query of the Grafana
 // dashboard names series sandboxd serves, grouped by labels they have.
 func TestDashboardQueriesExistingSeries(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/grafana/sandboxd.json")
+	raw, err := os.ReadFile("../../../deploy/grafana/sandboxd.json")
 	if err != nil {
 		t.Fatal(err)
 	}

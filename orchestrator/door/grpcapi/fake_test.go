@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // fakeManager is the scriptable domain shared with other packages' tests.
-type fakeManager = grpcapitest.Manager
+type fakeManager = coretest.Manager
 
 // Well-formed sandbox IDs for tests (the domain's validator checks the form).
 const (
@@ -88,7 +88,7 @@ func newTestEnv(t *testing.T, fake *fakeManager, opts ...Option) *testEnv {
 	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := NewServer(fake, logger, opts...)
+	srv := NewServer(coretest.Validated(fake), logger, opts...)
 	lis := bufconn.Listen(1 << 20)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -94,19 +94,19 @@ func TestFileOpsDelegateAndConvert(t *testing.T) {
 		},
 		RemoveFunc: func(_ context.Context, id, p string, recursive bool) error {
 			if !recursive {
-				return grpcapitest.Errorf(core.ErrFailedPrecondition, "remove /workspace/%s: the directory is not empty", p)
+				return coretest.Errorf(core.ErrFailedPrecondition, "remove /workspace/%s: the directory is not empty", p)
 			}
 			return nil
 		},
 		RenameFunc: func(_ context.Context, id, from, to string, overwrite bool) (core.FileInfo, error) {
 			if !overwrite {
-				return core.FileInfo{}, grpcapitest.Errorf(core.ErrAlreadyExists, "rename /workspace/%s to /workspace/%s: the destination exists", from, to)
+				return core.FileInfo{}, coretest.Errorf(core.ErrAlreadyExists, "rename /workspace/%s to /workspace/%s: the destination exists", from, to)
 			}
 			return core.FileInfo{Path: to, Size: 3, Mode: fs.ModeSymlink | 0o777, Type: core.FileSymlink}, nil
 		},
 		ListFilesDepthFunc: func(_ context.Context, id, p string, depth int) ([]core.FileInfo, error) {
 			if depth > 10 {
-				return nil, grpcapitest.Errorf(core.ErrInvalidArgument, "list depth %d is out of range", depth)
+				return nil, coretest.Errorf(core.ErrInvalidArgument, "list depth %d is out of range", depth)
 			}
 			return []core.FileInfo{{Path: "b/c", Type: core.FileRegular, Mode: 0o600}, {Path: "b", IsDir: true, Type: core.FileDirectory}}, nil
 		},
@@ -161,14 +161,14 @@ func TestWatchDirectoryStreams(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	fake := &fakeManager{WatchDirectoryFunc: func(ctx context.Context, id, p string, recursive bool, fn func(core.WatchUpdate) error) error {
 		if p != "w" || !recursive {
-			return grpcapitest.Errorf(core.ErrInvalidArgument, "unexpected %q %v", p, recursive)
+			return coretest.Errorf(core.ErrInvalidArgument, "unexpected %q %v", p, recursive)
 		}
 		fn(core.WatchUpdate{})
 		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchCreate, Path: "w/a\xfe", Time: at}})
 		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchWrite, Path: "w/b", Time: at}, Dropped: 7})
 		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchRemove, Path: "w/c", Time: at}})
 		fn(core.WatchUpdate{Event: &core.WatchEvent{Op: core.WatchRename, Path: "w/d", Time: at}})
-		return grpcapitest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
+		return coretest.Errorf(core.ErrNotFound, "sandbox %s not found", id)
 	}}
 	env := newTestEnv(t, fake)
 	stream, err := env.client.WatchDirectory(testCtx(t), &sandboxv1.WatchDirectoryRequest{SandboxId: sb1, Path: "w", Recursive: true})

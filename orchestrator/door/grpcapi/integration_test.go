@@ -17,13 +17,14 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // serveReal serves the real domain over an in-memory connection.
-func serveReal(t *testing.T, m Manager) sandboxv1.SandboxServiceClient {
+func serveReal(t *testing.T, m *docker.Manager) sandboxv1.SandboxServiceClient {
 	t.Helper()
-	srv := NewServer(m, slog.New(slog.NewTextHandler(t.Output(), nil)))
+	srv := NewServer(core.Validating(m, m.Policy()), slog.New(slog.NewTextHandler(t.Output(), nil)))
 	lis := bufconn.Listen(1 << 20)
 	go srv.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -45,10 +46,9 @@ func serveReal(t *testing.T, m Manager) sandboxv1.SandboxServiceClient {
 func TestIntegrationInvalidUTF8OverGRPC(t *testing.T) {
 	img := testenv.NeedDocker(t)
 	m, err := docker.New(t.Context(), docker.Config{
+		Policy:        core.Policy{Image: img, Runtime: os.Getenv("SANDBOX_RUNTIME")},
 		StateDir:      t.TempDir(),
-		Image:         img,
-		Runtime:       os.Getenv("SANDBOX_RUNTIME"),
-		NoDiskVolumes: true, // the volumes are not what this is about
+		NoDiskVolumes: true,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}, nil)
 	if err != nil {

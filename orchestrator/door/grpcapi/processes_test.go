@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,14 +18,14 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // serveProcesses serves m over bufconn and returns a client.
-func serveProcesses(t *testing.T, m Manager) sandboxv1.SandboxServiceClient {
+func serveProcesses(t *testing.T, m *coretest.Manager) sandboxv1.SandboxServiceClient {
 	t.Helper()
-	srv := NewServer(m, nil)
+	srv := NewServer(coretest.Validated(m), nil)
 	lis := bufconn.Listen(1 << 20)
 	go srv.Serve(lis)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -40,7 +41,7 @@ func serveProcesses(t *testing.T, m Manager) sandboxv1.SandboxServiceClient {
 func TestProcessCallsShapeAndDelegation(t *testing.T) {
 	ctx := testCtx(t)
 	var got []string
-	pm := &grpcapitest.ProcessManager{Manager: &grpcapitest.Manager{},
+	pm := &coretest.Manager{
 		SendStdinFunc: func(_ context.Context, sb, cmd string, data []byte) error {
 			got = append(got, fmt.Sprintf("send %s/%s %q", sb, cmd, data))
 			return nil
@@ -95,10 +96,14 @@ func TestProcessCallsShapeAndDelegation(t *testing.T) {
 		t.Errorf("malformed requests reached the domain: %v", pm.Calls()[before:])
 	}
 
-	// A Manager without the calls answers UNIMPLEMENTED, and serves the rest.
-	plain := serveProcesses(t, &grpcapitest.Manager{})
-	if _, err := plain.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb1}); status.Code(err) != codes.Unimplemented {
-		t.Errorf("ListCommands on a Manager without it: %v; want UNIMPLEMENTED", err)
+	// A backend without the calls says so the one way every backend does
+	// (core.Unsupported): FAILED_PRECONDITION naming it and the feature.
+	plain := serveProcesses(t, &coretest.Manager{ListCommandsFunc: func(context.Context, string, int, string) (core.CommandPage, error) {
+		return core.CommandPage{}, core.Unsupported("kubernetes", "command listings")
+	}})
+	if _, err := plain.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb1}); status.Code(err) != codes.FailedPrecondition ||
+		!strings.Contains(status.Convert(err).Message(), "command listings are not supported by sandboxd's kubernetes backend") {
+		t.Errorf("ListCommands on a backend without it: %v; want FAILED_PRECONDITION naming the backend and the feature", err)
 	}
 }
 
@@ -106,7 +111,7 @@ func TestListCommandsConversion(t *testing.T) {
 	ctx := testCtx(t)
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	three := 3
-	pm := &grpcapitest.ProcessManager{Manager: &grpcapitest.Manager{},
+	pm := &coretest.Manager{
 		ListCommandsFunc: func(_ context.Context, sb string, size int, token string) (core.CommandPage, error) {
 			if size != 7 || token != "12" {
 				return core.CommandPage{}, fmt.Errorf("%w: got size %d token %q", core.ErrInvalidArgument, size, token)
@@ -153,7 +158,7 @@ func TestListCommandsConversion(t *testing.T) {
 func TestExecuteInputFieldsAndHeader(t *testing.T) {
 	ctx := testCtx(t)
 	var req core.ExecRequest
-	m := &grpcapitest.Manager{
+	m := &coretest.Manager{
 		SubmitFunc: func(_ context.Context, r core.ExecRequest) (string, error) { req = r; return "gen-7", nil },
 		FollowFunc: func(_ context.Context, _, _ string, _ int64, fn func(core.Event) error) error {
 			return fn(core.Event{Seq: 1, Type: "done", Status: "ok"})

@@ -112,9 +112,6 @@ func TestExecuteStreamsEventsAndDelegatesIdempotence(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			submitted = append(submitted, req)
-			if req.CommandID == "" {
-				return "gen-1", nil
-			}
 			return req.CommandID, nil
 		},
 		FollowFunc: func(ctx context.Context, sid, cid string, after int64, fn func(core.Event) error) error {
@@ -136,19 +133,22 @@ func TestExecuteStreamsEventsAndDelegatesIdempotence(t *testing.T) {
 		}
 	}
 	got := collect(env.client.Execute(ctx, &sandboxv1.ExecuteRequest{SandboxId: sb1, Code: "1"}))
+	mu.Lock()
+	defer mu.Unlock()
+	if len(submitted) != 3 || submitted[2].CommandID == "" {
+		t.Fatalf("submitted %+v; want a third command with the ID the domain generated", submitted)
+	}
 	for _, ev := range got {
-		if ev.GetCommandId() != "gen-1" {
-			t.Fatalf("event %d has command_id %q, want the generated gen-1", ev.GetSeq(), ev.GetCommandId())
+		if ev.GetCommandId() != submitted[2].CommandID {
+			t.Fatalf("event %d has command_id %q, want the generated %q", ev.GetSeq(), ev.GetCommandId(), submitted[2].CommandID)
 		}
 	}
 
-	mu.Lock()
-	defer mu.Unlock()
 	wantSub := core.ExecRequest{SandboxID: sb1, CommandID: "c1", Language: "bash", Code: "echo hi", Timeout: 90 * time.Second}
 	if len(submitted) != 3 || !cmp.Equal(submitted[0], wantSub) || !cmp.Equal(submitted[1], wantSub) {
 		t.Errorf("submitted %+v, want twice %+v then one without ID", submitted, wantSub)
 	}
-	wantFollow := []string{sb1 + "/c1/0", sb1 + "/c1/0", sb1 + "/gen-1/0"}
+	wantFollow := []string{sb1 + "/c1/0", sb1 + "/c1/0", sb1 + "/" + submitted[2].CommandID + "/0"}
 	if !cmp.Equal(followed, wantFollow) {
 		t.Errorf("followed %v, want %v", followed, wantFollow)
 	}

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi/grpcapitest"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -58,7 +58,7 @@ func FuzzValidation(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, method uint8, a, b, c string, n int64, event []byte) {
 		fz := newFuzzDomain(t, event)
-		svc := NewService(fz.m, nil)
+		svc := NewService(coretest.Validated(fz.m), nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 
@@ -126,7 +126,7 @@ const methodCount = 10
 // fuzzDomain is a domain that accepts everything and checks that what it is
 // given is well-formed.
 type fuzzDomain struct {
-	m *grpcapitest.Manager
+	m *coretest.Manager
 }
 
 func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
@@ -146,7 +146,7 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 		}
 	}
 	sb := core.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", UserID: "u", State: core.StateRunning}
-	m := &grpcapitest.Manager{
+	m := &coretest.Manager{
 		AcquireFunc: func(_ context.Context, userID string, _ core.Options) (core.AcquireResult, error) {
 			if err := core.ValidateUserID(userID); err != nil {
 				t.Fatalf("the domain got a malformed user ID: %v", err)

@@ -1,0 +1,366 @@
+// Package coretest provides a scriptable fake of the domain's port,
+// core.Manager, for tests of the doors (gRPC, E2B) and of their clients
+// (sandboxctl) that must not need Docker.
+package coretest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// ErrNotScripted is returned by a method whose function field is nil, so a
+// test that reaches an unexpected method fails loudly (as Internal).
+var ErrNotScripted = errors.New("coretest: method not scripted")
+
+// Manager implements core.Manager (and Close) by calling its function
+// fields, recording every call so tests can check what reached the domain.
+// Set the fields before the server starts; they are not guarded.
+//
+// It applies no request rules of its own: serve it as sandboxd serves a
+// backend, behind core.Validating (Validated does), so malformed requests
+// are refused with the domain's own messages and never reach it (nor
+// Calls), and what the function fields see is what a backend would. List,
+// ListFiles and ListFilesDepth return their results in the domain's order
+// (core.CompareSandboxes, CompareFiles), whatever order the function fields
+// use.
+type Manager struct {
+	AcquireFunc    func(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error)
+	GetFunc        func(ctx context.Context, sandboxID string) (core.Sandbox, error)
+	ListFunc       func(ctx context.Context, flt core.ListFilter) ([]core.Sandbox, error)
+	DeleteFunc     func(ctx context.Context, sandboxID string) error
+	SetTimeoutFunc func(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error)
+	HibernateFunc  func(ctx context.Context, sandboxID string) (core.Sandbox, error)
+	WakeFunc       func(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
+
+	SubmitFunc       func(ctx context.Context, req core.ExecRequest) (string, error)
+	FollowFunc       func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
+	InterruptFunc    func(ctx context.Context, sandboxID, commandID string) error
+	SendStdinFunc    func(ctx context.Context, sandboxID, commandID string, data []byte) error
+	CloseStdinFunc   func(ctx context.Context, sandboxID, commandID string) error
+	ResizePtyFunc    func(ctx context.Context, sandboxID, commandID string, size core.PtySize) error
+	ListCommandsFunc func(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error)
+
+	CreateContextFunc  func(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error)
+	ListContextsFunc   func(ctx context.Context, sandboxID string) ([]core.ContextInfo, error)
+	RestartContextFunc func(ctx context.Context, sandboxID, contextID string) error
+	DeleteContextFunc  func(ctx context.Context, sandboxID, contextID string) error
+
+	UploadFunc         func(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error)
+	DownloadFunc       func(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error)
+	ListFilesFunc      func(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error)
+	ListFilesDepthFunc func(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error)
+	MakeDirectoryFunc  func(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error)
+	RemoveFunc         func(ctx context.Context, sandboxID, path string, recursive bool) error
+	RenameFunc         func(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error)
+	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error
+
+	CloseFunc func() error
+
+	mu    sync.Mutex
+	calls []string
+}
+
+var _ core.Manager = (*Manager)(nil)
+
+// Validated is m behind core.Validating with the default policy, closed
+// through m: what a door's test serves, as sandboxd serves a backend.
+func Validated(m *Manager) *ValidatedManager {
+	return &ValidatedManager{Manager: core.Validating(m, core.DefaultPolicy()), Fake: m}
+}
+
+// ValidatedManager is a fake behind the validating layer.
+type ValidatedManager struct {
+	core.Manager
+	Fake *Manager
+}
+
+// Close closes the fake.
+func (v *ValidatedManager) Close() error { return v.Fake.Close() }
+
+// Calls returns the calls that reached the fake.
+func (v *ValidatedManager) Calls() []string { return v.Fake.Calls() }
+
+// record records a call that reached the fake.
+func (m *Manager) record(name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, name)
+}
+
+// Calls returns the names of the methods called so far, in order.
+func (m *Manager) Calls() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.calls...)
+}
+
+// Acquire calls AcquireFunc.
+func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
+	m.record("Acquire")
+	if m.AcquireFunc == nil {
+		return core.AcquireResult{}, ErrNotScripted
+	}
+	return m.AcquireFunc(ctx, userID, opts)
+}
+
+// Get calls GetFunc.
+func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
+	m.record("Get")
+	if m.GetFunc == nil {
+		return core.Sandbox{}, ErrNotScripted
+	}
+	return m.GetFunc(ctx, sandboxID)
+}
+
+// List calls ListFunc, and returns its result sorted.
+func (m *Manager) List(ctx context.Context, flt core.ListFilter) ([]core.Sandbox, error) {
+	m.record("List")
+	if m.ListFunc == nil {
+		return nil, ErrNotScripted
+	}
+	list, err := m.ListFunc(ctx, flt)
+	slices.SortFunc(list, core.CompareSandboxes)
+	return list, err
+}
+
+// Delete calls DeleteFunc.
+func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
+	m.record("Delete")
+	if m.DeleteFunc == nil {
+		return ErrNotScripted
+	}
+	return m.DeleteFunc(ctx, sandboxID)
+}
+
+// SetTimeout calls SetTimeoutFunc.
+func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
+	m.record("SetTimeout")
+	if m.SetTimeoutFunc == nil {
+		return core.Sandbox{}, ErrNotScripted
+	}
+	return m.SetTimeoutFunc(ctx, sandboxID, d)
+}
+
+// Hibernate calls HibernateFunc.
+func (m *Manager) Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error) {
+	m.record("Hibernate")
+	if m.HibernateFunc == nil {
+		return core.Sandbox{}, ErrNotScripted
+	}
+	return m.HibernateFunc(ctx, sandboxID)
+}
+
+// Wake calls WakeFunc.
+func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error) {
+	m.record("Wake")
+	if m.WakeFunc == nil {
+		return core.Sandbox{}, nil, ErrNotScripted
+	}
+	return m.WakeFunc(ctx, sandboxID)
+}
+
+// Submit calls SubmitFunc.
+func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
+	m.record("Submit")
+	if m.SubmitFunc == nil {
+		return "", ErrNotScripted
+	}
+	return m.SubmitFunc(ctx, req)
+}
+
+// Follow calls FollowFunc.
+func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error {
+	m.record("Follow")
+	if m.FollowFunc == nil {
+		return ErrNotScripted
+	}
+	return m.FollowFunc(ctx, sandboxID, commandID, afterSeq, fn)
+}
+
+// Interrupt calls InterruptFunc.
+func (m *Manager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+	m.record("Interrupt")
+	if m.InterruptFunc == nil {
+		return ErrNotScripted
+	}
+	return m.InterruptFunc(ctx, sandboxID, commandID)
+}
+
+// SendStdin calls SendStdinFunc.
+func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
+	m.record("SendStdin")
+	if m.SendStdinFunc == nil {
+		return ErrNotScripted
+	}
+	return m.SendStdinFunc(ctx, sandboxID, commandID, data)
+}
+
+// CloseStdin calls CloseStdinFunc.
+func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
+	m.record("CloseStdin")
+	if m.CloseStdinFunc == nil {
+		return ErrNotScripted
+	}
+	return m.CloseStdinFunc(ctx, sandboxID, commandID)
+}
+
+// ResizePty calls ResizePtyFunc.
+func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error {
+	m.record("ResizePty")
+	if m.ResizePtyFunc == nil {
+		return ErrNotScripted
+	}
+	return m.ResizePtyFunc(ctx, sandboxID, commandID, size)
+}
+
+// ListCommands calls ListCommandsFunc.
+func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
+	m.record("ListCommands")
+	if m.ListCommandsFunc == nil {
+		return core.CommandPage{}, ErrNotScripted
+	}
+	return m.ListCommandsFunc(ctx, sandboxID, pageSize, pageToken)
+}
+
+// CreateContext calls CreateContextFunc.
+func (m *Manager) CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error) {
+	m.record("CreateContext")
+	if m.CreateContextFunc == nil {
+		return core.ContextInfo{}, ErrNotScripted
+	}
+	return m.CreateContextFunc(ctx, sandboxID, language, cwd)
+}
+
+// ListContexts calls ListContextsFunc.
+func (m *Manager) ListContexts(ctx context.Context, sandboxID string) ([]core.ContextInfo, error) {
+	m.record("ListContexts")
+	if m.ListContextsFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ListContextsFunc(ctx, sandboxID)
+}
+
+// RestartContext calls RestartContextFunc.
+func (m *Manager) RestartContext(ctx context.Context, sandboxID, contextID string) error {
+	m.record("RestartContext")
+	if m.RestartContextFunc == nil {
+		return ErrNotScripted
+	}
+	return m.RestartContextFunc(ctx, sandboxID, contextID)
+}
+
+// DeleteContext calls DeleteContextFunc.
+func (m *Manager) DeleteContext(ctx context.Context, sandboxID, contextID string) error {
+	m.record("DeleteContext")
+	if m.DeleteContextFunc == nil {
+		return ErrNotScripted
+	}
+	return m.DeleteContextFunc(ctx, sandboxID, contextID)
+}
+
+// Upload calls UploadFunc.
+func (m *Manager) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error) {
+	m.record("Upload")
+	if m.UploadFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.UploadFunc(ctx, sandboxID, path, r)
+}
+
+// Download calls DownloadFunc.
+func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.ReadCloser, core.FileInfo, error) {
+	m.record("Download")
+	if m.DownloadFunc == nil {
+		return nil, core.FileInfo{}, ErrNotScripted
+	}
+	return m.DownloadFunc(ctx, sandboxID, path)
+}
+
+// ListFiles calls ListFilesFunc, and returns its result sorted.
+func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error) {
+	m.record("ListFiles")
+	if m.ListFilesFunc == nil {
+		return nil, ErrNotScripted
+	}
+	list, err := m.ListFilesFunc(ctx, sandboxID, path)
+	slices.SortFunc(list, core.CompareFiles)
+	return list, err
+}
+
+// ListFilesDepth calls ListFilesDepthFunc, and returns its result sorted.
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error) {
+	m.record("ListFilesDepth")
+	if m.ListFilesDepthFunc == nil {
+		return nil, ErrNotScripted
+	}
+	list, err := m.ListFilesDepthFunc(ctx, sandboxID, path, depth)
+	slices.SortFunc(list, core.CompareFiles)
+	return list, err
+}
+
+// MakeDirectory calls MakeDirectoryFunc.
+func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error) {
+	m.record("MakeDirectory")
+	if m.MakeDirectoryFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.MakeDirectoryFunc(ctx, sandboxID, path, parents)
+}
+
+// Remove calls RemoveFunc.
+func (m *Manager) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
+	m.record("Remove")
+	if m.RemoveFunc == nil {
+		return ErrNotScripted
+	}
+	return m.RemoveFunc(ctx, sandboxID, path, recursive)
+}
+
+// Rename calls RenameFunc.
+func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
+	m.record("Rename")
+	if m.RenameFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.RenameFunc(ctx, sandboxID, from, to, overwrite)
+}
+
+// WatchDirectory calls WatchDirectoryFunc.
+func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error {
+	m.record("WatchDirectory")
+	if m.WatchDirectoryFunc == nil {
+		return ErrNotScripted
+	}
+	return m.WatchDirectoryFunc(ctx, sandboxID, path, recursive, fn)
+}
+
+// Close calls CloseFunc, or does nothing when it is nil.
+func (m *Manager) Close() error {
+	m.record("Close")
+	if m.CloseFunc == nil {
+		return nil
+	}
+	return m.CloseFunc()
+}
+
+// Errorf returns an error of the domain class (core.ErrNotFound, ...)
+// whose message is only the formatted text, as the real Manager's errors
+// are, so tests see the messages clients would.
+func Errorf(class error, format string, args ...any) error {
+	return &classError{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+type classError struct {
+	class error
+	msg   string
+}
+
+func (e *classError) Error() string { return e.msg }
+func (e *classError) Unwrap() error { return e.class }
