@@ -152,13 +152,18 @@ class LiveTest(unittest.TestCase):
         # The timeout bounds the wait: a missing event fails the test with
         # DeadlineExceeded instead of hanging it.
         with self.sb.files.watch("w", recursive=True, timeout=60) as watch:
-            # The watch is in place when watch() returns: the writes below
-            # are reported, in order per path.
-            self.assertTrue(self.sb.run_collect(
-                "mkdir -p w/sub && echo x > w/sub/new.txt && rm w/sub/new.txt", language="bash").ok)
+            # The watch is in place when watch() returns, and a new
+            # directory's watch when its CREATE arrives: the writes below
+            # are reported, in order per path. (A file made and removed in
+            # a directory before that directory's CREATE arrived may be
+            # missed: it was gone before anything could watch it.)
+            self.assertTrue(self.sb.run_collect("mkdir -p w/sub", language="bash").ok)
             try:
                 for ev in watch:
                     events.append((ev.type, ev.path))
+                    if ev.type == "CREATE" and ev.path == "w/sub":
+                        self.assertTrue(self.sb.run_collect(
+                            "echo x > w/sub/new.txt && rm w/sub/new.txt", language="bash").ok)
                     if ev.type == "REMOVE" and ev.path == "w/sub/new.txt":
                         break
             except sandboxd.DeadlineExceeded:

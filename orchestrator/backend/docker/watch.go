@@ -117,7 +117,7 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, rel string, rec
 		out: make(chan core.WatchEvent, watchQueue), writes: map[string]time.Time{},
 	}
 	defer dw.close()
-	if err := dw.add(rel, true, false); err != nil {
+	if err := dw.add(rel, true, nil); err != nil {
 		return err
 	}
 
@@ -214,12 +214,13 @@ func (dw *dirWatch) handle(ev fsnotify.Event) error {
 	switch {
 	case ev.Has(fsnotify.Create):
 		dw.flushWrite(rel)
-		dw.emit(core.WatchEvent{Op: core.WatchCreate, Path: rel, Time: now})
+		created := core.WatchEvent{Op: core.WatchCreate, Path: rel, Time: now}
 		if dw.recursive {
 			if st, err := dw.root.Lstat(rel); err == nil && st.IsDir() {
-				return dw.add(rel, false, true)
+				return dw.add(rel, false, &created)
 			}
 		}
+		dw.emit(created)
 	case ev.Has(fsnotify.Remove):
 		dw.flushWrite(rel)
 		dw.drop(rel)
@@ -274,10 +275,21 @@ func (dw *dirWatch) emit(ev core.WatchEvent) {
 }
 
 // add watches the directory rel (and, with recursive, its subdirectories).
-// top is the directory the caller named; announce reports what a new
-// directory already holds as CREATE events (a `mkdir -p a/b/c` is over
-// before a/ is watched).
-func (dw *dirWatch) add(rel string, top, announce bool) error {
+// top is the directory the caller named. created, for a directory that
+// appeared under a watched one, is its CREATE event: it is emitted once
+// the directory's own watch is in place (so a client that saw it can rely
+// on changes inside being reported), and what the directory already holds
+// is then reported as CREATE events too (a `mkdir -p a/b/c` is over before
+// a/ is watched).
+func (dw *dirWatch) add(rel string, top bool, created *core.WatchEvent) error {
+	announced := false
+	announce := func() {
+		if created != nil && !announced {
+			announced = true
+			dw.emit(*created)
+		}
+	}
+	defer announce() // whatever happens below, the CREATE happened
 	if _, ok := dw.byRel[rel]; ok {
 		return nil
 	}
@@ -312,6 +324,7 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 		return nil
 	}
 	dw.dirs[key], dw.rels[key], dw.byRel[rel] = f, rel, key
+	announce()
 	if !dw.recursive {
 		return nil
 	}
@@ -324,13 +337,18 @@ func (dw *dirWatch) add(rel string, top, announce bool) error {
 			continue
 		}
 		sub := path.Join(rel, e.Name())
-		if announce {
-			dw.emit(core.WatchEvent{Op: core.WatchCreate, Path: sub, Time: time.Now()})
+		var subCreated *core.WatchEvent
+		if created != nil {
+			subCreated = &core.WatchEvent{Op: core.WatchCreate, Path: sub, Time: time.Now()}
 		}
-		if e.Type().IsDir() {
-			if err := dw.add(sub, false, announce); err != nil {
-				return err
+		if !e.Type().IsDir() {
+			if subCreated != nil {
+				dw.emit(*subCreated)
 			}
+			continue
+		}
+		if err := dw.add(sub, false, subCreated); err != nil {
+			return err
 		}
 	}
 	return nil
