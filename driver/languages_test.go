@@ -402,7 +402,9 @@ func firstDiff(got, want string) string {
 
 // bigCase is a command printing far more than a pipe holds.
 type bigCase struct {
-	name, code     string
+	name, code string
+	// before, if set, runs as a command of its own before code.
+	before         string
 	stdout, stderr string
 	result         string // text/plain of the result, "" for none
 }
@@ -413,6 +415,11 @@ func childLines(tag string, from, to int) string {
 	return fmt.Sprintf(`import sys
 for i in range(%d, %d): sys.stdout.write("<%s%%d>" %% i + "x" * 60000 + "\n")`, from, to, tag)
 }
+
+// nonBlocking is Python code for a child process that leaves the stdout
+// and stderr it inherited non-blocking, as a Node.js child killed by
+// SIGKILL does (O_NONBLOCK belongs to the pipe, which the kernel shares).
+const nonBlocking = "import os; os.set_blocking(1, False); os.set_blocking(2, False)"
 
 // TestLargeOutputOrderLocal: every kernel's markers follow all of the
 // command's output, even when the output is far more than a pipe holds.
@@ -454,6 +461,9 @@ func TestLargeOutputOrderLocal(t *testing.T) {
 				stdout: a150},
 			{name: "worker thread awaited", code: "const { Worker } = require('node:worker_threads'); await new Promise(r => new Worker(\"for (let i = 0; i < 150; i++) console.log('<A' + i + '>' + 'x'.repeat(60000))\", { eval: true }).on('exit', r))",
 				stdout: a150},
+			{name: "fs.writeSync after a child left the pipes non-blocking", before: "require('node:child_process').execFileSync('python3', ['-c', " + strconv.Quote(nonBlocking) + "], { stdio: 'inherit' })",
+				code:   "const fs = require('node:fs'); for (let i = 0; i < 100; i++) { fs.writeSync(1, '<O' + i + '>' + s + '\\n'); fs.writeSync(2, '<E' + i + '>' + s + '\\n') }",
+				stdout: o100, stderr: e100},
 			{name: "corked", code: "process.stdout.cork(); for (let i = 0; i < 150; i++) process.stdout.write('<A' + i + '>' + s + '\\n')",
 				stdout: a150},
 			{name: "child inheriting stdout", code: "import { execFileSync } from 'node:child_process'\nconsole.log('<A0>' + s)\nexecFileSync('python3', ['-c', " + strconv.Quote(childLines("A", 1, 150)) + "], { stdio: 'inherit' })",
@@ -468,6 +478,9 @@ func TestLargeOutputOrderLocal(t *testing.T) {
 				stdout: o100, stderr: e100},
 			{name: "child inheriting stdout", code: "import subprocess, sys\nprint('<A0>' + s, flush=True)\nsubprocess.run([sys.executable, '-c', " + strconv.Quote(childLines("A", 1, 150)) + "], check=True)",
 				stdout: a150},
+			{name: "after a child left the pipes non-blocking", before: "import subprocess, sys\nsubprocess.run([sys.executable, '-c', " + strconv.Quote(nonBlocking) + "], check=True)",
+				code:   "import sys\nfor i in range(100):\n    print('<O%d>' % i + s)\n    print('<E%d>' % i + s, file=sys.stderr)",
+				stdout: o100, stderr: e100},
 		}},
 		{ioproto.LanguageR, func(n int) string {
 			return fmt.Sprintf("s <- strrep('x', 60000)\nfor (i in seq_len(%d) - 1) cat('<A', i, '>', s, '\\n', sep = '')\n'end'", n)
@@ -476,6 +489,9 @@ func TestLargeOutputOrderLocal(t *testing.T) {
 				stdout: o100, stderr: e100},
 			{name: "child inheriting stdout", code: "cat('<A0>', s, '\\n', sep = '')\ninvisible(system2('python3', c('-c', shQuote(" + strconv.Quote(childLines("A", 1, 150)) + "))))",
 				stdout: a150},
+			{name: "after a child left the pipes non-blocking", before: "invisible(system2('python3', c('-c', shQuote(" + strconv.Quote(nonBlocking) + "))))",
+				code:   "for (i in 0:99) { cat('<O', i, '>', s, '\\n', sep = ''); cat('<E', i, '>', s, '\\n', sep = '', file = stderr()) }",
+				stdout: o100, stderr: e100},
 		}},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
@@ -497,6 +513,11 @@ func TestLargeOutputOrderLocal(t *testing.T) {
 			}
 			check := func(c bigCase) {
 				t.Helper()
+				if c.before != "" {
+					if evs := run(c.before); evs[len(evs)-1].Status != ioproto.StatusOK {
+						t.Errorf("%s: the command before failed: %+v", c.name, evs)
+					}
+				}
 				evs := run(c.code)
 				dn := evs[len(evs)-1]
 				if dn.Status != ioproto.StatusOK || dn.OutputTruncated || dn.Reason != "" {

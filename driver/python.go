@@ -108,6 +108,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 			drained = true
 		}
 	}
+	k.unblockOutput()
 	req := kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env}
 	if op {
 		req.Op, req.Path = rec.Type, snapshotPath(d.cfg.IODir, rec.Snapshot)

@@ -102,7 +102,8 @@ function writeAll(fd, buf) {
 //    write's callback (on the next tick) means its bytes are in the pipe.
 //  - fd 1 and 2 are made blocking again, as the driver gave them: on the
 //    non-blocking pipe a user's fs.writeSync(1, …) of more than the pipe
-//    holds wrote a part and returned its length.
+//    holds wrote a part and returned its length. (Before each command the
+//    driver clears O_NONBLOCK again, which a child may have left set.)
 //  - send() uncorks the streams, then writes the marker to OUT after them.
 function openOut(fd) {
   try {
@@ -115,14 +116,6 @@ function openOut(fd) {
 const OUT = [openOut(1), openOut(2)];
 const STD = [process.stdout, process.stderr];
 
-function setBlocking() {
-  for (const s of STD) {
-    try {
-      if (s._handle && typeof s._handle.setBlocking === "function") s._handle.setBlocking(true);
-    } catch {}
-  }
-}
-
 STD.forEach((s, i) => {
   s._writev = null; // each chunk through _write, even after uncork()
   s._write = (chunk, encoding, cb) => {
@@ -131,8 +124,10 @@ STD.forEach((s, i) => {
     } catch {} // the driver is gone: the control pipe says so
     cb();
   };
+  try {
+    if (s._handle && typeof s._handle.setBlocking === "function") s._handle.setBlocking(true);
+  } catch {}
 });
-setBlocking();
 
 // flushStd writes out what the user's code left corked; all else is in the
 // pipes already.
@@ -450,9 +445,6 @@ function restoreEnv(saved) {
 async function run(req) {
   curId = req.id;
   cell++;
-  // A child killed before it could undo its O_NONBLOCK (a Node child sets
-  // it on the stdout it inherits) must not leave it to this cell.
-  setBlocking();
   const saved = setEnv(req.env);
   let status = "ok";
   try {
