@@ -427,11 +427,12 @@ const nonBlocking = "import os; os.set_blocking(1, False); os.set_blocking(2, Fa
 // before the result and done, with status OK; the next command gets
 // exactly its own output; an output over the cap is reported truncated,
 // not silently cut. The same for stdout and stderr interleaved, for
-// children writing to the stdout they inherit and, in JavaScript, for
-// process.stdout.write with callbacks, one large write, fs.writeSync to
-// fd 1, a worker thread and a corked stream. (Issue 22, item 6: Node
-// queued stdout writes in memory once the pipe was full while its markers
-// went out with writeSync and overtook them.)
+// children writing to the stdout they inherit, after a child left the
+// pipes non-blocking and, in JavaScript, for process.stdout.write with
+// callbacks, one large write, fs.writeSync to fd 1, a worker thread and a
+// corked stream; bash's done likewise follows its output. (Issue 22, item
+// 6: Node queued stdout writes in memory once the pipe was full while its
+// markers went out with writeSync and overtook them.)
 func TestLargeOutputOrderLocal(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		testenv.Unavailable(t, "python3 is not installed")
@@ -491,6 +492,14 @@ func TestLargeOutputOrderLocal(t *testing.T) {
 				stdout: a150},
 			{name: "after a child left the pipes non-blocking", before: "invisible(system2('python3', c('-c', shQuote(" + strconv.Quote(nonBlocking) + "))))",
 				code:   "for (i in 0:99) { cat('<O', i, '>', s, '\\n', sep = ''); cat('<E', i, '>', s, '\\n', sep = '', file = stderr()) }",
+				stdout: o100, stderr: e100},
+		}},
+		// bash has no markers and no result: its done follows the end of
+		// its output (EOF on both pipes).
+		{ioproto.LanguageBash, func(n int) string {
+			return fmt.Sprintf("s=$(printf '%%60000s' '' | tr ' ' x)\nfor ((i = 0; i < %d; i++)); do printf '<A%%d>%%s\\n' $i \"$s\"; done", n)
+		}, "", "echo B-own", []bigCase{
+			{name: "stderr interleaved", code: "s=$(printf '%60000s' '' | tr ' ' x)\nfor ((i = 0; i < 100; i++)); do printf '<O%d>%s\\n' $i \"$s\"; printf '<E%d>%s\\n' $i \"$s\" >&2; done",
 				stdout: o100, stderr: e100},
 		}},
 	} {
