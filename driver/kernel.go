@@ -74,6 +74,11 @@ type kernel struct {
 	// discard, so a background process that inherited them cannot pin the
 	// reading goroutines forever.
 	outR, errR *os.File
+	// outW and errW are the driver's copies of the kernel's fd 1 and 2, kept
+	// only to clear O_NONBLOCK on them (unblockOutput); closed once the
+	// kernel exited, so that its output ends with EOF when its last
+	// process does.
+	outW, errW *os.File
 	output     chan outputItem
 	msgs       chan kernelMsg
 	// exited is closed when the process has been waited for; state is then set.
@@ -173,8 +178,9 @@ func (l *kernelLauncher) start(lang, dir string, readyTimeout time.Duration) (*k
 		closeAll(outR, outW, errR, errW, ctrlR, ctrlW, msgR, msgW)
 		return nil, fmt.Errorf("kernel: start %s: %w", bin, err)
 	}
-	// The child holds its own copies; the driver keeps only its ends.
-	closeAll(outW, errW, ctrlR, msgW)
+	// The child holds its own copies; the driver keeps its ends, and the
+	// output pipes' other ends until the kernel exits (unblockOutput).
+	closeAll(ctrlR, msgW)
 	hello, _ := json.Marshal(kernelHello{Nonce: nonce})
 	// The pipe is empty: a short line cannot block. A kernel that died
 	// already is noticed below.
@@ -186,6 +192,8 @@ func (l *kernelLauncher) start(lang, dir string, readyTimeout time.Duration) (*k
 		ctrl:   ctrlW,
 		outR:   outR,
 		errR:   errR,
+		outW:   outW,
+		errW:   errW,
 		output: make(chan outputItem, 64),
 		msgs:   make(chan kernelMsg, 16),
 		exited: make(chan struct{}),
@@ -197,6 +205,7 @@ func (l *kernelLauncher) start(lang, dir string, readyTimeout time.Duration) (*k
 	go k.readMessages(msgR)
 	go func() {
 		_ = cmd.Wait()
+		closeAll(outW, errW)
 		k.state = cmd.ProcessState
 		close(k.exited)
 	}()
@@ -253,6 +262,29 @@ func (k *kernel) send(req kernelRequest) error {
 	}
 	_, err = k.ctrl.Write(append(b, '\n'))
 	return err
+}
+
+// unblockOutput clears O_NONBLOCK on the kernel's output pipes; the driver
+// calls it before each command. The flag belongs to the pipe's open file
+// description, which the kernel shares with every child it starts: a
+// Node.js child sets it on the stdout and stderr it inherits, and one
+// killed before it could clear it again left it to the kernel. Then the
+// large outputs of later commands were cut short without a word (Python
+// and R drop what a full non-blocking pipe refuses), and a marker could be
+// written in part.
+func (k *kernel) unblockOutput() {
+	for _, f := range []*os.File{k.outW, k.errW} {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		// Control fails when the file is closed: the kernel has exited.
+		_ = rc.Control(func(fd uintptr) {
+			if err := syscall.SetNonblock(int(fd), false); err != nil {
+				k.log.Warn("kernel: cannot make its output pipe blocking", "err", err)
+			}
+		})
+	}
 }
 
 // signal sends sig to the kernel's process group (the kernel and whatever

@@ -16,7 +16,9 @@ import (
 // image cannot hold a mismatched copy. All speak the same kernel protocol
 // (kernel.go): a hello with the nonce on fd 3, requests {"id","code",
 // "language","env"} on fd 3, ready/display/result/error/done on fd 4, and
-// the sync markers on fd 1 and 2 before each message.
+// the sync markers on fd 1 and 2 before each message, after all the output
+// written before it (ioproto/PROTOCOL.md, "Output framing inside the
+// sandbox").
 var (
 	//go:embed jskernel/kernel.mjs
 	jsKernelSource []byte

@@ -374,3 +374,205 @@ func TestOutputCapLocal(t *testing.T) {
 		}
 	}
 }
+
+// bigLines are lines from to to-1 of the large outputs below: each a tag
+// and its number, then 60000 x.
+func bigLines(tag string, from, to int) string {
+	var b strings.Builder
+	x := strings.Repeat("x", 60000)
+	for i := from; i < to; i++ {
+		fmt.Fprintf(&b, "<%s%d>%s\n", tag, i, x)
+	}
+	return b.String()
+}
+
+// firstDiff describes where got first differs from want, for a failure
+// message that does not print megabytes.
+func firstDiff(got, want string) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	excerpt := func(s string) string {
+		s = s[i:min(len(s), i+60)]
+		return strings.ReplaceAll(s, strings.Repeat("x", 40), "x…")
+	}
+	return fmt.Sprintf("%d bytes, want %d; first difference at byte %d: got %q, want %q", len(got), len(want), i, excerpt(got), excerpt(want))
+}
+
+// bigCase is a command printing far more than a pipe holds.
+type bigCase struct {
+	name, code string
+	// before, if set, runs as a command of its own before code.
+	before         string
+	stdout, stderr string
+	result         string // text/plain of the result, "" for none
+}
+
+// childLines is Python code printing bigLines(tag, from, to) on stdout, for
+// a child process of a kernel.
+func childLines(tag string, from, to int) string {
+	return fmt.Sprintf(`import sys
+for i in range(%d, %d): sys.stdout.write("<%s%%d>" %% i + "x" * 60000 + "\n")`, from, to, tag)
+}
+
+// nonBlocking is Python code for a child process that leaves the stdout
+// and stderr it inherited non-blocking, as a Node.js child killed by
+// SIGKILL does (O_NONBLOCK belongs to the pipe, which the kernel shares).
+const nonBlocking = "import os; os.set_blocking(1, False); os.set_blocking(2, False)"
+
+// TestLargeOutputOrderLocal: every kernel's markers follow all of the
+// command's output, even when the output is far more than a pipe holds.
+// 150 lines of 60 KB (9 MB, under the 16 MiB cap) all arrive, in order,
+// before the result and done, with status OK; the next command gets
+// exactly its own output; an output over the cap is reported truncated,
+// not silently cut. The same for stdout and stderr interleaved, for
+// children writing to the stdout they inherit, after a child left the
+// pipes non-blocking and, in JavaScript, for process.stdout.write with
+// callbacks, one large write, fs.writeSync to fd 1, a worker thread and a
+// corked stream; bash's done likewise follows its output. (Issue 22, item
+// 6: Node queued stdout writes in memory once the pipe was full while its
+// markers went out with writeSync and overtook them.)
+func TestLargeOutputOrderLocal(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.Unavailable(t, "python3 is not installed")
+	}
+	var d *Driver
+	h := startDriver(t, t.TempDir(), func(dd *Driver) { d = dd; dd.cfg.MaxOutput = 16 << 20 })
+	a150, o100, e100 := bigLines("A", 0, 150), bigLines("O", 0, 100), bigLines("E", 0, 100)
+	for _, tc := range []struct {
+		lang string
+		// print prints bigLines("A", 0, n), then gives 'end' as its result
+		// (end as the language shows it); it defines the global s, 60000 x,
+		// which the cases in more use. own prints "B-own\n".
+		print    func(n int) string
+		end, own string
+		more     []bigCase
+	}{
+		{ioproto.LanguageJavaScript, func(n int) string {
+			return fmt.Sprintf("const s = 'x'.repeat(60000); for (let i = 0; i < %d; i++) console.log('<A' + i + '>' + s); 'end'", n)
+		}, "'end'", "console.log('B-own')", []bigCase{
+			{name: "console.error interleaved", code: "for (let i = 0; i < 100; i++) { console.log('<O' + i + '>' + s); console.error('<E' + i + '>' + s) }",
+				stdout: o100, stderr: e100},
+			{name: "write callbacks", code: "let n = 0; for (let i = 0; i < 150; i++) process.stdout.write('<A' + i + '>' + s + '\\n', () => n++); await new Promise(r => setImmediate(r)); n",
+				stdout: a150, result: "150"},
+			{name: "one large write", code: "process.stdout.write(Array.from({ length: 150 }, (_, i) => '<A' + i + '>' + s + '\\n').join(''))",
+				stdout: a150},
+			{name: "fs.writeSync to fd 1", code: "require('node:fs').writeSync(1, Array.from({ length: 150 }, (_, i) => '<A' + i + '>' + s + '\\n').join(''))",
+				stdout: a150},
+			{name: "worker thread awaited", code: "const { Worker } = require('node:worker_threads'); await new Promise(r => new Worker(\"for (let i = 0; i < 150; i++) console.log('<A' + i + '>' + 'x'.repeat(60000))\", { eval: true }).on('exit', r))",
+				stdout: a150},
+			{name: "fs.writeSync after a child left the pipes non-blocking", before: "require('node:child_process').execFileSync('python3', ['-c', " + strconv.Quote(nonBlocking) + "], { stdio: 'inherit' })",
+				code:   "const fs = require('node:fs'); for (let i = 0; i < 100; i++) { fs.writeSync(1, '<O' + i + '>' + s + '\\n'); fs.writeSync(2, '<E' + i + '>' + s + '\\n') }",
+				stdout: o100, stderr: e100},
+			{name: "corked", code: "process.stdout.cork(); for (let i = 0; i < 150; i++) process.stdout.write('<A' + i + '>' + s + '\\n')",
+				stdout: a150},
+			{name: "child inheriting stdout", code: "import { execFileSync } from 'node:child_process'\nconsole.log('<A0>' + s)\nexecFileSync('python3', ['-c', " + strconv.Quote(childLines("A", 1, 150)) + "], { stdio: 'inherit' })",
+				stdout: a150},
+			{name: "child awaited", code: "import { spawn } from 'node:child_process'\nconsole.log('<A0>' + s)\nawait new Promise((res, rej) => spawn('python3', ['-c', " + strconv.Quote(childLines("A", 1, 150)) + "], { stdio: 'inherit' }).on('close', res).on('error', rej))",
+				stdout: a150},
+		}},
+		{ioproto.LanguagePython, func(n int) string {
+			return fmt.Sprintf("s = 'x' * 60000\nfor i in range(%d): print('<A%%d>' %% i + s)\n'end'", n)
+		}, "'end'", "print('B-own')", []bigCase{
+			{name: "stderr interleaved", code: "import sys\nfor i in range(100):\n    print('<O%d>' % i + s)\n    print('<E%d>' % i + s, file=sys.stderr)",
+				stdout: o100, stderr: e100},
+			{name: "child inheriting stdout", code: "import subprocess, sys\nprint('<A0>' + s, flush=True)\nsubprocess.run([sys.executable, '-c', " + strconv.Quote(childLines("A", 1, 150)) + "], check=True)",
+				stdout: a150},
+			{name: "after a child left the pipes non-blocking", before: "import subprocess, sys\nsubprocess.run([sys.executable, '-c', " + strconv.Quote(nonBlocking) + "], check=True)",
+				code:   "import sys\nfor i in range(100):\n    print('<O%d>' % i + s)\n    print('<E%d>' % i + s, file=sys.stderr)",
+				stdout: o100, stderr: e100},
+		}},
+		{ioproto.LanguageR, func(n int) string {
+			return fmt.Sprintf("s <- strrep('x', 60000)\nfor (i in seq_len(%d) - 1) cat('<A', i, '>', s, '\\n', sep = '')\n'end'", n)
+		}, `[1] "end"`, "cat('B-own\\n')", []bigCase{
+			{name: "stderr interleaved", code: "for (i in 0:99) { cat('<O', i, '>', s, '\\n', sep = ''); cat('<E', i, '>', s, '\\n', sep = '', file = stderr()) }",
+				stdout: o100, stderr: e100},
+			{name: "child inheriting stdout", code: "cat('<A0>', s, '\\n', sep = '')\ninvisible(system2('python3', c('-c', shQuote(" + strconv.Quote(childLines("A", 1, 150)) + "))))",
+				stdout: a150},
+			{name: "after a child left the pipes non-blocking", before: "invisible(system2('python3', c('-c', shQuote(" + strconv.Quote(nonBlocking) + "))))",
+				code:   "for (i in 0:99) { cat('<O', i, '>', s, '\\n', sep = ''); cat('<E', i, '>', s, '\\n', sep = '', file = stderr()) }",
+				stdout: o100, stderr: e100},
+		}},
+		// bash has no markers and no result: its done follows the end of
+		// its output (EOF on both pipes).
+		{ioproto.LanguageBash, func(n int) string {
+			return fmt.Sprintf("s=$(printf '%%60000s' '' | tr ' ' x)\nfor ((i = 0; i < %d; i++)); do printf '<A%%d>%%s\\n' $i \"$s\"; done", n)
+		}, "", "echo B-own", []bigCase{
+			{name: "stderr interleaved", code: "s=$(printf '%60000s' '' | tr ' ' x)\nfor ((i = 0; i < 100; i++)); do printf '<O%d>%s\\n' $i \"$s\"; printf '<E%d>%s\\n' $i \"$s\" >&2; done",
+				stdout: o100, stderr: e100},
+		}},
+	} {
+		t.Run(tc.lang, func(t *testing.T) {
+			needLanguage(t, h, d, tc.lang)
+			n := 0
+			run := func(code string) []ioproto.Event {
+				n++
+				return h.submitRec(ioproto.Record{CommandID: fmt.Sprintf("%s-%d", tc.lang, n), Language: tc.lang, Code: code, TimeoutMS: 60000})
+			}
+			own := func(after string) {
+				t.Helper()
+				evs := run(tc.own)
+				if got, errText := textOf(evs, ioproto.EventStdout), textOf(evs, ioproto.EventStderr); got != "B-own\n" || errText != "" {
+					t.Errorf("after %s: the next command's stdout is %s; its stderr %d bytes; want exactly its own output", after, firstDiff(got, "B-own\n"), len(errText))
+				}
+				if st := evs[len(evs)-1].Status; st != ioproto.StatusOK {
+					t.Errorf("after %s: the next command's status %q", after, st)
+				}
+			}
+			check := func(c bigCase) {
+				t.Helper()
+				if c.before != "" {
+					if evs := run(c.before); evs[len(evs)-1].Status != ioproto.StatusOK {
+						t.Errorf("%s: the command before failed: %+v", c.name, evs)
+					}
+				}
+				evs := run(c.code)
+				dn := evs[len(evs)-1]
+				if dn.Status != ioproto.StatusOK || dn.OutputTruncated || dn.Reason != "" {
+					t.Errorf("%s: done status %q, truncated %v, reason %q; want ok, nothing truncated", c.name, dn.Status, dn.OutputTruncated, dn.Reason)
+				}
+				if got := textOf(evs, ioproto.EventStdout); got != c.stdout {
+					t.Errorf("%s: stdout %s", c.name, firstDiff(got, c.stdout))
+				}
+				if got := textOf(evs, ioproto.EventStderr); got != c.stderr {
+					t.Errorf("%s: stderr %s", c.name, firstDiff(got, c.stderr))
+				}
+				if c.result != "" {
+					// The result follows all of the output.
+					last, result := -1, -1
+					for i, e := range evs {
+						switch e.Type {
+						case ioproto.EventStdout, ioproto.EventStderr:
+							last = i
+						case ioproto.EventResult:
+							result = i
+						}
+					}
+					if got := plainResult(evs); got != c.result || result < last {
+						t.Errorf("%s: result %q is event %d, the last output event %d; want %q after all output", c.name, got, result, last, c.result)
+					}
+				}
+				own(c.name)
+			}
+
+			check(bigCase{name: "150 lines of 60 KB", code: tc.print(150), stdout: a150, result: tc.end})
+			for _, c := range tc.more {
+				check(c)
+			}
+
+			// 300 lines (18 MB) pass the 16 MiB cap.
+			evs := run(tc.print(300))
+			dn := evs[len(evs)-1]
+			got, all := textOf(evs, ioproto.EventStdout), bigLines("A", 0, 300)
+			if dn.Status != ioproto.StatusOK || !dn.OutputTruncated || !strings.Contains(dn.Reason, "output truncated at the 16 MiB limit") ||
+				!strings.Contains(textOf(evs, ioproto.EventStderr), "[sandbox: output truncated") {
+				t.Errorf("18 MB of output over a 16 MiB cap: done status %q, truncated %v, reason %q, stderr %q; want ok, reported truncated", dn.Status, dn.OutputTruncated, dn.Reason, textOf(evs, ioproto.EventStderr))
+			}
+			if len(got) < 16<<20-64<<10 || !strings.HasPrefix(all, got) {
+				t.Errorf("stdout of 18 MB cut at 16 MiB: %s; want the first 16 MiB of it", firstDiff(got, all[:min(len(all), len(got))]))
+			}
+			own("18 MB")
+		})
+	}
+}

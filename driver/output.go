@@ -16,9 +16,10 @@ import (
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
-// The Python kernel writes a sync marker to fd 1 and fd 2 before each control
-// message, so the driver can emit output and rich results in the order the
-// user's code produced them even though they travel through different pipes.
+// Each kernel writes a sync marker to its stdout and stderr pipes before each
+// control message, after all the output written before it, so the driver
+// can emit output and rich results in the order the user's code produced
+// them even though they travel through different pipes.
 // The marker is NUL, RS, a tag, the kernel's nonce, the number, RS, NUL:
 //
 //	\x00\x1eSBX-SYNC:<nonce>:<n>\x1e\x00
@@ -57,7 +58,7 @@ type outputItem struct {
 // might be the start of a marker or of a multi-byte character.
 type outputReader struct {
 	stream  string
-	markers bool // recognise sync markers (Python kernel), not for bash
+	markers bool // recognise sync markers (kernels), not for bash
 	// nonce is the kernel's marker nonce; empty (unit tests only) means
 	// markers without one.
 	nonce  string

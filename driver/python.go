@@ -14,10 +14,17 @@ import (
 const (
 	// kernelReadyTimeout bounds a kernel's start-up.
 	kernelReadyTimeout = 30 * time.Second
-	// syncWait bounds how long a control message waits for its sync markers.
-	// Markers only go missing when the user's code closed or redirected fd 1
-	// or 2; then order is best effort rather than a stall.
-	syncWait = 500 * time.Millisecond
+	// syncWait bounds how long a control message waits for its sync markers
+	// while no output arrives, syncWaitMax how long in all. The kernels
+	// write a marker after all output before it, and the message after the
+	// marker, so when a message arrives its output is at most a pipe and
+	// the reader's queue away: it keeps arriving until the marker does,
+	// however slowly the driver gets to read it (a sandbox's CPU quota
+	// shared with busy processes). Markers only go missing when the user's
+	// code broke the kernel's own descriptors; then order is best effort
+	// rather than a stall.
+	syncWait    = 500 * time.Millisecond
+	syncWaitMax = 10 * time.Second
 	// drainBound bounds the wait for the end of output after a process
 	// ended and its group was killed: only a process that left the group
 	// can still hold a pipe open, and it must not stall the command's end.
@@ -101,6 +108,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 			drained = true
 		}
 	}
+	k.unblockOutput()
 	req := kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env}
 	if op {
 		req.Op, req.Path = rec.Type, snapshotPath(d.cfg.IODir, rec.Snapshot)
@@ -115,6 +123,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 	var pending []kernelMsg
 	var flush *time.Timer
 	var flushC <-chan time.Time
+	var flushSince time.Time
 	msgs := k.msgs
 	for {
 		force := false
@@ -123,6 +132,9 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 			return outcome{}
 		case it := <-k.output:
 			d.acceptOutput(k, ev, it)
+			if flush != nil && time.Since(flushSince) < syncWaitMax {
+				flush.Reset(min(syncWait, syncWaitMax-time.Since(flushSince)))
+			}
 		case m, ok := <-msgs:
 			if !ok {
 				msgs = nil
@@ -136,6 +148,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 			if flush == nil {
 				flush = time.NewTimer(syncWait)
 				flushC = flush.C
+				flushSince = time.Now()
 			}
 		case <-flushC:
 			force = true

@@ -24,7 +24,7 @@ package e2e
 // Each case is a subtest (go test -run 'TestHostileIO/runc/sparse' ./e2e/).
 // The suite reports one line per runtime, e.g.
 //
-//	hostile-/io suite (runc): 12 cases, 0 harmed the service; peak sandboxd RSS 231 MiB (+212), other users' p50 round trip 4.0 ms (baseline 2.0 ms), Delete ≤ 0.6 s
+//	hostile-/io suite (runc): 13 cases, 0 harmed the service; peak sandboxd RSS 231 MiB (+212), other users' p50 round trip 4.0 ms (baseline 2.0 ms), Delete ≤ 0.6 s
 //
 // Sizes come from the environment (SANDBOXD_HOSTILE_*, below, set by
 // .ci/run); the defaults are the full sizes except for the malformed lines
@@ -190,6 +190,7 @@ func runHostileSuite(t *testing.T, env *e2eEnv, runtime string) {
 	r.run("io-full", (*hostileCase).ioFull)
 	r.run("non-utf8", (*hostileCase).nonUTF8)
 	r.run("sync-markers", (*hostileCase).syncMarkers)
+	r.run("large-output", (*hostileCase).largeOutput)
 	r.run("file-types", (*hostileCase).fileTypes)
 	r.run("inotify-flood", (*hostileCase).inotifyFlood)
 	r.run("command-id-reuse", (*hostileCase).commandIDReuse)
@@ -574,6 +575,74 @@ print(M + "0123456789abcdef" * 4 + M)`}, hostileCallTimeout)
 		t.Errorf("bash printing a sync marker: stdout %q", o.stdout)
 	}
 	hc.note("all text arrived: %v", !t.Failed())
+}
+
+// largeOutput: in every kernel language, a command printing far more than
+// a pipe holds (150 lines of 60 KB, 9 MB, under the 16 MiB cap) gets all of
+// it back, in order, with status OK; the next command gets exactly its own
+// output; 300 lines (18 MB) are reported truncated at the cap, never cut
+// silently; and 9 MB still come back whole after a child process left the
+// kernel's pipes non-blocking (as a Node.js child killed by SIGKILL does).
+// (Issue 22, item 6: the Node.js kernel queued its stdout in memory once
+// the pipe was full, and its done overtook the queue: 4 of 150 lines came
+// back with status OK and the rest went to the next command.)
+func (hc *hostileCase) largeOutput() {
+	t := hc.t
+	sb := hc.attacker("large-output")
+	defer hc.deleteAndCheck(sb)
+	lines := func(n int) string {
+		var b strings.Builder
+		x := strings.Repeat("x", 60000)
+		for i := range n {
+			fmt.Fprintf(&b, "<A%d>%s\n", i, x)
+		}
+		return b.String()
+	}
+	// where says where got first differs from want, without megabytes.
+	where := func(got, want string) string {
+		i := 0
+		for i < len(got) && i < len(want) && got[i] == want[i] {
+			i++
+		}
+		return fmt.Sprintf("%d bytes, want %d, first difference at byte %d (%q)", len(got), len(want), i, truncateText(got[i:], 12))
+	}
+	const nonBlocking = `"import os; os.set_blocking(1, False); os.set_blocking(2, False)"`
+	for _, l := range []struct{ lang, print, own, child string }{
+		{"javascript", "const s = 'x'.repeat(60000); for (let i = 0; i < %d; i++) console.log('<A' + i + '>' + s)", "console.log('B-own')",
+			"require('node:child_process').execFileSync('python3', ['-c', " + nonBlocking + "], { stdio: 'inherit' })"},
+		{"r", "s <- strrep('x', 60000); for (i in seq_len(%d) - 1) cat('<A', i, '>', s, '\\n', sep = '')", "cat('B-own\\n')",
+			"invisible(system2('python3', c('-c', shQuote(" + nonBlocking + "))))"},
+		{"python", "s = 'x' * 60000\nfor i in range(%d): print('<A%%d>' %% i + s)", "print('B-own')",
+			"import subprocess, sys\nsubprocess.run([sys.executable, '-c', " + nonBlocking + "], check=True)"},
+	} {
+		own := func(after string) {
+			o, err := hc.execute(sb, &sandboxv1.ExecuteRequest{Language: l.lang, Code: l.own}, hostileCallTimeout)
+			hc.wantOK(l.lang+" command after "+after, o, err)
+			if o.stdout != "B-own\n" || o.stderr != "" {
+				t.Errorf("%s: the command after %s got stdout %s and %d bytes of stderr; want exactly its own output", l.lang, after, where(o.stdout, "B-own\n"), len(o.stderr))
+			}
+		}
+		whole := func(after string) {
+			o, err := hc.execute(sb, &sandboxv1.ExecuteRequest{Language: l.lang, Code: fmt.Sprintf(l.print, 150)}, hostileCallTimeout)
+			hc.wantOK(l.lang+" printing 9 MB"+after, o, err)
+			if want := lines(150); o.stdout != want || o.done.GetOutputTruncated() {
+				t.Errorf("%s printing 150 lines of 60 KB%s: stdout %s, truncated %v; want all of it", l.lang, after, where(o.stdout, want), o.done.GetOutputTruncated())
+			}
+			own("9 MB" + after)
+		}
+		whole("")
+		o, err := hc.execute(sb, &sandboxv1.ExecuteRequest{Language: l.lang, Code: fmt.Sprintf(l.print, 300)}, hostileCallTimeout)
+		hc.wantOK(l.lang+" printing 18 MB", o, err)
+		all := lines(300)
+		if !o.done.GetOutputTruncated() || !strings.Contains(o.done.GetReason(), "output truncated") || len(o.stdout) < 16<<20-64<<10 || !strings.HasPrefix(all, o.stdout) {
+			t.Errorf("%s printing 18 MB over the 16 MiB cap: truncated %v, reason %q, stdout %s; want its first 16 MiB, reported truncated",
+				l.lang, o.done.GetOutputTruncated(), o.done.GetReason(), where(o.stdout, all))
+		}
+		own("18 MB")
+		hc.mustRun(sb, l.lang, l.child)
+		whole(" after a child left the pipes non-blocking")
+	}
+	hc.note("all output whole or reported truncated: %v", !t.Failed())
 }
 
 // fileTypes: stdin, events files and artifacts replaced by FIFOs, links to

@@ -7,8 +7,9 @@
 // (first a hello {"nonce"}, then one JSON request per line: {"id", "code",
 // "language", "env"}), fd 4 = control out (one JSON message per line: ready /
 // result / error / done). Before every message that carries "sync": N, the
-// marker "\x00\x1eSBX-SYNC:<nonce>:<N>\x1e\x00" is written to fd 1 and fd 2,
-// so the driver can order output against messages.
+// marker "\x00\x1eSBX-SYNC:<nonce>:<N>\x1e\x00" is written to the stdout and
+// stderr pipes, after all output written before it (see "output" below), so
+// the driver can order output against messages.
 //
 // A cell is parsed with acorn and rewritten so that it runs as the body of
 // an async function (top-level await) whose top-level declarations (var,
@@ -75,10 +76,66 @@ function writeAll(fd, buf) {
     try {
       off += fs.writeSync(fd, buf, off, buf.length - off);
     } catch (e) {
-      // libuv may have made the pipe non-blocking for process.stdout.
+      // Only the fallback of openOut writes to a descriptor that may be
+      // non-blocking.
       if (e.code !== "EAGAIN") throw e;
       Atomics.wait(pause, 0, 0, 1);
     }
+  }
+}
+
+// ------------------------------------------------------------------- output
+// The markers must follow all of a command's output in its pipe. Node's own
+// process.stdout and process.stderr, on a pipe, are libuv streams: they make
+// the pipe non-blocking and, once it is full, keep what the code printed in
+// a queue in memory that the event loop writes later. A marker written
+// meanwhile overtook that queue: `done` came before most of a large output,
+// which then went to the next command. So output is written as the Python
+// kernel's is (python -u): synchronously, before write() returns.
+//
+//  - OUT holds private, blocking, close-on-exec descriptors of the two
+//    pipes (opened anew through /proc, so that O_NONBLOCK set on fd 1 or 2
+//    by anyone does not reach them, and closing fd 1 or 2 does not end them).
+//  - process.stdout and process.stderr keep their objects (events,
+//    callbacks, cork, isTTY), but their _write writes the chunk to OUT at
+//    once, blocking while the pipe is full: nothing is ever queued, and a
+//    write's callback (on the next tick) means its bytes are in the pipe.
+//  - fd 1 and 2 are made blocking again, as the driver gave them: on the
+//    non-blocking pipe a user's fs.writeSync(1, …) of more than the pipe
+//    holds wrote a part and returned its length. (Before each command the
+//    driver clears O_NONBLOCK again, which a child may have left set.)
+//  - send() uncorks the streams, then writes the marker to OUT after them.
+function openOut(fd) {
+  try {
+    // A pipe opened anew is a new open file description of the same pipe;
+    // any other file (not the driver's pipes) is written as it is.
+    if (fs.fstatSync(fd).isFIFO()) return fs.openSync(`/proc/self/fd/${fd}`, fs.constants.O_WRONLY);
+  } catch {}
+  return fd;
+}
+const OUT = [openOut(1), openOut(2)];
+const STD = [process.stdout, process.stderr];
+
+STD.forEach((s, i) => {
+  s._writev = null; // each chunk through _write, even after uncork()
+  s._write = (chunk, encoding, cb) => {
+    try {
+      writeAll(OUT[i], Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk, encoding));
+    } catch {} // the driver is gone: the control pipe says so
+    cb();
+  };
+  try {
+    if (s._handle && typeof s._handle.setBlocking === "function") s._handle.setBlocking(true);
+  } catch {}
+});
+
+// flushStd writes out what the user's code left corked; all else is in the
+// pipes already.
+function flushStd() {
+  for (const s of STD) {
+    try {
+      while (s.writableCorked) s.uncork();
+    } catch {}
   }
 }
 
@@ -86,10 +143,11 @@ function writeAll(fd, buf) {
 // idle); end marks `done`, after which nothing more is sent for it.
 function send(type, fields, end) {
   if (curId === null) return;
+  flushStd();
   sync++;
   const msg = JSON.stringify({ type, id: curId, sync, ...fields }) + "\n";
   const marker = Buffer.from(`\x00\x1eSBX-SYNC:${NONCE}:${sync}\x1e\x00`, "latin1");
-  for (const fd of [1, 2]) {
+  for (const fd of OUT) {
     try {
       writeAll(fd, marker);
     } catch {}
@@ -116,7 +174,7 @@ function background(kind, e) {
     text = "<unprintable error>";
   }
   try {
-    writeAll(2, Buffer.from(`${kind}: ${text}\n`, "utf8"));
+    writeAll(OUT[1], Buffer.from(`${kind}: ${text}\n`, "utf8"));
   } catch {}
 }
 process.on("uncaughtException", (e) => background("Uncaught", e));
@@ -444,7 +502,7 @@ async function main() {
     process.exit(2); // not started by the driver
   }
   if (!acorn) {
-    writeAll(2, Buffer.from("sandboxd kernel: the acorn module (JavaScript parser) is not installed\n"));
+    writeAll(OUT[1], Buffer.from("sandboxd kernel: the acorn module (JavaScript parser) is not installed\n"));
     process.exit(3);
   }
   writeAll(CTL_OUT, Buffer.from(JSON.stringify({ type: "ready", pid: process.pid }) + "\n"));
