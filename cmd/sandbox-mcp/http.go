@@ -362,7 +362,10 @@ func clipHeader(v string) string {
 // trackedBody is a request body being read under a deadline and holding a
 // place among the bodies being read. At its end the deadline is lifted
 // (the response, an SSE stream, may last much longer, and a read deadline
-// left on the connection would cancel it) and the place is given back.
+// left on the connection would cancel the request, which ends the SDK's
+// response) and the place is given back. net/http (1.26) lifts the
+// deadline itself when the body ends and it starts watching the
+// connection, but does not document it.
 type trackedBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
