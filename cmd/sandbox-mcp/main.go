@@ -49,12 +49,25 @@
 // 100 KB): the head and tail are kept, and a notice says how to read the
 // rest with resume_command and output_offset.
 //
+// # The HTTP endpoint
+//
+// Over HTTP, a request whose Origin header is not one of the listen
+// address's own origins (http://127.0.0.1:PORT, http://localhost:PORT and
+// so on) nor an --allow-origin is refused with 403, as the MCP
+// specification requires, and on loopback so is a Host that is not a
+// loopback name (DNS rebinding). With a bearer token (--http-token-file,
+// or SANDBOX_MCP_HTTP_TOKEN) every request must carry it; without one,
+// sandbox-mcp serves on loopback only, as sandboxd does. Headers and
+// bodies are read under deadlines, bodies are capped (4 MiB) and read a
+// bounded number at a time; see http.go.
+//
 // Usage:
 //
-//	sandbox-mcp [--sandboxd ADDR] [--user ID] [--http ADDR] [--timeout D]
+//	sandbox-mcp [--sandboxd ADDR] [--user ID] [--http ADDR [--http-token-file FILE] [--allow-origin ORIGIN]...] [--timeout D]
 //
-// The token (for a sandboxd started with --auth-tokens) is best given in
-// SANDBOX_MCP_TOKEN: arguments show in ps.
+// The token for sandboxd (for a sandboxd started with --auth-tokens) is
+// best given in SANDBOX_MCP_TOKEN, and the one HTTP clients must send in
+// SANDBOX_MCP_HTTP_TOKEN or a file: arguments show in ps.
 package main
 
 import (
@@ -64,10 +77,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -91,7 +103,16 @@ Flags:
   --user-header NAME  over HTTP, take the user from this request header when present
                       (e.g. X-Sandbox-User); off by default
   --timeout D         a command's time limit when the call gives none (default 5m)
-  --http ADDR         serve streamable HTTP on ADDR (endpoint /mcp) instead of stdio
+  --http ADDR         serve streamable HTTP on ADDR (endpoint /mcp) instead of stdio;
+                      beyond loopback it needs a bearer token (below)
+  --http-token-file FILE
+                      over HTTP, require "Authorization: Bearer TOKEN" of every request,
+                      TOKEN being this file's content (env SANDBOX_MCP_HTTP_TOKEN_FILE;
+                      or the token itself in SANDBOX_MCP_HTTP_TOKEN); at least 16 characters
+  --allow-origin ORIGIN
+                      over HTTP, also accept requests whose Origin header is ORIGIN
+                      (scheme://host[:port]; repeatable). By default only the listen
+                      address's own origins are; others get 403
   --log-level LEVEL   debug, info, warn or error (default info); the log goes to stderr
 `
 
@@ -122,7 +143,17 @@ type config struct {
 	timeout    time.Duration
 	httpAddr   string
 	logLevel   string
+	// httpToken is the bearer token HTTP clients must send (from
+	// --http-token-file or SANDBOX_MCP_HTTP_TOKEN); empty: none.
+	httpToken    string
+	allowOrigins []string
 }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (config, error) {
 	var c config
@@ -138,6 +169,9 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Minute, "")
 	fs.StringVar(&c.httpAddr, "http", "", "")
 	fs.StringVar(&c.logLevel, "log-level", "info", "")
+	var tokenFile string
+	fs.StringVar(&tokenFile, "http-token-file", "", "")
+	fs.Var((*stringList)(&c.allowOrigins), "allow-origin", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usageText)
@@ -161,7 +195,47 @@ func parseFlags(args []string, getenv func(string) string, stdout io.Writer) (co
 	if c.timeout <= 0 {
 		return c, fmt.Errorf("--timeout %v: must be positive", c.timeout)
 	}
+	if c.httpAddr == "" {
+		if tokenFile != "" || len(c.allowOrigins) > 0 {
+			return c, errors.New("--http-token-file and --allow-origin apply only with --http")
+		}
+		return c, nil
+	}
+	or(&tokenFile, "SANDBOX_MCP_HTTP_TOKEN_FILE", "")
+	token := getenv("SANDBOX_MCP_HTTP_TOKEN")
+	switch {
+	case tokenFile != "" && token != "":
+		return c, errors.New("both a token file (--http-token-file or SANDBOX_MCP_HTTP_TOKEN_FILE) and SANDBOX_MCP_HTTP_TOKEN are set; give one")
+	case tokenFile != "":
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return c, fmt.Errorf("--http-token-file: %v", err)
+		}
+		if c.httpToken, err = checkHTTPToken(string(b)); err != nil {
+			return c, fmt.Errorf("--http-token-file %s: %v", tokenFile, err)
+		}
+	case token != "":
+		var err error
+		if c.httpToken, err = checkHTTPToken(token); err != nil {
+			return c, fmt.Errorf("SANDBOX_MCP_HTTP_TOKEN: %v", err)
+		}
+	}
 	return c, nil
+}
+
+// checkHTTPToken is the token with surrounding white space (a file's final
+// newline) removed, or an error that does not echo it.
+func checkHTTPToken(s string) (string, error) {
+	t := strings.TrimSpace(s)
+	if len(t) < minTokenLen {
+		return "", fmt.Errorf("the token is %d characters long; use at least %d random characters", len(t), minTokenLen)
+	}
+	for _, c := range t {
+		if c < '!' || c > '~' {
+			return "", errors.New("the token has a character outside printable ASCII (or white space inside it)")
+		}
+	}
+	return t, nil
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -200,45 +274,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		}
 		return err
 	}
-	return serveHTTP(ctx, cfg.httpAddr, server, log)
-}
-
-// serveHTTP serves streamable HTTP at /mcp until ctx ends.
-func serveHTTP(ctx context.Context, addr string, server *mcp.Server, log *slog.Logger) error {
-	lis, err := net.Listen("tcp", addr)
+	e, err := listenHTTP(httpConfig{addr: cfg.httpAddr, token: cfg.httpToken, allowOrigins: cfg.allowOrigins}, server, log)
 	if err != nil {
-		return fmt.Errorf("--http: %v", err)
-	}
-	mux := http.NewServeMux()
-	events := mcp.NewMemoryEventStore(nil)
-	events.SetMaxBytes(64 << 20)
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, &mcp.StreamableHTTPOptions{
-		// A client whose SSE stream broke during a long command reconnects
-		// with Last-Event-ID and gets the rest, the result included.
-		EventStore: events,
-		// Idle sessions end (a client then initializes again; the state is
-		// in sandboxd, not in the session).
-		SessionTimeout:               time.Hour,
-		PropagateRequestCancellation: true,
-	}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
-	// Tests (and people) starting it on port 0 read the address here.
-	log.Info("serving MCP over streamable HTTP", "url", "http://"+lis.Addr().String()+"/mcp")
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(lis) }()
-	select {
-	case err := <-done:
 		return err
-	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	// Streams of running commands stay open: cut them off after the grace
-	// period; their handlers interrupt the commands as their contexts end.
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		srv.Close()
-	}
-	return nil
+	// Tests (and people) starting it on port 0 read the address here.
+	log.Info("serving MCP over streamable HTTP", "url", e.URL(), "auth", cfg.httpToken != "")
+	return e.serve(ctx)
 }
 
 type nopWriteCloser struct{ io.Writer }

@@ -583,23 +583,34 @@ func startHTTP(t *testing.T, addr string, args ...string) string {
 	return ""
 }
 
-type headerTransport struct {
-	header, value string
-}
+// headerTransport sends its headers with every request.
+type headerTransport http.Header
 
 func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set(h.header, h.value)
+	for k, vs := range h {
+		r.Header[k] = vs
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// The built command over streamable HTTP, the user taken from a header.
+// The built command over streamable HTTP, the user taken from a header,
+// with a bearer token required.
 func TestHTTPCommand(t *testing.T) {
 	addr := sandboxd(t)
-	url := startHTTP(t, addr, "--user-header", "X-Sandbox-User")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := startHTTP(t, addr, "--user-header", "X-Sandbox-User", "--http-token-file", tokenFile)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: headerTransport{"X-Sandbox-User", "mcp-test-http"}}}
+	// Without the token, no session.
+	if _, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil); err == nil {
+		t.Fatal("connected without the token")
+	}
+	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: headerTransport{
+		"X-Sandbox-User": {"mcp-test-http"}, "Authorization": {"Bearer " + testToken}}}}
 	ids, progress := progressIDs(t)
 	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) { progress(r) }}
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "0"}, opts).Connect(ctx, tr, nil)
