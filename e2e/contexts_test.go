@@ -71,6 +71,18 @@ func runContexts(t *testing.T, env *e2eEnv) {
 	if a.GetCwd() != "proj" || b.GetLanguage() != "python" || b.GetCwd() != "." || a.GetContextId() == b.GetContextId() || a.GetCreatedAt() == nil {
 		t.Fatalf("created contexts %v and %v", a, b)
 	}
+	// The one path rule: a working directory absolute under /workspace is
+	// the same directory, as for the files API.
+	abs, err := c.CreateContext(ctx, sb, "python", "/workspace/proj")
+	if err != nil || abs.GetCwd() != "proj" {
+		t.Fatalf("CreateContext(python, /workspace/proj) = %v, %v; want cwd proj", abs, err)
+	}
+	if o := mustRun(abs.GetContextId(), "", "import os; print(os.getcwd())"); o.Stdout != "/workspace/proj\n" {
+		t.Errorf("cwd of a context created with /workspace/proj = %q", o.Stdout)
+	}
+	if err := c.DeleteContext(ctx, sb, abs.GetContextId()); err != nil {
+		t.Fatal(err)
+	}
 	A, B := a.GetContextId(), b.GetContextId()
 	list, err = c.ListContexts(ctx, sb)
 	if err != nil || len(list) != 3 || list[0].GetContextId() != client.DefaultContext || list[1].GetContextId() != A || list[2].GetContextId() != B {

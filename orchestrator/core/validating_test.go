@@ -1,0 +1,139 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
+)
+
+const sb = "sb-aaaaaaaaaaaaaaaaaaaa"
+
+// TestValidatingPathRule: every field naming a sandbox path takes the same
+// forms (relative to /workspace, or absolute under it) and reaches the
+// backend in one clean relative form; a context's working directory is
+// one of them.
+func TestValidatingPathRule(t *testing.T) {
+	var got []string
+	fake := &coretest.Manager{
+		CreateContextFunc: func(_ context.Context, _, language, cwd string) (core.ContextInfo, error) {
+			got = append(got, language+" "+cwd)
+			return core.ContextInfo{}, nil
+		},
+		ListFilesFunc: func(_ context.Context, _, path string) ([]core.FileInfo, error) {
+			got = append(got, "ls "+path)
+			return nil, nil
+		},
+	}
+	m := core.Validating(fake, core.DefaultPolicy())
+	ctx := t.Context()
+	for _, cwd := range []string{"", ".", "/workspace", "/workspace/", "proj/a", "/workspace/proj/a", "./proj//a/"} {
+		if _, err := m.CreateContext(ctx, sb, "js", cwd); err != nil {
+			t.Errorf("CreateContext(cwd %q): %v", cwd, err)
+		}
+		if _, err := m.ListFiles(ctx, sb, cwd); err != nil {
+			t.Errorf("ListFiles(%q): %v", cwd, err)
+		}
+	}
+	want := "javascript . ls . javascript . ls . javascript . ls . javascript . ls . javascript proj/a ls proj/a javascript proj/a ls proj/a javascript proj/a ls proj/a"
+	if s := strings.Join(got, " "); s != want {
+		t.Errorf("reached the backend:\n%s\nwant\n%s", s, want)
+	}
+	for _, bad := range []string{"/etc", "/workspacex", "../x", "a/../b", "a\x00b"} {
+		if _, err := m.CreateContext(ctx, sb, "python", bad); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("CreateContext(cwd %q) = %v; want InvalidArgument", bad, err)
+		}
+		if _, err := m.ListFiles(ctx, sb, bad); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("ListFiles(%q) = %v; want InvalidArgument", bad, err)
+		}
+	}
+	if n := len(fake.Calls()); n != 14 {
+		t.Errorf("%d calls reached the backend; want only the 14 valid ones", n)
+	}
+}
+
+// TestValidatingDefaultContext: an empty context ID is the default
+// context for every call that takes one, as for Execute.
+func TestValidatingDefaultContext(t *testing.T) {
+	var got []string
+	fake := &coretest.Manager{
+		RestartContextFunc: func(_ context.Context, _, id string) error { got = append(got, "restart "+id); return nil },
+		DeleteContextFunc:  func(_ context.Context, _, id string) error { got = append(got, "delete "+id); return nil },
+		SubmitFunc: func(_ context.Context, req core.ExecRequest) (string, error) {
+			got = append(got, "exec "+req.ContextID)
+			return req.CommandID, nil
+		},
+	}
+	m := core.Validating(fake, core.DefaultPolicy())
+	ctx := t.Context()
+	if err := m.RestartContext(ctx, sb, ""); err != nil {
+		t.Errorf("RestartContext(\"\"): %v", err)
+	}
+	if err := m.DeleteContext(ctx, sb, ""); err != nil {
+		t.Errorf("DeleteContext(\"\"): %v", err)
+	}
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb, Code: "1", ContextID: core.DefaultContextID}); err != nil {
+		t.Errorf("Submit in the default context: %v", err)
+	}
+	if s, want := strings.Join(got, "|"), "restart default|delete default|exec "; s != want {
+		t.Errorf("reached the backend %q; want %q (Submit's default context is the record without one)", s, want)
+	}
+	if err := m.RestartContext(ctx, sb, "../x"); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("RestartContext(\"../x\") = %v; want InvalidArgument", err)
+	}
+}
+
+// TestValidatingResolvesRequests: what a backend receives is resolved by
+// the policy; what the policy refuses never reaches it.
+func TestValidatingResolvesRequests(t *testing.T) {
+	var opts core.Options
+	var req core.ExecRequest
+	fake := &coretest.Manager{
+		AcquireFunc: func(_ context.Context, _ string, o core.Options) (core.AcquireResult, error) {
+			opts = o
+			return core.AcquireResult{}, nil
+		},
+		SubmitFunc: func(_ context.Context, r core.ExecRequest) (string, error) { req = r; return r.CommandID, nil },
+		UploadFunc: func(_ context.Context, _, _ string, r io.Reader) (core.FileInfo, error) {
+			_, err := io.Copy(io.Discard, r)
+			return core.FileInfo{}, err
+		},
+	}
+	p := core.DefaultPolicy()
+	p.MaxUploadBytes = 10
+	m := core.Validating(fake, p)
+	ctx := t.Context()
+
+	md := map[string]string{"k": "v"}
+	if _, err := m.Acquire(ctx, "alice", core.Options{Metadata: md}); err != nil {
+		t.Fatal(err)
+	}
+	md["k"] = "changed"
+	if opts.Limits != p.DefaultLimits || opts.Metadata["k"] != "v" {
+		t.Errorf("Acquire reached the backend with %+v; want the default limits and its own copy of the metadata", opts)
+	}
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb, Language: "ts", Code: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if req.CommandID == "" || req.Language != "typescript" || req.Timeout != p.DefaultTimeout {
+		t.Errorf("Submit reached the backend with %+v; want a command ID, the canonical language, the default timeout", req)
+	}
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb, Code: "1", Timeout: p.MaxTimeout + time.Second}); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("Submit past the maximum timeout = %v; want InvalidArgument", err)
+	}
+	if _, err := m.Upload(ctx, sb, "f", strings.NewReader("0123456789")); err != nil {
+		t.Errorf("Upload of exactly the limit: %v", err)
+	}
+	if _, err := m.Upload(ctx, sb, "/workspace/f", strings.NewReader("0123456789x")); !errors.Is(err, core.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "upload limit of 10 bytes") {
+		t.Errorf("Upload past the limit = %v; want InvalidArgument naming the limit", err)
+	}
+	if _, err := m.Acquire(core.WithCaller(ctx, core.Caller{Tenant: "bad tenant"}), "alice", core.Options{}); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("Acquire for a malformed tenant = %v; want InvalidArgument", err)
+	}
+}
