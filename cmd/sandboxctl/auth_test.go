@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 )
 
 const adminToken = "ops-admin-token-0123456789"
@@ -64,7 +65,7 @@ func listAs(seen *core.Caller) *coretest.Manager {
 }
 
 func TestToken(t *testing.T) {
-	toks, err := grpcapi.ParseTokens(strings.NewReader(adminToken + " ops admin\n"))
+	toks, err := tokens.Parse(strings.NewReader(adminToken + " ops admin\n"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,18 +14,18 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 )
 
 // serveE2B serves the E2B-compatible API (orchestrator/door/e2bapi) on lis over
 // m until the returned stop is called. The access-token secret lives in the
 // state directory, so sandboxes' tokens survive restarts.
-func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, log *slog.Logger) (stop func(), err error) {
+func serveE2B(lis net.Listener, m manager, toks *tokens.Set, cfg config, log *slog.Logger) (stop func(), err error) {
 	secret, err := e2bapi.LoadSecret(filepath.Join(cfg.docker.StateDir, "e2b-secret"))
 	if err != nil {
 		return nil, err
 	}
-	door, err := e2bapi.New(m, e2bapi.Config{Tokens: tokens, Secret: secret, Logger: log.With("door", "e2b"),
+	door, err := e2bapi.New(m, e2bapi.Config{Tokens: toks, Secret: secret, Logger: log.With("door", "e2b"),
 		CommandTimeout: cmp.Or(cfg.docker.MaxTimeout, core.DefaultMaxTimeout)})
 	if err != nil {
 		return nil, err
@@ -36,7 +36,7 @@ func serveE2B(lis net.Listener, m manager, tokens *grpcapi.Tokens, cfg config, l
 			log.Error("serving the E2B API", "error", err)
 		}
 	}()
-	log.Info("serving the E2B API", "e2b_listen", lis.Addr().String(), "auth", tokens != nil)
+	log.Info("serving the E2B API", "e2b_listen", lis.Addr().String(), "auth", toks != nil)
 	var once sync.Once
 	return func() {
 		once.Do(func() { shutdownHTTP(srv, cfg.shutdownTimeout) })

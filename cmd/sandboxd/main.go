@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
 
@@ -88,17 +89,17 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	cfg.docker.Logger = log
 
 	var opts []grpcapi.Option
-	var tokens *grpcapi.Tokens
+	var toks *tokens.Set
 	if cfg.authTokens != "" {
-		tokens, err = grpcapi.LoadTokens(cfg.authTokens)
+		toks, err = tokens.Load(cfg.authTokens)
 		if err != nil {
 			return fmt.Errorf("--auth-tokens: %w", err)
 		}
 		if st, err := os.Stat(cfg.authTokens); err == nil && st.Mode().Perm()&0o077 != 0 {
 			log.Warn("the token file is readable by other users; chmod 600 it", "file", cfg.authTokens, "mode", st.Mode().Perm())
 		}
-		opts = append(opts, grpcapi.WithTokens(tokens))
-		log.Info("authentication on", "tokens", tokens.Len())
+		opts = append(opts, grpcapi.WithTokens(toks))
+		log.Info("authentication on", "tokens", toks.Len())
 	}
 	useTLS := cfg.tlsCert != ""
 	if useTLS {
@@ -195,7 +196,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	}
 	m := newValidated(dm)
 	if e2bLis != nil {
-		stopE2B, err := serveE2B(e2bLis, m, tokens, cfg, log)
+		stopE2B, err := serveE2B(e2bLis, m, toks, cfg, log)
 		if err != nil {
 			m.Close()
 			return err

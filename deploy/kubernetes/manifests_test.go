@@ -42,7 +42,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 )
 
 const (
@@ -614,7 +614,7 @@ func checkSecrets(t *testing.T, byKey map[string]*unstructured.Unstructured) {
 	if tok := value(ioTokenSecret, "token"); len(tok) >= 16 {
 		t.Errorf("the placeholder io token is %d bytes: the sidecar would accept it; keep it under 16 bytes so it fails closed", len(tok))
 	}
-	if _, err := grpcapi.ParseTokens(strings.NewReader(value("sandboxd-auth-tokens", "tokens"))); err == nil {
+	if _, err := tokens.Parse(strings.NewReader(value("sandboxd-auth-tokens", "tokens"))); err == nil {
 		t.Errorf("the placeholder auth token file holds tokens sandboxd accepts; it must hold none so that sandboxd fails closed")
 	}
 }

@@ -8,10 +8,9 @@ import (
 	"net/http"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/core/errgrpc"
 
 	"connectrpc.com/connect"
-
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 )
 
 // internalMessage is all an E2B client learns about an unexpected error; the
@@ -21,7 +20,7 @@ const internalMessage = "internal error; see the sandboxd log"
 // httpStatus maps a domain error class to the HTTP status E2B's API and envd
 // answer for it (the SDKs turn 400, 401, 404, 409, 429, 502 and 507 into
 // their own error classes). It is this door's one mapping of the classes,
-// the counterpart of grpcapi's ClassCode.
+// the counterpart of errgrpc.Code.
 func httpStatus(c *core.Class) int {
 	switch c {
 	case core.ErrInvalidArgument:
@@ -41,10 +40,10 @@ func httpStatus(c *core.Class) int {
 }
 
 // connectCode maps a domain error class to the Connect code envd's RPCs
-// answer with: the gRPC API's code (grpcapi.ClassCode, the one mapping),
+// answer with: the gRPC API's code (errgrpc.Code, the one mapping),
 // as Connect's codes are gRPC's.
 func connectCode(c *core.Class) connect.Code {
-	return connect.Code(grpcapi.ClassCode(c))
+	return connect.Code(errgrpc.Code(c))
 }
 
 // apiError is an error with an HTTP status and a message for the caller,

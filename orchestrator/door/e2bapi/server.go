@@ -46,7 +46,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/filesystem/filesystemconnect"
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/process/processconnect"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 )
 
 // The ports the SDK names in E2b-Sandbox-Port.
@@ -77,7 +77,7 @@ const (
 type Config struct {
 	// Tokens authenticates X-API-KEY (sandboxd's --auth-tokens). Nil: no
 	// authentication; any non-empty key acts as the default tenant.
-	Tokens *grpcapi.Tokens
+	Tokens *tokens.Set
 	// Secret keys the sandboxes' access tokens (see LoadSecret).
 	Secret []byte
 	// Logger; nil discards.
@@ -95,7 +95,7 @@ type Config struct {
 // Server serves the E2B protocol over a Manager. Build it with New.
 type Server struct {
 	m          core.Manager
-	tokens     *grpcapi.Tokens
+	tokens     *tokens.Set
 	secret     []byte
 	log        *slog.Logger
 	keepalive  time.Duration

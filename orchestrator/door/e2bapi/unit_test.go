@@ -11,7 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/process"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 )
 
 // fakeManager serves Get, Acquire and Delete from a map; every other
@@ -51,12 +51,12 @@ const testKey = "e2b_0123456789abcdef0123"
 
 func newTestServer(t *testing.T) (*Server, *fakeManager) {
 	t.Helper()
-	tokens, err := grpcapi.ParseTokens(strings.NewReader(testKey + " acme user\n"))
+	toks, err := tokens.Parse(strings.NewReader(testKey + " acme user\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fm := &fakeManager{sandboxes: map[string]core.Sandbox{}}
-	s, err := New(fm, Config{Tokens: tokens, Secret: []byte("0123456789abcdef0123456789abcdef")})
+	s, err := New(fm, Config{Tokens: toks, Secret: []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,145 +1,32 @@
 package grpcapi
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
-	"fmt"
-	"io"
-	"os"
-	"strings"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Bearer tokens. A token file has one token per line:
-//
-//	# comment
-//	<token> <tenant> <role>
-//
-// where role is "user" (sees its tenant's sandboxes) or "admin" (sees every
-// tenant's). Blank lines and lines starting with '#' are ignored. Tokens
-// are at least MinTokenLen characters of printable ASCII without spaces;
-// one token is one caller, so a token may appear only once.
-//
-// Clients send "authorization: Bearer <token>" metadata. The server keeps
-// only SHA-256 digests of the tokens and looks up the digest of the token
-// presented: the lookup's timing depends on the digest, which an attacker
-// cannot steer towards a valid token, so it reveals nothing about valid
-// tokens (the constant-time property a byte-by-byte comparison lacks).
-
-// MinTokenLen is the shortest token accepted: 16 random characters are far
-// beyond guessing, shorter ones invite weak secrets.
-const MinTokenLen = 16
-
-// Roles a token may have.
-const (
-	RoleUser  = "user"
-	RoleAdmin = "admin"
-)
-
-// Tokens maps bearer tokens to the callers they authenticate.
-type Tokens struct {
-	byDigest map[[sha256.Size]byte]core.Caller
-}
-
-// LoadTokens reads a token file (see ParseTokens).
-func LoadTokens(path string) (*Tokens, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("token file: %w", err)
-	}
-	defer f.Close()
-	t, err := ParseTokens(f)
-	if err != nil {
-		return nil, fmt.Errorf("token file %s: %w", path, err)
-	}
-	return t, nil
-}
-
-// ParseTokens reads tokens in the token file format. Errors name the line
-// but never echo a token. A file with no tokens is an error: a server that
-// requires tokens and accepts none serves nobody.
-func ParseTokens(r io.Reader) (*Tokens, error) {
-	t := &Tokens{byDigest: make(map[[sha256.Size]byte]core.Caller)}
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("line %d: want \"TOKEN TENANT ROLE\", got %d fields", n, len(f))
-		}
-		token, tenant, role := f[0], f[1], f[2]
-		if len(token) < MinTokenLen {
-			return nil, fmt.Errorf("line %d: the token is %d characters long; use at least %d random characters", n, len(token), MinTokenLen)
-		}
-		for _, c := range token {
-			if c < '!' || c > '~' {
-				return nil, fmt.Errorf("line %d: the token has a character outside printable ASCII", n)
-			}
-		}
-		if err := core.ValidateTenant(tenant); err != nil {
-			return nil, fmt.Errorf("line %d: %v", n, err)
-		}
-		var admin bool
-		switch role {
-		case RoleUser:
-		case RoleAdmin:
-			admin = true
-		default:
-			return nil, fmt.Errorf("line %d: role %q is not %q or %q", n, role, RoleUser, RoleAdmin)
-		}
-		d := sha256.Sum256([]byte(token))
-		if _, dup := t.byDigest[d]; dup {
-			return nil, fmt.Errorf("line %d: the token repeats an earlier line's", n)
-		}
-		t.byDigest[d] = core.Caller{Tenant: tenant, Admin: admin}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if len(t.byDigest) == 0 {
-		return nil, fmt.Errorf("no tokens")
-	}
-	return t, nil
-}
-
-// Len returns the number of tokens.
-func (t *Tokens) Len() int { return len(t.byDigest) }
-
-// lookup returns the caller token authenticates.
-func (t *Tokens) lookup(token string) (core.Caller, bool) {
-	c, ok := t.byDigest[sha256.Sum256([]byte(token))]
-	return c, ok
-}
-
 // authenticate is the auth interceptor's function: it puts the caller into
 // the context for the domain. Without tokens every call is the implicit
-// tenant's admin (orchestrator.DefaultCaller), set explicitly all the same.
-func authenticate(tokens *Tokens) auth.AuthFunc {
+// tenant's admin (core.DefaultCaller), set explicitly all the same.
+func authenticate(toks *tokens.Set) auth.AuthFunc {
 	return func(ctx context.Context) (context.Context, error) {
-		if tokens == nil {
+		if toks == nil {
 			return core.WithCaller(ctx, core.DefaultCaller), nil
 		}
 		token, err := auth.AuthFromMD(ctx, "bearer")
 		if err != nil {
 			return nil, status.Error(codes.Unauthenticated, `this server requires a token: send "authorization: Bearer <token>" metadata (sandboxctl --token or SANDBOXCTL_TOKEN)`)
 		}
-		c, ok := tokens.lookup(token)
+		c, ok := toks.Lookup(token)
 		if !ok {
 			return nil, status.Error(codes.Unauthenticated, "the token is not valid on this server")
 		}
 		return core.WithCaller(ctx, c), nil
 	}
 }
-
-// Lookup returns the caller token authenticates, for other front doors
-// (orchestrator/door/e2bapi) that take the same tokens in their own headers.
-func (t *Tokens) Lookup(token string) (core.Caller, bool) { return t.lookup(token) }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/core/errgrpc"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,28 +16,6 @@ import (
 // (paths, Docker messages, stack traces) stay in the server log, where an
 // operator can find them by time and method.
 const internalMessage = "internal error; see the sandboxd log"
-
-// ClassCode maps one of the orchestrator's error classes to its gRPC code.
-// It is the only place that knows both; the domain promises that every
-// error it returns wraps exactly one class (orchestrator.ClassOf).
-func ClassCode(c *core.Class) codes.Code {
-	switch c {
-	case core.ErrInvalidArgument:
-		return codes.InvalidArgument
-	case core.ErrNotFound:
-		return codes.NotFound
-	case core.ErrFailedPrecondition:
-		return codes.FailedPrecondition
-	case core.ErrResourceExhausted:
-		return codes.ResourceExhausted
-	case core.ErrUnavailable:
-		return codes.Unavailable
-	case core.ErrAlreadyExists:
-		return codes.AlreadyExists
-	}
-	// A class added to the domain but not here; TestClassCodes catches it.
-	return codes.Internal
-}
 
 // toStatus is the one place where errors become gRPC status errors. Domain
 // classes keep their message (it says what was wrong, for the caller);
@@ -49,7 +28,7 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		return nil
 	}
 	if c := core.ClassOf(err); c != nil {
-		return status.Error(ClassCode(c), err.Error())
+		return status.Error(errgrpc.Code(c), err.Error())
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -67,22 +67,6 @@ func TestToStatus(t *testing.T) {
 	}
 }
 
-// TestClassCodes: every class the domain has maps to a code of its own,
-// never to Internal, which would hide the domain's message.
-func TestClassCodes(t *testing.T) {
-	seen := make(map[codes.Code]*core.Class)
-	for _, c := range core.Classes() {
-		code := ClassCode(c)
-		if code == codes.Internal || code == codes.Unknown || code == codes.OK {
-			t.Errorf("class %q maps to %v", c, code)
-		}
-		if prev, dup := seen[code]; dup {
-			t.Errorf("classes %q and %q both map to %v", prev, c, code)
-		}
-		seen[code] = c
-	}
-}
-
 // TestErrorMappingOverTheWire checks that a domain error reaches a real client
 // with its code and message, for unary and streaming RPCs.
 func TestErrorMappingOverTheWire(t *testing.T) {

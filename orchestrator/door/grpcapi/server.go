@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -42,7 +43,7 @@ type Server struct {
 type Option func(*serverOptions)
 
 type serverOptions struct {
-	tokens  *Tokens
+	tokens  *tokens.Set
 	grpc    []grpc.ServerOption
 	metrics *metrics.Metrics
 	tracer  trace.TracerProvider
@@ -52,7 +53,7 @@ type serverOptions struct {
 // as a bearer token, and act as the token's tenant and role. Without it
 // every call acts as orchestrator.DefaultCaller (the implicit tenant, with
 // admin rights).
-func WithTokens(t *Tokens) Option {
+func WithTokens(t *tokens.Set) Option {
 	return func(o *serverOptions) { o.tokens = t }
 }
 

@@ -1,0 +1,119 @@
+// Package tokens is the bearer tokens every door of sandboxd takes (the
+// gRPC API's "authorization: Bearer", the E2B door's API keys): a token
+// file naming a tenant and a role per token, kept as digests.
+package tokens
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// Bearer tokens. A token file has one token per line:
+//
+//	# comment
+//	<token> <tenant> <role>
+//
+// where role is "user" (sees its tenant's sandboxes) or "admin" (sees every
+// tenant's). Blank lines and lines starting with '#' are ignored. Tokens
+// are at least MinLen characters of printable ASCII without spaces;
+// one token is one caller, so a token may appear only once.
+//
+// Clients send "authorization: Bearer <token>" metadata. The server keeps
+// only SHA-256 digests of the tokens and looks up the digest of the token
+// presented: the lookup's timing depends on the digest, which an attacker
+// cannot steer towards a valid token, so it reveals nothing about valid
+// tokens (the constant-time property a byte-by-byte comparison lacks).
+
+// MinLen is the shortest token accepted: 16 random characters are far
+// beyond guessing, shorter ones invite weak secrets.
+const MinLen = 16
+
+// Roles a token may have.
+const (
+	RoleUser  = "user"
+	RoleAdmin = "admin"
+)
+
+// Set maps bearer tokens to the callers they authenticate.
+type Set struct {
+	byDigest map[[sha256.Size]byte]core.Caller
+}
+
+// Load reads a token file (see Parse).
+func Load(path string) (*Set, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	defer f.Close()
+	t, err := Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("token file %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Parse reads tokens in the token file format. Errors name the line
+// but never echo a token. A file with no tokens is an error: a server that
+// requires tokens and accepts none serves nobody.
+func Parse(r io.Reader) (*Set, error) {
+	t := &Set{byDigest: make(map[[sha256.Size]byte]core.Caller)}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("line %d: want \"TOKEN TENANT ROLE\", got %d fields", n, len(f))
+		}
+		token, tenant, role := f[0], f[1], f[2]
+		if len(token) < MinLen {
+			return nil, fmt.Errorf("line %d: the token is %d characters long; use at least %d random characters", n, len(token), MinLen)
+		}
+		for _, c := range token {
+			if c < '!' || c > '~' {
+				return nil, fmt.Errorf("line %d: the token has a character outside printable ASCII", n)
+			}
+		}
+		if err := core.ValidateTenant(tenant); err != nil {
+			return nil, fmt.Errorf("line %d: %v", n, err)
+		}
+		var admin bool
+		switch role {
+		case RoleUser:
+		case RoleAdmin:
+			admin = true
+		default:
+			return nil, fmt.Errorf("line %d: role %q is not %q or %q", n, role, RoleUser, RoleAdmin)
+		}
+		d := sha256.Sum256([]byte(token))
+		if _, dup := t.byDigest[d]; dup {
+			return nil, fmt.Errorf("line %d: the token repeats an earlier line's", n)
+		}
+		t.byDigest[d] = core.Caller{Tenant: tenant, Admin: admin}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t.byDigest) == 0 {
+		return nil, fmt.Errorf("no tokens")
+	}
+	return t, nil
+}
+
+// Len returns the number of tokens.
+func (t *Set) Len() int { return len(t.byDigest) }
+
+// Lookup returns the caller token authenticates.
+func (t *Set) Lookup(token string) (core.Caller, bool) {
+	c, ok := t.byDigest[sha256.Sum256([]byte(token))]
+	return c, ok
+}
