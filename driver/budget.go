@@ -12,7 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
-// Disk accounting. /io is a small volume (orchestrator/volume.go) that the
+// Disk accounting. /io is a small volume (orchestrator/backend/docker/volume.go) that the
 // driver must never fill by itself, because a driver that cannot create a
 // command's events file cannot answer it, and the caller then waits forever.
 // So the driver bounds what it stores by design:

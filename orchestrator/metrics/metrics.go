@@ -1,5 +1,5 @@
 // Package metrics implements sandboxd's Prometheus metrics: the domain's
-// (orchestrator.Metrics), the API's view of commands and streamed bytes, and
+// (core.Metrics), the API's view of commands and streamed bytes, and
 // gauges of the Manager's state computed at scrape time.
 //
 // Everything is registered on the prometheus.Registerer given to New, never
@@ -38,13 +38,13 @@ const (
 // Name is the full name of a series of this package.
 func Name(n string) string { return Namespace + "_" + n }
 
-// Source is what the scrape-time gauges read: *orchestrator.Manager.
+// Source is what the scrape-time gauges read: *docker.Manager.
 type Source interface {
 	SandboxCounts() []core.SandboxCount
 	PoolSize() int
 }
 
-// Metrics holds sandboxd's series. It implements orchestrator.Metrics; its
+// Metrics holds sandboxd's series. It implements core.Metrics; its
 // methods are safe for concurrent use. A nil *Metrics discards (so the API
 // can call it unconditionally).
 type Metrics struct {
@@ -127,7 +127,7 @@ func (m *Metrics) Watch(src Source) {
 	m.reg.MustRegister(&stateCollector{src: src})
 }
 
-// Acquired implements orchestrator.Metrics.
+// Acquired implements core.Metrics.
 func (m *Metrics) Acquired(kind core.AcquireKind, d time.Duration) {
 	if m == nil {
 		return
@@ -136,7 +136,7 @@ func (m *Metrics) Acquired(kind core.AcquireKind, d time.Duration) {
 	m.acquireDuration.WithLabelValues(string(kind)).Observe(d.Seconds())
 }
 
-// PoolRefilled implements orchestrator.Metrics.
+// PoolRefilled implements core.Metrics.
 func (m *Metrics) PoolRefilled() {
 	if m == nil {
 		return
@@ -144,7 +144,7 @@ func (m *Metrics) PoolRefilled() {
 	m.poolRefills.Inc()
 }
 
-// DockerError implements orchestrator.Metrics.
+// DockerError implements core.Metrics.
 func (m *Metrics) DockerError(op string) {
 	if m == nil {
 		return
@@ -152,7 +152,7 @@ func (m *Metrics) DockerError(op string) {
 	m.dockerErrors.WithLabelValues(op).Inc()
 }
 
-// Reconciled implements orchestrator.Metrics.
+// Reconciled implements core.Metrics.
 func (m *Metrics) Reconciled(result core.ReconcileResult, n int) {
 	if m == nil {
 		return

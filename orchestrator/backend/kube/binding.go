@@ -33,7 +33,7 @@ const maxAcquireRounds = 8
 
 // Acquire returns the user's current sandbox, creating one (from the warm
 // pool when the options allow) if the user has none or theirs is dead, as
-// orchestrator.Manager.Acquire does. Replicas racing for one user agree
+// the Docker backend's Acquire does. Replicas racing for one user agree
 // through the user's binding: the loser adopts the winner's sandbox and
 // deletes the Pod it made.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {

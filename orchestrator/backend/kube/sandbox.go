@@ -25,7 +25,7 @@ func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, erro
 }
 
 // List describes the sandboxes the caller may see that match f, in
-// orchestrator.CompareSandboxes order.
+// core.CompareSandboxes order.
 func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err

@@ -51,7 +51,7 @@ type serverOptions struct {
 
 // WithTokens makes every call except health checks require one of tokens
 // as a bearer token, and act as the token's tenant and role. Without it
-// every call acts as orchestrator.DefaultCaller (the implicit tenant, with
+// every call acts as core.DefaultCaller (the implicit tenant, with
 // admin rights).
 func WithTokens(t *tokens.Set) Option {
 	return func(o *serverOptions) { o.tokens = t }
