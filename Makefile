@@ -233,19 +233,12 @@ proto-check: proto-tools python-proto-tools
 	echo "proto-check: python ok"
 
 # Installs Debian's protoc, grpc_python_plugin, python3-grpcio and
-# python3-protobuf when one is missing (as root, with apt-get).
+# python3-protobuf when one is missing (as root, with apt-get), then checks
+# that Debian's python3, which the client's tests (go test ./clients/python)
+# run, imports them.
 python-proto-tools:
-	@missing=""; for p in $(PY_DEB_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-			echo "python-proto-tools: missing Debian packages:$$missing (apt-get install them as root)"; exit 1; \
-		fi; \
-		echo "installing$$missing"; \
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	@scripts/ensure-debs.sh python-proto-tools $(PY_DEB_PACKAGES)
+	@/usr/bin/python3 -c 'import grpc, google.protobuf; print("python-proto-tools: python3-grpcio", grpc.__version__, "python3-protobuf", google.protobuf.__version__)'
 
 python-proto: python-proto-tools
 	$(PY_CLIENT)/generate.sh $(PY_GEN)
