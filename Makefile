@@ -45,7 +45,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
-        envtest-assets e2b-sdk-tools
+        envtest-assets e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm
 
 help:
 	@echo 'targets:'
@@ -54,13 +54,20 @@ help:
 	@echo '  image        build $(IMAGE) (and the offline base $(BASE_IMAGE) if missing)'
 	@echo '  envtest-assets  build kube-apiserver and etcd for the Kubernetes tests once into a'
 	@echo '               cache and print `export KUBEBUILDER_ASSETS=<dir>` (first build: minutes)'
-	@echo '  test         go vet + go test (builds the image and envtest assets first; SANDBOX_IMAGE=$(IMAGE)),'
+	@echo '  test         go vet + go test (test-deps and the image first; SANDBOX_IMAGE=$(IMAGE)),'
 	@echo '               then the escape, fault and load suites'"'"' figures'
+	@echo '  test-deps    install what the suites need (root + apt-get; a no-op once done): the targets'
+	@echo '               $(TEST_DEPS)'
+	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc registered (installs it, reloads dockerd)'
+	@echo '  chromium     install Debian'"'"'s chromium and fonts-dejavu-core (the agent'"'"'s browser test)'
+	@echo '  kernel-test-tools  install node, acorn, typescript and R (the driver'"'"'s kernel tests)'
+	@echo '  npm          install node and npm (for the MCP conformance suite and the E2B SDKs)'
 	@echo '  fuzz-smoke   run each go fuzz target for FUZZ_TIME ($(FUZZ_TIME))'
 	@echo '  run          build the image and bin/sandboxd only, run it with defaults (RUN_ARGS=... to add flags)'
 	@echo '  proto        buf generate + buf lint'
 	@echo '  proto-check  fail if generated protobuf code (Go and Python) is stale'
 	@echo '  python-proto regenerate the Python client'"'"'s stubs (clients/python, Debian packages)'
+	@echo '  python-proto-tools  install Debian'"'"'s protoc, grpc plugin, python3-grpcio and python3-protobuf'
 	@echo '  mcp-conformance-tools  install the MCP conformance suite (npm) into $(MCP_CONFORMANCE_DIR)'
 	@echo '  e2b-sdk-tools  install the official E2B SDKs (npm, pinned) into $(E2B_SDK_DIR)'
 	@echo '  fmt-check    fail if gofmt would change anything'
@@ -136,9 +143,11 @@ SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
 # the machine, so it runs on its own, after all other tests, and never inside
 # the main go test run, whose packages run in parallel.
 #
-# KUBEBUILDER_ASSETS points the Kubernetes tests (internal/kubetest) at the
-# binaries envtest-assets built (asking the script again returns at once).
-test: image envtest-assets
+# test-deps (below) installs what the suites need first; each of its targets
+# is a quick no-op once done. KUBEBUILDER_ASSETS points the Kubernetes tests
+# (internal/kubetest) at the binaries envtest-assets built (asking the script
+# again returns at once).
+test: test-deps image
 	$(GO) vet ./...
 	@mkdir -p $(BIN) && rm -f $(SUITE_SUMMARY)
 	@rc=0; \
@@ -243,6 +252,64 @@ python-proto-tools:
 python-proto: python-proto-tools
 	$(PY_CLIENT)/generate.sh $(PY_GEN)
 
+# --------------------------------------------------------- Test prerequisites
+# What make test's suites need besides Go and the image, one target each so
+# each can be run alone. Each checks first and returns at once when what it
+# stands for is in place; otherwise it installs it: Debian packages with
+# apt-get as root (scripts/ensure-debs.sh, which fails naming the packages
+# when there is no root or apt-get), npm packages into a cache outside the
+# repository, kube-apiserver and etcd built once. Without them the suites
+# concerned skip, and under CI=true they fail. .ci/run runs each as a step of
+# its own (test-deps-list), so that a slow one shows in its summary.
+TEST_DEPS := docker runsc python-proto-tools chromium kernel-test-tools npm \
+             mcp-conformance-tools e2b-sdk-tools envtest-assets
+
+test-deps: $(TEST_DEPS)
+
+test-deps-list:
+	@echo $(TEST_DEPS)
+
+# gVisor's runsc registered with dockerd (the escape, fault, load and
+# hostile-/io suites run under it too). scripts/ensure-docker.sh registers it
+# when it installs or starts dockerd; this covers an engine that was already
+# running: it installs runsc, runs `runsc install` and reloads dockerd's
+# configuration (SIGHUP, no restart).
+runsc: docker
+	@scripts/ensure-runsc.sh
+
+# Debian's Chromium, which the agent's browser test drives (chromedp); any of
+# the names internal/testenv looks for will do.
+CHROMIUM_DEBS := chromium fonts-dejavu-core
+
+chromium:
+	@have() { command -v chromium || command -v chromium-browser || command -v google-chrome; }; \
+	have >/dev/null || scripts/ensure-debs.sh --no-install-recommends chromium $(CHROMIUM_DEBS); \
+	bin="$$(have)" || { echo "chromium: no chromium binary after installing $(CHROMIUM_DEBS)" >&2; exit 1; }; \
+	echo "chromium: $$("$$bin" --version 2>/dev/null || echo "$$bin")"
+
+# The host's Node.js (with the acorn parser and the TypeScript compiler) and
+# R, with which the driver's kernel tests (driver/languages_test.go) run its
+# kernels: the same Debian packages the image has. The check looks where the
+# driver does (driver/languages.go).
+KERNEL_TEST_DEBS := nodejs node-acorn node-typescript r-base-core
+NODE_MODULE_DIRS := /usr/share/nodejs /usr/lib/nodejs /usr/local/lib/node_modules /usr/lib/node_modules
+
+kernel-test-tools:
+	@module() { for d in $(NODE_MODULE_DIRS); do [ -f "$$d/$$1/package.json" ] && return 0; done; return 1; }; \
+	have() { { command -v node || command -v nodejs; } >/dev/null && command -v Rscript >/dev/null && module acorn && module typescript; }; \
+	have || scripts/ensure-debs.sh --no-install-recommends kernel-test-tools $(KERNEL_TEST_DEBS); \
+	have || { echo "kernel-test-tools: node, acorn, typescript or Rscript still missing after installing $(KERNEL_TEST_DEBS)" >&2; exit 1; }; \
+	echo "kernel-test-tools: node $$("$$(command -v node || command -v nodejs)" --version), $$(Rscript --version 2>&1)"
+
+# node, npm and npx, with which the MCP conformance suite and the E2B SDKs are
+# installed and run.
+npm:
+	@{ command -v npm && command -v npx && command -v node; } >/dev/null || \
+		scripts/ensure-debs.sh --no-install-recommends npm nodejs npm; \
+	{ command -v npm && command -v npx && command -v node; } >/dev/null || \
+		{ echo "npm: node, npm or npx still missing after installing nodejs and npm" >&2; exit 1; }; \
+	echo "npm: npm $$(npm --version), node $$(node --version)"
+
 # ------------------------------------------------------------ MCP conformance
 # The MCP project's conformance suite, which cmd/sandbox-mcp's
 # conformance_test.go runs against sandbox-mcp --http. It is installed with
@@ -252,11 +319,10 @@ MCP_CONFORMANCE_VERSION ?= 0.1.10
 MCP_CONFORMANCE_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/conformance-$(MCP_CONFORMANCE_VERSION)
 export MCP_CONFORMANCE_DIR
 
-mcp-conformance-tools:
+mcp-conformance-tools: npm
 	@if [ -x "$(MCP_CONFORMANCE_DIR)/node_modules/.bin/conformance" ]; then \
 		echo "mcp-conformance-tools: conformance $(MCP_CONFORMANCE_VERSION) in $(MCP_CONFORMANCE_DIR)"; \
 	else \
-		command -v npm >/dev/null || { echo "mcp-conformance-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
 		mkdir -p "$(MCP_CONFORMANCE_DIR)"; \
 		npm install --prefix "$(MCP_CONFORMANCE_DIR)" --no-audit --no-fund @modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION); \
 	fi
@@ -271,11 +337,10 @@ E2B_CI_SDK_VERSION ?= 2.8.0
 E2B_SDK_DIR        ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/e2b-$(E2B_SDK_VERSION)-ci-$(E2B_CI_SDK_VERSION)
 export E2B_SDK_DIR
 
-e2b-sdk-tools:
+e2b-sdk-tools: npm
 	@if [ -f "$(E2B_SDK_DIR)/node_modules/e2b/package.json" ] && [ -f "$(E2B_SDK_DIR)/node_modules/@e2b/code-interpreter/package.json" ]; then \
 		echo "e2b-sdk-tools: e2b $(E2B_SDK_VERSION), @e2b/code-interpreter $(E2B_CI_SDK_VERSION) in $(E2B_SDK_DIR)"; \
 	else \
-		command -v npm >/dev/null || { echo "e2b-sdk-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
 		mkdir -p "$(E2B_SDK_DIR)"; \
 		npm install --prefix "$(E2B_SDK_DIR)" --no-audit --no-fund --save-exact \
 			e2b@$(E2B_SDK_VERSION) @e2b/code-interpreter@$(E2B_CI_SDK_VERSION); \
