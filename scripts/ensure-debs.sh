@@ -7,8 +7,10 @@
 #
 # WHAT names the caller (a make target) in messages. Installing needs root
 # and apt-get; without them it fails, naming the packages to install.
-# apt-get waits up to APT_LOCK_SECONDS (default 300) for another apt or dpkg
-# run to release its lock rather than failing at once.
+# Installs are serialized among themselves (flock), so that targets run by
+# make -j do not run apt-get at once, and apt-get install waits up to
+# APT_LOCK_SECONDS (default 300) for another dpkg run to release its lock
+# (apt-get update does not wait: it fails if another update holds the lists).
 set -euo pipefail
 
 recommends=()
@@ -21,9 +23,14 @@ what="$1"
 shift
 
 missing=()
-for p in "$@"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
+find_missing() {
+	missing=()
+	local p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+}
+find_missing "$@"
 [ "${#missing[@]}" -gt 0 ] || exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -33,8 +40,11 @@ if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
 	exit 1
 fi
 
+exec 9>"${TMPDIR:-/tmp}/sandboxd-ensure-debs.lock"
+flock 9
+find_missing "$@" # again: another run may have installed them meanwhile
+[ "${#missing[@]}" -gt 0 ] || exit 0
 echo "$what: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-lock=(-o "DPkg::Lock::Timeout=${APT_LOCK_SECONDS:-300}")
-apt-get "${lock[@]}" update -qq
-apt-get "${lock[@]}" install -y -qq "${recommends[@]}" "${missing[@]}" >/dev/null
+apt-get update -qq
+apt-get -o "DPkg::Lock::Timeout=${APT_LOCK_SECONDS:-300}" install -y -qq "${recommends[@]}" "${missing[@]}" >/dev/null
