@@ -331,7 +331,10 @@ mcp-conformance-tools: npm
 # The official E2B SDKs (npm "e2b" and "@e2b/code-interpreter", pinned),
 # which orchestrator/e2bapi's TestSDK runs unmodified against a real
 # sandboxd --e2b-listen. Installed with npm into a cache outside the
-# repository, one directory per version pair, only when missing.
+# repository, one directory per version pair, only when missing. Then node
+# must load them as the suites do (sdktest/helpers.mjs requires them): they
+# ask for a newer node than Debian 12's (18), which fails to, and the target
+# fails saying so rather than leave the suites to fail.
 E2B_SDK_VERSION    ?= 2.51.0
 E2B_CI_SDK_VERSION ?= 2.8.0
 E2B_SDK_DIR        ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/e2b-$(E2B_SDK_VERSION)-ci-$(E2B_CI_SDK_VERSION)
@@ -345,6 +348,12 @@ e2b-sdk-tools: npm
 		npm install --prefix "$(E2B_SDK_DIR)" --no-audit --no-fund --save-exact \
 			e2b@$(E2B_SDK_VERSION) @e2b/code-interpreter@$(E2B_CI_SDK_VERSION); \
 	fi
+	@err="$$(node -e 'const r = require("node:module").createRequire(process.argv[1] + "/node_modules/"); \
+		try { r("e2b"); r("@e2b/code-interpreter") } catch (e) { console.log(String(e.message).split("\n")[0]); process.exit(1) }' \
+		"$(E2B_SDK_DIR)")" || { \
+		echo "e2b-sdk-tools: node $$(node --version) cannot load the E2B SDKs in $(E2B_SDK_DIR): $$err" >&2; \
+		echo "e2b-sdk-tools: they ask for node $$(node -p 'require(process.argv[1] + "/node_modules/e2b/package.json").engines.node' "$(E2B_SDK_DIR)"); install a newer Node.js and re-run" >&2; \
+		exit 1; }
 
 # ---------------------------------------------------------------------- Clean
 clean:
