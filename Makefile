@@ -45,7 +45,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
-        envtest-assets e2b-sdk-tools
+        envtest-assets e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm
 
 help:
 	@echo 'targets:'
@@ -54,13 +54,20 @@ help:
 	@echo '  image        build $(IMAGE) (and the offline base $(BASE_IMAGE) if missing)'
 	@echo '  envtest-assets  build kube-apiserver and etcd for the Kubernetes tests once into a'
 	@echo '               cache and print `export KUBEBUILDER_ASSETS=<dir>` (first build: minutes)'
-	@echo '  test         go vet + go test (builds the image and envtest assets first; SANDBOX_IMAGE=$(IMAGE)),'
+	@echo '  test         go vet + go test (test-deps and the image first; SANDBOX_IMAGE=$(IMAGE)),'
 	@echo '               then the escape, fault and load suites'"'"' figures'
+	@echo '  test-deps    install what the suites need (root + apt-get; a no-op once done): the targets'
+	@echo '               $(TEST_DEPS)'
+	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc registered (installs it, reloads dockerd)'
+	@echo '  chromium     install Debian'"'"'s chromium and fonts-dejavu-core (the agent'"'"'s browser test)'
+	@echo '  kernel-test-tools  install node, acorn, typescript and R (the driver'"'"'s kernel tests)'
+	@echo '  npm          install node and npm (for the MCP conformance suite and the E2B SDKs)'
 	@echo '  fuzz-smoke   run each go fuzz target for FUZZ_TIME ($(FUZZ_TIME))'
-	@echo '  run          run bin/sandboxd with defaults (RUN_ARGS=... to add flags)'
+	@echo '  run          build the image and bin/sandboxd only, run it with defaults (RUN_ARGS=... to add flags)'
 	@echo '  proto        buf generate + buf lint'
 	@echo '  proto-check  fail if generated protobuf code (Go and Python) is stale'
 	@echo '  python-proto regenerate the Python client'"'"'s stubs (clients/python, Debian packages)'
+	@echo '  python-proto-tools  install Debian'"'"'s protoc, grpc plugin, python3-grpcio and python3-protobuf'
 	@echo '  mcp-conformance-tools  install the MCP conformance suite (npm) into $(MCP_CONFORMANCE_DIR)'
 	@echo '  e2b-sdk-tools  install the official E2B SDKs (npm, pinned) into $(E2B_SDK_DIR)'
 	@echo '  fmt-check    fail if gofmt would change anything'
@@ -136,9 +143,11 @@ SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
 # the machine, so it runs on its own, after all other tests, and never inside
 # the main go test run, whose packages run in parallel.
 #
-# KUBEBUILDER_ASSETS points the Kubernetes tests (internal/kubetest) at the
-# binaries envtest-assets built (asking the script again returns at once).
-test: image envtest-assets
+# test-deps (below) installs what the suites need first; each of its targets
+# is a quick no-op once done. KUBEBUILDER_ASSETS points the Kubernetes tests
+# (internal/kubetest) at the binaries envtest-assets built (asking the script
+# again returns at once).
+test: test-deps image
 	$(GO) vet ./...
 	@mkdir -p $(BIN) && rm -f $(SUITE_SUMMARY)
 	@rc=0; \
@@ -166,7 +175,9 @@ fuzz-smoke:
 		done; \
 	done
 
-run: image build
+# Only what it runs: sandboxd and the image (which builds the driver and the
+# io sidecar it holds); `make build` compiles the whole module.
+run: image $(BIN)/sandboxd
 	./$(BIN)/sandboxd $(RUN_ARGS)
 
 # The side-by-side benchmark (cmd/sandbox-bench, results in BENCHMARKS.md)
@@ -231,22 +242,73 @@ proto-check: proto-tools python-proto-tools
 	echo "proto-check: python ok"
 
 # Installs Debian's protoc, grpc_python_plugin, python3-grpcio and
-# python3-protobuf when one is missing (as root, with apt-get).
+# python3-protobuf when one is missing (as root, with apt-get), then checks
+# that Debian's python3, which the client's tests (go test ./clients/python)
+# run, imports them.
 python-proto-tools:
-	@missing=""; for p in $(PY_DEB_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
-			echo "python-proto-tools: missing Debian packages:$$missing (apt-get install them as root)"; exit 1; \
-		fi; \
-		echo "installing$$missing"; \
-		DEBIAN_FRONTEND=noninteractive apt-get update -qq; \
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	fi
+	@scripts/ensure-debs.sh python-proto-tools $(PY_DEB_PACKAGES)
+	@/usr/bin/python3 -c 'import grpc, google.protobuf; print("python-proto-tools: python3-grpcio", grpc.__version__, "python3-protobuf", google.protobuf.__version__)'
 
 python-proto: python-proto-tools
 	$(PY_CLIENT)/generate.sh $(PY_GEN)
+
+# --------------------------------------------------------- Test prerequisites
+# What make test's suites need besides Go and the image, one target each so
+# each can be run alone. Each checks first and returns at once when what it
+# stands for is in place; otherwise it installs it: Debian packages with
+# apt-get as root (scripts/ensure-debs.sh, which fails naming the packages
+# when there is no root or apt-get), npm packages into a cache outside the
+# repository, kube-apiserver and etcd built once. Without them the suites
+# concerned skip, and under CI=true they fail. .ci/run runs each as a step of
+# its own (test-deps-list), so that a slow one shows in its summary.
+TEST_DEPS := docker runsc python-proto-tools chromium kernel-test-tools npm \
+             mcp-conformance-tools e2b-sdk-tools envtest-assets
+
+test-deps: $(TEST_DEPS)
+
+test-deps-list:
+	@echo $(TEST_DEPS)
+
+# gVisor's runsc registered with dockerd (the escape, fault, load and
+# hostile-/io suites run under it too). scripts/ensure-docker.sh registers it
+# when it installs or starts dockerd; this covers an engine that was already
+# running: it installs runsc, runs `runsc install` and reloads dockerd's
+# configuration (SIGHUP, no restart).
+runsc: docker
+	@scripts/ensure-runsc.sh
+
+# Debian's Chromium, which the agent's browser test drives (chromedp); any of
+# the names internal/testenv looks for will do.
+CHROMIUM_DEBS := chromium fonts-dejavu-core
+
+chromium:
+	@have() { command -v chromium || command -v chromium-browser || command -v google-chrome; }; \
+	have >/dev/null || scripts/ensure-debs.sh --no-install-recommends chromium $(CHROMIUM_DEBS); \
+	bin="$$(have)" || { echo "chromium: no chromium binary after installing $(CHROMIUM_DEBS)" >&2; exit 1; }; \
+	echo "chromium: $$("$$bin" --version 2>/dev/null || echo "$$bin")"
+
+# The host's Node.js (with the acorn parser and the TypeScript compiler) and
+# R, with which the driver's kernel tests (driver/languages_test.go) run its
+# kernels: the same Debian packages the image has. The check looks where the
+# driver does (driver/languages.go).
+KERNEL_TEST_DEBS := nodejs node-acorn node-typescript r-base-core
+NODE_MODULE_DIRS := /usr/share/nodejs /usr/lib/nodejs /usr/local/lib/node_modules /usr/lib/node_modules
+
+kernel-test-tools:
+	@module() { for d in $(NODE_MODULE_DIRS); do [ -f "$$d/$$1/package.json" ] && return 0; done; return 1; }; \
+	have() { { command -v node || command -v nodejs; } >/dev/null && command -v Rscript >/dev/null && module acorn && module typescript; }; \
+	have || scripts/ensure-debs.sh --no-install-recommends kernel-test-tools $(KERNEL_TEST_DEBS); \
+	have || { echo "kernel-test-tools: node, acorn, typescript or Rscript still missing after installing $(KERNEL_TEST_DEBS)" >&2; exit 1; }; \
+	echo "kernel-test-tools: node $$("$$(command -v node || command -v nodejs)" --version), $$(Rscript --version 2>&1)"
+
+# node, npm and npx, with which the MCP conformance suite and the E2B SDKs are
+# installed and run.
+npm:
+	@{ command -v npm && command -v npx && command -v node; } >/dev/null || \
+		scripts/ensure-debs.sh --no-install-recommends npm nodejs npm; \
+	{ command -v npm && command -v npx && command -v node; } >/dev/null || \
+		{ echo "npm: node, npm or npx still missing after installing nodejs and npm" >&2; exit 1; }; \
+	echo "npm: npm $$(npm --version), node $$(node --version)"
 
 # ------------------------------------------------------------ MCP conformance
 # The MCP project's conformance suite, which cmd/sandbox-mcp's
@@ -257,11 +319,10 @@ MCP_CONFORMANCE_VERSION ?= 0.1.10
 MCP_CONFORMANCE_DIR     ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/conformance-$(MCP_CONFORMANCE_VERSION)
 export MCP_CONFORMANCE_DIR
 
-mcp-conformance-tools:
+mcp-conformance-tools: npm
 	@if [ -x "$(MCP_CONFORMANCE_DIR)/node_modules/.bin/conformance" ]; then \
 		echo "mcp-conformance-tools: conformance $(MCP_CONFORMANCE_VERSION) in $(MCP_CONFORMANCE_DIR)"; \
 	else \
-		command -v npm >/dev/null || { echo "mcp-conformance-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
 		mkdir -p "$(MCP_CONFORMANCE_DIR)"; \
 		npm install --prefix "$(MCP_CONFORMANCE_DIR)" --no-audit --no-fund @modelcontextprotocol/conformance@$(MCP_CONFORMANCE_VERSION); \
 	fi
@@ -270,21 +331,29 @@ mcp-conformance-tools:
 # The official E2B SDKs (npm "e2b" and "@e2b/code-interpreter", pinned),
 # which orchestrator/door/e2bapi's TestSDK runs unmodified against a real
 # sandboxd --e2b-listen. Installed with npm into a cache outside the
-# repository, one directory per version pair, only when missing.
+# repository, one directory per version pair, only when missing. Then node
+# must load them as the suites do (sdktest/helpers.mjs requires them): they
+# ask for a newer node than Debian 12's (18), which fails to, and the target
+# fails saying so rather than leave the suites to fail.
 E2B_SDK_VERSION    ?= 2.51.0
 E2B_CI_SDK_VERSION ?= 2.8.0
 E2B_SDK_DIR        ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/e2b-$(E2B_SDK_VERSION)-ci-$(E2B_CI_SDK_VERSION)
 export E2B_SDK_DIR
 
-e2b-sdk-tools:
+e2b-sdk-tools: npm
 	@if [ -f "$(E2B_SDK_DIR)/node_modules/e2b/package.json" ] && [ -f "$(E2B_SDK_DIR)/node_modules/@e2b/code-interpreter/package.json" ]; then \
 		echo "e2b-sdk-tools: e2b $(E2B_SDK_VERSION), @e2b/code-interpreter $(E2B_CI_SDK_VERSION) in $(E2B_SDK_DIR)"; \
 	else \
-		command -v npm >/dev/null || { echo "e2b-sdk-tools: npm is not installed (apt-get install nodejs npm)"; exit 1; }; \
 		mkdir -p "$(E2B_SDK_DIR)"; \
 		npm install --prefix "$(E2B_SDK_DIR)" --no-audit --no-fund --save-exact \
 			e2b@$(E2B_SDK_VERSION) @e2b/code-interpreter@$(E2B_CI_SDK_VERSION); \
 	fi
+	@err="$$(node -e 'const r = require("node:module").createRequire(process.argv[1] + "/node_modules/"); \
+		try { r("e2b"); r("@e2b/code-interpreter") } catch (e) { console.log(String(e.message).split("\n")[0]); process.exit(1) }' \
+		"$(E2B_SDK_DIR)")" || { \
+		echo "e2b-sdk-tools: node $$(node --version) cannot load the E2B SDKs in $(E2B_SDK_DIR): $$err" >&2; \
+		echo "e2b-sdk-tools: they ask for node $$(node -p 'require(process.argv[1] + "/node_modules/e2b/package.json").engines.node' "$(E2B_SDK_DIR)"); install a newer Node.js and re-run" >&2; \
+		exit 1; }
 
 # ---------------------------------------------------------------------- Clean
 clean:
