@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // DefaultImage is the sandbox image `make image` builds (the Makefile's
@@ -128,17 +130,22 @@ func WaitServing(t testing.TB, conn *grpc.ClientConn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatalf("health watch: %v", err)
-	}
-	for {
-		resp, err := w.Recv()
-		if err != nil {
+	// A server that is starting may accept and then reset connections (a
+	// restarted container behind docker-proxy does): such a failure is
+	// Unavailable, and the watch is opened again until the deadline.
+	var last error
+	for ctx.Err() == nil {
+		w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		for err == nil {
+			var resp *healthpb.HealthCheckResponse
+			if resp, err = w.Recv(); err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+				return
+			}
+		}
+		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("server never reported SERVING: %v", err)
 		}
-		if resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
+		last = err
 	}
+	t.Fatalf("server never reported SERVING within 10 s: %v", last)
 }
