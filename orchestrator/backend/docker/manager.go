@@ -131,6 +131,8 @@ type Manager struct {
 	// watchCalls and watchDirs count WatchDirectory's calls in progress
 	// and the directories they watch, against Policy.WatchCaps (watch.go).
 	watchCalls, watchDirs core.Usage
+	// acquiring counts, per tenant, what creating counts (acquire.go).
+	acquiring tenantAcquires
 
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration
