@@ -209,3 +209,33 @@ func TestParseConfigMetricsAndTraces(t *testing.T) {
 		}
 	}
 }
+
+// TestFitTenantCaps: on a single-tenant server a tenant's caps on watches
+// not given are the server's; with several tenants they stay derived (a
+// quarter), and --max-sandboxes without a lower per-tenant cap is warned
+// about.
+func TestFitTenantCaps(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	c, err := parseConfig([]string{"--max-watch-dirs-per-tenant", "100"}, env("HOME", "/root"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.docker.Policy
+	fitTenantCaps(&p, 1, log)
+	if p.MaxWatchesPerTenant != 64 || p.MaxWatchDirsPerTenant != 100 {
+		t.Errorf("one tenant: %d watches, %d directories per tenant; want 64 (the server's), 100 (given)", p.MaxWatchesPerTenant, p.MaxWatchDirsPerTenant)
+	}
+	p = c.docker.Policy
+	p.MaxSandboxes = 10
+	fitTenantCaps(&p, 2, log)
+	if p.MaxWatchesPerTenant != 0 || !strings.Contains(logs.String(), "one tenant can take every sandbox") {
+		t.Errorf("two tenants: %d watches per tenant (want 0: derived); log %q", p.MaxWatchesPerTenant, logs.String())
+	}
+	logs.Reset()
+	p.MaxSandboxesPerTenant = 5
+	fitTenantCaps(&p, 2, log)
+	if logs.Len() != 0 {
+		t.Errorf("warned with a per-tenant cap below the server's: %s", logs.String())
+	}
+}
