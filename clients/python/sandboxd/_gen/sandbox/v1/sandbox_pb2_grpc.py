@@ -329,7 +329,8 @@ class SandboxServiceServicer(object):
         defaults; the operator may change them): watches in progress, 8 per
         sandbox, 16 per tenant over all its sandboxes, 64 on the server; and
         directories watched, 1000 per call, 4000 per sandbox, 8000 per tenant,
-        32000 on the server. A call past one is RESOURCE_EXHAUSTED, when the
+        32000 on the server (a server with a single tenant gives it the
+        server's caps). A call past one is RESOURCE_EXHAUSTED, when the
         watch starts or, for directories, when a new subdirectory would pass
         it (the stream then ends), with a message naming the cap, its value
         and the sandboxd flag that sets it. A sandbox's or tenant's cap is the
