@@ -86,6 +86,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
 	fs.IntVar(&mc.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once, warm-pool ones included; further users get RESOURCE_EXHAUSTED (0: no cap)")
 	fs.IntVar(&mc.MaxSandboxesPerTenant, "max-sandboxes-per-tenant", 0, "most sandboxes one tenant may have alive at once; further users of the tenant get RESOURCE_EXHAUSTED (0: no cap)")
+	fs.IntVar(&mc.MaxWatches, "max-watches", core.DefaultMaxWatches, "most WatchDirectory calls in progress on the server, all tenants together: each holds an inotify instance of sandboxd's (Linux allows 128 per user by default, fs.inotify.max_user_instances). Only protects the host; keep it well above --max-watches-per-tenant")
+	fs.IntVar(&mc.MaxWatchesPerTenant, "max-watches-per-tenant", 0, "most WatchDirectory calls in progress of one tenant, over all its sandboxes (0: a quarter of --max-watches, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
+	fs.IntVar(&mc.MaxWatchesPerSandbox, "max-watches-per-sandbox", 0, fmt.Sprintf("most WatchDirectory calls in progress on one sandbox (0: %d, or --max-watches-per-tenant if lower)", core.DefaultMaxWatchesPerSandbox))
+	fs.IntVar(&mc.MaxWatchDirs, "max-watch-dirs", core.DefaultMaxWatchDirs, "most directories all WatchDirectory calls on the server watch together: each holds an inotify watch (fs.inotify.max_user_watches) and an open descriptor of sandboxd's. Only protects the host; keep it well above --max-watch-dirs-per-tenant")
+	fs.IntVar(&mc.MaxWatchDirsPerTenant, "max-watch-dirs-per-tenant", 0, "most directories one tenant's WatchDirectory calls watch, over all its sandboxes (0: a quarter of --max-watch-dirs, or all of it when the server has one tenant)")
+	fs.IntVar(&mc.MaxWatchDirsPerSandbox, "max-watch-dirs-per-sandbox", 0, fmt.Sprintf("most directories the WatchDirectory calls on one sandbox watch (0: %d, or --max-watch-dirs-per-tenant if lower)", core.DefaultMaxWatchDirsPerSandbox))
+	fs.IntVar(&mc.MaxWatchDirsPerCall, "max-watch-dirs-per-call", 0, fmt.Sprintf("most directories one WatchDirectory call watches (0: %d, or --max-watch-dirs-per-sandbox if lower)", core.DefaultMaxWatchDirsPerCall))
 	fs.IntVar(&mc.WarmPool, "warm-pool", 0, "keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (requests with env, network or non-default limits still start their own)")
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
@@ -204,6 +211,9 @@ func (c *config) check() error {
 		if n.v < 0 {
 			return fmt.Errorf("--%s %d is negative", n.name, n.v)
 		}
+	}
+	if err := checkWatchCaps(mc.Policy); err != nil {
+		return err
 	}
 	if mc.MaxSandboxes > 0 && mc.WarmPool > mc.MaxSandboxes {
 		return fmt.Errorf("--warm-pool %d is above --max-sandboxes %d", mc.WarmPool, mc.MaxSandboxes)
@@ -334,4 +344,45 @@ func (c *cpus) Set(s string) error {
 	}
 	*c = cpus(math.Round(f * 1e9))
 	return nil
+}
+
+// watchCapFlags names the flag of each watch cap of core.Policy, the
+// longer names first (a replacer takes the first that matches).
+var watchCapFlags = strings.NewReplacer(
+	"MaxWatchesPerSandbox", "--max-watches-per-sandbox", "MaxWatchesPerTenant", "--max-watches-per-tenant", "MaxWatches", "--max-watches",
+	"MaxWatchDirsPerCall", "--max-watch-dirs-per-call", "MaxWatchDirsPerSandbox", "--max-watch-dirs-per-sandbox",
+	"MaxWatchDirsPerTenant", "--max-watch-dirs-per-tenant", "MaxWatchDirs", "--max-watch-dirs")
+
+// checkWatchCaps applies core.Policy's rules for the watch caps (none
+// negative, none above the wider one, zeros derived) to the flags' values
+// and names the flags in the error.
+func checkWatchCaps(p core.Policy) error {
+	w := core.Policy{MaxWatches: p.MaxWatches, MaxWatchesPerTenant: p.MaxWatchesPerTenant, MaxWatchesPerSandbox: p.MaxWatchesPerSandbox,
+		MaxWatchDirs: p.MaxWatchDirs, MaxWatchDirsPerTenant: p.MaxWatchDirsPerTenant, MaxWatchDirsPerSandbox: p.MaxWatchDirsPerSandbox, MaxWatchDirsPerCall: p.MaxWatchDirsPerCall}
+	if err := w.ApplyDefaults(); err != nil {
+		return errors.New(watchCapFlags.Replace(strings.TrimPrefix(err.Error(), "config: ")))
+	}
+	return nil
+}
+
+// fitTenantCaps fits the per-tenant caps to the number of tenants the
+// server has. With one (no --auth-tokens, or a token file naming one
+// tenant), the caps on watches have no other tenant to keep apart, so a
+// tenant's caps not given are the server's. With several, it warns when
+// --max-sandboxes is set without a lower --max-sandboxes-per-tenant: one
+// tenant could then take every sandbox.
+func fitTenantCaps(p *core.Policy, tenants int, log *slog.Logger) {
+	if tenants <= 1 {
+		if p.MaxWatchesPerTenant == 0 {
+			p.MaxWatchesPerTenant = p.MaxWatches
+		}
+		if p.MaxWatchDirsPerTenant == 0 {
+			p.MaxWatchDirsPerTenant = p.MaxWatchDirs
+		}
+		return
+	}
+	if p.MaxSandboxes > 0 && (p.MaxSandboxesPerTenant == 0 || p.MaxSandboxesPerTenant >= p.MaxSandboxes) {
+		log.Warn("--max-sandboxes is set without a lower --max-sandboxes-per-tenant: one tenant can take every sandbox of the server from the others",
+			"max_sandboxes", p.MaxSandboxes, "max_sandboxes_per_tenant", p.MaxSandboxesPerTenant, "tenants", tenants)
+	}
 }

@@ -50,6 +50,10 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"default disk", mc.DefaultLimits.DiskBytes, int64(1 << 30)},
 		{"max disk", mc.MaxLimits.DiskBytes, int64(16 << 30)},
 		{"io disk", mc.IODiskBytes, int64(1 << 30)},
+		{"max watches", mc.MaxWatches, 64},
+		{"max watches per tenant (derived)", mc.MaxWatchesPerTenant, 0},
+		{"max watch dirs", mc.MaxWatchDirs, 32000},
+		{"max watch dirs per call (derived)", mc.MaxWatchDirsPerCall, 0},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -126,6 +130,10 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"--io-disk", "1m"}, nil, "at least 16MiB"},
 		{[]string{"--idle-ttl", "2h", "--max-idle-ttl", "1h"}, nil, "--max-idle-ttl 1h0m0s must be 0 (automatic) or at least --idle-ttl 2h0m0s"},
 		{[]string{"--max-idle-ttl", "-1s"}, nil, "--max-idle-ttl -1s"},
+		{[]string{"--max-watches-per-tenant", "65"}, nil, "--max-watches-per-tenant 65 exceeds --max-watches 64"},
+		{[]string{"--max-watches", "8", "--max-watches-per-sandbox", "4"}, nil, "--max-watches-per-sandbox 4 exceeds --max-watches-per-tenant 2"},
+		{[]string{"--max-watch-dirs-per-call", "-1"}, nil, "--max-watch-dirs-per-call -1 is negative"},
+		{nil, []string{"SANDBOXD_MAX_WATCH_DIRS_PER_TENANT", "40000"}, "--max-watch-dirs-per-tenant 40000 exceeds --max-watch-dirs 32000"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
@@ -152,7 +160,8 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("error = %v, want errHelp", err)
 	}
 	for _, want := range []string{"-listen", "SANDBOXD_IDLE_TTL", "-default-memory", "-auth-tokens", "-insecure", "-tls-cert",
-		"-max-sandboxes-per-tenant", "-warm-pool", "-allow-network", "-default-disk", "-disk-volumes", "-max-code"} {
+		"-max-sandboxes-per-tenant", "-warm-pool", "-allow-network", "-default-disk", "-disk-volumes", "-max-code",
+		"-max-watches", "-max-watches-per-tenant", "-max-watches-per-sandbox", "-max-watch-dirs", "-max-watch-dirs-per-tenant", "-max-watch-dirs-per-sandbox", "-max-watch-dirs-per-call"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, out.String())
 		}
@@ -198,5 +207,35 @@ func TestParseConfigMetricsAndTraces(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q", want)
 		}
+	}
+}
+
+// TestFitTenantCaps: on a single-tenant server a tenant's caps on watches
+// not given are the server's; with several tenants they stay derived (a
+// quarter), and --max-sandboxes without a lower per-tenant cap is warned
+// about.
+func TestFitTenantCaps(t *testing.T) {
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	c, err := parseConfig([]string{"--max-watch-dirs-per-tenant", "100"}, env("HOME", "/root"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.docker.Policy
+	fitTenantCaps(&p, 1, log)
+	if p.MaxWatchesPerTenant != 64 || p.MaxWatchDirsPerTenant != 100 {
+		t.Errorf("one tenant: %d watches, %d directories per tenant; want 64 (the server's), 100 (given)", p.MaxWatchesPerTenant, p.MaxWatchDirsPerTenant)
+	}
+	p = c.docker.Policy
+	p.MaxSandboxes = 10
+	fitTenantCaps(&p, 2, log)
+	if p.MaxWatchesPerTenant != 0 || !strings.Contains(logs.String(), "one tenant can take every sandbox") {
+		t.Errorf("two tenants: %d watches per tenant (want 0: derived); log %q", p.MaxWatchesPerTenant, logs.String())
+	}
+	logs.Reset()
+	p.MaxSandboxesPerTenant = 5
+	fitTenantCaps(&p, 2, log)
+	if logs.Len() != 0 {
+		t.Errorf("warned with a per-tenant cap below the server's: %s", logs.String())
 	}
 }

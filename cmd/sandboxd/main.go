@@ -99,8 +99,13 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 			log.Warn("the token file is readable by other users; chmod 600 it", "file", cfg.authTokens, "mode", st.Mode().Perm())
 		}
 		opts = append(opts, grpcapi.WithTokens(toks))
-		log.Info("authentication on", "tokens", toks.Len())
+		log.Info("authentication on", "tokens", toks.Len(), "tenants", toks.Tenants())
 	}
+	tenants := 1 // without tokens, every caller is the default tenant
+	if toks != nil {
+		tenants = toks.Tenants()
+	}
+	fitTenantCaps(&cfg.docker.Policy, tenants, log)
 	useTLS := cfg.tlsCert != ""
 	if useTLS {
 		creds, err := credentials.NewServerTLSFromFile(cfg.tlsCert, cfg.tlsKey)

@@ -75,3 +75,46 @@ func ShuttingDown() error { return Unavailablef("sandboxd is shutting down") }
 func Unsupported(backend, feature string) error {
 	return Preconditionf("%s are not supported by sandboxd's %s backend yet (--backend %s)", feature, backend, backend)
 }
+
+// WatchesCapReached refuses a WatchDirectory call past the cap at scope
+// on the calls in progress (Policy.MaxWatchesPerSandbox,
+// MaxWatchesPerTenant, MaxWatches); who names the sandbox or the tenant.
+func WatchesCapReached(scope Scope, who string, max int) error {
+	switch scope {
+	case ScopeSandbox:
+		return Exhaustedf("sandbox %s has reached its cap of %d watches in progress (sandboxd --max-watches-per-sandbox); end one of its watches first", who, max)
+	case ScopeTenant:
+		return Exhaustedf("tenant %s has reached its cap of %d watches in progress over all its sandboxes (sandboxd --max-watches-per-tenant); end one of its watches first", who, max)
+	default:
+		return Exhaustedf("the server has reached its cap of %d watches in progress for all tenants together (sandboxd --max-watches); try again later", max)
+	}
+}
+
+// WatchDirsCapReached refuses a directory to watch past the cap at scope
+// on the directories watched (Policy.MaxWatchDirsPerSandbox,
+// MaxWatchDirsPerTenant, MaxWatchDirs); who names the sandbox or the
+// tenant.
+func WatchDirsCapReached(scope Scope, who string, max int) error {
+	switch scope {
+	case ScopeSandbox:
+		return Exhaustedf("sandbox %s has reached its cap of %d watched directories (sandboxd --max-watch-dirs-per-sandbox); end one of its watches or watch a smaller tree", who, max)
+	case ScopeTenant:
+		return Exhaustedf("tenant %s has reached its cap of %d watched directories over all its sandboxes (sandboxd --max-watch-dirs-per-tenant); end one of its watches or watch a smaller tree", who, max)
+	default:
+		return Exhaustedf("the server has reached its cap of %d watched directories for all tenants together (sandboxd --max-watch-dirs); try again later", max)
+	}
+}
+
+// WatchDirsPerCallReached refuses a watch that would cover more than
+// Policy.MaxWatchDirsPerCall directories.
+func WatchDirsPerCallReached(max int) error {
+	return Exhaustedf("a watch has reached its cap of %d watched directories (sandboxd --max-watch-dirs-per-call); watch a smaller tree, or not recursively", max)
+}
+
+// HostWatchLimit refuses a watch because the host's own limit (what
+// names it: "inotify instances (fs.inotify.max_user_instances)") is used
+// up, below sandboxd's caps: the operator should raise it or lower the
+// caps.
+func HostWatchLimit(what string) error {
+	return Exhaustedf("the host's %s are used up, below sandboxd's caps on watches; try again later (operators: raise the limit or lower --max-watches and --max-watch-dirs)", what)
+}

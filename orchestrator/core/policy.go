@@ -76,6 +76,40 @@ type Policy struct {
 	// WarmPool is how many started, unclaimed sandboxes to keep ready for
 	// new users; 0: none.
 	WarmPool int
+
+	// The caps on WatchDirectory (WatchCaps), per tenant before they are
+	// global. Each call in progress holds an inotify instance of
+	// sandboxd's (Linux allows 128 per user by default:
+	// fs.inotify.max_user_instances, shared with every other process of
+	// root's), two descriptors and three goroutines; each directory it
+	// watches holds an inotify watch (about 1 KiB of kernel memory, within
+	// fs.inotify.max_user_watches) and an open descriptor. Zero fields
+	// take the defaults given; a cap must not exceed the wider one
+	// (sandbox ≤ tenant ≤ server), and a tenant's cap should stay below
+	// the server's so that one tenant cannot take every watch.
+	//
+	// MaxWatches caps the calls in progress on the server; default
+	// DefaultMaxWatches (half of Linux's default inotify instances).
+	MaxWatches int
+	// MaxWatchesPerTenant caps one tenant's calls in progress, over its
+	// sandboxes; default a quarter of MaxWatches.
+	MaxWatchesPerTenant int
+	// MaxWatchesPerSandbox caps the calls in progress on one sandbox;
+	// default DefaultMaxWatchesPerSandbox, or MaxWatchesPerTenant if lower.
+	MaxWatchesPerSandbox int
+	// MaxWatchDirs caps the directories all calls on the server watch;
+	// default DefaultMaxWatchDirs.
+	MaxWatchDirs int
+	// MaxWatchDirsPerTenant caps the directories one tenant's calls
+	// watch; default a quarter of MaxWatchDirs.
+	MaxWatchDirsPerTenant int
+	// MaxWatchDirsPerSandbox caps the directories the calls on one
+	// sandbox watch; default DefaultMaxWatchDirsPerSandbox, or
+	// MaxWatchDirsPerTenant if lower.
+	MaxWatchDirsPerSandbox int
+	// MaxWatchDirsPerCall caps the directories one call watches; default
+	// DefaultMaxWatchDirsPerCall, or MaxWatchDirsPerSandbox if lower.
+	MaxWatchDirsPerCall int
 	// AllowNetwork lets callers ask for outbound network access
 	// (Options.Network).
 	AllowNetwork bool
@@ -100,6 +134,26 @@ const (
 	// MinDiskBytes is the smallest volume: ext4 with a journal needs a few
 	// MiB of its own.
 	MinDiskBytes = 16 << 20
+
+	// DefaultMaxWatches is half of the 128 inotify instances Linux allows
+	// a user by default, leaving the rest to sandboxd's own file watcher
+	// and root's other processes (systemd, dockerd, containerd); a tenant
+	// gets a quarter of it, 16, by default.
+	DefaultMaxWatches = 64
+	// DefaultMaxWatchesPerSandbox lets one user's sandbox hold half of its
+	// tenant's default share.
+	DefaultMaxWatchesPerSandbox = 8
+	// DefaultMaxWatchDirs is 32000 inotify watches (about 32 MiB of kernel
+	// memory; Linux allows 1% of RAM by default, about 40000 watches on a
+	// 4 GiB host, since 5.11) and as many open descriptors (Go raises
+	// sandboxd's soft limit to its hard one, 524288 under systemd); a
+	// tenant gets a quarter of it, 8000, by default.
+	DefaultMaxWatchDirs = 32000
+	// DefaultMaxWatchDirsPerSandbox and DefaultMaxWatchDirsPerCall: a
+	// recursive watch of a project tree with its dependencies fits in
+	// one call; a sandbox holds four such calls.
+	DefaultMaxWatchDirsPerSandbox = 4000
+	DefaultMaxWatchDirsPerCall    = 1000
 )
 
 // MaxCodeBytes bounds the code of one command, whatever the configuration.
@@ -136,6 +190,7 @@ func (p *Policy) ApplyDefaults() error {
 	p.MaxLimits.MemoryBytes = cmp.Or(p.MaxLimits.MemoryBytes, 8<<30)
 	p.MaxLimits.NanoCPUs = cmp.Or(p.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
 	p.MaxLimits.PidsLimit = cmp.Or(p.MaxLimits.PidsLimit, 4096)
+	p.applyWatchDefaults()
 	if p.NoDiskLimit {
 		p.DefaultLimits.DiskBytes, p.MaxLimits.DiskBytes, p.IODiskBytes = 0, 0, 0
 	} else {
@@ -160,6 +215,9 @@ func (p *Policy) ApplyDefaults() error {
 	case p.MaxSandboxes > 0 && p.WarmPool > p.MaxSandboxes:
 		return Invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", p.WarmPool, p.MaxSandboxes)
 	}
+	if err := p.checkWatchCaps(); err != nil {
+		return err
+	}
 	if _, err := resolveLimits(p.DefaultLimits, p.DefaultLimits, p.MaxLimits); err != nil {
 		return Invalidf("config: DefaultLimits: %v", err)
 	}
@@ -167,6 +225,49 @@ func (p *Policy) ApplyDefaults() error {
 		return Invalidf("config: DefaultLimits: %v", err)
 	}
 	return nil
+}
+
+// applyWatchDefaults fills the zero watch caps, each wider one first: a
+// tenant's default is a quarter of the server's, a sandbox's and a call's
+// defaults are lowered to fit the wider cap.
+func (p *Policy) applyWatchDefaults() {
+	p.MaxWatches = cmp.Or(p.MaxWatches, DefaultMaxWatches)
+	p.MaxWatchesPerTenant = cmp.Or(p.MaxWatchesPerTenant, max(p.MaxWatches/4, 1))
+	p.MaxWatchesPerSandbox = cmp.Or(p.MaxWatchesPerSandbox, min(DefaultMaxWatchesPerSandbox, p.MaxWatchesPerTenant))
+	p.MaxWatchDirs = cmp.Or(p.MaxWatchDirs, DefaultMaxWatchDirs)
+	p.MaxWatchDirsPerTenant = cmp.Or(p.MaxWatchDirsPerTenant, max(p.MaxWatchDirs/4, 1))
+	p.MaxWatchDirsPerSandbox = cmp.Or(p.MaxWatchDirsPerSandbox, min(DefaultMaxWatchDirsPerSandbox, p.MaxWatchDirsPerTenant))
+	p.MaxWatchDirsPerCall = cmp.Or(p.MaxWatchDirsPerCall, min(DefaultMaxWatchDirsPerCall, p.MaxWatchDirsPerSandbox))
+}
+
+// checkWatchCaps: no cap negative, none above the wider one.
+func (p *Policy) checkWatchCaps() error {
+	type field struct {
+		name string
+		v    int
+	}
+	for _, chain := range [][]field{
+		{{"MaxWatchesPerSandbox", p.MaxWatchesPerSandbox}, {"MaxWatchesPerTenant", p.MaxWatchesPerTenant}, {"MaxWatches", p.MaxWatches}},
+		{{"MaxWatchDirsPerCall", p.MaxWatchDirsPerCall}, {"MaxWatchDirsPerSandbox", p.MaxWatchDirsPerSandbox}, {"MaxWatchDirsPerTenant", p.MaxWatchDirsPerTenant}, {"MaxWatchDirs", p.MaxWatchDirs}},
+	} {
+		for i, f := range chain {
+			if f.v < 0 {
+				return Invalidf("config: %s %d is negative", f.name, f.v)
+			}
+			if i > 0 && chain[i-1].v > f.v {
+				return Invalidf("config: %s %d exceeds %s %d", chain[i-1].name, chain[i-1].v, f.name, f.v)
+			}
+		}
+	}
+	return nil
+}
+
+// WatchCaps returns the caps on WatchDirectory calls in progress and on
+// the directories they watch (a call's own cap on directories is
+// MaxWatchDirsPerCall).
+func (p *Policy) WatchCaps() (calls, dirs Caps) {
+	return Caps{PerSandbox: p.MaxWatchesPerSandbox, PerTenant: p.MaxWatchesPerTenant, Server: p.MaxWatches},
+		Caps{PerSandbox: p.MaxWatchDirsPerSandbox, PerTenant: p.MaxWatchDirsPerTenant, Server: p.MaxWatchDirs}
 }
 
 // ResolveOptions validates opts for a new sandbox and applies p's defaults:

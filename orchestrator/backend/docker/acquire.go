@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -117,10 +118,16 @@ func (m *Manager) poolSpec() sandboxSpec {
 // allows, after checking the caps, and says which it did. The caller holds
 // the user's lock.
 func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox, core.AcquireKind, error) {
-	all, ofTenant := m.reg.countRunning(spec.user.tenant)
-	if c := m.cfg.MaxSandboxesPerTenant; c > 0 && ofTenant >= c {
-		return nil, "", core.TenantCapReached(spec.user.tenant, c)
+	var all int
+	release, ok := m.acquiring.reserve(spec.user.tenant, m.cfg.MaxSandboxesPerTenant, func() int {
+		var ofTenant int
+		all, ofTenant = m.reg.countRunning(spec.user.tenant)
+		return ofTenant
+	})
+	if !ok {
+		return nil, "", core.TenantCapReached(spec.user.tenant, m.cfg.MaxSandboxesPerTenant)
 	}
+	defer release() // once registered, or failed
 	if m.poolable(spec) {
 		sb, err := m.claimPooled(ctx, spec)
 		if sb != nil || err != nil {
@@ -292,4 +299,39 @@ func (m *Manager) imageMissing() error {
 // object". Errors already classified by us are not Docker's.
 func isDockerNotFound(err error) bool {
 	return err != nil && !core.IsClassified(err) && cerrdefs.IsNotFound(err)
+}
+
+// tenantAcquires counts, per tenant, the new sandboxes being created or
+// claimed from the pool for its users and not yet registered, so that
+// acquires for a tenant's users running at once cannot pass its cap
+// (Config.MaxSandboxesPerTenant) together, which they did when each
+// counted only the registered ones: a tenant with a cap of 2 got 6
+// sandboxes from 6 concurrent acquires, and could take the whole server's
+// cap from other tenants.
+type tenantAcquires struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// reserve counts one more new sandbox of tenant in progress, unless its
+// registered ones (registered, called under the lock) and those in
+// progress reach max (0: no cap). A sandbox registered before its release
+// is counted twice meanwhile, never missed.
+func (t *tenantAcquires) reserve(tenant string, max int, registered func() int) (release func(), ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := registered() + t.n[tenant]; max > 0 && n >= max {
+		return nil, false
+	}
+	if t.n == nil {
+		t.n = map[string]int{}
+	}
+	t.n[tenant]++
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.n[tenant]--; t.n[tenant] == 0 {
+			delete(t.n, tenant)
+		}
+	}, true
 }

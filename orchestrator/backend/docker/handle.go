@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -73,10 +72,6 @@ type sandbox struct {
 	gone       bool          // destroyed: every handle to it is stale
 	deadCh     chan struct{} // closed when the sandbox dies, to wake followers
 	goneCh     chan struct{} // closed when the sandbox is destroyed
-
-	// watchedDirs counts the directories WatchDirectory calls watch in the
-	// sandbox's workspace (bounded by maxWatchDirsPerSandbox).
-	watchedDirs atomic.Int64
 
 	// metaMu serialises meta.json writes so an older snapshot never
 	// overwrites a newer one.

@@ -128,7 +128,11 @@ type Manager struct {
 	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
 	userLocks keyedMutex   // by userKey.String()
 	watch     *iolog.Watcher
-	watchers  atomic.Int32 // WatchDirectory calls in progress (maxWatchers)
+	// watchCalls and watchDirs count WatchDirectory's calls in progress
+	// and the directories they watch, against Policy.WatchCaps (watch.go).
+	watchCalls, watchDirs core.Usage
+	// acquiring counts, per tenant, what creating counts (acquire.go).
+	acquiring tenantAcquires
 
 	// recheck is recheckInterval, shortened by tests.
 	recheck time.Duration
@@ -209,6 +213,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		return fail(fmt.Errorf("file watcher: %w", err))
 	}
 	m.watch = w
+	warnHostWatchLimits(cfg.Policy, m.log)
 
 	// Docker replays events since this instant when the monitor subscribes,
 	// so a container that dies while reconcile runs is not missed.

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -211,6 +213,42 @@ func TestSandboxCaps(t *testing.T) {
 	awaitDead(t, m, list[0].ID)
 	if _, err := m.Acquire(beta, "b2", core.Options{}); err != nil {
 		t.Errorf("after a death, a new sandbox: %v", err)
+	}
+}
+
+// TestSandboxCapsConcurrent: acquires for a tenant's users running at
+// once do not pass its cap together (they did: each counted only the
+// registered sandboxes, so acme got the server's every sandbox, and beta
+// none).
+func TestSandboxCapsConcurrent(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	fd.startDelay = 200 * time.Millisecond // creations overlap
+	cfg := testConfig(t)
+	cfg.MaxSandboxes, cfg.MaxSandboxesPerTenant = 4, 2
+	m := newTestManager(t, cfg, fd)
+	acme, beta := as(t, "acme", false), as(t, "beta", false)
+	errs := make(chan error, 6)
+	for i := range 6 {
+		go func() {
+			_, err := m.Acquire(acme, fmt.Sprint("a", i), core.Options{})
+			errs <- err
+		}()
+	}
+	got := 0
+	for range 6 {
+		if err := <-errs; err == nil {
+			got++
+		} else {
+			wantClass(t, err, core.ErrResourceExhausted, "tenant acme runs its maximum of 2 sandboxes (sandboxd --max-sandboxes-per-tenant)")
+		}
+	}
+	if got != 2 {
+		t.Errorf("tenant acme, capped at 2, got %d sandboxes from 6 acquires at once", got)
+	}
+	for _, u := range []string{"b1", "b2"} {
+		if _, err := m.Acquire(beta, u, core.Options{}); err != nil {
+			t.Errorf("tenant beta's %s after acme's acquires: %v", u, err)
+		}
 	}
 }
 

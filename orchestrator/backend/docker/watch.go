@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,17 +19,41 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
-// WatchDirectory's bounds (variables for tests).
-var (
-	// maxWatchDirsPerCall and maxWatchDirsPerSandbox bound the directories
-	// (inotify watches, and open descriptors, see below) one call and all
-	// the calls on one sandbox hold.
-	maxWatchDirsPerCall    int   = 1000
-	maxWatchDirsPerSandbox int64 = 4000
-	// maxWatchers bounds the calls in progress on the server: each is an
-	// inotify instance, of which Linux allows 128 per user by default.
-	maxWatchers int32 = 64
-)
+// WatchDirectory's caps (calls in progress and directories watched, per
+// sandbox, per tenant and on the server, and directories per call) are the
+// policy's: core.Policy.WatchCaps, counted in Manager.watchCalls and
+// Manager.watchDirs under the sandbox's tenant. What a call and a
+// directory cost, and why the defaults are what they are: core.Policy.
+
+// warnHostWatchLimits logs a warning for each of the host's limits that
+// is below what the caps on watches allow, so that the server's caps do
+// not protect the host: watches then fail at the host's limit (with
+// HostWatchLimit's error) instead of the caps', and sandboxd's other
+// work, which needs descriptors and inotify too, may fail with them. Half
+// of each limit is left to the rest of sandboxd and root's processes.
+func warnHostWatchLimits(p core.Policy, log *slog.Logger) {
+	sysctl := func(name string) int {
+		b, err := os.ReadFile("/proc/sys/fs/inotify/" + name)
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	if n := sysctl("max_user_instances"); n > 0 && p.MaxWatches > n/2 {
+		log.Warn("--max-watches allows more watches than half of the host's inotify instances: raise fs.inotify.max_user_instances or lower --max-watches",
+			"max_watches", p.MaxWatches, "max_user_instances", n)
+	}
+	if n := sysctl("max_user_watches"); n > 0 && p.MaxWatchDirs > n/2 {
+		log.Warn("--max-watch-dirs allows more watched directories than half of the host's inotify watches: raise fs.inotify.max_user_watches or lower --max-watch-dirs",
+			"max_watch_dirs", p.MaxWatchDirs, "max_user_watches", n)
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && uint64(p.MaxWatchDirs+2*p.MaxWatches) > rl.Cur/2 {
+		log.Warn("--max-watch-dirs allows watches to hold more than half of sandboxd's open-file limit: raise it (LimitNOFILE, ulimit -n) or lower --max-watch-dirs",
+			"max_watch_dirs", p.MaxWatchDirs, "max_watches", p.MaxWatches, "nofile", rl.Cur)
+	}
+}
 
 const (
 	// watchQueue is how many events wait for a slow reader; more are
@@ -57,6 +83,8 @@ const (
 type dirWatch struct {
 	m         *Manager
 	sb        *sandbox
+	tenant    string // sb's, whose caps the watch counts against
+	dirCaps   core.Caps
 	root      *os.Root
 	w         *fsnotify.Watcher
 	recursive bool
@@ -75,23 +103,26 @@ type dirWatch struct {
 // workspace to fn until ctx ends (returning its error), the sandbox is
 // deleted (ErrNotFound) or fn fails (returning its error). fn is first
 // called with no event once the watch is in place. With recursive,
-// subdirectories are watched too, including those created later. Bounds:
-// maxWatchDirsPerCall and maxWatchDirsPerSandbox directories
-// (ErrResourceExhausted, also when a new subdirectory would pass them),
-// maxWatchers calls on the server; writes to one path within writeWindow
-// are reported once; at most watchQueue events wait for fn, later ones are
-// dropped and counted in the next update's Dropped.
+// subdirectories are watched too, including those created later. Caps
+// (ErrResourceExhausted naming the cap): core.Policy.WatchCaps, on the
+// calls in progress and the directories watched, per sandbox, per tenant
+// (the sandbox's) and on the server, and MaxWatchDirsPerCall directories
+// per call, checked also when a new subdirectory would pass them. Writes
+// to one path within writeWindow are reported once; at most watchQueue
+// events wait for fn, later ones are dropped and counted in the next
+// update's Dropped.
 func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, rel string, recursive bool, fn func(core.WatchUpdate) error) error {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return err
 	}
 	show := core.DisplayPath(rel)
-	if m.watchers.Add(1) > maxWatchers {
-		m.watchers.Add(-1)
-		return core.Exhaustedf("watch %s: the server already runs %d watches; end one first", show, maxWatchers)
+	callCaps, dirCaps := m.cfg.WatchCaps()
+	tenant := sb.tenant
+	if scope, ok := m.watchCalls.Take(callCaps, sb.id, tenant, 1); !ok {
+		return fmt.Errorf("watch %s: %w", show, core.WatchesCapReached(scope, capHolder(scope, sb.id, tenant), callCaps.Of(scope)))
 	}
-	defer m.watchers.Add(-1)
+	defer m.watchCalls.Release(sb.id, tenant, 1)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return err
@@ -107,12 +138,12 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, rel string, rec
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		if errors.Is(err, syscall.EMFILE) {
-			return core.Exhaustedf("watch %s: the host's inotify instances are used up", show)
+			return fmt.Errorf("watch %s: %w", show, core.HostWatchLimit("inotify instances (fs.inotify.max_user_instances)"))
 		}
 		return fmt.Errorf("watch %s: %w", show, err)
 	}
 	dw := &dirWatch{
-		m: m, sb: sb, root: root, w: w, recursive: recursive, top: rel,
+		m: m, sb: sb, tenant: tenant, dirCaps: dirCaps, root: root, w: w, recursive: recursive, top: rel,
 		dirs: map[string]*os.File{}, rels: map[string]string{}, byRel: map[string]string{},
 		out: make(chan core.WatchEvent, watchQueue), writes: map[string]time.Time{},
 	}
@@ -293,33 +324,37 @@ func (dw *dirWatch) add(rel string, top bool, created *core.WatchEvent) error {
 	if _, ok := dw.byRel[rel]; ok {
 		return nil
 	}
-	if len(dw.dirs) >= maxWatchDirsPerCall {
-		return core.Exhaustedf("watch: more than %d directories to watch in one call; watch a smaller tree or not recursively", maxWatchDirsPerCall)
+	show := core.DisplayPath(rel)
+	if perCall := dw.m.cfg.MaxWatchDirsPerCall; len(dw.dirs) >= perCall {
+		return fmt.Errorf("watch %s: %w", show, core.WatchDirsPerCallReached(perCall))
 	}
-	if dw.sb.watchedDirs.Add(1) > maxWatchDirsPerSandbox {
-		dw.sb.watchedDirs.Add(-1)
-		return core.Exhaustedf("watch: the sandbox's watches already cover %d directories; end a watch first", maxWatchDirsPerSandbox)
+	if scope, ok := dw.m.watchDirs.Take(dw.dirCaps, dw.sb.id, dw.tenant, 1); !ok {
+		return fmt.Errorf("watch %s: %w", show, core.WatchDirsCapReached(scope, capHolder(scope, dw.sb.id, dw.tenant), dw.dirCaps.Of(scope)))
 	}
+	release := func() { dw.m.watchDirs.Release(dw.sb.id, dw.tenant, 1) }
 	// os.Root keeps every step inside the workspace (a link swapped in
 	// since the Lstat is resolved inside it, or refused); O_DIRECTORY: a
 	// directory, not a file swapped in.
 	f, err := dw.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY, 0)
 	if err != nil {
-		dw.sb.watchedDirs.Add(-1)
+		release()
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			return fmt.Errorf("watch %s: %w", show, core.HostWatchLimit("open files (sandboxd's RLIMIT_NOFILE, fs.file-max)"))
+		}
 		if top {
-			return fsError("watch", core.DisplayPath(rel), err)
+			return fsError("watch", show, err)
 		}
 		return nil // gone or replaced since its event: nothing to watch
 	}
 	key := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
 	if err := dw.w.Add(key); err != nil {
 		f.Close()
-		dw.sb.watchedDirs.Add(-1)
+		release()
 		if errors.Is(err, syscall.ENOSPC) {
-			return core.Exhaustedf("watch %s: the host's inotify watches are used up", core.DisplayPath(rel))
+			return fmt.Errorf("watch %s: %w", show, core.HostWatchLimit("inotify watches (fs.inotify.max_user_watches)"))
 		}
 		if top {
-			return fmt.Errorf("watch %s: %w", core.DisplayPath(rel), err)
+			return fmt.Errorf("watch %s: %w", show, err)
 		}
 		return nil
 	}
@@ -369,7 +404,7 @@ func (dw *dirWatch) unwatch(rel, key string) {
 	delete(dw.dirs, key)
 	delete(dw.rels, key)
 	delete(dw.byRel, rel)
-	dw.sb.watchedDirs.Add(-1)
+	dw.m.watchDirs.Release(dw.sb.id, dw.tenant, 1)
 }
 
 // close ends the watch and gives back its directories.
@@ -378,6 +413,18 @@ func (dw *dirWatch) close() {
 	for rel, key := range dw.byRel {
 		dw.dirs[key].Close()
 		delete(dw.byRel, rel)
-		dw.sb.watchedDirs.Add(-1)
+		dw.m.watchDirs.Release(dw.sb.id, dw.tenant, 1)
 	}
+}
+
+// capHolder names who holds the cap at scope: the sandbox, its tenant, or
+// nobody (the server's).
+func capHolder(scope core.Scope, sandboxID, tenant string) string {
+	switch scope {
+	case core.ScopeSandbox:
+		return sandboxID
+	case core.ScopeTenant:
+		return tenant
+	}
+	return ""
 }

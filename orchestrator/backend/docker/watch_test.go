@@ -22,7 +22,18 @@ type watcher struct {
 
 func startWatch(t *testing.T, m *validated, id, p string, recursive bool) *watcher {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
+	w, err := tryWatch(t, t.Context(), m, id, p, recursive)
+	if err != nil {
+		t.Fatalf("WatchDirectory: %v", err)
+	}
+	return w
+}
+
+// tryWatch starts WatchDirectory as ctx's caller and waits until the watch
+// is in place (then it ends with the test) or refused (its error).
+func tryWatch(t *testing.T, ctx context.Context, m *validated, id, p string, recursive bool) (*watcher, error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	w := &watcher{t: t, updates: make(chan core.WatchUpdate, 10000), done: make(chan error, 1), cancel: cancel}
 	go func() {
 		w.done <- m.WatchDirectory(ctx, id, p, recursive, func(u core.WatchUpdate) error {
@@ -36,12 +47,13 @@ func startWatch(t *testing.T, m *validated, id, p string, recursive bool) *watch
 			t.Fatalf("first update has an event: %+v", u.Event)
 		}
 	case err := <-w.done:
-		t.Fatalf("WatchDirectory: %v", err)
+		cancel()
+		return nil, err
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch not ready")
 	}
 	t.Cleanup(func() { cancel(); <-w.done })
-	return w
+	return w, nil
 }
 
 // collect gathers events until quiet for 300ms (or 5s pass).
@@ -178,11 +190,12 @@ func TestWatchDirectoryConfined(t *testing.T) {
 }
 
 func TestWatchDirectoryBounds(t *testing.T) {
-	m, id, ws := fileOpsEnv(t)
+	cfg := testConfig(t)
+	cfg.MaxWatchDirsPerCall, cfg.MaxWatchDirsPerSandbox = 5, 8
+	m := newTestManager(t, cfg, newFakeDocker(testImage))
+	id := acquire(t, m, "u").Sandbox.ID
+	ws := filepath.Join(m.cfg.StateDir, "sandboxes", id, "workspace")
 	ctx := t.Context()
-	oldCall, oldSandbox := maxWatchDirsPerCall, maxWatchDirsPerSandbox
-	maxWatchDirsPerCall, maxWatchDirsPerSandbox = 5, 8
-	t.Cleanup(func() { maxWatchDirsPerCall, maxWatchDirsPerSandbox = oldCall, oldSandbox })
 	for i := range 3 {
 		mustDo(t, os.MkdirAll(filepath.Join(ws, "t", fmt.Sprint(i)), 0o755))
 	}
@@ -190,35 +203,107 @@ func TestWatchDirectoryBounds(t *testing.T) {
 
 	// Per call: t and 3 children are 4 directories; a 6th is too many.
 	mustDo(t, os.MkdirAll(filepath.Join(ws, "big/1/2/3/4/5"), 0o755))
-	wantClass(t, m.WatchDirectory(ctx, id, "big", true, nop), core.ErrResourceExhausted, "more than 5 directories")
+	wantClass(t, m.WatchDirectory(ctx, id, "big", true, nop), core.ErrResourceExhausted, "cap of 5 watched directories (sandboxd --max-watch-dirs-per-call)")
 	w1 := startWatch(t, m, id, "t", true) // 4
 	// A new subdirectory past the cap ends the stream.
 	mustDo(t, os.Mkdir(filepath.Join(ws, "t", "3"), 0o755)) // 5: fine
 	mustDo(t, os.Mkdir(filepath.Join(ws, "t", "4"), 0o755)) // 6: too many
 	select {
 	case err := <-w1.done:
-		wantClass(t, err, core.ErrResourceExhausted, "more than 5 directories")
+		wantClass(t, err, core.ErrResourceExhausted, "cap of 5 watched directories (sandboxd --max-watch-dirs-per-call)")
 		w1.done <- err // for the cleanup
 	case <-time.After(5 * time.Second):
 		t.Fatal("watch past its cap did not end")
 	}
-	if n := m.reg.get(id).watchedDirs.Load(); n != 0 {
+	if n, _, _ := m.watchDirs.InUse(id, core.DefaultTenant); n != 0 {
 		t.Errorf("%d directories still counted after the watch ended", n)
 	}
-	// Per server: calls in progress.
-	oldWatchers := maxWatchers
-	maxWatchers = 1
-	w2 := startWatch(t, m, id, "t", false)
-	wantClass(t, m.WatchDirectory(ctx, id, "t", false, nop), core.ErrResourceExhausted, "already runs 1 watches")
-	w2.cancel()
-	w2.done <- <-w2.done
-	maxWatchers = oldWatchers
 	// Per sandbox: two watches of 4 fill 8; a third is refused.
 	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "4")))
 	mustDo(t, os.RemoveAll(filepath.Join(ws, "t", "3")))
 	startWatch(t, m, id, "t", true)
 	startWatch(t, m, id, "t", true)
-	wantClass(t, m.WatchDirectory(ctx, id, "", false, nop), core.ErrResourceExhausted, "already cover 8 directories")
+	wantClass(t, m.WatchDirectory(ctx, id, "", false, nop), core.ErrResourceExhausted,
+		"sandbox "+id+" has reached its cap of 8 watched directories (sandboxd --max-watch-dirs-per-sandbox)")
+}
+
+// capsEnv is a Manager with cfg's caps on watches and, for each of
+// acme's a1, a2, a3, beta's b1 and gamma's g1, a sandbox whose workspace
+// holds tree/{a,b} (3 directories).
+func capsEnv(t *testing.T, cfg Config) (m *validated, acme, beta, gamma context.Context, ids map[string]string) {
+	m = newTestManager(t, cfg, newFakeDocker(testImage))
+	acme, beta, gamma = as(t, "acme", false), as(t, "beta", false), as(t, "gamma", false)
+	ids = map[string]string{}
+	for user, ctx := range map[string]context.Context{"a1": acme, "a2": acme, "a3": acme, "b1": beta, "g1": gamma} {
+		res, err := m.Acquire(ctx, user, core.Options{})
+		mustDo(t, err)
+		ws := filepath.Join(m.cfg.StateDir, "sandboxes", res.Sandbox.ID, "workspace")
+		mustDo(t, os.MkdirAll(filepath.Join(ws, "tree", "a"), 0o755))
+		mustDo(t, os.MkdirAll(filepath.Join(ws, "tree", "b"), 0o755))
+		ids[user] = res.Sandbox.ID
+	}
+	return m, acme, beta, gamma, ids
+}
+
+// refusedWatch checks that a watch is refused with ErrResourceExhausted
+// and a message naming msg.
+func refusedWatch(t *testing.T, ctx context.Context, m *validated, id, p string, recursive bool, msg string) {
+	t.Helper()
+	_, err := tryWatch(t, ctx, m, id, p, recursive)
+	wantClass(t, err, core.ErrResourceExhausted, msg)
+}
+
+// TestWatchCapsCalls: the caps on watches in progress hold per sandbox,
+// then per tenant, then on the server, each refusal naming its cap, and an
+// ended watch is given back.
+func TestWatchCapsCalls(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxWatchesPerSandbox, cfg.MaxWatchesPerTenant, cfg.MaxWatches = 1, 2, 3
+	m, acme, beta, gamma, id := capsEnv(t, cfg)
+
+	wa1, err := tryWatch(t, acme, m, id["a1"], "", false)
+	mustDo(t, err)
+	refusedWatch(t, acme, m, id["a1"], "", false, "sandbox "+id["a1"]+" has reached its cap of 1 watches in progress (sandboxd --max-watches-per-sandbox)")
+	_, err = tryWatch(t, acme, m, id["a2"], "", false)
+	mustDo(t, err)
+	refusedWatch(t, acme, m, id["a3"], "", false, "tenant acme has reached its cap of 2 watches in progress over all its sandboxes (sandboxd --max-watches-per-tenant)")
+	_, err = tryWatch(t, beta, m, id["b1"], "", false) // acme at its cap does not block beta
+	mustDo(t, err)
+	refusedWatch(t, gamma, m, id["g1"], "", false, "the server has reached its cap of 3 watches in progress for all tenants together (sandboxd --max-watches)")
+	wa1.cancel()
+	wa1.done <- <-wa1.done
+	_, err = tryWatch(t, gamma, m, id["g1"], "", false) // acme's ended watch was given back
+	mustDo(t, err)
+	if s, tn, all := m.watchCalls.InUse(id["a1"], "acme"); s != 0 || tn != 1 || all != 3 {
+		t.Errorf("watches in progress: %d on a1, %d of acme, %d in all; want 0, 1, 3", s, tn, all)
+	}
+}
+
+// TestWatchCapsDirs: the caps on watched directories hold per sandbox,
+// then per tenant, then on the server, also part-way through a recursive
+// watch, which then gives back what it took.
+func TestWatchCapsDirs(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.MaxWatchDirsPerCall, cfg.MaxWatchDirsPerSandbox, cfg.MaxWatchDirsPerTenant, cfg.MaxWatchDirs = 3, 3, 4, 6
+	m, acme, beta, gamma, id := capsEnv(t, cfg)
+
+	wa1, err := tryWatch(t, acme, m, id["a1"], "tree", true) // acme 3, server 3
+	mustDo(t, err)
+	refusedWatch(t, acme, m, id["a2"], "tree", true, "tenant acme has reached its cap of 4 watched directories over all its sandboxes (sandboxd --max-watch-dirs-per-tenant)")
+	_, err = tryWatch(t, beta, m, id["b1"], "tree", true) // server 6
+	mustDo(t, err)
+	refusedWatch(t, beta, m, id["b1"], "", false, "sandbox "+id["b1"]+" has reached its cap of 3 watched directories (sandboxd --max-watch-dirs-per-sandbox)")
+	refusedWatch(t, gamma, m, id["g1"], "", false, "the server has reached its cap of 6 watched directories for all tenants together (sandboxd --max-watch-dirs)")
+	if s, tn, all := m.watchDirs.InUse(id["a2"], "acme"); s != 0 || tn != 3 || all != 6 {
+		t.Errorf("watched directories: %d on a2, %d of acme, %d in all; want 0, 3, 6", s, tn, all)
+	}
+	wa1.cancel()
+	wa1.done <- <-wa1.done
+	_, err = tryWatch(t, gamma, m, id["g1"], "tree", true)
+	mustDo(t, err)
+	if s, tn, all := m.watchDirs.InUse(id["a1"], "acme"); s != 0 || tn != 0 || all != 6 {
+		t.Errorf("watched directories: %d on a1, %d of acme, %d in all; want 0, 0, 6", s, tn, all)
+	}
 }
 
 func TestWatchDirectoryDropsForSlowReader(t *testing.T) {
@@ -299,9 +384,39 @@ func TestWatchDirectoryEndsWhenRemoved(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("watch did not end when its directory went")
 			}
-			if n := m.reg.get(id).watchedDirs.Load(); n != 0 {
+			if n, _, _ := m.watchDirs.InUse(id, core.DefaultTenant); n != 0 {
 				t.Errorf("%d directories still counted", n)
 			}
 		})
 	}
+}
+
+// TestWatchTenantCannotTakeEveryWatch is issue 22's scenario, with the
+// server's default caps: tenant acme opens watches on its own sandboxes
+// until it is refused; the refusal names acme's own cap, and tenant beta
+// can still watch.
+func TestWatchTenantCannotTakeEveryWatch(t *testing.T) {
+	m := newTestManager(t, testConfig(t), newFakeDocker(testImage))
+	acme, beta := as(t, "acme", false), as(t, "beta", false)
+	var mine []string
+	for i := range 10 {
+		res, err := m.Acquire(acme, fmt.Sprint("u", i), core.Options{})
+		mustDo(t, err)
+		mine = append(mine, res.Sandbox.ID)
+	}
+	theirs, err := m.Acquire(beta, "u0", core.Options{})
+	mustDo(t, err)
+
+	var refused error
+	opened := 0
+	for ; opened < 1000 && refused == nil; opened++ {
+		_, refused = tryWatch(t, acme, m, mine[opened%len(mine)], "", false)
+	}
+	if refused == nil {
+		t.Fatalf("tenant acme opened %d watches without being refused", opened)
+	}
+	if _, err := tryWatch(t, beta, m, theirs.Sandbox.ID, "", false); err != nil {
+		t.Errorf("tenant beta cannot watch after acme opened %d watches: %v", opened-1, err)
+	}
+	wantClass(t, refused, core.ErrResourceExhausted, "tenant acme")
 }

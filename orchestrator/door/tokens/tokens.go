@@ -112,6 +112,15 @@ func Parse(r io.Reader) (*Set, error) {
 // Len returns the number of tokens.
 func (t *Set) Len() int { return len(t.byDigest) }
 
+// Tenants returns the number of tenants the tokens name.
+func (t *Set) Tenants() int {
+	seen := map[string]bool{}
+	for _, c := range t.byDigest {
+		seen[c.Tenant] = true
+	}
+	return len(seen)
+}
+
 // Lookup returns the caller token authenticates.
 func (t *Set) Lookup(token string) (core.Caller, bool) {
 	c, ok := t.byDigest[sha256.Sum256([]byte(token))]

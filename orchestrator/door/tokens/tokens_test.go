@@ -35,8 +35,8 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseTokens: %v", err)
 	}
-	if toks.Len() != 3 {
-		t.Errorf("Len = %d; want 3", toks.Len())
+	if toks.Len() != 3 || toks.Tenants() != 3 {
+		t.Errorf("Len = %d, Tenants = %d; want 3, 3", toks.Len(), toks.Tenants())
 	}
 	for tok, want := range map[string]core.Caller{
 		tokAcme:  {Tenant: "acme"},

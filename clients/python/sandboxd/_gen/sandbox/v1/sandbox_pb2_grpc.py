@@ -323,14 +323,26 @@ class SandboxServiceServicer(object):
         the watched directory removed or moved (the stream then ends with
         NOT_FOUND). The first message is sent once the
         watch is in place (it carries no event), so changes made after it
-        arrives are seen. Symbolic links are never followed. Bounds: one call
-        watches at most 1000 directories and a sandbox at most 4000 across its
-        calls (RESOURCE_EXHAUSTED, when the watch starts or when a new
-        subdirectory would exceed them); writes to one path are coalesced into
-        at most one WRITE event per 100 ms; at most 1000 events are buffered
-        for a slow reader, and events beyond that are dropped and counted in the
-        next message's dropped field. Events report what happened, not a
-        snapshot: a path may be gone by the time its event arrives.
+        arrives are seen. Symbolic links are never followed.
+
+        Caps, per sandbox and per tenant before the server's (sandboxd's
+        defaults; the operator may change them): watches in progress, 8 per
+        sandbox, 16 per tenant over all its sandboxes, 64 on the server; and
+        directories watched, 1000 per call, 4000 per sandbox, 8000 per tenant,
+        32000 on the server (a server with a single tenant gives it the
+        server's caps). A call past one is RESOURCE_EXHAUSTED, when the
+        watch starts or, for directories, when a new subdirectory would pass
+        it (the stream then ends), with a message naming the cap, its value
+        and the sandboxd flag that sets it. A sandbox's or tenant's cap is the
+        caller's own: end one of its watches, or watch a smaller tree or not
+        recursively. The server's caps only protect the host (each watch holds
+        an inotify instance of sandboxd's, each directory an inotify watch and
+        a descriptor), sized so that no tenant alone reaches them: retry
+        later. Writes to one path are coalesced into at most one WRITE event
+        per 100 ms; at most 1000 events are buffered for a slow reader, and
+        events beyond that are dropped and counted in the next message's
+        dropped field. Events report what happened, not a snapshot: a path may
+        be gone by the time its event arrives.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
