@@ -93,6 +93,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&mc.MaxWatchDirsPerTenant, "max-watch-dirs-per-tenant", 0, "most directories one tenant's WatchDirectory calls watch, over all its sandboxes (0: a quarter of --max-watch-dirs, or all of it when the server has one tenant)")
 	fs.IntVar(&mc.MaxWatchDirsPerSandbox, "max-watch-dirs-per-sandbox", 0, fmt.Sprintf("most directories the WatchDirectory calls on one sandbox watch (0: %d, or --max-watch-dirs-per-tenant if lower)", core.DefaultMaxWatchDirsPerSandbox))
 	fs.IntVar(&mc.MaxWatchDirsPerCall, "max-watch-dirs-per-call", 0, fmt.Sprintf("most directories one WatchDirectory call watches (0: %d, or --max-watch-dirs-per-sandbox if lower)", core.DefaultMaxWatchDirsPerCall))
+	fs.IntVar(&mc.MaxStreams, "max-streams", core.DefaultMaxStreams, "most streams in progress on the server, all tenants together (an Execute or StreamCommand following output, a download, an upload): each holds descriptors of sandboxd's. Only protects the host; keep it well above --max-streams-per-tenant")
+	fs.IntVar(&mc.MaxStreamsPerTenant, "max-streams-per-tenant", 0, "most streams in progress of one tenant's callers (0: a quarter of --max-streams, or all of it when the server has one tenant)")
+	fs.IntVar(&mc.MaxStreamsPerSandbox, "max-streams-per-sandbox", 0, fmt.Sprintf("most streams in progress on one sandbox (0: %d, or --max-streams-per-tenant if lower)", core.DefaultMaxStreamsPerSandbox))
 	fs.IntVar(&mc.WarmPool, "warm-pool", 0, "keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (requests with env, network or non-default limits still start their own)")
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
@@ -212,7 +215,7 @@ func (c *config) check() error {
 			return fmt.Errorf("--%s %d is negative", n.name, n.v)
 		}
 	}
-	if err := checkWatchCaps(mc.Policy); err != nil {
+	if err := checkCaps(mc.Policy); err != nil {
 		return err
 	}
 	if mc.MaxSandboxes > 0 && mc.WarmPool > mc.MaxSandboxes {
@@ -346,29 +349,31 @@ func (c *cpus) Set(s string) error {
 	return nil
 }
 
-// watchCapFlags names the flag of each watch cap of core.Policy, the
+// capFlags names the flag of each watch and stream cap of core.Policy, the
 // longer names first (a replacer takes the first that matches).
-var watchCapFlags = strings.NewReplacer(
+var capFlags = strings.NewReplacer(
 	"MaxWatchesPerSandbox", "--max-watches-per-sandbox", "MaxWatchesPerTenant", "--max-watches-per-tenant", "MaxWatches", "--max-watches",
 	"MaxWatchDirsPerCall", "--max-watch-dirs-per-call", "MaxWatchDirsPerSandbox", "--max-watch-dirs-per-sandbox",
-	"MaxWatchDirsPerTenant", "--max-watch-dirs-per-tenant", "MaxWatchDirs", "--max-watch-dirs")
+	"MaxWatchDirsPerTenant", "--max-watch-dirs-per-tenant", "MaxWatchDirs", "--max-watch-dirs",
+	"MaxStreamsPerSandbox", "--max-streams-per-sandbox", "MaxStreamsPerTenant", "--max-streams-per-tenant", "MaxStreams", "--max-streams")
 
-// checkWatchCaps applies core.Policy's rules for the watch caps (none
+// checkCaps applies core.Policy's rules for the watch and stream caps (none
 // negative, none above the wider one, zeros derived) to the flags' values
 // and names the flags in the error.
-func checkWatchCaps(p core.Policy) error {
+func checkCaps(p core.Policy) error {
 	w := core.Policy{MaxWatches: p.MaxWatches, MaxWatchesPerTenant: p.MaxWatchesPerTenant, MaxWatchesPerSandbox: p.MaxWatchesPerSandbox,
-		MaxWatchDirs: p.MaxWatchDirs, MaxWatchDirsPerTenant: p.MaxWatchDirsPerTenant, MaxWatchDirsPerSandbox: p.MaxWatchDirsPerSandbox, MaxWatchDirsPerCall: p.MaxWatchDirsPerCall}
+		MaxWatchDirs: p.MaxWatchDirs, MaxWatchDirsPerTenant: p.MaxWatchDirsPerTenant, MaxWatchDirsPerSandbox: p.MaxWatchDirsPerSandbox, MaxWatchDirsPerCall: p.MaxWatchDirsPerCall,
+		MaxStreams: p.MaxStreams, MaxStreamsPerTenant: p.MaxStreamsPerTenant, MaxStreamsPerSandbox: p.MaxStreamsPerSandbox}
 	if err := w.ApplyDefaults(); err != nil {
-		return errors.New(watchCapFlags.Replace(strings.TrimPrefix(err.Error(), "config: ")))
+		return errors.New(capFlags.Replace(strings.TrimPrefix(err.Error(), "config: ")))
 	}
 	return nil
 }
 
 // fitTenantCaps fits the per-tenant caps to the number of tenants the
 // server has. With one (no --auth-tokens, or a token file naming one
-// tenant), the caps on watches have no other tenant to keep apart, so a
-// tenant's caps not given are the server's. With several, it warns when
+// tenant), the caps on watches and streams have no other tenant to keep
+// apart, so a tenant's caps not given are the server's. With several, it warns when
 // --max-sandboxes is set without a lower --max-sandboxes-per-tenant: one
 // tenant could then take every sandbox.
 func fitTenantCaps(p *core.Policy, tenants int, log *slog.Logger) {
@@ -378,6 +383,9 @@ func fitTenantCaps(p *core.Policy, tenants int, log *slog.Logger) {
 		}
 		if p.MaxWatchDirsPerTenant == 0 {
 			p.MaxWatchDirsPerTenant = p.MaxWatchDirs
+		}
+		if p.MaxStreamsPerTenant == 0 {
+			p.MaxStreamsPerTenant = p.MaxStreams
 		}
 		return
 	}

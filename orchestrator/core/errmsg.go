@@ -118,3 +118,17 @@ func WatchDirsPerCallReached(max int) error {
 func HostWatchLimit(what string) error {
 	return Exhaustedf("the host's %s are used up, below sandboxd's caps on watches; try again later (operators: raise the limit or lower --max-watches and --max-watch-dirs)", what)
 }
+
+// StreamsCapReached refuses a stream (a Follow, a Download, an Upload) past
+// the cap at scope on streams in progress (Policy.MaxStreamsPerSandbox,
+// MaxStreamsPerTenant, MaxStreams); who is the sandbox or the tenant.
+func StreamsCapReached(scope Scope, who string, max int) error {
+	switch scope {
+	case ScopeSandbox:
+		return Exhaustedf("sandbox %s has reached its cap of %d streams in progress (sandboxd --max-streams-per-sandbox); end one of its streams first (a command's output can be resumed later by its ID)", who, max)
+	case ScopeTenant:
+		return Exhaustedf("tenant %s has reached its cap of %d streams in progress over all its sandboxes (sandboxd --max-streams-per-tenant); end one of its streams first (a command's output can be resumed later by its ID)", who, max)
+	default:
+		return Exhaustedf("the server has reached its cap of %d streams in progress for all tenants together (sandboxd --max-streams); try again later", max)
+	}
+}

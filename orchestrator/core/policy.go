@@ -110,6 +110,25 @@ type Policy struct {
 	// MaxWatchDirsPerCall caps the directories one call watches; default
 	// DefaultMaxWatchDirsPerCall, or MaxWatchDirsPerSandbox if lower.
 	MaxWatchDirsPerCall int
+
+	// The caps on streams in progress (StreamCaps), per tenant before
+	// they are global, applied by Validating: a Follow (Execute,
+	// StreamCommand, the E2B door's runs and process streams), a Download
+	// until it is closed, an Upload. Each holds descriptors of sandboxd's
+	// (a file of the sandbox's, and on the HTTP doors a connection), which
+	// every tenant shares; a caller's streams count against the caller's
+	// tenant. The same rules as the watch caps'.
+	//
+	// MaxStreams caps the streams on the server; default
+	// DefaultMaxStreams.
+	MaxStreams int
+	// MaxStreamsPerTenant caps one tenant's streams; default a quarter of
+	// MaxStreams.
+	MaxStreamsPerTenant int
+	// MaxStreamsPerSandbox caps the streams on one sandbox; default
+	// DefaultMaxStreamsPerSandbox, or MaxStreamsPerTenant if lower.
+	MaxStreamsPerSandbox int
+
 	// AllowNetwork lets callers ask for outbound network access
 	// (Options.Network).
 	AllowNetwork bool
@@ -154,6 +173,15 @@ const (
 	// one call; a sandbox holds four such calls.
 	DefaultMaxWatchDirsPerSandbox = 4000
 	DefaultMaxWatchDirsPerCall    = 1000
+
+	// DefaultMaxStreams: 4096 streams hold at most about 8192 descriptors,
+	// well within the soft limit Go gives sandboxd (its hard limit: 524288
+	// under systemd, 20000 or more in most containers), next to the watch
+	// caps'; a tenant gets a quarter of it, 1024, by default.
+	DefaultMaxStreams = 4096
+	// DefaultMaxStreamsPerSandbox: far more than one user's clients follow
+	// at once, far fewer than a tenant's share.
+	DefaultMaxStreamsPerSandbox = 256
 )
 
 // MaxCodeBytes bounds the code of one command, whatever the configuration.
@@ -191,6 +219,9 @@ func (p *Policy) ApplyDefaults() error {
 	p.MaxLimits.NanoCPUs = cmp.Or(p.MaxLimits.NanoCPUs, int64(runtime.NumCPU())*1e9)
 	p.MaxLimits.PidsLimit = cmp.Or(p.MaxLimits.PidsLimit, 4096)
 	p.applyWatchDefaults()
+	p.MaxStreams = cmp.Or(p.MaxStreams, DefaultMaxStreams)
+	p.MaxStreamsPerTenant = cmp.Or(p.MaxStreamsPerTenant, max(p.MaxStreams/4, 1))
+	p.MaxStreamsPerSandbox = cmp.Or(p.MaxStreamsPerSandbox, min(DefaultMaxStreamsPerSandbox, p.MaxStreamsPerTenant))
 	if p.NoDiskLimit {
 		p.DefaultLimits.DiskBytes, p.MaxLimits.DiskBytes, p.IODiskBytes = 0, 0, 0
 	} else {
@@ -249,6 +280,7 @@ func (p *Policy) checkWatchCaps() error {
 	for _, chain := range [][]field{
 		{{"MaxWatchesPerSandbox", p.MaxWatchesPerSandbox}, {"MaxWatchesPerTenant", p.MaxWatchesPerTenant}, {"MaxWatches", p.MaxWatches}},
 		{{"MaxWatchDirsPerCall", p.MaxWatchDirsPerCall}, {"MaxWatchDirsPerSandbox", p.MaxWatchDirsPerSandbox}, {"MaxWatchDirsPerTenant", p.MaxWatchDirsPerTenant}, {"MaxWatchDirs", p.MaxWatchDirs}},
+		{{"MaxStreamsPerSandbox", p.MaxStreamsPerSandbox}, {"MaxStreamsPerTenant", p.MaxStreamsPerTenant}, {"MaxStreams", p.MaxStreams}},
 	} {
 		for i, f := range chain {
 			if f.v < 0 {
@@ -268,6 +300,11 @@ func (p *Policy) checkWatchCaps() error {
 func (p *Policy) WatchCaps() (calls, dirs Caps) {
 	return Caps{PerSandbox: p.MaxWatchesPerSandbox, PerTenant: p.MaxWatchesPerTenant, Server: p.MaxWatches},
 		Caps{PerSandbox: p.MaxWatchDirsPerSandbox, PerTenant: p.MaxWatchDirsPerTenant, Server: p.MaxWatchDirs}
+}
+
+// StreamCaps returns the caps on streams in progress.
+func (p *Policy) StreamCaps() Caps {
+	return Caps{PerSandbox: p.MaxStreamsPerSandbox, PerTenant: p.MaxStreamsPerTenant, Server: p.MaxStreams}
 }
 
 // ResolveOptions validates opts for a new sandbox and applies p's defaults:

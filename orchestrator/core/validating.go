@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -24,6 +25,10 @@ import (
 // Policy.MaxUploadBytes. Rules that need a sandbox's state (does the
 // command exist, does the image have the language) stay the backend's.
 //
+// It also holds the caps on streams in progress (Policy.StreamCaps): a
+// Follow, a Download until it is closed and an Upload each take one for
+// the caller's tenant, after the request's checks.
+//
 // The order of checks is the API's: the sandbox ID first, then the other
 // arguments in the order the method takes them.
 func Validating(m Manager, p Policy) Manager {
@@ -31,8 +36,24 @@ func Validating(m Manager, p Policy) Manager {
 }
 
 type validating struct {
-	m Manager
-	p Policy
+	m       Manager
+	p       Policy
+	streams Usage
+}
+
+// stream takes one of the caller's streams on sandboxID, or says which cap
+// refuses it; release gives it back.
+func (v *validating) stream(ctx context.Context, sandboxID string) (release func(), err error) {
+	tenant, caps := CallerOf(ctx).Tenant, v.p.StreamCaps()
+	if scope, ok := v.streams.Take(caps, sandboxID, tenant, 1); !ok {
+		who := sandboxID
+		if scope == ScopeTenant {
+			who = tenant
+		}
+		return nil, StreamsCapReached(scope, who, caps.Of(scope))
+	}
+	var once sync.Once
+	return func() { once.Do(func() { v.streams.Release(sandboxID, tenant, 1) }) }, nil
 }
 
 // ids checks a sandbox ID and, for an operation on a command, its ID.
@@ -130,6 +151,11 @@ func (v *validating) Follow(ctx context.Context, sandboxID, commandID string, af
 	if err := ids(sandboxID, commandID); err != nil {
 		return err
 	}
+	release, err := v.stream(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	return v.m.Follow(ctx, sandboxID, commandID, afterSeq, fn)
 }
 
@@ -240,6 +266,11 @@ func (v *validating) Upload(ctx context.Context, sandboxID, p string, r io.Reade
 	if rel == "." {
 		return FileInfo{}, Invalidf("upload path is empty: name a file under /workspace")
 	}
+	release, err := v.stream(ctx, sandboxID)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	defer release()
 	return v.m.Upload(ctx, sandboxID, rel, &uploadLimit{r: r, max: v.p.MaxUploadBytes, left: v.p.MaxUploadBytes, path: rel})
 }
 
@@ -275,7 +306,27 @@ func (v *validating) Download(ctx context.Context, sandboxID, p string) (io.Read
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
-	return v.m.Download(ctx, sandboxID, rel)
+	release, err := v.stream(ctx, sandboxID)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	rc, fi, err := v.m.Download(ctx, sandboxID, rel)
+	if err != nil {
+		release()
+		return nil, FileInfo{}, err
+	}
+	return &releasingReader{ReadCloser: rc, release: release}, fi, nil
+}
+
+// releasingReader gives its stream back when it is closed.
+type releasingReader struct {
+	io.ReadCloser
+	release func()
+}
+
+func (r *releasingReader) Close() error {
+	defer r.release()
+	return r.ReadCloser.Close()
 }
 
 func (v *validating) ListFiles(ctx context.Context, sandboxID, p string) ([]FileInfo, error) {

@@ -137,3 +137,88 @@ func TestValidatingResolvesRequests(t *testing.T) {
 		t.Errorf("Acquire for a malformed tenant = %v; want InvalidArgument", err)
 	}
 }
+
+// TestValidatingStreamCaps: streams in progress are capped per sandbox,
+// then per tenant, then on the server, each refusal naming its cap; one
+// tenant at its cap leaves the others theirs, and a stream that ends (a
+// Download closed) gives its place back.
+func TestValidatingStreamCaps(t *testing.T) {
+	block := make(chan struct{})
+	started := make(chan struct{}, 10) // a Follow reached the backend: its place is taken
+	fake := &coretest.Manager{
+		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(core.Event) error) error {
+			started <- struct{}{}
+			select {
+			case <-block:
+			case <-ctx.Done():
+			}
+			return nil
+		},
+		DownloadFunc: func(context.Context, string, string) (io.ReadCloser, core.FileInfo, error) {
+			return io.NopCloser(strings.NewReader("x")), core.FileInfo{}, nil
+		},
+	}
+	p := core.DefaultPolicy()
+	p.MaxStreams, p.MaxStreamsPerTenant, p.MaxStreamsPerSandbox = 5, 3, 2
+	m := core.Validating(fake, p)
+	acme := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	beta := core.WithCaller(t.Context(), core.Caller{Tenant: "beta"})
+	const sb2, sb3, sb4 = "sb-bbbbbbbbbbbbbbbbbbbb", "sb-cccccccccccccccccccc", "sb-dddddddddddddddddddd"
+
+	follow := func(ctx context.Context, sandboxID string) {
+		go m.Follow(ctx, sandboxID, "c1", 0, func(core.Event) error { return nil })
+	}
+	// A Download holds a place until closed: two on sb fill its cap.
+	rc1, _, err := m.Download(acme, sb, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc2, _, err := m.Download(acme, sb, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = m.Download(acme, sb, "f")
+	wantCap(t, err, "sandbox "+sb+" has reached its cap of 2 streams in progress (sandboxd --max-streams-per-sandbox)")
+	rc1.Close()
+	rc1.Close() // closing twice gives back one place
+	rc3, _, err := m.Download(acme, sb, "f")
+	if err != nil {
+		t.Fatalf("Download after one was closed: %v", err)
+	}
+	rc3.Close()
+
+	// The tenant's streams on other sandboxes count too: with a Follow on
+	// sb2 and a Download on sb3 it is at its cap of 3, its fourth is
+	// refused naming the tenant's cap, and beta still streams.
+	follow(acme, sb2)
+	<-started
+	rcA, _, err := m.Download(acme, sb3, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = m.Download(acme, sb3, "f")
+	wantCap(t, err, "tenant acme has reached its cap of 3 streams in progress over all its sandboxes (sandboxd --max-streams-per-tenant)")
+	rc4, _, err := m.Download(beta, sb4, "f")
+	if err != nil {
+		t.Fatalf("tenant beta's Download while acme is at its cap: %v", err)
+	}
+	rc5, _, err := m.Download(beta, sb4, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five streams in all: the server's cap.
+	_, _, err = m.Download(core.WithCaller(t.Context(), core.Caller{Tenant: "gamma"}), sb3, "f")
+	wantCap(t, err, "the server has reached its cap of 5 streams in progress for all tenants together (sandboxd --max-streams)")
+	rc2.Close()
+	rcA.Close()
+	rc4.Close()
+	rc5.Close()
+	close(block)
+}
+
+func wantCap(t *testing.T, err error, want string) {
+	t.Helper()
+	if !errors.Is(err, core.ErrResourceExhausted) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v; want ResourceExhausted containing %q", err, want)
+	}
+}
