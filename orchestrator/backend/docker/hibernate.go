@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"syscall"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -125,24 +123,33 @@ func (h hibMeta) snapshotInfo() *core.SnapshotInfo {
 	return &core.SnapshotInfo{Level: h.Snapshot.Level, Bytes: h.Snapshot.Bytes, TakenAt: h.Snapshot.TakenAt, Reason: h.Snapshot.Reason}
 }
 
-// crashAt kills sandboxd at a named step of hibernation or wake when the
-// test-only SANDBOXD_TEST_CRASH_AT names it (e.g. "hibernate:removed"):
-// the e2e tests' way to check that every step is crash safe. SIGKILL, so
-// nothing is cleaned up, as in a real crash.
-func crashAt(step string) {
-	if v := os.Getenv("SANDBOXD_TEST_CRASH_AT"); v != "" && v == step {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // the signal is on its way
+// The named steps of a hibernation and a wake (Config.AtStep), each
+// reached once its state is in meta.json.
+const (
+	stepHibernateBegun       = "hibernate:begun"       // Phase hibernating, Pending named
+	stepHibernateSnapshotted = "hibernate:snapshotted" // the snapshot record answered
+	stepHibernateRemoved     = "hibernate:removed"     // the container removed (or checkpointed), not committed
+	stepWakeBegun            = "wake:begun"            // Phase waking
+	stepWakeStarted          = "wake:started"          // the new container started, not committed
+	stepWakeRunning          = "wake:running"          // committed: running, WakeRecord named
+	stepWakeAppended         = "wake:appended"         // the restore record in the log
+)
+
+// The steps, in order, for tests that stop sandboxd at each (Config.AtStep).
+var (
+	// HibernateSteps are the steps of a hibernation.
+	HibernateSteps = []string{stepHibernateBegun, stepHibernateSnapshotted, stepHibernateRemoved}
+	// WakeSteps are those of a wake.
+	WakeSteps = []string{stepWakeBegun, stepWakeStarted, stepWakeRunning, stepWakeAppended}
+)
+
+// step tells Config.AtStep, if set, that a hibernation or wake reached the
+// named step.
+func (m *Manager) step(name string) {
+	if m.cfg.AtStep != nil {
+		m.cfg.AtStep(name)
 	}
 }
-
-// Crash points (crashAt), in order.
-var (
-	// HibernateSteps are the steps of a hibernation a test may crash at.
-	HibernateSteps = []string{"hibernate:begun", "hibernate:snapshotted", "hibernate:removed"}
-	// WakeSteps are those of a wake.
-	WakeSteps = []string{"wake:begun", "wake:started", "wake:running", "wake:appended"}
-)
 
 func randomSuffix() string {
 	b := make([]byte, 6)
@@ -220,7 +227,7 @@ func (m *Manager) runHibRecord(ctx context.Context, sb *sandbox, rec ioproto.Rec
 		return nil, fmt.Errorf("append the %s record: %w", rec.Type, err)
 	}
 	if rec.Type == ioproto.KindRestore {
-		crashAt("wake:appended")
+		m.step(stepWakeAppended)
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

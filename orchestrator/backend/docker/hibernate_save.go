@@ -82,7 +82,7 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 	// Commands appended from now on are refused (appendable) and retried
 	// after the wake; wait for an append already past that check.
 	sb.io.HoldAppends(func() {})
-	crashAt("hibernate:begun")
+	m.step(stepHibernateBegun)
 
 	snap := m.takeSnapshot(context.WithoutCancel(ctx), sb, pending)
 	snap.TakenAt = time.Now().UTC()
@@ -92,7 +92,7 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 	if err := sb.persist(true); err != nil {
 		log.Error("persist sandbox metadata", "error", err)
 	}
-	crashAt("hibernate:snapshotted")
+	m.step(stepHibernateSnapshotted)
 
 	ckpt, why := m.tryCheckpoint(ctx, sb, containerID, snap.seq(sb))
 	if ckpt != "" {
@@ -111,7 +111,7 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 			return dockerError("remove container", err)
 		}
 	}
-	crashAt("hibernate:removed")
+	m.step(stepHibernateRemoved)
 	m.commitHibernated(sb, snap)
 	if err := sb.persist(true); err != nil {
 		// Reconcile finishes it from Phase: the container is gone.

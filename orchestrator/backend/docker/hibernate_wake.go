@@ -37,7 +37,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		m.endWake(sb)
 		return nil, fmt.Errorf("write sandbox metadata: %w", err)
 	}
-	crashAt("wake:begun")
+	m.step(stepWakeBegun)
 	if _, err := ensureMounted(ctx, sb.dir); err != nil {
 		m.endWake(sb)
 		return nil, fmt.Errorf("mount the volumes of sandbox %s: %w", sb.id, err)
@@ -67,7 +67,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		m.endWake(sb)
 		return nil, dockerError("start container", err)
 	}
-	crashAt("wake:started")
+	m.step(stepWakeStarted)
 
 	level := ioproto.LevelFiles
 	if snap != nil && (snap.Level == ioproto.LevelGlobals || snap.Level == ioproto.LevelMemory) && snap.File != "" {
@@ -88,7 +88,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 	if err := sb.persist(true); err != nil {
 		log.Error("persist sandbox metadata", "error", err)
 	}
-	crashAt("wake:running")
+	m.step(stepWakeRunning)
 
 	res, err := m.runHibRecord(ctx, sb, rec, restoreTimeout+30*time.Second)
 	w := core.WakeFromEvent(res)
@@ -131,7 +131,7 @@ func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *sna
 		sb.mu.Unlock()
 		return nil, core.Truncate("the memory checkpoint could not be restored ("+err.Error()+"); the globals snapshot was used", 512), err
 	}
-	crashAt("wake:started")
+	m.step(stepWakeStarted)
 	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: fmt.Sprintf("sbx-restore-%d-%s", seq, randomSuffix()), Level: ioproto.LevelMemory}
 	sb.mu.Lock()
 	sb.state = core.StateRunning
@@ -141,7 +141,7 @@ func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *sna
 	if err := sb.persist(true); err != nil {
 		m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
 	}
-	crashAt("wake:running")
+	m.step(stepWakeRunning)
 	res, err := m.runHibRecord(ctx, sb, rec, restoreTimeout)
 	w := core.WakeFromEvent(res)
 	if err != nil {

@@ -52,6 +52,14 @@ type Config struct {
 	// snapshots take together; past it the oldest snapshots are dropped
 	// (those sandboxes then wake at level files, and say so). 0 = no bound.
 	SnapshotDiskBudget int64
+
+	// AtStep, when set, is called at each named step of a hibernation or
+	// a wake (HibernateSteps, WakeSteps) once the step's state is in
+	// meta.json, before the next action. It is a test hook: only the test
+	// build of sandboxd (tag sandboxd_testhooks, cmd/sandboxd/testhooks.go)
+	// sets it, to kill itself at the step its environment names, so that
+	// the e2e tests can check that every step is crash safe.
+	AtStep func(step string)
 }
 
 // applyDefaults fills zero fields and checks the result: the policy's own
