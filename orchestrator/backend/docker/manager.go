@@ -60,6 +60,10 @@ type Config struct {
 	// sets it, to kill itself at the step its environment names, so that
 	// the e2e tests can check that every step is crash safe.
 	AtStep func(step string)
+
+	// recheck replaces recheckInterval, for in-package tests (0: the
+	// interval).
+	recheck time.Duration
 }
 
 // applyDefaults fills zero fields and checks the result: the policy's own
@@ -138,7 +142,7 @@ type Manager struct {
 	watch     *iolog.Watcher
 	watchers  atomic.Int32 // WatchDirectory calls in progress (maxWatchers)
 
-	// recheck is recheckInterval, shortened by tests.
+	// recheck is recheckInterval, or Config.recheck.
 	recheck time.Duration
 	// snapshots is Config.Snapshots.
 	snapshots SnapshotStore
@@ -171,7 +175,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		docker:  docker,
 		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
 		pool:    newWarmPool(),
-		recheck: recheckInterval,
+		recheck: cmp.Or(cfg.recheck, recheckInterval),
 		closing: make(chan struct{}),
 
 		snapshots: cfg.Snapshots,
