@@ -9,37 +9,80 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
-// recoverHibernation finishes or undoes, at start-up, a hibernation or
-// wake that sandboxd was in when it stopped, so that sb is running or
-// hibernated with a usable snapshot. alive says whether the container
-// meta.json names exists and runs.
-func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, alive, exists bool) error {
+// hibRecovery is what start-up recovery does about a hibernation or wake
+// that sandboxd was in when it stopped (reconcile plans it, classifyRecovery
+// decides it, recoverHibernation carries it out), so that the sandbox is
+// running, or hibernated with a usable snapshot.
+type hibRecovery int
+
+const (
+	recoverNothing hibRecovery = iota // no step was in progress
+	// recoverStayHibernated: a wake that had not started its container;
+	// any container it made is an orphan (meta.json names none), removed
+	// by reconcile. The sandbox stays hibernated.
+	recoverStayHibernated
+	// recoverStayRunning: a hibernation whose container still runs; the
+	// sandbox stays running.
+	recoverStayRunning
+	// recoverFinishHibernation: a hibernation whose container is gone or
+	// stopped (or going): finished with the best complete snapshot.
+	recoverFinishHibernation
+	// recoverWakeRestore: a wake whose container runs; its restore record
+	// is appended if it is not in the log, and the wake reported.
+	recoverWakeRestore
+	// recoverClear: any other step left half done (a wake whose new
+	// container is gone): its marks are cleared.
+	recoverClear
+)
+
+var hibRecoveryNames = [...]string{"nothing", "stay-hibernated", "stay-running", "finish-hibernation", "wake-restore", "clear"}
+
+func (r hibRecovery) String() string { return hibRecoveryNames[r] }
+
+// classifyRecovery decides the recovery of a sandbox in state with the
+// hibernation state h; alive says whether the container meta.json names
+// exists and runs.
+func classifyRecovery(state core.State, h hibMeta, alive bool) hibRecovery {
+	switch {
+	case state == core.StateHibernated && h.Phase != "":
+		return recoverStayHibernated
+	case state == core.StateHibernated:
+		return recoverNothing
+	case h.Phase == phaseHibernating && alive:
+		return recoverStayRunning
+	case h.Phase == phaseHibernating:
+		return recoverFinishHibernation
+	case h.WakeRecord != "" && alive:
+		return recoverWakeRestore
+	case h.Phase != "" || h.WakeRecord != "":
+		return recoverClear
+	}
+	return recoverNothing
+}
+
+// recoverHibernation carries out the recovery r (classifyRecovery) of sb,
+// at start-up. listed says whether Docker has the container meta.json
+// names.
+func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, r hibRecovery, listed bool) error {
 	sb.mu.Lock()
-	h, state, containerID := sb.hib, sb.state, sb.containerID
+	h, containerID := sb.hib, sb.containerID
 	sb.mu.Unlock()
 	log := m.log.With("sandbox_id", sb.id)
-	switch {
-	case state == core.StateHibernated:
-		if h.Phase != "" {
-			// A wake that had not started its container: any container it
-			// made is an orphan (meta.json names none), removed by reconcile.
-			log.Info("sandboxd stopped during a wake; the sandbox stays hibernated")
-			sb.mu.Lock()
-			sb.hib.Phase = ""
-			sb.mu.Unlock()
-			return sb.persist(true)
-		}
-		return nil
-	case h.Phase == phaseHibernating && alive:
+	switch r {
+	case recoverStayHibernated:
+		log.Info("sandboxd stopped during a wake; the sandbox stays hibernated")
+		sb.mu.Lock()
+		sb.hib.Phase = ""
+		sb.mu.Unlock()
+		return sb.persist(true)
+	case recoverStayRunning:
 		log.Info("sandboxd stopped during a hibernation before the container was removed; the sandbox stays running")
 		sb.mu.Lock()
 		sb.hib.Phase, sb.hib.Pending = "", nil
 		sb.mu.Unlock()
 		return sb.persist(true)
-	case h.Phase == phaseHibernating:
-		// The container is gone (or going): finish the hibernation with
-		// the best complete snapshot.
-		if exists {
+	case recoverFinishHibernation:
+		if listed {
 			if err := m.removeContainer(ctx, containerID); err != nil {
 				return err
 			}
@@ -67,7 +110,7 @@ func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, alive, ex
 			return err
 		}
 		return m.snapshots.Prune(sb.dir, snap.File)
-	case h.WakeRecord != "" && alive:
+	case recoverWakeRestore:
 		// The container of a wake runs; its restore record may be missing.
 		rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: h.WakeRecord, Level: h.WakeLevel, TimeoutMS: restoreTimeout.Milliseconds()}
 		if h.WakeLevel == ioproto.LevelGlobals && h.Snapshot != nil {
@@ -83,7 +126,7 @@ func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, alive, ex
 			Reason: "sandboxd restarted during the wake; the first command after it reports how the state came back"}
 		sb.mu.Unlock()
 		return sb.persist(true)
-	case h.Phase != "" || h.WakeRecord != "":
+	case recoverClear:
 		sb.mu.Lock()
 		sb.hib.Phase, sb.hib.WakeRecord, sb.hib.WakeLevel = "", "", ""
 		sb.mu.Unlock()
