@@ -49,9 +49,16 @@ type Config struct {
 	// Snapshots stores hibernation snapshots; default LocalSnapshots.
 	Snapshots SnapshotStore
 	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
-	// snapshots take together; past it the oldest snapshots are dropped
-	// (those sandboxes then wake at level files, and say so). 0 = no bound.
+	// snapshots of their globals take together; past it snapshots are
+	// dropped, those of the tenant whose snapshots take the most first,
+	// its oldest first (hibernate_budget.go). Their sandboxes then wake at
+	// level files, and say so. 0 = no bound.
 	SnapshotDiskBudget int64
+	// SnapshotDiskBudgetPerTenant bounds the bytes one tenant's hibernated
+	// sandboxes' snapshots take together; past it the tenant's oldest are
+	// dropped. 0 = no bound but SnapshotDiskBudget. A snapshot larger than
+	// the smaller bound is dropped alone, at once.
+	SnapshotDiskBudgetPerTenant int64
 
 	// AtStep, when set, is called at each named step of a hibernation or
 	// a wake (HibernateSteps, WakeSteps) once the step's state is in
@@ -91,6 +98,8 @@ func (c *Config) applyDefaults() error {
 	switch {
 	case c.SnapshotDiskBudget < 0:
 		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
+	case c.SnapshotDiskBudgetPerTenant < 0:
+		return core.Invalidf("config: SnapshotDiskBudgetPerTenant must not be negative")
 	case c.AllowNetwork && c.Runtime == core.RuntimeGVisor:
 		return core.Invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", core.RuntimeGVisor)
 	}
