@@ -69,8 +69,8 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 		return core.Preconditionf("sandbox %s is dead (%s): there is no state to hibernate", sb.id, sb.reason)
 	}
 	sb.hib.Seq++
-	suffix := randomSuffix()
-	pending := &snapMeta{File: fmt.Sprintf("snap-%d-%s", sb.hib.Seq, suffix), Record: fmt.Sprintf("sbx-snapshot-%d-%s", sb.hib.Seq, suffix)}
+	seq, suffix := sb.hib.Seq, randomSuffix()
+	pending := &snapMeta{File: fmt.Sprintf("snap-%d-%s", seq, suffix), Record: fmt.Sprintf("sbx-snapshot-%d-%s", seq, suffix)}
 	sb.hib.Phase, sb.hib.Pending = phaseHibernating, pending
 	containerID := sb.containerID
 	sb.mu.Unlock()
@@ -94,14 +94,14 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 	}
 	m.step(stepHibernateSnapshotted)
 
-	ckpt, why := m.tryCheckpoint(ctx, sb, containerID, snap.seq(sb))
+	ckpt, noCkpt := m.tryCheckpoint(ctx, sb, containerID, seq)
 	if ckpt != "" {
 		// The container stays, stopped, with its checkpoint; the globals
 		// snapshot is the fallback should the restore fail.
 		snap.Checkpoint, snap.Level = ckpt, ioproto.LevelMemory
 	} else {
-		if why != "" {
-			log.Info("memory level not available; keeping level "+snap.Level, "why", why)
+		if noCkpt != "" {
+			log.Info("memory level not available; keeping level "+snap.Level, "why", noCkpt)
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
 		err := m.docker.ContainerRemove(rctx, containerID, container.RemoveOptions{Force: true})
@@ -152,13 +152,6 @@ func (m *Manager) commitHibernated(sb *sandbox, snap snapMeta) {
 	sb.hib.Snapshot = &snap
 	sb.hib.HibernatedAt = time.Now().UTC()
 	sb.health = ioHealth{}
-}
-
-// seq returns the hibernation's sequence number.
-func (s snapMeta) seq(sb *sandbox) int {
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
-	return sb.hib.Seq
 }
 
 // takeSnapshot asks sb's driver for a snapshot of the globals and waits,
