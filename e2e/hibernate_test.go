@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
@@ -224,13 +225,31 @@ func testHibernateIdle(t *testing.T, env *e2eEnv) {
 	}
 }
 
-// TestE2EHibernateCrash kills sandboxd (SIGKILL, through the test-only
-// SANDBOXD_TEST_CRASH_AT) at each step of a hibernation and of a wake,
-// restarts it, and checks that the sandbox is running or hibernated and
-// that nothing is lost beyond what the wake reports.
+// TestE2EHibernateCrash kills sandboxd (SIGKILL, through
+// SANDBOXD_TEST_CRASH_AT in a test build of sandboxd) at each step of a
+// hibernation and of a wake, restarts it (the build that ships), and checks
+// that the sandbox is running or hibernated and that nothing is lost beyond
+// what the wake reports.
 func TestE2EHibernateCrash(t *testing.T) { forRuntimes(t, testHibernateCrash) }
 
+// withCrashHooks returns e with a sandboxd built with its test hooks
+// (sandboxdproc.TestHooksTag): SANDBOXD_TEST_CRASH_AT kills that one at a
+// named step. The state directory is e's.
+func (e *e2eEnv) withCrashHooks(t *testing.T) *e2eEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin, err := sandboxdproc.Build(ctx, t.TempDir(), sandboxdproc.Package, sandboxdproc.TestHooksTag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := *e
+	f.sandboxd = bin
+	return &f
+}
+
 func testHibernateCrash(t *testing.T, env *e2eEnv) {
+	crashing := env.withCrashHooks(t)
 	steps := append(slices.Clone(docker.HibernateSteps), docker.WakeSteps...)
 	for i, step := range steps {
 		t.Run(strings.ReplaceAll(step, ":", "-"), func(t *testing.T) {
@@ -240,7 +259,7 @@ func testHibernateCrash(t *testing.T, env *e2eEnv) {
 			hibernate := strings.HasPrefix(step, "hibernate:")
 			var d *daemon
 			if hibernate {
-				d = env.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step})
+				d = crashing.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step})
 			} else {
 				d = env.start(t)
 			}
@@ -253,7 +272,7 @@ func testHibernateCrash(t *testing.T, env *e2eEnv) {
 					t.Fatalf("HibernateSandbox: %v", err)
 				}
 				d.stop(t)
-				d = env.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step})
+				d = crashing.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step})
 				c, _ = d.client(t)
 				_, err = c.WakeSandbox(ctx, &sandboxv1.WakeSandboxRequest{SandboxId: sbID})
 			}

@@ -67,7 +67,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	maxCode := byteSize(core.MaxCodeBytes)
 	defDisk, maxDisk := byteSize(core.DefaultDiskBytes), byteSize(core.DefaultMaxDiskBytes)
 	ioDisk := byteSize(core.DefaultIODiskBytes)
-	snapBudget := byteSize(0)
+	snapBudget, snapTenantBudget := byteSize(0), byteSize(0)
 	diskVolumes := true
 
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); an address beyond loopback needs --auth-tokens (or --insecure)")
@@ -80,7 +80,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&mc.OnIdle, "on-idle", core.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use) or delete")
 	fs.DurationVar(&mc.HibernatedTTL, "hibernated-ttl", core.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
 	fs.BoolVar(&mc.MemorySnapshots, "memory-snapshots", false, "under --runtime runsc with dockerd in experimental mode, hibernate at level memory: checkpoint the whole container (docker checkpoint; every process kept exactly), with the globals snapshot as fallback")
-	fs.Var(&snapBudget, "snapshot-disk-budget", "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound); past it the oldest are dropped and those sandboxes wake with their files only, saying so")
+	fs.Var(&snapBudget, "snapshot-disk-budget", "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound). Past it snapshots are dropped, and their sandboxes wake with their files only, saying so: one larger than the budget (or the per-tenant budget) alone and at once; otherwise the tenant whose snapshots take the most loses its oldest first")
+	fs.Var(&snapTenantBudget, "snapshot-disk-budget-per-tenant", "most disk one tenant's hibernated sandboxes' snapshots may take together (`size`; 0: no bound but --snapshot-disk-budget); past it the tenant's oldest are dropped")
 	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
 	fs.DurationVar(&mc.MaxIdleTTL, "max-idle-ttl", 0, "the longest idle timeout a caller may give one sandbox (SetSandboxTimeout, options.idle_timeout); 0: 24h, or --idle-ttl if longer")
 	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
@@ -145,7 +146,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.MaxCodeBytes = int(maxCode)
 	mc.NoDiskVolumes = !diskVolumes
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
-	mc.SnapshotDiskBudget = int64(snapBudget)
+	mc.SnapshotDiskBudget, mc.SnapshotDiskBudgetPerTenant = int64(snapBudget), int64(snapTenantBudget)
 	if err := c.check(); err != nil {
 		return config{}, usageError{err}
 	}

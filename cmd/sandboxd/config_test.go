@@ -65,10 +65,11 @@ func TestParseConfigDefaults(t *testing.T) {
 func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 	c, err := parseConfig(
 		[]string{"--listen", ":6000", "--default-memory", "512MiB", "--max-cpus=2.5", "--log-level", "debug",
-			"--warm-pool", "3", "--allow-network", "--max-code", "64KiB", "--default-disk", "256m", "--tls-cert", "c.pem", "--tls-key", "k.pem"},
+			"--warm-pool", "3", "--allow-network", "--max-code", "64KiB", "--default-disk", "256m", "--tls-cert", "c.pem", "--tls-key", "k.pem",
+			"--snapshot-disk-budget", "64MiB"},
 		env("SANDBOXD_LISTEN", "ignored:1", "SANDBOXD_IDLE_TTL", "5m", "SANDBOXD_MAX_MEMORY", "2g",
 			"XDG_STATE_HOME", "/var/state", "SANDBOXD_DEFAULT_CPUS", "0.5", "SANDBOXD_AUTH_TOKENS", "/etc/sandboxd/tokens",
-			"SANDBOXD_MAX_SANDBOXES_PER_TENANT", "7", "SANDBOXD_DISK_VOLUMES", "false"),
+			"SANDBOXD_MAX_SANDBOXES_PER_TENANT", "7", "SANDBOXD_DISK_VOLUMES", "false", "SANDBOXD_SNAPSHOT_DISK_BUDGET_PER_TENANT", "16MiB"),
 		io.Discard)
 	if err != nil {
 		t.Fatalf("parseConfig: %v", err)
@@ -94,6 +95,8 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 		{"default disk", mc.DefaultLimits.DiskBytes, int64(256 << 20)},
 		{"disk volumes (env)", mc.NoDiskVolumes, true},
 		{"tls", c.tlsCert + "," + c.tlsKey, "c.pem,k.pem"},
+		{"snapshot budget", mc.SnapshotDiskBudget, int64(64 << 20)},
+		{"snapshot budget per tenant (env)", mc.SnapshotDiskBudgetPerTenant, int64(16 << 20)},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {

@@ -87,6 +87,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	}
 	log := newLogger(cfg, stderr)
 	cfg.docker.Logger = log
+	installTestHooks(&cfg, getenv, log) // none but in the test build (testhooks.go)
 
 	var opts []grpcapi.Option
 	var toks *tokens.Set

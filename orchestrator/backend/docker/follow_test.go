@@ -129,8 +129,9 @@ func submit(t *testing.T, m *validated, sandboxID, cmd string) {
 
 func TestFollowStreamsEventsAndArtifacts(t *testing.T) {
 	fd := newFakeDocker(testImage)
-	m := newTestManager(t, testConfig(t), fd)
-	m.recheck = time.Hour // prove that inotify, not the safety re-check, wakes Follow
+	cfg := testConfig(t)
+	cfg.recheck = time.Hour // prove that inotify, not the safety re-check, wakes Follow
+	m := newTestManager(t, cfg, fd)
 	sb := acquire(t, m, "u").Sandbox
 	submit(t, m, sb.ID, "c1")
 

@@ -49,9 +49,28 @@ type Config struct {
 	// Snapshots stores hibernation snapshots; default LocalSnapshots.
 	Snapshots SnapshotStore
 	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
-	// snapshots take together; past it the oldest snapshots are dropped
-	// (those sandboxes then wake at level files, and say so). 0 = no bound.
+	// snapshots of their globals take together; past it snapshots are
+	// dropped, those of the tenant whose snapshots take the most first,
+	// its oldest first (hibernate_budget.go). Their sandboxes then wake at
+	// level files, and say so. 0 = no bound.
 	SnapshotDiskBudget int64
+	// SnapshotDiskBudgetPerTenant bounds the bytes one tenant's hibernated
+	// sandboxes' snapshots take together; past it the tenant's oldest are
+	// dropped. 0 = no bound but SnapshotDiskBudget. A snapshot larger than
+	// the smaller bound is dropped alone, at once.
+	SnapshotDiskBudgetPerTenant int64
+
+	// AtStep, when set, is called at each named step of a hibernation or
+	// a wake (HibernateSteps, WakeSteps) once the step's state is in
+	// meta.json, before the next action. It is a test hook: only the test
+	// build of sandboxd (tag sandboxd_testhooks, cmd/sandboxd/testhooks.go)
+	// sets it, to kill itself at the step its environment names, so that
+	// the e2e tests can check that every step is crash safe.
+	AtStep func(step string)
+
+	// recheck replaces recheckInterval, for in-package tests (0: the
+	// interval).
+	recheck time.Duration
 }
 
 // applyDefaults fills zero fields and checks the result: the policy's own
@@ -79,6 +98,8 @@ func (c *Config) applyDefaults() error {
 	switch {
 	case c.SnapshotDiskBudget < 0:
 		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
+	case c.SnapshotDiskBudgetPerTenant < 0:
+		return core.Invalidf("config: SnapshotDiskBudgetPerTenant must not be negative")
 	case c.AllowNetwork && c.Runtime == core.RuntimeGVisor:
 		return core.Invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", core.RuntimeGVisor)
 	}
@@ -134,7 +155,7 @@ type Manager struct {
 	// acquiring counts, per tenant, what creating counts (acquire.go).
 	acquiring tenantAcquires
 
-	// recheck is recheckInterval, shortened by tests.
+	// recheck is recheckInterval, or Config.recheck.
 	recheck time.Duration
 	// snapshots is Config.Snapshots.
 	snapshots SnapshotStore
@@ -167,7 +188,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		docker:  docker,
 		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
 		pool:    newWarmPool(),
-		recheck: recheckInterval,
+		recheck: cmp.Or(cfg.recheck, recheckInterval),
 		closing: make(chan struct{}),
 
 		snapshots: cfg.Snapshots,

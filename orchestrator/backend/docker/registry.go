@@ -122,10 +122,17 @@ func (r *registry) expiry(created, lastActive time.Time, own time.Duration) time
 // deadlineLocked is when sb expires: a running (or dead) one by expiry, a
 // hibernated one hibernatedTTL after its hibernation. sb.mu is held.
 func (r *registry) deadlineLocked(sb *sandbox) time.Time {
-	if sb.state == core.StateHibernated {
-		return sb.hib.HibernatedAt.Add(r.hibernatedTTL)
+	return r.deadline(sb.state, sb.hib.HibernatedAt, sb.createdAt, sb.lastActive, sb.idleTTL)
+}
+
+// deadline is deadlineLocked for a sandbox in state, hibernated at
+// hibernatedAt (if it is), created at created, last active at lastActive,
+// with its own idle TTL own (0 = the server's).
+func (r *registry) deadline(state core.State, hibernatedAt, created, lastActive time.Time, own time.Duration) time.Time {
+	if state == core.StateHibernated {
+		return hibernatedAt.Add(r.hibernatedTTL)
 	}
-	return r.expiry(sb.createdAt, sb.lastActive, sb.idleTTL)
+	return r.expiry(created, lastActive, own)
 }
 
 // add registers sb with the TTL left from its last activity. It reports
