@@ -82,3 +82,32 @@ func TestIntegrationSnapshotBudgetTenants(t *testing.T) {
 	}
 	t.Logf("A's wake: %s", wa.Reason)
 }
+
+// TestIntegrationWakeCountsAgainstTheTenantCap: a hibernated sandbox runs
+// no container and counts against no cap, but waking it does, as a new
+// sandbox would: a tenant at its cap cannot pass it by waking one (it
+// could: only the server's cap was checked), and the sandbox stays
+// hibernated, saying which cap refused it.
+func TestIntegrationWakeCountsAgainstTheTenantCap(t *testing.T) {
+	m, _, _ := integrationManager(t, func(c *Config) { c.MaxSandboxesPerTenant = 2 })
+	acme := as(t, "acme", false)
+	acquired := func(user string) string {
+		t.Helper()
+		res, err := m.Acquire(acme, user, core.Options{})
+		if err != nil {
+			t.Fatalf("Acquire(%s): %v", user, err)
+		}
+		return res.Sandbox.ID
+	}
+	first := acquired("a1")
+	if _, err := m.Hibernate(acme, first); err != nil {
+		t.Fatal(err)
+	}
+	acquired("a2")
+	acquired("a3") // two running: the tenant's cap
+	_, _, err := m.Wake(acme, first)
+	wantClass(t, err, core.ErrResourceExhausted, "stays hibernated: tenant acme runs its maximum of 2 sandboxes (sandboxd --max-sandboxes-per-tenant)")
+	if sb, err := m.Get(acme, first); err != nil || sb.State != core.StateHibernated {
+		t.Fatalf("after the refused wake: %+v, %v; want it hibernated", sb, err)
+	}
+}

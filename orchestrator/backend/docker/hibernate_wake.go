@@ -29,9 +29,22 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 	sb.mu.Unlock()
 	memoryFailed := "" // why a memory-level wake fell back
 	start := time.Now()
-	if all, _ := m.reg.countRunning(""); m.cfg.MaxSandboxes > 0 && all+m.pool.count() >= m.cfg.MaxSandboxes {
+	// A woken sandbox runs again: it counts against its tenant's cap and
+	// the server's as a new one would (acquire.go).
+	var all int
+	release, ok := m.acquiring.reserve(sb.tenant, m.cfg.MaxSandboxesPerTenant, func() int {
+		var ofTenant int
+		all, ofTenant = m.reg.countRunning(sb.tenant)
+		return ofTenant
+	})
+	if !ok {
 		m.endWake(sb)
-		return nil, core.Exhaustedf("the server runs its maximum of %d sandboxes (sandboxd --max-sandboxes); sandbox %s stays hibernated, try again later", m.cfg.MaxSandboxes, sb.id)
+		return nil, fmt.Errorf("sandbox %s stays hibernated: %w", sb.id, core.TenantCapReached(sb.tenant, m.cfg.MaxSandboxesPerTenant))
+	}
+	defer release() // once it is running again (registered as such), or failed
+	if m.cfg.MaxSandboxes > 0 && all+m.pool.count() >= m.cfg.MaxSandboxes {
+		m.endWake(sb)
+		return nil, fmt.Errorf("sandbox %s stays hibernated: %w", sb.id, core.ServerCapReached(m.cfg.MaxSandboxes))
 	}
 	if err := sb.persist(true); err != nil {
 		m.endWake(sb)
