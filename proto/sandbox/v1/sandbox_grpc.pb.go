@@ -126,6 +126,14 @@ type SandboxServiceClient interface {
 	// the command: it keeps running and can be followed with StreamCommand or
 	// stopped with InterruptCommand.
 	//
+	// Streams in progress are capped per sandbox, per tenant (the caller's)
+	// and on the server (sandboxd --max-streams-per-sandbox, 256;
+	// --max-streams-per-tenant, a quarter of --max-streams; --max-streams,
+	// 4096): Execute, StreamCommand, UploadFile and DownloadFile each hold
+	// one while they last. Past a cap the call is RESOURCE_EXHAUSTED naming
+	// it; an Execute refused this way has queued its command, whose output
+	// StreamCommand resumes by ID once a stream ends.
+	//
 	// The response type is ExecuteEvent rather than ExecuteResponse because
 	// Execute and StreamCommand stream the very same events, and clients should
 	// handle both with one code path.
@@ -136,7 +144,8 @@ type SandboxServiceClient interface {
 	// in order, until the command is done: the way to resume a dropped Execute
 	// stream without running anything again. It returns at once (after any
 	// remaining events) when the command has already finished. NOT_FOUND when
-	// the command is unknown or its output was pruned.
+	// the command is unknown or its output was pruned; RESOURCE_EXHAUSTED past
+	// a cap on streams in progress (see Execute).
 	//
 	// It streams ExecuteEvent, the same message as Execute (see there).
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -157,12 +166,14 @@ type SandboxServiceClient interface {
 	// under its name only once complete. Files above the server's upload cap
 	// (sandboxd --max-upload, 256 MiB unless configured) are INVALID_ARGUMENT;
 	// a file that does not fit in what is left of the sandbox's disk
-	// (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED.
+	// (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED, as is an upload past
+	// a cap on streams in progress (see Execute).
 	UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error)
 	// DownloadFile reads a regular file under the sandbox's /workspace. The
 	// first message carries the file's metadata; the content follows in chunks
 	// of at most 1 MiB, in order. NOT_FOUND when the file does not exist,
-	// INVALID_ARGUMENT for a directory.
+	// INVALID_ARGUMENT for a directory, RESOURCE_EXHAUSTED past a cap on
+	// streams in progress (see Execute).
 	DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadFileResponse], error)
 	// ListFiles lists one directory under the sandbox's /workspace (not
 	// recursive; symbolic links are listed, not followed). For a file it
@@ -643,6 +654,14 @@ type SandboxServiceServer interface {
 	// the command: it keeps running and can be followed with StreamCommand or
 	// stopped with InterruptCommand.
 	//
+	// Streams in progress are capped per sandbox, per tenant (the caller's)
+	// and on the server (sandboxd --max-streams-per-sandbox, 256;
+	// --max-streams-per-tenant, a quarter of --max-streams; --max-streams,
+	// 4096): Execute, StreamCommand, UploadFile and DownloadFile each hold
+	// one while they last. Past a cap the call is RESOURCE_EXHAUSTED naming
+	// it; an Execute refused this way has queued its command, whose output
+	// StreamCommand resumes by ID once a stream ends.
+	//
 	// The response type is ExecuteEvent rather than ExecuteResponse because
 	// Execute and StreamCommand stream the very same events, and clients should
 	// handle both with one code path.
@@ -653,7 +672,8 @@ type SandboxServiceServer interface {
 	// in order, until the command is done: the way to resume a dropped Execute
 	// stream without running anything again. It returns at once (after any
 	// remaining events) when the command has already finished. NOT_FOUND when
-	// the command is unknown or its output was pruned.
+	// the command is unknown or its output was pruned; RESOURCE_EXHAUSTED past
+	// a cap on streams in progress (see Execute).
 	//
 	// It streams ExecuteEvent, the same message as Execute (see there).
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -674,12 +694,14 @@ type SandboxServiceServer interface {
 	// under its name only once complete. Files above the server's upload cap
 	// (sandboxd --max-upload, 256 MiB unless configured) are INVALID_ARGUMENT;
 	// a file that does not fit in what is left of the sandbox's disk
-	// (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED.
+	// (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED, as is an upload past
+	// a cap on streams in progress (see Execute).
 	UploadFile(grpc.ClientStreamingServer[UploadFileRequest, UploadFileResponse]) error
 	// DownloadFile reads a regular file under the sandbox's /workspace. The
 	// first message carries the file's metadata; the content follows in chunks
 	// of at most 1 MiB, in order. NOT_FOUND when the file does not exist,
-	// INVALID_ARGUMENT for a directory.
+	// INVALID_ARGUMENT for a directory, RESOURCE_EXHAUSTED past a cap on
+	// streams in progress (see Execute).
 	DownloadFile(*DownloadFileRequest, grpc.ServerStreamingServer[DownloadFileResponse]) error
 	// ListFiles lists one directory under the sandbox's /workspace (not
 	// recursive; symbolic links are listed, not followed). For a file it

@@ -212,6 +212,14 @@ class SandboxServiceServicer(object):
         the command: it keeps running and can be followed with StreamCommand or
         stopped with InterruptCommand.
 
+        Streams in progress are capped per sandbox, per tenant (the caller's)
+        and on the server (sandboxd --max-streams-per-sandbox, 256;
+        --max-streams-per-tenant, a quarter of --max-streams; --max-streams,
+        4096): Execute, StreamCommand, UploadFile and DownloadFile each hold
+        one while they last. Past a cap the call is RESOURCE_EXHAUSTED naming
+        it; an Execute refused this way has queued its command, whose output
+        StreamCommand resumes by ID once a stream ends.
+
         The response type is ExecuteEvent rather than ExecuteResponse because
         Execute and StreamCommand stream the very same events, and clients should
         handle both with one code path.
@@ -227,7 +235,8 @@ class SandboxServiceServicer(object):
         in order, until the command is done: the way to resume a dropped Execute
         stream without running anything again. It returns at once (after any
         remaining events) when the command has already finished. NOT_FOUND when
-        the command is unknown or its output was pruned.
+        the command is unknown or its output was pruned; RESOURCE_EXHAUSTED past
+        a cap on streams in progress (see Execute).
 
         It streams ExecuteEvent, the same message as Execute (see there).
         buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
@@ -258,7 +267,8 @@ class SandboxServiceServicer(object):
         under its name only once complete. Files above the server's upload cap
         (sandboxd --max-upload, 256 MiB unless configured) are INVALID_ARGUMENT;
         a file that does not fit in what is left of the sandbox's disk
-        (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED.
+        (ResourceLimits.disk_bytes) is RESOURCE_EXHAUSTED, as is an upload past
+        a cap on streams in progress (see Execute).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -268,7 +278,8 @@ class SandboxServiceServicer(object):
         """DownloadFile reads a regular file under the sandbox's /workspace. The
         first message carries the file's metadata; the content follows in chunks
         of at most 1 MiB, in order. NOT_FOUND when the file does not exist,
-        INVALID_ARGUMENT for a directory.
+        INVALID_ARGUMENT for a directory, RESOURCE_EXHAUSTED past a cap on
+        streams in progress (see Execute).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
