@@ -124,8 +124,9 @@ var (
 )
 
 // bareKind is what a status without an ErrorInfo means: gRPC's own
-// errors. The Server's handlers never send one (statusOf gives each a
-// reason but the caller's context's end and INTERNAL).
+// errors. Of the Server's handlers' errors, only the caller's context's
+// end and the sidecar's own failures (INTERNAL) go without a reason
+// (statusOf).
 func bareKind(c codes.Code) error {
 	switch c {
 	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Aborted:

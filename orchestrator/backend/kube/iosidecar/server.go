@@ -193,9 +193,9 @@ func (s *Server) Stop(grace time.Duration) {
 }
 
 // PrepareLayout creates what the /io protocol needs in ioDir, as sandboxd
-// does for a new sandbox (orchestrator/store.go): ioDir and out/ owned by
-// the sandbox user (out/ mode 0755), and an empty command log (stdin)
-// owned by the caller, mode 0644, made with O_EXCL. It is idempotent: what
+// does for a new sandbox (orchestrator/backend/docker/store.go): ioDir and
+// out/ owned by the sandbox user (out/ mode 0755), and an empty command
+// log (stdin) owned by the caller, mode 0644, made with O_EXCL. It is idempotent: what
 // exists is kept (a restarted sidecar container must keep the log of the
 // Pod's life), and the directories are given to the sandbox user again.
 func PrepareLayout(ioDir string) error {
