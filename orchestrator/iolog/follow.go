@@ -90,7 +90,12 @@ func (e *Events) Follow(w *Watcher, o FollowOptions, fn func(ioproto.Event) erro
 		// Look at the sandbox's state before reading: if it was already
 		// dead, everything its driver wrote is in the file, and a read that
 		// finds no done means there will never be one.
-		dead := isClosed(o.Dead)
+		dead := false
+		select {
+		case <-o.Dead:
+			dead = true
+		default:
+		}
 		done, err := e.Drain(fn)
 		if err != nil || done {
 			return err
@@ -120,15 +125,5 @@ func (e *Events) Follow(w *Watcher, o FollowOptions, fn func(ioproto.Event) erro
 				o.OnRecheck()
 			}
 		}
-	}
-}
-
-// isClosed reports whether ch is closed (false for nil).
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
