@@ -195,9 +195,10 @@ func (s *Server) Stop(grace time.Duration) {
 // PrepareLayout creates what the /io protocol needs in ioDir, as sandboxd
 // does for a new sandbox (orchestrator/backend/docker/store.go): ioDir and
 // out/ owned by the sandbox user (out/ mode 0755), and an empty command
-// log (stdin) owned by the caller, mode 0644, made with O_EXCL. It is idempotent: what
-// exists is kept (a restarted sidecar container must keep the log of the
-// Pod's life), and the directories are given to the sandbox user again.
+// log (stdin) owned by the caller, mode 0644, made with O_EXCL. It is
+// idempotent: what exists is kept (a restarted sidecar container must keep
+// the log of the Pod's life), and the directories are given to the sandbox
+// user again.
 func PrepareLayout(ioDir string) error {
 	if err := chownDir(ioDir); err != nil {
 		return err
@@ -261,8 +262,8 @@ func (s *Server) authorized(ctx context.Context, method string) error {
 }
 
 // unary and stream check the token, then send a handler's error as the
-// table says (statusOf): handlers return the domain's errors and iolog's,
-// never a status of their own.
+// table says (statusOf): handlers return the domain's errors and iolog's
+// (and a stream's own failure as it is), never a status of their own.
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := s.authorized(ctx, info.FullMethod); err != nil {
 		return nil, err
