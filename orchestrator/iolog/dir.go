@@ -1,7 +1,10 @@
 // Package iolog is sandboxd's half of the /io protocol (ioproto, whose
 // PROTOCOL.md is normative): for each sandbox, it appends records to the
-// command log (io/stdin), follows commands' events files (io/out), and
-// wakes followers when those files change.
+// command log (io/stdin), follows commands' events files (io/out: the
+// follow loop, Events.Follow), and wakes followers when those files
+// change. The same code runs on the host under the Docker backend and
+// inside the sandbox's Pod, in the io sidecar, under the Kubernetes
+// backend.
 //
 // Everything under io/ is writable by the sandboxed code, which is hostile
 // by assumption: every file is opened through an os.Root and checked, its
@@ -10,7 +13,8 @@
 // while reading it, and every read stops when its caller's context ends or
 // the Dir is closed. Failures that mean the sandbox tampered with its files
 // wrap ErrTampered. Errors are plain errors or this package's sentinels;
-// the orchestrator decides what they mean for its callers.
+// each host decides what they mean for its callers (the Docker backend in
+// the domain's errors, the io sidecar in the reasons of its statuses).
 package iolog
 
 import (

@@ -1,10 +1,14 @@
 // Package wspath is the host half of the files API: the operations on a
-// sandbox's /workspace through an os.Root, shared by the Docker backend
-// (which reaches the workspace on the host) and the io sidecar of the
-// Kubernetes backend (which reaches it inside the Pod), so that each is
-// written once. Paths here are already clean and relative
-// (core.CleanPath, the one path rule); the workspace may still hold
-// symlinks planted to leave it, which os.Root refuses to follow out.
+// sandbox's /workspace through an os.Root — atomic upload, opening for
+// download, listing, file descriptions (core.FileInfo) and the
+// classification of file system errors into the domain's error classes —
+// shared by the Docker backend (which reaches the workspace on the host)
+// and the io sidecar of the Kubernetes backend (which reaches it inside the
+// Pod), so that each is written once. Paths here are already clean and
+// relative (core.CleanPath, the one path rule, applied by core.Validating
+// in sandboxd and by the sidecar on what it receives); the workspace may
+// still hold symlinks planted to leave it, which os.Root refuses to follow
+// out.
 package wspath
 
 import (

@@ -3,11 +3,8 @@ package docker
 import (
 	"context"
 	"errors"
-	"io"
 	"io/fs"
 	"path"
-	"slices"
-	"strings"
 	"syscall"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -36,7 +33,7 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, rel string, pare
 		if st, err := root.Stat(rel); err == nil && !st.IsDir() {
 			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: a file that is not a directory exists there", show)
 		}
-		if err := mkdirAllOwned(root, rel); err != nil {
+		if err := wspath.MkdirAllOwned(root, rel); err != nil {
 			return core.FileInfo{}, fsError("make directory", show, err)
 		}
 	} else {
@@ -59,7 +56,7 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, rel string, pare
 	if err != nil {
 		return core.FileInfo{}, fsError("make directory", show, err)
 	}
-	return fileInfo(rel, st), nil
+	return wspath.Info(rel, st), nil
 }
 
 // Remove deletes a file, symbolic link (not its target) or directory from
@@ -165,76 +162,23 @@ func (m *Manager) Rename(ctx context.Context, sandboxID, relFrom, relTo string, 
 		return core.FileInfo{}, fsError("rename to", showTo, err)
 	}
 	m.log.Debug("file renamed", "sandbox_id", sb.id, "from", showFrom, "to", showTo)
-	return fileInfo(relTo, st), nil
+	return wspath.Info(relTo, st), nil
 }
 
-// ListFilesDepth is ListFiles over depth levels: 0 and 1 list the
-// directory's children, 2 their children too, up to core.MaxListDepth
-// (ErrInvalidArgument beyond, or when negative). Only real directories are
-// descended into, never symbolic links. The answer, sorted by path, holds at
-// most maxListEntries entries (ErrResourceExhausted beyond).
+// ListFilesDepth is ListFiles over depth levels (wspath.List): 0 and 1
+// list the directory's children, 2 their children too, up to
+// core.MaxListDepth (core.Validating refuses more). Only real directories
+// are descended into, never symbolic links. The answer, sorted by path,
+// holds at most maxListEntries entries (ErrResourceExhausted beyond).
 func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, rel string, depth int) ([]core.FileInfo, error) {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	st, err := root.Stat(rel)
-	if err != nil {
-		return nil, fsError("list", show, err)
-	}
-	if !st.IsDir() {
-		return []core.FileInfo{fileInfo(rel, st)}, nil
-	}
-	depth = max(depth, 1)
-	var out []core.FileInfo
-	level := []string{rel}
-	for d := 1; d <= depth && len(level) > 0; d++ {
-		var next []string
-		for _, dir := range level {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			f, err := root.Open(dir)
-			if err != nil {
-				if dir != rel && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
-					continue // changed since it was listed
-				}
-				return nil, fsError("list", core.DisplayPath(dir), err)
-			}
-			entries, err := f.ReadDir(maxListEntries + 1 - len(out))
-			f.Close()
-			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, fsError("list", core.DisplayPath(dir), err)
-			}
-			for _, e := range entries {
-				if strings.HasPrefix(e.Name(), uploadTempPrefix) {
-					continue
-				}
-				info, err := e.Info()
-				if err != nil {
-					continue // removed since ReadDir
-				}
-				if len(out) == maxListEntries {
-					if depth == 1 {
-						return nil, core.Exhaustedf("list %s: the directory has more than %d entries", show, maxListEntries)
-					}
-					return nil, core.Exhaustedf("list %s: more than %d entries (list a smaller depth or a subdirectory)", show, maxListEntries)
-				}
-				p := path.Join(dir, e.Name())
-				out = append(out, fileInfo(p, info))
-				if info.IsDir() {
-					next = append(next, p)
-				}
-			}
-		}
-		level = next
-	}
-	slices.SortFunc(out, core.CompareFiles)
-	return out, nil
+	return wspath.List(ctx, root, rel, depth)
 }

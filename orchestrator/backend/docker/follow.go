@@ -4,17 +4,11 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
-
-// prunedCheckDelay is how long a follower whose command has no events file
-// waits before it reads the driver's state to learn whether the output was
-// pruned. A command that runs soon creates its file well within it.
-const prunedCheckDelay = 50 * time.Millisecond
 
 // Follow streams a command's events with Seq > afterSeq, in order, calling fn
 // for each, and returns nil once it has delivered the done event (at once, if
@@ -23,12 +17,13 @@ const prunedCheckDelay = 50 * time.Millisecond
 // whose values the driver moved to artifact files come with those values
 // back in Data (base64 for binary MIME types) and no Refs.
 //
-// A command that is queued has no events yet: Follow waits for them. It
-// wakes on inotify events for the sandbox's io/out directory, and re-checks
-// every second in case notifications were lost. Follow returns
+// A command that is queued has no events yet: Follow waits for them
+// (iolog's Events.Follow). It wakes on inotify events for the sandbox's
+// io/out directory, and re-checks every second in case notifications were
+// lost. Follow returns
 //   - ErrNotFound if the command is not in the sandbox's log, its output has
-//     been pruned (noticed at the first re-check, after prunedCheckDelay),
-//     or the sandbox is deleted meanwhile;
+//     been pruned (noticed at the first re-check, after
+//     iolog.PrunedCheckDelay), or the sandbox is deleted meanwhile;
 //   - ErrFailedPrecondition if the sandbox dies before the command is done;
 //   - fn's error, if fn fails;
 //   - ctx.Err() when ctx ends.
@@ -44,7 +39,9 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	return m.follow(ctx, sb, commandID, afterSeq, fn)
 }
 
-// follow is Follow on a sandbox already looked up.
+// follow is Follow on a sandbox already looked up: iolog's follow loop,
+// with what this backend knows of the sandbox (its death, its deletion,
+// sandboxd's shutdown) and its errors said for the caller.
 func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, afterSeq int64, fn func(core.Event) error) error {
 	evs, err := sb.io.EventsContext(ctx, commandID, afterSeq, m.log.With("sandbox_id", sb.id))
 	switch {
@@ -56,65 +53,28 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 		return m.logError(sb, err)
 	}
 	defer evs.Close()
-	// Subscribe before the first read: a write between the read and the
-	// wait then still wakes us.
-	sub := m.watch.Subscribe(sb.io, commandID)
-	defer sub.Cancel()
-
-	// The first re-check comes after prunedCheckDelay, the others every
-	// m.recheck.
-	tick := time.NewTicker(min(prunedCheckDelay, m.recheck))
-	defer tick.Stop()
-	recheck := false
-	for {
-		// Look at the sandbox's state before reading: if it was already dead,
-		// everything its driver wrote is in the file, and a read that finds no
-		// done means there will never be one.
-		dead := isClosed(sb.deadCh)
-		done, err := evs.Drain(fn)
-		if err != nil || done {
-			return eventsError(sb, commandID, err)
-		}
-		if dead {
-			return core.Preconditionf("sandbox %s died before command %s finished: %s; acquire a new sandbox", sb.id, commandID, sb.reasonOrUnknown())
-		}
-		// A missing events file means that the command has not started yet
-		// or that its output was pruned. Telling the two apart costs a read
-		// of the driver's state file, so only the re-checks do it, not every
-		// pass: a command about to start (as after nearly every Submit) never
-		// pays for it, and pruned output is reported after prunedCheckDelay.
-		if recheck && evs.Pruned() {
-			return core.OutputPruned(commandID, sb.id)
-		}
-		recheck = false
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-m.closing:
-			return core.ShuttingDown()
-		case <-sb.goneCh:
-			return core.SandboxDeleted(sb.id, commandID)
-		case <-sub.C:
-		case <-sb.deadCh:
-		case <-tick.C:
-			tick.Reset(m.recheck)
-			recheck = true
-			m.reg.touch(sb)
-		}
-	}
-}
-
-// eventsError classifies a failure to read a command's events: a file the
-// sandbox replaced is its fault, and the output cannot be read. fn's own
-// errors pass through.
-func eventsError(sb *sandbox, cmd string, err error) error {
+	err = evs.Follow(m.watch, iolog.FollowOptions{
+		Recheck:   m.recheck,
+		Stop:      m.closing,
+		Gone:      sb.goneCh,
+		Dead:      sb.deadCh,
+		OnRecheck: func() { m.reg.touch(sb) },
+	}, fn)
 	switch {
 	case errors.Is(err, iolog.ErrTampered):
-		return core.Preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read: %v", cmd, sb.id, err)
+		// A file the sandbox replaced is its fault, and the output cannot
+		// be read.
+		return core.Preconditionf("the events file of command %s in sandbox %s was altered from inside the sandbox; its output cannot be read: %v", commandID, sb.id, err)
 	case errors.Is(err, iolog.ErrClosed):
-		return core.SandboxDeleted(sb.id, cmd)
+		return core.SandboxDeleted(sb.id, commandID)
+	case errors.Is(err, iolog.ErrDied):
+		return core.Preconditionf("sandbox %s died before command %s finished: %s; acquire a new sandbox", sb.id, commandID, sb.reasonOrUnknown())
+	case errors.Is(err, iolog.ErrPruned):
+		return core.OutputPruned(commandID, sb.id)
+	case errors.Is(err, iolog.ErrStopped):
+		return core.ShuttingDown()
 	}
-	return err
+	return err // nil, fn's error, or ctx's
 }
 
 // logError classifies a failure to read or append the command log: a log

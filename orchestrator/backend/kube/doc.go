@@ -1,8 +1,8 @@
 // Package kube is sandboxd's Kubernetes backend: each sandbox is a Pod, and
 // sandboxd replicas are stateless. It implements the same domain as the
-// Docker backend (package orchestrator) behind the same API
-// (orchestrator/door/grpcapi's Manager): callers cannot tell the two apart,
-// except that the operations listed in unsupported.go answer
+// Docker backend (orchestrator/backend/docker) behind the same port
+// (core.Manager, with core.Validating in front): callers cannot tell the
+// two apart, except that the operations listed in unsupported.go answer
 // FailedPrecondition here.
 //
 // # Where the seam is, and why
@@ -13,13 +13,22 @@
 // replica owns anything: the API server is the only store, and /io lives in
 // the Pod's emptyDir, on a node sandboxd cannot see. So the seam is the
 // domain's interface, not a list of container operations: both backends
-// apply the same rules (orchestrator.ResolveOptions, orchestrator.ExecRecord,
-// the error classes), and the host half of /io is the same code
-// (orchestrator/iolog), run on the host by the Docker backend and inside the
-// Pod by the io sidecar (orchestrator/backend/kube/iosidecar) here. The sidecar is
-// the command log's only writer, as sandboxd is under Docker, so a command
-// ID names one command however many replicas submit it: exactly once holds
+// apply the same rules (core's Policy, core.ExecRecord, the error
+// classes), and the host half of /io and of the files API is the same code
+// (orchestrator/iolog, its follow loop included, and orchestrator/wspath),
+// run on the host by the Docker backend and inside the Pod by the io
+// sidecar (orchestrator/backend/kube/iosidecar) here. The sidecar is the
+// command log's only writer, as sandboxd is under Docker, so a command ID
+// names one command however many replicas submit it: exactly once holds
 // across replicas and their crashes.
+//
+// An error crosses the sidecar once, by reason: the sidecar sends what
+// iolog and wspath said (iolog's sentinels, core's classes) as a reason in
+// the status's details, the iosidecar.Client reads it back through the
+// same table (iosidecar/errors.go), believing only reasons it may get, and
+// ioError adds the sandbox's context, as the Docker backend does on the
+// host. Requests are checked by core.Validating in front of this backend
+// and again by the sidecar on what it receives, nowhere in between.
 //
 // # What is stored where
 //

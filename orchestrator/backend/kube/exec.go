@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 )
 
 // Submit queues a command in a sandbox and returns its ID, exactly as the
@@ -36,10 +35,7 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	}
 	appended, err := c.Append(ctx, rec)
 	if err != nil {
-		if errors.Is(err, iosidecar.ErrConflict) {
-			return "", core.CommandIDReused(rec.CommandID, req.SandboxID)
-		}
-		return "", m.ioError(req.SandboxID, "", err)
+		return "", m.ioError(req.SandboxID, rec.CommandID, err)
 	}
 	m.touch(req.SandboxID, p)
 	if appended {
@@ -93,8 +89,10 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	return err
 }
 
-// commandSidecar checks the IDs of an operation on a command and returns
-// the sandbox's ready Pod and its sidecar connection.
+// commandSidecar returns the sandbox's ready Pod and its sidecar
+// connection, for an operation on a command. The IDs are not checked here:
+// core.Validating did in front of this backend, and the sidecar does again
+// on what it receives (iosidecar's package doc).
 func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID string) (*corev1.Pod, IOConn, error) {
 	p, err := m.live(ctx, sandboxID)
 	if err != nil {

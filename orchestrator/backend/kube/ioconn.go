@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -16,9 +17,11 @@ import (
 )
 
 // IOConn is a connection to one sandbox's io sidecar: the host half of
-// /io, at the Pod's IP. Its errors match iosidecar's sentinels (ErrConflict,
-// ErrUnknownCommand, ...). Everything it returns came from the sandbox's
-// Pod and was bounded and checked by the implementation (iosidecar.Client).
+// /io, at the Pod's IP. Its errors mean what iosidecar's table says
+// (iosidecar/errors.go): they match iolog's sentinels (ErrConflict,
+// ErrUnknownCommand, ...), core's classes or iosidecar's own (ErrBadResponse,
+// ...). Everything it returns came from the sandbox's Pod and was bounded
+// and checked by the implementation (iosidecar.Client).
 type IOConn interface {
 	Append(ctx context.Context, rec ioproto.Record) (appended bool, err error)
 	Follow(ctx context.Context, commandID string, afterSeq int64, fn func(ioproto.Event) error) error
@@ -62,72 +65,42 @@ func (m *Manager) io(ctx context.Context, p *corev1.Pod) (IOConn, error) {
 	return c, nil
 }
 
-// ioError classifies an error of a sandbox's sidecar. Its messages come
-// from the Pod: iosidecar.Client bounded and sanitised them.
+// ioError says what an error of sandbox id's sidecar (on command cmd, if
+// any) means to sandboxd's callers. iosidecar.Client has already turned
+// the sidecar's answer back into what it means (its reason, through the
+// table in iosidecar/errors.go); this only adds the sandbox's context, as
+// the Docker backend does with iolog's errors on the host. The messages
+// come from the Pod: the Client bounded and sanitised them.
 func (m *Manager) ioError(id, cmd string, err error) error {
 	switch {
-	case core.IsClassified(err):
-		return err
-	case errors.Is(err, ioproto.ErrMalformed):
-		return core.Errorf(core.ErrInvalidArgument, "%v", err)
-	case errors.Is(err, iosidecar.ErrUnknownCommand):
+	case errors.Is(err, iolog.ErrUnknownCommand):
 		return core.CommandNotFound(cmd, id)
-	case errors.Is(err, iosidecar.ErrPruned):
+	case errors.Is(err, iolog.ErrPruned):
 		return core.OutputPruned(cmd, id)
-	case errors.Is(err, iosidecar.ErrLogFull):
+	case errors.Is(err, iolog.ErrConflict):
+		return core.CommandIDReused(cmd, id)
+	case errors.Is(err, iolog.ErrLogFull):
 		return core.LogFull(id, err)
-	case errors.Is(err, iosidecar.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
+	case errors.Is(err, iolog.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
 		m.log.Error("sandbox tampered with its /io files or its io sidecar", "sandbox_id", id, "error", err)
 		return core.Tampered(id, "its /io files", err)
-	case errors.Is(err, iosidecar.ErrNotFound):
-		return core.Errorf(core.ErrNotFound, "%v", err)
-	case errors.Is(err, iosidecar.ErrInvalid):
-		return core.Errorf(core.ErrInvalidArgument, "%v", err)
-	case errors.Is(err, iosidecar.ErrExhausted):
-		return core.Errorf(core.ErrResourceExhausted, "%v", err)
-	case errors.Is(err, iosidecar.ErrUnavailable):
+	case errors.Is(err, iosidecar.ErrUnavailable), errors.Is(err, core.ErrUnavailable):
 		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s: %v; try again", id, err)
 	case errors.Is(err, iosidecar.ErrUnauthenticated):
 		m.log.Error("an io sidecar refused sandboxd's token: --kube-io-token-file and the Secret differ", "sandbox_id", id)
 		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s refused sandboxd's token (a configuration error; see sandboxd's log)", id)
+	case core.IsClassified(err):
+		// The files API's errors, in the class the sidecar gave them and
+		// with its text ("io sidecar: …"); and the caller's own (its
+		// context, core.Validating's upload limit), as they are.
+		return err
+	case errors.Is(err, ioproto.ErrMalformed):
+		return core.Errorf(core.ErrInvalidArgument, "%v", err)
 	}
 	return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s failed: %v", id, err)
 }
 
 // dialSidecar connects to a real io sidecar.
 func dialSidecar(_ context.Context, addr, token string) (IOConn, error) {
-	c, err := iosidecar.Dial(addr, token)
-	if err != nil {
-		return nil, err
-	}
-	return sidecarConn{c}, nil
-}
-
-// sidecarConn adapts iosidecar.Client to IOConn: its file descriptions
-// become the domain's.
-type sidecarConn struct{ *iosidecar.Client }
-
-func (c sidecarConn) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error) {
-	fi, err := c.Client.Upload(ctx, path, r, maxBytes)
-	return fileInfo(fi), err
-}
-
-func (c sidecarConn) Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error) {
-	rc, fi, err := c.Client.Download(ctx, path)
-	return rc, fileInfo(fi), err
-}
-
-func (c sidecarConn) ListFiles(ctx context.Context, path string) ([]core.FileInfo, error) {
-	list, err := c.Client.ListFiles(ctx, path)
-	out := make([]core.FileInfo, len(list))
-	for i, fi := range list {
-		out[i] = fileInfo(fi)
-	}
-	return out, err
-}
-
-// fileInfo is the domain's description of a sidecar's file.
-func fileInfo(fi iosidecar.FileInfo) core.FileInfo {
-	return core.FileInfo{Path: fi.Path, Size: fi.Size, IsDir: fi.IsDir(), ModTime: fi.ModTime, Mode: fi.Mode,
-		Type: core.FileTypeOf(fi.Mode), UID: fi.UID, GID: fi.GID}
+	return iosidecar.Dial(addr, token)
 }

@@ -47,12 +47,23 @@ const (
 //
 // IOService is the io sidecar's service.
 //
-// Errors: NOT_FOUND for an unknown command (or pruned output, with a
-// message saying so) or a missing file; ALREADY_EXISTS for a command ID
-// re-used for a different command; RESOURCE_EXHAUSTED when the command
-// log is full; FAILED_PRECONDITION when the sandbox tampered with a file
-// sandboxd relies on; INVALID_ARGUMENT for a malformed record or path;
-// UNAUTHENTICATED without the token.
+// Errors: every error status the service's handlers send carries a
+// google.rpc.ErrorInfo in its details, of domain "iosidecar.sandboxd.io",
+// whose reason says what the error means; the message is for people. The
+// reasons (the table is orchestrator/backend/kube/iosidecar/errors.go):
+// UNKNOWN_COMMAND (NOT_FOUND; Append, Follow), OUTPUT_PRUNED (NOT_FOUND;
+// Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
+// different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
+// TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
+// relies on; Append, Follow, Status), and one per class of the domain's
+// errors, named and coded after it: INVALID_ARGUMENT (a malformed record,
+// command ID or path; Append, Follow and the files calls), UNAVAILABLE
+// (the sidecar is shutting down; any call), NOT_FOUND, ALREADY_EXISTS,
+// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
+// without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
+// the transport's failures, the caller's cancellation. sandboxd believes a
+// reason only with its code and on the calls listed; anything else means
+// the sidecar failed.
 type IOServiceClient interface {
 	// Append appends one record to the command log (/io/stdin), once: a
 	// command record whose command ID is already in the log with the same
@@ -168,12 +179,23 @@ func (c *iOServiceClient) ListFiles(ctx context.Context, in *ListFilesRequest, o
 //
 // IOService is the io sidecar's service.
 //
-// Errors: NOT_FOUND for an unknown command (or pruned output, with a
-// message saying so) or a missing file; ALREADY_EXISTS for a command ID
-// re-used for a different command; RESOURCE_EXHAUSTED when the command
-// log is full; FAILED_PRECONDITION when the sandbox tampered with a file
-// sandboxd relies on; INVALID_ARGUMENT for a malformed record or path;
-// UNAUTHENTICATED without the token.
+// Errors: every error status the service's handlers send carries a
+// google.rpc.ErrorInfo in its details, of domain "iosidecar.sandboxd.io",
+// whose reason says what the error means; the message is for people. The
+// reasons (the table is orchestrator/backend/kube/iosidecar/errors.go):
+// UNKNOWN_COMMAND (NOT_FOUND; Append, Follow), OUTPUT_PRUNED (NOT_FOUND;
+// Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
+// different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
+// TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
+// relies on; Append, Follow, Status), and one per class of the domain's
+// errors, named and coded after it: INVALID_ARGUMENT (a malformed record,
+// command ID or path; Append, Follow and the files calls), UNAVAILABLE
+// (the sidecar is shutting down; any call), NOT_FOUND, ALREADY_EXISTS,
+// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
+// without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
+// the transport's failures, the caller's cancellation. sandboxd believes a
+// reason only with its code and on the calls listed; anything else means
+// the sidecar failed.
 type IOServiceServer interface {
 	// Append appends one record to the command log (/io/stdin), once: a
 	// command record whose command ID is already in the log with the same

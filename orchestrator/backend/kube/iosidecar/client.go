@@ -14,54 +14,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
-)
-
-// Errors of the Client. Each failed call returns an error matching (with
-// errors.Is) one of these, or the caller's context error, so that the kube
-// Manager classifies failures as orchestrator does with iolog's: the text
-// says what happened, the sentinel what it means.
-var (
-	// ErrUnknownCommand: the command is not in the sandbox's command log
-	// (Follow, or Append of an interrupt or stdin record).
-	ErrUnknownCommand = errors.New("command not in the command log")
-	// ErrPruned: the command's output was pruned by the driver.
-	ErrPruned = errors.New("command output pruned")
-	// ErrConflict: the command ID is already in the log for a different
-	// command.
-	ErrConflict = errors.New("command ID already used for a different command")
-	// ErrLogFull: the command log takes no more records.
-	ErrLogFull = errors.New("command log is full")
-	// ErrTampered: the sandbox altered a file the sidecar relies on (the
-	// command log, an events file, the driver's status).
-	ErrTampered = errors.New("altered from inside the sandbox")
-	// ErrNotFound: no such file under /workspace, or no driver status yet.
-	ErrNotFound = errors.New("not found")
-	// ErrInvalid: the request was refused as malformed (a record, a path
-	// outside /workspace or through a symlink leaving it, a directory
-	// given to Download, ...).
-	ErrInvalid = errors.New("invalid request")
-	// ErrExhausted: a file request exceeded a limit (upload larger than its
-	// max, no space left on the workspace, a directory too large to list).
-	ErrExhausted = errors.New("limit exceeded")
-	// ErrUnavailable: the sidecar could not be reached or went away
-	// mid-call (its container restarting, the Pod gone, a network
-	// failure): the call may be retried.
-	ErrUnavailable = errors.New("io sidecar unavailable")
-	// ErrUnauthenticated: the sidecar refused the token.
-	ErrUnauthenticated = errors.New("io sidecar refused the token")
-	// ErrBadResponse: the sidecar answered what the protocol does not allow
-	// (a malformed or out-of-order event, a message over the size limit, a
-	// file description outside /workspace). The sidecar shares a Pod with
-	// the sandbox; treat the sandbox as compromised.
-	ErrBadResponse = errors.New("io sidecar sent a bad response")
-	// ErrInternal: any other failure the sidecar reported.
-	ErrInternal = errors.New("io sidecar failed")
 )
 
 // Client bounds: what sandboxd accepts from a sidecar.
@@ -84,7 +41,9 @@ const (
 
 // Client is sandboxd's connection to one sandbox's io sidecar. It is safe
 // for concurrent use. Everything it returns was checked: the sidecar shares
-// its Pod with hostile code.
+// its Pod with hostile code. Each failed call returns an *Error (errors.go)
+// or the caller's context error; what it sends is not checked again (the
+// package doc says where requests are).
 type Client struct {
 	conn *grpc.ClientConn
 	rpc  sandboxiov1.IOServiceClient
@@ -130,34 +89,6 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 // RequireTransportSecurity is false: see Dial.
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// op says which call an error came from: the same code means different
-// things on different calls.
-type op int
-
-const (
-	opAppend op = iota
-	opFollow
-	opStatus
-	opFiles
-)
-
-// Error is a failed call: its code, the sidecar's message (truncated and
-// made valid UTF-8) and the sentinel it matches.
-type Error struct {
-	// Code is the gRPC code the sidecar (or the transport) returned.
-	Code codes.Code
-	// Message is the sidecar's text, at most about 1 KiB of valid UTF-8.
-	Message string
-	kind    error
-}
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("io sidecar: %s (%s)", e.Message, e.Code)
-}
-
-// Is matches the sentinel the error was classified as.
-func (e *Error) Is(target error) bool { return target == e.kind }
-
 // sanitize makes a message from the sidecar safe to log and to show: valid
 // UTF-8, at most maxErrorMessage bytes.
 func sanitize(s string) string {
@@ -171,67 +102,17 @@ func sanitize(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// classify turns a call's error into an *Error (or ctx's error, when the
-// caller gave up).
-func classify(ctx context.Context, o op, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return ctxErr
-	}
-	st, _ := status.FromError(err) // a non-status error is Unknown
-	e := &Error{Code: st.Code(), Message: sanitize(st.Message())}
-	switch st.Code() {
-	case codes.NotFound:
-		switch {
-		case o == opFollow && strings.HasPrefix(st.Message(), msgPruned):
-			e.kind = ErrPruned
-		case o == opFollow || o == opAppend:
-			e.kind = ErrUnknownCommand
-		default:
-			e.kind = ErrNotFound
-		}
-	case codes.AlreadyExists:
-		e.kind = ErrConflict
-		if o == opFiles {
-			e.kind = ErrInvalid
-		}
-	case codes.ResourceExhausted:
-		switch o {
-		case opAppend:
-			e.kind = ErrLogFull
-		case opFiles:
-			e.kind = ErrExhausted
-		default:
-			// Follow and Status never run out of anything but the message
-			// size limit: an answer too large to be honest.
-			e.kind = ErrBadResponse
-		}
-	case codes.FailedPrecondition:
-		e.kind = ErrTampered
-	case codes.InvalidArgument, codes.OutOfRange:
-		e.kind = ErrInvalid
-	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded, codes.Aborted:
-		e.kind = ErrUnavailable
-	case codes.Unauthenticated, codes.PermissionDenied:
-		e.kind = ErrUnauthenticated
-	default:
-		e.kind = ErrInternal
-	}
-	return e
-}
-
 // badResponse is an ErrBadResponse error.
 func badResponse(format string, args ...any) error {
 	return &Error{Code: codes.Internal, Message: sanitize(fmt.Sprintf(format, args...)), kind: ErrBadResponse}
 }
 
 // Append appends rec to the sandbox's command log, once; appended is false
-// when the same command was already there (see iolog.Dir.Append). The
-// record is validated and encoded here (ioproto.EncodeRecord), so a
-// malformed one never leaves sandboxd (an error wrapping
-// ioproto.ErrMalformed, not an *Error).
+// when the same command was already there (see iolog.Dir.Append), and an
+// exec record re-using a command ID for another command is
+// iolog.ErrConflict. The record is encoded here with ioproto.EncodeRecord,
+// the protocol's one encoder, which refuses a malformed record (an error
+// wrapping ioproto.ErrMalformed, not an *Error).
 func (c *Client) Append(ctx context.Context, rec ioproto.Record) (appended bool, err error) {
 	line, err := ioproto.EncodeRecord(rec)
 	if err != nil {
@@ -239,7 +120,7 @@ func (c *Client) Append(ctx context.Context, rec ioproto.Record) (appended bool,
 	}
 	resp, err := c.rpc.Append(ctx, &sandboxiov1.AppendRequest{Record: line[:len(line)-1]})
 	if err != nil {
-		return false, classify(ctx, opAppend, err)
+		return false, errorOf(ctx, callAppend, err)
 	}
 	return resp.GetAppended(), nil
 }
@@ -249,18 +130,16 @@ func (c *Client) Append(ctx context.Context, rec ioproto.Record) (appended bool,
 // not above afterSeq). Each event is parsed again with ioproto.ParseEvent,
 // must come in increasing seq order above afterSeq, and may not carry
 // artifact references (the sidecar resolves them); anything else ends the
-// call with ErrBadResponse. fn's error is returned as is. A sidecar that
-// stops meanwhile is ErrUnavailable: follow again from the last seq
-// delivered.
+// call with ErrBadResponse. fn's error is returned as is. A command not
+// in the log is iolog.ErrUnknownCommand, pruned output iolog.ErrPruned. A
+// sidecar that stops meanwhile is ErrUnavailable or core.ErrUnavailable:
+// follow again from the last seq delivered.
 func (c *Client) Follow(ctx context.Context, cmd string, afterSeq int64, fn func(ioproto.Event) error) error {
-	if err := ioproto.ValidateCommandID(cmd); err != nil {
-		return &Error{Code: codes.InvalidArgument, Message: sanitize(err.Error()), kind: ErrInvalid}
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream when fn fails or done arrives
 	stream, err := c.rpc.Follow(ctx, &sandboxiov1.FollowRequest{CommandId: cmd, AfterSeq: afterSeq})
 	if err != nil {
-		return classify(ctx, opFollow, err)
+		return errorOf(ctx, callFollow, err)
 	}
 	last := max(afterSeq, 0)
 	for {
@@ -272,7 +151,7 @@ func (c *Client) Follow(ctx context.Context, cmd string, afterSeq int64, fn func
 			return nil
 		}
 		if err != nil {
-			return classify(ctx, opFollow, err)
+			return errorOf(ctx, callFollow, err)
 		}
 		ev, err := ioproto.ParseEvent(msg.GetEvent())
 		if err != nil {
@@ -295,17 +174,17 @@ func (c *Client) Follow(ctx context.Context, cmd string, afterSeq int64, fn func
 }
 
 // DriverStatus returns the driver's status (/io/driver.json). A driver
-// that has not written it yet is ErrNotFound.
+// that has not written it yet is core.ErrNotFound.
 func (c *Client) DriverStatus(ctx context.Context) (ioproto.DriverStatus, error) {
 	var ds ioproto.DriverStatus
 	resp, err := c.rpc.Status(ctx, &sandboxiov1.StatusRequest{})
 	if err != nil {
-		return ds, classify(ctx, opStatus, err)
+		return ds, errorOf(ctx, callStatus, err)
 	}
 	b := resp.GetDriverStatus()
 	switch {
 	case len(b) == 0:
-		return ds, &Error{Code: codes.NotFound, Message: "the driver has not written its status yet", kind: ErrNotFound}
+		return ds, &Error{Code: codes.NotFound, Message: "the driver has not written its status yet", kind: core.ErrNotFound}
 	case len(b) > maxDriverStatus:
 		return ds, badResponse("driver status is %d bytes; the limit is %d", len(b), maxDriverStatus)
 	}
@@ -315,51 +194,38 @@ func (c *Client) DriverStatus(ctx context.Context) (ioproto.DriverStatus, error)
 	return ds, nil
 }
 
-// FileInfo describes a file under /workspace, as checked by the Client.
-type FileInfo struct {
-	// Path is the file's path relative to /workspace ("" for /workspace
-	// itself), clean by wspath's rules; Display gives the absolute path.
-	Path string
-	// Size is in bytes (0 for directories).
-	Size int64
-	// Mode is the permission bits and type.
-	Mode fs.FileMode
-	// ModTime is the modification time.
-	ModTime time.Time
-	// UID and GID own the file.
-	UID, GID uint32
-}
-
-// Display is the path as the sandbox sees it (/workspace/...).
-func (fi FileInfo) Display() string {
+// display is a file's path as the sandbox sees it (/workspace/...).
+func display(fi core.FileInfo) string {
 	if fi.Path == "" {
 		return core.DisplayPath(".")
 	}
 	return core.DisplayPath(fi.Path)
 }
 
-// IsDir reports whether the file is a directory.
-func (fi FileInfo) IsDir() bool { return fi.Mode.IsDir() }
-
-// checkInfo converts and checks a FileInfo from the sidecar.
-func checkInfo(p *sandboxiov1.FileInfo) (FileInfo, error) {
+// checkInfo checks a file description from the sidecar and turns it into
+// the domain's: its path must be absolute and under /workspace by
+// core.CleanPath's rules (it becomes relative, "" for /workspace itself,
+// as wspath.Info gives it), its size not negative.
+func checkInfo(p *sandboxiov1.FileInfo) (core.FileInfo, error) {
 	if p == nil {
-		return FileInfo{}, badResponse("a file description is missing")
+		return core.FileInfo{}, badResponse("a file description is missing")
 	}
 	if !utf8.ValidString(p.GetPath()) {
-		return FileInfo{}, badResponse("file path %q is not valid UTF-8", core.Truncate(p.GetPath(), 256))
+		return core.FileInfo{}, badResponse("file path %q is not valid UTF-8", core.Truncate(p.GetPath(), 256))
 	}
 	if !strings.HasPrefix(p.GetPath(), "/") {
-		return FileInfo{}, badResponse("file path %q is not absolute", core.Truncate(p.GetPath(), 256))
+		return core.FileInfo{}, badResponse("file path %q is not absolute", core.Truncate(p.GetPath(), 256))
 	}
 	rel, err := core.CleanPath(p.GetPath())
 	if err != nil {
-		return FileInfo{}, badResponse("file path: %v", err)
+		return core.FileInfo{}, badResponse("file path: %v", err)
 	}
 	if p.GetSize() < 0 {
-		return FileInfo{}, badResponse("file %s has a negative size", core.DisplayPath(rel))
+		return core.FileInfo{}, badResponse("file %s has a negative size", core.DisplayPath(rel))
 	}
-	fi := FileInfo{Path: rel, Size: p.GetSize(), Mode: fs.FileMode(p.GetMode()), ModTime: time.Unix(0, p.GetModTimeUnixNano()), UID: p.GetUid(), GID: p.GetGid()}
+	mode := fs.FileMode(p.GetMode())
+	fi := core.FileInfo{Path: rel, Size: p.GetSize(), IsDir: mode.IsDir(), ModTime: time.Unix(0, p.GetModTimeUnixNano()),
+		Mode: mode, Type: core.FileTypeOf(mode), UID: p.GetUid(), GID: p.GetGid()}
 	if rel == "." {
 		fi.Path = ""
 	}
@@ -367,19 +233,20 @@ func checkInfo(p *sandboxiov1.FileInfo) (FileInfo, error) {
 }
 
 // Upload writes r to path under /workspace (replacing a file of that name,
-// creating missing parents), refusing more than maxBytes (ErrExhausted; 0
-// leaves the sidecar's own cap).
-func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (FileInfo, error) {
+// creating missing parents), refusing more than maxBytes
+// (core.ErrResourceExhausted; 0 leaves the sidecar's own cap). path is
+// relative to /workspace or absolute under it.
+func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.Upload(ctx)
 	if err != nil {
-		return FileInfo{}, classify(ctx, opFiles, err)
+		return core.FileInfo{}, errorOf(ctx, callFiles, err)
 	}
 	hdr := &sandboxiov1.UploadRequest{Msg: &sandboxiov1.UploadRequest_Header{Header: &sandboxiov1.UploadHeader{Path: path, MaxBytes: maxBytes}}}
 	if err := stream.Send(hdr); err != nil {
 		_, err = stream.CloseAndRecv() // the server's error, if it sent one
-		return FileInfo{}, classify(ctx, opFiles, err)
+		return core.FileInfo{}, errorOf(ctx, callFiles, err)
 	}
 	buf := make([]byte, uploadChunk)
 	for {
@@ -389,19 +256,19 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes 
 				// io.EOF: the server ended the call (too large, bad path);
 				// CloseAndRecv returns its status.
 				_, err = stream.CloseAndRecv()
-				return FileInfo{}, classify(ctx, opFiles, err)
+				return core.FileInfo{}, errorOf(ctx, callFiles, err)
 			}
 		}
 		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
 			break
 		}
 		if rerr != nil {
-			return FileInfo{}, rerr // the caller's reader: theirs to report
+			return core.FileInfo{}, rerr // the caller's reader: theirs to report
 		}
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return FileInfo{}, classify(ctx, opFiles, err)
+		return core.FileInfo{}, errorOf(ctx, callFiles, err)
 	}
 	return checkInfo(resp.GetFile())
 }
@@ -410,33 +277,33 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes 
 // most the size the file description gives (more is ErrBadResponse, and so
 // is less: a truncated stream is never mistaken for the whole file); close
 // it to end the stream.
-func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, FileInfo, error) {
+func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stream, err := c.rpc.Download(ctx, &sandboxiov1.DownloadRequest{Path: path})
 	if err != nil {
-		err = classify(ctx, opFiles, err)
+		err = errorOf(ctx, callFiles, err)
 		cancel()
-		return nil, FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
 	first, err := stream.Recv()
 	if err != nil {
 		if err == io.EOF {
 			err = badResponse("download %s: no file description", core.Truncate(path, 256))
 		} else {
-			err = classify(ctx, opFiles, err)
+			err = errorOf(ctx, callFiles, err)
 		}
 		cancel()
-		return nil, FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
 	fi, err := checkInfo(first.GetFile())
 	if err != nil {
 		cancel()
-		return nil, FileInfo{}, err
+		return nil, core.FileInfo{}, err
 	}
-	d := &download{ctx: ctx, cancel: cancel, stream: stream, left: fi.Size, pending: first.GetChunk(), path: fi.Display()}
+	d := &download{ctx: ctx, cancel: cancel, stream: stream, left: fi.Size, pending: first.GetChunk(), path: display(fi)}
 	if int64(len(d.pending)) > d.left {
 		cancel()
-		return nil, FileInfo{}, badResponse("download %s: more content than its size %d", fi.Display(), fi.Size)
+		return nil, core.FileInfo{}, badResponse("download %s: more content than its size %d", display(fi), fi.Size)
 	}
 	d.left -= int64(len(d.pending))
 	return d, fi, nil
@@ -465,7 +332,7 @@ func (d *download) Read(p []byte) (int, error) {
 		case err == io.EOF:
 			d.err = badResponse("download %s: the stream ended %d bytes short of the file's size", d.path, d.left)
 		case err != nil:
-			d.err = classify(d.ctx, opFiles, err)
+			d.err = errorOf(d.ctx, callFiles, err)
 		case msg.GetFile() != nil:
 			d.err = badResponse("download %s: a second file description", d.path)
 		case int64(len(msg.GetChunk())) > d.left:
@@ -490,15 +357,15 @@ func (d *download) Close() error {
 
 // ListFiles lists a directory under /workspace ("" for /workspace), sorted
 // by path, or returns just the file path names.
-func (c *Client) ListFiles(ctx context.Context, path string) ([]FileInfo, error) {
+func (c *Client) ListFiles(ctx context.Context, path string) ([]core.FileInfo, error) {
 	resp, err := c.rpc.ListFiles(ctx, &sandboxiov1.ListFilesRequest{Path: path})
 	if err != nil {
-		return nil, classify(ctx, opFiles, err)
+		return nil, errorOf(ctx, callFiles, err)
 	}
 	if len(resp.GetFiles()) > wspath.MaxListEntries {
 		return nil, badResponse("list %s: %d entries; the limit is %d", core.Truncate(path, 256), len(resp.GetFiles()), wspath.MaxListEntries)
 	}
-	out := make([]FileInfo, 0, len(resp.GetFiles()))
+	out := make([]core.FileInfo, 0, len(resp.GetFiles()))
 	for _, p := range resp.GetFiles() {
 		fi, err := checkInfo(p)
 		if err != nil {

@@ -2,82 +2,49 @@ package iosidecar
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
+	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path"
-	"slices"
-	"strings"
-	"syscall"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 
-// The files API works on /workspace exactly as orchestrator/files.go does
-// on the host: paths by wspath's rules, every access through an os.Root
-// (the sandbox may have planted symlinks to leave the workspace), uploads
-// written under a temporary name and renamed into place, what is created
-// owned by the sandbox user.
+// The files API works on /workspace with wspath, the code the Docker
+// backend runs on the host: every access through an os.Root (the sandbox
+// may have planted symlinks to leave the workspace), uploads written under
+// a temporary name and renamed into place, what is created owned by the
+// sandbox user, errors in core's classes (sent with their reason,
+// errors.go). What is sandboxio.v1's own is here: the path checked again
+// (core.CleanPath: the package doc says why), the messages' framing, and
+// file descriptions with absolute paths (protoInfo).
 
-// cleanPath applies wspath's rules, as INVALID_ARGUMENT.
-func cleanPath(p string) (string, error) {
-	rel, err := core.CleanPath(p)
+// workspace opens the sandbox's /workspace as a root.
+func (s *Server) workspace() (*os.Root, error) {
+	root, err := os.OpenRoot(s.cfg.Workspace)
 	if err != nil {
-		return "", status.Error(codes.InvalidArgument, err.Error())
+		return nil, fmt.Errorf("open the workspace: %w", err)
 	}
-	return rel, nil
+	return root, nil
 }
 
-// fsError classifies a file system error on the workspace, as
-// orchestrator's fsError does.
-func fsError(op, display string, err error) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return status.Errorf(codes.NotFound, "%s %s: no such file or directory", op, display)
-	case iolog.IsEscape(err):
-		return status.Errorf(codes.InvalidArgument, "%s %s: path escapes /workspace", op, display)
-	case errors.Is(err, syscall.ENOTDIR):
-		return status.Errorf(codes.InvalidArgument, "%s %s: a parent of the path is not a directory", op, display)
-	case errors.Is(err, syscall.EISDIR):
-		return status.Errorf(codes.InvalidArgument, "%s %s: is a directory", op, display)
-	case errors.Is(err, syscall.ENAMETOOLONG):
-		return status.Errorf(codes.InvalidArgument, "%s %s: name too long", op, display)
-	case errors.Is(err, fs.ErrExist):
-		return status.Errorf(codes.InvalidArgument, "%s %s: already exists", op, display)
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return status.Errorf(codes.ResourceExhausted, "%s %s: no space left on the sandbox's disk", op, display)
+// protoInfo is a file's description as sandboxio.v1 sends it: its path
+// absolute, as the sandbox sees it.
+func protoInfo(fi core.FileInfo) *sandboxiov1.FileInfo {
+	rel := fi.Path
+	if rel == "" {
+		rel = "."
 	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Errorf(codes.Internal, "%s %s: %v", op, display, err)
+	return &sandboxiov1.FileInfo{Path: core.DisplayPath(rel), Size: fi.Size, Mode: uint32(fi.Mode),
+		ModTimeUnixNano: fi.ModTime.UnixNano(), Uid: fi.UID, Gid: fi.GID}
 }
 
-// fileInfo describes a file; rel is relative to the workspace.
-func fileInfo(rel string, st fs.FileInfo) *sandboxiov1.FileInfo {
-	fi := &sandboxiov1.FileInfo{Path: core.DisplayPath(rel), Mode: uint32(st.Mode()), ModTimeUnixNano: st.ModTime().UnixNano()}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		fi.Uid, fi.Gid = sys.Uid, sys.Gid
-	}
-	if !st.IsDir() {
-		fi.Size = st.Size()
-	}
-	return fi
-}
-
-// Upload writes a file under /workspace. The header comes first; the
-// content may not exceed the header's max_bytes nor the server's cap
-// (RESOURCE_EXHAUSTED). Missing parents are created.
+// Upload writes a file under /workspace (wspath.Upload). The header comes
+// first; the content may not exceed the header's max_bytes nor the
+// server's cap (RESOURCE_EXHAUSTED). Missing parents are created.
 func (s *Server) Upload(stream grpc.ClientStreamingServer[sandboxiov1.UploadRequest, sandboxiov1.UploadResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -85,124 +52,89 @@ func (s *Server) Upload(stream grpc.ClientStreamingServer[sandboxiov1.UploadRequ
 	}
 	h := first.GetHeader()
 	if h == nil {
-		return status.Error(codes.InvalidArgument, "the first message of an upload must be its header")
+		return core.Invalidf("the first message of an upload must be its header")
 	}
 	limit := s.cfg.MaxUploadBytes
 	switch {
 	case h.GetMaxBytes() < 0:
-		return status.Errorf(codes.InvalidArgument, "max_bytes is negative (%d)", h.GetMaxBytes())
+		return core.Invalidf("max_bytes is negative (%d)", h.GetMaxBytes())
 	case h.GetMaxBytes() > 0:
 		limit = min(limit, h.GetMaxBytes())
 	}
-	rel, err := cleanPath(h.GetPath())
+	rel, err := core.CleanPath(h.GetPath())
 	if err != nil {
 		return err
 	}
 	if rel == "." {
-		return status.Error(codes.InvalidArgument, "upload path is empty: name a file under /workspace")
+		return core.Invalidf("upload path is empty: name a file under /workspace")
 	}
-	show := core.DisplayPath(rel)
-	root, err := os.OpenRoot(s.cfg.Workspace)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open the workspace: %v", err)
-	}
-	defer root.Close()
-
-	dir := path.Dir(rel)
-	if err := wspath.MkdirAllOwned(root, dir); err != nil {
-		return fsError("upload to", show, err)
-	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := path.Join(dir, wspath.UploadTempPrefix+hex.EncodeToString(rnd[:]))
-	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fsError("upload to", show, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			f.Close()
-			root.Remove(tmp)
-		}
-	}()
-	var n int64
-	for {
-		msg, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err // the caller's stream failed: theirs to report
-		}
-		chunk := msg.GetChunk()
-		if msg.GetHeader() != nil {
-			return status.Error(codes.InvalidArgument, "an upload has one header, in its first message")
-		}
-		n += int64(len(chunk))
-		if n > limit {
-			return status.Errorf(codes.ResourceExhausted, "upload to %s is larger than its limit of %d bytes", show, limit)
-		}
-		if _, err := f.Write(chunk); err != nil {
-			return fsError("upload to", show, err)
-		}
-	}
-	if err := wspath.ChownFile(f); err != nil {
-		return fsError("upload to", show, err)
-	}
-	if err := f.Close(); err != nil {
-		return fsError("upload to", show, err)
-	}
-	if err := root.Rename(tmp, rel); err != nil {
-		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
-			err = syscall.EISDIR // renaming over a directory
-		}
-		root.Remove(tmp)
-		committed = true
-		return fsError("upload to", show, err)
-	}
-	committed = true
-	st, err := root.Lstat(rel)
-	if err != nil {
-		return fsError("upload to", show, err)
-	}
-	s.log.Debug("file uploaded", "path", show, "bytes", n)
-	return stream.SendAndClose(&sandboxiov1.UploadResponse{File: fileInfo(rel, st)})
-}
-
-// Download sends a regular file under /workspace in 1 MiB chunks, the
-// file's description in the first message. It sends at most the size the
-// file had when opened: a file the sandbox keeps growing does not keep
-// the stream going.
-func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerStreamingServer[sandboxiov1.DownloadResponse]) error {
-	rel, err := cleanPath(req.GetPath())
+	root, err := s.workspace()
 	if err != nil {
 		return err
 	}
+	defer root.Close()
 	show := core.DisplayPath(rel)
-	root, err := os.OpenRoot(s.cfg.Workspace)
+	fi, n, err := wspath.Upload(stream.Context(), root, rel, &uploadReader{stream: stream, limit: limit, show: show})
 	if err != nil {
-		return status.Errorf(codes.Internal, "open the workspace: %v", err)
+		return err
+	}
+	s.log.Debug("file uploaded", "path", show, "bytes", n)
+	return stream.SendAndClose(&sandboxiov1.UploadResponse{File: protoInfo(fi)})
+}
+
+// uploadReader reads an upload's content from its stream: at most limit
+// bytes (ErrResourceExhausted beyond), and no second header. The stream's
+// own failure is the caller's, returned as it is.
+type uploadReader struct {
+	stream  grpc.ClientStreamingServer[sandboxiov1.UploadRequest, sandboxiov1.UploadResponse]
+	limit   int64
+	show    string
+	n       int64
+	pending []byte
+}
+
+func (u *uploadReader) Read(p []byte) (int, error) {
+	for len(u.pending) == 0 {
+		msg, err := u.stream.Recv()
+		if err != nil {
+			return 0, err // io.EOF at the end
+		}
+		if msg.GetHeader() != nil {
+			return 0, core.Invalidf("an upload has one header, in its first message")
+		}
+		u.n += int64(len(msg.GetChunk()))
+		if u.n > u.limit {
+			return 0, core.Exhaustedf("upload to %s is larger than its limit of %d bytes", u.show, u.limit)
+		}
+		u.pending = msg.GetChunk()
+	}
+	n := copy(p, u.pending)
+	u.pending = u.pending[n:]
+	return n, nil
+}
+
+// Download sends a regular file under /workspace (wspath.Open) in 1 MiB
+// chunks, the file's description in the first message. It sends at most
+// the size the file had when opened: a file the sandbox keeps growing does
+// not keep the stream going.
+func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerStreamingServer[sandboxiov1.DownloadResponse]) error {
+	rel, err := core.CleanPath(req.GetPath())
+	if err != nil {
+		return err
+	}
+	root, err := s.workspace()
+	if err != nil {
+		return err
 	}
 	defer root.Close()
-	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := wspath.Open(root, rel)
 	if err != nil {
-		return fsError("download", show, err)
+		return err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fsError("download", show, err)
-	}
-	switch {
-	case st.IsDir():
-		return status.Errorf(codes.InvalidArgument, "download %s: is a directory; use ListFiles", show)
-	case !st.Mode().IsRegular():
-		return status.Errorf(codes.InvalidArgument, "download %s: not a regular file (%v)", show, st.Mode().Type())
-	}
-	r := io.LimitReader(f, st.Size())
+	r := io.LimitReader(f, fi.Size)
 	buf := make([]byte, downloadChunk)
-	msg := &sandboxiov1.DownloadResponse{File: fileInfo(rel, st)}
+	msg := &sandboxiov1.DownloadResponse{File: protoInfo(fi)}
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 || msg.File != nil {
@@ -216,59 +148,35 @@ func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerSt
 			return nil
 		}
 		if err != nil {
-			return fsError("download", show, err)
+			return wspath.FSError("download", core.DisplayPath(rel), err)
 		}
 		if err := stream.Context().Err(); err != nil {
-			return status.FromContextError(err).Err()
+			return err
 		}
 	}
 }
 
-// ListFiles lists a directory under /workspace (not recursively), sorted
-// by path; for a file it returns just that file. Symbolic links are listed
-// as such, never followed. At most wspath.MaxListEntries entries
+// ListFiles lists a directory under /workspace (wspath.List, one level),
+// sorted by path; for a file it returns just that file. Symbolic links are
+// listed as such, never followed. At most wspath.MaxListEntries entries
 // (RESOURCE_EXHAUSTED beyond).
 func (s *Server) ListFiles(ctx context.Context, req *sandboxiov1.ListFilesRequest) (*sandboxiov1.ListFilesResponse, error) {
-	rel, err := cleanPath(req.GetPath())
+	rel, err := core.CleanPath(req.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	show := core.DisplayPath(rel)
-	root, err := os.OpenRoot(s.cfg.Workspace)
+	root, err := s.workspace()
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "open the workspace: %v", err)
+		return nil, err
 	}
 	defer root.Close()
-	st, err := root.Stat(rel)
+	list, err := wspath.List(ctx, root, rel, 1)
 	if err != nil {
-		return nil, fsError("list", show, err)
+		return nil, err
 	}
-	if !st.IsDir() {
-		return &sandboxiov1.ListFilesResponse{Files: []*sandboxiov1.FileInfo{fileInfo(rel, st)}}, nil
+	out := make([]*sandboxiov1.FileInfo, len(list))
+	for i, fi := range list {
+		out[i] = protoInfo(fi)
 	}
-	d, err := root.Open(rel)
-	if err != nil {
-		return nil, fsError("list", show, err)
-	}
-	entries, err := d.ReadDir(wspath.MaxListEntries + 1)
-	d.Close()
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fsError("list", show, err)
-	}
-	out := make([]*sandboxiov1.FileInfo, 0, len(entries))
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), wspath.UploadTempPrefix) {
-			continue
-		}
-		if len(out) == wspath.MaxListEntries {
-			return nil, status.Errorf(codes.ResourceExhausted, "list %s: the directory has more than %d entries", show, wspath.MaxListEntries)
-		}
-		info, err := e.Info()
-		if err != nil {
-			continue // removed since ReadDir
-		}
-		out = append(out, fileInfo(path.Join(rel, e.Name()), info))
-	}
-	slices.SortFunc(out, func(a, b *sandboxiov1.FileInfo) int { return strings.Compare(a.Path, b.Path) })
 	return &sandboxiov1.ListFilesResponse{Files: out}, nil
 }

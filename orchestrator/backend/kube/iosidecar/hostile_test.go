@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 
@@ -103,12 +104,12 @@ func TestHostileFollow(t *testing.T) {
 			return status.Error(codes.Internal, strings.Repeat("\xff\xfeé", 100<<10/4))
 		}, ErrInternal},
 		"100 KiB not found message": {func(grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error {
-			return status.Error(codes.NotFound, msgPruned+strings.Repeat("\x00é", 100<<10/3))
-		}, ErrPruned},
+			return withReason(codes.NotFound, "OUTPUT_PRUNED", strings.Repeat("\x00é", 100<<10/3))
+		}, iolog.ErrPruned},
 		// One that does not is refused by the transport (maxHeaderList):
 		// the stream is reset.
 		"2 MiB error message": {func(grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error {
-			return status.Error(codes.NotFound, msgPruned+strings.Repeat("\xff\xfeé", 2<<20/4))
+			return withReason(codes.NotFound, "OUTPUT_PRUNED", strings.Repeat("\xff\xfeé", 2<<20/4))
 		}, ErrInternal},
 	} {
 		t.Run(name, func(t *testing.T) {

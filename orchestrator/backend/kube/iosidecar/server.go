@@ -2,16 +2,34 @@
 // server (sandboxio.v1, proto/sandboxio/v1) that runs in its own container
 // of a sandbox Pod and does there what sandboxd does on the host with the
 // Docker backend — the host half of the /io protocol (through
-// orchestrator/iolog, the same code) and the files API on /workspace
-// (through orchestrator/wspath, the same path rules) — and the client
-// sandboxd uses to reach it (Client).
+// orchestrator/iolog, the same code, follow loop included) and the files
+// API on /workspace (through orchestrator/wspath, the same code) — and the
+// client sandboxd uses to reach it (Client).
 //
 // The sidecar runs as root with CHOWN, DAC_OVERRIDE and FOWNER, beside a
 // sandbox container that owns io/out and /workspace and is hostile by
 // assumption: iolog's bounded, os.Root-confined reads protect the sidecar
 // from what the sandbox writes, and the Client protects sandboxd from what
 // the sidecar answers (bounded messages, events re-parsed, error texts
-// truncated).
+// truncated, reasons believed only from the table: errors.go).
+//
+// # Where requests are checked
+//
+// Each request is checked once per trust boundary it crosses:
+//   - in sandboxd, by core.Validating, in front of the Kubernetes backend:
+//     the sandbox and command IDs, the paths (core.CleanPath), the
+//     command's fields. The kube Manager and the Client add no check of
+//     their own (the Client encodes a record with ioproto.EncodeRecord, the
+//     protocol's one encoder, which cannot write a malformed one);
+//   - in the sidecar, by the Server, on what it receives: the command ID
+//     (ioproto.ValidateCommandID), the record (ioproto.ParseRecord), the
+//     path (core.CleanPath). Only the token's holder, sandboxd, can call
+//     it; the Server checks all the same, as defence in depth: it shares
+//     its Pod's network with the sandbox, and a check it skipped would be
+//     a path into the host half of /io.
+//
+// What crosses back is checked by the Client: the sidecar may have been
+// replaced by the sandboxed code.
 package iosidecar
 
 import (
@@ -37,6 +55,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
@@ -60,20 +79,6 @@ const (
 	downloadChunk = 1 << 20
 	// MinTokenLen is the shortest shared token the server accepts.
 	MinTokenLen = 16
-	// prunedCheckDelay, defaultRecheck: as in orchestrator/follow.go, a
-	// follower re-checks its events file every second in case a
-	// notification was lost, the first time after 50 ms (when it also asks
-	// whether the output was pruned).
-	prunedCheckDelay = 50 * time.Millisecond
-	defaultRecheck   = time.Second
-)
-
-// Error messages of NOT_FOUND on Follow start with one of these, so the
-// client tells pruned output from an unknown command without guessing
-// from a command ID that may contain any word.
-const (
-	msgUnknownCommand = "unknown command: "
-	msgPruned         = "pruned: "
 )
 
 // Config configures a Server.
@@ -88,7 +93,7 @@ type Config struct {
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
 	// Recheck is how often a follower re-reads its events file without a
-	// notification; 0 means one second. Tests shorten it.
+	// notification; 0 means iolog.DefaultRecheck. Tests shorten it.
 	Recheck time.Duration
 }
 
@@ -123,9 +128,6 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = DefaultMaxUploadBytes
 	}
-	if cfg.Recheck <= 0 {
-		cfg.Recheck = defaultRecheck
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -152,8 +154,8 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.MaxSendMsgSize(MaxSendMsgSize),
-		grpc.ChainUnaryInterceptor(s.authUnary),
-		grpc.ChainStreamInterceptor(s.authStream),
+		grpc.ChainUnaryInterceptor(s.unary),
+		grpc.ChainStreamInterceptor(s.stream),
 	)
 	sandboxiov1.RegisterIOServiceServer(s.grpc, s)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
@@ -191,11 +193,12 @@ func (s *Server) Stop(grace time.Duration) {
 }
 
 // PrepareLayout creates what the /io protocol needs in ioDir, as sandboxd
-// does for a new sandbox (orchestrator/store.go): ioDir and out/ owned by
-// the sandbox user (out/ mode 0755), and an empty command log (stdin)
-// owned by the caller, mode 0644, made with O_EXCL. It is idempotent: what
-// exists is kept (a restarted sidecar container must keep the log of the
-// Pod's life), and the directories are given to the sandbox user again.
+// does for a new sandbox (orchestrator/backend/docker/store.go): ioDir and
+// out/ owned by the sandbox user (out/ mode 0755), and an empty command
+// log (stdin) owned by the caller, mode 0644, made with O_EXCL. It is
+// idempotent: what exists is kept (a restarted sidecar container must keep
+// the log of the Pod's life), and the directories are given to the sandbox
+// user again.
 func PrepareLayout(ioDir string) error {
 	if err := chownDir(ioDir); err != nil {
 		return err
@@ -258,25 +261,32 @@ func (s *Server) authorized(ctx context.Context, method string) error {
 	return nil
 }
 
-func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// unary and stream check the token, then send a handler's error as the
+// table says (statusOf): handlers return the domain's errors and iolog's
+// (and a stream's own failure as it is), never a status of their own.
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	if err := s.authorized(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	resp, err := handler(ctx, req)
+	if err != nil {
+		return nil, statusOf(err)
+	}
+	return resp, nil
 }
 
-func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := s.authorized(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
-	return handler(srv, ss)
+	return statusOf(handler(srv, ss))
 }
 
 // Append appends one record to the command log, once (iolog.Dir.Append).
 func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*sandboxiov1.AppendResponse, error) {
-	rec, _, err := ioproto.ParseRecord(req.GetRecord())
+	rec, _, err := ioproto.ParseRecord(req.GetRecord()) // the sidecar's own check (package doc)
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, core.Invalidf("%v", err)
 	}
 	appended, err := s.dir.AppendContext(ctx, rec, nil)
 	switch {
@@ -286,102 +296,65 @@ func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*s
 		}
 		return &sandboxiov1.AppendResponse{Appended: appended}, nil
 	case errors.Is(err, iolog.ErrConflict):
-		return nil, status.Errorf(codes.AlreadyExists, "command ID %s is already used for a different command", rec.CommandID)
+		return nil, reasonf(iolog.ErrConflict, "command ID %s is already used for a different command", rec.CommandID)
 	case errors.Is(err, iolog.ErrUnknownCommand):
-		return nil, status.Errorf(codes.NotFound, "%scommand %s is not in the command log", msgUnknownCommand, rec.CommandID)
+		return nil, reasonf(iolog.ErrUnknownCommand, "command %s is not in the command log", rec.CommandID)
 	case errors.Is(err, iolog.ErrLogFull):
-		return nil, status.Error(codes.ResourceExhausted, err.Error())
+		return nil, err
 	case errors.Is(err, ioproto.ErrMalformed):
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, core.Invalidf("%v", err)
 	}
 	return nil, s.logError(err)
 }
 
-// logError classifies a failure to read or append the command log, as
-// orchestrator's logError does: a log that is missing or was replaced makes
-// the sandbox unusable.
+// logError says what a failure to read or append the command log means,
+// as the Docker backend's logError does: a log that is missing or was
+// replaced makes the sandbox unusable. The context's end and the
+// sidecar's own failures are returned as they are.
 func (s *Server) logError(err error) error {
 	switch {
 	case errors.Is(err, iolog.ErrTampered) || errors.Is(err, fs.ErrNotExist):
 		s.log.Error("command log tampered with", "error", err)
-		return status.Errorf(codes.FailedPrecondition, "the command log was altered from inside the sandbox: %v", err)
+		return reasonf(iolog.ErrTampered, "the command log was altered from inside the sandbox: %v", err)
 	case errors.Is(err, iolog.ErrClosed):
-		return status.Error(codes.Unavailable, "the io sidecar is shutting down")
+		return core.Unavailablef("the io sidecar is shutting down")
 	}
-	return ctxOr(err)
+	return err
 }
 
-// ctxOr turns a context's end into its status, anything else into INTERNAL.
-func ctxOr(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return status.FromContextError(err).Err()
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
-// Follow streams a command's events after after_seq until its done event,
-// as orchestrator's follow does: it wakes on inotify events for io/out and
-// re-checks every Recheck, and reports pruned output as NOT_FOUND.
+// Follow streams a command's events after after_seq until its done event:
+// iolog's follow loop, as the Docker backend runs it on the host, ended by
+// the sidecar's Stop.
 func (s *Server) Follow(req *sandboxiov1.FollowRequest, stream grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error {
-	ctx := stream.Context()
 	cmd := req.GetCommandId()
-	if err := ioproto.ValidateCommandID(cmd); err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
+	if err := ioproto.ValidateCommandID(cmd); err != nil { // the sidecar's own check (package doc)
+		return core.Invalidf("%v", err)
 	}
-	evs, err := s.dir.EventsContext(ctx, cmd, req.GetAfterSeq(), s.log)
+	evs, err := s.dir.EventsContext(stream.Context(), cmd, req.GetAfterSeq(), s.log)
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):
-		return status.Errorf(codes.NotFound, "%scommand %s is not in the command log", msgUnknownCommand, cmd)
+		return reasonf(iolog.ErrUnknownCommand, "command %s is not in the command log", cmd)
 	case err != nil:
 		return s.logError(err)
 	}
 	defer evs.Close()
-	// Subscribe before the first read: a write between the read and the
-	// wait then still wakes us.
-	sub := s.watch.Subscribe(s.dir, cmd)
-	defer sub.Cancel()
-
 	send := func(ev ioproto.Event) error {
 		b, err := json.Marshal(ev)
 		if err != nil {
-			return status.Errorf(codes.Internal, "encode event %d: %v", ev.Seq, err)
+			return fmt.Errorf("encode event %d: %w", ev.Seq, err)
 		}
 		return stream.Send(&sandboxiov1.FollowResponse{Event: b})
 	}
-	tick := time.NewTicker(min(prunedCheckDelay, s.cfg.Recheck))
-	defer tick.Stop()
-	recheck := false
-	for {
-		done, err := evs.Drain(send)
-		if done {
-			return nil
-		}
-		if err != nil {
-			if errors.Is(err, iolog.ErrTampered) {
-				return status.Errorf(codes.FailedPrecondition, "the events file of command %s was altered from inside the sandbox; its output cannot be read: %v", cmd, err)
-			}
-			return s.logError(err)
-		}
-		// A missing events file means that the command has not started yet
-		// or that its output was pruned; only the re-checks tell them apart.
-		if recheck && evs.Pruned() {
-			return status.Errorf(codes.NotFound, "%sthe output of command %s is no longer available", msgPruned, cmd)
-		}
-		recheck = false
-		select {
-		case <-ctx.Done():
-			return status.FromContextError(ctx.Err()).Err()
-		case <-s.closing:
-			return status.Error(codes.Unavailable, "the io sidecar is shutting down; follow again")
-		case <-sub.C:
-		case <-tick.C:
-			tick.Reset(s.cfg.Recheck)
-			recheck = true
-		}
+	err = evs.Follow(s.watch, iolog.FollowOptions{Recheck: s.cfg.Recheck, Stop: s.closing}, send)
+	switch {
+	case errors.Is(err, iolog.ErrTampered):
+		return fmt.Errorf("the events file of command %s was altered from inside the sandbox; its output cannot be read: %w", cmd, err)
+	case errors.Is(err, iolog.ErrPruned):
+		return reasonf(iolog.ErrPruned, "the output of command %s is no longer available", cmd)
+	case errors.Is(err, iolog.ErrStopped):
+		return core.Unavailablef("the io sidecar is shutting down; follow again")
 	}
+	return s.logError(err) // nil, the stream's failure, the context's end, or the Dir closed
 }
 
 // Status returns the driver's status file, read through iolog's bounded
@@ -392,13 +365,13 @@ func (s *Server) Status(ctx context.Context, _ *sandboxiov1.StatusRequest) (*san
 	case errors.Is(err, fs.ErrNotExist):
 		return &sandboxiov1.StatusResponse{}, nil
 	case errors.Is(err, iolog.ErrTampered):
-		return nil, status.Errorf(codes.FailedPrecondition, "the driver status file was altered from inside the sandbox: %v", err)
+		return nil, reasonf(iolog.ErrTampered, "the driver status file was altered from inside the sandbox: %v", err)
 	case err != nil:
-		return nil, status.Errorf(codes.FailedPrecondition, "cannot read the driver status: %v", err)
+		return nil, reasonf(iolog.ErrTampered, "cannot read the driver status: %v", err)
 	}
 	b, err := json.Marshal(ds)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, err
 	}
 	return &sandboxiov1.StatusResponse{DriverStatus: b}, nil
 }

@@ -17,6 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 const testToken = "test-token-0123456789abcdef"
@@ -127,11 +129,11 @@ func TestAppendOnceAndConflict(t *testing.T) {
 	if ok, err := sc.c.Append(ctx, execRec("c1", "print(1)")); ok || err != nil {
 		t.Fatalf("retried Append = %v, %v; want not appended, no error", ok, err)
 	}
-	if _, err := sc.c.Append(ctx, execRec("c1", "print(2)")); !errors.Is(err, ErrConflict) {
-		t.Fatalf("Append of another command under the same ID = %v; want ErrConflict", err)
+	if _, err := sc.c.Append(ctx, execRec("c1", "print(2)")); !errors.Is(err, iolog.ErrConflict) {
+		t.Fatalf("Append of another command under the same ID = %v; want iolog.ErrConflict", err)
 	}
-	if _, err := sc.c.Append(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: "nope"}); !errors.Is(err, ErrUnknownCommand) {
-		t.Fatalf("interrupt of an unknown command = %v; want ErrUnknownCommand", err)
+	if _, err := sc.c.Append(ctx, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: "nope"}); !errors.Is(err, iolog.ErrUnknownCommand) {
+		t.Fatalf("interrupt of an unknown command = %v; want iolog.ErrUnknownCommand", err)
 	}
 	log, err := os.ReadFile(filepath.Join(sc.io, ioproto.StdinFile))
 	if err != nil {
@@ -147,8 +149,8 @@ func TestAppendMalformedRecord(t *testing.T) {
 	// The client validates before sending; the server must too.
 	for _, raw := range []string{`not json`, `{"type":"exec","command_id":"../x","code":"1"}`, `{"type":"bogus","command_id":"c"}`} {
 		_, err := sc.c.rpc.Append(ctxT(t), &sandboxAppendReq{Record: []byte(raw)})
-		if err := classify(t.Context(), opAppend, err); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Append(%s) = %v; want ErrInvalid", raw, err)
+		if err := errorOf(t.Context(), callAppend, err); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("Append(%s) = %v; want core.ErrInvalidArgument", raw, err)
 		}
 	}
 }
@@ -219,11 +221,11 @@ func TestFollowWaitsForLaterEvents(t *testing.T) {
 
 func TestFollowUnknownAndPruned(t *testing.T) {
 	sc := startSidecar(t)
-	if _, err := collect(t, sc.c, "nope", 0); !errors.Is(err, ErrUnknownCommand) {
-		t.Fatalf("Follow of an unknown command = %v; want ErrUnknownCommand", err)
+	if _, err := collect(t, sc.c, "nope", 0); !errors.Is(err, iolog.ErrUnknownCommand) {
+		t.Fatalf("Follow of an unknown command = %v; want iolog.ErrUnknownCommand", err)
 	}
-	if _, err := collect(t, sc.c, "../etc", 0); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("Follow of an invalid command ID = %v; want ErrInvalid", err)
+	if _, err := collect(t, sc.c, "../etc", 0); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Fatalf("Follow of an invalid command ID = %v; want core.ErrInvalidArgument", err)
 	}
 	if _, err := sc.c.Append(ctxT(t), execRec("pruned-1", "1")); err != nil {
 		t.Fatal(err)
@@ -233,8 +235,8 @@ func TestFollowUnknownAndPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := collect(t, sc.c, "pruned-1", 0)
-	if !errors.Is(err, ErrPruned) || errors.Is(err, ErrUnknownCommand) {
-		t.Fatalf("Follow of pruned output = %v; want ErrPruned only", err)
+	if !errors.Is(err, iolog.ErrPruned) || errors.Is(err, iolog.ErrUnknownCommand) {
+		t.Fatalf("Follow of pruned output = %v; want iolog.ErrPruned only", err)
 	}
 }
 
@@ -247,8 +249,8 @@ func TestFollowTamperedEvents(t *testing.T) {
 	if err := os.Symlink("/etc/passwd", filepath.Join(sc.io, ioproto.OutDir, ioproto.EventsFileName("c1"))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := collect(t, sc.c, "c1", 0); !errors.Is(err, ErrTampered) {
-		t.Fatalf("Follow of a symlinked events file = %v; want ErrTampered", err)
+	if _, err := collect(t, sc.c, "c1", 0); !errors.Is(err, iolog.ErrTampered) {
+		t.Fatalf("Follow of a symlinked events file = %v; want iolog.ErrTampered", err)
 	}
 }
 
@@ -268,8 +270,8 @@ func TestAppendTamperedLog(t *testing.T) {
 	if err := os.Chown(p, 1000, 1000); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sc.c.Append(ctxT(t), execRec("c1", "1")); !errors.Is(err, ErrTampered) {
-		t.Fatalf("Append to a log the sandbox owns = %v; want ErrTampered", err)
+	if _, err := sc.c.Append(ctxT(t), execRec("c1", "1")); !errors.Is(err, iolog.ErrTampered) {
+		t.Fatalf("Append to a log the sandbox owns = %v; want iolog.ErrTampered", err)
 	}
 }
 
@@ -308,8 +310,8 @@ func TestAuth(t *testing.T) {
 
 func TestDriverStatus(t *testing.T) {
 	sc := startSidecar(t)
-	if _, err := sc.c.DriverStatus(ctxT(t)); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("DriverStatus before the driver wrote it = %v; want ErrNotFound", err)
+	if _, err := sc.c.DriverStatus(ctxT(t)); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("DriverStatus before the driver wrote it = %v; want core.ErrNotFound", err)
 	}
 	if err := os.WriteFile(filepath.Join(sc.io, ioproto.DriverStatusFile), []byte(`{"version":1,"pid":7,"boot":2,"health":"ok","languages":["python","bash"]}`), 0o644); err != nil {
 		t.Fatal(err)
@@ -361,7 +363,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Path != "data/in/x.bin" || fi.Size != 1<<20 || fi.Display() != "/workspace/data/in/x.bin" {
+	if fi.Path != "data/in/x.bin" || fi.Size != 1<<20 || display(fi) != "/workspace/data/in/x.bin" {
 		t.Errorf("Upload = %+v", fi)
 	}
 	if os.Geteuid() == 0 && (fi.UID != 1000 || fi.GID != 1000) {
@@ -375,11 +377,11 @@ func TestFilesRoundTrip(t *testing.T) {
 		t.Errorf("created parent owned by uid %d; want 1000", ownerOf(t, st))
 	}
 	// Over the server's cap (1 MiB in these tests), and over the header's.
-	if _, err := sc.c.Upload(ctx, "big.bin", bytes.NewReader(content), 0); !errors.Is(err, ErrExhausted) {
-		t.Fatalf("Upload over the server's cap = %v; want ErrExhausted", err)
+	if _, err := sc.c.Upload(ctx, "big.bin", bytes.NewReader(content), 0); !errors.Is(err, core.ErrResourceExhausted) {
+		t.Fatalf("Upload over the server's cap = %v; want core.ErrResourceExhausted", err)
 	}
-	if _, err := sc.c.Upload(ctx, "small.bin", bytes.NewReader(content[:100]), 99); !errors.Is(err, ErrExhausted) {
-		t.Fatalf("Upload over max_bytes = %v; want ErrExhausted", err)
+	if _, err := sc.c.Upload(ctx, "small.bin", bytes.NewReader(content[:100]), 99); !errors.Is(err, core.ErrResourceExhausted) {
+		t.Fatalf("Upload over max_bytes = %v; want core.ErrResourceExhausted", err)
 	}
 
 	r, dfi, err := sc.c.Download(ctx, "data/in/x.bin")
@@ -411,17 +413,17 @@ func TestFilesRoundTrip(t *testing.T) {
 	for _, f := range list {
 		names = append(names, f.Path)
 	}
-	if strings.Join(names, ",") != "data,empty" || !list[0].IsDir() {
+	if strings.Join(names, ",") != "data,empty" || !list[0].IsDir {
 		t.Fatalf("ListFiles(\"\") = %v; want data (a directory), empty", names)
 	}
 	if list, err := sc.c.ListFiles(ctx, "/workspace/data/in/x.bin"); err != nil || len(list) != 1 || list[0].Size != 1<<20 {
 		t.Fatalf("ListFiles of a file = %+v, %v", list, err)
 	}
-	if _, _, err := sc.c.Download(ctx, "missing"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Download of a missing file = %v; want ErrNotFound", err)
+	if _, _, err := sc.c.Download(ctx, "missing"); !errors.Is(err, core.ErrNotFound) {
+		t.Fatalf("Download of a missing file = %v; want core.ErrNotFound", err)
 	}
-	if _, _, err := sc.c.Download(ctx, "data"); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("Download of a directory = %v; want ErrInvalid", err)
+	if _, _, err := sc.c.Download(ctx, "data"); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Fatalf("Download of a directory = %v; want core.ErrInvalidArgument", err)
 	}
 }
 
@@ -432,16 +434,16 @@ func TestPathEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{"../x", "/etc/passwd", "a/../../x", "etc/passwd", "etc/x/y"} {
-		if _, err := sc.c.Upload(ctx, p, strings.NewReader("x"), 0); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Upload(%q) = %v; want ErrInvalid", p, err)
+		if _, err := sc.c.Upload(ctx, p, strings.NewReader("x"), 0); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("Upload(%q) = %v; want core.ErrInvalidArgument", p, err)
 		}
-		if _, _, err := sc.c.Download(ctx, p); !errors.Is(err, ErrInvalid) {
-			t.Errorf("Download(%q) = %v; want ErrInvalid", p, err)
+		if _, _, err := sc.c.Download(ctx, p); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("Download(%q) = %v; want core.ErrInvalidArgument", p, err)
 		}
 	}
 	for _, p := range []string{"../", "etc", "/"} {
-		if _, err := sc.c.ListFiles(ctx, p); !errors.Is(err, ErrInvalid) {
-			t.Errorf("ListFiles(%q) = %v; want ErrInvalid", p, err)
+		if _, err := sc.c.ListFiles(ctx, p); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("ListFiles(%q) = %v; want core.ErrInvalidArgument", p, err)
 		}
 	}
 	if _, err := os.Stat("/etc/x"); err == nil {
