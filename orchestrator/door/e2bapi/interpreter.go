@@ -42,10 +42,21 @@ func languageOf(l string) string {
 }
 
 type executeRequest struct {
-	Code      string            `json:"code"`
-	ContextID string            `json:"context_id"`
-	Language  string            `json:"language"`
-	EnvVars   map[string]string `json:"env_vars"`
+	Code      string
+	ContextID string
+	Language  string
+	EnvVars   map[string]string
+}
+
+// decode decodes an /execute body as it is read: env_vars is refused at
+// its 257th variable (or past 128 KiB), whatever else the body holds.
+func (req *executeRequest) decode(r *http.Request) error {
+	return decodeObject(r.Body, map[string]field{
+		"code":       stringField(&req.Code, maxExecuteBody),
+		"context_id": stringField(&req.ContextID, maxNameLen),
+		"language":   stringField(&req.Language, maxNameLen),
+		"env_vars":   mapField(&req.EnvVars, "variables", ioproto.MaxEnvVars, ioproto.MaxEnvBytes),
+	})
 }
 
 // execute answers POST /execute: the command's events as NDJSON lines in
@@ -55,7 +66,7 @@ type executeRequest struct {
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxExecuteBody)
 	var req executeRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := req.decode(r); err != nil {
 		s.writeError(w, r, "execute", err)
 		return
 	}
@@ -256,11 +267,12 @@ func contextOf(c core.ContextInfo) contextJSON {
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
-	var req struct {
-		Language string `json:"language"`
-		Cwd      string `json:"cwd"`
-	}
-	if err := decodeBody(r, &req); err != nil {
+	var req struct{ Language, Cwd string }
+	err := decodeObject(r.Body, map[string]field{
+		"language": stringField(&req.Language, maxNameLen),
+		"cwd":      stringField(&req.Cwd, maxPathLen),
+	})
+	if err != nil {
 		s.writeError(w, r, "create context", err)
 		return
 	}

@@ -3,6 +3,8 @@ package e2bapi
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -63,13 +65,29 @@ func newTestServer(t *testing.T) (*Server, *fakeManager) {
 	return s, fm
 }
 
+// do sends one request to s, served on loopback (bodies are read under a
+// deadline, which needs a connection), and returns the response recorded.
 func do(s *Server, method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	r, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
 	for k, v := range hdr {
 		r.Header.Set(k, v)
 	}
 	w := httptest.NewRecorder()
-	s.ServeHTTP(w, r)
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		w.WriteHeader(599)
+		w.WriteString(err.Error())
+		return w
+	}
+	defer resp.Body.Close()
+	maps.Copy(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
 	return w
 }
 
