@@ -362,6 +362,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.procs.forget(id)
+	s.abandoned.forget(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -103,39 +103,70 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	// What the client was told: the last event, the context and language
+	// the command runs in (its started event), and whether it saw the end.
+	var (
+		lastSeq   int64
+		contextID = cmpOr(req.ContextID, ioproto.DefaultContext)
+		lang      = languageOf(req.Language)
+		ended     bool
+		writeErr  error
+	)
+	line := func(v any) error {
+		if err := out.line(v); err != nil {
+			writeErr = err
+			return err
+		}
+		return nil
+	}
 	sawError := false
 	err = s.m.Follow(ctx, id, cmdID, 0, func(ev core.Event) error {
+		lastSeq = ev.Seq
 		switch ev.Type {
+		case ioproto.EventStarted:
+			contextID, lang = cmpOr(ev.ContextID, contextID), cmpOr(ev.Language, lang)
+			for _, n := range s.lostNotices(ctx, id, ev) {
+				if err := line(noticeLine(n)); err != nil {
+					return err
+				}
+			}
 		case ioproto.EventStdout, ioproto.EventStderr:
-			return out.line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": timestamp(ev.Time)})
+			return line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": timestamp(ev.Time)})
 		case ioproto.EventDisplay, ioproto.EventResult:
-			return out.line(resultOf(ev.Data, ev.Type == ioproto.EventResult))
+			return line(resultOf(ev.Data, ev.Type == ioproto.EventResult))
 		case ioproto.EventError:
 			sawError = true
-			return out.line(map[string]any{"type": "error", "name": ev.EName, "value": ev.EValue, "traceback": strings.Join(ev.Traceback, "\n")})
+			return line(map[string]any{"type": "error", "name": ev.EName, "value": ev.EValue, "traceback": strings.Join(ev.Traceback, "\n")})
 		case ioproto.EventDone:
 			if !sawError && ev.Status != ioproto.StatusOK {
-				if err := out.line(errorOfStatus(ev)); err != nil {
+				if err := line(errorOfStatus(ev)); err != nil {
+					return err
+				}
+			} else if ev.StateLost {
+				// The command ran, on fresh globals (the sandbox restarted
+				// since the previous one): say so, as for gRPC clients.
+				if err := line(noticeLine(cmpOr(ev.Reason, "the globals defined before this execution are gone"))); err != nil {
 					return err
 				}
 			}
 			if ev.ExecutionCount != nil {
-				if err := out.line(map[string]any{"type": "number_of_executions", "execution_count": *ev.ExecutionCount}); err != nil {
+				if err := line(map[string]any{"type": "number_of_executions", "execution_count": *ev.ExecutionCount}); err != nil {
 					return err
 				}
 			}
-			return out.line(map[string]any{"type": "end_of_execution"})
+			if err := line(map[string]any{"type": "end_of_execution"}); err != nil {
+				return err
+			}
+			ended = true
 		}
 		return nil
 	})
-	if ctx.Err() != nil {
+	if !ended && (ctx.Err() != nil || writeErr != nil) {
 		// The client went away (or its timeout aborted the request):
-		// interrupt the command, as E2B's code interpreter does.
-		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer icancel()
-		if ierr := s.m.Interrupt(ictx, id, cmdID); ierr != nil {
-			s.log.Warn("interrupting an abandoned /execute", "sandbox_id", id, "command_id", cmdID, "error", ierr)
-		}
+		// interrupt the command, as E2B's code interpreter does, and
+		// follow it to its end, for the next execution to tell.
+		cancel()
+		s.abandon(ctx, id, cmdID, contextID, lang, lastSeq)
 		return
 	}
 	if err != nil {

@@ -148,7 +148,8 @@ type Server struct {
 	guard    *httpguard.Guard
 	maxConns int
 
-	procs procTable
+	procs     procTable
+	abandoned abandonedTable
 }
 
 // New returns the door over m.
