@@ -190,6 +190,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "upload", badRequest("no file in the request (multipart field \"file\")"))
 		return
 	}
+	// What follows a multipart body's last part (nothing, or an epilogue)
+	// is read to the end, so that the connection is kept.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -55,7 +55,7 @@ func decodeObject(body io.Reader, fields map[string]field) error {
 	case err != nil:
 		return bodyError(err)
 	case tok == nil:
-		return nil
+		return drain(body)
 	case tok != json.Delim('{'):
 		return badRequest("the request body is not a JSON object")
 	}
@@ -75,6 +75,18 @@ func decodeObject(body io.Reader, fields map[string]field) error {
 		}
 	}
 	if _, err := b.dec.Token(); err != nil { // the closing brace
+		return bodyError(err)
+	}
+	return drain(body)
+}
+
+// drain reads what follows the object to the body's end (ignored, as
+// encoding/json ignores it; the body's cap bounds it): only there is the
+// body's place among the bodies being read given back and its deadline
+// lifted, and only then does net/http watch the connection for the client
+// leaving.
+func drain(body io.Reader) error {
+	if _, err := io.Copy(io.Discard, body); err != nil {
 		return bodyError(err)
 	}
 	return nil
