@@ -20,7 +20,9 @@
 //     deadline for the whole body (BodyTimeout, extended by what arrives
 //     when MinBodyRate is set), after which reading it fails and the
 //     connection is closed. AdmitStream sets the deadline without a place,
-//     for bodies streamed somewhere rather than held (uploads).
+//     for bodies streamed somewhere rather than held (uploads);
+//     AdmitUntilEnd keeps the place until End, for bodies decoded only once
+//     read whole.
 //  3. End, when the handler returns: the place is given back if the body
 //     was not read to its end, where it is given back already. At the
 //     body's end its deadline is lifted, so a response streamed after it
@@ -153,6 +155,18 @@ func (g *Guard) Start(w http.ResponseWriter, r *http.Request) (http.ResponseWrit
 // answered: 503 with Retry-After when no place frees within QueueWait, 500
 // if the deadline cannot be set; or when the client went away meanwhile.
 func (q *Request) Admit(r *http.Request, key string) bool {
+	return q.admitPlace(r, key, false)
+}
+
+// AdmitUntilEnd is Admit, but the place is kept until End rather than
+// given back at the body's end: for a request whose body is decoded only
+// once it is read whole (a Connect message), by a short handler, so that
+// the place bounds the memory of the decoding too.
+func (q *Request) AdmitUntilEnd(r *http.Request, key string) bool {
+	return q.admitPlace(r, key, true)
+}
+
+func (q *Request) admitPlace(r *http.Request, key string, hold bool) bool {
 	if q == nil || q.body != nil {
 		return true
 	}
@@ -167,7 +181,7 @@ func (q *Request) Admit(r *http.Request, key string) bool {
 			return false
 		}
 	}
-	return q.admit(r, release)
+	return q.admit(r, release, hold)
 }
 
 // AdmitStream lets the body be read under its deadline without a place:
@@ -176,10 +190,10 @@ func (q *Request) AdmitStream(r *http.Request) bool {
 	if q == nil || q.body != nil {
 		return true
 	}
-	return q.admit(r, func() {})
+	return q.admit(r, func() {}, false)
 }
 
-func (q *Request) admit(r *http.Request, release func()) bool {
+func (q *Request) admit(r *http.Request, release func(), hold bool) bool {
 	rc := http.NewResponseController(q.w)
 	start := time.Now()
 	if err := rc.SetReadDeadline(start.Add(q.g.l.BodyTimeout)); err != nil {
@@ -188,17 +202,19 @@ func (q *Request) admit(r *http.Request, release func()) bool {
 		http.Error(q.w, "Internal Server Error", http.StatusInternalServerError)
 		return false
 	}
-	q.body = &trackedBody{ReadCloser: r.Body, rc: rc, release: release,
+	q.body = &trackedBody{ReadCloser: r.Body, rc: rc, release: release, hold: hold,
 		start: start, timeout: q.g.l.BodyTimeout, rate: q.g.l.MinBodyRate, set: start.Add(q.g.l.BodyTimeout)}
 	q.w.setBody(q.body)
 	r.Body = q.body
 	return true
 }
 
-// End gives back the request's place if the body was not read to its end.
+// End gives back the request's place if the body was not read to its end
+// (or AdmitUntilEnd kept it).
 func (q *Request) End() {
 	if q != nil && q.body != nil {
 		q.body.finish(nil)
+		q.body.relOnce.Do(q.body.release)
 	}
 }
 
@@ -282,9 +298,12 @@ type trackedBody struct {
 	read    int64
 	set     time.Time // the deadline last set
 
-	once sync.Once
-	mu   sync.Mutex
-	end  error // io.EOF once read to its end; the error that ended reading it
+	// hold keeps the place until End (AdmitUntilEnd).
+	hold    bool
+	once    sync.Once // the body's end
+	relOnce sync.Once // the place given back
+	mu      sync.Mutex
+	end     error // io.EOF once read to its end; the error that ended reading it
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
@@ -303,7 +322,9 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// finish gives back the place; at the body's end it lifts the deadline.
+// finish records the body's end (nil: its handler's end) and gives back
+// the place, unless it is held until End; at the body's end it lifts the
+// deadline.
 func (b *trackedBody) finish(end error) {
 	b.once.Do(func() {
 		b.mu.Lock()
@@ -312,8 +333,10 @@ func (b *trackedBody) finish(end error) {
 		if errors.Is(end, io.EOF) {
 			b.rc.SetReadDeadline(time.Time{})
 		}
-		b.release()
 	})
+	if !b.hold {
+		b.relOnce.Do(b.release)
+	}
 }
 
 // ended is what ended reading the body: io.EOF, another error (its

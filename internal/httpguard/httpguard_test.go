@@ -340,3 +340,53 @@ func TestLimitListener(t *testing.T) {
 		t.Errorf("ConnLimit: %d, %d", ConnLimit(1<<30), ConnLimit(7))
 	}
 }
+
+// AdmitUntilEnd keeps the place until the handler ends, not only while
+// the body is read.
+func TestAdmitUntilEnd(t *testing.T) {
+	g := New(Limits{MaxReads: 1, QueueWait: 200 * time.Millisecond}, nil)
+	hold, holding := make(chan struct{}), make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w, q := g.Start(w, r)
+		defer q.End()
+		admitted := false
+		if r.URL.Path == "/until" {
+			admitted = q.AdmitUntilEnd(r, "")
+		} else {
+			admitted = q.Admit(r, "")
+		}
+		if !admitted {
+			return
+		}
+		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/until" {
+			holding <- struct{}{}
+			<-hold
+		}
+	}))
+	defer srv.Close()
+	done := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(srv.URL+"/until", "text/plain", strings.NewReader("body"))
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-holding
+	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader("other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("while a handler holds the only place after its body: %s, want 503", resp.Status)
+	}
+	close(hold)
+	if code := <-done; code != http.StatusOK {
+		t.Errorf("the holding request: %d", code)
+	}
+	waitPlaces(t, g, 0)
+}
