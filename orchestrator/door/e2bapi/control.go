@@ -59,7 +59,7 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.Handler
 			return
 		}
 		r = r.WithContext(core.WithCaller(r.Context(), c))
-		if !s.admit(w, r, c.Tenant, false) {
+		if !s.admit(w, r, c.Tenant, decodedAsRead) {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)

@@ -226,9 +226,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r = r.WithContext(ctx)
-		// An upload is streamed into the sandbox, not held: no place.
-		upload := port == EnvdPort && r.Method == http.MethodPost && r.URL.Path == "/files"
-		if !s.admit(w, r, core.CallerOf(ctx).Tenant, upload) {
+		if !s.admit(w, r, core.CallerOf(ctx).Tenant, admissionOf(port, r)) {
 			return
 		}
 		if port == EnvdPort {
@@ -242,14 +240,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// admission is how a request's body is admitted.
+type admission int
+
+const (
+	// decodedAsRead: a place while the body is read (and decoded as it
+	// is: JSON bodies, a streaming RPC's one message, read to its end
+	// before the stream starts).
+	decodedAsRead admission = iota
+	// decodedWhole: a place until the request ends: a unary RPC's message,
+	// read whole and then decoded by a short handler.
+	decodedWhole
+	// streamed: no place: an upload, streamed into the sandbox.
+	streamed
+)
+
+// streamingRPCs are envd's procedures whose responses stream (as long as
+// their command or watch): their request is one message.
+var streamingRPCs = map[string]bool{
+	processconnect.ProcessStartProcedure:          true,
+	processconnect.ProcessConnectProcedure:        true,
+	filesystemconnect.FilesystemWatchDirProcedure: true,
+}
+
+// admissionOf is how a sandbox-level request's body is admitted.
+func admissionOf(port string, r *http.Request) admission {
+	switch {
+	case port != EnvdPort:
+		return decodedAsRead
+	case r.URL.Path == "/files":
+		return streamed
+	case strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem."):
+		if streamingRPCs[r.URL.Path] {
+			return decodedAsRead
+		}
+		return decodedWhole
+	}
+	return decodedAsRead
+}
+
 // admit lets an authenticated request's body be read (httpguard): under
 // its deadline, and, unless it is small or streamed, once it has a place
 // among the bodies being read at once, globally and of its tenant. False
 // once it has answered (503: no place within 10 s).
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant string, streamed bool) bool {
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant string, how admission) bool {
 	body, _ := r.Context().Value(guardKey{}).(*httpguard.Request)
-	if streamed {
+	switch how {
+	case streamed:
 		return body.AdmitStream(r)
+	case decodedWhole:
+		return body.AdmitUntilEnd(r, tenant)
 	}
 	return body.Admit(r, tenant)
 }

@@ -203,3 +203,24 @@ func TestScriptOf(t *testing.T) {
 		t.Errorf("scriptOf quoted = %q", s)
 	}
 }
+
+// A unary RPC's message is decoded once read whole: its place is kept
+// until the request ends; a streaming RPC's and JSON bodies' only while
+// read; uploads need none.
+func TestAdmissionOf(t *testing.T) {
+	for _, c := range []struct {
+		port, path string
+		want       admission
+	}{
+		{InterpreterPort, "/execute", decodedAsRead},
+		{EnvdPort, "/process.Process/Start", decodedAsRead},
+		{EnvdPort, "/filesystem.Filesystem/WatchDir", decodedAsRead},
+		{EnvdPort, "/process.Process/SendInput", decodedWhole},
+		{EnvdPort, "/filesystem.Filesystem/ListDir", decodedWhole},
+		{EnvdPort, "/files", streamed},
+	} {
+		if got := admissionOf(c.port, httptest.NewRequest("POST", c.path, nil)); got != c.want {
+			t.Errorf("%s %s: %d, want %d", c.port, c.path, got, c.want)
+		}
+	}
+}
