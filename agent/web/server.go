@@ -8,22 +8,28 @@
 package web
 
 import (
+	"context"
 	"crypto/rand"
 	"embed"
 	"encoding/base32"
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
+	"mime"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sandboxd/sandboxd/agent/loop"
 	"github.com/sandboxd/sandboxd/agent/session"
+	"github.com/sandboxd/sandboxd/internal/httpguard"
 	"github.com/sandboxd/sandboxd/internal/plotlyjs"
 )
 
@@ -43,7 +49,24 @@ type Options struct {
 	PlotlyJS string
 	// Logger logs; nil means slog.Default().
 	Logger *slog.Logger
+	// BodyTimeout is the time a form's body has to arrive; 0: 30 s. Tests
+	// shorten it.
+	BodyTimeout time.Duration
 }
+
+// Bounds of what a client can send and hold (internal/httpguard).
+const (
+	// maxFormBytes caps a form's body (a message of up to about that
+	// many bytes, URL-encoded), and maxFormFields its fields.
+	maxFormBytes  = 1 << 20
+	maxFormFields = 16
+	// maxBodyReads bodies are read at once (anyone who can reach the
+	// page may post: a browser gets a user from its first request).
+	maxBodyReads = 16
+	// maxConns is the most connections held open (fewer when the
+	// descriptor limit is low: half of it).
+	maxConns = 1024
+)
 
 // Server serves the web interface.
 type Server struct {
@@ -55,6 +78,7 @@ type Server struct {
 	chroma   []byte
 	mux      *http.ServeMux
 	shutdown chan struct{}
+	guard    *httpguard.Guard
 }
 
 // New returns the web interface's server.
@@ -66,7 +90,8 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parsing templates: %w", err)
 	}
-	s := &Server{agent: o.Agent, store: o.Agent.Store(), log: o.Logger, tmpl: tmpl, chroma: chromaCSS(), shutdown: make(chan struct{})}
+	s := &Server{agent: o.Agent, store: o.Agent.Store(), log: o.Logger, tmpl: tmpl, chroma: chromaCSS(), shutdown: make(chan struct{}),
+		guard: httpguard.New(httpguard.Limits{BodyTimeout: o.BodyTimeout, MaxReads: maxBodyReads}, o.Logger)}
 	s.plotly = plotlyjs.JS
 	if o.PlotlyJS != "" {
 		if s.plotly, err = os.ReadFile(o.PlotlyJS); err != nil {
@@ -92,8 +117,32 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP implements http.Handler.
+// HTTPServer returns an http.Server for the interface with bounded
+// headers and idle connections; bodies have their own deadline. No read or
+// write timeout: event streams last as long as the page is open. Serve it
+// on LimitListener's listener.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// LimitListener bounds the connections the interface holds open: at most
+// 1024, and at most half of the process's descriptor limit.
+func (s *Server) LimitListener(l net.Listener) net.Listener {
+	return httpguard.LimitListener(l, httpguard.ConnLimit(maxConns))
+}
+
+// ServeHTTP implements http.Handler. Nothing reads a body before its
+// request is accepted: a refusal is sent at once, without waiting for it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, body := s.guard.Start(w, r)
+	defer body.End()
+	r = r.WithContext(context.WithValue(r.Context(), guardKey{}, body))
 	if r.Method == http.MethodPost && !sameOrigin(r) {
 		http.Error(w, "cross-origin request refused", http.StatusForbidden)
 		return
@@ -190,10 +239,64 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, user, &c)
 }
 
+type guardKey struct{}
+
+// message reads the form's "message" (URL-encoded, as the page posts it;
+// else the URL's), under the body's deadline and a place among the bodies
+// being read, at most maxFormBytes and maxFormFields: the fields are
+// scanned, never gathered into a map. It returns false once it has
+// answered.
+func (s *Server) message(w http.ResponseWriter, r *http.Request) (string, bool) {
+	body, _ := r.Context().Value(guardKey{}).(*httpguard.Request)
+	if !body.Admit(r, "") {
+		return "", false
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); r.ContentLength != 0 && mt != "application/x-www-form-urlencoded" {
+		http.Error(w, "the form must be application/x-www-form-urlencoded", http.StatusUnsupportedMediaType)
+		return "", false
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFormBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		http.Error(w, fmt.Sprintf("the message is too long (the form is at most %d bytes)", maxFormBytes), http.StatusRequestEntityTooLarge)
+		return "", false
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		http.Error(w, "the form did not arrive in time", http.StatusRequestTimeout)
+		return "", false
+	case err != nil:
+		http.Error(w, "reading the form: "+err.Error(), http.StatusBadRequest)
+		return "", false
+	}
+	form := string(b)
+	for n := 0; form != ""; n++ {
+		if n >= maxFormFields {
+			http.Error(w, fmt.Sprintf("the form has more than %d fields", maxFormFields), http.StatusBadRequest)
+			return "", false
+		}
+		var pair string
+		pair, form, _ = strings.Cut(form, "&")
+		k, v, _ := strings.Cut(pair, "=")
+		if k, err := url.QueryUnescape(k); err != nil || k != "message" {
+			continue
+		}
+		text, err := url.QueryUnescape(v)
+		if err != nil {
+			http.Error(w, "the form is malformed: "+err.Error(), http.StatusBadRequest)
+			return "", false
+		}
+		return strings.TrimSpace(text), true
+	}
+	return strings.TrimSpace(r.URL.Query().Get("message")), true
+}
+
 // create starts a conversation with its first message.
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	user := s.user(w, r)
-	text := strings.TrimSpace(r.FormValue("message"))
+	text, ok := s.message(w, r)
+	if !ok {
+		return
+	}
 	if text == "" {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
@@ -215,7 +318,10 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	text := strings.TrimSpace(r.FormValue("message"))
+	text, ok := s.message(w, r)
+	if !ok {
+		return
+	}
 	if text == "" {
 		http.Error(w, "empty message", http.StatusBadRequest)
 		return

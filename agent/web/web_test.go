@@ -68,6 +68,13 @@ func startHandlers(t *testing.T, h sm.Handler) *handlerStack {
 // startHandlersPlotly serves plotlyJS ("" is the embedded one).
 func startHandlersPlotly(t *testing.T, h sm.Handler, plotly string) *handlerStack {
 	t.Helper()
+	return startHandlersOpts(t, h, web.Options{PlotlyJS: plotly})
+}
+
+// startHandlersOpts serves the interface with o (its Agent set here) as
+// `agent serve` does: its own http.Server and listener.
+func startHandlersOpts(t *testing.T, h sm.Handler, o web.Options) *handlerStack {
+	t.Helper()
 	model := sm.Start(t, h)
 	store, err := session.Open(filepath.Join(t.TempDir(), "agent.db"))
 	if err != nil {
@@ -87,11 +94,15 @@ func startHandlersPlotly(t *testing.T, h sm.Handler, plotly string) *handlerStac
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	ws, err := web.New(web.Options{Agent: a, PlotlyJS: plotly})
+	o.Agent = a
+	ws, err := web.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ws)
+	srv := httptest.NewUnstartedServer(ws)
+	srv.Config = ws.HTTPServer()
+	srv.Listener = ws.LimitListener(srv.Listener)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	t.Cleanup(ws.Shutdown)
 	return &handlerStack{srv: srv, agent: a}

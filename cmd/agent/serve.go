@@ -43,10 +43,10 @@ func runServe(ctx context.Context, cfg config, logger *slog.Logger, stderr io.Wr
 		fmt.Fprintf(stderr, "agent serve: %v\n", err)
 		return exitFailure
 	}
-	srv := &http.Server{Handler: ws, ReadHeaderTimeout: 10 * time.Second}
+	srv := ws.HTTPServer()
 	srv.RegisterOnShutdown(ws.Shutdown)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(ws.LimitListener(ln)) }()
 	logger.Info("serving", "url", "http://"+ln.Addr().String(), "state_dir", cfg.stateDir, "sandboxd", cfg.sandboxdAddr)
 
 	select {

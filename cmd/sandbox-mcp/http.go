@@ -6,17 +6,17 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/sandboxd/sandboxd/internal/httpguard"
 )
 
 // The streamable HTTP endpoint (--http). Every request passes, in this
@@ -32,9 +32,11 @@ import (
 //
 // Refusals do not wait for the body: they are sent at once with
 // Connection: close, and what net/http still reads of the body afterwards
-// is bounded by drainTimeout. The SDK's handler then checks the Host
-// header against DNS rebinding (on a loopback connection, the Host must be
-// a loopback name), caps the body's size while reading it, and serves MCP.
+// is bounded by drainTimeout; internal/httpguard does this and step 3, as
+// for the project's other HTTP doors. The SDK's handler then checks the
+// Host header against DNS rebinding (on a loopback connection, the Host
+// must be a loopback name), caps the body's size while reading it, and
+// serves MCP.
 
 // minTokenLen is the shortest --http-token-file token accepted: the same
 // rule as sandboxd's own token file (16 random characters are far beyond
@@ -124,7 +126,7 @@ type httpEndpoint struct {
 	digest  *[sha256.Size]byte // of the token; nil: no token required
 	origins map[string]bool
 	limits  httpLimits
-	reads   chan struct{} // a place per body being read
+	guard   *httpguard.Guard // bodies: deadline, places, refusals
 	log     *slog.Logger
 }
 
@@ -164,8 +166,16 @@ func listenHTTP(cfg httpConfig, server *mcp.Server, log *slog.Logger) (*httpEndp
 		lis:     lis,
 		origins: origins,
 		limits:  l,
-		reads:   make(chan struct{}, l.maxBodyReads),
-		log:     log,
+		guard: httpguard.New(httpguard.Limits{
+			BodyTimeout:  l.bodyTimeout,
+			DrainTimeout: l.drainTimeout,
+			MaxReads:     l.maxBodyReads,
+			QueueWait:    l.readQueueWait,
+			// Every body needs a place (FreeBelow 0): any may be up to
+			// maxBodyBytes, held while the SDK decodes it. One token, so
+			// no per-key bound.
+		}, log),
+		log: log,
 	}
 	if cfg.token != "" {
 		d := sha256.Sum256([]byte(cfg.token))
@@ -226,11 +236,9 @@ func (e *httpEndpoint) serve(ctx context.Context) error {
 }
 
 func (e *httpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	hasBody := r.ContentLength != 0 // -1: chunked or unknown
-	if hasBody {
-		// Nothing has read the body yet: a refusal must not wait for it.
-		w = &closeUnlessRead{ResponseWriter: w, drain: e.limits.drainTimeout}
-	}
+	// Nothing has read the body yet: a refusal must not wait for it.
+	w, body := e.guard.Start(w, r)
+	defer body.End()
 	if origin, ok := r.Header["Origin"]; ok && !e.originAllowed(origin) {
 		e.log.Warn("refused a request from a foreign origin", "origin", clipHeader(strings.Join(origin, ", ")), "remote", r.RemoteAddr)
 		http.Error(w, "Forbidden: this origin is not allowed (see sandbox-mcp --allow-origin)", http.StatusForbidden)
@@ -244,36 +252,13 @@ func (e *httpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Unauthorized: a bearer token is required", http.StatusUnauthorized)
 		return
 	}
-	if !hasBody {
-		e.mcp.ServeHTTP(w, r)
-		return
-	}
-
 	// A place among the bodies being read, so that many large or slow
-	// bodies cannot hold unbounded memory.
-	wait := time.NewTimer(e.limits.readQueueWait)
-	select {
-	case e.reads <- struct{}{}:
-		wait.Stop()
-	case <-wait.C:
-		w.Header().Set("Retry-After", "1")
-		http.Error(w, "Service Unavailable: too many requests being read; retry", http.StatusServiceUnavailable)
-		return
-	case <-r.Context().Done():
-		wait.Stop()
+	// bodies cannot hold unbounded memory (503 after readQueueWait), and a
+	// deadline for the whole body, lifted at its end: the SSE response
+	// that follows has none.
+	if !body.Admit(r, "") {
 		return
 	}
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(e.limits.bodyTimeout)); err != nil {
-		<-e.reads
-		e.log.Error("setting the body's read deadline", "err", err)
-		http.Error(w, "Internal Server Error", http.StatusInternalServerError)
-		return
-	}
-	body := &trackedBody{ReadCloser: r.Body, rc: rc, release: func() { <-e.reads }}
-	w.(*closeUnlessRead).body = body
-	r.Body = body
-	defer body.finish(nil)
 	e.mcp.ServeHTTP(w, r)
 }
 
@@ -358,102 +343,3 @@ func clipHeader(v string) string {
 	}
 	return strings.ToValidUTF8(v, "?")
 }
-
-// trackedBody is a request body being read under a deadline and holding a
-// place among the bodies being read. At its end the deadline is lifted
-// (the response, an SSE stream, may last much longer, and a read deadline
-// left on the connection would cancel the request, which ends the SDK's
-// response) and the place is given back. net/http (1.26) lifts the
-// deadline itself when the body ends and it starts watching the
-// connection, but does not document it.
-type trackedBody struct {
-	io.ReadCloser
-	rc      *http.ResponseController
-	release func()
-
-	once sync.Once
-	mu   sync.Mutex
-	end  error // io.EOF once read to its end; the error that ended reading it
-}
-
-func (b *trackedBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil {
-		b.finish(err)
-	}
-	return n, err
-}
-
-// finish gives back the place; at the body's end it lifts the deadline.
-func (b *trackedBody) finish(end error) {
-	b.once.Do(func() {
-		b.mu.Lock()
-		b.end = end
-		b.mu.Unlock()
-		if errors.Is(end, io.EOF) {
-			b.rc.SetReadDeadline(time.Time{})
-		}
-		b.release()
-	})
-}
-
-// ended is what ended reading the body: io.EOF, another error (its
-// deadline), or nil while it is not read to its end.
-func (b *trackedBody) ended() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.end
-}
-
-// closeUnlessRead is the ResponseWriter of a request with a body. When the
-// response starts before the body was read to its end (a refusal, or an
-// error while reading it), the response says Connection: close, so that
-// net/http sends it at once rather than first discarding up to 256 KiB of
-// the body, and the connection may read the rest of the body only for
-// drain: net/http still discards what it can of it after the response
-// (lest the client be reset before reading the response), which a silent
-// client would otherwise make last until the body's deadline, or forever
-// before one is set.
-type closeUnlessRead struct {
-	http.ResponseWriter
-	drain time.Duration
-	body  *trackedBody // nil until the body is let through
-	start sync.Once
-}
-
-func (w *closeUnlessRead) started() {
-	w.start.Do(func() {
-		var end error
-		if w.body != nil {
-			end = w.body.ended()
-		}
-		if errors.Is(end, io.EOF) {
-			return
-		}
-		w.Header().Set("Connection", "close")
-		if end == nil {
-			// Unread (a refusal); after a read error (the deadline) the
-			// connection is done reading already.
-			http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now().Add(w.drain))
-		}
-	})
-}
-
-func (w *closeUnlessRead) WriteHeader(code int) {
-	w.started()
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *closeUnlessRead) Write(p []byte) (int, error) {
-	w.started()
-	return w.ResponseWriter.Write(p)
-}
-
-func (w *closeUnlessRead) Flush() {
-	w.started()
-	http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Unwrap lets http.ResponseController (which the SDK uses to flush SSE
-// events) reach the connection.
-func (w *closeUnlessRead) Unwrap() http.ResponseWriter { return w.ResponseWriter }

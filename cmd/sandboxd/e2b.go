@@ -32,7 +32,7 @@ func serveE2B(lis net.Listener, m manager, toks *tokens.Set, cfg config, log *sl
 	}
 	srv := door.HTTPServer()
 	go func() {
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(door.LimitListener(lis)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("serving the E2B API", "error", err)
 		}
 	}()

@@ -18,6 +18,8 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/sandboxd/sandboxd/internal/httpguard"
 )
 
 // newMetricsRegistry is sandboxd's own registry (not Prometheus' global
@@ -28,8 +30,13 @@ func newMetricsRegistry() *prometheus.Registry {
 	return reg
 }
 
+// maxMetricsConns bounds the connections of the metrics listener (at most
+// half the descriptor limit): scrapers are few.
+const maxMetricsConns = 64
+
 // serveMetrics serves reg at /metrics on lis until the returned function is
-// called, which stops it.
+// called, which stops it. Nothing there reads a request body: one sent is
+// never waited for (httpguard: the answer closes the connection).
 func serveMetrics(lis net.Listener, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
@@ -37,11 +44,21 @@ func serveMetrics(lis net.Listener, reg *prometheus.Registry, log *slog.Logger) 
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelError),
 		EnableOpenMetrics: true,
 	}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	guard := httpguard.New(httpguard.Limits{}, log)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w, body := guard.Start(w, r)
+			defer body.End()
+			mux.ServeHTTP(w, r)
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(httpguard.LimitListener(lis, httpguard.ConnLimit(maxMetricsConns))); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", "error", err)
 		}
 	}()

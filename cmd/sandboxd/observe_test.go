@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -70,5 +72,24 @@ func TestServeMetrics(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+
+	// A request whose body never comes is answered at once, and the
+	// connection closed: nothing waits for the body.
+	conn, err := net.Dial("tcp", lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(conn)
+	silent, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("a silent body: no answer within 5 s: %v", err)
+	}
+	io.Copy(io.Discard, silent.Body)
+	if _, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("a silent body: %s, then the connection was not closed within 5 s: %v", silent.Status, err)
 	}
 }

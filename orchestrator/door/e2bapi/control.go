@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
@@ -51,7 +49,8 @@ func (s *Server) controlMux() http.Handler {
 	return mux
 }
 
-// authed authenticates by X-API-KEY and bounds the body.
+// authed authenticates by X-API-KEY, then admits and bounds the body
+// (which nothing read before: a refusal does not wait for it).
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.callerFor(r)
@@ -59,31 +58,34 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.Handler
 			s.writeError(w, r, "auth", err)
 			return
 		}
+		r = r.WithContext(core.WithCaller(r.Context(), c))
+		if !s.admit(w, r, c.Tenant, decodedAsRead) {
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
-		h(w, r.WithContext(core.WithCaller(r.Context(), c)))
+		h(w, r)
 	}
-}
-
-// decodeBody decodes an optional JSON body into v.
-func decodeBody(r *http.Request, v any) error {
-	err := json.NewDecoder(r.Body).Decode(v)
-	var mbe *http.MaxBytesError
-	switch {
-	case err == nil, errors.Is(err, io.EOF):
-		return nil
-	case errors.As(err, &mbe):
-		return badRequest(fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit))
-	}
-	return badRequest("the request body is not valid JSON: " + err.Error())
 }
 
 type createRequest struct {
-	TemplateID string            `json:"templateID"`
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
-	Timeout    *int64            `json:"timeout"` // seconds
-	AutoPause  *bool             `json:"autoPause"`
-	Secure     *bool             `json:"secure"`
+	TemplateID string
+	Metadata   map[string]string
+	EnvVars    map[string]string
+	Timeout    *int64 // seconds
+	AutoPause  *bool
+	Secure     *bool
+}
+
+// decode decodes a create body: the maps are bounded as they are read.
+func (req *createRequest) decode(r *http.Request) error {
+	return decodeObject(r.Body, map[string]field{
+		"templateID": stringField(&req.TemplateID, maxNameLen),
+		"metadata":   mapField(&req.Metadata, "entries", maxMetadataEntries, maxMetadataBytes),
+		"envVars":    mapField(&req.EnvVars, "variables", ioproto.MaxEnvVars, ioproto.MaxEnvBytes),
+		"timeout":    intField(&req.Timeout),
+		"autoPause":  boolField(&req.AutoPause),
+		"secure":     boolField(&req.Secure),
+	})
 }
 
 // sandboxCreated is E2B's answer to create and connect.
@@ -133,7 +135,7 @@ func newUserID() string {
 
 func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := req.decode(r); err != nil {
 		s.writeError(w, r, "create", err)
 		return
 	}
@@ -172,12 +174,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 }
 
 type timeoutRequest struct {
-	Timeout *int64 `json:"timeout"`
+	Timeout *int64
+}
+
+func (req *timeoutRequest) decode(r *http.Request) error {
+	return decodeObject(r.Body, map[string]field{"timeout": intField(&req.Timeout)})
 }
 
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 	var req timeoutRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := req.decode(r); err != nil {
 		s.writeError(w, r, "connect", err)
 		return
 	}
@@ -356,12 +362,13 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.procs.forget(id)
+	s.abandoned.forget(id)
 	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	var req timeoutRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := req.decode(r); err != nil {
 		s.writeError(w, r, "timeout", err)
 		return
 	}
@@ -383,18 +390,16 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 // refresh (the older keep-alive call) extends the sandbox by duration
 // seconds, or its own timeout.
 func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Duration *int64 `json:"duration"`
-	}
-	if err := decodeBody(r, &req); err != nil {
+	var duration *int64
+	if err := decodeObject(r.Body, map[string]field{"duration": intField(&duration)}); err != nil {
 		s.writeError(w, r, "refresh", err)
 		return
 	}
 	sb, err := s.visible(r.Context(), r.PathValue("id"))
 	if err == nil {
 		d := sb.IdleTimeout
-		if req.Duration != nil && *req.Duration > 0 {
-			d = time.Duration(*req.Duration) * time.Second
+		if duration != nil && *duration > 0 {
+			d = time.Duration(*duration) * time.Second
 		}
 		if d > 0 {
 			_, err = s.m.SetTimeout(r.Context(), sb.ID, d)
@@ -412,6 +417,11 @@ func (s *Server) refresh(w http.ResponseWriter, r *http.Request) {
 // body's memory flag is not needed: sandboxd keeps the best level it can
 // (the memory level only with sandboxd --memory-snapshots).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	// Read (and bounded) all the same, so that the connection is kept.
+	if err := decodeObject(r.Body, nil); err != nil {
+		s.writeError(w, r, "pause", err)
+		return
+	}
 	sb, err := s.visible(r.Context(), r.PathValue("id"))
 	if err == nil && sb.State == core.StateHibernated {
 		err = &apiError{status: http.StatusConflict, msg: fmt.Sprintf("sandbox %s is already paused", sb.ID)}

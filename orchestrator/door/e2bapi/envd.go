@@ -27,7 +27,7 @@ import (
 
 func (s *Server) envdMux() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxRPCBody)}
+	opts := rpcHandlerOptions()
 	p, ph := newProcessHandler(s, opts...)
 	mux.Handle(p, ph)
 	f, fh := filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...)
@@ -67,12 +67,53 @@ type entryWritten struct {
 	Path string `json:"path"`
 }
 
+// recordedBody is a request body that keeps its read error.
+type recordedBody struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *recordedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// failure is the caller's error for the body's read error; nil if none.
+func (b *recordedBody) failure() error {
+	if b.err == nil {
+		return nil
+	}
+	return bodyError(b.err)
+}
+
+// cmpErr is the first of errs that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxUploadParts bounds the parts of one multipart upload (each file is an
+// upload to the domain, bounded by --max-upload; the whole body by its
+// deadline and minimum rate).
+const maxUploadParts = 1000
+
 // upload answers POST /files: a multipart form (fields "file", each file's
 // name its path unless ?path= is given) or, for envd ≥ 0.5.7, the raw body
 // (application/octet-stream) written to ?path=.
 func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	qpath := r.URL.Query().Get("path")
+	// A failure to read the body (its deadline) is the client's, told as
+	// such, not an internal error of the domain's upload.
+	rb := &recordedBody{ReadCloser: r.Body}
+	r.Body = rb
 	switch ce := r.Header.Get("Content-Encoding"); ce {
 	case "", "identity":
 	case "gzip":
@@ -96,7 +137,7 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		}
 		fi, err := s.m.Upload(ctx, sandboxFrom(ctx), toWorkspace(p), body)
 		if err != nil {
-			return err
+			return cmpErr(rb.failure(), err)
 		}
 		out = append(out, entryWritten{Name: path.Base(fi.Path), Type: "file", Path: fromWorkspace(fi.Path)})
 		return nil
@@ -107,13 +148,18 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		return
 	case mt == "multipart/form-data":
 		mr := multipart.NewReader(r.Body, params["boundary"])
-		for {
+		for parts := 0; ; parts++ {
 			part, err := mr.NextPart()
 			if errors.Is(err, io.EOF) {
 				break
 			}
 			if err != nil {
-				s.writeError(w, r, "upload", badRequest("malformed multipart body: "+err.Error()))
+				s.writeError(w, r, "upload", cmpErr(rb.failure(), badRequest("malformed multipart body: "+err.Error())))
+				return
+			}
+			if parts >= maxUploadParts {
+				part.Close()
+				s.writeError(w, r, "upload", badRequest(fmt.Sprintf("more than %d parts in one upload", maxUploadParts)))
 				return
 			}
 			if part.FormName() != "file" {
@@ -144,6 +190,9 @@ func (s *Server) upload(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "upload", badRequest("no file in the request (multipart field \"file\")"))
 		return
 	}
+	// What follows a multipart body's last part (nothing, or an epilogue)
+	// is read to the end, so that the connection is kept.
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 64<<10))
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -42,10 +42,21 @@ func languageOf(l string) string {
 }
 
 type executeRequest struct {
-	Code      string            `json:"code"`
-	ContextID string            `json:"context_id"`
-	Language  string            `json:"language"`
-	EnvVars   map[string]string `json:"env_vars"`
+	Code      string
+	ContextID string
+	Language  string
+	EnvVars   map[string]string
+}
+
+// decode decodes an /execute body as it is read: env_vars is refused at
+// its 257th variable (or past 128 KiB), whatever else the body holds.
+func (req *executeRequest) decode(r *http.Request) error {
+	return decodeObject(r.Body, map[string]field{
+		"code":       stringField(&req.Code, maxExecuteBody),
+		"context_id": stringField(&req.ContextID, maxNameLen),
+		"language":   stringField(&req.Language, maxNameLen),
+		"env_vars":   mapField(&req.EnvVars, "variables", ioproto.MaxEnvVars, ioproto.MaxEnvBytes),
+	})
 }
 
 // execute answers POST /execute: the command's events as NDJSON lines in
@@ -55,7 +66,7 @@ type executeRequest struct {
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxExecuteBody)
 	var req executeRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := req.decode(r); err != nil {
 		s.writeError(w, r, "execute", err)
 		return
 	}
@@ -92,39 +103,70 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	// What the client was told: the last event, the context and language
+	// the command runs in (its started event), and whether it saw the end.
+	var (
+		lastSeq   int64
+		contextID = cmpOr(req.ContextID, ioproto.DefaultContext)
+		lang      = languageOf(req.Language)
+		ended     bool
+		writeErr  error
+	)
+	line := func(v any) error {
+		if err := out.line(v); err != nil {
+			writeErr = err
+			return err
+		}
+		return nil
+	}
 	sawError := false
 	err = s.m.Follow(ctx, id, cmdID, 0, func(ev core.Event) error {
+		lastSeq = ev.Seq
 		switch ev.Type {
+		case ioproto.EventStarted:
+			contextID, lang = cmpOr(ev.ContextID, contextID), cmpOr(ev.Language, lang)
+			for _, n := range s.lostNotices(ctx, id, ev) {
+				if err := line(noticeLine(n)); err != nil {
+					return err
+				}
+			}
 		case ioproto.EventStdout, ioproto.EventStderr:
-			return out.line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": timestamp(ev.Time)})
+			return line(map[string]any{"type": ev.Type, "text": ev.Text, "timestamp": timestamp(ev.Time)})
 		case ioproto.EventDisplay, ioproto.EventResult:
-			return out.line(resultOf(ev.Data, ev.Type == ioproto.EventResult))
+			return line(resultOf(ev.Data, ev.Type == ioproto.EventResult))
 		case ioproto.EventError:
 			sawError = true
-			return out.line(map[string]any{"type": "error", "name": ev.EName, "value": ev.EValue, "traceback": strings.Join(ev.Traceback, "\n")})
+			return line(map[string]any{"type": "error", "name": ev.EName, "value": ev.EValue, "traceback": strings.Join(ev.Traceback, "\n")})
 		case ioproto.EventDone:
 			if !sawError && ev.Status != ioproto.StatusOK {
-				if err := out.line(errorOfStatus(ev)); err != nil {
+				if err := line(errorOfStatus(ev)); err != nil {
+					return err
+				}
+			} else if ev.StateLost {
+				// The command ran, on fresh globals (the sandbox restarted
+				// since the previous one): say so, as for gRPC clients.
+				if err := line(noticeLine(cmpOr(ev.Reason, "the globals defined before this execution are gone"))); err != nil {
 					return err
 				}
 			}
 			if ev.ExecutionCount != nil {
-				if err := out.line(map[string]any{"type": "number_of_executions", "execution_count": *ev.ExecutionCount}); err != nil {
+				if err := line(map[string]any{"type": "number_of_executions", "execution_count": *ev.ExecutionCount}); err != nil {
 					return err
 				}
 			}
-			return out.line(map[string]any{"type": "end_of_execution"})
+			if err := line(map[string]any{"type": "end_of_execution"}); err != nil {
+				return err
+			}
+			ended = true
 		}
 		return nil
 	})
-	if ctx.Err() != nil {
+	if !ended && (ctx.Err() != nil || writeErr != nil) {
 		// The client went away (or its timeout aborted the request):
-		// interrupt the command, as E2B's code interpreter does.
-		ictx, icancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer icancel()
-		if ierr := s.m.Interrupt(ictx, id, cmdID); ierr != nil {
-			s.log.Warn("interrupting an abandoned /execute", "sandbox_id", id, "command_id", cmdID, "error", ierr)
-		}
+		// interrupt the command, as E2B's code interpreter does, and
+		// follow it to its end, for the next execution to tell.
+		cancel()
+		s.abandon(ctx, id, cmdID, contextID, lang, lastSeq)
 		return
 	}
 	if err != nil {
@@ -256,11 +298,12 @@ func contextOf(c core.ContextInfo) contextJSON {
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
-	var req struct {
-		Language string `json:"language"`
-		Cwd      string `json:"cwd"`
-	}
-	if err := decodeBody(r, &req); err != nil {
+	var req struct{ Language, Cwd string }
+	err := decodeObject(r.Body, map[string]field{
+		"language": stringField(&req.Language, maxNameLen),
+		"cwd":      stringField(&req.Cwd, maxPathLen),
+	})
+	if err != nil {
 		s.writeError(w, r, "create context", err)
 		return
 	}

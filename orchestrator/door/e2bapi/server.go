@@ -27,6 +27,7 @@
 package e2bapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -35,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,6 +44,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/httpguard"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/filesystem/filesystemconnect"
@@ -67,10 +70,44 @@ const userPrefix = "e2b-"
 
 // Bounds of what a client may send.
 const (
-	maxControlBody = 256 << 10 // create, connect, timeout bodies
-	maxExecuteBody = 8 << 20   // /execute and /contexts bodies
-	maxRPCBody     = 8 << 20   // one Connect RPC message
+	maxControlBody = 256 << 10 // create, connect, timeout bodies; /contexts
+	maxExecuteBody = 8 << 20   // an /execute body
+	maxRPCBody     = 8 << 20   // one Connect RPC message (decompressed)
 	maxHeaderBytes = 64 << 10
+	headerTimeout  = 10 * time.Second
+
+	// A JSON body's fields: names (template, context, language) and
+	// paths, and the metadata of a create. The domain has its own rules
+	// (orchestrator/core: metadata is 64 entries and 16 KiB there); these
+	// bound what the door holds before it asks.
+	maxNameLen         = 256
+	maxPathLen         = 4096
+	maxMetadataEntries = 256
+	maxMetadataBytes   = 64 << 10
+)
+
+// Bounds of what clients can hold of the door (internal/httpguard).
+const (
+	// bodyTimeout is the time a body has to arrive from when it is
+	// admitted, and minBodyRate the rate that extends it: an 8 MiB body
+	// has 30 s + 128 s, an upload of 256 MiB over an hour, a silent one
+	// 30 s.
+	bodyTimeout = 30 * time.Second
+	minBodyRate = 64 << 10
+	// maxBodyReads bodies larger than freeBodyBytes (or of unknown
+	// length) are read at once, maxBodyReadsPerTenant of one tenant's: an
+	// /execute or RPC body may be held whole while it is decoded (the
+	// largest string of an /execute body, a Connect message), so these
+	// bound that memory (8 × 8 MiB, twice over while decoding). Smaller
+	// bodies need no place.
+	maxBodyReads          = 8
+	maxBodyReadsPerTenant = 2
+	freeBodyBytes         = 64 << 10
+	// bodyQueueWait is how long a body waits for a place before 503.
+	bodyQueueWait = 10 * time.Second
+	// maxConns is the most connections the door holds open (fewer when
+	// sandboxd's descriptor limit is low: half of it; httpguard.ConnLimit).
+	maxConns = 4096
 )
 
 // Config configures a Server.
@@ -90,6 +127,9 @@ type Config struct {
 	// --max-timeout): E2B sets no server-side limit on processes or runs,
 	// so they get the longest sandboxd allows. 0: sandboxd's default.
 	CommandTimeout time.Duration
+	// BodyTimeout is the time a request body has to arrive (extended as
+	// it arrives at 64 KiB/s); 0: 30 s. Tests shorten it.
+	BodyTimeout time.Duration
 }
 
 // Server serves the E2B protocol over a Manager. Build it with New.
@@ -105,7 +145,11 @@ type Server struct {
 	envd    http.Handler
 	interp  http.Handler
 
-	procs procTable
+	guard    *httpguard.Guard
+	maxConns int
+
+	procs     procTable
+	abandoned abandonedTable
 }
 
 // New returns the door over m.
@@ -120,6 +164,15 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 	if s.keepalive <= 0 {
 		s.keepalive = 5 * time.Second
 	}
+	s.guard = httpguard.New(httpguard.Limits{
+		BodyTimeout:    cmp.Or(cfg.BodyTimeout, bodyTimeout),
+		MinBodyRate:    minBodyRate,
+		MaxReads:       maxBodyReads,
+		MaxReadsPerKey: maxBodyReadsPerTenant,
+		QueueWait:      bodyQueueWait,
+		FreeBelow:      freeBodyBytes,
+	}, s.log)
+	s.maxConns = httpguard.ConnLimit(maxConns)
 	s.procs.init()
 	s.control = s.controlMux()
 	s.envd = s.envdMux()
@@ -128,20 +181,35 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 }
 
 // HTTPServer returns an http.Server for the door with bounded headers and
-// slow-client timeouts. No write timeout: /execute and the RPC streams last
-// as long as their commands.
+// slow-client timeouts; bodies have theirs (httpguard). No read or write
+// timeout: /execute and the RPC streams last as long as their commands.
+// Serve it on LimitListener's listener.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 }
 
-// ServeHTTP routes on E2b-Sandbox-Port, as E2B's own edge does.
+// LimitListener bounds the connections the door holds open: at most 4096,
+// and at most half of sandboxd's descriptor limit, so that a flood of
+// connections leaves descriptors to the gRPC API and the sandboxes' files.
+func (s *Server) LimitListener(l net.Listener) net.Listener {
+	return httpguard.LimitListener(l, s.maxConns)
+}
+
+type guardKey struct{}
+
+// ServeHTTP routes on E2b-Sandbox-Port, as E2B's own edge does. Nothing
+// reads a body before its request is authenticated, and then admitted
+// (admit): a refusal is sent at once, without waiting for the body.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w, body := s.guard.Start(w, r)
+	defer body.End()
+	r = r.WithContext(context.WithValue(r.Context(), guardKey{}, body))
 	switch port := r.Header.Get("E2b-Sandbox-Port"); port {
 	case "":
 		s.control.ServeHTTP(w, r)
@@ -157,15 +225,73 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, "sandbox auth", err)
 			return
 		}
+		r = r.WithContext(ctx)
+		if !s.admit(w, r, core.CallerOf(ctx).Tenant, admissionOf(port, r)) {
+			return
+		}
 		if port == EnvdPort {
-			s.envd.ServeHTTP(w, r.WithContext(ctx))
+			s.envd.ServeHTTP(w, r)
 		} else {
-			s.interp.ServeHTTP(w, r.WithContext(ctx))
+			s.interp.ServeHTTP(w, r)
 		}
 	default:
 		writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway,
 			"message": fmt.Sprintf("port %q is not served: sandboxd's sandboxes have no network; only envd (%s) and the code interpreter (%s) are", sanitizeHeader(port), EnvdPort, InterpreterPort)})
 	}
+}
+
+// admission is how a request's body is admitted.
+type admission int
+
+const (
+	// decodedAsRead: a place while the body is read (and decoded as it
+	// is: JSON bodies, a streaming RPC's one message, read to its end
+	// before the stream starts).
+	decodedAsRead admission = iota
+	// decodedWhole: a place until the request ends: a unary RPC's message,
+	// read whole and then decoded by a short handler.
+	decodedWhole
+	// streamed: no place: an upload, streamed into the sandbox.
+	streamed
+)
+
+// streamingRPCs are envd's procedures whose responses stream (as long as
+// their command or watch): their request is one message.
+var streamingRPCs = map[string]bool{
+	processconnect.ProcessStartProcedure:          true,
+	processconnect.ProcessConnectProcedure:        true,
+	filesystemconnect.FilesystemWatchDirProcedure: true,
+}
+
+// admissionOf is how a sandbox-level request's body is admitted.
+func admissionOf(port string, r *http.Request) admission {
+	switch {
+	case port != EnvdPort:
+		return decodedAsRead
+	case r.URL.Path == "/files":
+		return streamed
+	case strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem."):
+		if streamingRPCs[r.URL.Path] {
+			return decodedAsRead
+		}
+		return decodedWhole
+	}
+	return decodedAsRead
+}
+
+// admit lets an authenticated request's body be read (httpguard): under
+// its deadline, and, unless it is small or streamed, once it has a place
+// among the bodies being read at once, globally and of its tenant. False
+// once it has answered (503: no place within 10 s).
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, tenant string, how admission) bool {
+	body, _ := r.Context().Value(guardKey{}).(*httpguard.Request)
+	switch how {
+	case streamed:
+		return body.AdmitStream(r)
+	case decodedWhole:
+		return body.AdmitUntilEnd(r, tenant)
+	}
+	return body.Admit(r, tenant)
 }
 
 // sanitizeHeader bounds and cleans a header value before it is echoed.

@@ -3,6 +3,8 @@ package e2bapi
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -63,13 +65,29 @@ func newTestServer(t *testing.T) (*Server, *fakeManager) {
 	return s, fm
 }
 
+// do sends one request to s, served on loopback (bodies are read under a
+// deadline, which needs a connection), and returns the response recorded.
 func do(s *Server, method, path string, hdr map[string]string, body string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	r, err := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
 	for k, v := range hdr {
 		r.Header.Set(k, v)
 	}
 	w := httptest.NewRecorder()
-	s.ServeHTTP(w, r)
+	resp, err := srv.Client().Do(r)
+	if err != nil {
+		w.WriteHeader(599)
+		w.WriteString(err.Error())
+		return w
+	}
+	defer resp.Body.Close()
+	maps.Copy(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
 	return w
 }
 
@@ -183,5 +201,26 @@ func TestScriptOf(t *testing.T) {
 	s, _ = scriptOf(&process.ProcessConfig{Cmd: "ls", Args: []string{"it's"}})
 	if s != `exec 'ls' 'it'\''s'` {
 		t.Errorf("scriptOf quoted = %q", s)
+	}
+}
+
+// A unary RPC's message is decoded once read whole: its place is kept
+// until the request ends; a streaming RPC's and JSON bodies' only while
+// read; uploads need none.
+func TestAdmissionOf(t *testing.T) {
+	for _, c := range []struct {
+		port, path string
+		want       admission
+	}{
+		{InterpreterPort, "/execute", decodedAsRead},
+		{EnvdPort, "/process.Process/Start", decodedAsRead},
+		{EnvdPort, "/filesystem.Filesystem/WatchDir", decodedAsRead},
+		{EnvdPort, "/process.Process/SendInput", decodedWhole},
+		{EnvdPort, "/filesystem.Filesystem/ListDir", decodedWhole},
+		{EnvdPort, "/files", streamed},
+	} {
+		if got := admissionOf(c.port, httptest.NewRequest("POST", c.path, nil)); got != c.want {
+			t.Errorf("%s %s: %d, want %d", c.port, c.path, got, c.want)
+		}
 	}
 }

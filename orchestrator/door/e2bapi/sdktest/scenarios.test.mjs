@@ -244,6 +244,21 @@ describe('code interpreter', () => {
     const r = await sbx.runCode('survivor', { timeoutMs: 30_000 })
     assert.equal(r.text, 'kept')
   })
+
+  test('code that ignores the interrupt is killed once its client left; the next run says its state was lost', T, async () => {
+    await sbx.runCode('lost_global = "before"')
+    await assert.rejects(sbx.runCode('import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: time.sleep(0.1)', { timeoutMs: 2_000 }), /timed out|Timeout/i)
+    // sandboxd interrupts it, then kills the interpreter after its grace:
+    // the globals are gone, and the next run, on a fresh interpreter, says
+    // so on stderr before its output.
+    const r = await sbx.runCode('print(globals().get("lost_global"))', { timeoutMs: 60_000 })
+    assert.deepEqual(r.logs.stdout, ['None\n'])
+    assert.match(r.logs.stderr.join(''), /state_lost: .*Python globals are gone/)
+    assert.equal(r.error, undefined)
+    // Told once.
+    const again = await sbx.runCode('1')
+    assert.deepEqual(again.logs.stderr, [])
+  })
 })
 
 describe('files', () => {

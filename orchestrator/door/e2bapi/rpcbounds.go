@@ -1,0 +1,222 @@
+package e2bapi
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// envd's Connect RPC messages are read whole (at most maxRPCBody, once
+// decompressed) and then unmarshalled. Before a message is unmarshalled,
+// its bytes are scanned, without building anything, for the number of
+// elements of each list and map and for its nesting: a message of 8 MiB
+// could otherwise hold ~650,000 env names, a map of ~60 MB once built. A
+// message past the bounds is refused (InvalidArgument) before it is
+// built. The JSON codecs (the SDKs send JSON) and the binary one are
+// connect's, with the scan in front.
+
+// Bounds of one RPC message.
+const (
+	// maxRPCElements bounds one list or map (envd's envs, args); the
+	// domain's own rules (256 variables) apply after.
+	maxRPCElements = 4096
+	// maxRPCTotalElements bounds the elements of all a message's lists and
+	// maps.
+	maxRPCTotalElements = 16384
+	// maxRPCDepth bounds nesting.
+	maxRPCDepth = 32
+)
+
+// rpcHandlerOptions are envd's handlers' options: the message size, the
+// bounded codecs, and a gzip whose output is bounded too.
+func rpcHandlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{
+		connect.WithReadMaxBytes(maxRPCBody),
+		connect.WithCodec(boundedProtoCodec{}),
+		connect.WithCodec(boundedJSONCodec{name: "json"}),
+		connect.WithCodec(boundedJSONCodec{name: "json; charset=utf-8"}),
+		connect.WithCompression("gzip",
+			func() connect.Decompressor { return &boundedGzip{} },
+			func() connect.Compressor { return gzip.NewWriter(io.Discard) }),
+	}
+}
+
+type boundedProtoCodec struct{}
+
+func (boundedProtoCodec) Name() string { return "proto" }
+
+func (boundedProtoCodec) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a proto.Message", m)
+	}
+	return proto.Marshal(pm)
+}
+
+func (boundedProtoCodec) Unmarshal(b []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a proto.Message", m)
+	}
+	total := 0
+	if err := scanProto(b, pm.ProtoReflect().Descriptor(), 0, &total); err != nil {
+		return err
+	}
+	return proto.Unmarshal(b, pm)
+}
+
+type boundedJSONCodec struct{ name string }
+
+func (c boundedJSONCodec) Name() string { return c.name }
+
+func (boundedJSONCodec) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("%T is not a proto.Message", m)
+	}
+	return protojson.MarshalOptions{}.Marshal(pm)
+}
+
+func (boundedJSONCodec) Unmarshal(b []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("%T is not a proto.Message", m)
+	}
+	if len(b) == 0 {
+		return errors.New("zero-length payload is not a valid JSON object")
+	}
+	if err := scanJSON(b); err != nil {
+		return err
+	}
+	// Unknown fields are discarded, as connect's own JSON codec does.
+	return protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(b, pm)
+}
+
+// errRPCElements and errRPCDepth refuse a message past the bounds.
+var (
+	errRPCElements = fmt.Errorf("the message holds a list or map of more than %d elements, or more than %d in all", maxRPCElements, maxRPCTotalElements)
+	errRPCDepth    = fmt.Errorf("the message is nested deeper than %d levels", maxRPCDepth)
+)
+
+// scanJSON counts the elements of each array and object of a JSON text
+// (by their commas) and its nesting, allocating nothing past a stack of
+// maxRPCDepth. It does not validate: protojson does, after.
+func scanJSON(b []byte) error {
+	var commas [maxRPCDepth + 1]int
+	depth, total := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > maxRPCDepth {
+				return errRPCDepth
+			}
+			commas[depth] = 0
+		case '}', ']':
+			if depth > 0 {
+				depth--
+			}
+		case ',':
+			commas[depth]++
+			total++
+			if commas[depth] >= maxRPCElements || total >= maxRPCTotalElements {
+				return errRPCElements
+			}
+		}
+	}
+	return nil
+}
+
+// scanProto counts, in the wire form of a message md, the elements of its
+// repeated and map fields and of those of the messages it holds, and its
+// nesting. Malformed bytes are left for proto.Unmarshal to refuse.
+func scanProto(b []byte, md protoreflect.MessageDescriptor, depth int, total *int) error {
+	if depth > maxRPCDepth {
+		return errRPCDepth
+	}
+	var counts map[protowire.Number]int
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil
+		}
+		b = b[n:]
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return nil
+		}
+		value := b[:n]
+		b = b[n:]
+		fd := md.Fields().ByNumber(num)
+		if fd == nil {
+			continue
+		}
+		if fd.IsList() || fd.IsMap() {
+			elements := 1
+			if typ == protowire.BytesType && fd.IsList() && fd.Kind() != protoreflect.MessageKind &&
+				fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind {
+				// Packed scalars: at least a byte each.
+				p, _ := protowire.ConsumeBytes(value)
+				elements = len(p)
+			}
+			if counts == nil {
+				counts = map[protowire.Number]int{}
+			}
+			counts[num] += elements
+			*total += elements
+			if counts[num] > maxRPCElements || *total > maxRPCTotalElements {
+				return errRPCElements
+			}
+		}
+		if typ == protowire.BytesType && fd.Kind() == protoreflect.MessageKind {
+			p, _ := protowire.ConsumeBytes(value)
+			if err := scanProto(p, fd.Message(), depth+1, total); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// boundedGzip is gzip that fails once it has produced more than
+// maxRPCBody bytes: connect refuses a message past that size but reads the
+// rest of the stream first, which, from a few MiB of compressed zeros,
+// would be gigabytes of work.
+type boundedGzip struct {
+	gzip.Reader
+	n int64
+}
+
+func (z *boundedGzip) Reset(r io.Reader) error {
+	z.n = 0
+	return z.Reader.Reset(r)
+}
+
+func (z *boundedGzip) Read(p []byte) (int, error) {
+	if z.n > maxRPCBody {
+		return 0, fmt.Errorf("the message is larger than %d bytes once decompressed", maxRPCBody)
+	}
+	n, err := z.Reader.Read(p)
+	z.n += int64(n)
+	return n, err
+}
