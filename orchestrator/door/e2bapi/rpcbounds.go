@@ -7,10 +7,9 @@ import (
 	"io"
 
 	"connectrpc.com/connect"
+	"github.com/sandboxd/sandboxd/internal/protobound"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // envd's Connect RPC messages are read whole (at most maxRPCBody, once
@@ -24,14 +23,12 @@ import (
 
 // Bounds of one RPC message.
 const (
-	// maxRPCElements bounds one list or map (envd's envs, args); the
-	// domain's own rules (256 variables) apply after.
-	maxRPCElements = 4096
-	// maxRPCTotalElements bounds the elements of all a message's lists and
-	// maps.
-	maxRPCTotalElements = 16384
-	// maxRPCDepth bounds nesting.
-	maxRPCDepth = 32
+	// maxRPCElements, maxRPCTotalElements and maxRPCDepth are
+	// protobound's, for the JSON form too (envd's envs and args; the
+	// domain's own rules, 256 variables, apply after).
+	maxRPCElements      = protobound.MaxElements
+	maxRPCTotalElements = protobound.MaxTotalElements
+	maxRPCDepth         = protobound.MaxDepth
 )
 
 // rpcHandlerOptions are envd's handlers' options: the message size, the
@@ -65,8 +62,7 @@ func (boundedProtoCodec) Unmarshal(b []byte, m any) error {
 	if !ok {
 		return fmt.Errorf("%T is not a proto.Message", m)
 	}
-	total := 0
-	if err := scanProto(b, pm.ProtoReflect().Descriptor(), 0, &total); err != nil {
+	if err := protobound.Scan(b, pm.ProtoReflect().Descriptor()); err != nil {
 		return err
 	}
 	return proto.Unmarshal(b, pm)
@@ -101,8 +97,8 @@ func (boundedJSONCodec) Unmarshal(b []byte, m any) error {
 
 // errRPCElements and errRPCDepth refuse a message past the bounds.
 var (
-	errRPCElements = fmt.Errorf("the message holds a list or map of more than %d elements, or more than %d in all", maxRPCElements, maxRPCTotalElements)
-	errRPCDepth    = fmt.Errorf("the message is nested deeper than %d levels", maxRPCDepth)
+	errRPCElements = protobound.ErrElements
+	errRPCDepth    = protobound.ErrDepth
 )
 
 // scanJSON counts the elements of each array and object of a JSON text
@@ -141,57 +137,6 @@ func scanJSON(b []byte) error {
 			total++
 			if commas[depth] >= maxRPCElements || total >= maxRPCTotalElements {
 				return errRPCElements
-			}
-		}
-	}
-	return nil
-}
-
-// scanProto counts, in the wire form of a message md, the elements of its
-// repeated and map fields and of those of the messages it holds, and its
-// nesting. Malformed bytes are left for proto.Unmarshal to refuse.
-func scanProto(b []byte, md protoreflect.MessageDescriptor, depth int, total *int) error {
-	if depth > maxRPCDepth {
-		return errRPCDepth
-	}
-	var counts map[protowire.Number]int
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil
-		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil
-		}
-		value := b[:n]
-		b = b[n:]
-		fd := md.Fields().ByNumber(num)
-		if fd == nil {
-			continue
-		}
-		if fd.IsList() || fd.IsMap() {
-			elements := 1
-			if typ == protowire.BytesType && fd.IsList() && fd.Kind() != protoreflect.MessageKind &&
-				fd.Kind() != protoreflect.StringKind && fd.Kind() != protoreflect.BytesKind {
-				// Packed scalars: at least a byte each.
-				p, _ := protowire.ConsumeBytes(value)
-				elements = len(p)
-			}
-			if counts == nil {
-				counts = map[protowire.Number]int{}
-			}
-			counts[num] += elements
-			*total += elements
-			if counts[num] > maxRPCElements || *total > maxRPCTotalElements {
-				return errRPCElements
-			}
-		}
-		if typ == protowire.BytesType && fd.Kind() == protoreflect.MessageKind {
-			p, _ := protowire.ConsumeBytes(value)
-			if err := scanProto(p, fd.Message(), depth+1, total); err != nil {
-				return err
 			}
 		}
 	}

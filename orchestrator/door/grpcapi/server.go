@@ -115,12 +115,17 @@ func NewServer(m core.Manager, logger *slog.Logger, opts ...Option) *Server {
 	})}
 
 	authFn := authenticate(o.tokens)
+	// The codec's refusals come first: a request it did not build is
+	// answered before anything looks at it (codec.go).
+	codec := newBoundedCodec()
 	unary := []grpc.UnaryServerInterceptor{
+		codec.unary,
 		selector.UnaryServerInterceptor(logging.UnaryServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
 		selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authFn), notHealth),
 		recovery.UnaryServerInterceptor(recOpts...),
 	}
 	stream := []grpc.StreamServerInterceptor{
+		codec.stream,
 		selector.StreamServerInterceptor(logging.StreamServerInterceptor(interceptorLogger(logger), logOpts...), notHealth),
 		selector.StreamServerInterceptor(auth.StreamServerInterceptor(authFn), notHealth),
 		recovery.StreamServerInterceptor(recOpts...),
@@ -157,6 +162,12 @@ func NewServer(m core.Manager, logger *slog.Logger, opts ...Option) *Server {
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxSendMsgSize(sandboxv1.MaxMessageSize),
+		grpc.ForceServerCodecV2(codec),
+		// gRPC's default is no bound on the streams of one connection;
+		// each is a request being decoded, or a stream holding one of
+		// sandboxd's places (core.Policy's stream caps). More wait for a
+		// free one (HTTP/2 flow control), never fail.
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		// Execute streams can be quiet for minutes while code runs; allow
 		// clients to keep such connections alive through NATs and proxies
 		// with pings, without being cut off as abusive.
