@@ -414,9 +414,14 @@ var (
 
 // procTable remembers how this door started each process, for
 // Process.List (sandboxd's command list has no argv) and tag selectors.
+// What it keeps is bounded per sandbox, in entries and in bytes (a
+// process's arguments may take most of an 8 MiB message): past a bound
+// the oldest entries are forgotten (Process.List no longer shows them;
+// their pids still reach them), and one larger than the whole byte bound
+// is not kept at all.
 type procTable struct {
 	mu    sync.Mutex
-	procs map[string]map[uint32]procEntry // sandbox ID → pid → entry
+	procs map[string]*procSet // sandbox ID → its processes
 }
 
 type procEntry struct {
@@ -427,39 +432,88 @@ type procEntry struct {
 	tag  string
 }
 
-func (t *procTable) init() { t.procs = make(map[string]map[uint32]procEntry) }
+// size is what e holds in memory, near enough.
+func (e procEntry) size() int {
+	n := len(e.cmd) + len(e.cwd) + len(e.tag) + 64
+	for _, a := range e.args {
+		n += len(a) + 16
+	}
+	for k, v := range e.envs {
+		n += len(k) + len(v) + 32
+	}
+	return n
+}
 
-// maxProcEntries bounds what the table keeps per sandbox.
-const maxProcEntries = 1000
+// procSet is one sandbox's entries, oldest first in order.
+type procSet struct {
+	byPID map[uint32]procEntry
+	order []uint32
+	bytes int
+}
+
+func (t *procTable) init() { t.procs = make(map[string]*procSet) }
+
+// Bounds of what the table keeps per sandbox.
+const (
+	maxProcEntries = 1000
+	maxProcBytes   = 4 << 20
+)
 
 func (t *procTable) put(sandboxID string, pid uint32, e procEntry) {
+	size := e.size()
+	if size > maxProcBytes {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	m := t.procs[sandboxID]
-	if m == nil {
-		m = make(map[uint32]procEntry)
-		t.procs[sandboxID] = m
+	ps := t.procs[sandboxID]
+	if ps == nil {
+		ps = &procSet{byPID: make(map[uint32]procEntry)}
+		t.procs[sandboxID] = ps
 	}
-	if len(m) >= maxProcEntries {
-		for k := range m { // forget an arbitrary old one
-			delete(m, k)
+	for len(ps.order) > 0 && (len(ps.byPID) >= maxProcEntries || ps.bytes+size > maxProcBytes) {
+		ps.remove(ps.order[0])
+	}
+	ps.byPID[pid] = e
+	ps.order = append(ps.order, pid)
+	ps.bytes += size
+}
+
+// remove forgets pid, if kept.
+func (ps *procSet) remove(pid uint32) {
+	e, ok := ps.byPID[pid]
+	if !ok {
+		return
+	}
+	delete(ps.byPID, pid)
+	ps.bytes -= e.size()
+	for i, p := range ps.order {
+		if p == pid {
+			ps.order = append(ps.order[:i], ps.order[i+1:]...)
 			break
 		}
 	}
-	m[pid] = e
 }
 
 func (t *procTable) get(sandboxID string, pid uint32) (procEntry, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.procs[sandboxID][pid]
+	ps := t.procs[sandboxID]
+	if ps == nil {
+		return procEntry{}, false
+	}
+	e, ok := ps.byPID[pid]
 	return e, ok
 }
 
 func (t *procTable) byTag(sandboxID, tag string) (uint32, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for pid, e := range t.procs[sandboxID] {
+	ps := t.procs[sandboxID]
+	if ps == nil {
+		return 0, false
+	}
+	for pid, e := range ps.byPID {
 		if e.tag == tag {
 			return pid, true
 		}
@@ -470,9 +524,9 @@ func (t *procTable) byTag(sandboxID, tag string) (uint32, bool) {
 func (t *procTable) drop(sandboxID string, pid uint32) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if m := t.procs[sandboxID]; m != nil {
-		delete(m, pid)
-		if len(m) == 0 {
+	if ps := t.procs[sandboxID]; ps != nil {
+		ps.remove(pid)
+		if len(ps.byPID) == 0 {
 			delete(t.procs, sandboxID)
 		}
 	}

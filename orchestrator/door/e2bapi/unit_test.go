@@ -224,3 +224,41 @@ func TestAdmissionOf(t *testing.T) {
 		}
 	}
 }
+
+// TestProcTableBounded: what the door remembers of a sandbox's processes
+// is bounded in bytes as well as entries (one process's arguments may take
+// most of an 8 MiB message: 1000 of them were ~8 GiB), oldest forgotten
+// first; an entry larger than the whole bound is not kept.
+func TestProcTableBounded(t *testing.T) {
+	var pt procTable
+	pt.init()
+	big := strings.Repeat("a", maxProcBytes/4)
+	for pid := uint32(1); pid <= 10; pid++ {
+		pt.put("sb", pid, procEntry{cmd: "x", args: []string{big}})
+	}
+	ps := pt.procs["sb"]
+	if ps.bytes > maxProcBytes || len(ps.byPID) != 3 {
+		t.Fatalf("kept %d entries, %d bytes; want the 3 newest within %d", len(ps.byPID), ps.bytes, maxProcBytes)
+	}
+	if _, ok := pt.get("sb", 10); !ok {
+		t.Error("the newest entry was forgotten")
+	}
+	if _, ok := pt.get("sb", 1); ok {
+		t.Error("the oldest entry was kept")
+	}
+	pt.put("sb", 11, procEntry{cmd: strings.Repeat("b", maxProcBytes+1)})
+	if _, ok := pt.get("sb", 11); ok || len(pt.procs["sb"].byPID) != 3 {
+		t.Error("an entry larger than the bound was kept, or evicted others")
+	}
+	for pid := uint32(100); pid < 100+maxProcEntries+5; pid++ {
+		pt.put("sb2", pid, procEntry{cmd: "x"})
+	}
+	if n := len(pt.procs["sb2"].byPID); n != maxProcEntries {
+		t.Errorf("kept %d small entries; want %d", n, maxProcEntries)
+	}
+	pt.drop("sb2", 100+maxProcEntries+4)
+	pt.forget("sb")
+	if _, ok := pt.procs["sb"]; ok {
+		t.Error("forget kept the sandbox's entries")
+	}
+}
