@@ -87,14 +87,14 @@ type Denial struct {
 
 // Stats are a sandbox's counters since it was attached.
 type Stats struct {
-	BytesOut, BytesIn  uint64 // to and from the world
-	ConnsAllowed       uint64
-	ConnsDenied        uint64
-	DNSAllowed         uint64
-	DNSDenied          uint64
-	ConnsOpen          int
-	RuleRequests       uint64 // HTTP requests sent on with a rule's headers
-	DeniedLogDropped   uint64 // denials past the ring's size
-	DNSRateLimited     uint64
-	ConnsRefusedAtCap  uint64
+	BytesOut, BytesIn uint64 // to and from the world
+	ConnsAllowed      uint64
+	ConnsDenied       uint64
+	DNSAllowed        uint64
+	DNSDenied         uint64
+	ConnsOpen         int
+	RuleRequests      uint64 // HTTP requests sent on with a rule's headers
+	DeniedLogDropped  uint64 // denials past the ring's size
+	DNSRateLimited    uint64
+	ConnsRefusedAtCap uint64
 }
