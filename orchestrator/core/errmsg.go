@@ -132,3 +132,15 @@ func StreamsCapReached(scope Scope, who string, max int) error {
 		return Exhaustedf("the server has reached its cap of %d streams in progress for all tenants together (sandboxd --max-streams); try again later", max)
 	}
 }
+
+// NetworkNotEnabled refuses a network operation on a server that gives
+// sandboxes no network (Policy.AllowNetwork false).
+func NetworkNotEnabled() error {
+	return Preconditionf("networking is not enabled on this server: sandboxes have no network unless sandboxd is started with --allow-network")
+}
+
+// NoNetwork refuses a network operation on a sandbox created without
+// network: its network is fixed when it is created.
+func NoNetwork(sandboxID string) error {
+	return Preconditionf("sandbox %s has no network: a sandbox's network is chosen when it is created (options.network or options.network_policy); delete it and acquire a new one with network", sandboxID)
+}

@@ -33,6 +33,27 @@ type Manager interface {
 	Hibernate(ctx context.Context, sandboxID string) (Sandbox, error)
 	Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInfo, error)
 
+	// The network of a sandbox created with one (Options.Network). A
+	// sandbox without network answers NoNetwork; a server without
+	// networking NetworkNotEnabled (Validating).
+	//
+	// UpdateNetworkPolicy replaces the sandbox's egress policy (checked and
+	// normalised by Validating, as Options.NetworkPolicy is) and returns the
+	// sandbox with it, redacted. The policy is persisted before it is
+	// applied: new connections follow it at once, open ones it refuses are
+	// closed. A hibernated sandbox keeps it for its wake, without waking;
+	// a dead one is SandboxDead.
+	UpdateNetworkPolicy(ctx context.Context, sandboxID string, p NetworkPolicy) (Sandbox, error)
+	// NetworkStatus returns the sandbox's policy (redacted), its egress
+	// counters and its recent denials. It does not wake a hibernated
+	// sandbox (its counters are then zero).
+	NetworkStatus(ctx context.Context, sandboxID string) (NetworkStatus, error)
+	// GetHost returns the URL at which port of the sandbox is served by
+	// sandboxd's HTTP front, and the traffic token it needs unless the
+	// sandbox's policy allows public traffic. It does not wake a
+	// hibernated sandbox: a request to the URL does.
+	GetHost(ctx context.Context, sandboxID string, port int) (HostInfo, error)
+
 	// Submit queues a command, exactly once per command ID, and returns
 	// its ID (generated when req has none).
 	Submit(ctx context.Context, req ExecRequest) (commandID string, err error)

@@ -3,6 +3,7 @@ package core
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"runtime"
 	"time"
 	"unicode/utf8"
@@ -130,8 +131,25 @@ type Policy struct {
 	MaxStreamsPerSandbox int
 
 	// AllowNetwork lets callers ask for outbound network access
-	// (Options.Network).
+	// (Options.Network, Options.NetworkPolicy).
 	AllowNetwork bool
+	// EgressDefault is the policy of a sandbox whose caller asks for
+	// network without one (sandboxd --egress-default-allow,
+	// --egress-default-deny); nil: an empty policy, every public
+	// destination. It passes the checks a caller's policy passes
+	// (CheckNetworkPolicy) and is copied into each sandbox when it is
+	// created: a sandbox keeps its policy when the default changes.
+	EgressDefault *NetworkPolicy
+	// EgressCeiling, when not empty, is the most any sandbox may reach,
+	// as allow_out entries: the gateway refuses a destination none of them
+	// allows, whatever the sandbox's policy says (CompiledCeiling), and an
+	// allow_out entry sharing nothing with them is refused when a policy is
+	// set (sandboxd --egress-ceiling).
+	EgressCeiling []string
+	// EgressAllowPrivate are the special ranges (SpecialRange: private,
+	// loopback, link-local, ...) sandboxes may reach nonetheless, when
+	// their policy allows (sandboxd --egress-allow-private). Empty: none.
+	EgressAllowPrivate []netip.Prefix
 }
 
 // Defaults.
@@ -249,6 +267,9 @@ func (p *Policy) ApplyDefaults() error {
 	if err := p.checkWatchCaps(); err != nil {
 		return err
 	}
+	if err := p.checkEgress(); err != nil {
+		return err
+	}
 	if _, err := resolveLimits(p.DefaultLimits, p.DefaultLimits, p.MaxLimits); err != nil {
 		return Invalidf("config: DefaultLimits: %v", err)
 	}
@@ -308,14 +329,16 @@ func (p *Policy) StreamCaps() Caps {
 }
 
 // ResolveOptions validates opts for a new sandbox and applies p's defaults:
-// the limits in force, metadata copied. Errors wrap ErrInvalidArgument and
-// say what is wrong.
+// the limits in force, metadata copied, and for a sandbox with network
+// (Network, or a NetworkPolicy, which implies it) its own checked policy
+// (resolveNetwork). Errors wrap ErrInvalidArgument and say what is wrong.
 func (p *Policy) ResolveOptions(opts Options) (Options, error) {
 	if err := validateEnv(opts.Env); err != nil {
 		return Options{}, err
 	}
-	if opts.Network && !p.AllowNetwork {
-		return Options{}, Invalidf("network access is not allowed on this server: sandboxes have no network unless sandboxd is started with --allow-network")
+	opts, err := p.resolveNetwork(opts)
+	if err != nil {
+		return Options{}, err
 	}
 	req := opts.Limits
 	if p.NoDiskLimit {

@@ -47,9 +47,17 @@ type Options struct {
 	// Env is set in the sandbox's processes. A sandbox with env is never
 	// taken from the warm pool: a running container's environment is fixed.
 	Env map[string]string
-	// Network gives the sandbox outbound network access (Docker's default
-	// bridge). Refused with ErrInvalidArgument unless Config.AllowNetwork.
+	// Network gives the sandbox outbound network access, through the egress
+	// gateway and under NetworkPolicy. Refused with ErrInvalidArgument
+	// unless Policy.AllowNetwork.
 	Network bool
+	// NetworkPolicy is the sandbox's egress policy (network.go); setting it
+	// implies Network. Validating hands a backend a sandbox with network
+	// always with one (Policy.ResolveOptions): the caller's, checked and
+	// normalised, else the server's default (Policy.EgressDefault), else an
+	// empty one (every public destination). It holds the rules' header
+	// values, which are secrets: a backend keeps them on the host only.
+	NetworkPolicy *NetworkPolicy
 	// Metadata is the caller's labels for the sandbox, returned with it and
 	// matched by ListFilter.Metadata; bounded by validateMetadata
 	// (lifetime.go). Unlike Env it does not keep a sandbox from the warm
@@ -85,8 +93,12 @@ type Sandbox struct {
 	Image     string
 	Limits    Limits
 	// Network is true when the sandbox has outbound network access.
-	Network     bool
-	ContainerID string
+	Network bool
+	// NetworkPolicy is the egress policy in force of a sandbox with
+	// network, redacted (NetworkPolicy.Redacted: rule keys and header
+	// names, never a header's value); nil without network.
+	NetworkPolicy *NetworkPolicy
+	ContainerID   string
 	// Metadata is what Options.Metadata set at creation (nil when none); a
 	// copy, which the caller may keep.
 	Metadata map[string]string

@@ -17,7 +17,8 @@ import (
 // backend refuses a bad request with the same message. A request it
 // refuses never reaches m.
 //
-// What m receives is normalised: Options with the limits in force, an
+// What m receives is normalised: Options with the limits in force (and,
+// for a sandbox with network, a checked policy of its own), an
 // ExecRequest resolved by Policy.ResolveExec (canonical language, a
 // command ID, a timeout), paths in CleanPath's relative form, an empty
 // context ID of RestartContext and DeleteContext as DefaultContextID,
@@ -134,6 +135,46 @@ func (v *validating) Wake(ctx context.Context, sandboxID string) (Sandbox, *Wake
 		return Sandbox{}, nil, err
 	}
 	return v.m.Wake(ctx, sandboxID)
+}
+
+// network checks a network operation's sandbox ID and that the server
+// gives sandboxes network at all.
+func (v *validating) network(sandboxID string) error {
+	if err := ids(sandboxID); err != nil {
+		return err
+	}
+	if !v.p.AllowNetwork {
+		return NetworkNotEnabled()
+	}
+	return nil
+}
+
+func (v *validating) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np NetworkPolicy) (Sandbox, error) {
+	if err := v.network(sandboxID); err != nil {
+		return Sandbox{}, err
+	}
+	np, err := v.p.CheckNetworkPolicy(np)
+	if err != nil {
+		return Sandbox{}, err
+	}
+	return v.m.UpdateNetworkPolicy(ctx, sandboxID, np)
+}
+
+func (v *validating) NetworkStatus(ctx context.Context, sandboxID string) (NetworkStatus, error) {
+	if err := v.network(sandboxID); err != nil {
+		return NetworkStatus{}, err
+	}
+	return v.m.NetworkStatus(ctx, sandboxID)
+}
+
+func (v *validating) GetHost(ctx context.Context, sandboxID string, port int) (HostInfo, error) {
+	if err := v.network(sandboxID); err != nil {
+		return HostInfo{}, err
+	}
+	if err := ValidatePort(port); err != nil {
+		return HostInfo{}, err
+	}
+	return v.m.GetHost(ctx, sandboxID, port)
 }
 
 func (v *validating) Submit(ctx context.Context, req ExecRequest) (string, error) {

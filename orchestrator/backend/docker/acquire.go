@@ -93,6 +93,9 @@ type sandboxSpec struct {
 	limits  core.Limits
 	env     map[string]string
 	network bool
+	// netPolicy is Options.NetworkPolicy, checked and normalised (never
+	// nil with network: Validating gives a sandbox with network a policy).
+	netPolicy *core.NetworkPolicy
 	// metadata and idleTTL are Options.Metadata and Options.IdleTimeout,
 	// validated (lifetime.go).
 	metadata map[string]string
@@ -104,7 +107,7 @@ type sandboxSpec struct {
 // newSpec is the spec of a new sandbox of user, from opts as
 // core.Policy.ResolveOptions resolved them.
 func (m *Manager) newSpec(user userKey, opts core.Options) sandboxSpec {
-	return sandboxSpec{user: user, limits: opts.Limits, env: opts.Env, network: opts.Network,
+	return sandboxSpec{user: user, limits: opts.Limits, env: opts.Env, network: opts.Network, netPolicy: opts.NetworkPolicy,
 		metadata: opts.Metadata, idleTTL: opts.IdleTimeout, onIdle: opts.OnIdle}
 }
 
@@ -183,20 +186,21 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 	id := core.NewSandboxID()
 	now := time.Now().UTC()
 	sb := newSandbox(sandboxDir(m.cfg.StateDir, id), meta{
-		ID:           id,
-		Tenant:       spec.user.tenant,
-		UserID:       spec.user.user,
-		Pool:         spec.pool,
-		Network:      spec.network,
-		Image:        m.cfg.Image,
-		Runtime:      m.cfg.Runtime,
-		Limits:       spec.limits,
-		CreatedAt:    now,
-		LastActiveAt: now,
-		Metadata:     spec.metadata,
-		IdleTTL:      spec.idleTTL,
-		OnIdle:       spec.onIdle,
-		Env:          spec.env,
+		ID:            id,
+		Tenant:        spec.user.tenant,
+		UserID:        spec.user.user,
+		Pool:          spec.pool,
+		Network:       spec.network,
+		Image:         m.cfg.Image,
+		Runtime:       m.cfg.Runtime,
+		Limits:        spec.limits,
+		CreatedAt:     now,
+		LastActiveAt:  now,
+		Metadata:      spec.metadata,
+		IdleTTL:       spec.idleTTL,
+		OnIdle:        spec.onIdle,
+		Env:           spec.env,
+		NetworkPolicy: policyToMeta(spec.netPolicy),
 	})
 	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
 

@@ -87,6 +87,11 @@ type sandbox struct {
 	env map[string]string
 	// hib (mu) is the hibernation state machine, persisted in meta.json.
 	hib hibMeta
+	// netPolicy (mu) is a networked sandbox's egress policy, in full
+	// (secrets included: never shown to callers, see snapshot); nil
+	// without network. UpdateNetworkPolicy replaces it, never modifying
+	// it in place.
+	netPolicy *core.NetworkPolicy
 }
 
 // newSandbox builds the record for metadata m in directory dir.
@@ -122,6 +127,12 @@ func newSandbox(dir string, m meta) *sandbox {
 	if m.Hib != nil {
 		sb.hib = *m.Hib
 	}
+	if m.Network {
+		sb.netPolicy = m.NetworkPolicy.policy()
+		if sb.netPolicy == nil {
+			sb.netPolicy = &core.NetworkPolicy{} // what network meant before policies
+		}
+	}
 	if m.State == core.StateHibernated {
 		sb.state = core.StateHibernated
 	}
@@ -132,24 +143,25 @@ func newSandbox(dir string, m meta) *sandbox {
 // metaLocked returns the sandbox's meta.json content. Call with mu held.
 func (sb *sandbox) metaLocked() meta {
 	return meta{
-		ID:           sb.id,
-		Tenant:       sb.tenant,
-		UserID:       sb.userID,
-		Pool:         sb.pool,
-		Network:      sb.network,
-		ContainerID:  sb.containerID,
-		Image:        sb.image,
-		Runtime:      sb.runtime,
-		Limits:       sb.limits,
-		CreatedAt:    sb.createdAt,
-		LastActiveAt: sb.lastActive,
-		State:        sb.state,
-		StateReason:  sb.reason,
-		Metadata:     sb.metadata,
-		IdleTTL:      sb.idleTTL,
-		OnIdle:       sb.onIdle,
-		Env:          sb.env,
-		Hib:          sb.hib.forMeta(),
+		ID:            sb.id,
+		Tenant:        sb.tenant,
+		UserID:        sb.userID,
+		Pool:          sb.pool,
+		Network:       sb.network,
+		ContainerID:   sb.containerID,
+		Image:         sb.image,
+		Runtime:       sb.runtime,
+		Limits:        sb.limits,
+		CreatedAt:     sb.createdAt,
+		LastActiveAt:  sb.lastActive,
+		State:         sb.state,
+		StateReason:   sb.reason,
+		Metadata:      sb.metadata,
+		IdleTTL:       sb.idleTTL,
+		OnIdle:        sb.onIdle,
+		Env:           sb.env,
+		Hib:           sb.hib.forMeta(),
+		NetworkPolicy: policyToMeta(sb.netPolicy),
 	}
 }
 

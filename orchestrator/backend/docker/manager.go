@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,13 @@ type Config struct {
 	// the smaller bound is dropped alone, at once.
 	SnapshotDiskBudgetPerTenant int64
 
+	// EgressSubnet is the IPv4 block networked sandboxes are addressed
+	// from (sandboxd --egress-subnet): the egress gateway takes its first
+	// address and each sandbox a /31 pair of it (network.go). It must not
+	// overlap the host's own networks; no sandbox reaches it through the
+	// gateway. Default DefaultEgressSubnet.
+	EgressSubnet netip.Prefix
+
 	// AtStep, when set, is called at each named step of a hibernation or
 	// a wake (HibernateSteps, WakeSteps) once the step's state is in
 	// meta.json, before the next action. It is a test hook: only the test
@@ -95,6 +103,15 @@ func (c *Config) applyDefaults() error {
 		c.Snapshots = LocalSnapshots{}
 	}
 	c.Metrics = core.MetricsOrNoop(c.Metrics) // metrics hook
+	if !c.EgressSubnet.IsValid() {
+		c.EgressSubnet = DefaultEgressSubnet
+	}
+	switch {
+	case !c.EgressSubnet.Addr().Is4() || c.EgressSubnet.Bits() < 8 || c.EgressSubnet.Bits() > 28:
+		return core.Invalidf("config: EgressSubnet %s: want an IPv4 block of /8 to /28 (room for the gateway and a /31 per sandbox)", c.EgressSubnet)
+	case c.EgressSubnet != c.EgressSubnet.Masked():
+		return core.Invalidf("config: EgressSubnet %s has host bits set; did you mean %s?", c.EgressSubnet, c.EgressSubnet.Masked())
+	}
 	switch {
 	case c.SnapshotDiskBudget < 0:
 		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
@@ -105,6 +122,11 @@ func (c *Config) applyDefaults() error {
 	}
 	return nil
 }
+
+// DefaultEgressSubnet addresses networked sandboxes unless configured: a
+// block of the shared address space (RFC 6598, 100.64.0.0/10), which is
+// rarely a host's own and is a special range no sandbox reaches.
+var DefaultEgressSubnet = netip.MustParsePrefix("100.127.0.0/16")
 
 // Timings of background work.
 const (
@@ -333,25 +355,26 @@ func (m *Manager) snapshot(sb *sandbox) core.Sandbox {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return core.Sandbox{
-		ID:           sb.id,
-		Tenant:       sb.tenant,
-		UserID:       sb.userID,
-		State:        sb.state,
-		StateReason:  sb.reason,
-		HealthReason: sb.healthReasonLocked(),
-		CreatedAt:    sb.createdAt,
-		LastActiveAt: sb.lastActive,
-		ExpiresAt:    m.reg.deadlineLocked(sb),
-		Image:        sb.image,
-		Limits:       sb.limits,
-		Network:      sb.network,
-		ContainerID:  sb.containerID,
-		Metadata:     maps.Clone(sb.metadata),
-		IdleTimeout:  m.reg.idleOf(sb.idleTTL),
-		OnIdle:       m.onIdleOf(sb),
-		Snapshot:     sb.hib.snapshotInfo(),
-		HibernatedAt: sb.hib.HibernatedAt,
-		LastWake:     sb.hib.Wake.Clone(),
+		ID:            sb.id,
+		Tenant:        sb.tenant,
+		UserID:        sb.userID,
+		State:         sb.state,
+		StateReason:   sb.reason,
+		HealthReason:  sb.healthReasonLocked(),
+		CreatedAt:     sb.createdAt,
+		LastActiveAt:  sb.lastActive,
+		ExpiresAt:     m.reg.deadlineLocked(sb),
+		Image:         sb.image,
+		Limits:        sb.limits,
+		Network:       sb.network,
+		NetworkPolicy: redacted(sb.netPolicy),
+		ContainerID:   sb.containerID,
+		Metadata:      maps.Clone(sb.metadata),
+		IdleTimeout:   m.reg.idleOf(sb.idleTTL),
+		OnIdle:        m.onIdleOf(sb),
+		Snapshot:      sb.hib.snapshotInfo(),
+		HibernatedAt:  sb.hib.HibernatedAt,
+		LastWake:      sb.hib.Wake.Clone(),
 	}
 }
 

@@ -92,6 +92,54 @@ type meta struct {
 	// Hib is the hibernation state machine (hibernate.go); nil for a
 	// sandbox never hibernated.
 	Hib *hibMeta `json:"hibernation,omitempty"`
+	// NetworkPolicy is a networked sandbox's egress policy, in full: its
+	// rules' header values are secrets, kept here on the host (meta.json
+	// is root's, mode 0600) and never in the sandbox. nil without network;
+	// a sandbox with network written before policies existed has none,
+	// which newSandbox reads as the empty policy it had in effect.
+	NetworkPolicy *netPolicyMeta `json:"network_policy,omitempty"`
+}
+
+// netPolicyMeta is a core.NetworkPolicy as meta.json keeps it: the file's
+// format is this backend's own, not the domain type's field names.
+type netPolicyMeta struct {
+	AllowOut []string `json:"allow_out,omitempty"`
+	DenyOut  []string `json:"deny_out,omitempty"`
+	// Rules map a domain pattern to the headers its rule sets.
+	Rules              map[string]map[string]string `json:"rules,omitempty"`
+	AllowPublicTraffic bool                         `json:"allow_public_traffic,omitempty"`
+}
+
+// policyToMeta converts a policy for meta.json (nil stays nil).
+func policyToMeta(p *core.NetworkPolicy) *netPolicyMeta {
+	if p == nil {
+		return nil
+	}
+	c := p.Clone()
+	m := &netPolicyMeta{AllowOut: c.AllowOut, DenyOut: c.DenyOut, AllowPublicTraffic: c.AllowPublicTraffic}
+	if c.Rules != nil {
+		m.Rules = make(map[string]map[string]string, len(c.Rules))
+		for k, r := range c.Rules {
+			m.Rules[k] = r.Headers
+		}
+	}
+	return m
+}
+
+// policy converts meta.json's policy back (nil stays nil).
+func (m *netPolicyMeta) policy() *core.NetworkPolicy {
+	if m == nil {
+		return nil
+	}
+	p := core.NetworkPolicy{AllowOut: m.AllowOut, DenyOut: m.DenyOut, AllowPublicTraffic: m.AllowPublicTraffic}
+	if m.Rules != nil {
+		p.Rules = make(map[string]core.NetworkRule, len(m.Rules))
+		for k, h := range m.Rules {
+			p.Rules[k] = core.NetworkRule{Headers: h}
+		}
+	}
+	p = p.Clone()
+	return &p
 }
 
 // sandboxDir returns the directory of sandbox id under stateDir.

@@ -59,6 +59,18 @@ func (v *validated) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *
 	return v.v.Wake(ctx, sandboxID)
 }
 
+func (v *validated) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error) {
+	return v.v.UpdateNetworkPolicy(ctx, sandboxID, p)
+}
+
+func (v *validated) NetworkStatus(ctx context.Context, sandboxID string) (core.NetworkStatus, error) {
+	return v.v.NetworkStatus(ctx, sandboxID)
+}
+
+func (v *validated) GetHost(ctx context.Context, sandboxID string, port int) (core.HostInfo, error) {
+	return v.v.GetHost(ctx, sandboxID, port)
+}
+
 func (v *validated) Submit(ctx context.Context, req core.ExecRequest) (commandID string, err error) {
 	return v.v.Submit(ctx, req)
 }

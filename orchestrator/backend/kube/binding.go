@@ -41,6 +41,9 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	if err := m.checkOpen(); err != nil {
 		return core.AcquireResult{}, err
 	}
+	if err := refuseNetwork(opts); err != nil {
+		return core.AcquireResult{}, err
+	}
 	key := userHash(caller.Tenant, userID)
 	for round := 0; round < maxAcquireRounds; round++ {
 		lease, err := m.currentBinding(ctx, key)

@@ -25,7 +25,33 @@ const (
 	featHibernation = "hibernation and wake"
 	featInput       = "stdin and terminals for commands"
 	featListing     = "command listings"
+	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 )
+
+// refuseNetwork is Acquire's answer to options asking for network: no
+// sandbox here gets one (its Pod has no egress gateway), and a policy
+// silently ignored would let a caller believe it is enforced.
+func refuseNetwork(opts core.Options) error {
+	if opts.Network || opts.NetworkPolicy != nil {
+		return unsupported(featNetwork)
+	}
+	return nil
+}
+
+// UpdateNetworkPolicy is not supported on this backend.
+func (m *Manager) UpdateNetworkPolicy(context.Context, string, core.NetworkPolicy) (core.Sandbox, error) {
+	return core.Sandbox{}, unsupported(featNetwork)
+}
+
+// NetworkStatus is not supported on this backend.
+func (m *Manager) NetworkStatus(context.Context, string) (core.NetworkStatus, error) {
+	return core.NetworkStatus{}, unsupported(featNetwork)
+}
+
+// GetHost is not supported on this backend.
+func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
+	return core.HostInfo{}, unsupported(featNetwork)
+}
 
 // MakeDirectory is not supported on this backend.
 func (m *Manager) MakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {

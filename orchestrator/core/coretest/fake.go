@@ -39,6 +39,10 @@ type Manager struct {
 	HibernateFunc  func(ctx context.Context, sandboxID string) (core.Sandbox, error)
 	WakeFunc       func(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
 
+	UpdateNetworkPolicyFunc func(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error)
+	NetworkStatusFunc       func(ctx context.Context, sandboxID string) (core.NetworkStatus, error)
+	GetHostFunc             func(ctx context.Context, sandboxID string, port int) (core.HostInfo, error)
+
 	SubmitFunc       func(ctx context.Context, req core.ExecRequest) (string, error)
 	FollowFunc       func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
 	InterruptFunc    func(ctx context.Context, sandboxID, commandID string) error
@@ -72,7 +76,23 @@ var _ core.Manager = (*Manager)(nil)
 // Validated is m behind core.Validating with the default policy, closed
 // through m: what a door's test serves, as sandboxd serves a backend.
 func Validated(m *Manager) *ValidatedManager {
-	return &ValidatedManager{Manager: core.Validating(m, core.DefaultPolicy()), Fake: m}
+	return ValidatedWith(m, core.DefaultPolicy())
+}
+
+// NetworkPolicy is the default policy with network allowed
+// (core.Policy.AllowNetwork), for tests of the network API.
+func NetworkPolicy() core.Policy {
+	p := core.Policy{AllowNetwork: true}
+	if err := p.ApplyDefaults(); err != nil {
+		panic(err) // the defaults are consistent
+	}
+	return p
+}
+
+// ValidatedWith is m behind core.Validating with policy p (defaults
+// applied by the caller).
+func ValidatedWith(m *Manager, p core.Policy) *ValidatedManager {
+	return &ValidatedManager{Manager: core.Validating(m, p), Fake: m}
 }
 
 // ValidatedManager is a fake behind the validating layer.
@@ -164,6 +184,33 @@ func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *co
 		return core.Sandbox{}, nil, ErrNotScripted
 	}
 	return m.WakeFunc(ctx, sandboxID)
+}
+
+// UpdateNetworkPolicy calls UpdateNetworkPolicyFunc.
+func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error) {
+	m.record("UpdateNetworkPolicy")
+	if m.UpdateNetworkPolicyFunc == nil {
+		return core.Sandbox{}, ErrNotScripted
+	}
+	return m.UpdateNetworkPolicyFunc(ctx, sandboxID, p)
+}
+
+// NetworkStatus calls NetworkStatusFunc.
+func (m *Manager) NetworkStatus(ctx context.Context, sandboxID string) (core.NetworkStatus, error) {
+	m.record("NetworkStatus")
+	if m.NetworkStatusFunc == nil {
+		return core.NetworkStatus{}, ErrNotScripted
+	}
+	return m.NetworkStatusFunc(ctx, sandboxID)
+}
+
+// GetHost calls GetHostFunc.
+func (m *Manager) GetHost(ctx context.Context, sandboxID string, port int) (core.HostInfo, error) {
+	m.record("GetHost")
+	if m.GetHostFunc == nil {
+		return core.HostInfo{}, ErrNotScripted
+	}
+	return m.GetHostFunc(ctx, sandboxID, port)
 }
 
 // Submit calls SubmitFunc.

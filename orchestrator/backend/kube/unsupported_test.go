@@ -1,0 +1,30 @@
+package kube
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// TestNetworkRefused: this backend gives no sandbox a network, so every
+// request for one is refused with core.Unsupported, never ignored: an
+// Acquire asking for network or a policy (before anything is created),
+// and each network operation.
+func TestNetworkRefused(t *testing.T) {
+	var m Manager // refused before any use of the API server
+	ctx := core.WithCaller(t.Context(), core.DefaultCaller)
+	const id = "sb-aaaaaaaaaaaaaaaaaaaa"
+	_, errNet := m.Acquire(ctx, "alice", core.Options{Network: true})
+	_, errPolicy := m.Acquire(ctx, "alice", core.Options{NetworkPolicy: &core.NetworkPolicy{DenyOut: []string{"0.0.0.0/0"}}})
+	_, errUpdate := m.UpdateNetworkPolicy(ctx, id, core.NetworkPolicy{})
+	_, errStatus := m.NetworkStatus(ctx, id)
+	_, errHost := m.GetHost(ctx, id, 8080)
+	for i, err := range []error{errNet, errPolicy, errUpdate, errStatus, errHost} {
+		if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "networked sandboxes") ||
+			!strings.Contains(err.Error(), "--backend kubernetes") {
+			t.Errorf("call %d: %v; want core.Unsupported naming networked sandboxes", i, err)
+		}
+	}
+}
