@@ -428,6 +428,59 @@ func (CommandState) EnumDescriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
+// NetworkDenialKind is what a NetworkDenial refused.
+type NetworkDenialKind int32
+
+const (
+	// NETWORK_DENIAL_KIND_UNSPECIFIED is never sent by a current server.
+	NetworkDenialKind_NETWORK_DENIAL_KIND_UNSPECIFIED NetworkDenialKind = 0
+	// NETWORK_DENIAL_KIND_DNS: a DNS query.
+	NetworkDenialKind_NETWORK_DENIAL_KIND_DNS NetworkDenialKind = 1
+	// NETWORK_DENIAL_KIND_TCP: a TCP connection.
+	NetworkDenialKind_NETWORK_DENIAL_KIND_TCP NetworkDenialKind = 2
+)
+
+// Enum value maps for NetworkDenialKind.
+var (
+	NetworkDenialKind_name = map[int32]string{
+		0: "NETWORK_DENIAL_KIND_UNSPECIFIED",
+		1: "NETWORK_DENIAL_KIND_DNS",
+		2: "NETWORK_DENIAL_KIND_TCP",
+	}
+	NetworkDenialKind_value = map[string]int32{
+		"NETWORK_DENIAL_KIND_UNSPECIFIED": 0,
+		"NETWORK_DENIAL_KIND_DNS":         1,
+		"NETWORK_DENIAL_KIND_TCP":         2,
+	}
+)
+
+func (x NetworkDenialKind) Enum() *NetworkDenialKind {
+	p := new(NetworkDenialKind)
+	*p = x
+	return p
+}
+
+func (x NetworkDenialKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NetworkDenialKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[6].Descriptor()
+}
+
+func (NetworkDenialKind) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[6]
+}
+
+func (x NetworkDenialKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NetworkDenialKind.Descriptor instead.
+func (NetworkDenialKind) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+}
+
 // ResourceLimits are a sandbox's resource limits. In requests, zero (or an
 // absent field) means "the server's default", and values above the server's
 // maximum are refused with INVALID_ARGUMENT. In responses they are the limits
@@ -521,10 +574,15 @@ type SandboxOptions struct {
 	// A sandbox with env is always created fresh, never taken from the
 	// server's warm pool (a running container's environment cannot change).
 	Env map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// network, when true, gives the sandbox outbound network access (Docker's
-	// default bridge). Without it a sandbox has no network interface but
-	// loopback. Servers refuse it with INVALID_ARGUMENT unless started with
-	// sandboxd --allow-network, which is not available under gVisor (runsc).
+	// network, when true, gives the sandbox outbound network access, under
+	// network_policy or, without one, under the server's default policy
+	// (sandboxd --egress-default-allow and --egress-default-deny; without
+	// them every public destination). Without it (and without
+	// network_policy) a sandbox has no network interface but loopback.
+	// Servers refuse it with INVALID_ARGUMENT unless started with sandboxd
+	// --allow-network; the kubernetes backend refuses it with
+	// FAILED_PRECONDITION. A sandbox with network is never taken from the
+	// warm pool, and keeps its network for its whole life.
 	Network bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
 	// metadata is the caller's own labels for the sandbox (a session ID, a
 	// project name), returned in every Sandbox and filterable in
@@ -544,7 +602,12 @@ type SandboxOptions struct {
 	// instead of the server's default (sandboxd --on-idle): hibernate it
 	// (state kept, woken by its next use) or delete it. Like idle_timeout it
 	// is set when the sandbox is created and kept across restarts.
-	OnIdle        IdleAction `protobuf:"varint,6,opt,name=on_idle,json=onIdle,proto3,enum=sandbox.v1.IdleAction" json:"on_idle,omitempty"`
+	OnIdle IdleAction `protobuf:"varint,6,opt,name=on_idle,json=onIdle,proto3,enum=sandbox.v1.IdleAction" json:"on_idle,omitempty"`
+	// network_policy is the sandbox's egress policy; setting it implies
+	// network (and needs what network needs). Bad entries are
+	// INVALID_ARGUMENT naming them (see NetworkPolicy). Change it later with
+	// UpdateNetworkPolicy.
+	NetworkPolicy *NetworkPolicy `protobuf:"bytes,7,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,6 +684,195 @@ func (x *SandboxOptions) GetOnIdle() IdleAction {
 	return IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
+func (x *SandboxOptions) GetNetworkPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
+// NetworkPolicy is what a networked sandbox's traffic may reach, and what
+// sandboxd's egress gateway adds to it on the way. Its words and its
+// precedence are E2B's (allowOut, denyOut, rules, allowPublicTraffic).
+//
+// Everything a sandbox sends leaves it through the gateway, which judges
+// each connection and DNS query:
+//
+//   - an allowed destination (an allow_out entry matches) is allowed, even
+//     when a deny_out entry matches it too; a denied one (a deny_out entry
+//     matches, no allow_out entry does) is refused; one neither matches is
+//     allowed. So deny_out ["0.0.0.0/0"] with allow_out [...] is an
+//     allow-list, and the empty policy allows every public destination.
+//   - a connection is judged on the name it carries when it carries one
+//     (the TLS SNI, the HTTP Host header), else on its destination
+//     address; a DNS query on the name it asks for. An allowed name is
+//     resolved and dialled by the gateway itself, on the host, so a name
+//     cannot smuggle a connection to another address; each address it
+//     dials is judged too. A connection to an IP literal is judged as an
+//     address. A DNS query for a denied name answers NXDOMAIN.
+//   - the operator's bounds come first, whatever the policy says: private,
+//     loopback, link-local, multicast and reserved ranges, the host's own
+//     addresses and other sandboxes are never reached unless the operator
+//     allows a range (sandboxd --egress-allow-private), and no sandbox
+//     reaches beyond the operator's ceiling (sandboxd --egress-ceiling).
+//     An allow_out entry that can never be reached on the server is
+//     INVALID_ARGUMENT, naming it and the flag.
+//   - only TCP (and DNS) leaves the sandbox: UDP, ICMP and raw sockets do
+//     not, and IPv6 is absent. What SNI-based judging cannot see is in
+//     SECURITY.md.
+//
+// Bounds: at most 256 entries in each of allow_out and deny_out, 64 rules,
+// 16 headers per rule, header values of at most 8 KiB, and 64 KiB for the
+// whole policy. Anything malformed or past a bound is INVALID_ARGUMENT
+// naming the entry, rule or header.
+type NetworkPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// allow_out are destinations the sandbox may reach: a domain
+	// ("example.com"; "*.example.com" for its subdomains at any depth, not
+	// the domain itself; names are ASCII, IDNs in their xn-- form, at least
+	// two labels), an IP address ("198.51.100.7") or a CIDR block
+	// ("198.51.100.0/24"). Allowed beats denied.
+	AllowOut []string `protobuf:"bytes,1,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
+	// deny_out are destinations the sandbox may not reach, in the same forms
+	// (domains included, which E2B lacks), unless allow_out allows them.
+	DenyOut []string `protobuf:"bytes,2,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	// rules transform the sandbox's outbound HTTPS requests to a domain,
+	// keyed by domain pattern (exact or "*.suffix", as allow_out; stored in
+	// lower case without a trailing dot: two keys naming the same domain are
+	// INVALID_ARGUMENT). For a domain with a rule the gateway terminates TLS
+	// with a certificate authority of the sandbox's own, which the sandbox
+	// trusts (its certificate is /etc/sandboxd/ca.pem, named by
+	// NODE_EXTRA_CA_CERTS; SSL_CERT_FILE, REQUESTS_CA_BUNDLE and
+	// CURL_CA_BUNDLE name /etc/sandboxd/ca-bundle.pem, the image's roots
+	// and it), sets the rule's
+	// headers on every request, and sends it on over TLS verified against
+	// the host's roots: a credential in a header never enters the sandbox.
+	// Connections to domains without a rule are never intercepted. An exact
+	// key wins over wildcards, the longest wildcard over shorter ones; rules
+	// are not merged. A rule grants no access: allow_out (or no deny_out)
+	// must let the domain through. Broad wildcards ("*.com") send the
+	// headers to every matching destination the sandbox contacts.
+	Rules map[string]*NetworkRule `protobuf:"bytes,3,rep,name=rules,proto3" json:"rules,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// allow_public_traffic lets requests to the sandbox's port URLs
+	// (GetHost) through without its traffic token. Off by default: port
+	// URLs are private.
+	AllowPublicTraffic bool `protobuf:"varint,4,opt,name=allow_public_traffic,json=allowPublicTraffic,proto3" json:"allow_public_traffic,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *NetworkPolicy) Reset() {
+	*x = NetworkPolicy{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkPolicy) ProtoMessage() {}
+
+func (x *NetworkPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkPolicy.ProtoReflect.Descriptor instead.
+func (*NetworkPolicy) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NetworkPolicy) GetAllowOut() []string {
+	if x != nil {
+		return x.AllowOut
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetDenyOut() []string {
+	if x != nil {
+		return x.DenyOut
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetRules() map[string]*NetworkRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *NetworkPolicy) GetAllowPublicTraffic() bool {
+	if x != nil {
+		return x.AllowPublicTraffic
+	}
+	return false
+}
+
+// NetworkRule is what the gateway does to HTTPS requests of a rule's
+// domain.
+type NetworkRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// headers are set on each request, replacing any of the same name the
+	// sandbox sent: names are HTTP header names (case-insensitive: two
+	// names of one rule differing only in case are INVALID_ARGUMENT; the
+	// gateway's own, Host, Connection, Content-Length, Transfer-Encoding,
+	// Upgrade, TE, Trailer, Keep-Alive and Proxy-Connection, are refused),
+	// values at most 8 KiB of UTF-8 without line breaks or NUL. Values are
+	// secrets: sandboxd keeps them on the host and never returns them
+	// (Sandbox.network_policy shows the names with empty values).
+	Headers       map[string]string `protobuf:"bytes,1,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkRule) Reset() {
+	*x = NetworkRule{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkRule) ProtoMessage() {}
+
+func (x *NetworkRule) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkRule.ProtoReflect.Descriptor instead.
+func (*NetworkRule) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *NetworkRule) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 // Sandbox describes one sandbox.
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -651,7 +903,7 @@ type Sandbox struct {
 	// User IDs are scoped by tenant, so two tenants' "alice" are two users.
 	Tenant string `protobuf:"bytes,10,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// network is true when the sandbox has outbound network access
-	// (SandboxOptions.network).
+	// (SandboxOptions.network or network_policy).
 	Network bool `protobuf:"varint,11,opt,name=network,proto3" json:"network,omitempty"`
 	// health_reason is empty while the sandbox is healthy (and always for a
 	// DEAD sandbox). Otherwise it says what is wrong, e.g. "/io is full: 254.0
@@ -681,14 +933,21 @@ type Sandbox struct {
 	LastWake *WakeInfo `protobuf:"bytes,17,opt,name=last_wake,json=lastWake,proto3" json:"last_wake,omitempty"`
 	// on_idle is what the idle timeout does to this sandbox: its own
 	// SandboxOptions.on_idle, else the server's default (never UNSPECIFIED).
-	OnIdle        IdleAction `protobuf:"varint,18,opt,name=on_idle,json=onIdle,proto3,enum=sandbox.v1.IdleAction" json:"on_idle,omitempty"`
+	OnIdle IdleAction `protobuf:"varint,18,opt,name=on_idle,json=onIdle,proto3,enum=sandbox.v1.IdleAction" json:"on_idle,omitempty"`
+	// network_policy is the egress policy in force of a sandbox with
+	// network (unset without): its allow_out, deny_out and
+	// allow_public_traffic as set, its rules' keys and header names, and
+	// every header value empty. The values are secrets the server never
+	// returns. A sandbox created with network but no policy shows the
+	// server's default it was given (or an empty policy).
+	NetworkPolicy *NetworkPolicy `protobuf:"bytes,19,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +959,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +972,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Sandbox) GetSandboxId() string {
@@ -842,6 +1101,13 @@ func (x *Sandbox) GetOnIdle() IdleAction {
 	return IdleAction_IDLE_ACTION_UNSPECIFIED
 }
 
+func (x *Sandbox) GetNetworkPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.NetworkPolicy
+	}
+	return nil
+}
+
 // SnapshotInfo describes a hibernated sandbox's kept state.
 type SnapshotInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -861,7 +1127,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +1139,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +1152,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SnapshotInfo) GetLevel() string {
@@ -939,7 +1205,7 @@ type WakeInfo struct {
 
 func (x *WakeInfo) Reset() {
 	*x = WakeInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1217,7 @@ func (x *WakeInfo) String() string {
 func (*WakeInfo) ProtoMessage() {}
 
 func (x *WakeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1230,7 @@ func (x *WakeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeInfo.ProtoReflect.Descriptor instead.
 func (*WakeInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WakeInfo) GetLevel() string {
@@ -1016,7 +1282,7 @@ type LostName struct {
 
 func (x *LostName) Reset() {
 	*x = LostName{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1294,7 @@ func (x *LostName) String() string {
 func (*LostName) ProtoMessage() {}
 
 func (x *LostName) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1307,7 @@ func (x *LostName) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LostName.ProtoReflect.Descriptor instead.
 func (*LostName) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LostName) GetName() string {
@@ -1069,7 +1335,7 @@ type HibernateSandboxRequest struct {
 
 func (x *HibernateSandboxRequest) Reset() {
 	*x = HibernateSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1347,7 @@ func (x *HibernateSandboxRequest) String() string {
 func (*HibernateSandboxRequest) ProtoMessage() {}
 
 func (x *HibernateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1360,7 @@ func (x *HibernateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HibernateSandboxRequest) GetSandboxId() string {
@@ -1115,7 +1381,7 @@ type HibernateSandboxResponse struct {
 
 func (x *HibernateSandboxResponse) Reset() {
 	*x = HibernateSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1393,7 @@ func (x *HibernateSandboxResponse) String() string {
 func (*HibernateSandboxResponse) ProtoMessage() {}
 
 func (x *HibernateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1406,7 @@ func (x *HibernateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*HibernateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HibernateSandboxResponse) GetSandbox() *Sandbox {
@@ -1161,7 +1427,7 @@ type WakeSandboxRequest struct {
 
 func (x *WakeSandboxRequest) Reset() {
 	*x = WakeSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1173,7 +1439,7 @@ func (x *WakeSandboxRequest) String() string {
 func (*WakeSandboxRequest) ProtoMessage() {}
 
 func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1186,7 +1452,7 @@ func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*WakeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WakeSandboxRequest) GetSandboxId() string {
@@ -1210,7 +1476,7 @@ type WakeSandboxResponse struct {
 
 func (x *WakeSandboxResponse) Reset() {
 	*x = WakeSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1488,7 @@ func (x *WakeSandboxResponse) String() string {
 func (*WakeSandboxResponse) ProtoMessage() {}
 
 func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1501,7 @@ func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*WakeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WakeSandboxResponse) GetSandbox() *Sandbox {
@@ -1266,7 +1532,7 @@ type AcquireSandboxRequest struct {
 
 func (x *AcquireSandboxRequest) Reset() {
 	*x = AcquireSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1544,7 @@ func (x *AcquireSandboxRequest) String() string {
 func (*AcquireSandboxRequest) ProtoMessage() {}
 
 func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1557,7 @@ func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcquireSandboxRequest) GetUserId() string {
@@ -1335,7 +1601,7 @@ type AcquireSandboxResponse struct {
 
 func (x *AcquireSandboxResponse) Reset() {
 	*x = AcquireSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1613,7 @@ func (x *AcquireSandboxResponse) String() string {
 func (*AcquireSandboxResponse) ProtoMessage() {}
 
 func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1626,7 @@ func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcquireSandboxResponse) GetSandbox() *Sandbox {
@@ -1416,7 +1682,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1694,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1707,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -1462,7 +1728,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1474,7 +1740,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1487,7 +1753,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -1520,7 +1786,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1798,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1811,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListSandboxesRequest) GetUserId() string {
@@ -1587,7 +1853,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1599,7 +1865,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1612,7 +1878,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1633,7 +1899,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1911,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1924,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -1677,7 +1943,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +1955,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +1968,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 // ExecuteRequest is one command to run.
@@ -1779,7 +2045,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2057,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2070,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -1883,7 +2149,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2161,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2174,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -1942,7 +2208,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2220,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2233,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -2019,7 +2285,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2297,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2310,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -2207,7 +2473,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2485,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2498,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Started) GetLanguage() string {
@@ -2276,7 +2542,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2288,7 +2554,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2301,7 +2567,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -2338,7 +2604,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2616,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2629,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -2386,7 +2652,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2664,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2677,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -2440,7 +2706,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2718,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2731,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Error) GetEname() string {
@@ -2530,7 +2796,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +2808,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +2821,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -2635,7 +2901,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2913,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2926,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FileRef) GetPath() string {
@@ -2690,7 +2956,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2968,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2981,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -2742,7 +3008,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +3020,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +3033,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 // FileInfo describes a file or directory under /workspace.
@@ -2803,7 +3069,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +3081,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +3094,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2903,7 +3169,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3181,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3194,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -2962,7 +3228,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3240,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3253,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -3046,7 +3312,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3324,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3337,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -3094,7 +3360,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3372,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3385,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -3150,7 +3416,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3162,7 +3428,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3175,7 +3441,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -3212,7 +3478,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3224,7 +3490,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3237,7 +3503,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -3272,7 +3538,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3550,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3563,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -3323,7 +3589,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3601,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3614,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -3383,7 +3649,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3661,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3674,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -3434,7 +3700,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3712,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3725,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -3492,7 +3758,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3770,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3783,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -3537,7 +3803,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3815,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3828,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -3604,7 +3870,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3616,7 +3882,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3629,7 +3895,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -3655,7 +3921,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3667,7 +3933,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3680,7 +3946,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -3719,7 +3985,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3997,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +4010,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -3778,7 +4044,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +4056,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +4069,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -3843,7 +4109,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3855,7 +4121,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3868,7 +4134,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -3902,7 +4168,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3914,7 +4180,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3927,7 +4193,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -3943,7 +4209,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3955,7 +4221,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3968,7 +4234,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -3994,7 +4260,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4006,7 +4272,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4019,7 +4285,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -4037,7 +4303,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4049,7 +4315,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4062,7 +4328,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -4095,7 +4361,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4373,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4386,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -4140,7 +4406,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4152,7 +4418,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4165,7 +4431,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -4207,7 +4473,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4219,7 +4485,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4232,7 +4498,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -4295,7 +4561,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4573,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4586,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -4421,7 +4687,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4433,7 +4699,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4446,7 +4712,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -4475,7 +4741,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4487,7 +4753,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4500,7 +4766,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -4530,7 +4796,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4542,7 +4808,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4555,7 +4821,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Context) GetContextId() string {
@@ -4606,7 +4872,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4884,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4897,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -4666,7 +4932,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4678,7 +4944,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4691,7 +4957,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -4712,7 +4978,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +4990,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +5003,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -4758,7 +5024,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4770,7 +5036,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4783,7 +5049,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -4806,7 +5072,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4818,7 +5084,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4831,7 +5097,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -4857,7 +5123,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4869,7 +5135,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4882,7 +5148,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -4898,7 +5164,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +5176,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5189,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -4949,7 +5215,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4961,7 +5227,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4974,7 +5240,586 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+}
+
+// UpdateNetworkPolicyRequest names a sandbox and its new egress policy.
+type UpdateNetworkPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to change, created with network.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// policy replaces the sandbox's policy whole. Required (an unset policy
+	// is INVALID_ARGUMENT; send an empty one to allow every public
+	// destination).
+	Policy        *NetworkPolicy `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNetworkPolicyRequest) Reset() {
+	*x = UpdateNetworkPolicyRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNetworkPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNetworkPolicyRequest) ProtoMessage() {}
+
+func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNetworkPolicyRequest.ProtoReflect.Descriptor instead.
+func (*UpdateNetworkPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *UpdateNetworkPolicyRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *UpdateNetworkPolicyRequest) GetPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+// UpdateNetworkPolicyResponse is the sandbox with its new policy.
+type UpdateNetworkPolicyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the changed sandbox; network_policy is the new policy,
+	// redacted.
+	Sandbox       *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNetworkPolicyResponse) Reset() {
+	*x = UpdateNetworkPolicyResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNetworkPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNetworkPolicyResponse) ProtoMessage() {}
+
+func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNetworkPolicyResponse.ProtoReflect.Descriptor instead.
+func (*UpdateNetworkPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *UpdateNetworkPolicyResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+// GetNetworkStatusRequest names the sandbox.
+type GetNetworkStatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to describe, created with network.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNetworkStatusRequest) Reset() {
+	*x = GetNetworkStatusRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNetworkStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNetworkStatusRequest) ProtoMessage() {}
+
+func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNetworkStatusRequest.ProtoReflect.Descriptor instead.
+func (*GetNetworkStatusRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *GetNetworkStatusRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+// GetNetworkStatusResponse is a networked sandbox's egress as the gateway
+// sees it.
+type GetNetworkStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// policy is the policy in force, redacted as Sandbox.network_policy.
+	Policy *NetworkPolicy `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// counters count what the gateway did for the sandbox since it last
+	// attached it: the sandbox's creation or wake, or sandboxd's start (they
+	// are not kept across restarts); zero while HIBERNATED.
+	Counters *NetworkCounters `protobuf:"bytes,2,opt,name=counters,proto3" json:"counters,omitempty"`
+	// denials are the sandbox's most recent refused connections and DNS
+	// queries, oldest first. The gateway keeps a bounded number (256 unless
+	// configured); counters.denials_dropped counts those forgotten.
+	Denials       []*NetworkDenial `protobuf:"bytes,3,rep,name=denials,proto3" json:"denials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNetworkStatusResponse) Reset() {
+	*x = GetNetworkStatusResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNetworkStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNetworkStatusResponse) ProtoMessage() {}
+
+func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNetworkStatusResponse.ProtoReflect.Descriptor instead.
+func (*GetNetworkStatusResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *GetNetworkStatusResponse) GetPolicy() *NetworkPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *GetNetworkStatusResponse) GetCounters() *NetworkCounters {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+func (x *GetNetworkStatusResponse) GetDenials() []*NetworkDenial {
+	if x != nil {
+		return x.Denials
+	}
+	return nil
+}
+
+// NetworkCounters are a sandbox's egress counters.
+type NetworkCounters struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bytes_out is what the sandbox sent to the world, in bytes.
+	BytesOut uint64 `protobuf:"varint,1,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// bytes_in is what the world sent back, in bytes.
+	BytesIn uint64 `protobuf:"varint,2,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// connections_allowed counts TCP connections the gateway let through.
+	ConnectionsAllowed uint64 `protobuf:"varint,3,opt,name=connections_allowed,json=connectionsAllowed,proto3" json:"connections_allowed,omitempty"`
+	// connections_denied counts TCP connections it refused.
+	ConnectionsDenied uint64 `protobuf:"varint,4,opt,name=connections_denied,json=connectionsDenied,proto3" json:"connections_denied,omitempty"`
+	// dns_allowed counts DNS queries it answered.
+	DnsAllowed uint64 `protobuf:"varint,5,opt,name=dns_allowed,json=dnsAllowed,proto3" json:"dns_allowed,omitempty"`
+	// dns_denied counts DNS queries it refused (NXDOMAIN for a denied
+	// name).
+	DnsDenied uint64 `protobuf:"varint,6,opt,name=dns_denied,json=dnsDenied,proto3" json:"dns_denied,omitempty"`
+	// connections_open is the number of the sandbox's connections open now.
+	ConnectionsOpen int64 `protobuf:"varint,7,opt,name=connections_open,json=connectionsOpen,proto3" json:"connections_open,omitempty"`
+	// rule_requests counts HTTPS requests sent on with a rule's headers.
+	RuleRequests uint64 `protobuf:"varint,8,opt,name=rule_requests,json=ruleRequests,proto3" json:"rule_requests,omitempty"`
+	// denials_dropped counts denials forgotten past the bounded log.
+	DenialsDropped uint64 `protobuf:"varint,9,opt,name=denials_dropped,json=denialsDropped,proto3" json:"denials_dropped,omitempty"`
+	// dns_rate_limited counts DNS queries refused past the sandbox's rate.
+	DnsRateLimited uint64 `protobuf:"varint,10,opt,name=dns_rate_limited,json=dnsRateLimited,proto3" json:"dns_rate_limited,omitempty"`
+	// connections_refused_at_cap counts connections refused because the
+	// sandbox (or the server) had its most connections open.
+	ConnectionsRefusedAtCap uint64 `protobuf:"varint,11,opt,name=connections_refused_at_cap,json=connectionsRefusedAtCap,proto3" json:"connections_refused_at_cap,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *NetworkCounters) Reset() {
+	*x = NetworkCounters{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkCounters) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkCounters) ProtoMessage() {}
+
+func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
+func (*NetworkCounters) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *NetworkCounters) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetConnectionsAllowed() uint64 {
+	if x != nil {
+		return x.ConnectionsAllowed
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetConnectionsDenied() uint64 {
+	if x != nil {
+		return x.ConnectionsDenied
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetDnsAllowed() uint64 {
+	if x != nil {
+		return x.DnsAllowed
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetDnsDenied() uint64 {
+	if x != nil {
+		return x.DnsDenied
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetConnectionsOpen() int64 {
+	if x != nil {
+		return x.ConnectionsOpen
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetRuleRequests() uint64 {
+	if x != nil {
+		return x.RuleRequests
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetDenialsDropped() uint64 {
+	if x != nil {
+		return x.DenialsDropped
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetDnsRateLimited() uint64 {
+	if x != nil {
+		return x.DnsRateLimited
+	}
+	return 0
+}
+
+func (x *NetworkCounters) GetConnectionsRefusedAtCap() uint64 {
+	if x != nil {
+		return x.ConnectionsRefusedAtCap
+	}
+	return 0
+}
+
+// NetworkDenial is one refused connection or DNS query.
+type NetworkDenial struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// time is when it was refused.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// kind says what was refused: a DNS query or a TCP connection.
+	Kind NetworkDenialKind `protobuf:"varint,2,opt,name=kind,proto3,enum=sandbox.v1.NetworkDenialKind" json:"kind,omitempty"`
+	// name is the name the query asked for or the connection carried (TLS
+	// SNI, HTTP Host); empty when it carried none. It comes from the
+	// sandbox: shown as valid UTF-8, at most 256 bytes.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// address is the destination, "198.51.100.7:443" ("[2001:db8::1]:443"
+	// for IPv6), when known; empty for a DNS query.
+	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	// reason says what refused it: the policy's entry ("denied by deny_out
+	// 0.0.0.0/0"), an operator's bound ("private (RFC 1918) address
+	// 10.0.0.5", "outside the server's ceiling"), a cap, or a connection
+	// that carried no name in time. Valid UTF-8, at most 1024 bytes.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkDenial) Reset() {
+	*x = NetworkDenial{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkDenial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkDenial) ProtoMessage() {}
+
+func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
+func (*NetworkDenial) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *NetworkDenial) GetKind() NetworkDenialKind {
+	if x != nil {
+		return x.Kind
+	}
+	return NetworkDenialKind_NETWORK_DENIAL_KIND_UNSPECIFIED
+}
+
+func (x *NetworkDenial) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NetworkDenial) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *NetworkDenial) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// GetHostRequest names a sandbox's port.
+type GetHostRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox, created with network.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// port is the TCP port inside the sandbox, 1-65535.
+	Port          uint32 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHostRequest) Reset() {
+	*x = GetHostRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHostRequest) ProtoMessage() {}
+
+func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
+func (*GetHostRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *GetHostRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *GetHostRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+// GetHostResponse says how to reach a sandbox's port.
+type GetHostResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is the port's address on sandboxd's HTTP front, e.g.
+	// "https://8080-sb-q3x7kd2mf5a6bnp4hcw2.sandboxes.example.com/" (or a
+	// path under the front's own address, on deployments without wildcard
+	// DNS). Requests to it (and to paths under it) are proxied to the port.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// token_required is true unless the sandbox's policy allows public
+	// traffic: a request without the token is then refused.
+	TokenRequired bool `protobuf:"varint,2,opt,name=token_required,json=tokenRequired,proto3" json:"token_required,omitempty"`
+	// traffic_token is the sandbox's traffic token, for the header named by
+	// token_header; set when token_required. It is a secret of the sandbox's
+	// owner, the same for all its ports, and changes only with the sandbox.
+	TrafficToken string `protobuf:"bytes,3,opt,name=traffic_token,json=trafficToken,proto3" json:"traffic_token,omitempty"`
+	// token_header is the HTTP request header that carries traffic_token.
+	TokenHeader   string `protobuf:"bytes,4,opt,name=token_header,json=tokenHeader,proto3" json:"token_header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHostResponse) Reset() {
+	*x = GetHostResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHostResponse) ProtoMessage() {}
+
+func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
+func (*GetHostResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *GetHostResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *GetHostResponse) GetTokenRequired() bool {
+	if x != nil {
+		return x.TokenRequired
+	}
+	return false
+}
+
+func (x *GetHostResponse) GetTrafficToken() string {
+	if x != nil {
+		return x.TrafficToken
+	}
+	return ""
+}
+
+func (x *GetHostResponse) GetTokenHeader() string {
+	if x != nil {
+		return x.TokenHeader
+	}
+	return ""
 }
 
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
@@ -4989,20 +5834,35 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xbf\x03\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x81\x04\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
 	"\anetwork\x18\x03 \x01(\bR\anetwork\x12D\n" +
 	"\bmetadata\x18\x04 \x03(\v2(.sandbox.v1.SandboxOptions.MetadataEntryR\bmetadata\x12<\n" +
 	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12/\n" +
-	"\aon_idle\x18\x06 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x1a6\n" +
+	"\aon_idle\x18\x06 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
+	"\x0enetwork_policy\x18\a \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x82\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x02\n" +
+	"\rNetworkPolicy\x12\x1b\n" +
+	"\tallow_out\x18\x01 \x03(\tR\ballowOut\x12\x19\n" +
+	"\bdeny_out\x18\x02 \x03(\tR\adenyOut\x12:\n" +
+	"\x05rules\x18\x03 \x03(\v2$.sandbox.v1.NetworkPolicy.RulesEntryR\x05rules\x120\n" +
+	"\x14allow_public_traffic\x18\x04 \x01(\bR\x12allowPublicTraffic\x1aQ\n" +
+	"\n" +
+	"RulesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12-\n" +
+	"\x05value\x18\x02 \x01(\v2\x17.sandbox.v1.NetworkRuleR\x05value:\x028\x01\"\x89\x01\n" +
+	"\vNetworkRule\x12>\n" +
+	"\aheaders\x18\x01 \x03(\v2$.sandbox.v1.NetworkRule.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\a\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -5025,7 +5885,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bsnapshot\x18\x0f \x01(\v2\x18.sandbox.v1.SnapshotInfoR\bsnapshot\x12?\n" +
 	"\rhibernated_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fhibernatedAt\x121\n" +
 	"\tlast_wake\x18\x11 \x01(\v2\x14.sandbox.v1.WakeInfoR\blastWake\x12/\n" +
-	"\aon_idle\x18\x12 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x1a;\n" +
+	"\aon_idle\x18\x12 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
+	"\x0enetwork_policy\x18\x13 \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
@@ -5320,7 +6181,50 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1d\n" +
 	"\n" +
 	"context_id\x18\x02 \x01(\tR\tcontextId\"\x17\n" +
-	"\x15DeleteContextResponse*~\n" +
+	"\x15DeleteContextResponse\"n\n" +
+	"\x1aUpdateNetworkPolicyRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x121\n" +
+	"\x06policy\x18\x02 \x01(\v2\x19.sandbox.v1.NetworkPolicyR\x06policy\"L\n" +
+	"\x1bUpdateNetworkPolicyResponse\x12-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"8\n" +
+	"\x17GetNetworkStatusRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"\xbb\x01\n" +
+	"\x18GetNetworkStatusResponse\x121\n" +
+	"\x06policy\x18\x01 \x01(\v2\x19.sandbox.v1.NetworkPolicyR\x06policy\x127\n" +
+	"\bcounters\x18\x02 \x01(\v2\x1b.sandbox.v1.NetworkCountersR\bcounters\x123\n" +
+	"\adenials\x18\x03 \x03(\v2\x19.sandbox.v1.NetworkDenialR\adenials\"\xc9\x03\n" +
+	"\x0fNetworkCounters\x12\x1b\n" +
+	"\tbytes_out\x18\x01 \x01(\x04R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\x02 \x01(\x04R\abytesIn\x12/\n" +
+	"\x13connections_allowed\x18\x03 \x01(\x04R\x12connectionsAllowed\x12-\n" +
+	"\x12connections_denied\x18\x04 \x01(\x04R\x11connectionsDenied\x12\x1f\n" +
+	"\vdns_allowed\x18\x05 \x01(\x04R\n" +
+	"dnsAllowed\x12\x1d\n" +
+	"\n" +
+	"dns_denied\x18\x06 \x01(\x04R\tdnsDenied\x12)\n" +
+	"\x10connections_open\x18\a \x01(\x03R\x0fconnectionsOpen\x12#\n" +
+	"\rrule_requests\x18\b \x01(\x04R\fruleRequests\x12'\n" +
+	"\x0fdenials_dropped\x18\t \x01(\x04R\x0edenialsDropped\x12(\n" +
+	"\x10dns_rate_limited\x18\n" +
+	" \x01(\x04R\x0ednsRateLimited\x12;\n" +
+	"\x1aconnections_refused_at_cap\x18\v \x01(\x04R\x17connectionsRefusedAtCap\"\xb8\x01\n" +
+	"\rNetworkDenial\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x121\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1d.sandbox.v1.NetworkDenialKindR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"C\n" +
+	"\x0eGetHostRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\"\x92\x01\n" +
+	"\x0fGetHostResponse\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12%\n" +
+	"\x0etoken_required\x18\x02 \x01(\bR\rtokenRequired\x12#\n" +
+	"\rtraffic_token\x18\x03 \x01(\tR\ftrafficToken\x12!\n" +
+	"\ftoken_header\x18\x04 \x01(\tR\vtokenHeader*~\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -5354,7 +6258,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_STATE_QUEUED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x02\x12\x1a\n" +
-	"\x16COMMAND_STATE_FINISHED\x10\x032\x91\x10\n" +
+	"\x16COMMAND_STATE_FINISHED\x10\x03*r\n" +
+	"\x11NetworkDenialKind\x12#\n" +
+	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\x9c\x12\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -5383,7 +6291,10 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x0eRestartContext\x12!.sandbox.v1.RestartContextRequest\x1a\".sandbox.v1.RestartContextResponse\x12T\n" +
 	"\rDeleteContext\x12 .sandbox.v1.DeleteContextRequest\x1a!.sandbox.v1.DeleteContextResponse\x12]\n" +
 	"\x10HibernateSandbox\x12#.sandbox.v1.HibernateSandboxRequest\x1a$.sandbox.v1.HibernateSandboxResponse\x12N\n" +
-	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponse\x12f\n" +
+	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
+	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
+	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -5397,219 +6308,250 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 75)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
-	(SandboxState)(0),                 // 0: sandbox.v1.SandboxState
-	(CommandStatus)(0),                // 1: sandbox.v1.CommandStatus
-	(IdleAction)(0),                   // 2: sandbox.v1.IdleAction
-	(FileType)(0),                     // 3: sandbox.v1.FileType
-	(WatchEventType)(0),               // 4: sandbox.v1.WatchEventType
-	(CommandState)(0),                 // 5: sandbox.v1.CommandState
-	(*ResourceLimits)(nil),            // 6: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),            // 7: sandbox.v1.SandboxOptions
-	(*Sandbox)(nil),                   // 8: sandbox.v1.Sandbox
-	(*SnapshotInfo)(nil),              // 9: sandbox.v1.SnapshotInfo
-	(*WakeInfo)(nil),                  // 10: sandbox.v1.WakeInfo
-	(*LostName)(nil),                  // 11: sandbox.v1.LostName
-	(*HibernateSandboxRequest)(nil),   // 12: sandbox.v1.HibernateSandboxRequest
-	(*HibernateSandboxResponse)(nil),  // 13: sandbox.v1.HibernateSandboxResponse
-	(*WakeSandboxRequest)(nil),        // 14: sandbox.v1.WakeSandboxRequest
-	(*WakeSandboxResponse)(nil),       // 15: sandbox.v1.WakeSandboxResponse
-	(*AcquireSandboxRequest)(nil),     // 16: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),    // 17: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),         // 18: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),        // 19: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),      // 20: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),     // 21: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),      // 22: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),     // 23: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),            // 24: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                   // 25: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),      // 26: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),              // 27: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                   // 28: sandbox.v1.Started
-	(*OutputChunk)(nil),               // 29: sandbox.v1.OutputChunk
-	(*Display)(nil),                   // 30: sandbox.v1.Display
-	(*Result)(nil),                    // 31: sandbox.v1.Result
-	(*Error)(nil),                     // 32: sandbox.v1.Error
-	(*Done)(nil),                      // 33: sandbox.v1.Done
-	(*FileRef)(nil),                   // 34: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),   // 35: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),  // 36: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                  // 37: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),          // 38: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),         // 39: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),        // 40: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),       // 41: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),      // 42: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),          // 43: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 44: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),      // 45: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),     // 46: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),             // 47: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),            // 48: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),             // 49: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),            // 50: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),     // 51: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),    // 52: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                // 53: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),          // 54: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),         // 55: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),         // 56: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 57: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),          // 58: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),         // 59: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),       // 60: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),      // 61: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),               // 62: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),  // 63: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil), // 64: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                   // 65: sandbox.v1.Context
-	(*CreateContextRequest)(nil),      // 66: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),     // 67: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),       // 68: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),      // 69: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),     // 70: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),    // 71: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),      // 72: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),     // 73: sandbox.v1.DeleteContextResponse
-	nil,                               // 74: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                               // 75: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                               // 76: sandbox.v1.Sandbox.MetadataEntry
-	nil,                               // 77: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                               // 78: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                               // 79: sandbox.v1.Display.DataEntry
-	nil,                               // 80: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),       // 81: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 82: google.protobuf.Timestamp
+	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
+	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
+	(IdleAction)(0),                     // 2: sandbox.v1.IdleAction
+	(FileType)(0),                       // 3: sandbox.v1.FileType
+	(WatchEventType)(0),                 // 4: sandbox.v1.WatchEventType
+	(CommandState)(0),                   // 5: sandbox.v1.CommandState
+	(NetworkDenialKind)(0),              // 6: sandbox.v1.NetworkDenialKind
+	(*ResourceLimits)(nil),              // 7: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),              // 8: sandbox.v1.SandboxOptions
+	(*NetworkPolicy)(nil),               // 9: sandbox.v1.NetworkPolicy
+	(*NetworkRule)(nil),                 // 10: sandbox.v1.NetworkRule
+	(*Sandbox)(nil),                     // 11: sandbox.v1.Sandbox
+	(*SnapshotInfo)(nil),                // 12: sandbox.v1.SnapshotInfo
+	(*WakeInfo)(nil),                    // 13: sandbox.v1.WakeInfo
+	(*LostName)(nil),                    // 14: sandbox.v1.LostName
+	(*HibernateSandboxRequest)(nil),     // 15: sandbox.v1.HibernateSandboxRequest
+	(*HibernateSandboxResponse)(nil),    // 16: sandbox.v1.HibernateSandboxResponse
+	(*WakeSandboxRequest)(nil),          // 17: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),         // 18: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),       // 19: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),      // 20: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),           // 21: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),          // 22: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),        // 23: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 24: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),        // 25: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 26: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),              // 27: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                     // 28: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),        // 29: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),                // 30: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                     // 31: sandbox.v1.Started
+	(*OutputChunk)(nil),                 // 32: sandbox.v1.OutputChunk
+	(*Display)(nil),                     // 33: sandbox.v1.Display
+	(*Result)(nil),                      // 34: sandbox.v1.Result
+	(*Error)(nil),                       // 35: sandbox.v1.Error
+	(*Done)(nil),                        // 36: sandbox.v1.Done
+	(*FileRef)(nil),                     // 37: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),     // 38: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),    // 39: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                    // 40: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),            // 41: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),           // 42: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),          // 43: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),         // 44: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),        // 45: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),            // 46: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),           // 47: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),        // 48: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),       // 49: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),               // 50: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 51: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),               // 52: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),              // 53: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),       // 54: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),      // 55: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                  // 56: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),            // 57: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),           // 58: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),           // 59: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),          // 60: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),            // 61: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),           // 62: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),         // 63: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 64: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),                 // 65: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),    // 66: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil),   // 67: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                     // 68: sandbox.v1.Context
+	(*CreateContextRequest)(nil),        // 69: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),       // 70: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),         // 71: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),        // 72: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),       // 73: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),      // 74: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),        // 75: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),       // 76: sandbox.v1.DeleteContextResponse
+	(*UpdateNetworkPolicyRequest)(nil),  // 77: sandbox.v1.UpdateNetworkPolicyRequest
+	(*UpdateNetworkPolicyResponse)(nil), // 78: sandbox.v1.UpdateNetworkPolicyResponse
+	(*GetNetworkStatusRequest)(nil),     // 79: sandbox.v1.GetNetworkStatusRequest
+	(*GetNetworkStatusResponse)(nil),    // 80: sandbox.v1.GetNetworkStatusResponse
+	(*NetworkCounters)(nil),             // 81: sandbox.v1.NetworkCounters
+	(*NetworkDenial)(nil),               // 82: sandbox.v1.NetworkDenial
+	(*GetHostRequest)(nil),              // 83: sandbox.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 84: sandbox.v1.GetHostResponse
+	nil,                                 // 85: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                 // 86: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                 // 87: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                 // 88: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                 // 89: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                 // 90: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                 // 91: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                 // 92: sandbox.v1.Display.DataEntry
+	nil,                                 // 93: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),         // 94: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 95: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	6,  // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	74, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	75, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	81, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
-	2,  // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
-	0,  // 5: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	82, // 6: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	82, // 7: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	82, // 8: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	6,  // 9: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	76, // 10: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	81, // 11: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
-	9,  // 12: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	82, // 13: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
-	10, // 14: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
-	2,  // 15: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
-	82, // 16: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
-	11, // 17: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	82, // 18: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
-	8,  // 19: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	8,  // 20: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	10, // 21: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	7,  // 22: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	8,  // 23: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	10, // 24: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	8,  // 25: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,  // 26: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	77, // 27: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	8,  // 28: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	81, // 29: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	78, // 30: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	25, // 31: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	28, // 32: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	29, // 33: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	29, // 34: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	30, // 35: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	31, // 36: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	32, // 37: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	33, // 38: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	82, // 39: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	10, // 40: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	79, // 41: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	80, // 42: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,  // 43: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	81, // 44: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	34, // 45: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	82, // 46: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	82, // 47: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	3,  // 48: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	38, // 49: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	37, // 50: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	37, // 51: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	37, // 52: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	37, // 53: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	37, // 54: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	53, // 55: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	4,  // 56: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	82, // 57: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	25, // 58: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	62, // 59: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	5,  // 60: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,  // 61: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	82, // 62: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	82, // 63: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	81, // 64: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	81, // 65: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	8,  // 66: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	82, // 67: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	65, // 68: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	65, // 69: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	16, // 70: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	18, // 71: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	20, // 72: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	22, // 73: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	24, // 74: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	26, // 75: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	35, // 76: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	39, // 77: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	41, // 78: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	43, // 79: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	45, // 80: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	47, // 81: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	49, // 82: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	51, // 83: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	54, // 84: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	56, // 85: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	58, // 86: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	60, // 87: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	63, // 88: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	66, // 89: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	68, // 90: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	70, // 91: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	72, // 92: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	12, // 93: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	14, // 94: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	17, // 95: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	19, // 96: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	21, // 97: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	23, // 98: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	27, // 99: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	27, // 100: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	36, // 101: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	40, // 102: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	42, // 103: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	44, // 104: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	46, // 105: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	48, // 106: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	50, // 107: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	52, // 108: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	55, // 109: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	57, // 110: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	59, // 111: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	61, // 112: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	64, // 113: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	67, // 114: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	69, // 115: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	71, // 116: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	73, // 117: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	13, // 118: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	15, // 119: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	95, // [95:120] is the sub-list for method output_type
-	70, // [70:95] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
+	85,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	86,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	94,  // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
+	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
+	87,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	88,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	0,   // 8: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
+	95,  // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	95,  // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	95,  // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	7,   // 12: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	89,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	94,  // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	12,  // 15: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
+	95,  // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	13,  // 17: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
+	2,   // 18: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
+	9,   // 19: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
+	95,  // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	14,  // 21: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
+	95,  // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	11,  // 23: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	11,  // 24: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 25: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	8,   // 26: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 27: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 28: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	11,  // 29: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,   // 30: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	90,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	11,  // 32: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	94,  // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	91,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	28,  // 35: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	31,  // 36: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	32,  // 37: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	32,  // 38: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	33,  // 39: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	34,  // 40: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	35,  // 41: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	36,  // 42: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	95,  // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	13,  // 44: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	92,  // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	93,  // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,   // 47: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	94,  // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	37,  // 49: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	95,  // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	95,  // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	3,   // 52: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	41,  // 53: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	40,  // 54: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	40,  // 55: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	40,  // 56: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	40,  // 57: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	40,  // 58: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	56,  // 59: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	4,   // 60: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	95,  // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	28,  // 62: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	65,  // 63: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	5,   // 64: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,   // 65: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	95,  // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	95,  // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	94,  // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	94,  // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	11,  // 70: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	95,  // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	68,  // 72: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	68,  // 73: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	9,   // 74: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
+	11,  // 75: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	9,   // 76: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
+	81,  // 77: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
+	82,  // 78: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
+	95,  // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	6,   // 80: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
+	10,  // 81: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	19,  // 82: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	21,  // 83: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	23,  // 84: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	25,  // 85: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	27,  // 86: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	29,  // 87: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	38,  // 88: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	42,  // 89: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	44,  // 90: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	46,  // 91: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	48,  // 92: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	50,  // 93: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	52,  // 94: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	54,  // 95: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	57,  // 96: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	59,  // 97: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	61,  // 98: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	63,  // 99: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	66,  // 100: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	69,  // 101: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	71,  // 102: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	73,  // 103: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	75,  // 104: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 105: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	17,  // 106: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	77,  // 107: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	79,  // 108: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	83,  // 109: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	20,  // 110: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	22,  // 111: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	24,  // 112: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	26,  // 113: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	30,  // 114: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	30,  // 115: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	39,  // 116: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	43,  // 117: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	45,  // 118: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	47,  // 119: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	49,  // 120: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	51,  // 121: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	53,  // 122: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	55,  // 123: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	58,  // 124: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	60,  // 125: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	62,  // 126: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	64,  // 127: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	67,  // 128: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	70,  // 129: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	72,  // 130: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	74,  // 131: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	76,  // 132: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 133: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	18,  // 134: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	78,  // 135: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	80,  // 136: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	84,  // 137: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	110, // [110:138] is the sub-list for method output_type
+	82,  // [82:110] is the sub-list for method input_type
+	82,  // [82:82] is the sub-list for extension type_name
+	82,  // [82:82] is the sub-list for extension extendee
+	0,   // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -5617,7 +6559,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 	if File_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[21].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -5626,19 +6568,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[27].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[29].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[35].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[56].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   75,
+			NumEnums:      7,
+			NumMessages:   87,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,31 +53,34 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_AcquireSandbox_FullMethodName    = "/sandbox.v1.SandboxService/AcquireSandbox"
-	SandboxService_GetSandbox_FullMethodName        = "/sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName     = "/sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName     = "/sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Execute_FullMethodName           = "/sandbox.v1.SandboxService/Execute"
-	SandboxService_StreamCommand_FullMethodName     = "/sandbox.v1.SandboxService/StreamCommand"
-	SandboxService_InterruptCommand_FullMethodName  = "/sandbox.v1.SandboxService/InterruptCommand"
-	SandboxService_UploadFile_FullMethodName        = "/sandbox.v1.SandboxService/UploadFile"
-	SandboxService_DownloadFile_FullMethodName      = "/sandbox.v1.SandboxService/DownloadFile"
-	SandboxService_ListFiles_FullMethodName         = "/sandbox.v1.SandboxService/ListFiles"
-	SandboxService_MakeDirectory_FullMethodName     = "/sandbox.v1.SandboxService/MakeDirectory"
-	SandboxService_Remove_FullMethodName            = "/sandbox.v1.SandboxService/Remove"
-	SandboxService_Rename_FullMethodName            = "/sandbox.v1.SandboxService/Rename"
-	SandboxService_WatchDirectory_FullMethodName    = "/sandbox.v1.SandboxService/WatchDirectory"
-	SandboxService_SendStdin_FullMethodName         = "/sandbox.v1.SandboxService/SendStdin"
-	SandboxService_CloseStdin_FullMethodName        = "/sandbox.v1.SandboxService/CloseStdin"
-	SandboxService_ResizePty_FullMethodName         = "/sandbox.v1.SandboxService/ResizePty"
-	SandboxService_ListCommands_FullMethodName      = "/sandbox.v1.SandboxService/ListCommands"
-	SandboxService_SetSandboxTimeout_FullMethodName = "/sandbox.v1.SandboxService/SetSandboxTimeout"
-	SandboxService_CreateContext_FullMethodName     = "/sandbox.v1.SandboxService/CreateContext"
-	SandboxService_ListContexts_FullMethodName      = "/sandbox.v1.SandboxService/ListContexts"
-	SandboxService_RestartContext_FullMethodName    = "/sandbox.v1.SandboxService/RestartContext"
-	SandboxService_DeleteContext_FullMethodName     = "/sandbox.v1.SandboxService/DeleteContext"
-	SandboxService_HibernateSandbox_FullMethodName  = "/sandbox.v1.SandboxService/HibernateSandbox"
-	SandboxService_WakeSandbox_FullMethodName       = "/sandbox.v1.SandboxService/WakeSandbox"
+	SandboxService_AcquireSandbox_FullMethodName      = "/sandbox.v1.SandboxService/AcquireSandbox"
+	SandboxService_GetSandbox_FullMethodName          = "/sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName       = "/sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName       = "/sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Execute_FullMethodName             = "/sandbox.v1.SandboxService/Execute"
+	SandboxService_StreamCommand_FullMethodName       = "/sandbox.v1.SandboxService/StreamCommand"
+	SandboxService_InterruptCommand_FullMethodName    = "/sandbox.v1.SandboxService/InterruptCommand"
+	SandboxService_UploadFile_FullMethodName          = "/sandbox.v1.SandboxService/UploadFile"
+	SandboxService_DownloadFile_FullMethodName        = "/sandbox.v1.SandboxService/DownloadFile"
+	SandboxService_ListFiles_FullMethodName           = "/sandbox.v1.SandboxService/ListFiles"
+	SandboxService_MakeDirectory_FullMethodName       = "/sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_Remove_FullMethodName              = "/sandbox.v1.SandboxService/Remove"
+	SandboxService_Rename_FullMethodName              = "/sandbox.v1.SandboxService/Rename"
+	SandboxService_WatchDirectory_FullMethodName      = "/sandbox.v1.SandboxService/WatchDirectory"
+	SandboxService_SendStdin_FullMethodName           = "/sandbox.v1.SandboxService/SendStdin"
+	SandboxService_CloseStdin_FullMethodName          = "/sandbox.v1.SandboxService/CloseStdin"
+	SandboxService_ResizePty_FullMethodName           = "/sandbox.v1.SandboxService/ResizePty"
+	SandboxService_ListCommands_FullMethodName        = "/sandbox.v1.SandboxService/ListCommands"
+	SandboxService_SetSandboxTimeout_FullMethodName   = "/sandbox.v1.SandboxService/SetSandboxTimeout"
+	SandboxService_CreateContext_FullMethodName       = "/sandbox.v1.SandboxService/CreateContext"
+	SandboxService_ListContexts_FullMethodName        = "/sandbox.v1.SandboxService/ListContexts"
+	SandboxService_RestartContext_FullMethodName      = "/sandbox.v1.SandboxService/RestartContext"
+	SandboxService_DeleteContext_FullMethodName       = "/sandbox.v1.SandboxService/DeleteContext"
+	SandboxService_HibernateSandbox_FullMethodName    = "/sandbox.v1.SandboxService/HibernateSandbox"
+	SandboxService_WakeSandbox_FullMethodName         = "/sandbox.v1.SandboxService/WakeSandbox"
+	SandboxService_UpdateNetworkPolicy_FullMethodName = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
+	SandboxService_GetNetworkStatus_FullMethodName    = "/sandbox.v1.SandboxService/GetNetworkStatus"
+	SandboxService_GetHost_FullMethodName             = "/sandbox.v1.SandboxService/GetHost"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -309,6 +312,51 @@ type SandboxServiceClient interface {
 	// (woke); a running sandbox is returned as it is, without woke.
 	// Concurrent wakes of one sandbox yield one wake.
 	WakeSandbox(ctx context.Context, in *WakeSandboxRequest, opts ...grpc.CallOption) (*WakeSandboxResponse, error)
+	// UpdateNetworkPolicy replaces the egress policy of a sandbox created
+	// with network (SandboxOptions.network or network_policy) and returns
+	// the sandbox with its new policy, redacted (Sandbox.network_policy).
+	// The whole policy is replaced: send every entry and rule to keep, an
+	// empty policy to allow every public destination. New connections and
+	// DNS queries follow it within a second; open connections to
+	// destinations it refuses are closed. It is persisted before it takes
+	// effect, so it survives sandboxd restarts and hibernation; a
+	// HIBERNATED sandbox is not woken and takes it when it wakes. It does
+	// not count as a use of the sandbox.
+	//
+	// INVALID_ARGUMENT for a bad policy, naming the entry, rule or header
+	// (see NetworkPolicy) or for a missing policy; FAILED_PRECONDITION for a
+	// sandbox created without network (its network is chosen when it is
+	// created: delete it and acquire a new one), a DEAD sandbox, a server
+	// without networking (sandboxd --allow-network) or a backend without it
+	// (the kubernetes backend); NOT_FOUND when the sandbox does not exist or
+	// belongs to another tenant.
+	UpdateNetworkPolicy(ctx context.Context, in *UpdateNetworkPolicyRequest, opts ...grpc.CallOption) (*UpdateNetworkPolicyResponse, error)
+	// GetNetworkStatus says what a networked sandbox's egress looks like:
+	// its policy in force (redacted), its counters (bytes, connections and
+	// DNS queries allowed and denied) and its most recent denials, each with
+	// why, so a user learns why a download failed. It neither wakes a
+	// HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION and
+	// NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is answered).
+	GetNetworkStatus(ctx context.Context, in *GetNetworkStatusRequest, opts ...grpc.CallOption) (*GetNetworkStatusResponse, error)
+	// GetHost returns the URL at which a port of a networked sandbox is
+	// served by sandboxd's HTTP front (sandboxd --ports-listen and
+	// --ports-domain): HTTP/1.1, HTTP/2, WebSocket and server-sent events,
+	// proxied to that port inside the sandbox, on which a server must
+	// listen on all interfaces (0.0.0.0), not only loopback. Unless the
+	// sandbox's policy allows public traffic
+	// (NetworkPolicy.allow_public_traffic), a request needs the sandbox's
+	// traffic token (GetHostResponse.traffic_token). A request to the URL of
+	// a HIBERNATED sandbox wakes it and waits; GetHost itself neither wakes
+	// it nor counts as a use, and the URL is the same whether the sandbox
+	// serves the port yet or not.
+	//
+	// INVALID_ARGUMENT for a port outside 1-65535; FAILED_PRECONDITION for a
+	// sandbox created without network (a sealed sandbox has no ports), a
+	// DEAD sandbox, a server without networking or without its HTTP front
+	// for ports, or a backend without them; NOT_FOUND as
+	// UpdateNetworkPolicy. (Servers before the ports feature answer
+	// FAILED_PRECONDITION for every sandbox.)
+	GetHost(ctx context.Context, in *GetHostRequest, opts ...grpc.CallOption) (*GetHostResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -608,6 +656,36 @@ func (c *sandboxServiceClient) WakeSandbox(ctx context.Context, in *WakeSandboxR
 	return out, nil
 }
 
+func (c *sandboxServiceClient) UpdateNetworkPolicy(ctx context.Context, in *UpdateNetworkPolicyRequest, opts ...grpc.CallOption) (*UpdateNetworkPolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateNetworkPolicyResponse)
+	err := c.cc.Invoke(ctx, SandboxService_UpdateNetworkPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) GetNetworkStatus(ctx context.Context, in *GetNetworkStatusRequest, opts ...grpc.CallOption) (*GetNetworkStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetNetworkStatusResponse)
+	err := c.cc.Invoke(ctx, SandboxService_GetNetworkStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) GetHost(ctx context.Context, in *GetHostRequest, opts ...grpc.CallOption) (*GetHostResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetHostResponse)
+	err := c.cc.Invoke(ctx, SandboxService_GetHost_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -837,6 +915,51 @@ type SandboxServiceServer interface {
 	// (woke); a running sandbox is returned as it is, without woke.
 	// Concurrent wakes of one sandbox yield one wake.
 	WakeSandbox(context.Context, *WakeSandboxRequest) (*WakeSandboxResponse, error)
+	// UpdateNetworkPolicy replaces the egress policy of a sandbox created
+	// with network (SandboxOptions.network or network_policy) and returns
+	// the sandbox with its new policy, redacted (Sandbox.network_policy).
+	// The whole policy is replaced: send every entry and rule to keep, an
+	// empty policy to allow every public destination. New connections and
+	// DNS queries follow it within a second; open connections to
+	// destinations it refuses are closed. It is persisted before it takes
+	// effect, so it survives sandboxd restarts and hibernation; a
+	// HIBERNATED sandbox is not woken and takes it when it wakes. It does
+	// not count as a use of the sandbox.
+	//
+	// INVALID_ARGUMENT for a bad policy, naming the entry, rule or header
+	// (see NetworkPolicy) or for a missing policy; FAILED_PRECONDITION for a
+	// sandbox created without network (its network is chosen when it is
+	// created: delete it and acquire a new one), a DEAD sandbox, a server
+	// without networking (sandboxd --allow-network) or a backend without it
+	// (the kubernetes backend); NOT_FOUND when the sandbox does not exist or
+	// belongs to another tenant.
+	UpdateNetworkPolicy(context.Context, *UpdateNetworkPolicyRequest) (*UpdateNetworkPolicyResponse, error)
+	// GetNetworkStatus says what a networked sandbox's egress looks like:
+	// its policy in force (redacted), its counters (bytes, connections and
+	// DNS queries allowed and denied) and its most recent denials, each with
+	// why, so a user learns why a download failed. It neither wakes a
+	// HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION and
+	// NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is answered).
+	GetNetworkStatus(context.Context, *GetNetworkStatusRequest) (*GetNetworkStatusResponse, error)
+	// GetHost returns the URL at which a port of a networked sandbox is
+	// served by sandboxd's HTTP front (sandboxd --ports-listen and
+	// --ports-domain): HTTP/1.1, HTTP/2, WebSocket and server-sent events,
+	// proxied to that port inside the sandbox, on which a server must
+	// listen on all interfaces (0.0.0.0), not only loopback. Unless the
+	// sandbox's policy allows public traffic
+	// (NetworkPolicy.allow_public_traffic), a request needs the sandbox's
+	// traffic token (GetHostResponse.traffic_token). A request to the URL of
+	// a HIBERNATED sandbox wakes it and waits; GetHost itself neither wakes
+	// it nor counts as a use, and the URL is the same whether the sandbox
+	// serves the port yet or not.
+	//
+	// INVALID_ARGUMENT for a port outside 1-65535; FAILED_PRECONDITION for a
+	// sandbox created without network (a sealed sandbox has no ports), a
+	// DEAD sandbox, a server without networking or without its HTTP front
+	// for ports, or a backend without them; NOT_FOUND as
+	// UpdateNetworkPolicy. (Servers before the ports feature answer
+	// FAILED_PRECONDITION for every sandbox.)
+	GetHost(context.Context, *GetHostRequest) (*GetHostResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -921,6 +1044,15 @@ func (UnimplementedSandboxServiceServer) HibernateSandbox(context.Context, *Hibe
 }
 func (UnimplementedSandboxServiceServer) WakeSandbox(context.Context, *WakeSandboxRequest) (*WakeSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WakeSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) UpdateNetworkPolicy(context.Context, *UpdateNetworkPolicyRequest) (*UpdateNetworkPolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateNetworkPolicy not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetNetworkStatus(context.Context, *GetNetworkStatusRequest) (*GetNetworkStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetNetworkStatus not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetHost(context.Context, *GetHostRequest) (*GetHostResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHost not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -1354,6 +1486,60 @@ func _SandboxService_WakeSandbox_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_UpdateNetworkPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateNetworkPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).UpdateNetworkPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_UpdateNetworkPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).UpdateNetworkPolicy(ctx, req.(*UpdateNetworkPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_GetNetworkStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetNetworkStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetNetworkStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetNetworkStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetNetworkStatus(ctx, req.(*GetNetworkStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_GetHost_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHostRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetHost(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetHost_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetHost(ctx, req.(*GetHostRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1440,6 +1626,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WakeSandbox",
 			Handler:    _SandboxService_WakeSandbox_Handler,
+		},
+		{
+			MethodName: "UpdateNetworkPolicy",
+			Handler:    _SandboxService_UpdateNetworkPolicy_Handler,
+		},
+		{
+			MethodName: "GetNetworkStatus",
+			Handler:    _SandboxService_GetNetworkStatus_Handler,
+		},
+		{
+			MethodName: "GetHost",
+			Handler:    _SandboxService_GetHost_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

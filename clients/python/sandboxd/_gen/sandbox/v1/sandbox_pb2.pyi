@@ -25,6 +25,9 @@ FILE_TYPE_UNSPECIFIED: FileType
 IDLE_ACTION_DELETE: IdleAction
 IDLE_ACTION_HIBERNATE: IdleAction
 IDLE_ACTION_UNSPECIFIED: IdleAction
+NETWORK_DENIAL_KIND_DNS: NetworkDenialKind
+NETWORK_DENIAL_KIND_TCP: NetworkDenialKind
+NETWORK_DENIAL_KIND_UNSPECIFIED: NetworkDenialKind
 SANDBOX_STATE_DEAD: SandboxState
 SANDBOX_STATE_HIBERNATED: SandboxState
 SANDBOX_STATE_RUNNING: SandboxState
@@ -289,6 +292,42 @@ class FileRef(_message.Message):
     size: int
     def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
+class GetHostRequest(_message.Message):
+    __slots__ = ["port", "sandbox_id"]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class GetHostResponse(_message.Message):
+    __slots__ = ["token_header", "token_required", "traffic_token", "url"]
+    TOKEN_HEADER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    TRAFFIC_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    token_header: str
+    token_required: bool
+    traffic_token: str
+    url: str
+    def __init__(self, url: _Optional[str] = ..., token_required: bool = ..., traffic_token: _Optional[str] = ..., token_header: _Optional[str] = ...) -> None: ...
+
+class GetNetworkStatusRequest(_message.Message):
+    __slots__ = ["sandbox_id"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class GetNetworkStatusResponse(_message.Message):
+    __slots__ = ["counters", "denials", "policy"]
+    COUNTERS_FIELD_NUMBER: _ClassVar[int]
+    DENIALS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    counters: NetworkCounters
+    denials: _containers.RepeatedCompositeFieldContainer[NetworkDenial]
+    policy: NetworkPolicy
+    def __init__(self, policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., counters: _Optional[_Union[NetworkCounters, _Mapping]] = ..., denials: _Optional[_Iterable[_Union[NetworkDenial, _Mapping]]] = ...) -> None: ...
+
 class GetSandboxRequest(_message.Message):
     __slots__ = ["sandbox_id"]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -422,6 +461,78 @@ class MakeDirectoryResponse(_message.Message):
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
 
+class NetworkCounters(_message.Message):
+    __slots__ = ["bytes_in", "bytes_out", "connections_allowed", "connections_denied", "connections_open", "connections_refused_at_cap", "denials_dropped", "dns_allowed", "dns_denied", "dns_rate_limited", "rule_requests"]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_DENIED_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_OPEN_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_REFUSED_AT_CAP_FIELD_NUMBER: _ClassVar[int]
+    DENIALS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    DNS_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    DNS_DENIED_FIELD_NUMBER: _ClassVar[int]
+    DNS_RATE_LIMITED_FIELD_NUMBER: _ClassVar[int]
+    RULE_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    bytes_in: int
+    bytes_out: int
+    connections_allowed: int
+    connections_denied: int
+    connections_open: int
+    connections_refused_at_cap: int
+    denials_dropped: int
+    dns_allowed: int
+    dns_denied: int
+    dns_rate_limited: int
+    rule_requests: int
+    def __init__(self, bytes_out: _Optional[int] = ..., bytes_in: _Optional[int] = ..., connections_allowed: _Optional[int] = ..., connections_denied: _Optional[int] = ..., dns_allowed: _Optional[int] = ..., dns_denied: _Optional[int] = ..., connections_open: _Optional[int] = ..., rule_requests: _Optional[int] = ..., denials_dropped: _Optional[int] = ..., dns_rate_limited: _Optional[int] = ..., connections_refused_at_cap: _Optional[int] = ...) -> None: ...
+
+class NetworkDenial(_message.Message):
+    __slots__ = ["address", "kind", "name", "reason", "time"]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    kind: NetworkDenialKind
+    name: str
+    reason: str
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[NetworkDenialKind, str]] = ..., name: _Optional[str] = ..., address: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class NetworkPolicy(_message.Message):
+    __slots__ = ["allow_out", "allow_public_traffic", "deny_out", "rules"]
+    class RulesEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: NetworkRule
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[NetworkRule, _Mapping]] = ...) -> None: ...
+    ALLOW_OUT_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_PUBLIC_TRAFFIC_FIELD_NUMBER: _ClassVar[int]
+    DENY_OUT_FIELD_NUMBER: _ClassVar[int]
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    allow_out: _containers.RepeatedScalarFieldContainer[str]
+    allow_public_traffic: bool
+    deny_out: _containers.RepeatedScalarFieldContainer[str]
+    rules: _containers.MessageMap[str, NetworkRule]
+    def __init__(self, allow_out: _Optional[_Iterable[str]] = ..., deny_out: _Optional[_Iterable[str]] = ..., rules: _Optional[_Mapping[str, NetworkRule]] = ..., allow_public_traffic: bool = ...) -> None: ...
+
+class NetworkRule(_message.Message):
+    __slots__ = ["headers"]
+    class HeadersEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class OutputChunk(_message.Message):
     __slots__ = ["text"]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -519,7 +630,7 @@ class Result(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "tenant", "user_id"]
+    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "network_policy", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "tenant", "user_id"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -538,6 +649,7 @@ class Sandbox(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_POLICY_FIELD_NUMBER: _ClassVar[int]
     ON_IDLE_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
@@ -556,6 +668,7 @@ class Sandbox(_message.Message):
     limits: ResourceLimits
     metadata: _containers.ScalarMap[str, str]
     network: bool
+    network_policy: NetworkPolicy
     on_idle: IdleAction
     sandbox_id: str
     snapshot: SnapshotInfo
@@ -563,10 +676,10 @@ class Sandbox(_message.Message):
     state_reason: str
     tenant: str
     user_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
-    __slots__ = ["env", "idle_timeout", "limits", "metadata", "network", "on_idle"]
+    __slots__ = ["env", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -586,14 +699,16 @@ class SandboxOptions(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     NETWORK_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_POLICY_FIELD_NUMBER: _ClassVar[int]
     ON_IDLE_FIELD_NUMBER: _ClassVar[int]
     env: _containers.ScalarMap[str, str]
     idle_timeout: _duration_pb2.Duration
     limits: ResourceLimits
     metadata: _containers.ScalarMap[str, str]
     network: bool
+    network_policy: NetworkPolicy
     on_idle: IdleAction
-    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ...) -> None: ...
+    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
 
 class SendStdinRequest(_message.Message):
     __slots__ = ["command_id", "data", "sandbox_id"]
@@ -656,6 +771,20 @@ class StreamCommandRequest(_message.Message):
     command_id: str
     sandbox_id: str
     def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class UpdateNetworkPolicyRequest(_message.Message):
+    __slots__ = ["policy", "sandbox_id"]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    policy: NetworkPolicy
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
+
+class UpdateNetworkPolicyResponse(_message.Message):
+    __slots__ = ["sandbox"]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    sandbox: Sandbox
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
 class UploadFileHeader(_message.Message):
     __slots__ = ["path", "sandbox_id"]
@@ -751,4 +880,7 @@ class WatchEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class CommandState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class NetworkDenialKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -145,6 +145,21 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.FromString,
                 )
+        self.UpdateNetworkPolicy = channel.unary_unary(
+                '/sandbox.v1.SandboxService/UpdateNetworkPolicy',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyResponse.FromString,
+                )
+        self.GetNetworkStatus = channel.unary_unary(
+                '/sandbox.v1.SandboxService/GetNetworkStatus',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetNetworkStatusRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetNetworkStatusResponse.FromString,
+                )
+        self.GetHost = channel.unary_unary(
+                '/sandbox.v1.SandboxService/GetHost',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -499,6 +514,66 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateNetworkPolicy(self, request, context):
+        """UpdateNetworkPolicy replaces the egress policy of a sandbox created
+        with network (SandboxOptions.network or network_policy) and returns
+        the sandbox with its new policy, redacted (Sandbox.network_policy).
+        The whole policy is replaced: send every entry and rule to keep, an
+        empty policy to allow every public destination. New connections and
+        DNS queries follow it within a second; open connections to
+        destinations it refuses are closed. It is persisted before it takes
+        effect, so it survives sandboxd restarts and hibernation; a
+        HIBERNATED sandbox is not woken and takes it when it wakes. It does
+        not count as a use of the sandbox.
+
+        INVALID_ARGUMENT for a bad policy, naming the entry, rule or header
+        (see NetworkPolicy) or for a missing policy; FAILED_PRECONDITION for a
+        sandbox created without network (its network is chosen when it is
+        created: delete it and acquire a new one), a DEAD sandbox, a server
+        without networking (sandboxd --allow-network) or a backend without it
+        (the kubernetes backend); NOT_FOUND when the sandbox does not exist or
+        belongs to another tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNetworkStatus(self, request, context):
+        """GetNetworkStatus says what a networked sandbox's egress looks like:
+        its policy in force (redacted), its counters (bytes, connections and
+        DNS queries allowed and denied) and its most recent denials, each with
+        why, so a user learns why a download failed. It neither wakes a
+        HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION and
+        NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is answered).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetHost(self, request, context):
+        """GetHost returns the URL at which a port of a networked sandbox is
+        served by sandboxd's HTTP front (sandboxd --ports-listen and
+        --ports-domain): HTTP/1.1, HTTP/2, WebSocket and server-sent events,
+        proxied to that port inside the sandbox, on which a server must
+        listen on all interfaces (0.0.0.0), not only loopback. Unless the
+        sandbox's policy allows public traffic
+        (NetworkPolicy.allow_public_traffic), a request needs the sandbox's
+        traffic token (GetHostResponse.traffic_token). A request to the URL of
+        a HIBERNATED sandbox wakes it and waits; GetHost itself neither wakes
+        it nor counts as a use, and the URL is the same whether the sandbox
+        serves the port yet or not.
+
+        INVALID_ARGUMENT for a port outside 1-65535; FAILED_PRECONDITION for a
+        sandbox created without network (a sealed sandbox has no ports), a
+        DEAD sandbox, a server without networking or without its HTTP front
+        for ports, or a backend without them; NOT_FOUND as
+        UpdateNetworkPolicy. (Servers before the ports feature answer
+        FAILED_PRECONDITION for every sandbox.)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -626,6 +701,21 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.WakeSandbox,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.SerializeToString,
+            ),
+            'UpdateNetworkPolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateNetworkPolicy,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyResponse.SerializeToString,
+            ),
+            'GetNetworkStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNetworkStatus,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetNetworkStatusRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetNetworkStatusResponse.SerializeToString,
+            ),
+            'GetHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHost,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1065,5 +1155,56 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/WakeSandbox',
             sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UpdateNetworkPolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/UpdateNetworkPolicy',
+            sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetNetworkStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/GetNetworkStatus',
+            sandbox_dot_v1_dot_sandbox__pb2.GetNetworkStatusRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.GetNetworkStatusResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/GetHost',
+            sandbox_dot_v1_dot_sandbox__pb2.GetHostRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.GetHostResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
