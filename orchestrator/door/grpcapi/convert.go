@@ -161,24 +161,25 @@ func stateFromProto(s sandboxv1.SandboxState) (core.State, error) {
 
 func sandboxToProto(s core.Sandbox) *sandboxv1.Sandbox {
 	return &sandboxv1.Sandbox{
-		SandboxId:    s.ID,
-		UserId:       s.UserID,
-		State:        stateToProto(s.State),
-		StateReason:  validUTF8(s.StateReason),
-		HealthReason: validUTF8(s.HealthReason),
-		CreatedAt:    timestampToProto(s.CreatedAt),
-		LastActiveAt: timestampToProto(s.LastActiveAt),
-		ExpiresAt:    timestampToProto(s.ExpiresAt),
-		Image:        s.Image,
-		Limits:       limitsToProto(s.Limits),
-		Tenant:       s.Tenant,
-		Network:      s.Network,
-		Metadata:     metadataToProto(s.Metadata),
-		IdleTimeout:  idleTimeoutToProto(s.IdleTimeout),
-		Snapshot:     snapshotToProto(s.Snapshot),
-		HibernatedAt: timestampToProto(s.HibernatedAt),
-		LastWake:     wakeToProto(s.LastWake),
-		OnIdle:       idleActionToProto(s.OnIdle),
+		SandboxId:     s.ID,
+		UserId:        s.UserID,
+		State:         stateToProto(s.State),
+		StateReason:   validUTF8(s.StateReason),
+		HealthReason:  validUTF8(s.HealthReason),
+		CreatedAt:     timestampToProto(s.CreatedAt),
+		LastActiveAt:  timestampToProto(s.LastActiveAt),
+		ExpiresAt:     timestampToProto(s.ExpiresAt),
+		Image:         s.Image,
+		Limits:        limitsToProto(s.Limits),
+		Tenant:        s.Tenant,
+		Network:       s.Network,
+		NetworkPolicy: policyToProto(s.NetworkPolicy),
+		Metadata:      metadataToProto(s.Metadata),
+		IdleTimeout:   idleTimeoutToProto(s.IdleTimeout),
+		Snapshot:      snapshotToProto(s.Snapshot),
+		HibernatedAt:  timestampToProto(s.HibernatedAt),
+		LastWake:      wakeToProto(s.LastWake),
+		OnIdle:        idleActionToProto(s.OnIdle),
 	}
 }
 
@@ -228,7 +229,12 @@ func acquireResultToProto(r core.AcquireResult) *sandboxv1.AcquireSandboxRespons
 }
 
 func optionsFromProto(o *sandboxv1.SandboxOptions) core.Options {
-	return core.Options{Limits: limitsFromProto(o.GetLimits()), Env: o.GetEnv(), Network: o.GetNetwork()}
+	opts := core.Options{Limits: limitsFromProto(o.GetLimits()), Env: o.GetEnv(), Network: o.GetNetwork()}
+	if p := o.GetNetworkPolicy(); p != nil {
+		np := policyFromProto(p)
+		opts.NetworkPolicy = &np
+	}
+	return opts
 }
 
 func fileInfoToProto(f core.FileInfo) *sandboxv1.FileInfo {

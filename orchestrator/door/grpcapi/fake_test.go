@@ -86,9 +86,21 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, fake *fakeManager, opts ...Option) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, fake, coretest.Validated(fake), opts...)
+}
+
+// newNetTestEnv is newTestEnv on a server that gives sandboxes network.
+func newNetTestEnv(t *testing.T, fake *fakeManager, opts ...Option) *testEnv {
+	t.Helper()
+	return newTestEnvWith(t, fake, coretest.ValidatedWith(fake, coretest.NetworkPolicy()), opts...)
+}
+
+// newTestEnvWith serves m, fake behind the validating layer.
+func newTestEnvWith(t *testing.T, fake *fakeManager, m *coretest.ValidatedManager, opts ...Option) *testEnv {
+	t.Helper()
 	logs := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv := NewServer(coretest.Validated(fake), logger, opts...)
+	srv := NewServer(m, logger, opts...)
 	lis := bufconn.Listen(1 << 20)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()

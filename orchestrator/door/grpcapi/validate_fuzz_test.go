@@ -58,7 +58,7 @@ func FuzzValidation(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, method uint8, a, b, c string, n int64, event []byte) {
 		fz := newFuzzDomain(t, event)
-		svc := NewService(coretest.Validated(fz.m), nil)
+		svc := NewService(coretest.ValidatedWith(fz.m, coretest.NetworkPolicy()), nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 
@@ -100,6 +100,26 @@ func FuzzValidation(f *testing.F) {
 		case 9:
 			sandboxID = a
 			_, err = svc.ListFiles(ctx, &sandboxv1.ListFilesRequest{SandboxId: a, Path: b})
+		case 10:
+			sandboxID = a
+			var resp *sandboxv1.UpdateNetworkPolicyResponse
+			resp, err = svc.UpdateNetworkPolicy(ctx, &sandboxv1.UpdateNetworkPolicyRequest{SandboxId: a, Policy: &sandboxv1.NetworkPolicy{
+				AllowOut: []string{b}, DenyOut: []string{c},
+				Rules: map[string]*sandboxv1.NetworkRule{b: {Headers: map[string]string{c: string(event)}}}}})
+			if err == nil {
+				checkSendable(t, resp)
+			}
+		case 11:
+			sandboxID = a
+			var resp *sandboxv1.GetNetworkStatusResponse
+			if resp, err = svc.GetNetworkStatus(ctx, &sandboxv1.GetNetworkStatusRequest{SandboxId: a}); err == nil {
+				checkSendable(t, resp)
+			}
+		case 12:
+			sandboxID = a
+			if _, err = svc.GetHost(ctx, &sandboxv1.GetHostRequest{SandboxId: a, Port: uint32(n)}); err == nil && (n < 1 || n > 65535) {
+				t.Fatalf("GetHost accepted port %d", n)
+			}
 		}
 
 		if err != nil {
@@ -121,7 +141,7 @@ func FuzzValidation(f *testing.F) {
 }
 
 // methodCount is the number of methods FuzzValidation drives.
-const methodCount = 10
+const methodCount = 13
 
 // fuzzDomain is a domain that accepts everything and checks that what it is
 // given is well-formed.
@@ -219,6 +239,23 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 		ListFilesFunc: func(_ context.Context, id, p string) ([]core.FileInfo, error) {
 			checkSandbox(id)
 			return []core.FileInfo{{Path: "a"}}, nil
+		},
+		UpdateNetworkPolicyFunc: func(_ context.Context, id string, p core.NetworkPolicy) (core.Sandbox, error) {
+			checkSandbox(id)
+			if _, err := core.CompileNetworkPolicy(p); err != nil {
+				t.Fatalf("the domain got a policy that does not compile: %v", err)
+			}
+			return core.Sandbox{ID: id, Network: true, NetworkPolicy: &p}, nil
+		},
+		NetworkStatusFunc: func(_ context.Context, id string) (core.NetworkStatus, error) {
+			checkSandbox(id)
+			// Denials carry what the sandbox sent: the fuzzed event as
+			// the name and reason.
+			return core.NetworkStatus{Denials: []core.NetworkDenial{{Kind: "dns", Name: string(event), Reason: "x " + string(event)}}}, nil
+		},
+		GetHostFunc: func(_ context.Context, id string, port int) (core.HostInfo, error) {
+			checkSandbox(id)
+			return core.HostInfo{URL: "https://h/"}, nil
 		},
 	}
 	return &fuzzDomain{m: m}
