@@ -56,8 +56,10 @@ func WithEnv(env map[string]string) AcquireOption {
 	return func(o *sandboxv1.SandboxOptions) { o.Env = env }
 }
 
-// WithNetwork gives the sandbox outbound network access; sandboxd refuses
-// it (ErrInvalidArgument) unless started with --allow-network.
+// WithNetwork gives the sandbox outbound network access under sandboxd's
+// default egress policy (WithNetworkPolicy gives it one of its own);
+// sandboxd refuses it (ErrInvalidArgument) unless started with
+// --allow-network.
 func WithNetwork() AcquireOption {
 	return func(o *sandboxv1.SandboxOptions) { o.Network = true }
 }
