@@ -37,8 +37,9 @@ func init() {
 		{"kill", "SANDBOX_ID... | --user USER [--tenant TENANT]",
 			"delete sandboxes (each is attempted), or all of a user's (in every tenant the token sees, unless --tenant)",
 			[]string{"sandboxctl kill sb-q3x7kd2mf5a6bnp4hcw2 sb-7ryz2lnw4ks6tdm3vb5e", "sandboxctl kill --user alice"}, cmdKill},
-		{"exec", "(--user USER | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] CODE",
+		{"exec", "(--user USER | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] CODE",
 			"run CODE (\"-\" reads stdin) in a user's sandbox (acquired first) or in a sandbox by ID, and stream its output;\n" +
+				"--network and the policy flags (as net set's) give a sandbox exec creates for --user its network;\n" +
 				"--save DIR writes figures (PNG, JPEG, SVG, PDF) and plotly charts (self-contained HTML) there;\n" +
 				"--events prefixes each event with its seq (for resume --after-seq)",
 			[]string{"sandboxctl exec --user alice 'print(6 * 7)'",
@@ -46,7 +47,8 @@ func init() {
 				"sandboxctl exec sb-q3x7kd2mf5a6bnp4hcw2 'print(x)'   # the same: a sandbox ID first",
 				"echo 'import this' | sandboxctl exec --user alice -",
 				"sandboxctl exec --user alice --save ./figs 'import matplotlib.pyplot as plt; plt.plot([1, 4, 9]); plt.show()'",
-				"sandboxctl exec --user alice --command-id job-1 --events 'for i in range(3): print(i)'"}, cmdExec},
+				"sandboxctl exec --user alice --command-id job-1 --events 'for i in range(3): print(i)'",
+				"sandboxctl exec --user bob --deny 0.0.0.0/0 --allow pypi.org --allow files.pythonhosted.org --language bash 'pip install requests'"}, cmdExec},
 		{"resume", "SANDBOX_ID COMMAND_ID [--after-seq N] [--save DIR] [--events]",
 			"stream a command's output (again), after event N (exec --events and resume --events show the seqs)",
 			[]string{"sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1", "sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1 --after-seq 2 --events"}, cmdResume},
@@ -80,6 +82,16 @@ func init() {
 			[]string{"sandboxctl hibernate sb-q3x7kd2mf5a6bnp4hcw2"}, cmdHibernate},
 		{"wake", "SANDBOX_ID...", "wake hibernated sandboxes and print how their state came back",
 			[]string{"sandboxctl wake sb-q3x7kd2mf5a6bnp4hcw2"}, cmdWake},
+		{"net", "SANDBOX_ID [-o table|json] | set SANDBOX_ID [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] | host SANDBOX_ID PORT",
+			"show a networked sandbox's egress policy, counters and recent denials (why a download failed);\n" +
+				"set replaces its policy whole (allowed beats denied; --deny 0.0.0.0/0 with --allow is an allow-list;\n" +
+				"a rule's header is set by the egress gateway on HTTPS requests to DOMAIN and never enters the sandbox);\n" +
+				"host prints the URL of a port and the traffic token it needs",
+			[]string{"sandboxctl net sb-q3x7kd2mf5a6bnp4hcw2",
+				"sandboxctl net set sb-q3x7kd2mf5a6bnp4hcw2 --deny 0.0.0.0/0 --allow pypi.org --allow files.pythonhosted.org",
+				"sandboxctl net set sb-q3x7kd2mf5a6bnp4hcw2 --allow api.example.com --rule 'api.example.com:Authorization=Bearer KEY'",
+				"sandboxctl net set sb-q3x7kd2mf5a6bnp4hcw2 --policy-file policy.json   # secrets kept out of ps",
+				"sandboxctl net host sb-q3x7kd2mf5a6bnp4hcw2 8080"}, cmdNet},
 	}
 }
 

@@ -32,6 +32,9 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
 	env := envFlag{}
 	fs.Var(env, "env", "NAME=VALUE set for this command only (repeatable)")
+	network := fs.Bool("network", false, "a sandbox exec creates for --user gets network access (under sandboxd's default policy unless the policy flags give one)")
+	var pf policyFlags
+	pf.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return usageErr(c.stderr, "exec", err)
@@ -48,6 +51,20 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		return usageErr(c.stderr, "exec", fmt.Errorf("want exactly one CODE argument (or - for stdin), got %d", len(pos)))
 	case *timeout < 0:
 		return usageErr(c.stderr, "exec", fmt.Errorf("--timeout %v is negative", *timeout))
+	case pf.file == "-" && len(pos) == 1 && pos[0] == "-":
+		return usageErr(c.stderr, "exec", errors.New("the code and --policy-file cannot both be read from stdin"))
+	case *sandboxID != "" && (*network || pf.set()):
+		return usageErr(c.stderr, "exec", errors.New("--network and the policy flags apply to the sandbox exec acquires for --user; change a sandbox's policy with net set"))
+	}
+	var acquireOpts []client.AcquireOption
+	if pf.set() {
+		p, err := pf.policy(c.stdin)
+		if err != nil {
+			return usageErr(c.stderr, "exec", err)
+		}
+		acquireOpts = append(acquireOpts, client.WithNetworkPolicy(p))
+	} else if *network {
+		acquireOpts = append(acquireOpts, client.WithNetwork())
 	}
 	if err := out.check(); err != nil {
 		return usageErr(c.stderr, "exec", err)
@@ -71,10 +88,14 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	sb := *sandboxID
 	if sb == "" {
 		rctx, cancel := rpcCtx(ctx)
-		acq, err := c.sandboxd.Acquire(rctx, *user)
+		acq, err := c.sandboxd.Acquire(rctx, *user, acquireOpts...)
 		cancel()
 		if err != nil {
 			return c.fail("exec: acquire sandbox for "+*user, err)
+		}
+		if !acq.Created && len(acquireOpts) > 0 {
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the network it was created with (sandboxctl net set %s changes its policy)\n",
+				*user, acq.ID, acq.ID)
 		}
 		if acq.StateLost {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",

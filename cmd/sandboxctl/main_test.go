@@ -39,11 +39,17 @@ func init() {
 // startServer serves the real API over fake on a loopback port.
 func startServer(t *testing.T, fake *coretest.Manager) string {
 	t.Helper()
+	return startServerOver(t, coretest.Validated(fake))
+}
+
+// startServerOver serves the real API over m on a loopback port.
+func startServerOver(t *testing.T, m *coretest.ValidatedManager) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	srv := grpcapi.NewServer(coretest.Validated(fake), nil)
+	srv := grpcapi.NewServer(m, nil)
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(lis) }()
 	t.Cleanup(func() {
