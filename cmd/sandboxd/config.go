@@ -100,7 +100,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&mc.WarmPool, "warm-pool", 0, "keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (requests with env, network or non-default limits still start their own)")
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
-	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network; Docker's default bridge); without it sandboxes have no network. Not available with --runtime runsc")
+	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network, options.network_policy), through sandboxd's egress gateway under the sandbox's policy; without it sandboxes have no network. Not available with --runtime runsc")
+	var egress egressFlags
+	egress.register(fs)
 	fs.BoolVar(&diskVolumes, "disk-volumes", true, "give each sandbox size-limited volumes for /workspace and /io (sparse ext4 images, loop-mounted: needs root, loop devices and mkfs.ext4); false: plain directories with no disk limit")
 	fs.Var(&defDisk, "default-disk", "/workspace size of a sandbox that asks for none (`size`)")
 	fs.Var(&maxDisk, "max-disk", "largest /workspace size a caller may ask for (`size`)")
@@ -147,6 +149,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.NoDiskVolumes = !diskVolumes
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
 	mc.SnapshotDiskBudget, mc.SnapshotDiskBudgetPerTenant = int64(snapBudget), int64(snapTenantBudget)
+	egress.apply(mc)
 	if err := c.check(); err != nil {
 		return config{}, usageError{err}
 	}
@@ -217,6 +220,9 @@ func (c *config) check() error {
 		}
 	}
 	if err := checkCaps(mc.Policy); err != nil {
+		return err
+	}
+	if err := checkEgress(mc); err != nil {
 		return err
 	}
 	if mc.MaxSandboxes > 0 && mc.WarmPool > mc.MaxSandboxes {

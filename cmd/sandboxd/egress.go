@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// egressFlags are the operator's egress settings (core.Policy's
+// EgressDefault, EgressCeiling and EgressAllowPrivate, docker.Config's
+// EgressSubnet): lists given comma-separated or by repeating the flag.
+type egressFlags struct {
+	defaultAllow, defaultDeny, ceiling destList
+	allowPrivate                       prefixList
+	subnet                             prefixFlag
+}
+
+func (e *egressFlags) register(fs *flag.FlagSet) {
+	e.subnet = prefixFlag(docker.DefaultEgressSubnet)
+	fs.Var(&e.defaultAllow, "egress-default-allow", "the allow_out of the policy a sandbox asking for network without one gets (`destinations`: domains, *.domains, IPs, CIDRs; comma-separated or repeated; allowed beats denied). Needs --allow-network")
+	fs.Var(&e.defaultDeny, "egress-default-deny", "the deny_out of that default policy (`destinations`; 0.0.0.0/0 with --egress-default-allow makes it an allow-list). Without either, network means every public destination")
+	fs.Var(&e.ceiling, "egress-ceiling", "the most any sandbox may reach (`destinations`, as allow_out entries): the egress gateway refuses everything else whatever a sandbox's policy says, and a policy allowing only beyond it is INVALID_ARGUMENT (empty: no ceiling)")
+	fs.Var(&e.allowPrivate, "egress-allow-private", "special `CIDR blocks` (private, CGNAT, ULA, link-local, loopback, ...) sandboxes may reach nonetheless when their policy allows, comma-separated or repeated (empty: none; the host's own addresses and other sandboxes stay unreachable)")
+	fs.Var(&e.subnet, "egress-subnet", "IPv4 `block` networked sandboxes are addressed from (the gateway takes its first address, each sandbox a /31); it must not overlap the host's networks")
+}
+
+// apply puts the flags into the backends' policy and the Docker backend's
+// config.
+func (e *egressFlags) apply(mc *docker.Config) {
+	if len(e.defaultAllow) > 0 || len(e.defaultDeny) > 0 {
+		mc.EgressDefault = &core.NetworkPolicy{AllowOut: e.defaultAllow, DenyOut: e.defaultDeny}
+	}
+	mc.EgressCeiling = e.ceiling
+	mc.EgressAllowPrivate = e.allowPrivate
+	mc.EgressSubnet = netip.Prefix(e.subnet)
+}
+
+// egressFlagNames names the flag of each egress field of core.Policy in
+// its checks' messages.
+var egressFlagNames = strings.NewReplacer(
+	"EgressDefault, EgressCeiling and EgressAllowPrivate need AllowNetwork (sandboxd --allow-network)",
+	"--egress-default-allow, --egress-default-deny, --egress-ceiling and --egress-allow-private need --allow-network",
+	"EgressDefault: network allow_out", "--egress-default-allow", "EgressDefault: network deny_out", "--egress-default-deny",
+	"EgressDefault", "--egress-default-allow/--egress-default-deny", "EgressCeiling", "--egress-ceiling", "EgressAllowPrivate", "--egress-allow-private")
+
+// checkEgress applies core.Policy's checks of the egress settings to the
+// flags' values, naming the flags; and the Docker backend's of the subnet.
+func checkEgress(mc *docker.Config) error {
+	p := core.Policy{AllowNetwork: mc.AllowNetwork, EgressDefault: mc.EgressDefault, EgressCeiling: mc.EgressCeiling,
+		EgressAllowPrivate: append([]netip.Prefix(nil), mc.EgressAllowPrivate...)}
+	if err := p.ApplyDefaults(); err != nil {
+		return errors.New(egressFlagNames.Replace(strings.TrimPrefix(err.Error(), "config: ")))
+	}
+	s := mc.EgressSubnet
+	switch {
+	case !s.Addr().Is4() || s.Bits() < 8 || s.Bits() > 28:
+		return fmt.Errorf("--egress-subnet %s: want an IPv4 block of /8 to /28", s)
+	case s != s.Masked():
+		return fmt.Errorf("--egress-subnet %s has host bits set; did you mean %s?", s, s.Masked())
+	}
+	return nil
+}
+
+// destList is a list of egress destinations, checked as they are given.
+type destList []string
+
+func (l *destList) String() string { return strings.Join(*l, ",") }
+
+func (l *destList) Set(s string) error {
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		if _, err := core.ParseDestination(e); err != nil {
+			return errors.New(strings.TrimPrefix(err.Error(), core.ErrInvalidArgument.Error()+": "))
+		}
+		*l = append(*l, e)
+	}
+	return nil
+}
+
+// prefixList is a list of CIDR blocks.
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *prefixList) Set(s string) error {
+	for _, e := range strings.Split(s, ",") {
+		e = strings.TrimSpace(e)
+		if e == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			return fmt.Errorf("%q is not a CIDR block such as 10.1.0.0/16", e)
+		}
+		*l = append(*l, p.Masked())
+	}
+	return nil
+}
+
+// prefixFlag is one CIDR block.
+type prefixFlag netip.Prefix
+
+func (p *prefixFlag) String() string { return netip.Prefix(*p).String() }
+
+func (p *prefixFlag) Set(s string) error {
+	v, err := netip.ParsePrefix(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("%q is not a CIDR block such as 100.127.0.0/16", s)
+	}
+	*p = prefixFlag(v)
+	return nil
+}
