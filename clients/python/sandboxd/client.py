@@ -20,6 +20,9 @@ from .events import (
     Error,
     Event,
     FileInfo,
+    HostInfo,
+    NetworkPolicy,
+    NetworkStatus,
     Result,
     SandboxInfo,
     Stderr,
@@ -203,13 +206,16 @@ class Sandbox:
         network: bool = False,
         metadata: Optional[dict] = None,
         idle_timeout=None,
+        network_policy=None,
         delete_on_exit: bool = False,
     ) -> "Sandbox":
         """The user's sandbox (AcquireSandbox), created if the user has none.
 
         The options apply only when a sandbox is created: limits (0 is the
         server's default; cpus in cores, e.g. 0.5), environment variables,
-        outbound network, metadata (a string map returned on every
+        outbound network (under the server's default egress policy, or
+        network_policy: a NetworkPolicy or a dict of its fields, which
+        implies network), metadata (a string map returned on every
         SandboxInfo and filterable in Client.list), idle_timeout (seconds
         or a timedelta; None is the server's default). `created` says whether this call created it;
         `state_lost` (with `replaced_sandbox_id`, `replaced_reason`) that
@@ -230,6 +236,8 @@ class Sandbox:
         d = _duration(idle_timeout)
         if d is not None:
             opts.idle_timeout.CopyFrom(d)
+        if network_policy is not None:
+            opts.network_policy.CopyFrom(NetworkPolicy.of(network_policy).to_proto())
         resp = client._call(client._stub.AcquireSandbox, pb.AcquireSandboxRequest(user_id=user_id, options=opts))
         return cls(
             client,
@@ -279,6 +287,36 @@ class Sandbox:
             if not token:
                 break
         return out
+
+    # -- network
+
+    def update_network_policy(self, policy) -> SandboxInfo:
+        """Replaces this sandbox's egress policy, whole (UpdateNetworkPolicy;
+        a NetworkPolicy or a dict of its fields; NetworkPolicy() allows
+        every public destination). New connections follow it at once, open
+        ones it refuses are closed. InvalidArgument names a bad entry;
+        FailedPrecondition for a sandbox created without network. Returns
+        the updated info, its policy redacted."""
+        resp = self.client._call(self.client._stub.UpdateNetworkPolicy, pb.UpdateNetworkPolicyRequest(
+            sandbox_id=self.id, policy=NetworkPolicy.of(policy).to_proto()))
+        self.info = SandboxInfo.from_proto(resp.sandbox)
+        return self.info
+
+    def network_status(self) -> NetworkStatus:
+        """The sandbox's egress (GetNetworkStatus): its policy (redacted),
+        counters and recent denials, each with why."""
+        resp = self.client._call(self.client._stub.GetNetworkStatus, pb.GetNetworkStatusRequest(sandbox_id=self.id))
+        return NetworkStatus.from_proto(resp)
+
+    def get_host(self, port: int) -> HostInfo:
+        """The URL of a port of the sandbox on sandboxd's HTTP front, and the
+        traffic token a request needs unless its policy allows public
+        traffic (GetHost). FailedPrecondition where sandboxd serves no
+        ports."""
+        if not 1 <= int(port) <= 65535:
+            raise ValueError("get_host: port %r is outside 1-65535" % (port,))
+        resp = self.client._call(self.client._stub.GetHost, pb.GetHostRequest(sandbox_id=self.id, port=int(port)))
+        return HostInfo.from_proto(resp)
 
     # -- commands
 

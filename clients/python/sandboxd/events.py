@@ -27,6 +27,11 @@ __all__ = [
     "WatchEvent",
     "SandboxInfo",
     "CommandInfo",
+    "NetworkPolicy",
+    "NetworkCounters",
+    "NetworkDenial",
+    "NetworkStatus",
+    "HostInfo",
     "event_from_proto",
 ]
 
@@ -249,6 +254,10 @@ class SandboxInfo:
     #: The sandbox's own idle timeout (SetSandboxTimeout), None when it
     #: follows the server's default.
     idle_timeout: Optional[datetime.timedelta] = None
+    #: A networked sandbox's egress policy, redacted: its rules' header
+    #: names with empty values (sandboxd never returns them); None
+    #: without network.
+    network_policy: Optional["NetworkPolicy"] = None
 
     @classmethod
     def from_proto(cls, m):
@@ -279,6 +288,7 @@ class SandboxInfo:
             health_reason=m.health_reason,
             metadata=dict(m.metadata),
             idle_timeout=m.idle_timeout.ToTimedelta() if m.HasField("idle_timeout") else None,
+            network_policy=NetworkPolicy.from_proto(m.network_policy) if m.HasField("network_policy") else None,
         )
 
 
@@ -318,6 +328,136 @@ class CommandInfo:
             stdin=m.stdin,
             pty=m.pty,
         )
+
+
+@dataclass(frozen=True)
+class NetworkPolicy:
+    """A sandbox's egress policy (sandbox.proto's NetworkPolicy has the
+    whole contract). E2B's words and precedence: an allow_out entry beats
+    a deny_out one, a destination neither matches is allowed, so
+    deny_out=["0.0.0.0/0"] with allow_out is an allow-list and the empty
+    policy allows every public destination. Entries are domains
+    ("example.com", "*.example.com"), IP addresses and CIDR blocks.
+
+    `rules` maps a domain pattern to the HTTP headers sandboxd's egress
+    gateway sets on each HTTPS request to it: a credential the sandbox
+    never sees. A rule grants no access. Policies sandboxd returns show the
+    header names with empty values. `allow_public_traffic` lets the
+    sandbox's port URLs answer without its traffic token."""
+
+    allow_out: List[str] = field(default_factory=list)
+    deny_out: List[str] = field(default_factory=list)
+    rules: Dict[str, Dict[str, str]] = field(default_factory=dict)
+    allow_public_traffic: bool = False
+
+    def to_proto(self):
+        from ._gen.sandbox.v1 import sandbox_pb2
+
+        p = sandbox_pb2.NetworkPolicy(allow_out=list(self.allow_out), deny_out=list(self.deny_out),
+                                      allow_public_traffic=self.allow_public_traffic)
+        for domain, headers in self.rules.items():
+            p.rules[domain].headers.update(dict(headers or {}))
+        return p
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(
+            allow_out=list(m.allow_out),
+            deny_out=list(m.deny_out),
+            rules={k: dict(r.headers) for k, r in m.rules.items()},
+            allow_public_traffic=m.allow_public_traffic,
+        )
+
+    @classmethod
+    def of(cls, value) -> "NetworkPolicy":
+        """A NetworkPolicy, or one from a dict with the same keys."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            unknown = set(value) - {"allow_out", "deny_out", "rules", "allow_public_traffic"}
+            if unknown:
+                raise ValueError("network policy: unknown keys %s" % sorted(unknown))
+            return cls(**value)
+        raise TypeError("network policy: want a NetworkPolicy or a dict, not %s" % type(value).__name__)
+
+
+@dataclass(frozen=True)
+class NetworkCounters:
+    """A sandbox's egress counters since sandboxd last attached its network
+    (its creation or wake, or sandboxd's start)."""
+
+    bytes_out: int = 0
+    bytes_in: int = 0
+    connections_allowed: int = 0
+    connections_denied: int = 0
+    dns_allowed: int = 0
+    dns_denied: int = 0
+    connections_open: int = 0
+    rule_requests: int = 0
+    denials_dropped: int = 0
+    dns_rate_limited: int = 0
+    connections_refused_at_cap: int = 0
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(**{f: getattr(m, f) for f in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class NetworkDenial:
+    """One refused connection or DNS query: `kind` is "DNS" or "TCP",
+    `name` what it asked for or carried (from the sandbox), `address` the
+    destination ("198.51.100.7:443") when known, `reason` what refused it."""
+
+    time: Optional[datetime.datetime]
+    kind: str
+    name: str
+    address: str
+    reason: str
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(
+            time=_time(m.time),
+            kind=_enum_name("NetworkDenialKind", m.kind, "NETWORK_DENIAL_KIND_"),
+            name=m.name,
+            address=m.address,
+            reason=m.reason,
+        )
+
+
+@dataclass(frozen=True)
+class NetworkStatus:
+    """A networked sandbox's egress (Sandbox.network_status): its policy
+    (redacted), its counters and its recent denials, oldest first."""
+
+    policy: NetworkPolicy
+    counters: NetworkCounters
+    denials: List[NetworkDenial]
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(
+            policy=NetworkPolicy.from_proto(m.policy),
+            counters=NetworkCounters.from_proto(m.counters),
+            denials=[NetworkDenial.from_proto(d) for d in m.denials],
+        )
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """How to reach a port of a sandbox (Sandbox.get_host): `url` on
+    sandboxd's HTTP front and, when `token_required`, the `traffic_token`
+    to send in the header `token_header`."""
+
+    url: str
+    token_required: bool
+    traffic_token: str
+    token_header: str
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(url=m.url, token_required=m.token_required, traffic_token=m.traffic_token, token_header=m.token_header)
 
 
 def event_from_proto(ev) -> Event:

@@ -244,6 +244,21 @@ class LiveTest(unittest.TestCase):
         self.assertEqual(self.client.sandbox(kept.id).info.state, "RUNNING")
 
     @unittest.skipUnless(CONTROL, "SANDBOXD_TEST_CONTROL is not set")
+    def test_network_refused_without_allow_network(self):
+        # The live server runs without --allow-network: a policy is refused
+        # as network is (the request is wrong here), and the network calls
+        # say the server has no networking; the sealed sandbox is unchanged.
+        self.assertFalse(self.sb.info.network)
+        self.assertIsNone(self.sb.info.network_policy)
+        with self.assertRaises(sandboxd.InvalidArgument) as cm:
+            self.client.acquire("py-net-" + uuid.uuid4().hex[:8], network_policy=sandboxd.NetworkPolicy(allow_out=["pypi.org"]))
+        self.assertIn("--allow-network", cm.exception.message)
+        for call in (lambda: self.sb.update_network_policy(sandboxd.NetworkPolicy()), self.sb.network_status,
+                     lambda: self.sb.get_host(8080)):
+            with self.assertRaises(sandboxd.FailedPrecondition) as cm:
+                call()
+            self.assertIn("--allow-network", cm.exception.message)
+
     def test_resumes_after_sandboxd_is_killed_and_restarted(self):
         # Prints a line every 0.2 s for 3 s; records each run in a file.
         code = (
