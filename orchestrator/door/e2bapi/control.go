@@ -41,6 +41,7 @@ func (s *Server) controlMux() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/timeout", s.authed(s.setTimeout))
 	mux.HandleFunc("POST /sandboxes/{id}/refreshes", s.authed(s.refresh))
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.pause))
+	mux.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound,
@@ -74,6 +75,10 @@ type createRequest struct {
 	Timeout    *int64 // seconds
 	AutoPause  *bool
 	Secure     *bool
+	// Network is E2B's SandboxNetworkConfig (network.go), nil when absent;
+	// AllowInternetAccess its allow_internet_access.
+	Network             *e2bNetwork
+	AllowInternetAccess *bool
 }
 
 // decode decodes a create body: the maps are bounded as they are read.
@@ -85,6 +90,17 @@ func (req *createRequest) decode(r *http.Request) error {
 		"timeout":    intField(&req.Timeout),
 		"autoPause":  boolField(&req.AutoPause),
 		"secure":     boolField(&req.Secure),
+		"network": func(b *jsonBody, name string) error {
+			n, present := &e2bNetwork{}, false
+			if err := objectField(&present, n.fields(false))(b, name); err != nil {
+				return err
+			}
+			if present {
+				req.Network = n
+			}
+			return nil
+		},
+		"allow_internet_access": boolField(&req.AllowInternetAccess),
 	})
 }
 
@@ -165,7 +181,15 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		md[k] = v
 	}
 	md[templateKey] = tpl
-	res, err := s.m.Acquire(r.Context(), newUserID(), core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle})
+	opts := core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle}
+	switch {
+	case req.Network != nil:
+		p := req.Network.policy(req.AllowInternetAccess)
+		opts.NetworkPolicy = &p
+	case req.AllowInternetAccess != nil && *req.AllowInternetAccess:
+		opts.Network = true // the server's default policy
+	}
+	res, err := s.m.Acquire(r.Context(), newUserID(), opts)
 	if err != nil {
 		s.writeError(w, r, "create", err)
 		return
@@ -248,6 +272,10 @@ type sandboxInfo struct {
 	State           string            `json:"state"`
 	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
 	Domain          *string           `json:"domain"`
+	// AllowInternetAccess is whether the sandbox has network at all;
+	// Network its policy, redacted (network.go).
+	AllowInternetAccess bool            `json:"allowInternetAccess"`
+	Network             *e2bNetworkInfo `json:"network,omitempty"`
 }
 
 func infoOf(sb core.Sandbox) sandboxInfo {
@@ -260,7 +288,8 @@ func infoOf(sb core.Sandbox) sandboxInfo {
 	cpus := max(sb.Limits.NanoCPUs/1e9, 1)
 	return sandboxInfo{TemplateID: templateOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
 		EndAt: sb.ExpiresAt, EnvdVersion: EnvdVersion, CPUCount: cpus, MemoryMB: sb.Limits.MemoryBytes >> 20,
-		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: e2bState(sb.State)}
+		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: e2bState(sb.State),
+		AllowInternetAccess: sb.Network, Network: networkInfoOf(sb)}
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {

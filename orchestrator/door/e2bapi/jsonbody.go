@@ -285,3 +285,113 @@ func mapField(dst *map[string]string, noun string, maxEntries, maxBytes int) fie
 		return err
 	}
 }
+
+// objectField decodes an object (null leaves everything as it was),
+// calling fields[name] for each field and skipping the others, as
+// decodeObject does for a whole body. present, when not nil, is set when
+// the value was an object rather than null.
+func objectField(present *bool, fields map[string]field) field {
+	return func(b *jsonBody, name string) error {
+		tok, err := b.token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case nil:
+			return nil
+		case json.Delim('{'):
+		default:
+			return typeError(name, "an object", tok)
+		}
+		if present != nil {
+			*present = true
+		}
+		for b.dec.More() {
+			kt, err := b.token()
+			if err != nil {
+				return err
+			}
+			k, _ := kt.(string)
+			if f := fields[k]; f != nil {
+				err = f(b, name+"."+k)
+			} else {
+				err = b.skip()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		_, err = b.token() // the closing brace
+		return err
+	}
+}
+
+// arrayField decodes an array (null leaves everything as it was) of at
+// most maxEntries values, calling elem for each with the value's name
+// ("name[3]"), refusing the body at the first value past the bound.
+func arrayField(maxEntries int, elem func(i int) field) field {
+	return func(b *jsonBody, name string) error {
+		tok, err := b.token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case nil:
+			return nil
+		case json.Delim('['):
+		default:
+			return typeError(name, "an array", tok)
+		}
+		for i := 0; b.dec.More(); i++ {
+			if i >= maxEntries {
+				return badRequest(fmt.Sprintf("%s has more than %d entries; the limit is %d", name, maxEntries, maxEntries))
+			}
+			if err := elem(i)(b, fmt.Sprintf("%s[%d]", name, i)); err != nil {
+				return err
+			}
+		}
+		_, err = b.token() // the closing bracket
+		return err
+	}
+}
+
+// stringListField decodes an array of at most maxEntries strings of at
+// most maxLen bytes each (null leaves dst; a null entry is refused).
+func stringListField(dst *[]string, maxEntries, maxLen int) field {
+	return func(b *jsonBody, name string) error {
+		tok, err := b.token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case nil:
+			return nil
+		case json.Delim('['):
+		default:
+			return typeError(name, "an array of strings", tok)
+		}
+		list := []string{}
+		for i := 0; b.dec.More(); i++ {
+			if i >= maxEntries {
+				return badRequest(fmt.Sprintf("%s has more than %d entries; the limit is %d", name, maxEntries, maxEntries))
+			}
+			tok, err := b.token()
+			if err != nil {
+				return err
+			}
+			s, ok := tok.(string)
+			switch {
+			case !ok:
+				return typeError(fmt.Sprintf("%s[%d]", name, i), "a string", tok)
+			case len(s) > maxLen:
+				return badRequest(fmt.Sprintf("%s[%d] is longer than %d bytes", name, i, maxLen))
+			}
+			list = append(list, s)
+		}
+		if _, err := b.token(); err != nil { // the closing bracket
+			return err
+		}
+		*dst = list
+		return nil
+	}
+}

@@ -49,6 +49,11 @@ type daemon struct {
 	proc       *sandboxdproc.Process
 }
 
+// networkAllowed says whether the suites' sandboxd gives sandboxes
+// network (network.test.mjs needs it): not under runsc, which sandboxd
+// refuses network with until the egress plumbing supports it.
+func networkAllowed() bool { return os.Getenv("SANDBOXD_E2E_RUNTIME") != "runsc" }
+
 // start runs it and returns its E2B address.
 func (d *daemon) start(t *testing.T) string {
 	t.Helper()
@@ -96,6 +101,9 @@ func newDaemon(t *testing.T, e2bAddr string) (d *daemon, key, otherKey string) {
 		"--state-dir", state, "--image", image, "--default-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
+	}
+	if networkAllowed() {
+		args = append(args, "--allow-network")
 	}
 	d = &daemon{bin: bin, state: state, args: args}
 	t.Cleanup(func() {
@@ -200,7 +208,7 @@ func TestSDK(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", f)
 			cmd.Env = append(os.Environ(), "E2B_SDK_DIR="+dir, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
-				"E2B_API_KEY="+key, "E2B_API_KEY_OTHER="+other, "E2B_DEBUG=", "E2B_DOMAIN=")
+				"E2B_API_KEY="+key, "E2B_API_KEY_OTHER="+other, "E2B_DEBUG=", "E2B_DOMAIN=", "SANDBOXD_NETWORK="+map[bool]string{true: "1"}[networkAllowed()])
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("%s did not finish within 15 minutes:\n%s", f, out)
