@@ -54,8 +54,10 @@ func TestNetworkPolicyNeverEchoesSecrets(t *testing.T) {
 			gotOpts = opts
 			return core.AcquireResult{Sandbox: leaky(sb1), Created: true}, nil
 		},
-		GetFunc:  func(_ context.Context, id string) (core.Sandbox, error) { return leaky(id), nil },
-		ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) { return []core.Sandbox{leaky(sb1), leaky(sb2)}, nil },
+		GetFunc: func(_ context.Context, id string) (core.Sandbox, error) { return leaky(id), nil },
+		ListFunc: func(context.Context, core.ListFilter) ([]core.Sandbox, error) {
+			return []core.Sandbox{leaky(sb1), leaky(sb2)}, nil
+		},
 		UpdateNetworkPolicyFunc: func(_ context.Context, id string, p core.NetworkPolicy) (core.Sandbox, error) {
 			gotPolicy = p
 			return leaky(id), nil
