@@ -87,6 +87,9 @@ type sandbox struct {
 	env map[string]string
 	// hib (mu) is the hibernation state machine, persisted in meta.json.
 	hib hibMeta
+	// net (mu) is a networked sandbox's address and holder (network.go);
+	// nil for a sandbox without network.
+	net *netMeta
 }
 
 // newSandbox builds the record for metadata m in directory dir.
@@ -122,6 +125,10 @@ func newSandbox(dir string, m meta) *sandbox {
 	if m.Hib != nil {
 		sb.hib = *m.Hib
 	}
+	if m.Net != nil {
+		n := *m.Net
+		sb.net = &n
+	}
 	if m.State == core.StateHibernated {
 		sb.state = core.StateHibernated
 	}
@@ -150,7 +157,17 @@ func (sb *sandbox) metaLocked() meta {
 		OnIdle:       sb.onIdle,
 		Env:          sb.env,
 		Hib:          sb.hib.forMeta(),
+		Net:          sb.netForMeta(),
 	}
+}
+
+// netForMeta copies sb.net for meta.json. Call with mu held.
+func (sb *sandbox) netForMeta() *netMeta {
+	if sb.net == nil {
+		return nil
+	}
+	n := *sb.net
+	return &n
 }
 
 // persist writes meta.json if anything changed since the last write (or

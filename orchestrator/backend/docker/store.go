@@ -92,6 +92,8 @@ type meta struct {
 	// Hib is the hibernation state machine (hibernate.go); nil for a
 	// sandbox never hibernated.
 	Hib *hibMeta `json:"hibernation,omitempty"`
+	// Net is a networked sandbox's address and holder (network.go).
+	Net *netMeta `json:"net,omitempty"`
 }
 
 // sandboxDir returns the directory of sandbox id under stateDir.
