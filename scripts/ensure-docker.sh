@@ -3,10 +3,8 @@
 # answering. Idempotent: if `docker info` already works it exits at once.
 #
 # On a fresh Debian machine (as root) it installs docker.io (and runsc when
-# the archive has it), writes/merges /etc/docker/daemon.json (with gVisor
-# registered twice: runsc, --network=none, for sealed sandboxes, and
-# runsc-net, --network=sandbox, for networked ones), starts dockerd in the
-# background and waits for it to answer.
+# the archive has it), writes/merges /etc/docker/daemon.json, starts dockerd
+# in the background and waits for it to answer.
 #
 # Environment:
 #   DOCKER_WAIT_SECONDS  how long to wait for the daemon to answer (default 60)
@@ -115,10 +113,9 @@ cfg["live-restore"] = True
 cfg["experimental"] = True
 if want_runsc:
     rts = cfg.setdefault("runtimes", {})
-    for name, net in (("runsc", "none"), ("runsc-net", "sandbox")):
-        rt = rts.setdefault(name, {})
-        rt["path"] = runsc
-        rt["runtimeArgs"] = ["--network=" + net]
+    rt = rts.setdefault("runsc", {})
+    rt["path"] = runsc
+    rt["runtimeArgs"] = ["--network=none"]
 if json.dumps(cfg, sort_keys=True) != orig:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -138,10 +135,6 @@ elif [ ! -s "$DAEMON_JSON" ]; then
     "runsc": {
       "path": "$RUNSC",
       "runtimeArgs": ["--network=none"]
-    },
-    "runsc-net": {
-      "path": "$RUNSC",
-      "runtimeArgs": ["--network=sandbox"]
     }
   }
 }
