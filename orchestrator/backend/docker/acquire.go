@@ -265,6 +265,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		}
 		return nil, dockerError("start container", err)
 	}
+	m.noteBoot(ctx, sb) // gVisor's boot with its address (network.go)
 	sb.mu.Lock()
 	md := sb.metaLocked()
 	sb.mu.Unlock()

@@ -113,6 +113,9 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 	}
 	sb.mu.Lock()
 	sb.state, sb.containerID = core.StateRunning, resp.ID
+	sb.mu.Unlock()
+	m.noteBoot(ctx, sb) // gVisor's boot with its address (network.go)
+	sb.mu.Lock()
 	sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.HibernatedAt = rec.CommandID, level, time.Time{}
 	sb.lastActive, sb.dirty = time.Now(), true
 	sb.mu.Unlock()

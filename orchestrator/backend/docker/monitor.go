@@ -190,7 +190,7 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 	if msg.Action == events.ActionStart {
 		// Only a networked sandbox's container under gVisor cares.
 		if sb := m.reg.get(id); sb != nil && !sb.asleep() && sb.currentContainer() == msg.Actor.ID {
-			m.onNetContainerEvent(ctx, sb, string(msg.Action))
+			m.onNetContainerEvent(ctx, sb, string(msg.Action), time.Unix(0, msg.TimeNano))
 		}
 		return
 	}
@@ -202,7 +202,7 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 		return // not (or no longer) one of ours: e.g. our own removal
 	}
 	if msg.Action == events.ActionDie {
-		m.onNetContainerEvent(ctx, sb, string(msg.Action))
+		m.onNetContainerEvent(ctx, sb, string(msg.Action), time.Unix(0, msg.TimeNano))
 	}
 	switch msg.Action {
 	case events.ActionDie:

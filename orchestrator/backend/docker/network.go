@@ -123,6 +123,15 @@ type netMeta struct {
 	// Holder is the ID of the container holding its network namespace;
 	// empty while hibernated.
 	Holder string `json:"holder,omitempty"`
+	// Boot is, under gVisor, the start time (Docker's State.StartedAt) of
+	// the sandbox's container boot known to have its address: gVisor
+	// takes S off eth0 at each boot, so a boot sandboxd did not see (the
+	// container restarted while sandboxd was down) had none, and is
+	// restarted at start-up with S put back (reattachNet).
+	Boot string `json:"boot,omitempty"`
+	// armed (not persisted): S was put on eth0 for gVisor's next boot,
+	// which has not been seen yet (onNetContainerEvent).
+	armed bool
 }
 
 // holder is sb's network holder's container ID ("" for none).
@@ -617,6 +626,7 @@ func (m *Manager) upNet(ctx context.Context, sb *sandbox) error {
 	if err := m.net.kernel.plumb(m.net.names, m.net.names.link(sb.id), pid, hostAddr(s), s); err != nil {
 		return fmt.Errorf("plumb the sandbox's network: %w", err)
 	}
+	m.armNet(sb)
 	if err := m.writeBundle(sb, pid); err != nil {
 		return fmt.Errorf("write the sandbox's CA bundle: %w", err)
 	}
@@ -786,11 +796,34 @@ func (m *Manager) reattachNet(ctx context.Context, sb *sandbox, readdressed bool
 		if err := m.net.kernel.plumb(m.net.names, link, pid, hostAddr(s), s); err != nil {
 			return fmt.Errorf("plumb the network of sandbox %s: %w", sb.id, err)
 		}
+		m.armNet(sb)
 		restart = true // the sandbox's container is in the old namespace, or gVisor booted without eth0
 	} else if gvisor {
 		// gVisor takes S off eth0 when it boots: an address still there
-		// is one its netstack did not take.
-		if still, err := m.net.kernel.plumbed(link, pid, s, true); err == nil && still {
+		// is one its netstack did not take; a container being restarted
+		// by Docker boots next, and needs S back; a boot sandboxd did not
+		// see had none.
+		info, err := m.docker.ContainerInspect(ctx, containerID)
+		if err != nil {
+			return dockerError("inspect container", err)
+		}
+		still, err := m.net.kernel.plumbed(link, pid, s, true)
+		switch {
+		case err != nil:
+			return fmt.Errorf("check the network of sandbox %s: %w", sb.id, err)
+		case still:
+			restart = !info.State.Restarting
+		case info.State.Restarting:
+			if err := m.net.kernel.restoreAddr(pid, hostAddr(s), s); err != nil {
+				return fmt.Errorf("restore the address of sandbox %s: %w", sb.id, err)
+			}
+			m.armNet(sb)
+		case info.State.StartedAt != sb.netBoot():
+			log.Warn("the sandbox's container restarted while sandboxd was down: gVisor booted without its address")
+			if err := m.net.kernel.restoreAddr(pid, hostAddr(s), s); err != nil {
+				return fmt.Errorf("restore the address of sandbox %s: %w", sb.id, err)
+			}
+			m.armNet(sb)
 			restart = true
 		}
 	}
@@ -804,6 +837,51 @@ func (m *Manager) reattachNet(ctx context.Context, sb *sandbox, readdressed bool
 		}
 	}
 	return nil
+}
+
+// armNet records that S is on eth0 for gVisor's next boot.
+func (m *Manager) armNet(sb *sandbox) {
+	sb.mu.Lock()
+	if sb.net != nil {
+		sb.net.armed = true
+	}
+	sb.mu.Unlock()
+}
+
+// netBoot is sb's Boot (netMeta).
+func (sb *sandbox) netBoot() string {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.net == nil {
+		return ""
+	}
+	return sb.net.Boot
+}
+
+// bootOf is a container's State.StartedAt ("" if unknown).
+func (m *Manager) bootOf(ctx context.Context, containerID string) string {
+	info, err := m.docker.ContainerInspect(ctx, containerID)
+	if err != nil || info.State == nil {
+		return ""
+	}
+	return info.State.StartedAt
+}
+
+// noteBoot records, under gVisor, that the current boot of sb's container
+// has its address (Boot); the caller persists sb.
+func (m *Manager) noteBoot(ctx context.Context, sb *sandbox) {
+	sb.mu.Lock()
+	n, runtime, id := sb.net, sb.runtime, sb.containerID
+	sb.mu.Unlock()
+	if n == nil || runtime != core.RuntimeGVisor || id == "" {
+		return
+	}
+	boot := m.bootOf(ctx, id)
+	sb.mu.Lock()
+	if sb.net != nil {
+		sb.net.Boot, sb.dirty = boot, true
+	}
+	sb.mu.Unlock()
 }
 
 // reserveNet takes sb's address from meta.json at start-up, or gives sb a
@@ -848,7 +926,11 @@ func cmpReason(r, dflt string) string {
 // at each boot and does not give it back, so when the container dies S
 // is put back for the next boot, and a container that started before
 // that (the address still on eth0 once it runs) is restarted again.
-func (m *Manager) onNetContainerEvent(ctx context.Context, sb *sandbox, action string) {
+//
+// at is the event's time: an event of an earlier boot than the current
+// one (the monitor replays events after a reconnect and at start) is
+// stale, and ignored; the current boot's start decides.
+func (m *Manager) onNetContainerEvent(ctx context.Context, sb *sandbox, action string, at time.Time) {
 	sb.mu.Lock()
 	n, runtime := sb.net, sb.runtime
 	sb.mu.Unlock()
@@ -860,18 +942,53 @@ func (m *Manager) onNetContainerEvent(ctx context.Context, sb *sandbox, action s
 		return
 	}
 	pid := hinfo.State.Pid
+	info, err := m.docker.ContainerInspect(ctx, sb.currentContainer())
+	if err != nil || info.State == nil {
+		return
+	}
+	if started, err := time.Parse(time.RFC3339Nano, info.State.StartedAt); err == nil && at.Before(started) {
+		return // of an earlier boot
+	}
+	if action == "start" && (!info.State.Running || info.State.Restarting) {
+		return // down again: its die, and the start after it, decide
+	}
+	restart := func(why string) {
+		m.log.Warn(why+"; restarting the sandbox's container", "sandbox_id", sb.id)
+		if err := m.docker.ContainerRestart(ctx, sb.currentContainer(), container.StopOptions{}); err != nil {
+			m.log.Warn("restart the sandbox's container", "sandbox_id", sb.id, "error", err)
+		}
+	}
 	switch action {
 	case "die":
 		if err := m.net.kernel.restoreAddr(pid, hostAddr(n.Addr), n.Addr); err != nil {
 			m.log.Warn("put the sandbox's address back for gVisor's next boot", "sandbox_id", sb.id, "error", err)
+			return
 		}
+		m.armNet(sb)
 	case "start":
 		still, err := m.net.kernel.plumbed(m.net.names.link(sb.id), pid, n.Addr, true)
-		if err == nil && still {
-			m.log.Warn("gVisor booted before the sandbox's address was back; restarting the container", "sandbox_id", sb.id)
-			if err := m.docker.ContainerRestart(ctx, sb.currentContainer(), container.StopOptions{}); err != nil {
-				m.log.Warn("restart the sandbox's container", "sandbox_id", sb.id, "error", err)
+		sb.mu.Lock()
+		armed := sb.net != nil && sb.net.armed
+		if sb.net != nil {
+			sb.net.armed = false
+		}
+		sb.mu.Unlock()
+		switch {
+		case err != nil:
+			m.log.Warn("check the network of a restarted gVisor sandbox", "sandbox_id", sb.id, "error", err)
+		case still:
+			// Its next start is checked in turn: the address is there.
+			m.armNet(sb)
+			restart("gVisor booted before the sandbox's address was back")
+		case !armed:
+			if err := m.net.kernel.restoreAddr(pid, hostAddr(n.Addr), n.Addr); err != nil {
+				m.log.Warn("put the sandbox's address back for gVisor's next boot", "sandbox_id", sb.id, "error", err)
+				return
 			}
+			m.armNet(sb)
+			restart("gVisor booted without the sandbox's address")
+		default:
+			m.noteBoot(ctx, sb) // this boot took the address
 		}
 	}
 }

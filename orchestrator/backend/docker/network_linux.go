@@ -135,7 +135,7 @@ func writeTable(n netNames, gw netip.Addr) error {
 	rule(guard, fromSandbox, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
 	rule(guard, fromSandbox, nfproto(unix.NFPROTO_IPV4), []expr.Any{
 		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}, verdict(expr.VerdictDrop))
 
 	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_UDP), dport(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
