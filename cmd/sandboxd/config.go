@@ -101,7 +101,6 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
 	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network), through sandboxd's egress gateway only; without it sandboxes have no network. Under --runtime runsc, networked sandboxes run under the runsc-net runtime (make runsc registers it)")
-	fs.TextVar(&mc.EgressSubnet, "egress-subnet", docker.DefaultEgressSubnet, "IPv4 `block` networked sandboxes are addressed from (a /31 each; the egress gateway is its first address); must not overlap the host's networks")
 	fs.BoolVar(&diskVolumes, "disk-volumes", true, "give each sandbox size-limited volumes for /workspace and /io (sparse ext4 images, loop-mounted: needs root, loop devices and mkfs.ext4); false: plain directories with no disk limit")
 	fs.Var(&defDisk, "default-disk", "/workspace size of a sandbox that asks for none (`size`)")
 	fs.Var(&maxDisk, "max-disk", "largest /workspace size a caller may ask for (`size`)")

@@ -125,7 +125,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{nil, []string{"SANDBOXD_IDLE_TTL", "soon"}, "SANDBOXD_IDLE_TTL"},
 		{nil, []string{"HOME", ""}, "--state-dir is empty"},
 		{[]string{"--tls-cert", "c.pem"}, nil, "--tls-cert and --tls-key go together"},
-		{[]string{"--egress-subnet", "100.127.0.0"}, nil, "egress-subnet"},
 		{[]string{"--max-code", "2MiB"}, nil, "--max-code must be between 1 and 1048576 bytes"},
 		{[]string{"--warm-pool", "5", "--max-sandboxes", "4"}, nil, "--warm-pool 5 is above --max-sandboxes 4"},
 		{[]string{"--max-sandboxes-per-tenant", "-1"}, nil, "--max-sandboxes-per-tenant -1 is negative"},
@@ -163,7 +162,7 @@ func TestHelp(t *testing.T) {
 		t.Fatalf("error = %v, want errHelp", err)
 	}
 	for _, want := range []string{"-listen", "SANDBOXD_IDLE_TTL", "-default-memory", "-auth-tokens", "-insecure", "-tls-cert",
-		"-max-sandboxes-per-tenant", "-warm-pool", "-allow-network", "-egress-subnet", "-default-disk", "-disk-volumes", "-max-code",
+		"-max-sandboxes-per-tenant", "-warm-pool", "-allow-network", "-default-disk", "-disk-volumes", "-max-code",
 		"-max-watches", "-max-watches-per-tenant", "-max-watches-per-sandbox", "-max-watch-dirs", "-max-watch-dirs-per-tenant", "-max-watch-dirs-per-sandbox", "-max-watch-dirs-per-call"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("usage lacks %q:\n%s", want, out.String())

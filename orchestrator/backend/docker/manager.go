@@ -62,11 +62,13 @@ type Config struct {
 	// the smaller bound is dropped alone, at once.
 	SnapshotDiskBudgetPerTenant int64
 
-	// EgressSubnet is the block networked sandboxes are addressed from
-	// (network.go): the gateway's address G is its first host address,
-	// and each sandbox takes a /31. It must not overlap the host's
-	// networks. Default DefaultEgressSubnet.
+	// EgressSubnet is the IPv4 block networked sandboxes are addressed
+	// from (sandboxd --egress-subnet): the egress gateway takes its first
+	// address and each sandbox a /31 pair of it (network.go). It must not
+	// overlap the host's own networks; no sandbox reaches it through the
+	// gateway. Default DefaultEgressSubnet.
 	EgressSubnet netip.Prefix
+
 	// Egress configures the egress gateway (its Bounds.SandboxNet is
 	// EgressSubnet); it runs when AllowNetwork is set or a networked
 	// sandbox exists.
@@ -116,17 +118,20 @@ func (c *Config) applyDefaults() error {
 		c.Snapshots = LocalSnapshots{}
 	}
 	c.Metrics = core.MetricsOrNoop(c.Metrics) // metrics hook
+	if !c.EgressSubnet.IsValid() {
+		c.EgressSubnet = DefaultEgressSubnet
+	}
+	switch {
+	case !c.EgressSubnet.Addr().Is4() || c.EgressSubnet.Bits() < 8 || c.EgressSubnet.Bits() > 28:
+		return core.Invalidf("config: EgressSubnet %s: want an IPv4 block of /8 to /28 (room for the gateway and a /31 per sandbox)", c.EgressSubnet)
+	case c.EgressSubnet != c.EgressSubnet.Masked():
+		return core.Invalidf("config: EgressSubnet %s has host bits set; did you mean %s?", c.EgressSubnet, c.EgressSubnet.Masked())
+	}
 	switch {
 	case c.SnapshotDiskBudget < 0:
 		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
 	case c.SnapshotDiskBudgetPerTenant < 0:
 		return core.Invalidf("config: SnapshotDiskBudgetPerTenant must not be negative")
-	}
-	if !c.EgressSubnet.IsValid() {
-		c.EgressSubnet = DefaultEgressSubnet
-	}
-	if err := checkEgressSubnet(c.EgressSubnet); err != nil {
-		return err
 	}
 	if c.netNames == (netNames{}) {
 		c.netNames = defaultNetNames
@@ -139,6 +144,11 @@ func (c *Config) applyDefaults() error {
 	}
 	return nil
 }
+
+// DefaultEgressSubnet addresses networked sandboxes unless configured: a
+// block of the shared address space (RFC 6598, 100.64.0.0/10), which is
+// rarely a host's own and is a special range no sandbox reaches.
+var DefaultEgressSubnet = netip.MustParsePrefix("100.127.0.0/16")
 
 // Timings of background work.
 const (

@@ -67,14 +67,6 @@ import (
 // without root; the real one (network_linux.go) uses netlink and
 // nftables through well-kept libraries, never the ip or nft commands.
 
-// Defaults of the plumbing.
-var (
-	// DefaultEgressSubnet is Config.EgressSubnet's default: part of the
-	// shared address space (RFC 6598), rarely used by hosts, and never a
-	// destination the gateway lets a sandbox reach.
-	DefaultEgressSubnet = netip.MustParsePrefix("100.127.0.0/16")
-)
-
 // The gateway's ports on G.
 const (
 	gatewayTCPPort = 15001
@@ -441,21 +433,6 @@ func (p *addrPool) release(id string, s netip.Addr) {
 	if p.used[s] == id {
 		delete(p.used, s)
 	}
-}
-
-// checkEgressSubnet checks Config.EgressSubnet.
-func checkEgressSubnet(p netip.Prefix) error {
-	switch {
-	case !p.IsValid() || !p.Addr().Is4():
-		return core.Invalidf("config: the egress subnet must be an IPv4 CIDR block such as %s", DefaultEgressSubnet)
-	case p != p.Masked():
-		return core.Invalidf("config: the egress subnet %s has host bits set; did you mean %s?", p, p.Masked())
-	case p.Bits() > 30:
-		return core.Invalidf("config: the egress subnet %s is too small: at least a /30 (the gateway's pair and one sandbox's)", p)
-	case p.Bits() < 8:
-		return core.Invalidf("config: the egress subnet %s is too large: at most a /8", p)
-	}
-	return nil
 }
 
 // netState is the Manager's networking: nil unless the server allows

@@ -51,10 +51,11 @@ func TestAddrPool(t *testing.T) {
 	}
 }
 
-func TestCheckEgressSubnet(t *testing.T) {
-	for s, ok := range map[string]bool{"100.127.0.0/16": true, "10.99.0.0/30": true, "100.127.0.1/16": false,
-		"100.127.0.0/31": false, "fd00::/64": false, "10.0.0.0/7": false} {
-		if err := checkEgressSubnet(netip.MustParsePrefix(s)); (err == nil) != ok {
+func TestEgressSubnetChecks(t *testing.T) {
+	for s, ok := range map[string]bool{"100.127.0.0/16": true, "10.99.0.0/28": true, "100.127.0.1/16": false,
+		"100.127.0.0/30": false, "fd00::/64": false, "10.0.0.0/7": false} {
+		cfg := Config{StateDir: t.TempDir(), EgressSubnet: netip.MustParsePrefix(s)}
+		if err := cfg.applyDefaults(); (err == nil) != ok {
 			t.Errorf("%s: %v", s, err)
 		}
 	}
