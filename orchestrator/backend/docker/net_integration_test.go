@@ -97,6 +97,21 @@ func (g *observingGateway) ServeDNS(pc net.PacketConn) error {
 	}
 }
 
+// ServeDNSTCP records a DNS connection over TCP as a query from its source.
+func (g *observingGateway) ServeDNSTCP(l net.Listener) error {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return err
+		}
+		g.mu.Lock()
+		g.queries = append(g.queries, c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap())
+		g.mu.Unlock()
+		g.note()
+		c.Close()
+	}
+}
+
 func (g *observingGateway) snapshot() ([]observedConn, []netip.Addr, map[string]netip.Addr) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -299,6 +314,10 @@ q = bytes.fromhex("12340100000100000000000001610474657374000001" + "0001")
 for ns in ["%s", "%s"]:
     u.sendto(q, (ns, 53))
 try:
+    socket.create_connection(("%s", 53), timeout=5).close(); print("dns over tcp connected")
+except Exception as e:
+    print("dns over tcp error", e)
+try:
     i = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
     i.sendto(bytes.fromhex("0800f7ff00000000"), ("%s", 0)); print("icmp sent")
 except Exception as e:
@@ -309,13 +328,16 @@ except Exception as e:
     print("ipv6 error", e)
 print("if_inet6", open("/proc/net/if_inet6").read().strip() if __import__("os").path.exists("/proc/net/if_inet6") else "")
 `, in.Hosts["a.test"].Addr, nettest.UDPPort, nettest.MetadataAddr, nettest.UDPPort, sb,
-		g, in.Hosts["a.test"].Addr, in.Hosts["a.test"].Addr)
+		g, in.Hosts["a.test"].Addr, in.Hosts["b.test"].Addr, in.Hosts["a.test"].Addr)
 	out = mustRunOK(t, m, a.ID, "python", py.String())
 	t.Logf("sandbox A:\n%s", out)
 	for _, d := range targets {
 		if !strings.Contains(out, fmt.Sprintf("tcp %s gateway", d)) {
 			t.Errorf("TCP to %s did not reach the gateway: %q", d, out)
 		}
+	}
+	if !strings.Contains(out, "dns over tcp connected") {
+		t.Errorf("DNS over TCP did not reach the gateway: %q", out)
 	}
 	if !strings.Contains(out, "ipv6 error") || strings.Contains(out, "eth0") {
 		t.Errorf("IPv6: %q", out)
@@ -327,7 +349,7 @@ print("if_inet6", open("/proc/net/if_inet6").read().strip() if __import__("os").
 	// The gateway saw each connection from S with its original
 	// destination, and both DNS queries.
 	waitFor(t, gws[0], func(conns []observedConn, queries []netip.Addr) bool {
-		return len(conns) >= len(targets) && len(queries) >= 2
+		return len(conns) >= len(targets) && len(queries) >= 3
 	})
 	conns, queries, attached := gws[0].snapshot()
 	for _, d := range targets {

@@ -53,17 +53,23 @@ func (k *fakeKernel) linkCount() int {
 	return len(k.links)
 }
 
-func (k *fakeKernel) listen(netip.Addr) (net.Listener, net.PacketConn, error) {
+func (k *fakeKernel) listen(netip.Addr) (net.Listener, net.PacketConn, net.Listener, error) {
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
 		l.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return l, pc, nil
+	l2, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		l.Close()
+		pc.Close()
+		return nil, nil, nil, err
+	}
+	return l, pc, l2, nil
 }
 
 func (k *fakeKernel) imageRoots(int) ([]byte, error) {

@@ -159,8 +159,9 @@ type netKernel interface {
 	restoreAddr(pid int, h, s netip.Addr) error
 	// unplumb removes link (and so its peer); a missing link is fine.
 	unplumb(link string) error
-	// listen opens the gateway's listeners on gw.
-	listen(gw netip.Addr) (net.Listener, net.PacketConn, error)
+	// listen opens the gateway's sockets on gw: TCP 15001, UDP 53 and
+	// TCP 53.
+	listen(gw netip.Addr) (tcp net.Listener, dns net.PacketConn, dnsTCP net.Listener, err error)
 	// imageRoots reads the CA bundle of the image process pid runs.
 	imageRoots(pid int) ([]byte, error)
 }
@@ -174,6 +175,12 @@ type Gateway interface {
 	ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error
 	ServeDNS(pc net.PacketConn) error
 	Close() error
+}
+
+// dnsTCPServer is a Gateway that answers DNS over TCP too (the egress
+// package's does: ServeDNSTCP); without it TCP port 53 of G is refused.
+type dnsTCPServer interface {
+	ServeDNSTCP(l net.Listener) error
 }
 
 // egressImpl is what the Manager takes from the egress package: the
@@ -451,6 +458,7 @@ type netState struct {
 	gw         Gateway
 	tcp        net.Listener
 	dns        net.PacketConn
+	dnsTCP     net.Listener
 	serving    sync.WaitGroup
 }
 
@@ -463,13 +471,24 @@ func (n *netState) start() error {
 			n.startErr = fmt.Errorf("set up the sandboxes' network on the host (bridge %s, nftables table inet %s): %w", n.names.bridge, n.names.table, err)
 			return
 		}
-		tcp, dns, err := n.kernel.listen(gw)
+		tcp, dns, dnsTCP, err := n.kernel.listen(gw)
 		if err != nil {
 			n.startErr = fmt.Errorf("listen on the egress gateway's address %s: %w", gw, err)
 			return
 		}
-		n.tcp, n.dns = tcp, dns
+		n.tcp, n.dns, n.dnsTCP = tcp, dns, dnsTCP
 		n.gw = n.newGateway(n.egressCfg)
+		if s, ok := n.gw.(dnsTCPServer); ok {
+			n.serving.Add(1)
+			go func() {
+				defer n.serving.Done()
+				if err := s.ServeDNSTCP(dnsTCP); err != nil && !errors.Is(err, net.ErrClosed) {
+					n.log.Error("egress gateway: DNS over TCP stopped", "error", err)
+				}
+			}()
+		} else {
+			dnsTCP.Close()
+		}
 		n.serving.Add(2)
 		go func() {
 			defer n.serving.Done()
@@ -495,6 +514,7 @@ func (n *netState) close() error {
 	}
 	n.tcp.Close()
 	n.dns.Close()
+	n.dnsTCP.Close()
 	err := n.gw.Close()
 	n.serving.Wait()
 	return err

@@ -437,17 +437,23 @@ func (linuxKernel) unplumb(link string) error {
 
 // listen: see netKernel. The gateway's sockets are sandboxd's, on the
 // host: IP_FREEBIND is not needed, G is on the bridge before this.
-func (linuxKernel) listen(gw netip.Addr) (net.Listener, net.PacketConn, error) {
+func (linuxKernel) listen(gw netip.Addr) (net.Listener, net.PacketConn, net.Listener, error) {
 	tcp, err := net.Listen("tcp4", netip.AddrPortFrom(gw, gatewayTCPPort).String())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	udp, err := net.ListenPacket("udp4", netip.AddrPortFrom(gw, gatewayDNSPort).String())
 	if err != nil {
 		tcp.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return tcp, udp, nil
+	dnsTCP, err := net.Listen("tcp4", netip.AddrPortFrom(gw, gatewayDNSPort).String())
+	if err != nil {
+		tcp.Close()
+		udp.Close()
+		return nil, nil, nil, err
+	}
+	return tcp, udp, dnsTCP, nil
 }
 
 // imageRoots: see netKernel.
