@@ -594,3 +594,54 @@ c = socket.create_connection(("%s", 80), timeout=5); print(c.getsockname()[0], c
 		})
 	}
 }
+
+// TestIntegrationNetworkRealGateway is the whole data path with the
+// egress package's gateway (skipped while egressImpl is the stub): a
+// networked sandbox resolves a test name through the gateway's DNS and
+// fetches from it, fetches from another test host by address, and is
+// refused the metadata address, under runc and runsc.
+func TestIntegrationNetworkRealGateway(t *testing.T) {
+	testenv.NeedDocker(t)
+	if egressImpl.stub {
+		t.Skip("the egress gateway is the refusing stub until orchestrator/egress is merged (egressImpl in network.go)")
+	}
+	for _, rt := range netRuntimes(t) {
+		t.Run(rt, func(t *testing.T) {
+			in := nettest.New(t, nettest.Options{Hosts: []string{"a.test", "b.test"}, Metadata: true})
+			netCfg := netTestConfig(t, nil)
+			m, _, _ := integrationManager(t, netCfg, func(c *Config) {
+				c.NewGateway = nil // the egress package's (applyDefaults)
+				c.Runtime = rt
+				c.Egress = egress.Config{Resolver: in.Resolver(), RootCAs: in.RootCAs}
+				if rt == core.RuntimeGVisor {
+					c.DefaultLimits.PidsLimit = 256
+				}
+			})
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			defer cancel()
+			start := time.Now()
+			res, err := m.Acquire(ctx, "real", core.Options{Network: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("networked sandbox with the real gateway (%s): created in %v", rt, time.Since(start).Round(time.Millisecond))
+			out := mustRunOK(t, m, res.Sandbox.ID, "python", fmt.Sprintf(`
+import urllib.request, socket
+for url in ["http://a.test/", "http://%s/", "http://169.254.169.254/"]:
+    try:
+        print(url, urllib.request.urlopen(url, timeout=10).read().decode().strip())
+    except Exception as e:
+        print(url, "refused:", type(e).__name__, e)
+try:
+    print("resolve a.test", socket.gethostbyname("a.test"))
+except Exception as e:
+    print("resolve a.test refused", e)
+`, in.Hosts["b.test"].Addr))
+			t.Logf("%s", out)
+			if !strings.Contains(out, "http://a.test/ hello from a.test") || !strings.Contains(out, "hello from b.test") ||
+				strings.Contains(out, "hello from metadata") {
+				t.Errorf("real gateway: %q", out)
+			}
+		})
+	}
+}

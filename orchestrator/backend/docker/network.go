@@ -191,6 +191,8 @@ type dnsTCPServer interface {
 var egressImpl = stubEgress
 
 type egressFuncs struct {
+	// stub: the refusing stand-in (stubEgress).
+	stub       bool
 	newGateway func(egress.Config) Gateway
 	// newCA makes sandbox id's CA and returns it in PEM.
 	newCA func(id string) (certPEM, keyPEM []byte, err error)
@@ -219,6 +221,7 @@ var realEgress = egressFuncs{
 // networked sandbox reaches nothing), and a CA made here as
 // egress.NewCA documents it (ECDSA P-256, 10 years).
 var stubEgress = egressFuncs{
+	stub:        true,
 	newGateway:  func(c egress.Config) Gateway { return &refusingGateway{log: c.Logger} },
 	newCA:       selfSignedCA,
 	loadCA:      func([]byte, []byte) (*egress.CA, error) { return nil, nil },
