@@ -787,14 +787,14 @@ func (m *Manager) reattachNet(ctx context.Context, sb *sandbox, readdressed bool
 	gvisor := runtime == core.RuntimeGVisor
 	ok, err := m.net.kernel.plumbed(link, pid, s, false)
 	if err != nil {
-		return fmt.Errorf("check the network of sandbox %s: %w", sb.id, err)
+		return m.netLost(sb, "check its network", err)
 	}
 	ok = ok && !readdressed
 	restart := false
 	if !ok {
 		log.Warn("the sandbox's network holder has a new namespace (it restarted); plumbing it again")
 		if err := m.net.kernel.plumb(m.net.names, link, pid, hostAddr(s), s); err != nil {
-			return fmt.Errorf("plumb the network of sandbox %s: %w", sb.id, err)
+			return m.netLost(sb, "plumb its network", err)
 		}
 		m.armNet(sb)
 		restart = true // the sandbox's container is in the old namespace, or gVisor booted without eth0
@@ -810,25 +810,25 @@ func (m *Manager) reattachNet(ctx context.Context, sb *sandbox, readdressed bool
 		still, err := m.net.kernel.plumbed(link, pid, s, true)
 		switch {
 		case err != nil:
-			return fmt.Errorf("check the network of sandbox %s: %w", sb.id, err)
+			return m.netLost(sb, "check its network", err)
 		case still:
 			restart = !info.State.Restarting
 		case info.State.Restarting:
 			if err := m.net.kernel.restoreAddr(pid, hostAddr(s), s); err != nil {
-				return fmt.Errorf("restore the address of sandbox %s: %w", sb.id, err)
+				return m.netLost(sb, "restore the address", err)
 			}
 			m.armNet(sb)
 		case info.State.StartedAt != sb.netBoot():
 			log.Warn("the sandbox's container restarted while sandboxd was down: gVisor booted without its address")
 			if err := m.net.kernel.restoreAddr(pid, hostAddr(s), s); err != nil {
-				return fmt.Errorf("restore the address of sandbox %s: %w", sb.id, err)
+				return m.netLost(sb, "restore the address", err)
 			}
 			m.armNet(sb)
 			restart = true
 		}
 	}
 	if err := m.attachNet(sb); err != nil {
-		return err
+		return m.netLost(sb, "attach it to the gateway", err)
 	}
 	if restart {
 		log.Warn("restarting the sandbox's container so that it uses its network; its Python state is lost")
@@ -846,6 +846,16 @@ func (m *Manager) armNet(sb *sandbox) {
 		sb.net.armed = true
 	}
 	sb.mu.Unlock()
+}
+
+// netLost makes sb dead because its network could not be brought back
+// at start-up (the kernel refused, its CA is unreadable): one sandbox's
+// trouble does not keep sandboxd from starting, and the next acquire of
+// its user says why.
+func (m *Manager) netLost(sb *sandbox, what string, err error) error {
+	m.log.Error("the sandbox's network could not be brought back", "sandbox_id", sb.id, "step", what, "error", err)
+	m.markDead(sb, core.Truncate("its network could not be brought back after a restart ("+what+"): "+err.Error(), 512))
+	return nil
 }
 
 // netBoot is sb's Boot (netMeta).
