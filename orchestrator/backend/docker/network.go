@@ -32,7 +32,7 @@ import (
 // sandboxd's egress gateway (orchestrator/egress). Its plumbing, all made
 // and kept by this file (the kernel's side in network_linux.go):
 //
-//	sandbox netns    the holder container's (holderName: the sandbox image
+//	sandbox netns    the holder container's (sandboxd-net-<id>: the sandbox image
 //	                 running `sleep infinity`, runc, uid 1000, read-only, no
 //	                 capabilities, NetworkMode none, DNS G); the sandbox's
 //	                 container joins it (NetworkMode container:<holder>), so
@@ -40,14 +40,14 @@ import (
 //	                 under runsc the interface exists when gVisor boots
 //	  eth0           S/31, default route via H, IPv6 disabled
 //	     │ veth
-//	host: <prefix><8 chars of the ID>   H/31, IPv6 disabled
-//	      bridge <table>0 (no ports)    G/32: the gateway's TCP listener
+//	host: sbx-<8 chars of the ID>   H/31, IPv6 disabled
+//	      bridge sandboxd0 (no ports)   G/32: the gateway's TCP listener
 //	                                    G:15001 and its DNS server G:53
-//	nftables table inet <table>: every TCP connection and DNS query from
+//	nftables table inet sandboxd: every TCP connection and DNS query from
 //	      an interface of the prefix is DNATed to G (so the gateway learns
 //	      the original destination with SO_ORIGINAL_DST and the sandbox by
 //	      the source address S); nothing else from those interfaces is
-//	      accepted or forwarded (netTable in network_linux.go lists the
+//	      accepted or forwarded (writeTable in network_linux.go lists the
 //	      rules and what each blocks).
 //
 // Addresses come from Config.EgressSubnet (default 100.127.0.0/16): G is
@@ -187,7 +187,9 @@ type dnsTCPServer interface {
 // gateway, the sandboxes' CAs and the recovery of a DNATed connection's
 // destination. Until orchestrator/egress is implemented (its bodies panic)
 // it is stubEgress; wiring the real gateway is the one change
-// `var egressImpl = realEgress` (and OriginalDst there, once it exists).
+// `var egressImpl = realEgress` (realEgress may then take
+// egress.OriginalDst instead of this package's originalDst: the same
+// getsockopt).
 var egressImpl = stubEgress
 
 type egressFuncs struct {
