@@ -58,7 +58,7 @@ help:
 	@echo '               then the escape, fault and load suites'"'"' figures'
 	@echo '  test-deps    install what the suites need (root + apt-get; a no-op once done): the targets'
 	@echo '               $(TEST_DEPS)'
-	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc registered (installs it, reloads dockerd)'
+	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc and runsc-net registered (installs, builds, reloads dockerd)'
 	@echo '  chromium     install Debian'"'"'s chromium and fonts-dejavu-core (the agent'"'"'s browser test)'
 	@echo '  kernel-test-tools  install node, acorn, typescript and R (the driver'"'"'s kernel tests)'
 	@echo '  npm          install node and npm (for the MCP conformance suite and the E2B SDKs)'
@@ -269,11 +269,14 @@ test-deps: $(TEST_DEPS)
 test-deps-list:
 	@echo $(TEST_DEPS)
 
-# gVisor's runsc registered with dockerd (the escape, fault, load and
-# hostile-/io suites run under it too). scripts/ensure-docker.sh registers it
-# when it installs or starts dockerd; this covers an engine that was already
-# running: it installs runsc, runs `runsc install` and reloads dockerd's
-# configuration (SIGHUP, no restart).
+# gVisor registered with dockerd twice (the escape, fault, load, hostile-/io
+# and network suites run under it too): runsc (--network=none, Debian's) for
+# sealed sandboxes and runsc-net (--network=sandbox, built once from gVisor's
+# Go module: Debian's refuses it on kernels from 6.11 on) for networked ones.
+# scripts/ensure-docker.sh registers runsc when it installs or starts
+# dockerd; this covers the rest: it installs and builds what is missing,
+# runs `runsc install` and reloads dockerd's configuration (SIGHUP, no
+# restart).
 runsc: docker
 	@scripts/ensure-runsc.sh
 

@@ -125,7 +125,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{nil, []string{"SANDBOXD_IDLE_TTL", "soon"}, "SANDBOXD_IDLE_TTL"},
 		{nil, []string{"HOME", ""}, "--state-dir is empty"},
 		{[]string{"--tls-cert", "c.pem"}, nil, "--tls-cert and --tls-key go together"},
-		{[]string{"--allow-network", "--runtime", "runsc"}, nil, "registers runsc with --network=none"},
 		{[]string{"--max-code", "2MiB"}, nil, "--max-code must be between 1 and 1048576 bytes"},
 		{[]string{"--warm-pool", "5", "--max-sandboxes", "4"}, nil, "--warm-pool 5 is above --max-sandboxes 4"},
 		{[]string{"--max-sandboxes-per-tenant", "-1"}, nil, "--max-sandboxes-per-tenant -1 is negative"},

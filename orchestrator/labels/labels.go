@@ -23,4 +23,10 @@ const (
 	// container, so that two sandboxd instances sharing an engine never
 	// take each other's containers for orphans.
 	StateDir = "sandboxd.state-dir"
+	// NetHolder ("true") marks the container holding a networked
+	// sandbox's network namespace (sandboxd-net-<sandbox ID>), which the
+	// sandbox's own container joins. It carries the sandbox's ID, StateDir
+	// and Managed too, so that reconcile and the test harnesses' clean-up
+	// find it with the sandbox's container.
+	NetHolder = "sandboxd.net-holder"
 )

@@ -213,6 +213,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 				log.Error("remove container of a failed creation", "container_id", containerID, "error", err)
 			}
 		}
+		m.removeNet(cctx, sb)
 		if err := removeSandboxDir(sb.dir); err != nil {
 			log.Error("remove directory of a failed creation; the next start removes it", "dir", sb.dir, "error", err)
 		}
@@ -225,6 +226,21 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("prepare sandbox directories: %w", err)
+	}
+	if spec.network {
+		// Its address, CA, holder and veth, before its container joins
+		// them (network.go).
+		if err := m.prepareNet(sb); err != nil {
+			cleanup("")
+			return nil, fmt.Errorf("prepare the sandbox's network: %w", err)
+		}
+		if err := m.upNet(ctx, sb); err != nil {
+			cleanup("")
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("set up the sandbox's network: %w", err)
+		}
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)
 	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+id)
@@ -253,6 +269,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		}
 		return nil, dockerError("start container", err)
 	}
+	m.noteBoot(ctx, sb) // gVisor's boot with its address (network.go)
 	sb.mu.Lock()
 	md := sb.metaLocked()
 	sb.mu.Unlock()

@@ -67,10 +67,6 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 		cfg.Labels[labels.Tenant] = sb.tenant
 		cfg.Labels[labels.UserID] = sb.userID
 	}
-	network := container.NetworkMode("none")
-	if sb.network {
-		network = "bridge" // Docker's default bridge: outbound access, NAT
-	}
 	init := true
 	pids := sb.limits.PidsLimit
 	host := &container.HostConfig{
@@ -78,7 +74,7 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 			filepath.Join(sb.dir, ioDir) + ":/io:rw",
 			filepath.Join(sb.dir, workspaceDir) + ":/workspace:rw",
 		},
-		NetworkMode:    network,
+		NetworkMode:    "none",
 		RestartPolicy:  container.RestartPolicy{Name: restartPolicy},
 		Runtime:        runtime,
 		ReadonlyRootfs: true,
@@ -99,6 +95,11 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 		// Docker's json-file default grows without bound; the driver logs
 		// little, but sandboxed code can write to the driver's stderr.
 		LogConfig: container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m", "max-file": "2"}},
+	}
+	if sb.net != nil {
+		// Its holder's network namespace, the only way out of which is
+		// the egress gateway (network.go).
+		netSpec(sb, cfg, host, env)
 	}
 	return cfg, host
 }

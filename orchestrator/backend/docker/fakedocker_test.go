@@ -340,3 +340,15 @@ func (f *fakeDocker) addContainer(name string, lbls map[string]string) string {
 
 var _ DockerAPI = (*fakeDocker)(nil)
 var _ DockerAPI = (*client.Client)(nil)
+
+// containerNamed returns the container of that name, or nil.
+func (f *fakeDocker) containerNamed(name string) *fakeContainer {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.containers {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}

@@ -92,6 +92,9 @@ type sandbox struct {
 	// without network. UpdateNetworkPolicy replaces it, never modifying
 	// it in place.
 	netPolicy *core.NetworkPolicy
+	// net (mu) is a networked sandbox's address and holder (network.go);
+	// nil for a sandbox without network.
+	net *netMeta
 }
 
 // newSandbox builds the record for metadata m in directory dir.
@@ -133,6 +136,10 @@ func newSandbox(dir string, m meta) *sandbox {
 			sb.netPolicy = &core.NetworkPolicy{} // what network meant before policies
 		}
 	}
+	if m.Net != nil {
+		n := *m.Net
+		sb.net = &n
+	}
 	if m.State == core.StateHibernated {
 		sb.state = core.StateHibernated
 	}
@@ -162,7 +169,17 @@ func (sb *sandbox) metaLocked() meta {
 		Env:           sb.env,
 		Hib:           sb.hib.forMeta(),
 		NetworkPolicy: policyToMeta(sb.netPolicy),
+		Net:           sb.netForMeta(),
 	}
+}
+
+// netForMeta copies sb.net for meta.json. Call with mu held.
+func (sb *sandbox) netForMeta() *netMeta {
+	if sb.net == nil {
+		return nil
+	}
+	n := *sb.net
+	return &n
 }
 
 // persist writes meta.json if anything changed since the last write (or

@@ -87,6 +87,11 @@ func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, r hibReco
 				return err
 			}
 		}
+		if sb.net != nil {
+			if err := m.downNet(ctx, sb); err != nil {
+				return err
+			}
+		}
 		snap := snapMeta{Level: ioproto.LevelFiles, TakenAt: time.Now().UTC(),
 			Reason: "sandboxd stopped during the hibernation before the globals were saved"}
 		if p := h.Pending; p != nil {

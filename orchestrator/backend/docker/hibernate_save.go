@@ -36,6 +36,8 @@ func (m *Manager) tryCheckpoint(ctx context.Context, sb *sandbox, containerID st
 		return "", "the Docker client cannot checkpoint"
 	case sb.runtime != core.RuntimeGVisor:
 		return "", "the memory level needs the runsc runtime (runc would need a working CRIU)"
+	case sb.net != nil:
+		return "", "the memory level is not available to sandboxes with network (gVisor's netstack would be restored into a new namespace)"
 	}
 	name := fmt.Sprintf("sbx-ckpt-%d-%s", seq, randomSuffix())
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), checkpointTimeout)
@@ -109,6 +111,12 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 		if err != nil && !isDockerNotFound(err) {
 			m.abortHibernate(sb)
 			return dockerError("remove container", err)
+		}
+		if sb.net != nil {
+			// Its holder and veth go too; its address stays its own.
+			if err := m.downNet(ctx, sb); err != nil {
+				log.Warn("remove the hibernated sandbox's network holder; the next start removes it", "error", err)
+			}
 		}
 	}
 	m.step(stepHibernateRemoved)

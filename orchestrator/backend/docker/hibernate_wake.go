@@ -67,9 +67,26 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		m.endWake(sb)
 		return nil, err
 	}
+	// A networked sandbox's holder and veth first, with the address it
+	// kept (network.go); undone if the wake fails.
+	netDown := func() {
+		if sb.net != nil {
+			if err := m.downNet(ctx, sb); err != nil {
+				log.Warn("remove the network holder of a failed wake; the next start removes it", "error", err)
+			}
+		}
+	}
+	if sb.net != nil {
+		if err := m.upNet(ctx, sb); err != nil {
+			netDown()
+			m.endWake(sb)
+			return nil, fmt.Errorf("set up the sandbox's network: %w", err)
+		}
+	}
 	cfg, hostCfg := containerSpec(sb, sb.runtime, m.cfg.StateDir, sb.env)
 	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+sb.id)
 	if err != nil {
+		netDown()
 		m.endWake(sb)
 		return nil, dockerError("create container", err)
 	}
@@ -77,6 +94,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
 		_ = m.docker.ContainerRemove(cctx, resp.ID, container.RemoveOptions{Force: true})
 		cancel()
+		netDown()
 		m.endWake(sb)
 		return nil, dockerError("start container", err)
 	}
@@ -95,6 +113,9 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 	}
 	sb.mu.Lock()
 	sb.state, sb.containerID = core.StateRunning, resp.ID
+	sb.mu.Unlock()
+	m.noteBoot(ctx, sb) // gVisor's boot with its address (network.go)
+	sb.mu.Lock()
 	sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.HibernatedAt = rec.CommandID, level, time.Time{}
 	sb.lastActive, sb.dirty = time.Now(), true
 	sb.mu.Unlock()

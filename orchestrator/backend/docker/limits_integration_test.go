@@ -249,11 +249,15 @@ func TestIntegrationCPULimit(t *testing.T) {
 	}
 }
 
+// TestIntegrationNetwork: only a sandbox that asked for network has an
+// interface besides loopback (TestIntegrationNetworkPlumbing checks where
+// its traffic goes).
 func TestIntegrationNetwork(t *testing.T) {
-	if os.Getenv("SANDBOX_RUNTIME") == core.RuntimeGVisor {
-		t.Skip("runsc is registered with --network=none; AllowNetwork is refused with it (TestNetworkOption)")
-	}
-	m, _, _ := integrationManager(t, func(c *Config) { c.AllowNetwork = true })
+	m, _, _ := integrationManager(t, netTestConfig(t, nil), func(c *Config) {
+		if c.Runtime == core.RuntimeGVisor {
+			c.DefaultLimits.PidsLimit = 256
+		}
+	})
 	ctx := t.Context()
 	none, err := m.Acquire(ctx, "it-nonet", core.Options{})
 	if err != nil {

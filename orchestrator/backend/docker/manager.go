@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/egress"
 
 	"github.com/docker/docker/api/types/container"
 
@@ -68,6 +69,20 @@ type Config struct {
 	// gateway. Default DefaultEgressSubnet.
 	EgressSubnet netip.Prefix
 
+	// Egress configures the egress gateway (its Bounds.SandboxNet is
+	// EgressSubnet); it runs when AllowNetwork is set or a networked
+	// sandbox exists.
+	Egress egress.Config
+	// NewGateway makes the gateway; default the egress package's
+	// (egressImpl). Tests substitute one that observes connections.
+	NewGateway func(egress.Config) Gateway
+
+	// netNames and netKernel replace the host-side names and the kernel
+	// plumbing, for in-package tests (zero: defaultNetNames, the real
+	// kernel).
+	netNames  netNames
+	netKernel netKernel
+
 	// AtStep, when set, is called at each named step of a hibernation or
 	// a wake (HibernateSteps, WakeSteps) once the step's state is in
 	// meta.json, before the next action. It is a test hook: only the test
@@ -117,8 +132,15 @@ func (c *Config) applyDefaults() error {
 		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
 	case c.SnapshotDiskBudgetPerTenant < 0:
 		return core.Invalidf("config: SnapshotDiskBudgetPerTenant must not be negative")
-	case c.AllowNetwork && c.Runtime == core.RuntimeGVisor:
-		return core.Invalidf("config: network access cannot be allowed with the %s runtime: sandboxd's Docker set-up registers it with --network=none", core.RuntimeGVisor)
+	}
+	if c.netNames == (netNames{}) {
+		c.netNames = defaultNetNames
+	}
+	if c.netKernel == nil {
+		c.netKernel = linuxKernel{}
+	}
+	if c.NewGateway == nil {
+		c.NewGateway = egressImpl.newGateway
 	}
 	return nil
 }
@@ -183,6 +205,9 @@ type Manager struct {
 	snapshots SnapshotStore
 	// checkpoints is the Docker client's checkpoint API, when it has one.
 	checkpoints checkpointer
+	// net is the sandboxes' networking (network.go): addresses, the
+	// host-side plumbing and the egress gateway, started on first need.
+	net *netState
 
 	bgCtx     context.Context // background work; cancelled by Close
 	bgCancel  context.CancelFunc
@@ -216,6 +241,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		snapshots: cfg.Snapshots,
 	}
 	m.reg.hibernatedTTL = cfg.HibernatedTTL
+	m.net = newNetState(cfg)
 	if docker == nil {
 		c, err := newDockerClient()
 		if err != nil {
@@ -227,6 +253,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {
+		m.net.close()
 		if m.watch != nil {
 			m.watch.Close()
 		}
@@ -270,6 +297,13 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		m.log.Warn("sandbox image is not available yet", "image", cfg.Image, "error", err)
 	}
 
+	if cfg.AllowNetwork {
+		// At start, not at the first networked sandbox: the table must be
+		// in place before any sandbox can have a veth.
+		if err := m.net.start(); err != nil {
+			return fail(err)
+		}
+	}
 	m.bgCtx, m.bgCancel = context.WithCancel(context.Background())
 	m.reg.start(m.onExpired)
 	m.wg.Add(2)
@@ -305,6 +339,7 @@ func (m *Manager) Close() error {
 		m.bgCancel()
 		m.wg.Wait()
 		err = m.watch.Close()
+		err = cmp.Or(err, m.net.close())
 		for _, sb := range m.reg.all() {
 			if perr := sb.persist(false); perr != nil {
 				m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", perr)
@@ -481,6 +516,7 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	}
 	sb.markGone()
 	m.reg.remove(sb)
+	m.removeNet(ctx, sb) // its holder, then its address
 	m.watch.Forget(sb.io)
 	// Stop every read of the sandbox's io/ (a follower in the middle of a
 	// huge events file, a load of a forged log) and wait, bounded, for

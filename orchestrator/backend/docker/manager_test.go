@@ -30,6 +30,7 @@ func testConfig(t *testing.T) Config {
 		StateDir:      t.TempDir(),
 		NoDiskVolumes: true,
 		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		netKernel:     newFakeKernel(),
 	}
 }
 

@@ -82,6 +82,12 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 	// Snapshot the registry before listing: a sandbox registered later has a
 	// container the list may not show yet, and must not be declared removed.
 	sbs := m.reg.all()
+	holders := make(map[*sandbox]string) // as before the list: a holder made since is not in it
+	for _, sb := range sbs {
+		if h := sb.holder(); h != "" && !sb.asleep() {
+			holders[sb] = h
+		}
+	}
 	byID, err := m.listManaged(ctx)
 	if err != nil {
 		return err
@@ -90,6 +96,13 @@ func (m *Manager) refreshAll(ctx context.Context) error {
 		c, listed := byID[sb.currentContainer()]
 		if err := m.refreshListed(ctx, sb, c, listed); err != nil {
 			return err
+		}
+		if holder := holders[sb]; holder != "" && holder == sb.holder() && !sb.asleep() {
+			if h, ok := byID[holder]; !ok {
+				m.markDead(sb, reasonHolderRemoved)
+			} else if !summaryAlive(h.State) {
+				m.markDead(sb, "its network holder container is "+string(h.State))
+			}
 		}
 	}
 	return nil
@@ -148,6 +161,7 @@ func (m *Manager) followEvents(ctx context.Context, since time.Time) error {
 	f.Add("type", string(events.ContainerEventType))
 	f.Add("event", string(events.ActionDie))
 	f.Add("event", string(events.ActionDestroy))
+	f.Add("event", string(events.ActionStart)) // gVisor's network (onNetContainerEvent)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the client's stream goroutine
 	msgs, errs := m.docker.Events(ctx, events.ListOptions{
@@ -169,12 +183,26 @@ func (m *Manager) followEvents(ctx context.Context, since time.Time) error {
 // handleEvent updates a sandbox's state from a container event.
 func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 	id := msg.Actor.Attributes[labels.SandboxID]
+	if msg.Actor.Attributes[labels.NetHolder] == "true" {
+		m.handleHolderEvent(id, msg)
+		return
+	}
+	if msg.Action == events.ActionStart {
+		// Only a networked sandbox's container under gVisor cares.
+		if sb := m.reg.get(id); sb != nil && !sb.asleep() && sb.currentContainer() == msg.Actor.ID {
+			m.onNetContainerEvent(ctx, sb, string(msg.Action), time.Unix(0, msg.TimeNano))
+		}
+		return
+	}
 	if msg.Actor.Attributes[labels.Pool] == "true" && m.handlePoolEvent(ctx, id, msg) {
 		return
 	}
 	sb := m.reg.get(id)
 	if sb == nil || sb.asleep() || sb.currentContainer() != msg.Actor.ID {
 		return // not (or no longer) one of ours: e.g. our own removal
+	}
+	if msg.Action == events.ActionDie {
+		m.onNetContainerEvent(ctx, sb, string(msg.Action), time.Unix(0, msg.TimeNano))
 	}
 	switch msg.Action {
 	case events.ActionDie:
@@ -189,6 +217,29 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 		}
 	case events.ActionDestroy:
 		m.markDead(sb, reasonRemoved)
+	}
+}
+
+// handleHolderEvent handles an event of a networked sandbox's holder: its
+// death is the sandbox's (a holder is only `sleep`: it dies when someone
+// kills or removes it, and a restarted one has a new, unplumbed network
+// namespace). Our own removals (hibernation, deletion) are not deaths.
+func (m *Manager) handleHolderEvent(id string, msg events.Message) {
+	sb := m.reg.get(id)
+	if sb == nil || sb.asleep() {
+		return
+	}
+	sb.mu.Lock()
+	ours := sb.net != nil && sb.net.Holder == msg.Actor.ID
+	sb.mu.Unlock()
+	if !ours {
+		return
+	}
+	switch msg.Action {
+	case events.ActionDie:
+		m.markDead(sb, "its network holder container exited with code "+cmpReason(msg.Actor.Attributes["exitCode"], "unknown"))
+	case events.ActionDestroy:
+		m.markDead(sb, reasonHolderRemoved)
 	}
 }
 

@@ -174,6 +174,9 @@ func planReconcile(entries []stateEntry, containers map[string]container.Summary
 		plan.decisions[i] = d
 		if e.sb != nil {
 			claimed[e.containerID] = true
+			if n := e.sb.net; n != nil && n.Holder != "" {
+				claimed[n.Holder] = true // its network holder (network.go)
+			}
 		}
 		switch d.action {
 		case actReturnToPool:
@@ -291,6 +294,11 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 		if err := m.remount(ctx, sb, log); err != nil {
 			return err
 		}
+		if sb.net != nil {
+			if err := m.reattachNet(ctx, sb, m.reserveNet(sb)); err != nil {
+				return err
+			}
+		}
 		if st, _ := sb.status(); st == core.StateDead {
 			dead++
 		}
@@ -351,6 +359,9 @@ func (m *Manager) removeEntry(ctx context.Context, e stateEntry, log *slog.Logge
 		if err := m.removeContainer(ctx, e.containerID); err != nil {
 			return err
 		}
+	}
+	if e.sb != nil {
+		m.removeNet(ctx, e.sb)
 	}
 	if err := removeSandboxDir(e.dir); err != nil {
 		log.Error("remove sandbox directory", "error", err)

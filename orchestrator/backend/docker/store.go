@@ -98,6 +98,8 @@ type meta struct {
 	// a sandbox with network written before policies existed has none,
 	// which newSandbox reads as the empty policy it had in effect.
 	NetworkPolicy *netPolicyMeta `json:"network_policy,omitempty"`
+	// Net is a networked sandbox's address and holder (network.go).
+	Net *netMeta `json:"net,omitempty"`
 }
 
 // netPolicyMeta is a core.NetworkPolicy as meta.json keeps it: the file's

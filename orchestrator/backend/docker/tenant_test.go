@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
@@ -273,14 +275,33 @@ func TestNetworkOption(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := fd.container(res.Sandbox.ContainerID); c.host.NetworkMode != "bridge" || !res.Sandbox.Network {
-		t.Errorf("network = %q (sandbox says %v); want bridge", c.host.NetworkMode, res.Sandbox.Network)
+	c := fd.container(res.Sandbox.ContainerID)
+	holder := fd.containerNamed(holderNamePrefix + res.Sandbox.ID)
+	if holder == nil || c.host.NetworkMode != container.NetworkMode("container:"+holder.id) || !res.Sandbox.Network {
+		t.Fatalf("network = %q (sandbox says %v), holder %v; want the holder's", c.host.NetworkMode, res.Sandbox.Network, holder)
+	}
+	if holder.host.NetworkMode != "none" || holder.cfg.Labels[labels.NetHolder] != "true" || !holder.host.ReadonlyRootfs ||
+		holder.cfg.User != containerUser || holder.host.Runtime != "runc" {
+		t.Errorf("holder spec: network %q, labels %v, read-only %v, user %q, runtime %q", holder.host.NetworkMode, holder.cfg.Labels,
+			holder.host.ReadonlyRootfs, holder.cfg.User, holder.host.Runtime)
+	}
+	if !slices.Contains(c.cfg.Env, "SSL_CERT_FILE=/etc/sandboxd/ca-bundle.pem") || !slices.ContainsFunc(c.host.Binds, func(b string) bool {
+		return strings.HasSuffix(b, ":/etc/sandboxd:ro")
+	}) {
+		t.Errorf("CA env %v, binds %v", c.cfg.Env, c.host.Binds)
 	}
 
+	// Under runsc, networked sandboxes run under runsc-net.
 	cfg = testConfig(t)
 	cfg.AllowNetwork, cfg.Runtime = true, "runsc"
-	_, err = New(t.Context(), cfg, fd)
-	wantClass(t, err, core.ErrInvalidArgument, "network access cannot be allowed with the runsc runtime")
+	m = newTestManager(t, cfg, fd)
+	res, err = m.Acquire(t.Context(), "n", core.Options{Network: true, Limits: core.Limits{PidsLimit: 256}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := fd.container(res.Sandbox.ContainerID); c.host.Runtime != RuntimeGVisorNet {
+		t.Errorf("runtime %q; want %s", c.host.Runtime, RuntimeGVisorNet)
+	}
 }
 
 func TestCodeSizeLimit(t *testing.T) {
