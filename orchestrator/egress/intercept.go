@@ -145,7 +145,7 @@ func (ix *interceptor) serve(cn *conn, peekedBytes []byte, name string, port uin
 		TLSClientConfig:        &tls.Config{RootCAs: g.cfg.RootCAs, ServerName: name, NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout:    tlsHandshakeTimeout,
 		TLSNextProto:           map[string]func(string, *tls.Conn) http.RoundTripper{}, // HTTP/1.1 upstream too
-		DisableCompression:     true,                                                  // the sandbox's Accept-Encoding, untouched
+		DisableCompression:     true,                                                   // the sandbox's Accept-Encoding, untouched
 		MaxIdleConns:           upstreamIdleConns,
 		MaxIdleConnsPerHost:    upstreamIdleConns,
 		MaxConnsPerHost:        upstreamConnsPerClient,
