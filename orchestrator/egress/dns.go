@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
+	"runtime"
 	"time"
 
 	"github.com/miekg/dns"
@@ -22,15 +24,59 @@ import (
 // as DNSRateLimited: a client retries, and a flood costs its sender only.
 
 // ServeDNS answers the sandboxes' queries on pc until it is closed.
+//
+// Several goroutines read pc (dnsReaders), so that dropping a flood
+// keeps up with it and the kernel's queue of the socket, which every
+// sandbox shares, seldom overflows; on a *net.UDPConn the reads allocate
+// nothing and the receive buffer is raised to dnsReadBuffer (within the
+// kernel's net.core.rmem_max). What a flood beyond that costs the others
+// is best cut before the socket: the plumbing can drop each sandbox's
+// DNS packets past a rate in nftables.
 func (g *Gateway) ServeDNS(pc net.PacketConn) error {
 	if !g.serving(pc) {
 		pc.Close()
 		return net.ErrClosed
 	}
 	defer g.unserving(pc)
+	if uc, ok := pc.(*net.UDPConn); ok {
+		uc.SetReadBuffer(dnsReadBuffer)
+	}
+	readers := min(max(runtime.GOMAXPROCS(0), 2), dnsReaders)
+	errc := make(chan error, readers)
+	for range readers {
+		go func() { errc <- g.readDNS(pc) }()
+	}
+	var err error
+	for range readers {
+		if e := <-errc; e != nil && err == nil {
+			err = e
+			pc.Close() // stop the other readers
+		}
+	}
+	if g.isClosed() {
+		return nil
+	}
+	return err
+}
+
+// readDNS is one of ServeDNS's readers.
+func (g *Gateway) readDNS(pc net.PacketConn) error {
+	uc, _ := pc.(*net.UDPConn)
 	buf := make([]byte, maxDNSMessage)
 	for {
-		n, from, err := pc.ReadFrom(buf)
+		var (
+			n    int
+			from netip.AddrPort
+			err  error
+		)
+		if uc != nil {
+			n, from, err = uc.ReadFromUDPAddrPort(buf)
+		} else {
+			var a net.Addr
+			if n, a, err = pc.ReadFrom(buf); err == nil {
+				from, _ = netip.ParseAddrPort(a.String())
+			}
+		}
 		if err != nil {
 			if g.isClosed() || errors.Is(err, net.ErrClosed) {
 				return nil
@@ -41,15 +87,20 @@ func (g *Gateway) ServeDNS(pc net.PacketConn) error {
 			}
 			return err
 		}
-		sb := g.bySource(addrOf(from))
+		sb := g.bySource(from.Addr())
 		if sb == nil || !g.admitQuery(sb) {
 			continue
 		}
 		msg := append([]byte(nil), buf[:n]...)
 		go func() {
 			defer g.queryDone(sb)
-			if out := g.answer(sb, msg, false); out != nil {
-				pc.WriteTo(out, from)
+			out := g.answer(sb, msg, false)
+			switch {
+			case out == nil:
+			case uc != nil:
+				uc.WriteToUDPAddrPort(out, from)
+			default:
+				pc.WriteTo(out, net.UDPAddrFromAddrPort(from))
 			}
 		}()
 	}

@@ -335,10 +335,13 @@ type origTable struct {
 	mu      sync.Mutex
 	m       map[string]netip.AddrPort
 	changed chan struct{}
+	// bySource: the destination of every connection from a source that
+	// registers none (a flooder in another process).
+	bySource map[netip.Addr]netip.AddrPort
 }
 
 func newOrigTable() *origTable {
-	return &origTable{m: map[string]netip.AddrPort{}, changed: make(chan struct{})}
+	return &origTable{m: map[string]netip.AddrPort{}, changed: make(chan struct{}), bySource: map[netip.Addr]netip.AddrPort{}}
 }
 
 func (o *origTable) set(local string, dst netip.AddrPort) {
@@ -349,6 +352,12 @@ func (o *origTable) set(local string, dst netip.AddrPort) {
 	o.mu.Unlock()
 }
 
+func (o *origTable) setSource(src string, dst netip.AddrPort) {
+	o.mu.Lock()
+	o.bySource[netip.MustParseAddr(src)] = dst
+	o.mu.Unlock()
+}
+
 func (o *origTable) get(c net.Conn) (netip.AddrPort, error) {
 	key := c.RemoteAddr().String()
 	timeout := time.NewTimer(5 * time.Second)
@@ -356,6 +365,9 @@ func (o *origTable) get(c net.Conn) (netip.AddrPort, error) {
 	for {
 		o.mu.Lock()
 		dst, ok := o.m[key]
+		if !ok {
+			dst, ok = o.bySource[addrOf(c.RemoteAddr())]
+		}
 		ch := o.changed
 		o.mu.Unlock()
 		if ok {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"sync"
@@ -92,6 +93,8 @@ const (
 	resolveCacheSize       = 4096
 	resolveCacheTTL        = 10 * time.Second
 	resolveCacheNegTTL     = 5 * time.Second
+	dnsReaders             = 4
+	dnsReadBuffer          = 1 << 20
 	dnsAnswerTTL           = 10 // seconds
 	maxDNSAnswers          = 8
 	maxDNSQueriesPerTCP    = 32
@@ -113,10 +116,14 @@ type Gateway struct {
 	epoch time.Time
 	res   *resolver
 
-	mu        sync.RWMutex
-	byID      map[string]*sandbox
-	bySrc     map[netip.Addr]*sandbox
-	closed    bool
+	mu     sync.RWMutex
+	byID   map[string]*sandbox
+	bySrc  map[netip.Addr]*sandbox
+	closed bool
+	// sources is a read-only copy of bySrc, replaced whole under mu: the
+	// accept and DNS loops look every connection and packet up in it
+	// without a lock, a flood included.
+	sources   atomic.Pointer[map[netip.Addr]*sandbox]
 	listeners map[io.Closer]struct{}
 
 	open        atomic.Int64 // connections open, all sandboxes (MaxConns)
@@ -237,6 +244,7 @@ func (g *Gateway) Attach(id string, src netip.Addr, p *core.CompiledPolicy, ca *
 	sb.ca = ca
 	sb.mu.Unlock()
 	g.bySrc[src] = sb
+	g.publishSources()
 	g.mu.Unlock()
 	g.setPolicy(sb, p)
 }
@@ -285,6 +293,7 @@ func (g *Gateway) Detach(id string) {
 		delete(g.bySrc, sb.src)
 	}
 	sb.mu.Unlock()
+	g.publishSources()
 	g.mu.Unlock()
 	sb.closeAll()
 }
@@ -310,10 +319,18 @@ func (g *Gateway) sandbox(id string) *sandbox {
 	return g.byID[id]
 }
 
+// bySource is the sandbox attached at a, or nil.
 func (g *Gateway) bySource(a netip.Addr) *sandbox {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	return g.bySrc[a.Unmap()]
+	if m := g.sources.Load(); m != nil {
+		return (*m)[a.Unmap()]
+	}
+	return nil
+}
+
+// publishSources copies bySrc for bySource (g.mu held).
+func (g *Gateway) publishSources() {
+	m := maps.Clone(g.bySrc)
+	g.sources.Store(&m)
 }
 
 // Stats returns id's counters.
