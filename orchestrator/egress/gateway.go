@@ -106,10 +106,12 @@ const (
 
 // Gateway judges and carries sandboxes' egress. Safe for concurrent use.
 //
-// Locks: Gateway.mu → sandbox.mu → conn.mu (outermost first), each held
-// only for map and field updates; nothing is locked while reading from or
-// writing to a connection, resolving or dialling, so one sandbox's slow
-// or hostile traffic never holds a lock another sandbox's traffic needs.
+// Locks: Gateway.mu → sandbox.mu (outermost first); conn.mu, CA.mu and
+// the resolver's are leaves. Each is held only for map and field updates:
+// nothing is locked while reading from or writing to a connection,
+// resolving or dialling, so one sandbox's slow or hostile traffic never
+// holds a lock another sandbox's traffic needs. The accept and DNS loops
+// take no lock at all to find a source's sandbox (sources).
 type Gateway struct {
 	cfg   Config
 	log   *slog.Logger
@@ -263,18 +265,23 @@ func (g *Gateway) Update(id string, p *core.CompiledPolicy) {
 // with the current one when it records its verdict (conn.settle), so
 // none slips between the two.
 func (g *Gateway) setPolicy(sb *sandbox, p *core.CompiledPolicy) {
-	var refused []*conn
+	type closing struct {
+		c            *conn
+		name, reason string
+		target       netip.AddrPort
+	}
+	var refused []closing
 	sb.mu.Lock()
 	sb.policy = p
 	for c := range sb.conns {
 		if reason := c.rejudge(g, p); reason != "" {
-			refused = append(refused, c)
+			refused = append(refused, closing{c, c.name, reason, c.target})
 		}
 	}
 	sb.mu.Unlock()
-	for _, c := range refused {
-		g.log.Debug("egress: open connection closed by a policy update", "sandbox", sb.id, "name", c.name, "addr", c.target)
-		c.close()
+	for _, r := range refused {
+		g.log.Debug("egress: open connection closed by a policy update", "sandbox", sb.id, "name", r.name, "addr", r.target, "reason", r.reason)
+		r.c.close()
 	}
 }
 

@@ -601,3 +601,40 @@ func TestNilPolicyRefusesEverything(t *testing.T) {
 		t.Fatalf("GET = %d %q, %v", code, body, err)
 	}
 }
+
+func TestUpdateClosesInterceptedConnection(t *testing.T) {
+	e := newEnv(t, Config{Bounds: allowLoopback})
+	pol := core.NetworkPolicy{
+		AllowOut: []string{"api.egress.test"},
+		DenyOut:  []string{"0.0.0.0/0"},
+		Rules:    map[string]core.NetworkRule{"api.egress.test": {Headers: map[string]string{"X-Api-Key": "key-1-abcdefgh"}}},
+	}
+	ca := e.attach("a", srcA, pol)
+	raw, err := e.connect(srcA, e.httpsDst())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	c := tls.Client(raw, &tls.Config{ServerName: "api.egress.test", RootCAs: roots})
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: api.egress.test\r\n\r\n")
+	readResponse(t, c)
+	// A new rule value applies from the next request on the same
+	// connection.
+	pol.Rules["api.egress.test"] = core.NetworkRule{Headers: map[string]string{"X-Api-Key": "key-2-abcdefgh"}}
+	e.g.Update("a", compile(t, pol))
+	fmt.Fprintf(c, "GET /2 HTTP/1.1\r\nHost: api.egress.test\r\n\r\n")
+	readResponse(t, c)
+	if got := e.lastSeen().Headers.Get("X-Api-Key"); got != "key-2-abcdefgh" {
+		t.Fatalf("upstream saw %q after the update", got)
+	}
+	// Denying the domain closes the connection.
+	e.g.Update("a", compile(t, core.NetworkPolicy{DenyOut: []string{"api.egress.test"}}))
+	start := time.Now()
+	c.SetReadDeadline(start.Add(time.Second))
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) && !isReset(err) {
+		t.Fatalf("read on a now-denied intercepted connection: %v (after %v)", err, time.Since(start))
+	}
+	waitFor(t, 5*time.Second, "the connection's slot", func() bool { return e.g.Stats("a").ConnsOpen == 0 })
+}

@@ -157,6 +157,9 @@ func (ix *interceptor) serve(cn *conn, peekedBytes []byte, name string, port uin
 	case <-ix.ln.done:
 		ic.Close()
 		return
+	case <-cn.done:
+		ic.Close()
+		return
 	}
 	<-cn.done
 	ic.Close()
