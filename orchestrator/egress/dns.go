@@ -25,11 +25,11 @@ import (
 
 // ServeDNS answers the sandboxes' queries on pc until it is closed.
 //
-// Several goroutines read pc (dnsReaders), so that dropping a flood
-// keeps up with it and the kernel's queue of the socket, which every
-// sandbox shares, seldom overflows; on a *net.UDPConn the reads allocate
-// nothing and the receive buffer is raised to dnsReadBuffer (within the
-// kernel's net.core.rmem_max). What a flood beyond that costs the others
+// Two goroutines read pc (dnsReaders), so that dropping a flood keeps up
+// with it and the kernel's queue of the socket, which every sandbox
+// shares, seldom overflows; on a *net.UDPConn the reads allocate nothing
+// and the receive buffer is raised to dnsReadBuffer (within the kernel's
+// net.core.rmem_max). What a flood beyond that costs the others
 // is best cut before the socket: the plumbing can drop each sandbox's
 // DNS packets past a rate in nftables.
 func (g *Gateway) ServeDNS(pc net.PacketConn) error {
@@ -41,7 +41,7 @@ func (g *Gateway) ServeDNS(pc net.PacketConn) error {
 	if uc, ok := pc.(*net.UDPConn); ok {
 		uc.SetReadBuffer(dnsReadBuffer)
 	}
-	readers := min(max(runtime.GOMAXPROCS(0), 2), dnsReaders)
+	readers := dnsReaders
 	errc := make(chan error, readers)
 	for range readers {
 		go func() { errc <- g.readDNS(pc) }()
@@ -63,7 +63,14 @@ func (g *Gateway) ServeDNS(pc net.PacketConn) error {
 func (g *Gateway) readDNS(pc net.PacketConn) error {
 	uc, _ := pc.(*net.UDPConn)
 	buf := make([]byte, maxDNSMessage)
-	for {
+	for i := 0; ; i++ {
+		if i%yieldEvery == 0 {
+			// Under a flood every read returns at once and this loop
+			// never parks; it steps aside now and then so that the
+			// goroutines carrying other sandboxes' traffic run at once
+			// rather than at the next preemption (10 ms).
+			runtime.Gosched()
+		}
 		var (
 			n    int
 			from netip.AddrPort
@@ -142,21 +149,20 @@ func (g *Gateway) ServeDNSTCP(l net.Listener) error {
 		}
 		cn := g.newConn(sb, c)
 		cn.dns = true
-		if !sb.add(cn) {
-			cn.close()
-			g.release(sb)
-			continue
-		}
 		go g.serveDNSConn(cn)
 	}
 }
 
 func (g *Gateway) serveDNSConn(cn *conn) {
 	sb := cn.sb
+	defer g.release(sb)
+	if !sb.add(cn) { // detached meanwhile
+		cn.close()
+		return
+	}
 	defer func() {
 		cn.close()
 		sb.remove(cn)
-		g.release(sb)
 	}()
 	c := cn.client
 	var hdr [2]byte
@@ -192,7 +198,15 @@ func (g *Gateway) serveDNSConn(cn *conn) {
 // admitQuery takes a query's place: within the sandbox's rate and the
 // bounds on queries in flight; false (counted) past them.
 func (g *Gateway) admitQuery(sb *sandbox) bool {
+	// A sandbox past its rate stays past it until its next token: its
+	// flood is dropped on an atomic load, without the limiter's lock.
+	now := time.Since(g.epoch)
+	if now < time.Duration(sb.dnsQuiet.Load()) {
+		sb.st.dnsRateLimited.Add(1)
+		return false
+	}
 	if !sb.limiter.Allow() {
+		sb.dnsQuiet.Store(int64(now + time.Duration(float64(time.Second)/g.cfg.DNSPerSecond)))
 		sb.st.dnsRateLimited.Add(1)
 		return false
 	}

@@ -93,7 +93,8 @@ const (
 	resolveCacheSize       = 4096
 	resolveCacheTTL        = 10 * time.Second
 	resolveCacheNegTTL     = 5 * time.Second
-	dnsReaders             = 4
+	dnsReaders             = 2
+	yieldEvery             = 16 // accept and DNS loops: see readDNS
 	dnsReadBuffer          = 1 << 20
 	dnsAnswerTTL           = 10 // seconds
 	maxDNSAnswers          = 8
@@ -188,7 +189,10 @@ type sandbox struct {
 	lookups chan struct{} // host lookups in flight (lookupsPerSandbox)
 	open    atomic.Int64  // connections open (MaxConnsPerSandbox)
 	dnsBusy atomic.Int64  // DNS queries being answered (dnsInFlightPerSandbox)
-	st      counters
+	// dnsQuiet: until when (ns since g.epoch) the sandbox's DNS queries
+	// are dropped without asking the limiter (admitQuery).
+	dnsQuiet atomic.Int64
+	st       counters
 
 	mu       sync.Mutex
 	src      netip.Addr
@@ -493,22 +497,38 @@ func (g *Gateway) release(sb *sandbox) {
 }
 
 // hostAddrs is the default Config.HostAddrs: the addresses of the host's
-// interfaces, read again when older than hostAddrsRefresh.
+// interfaces, read again when older than hostAddrsRefresh. Every
+// connection's checks read it, so reads take no lock; one caller at a
+// time refreshes it while the others use the list they have.
 type hostAddrs struct {
-	mu    sync.Mutex
+	cur        atomic.Pointer[hostAddrList]
+	refreshing sync.Mutex
+}
+
+type hostAddrList struct {
 	at    time.Time
 	addrs []netip.Addr
 }
 
 func (h *hostAddrs) get() []netip.Addr {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.addrs != nil && time.Since(h.at) < hostAddrsRefresh {
-		return h.addrs
+	cur := h.cur.Load()
+	if cur != nil && time.Since(cur.at) < hostAddrsRefresh {
+		return cur.addrs
 	}
+	if cur != nil && !h.refreshing.TryLock() {
+		return cur.addrs
+	}
+	if cur == nil {
+		h.refreshing.Lock()
+		if cur = h.cur.Load(); cur != nil { // another caller read it first
+			h.refreshing.Unlock()
+			return cur.addrs
+		}
+	}
+	defer h.refreshing.Unlock()
 	ifas, err := net.InterfaceAddrs()
-	if err != nil && h.addrs != nil {
-		return h.addrs // keep the last good list
+	if err != nil && cur != nil {
+		return cur.addrs // keep the last good list
 	}
 	addrs := make([]netip.Addr, 0, len(ifas))
 	for _, a := range ifas {
@@ -516,7 +536,7 @@ func (h *hostAddrs) get() []netip.Addr {
 			addrs = append(addrs, p.Addr().Unmap())
 		}
 	}
-	h.addrs, h.at = addrs, time.Now()
+	h.cur.Store(&hostAddrList{at: time.Now(), addrs: addrs})
 	return addrs
 }
 

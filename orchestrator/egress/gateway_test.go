@@ -638,3 +638,21 @@ func TestUpdateClosesInterceptedConnection(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "the connection's slot", func() bool { return e.g.Stats("a").ConnsOpen == 0 })
 }
+
+func TestDefaultHostAddrs(t *testing.T) {
+	h := &hostAddrs{}
+	addrs := h.get()
+	if !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
+		t.Fatalf("host addresses %v lack 127.0.0.1", addrs)
+	}
+	if again := h.get(); &again[0] != &addrs[0] {
+		t.Fatal("not cached")
+	}
+	// The default gateway refuses the host's loopback address even where
+	// the operator allows the loopback range.
+	g := New(Config{Bounds: Bounds{AllowPrivate: []netip.Prefix{loopback}}})
+	defer g.Close()
+	if r := g.bound(netip.MustParseAddr("127.0.0.1")); r != "the host's own address 127.0.0.1" {
+		t.Fatalf("bound(127.0.0.1) = %q", r)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,14 +150,4 @@ func TestOriginalDstAfterDNAT(t *testing.T) {
 	if ds := e.g.Denials("a"); len(ds) != 1 || ds[0].Addr != netip.AddrPortFrom(netip.MustParseAddr("127.0.0.9"), e.httpPort) {
 		t.Fatalf("denials = %+v", ds)
 	}
-}
-
-// setLowestPriority runs the calling process at nice 19, unless
-// EGRESS_FLOOD_NICE says another level.
-func setLowestPriority() {
-	nice := 19
-	if v, err := strconv.Atoi(os.Getenv("EGRESS_FLOOD_NICE")); err == nil {
-		nice = v
-	}
-	syscall.Setpriority(syscall.PRIO_PROCESS, 0, nice)
 }

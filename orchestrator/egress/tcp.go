@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,12 @@ import (
 // (OriginalDst on Linux after a DNAT).
 //
 // The accept loop does no more per connection than look its source up
-// and take a slot (MaxConnsPerSandbox, MaxConns); everything that waits
-// on the sandbox (the peek, the lookup, the dial, the copy) runs in the
-// connection's own goroutine, so a sandbox flooding connections costs
-// the others one accept and one close per connection past its cap.
+// (no lock) and take a slot (MaxConnsPerSandbox, MaxConns: atomics); it
+// takes no lock a sandbox's own traffic contends for, and everything
+// that waits on the sandbox (registering with it, the peek, the lookup,
+// the dial, the copy) runs in the connection's own goroutine, so a
+// sandbox flooding connections costs the others one accept and one
+// close per connection past its cap.
 func (g *Gateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error {
 	if !g.serving(l) {
 		l.Close()
@@ -30,7 +33,10 @@ func (g *Gateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPor
 	}
 	defer g.unserving(l)
 	var backoff time.Duration
-	for {
+	for i := 0; ; i++ {
+		if i%yieldEvery == 0 {
+			runtime.Gosched() // as in readDNS: a flood never parks this loop
+		}
 		c, err := l.Accept()
 		if err != nil {
 			if g.isClosed() || errors.Is(err, net.ErrClosed) {
@@ -54,13 +60,7 @@ func (g *Gateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPor
 			closeNow(c)
 			continue
 		}
-		cn := g.newConn(sb, c)
-		if !sb.add(cn) {
-			cn.close()
-			g.release(sb)
-			continue
-		}
-		go g.serveConn(cn, origDst)
+		go g.serveConn(g.newConn(sb, c), origDst)
 	}
 }
 
@@ -229,10 +229,14 @@ func (cn *conn) settle(p *core.CompiledPolicy, name string, target netip.AddrPor
 // serveConn judges, dials and carries one connection.
 func (g *Gateway) serveConn(cn *conn, origDst func(net.Conn) (netip.AddrPort, error)) {
 	sb := cn.sb
+	defer g.release(sb)
+	if !sb.add(cn) { // detached meanwhile
+		cn.close()
+		return
+	}
 	defer func() {
 		cn.close()
 		sb.remove(cn)
-		g.release(sb)
 	}()
 	orig, err := origDst(cn.client)
 	if err != nil {

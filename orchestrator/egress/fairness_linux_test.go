@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,14 +24,16 @@ import (
 
 // TestFloodFairness: sandbox A floods the gateway with connections (some
 // dropped at once, some silent, some naming random hosts, some TLS-like
-// garbage) and DNS queries for random names, from another process, while
-// sandbox B's requests through the gateway are timed. B's median latency
-// under the flood must stay within 2× of its median without it, A must
-// stay within its caps, and everything A held must be released after.
+// garbage) and DNS queries for random names, while sandbox B's requests
+// through the gateway are timed. B's median latency under the flood must
+// stay within 2× of its median without it, A must stay within its caps,
+// and everything A held must be released after.
 //
-// The flooder runs as a child process at the lowest CPU priority, as a
-// sandbox would run under its own CPU limit: what is measured is what
-// the flood costs the gateway, not a test process starving itself.
+// The flooder is another process limited to one CPU (GOMAXPROCS=1), as a
+// sandbox runs under its own CPU limit. It is paused and resumed
+// (SIGSTOP, SIGCONT) so that B's samples alternate between windows with
+// and without the flood: whatever else loads the machine weighs on both
+// alike. A window counts as flooded only if A's refusals rose during it.
 func TestFloodFairness(t *testing.T) {
 	if os.Getenv("EGRESS_FLOOD") == "1" {
 		flood(t)
@@ -55,7 +58,6 @@ func TestFloodFairness(t *testing.T) {
 			}
 			d = append(d, time.Since(start))
 		}
-		slices.Sort(d)
 		return d
 	}
 	// B's DNS is timed as a stub resolver sees it, retrying after 250 ms:
@@ -82,60 +84,84 @@ func TestFloodFairness(t *testing.T) {
 			}
 			d = append(d, time.Since(start))
 		}
-		slices.Sort(d)
 		return d
 	}
-	med := func(d []time.Duration) time.Duration { return d[len(d)/2] }
-	p90 := func(d []time.Duration) time.Duration { return d[len(d)*9/10] }
+	med := func(d []time.Duration) time.Duration { d = slices.Clone(d); slices.Sort(d); return d[len(d)/2] }
+	p90 := func(d []time.Duration) time.Duration { d = slices.Clone(d); slices.Sort(d); return d[len(d)*9/10] }
 
 	httpB(20) // warm up: connections, the name cache
 	goroutines0 := runtime.NumGoroutine()
+	fl := startFlood(t, e)
+	waitFor(t, 20*time.Second, "A's flood to reach its caps", func() bool {
+		s := e.g.Stats("a")
+		return s.ConnsRefusedAtCap > 100 && s.DNSRateLimited > 1000
+	})
+
 	var maxOpen, maxGoroutines int
-	// Up to 3 attempts, each timing B alone and then under a fresh
-	// flood: the test shares 2 cores with whatever else runs, and one
-	// noisy attempt is no verdict on the gateway; a gateway that really
-	// lets a flood slow B fails all three.
-	const n = 100
-	var ratio, ratioDNS float64
-	for attempt := 1; attempt <= 3; attempt++ {
-		base, baseDNS := httpB(n), dnsB(n/2)
-		stop := startFlood(t, e)
-		waitFor(t, 20*time.Second, "A's flood to reach its caps", func() bool {
-			s := e.g.Stats("a")
-			return s.ConnsRefusedAtCap > 100 && s.DNSRateLimited > 1000
-		})
-		sampleStop := make(chan struct{})
-		var sampling sync.WaitGroup
-		sampling.Add(1)
-		go func() {
-			defer sampling.Done()
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-sampleStop:
-					return
-				case <-tick.C:
-					maxOpen = max(maxOpen, e.g.Stats("a").ConnsOpen)
-					maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
-				}
+	sampleStop := make(chan struct{})
+	var sampling sync.WaitGroup
+	sampling.Add(1)
+	go func() {
+		defer sampling.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sampleStop:
+				return
+			case <-tick.C:
+				maxOpen = max(maxOpen, e.g.Stats("a").ConnsOpen)
+				maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
 			}
-		}()
-		flooded, floodedDNS := httpB(n), dnsB(n/2)
-		close(sampleStop)
-		sampling.Wait()
-		sa := e.g.Stats("a")
-		report := stop()
+		}
+	}()
+
+	// One pass: rounds of a quiet window and a flooded one.
+	const rounds, perWindow = 10, 20
+	pass := func() (ratio, ratioDNS float64, counted int) {
+		var base, flooded, baseDNS, floodedDNS []time.Duration
+		for range rounds {
+			fl.pause()
+			// What A sent before the pause is still being dropped for a
+			// moment: the first samples of the quiet window are not kept.
+			httpB(3)
+			base = append(base, httpB(perWindow)...)
+			baseDNS = append(baseDNS, dnsB(perWindow/2)...)
+			before := e.g.Stats("a")
+			fl.resume()
+			waitFor(t, 10*time.Second, "A's flood to resume", func() bool {
+				s := e.g.Stats("a")
+				return s.ConnsRefusedAtCap-before.ConnsRefusedAtCap > 20 && s.DNSRateLimited-before.DNSRateLimited > 200
+			})
+			during := e.g.Stats("a")
+			h, d := httpB(perWindow), dnsB(perWindow/2)
+			if s := e.g.Stats("a"); s.ConnsRefusedAtCap-during.ConnsRefusedAtCap < 5 || s.DNSRateLimited-during.DNSRateLimited < 100 {
+				continue // the flooder was starved: this window proves nothing
+			}
+			counted++
+			flooded, floodedDNS = append(flooded, h...), append(floodedDNS, d...)
+		}
+		if counted < rounds/2 {
+			t.Fatalf("only %d of %d windows had a sustained flood", counted, rounds)
+		}
 		ratio = float64(med(flooded)) / float64(med(base))
 		ratioDNS = float64(med(floodedDNS)) / float64(med(baseDNS))
-		t.Logf("attempt %d: B's HTTP GET through the gateway: median %v (p90 %v) alone, %v (p90 %v) under A's flood: %.2f×",
-			attempt, med(base), p90(base), med(flooded), p90(flooded), ratio)
-		t.Logf("attempt %d: B's DNS query: median %v alone, %v under the flood: %.2f× (%d retries so far)", attempt, med(baseDNS), med(floodedDNS), ratioDNS, retries)
-		t.Logf("attempt %d: A: %+v; flooder: %s", attempt, sa, report)
-		if ratio <= 2 && ratioDNS <= 2 {
-			break
-		}
+		t.Logf("B's HTTP GET through the gateway: median %v (p90 %v) without A's flood, %v (p90 %v) under it: %.2f× (%d of %d flooded windows counted)",
+			med(base), p90(base), med(flooded), p90(flooded), ratio, counted, rounds)
+		t.Logf("B's DNS query: median %v without, %v under the flood: %.2f× (%d retries)", med(baseDNS), med(floodedDNS), ratioDNS, retries)
+		return ratio, ratioDNS, counted
 	}
+	// A second pass only if the first failed: a burst of load from
+	// elsewhere on the machine during one pass is no verdict on the
+	// gateway; a gateway that lets a flood slow B fails both.
+	ratio, ratioDNS, _ := pass()
+	if ratio > 2 || ratioDNS > 2 {
+		t.Logf("over 2×; measuring once more")
+		ratio, ratioDNS, _ = pass()
+	}
+	close(sampleStop)
+	sampling.Wait()
+	t.Logf("A: %+v; flooder: %s", e.g.Stats("a"), fl.stop())
 	t.Logf("at most %d of A's connections open, %d goroutines in the process (%d before)", maxOpen, maxGoroutines, goroutines0)
 	if ratio > 2 {
 		t.Errorf("A's flood slowed B's egress %.2f× (more than 2×)", ratio)
@@ -159,12 +185,19 @@ func TestFloodFairness(t *testing.T) {
 	waitFor(t, 15*time.Second, "goroutines to return", func() bool { return runtime.NumGoroutine() <= goroutines0+10 })
 }
 
-// startFlood starts the flooder (this test binary, as a child process)
-// against e as sandbox A; the function returned stops it and returns its
-// report.
-func startFlood(t *testing.T, e *env) func() string {
+// flooder is the flooding child process: this test binary again, with
+// EGRESS_FLOOD=1, on one CPU.
+type flooder struct {
+	cmd    *exec.Cmd
+	report chan string
+	once   sync.Once
+	stdin  io.Closer
+}
+
+// startFlood starts the flooder against e as sandbox A.
+func startFlood(t *testing.T, e *env) *flooder {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestFloodFairness$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "EGRESS_FLOOD=1",
+	cmd.Env = append(os.Environ(), "EGRESS_FLOOD=1", "GOMAXPROCS=1",
 		"EGRESS_FLOOD_TCP="+e.tcp.Addr().String(), "EGRESS_FLOOD_UDP="+e.udp.LocalAddr().String(), "EGRESS_FLOOD_SRC="+srcA)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -177,29 +210,40 @@ func startFlood(t *testing.T, e *env) func() string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	report := make(chan string, 1)
-	go func() { b, _ := io.ReadAll(out); report <- string(b) }()
-	var once sync.Once
-	stop := func() string {
-		once.Do(func() {
-			stdin.Close()
-			cmd.Wait()
-		})
-		return <-report
-	}
-	t.Cleanup(func() { once.Do(func() { stdin.Close(); cmd.Wait() }) })
-	return stop
+	f := &flooder{cmd: cmd, report: make(chan string, 1), stdin: stdin}
+	go func() { b, _ := io.ReadAll(out); f.report <- string(b) }()
+	t.Cleanup(func() { f.stop() })
+	return f
 }
 
-// flood is the child: it floods until its stdin closes or 30 s pass,
-// then prints what it sent.
+func (f *flooder) pause()  { f.cmd.Process.Signal(syscall.SIGSTOP) }
+func (f *flooder) resume() { f.cmd.Process.Signal(syscall.SIGCONT) }
+
+// stop ends the flooder (it stops when its stdin closes) and returns its
+// report.
+func (f *flooder) stop() string {
+	f.once.Do(func() {
+		f.resume()
+		f.stdin.Close()
+		f.cmd.Wait()
+	})
+	select {
+	case r := <-f.report:
+		return r
+	default:
+		return ""
+	}
+}
+
+// flood is the child: it floods until its stdin closes or 2 minutes
+// pass, then prints what it sent. Connections it opens are held for 2 s
+// (at most 4000 at a time) while it goes on opening more.
 func flood(t *testing.T) {
-	setLowestPriority()
 	tcpAddr, udpAddr := os.Getenv("EGRESS_FLOOD_TCP"), os.Getenv("EGRESS_FLOOD_UDP")
 	src := net.ParseIP(os.Getenv("EGRESS_FLOOD_SRC"))
 	done := make(chan struct{})
 	go func() { io.Copy(io.Discard, os.Stdin); close(done) }()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(2 * time.Minute)
 	stopped := func() bool {
 		select {
 		case <-done:
@@ -208,35 +252,42 @@ func flood(t *testing.T) {
 			return false
 		}
 	}
-	const maxConns, maxQueries = 300_000, 2_000_000
+	const maxConns, maxQueries = 1_000_000, 20_000_000
 	var conns, queries, dialErrs atomic.Int64
 	var wg sync.WaitGroup
+	held := make(chan struct{}, 4000)
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: src}, Timeout: 2 * time.Second}
-	for i := range 16 {
+	for i := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 512)
 			for !stopped() && conns.Add(1) <= maxConns {
+				select {
+				case held <- struct{}{}:
+				case <-done:
+					return
+				}
 				c, err := d.Dial("tcp", tcpAddr)
 				if err != nil {
 					dialErrs.Add(1)
+					<-held
 					continue
 				}
 				c.(*net.TCPConn).SetLinger(0)
-				c.SetDeadline(time.Now().Add(3 * time.Second))
 				switch i % 4 {
 				case 0: // connect and drop
 				case 1: // a random name to look up
 					fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: %s.flood.egress.test\r\n\r\n", randHex(8))
-					c.Read(buf)
 				case 2: // TLS-looking garbage
 					c.Write(append([]byte{0x16, 3, 1, 0, 200}, []byte(randHex(100))...))
-					c.Read(buf)
 				case 3: // silent: holds a slot while the gateway waits for a name
-					c.Read(buf)
 				}
-				c.Close()
+				if i%4 == 0 {
+					c.Close()
+					<-held
+					continue
+				}
+				time.AfterFunc(2*time.Second, func() { c.Close(); <-held })
 			}
 		}()
 	}
@@ -252,7 +303,10 @@ func flood(t *testing.T) {
 			defer c.Close()
 			go io.Copy(io.Discard, c)
 			m := new(dns.Msg)
-			for !stopped() && queries.Add(1) <= maxQueries {
+			for n := 0; !stopped() && queries.Add(1) <= maxQueries; n++ {
+				if n%64 == 0 {
+					runtime.Gosched() // let the connection flood run too (one CPU)
+				}
 				m.SetQuestion(randHex(10)+".flood.egress.test.", dns.TypeA)
 				raw, _ := m.Pack()
 				c.Write(raw)
