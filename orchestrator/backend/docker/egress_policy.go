@@ -115,27 +115,35 @@ func (m *Manager) GetHost(ctx context.Context, sandboxID string, port int) (core
 	return m.hostOf(sb, port)
 }
 
-// The hooks the egress gateway and the ports front are wired through
-// (network.go). Until they are, a policy is stored and shown but not
-// enforced, the counters are zero and there are no port URLs.
-
 // applyNetworkPolicy makes sb's current policy (sb.networkPolicy()) the
 // one in force: new connections follow it, open ones it refuses are
 // closed. UpdateNetworkPolicy calls it after persisting the policy, for a
-// sandbox in any state but dead; a hibernated sandbox has nothing attached
-// and takes its policy when it wakes.
-//
-// A stub: wired to the egress gateway by network.go.
+// sandbox in any state but dead; a sandbox not attached to the gateway (a
+// hibernated one) is left alone and takes its policy when it is attached.
 func (m *Manager) applyNetworkPolicy(sb *sandbox) error {
+	if m.net == nil || m.net.gw == nil {
+		return nil // no gateway yet: every attach reads the current policy
+	}
+	m.net.gw.Update(sb.id, m.policyOf(sb))
 	return nil
 }
 
 // networkActivity returns what the gateway counted for sb since it
-// attached it, and its recent denials, oldest first.
-//
-// A stub: wired to the egress gateway by network.go.
+// attached it, and its recent denials, oldest first (nothing while it is
+// not attached).
 func (m *Manager) networkActivity(sb *sandbox) (core.NetworkCounters, []core.NetworkDenial) {
-	return core.NetworkCounters{}, nil
+	if m.net == nil || m.net.gw == nil {
+		return core.NetworkCounters{}, nil
+	}
+	st := m.net.gw.Stats(sb.id)
+	counters := core.NetworkCounters{BytesOut: st.BytesOut, BytesIn: st.BytesIn, ConnsAllowed: st.ConnsAllowed, ConnsDenied: st.ConnsDenied,
+		DNSAllowed: st.DNSAllowed, DNSDenied: st.DNSDenied, ConnsOpen: st.ConnsOpen, RuleRequests: st.RuleRequests,
+		DenialsDropped: st.DeniedLogDropped, DNSRateLimited: st.DNSRateLimited, ConnsRefusedAtCap: st.ConnsRefusedAtCap}
+	var denials []core.NetworkDenial
+	for _, d := range m.net.gw.Denials(sb.id) {
+		denials = append(denials, core.NetworkDenial{Time: d.Time, Kind: d.Kind, Name: d.Name, Addr: d.Addr, Reason: d.Reason})
+	}
+	return counters, denials
 }
 
 // hostOf returns the URL of sb's port on sandboxd's HTTP front and the

@@ -74,7 +74,7 @@ type Config struct {
 	// sandbox exists.
 	Egress egress.Config
 	// NewGateway makes the gateway; default the egress package's
-	// (egressImpl). Tests substitute one that observes connections.
+	// (newEgressGateway). Tests substitute one that observes connections.
 	NewGateway func(egress.Config) Gateway
 
 	// netNames and netKernel replace the host-side names and the kernel
@@ -140,7 +140,7 @@ func (c *Config) applyDefaults() error {
 		c.netKernel = linuxKernel{}
 	}
 	if c.NewGateway == nil {
-		c.NewGateway = egressImpl.newGateway
+		c.NewGateway = newEgressGateway
 	}
 	return nil
 }

@@ -61,7 +61,9 @@ func (g *observingGateway) Detach(id string) {
 	delete(g.attached, id)
 	g.mu.Unlock()
 }
-func (g *observingGateway) Close() error { return nil }
+func (g *observingGateway) Close() error                   { return nil }
+func (g *observingGateway) Stats(string) egress.Stats      { return egress.Stats{} }
+func (g *observingGateway) Denials(string) []egress.Denial { return nil }
 
 func (g *observingGateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error {
 	for {
@@ -596,15 +598,12 @@ c = socket.create_connection(("%s", 80), timeout=5); print(c.getsockname()[0], c
 }
 
 // TestIntegrationNetworkRealGateway is the whole data path with the
-// egress package's gateway (skipped while egressImpl is the stub): a
+// egress package's gateway: a
 // networked sandbox resolves a test name through the gateway's DNS and
 // fetches from it, fetches from another test host by address, and is
 // refused the metadata address, under runc and runsc.
 func TestIntegrationNetworkRealGateway(t *testing.T) {
 	testenv.NeedDocker(t)
-	if egressImpl.stub {
-		t.Skip("the egress gateway is the refusing stub until orchestrator/egress is merged (egressImpl in network.go)")
-	}
 	for _, rt := range netRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
 			in := nettest.New(t, nettest.Options{Hosts: []string{"a.test", "b.test"}, Metadata: true})

@@ -2,17 +2,10 @@ package docker
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -166,130 +159,32 @@ type netKernel interface {
 	imageRoots(pid int) ([]byte, error)
 }
 
-// Gateway is what the Manager needs of the egress gateway
-// (*egress.Gateway has it); tests substitute a listener of their own.
+// Gateway is what the Manager needs of the egress gateway: *egress.Gateway
+// (Config.NewGateway makes it; tests substitute a listener of their own
+// that observes where connections were headed).
 type Gateway interface {
 	Attach(id string, src netip.Addr, p *core.CompiledPolicy, ca *egress.CA)
 	Update(id string, p *core.CompiledPolicy)
 	Detach(id string)
 	ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error
 	ServeDNS(pc net.PacketConn) error
+	ServeDNSTCP(l net.Listener) error
+	Stats(id string) egress.Stats
+	Denials(id string) []egress.Denial
 	Close() error
 }
 
-// dnsTCPServer is a Gateway that answers DNS over TCP too (the egress
-// package's does: ServeDNSTCP); without it TCP port 53 of G is refused.
-type dnsTCPServer interface {
-	ServeDNSTCP(l net.Listener) error
-}
+// newEgressGateway is Config.NewGateway's default: the egress package's.
+func newEgressGateway(c egress.Config) Gateway { return egress.New(c) }
 
-// egressImpl is what the Manager takes from the egress package: the
-// gateway, the sandboxes' CAs and the recovery of a DNATed connection's
-// destination. Until orchestrator/egress is implemented (its bodies panic)
-// it is stubEgress; wiring the real gateway is the one change
-// `var egressImpl = realEgress` (realEgress may then take
-// egress.OriginalDst instead of this package's originalDst: the same
-// getsockopt).
-var egressImpl = stubEgress
-
-type egressFuncs struct {
-	// stub: the refusing stand-in (stubEgress).
-	stub       bool
-	newGateway func(egress.Config) Gateway
-	// newCA makes sandbox id's CA and returns it in PEM.
-	newCA func(id string) (certPEM, keyPEM []byte, err error)
-	// loadCA reads a CA persisted by newCA (nil with the stub).
-	loadCA      func(certPEM, keyPEM []byte) (*egress.CA, error)
-	originalDst func(net.Conn) (netip.AddrPort, error)
-}
-
-// realEgress is the egress package's gateway and CAs.
-var realEgress = egressFuncs{
-	newGateway: func(c egress.Config) Gateway { return egress.New(c) },
-	newCA: func(id string) ([]byte, []byte, error) {
-		ca, err := egress.NewCA(id)
-		if err != nil {
-			return nil, nil, err
-		}
-		c, k := ca.PEM()
-		return c, k, nil
-	},
-	loadCA:      egress.LoadCA,
-	originalDst: originalDst, // egress.OriginalDst once it exists
-}
-
-// stubEgress stands in while the egress package is being written: a
-// gateway that refuses every connection and answers no query (a
-// networked sandbox reaches nothing), and a CA made here as
-// egress.NewCA documents it (ECDSA P-256, 10 years).
-var stubEgress = egressFuncs{
-	stub:        true,
-	newGateway:  func(c egress.Config) Gateway { return &refusingGateway{log: c.Logger} },
-	newCA:       selfSignedCA,
-	loadCA:      func([]byte, []byte) (*egress.CA, error) { return nil, nil },
-	originalDst: originalDst,
-}
-
-// refusingGateway closes every connection and drops every query.
-type refusingGateway struct {
-	log *slog.Logger
-}
-
-func (*refusingGateway) Attach(string, netip.Addr, *core.CompiledPolicy, *egress.CA) {}
-func (*refusingGateway) Update(string, *core.CompiledPolicy)                         {}
-func (*refusingGateway) Detach(string)                                               {}
-func (*refusingGateway) Close() error                                                { return nil }
-
-func (*refusingGateway) ServeTCP(l net.Listener, _ func(net.Conn) (netip.AddrPort, error)) error {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return err
-		}
-		c.Close()
-	}
-}
-
-func (*refusingGateway) ServeDNS(pc net.PacketConn) error {
-	buf := make([]byte, 512)
-	for {
-		if _, _, err := pc.ReadFrom(buf); err != nil {
-			return err
-		}
-	}
-}
-
-// selfSignedCA makes a CA as egress.NewCA documents it.
-func selfSignedCA(id string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// newCA makes sandbox id's CA and returns it in PEM.
+func newCA(id string) (certPEM, keyPEM []byte, err error) {
+	ca, err := egress.NewCA(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "sandboxd sandbox " + id},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), nil
+	certPEM, keyPEM = ca.PEM()
+	return certPEM, keyPEM, nil
 }
 
 // The sandbox's CA on the host, in its directory: the key only there,
@@ -483,21 +378,16 @@ func (n *netState) start() error {
 		}
 		n.tcp, n.dns, n.dnsTCP = tcp, dns, dnsTCP
 		n.gw = n.newGateway(n.egressCfg)
-		if s, ok := n.gw.(dnsTCPServer); ok {
-			n.serving.Add(1)
-			go func() {
-				defer n.serving.Done()
-				if err := s.ServeDNSTCP(dnsTCP); err != nil && !errors.Is(err, net.ErrClosed) {
-					n.log.Error("egress gateway: DNS over TCP stopped", "error", err)
-				}
-			}()
-		} else {
-			dnsTCP.Close()
-		}
-		n.serving.Add(2)
+		n.serving.Add(3)
 		go func() {
 			defer n.serving.Done()
-			if err := n.gw.ServeTCP(tcp, egressImpl.originalDst); err != nil && !errors.Is(err, net.ErrClosed) {
+			if err := n.gw.ServeDNSTCP(dnsTCP); err != nil && !errors.Is(err, net.ErrClosed) {
+				n.log.Error("egress gateway: DNS over TCP stopped", "error", err)
+			}
+		}()
+		go func() {
+			defer n.serving.Done()
+			if err := n.gw.ServeTCP(tcp, egress.OriginalDst); err != nil && !errors.Is(err, net.ErrClosed) {
 				n.log.Error("egress gateway: TCP listener stopped", "error", err)
 			}
 		}()
@@ -528,7 +418,15 @@ func (n *netState) close() error {
 // newNetState makes the Manager's networking from its config.
 func newNetState(cfg Config) *netState {
 	ec := cfg.Egress
+	// The operator's bounds are the policy's (sandboxd --egress-ceiling,
+	// --egress-allow-private), the sandboxes' subnet this backend's.
 	ec.Bounds.SandboxNet = cfg.EgressSubnet
+	if len(ec.Bounds.AllowPrivate) == 0 {
+		ec.Bounds.AllowPrivate = cfg.EgressAllowPrivate
+	}
+	if ec.Bounds.Ceiling == nil {
+		ec.Bounds.Ceiling = cfg.CompiledCeiling()
+	}
 	if ec.Logger == nil {
 		ec.Logger = cfg.Logger
 	}
@@ -542,13 +440,21 @@ func newNetState(cfg Config) *netState {
 	}
 }
 
-// policyOf is the policy the gateway judges sb's traffic by. Options.Network
-// alone is the empty policy: every public destination (the operator's
-// bounds still apply).
-//
-// TODO(netapi): sb's own NetworkPolicy once meta.json keeps it.
-func policyOf(*sandbox) *core.CompiledPolicy {
-	p, _ := core.CompileNetworkPolicy(core.NetworkPolicy{})
+// policyOf compiles sb's policy for the gateway. The policy was checked by
+// core.Validating when it was set (or read back from meta.json, which only
+// sandboxd writes): one that does not compile now (a bound lowered since)
+// is replaced by a policy that refuses everything, never by one that
+// allows more, and the reason is logged.
+func (m *Manager) policyOf(sb *sandbox) *core.CompiledPolicy {
+	np := sb.networkPolicy()
+	if np == nil {
+		np = &core.NetworkPolicy{}
+	}
+	p, err := core.CompileNetworkPolicy(*np)
+	if err != nil {
+		m.log.Error("a sandbox's network policy does not compile: it reaches nothing until it is replaced", "sandbox_id", sb.id, "error", err)
+		p, _ = core.CompileNetworkPolicy(core.NetworkPolicy{DenyOut: []string{"0.0.0.0/0"}})
+	}
 	return p
 }
 
@@ -572,7 +478,7 @@ func (m *Manager) prepareNet(sb *sandbox) error {
 	if err := os.Chmod(filepath.Join(dir, caMountDir), 0o755); err != nil {
 		return err
 	}
-	cert, key, err := egressImpl.newCA(sb.id)
+	cert, key, err := newCA(sb.id)
 	if err != nil {
 		return fmt.Errorf("make the sandbox's CA: %w", err)
 	}
@@ -646,14 +552,14 @@ func (m *Manager) attachNet(sb *sandbox) error {
 	if err != nil {
 		return fmt.Errorf("read the sandbox's CA: %w", err)
 	}
-	ca, err := egressImpl.loadCA(cert, key)
+	ca, err := egress.LoadCA(cert, key)
 	if err != nil {
 		return fmt.Errorf("load the sandbox's CA: %w", err)
 	}
 	sb.mu.Lock()
 	s := sb.net.Addr
 	sb.mu.Unlock()
-	m.net.gw.Attach(sb.id, s, policyOf(sb), ca)
+	m.net.gw.Attach(sb.id, s, m.policyOf(sb), ca)
 	return nil
 }
 

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -459,38 +458,4 @@ func (linuxKernel) listen(gw netip.Addr) (net.Listener, net.PacketConn, net.List
 // imageRoots: see netKernel.
 func (linuxKernel) imageRoots(pid int) ([]byte, error) {
 	return readImageRoots("/proc/" + strconv.Itoa(pid) + "/root")
-}
-
-// originalDst is the destination a DNATed TCP connection was sent to
-// (SO_ORIGINAL_DST, from conntrack). It stands in for egress.OriginalDst,
-// which the egress package is to provide.
-func originalDst(c net.Conn) (netip.AddrPort, error) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return netip.AddrPort{}, fmt.Errorf("%T has no file descriptor", c)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return netip.AddrPort{}, err
-	}
-	var ap netip.AddrPort
-	var serr error
-	if err := rc.Control(func(fd uintptr) {
-		// struct sockaddr_in, read through the one getsockopt of x/sys/unix
-		// that returns 16 bytes.
-		mreq, err := unix.GetsockoptIPv6Mreq(int(fd), unix.SOL_IP, unix.SO_ORIGINAL_DST)
-		if err != nil {
-			serr = err
-			return
-		}
-		b := mreq.Multiaddr
-		if uint16(b[0])|uint16(b[1])<<8 != unix.AF_INET {
-			serr = fmt.Errorf("SO_ORIGINAL_DST: family %d", uint16(b[0])|uint16(b[1])<<8)
-			return
-		}
-		ap = netip.AddrPortFrom(netip.AddrFrom4([4]byte{b[4], b[5], b[6], b[7]}), uint16(b[2])<<8|uint16(b[3]))
-	}); err != nil {
-		return netip.AddrPort{}, err
-	}
-	return ap, serr
 }
