@@ -464,5 +464,3 @@ func TestSilentBody(t *testing.T) {
 		t.Errorf("a silent body without the token: %q, %v", line, err)
 	}
 }
-
-
