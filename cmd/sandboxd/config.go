@@ -38,6 +38,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	metricsListen   string // Prometheus /metrics address; empty: off
 	e2bListen       string // E2B-compatible HTTP API address; empty: off
+	ports           portsFlags
 	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
 	backend         string // docker or kubernetes
 	kube            kubeConfig
@@ -121,6 +122,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, wait this long for calls (including Execute streams) to end before cutting them off")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
 	fs.StringVar(&c.e2bListen, "e2b-listen", "", "`address` to serve the E2B-compatible HTTP API on (host:port; empty: off): the official E2B SDKs work against it with E2B_API_URL and E2B_SANDBOX_URL set to http://ADDRESS. API keys are --auth-tokens tokens; beyond loopback it needs them as --listen does")
+	c.ports.register(fs)
 	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
 	fs.StringVar(&c.backend, "backend", backendDocker, "where sandboxes run: docker (containers on this host's engine) or kubernetes (a Pod each, with --kube-* settings; replicas of sandboxd may run side by side)")
 	c.kube.register(fs)
@@ -237,6 +239,9 @@ func (c *config) check() error {
 		if _, _, err := net.SplitHostPort(c.e2bListen); err != nil {
 			return fmt.Errorf("--e2b-listen %q: %v", c.e2bListen, err)
 		}
+	}
+	if err := c.ports.check(c); err != nil {
+		return err
 	}
 	if c.otlpEndpoint != "" {
 		u, err := url.Parse(c.otlpEndpoint)

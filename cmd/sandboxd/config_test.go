@@ -241,3 +241,38 @@ func TestFitTenantCaps(t *testing.T) {
 		t.Errorf("warned with a per-tenant cap below the server's: %s", logs.String())
 	}
 }
+
+func TestParseConfigPorts(t *testing.T) {
+	c, err := parseConfig([]string{"--allow-network", "--ports-listen", "127.0.0.1:8090", "--ports-domain", "localhost"}, env("HOME", "/root"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.ports.listen != "127.0.0.1:8090" || c.ports.domain != "localhost" || c.ports.maxPerSandbox != 256 || c.ports.max != 4096 {
+		t.Errorf("ports flags: %+v", c.ports)
+	}
+	if got := c.ports.baseURL("127.0.0.1:8090"); got != "http://127.0.0.1:8090" {
+		t.Errorf("base URL %q", got)
+	}
+	c, err = parseConfig([]string{"--allow-network", "--ports-listen", ":8443", "--ports-tls-cert", "c", "--ports-tls-key", "k"},
+		env("HOME", "/root", "SANDBOXD_PORTS_URL", "https://front.example.com"), io.Discard)
+	if err != nil || c.ports.baseURL("[::]:8443") != "https://front.example.com" {
+		t.Errorf("--ports-url from the environment: %+v, %v", c.ports, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--ports-listen", "127.0.0.1:8090"}, "--ports-listen needs --allow-network"},
+		{[]string{"--ports-domain", "localhost"}, "need --ports-listen"},
+		{[]string{"--allow-network", "--ports-listen", "8090"}, "--ports-listen \"8090\""},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-domain", "bad_name.com"}, "not a DNS name"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-url", "127.0.0.1:8090"}, "want http:// or https://"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-tls-cert", "c"}, "--ports-tls-cert and --ports-tls-key go together"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-max-requests", "10"}, "above --ports-max-requests 10"},
+	} {
+		_, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v; want %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -14,19 +14,26 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/ports"
 	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 )
 
 // serveE2B serves the E2B-compatible API (orchestrator/door/e2bapi) on lis over
 // m until the returned stop is called. The access-token secret lives in the
 // state directory, so sandboxes' tokens survive restarts.
-func serveE2B(lis net.Listener, m manager, toks *tokens.Set, cfg config, log *slog.Logger) (stop func(), err error) {
+// With the ports front (front non-nil), the door passes getHost's URLs to
+// it and hands out its traffic tokens.
+func serveE2B(lis net.Listener, m manager, toks *tokens.Set, front *ports.Server, cfg config, log *slog.Logger) (stop func(), err error) {
 	secret, err := e2bapi.LoadSecret(filepath.Join(cfg.docker.StateDir, "e2b-secret"))
 	if err != nil {
 		return nil, err
 	}
-	door, err := e2bapi.New(m, e2bapi.Config{Tokens: toks, Secret: secret, Logger: log.With("door", "e2b"),
-		CommandTimeout: cmp.Or(cfg.docker.MaxTimeout, core.DefaultMaxTimeout)})
+	ecfg := e2bapi.Config{Tokens: toks, Secret: secret, Logger: log.With("door", "e2b"),
+		CommandTimeout: cmp.Or(cfg.docker.MaxTimeout, core.DefaultMaxTimeout)}
+	if front != nil {
+		ecfg.Ports, ecfg.Front = front, cfg.docker.Ports
+	}
+	door, err := e2bapi.New(m, ecfg)
 	if err != nil {
 		return nil, err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
+	"github.com/sandboxd/sandboxd/orchestrator/door/ports"
 	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
 	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
@@ -184,6 +185,19 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 	}
 
+	// The ports front (--ports-listen), bound early too; its URLs and
+	// tokens (core.PortsFront) are the Docker backend's GetHost's.
+	var portsLis net.Listener
+	if cfg.ports.listen != "" {
+		if portsLis, err = net.Listen("tcp", cfg.ports.listen); err != nil {
+			return fmt.Errorf("--ports-listen: %w", err)
+		}
+		defer portsLis.Close()
+		if cfg.docker.Ports, err = newPortsFront(cfg.ports, cfg.docker.StateDir, portsLis, log); err != nil {
+			return err
+		}
+	}
+
 	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.docker.StateDir, "image", cfg.docker.Image,
 		"runtime", cfg.docker.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
 	if cfg.backend == backendKubernetes {
@@ -201,8 +215,19 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		met.Watch(dm) // sandboxes by state and the pool's size, read at scrape time
 	}
 	m := newValidated(dm)
+	var front *ports.Server
+	if portsLis != nil {
+		var stopPorts func()
+		if front, stopPorts, err = servePorts(portsLis, cfg.docker.Ports, m, cfg.ports, cfg, log); err != nil {
+			m.Close()
+			return err
+		}
+		defer stopPorts()
+		next := stopSignals
+		stopSignals = func() { next(); stopPorts() }
+	}
 	if e2bLis != nil {
-		stopE2B, err := serveE2B(e2bLis, m, toks, cfg, log)
+		stopE2B, err := serveE2B(e2bLis, m, toks, front, cfg, log)
 		if err != nil {
 			m.Close()
 			return err

@@ -53,6 +53,18 @@ type Manager interface {
 	// sandbox's policy allows public traffic. It does not wake a
 	// hibernated sandbox: a request to the URL does.
 	GetHost(ctx context.Context, sandboxID string, port int) (HostInfo, error)
+	// PortTarget tells sandboxd's ports front (orchestrator/door/ports)
+	// how to reach port of a networked sandbox, and whether a request
+	// without the sandbox's traffic token may (PortTarget.Public). token
+	// says that the request carried the sandbox's token (the front checks
+	// it, PortsFront.CheckToken). The front authorises a request before it
+	// acts on the answer; an authorised one (token, or Public) to a running
+	// sandbox counts as a use of it, as a command does, and nothing else
+	// changes anything. PortTarget never wakes a hibernated sandbox (the
+	// front calls Wake once it has authorised the request) and reports the
+	// sandbox's state rather than failing for it; a sandbox without
+	// network is NoNetwork.
+	PortTarget(ctx context.Context, sandboxID string, port int, token bool) (PortTarget, error)
 
 	// Submit queues a command, exactly once per command ID, and returns
 	// its ID (generated when req has none).

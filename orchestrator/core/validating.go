@@ -177,6 +177,16 @@ func (v *validating) GetHost(ctx context.Context, sandboxID string, port int) (H
 	return v.m.GetHost(ctx, sandboxID, port)
 }
 
+func (v *validating) PortTarget(ctx context.Context, sandboxID string, port int, token bool) (PortTarget, error) {
+	if err := v.network(sandboxID); err != nil {
+		return PortTarget{}, err
+	}
+	if err := ValidatePort(port); err != nil {
+		return PortTarget{}, err
+	}
+	return v.m.PortTarget(ctx, sandboxID, port, token)
+}
+
 func (v *validating) Submit(ctx context.Context, req ExecRequest) (string, error) {
 	if err := req.Validate(); err != nil {
 		return "", err

@@ -145,11 +145,3 @@ func (m *Manager) networkActivity(sb *sandbox) (core.NetworkCounters, []core.Net
 	}
 	return counters, denials
 }
-
-// hostOf returns the URL of sb's port on sandboxd's HTTP front and the
-// traffic token it needs unless sb's policy allows public traffic.
-//
-// A stub: wired to the ports front by network.go (the ports feature).
-func (m *Manager) hostOf(sb *sandbox, port int) (core.HostInfo, error) {
-	return core.HostInfo{}, core.Unsupported(backendName, "port URLs (GetHost)")
-}

@@ -168,7 +168,8 @@ func TestNetworkPolicyDefaults(t *testing.T) {
 }
 
 // TestNetworkOperationsRefused: a sandbox without network has no policy,
-// status or ports; a dead one takes no policy; ports are not served yet.
+// status or ports; a dead one takes no policy; without the ports front
+// GetHost says that it is off.
 func TestNetworkOperationsRefused(t *testing.T) {
 	fd := newFakeDocker(testImage)
 	m := newTestManager(t, netConfig(t), fd)
@@ -176,7 +177,8 @@ func TestNetworkOperationsRefused(t *testing.T) {
 	_, e1 := m.UpdateNetworkPolicy(t.Context(), sealed.ID, core.NetworkPolicy{})
 	_, e2 := m.NetworkStatus(t.Context(), sealed.ID)
 	_, e3 := m.GetHost(t.Context(), sealed.ID, 8080)
-	for _, err := range []error{e1, e2, e3} {
+	_, e4 := m.PortTarget(t.Context(), sealed.ID, 8080, true)
+	for _, err := range []error{e1, e2, e3, e4} {
 		wantClass(t, err, core.ErrFailedPrecondition, "has no network")
 	}
 	net, err := m.Acquire(t.Context(), "net", core.Options{Network: true})
@@ -184,7 +186,7 @@ func TestNetworkOperationsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = m.GetHost(t.Context(), net.Sandbox.ID, 8080)
-	wantClass(t, err, core.ErrFailedPrecondition, "port URLs (GetHost) are not supported by sandboxd's docker backend")
+	wantClass(t, err, core.ErrFailedPrecondition, "port URLs need sandboxd's HTTP front for ports, which is off on this server (sandboxd --ports-listen)")
 	fd.exit(net.Sandbox.ContainerID, 1, false)
 	awaitDead(t, m, net.Sandbox.ID)
 	_, err = m.UpdateNetworkPolicy(t.Context(), net.Sandbox.ID, core.NetworkPolicy{})

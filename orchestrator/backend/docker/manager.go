@@ -77,6 +77,11 @@ type Config struct {
 	// (newEgressGateway). Tests substitute one that observes connections.
 	NewGateway func(egress.Config) Gateway
 
+	// Ports is sandboxd's HTTP front for sandbox ports (sandboxd
+	// --ports-listen): GetHost answers with its URLs and traffic tokens.
+	// Nil: the front is off, and GetHost is FAILED_PRECONDITION saying so.
+	Ports *core.PortsFront
+
 	// netNames and netKernel replace the host-side names and the kernel
 	// plumbing, for in-package tests (zero: defaultNetNames, the real
 	// kernel).

@@ -71,6 +71,10 @@ func (v *validated) GetHost(ctx context.Context, sandboxID string, port int) (co
 	return v.v.GetHost(ctx, sandboxID, port)
 }
 
+func (v *validated) PortTarget(ctx context.Context, sandboxID string, port int, token bool) (core.PortTarget, error) {
+	return v.v.PortTarget(ctx, sandboxID, port, token)
+}
+
 func (v *validated) Submit(ctx context.Context, req core.ExecRequest) (commandID string, err error) {
 	return v.v.Submit(ctx, req)
 }

@@ -53,6 +53,11 @@ func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
 	return core.HostInfo{}, unsupported(featNetwork)
 }
 
+// PortTarget is not supported on this backend.
+func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
+	return core.PortTarget{}, unsupported(featNetwork)
+}
+
 // MakeDirectory is not supported on this backend.
 func (m *Manager) MakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {
 	return core.FileInfo{}, unsupported(featDirOps)

@@ -21,7 +21,8 @@ func TestNetworkRefused(t *testing.T) {
 	_, errUpdate := m.UpdateNetworkPolicy(ctx, id, core.NetworkPolicy{})
 	_, errStatus := m.NetworkStatus(ctx, id)
 	_, errHost := m.GetHost(ctx, id, 8080)
-	for i, err := range []error{errNet, errPolicy, errUpdate, errStatus, errHost} {
+	_, errTarget := m.PortTarget(ctx, id, 8080, true)
+	for i, err := range []error{errNet, errPolicy, errUpdate, errStatus, errHost, errTarget} {
 		if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "networked sandboxes") ||
 			!strings.Contains(err.Error(), "--backend kubernetes") {
 			t.Errorf("call %d: %v; want core.Unsupported naming networked sandboxes", i, err)

@@ -42,6 +42,7 @@ type Manager struct {
 	UpdateNetworkPolicyFunc func(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error)
 	NetworkStatusFunc       func(ctx context.Context, sandboxID string) (core.NetworkStatus, error)
 	GetHostFunc             func(ctx context.Context, sandboxID string, port int) (core.HostInfo, error)
+	PortTargetFunc          func(ctx context.Context, sandboxID string, port int, token bool) (core.PortTarget, error)
 
 	SubmitFunc       func(ctx context.Context, req core.ExecRequest) (string, error)
 	FollowFunc       func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
@@ -211,6 +212,15 @@ func (m *Manager) GetHost(ctx context.Context, sandboxID string, port int) (core
 		return core.HostInfo{}, ErrNotScripted
 	}
 	return m.GetHostFunc(ctx, sandboxID, port)
+}
+
+// PortTarget calls PortTargetFunc.
+func (m *Manager) PortTarget(ctx context.Context, sandboxID string, port int, token bool) (core.PortTarget, error) {
+	m.record("PortTarget")
+	if m.PortTargetFunc == nil {
+		return core.PortTarget{}, ErrNotScripted
+	}
+	return m.PortTargetFunc(ctx, sandboxID, port, token)
 }
 
 // Submit calls SubmitFunc.

@@ -118,10 +118,29 @@ type sandboxCreated struct {
 
 const clientID = "sandboxd"
 
+// created answers create and connect. With the ports front, the sandbox's
+// traffic token is the front's (the SDK sends it to getHost's URLs and to
+// the interpreter's contexts) and domain the front's, so that getHost's
+// URL is the front's Host form; without it, the traffic token is the
+// access token, as before the front (nothing else takes it).
 func (s *Server) created(sb core.Sandbox) sandboxCreated {
 	tok := s.accessToken(sb.ID)
-	return sandboxCreated{SandboxID: sb.ID, TemplateID: templateOf(sb), ClientID: clientID, EnvdVersion: EnvdVersion,
-		EnvdAccessToken: tok, TrafficAccessToken: tok}
+	c := sandboxCreated{SandboxID: sb.ID, TemplateID: templateOf(sb), ClientID: clientID, EnvdVersion: EnvdVersion,
+		EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: s.domain()}
+	if s.front != nil {
+		c.TrafficAccessToken = s.front.Token(sb.ID)
+	}
+	return c
+}
+
+// domain is the front's domain for E2B's sandboxDomain (nil without one:
+// the SDK then keeps its own, E2B_DOMAIN).
+func (s *Server) domain() *string {
+	if s.front == nil || s.front.Domain() == "" {
+		return nil
+	}
+	d := s.front.Domain()
+	return &d
 }
 
 func templateOf(sb core.Sandbox) string {
@@ -278,7 +297,7 @@ type sandboxInfo struct {
 	Network             *e2bNetworkInfo `json:"network,omitempty"`
 }
 
-func infoOf(sb core.Sandbox) sandboxInfo {
+func (s *Server) infoOf(sb core.Sandbox) sandboxInfo {
 	md := make(map[string]string, len(sb.Metadata))
 	for k, v := range sb.Metadata {
 		if k != templateKey {
@@ -289,7 +308,7 @@ func infoOf(sb core.Sandbox) sandboxInfo {
 	return sandboxInfo{TemplateID: templateOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
 		EndAt: sb.ExpiresAt, EnvdVersion: EnvdVersion, CPUCount: cpus, MemoryMB: sb.Limits.MemoryBytes >> 20,
 		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: e2bState(sb.State),
-		AllowInternetAccess: sb.Network, Network: networkInfoOf(sb)}
+		AllowInternetAccess: sb.Network, Network: networkInfoOf(sb), Domain: s.domain()}
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
@@ -298,7 +317,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "info", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, infoOf(sb))
+	writeJSON(w, http.StatusOK, s.infoOf(sb))
 }
 
 // list answers GET /v2/sandboxes: the running sandboxes this door
@@ -375,7 +394,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	if offset < len(mine) {
 		page := mine[offset:min(offset+limit, len(mine))]
 		for _, sb := range page {
-			out = append(out, infoOf(sb))
+			out = append(out, s.infoOf(sb))
 		}
 		if offset+limit < len(mine) {
 			w.Header().Set("X-Next-Token", strconv.Itoa(offset+limit))

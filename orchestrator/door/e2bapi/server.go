@@ -30,7 +30,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -38,13 +37,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/httpguard"
+	"github.com/sandboxd/sandboxd/internal/secretfile"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/door/e2bapi/envdproto/filesystem/filesystemconnect"
@@ -130,6 +128,14 @@ type Config struct {
 	// BodyTimeout is the time a request body has to arrive (extended as
 	// it arrives at 64 KiB/s); 0: 30 s. Tests shorten it.
 	BodyTimeout time.Duration
+	// Ports is sandboxd's HTTP front for sandbox ports
+	// (orchestrator/door/ports) and Front its URLs and tokens, when the
+	// front runs (both or neither): a request whose Host names a port
+	// (E2B's getHost, PORT-SANDBOXID.DOMAIN) and carries no
+	// E2b-Sandbox-Port goes to Ports; create and connect return the
+	// front's domain and the sandbox's traffic token (trafficAccessToken).
+	Ports http.Handler
+	Front *core.PortsFront
 }
 
 // Server serves the E2B protocol over a Manager. Build it with New.
@@ -137,6 +143,8 @@ type Server struct {
 	m          core.Manager
 	tokens     *tokens.Set
 	secret     []byte
+	ports      http.Handler
+	front      *core.PortsFront
 	log        *slog.Logger
 	keepalive  time.Duration
 	cmdTimeout time.Duration
@@ -157,7 +165,11 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 	if len(cfg.Secret) < 16 {
 		return nil, errors.New("e2bapi: the access-token secret is missing or shorter than 16 bytes")
 	}
-	s := &Server{m: m, tokens: cfg.Tokens, secret: cfg.Secret, log: cfg.Logger, keepalive: cfg.Keepalive, cmdTimeout: cfg.CommandTimeout}
+	if (cfg.Ports == nil) != (cfg.Front == nil) {
+		return nil, errors.New("e2bapi: Config.Ports and Config.Front go together")
+	}
+	s := &Server{m: m, tokens: cfg.Tokens, secret: cfg.Secret, ports: cfg.Ports, front: cfg.Front, log: cfg.Logger,
+		keepalive: cfg.Keepalive, cmdTimeout: cfg.CommandTimeout}
 	if s.log == nil {
 		s.log = discardLogger
 	}
@@ -203,10 +215,19 @@ func (s *Server) LimitListener(l net.Listener) net.Listener {
 
 type guardKey struct{}
 
-// ServeHTTP routes on E2b-Sandbox-Port, as E2B's own edge does. Nothing
-// reads a body before its request is authenticated, and then admitted
-// (admit): a refusal is sent at once, without waiting for the body.
+// ServeHTTP routes on E2b-Sandbox-Port, as E2B's own edge does, and a
+// request without it whose Host names a sandbox's port (getHost's URL) to
+// the ports front, which applies its own bounds and authorisation (the
+// traffic token). Nothing reads a body before its request is
+// authenticated, and then admitted (admit): a refusal is sent at once,
+// without waiting for the body.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.ports != nil && r.Header.Get("E2b-Sandbox-Port") == "" {
+		if _, _, ok := s.front.ParseHost(r.Host); ok {
+			s.ports.ServeHTTP(w, r)
+			return
+		}
+	}
 	w, body := s.guard.Start(w, r)
 	defer body.End()
 	r = r.WithContext(context.WithValue(r.Context(), guardKey{}, body))
@@ -315,9 +336,13 @@ func sandboxFrom(ctx context.Context) string {
 var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true}
 
 // sandboxContext authenticates a sandbox-level request: the access token
-// (X-Access-Token, or E2B-Traffic-Access-Token, which the code
-// interpreter's /contexts calls send instead) must be the sandbox's. The
-// context returned acts as the sandbox's tenant and carries its ID.
+// (X-Access-Token) must be the sandbox's. Without it,
+// E2B-Traffic-Access-Token may carry it instead; on the code
+// interpreter's /contexts and /health, which the SDK calls with the
+// traffic token alone (trafficOpens), the sandbox's traffic token (the
+// ports front's) is accepted too, as E2B's own edge accepts it for the
+// interpreter's port. The context returned acts as the sandbox's tenant
+// and carries its ID.
 func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 	id := r.Header.Get("E2b-Sandbox-Id")
 	if id == "" {
@@ -327,10 +352,11 @@ func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 		return nil, err
 	}
 	tok := r.Header.Get("X-Access-Token")
-	if tok == "" {
-		tok = r.Header.Get("E2B-Traffic-Access-Token")
+	ok := tok != "" && hmac.Equal([]byte(tok), []byte(s.accessToken(id)))
+	if tt := r.Header.Get(core.E2BTrafficTokenHeader); tok == "" && tt != "" {
+		ok = hmac.Equal([]byte(tt), []byte(s.accessToken(id))) || (trafficOpens(r) && s.front != nil && s.front.CheckToken(id, tt))
 	}
-	if tok == "" || !hmac.Equal([]byte(tok), []byte(s.accessToken(id))) {
+	if !ok {
 		return nil, &apiError{status: http.StatusUnauthorized, msg: "the sandbox's access token (X-Access-Token) is missing or wrong"}
 	}
 	sb, err := s.m.Get(core.WithCaller(r.Context(), admin), id)
@@ -342,6 +368,14 @@ func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 	}
 	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: sb.Tenant})
 	return context.WithValue(ctx, sandboxKey{}, id), nil
+}
+
+// trafficOpens reports whether r is one of the code interpreter's calls
+// the SDK authenticates with the traffic token alone: its contexts (list,
+// create, restart, remove) and /health, never /execute or envd.
+func trafficOpens(r *http.Request) bool {
+	p := r.URL.Path
+	return r.Header.Get("E2b-Sandbox-Port") == InterpreterPort && (p == "/contexts" || strings.HasPrefix(p, "/contexts/") || p == "/health")
 }
 
 // accessToken is a sandbox's envd access token: HMAC-SHA256 of its ID.
@@ -369,41 +403,8 @@ func (s *Server) callerFor(r *http.Request) (core.Caller, error) {
 
 // LoadSecret reads the access-token secret from path, creating it (32
 // random bytes, mode 0600) when missing, so tokens handed out survive
-// sandboxd restarts.
-func LoadSecret(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
-	if err == nil {
-		if len(b) < 32 {
-			return nil, fmt.Errorf("%s is shorter than 32 bytes; remove it to have a new one made", path)
-		}
-		return b, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return nil, err
-	}
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return LoadSecret(path) // another process made it first
-	}
-	if err != nil {
-		return nil, err
-	}
-	if _, err := f.Write(secret); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, err
-	}
-	return secret, nil
-}
+// sandboxd restarts (internal/secretfile).
+func LoadSecret(path string) ([]byte, error) { return secretfile.Load(path) }
 
 // ensure the generated services are linked (their handlers live in
 // envd.go).

@@ -75,6 +75,9 @@ func do(s *Server, method, path string, hdr map[string]string, body string) *htt
 		panic(err)
 	}
 	for k, v := range hdr {
+		if k == "Host" {
+			r.Host = v
+		}
 		r.Header.Set(k, v)
 	}
 	w := httptest.NewRecorder()

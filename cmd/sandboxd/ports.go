@@ -1,0 +1,133 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+
+	"github.com/sandboxd/sandboxd/internal/secretfile"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/door/ports"
+)
+
+// portsSecretFile, in the state directory, keys the sandboxes' traffic
+// tokens (core.PortsFront): removing it (and restarting) revokes them all.
+const portsSecretFile = "ports-secret"
+
+// portsFlags configure the HTTP front for sandbox ports
+// (orchestrator/door/ports).
+type portsFlags struct {
+	listen, domain, url string
+	tlsCert, tlsKey     string
+	maxPerSandbox, max  int
+}
+
+func (p *portsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&p.listen, "ports-listen", "", "`address` of the HTTP front for networked sandboxes' ports (host:port; empty: off): GetHost's URLs, proxied to the port inside the sandbox (HTTP/1.1, HTTP/2, WebSocket, SSE), private unless the sandbox's policy allows public traffic. Needs --allow-network")
+	fs.StringVar(&p.domain, "ports-domain", "", "`domain` whose every name resolves to the front (wildcard DNS): port URLs are then http(s)://PORT-SANDBOXID.DOMAIN/ (E2B's form), else http(s)://FRONT/sandboxes/SANDBOXID/PORT/. \"localhost\" works in browsers without DNS")
+	fs.StringVar(&p.url, "ports-url", "", "the front's `URL` as clients reach it, http(s)://HOST[:PORT] (default: http://, or https:// with --ports-tls-cert, and the --ports-listen address): the scheme and port of the URLs GetHost returns, and the host of the path form")
+	fs.StringVar(&p.tlsCert, "ports-tls-cert", "", "TLS certificate `file` (PEM) of the front, for --ports-domain a wildcard one; with --ports-tls-key the front serves HTTPS (and HTTP/2 over it)")
+	fs.StringVar(&p.tlsKey, "ports-tls-key", "", "TLS private key `file` (PEM), for --ports-tls-cert")
+	fs.IntVar(&p.maxPerSandbox, "ports-max-requests-per-sandbox", ports.DefaultMaxRequestsPerSandbox, "most requests in progress to one sandbox's ports (a WebSocket or an event stream counts while it lasts); past it the front answers 503")
+	fs.IntVar(&p.max, "ports-max-requests", ports.DefaultMaxRequests, "most requests in progress to all sandboxes' ports; past it the front answers 503")
+}
+
+// check refuses settings that would fail later or mean nothing.
+func (p *portsFlags) check(c *config) error {
+	if p.listen == "" {
+		if p.domain != "" || p.url != "" || p.tlsCert != "" || p.tlsKey != "" {
+			return errors.New("--ports-domain, --ports-url and --ports-tls-* need --ports-listen")
+		}
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(p.listen); err != nil {
+		return fmt.Errorf("--ports-listen %q: %v", p.listen, err)
+	}
+	switch {
+	case c.backend != backendDocker:
+		return errors.New("--ports-listen needs --backend docker (the kubernetes backend has no networked sandboxes)")
+	case !c.docker.AllowNetwork:
+		return errors.New("--ports-listen needs --allow-network: only networked sandboxes have ports")
+	case (p.tlsCert == "") != (p.tlsKey == ""):
+		return errors.New("--ports-tls-cert and --ports-tls-key go together")
+	case p.maxPerSandbox < 1 || p.max < 1:
+		return errors.New("--ports-max-requests-per-sandbox and --ports-max-requests must be positive")
+	case p.maxPerSandbox > p.max:
+		return fmt.Errorf("--ports-max-requests-per-sandbox %d is above --ports-max-requests %d", p.maxPerSandbox, p.max)
+	}
+	// The URL and the domain are checked as the front takes them.
+	_, err := core.NewPortsFront(p.baseURL("127.0.0.1:1"), p.domain, make([]byte, secretfile.Size))
+	if err != nil {
+		return fmt.Errorf("--ports-url/--ports-domain: %v", err)
+	}
+	return nil
+}
+
+// baseURL is --ports-url, or the front's own address (bound) with the
+// scheme its TLS settings give.
+func (p *portsFlags) baseURL(bound string) string {
+	if p.url != "" {
+		return p.url
+	}
+	if p.tlsCert != "" {
+		return "https://" + bound
+	}
+	return "http://" + bound
+}
+
+// newPortsFront makes the front's URLs and tokens: the secret from the
+// state directory, the URL from the flags and the bound listener.
+func newPortsFront(p portsFlags, stateDir string, lis net.Listener, log *slog.Logger) (*core.PortsFront, error) {
+	secret, err := secretfile.Load(filepath.Join(stateDir, portsSecretFile))
+	if err != nil {
+		return nil, fmt.Errorf("the ports front's secret: %w", err)
+	}
+	bound := lis.Addr().String()
+	if ip := lis.Addr().(*net.TCPAddr).IP; p.url == "" && ip.IsUnspecified() {
+		log.Warn("the ports front listens on every address but --ports-url is not set: GetHost's URLs name "+bound+"; set --ports-url to the address clients reach", "ports_listen", bound)
+	}
+	return core.NewPortsFront(p.baseURL(bound), p.domain, secret)
+}
+
+// servePorts serves the front on lis over m until the returned stop is
+// called.
+func servePorts(lis net.Listener, front *core.PortsFront, m manager, p portsFlags, cfg config, log *slog.Logger) (*ports.Server, func(), error) {
+	srv, err := ports.New(m, ports.Config{Front: front, Logger: log.With("door", "ports"),
+		MaxRequestsPerSandbox: p.maxPerSandbox, MaxRequests: p.max})
+	if err != nil {
+		return nil, nil, err
+	}
+	hs := srv.HTTPServer()
+	useTLS := p.tlsCert != ""
+	if useTLS {
+		cert, err := tls.LoadX509KeyPair(p.tlsCert, p.tlsKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--ports-tls-cert/--ports-tls-key: %w", err)
+		}
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	go func() {
+		l := srv.LimitListener(lis)
+		var err error
+		if useTLS {
+			err = hs.ServeTLS(l, "", "")
+		} else {
+			err = hs.Serve(l)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving the ports front", "error", err)
+		}
+	}()
+	if ip := lis.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() && !useTLS {
+		log.Warn("the ports front serves beyond loopback without TLS: traffic tokens travel in clear text; use --ports-tls-cert/--ports-tls-key unless the network is trusted", "ports_listen", lis.Addr().String())
+	}
+	log.Info("serving the ports front", "ports_listen", lis.Addr().String(), "url", front.Base(), "domain", front.Domain(), "tls", useTLS)
+	var once sync.Once
+	return srv, func() { once.Do(func() { shutdownHTTP(hs, cfg.shutdownTimeout) }) }, nil
+}
