@@ -96,6 +96,29 @@ type netNames struct {
 
 var defaultNetNames = netNames{table: "sandboxd", bridge: "sandboxd0", prefix: "sbx-"}
 
+// instanceNetNames names the host-side objects of the sandboxd given
+// Config.EgressInstance (sandboxd --egress-instance): table and bridge
+// "sandboxd-<name>", interfaces "sx<name>-". A name is 1 to 4 lower-case
+// letters and digits, so that an interface (prefix and 8 characters of the
+// ID) fits Linux's 15 bytes, and the dash ending every prefix keeps one
+// instance's interfaces from matching another's prefix ("sxab-" is no
+// prefix of "sxabc-…"), or the default's ("sbx-"), or Docker's ("br-",
+// "veth").
+func instanceNetNames(name string) (netNames, error) {
+	if err := CheckEgressInstance(name); err != nil {
+		return netNames{}, err
+	}
+	return netNames{table: "sandboxd-" + name, bridge: "sandboxd-" + name, prefix: "sx" + name + "-"}, nil
+}
+
+// CheckEgressInstance checks an EgressInstance name (instanceNetNames).
+func CheckEgressInstance(name string) error {
+	if len(name) < 1 || len(name) > 4 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return core.Invalidf("config: EgressInstance %q: want 1 to 4 lower-case letters and digits", name)
+	}
+	return nil
+}
+
 // link is the host end's name for sandbox id.
 func (n netNames) link(id string) string {
 	return n.prefix + strings.TrimPrefix(id, "sb-")[:8]
