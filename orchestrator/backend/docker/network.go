@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -194,6 +195,9 @@ type Gateway interface {
 	ServeDNSTCP(l net.Listener) error
 	Stats(id string) egress.Stats
 	Denials(id string) []egress.Denial
+	// Counters returns the gateway's totals and every attached
+	// sandbox's counters (the metrics, netmetrics.go).
+	Counters() (egress.Totals, map[string]egress.Stats)
 	Close() error
 }
 
@@ -379,10 +383,13 @@ type netState struct {
 	startOnce  sync.Once
 	startErr   error
 	gw         Gateway
-	tcp        net.Listener
-	dns        net.PacketConn
-	dnsTCP     net.Listener
-	serving    sync.WaitGroup
+	// started is set once start has set gw: readers that must not start
+	// the gateway (the metrics) read gw after it.
+	started atomic.Bool
+	tcp     net.Listener
+	dns     net.PacketConn
+	dnsTCP  net.Listener
+	serving sync.WaitGroup
 }
 
 // start sets up the host side and starts the gateway, once; a failure is
@@ -420,6 +427,7 @@ func (n *netState) start() error {
 				n.log.Error("egress gateway: DNS server stopped", "error", err)
 			}
 		}()
+		n.started.Store(true)
 		n.log.Info("egress gateway started", "gateway", gw, "subnet", n.pool.subnet, "table", "inet "+n.names.table, "bridge", n.names.bridge)
 	})
 	return n.startErr
