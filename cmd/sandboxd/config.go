@@ -151,7 +151,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.NoDiskVolumes = !diskVolumes
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
 	mc.SnapshotDiskBudget, mc.SnapshotDiskBudgetPerTenant = int64(snapBudget), int64(snapTenantBudget)
-	egress.apply(mc)
+	if err := egress.apply(mc); err != nil {
+		return config{}, usageError{err}
+	}
 	if err := c.check(); err != nil {
 		return config{}, usageError{err}
 	}

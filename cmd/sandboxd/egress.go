@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/egress"
 )
 
 // egressFlags are the operator's egress settings (core.Policy's
@@ -18,6 +19,7 @@ type egressFlags struct {
 	defaultAllow, defaultDeny, ceiling destList
 	allowPrivate                       prefixList
 	subnet                             prefixFlag
+	instance, hostsFile, caFile        string
 }
 
 func (e *egressFlags) register(fs *flag.FlagSet) {
@@ -27,17 +29,44 @@ func (e *egressFlags) register(fs *flag.FlagSet) {
 	fs.Var(&e.ceiling, "egress-ceiling", "the most any sandbox may reach (`destinations`, as allow_out entries): the egress gateway refuses everything else whatever a sandbox's policy says, and a policy allowing only beyond it is INVALID_ARGUMENT (empty: no ceiling)")
 	fs.Var(&e.allowPrivate, "egress-allow-private", "special `CIDR blocks` (private, CGNAT, ULA, link-local, loopback, ...) sandboxes may reach nonetheless when their policy allows, comma-separated or repeated (empty: none; the host's own addresses and other sandboxes stay unreachable)")
 	fs.Var(&e.subnet, "egress-subnet", "IPv4 `block` networked sandboxes are addressed from (the gateway takes its first address, each sandbox a /31); it must not overlap the host's networks")
+	fs.StringVar(&e.instance, "egress-instance", "", "for several sandboxd on one host (tests, private deployments): names this one's network objects on the host, nftables table inet sandboxd-NAME, bridge sandboxd-NAME and interfaces sxNAME-* (`NAME`: 1 to 4 lower-case letters and digits); give each its own --egress-subnet too (empty: table sandboxd, bridge sandboxd0, interfaces sbx-*)")
+	fs.StringVar(&e.hostsFile, "egress-hosts-file", "", "resolve the names sandboxes reach from this hosts(5) `file` alone, never asking the host's resolver (for tests and private deployments with a fixed map of names; empty: the host's /etc/hosts and resolvers). Read once, at start")
+	fs.StringVar(&e.caFile, "egress-ca-file", "", "PEM `file` of certificates the egress gateway trusts, besides the host's roots, when it verifies the server of a connection it intercepts for a header rule (a private CA; the tests' throwaway one)")
 }
 
 // apply puts the flags into the backends' policy and the Docker backend's
-// config.
-func (e *egressFlags) apply(mc *docker.Config) {
+// config, reading the files they name.
+func (e *egressFlags) apply(mc *docker.Config) error {
 	if len(e.defaultAllow) > 0 || len(e.defaultDeny) > 0 {
 		mc.EgressDefault = &core.NetworkPolicy{AllowOut: e.defaultAllow, DenyOut: e.defaultDeny}
 	}
 	mc.EgressCeiling = e.ceiling
 	mc.EgressAllowPrivate = e.allowPrivate
 	mc.EgressSubnet = netip.Prefix(e.subnet)
+	if e.instance != "" {
+		if err := docker.CheckEgressInstance(e.instance); err != nil {
+			return fmt.Errorf("--egress-instance %q: want 1 to 4 lower-case letters and digits", e.instance)
+		}
+		mc.EgressInstance = e.instance
+	}
+	if (e.hostsFile != "" || e.caFile != "") && !mc.AllowNetwork {
+		return errors.New("--egress-hosts-file and --egress-ca-file need --allow-network")
+	}
+	if e.hostsFile != "" {
+		h, err := egress.ReadHostsFile(e.hostsFile)
+		if err != nil {
+			return fmt.Errorf("--egress-hosts-file: %w", err)
+		}
+		mc.Egress.Resolver = h
+	}
+	if e.caFile != "" {
+		pool, err := egress.RootsWith(e.caFile)
+		if err != nil {
+			return fmt.Errorf("--egress-ca-file: %w", err)
+		}
+		mc.Egress.RootCAs = pool
+	}
+	return nil
 }
 
 // egressFlagNames names the flag of each egress field of core.Policy in

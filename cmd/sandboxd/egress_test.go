@@ -4,12 +4,15 @@ import (
 	"errors"
 	"io"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/egress"
 )
 
 func TestEgressFlags(t *testing.T) {
@@ -55,6 +58,55 @@ func TestEgressFlags(t *testing.T) {
 		{[]string{"--egress-subnet", "fd00::/64"}, "--egress-subnet fd00::/64: want an IPv4 block"},
 		{[]string{"--egress-subnet", "100.127.0.1/16"}, "did you mean 100.127.0.0/16"},
 		{[]string{"--egress-subnet", "nope"}, "not a CIDR block"},
+	} {
+		_, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v; want a usage error with %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestEgressFileFlags: --egress-instance names the host objects,
+// --egress-hosts-file and --egress-ca-file become the gateway's resolver
+// and roots, and each refusal names its flag.
+func TestEgressFileFlags(t *testing.T) {
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	os.WriteFile(hosts, []byte("198.18.0.1 allowed.test\n"), 0o644)
+	ca, err := egress.NewCA("sb-flags")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.pem")
+	os.WriteFile(caFile, ca.CertPEM(), 0o644)
+	c, err := parseConfig([]string{"--allow-network", "--egress-instance", "t1", "--egress-hosts-file", hosts, "--egress-ca-file", caFile},
+		env("HOME", "/root"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := c.docker
+	if mc.EgressInstance != "t1" || mc.Egress.RootCAs == nil {
+		t.Errorf("instance %q, roots %v", mc.EgressInstance, mc.Egress.RootCAs)
+	}
+	if addrs, err := mc.Egress.Resolver.LookupNetIP(t.Context(), "ip4", "allowed.test"); err != nil || len(addrs) != 1 || addrs[0].String() != "198.18.0.1" {
+		t.Errorf("resolver: %v, %v", addrs, err)
+	}
+	if _, err := mc.Egress.Resolver.LookupNetIP(t.Context(), "ip4", "localhost"); err == nil {
+		t.Error("the hosts file's resolver answered a name the file lacks")
+	}
+	c, err = parseConfig([]string{"--allow-network"}, env("HOME", "/root"), io.Discard)
+	if err != nil || c.docker.Egress.Resolver != nil || c.docker.Egress.RootCAs != nil || c.docker.EgressInstance != "" {
+		t.Errorf("defaults: %+v, %v", c.docker.Egress, err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--egress-hosts-file", hosts}, "--egress-hosts-file and --egress-ca-file need --allow-network"},
+		{[]string{"--allow-network", "--egress-hosts-file", filepath.Join(dir, "missing")}, "--egress-hosts-file: open"},
+		{[]string{"--allow-network", "--egress-ca-file", hosts}, "--egress-ca-file: " + hosts + " holds no PEM certificate"},
+		{[]string{"--allow-network", "--egress-instance", "Toolong"}, `--egress-instance "Toolong": want 1 to 4 lower-case letters and digits`},
 	} {
 		_, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
 		var ue usageError

@@ -212,7 +212,8 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		return fmt.Errorf("starting the sandbox manager: %w", err)
 	}
 	if met != nil {
-		met.Watch(dm) // sandboxes by state and the pool's size, read at scrape time
+		met.Watch(dm)       // sandboxes by state and the pool's size, read at scrape time
+		met.WatchEgress(dm) // the egress gateway's counters, per sandbox and in all
 	}
 	m := newValidated(dm)
 	var front *ports.Server

@@ -83,3 +83,27 @@ type SandboxCount struct {
 	State  State
 	N      int
 }
+
+// SandboxEgress is one networked sandbox's egress counters as the
+// gateway holds them now, for the per-sandbox metrics: the counters start
+// again at each attach (creation, wake, sandboxd's start), and a sandbox
+// the gateway does not serve (hibernated, deleted) has none.
+type SandboxEgress struct {
+	SandboxID, Tenant string
+	NetworkCounters
+}
+
+// EgressTotals are the egress gateway's counters since it started, every
+// sandbox's summed, those gone included, so that they only grow.
+type EgressTotals struct {
+	// NetworkCounters sums every sandbox's; ConnsOpen is the connections
+	// open now.
+	NetworkCounters
+	// Sandboxes is the number of sandboxes the gateway serves now.
+	Sandboxes int
+	// DNSInFlight is the number of DNS queries being answered now.
+	DNSInFlight int
+	// StrayConns and StrayDNS count connections and DNS packets that came
+	// from no sandbox the gateway serves, closed or dropped unread.
+	StrayConns, StrayDNS uint64
+}

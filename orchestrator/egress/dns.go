@@ -95,7 +95,11 @@ func (g *Gateway) readDNS(pc net.PacketConn) error {
 			return err
 		}
 		sb := g.bySource(from.Addr())
-		if sb == nil || !g.admitQuery(sb) {
+		if sb == nil {
+			g.strayDNS.Add(1)
+			continue
+		}
+		if !g.admitQuery(sb) {
 			continue
 		}
 		msg := append([]byte(nil), buf[:n]...)
@@ -143,6 +147,9 @@ func (g *Gateway) ServeDNSTCP(l net.Listener) error {
 		}
 		backoff = 0
 		sb := g.bySource(addrOf(c.RemoteAddr()))
+		if sb == nil {
+			g.strayConns.Add(1)
+		}
 		if sb == nil || !g.acquire(sb) {
 			closeNow(c)
 			continue

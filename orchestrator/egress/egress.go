@@ -131,8 +131,9 @@
 //     shared, so 16 sandboxes at their caps fill it. Every DNS packet is
 //     read by the gateway before it is judged: the UDP socket's queue is
 //     shared, and a flood faster than the gateway can drop it overflows
-//     that queue for everyone (the plumbing should drop each sandbox's
-//     DNS past a rate in nftables, before the socket).
+//     that queue for everyone, unless the plumbing drops each sandbox's
+//     DNS past a rate before the socket (the Docker backend's nftables
+//     table does, at 200 packets a second per sandbox).
 //
 // What a sandbox can make the gateway hold, at most (defaults):
 //

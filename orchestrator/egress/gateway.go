@@ -131,6 +131,10 @@ type Gateway struct {
 
 	open        atomic.Int64 // connections open, all sandboxes (MaxConns)
 	dnsInFlight atomic.Int64
+	// Totals: what detached sandboxes counted (under mu), and what came
+	// from no attached sandbox.
+	gone                 Stats
+	strayConns, strayDNS atomic.Uint64
 
 	ix   *interceptor
 	done chan struct{}
@@ -303,6 +307,7 @@ func (g *Gateway) Detach(id string) {
 	if g.bySrc[sb.src] == sb {
 		delete(g.bySrc, sb.src)
 	}
+	g.gone.add(sb.stats())
 	sb.mu.Unlock()
 	g.publishSources()
 	g.mu.Unlock()
@@ -351,8 +356,12 @@ func (g *Gateway) Stats(id string) Stats {
 		return Stats{}
 	}
 	sb.mu.Lock()
-	dropped := sb.denials.dropped
-	sb.mu.Unlock()
+	defer sb.mu.Unlock()
+	return sb.stats()
+}
+
+// stats reads sb's counters (sb.mu held, for the denial ring's).
+func (sb *sandbox) stats() Stats {
 	return Stats{
 		BytesOut:          sb.st.bytesOut.Load(),
 		BytesIn:           sb.st.bytesIn.Load(),
@@ -362,10 +371,68 @@ func (g *Gateway) Stats(id string) Stats {
 		DNSDenied:         sb.st.dnsDenied.Load(),
 		ConnsOpen:         int(sb.open.Load()),
 		RuleRequests:      sb.st.ruleRequests.Load(),
-		DeniedLogDropped:  dropped,
+		DeniedLogDropped:  sb.denials.dropped,
 		DNSRateLimited:    sb.st.dnsRateLimited.Load(),
 		ConnsRefusedAtCap: sb.st.connsRefusedAtCap.Load(),
 	}
+}
+
+// add sums o's counters into s; ConnsOpen is not a counter, and is left.
+func (s *Stats) add(o Stats) {
+	s.BytesOut += o.BytesOut
+	s.BytesIn += o.BytesIn
+	s.ConnsAllowed += o.ConnsAllowed
+	s.ConnsDenied += o.ConnsDenied
+	s.DNSAllowed += o.DNSAllowed
+	s.DNSDenied += o.DNSDenied
+	s.RuleRequests += o.RuleRequests
+	s.DeniedLogDropped += o.DeniedLogDropped
+	s.DNSRateLimited += o.DNSRateLimited
+	s.ConnsRefusedAtCap += o.ConnsRefusedAtCap
+}
+
+// Totals are the gateway's counters since it started, for the server's
+// metrics: every sandbox's, those detached since included, so that each
+// only ever grows (a sandbox's own Stats start again at each Attach after
+// a Detach: a wake).
+type Totals struct {
+	// Stats sums the counters of every sandbox the gateway served;
+	// ConnsOpen is the connections open now, every sandbox's.
+	Stats
+	// Sandboxes is the number of sandboxes attached now.
+	Sandboxes int
+	// DNSInFlight is the number of DNS queries being answered now.
+	DNSInFlight int
+	// StrayConns and StrayDNS count connections and DNS packets from no
+	// attached sandbox (a sandbox being detached, or a source address
+	// the gateway does not know), closed or dropped unread.
+	StrayConns, StrayDNS uint64
+}
+
+// Counters returns the gateway's totals and the counters of every
+// sandbox attached now, by ID, read together (for metrics scrapes: one
+// pass, one lock of the gateway's).
+func (g *Gateway) Counters() (Totals, map[string]Stats) {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	t := Totals{Stats: g.gone, Sandboxes: len(g.byID), DNSInFlight: int(g.dnsInFlight.Load()),
+		StrayConns: g.strayConns.Load(), StrayDNS: g.strayDNS.Load()}
+	t.ConnsOpen = int(g.open.Load())
+	per := make(map[string]Stats, len(g.byID))
+	for id, sb := range g.byID {
+		sb.mu.Lock()
+		st := sb.stats()
+		sb.mu.Unlock()
+		t.add(st)
+		per[id] = st
+	}
+	return t, per
+}
+
+// Totals returns the gateway's totals (Counters).
+func (g *Gateway) Totals() Totals {
+	t, _ := g.Counters()
+	return t
 }
 
 // Denials returns id's most recent denials, oldest first.

@@ -555,6 +555,39 @@ func TestDetach(t *testing.T) {
 	}
 }
 
+// TestTotals: the gateway's totals sum every sandbox's counters, a
+// detached one's kept, so that they only grow; strays are counted.
+func TestTotals(t *testing.T) {
+	e := newEnv(t, Config{Bounds: allowLoopback})
+	e.attach("a", srcA, core.NetworkPolicy{})
+	e.attach("b", srcB, core.NetworkPolicy{DenyOut: []string{"*.egress.test"}})
+	url := fmt.Sprintf("http://www.egress.test:%d/", e.httpPort)
+	if code, _, err := e.get(e.client(srcA, e.httpDst(), nil), url); err != nil || code != 200 {
+		t.Fatalf("a: %d, %v", code, err)
+	}
+	if code, _, err := e.get(e.client(srcB, e.httpDst(), nil), url); err != nil || code != 403 {
+		t.Fatalf("b: %d, %v; want 403", code, err)
+	}
+	waitFor(t, 5*time.Second, "closed", func() bool { return e.g.Totals().ConnsOpen == 0 })
+	before, per := e.g.Counters()
+	sa, sb := e.g.Stats("a"), e.g.Stats("b")
+	if len(per) != 2 || per["a"] != sa || per["b"] != sb {
+		t.Fatalf("per sandbox %+v; a %+v, b %+v", per, sa, sb)
+	}
+	if before.Sandboxes != 2 || before.ConnsAllowed != sa.ConnsAllowed+sb.ConnsAllowed || before.ConnsDenied != sa.ConnsDenied+sb.ConnsDenied ||
+		before.BytesIn != sa.BytesIn+sb.BytesIn || before.BytesOut == 0 || before.ConnsAllowed == 0 || before.ConnsDenied == 0 {
+		t.Fatalf("totals %+v; a %+v, b %+v", before, sa, sb)
+	}
+	e.g.Detach("a")
+	after := e.g.Totals()
+	if after.Sandboxes != 1 || after.ConnsAllowed != before.ConnsAllowed || after.BytesIn != before.BytesIn || after.ConnsDenied != before.ConnsDenied {
+		t.Fatalf("after a detach: %+v; before %+v", after, before)
+	}
+	// a's source is a stray now.
+	e.get(e.client(srcA, e.httpDst(), nil), url)
+	waitFor(t, 5*time.Second, "a stray", func() bool { return e.g.Totals().StrayConns >= 1 })
+}
+
 func TestDenialRing(t *testing.T) {
 	e := newEnv(t, Config{Bounds: allowLoopback, DenialLog: 2})
 	e.attach("a", srcA, core.NetworkPolicy{DenyOut: []string{"*.egress.test"}})

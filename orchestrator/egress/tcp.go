@@ -56,6 +56,9 @@ func (g *Gateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPor
 		}
 		backoff = 0
 		sb := g.bySource(addrOf(c.RemoteAddr()))
+		if sb == nil {
+			g.strayConns.Add(1)
+		}
 		if sb == nil || !g.acquire(sb) {
 			closeNow(c)
 			continue

@@ -6,7 +6,9 @@
 // on the global default registry, so tests and several servers in one
 // process stay apart. Labels are bounded: tenants (bounded by the token
 // file), states, kinds, languages and statuses from fixed sets; never user
-// or sandbox IDs.
+// IDs, domains or addresses. Sandbox IDs label the per-sandbox egress
+// series alone (egress.go): one set per networked sandbox the gateway
+// serves, gone with it, so their number is bounded by the sandboxes alive.
 package metrics
 
 import (

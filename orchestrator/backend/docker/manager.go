@@ -69,6 +69,15 @@ type Config struct {
 	// gateway. Default DefaultEgressSubnet.
 	EgressSubnet netip.Prefix
 
+	// EgressInstance, when set, names this sandboxd's host-side network
+	// objects (sandboxd --egress-instance): its nftables table, the bridge
+	// holding the gateway's address and its interfaces' prefix
+	// (instanceNetNames), so that several sandboxd processes on one host
+	// (tests, private deployments) each keep their own; each needs its own
+	// EgressSubnet too. Empty: table sandboxd, bridge sandboxd0,
+	// interfaces sbx-*.
+	EgressInstance string
+
 	// Egress configures the egress gateway (its Bounds.SandboxNet is
 	// EgressSubnet); it runs when AllowNetwork is set or a networked
 	// sandbox exists.
@@ -140,6 +149,13 @@ func (c *Config) applyDefaults() error {
 	}
 	if c.netNames == (netNames{}) {
 		c.netNames = defaultNetNames
+		if c.EgressInstance != "" {
+			n, err := instanceNetNames(c.EgressInstance)
+			if err != nil {
+				return err
+			}
+			c.netNames = n
+		}
 	}
 	if c.netKernel == nil {
 		c.netKernel = linuxKernel{}

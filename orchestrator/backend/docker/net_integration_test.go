@@ -64,6 +64,9 @@ func (g *observingGateway) Detach(id string) {
 func (g *observingGateway) Close() error                   { return nil }
 func (g *observingGateway) Stats(string) egress.Stats      { return egress.Stats{} }
 func (g *observingGateway) Denials(string) []egress.Denial { return nil }
+func (g *observingGateway) Counters() (egress.Totals, map[string]egress.Stats) {
+	return egress.Totals{}, nil
+}
 
 func (g *observingGateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error {
 	for {

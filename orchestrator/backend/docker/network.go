@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -96,6 +97,29 @@ type netNames struct {
 
 var defaultNetNames = netNames{table: "sandboxd", bridge: "sandboxd0", prefix: "sbx-"}
 
+// instanceNetNames names the host-side objects of the sandboxd given
+// Config.EgressInstance (sandboxd --egress-instance): table and bridge
+// "sandboxd-<name>", interfaces "sx<name>-". A name is 1 to 4 lower-case
+// letters and digits, so that an interface (prefix and 8 characters of the
+// ID) fits Linux's 15 bytes, and the dash ending every prefix keeps one
+// instance's interfaces from matching another's prefix ("sxab-" is no
+// prefix of "sxabc-…"), or the default's ("sbx-"), or Docker's ("br-",
+// "veth").
+func instanceNetNames(name string) (netNames, error) {
+	if err := CheckEgressInstance(name); err != nil {
+		return netNames{}, err
+	}
+	return netNames{table: "sandboxd-" + name, bridge: "sandboxd-" + name, prefix: "sx" + name + "-"}, nil
+}
+
+// CheckEgressInstance checks an EgressInstance name (instanceNetNames).
+func CheckEgressInstance(name string) error {
+	if len(name) < 1 || len(name) > 4 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789") != "" {
+		return core.Invalidf("config: EgressInstance %q: want 1 to 4 lower-case letters and digits", name)
+	}
+	return nil
+}
+
 // link is the host end's name for sandbox id.
 func (n netNames) link(id string) string {
 	return n.prefix + strings.TrimPrefix(id, "sb-")[:8]
@@ -171,6 +195,9 @@ type Gateway interface {
 	ServeDNSTCP(l net.Listener) error
 	Stats(id string) egress.Stats
 	Denials(id string) []egress.Denial
+	// Counters returns the gateway's totals and every attached
+	// sandbox's counters (the metrics, netmetrics.go).
+	Counters() (egress.Totals, map[string]egress.Stats)
 	Close() error
 }
 
@@ -356,10 +383,13 @@ type netState struct {
 	startOnce  sync.Once
 	startErr   error
 	gw         Gateway
-	tcp        net.Listener
-	dns        net.PacketConn
-	dnsTCP     net.Listener
-	serving    sync.WaitGroup
+	// started is set once start has set gw: readers that must not start
+	// the gateway (the metrics) read gw after it.
+	started atomic.Bool
+	tcp     net.Listener
+	dns     net.PacketConn
+	dnsTCP  net.Listener
+	serving sync.WaitGroup
 }
 
 // start sets up the host side and starts the gateway, once; a failure is
@@ -397,6 +427,7 @@ func (n *netState) start() error {
 				n.log.Error("egress gateway: DNS server stopped", "error", err)
 			}
 		}()
+		n.started.Store(true)
 		n.log.Info("egress gateway started", "gateway", gw, "subnet", n.pool.subnet, "table", "inet "+n.names.table, "bridge", n.names.bridge)
 	})
 	return n.startErr

@@ -70,6 +70,19 @@ func (linuxKernel) setupHost(n netNames, subnet netip.Prefix, gw netip.Addr) err
 //	                                                 spoofing another
 //	                                                 sandbox's S, H, G or any
 //	                                                 other address
+//	  iifname "sbx-*" udp dport 53 add @dns_udp { ip saddr limit rate over 200/second burst 200 packets } drop
+//	  iifname "sbx-*" tcp dport 53 tcp flags & (syn|ack) == syn add @dns_tcp { ip saddr limit rate over 200/second burst 200 packets } drop
+//	                                                 a sandbox's DNS past
+//	                                                 dnsPacketRate (per source
+//	                                                 address, so per sandbox:
+//	                                                 the rule above keeps it
+//	                                                 honest), dropped here,
+//	                                                 before conntrack and the
+//	                                                 gateway's shared socket:
+//	                                                 a flood cannot fill that
+//	                                                 socket's queue for every
+//	                                                 sandbox, nor the conntrack
+//	                                                 table
 //	chain dnat (nat, prerouting, priority dstnat)
 //	  iifname "sbx-*" udp dport 53 dnat ip to G:53   DNS, whatever server the
 //	  iifname "sbx-*" tcp dport 53 dnat ip to G:53   sandbox names, to the
@@ -137,6 +150,22 @@ func writeTable(n netNames, gw netip.Addr) error {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}, verdict(expr.VerdictDrop))
 
+	for _, p := range []struct {
+		set   string
+		proto byte
+		syn   bool
+	}{{"dns_udp", unix.IPPROTO_UDP, false}, {"dns_tcp", unix.IPPROTO_TCP, true}} {
+		set := &nftables.Set{Table: t, Name: p.set, KeyType: nftables.TypeIPAddr, Dynamic: true, Size: dnsMeterSize}
+		if err := c.AddSet(set, nil); err != nil {
+			return fmt.Errorf("nftables set %s: %w", p.set, err)
+		}
+		match := [][]expr.Any{fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(p.proto), dport(gatewayDNSPort)}
+		if p.syn {
+			match = append(match, synOnly())
+		}
+		rule(guard, append(match, overRate(set), verdict(expr.VerdictDrop))...)
+	}
+
 	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_UDP), dport(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
 	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_TCP), dport(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
 	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_TCP), dnatTo(g, gatewayTCPPort))
@@ -162,6 +191,41 @@ func writeTable(n netNames, gw netip.Addr) error {
 		return fmt.Errorf("write nftables table inet %s: %w", n.table, err)
 	}
 	return nil
+}
+
+// The kernel's bound on each sandbox's DNS (writeTable): packets per
+// second and burst, per source address. Above the gateway's own rate
+// (egress: 100 queries/s, burst 200), so that the kernel only ever drops
+// what the gateway would refuse anyway, and low enough that the gateway's
+// socket sees a bounded share of a flood: 200/s from each sandbox.
+const (
+	dnsPacketRate  = 200
+	dnsPacketBurst = 200
+	// dnsMeterSize bounds the meters' entries (one per source address
+	// that sent DNS; the egress subnet bounds them anyway).
+	dnsMeterSize = 65535
+)
+
+// overRate matches a packet whose source address sent more than
+// dnsPacketRate DNS packets a second (burst dnsPacketBurst), counted in
+// set, an entry per address: nft's `add @set { ip saddr limit rate over
+// N/second burst B packets }` (a meter).
+func overRate(set *nftables.Set) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Dynset{SrcRegKey: 1, SetName: set.Name, SetID: set.ID, Operation: unix.NFT_DYNSET_OP_ADD,
+			Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: dnsPacketRate, Over: true, Unit: expr.LimitTimeSecond, Burst: dnsPacketBurst}}},
+	}
+}
+
+// synOnly matches a TCP segment opening a connection (SYN without ACK):
+// the TCP meter counts connections, not the packets of one.
+func synOnly() []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{0x12}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x02}},
+	}
 }
 
 // deleteTable removes the table (tests).

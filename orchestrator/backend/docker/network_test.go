@@ -61,6 +61,29 @@ func TestEgressSubnetChecks(t *testing.T) {
 	}
 }
 
+func TestEgressInstanceNames(t *testing.T) {
+	cfg := Config{StateDir: t.TempDir(), EgressInstance: "ab12"}
+	if err := cfg.applyDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if want := (netNames{table: "sandboxd-ab12", bridge: "sandboxd-ab12", prefix: "sxab12-"}); cfg.netNames != want {
+		t.Errorf("names %+v; want %+v", cfg.netNames, want)
+	}
+	if l := cfg.netNames.link("sb-0123456789abcdef"); l != "sxab12-01234567" || len(l) > 15 {
+		t.Errorf("link %q", l)
+	}
+	cfg = Config{StateDir: t.TempDir()}
+	if err := cfg.applyDefaults(); err != nil || cfg.netNames != defaultNetNames {
+		t.Errorf("default names %+v, %v", cfg.netNames, err)
+	}
+	for _, bad := range []string{"abcde", "AB", "a-b", "a b", "é"} {
+		cfg := Config{StateDir: t.TempDir(), EgressInstance: bad}
+		if err := cfg.applyDefaults(); !errors.Is(err, core.ErrInvalidArgument) {
+			t.Errorf("instance %q: %v; want invalid", bad, err)
+		}
+	}
+}
+
 // TestNetworkLifecycleFake follows a networked sandbox with the fake
 // engine and kernel: its holder and link, a restart of the Manager (the
 // holder is no orphan, the address is kept) and deletion (both go, the
