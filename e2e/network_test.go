@@ -156,17 +156,17 @@ type netRun struct {
 	secret2 string // the E2B sandbox's
 	instTag string // --egress-instance
 
-	d        *daemon
-	c        sandboxv1.SandboxServiceClient
-	e2bURL   string
-	metrics  string
-	a, b     string // sandboxes: A (allow-list with a rule), B (open)
-	aAddr    netip.Addr
-	e        string // the E2B door's sandbox
-	eToken   string
-	floodID  string // the flooding sandbox, until the metrics case deletes it
-	notes    []string
-	failed   []string
+	d       *daemon
+	c       sandboxv1.SandboxServiceClient
+	e2bURL  string
+	metrics string
+	a, b    string // sandboxes: A (allow-list with a rule), B (open)
+	aAddr   netip.Addr
+	e       string // the E2B door's sandbox
+	eToken  string
+	floodID string // the flooding sandbox, until the metrics case deletes it
+	notes   []string
+	failed  []string
 }
 
 // netAllowList is A's policy: allowed.test and api.test only, a header
@@ -1315,7 +1315,9 @@ print('planted')`, canary[:10], canary[10:]) // the command's text never holds i
 		procs, mib(memTotal), files, mib(fileTotal), len(answers)-1)
 }
 
-func durationSeconds(s int64) *durationpb.Duration { return durationpb.New(time.Duration(s) * time.Second) }
+func durationSeconds(s int64) *durationpb.Duration {
+	return durationpb.New(time.Duration(s) * time.Second)
+}
 
 // sandboxd's process counters.
 type procSample struct {
