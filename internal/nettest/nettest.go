@@ -229,6 +229,7 @@ func New(t testing.TB, o Options) *Internet {
 	}
 	if o.Metadata {
 		lockMetadata(t)
+		clearMetadataLinks(t)
 		h := &Host{Name: "metadata.test", Addr: MetadataAddr}
 		in.Hosts[h.Name] = h
 		ips = append(ips, h.Addr.AsSlice())
@@ -329,6 +330,14 @@ func makeNamespace(t testing.TB, h *Host, tag string, i int, hostEnd, addr netip
 	if err != nil {
 		return err
 	}
+	// Deleting the veth takes both ends away at once; a deleted namespace
+	// goes later (the kernel frees it in the background), and until then
+	// its veth's routes would shadow the next test's on the same addresses.
+	t.Cleanup(func() {
+		if err := netlink.LinkDel(host); err != nil {
+			t.Logf("nettest: remove veth %s: %v", la.Name, err)
+		}
+	})
 	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(hostEnd, 31)}); err != nil {
 		return err
 	}
@@ -578,6 +587,33 @@ func sweepStale(t testing.TB) {
 		}
 		if err := netns.DeleteNamed(e.Name()); err != nil {
 			t.Logf("nettest: remove stale namespace %s: %v", e.Name(), err)
+		}
+	}
+}
+
+// clearMetadataLinks removes what is left on the host of an earlier
+// metadata host (a test process killed before its clean-up, whose namespace
+// sweepStale deleted while the kernel still holds its veth): a host link
+// with the metadata pair's host address, whose route to MetadataAddr would
+// shadow this one's.
+func clearMetadataLinks(t testing.TB) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatalf("nettest: list addresses: %v", err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); !ok || ip.Unmap() != MetadataAddr.Next() {
+			continue
+		}
+		l, err := netlink.LinkByIndex(a.LinkIndex)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if !strings.HasPrefix(l.Attrs().Name, "nt") || l.Type() != "veth" {
+			t.Fatalf("nettest: %s on link %s, not a test veth: the metadata host cannot be made here", MetadataAddr.Next(), l.Attrs().Name)
+		}
+		if err := netlink.LinkDel(l); err != nil && !errors.Is(err, syscall.ENODEV) {
+			t.Fatalf("nettest: remove stale veth %s: %v", l.Attrs().Name, err)
 		}
 	}
 }
