@@ -1228,7 +1228,19 @@ print('planted')`, canary[:10], canary[10:]) // the command's text never holds i
 			t.Fatalf("the user's scan in %s: %v %v %q", id, err, o.done, o.stderr)
 		}
 		s := parseScan(t, "the sandbox user in "+id, o.stdout, len(secrets)+1)
-		s.wantCanary(t, "the sandbox user in "+id, "file /tmp/canary.txt", "environ of", "memory of")
+		want := []string{"file /tmp/canary.txt", "environ of"}
+		switch {
+		case s.MemBytes > 0:
+			want = append(want, "memory of")
+		case r.runtime == "runsc":
+			// gVisor refuses /proc/PID/mem even to a process's own user:
+			// memory is no channel for the sandbox user there, and root's
+			// scan below reads it.
+			t.Logf("the sandbox user in %s: no process memory readable under gVisor", id)
+		default:
+			t.Errorf("the sandbox user in %s read no process memory: the scan cannot be trusted", id)
+		}
+		s.wantCanary(t, "the sandbox user in "+id, want...)
 		if s.Files < 1000 || s.Procs < 2 {
 			t.Errorf("the user's scan in %s read %d files, %d processes: too few to mean anything", id, s.Files, s.Procs)
 		}
