@@ -47,12 +47,15 @@ type daemon struct {
 	bin, state string
 	args       []string
 	proc       *sandboxdproc.Process
+	portsAddr  string // the ports front's address, once started
 }
 
-// networkAllowed says whether the suites' sandboxd gives sandboxes
-// network (network.test.mjs needs it): not under runsc, which sandboxd
-// refuses network with until the egress plumbing supports it.
-func networkAllowed() bool { return os.Getenv("SANDBOXD_E2E_RUNTIME") != "runsc" }
+// portsDomain is the ports front's domain in the suites' sandboxd
+// (getHost's URLs are PORT-SANDBOXID.portsDomain; the suites dial the front
+// and send that Host, so the name needs no resolver).
+const portsDomain = "sandboxes.test"
+
+var portsServing = regexp.MustCompile(`msg="serving the ports front" ports_listen=(\S+)`)
 
 // start runs it and returns its E2B address.
 func (d *daemon) start(t *testing.T) string {
@@ -69,14 +72,19 @@ func (d *daemon) start(t *testing.T) string {
 	if m == nil {
 		t.Fatalf("sandboxd did not log the E2B address:\n%s", proc.Log())
 	}
+	p := portsServing.FindStringSubmatch(proc.Log().String())
+	if p == nil {
+		t.Fatalf("sandboxd did not log the ports front's address:\n%s", proc.Log())
+	}
+	d.portsAddr = p[1]
 	return m[1]
 }
 
-// startSandboxd runs a real sandboxd with --e2b-listen and two API keys in
-// two tenants, and returns the E2B address and the keys.
-func startSandboxd(t *testing.T) (addr, key, otherKey string) {
-	d, key, otherKey := newDaemon(t, "127.0.0.1:0")
-	return d.start(t), key, otherKey
+// startSandboxd runs a real sandboxd with --e2b-listen, the ports front and
+// two API keys in two tenants, and returns it, its E2B address and the keys.
+func startSandboxd(t *testing.T) (d *daemon, addr, key, otherKey string) {
+	d, key, otherKey = newDaemon(t, "127.0.0.1:0")
+	return d, d.start(t), key, otherKey
 }
 
 // newDaemon prepares a sandboxd serving E2B on e2bAddr (stopped and
@@ -102,9 +110,9 @@ func newDaemon(t *testing.T, e2bAddr string) (d *daemon, key, otherKey string) {
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}
-	if networkAllowed() {
-		args = append(args, "--allow-network")
-	}
+	// Networked sandboxes (network.test.mjs) under either runtime: runsc's
+	// run under runsc-net.
+	args = append(args, "--allow-network", "--ports-listen", "127.0.0.1:0", "--ports-domain", portsDomain)
 	d = &daemon{bin: bin, state: state, args: args}
 	t.Cleanup(func() {
 		if d.proc != nil {
@@ -195,7 +203,7 @@ func parseTAP(out []byte) []tapResult {
 // counts, and fail the test only for cases not listed in knownFailures.
 func TestSDK(t *testing.T) {
 	node, dir := needSDK(t)
-	addr, key, other := startSandboxd(t)
+	d, addr, key, other := startSandboxd(t)
 	files, err := filepath.Glob("sdktest/*.test.mjs")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no suites in sdktest/: %v", err)
@@ -208,7 +216,7 @@ func TestSDK(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", f)
 			cmd.Env = append(os.Environ(), "E2B_SDK_DIR="+dir, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
-				"E2B_API_KEY="+key, "E2B_API_KEY_OTHER="+other, "E2B_DEBUG=", "E2B_DOMAIN=", "SANDBOXD_NETWORK="+map[bool]string{true: "1"}[networkAllowed()])
+				"E2B_API_KEY="+key, "E2B_API_KEY_OTHER="+other, "E2B_DEBUG=", "E2B_DOMAIN=", "SANDBOXD_PORTS_ADDR="+d.portsAddr)
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
 				t.Fatalf("%s did not finish within 15 minutes:\n%s", f, out)

@@ -1,16 +1,16 @@
 // The E2B door's network options through the official SDK: what create
 // and updateNetwork send and what getInfo returns. Enforcement (the egress
 // gateway) is tested elsewhere; here the API's answers are asserted, and
-// that no header value a rule carries ever comes back. The Go side starts
-// sandboxd with --allow-network unless its runtime cannot have it (then
-// SANDBOXD_NETWORK is empty and these tests are skipped).
+// that no header value a rule carries ever comes back; and getHost's URLs
+// through sandboxd's ports front. The Go side starts sandboxd with
+// --allow-network and the ports front (SANDBOXD_PORTS_ADDR).
 import { test, describe } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, core, T, withSandbox } from './helpers.mjs'
+import http from 'node:http'
+import { Sandbox, core, T, withSandbox, waitFor } from './helpers.mjs'
 
 const { SandboxError } = core
-const networked = process.env.SANDBOXD_NETWORK === '1'
-const N = { ...T, skip: networked ? false : 'sandboxd runs without --allow-network here' }
+const N = T
 
 const SECRET = 'Bearer sk-sdk-network-secret-0123456789'
 
@@ -87,4 +87,60 @@ describe('network', () => {
     await assert.rejects(Sandbox.create({ network: { rules: { 'api.example.com': [{ transform: { headers: { Host: 'evil.example' } } }] } } }),
       (e) => e instanceof SandboxError && e.statusCode === 400 && /"Host"/.test(e.message))
   })
+
+  test('getHost: a web server in the sandbox through the ports front, with the traffic token unless public', N, async () => {
+    const front = process.env.SANDBOXD_PORTS_ADDR
+    const door = new URL(process.env.E2B_API_URL).host
+    assert.ok(front, 'SANDBOXD_PORTS_ADDR is not set')
+    const serve = (sbx) => sbx.commands.run(
+      'mkdir -p www && echo "hello from $(hostname)" > www/hi.txt && exec python3 -m http.server 8080 --directory www', { background: true })
+    await withSandbox(async (priv) => {
+      await withSandbox(async (pub) => {
+        await serve(priv)
+        await serve(pub)
+        const host = priv.getHost(8080)
+        assert.equal(host, `8080-${priv.sandboxId}.sandboxes.test`, 'getHost names the front\'s domain')
+        assert.ok(priv.trafficAccessToken, 'create answers a traffic token')
+        const tok = { 'e2b-traffic-access-token': priv.trafficAccessToken }
+        let last
+        await waitFor(async () => (last = await get(front, host, '/hi.txt', tok)).status === 200,
+          () => `the private sandbox's server through the front (last: ${JSON.stringify(last)})`)
+        assert.match(last.body, /^hello from /)
+
+        // Private: no token, or another sandbox's, is the same 401.
+        assert.equal((await get(front, host, '/hi.txt')).status, 401, 'no token')
+        assert.equal((await get(front, host, '/hi.txt', { 'e2b-traffic-access-token': pub.trafficAccessToken })).status, 401, 'another sandbox\'s token')
+        // The E2B door passes getHost's Host to the front.
+        const viaDoor = await get(door, host, '/hi.txt', tok)
+        assert.equal(viaDoor.status, 200, `through the E2B door: ${JSON.stringify(viaDoor)}`)
+        assert.equal(viaDoor.body, last.body)
+        assert.equal((await get(door, host, '/hi.txt')).status, 401, 'no token through the E2B door')
+
+        // Public: no token needed.
+        const pubHost = pub.getHost(8080)
+        await waitFor(async () => (last = await get(front, pubHost, '/hi.txt')).status === 200,
+          () => `the public sandbox's server without a token (last: ${JSON.stringify(last)})`)
+        assert.notEqual(last.body, viaDoor.body, 'each URL reaches its own sandbox')
+      }, { network: { allowPublicTraffic: true } })
+    }, { network: { allowPublicTraffic: false } })
+  })
 })
+
+/**
+ * GETs path from addr (host:port) with the Host header host (getHost's
+ * names need no resolver this way), within 10 s.
+ */
+function get(addr, host, path, headers = {}) {
+  const u = new URL(`http://${addr}`)
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: u.hostname, port: u.port, path, headers: { ...headers, Host: host } }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (c) => { if (body.length < 1 << 16) body += c })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    })
+    req.on('error', reject)
+    req.setTimeout(10_000, () => req.destroy(new Error(`GET ${host}${path} via ${addr}: no answer within 10 s`)))
+    req.end()
+  })
+}
