@@ -85,7 +85,7 @@ func sandboxd(t *testing.T) string {
 		}
 		shared.state = filepath.Join(shared.dir, "state")
 		args := []string{"--listen", "127.0.0.1:0", "--state-dir", shared.state, "--image", image,
-			"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
+			"--default-memory", "512MiB", "--shutdown-timeout", "5s", "--allow-network"}
 		if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 			args = append(args, "--runtime", rt)
 		}
@@ -241,6 +241,47 @@ func TestToolsList(t *testing.T) {
 func asSlice(v any) []any {
 	s, _ := v.([]any)
 	return s
+}
+
+// TestNetworkedSandbox: the MCP server asks for nothing new, but the
+// user's sandbox may be a networked one (acquired with a policy by another
+// client): its tools work there, and the sandbox's traffic goes through
+// the egress gateway under its policy (here an allow-list allowing
+// nothing, so a name is refused without ever leaving this machine).
+func TestNetworkedSandbox(t *testing.T) {
+	addr := sandboxd(t)
+	c := dial(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const user = "mcp-test-net"
+	acq, err := c.Acquire(ctx, user, client.WithNetworkPolicy(client.NetworkPolicy{DenyOut: []string{"0.0.0.0/0"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := inMemory(t, user, nil)
+	out, res := call(t, cs, "run_code", map[string]any{"language": "bash", "code": "ls /sys/class/net"})
+	if res.IsError || !strings.Contains(out, "eth0") {
+		t.Fatalf("the MCP user's sandbox is not the networked one (no eth0):\n%s", out)
+	}
+	out, res = call(t, cs, "run_code", map[string]any{"language": "python", "code": "import socket\n" +
+		"try:\n    socket.getaddrinfo('refused.example.test', 443)\n    r = 'resolved'\nexcept socket.gaierror as e:\n    r = 'refused'\nr"})
+	if res.IsError || !strings.Contains(out, "result: 'refused'") {
+		t.Fatalf("a name the policy does not allow: %s", out)
+	}
+	if _, res = call(t, cs, "write_file", map[string]any{"path": "net.txt", "content": "kept"}); res.IsError {
+		t.Fatalf("write_file in the networked sandbox: %s", text(res))
+	}
+	st, err := c.NetworkStatus(ctx, acq.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, d := range st.GetDenials() {
+		found = found || d.GetName() == "refused.example.test"
+	}
+	if !found {
+		t.Errorf("the gateway recorded no denial of refused.example.test for %s: %v", acq.ID, st.GetDenials())
+	}
 }
 
 func TestStateAndFigures(t *testing.T) {

@@ -105,7 +105,7 @@ func (s *service) newServer() *mcp.Server {
 			"Returns: a header line with command_id and status (ok, error, timeout, interrupted, killed), then stdout and stderr " +
 			"(interleaved as printed), the result, and any exception's traceback. Text beyond about 100 KB is cut (head and tail kept) " +
 			"with a notice: read the rest with resume_command, or write large output to a file and use read_file. " +
-			"The sandbox has no network access; files persist under /workspace. " +
+			"The sandbox has no network access unless its operator gave it some (then only where its policy allows); files persist under /workspace. " +
 			"Cancelling the call interrupts the command (Python keeps its variables).",
 		InputSchema: runCodeSchema(),
 		Annotations: &mcp.ToolAnnotations{Title: "Run code", DestructiveHint: &t, OpenWorldHint: &f},
