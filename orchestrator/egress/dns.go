@@ -123,41 +123,10 @@ func (g *Gateway) readDNS(pc net.PacketConn) error {
 // rate; it carries at most maxDNSQueriesPerTCP queries, each read within
 // dnsTCPTimeout and at most maxDNSMessage long.
 func (g *Gateway) ServeDNSTCP(l net.Listener) error {
-	if !g.serving(l) {
-		l.Close()
-		return net.ErrClosed
-	}
-	defer g.unserving(l)
-	var backoff time.Duration
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			if g.isClosed() || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-g.done:
-				t.Stop()
-				return nil
-			}
-			continue
-		}
-		backoff = 0
-		sb := g.bySource(addrOf(c.RemoteAddr()))
-		if sb == nil {
-			g.strayConns.Add(1)
-		}
-		if sb == nil || !g.acquire(sb) {
-			closeNow(c)
-			continue
-		}
-		cn := g.newConn(sb, c)
+	return g.accept(l, func(cn *conn) {
 		cn.dns = true
 		go g.serveDNSConn(cn)
-	}
+	})
 }
 
 func (g *Gateway) serveDNSConn(cn *conn) {

@@ -27,6 +27,14 @@ import (
 // sandbox flooding connections costs the others one accept and one
 // close per connection past its cap.
 func (g *Gateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPort, error)) error {
+	return g.accept(l, func(cn *conn) { go g.serveConn(cn, origDst) })
+}
+
+// accept runs the accept loop of ServeTCP and ServeDNSTCP on l until it
+// is closed: each connection from a sandbox that has a slot left is
+// handed to serve in this goroutine (serve must not block); the others
+// are closed at once.
+func (g *Gateway) accept(l net.Listener, serve func(*conn)) error {
 	if !g.serving(l) {
 		l.Close()
 		return net.ErrClosed
@@ -63,7 +71,7 @@ func (g *Gateway) ServeTCP(l net.Listener, origDst func(net.Conn) (netip.AddrPor
 			closeNow(c)
 			continue
 		}
-		go g.serveConn(g.newConn(sb, c), origDst)
+		serve(g.newConn(sb, c))
 	}
 }
 
