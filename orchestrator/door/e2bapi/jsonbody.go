@@ -224,6 +224,23 @@ func boolField(dst **bool) field {
 	}
 }
 
+// openObject reads the start of field name's value: true for an object
+// (its '{' consumed), false with no error for null, else the type error
+// naming what was expected.
+func (b *jsonBody) openObject(name, what string) (bool, error) {
+	tok, err := b.token()
+	if err != nil {
+		return false, err
+	}
+	switch tok {
+	case nil:
+		return false, nil
+	case json.Delim('{'):
+		return true, nil
+	}
+	return false, typeError(name, what, tok)
+}
+
 // mapField decodes an object of strings (a null value is ""; null leaves
 // dst) of at most maxEntries entries and maxBytes in all (names and values,
 // a byte more each, as the domain counts an environment), refusing the
@@ -231,16 +248,8 @@ func boolField(dst **bool) field {
 // whatever the body holds. noun names the entries in the refusal.
 func mapField(dst *map[string]string, noun string, maxEntries, maxBytes int) field {
 	return func(b *jsonBody, name string) error {
-		tok, err := b.token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case nil:
-			return nil
-		case json.Delim('{'):
-		default:
-			return typeError(name, "an object", tok)
+		if open, err := b.openObject(name, "an object"); !open {
+			return err // nil for null
 		}
 		m := *dst
 		if m == nil {
@@ -281,7 +290,7 @@ func mapField(dst *map[string]string, noun string, maxEntries, maxBytes int) fie
 			}
 			m[k] = v
 		}
-		_, err = b.token() // the closing brace
+		_, err := b.token() // the closing brace
 		return err
 	}
 }
@@ -292,16 +301,8 @@ func mapField(dst *map[string]string, noun string, maxEntries, maxBytes int) fie
 // the value was an object rather than null.
 func objectField(present *bool, fields map[string]field) field {
 	return func(b *jsonBody, name string) error {
-		tok, err := b.token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case nil:
-			return nil
-		case json.Delim('{'):
-		default:
-			return typeError(name, "an object", tok)
+		if open, err := b.openObject(name, "an object"); !open {
+			return err // nil for null
 		}
 		if present != nil {
 			*present = true
@@ -321,7 +322,7 @@ func objectField(present *bool, fields map[string]field) field {
 				return err
 			}
 		}
-		_, err = b.token() // the closing brace
+		_, err := b.token() // the closing brace
 		return err
 	}
 }

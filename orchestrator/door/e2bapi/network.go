@@ -96,16 +96,8 @@ func (n *e2bNetwork) refuseUnlessEmpty(why string) field {
 // rules {transform: {headers: {...}}}.
 func (n *e2bNetwork) rulesField() field {
 	return func(b *jsonBody, name string) error {
-		tok, err := b.token()
-		if err != nil {
-			return err
-		}
-		switch tok {
-		case nil:
-			return nil
-		case json.Delim('{'):
-		default:
-			return typeError(name, "an object of domains", tok)
+		if open, err := b.openObject(name, "an object of domains"); !open {
+			return err // nil for null
 		}
 		if n.Rules == nil {
 			n.Rules = map[string][]map[string]string{}
@@ -146,7 +138,7 @@ func (n *e2bNetwork) rulesField() field {
 			}
 			n.Rules[domain] = list
 		}
-		_, err = b.token() // the closing brace
+		_, err := b.token() // the closing brace
 		return err
 	}
 }
