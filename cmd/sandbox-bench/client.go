@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -62,10 +63,10 @@ func (c *client) exec(ctx context.Context, sandboxID, language, code string) (ex
 	return c.execStream(ctx, sandboxID, language, code, nil)
 }
 
-// execStream is exec that also reports each output chunk's size to onOutput.
+// execStream is exec that also hands each stdout chunk to onOutput.
 // It reads one Execute stream (no resume, which would hide a broken stream
 // in the figures, and no RPC besides Execute).
-func (c *client) execStream(ctx context.Context, sandboxID, language, code string, onOutput func(int)) (execResult, error) {
+func (c *client) execStream(ctx context.Context, sandboxID, language, code string, onOutput func(string)) (execResult, error) {
 	var res execResult
 	id := c.prefix + strconv.FormatInt(c.seq.Add(1), 10)
 	stream, err := c.sb.Execute(ctx, sandboxclient.Command{SandboxID: sandboxID, ID: id, Language: language, Code: code})
@@ -85,7 +86,7 @@ func (c *client) execStream(ctx context.Context, sandboxID, language, code strin
 		case sandboxclient.KindStdout:
 			res.outputBytes += int64(len(ev.Text))
 			if onOutput != nil {
-				onOutput(len(ev.Text))
+				onOutput(ev.Text)
 			}
 		case sandboxclient.KindStderr:
 			res.outputBytes += int64(len(ev.Text))
@@ -100,6 +101,14 @@ func (c *client) execStream(ctx context.Context, sandboxID, language, code strin
 			return res, nil
 		}
 	}
+}
+
+// execStdout runs code and returns its stdout: for scripts that print
+// their own figures (small output; the streaming figure never keeps its).
+func (c *client) execStdout(ctx context.Context, sandboxID, language, code string) (string, error) {
+	var out strings.Builder
+	_, err := c.execStream(ctx, sandboxID, language, code, func(text string) { out.WriteString(text) })
+	return out.String(), err
 }
 
 // expect runs code and checks that its result is want.

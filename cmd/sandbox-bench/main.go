@@ -17,6 +17,14 @@
 // runs on this machine's Docker engine; its rows are compared with the
 // Docker backend's.
 //
+// The networking rows (network.go) compare a networked sandbox's egress
+// through sandboxd's gateway with a `docker run --network bridge`
+// container's, and a port reached through sandboxd's ports front with the
+// same port reached directly; they need root (the test host is a network
+// namespace on 198.18.0.0/15) and a self-started sandboxd.
+//
+// --phases runs part of the suite, e.g. --phases network.
+//
 // Every size is a flag, so CI can smoke-run it in seconds:
 //
 //	sandbox-bench --iterations 5 --users 2 --idle-sandboxes 2 --reattach 2 --stream-mb 1
@@ -32,6 +40,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -55,14 +64,18 @@ type Sizes struct {
 	MemoryBudgetBytes int64         `json:"memory_budget_bytes"`
 	Reattach          int           `json:"reattach"`
 	StreamMB          int           `json:"stream_mb"`
-	Hibernated        int           `json:"hibernated"`    // hibernated sandboxes sandboxd holds for its RSS and list figures
-	KubeAcquires      int           `json:"kube_acquires"` // concurrent new users of the kubernetes acquire figure
+	Hibernated        int           `json:"hibernated"`      // hibernated sandboxes sandboxd holds for its RSS and list figures
+	KubeAcquires      int           `json:"kube_acquires"`   // concurrent new users of the kubernetes acquire figure
+	NetRequests       int           `json:"net_requests"`    // sequential GETs of the egress and ingress latency figures
+	NetDownloadMB     int           `json:"net_download_mb"` // MiB of the egress download
+	NetClients        int           `json:"net_clients"`     // concurrent clients of the ingress requests/s figure
 }
 
 func (s Sizes) String() string {
-	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d",
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d",
 		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
-		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated, s.KubeAcquires)
+		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated, s.KubeAcquires,
+		s.NetRequests, s.NetDownloadMB, s.NetClients)
 }
 
 // config is the parsed command line.
@@ -76,7 +89,13 @@ type config struct {
 	jupyterPython string
 	format        string // table, json or markdown
 	kube          bool   // measure the Kubernetes backend too (kube.go)
+	phases        map[string]bool
 }
+
+// phaseNames are the parts of the suite --phases chooses from, in the
+// order they run. "fleet" is the throughput, idle-memory and reattach
+// figures, which share one fleet of sandboxes.
+var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network"}
 
 func parseConfig(args []string, out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)
@@ -105,6 +124,11 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.Hibernated, "hibernated", 20, "hibernated sandboxes sandboxd holds while its RSS and ListSandboxes are measured")
 	fs.BoolVar(&c.kube, "kube", true, "also measure the Kubernetes backend: sandboxd replicas on a local API server (make envtest-assets) and the test kubelet")
 	fs.IntVar(&c.KubeAcquires, "kube-acquires", 100, "new users acquiring at once through two kubernetes replicas")
+	fs.IntVar(&c.NetRequests, "net-requests", 200, "sequential HTTP GETs of the egress and ingress latency figures")
+	fs.IntVar(&c.NetDownloadMB, "net-download-mb", 64, "MiB of the egress download figure")
+	fs.IntVar(&c.NetClients, "net-clients", 8, "concurrent clients of the ingress requests/s figure (which runs --duration each way)")
+	phases := strings.Join(phaseNames, ",")
+	fs.StringVar(&phases, "phases", phases, "comma-separated `phases` to run (the others' rows are left out): "+strings.Join(phaseNames, ", "))
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&asMarkdown, "markdown", false, "print a Markdown table (as in BENCHMARKS.md)")
 	if err := fs.Parse(args); err != nil {
@@ -132,7 +156,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		name string
 		n    int
 	}{{"iterations", c.Iterations}, {"peer-iterations", c.PeerIterations}, {"cold", c.Cold}, {"users", c.Users},
-		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}, {"kube-acquires", c.KubeAcquires}} {
+		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}, {"kube-acquires", c.KubeAcquires},
+		{"net-requests", c.NetRequests}, {"net-download-mb", c.NetDownloadMB}, {"net-clients", c.NetClients}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", v.name)
 		}
@@ -142,6 +167,20 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}
 	if c.Duration <= 0 {
 		return c, errors.New("--duration must be positive")
+	}
+	c.phases = map[string]bool{}
+	for _, p := range strings.Split(phases, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !slices.Contains(phaseNames, p) {
+			return c, fmt.Errorf("--phases: unknown phase %q; want some of %s", p, strings.Join(phaseNames, ","))
+		}
+		c.phases[p] = true
+	}
+	if len(c.phases) == 0 {
+		return c, errors.New("--phases names no phase")
 	}
 	if c.pid != 0 && c.addr == "" {
 		return c, errors.New("--pid only goes with --addr")

@@ -72,7 +72,8 @@ func TestSmoke(t *testing.T) {
 	image := needDocker(t)
 	args := []string{"--image", image, "--iterations", "5", "--warmup", "1", "--peer-iterations", "1",
 		"--cold", "1", "--warm-pool", "1", "--pool-acquisitions", "1", "--users", "2", "--duration", "300ms",
-		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1", "--kube-acquires", "3"}
+		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1", "--kube-acquires", "3",
+		"--net-requests", "5", "--net-download-mb", "1", "--net-clients", "2"}
 	kube := haveAPIServer(t)
 	if !kube {
 		args = append(args, "--kube=false")
@@ -130,6 +131,28 @@ func TestSmoke(t *testing.T) {
 		for _, m := range kubeMetrics {
 			if r := find(rep, m.key); r == nil || r.Value != nil || !strings.Contains(r.Note, "--kube=false") {
 				t.Errorf("with --kube=false, row %s is %+v; want not measured, saying why", m.key, r)
+			}
+		}
+	}
+
+	// The network rows need root (the test host is a network namespace);
+	// without it they say so, and CI, which has root, must measure them.
+	switch {
+	case os.Geteuid() == 0:
+		for _, m := range netMetrics {
+			if r := find(rep, m.key); r == nil || r.Value == nil || r.PeerValue == nil {
+				t.Errorf("network row %s was not measured with its peer: %+v", m.key, r)
+			}
+		}
+		if r := find(rep, mIngressRPS.key); r != nil && !strings.Contains(r.Metric, "2 clients") {
+			t.Errorf("the ingress requests/s row does not say how many clients: %q", r.Metric)
+		}
+	case testenv.InCI():
+		t.Errorf("CI=true and not root: the network rows cannot be measured")
+	default:
+		for _, m := range netMetrics {
+			if r := find(rep, m.key); r == nil || r.Value != nil || !strings.Contains(r.Note, "root") {
+				t.Errorf("without root, network row %s is %+v; want not measured, saying why", m.key, r)
 			}
 		}
 	}
@@ -192,5 +215,38 @@ func TestRowRatioAndVerdict(t *testing.T) {
 	r = row(mIdleMemory, nan, "peer", 10, atMost(30, "≤ 30 MiB"), "failed")
 	if r.Value != nil || r.Ratio != nil || r.Met != nil {
 		t.Errorf("an unmeasured figure got a value, ratio or verdict: %+v", r)
+	}
+}
+
+// TestPhases checks --phases: a run of some phases reports only their
+// rows, and an unknown phase is refused. The network phase against a
+// running sandboxd (--addr) says why it is not measured, without setting
+// anything up.
+func TestPhases(t *testing.T) {
+	if _, err := parseConfig([]string{"--phases", "network,nope"}, io.Discard); err == nil || !strings.Contains(err.Error(), `unknown phase "nope"`) {
+		t.Errorf("--phases network,nope: %v", err)
+	}
+	if _, err := parseConfig([]string{"--phases", ","}, io.Discard); err == nil {
+		t.Error("--phases naming no phase was accepted")
+	}
+	cfg, err := parseConfig([]string{"--phases", "network", "--addr", "127.0.0.1:1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.phases) != 1 || !cfg.phases["network"] {
+		t.Fatalf("phases %v, want network only", cfg.phases)
+	}
+	b := &bench{cfg: cfg, log: io.Discard, rep: &Report{}}
+	b.netSetup()
+	if err := b.network(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.rep.Rows) != len(netMetrics) {
+		t.Fatalf("%d rows, want %d", len(b.rep.Rows), len(netMetrics))
+	}
+	for _, r := range b.rep.Rows {
+		if r.Value != nil || !strings.Contains(r.Note, "needs a self-started sandboxd") {
+			t.Errorf("with --addr, row %s is %+v; want not measured, saying why", r.Key, r)
+		}
 	}
 }

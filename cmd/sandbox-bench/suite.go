@@ -56,6 +56,7 @@ var RowKeys = []string{
 	mHibSmall.key, mWakeSmall.key, mHibLarge.key, mWakeLarge.key, mSnapLarge.key,
 	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key,
 	mKubeWarmP50.key, mKubeWarmP99.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key,
+	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
 }
 
 const mib = 1 << 20
@@ -74,6 +75,7 @@ type bench struct {
 	dcfg daemonConfig // when self-started
 	d    *daemon      // nil with --addr
 	c    *client
+	net  netState // the network phase's test host and sandboxd flags
 
 	mu      sync.Mutex
 	created []string // sandboxes to delete at the end (with --addr)
@@ -101,25 +103,46 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 	b.tmp = tmp
 	defer os.RemoveAll(tmp)
 
+	// The test host goes after sandboxd stopped (defers run last first).
+	defer b.netCleanup()
+	if cfg.phases["network"] {
+		b.netSetup()
+	}
 	if err := b.connect(ctx); err != nil {
 		return nil, err
 	}
 	defer b.cleanup()
 
-	b.phase(ctx, "warm round trips", b.warm)
-	b.phase(ctx, "cold starts", b.cold)
-	fleet, err := b.fleet(ctx)
-	if err != nil {
-		b.fail(err, mThroughput, mIdleMemory, mIdleFit, mReattach, mReattachGet)
-	} else {
-		b.phase(ctx, "throughput", func(ctx context.Context) error { return b.throughput(ctx, fleet[:b.cfg.Users]) })
-		b.phase(ctx, "idle memory", func(ctx context.Context) error { return b.idleMemory(ctx, fleet[:b.cfg.IdleSandboxes]) })
-		b.phase(ctx, "reattach", func(ctx context.Context) error { return b.reattach(ctx, fleet[:b.cfg.Reattach]) })
+	if cfg.phases["warm"] {
+		b.phase(ctx, "warm round trips", b.warm)
 	}
-	b.phase(ctx, "streaming", b.stream)
-	b.phase(ctx, "warm pool", b.warmPool)
-	b.phase(ctx, "hibernation", b.hibernation)
-	b.phase(ctx, "kubernetes", b.kubernetes)
+	if cfg.phases["cold"] {
+		b.phase(ctx, "cold starts", b.cold)
+	}
+	if cfg.phases["fleet"] {
+		fleet, err := b.fleet(ctx)
+		if err != nil {
+			b.fail(err, mThroughput, mIdleMemory, mIdleFit, mReattach, mReattachGet)
+		} else {
+			b.phase(ctx, "throughput", func(ctx context.Context) error { return b.throughput(ctx, fleet[:b.cfg.Users]) })
+			b.phase(ctx, "idle memory", func(ctx context.Context) error { return b.idleMemory(ctx, fleet[:b.cfg.IdleSandboxes]) })
+			b.phase(ctx, "reattach", func(ctx context.Context) error { return b.reattach(ctx, fleet[:b.cfg.Reattach]) })
+		}
+	}
+	for _, p := range []struct {
+		key, name string
+		fn        func(context.Context) error
+	}{
+		{"streaming", "streaming", b.stream},
+		{"pool", "warm pool", b.warmPool},
+		{"hibernation", "hibernation", b.hibernation},
+		{"kubernetes", "kubernetes", b.kubernetes},
+		{"network", "network", b.network},
+	} {
+		if cfg.phases[p.key] {
+			b.phase(ctx, p.name, p.fn)
+		}
+	}
 	b.sortRows()
 	return b.rep, errors.Join(append(b.errs, ctx.Err())...)
 }
@@ -136,9 +159,16 @@ func (b *bench) connect(ctx context.Context) error {
 				return err
 			}
 		}
-		b.dcfg = daemonConfig{binary: bin, stateDir: filepath.Join(b.tmp, "state"), image: b.cfg.image, runtime: b.cfg.runtime}
+		b.dcfg = daemonConfig{binary: bin, stateDir: filepath.Join(b.tmp, "state"), image: b.cfg.image, runtime: b.cfg.runtime, extra: b.net.flags}
 		b.progress("starting sandboxd")
 		d, err := startDaemon(ctx, b.dcfg, "127.0.0.1:0")
+		if errors.Is(err, errFlagUnsupported) && len(b.net.flags) > 0 {
+			// An older sandboxd, without networking: the other phases
+			// can still measure it.
+			b.net.skip = "this sandboxd has no networking flags (--allow-network, --ports-listen): " + err.Error()
+			b.dcfg.extra = nil
+			d, err = startDaemon(ctx, b.dcfg, "127.0.0.1:0")
+		}
 		if err != nil {
 			removeContainers(b.dcfg.stateDir)
 			return err

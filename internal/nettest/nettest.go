@@ -3,8 +3,9 @@
 // Package nettest makes the tests' "internet" on this machine: test hosts
 // in network namespaces of their own, each joined to the host by a veth
 // pair, on addresses of the benchmarking block 198.18.0.0/15 (RFC 2544),
-// serving HTTP (80), HTTPS (443, with a throwaway CA) and a WebSocket
-// echo (/ws on both); a host at 169.254.169.254 standing in for a cloud
+// serving HTTP (80), HTTPS (443, with a throwaway CA), a WebSocket
+// echo (/ws on both) and a body of a given size (/bytes?n=N, for
+// throughput figures); a host at 169.254.169.254 standing in for a cloud
 // metadata service (link-local, routed from the host); a listener on the
 // host's Docker bridge address; and a resolver (and hosts file) mapping
 // the test names to those addresses. Nothing here ever reaches another
@@ -62,6 +63,9 @@ var MetadataAddr = netip.MustParseAddr("169.254.169.254")
 
 // UDPPort is where every host counts datagrams.
 const UDPPort = 9999
+
+// MaxBytes bounds /bytes?n=N: a mistaken N must not stream for ever.
+const MaxBytes = 1 << 30
 
 // Options says what to make.
 type Options struct {
@@ -201,11 +205,35 @@ func (in *Internet) Resolver() Resolver {
 	return r
 }
 
+// T is what New needs of its caller: a *testing.T or *testing.B, or a
+// program's stand-in (cmd/sandbox-bench makes a test internet too). Fatal
+// and Fatalf must not return; Cleanup's functions run, last registered
+// first, when the caller is done with the internet.
+type T interface {
+	Helper()
+	Cleanup(func())
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Logf(format string, args ...any)
+	TempDir() string
+}
+
+// unavailable is testenv.Unavailable for a test (skip, or fail under
+// CI=true); a program has nothing to skip, so it fails.
+func unavailable(t T, format string, args ...any) {
+	t.Helper()
+	if tb, ok := t.(testing.TB); ok {
+		testenv.Unavailable(tb, format, args...)
+		return
+	}
+	t.Fatalf(format, args...)
+}
+
 // New makes the internet o asks for, removed when t ends.
-func New(t testing.TB, o Options) *Internet {
+func New(t T, o Options) *Internet {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		testenv.Unavailable(t, "the test internet needs root (network namespaces, veth pairs)")
+		unavailable(t, "the test internet needs root (network namespaces, veth pairs)")
 	}
 	sweepStale(t)
 	in := &Internet{Hosts: map[string]*Host{}, HostsFile: filepath.Join(t.TempDir(), "hosts")}
@@ -240,7 +268,7 @@ func New(t testing.TB, o Options) *Internet {
 	if o.Bridge {
 		a, err := dockerBridgeAddr()
 		if err != nil {
-			testenv.Unavailable(t, "no Docker bridge address for the bridge listener: %v", err)
+			unavailable(t, "no Docker bridge address for the bridge listener: %v", err)
 		}
 		in.Hosts["bridge.test"] = &Host{Name: "bridge.test", Addr: a}
 		ips = append(ips, a.AsSlice())
@@ -269,7 +297,7 @@ const nsPrefix = "sbxnt-"
 
 // pickBlock picks a /24 of 198.18.0.0/15 that no address of this host is
 // in (other test processes may be using one).
-func pickBlock(t testing.TB) netip.Prefix {
+func pickBlock(t T) netip.Prefix {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatalf("nettest: list addresses: %v", err)
@@ -300,7 +328,7 @@ func pairAddr(block netip.Prefix, i, end int) netip.Addr {
 // makeNamespace makes h's namespace, joined to the host by a veth: hostEnd
 // on the host's side, h.Addr on eth0 inside, /31, with a default route
 // back through the host.
-func makeNamespace(t testing.TB, h *Host, tag string, i int, hostEnd, addr netip.Addr) error {
+func makeNamespace(t T, h *Host, tag string, i int, hostEnd, addr netip.Addr) error {
 	h.ns = fmt.Sprintf("%s%d-%s-%d", nsPrefix, os.Getpid(), tag, i)
 	if err := onThread(func() error {
 		ns, err := netns.NewNamed(h.ns) // moves this (discarded) thread in
@@ -403,7 +431,7 @@ func inNamed(name string, f func() error) error {
 // test ends: HTTP on 80, HTTPS on 443 (leaf), both with /ws, and UDP
 // datagrams counted on UDPPort. The bridge listener serves HTTP on a port
 // of its own instead (Port 0: any).
-func (h *Host) serve(t testing.TB, leaf tls.Certificate) error {
+func (h *Host) serve(t T, leaf tls.Certificate) error {
 	var plain, secure net.Listener
 	var udp net.PacketConn
 	open := func() error {
@@ -447,6 +475,24 @@ func (h *Host) serve(t testing.TB, leaf tls.Certificate) error {
 			if err := c.Write(r.Context(), typ, msg); err != nil {
 				return
 			}
+		}
+	})
+	mux.HandleFunc("/bytes", func(w http.ResponseWriter, r *http.Request) {
+		h.record(r)
+		n, err := strconv.ParseInt(r.URL.Query().Get("n"), 10, 64)
+		if err != nil || n < 0 || n > MaxBytes {
+			http.Error(w, fmt.Sprintf("want /bytes?n=N, 0 <= N <= %d", MaxBytes), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", strconv.FormatInt(n, 10))
+		buf := make([]byte, 64<<10)
+		for n > 0 {
+			k, err := w.Write(buf[:min(n, int64(len(buf)))])
+			if err != nil {
+				return
+			}
+			n -= int64(k)
 		}
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -524,7 +570,7 @@ func (l *countingListener) Accept() (net.Conn, error) {
 }
 
 // makeCerts makes a throwaway CA and a leaf for names and ips.
-func makeCerts(t testing.TB, names []string, ips []net.IP) (*x509.Certificate, []byte, tls.Certificate) {
+func makeCerts(t T, names []string, ips []net.IP) (*x509.Certificate, []byte, tls.Certificate) {
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	now := time.Now()
 	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sandboxd nettest CA"},
@@ -561,7 +607,7 @@ func dockerBridgeAddr() (netip.Addr, error) {
 }
 
 // lockMetadata holds the machine's metadata-host lock until t ends.
-func lockMetadata(t testing.TB) {
+func lockMetadata(t T) {
 	f, err := os.OpenFile("/run/sandboxd-nettest-metadata.lock", os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -574,7 +620,7 @@ func lockMetadata(t testing.TB) {
 }
 
 // sweepStale removes namespaces of nettest processes that are gone.
-func sweepStale(t testing.TB) {
+func sweepStale(t T) {
 	ents, _ := os.ReadDir("/run/netns")
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), nsPrefix)
@@ -596,7 +642,7 @@ func sweepStale(t testing.TB) {
 // sweepStale deleted while the kernel still holds its veth): a host link
 // with the metadata pair's host address, whose route to MetadataAddr would
 // shadow this one's.
-func clearMetadataLinks(t testing.TB) {
+func clearMetadataLinks(t T) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatalf("nettest: list addresses: %v", err)

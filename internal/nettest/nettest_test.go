@@ -46,6 +46,22 @@ func TestInternet(t *testing.T) {
 		}
 	}
 	a := in.Hosts["a.test"]
+	for n, want := range map[string]int{"0": 0, "1": 1, "200000": 200000, "-1": -1, fmt.Sprint(MaxBytes + 1): -1, "x": -1} {
+		resp, err := client.Get(fmt.Sprintf("http://%s/bytes?n=%s", a.Addr, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case err != nil:
+			t.Errorf("/bytes?n=%s: %v", n, err)
+		case want < 0 && resp.StatusCode != http.StatusBadRequest:
+			t.Errorf("/bytes?n=%s: %s; want 400", n, resp.Status)
+		case want >= 0 && (resp.StatusCode != http.StatusOK || len(body) != want):
+			t.Errorf("/bytes?n=%s: %s, %d bytes; want %d", n, resp.Status, len(body), want)
+		}
+	}
 	ws, _, err := websocket.Dial(ctx, fmt.Sprintf("ws://%s/ws", a.Addr), nil)
 	if err != nil {
 		t.Fatal(err)
