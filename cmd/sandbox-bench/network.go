@@ -332,8 +332,14 @@ func (b *bench) egress(ctx context.Context, id string) error {
 
 	b.progress("peer: egress from docker run --network bridge")
 	args := []string{"run", "--rm", "--network", "bridge", "--add-host", netHost + ":" + addr, "--entrypoint", "python3"}
-	if b.cfg.runtime != "" {
-		args = append(args, "--runtime", b.cfg.runtime)
+	if rt := b.cfg.runtime; rt != "" {
+		// As sandboxd runs networked sandboxes (the Docker backend's
+		// netRuntimeOf): gVisor's registration for sealed sandboxes,
+		// runsc, has no network stack; runsc-net has gVisor's own.
+		if rt == "runsc" {
+			rt = "runsc-net"
+		}
+		args = append(args, "--runtime", rt)
 	}
 	note := fmt.Sprintf("%d GETs of a 22-byte body from %s (a test host on 198.18.0.0/15, in its own namespace) by Python's http.client, each on a new connection, name resolved once", b.cfg.NetRequests, netHost)
 	// The sandbox's CPU limit is the peer's too: the download is as much
