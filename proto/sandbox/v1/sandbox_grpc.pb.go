@@ -354,8 +354,7 @@ type SandboxServiceClient interface {
 	// sandbox created without network (a sealed sandbox has no ports), a
 	// DEAD sandbox, a server without networking or without its HTTP front
 	// for ports, or a backend without them; NOT_FOUND as
-	// UpdateNetworkPolicy. (Servers before the ports feature answer
-	// FAILED_PRECONDITION for every sandbox.)
+	// UpdateNetworkPolicy.
 	GetHost(ctx context.Context, in *GetHostRequest, opts ...grpc.CallOption) (*GetHostResponse, error)
 }
 
@@ -957,8 +956,7 @@ type SandboxServiceServer interface {
 	// sandbox created without network (a sealed sandbox has no ports), a
 	// DEAD sandbox, a server without networking or without its HTTP front
 	// for ports, or a backend without them; NOT_FOUND as
-	// UpdateNetworkPolicy. (Servers before the ports feature answer
-	// FAILED_PRECONDITION for every sandbox.)
+	// UpdateNetworkPolicy.
 	GetHost(context.Context, *GetHostRequest) (*GetHostResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }

@@ -567,8 +567,7 @@ class SandboxServiceServicer(object):
         sandbox created without network (a sealed sandbox has no ports), a
         DEAD sandbox, a server without networking or without its HTTP front
         for ports, or a backend without them; NOT_FOUND as
-        UpdateNetworkPolicy. (Servers before the ports feature answer
-        FAILED_PRECONDITION for every sandbox.)
+        UpdateNetworkPolicy.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
