@@ -60,7 +60,6 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -86,6 +85,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sandboxd/sandboxd/internal/nettest"
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
@@ -154,7 +154,6 @@ type netRun struct {
 	key     string // the API key (an --auth-tokens user token of tenant acme)
 	secret  string // the gRPC sandbox's rule header value
 	secret2 string // the E2B sandbox's
-	instTag string // --egress-instance
 
 	d       *daemon
 	c       sandboxv1.SandboxServiceClient
@@ -186,7 +185,6 @@ func runNetworkSuite(t *testing.T, env *e2eEnv, runtime string) {
 		key:     "e2b_" + randomHex(t),
 		secret:  "sbxsecret-" + randomHex(t),
 		secret2: "sbxsecret2-" + randomHex(t),
-		instTag: "n" + randomHex(t)[:3],
 	}
 	r.ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.key)
 	r.in = nettest.New(t, nettest.Options{Hosts: netHosts, Metadata: true, Bridge: true})
@@ -200,18 +198,18 @@ func runNetworkSuite(t *testing.T, env *e2eEnv, runtime string) {
 	if err := os.WriteFile(caFile, r.in.CAPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 125, randomByte(t), 0}), 24)
+	egress, err := sandboxdproc.NewEgressNet('n', netip.MustParsePrefix("100.125.0.0/16"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The suite's host objects go when it ends, after sandboxd and its
 	// containers (cleanups run last registered first).
 	t.Cleanup(func() {
-		if out, err := exec.Command("nft", "delete", "table", "inet", "sandboxd-"+r.instTag).CombinedOutput(); err != nil {
-			t.Logf("removing the suite's nftables table: %v: %s", err, out)
-		}
-		if out, err := exec.Command("ip", "link", "del", "sandboxd-"+r.instTag).CombinedOutput(); err != nil {
-			t.Logf("removing the suite's bridge: %v: %s", err, out)
+		if err := egress.Remove(); err != nil {
+			t.Logf("removing the suite's network objects: %v", err)
 		}
 	})
-	r.flags = []string{"--allow-network", "--egress-instance", r.instTag, "--egress-subnet", subnet.String(),
+	r.flags = []string{"--allow-network", "--egress-instance", egress.Instance, "--egress-subnet", egress.Subnet.String(),
 		"--egress-hosts-file", r.in.HostsFile, "--egress-ca-file", caFile,
 		"--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--idle-ttl", "1h"}
 	r.startDaemon()
@@ -1536,15 +1534,6 @@ func (r *netRun) caseFlood(t *testing.T) {
 		fp, qp, ratio, netFairness, seenDNS, sentDNS, seenConns, sentConns, fst.GetConnectionsRefusedAtCap(), peak.fds, base.fds, fdBound,
 		mib(peak.rss), mib(max(0, peak.rss-base.rss)), mib(netRSSBound))
 	r.floodID = f
-}
-
-// randomByte is a random byte.
-func randomByte(t *testing.T) byte {
-	b := make([]byte, 1)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return b[0]
 }
 
 func nofileOf(m [][]byte) []byte {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,11 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
-
 	sandboxclient "github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/nettest"
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
@@ -100,18 +97,23 @@ func (b *bench) netSetup() {
 		return
 	}
 	b.net.in = in
-	instance, subnet, err := pickEgressNet(in.Hosts[netHost].Addr)
+	// A /24 of 198.19.0.0/16 (benchmarking addresses, like the test
+	// host's) and a name of the benchmark's own: apart from the tests'.
+	en, err := sandboxdproc.NewEgressNet('b', netip.MustParsePrefix("198.19.0.0/16"), in.Hosts[netHost].Addr)
 	if err != nil {
 		b.net.skip = err.Error()
 		return
 	}
-	b.net.instance = instance
+	b.net.instance = en.Instance
 	// sandboxd leaves its table and bridge when it stops (a restart keeps
 	// its sandboxes' network); the benchmark's go with it.
-	t.Cleanup(func() { removeEgressObjects(instance, b.progress) })
-	b.net.flags = []string{"--allow-network",
-		"--egress-instance", instance, "--egress-subnet", subnet.String(), "--egress-hosts-file", in.HostsFile,
-		"--ports-listen", "127.0.0.1:0", "--ports-domain", netPortsDomain}
+	t.Cleanup(func() {
+		if err := en.Remove(); err != nil {
+			b.progress("%v", err)
+		}
+	})
+	b.net.flags = append(append([]string{"--allow-network"}, en.Flags()...),
+		"--egress-hosts-file", in.HostsFile, "--ports-listen", "127.0.0.1:0", "--ports-domain", netPortsDomain)
 }
 
 // netCleanup removes the test host and sandboxd's network objects, after
@@ -119,52 +121,6 @@ func (b *bench) netSetup() {
 func (b *bench) netCleanup() {
 	if b.net.t != nil {
 		b.net.t.cleanup()
-	}
-}
-
-// pickEgressNet picks sandboxd's --egress-instance and --egress-subnet: a
-// name no bridge has and a /24 of 198.19.0.0/16 (benchmarking addresses,
-// like the test host's) that no address of this host, nor the test host,
-// is in. The lead's tests on this machine use names and subnets of their
-// own; this keeps the benchmark's apart from them.
-func pickEgressNet(testHost netip.Addr) (string, netip.Prefix, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
-	if err != nil {
-		return "", netip.Prefix{}, fmt.Errorf("list addresses: %w", err)
-	}
-	for range 64 {
-		instance := fmt.Sprintf("b%03x", rand.IntN(1<<12))
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 19, byte(rand.IntN(256)), 0}), 24)
-		used := p.Contains(testHost)
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok && p.Contains(ip.Unmap()) {
-				used = true
-			}
-		}
-		if _, err := netlink.LinkByName("sandboxd-" + instance); err == nil {
-			used = true
-		}
-		if !used {
-			return instance, p, nil
-		}
-	}
-	return "", netip.Prefix{}, errors.New("no free /24 in 198.19.0.0/16 for the sandboxes")
-}
-
-// removeEgressObjects removes sandboxd's nftables table and bridge of
-// instance.
-func removeEgressObjects(instance string, progress func(string, ...any)) {
-	name := "sandboxd-" + instance
-	if c, err := nftables.New(); err == nil {
-		c.DelTable(&nftables.Table{Name: name, Family: nftables.TableFamilyINet})
-		if err := c.Flush(); err != nil && !errors.Is(err, os.ErrNotExist) {
-			progress("removing nftables table inet %s: %v", name, err)
-		}
-	}
-	if l, err := netlink.LinkByName(name); err == nil {
-		if err := netlink.LinkDel(l); err != nil {
-			progress("removing bridge %s: %v", name, err)
-		}
 	}
 }
 

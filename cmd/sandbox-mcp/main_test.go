@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,7 @@ var shared struct {
 	proc   *sandboxdproc.Process
 	mcpBin string
 	state  string
+	egress sandboxdproc.EgressNet
 }
 
 func TestMain(m *testing.M) {
@@ -54,6 +56,9 @@ func TestMain(m *testing.M) {
 		}
 		if err := sandboxdproc.Cleanup(ctx, shared.state); err != nil {
 			fmt.Fprintf(os.Stderr, "removing what sandboxd left: %v\n", err)
+		}
+		if err := shared.egress.Remove(); err != nil {
+			fmt.Fprintf(os.Stderr, "removing sandboxd's network objects: %v\n", err)
 		}
 		cancel()
 	}
@@ -86,6 +91,12 @@ func sandboxd(t *testing.T) string {
 		shared.state = filepath.Join(shared.dir, "state")
 		args := []string{"--listen", "127.0.0.1:0", "--state-dir", shared.state, "--image", image,
 			"--default-memory", "512MiB", "--shutdown-timeout", "5s", "--allow-network"}
+		// Network objects of this sandboxd's own (go test runs the packages'
+		// sandboxd side by side), removed by TestMain once it stopped.
+		if shared.egress, shared.err = sandboxdproc.NewEgressNet('m', netip.MustParsePrefix("100.126.0.0/16")); shared.err != nil {
+			return
+		}
+		args = append(args, shared.egress.Flags()...)
 		if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 			args = append(args, "--runtime", rt)
 		}

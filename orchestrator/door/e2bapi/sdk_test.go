@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -110,10 +111,19 @@ func newDaemon(t *testing.T, e2bAddr string) (d *daemon, key, otherKey string) {
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}
-	// Networked sandboxes (network.test.mjs) under either runtime: runsc's
-	// run under runsc-net.
-	args = append(args, "--allow-network", "--ports-listen", "127.0.0.1:0", "--ports-domain", portsDomain)
+	// Networked sandboxes (network.test.mjs) under either runtime (runsc's
+	// run under runsc-net), on network objects of this sandboxd's own.
+	egress, err := sandboxdproc.NewEgressNet('s', netip.MustParsePrefix("100.126.0.0/16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(append(args, "--allow-network", "--ports-listen", "127.0.0.1:0", "--ports-domain", portsDomain), egress.Flags()...)
 	d = &daemon{bin: bin, state: state, args: args}
+	t.Cleanup(func() {
+		if err := egress.Remove(); err != nil { // after sandboxd and its containers: cleanups run last first
+			t.Logf("removing sandboxd's network objects: %v", err)
+		}
+	})
 	t.Cleanup(func() {
 		if d.proc != nil {
 			if err := d.proc.Stop(10 * time.Second); err != nil {
