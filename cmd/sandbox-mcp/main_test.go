@@ -93,7 +93,7 @@ func sandboxd(t *testing.T) string {
 			"--default-memory", "512MiB", "--shutdown-timeout", "5s", "--allow-network"}
 		// Network objects of this sandboxd's own (go test runs the packages'
 		// sandboxd side by side), removed by TestMain once it stopped.
-		if shared.egress, shared.err = sandboxdproc.NewEgressNet('m', netip.MustParsePrefix("100.126.0.0/16")); shared.err != nil {
+		if shared.egress, shared.err = sandboxdproc.NewEgressNet('m', netip.MustParsePrefix("100.123.0.0/16")); shared.err != nil {
 			return
 		}
 		args = append(args, shared.egress.Flags()...)

@@ -113,7 +113,7 @@ func newDaemon(t *testing.T, e2bAddr string) (d *daemon, key, otherKey string) {
 	}
 	// Networked sandboxes (network.test.mjs) under either runtime (runsc's
 	// run under runsc-net), on network objects of this sandboxd's own.
-	egress, err := sandboxdproc.NewEgressNet('s', netip.MustParsePrefix("100.126.0.0/16"))
+	egress, err := sandboxdproc.NewEgressNet('s', netip.MustParsePrefix("100.124.0.0/16"))
 	if err != nil {
 		t.Fatal(err)
 	}
