@@ -158,6 +158,21 @@ sys.stderr.write("to stderr\n")`)
 		evs = b.py("from PIL import Image\nImage.new('RGB', (40, 30), 'red')")
 		expectPNG(t, ofType(evs, ioproto.EventResult)[0])
 
+		// Image.show() displays the image where the code is, as plt.show()
+		// does (there is no viewer to hand it to); so does ImageShow.show.
+		evs = b.py("from PIL import Image, ImageShow\nprint('before')\nImage.new('RGB', (40, 30), 'blue').show()\n" +
+			"print('between')\nshown = ImageShow.show(Image.new('L', (8, 8)), title='t')\nprint('after', shown)")
+		expectStatus(t, evs, ioproto.StatusOK, false)
+		if disp := ofType(evs, ioproto.EventDisplay); len(disp) != 2 {
+			t.Fatalf("Image.show() and ImageShow.show(): want two displays, got: %s", dump(evs))
+		} else {
+			expectPNG(t, disp[0])
+			expectPNG(t, disp[1])
+		}
+		if out := stdout(evs); out != "before\nbetween\nafter True\n" {
+			t.Fatalf("stdout %q", out)
+		}
+
 		// Prints and displays travel through different pipes; the driver
 		// must still emit them in the order the code produced them.
 		evs = b.py("import matplotlib.pyplot as plt\nfor i in range(20):\n    print('p', i)\n    display(i)\nprint('before-show')\nplt.plot([1])\nplt.show()\nprint('after-show')")

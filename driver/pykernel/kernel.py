@@ -513,6 +513,26 @@ def _patch_plotly(mod):
     mod.BaseFigure.show = lambda self, *a, **k: display(self)
 
 
+def _patch_pil_image(mod):
+    # PIL's show() hands the image to an external viewer (xdg-open,
+    # display, ...), which a sandbox has not: it printed nothing. As in a
+    # notebook (and E2B's interpreter), it displays the image instead.
+    def show(self, title=None, **kwargs):
+        display(self)
+    show.__doc__ = mod.Image.show.__doc__
+    mod.Image.show = show
+
+
+def _patch_pil_imageshow(mod):
+    # ImageShow.show(image) is the function Image.show calls; code may call
+    # it directly. It returns whether a viewer took the image: one did.
+    def show(image, title=None, **options):
+        display(image)
+        return True
+    show.__doc__ = mod.show.__doc__
+    mod.show = show
+
+
 def _ipython_shim(mod):
     """Minimal IPython / IPython.display when the real IPython is missing."""
     dmod = types.ModuleType("IPython.display")
@@ -569,6 +589,7 @@ def _ipython_shim(mod):
 
 
 _HOOKS = {"matplotlib.pyplot": _patch_pyplot, "plotly.basedatatypes": _patch_plotly,
+          "PIL.Image": _patch_pil_image, "PIL.ImageShow": _patch_pil_imageshow,
           "IPython": _ipython_shim}
 
 

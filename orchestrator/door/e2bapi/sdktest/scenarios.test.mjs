@@ -179,6 +179,15 @@ describe('code interpreter', () => {
     assert.equal(Buffer.from(png.png, 'base64').subarray(1, 4).toString(), 'PNG')
   })
 
+  test("PIL's Image.show() is a PNG result, as on E2B", T, async () => {
+    const r = await sbx.runCode("from PIL import Image\nImage.new('RGB', (40, 30), 'red').show()\nprint('shown')")
+    const png = r.results.filter((x) => x.png)
+    assert.equal(png.length, 1, `want one PNG among ${JSON.stringify(r.results.map((x) => x.formats()))}`)
+    assert.equal(Buffer.from(png[0].png, 'base64').subarray(1, 4).toString(), 'PNG')
+    assert.equal(png[0].isMainResult, false, 'a display, not the cell\'s value')
+    assert.deepEqual(r.logs.stdout, ['shown\n'])
+  })
+
   test('a DataFrame is HTML and data', T, async () => {
     const r = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2, 3], "b": ["x", "y", "z"]})')
     assert.equal(r.results.length, 1)
