@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,7 +63,7 @@ type Config struct {
 type Log struct {
 	cfg     Config
 	w       *lumberjack.Logger
-	q       chan Event
+	q       chan item
 	pending atomic.Int64 // dropped since the last dropped record
 	total   atomic.Int64 // dropped since Open
 	done    chan struct{}
@@ -103,7 +104,7 @@ func open(cfg Config, hold chan struct{}) (*Log, error) {
 			MaxSize:    int((cfg.MaxFileBytes + 1<<20 - 1) >> 20),
 			MaxBackups: cfg.MaxFiles - 1,
 		},
-		q:    make(chan Event, cfg.QueueLen),
+		q:    make(chan item, cfg.QueueLen),
 		done: make(chan struct{}),
 		hold: hold,
 	}
@@ -120,9 +121,42 @@ func (l *Log) Record(e Event) {
 		return
 	}
 	select {
-	case l.q <- e:
+	case l.q <- item{e: e}:
 	default:
 		l.drop()
+	}
+}
+
+// item is what the queue holds: a record, or a flush marker whose channel
+// the writer closes once everything queued before it is written.
+type item struct {
+	e       Event
+	flushed chan struct{}
+}
+
+// flush waits until every record queued before it is written (or the log
+// is closed), so a query sees the calls that ended before it began. It
+// may wait for the queue to have room, bounded by ctx: only the query
+// waits, never a sandbox operation.
+func (l *Log) flush(ctx context.Context) error {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		return nil // Close wrote everything
+	}
+	done := make(chan struct{})
+	select {
+	case l.q <- item{flushed: done}:
+		l.mu.RUnlock()
+	case <-ctx.Done():
+		l.mu.RUnlock()
+		return ctx.Err()
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -141,9 +175,13 @@ func (l *Log) run() {
 	if l.hold != nil {
 		<-l.hold
 	}
-	for e := range l.q {
+	for it := range l.q {
 		l.reportDrops()
-		l.write(e)
+		if it.flushed != nil {
+			close(it.flushed)
+			continue
+		}
+		l.write(it.e)
 	}
 	l.reportDrops()
 }

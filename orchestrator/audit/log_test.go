@@ -235,3 +235,20 @@ func TestQueryFilters(t *testing.T) {
 		t.Errorf("a user asking for another tenant: %v; want ErrOtherTenant", err)
 	}
 }
+
+// TestQuerySeesRecorded: a query sees every record recorded before it
+// began, though the writer writes them on its own goroutine.
+func TestQuerySeesRecorded(t *testing.T) {
+	l, err := Open(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := range 100 {
+		l.Record(Event{Time: time.Now(), Tenant: "acme", Action: ActionExecute, CommandID: fmt.Sprint(i), Outcome: OutcomeOK})
+		p, err := l.Query(t.Context(), Filter{PageSize: MaxPageSize})
+		if err != nil || len(p.Events) != i+1 {
+			t.Fatalf("after %d records a query saw %d (%v)", i+1, len(p.Events), err)
+		}
+	}
+}

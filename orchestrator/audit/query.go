@@ -115,7 +115,9 @@ func firstTime(path string) (int64, error) {
 // ErrOtherTenant. Records come oldest first, at most f.PageSize
 // (DefaultPageSize when 0, at most MaxPageSize); one call reads at most a
 // few tens of MiB of the log, so a page may be short, even empty, with a
-// NextPageToken: page until the token is empty. A token outlives rotation;
+// NextPageToken: page until the token is empty. A query sees every call
+// recorded before it began (it waits for the writer to write them, within
+// ctx). A token outlives rotation;
 // one whose file was deleted since resumes at the oldest file kept.
 func (l *Log) Query(ctx context.Context, f Filter) (Page, error) {
 	c := core.CallerOf(ctx)
@@ -135,6 +137,9 @@ func (l *Log) Query(ctx context.Context, f Filter) (Page, error) {
 	}
 	fileID, offset, err := parseToken(f.PageToken)
 	if err != nil {
+		return Page{}, err
+	}
+	if err := l.flush(ctx); err != nil {
 		return Page{}, err
 	}
 	fs, err := l.files()
