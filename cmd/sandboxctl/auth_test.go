@@ -88,7 +88,7 @@ func TestToken(t *testing.T) {
 		runCLIEnv(t, nil, "--addr", addr, "--token", adminToken, "list"),
 		runCLIEnv(t, map[string]string{"SANDBOXCTL_ADDR": addr, "SANDBOXCTL_TOKEN": adminToken}, "list"),
 	} {
-		if r.code != exitOK || seen != (core.Caller{Tenant: "ops", Admin: true}) {
+		if r.code != exitOK || seen != (core.Caller{Tenant: "ops", Admin: true, Name: tokens.Fingerprint(adminToken)}) {
 			t.Errorf("with the admin token: exit %d (stderr %q), the server saw %+v", r.code, r.stderr, seen)
 		}
 	}

@@ -92,6 +92,11 @@ func init() {
 				"sandboxctl net set sb-q3x7kd2mf5a6bnp4hcw2 --allow api.example.com --rule 'api.example.com:Authorization=Bearer KEY'",
 				"sandboxctl net set sb-q3x7kd2mf5a6bnp4hcw2 --policy-file policy.json   # secrets kept out of ps",
 				"sandboxctl net host sb-q3x7kd2mf5a6bnp4hcw2 8080"}, cmdNet},
+		{"audit", "[--sandbox ID] [--action A] [--tenant T] [--since D] [--limit N] [-o table|json]",
+			"print the audit trail, oldest first: who (tenant, token name) did what to which sandbox, and how it ended;\n" +
+				"the newest N (default 100; 0: all) of the events since D (default 24h; 0: all). A user token sees its tenant's only",
+			[]string{"sandboxctl audit --sandbox sb-q3x7kd2mf5a6bnp4hcw2", "sandboxctl audit --action delete --since 168h",
+				"sandboxctl audit --tenant acme --since 2026-01-02T00:00:00Z --limit 0 -o json"}, cmdAudit},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/audit"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/docker/go-units"
@@ -42,7 +43,15 @@ type config struct {
 	otlpEndpoint    string // OTLP/HTTP traces URL; empty: off
 	backend         string // docker or kubernetes
 	kube            kubeConfig
+	audit           auditFlags
 	docker          docker.Config // the backends' shared policy (embedded) and the Docker backend's own settings
+}
+
+// auditFlags are the audit trail's settings (--audit*).
+type auditFlags struct {
+	enabled      bool
+	maxFileBytes int64
+	maxFiles     int
 }
 
 // errHelp is returned for -h/--help: usage was printed, exit 0.
@@ -126,6 +135,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
 	fs.StringVar(&c.backend, "backend", backendDocker, "where sandboxes run: docker (containers on this host's engine) or kubernetes (a Pod each, with --kube-* settings; replicas of sandboxd may run side by side)")
 	c.kube.register(fs)
+	auditSize := byteSize(audit.DefaultMaxFileBytes)
+	fs.BoolVar(&c.audit.enabled, "audit", true, "record every mutating call (who, what, which sandbox, outcome; never code, env values or file contents) to STATE_DIR/audit/audit.jsonl, readable with ListAuditEvents and sandboxctl audit")
+	fs.Var(&auditSize, "audit-max-size", "size at which the audit log is rotated (`size`, whole MiB)")
+	fs.IntVar(&c.audit.maxFiles, "audit-max-files", audit.DefaultMaxFiles, "most audit log files kept, the current one included (at least 2); the oldest is deleted past it, so the trail takes at most about this times --audit-max-size")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
 		fs.PrintDefaults()
@@ -151,6 +164,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.NoDiskVolumes = !diskVolumes
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
 	mc.SnapshotDiskBudget, mc.SnapshotDiskBudgetPerTenant = int64(snapBudget), int64(snapTenantBudget)
+	c.audit.maxFileBytes = int64(auditSize)
+	if c.audit.maxFileBytes < 1<<20 || c.audit.maxFiles < 2 {
+		return config{}, usageError{fmt.Errorf("--audit-max-size must be at least 1MiB and --audit-max-files at least 2 (the current file and one rotated)")}
+	}
 	if err := egress.apply(mc); err != nil {
 		return config{}, usageError{err}
 	}

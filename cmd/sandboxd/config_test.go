@@ -54,6 +54,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"max watches per tenant (derived)", mc.MaxWatchesPerTenant, 0},
 		{"max watch dirs", mc.MaxWatchDirs, 32000},
 		{"max watch dirs per call (derived)", mc.MaxWatchDirsPerCall, 0},
+		{"audit", c.audit, auditFlags{enabled: true, maxFileBytes: 100 << 20, maxFiles: 10}},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -136,6 +137,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"--max-watches", "8", "--max-watches-per-sandbox", "4"}, nil, "--max-watches-per-sandbox 4 exceeds --max-watches-per-tenant 2"},
 		{[]string{"--max-watch-dirs-per-call", "-1"}, nil, "--max-watch-dirs-per-call -1 is negative"},
 		{nil, []string{"SANDBOXD_MAX_WATCH_DIRS_PER_TENANT", "40000"}, "--max-watch-dirs-per-tenant 40000 exceeds --max-watch-dirs 32000"},
+		{[]string{"--audit-max-size", "512k"}, nil, "--audit-max-size must be at least 1MiB"},
+		{[]string{"--audit-max-files", "1"}, nil, "--audit-max-files at least 2"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {

@@ -19,12 +19,14 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/sandboxd/sandboxd/orchestrator/audit"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
@@ -65,18 +67,34 @@ type backend interface {
 	Policy() core.Policy
 }
 
-// validated is a backend behind core.Validating: every door calls the
-// domain through the validating layer, and Close reaches the backend.
+// validated is a backend behind core.Validating and, unless --audit=false,
+// the audit decorator in front of it: every door calls the domain through
+// them, so every mutating call is recorded once whichever door made it,
+// refused ones included. Close reaches the backend, then writes the audit
+// records still queued and closes the log.
 type validated struct {
 	core.Manager
-	b backend
+	b   backend
+	log *audit.Log // nil: no audit trail
 }
 
-func newValidated(b backend) validated {
-	return validated{Manager: core.Validating(b, b.Policy()), b: b}
+func newValidated(b backend, log *audit.Log) validated {
+	v := validated{Manager: core.Validating(b, b.Policy()), b: b, log: log}
+	if log != nil {
+		v.Manager = audit.Audited(v.Manager, log)
+	}
+	return v
 }
 
-func (v validated) Close() error { return v.b.Close() }
+func (v validated) Close() error {
+	err := v.b.Close()
+	if v.log != nil {
+		if cerr := v.log.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the audit log: %w", cerr))
+		}
+	}
+	return err
+}
 
 // run starts sandboxd and blocks until ctx is done (a signal) or serving
 // fails. stopSignals is called once shutdown begins, so a second Ctrl-C
@@ -102,6 +120,19 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 		opts = append(opts, grpcapi.WithTokens(toks))
 		log.Info("authentication on", "tokens", toks.Len(), "tenants", toks.Tenants())
+	}
+	// The audit trail (orchestrator/audit), on unless --audit=false.
+	var auditLog *audit.Log
+	if cfg.audit.enabled {
+		auditLog, err = audit.Open(audit.Config{Dir: filepath.Join(cfg.docker.StateDir, "audit"),
+			MaxFileBytes: cfg.audit.maxFileBytes, MaxFiles: cfg.audit.maxFiles, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--audit: %w", err)
+		}
+		opts = append(opts, grpcapi.WithAudit(auditLog))
+		// Closed with the manager (validated.Close); this covers the
+		// returns before there is one.
+		defer auditLog.Close()
 	}
 	tenants := 1 // without tokens, every caller is the default tenant
 	if toks != nil {
@@ -205,7 +236,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		if err != nil {
 			return fmt.Errorf("starting the kubernetes backend: %w", err)
 		}
-		return serve(ctx, stopSignals, lis, newValidated(km), cfg.shutdownTimeout, log, opts...)
+		return serve(ctx, stopSignals, lis, newValidated(km, auditLog), cfg.shutdownTimeout, log, opts...)
 	}
 	dm, err := docker.New(ctx, cfg.docker, nil)
 	if err != nil {
@@ -215,7 +246,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		met.Watch(dm)       // sandboxes by state and the pool's size, read at scrape time
 		met.WatchEgress(dm) // the egress gateway's counters, per sandbox and in all
 	}
-	m := newValidated(dm)
+	m := newValidated(dm, auditLog)
 	var front *ports.Server
 	if portsLis != nil {
 		var stopPorts func()

@@ -37,9 +37,18 @@ func ValidateTenant(name string) error {
 // Caller is who calls the Manager: a tenant, and whether the caller is an
 // admin (sees every tenant's sandboxes). An admin still belongs to a tenant:
 // the sandboxes it acquires are created there.
+//
+// Name says which credential the caller presented, for the audit trail
+// (orchestrator/audit): a token's NAME from the token file, or its
+// fingerprint (tokens.Fingerprint) when the file names none; never the
+// token itself. It is empty for a caller without a token (a server without
+// --auth-tokens); the doors' own calls on a sandbox's behalf name
+// themselves (e.g. "ports-front"). It decides nothing: visibility is
+// Tenant's and Admin's alone.
 type Caller struct {
 	Tenant string
 	Admin  bool
+	Name   string
 }
 
 // DefaultCaller is the caller assumed for a context without one: the

@@ -28,6 +28,7 @@ from .errors import (
     Unavailable,
 )
 from .events import (
+    AuditEvent,
     CommandInfo,
     CommandStatus,
     Display,
@@ -50,6 +51,7 @@ from .events import (
 )
 
 __all__ = [
+    "AuditEvent",
     "Client",
     "Sandbox",
     "Execution",

@@ -13,6 +13,7 @@ from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from ._gen.sandbox.v1 import sandbox_pb2_grpc as pb_grpc
 from .errors import Unavailable, from_rpc_error
 from .events import (
+    AuditEvent,
     CommandInfo,
     CommandStatus,
     Display,
@@ -142,6 +143,30 @@ class Client:
             req.state = pb.SandboxState.Value("SANDBOX_STATE_" + state.upper())
         resp = self._call(self._stub.ListSandboxes, req)
         return [SandboxInfo.from_proto(s) for s in resp.sandboxes]
+
+    def audit_events(self, tenant: str = "", sandbox_id: str = "", action: str = "",
+                     since: Optional[datetime.datetime] = None, until: Optional[datetime.datetime] = None,
+                     limit: int = 1000) -> List[AuditEvent]:
+        """The audit trail, oldest first (ListAuditEvents, following pages
+        up to limit events): the mutating calls of a tenant, a sandbox or an
+        action, between since (included) and until (excluded). A user token
+        reads its own tenant's only: naming another is PermissionDenied.
+        FailedPrecondition when the server's trail is off."""
+        out: List[AuditEvent] = []
+        token = ""
+        while len(out) < limit:
+            req = pb.ListAuditEventsRequest(tenant=tenant, sandbox_id=sandbox_id, action=action,
+                                            page_size=min(1000, limit - len(out)), page_token=token)
+            if since is not None:
+                req.since.FromDatetime(since)
+            if until is not None:
+                req.until.FromDatetime(until)
+            resp = self._call(self._stub.ListAuditEvents, req)
+            out.extend(AuditEvent.from_proto(e) for e in resp.events)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out
 
     def delete(self, sandbox_id: str) -> None:
         """Stops and removes a sandbox with its files. NotFound when it does

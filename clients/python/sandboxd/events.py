@@ -32,6 +32,7 @@ __all__ = [
     "NetworkDenial",
     "NetworkStatus",
     "HostInfo",
+    "AuditEvent",
     "event_from_proto",
 ]
 
@@ -458,6 +459,42 @@ class HostInfo:
     @classmethod
     def from_proto(cls, m):
         return cls(url=m.url, token_required=m.token_required, traffic_token=m.traffic_token, token_header=m.token_header)
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One recorded call of the audit trail (Client.audit_events): who
+    (`tenant`, `token_name`, `admin`) did what (`action`, e.g. "execute")
+    to which sandbox, and how it ended (`outcome`: "ok" or the error's
+    kind, `message`). Never a secret: `bytes` stands for code and contents.
+    `dropped_count` is set on the server's "dropped" events."""
+
+    time: Optional[datetime.datetime]
+    tenant: str
+    token_name: str
+    admin: bool
+    action: str
+    sandbox_id: str
+    user_id: str
+    path: str
+    to_path: str
+    command_id: str
+    context_id: str
+    language: str
+    bytes: int
+    outcome: str
+    message: str
+    duration: Optional[datetime.timedelta]
+    dropped_count: int
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
+                   sandbox_id=m.sandbox_id, user_id=m.user_id, path=m.path, to_path=m.to_path,
+                   command_id=m.command_id, context_id=m.context_id, language=m.language, bytes=m.bytes,
+                   outcome=m.outcome, message=m.message,
+                   duration=m.duration.ToTimedelta() if m.HasField("duration") else None,
+                   dropped_count=m.dropped_count)
 
 
 def event_from_proto(ev) -> Event:

@@ -333,7 +333,12 @@ func sandboxFrom(ctx context.Context) string {
 
 // admin is the caller the door uses to learn a sandbox's tenant once its
 // access token was verified.
-var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true}
+var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true, Name: AccessTokenName}
+
+// AccessTokenName is the name a sandbox-level request's calls carry
+// (core.Caller.Name): they are authorised by the sandbox's access token,
+// not by a token of the token file, so the audit trail names that.
+const AccessTokenName = "e2b-access-token"
 
 // sandboxContext authenticates a sandbox-level request: the access token
 // (X-Access-Token) must be the sandbox's. Without it,
@@ -366,7 +371,7 @@ func (s *Server) sandboxContext(r *http.Request) (context.Context, error) {
 	if sb.State != core.StateRunning {
 		return nil, &apiError{status: http.StatusBadGateway, msg: "the sandbox is not running: " + sb.StateReason}
 	}
-	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: sb.Tenant})
+	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: sb.Tenant, Name: AccessTokenName})
 	return context.WithValue(ctx, sandboxKey{}, id), nil
 }
 

@@ -143,8 +143,8 @@ func TestAuthRequiresValidToken(t *testing.T) {
 	// Valid tokens reach the domain as their tenant and role, for unary and
 	// streaming calls alike.
 	for tok, want := range map[string]core.Caller{
-		tokAcme:  {Tenant: "acme"},
-		tokAdmin: {Tenant: "ops", Admin: true},
+		tokAcme:  {Tenant: "acme", Name: tokens.Fingerprint(tokAcme)},
+		tokAdmin: {Tenant: "ops", Admin: true, Name: tokens.Fingerprint(tokAdmin)},
 	} {
 		if _, err := env.client.ListSandboxes(withToken(ctx, tok), &sandboxv1.ListSandboxesRequest{}); err != nil {
 			t.Fatalf("ListSandboxes with a valid token: %v", err)

@@ -47,6 +47,7 @@ type serverOptions struct {
 	grpc    []grpc.ServerOption
 	metrics *metrics.Metrics
 	tracer  trace.TracerProvider
+	audit   AuditReader
 }
 
 // WithTokens makes every call except health checks require one of tokens
@@ -183,6 +184,7 @@ func NewServer(m core.Manager, logger *slog.Logger, opts ...Option) *Server {
 	if o.metrics != nil {
 		svc.obs = o.metrics
 	}
+	svc.audit = o.audit
 	sandboxv1.RegisterSandboxServiceServer(gs, svc)
 
 	hs := health.NewServer()

@@ -40,6 +40,8 @@ type Service struct {
 	m   core.Manager
 	log *slog.Logger
 	obs StreamObserver // never nil
+	// audit answers ListAuditEvents; nil: the trail is off.
+	audit AuditReader
 }
 
 // StreamObserver is told what the command streams deliver, for metrics

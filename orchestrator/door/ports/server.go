@@ -203,7 +203,12 @@ func (s *Server) Handles(r *http.Request) bool {
 
 // admin is the caller the front asks the domain as: the traffic token,
 // not a tenant, is what authorises a request.
-var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true}
+var admin = core.Caller{Tenant: core.DefaultTenant, Admin: true, Name: CallerName}
+
+// CallerName is the name the front's calls carry (core.Caller.Name): the
+// audit trail records a wake on request as the front's, in the sandbox's
+// tenant, since no token of the token file made it.
+const CallerName = "ports-front"
 
 // route is where a request is addressed: the sandbox, its port, and for
 // the path form the prefix taken off.
@@ -376,7 +381,7 @@ func (s *Server) domainError(w http.ResponseWriter, r *http.Request, rt route, e
 // tenant, within WakeTimeout, then waits up to ReadyTimeout for the port
 // to accept connections. False once it has answered.
 func (s *Server) wake(w http.ResponseWriter, r *http.Request, rt route, t core.PortTarget) (core.PortTarget, bool) {
-	ctx, cancel := context.WithTimeout(core.WithCaller(r.Context(), core.Caller{Tenant: t.Tenant}), s.cfg.WakeTimeout)
+	ctx, cancel := context.WithTimeout(core.WithCaller(r.Context(), core.Caller{Tenant: t.Tenant, Name: CallerName}), s.cfg.WakeTimeout)
 	defer cancel()
 	start := time.Now()
 	if _, _, err := s.m.Wake(ctx, rt.id); err != nil {

@@ -82,8 +82,8 @@ func newWorld(t *testing.T, app http.Handler, configure ...func(*Config)) *world
 			return core.PortTarget{}, core.SandboxNotFound(id)
 		},
 		WakeFunc: func(ctx context.Context, id string) (core.Sandbox, *core.WakeInfo, error) {
-			if c, _ := core.CallerFrom(ctx); c.Tenant != "beta" || c.Admin {
-				t.Errorf("Wake asked as %+v; want the sandbox's tenant", c)
+			if c, _ := core.CallerFrom(ctx); c != (core.Caller{Tenant: "beta", Name: CallerName}) {
+				t.Errorf("Wake asked as %+v; want the sandbox's tenant, named as the front (for the audit trail)", c)
 			}
 			w.wakes.Add(1)
 			w.woken.Store(true)

@@ -6,9 +6,11 @@ package tokens
 import (
 	"bufio"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -17,10 +19,14 @@ import (
 // Bearer tokens. A token file has one token per line:
 //
 //	# comment
-//	<token> <tenant> <role>
+//	<token> <tenant> <role> [<name>]
 //
 // where role is "user" (sees its tenant's sandboxes) or "admin" (sees every
-// tenant's). Blank lines and lines starting with '#' are ignored. Tokens
+// tenant's), and the optional name says whose token it is in the audit
+// trail (core.Caller.Name; 1 to 64 characters of [A-Za-z0-9._@-]). A token
+// without a name is named by its fingerprint ("sha256:" and the first 12
+// hex digits of its SHA-256): stable, distinct per token, and useless to
+// guess the token from, so the audit never holds a secret either way. Blank lines and lines starting with '#' are ignored. Tokens
 // are at least MinLen characters of printable ASCII without spaces;
 // one token is one caller, so a token may appear only once.
 //
@@ -71,8 +77,8 @@ func Parse(r io.Reader) (*Set, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) != 3 {
-			return nil, fmt.Errorf("line %d: want \"TOKEN TENANT ROLE\", got %d fields", n, len(f))
+		if len(f) != 3 && len(f) != 4 {
+			return nil, fmt.Errorf("line %d: want \"TOKEN TENANT ROLE [NAME]\", got %d fields", n, len(f))
 		}
 		token, tenant, role := f[0], f[1], f[2]
 		if len(token) < MinLen {
@@ -94,11 +100,18 @@ func Parse(r io.Reader) (*Set, error) {
 		default:
 			return nil, fmt.Errorf("line %d: role %q is not %q or %q", n, role, RoleUser, RoleAdmin)
 		}
+		name := Fingerprint(token)
+		if len(f) == 4 {
+			name = f[3]
+			if err := validateName(name); err != nil {
+				return nil, fmt.Errorf("line %d: %v", n, err)
+			}
+		}
 		d := sha256.Sum256([]byte(token))
 		if _, dup := t.byDigest[d]; dup {
 			return nil, fmt.Errorf("line %d: the token repeats an earlier line's", n)
 		}
-		t.byDigest[d] = core.Caller{Tenant: tenant, Admin: admin}
+		t.byDigest[d] = core.Caller{Tenant: tenant, Admin: admin, Name: name}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -107,6 +120,28 @@ func Parse(r io.Reader) (*Set, error) {
 		return nil, fmt.Errorf("no tokens")
 	}
 	return t, nil
+}
+
+// MaxNameLen bounds a token's name, which every audit record carries.
+const MaxNameLen = 64
+
+// namePattern: names appear in audit records and logs; '@' lets a name be
+// a person's address.
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]*$`)
+
+func validateName(name string) error {
+	if len(name) > MaxNameLen || !namePattern.MatchString(name) {
+		return fmt.Errorf("token name %q must be 1 to %d characters from [A-Za-z0-9._@-], starting with a letter or digit", name, MaxNameLen)
+	}
+	return nil
+}
+
+// Fingerprint is the name of a token the file names none for: "sha256:"
+// and the first 12 hex digits of the token's SHA-256. 48 bits tell an
+// operator's tokens apart and reveal nothing usable about the token.
+func Fingerprint(token string) string {
+	d := sha256.Sum256([]byte(token))
+	return "sha256:" + hex.EncodeToString(d[:6])
 }
 
 // Len returns the number of tokens.

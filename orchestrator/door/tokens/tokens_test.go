@@ -20,7 +20,7 @@ const testTokenFile = `# sandboxd tokens
 ` + tokAcme + ` acme user
 
 ` + tokBeta + `   beta   user
-  ` + tokAdmin + ` ops admin
+  ` + tokAdmin + ` ops admin ops-oncall@example.org
 `
 
 // callerRecorder scripts the fake domain to record the caller each call
@@ -39,9 +39,9 @@ func TestParse(t *testing.T) {
 		t.Errorf("Len = %d, Tenants = %d; want 3, 3", toks.Len(), toks.Tenants())
 	}
 	for tok, want := range map[string]core.Caller{
-		tokAcme:  {Tenant: "acme"},
-		tokBeta:  {Tenant: "beta"},
-		tokAdmin: {Tenant: "ops", Admin: true},
+		tokAcme:  {Tenant: "acme", Name: Fingerprint(tokAcme)},
+		tokBeta:  {Tenant: "beta", Name: Fingerprint(tokBeta)},
+		tokAdmin: {Tenant: "ops", Admin: true, Name: "ops-oncall@example.org"},
 	} {
 		if got, ok := toks.Lookup(tok); !ok || got != want {
 			t.Errorf("lookup(%s) = %+v, %v; want %+v", tok, got, ok, want)
@@ -53,8 +53,9 @@ func TestParse(t *testing.T) {
 
 	secret := "s3cret-s3cret-s3cret"
 	for _, tc := range []struct{ name, file, want string }{
-		{"two fields", secret + " acme\n", "line 1: want \"TOKEN TENANT ROLE\", got 2 fields"},
-		{"four fields", "# c\n" + secret + " acme user extra\n", "line 2: want"},
+		{"two fields", secret + " acme\n", "line 1: want \"TOKEN TENANT ROLE [NAME]\", got 2 fields"},
+		{"five fields", "# c\n" + secret + " acme user name extra\n", "line 2: want"},
+		{"bad name", secret + " acme user -x\n", `line 1: token name "-x" must be 1 to 64 characters`},
 		{"short token", "short acme user\n", "line 1: the token is 5 characters long; use at least 16"},
 		{"bad role", secret + " acme root\n", `line 1: role "root" is not "user" or "admin"`},
 		{"bad tenant", secret + " -acme user\n", "line 1: tenant name \"-acme\" must start with a letter or digit"},
@@ -71,6 +72,18 @@ func TestParse(t *testing.T) {
 				t.Errorf("error %q echoes the token", err)
 			}
 		})
+	}
+}
+
+// TestFingerprint: an unnamed token's name is stable, differs between
+// tokens and holds no more of the token than 48 bits of its digest.
+func TestFingerprint(t *testing.T) {
+	a, b := Fingerprint(tokAcme), Fingerprint(tokBeta)
+	if a != Fingerprint(tokAcme) || a == b {
+		t.Errorf("Fingerprint: %q, %q", a, b)
+	}
+	if !strings.HasPrefix(a, "sha256:") || len(a) != len("sha256:")+12 || strings.Contains(a, tokAcme[:8]) {
+		t.Errorf("Fingerprint(%q) = %q; want sha256: and 12 hex digits", tokAcme, a)
 	}
 }
 

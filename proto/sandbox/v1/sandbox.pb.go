@@ -5822,6 +5822,373 @@ func (x *GetHostResponse) GetTokenHeader() string {
 	return ""
 }
 
+// ListAuditEventsRequest selects audit events; unset fields select all.
+type ListAuditEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant selects one tenant's events. A user token may only name its
+	// own tenant (or none: its own is implied).
+	Tenant string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// sandbox_id selects one sandbox's events.
+	SandboxId string `protobuf:"bytes,2,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// action selects one action (AuditEvent.action), e.g. "execute".
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// since selects the events at or after this time.
+	Since *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=since,proto3" json:"since,omitempty"`
+	// until selects the events before this time.
+	Until *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=until,proto3" json:"until,omitempty"`
+	// page_size is the most events to return: 0 means 100; at most 1000.
+	PageSize int32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token continues a listing: the next_page_token of the previous
+	// page, with the same filter. A token not made by this server is
+	// INVALID_ARGUMENT.
+	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditEventsRequest) Reset() {
+	*x = ListAuditEventsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditEventsRequest) ProtoMessage() {}
+
+func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ListAuditEventsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ListAuditEventsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ListAuditEventsRequest) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *ListAuditEventsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListAuditEventsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListAuditEventsResponse is one page of audit events, oldest first.
+type ListAuditEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// events are the page's events, oldest first.
+	Events []*AuditEvent `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// next_page_token fetches the following (newer) page; empty once the
+	// end of the trail is reached. One call reads a bounded part of the
+	// trail, so a page may be short, even empty, and still have a token:
+	// page until the token is empty.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditEventsResponse) Reset() {
+	*x = ListAuditEventsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditEventsResponse) ProtoMessage() {}
+
+func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *ListAuditEventsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// AuditEvent is one recorded call. It names what was acted on but never
+// carries secrets: no code, environment values, file contents, stdin or
+// network rule headers, only their sizes.
+type AuditEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// time is when the call began.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// tenant is the caller's tenant; empty on "dropped" events.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// token_name names the caller's token: its NAME in the server's token
+	// file, or "sha256:" and the first 12 hex digits of its SHA-256 when it
+	// has none; never the token. Empty on a server without tokens;
+	// "ports-front" for a wake by a request to a sandbox's port,
+	// "e2b-access-token" for the E2B door's sandbox-level calls.
+	TokenName string `protobuf:"bytes,3,opt,name=token_name,json=tokenName,proto3" json:"token_name,omitempty"`
+	// admin is true when the caller's token is an admin token.
+	Admin bool `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
+	// action is what was done, one of: acquire, delete, set_timeout,
+	// hibernate, wake, update_network_policy, execute, interrupt,
+	// create_context, restart_context, delete_context, write_file, mkdir,
+	// remove, move; or "dropped": the server lost dropped_count events
+	// because its audit queue was full (only admins see these).
+	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	// sandbox_id is the sandbox acted on (for acquire, the one acquired).
+	SandboxId string `protobuf:"bytes,6,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// user_id is acquire's user.
+	UserId string `protobuf:"bytes,7,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// path is the file operations' path (move's source) and
+	// create_context's working directory.
+	Path string `protobuf:"bytes,8,opt,name=path,proto3" json:"path,omitempty"`
+	// to_path is move's destination.
+	ToPath string `protobuf:"bytes,9,opt,name=to_path,json=toPath,proto3" json:"to_path,omitempty"`
+	// command_id is execute's and interrupt's command.
+	CommandId string `protobuf:"bytes,10,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// context_id is the context of the context operations, and execute's.
+	ContextId string `protobuf:"bytes,11,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// language is execute's and create_context's language, as requested.
+	Language string `protobuf:"bytes,12,opt,name=language,proto3" json:"language,omitempty"`
+	// bytes is a size in place of content: execute's code, write_file's
+	// bytes received.
+	Bytes int64 `protobuf:"varint,13,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// outcome is "ok", or how the call failed: its error class in
+	// snake_case ("invalid_argument", "not_found", "failed_precondition",
+	// "resource_exhausted", "unavailable", "already_exists"), "canceled",
+	// "deadline_exceeded" or "internal".
+	Outcome string `protobuf:"bytes,14,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// message is the error's message, cut to 512 bytes; empty when ok.
+	Message string `protobuf:"bytes,15,opt,name=message,proto3" json:"message,omitempty"`
+	// duration is how long the call took.
+	Duration *durationpb.Duration `protobuf:"bytes,16,opt,name=duration,proto3" json:"duration,omitempty"`
+	// dropped_count is, on a "dropped" event, the number of events lost
+	// before it.
+	DroppedCount  int64 `protobuf:"varint,17,opt,name=dropped_count,json=droppedCount,proto3" json:"dropped_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEvent) Reset() {
+	*x = AuditEvent{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEvent) ProtoMessage() {}
+
+func (x *AuditEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
+func (*AuditEvent) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *AuditEvent) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *AuditEvent) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetTokenName() string {
+	if x != nil {
+		return x.TokenName
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+func (x *AuditEvent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetUserId() string {
+	if x != nil {
+		return x.UserId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetToPath() string {
+	if x != nil {
+		return x.ToPath
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *AuditEvent) GetDroppedCount() int64 {
+	if x != nil {
+		return x.DroppedCount
+	}
+	return 0
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -6224,7 +6591,44 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12%\n" +
 	"\x0etoken_required\x18\x02 \x01(\bR\rtokenRequired\x12#\n" +
 	"\rtraffic_token\x18\x03 \x01(\tR\ftrafficToken\x12!\n" +
-	"\ftoken_header\x18\x04 \x01(\tR\vtokenHeader*~\n" +
+	"\ftoken_header\x18\x04 \x01(\tR\vtokenHeader\"\x87\x02\n" +
+	"\x16ListAuditEventsRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x02 \x01(\tR\tsandboxId\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x120\n" +
+	"\x05since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x1b\n" +
+	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"q\n" +
+	"\x17ListAuditEventsResponse\x12.\n" +
+	"\x06events\x18\x01 \x03(\v2\x16.sandbox.v1.AuditEventR\x06events\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x86\x04\n" +
+	"\n" +
+	"AuditEvent\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"token_name\x18\x03 \x01(\tR\ttokenName\x12\x14\n" +
+	"\x05admin\x18\x04 \x01(\bR\x05admin\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x06 \x01(\tR\tsandboxId\x12\x17\n" +
+	"\auser_id\x18\a \x01(\tR\x06userId\x12\x12\n" +
+	"\x04path\x18\b \x01(\tR\x04path\x12\x17\n" +
+	"\ato_path\x18\t \x01(\tR\x06toPath\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\n" +
+	" \x01(\tR\tcommandId\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\v \x01(\tR\tcontextId\x12\x1a\n" +
+	"\blanguage\x18\f \x01(\tR\blanguage\x12\x14\n" +
+	"\x05bytes\x18\r \x01(\x03R\x05bytes\x12\x18\n" +
+	"\aoutcome\x18\x0e \x01(\tR\aoutcome\x12\x18\n" +
+	"\amessage\x18\x0f \x01(\tR\amessage\x125\n" +
+	"\bduration\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
+	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount*~\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -6262,7 +6666,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\x9c\x12\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xf8\x12\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -6294,7 +6698,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponse\x12f\n" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
-	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponse\x12Z\n" +
+	"\x0fListAuditEvents\x12\".sandbox.v1.ListAuditEventsRequest\x1a#.sandbox.v1.ListAuditEventsResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -6309,7 +6714,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
@@ -6396,42 +6801,45 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*NetworkDenial)(nil),               // 82: sandbox.v1.NetworkDenial
 	(*GetHostRequest)(nil),              // 83: sandbox.v1.GetHostRequest
 	(*GetHostResponse)(nil),             // 84: sandbox.v1.GetHostResponse
-	nil,                                 // 85: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                 // 86: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                 // 87: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                 // 88: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                 // 89: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                 // 90: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                 // 91: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                 // 92: sandbox.v1.Display.DataEntry
-	nil,                                 // 93: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),         // 94: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 95: google.protobuf.Timestamp
+	(*ListAuditEventsRequest)(nil),      // 85: sandbox.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),     // 86: sandbox.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                  // 87: sandbox.v1.AuditEvent
+	nil,                                 // 88: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                 // 89: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                 // 90: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                 // 91: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                 // 92: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                 // 93: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                 // 94: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                 // 95: sandbox.v1.Display.DataEntry
+	nil,                                 // 96: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),         // 97: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 98: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	85,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	86,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	94,  // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	88,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	89,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	97,  // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	87,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	88,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	90,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	91,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 8: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	95,  // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	95,  // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	95,  // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	98,  // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	98,  // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	7,   // 12: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	89,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	94,  // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	92,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	97,  // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	12,  // 15: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	95,  // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	98,  // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
 	13,  // 17: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 18: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 19: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	95,  // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	98,  // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
 	14,  // 21: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	95,  // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	98,  // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
 	11,  // 23: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	11,  // 24: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	13,  // 25: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
@@ -6440,10 +6848,10 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	13,  // 28: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
 	11,  // 29: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,   // 30: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	90,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	93,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
 	11,  // 32: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	94,  // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	91,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	97,  // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	94,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
 	28,  // 35: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
 	31,  // 36: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
 	32,  // 37: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
@@ -6452,15 +6860,15 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	34,  // 40: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
 	35,  // 41: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
 	36,  // 42: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	95,  // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	98,  // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
 	13,  // 44: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	92,  // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	93,  // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	95,  // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	96,  // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
 	1,   // 47: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	94,  // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	97,  // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
 	37,  // 49: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	95,  // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	95,  // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	98,  // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	98,  // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
 	3,   // 52: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
 	41,  // 53: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
 	40,  // 54: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
@@ -6470,17 +6878,17 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	40,  // 58: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
 	56,  // 59: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
 	4,   // 60: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	95,  // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	98,  // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
 	28,  // 62: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
 	65,  // 63: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
 	5,   // 64: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
 	1,   // 65: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	95,  // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	95,  // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	94,  // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	94,  // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	98,  // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	98,  // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	97,  // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	97,  // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 70: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	95,  // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	98,  // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
 	68,  // 72: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
 	68,  // 73: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
 	9,   // 74: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
@@ -6488,70 +6896,77 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	9,   // 76: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
 	81,  // 77: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
 	82,  // 78: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	95,  // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	98,  // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
 	6,   // 80: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	10,  // 81: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	19,  // 82: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	21,  // 83: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	23,  // 84: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	25,  // 85: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	27,  // 86: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	29,  // 87: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	38,  // 88: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	42,  // 89: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	44,  // 90: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	46,  // 91: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	48,  // 92: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	50,  // 93: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	52,  // 94: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	54,  // 95: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	57,  // 96: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	59,  // 97: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	61,  // 98: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	63,  // 99: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	66,  // 100: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	69,  // 101: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	71,  // 102: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	73,  // 103: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	75,  // 104: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 105: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	17,  // 106: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	77,  // 107: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	79,  // 108: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	83,  // 109: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	20,  // 110: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	22,  // 111: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	24,  // 112: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	26,  // 113: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	30,  // 114: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	30,  // 115: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	39,  // 116: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	43,  // 117: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	45,  // 118: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	47,  // 119: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	49,  // 120: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	51,  // 121: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	53,  // 122: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	55,  // 123: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	58,  // 124: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	60,  // 125: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	62,  // 126: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	64,  // 127: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	67,  // 128: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	70,  // 129: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	72,  // 130: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	74,  // 131: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	76,  // 132: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 133: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	18,  // 134: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	78,  // 135: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	80,  // 136: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	84,  // 137: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	110, // [110:138] is the sub-list for method output_type
-	82,  // [82:110] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	98,  // 81: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	98,  // 82: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	87,  // 83: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
+	98,  // 84: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	97,  // 85: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	10,  // 86: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	19,  // 87: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	21,  // 88: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	23,  // 89: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	25,  // 90: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	27,  // 91: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	29,  // 92: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	38,  // 93: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	42,  // 94: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	44,  // 95: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	46,  // 96: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	48,  // 97: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	50,  // 98: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	52,  // 99: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	54,  // 100: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	57,  // 101: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	59,  // 102: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	61,  // 103: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	63,  // 104: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	66,  // 105: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	69,  // 106: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	71,  // 107: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	73,  // 108: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	75,  // 109: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 110: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	17,  // 111: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	77,  // 112: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	79,  // 113: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	83,  // 114: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	85,  // 115: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	20,  // 116: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	22,  // 117: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	24,  // 118: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	26,  // 119: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	30,  // 120: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	30,  // 121: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	39,  // 122: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	43,  // 123: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	45,  // 124: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	47,  // 125: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	49,  // 126: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	51,  // 127: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	53,  // 128: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	55,  // 129: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	58,  // 130: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	60,  // 131: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	62,  // 132: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	64,  // 133: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	67,  // 134: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	70,  // 135: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	72,  // 136: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	74,  // 137: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	76,  // 138: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 139: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	18,  // 140: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	78,  // 141: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	80,  // 142: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	84,  // 143: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	86,  // 144: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	116, // [116:145] is the sub-list for method output_type
+	87,  // [87:116] is the sub-list for method input_type
+	87,  // [87:87] is the sub-list for extension type_name
+	87,  // [87:87] is the sub-list for extension extendee
+	0,   // [0:87] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -6580,7 +6995,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   87,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -81,6 +81,7 @@ const (
 	SandboxService_UpdateNetworkPolicy_FullMethodName = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
 	SandboxService_GetNetworkStatus_FullMethodName    = "/sandbox.v1.SandboxService/GetNetworkStatus"
 	SandboxService_GetHost_FullMethodName             = "/sandbox.v1.SandboxService/GetHost"
+	SandboxService_ListAuditEvents_FullMethodName     = "/sandbox.v1.SandboxService/ListAuditEvents"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -356,6 +357,17 @@ type SandboxServiceClient interface {
 	// for ports, or a backend without them; NOT_FOUND as
 	// UpdateNetworkPolicy.
 	GetHost(ctx context.Context, in *GetHostRequest, opts ...grpc.CallOption) (*GetHostResponse, error)
+	// ListAuditEvents reads the audit trail: one event per mutating call
+	// (acquire, delete, hibernate, wake, execute, file writes, settings
+	// changes), with who made it, on which sandbox, and how it ended;
+	// oldest first, paged. Reads (Get, List, streams, downloads) are not
+	// recorded. An admin token reads every tenant's events; a user token
+	// only its own tenant's (its filter's tenant may be empty or its own).
+	//
+	// PERMISSION_DENIED for a user token whose filter names another tenant;
+	// INVALID_ARGUMENT for a bad filter or page token; FAILED_PRECONDITION on
+	// a server whose audit trail is off (sandboxd --audit=false).
+	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -685,6 +697,16 @@ func (c *sandboxServiceClient) GetHost(ctx context.Context, in *GetHostRequest, 
 	return out, nil
 }
 
+func (c *sandboxServiceClient) ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditEventsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListAuditEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -958,6 +980,17 @@ type SandboxServiceServer interface {
 	// for ports, or a backend without them; NOT_FOUND as
 	// UpdateNetworkPolicy.
 	GetHost(context.Context, *GetHostRequest) (*GetHostResponse, error)
+	// ListAuditEvents reads the audit trail: one event per mutating call
+	// (acquire, delete, hibernate, wake, execute, file writes, settings
+	// changes), with who made it, on which sandbox, and how it ended;
+	// oldest first, paged. Reads (Get, List, streams, downloads) are not
+	// recorded. An admin token reads every tenant's events; a user token
+	// only its own tenant's (its filter's tenant may be empty or its own).
+	//
+	// PERMISSION_DENIED for a user token whose filter names another tenant;
+	// INVALID_ARGUMENT for a bad filter or page token; FAILED_PRECONDITION on
+	// a server whose audit trail is off (sandboxd --audit=false).
+	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -1051,6 +1084,9 @@ func (UnimplementedSandboxServiceServer) GetNetworkStatus(context.Context, *GetN
 }
 func (UnimplementedSandboxServiceServer) GetHost(context.Context, *GetHostRequest) (*GetHostResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHost not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListAuditEvents not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -1538,6 +1574,24 @@ func _SandboxService_GetHost_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_ListAuditEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListAuditEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListAuditEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListAuditEvents(ctx, req.(*ListAuditEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1636,6 +1690,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetHost",
 			Handler:    _SandboxService_GetHost_Handler,
+		},
+		{
+			MethodName: "ListAuditEvents",
+			Handler:    _SandboxService_ListAuditEvents_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

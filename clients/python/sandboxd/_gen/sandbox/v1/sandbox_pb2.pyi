@@ -62,6 +62,44 @@ class AcquireSandboxResponse(_message.Message):
     woke: WakeInfo
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
+class AuditEvent(_message.Message):
+    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "tenant", "time", "to_path", "token_name", "user_id"]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
+    TO_PATH_FIELD_NUMBER: _ClassVar[int]
+    USER_ID_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    admin: bool
+    bytes: int
+    command_id: str
+    context_id: str
+    dropped_count: int
+    duration: _duration_pb2.Duration
+    language: str
+    message: str
+    outcome: str
+    path: str
+    sandbox_id: str
+    tenant: str
+    time: _timestamp_pb2.Timestamp
+    to_path: str
+    token_name: str
+    user_id: str
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ...) -> None: ...
+
 class CloseStdinRequest(_message.Message):
     __slots__ = ["command_id", "sandbox_id"]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
@@ -363,6 +401,32 @@ class InterruptCommandRequest(_message.Message):
 class InterruptCommandResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
+
+class ListAuditEventsRequest(_message.Message):
+    __slots__ = ["action", "page_size", "page_token", "sandbox_id", "since", "tenant", "until"]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    action: str
+    page_size: int
+    page_token: str
+    sandbox_id: str
+    since: _timestamp_pb2.Timestamp
+    tenant: str
+    until: _timestamp_pb2.Timestamp
+    def __init__(self, tenant: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., action: _Optional[str] = ..., since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListAuditEventsResponse(_message.Message):
+    __slots__ = ["events", "next_page_token"]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[AuditEvent]
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[AuditEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class ListCommandsRequest(_message.Message):
     __slots__ = ["page_size", "page_token", "sandbox_id"]

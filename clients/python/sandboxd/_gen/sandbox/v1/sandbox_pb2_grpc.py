@@ -160,6 +160,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostResponse.FromString,
                 )
+        self.ListAuditEvents = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListAuditEvents',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -573,6 +578,22 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditEvents(self, request, context):
+        """ListAuditEvents reads the audit trail: one event per mutating call
+        (acquire, delete, hibernate, wake, execute, file writes, settings
+        changes), with who made it, on which sandbox, and how it ended;
+        oldest first, paged. Reads (Get, List, streams, downloads) are not
+        recorded. An admin token reads every tenant's events; a user token
+        only its own tenant's (its filter's tenant may be empty or its own).
+
+        PERMISSION_DENIED for a user token whose filter names another tenant;
+        INVALID_ARGUMENT for a bad filter or page token; FAILED_PRECONDITION on
+        a server whose audit trail is off (sandboxd --audit=false).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -715,6 +736,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.GetHost,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetHostResponse.SerializeToString,
+            ),
+            'ListAuditEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditEvents,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1205,5 +1231,22 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/GetHost',
             sandbox_dot_v1_dot_sandbox__pb2.GetHostRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.GetHostResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListAuditEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListAuditEvents',
+            sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
