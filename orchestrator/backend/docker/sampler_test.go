@@ -1,0 +1,174 @@
+package docker
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// writeFiles creates files (path relative to root → content) under root.
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for rel, content := range files {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCgroupV1Read: a cgroup v1 container's figures are read as docker
+// stats reads them: memory less the inactive page cache.
+func TestCgroupV1Read(t *testing.T) {
+	root := t.TempDir()
+	const id = "abc123"
+	writeFiles(t, root, map[string]string{
+		"cpuacct/docker/abc123/cpuacct.usage":        "1500000000\n",
+		"memory/docker/abc123/memory.usage_in_bytes": "300000000\n",
+		"memory/docker/abc123/memory.stat":           "cache 100\nrss 5\ntotal_cache 50000000\ntotal_inactive_file 40000000\n",
+		"pids/docker/abc123/pids.current":            "7\n",
+	})
+	p, ok := defaultCgroupPaths(root, id)
+	if !ok || p.v2 {
+		t.Fatalf("defaultCgroupPaths = %+v, %v", p, ok)
+	}
+	u := p.read()
+	want := cgroupUsage{cpuNanos: 1500000000, memUsed: 260000000, memCache: 50000000, pids: 7, cpuOK: true, memOK: true, pidOK: true}
+	if u != want {
+		t.Errorf("read = %+v, want %+v", u, want)
+	}
+	if _, ok := defaultCgroupPaths(root, "other"); ok {
+		t.Error("a container without a cgroup directory was found")
+	}
+}
+
+// TestCgroupV2Read: the unified hierarchy's files, found from
+// /proc/<pid>/cgroup.
+func TestCgroupV2Read(t *testing.T) {
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{
+		"cgroup.controllers":        "cpu memory pids\n",
+		"x/y/cpu.stat":              "usage_usec 2500\nuser_usec 2000\n",
+		"x/y/memory.current":        "1000\n",
+		"x/y/memory.stat":           "anon 10\nfile 300\ninactive_file 200\n",
+		"x/y/pids.current":          "3\n",
+		"system.slice/other/ignore": "",
+	})
+	p := parseProcCgroup(root, []byte("0::/x/y\n"))
+	if !p.v2 || p.cpu != filepath.Join(root, "x/y") {
+		t.Fatalf("parseProcCgroup = %+v", p)
+	}
+	want := cgroupUsage{cpuNanos: 2500000, memUsed: 800, memCache: 300, pids: 3, cpuOK: true, memOK: true, pidOK: true}
+	if u := p.read(); u != want {
+		t.Errorf("read = %+v, want %+v", u, want)
+	}
+}
+
+// TestParseProcCgroupV1 maps v1 lines to each controller's hierarchy and
+// ignores malformed ones and paths climbing out of the root.
+func TestParseProcCgroupV1(t *testing.T) {
+	root := "/cg"
+	p := parseProcCgroup(root, []byte("12:pids:/docker/c1\n4:cpu,cpuacct:/docker/c1\nbad line\n9:memory:/../../etc\n2:memory:/docker/c1\n"))
+	want := cgroupPaths{cpu: "/cg/cpuacct/docker/c1", memory: "/cg/memory/docker/c1", pids: "/cg/pids/docker/c1"}
+	if p != want {
+		t.Errorf("parseProcCgroup = %+v, want %+v", p, want)
+	}
+}
+
+// TestCgroupHostileFiles: garbage, overflowing numbers and files far
+// larger than any cgroup file give "unknown", after a bounded read.
+func TestCgroupHostileFiles(t *testing.T) {
+	root := t.TempDir()
+	huge := strings.Repeat("total_inactive_file 1\n", 100000) // ~2 MB
+	writeFiles(t, root, map[string]string{
+		"cpuacct/docker/c/cpuacct.usage":        "not a number",
+		"memory/docker/c/memory.usage_in_bytes": "99999999999999999999999999\n",
+		"memory/docker/c/memory.stat":           huge,
+		"pids/docker/c/pids.current":            strings.Repeat("9", maxCgroupFile+10),
+	})
+	p, ok := defaultCgroupPaths(root, "c")
+	if !ok {
+		t.Fatal("paths not found")
+	}
+	if u := p.read(); u.cpuOK || u.memOK || u.pidOK {
+		t.Errorf("read = %+v; want nothing read", u)
+	}
+	writeFiles(t, root, map[string]string{
+		"memory/docker/c/memory.usage_in_bytes": "100\n",
+		"memory/docker/c/memory.stat":           "total_inactive_file 500\ntotal_cache x\n" + strings.Repeat("a", 70000) + " 1\n",
+	})
+	// inactive above usage is ignored; a line longer than any cgroup
+	// file's stops the parse, keeping what came before.
+	if u := p.read(); !u.memOK || u.memUsed != 100 {
+		t.Errorf("read = %+v; want memory 100", u)
+	}
+	if _, err := readCgroupFile(filepath.Join(root, "memory/docker/c/memory.stat")); err == nil {
+		t.Error("an oversized file was read")
+	}
+}
+
+// TestMetricsRing: bounded, oldest first, since filters, keepLast keeps the
+// newest alone.
+func TestMetricsRing(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := newMetricsRing(3)
+	if got := r.since(time.Time{}); len(got) != 0 {
+		t.Fatalf("empty ring: %v", got)
+	}
+	for i := range 5 {
+		r.add(core.SandboxMetrics{Time: t0.Add(time.Duration(i) * time.Second), Pids: int64(i)})
+	}
+	pids := func(ss []core.SandboxMetrics) (out []int64) {
+		for _, s := range ss {
+			out = append(out, s.Pids)
+		}
+		return out
+	}
+	if got := pids(r.since(time.Time{})); len(got) != 3 || got[0] != 2 || got[2] != 4 {
+		t.Errorf("since(zero) = %v, want [2 3 4]", got)
+	}
+	if got := pids(r.since(t0.Add(3 * time.Second))); len(got) != 1 || got[0] != 4 {
+		t.Errorf("since(t0+3s) = %v, want [4]", got)
+	}
+	r.keepLast()
+	if got := pids(r.since(time.Time{})); len(got) != 1 || got[0] != 4 || len(r.buf) != 1 {
+		t.Errorf("after keepLast: %v (room %d), want [4] in room 1", got, len(r.buf))
+	}
+	r.add(core.SandboxMetrics{Time: t0.Add(9 * time.Second), Pids: 9})
+	if got := pids(r.since(time.Time{})); len(got) != 1 || got[0] != 9 {
+		t.Errorf("frozen ring after add: %v, want [9]", got)
+	}
+	e := newMetricsRing(4)
+	e.keepLast()
+	if got := e.since(time.Time{}); len(got) != 0 {
+		t.Errorf("empty ring after keepLast: %v", got)
+	}
+}
+
+// TestDirSizeBounded: the size of a directory without a volume counts at
+// most the bound's entries.
+func TestDirSizeBounded(t *testing.T) {
+	dir := t.TempDir()
+	for i := range 20 {
+		if err := os.WriteFile(filepath.Join(dir, "f"+strings.Repeat("x", i)), make([]byte, 8192), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, some := dirSize(dir, 1000), dirSize(dir, 5)
+	if all < 20*8192 || some >= all || some == 0 {
+		t.Errorf("dirSize all %d, bounded %d", all, some)
+	}
+	if d := diskUsage(dir, "missing", false); d != (core.DiskUsage{}) {
+		t.Errorf("diskUsage of a missing directory: %+v", d)
+	}
+	if d := diskUsage(filepath.Dir(dir), filepath.Base(dir), true); d != (core.DiskUsage{}) {
+		t.Errorf("diskUsage of an unmounted volume: %+v; want nothing (the host's figures would mislead)", d)
+	}
+}
