@@ -301,4 +301,3 @@ func dirSize(root string, limit int) int64 {
 	})
 	return total
 }
-
