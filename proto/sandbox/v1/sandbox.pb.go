@@ -5822,6 +5822,362 @@ func (x *GetHostResponse) GetTokenHeader() string {
 	return ""
 }
 
+// GetSandboxMetricsRequest names a sandbox and the samples wanted.
+type GetSandboxMetricsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to describe.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// since, when set, asks only for samples taken after it (a client
+	// polling passes the time of the last sample it has); unset: all kept.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSandboxMetricsRequest) Reset() {
+	*x = GetSandboxMetricsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSandboxMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSandboxMetricsRequest) ProtoMessage() {}
+
+func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
+func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *GetSandboxMetricsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *GetSandboxMetricsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// GetSandboxMetricsResponse holds a sandbox's samples.
+type GetSandboxMetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// samples are oldest first: at most the last 10 minutes' worth.
+	Samples       []*SandboxMetricsSample `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSandboxMetricsResponse) Reset() {
+	*x = GetSandboxMetricsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSandboxMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSandboxMetricsResponse) ProtoMessage() {}
+
+func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
+func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// SandboxMetricsSample is one sample of a sandbox's resource use, read
+// from its cgroup and file systems. A figure the server could not read is
+// zero; a limit of zero is no limit.
+type SandboxMetricsSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// time is when the sample was taken.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// cpu_used_cores is the CPU used on average since the previous sample,
+	// in cores (1.5: one and a half cores busy); zero in a sandbox's first
+	// sample.
+	CpuUsedCores float64 `protobuf:"fixed64,2,opt,name=cpu_used_cores,json=cpuUsedCores,proto3" json:"cpu_used_cores,omitempty"`
+	// cpu_limit_cores is the sandbox's CPU limit, in cores.
+	CpuLimitCores float64 `protobuf:"fixed64,3,opt,name=cpu_limit_cores,json=cpuLimitCores,proto3" json:"cpu_limit_cores,omitempty"`
+	// memory_used_bytes is the memory used, less the page cache the kernel
+	// can reclaim at once (as docker stats counts it).
+	MemoryUsedBytes int64 `protobuf:"varint,4,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	// memory_cache_bytes is the page cache charged to the sandbox.
+	MemoryCacheBytes int64 `protobuf:"varint,5,opt,name=memory_cache_bytes,json=memoryCacheBytes,proto3" json:"memory_cache_bytes,omitempty"`
+	// memory_limit_bytes is the sandbox's memory limit.
+	MemoryLimitBytes int64 `protobuf:"varint,6,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	// workspace is the use of /workspace.
+	Workspace *DiskUsage `protobuf:"bytes,7,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// io is the use of /io (commands' logs and outputs).
+	Io *DiskUsage `protobuf:"bytes,8,opt,name=io,proto3" json:"io,omitempty"`
+	// pids is the number of the sandbox's processes and threads.
+	Pids int64 `protobuf:"varint,9,opt,name=pids,proto3" json:"pids,omitempty"`
+	// pids_limit is its cap on them.
+	PidsLimit int64 `protobuf:"varint,10,opt,name=pids_limit,json=pidsLimit,proto3" json:"pids_limit,omitempty"`
+	// network is set for a networked sandbox: the bytes its egress carried
+	// since the gateway last attached it (its creation or wake, or
+	// sandboxd's start).
+	Network       *NetworkBytes `protobuf:"bytes,11,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxMetricsSample) Reset() {
+	*x = SandboxMetricsSample{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxMetricsSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxMetricsSample) ProtoMessage() {}
+
+func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
+func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *SandboxMetricsSample) GetCpuUsedCores() float64 {
+	if x != nil {
+		return x.CpuUsedCores
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetCpuLimitCores() float64 {
+	if x != nil {
+		return x.CpuLimitCores
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetMemoryUsedBytes() int64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetMemoryCacheBytes() int64 {
+	if x != nil {
+		return x.MemoryCacheBytes
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetMemoryLimitBytes() int64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetWorkspace() *DiskUsage {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *SandboxMetricsSample) GetIo() *DiskUsage {
+	if x != nil {
+		return x.Io
+	}
+	return nil
+}
+
+func (x *SandboxMetricsSample) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetPidsLimit() int64 {
+	if x != nil {
+		return x.PidsLimit
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetNetwork() *NetworkBytes {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// DiskUsage is what a sandbox stores in one directory.
+type DiskUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// used_bytes is the space in use.
+	UsedBytes int64 `protobuf:"varint,1,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// limit_bytes is the directory's size (its volume's); zero on a server
+	// without disk volumes, where used_bytes counts at most 10000 entries.
+	LimitBytes    int64 `protobuf:"varint,2,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskUsage) Reset() {
+	*x = DiskUsage{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskUsage) ProtoMessage() {}
+
+func (x *DiskUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
+func (*DiskUsage) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *DiskUsage) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *DiskUsage) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+// NetworkBytes are the bytes a networked sandbox's egress carried.
+type NetworkBytes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bytes_in is what the world sent to the sandbox.
+	BytesIn uint64 `protobuf:"varint,1,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// bytes_out is what the sandbox sent to the world.
+	BytesOut      uint64 `protobuf:"varint,2,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkBytes) Reset() {
+	*x = NetworkBytes{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkBytes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkBytes) ProtoMessage() {}
+
+func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
+func (*NetworkBytes) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *NetworkBytes) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkBytes) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -6224,7 +6580,35 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12%\n" +
 	"\x0etoken_required\x18\x02 \x01(\bR\rtokenRequired\x12#\n" +
 	"\rtraffic_token\x18\x03 \x01(\tR\ftrafficToken\x12!\n" +
-	"\ftoken_header\x18\x04 \x01(\tR\vtokenHeader*~\n" +
+	"\ftoken_header\x18\x04 \x01(\tR\vtokenHeader\"k\n" +
+	"\x18GetSandboxMetricsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"W\n" +
+	"\x19GetSandboxMetricsResponse\x12:\n" +
+	"\asamples\x18\x01 \x03(\v2 .sandbox.v1.SandboxMetricsSampleR\asamples\"\xdf\x03\n" +
+	"\x14SandboxMetricsSample\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12$\n" +
+	"\x0ecpu_used_cores\x18\x02 \x01(\x01R\fcpuUsedCores\x12&\n" +
+	"\x0fcpu_limit_cores\x18\x03 \x01(\x01R\rcpuLimitCores\x12*\n" +
+	"\x11memory_used_bytes\x18\x04 \x01(\x03R\x0fmemoryUsedBytes\x12,\n" +
+	"\x12memory_cache_bytes\x18\x05 \x01(\x03R\x10memoryCacheBytes\x12,\n" +
+	"\x12memory_limit_bytes\x18\x06 \x01(\x03R\x10memoryLimitBytes\x123\n" +
+	"\tworkspace\x18\a \x01(\v2\x15.sandbox.v1.DiskUsageR\tworkspace\x12%\n" +
+	"\x02io\x18\b \x01(\v2\x15.sandbox.v1.DiskUsageR\x02io\x12\x12\n" +
+	"\x04pids\x18\t \x01(\x03R\x04pids\x12\x1d\n" +
+	"\n" +
+	"pids_limit\x18\n" +
+	" \x01(\x03R\tpidsLimit\x122\n" +
+	"\anetwork\x18\v \x01(\v2\x18.sandbox.v1.NetworkBytesR\anetwork\"K\n" +
+	"\tDiskUsage\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x01 \x01(\x03R\tusedBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\x02 \x01(\x03R\n" +
+	"limitBytes\"F\n" +
+	"\fNetworkBytes\x12\x19\n" +
+	"\bbytes_in\x18\x01 \x01(\x04R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x02 \x01(\x04R\bbytesOut*~\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -6262,7 +6646,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\x9c\x12\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xfe\x12\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -6294,7 +6678,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponse\x12f\n" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
-	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponse\x12`\n" +
+	"\x11GetSandboxMetrics\x12$.sandbox.v1.GetSandboxMetricsRequest\x1a%.sandbox.v1.GetSandboxMetricsResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -6309,7 +6694,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 87)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 92)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
@@ -6396,42 +6781,47 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*NetworkDenial)(nil),               // 82: sandbox.v1.NetworkDenial
 	(*GetHostRequest)(nil),              // 83: sandbox.v1.GetHostRequest
 	(*GetHostResponse)(nil),             // 84: sandbox.v1.GetHostResponse
-	nil,                                 // 85: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                 // 86: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                 // 87: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                 // 88: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                 // 89: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                 // 90: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                 // 91: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                 // 92: sandbox.v1.Display.DataEntry
-	nil,                                 // 93: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),         // 94: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 95: google.protobuf.Timestamp
+	(*GetSandboxMetricsRequest)(nil),    // 85: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),   // 86: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),        // 87: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                   // 88: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                // 89: sandbox.v1.NetworkBytes
+	nil,                                 // 90: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                 // 91: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                 // 92: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                 // 93: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                 // 94: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                 // 95: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                 // 96: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                 // 97: sandbox.v1.Display.DataEntry
+	nil,                                 // 98: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),         // 99: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 100: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	85,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	86,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	94,  // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	90,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	91,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	99,  // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	87,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	88,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	92,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	93,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 8: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	95,  // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	95,  // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	95,  // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	100, // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	100, // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	100, // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	7,   // 12: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	89,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	94,  // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	94,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	99,  // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	12,  // 15: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	95,  // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	100, // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
 	13,  // 17: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 18: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 19: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	95,  // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	100, // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
 	14,  // 21: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	95,  // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	100, // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
 	11,  // 23: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	11,  // 24: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	13,  // 25: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
@@ -6440,10 +6830,10 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	13,  // 28: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
 	11,  // 29: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,   // 30: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	90,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	95,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
 	11,  // 32: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	94,  // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	91,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	99,  // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	96,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
 	28,  // 35: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
 	31,  // 36: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
 	32,  // 37: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
@@ -6452,15 +6842,15 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	34,  // 40: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
 	35,  // 41: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
 	36,  // 42: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	95,  // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	100, // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
 	13,  // 44: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	92,  // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	93,  // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	97,  // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	98,  // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
 	1,   // 47: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	94,  // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	99,  // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
 	37,  // 49: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	95,  // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	95,  // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	100, // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	100, // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
 	3,   // 52: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
 	41,  // 53: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
 	40,  // 54: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
@@ -6470,17 +6860,17 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	40,  // 58: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
 	56,  // 59: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
 	4,   // 60: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	95,  // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	100, // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
 	28,  // 62: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
 	65,  // 63: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
 	5,   // 64: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
 	1,   // 65: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	95,  // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	95,  // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	94,  // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	94,  // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	100, // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	100, // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	99,  // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	99,  // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 70: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	95,  // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	100, // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
 	68,  // 72: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
 	68,  // 73: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
 	9,   // 74: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
@@ -6488,70 +6878,78 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	9,   // 76: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
 	81,  // 77: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
 	82,  // 78: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	95,  // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	100, // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
 	6,   // 80: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	10,  // 81: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	19,  // 82: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	21,  // 83: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	23,  // 84: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	25,  // 85: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	27,  // 86: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	29,  // 87: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	38,  // 88: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	42,  // 89: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	44,  // 90: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	46,  // 91: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	48,  // 92: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	50,  // 93: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	52,  // 94: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	54,  // 95: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	57,  // 96: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	59,  // 97: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	61,  // 98: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	63,  // 99: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	66,  // 100: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	69,  // 101: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	71,  // 102: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	73,  // 103: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	75,  // 104: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 105: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	17,  // 106: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	77,  // 107: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	79,  // 108: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	83,  // 109: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	20,  // 110: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	22,  // 111: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	24,  // 112: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	26,  // 113: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	30,  // 114: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	30,  // 115: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	39,  // 116: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	43,  // 117: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	45,  // 118: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	47,  // 119: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	49,  // 120: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	51,  // 121: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	53,  // 122: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	55,  // 123: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	58,  // 124: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	60,  // 125: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	62,  // 126: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	64,  // 127: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	67,  // 128: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	70,  // 129: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	72,  // 130: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	74,  // 131: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	76,  // 132: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 133: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	18,  // 134: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	78,  // 135: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	80,  // 136: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	84,  // 137: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	110, // [110:138] is the sub-list for method output_type
-	82,  // [82:110] is the sub-list for method input_type
-	82,  // [82:82] is the sub-list for extension type_name
-	82,  // [82:82] is the sub-list for extension extendee
-	0,   // [0:82] is the sub-list for field type_name
+	100, // 81: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	87,  // 82: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	100, // 83: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	88,  // 84: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	88,  // 85: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	89,  // 86: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	10,  // 87: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	19,  // 88: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	21,  // 89: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	23,  // 90: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	25,  // 91: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	27,  // 92: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	29,  // 93: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	38,  // 94: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	42,  // 95: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	44,  // 96: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	46,  // 97: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	48,  // 98: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	50,  // 99: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	52,  // 100: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	54,  // 101: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	57,  // 102: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	59,  // 103: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	61,  // 104: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	63,  // 105: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	66,  // 106: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	69,  // 107: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	71,  // 108: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	73,  // 109: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	75,  // 110: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 111: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	17,  // 112: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	77,  // 113: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	79,  // 114: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	83,  // 115: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	85,  // 116: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	20,  // 117: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	22,  // 118: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	24,  // 119: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	26,  // 120: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	30,  // 121: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	30,  // 122: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	39,  // 123: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	43,  // 124: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	45,  // 125: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	47,  // 126: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	49,  // 127: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	51,  // 128: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	53,  // 129: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	55,  // 130: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	58,  // 131: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	60,  // 132: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	62,  // 133: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	64,  // 134: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	67,  // 135: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	70,  // 136: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	72,  // 137: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	74,  // 138: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	76,  // 139: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 140: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	18,  // 141: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	78,  // 142: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	80,  // 143: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	84,  // 144: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	86,  // 145: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	117, // [117:146] is the sub-list for method output_type
+	88,  // [88:117] is the sub-list for method input_type
+	88,  // [88:88] is the sub-list for extension type_name
+	88,  // [88:88] is the sub-list for extension extendee
+	0,   // [0:88] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -6580,7 +6978,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   87,
+			NumMessages:   92,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
