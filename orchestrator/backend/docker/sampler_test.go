@@ -172,3 +172,66 @@ func TestDirSizeBounded(t *testing.T) {
 		t.Errorf("diskUsage of an unmounted volume: %+v; want nothing (the host's figures would mislead)", d)
 	}
 }
+
+// TestSamplerLifecycle drives the sampler by hand over the fake engine and
+// a fake cgroup tree: a running sandbox's samples carry its cgroup's
+// figures and its limits, CPU as the usage's rate; a dead sandbox keeps its
+// last sample alone; a deleted one nothing; SandboxMetrics is the
+// caller's tenant's and filters by since.
+func TestSamplerLifecycle(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	m := newTestManager(t, testConfig(t), fd) // no sampling loop: the test samples
+	m.sampler = newSampler(time.Second)
+	m.sampler.root = t.TempDir()
+	ctx := t.Context()
+	res := acquire(t, m, "alice")
+	id, cid := res.Sandbox.ID, res.Sandbox.ContainerID
+	cg := func(usage string) {
+		writeFiles(t, m.sampler.root, map[string]string{
+			"cpuacct/docker/" + cid + "/cpuacct.usage":        usage,
+			"memory/docker/" + cid + "/memory.usage_in_bytes": "5000\n",
+			"memory/docker/" + cid + "/memory.stat":           "total_inactive_file 1000\ntotal_cache 1500\n",
+			"pids/docker/" + cid + "/pids.current":            "4\n",
+		})
+	}
+	cg("1000000000\n")
+	m.sampleAll(ctx)
+	cg("100000000000\n") // 99 s of CPU since: a rate far above zero whatever the time between
+	m.sampleAll(ctx)
+	ss, err := m.SandboxMetrics(ctx, id, time.Time{})
+	if err != nil || len(ss) != 2 {
+		t.Fatalf("SandboxMetrics = %d samples, %v; want 2", len(ss), err)
+	}
+	first, last := ss[0], ss[1]
+	if first.CPUUsedCores != 0 || last.CPUUsedCores <= 0 {
+		t.Errorf("CPU: first %v (want 0: nothing to compare with), then %v (want > 0)", first.CPUUsedCores, last.CPUUsedCores)
+	}
+	lim := res.Sandbox.Limits
+	if last.MemoryUsedBytes != 4000 || last.MemoryCacheBytes != 1500 || last.Pids != 4 ||
+		last.MemoryLimitBytes != lim.MemoryBytes || last.CPULimitCores != float64(lim.NanoCPUs)/1e9 || last.PidsLimit != lim.PidsLimit {
+		t.Errorf("sample %+v; limits %+v", last, lim)
+	}
+	if got, _ := m.SandboxMetrics(ctx, id, first.Time); len(got) != 1 || !got[0].Time.Equal(last.Time) {
+		t.Errorf("since the first sample: %+v", got)
+	}
+	_, err = m.SandboxMetrics(as(t, "beta", false), id, time.Time{})
+	wantClass(t, err, core.ErrNotFound, id)
+
+	fd.exit(cid, 137, false)
+	awaitDead(t, m, id)
+	m.sampleAll(ctx)
+	m.sampleAll(ctx)
+	if ss, _ := m.SandboxMetrics(ctx, id, time.Time{}); len(ss) != 1 || !ss[0].Time.Equal(last.Time) {
+		t.Errorf("dead sandbox keeps %d samples; want its last alone", len(ss))
+	}
+	if err := m.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	m.sampleAll(ctx)
+	m.sampler.mu.Lock()
+	n := len(m.sampler.boxes)
+	m.sampler.mu.Unlock()
+	if n != 0 {
+		t.Errorf("the sampler keeps %d sandboxes after the delete", n)
+	}
+}
