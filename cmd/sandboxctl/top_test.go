@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
-	"github.com/sandboxd/sandboxd/orchestrator/door/grpcapi"
 )
 
 // TestTop: --once prints one table of every sandbox's newest sample (a
@@ -43,14 +41,7 @@ func TestTop(t *testing.T) {
 			}, nil
 		},
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpcapi.NewServer(coretest.Validated(pm), nil)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	addr := lis.Addr().String()
+	addr := startServerWith(t, pm)
 
 	r := runCLI(t, nil, addr, "", "top", "--once")
 	if r.code != exitOK {

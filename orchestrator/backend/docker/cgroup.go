@@ -3,7 +3,7 @@ package docker
 import (
 	"bufio"
 	"bytes"
-	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -58,12 +58,18 @@ func readCgroupFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxCgroupFile+1))
+	return readBounded(f, maxCgroupFile, path)
+}
+
+// readBounded reads all of r if it holds at most limit bytes, and fails
+// naming what otherwise, having read no more than limit+1.
+func readBounded(r io.Reader, limit int64, what string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxCgroupFile {
-		return nil, errors.New("cgroup file too large")
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", what, limit)
 	}
 	return b, nil
 }
