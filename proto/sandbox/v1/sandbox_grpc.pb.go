@@ -365,8 +365,9 @@ type SandboxServiceClient interface {
 	// HIBERNATED or DEAD sandbox keeps only its last sample. It neither
 	// wakes a sandbox nor counts as a use.
 	//
-	// NOT_FOUND for an unknown sandbox or another tenant's;
-	// FAILED_PRECONDITION on a backend without metrics.
+	// INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
+	// sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+	// metrics.
 	GetSandboxMetrics(ctx context.Context, in *GetSandboxMetricsRequest, opts ...grpc.CallOption) (*GetSandboxMetricsResponse, error)
 }
 
@@ -988,8 +989,9 @@ type SandboxServiceServer interface {
 	// HIBERNATED or DEAD sandbox keeps only its last sample. It neither
 	// wakes a sandbox nor counts as a use.
 	//
-	// NOT_FOUND for an unknown sandbox or another tenant's;
-	// FAILED_PRECONDITION on a backend without metrics.
+	// INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
+	// sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+	// metrics.
 	GetSandboxMetrics(context.Context, *GetSandboxMetricsRequest) (*GetSandboxMetricsResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }

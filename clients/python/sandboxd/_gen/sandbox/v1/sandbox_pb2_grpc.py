@@ -587,8 +587,9 @@ class SandboxServiceServicer(object):
         HIBERNATED or DEAD sandbox keeps only its last sample. It neither
         wakes a sandbox nor counts as a use.
 
-        NOT_FOUND for an unknown sandbox or another tenant's;
-        FAILED_PRECONDITION on a backend without metrics.
+        INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
+        sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+        metrics.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
