@@ -2,8 +2,7 @@ package docker
 
 import (
 	"context"
-	"errors"
-	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -278,26 +277,50 @@ func mountedOn(dir, mp string) bool {
 }
 
 // dirSize is the disk space the files under root take, counting at most
-// limit entries. Symbolic links are not followed.
+// limit entries. The tree is the sandbox's, and it may change it while it
+// is read: directories are read through an os.Root (a directory swapped
+// for a symbolic link does not lead out of the tree) and in chunks (a
+// directory of millions of entries costs no more memory than a chunk), and
+// nothing is followed.
 func dirSize(root string, limit int) int64 {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return 0
+	}
+	defer r.Close()
 	var total int64
-	n := 0
-	errStop := errors.New("stop")
-	filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if n++; n > limit {
-			return errStop
-		}
+	budget := limit
+	dirs := []string{"."}
+	for len(dirs) > 0 && budget > 0 {
+		dir := dirs[len(dirs)-1]
+		dirs = dirs[:len(dirs)-1]
+		f, err := r.Open(dir)
 		if err != nil {
-			return nil // unreadable: skipped (WalkDir skips a directory it cannot list)
+			continue // gone or unreadable: skipped
 		}
-		if fi, err := d.Info(); err == nil {
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				total += st.Blocks * 512
-			} else {
-				total += fi.Size()
+		for budget > 0 {
+			ents, err := f.ReadDir(min(budget, 256))
+			for _, e := range ents {
+				budget--
+				rel := filepath.Join(dir, e.Name())
+				fi, err := r.Lstat(rel)
+				if err != nil {
+					continue
+				}
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					total += st.Blocks * 512
+				} else {
+					total += fi.Size()
+				}
+				if fi.IsDir() {
+					dirs = append(dirs, rel)
+				}
+			}
+			if err != nil || len(ents) == 0 {
+				break // io.EOF at the end
 			}
 		}
-		return nil
-	})
+		f.Close()
+	}
 	return total
 }

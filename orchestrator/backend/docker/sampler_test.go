@@ -153,7 +153,7 @@ func TestMetricsRing(t *testing.T) {
 }
 
 // TestDirSizeBounded: the size of a directory without a volume counts at
-// most the bound's entries.
+// most the bound's entries, goes into subdirectories and follows no link.
 func TestDirSizeBounded(t *testing.T) {
 	dir := t.TempDir()
 	for i := range 20 {
@@ -164,6 +164,16 @@ func TestDirSizeBounded(t *testing.T) {
 	all, some := dirSize(dir, 1000), dirSize(dir, 5)
 	if all < 20*8192 || some >= all || some == 0 {
 		t.Errorf("dirSize all %d, bounded %d", all, some)
+	}
+	// Subdirectories count; a link to a tree outside is not followed.
+	tree, outside := t.TempDir(), t.TempDir()
+	writeFiles(t, tree, map[string]string{"a/b/f": strings.Repeat("x", 64<<10)})
+	writeFiles(t, outside, map[string]string{"big": strings.Repeat("y", 1<<20)})
+	if err := os.Symlink(outside, filepath.Join(tree, "a", "out")); err != nil {
+		t.Fatal(err)
+	}
+	if got := dirSize(tree, 1000); got < 64<<10 || got >= 1<<20 {
+		t.Errorf("dirSize of a tree with a 64 KiB file and a link out to 1 MiB: %d", got)
 	}
 	if d := diskUsage(dir, "missing", false); d != (core.DiskUsage{}) {
 		t.Errorf("diskUsage of a missing directory: %+v", d)
