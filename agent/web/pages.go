@@ -32,6 +32,8 @@ type convView struct {
 	Chat      []fragment
 	Trace     []fragment
 	Usage     template.HTML
+	// Sandbox is its sandbox's CPU and memory (sandbox.go), or empty.
+	Sandbox template.HTML
 }
 
 // fragment is one element of the chat or the trace, rendered, with its ID
@@ -59,7 +61,7 @@ func (s *Server) view(ctx context.Context, c session.Conversation, live map[stri
 	// The stored state, not the agent's in-memory one: the agent records the
 	// end of a turn before it publishes it, so a view read after subscribing
 	// is never stuck on "running".
-	v := &convView{ID: c.ID, Title: c.Title, Running: c.State == session.StateRunning}
+	v := &convView{ID: c.ID, Title: c.Title, Running: c.State == session.StateRunning, Sandbox: s.sandboxHTML(ctx, c.SandboxID)}
 	for _, it := range chatItems(c.ID, entries, runs) {
 		f, err := s.fragment("chat-item", it.ID, it)
 		if err != nil {

@@ -52,6 +52,9 @@ type Options struct {
 	// BodyTimeout is the time a form's body has to arrive; 0: 30 s. Tests
 	// shorten it.
 	BodyTimeout time.Duration
+	// Metrics, when set, shows the conversation's sandbox's CPU and memory
+	// (sandbox.go).
+	Metrics SandboxMetrics
 }
 
 // Bounds of what a client can send and hold (internal/httpguard).
@@ -79,6 +82,7 @@ type Server struct {
 	mux      *http.ServeMux
 	shutdown chan struct{}
 	guard    *httpguard.Guard
+	metrics  SandboxMetrics
 }
 
 // New returns the web interface's server.
@@ -91,7 +95,7 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("parsing templates: %w", err)
 	}
 	s := &Server{agent: o.Agent, store: o.Agent.Store(), log: o.Logger, tmpl: tmpl, chroma: chromaCSS(), shutdown: make(chan struct{}),
-		guard: httpguard.New(httpguard.Limits{BodyTimeout: o.BodyTimeout, MaxReads: maxBodyReads}, o.Logger)}
+		guard: httpguard.New(httpguard.Limits{BodyTimeout: o.BodyTimeout, MaxReads: maxBodyReads}, o.Logger), metrics: o.Metrics}
 	s.plotly = plotlyjs.JS
 	if o.PlotlyJS != "" {
 		if s.plotly, err = os.ReadFile(o.PlotlyJS); err != nil {

@@ -21,6 +21,7 @@ const keepAlive = 15 * time.Second
 //	out    {id, kind, text}                              output of a running call
 //	delta  {text}                                        the model's answer as it is written
 //	state  {running, usage}                              token counter and busy flag
+//	sandbox {html}                                       the sandbox's CPU and memory, every sandboxRefresh
 //
 // A client that falls behind is disconnected; the browser's EventSource
 // reconnects and gets a fresh sync.
@@ -71,6 +72,13 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	tick := time.NewTicker(keepAlive)
 	defer tick.Stop()
+	// The sandbox's figures; without metrics the channel stays nil.
+	var sandboxTick <-chan time.Time
+	if s.metrics != nil {
+		t := time.NewTicker(sandboxRefresh)
+		defer t.Stop()
+		sandboxTick = t.C
+	}
 	for {
 		var err error
 		select {
@@ -82,6 +90,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			rc.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			_, err = fmt.Fprint(w, ": keep-alive\n\n")
 			flusher.Flush()
+		case <-sandboxTick:
+			// The conversation's sandbox may have changed (a new one after
+			// a death): read it again.
+			if cur, cerr := s.store.Conversation(ctx, c.ID); cerr == nil {
+				err = send("sandbox", map[string]string{"html": string(s.sandboxHTML(ctx, cur.SandboxID))})
+			}
 		case ev, ok := <-sub.C:
 			if !ok {
 				return // fell behind: the browser reconnects and resyncs

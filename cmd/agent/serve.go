@@ -24,7 +24,7 @@ func runServe(ctx context.Context, cfg config, logger *slog.Logger, stderr io.Wr
 		return exitFailure
 	}
 	defer a.close()
-	ws, err := web.New(web.Options{Agent: a.agent, PlotlyJS: cfg.plotlyJS, Logger: logger})
+	ws, err := web.New(web.Options{Agent: a.agent, PlotlyJS: cfg.plotlyJS, Logger: logger, Metrics: a.sandboxd})
 	if err != nil {
 		fmt.Fprintf(stderr, "agent serve: %v\n", err)
 		return exitFailure

@@ -19,8 +19,9 @@ import (
 
 // app is an assembled agent and what must be closed after it.
 type app struct {
-	agent   *loop.Agent
-	closers []func()
+	agent    *loop.Agent
+	sandboxd *client.Client // for the web interface's sandbox figures
+	closers  []func()
 }
 
 func (a *app) close() {
@@ -52,6 +53,7 @@ func assemble(cfg config, logger *slog.Logger) (*app, error) {
 		return nil, err
 	}
 	a.closers = append(a.closers, func() { sbc.Close() })
+	a.sandboxd = sbc
 	reg, err := tools.NewRegistry(tools.RunCode(sbc, tools.RunCodeOptions{Timeout: cfg.commandTimeout, NoImageInput: !cfg.imageInput}))
 	if err != nil {
 		a.close()

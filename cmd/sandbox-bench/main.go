@@ -23,6 +23,10 @@
 // same port reached directly; they need root (the test host is a network
 // namespace on 198.18.0.0/15) and a self-started sandboxd.
 //
+// The sampling rows (sampling.go) measure what per-sandbox metrics cost:
+// sandboxd's CPU with --sampling-sandboxes running sandboxes, restarted
+// with sampling off and then on; they need a self-started sandboxd.
+//
 // --phases runs part of the suite, e.g. --phases network.
 //
 // Every size is a flag, so CI can smoke-run it in seconds:
@@ -64,18 +68,20 @@ type Sizes struct {
 	MemoryBudgetBytes int64         `json:"memory_budget_bytes"`
 	Reattach          int           `json:"reattach"`
 	StreamMB          int           `json:"stream_mb"`
-	Hibernated        int           `json:"hibernated"`      // hibernated sandboxes sandboxd holds for its RSS and list figures
-	KubeAcquires      int           `json:"kube_acquires"`   // concurrent new users of the kubernetes acquire figure
-	NetRequests       int           `json:"net_requests"`    // sequential GETs of the egress and ingress latency figures
-	NetDownloadMB     int           `json:"net_download_mb"` // MiB of the egress download
-	NetClients        int           `json:"net_clients"`     // concurrent clients of the ingress requests/s figure
+	Hibernated        int           `json:"hibernated"`         // hibernated sandboxes sandboxd holds for its RSS and list figures
+	KubeAcquires      int           `json:"kube_acquires"`      // concurrent new users of the kubernetes acquire figure
+	NetRequests       int           `json:"net_requests"`       // sequential GETs of the egress and ingress latency figures
+	NetDownloadMB     int           `json:"net_download_mb"`    // MiB of the egress download
+	NetClients        int           `json:"net_clients"`        // concurrent clients of the ingress requests/s figure
+	SamplingSandboxes int           `json:"sampling_sandboxes"` // running sandboxes of the sampling figures
+	SamplingWindow    time.Duration `json:"sampling_window"`    // how long sandboxd's CPU is measured, sampling off and on
 }
 
 func (s Sizes) String() string {
-	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d",
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d sampling-sandboxes=%d sampling-window=%v",
 		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
 		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated, s.KubeAcquires,
-		s.NetRequests, s.NetDownloadMB, s.NetClients)
+		s.NetRequests, s.NetDownloadMB, s.NetClients, s.SamplingSandboxes, s.SamplingWindow)
 }
 
 // config is the parsed command line.
@@ -95,7 +101,7 @@ type config struct {
 // phaseNames are the parts of the suite --phases chooses from, in the
 // order they run. "fleet" is the throughput, idle-memory and reattach
 // figures, which share one fleet of sandboxes.
-var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network"}
+var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling"}
 
 func parseConfig(args []string, out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)
@@ -127,6 +133,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.NetRequests, "net-requests", 200, "sequential HTTP GETs of the egress and ingress latency figures")
 	fs.IntVar(&c.NetDownloadMB, "net-download-mb", 64, "MiB of the egress download figure")
 	fs.IntVar(&c.NetClients, "net-clients", 8, "concurrent clients of the ingress requests/s figure (which runs --duration each way)")
+	fs.IntVar(&c.SamplingSandboxes, "sampling-sandboxes", 100, "running sandboxes while sandboxd's CPU is measured with metrics sampling off and on")
+	fs.DurationVar(&c.SamplingWindow, "sampling-window", time.Minute, "how long sandboxd's CPU is measured with sampling off, then on")
 	phases := strings.Join(phaseNames, ",")
 	fs.StringVar(&phases, "phases", phases, "comma-separated `phases` to run (the others' rows are left out): "+strings.Join(phaseNames, ", "))
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
@@ -157,7 +165,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 		n    int
 	}{{"iterations", c.Iterations}, {"peer-iterations", c.PeerIterations}, {"cold", c.Cold}, {"users", c.Users},
 		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}, {"kube-acquires", c.KubeAcquires},
-		{"net-requests", c.NetRequests}, {"net-download-mb", c.NetDownloadMB}, {"net-clients", c.NetClients}} {
+		{"net-requests", c.NetRequests}, {"net-download-mb", c.NetDownloadMB}, {"net-clients", c.NetClients},
+		{"sampling-sandboxes", c.SamplingSandboxes}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", v.name)
 		}
@@ -165,8 +174,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	if c.Warmup < 0 || c.WarmPool < 0 || c.PoolAcquisitions < 1 {
 		return c, errors.New("--warmup and --warm-pool must not be negative, --pool-acquisitions must be at least 1")
 	}
-	if c.Duration <= 0 {
-		return c, errors.New("--duration must be positive")
+	if c.Duration <= 0 || c.SamplingWindow <= 0 {
+		return c, errors.New("--duration and --sampling-window must be positive")
 	}
 	c.phases = map[string]bool{}
 	for _, p := range strings.Split(phases, ",") {

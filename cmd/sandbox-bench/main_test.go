@@ -73,7 +73,8 @@ func TestSmoke(t *testing.T) {
 	args := []string{"--image", image, "--iterations", "5", "--warmup", "1", "--peer-iterations", "1",
 		"--cold", "1", "--warm-pool", "1", "--pool-acquisitions", "1", "--users", "2", "--duration", "300ms",
 		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1", "--kube-acquires", "3",
-		"--net-requests", "5", "--net-download-mb", "1", "--net-clients", "2"}
+		"--net-requests", "5", "--net-download-mb", "1", "--net-clients", "2",
+		"--sampling-sandboxes", "2", "--sampling-window", "6s"}
 	kube := haveAPIServer(t)
 	if !kube {
 		args = append(args, "--kube=false")
@@ -104,7 +105,7 @@ func TestSmoke(t *testing.T) {
 	}
 	// The figures every machine with Docker can produce are there.
 	for _, k := range []string{mWarmP50.key, mWarmP99.key, mCold.key, mThroughput.key, mIdleMemory.key, mIdleFit.key,
-		mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key} {
+		mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key, mSamplingCPU.key, mSamplingOne.key} {
 		if r := find(rep, k); r == nil || r.Value == nil {
 			t.Errorf("row %s was not measured: %+v", k, r)
 		}
@@ -247,6 +248,20 @@ func TestPhases(t *testing.T) {
 	for _, r := range b.rep.Rows {
 		if r.Value != nil || !strings.Contains(r.Note, "needs a self-started sandboxd") {
 			t.Errorf("with --addr, row %s is %+v; want not measured, saying why", r.Key, r)
+		}
+	}
+}
+
+// TestParseStatTicks: utime and stime are counted after the command
+// name's last ')', whatever the name holds.
+func TestParseStatTicks(t *testing.T) {
+	line := "4242 (sand) box (d)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 1000000 500 18446744073709551615\n"
+	if n, err := parseStatTicks([]byte(line)); err != nil || n != 300 {
+		t.Errorf("parseStatTicks = %d, %v; want 300", n, err)
+	}
+	for _, bad := range []string{"", "1 (x) S 1 2", "1 (x) S 1 2 3 4 5 6 7 8 9 10 ten 12"} {
+		if _, err := parseStatTicks([]byte(bad)); err == nil {
+			t.Errorf("parseStatTicks(%q) accepted", bad)
 		}
 	}
 }

@@ -57,6 +57,7 @@ var RowKeys = []string{
 	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key,
 	mKubeWarmP50.key, mKubeWarmP99.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key,
 	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
+	mSamplingCPU.key, mSamplingOne.key,
 }
 
 const mib = 1 << 20
@@ -138,6 +139,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"hibernation", "hibernation", b.hibernation},
 		{"kubernetes", "kubernetes", b.kubernetes},
 		{"network", "network", b.network},
+		{"sampling", "metrics sampling", b.sampling},
 	} {
 		if cfg.phases[p.key] {
 			b.phase(ctx, p.name, p.fn)

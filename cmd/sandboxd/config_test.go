@@ -55,6 +55,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"max watch dirs", mc.MaxWatchDirs, 32000},
 		{"max watch dirs per call (derived)", mc.MaxWatchDirsPerCall, 0},
 		{"audit", c.audit, auditFlags{enabled: true, maxFileBytes: 100 << 20, maxFiles: 10}},
+		{"metrics sample interval", mc.MetricsSampleInterval, 5 * time.Second},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -70,7 +71,8 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 			"--snapshot-disk-budget", "64MiB"},
 		env("SANDBOXD_LISTEN", "ignored:1", "SANDBOXD_IDLE_TTL", "5m", "SANDBOXD_MAX_MEMORY", "2g",
 			"XDG_STATE_HOME", "/var/state", "SANDBOXD_DEFAULT_CPUS", "0.5", "SANDBOXD_AUTH_TOKENS", "/etc/sandboxd/tokens",
-			"SANDBOXD_MAX_SANDBOXES_PER_TENANT", "7", "SANDBOXD_DISK_VOLUMES", "false", "SANDBOXD_SNAPSHOT_DISK_BUDGET_PER_TENANT", "16MiB"),
+			"SANDBOXD_MAX_SANDBOXES_PER_TENANT", "7", "SANDBOXD_DISK_VOLUMES", "false", "SANDBOXD_SNAPSHOT_DISK_BUDGET_PER_TENANT", "16MiB",
+			"SANDBOXD_METRICS_SAMPLE_INTERVAL", "0"),
 		io.Discard)
 	if err != nil {
 		t.Fatalf("parseConfig: %v", err)
@@ -98,6 +100,7 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 		{"tls", c.tlsCert + "," + c.tlsKey, "c.pem,k.pem"},
 		{"snapshot budget", mc.SnapshotDiskBudget, int64(64 << 20)},
 		{"snapshot budget per tenant (env)", mc.SnapshotDiskBudgetPerTenant, int64(16 << 20)},
+		{"metrics sampling off (env)", mc.MetricsSampleInterval, time.Duration(0)},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {

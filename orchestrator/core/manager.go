@@ -32,6 +32,11 @@ type Manager interface {
 	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (Sandbox, error)
 	Hibernate(ctx context.Context, sandboxID string) (Sandbox, error)
 	Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInfo, error)
+	// SandboxMetrics returns the samples of the sandbox's resource use
+	// taken after since, oldest first: those of the last minutes while it
+	// runs, only its last one once it is hibernated or dead. It neither
+	// wakes a hibernated sandbox nor counts as a use.
+	SandboxMetrics(ctx context.Context, sandboxID string, since time.Time) ([]SandboxMetrics, error)
 
 	// The network of a sandbox created with one (Options.Network). A
 	// sandbox without network answers NoNetwork; a server without

@@ -137,6 +137,13 @@ func (v *validating) Wake(ctx context.Context, sandboxID string) (Sandbox, *Wake
 	return v.m.Wake(ctx, sandboxID)
 }
 
+func (v *validating) SandboxMetrics(ctx context.Context, sandboxID string, since time.Time) ([]SandboxMetrics, error) {
+	if err := ids(sandboxID); err != nil {
+		return nil, err
+	}
+	return v.m.SandboxMetrics(ctx, sandboxID, since)
+}
+
 // network checks a network operation's sandbox ID and that the server
 // gives sandboxes network at all.
 func (v *validating) network(sandboxID string) error {

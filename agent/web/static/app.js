@@ -50,6 +50,7 @@
   const chatScroll = document.getElementById("chat-scroll");
   const draft = document.querySelector("#draft .md");
   const usage = document.getElementById("usage");
+  const sandbox = document.getElementById("sandbox");
   const stopButton = document.getElementById("stop");
   const tabCount = document.getElementById("tab-count");
 
@@ -121,6 +122,7 @@
   const countRuns = () => { const n = trace.querySelectorAll(".run-wrap").length; tabCount.textContent = n ? `(${n})` : ""; };
 
   const events = new EventSource(`/c/${conv}/events`);
+  events.addEventListener("sandbox", (e) => { sandbox.innerHTML = JSON.parse(e.data).html; });
   events.addEventListener("sync", (e) => {
     const d = JSON.parse(e.data);
     draft.textContent = "";

@@ -22,6 +22,7 @@ from .events import (
     Event,
     FileInfo,
     HostInfo,
+    MetricsSample,
     NetworkPolicy,
     NetworkStatus,
     Result,
@@ -342,6 +343,18 @@ class Sandbox:
             raise ValueError("get_host: port %r is outside 1-65535" % (port,))
         resp = self.client._call(self.client._stub.GetHost, pb.GetHostRequest(sandbox_id=self.id, port=int(port)))
         return HostInfo.from_proto(resp)
+
+    def metrics(self, since: Optional[datetime.datetime] = None) -> List[MetricsSample]:
+        """The samples of the sandbox's resource use taken after since
+        (None: all kept, the last 10 minutes), oldest first
+        (GetSandboxMetrics). A poller passes the newest sample's time."""
+        req = pb.GetSandboxMetricsRequest(sandbox_id=self.id)
+        if since is not None:
+            if since.tzinfo is not None:
+                since = since.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+            req.since.FromDatetime(since)
+        resp = self.client._call(self.client._stub.GetSandboxMetrics, req)
+        return [MetricsSample.from_proto(s) for s in resp.samples]
 
     # -- commands
 

@@ -497,6 +497,42 @@ class AuditEvent:
                    dropped_count=m.dropped_count)
 
 
+class MetricsSample:
+    """One sample of a sandbox's resource use (Sandbox.metrics). Memory
+    used leaves out the page cache the kernel can reclaim at once, as
+    docker stats does; disk is (used, limit) in bytes, limit 0 when the
+    directory has none; network is (bytes_in, bytes_out) for a networked
+    sandbox, else None. A figure sandboxd could not read is 0."""
+
+    time: Optional[datetime.datetime]
+    cpu_used_cores: float
+    cpu_limit_cores: float
+    memory_used_bytes: int
+    memory_cache_bytes: int
+    memory_limit_bytes: int
+    workspace: tuple
+    io: tuple
+    pids: int
+    pids_limit: int
+    network: Optional[tuple]
+
+    @property
+    def cpu_used_percent(self) -> float:
+        """CPU used as a percentage of the limit (of one core without one)."""
+        return 100 * self.cpu_used_cores / (self.cpu_limit_cores or 1)
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(
+            time=_time(m.time), cpu_used_cores=m.cpu_used_cores, cpu_limit_cores=m.cpu_limit_cores,
+            memory_used_bytes=m.memory_used_bytes, memory_cache_bytes=m.memory_cache_bytes,
+            memory_limit_bytes=m.memory_limit_bytes,
+            workspace=(m.workspace.used_bytes, m.workspace.limit_bytes), io=(m.io.used_bytes, m.io.limit_bytes),
+            pids=m.pids, pids_limit=m.pids_limit,
+            network=(m.network.bytes_in, m.network.bytes_out) if m.HasField("network") else None,
+        )
+
+
 def event_from_proto(ev) -> Event:
     """Converts a sandbox.v1.ExecuteEvent into its dataclass. An event kind
     this client does not know (a newer server) comes back as a bare Event."""

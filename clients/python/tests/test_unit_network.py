@@ -113,3 +113,29 @@ class NetworkTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MetricsTest(unittest.TestCase):
+    def test_metrics(self):
+        t = datetime.datetime(2026, 11, 26, 17, 0, tzinfo=datetime.timezone.utc)
+        sample = pb.SandboxMetricsSample(cpu_used_cores=0.5, cpu_limit_cores=2, memory_used_bytes=10, memory_cache_bytes=3,
+                                         memory_limit_bytes=512 << 20, workspace=pb.DiskUsage(used_bytes=1, limit_bytes=2),
+                                         io=pb.DiskUsage(used_bytes=3, limit_bytes=4), pids=5, pids_limit=256)
+        sample.time.FromDatetime(t.replace(tzinfo=None))
+        sealed = pb.SandboxMetricsSample()
+        sealed.CopyFrom(sample)
+        sample.network.CopyFrom(pb.NetworkBytes(bytes_in=7, bytes_out=8))
+        stub = RecordingStub(
+            AcquireSandbox=lambda req: pb.AcquireSandboxResponse(sandbox=pb.Sandbox(sandbox_id="sb-aaaaaaaaaaaaaaaaaaaa")),
+            GetSandboxMetrics=lambda req: pb.GetSandboxMetricsResponse(samples=[sealed, sample]))
+        client = sandboxd.Client("127.0.0.1:1")
+        self.addCleanup(client.close)
+        client._stub = stub
+        sb = client.acquire("alice")
+        got = sb.metrics()
+        self.assertFalse(stub.requests[-1][1].HasField("since"))
+        self.assertEqual(got[1], sandboxd.MetricsSample(t, 0.5, 2, 10, 3, 512 << 20, (1, 2), (3, 4), 5, 256, (7, 8)))
+        self.assertIsNone(got[0].network)
+        self.assertEqual(got[1].cpu_used_percent, 25)
+        sb.metrics(since=t)
+        self.assertEqual(stub.requests[-1][1].since.ToDatetime(tzinfo=datetime.timezone.utc), t)

@@ -105,6 +105,12 @@ type Config struct {
 	// the e2e tests can check that every step is crash safe.
 	AtStep func(step string)
 
+	// MetricsSampleInterval is how often each running sandbox's resource
+	// use is sampled for SandboxMetrics (sandboxd
+	// --metrics-sample-interval, 5s by default there); 0 samples nothing,
+	// and SandboxMetrics then answers no samples.
+	MetricsSampleInterval time.Duration
+
 	// recheck replaces recheckInterval, for in-package tests (0: the
 	// interval).
 	recheck time.Duration
@@ -142,6 +148,8 @@ func (c *Config) applyDefaults() error {
 		return core.Invalidf("config: EgressSubnet %s has host bits set; did you mean %s?", c.EgressSubnet, c.EgressSubnet.Masked())
 	}
 	switch {
+	case c.MetricsSampleInterval < 0:
+		return core.Invalidf("config: MetricsSampleInterval must not be negative")
 	case c.SnapshotDiskBudget < 0:
 		return core.Invalidf("config: SnapshotDiskBudget must not be negative")
 	case c.SnapshotDiskBudgetPerTenant < 0:
@@ -229,6 +237,9 @@ type Manager struct {
 	// net is the sandboxes' networking (network.go): addresses, the
 	// host-side plumbing and the egress gateway, started on first need.
 	net *netState
+	// sampler keeps the sandboxes' metrics (sampler.go); nil with
+	// sampling off.
+	sampler *sampler
 
 	bgCtx     context.Context // background work; cancelled by Close
 	bgCancel  context.CancelFunc
@@ -330,6 +341,11 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
 	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
+	if cfg.MetricsSampleInterval > 0 {
+		m.sampler = newSampler(cfg.MetricsSampleInterval)
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.sampleLoop(m.bgCtx) }()
+	}
 	if cfg.WarmPool > 0 {
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.refillLoop(m.bgCtx) }()

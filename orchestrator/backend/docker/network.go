@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -635,14 +634,7 @@ func readImageRoots(rootDir string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxRootsBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxRootsBytes {
-		return nil, fmt.Errorf("the image's CA bundle is larger than %d bytes", maxRootsBytes)
-	}
-	return b, nil
+	return readBounded(f, maxRootsBytes, "the image's CA bundle")
 }
 
 // downNet detaches sb from the gateway, removes its holder (its namespace

@@ -59,6 +59,10 @@ func (v *validated) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *
 	return v.v.Wake(ctx, sandboxID)
 }
 
+func (v *validated) SandboxMetrics(ctx context.Context, sandboxID string, since time.Time) ([]core.SandboxMetrics, error) {
+	return v.v.SandboxMetrics(ctx, sandboxID, since)
+}
+
 func (v *validated) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error) {
 	return v.v.UpdateNetworkPolicy(ctx, sandboxID, p)
 }

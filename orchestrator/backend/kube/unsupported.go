@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
@@ -26,6 +27,7 @@ const (
 	featInput       = "stdin and terminals for commands"
 	featListing     = "command listings"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
+	featMetrics     = "per-sandbox metrics"
 )
 
 // refuseNetwork is Acquire's answer to options asking for network: no
@@ -46,6 +48,12 @@ func (m *Manager) UpdateNetworkPolicy(context.Context, string, core.NetworkPolic
 // NetworkStatus is not supported on this backend.
 func (m *Manager) NetworkStatus(context.Context, string) (core.NetworkStatus, error) {
 	return core.NetworkStatus{}, unsupported(featNetwork)
+}
+
+// SandboxMetrics is not supported on this backend: nothing samples its
+// Pods' cgroups yet (the kubelet's metrics API would be the source).
+func (m *Manager) SandboxMetrics(context.Context, string, time.Time) ([]core.SandboxMetrics, error) {
+	return nil, unsupported(featMetrics)
 }
 
 // GetHost is not supported on this backend.

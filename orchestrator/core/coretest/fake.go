@@ -39,6 +39,8 @@ type Manager struct {
 	HibernateFunc  func(ctx context.Context, sandboxID string) (core.Sandbox, error)
 	WakeFunc       func(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
 
+	SandboxMetricsFunc func(ctx context.Context, sandboxID string, since time.Time) ([]core.SandboxMetrics, error)
+
 	UpdateNetworkPolicyFunc func(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error)
 	NetworkStatusFunc       func(ctx context.Context, sandboxID string) (core.NetworkStatus, error)
 	GetHostFunc             func(ctx context.Context, sandboxID string, port int) (core.HostInfo, error)
@@ -185,6 +187,15 @@ func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *co
 		return core.Sandbox{}, nil, ErrNotScripted
 	}
 	return m.WakeFunc(ctx, sandboxID)
+}
+
+// SandboxMetrics calls SandboxMetricsFunc.
+func (m *Manager) SandboxMetrics(ctx context.Context, sandboxID string, since time.Time) ([]core.SandboxMetrics, error) {
+	m.record("SandboxMetrics")
+	if m.SandboxMetricsFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.SandboxMetricsFunc(ctx, sandboxID, since)
 }
 
 // UpdateNetworkPolicy calls UpdateNetworkPolicyFunc.

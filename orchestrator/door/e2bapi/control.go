@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -484,14 +485,86 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// metrics answers an empty series: sandboxd exports its sandboxes'
-// resource use through Prometheus (--metrics-listen), not per sandbox here.
+// metrics answers E2B's getMetrics (GET /sandboxes/{id}/metrics?start=&end=,
+// Unix seconds, both optional) with the sandbox's samples in E2B's
+// SandboxMetric shape, oldest first: CPU as a percentage of the sandbox's
+// CPU limit and that limit as a whole number of CPUs, disk as /workspace's.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.visible(r.Context(), r.PathValue("id")); err != nil {
+	id := r.PathValue("id")
+	start, end, err := metricsWindow(r.URL.Query())
+	if err != nil {
 		s.writeError(w, r, "metrics", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, []any{})
+	if _, err := s.visible(r.Context(), id); err != nil {
+		s.writeError(w, r, "metrics", err)
+		return
+	}
+	var since time.Time
+	if !start.IsZero() {
+		since = start.Add(-time.Nanosecond) // the domain's since is exclusive, E2B's start inclusive
+	}
+	samples, err := s.m.SandboxMetrics(r.Context(), id, since)
+	if err != nil {
+		s.writeError(w, r, "metrics", err)
+		return
+	}
+	out := make([]e2bMetric, 0, len(samples))
+	for _, m := range samples {
+		if !end.IsZero() && m.Time.Truncate(time.Second).After(end) {
+			continue
+		}
+		out = append(out, toE2BMetric(m))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// e2bMetric is E2B's SandboxMetric.
+type e2bMetric struct {
+	Timestamp     string  `json:"timestamp"`
+	TimestampUnix int64   `json:"timestampUnix"`
+	CPUCount      int     `json:"cpuCount"`
+	CPUUsedPct    float64 `json:"cpuUsedPct"`
+	MemUsed       int64   `json:"memUsed"`
+	MemTotal      int64   `json:"memTotal"`
+	MemCache      int64   `json:"memCache"`
+	DiskUsed      int64   `json:"diskUsed"`
+	DiskTotal     int64   `json:"diskTotal"`
+}
+
+func toE2BMetric(m core.SandboxMetrics) e2bMetric {
+	return e2bMetric{
+		Timestamp:     m.Time.UTC().Format(time.RFC3339Nano),
+		TimestampUnix: m.Time.Unix(),
+		CPUCount:      max(int(math.Ceil(m.CPULimitCores)), 1),
+		CPUUsedPct:    math.Round(m.CPUUsedPercent()*100) / 100,
+		MemUsed:       m.MemoryUsedBytes,
+		MemTotal:      m.MemoryLimitBytes,
+		MemCache:      m.MemoryCacheBytes,
+		DiskUsed:      m.Workspace.UsedBytes,
+		DiskTotal:     m.Workspace.LimitBytes,
+	}
+}
+
+// metricsWindow reads getMetrics' start and end (Unix seconds; absent:
+// zero, no bound).
+func metricsWindow(q url.Values) (start, end time.Time, err error) {
+	parse := func(name string) (time.Time, error) {
+		v := q.Get(name)
+		if v == "" {
+			return time.Time{}, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 1<<40 {
+			return time.Time{}, badRequest(fmt.Sprintf("%s: want Unix seconds, got %q", name, v))
+		}
+		return time.Unix(n, 0), nil
+	}
+	if start, err = parse("start"); err != nil {
+		return
+	}
+	end, err = parse("end")
+	return
 }
 
 func cmpOr(a, b string) string {

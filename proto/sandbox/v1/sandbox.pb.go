@@ -6189,6 +6189,362 @@ func (x *AuditEvent) GetDroppedCount() int64 {
 	return 0
 }
 
+// GetSandboxMetricsRequest names a sandbox and the samples wanted.
+type GetSandboxMetricsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox to describe.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// since, when set, asks only for samples taken after it (a client
+	// polling passes the time of the last sample it has); unset: all kept.
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSandboxMetricsRequest) Reset() {
+	*x = GetSandboxMetricsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSandboxMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSandboxMetricsRequest) ProtoMessage() {}
+
+func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
+func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *GetSandboxMetricsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *GetSandboxMetricsRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// GetSandboxMetricsResponse holds a sandbox's samples.
+type GetSandboxMetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// samples are oldest first: at most the last 10 minutes' worth.
+	Samples       []*SandboxMetricsSample `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSandboxMetricsResponse) Reset() {
+	*x = GetSandboxMetricsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSandboxMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSandboxMetricsResponse) ProtoMessage() {}
+
+func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
+func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+// SandboxMetricsSample is one sample of a sandbox's resource use, read
+// from its cgroup and file systems. A figure the server could not read is
+// zero; a limit of zero is no limit.
+type SandboxMetricsSample struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// time is when the sample was taken.
+	Time *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// cpu_used_cores is the CPU used on average since the previous sample,
+	// in cores (1.5: one and a half cores busy); zero in a sandbox's first
+	// sample.
+	CpuUsedCores float64 `protobuf:"fixed64,2,opt,name=cpu_used_cores,json=cpuUsedCores,proto3" json:"cpu_used_cores,omitempty"`
+	// cpu_limit_cores is the sandbox's CPU limit, in cores.
+	CpuLimitCores float64 `protobuf:"fixed64,3,opt,name=cpu_limit_cores,json=cpuLimitCores,proto3" json:"cpu_limit_cores,omitempty"`
+	// memory_used_bytes is the memory used, less the page cache the kernel
+	// can reclaim at once (as docker stats counts it).
+	MemoryUsedBytes int64 `protobuf:"varint,4,opt,name=memory_used_bytes,json=memoryUsedBytes,proto3" json:"memory_used_bytes,omitempty"`
+	// memory_cache_bytes is the page cache charged to the sandbox.
+	MemoryCacheBytes int64 `protobuf:"varint,5,opt,name=memory_cache_bytes,json=memoryCacheBytes,proto3" json:"memory_cache_bytes,omitempty"`
+	// memory_limit_bytes is the sandbox's memory limit.
+	MemoryLimitBytes int64 `protobuf:"varint,6,opt,name=memory_limit_bytes,json=memoryLimitBytes,proto3" json:"memory_limit_bytes,omitempty"`
+	// workspace is the use of /workspace.
+	Workspace *DiskUsage `protobuf:"bytes,7,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// io is the use of /io (commands' logs and outputs).
+	Io *DiskUsage `protobuf:"bytes,8,opt,name=io,proto3" json:"io,omitempty"`
+	// pids is the number of the sandbox's processes and threads.
+	Pids int64 `protobuf:"varint,9,opt,name=pids,proto3" json:"pids,omitempty"`
+	// pids_limit is its cap on them.
+	PidsLimit int64 `protobuf:"varint,10,opt,name=pids_limit,json=pidsLimit,proto3" json:"pids_limit,omitempty"`
+	// network is set for a networked sandbox: the bytes its egress carried
+	// since the gateway last attached it (its creation or wake, or
+	// sandboxd's start).
+	Network       *NetworkBytes `protobuf:"bytes,11,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SandboxMetricsSample) Reset() {
+	*x = SandboxMetricsSample{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SandboxMetricsSample) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SandboxMetricsSample) ProtoMessage() {}
+
+func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
+func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *SandboxMetricsSample) GetCpuUsedCores() float64 {
+	if x != nil {
+		return x.CpuUsedCores
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetCpuLimitCores() float64 {
+	if x != nil {
+		return x.CpuLimitCores
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetMemoryUsedBytes() int64 {
+	if x != nil {
+		return x.MemoryUsedBytes
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetMemoryCacheBytes() int64 {
+	if x != nil {
+		return x.MemoryCacheBytes
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetMemoryLimitBytes() int64 {
+	if x != nil {
+		return x.MemoryLimitBytes
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetWorkspace() *DiskUsage {
+	if x != nil {
+		return x.Workspace
+	}
+	return nil
+}
+
+func (x *SandboxMetricsSample) GetIo() *DiskUsage {
+	if x != nil {
+		return x.Io
+	}
+	return nil
+}
+
+func (x *SandboxMetricsSample) GetPids() int64 {
+	if x != nil {
+		return x.Pids
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetPidsLimit() int64 {
+	if x != nil {
+		return x.PidsLimit
+	}
+	return 0
+}
+
+func (x *SandboxMetricsSample) GetNetwork() *NetworkBytes {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// DiskUsage is what a sandbox stores in one directory.
+type DiskUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// used_bytes is the space in use.
+	UsedBytes int64 `protobuf:"varint,1,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// limit_bytes is the directory's size (its volume's); zero on a server
+	// without disk volumes, where used_bytes counts at most 10000 entries.
+	LimitBytes    int64 `protobuf:"varint,2,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskUsage) Reset() {
+	*x = DiskUsage{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskUsage) ProtoMessage() {}
+
+func (x *DiskUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
+func (*DiskUsage) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *DiskUsage) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *DiskUsage) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+// NetworkBytes are the bytes a networked sandbox's egress carried.
+type NetworkBytes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// bytes_in is what the world sent to the sandbox.
+	BytesIn uint64 `protobuf:"varint,1,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// bytes_out is what the sandbox sent to the world.
+	BytesOut      uint64 `protobuf:"varint,2,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NetworkBytes) Reset() {
+	*x = NetworkBytes{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkBytes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkBytes) ProtoMessage() {}
+
+func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
+func (*NetworkBytes) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *NetworkBytes) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *NetworkBytes) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -6628,7 +6984,35 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aoutcome\x18\x0e \x01(\tR\aoutcome\x12\x18\n" +
 	"\amessage\x18\x0f \x01(\tR\amessage\x125\n" +
 	"\bduration\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
-	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount*~\n" +
+	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount\"k\n" +
+	"\x18GetSandboxMetricsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"W\n" +
+	"\x19GetSandboxMetricsResponse\x12:\n" +
+	"\asamples\x18\x01 \x03(\v2 .sandbox.v1.SandboxMetricsSampleR\asamples\"\xdf\x03\n" +
+	"\x14SandboxMetricsSample\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12$\n" +
+	"\x0ecpu_used_cores\x18\x02 \x01(\x01R\fcpuUsedCores\x12&\n" +
+	"\x0fcpu_limit_cores\x18\x03 \x01(\x01R\rcpuLimitCores\x12*\n" +
+	"\x11memory_used_bytes\x18\x04 \x01(\x03R\x0fmemoryUsedBytes\x12,\n" +
+	"\x12memory_cache_bytes\x18\x05 \x01(\x03R\x10memoryCacheBytes\x12,\n" +
+	"\x12memory_limit_bytes\x18\x06 \x01(\x03R\x10memoryLimitBytes\x123\n" +
+	"\tworkspace\x18\a \x01(\v2\x15.sandbox.v1.DiskUsageR\tworkspace\x12%\n" +
+	"\x02io\x18\b \x01(\v2\x15.sandbox.v1.DiskUsageR\x02io\x12\x12\n" +
+	"\x04pids\x18\t \x01(\x03R\x04pids\x12\x1d\n" +
+	"\n" +
+	"pids_limit\x18\n" +
+	" \x01(\x03R\tpidsLimit\x122\n" +
+	"\anetwork\x18\v \x01(\v2\x18.sandbox.v1.NetworkBytesR\anetwork\"K\n" +
+	"\tDiskUsage\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x01 \x01(\x03R\tusedBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\x02 \x01(\x03R\n" +
+	"limitBytes\"F\n" +
+	"\fNetworkBytes\x12\x19\n" +
+	"\bbytes_in\x18\x01 \x01(\x04R\abytesIn\x12\x1b\n" +
+	"\tbytes_out\x18\x02 \x01(\x04R\bbytesOut*~\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15SANDBOX_STATE_RUNNING\x10\x01\x12\x16\n" +
@@ -6666,7 +7050,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xf8\x12\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xda\x13\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -6699,7 +7083,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
 	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponse\x12Z\n" +
-	"\x0fListAuditEvents\x12\".sandbox.v1.ListAuditEventsRequest\x1a#.sandbox.v1.ListAuditEventsResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
+	"\x0fListAuditEvents\x12\".sandbox.v1.ListAuditEventsRequest\x1a#.sandbox.v1.ListAuditEventsResponse\x12`\n" +
+	"\x11GetSandboxMetrics\x12$.sandbox.v1.GetSandboxMetricsRequest\x1a%.sandbox.v1.GetSandboxMetricsResponseB9Z7github.com/sandboxd/sandboxd/proto/sandbox/v1;sandboxv1b\x06proto3"
 
 var (
 	file_sandbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -6714,7 +7099,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
@@ -6804,42 +7189,47 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*ListAuditEventsRequest)(nil),      // 85: sandbox.v1.ListAuditEventsRequest
 	(*ListAuditEventsResponse)(nil),     // 86: sandbox.v1.ListAuditEventsResponse
 	(*AuditEvent)(nil),                  // 87: sandbox.v1.AuditEvent
-	nil,                                 // 88: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                 // 89: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                 // 90: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                 // 91: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                 // 92: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                 // 93: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                 // 94: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                 // 95: sandbox.v1.Display.DataEntry
-	nil,                                 // 96: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),         // 97: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 98: google.protobuf.Timestamp
+	(*GetSandboxMetricsRequest)(nil),    // 88: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),   // 89: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),        // 90: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                   // 91: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                // 92: sandbox.v1.NetworkBytes
+	nil,                                 // 93: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                 // 94: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                 // 95: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                 // 96: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                 // 97: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                 // 98: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                 // 99: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                 // 100: sandbox.v1.Display.DataEntry
+	nil,                                 // 101: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),         // 102: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 103: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	88,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	89,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	97,  // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	93,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	94,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	102, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	90,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	91,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	95,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	96,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 8: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	98,  // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	98,  // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	98,  // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	103, // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	103, // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	103, // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	7,   // 12: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	92,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	97,  // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	97,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	102, // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	12,  // 15: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	98,  // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	103, // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
 	13,  // 17: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 18: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 19: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	98,  // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	103, // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
 	14,  // 21: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	98,  // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	103, // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
 	11,  // 23: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	11,  // 24: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	13,  // 25: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
@@ -6848,10 +7238,10 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	13,  // 28: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
 	11,  // 29: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,   // 30: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	93,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	98,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
 	11,  // 32: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	97,  // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	94,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	102, // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	99,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
 	28,  // 35: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
 	31,  // 36: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
 	32,  // 37: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
@@ -6860,15 +7250,15 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	34,  // 40: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
 	35,  // 41: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
 	36,  // 42: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	98,  // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	103, // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
 	13,  // 44: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	95,  // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	96,  // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	100, // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	101, // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
 	1,   // 47: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	97,  // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	102, // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
 	37,  // 49: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	98,  // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	98,  // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	103, // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	103, // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
 	3,   // 52: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
 	41,  // 53: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
 	40,  // 54: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
@@ -6878,17 +7268,17 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	40,  // 58: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
 	56,  // 59: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
 	4,   // 60: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	98,  // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	103, // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
 	28,  // 62: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
 	65,  // 63: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
 	5,   // 64: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
 	1,   // 65: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	98,  // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	98,  // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	97,  // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	97,  // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	103, // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	103, // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	102, // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	102, // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
 	11,  // 70: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	98,  // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	103, // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
 	68,  // 72: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
 	68,  // 73: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
 	9,   // 74: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
@@ -6896,77 +7286,85 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	9,   // 76: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
 	81,  // 77: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
 	82,  // 78: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	98,  // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	103, // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
 	6,   // 80: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	98,  // 81: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
-	98,  // 82: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	103, // 81: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	103, // 82: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
 	87,  // 83: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
-	98,  // 84: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	97,  // 85: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
-	10,  // 86: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	19,  // 87: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	21,  // 88: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	23,  // 89: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	25,  // 90: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	27,  // 91: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	29,  // 92: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	38,  // 93: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	42,  // 94: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	44,  // 95: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	46,  // 96: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	48,  // 97: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	50,  // 98: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	52,  // 99: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	54,  // 100: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	57,  // 101: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	59,  // 102: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	61,  // 103: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	63,  // 104: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	66,  // 105: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	69,  // 106: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	71,  // 107: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	73,  // 108: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	75,  // 109: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 110: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	17,  // 111: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	77,  // 112: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	79,  // 113: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	83,  // 114: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	85,  // 115: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
-	20,  // 116: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	22,  // 117: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	24,  // 118: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	26,  // 119: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	30,  // 120: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	30,  // 121: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	39,  // 122: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	43,  // 123: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	45,  // 124: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	47,  // 125: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	49,  // 126: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	51,  // 127: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	53,  // 128: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	55,  // 129: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	58,  // 130: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	60,  // 131: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	62,  // 132: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	64,  // 133: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	67,  // 134: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	70,  // 135: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	72,  // 136: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	74,  // 137: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	76,  // 138: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 139: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	18,  // 140: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	78,  // 141: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	80,  // 142: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	84,  // 143: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	86,  // 144: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
-	116, // [116:145] is the sub-list for method output_type
-	87,  // [87:116] is the sub-list for method input_type
-	87,  // [87:87] is the sub-list for extension type_name
-	87,  // [87:87] is the sub-list for extension extendee
-	0,   // [0:87] is the sub-list for field type_name
+	103, // 84: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	102, // 85: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	103, // 86: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	90,  // 87: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	103, // 88: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	91,  // 89: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	91,  // 90: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	92,  // 91: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	10,  // 92: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	19,  // 93: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	21,  // 94: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	23,  // 95: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	25,  // 96: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	27,  // 97: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	29,  // 98: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	38,  // 99: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	42,  // 100: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	44,  // 101: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	46,  // 102: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	48,  // 103: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	50,  // 104: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	52,  // 105: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	54,  // 106: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	57,  // 107: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	59,  // 108: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	61,  // 109: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	63,  // 110: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	66,  // 111: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	69,  // 112: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	71,  // 113: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	73,  // 114: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	75,  // 115: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 116: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	17,  // 117: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	77,  // 118: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	79,  // 119: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	83,  // 120: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	85,  // 121: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	88,  // 122: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	20,  // 123: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	22,  // 124: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	24,  // 125: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	26,  // 126: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	30,  // 127: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	30,  // 128: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	39,  // 129: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	43,  // 130: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	45,  // 131: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	47,  // 132: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	49,  // 133: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	51,  // 134: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	53,  // 135: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	55,  // 136: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	58,  // 137: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	60,  // 138: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	62,  // 139: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	64,  // 140: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	67,  // 141: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	70,  // 142: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	72,  // 143: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	74,  // 144: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	76,  // 145: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 146: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	18,  // 147: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	78,  // 148: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	80,  // 149: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	84,  // 150: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	86,  // 151: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	89,  // 152: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	123, // [123:153] is the sub-list for method output_type
+	93,  // [93:123] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -6995,7 +7393,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   90,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -82,6 +82,7 @@ const (
 	SandboxService_GetNetworkStatus_FullMethodName    = "/sandbox.v1.SandboxService/GetNetworkStatus"
 	SandboxService_GetHost_FullMethodName             = "/sandbox.v1.SandboxService/GetHost"
 	SandboxService_ListAuditEvents_FullMethodName     = "/sandbox.v1.SandboxService/ListAuditEvents"
+	SandboxService_GetSandboxMetrics_FullMethodName   = "/sandbox.v1.SandboxService/GetSandboxMetrics"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -368,6 +369,18 @@ type SandboxServiceClient interface {
 	// INVALID_ARGUMENT for a bad filter or page token; FAILED_PRECONDITION on
 	// a server whose audit trail is off (sandboxd --audit=false).
 	ListAuditEvents(ctx context.Context, in *ListAuditEventsRequest, opts ...grpc.CallOption) (*ListAuditEventsResponse, error)
+	// GetSandboxMetrics returns samples of a sandbox's resource use (CPU,
+	// memory, disk, processes, network bytes), oldest first. The server
+	// samples each RUNNING sandbox every few seconds (sandboxd
+	// --metrics-sample-interval, 5s by default; 0 turns sampling off and
+	// every answer is empty) and keeps the last 10 minutes of samples; a
+	// HIBERNATED or DEAD sandbox keeps only its last sample. It neither
+	// wakes a sandbox nor counts as a use.
+	//
+	// INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
+	// sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+	// metrics.
+	GetSandboxMetrics(ctx context.Context, in *GetSandboxMetricsRequest, opts ...grpc.CallOption) (*GetSandboxMetricsResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -707,6 +720,16 @@ func (c *sandboxServiceClient) ListAuditEvents(ctx context.Context, in *ListAudi
 	return out, nil
 }
 
+func (c *sandboxServiceClient) GetSandboxMetrics(ctx context.Context, in *GetSandboxMetricsRequest, opts ...grpc.CallOption) (*GetSandboxMetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSandboxMetricsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_GetSandboxMetrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -991,6 +1014,18 @@ type SandboxServiceServer interface {
 	// INVALID_ARGUMENT for a bad filter or page token; FAILED_PRECONDITION on
 	// a server whose audit trail is off (sandboxd --audit=false).
 	ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error)
+	// GetSandboxMetrics returns samples of a sandbox's resource use (CPU,
+	// memory, disk, processes, network bytes), oldest first. The server
+	// samples each RUNNING sandbox every few seconds (sandboxd
+	// --metrics-sample-interval, 5s by default; 0 turns sampling off and
+	// every answer is empty) and keeps the last 10 minutes of samples; a
+	// HIBERNATED or DEAD sandbox keeps only its last sample. It neither
+	// wakes a sandbox nor counts as a use.
+	//
+	// INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
+	// sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+	// metrics.
+	GetSandboxMetrics(context.Context, *GetSandboxMetricsRequest) (*GetSandboxMetricsResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -1087,6 +1122,9 @@ func (UnimplementedSandboxServiceServer) GetHost(context.Context, *GetHostReques
 }
 func (UnimplementedSandboxServiceServer) ListAuditEvents(context.Context, *ListAuditEventsRequest) (*ListAuditEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAuditEvents not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetSandboxMetrics(context.Context, *GetSandboxMetricsRequest) (*GetSandboxMetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSandboxMetrics not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -1592,6 +1630,24 @@ func _SandboxService_ListAuditEvents_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_GetSandboxMetrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSandboxMetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetSandboxMetrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetSandboxMetrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetSandboxMetrics(ctx, req.(*GetSandboxMetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1694,6 +1750,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListAuditEvents",
 			Handler:    _SandboxService_ListAuditEvents_Handler,
+		},
+		{
+			MethodName: "GetSandboxMetrics",
+			Handler:    _SandboxService_GetSandboxMetrics_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

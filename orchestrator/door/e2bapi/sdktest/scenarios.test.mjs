@@ -86,6 +86,25 @@ describe('lifecycle', () => {
     await assert.rejects(Sandbox.connect(sbx.sandboxId), NotFoundError)
   })
 
+  test('getMetrics: a busy loop shows, within the limits sandboxd set; it calms once killed', T, async () => {
+    await withSandbox(async (sbx) => {
+      const busy = await sbx.commands.run('exec python3 -c "while True: pass"', { background: true })
+      let last
+      const latest = async () => { last = (await sbx.getMetrics()).at(-1); return last }
+      const shown = () => `a sample with it; last ${JSON.stringify(last)}`
+      await waitFor(async () => (await latest())?.cpuUsedPct > 50, shown, 60_000)
+      assert.equal(last.cpuCount, 1)
+      assert.equal(last.memTotal, 512 * 1024 * 1024)
+      assert.ok(last.memUsed > 0 && last.memUsed < last.memTotal, `memUsed ${last.memUsed}`)
+      assert.ok(last.diskTotal >= last.diskUsed, `disk ${last.diskUsed} of ${last.diskTotal}`)
+      assert.ok(last.timestamp instanceof Date && Math.abs(Date.now() - last.timestamp.getTime()) < 60_000, `timestamp ${last.timestamp}`)
+      await busy.kill()
+      await waitFor(async () => (await latest())?.cpuUsedPct < 20, shown, 60_000)
+      assert.deepEqual(await sbx.getMetrics({ start: new Date(Date.now() + 3_600_000) }), [], 'no sample after start')
+      assert.ok((await sbx.getMetrics({ end: new Date(0) })).length === 0, 'no sample before end')
+    })
+  })
+
   test('pause, then connect: the sandbox hibernates and wakes with its globals and files', T, async () => {
     const tag = `z${Date.now()}`
     await withSandbox(async (sbx) => {

@@ -190,6 +190,14 @@ class DeleteSandboxResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class DiskUsage(_message.Message):
+    __slots__ = ["limit_bytes", "used_bytes"]
+    LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    limit_bytes: int
+    used_bytes: int
+    def __init__(self, used_bytes: _Optional[int] = ..., limit_bytes: _Optional[int] = ...) -> None: ...
+
 class Display(_message.Message):
     __slots__ = ["data"]
     class DataEntry(_message.Message):
@@ -366,6 +374,20 @@ class GetNetworkStatusResponse(_message.Message):
     policy: NetworkPolicy
     def __init__(self, policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., counters: _Optional[_Union[NetworkCounters, _Mapping]] = ..., denials: _Optional[_Iterable[_Union[NetworkDenial, _Mapping]]] = ...) -> None: ...
 
+class GetSandboxMetricsRequest(_message.Message):
+    __slots__ = ["sandbox_id", "since"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    since: _timestamp_pb2.Timestamp
+    def __init__(self, sandbox_id: _Optional[str] = ..., since: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class GetSandboxMetricsResponse(_message.Message):
+    __slots__ = ["samples"]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    samples: _containers.RepeatedCompositeFieldContainer[SandboxMetricsSample]
+    def __init__(self, samples: _Optional[_Iterable[_Union[SandboxMetricsSample, _Mapping]]] = ...) -> None: ...
+
 class GetSandboxRequest(_message.Message):
     __slots__ = ["sandbox_id"]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -524,6 +546,14 @@ class MakeDirectoryResponse(_message.Message):
     FILE_FIELD_NUMBER: _ClassVar[int]
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class NetworkBytes(_message.Message):
+    __slots__ = ["bytes_in", "bytes_out"]
+    BYTES_IN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_OUT_FIELD_NUMBER: _ClassVar[int]
+    bytes_in: int
+    bytes_out: int
+    def __init__(self, bytes_in: _Optional[int] = ..., bytes_out: _Optional[int] = ...) -> None: ...
 
 class NetworkCounters(_message.Message):
     __slots__ = ["bytes_in", "bytes_out", "connections_allowed", "connections_denied", "connections_open", "connections_refused_at_cap", "denials_dropped", "dns_allowed", "dns_denied", "dns_rate_limited", "rule_requests"]
@@ -741,6 +771,32 @@ class Sandbox(_message.Message):
     tenant: str
     user_id: str
     def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
+
+class SandboxMetricsSample(_message.Message):
+    __slots__ = ["cpu_limit_cores", "cpu_used_cores", "io", "memory_cache_bytes", "memory_limit_bytes", "memory_used_bytes", "network", "pids", "pids_limit", "time", "workspace"]
+    CPU_LIMIT_CORES_FIELD_NUMBER: _ClassVar[int]
+    CPU_USED_CORES_FIELD_NUMBER: _ClassVar[int]
+    IO_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CACHE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_LIMIT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    PIDS_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    WORKSPACE_FIELD_NUMBER: _ClassVar[int]
+    cpu_limit_cores: float
+    cpu_used_cores: float
+    io: DiskUsage
+    memory_cache_bytes: int
+    memory_limit_bytes: int
+    memory_used_bytes: int
+    network: NetworkBytes
+    pids: int
+    pids_limit: int
+    time: _timestamp_pb2.Timestamp
+    workspace: DiskUsage
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_used_cores: _Optional[float] = ..., cpu_limit_cores: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_cache_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., workspace: _Optional[_Union[DiskUsage, _Mapping]] = ..., io: _Optional[_Union[DiskUsage, _Mapping]] = ..., pids: _Optional[int] = ..., pids_limit: _Optional[int] = ..., network: _Optional[_Union[NetworkBytes, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
     __slots__ = ["env", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle"]

@@ -165,6 +165,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsResponse.FromString,
                 )
+        self.GetSandboxMetrics = channel.unary_unary(
+                '/sandbox.v1.SandboxService/GetSandboxMetrics',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetSandboxMetricsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetSandboxMetricsResponse.FromString,
+                )
 
 
 class SandboxServiceServicer(object):
@@ -594,6 +599,23 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSandboxMetrics(self, request, context):
+        """GetSandboxMetrics returns samples of a sandbox's resource use (CPU,
+        memory, disk, processes, network bytes), oldest first. The server
+        samples each RUNNING sandbox every few seconds (sandboxd
+        --metrics-sample-interval, 5s by default; 0 turns sampling off and
+        every answer is empty) and keeps the last 10 minutes of samples; a
+        HIBERNATED or DEAD sandbox keeps only its last sample. It neither
+        wakes a sandbox nor counts as a use.
+
+        INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
+        sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+        metrics.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -741,6 +763,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.ListAuditEvents,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsResponse.SerializeToString,
+            ),
+            'GetSandboxMetrics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSandboxMetrics,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetSandboxMetricsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetSandboxMetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1248,5 +1275,22 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListAuditEvents',
             sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.ListAuditEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetSandboxMetrics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/GetSandboxMetrics',
+            sandbox_dot_v1_dot_sandbox__pb2.GetSandboxMetricsRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.GetSandboxMetricsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
