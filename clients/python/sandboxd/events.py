@@ -497,6 +497,7 @@ class AuditEvent:
                    dropped_count=m.dropped_count)
 
 
+@dataclass(frozen=True)
 class MetricsSample:
     """One sample of a sandbox's resource use (Sandbox.metrics). Memory
     used leaves out the page cache the kernel can reclaim at once, as
