@@ -25,8 +25,9 @@ type Recorder interface {
 // UpdateNetworkPolicy, Submit (execute), Interrupt, CreateContext,
 // RestartContext, DeleteContext, Upload (write_file), MakeDirectory
 // (mkdir), Remove and Rename (move). Not recorded: the reads (Get, List,
-// NetworkStatus, GetHost, PortTarget, Follow, ListCommands, ListContexts,
-// Download, ListFiles, ListFilesDepth, WatchDirectory), and the traffic of
+// NetworkStatus, SandboxMetrics, GetHost, PortTarget, Follow,
+// ListCommands, ListContexts, Download, ListFiles, ListFilesDepth,
+// WatchDirectory), and the traffic of
 // a command already recorded by its execute (SendStdin, CloseStdin,
 // ResizePty): a terminal sends a call per keystroke and per resize, which
 // would drown the trail without saying more than "execute" did.

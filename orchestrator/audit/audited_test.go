@@ -102,7 +102,11 @@ func calls() map[string]struct {
 			return err
 		}},
 		"NetworkStatus": {"", func(ctx context.Context, m core.Manager) error { _, err := m.NetworkStatus(ctx, sb1); return ok(err) }},
-		"GetHost":       {"", func(ctx context.Context, m core.Manager) error { _, err := m.GetHost(ctx, sb1, 8080); return ok(err) }},
+		"SandboxMetrics": {"", func(ctx context.Context, m core.Manager) error {
+			_, err := m.SandboxMetrics(ctx, sb1, time.Time{})
+			return ok(err)
+		}},
+		"GetHost": {"", func(ctx context.Context, m core.Manager) error { _, err := m.GetHost(ctx, sb1, 8080); return ok(err) }},
 		"PortTarget": {"", func(ctx context.Context, m core.Manager) error {
 			_, err := m.PortTarget(ctx, sb1, 8080, true)
 			return ok(err)
