@@ -259,10 +259,13 @@ func silentPost(t *testing.T, srv *httptest.Server, path string, header map[stri
 		fmt.Fprintf(&req, "%s: %s\r\n", k, v)
 	}
 	req.WriteString("\r\n")
+	// The clock starts before the headers go: the server's deadline
+	// starts once it has them, so took is never less than it (taken after
+	// Write, a preempted client saw 299 ms of a 300 ms deadline).
+	start := time.Now()
 	if _, err := conn.Write(req.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
 	conn.SetReadDeadline(start.Add(wait))
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
