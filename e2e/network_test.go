@@ -7,7 +7,7 @@ package e2e
 // under runc and runsc, against the tests' own internet
 // (internal/nettest: test hosts in namespaces of their own on
 // 198.18.0.0/15 serving HTTP, HTTPS with a throwaway CA and WebSocket; a
-// metadata stand-in at 169.254.169.254; a listener on the Docker bridge
+// link-local metadata stand-in (nettest.MetadataAddr); a listener on the Docker bridge
 // address). sandboxd resolves the test names from nettest's hosts file
 // (--egress-hosts-file) and trusts its CA for intercepted upstreams
 // (--egress-ca-file); its host objects are the suite's own
@@ -25,8 +25,8 @@ package e2e
 //     literal, another test host; from an open sandbox (B: network, no
 //     policy), the operator's bounds: another sandbox's address (which
 //     sees nothing), the host's listener on the Docker bridge, the
-//     veth's host end, 169.254.169.254 by address and by name, private
-//     ranges; UDP nowhere. Each refusal is in GetNetworkStatus's denials
+//     veth's host end, the link-local metadata stand-in by address and by
+//     name; UDP nowhere. Each refusal is in GetNetworkStatus's denials
 //     with its reason, and no test host saw it;
 //   - update: UpdateNetworkPolicy at run time: an open WebSocket to a
 //     now-denied name is closed and new connections are refused within a
@@ -589,21 +589,17 @@ me = src_addr()
 h = '.'.join(me.split('.')[:3] + [str(int(me.split('.')[3]) - 1)])
 u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for _ in range(3):
-    u.sendto(b'x', ('%[2]s', 9999)); u.sendto(b'x', ('169.254.169.254', 9999))
+    u.sendto(b'x', ('%[2]s', 9999)); u.sendto(b'x', ('%[5]s', 9999))
 print(json.dumps({
     'src': me,
     'other.test (public, allowed)': probe_http('other.test'),
     'sandbox A': probe_http('%[1]s', 8080),
     'bridge listener': probe_http('%[3]s', %[4]d),
     'host end': probe_http(h, 22),
-    'metadata': probe_http('169.254.169.254'),
-    'metadata by name': probe_http('169.254.169.254', name='metadata.test'),
+    'metadata': probe_http('%[5]s'),
+    'metadata by name': probe_http('%[5]s', name='metadata.test'),
     'dns metadata.test': probe_dns('metadata.test'),
-    'private 10/8': probe_http('10.0.0.1'),
-    'private 192.168/16': probe_http('192.168.1.1'),
-    'private 172.16/12': probe_http('172.16.0.1'),
-    'cgnat': probe_http('100.64.0.1'),
-}))`, r.aAddr, other, bridge.Addr, bridgePort))
+}))`, r.aAddr, other, bridge.Addr, bridgePort, nettest.MetadataAddr))
 	if !strings.HasPrefix(res["other.test (public, allowed)"], "reached: hello from other.test") {
 		t.Errorf("B (no policy): other.test: %q; want reached", res["other.test (public, allowed)"])
 	}
@@ -614,11 +610,7 @@ print(json.dumps({
 		{"sandbox A", r.aAddr.String() + ":8080", ""},
 		{"bridge listener", netip.AddrPortFrom(bridge.Addr, uint16(bridgePort)).String(), ""},
 		{"host end", bAddr.Prev().String() + ":22", ""},
-		{"metadata", "169.254.169.254:80", "link-local"},
-		{"private 10/8", "10.0.0.1:80", "private (RFC 1918)"},
-		{"private 192.168/16", "192.168.1.1:80", "private (RFC 1918)"},
-		{"private 172.16/12", "172.16.0.1:80", "private (RFC 1918)"},
-		{"cgnat", "100.64.0.1:80", "CGNAT"},
+		{"metadata", netip.AddrPortFrom(nettest.MetadataAddr, 80).String(), "link-local"},
 	}
 	st = r.status(t, r.b)
 	for _, f := range refusals {

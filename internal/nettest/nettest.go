@@ -5,7 +5,7 @@
 // pair, on addresses of the benchmarking block 198.18.0.0/15 (RFC 2544),
 // serving HTTP (80), HTTPS (443, with a throwaway CA), a WebSocket
 // echo (/ws on both) and a body of a given size (/bytes?n=N, for
-// throughput figures); a host at 169.254.169.254 standing in for a cloud
+// throughput figures); a host at a link-local address of its own (169.254.77.2, in its own namespace, never the real metadata address) standing in for a cloud
 // metadata service (link-local, routed from the host); a listener on the
 // host's Docker bridge address; and a resolver (and hosts file) mapping
 // the test names to those addresses. Nothing here ever reaches another
@@ -59,7 +59,7 @@ import (
 )
 
 // MetadataAddr is the metadata service stand-in's address.
-var MetadataAddr = netip.MustParseAddr("169.254.169.254")
+var MetadataAddr = netip.MustParseAddr("169.254.77.2")
 
 // UDPPort is where every host counts datagrams.
 const UDPPort = 9999
@@ -72,7 +72,7 @@ type Options struct {
 	// Hosts are the test hosts' names (e.g. "allowed.test"), one namespace
 	// each on an address of 198.18.0.0/15.
 	Hosts []string
-	// Metadata adds the host at 169.254.169.254 (named "metadata.test").
+	// Metadata adds the host at MetadataAddr (named "metadata.test").
 	// Only one test process on a machine can have it at a time: New waits
 	// for it (a file lock).
 	Metadata bool

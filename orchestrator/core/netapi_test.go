@@ -56,7 +56,7 @@ func TestCheckNetworkPolicyRefuses(t *testing.T) {
 		{"rule keys the same domain", open, core.NetworkPolicy{Rules: map[string]core.NetworkRule{"API.example.com": {}, "api.example.com.": {}}}, `"API.example.com" and "api.example.com."`},
 		{"headers the same header", open, core.NetworkPolicy{Rules: rule("api.com", map[string]string{"Authorization": "a", "authorization": "b"})}, `"Authorization" and "authorization"`},
 		{"private block", open, core.NetworkPolicy{AllowOut: []string{"10.0.0.0/8"}}, `"10.0.0.0/8" can never be reached on this server: it lies in the private (RFC 1918) range`},
-		{"link-local address", open, core.NetworkPolicy{AllowOut: []string{"169.254.169.254"}}, `--egress-allow-private`},
+		{"link-local address", open, core.NetworkPolicy{AllowOut: []string{"169.254.77.2"}}, `--egress-allow-private`},
 		{"loopback v6", open, core.NetworkPolicy{AllowOut: []string{"::1"}}, `loopback`},
 		{"private outside the allowed", bounded, core.NetworkPolicy{AllowOut: []string{"10.2.0.0/16"}}, `"10.2.0.0/16"`},
 		{"name outside the ceiling", names, core.NetworkPolicy{AllowOut: []string{"evil.org"}}, `"evil.org" can never be reached on this server: it is outside the most any sandbox may reach here (sandboxd --egress-ceiling *.example.com,pypi.org)`},

@@ -108,8 +108,8 @@ func newEnv(t *testing.T, cfg Config) *env {
 		e.names.set(n, "127.0.0.1")
 	}
 	e.names.set("private.egress.test", "10.0.0.5")
-	e.names.set("meta.egress.test", "169.254.169.254")
-	e.names.set("mixed.egress.test", "169.254.169.254", "127.0.0.1")
+	e.names.set("meta.egress.test", "169.254.77.2")
+	e.names.set("mixed.egress.test", "169.254.77.2", "127.0.0.1")
 
 	if cfg.Resolver == nil {
 		cfg.Resolver = e.names

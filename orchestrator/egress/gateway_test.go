@@ -211,7 +211,7 @@ func TestSpecialAddressesRefused(t *testing.T) {
 	for _, tc := range []struct{ host, reason string }{
 		{"www.egress.test", "loopback address 127.0.0.1"},
 		{"private.egress.test", "private (RFC 1918) address 10.0.0.5"},
-		{"meta.egress.test", "link-local address 169.254.169.254"},
+		{"meta.egress.test", "link-local address 169.254.77.2"},
 		{"127.0.0.1", "loopback address 127.0.0.1"},
 	} {
 		code, body, err := e.get(cl, fmt.Sprintf("http://%s:%d/", tc.host, e.httpPort))

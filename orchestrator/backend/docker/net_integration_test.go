@@ -629,7 +629,7 @@ func TestIntegrationNetworkRealGateway(t *testing.T) {
 			t.Logf("networked sandbox with the real gateway (%s): created in %v", rt, time.Since(start).Round(time.Millisecond))
 			out := mustRunOK(t, m, res.Sandbox.ID, "python", fmt.Sprintf(`
 import urllib.request, socket
-for url in ["http://a.test/", "http://%s/", "http://169.254.169.254/"]:
+for url in ["http://a.test/", "http://%s/", "http://%s/"]:
     try:
         print(url, urllib.request.urlopen(url, timeout=10).read().decode().strip())
     except Exception as e:
@@ -638,7 +638,7 @@ try:
     print("resolve a.test", socket.gethostbyname("a.test"))
 except Exception as e:
     print("resolve a.test refused", e)
-`, in.Hosts["b.test"].Addr))
+`, in.Hosts["b.test"].Addr, nettest.MetadataAddr))
 			t.Logf("%s", out)
 			if !strings.Contains(out, "http://a.test/ hello from a.test") || !strings.Contains(out, "hello from b.test") ||
 				strings.Contains(out, "hello from metadata") {
