@@ -116,11 +116,16 @@ func TestFloodFairness(t *testing.T) {
 		}
 	}()
 
-	// One pass: rounds of a quiet window and a flooded one.
-	const rounds, perWindow = 10, 20
+	// One pass: rounds of a quiet window and a flooded one, until rounds
+	// flooded windows are counted. On a loaded machine (CI runs packages
+	// side by side) the one-CPU flooder is sometimes starved through a
+	// window; such windows prove nothing and are not counted, so a pass
+	// tries up to maxTries rounds before it gives up.
+	const rounds, maxTries, perWindow = 10, 30, 20
 	pass := func() (ratio, ratioDNS float64, counted int) {
 		var base, flooded, baseDNS, floodedDNS []time.Duration
-		for range rounds {
+		tries := 0
+		for ; tries < maxTries && counted < rounds; tries++ {
 			fl.pause()
 			// What A sent before the pause is still being dropped for a
 			// moment: the first samples of the quiet window are not kept.
@@ -142,12 +147,12 @@ func TestFloodFairness(t *testing.T) {
 			flooded, floodedDNS = append(flooded, h...), append(floodedDNS, d...)
 		}
 		if counted < rounds/2 {
-			t.Fatalf("only %d of %d windows had a sustained flood", counted, rounds)
+			t.Fatalf("only %d of %d windows had a sustained flood (the flooder was starved: is the machine overloaded?)", counted, tries)
 		}
 		ratio = float64(med(flooded)) / float64(med(base))
 		ratioDNS = float64(med(floodedDNS)) / float64(med(baseDNS))
 		t.Logf("B's HTTP GET through the gateway: median %v (p90 %v) without A's flood, %v (p90 %v) under it: %.2f× (%d of %d flooded windows counted)",
-			med(base), p90(base), med(flooded), p90(flooded), ratio, counted, rounds)
+			med(base), p90(base), med(flooded), p90(flooded), ratio, counted, tries)
 		t.Logf("B's DNS query: median %v without, %v under the flood: %.2f× (%d retries)", med(baseDNS), med(floodedDNS), ratioDNS, retries)
 		return ratio, ratioDNS, counted
 	}
