@@ -17,6 +17,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/audit"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/webhooks"
 
 	"github.com/docker/go-units"
 
@@ -44,6 +45,7 @@ type config struct {
 	backend         string // docker or kubernetes
 	kube            kubeConfig
 	audit           auditFlags
+	webhooks        webhookFlags
 	docker          docker.Config // the backends' shared policy (embedded) and the Docker backend's own settings
 }
 
@@ -52,6 +54,13 @@ type auditFlags struct {
 	enabled      bool
 	maxFileBytes int64
 	maxFiles     int
+}
+
+// webhookFlags are the lifecycle webhooks' settings (--webhook*).
+type webhookFlags struct {
+	file    string // --webhooks; empty: no webhooks
+	timeout time.Duration
+	maxAge  time.Duration
 }
 
 // errHelp is returned for -h/--help: usage was printed, exit 0.
@@ -140,6 +149,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.BoolVar(&c.audit.enabled, "audit", true, "record every mutating call (who, what, which sandbox, outcome; never code, env values or file contents) to STATE_DIR/audit/audit.jsonl, readable with ListAuditEvents and sandboxctl audit")
 	fs.Var(&auditSize, "audit-max-size", "size at which the audit log is rotated (`size`, whole MiB)")
 	fs.IntVar(&c.audit.maxFiles, "audit-max-files", audit.DefaultMaxFiles, "most audit log files kept, the current one included (at least 2); the oldest is deleted past it, so the trail takes at most about this times --audit-max-size")
+	fs.StringVar(&c.webhooks.file, "webhooks", "", "JSON `file` of lifecycle webhook endpoints ({\"endpoints\": [{\"name\", \"url\", \"secret\": \"whsec_...\", \"tenants\", \"events\", \"max_queue\"}]}): events (created, hibernated, woken, killed, expired, died, command.finished) are signed (Standard Webhooks) and delivered at least once, in order, from a durable queue in STATE_DIR/webhooks.db (empty: no webhooks)")
+	fs.DurationVar(&c.webhooks.timeout, "webhook-timeout", webhooks.DefaultTimeout, "bound on one webhook delivery attempt (connect, send, answer); a slower endpoint is retried with backoff")
+	fs.DurationVar(&c.webhooks.maxAge, "webhook-max-age", webhooks.DefaultMaxAge, "how long an undelivered webhook event is retried before it is dropped (counted in sandboxd_webhook_events_dropped_total and logged)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
 		fs.PrintDefaults()
@@ -168,6 +180,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	c.audit.maxFileBytes = int64(auditSize)
 	if c.audit.maxFileBytes < 1<<20 || c.audit.maxFiles < 2 {
 		return config{}, usageError{fmt.Errorf("--audit-max-size must be at least 1MiB and --audit-max-files at least 2 (the current file and one rotated)")}
+	}
+	if c.webhooks.timeout <= 0 || c.webhooks.maxAge <= 0 {
+		return config{}, usageError{fmt.Errorf("--webhook-timeout and --webhook-max-age must be positive")}
 	}
 	if err := egress.apply(mc); err != nil {
 		return config{}, usageError{err}

@@ -137,6 +137,6 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
-		Identity: id, LeaseDuration: k.leaderLease, Logger: log,
+		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,
 	})
 }

@@ -166,6 +166,20 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 		log.Info("serving metrics", "metrics_listen", metricsLis.Addr().String())
 	}
+	// Lifecycle webhooks (orchestrator/webhooks), when a file names
+	// endpoints: open before the backend, whose reconcile may publish.
+	// Closed after the manager (deferred before serve closes it).
+	if cfg.webhooks.file != "" {
+		hooks, err := openWebhooks(cfg, log)
+		if err != nil {
+			return fmt.Errorf("--webhooks: %w", err)
+		}
+		defer hooks.Close()
+		cfg.docker.Lifecycle = hooks
+		if met != nil {
+			met.WatchWebhooks(hooks)
+		}
+	}
 	if cfg.otlpEndpoint != "" {
 		tp, err := newTracerProvider(ctx, cfg.otlpEndpoint)
 		if err != nil {

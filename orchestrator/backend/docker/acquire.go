@@ -83,6 +83,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	} else {
 		log.Info("sandbox created")
 	}
+	m.publish(sb, core.LifecycleCreated, "")
 	return res, nil
 }
 

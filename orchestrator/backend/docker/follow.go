@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
@@ -59,7 +60,12 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 		Gone:      sb.goneCh,
 		Dead:      sb.deadCh,
 		OnRecheck: func() { m.reg.touch(sb) },
-	}, fn)
+	}, func(e core.Event) error {
+		if e.Type == ioproto.EventDone {
+			m.publishCommandEnd(sb, commandID, e)
+		}
+		return fn(e)
+	})
 	switch {
 	case errors.Is(err, iolog.ErrTampered):
 		// A file the sandbox replaced is its fault, and the output cannot

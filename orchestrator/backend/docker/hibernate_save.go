@@ -130,6 +130,7 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 		log.Warn("remove old snapshots", "error", err)
 	}
 	m.reg.reset(sb)
+	m.publish(sb, core.LifecycleHibernated, why)
 	log.Info("sandbox hibernated", "reason", why, "level", snap.Level, "snapshot_bytes", snap.Bytes,
 		"level_reason", snap.Reason, "took", time.Since(start))
 	m.enforceSnapshotBudget(sb) // logs a drop, of this snapshot too

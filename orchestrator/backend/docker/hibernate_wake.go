@@ -145,6 +145,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		log.Error("persist sandbox metadata", "error", err)
 	}
 	m.reg.reset(sb)
+	m.publish(sb, core.LifecycleWoken, w.Reason)
 	log.Info("sandbox woken", "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason, "took", time.Since(start))
 	return w.Clone(), nil
 }
@@ -196,6 +197,7 @@ func (m *Manager) wakeFromCheckpoint(ctx context.Context, sb *sandbox, snap *sna
 		cancel()
 	}
 	m.reg.reset(sb)
+	m.publish(sb, core.LifecycleWoken, w.Reason)
 	m.log.Info("sandbox woken from its memory checkpoint", "sandbox_id", sb.id)
 	return w.Clone(), "", nil
 }

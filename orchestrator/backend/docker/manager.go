@@ -43,6 +43,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives events for monitoring (core.Metrics); nil discards.
 	Metrics core.Metrics
+	// Lifecycle receives the sandboxes' lifecycle events (created,
+	// hibernated, woken, killed, expired, died, command.finished), for
+	// sandboxd's webhooks; nil discards.
+	Lifecycle core.LifecycleSink
 	// MemorySnapshots lets a hibernation checkpoint the whole container
 	// (level memory: every process exactly) under the runsc runtime, with
 	// dockerd in experimental mode; the globals snapshot is still taken as
@@ -138,6 +142,7 @@ func (c *Config) applyDefaults() error {
 		c.Snapshots = LocalSnapshots{}
 	}
 	c.Metrics = core.MetricsOrNoop(c.Metrics) // metrics hook
+	c.Lifecycle = core.LifecycleOrNoop(c.Lifecycle)
 	if !c.EgressSubnet.IsValid() {
 		c.EgressSubnet = DefaultEgressSubnet
 	}
@@ -501,7 +506,11 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 	if sb == nil || !core.CallerOf(ctx).Sees(sb.tenant) || !m.claimRemoval(sb, false) {
 		return core.SandboxNotFound(sandboxID)
 	}
-	return m.destroy(ctx, sb, "deleted on request")
+	if err := m.destroy(ctx, sb, "deleted on request"); err != nil {
+		return err
+	}
+	m.publish(sb, core.LifecycleKilled, "deleted on request")
+	return nil
 }
 
 // claimRemoval marks sb as being removed, so that no other removal, command
@@ -595,7 +604,9 @@ func (m *Manager) onExpired(sb *sandbox) {
 	if err := m.destroy(ctx, sb, "expired: "+why); err != nil {
 		m.log.Error("remove expired sandbox; will retry", "sandbox_id", sb.id, "retry_in", removeRetry, "error", err)
 		m.reg.rearm(sb, removeRetry)
+		return
 	}
+	m.publish(sb, core.LifecycleExpired, why)
 }
 
 // flushLoop writes changed metadata (last activity) at most once per

@@ -49,6 +49,7 @@ func (m *Manager) markDead(sb *sandbox, reason string) {
 	if err := sb.persist(false); err != nil {
 		m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
 	}
+	m.publish(sb, core.LifecycleDied, reason)
 	sb.signalDead()
 }
 

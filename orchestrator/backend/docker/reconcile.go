@@ -284,6 +284,7 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 			if err := m.removeEntry(ctx, e, log, ""); err != nil {
 				return err
 			}
+			m.publish(sb, core.LifecycleExpired, fmt.Sprintf("expired at %s, while sandboxd was down", exp.UTC().Format(time.RFC3339)))
 			continue
 		}
 		if err := m.refreshListed(ctx, sb, e.c, e.listed); err != nil {

@@ -95,6 +95,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		} else {
 			log.Info("sandbox created")
 		}
+		m.publish(p, core.LifecycleCreated, "")
 		return core.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
 	}
 	return core.AcquireResult{}, core.Errorf(core.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)

@@ -2,12 +2,15 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // choreInterval is how often the leader looks at every sandbox, besides
@@ -62,6 +65,7 @@ func (m *Manager) recordDeaths(ctx context.Context) {
 			continue
 		}
 		m.log.Warn("sandbox died", "sandbox_id", id, "tenant", p.Annotations[annTenant], "user_id", p.Annotations[annUserID], "reason", reason)
+		m.publish(p, core.LifecycleDied, reason)
 		if p.DeletionTimestamp == nil {
 			m.deletePod(ctx, p)
 		}
@@ -83,7 +87,9 @@ func (m *Manager) expire(ctx context.Context) {
 		if m.cfg.MaxLifetime > 0 {
 			if created := parseTime(p.Annotations[annCreatedAt]); !created.IsZero() && now.After(created.Add(m.cfg.MaxLifetime)) {
 				m.log.Info("sandbox reached its maximum lifetime", "sandbox_id", p.Labels[labelSandboxID], "max_lifetime", m.cfg.MaxLifetime)
-				m.removePod(ctx, p, "maximum lifetime reached")
+				if m.removePod(ctx, p, "maximum lifetime reached") == nil {
+					m.publish(p, core.LifecycleExpired, fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime))
+				}
 				continue
 			}
 		}
@@ -101,7 +107,9 @@ func (m *Manager) expire(ctx context.Context) {
 		}
 		m.log.Info("sandbox expired", "sandbox_id", fresh.Labels[labelSandboxID], "idle_ttl", ttl,
 			"tenant", fresh.Annotations[annTenant], "user_id", fresh.Annotations[annUserID])
-		m.removePod(ctx, fresh, "idle TTL expired")
+		if m.removePod(ctx, fresh, "idle TTL expired") == nil {
+			m.publish(fresh, core.LifecycleExpired, fmt.Sprintf("idle for %v", ttl))
+		}
 	}
 	m.gcBindings(ctx)
 }

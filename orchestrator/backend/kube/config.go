@@ -57,6 +57,11 @@ type Config struct {
 	LeaseDuration time.Duration
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
+	// Lifecycle receives the sandboxes' lifecycle events this backend
+	// sees (created, killed, expired, died; it does not hibernate), for
+	// sandboxd's webhooks; nil discards. Each replica publishes the
+	// changes it makes; deaths and expiries are the leader's.
+	Lifecycle core.LifecycleSink
 	// DialIO connects to a sandbox's io sidecar; default the real one
 	// (iosidecar.Dial). Tests of this package substitute a fake.
 	DialIO func(ctx context.Context, addr, token string) (IOConn, error)
@@ -94,4 +99,5 @@ func (c *Config) fillDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	c.Lifecycle = core.LifecycleOrNoop(c.Lifecycle)
 }

@@ -57,6 +57,7 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 	if err := m.removePod(ctx, p, "deleted by request"); err != nil {
 		return apiError("delete the sandbox pod", err)
 	}
+	m.publish(p, core.LifecycleKilled, "deleted on request")
 	return nil
 }
 
@@ -182,4 +183,14 @@ func (m *Manager) retire(ctx context.Context, id, reason string) {
 	if p.DeletionTimestamp == nil {
 		m.deletePod(ctx, p)
 	}
+}
+
+// publish reports a change in p's sandbox's life to the lifecycle sink
+// (sandboxd's webhooks), once the API server has it.
+func (m *Manager) publish(p *corev1.Pod, kind core.LifecycleKind, reason string) {
+	sb := m.sandboxOf(p)
+	m.cfg.Lifecycle.Publish(core.LifecycleEvent{
+		Kind: kind, Time: time.Now().UTC(), Tenant: sb.Tenant, UserID: sb.UserID,
+		SandboxID: sb.ID, Metadata: sb.Metadata, Reason: reason,
+	})
 }
