@@ -61,6 +61,12 @@ type LifecycleEvent struct {
 	Command *CommandEnd
 }
 
+// CommandEndEventID is the event ID of a command's end: one per command,
+// however many times the end is read.
+func CommandEndEventID(sandboxID, commandID string) string {
+	return "cmd_" + sandboxID + "_" + commandID
+}
+
 // CommandEnd is how a command ended, for LifecycleCommandFinished.
 type CommandEnd struct {
 	CommandID string

@@ -85,7 +85,7 @@ type Dispatcher struct {
 type endpoint struct {
 	Endpoint
 	wh     *standardwebhooks.Webhook
-	wake   chan struct{} // a new event is queued
+	wake   chan struct{}     // a new event is queued
 	stats  core.WebhookStats // guarded by mu
 	mu     sync.Mutex
 	logged atomic.Int64 // drops logged, to log one in a hundred

@@ -23,7 +23,7 @@ func (m *Manager) publish(sb *sandbox, kind core.LifecycleKind, reason string) {
 // several followers of one command make one event for receivers.
 func (m *Manager) publishCommandEnd(sb *sandbox, commandID string, e core.Event) {
 	m.cfg.Lifecycle.Publish(core.LifecycleEvent{
-		Kind: core.LifecycleCommandFinished, ID: "cmd_" + sb.id + "_" + commandID,
+		Kind: core.LifecycleCommandFinished, ID: core.CommandEndEventID(sb.id, commandID),
 		Time: time.Now().UTC(), Tenant: sb.tenant, UserID: sb.userID, SandboxID: sb.id,
 		Metadata: sb.metadata, Command: &core.CommandEnd{CommandID: commandID, Status: e.Status, ExitCode: e.ExitCode},
 	})

@@ -74,7 +74,12 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		defer close(watched)
 		m.watchWhileFollowing(fctx, sandboxID, commandID, cancel)
 	}()
-	err = c.Follow(fctx, commandID, afterSeq, fn)
+	err = c.Follow(fctx, commandID, afterSeq, func(e core.Event) error {
+		if e.Type == ioproto.EventDone {
+			m.publishCommandEnd(p, commandID, e)
+		}
+		return fn(e)
+	})
 	cancel(nil)
 	<-watched
 	if cause := context.Cause(fctx); err != nil && cause != nil && core.ClassOf(cause) != nil {

@@ -194,3 +194,14 @@ func (m *Manager) publish(p *corev1.Pod, kind core.LifecycleKind, reason string)
 		SandboxID: sb.ID, Metadata: sb.Metadata, Reason: reason,
 	})
 }
+
+// publishCommandEnd reports the end of a command read through the
+// sidecar, with the ID the Docker backend gives it (one per command).
+func (m *Manager) publishCommandEnd(p *corev1.Pod, commandID string, e core.Event) {
+	sb := m.sandboxOf(p)
+	m.cfg.Lifecycle.Publish(core.LifecycleEvent{
+		Kind: core.LifecycleCommandFinished, ID: core.CommandEndEventID(sb.ID, commandID),
+		Time: time.Now().UTC(), Tenant: sb.Tenant, UserID: sb.UserID, SandboxID: sb.ID,
+		Metadata: sb.Metadata, Command: &core.CommandEnd{CommandID: commandID, Status: e.Status, ExitCode: e.ExitCode},
+	})
+}
