@@ -476,3 +476,17 @@ func waitStats(t *testing.T, d *Dispatcher, what string, cond func(core.WebhookS
 		time.Sleep(5 * time.Millisecond) // polling a counter, bounded by the deadline
 	}
 }
+
+// TestSignatureVector: the signature of a fixed request, as the README's
+// scheme and the Python client's verify (clients/python, the same vector
+// in tests/test_unit_webhooks.py) compute it.
+func TestSignatureVector(t *testing.T) {
+	wh, err := standardwebhooks.NewWebhook("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := wh.Sign("evt_1", time.Unix(1795720480, 0), []byte(`{"type":"killed"}`))
+	if want := "v1,Ud47HdT45AgVxT6IWH+9sI6hjnJL9FrY6eMygOKQQyw="; err != nil || sig != want {
+		t.Errorf("signature = %q, %v; want %q", sig, err, want)
+	}
+}
