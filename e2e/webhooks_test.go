@@ -269,12 +269,9 @@ func TestE2EWebhooksHungReceiver(t *testing.T) {
 	env := needE2E(t)
 	ctx := e2eCtx(t)
 	hook := newHookReceiver(t, "hanging")
-	flags := []string{"--webhooks", writeHooksFile(t, hook.endpoint(nil, hookAllEvents))}
-	if hasFlag(env.sandboxdHelp(t), "webhook-timeout") {
-		// One attempt outlasts the calls below, so that the request held
-		// before them is still the same one, held, when they return.
-		flags = append(flags, "--webhook-timeout", "10m")
-	}
+	// One attempt outlasts the calls below, so that the request held
+	// before them is still the same one, held, when they return.
+	flags := []string{"--webhooks", writeHooksFile(t, hook.endpoint(nil, hookAllEvents)), "--webhook-timeout", "10m"}
 	d := env.start(t, flags...)
 	c, _ := d.client(t)
 

@@ -183,7 +183,7 @@ func (m *Manager) contextOp(ctx context.Context, sb *sandbox, rec ioproto.Record
 	defer cancel()
 	var done *core.Event
 	var ename string
-	err := m.Follow(wctx, sb.id, rec.CommandID, 0, func(e core.Event) error {
+	err := m.follow(wctx, sb, rec.CommandID, 0, func(e core.Event) error {
 		switch e.Type {
 		case ioproto.EventError:
 			ename = e.EName

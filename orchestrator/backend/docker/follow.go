@@ -37,7 +37,15 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 	if err != nil {
 		return err
 	}
-	return m.follow(ctx, sb, commandID, afterSeq, fn)
+	// A caller's command's end is a lifecycle event (command.finished);
+	// the records sandboxd itself appends (hibernation's, contexts') are
+	// followed with follow, unreported.
+	return m.follow(ctx, sb, commandID, afterSeq, func(e core.Event) error {
+		if e.Type == ioproto.EventDone {
+			m.publishCommandEnd(sb, commandID, e)
+		}
+		return fn(e)
+	})
 }
 
 // follow is Follow on a sandbox already looked up: iolog's follow loop,
@@ -60,12 +68,7 @@ func (m *Manager) follow(ctx context.Context, sb *sandbox, commandID string, aft
 		Gone:      sb.goneCh,
 		Dead:      sb.deadCh,
 		OnRecheck: func() { m.reg.touch(sb) },
-	}, func(e core.Event) error {
-		if e.Type == ioproto.EventDone {
-			m.publishCommandEnd(sb, commandID, e)
-		}
-		return fn(e)
-	})
+	}, fn)
 	switch {
 	case errors.Is(err, iolog.ErrTampered):
 		// A file the sandbox replaced is its fault, and the output cannot
