@@ -21,6 +21,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -142,6 +143,7 @@ func TestKube(t *testing.T) {
 	t.Run("IdleTTLAcrossReplicaRestart", func(t *testing.T) { kubeIdleTTL(t, k) })
 	t.Run("WarmPoolConcurrentClaims", func(t *testing.T) { kubeWarmPool(t, k) })
 	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
+	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.
 	t.Run("Acceptance", func(t *testing.T) {
@@ -544,4 +546,47 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// Lifecycle webhooks under Kubernetes: the replica that serves the calls
+// publishes created, command.finished and killed; the leader publishes the
+// death of a Pod deleted behind sandboxd's back and the expiry of an idle
+// sandbox. Every request verifies (the receiver checks each signature),
+// each sandbox's events arrive in order, once.
+func kubeWebhooks(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	hook := newHookReceiver(t, "kube")
+	d := k.replica(t, "hooks-a", "--webhooks", writeHooksFile(t, hook.endpoint(nil, hookAllEvents)))
+	c, _ := d.client(t)
+
+	used := acquire(t, ctx, c, "hook-used").GetSandbox().GetSandboxId()
+	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: used, CommandId: "kube-hook-1", Language: "bash", Code: "true"}), "true")
+	if _, err := c.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: used}); err != nil {
+		t.Fatal(err)
+	}
+	dead := acquire(t, ctx, c, "hook-dead").GetSandbox().GetSandboxId()
+	if err := k.cs.CoreV1().Pods(kubeNamespace).Delete(ctx, k.podOf(t, ctx, dead).Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "hook-idle", Options: &sandboxv1.SandboxOptions{
+		IdleTimeout: durationpb.New(2 * time.Second), OnIdle: sandboxv1.IdleAction_IDLE_ACTION_DELETE}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idle := r.GetSandbox().GetSandboxId()
+
+	died := hook.waitDelivered(t, dead, "died", 2*time.Minute)
+	hook.waitDelivered(t, idle, "expired", 2*time.Minute)
+	if !strings.Contains(died.reason, "deleted outside sandboxd") {
+		t.Errorf("died's reason %q does not say the Pod was deleted outside sandboxd", died.reason)
+	}
+	got, dups := hook.delivered()
+	checkSequences(t, "kube", got, map[string][]string{
+		used: {"created", "command.finished", "killed"},
+		dead: {"created", "died"},
+		idle: {"created", "expired"},
+	})
+	if dups != 0 {
+		t.Errorf("%d deliveries repeated an event ID, though the receiver took each at once", dups)
+	}
 }
