@@ -27,6 +27,11 @@
 // sandboxd's CPU with --sampling-sandboxes running sandboxes, restarted
 // with sampling off and then on; they need a self-started sandboxd.
 //
+// The webhook rows (webhooks.go) measure what lifecycle webhooks cost the
+// calls that cause them: a user's round with webhooks off, with an
+// endpoint answering and with it hanging; they need a self-started
+// sandboxd.
+//
 // --phases runs part of the suite, e.g. --phases network.
 //
 // Every size is a flag, so CI can smoke-run it in seconds:
@@ -75,13 +80,14 @@ type Sizes struct {
 	NetClients        int           `json:"net_clients"`        // concurrent clients of the ingress requests/s figure
 	SamplingSandboxes int           `json:"sampling_sandboxes"` // running sandboxes of the sampling figures
 	SamplingWindow    time.Duration `json:"sampling_window"`    // how long sandboxd's CPU is measured, sampling off and on
+	WebhookRounds     int           `json:"webhook_rounds"`     // timed rounds of each webhook figure
 }
 
 func (s Sizes) String() string {
-	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d sampling-sandboxes=%d sampling-window=%v",
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d sampling-sandboxes=%d sampling-window=%v webhook-rounds=%d",
 		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
 		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated, s.KubeAcquires,
-		s.NetRequests, s.NetDownloadMB, s.NetClients, s.SamplingSandboxes, s.SamplingWindow)
+		s.NetRequests, s.NetDownloadMB, s.NetClients, s.SamplingSandboxes, s.SamplingWindow, s.WebhookRounds)
 }
 
 // config is the parsed command line.
@@ -101,7 +107,7 @@ type config struct {
 // phaseNames are the parts of the suite --phases chooses from, in the
 // order they run. "fleet" is the throughput, idle-memory and reattach
 // figures, which share one fleet of sandboxes.
-var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling"}
+var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling", "webhooks"}
 
 func parseConfig(args []string, out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)
@@ -135,6 +141,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.NetClients, "net-clients", 8, "concurrent clients of the ingress requests/s figure (which runs --duration each way)")
 	fs.IntVar(&c.SamplingSandboxes, "sampling-sandboxes", 100, "running sandboxes while sandboxd's CPU is measured with metrics sampling off and on")
 	fs.DurationVar(&c.SamplingWindow, "sampling-window", time.Minute, "how long sandboxd's CPU is measured with sampling off, then on")
+	fs.IntVar(&c.WebhookRounds, "webhook-rounds", 30, "timed rounds (acquire, run, delete) with webhooks off, an endpoint answering, and an endpoint hanging")
 	phases := strings.Join(phaseNames, ",")
 	fs.StringVar(&phases, "phases", phases, "comma-separated `phases` to run (the others' rows are left out): "+strings.Join(phaseNames, ", "))
 	fs.BoolVar(&asJSON, "json", false, "print JSON instead of a table")
@@ -166,7 +173,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}{{"iterations", c.Iterations}, {"peer-iterations", c.PeerIterations}, {"cold", c.Cold}, {"users", c.Users},
 		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}, {"kube-acquires", c.KubeAcquires},
 		{"net-requests", c.NetRequests}, {"net-download-mb", c.NetDownloadMB}, {"net-clients", c.NetClients},
-		{"sampling-sandboxes", c.SamplingSandboxes}} {
+		{"sampling-sandboxes", c.SamplingSandboxes}, {"webhook-rounds", c.WebhookRounds}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", v.name)
 		}

@@ -58,6 +58,7 @@ var RowKeys = []string{
 	mKubeWarmP50.key, mKubeWarmP99.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key,
 	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
 	mSamplingCPU.key, mSamplingOne.key,
+	mHookOK.key, mHookHung.key,
 }
 
 const mib = 1 << 20
@@ -140,6 +141,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"kubernetes", "kubernetes", b.kubernetes},
 		{"network", "network", b.network},
 		{"sampling", "metrics sampling", b.sampling},
+		{"webhooks", "webhooks", b.webhooks},
 	} {
 		if cfg.phases[p.key] {
 			b.phase(ctx, p.name, p.fn)
