@@ -54,7 +54,7 @@ var RowKeys = []string{
 	mCold.key, mPool.key, mThroughput.key, mIdleMemory.key, mIdleFit.key,
 	mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key,
 	mHibSmall.key, mWakeSmall.key, mHibLarge.key, mWakeLarge.key, mSnapLarge.key,
-	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key,
+	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key, mHibRSSFresh.key, mHibRestart.key,
 	mKubeWarmP50.key, mKubeWarmP99.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key,
 	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
 	mSamplingCPU.key, mSamplingOne.key,
