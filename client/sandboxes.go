@@ -24,6 +24,9 @@ type Acquired struct {
 	ReplacedReason string
 	// Sandbox describes the sandbox as sandboxd reported it.
 	Sandbox *sandboxv1.Sandbox
+	// Woke says how the state came back when this call woke a hibernated
+	// sandbox or started one from a snapshot (WithFromSnapshot).
+	Woke *sandboxv1.WakeInfo
 }
 
 // Limits are a new sandbox's resource limits; zero fields take sandboxd's
@@ -86,6 +89,7 @@ func (c *Client) Acquire(ctx context.Context, userID string, opts ...AcquireOpti
 		ReplacedID:     r.GetReplacedSandboxId(),
 		ReplacedReason: r.GetReplacedReason(),
 		Sandbox:        r.GetSandbox(),
+		Woke:           r.GetWoke(),
 	}, nil
 }
 

@@ -113,6 +113,10 @@ func auditDetail(e *sandboxv1.AuditEvent) string {
 	add("to", e.GetToPath())
 	add("command", e.GetCommandId())
 	add("context", e.GetContextId())
+	add("snapshot", e.GetSnapshot())
+	if e.GetCount() > 0 {
+		add("count", fmt.Sprint(e.GetCount()))
+	}
 	add("language", e.GetLanguage())
 	if e.GetBytes() > 0 {
 		add("bytes", fmt.Sprint(e.GetBytes()))

@@ -37,7 +37,7 @@ func init() {
 		{"kill", "SANDBOX_ID... | --user USER [--tenant TENANT]",
 			"delete sandboxes (each is attempted), or all of a user's (in every tenant the token sees, unless --tenant)",
 			[]string{"sandboxctl kill sb-q3x7kd2mf5a6bnp4hcw2 sb-7ryz2lnw4ks6tdm3vb5e", "sandboxctl kill --user alice"}, cmdKill},
-		{"exec", "(--user USER | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] CODE",
+		{"exec", "(--user USER [--from-snapshot SNAPSHOT] | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] CODE",
 			"run CODE (\"-\" reads stdin) in a user's sandbox (acquired first) or in a sandbox by ID, and stream its output;\n" +
 				"--network and the policy flags (as net set's) give a sandbox exec creates for --user its network;\n" +
 				"--save DIR writes figures (PNG, JPEG, SVG, PDF) and plotly charts (self-contained HTML) there;\n" +
@@ -85,6 +85,14 @@ func init() {
 			[]string{"sandboxctl hibernate sb-q3x7kd2mf5a6bnp4hcw2"}, cmdHibernate},
 		{"wake", "SANDBOX_ID...", "wake hibernated sandboxes and print how their state came back",
 			[]string{"sandboxctl wake sb-q3x7kd2mf5a6bnp4hcw2"}, cmdWake},
+		{"snapshot", "create SANDBOX_ID [--name NAME] [-o json] | ls [--sandbox SANDBOX_ID] [-o table|json] | rm SNAPSHOT",
+			"save a running sandbox's globals and /workspace as a snapshot of its tenant (it keeps running), list them, delete one;\n" +
+				"exec --user U --from-snapshot SNAPSHOT (or AcquireSandbox options.from_snapshot) starts a new sandbox from one",
+			[]string{"sandboxctl snapshot create sb-q3x7kd2mf5a6bnp4hcw2 --name before-refactor", "sandboxctl snapshot ls",
+				"sandboxctl snapshot rm before-refactor"}, cmdSnapshot},
+		{"fork", "SANDBOX_ID [--count N] [--user USER]...",
+			"make N copies (1 to 20) of a running sandbox's state, each a new sandbox of its own user; print each fork, or why it failed",
+			[]string{"sandboxctl fork sb-q3x7kd2mf5a6bnp4hcw2 --count 3", "sandboxctl fork sb-q3x7kd2mf5a6bnp4hcw2 --user branch-a --user branch-b"}, cmdFork},
 		{"net", "SANDBOX_ID [-o table|json] | set SANDBOX_ID [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] | host SANDBOX_ID PORT",
 			"show a networked sandbox's egress policy, counters and recent denials (why a download failed);\n" +
 				"set replaces its policy whole (allowed beats denied; --deny 0.0.0.0/0 with --allow is an allow-list;\n" +

@@ -32,6 +32,7 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
 	env := envFlag{}
 	fs.Var(env, "env", "NAME=VALUE set for this command only (repeatable)")
+	fromSnapshot := fs.String("from-snapshot", "", "a sandbox exec creates for --user starts from this snapshot (ID or name): its globals and /workspace")
 	network := fs.Bool("network", false, "a sandbox exec creates for --user gets network access (under sandboxd's default policy unless the policy flags give one)")
 	var pf policyFlags
 	pf.register(fs)
@@ -66,6 +67,12 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	} else if *network {
 		acquireOpts = append(acquireOpts, client.WithNetwork())
 	}
+	if *fromSnapshot != "" {
+		if *sandboxID != "" {
+			return usageErr(c.stderr, "exec", errors.New("--from-snapshot applies to the sandbox exec acquires for --user"))
+		}
+		acquireOpts = append(acquireOpts, client.WithFromSnapshot(*fromSnapshot))
+	}
 	if err := out.check(); err != nil {
 		return usageErr(c.stderr, "exec", err)
 	}
@@ -93,9 +100,14 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		if err != nil {
 			return c.fail("exec: acquire sandbox for "+*user, err)
 		}
-		if !acq.Created && len(acquireOpts) > 0 {
+		if !acq.Created && *fromSnapshot != "" {
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --from-snapshot applies only to a new one\n", *user, acq.ID)
+		} else if !acq.Created && len(acquireOpts) > 0 {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the network it was created with (sandboxctl net set %s changes its policy)\n",
 				*user, acq.ID, acq.ID)
+		}
+		if acq.Created && acq.Woke != nil {
+			fmt.Fprintf(c.stderr, "sandboxctl: started %s from snapshot %s: %s\n", acq.ID, *fromSnapshot, wakeSummary(acq.Woke))
 		}
 		if acq.StateLost {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",

@@ -22,10 +22,10 @@ type Recorder interface {
 // not only successes.
 //
 // Recorded, one action each: Acquire, Delete, SetTimeout, Hibernate, Wake,
-// UpdateNetworkPolicy, Submit (execute), Interrupt, CreateContext,
+// CreateSnapshot, DeleteSnapshot, Fork, UpdateNetworkPolicy, Submit (execute), Interrupt, CreateContext,
 // RestartContext, DeleteContext, Upload (write_file), MakeDirectory
 // (mkdir), Remove and Rename (move). Not recorded: the reads (Get, List,
-// NetworkStatus, SandboxMetrics, GetHost, PortTarget, Follow,
+// ListSnapshots, NetworkStatus, SandboxMetrics, GetHost, PortTarget, Follow,
 // ListCommands, ListContexts, Download, ListFiles, ListFilesDepth,
 // WatchDirectory), and the traffic of
 // a command already recorded by its execute (SendStdin, CloseStdin,
@@ -64,7 +64,7 @@ func (a *audited) record(ctx context.Context, start time.Time, action string, e 
 func (a *audited) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
 	start := time.Now()
 	res, err := a.Manager.Acquire(ctx, userID, opts)
-	a.record(ctx, start, ActionAcquire, Event{SandboxID: res.Sandbox.ID, UserID: userID}, err)
+	a.record(ctx, start, ActionAcquire, Event{SandboxID: res.Sandbox.ID, UserID: userID, Snapshot: opts.FromSnapshot}, err)
 	return res, err
 }
 
@@ -94,6 +94,31 @@ func (a *audited) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *co
 	sb, wi, err := a.Manager.Wake(ctx, sandboxID)
 	a.record(ctx, start, ActionWake, Event{SandboxID: sandboxID}, err)
 	return sb, wi, err
+}
+
+func (a *audited) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
+	start := time.Now()
+	s, err := a.Manager.CreateSnapshot(ctx, sandboxID, name)
+	ref := s.ID
+	if ref == "" {
+		ref = name
+	}
+	a.record(ctx, start, ActionCreateSnapshot, Event{SandboxID: sandboxID, Snapshot: ref}, err)
+	return s, err
+}
+
+func (a *audited) DeleteSnapshot(ctx context.Context, ref string) error {
+	start := time.Now()
+	err := a.Manager.DeleteSnapshot(ctx, ref)
+	a.record(ctx, start, ActionDeleteSnapshot, Event{Snapshot: ref}, err)
+	return err
+}
+
+func (a *audited) Fork(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error) {
+	start := time.Now()
+	rs, err := a.Manager.Fork(ctx, sandboxID, req)
+	a.record(ctx, start, ActionFork, Event{SandboxID: sandboxID, Count: req.Count}, err)
+	return rs, err
 }
 
 func (a *audited) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error) {

@@ -33,6 +33,9 @@ const (
 	ActionSetTimeout          = "set_timeout"
 	ActionHibernate           = "hibernate"
 	ActionWake                = "wake"
+	ActionCreateSnapshot      = "create_snapshot"
+	ActionDeleteSnapshot      = "delete_snapshot"
+	ActionFork                = "fork"
 	ActionUpdateNetworkPolicy = "update_network_policy"
 	ActionExecute             = "execute"
 	ActionInterrupt           = "interrupt"
@@ -52,6 +55,7 @@ const (
 // Actions is every action a record may have, in the Manager's order.
 var Actions = []string{
 	ActionAcquire, ActionDelete, ActionSetTimeout, ActionHibernate, ActionWake,
+	ActionCreateSnapshot, ActionDeleteSnapshot, ActionFork,
 	ActionUpdateNetworkPolicy, ActionExecute, ActionInterrupt,
 	ActionCreateContext, ActionRestartContext, ActionDeleteContext,
 	ActionWriteFile, ActionMkdir, ActionRemove, ActionMove, ActionDropped,
@@ -81,7 +85,11 @@ type Event struct {
 	// contexts' context; Language is execute's and create_context's.
 	CommandID string `json:"command_id,omitempty"`
 	ContextID string `json:"context_id,omitempty"`
-	Language  string `json:"language,omitempty"`
+	// Snapshot is create_snapshot's and delete_snapshot's snapshot (its ID,
+	// or the name given) and acquire's from_snapshot; Count fork's forks.
+	Snapshot string `json:"snapshot,omitempty"`
+	Count    int    `json:"count,omitempty"`
+	Language string `json:"language,omitempty"`
 	// Bytes is a size in place of content: execute's code, write_file's
 	// bytes received.
 	Bytes int64 `json:"bytes,omitempty"`
@@ -117,7 +125,7 @@ func bound(s string, n int) string {
 // bounded returns e with every string field bounded.
 func (e Event) bounded() Event {
 	for _, f := range []*string{&e.Tenant, &e.TokenName, &e.Action, &e.SandboxID, &e.UserID,
-		&e.Path, &e.ToPath, &e.CommandID, &e.ContextID, &e.Language, &e.Outcome} {
+		&e.Path, &e.ToPath, &e.CommandID, &e.ContextID, &e.Snapshot, &e.Language, &e.Outcome} {
 		*f = bound(*f, maxField)
 	}
 	e.Message = bound(e.Message, maxMessage)

@@ -32,6 +32,18 @@ type Manager interface {
 	SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (Sandbox, error)
 	Hibernate(ctx context.Context, sandboxID string) (Sandbox, error)
 	Wake(ctx context.Context, sandboxID string) (Sandbox, *WakeInfo, error)
+	// CreateSnapshot saves a running sandbox's state (globals as a
+	// hibernation saves them, and /workspace) as a named snapshot of its
+	// tenant, kept until DeleteSnapshot (snapshot.go). The sandbox keeps
+	// running.
+	CreateSnapshot(ctx context.Context, sandboxID, name string) (Snapshot, error)
+	// ListSnapshots lists the snapshots the caller may see, newest first.
+	ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
+	// DeleteSnapshot deletes a snapshot by ID or name.
+	DeleteSnapshot(ctx context.Context, ref string) error
+	// Fork makes req.Count new sandboxes with a copy of the source's state;
+	// each succeeds or fails on its own (ForkResult.Err).
+	Fork(ctx context.Context, sandboxID string, req ForkRequest) ([]ForkResult, error)
 	// SandboxMetrics returns the samples of the sandbox's resource use
 	// taken after since, oldest first: those of the last minutes while it
 	// runs, only its last one once it is hibernated or dead. It neither

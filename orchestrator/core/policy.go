@@ -362,6 +362,11 @@ func (p *Policy) ResolveOptions(opts Options) (Options, error) {
 	if err := checkOnIdle(opts.OnIdle); err != nil {
 		return Options{}, err
 	}
+	if opts.FromSnapshot != "" {
+		if err := ValidateSnapshotRef(opts.FromSnapshot); err != nil {
+			return Options{}, err
+		}
+	}
 	opts.Limits, opts.Metadata = limits, maps.Clone(opts.Metadata)
 	return opts, nil
 }

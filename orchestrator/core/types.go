@@ -70,6 +70,11 @@ type Options struct {
 	// OnIdleDelete); empty means the server default. The E2B door sets it
 	// from lifecycle.onTimeout, whose default is to kill.
 	OnIdle string
+	// FromSnapshot starts a new sandbox from a named snapshot of the
+	// caller's tenant (its ID or name): /workspace copied, the globals
+	// restored before Acquire returns (AcquireResult.Woke says how). It
+	// keeps the sandbox from the warm pool.
+	FromSnapshot string
 }
 
 // Sandbox describes one sandbox.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -41,6 +42,15 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		return core.AcquireResult{}, err
 	}
 	spec := m.newSpec(userKey{caller.Tenant, userID}, opts)
+	if opts.FromSnapshot != "" {
+		// Resolved before anything is made: another tenant's is not found.
+		f, err := m.snaps.resolve(caller, opts.FromSnapshot, true)
+		if err != nil {
+			return core.AcquireResult{}, err
+		}
+		spec.from = &f
+		spec.limits.DiskBytes = f.WorkspaceBytes // the snapshot's /workspace, whole
+	}
 
 	unlock, err := m.userLocks.lock(ctx, spec.user.String())
 	if err != nil {
@@ -73,8 +83,12 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	if err != nil {
 		return core.AcquireResult{}, err
 	}
+	var restored *core.WakeInfo
+	if spec.from != nil {
+		restored = m.restoreFrom(ctx, sb, spec.from)
+	}
 	m.cfg.Metrics.Acquired(kind, time.Since(start))
-	res := core.AcquireResult{Sandbox: m.snapshot(sb), Created: true}
+	res := core.AcquireResult{Sandbox: m.snapshot(sb), Created: true, Woke: restored}
 	log := m.log.With("sandbox_id", sb.id, "tenant", spec.user.tenant, "user_id", userID)
 	if replaced != nil {
 		_, reason := replaced.status()
@@ -103,6 +117,8 @@ type sandboxSpec struct {
 	idleTTL  time.Duration
 	// onIdle is Options.OnIdle, validated.
 	onIdle string
+	// from is the named snapshot the sandbox starts from (Options.FromSnapshot).
+	from *snapFile
 }
 
 // newSpec is the spec of a new sandbox of user, from opts as
@@ -221,6 +237,9 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 	}
 
 	sizes := volumeSizes{io: m.cfg.IODiskBytes, workspace: spec.limits.DiskBytes}
+	if spec.from != nil {
+		sizes.workspaceFrom = filepath.Join(m.snaps.dir, spec.from.ID, snapWorkspaceFile)
+	}
 	if err := prepareDirs(ctx, sb.dir, sizes); err != nil {
 		cleanup("")
 		if ctx.Err() != nil {
@@ -241,6 +260,16 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("set up the sandbox's network: %w", err)
+		}
+	}
+	if spec.from != nil {
+		// The globals, where the driver reads a restore's snapshot; the
+		// restore record is named in meta.json (WakeRecord) before the
+		// sandbox is registered, so a crash before its answer is finished
+		// by start-up recovery as a wake's is (hibernate_recover.go).
+		if err := m.prepareRestore(sb, spec.from); err != nil {
+			cleanup("")
+			return nil, fmt.Errorf("prepare the snapshot's restore: %w", err)
 		}
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)

@@ -237,6 +237,8 @@ type Manager struct {
 	recheck time.Duration
 	// snapshots is Config.Snapshots.
 	snapshots SnapshotStore
+	// snaps is the named snapshots (snapshots.go).
+	snaps *snapshots
 	// checkpoints is the Docker client's checkpoint API, when it has one.
 	checkpoints checkpointer
 	// net is the sandboxes' networking (network.go): addresses, the
@@ -315,6 +317,11 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		return fail(err)
 	}
 	m.lock = lock
+	// Before reconcile: a volume a killed sandboxd left frozen mid-snapshot
+	// is thawed here.
+	if m.snaps, err = loadSnapshots(cfg.StateDir, m.log); err != nil {
+		return fail(fmt.Errorf("load snapshots: %w", err))
+	}
 	w, err := iolog.NewWatcher(m.log)
 	if err != nil {
 		return fail(fmt.Errorf("file watcher: %w", err))

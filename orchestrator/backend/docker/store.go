@@ -214,6 +214,16 @@ func prepareDirs(ctx context.Context, dir string, sizes volumeSizes) error {
 		if err := os.Mkdir(p, 0); err != nil { // unusable unless mounted on
 			return err
 		}
+		if v.name == workspaceDir && sizes.workspaceFrom != "" {
+			img := filepath.Join(dir, v.name+".img")
+			if err := runTool(ctx, "cp", "--sparse=always", "--reflink=auto", sizes.workspaceFrom, img); err != nil {
+				return fmt.Errorf("copy the snapshot's workspace: %w", err)
+			}
+			if err := mountVolume(ctx, img, p); err != nil {
+				return fmt.Errorf("mount the snapshot's workspace: %w", err)
+			}
+			continue
+		}
 		if err := createVolume(ctx, filepath.Join(dir, v.name+".img"), p, v.size, v.reserve); err != nil {
 			return fmt.Errorf("create %s volume: %w", v.name, err)
 		}

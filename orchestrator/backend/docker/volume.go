@@ -90,6 +90,9 @@ func checkVolumeSupport() error {
 // directory (Config.NoDiskVolumes).
 type volumeSizes struct {
 	io, workspace int64
+	// workspaceFrom, when set, is a volume image (a named snapshot's) the
+	// workspace volume is a sparse copy of, instead of a new file system.
+	workspaceFrom string
 }
 
 // createVolume makes a sparse image of size bytes at img, formats it with

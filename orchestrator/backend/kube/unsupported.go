@@ -28,6 +28,7 @@ const (
 	featListing     = "command listings"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
+	featSnapshots   = "snapshots and forks"
 )
 
 // refuseNetwork is Acquire's answer to options asking for network: no
@@ -114,6 +115,26 @@ func (m *Manager) Hibernate(context.Context, string) (core.Sandbox, error) {
 // Wake is not supported on this backend.
 func (m *Manager) Wake(context.Context, string) (core.Sandbox, *core.WakeInfo, error) {
 	return core.Sandbox{}, nil, unsupported(featHibernation)
+}
+
+// CreateSnapshot is not supported on this backend.
+func (m *Manager) CreateSnapshot(context.Context, string, string) (core.Snapshot, error) {
+	return core.Snapshot{}, unsupported(featSnapshots)
+}
+
+// ListSnapshots is not supported on this backend.
+func (m *Manager) ListSnapshots(context.Context, core.SnapshotFilter) ([]core.Snapshot, error) {
+	return nil, unsupported(featSnapshots)
+}
+
+// DeleteSnapshot is not supported on this backend.
+func (m *Manager) DeleteSnapshot(context.Context, string) error {
+	return unsupported(featSnapshots)
+}
+
+// Fork is not supported on this backend.
+func (m *Manager) Fork(context.Context, string, core.ForkRequest) ([]core.ForkResult, error) {
+	return nil, unsupported(featSnapshots)
 }
 
 // SendStdin is not supported on this backend (Submit refuses commands

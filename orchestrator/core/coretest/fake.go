@@ -40,6 +40,10 @@ type Manager struct {
 	WakeFunc       func(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
 
 	SandboxMetricsFunc func(ctx context.Context, sandboxID string, since time.Time) ([]core.SandboxMetrics, error)
+	CreateSnapshotFunc func(ctx context.Context, sandboxID, name string) (core.Snapshot, error)
+	ListSnapshotsFunc  func(ctx context.Context, f core.SnapshotFilter) ([]core.Snapshot, error)
+	DeleteSnapshotFunc func(ctx context.Context, ref string) error
+	ForkFunc           func(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error)
 
 	UpdateNetworkPolicyFunc func(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error)
 	NetworkStatusFunc       func(ctx context.Context, sandboxID string) (core.NetworkStatus, error)
@@ -187,6 +191,42 @@ func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *co
 		return core.Sandbox{}, nil, ErrNotScripted
 	}
 	return m.WakeFunc(ctx, sandboxID)
+}
+
+// CreateSnapshot calls CreateSnapshotFunc.
+func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
+	m.record("CreateSnapshot")
+	if m.CreateSnapshotFunc == nil {
+		return core.Snapshot{}, ErrNotScripted
+	}
+	return m.CreateSnapshotFunc(ctx, sandboxID, name)
+}
+
+// ListSnapshots calls ListSnapshotsFunc.
+func (m *Manager) ListSnapshots(ctx context.Context, f core.SnapshotFilter) ([]core.Snapshot, error) {
+	m.record("ListSnapshots")
+	if m.ListSnapshotsFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ListSnapshotsFunc(ctx, f)
+}
+
+// DeleteSnapshot calls DeleteSnapshotFunc.
+func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
+	m.record("DeleteSnapshot")
+	if m.DeleteSnapshotFunc == nil {
+		return ErrNotScripted
+	}
+	return m.DeleteSnapshotFunc(ctx, ref)
+}
+
+// Fork calls ForkFunc.
+func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error) {
+	m.record("Fork")
+	if m.ForkFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ForkFunc(ctx, sandboxID, req)
 }
 
 // SandboxMetrics calls SandboxMetricsFunc.

@@ -84,6 +84,8 @@ func auditEventToProto(e audit.Event) *sandboxv1.AuditEvent {
 		ToPath:       validUTF8(e.ToPath),
 		CommandId:    validUTF8(e.CommandID),
 		ContextId:    validUTF8(e.ContextID),
+		Snapshot:     validUTF8(e.Snapshot),
+		Count:        int32(e.Count),
 		Language:     validUTF8(e.Language),
 		Bytes:        e.Bytes,
 		Outcome:      validUTF8(e.Outcome),

@@ -37,6 +37,7 @@ func (s *Service) SetSandboxTimeout(ctx context.Context, req *sandboxv1.SetSandb
 func acquireOptionsFromProto(o *sandboxv1.SandboxOptions) (core.Options, error) {
 	opts := optionsFromProto(o)
 	opts.Metadata = o.GetMetadata()
+	opts.FromSnapshot = o.GetFromSnapshot()
 	switch a := o.GetOnIdle(); a {
 	case sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED:
 	case sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:

@@ -608,6 +608,11 @@ type SandboxOptions struct {
 	// INVALID_ARGUMENT naming them (see NetworkPolicy). Change it later with
 	// UpdateNetworkPolicy.
 	NetworkPolicy *NetworkPolicy `protobuf:"bytes,7,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	// from_snapshot, on AcquireSandbox, starts the new sandbox from a named
+	// snapshot (its ID or name, of the caller's tenant): /workspace copied,
+	// the globals restored before the answer (AcquireSandboxResponse.woke
+	// says how). Ignored when the user already has a live sandbox.
+	FromSnapshot  string `protobuf:"bytes,8,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -689,6 +694,13 @@ func (x *SandboxOptions) GetNetworkPolicy() *NetworkPolicy {
 		return x.NetworkPolicy
 	}
 	return nil
+}
+
+func (x *SandboxOptions) GetFromSnapshot() string {
+	if x != nil {
+		return x.FromSnapshot
+	}
+	return ""
 }
 
 // NetworkPolicy is what a networked sandbox's traffic may reach, and what
@@ -1416,6 +1428,599 @@ func (x *HibernateSandboxResponse) GetSandbox() *Sandbox {
 	return nil
 }
 
+// Snapshot is a named snapshot of a sandbox's state.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshot_id identifies it ("snap-" and 20 characters).
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// name is the name given at creation (may be empty); unique in its
+	// tenant when set.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// tenant owns it.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// sandbox_id is the sandbox it was taken from (which may be gone).
+	SandboxId string `protobuf:"bytes,4,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// level is "globals" or "files", as SnapshotInfo.level.
+	Level string `protobuf:"bytes,5,opt,name=level,proto3" json:"level,omitempty"`
+	// reason says why the level is below "globals", or which names were not
+	// kept.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// size_bytes is what it takes on disk: the globals and the blocks of
+	// /workspace allocated.
+	SizeBytes int64 `protobuf:"varint,7,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// created_at is when it was taken.
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Snapshot) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Snapshot) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *Snapshot) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// CreateSnapshotRequest names the sandbox to snapshot.
+type CreateSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox whose state is saved.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// name is an optional name: 1 to 64 of [A-Za-z0-9_.-], unique in the
+	// tenant (ALREADY_EXISTS otherwise).
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotRequest) Reset() {
+	*x = CreateSnapshotRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotRequest) ProtoMessage() {}
+
+func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CreateSnapshotRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// CreateSnapshotResponse is the snapshot made.
+type CreateSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshot is the snapshot, complete.
+	Snapshot      *Snapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotResponse) Reset() {
+	*x = CreateSnapshotResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotResponse) ProtoMessage() {}
+
+func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+// ListSnapshotsRequest filters the snapshots listed.
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id, when set, lists that sandbox's snapshots only.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// tenant, for admins, lists that tenant's only.
+	Tenant        string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListSnapshotsRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ListSnapshotsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ListSnapshotsResponse is the snapshots, newest first.
+type ListSnapshotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshots are the snapshots.
+	Snapshots     []*Snapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+// DeleteSnapshotRequest names the snapshot to delete.
+type DeleteSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// snapshot is its ID or its name.
+	Snapshot      string `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteSnapshotRequest) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+// DeleteSnapshotResponse is empty.
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+}
+
+// ForkSandboxRequest asks for copies of a sandbox.
+type ForkSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the source.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// count is how many forks: 1 to 20.
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// user_ids, when given, are the forks' users (count of them, each
+	// without a live sandbox); otherwise each fork gets a generated user ID.
+	UserIds []string `protobuf:"bytes,3,rep,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	// options are the forks' options (limits, metadata, timeouts); the
+	// source's are used when absent.
+	Options       *SandboxOptions `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxRequest) Reset() {
+	*x = ForkSandboxRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxRequest) ProtoMessage() {}
+
+func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ForkSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ForkSandboxRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ForkSandboxRequest) GetUserIds() []string {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+func (x *ForkSandboxRequest) GetOptions() *SandboxOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+// ForkResult is one fork: its sandbox, or why it failed.
+type ForkResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox is the fork, with its state restored (woke says how).
+	Sandbox *Sandbox `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// woke says how the source's state came back in the fork.
+	Woke *WakeInfo `protobuf:"bytes,2,opt,name=woke,proto3" json:"woke,omitempty"`
+	// error is set when this fork failed: google.rpc.Status's code and
+	// message.
+	ErrorCode int32 `protobuf:"varint,3,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// error_message says why.
+	ErrorMessage  string `protobuf:"bytes,4,opt,name=error_message,json=errorMessage,proto3" json:"error_message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkResult) Reset() {
+	*x = ForkResult{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkResult) ProtoMessage() {}
+
+func (x *ForkResult) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
+func (*ForkResult) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ForkResult) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+func (x *ForkResult) GetWoke() *WakeInfo {
+	if x != nil {
+		return x.Woke
+	}
+	return nil
+}
+
+func (x *ForkResult) GetErrorCode() int32 {
+	if x != nil {
+		return x.ErrorCode
+	}
+	return 0
+}
+
+func (x *ForkResult) GetErrorMessage() string {
+	if x != nil {
+		return x.ErrorMessage
+	}
+	return ""
+}
+
+// ForkSandboxResponse has one result per fork, in order.
+type ForkSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results are the forks.
+	Results       []*ForkResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxResponse) Reset() {
+	*x = ForkSandboxResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxResponse) ProtoMessage() {}
+
+func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ForkSandboxResponse) GetResults() []*ForkResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 // WakeSandboxRequest names the sandbox to wake.
 type WakeSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1427,7 +2032,7 @@ type WakeSandboxRequest struct {
 
 func (x *WakeSandboxRequest) Reset() {
 	*x = WakeSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1439,7 +2044,7 @@ func (x *WakeSandboxRequest) String() string {
 func (*WakeSandboxRequest) ProtoMessage() {}
 
 func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1452,7 +2057,7 @@ func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*WakeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WakeSandboxRequest) GetSandboxId() string {
@@ -1476,7 +2081,7 @@ type WakeSandboxResponse struct {
 
 func (x *WakeSandboxResponse) Reset() {
 	*x = WakeSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +2093,7 @@ func (x *WakeSandboxResponse) String() string {
 func (*WakeSandboxResponse) ProtoMessage() {}
 
 func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +2106,7 @@ func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*WakeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WakeSandboxResponse) GetSandbox() *Sandbox {
@@ -1532,7 +2137,7 @@ type AcquireSandboxRequest struct {
 
 func (x *AcquireSandboxRequest) Reset() {
 	*x = AcquireSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +2149,7 @@ func (x *AcquireSandboxRequest) String() string {
 func (*AcquireSandboxRequest) ProtoMessage() {}
 
 func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +2162,7 @@ func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AcquireSandboxRequest) GetUserId() string {
@@ -1601,7 +2206,7 @@ type AcquireSandboxResponse struct {
 
 func (x *AcquireSandboxResponse) Reset() {
 	*x = AcquireSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +2218,7 @@ func (x *AcquireSandboxResponse) String() string {
 func (*AcquireSandboxResponse) ProtoMessage() {}
 
 func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +2231,7 @@ func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AcquireSandboxResponse) GetSandbox() *Sandbox {
@@ -1682,7 +2287,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +2299,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +2312,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -1728,7 +2333,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +2345,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +2358,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -1786,7 +2391,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2403,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2416,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSandboxesRequest) GetUserId() string {
@@ -1853,7 +2458,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +2470,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +2483,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -1899,7 +2504,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +2516,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +2529,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -1943,7 +2548,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2560,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2573,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 // ExecuteRequest is one command to run.
@@ -2045,7 +2650,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2662,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2675,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -2149,7 +2754,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2161,7 +2766,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2174,7 +2779,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -2208,7 +2813,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2220,7 +2825,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2233,7 +2838,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -2285,7 +2890,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2902,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2915,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -2473,7 +3078,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +3090,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +3103,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Started) GetLanguage() string {
@@ -2542,7 +3147,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2554,7 +3159,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2567,7 +3172,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -2604,7 +3209,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2616,7 +3221,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2629,7 +3234,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -2652,7 +3257,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2664,7 +3269,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2677,7 +3282,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -2706,7 +3311,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +3323,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +3336,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Error) GetEname() string {
@@ -2796,7 +3401,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2808,7 +3413,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2821,7 +3426,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -2901,7 +3506,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +3518,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3531,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FileRef) GetPath() string {
@@ -2956,7 +3561,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2968,7 +3573,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2981,7 +3586,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -3008,7 +3613,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3625,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3638,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 // FileInfo describes a file or directory under /workspace.
@@ -3069,7 +3674,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3081,7 +3686,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3094,7 +3699,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -3169,7 +3774,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3786,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3799,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -3228,7 +3833,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3845,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3858,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -3312,7 +3917,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3929,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3942,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -3360,7 +3965,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3977,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3990,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -3416,7 +4021,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3428,7 +4033,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3441,7 +4046,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -3478,7 +4083,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3490,7 +4095,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3503,7 +4108,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -3538,7 +4143,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +4155,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +4168,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -3589,7 +4194,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +4206,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +4219,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -3649,7 +4254,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +4266,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +4279,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -3700,7 +4305,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +4317,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +4330,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -3758,7 +4363,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +4375,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +4388,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -3803,7 +4408,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +4420,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4433,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -3870,7 +4475,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3882,7 +4487,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3895,7 +4500,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -3921,7 +4526,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4538,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4551,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -3985,7 +4590,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4602,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4615,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -4044,7 +4649,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4661,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4674,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -4109,7 +4714,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4726,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4739,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -4168,7 +4773,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4785,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4798,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -4209,7 +4814,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4826,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4839,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -4260,7 +4865,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4272,7 +4877,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4285,7 +4890,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -4303,7 +4908,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4920,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4933,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -4361,7 +4966,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4373,7 +4978,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4386,7 +4991,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -4406,7 +5011,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4418,7 +5023,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4431,7 +5036,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -4473,7 +5078,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4485,7 +5090,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4498,7 +5103,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -4561,7 +5166,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4573,7 +5178,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4586,7 +5191,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -4687,7 +5292,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4699,7 +5304,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4712,7 +5317,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -4741,7 +5346,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4753,7 +5358,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4766,7 +5371,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -4796,7 +5401,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4808,7 +5413,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4821,7 +5426,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Context) GetContextId() string {
@@ -4872,7 +5477,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4884,7 +5489,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4897,7 +5502,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -4932,7 +5537,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5549,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5562,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -4978,7 +5583,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4990,7 +5595,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5003,7 +5608,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -5024,7 +5629,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5641,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5654,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -5072,7 +5677,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5084,7 +5689,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5097,7 +5702,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -5123,7 +5728,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5135,7 +5740,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5148,7 +5753,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -5164,7 +5769,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5176,7 +5781,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5189,7 +5794,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -5215,7 +5820,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5832,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5845,7 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 // UpdateNetworkPolicyRequest names a sandbox and its new egress policy.
@@ -5258,7 +5863,7 @@ type UpdateNetworkPolicyRequest struct {
 
 func (x *UpdateNetworkPolicyRequest) Reset() {
 	*x = UpdateNetworkPolicyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5270,7 +5875,7 @@ func (x *UpdateNetworkPolicyRequest) String() string {
 func (*UpdateNetworkPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5283,7 +5888,7 @@ func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *UpdateNetworkPolicyRequest) GetSandboxId() string {
@@ -5312,7 +5917,7 @@ type UpdateNetworkPolicyResponse struct {
 
 func (x *UpdateNetworkPolicyResponse) Reset() {
 	*x = UpdateNetworkPolicyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5324,7 +5929,7 @@ func (x *UpdateNetworkPolicyResponse) String() string {
 func (*UpdateNetworkPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5337,7 +5942,7 @@ func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UpdateNetworkPolicyResponse) GetSandbox() *Sandbox {
@@ -5358,7 +5963,7 @@ type GetNetworkStatusRequest struct {
 
 func (x *GetNetworkStatusRequest) Reset() {
 	*x = GetNetworkStatusRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5370,7 +5975,7 @@ func (x *GetNetworkStatusRequest) String() string {
 func (*GetNetworkStatusRequest) ProtoMessage() {}
 
 func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5383,7 +5988,7 @@ func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetNetworkStatusRequest) GetSandboxId() string {
@@ -5413,7 +6018,7 @@ type GetNetworkStatusResponse struct {
 
 func (x *GetNetworkStatusResponse) Reset() {
 	*x = GetNetworkStatusResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5425,7 +6030,7 @@ func (x *GetNetworkStatusResponse) String() string {
 func (*GetNetworkStatusResponse) ProtoMessage() {}
 
 func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5438,7 +6043,7 @@ func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetNetworkStatusResponse) GetPolicy() *NetworkPolicy {
@@ -5495,7 +6100,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +6112,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +6125,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *NetworkCounters) GetBytesOut() uint64 {
@@ -5625,7 +6230,7 @@ type NetworkDenial struct {
 
 func (x *NetworkDenial) Reset() {
 	*x = NetworkDenial{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5637,7 +6242,7 @@ func (x *NetworkDenial) String() string {
 func (*NetworkDenial) ProtoMessage() {}
 
 func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5650,7 +6255,7 @@ func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
 func (*NetworkDenial) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
@@ -5701,7 +6306,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5713,7 +6318,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5726,7 +6331,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetHostRequest) GetSandboxId() string {
@@ -5766,7 +6371,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5778,7 +6383,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5791,7 +6396,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *GetHostResponse) GetUrl() string {
@@ -5848,7 +6453,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5860,7 +6465,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5873,7 +6478,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListAuditEventsRequest) GetTenant() string {
@@ -5941,7 +6546,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5953,7 +6558,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5966,7 +6571,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -6035,14 +6640,19 @@ type AuditEvent struct {
 	Duration *durationpb.Duration `protobuf:"bytes,16,opt,name=duration,proto3" json:"duration,omitempty"`
 	// dropped_count is, on a "dropped" event, the number of events lost
 	// before it.
-	DroppedCount  int64 `protobuf:"varint,17,opt,name=dropped_count,json=droppedCount,proto3" json:"dropped_count,omitempty"`
+	DroppedCount int64 `protobuf:"varint,17,opt,name=dropped_count,json=droppedCount,proto3" json:"dropped_count,omitempty"`
+	// snapshot is create_snapshot's and delete_snapshot's snapshot (its ID,
+	// or the name given), and acquire's from_snapshot.
+	Snapshot string `protobuf:"bytes,18,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// count is fork's number of forks.
+	Count         int32 `protobuf:"varint,19,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6054,7 +6664,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6067,7 +6677,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *AuditEvent) GetTime() *timestamppb.Timestamp {
@@ -6189,6 +6799,20 @@ func (x *AuditEvent) GetDroppedCount() int64 {
 	return 0
 }
 
+func (x *AuditEvent) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // GetSandboxMetricsRequest names a sandbox and the samples wanted.
 type GetSandboxMetricsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -6203,7 +6827,7 @@ type GetSandboxMetricsRequest struct {
 
 func (x *GetSandboxMetricsRequest) Reset() {
 	*x = GetSandboxMetricsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6215,7 +6839,7 @@ func (x *GetSandboxMetricsRequest) String() string {
 func (*GetSandboxMetricsRequest) ProtoMessage() {}
 
 func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6228,7 +6852,7 @@ func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *GetSandboxMetricsRequest) GetSandboxId() string {
@@ -6256,7 +6880,7 @@ type GetSandboxMetricsResponse struct {
 
 func (x *GetSandboxMetricsResponse) Reset() {
 	*x = GetSandboxMetricsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6268,7 +6892,7 @@ func (x *GetSandboxMetricsResponse) String() string {
 func (*GetSandboxMetricsResponse) ProtoMessage() {}
 
 func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6281,7 +6905,7 @@ func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
@@ -6329,7 +6953,7 @@ type SandboxMetricsSample struct {
 
 func (x *SandboxMetricsSample) Reset() {
 	*x = SandboxMetricsSample{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6341,7 +6965,7 @@ func (x *SandboxMetricsSample) String() string {
 func (*SandboxMetricsSample) ProtoMessage() {}
 
 func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6354,7 +6978,7 @@ func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
 func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
@@ -6448,7 +7072,7 @@ type DiskUsage struct {
 
 func (x *DiskUsage) Reset() {
 	*x = DiskUsage{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6460,7 +7084,7 @@ func (x *DiskUsage) String() string {
 func (*DiskUsage) ProtoMessage() {}
 
 func (x *DiskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6473,7 +7097,7 @@ func (x *DiskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
 func (*DiskUsage) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *DiskUsage) GetUsedBytes() int64 {
@@ -6503,7 +7127,7 @@ type NetworkBytes struct {
 
 func (x *NetworkBytes) Reset() {
 	*x = NetworkBytes{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6515,7 +7139,7 @@ func (x *NetworkBytes) String() string {
 func (*NetworkBytes) ProtoMessage() {}
 
 func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6528,7 +7152,7 @@ func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
 func (*NetworkBytes) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *NetworkBytes) GetBytesIn() uint64 {
@@ -6557,7 +7181,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\x81\x04\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xa6\x04\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
@@ -6565,7 +7189,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bmetadata\x18\x04 \x03(\v2(.sandbox.v1.SandboxOptions.MetadataEntryR\bmetadata\x12<\n" +
 	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12/\n" +
 	"\aon_idle\x18\x06 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
-	"\x0enetwork_policy\x18\a \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x1a6\n" +
+	"\x0enetwork_policy\x18\a \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x12#\n" +
+	"\rfrom_snapshot\x18\b \x01(\tR\ffromSnapshot\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -6632,7 +7257,50 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"I\n" +
 	"\x18HibernateSandboxResponse\x12-\n" +
-	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"3\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\"\xfe\x01\n" +
+	"\bSnapshot\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x04 \x01(\tR\tsandboxId\x12\x14\n" +
+	"\x05level\x18\x05 \x01(\tR\x05level\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\a \x01(\x03R\tsizeBytes\x129\n" +
+	"\n" +
+	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"J\n" +
+	"\x15CreateSnapshotRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"J\n" +
+	"\x16CreateSnapshotResponse\x120\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x14.sandbox.v1.SnapshotR\bsnapshot\"M\n" +
+	"\x14ListSnapshotsRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"K\n" +
+	"\x15ListSnapshotsResponse\x122\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x14.sandbox.v1.SnapshotR\tsnapshots\"3\n" +
+	"\x15DeleteSnapshotRequest\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"\x9a\x01\n" +
+	"\x12ForkSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x19\n" +
+	"\buser_ids\x18\x03 \x03(\tR\auserIds\x124\n" +
+	"\aoptions\x18\x04 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"\xa9\x01\n" +
+	"\n" +
+	"ForkResult\x12-\n" +
+	"\asandbox\x18\x01 \x01(\v2\x13.sandbox.v1.SandboxR\asandbox\x12(\n" +
+	"\x04woke\x18\x02 \x01(\v2\x14.sandbox.v1.WakeInfoR\x04woke\x12\x1d\n" +
+	"\n" +
+	"error_code\x18\x03 \x01(\x05R\terrorCode\x12#\n" +
+	"\rerror_message\x18\x04 \x01(\tR\ferrorMessage\"G\n" +
+	"\x13ForkSandboxResponse\x120\n" +
+	"\aresults\x18\x01 \x03(\v2\x16.sandbox.v1.ForkResultR\aresults\"3\n" +
 	"\x12WakeSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"n\n" +
@@ -6960,7 +7628,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"page_token\x18\a \x01(\tR\tpageToken\"q\n" +
 	"\x17ListAuditEventsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.sandbox.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x86\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb8\x04\n" +
 	"\n" +
 	"AuditEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
@@ -6984,7 +7652,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aoutcome\x18\x0e \x01(\tR\aoutcome\x12\x18\n" +
 	"\amessage\x18\x0f \x01(\tR\amessage\x125\n" +
 	"\bduration\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
-	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount\"k\n" +
+	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount\x12\x1a\n" +
+	"\bsnapshot\x18\x12 \x01(\tR\bsnapshot\x12\x14\n" +
+	"\x05count\x18\x13 \x01(\x05R\x05count\"k\n" +
 	"\x18GetSandboxMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +
@@ -7050,7 +7720,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xda\x13\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xb2\x16\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -7079,7 +7749,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x0eRestartContext\x12!.sandbox.v1.RestartContextRequest\x1a\".sandbox.v1.RestartContextResponse\x12T\n" +
 	"\rDeleteContext\x12 .sandbox.v1.DeleteContextRequest\x1a!.sandbox.v1.DeleteContextResponse\x12]\n" +
 	"\x10HibernateSandbox\x12#.sandbox.v1.HibernateSandboxRequest\x1a$.sandbox.v1.HibernateSandboxResponse\x12N\n" +
-	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponse\x12f\n" +
+	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponse\x12W\n" +
+	"\x0eCreateSnapshot\x12!.sandbox.v1.CreateSnapshotRequest\x1a\".sandbox.v1.CreateSnapshotResponse\x12T\n" +
+	"\rListSnapshots\x12 .sandbox.v1.ListSnapshotsRequest\x1a!.sandbox.v1.ListSnapshotsResponse\x12W\n" +
+	"\x0eDeleteSnapshot\x12!.sandbox.v1.DeleteSnapshotRequest\x1a\".sandbox.v1.DeleteSnapshotResponse\x12N\n" +
+	"\vForkSandbox\x12\x1e.sandbox.v1.ForkSandboxRequest\x1a\x1f.sandbox.v1.ForkSandboxResponse\x12f\n" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
 	"\aGetHost\x12\x1a.sandbox.v1.GetHostRequest\x1a\x1b.sandbox.v1.GetHostResponse\x12Z\n" +
@@ -7099,7 +7773,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
@@ -7118,253 +7792,278 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*LostName)(nil),                    // 14: sandbox.v1.LostName
 	(*HibernateSandboxRequest)(nil),     // 15: sandbox.v1.HibernateSandboxRequest
 	(*HibernateSandboxResponse)(nil),    // 16: sandbox.v1.HibernateSandboxResponse
-	(*WakeSandboxRequest)(nil),          // 17: sandbox.v1.WakeSandboxRequest
-	(*WakeSandboxResponse)(nil),         // 18: sandbox.v1.WakeSandboxResponse
-	(*AcquireSandboxRequest)(nil),       // 19: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),      // 20: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),           // 21: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),          // 22: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),        // 23: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 24: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),        // 25: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 26: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),              // 27: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                     // 28: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),        // 29: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),                // 30: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                     // 31: sandbox.v1.Started
-	(*OutputChunk)(nil),                 // 32: sandbox.v1.OutputChunk
-	(*Display)(nil),                     // 33: sandbox.v1.Display
-	(*Result)(nil),                      // 34: sandbox.v1.Result
-	(*Error)(nil),                       // 35: sandbox.v1.Error
-	(*Done)(nil),                        // 36: sandbox.v1.Done
-	(*FileRef)(nil),                     // 37: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),     // 38: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),    // 39: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                    // 40: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),            // 41: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),           // 42: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),          // 43: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),         // 44: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),        // 45: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),            // 46: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),           // 47: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),        // 48: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),       // 49: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),               // 50: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 51: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),               // 52: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),              // 53: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),       // 54: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),      // 55: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                  // 56: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),            // 57: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),           // 58: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),           // 59: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),          // 60: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),            // 61: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),           // 62: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),         // 63: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),        // 64: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),                 // 65: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),    // 66: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil),   // 67: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                     // 68: sandbox.v1.Context
-	(*CreateContextRequest)(nil),        // 69: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),       // 70: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),         // 71: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),        // 72: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),       // 73: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),      // 74: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),        // 75: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),       // 76: sandbox.v1.DeleteContextResponse
-	(*UpdateNetworkPolicyRequest)(nil),  // 77: sandbox.v1.UpdateNetworkPolicyRequest
-	(*UpdateNetworkPolicyResponse)(nil), // 78: sandbox.v1.UpdateNetworkPolicyResponse
-	(*GetNetworkStatusRequest)(nil),     // 79: sandbox.v1.GetNetworkStatusRequest
-	(*GetNetworkStatusResponse)(nil),    // 80: sandbox.v1.GetNetworkStatusResponse
-	(*NetworkCounters)(nil),             // 81: sandbox.v1.NetworkCounters
-	(*NetworkDenial)(nil),               // 82: sandbox.v1.NetworkDenial
-	(*GetHostRequest)(nil),              // 83: sandbox.v1.GetHostRequest
-	(*GetHostResponse)(nil),             // 84: sandbox.v1.GetHostResponse
-	(*ListAuditEventsRequest)(nil),      // 85: sandbox.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),     // 86: sandbox.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                  // 87: sandbox.v1.AuditEvent
-	(*GetSandboxMetricsRequest)(nil),    // 88: sandbox.v1.GetSandboxMetricsRequest
-	(*GetSandboxMetricsResponse)(nil),   // 89: sandbox.v1.GetSandboxMetricsResponse
-	(*SandboxMetricsSample)(nil),        // 90: sandbox.v1.SandboxMetricsSample
-	(*DiskUsage)(nil),                   // 91: sandbox.v1.DiskUsage
-	(*NetworkBytes)(nil),                // 92: sandbox.v1.NetworkBytes
-	nil,                                 // 93: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                 // 94: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                 // 95: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                 // 96: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                 // 97: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                 // 98: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                 // 99: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                 // 100: sandbox.v1.Display.DataEntry
-	nil,                                 // 101: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),         // 102: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 103: google.protobuf.Timestamp
+	(*Snapshot)(nil),                    // 17: sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),       // 18: sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),      // 19: sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),        // 20: sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),       // 21: sandbox.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),       // 22: sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),      // 23: sandbox.v1.DeleteSnapshotResponse
+	(*ForkSandboxRequest)(nil),          // 24: sandbox.v1.ForkSandboxRequest
+	(*ForkResult)(nil),                  // 25: sandbox.v1.ForkResult
+	(*ForkSandboxResponse)(nil),         // 26: sandbox.v1.ForkSandboxResponse
+	(*WakeSandboxRequest)(nil),          // 27: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),         // 28: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),       // 29: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),      // 30: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),           // 31: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),          // 32: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),        // 33: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 34: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),        // 35: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 36: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),              // 37: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                     // 38: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),        // 39: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),                // 40: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                     // 41: sandbox.v1.Started
+	(*OutputChunk)(nil),                 // 42: sandbox.v1.OutputChunk
+	(*Display)(nil),                     // 43: sandbox.v1.Display
+	(*Result)(nil),                      // 44: sandbox.v1.Result
+	(*Error)(nil),                       // 45: sandbox.v1.Error
+	(*Done)(nil),                        // 46: sandbox.v1.Done
+	(*FileRef)(nil),                     // 47: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),     // 48: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),    // 49: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                    // 50: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),            // 51: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),           // 52: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),          // 53: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),         // 54: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),        // 55: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),            // 56: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),           // 57: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),        // 58: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),       // 59: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),               // 60: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 61: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),               // 62: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),              // 63: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),       // 64: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),      // 65: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                  // 66: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),            // 67: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),           // 68: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),           // 69: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),          // 70: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),            // 71: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),           // 72: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),         // 73: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 74: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),                 // 75: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),    // 76: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil),   // 77: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                     // 78: sandbox.v1.Context
+	(*CreateContextRequest)(nil),        // 79: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),       // 80: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),         // 81: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),        // 82: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),       // 83: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),      // 84: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),        // 85: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),       // 86: sandbox.v1.DeleteContextResponse
+	(*UpdateNetworkPolicyRequest)(nil),  // 87: sandbox.v1.UpdateNetworkPolicyRequest
+	(*UpdateNetworkPolicyResponse)(nil), // 88: sandbox.v1.UpdateNetworkPolicyResponse
+	(*GetNetworkStatusRequest)(nil),     // 89: sandbox.v1.GetNetworkStatusRequest
+	(*GetNetworkStatusResponse)(nil),    // 90: sandbox.v1.GetNetworkStatusResponse
+	(*NetworkCounters)(nil),             // 91: sandbox.v1.NetworkCounters
+	(*NetworkDenial)(nil),               // 92: sandbox.v1.NetworkDenial
+	(*GetHostRequest)(nil),              // 93: sandbox.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 94: sandbox.v1.GetHostResponse
+	(*ListAuditEventsRequest)(nil),      // 95: sandbox.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),     // 96: sandbox.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                  // 97: sandbox.v1.AuditEvent
+	(*GetSandboxMetricsRequest)(nil),    // 98: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),   // 99: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),        // 100: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                   // 101: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                // 102: sandbox.v1.NetworkBytes
+	nil,                                 // 103: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                 // 104: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                 // 105: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                 // 106: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                 // 107: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                 // 108: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                 // 109: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                 // 110: sandbox.v1.Display.DataEntry
+	nil,                                 // 111: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),         // 112: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 113: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	93,  // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	94,  // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	102, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	103, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	104, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	112, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	95,  // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	96,  // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	105, // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	106, // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 8: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	103, // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	103, // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	103, // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	113, // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	113, // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	113, // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	7,   // 12: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	97,  // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	102, // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	107, // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	112, // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	12,  // 15: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	103, // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	113, // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
 	13,  // 17: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 18: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 19: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	103, // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	113, // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
 	14,  // 21: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	103, // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	113, // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
 	11,  // 23: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	11,  // 24: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 25: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	8,   // 26: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 27: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 28: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	11,  // 29: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,   // 30: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	98,  // 31: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	11,  // 32: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	102, // 33: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	99,  // 34: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	28,  // 35: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	31,  // 36: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	32,  // 37: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	32,  // 38: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	33,  // 39: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	34,  // 40: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	35,  // 41: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	36,  // 42: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	103, // 43: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	13,  // 44: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	100, // 45: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	101, // 46: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,   // 47: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	102, // 48: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	37,  // 49: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	103, // 50: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	103, // 51: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	3,   // 52: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	41,  // 53: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	40,  // 54: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	40,  // 55: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	40,  // 56: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	40,  // 57: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	40,  // 58: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	56,  // 59: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	4,   // 60: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	103, // 61: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	28,  // 62: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	65,  // 63: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	5,   // 64: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,   // 65: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	103, // 66: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	103, // 67: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	102, // 68: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	102, // 69: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	11,  // 70: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	103, // 71: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	68,  // 72: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	68,  // 73: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	9,   // 74: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
-	11,  // 75: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	9,   // 76: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
-	81,  // 77: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
-	82,  // 78: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	103, // 79: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
-	6,   // 80: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	103, // 81: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
-	103, // 82: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
-	87,  // 83: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
-	103, // 84: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	102, // 85: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
-	103, // 86: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
-	90,  // 87: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
-	103, // 88: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
-	91,  // 89: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
-	91,  // 90: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
-	92,  // 91: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
-	10,  // 92: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	19,  // 93: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	21,  // 94: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	23,  // 95: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	25,  // 96: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	27,  // 97: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	29,  // 98: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	38,  // 99: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	42,  // 100: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	44,  // 101: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	46,  // 102: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	48,  // 103: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	50,  // 104: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	52,  // 105: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	54,  // 106: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	57,  // 107: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	59,  // 108: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	61,  // 109: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	63,  // 110: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	66,  // 111: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	69,  // 112: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	71,  // 113: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	73,  // 114: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	75,  // 115: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 116: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	17,  // 117: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	77,  // 118: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	79,  // 119: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	83,  // 120: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	85,  // 121: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
-	88,  // 122: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
-	20,  // 123: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	22,  // 124: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	24,  // 125: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	26,  // 126: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	30,  // 127: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	30,  // 128: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	39,  // 129: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	43,  // 130: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	45,  // 131: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	47,  // 132: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	49,  // 133: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	51,  // 134: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	53,  // 135: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	55,  // 136: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	58,  // 137: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	60,  // 138: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	62,  // 139: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	64,  // 140: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	67,  // 141: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	70,  // 142: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	72,  // 143: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	74,  // 144: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	76,  // 145: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 146: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	18,  // 147: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	78,  // 148: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	80,  // 149: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	84,  // 150: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	86,  // 151: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
-	89,  // 152: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
-	123, // [123:153] is the sub-list for method output_type
-	93,  // [93:123] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	113, // 24: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	17,  // 25: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
+	17,  // 26: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
+	8,   // 27: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 28: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 29: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
+	25,  // 30: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
+	11,  // 31: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 32: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	8,   // 33: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 34: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 35: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	11,  // 36: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,   // 37: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	108, // 38: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	11,  // 39: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	112, // 40: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	109, // 41: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	38,  // 42: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	41,  // 43: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	42,  // 44: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	42,  // 45: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	43,  // 46: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	44,  // 47: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	45,  // 48: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	46,  // 49: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	113, // 50: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	13,  // 51: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	110, // 52: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	111, // 53: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,   // 54: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	112, // 55: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	47,  // 56: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	113, // 57: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	113, // 58: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	3,   // 59: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	51,  // 60: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	50,  // 61: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	50,  // 62: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	50,  // 63: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	50,  // 64: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	50,  // 65: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	66,  // 66: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	4,   // 67: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	113, // 68: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	38,  // 69: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	75,  // 70: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	5,   // 71: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,   // 72: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	113, // 73: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	113, // 74: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	112, // 75: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	112, // 76: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	11,  // 77: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	113, // 78: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	78,  // 79: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	78,  // 80: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	9,   // 81: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
+	11,  // 82: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	9,   // 83: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
+	91,  // 84: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
+	92,  // 85: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
+	113, // 86: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	6,   // 87: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
+	113, // 88: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	113, // 89: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	97,  // 90: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
+	113, // 91: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	112, // 92: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	113, // 93: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	100, // 94: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	113, // 95: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	101, // 96: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	101, // 97: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	102, // 98: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	10,  // 99: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	29,  // 100: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	31,  // 101: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	33,  // 102: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	35,  // 103: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	37,  // 104: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	39,  // 105: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	48,  // 106: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	52,  // 107: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	54,  // 108: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	56,  // 109: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	58,  // 110: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	60,  // 111: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	62,  // 112: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	64,  // 113: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	67,  // 114: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	69,  // 115: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	71,  // 116: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	73,  // 117: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	76,  // 118: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	79,  // 119: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	81,  // 120: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	83,  // 121: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	85,  // 122: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 123: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	27,  // 124: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	18,  // 125: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
+	20,  // 126: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
+	22,  // 127: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
+	24,  // 128: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
+	87,  // 129: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	89,  // 130: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	93,  // 131: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	95,  // 132: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	98,  // 133: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	30,  // 134: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	32,  // 135: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	34,  // 136: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	36,  // 137: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	40,  // 138: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	40,  // 139: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	49,  // 140: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	53,  // 141: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	55,  // 142: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	57,  // 143: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	59,  // 144: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	61,  // 145: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	63,  // 146: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	65,  // 147: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	68,  // 148: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	70,  // 149: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	72,  // 150: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	74,  // 151: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	77,  // 152: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	80,  // 153: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	82,  // 154: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	84,  // 155: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	86,  // 156: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 157: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	28,  // 158: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	19,  // 159: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
+	21,  // 160: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
+	23,  // 161: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
+	26,  // 162: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
+	88,  // 163: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	90,  // 164: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	94,  // 165: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	96,  // 166: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	99,  // 167: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	134, // [134:168] is the sub-list for method output_type
+	100, // [100:134] is the sub-list for method input_type
+	100, // [100:100] is the sub-list for extension type_name
+	100, // [100:100] is the sub-list for extension extendee
+	0,   // [0:100] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -7372,7 +8071,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 	if File_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[23].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -7381,19 +8080,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[29].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[35].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[39].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[45].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[68].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   95,
+			NumMessages:   105,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

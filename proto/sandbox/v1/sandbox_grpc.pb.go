@@ -78,6 +78,10 @@ const (
 	SandboxService_DeleteContext_FullMethodName       = "/sandbox.v1.SandboxService/DeleteContext"
 	SandboxService_HibernateSandbox_FullMethodName    = "/sandbox.v1.SandboxService/HibernateSandbox"
 	SandboxService_WakeSandbox_FullMethodName         = "/sandbox.v1.SandboxService/WakeSandbox"
+	SandboxService_CreateSnapshot_FullMethodName      = "/sandbox.v1.SandboxService/CreateSnapshot"
+	SandboxService_ListSnapshots_FullMethodName       = "/sandbox.v1.SandboxService/ListSnapshots"
+	SandboxService_DeleteSnapshot_FullMethodName      = "/sandbox.v1.SandboxService/DeleteSnapshot"
+	SandboxService_ForkSandbox_FullMethodName         = "/sandbox.v1.SandboxService/ForkSandbox"
 	SandboxService_UpdateNetworkPolicy_FullMethodName = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
 	SandboxService_GetNetworkStatus_FullMethodName    = "/sandbox.v1.SandboxService/GetNetworkStatus"
 	SandboxService_GetHost_FullMethodName             = "/sandbox.v1.SandboxService/GetHost"
@@ -314,6 +318,31 @@ type SandboxServiceClient interface {
 	// (woke); a running sandbox is returned as it is, without woke.
 	// Concurrent wakes of one sandbox yield one wake.
 	WakeSandbox(ctx context.Context, in *WakeSandboxRequest, opts ...grpc.CallOption) (*WakeSandboxResponse, error)
+	// CreateSnapshot saves a running sandbox's state as a named snapshot that
+	// outlives it: the default context's Python globals (as a hibernation
+	// saves them: level "globals", or "files" when they cannot be) and
+	// /workspace. It is taken between commands: a command running in the
+	// default context is waited for (at most 2 minutes; past that the level
+	// is "files"); /workspace is frozen for the moment its volume is copied.
+	// The sandbox keeps running, untouched. A snapshot belongs to the
+	// sandbox's tenant, is kept until DeleteSnapshot, and counts against
+	// sandboxd --snapshot-disk-budget and its per-tenant share: past either,
+	// RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
+	// first; a DEAD one is FAILED_PRECONDITION.
+	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
+	// ListSnapshots lists the caller's tenant's snapshots (an admin's: every
+	// tenant's, or one's), newest first, optionally those of one sandbox.
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
+	// DeleteSnapshot deletes a snapshot; sandboxes made from it are not
+	// affected. Another tenant's snapshot is NOT_FOUND.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
+	// each with a copy of the source's state as CreateSnapshot takes it, for
+	// the users given (or generated). The source keeps running, untouched.
+	// Each fork succeeds or fails on its own: the answer has one result per
+	// fork, a sandbox or an error. Forks are independent of the source and
+	// of each other from then on.
+	ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error)
 	// UpdateNetworkPolicy replaces the egress policy of a sandbox created
 	// with network (SandboxOptions.network or network_policy) and returns
 	// the sandbox with its new policy, redacted (Sandbox.network_policy).
@@ -680,6 +709,46 @@ func (c *sandboxServiceClient) WakeSandbox(ctx context.Context, in *WakeSandboxR
 	return out, nil
 }
 
+func (c *sandboxServiceClient) CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSnapshotResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CreateSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkSandboxResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ForkSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) UpdateNetworkPolicy(ctx context.Context, in *UpdateNetworkPolicyRequest, opts ...grpc.CallOption) (*UpdateNetworkPolicyResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UpdateNetworkPolicyResponse)
@@ -959,6 +1028,31 @@ type SandboxServiceServer interface {
 	// (woke); a running sandbox is returned as it is, without woke.
 	// Concurrent wakes of one sandbox yield one wake.
 	WakeSandbox(context.Context, *WakeSandboxRequest) (*WakeSandboxResponse, error)
+	// CreateSnapshot saves a running sandbox's state as a named snapshot that
+	// outlives it: the default context's Python globals (as a hibernation
+	// saves them: level "globals", or "files" when they cannot be) and
+	// /workspace. It is taken between commands: a command running in the
+	// default context is waited for (at most 2 minutes; past that the level
+	// is "files"); /workspace is frozen for the moment its volume is copied.
+	// The sandbox keeps running, untouched. A snapshot belongs to the
+	// sandbox's tenant, is kept until DeleteSnapshot, and counts against
+	// sandboxd --snapshot-disk-budget and its per-tenant share: past either,
+	// RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
+	// first; a DEAD one is FAILED_PRECONDITION.
+	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
+	// ListSnapshots lists the caller's tenant's snapshots (an admin's: every
+	// tenant's, or one's), newest first, optionally those of one sandbox.
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
+	// DeleteSnapshot deletes a snapshot; sandboxes made from it are not
+	// affected. Another tenant's snapshot is NOT_FOUND.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
+	// each with a copy of the source's state as CreateSnapshot takes it, for
+	// the users given (or generated). The source keeps running, untouched.
+	// Each fork succeeds or fails on its own: the answer has one result per
+	// fork, a sandbox or an error. Forks are independent of the source and
+	// of each other from then on.
+	ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error)
 	// UpdateNetworkPolicy replaces the egress policy of a sandbox created
 	// with network (SandboxOptions.network or network_policy) and returns
 	// the sandbox with its new policy, redacted (Sandbox.network_policy).
@@ -1110,6 +1204,18 @@ func (UnimplementedSandboxServiceServer) HibernateSandbox(context.Context, *Hibe
 }
 func (UnimplementedSandboxServiceServer) WakeSandbox(context.Context, *WakeSandboxRequest) (*WakeSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method WakeSandbox not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSnapshot not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedSandboxServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
 }
 func (UnimplementedSandboxServiceServer) UpdateNetworkPolicy(context.Context, *UpdateNetworkPolicyRequest) (*UpdateNetworkPolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateNetworkPolicy not implemented")
@@ -1558,6 +1664,78 @@ func _SandboxService_WakeSandbox_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_CreateSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreateSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreateSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreateSnapshot(ctx, req.(*CreateSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ForkSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ForkSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ForkSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ForkSandbox(ctx, req.(*ForkSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_UpdateNetworkPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UpdateNetworkPolicyRequest)
 	if err := dec(in); err != nil {
@@ -1734,6 +1912,22 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "WakeSandbox",
 			Handler:    _SandboxService_WakeSandbox_Handler,
+		},
+		{
+			MethodName: "CreateSnapshot",
+			Handler:    _SandboxService_CreateSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _SandboxService_ListSnapshots_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _SandboxService_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "ForkSandbox",
+			Handler:    _SandboxService_ForkSandbox_Handler,
 		},
 		{
 			MethodName: "UpdateNetworkPolicy",

@@ -63,12 +63,13 @@ class AcquireSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
 class AuditEvent(_message.Message):
-    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "tenant", "time", "to_path", "token_name", "user_id"]
+    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "tenant", "time", "to_path", "token_name", "user_id"]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
     DROPPED_COUNT_FIELD_NUMBER: _ClassVar[int]
     DURATION_FIELD_NUMBER: _ClassVar[int]
     LANGUAGE_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +77,7 @@ class AuditEvent(_message.Message):
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +88,7 @@ class AuditEvent(_message.Message):
     bytes: int
     command_id: str
     context_id: str
+    count: int
     dropped_count: int
     duration: _duration_pb2.Duration
     language: str
@@ -93,12 +96,13 @@ class AuditEvent(_message.Message):
     outcome: str
     path: str
     sandbox_id: str
+    snapshot: str
     tenant: str
     time: _timestamp_pb2.Timestamp
     to_path: str
     token_name: str
     user_id: str
-    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ...) -> None: ...
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CloseStdinRequest(_message.Message):
     __slots__ = ["command_id", "sandbox_id"]
@@ -168,6 +172,20 @@ class CreateContextResponse(_message.Message):
     context: Context
     def __init__(self, context: _Optional[_Union[Context, _Mapping]] = ...) -> None: ...
 
+class CreateSnapshotRequest(_message.Message):
+    __slots__ = ["name", "sandbox_id"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CreateSnapshotResponse(_message.Message):
+    __slots__ = ["snapshot"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: Snapshot
+    def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
+
 class DeleteContextRequest(_message.Message):
     __slots__ = ["context_id", "sandbox_id"]
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +205,16 @@ class DeleteSandboxRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
 
 class DeleteSandboxResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class DeleteSnapshotRequest(_message.Message):
+    __slots__ = ["snapshot"]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    snapshot: str
+    def __init__(self, snapshot: _Optional[str] = ...) -> None: ...
+
+class DeleteSnapshotResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
@@ -337,6 +365,36 @@ class FileRef(_message.Message):
     path: str
     size: int
     def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ForkResult(_message.Message):
+    __slots__ = ["error_code", "error_message", "sandbox", "woke"]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    WOKE_FIELD_NUMBER: _ClassVar[int]
+    error_code: int
+    error_message: str
+    sandbox: Sandbox
+    woke: WakeInfo
+    def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ..., error_code: _Optional[int] = ..., error_message: _Optional[str] = ...) -> None: ...
+
+class ForkSandboxRequest(_message.Message):
+    __slots__ = ["count", "options", "sandbox_id", "user_ids"]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    USER_IDS_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    options: SandboxOptions
+    sandbox_id: str
+    user_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., user_ids: _Optional[_Iterable[str]] = ..., options: _Optional[_Union[SandboxOptions, _Mapping]] = ...) -> None: ...
+
+class ForkSandboxResponse(_message.Message):
+    __slots__ = ["results"]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ForkResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ForkResult, _Mapping]]] = ...) -> None: ...
 
 class GetHostRequest(_message.Message):
     __slots__ = ["port", "sandbox_id"]
@@ -522,6 +580,20 @@ class ListSandboxesResponse(_message.Message):
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     sandboxes: _containers.RepeatedCompositeFieldContainer[Sandbox]
     def __init__(self, sandboxes: _Optional[_Iterable[_Union[Sandbox, _Mapping]]] = ...) -> None: ...
+
+class ListSnapshotsRequest(_message.Message):
+    __slots__ = ["sandbox_id", "tenant"]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    tenant: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+
+class ListSnapshotsResponse(_message.Message):
+    __slots__ = ["snapshots"]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    snapshots: _containers.RepeatedCompositeFieldContainer[Snapshot]
+    def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
 
 class LostName(_message.Message):
     __slots__ = ["name", "reason"]
@@ -799,7 +871,7 @@ class SandboxMetricsSample(_message.Message):
     def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_used_cores: _Optional[float] = ..., cpu_limit_cores: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_cache_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., workspace: _Optional[_Union[DiskUsage, _Mapping]] = ..., io: _Optional[_Union[DiskUsage, _Mapping]] = ..., pids: _Optional[int] = ..., pids_limit: _Optional[int] = ..., network: _Optional[_Union[NetworkBytes, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
-    __slots__ = ["env", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle"]
+    __slots__ = ["env", "from_snapshot", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -815,6 +887,7 @@ class SandboxOptions(_message.Message):
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ENV_FIELD_NUMBER: _ClassVar[int]
+    FROM_SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     IDLE_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
@@ -822,13 +895,14 @@ class SandboxOptions(_message.Message):
     NETWORK_POLICY_FIELD_NUMBER: _ClassVar[int]
     ON_IDLE_FIELD_NUMBER: _ClassVar[int]
     env: _containers.ScalarMap[str, str]
+    from_snapshot: str
     idle_timeout: _duration_pb2.Duration
     limits: ResourceLimits
     metadata: _containers.ScalarMap[str, str]
     network: bool
     network_policy: NetworkPolicy
     on_idle: IdleAction
-    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
+    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., from_snapshot: _Optional[str] = ...) -> None: ...
 
 class SendStdinRequest(_message.Message):
     __slots__ = ["command_id", "data", "sandbox_id"]
@@ -857,6 +931,26 @@ class SetSandboxTimeoutResponse(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     sandbox: Sandbox
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
+
+class Snapshot(_message.Message):
+    __slots__ = ["created_at", "level", "name", "reason", "sandbox_id", "size_bytes", "snapshot_id", "tenant"]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    created_at: _timestamp_pb2.Timestamp
+    level: str
+    name: str
+    reason: str
+    sandbox_id: str
+    size_bytes: int
+    snapshot_id: str
+    tenant: str
+    def __init__(self, snapshot_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., level: _Optional[str] = ..., reason: _Optional[str] = ..., size_bytes: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class SnapshotInfo(_message.Message):
     __slots__ = ["level", "reason", "size_bytes", "taken_at"]

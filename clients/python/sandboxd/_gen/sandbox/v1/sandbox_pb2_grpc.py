@@ -145,6 +145,26 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.FromString,
                 )
+        self.CreateSnapshot = channel.unary_unary(
+                '/sandbox.v1.SandboxService/CreateSnapshot',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.CreateSnapshotRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CreateSnapshotResponse.FromString,
+                )
+        self.ListSnapshots = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListSnapshots',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListSnapshotsRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListSnapshotsResponse.FromString,
+                )
+        self.DeleteSnapshot = channel.unary_unary(
+                '/sandbox.v1.SandboxService/DeleteSnapshot',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotResponse.FromString,
+                )
+        self.ForkSandbox = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ForkSandbox',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxResponse.FromString,
+                )
         self.UpdateNetworkPolicy = channel.unary_unary(
                 '/sandbox.v1.SandboxService/UpdateNetworkPolicy',
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.UpdateNetworkPolicyRequest.SerializeToString,
@@ -524,6 +544,51 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSnapshot(self, request, context):
+        """CreateSnapshot saves a running sandbox's state as a named snapshot that
+        outlives it: the default context's Python globals (as a hibernation
+        saves them: level "globals", or "files" when they cannot be) and
+        /workspace. It is taken between commands: a command running in the
+        default context is waited for (at most 2 minutes; past that the level
+        is "files"); /workspace is frozen for the moment its volume is copied.
+        The sandbox keeps running, untouched. A snapshot belongs to the
+        sandbox's tenant, is kept until DeleteSnapshot, and counts against
+        sandboxd --snapshot-disk-budget and its per-tenant share: past either,
+        RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
+        first; a DEAD one is FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSnapshots(self, request, context):
+        """ListSnapshots lists the caller's tenant's snapshots (an admin's: every
+        tenant's, or one's), newest first, optionally those of one sandbox.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSnapshot(self, request, context):
+        """DeleteSnapshot deletes a snapshot; sandboxes made from it are not
+        affected. Another tenant's snapshot is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForkSandbox(self, request, context):
+        """ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
+        each with a copy of the source's state as CreateSnapshot takes it, for
+        the users given (or generated). The source keeps running, untouched.
+        Each fork succeeds or fails on its own: the answer has one result per
+        fork, a sandbox or an error. Forks are independent of the source and
+        of each other from then on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def UpdateNetworkPolicy(self, request, context):
         """UpdateNetworkPolicy replaces the egress policy of a sandbox created
         with network (SandboxOptions.network or network_policy) and returns
@@ -743,6 +808,26 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.WakeSandbox,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.SerializeToString,
+            ),
+            'CreateSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSnapshot,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CreateSnapshotRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.CreateSnapshotResponse.SerializeToString,
+            ),
+            'ListSnapshots': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSnapshots,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListSnapshotsRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListSnapshotsResponse.SerializeToString,
+            ),
+            'DeleteSnapshot': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSnapshot,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'ForkSandbox': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkSandbox,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxResponse.SerializeToString,
             ),
             'UpdateNetworkPolicy': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateNetworkPolicy,
@@ -1207,6 +1292,74 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/WakeSandbox',
             sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.WakeSandboxResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CreateSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/CreateSnapshot',
+            sandbox_dot_v1_dot_sandbox__pb2.CreateSnapshotRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.CreateSnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListSnapshots(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListSnapshots',
+            sandbox_dot_v1_dot_sandbox__pb2.ListSnapshotsRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListSnapshotsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/DeleteSnapshot',
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ForkSandbox(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ForkSandbox',
+            sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -1,0 +1,597 @@
+package docker
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// Named snapshots (core.Snapshot) live in STATE_DIR/snapshots/<id>/:
+//
+//	snapshot.json   what it is (snapFile); written last, removed first
+//	globals.pkl     the default context's globals, as the sandbox pickled
+//	                them (level globals only); never read by sandboxd
+//	workspace.img   a copy of the sandbox's /workspace volume image
+//
+// A snapshot is built in snapshots/.tmp-<id>/ and renamed into place
+// whole: the rename is its commit, so a crash leaves either no snapshot
+// or a complete one, and start-up removes what .tmp- directories remain.
+//
+// The workspace is copied at the block level: its volume is frozen
+// (fsfreeze) for the copy, so the image is consistent, and no file the
+// sandbox made (a symlink, a FIFO, a hard link) is ever opened by
+// sandboxd. The copy is sparse (only allocated blocks take room) and
+// reflinked where the host's file system can (cp --reflink=auto): on
+// ext4 it copies, on XFS or Btrfs the blocks are shared until written.
+// While the copy runs, a marker (frozen) in the .tmp- directory names the
+// frozen volume, so that a sandboxd killed meanwhile thaws it at start-up.
+//
+// Snapshots need disk volumes (--disk-volumes, the default): without them
+// /workspace is a directory of the host's, and copying it would mean
+// walking what the sandbox made.
+
+// snapshotsDir is the snapshots' directory under the state directory.
+const snapshotsDir = "snapshots"
+
+// The files of a snapshot.
+const (
+	snapMetaFile      = "snapshot.json"
+	snapGlobalsFile   = "globals.pkl"
+	snapWorkspaceFile = "workspace.img"
+	snapFrozenMarker  = "frozen"
+	snapTmpPrefix     = ".tmp-"
+)
+
+// snapFile is snapshot.json.
+type snapFile struct {
+	core.Snapshot
+	// WorkspaceBytes is the size of the workspace image: a sandbox made
+	// from the snapshot gets a /workspace of this size.
+	WorkspaceBytes int64 `json:"workspace_bytes"`
+	// Hidden marks a fork's temporary snapshot: never listed, removed
+	// when the fork ends (or at start-up).
+	Hidden bool `json:"hidden,omitempty"`
+}
+
+// snapshots is the Manager's index of named snapshots.
+type snapshots struct {
+	dir string
+	mu  sync.Mutex
+	// byID (mu) is every committed snapshot.
+	byID map[string]snapFile
+	// names (mu) reserves tenant/name pairs of snapshots being made.
+	names map[string]bool
+}
+
+func nameKey(tenant, name string) string { return tenant + "/" + name }
+
+// loadSnapshots reads the committed snapshots and removes the debris of
+// unfinished ones (thawing a volume a killed sandboxd left frozen).
+func loadSnapshots(stateDir string, log interface {
+	Warn(string, ...any)
+}) (*snapshots, error) {
+	s := &snapshots{dir: filepath.Join(stateDir, snapshotsDir), byID: map[string]snapFile{}, names: map[string]bool{}}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		p := filepath.Join(s.dir, e.Name())
+		if strings.HasPrefix(e.Name(), snapTmpPrefix) {
+			if b, err := os.ReadFile(filepath.Join(p, snapFrozenMarker)); err == nil {
+				thaw(string(b))
+			}
+			if err := os.RemoveAll(p); err != nil {
+				log.Warn("remove an unfinished snapshot", "dir", p, "error", err)
+			}
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(p, snapMetaFile))
+		var f snapFile
+		if err == nil {
+			err = json.Unmarshal(b, &f)
+		}
+		if err != nil || f.ID != e.Name() || f.Hidden {
+			// A deletion or a fork that stopped half way.
+			if err := os.RemoveAll(p); err != nil {
+				log.Warn("remove a snapshot's remains", "dir", p, "error", err)
+			}
+			continue
+		}
+		s.byID[f.ID] = f
+	}
+	return s, nil
+}
+
+// total returns the bytes of all snapshots and of tenant's.
+func (s *snapshots) total(tenant string) (all, ofTenant int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.byID {
+		all += f.Bytes
+		if f.Tenant == tenant {
+			ofTenant += f.Bytes
+		}
+	}
+	return all, ofTenant
+}
+
+// resolve finds the snapshot ref (an ID, or a name in the caller's
+// tenant) that the caller may use; hidden ones only by ID, for forks.
+func (s *snapshots) resolve(c core.Caller, ref string, hidden bool) (snapFile, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if core.IsSnapshotID(ref) {
+		f, ok := s.byID[ref]
+		if !ok || !c.Sees(f.Tenant) || (f.Hidden && !hidden) {
+			return snapFile{}, core.SnapshotNotFound(ref)
+		}
+		return f, nil
+	}
+	var found []snapFile
+	for _, f := range s.byID {
+		if f.Name == ref && !f.Hidden && c.Sees(f.Tenant) && (c.Admin || f.Tenant == c.Tenant) {
+			found = append(found, f)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return snapFile{}, core.SnapshotNotFound(ref)
+	case 1:
+		return found[0], nil
+	}
+	return snapFile{}, core.Invalidf("snapshot name %q is used by %d tenants; name it by its ID", ref, len(found))
+}
+
+// newSnapshotID is "snap-" and 20 random lower-case base32 characters.
+func newSnapshotID() string {
+	b := make([]byte, 13)
+	_, _ = rand.Read(b)
+	return "snap-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:20]
+}
+
+// CreateSnapshot saves sb's state as a named snapshot of its tenant.
+func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
+	f, err := m.takeNamed(ctx, sandboxID, name, false)
+	return f.Snapshot, err
+}
+
+// takeNamed takes a named (or, for a fork, hidden) snapshot of a sandbox.
+func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden bool) (snapFile, error) {
+	if err := m.checkOpen(); err != nil {
+		return snapFile{}, err
+	}
+	if m.cfg.NoDiskVolumes {
+		return snapFile{}, core.Preconditionf("snapshots and forks need disk volumes (sandboxd --disk-volumes, the default): without them /workspace is a directory of the host's")
+	}
+	sb, err := m.use(ctx, sandboxID)
+	if err != nil {
+		return snapFile{}, err
+	}
+	if st, reason := sb.status(); st == core.StateDead {
+		return snapFile{}, core.Preconditionf("sandbox %s is dead (%s): it has no state to save", sb.id, reason)
+	}
+	if name != "" {
+		m.snaps.mu.Lock()
+		taken := m.snaps.names[nameKey(sb.tenant, name)]
+		for _, f := range m.snaps.byID {
+			taken = taken || (f.Tenant == sb.tenant && f.Name == name)
+		}
+		if !taken {
+			m.snaps.names[nameKey(sb.tenant, name)] = true
+		}
+		m.snaps.mu.Unlock()
+		if taken {
+			return snapFile{}, core.Errorf(core.ErrAlreadyExists, "tenant %s already has a snapshot named %q", sb.tenant, name)
+		}
+		defer func() {
+			m.snaps.mu.Lock()
+			delete(m.snaps.names, nameKey(sb.tenant, name))
+			m.snaps.mu.Unlock()
+		}()
+	}
+	if err := m.checkSnapshotBudget(sb.tenant, 0); err != nil {
+		return snapFile{}, err
+	}
+	// One state change of a sandbox at a time: not during a hibernation,
+	// a wake or a removal.
+	unlock, err := m.userLocks.lock(ctx, sb.key().String())
+	if err != nil {
+		return snapFile{}, err
+	}
+	defer unlock()
+	if st, _ := sb.status(); st != core.StateRunning {
+		return snapFile{}, core.Preconditionf("sandbox %s is %s; it must be running to be snapshotted", sb.id, st)
+	}
+
+	id := newSnapshotID()
+	tmp := filepath.Join(m.snaps.dir, snapTmpPrefix+id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return snapFile{}, fmt.Errorf("make the snapshot's directory: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	start := time.Now()
+	suffix := randomSuffix()
+	taken := m.takeSnapshot(ctx, sb, &snapMeta{File: "named-" + suffix, Record: "sbx-named-snapshot-" + suffix})
+	f := snapFile{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: sb.tenant, SandboxID: sb.id,
+		Level: taken.Level, Reason: taken.Reason, CreatedAt: time.Now().UTC()}, Hidden: hidden}
+	if taken.Level == ioproto.LevelGlobals {
+		n, err := moveSnapshotOut(sb.dir, taken.File, filepath.Join(tmp, snapGlobalsFile), m.cfg.IODiskBytes)
+		if err != nil {
+			return snapFile{}, fmt.Errorf("keep the snapshot of the globals: %w", err)
+		}
+		f.Bytes += n
+	}
+	ws, err := copyFrozen(ctx, filepath.Join(sb.dir, workspaceDir), filepath.Join(sb.dir, workspaceDir+".img"), tmp)
+	if err != nil {
+		return snapFile{}, fmt.Errorf("copy /workspace: %w", err)
+	}
+	f.Bytes += ws.allocated
+	f.WorkspaceBytes = ws.size
+	if err := m.checkSnapshotBudget(sb.tenant, f.Bytes); err != nil {
+		return snapFile{}, err
+	}
+	b, _ := json.Marshal(f)
+	if err := writeFileSync(filepath.Join(tmp, snapMetaFile), b); err != nil {
+		return snapFile{}, err
+	}
+	if err := os.Rename(tmp, filepath.Join(m.snaps.dir, id)); err != nil {
+		return snapFile{}, fmt.Errorf("commit the snapshot: %w", err)
+	}
+	committed = true
+	syncDir(m.snaps.dir)
+	m.snaps.mu.Lock()
+	m.snaps.byID[id] = f
+	m.snaps.mu.Unlock()
+	m.log.Info("snapshot taken", "snapshot_id", id, "name", name, "sandbox_id", sb.id, "tenant", sb.tenant,
+		"level", f.Level, "bytes", f.Bytes, "hidden", hidden, "took", time.Since(start))
+	return f, nil
+}
+
+// checkSnapshotBudget refuses a snapshot of adding bytes when the named
+// snapshots would pass --snapshot-disk-budget or the tenant's share.
+func (m *Manager) checkSnapshotBudget(tenant string, adding int64) error {
+	all, ofTenant := m.snaps.total(tenant)
+	if b := m.cfg.SnapshotDiskBudgetPerTenant; b > 0 && ofTenant+adding > b {
+		return core.Errorf(core.ErrResourceExhausted, "tenant %s's snapshots would take %d bytes, past its snapshot disk budget of %d (--snapshot-disk-budget-per-tenant): delete some", tenant, ofTenant+adding, b)
+	}
+	if b := m.cfg.SnapshotDiskBudget; b > 0 && all+adding > b {
+		return core.Errorf(core.ErrResourceExhausted, "the snapshots would take %d bytes, past the server's snapshot disk budget of %d (--snapshot-disk-budget)", all+adding, b)
+	}
+	return nil
+}
+
+// ListSnapshots lists the snapshots the caller may see, newest first.
+func (m *Manager) ListSnapshots(ctx context.Context, f core.SnapshotFilter) ([]core.Snapshot, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	c := core.CallerOf(ctx)
+	m.snaps.mu.Lock()
+	var out []core.Snapshot
+	for _, s := range m.snaps.byID {
+		if s.Hidden || !c.Sees(s.Tenant) || (f.Tenant != "" && s.Tenant != f.Tenant) || (f.SandboxID != "" && s.SandboxID != f.SandboxID) {
+			continue
+		}
+		out = append(out, s.Snapshot)
+	}
+	m.snaps.mu.Unlock()
+	slices.SortFunc(out, func(a, b core.Snapshot) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// DeleteSnapshot deletes a snapshot: snapshot.json first (the commit), then
+// the rest; a crash in between leaves remains that start-up removes.
+func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
+	if err := m.checkOpen(); err != nil {
+		return err
+	}
+	f, err := m.snaps.resolve(core.CallerOf(ctx), ref, false)
+	if err != nil {
+		return err
+	}
+	return m.removeSnapshot(f)
+}
+
+func (m *Manager) removeSnapshot(f snapFile) error {
+	m.snaps.mu.Lock()
+	if _, ok := m.snaps.byID[f.ID]; !ok {
+		m.snaps.mu.Unlock()
+		return core.SnapshotNotFound(f.ID)
+	}
+	delete(m.snaps.byID, f.ID)
+	m.snaps.mu.Unlock()
+	dir := filepath.Join(m.snaps.dir, f.ID)
+	if err := os.Remove(filepath.Join(dir, snapMetaFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.snaps.mu.Lock()
+		m.snaps.byID[f.ID] = f
+		m.snaps.mu.Unlock()
+		return fmt.Errorf("delete snapshot %s: %w", f.ID, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		m.log.Warn("remove a deleted snapshot's files; the next start removes them", "snapshot_id", f.ID, "error", err)
+	}
+	if !f.Hidden {
+		m.log.Info("snapshot deleted", "snapshot_id", f.ID, "name", f.Name, "tenant", f.Tenant)
+	}
+	return nil
+}
+
+// moveSnapshotOut moves the snapshot file name from the sandbox's
+// io/hibernate/ to dst: opened through an os.Root confined to io/, never
+// following a symlink, a regular file of at most limit bytes (the /io
+// volume's size); the sandbox's copy is then removed. It returns the size.
+func moveSnapshotOut(dir, name, dst string, limit int64) (int64, error) {
+	if !ioproto.ValidSnapshotName(name) {
+		return 0, fmt.Errorf("invalid snapshot name %q", name)
+	}
+	root, err := os.OpenRoot(filepath.Join(dir, ioDir))
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	rel := ioproto.HibernateDir + "/" + name
+	src, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s is not a regular file", rel)
+	}
+	if limit > 0 && st.Size() > limit {
+		return 0, fmt.Errorf("%s is larger than /io (%d bytes)", rel, limit)
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, io.LimitReader(src, st.Size()))
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return 0, err
+	}
+	_ = root.Remove(rel)
+	return n, nil
+}
+
+// copied is what copyFrozen made.
+type copied struct {
+	size, allocated int64
+}
+
+// copyFrozen copies the volume image img, whose file system is mounted on
+// mountpoint, into dir as workspace.img, with the file system frozen for
+// the copy; a marker in dir names the frozen mount meanwhile.
+func copyFrozen(ctx context.Context, mountpoint, img, dir string) (copied, error) {
+	marker := filepath.Join(dir, snapFrozenMarker)
+	if err := writeFileSync(marker, []byte(mountpoint)); err != nil {
+		return copied{}, err
+	}
+	if err := runTool(ctx, "fsfreeze", "--freeze", mountpoint); err != nil {
+		return copied{}, err
+	}
+	dst := filepath.Join(dir, snapWorkspaceFile)
+	// Not the caller's context: a cancelled copy must still thaw.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	err := runTool(cctx, "cp", "--sparse=always", "--reflink=auto", img, dst)
+	cancel()
+	thaw(mountpoint)
+	_ = os.Remove(marker)
+	if err != nil {
+		return copied{}, err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(dst, &st); err != nil {
+		return copied{}, err
+	}
+	return copied{size: st.Size, allocated: st.Blocks * 512}, nil
+}
+
+// thaw unfreezes the file system mounted on mountpoint (a no-op when it
+// is not frozen).
+func thaw(mountpoint string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = runTool(ctx, "fsfreeze", "--unfreeze", mountpoint)
+}
+
+// writeFileSync writes a new file and syncs it.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir syncs a directory, so that a rename in it is durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
+
+// prepareRestore puts a snapshot's globals in a new sandbox's
+// io/hibernate/, owned by the sandbox user as the driver's own are, and
+// names the restore record in its hibernation state, so that meta.json
+// (written at the end of create) carries it.
+func (m *Manager) prepareRestore(sb *sandbox, f *snapFile) error {
+	if f.Level != ioproto.LevelGlobals {
+		return nil // nothing but /workspace, already copied
+	}
+	hib := filepath.Join(sb.dir, ioDir, ioproto.HibernateDir)
+	if err := os.Mkdir(hib, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := chownSandboxUser(hib); err != nil {
+		return err
+	}
+	suffix := randomSuffix()
+	name := "from-" + suffix
+	src, err := os.Open(filepath.Join(m.snaps.dir, f.ID, snapGlobalsFile))
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	dst, err := os.OpenFile(filepath.Join(hib, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = chownSandboxUser(filepath.Join(hib, name))
+	}
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	sb.hib.Seq = 1
+	sb.hib.Snapshot = &snapMeta{Level: ioproto.LevelGlobals, File: name, Record: "sbx-from-" + f.ID, TakenAt: f.CreatedAt}
+	sb.hib.WakeRecord, sb.hib.WakeLevel = "sbx-restore-from-"+suffix, ioproto.LevelGlobals
+	sb.mu.Unlock()
+	return nil
+}
+
+// restoreFrom appends a new sandbox's restore record (prepareRestore named
+// it) and waits, bounded, for its answer: how the snapshot's state came
+// back, never silently.
+func (m *Manager) restoreFrom(ctx context.Context, sb *sandbox, f *snapFile) *core.WakeInfo {
+	if f.Level != ioproto.LevelGlobals {
+		return &core.WakeInfo{Level: ioproto.LevelFiles, Time: time.Now().UTC(),
+			Reason: joinReasons("the snapshot kept files only", f.Reason)}
+	}
+	sb.mu.Lock()
+	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: sb.hib.WakeRecord, Level: ioproto.LevelGlobals,
+		Snapshot: sb.hib.Snapshot.File, TimeoutMS: restoreTimeout.Milliseconds()}
+	sb.mu.Unlock()
+	res, err := m.runHibRecord(ctx, sb, rec, restoreTimeout+30*time.Second)
+	w := core.WakeFromEvent(res)
+	if err != nil || w == nil {
+		reason := "the sandbox did not answer the restore"
+		if err != nil {
+			reason = "the state could not be restored: " + err.Error()
+		}
+		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: reason}
+	}
+	w.Time = time.Now().UTC()
+	sb.mu.Lock()
+	sb.hib.WakeRecord, sb.hib.WakeLevel, sb.hib.Wake = "", "", w
+	sb.mu.Unlock()
+	if err := sb.persist(true); err != nil {
+		m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
+	}
+	return w.Clone()
+}
+
+// forkParallel bounds the forks made at once: each is a container's
+// creation and a restore.
+const forkParallel = 4
+
+// Fork makes req.Count sandboxes from a hidden snapshot of the source,
+// taken between its commands; the source keeps running. Each fork is an
+// Acquire from that snapshot for its user (given, or "fork-" and random),
+// and succeeds or fails on its own; the snapshot is deleted after. A user
+// who already has a live sandbox gets no fork (ErrAlreadyExists for it).
+func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error) {
+	src, err := m.Get(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	f, err := m.takeNamed(ctx, sandboxID, "", true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := m.removeSnapshot(f); err != nil {
+			m.log.Warn("remove a fork's snapshot; the next start removes it", "snapshot_id", f.ID, "error", err)
+		}
+	}()
+	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle}
+	if req.Options != nil {
+		opts = *req.Options
+	}
+	opts.FromSnapshot = f.ID
+	// The forks are the source's tenant's, whoever asked (an admin may).
+	actx := core.WithCaller(ctx, core.Caller{Tenant: src.Tenant, Name: core.CallerOf(ctx).Name})
+	users := req.UserIDs
+	if len(users) == 0 {
+		for range req.Count {
+			users = append(users, "fork-"+strings.ToLower(newSnapshotID()[len("snap-"):]))
+		}
+	}
+	results := make([]core.ForkResult, req.Count)
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
+	for i, user := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if cur := m.reg.currentOf(userKey{src.Tenant, user}); cur != nil {
+				if st, _ := cur.status(); st != core.StateDead {
+					results[i].Err = core.Errorf(core.ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, cur.id)
+					return
+				}
+			}
+			res, err := m.Acquire(actx, user, opts)
+			switch {
+			case err != nil:
+				results[i].Err = err
+			case !res.Created:
+				results[i].Err = core.Errorf(core.ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, res.Sandbox.ID)
+			default:
+				results[i] = core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
+			}
+		}()
+	}
+	wg.Wait()
+	return results, nil
+}

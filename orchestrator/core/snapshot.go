@@ -1,0 +1,83 @@
+package core
+
+import (
+	"regexp"
+	"time"
+)
+
+// Named snapshots and forks: a sandbox's state saved apart from it.
+//
+// A snapshot holds what a hibernation keeps (the default context's Python
+// globals at level "globals", or none at level "files") and a copy of
+// /workspace. It belongs to its sandbox's tenant and outlives the sandbox;
+// new sandboxes start from it (Options.FromSnapshot), and a fork is a
+// snapshot taken and started count times at once.
+
+// Snapshot is a named snapshot.
+type Snapshot struct {
+	ID        string
+	Name      string
+	Tenant    string
+	SandboxID string // the sandbox it was taken from
+	Level     string // ioproto.LevelGlobals or LevelFiles
+	Reason    string // why the level is below globals, or what was not kept
+	Bytes     int64  // on disk: globals and the allocated blocks of /workspace
+	CreatedAt time.Time
+}
+
+// SnapshotFilter narrows ListSnapshots; empty fields match everything the
+// caller may see.
+type SnapshotFilter struct {
+	Tenant    string // admins only: one tenant's
+	SandboxID string
+}
+
+// ForkRequest asks for copies of a sandbox.
+type ForkRequest struct {
+	// Count is how many forks, 1 to MaxForks.
+	Count int
+	// UserIDs are the forks' users (Count of them) or empty: generated.
+	UserIDs []string
+	// Options are the forks' options; nil: the source's limits, metadata
+	// and timeouts.
+	Options *Options
+}
+
+// ForkResult is one fork: its sandbox and how its state came back, or
+// why it failed.
+type ForkResult struct {
+	Sandbox Sandbox
+	Woke    *WakeInfo
+	Err     error
+}
+
+// MaxForks bounds ForkRequest.Count.
+const MaxForks = 20
+
+var snapshotNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+var snapshotIDRE = regexp.MustCompile(`^snap-[a-z0-9]{20}$`)
+
+// ValidateSnapshotName checks a snapshot's name ("" is allowed: none).
+func ValidateSnapshotName(name string) error {
+	if name != "" && !snapshotNameRE.MatchString(name) {
+		return Invalidf("snapshot name %q: want 1 to 64 of A-Z a-z 0-9 _ . -", Truncate(name, 80))
+	}
+	return nil
+}
+
+// ValidateSnapshotRef checks a reference to a snapshot: its ID or name.
+func ValidateSnapshotRef(ref string) error {
+	if ref == "" {
+		return Invalidf("snapshot: an ID or a name is required")
+	}
+	return ValidateSnapshotName(ref)
+}
+
+// IsSnapshotID reports whether ref has the form of a snapshot ID (else it
+// is a name).
+func IsSnapshotID(ref string) bool { return snapshotIDRE.MatchString(ref) }
+
+// SnapshotNotFound is the error for a snapshot the caller cannot see.
+func SnapshotNotFound(ref string) error {
+	return Errorf(ErrNotFound, "snapshot %s not found", Truncate(ref, 80))
+}
