@@ -13,8 +13,8 @@ import (
 // internal/sandboxdproc (Build with TestHooksTag). The sandboxd make builds
 // and ships has testhooks_off.go instead: it reads no test variable.
 
-// crashAtVar names the step of a hibernation or a wake
-// (docker.HibernateSteps, docker.WakeSteps) at which the test build kills
+// crashAtVar names the step of a hibernation, a wake or a snapshot
+// (docker.HibernateSteps, WakeSteps, SnapshotSteps) at which the test build kills
 // itself.
 const crashAtVar = "SANDBOXD_TEST_CRASH_AT"
 

@@ -133,6 +133,9 @@ const (
 	stepWakeStarted          = "wake:started"          // the new container started, not committed
 	stepWakeRunning          = "wake:running"          // committed: running, WakeRecord named
 	stepWakeAppended         = "wake:appended"         // the restore record in the log
+	stepSnapshotFrozen       = "snapshot:frozen"       // a named snapshot's /workspace frozen, its copy not begun
+	stepSnapshotCopied       = "snapshot:copied"       // a named snapshot complete in its .tmp- directory, not committed
+	stepRestoreRegistered    = "restore:registered"    // a sandbox from a snapshot registered, its restore not appended
 )
 
 // The steps, in order, for tests that stop sandboxd at each (Config.AtStep).
@@ -141,6 +144,9 @@ var (
 	HibernateSteps = []string{stepHibernateBegun, stepHibernateSnapshotted, stepHibernateRemoved}
 	// WakeSteps are those of a wake.
 	WakeSteps = []string{stepWakeBegun, stepWakeStarted, stepWakeRunning, stepWakeAppended}
+	// SnapshotSteps are those of a named snapshot and of a sandbox made
+	// from one (a fork's).
+	SnapshotSteps = []string{stepSnapshotFrozen, stepSnapshotCopied, stepRestoreRegistered}
 )
 
 // step tells Config.AtStep, if set, that a hibernation or wake reached the

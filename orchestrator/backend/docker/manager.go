@@ -101,10 +101,10 @@ type Config struct {
 	netNames  netNames
 	netKernel netKernel
 
-	// AtStep, when set, is called at each named step of a hibernation or
-	// a wake (HibernateSteps, WakeSteps) once the step's state is in
-	// meta.json, before the next action. It is a test hook: only the test
-	// build of sandboxd (tag sandboxd_testhooks, cmd/sandboxd/testhooks.go)
+	// AtStep, when set, is called at each named step of a hibernation, a
+	// wake or a snapshot (HibernateSteps, WakeSteps, SnapshotSteps) once
+	// the step's state is on disk, before the next action. It is a test
+	// hook: only the test build of sandboxd (tag sandboxd_testhooks, cmd/sandboxd/testhooks.go)
 	// sets it, to kill itself at the step its environment names, so that
 	// the e2e tests can check that every step is crash safe.
 	AtStep func(step string)

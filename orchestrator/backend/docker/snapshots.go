@@ -246,7 +246,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 		}
 		f.Bytes += n
 	}
-	ws, err := copyFrozen(ctx, filepath.Join(sb.dir, workspaceDir), filepath.Join(sb.dir, workspaceDir+".img"), tmp)
+	ws, err := copyFrozen(ctx, filepath.Join(sb.dir, workspaceDir), filepath.Join(sb.dir, workspaceDir+".img"), tmp, m.step)
 	if err != nil {
 		return snapFile{}, fmt.Errorf("copy /workspace: %w", err)
 	}
@@ -259,6 +259,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 	if err := writeFileSync(filepath.Join(tmp, snapMetaFile), b); err != nil {
 		return snapFile{}, err
 	}
+	m.step(stepSnapshotCopied)
 	if err := os.Rename(tmp, filepath.Join(m.snaps.dir, id)); err != nil {
 		return snapFile{}, fmt.Errorf("commit the snapshot: %w", err)
 	}
@@ -398,7 +399,7 @@ type copied struct {
 // copyFrozen copies the volume image img, whose file system is mounted on
 // mountpoint, into dir as workspace.img, with the file system frozen for
 // the copy; a marker in dir names the frozen mount meanwhile.
-func copyFrozen(ctx context.Context, mountpoint, img, dir string) (copied, error) {
+func copyFrozen(ctx context.Context, mountpoint, img, dir string, step func(string)) (copied, error) {
 	marker := filepath.Join(dir, snapFrozenMarker)
 	if err := writeFileSync(marker, []byte(mountpoint)); err != nil {
 		return copied{}, err
@@ -406,6 +407,7 @@ func copyFrozen(ctx context.Context, mountpoint, img, dir string) (copied, error
 	if err := runTool(ctx, "fsfreeze", "--freeze", mountpoint); err != nil {
 		return copied{}, err
 	}
+	step(stepSnapshotFrozen)
 	dst := filepath.Join(dir, snapWorkspaceFile)
 	// Not the caller's context: a cancelled copy must still thaw.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
@@ -507,6 +509,7 @@ func (m *Manager) restoreFrom(ctx context.Context, sb *sandbox, f *snapFile) *co
 		return &core.WakeInfo{Level: ioproto.LevelFiles, Time: time.Now().UTC(),
 			Reason: joinReasons("the snapshot kept files only", f.Reason)}
 	}
+	m.step(stepRestoreRegistered)
 	sb.mu.Lock()
 	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: sb.hib.WakeRecord, Level: ioproto.LevelGlobals,
 		Snapshot: sb.hib.Snapshot.File, TimeoutMS: restoreTimeout.Milliseconds()}
