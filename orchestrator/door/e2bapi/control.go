@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base32"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -44,6 +45,10 @@ func (s *Server) controlMux() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/pause", s.authed(s.pause))
 	mux.HandleFunc("PUT /sandboxes/{id}/network", s.authed(s.updateNetwork))
 	mux.HandleFunc("GET /sandboxes/{id}/metrics", s.authed(s.metrics))
+	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.createSnapshot))
+	mux.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
+	mux.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteTemplate))
+	mux.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.fork))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound,
 			"message": fmt.Sprintf("%s %s is not part of sandboxd's E2B API", r.Method, sanitizeHeader(r.URL.Path))})
@@ -176,10 +181,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tpl := cmpOr(req.TemplateID, templates[0])
+	fromSnapshot := ""
 	if !slices.Contains(templates, tpl) {
-		s.writeError(w, r, "create", &apiError{status: http.StatusBadRequest,
-			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image)", sanitizeHeader(tpl), strings.Join(templates, ", "))})
-		return
+		// A snapshot's name or ID starts the sandbox from it, as E2B's
+		// Sandbox.create(snapshot) does.
+		if core.ValidateSnapshotRef(tpl) != nil {
+			s.writeError(w, r, "create", &apiError{status: http.StatusBadRequest,
+				msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image) and its snapshots", sanitizeHeader(tpl), strings.Join(templates, ", "))})
+			return
+		}
+		fromSnapshot = tpl
 	}
 	// E2B kills a sandbox at its timeout unless lifecycle.onTimeout is
 	// "pause", whatever sandboxd's own default (--on-idle) is.
@@ -201,7 +212,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		md[k] = v
 	}
 	md[templateKey] = tpl
-	opts := core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle}
+	opts := core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle, FromSnapshot: fromSnapshot}
 	switch {
 	case req.Network != nil:
 		p := req.Network.policy(req.AllowInternetAccess)
@@ -210,6 +221,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		opts.Network = true // the server's default policy
 	}
 	res, err := s.m.Acquire(r.Context(), newUserID(), opts)
+	if err != nil && fromSnapshot != "" && errors.Is(err, core.ErrNotFound) {
+		err = &apiError{status: http.StatusBadRequest,
+			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image) and the snapshots of your team, and none has that name", sanitizeHeader(tpl), strings.Join(templates, ", "))}
+	}
 	if err != nil {
 		s.writeError(w, r, "create", err)
 		return

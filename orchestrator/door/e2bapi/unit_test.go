@@ -35,6 +35,9 @@ func (f *fakeManager) Get(ctx context.Context, id string) (core.Sandbox, error) 
 
 func (f *fakeManager) Acquire(ctx context.Context, user string, opts core.Options) (core.AcquireResult, error) {
 	c, _ := core.CallerFrom(ctx)
+	if opts.FromSnapshot != "" {
+		return core.AcquireResult{}, core.SnapshotNotFound(opts.FromSnapshot) // this fake has none
+	}
 	f.acquired = append(f.acquired, user)
 	sb := core.Sandbox{ID: "sb-aaaaaaaaaaaaaaaaaaaa", Tenant: c.Tenant, UserID: user, State: core.StateRunning, Metadata: opts.Metadata}
 	f.sandboxes[sb.ID] = sb
