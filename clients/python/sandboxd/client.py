@@ -4,14 +4,14 @@ Execution (one command's events, resumed transparently) and Files."""
 import datetime
 import time
 import uuid
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Union
 
 import grpc
 from google.protobuf import duration_pb2
 
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from ._gen.sandbox.v1 import sandbox_pb2_grpc as pb_grpc
-from .errors import Unavailable, from_rpc_error
+from .errors import SandboxdError, Unavailable, from_code, from_rpc_error
 from .events import (
     AuditEvent,
     CommandInfo,
@@ -27,6 +27,7 @@ from .events import (
     NetworkStatus,
     Result,
     SandboxInfo,
+    SnapshotInfo,
     Stderr,
     Stdout,
     WatchEvent,
@@ -169,6 +170,38 @@ class Client:
                 break
         return out
 
+    def create_snapshot(self, sandbox_id: str, name: str = "") -> SnapshotInfo:
+        """Saves a running sandbox's globals and /workspace as a snapshot of
+        its tenant (CreateSnapshot); the sandbox keeps running.
+        AlreadyExists when the tenant has one of that name;
+        ResourceExhausted past the server's snapshot budget."""
+        resp = self._call(self._stub.CreateSnapshot, pb.CreateSnapshotRequest(sandbox_id=sandbox_id, name=name))
+        return SnapshotInfo.from_proto(resp.snapshot)
+
+    def snapshots(self, sandbox_id: str = "") -> List[SnapshotInfo]:
+        """The caller's snapshots, newest first (of one sandbox, if given)."""
+        resp = self._call(self._stub.ListSnapshots, pb.ListSnapshotsRequest(sandbox_id=sandbox_id))
+        return [SnapshotInfo.from_proto(s) for s in resp.snapshots]
+
+    def delete_snapshot(self, snapshot: str) -> None:
+        """Deletes a snapshot by ID or name; NotFound when there is none."""
+        self._call(self._stub.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot=snapshot))
+
+    def fork(self, sandbox_id: str, count: int = 1, user_ids: Optional[List[str]] = None) -> List[Union["Sandbox", SandboxdError]]:
+        """count (1 to 20) copies of a running sandbox's state (ForkSandbox),
+        each a new sandbox of its own user (given, one per fork, or
+        generated). Each fork succeeds or fails on its own: the list holds
+        a Sandbox, or the error that fork met."""
+        resp = self._call(self._stub.ForkSandbox,
+                          pb.ForkSandboxRequest(sandbox_id=sandbox_id, count=count, user_ids=list(user_ids or [])))
+        out: List[Union[Sandbox, SandboxdError]] = []
+        for r in resp.results:
+            if r.error_code:
+                out.append(from_code(r.error_code, r.error_message))
+            else:
+                out.append(Sandbox(self, SandboxInfo.from_proto(r.sandbox), created=True))
+        return out
+
     def delete(self, sandbox_id: str) -> None:
         """Stops and removes a sandbox with its files. NotFound when it does
         not exist."""
@@ -233,6 +266,7 @@ class Sandbox:
         metadata: Optional[dict] = None,
         idle_timeout=None,
         network_policy=None,
+        from_snapshot: str = "",
         delete_on_exit: bool = False,
     ) -> "Sandbox":
         """The user's sandbox (AcquireSandbox), created if the user has none.
@@ -258,6 +292,7 @@ class Sandbox:
             env=env or {},
             network=network,
             metadata=dict(metadata or {}),
+            from_snapshot=from_snapshot,
         )
         d = _duration(idle_timeout)
         if d is not None:

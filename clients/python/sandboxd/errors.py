@@ -141,3 +141,11 @@ def from_rpc_error(err):
         message = str(err) or code.name.lower()
     cls = _BY_CODE.get(code, SandboxdError)
     return cls(message, code)
+
+
+def from_code(code_number, message):
+    """Returns the SandboxdError for a status code number and message (a
+    fork's failure in ForkSandbox's answer)."""
+    code = next((c for c in grpc.StatusCode if c.value[0] == code_number), grpc.StatusCode.UNKNOWN)
+    cls = _BY_CODE.get(code, SandboxdError)
+    return cls(message or code.name.lower(), code)

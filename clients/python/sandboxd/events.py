@@ -462,6 +462,27 @@ class HostInfo:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    """A named snapshot (Client.create_snapshot, Client.snapshots): a
+    sandbox's globals (`level` "globals", or "files" with `reason`) and
+    /workspace, kept apart from it until deleted."""
+
+    id: str
+    name: str
+    tenant: str
+    sandbox_id: str
+    level: str
+    reason: str
+    size_bytes: int
+    created_at: Optional[datetime.datetime]
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(id=m.snapshot_id, name=m.name, tenant=m.tenant, sandbox_id=m.sandbox_id, level=m.level,
+                   reason=m.reason, size_bytes=m.size_bytes, created_at=_time(m.created_at))
+
+
+@dataclass(frozen=True)
 class AuditEvent:
     """One recorded call of the audit trail (Client.audit_events): who
     (`tenant`, `token_name`, `admin`) did what (`action`, e.g. "execute")
@@ -486,10 +507,14 @@ class AuditEvent:
     message: str
     duration: Optional[datetime.timedelta]
     dropped_count: int
+    #: create_snapshot's and delete_snapshot's snapshot, acquire's
+    #: from_snapshot; fork's number of forks.
+    snapshot: str = ""
+    count: int = 0
 
     @classmethod
     def from_proto(cls, m):
-        return cls(time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
+        return cls(snapshot=m.snapshot, count=m.count, time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
                    sandbox_id=m.sandbox_id, user_id=m.user_id, path=m.path, to_path=m.to_path,
                    command_id=m.command_id, context_id=m.context_id, language=m.language, bytes=m.bytes,
                    outcome=m.outcome, message=m.message,
