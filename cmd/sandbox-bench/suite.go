@@ -59,6 +59,7 @@ var RowKeys = []string{
 	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
 	mSamplingCPU.key, mSamplingOne.key,
 	mHookOK.key, mHookHung.key,
+	mSnapTake.key, mSnapSize.key, mSnapFirst.key, mForkWall.key,
 }
 
 const mib = 1 << 20
@@ -142,6 +143,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"network", "network", b.network},
 		{"sampling", "metrics sampling", b.sampling},
 		{"webhooks", "webhooks", b.webhooks},
+		{"snapshots", "snapshots and forks", b.snapshots},
 	} {
 		if cfg.phases[p.key] {
 			b.phase(ctx, p.name, p.fn)
