@@ -336,6 +336,27 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.infoOf(sb))
 }
 
+// pageOf reads a list's paging: limit (at most listLimit) and nextToken,
+// the offset this server gave in X-Next-Token.
+func pageOf(q url.Values) (limit, offset int, err error) {
+	limit = listLimit
+	if l := q.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil || n < 1 {
+			return 0, 0, badRequest("limit must be a positive number")
+		}
+		limit = min(n, listLimit)
+	}
+	if t := q.Get("nextToken"); t != "" {
+		n, err := strconv.Atoi(t)
+		if err != nil || n < 0 {
+			return 0, 0, badRequest("nextToken is not one this server gave")
+		}
+		offset = n
+	}
+	return limit, offset, nil
+}
+
 // list answers GET /v2/sandboxes: the running sandboxes this door
 // created in the caller's tenant, newest first, filtered by metadata
 // (metadata=k%3Dv%26…, each pair URL-encoded once more by the SDK) and
@@ -370,23 +391,10 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 			states = append(states, strings.Split(st, ",")...)
 		}
 	}
-	limit := listLimit
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			s.writeError(w, r, "list", badRequest("limit must be a positive number"))
-			return
-		}
-		limit = min(n, listLimit)
-	}
-	offset := 0
-	if t := q.Get("nextToken"); t != "" {
-		n, err := strconv.Atoi(t)
-		if err != nil || n < 0 {
-			s.writeError(w, r, "list", badRequest("nextToken is not one this server gave"))
-			return
-		}
-		offset = n
+	limit, offset, err := pageOf(q)
+	if err != nil {
+		s.writeError(w, r, "list", err)
+		return
 	}
 	all, err := s.m.List(r.Context(), filter)
 	if err != nil {

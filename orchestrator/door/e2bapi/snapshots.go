@@ -58,23 +58,10 @@ func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := core.SnapshotFilter{SandboxID: q.Get("sandboxID")}
-	limit := listLimit
-	if l := q.Get("limit"); l != "" {
-		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 {
-			s.writeError(w, r, "listSnapshots", badRequest("limit must be a positive number"))
-			return
-		}
-		limit = min(n, listLimit)
-	}
-	offset := 0
-	if t := q.Get("nextToken"); t != "" {
-		n, err := strconv.Atoi(t)
-		if err != nil || n < 0 {
-			s.writeError(w, r, "listSnapshots", badRequest("nextToken is not one this server gave"))
-			return
-		}
-		offset = n
+	limit, offset, err := pageOf(q)
+	if err != nil {
+		s.writeError(w, r, "listSnapshots", err)
+		return
 	}
 	if c, _ := core.CallerFrom(r.Context()); c.Admin {
 		f.Tenant = c.Tenant // an admin key lists its own tenant here, like any key
