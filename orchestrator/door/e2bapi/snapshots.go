@@ -169,4 +169,3 @@ func (s *Server) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusCreated, out)
 }
-
