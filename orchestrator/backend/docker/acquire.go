@@ -43,6 +43,11 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	}
 	spec := m.newSpec(userKey{caller.Tenant, userID}, opts)
 	if opts.FromSnapshot != "" {
+		if m.cfg.NoDiskVolumes {
+			// Its /workspace is a volume image; a plain directory cannot
+			// take it.
+			return core.AcquireResult{}, core.Preconditionf("starting from a snapshot needs disk volumes (sandboxd --disk-volumes, the default)")
+		}
 		// Resolved before anything is made: another tenant's is not found.
 		f, err := m.snaps.resolve(caller, opts.FromSnapshot, true)
 		if err != nil {
