@@ -162,18 +162,13 @@ test: test-deps image
 	if [ -s $(SUITE_SUMMARY) ]; then echo "suite figures:"; sed 's/^/    /' $(SUITE_SUMMARY); fi; \
 	exit $$rc
 
-# Fuzzing: go test -fuzz takes one target at a time, so every Fuzz function
-# of every package is run for FUZZ_TIME in turn. A failing input is written
-# under the package's testdata/fuzz/ and fails the target.
+# Fuzzing: every Fuzz function of every package for FUZZ_TIME in turn; a
+# failing input is written under the package's testdata/fuzz/ and fails the
+# target (scripts/fuzz-smoke.sh, which also says why one failure is retried).
 FUZZ_TIME ?= 10s
 
 fuzz-smoke:
-	@for dir in $$(grep -rlE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*\(' . | xargs -n1 dirname | sort -u); do \
-		for fn in $$(grep -hoE '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | sed 's/^func //'); do \
-			echo "fuzz-smoke: $$fn ($$dir) for $(FUZZ_TIME)"; \
-			$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_TIME) $$dir || exit 1; \
-		done; \
-	done
+	@GO=$(GO) FUZZ_TIME=$(FUZZ_TIME) scripts/fuzz-smoke.sh
 
 # Only what it runs: sandboxd and the image (which builds the driver and the
 # io sidecar it holds); `make build` compiles the whole module.
