@@ -1,0 +1,14 @@
+package ioproto
+
+// KindAdopt is the record by which the host hands a warm-pool sandbox's
+// running driver to a waking sandbox (PROTOCOL.md, *Adoption*): the host
+// has stacked the waking sandbox's volumes over this container's /io and
+// /workspace, and the driver starts over on them, keeping its default
+// context's Python kernel (which has run nothing but the pool's warm-up).
+// It names no command and gets no events file: it is appended to the log
+// the driver had open, which the stacked /io then hides.
+const KindAdopt = "adopt"
+
+// EnvPoolDriver, set to "1" in a warm-pool container's environment, makes
+// its driver honour an adopt record; every other driver ignores one.
+const EnvPoolDriver = "SANDBOX_POOL_DRIVER"
