@@ -29,4 +29,8 @@ const (
 	// and Managed too, so that reconcile and the test harnesses' clean-up
 	// find it with the sandbox's container.
 	NetHolder = "sandboxd.net-holder"
+	// Carrier ("true") marks a warm-pool container made to carry a fast
+	// wake (rslave binds, a driver that may be adopted); one without it,
+	// from a sandboxd that had fast wake off, never carries one.
+	Carrier = "sandboxd.carrier"
 )

@@ -278,6 +278,13 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		}
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)
+	if spec.pool && m.fastWakeOn() {
+		if err := makeShared(sb.dir); err != nil {
+			cleanup("")
+			return nil, err
+		}
+		carrierSpec(cfg, hostCfg)
+	}
 	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+id)
 	if err != nil {
 		cleanup("")

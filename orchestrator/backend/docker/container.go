@@ -8,6 +8,8 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/sandboxd/sandboxd/ioproto"
+
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
@@ -102,6 +104,18 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 		netSpec(sb, cfg, host, env)
 	}
 	return cfg, host
+}
+
+// carrierSpec turns a warm-pool container's spec into one that can carry
+// a fast wake (carrier.go): its volumes bound with rslave propagation, so
+// mounts the host stacks on them later reach it, and its driver told that
+// it may be adopted.
+func carrierSpec(cfg *container.Config, host *container.HostConfig) {
+	for i, b := range host.Binds {
+		host.Binds[i] = b + ",rslave"
+	}
+	cfg.Env = append(cfg.Env, ioproto.EnvPoolDriver+"=1")
+	cfg.Labels[labels.Carrier] = "true"
 }
 
 // Reasons given for dead sandboxes.

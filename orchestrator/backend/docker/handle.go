@@ -95,6 +95,9 @@ type sandbox struct {
 	// net (mu) is a networked sandbox's address and holder (network.go);
 	// nil for a sandbox without network.
 	net *netMeta
+	// carrier (mu) is the warm-pool sandbox whose container carries this
+	// one since a fast wake (carrier.go); nil otherwise.
+	carrier *carrierMeta
 }
 
 // newSandbox builds the record for metadata m in directory dir.
@@ -143,6 +146,10 @@ func newSandbox(dir string, m meta) *sandbox {
 	if m.State == core.StateHibernated {
 		sb.state = core.StateHibernated
 	}
+	if m.Carrier != nil {
+		c := *m.Carrier
+		sb.carrier = &c
+	}
 	sb.io = iolog.New(filepath.Join(dir, ioDir))
 	return sb
 }
@@ -170,7 +177,17 @@ func (sb *sandbox) metaLocked() meta {
 		Hib:           sb.hib.forMeta(),
 		NetworkPolicy: policyToMeta(sb.netPolicy),
 		Net:           sb.netForMeta(),
+		Carrier:       sb.carrierForMeta(),
 	}
+}
+
+// carrierForMeta copies sb.carrier for meta.json. Call with mu held.
+func (sb *sandbox) carrierForMeta() *carrierMeta {
+	if sb.carrier == nil {
+		return nil
+	}
+	c := *sb.carrier
+	return &c
 }
 
 // netForMeta copies sb.net for meta.json. Call with mu held.

@@ -125,6 +125,14 @@ func (m *Manager) hibernateLocked(ctx context.Context, sb *sandbox, why string) 
 		// Reconcile finishes it from Phase: the container is gone.
 		log.Error("persist sandbox metadata", "error", err)
 	}
+	if ckpt == "" {
+		// A fast-woken sandbox's carrier goes with its container
+		// (carrier.go); a crash before this, and reconcile releases it.
+		m.dropCarrier(ctx, sb)
+		if err := sb.persist(true); err != nil {
+			log.Error("persist sandbox metadata", "error", err)
+		}
+	}
 	keep := snap.File
 	if err := m.snapshots.Prune(sb.dir, keep); err != nil {
 		log.Warn("remove old snapshots", "error", err)

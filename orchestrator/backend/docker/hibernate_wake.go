@@ -67,36 +67,46 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		m.endWake(sb)
 		return nil, err
 	}
-	// A networked sandbox's holder and veth first, with the address it
-	// kept (network.go); undone if the wake fails.
-	netDown := func() {
-		if sb.net != nil {
-			if err := m.downNet(ctx, sb); err != nil {
-				log.Warn("remove the network holder of a failed wake; the next start removes it", "error", err)
+	// A pool container already running carries the wake when it can
+	// (carrier.go); otherwise a new container starts.
+	containerID := ""
+	if m.fastWakeable(sb) {
+		containerID = m.fastWake(ctx, sb)
+	}
+	fast := containerID != ""
+	if !fast {
+		// A networked sandbox's holder and veth first, with the address it
+		// kept (network.go); undone if the wake fails.
+		netDown := func() {
+			if sb.net != nil {
+				if err := m.downNet(ctx, sb); err != nil {
+					log.Warn("remove the network holder of a failed wake; the next start removes it", "error", err)
+				}
 			}
 		}
-	}
-	if sb.net != nil {
-		if err := m.upNet(ctx, sb); err != nil {
+		if sb.net != nil {
+			if err := m.upNet(ctx, sb); err != nil {
+				netDown()
+				m.endWake(sb)
+				return nil, fmt.Errorf("set up the sandbox's network: %w", err)
+			}
+		}
+		cfg, hostCfg := containerSpec(sb, sb.runtime, m.cfg.StateDir, sb.env)
+		resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+sb.id)
+		if err != nil {
 			netDown()
 			m.endWake(sb)
-			return nil, fmt.Errorf("set up the sandbox's network: %w", err)
+			return nil, dockerError("create container", err)
 		}
-	}
-	cfg, hostCfg := containerSpec(sb, sb.runtime, m.cfg.StateDir, sb.env)
-	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+sb.id)
-	if err != nil {
-		netDown()
-		m.endWake(sb)
-		return nil, dockerError("create container", err)
-	}
-	if err := m.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
-		_ = m.docker.ContainerRemove(cctx, resp.ID, container.RemoveOptions{Force: true})
-		cancel()
-		netDown()
-		m.endWake(sb)
-		return nil, dockerError("start container", err)
+		if err := m.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
+			_ = m.docker.ContainerRemove(cctx, resp.ID, container.RemoveOptions{Force: true})
+			cancel()
+			netDown()
+			m.endWake(sb)
+			return nil, dockerError("start container", err)
+		}
+		containerID = resp.ID
 	}
 	m.step(stepWakeStarted)
 
@@ -112,7 +122,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		rec.Snapshot = snap.File
 	}
 	sb.mu.Lock()
-	sb.state, sb.containerID = core.StateRunning, resp.ID
+	sb.state, sb.containerID = core.StateRunning, containerID
 	sb.mu.Unlock()
 	m.noteBoot(ctx, sb) // gVisor's boot with its address (network.go)
 	sb.mu.Lock()
@@ -146,7 +156,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 	}
 	m.reg.reset(sb)
 	m.publish(sb, core.LifecycleWoken, w.Reason)
-	log.Info("sandbox woken", "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason, "took", time.Since(start))
+	log.Info("sandbox woken", "fast", fast, "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason, "took", time.Since(start))
 	return w.Clone(), nil
 }
 

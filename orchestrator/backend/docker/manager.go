@@ -39,6 +39,9 @@ type Config struct {
 	// hosts where sandboxd cannot loop-mount (not root, no loop devices) and
 	// for tests that do not need disk limits. It sets Policy.NoDiskLimit.
 	NoDiskVolumes bool
+	// NoFastWake wakes hibernated sandboxes in new containers even when a
+	// warm-pool container could carry them (carrier.go).
+	NoFastWake bool
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 	// Metrics receives events for monitoring (core.Metrics); nil discards.
@@ -222,8 +225,11 @@ type Manager struct {
 	closeDocker func() error
 	lock        *os.File // holds the state directory's exclusive lock
 
-	reg       *registry
-	pool      *warmPool
+	reg  *registry
+	pool *warmPool
+	// carriers maps a carrier's pool-sandbox ID to the sandbox it carries
+	// (carrier.go), for Docker's events, which name the former.
+	carriers  sync.Map
 	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
 	userLocks keyedMutex   // by userKey.String()
 	watch     *iolog.Watcher
@@ -570,6 +576,9 @@ func (m *Manager) destroy(ctx context.Context, sb *sandbox, why string) error {
 	sb.markGone()
 	m.reg.remove(sb)
 	m.removeNet(ctx, sb) // its holder, then its address
+	// A fast-woken sandbox's carrier before its own directory: the
+	// carrier's mounts hold the sandbox's volumes (carrier.go).
+	m.dropCarrier(ctx, sb)
 	m.watch.Forget(sb.io)
 	// Stop every read of the sandbox's io/ (a follower in the middle of a
 	// huge events file, a load of a forged log) and wait, bounded, for

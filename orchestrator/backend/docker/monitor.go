@@ -183,7 +183,9 @@ func (m *Manager) followEvents(ctx context.Context, since time.Time) error {
 
 // handleEvent updates a sandbox's state from a container event.
 func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
-	id := msg.Actor.Attributes[labels.SandboxID]
+	// A carrier's container is labelled with its pool sandbox's ID; the
+	// sandbox it carries owns its events (carrier.go).
+	id := m.carrierOwner(msg.Actor.Attributes[labels.SandboxID])
 	if msg.Actor.Attributes[labels.NetHolder] == "true" {
 		m.handleHolderEvent(id, msg)
 		return

@@ -27,6 +27,8 @@ import (
 // decisions (dirAction), in the order they are considered:
 //
 //	not a sandbox directory               ignored, logged
+//	the carrier of a sandbox (carrier.go) kept for that sandbox, which
+//	                                      releases it unless it runs in it
 //	no valid meta.json                    removed: an interrupted create or
 //	                                      delete (its container, named by no
 //	                                      meta.json, is an orphan)
@@ -127,9 +129,10 @@ const (
 	actRemoveExpired                     // expired while sandboxd was down: removed
 	actHibernateSoon                     // idle while sandboxd was down: registered to hibernate at once
 	actAdopt                             // registered with the TTL it has left
+	actCarrier                           // a fast-woken sandbox's carrier: its sandbox decides
 )
 
-var dirActionNames = [...]string{"ignore", "remove-debris", "remove-pool-dead", "remove-pool-excess", "return-to-pool", "remove-expired", "hibernate-soon", "adopt"}
+var dirActionNames = [...]string{"ignore", "remove-debris", "remove-pool-dead", "remove-pool-excess", "return-to-pool", "remove-expired", "hibernate-soon", "adopt", "carrier"}
 
 func (a dirAction) String() string { return dirActionNames[a] }
 
@@ -169,10 +172,22 @@ func planReconcile(entries []stateEntry, containers map[string]container.Summary
 	plan := reconcilePlan{entries: entries, decisions: make([]dirDecision, len(entries))}
 	claimed := make(map[string]bool)
 	byUser := make(map[userKey][]int)
+	// Carriers named by a sandbox belong to it, whatever their own
+	// meta.json (removed, or left by a crash) says.
+	carried := make(map[string]bool)
+	for _, e := range entries {
+		if e.sb != nil && !e.sb.pool && e.sb.carrier != nil {
+			carried[e.sb.carrier.ID] = true
+			claimed[e.sb.carrier.ContainerID] = true
+		}
+	}
 	for i, e := range entries {
 		d := classifyEntry(e, p)
+		if e.isSandboxDir && carried[e.name] {
+			d = dirDecision{action: actCarrier}
+		}
 		plan.decisions[i] = d
-		if e.sb != nil {
+		if e.sb != nil && d.action != actCarrier {
 			claimed[e.containerID] = true
 			if n := e.sb.net; n != nil && n.Holder != "" {
 				claimed[n.Holder] = true // its network holder (network.go)
@@ -269,6 +284,8 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 			continue
 		case actRemovePoolExcess, actReturnToPool:
 			continue // below, in the pool's order
+		case actCarrier:
+			continue // its sandbox's (reconcileCarrier)
 		}
 		sb := e.sb
 		log = log.With("tenant", sb.tenant, "user_id", sb.userID)
@@ -288,6 +305,9 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 			continue
 		}
 		if err := m.refreshListed(ctx, sb, e.c, e.listed); err != nil {
+			return err
+		}
+		if err := m.reconcileCarrier(ctx, sb); err != nil {
 			return err
 		}
 		// Dead sandboxes' volumes are mounted too: their files can still be
@@ -314,8 +334,22 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 	}
 	for _, i := range plan.pool {
 		sb := plan.entries[i].sb
+		if m.fastWakeOn() && plan.entries[i].c.Labels[labels.Carrier] != "true" {
+			// Made while fast wake was off: it could not carry a wake.
+			if err := m.removeEntry(ctx, plan.entries[i], m.log.With("sandbox_id", sb.id), "warm-pool sandbox that cannot carry a fast wake"); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := m.remount(ctx, sb, m.log.With("sandbox_id", sb.id)); err != nil {
 			return err
+		}
+		if m.fastWakeOn() && hasVolume(sb.dir, ioDir) && hasVolume(sb.dir, workspaceDir) {
+			// A remount (after a reboot) is private; a carrier's must be
+			// shared (carrier.go). Harmless when it already is.
+			if err := makeShared(sb.dir); err != nil {
+				return err
+			}
 		}
 		m.pool.add(sb)
 	}
@@ -363,6 +397,7 @@ func (m *Manager) removeEntry(ctx context.Context, e stateEntry, log *slog.Logge
 	}
 	if e.sb != nil {
 		m.removeNet(ctx, e.sb)
+		m.dropCarrier(ctx, e.sb) // before its directory: it holds its volumes
 	}
 	if err := removeSandboxDir(e.dir); err != nil {
 		log.Error("remove sandbox directory", "error", err)
@@ -377,7 +412,11 @@ func (m *Manager) remount(ctx context.Context, sb *sandbox, log *slog.Logger) er
 	if err != nil {
 		return fmt.Errorf("mount the volumes of sandbox %s: %w", sb.id, err)
 	}
-	if !remounted {
+	restacked, err := m.restack(ctx, sb)
+	if err != nil {
+		return fmt.Errorf("stack the volumes of sandbox %s on its carrier: %w", sb.id, err)
+	}
+	if !remounted && !restacked {
 		return nil
 	}
 	if st, _ := sb.status(); st == core.StateDead || st == core.StateHibernated {

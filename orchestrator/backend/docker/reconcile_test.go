@@ -3,6 +3,7 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -152,6 +153,14 @@ func TestPlanReconcile(t *testing.T) {
 		testEntry(t, meta{ID: id("new"), UserID: "alice", Tenant: "t", CreatedAt: at(4)}, running),
 		testEntry(t, meta{ID: id("bob"), UserID: "alice", Tenant: "t2", CreatedAt: at(6)}, running),
 		{name: id("debris"), isSandboxDir: true, metaErr: errTest},
+		// A fast-woken sandbox and its carrier, whose meta.json is gone;
+		// a waking one whose carrier's pool meta.json a crash left.
+		testEntry(t, meta{ID: id("woken"), UserID: "carol", Tenant: "t", CreatedAt: at(7), ContainerID: "c-carrier1",
+			Carrier: &carrierMeta{ID: id("carrier1"), ContainerID: "c-carrier1"}}, running),
+		{name: id("carrier1"), isSandboxDir: true, metaErr: fs.ErrNotExist},
+		testEntry(t, meta{ID: id("waking"), UserID: "dave", Tenant: "t", CreatedAt: at(8), State: core.StateHibernated,
+			Hib: &hibMeta{Phase: phaseWaking, Seq: 1, HibernatedAt: at(1)}, Carrier: &carrierMeta{ID: id("carrier2"), ContainerID: "c-" + id("carrier2")}}, ""),
+		testEntry(t, meta{ID: id("carrier2"), Pool: true, CreatedAt: at(9)}, running),
 	}
 	containers := map[string]container.Summary{"orphan-b": {ID: "orphan-b"}, "orphan-a": {ID: "orphan-a"}}
 	for _, e := range entries {
@@ -168,6 +177,8 @@ func TestPlanReconcile(t *testing.T) {
 		id("pool1"): {actReturnToPool, false}, id("pool2"): {actReturnToPool, false}, id("pool3"): {actRemovePoolExcess, false},
 		id("old"): {actAdopt, false}, id("new"): {actAdopt, true}, id("bob"): {actAdopt, true},
 		id("debris"): {actRemoveDebris, false},
+		id("woken"): {actAdopt, true}, id("carrier1"): {actCarrier, false},
+		id("waking"): {actAdopt, true}, id("carrier2"): {actCarrier, false},
 	}
 	for i, e := range plan.entries {
 		d := plan.decisions[i]

@@ -100,6 +100,9 @@ type meta struct {
 	NetworkPolicy *netPolicyMeta `json:"network_policy,omitempty"`
 	// Net is a networked sandbox's address and holder (network.go).
 	Net *netMeta `json:"net,omitempty"`
+	// Carrier is the warm-pool sandbox whose container and directories
+	// carry this sandbox since a fast wake (carrier.go); nil otherwise.
+	Carrier *carrierMeta `json:"carrier,omitempty"`
 }
 
 // netPolicyMeta is a core.NetworkPolicy as meta.json keeps it: the file's

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -185,23 +184,8 @@ func ensureMounted(ctx context.Context, dir string) (remounted bool, err error) 
 // from the tree now and is freed when the last user leaves.
 func unmountVolumes(dir string) error {
 	for _, name := range []string{ioDir, workspaceDir} {
-		mp := filepath.Join(dir, name)
-		mounted, err := mountinfo.Mounted(mp)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("check mount %s: %w", mp, err)
-		}
-		if !mounted {
-			continue
-		}
-		err = syscall.Unmount(mp, 0)
-		if errors.Is(err, syscall.EBUSY) {
-			err = syscall.Unmount(mp, syscall.MNT_DETACH)
-		}
-		if err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: not mounted (any more)
-			return fmt.Errorf("unmount %s: %w", mp, err)
+		if err := unmountStack(filepath.Join(dir, name)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/sys/mountinfo"
+
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+)
+
+// TestE2EFastWakeCrash kills sandboxd (SIGKILL, from its test hooks) at
+// every step of a fast wake, the wake that borrows a warm-pool container
+// (orchestrator/backend/docker/carrier.go), restarts it, and checks what
+// the hibernation crash test checks (TestE2EHibernateCrash): the sandbox
+// is running or hibernated, its files are there, and its globals are back
+// or reported lost. And nothing is left half-borrowed: every directory
+// under the state directory is a sandbox with its meta.json, and every
+// mount under it is a sandbox's own volume or a carrier's stack named by
+// a sandbox. runc only: gVisor sandboxes never wake fast.
+func TestE2EFastWakeCrash(t *testing.T) {
+	env := needE2E(t)
+	if env.runtime != "" && env.runtime != "runc" {
+		t.Skipf("fast wake is runc's only (runtime %q)", env.runtime)
+	}
+	env = env.withRuntime(t, "runc")
+	crashing := env.withCrashHooks(t)
+	steps := append(slices.Clone(docker.WakeSteps[:1]), docker.FastWakeSteps...)
+	steps = append(steps, docker.WakeSteps[1:]...)
+	pool := []string{"--warm-pool", "1"}
+	for i, step := range steps {
+		t.Run(strings.ReplaceAll(step, ":", "-"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			user := "fw-crash-" + strconv.Itoa(i)
+			d := env.start(t, pool...)
+			c, _ := d.client(t)
+			sbID := acquire(t, ctx, c, user).GetSandbox().GetSandboxId()
+			execOut(t, ctx, c, sbID, "set", "import pandas as pd\nx = 41\ndf = pd.DataFrame({'a': [1, 2]})\nopen('/workspace/f.txt', 'w').write('file kept')")
+			if _, err := c.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: sbID}); err != nil {
+				t.Fatalf("HibernateSandbox: %v", err)
+			}
+			// The pool holds a ready sandbox for the wake: the acquire took
+			// the first one or none, and the refill logs each it adds.
+			if !pollUntil(2*time.Minute, func() bool { return strings.Count(d.logs.String(), "warm pool: sandbox ready") >= 1 && poolReady(d.logs.String()) }) {
+				t.Fatal("the warm pool had no ready sandbox within 2 minutes")
+			}
+			d.stop(t)
+			d = crashing.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step}, pool...)
+			c, _ = d.client(t)
+			if _, err := c.WakeSandbox(ctx, &sandboxv1.WakeSandboxRequest{SandboxId: sbID}); err == nil {
+				t.Fatalf("the wake crossing %s succeeded; sandboxd should have been killed there", step)
+			}
+			select {
+			case <-d.exited:
+			case <-time.After(time.Minute):
+				t.Fatalf("sandboxd did not die at %s", step)
+			}
+
+			d = env.start(t, pool...)
+			c, _ = d.client(t)
+			g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
+			if err != nil {
+				t.Fatalf("GetSandbox after the crash at %s: %v", step, err)
+			}
+			st := g.GetSandbox().GetState()
+			if st != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING && st != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
+				t.Fatalf("after the crash at %s the sandbox is %v; want running or hibernated", step, g.GetSandbox())
+			}
+			checkNoHalfBorrowed(t, env.stateDir)
+			o, started := execOut(t, ctx, c, sbID, "get", "print(open('/workspace/f.txt').read())\nprint(x, df.a.sum())")
+			w := started.GetWake()
+			t.Logf("after the crash at %s: state %v, wake %v, done %+v", step, st, w, o.done)
+			if !strings.HasPrefix(o.stdout, "file kept\n") {
+				t.Fatalf("the workspace file was lost: %q %v", o.stdout, o.errs)
+			}
+			switch {
+			case o.stdout == "file kept\n41 3\n":
+				if w != nil && w.GetLevel() != "globals" {
+					t.Fatalf("globals are back but the wake says %v", w)
+				}
+			case o.done.GetStateLost() && (w == nil || w.GetLevel() == "files"):
+				if w == nil && !strings.Contains(o.done.GetReason(), "restarted") {
+					t.Fatalf("globals lost without a wake report: %+v", o.done)
+				}
+			default:
+				t.Fatalf("after the crash at %s: output %q, done %+v, wake %v: a loss not reported", step, o.stdout, o.done, w)
+			}
+			if _, err := c.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sbID}); err != nil {
+				t.Fatalf("DeleteSandbox: %v", err)
+			}
+			d.stop(t)
+			checkNoHalfBorrowed(t, env.stateDir)
+		})
+	}
+}
+
+// poolReady reports whether the log's last warm-pool event is a sandbox
+// made ready (not one claimed after it).
+func poolReady(log string) bool {
+	return strings.LastIndex(log, "warm pool: sandbox ready") > strings.LastIndex(log, "warm-pool sandbox claimed")
+}
+
+// checkNoHalfBorrowed fails unless every sandbox directory under stateDir
+// has its meta.json, and every mount under them is a mount point of a
+// directory that has one (a sandbox's own volume, or a carrier's, whose
+// sandbox's meta.json names it: reconcile releases any other).
+func checkNoHalfBorrowed(t *testing.T, stateDir string) {
+	t.Helper()
+	root := filepath.Join(stateDir, "sandboxes")
+	dirs, _ := filepath.Glob(filepath.Join(root, "*"))
+	carriers := map[string]bool{}
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, "meta.json"))
+		if err != nil {
+			continue
+		}
+		if i := strings.Index(string(b), `"carrier":{"id":"`); i >= 0 {
+			rest := string(b)[i+len(`"carrier":{"id":"`):]
+			carriers[rest[:strings.IndexByte(rest, '"')]] = true
+		}
+	}
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "meta.json")); err != nil && !carriers[filepath.Base(d)] {
+			t.Errorf("%s has no meta.json and is no sandbox's carrier: half borrowed", d)
+		}
+	}
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		dir := filepath.Dir(m.Mountpoint)
+		if _, err := os.Stat(filepath.Join(dir, "meta.json")); err != nil && !carriers[filepath.Base(dir)] {
+			t.Errorf("mount %s belongs to no sandbox", m.Mountpoint)
+		}
+	}
+}

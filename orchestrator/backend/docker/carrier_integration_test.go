@@ -1,0 +1,201 @@
+package docker
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/moby/sys/mountinfo"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// poolContainers returns the container IDs of m's ready pool sandboxes by
+// pool sandbox ID.
+func poolContainers(m *validated) map[string]string {
+	m.pool.mu.Lock()
+	defer m.pool.mu.Unlock()
+	out := map[string]string{}
+	for _, sb := range m.pool.ready {
+		out[sb.id] = sb.currentContainer()
+	}
+	return out
+}
+
+// mountsUnder lists the mount points under dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Mountpoint)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestIntegrationFastWake: with a warm pool, a hibernated sandbox wakes in
+// a pool container that was already running (its carrier) and keeps
+// everything an ordinary wake keeps: its ID, globals (numpy and pandas
+// objects among them), /workspace, its command log (a command ID is not
+// run twice). The carrier survives a restart of its container (the
+// stacked volumes are seen again) and of sandboxd, goes away with the
+// next hibernation, and a second wake is fast again; deleting the sandbox
+// leaves no mount behind.
+func TestIntegrationFastWake(t *testing.T) {
+	m, c, cfg := integrationManager(t, func(c *Config) { c.WarmPool = 1 })
+	if !runtimeIsRunc(cfg.Runtime) {
+		t.Skipf("fast wake is runc's only (runtime %q wakes in a new container)", cfg.Runtime)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
+	defer cancel()
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	res, err := m.Acquire(ctx, "fw-alice", core.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Sandbox.ID
+	set := runCommand(t, m, id, core.ExecRequest{CommandID: "set", Code: "import numpy as np, pandas as pd\n" +
+		"x = 41\ndf = pd.DataFrame({'a': np.arange(4)})\n" +
+		"open('/workspace/f.txt', 'a').write('once\\n')"})
+	if d := lastDone(t, set); d.Status != ioproto.StatusOK {
+		t.Fatalf("set: %+v", set)
+	}
+
+	wakeFast := func(round int) string {
+		t.Helper()
+		if _, err := m.Hibernate(ctx, id); err != nil {
+			t.Fatalf("round %d: Hibernate: %v", round, err)
+		}
+		awaitPoolWithin(t, m, 1, 2*time.Minute)
+		pool := poolContainers(m)
+		_, w, err := m.Wake(ctx, id)
+		if err != nil {
+			t.Fatalf("round %d: Wake: %v", round, err)
+		}
+		if w == nil || w.Level != ioproto.LevelGlobals {
+			t.Fatalf("round %d: wake %+v; want level globals", round, w)
+		}
+		got, err := m.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var carrier string
+		for pid, cid := range pool {
+			if cid == got.ContainerID {
+				carrier = pid
+			}
+		}
+		if carrier == "" {
+			t.Fatalf("round %d: woken in container %s, not in the pool's %v: not a fast wake", round, got.ContainerID, pool)
+		}
+		if _, err := os.Stat(filepath.Join(cfg.StateDir, sandboxesDir, carrier, metaFile)); !os.IsNotExist(err) {
+			t.Errorf("round %d: the carrier %s still has a meta.json (%v): it is no sandbox any more", round, carrier, err)
+		}
+		out := mustRunOK(t, m, id, "python", "import os\nprint(x + 1, int(df.a.sum()), os.getcwd(), open('f.txt').read().strip())")
+		if out != "42 6 /workspace once\n" {
+			t.Fatalf("round %d: after the fast wake: %q", round, out)
+		}
+		return carrier
+	}
+
+	carrier := wakeFast(1)
+	// A command ID runs once: its second submission is the first's.
+	again := runCommand(t, m, id, core.ExecRequest{CommandID: "set", Code: "open('/workspace/f.txt', 'a').write('twice\\n')"})
+	if d := lastDone(t, again); d.Status != ioproto.StatusOK {
+		t.Fatalf("set again: %+v", again)
+	}
+	if out := mustRunOK(t, m, id, "bash", "cat /workspace/f.txt"); out != "once\n" {
+		t.Fatalf("the command ran twice across the fast wake: %q", out)
+	}
+
+	// Docker restarts the carrier's container (its driver crashed, say):
+	// it comes back on the sandbox's volumes, not the pool sandbox's.
+	got, _ := m.Get(ctx, id)
+	if err := c.ContainerRestart(ctx, got.ContainerID, container.StopOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := mustRunOK(t, m, id, "bash", "cat /workspace/f.txt; ls /io/out | grep -c '^set\\.'"); out != "once\n1\n" {
+		t.Fatalf("after a restart of the carrier's container: %q", out)
+	}
+
+	// sandboxd restarts: the sandbox runs on in its carrier.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err = newValidated(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if g, err := m.Get(ctx, id); err != nil || g.State != core.StateRunning || g.ContainerID != got.ContainerID {
+		t.Fatalf("after a restart of sandboxd: %+v, %v; want it running in %s", g, err, got.ContainerID)
+	}
+	mustRunOK(t, m, id, "python", "x = 41") // the container's restart lost it
+
+	second := wakeFast(2)
+	if second == carrier {
+		t.Fatalf("the second wake reused carrier %s", carrier)
+	}
+	if _, err := os.Stat(sandboxDir(cfg.StateDir, carrier)); !os.IsNotExist(err) {
+		t.Errorf("the first carrier's directory outlived the hibernation: %v", err)
+	}
+	if _, err := c.ContainerInspect(ctx, got.ContainerID); err == nil {
+		t.Errorf("the first carrier's container outlived the hibernation")
+	}
+
+	if err := m.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{sandboxDir(cfg.StateDir, id), sandboxDir(cfg.StateDir, second)} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s outlived the deletion: %v", d, err)
+		}
+		if ms := mountsUnder(t, d); len(ms) > 0 {
+			t.Errorf("mounts left under %s: %v", d, ms)
+		}
+	}
+}
+
+// TestIntegrationFastWakeFallsBack: a sandbox no pool container fits (it
+// has env) wakes in a new container, as before fast wake.
+func TestIntegrationFastWakeFallsBack(t *testing.T) {
+	m, _, cfg := integrationManager(t, func(c *Config) { c.WarmPool = 1 })
+	if !runtimeIsRunc(cfg.Runtime) {
+		t.Skipf("fast wake is runc's only (runtime %q)", cfg.Runtime)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	res, err := m.Acquire(ctx, "fw-env", core.Options{Env: map[string]string{"FOO": "bar"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Sandbox.ID
+	mustRunOK(t, m, id, "python", "x = 7")
+	if _, err := m.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	pool := poolContainers(m)
+	if _, w, err := m.Wake(ctx, id); err != nil || w == nil || w.Level != ioproto.LevelGlobals {
+		t.Fatalf("Wake: %+v, %v", w, err)
+	}
+	g, _ := m.Get(ctx, id)
+	for _, cid := range pool {
+		if cid == g.ContainerID {
+			t.Fatalf("a sandbox with env woke in a pool container")
+		}
+	}
+	if out := mustRunOK(t, m, id, "python", "import os\nprint(x, os.environ['FOO'])"); !strings.HasPrefix(out, "7 bar") {
+		t.Fatalf("after the wake: %q", out)
+	}
+}
