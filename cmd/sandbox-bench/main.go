@@ -108,7 +108,7 @@ type config struct {
 // phaseNames are the parts of the suite --phases chooses from, in the
 // order they run. "fleet" is the throughput, idle-memory and reattach
 // figures, which share one fleet of sandboxes.
-var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling", "webhooks", "snapshots"}
+var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling", "webhooks", "snapshots", "fastwake"}
 
 func parseConfig(args []string, out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)

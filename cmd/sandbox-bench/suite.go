@@ -60,6 +60,7 @@ var RowKeys = []string{
 	mSamplingCPU.key, mSamplingOne.key,
 	mHookOK.key, mHookHung.key,
 	mSnapTake.key, mSnapSize.key, mSnapFirst.key, mForkWall.key,
+	mPoolMemory.key, mFastWakeSmall.key, mFastWakeLarge.key,
 }
 
 const mib = 1 << 20
@@ -144,6 +145,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"sampling", "metrics sampling", b.sampling},
 		{"webhooks", "webhooks", b.webhooks},
 		{"snapshots", "snapshots and forks", b.snapshots},
+		{"fastwake", "fast wake", b.fastWake},
 	} {
 		if cfg.phases[p.key] {
 			b.phase(ctx, p.name, p.fn)
