@@ -12,8 +12,8 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 
-	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
 // TestE2EFastWakeCrash kills sandboxd (SIGKILL, from its test hooks) at
@@ -49,7 +49,9 @@ func TestE2EFastWakeCrash(t *testing.T) {
 			}
 			// The pool holds a ready sandbox for the wake: the acquire took
 			// the first one or none, and the refill logs each it adds.
-			if !pollUntil(2*time.Minute, func() bool { return strings.Count(d.logs.String(), "warm pool: sandbox ready") >= 1 && poolReady(d.logs.String()) }) {
+			if !pollUntil(2*time.Minute, func() bool {
+				return strings.Count(d.logs.String(), "warm pool: sandbox ready") >= 1 && poolReady(d.logs.String())
+			}) {
 				t.Fatal("the warm pool had no ready sandbox within 2 minutes")
 			}
 			d.stop(t)

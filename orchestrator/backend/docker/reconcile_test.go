@@ -177,7 +177,7 @@ func TestPlanReconcile(t *testing.T) {
 		id("pool1"): {actReturnToPool, false}, id("pool2"): {actReturnToPool, false}, id("pool3"): {actRemovePoolExcess, false},
 		id("old"): {actAdopt, false}, id("new"): {actAdopt, true}, id("bob"): {actAdopt, true},
 		id("debris"): {actRemoveDebris, false},
-		id("woken"): {actAdopt, true}, id("carrier1"): {actCarrier, false},
+		id("woken"):  {actAdopt, true}, id("carrier1"): {actCarrier, false},
 		id("waking"): {actAdopt, true}, id("carrier2"): {actCarrier, false},
 	}
 	for i, e := range plan.entries {
