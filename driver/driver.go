@@ -58,6 +58,14 @@ type Config struct {
 	MaxAge           time.Duration
 	// Logger receives the driver's own structured log.
 	Logger *slog.Logger
+	// Pool makes the driver honour an adopt record (adopt.go): set in a
+	// warm-pool container (ioproto.EnvPoolDriver) only.
+	Pool bool
+
+	// inherit is the kernel an adoption hands over (Serve); ioIdentity is
+	// what IODir was when a pool driver started (New).
+	inherit    *kernel
+	ioIdentity os.FileInfo
 }
 
 func (c *Config) setDefaults() {
@@ -140,6 +148,12 @@ type Driver struct {
 	roomMu            sync.Mutex
 	// statfsHook replaces statfs in tests.
 	statfsHook func(dir string) (free, total int64, err error)
+
+	// Adoption (adopt.go): stopRun ends Run; adopting (mu) is set by the
+	// adopt record, with the kernel to hand over.
+	stopRun       context.CancelFunc
+	adopting      bool
+	adoptedKernel *kernel
 }
 
 type queued struct {
@@ -163,6 +177,13 @@ func New(cfg Config) (*Driver, error) {
 		seen:      map[string]struct{}{},
 		contexts:  map[string]*execContext{},
 	}
+	if cfg.Pool {
+		st, err := os.Stat(cfg.IODir)
+		if err != nil {
+			return nil, err
+		}
+		d.cfg.ioIdentity = st
+	}
 	if err := os.MkdirAll(d.outDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create %s: %w", d.outDir, err)
 	}
@@ -179,6 +200,8 @@ func New(cfg Config) (*Driver, error) {
 // killed.
 func (d *Driver) Run(ctx context.Context) error {
 	reserveThreads()
+	ctx, d.stopRun = context.WithCancel(ctx)
+	defer d.stopRun()
 	stdin, err := os.OpenFile(d.stdinPath, os.O_RDONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return fmt.Errorf("open command log: %w", err)
@@ -200,6 +223,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	lr := ioproto.NewLineReader(stdin, offset, ioproto.MaxRecordLen)
 	for {
 		n := d.readAvailable(lr)
+		if d.isAdopting() {
+			break
+		}
 		if st, err := stdin.Stat(); err == nil {
 			w.observed(st.Size())
 		}
@@ -211,7 +237,18 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 	}
 	d.executors.Wait()
+	if d.isAdopting() {
+		return &adopted{kernel: d.adoptedKernel}
+	}
 	return nil
+}
+
+// isAdopting reports whether an adopt record was honoured: nothing more
+// may be written to /io.
+func (d *Driver) isAdopting() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.adopting
 }
 
 // recover rebuilds the driver's memory from /io after a (re)start: the boot
@@ -320,6 +357,9 @@ func (d *Driver) readAvailable(lr *ioproto.LineReader) int {
 		}
 		n++
 		d.handleLine(line)
+		if d.isAdopting() {
+			return n // /io is another sandbox's now: no state saved here
+		}
 		d.mu.Lock()
 		d.readOffset = line.End
 		d.mu.Unlock()
@@ -343,6 +383,8 @@ func (d *Driver) handleLine(line ioproto.Line) {
 	switch rec.Type {
 	case ioproto.KindInterrupt:
 		d.interrupt(rec.CommandID)
+	case ioproto.KindAdopt:
+		d.adoptRecord(rec)
 	case ioproto.KindContext:
 		d.contextOp(rec)
 	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:

@@ -64,6 +64,9 @@ func (d *Driver) ensureKernel(c *execContext, lang string) (*kernel, error) {
 // startKernel is the one place a context's kernel is launched: in the
 // context's working directory.
 func (d *Driver) startKernel(c *execContext, lang string) (*kernel, error) {
+	if k := d.takeInherited(c, kernelKind(lang)); k != nil {
+		return k, nil
+	}
 	return d.launcher.start(lang, c.dir, kernelReadyTimeout)
 }
 

@@ -56,7 +56,7 @@ func (p PtySize) validate() error {
 // opposed to records that only refer to one (interrupt, stdin, ...). Only
 // commands count for "a command ID runs once".
 func NamesCommand(k string) bool {
-	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize
+	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize && k != KindAdopt
 }
 
 // Languages an exec record may ask for. Python and bash are in every
@@ -276,7 +276,7 @@ func (r *Record) Validate() error {
 		if err := r.Pty.validate(); err != nil {
 			return err
 		}
-	case KindInterrupt, KindStdinClose:
+	case KindInterrupt, KindStdinClose, KindAdopt:
 	case "":
 		return fmt.Errorf("%w: type is missing", ErrMalformed)
 	default:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/driver"
+	"github.com/sandboxd/sandboxd/ioproto"
 )
 
 func main() {
@@ -48,13 +49,15 @@ func run() error {
 	}
 	cfg.Logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 
+	// A warm-pool container's driver may be adopted by a waking sandbox
+	// (driver/adopt.go). The switch is the host's, not the user's: it is
+	// removed before any kernel inherits the environment.
+	cfg.Pool = os.Getenv(ioproto.EnvPoolDriver) == "1"
+	os.Unsetenv(ioproto.EnvPoolDriver)
+
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	d, err := driver.New(cfg)
-	if err != nil {
-		return err
-	}
-	return d.Run(ctx)
+	return driver.Serve(ctx, cfg)
 }
 
 func envInt(key string, def int64) int64 {

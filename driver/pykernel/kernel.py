@@ -1046,6 +1046,22 @@ def _hib(cid, op, path):
     _send("done", end=True, status=status, hib=res)
 
 
+def _adopt(cid, path):
+    """A warm-pool kernel handed to a woken sandbox (driver/adopt.go): it
+    starts over in the sandbox's workspace, counting cells from zero as a
+    fresh kernel does. Its namespace is a fresh one's already: the pool's
+    warm-up deleted the names it imported."""
+    global _cur_id, _cell
+    _cur_id = cid
+    try:
+        os.chdir(path)
+        _cell = 0
+    except BaseException as e:
+        _send("done", end=True, status="error", ename=type(e).__name__, evalue=_safe_str(e))
+        return
+    _send("done", end=True, status="ok")
+
+
 def _read_line(buf):
     """The next line from fd 3; exits when the driver closed it."""
     while True:
@@ -1085,6 +1101,9 @@ def _main():
             req = json.loads(line)
             if req.get("op") in ("snapshot", "restore"):
                 _hib(req["id"], req["op"], req["path"])
+                continue
+            if req.get("op") == "adopt":
+                _adopt(req["id"], req["path"])
                 continue
             cid, code, env = req["id"], req["code"], req.get("env") or {}
             if not isinstance(cid, str) or not isinstance(code, str):

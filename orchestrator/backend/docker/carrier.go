@@ -155,7 +155,7 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 	}
 	// The adopt record goes into the log the driver reads now, P's, which
 	// the stack is about to hide: opened before, written after.
-	line, err := ioproto.EncodeRecord(ioproto.Record{Type: ioproto.KindAdopt})
+	line, err := ioproto.EncodeRecord(ioproto.Record{Type: ioproto.KindAdopt, CommandID: "sbx-adopt-" + randomSuffix()})
 	if err != nil {
 		undo()
 		return "", err
