@@ -132,8 +132,10 @@ func (d *Driver) takeInherited(c *execContext, kind string) *kernel {
 }
 
 // adopt asks the kernel to start over in dir as a fresh kernel would
-// (working directory, cell counter) and waits for its answer; output it
-// prints meanwhile belongs to no command and is dropped.
+// (working directory, namespace, cell counter) and waits for its answer;
+// output it prints meanwhile belongs to no command and is dropped. (The
+// handover was first written by a helper as kernel.control, whose marker
+// and eof handling this keeps.)
 func (k *kernel) adopt(dir string, timeout time.Duration) error {
 	id := "adopt-" + fmt.Sprint(time.Now().UnixNano())
 	if err := k.send(kernelRequest{ID: id, Op: "adopt", Path: dir}); err != nil {
@@ -147,14 +149,23 @@ func (k *kernel) adopt(dir string, timeout time.Duration) error {
 			if !ok {
 				return errors.New("the kernel closed its control channel")
 			}
-			if m.ID != id || m.Type != "done" {
+			if m.ID != id {
+				continue
+			}
+			// Its output markers count as handled, or the next command's
+			// output would wait for them (streamOrder).
+			k.emitted = max(k.emitted, m.Sync)
+			if m.Type != "done" {
 				continue
 			}
 			if m.Status != ioproto.StatusOK {
-				return fmt.Errorf("the kernel refused: %s: %s", m.EName, m.EValue)
+				return fmt.Errorf("the kernel refused: %s", m.EValue)
 			}
 			return nil
-		case <-k.output:
+		case it := <-k.output:
+			if it.eof {
+				k.streams[streamIndex(it.stream)].eof = true
+			}
 		case <-k.exited:
 			return errors.New("the kernel exited")
 		case <-t.C:

@@ -83,6 +83,7 @@ _KMOD = sys.modules["__main__"]      # keeps the kernel's own module alive
 _umod = types.ModuleType("__main__")
 _umod.__builtins__ = builtins
 _ns = _umod.__dict__
+_FRESH_NS = dict(_ns)        # what a fresh namespace holds (_adopt restores it)
 sys.modules["__main__"] = _umod
 sys.argv = [""]
 if sys.path and sys.path[0] == os.path.dirname(_KFILE):
@@ -1047,19 +1048,32 @@ def _hib(cid, op, path):
 
 
 def _adopt(cid, path):
-    """A warm-pool kernel handed to a woken sandbox (driver/adopt.go): it
-    starts over in the sandbox's workspace, counting cells from zero as a
-    fresh kernel does. Its namespace is a fresh one's already: the pool's
-    warm-up deleted the names it imported."""
-    global _cur_id, _cell
+    """Starts this kernel over for the sandbox whose driver adopted it
+    (driver/adopt.go): its working directory becomes path (the stacked
+    /workspace; the old cwd is the hidden directory), and what the pool's
+    warm-up left that a fresh kernel would not have is dropped: the user's
+    names, the cell counter, the cells' source, the last exception.
+    Imported modules stay: keeping them is the point."""
+    global _cur_id, _cell, _keep_src
     _cur_id = cid
+    status, why = "ok", None
     try:
         os.chdir(path)
-        _cell = 0
+        _ns.clear()
+        _ns.update(_FRESH_NS)
+        _cell, _keep_src = 0, False
+        for name in [n for n in linecache.cache if isinstance(n, str) and n.startswith("<cell-")]:
+            linecache.cache.pop(name, None)
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                delattr(sys, name)
+        # Finders cache directory listings by path and mtime; the stacked
+        # directory has the old one's path.
+        import importlib
+        importlib.invalidate_caches()
     except BaseException as e:
-        _send("done", end=True, status="error", ename=type(e).__name__, evalue=_safe_str(e))
-        return
-    _send("done", end=True, status="ok")
+        status, why = "error", ("adopt failed: %s: %s" % (type(e).__name__, _safe_str(e)))[:1000]
+    _send("done", end=True, status=status, evalue=why)
 
 
 def _read_line(buf):
