@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
+	"github.com/sandboxd/sandboxd/orchestrator/metrics"
 )
 
 // Fast wake figures: a hibernated sandbox woken in a started warm-pool
@@ -45,7 +50,12 @@ func (b *bench) fastWake(ctx context.Context) error {
 	}
 	cfg := b.dcfg
 	cfg.stateDir = filepath.Join(b.tmp, "fastwake-state")
-	cfg.extra = []string{"--warm-pool", "1"}
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		b.fail(err, all...)
+		return err
+	}
+	cfg.extra = []string{"--warm-pool", "1", "--metrics-listen", metricsAddr}
 	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
 	if err != nil {
 		b.removeLeftovers(cfg.stateDir)
@@ -67,7 +77,7 @@ func (b *bench) fastWake(ctx context.Context) error {
 	}()
 
 	// An idle pool sandbox: what keeping one ready costs.
-	if err := waitPoolReady(ctx, cfg.stateDir, 3*time.Minute); err != nil {
+	if err := waitPoolReady(ctx, metricsAddr, 3*time.Minute); err != nil {
 		b.fail(err, all...)
 		return err
 	}
@@ -134,7 +144,7 @@ func (b *bench) fastWake(ctx context.Context) error {
 			if _, err = c.sb.Hibernate(ctx, id); err != nil {
 				break
 			}
-			if err = waitPoolReady(ctx, cfg.stateDir, 3*time.Minute); err != nil {
+			if err = waitPoolReady(ctx, metricsAddr, 3*time.Minute); err != nil {
 				break
 			}
 			var dur time.Duration
@@ -168,21 +178,13 @@ func (b *bench) fastWake(ctx context.Context) error {
 	return nil
 }
 
-// waitPoolReady waits until a pool sandbox under stateDir has finished its
-// warm-up (the pool adds it right after).
-func waitPoolReady(ctx context.Context, stateDir string, limit time.Duration) error {
+// waitPoolReady waits until sandboxd's warm pool (metrics at addr) holds
+// a ready sandbox.
+func waitPoolReady(ctx context.Context, addr string, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		metas, _ := filepath.Glob(filepath.Join(stateDir, "sandboxes", "*", "meta.json"))
-		for _, m := range metas {
-			b, err := os.ReadFile(m)
-			if err != nil || !strings.Contains(string(b), `"pool":true`) {
-				continue
-			}
-			ev, err := os.ReadFile(filepath.Join(filepath.Dir(m), "io", "out", "sandboxd-pool-warmup.events"))
-			if err == nil && strings.Contains(string(ev), `"type":"done"`) {
-				return nil
-			}
+		if n, err := poolSize(ctx, addr); err == nil && n >= 1 {
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("no warm-pool sandbox was ready after %v", limit)
@@ -193,6 +195,39 @@ func waitPoolReady(ctx context.Context, stateDir string, limit time.Duration) er
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// poolSize reads sandboxd_warm_pool_size from the metrics at addr.
+func poolSize(ctx context.Context, addr string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, metrics.Name(metrics.PoolSizeName)+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, errors.New("no warm-pool size in sandboxd's metrics")
+}
+
+// freeAddr returns a loopback address with a port free just now.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // wokeInPool reports whether sandbox id runs in a container made for
