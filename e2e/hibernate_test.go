@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -101,15 +102,60 @@ func forRuntimes(t *testing.T, fn func(t *testing.T, env *e2eEnv)) {
 	}
 }
 
-func TestE2EHibernate(t *testing.T) { forRuntimes(t, testHibernate) }
+func TestE2EHibernate(t *testing.T) {
+	forRuntimes(t, func(t *testing.T, env *e2eEnv) { testHibernate(t, env, false) })
+}
 
-func testHibernate(t *testing.T, env *e2eEnv) {
+// TestE2EHibernateFastWake is TestE2EHibernate through the fast path: a
+// warm pool of one, every wake borrows its started container (checked in
+// sandboxd's log), and every value compares equal all the same. runc only:
+// gVisor sandboxes wake as TestE2EHibernate does.
+func TestE2EHibernateFastWake(t *testing.T) {
+	env := needE2E(t)
+	if env.runtime != "" && env.runtime != "runc" {
+		t.Skipf("fast wake is runc's only (runtime %q)", env.runtime)
+	}
+	testHibernate(t, env.withRuntime(t, "runc"), true)
+}
+
+func testHibernate(t *testing.T, env *e2eEnv, fast bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	d := env.start(t)
+	var d *daemon
+	if fast {
+		d = env.start(t, "--warm-pool", "1", "--metrics-listen", "127.0.0.1:0")
+	} else {
+		d = env.start(t)
+	}
 	c, _ := d.client(t)
-
-	sbID := acquire(t, ctx, c, "hib-user").GetSandbox().GetSandboxId()
+	// A fast wake needs the pool's sandbox ready (sandboxd's metrics say
+	// so); the woken sandbox then runs in that sandbox's container, which
+	// Docker lists under the pool sandbox's ID, not its own.
+	awaitPool := func() {
+		t.Helper()
+		if !fast {
+			return
+		}
+		m := metricsLine.FindStringSubmatch(d.logs.String())
+		if m == nil {
+			t.Fatalf("sandboxd did not log its metrics address")
+		}
+		if !pollUntil(2*time.Minute, func() bool {
+			return value(scrape(t, ctx, "http://"+m[1]+"/metrics"), "sandboxd_warm_pool_size") >= 1
+		}) {
+			t.Fatal("the warm pool had no ready sandbox within 2 minutes")
+		}
+	}
+	var sbID string
+	checkFast := func(what string) {
+		t.Helper()
+		if fast {
+			if own := dockerLines(t, ctx, "ps", "-aq", "--filter", "label="+labels.SandboxID+"="+sbID); len(own) != 0 {
+				t.Fatalf("%s: the sandbox runs in a container of its own (%v): the wake did not borrow the pool's", what, own)
+			}
+		}
+	}
+	sbID = acquire(t, ctx, c, "hib-user").GetSandbox().GetSandboxId()
 	if o, _ := execOut(t, ctx, c, sbID, "setup", hibSetup); o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
 		t.Fatalf("setup: %+v %v", o.done, o.errs)
 	}
@@ -143,7 +189,9 @@ func testHibernate(t *testing.T, env *e2eEnv) {
 	}
 
 	// Execute wakes it; its started event says how the state came back.
+	awaitPool()
 	got, started := execOut(t, ctx, c, sbID, "check-1", hibCheck)
+	checkFast("the first wake")
 	w := started.GetWake()
 	if w.GetLevel() != "globals" {
 		t.Fatalf("first command after the wake: started.wake = %v", w)
@@ -176,10 +224,12 @@ func testHibernate(t *testing.T, env *e2eEnv) {
 		if _, err := c.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: sbID}); err != nil {
 			t.Fatalf("cycle %d: HibernateSandbox: %v", i, err)
 		}
+		awaitPool()
 		acq := acquire(t, ctx, c, "hib-user")
 		if acq.GetCreated() || acq.GetSandbox().GetSandboxId() != sbID || acq.GetWoke().GetLevel() != "globals" {
 			t.Fatalf("cycle %d: AcquireSandbox = %v", i, acq)
 		}
+		checkFast("cycle " + strconv.Itoa(i))
 		got, _ := execOut(t, ctx, c, sbID, "cycle-"+strconv.Itoa(i), hibCheck)
 		if got.stdout != want.stdout {
 			t.Fatalf("cycle %d: globals\n%s\nwant\n%s", i, got.stdout, want.stdout)
