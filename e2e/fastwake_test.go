@@ -66,33 +66,8 @@ func TestE2EFastWakeCrash(t *testing.T) {
 
 			d = env.start(t, pool...)
 			c, _ = d.client(t)
-			g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
-			if err != nil {
-				t.Fatalf("GetSandbox after the crash at %s: %v", step, err)
-			}
-			st := g.GetSandbox().GetState()
-			if st != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING && st != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
-				t.Fatalf("after the crash at %s the sandbox is %v; want running or hibernated", step, g.GetSandbox())
-			}
 			checkNoHalfBorrowed(t, env.stateDir)
-			o, started := execOut(t, ctx, c, sbID, "get", "print(open('/workspace/f.txt').read())\nprint(x, df.a.sum())")
-			w := started.GetWake()
-			t.Logf("after the crash at %s: state %v, wake %v, done %+v", step, st, w, o.done)
-			if !strings.HasPrefix(o.stdout, "file kept\n") {
-				t.Fatalf("the workspace file was lost: %q %v", o.stdout, o.errs)
-			}
-			switch {
-			case o.stdout == "file kept\n41 3\n":
-				if w != nil && w.GetLevel() != "globals" {
-					t.Fatalf("globals are back but the wake says %v", w)
-				}
-			case o.done.GetStateLost() && (w == nil || w.GetLevel() == "files"):
-				if w == nil && !strings.Contains(o.done.GetReason(), "restarted") {
-					t.Fatalf("globals lost without a wake report: %+v", o.done)
-				}
-			default:
-				t.Fatalf("after the crash at %s: output %q, done %+v, wake %v: a loss not reported", step, o.stdout, o.done, w)
-			}
+			checkAfterCrash(t, ctx, c, sbID, step, "print(open('/workspace/f.txt').read())\nprint(x, df.a.sum())", "file kept\n41 3\n")
 			if _, err := c.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sbID}); err != nil {
 				t.Fatalf("DeleteSandbox: %v", err)
 			}

@@ -337,35 +337,45 @@ func testHibernateCrash(t *testing.T, env *e2eEnv) {
 
 			d = env.start(t)
 			c, _ = d.client(t)
-			g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
-			if err != nil {
-				t.Fatalf("GetSandbox after the crash at %s: %v", step, err)
-			}
-			st := g.GetSandbox().GetState()
-			if st != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING && st != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
-				t.Fatalf("after the crash at %s the sandbox is %v; want running or hibernated", step, g.GetSandbox())
-			}
-			o, started := execOut(t, ctx, c, sbID, "get", "print(open('/workspace/f.txt').read())\nprint(x)")
-			w := started.GetWake()
-			t.Logf("after the crash at %s: state %v, wake %v, done %+v", step, st, w, o.done)
-			if !strings.HasPrefix(o.stdout, "file kept\n") {
-				t.Fatalf("the workspace file was lost: %q %v", o.stdout, o.errs)
-			}
-			switch {
-			case o.stdout == "file kept\n41\n":
-				// Globals kept: by the running kernel, or restored.
-				if w != nil && w.GetLevel() != "globals" {
-					t.Fatalf("globals are back but the wake says %v", w)
-				}
-			case o.done.GetStateLost() && (w == nil || w.GetLevel() == "files"):
-				// Lost, and said so.
-				if w == nil && !strings.Contains(o.done.GetReason(), "restarted") {
-					t.Fatalf("globals lost without a wake report: %+v", o.done)
-				}
-			default:
-				t.Fatalf("after the crash at %s: output %q, done %+v, wake %v: a loss not reported", step, o.stdout, o.done, w)
-			}
+			checkAfterCrash(t, ctx, c, sbID, step, "print(open('/workspace/f.txt').read())\nprint(x)", "file kept\n41\n")
 		})
+	}
+}
+
+// checkAfterCrash checks a sandbox after sandboxd was killed at step and
+// restarted: it is running or hibernated, its /workspace/f.txt says "file
+// kept", and code (which prints the file, then its globals) prints kept
+// (globals back, and a wake, if any, says globals), or the loss is
+// reported (state_lost, with a wake at level files or a restart's reason).
+func checkAfterCrash(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient, sbID, step, code, kept string) {
+	t.Helper()
+	g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
+	if err != nil {
+		t.Fatalf("GetSandbox after the crash at %s: %v", step, err)
+	}
+	st := g.GetSandbox().GetState()
+	if st != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING && st != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
+		t.Fatalf("after the crash at %s the sandbox is %v; want running or hibernated", step, g.GetSandbox())
+	}
+	o, started := execOut(t, ctx, c, sbID, "get", code)
+	w := started.GetWake()
+	t.Logf("after the crash at %s: state %v, wake %v, done %+v", step, st, w, o.done)
+	if !strings.HasPrefix(o.stdout, "file kept\n") {
+		t.Fatalf("the workspace file was lost: %q %v", o.stdout, o.errs)
+	}
+	switch {
+	case o.stdout == kept:
+		// Globals kept: by the running kernel, or restored.
+		if w != nil && w.GetLevel() != "globals" {
+			t.Fatalf("globals are back but the wake says %v", w)
+		}
+	case o.done.GetStateLost() && (w == nil || w.GetLevel() == "files"):
+		// Lost, and said so.
+		if w == nil && !strings.Contains(o.done.GetReason(), "restarted") {
+			t.Fatalf("globals lost without a wake report: %+v", o.done)
+		}
+	default:
+		t.Fatalf("after the crash at %s: output %q, done %+v, wake %v: a loss not reported", step, o.stdout, o.done, w)
 	}
 }
 

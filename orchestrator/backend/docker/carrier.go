@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/docker/docker/api/types/system"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
@@ -71,14 +72,50 @@ const (
 var FastWakeSteps = []string{stepFastWakeCarrier, stepFastWakeStacked}
 
 // fastWakeOn reports whether this server's pool sandboxes can carry wakes
-// (see above): fixed at start.
-func (m *Manager) fastWakeOn() bool {
-	return !m.cfg.NoFastWake && m.cfg.WarmPool > 0 && !m.cfg.NoDiskVolumes && runtimeIsRunc(m.cfg.Runtime)
-}
+// (see above): decided at start (decideFastWake).
+func (m *Manager) fastWakeOn() bool { return m.carriesWakes }
 
 // runtimeIsRunc: an empty runtime is the engine's default, runc unless the
-// operator changed it (README, *Fast wake*).
+// operator changed it; decideFastWake asks the engine.
 func runtimeIsRunc(rt string) bool { return rt == "" || rt == "runc" }
+
+// engineInfo is the part of the Docker client that says the engine's
+// default runtime.
+type engineInfo interface {
+	Info(ctx context.Context) (system.Info, error)
+}
+
+// decideFastWake says whether pool sandboxes carry wakes on this server,
+// and logs why not when a pool was asked for and it cannot.
+func (m *Manager) decideFastWake(ctx context.Context) bool {
+	if m.cfg.NoFastWake || m.cfg.WarmPool == 0 {
+		return false
+	}
+	why := ""
+	switch rt := m.cfg.Runtime; {
+	case m.cfg.NoDiskVolumes:
+		why = "it needs disk volumes (--disk-volumes=false)"
+	case !runtimeIsRunc(rt):
+		why = "runtime " + rt + " does not see mounts made after a container started"
+	case rt == "":
+		ei, ok := m.docker.(engineInfo)
+		if !ok {
+			break
+		}
+		info, err := ei.Info(ctx)
+		switch {
+		case err != nil:
+			why = "the engine's default runtime is unknown (" + err.Error() + ")"
+		case info.DefaultRuntime != "" && info.DefaultRuntime != "runc":
+			why = "the engine's default runtime is " + info.DefaultRuntime + ", which does not see mounts made after a container started"
+		}
+	}
+	if why != "" {
+		m.log.Info("fast wake is off: "+why+"; hibernated sandboxes wake in new containers", "warm_pool", m.cfg.WarmPool)
+		return false
+	}
+	return true
+}
 
 // fastWakeable reports whether a pool container could carry sb's wake.
 func (m *Manager) fastWakeable(sb *sandbox) bool {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/client"
 	"github.com/moby/sys/mountinfo"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -26,6 +27,17 @@ func poolContainers(m *validated) map[string]string {
 		out[sb.id] = sb.currentContainer()
 	}
 	return out
+}
+
+// fastWakeManager is integrationManager with a warm pool of one, for the
+// fast-wake tests, which are runc's only (gVisor sandboxes wake in a new
+// container).
+func fastWakeManager(t *testing.T) (*validated, *client.Client, Config) {
+	t.Helper()
+	if rt := os.Getenv("SANDBOX_RUNTIME"); !runtimeIsRunc(rt) {
+		t.Skipf("fast wake is runc's only (runtime %q)", rt)
+	}
+	return integrationManager(t, func(c *Config) { c.WarmPool = 1 })
 }
 
 // mountsUnder lists the mount points under dir.
@@ -52,10 +64,7 @@ func mountsUnder(t *testing.T, dir string) []string {
 // next hibernation, and a second wake is fast again; deleting the sandbox
 // leaves no mount behind.
 func TestIntegrationFastWake(t *testing.T) {
-	m, c, cfg := integrationManager(t, func(c *Config) { c.WarmPool = 1 })
-	if !runtimeIsRunc(cfg.Runtime) {
-		t.Skipf("fast wake is runc's only (runtime %q wakes in a new container)", cfg.Runtime)
-	}
+	m, c, cfg := fastWakeManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	awaitPoolWithin(t, m, 1, 2*time.Minute)
@@ -187,10 +196,7 @@ func TestIntegrationFastWake(t *testing.T) {
 // TestIntegrationFastWakeFallsBack: a sandbox no pool container fits (it
 // has env) wakes in a new container, as before fast wake.
 func TestIntegrationFastWakeFallsBack(t *testing.T) {
-	m, _, cfg := integrationManager(t, func(c *Config) { c.WarmPool = 1 })
-	if !runtimeIsRunc(cfg.Runtime) {
-		t.Skipf("fast wake is runc's only (runtime %q)", cfg.Runtime)
-	}
+	m, _, _ := fastWakeManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	res, err := m.Acquire(ctx, "fw-env", core.Options{Env: map[string]string{"FOO": "bar"}})

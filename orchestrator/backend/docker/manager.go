@@ -229,10 +229,12 @@ type Manager struct {
 	pool *warmPool
 	// carriers maps a carrier's pool-sandbox ID to the sandbox it carries
 	// (carrier.go), for Docker's events, which name the former.
-	carriers  sync.Map
-	creating  atomic.Int32 // sandboxes being created or claimed for users, not yet registered
-	userLocks keyedMutex   // by userKey.String()
-	watch     *iolog.Watcher
+	carriers sync.Map
+	// carriesWakes: pool sandboxes carry wakes (decideFastWake, at start).
+	carriesWakes bool
+	creating     atomic.Int32 // sandboxes being created or claimed for users, not yet registered
+	userLocks    keyedMutex   // by userKey.String()
+	watch        *iolog.Watcher
 	// watchCalls and watchDirs count WatchDirectory's calls in progress
 	// and the directories they watch, against Policy.WatchCaps (watch.go).
 	watchCalls, watchDirs core.Usage
@@ -295,6 +297,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		m.docker, m.closeDocker = c, c.Close
 	}
 	m.checkpoints, _ = m.docker.(checkpointer)
+	m.carriesWakes = m.decideFastWake(ctx)
 	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {
