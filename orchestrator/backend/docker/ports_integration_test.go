@@ -221,18 +221,25 @@ func testPorts(t *testing.T, runtime string) {
 		t.Fatalf("the app did not start: %q", out)
 	}
 	// The public sandbox serves a file with python3 -m http.server.
-	mustRunOK(t, w.m, p, "python", `
+	// It is up once it accepts a connection (within a minute: a loaded CI
+	// machine took more than 10 s to start it).
+	if out := mustRunOK(t, w.m, p, "python", `
 import subprocess, pathlib
 pathlib.Path("/workspace/index.html").write_text("public page\n")
 subprocess.Popen(["python3", "-m", "http.server", "8001", "--bind", "0.0.0.0"], cwd="/workspace", start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 import socket, time
-for _ in range(100):
+deadline = time.monotonic() + 60
+while True:
     try:
         socket.create_connection(("127.0.0.1", 8001), timeout=1).close(); break
     except OSError:
-        time.sleep(0.1)
-print("ok")`)
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
+print("ok")`); out != "ok\n" {
+		t.Fatalf("the public sandbox's server did not start: %q", out)
+	}
 
 	h, err := w.m.GetHost(ctx, a, 8000)
 	if err != nil {
