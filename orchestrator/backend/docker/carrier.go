@@ -135,27 +135,19 @@ func (m *Manager) fastWake(ctx context.Context, sb *sandbox) string {
 	m.creating.Add(1)
 	defer m.creating.Add(-1)
 	defer m.pool.signal()
-	for {
-		p := m.pool.take()
-		if p == nil {
-			return ""
-		}
-		if err := m.refresh(ctx, p); err != nil {
-			m.pool.putBack(p)
-			log.Warn("fast wake: inspect a warm-pool container; waking in a new one", "error", err)
-			return ""
-		}
-		if st, reason := p.status(); st != core.StateRunning {
-			m.discardPooled(ctx, p, "died in the warm pool: "+reason)
-			continue
-		}
-		cid, err := m.carry(ctx, sb, p)
-		if err != nil {
-			log.Warn("fast wake failed; waking in a new container", "pool_sandbox_id", p.id, "error", err)
-			return ""
-		}
-		return cid
+	p, err := m.takeLivePooled(ctx)
+	if err != nil {
+		log.Warn("fast wake: inspect a warm-pool container; waking in a new one", "error", err)
 	}
+	if p == nil {
+		return ""
+	}
+	cid, err := m.carry(ctx, sb, p)
+	if err != nil {
+		log.Warn("fast wake failed; waking in a new container", "pool_sandbox_id", p.id, "error", err)
+		return ""
+	}
+	return cid
 }
 
 // carry makes pool sandbox p the carrier of sb (see the top of the file).

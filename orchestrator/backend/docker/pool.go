@@ -156,17 +156,9 @@ func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, 
 	m.creating.Add(1)
 	defer m.creating.Add(-1)
 	for {
-		sb := m.pool.take()
-		if sb == nil {
-			return nil, nil
-		}
-		if err := m.refresh(ctx, sb); err != nil {
-			m.pool.putBack(sb)
+		sb, err := m.takeLivePooled(ctx)
+		if sb == nil || err != nil {
 			return nil, err
-		}
-		if st, reason := sb.status(); st != core.StateRunning {
-			m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
-			continue
 		}
 		now := time.Now().UTC()
 		sb.mu.Lock()
@@ -189,6 +181,27 @@ func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, 
 			return nil, nil
 		}
 		m.log.Debug("warm-pool sandbox claimed", "sandbox_id", sb.id, "tenant", user.tenant, "user_id", user.user)
+		return sb, nil
+	}
+}
+
+// takeLivePooled takes the oldest ready pool sandbox whose container still
+// runs, removing dead ones met on the way; nil when there is none. An
+// inspect that fails puts the sandbox back and returns the error.
+func (m *Manager) takeLivePooled(ctx context.Context) (*sandbox, error) {
+	for {
+		sb := m.pool.take()
+		if sb == nil {
+			return nil, nil
+		}
+		if err := m.refresh(ctx, sb); err != nil {
+			m.pool.putBack(sb)
+			return nil, err
+		}
+		if st, reason := sb.status(); st != core.StateRunning {
+			m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
+			continue
+		}
 		return sb, nil
 	}
 }
