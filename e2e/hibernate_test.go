@@ -326,19 +326,26 @@ func testHibernateCrash(t *testing.T, env *e2eEnv) {
 				c, _ = d.client(t)
 				_, err = c.WakeSandbox(ctx, &sandboxv1.WakeSandboxRequest{SandboxId: sbID})
 			}
-			if err == nil {
-				t.Fatalf("the call crossing %s succeeded; sandboxd should have been killed there", step)
-			}
-			select {
-			case <-d.exited:
-			case <-time.After(time.Minute):
-				t.Fatalf("sandboxd did not die at %s", step)
-			}
+			awaitCrash(t, d, step, err)
 
 			d = env.start(t)
 			c, _ = d.client(t)
 			checkAfterCrash(t, ctx, c, sbID, step, "print(open('/workspace/f.txt').read())\nprint(x)", "file kept\n41\n")
 		})
+	}
+}
+
+// awaitCrash fails unless the call that crossed step failed (err) and the
+// test build of sandboxd d died there, within a minute.
+func awaitCrash(t *testing.T, d *daemon, step string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("the call crossing %s succeeded; sandboxd should have been killed there", step)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(time.Minute):
+		t.Fatalf("sandboxd did not die at %s", step)
 	}
 }
 
