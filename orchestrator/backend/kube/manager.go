@@ -224,7 +224,13 @@ func (m *Manager) pod(ctx context.Context, id string) (*corev1.Pod, error) {
 	if !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	p, err = m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, podName(id), metav1.GetOptions{})
+	return m.podFromAPI(ctx, id)
+}
+
+// podFromAPI reads sandbox id's Pod from the API server, past the cache;
+// nil when it does not exist.
+func (m *Manager) podFromAPI(ctx context.Context, id string) (*corev1.Pod, error) {
+	p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, podName(id), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, nil
@@ -245,6 +251,14 @@ func (m *Manager) visible(ctx context.Context, id string) (*corev1.Pod, error) {
 		return nil, err
 	}
 	p, err := m.pod(ctx, id)
+	if err == nil && p != nil && p.Labels[labelPool] == "true" {
+		// The cache may not show a claim yet: the claimant's first call
+		// follows its Acquire by milliseconds, and this replica's informer
+		// (or, through another replica, theirs) can lag behind that. The
+		// API server decides; only a caller naming a pool sandbox's ID pays
+		// the extra read, and only a claimant knows one.
+		p, err = m.podFromAPI(ctx, id)
+	}
 	if err != nil {
 		return nil, err
 	}

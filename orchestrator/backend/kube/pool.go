@@ -109,14 +109,14 @@ func (m *Manager) refillPool(ctx context.Context) {
 			continue
 		}
 		if _, dead, reason, _ := podState(p); dead {
-			m.removePod(ctx, p, "warm-pool pod died: "+reason)
+			m.removePooled(ctx, p, "warm-pool pod died: "+reason)
 			continue
 		}
 		live = append(live, p)
 	}
 	slices.SortFunc(live, byAge)
 	for len(live) > m.cfg.WarmPool {
-		m.removePod(ctx, live[len(live)-1], "warm pool above its size")
+		m.removePooled(ctx, live[len(live)-1], "warm pool above its size")
 		live = live[:len(live)-1]
 	}
 	for n := len(live) + pending; n < m.cfg.WarmPool; n++ {

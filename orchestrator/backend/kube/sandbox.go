@@ -127,11 +127,39 @@ func (m *Manager) sandboxOf(p *corev1.Pod) core.Sandbox {
 // is gone for callers at once), its finalizer dropped, then deleted; and
 // its user's binding, if it names p, deleted too. why is logged.
 func (m *Manager) removePod(ctx context.Context, p *corev1.Pod, why string) error {
+	return m.remove(ctx, p, why, "")
+}
+
+// removePooled removes warm-pool Pod p only if it is unchanged since p was
+// read (its resourceVersion is the patch's precondition): the leader judges
+// the pool from its cache, which may not show yet that a replica claimed p
+// for a user, and a claimed Pod must never be taken from its user. It
+// reports whether p is gone; a Conflict (p changed) is left for the next
+// look at the pool.
+func (m *Manager) removePooled(ctx context.Context, p *corev1.Pod, why string) bool {
+	err := m.remove(ctx, p, why, p.ResourceVersion)
+	switch {
+	case err == nil:
+		return true
+	case apierrors.IsConflict(err):
+		m.log.Debug("warm-pool pod changed before its removal; left for the next look", "pod", p.Name, "why", why)
+	case ctx.Err() == nil:
+		m.log.Warn("removing a warm-pool pod", "pod", p.Name, "why", why, "error", err)
+	}
+	return false
+}
+
+// remove is removePod, conditional on resourceVersion when it is not "".
+func (m *Manager) remove(ctx context.Context, p *corev1.Pod, why, resourceVersion string) error {
 	id := p.Labels[labelSandboxID]
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+	meta := map[string]any{
 		"annotations": map[string]string{annDeleting: why},
 		"finalizers":  nil,
-	}})
+	}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta})
 	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
