@@ -113,4 +113,29 @@ type Manager interface {
 	// WatchDirectory calls fn once the watch is in place (an update with
 	// no Event), then once per change, until ctx ends or fn fails.
 	WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(WatchUpdate) error) error
+
+	// Volumes (volume.go): named file systems of the caller's tenant. A
+	// reference (ref) is a volume's ID or name.
+	//
+	// CreateVolume makes an empty volume of sizeBytes (Validating turns 0
+	// into the default); a name the tenant already uses is AlreadyExists.
+	CreateVolume(ctx context.Context, name string, sizeBytes int64) (Volume, error)
+	GetVolume(ctx context.Context, ref string) (Volume, error)
+	// ListVolumes lists the volumes the caller may see (an admin: of
+	// tenant, or all when tenant is ""), by tenant and name.
+	ListVolumes(ctx context.Context, tenant string) ([]Volume, error)
+	// DeleteVolume deletes a volume and its files. While sandboxes mount it
+	// it is VolumeInUse, unless force: then they keep running without it
+	// (their view of it is detached, and gone at their next start).
+	DeleteVolume(ctx context.Context, ref string, force bool) error
+	// The files of a volume, without a sandbox: paths are relative to its
+	// root (CleanVolumePath; Validating hands backends the clean form).
+	// What they create belongs to the sandbox user, as if a sandbox had
+	// written it.
+	VolumeUpload(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (FileInfo, error)
+	VolumeDownload(ctx context.Context, ref, path string) (io.ReadCloser, FileInfo, error)
+	VolumeStat(ctx context.Context, ref, path string) (FileInfo, error)
+	VolumeListFiles(ctx context.Context, ref, path string, depth int) ([]FileInfo, error)
+	VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (FileInfo, error)
+	VolumeRemove(ctx context.Context, ref, path string, recursive bool) error
 }

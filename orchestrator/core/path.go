@@ -53,3 +53,33 @@ func DisplayPath(rel string) string {
 	}
 	return "/workspace/" + rel
 }
+
+// CleanVolumePath turns a caller's path on a volume into a clean path
+// relative to the volume's root ("." for the root): "/a/b" and "a/b" name
+// the same file. NUL bytes and ".." elements are refused, as in CleanPath;
+// backends still open everything through an os.Root, since sandboxes
+// write to volumes too.
+func CleanVolumePath(p string) (string, error) {
+	switch {
+	case strings.ContainsRune(p, 0):
+		return "", Invalidf("path %q contains a NUL byte", Truncate(p, 256))
+	case len(p) > MaxPathLen:
+		return "", Invalidf("path is %d bytes long; the limit is %d", len(p), MaxPathLen)
+	}
+	rel := strings.TrimLeft(p, "/")
+	for _, elem := range strings.Split(rel, "/") {
+		if elem == ".." {
+			return "", Invalidf("path %q escapes the volume: \"..\" is not allowed", Truncate(p, 256))
+		}
+	}
+	return path.Clean("./" + rel), nil
+}
+
+// VolumePathDisplay shows a volume-relative path as the API's callers
+// give it.
+func VolumePathDisplay(rel string) string {
+	if rel == "." {
+		return "/"
+	}
+	return "/" + rel
+}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"cmp"
 	"maps"
 	"net/netip"
@@ -68,6 +69,11 @@ type Policy struct {
 	// MaxUploadBytes caps one uploaded file; default
 	// DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// MaxVolumeBytes caps a volume's size; default DefaultMaxVolumeBytes.
+	MaxVolumeBytes int64
+	// MaxVolumesPerTenant caps a tenant's volumes; default
+	// DefaultMaxVolumesPerTenant.
+	MaxVolumesPerTenant int
 
 	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
 	// included (they hold memory too); 0: unlimited.
@@ -230,6 +236,8 @@ func (p *Policy) ApplyDefaults() error {
 	p.MaxTimeout = cmp.Or(p.MaxTimeout, DefaultMaxTimeout)
 	p.MaxUploadBytes = cmp.Or(p.MaxUploadBytes, DefaultMaxUploadBytes)
 	p.MaxCodeBytes = cmp.Or(p.MaxCodeBytes, MaxCodeBytes)
+	p.MaxVolumeBytes = cmp.Or(p.MaxVolumeBytes, DefaultMaxVolumeBytes)
+	p.MaxVolumesPerTenant = cmp.Or(p.MaxVolumesPerTenant, DefaultMaxVolumesPerTenant)
 	p.DefaultLimits.MemoryBytes = cmp.Or(p.DefaultLimits.MemoryBytes, 1<<30)
 	p.DefaultLimits.NanoCPUs = cmp.Or(p.DefaultLimits.NanoCPUs, 1e9)
 	p.DefaultLimits.PidsLimit = cmp.Or(p.DefaultLimits.PidsLimit, 256)
@@ -367,7 +375,10 @@ func (p *Policy) ResolveOptions(opts Options) (Options, error) {
 			return Options{}, err
 		}
 	}
-	opts.Limits, opts.Metadata = limits, maps.Clone(opts.Metadata)
+	if err := ValidateVolumeMounts(opts.Volumes); err != nil {
+		return Options{}, err
+	}
+	opts.Limits, opts.Metadata, opts.Volumes = limits, maps.Clone(opts.Metadata), slices.Clone(opts.Volumes)
 	return opts, nil
 }
 

@@ -75,6 +75,11 @@ type Options struct {
 	// restored before Acquire returns (AcquireResult.Woke says how). It
 	// keeps the sandbox from the warm pool.
 	FromSnapshot string
+	// Volumes are mounted in the sandbox (volume.go), checked by
+	// ValidateVolumeMounts; a backend resolves each to its volume's ID,
+	// and a missing one is VolumeNotFound. They keep the sandbox from the
+	// warm pool.
+	Volumes []VolumeMount
 }
 
 // Sandbox describes one sandbox.
@@ -104,6 +109,8 @@ type Sandbox struct {
 	// names, never a header's value); nil without network.
 	NetworkPolicy *NetworkPolicy
 	ContainerID   string
+	// Volumes are the sandbox's mounts, each naming its volume by ID.
+	Volumes []VolumeMount
 	// Metadata is what Options.Metadata set at creation (nil when none); a
 	// copy, which the caller may keep.
 	Metadata map[string]string

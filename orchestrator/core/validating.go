@@ -405,6 +405,7 @@ type uploadLimit struct {
 	r         io.Reader
 	max, left int64
 	path      string
+	volume    bool // path is on a volume, not under /workspace
 }
 
 func (u *uploadLimit) Read(p []byte) (int, error) {
@@ -423,7 +424,11 @@ func (u *uploadLimit) Read(p []byte) (int, error) {
 }
 
 func (u *uploadLimit) tooLarge() error {
-	return Invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", DisplayPath(u.path), u.max)
+	show := DisplayPath(u.path)
+	if u.volume {
+		show = VolumePathDisplay(u.path) + " on the volume"
+	}
+	return Invalidf("upload to %s is larger than the server's upload limit of %d bytes (sandboxd --max-upload)", show, u.max)
 }
 
 func (v *validating) Download(ctx context.Context, sandboxID, p string) (io.ReadCloser, FileInfo, error) {

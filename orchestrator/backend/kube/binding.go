@@ -41,7 +41,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	if err := m.checkOpen(); err != nil {
 		return core.AcquireResult{}, err
 	}
-	if err := refuseNetwork(opts); err != nil {
+	if err := refuseOptions(opts); err != nil {
 		return core.AcquireResult{}, err
 	}
 	key := userHash(caller.Tenant, userID)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -29,14 +30,19 @@ const (
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks"
+	featVolumes     = "volumes"
 )
 
-// refuseNetwork is Acquire's answer to options asking for network: no
-// sandbox here gets one (its Pod has no egress gateway), and a policy
-// silently ignored would let a caller believe it is enforced.
-func refuseNetwork(opts core.Options) error {
+// refuseOptions is Acquire's answer to options this backend lacks, network
+// and volumes: no sandbox here gets them (its Pod has no egress gateway and
+// no volume but its own), and an option silently ignored would let a
+// caller believe it is in force.
+func refuseOptions(opts core.Options) error {
 	if opts.Network || opts.NetworkPolicy != nil {
 		return unsupported(featNetwork)
+	}
+	if len(opts.Volumes) > 0 {
+		return unsupported(featVolumes)
 	}
 	return nil
 }
@@ -160,3 +166,44 @@ func (m *Manager) ListCommands(context.Context, string, int, string) (core.Comma
 
 // Every operation of the port, supported or not.
 var _ core.Manager = (*Manager)(nil)
+
+// The volume calls are not supported on this backend (PersistentVolumeClaims
+// would hold them).
+
+func (m *Manager) CreateVolume(context.Context, string, int64) (core.Volume, error) {
+	return core.Volume{}, unsupported(featVolumes)
+}
+
+func (m *Manager) GetVolume(context.Context, string) (core.Volume, error) {
+	return core.Volume{}, unsupported(featVolumes)
+}
+
+func (m *Manager) ListVolumes(context.Context, string) ([]core.Volume, error) {
+	return nil, unsupported(featVolumes)
+}
+
+func (m *Manager) DeleteVolume(context.Context, string, bool) error { return unsupported(featVolumes) }
+
+func (m *Manager) VolumeUpload(context.Context, string, string, io.Reader, bool) (core.FileInfo, error) {
+	return core.FileInfo{}, unsupported(featVolumes)
+}
+
+func (m *Manager) VolumeDownload(context.Context, string, string) (io.ReadCloser, core.FileInfo, error) {
+	return nil, core.FileInfo{}, unsupported(featVolumes)
+}
+
+func (m *Manager) VolumeStat(context.Context, string, string) (core.FileInfo, error) {
+	return core.FileInfo{}, unsupported(featVolumes)
+}
+
+func (m *Manager) VolumeListFiles(context.Context, string, string, int) ([]core.FileInfo, error) {
+	return nil, unsupported(featVolumes)
+}
+
+func (m *Manager) VolumeMakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {
+	return core.FileInfo{}, unsupported(featVolumes)
+}
+
+func (m *Manager) VolumeRemove(context.Context, string, string, bool) error {
+	return unsupported(featVolumes)
+}

@@ -72,6 +72,17 @@ type Manager struct {
 	RenameFunc         func(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error)
 	WatchDirectoryFunc func(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error
 
+	CreateVolumeFunc        func(ctx context.Context, name string, size int64) (core.Volume, error)
+	GetVolumeFunc           func(ctx context.Context, ref string) (core.Volume, error)
+	ListVolumesFunc         func(ctx context.Context, tenant string) ([]core.Volume, error)
+	DeleteVolumeFunc        func(ctx context.Context, ref string, force bool) error
+	VolumeUploadFunc        func(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (core.FileInfo, error)
+	VolumeDownloadFunc      func(ctx context.Context, ref, path string) (io.ReadCloser, core.FileInfo, error)
+	VolumeStatFunc          func(ctx context.Context, ref, path string) (core.FileInfo, error)
+	VolumeListFilesFunc     func(ctx context.Context, ref, path string, depth int) ([]core.FileInfo, error)
+	VolumeMakeDirectoryFunc func(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error)
+	VolumeRemoveFunc        func(ctx context.Context, ref, path string, recursive bool) error
+
 	CloseFunc func() error
 
 	mu    sync.Mutex
@@ -447,6 +458,96 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, path string, re
 		return ErrNotScripted
 	}
 	return m.WatchDirectoryFunc(ctx, sandboxID, path, recursive, fn)
+}
+
+// CreateVolume calls CreateVolumeFunc.
+func (m *Manager) CreateVolume(ctx context.Context, name string, size int64) (core.Volume, error) {
+	m.record("CreateVolume")
+	if m.CreateVolumeFunc == nil {
+		return core.Volume{}, ErrNotScripted
+	}
+	return m.CreateVolumeFunc(ctx, name, size)
+}
+
+// GetVolume calls GetVolumeFunc.
+func (m *Manager) GetVolume(ctx context.Context, ref string) (core.Volume, error) {
+	m.record("GetVolume")
+	if m.GetVolumeFunc == nil {
+		return core.Volume{}, ErrNotScripted
+	}
+	return m.GetVolumeFunc(ctx, ref)
+}
+
+// ListVolumes calls ListVolumesFunc.
+func (m *Manager) ListVolumes(ctx context.Context, tenant string) ([]core.Volume, error) {
+	m.record("ListVolumes")
+	if m.ListVolumesFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ListVolumesFunc(ctx, tenant)
+}
+
+// DeleteVolume calls DeleteVolumeFunc.
+func (m *Manager) DeleteVolume(ctx context.Context, ref string, force bool) error {
+	m.record("DeleteVolume")
+	if m.DeleteVolumeFunc == nil {
+		return ErrNotScripted
+	}
+	return m.DeleteVolumeFunc(ctx, ref, force)
+}
+
+// VolumeUpload calls VolumeUploadFunc.
+func (m *Manager) VolumeUpload(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (core.FileInfo, error) {
+	m.record("VolumeUpload")
+	if m.VolumeUploadFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.VolumeUploadFunc(ctx, ref, path, r, overwrite)
+}
+
+// VolumeDownload calls VolumeDownloadFunc.
+func (m *Manager) VolumeDownload(ctx context.Context, ref, path string) (io.ReadCloser, core.FileInfo, error) {
+	m.record("VolumeDownload")
+	if m.VolumeDownloadFunc == nil {
+		return nil, core.FileInfo{}, ErrNotScripted
+	}
+	return m.VolumeDownloadFunc(ctx, ref, path)
+}
+
+// VolumeStat calls VolumeStatFunc.
+func (m *Manager) VolumeStat(ctx context.Context, ref, path string) (core.FileInfo, error) {
+	m.record("VolumeStat")
+	if m.VolumeStatFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.VolumeStatFunc(ctx, ref, path)
+}
+
+// VolumeListFiles calls VolumeListFilesFunc.
+func (m *Manager) VolumeListFiles(ctx context.Context, ref, path string, depth int) ([]core.FileInfo, error) {
+	m.record("VolumeListFiles")
+	if m.VolumeListFilesFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.VolumeListFilesFunc(ctx, ref, path, depth)
+}
+
+// VolumeMakeDirectory calls VolumeMakeDirectoryFunc.
+func (m *Manager) VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error) {
+	m.record("VolumeMakeDirectory")
+	if m.VolumeMakeDirectoryFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.VolumeMakeDirectoryFunc(ctx, ref, path, parents)
+}
+
+// VolumeRemove calls VolumeRemoveFunc.
+func (m *Manager) VolumeRemove(ctx context.Context, ref, path string, recursive bool) error {
+	m.record("VolumeRemove")
+	if m.VolumeRemoveFunc == nil {
+		return ErrNotScripted
+	}
+	return m.VolumeRemoveFunc(ctx, ref, path, recursive)
 }
 
 // Close calls CloseFunc, or does nothing when it is nil.
