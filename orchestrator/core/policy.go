@@ -1,11 +1,11 @@
 package core
 
 import (
-	"slices"
 	"cmp"
 	"maps"
 	"net/netip"
 	"runtime"
+	"slices"
 	"time"
 	"unicode/utf8"
 
