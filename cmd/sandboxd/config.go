@@ -83,6 +83,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	defMem, maxMem := byteSize(1<<30), byteSize(8<<30)
 	defCPUs, maxCPUs := cpus(1e9), cpus(int64(runtime.NumCPU())*1e9)
 	maxUpload := byteSize(core.DefaultMaxUploadBytes)
+	maxVolume := byteSize(core.DefaultMaxVolumeBytes)
 	maxCode := byteSize(core.MaxCodeBytes)
 	defDisk, maxDisk := byteSize(core.DefaultDiskBytes), byteSize(core.DefaultMaxDiskBytes)
 	ioDisk := byteSize(core.DefaultIODiskBytes)
@@ -120,6 +121,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fastWake := true
 	fs.BoolVar(&fastWake, "fast-wake", true, "wake a hibernated sandbox in a started warm-pool container whose Python already imported numpy and pandas, instead of a new container (needs --warm-pool, disk volumes and runc; sandboxes with network, env or non-default limits wake as before); the pool's sandboxes then hold those imports")
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
+	fs.Var(&maxVolume, "max-volume-size", "largest volume CreateVolume accepts (`size`); larger ones are INVALID_ARGUMENT")
+	fs.IntVar(&mc.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
 	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network, options.network_policy), through sandboxd's egress gateway under the sandbox's policy; without it sandboxes have no network. Under --runtime runsc, networked sandboxes run under the runsc-net runtime (make runsc registers it)")
 	var egress egressFlags
@@ -175,6 +178,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes = int64(defMem), int64(maxMem)
 	mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs = int64(defCPUs), int64(maxCPUs)
 	mc.MaxUploadBytes = int64(maxUpload)
+	mc.MaxVolumeBytes = int64(maxVolume)
 	mc.MaxCodeBytes = int(maxCode)
 	mc.NoDiskVolumes = !diskVolumes
 	mc.NoFastWake = !fastWake
@@ -305,6 +309,12 @@ func (c *config) check() error {
 	}
 	if mc.MaxUploadBytes <= 0 {
 		return errors.New("--max-upload must be positive")
+	}
+	if mc.MaxVolumeBytes < core.MinVolumeBytes {
+		return fmt.Errorf("--max-volume-size must be at least %d bytes (16MiB)", core.MinVolumeBytes)
+	}
+	if mc.MaxVolumesPerTenant <= 0 {
+		return errors.New("--max-volumes-per-tenant must be positive")
 	}
 	limits := []struct {
 		name     string

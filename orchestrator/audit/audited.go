@@ -24,10 +24,13 @@ type Recorder interface {
 // Recorded, one action each: Acquire, Delete, SetTimeout, Hibernate, Wake,
 // CreateSnapshot, DeleteSnapshot, Fork, UpdateNetworkPolicy, Submit (execute), Interrupt, CreateContext,
 // RestartContext, DeleteContext, Upload (write_file), MakeDirectory
-// (mkdir), Remove and Rename (move). Not recorded: the reads (Get, List,
+// (mkdir), Remove and Rename (move), CreateVolume, DeleteVolume,
+// VolumeUpload (volume_write_file), VolumeMakeDirectory (volume_mkdir) and
+// VolumeRemove (volume_remove). Not recorded: the reads (Get, List,
 // ListSnapshots, NetworkStatus, SandboxMetrics, GetHost, PortTarget, Follow,
 // ListCommands, ListContexts, Download, ListFiles, ListFilesDepth,
-// WatchDirectory), and the traffic of
+// WatchDirectory, GetVolume, ListVolumes, VolumeDownload, VolumeStat,
+// VolumeListFiles), and the traffic of
 // a command already recorded by its execute (SendStdin, CloseStdin,
 // ResizePty): a terminal sends a call per keystroke and per resize, which
 // would drown the trail without saying more than "execute" did.
@@ -211,4 +214,44 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+func (a *audited) CreateVolume(ctx context.Context, name string, size int64) (core.Volume, error) {
+	start := time.Now()
+	v, err := a.Manager.CreateVolume(ctx, name, size)
+	ref := v.ID
+	if ref == "" {
+		ref = name
+	}
+	a.record(ctx, start, ActionCreateVolume, Event{Volume: ref, Bytes: size}, err)
+	return v, err
+}
+
+func (a *audited) DeleteVolume(ctx context.Context, ref string, force bool) error {
+	start := time.Now()
+	err := a.Manager.DeleteVolume(ctx, ref, force)
+	a.record(ctx, start, ActionDeleteVolume, Event{Volume: ref}, err)
+	return err
+}
+
+func (a *audited) VolumeUpload(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (core.FileInfo, error) {
+	start := time.Now()
+	cr := &countingReader{r: r}
+	fi, err := a.Manager.VolumeUpload(ctx, ref, path, cr, overwrite)
+	a.record(ctx, start, ActionVolumeWriteFile, Event{Volume: ref, Path: path, Bytes: cr.n.Load()}, err)
+	return fi, err
+}
+
+func (a *audited) VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error) {
+	start := time.Now()
+	fi, err := a.Manager.VolumeMakeDirectory(ctx, ref, path, parents)
+	a.record(ctx, start, ActionVolumeMkdir, Event{Volume: ref, Path: path}, err)
+	return fi, err
+}
+
+func (a *audited) VolumeRemove(ctx context.Context, ref, path string, recursive bool) error {
+	start := time.Now()
+	err := a.Manager.VolumeRemove(ctx, ref, path, recursive)
+	a.record(ctx, start, ActionVolumeRemove, Event{Volume: ref, Path: path}, err)
+	return err
 }

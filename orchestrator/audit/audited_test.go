@@ -178,6 +178,40 @@ func calls() map[string]struct {
 		"WatchDirectory": {"", func(ctx context.Context, m core.Manager) error {
 			return ok(m.WatchDirectory(ctx, sb1, "", false, func(core.WatchUpdate) error { return nil }))
 		}},
+		"CreateVolume": {ActionCreateVolume, func(ctx context.Context, m core.Manager) error {
+			_, err := m.CreateVolume(ctx, "datasets", 0)
+			return err
+		}},
+		"GetVolume": {"", func(ctx context.Context, m core.Manager) error {
+			_, err := m.GetVolume(ctx, "datasets")
+			return ok(err)
+		}},
+		"ListVolumes":  {"", func(ctx context.Context, m core.Manager) error { _, err := m.ListVolumes(ctx, ""); return ok(err) }},
+		"DeleteVolume": {ActionDeleteVolume, func(ctx context.Context, m core.Manager) error { return m.DeleteVolume(ctx, "datasets", false) }},
+		"VolumeUpload": {ActionVolumeWriteFile, func(ctx context.Context, m core.Manager) error {
+			_, err := m.VolumeUpload(ctx, "datasets", "notes.txt", strings.NewReader(secretFile), true)
+			return err
+		}},
+		"VolumeDownload": {"", func(ctx context.Context, m core.Manager) error {
+			rc, _, err := m.VolumeDownload(ctx, "datasets", "notes.txt")
+			if err == nil {
+				rc.Close()
+			}
+			return ok(err)
+		}},
+		"VolumeStat": {"", func(ctx context.Context, m core.Manager) error {
+			_, err := m.VolumeStat(ctx, "datasets", "d")
+			return ok(err)
+		}},
+		"VolumeListFiles": {"", func(ctx context.Context, m core.Manager) error {
+			_, err := m.VolumeListFiles(ctx, "datasets", "", 1)
+			return ok(err)
+		}},
+		"VolumeMakeDirectory": {ActionVolumeMkdir, func(ctx context.Context, m core.Manager) error {
+			_, err := m.VolumeMakeDirectory(ctx, "datasets", "d", true)
+			return err
+		}},
+		"VolumeRemove": {ActionVolumeRemove, func(ctx context.Context, m core.Manager) error { return m.VolumeRemove(ctx, "datasets", "d", true) }},
 	}
 }
 
@@ -224,6 +258,12 @@ func TestAudited(t *testing.T) {
 			wantSB = ""
 			if e.Snapshot != "before-refactor" {
 				t.Errorf("DeleteSnapshot recorded snapshot %q", e.Snapshot)
+			}
+		}
+		if strings.Contains(name, "Volume") { // a volume has no sandbox
+			wantSB = ""
+			if e.Volume != "datasets" {
+				t.Errorf("%s recorded volume %q", name, e.Volume)
 			}
 		}
 		if e.Action != c.action || e.Tenant != "acme" || e.TokenName != "ci-bot" || e.Admin || e.SandboxID != wantSB || e.Time.IsZero() || e.Duration < 0 {

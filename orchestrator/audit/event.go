@@ -46,6 +46,11 @@ const (
 	ActionMkdir               = "mkdir"
 	ActionRemove              = "remove"
 	ActionMove                = "move"
+	ActionCreateVolume        = "create_volume"
+	ActionDeleteVolume        = "delete_volume"
+	ActionVolumeWriteFile     = "volume_write_file"
+	ActionVolumeMkdir         = "volume_mkdir"
+	ActionVolumeRemove        = "volume_remove"
 	// ActionDropped is the log's own record: Dropped records were lost
 	// because the queue was full (Log). It has no tenant, so only admins
 	// see it.
@@ -58,7 +63,9 @@ var Actions = []string{
 	ActionCreateSnapshot, ActionDeleteSnapshot, ActionFork,
 	ActionUpdateNetworkPolicy, ActionExecute, ActionInterrupt,
 	ActionCreateContext, ActionRestartContext, ActionDeleteContext,
-	ActionWriteFile, ActionMkdir, ActionRemove, ActionMove, ActionDropped,
+	ActionWriteFile, ActionMkdir, ActionRemove, ActionMove,
+	ActionCreateVolume, ActionDeleteVolume, ActionVolumeWriteFile, ActionVolumeMkdir, ActionVolumeRemove,
+	ActionDropped,
 }
 
 // OutcomeOK is the outcome of a call that succeeded; a failed one's is its
@@ -89,6 +96,8 @@ type Event struct {
 	// or the name given) and acquire's from_snapshot; Count fork's forks.
 	Snapshot string `json:"snapshot,omitempty"`
 	Count    int    `json:"count,omitempty"`
+	// Volume is the volume calls' volume (its ID, or the name given).
+	Volume   string `json:"volume,omitempty"`
 	Language string `json:"language,omitempty"`
 	// Bytes is a size in place of content: execute's code, write_file's
 	// bytes received.

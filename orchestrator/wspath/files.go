@@ -26,6 +26,24 @@ import (
 // edge (the Docker backend returns them as they are, the sidecar turns
 // them into a status carrying the class).
 
+// Tree names the file tree an operation works in, for the caller's
+// messages: a sandbox's /workspace (Workspace) or a volume. The package's
+// functions are Workspace's methods.
+type Tree struct {
+	// Name is how messages name the tree ("/workspace", "the volume").
+	Name string
+	// Display shows a path relative to the tree as the caller gives it.
+	Display func(rel string) string
+	// Disk names the tree's storage when it is full.
+	Disk string
+}
+
+// Workspace is a sandbox's /workspace.
+var Workspace = Tree{Name: "/workspace", Display: core.DisplayPath, Disk: "the sandbox's disk"}
+
+// FSError is Workspace.FSError.
+func FSError(op, display string, err error) error { return Workspace.FSError(op, display, err) }
+
 // FSError classifies an error of the file system for a path the caller
 // gave (shown as display): a missing file is the caller's ErrNotFound, an
 // escape attempt or a wrong file type the caller's ErrInvalidArgument, a
@@ -33,7 +51,7 @@ import (
 // as it is. Anything else (EIO, ...) is returned unclassified: it is the
 // server's fault, and sandboxd reports it as Internal while logging the
 // detail.
-func FSError(op, display string, err error) error {
+func (t Tree) FSError(op, display string, err error) error {
 	switch {
 	case err == nil:
 		return nil
@@ -42,7 +60,7 @@ func FSError(op, display string, err error) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return core.NotFoundf("%s %s: no such file or directory", op, display)
 	case iolog.IsEscape(err):
-		return core.Invalidf("%s %s: path escapes /workspace", op, display)
+		return core.Invalidf("%s %s: path escapes %s", op, display, t.Name)
 	case errors.Is(err, syscall.ENOTDIR):
 		return core.Invalidf("%s %s: a parent of the path is not a directory", op, display)
 	case errors.Is(err, syscall.EISDIR):
@@ -52,7 +70,7 @@ func FSError(op, display string, err error) error {
 	case errors.Is(err, fs.ErrExist):
 		return core.Invalidf("%s %s: already exists", op, display)
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
-		return core.Exhaustedf("%s %s: no space left on the sandbox's disk", op, display)
+		return core.Exhaustedf("%s %s: no space left on %s", op, display, t.Disk)
 	}
 	return fmt.Errorf("%s %s: %w", op, display, err)
 }
@@ -84,17 +102,29 @@ func Info(rel string, st fs.FileInfo) core.FileInfo {
 // was passed) is returned as it is, as is ctx's end; file system errors
 // go through FSError. Nothing is left behind on failure.
 func Upload(ctx context.Context, root *os.Root, rel string, r io.Reader) (core.FileInfo, int64, error) {
-	show := core.DisplayPath(rel)
+	return Workspace.Upload(ctx, root, rel, r, true)
+}
+
+// Upload is the package's Upload in t; without overwrite, an existing
+// file of that name is ErrAlreadyExists, decided atomically (the finished
+// temporary is linked to the name, which fails if anything is there).
+func (t Tree) Upload(ctx context.Context, root *os.Root, rel string, r io.Reader, overwrite bool) (core.FileInfo, int64, error) {
+	show := t.Display(rel)
+	if !overwrite {
+		if _, err := root.Lstat(rel); err == nil {
+			return core.FileInfo{}, 0, core.AlreadyExistsf("upload to %s: a file exists there (overwrite to replace it)", show)
+		}
+	}
 	dir := path.Dir(rel)
 	if err := MkdirAllOwned(root, dir); err != nil {
-		return core.FileInfo{}, 0, FSError("upload to", show, err)
+		return core.FileInfo{}, 0, t.FSError("upload to", show, err)
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := path.Join(dir, UploadTempPrefix+hex.EncodeToString(rnd[:]))
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return core.FileInfo{}, 0, FSError("upload to", show, err)
+		return core.FileInfo{}, 0, t.FSError("upload to", show, err)
 	}
 	committed := false
 	defer func() {
@@ -109,26 +139,36 @@ func Upload(ctx context.Context, root *os.Root, rel string, r io.Reader) (core.F
 		return core.FileInfo{}, n, src.err // the caller's stream, limit or context: theirs to report
 	}
 	if err != nil {
-		return core.FileInfo{}, n, FSError("upload to", show, err)
+		return core.FileInfo{}, n, t.FSError("upload to", show, err)
 	}
 	if err := ChownFile(f); err != nil {
-		return core.FileInfo{}, n, FSError("upload to", show, err)
+		return core.FileInfo{}, n, t.FSError("upload to", show, err)
 	}
 	if err := f.Close(); err != nil {
-		return core.FileInfo{}, n, FSError("upload to", show, err)
+		return core.FileInfo{}, n, t.FSError("upload to", show, err)
 	}
-	if err := root.Rename(tmp, rel); err != nil {
+	if !overwrite {
+		err := root.Link(tmp, rel)
+		root.Remove(tmp)
+		committed = true
+		if errors.Is(err, fs.ErrExist) {
+			return core.FileInfo{}, n, core.AlreadyExistsf("upload to %s: a file exists there (overwrite to replace it)", show)
+		}
+		if err != nil {
+			return core.FileInfo{}, n, t.FSError("upload to", show, err)
+		}
+	} else if err := root.Rename(tmp, rel); err != nil {
 		if errors.Is(err, syscall.EEXIST) || errors.Is(err, syscall.ENOTEMPTY) {
 			err = syscall.EISDIR // renaming over a directory
 		}
 		root.Remove(tmp)
 		committed = true
-		return core.FileInfo{}, n, FSError("upload to", show, err)
+		return core.FileInfo{}, n, t.FSError("upload to", show, err)
 	}
 	committed = true
 	st, err := root.Lstat(rel)
 	if err != nil {
-		return core.FileInfo{}, n, FSError("upload to", show, err)
+		return core.FileInfo{}, n, t.FSError("upload to", show, err)
 	}
 	return Info(rel, st), n, nil
 }
@@ -158,15 +198,20 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 // special files are ErrInvalidArgument. The caller closes the file, which
 // outlives root.
 func Open(root *os.Root, rel string) (*os.File, core.FileInfo, error) {
-	show := core.DisplayPath(rel)
+	return Workspace.Open(root, rel)
+}
+
+// Open is the package's Open in t.
+func (t Tree) Open(root *os.Root, rel string) (*os.File, core.FileInfo, error) {
+	show := t.Display(rel)
 	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, core.FileInfo{}, FSError("download", show, err)
+		return nil, core.FileInfo{}, t.FSError("download", show, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, core.FileInfo{}, FSError("download", show, err)
+		return nil, core.FileInfo{}, t.FSError("download", show, err)
 	}
 	switch {
 	case st.IsDir():
@@ -186,10 +231,15 @@ func Open(root *os.Root, rel string) (*os.File, core.FileInfo, error) {
 // are hidden. The answer, sorted by path, holds at most MaxListEntries
 // entries (ErrResourceExhausted beyond). ctx's end stops it.
 func List(ctx context.Context, root *os.Root, rel string, depth int) ([]core.FileInfo, error) {
-	show := core.DisplayPath(rel)
+	return Workspace.List(ctx, root, rel, depth)
+}
+
+// List is the package's List in t.
+func (t Tree) List(ctx context.Context, root *os.Root, rel string, depth int) ([]core.FileInfo, error) {
+	show := t.Display(rel)
 	st, err := root.Stat(rel)
 	if err != nil {
-		return nil, FSError("list", show, err)
+		return nil, t.FSError("list", show, err)
 	}
 	if !st.IsDir() {
 		return []core.FileInfo{Info(rel, st)}, nil
@@ -208,12 +258,12 @@ func List(ctx context.Context, root *os.Root, rel string, depth int) ([]core.Fil
 				if dir != rel && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
 					continue // changed since it was listed
 				}
-				return nil, FSError("list", core.DisplayPath(dir), err)
+				return nil, t.FSError("list", t.Display(dir), err)
 			}
 			entries, err := f.ReadDir(MaxListEntries + 1 - len(out))
 			f.Close()
 			if err != nil && !errors.Is(err, io.EOF) {
-				return nil, FSError("list", core.DisplayPath(dir), err)
+				return nil, t.FSError("list", t.Display(dir), err)
 			}
 			for _, e := range entries {
 				if strings.HasPrefix(e.Name(), UploadTempPrefix) {

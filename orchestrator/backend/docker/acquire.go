@@ -55,7 +55,24 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		}
 		spec.from = &f
 		spec.limits.DiskBytes = f.WorkspaceBytes // the snapshot's /workspace, whole
+		if len(opts.Volumes) == 0 {
+			// The snapshot's sandbox's volumes, by reference: those that
+			// still exist.
+			for _, vm := range mountsFromMeta(f.Volumes) {
+				if m.vols.exists(vm.Volume) {
+					opts.Volumes = append(opts.Volumes, vm)
+				}
+			}
+		}
 	}
+	// Resolved and pinned before anything is made: a missing volume is
+	// not found, and one being deleted cannot vanish under the creation.
+	vols, unpin, err := m.vols.pin(caller, opts.Volumes)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
+	defer unpin()
+	spec.volumes = vols
 
 	unlock, err := m.userLocks.lock(ctx, spec.user.String())
 	if err != nil {
@@ -124,6 +141,8 @@ type sandboxSpec struct {
 	onIdle string
 	// from is the named snapshot the sandbox starts from (Options.FromSnapshot).
 	from *snapFile
+	// volumes are its named volumes' mounts, resolved to IDs and pinned.
+	volumes []core.VolumeMount
 }
 
 // newSpec is the spec of a new sandbox of user, from opts as
@@ -223,6 +242,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		OnIdle:        spec.onIdle,
 		Env:           spec.env,
 		NetworkPolicy: policyToMeta(spec.netPolicy),
+		Volumes:       mountsToMeta(spec.volumes),
 	})
 	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
 
@@ -278,6 +298,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		}
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)
+	hostCfg.Binds = append(hostCfg.Binds, m.volumeBinds(sb)...)
 	if spec.pool && m.fastWakeOn() {
 		if err := makeShared(sb.dir); err != nil {
 			cleanup("")

@@ -121,7 +121,7 @@ func (m *Manager) decideFastWake(ctx context.Context) bool {
 func (m *Manager) fastWakeable(sb *sandbox) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return m.fastWakeOn() && sb.net == nil && !sb.network && len(sb.env) == 0 && sb.limits == m.cfg.DefaultLimits &&
+	return m.fastWakeOn() && sb.net == nil && !sb.network && len(sb.env) == 0 && len(sb.volumes) == 0 && sb.limits == m.cfg.DefaultLimits &&
 		sb.image == m.cfg.Image && sb.runtime == m.cfg.Runtime &&
 		hasVolume(sb.dir, ioDir) && hasVolume(sb.dir, workspaceDir)
 }

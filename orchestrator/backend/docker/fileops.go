@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os"
 	"path"
 	"syscall"
 
@@ -23,18 +24,24 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, rel string, pare
 	if err != nil {
 		return core.FileInfo{}, err
 	}
-	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
 	defer root.Close()
+	return makeDirectoryIn(wspath.Workspace, root, rel, parents)
+}
+
+// makeDirectoryIn is MakeDirectory in tree t (a workspace or a volume)
+// opened as root.
+func makeDirectoryIn(t wspath.Tree, root *os.Root, rel string, parents bool) (core.FileInfo, error) {
+	show := t.Display(rel)
 	if parents {
 		if st, err := root.Stat(rel); err == nil && !st.IsDir() {
 			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: a file that is not a directory exists there", show)
 		}
 		if err := wspath.MkdirAllOwned(root, rel); err != nil {
-			return core.FileInfo{}, fsError("make directory", show, err)
+			return core.FileInfo{}, t.FSError("make directory", show, err)
 		}
 	} else {
 		if rel == "." {
@@ -44,17 +51,17 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, rel string, pare
 		case errors.Is(err, fs.ErrExist):
 			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: already exists", show)
 		case errors.Is(err, fs.ErrNotExist):
-			return core.FileInfo{}, core.NotFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, core.DisplayPath(path.Dir(rel)))
+			return core.FileInfo{}, core.NotFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, t.Display(path.Dir(rel)))
 		case err != nil:
-			return core.FileInfo{}, fsError("make directory", show, err)
+			return core.FileInfo{}, t.FSError("make directory", show, err)
 		}
 		if err := wspath.LchownOwned(root, rel); err != nil {
-			return core.FileInfo{}, fsError("make directory", show, err)
+			return core.FileInfo{}, t.FSError("make directory", show, err)
 		}
 	}
 	st, err := root.Stat(rel)
 	if err != nil {
-		return core.FileInfo{}, fsError("make directory", show, err)
+		return core.FileInfo{}, t.FSError("make directory", show, err)
 	}
 	return wspath.Info(rel, st), nil
 }
@@ -69,15 +76,24 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, rel string, recursive b
 	if err != nil {
 		return err
 	}
-	show := core.DisplayPath(rel)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
+	if err := removeIn(wspath.Workspace, root, rel, recursive); err != nil {
+		return err
+	}
+	m.log.Debug("file removed", "sandbox_id", sb.id, "path", core.DisplayPath(rel), "recursive", recursive)
+	return nil
+}
+
+// removeIn is Remove in tree t (a workspace or a volume) opened as root.
+func removeIn(t wspath.Tree, root *os.Root, rel string, recursive bool) error {
+	show := t.Display(rel)
 	st, err := root.Lstat(rel)
 	if err != nil {
-		return fsError("remove", show, err)
+		return t.FSError("remove", show, err)
 	}
 	if st.IsDir() && recursive {
 		err = root.RemoveAll(rel)
@@ -88,9 +104,8 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, rel string, recursive b
 		return core.Preconditionf("remove %s: the directory is not empty (set recursive to remove it with its content)", show)
 	}
 	if err != nil {
-		return fsError("remove", show, err)
+		return t.FSError("remove", show, err)
 	}
-	m.log.Debug("file removed", "sandbox_id", sb.id, "path", show, "recursive", recursive)
 	return nil
 }
 

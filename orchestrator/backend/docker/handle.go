@@ -29,8 +29,9 @@ import (
 //	    ready callback) → sandbox.mu
 //	sandbox.metaMu → sandbox.mu
 //
-// sandbox.mu is innermost: nothing is locked while it is held. warmPool.mu
-// and iolog.Watcher's lock are leaves, never held while taking another.
+// sandbox.mu is innermost: nothing is locked while it is held. warmPool.mu,
+// volumes.mu and iolog.Watcher's lock are leaves, never held while taking
+// another.
 //
 // The rule that keeps one sandbox from stalling the others: no lock that a
 // caller of another sandbox can need (registry.mu, a user's lock) is ever
@@ -59,6 +60,9 @@ type sandbox struct {
 	// metadata is the caller's labels; fixed like the identity fields (a
 	// warm-pool sandbox gets them when claimed). Never modified in place.
 	metadata map[string]string
+	// volumes are its named volumes' mounts, by volume ID; fixed at
+	// creation.
+	volumes []core.VolumeMount
 
 	mu         sync.Mutex
 	pool       bool // waiting, unclaimed, in the warm pool
@@ -117,6 +121,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		state:       core.StateRunning,
 		lastActive:  m.LastActiveAt,
 		metadata:    m.Metadata,
+		volumes:     mountsFromMeta(m.Volumes),
 		idleTTL:     max(m.IdleTTL, 0),
 		onIdle:      m.OnIdle,
 		env:         m.Env,
@@ -178,6 +183,7 @@ func (sb *sandbox) metaLocked() meta {
 		NetworkPolicy: policyToMeta(sb.netPolicy),
 		Net:           sb.netForMeta(),
 		Carrier:       sb.carrierForMeta(),
+		Volumes:       mountsToMeta(sb.volumes),
 	}
 }
 

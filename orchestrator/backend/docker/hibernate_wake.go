@@ -92,6 +92,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 			}
 		}
 		cfg, hostCfg := containerSpec(sb, sb.runtime, m.cfg.StateDir, sb.env)
+		hostCfg.Binds = append(hostCfg.Binds, m.volumeBinds(sb)...)
 		resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+sb.id)
 		if err != nil {
 			netDown()

@@ -247,6 +247,8 @@ type Manager struct {
 	snapshots SnapshotStore
 	// snaps is the named snapshots (snapshots.go).
 	snaps *snapshots
+	// vols is the store of named volumes (volumes.go).
+	vols *volumes
 	// checkpoints is the Docker client's checkpoint API, when it has one.
 	checkpoints checkpointer
 	// net is the sandboxes' networking (network.go): addresses, the
@@ -330,6 +332,11 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	// is thawed here.
 	if m.snaps, err = loadSnapshots(cfg.StateDir, m.log); err != nil {
 		return fail(fmt.Errorf("load snapshots: %w", err))
+	}
+	// Before reconcile too: the containers it starts bind the volumes'
+	// mounts.
+	if m.vols, err = loadVolumes(ctx, cfg.StateDir, cfg.NoDiskVolumes, m.log); err != nil {
+		return fail(fmt.Errorf("load volumes: %w", err))
 	}
 	w, err := iolog.NewWatcher(m.log)
 	if err != nil {
@@ -445,6 +452,7 @@ func (m *Manager) use(ctx context.Context, sandboxID string) (*sandbox, error) {
 
 // snapshot describes sb for callers.
 func (m *Manager) snapshot(sb *sandbox) core.Sandbox {
+	vols := m.volumesOf(sb) // sb.volumes is fixed; the store's lock is a leaf
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return core.Sandbox{
@@ -463,6 +471,7 @@ func (m *Manager) snapshot(sb *sandbox) core.Sandbox {
 		NetworkPolicy: redacted(sb.netPolicy),
 		ContainerID:   sb.containerID,
 		Metadata:      maps.Clone(sb.metadata),
+		Volumes:       vols,
 		IdleTimeout:   m.reg.idleOf(sb.idleTTL),
 		OnIdle:        m.onIdleOf(sb),
 		Snapshot:      sb.hib.snapshotInfo(),

@@ -67,6 +67,10 @@ type snapFile struct {
 	// Hidden marks a fork's temporary snapshot: never listed, removed
 	// when the fork ends (or at start-up).
 	Hidden bool `json:"hidden,omitempty"`
+	// Volumes are the sandbox's named volumes, by reference: a sandbox
+	// made from the snapshot mounts them (not copies) unless it asks for
+	// its own.
+	Volumes []volumeMountMeta `json:"volumes,omitempty"`
 }
 
 // snapshots is the Manager's index of named snapshots.
@@ -238,7 +242,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 	suffix := randomSuffix()
 	taken := m.takeSnapshot(ctx, sb, &snapMeta{File: "named-" + suffix, Record: "sbx-named-snapshot-" + suffix})
 	f := snapFile{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: sb.tenant, SandboxID: sb.id,
-		Level: taken.Level, Reason: taken.Reason, CreatedAt: time.Now().UTC()}, Hidden: hidden}
+		Level: taken.Level, Reason: taken.Reason, CreatedAt: time.Now().UTC()}, Hidden: hidden, Volumes: mountsToMeta(sb.volumes)}
 	if taken.Level == ioproto.LevelGlobals {
 		n, err := moveSnapshotOut(sb.dir, taken.File, filepath.Join(tmp, snapGlobalsFile), m.cfg.IODiskBytes)
 		if err != nil {
@@ -556,7 +560,7 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 			m.log.Warn("remove a fork's snapshot; the next start removes it", "snapshot_id", f.ID, "error", err)
 		}
 	}()
-	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle}
+	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle, Volumes: src.Volumes}
 	if req.Options != nil {
 		opts = *req.Options
 	}

@@ -103,6 +103,8 @@ type meta struct {
 	// Carrier is the warm-pool sandbox whose container and directories
 	// carry this sandbox since a fast wake (carrier.go); nil otherwise.
 	Carrier *carrierMeta `json:"carrier,omitempty"`
+	// Volumes are the sandbox's named volumes (volumes.go), by ID.
+	Volumes []volumeMountMeta `json:"volumes,omitempty"`
 }
 
 // netPolicyMeta is a core.NetworkPolicy as meta.json keeps it: the file's
