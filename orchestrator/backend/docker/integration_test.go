@@ -88,6 +88,12 @@ func unmountAll(t testing.TB, stateDir string) {
 			t.Logf("cleanup: %v", err)
 		}
 	}
+	vols, _ := filepath.Glob(filepath.Join(stateDir, volumesDir, "*", volDataDir))
+	for _, d := range vols {
+		if err := unmountStack(d); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	}
 }
 
 func TestIntegrationLifecycle(t *testing.T) {
