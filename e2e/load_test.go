@@ -312,8 +312,12 @@ func (g goroutineCounts) total() int {
 // instead.
 var ignoredCreators = regexp.MustCompile(`^(runtime\.|net/http\.\(\*Transport\)\.dialConn|google\.golang\.org/grpc/internal/transport\.NewServerTransport|google\.golang\.org/grpc\.\(\*Server\)\.handleRawConn)`)
 
+// goroutineHeader starts a goroutine's block in the dump. Goroutine 0 is
+// not one: it is the g0 of the thread that took the signal, printed only
+// when that thread was idle, so counting it made a dump one goroutine
+// "longer" at random (CI once saw 14→15 from that alone).
 var (
-	goroutineHeader = regexp.MustCompile(`^goroutine \d+ .*\]:$`)
+	goroutineHeader = regexp.MustCompile(`^goroutine [1-9]\d* .*\]:$`)
 	createdBy       = regexp.MustCompile(`(?m)^created by (\S+)`)
 )
 
