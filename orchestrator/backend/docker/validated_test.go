@@ -154,3 +154,43 @@ func (v *validated) Rename(ctx context.Context, sandboxID, from, to string, over
 func (v *validated) WatchDirectory(ctx context.Context, sandboxID, path string, recursive bool, fn func(core.WatchUpdate) error) error {
 	return v.v.WatchDirectory(ctx, sandboxID, path, recursive, fn)
 }
+
+func (v *validated) CreateVolume(ctx context.Context, name string, size int64) (core.Volume, error) {
+	return v.v.CreateVolume(ctx, name, size)
+}
+
+func (v *validated) GetVolume(ctx context.Context, ref string) (core.Volume, error) {
+	return v.v.GetVolume(ctx, ref)
+}
+
+func (v *validated) ListVolumes(ctx context.Context, tenant string) ([]core.Volume, error) {
+	return v.v.ListVolumes(ctx, tenant)
+}
+
+func (v *validated) DeleteVolume(ctx context.Context, ref string, force bool) error {
+	return v.v.DeleteVolume(ctx, ref, force)
+}
+
+func (v *validated) VolumeUpload(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (core.FileInfo, error) {
+	return v.v.VolumeUpload(ctx, ref, path, r, overwrite)
+}
+
+func (v *validated) VolumeDownload(ctx context.Context, ref, path string) (io.ReadCloser, core.FileInfo, error) {
+	return v.v.VolumeDownload(ctx, ref, path)
+}
+
+func (v *validated) VolumeStat(ctx context.Context, ref, path string) (core.FileInfo, error) {
+	return v.v.VolumeStat(ctx, ref, path)
+}
+
+func (v *validated) VolumeListFiles(ctx context.Context, ref, path string, depth int) ([]core.FileInfo, error) {
+	return v.v.VolumeListFiles(ctx, ref, path, depth)
+}
+
+func (v *validated) VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error) {
+	return v.v.VolumeMakeDirectory(ctx, ref, path, parents)
+}
+
+func (v *validated) VolumeRemove(ctx context.Context, ref, path string, recursive bool) error {
+	return v.v.VolumeRemove(ctx, ref, path, recursive)
+}
