@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -130,7 +131,11 @@ func (st *volStore) install(m *coretest.Manager) {
 		st.depth = depth
 		var out []core.FileInfo
 		for name, b := range st.files[v.ID] {
-			if p == "." || strings.HasPrefix(name, p+"/") {
+			rel, ok := name, p == "."
+			if !ok {
+				rel, ok = strings.CutPrefix(name, p+"/")
+			}
+			if ok && strings.Count(rel, "/") < depth {
 				out = append(out, fileInfo(name, b))
 			}
 		}
@@ -145,6 +150,9 @@ func (st *volStore) install(m *coretest.Manager) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.parents = parents
+		for d := p; parents && d != "."; d = path.Dir(d) {
+			st.files[v.ID][d] = nil
+		}
 		st.files[v.ID][p] = nil
 		return fileInfo(p, nil), nil
 	}
@@ -156,7 +164,11 @@ func (st *volStore) install(m *coretest.Manager) {
 		st.mu.Lock()
 		defer st.mu.Unlock()
 		st.recursive = recursive
-		delete(st.files[v.ID], p)
+		for name := range st.files[v.ID] {
+			if name == p || recursive && strings.HasPrefix(name, p+"/") {
+				delete(st.files[v.ID], name)
+			}
+		}
 		return nil
 	}
 }
@@ -415,7 +427,7 @@ func TestUnitVolumeContentRoutes(t *testing.T) {
 	for _, e := range list {
 		paths = append(paths, e.Path)
 	}
-	if w.Code != http.StatusOK || st.depth != 3 || !slices.Equal(paths, []string{"/a/b", "/c", "/dir/hello.txt"}) {
+	if w.Code != http.StatusOK || st.depth != 3 || !slices.Equal(paths, []string{"/a", "/a/b", "/c", "/dir/hello.txt"}) {
 		t.Errorf("list: %d %v (depth %d)", w.Code, paths, st.depth)
 	}
 	if w := do(s, "GET", base+"/dir?path=/", tok, ""); w.Code != http.StatusOK || st.depth != 1 {
