@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -31,8 +32,9 @@ import (
 //     dir, path and file, authenticated by the volume's token
 //     (Authorization: Bearer), not by an API key.
 //
-// A volume's token is an HMAC of its tenant and ID under the door's
-// secret (the one the sandboxes' access tokens use, with another label),
+// A volume's token is its tenant and an HMAC of its tenant and ID under
+// the door's secret (the one the sandboxes' access tokens use, with
+// another label),
 // as a sandbox's access token is of its ID: nothing per volume is stored,
 // tokens survive restarts, and one volume's token opens no other volume,
 // nor the same ID in another tenant. Replacing the secret file revokes
@@ -47,12 +49,31 @@ const volumeTokenName = "e2b-volume-token"
 // allows core.MaxVolumeMounts and says so past it.
 const maxVolumeMountsBody = 64
 
-// volumeToken is a volume's content token: HMAC-SHA256 of its tenant and
-// ID.
+// volumeToken is a volume's content token: its tenant (base64url, so that
+// a request's token says whose volume it claims, and is checked before
+// anything is looked up) and an HMAC-SHA256 of the tenant and the ID.
 func (s *Server) volumeToken(tenant, volumeID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(tenant)) + "." + s.volumeMAC(tenant, volumeID)
+}
+
+func (s *Server) volumeMAC(tenant, volumeID string) string {
 	mac := hmac.New(sha256.New, s.secret)
 	mac.Write([]byte("e2b-volume-access:" + tenant + "\x00" + volumeID))
 	return hex.EncodeToString(mac.Sum(nil))
+}
+
+// checkVolumeToken returns the tenant a volume's token was issued to,
+// if tok is that volume's token (compared in constant time).
+func (s *Server) checkVolumeToken(tok, volumeID string) (string, bool) {
+	enc, mac, ok := strings.Cut(tok, ".")
+	if !ok || len(enc) > 4*core.MaxTenantLen {
+		return "", false
+	}
+	tenant, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || len(tenant) == 0 {
+		return "", false
+	}
+	return string(tenant), hmac.Equal([]byte(mac), []byte(s.volumeMAC(string(tenant), volumeID)))
 }
 
 // e2bVolume is E2B's Volume (a list's element).
@@ -145,9 +166,11 @@ func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
 // volumeContent authenticates a content request by its volume's token
 // (Authorization: Bearer), then admits its body (how) and runs h as the
 // volume's tenant, with the volume's ID in the context. The path names
-// the volume by ID (the SDK's volumeId). A volume that does not exist and
-// a wrong token get the same 401, so the API tells nothing of other
-// tenants' volumes to a caller without their token.
+// the volume by ID (the SDK's volumeId). The token is checked before
+// anything is looked up (a wrong one costs an HMAC), and the volume is
+// looked up as the token's tenant: a volume that does not exist (any
+// more) and a wrong token get the same 401, so the API tells nothing of
+// other tenants' volumes to a caller without their token.
 func (s *Server) volumeContent(how admission, h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ctx, err := s.volumeContext(r)
@@ -186,16 +209,21 @@ func (s *Server) volumeContext(r *http.Request) (context.Context, error) {
 	if !ok || tok == "" {
 		return nil, errVolumeToken
 	}
-	v, err := s.m.GetVolume(core.WithCaller(r.Context(), admin), id)
+	tenant, ok := s.checkVolumeToken(tok, id)
+	if !ok {
+		return nil, errVolumeToken
+	}
+	// The volume must still be the tenant's (a token outlives its volume).
+	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: tenant, Name: volumeTokenName})
+	v, err := s.m.GetVolume(ctx, id)
 	switch {
 	case core.ClassOf(err) == core.ErrNotFound:
 		return nil, errVolumeToken
 	case err != nil:
 		return nil, err
-	case !hmac.Equal([]byte(tok), []byte(s.volumeToken(v.Tenant, v.ID))):
+	case v.ID != id || v.Tenant != tenant:
 		return nil, errVolumeToken
 	}
-	ctx := core.WithCaller(r.Context(), core.Caller{Tenant: v.Tenant, Name: volumeTokenName})
 	return context.WithValue(ctx, volumeKey{}, v.ID), nil
 }
 

@@ -315,7 +315,7 @@ func TestUnitVolumeControlPlane(t *testing.T) {
 }
 
 func TestUnitVolumeContentAuth(t *testing.T) {
-	s, _, _ := newVolumeServer(t)
+	s, fake, _ := newVolumeServer(t)
 	a := createVol(t, s, testKey, "a")
 	b := createVol(t, s, testKey, "b")
 	theirs := createVol(t, s, otherTestKey, "a")
@@ -347,6 +347,16 @@ func TestUnitVolumeContentAuth(t *testing.T) {
 				t.Errorf("%s, %s: %d %s", name, m, w.Code, w.Body)
 			}
 		}
+	}
+	// A token that is not one of this door's costs no lookup.
+	calls := len(fake.Calls())
+	for _, tok := range []string{"", "x", strings.Repeat("0", 64), "YWNtZQ." + strings.Repeat("0", 64), "!!." + a.Token, a.Token + "0", b.Token} {
+		if w := do(s, "GET", url(a), bearer(tok), ""); w.Code != http.StatusUnauthorized {
+			t.Errorf("token %q: %d %s", tok, w.Code, w.Body)
+		}
+	}
+	if c := fake.Calls()[calls:]; len(c) > 0 {
+		t.Errorf("wrong tokens reached the domain: %v", c)
 	}
 	// The content API names a volume by ID.
 	if w := do(s, "GET", "/volumecontent/a/path?path=/", bearer(a.Token), ""); w.Code != http.StatusBadRequest {
