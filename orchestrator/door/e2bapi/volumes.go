@@ -34,11 +34,11 @@ import (
 //
 // A volume's token is its tenant and an HMAC of its tenant and ID under
 // the door's secret (the one the sandboxes' access tokens use, with
-// another label),
-// as a sandbox's access token is of its ID: nothing per volume is stored,
-// tokens survive restarts, and one volume's token opens no other volume,
-// nor the same ID in another tenant. Replacing the secret file revokes
-// them all (and the sandboxes' access tokens with them).
+// another label), as a sandbox's access token is an HMAC of its ID:
+// nothing per volume is stored, tokens survive restarts, and one volume's
+// token opens no other volume, nor the same ID in another tenant. A token
+// does not expire; replacing the secret file revokes them all (and the
+// sandboxes' access tokens with them).
 
 // volumeTokenName is the name the content API's calls carry
 // (core.Caller.Name): they are authorised by a volume's token, so the
