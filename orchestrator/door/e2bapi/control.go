@@ -49,6 +49,17 @@ func (s *Server) controlMux() http.Handler {
 	mux.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
 	mux.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteTemplate))
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.fork))
+	mux.HandleFunc("POST /volumes", s.authed(s.createVolume))
+	mux.HandleFunc("GET /volumes", s.authed(s.listVolumes))
+	mux.HandleFunc("GET /volumes/{volumeID}", s.authed(s.getVolume))
+	mux.HandleFunc("DELETE /volumes/{volumeID}", s.authed(s.deleteVolume))
+	mux.HandleFunc("GET /volumecontent/{volumeID}/dir", s.volumeContent(decodedAsRead, s.listVolumeDir))
+	mux.HandleFunc("POST /volumecontent/{volumeID}/dir", s.volumeContent(decodedAsRead, s.makeVolumeDir))
+	mux.HandleFunc("GET /volumecontent/{volumeID}/path", s.volumeContent(decodedAsRead, s.statVolumePath))
+	mux.HandleFunc("PATCH /volumecontent/{volumeID}/path", s.volumeContent(decodedAsRead, s.updateVolumePath))
+	mux.HandleFunc("DELETE /volumecontent/{volumeID}/path", s.volumeContent(decodedAsRead, s.removeVolumePath))
+	mux.HandleFunc("GET /volumecontent/{volumeID}/file", s.volumeContent(decodedAsRead, s.readVolumeFile))
+	mux.HandleFunc("PUT /volumecontent/{volumeID}/file", s.volumeContent(streamed, s.writeVolumeFile))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"code": http.StatusNotFound,
 			"message": fmt.Sprintf("%s %s is not part of sandboxd's E2B API", r.Method, sanitizeHeader(r.URL.Path))})
@@ -85,6 +96,8 @@ type createRequest struct {
 	// AllowInternetAccess its allow_internet_access.
 	Network             *e2bNetwork
 	AllowInternetAccess *bool
+	// VolumeMounts are E2B's volumeMounts [{name, path}] (volumes.go).
+	VolumeMounts []core.VolumeMount
 }
 
 // decode decodes a create body: the maps are bounded as they are read.
@@ -107,6 +120,7 @@ func (req *createRequest) decode(r *http.Request) error {
 			return nil
 		},
 		"allow_internet_access": boolField(&req.AllowInternetAccess),
+		"volumeMounts":          volumeMountsField(&req.VolumeMounts),
 	})
 }
 
@@ -212,7 +226,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		md[k] = v
 	}
 	md[templateKey] = tpl
-	opts := core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle, FromSnapshot: fromSnapshot}
+	opts := core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle, FromSnapshot: fromSnapshot,
+		Volumes: req.VolumeMounts}
 	switch {
 	case req.Network != nil:
 		p := req.Network.policy(req.AllowInternetAccess)
@@ -311,9 +326,13 @@ type sandboxInfo struct {
 	// Network its policy, redacted (network.go).
 	AllowInternetAccess bool            `json:"allowInternetAccess"`
 	Network             *e2bNetworkInfo `json:"network,omitempty"`
+	// VolumeMounts are its volumes by name (volumes.go).
+	VolumeMounts []e2bVolumeMount `json:"volumeMounts"`
 }
 
-func (s *Server) infoOf(sb core.Sandbox) sandboxInfo {
+// infoOf is sb's info; names are the caller's volumes' names by ID
+// (volumeNames).
+func (s *Server) infoOf(sb core.Sandbox, names map[string]string) sandboxInfo {
 	md := make(map[string]string, len(sb.Metadata))
 	for k, v := range sb.Metadata {
 		if k != templateKey {
@@ -324,7 +343,8 @@ func (s *Server) infoOf(sb core.Sandbox) sandboxInfo {
 	return sandboxInfo{TemplateID: templateOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
 		EndAt: sb.ExpiresAt, EnvdVersion: EnvdVersion, CPUCount: cpus, MemoryMB: sb.Limits.MemoryBytes >> 20,
 		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: e2bState(sb.State),
-		AllowInternetAccess: sb.Network, Network: networkInfoOf(sb), Domain: s.domain()}
+		AllowInternetAccess: sb.Network, Network: networkInfoOf(sb), Domain: s.domain(),
+		VolumeMounts: volumeMountsOf(sb, names)}
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
@@ -333,7 +353,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, "info", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.infoOf(sb))
+	writeJSON(w, http.StatusOK, s.infoOf(sb, s.volumeNames(r.Context(), sb)))
 }
 
 // pageOf reads a list's paging: limit (at most listLimit) and nextToken,
@@ -417,8 +437,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	out := []sandboxInfo{}
 	if offset < len(mine) {
 		page := mine[offset:min(offset+limit, len(mine))]
+		names := s.volumeNames(r.Context(), page...)
 		for _, sb := range page {
-			out = append(out, s.infoOf(sb))
+			out = append(out, s.infoOf(sb, names))
 		}
 		if offset+limit < len(mine) {
 			w.Header().Set("X-Next-Token", strconv.Itoa(offset+limit))

@@ -227,6 +227,7 @@ func TestSDK(t *testing.T) {
 			defer cancel()
 			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", f)
 			cmd.Env = append(os.Environ(), "E2B_SDK_DIR="+dir, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
+				"E2B_VOLUME_API_URL=http://"+addr, // the volume content API (volumes.test.mjs)
 				"E2B_API_KEY="+key, "E2B_API_KEY_OTHER="+other, "E2B_DEBUG=", "E2B_DOMAIN=", "SANDBOXD_PORTS_ADDR="+d.portsAddr)
 			out, err := cmd.CombinedOutput()
 			if ctx.Err() != nil {
