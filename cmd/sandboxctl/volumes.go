@@ -89,7 +89,7 @@ func cmdVolume(ctx context.Context, c *cli, args []string) int {
 			return exitOK
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "VOLUME\tNAME\tTENANT\tSIZE\tUSED\tMOUNTED BY\tCREATED")
+		fmt.Fprintln(tw, "VOLUME\tNAME\tTENANT\tSIZE\tUSED\tMOUNTED_BY\tCREATED")
 		for _, v := range list {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.GetId(), v.GetName(), v.GetTenant(), units.BytesSize(float64(v.GetSizeBytes())),
 				units.BytesSize(float64(v.GetUsedBytes())), mountedBy(v), formatTime(v.GetCreatedAt()))

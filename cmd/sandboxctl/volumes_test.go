@@ -138,17 +138,20 @@ func TestVolumeCommands(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
 		}
 	}
-	for args, msg := range map[*[]string]string{
-		{"volume", "rm", "datasets"}:                  "sandboxctl: volume rm datasets: volume datasets is mounted by sandbox " + sbA,
-		{"volume", "rmfile", "datasets", "raw"}:       "sandboxctl: volume rmfile raw: remove /raw: the directory is not empty",
-		{"volume", "get", "nope"}:                     "sandboxctl: volume get nope: volume nope not found",
-		{"volume", "cp", "datasets:missing.csv", "-"}: "sandboxctl: volume cp datasets:/missing.csv: ",
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"volume", "rm", "datasets"}, "sandboxctl: volume rm datasets: volume datasets is mounted by sandbox " + sbA},
+		{[]string{"volume", "rmfile", "datasets", "raw"}, "sandboxctl: volume rmfile raw: remove /raw: the directory is not empty"},
+		{[]string{"volume", "get", "nope"}, "sandboxctl: volume get nope: volume nope not found"},
+		{[]string{"volume", "cp", "datasets:missing.csv", "-"}, "sandboxctl: volume cp datasets:/missing.csv: "},
 	} {
-		r := runCLI(t, nil, addr, "", (*args)...)
+		r := runCLI(t, nil, addr, "", tc.args...)
 		if r.code != 1 {
-			t.Errorf("%v: exit %d, want 1", *args, r.code)
+			t.Errorf("%v: exit %d, want 1", tc.args, r.code)
 		}
-		oneLine(t, r.stderr, msg)
+		oneLine(t, r.stderr, tc.msg)
 	}
 	mu.Lock()
 	defer mu.Unlock()
