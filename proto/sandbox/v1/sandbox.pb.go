@@ -4978,11 +4978,13 @@ func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
-// FileInfo describes a file or directory under /workspace.
+// FileInfo describes a file or directory under /workspace, or on a volume
+// (the volume file calls).
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is relative to /workspace, with forward slashes; empty for
-	// /workspace itself. Sandboxed code can give a file a name that is not
+	// /workspace itself. On a volume it is relative to the volume's root,
+	// empty for the root. Sandboxed code can give a file a name that is not
 	// valid UTF-8; such a path is sent with each run of invalid bytes
 	// replaced by U+FFFD, so it shows the file but does not name it:
 	// DownloadFile and UploadFile with it reach another path (usually none).
