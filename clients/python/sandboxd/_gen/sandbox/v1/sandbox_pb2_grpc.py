@@ -634,9 +634,10 @@ class SandboxServiceServicer(object):
         (SandboxOptions.volumes), and its files can be read and written without
         any sandbox (UploadVolumeFile and the calls after it). A name the
         tenant already uses is ALREADY_EXISTS; a bad name, or a size under 16
-        MiB or above the server's maximum (sandboxd's volume cap, 10 GiB unless
-        configured) is INVALID_ARGUMENT; past the tenant's number of volumes,
-        RESOURCE_EXHAUSTED.
+        MiB or above the server's maximum (10 GiB unless the operator set
+        another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
+        unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
+        refuses every volume call with FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
