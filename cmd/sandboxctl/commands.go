@@ -37,18 +37,20 @@ func init() {
 		{"kill", "SANDBOX_ID... | --user USER [--tenant TENANT]",
 			"delete sandboxes (each is attempted), or all of a user's (in every tenant the token sees, unless --tenant)",
 			[]string{"sandboxctl kill sb-q3x7kd2mf5a6bnp4hcw2 sb-7ryz2lnw4ks6tdm3vb5e", "sandboxctl kill --user alice"}, cmdKill},
-		{"exec", "(--user USER [--from-snapshot SNAPSHOT] | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] CODE",
+		{"exec", "(--user USER [--from-snapshot SNAPSHOT] | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] [--volume VOLUME:/mnt/PATH[:ro]]... CODE",
 			"run CODE (\"-\" reads stdin) in a user's sandbox (acquired first) or in a sandbox by ID, and stream its output;\n" +
 				"--network and the policy flags (as net set's) give a sandbox exec creates for --user its network;\n" +
 				"--save DIR writes figures (PNG, JPEG, SVG, PDF) and plotly charts (self-contained HTML) there;\n" +
-				"--events prefixes each event with its seq (for resume --after-seq)",
+				"--events prefixes each event with its seq (for resume --after-seq);\n" +
+				"--volume mounts a volume (see volume) in a sandbox exec creates for --user",
 			[]string{"sandboxctl exec --user alice 'print(6 * 7)'",
 				"sandboxctl exec --sandbox sb-q3x7kd2mf5a6bnp4hcw2 --language bash 'ls -l'",
 				"sandboxctl exec sb-q3x7kd2mf5a6bnp4hcw2 'print(x)'   # the same: a sandbox ID first",
 				"echo 'import this' | sandboxctl exec --user alice -",
 				"sandboxctl exec --user alice --save ./figs 'import matplotlib.pyplot as plt; plt.plot([1, 4, 9]); plt.show()'",
 				"sandboxctl exec --user alice --command-id job-1 --events 'for i in range(3): print(i)'",
-				"sandboxctl exec --user bob --deny 0.0.0.0/0 --allow pypi.org --allow files.pythonhosted.org --language bash 'pip install requests'"}, cmdExec},
+				"sandboxctl exec --user bob --deny 0.0.0.0/0 --allow pypi.org --allow files.pythonhosted.org --language bash 'pip install requests'",
+				"sandboxctl exec --user carol --volume datasets:/mnt/datasets:ro --volume scratch:/data/scratch --language bash 'ls /mnt/datasets'"}, cmdExec},
 		{"resume", "SANDBOX_ID COMMAND_ID [--after-seq N] [--save DIR] [--events]",
 			"stream a command's output (again), after event N (exec --events and resume --events show the seqs)",
 			[]string{"sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1", "sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1 --after-seq 2 --events"}, cmdResume},
@@ -90,6 +92,14 @@ func init() {
 				"exec --user U --from-snapshot SNAPSHOT (or AcquireSandbox options.from_snapshot) starts a new sandbox from one",
 			[]string{"sandboxctl snapshot create sb-q3x7kd2mf5a6bnp4hcw2 --name before-refactor", "sandboxctl snapshot ls",
 				"sandboxctl snapshot rm before-refactor"}, cmdSnapshot},
+		{"volume", "create NAME [--size SIZE] [-o json] | ls [--tenant TENANT] [-o table|json] | get VOLUME | rm VOLUME [--force] | " +
+			"cp VOLUME:PATH LOCAL | cp [--overwrite] LOCAL VOLUME:PATH | files VOLUME [PATH] [--depth N] [-o table|json] | mkdir [-p] VOLUME PATH | rmfile [-r] VOLUME PATH",
+			"manage named volumes of the tenant (they outlive sandboxes; exec --volume mounts one): create one (SIZE such as 2GiB),\n" +
+				"list them, print one as JSON, delete one (--force: even while sandboxes mount it); and their files without a sandbox,\n" +
+				"as cp, ls, mkdir and rm do in /workspace (paths relative to the volume's root)",
+			[]string{"sandboxctl volume create datasets --size 5GiB", "sandboxctl volume ls",
+				"sandboxctl volume cp train.csv datasets:raw/train.csv", "sandboxctl volume files datasets raw --depth 2",
+				"sandboxctl volume cp datasets:raw/train.csv -", "sandboxctl volume rmfile -r datasets raw", "sandboxctl volume rm datasets"}, cmdVolume},
 		{"fork", "SANDBOX_ID [--count N] [--user USER]...",
 			"make N copies (1 to 20) of a running sandbox's state, each a new sandbox of its own user; print each fork, or why it failed",
 			[]string{"sandboxctl fork sb-q3x7kd2mf5a6bnp4hcw2 --count 3", "sandboxctl fork sb-q3x7kd2mf5a6bnp4hcw2 --user branch-a --user branch-b"}, cmdFork},

@@ -33,6 +33,8 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	env := envFlag{}
 	fs.Var(env, "env", "NAME=VALUE set for this command only (repeatable)")
 	fromSnapshot := fs.String("from-snapshot", "", "a sandbox exec creates for --user starts from this snapshot (ID or name): its globals and /workspace")
+	var volumes volumeList
+	fs.Var(&volumes, "volume", "a sandbox exec creates for --user mounts this volume: VOLUME:/mnt/PATH[:ro] (repeatable; under /mnt or /data)")
 	network := fs.Bool("network", false, "a sandbox exec creates for --user gets network access (under sandboxd's default policy unless the policy flags give one)")
 	var pf policyFlags
 	pf.register(fs)
@@ -73,6 +75,12 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		}
 		acquireOpts = append(acquireOpts, client.WithFromSnapshot(*fromSnapshot))
 	}
+	if len(volumes) > 0 {
+		if *sandboxID != "" {
+			return usageErr(c.stderr, "exec", errors.New("--volume applies to the sandbox exec acquires for --user"))
+		}
+		acquireOpts = append(acquireOpts, volumes...)
+	}
 	if err := out.check(); err != nil {
 		return usageErr(c.stderr, "exec", err)
 	}
@@ -102,6 +110,9 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		}
 		if !acq.Created && *fromSnapshot != "" {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --from-snapshot applies only to a new one\n", *user, acq.ID)
+		} else if !acq.Created && len(volumes) > 0 {
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the volumes it was created with (sandboxctl inspect %s shows them)\n",
+				*user, acq.ID, acq.ID)
 		} else if !acq.Created && len(acquireOpts) > 0 {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the network it was created with (sandboxctl net set %s changes its policy)\n",
 				*user, acq.ID, acq.ID)

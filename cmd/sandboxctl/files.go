@@ -181,9 +181,18 @@ func remoteSpec(s string) (sandboxID, path string, ok bool) {
 }
 
 func (c *cli) download(ctx context.Context, sandboxID, path, local string) int {
-	what := "cp " + sandboxID + ":" + displayArg(path)
+	return c.downloadTo("cp", sandboxID, path, displayArg(path), local, func(w io.Writer) (*sandboxv1.FileInfo, error) {
+		return c.sandboxd.Download(ctx, sandboxID, path, w)
+	})
+}
+
+// downloadTo writes what fetch downloads from remote:path (shown as
+// shown) to local ("-": stdout) for command cmd, through a temporary file
+// renamed into place once complete.
+func (c *cli) downloadTo(cmd, remote, path, shown, local string, fetch func(io.Writer) (*sandboxv1.FileInfo, error)) int {
+	what := cmd + " " + remote + ":" + shown
 	if local == "-" {
-		if _, err := c.sandboxd.Download(ctx, sandboxID, path, c.stdout); err != nil {
+		if _, err := fetch(c.stdout); err != nil {
 			return c.fail(what, err)
 		}
 		return exitOK
@@ -196,7 +205,7 @@ func (c *cli) download(ctx context.Context, sandboxID, path, local string) int {
 		return c.fail(what, err)
 	}
 	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
-	info, err := c.sandboxd.Download(ctx, sandboxID, path, tmp)
+	info, err := fetch(tmp)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
@@ -206,12 +215,21 @@ func (c *cli) download(ctx context.Context, sandboxID, path, local string) int {
 	if err := os.Rename(tmp.Name(), local); err != nil {
 		return c.fail(what, err)
 	}
-	fmt.Fprintf(c.stderr, "copied %s:%s to %s (%d bytes)\n", sandboxID, info.GetPath(), local, info.GetSize())
+	fmt.Fprintf(c.stderr, "copied %s:%s to %s (%d bytes)\n", remote, info.GetPath(), local, info.GetSize())
 	return exitOK
 }
 
 func (c *cli) upload(ctx context.Context, local, sandboxID, path string) int {
-	what := "cp " + local
+	return c.uploadFrom("cp", "SANDBOX_ID:PATH", local, sandboxID, path, func(path string, r io.Reader) (*sandboxv1.FileInfo, error) {
+		return c.sandboxd.Upload(ctx, sandboxID, path, r)
+	})
+}
+
+// uploadFrom sends local ("-": stdin) to remote:path with send for
+// command cmd, whose remote side is written as syntax; a path that is
+// empty or ends in "/" takes the local file's name.
+func (c *cli) uploadFrom(cmd, syntax, local, remote, path string, send func(string, io.Reader) (*sandboxv1.FileInfo, error)) int {
+	what := cmd + " " + local
 	var r io.Reader = c.stdin
 	if local != "-" {
 		f, err := os.Open(local)
@@ -220,19 +238,19 @@ func (c *cli) upload(ctx context.Context, local, sandboxID, path string) int {
 		}
 		defer f.Close()
 		if st, err := f.Stat(); err == nil && st.IsDir() {
-			return usageErr(c.stderr, "cp", fmt.Errorf("%s is a directory; cp copies one file", local))
+			return usageErr(c.stderr, cmd, fmt.Errorf("%s is a directory; %s copies one file", local, cmd))
 		}
 		r = f
 		if path == "" || strings.HasSuffix(path, "/") {
 			path += filepath.Base(local)
 		}
 	} else if path == "" || strings.HasSuffix(path, "/") {
-		return usageErr(c.stderr, "cp", errors.New("copying stdin needs a file name: SANDBOX_ID:PATH"))
+		return usageErr(c.stderr, cmd, errors.New("copying stdin needs a file name: "+syntax))
 	}
-	info, err := c.sandboxd.Upload(ctx, sandboxID, path, r)
+	info, err := send(path, r)
 	if err != nil {
 		return c.fail(what, err)
 	}
-	fmt.Fprintf(c.stderr, "copied %s to %s:%s (%d bytes)\n", local, sandboxID, info.GetPath(), info.GetSize())
+	fmt.Fprintf(c.stderr, "copied %s to %s:%s (%d bytes)\n", local, remote, info.GetPath(), info.GetSize())
 	return exitOK
 }

@@ -120,7 +120,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&mc.WarmPool, "warm-pool", 0, "keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (requests with env, network or non-default limits still start their own)")
 	fastWake := true
 	fs.BoolVar(&fastWake, "fast-wake", true, "wake a hibernated sandbox in a started warm-pool container whose Python already imported numpy and pandas, instead of a new container (needs --warm-pool, disk volumes and runc; sandboxes with network, env or non-default limits wake as before); the pool's sandboxes then hold those imports")
-	fs.Var(&maxUpload, "max-upload", "largest file UploadFile accepts (`size`); larger uploads are INVALID_ARGUMENT")
+	fs.Var(&maxUpload, "max-upload", "largest file UploadFile and UploadVolumeFile accept (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxVolume, "max-volume-size", "largest volume CreateVolume accepts (`size`); larger ones are INVALID_ARGUMENT")
 	fs.IntVar(&mc.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")

@@ -33,6 +33,9 @@ func (v *validating) ListVolumes(ctx context.Context, tenant string) ([]Volume, 
 		if err := ValidateTenant(tenant); err != nil {
 			return nil, err
 		}
+		if c := CallerOf(ctx); !c.Admin && tenant != c.Tenant {
+			return nil, Invalidf("only an admin may list another tenant's volumes")
+		}
 	}
 	return v.m.ListVolumes(ctx, tenant)
 }

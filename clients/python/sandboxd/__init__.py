@@ -12,7 +12,7 @@ It needs Debian's python3-grpcio and python3-protobuf (or any grpcio >= 1.51
 and protobuf 4.21.x). See clients/python/README.md.
 """
 
-from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, Watch, connect
+from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, VolumeFiles, Watch, connect
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -47,6 +47,8 @@ from .events import (
     SandboxInfo,
     SnapshotInfo,
     Started,
+    VolumeInfo,
+    VolumeMount,
     Stderr,
     Stdout,
     WatchEvent,
@@ -76,6 +78,9 @@ __all__ = [
     "WatchEvent",
     "SandboxInfo",
     "SnapshotInfo",
+    "VolumeInfo",
+    "VolumeMount",
+    "VolumeFiles",
     "NetworkPolicy",
     "NetworkCounters",
     "NetworkDenial",

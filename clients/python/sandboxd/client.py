@@ -30,11 +30,13 @@ from .events import (
     SnapshotInfo,
     Stderr,
     Stdout,
+    VolumeInfo,
+    VolumeMount,
     WatchEvent,
     event_from_proto,
 )
 
-__all__ = ["Client", "Sandbox", "Execution", "Files", "Watch", "connect", "MAX_MESSAGE_SIZE"]
+__all__ = ["Client", "Sandbox", "Execution", "Files", "VolumeFiles", "Watch", "connect", "MAX_MESSAGE_SIZE"]
 
 # MAX_MESSAGE_SIZE is the largest message sandboxd sends (a plot inline in
 # one event); the client's receive limit is raised to it.
@@ -187,6 +189,39 @@ class Client:
         """Deletes a snapshot by ID or name; NotFound when there is none."""
         self._call(self._stub.DeleteSnapshot, pb.DeleteSnapshotRequest(snapshot=snapshot))
 
+    # -- volumes
+
+    def create_volume(self, name: str, size_bytes: int = 0) -> VolumeInfo:
+        """Makes an empty volume of the caller's tenant (CreateVolume): a
+        file system of size_bytes (0: the server's default, 1 GiB) that
+        outlives sandboxes; mount it with acquire(volumes=[...]).
+        AlreadyExists when the tenant has a volume of that name,
+        InvalidArgument for a bad name or size."""
+        resp = self._call(self._stub.CreateVolume, pb.CreateVolumeRequest(name=name, size_bytes=int(size_bytes)))
+        return VolumeInfo.from_proto(resp.volume)
+
+    def volume(self, volume: str) -> VolumeInfo:
+        """A volume by ID or name (GetVolume); NotFound when the caller
+        has none by that reference."""
+        resp = self._call(self._stub.GetVolume, pb.GetVolumeRequest(volume=volume))
+        return VolumeInfo.from_proto(resp.volume)
+
+    def volumes(self, tenant: str = "") -> List[VolumeInfo]:
+        """The caller's volumes by tenant and name (an admin's: every
+        tenant's, or tenant's)."""
+        resp = self._call(self._stub.ListVolumes, pb.ListVolumesRequest(tenant=tenant))
+        return [VolumeInfo.from_proto(v) for v in resp.volumes]
+
+    def delete_volume(self, volume: str, force: bool = False) -> None:
+        """Deletes a volume and its files (DeleteVolume).
+        FailedPrecondition while sandboxes mount it, unless force: they
+        then keep running without it."""
+        self._call(self._stub.DeleteVolume, pb.DeleteVolumeRequest(volume=volume, force=force))
+
+    def volume_files(self, volume: str) -> "VolumeFiles":
+        """The files of a volume (by ID or name), without a sandbox."""
+        return VolumeFiles(self, volume)
+
     def fork(self, sandbox_id: str, count: int = 1, user_ids: Optional[List[str]] = None) -> List[Union["Sandbox", SandboxdError]]:
         """count (1 to 20) copies of a running sandbox's state (ForkSandbox),
         each a new sandbox of its own user (given, one per fork, or
@@ -267,6 +302,7 @@ class Sandbox:
         idle_timeout=None,
         network_policy=None,
         from_snapshot: str = "",
+        volumes=None,
         delete_on_exit: bool = False,
     ) -> "Sandbox":
         """The user's sandbox (AcquireSandbox), created if the user has none.
@@ -277,7 +313,9 @@ class Sandbox:
         network_policy: a NetworkPolicy or a dict of its fields, which
         implies network), metadata (a string map returned on every
         SandboxInfo and filterable in Client.list), idle_timeout (seconds
-        or a timedelta; None is the server's default). `created` says whether this call created it;
+        or a timedelta; None is the server's default), volumes (mounts:
+        VolumeMount or (volume, mount_path[, read_only]) tuples, paths
+        under /mnt or /data). `created` says whether this call created it;
         `state_lost` (with `replaced_sandbox_id`, `replaced_reason`) that
         the user's previous sandbox had died, so variables and files built
         earlier are gone.
@@ -293,6 +331,7 @@ class Sandbox:
             network=network,
             metadata=dict(metadata or {}),
             from_snapshot=from_snapshot,
+            volumes=[VolumeMount.of(v).to_proto() for v in (volumes or ())],
         )
         d = _duration(idle_timeout)
         if d is not None:
@@ -633,6 +672,36 @@ class Execution:
             self.resumes += 1
 
 
+def _chunks(data) -> Iterator[bytes]:
+    """An upload's content in chunks of UPLOAD_CHUNK: data is bytes (or
+    bytearray, memoryview), a str (UTF-8) or a binary file object."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if hasattr(data, "read"):
+        while True:
+            chunk = data.read(UPLOAD_CHUNK)
+            if not chunk:
+                return
+            if isinstance(chunk, str):
+                raise TypeError("upload: the file must be opened in binary mode ('rb')")
+            yield chunk
+    else:
+        view = memoryview(data).cast("B")
+        for i in range(0, len(view), UPLOAD_CHUNK):
+            yield bytes(view[i:i + UPLOAD_CHUNK])
+
+
+def _download(client: "Client", method, request) -> bytes:
+    """A download stream's content, its errors mapped."""
+    parts = []
+    try:
+        for msg in method(request, metadata=client._metadata):
+            parts.append(msg.chunk)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e) from e
+    return b"".join(parts)
+
+
 class Files:
     """Files under the sandbox's /workspace. Paths are relative to it
     ("data/in.csv") or absolute under it ("/workspace/data/in.csv")."""
@@ -646,23 +715,11 @@ class Files:
         (written as UTF-8) or a binary file object (read to its end), e.g.
         open("local.csv", "rb")."""
         sb = self._sandbox
-        if isinstance(data, str):
-            data = data.encode("utf-8")
 
         def requests():
             yield pb.UploadFileRequest(header=pb.UploadFileHeader(sandbox_id=sb.id, path=path))
-            if hasattr(data, "read"):
-                while True:
-                    chunk = data.read(UPLOAD_CHUNK)
-                    if not chunk:
-                        return
-                    if isinstance(chunk, str):
-                        raise TypeError("upload: the file must be opened in binary mode ('rb')")
-                    yield pb.UploadFileRequest(chunk=chunk)
-            else:
-                view = memoryview(data).cast("B")
-                for i in range(0, len(view), UPLOAD_CHUNK):
-                    yield pb.UploadFileRequest(chunk=bytes(view[i:i + UPLOAD_CHUNK]))
+            for chunk in _chunks(data):
+                yield pb.UploadFileRequest(chunk=chunk)
 
         resp = sb.client._call(sb.client._stub.UploadFile, requests())
         return FileInfo.from_proto(resp.file)
@@ -671,15 +728,7 @@ class Files:
         """A regular file's content. NotFound when it does not exist,
         InvalidArgument for a directory."""
         sb = self._sandbox
-        client = sb.client
-        parts = []
-        try:
-            for msg in client._stub.DownloadFile(
-                    pb.DownloadFileRequest(sandbox_id=sb.id, path=path), metadata=client._metadata):
-                parts.append(msg.chunk)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from e
-        return b"".join(parts)
+        return _download(sb.client, sb.client._stub.DownloadFile, pb.DownloadFileRequest(sandbox_id=sb.id, path=path))
 
     def list(self, path: str = "", depth: int = 1) -> List[FileInfo]:
         """A directory's entries, sorted by path; for a file, just that
@@ -741,6 +790,69 @@ class Files:
             raise Unavailable("WatchDirectory ended before the watch was in place",
                               grpc.StatusCode.UNAVAILABLE) from None
         return watch
+
+
+class VolumeFiles:
+    """The files of a volume, without a sandbox (Client.volume_files).
+    Paths are relative to the volume's root: "/a/b" and "a/b" are the same
+    file, "" and "/" the root. File names are written by sandboxes: one
+    that is not valid UTF-8 is listed with U+FFFD in its path (see
+    FileInfo). A sandbox mounting the volume sees what these calls write at
+    once under the runc runtime."""
+
+    def __init__(self, client: Client, volume: str):
+        self.client = client
+        self.volume = volume
+
+    def upload(self, path: str, data, overwrite: bool = False) -> FileInfo:
+        """Writes a file (as Files.upload: bytes, a str or a binary file
+        object), creating missing directories. AlreadyExists when path
+        exists, unless overwrite; ResourceExhausted when the volume is
+        full."""
+        volume = self.volume
+
+        def requests():
+            yield pb.UploadVolumeFileRequest(header=pb.UploadVolumeFileHeader(volume=volume, path=path, overwrite=overwrite))
+            for chunk in _chunks(data):
+                yield pb.UploadVolumeFileRequest(chunk=chunk)
+
+        resp = self.client._call(self.client._stub.UploadVolumeFile, requests())
+        return FileInfo.from_proto(resp.file)
+
+    def download(self, path: str) -> bytes:
+        """A regular file's content. NotFound when it does not exist,
+        InvalidArgument for a directory."""
+        return _download(self.client, self.client._stub.DownloadVolumeFile,
+                         pb.DownloadVolumeFileRequest(volume=self.volume, path=path))
+
+    def list(self, path: str = "", depth: int = 1) -> List[FileInfo]:
+        """A directory's entries (depth levels, up to 10), sorted by path;
+        for a file, just that file. "" is the root."""
+        resp = self.client._call(self.client._stub.ListVolumeFiles,
+                                 pb.ListVolumeFilesRequest(volume=self.volume, path=path, depth=depth))
+        return [FileInfo.from_proto(f) for f in resp.files]
+
+    def stat(self, path: str = "") -> FileInfo:
+        """One file or directory (a link itself, not its target); NotFound
+        when it does not exist. "" is the root."""
+        resp = self.client._call(self.client._stub.StatVolumeFile,
+                                 pb.StatVolumeFileRequest(volume=self.volume, path=path))
+        return FileInfo.from_proto(resp.file)
+
+    def mkdir(self, path: str, parents: bool = False) -> FileInfo:
+        """Creates a directory, as Files.mkdir does (parents: mkdir -p)."""
+        resp = self.client._call(self.client._stub.MakeVolumeDirectory,
+                                 pb.MakeVolumeDirectoryRequest(volume=self.volume, path=path, parents=parents))
+        return FileInfo.from_proto(resp.file)
+
+    def remove(self, path: str, recursive: bool = False) -> None:
+        """Removes a file, a link or a directory, as Files.remove does; the
+        root cannot be removed (InvalidArgument)."""
+        self.client._call(self.client._stub.RemoveVolumeFile,
+                          pb.RemoveVolumeFileRequest(volume=self.volume, path=path, recursive=recursive))
+
+    def __repr__(self):
+        return "VolumeFiles(%r)" % self.volume
 
 
 class Watch:

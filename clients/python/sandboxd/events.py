@@ -259,6 +259,8 @@ class SandboxInfo:
     #: names with empty values (sandboxd never returns them); None
     #: without network.
     network_policy: Optional["NetworkPolicy"] = None
+    #: The volumes mounted in the sandbox, each by volume ID.
+    volumes: List["VolumeMount"] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, m):
@@ -290,6 +292,7 @@ class SandboxInfo:
             metadata=dict(m.metadata),
             idle_timeout=m.idle_timeout.ToTimedelta() if m.HasField("idle_timeout") else None,
             network_policy=NetworkPolicy.from_proto(m.network_policy) if m.HasField("network_policy") else None,
+            volumes=[VolumeMount.from_proto(v) for v in m.volumes],
         )
 
 
@@ -480,6 +483,56 @@ class SnapshotInfo:
     def from_proto(cls, m):
         return cls(id=m.snapshot_id, name=m.name, tenant=m.tenant, sandbox_id=m.sandbox_id, level=m.level,
                    reason=m.reason, size_bytes=m.size_bytes, created_at=_time(m.created_at))
+
+
+@dataclass(frozen=True)
+class VolumeInfo:
+    """A named volume (Client.create_volume, Client.volumes): a size-capped
+    file system of a tenant that outlives sandboxes. `size_bytes` is its
+    capacity, `used_bytes` what its files take, `mounted_by` the sandboxes
+    (running or hibernated) that mount it."""
+
+    id: str
+    name: str
+    tenant: str
+    size_bytes: int
+    used_bytes: int
+    created_at: Optional[datetime.datetime]
+    mounted_by: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(id=m.id, name=m.name, tenant=m.tenant, size_bytes=m.size_bytes, used_bytes=m.used_bytes,
+                   created_at=_time(m.created_at), mounted_by=list(m.mounted_by))
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    """A volume in a sandbox: `volume` (its ID or name; SandboxInfo.volumes
+    gives the ID) at `mount_path`, under /mnt or /data, read-only or not.
+    Sandbox.acquire(volumes=[...]) takes these, or (volume, mount_path) and
+    (volume, mount_path, read_only) tuples."""
+
+    volume: str
+    mount_path: str
+    read_only: bool = False
+
+    @classmethod
+    def of(cls, v) -> "VolumeMount":
+        if isinstance(v, cls):
+            return v
+        if isinstance(v, (tuple, list)) and len(v) in (2, 3):
+            return cls(*v)
+        raise TypeError("a volume mount is a VolumeMount or a (volume, mount_path[, read_only]) tuple, not %r" % (v,))
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(volume=m.volume, mount_path=m.mount_path, read_only=m.read_only)
+
+    def to_proto(self):
+        from ._gen.sandbox.v1 import sandbox_pb2
+
+        return sandbox_pb2.VolumeMount(volume=self.volume, mount_path=self.mount_path, read_only=self.read_only)
 
 
 @dataclass(frozen=True)

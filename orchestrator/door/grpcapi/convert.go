@@ -180,7 +180,70 @@ func sandboxToProto(s core.Sandbox) *sandboxv1.Sandbox {
 		HibernatedAt:  timestampToProto(s.HibernatedAt),
 		LastWake:      wakeToProto(s.LastWake),
 		OnIdle:        idleActionToProto(s.OnIdle),
+		Volumes:       volumeMountsToProto(s.Volumes),
 	}
+}
+
+// volumeToProto converts a volume. Its name and tenant were validated
+// when it was made; they are made valid UTF-8 all the same, as a
+// snapshot's are. MountedBy are sandbox IDs the server chose.
+func volumeToProto(v core.Volume) *sandboxv1.Volume {
+	return &sandboxv1.Volume{
+		Id:        v.ID,
+		Name:      validUTF8(v.Name),
+		Tenant:    validUTF8(v.Tenant),
+		SizeBytes: v.SizeBytes,
+		UsedBytes: v.UsedBytes,
+		CreatedAt: timestampToProto(v.CreatedAt),
+		MountedBy: v.MountedBy,
+	}
+}
+
+// volumeMountsToProto converts a sandbox's mounts (nil without).
+func volumeMountsToProto(ms []core.VolumeMount) []*sandboxv1.VolumeMount {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]*sandboxv1.VolumeMount, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &sandboxv1.VolumeMount{Volume: validUTF8(m.Volume), MountPath: validUTF8(m.Path), ReadOnly: m.ReadOnly})
+	}
+	return out
+}
+
+// volumeMountsFromProto converts requested mounts; the domain checks them
+// (core.ValidateVolumeMounts). nil without.
+func volumeMountsFromProto(ms []*sandboxv1.VolumeMount) []core.VolumeMount {
+	if len(ms) == 0 {
+		return nil
+	}
+	out := make([]core.VolumeMount, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, core.VolumeMount{Volume: m.GetVolume(), Path: m.GetMountPath(), ReadOnly: m.GetReadOnly()})
+	}
+	return out
+}
+
+// volumeFileToProto converts a file on a volume, whose name a sandbox may
+// have written (fileInfoToProto makes it valid UTF-8). Its path is
+// relative to the volume's root, the root itself being "" on the wire as
+// /workspace is in FileInfo.
+func volumeFileToProto(f core.FileInfo) *sandboxv1.FileInfo {
+	if f.Path == "." {
+		f.Path = ""
+	}
+	return fileInfoToProto(f)
+}
+
+// volumeFilesToProto is filesToProto for a volume's files.
+func volumeFilesToProto(files []core.FileInfo) []*sandboxv1.FileInfo {
+	for i, f := range files {
+		if f.Path == "." {
+			files = slices.Clone(files)
+			files[i].Path = ""
+		}
+	}
+	return filesToProto(files)
 }
 
 // idleActionToProto converts the domain's on-idle action.

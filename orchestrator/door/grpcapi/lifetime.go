@@ -38,6 +38,7 @@ func acquireOptionsFromProto(o *sandboxv1.SandboxOptions) (core.Options, error) 
 	opts := optionsFromProto(o)
 	opts.Metadata = o.GetMetadata()
 	opts.FromSnapshot = o.GetFromSnapshot()
+	opts.Volumes = volumeMountsFromProto(o.GetVolumes())
 	switch a := o.GetOnIdle(); a {
 	case sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED:
 	case sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:

@@ -314,7 +314,10 @@ func (s *Service) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadF
 	if err := required("path", h.GetPath()); err != nil {
 		return err
 	}
-	r := &uploadReader{stream: stream}
+	r := &uploadReader{recv: func() ([]byte, bool, error) {
+		msg, err := stream.Recv()
+		return msg.GetChunk(), msg.GetHeader() != nil, err
+	}}
 	info, err := s.m.Upload(ctx, h.GetSandboxId(), h.GetPath(), r)
 	if r.err != nil {
 		// The stream broke or the client misbehaved: that, not however the
@@ -327,10 +330,13 @@ func (s *Service) UploadFile(stream grpc.ClientStreamingServer[sandboxv1.UploadF
 	return stream.SendAndClose(&sandboxv1.UploadFileResponse{File: fileInfoToProto(info)})
 }
 
-// uploadReader presents the chunks of an UploadFile stream as an io.Reader.
+// uploadReader presents the chunks of an upload stream (UploadFile,
+// UploadVolumeFile) as an io.Reader.
 type uploadReader struct {
-	stream grpc.ClientStreamingServer[sandboxv1.UploadFileRequest, sandboxv1.UploadFileResponse]
-	buf    []byte
+	// recv receives the stream's next message: its chunk, and whether it
+	// carried a header instead.
+	recv func() (chunk []byte, header bool, err error)
+	buf  []byte
 	// err is the first failure other than the clean end of the stream,
 	// already a status error or a stream error for toStatus.
 	err error
@@ -342,7 +348,7 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 		return 0, r.err
 	}
 	for len(r.buf) == 0 {
-		msg, err := r.stream.Recv()
+		chunk, header, err := r.recv()
 		if errors.Is(err, io.EOF) {
 			return 0, io.EOF
 		}
@@ -350,11 +356,11 @@ func (r *uploadReader) Read(p []byte) (int, error) {
 			r.err = err
 			return 0, err
 		}
-		if msg.GetHeader() != nil {
+		if header {
 			r.err = invalid("only the first message may carry a header")
 			return 0, r.err
 		}
-		r.buf = msg.GetChunk()
+		r.buf = chunk
 	}
 	n := copy(p, r.buf)
 	r.buf = r.buf[n:]
@@ -375,23 +381,36 @@ func (s *Service) DownloadFile(req *sandboxv1.DownloadFileRequest, stream grpc.S
 		return s.fail(ctx, "DownloadFile", err)
 	}
 	defer rc.Close()
+	return s.sendChunks(ctx, "DownloadFile", req.GetPath(), rc, func(first bool, chunk []byte) error {
+		msg := &sandboxv1.DownloadFileResponse{Chunk: chunk}
+		if first {
+			msg.File = fileInfoToProto(info)
+		}
+		return stream.Send(msg)
+	})
+}
+
+// sendChunks sends a download's content in messages of at most
+// downloadChunk bytes, the first one always (it carries the file's
+// metadata, possibly with no content), for method; path names the file in
+// a read error.
+func (s *Service) sendChunks(ctx context.Context, method, path string, rc io.Reader, send func(first bool, chunk []byte) error) error {
 	buf := make([]byte, downloadChunk)
-	msg := &sandboxv1.DownloadFileResponse{File: fileInfoToProto(info)}
+	first := true
 	for {
 		n, rerr := io.ReadFull(rc, buf)
-		if n > 0 || msg.File != nil {
-			msg.Chunk = buf[:n]
-			if err := stream.Send(msg); err != nil {
-				return s.fail(ctx, "DownloadFile", err)
+		if n > 0 || first {
+			if err := send(first, buf[:n]); err != nil {
+				return s.fail(ctx, method, err)
 			}
-			msg = &sandboxv1.DownloadFileResponse{}
+			first = false
 		}
 		switch {
 		case rerr == nil:
 		case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrUnexpectedEOF):
 			return nil
 		default:
-			return s.fail(ctx, "DownloadFile", fmt.Errorf("reading %s: %w", req.GetPath(), rerr))
+			return s.fail(ctx, method, fmt.Errorf("reading %s: %w", path, rerr))
 		}
 	}
 }

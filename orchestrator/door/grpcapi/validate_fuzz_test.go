@@ -3,6 +3,7 @@ package grpcapi
 import (
 	"context"
 	"io"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,25 @@ func FuzzValidation(f *testing.F) {
 			if _, err = svc.GetHost(ctx, &sandboxv1.GetHostRequest{SandboxId: a, Port: uint32(n)}); err == nil && (n < 1 || n > 65535) {
 				t.Fatalf("GetHost accepted port %d", n)
 			}
+		case 13:
+			var resp *sandboxv1.CreateVolumeResponse
+			if resp, err = svc.CreateVolume(ctx, &sandboxv1.CreateVolumeRequest{Name: a, SizeBytes: n}); err == nil {
+				checkSendable(t, resp)
+			}
+		case 14:
+			err = svc.UploadVolumeFile(&fuzzVolumeUploadStream{t: t, ctx: ctx, msgs: []*sandboxv1.UploadVolumeFileRequest{
+				{Payload: &sandboxv1.UploadVolumeFileRequest_Header{Header: &sandboxv1.UploadVolumeFileHeader{Volume: a, Path: b, Overwrite: n%2 == 0}}},
+				{Payload: &sandboxv1.UploadVolumeFileRequest_Chunk{Chunk: []byte(c)}},
+			}})
+		case 15:
+			err = svc.DownloadVolumeFile(&sandboxv1.DownloadVolumeFileRequest{Volume: a, Path: b}, &fuzzVolumeDownloadStream{t: t, ctx: ctx})
+		case 16:
+			// The files listed have the names the fuzzed line gives: a
+			// sandbox writes them.
+			var resp *sandboxv1.ListVolumeFilesResponse
+			if resp, err = svc.ListVolumeFiles(ctx, &sandboxv1.ListVolumeFilesRequest{Volume: a, Path: b, Depth: int32(n)}); err == nil {
+				checkSendable(t, resp)
+			}
 		}
 
 		if err != nil {
@@ -134,14 +154,14 @@ func FuzzValidation(f *testing.F) {
 				t.Fatalf("method %d: refused with %v, but the domain was called: %v", method%methodCount, err, calls)
 			}
 		}
-		if method%methodCount != 0 && method%methodCount != 2 && core.ValidateSandboxID(sandboxID) != nil && err == nil {
+		if method%methodCount != 0 && method%methodCount != 2 && method%methodCount <= 12 && core.ValidateSandboxID(sandboxID) != nil && err == nil {
 			t.Fatalf("method %d: malformed sandbox ID %q accepted", method%methodCount, sandboxID)
 		}
 	})
 }
 
 // methodCount is the number of methods FuzzValidation drives.
-const methodCount = 13
+const methodCount = 17
 
 // fuzzDomain is a domain that accepts everything and checks that what it is
 // given is well-formed.
@@ -257,8 +277,44 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 			checkSandbox(id)
 			return core.HostInfo{URL: "https://h/"}, nil
 		},
+		CreateVolumeFunc: func(_ context.Context, name string, size int64) (core.Volume, error) {
+			if err := core.ValidateVolumeName(name); err != nil {
+				t.Fatalf("the domain got a malformed volume name: %v", err)
+			}
+			if size < core.MinVolumeBytes {
+				t.Fatalf("the domain got a volume size of %d", size)
+			}
+			return core.Volume{ID: core.NewVolumeID(), Name: name, SizeBytes: size}, nil
+		},
+		VolumeUploadFunc: func(_ context.Context, ref, p string, r io.Reader, _ bool) (core.FileInfo, error) {
+			checkVolumePath(t, ref, p)
+			n, err := io.Copy(io.Discard, r)
+			return core.FileInfo{Path: p, Size: n}, err
+		},
+		VolumeDownloadFunc: func(_ context.Context, ref, p string) (io.ReadCloser, core.FileInfo, error) {
+			checkVolumePath(t, ref, p)
+			return io.NopCloser(strings.NewReader(p)), core.FileInfo{Path: p, Size: int64(len(p))}, nil
+		},
+		VolumeListFilesFunc: func(_ context.Context, ref, p string, depth int) ([]core.FileInfo, error) {
+			checkVolumePath(t, ref, p)
+			if depth < 1 || depth > core.MaxListDepth {
+				t.Fatalf("the domain got list depth %d", depth)
+			}
+			return []core.FileInfo{{Path: "."}, {Path: string(event)}, {Path: "a/" + string(event)}}, nil
+		},
 	}
 	return &fuzzDomain{m: m}
+}
+
+// checkVolumePath fails unless the domain got a valid volume reference
+// and a clean path relative to the volume's root.
+func checkVolumePath(t *testing.T, ref, p string) {
+	if err := core.ValidateVolumeRef(ref); err != nil {
+		t.Fatalf("the domain got a malformed volume reference: %v", err)
+	}
+	if p == "" || strings.HasPrefix(p, "/") || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
+		t.Fatalf("the domain got volume path %q, not clean and relative", p)
+	}
 }
 
 // checkSendable fails unless a message the service sends would marshal
@@ -320,3 +376,39 @@ func (s *fuzzUploadStream) Recv() (*sandboxv1.UploadFileRequest, error) {
 }
 
 func (s *fuzzUploadStream) SendAndClose(*sandboxv1.UploadFileResponse) error { return nil }
+
+type fuzzVolumeDownloadStream struct {
+	grpc.ServerStream
+	t   *testing.T
+	ctx context.Context
+}
+
+func (s *fuzzVolumeDownloadStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzVolumeDownloadStream) Send(m *sandboxv1.DownloadVolumeFileResponse) error {
+	checkSendable(s.t, m)
+	return nil
+}
+
+type fuzzVolumeUploadStream struct {
+	grpc.ServerStream
+	t    *testing.T
+	ctx  context.Context
+	msgs []*sandboxv1.UploadVolumeFileRequest
+}
+
+func (s *fuzzVolumeUploadStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzVolumeUploadStream) Recv() (*sandboxv1.UploadVolumeFileRequest, error) {
+	if len(s.msgs) == 0 {
+		return nil, io.EOF
+	}
+	m := s.msgs[0]
+	s.msgs = s.msgs[1:]
+	return m, nil
+}
+
+func (s *fuzzVolumeUploadStream) SendAndClose(m *sandboxv1.UploadVolumeFileResponse) error {
+	checkSendable(s.t, m)
+	return nil
+}

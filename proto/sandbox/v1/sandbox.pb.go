@@ -612,7 +612,14 @@ type SandboxOptions struct {
 	// snapshot (its ID or name, of the caller's tenant): /workspace copied,
 	// the globals restored before the answer (AcquireSandboxResponse.woke
 	// says how). Ignored when the user already has a live sandbox.
-	FromSnapshot  string `protobuf:"bytes,8,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
+	FromSnapshot string `protobuf:"bytes,8,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
+	// volumes are mounted in the new sandbox (see Volume): at most 8, each a
+	// volume of the caller's tenant (NOT_FOUND otherwise) at its own path,
+	// no volume twice and no path at or under another's (INVALID_ARGUMENT
+	// otherwise). A sandbox with volumes is never taken from the warm pool;
+	// it keeps its mounts across hibernation, and its forks and snapshots
+	// refer to the same volumes (they are never copied).
+	Volumes       []*VolumeMount `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -701,6 +708,13 @@ func (x *SandboxOptions) GetFromSnapshot() string {
 		return x.FromSnapshot
 	}
 	return ""
+}
+
+func (x *SandboxOptions) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
 }
 
 // NetworkPolicy is what a networked sandbox's traffic may reach, and what
@@ -953,6 +967,9 @@ type Sandbox struct {
 	// returns. A sandbox created with network but no policy shows the
 	// server's default it was given (or an empty policy).
 	NetworkPolicy *NetworkPolicy `protobuf:"bytes,19,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
+	// volumes are the sandbox's mounts, each naming its volume by ID
+	// (whatever name the request used); empty without.
+	Volumes       []*VolumeMount `protobuf:"bytes,20,rep,name=volumes,proto3" json:"volumes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1116,6 +1133,13 @@ func (x *Sandbox) GetOnIdle() IdleAction {
 func (x *Sandbox) GetNetworkPolicy() *NetworkPolicy {
 	if x != nil {
 		return x.NetworkPolicy
+	}
+	return nil
+}
+
+func (x *Sandbox) GetVolumes() []*VolumeMount {
+	if x != nil {
+		return x.Volumes
 	}
 	return nil
 }
@@ -1826,6 +1850,1319 @@ func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
+// Volume is a named volume: a size-capped file system of one tenant that
+// outlives sandboxes.
+//
+// Paths on a volume (UploadVolumeFile and the calls after it) are relative
+// to its root: "/a/b" and "a/b" name the same file, "" and "/" the root;
+// paths with ".." or a NUL byte are INVALID_ARGUMENT. File names on a
+// volume are written by sandboxes, so what FileInfo.path says of invalid
+// UTF-8 holds here too.
+//
+// Several sandboxes of the tenant may mount one volume at once, read-write
+// or read-only, and the volume calls may run while they do. There is no
+// locking between them: under the runc runtime a write by one sandbox (or
+// by UploadVolumeFile) is seen by the others at once, as on one local file
+// system, and concurrent writers of one file must coordinate as local
+// processes would (a complete upload appears atomically under its name).
+// Other runtimes may show another sandbox's writes later.
+type Volume struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id identifies it ("vol-" and 20 characters); the server chooses it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the name given at creation, unique in its tenant.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// tenant owns it.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// size_bytes is its capacity: writes past it fail in the sandbox with
+	// ENOSPC, and uploads with RESOURCE_EXHAUSTED.
+	SizeBytes int64 `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// used_bytes is what its files take (allocated blocks).
+	UsedBytes int64 `protobuf:"varint,5,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// created_at is when it was created.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// mounted_by are the sandboxes (running or hibernated) that mount it,
+	// in ID order.
+	MountedBy     []string `protobuf:"bytes,7,rep,name=mounted_by,json=mountedBy,proto3" json:"mounted_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Volume) Reset() {
+	*x = Volume{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Volume) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Volume) ProtoMessage() {}
+
+func (x *Volume) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Volume.ProtoReflect.Descriptor instead.
+func (*Volume) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *Volume) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Volume) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Volume) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Volume) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *Volume) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Volume) GetMountedBy() []string {
+	if x != nil {
+		return x.MountedBy
+	}
+	return nil
+}
+
+// VolumeMount is a volume in a sandbox.
+type VolumeMount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name (of the caller's tenant); the
+	// sandbox records the ID, so renaming or reusing a name later does not
+	// change what it mounts. Sandbox.volumes always gives the ID.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// mount_path is where it appears in the sandbox: an absolute, clean
+	// path strictly under /mnt or /data (e.g. "/mnt/data"), of printable
+	// ASCII without spaces, at most 256 bytes; anything else is
+	// INVALID_ARGUMENT.
+	MountPath string `protobuf:"bytes,2,opt,name=mount_path,json=mountPath,proto3" json:"mount_path,omitempty"`
+	// read_only mounts it read-only: the sandbox's writes to it fail with
+	// EROFS.
+	ReadOnly      bool `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeMount) Reset() {
+	*x = VolumeMount{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeMount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeMount) ProtoMessage() {}
+
+func (x *VolumeMount) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeMount.ProtoReflect.Descriptor instead.
+func (*VolumeMount) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *VolumeMount) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetMountPath() string {
+	if x != nil {
+		return x.MountPath
+	}
+	return ""
+}
+
+func (x *VolumeMount) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+// CreateVolumeRequest names the volume to create.
+type CreateVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is 1 to 64 of [A-Za-z0-9_.-], unique in the tenant, not of the
+	// form of a volume ID (vol-...).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// size_bytes is its capacity: 0 for the default (1 GiB), else at least
+	// 16 MiB and at most the server's maximum.
+	SizeBytes     int64 `protobuf:"varint,2,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeRequest) Reset() {
+	*x = CreateVolumeRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeRequest) ProtoMessage() {}
+
+func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
+func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *CreateVolumeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+// CreateVolumeResponse is the volume made.
+type CreateVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the new, empty volume.
+	Volume        *Volume `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateVolumeResponse) Reset() {
+	*x = CreateVolumeResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateVolumeResponse) ProtoMessage() {}
+
+func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
+func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CreateVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// GetVolumeRequest names the volume to describe.
+type GetVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is its ID or its name.
+	Volume        string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeRequest) Reset() {
+	*x = GetVolumeRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeRequest) ProtoMessage() {}
+
+func (x *GetVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeRequest.ProtoReflect.Descriptor instead.
+func (*GetVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GetVolumeRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// GetVolumeResponse describes the volume.
+type GetVolumeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume.
+	Volume        *Volume `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetVolumeResponse) Reset() {
+	*x = GetVolumeResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetVolumeResponse) ProtoMessage() {}
+
+func (x *GetVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetVolumeResponse.ProtoReflect.Descriptor instead.
+func (*GetVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetVolumeResponse) GetVolume() *Volume {
+	if x != nil {
+		return x.Volume
+	}
+	return nil
+}
+
+// ListVolumesRequest filters the volumes listed.
+type ListVolumesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant, for admins, lists that tenant's only; another caller may name
+	// only its own tenant (INVALID_ARGUMENT otherwise).
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesRequest) Reset() {
+	*x = ListVolumesRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesRequest) ProtoMessage() {}
+
+func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListVolumesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ListVolumesResponse is the volumes, by tenant and name.
+type ListVolumesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volumes are the volumes.
+	Volumes       []*Volume `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumesResponse) Reset() {
+	*x = ListVolumesResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumesResponse) ProtoMessage() {}
+
+func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListVolumesResponse) GetVolumes() []*Volume {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+// DeleteVolumeRequest names the volume to delete.
+type DeleteVolumeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is its ID or its name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// force deletes it even while sandboxes mount it: they keep running
+	// without it.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeRequest) Reset() {
+	*x = DeleteVolumeRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeRequest) ProtoMessage() {}
+
+func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DeleteVolumeRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *DeleteVolumeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// DeleteVolumeResponse is empty: the volume and its files are gone.
+type DeleteVolumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteVolumeResponse) Reset() {
+	*x = DeleteVolumeResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteVolumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteVolumeResponse) ProtoMessage() {}
+
+func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+// UploadVolumeFileHeader says where an upload goes. It is the first
+// message of an UploadVolumeFile stream.
+type UploadVolumeFileHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the destination on the volume, relative to its root ("/a" is
+	// "a"); the root itself is INVALID_ARGUMENT.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// overwrite replaces an existing file at path (ALREADY_EXISTS without).
+	Overwrite     bool `protobuf:"varint,3,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadVolumeFileHeader) Reset() {
+	*x = UploadVolumeFileHeader{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadVolumeFileHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadVolumeFileHeader) ProtoMessage() {}
+
+func (x *UploadVolumeFileHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadVolumeFileHeader.ProtoReflect.Descriptor instead.
+func (*UploadVolumeFileHeader) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *UploadVolumeFileHeader) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *UploadVolumeFileHeader) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadVolumeFileHeader) GetOverwrite() bool {
+	if x != nil {
+		return x.Overwrite
+	}
+	return false
+}
+
+// UploadVolumeFileRequest is one message of an UploadVolumeFile stream:
+// the header first, then chunks of content.
+type UploadVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// payload is the header (first message only) or a chunk of content.
+	//
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*UploadVolumeFileRequest_Header
+	//	*UploadVolumeFileRequest_Chunk
+	Payload       isUploadVolumeFileRequest_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadVolumeFileRequest) Reset() {
+	*x = UploadVolumeFileRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadVolumeFileRequest) ProtoMessage() {}
+
+func (x *UploadVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*UploadVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UploadVolumeFileRequest) GetPayload() isUploadVolumeFileRequest_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *UploadVolumeFileRequest) GetHeader() *UploadVolumeFileHeader {
+	if x != nil {
+		if x, ok := x.Payload.(*UploadVolumeFileRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadVolumeFileRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Payload.(*UploadVolumeFileRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isUploadVolumeFileRequest_Payload interface {
+	isUploadVolumeFileRequest_Payload()
+}
+
+type UploadVolumeFileRequest_Header struct {
+	// header must be the first message, and only the first.
+	Header *UploadVolumeFileHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadVolumeFileRequest_Chunk struct {
+	// chunk is the next piece of the file's content; chunks are
+	// concatenated in order. Keep each message under the server's 4 MiB
+	// receive limit (1 MiB chunks are a good size).
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*UploadVolumeFileRequest_Header) isUploadVolumeFileRequest_Payload() {}
+
+func (*UploadVolumeFileRequest_Chunk) isUploadVolumeFileRequest_Payload() {}
+
+// UploadVolumeFileResponse describes the uploaded file.
+type UploadVolumeFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the written file as stored; its path is relative to the
+	// volume's root.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadVolumeFileResponse) Reset() {
+	*x = UploadVolumeFileResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadVolumeFileResponse) ProtoMessage() {}
+
+func (x *UploadVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*UploadVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *UploadVolumeFileResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// DownloadVolumeFileRequest names the file to read.
+type DownloadVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the file, relative to the volume's root.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadVolumeFileRequest) Reset() {
+	*x = DownloadVolumeFileRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadVolumeFileRequest) ProtoMessage() {}
+
+func (x *DownloadVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*DownloadVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DownloadVolumeFileRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *DownloadVolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// DownloadVolumeFileResponse is one message of a DownloadVolumeFile
+// stream.
+type DownloadVolumeFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file describes the file; set on the first message only.
+	File *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	// chunk is the next piece of the content (possibly empty on the first
+	// message); concatenate in order.
+	Chunk         []byte `protobuf:"bytes,2,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadVolumeFileResponse) Reset() {
+	*x = DownloadVolumeFileResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadVolumeFileResponse) ProtoMessage() {}
+
+func (x *DownloadVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*DownloadVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DownloadVolumeFileResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+func (x *DownloadVolumeFileResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+// ListVolumeFilesRequest names the directory to list.
+type ListVolumeFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the directory, relative to the volume's root; empty (or "/")
+	// is the root.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// depth is how many levels to list, as ListFilesRequest.depth: 0 and 1
+	// the directory's direct children, up to 10 (INVALID_ARGUMENT above, or
+	// when negative).
+	Depth         int32 `protobuf:"varint,3,opt,name=depth,proto3" json:"depth,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeFilesRequest) Reset() {
+	*x = ListVolumeFilesRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeFilesRequest) ProtoMessage() {}
+
+func (x *ListVolumeFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListVolumeFilesRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListVolumeFilesRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *ListVolumeFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListVolumeFilesRequest) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+// ListVolumeFilesResponse lists a directory's entries.
+type ListVolumeFilesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// files are the entries, sorted by path; paths are relative to the
+	// volume's root.
+	Files         []*FileInfo `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVolumeFilesResponse) Reset() {
+	*x = ListVolumeFilesResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVolumeFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVolumeFilesResponse) ProtoMessage() {}
+
+func (x *ListVolumeFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVolumeFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListVolumeFilesResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListVolumeFilesResponse) GetFiles() []*FileInfo {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+// StatVolumeFileRequest names the file to describe.
+type StatVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the file or directory, relative to the volume's root; empty
+	// (or "/") is the root.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatVolumeFileRequest) Reset() {
+	*x = StatVolumeFileRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatVolumeFileRequest) ProtoMessage() {}
+
+func (x *StatVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*StatVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *StatVolumeFileRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *StatVolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// StatVolumeFileResponse describes the file.
+type StatVolumeFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the file; its path is relative to the volume's root (empty
+	// for the root).
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatVolumeFileResponse) Reset() {
+	*x = StatVolumeFileResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatVolumeFileResponse) ProtoMessage() {}
+
+func (x *StatVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*StatVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *StatVolumeFileResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// MakeVolumeDirectoryRequest names the directory to create.
+type MakeVolumeDirectoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the new directory, relative to the volume's root.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// parents creates missing parent directories and accepts an existing
+	// directory at path (mkdir -p).
+	Parents       bool `protobuf:"varint,3,opt,name=parents,proto3" json:"parents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeVolumeDirectoryRequest) Reset() {
+	*x = MakeVolumeDirectoryRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeVolumeDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeVolumeDirectoryRequest) ProtoMessage() {}
+
+func (x *MakeVolumeDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeVolumeDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*MakeVolumeDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *MakeVolumeDirectoryRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *MakeVolumeDirectoryRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MakeVolumeDirectoryRequest) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+// MakeVolumeDirectoryResponse describes the directory.
+type MakeVolumeDirectoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the directory as stored.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeVolumeDirectoryResponse) Reset() {
+	*x = MakeVolumeDirectoryResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeVolumeDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeVolumeDirectoryResponse) ProtoMessage() {}
+
+func (x *MakeVolumeDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeVolumeDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*MakeVolumeDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *MakeVolumeDirectoryResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// RemoveVolumeFileRequest names the path to remove.
+type RemoveVolumeFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the file or directory, relative to the volume's root; not the
+	// root itself.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive removes a directory with everything in it (rm -r).
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveVolumeFileRequest) Reset() {
+	*x = RemoveVolumeFileRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveVolumeFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveVolumeFileRequest) ProtoMessage() {}
+
+func (x *RemoveVolumeFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveVolumeFileRequest.ProtoReflect.Descriptor instead.
+func (*RemoveVolumeFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RemoveVolumeFileRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *RemoveVolumeFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveVolumeFileRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+// RemoveVolumeFileResponse is empty: the path is gone.
+type RemoveVolumeFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveVolumeFileResponse) Reset() {
+	*x = RemoveVolumeFileResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveVolumeFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveVolumeFileResponse) ProtoMessage() {}
+
+func (x *RemoveVolumeFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveVolumeFileResponse.ProtoReflect.Descriptor instead.
+func (*RemoveVolumeFileResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
 // ForkSandboxRequest asks for copies of a sandbox.
 type ForkSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1845,7 +3182,7 @@ type ForkSandboxRequest struct {
 
 func (x *ForkSandboxRequest) Reset() {
 	*x = ForkSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +3194,7 @@ func (x *ForkSandboxRequest) String() string {
 func (*ForkSandboxRequest) ProtoMessage() {}
 
 func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +3207,7 @@ func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ForkSandboxRequest) GetSandboxId() string {
@@ -1919,7 +3256,7 @@ type ForkResult struct {
 
 func (x *ForkResult) Reset() {
 	*x = ForkResult{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +3268,7 @@ func (x *ForkResult) String() string {
 func (*ForkResult) ProtoMessage() {}
 
 func (x *ForkResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +3281,7 @@ func (x *ForkResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
 func (*ForkResult) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ForkResult) GetSandbox() *Sandbox {
@@ -1986,7 +3323,7 @@ type ForkSandboxResponse struct {
 
 func (x *ForkSandboxResponse) Reset() {
 	*x = ForkSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +3335,7 @@ func (x *ForkSandboxResponse) String() string {
 func (*ForkSandboxResponse) ProtoMessage() {}
 
 func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +3348,7 @@ func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForkSandboxResponse) GetResults() []*ForkResult {
@@ -2032,7 +3369,7 @@ type WakeSandboxRequest struct {
 
 func (x *WakeSandboxRequest) Reset() {
 	*x = WakeSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +3381,7 @@ func (x *WakeSandboxRequest) String() string {
 func (*WakeSandboxRequest) ProtoMessage() {}
 
 func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +3394,7 @@ func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*WakeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WakeSandboxRequest) GetSandboxId() string {
@@ -2081,7 +3418,7 @@ type WakeSandboxResponse struct {
 
 func (x *WakeSandboxResponse) Reset() {
 	*x = WakeSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +3430,7 @@ func (x *WakeSandboxResponse) String() string {
 func (*WakeSandboxResponse) ProtoMessage() {}
 
 func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +3443,7 @@ func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*WakeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WakeSandboxResponse) GetSandbox() *Sandbox {
@@ -2137,7 +3474,7 @@ type AcquireSandboxRequest struct {
 
 func (x *AcquireSandboxRequest) Reset() {
 	*x = AcquireSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2149,7 +3486,7 @@ func (x *AcquireSandboxRequest) String() string {
 func (*AcquireSandboxRequest) ProtoMessage() {}
 
 func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2162,7 +3499,7 @@ func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AcquireSandboxRequest) GetUserId() string {
@@ -2206,7 +3543,7 @@ type AcquireSandboxResponse struct {
 
 func (x *AcquireSandboxResponse) Reset() {
 	*x = AcquireSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +3555,7 @@ func (x *AcquireSandboxResponse) String() string {
 func (*AcquireSandboxResponse) ProtoMessage() {}
 
 func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +3568,7 @@ func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AcquireSandboxResponse) GetSandbox() *Sandbox {
@@ -2287,7 +3624,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +3636,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +3649,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -2333,7 +3670,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +3682,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +3695,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -2391,7 +3728,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2403,7 +3740,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2416,7 +3753,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSandboxesRequest) GetUserId() string {
@@ -2458,7 +3795,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +3807,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +3820,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -2504,7 +3841,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +3853,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +3866,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -2548,7 +3885,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +3897,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +3910,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 // ExecuteRequest is one command to run.
@@ -2650,7 +3987,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +3999,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +4012,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -2754,7 +4091,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +4103,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +4116,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -2813,7 +4150,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2825,7 +4162,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2838,7 +4175,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -2890,7 +4227,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +4239,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +4252,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -3078,7 +4415,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3090,7 +4427,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3103,7 +4440,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Started) GetLanguage() string {
@@ -3147,7 +4484,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3159,7 +4496,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3172,7 +4509,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -3209,7 +4546,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +4558,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +4571,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -3257,7 +4594,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +4606,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +4619,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -3311,7 +4648,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3323,7 +4660,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3336,7 +4673,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Error) GetEname() string {
@@ -3401,7 +4738,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +4750,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +4763,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -3506,7 +4843,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +4855,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +4868,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *FileRef) GetPath() string {
@@ -3561,7 +4898,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3573,7 +4910,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3586,7 +4923,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -3613,7 +4950,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3625,7 +4962,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3638,14 +4975,16 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
-// FileInfo describes a file or directory under /workspace.
+// FileInfo describes a file or directory under /workspace, or on a volume
+// (the volume file calls).
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// path is relative to /workspace, with forward slashes; empty for
-	// /workspace itself. Sandboxed code can give a file a name that is not
+	// /workspace itself. On a volume it is relative to the volume's root,
+	// empty for the root. Sandboxed code can give a file a name that is not
 	// valid UTF-8; such a path is sent with each run of invalid bytes
 	// replaced by U+FFFD, so it shows the file but does not name it:
 	// DownloadFile and UploadFile with it reach another path (usually none).
@@ -3674,7 +5013,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +5025,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +5038,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -3774,7 +5113,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +5125,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +5138,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -3833,7 +5172,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +5184,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +5197,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -3917,7 +5256,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +5268,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +5281,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -3965,7 +5304,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +5316,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +5329,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -4021,7 +5360,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +5372,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +5385,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -4083,7 +5422,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4095,7 +5434,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,7 +5447,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -4143,7 +5482,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +5494,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +5507,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -4194,7 +5533,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +5545,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +5558,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -4254,7 +5593,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4266,7 +5605,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4279,7 +5618,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -4305,7 +5644,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +5656,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +5669,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -4363,7 +5702,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4375,7 +5714,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4388,7 +5727,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -4408,7 +5747,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4420,7 +5759,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4433,7 +5772,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -4475,7 +5814,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4487,7 +5826,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4500,7 +5839,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -4526,7 +5865,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +5877,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +5890,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -4590,7 +5929,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4602,7 +5941,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4615,7 +5954,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -4649,7 +5988,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4661,7 +6000,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4674,7 +6013,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -4714,7 +6053,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4726,7 +6065,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4739,7 +6078,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -4773,7 +6112,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4785,7 +6124,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4798,7 +6137,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -4814,7 +6153,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4826,7 +6165,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4839,7 +6178,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -4865,7 +6204,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4877,7 +6216,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4890,7 +6229,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -4908,7 +6247,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4920,7 +6259,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4933,7 +6272,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -4966,7 +6305,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4978,7 +6317,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4991,7 +6330,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -5011,7 +6350,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5023,7 +6362,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5036,7 +6375,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -5078,7 +6417,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5090,7 +6429,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5103,7 +6442,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -5166,7 +6505,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5178,7 +6517,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5191,7 +6530,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -5292,7 +6631,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5304,7 +6643,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5317,7 +6656,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -5346,7 +6685,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5358,7 +6697,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5371,7 +6710,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -5401,7 +6740,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5413,7 +6752,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5426,7 +6765,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *Context) GetContextId() string {
@@ -5477,7 +6816,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5489,7 +6828,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5502,7 +6841,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -5537,7 +6876,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5549,7 +6888,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5562,7 +6901,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -5583,7 +6922,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5595,7 +6934,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5608,7 +6947,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -5629,7 +6968,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5641,7 +6980,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5654,7 +6993,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -5677,7 +7016,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5689,7 +7028,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5702,7 +7041,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -5728,7 +7067,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5740,7 +7079,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5753,7 +7092,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -5769,7 +7108,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5781,7 +7120,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5794,7 +7133,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -5820,7 +7159,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5832,7 +7171,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5845,7 +7184,7 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
 }
 
 // UpdateNetworkPolicyRequest names a sandbox and its new egress policy.
@@ -5863,7 +7202,7 @@ type UpdateNetworkPolicyRequest struct {
 
 func (x *UpdateNetworkPolicyRequest) Reset() {
 	*x = UpdateNetworkPolicyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5875,7 +7214,7 @@ func (x *UpdateNetworkPolicyRequest) String() string {
 func (*UpdateNetworkPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5888,7 +7227,7 @@ func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *UpdateNetworkPolicyRequest) GetSandboxId() string {
@@ -5917,7 +7256,7 @@ type UpdateNetworkPolicyResponse struct {
 
 func (x *UpdateNetworkPolicyResponse) Reset() {
 	*x = UpdateNetworkPolicyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5929,7 +7268,7 @@ func (x *UpdateNetworkPolicyResponse) String() string {
 func (*UpdateNetworkPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5942,7 +7281,7 @@ func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *UpdateNetworkPolicyResponse) GetSandbox() *Sandbox {
@@ -5963,7 +7302,7 @@ type GetNetworkStatusRequest struct {
 
 func (x *GetNetworkStatusRequest) Reset() {
 	*x = GetNetworkStatusRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5975,7 +7314,7 @@ func (x *GetNetworkStatusRequest) String() string {
 func (*GetNetworkStatusRequest) ProtoMessage() {}
 
 func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5988,7 +7327,7 @@ func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *GetNetworkStatusRequest) GetSandboxId() string {
@@ -6018,7 +7357,7 @@ type GetNetworkStatusResponse struct {
 
 func (x *GetNetworkStatusResponse) Reset() {
 	*x = GetNetworkStatusResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6030,7 +7369,7 @@ func (x *GetNetworkStatusResponse) String() string {
 func (*GetNetworkStatusResponse) ProtoMessage() {}
 
 func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6043,7 +7382,7 @@ func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *GetNetworkStatusResponse) GetPolicy() *NetworkPolicy {
@@ -6100,7 +7439,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6112,7 +7451,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6125,7 +7464,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *NetworkCounters) GetBytesOut() uint64 {
@@ -6230,7 +7569,7 @@ type NetworkDenial struct {
 
 func (x *NetworkDenial) Reset() {
 	*x = NetworkDenial{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6242,7 +7581,7 @@ func (x *NetworkDenial) String() string {
 func (*NetworkDenial) ProtoMessage() {}
 
 func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6255,7 +7594,7 @@ func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
 func (*NetworkDenial) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
@@ -6306,7 +7645,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6318,7 +7657,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6331,7 +7670,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *GetHostRequest) GetSandboxId() string {
@@ -6371,7 +7710,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6383,7 +7722,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6396,7 +7735,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *GetHostResponse) GetUrl() string {
@@ -6453,7 +7792,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6465,7 +7804,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6478,7 +7817,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ListAuditEventsRequest) GetTenant() string {
@@ -6546,7 +7885,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6558,7 +7897,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6571,7 +7910,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -6652,7 +7991,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6664,7 +8003,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6677,7 +8016,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *AuditEvent) GetTime() *timestamppb.Timestamp {
@@ -6827,7 +8166,7 @@ type GetSandboxMetricsRequest struct {
 
 func (x *GetSandboxMetricsRequest) Reset() {
 	*x = GetSandboxMetricsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6839,7 +8178,7 @@ func (x *GetSandboxMetricsRequest) String() string {
 func (*GetSandboxMetricsRequest) ProtoMessage() {}
 
 func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6852,7 +8191,7 @@ func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *GetSandboxMetricsRequest) GetSandboxId() string {
@@ -6880,7 +8219,7 @@ type GetSandboxMetricsResponse struct {
 
 func (x *GetSandboxMetricsResponse) Reset() {
 	*x = GetSandboxMetricsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6892,7 +8231,7 @@ func (x *GetSandboxMetricsResponse) String() string {
 func (*GetSandboxMetricsResponse) ProtoMessage() {}
 
 func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6905,7 +8244,7 @@ func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
@@ -6953,7 +8292,7 @@ type SandboxMetricsSample struct {
 
 func (x *SandboxMetricsSample) Reset() {
 	*x = SandboxMetricsSample{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6965,7 +8304,7 @@ func (x *SandboxMetricsSample) String() string {
 func (*SandboxMetricsSample) ProtoMessage() {}
 
 func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6978,7 +8317,7 @@ func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
 func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
@@ -7072,7 +8411,7 @@ type DiskUsage struct {
 
 func (x *DiskUsage) Reset() {
 	*x = DiskUsage{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7084,7 +8423,7 @@ func (x *DiskUsage) String() string {
 func (*DiskUsage) ProtoMessage() {}
 
 func (x *DiskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7097,7 +8436,7 @@ func (x *DiskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
 func (*DiskUsage) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *DiskUsage) GetUsedBytes() int64 {
@@ -7127,7 +8466,7 @@ type NetworkBytes struct {
 
 func (x *NetworkBytes) Reset() {
 	*x = NetworkBytes{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7139,7 +8478,7 @@ func (x *NetworkBytes) String() string {
 func (*NetworkBytes) ProtoMessage() {}
 
 func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7152,7 +8491,7 @@ func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
 func (*NetworkBytes) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *NetworkBytes) GetBytesIn() uint64 {
@@ -7181,7 +8520,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xa6\x04\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xd9\x04\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
@@ -7190,7 +8529,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fidle_timeout\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\vidleTimeout\x12/\n" +
 	"\aon_idle\x18\x06 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
 	"\x0enetwork_policy\x18\a \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x12#\n" +
-	"\rfrom_snapshot\x18\b \x01(\tR\ffromSnapshot\x1a6\n" +
+	"\rfrom_snapshot\x18\b \x01(\tR\ffromSnapshot\x121\n" +
+	"\avolumes\x18\t \x03(\v2\x17.sandbox.v1.VolumeMountR\avolumes\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -7210,7 +8550,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aheaders\x18\x01 \x03(\v2$.sandbox.v1.NetworkRule.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc4\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\a\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -7234,7 +8574,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rhibernated_at\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\fhibernatedAt\x121\n" +
 	"\tlast_wake\x18\x11 \x01(\v2\x14.sandbox.v1.WakeInfoR\blastWake\x12/\n" +
 	"\aon_idle\x18\x12 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
-	"\x0enetwork_policy\x18\x13 \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x1a;\n" +
+	"\x0enetwork_policy\x18\x13 \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x121\n" +
+	"\avolumes\x18\x14 \x03(\v2\x17.sandbox.v1.VolumeMountR\avolumes\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
@@ -7285,7 +8626,80 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tsnapshots\x18\x01 \x03(\v2\x14.sandbox.v1.SnapshotR\tsnapshots\"3\n" +
 	"\x15DeleteSnapshotRequest\x12\x1a\n" +
 	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\"\x18\n" +
-	"\x16DeleteSnapshotResponse\"\x9a\x01\n" +
+	"\x16DeleteSnapshotResponse\"\xdc\x01\n" +
+	"\x06Volume\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x05 \x01(\x03R\tusedBytes\x129\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"mounted_by\x18\a \x03(\tR\tmountedBy\"a\n" +
+	"\vVolumeMount\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x1d\n" +
+	"\n" +
+	"mount_path\x18\x02 \x01(\tR\tmountPath\x12\x1b\n" +
+	"\tread_only\x18\x03 \x01(\bR\breadOnly\"H\n" +
+	"\x13CreateVolumeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x02 \x01(\x03R\tsizeBytes\"B\n" +
+	"\x14CreateVolumeResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.sandbox.v1.VolumeR\x06volume\"*\n" +
+	"\x10GetVolumeRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\"?\n" +
+	"\x11GetVolumeResponse\x12*\n" +
+	"\x06volume\x18\x01 \x01(\v2\x12.sandbox.v1.VolumeR\x06volume\",\n" +
+	"\x12ListVolumesRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"C\n" +
+	"\x13ListVolumesResponse\x12,\n" +
+	"\avolumes\x18\x01 \x03(\v2\x12.sandbox.v1.VolumeR\avolumes\"C\n" +
+	"\x13DeleteVolumeRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x16\n" +
+	"\x14DeleteVolumeResponse\"b\n" +
+	"\x16UploadVolumeFileHeader\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\toverwrite\x18\x03 \x01(\bR\toverwrite\"z\n" +
+	"\x17UploadVolumeFileRequest\x12<\n" +
+	"\x06header\x18\x01 \x01(\v2\".sandbox.v1.UploadVolumeFileHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\t\n" +
+	"\apayload\"D\n" +
+	"\x18UploadVolumeFileResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"G\n" +
+	"\x19DownloadVolumeFileRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\\\n" +
+	"\x1aDownloadVolumeFileResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\x12\x14\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"Z\n" +
+	"\x16ListVolumeFilesRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x14\n" +
+	"\x05depth\x18\x03 \x01(\x05R\x05depth\"E\n" +
+	"\x17ListVolumeFilesResponse\x12*\n" +
+	"\x05files\x18\x01 \x03(\v2\x14.sandbox.v1.FileInfoR\x05files\"C\n" +
+	"\x15StatVolumeFileRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"B\n" +
+	"\x16StatVolumeFileResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"b\n" +
+	"\x1aMakeVolumeDirectoryRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x18\n" +
+	"\aparents\x18\x03 \x01(\bR\aparents\"G\n" +
+	"\x1bMakeVolumeDirectoryResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"c\n" +
+	"\x17RemoveVolumeFileRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x1a\n" +
+	"\x18RemoveVolumeFileResponse\"\x9a\x01\n" +
 	"\x12ForkSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
@@ -7720,7 +9134,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xb2\x16\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xb6\x1d\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -7752,7 +9166,17 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vWakeSandbox\x12\x1e.sandbox.v1.WakeSandboxRequest\x1a\x1f.sandbox.v1.WakeSandboxResponse\x12W\n" +
 	"\x0eCreateSnapshot\x12!.sandbox.v1.CreateSnapshotRequest\x1a\".sandbox.v1.CreateSnapshotResponse\x12T\n" +
 	"\rListSnapshots\x12 .sandbox.v1.ListSnapshotsRequest\x1a!.sandbox.v1.ListSnapshotsResponse\x12W\n" +
-	"\x0eDeleteSnapshot\x12!.sandbox.v1.DeleteSnapshotRequest\x1a\".sandbox.v1.DeleteSnapshotResponse\x12N\n" +
+	"\x0eDeleteSnapshot\x12!.sandbox.v1.DeleteSnapshotRequest\x1a\".sandbox.v1.DeleteSnapshotResponse\x12Q\n" +
+	"\fCreateVolume\x12\x1f.sandbox.v1.CreateVolumeRequest\x1a .sandbox.v1.CreateVolumeResponse\x12H\n" +
+	"\tGetVolume\x12\x1c.sandbox.v1.GetVolumeRequest\x1a\x1d.sandbox.v1.GetVolumeResponse\x12N\n" +
+	"\vListVolumes\x12\x1e.sandbox.v1.ListVolumesRequest\x1a\x1f.sandbox.v1.ListVolumesResponse\x12Q\n" +
+	"\fDeleteVolume\x12\x1f.sandbox.v1.DeleteVolumeRequest\x1a .sandbox.v1.DeleteVolumeResponse\x12_\n" +
+	"\x10UploadVolumeFile\x12#.sandbox.v1.UploadVolumeFileRequest\x1a$.sandbox.v1.UploadVolumeFileResponse(\x01\x12e\n" +
+	"\x12DownloadVolumeFile\x12%.sandbox.v1.DownloadVolumeFileRequest\x1a&.sandbox.v1.DownloadVolumeFileResponse0\x01\x12Z\n" +
+	"\x0fListVolumeFiles\x12\".sandbox.v1.ListVolumeFilesRequest\x1a#.sandbox.v1.ListVolumeFilesResponse\x12W\n" +
+	"\x0eStatVolumeFile\x12!.sandbox.v1.StatVolumeFileRequest\x1a\".sandbox.v1.StatVolumeFileResponse\x12f\n" +
+	"\x13MakeVolumeDirectory\x12&.sandbox.v1.MakeVolumeDirectoryRequest\x1a'.sandbox.v1.MakeVolumeDirectoryResponse\x12]\n" +
+	"\x10RemoveVolumeFile\x12#.sandbox.v1.RemoveVolumeFileRequest\x1a$.sandbox.v1.RemoveVolumeFileResponse\x12N\n" +
 	"\vForkSandbox\x12\x1e.sandbox.v1.ForkSandboxRequest\x1a\x1f.sandbox.v1.ForkSandboxResponse\x12f\n" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
@@ -7773,7 +9197,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 105)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
@@ -7799,271 +9223,326 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*ListSnapshotsResponse)(nil),       // 21: sandbox.v1.ListSnapshotsResponse
 	(*DeleteSnapshotRequest)(nil),       // 22: sandbox.v1.DeleteSnapshotRequest
 	(*DeleteSnapshotResponse)(nil),      // 23: sandbox.v1.DeleteSnapshotResponse
-	(*ForkSandboxRequest)(nil),          // 24: sandbox.v1.ForkSandboxRequest
-	(*ForkResult)(nil),                  // 25: sandbox.v1.ForkResult
-	(*ForkSandboxResponse)(nil),         // 26: sandbox.v1.ForkSandboxResponse
-	(*WakeSandboxRequest)(nil),          // 27: sandbox.v1.WakeSandboxRequest
-	(*WakeSandboxResponse)(nil),         // 28: sandbox.v1.WakeSandboxResponse
-	(*AcquireSandboxRequest)(nil),       // 29: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),      // 30: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),           // 31: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),          // 32: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),        // 33: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 34: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),        // 35: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 36: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),              // 37: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                     // 38: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),        // 39: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),                // 40: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                     // 41: sandbox.v1.Started
-	(*OutputChunk)(nil),                 // 42: sandbox.v1.OutputChunk
-	(*Display)(nil),                     // 43: sandbox.v1.Display
-	(*Result)(nil),                      // 44: sandbox.v1.Result
-	(*Error)(nil),                       // 45: sandbox.v1.Error
-	(*Done)(nil),                        // 46: sandbox.v1.Done
-	(*FileRef)(nil),                     // 47: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),     // 48: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),    // 49: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                    // 50: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),            // 51: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),           // 52: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),          // 53: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),         // 54: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),        // 55: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),            // 56: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),           // 57: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),        // 58: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),       // 59: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),               // 60: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 61: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),               // 62: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),              // 63: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),       // 64: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),      // 65: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                  // 66: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),            // 67: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),           // 68: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),           // 69: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),          // 70: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),            // 71: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),           // 72: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),         // 73: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),        // 74: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),                 // 75: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),    // 76: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil),   // 77: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                     // 78: sandbox.v1.Context
-	(*CreateContextRequest)(nil),        // 79: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),       // 80: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),         // 81: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),        // 82: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),       // 83: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),      // 84: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),        // 85: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),       // 86: sandbox.v1.DeleteContextResponse
-	(*UpdateNetworkPolicyRequest)(nil),  // 87: sandbox.v1.UpdateNetworkPolicyRequest
-	(*UpdateNetworkPolicyResponse)(nil), // 88: sandbox.v1.UpdateNetworkPolicyResponse
-	(*GetNetworkStatusRequest)(nil),     // 89: sandbox.v1.GetNetworkStatusRequest
-	(*GetNetworkStatusResponse)(nil),    // 90: sandbox.v1.GetNetworkStatusResponse
-	(*NetworkCounters)(nil),             // 91: sandbox.v1.NetworkCounters
-	(*NetworkDenial)(nil),               // 92: sandbox.v1.NetworkDenial
-	(*GetHostRequest)(nil),              // 93: sandbox.v1.GetHostRequest
-	(*GetHostResponse)(nil),             // 94: sandbox.v1.GetHostResponse
-	(*ListAuditEventsRequest)(nil),      // 95: sandbox.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),     // 96: sandbox.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                  // 97: sandbox.v1.AuditEvent
-	(*GetSandboxMetricsRequest)(nil),    // 98: sandbox.v1.GetSandboxMetricsRequest
-	(*GetSandboxMetricsResponse)(nil),   // 99: sandbox.v1.GetSandboxMetricsResponse
-	(*SandboxMetricsSample)(nil),        // 100: sandbox.v1.SandboxMetricsSample
-	(*DiskUsage)(nil),                   // 101: sandbox.v1.DiskUsage
-	(*NetworkBytes)(nil),                // 102: sandbox.v1.NetworkBytes
-	nil,                                 // 103: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                 // 104: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                 // 105: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                 // 106: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                 // 107: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                 // 108: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                 // 109: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                 // 110: sandbox.v1.Display.DataEntry
-	nil,                                 // 111: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),         // 112: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 113: google.protobuf.Timestamp
+	(*Volume)(nil),                      // 24: sandbox.v1.Volume
+	(*VolumeMount)(nil),                 // 25: sandbox.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),         // 26: sandbox.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),        // 27: sandbox.v1.CreateVolumeResponse
+	(*GetVolumeRequest)(nil),            // 28: sandbox.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),           // 29: sandbox.v1.GetVolumeResponse
+	(*ListVolumesRequest)(nil),          // 30: sandbox.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),         // 31: sandbox.v1.ListVolumesResponse
+	(*DeleteVolumeRequest)(nil),         // 32: sandbox.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),        // 33: sandbox.v1.DeleteVolumeResponse
+	(*UploadVolumeFileHeader)(nil),      // 34: sandbox.v1.UploadVolumeFileHeader
+	(*UploadVolumeFileRequest)(nil),     // 35: sandbox.v1.UploadVolumeFileRequest
+	(*UploadVolumeFileResponse)(nil),    // 36: sandbox.v1.UploadVolumeFileResponse
+	(*DownloadVolumeFileRequest)(nil),   // 37: sandbox.v1.DownloadVolumeFileRequest
+	(*DownloadVolumeFileResponse)(nil),  // 38: sandbox.v1.DownloadVolumeFileResponse
+	(*ListVolumeFilesRequest)(nil),      // 39: sandbox.v1.ListVolumeFilesRequest
+	(*ListVolumeFilesResponse)(nil),     // 40: sandbox.v1.ListVolumeFilesResponse
+	(*StatVolumeFileRequest)(nil),       // 41: sandbox.v1.StatVolumeFileRequest
+	(*StatVolumeFileResponse)(nil),      // 42: sandbox.v1.StatVolumeFileResponse
+	(*MakeVolumeDirectoryRequest)(nil),  // 43: sandbox.v1.MakeVolumeDirectoryRequest
+	(*MakeVolumeDirectoryResponse)(nil), // 44: sandbox.v1.MakeVolumeDirectoryResponse
+	(*RemoveVolumeFileRequest)(nil),     // 45: sandbox.v1.RemoveVolumeFileRequest
+	(*RemoveVolumeFileResponse)(nil),    // 46: sandbox.v1.RemoveVolumeFileResponse
+	(*ForkSandboxRequest)(nil),          // 47: sandbox.v1.ForkSandboxRequest
+	(*ForkResult)(nil),                  // 48: sandbox.v1.ForkResult
+	(*ForkSandboxResponse)(nil),         // 49: sandbox.v1.ForkSandboxResponse
+	(*WakeSandboxRequest)(nil),          // 50: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),         // 51: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),       // 52: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),      // 53: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),           // 54: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),          // 55: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),        // 56: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 57: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),        // 58: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 59: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),              // 60: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                     // 61: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),        // 62: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),                // 63: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                     // 64: sandbox.v1.Started
+	(*OutputChunk)(nil),                 // 65: sandbox.v1.OutputChunk
+	(*Display)(nil),                     // 66: sandbox.v1.Display
+	(*Result)(nil),                      // 67: sandbox.v1.Result
+	(*Error)(nil),                       // 68: sandbox.v1.Error
+	(*Done)(nil),                        // 69: sandbox.v1.Done
+	(*FileRef)(nil),                     // 70: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),     // 71: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),    // 72: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                    // 73: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),            // 74: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),           // 75: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),          // 76: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),         // 77: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),        // 78: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),            // 79: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),           // 80: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),        // 81: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),       // 82: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),               // 83: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 84: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),               // 85: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),              // 86: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),       // 87: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),      // 88: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                  // 89: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),            // 90: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),           // 91: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),           // 92: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),          // 93: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),            // 94: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),           // 95: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),         // 96: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),        // 97: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),                 // 98: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),    // 99: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil),   // 100: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                     // 101: sandbox.v1.Context
+	(*CreateContextRequest)(nil),        // 102: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),       // 103: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),         // 104: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),        // 105: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),       // 106: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),      // 107: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),        // 108: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),       // 109: sandbox.v1.DeleteContextResponse
+	(*UpdateNetworkPolicyRequest)(nil),  // 110: sandbox.v1.UpdateNetworkPolicyRequest
+	(*UpdateNetworkPolicyResponse)(nil), // 111: sandbox.v1.UpdateNetworkPolicyResponse
+	(*GetNetworkStatusRequest)(nil),     // 112: sandbox.v1.GetNetworkStatusRequest
+	(*GetNetworkStatusResponse)(nil),    // 113: sandbox.v1.GetNetworkStatusResponse
+	(*NetworkCounters)(nil),             // 114: sandbox.v1.NetworkCounters
+	(*NetworkDenial)(nil),               // 115: sandbox.v1.NetworkDenial
+	(*GetHostRequest)(nil),              // 116: sandbox.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 117: sandbox.v1.GetHostResponse
+	(*ListAuditEventsRequest)(nil),      // 118: sandbox.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),     // 119: sandbox.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                  // 120: sandbox.v1.AuditEvent
+	(*GetSandboxMetricsRequest)(nil),    // 121: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),   // 122: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),        // 123: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                   // 124: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                // 125: sandbox.v1.NetworkBytes
+	nil,                                 // 126: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                 // 127: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                 // 128: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                 // 129: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                 // 130: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                 // 131: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                 // 132: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                 // 133: sandbox.v1.Display.DataEntry
+	nil,                                 // 134: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),         // 135: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),       // 136: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	103, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	104, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	112, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	126, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	127, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	135, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	105, // 6: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	106, // 7: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
-	0,   // 8: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	113, // 9: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	113, // 10: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	113, // 11: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	7,   // 12: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	107, // 13: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	112, // 14: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
-	12,  // 15: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	113, // 16: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
-	13,  // 17: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
-	2,   // 18: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
-	9,   // 19: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	113, // 20: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
-	14,  // 21: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	113, // 22: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
-	11,  // 23: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	113, // 24: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	17,  // 25: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
-	17,  // 26: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
-	8,   // 27: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 28: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 29: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
-	25,  // 30: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
-	11,  // 31: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 32: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	8,   // 33: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 34: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 35: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	11,  // 36: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,   // 37: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	108, // 38: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	11,  // 39: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	112, // 40: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	109, // 41: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	38,  // 42: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	41,  // 43: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	42,  // 44: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	42,  // 45: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	43,  // 46: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	44,  // 47: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	45,  // 48: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	46,  // 49: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	113, // 50: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	13,  // 51: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	110, // 52: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	111, // 53: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,   // 54: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	112, // 55: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	47,  // 56: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	113, // 57: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	113, // 58: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	3,   // 59: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	51,  // 60: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	50,  // 61: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	50,  // 62: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	50,  // 63: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	50,  // 64: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	50,  // 65: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	66,  // 66: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	4,   // 67: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	113, // 68: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	38,  // 69: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	75,  // 70: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	5,   // 71: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,   // 72: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	113, // 73: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	113, // 74: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	112, // 75: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	112, // 76: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	11,  // 77: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	113, // 78: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	78,  // 79: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	78,  // 80: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	9,   // 81: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
-	11,  // 82: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	9,   // 83: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
-	91,  // 84: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
-	92,  // 85: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	113, // 86: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
-	6,   // 87: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	113, // 88: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
-	113, // 89: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
-	97,  // 90: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
-	113, // 91: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	112, // 92: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
-	113, // 93: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
-	100, // 94: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
-	113, // 95: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
-	101, // 96: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
-	101, // 97: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
-	102, // 98: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
-	10,  // 99: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	29,  // 100: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	31,  // 101: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	33,  // 102: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	35,  // 103: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	37,  // 104: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	39,  // 105: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	48,  // 106: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	52,  // 107: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	54,  // 108: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	56,  // 109: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	58,  // 110: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	60,  // 111: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	62,  // 112: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	64,  // 113: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	67,  // 114: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	69,  // 115: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	71,  // 116: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	73,  // 117: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	76,  // 118: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	79,  // 119: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	81,  // 120: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	83,  // 121: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	85,  // 122: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 123: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	27,  // 124: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	18,  // 125: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
-	20,  // 126: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
-	22,  // 127: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
-	24,  // 128: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
-	87,  // 129: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	89,  // 130: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	93,  // 131: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	95,  // 132: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
-	98,  // 133: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
-	30,  // 134: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	32,  // 135: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	34,  // 136: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	36,  // 137: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	40,  // 138: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	40,  // 139: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	49,  // 140: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	53,  // 141: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	55,  // 142: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	57,  // 143: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	59,  // 144: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	61,  // 145: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	63,  // 146: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	65,  // 147: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	68,  // 148: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	70,  // 149: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	72,  // 150: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	74,  // 151: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	77,  // 152: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	80,  // 153: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	82,  // 154: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	84,  // 155: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	86,  // 156: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 157: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	28,  // 158: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	19,  // 159: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
-	21,  // 160: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
-	23,  // 161: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
-	26,  // 162: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
-	88,  // 163: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	90,  // 164: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	94,  // 165: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	96,  // 166: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
-	99,  // 167: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
-	134, // [134:168] is the sub-list for method output_type
-	100, // [100:134] is the sub-list for method input_type
-	100, // [100:100] is the sub-list for extension type_name
-	100, // [100:100] is the sub-list for extension extendee
-	0,   // [0:100] is the sub-list for field type_name
+	25,  // 6: sandbox.v1.SandboxOptions.volumes:type_name -> sandbox.v1.VolumeMount
+	128, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	129, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	0,   // 9: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
+	136, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	136, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	136, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	7,   // 13: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	130, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	135, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	12,  // 16: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
+	136, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	13,  // 18: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
+	2,   // 19: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
+	9,   // 20: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
+	25,  // 21: sandbox.v1.Sandbox.volumes:type_name -> sandbox.v1.VolumeMount
+	136, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	14,  // 23: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
+	136, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	11,  // 25: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	136, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	17,  // 27: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
+	17,  // 28: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
+	136, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	24,  // 30: sandbox.v1.CreateVolumeResponse.volume:type_name -> sandbox.v1.Volume
+	24,  // 31: sandbox.v1.GetVolumeResponse.volume:type_name -> sandbox.v1.Volume
+	24,  // 32: sandbox.v1.ListVolumesResponse.volumes:type_name -> sandbox.v1.Volume
+	34,  // 33: sandbox.v1.UploadVolumeFileRequest.header:type_name -> sandbox.v1.UploadVolumeFileHeader
+	73,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	73,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	73,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	73,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	73,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	8,   // 39: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 40: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 41: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
+	48,  // 42: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
+	11,  // 43: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 44: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	8,   // 45: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 46: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 47: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	11,  // 48: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,   // 49: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	131, // 50: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	11,  // 51: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	135, // 52: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	132, // 53: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	61,  // 54: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	64,  // 55: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	65,  // 56: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	65,  // 57: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	66,  // 58: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	67,  // 59: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	68,  // 60: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	69,  // 61: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	136, // 62: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	13,  // 63: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	133, // 64: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	134, // 65: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,   // 66: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	135, // 67: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	70,  // 68: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	136, // 69: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	136, // 70: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	3,   // 71: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	74,  // 72: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	73,  // 73: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	73,  // 74: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	73,  // 75: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	73,  // 76: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	73,  // 77: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	89,  // 78: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	4,   // 79: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	136, // 80: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	61,  // 81: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	98,  // 82: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	5,   // 83: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,   // 84: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	136, // 85: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	136, // 86: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	135, // 87: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	135, // 88: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	11,  // 89: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	136, // 90: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	101, // 91: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	101, // 92: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	9,   // 93: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
+	11,  // 94: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	9,   // 95: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
+	114, // 96: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
+	115, // 97: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
+	136, // 98: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	6,   // 99: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
+	136, // 100: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	136, // 101: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	120, // 102: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
+	136, // 103: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	135, // 104: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	136, // 105: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	123, // 106: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	136, // 107: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	124, // 108: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	124, // 109: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	125, // 110: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	10,  // 111: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	52,  // 112: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	54,  // 113: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	56,  // 114: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	58,  // 115: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	60,  // 116: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	62,  // 117: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	71,  // 118: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	75,  // 119: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	77,  // 120: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	79,  // 121: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	81,  // 122: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	83,  // 123: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	85,  // 124: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	87,  // 125: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	90,  // 126: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	92,  // 127: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	94,  // 128: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	96,  // 129: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	99,  // 130: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	102, // 131: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	104, // 132: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	106, // 133: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	108, // 134: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 135: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	50,  // 136: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	18,  // 137: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
+	20,  // 138: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
+	22,  // 139: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
+	26,  // 140: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
+	28,  // 141: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
+	30,  // 142: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
+	32,  // 143: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
+	35,  // 144: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
+	37,  // 145: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
+	39,  // 146: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
+	41,  // 147: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
+	43,  // 148: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
+	45,  // 149: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
+	47,  // 150: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
+	110, // 151: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	112, // 152: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	116, // 153: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	118, // 154: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	121, // 155: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	53,  // 156: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	55,  // 157: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	57,  // 158: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	59,  // 159: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	63,  // 160: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	63,  // 161: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	72,  // 162: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	76,  // 163: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	78,  // 164: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	80,  // 165: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	82,  // 166: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	84,  // 167: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	86,  // 168: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	88,  // 169: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	91,  // 170: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	93,  // 171: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	95,  // 172: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	97,  // 173: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	100, // 174: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	103, // 175: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	105, // 176: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	107, // 177: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	109, // 178: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 179: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	51,  // 180: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	19,  // 181: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
+	21,  // 182: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
+	23,  // 183: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
+	27,  // 184: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
+	29,  // 185: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
+	31,  // 186: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
+	33,  // 187: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
+	36,  // 188: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
+	38,  // 189: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
+	40,  // 190: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
+	42,  // 191: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
+	44,  // 192: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
+	46,  // 193: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
+	49,  // 194: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
+	111, // 195: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	113, // 196: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	117, // 197: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	119, // 198: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	122, // 199: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	156, // [156:200] is the sub-list for method output_type
+	112, // [112:156] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -8071,7 +9550,11 @@ func file_sandbox_v1_sandbox_proto_init() {
 	if File_sandbox_v1_sandbox_proto != nil {
 		return
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[28].OneofWrappers = []any{
+		(*UploadVolumeFileRequest_Header)(nil),
+		(*UploadVolumeFileRequest_Chunk)(nil),
+	}
+	file_sandbox_v1_sandbox_proto_msgTypes[56].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -8080,19 +9563,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[39].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[45].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[62].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[68].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[68].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[91].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   105,
+			NumMessages:   128,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -81,6 +81,16 @@ const (
 	SandboxService_CreateSnapshot_FullMethodName      = "/sandbox.v1.SandboxService/CreateSnapshot"
 	SandboxService_ListSnapshots_FullMethodName       = "/sandbox.v1.SandboxService/ListSnapshots"
 	SandboxService_DeleteSnapshot_FullMethodName      = "/sandbox.v1.SandboxService/DeleteSnapshot"
+	SandboxService_CreateVolume_FullMethodName        = "/sandbox.v1.SandboxService/CreateVolume"
+	SandboxService_GetVolume_FullMethodName           = "/sandbox.v1.SandboxService/GetVolume"
+	SandboxService_ListVolumes_FullMethodName         = "/sandbox.v1.SandboxService/ListVolumes"
+	SandboxService_DeleteVolume_FullMethodName        = "/sandbox.v1.SandboxService/DeleteVolume"
+	SandboxService_UploadVolumeFile_FullMethodName    = "/sandbox.v1.SandboxService/UploadVolumeFile"
+	SandboxService_DownloadVolumeFile_FullMethodName  = "/sandbox.v1.SandboxService/DownloadVolumeFile"
+	SandboxService_ListVolumeFiles_FullMethodName     = "/sandbox.v1.SandboxService/ListVolumeFiles"
+	SandboxService_StatVolumeFile_FullMethodName      = "/sandbox.v1.SandboxService/StatVolumeFile"
+	SandboxService_MakeVolumeDirectory_FullMethodName = "/sandbox.v1.SandboxService/MakeVolumeDirectory"
+	SandboxService_RemoveVolumeFile_FullMethodName    = "/sandbox.v1.SandboxService/RemoveVolumeFile"
 	SandboxService_ForkSandbox_FullMethodName         = "/sandbox.v1.SandboxService/ForkSandbox"
 	SandboxService_UpdateNetworkPolicy_FullMethodName = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
 	SandboxService_GetNetworkStatus_FullMethodName    = "/sandbox.v1.SandboxService/GetNetworkStatus"
@@ -336,6 +346,62 @@ type SandboxServiceClient interface {
 	// DeleteSnapshot deletes a snapshot; sandboxes made from it are not
 	// affected. Another tenant's snapshot is NOT_FOUND.
 	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// CreateVolume makes an empty named volume of the caller's tenant: a file
+	// system of size_bytes (0: 1 GiB, or the server's maximum when that is
+	// less) that outlives sandboxes. Sandboxes mount it at creation
+	// (SandboxOptions.volumes), and its files can be read and written without
+	// any sandbox (UploadVolumeFile and the calls after it). A name the
+	// tenant already uses is ALREADY_EXISTS; a bad name, or a size under 16
+	// MiB or above the server's maximum (10 GiB unless the operator set
+	// another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
+	// unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
+	// refuses every volume call with FAILED_PRECONDITION.
+	CreateVolume(ctx context.Context, in *CreateVolumeRequest, opts ...grpc.CallOption) (*CreateVolumeResponse, error)
+	// GetVolume describes a volume, by ID or name. Another tenant's volume is
+	// NOT_FOUND, as one that does not exist.
+	GetVolume(ctx context.Context, in *GetVolumeRequest, opts ...grpc.CallOption) (*GetVolumeResponse, error)
+	// ListVolumes lists the caller's tenant's volumes (an admin's: every
+	// tenant's, or one's), by tenant and name.
+	ListVolumes(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error)
+	// DeleteVolume deletes a volume and every file on it. While sandboxes
+	// mount it (Volume.mounted_by, hibernated ones included) it is
+	// FAILED_PRECONDITION naming them, unless force: they then keep running
+	// without it (their view of it is detached, and gone at their next
+	// start). Another tenant's volume is NOT_FOUND.
+	DeleteVolume(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error)
+	// UploadVolumeFile writes a file on a volume, without a sandbox,
+	// creating missing parent directories; the file belongs to the sandbox
+	// user, as if a sandbox had written it. The stream is UploadFile's: one
+	// message with the header, then chunks, then the client closes its side.
+	// An existing file is ALREADY_EXISTS unless overwrite is set (a directory
+	// is never replaced). The file appears under its name only once
+	// complete. The server's upload cap (sandboxd --max-upload) is
+	// INVALID_ARGUMENT; a file that does not fit in what is left of the
+	// volume is RESOURCE_EXHAUSTED, as is an upload past a cap on streams in
+	// progress (see Execute).
+	UploadVolumeFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadVolumeFileRequest, UploadVolumeFileResponse], error)
+	// DownloadVolumeFile reads a regular file on a volume, as DownloadFile
+	// does in a sandbox: the first message carries the file's metadata, the
+	// content follows in chunks of at most 1 MiB. NOT_FOUND when the file
+	// does not exist, INVALID_ARGUMENT for a directory.
+	DownloadVolumeFile(ctx context.Context, in *DownloadVolumeFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadVolumeFileResponse], error)
+	// ListVolumeFiles lists a directory on a volume (depth levels of it;
+	// symbolic links are listed, not followed), or just the file a path
+	// names. RESOURCE_EXHAUSTED past 10000 entries.
+	ListVolumeFiles(ctx context.Context, in *ListVolumeFilesRequest, opts ...grpc.CallOption) (*ListVolumeFilesResponse, error)
+	// StatVolumeFile describes one file or directory on a volume (a symbolic
+	// link itself, not its target). NOT_FOUND when the path does not exist.
+	StatVolumeFile(ctx context.Context, in *StatVolumeFileRequest, opts ...grpc.CallOption) (*StatVolumeFileResponse, error)
+	// MakeVolumeDirectory creates a directory on a volume, as MakeDirectory
+	// does in a sandbox: without parents a missing parent is NOT_FOUND and an
+	// existing path ALREADY_EXISTS; with parents, mkdir -p.
+	MakeVolumeDirectory(ctx context.Context, in *MakeVolumeDirectoryRequest, opts ...grpc.CallOption) (*MakeVolumeDirectoryResponse, error)
+	// RemoveVolumeFile deletes a file, symbolic link or directory on a
+	// volume, as Remove does in a sandbox: a non-empty directory needs
+	// recursive (FAILED_PRECONDITION otherwise), a missing path is NOT_FOUND,
+	// and the volume's root cannot be removed (INVALID_ARGUMENT; delete the
+	// volume instead).
+	RemoveVolumeFile(ctx context.Context, in *RemoveVolumeFileRequest, opts ...grpc.CallOption) (*RemoveVolumeFileResponse, error)
 	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
 	// each with a copy of the source's state as CreateSnapshot takes it, for
 	// the users given (or generated). The source keeps running, untouched.
@@ -739,6 +805,118 @@ func (c *sandboxServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSna
 	return out, nil
 }
 
+func (c *sandboxServiceClient) CreateVolume(ctx context.Context, in *CreateVolumeRequest, opts ...grpc.CallOption) (*CreateVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateVolumeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_CreateVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) GetVolume(ctx context.Context, in *GetVolumeRequest, opts ...grpc.CallOption) (*GetVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetVolumeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_GetVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListVolumes(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVolumesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListVolumes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteVolume(ctx context.Context, in *DeleteVolumeRequest, opts ...grpc.CallOption) (*DeleteVolumeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteVolumeResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteVolume_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) UploadVolumeFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadVolumeFileRequest, UploadVolumeFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_UploadVolumeFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadVolumeFileRequest, UploadVolumeFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadVolumeFileClient = grpc.ClientStreamingClient[UploadVolumeFileRequest, UploadVolumeFileResponse]
+
+func (c *sandboxServiceClient) DownloadVolumeFile(ctx context.Context, in *DownloadVolumeFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadVolumeFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_DownloadVolumeFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DownloadVolumeFileRequest, DownloadVolumeFileResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_DownloadVolumeFileClient = grpc.ServerStreamingClient[DownloadVolumeFileResponse]
+
+func (c *sandboxServiceClient) ListVolumeFiles(ctx context.Context, in *ListVolumeFilesRequest, opts ...grpc.CallOption) (*ListVolumeFilesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVolumeFilesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListVolumeFiles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) StatVolumeFile(ctx context.Context, in *StatVolumeFileRequest, opts ...grpc.CallOption) (*StatVolumeFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatVolumeFileResponse)
+	err := c.cc.Invoke(ctx, SandboxService_StatVolumeFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) MakeVolumeDirectory(ctx context.Context, in *MakeVolumeDirectoryRequest, opts ...grpc.CallOption) (*MakeVolumeDirectoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MakeVolumeDirectoryResponse)
+	err := c.cc.Invoke(ctx, SandboxService_MakeVolumeDirectory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) RemoveVolumeFile(ctx context.Context, in *RemoveVolumeFileRequest, opts ...grpc.CallOption) (*RemoveVolumeFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveVolumeFileResponse)
+	err := c.cc.Invoke(ctx, SandboxService_RemoveVolumeFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForkSandboxResponse)
@@ -1046,6 +1224,62 @@ type SandboxServiceServer interface {
 	// DeleteSnapshot deletes a snapshot; sandboxes made from it are not
 	// affected. Another tenant's snapshot is NOT_FOUND.
 	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// CreateVolume makes an empty named volume of the caller's tenant: a file
+	// system of size_bytes (0: 1 GiB, or the server's maximum when that is
+	// less) that outlives sandboxes. Sandboxes mount it at creation
+	// (SandboxOptions.volumes), and its files can be read and written without
+	// any sandbox (UploadVolumeFile and the calls after it). A name the
+	// tenant already uses is ALREADY_EXISTS; a bad name, or a size under 16
+	// MiB or above the server's maximum (10 GiB unless the operator set
+	// another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
+	// unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
+	// refuses every volume call with FAILED_PRECONDITION.
+	CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error)
+	// GetVolume describes a volume, by ID or name. Another tenant's volume is
+	// NOT_FOUND, as one that does not exist.
+	GetVolume(context.Context, *GetVolumeRequest) (*GetVolumeResponse, error)
+	// ListVolumes lists the caller's tenant's volumes (an admin's: every
+	// tenant's, or one's), by tenant and name.
+	ListVolumes(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error)
+	// DeleteVolume deletes a volume and every file on it. While sandboxes
+	// mount it (Volume.mounted_by, hibernated ones included) it is
+	// FAILED_PRECONDITION naming them, unless force: they then keep running
+	// without it (their view of it is detached, and gone at their next
+	// start). Another tenant's volume is NOT_FOUND.
+	DeleteVolume(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error)
+	// UploadVolumeFile writes a file on a volume, without a sandbox,
+	// creating missing parent directories; the file belongs to the sandbox
+	// user, as if a sandbox had written it. The stream is UploadFile's: one
+	// message with the header, then chunks, then the client closes its side.
+	// An existing file is ALREADY_EXISTS unless overwrite is set (a directory
+	// is never replaced). The file appears under its name only once
+	// complete. The server's upload cap (sandboxd --max-upload) is
+	// INVALID_ARGUMENT; a file that does not fit in what is left of the
+	// volume is RESOURCE_EXHAUSTED, as is an upload past a cap on streams in
+	// progress (see Execute).
+	UploadVolumeFile(grpc.ClientStreamingServer[UploadVolumeFileRequest, UploadVolumeFileResponse]) error
+	// DownloadVolumeFile reads a regular file on a volume, as DownloadFile
+	// does in a sandbox: the first message carries the file's metadata, the
+	// content follows in chunks of at most 1 MiB. NOT_FOUND when the file
+	// does not exist, INVALID_ARGUMENT for a directory.
+	DownloadVolumeFile(*DownloadVolumeFileRequest, grpc.ServerStreamingServer[DownloadVolumeFileResponse]) error
+	// ListVolumeFiles lists a directory on a volume (depth levels of it;
+	// symbolic links are listed, not followed), or just the file a path
+	// names. RESOURCE_EXHAUSTED past 10000 entries.
+	ListVolumeFiles(context.Context, *ListVolumeFilesRequest) (*ListVolumeFilesResponse, error)
+	// StatVolumeFile describes one file or directory on a volume (a symbolic
+	// link itself, not its target). NOT_FOUND when the path does not exist.
+	StatVolumeFile(context.Context, *StatVolumeFileRequest) (*StatVolumeFileResponse, error)
+	// MakeVolumeDirectory creates a directory on a volume, as MakeDirectory
+	// does in a sandbox: without parents a missing parent is NOT_FOUND and an
+	// existing path ALREADY_EXISTS; with parents, mkdir -p.
+	MakeVolumeDirectory(context.Context, *MakeVolumeDirectoryRequest) (*MakeVolumeDirectoryResponse, error)
+	// RemoveVolumeFile deletes a file, symbolic link or directory on a
+	// volume, as Remove does in a sandbox: a non-empty directory needs
+	// recursive (FAILED_PRECONDITION otherwise), a missing path is NOT_FOUND,
+	// and the volume's root cannot be removed (INVALID_ARGUMENT; delete the
+	// volume instead).
+	RemoveVolumeFile(context.Context, *RemoveVolumeFileRequest) (*RemoveVolumeFileResponse, error)
 	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
 	// each with a copy of the source's state as CreateSnapshot takes it, for
 	// the users given (or generated). The source keeps running, untouched.
@@ -1213,6 +1447,36 @@ func (UnimplementedSandboxServiceServer) ListSnapshots(context.Context, *ListSna
 }
 func (UnimplementedSandboxServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedSandboxServiceServer) CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateVolume not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetVolume(context.Context, *GetVolumeRequest) (*GetVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetVolume not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListVolumes(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListVolumes not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteVolume(context.Context, *DeleteVolumeRequest) (*DeleteVolumeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteVolume not implemented")
+}
+func (UnimplementedSandboxServiceServer) UploadVolumeFile(grpc.ClientStreamingServer[UploadVolumeFileRequest, UploadVolumeFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadVolumeFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) DownloadVolumeFile(*DownloadVolumeFileRequest, grpc.ServerStreamingServer[DownloadVolumeFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method DownloadVolumeFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListVolumeFiles(context.Context, *ListVolumeFilesRequest) (*ListVolumeFilesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListVolumeFiles not implemented")
+}
+func (UnimplementedSandboxServiceServer) StatVolumeFile(context.Context, *StatVolumeFileRequest) (*StatVolumeFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatVolumeFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) MakeVolumeDirectory(context.Context, *MakeVolumeDirectoryRequest) (*MakeVolumeDirectoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MakeVolumeDirectory not implemented")
+}
+func (UnimplementedSandboxServiceServer) RemoveVolumeFile(context.Context, *RemoveVolumeFileRequest) (*RemoveVolumeFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveVolumeFile not implemented")
 }
 func (UnimplementedSandboxServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
@@ -1718,6 +1982,168 @@ func _SandboxService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_CreateVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).CreateVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_CreateVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).CreateVolume(ctx, req.(*CreateVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_GetVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetVolume(ctx, req.(*GetVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListVolumes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVolumesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListVolumes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListVolumes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListVolumes(ctx, req.(*ListVolumesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteVolume_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteVolumeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteVolume(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteVolume_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteVolume(ctx, req.(*DeleteVolumeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_UploadVolumeFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).UploadVolumeFile(&grpc.GenericServerStream[UploadVolumeFileRequest, UploadVolumeFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadVolumeFileServer = grpc.ClientStreamingServer[UploadVolumeFileRequest, UploadVolumeFileResponse]
+
+func _SandboxService_DownloadVolumeFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DownloadVolumeFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).DownloadVolumeFile(m, &grpc.GenericServerStream[DownloadVolumeFileRequest, DownloadVolumeFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_DownloadVolumeFileServer = grpc.ServerStreamingServer[DownloadVolumeFileResponse]
+
+func _SandboxService_ListVolumeFiles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVolumeFilesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListVolumeFiles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListVolumeFiles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListVolumeFiles(ctx, req.(*ListVolumeFilesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_StatVolumeFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatVolumeFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).StatVolumeFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_StatVolumeFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).StatVolumeFile(ctx, req.(*StatVolumeFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_MakeVolumeDirectory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MakeVolumeDirectoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).MakeVolumeDirectory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_MakeVolumeDirectory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).MakeVolumeDirectory(ctx, req.(*MakeVolumeDirectoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_RemoveVolumeFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveVolumeFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).RemoveVolumeFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_RemoveVolumeFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).RemoveVolumeFile(ctx, req.(*RemoveVolumeFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_ForkSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForkSandboxRequest)
 	if err := dec(in); err != nil {
@@ -1926,6 +2352,38 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SandboxService_DeleteSnapshot_Handler,
 		},
 		{
+			MethodName: "CreateVolume",
+			Handler:    _SandboxService_CreateVolume_Handler,
+		},
+		{
+			MethodName: "GetVolume",
+			Handler:    _SandboxService_GetVolume_Handler,
+		},
+		{
+			MethodName: "ListVolumes",
+			Handler:    _SandboxService_ListVolumes_Handler,
+		},
+		{
+			MethodName: "DeleteVolume",
+			Handler:    _SandboxService_DeleteVolume_Handler,
+		},
+		{
+			MethodName: "ListVolumeFiles",
+			Handler:    _SandboxService_ListVolumeFiles_Handler,
+		},
+		{
+			MethodName: "StatVolumeFile",
+			Handler:    _SandboxService_StatVolumeFile_Handler,
+		},
+		{
+			MethodName: "MakeVolumeDirectory",
+			Handler:    _SandboxService_MakeVolumeDirectory_Handler,
+		},
+		{
+			MethodName: "RemoveVolumeFile",
+			Handler:    _SandboxService_RemoveVolumeFile_Handler,
+		},
+		{
 			MethodName: "ForkSandbox",
 			Handler:    _SandboxService_ForkSandbox_Handler,
 		},
@@ -1974,6 +2432,16 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchDirectory",
 			Handler:       _SandboxService_WatchDirectory_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadVolumeFile",
+			Handler:       _SandboxService_UploadVolumeFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "DownloadVolumeFile",
+			Handler:       _SandboxService_DownloadVolumeFile_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -186,6 +186,20 @@ class CreateSnapshotResponse(_message.Message):
     snapshot: Snapshot
     def __init__(self, snapshot: _Optional[_Union[Snapshot, _Mapping]] = ...) -> None: ...
 
+class CreateVolumeRequest(_message.Message):
+    __slots__ = ["name", "size_bytes"]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class CreateVolumeResponse(_message.Message):
+    __slots__ = ["volume"]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    volume: Volume
+    def __init__(self, volume: _Optional[_Union[Volume, _Mapping]] = ...) -> None: ...
+
 class DeleteContextRequest(_message.Message):
     __slots__ = ["context_id", "sandbox_id"]
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +229,18 @@ class DeleteSnapshotRequest(_message.Message):
     def __init__(self, snapshot: _Optional[str] = ...) -> None: ...
 
 class DeleteSnapshotResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class DeleteVolumeRequest(_message.Message):
+    __slots__ = ["force", "volume"]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    force: bool
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., force: bool = ...) -> None: ...
+
+class DeleteVolumeResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
@@ -270,6 +296,22 @@ class DownloadFileRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class DownloadFileResponse(_message.Message):
+    __slots__ = ["chunk", "file"]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class DownloadVolumeFileRequest(_message.Message):
+    __slots__ = ["path", "volume"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class DownloadVolumeFileResponse(_message.Message):
     __slots__ = ["chunk", "file"]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
     FILE_FIELD_NUMBER: _ClassVar[int]
@@ -458,6 +500,18 @@ class GetSandboxResponse(_message.Message):
     sandbox: Sandbox
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
+class GetVolumeRequest(_message.Message):
+    __slots__ = ["volume"]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    volume: str
+    def __init__(self, volume: _Optional[str] = ...) -> None: ...
+
+class GetVolumeResponse(_message.Message):
+    __slots__ = ["volume"]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    volume: Volume
+    def __init__(self, volume: _Optional[_Union[Volume, _Mapping]] = ...) -> None: ...
+
 class HibernateSandboxRequest(_message.Message):
     __slots__ = ["sandbox_id"]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
@@ -595,6 +649,34 @@ class ListSnapshotsResponse(_message.Message):
     snapshots: _containers.RepeatedCompositeFieldContainer[Snapshot]
     def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
 
+class ListVolumeFilesRequest(_message.Message):
+    __slots__ = ["depth", "path", "volume"]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    depth: int
+    path: str
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
+
+class ListVolumeFilesResponse(_message.Message):
+    __slots__ = ["files"]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[FileInfo]
+    def __init__(self, files: _Optional[_Iterable[_Union[FileInfo, _Mapping]]] = ...) -> None: ...
+
+class ListVolumesRequest(_message.Message):
+    __slots__ = ["tenant"]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ListVolumesResponse(_message.Message):
+    __slots__ = ["volumes"]
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
+    volumes: _containers.RepeatedCompositeFieldContainer[Volume]
+    def __init__(self, volumes: _Optional[_Iterable[_Union[Volume, _Mapping]]] = ...) -> None: ...
+
 class LostName(_message.Message):
     __slots__ = ["name", "reason"]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -614,6 +696,22 @@ class MakeDirectoryRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., parents: bool = ...) -> None: ...
 
 class MakeDirectoryResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class MakeVolumeDirectoryRequest(_message.Message):
+    __slots__ = ["parents", "path", "volume"]
+    PARENTS_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    parents: bool
+    path: str
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ..., parents: bool = ...) -> None: ...
+
+class MakeVolumeDirectoryResponse(_message.Message):
     __slots__ = ["file"]
     FILE_FIELD_NUMBER: _ClassVar[int]
     file: FileInfo
@@ -727,6 +825,20 @@ class RemoveResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
+class RemoveVolumeFileRequest(_message.Message):
+    __slots__ = ["path", "recursive", "volume"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    RECURSIVE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    recursive: bool
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ..., recursive: bool = ...) -> None: ...
+
+class RemoveVolumeFileResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
 class RenameRequest(_message.Message):
     __slots__ = ["overwrite", "sandbox_id", "to"]
     FROM_FIELD_NUMBER: _ClassVar[int]
@@ -796,7 +908,7 @@ class Result(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "network_policy", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "tenant", "user_id"]
+    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "network_policy", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "tenant", "user_id", "volumes"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -823,6 +935,7 @@ class Sandbox(_message.Message):
     STATE_REASON_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
     created_at: _timestamp_pb2.Timestamp
     expires_at: _timestamp_pb2.Timestamp
     health_reason: str
@@ -842,7 +955,8 @@ class Sandbox(_message.Message):
     state_reason: str
     tenant: str
     user_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ...) -> None: ...
+    volumes: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
 
 class SandboxMetricsSample(_message.Message):
     __slots__ = ["cpu_limit_cores", "cpu_used_cores", "io", "memory_cache_bytes", "memory_limit_bytes", "memory_used_bytes", "network", "pids", "pids_limit", "time", "workspace"]
@@ -871,7 +985,7 @@ class SandboxMetricsSample(_message.Message):
     def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_used_cores: _Optional[float] = ..., cpu_limit_cores: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_cache_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., workspace: _Optional[_Union[DiskUsage, _Mapping]] = ..., io: _Optional[_Union[DiskUsage, _Mapping]] = ..., pids: _Optional[int] = ..., pids_limit: _Optional[int] = ..., network: _Optional[_Union[NetworkBytes, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
-    __slots__ = ["env", "from_snapshot", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle"]
+    __slots__ = ["env", "from_snapshot", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle", "volumes"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -894,6 +1008,7 @@ class SandboxOptions(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     NETWORK_POLICY_FIELD_NUMBER: _ClassVar[int]
     ON_IDLE_FIELD_NUMBER: _ClassVar[int]
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
     env: _containers.ScalarMap[str, str]
     from_snapshot: str
     idle_timeout: _duration_pb2.Duration
@@ -902,7 +1017,8 @@ class SandboxOptions(_message.Message):
     network: bool
     network_policy: NetworkPolicy
     on_idle: IdleAction
-    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., from_snapshot: _Optional[str] = ...) -> None: ...
+    volumes: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., from_snapshot: _Optional[str] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
 
 class SendStdinRequest(_message.Message):
     __slots__ = ["command_id", "data", "sandbox_id"]
@@ -976,6 +1092,20 @@ class Started(_message.Message):
     wake: WakeInfo
     def __init__(self, language: _Optional[str] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., context_id: _Optional[str] = ..., wake: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
+class StatVolumeFileRequest(_message.Message):
+    __slots__ = ["path", "volume"]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class StatVolumeFileResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
 class StreamCommandRequest(_message.Message):
     __slots__ = ["after_seq", "command_id", "sandbox_id"]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -1021,6 +1151,58 @@ class UploadFileResponse(_message.Message):
     FILE_FIELD_NUMBER: _ClassVar[int]
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class UploadVolumeFileHeader(_message.Message):
+    __slots__ = ["overwrite", "path", "volume"]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    overwrite: bool
+    path: str
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ..., overwrite: bool = ...) -> None: ...
+
+class UploadVolumeFileRequest(_message.Message):
+    __slots__ = ["chunk", "header"]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    header: UploadVolumeFileHeader
+    def __init__(self, header: _Optional[_Union[UploadVolumeFileHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class UploadVolumeFileResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class Volume(_message.Message):
+    __slots__ = ["created_at", "id", "mounted_by", "name", "size_bytes", "tenant", "used_bytes"]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    MOUNTED_BY_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    created_at: _timestamp_pb2.Timestamp
+    id: str
+    mounted_by: _containers.RepeatedScalarFieldContainer[str]
+    name: str
+    size_bytes: int
+    tenant: str
+    used_bytes: int
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., size_bytes: _Optional[int] = ..., used_bytes: _Optional[int] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., mounted_by: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class VolumeMount(_message.Message):
+    __slots__ = ["mount_path", "read_only", "volume"]
+    MOUNT_PATH_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    mount_path: str
+    read_only: bool
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., mount_path: _Optional[str] = ..., read_only: bool = ...) -> None: ...
 
 class WakeInfo(_message.Message):
     __slots__ = ["level", "lost", "reason", "restored_names", "time"]

@@ -160,6 +160,56 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotResponse.FromString,
                 )
+        self.CreateVolume = channel.unary_unary(
+                '/sandbox.v1.SandboxService/CreateVolume',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.CreateVolumeRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CreateVolumeResponse.FromString,
+                )
+        self.GetVolume = channel.unary_unary(
+                '/sandbox.v1.SandboxService/GetVolume',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetVolumeRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetVolumeResponse.FromString,
+                )
+        self.ListVolumes = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListVolumes',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumesRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumesResponse.FromString,
+                )
+        self.DeleteVolume = channel.unary_unary(
+                '/sandbox.v1.SandboxService/DeleteVolume',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteVolumeRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteVolumeResponse.FromString,
+                )
+        self.UploadVolumeFile = channel.stream_unary(
+                '/sandbox.v1.SandboxService/UploadVolumeFile',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.UploadVolumeFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.UploadVolumeFileResponse.FromString,
+                )
+        self.DownloadVolumeFile = channel.unary_stream(
+                '/sandbox.v1.SandboxService/DownloadVolumeFile',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DownloadVolumeFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DownloadVolumeFileResponse.FromString,
+                )
+        self.ListVolumeFiles = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListVolumeFiles',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumeFilesRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumeFilesResponse.FromString,
+                )
+        self.StatVolumeFile = channel.unary_unary(
+                '/sandbox.v1.SandboxService/StatVolumeFile',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.StatVolumeFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.StatVolumeFileResponse.FromString,
+                )
+        self.MakeVolumeDirectory = channel.unary_unary(
+                '/sandbox.v1.SandboxService/MakeVolumeDirectory',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.MakeVolumeDirectoryRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.MakeVolumeDirectoryResponse.FromString,
+                )
+        self.RemoveVolumeFile = channel.unary_unary(
+                '/sandbox.v1.SandboxService/RemoveVolumeFile',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileResponse.FromString,
+                )
         self.ForkSandbox = channel.unary_unary(
                 '/sandbox.v1.SandboxService/ForkSandbox',
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxRequest.SerializeToString,
@@ -577,6 +627,112 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateVolume(self, request, context):
+        """CreateVolume makes an empty named volume of the caller's tenant: a file
+        system of size_bytes (0: 1 GiB, or the server's maximum when that is
+        less) that outlives sandboxes. Sandboxes mount it at creation
+        (SandboxOptions.volumes), and its files can be read and written without
+        any sandbox (UploadVolumeFile and the calls after it). A name the
+        tenant already uses is ALREADY_EXISTS; a bad name, or a size under 16
+        MiB or above the server's maximum (10 GiB unless the operator set
+        another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
+        unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
+        refuses every volume call with FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetVolume(self, request, context):
+        """GetVolume describes a volume, by ID or name. Another tenant's volume is
+        NOT_FOUND, as one that does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListVolumes(self, request, context):
+        """ListVolumes lists the caller's tenant's volumes (an admin's: every
+        tenant's, or one's), by tenant and name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteVolume(self, request, context):
+        """DeleteVolume deletes a volume and every file on it. While sandboxes
+        mount it (Volume.mounted_by, hibernated ones included) it is
+        FAILED_PRECONDITION naming them, unless force: they then keep running
+        without it (their view of it is detached, and gone at their next
+        start). Another tenant's volume is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadVolumeFile(self, request_iterator, context):
+        """UploadVolumeFile writes a file on a volume, without a sandbox,
+        creating missing parent directories; the file belongs to the sandbox
+        user, as if a sandbox had written it. The stream is UploadFile's: one
+        message with the header, then chunks, then the client closes its side.
+        An existing file is ALREADY_EXISTS unless overwrite is set (a directory
+        is never replaced). The file appears under its name only once
+        complete. The server's upload cap (sandboxd --max-upload) is
+        INVALID_ARGUMENT; a file that does not fit in what is left of the
+        volume is RESOURCE_EXHAUSTED, as is an upload past a cap on streams in
+        progress (see Execute).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DownloadVolumeFile(self, request, context):
+        """DownloadVolumeFile reads a regular file on a volume, as DownloadFile
+        does in a sandbox: the first message carries the file's metadata, the
+        content follows in chunks of at most 1 MiB. NOT_FOUND when the file
+        does not exist, INVALID_ARGUMENT for a directory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListVolumeFiles(self, request, context):
+        """ListVolumeFiles lists a directory on a volume (depth levels of it;
+        symbolic links are listed, not followed), or just the file a path
+        names. RESOURCE_EXHAUSTED past 10000 entries.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StatVolumeFile(self, request, context):
+        """StatVolumeFile describes one file or directory on a volume (a symbolic
+        link itself, not its target). NOT_FOUND when the path does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MakeVolumeDirectory(self, request, context):
+        """MakeVolumeDirectory creates a directory on a volume, as MakeDirectory
+        does in a sandbox: without parents a missing parent is NOT_FOUND and an
+        existing path ALREADY_EXISTS; with parents, mkdir -p.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveVolumeFile(self, request, context):
+        """RemoveVolumeFile deletes a file, symbolic link or directory on a
+        volume, as Remove does in a sandbox: a non-empty directory needs
+        recursive (FAILED_PRECONDITION otherwise), a missing path is NOT_FOUND,
+        and the volume's root cannot be removed (INVALID_ARGUMENT; delete the
+        volume instead).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ForkSandbox(self, request, context):
         """ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
         each with a copy of the source's state as CreateSnapshot takes it, for
@@ -823,6 +979,56 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.DeleteSnapshot,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotResponse.SerializeToString,
+            ),
+            'CreateVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateVolume,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.CreateVolumeRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.CreateVolumeResponse.SerializeToString,
+            ),
+            'GetVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVolume,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetVolumeRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetVolumeResponse.SerializeToString,
+            ),
+            'ListVolumes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVolumes,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumesRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumesResponse.SerializeToString,
+            ),
+            'DeleteVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteVolume,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteVolumeRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteVolumeResponse.SerializeToString,
+            ),
+            'UploadVolumeFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadVolumeFile,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.UploadVolumeFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.UploadVolumeFileResponse.SerializeToString,
+            ),
+            'DownloadVolumeFile': grpc.unary_stream_rpc_method_handler(
+                    servicer.DownloadVolumeFile,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DownloadVolumeFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DownloadVolumeFileResponse.SerializeToString,
+            ),
+            'ListVolumeFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVolumeFiles,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumeFilesRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListVolumeFilesResponse.SerializeToString,
+            ),
+            'StatVolumeFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.StatVolumeFile,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.StatVolumeFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.StatVolumeFileResponse.SerializeToString,
+            ),
+            'MakeVolumeDirectory': grpc.unary_unary_rpc_method_handler(
+                    servicer.MakeVolumeDirectory,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.MakeVolumeDirectoryRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.MakeVolumeDirectoryResponse.SerializeToString,
+            ),
+            'RemoveVolumeFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveVolumeFile,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileResponse.SerializeToString,
             ),
             'ForkSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSandbox,
@@ -1343,6 +1549,176 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/DeleteSnapshot',
             sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.DeleteSnapshotResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CreateVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/CreateVolume',
+            sandbox_dot_v1_dot_sandbox__pb2.CreateVolumeRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.CreateVolumeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/GetVolume',
+            sandbox_dot_v1_dot_sandbox__pb2.GetVolumeRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.GetVolumeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListVolumes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListVolumes',
+            sandbox_dot_v1_dot_sandbox__pb2.ListVolumesRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListVolumesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/DeleteVolume',
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteVolumeRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteVolumeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UploadVolumeFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/sandbox.v1.SandboxService/UploadVolumeFile',
+            sandbox_dot_v1_dot_sandbox__pb2.UploadVolumeFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.UploadVolumeFileResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DownloadVolumeFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/DownloadVolumeFile',
+            sandbox_dot_v1_dot_sandbox__pb2.DownloadVolumeFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.DownloadVolumeFileResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListVolumeFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListVolumeFiles',
+            sandbox_dot_v1_dot_sandbox__pb2.ListVolumeFilesRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListVolumeFilesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def StatVolumeFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/StatVolumeFile',
+            sandbox_dot_v1_dot_sandbox__pb2.StatVolumeFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.StatVolumeFileResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def MakeVolumeDirectory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/MakeVolumeDirectory',
+            sandbox_dot_v1_dot_sandbox__pb2.MakeVolumeDirectoryRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.MakeVolumeDirectoryResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RemoveVolumeFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/RemoveVolumeFile',
+            sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
