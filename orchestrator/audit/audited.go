@@ -3,6 +3,7 @@ package audit
 import (
 	"context"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -67,7 +68,11 @@ func (a *audited) record(ctx context.Context, start time.Time, action string, e 
 func (a *audited) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
 	start := time.Now()
 	res, err := a.Manager.Acquire(ctx, userID, opts)
-	a.record(ctx, start, ActionAcquire, Event{SandboxID: res.Sandbox.ID, UserID: userID, Snapshot: opts.FromSnapshot}, err)
+	var vols []string
+	for _, vm := range opts.Volumes {
+		vols = append(vols, vm.Volume)
+	}
+	a.record(ctx, start, ActionAcquire, Event{SandboxID: res.Sandbox.ID, UserID: userID, Snapshot: opts.FromSnapshot, Volume: strings.Join(vols, ",")}, err)
 	return res, err
 }
 

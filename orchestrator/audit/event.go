@@ -96,7 +96,8 @@ type Event struct {
 	// or the name given) and acquire's from_snapshot; Count fork's forks.
 	Snapshot string `json:"snapshot,omitempty"`
 	Count    int    `json:"count,omitempty"`
-	// Volume is the volume calls' volume (its ID, or the name given).
+	// Volume is the volume calls' volume (its ID, or the name given), and
+	// acquire's Options.Volumes (their references, comma-separated).
 	Volume   string `json:"volume,omitempty"`
 	Language string `json:"language,omitempty"`
 	// Bytes is a size in place of content: execute's code, write_file's

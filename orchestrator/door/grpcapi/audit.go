@@ -85,6 +85,7 @@ func auditEventToProto(e audit.Event) *sandboxv1.AuditEvent {
 		CommandId:    validUTF8(e.CommandID),
 		ContextId:    validUTF8(e.ContextID),
 		Snapshot:     validUTF8(e.Snapshot),
+		Volume:       validUTF8(e.Volume),
 		Count:        int32(e.Count),
 		Language:     validUTF8(e.Language),
 		Bytes:        e.Bytes,

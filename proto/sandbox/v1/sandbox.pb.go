@@ -7945,9 +7945,11 @@ type AuditEvent struct {
 	// admin is true when the caller's token is an admin token.
 	Admin bool `protobuf:"varint,4,opt,name=admin,proto3" json:"admin,omitempty"`
 	// action is what was done, one of: acquire, delete, set_timeout,
-	// hibernate, wake, update_network_policy, execute, interrupt,
-	// create_context, restart_context, delete_context, write_file, mkdir,
-	// remove, move; or "dropped": the server lost dropped_count events
+	// hibernate, wake, create_snapshot, delete_snapshot, fork,
+	// update_network_policy, execute, interrupt, create_context,
+	// restart_context, delete_context, write_file, mkdir, remove, move,
+	// create_volume, delete_volume, volume_write_file, volume_mkdir,
+	// volume_remove; or "dropped": the server lost dropped_count events
 	// because its audit queue was full (only admins see these).
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	// sandbox_id is the sandbox acted on (for acquire, the one acquired).
@@ -7984,7 +7986,10 @@ type AuditEvent struct {
 	// or the name given), and acquire's from_snapshot.
 	Snapshot string `protobuf:"bytes,18,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
 	// count is fork's number of forks.
-	Count         int32 `protobuf:"varint,19,opt,name=count,proto3" json:"count,omitempty"`
+	Count int32 `protobuf:"varint,19,opt,name=count,proto3" json:"count,omitempty"`
+	// volume is the volume calls' volume (its ID, or the name given), and
+	// acquire's options.volumes (their references, comma-separated).
+	Volume        string `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8150,6 +8155,13 @@ func (x *AuditEvent) GetCount() int32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *AuditEvent) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
 }
 
 // GetSandboxMetricsRequest names a sandbox and the samples wanted.
@@ -9042,7 +9054,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"page_token\x18\a \x01(\tR\tpageToken\"q\n" +
 	"\x17ListAuditEventsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.sandbox.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xb8\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd0\x04\n" +
 	"\n" +
 	"AuditEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
@@ -9068,7 +9080,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\bduration\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12#\n" +
 	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount\x12\x1a\n" +
 	"\bsnapshot\x18\x12 \x01(\tR\bsnapshot\x12\x14\n" +
-	"\x05count\x18\x13 \x01(\x05R\x05count\"k\n" +
+	"\x05count\x18\x13 \x01(\x05R\x05count\x12\x16\n" +
+	"\x06volume\x18\x14 \x01(\tR\x06volume\"k\n" +
 	"\x18GetSandboxMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +

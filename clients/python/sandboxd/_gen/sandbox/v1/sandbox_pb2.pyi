@@ -63,7 +63,7 @@ class AcquireSandboxResponse(_message.Message):
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
 class AuditEvent(_message.Message):
-    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "tenant", "time", "to_path", "token_name", "user_id"]
+    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "tenant", "time", "to_path", "token_name", "user_id", "volume"]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -83,6 +83,7 @@ class AuditEvent(_message.Message):
     TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
     TO_PATH_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
     action: str
     admin: bool
     bytes: int
@@ -102,7 +103,8 @@ class AuditEvent(_message.Message):
     to_path: str
     token_name: str
     user_id: str
-    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    volume: str
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ..., volume: _Optional[str] = ...) -> None: ...
 
 class CloseStdinRequest(_message.Message):
     __slots__ = ["command_id", "sandbox_id"]
