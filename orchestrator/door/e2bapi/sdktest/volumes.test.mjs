@@ -152,7 +152,7 @@ describe('volumes', () => {
         const r = await sbx.commands.run('cat /mnt/data/from-api.txt && echo -n from-sandbox > /mnt/data/from-sbx.txt')
         assert.equal(r.stdout, 'written without a sandbox')
         assert.equal(await vol.readFile('/from-sbx.txt'), 'from-sandbox')
-        assert.equal((await sbx.runCode("open('/mnt/data/from-api.txt').read()")).text, "'written without a sandbox'")
+        assert.deepEqual((await sbx.runCode("print(open('/mnt/data/from-api.txt').read())")).logs.stdout, ['written without a sandbox\n'])
 
         const info = await sbx.getInfo()
         assert.deepEqual(info.volumeMounts, [{ name: vol.name, path: '/mnt/data' }])
