@@ -61,6 +61,7 @@ var RowKeys = []string{
 	mHookOK.key, mHookHung.key,
 	mSnapTake.key, mSnapSize.key, mSnapFirst.key, mForkWall.key,
 	mPoolMemory.key, mFastWakeSmall.key, mFastWakeLarge.key,
+	mVolWrite.key, mVolRead.key, mVolUpload.key, mVolDownload.key,
 }
 
 const mib = 1 << 20
@@ -146,6 +147,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"webhooks", "webhooks", b.webhooks},
 		{"snapshots", "snapshots and forks", b.snapshots},
 		{"fastwake", "fast wake", b.fastWake},
+		{"volumes", "volumes", b.volumes},
 	} {
 		if cfg.phases[p.key] {
 			b.phase(ctx, p.name, p.fn)
