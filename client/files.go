@@ -34,30 +34,47 @@ func (c *Client) Upload(ctx context.Context, sandboxID, path string, r io.Reader
 	if err != nil {
 		return fail(fromGRPC(err))
 	}
-	err = stream.Send(&sandboxv1.UploadFileRequest{Payload: &sandboxv1.UploadFileRequest_Header{Header: &sandboxv1.UploadFileHeader{SandboxId: sandboxID, Path: path}}})
+	hdr := &sandboxv1.UploadFileRequest{Payload: &sandboxv1.UploadFileRequest_Header{Header: &sandboxv1.UploadFileHeader{SandboxId: sandboxID, Path: path}}}
+	info, err := sendUpload(stream, hdr, func(b []byte) *sandboxv1.UploadFileRequest {
+		return &sandboxv1.UploadFileRequest{Payload: &sandboxv1.UploadFileRequest_Chunk{Chunk: b}}
+	}, r)
+	if err != nil {
+		return fail(err)
+	}
+	return info, nil
+}
+
+// sendUpload sends an upload's header, then r in chunkSize chunks, and
+// returns the stored file. Its errors are the reader's as they are, and
+// the call's as fromGRPC makes them.
+func sendUpload[Req, Resp any, PResp interface {
+	*Resp
+	GetFile() *sandboxv1.FileInfo
+}](stream grpc.ClientStreamingClient[Req, Resp], header *Req, chunk func([]byte) *Req, r io.Reader) (*sandboxv1.FileInfo, error) {
+	err := stream.Send(header)
 	buf := make([]byte, chunkSize)
 	for err == nil {
 		n, rerr := io.ReadFull(r, buf)
 		if n > 0 {
-			err = stream.Send(&sandboxv1.UploadFileRequest{Payload: &sandboxv1.UploadFileRequest_Chunk{Chunk: buf[:n]}})
+			err = stream.Send(chunk(buf[:n]))
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
 		}
 		if rerr != nil {
-			return fail(rerr)
+			return nil, rerr
 		}
 	}
 	// A Send error is io.EOF when sandboxd ended the call: its status
 	// comes with the response.
 	if err != nil && !errors.Is(err, io.EOF) {
-		return fail(fromGRPC(err))
+		return nil, fromGRPC(err)
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return fail(fromGRPC(err))
+		return nil, fromGRPC(err)
 	}
-	return resp.GetFile(), nil
+	return PResp(resp).GetFile(), nil
 }
 
 // Download writes the content of the regular file at path under the
@@ -74,23 +91,37 @@ func (c *Client) Download(ctx context.Context, sandboxID, path string, w io.Writ
 	if err != nil {
 		return fail(fromGRPC(err))
 	}
+	info, err := receiveDownload(stream, w)
+	if err != nil {
+		return fail(err)
+	}
+	return info, nil
+}
+
+// receiveDownload writes a download's chunks to w and returns the file's
+// description, which comes with the first message.
+func receiveDownload[Resp any, PResp interface {
+	*Resp
+	GetFile() *sandboxv1.FileInfo
+	GetChunk() []byte
+}](stream grpc.ServerStreamingClient[Resp], w io.Writer) (*sandboxv1.FileInfo, error) {
 	var info *sandboxv1.FileInfo
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			if info == nil {
-				return fail(errors.New("sandboxd sent no file description"))
+				return nil, errors.New("sandboxd sent no file description")
 			}
 			return info, nil
 		}
 		if err != nil {
-			return fail(fromGRPC(err))
+			return nil, fromGRPC(err)
 		}
 		if info == nil {
-			info = m.GetFile()
+			info = PResp(m).GetFile()
 		}
-		if _, err := w.Write(m.GetChunk()); err != nil {
-			return fail(err)
+		if _, err := w.Write(PResp(m).GetChunk()); err != nil {
+			return nil, err
 		}
 	}
 }

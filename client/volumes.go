@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -80,31 +79,15 @@ func (c *Client) UploadVolumeFile(ctx context.Context, ref, path string, r io.Re
 	if err != nil {
 		return fail(fromGRPC(err))
 	}
-	hdr := &sandboxv1.UploadVolumeFileHeader{Volume: ref, Path: path, Overwrite: overwrite}
-	err = stream.Send(&sandboxv1.UploadVolumeFileRequest{Payload: &sandboxv1.UploadVolumeFileRequest_Header{Header: hdr}})
-	buf := make([]byte, chunkSize)
-	for err == nil {
-		n, rerr := io.ReadFull(r, buf)
-		if n > 0 {
-			err = stream.Send(&sandboxv1.UploadVolumeFileRequest{Payload: &sandboxv1.UploadVolumeFileRequest_Chunk{Chunk: buf[:n]}})
-		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-			break
-		}
-		if rerr != nil {
-			return fail(rerr)
-		}
-	}
-	// A Send error is io.EOF when sandboxd ended the call: its status
-	// comes with the response.
-	if err != nil && !errors.Is(err, io.EOF) {
-		return fail(fromGRPC(err))
-	}
-	resp, err := stream.CloseAndRecv()
+	hdr := &sandboxv1.UploadVolumeFileRequest{Payload: &sandboxv1.UploadVolumeFileRequest_Header{
+		Header: &sandboxv1.UploadVolumeFileHeader{Volume: ref, Path: path, Overwrite: overwrite}}}
+	info, err := sendUpload(stream, hdr, func(b []byte) *sandboxv1.UploadVolumeFileRequest {
+		return &sandboxv1.UploadVolumeFileRequest{Payload: &sandboxv1.UploadVolumeFileRequest_Chunk{Chunk: b}}
+	}, r)
 	if err != nil {
-		return fail(fromGRPC(err))
+		return fail(err)
 	}
-	return resp.GetFile(), nil
+	return info, nil
 }
 
 // DownloadVolumeFile writes the content of the regular file at path on a
@@ -121,25 +104,11 @@ func (c *Client) DownloadVolumeFile(ctx context.Context, ref, path string, w io.
 	if err != nil {
 		return fail(fromGRPC(err))
 	}
-	var info *sandboxv1.FileInfo
-	for {
-		m, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if info == nil {
-				return fail(errors.New("sandboxd sent no file description"))
-			}
-			return info, nil
-		}
-		if err != nil {
-			return fail(fromGRPC(err))
-		}
-		if info == nil {
-			info = m.GetFile()
-		}
-		if _, err := w.Write(m.GetChunk()); err != nil {
-			return fail(err)
-		}
+	info, err := receiveDownload(stream, w)
+	if err != nil {
+		return fail(err)
 	}
+	return info, nil
 }
 
 // ListVolumeFiles lists a directory on a volume ("" is its root), sorted
