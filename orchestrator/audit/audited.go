@@ -26,8 +26,9 @@ type Recorder interface {
 // CreateSnapshot, DeleteSnapshot, Fork, UpdateNetworkPolicy, Submit (execute), Interrupt, CreateContext,
 // RestartContext, DeleteContext, Upload (write_file), MakeDirectory
 // (mkdir), Remove and Rename (move), CreateVolume, DeleteVolume,
-// VolumeUpload (volume_write_file), VolumeMakeDirectory (volume_mkdir) and
-// VolumeRemove (volume_remove). Not recorded: the reads (Get, List,
+// VolumeUpload (volume_write_file), VolumeMakeDirectory (volume_mkdir),
+// VolumeRemove (volume_remove) and VolumeSetAttributes
+// (volume_set_attributes). Not recorded: the reads (Get, List,
 // ListSnapshots, NetworkStatus, SandboxMetrics, GetHost, PortTarget, Follow,
 // ListCommands, ListContexts, Download, ListFiles, ListFilesDepth,
 // WatchDirectory, GetVolume, ListVolumes, VolumeDownload, VolumeStat,
@@ -259,4 +260,11 @@ func (a *audited) VolumeRemove(ctx context.Context, ref, path string, recursive 
 	err := a.Manager.VolumeRemove(ctx, ref, path, recursive)
 	a.record(ctx, start, ActionVolumeRemove, Event{Volume: ref, Path: path}, err)
 	return err
+}
+
+func (a *audited) VolumeSetAttributes(ctx context.Context, ref, path string, at core.FileAttributes) (core.FileInfo, error) {
+	start := time.Now()
+	fi, err := a.Manager.VolumeSetAttributes(ctx, ref, path, at)
+	a.record(ctx, start, ActionVolumeSetAttributes, Event{Volume: ref, Path: path}, err)
+	return fi, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -212,6 +213,11 @@ func calls() map[string]struct {
 			return err
 		}},
 		"VolumeRemove": {ActionVolumeRemove, func(ctx context.Context, m core.Manager) error { return m.VolumeRemove(ctx, "datasets", "d", true) }},
+		"VolumeSetAttributes": {ActionVolumeSetAttributes, func(ctx context.Context, m core.Manager) error {
+			mode := fs.FileMode(0o640)
+			_, err := m.VolumeSetAttributes(ctx, "datasets", "d", core.FileAttributes{Mode: &mode})
+			return err
+		}},
 	}
 }
 

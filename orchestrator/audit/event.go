@@ -51,6 +51,7 @@ const (
 	ActionVolumeWriteFile     = "volume_write_file"
 	ActionVolumeMkdir         = "volume_mkdir"
 	ActionVolumeRemove        = "volume_remove"
+	ActionVolumeSetAttributes = "volume_set_attributes"
 	// ActionDropped is the log's own record: Dropped records were lost
 	// because the queue was full (Log). It has no tenant, so only admins
 	// see it.
@@ -65,7 +66,7 @@ var Actions = []string{
 	ActionCreateContext, ActionRestartContext, ActionDeleteContext,
 	ActionWriteFile, ActionMkdir, ActionRemove, ActionMove,
 	ActionCreateVolume, ActionDeleteVolume, ActionVolumeWriteFile, ActionVolumeMkdir, ActionVolumeRemove,
-	ActionDropped,
+	ActionVolumeSetAttributes, ActionDropped,
 }
 
 // OutcomeOK is the outcome of a call that succeeded; a failed one's is its

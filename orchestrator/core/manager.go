@@ -138,4 +138,9 @@ type Manager interface {
 	VolumeListFiles(ctx context.Context, ref, path string, depth int) ([]FileInfo, error)
 	VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (FileInfo, error)
 	VolumeRemove(ctx context.Context, ref, path string, recursive bool) error
+	// VolumeSetAttributes sets a file's owner, group or permission bits
+	// on a volume (FileAttributes; nil fields are left as they are), as
+	// chown and chmod would; a symlink's owner is its own, and its mode
+	// cannot be set.
+	VolumeSetAttributes(ctx context.Context, ref, path string, a FileAttributes) (FileInfo, error)
 }

@@ -115,6 +115,17 @@ func (v *validating) VolumeMakeDirectory(ctx context.Context, ref, p string, par
 	return v.m.VolumeMakeDirectory(ctx, ref, rel, parents)
 }
 
+func (v *validating) VolumeSetAttributes(ctx context.Context, ref, p string, a FileAttributes) (FileInfo, error) {
+	rel, err := volumePath(ref, p)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if err := ValidateFileAttributes(a); err != nil {
+		return FileInfo{}, err
+	}
+	return v.m.VolumeSetAttributes(ctx, ref, rel, a)
+}
+
 func (v *validating) VolumeRemove(ctx context.Context, ref, p string, recursive bool) error {
 	rel, err := volumePath(ref, p)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
+	"io/fs"
 	"path"
 	"regexp"
 	"strings"
@@ -196,4 +197,31 @@ func VolumeInUse(ref string, by []string) error {
 	}
 	return Preconditionf("volume %s is mounted by sandbox %s%s: delete them first, or delete with force (they keep running without it)",
 		Truncate(ref, 80), strings.Join(shown, ", "), more)
+}
+
+// FileAttributes are what VolumeSetAttributes changes; nil: unchanged.
+type FileAttributes struct {
+	UID, GID *uint32
+	Mode     *fs.FileMode // permission bits and the sticky bit only
+}
+
+// MaxFileOwner bounds a uid or gid a caller may give a file.
+const MaxFileOwner = 65535
+
+// ValidateFileAttributes checks what a caller asks to set on a file: at
+// least one attribute, owners up to MaxFileOwner, a mode of permission
+// bits and the sticky bit (setuid and setgid are refused: volumes are
+// mounted nosuid, so they would only mislead).
+func ValidateFileAttributes(a FileAttributes) error {
+	switch {
+	case a.UID == nil && a.GID == nil && a.Mode == nil:
+		return Invalidf("set attributes: give a uid, a gid or a mode")
+	case a.UID != nil && *a.UID > MaxFileOwner:
+		return Invalidf("uid %d: at most %d", *a.UID, MaxFileOwner)
+	case a.GID != nil && *a.GID > MaxFileOwner:
+		return Invalidf("gid %d: at most %d", *a.GID, MaxFileOwner)
+	case a.Mode != nil && *a.Mode&^(fs.ModePerm|fs.ModeSticky) != 0:
+		return Invalidf("mode %v: only permission bits and the sticky bit (no setuid, setgid or file type)", *a.Mode)
+	}
+	return nil
 }

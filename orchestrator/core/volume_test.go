@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"io/fs"
 	"strings"
 	"testing"
 )
@@ -118,6 +119,28 @@ func TestCleanVolumePath(t *testing.T) {
 	for _, in := range []string{"../x", "/a/../../x", "a\x00b", strings.Repeat("a", MaxPathLen+1)} {
 		if _, err := CleanVolumePath(in); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("CleanVolumePath(%q): %v; want InvalidArgument", in, err)
+		}
+	}
+}
+
+func TestValidateFileAttributes(t *testing.T) {
+	u := func(n uint32) *uint32 { return &n }
+	m := func(n fs.FileMode) *fs.FileMode { return &n }
+	for _, a := range []FileAttributes{{UID: u(0)}, {GID: u(MaxFileOwner)}, {Mode: m(0o640)}, {Mode: m(0o777 | fs.ModeSticky)}} {
+		if err := ValidateFileAttributes(a); err != nil {
+			t.Errorf("%+v: %v", a, err)
+		}
+	}
+	for want, a := range map[string]FileAttributes{
+		"give a uid":     {},
+		"uid 65536":      {UID: u(MaxFileOwner + 1)},
+		"gid 4294967295": {GID: u(1<<32 - 1)},
+		"no setuid":      {Mode: m(0o755 | fs.ModeSetuid)},
+		"setgid":         {Mode: m(0o755 | fs.ModeSetgid)},
+		"or file type":   {Mode: m(0o755 | fs.ModeDir)},
+	} {
+		if err := ValidateFileAttributes(a); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%+v: %v; want InvalidArgument saying %q", a, err, want)
 		}
 	}
 }

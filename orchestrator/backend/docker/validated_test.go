@@ -194,3 +194,7 @@ func (v *validated) VolumeMakeDirectory(ctx context.Context, ref, path string, p
 func (v *validated) VolumeRemove(ctx context.Context, ref, path string, recursive bool) error {
 	return v.v.VolumeRemove(ctx, ref, path, recursive)
 }
+
+func (v *validated) VolumeSetAttributes(ctx context.Context, ref, path string, a core.FileAttributes) (core.FileInfo, error) {
+	return v.v.VolumeSetAttributes(ctx, ref, path, a)
+}

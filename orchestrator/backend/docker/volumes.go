@@ -533,6 +533,48 @@ func (m *Manager) VolumeRemove(ctx context.Context, ref, rel string, recursive b
 	return nil
 }
 
+// VolumeSetAttributes sets a file's owner, group or mode on the volume,
+// through os.Root: the path never resolves out of the volume, and a
+// symlink is changed itself (its owner), never what it points to (a mode
+// for a symlink is refused).
+func (m *Manager) VolumeSetAttributes(ctx context.Context, ref, rel string, a core.FileAttributes) (core.FileInfo, error) {
+	root, f, err := m.openVolume(ctx, ref)
+	if err != nil {
+		return core.FileInfo{}, err
+	}
+	defer root.Close()
+	show := core.VolumePathDisplay(rel)
+	st, err := root.Lstat(rel)
+	if err != nil {
+		return core.FileInfo{}, volumeTree.FSError("set attributes of", show, err)
+	}
+	if a.UID != nil || a.GID != nil {
+		uid, gid := -1, -1
+		if a.UID != nil {
+			uid = int(*a.UID)
+		}
+		if a.GID != nil {
+			gid = int(*a.GID)
+		}
+		if err := root.Lchown(rel, uid, gid); err != nil {
+			return core.FileInfo{}, volumeTree.FSError("set the owner of", show, err)
+		}
+	}
+	if a.Mode != nil {
+		if st.Mode()&fs.ModeSymlink != 0 {
+			return core.FileInfo{}, core.Invalidf("set the mode of %s: it is a symbolic link, which has no mode of its own", show)
+		}
+		if err := root.Chmod(rel, *a.Mode); err != nil {
+			return core.FileInfo{}, volumeTree.FSError("set the mode of", show, err)
+		}
+	}
+	if st, err = root.Lstat(rel); err != nil {
+		return core.FileInfo{}, volumeTree.FSError("set attributes of", show, err)
+	}
+	m.log.Debug("volume file attributes set", "volume_id", f.ID, "path", show)
+	return wspath.Info(rel, st), nil
+}
+
 // volumeBinds are the bind mounts of a sandbox's volumes, for its
 // container: those whose volume still exists (one deleted with force is
 // left out, and logged).

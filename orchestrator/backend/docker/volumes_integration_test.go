@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -103,6 +104,24 @@ func TestIntegrationVolumes(t *testing.T) {
 	}
 	if fi, err := m.VolumeStat(ctxA, "shared", "etc"); err != nil || fi.Type != core.FileSymlink {
 		t.Errorf("stat of the planted symlink: %+v, %v; want the link itself", fi, err)
+	}
+
+	// Owner and mode, set without a sandbox, hold inside: root's 0600 file
+	// is closed to the sandbox user. A symlink has no mode to set.
+	root, private := uint32(0), fs.FileMode(0o600)
+	if fi, err := m.VolumeSetAttributes(ctxA, "shared", "in/seed.txt", core.FileAttributes{UID: &root, GID: &root, Mode: &private}); err != nil ||
+		fi.UID != 0 || fi.Mode.Perm() != 0o600 {
+		t.Errorf("set attributes: %+v, %v", fi, err)
+	}
+	if got := stdoutOf(t, m, alice.Sandbox.ID, "try:\n    open('/mnt/shared/in/seed.txt')\nexcept OSError as e:\n    print(e.errno)"); got != "13\n" {
+		t.Errorf("the sandbox user reading root's 0600 file: %q; want EACCES (13)", got)
+	}
+	if _, err := m.VolumeSetAttributes(ctxA, "shared", "etc", core.FileAttributes{Mode: &private}); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("the mode of a symlink: %v; want INVALID_ARGUMENT", err)
+	}
+	setuid := fs.FileMode(0o755) | fs.ModeSetuid
+	if _, err := m.VolumeSetAttributes(ctxA, "shared", "in/seed.txt", core.FileAttributes{Mode: &setuid}); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("a setuid mode: %v; want INVALID_ARGUMENT", err)
 	}
 
 	if err := m.DeleteVolume(ctxA, "shared", false); !errors.Is(err, core.ErrFailedPrecondition) ||

@@ -207,3 +207,7 @@ func (m *Manager) VolumeMakeDirectory(context.Context, string, string, bool) (co
 func (m *Manager) VolumeRemove(context.Context, string, string, bool) error {
 	return unsupported(featVolumes)
 }
+
+func (m *Manager) VolumeSetAttributes(context.Context, string, string, core.FileAttributes) (core.FileInfo, error) {
+	return core.FileInfo{}, unsupported(featVolumes)
+}

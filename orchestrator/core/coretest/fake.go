@@ -82,6 +82,7 @@ type Manager struct {
 	VolumeListFilesFunc     func(ctx context.Context, ref, path string, depth int) ([]core.FileInfo, error)
 	VolumeMakeDirectoryFunc func(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error)
 	VolumeRemoveFunc        func(ctx context.Context, ref, path string, recursive bool) error
+	VolumeSetAttributesFunc func(ctx context.Context, ref, path string, a core.FileAttributes) (core.FileInfo, error)
 
 	CloseFunc func() error
 
@@ -548,6 +549,15 @@ func (m *Manager) VolumeRemove(ctx context.Context, ref, path string, recursive 
 		return ErrNotScripted
 	}
 	return m.VolumeRemoveFunc(ctx, ref, path, recursive)
+}
+
+// VolumeSetAttributes calls VolumeSetAttributesFunc.
+func (m *Manager) VolumeSetAttributes(ctx context.Context, ref, path string, a core.FileAttributes) (core.FileInfo, error) {
+	m.record("VolumeSetAttributes")
+	if m.VolumeSetAttributesFunc == nil {
+		return core.FileInfo{}, ErrNotScripted
+	}
+	return m.VolumeSetAttributesFunc(ctx, ref, path, a)
 }
 
 // Close calls CloseFunc, or does nothing when it is nil.

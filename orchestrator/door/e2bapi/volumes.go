@@ -10,7 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
@@ -287,23 +289,59 @@ func validUTF8(s string) string {
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
-// refuseOwnership answers a request that asks to set an owner or a mode
-// (uid, gid, mode: makeDir's and writeFile's query, updateMetadata's
-// body): the domain has no call for it yet, so it is refused rather than
-// ignored. The SDK sends them only when its caller gives them.
-func refuseOwnership(what string) error {
-	return badRequest(fmt.Sprintf("setting %s is not supported by sandboxd's volumes: files written here belong to the sandbox user, with the default mode", what))
+// fileAttributes turns E2B's uid, gid and mode (any of them nil: not
+// given) into the domain's. A mode may carry a file type's bits (a full
+// st_mode); they are dropped, the rest is the domain's to judge
+// (core.ValidateFileAttributes: no setuid or setgid). ok is false when
+// none was given.
+func fileAttributes(uid, gid, mode *int64) (a core.FileAttributes, ok bool, err error) {
+	owner := func(name string, v *int64) (*uint32, error) {
+		if v == nil {
+			return nil, nil
+		}
+		if *v < 0 || *v > core.MaxFileOwner {
+			return nil, badRequest(fmt.Sprintf("%s %d: want 0 to %d", name, *v, core.MaxFileOwner))
+		}
+		u := uint32(*v)
+		return &u, nil
+	}
+	if a.UID, err = owner("uid", uid); err != nil {
+		return a, false, err
+	}
+	if a.GID, err = owner("gid", gid); err != nil {
+		return a, false, err
+	}
+	if mode != nil {
+		m := *mode &^ 0o170000 // S_IFMT
+		if m < 0 || m > 0o7777 {
+			return a, false, badRequest(fmt.Sprintf("mode %#o: want permission bits (e.g. 0o644)", *mode))
+		}
+		fm := fs.FileMode(m & 0o777)
+		for bit, flag := range map[int64]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
+			if m&bit != 0 {
+				fm |= flag
+			}
+		}
+		a.Mode = &fm
+	}
+	return a, a.UID != nil || a.GID != nil || a.Mode != nil, nil
 }
 
-// ownershipAsked names the uid, gid and mode given in q, "" for none.
-func ownershipAsked(q interface{ Has(string) bool }) string {
-	var asked []string
-	for _, k := range []string{"uid", "gid", "mode"} {
-		if q.Has(k) {
-			asked = append(asked, k)
+// queryAttributes reads uid, gid and mode from a query (makeDir's and
+// writeFile's).
+func queryAttributes(q url.Values) (core.FileAttributes, bool, error) {
+	var vals [3]*int64
+	for i, k := range []string{"uid", "gid", "mode"} {
+		if !q.Has(k) {
+			continue
 		}
+		n, err := strconv.ParseInt(q.Get(k), 10, 64)
+		if err != nil {
+			return core.FileAttributes{}, false, badRequest(fmt.Sprintf("%s: want a whole number, got %q", k, sanitizeHeader(q.Get(k))))
+		}
+		vals[i] = &n
 	}
-	return strings.Join(asked, ", ")
+	return fileAttributes(vals[0], vals[1], vals[2])
 }
 
 // boolQuery reads a boolean query parameter (absent: false).
@@ -356,8 +394,9 @@ func (s *Server) listVolumeDir(w http.ResponseWriter, r *http.Request) {
 // makeVolumeDir answers POST /volumecontent/{volumeID}/dir?path=&force=:
 // force makes the parents too.
 func (s *Server) makeVolumeDir(w http.ResponseWriter, r *http.Request) {
-	if asked := ownershipAsked(r.URL.Query()); asked != "" {
-		s.writeVolumeError(w, r, "volume mkdir", refuseOwnership(asked))
+	attrs, setAttrs, err := queryAttributes(r.URL.Query())
+	if err != nil {
+		s.writeVolumeError(w, r, "volume mkdir", err)
 		return
 	}
 	parents, err := boolQuery(r, "force")
@@ -369,6 +408,9 @@ func (s *Server) makeVolumeDir(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	fi, err := s.m.VolumeMakeDirectory(r.Context(), volumeFrom(r.Context()), r.URL.Query().Get("path"), parents)
+	if err == nil && setAttrs {
+		fi, err = s.m.VolumeSetAttributes(r.Context(), volumeFrom(r.Context()), r.URL.Query().Get("path"), attrs)
+	}
 	if err != nil {
 		s.writeVolumeError(w, r, "volume mkdir", err)
 		return
@@ -388,30 +430,30 @@ func (s *Server) statVolumePath(w http.ResponseWriter, r *http.Request) {
 }
 
 // updateVolumePath answers PATCH /volumecontent/{volumeID}/path?path=
-// {uid, gid, mode}: refused when it asks for any of them (not supported
-// yet); with none, it changes nothing and answers the entry.
+// {uid, gid, mode}: sets those given and answers the entry; with none it
+// changes nothing.
 func (s *Server) updateVolumePath(w http.ResponseWriter, r *http.Request) {
 	var uid, gid, mode *int64
 	err := decodeObject(r.Body, map[string]field{"uid": intField(&uid), "gid": intField(&gid), "mode": intField(&mode)})
+	var attrs core.FileAttributes
+	var set bool
 	if err == nil {
-		var asked []string
-		for _, f := range []struct {
-			name string
-			v    *int64
-		}{{"uid", uid}, {"gid", gid}, {"mode", mode}} {
-			if f.v != nil {
-				asked = append(asked, f.name)
-			}
-		}
-		if len(asked) > 0 {
-			err = refuseOwnership(strings.Join(asked, ", "))
-		}
+		attrs, set, err = fileAttributes(uid, gid, mode)
 	}
 	if err != nil {
 		s.writeVolumeError(w, r, "volume metadata", err)
 		return
 	}
-	s.statVolumePath(w, r)
+	if !set {
+		s.statVolumePath(w, r)
+		return
+	}
+	fi, err := s.m.VolumeSetAttributes(r.Context(), volumeFrom(r.Context()), r.URL.Query().Get("path"), attrs)
+	if err != nil {
+		s.writeVolumeError(w, r, "volume metadata", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, volumeEntryOf(fi))
 }
 
 // removeVolumePath answers DELETE /volumecontent/{volumeID}/path?path=:
@@ -446,8 +488,9 @@ func (s *Server) readVolumeFile(w http.ResponseWriter, r *http.Request) {
 // file, as the SDK's VolumeWriteOpts.force says, else an existing file is
 // a conflict.
 func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) {
-	if asked := ownershipAsked(r.URL.Query()); asked != "" {
-		s.writeVolumeError(w, r, "volume write", refuseOwnership(asked))
+	attrs, setAttrs, err := queryAttributes(r.URL.Query())
+	if err != nil {
+		s.writeVolumeError(w, r, "volume write", err)
 		return
 	}
 	if ce := r.Header.Get("Content-Encoding"); ce != "" && ce != "identity" {
@@ -461,6 +504,9 @@ func (s *Server) writeVolumeFile(w http.ResponseWriter, r *http.Request) {
 	}
 	rb := &recordedBody{ReadCloser: r.Body}
 	fi, err := s.m.VolumeUpload(r.Context(), volumeFrom(r.Context()), r.URL.Query().Get("path"), rb, overwrite)
+	if err == nil && setAttrs {
+		fi, err = s.m.VolumeSetAttributes(r.Context(), volumeFrom(r.Context()), r.URL.Query().Get("path"), attrs)
+	}
 	if err != nil {
 		s.writeVolumeError(w, r, "volume write", cmpErr(rb.failure(), err))
 		return

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +38,7 @@ type volStore struct {
 	overwrite, parents, recursive bool
 	depth                         int
 	force                         []bool
+	attrs                         []core.FileAttributes
 }
 
 func (st *volStore) find(ctx context.Context, ref string) (core.Volume, error) {
@@ -155,6 +158,25 @@ func (st *volStore) install(m *coretest.Manager) {
 		}
 		st.files[v.ID][p] = nil
 		return fileInfo(p, nil), nil
+	}
+	m.VolumeSetAttributesFunc = func(ctx context.Context, ref, p string, a core.FileAttributes) (core.FileInfo, error) {
+		fi, err := st.stat(ctx, ref, p)
+		if err != nil {
+			return fi, err
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.attrs = append(st.attrs, a)
+		if a.UID != nil {
+			fi.UID = *a.UID
+		}
+		if a.GID != nil {
+			fi.GID = *a.GID
+		}
+		if a.Mode != nil {
+			fi.Mode = fi.Mode&fs.ModeType | *a.Mode
+		}
+		return fi, nil
 	}
 	m.VolumeRemoveFunc = func(ctx context.Context, ref, p string, recursive bool) error {
 		if _, err := st.stat(ctx, ref, p); err != nil {
@@ -473,18 +495,38 @@ func TestUnitVolumeContentRoutes(t *testing.T) {
 		t.Errorf("remove again: %d %s", w.Code, w.Body)
 	}
 
-	// uid, gid and mode are refused, not ignored; PATCH without them is a stat.
+	// uid, gid and mode are set (after the file or directory is made); a
+	// full st_mode loses its type bits; bad values are refused before the
+	// domain's calls; PATCH without them is a stat.
 	st.files[v.VolumeID]["f"] = []byte("x")
+	u := func(n uint32) *uint32 { return &n }
+	m := func(n fs.FileMode) *fs.FileMode { return &n }
+	for _, c := range []struct {
+		method, url, body string
+		want              core.FileAttributes
+	}{
+		{"POST", base + "/dir?path=/d&mode=493", "", core.FileAttributes{Mode: m(0o755)}},
+		{"PUT", base + "/file?path=/f2&uid=0", "x", core.FileAttributes{UID: u(0)}},
+		{"PATCH", base + "/path?path=/f", `{"mode":33188}`, core.FileAttributes{Mode: m(0o644)}}, // 0o100644
+		{"PATCH", base + "/path?path=/f", `{"uid":0,"gid":1000,"mode":1023}`, core.FileAttributes{UID: u(0), GID: u(1000), Mode: m(0o777 | fs.ModeSticky)}},
+	} {
+		st.attrs = nil
+		w := do(s, c.method, c.url, tok, c.body)
+		if w.Code/100 != 2 || len(st.attrs) != 1 || !reflect.DeepEqual(st.attrs[0], c.want) {
+			t.Errorf("%s %s %s: %d %s; the domain was asked for %+v, want %+v", c.method, c.url, c.body, w.Code, w.Body, st.attrs, c.want)
+		}
+	}
 	calls := len(fake.Calls())
-	for _, c := range []struct{ method, url, body string }{
-		{"POST", base + "/dir?path=/d&mode=493", ""},
-		{"PUT", base + "/file?path=/f2&uid=0", "x"},
-		{"PATCH", base + "/path?path=/f", `{"mode":420}`},
-		{"PATCH", base + "/path?path=/f", `{"uid":0,"gid":0}`},
+	for _, c := range []struct{ method, url, body, want string }{
+		{"PATCH", base + "/path?path=/f", `{"uid":-1}`, "uid -1"},
+		{"PATCH", base + "/path?path=/f", `{"gid":70000}`, "gid 70000"},
+		{"PATCH", base + "/path?path=/f", `{"mode":2541}`, "setuid"}, // 0o4755
+		{"POST", base + "/dir?path=/e&uid=x", "", "uid"},
+		{"PUT", base + "/file?path=/f3&mode=99999", "x", "mode"},
 	} {
 		w := do(s, c.method, c.url, tok, c.body)
-		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "not supported") {
-			t.Errorf("%s %s %s: %d %s", c.method, c.url, c.body, w.Code, w.Body)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), c.want) {
+			t.Errorf("%s %s %s: %d %s; want 400 naming %q", c.method, c.url, c.body, w.Code, w.Body, c.want)
 		}
 	}
 	for _, c := range fake.Calls()[calls:] {

@@ -7949,7 +7949,7 @@ type AuditEvent struct {
 	// update_network_policy, execute, interrupt, create_context,
 	// restart_context, delete_context, write_file, mkdir, remove, move,
 	// create_volume, delete_volume, volume_write_file, volume_mkdir,
-	// volume_remove; or "dropped": the server lost dropped_count events
+	// volume_remove, volume_set_attributes; or "dropped": the server lost dropped_count events
 	// because its audit queue was full (only admins see these).
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	// sandbox_id is the sandbox acted on (for acquire, the one acquired).

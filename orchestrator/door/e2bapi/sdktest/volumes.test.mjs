@@ -108,14 +108,17 @@ describe('volumes', () => {
     })
   })
 
-  test('Volume: uid, gid and mode are refused with a clear error', T, async () => {
+  test('Volume: uid, gid and mode are set by updateMetadata, makeDir and writeFile', T, async () => {
     await withVolume('meta', async (vol) => {
       await vol.writeFile('/f.txt', 'x')
-      await assert.rejects(vol.updateMetadata('/f.txt', { mode: 0o600 }), (err) => err instanceof VolumeError && /not supported/.test(err.message))
-      await assert.rejects(vol.makeDir('/d', { uid: 0 }), /not supported/)
-      await assert.rejects(vol.writeFile('/g.txt', 'x', { mode: 0o644 }), /not supported/)
-      assert.equal(await vol.exists('/d'), false)
-      assert.equal(await vol.exists('/g.txt'), false)
+      const f = await vol.updateMetadata('/f.txt', { mode: 0o600 })
+      assert.equal(f.mode & 0o777, 0o600)
+      const d = await vol.makeDir('/d', { uid: 0, gid: 0 })
+      assert.equal(d.uid, 0)
+      assert.equal(d.gid, 0)
+      const g = await vol.writeFile('/g.txt', 'x', { mode: 0o640 })
+      assert.equal(g.mode & 0o777, 0o640)
+      await assert.rejects(vol.updateMetadata('/f.txt', { mode: 0o4755 }), (err) => err instanceof VolumeError && /setuid/.test(err.message))
     })
   })
 
