@@ -155,3 +155,15 @@ func (c *Client) RemoveVolumeFile(ctx context.Context, ref, path string, recursi
 	}
 	return nil
 }
+
+// SetVolumeFileAttributes sets the owner, group or permission bits of a
+// file on a volume (nil: left as it is); mode is chmod's bits (e.g.
+// 0o640, with 0o1000 for the sticky bit). It returns the file as it now
+// is. ErrInvalidArgument for setuid or setgid bits, or nothing to set.
+func (c *Client) SetVolumeFileAttributes(ctx context.Context, ref, path string, uid, gid, mode *uint32) (*sandboxv1.FileInfo, error) {
+	r, err := c.api.SetVolumeFileAttributes(ctx, &sandboxv1.SetVolumeFileAttributesRequest{Volume: ref, Path: path, Uid: uid, Gid: gid, Mode: mode})
+	if err != nil {
+		return nil, fmt.Errorf("setting the attributes of %q on volume %s: %w", path, ref, fromGRPC(err))
+	}
+	return r.GetFile(), nil
+}

@@ -851,6 +851,21 @@ class VolumeFiles:
         self.client._call(self.client._stub.RemoveVolumeFile,
                           pb.RemoveVolumeFileRequest(volume=self.volume, path=path, recursive=recursive))
 
+    def set_attributes(self, path: str, uid: Optional[int] = None, gid: Optional[int] = None,
+                       mode: Optional[int] = None) -> FileInfo:
+        """Sets a file's owner, group or permission bits (chown, chmod; None
+        leaves it as it is), e.g. mode=0o640. A link's owner is its own and
+        it has no mode; setuid and setgid bits are InvalidArgument."""
+        req = pb.SetVolumeFileAttributesRequest(volume=self.volume, path=path)
+        if uid is not None:
+            req.uid = uid
+        if gid is not None:
+            req.gid = gid
+        if mode is not None:
+            req.mode = mode
+        resp = self.client._call(self.client._stub.SetVolumeFileAttributes, req)
+        return FileInfo.from_proto(resp.file)
+
     def __repr__(self):
         return "VolumeFiles(%r)" % self.volume
 

@@ -121,6 +121,10 @@ class Stub:
             raise RpcError(grpc.StatusCode.INVALID_ARGUMENT, "remove /: the volume's root cannot be removed")
         return pb.RemoveVolumeFileResponse()
 
+    def SetVolumeFileAttributes(self, request, metadata=None, timeout=None):
+        self.requests.append(request)
+        return pb.SetVolumeFileAttributesResponse(file=pb.FileInfo(path=request.path.strip("/"), mode=request.mode, type=pb.FILE_TYPE_FILE))
+
     def AcquireSandbox(self, request, metadata=None, timeout=None):
         self.requests.append(request)
         mounts = [pb.VolumeMount(volume=VOL, mount_path=m.mount_path, read_only=m.read_only) for m in request.options.volumes]
@@ -184,6 +188,10 @@ class VolumeTest(unittest.TestCase):
         self.assertEqual(self.stub.requests[-1], pb.RemoveVolumeFileRequest(volume=VOL, path="x", recursive=True))
         with self.assertRaises(sandboxd.InvalidArgument):
             files.remove("/")
+        info = files.set_attributes("/f", mode=0o640)
+        req = self.stub.requests[-1]
+        self.assertEqual((req.volume, req.path, req.mode, req.HasField("uid"), req.HasField("gid")), (VOL, "/f", 0o640, False, False))
+        self.assertEqual((info.path, info.mode), ("f", 0o640))
 
     def test_acquire_with_volumes(self):
         sb = self.client.acquire("alice", volumes=[sandboxd.VolumeMount("data", "/mnt/data"), ("ref", "/data/ref", True)])

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 
 	"google.golang.org/grpc"
 
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -182,4 +184,40 @@ func (s *Service) RemoveVolumeFile(ctx context.Context, req *sandboxv1.RemoveVol
 		return nil, s.fail(ctx, "RemoveVolumeFile", err)
 	}
 	return &sandboxv1.RemoveVolumeFileResponse{}, nil
+}
+
+// SetVolumeFileAttributes implements sandboxv1.SandboxServiceServer. The
+// mode's bits are the protocol's (0o7777, as chmod takes them) and become
+// the domain's fs.FileMode here; the domain judges them.
+func (s *Service) SetVolumeFileAttributes(ctx context.Context, req *sandboxv1.SetVolumeFileAttributesRequest) (*sandboxv1.SetVolumeFileAttributesResponse, error) {
+	if err := required("volume", req.GetVolume()); err != nil {
+		return nil, err
+	}
+	var a core.FileAttributes
+	if req.Uid != nil {
+		uid := req.GetUid()
+		a.UID = &uid
+	}
+	if req.Gid != nil {
+		gid := req.GetGid()
+		a.GID = &gid
+	}
+	if req.Mode != nil {
+		m := req.GetMode()
+		if m > 0o7777 {
+			return nil, invalid("mode %#o: want permission bits (at most 0o7777)", m)
+		}
+		fm := fs.FileMode(m & 0o777)
+		for bit, flag := range map[uint32]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
+			if m&bit != 0 {
+				fm |= flag
+			}
+		}
+		a.Mode = &fm
+	}
+	info, err := s.m.VolumeSetAttributes(ctx, req.GetVolume(), req.GetPath(), a)
+	if err != nil {
+		return nil, s.fail(ctx, "SetVolumeFileAttributes", err)
+	}
+	return &sandboxv1.SetVolumeFileAttributesResponse{File: volumeFileToProto(info)}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -443,5 +444,55 @@ func TestAcquireVolumeMountsBothWays(t *testing.T) {
 	// A sandbox without volumes reports none.
 	if got := sandboxToProto(core.Sandbox{ID: sb1}).GetVolumes(); got != nil {
 		t.Errorf("no mounts = %v, want nil", got)
+	}
+}
+
+// TestSetVolumeFileAttributes: the fields given, and only those, reach the
+// domain, the mode's chmod bits as fs.FileMode; setuid and a missing
+// attribute are refused (the domain's rule, through Validating) before the
+// backend; the answer is the file as it now is.
+func TestSetVolumeFileAttributes(t *testing.T) {
+	var got []core.FileAttributes
+	fake := &fakeManager{
+		VolumeSetAttributesFunc: func(_ context.Context, ref, p string, a core.FileAttributes) (core.FileInfo, error) {
+			got = append(got, a)
+			fi := core.FileInfo{Path: p, Type: core.FileRegular, Mode: 0o644, UID: 1000, GID: 1000}
+			if a.Mode != nil {
+				fi.Mode = *a.Mode
+			}
+			if a.UID != nil {
+				fi.UID = *a.UID
+			}
+			return fi, nil
+		},
+	}
+	env := newTestEnv(t, fake)
+	c, ctx := env.client, testCtx(t)
+	u := func(n uint32) *uint32 { return &n }
+	r, err := c.SetVolumeFileAttributes(ctx, &sandboxv1.SetVolumeFileAttributesRequest{Volume: "data", Path: "/f", Uid: u(0), Mode: u(0o1750)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sticky := fs.FileMode(0o750) | fs.ModeSticky
+	if len(got) != 1 || got[0].UID == nil || *got[0].UID != 0 || got[0].GID != nil || got[0].Mode == nil || *got[0].Mode != sticky {
+		t.Errorf("the domain was asked for %+v", got)
+	}
+	if f := r.GetFile(); f.GetPath() != "f" || f.GetUid() != 0 {
+		t.Errorf("answer %v", f)
+	}
+	for _, req := range []*sandboxv1.SetVolumeFileAttributesRequest{
+		{Volume: "data", Path: "f"},                    // nothing to set
+		{Volume: "data", Path: "f", Mode: u(0o4755)},   // setuid
+		{Volume: "data", Path: "f", Mode: u(0o170755)}, // a file type
+		{Volume: "", Path: "f", Uid: u(0)},             // no volume
+		{Volume: "data", Path: "../f", Uid: u(0)},      // escapes
+		{Volume: "data", Path: "f", Gid: u(70000)},     // too high
+	} {
+		if _, err := c.SetVolumeFileAttributes(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%v: %v; want InvalidArgument", req, err)
+		}
+	}
+	if len(got) != 1 {
+		t.Errorf("refused requests reached the backend: %+v", got[1:])
 	}
 }

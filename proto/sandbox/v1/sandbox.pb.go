@@ -3163,6 +3163,137 @@ func (*RemoveVolumeFileResponse) Descriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
+// SetVolumeFileAttributesRequest names a file on a volume and what to set;
+// at least one of uid, gid and mode.
+type SetVolumeFileAttributesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// volume is the volume's ID or name.
+	Volume string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	// path is the file or directory, relative to the volume's root; empty
+	// (or "/") is the root.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// uid is the new owner.
+	Uid *uint32 `protobuf:"varint,3,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	// gid is the new group.
+	Gid *uint32 `protobuf:"varint,4,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	// mode is the new permission bits (e.g. 0o640), with the sticky bit
+	// (0o1000) if wanted.
+	Mode          *uint32 `protobuf:"varint,5,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetVolumeFileAttributesRequest) Reset() {
+	*x = SetVolumeFileAttributesRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetVolumeFileAttributesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetVolumeFileAttributesRequest) ProtoMessage() {}
+
+func (x *SetVolumeFileAttributesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetVolumeFileAttributesRequest.ProtoReflect.Descriptor instead.
+func (*SetVolumeFileAttributesRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SetVolumeFileAttributesRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *SetVolumeFileAttributesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SetVolumeFileAttributesRequest) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *SetVolumeFileAttributesRequest) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *SetVolumeFileAttributesRequest) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+// SetVolumeFileAttributesResponse describes the file as it now is.
+type SetVolumeFileAttributesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// file is the file; its path is relative to the volume's root.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetVolumeFileAttributesResponse) Reset() {
+	*x = SetVolumeFileAttributesResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetVolumeFileAttributesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetVolumeFileAttributesResponse) ProtoMessage() {}
+
+func (x *SetVolumeFileAttributesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetVolumeFileAttributesResponse.ProtoReflect.Descriptor instead.
+func (*SetVolumeFileAttributesResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *SetVolumeFileAttributesResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
 // ForkSandboxRequest asks for copies of a sandbox.
 type ForkSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3182,7 +3313,7 @@ type ForkSandboxRequest struct {
 
 func (x *ForkSandboxRequest) Reset() {
 	*x = ForkSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3325,7 @@ func (x *ForkSandboxRequest) String() string {
 func (*ForkSandboxRequest) ProtoMessage() {}
 
 func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3338,7 @@ func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ForkSandboxRequest) GetSandboxId() string {
@@ -3256,7 +3387,7 @@ type ForkResult struct {
 
 func (x *ForkResult) Reset() {
 	*x = ForkResult{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3399,7 @@ func (x *ForkResult) String() string {
 func (*ForkResult) ProtoMessage() {}
 
 func (x *ForkResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3412,7 @@ func (x *ForkResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
 func (*ForkResult) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ForkResult) GetSandbox() *Sandbox {
@@ -3323,7 +3454,7 @@ type ForkSandboxResponse struct {
 
 func (x *ForkSandboxResponse) Reset() {
 	*x = ForkSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3466,7 @@ func (x *ForkSandboxResponse) String() string {
 func (*ForkSandboxResponse) ProtoMessage() {}
 
 func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3479,7 @@ func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ForkSandboxResponse) GetResults() []*ForkResult {
@@ -3369,7 +3500,7 @@ type WakeSandboxRequest struct {
 
 func (x *WakeSandboxRequest) Reset() {
 	*x = WakeSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3512,7 @@ func (x *WakeSandboxRequest) String() string {
 func (*WakeSandboxRequest) ProtoMessage() {}
 
 func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3525,7 @@ func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*WakeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WakeSandboxRequest) GetSandboxId() string {
@@ -3418,7 +3549,7 @@ type WakeSandboxResponse struct {
 
 func (x *WakeSandboxResponse) Reset() {
 	*x = WakeSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3561,7 @@ func (x *WakeSandboxResponse) String() string {
 func (*WakeSandboxResponse) ProtoMessage() {}
 
 func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3574,7 @@ func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*WakeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WakeSandboxResponse) GetSandbox() *Sandbox {
@@ -3474,7 +3605,7 @@ type AcquireSandboxRequest struct {
 
 func (x *AcquireSandboxRequest) Reset() {
 	*x = AcquireSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3617,7 @@ func (x *AcquireSandboxRequest) String() string {
 func (*AcquireSandboxRequest) ProtoMessage() {}
 
 func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3630,7 @@ func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AcquireSandboxRequest) GetUserId() string {
@@ -3543,7 +3674,7 @@ type AcquireSandboxResponse struct {
 
 func (x *AcquireSandboxResponse) Reset() {
 	*x = AcquireSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3555,7 +3686,7 @@ func (x *AcquireSandboxResponse) String() string {
 func (*AcquireSandboxResponse) ProtoMessage() {}
 
 func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3568,7 +3699,7 @@ func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AcquireSandboxResponse) GetSandbox() *Sandbox {
@@ -3624,7 +3755,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +3767,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +3780,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -3670,7 +3801,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +3813,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +3826,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -3728,7 +3859,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3871,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3884,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListSandboxesRequest) GetUserId() string {
@@ -3795,7 +3926,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +3938,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +3951,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -3841,7 +3972,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +3984,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +3997,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -3885,7 +4016,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3897,7 +4028,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3910,7 +4041,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
 }
 
 // ExecuteRequest is one command to run.
@@ -3987,7 +4118,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4130,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4143,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -4091,7 +4222,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4103,7 +4234,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4116,7 +4247,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -4150,7 +4281,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4162,7 +4293,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4175,7 +4306,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -4227,7 +4358,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4239,7 +4370,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4252,7 +4383,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -4415,7 +4546,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4427,7 +4558,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4440,7 +4571,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Started) GetLanguage() string {
@@ -4484,7 +4615,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4496,7 +4627,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4509,7 +4640,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -4546,7 +4677,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4689,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4702,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -4594,7 +4725,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4737,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4750,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -4648,7 +4779,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4660,7 +4791,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4673,7 +4804,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Error) GetEname() string {
@@ -4738,7 +4869,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4750,7 +4881,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4763,7 +4894,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -4843,7 +4974,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +4986,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +4999,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *FileRef) GetPath() string {
@@ -4898,7 +5029,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +5041,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5054,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -4950,7 +5081,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4962,7 +5093,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4975,7 +5106,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 // FileInfo describes a file or directory under /workspace, or on a volume
@@ -5013,7 +5144,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5025,7 +5156,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5038,7 +5169,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -5113,7 +5244,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5125,7 +5256,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5138,7 +5269,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -5172,7 +5303,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5184,7 +5315,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5197,7 +5328,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -5256,7 +5387,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5268,7 +5399,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5281,7 +5412,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -5304,7 +5435,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5316,7 +5447,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5329,7 +5460,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -5360,7 +5491,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5372,7 +5503,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5385,7 +5516,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -5422,7 +5553,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5434,7 +5565,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5447,7 +5578,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -5482,7 +5613,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5494,7 +5625,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5507,7 +5638,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -5533,7 +5664,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5545,7 +5676,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5558,7 +5689,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -5593,7 +5724,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5605,7 +5736,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5618,7 +5749,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -5644,7 +5775,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5656,7 +5787,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5669,7 +5800,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -5702,7 +5833,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5714,7 +5845,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5727,7 +5858,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -5747,7 +5878,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5759,7 +5890,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5772,7 +5903,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -5814,7 +5945,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5826,7 +5957,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5839,7 +5970,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -5865,7 +5996,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5877,7 +6008,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5890,7 +6021,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -5929,7 +6060,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5941,7 +6072,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5954,7 +6085,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -5988,7 +6119,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6000,7 +6131,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6013,7 +6144,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -6053,7 +6184,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6065,7 +6196,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6078,7 +6209,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -6112,7 +6243,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6124,7 +6255,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6137,7 +6268,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -6153,7 +6284,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6165,7 +6296,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6178,7 +6309,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -6204,7 +6335,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6216,7 +6347,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6229,7 +6360,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -6247,7 +6378,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6259,7 +6390,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6272,7 +6403,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -6305,7 +6436,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6317,7 +6448,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6330,7 +6461,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -6350,7 +6481,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6362,7 +6493,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6375,7 +6506,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -6417,7 +6548,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6429,7 +6560,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6442,7 +6573,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -6505,7 +6636,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6517,7 +6648,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6530,7 +6661,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -6631,7 +6762,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6643,7 +6774,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6656,7 +6787,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -6685,7 +6816,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6697,7 +6828,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6710,7 +6841,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -6740,7 +6871,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6752,7 +6883,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6765,7 +6896,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Context) GetContextId() string {
@@ -6816,7 +6947,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6828,7 +6959,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6841,7 +6972,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -6876,7 +7007,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6888,7 +7019,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6901,7 +7032,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -6922,7 +7053,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6934,7 +7065,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6947,7 +7078,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -6968,7 +7099,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6980,7 +7111,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6993,7 +7124,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -7016,7 +7147,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7028,7 +7159,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7041,7 +7172,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -7067,7 +7198,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7079,7 +7210,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7092,7 +7223,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -7108,7 +7239,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7120,7 +7251,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7133,7 +7264,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -7159,7 +7290,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7171,7 +7302,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7184,7 +7315,7 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
 }
 
 // UpdateNetworkPolicyRequest names a sandbox and its new egress policy.
@@ -7202,7 +7333,7 @@ type UpdateNetworkPolicyRequest struct {
 
 func (x *UpdateNetworkPolicyRequest) Reset() {
 	*x = UpdateNetworkPolicyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7214,7 +7345,7 @@ func (x *UpdateNetworkPolicyRequest) String() string {
 func (*UpdateNetworkPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7227,7 +7358,7 @@ func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *UpdateNetworkPolicyRequest) GetSandboxId() string {
@@ -7256,7 +7387,7 @@ type UpdateNetworkPolicyResponse struct {
 
 func (x *UpdateNetworkPolicyResponse) Reset() {
 	*x = UpdateNetworkPolicyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7268,7 +7399,7 @@ func (x *UpdateNetworkPolicyResponse) String() string {
 func (*UpdateNetworkPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7281,7 +7412,7 @@ func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *UpdateNetworkPolicyResponse) GetSandbox() *Sandbox {
@@ -7302,7 +7433,7 @@ type GetNetworkStatusRequest struct {
 
 func (x *GetNetworkStatusRequest) Reset() {
 	*x = GetNetworkStatusRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7314,7 +7445,7 @@ func (x *GetNetworkStatusRequest) String() string {
 func (*GetNetworkStatusRequest) ProtoMessage() {}
 
 func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7327,7 +7458,7 @@ func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *GetNetworkStatusRequest) GetSandboxId() string {
@@ -7357,7 +7488,7 @@ type GetNetworkStatusResponse struct {
 
 func (x *GetNetworkStatusResponse) Reset() {
 	*x = GetNetworkStatusResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7369,7 +7500,7 @@ func (x *GetNetworkStatusResponse) String() string {
 func (*GetNetworkStatusResponse) ProtoMessage() {}
 
 func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7382,7 +7513,7 @@ func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GetNetworkStatusResponse) GetPolicy() *NetworkPolicy {
@@ -7439,7 +7570,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7451,7 +7582,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7464,7 +7595,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *NetworkCounters) GetBytesOut() uint64 {
@@ -7569,7 +7700,7 @@ type NetworkDenial struct {
 
 func (x *NetworkDenial) Reset() {
 	*x = NetworkDenial{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7581,7 +7712,7 @@ func (x *NetworkDenial) String() string {
 func (*NetworkDenial) ProtoMessage() {}
 
 func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7594,7 +7725,7 @@ func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
 func (*NetworkDenial) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
@@ -7645,7 +7776,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7657,7 +7788,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7670,7 +7801,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *GetHostRequest) GetSandboxId() string {
@@ -7710,7 +7841,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7722,7 +7853,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7735,7 +7866,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *GetHostResponse) GetUrl() string {
@@ -7792,7 +7923,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7804,7 +7935,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7817,7 +7948,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListAuditEventsRequest) GetTenant() string {
@@ -7885,7 +8016,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7897,7 +8028,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7910,7 +8041,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -7996,7 +8127,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8008,7 +8139,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8021,7 +8152,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AuditEvent) GetTime() *timestamppb.Timestamp {
@@ -8178,7 +8309,7 @@ type GetSandboxMetricsRequest struct {
 
 func (x *GetSandboxMetricsRequest) Reset() {
 	*x = GetSandboxMetricsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8190,7 +8321,7 @@ func (x *GetSandboxMetricsRequest) String() string {
 func (*GetSandboxMetricsRequest) ProtoMessage() {}
 
 func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8203,7 +8334,7 @@ func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *GetSandboxMetricsRequest) GetSandboxId() string {
@@ -8231,7 +8362,7 @@ type GetSandboxMetricsResponse struct {
 
 func (x *GetSandboxMetricsResponse) Reset() {
 	*x = GetSandboxMetricsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8243,7 +8374,7 @@ func (x *GetSandboxMetricsResponse) String() string {
 func (*GetSandboxMetricsResponse) ProtoMessage() {}
 
 func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8256,7 +8387,7 @@ func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
@@ -8304,7 +8435,7 @@ type SandboxMetricsSample struct {
 
 func (x *SandboxMetricsSample) Reset() {
 	*x = SandboxMetricsSample{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8316,7 +8447,7 @@ func (x *SandboxMetricsSample) String() string {
 func (*SandboxMetricsSample) ProtoMessage() {}
 
 func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8329,7 +8460,7 @@ func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
 func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
@@ -8423,7 +8554,7 @@ type DiskUsage struct {
 
 func (x *DiskUsage) Reset() {
 	*x = DiskUsage{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8435,7 +8566,7 @@ func (x *DiskUsage) String() string {
 func (*DiskUsage) ProtoMessage() {}
 
 func (x *DiskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8448,7 +8579,7 @@ func (x *DiskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
 func (*DiskUsage) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *DiskUsage) GetUsedBytes() int64 {
@@ -8478,7 +8609,7 @@ type NetworkBytes struct {
 
 func (x *NetworkBytes) Reset() {
 	*x = NetworkBytes{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8490,7 +8621,7 @@ func (x *NetworkBytes) String() string {
 func (*NetworkBytes) ProtoMessage() {}
 
 func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8503,7 +8634,7 @@ func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
 func (*NetworkBytes) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *NetworkBytes) GetBytesIn() uint64 {
@@ -8711,7 +8842,18 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x1a\n" +
-	"\x18RemoveVolumeFileResponse\"\x9a\x01\n" +
+	"\x18RemoveVolumeFileResponse\"\xac\x01\n" +
+	"\x1eSetVolumeFileAttributesRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x15\n" +
+	"\x03uid\x18\x03 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x04 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04mode\x18\x05 \x01(\rH\x02R\x04mode\x88\x01\x01B\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_mode\"K\n" +
+	"\x1fSetVolumeFileAttributesResponse\x12(\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"\x9a\x01\n" +
 	"\x12ForkSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
@@ -9147,7 +9289,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xb6\x1d\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xaa\x1e\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -9189,7 +9331,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x0fListVolumeFiles\x12\".sandbox.v1.ListVolumeFilesRequest\x1a#.sandbox.v1.ListVolumeFilesResponse\x12W\n" +
 	"\x0eStatVolumeFile\x12!.sandbox.v1.StatVolumeFileRequest\x1a\".sandbox.v1.StatVolumeFileResponse\x12f\n" +
 	"\x13MakeVolumeDirectory\x12&.sandbox.v1.MakeVolumeDirectoryRequest\x1a'.sandbox.v1.MakeVolumeDirectoryResponse\x12]\n" +
-	"\x10RemoveVolumeFile\x12#.sandbox.v1.RemoveVolumeFileRequest\x1a$.sandbox.v1.RemoveVolumeFileResponse\x12N\n" +
+	"\x10RemoveVolumeFile\x12#.sandbox.v1.RemoveVolumeFileRequest\x1a$.sandbox.v1.RemoveVolumeFileResponse\x12r\n" +
+	"\x17SetVolumeFileAttributes\x12*.sandbox.v1.SetVolumeFileAttributesRequest\x1a+.sandbox.v1.SetVolumeFileAttributesResponse\x12N\n" +
 	"\vForkSandbox\x12\x1e.sandbox.v1.ForkSandboxRequest\x1a\x1f.sandbox.v1.ForkSandboxResponse\x12f\n" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
@@ -9210,352 +9353,357 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 128)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
-	(SandboxState)(0),                   // 0: sandbox.v1.SandboxState
-	(CommandStatus)(0),                  // 1: sandbox.v1.CommandStatus
-	(IdleAction)(0),                     // 2: sandbox.v1.IdleAction
-	(FileType)(0),                       // 3: sandbox.v1.FileType
-	(WatchEventType)(0),                 // 4: sandbox.v1.WatchEventType
-	(CommandState)(0),                   // 5: sandbox.v1.CommandState
-	(NetworkDenialKind)(0),              // 6: sandbox.v1.NetworkDenialKind
-	(*ResourceLimits)(nil),              // 7: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),              // 8: sandbox.v1.SandboxOptions
-	(*NetworkPolicy)(nil),               // 9: sandbox.v1.NetworkPolicy
-	(*NetworkRule)(nil),                 // 10: sandbox.v1.NetworkRule
-	(*Sandbox)(nil),                     // 11: sandbox.v1.Sandbox
-	(*SnapshotInfo)(nil),                // 12: sandbox.v1.SnapshotInfo
-	(*WakeInfo)(nil),                    // 13: sandbox.v1.WakeInfo
-	(*LostName)(nil),                    // 14: sandbox.v1.LostName
-	(*HibernateSandboxRequest)(nil),     // 15: sandbox.v1.HibernateSandboxRequest
-	(*HibernateSandboxResponse)(nil),    // 16: sandbox.v1.HibernateSandboxResponse
-	(*Snapshot)(nil),                    // 17: sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),       // 18: sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),      // 19: sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),        // 20: sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),       // 21: sandbox.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),       // 22: sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),      // 23: sandbox.v1.DeleteSnapshotResponse
-	(*Volume)(nil),                      // 24: sandbox.v1.Volume
-	(*VolumeMount)(nil),                 // 25: sandbox.v1.VolumeMount
-	(*CreateVolumeRequest)(nil),         // 26: sandbox.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),        // 27: sandbox.v1.CreateVolumeResponse
-	(*GetVolumeRequest)(nil),            // 28: sandbox.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),           // 29: sandbox.v1.GetVolumeResponse
-	(*ListVolumesRequest)(nil),          // 30: sandbox.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),         // 31: sandbox.v1.ListVolumesResponse
-	(*DeleteVolumeRequest)(nil),         // 32: sandbox.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),        // 33: sandbox.v1.DeleteVolumeResponse
-	(*UploadVolumeFileHeader)(nil),      // 34: sandbox.v1.UploadVolumeFileHeader
-	(*UploadVolumeFileRequest)(nil),     // 35: sandbox.v1.UploadVolumeFileRequest
-	(*UploadVolumeFileResponse)(nil),    // 36: sandbox.v1.UploadVolumeFileResponse
-	(*DownloadVolumeFileRequest)(nil),   // 37: sandbox.v1.DownloadVolumeFileRequest
-	(*DownloadVolumeFileResponse)(nil),  // 38: sandbox.v1.DownloadVolumeFileResponse
-	(*ListVolumeFilesRequest)(nil),      // 39: sandbox.v1.ListVolumeFilesRequest
-	(*ListVolumeFilesResponse)(nil),     // 40: sandbox.v1.ListVolumeFilesResponse
-	(*StatVolumeFileRequest)(nil),       // 41: sandbox.v1.StatVolumeFileRequest
-	(*StatVolumeFileResponse)(nil),      // 42: sandbox.v1.StatVolumeFileResponse
-	(*MakeVolumeDirectoryRequest)(nil),  // 43: sandbox.v1.MakeVolumeDirectoryRequest
-	(*MakeVolumeDirectoryResponse)(nil), // 44: sandbox.v1.MakeVolumeDirectoryResponse
-	(*RemoveVolumeFileRequest)(nil),     // 45: sandbox.v1.RemoveVolumeFileRequest
-	(*RemoveVolumeFileResponse)(nil),    // 46: sandbox.v1.RemoveVolumeFileResponse
-	(*ForkSandboxRequest)(nil),          // 47: sandbox.v1.ForkSandboxRequest
-	(*ForkResult)(nil),                  // 48: sandbox.v1.ForkResult
-	(*ForkSandboxResponse)(nil),         // 49: sandbox.v1.ForkSandboxResponse
-	(*WakeSandboxRequest)(nil),          // 50: sandbox.v1.WakeSandboxRequest
-	(*WakeSandboxResponse)(nil),         // 51: sandbox.v1.WakeSandboxResponse
-	(*AcquireSandboxRequest)(nil),       // 52: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),      // 53: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),           // 54: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),          // 55: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),        // 56: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 57: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),        // 58: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 59: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),              // 60: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                     // 61: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),        // 62: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),                // 63: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                     // 64: sandbox.v1.Started
-	(*OutputChunk)(nil),                 // 65: sandbox.v1.OutputChunk
-	(*Display)(nil),                     // 66: sandbox.v1.Display
-	(*Result)(nil),                      // 67: sandbox.v1.Result
-	(*Error)(nil),                       // 68: sandbox.v1.Error
-	(*Done)(nil),                        // 69: sandbox.v1.Done
-	(*FileRef)(nil),                     // 70: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),     // 71: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),    // 72: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                    // 73: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),            // 74: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),           // 75: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),          // 76: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),         // 77: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),        // 78: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),            // 79: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),           // 80: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),        // 81: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),       // 82: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),               // 83: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 84: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),               // 85: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),              // 86: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),       // 87: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),      // 88: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                  // 89: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),            // 90: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),           // 91: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),           // 92: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),          // 93: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),            // 94: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),           // 95: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),         // 96: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),        // 97: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),                 // 98: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),    // 99: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil),   // 100: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                     // 101: sandbox.v1.Context
-	(*CreateContextRequest)(nil),        // 102: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),       // 103: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),         // 104: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),        // 105: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),       // 106: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),      // 107: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),        // 108: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),       // 109: sandbox.v1.DeleteContextResponse
-	(*UpdateNetworkPolicyRequest)(nil),  // 110: sandbox.v1.UpdateNetworkPolicyRequest
-	(*UpdateNetworkPolicyResponse)(nil), // 111: sandbox.v1.UpdateNetworkPolicyResponse
-	(*GetNetworkStatusRequest)(nil),     // 112: sandbox.v1.GetNetworkStatusRequest
-	(*GetNetworkStatusResponse)(nil),    // 113: sandbox.v1.GetNetworkStatusResponse
-	(*NetworkCounters)(nil),             // 114: sandbox.v1.NetworkCounters
-	(*NetworkDenial)(nil),               // 115: sandbox.v1.NetworkDenial
-	(*GetHostRequest)(nil),              // 116: sandbox.v1.GetHostRequest
-	(*GetHostResponse)(nil),             // 117: sandbox.v1.GetHostResponse
-	(*ListAuditEventsRequest)(nil),      // 118: sandbox.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),     // 119: sandbox.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                  // 120: sandbox.v1.AuditEvent
-	(*GetSandboxMetricsRequest)(nil),    // 121: sandbox.v1.GetSandboxMetricsRequest
-	(*GetSandboxMetricsResponse)(nil),   // 122: sandbox.v1.GetSandboxMetricsResponse
-	(*SandboxMetricsSample)(nil),        // 123: sandbox.v1.SandboxMetricsSample
-	(*DiskUsage)(nil),                   // 124: sandbox.v1.DiskUsage
-	(*NetworkBytes)(nil),                // 125: sandbox.v1.NetworkBytes
-	nil,                                 // 126: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                 // 127: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                 // 128: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                 // 129: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                 // 130: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                 // 131: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                 // 132: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                 // 133: sandbox.v1.Display.DataEntry
-	nil,                                 // 134: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),         // 135: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),       // 136: google.protobuf.Timestamp
+	(SandboxState)(0),                       // 0: sandbox.v1.SandboxState
+	(CommandStatus)(0),                      // 1: sandbox.v1.CommandStatus
+	(IdleAction)(0),                         // 2: sandbox.v1.IdleAction
+	(FileType)(0),                           // 3: sandbox.v1.FileType
+	(WatchEventType)(0),                     // 4: sandbox.v1.WatchEventType
+	(CommandState)(0),                       // 5: sandbox.v1.CommandState
+	(NetworkDenialKind)(0),                  // 6: sandbox.v1.NetworkDenialKind
+	(*ResourceLimits)(nil),                  // 7: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),                  // 8: sandbox.v1.SandboxOptions
+	(*NetworkPolicy)(nil),                   // 9: sandbox.v1.NetworkPolicy
+	(*NetworkRule)(nil),                     // 10: sandbox.v1.NetworkRule
+	(*Sandbox)(nil),                         // 11: sandbox.v1.Sandbox
+	(*SnapshotInfo)(nil),                    // 12: sandbox.v1.SnapshotInfo
+	(*WakeInfo)(nil),                        // 13: sandbox.v1.WakeInfo
+	(*LostName)(nil),                        // 14: sandbox.v1.LostName
+	(*HibernateSandboxRequest)(nil),         // 15: sandbox.v1.HibernateSandboxRequest
+	(*HibernateSandboxResponse)(nil),        // 16: sandbox.v1.HibernateSandboxResponse
+	(*Snapshot)(nil),                        // 17: sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),           // 18: sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),          // 19: sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),            // 20: sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),           // 21: sandbox.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),           // 22: sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),          // 23: sandbox.v1.DeleteSnapshotResponse
+	(*Volume)(nil),                          // 24: sandbox.v1.Volume
+	(*VolumeMount)(nil),                     // 25: sandbox.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),             // 26: sandbox.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),            // 27: sandbox.v1.CreateVolumeResponse
+	(*GetVolumeRequest)(nil),                // 28: sandbox.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),               // 29: sandbox.v1.GetVolumeResponse
+	(*ListVolumesRequest)(nil),              // 30: sandbox.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),             // 31: sandbox.v1.ListVolumesResponse
+	(*DeleteVolumeRequest)(nil),             // 32: sandbox.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),            // 33: sandbox.v1.DeleteVolumeResponse
+	(*UploadVolumeFileHeader)(nil),          // 34: sandbox.v1.UploadVolumeFileHeader
+	(*UploadVolumeFileRequest)(nil),         // 35: sandbox.v1.UploadVolumeFileRequest
+	(*UploadVolumeFileResponse)(nil),        // 36: sandbox.v1.UploadVolumeFileResponse
+	(*DownloadVolumeFileRequest)(nil),       // 37: sandbox.v1.DownloadVolumeFileRequest
+	(*DownloadVolumeFileResponse)(nil),      // 38: sandbox.v1.DownloadVolumeFileResponse
+	(*ListVolumeFilesRequest)(nil),          // 39: sandbox.v1.ListVolumeFilesRequest
+	(*ListVolumeFilesResponse)(nil),         // 40: sandbox.v1.ListVolumeFilesResponse
+	(*StatVolumeFileRequest)(nil),           // 41: sandbox.v1.StatVolumeFileRequest
+	(*StatVolumeFileResponse)(nil),          // 42: sandbox.v1.StatVolumeFileResponse
+	(*MakeVolumeDirectoryRequest)(nil),      // 43: sandbox.v1.MakeVolumeDirectoryRequest
+	(*MakeVolumeDirectoryResponse)(nil),     // 44: sandbox.v1.MakeVolumeDirectoryResponse
+	(*RemoveVolumeFileRequest)(nil),         // 45: sandbox.v1.RemoveVolumeFileRequest
+	(*RemoveVolumeFileResponse)(nil),        // 46: sandbox.v1.RemoveVolumeFileResponse
+	(*SetVolumeFileAttributesRequest)(nil),  // 47: sandbox.v1.SetVolumeFileAttributesRequest
+	(*SetVolumeFileAttributesResponse)(nil), // 48: sandbox.v1.SetVolumeFileAttributesResponse
+	(*ForkSandboxRequest)(nil),              // 49: sandbox.v1.ForkSandboxRequest
+	(*ForkResult)(nil),                      // 50: sandbox.v1.ForkResult
+	(*ForkSandboxResponse)(nil),             // 51: sandbox.v1.ForkSandboxResponse
+	(*WakeSandboxRequest)(nil),              // 52: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),             // 53: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),           // 54: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),          // 55: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),               // 56: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),              // 57: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),            // 58: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),           // 59: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),            // 60: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),           // 61: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),                  // 62: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                         // 63: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),            // 64: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),                    // 65: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                         // 66: sandbox.v1.Started
+	(*OutputChunk)(nil),                     // 67: sandbox.v1.OutputChunk
+	(*Display)(nil),                         // 68: sandbox.v1.Display
+	(*Result)(nil),                          // 69: sandbox.v1.Result
+	(*Error)(nil),                           // 70: sandbox.v1.Error
+	(*Done)(nil),                            // 71: sandbox.v1.Done
+	(*FileRef)(nil),                         // 72: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),         // 73: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),        // 74: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                        // 75: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),                // 76: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),               // 77: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),              // 78: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),             // 79: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),            // 80: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),                // 81: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),               // 82: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),            // 83: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),           // 84: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),                   // 85: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),                  // 86: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),                   // 87: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),                  // 88: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),           // 89: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),          // 90: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                      // 91: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),                // 92: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),               // 93: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),               // 94: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),              // 95: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),                // 96: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),               // 97: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),             // 98: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),            // 99: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),                     // 100: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),        // 101: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil),       // 102: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                         // 103: sandbox.v1.Context
+	(*CreateContextRequest)(nil),            // 104: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),           // 105: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),             // 106: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),            // 107: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),           // 108: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),          // 109: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),            // 110: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),           // 111: sandbox.v1.DeleteContextResponse
+	(*UpdateNetworkPolicyRequest)(nil),      // 112: sandbox.v1.UpdateNetworkPolicyRequest
+	(*UpdateNetworkPolicyResponse)(nil),     // 113: sandbox.v1.UpdateNetworkPolicyResponse
+	(*GetNetworkStatusRequest)(nil),         // 114: sandbox.v1.GetNetworkStatusRequest
+	(*GetNetworkStatusResponse)(nil),        // 115: sandbox.v1.GetNetworkStatusResponse
+	(*NetworkCounters)(nil),                 // 116: sandbox.v1.NetworkCounters
+	(*NetworkDenial)(nil),                   // 117: sandbox.v1.NetworkDenial
+	(*GetHostRequest)(nil),                  // 118: sandbox.v1.GetHostRequest
+	(*GetHostResponse)(nil),                 // 119: sandbox.v1.GetHostResponse
+	(*ListAuditEventsRequest)(nil),          // 120: sandbox.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),         // 121: sandbox.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                      // 122: sandbox.v1.AuditEvent
+	(*GetSandboxMetricsRequest)(nil),        // 123: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),       // 124: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),            // 125: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                       // 126: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                    // 127: sandbox.v1.NetworkBytes
+	nil,                                     // 128: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                     // 129: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                     // 130: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                     // 131: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                     // 132: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                     // 133: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                     // 134: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                     // 135: sandbox.v1.Display.DataEntry
+	nil,                                     // 136: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),             // 137: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 138: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	126, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	127, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	135, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	128, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	129, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	137, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
 	25,  // 6: sandbox.v1.SandboxOptions.volumes:type_name -> sandbox.v1.VolumeMount
-	128, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	129, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	130, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	131, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 9: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	136, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	136, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	136, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	138, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	138, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	138, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	7,   // 13: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	130, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	135, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	132, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	137, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	12,  // 16: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	136, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	138, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
 	13,  // 18: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 19: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
 	9,   // 20: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
 	25,  // 21: sandbox.v1.Sandbox.volumes:type_name -> sandbox.v1.VolumeMount
-	136, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	138, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
 	14,  // 23: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	136, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	138, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
 	11,  // 25: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	136, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	138, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	17,  // 27: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
 	17,  // 28: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
-	136, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	138, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	24,  // 30: sandbox.v1.CreateVolumeResponse.volume:type_name -> sandbox.v1.Volume
 	24,  // 31: sandbox.v1.GetVolumeResponse.volume:type_name -> sandbox.v1.Volume
 	24,  // 32: sandbox.v1.ListVolumesResponse.volumes:type_name -> sandbox.v1.Volume
 	34,  // 33: sandbox.v1.UploadVolumeFileRequest.header:type_name -> sandbox.v1.UploadVolumeFileHeader
-	73,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	73,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	73,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	73,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	73,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	8,   // 39: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 40: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 41: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
-	48,  // 42: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
-	11,  // 43: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 44: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	8,   // 45: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 46: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 47: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	11,  // 48: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,   // 49: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	131, // 50: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	11,  // 51: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	135, // 52: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	132, // 53: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	61,  // 54: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	64,  // 55: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	65,  // 56: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	65,  // 57: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	66,  // 58: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	67,  // 59: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	68,  // 60: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	69,  // 61: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	136, // 62: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	13,  // 63: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	133, // 64: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	134, // 65: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,   // 66: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	135, // 67: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	70,  // 68: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	136, // 69: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	136, // 70: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	3,   // 71: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	74,  // 72: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	73,  // 73: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	73,  // 74: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	73,  // 75: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	73,  // 76: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	73,  // 77: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	89,  // 78: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	4,   // 79: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	136, // 80: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	61,  // 81: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	98,  // 82: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	5,   // 83: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,   // 84: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	136, // 85: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	136, // 86: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	135, // 87: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	135, // 88: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	11,  // 89: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	136, // 90: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	101, // 91: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	101, // 92: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	9,   // 93: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
-	11,  // 94: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	9,   // 95: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
-	114, // 96: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
-	115, // 97: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	136, // 98: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
-	6,   // 99: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	136, // 100: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
-	136, // 101: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
-	120, // 102: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
-	136, // 103: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	135, // 104: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
-	136, // 105: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
-	123, // 106: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
-	136, // 107: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
-	124, // 108: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
-	124, // 109: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
-	125, // 110: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
-	10,  // 111: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	52,  // 112: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	54,  // 113: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	56,  // 114: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	58,  // 115: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	60,  // 116: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	62,  // 117: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	71,  // 118: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	75,  // 119: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	77,  // 120: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	79,  // 121: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	81,  // 122: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	83,  // 123: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	85,  // 124: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	87,  // 125: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	90,  // 126: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	92,  // 127: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	94,  // 128: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	96,  // 129: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	99,  // 130: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	102, // 131: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	104, // 132: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	106, // 133: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	108, // 134: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 135: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	50,  // 136: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	18,  // 137: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
-	20,  // 138: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
-	22,  // 139: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
-	26,  // 140: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
-	28,  // 141: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
-	30,  // 142: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
-	32,  // 143: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
-	35,  // 144: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
-	37,  // 145: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
-	39,  // 146: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
-	41,  // 147: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
-	43,  // 148: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
-	45,  // 149: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
-	47,  // 150: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
-	110, // 151: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	112, // 152: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	116, // 153: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	118, // 154: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
-	121, // 155: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
-	53,  // 156: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	55,  // 157: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	57,  // 158: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	59,  // 159: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	63,  // 160: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	63,  // 161: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	72,  // 162: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	76,  // 163: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	78,  // 164: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	80,  // 165: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	82,  // 166: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	84,  // 167: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	86,  // 168: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	88,  // 169: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	91,  // 170: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	93,  // 171: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	95,  // 172: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	97,  // 173: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	100, // 174: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	103, // 175: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	105, // 176: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	107, // 177: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	109, // 178: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 179: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	51,  // 180: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	19,  // 181: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
-	21,  // 182: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
-	23,  // 183: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
-	27,  // 184: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
-	29,  // 185: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
-	31,  // 186: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
-	33,  // 187: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
-	36,  // 188: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
-	38,  // 189: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
-	40,  // 190: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
-	42,  // 191: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
-	44,  // 192: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
-	46,  // 193: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
-	49,  // 194: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
-	111, // 195: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	113, // 196: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	117, // 197: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	119, // 198: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
-	122, // 199: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
-	156, // [156:200] is the sub-list for method output_type
-	112, // [112:156] is the sub-list for method input_type
-	112, // [112:112] is the sub-list for extension type_name
-	112, // [112:112] is the sub-list for extension extendee
-	0,   // [0:112] is the sub-list for field type_name
+	75,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	75,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 39: sandbox.v1.SetVolumeFileAttributesResponse.file:type_name -> sandbox.v1.FileInfo
+	8,   // 40: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 41: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 42: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
+	50,  // 43: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
+	11,  // 44: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 45: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	8,   // 46: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	11,  // 47: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	13,  // 48: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	11,  // 49: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,   // 50: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	133, // 51: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	11,  // 52: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	137, // 53: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	134, // 54: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	63,  // 55: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	66,  // 56: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	67,  // 57: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	67,  // 58: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	68,  // 59: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	69,  // 60: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	70,  // 61: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	71,  // 62: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	138, // 63: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	13,  // 64: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	135, // 65: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	136, // 66: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,   // 67: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	137, // 68: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	72,  // 69: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	138, // 70: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	138, // 71: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	3,   // 72: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	76,  // 73: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	75,  // 74: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 75: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 76: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	75,  // 77: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	75,  // 78: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	91,  // 79: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	4,   // 80: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	138, // 81: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	63,  // 82: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	100, // 83: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	5,   // 84: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,   // 85: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	138, // 86: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	138, // 87: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	137, // 88: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	137, // 89: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	11,  // 90: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	138, // 91: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	103, // 92: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	103, // 93: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	9,   // 94: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
+	11,  // 95: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	9,   // 96: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
+	116, // 97: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
+	117, // 98: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
+	138, // 99: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	6,   // 100: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
+	138, // 101: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	138, // 102: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	122, // 103: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
+	138, // 104: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	137, // 105: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	138, // 106: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	125, // 107: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	138, // 108: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	126, // 109: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	126, // 110: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	127, // 111: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	10,  // 112: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	54,  // 113: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	56,  // 114: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	58,  // 115: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	60,  // 116: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	62,  // 117: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	64,  // 118: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	73,  // 119: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	77,  // 120: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	79,  // 121: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	81,  // 122: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	83,  // 123: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	85,  // 124: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	87,  // 125: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	89,  // 126: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	92,  // 127: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	94,  // 128: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	96,  // 129: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	98,  // 130: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	101, // 131: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	104, // 132: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	106, // 133: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	108, // 134: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	110, // 135: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	15,  // 136: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	52,  // 137: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	18,  // 138: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
+	20,  // 139: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
+	22,  // 140: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
+	26,  // 141: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
+	28,  // 142: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
+	30,  // 143: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
+	32,  // 144: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
+	35,  // 145: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
+	37,  // 146: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
+	39,  // 147: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
+	41,  // 148: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
+	43,  // 149: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
+	45,  // 150: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
+	47,  // 151: sandbox.v1.SandboxService.SetVolumeFileAttributes:input_type -> sandbox.v1.SetVolumeFileAttributesRequest
+	49,  // 152: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
+	112, // 153: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	114, // 154: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	118, // 155: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	120, // 156: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	123, // 157: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	55,  // 158: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	57,  // 159: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	59,  // 160: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	61,  // 161: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	65,  // 162: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	65,  // 163: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	74,  // 164: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	78,  // 165: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	80,  // 166: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	82,  // 167: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	84,  // 168: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	86,  // 169: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	88,  // 170: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	90,  // 171: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	93,  // 172: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	95,  // 173: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	97,  // 174: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	99,  // 175: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	102, // 176: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	105, // 177: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	107, // 178: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	109, // 179: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	111, // 180: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	16,  // 181: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	53,  // 182: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	19,  // 183: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
+	21,  // 184: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
+	23,  // 185: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
+	27,  // 186: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
+	29,  // 187: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
+	31,  // 188: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
+	33,  // 189: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
+	36,  // 190: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
+	38,  // 191: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
+	40,  // 192: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
+	42,  // 193: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
+	44,  // 194: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
+	46,  // 195: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
+	48,  // 196: sandbox.v1.SandboxService.SetVolumeFileAttributes:output_type -> sandbox.v1.SetVolumeFileAttributesResponse
+	51,  // 197: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
+	113, // 198: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	115, // 199: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	119, // 200: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	121, // 201: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	124, // 202: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	158, // [158:203] is the sub-list for method output_type
+	113, // [113:158] is the sub-list for method input_type
+	113, // [113:113] is the sub-list for extension type_name
+	113, // [113:113] is the sub-list for extension extendee
+	0,   // [0:113] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -9567,7 +9715,8 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*UploadVolumeFileRequest_Header)(nil),
 		(*UploadVolumeFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[56].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[40].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -9576,19 +9725,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[62].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[68].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[64].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[70].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[91].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[93].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   128,
+			NumMessages:   130,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -53,50 +53,51 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	SandboxService_AcquireSandbox_FullMethodName      = "/sandbox.v1.SandboxService/AcquireSandbox"
-	SandboxService_GetSandbox_FullMethodName          = "/sandbox.v1.SandboxService/GetSandbox"
-	SandboxService_ListSandboxes_FullMethodName       = "/sandbox.v1.SandboxService/ListSandboxes"
-	SandboxService_DeleteSandbox_FullMethodName       = "/sandbox.v1.SandboxService/DeleteSandbox"
-	SandboxService_Execute_FullMethodName             = "/sandbox.v1.SandboxService/Execute"
-	SandboxService_StreamCommand_FullMethodName       = "/sandbox.v1.SandboxService/StreamCommand"
-	SandboxService_InterruptCommand_FullMethodName    = "/sandbox.v1.SandboxService/InterruptCommand"
-	SandboxService_UploadFile_FullMethodName          = "/sandbox.v1.SandboxService/UploadFile"
-	SandboxService_DownloadFile_FullMethodName        = "/sandbox.v1.SandboxService/DownloadFile"
-	SandboxService_ListFiles_FullMethodName           = "/sandbox.v1.SandboxService/ListFiles"
-	SandboxService_MakeDirectory_FullMethodName       = "/sandbox.v1.SandboxService/MakeDirectory"
-	SandboxService_Remove_FullMethodName              = "/sandbox.v1.SandboxService/Remove"
-	SandboxService_Rename_FullMethodName              = "/sandbox.v1.SandboxService/Rename"
-	SandboxService_WatchDirectory_FullMethodName      = "/sandbox.v1.SandboxService/WatchDirectory"
-	SandboxService_SendStdin_FullMethodName           = "/sandbox.v1.SandboxService/SendStdin"
-	SandboxService_CloseStdin_FullMethodName          = "/sandbox.v1.SandboxService/CloseStdin"
-	SandboxService_ResizePty_FullMethodName           = "/sandbox.v1.SandboxService/ResizePty"
-	SandboxService_ListCommands_FullMethodName        = "/sandbox.v1.SandboxService/ListCommands"
-	SandboxService_SetSandboxTimeout_FullMethodName   = "/sandbox.v1.SandboxService/SetSandboxTimeout"
-	SandboxService_CreateContext_FullMethodName       = "/sandbox.v1.SandboxService/CreateContext"
-	SandboxService_ListContexts_FullMethodName        = "/sandbox.v1.SandboxService/ListContexts"
-	SandboxService_RestartContext_FullMethodName      = "/sandbox.v1.SandboxService/RestartContext"
-	SandboxService_DeleteContext_FullMethodName       = "/sandbox.v1.SandboxService/DeleteContext"
-	SandboxService_HibernateSandbox_FullMethodName    = "/sandbox.v1.SandboxService/HibernateSandbox"
-	SandboxService_WakeSandbox_FullMethodName         = "/sandbox.v1.SandboxService/WakeSandbox"
-	SandboxService_CreateSnapshot_FullMethodName      = "/sandbox.v1.SandboxService/CreateSnapshot"
-	SandboxService_ListSnapshots_FullMethodName       = "/sandbox.v1.SandboxService/ListSnapshots"
-	SandboxService_DeleteSnapshot_FullMethodName      = "/sandbox.v1.SandboxService/DeleteSnapshot"
-	SandboxService_CreateVolume_FullMethodName        = "/sandbox.v1.SandboxService/CreateVolume"
-	SandboxService_GetVolume_FullMethodName           = "/sandbox.v1.SandboxService/GetVolume"
-	SandboxService_ListVolumes_FullMethodName         = "/sandbox.v1.SandboxService/ListVolumes"
-	SandboxService_DeleteVolume_FullMethodName        = "/sandbox.v1.SandboxService/DeleteVolume"
-	SandboxService_UploadVolumeFile_FullMethodName    = "/sandbox.v1.SandboxService/UploadVolumeFile"
-	SandboxService_DownloadVolumeFile_FullMethodName  = "/sandbox.v1.SandboxService/DownloadVolumeFile"
-	SandboxService_ListVolumeFiles_FullMethodName     = "/sandbox.v1.SandboxService/ListVolumeFiles"
-	SandboxService_StatVolumeFile_FullMethodName      = "/sandbox.v1.SandboxService/StatVolumeFile"
-	SandboxService_MakeVolumeDirectory_FullMethodName = "/sandbox.v1.SandboxService/MakeVolumeDirectory"
-	SandboxService_RemoveVolumeFile_FullMethodName    = "/sandbox.v1.SandboxService/RemoveVolumeFile"
-	SandboxService_ForkSandbox_FullMethodName         = "/sandbox.v1.SandboxService/ForkSandbox"
-	SandboxService_UpdateNetworkPolicy_FullMethodName = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
-	SandboxService_GetNetworkStatus_FullMethodName    = "/sandbox.v1.SandboxService/GetNetworkStatus"
-	SandboxService_GetHost_FullMethodName             = "/sandbox.v1.SandboxService/GetHost"
-	SandboxService_ListAuditEvents_FullMethodName     = "/sandbox.v1.SandboxService/ListAuditEvents"
-	SandboxService_GetSandboxMetrics_FullMethodName   = "/sandbox.v1.SandboxService/GetSandboxMetrics"
+	SandboxService_AcquireSandbox_FullMethodName          = "/sandbox.v1.SandboxService/AcquireSandbox"
+	SandboxService_GetSandbox_FullMethodName              = "/sandbox.v1.SandboxService/GetSandbox"
+	SandboxService_ListSandboxes_FullMethodName           = "/sandbox.v1.SandboxService/ListSandboxes"
+	SandboxService_DeleteSandbox_FullMethodName           = "/sandbox.v1.SandboxService/DeleteSandbox"
+	SandboxService_Execute_FullMethodName                 = "/sandbox.v1.SandboxService/Execute"
+	SandboxService_StreamCommand_FullMethodName           = "/sandbox.v1.SandboxService/StreamCommand"
+	SandboxService_InterruptCommand_FullMethodName        = "/sandbox.v1.SandboxService/InterruptCommand"
+	SandboxService_UploadFile_FullMethodName              = "/sandbox.v1.SandboxService/UploadFile"
+	SandboxService_DownloadFile_FullMethodName            = "/sandbox.v1.SandboxService/DownloadFile"
+	SandboxService_ListFiles_FullMethodName               = "/sandbox.v1.SandboxService/ListFiles"
+	SandboxService_MakeDirectory_FullMethodName           = "/sandbox.v1.SandboxService/MakeDirectory"
+	SandboxService_Remove_FullMethodName                  = "/sandbox.v1.SandboxService/Remove"
+	SandboxService_Rename_FullMethodName                  = "/sandbox.v1.SandboxService/Rename"
+	SandboxService_WatchDirectory_FullMethodName          = "/sandbox.v1.SandboxService/WatchDirectory"
+	SandboxService_SendStdin_FullMethodName               = "/sandbox.v1.SandboxService/SendStdin"
+	SandboxService_CloseStdin_FullMethodName              = "/sandbox.v1.SandboxService/CloseStdin"
+	SandboxService_ResizePty_FullMethodName               = "/sandbox.v1.SandboxService/ResizePty"
+	SandboxService_ListCommands_FullMethodName            = "/sandbox.v1.SandboxService/ListCommands"
+	SandboxService_SetSandboxTimeout_FullMethodName       = "/sandbox.v1.SandboxService/SetSandboxTimeout"
+	SandboxService_CreateContext_FullMethodName           = "/sandbox.v1.SandboxService/CreateContext"
+	SandboxService_ListContexts_FullMethodName            = "/sandbox.v1.SandboxService/ListContexts"
+	SandboxService_RestartContext_FullMethodName          = "/sandbox.v1.SandboxService/RestartContext"
+	SandboxService_DeleteContext_FullMethodName           = "/sandbox.v1.SandboxService/DeleteContext"
+	SandboxService_HibernateSandbox_FullMethodName        = "/sandbox.v1.SandboxService/HibernateSandbox"
+	SandboxService_WakeSandbox_FullMethodName             = "/sandbox.v1.SandboxService/WakeSandbox"
+	SandboxService_CreateSnapshot_FullMethodName          = "/sandbox.v1.SandboxService/CreateSnapshot"
+	SandboxService_ListSnapshots_FullMethodName           = "/sandbox.v1.SandboxService/ListSnapshots"
+	SandboxService_DeleteSnapshot_FullMethodName          = "/sandbox.v1.SandboxService/DeleteSnapshot"
+	SandboxService_CreateVolume_FullMethodName            = "/sandbox.v1.SandboxService/CreateVolume"
+	SandboxService_GetVolume_FullMethodName               = "/sandbox.v1.SandboxService/GetVolume"
+	SandboxService_ListVolumes_FullMethodName             = "/sandbox.v1.SandboxService/ListVolumes"
+	SandboxService_DeleteVolume_FullMethodName            = "/sandbox.v1.SandboxService/DeleteVolume"
+	SandboxService_UploadVolumeFile_FullMethodName        = "/sandbox.v1.SandboxService/UploadVolumeFile"
+	SandboxService_DownloadVolumeFile_FullMethodName      = "/sandbox.v1.SandboxService/DownloadVolumeFile"
+	SandboxService_ListVolumeFiles_FullMethodName         = "/sandbox.v1.SandboxService/ListVolumeFiles"
+	SandboxService_StatVolumeFile_FullMethodName          = "/sandbox.v1.SandboxService/StatVolumeFile"
+	SandboxService_MakeVolumeDirectory_FullMethodName     = "/sandbox.v1.SandboxService/MakeVolumeDirectory"
+	SandboxService_RemoveVolumeFile_FullMethodName        = "/sandbox.v1.SandboxService/RemoveVolumeFile"
+	SandboxService_SetVolumeFileAttributes_FullMethodName = "/sandbox.v1.SandboxService/SetVolumeFileAttributes"
+	SandboxService_ForkSandbox_FullMethodName             = "/sandbox.v1.SandboxService/ForkSandbox"
+	SandboxService_UpdateNetworkPolicy_FullMethodName     = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
+	SandboxService_GetNetworkStatus_FullMethodName        = "/sandbox.v1.SandboxService/GetNetworkStatus"
+	SandboxService_GetHost_FullMethodName                 = "/sandbox.v1.SandboxService/GetHost"
+	SandboxService_ListAuditEvents_FullMethodName         = "/sandbox.v1.SandboxService/ListAuditEvents"
+	SandboxService_GetSandboxMetrics_FullMethodName       = "/sandbox.v1.SandboxService/GetSandboxMetrics"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -402,6 +403,13 @@ type SandboxServiceClient interface {
 	// and the volume's root cannot be removed (INVALID_ARGUMENT; delete the
 	// volume instead).
 	RemoveVolumeFile(ctx context.Context, in *RemoveVolumeFileRequest, opts ...grpc.CallOption) (*RemoveVolumeFileResponse, error)
+	// SetVolumeFileAttributes sets the owner, group or permission bits of a
+	// file or directory on a volume, as chown and chmod would (the fields
+	// not given are left as they are); a symbolic link's owner is its own,
+	// and its mode cannot be set. Owners are 0 to 65535; a mode is
+	// permission bits and the sticky bit (setuid and setgid are
+	// INVALID_ARGUMENT).
+	SetVolumeFileAttributes(ctx context.Context, in *SetVolumeFileAttributesRequest, opts ...grpc.CallOption) (*SetVolumeFileAttributesResponse, error)
 	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
 	// each with a copy of the source's state as CreateSnapshot takes it, for
 	// the users given (or generated). The source keeps running, untouched.
@@ -917,6 +925,16 @@ func (c *sandboxServiceClient) RemoveVolumeFile(ctx context.Context, in *RemoveV
 	return out, nil
 }
 
+func (c *sandboxServiceClient) SetVolumeFileAttributes(ctx context.Context, in *SetVolumeFileAttributesRequest, opts ...grpc.CallOption) (*SetVolumeFileAttributesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetVolumeFileAttributesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_SetVolumeFileAttributes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForkSandboxResponse)
@@ -1280,6 +1298,13 @@ type SandboxServiceServer interface {
 	// and the volume's root cannot be removed (INVALID_ARGUMENT; delete the
 	// volume instead).
 	RemoveVolumeFile(context.Context, *RemoveVolumeFileRequest) (*RemoveVolumeFileResponse, error)
+	// SetVolumeFileAttributes sets the owner, group or permission bits of a
+	// file or directory on a volume, as chown and chmod would (the fields
+	// not given are left as they are); a symbolic link's owner is its own,
+	// and its mode cannot be set. Owners are 0 to 65535; a mode is
+	// permission bits and the sticky bit (setuid and setgid are
+	// INVALID_ARGUMENT).
+	SetVolumeFileAttributes(context.Context, *SetVolumeFileAttributesRequest) (*SetVolumeFileAttributesResponse, error)
 	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
 	// each with a copy of the source's state as CreateSnapshot takes it, for
 	// the users given (or generated). The source keeps running, untouched.
@@ -1477,6 +1502,9 @@ func (UnimplementedSandboxServiceServer) MakeVolumeDirectory(context.Context, *M
 }
 func (UnimplementedSandboxServiceServer) RemoveVolumeFile(context.Context, *RemoveVolumeFileRequest) (*RemoveVolumeFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveVolumeFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) SetVolumeFileAttributes(context.Context, *SetVolumeFileAttributesRequest) (*SetVolumeFileAttributesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetVolumeFileAttributes not implemented")
 }
 func (UnimplementedSandboxServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
@@ -2144,6 +2172,24 @@ func _SandboxService_RemoveVolumeFile_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_SetVolumeFileAttributes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetVolumeFileAttributesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).SetVolumeFileAttributes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_SetVolumeFileAttributes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).SetVolumeFileAttributes(ctx, req.(*SetVolumeFileAttributesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_ForkSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForkSandboxRequest)
 	if err := dec(in); err != nil {
@@ -2382,6 +2428,10 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveVolumeFile",
 			Handler:    _SandboxService_RemoveVolumeFile_Handler,
+		},
+		{
+			MethodName: "SetVolumeFileAttributes",
+			Handler:    _SandboxService_SetVolumeFileAttributes_Handler,
 		},
 		{
 			MethodName: "ForkSandbox",

@@ -1050,6 +1050,26 @@ class SetSandboxTimeoutResponse(_message.Message):
     sandbox: Sandbox
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
+class SetVolumeFileAttributesRequest(_message.Message):
+    __slots__ = ["gid", "mode", "path", "uid", "volume"]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    gid: int
+    mode: int
+    path: str
+    uid: int
+    volume: str
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., mode: _Optional[int] = ...) -> None: ...
+
+class SetVolumeFileAttributesResponse(_message.Message):
+    __slots__ = ["file"]
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    file: FileInfo
+    def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
 class Snapshot(_message.Message):
     __slots__ = ["created_at", "level", "name", "reason", "sandbox_id", "size_bytes", "snapshot_id", "tenant"]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]

@@ -210,6 +210,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileResponse.FromString,
                 )
+        self.SetVolumeFileAttributes = channel.unary_unary(
+                '/sandbox.v1.SandboxService/SetVolumeFileAttributes',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesResponse.FromString,
+                )
         self.ForkSandbox = channel.unary_unary(
                 '/sandbox.v1.SandboxService/ForkSandbox',
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxRequest.SerializeToString,
@@ -733,6 +738,18 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetVolumeFileAttributes(self, request, context):
+        """SetVolumeFileAttributes sets the owner, group or permission bits of a
+        file or directory on a volume, as chown and chmod would (the fields
+        not given are left as they are); a symbolic link's owner is its own,
+        and its mode cannot be set. Owners are 0 to 65535; a mode is
+        permission bits and the sticky bit (setuid and setgid are
+        INVALID_ARGUMENT).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ForkSandbox(self, request, context):
         """ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
         each with a copy of the source's state as CreateSnapshot takes it, for
@@ -1029,6 +1046,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.RemoveVolumeFile,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileResponse.SerializeToString,
+            ),
+            'SetVolumeFileAttributes': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetVolumeFileAttributes,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesResponse.SerializeToString,
             ),
             'ForkSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSandbox,
@@ -1719,6 +1741,23 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/RemoveVolumeFile',
             sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.RemoveVolumeFileResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetVolumeFileAttributes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/SetVolumeFileAttributes',
+            sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
