@@ -225,3 +225,21 @@ func ValidateFileAttributes(a FileAttributes) error {
 	}
 	return nil
 }
+
+// ChmodMode turns chmod's bits (0o7777: permissions, then sticky, setgid
+// and setuid) into an fs.FileMode, the form FileAttributes.Mode takes; the
+// doors receive a mode as chmod's bits. ValidateFileAttributes judges the
+// result (setuid and setgid are refused there).
+func ChmodMode(bits uint32) fs.FileMode {
+	m := fs.FileMode(bits & 0o777)
+	if bits&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if bits&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if bits&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
+}

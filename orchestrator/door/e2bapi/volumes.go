@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/url"
 	"path"
@@ -316,12 +315,7 @@ func fileAttributes(uid, gid, mode *int64) (a core.FileAttributes, ok bool, err 
 		if m < 0 || m > 0o7777 {
 			return a, false, badRequest(fmt.Sprintf("mode %#o: want permission bits (e.g. 0o644)", *mode))
 		}
-		fm := fs.FileMode(m & 0o777)
-		for bit, flag := range map[int64]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
-			if m&bit != 0 {
-				fm |= flag
-			}
-		}
+		fm := core.ChmodMode(uint32(m))
 		a.Mode = &fm
 	}
 	return a, a.UID != nil || a.GID != nil || a.Mode != nil, nil

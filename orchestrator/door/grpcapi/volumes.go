@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"io/fs"
 
 	"google.golang.org/grpc"
 
@@ -207,12 +206,7 @@ func (s *Service) SetVolumeFileAttributes(ctx context.Context, req *sandboxv1.Se
 		if m > 0o7777 {
 			return nil, invalid("mode %#o: want permission bits (at most 0o7777)", m)
 		}
-		fm := fs.FileMode(m & 0o777)
-		for bit, flag := range map[uint32]fs.FileMode{0o4000: fs.ModeSetuid, 0o2000: fs.ModeSetgid, 0o1000: fs.ModeSticky} {
-			if m&bit != 0 {
-				fm |= flag
-			}
-		}
+		fm := core.ChmodMode(m)
 		a.Mode = &fm
 	}
 	info, err := s.m.VolumeSetAttributes(ctx, req.GetVolume(), req.GetPath(), a)
