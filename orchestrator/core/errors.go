@@ -51,6 +51,10 @@ var (
 	// retrying on a precondition (acquire a new sandbox) would do the wrong
 	// thing; gRPC's ALREADY_EXISTS says exactly this.
 	ErrAlreadyExists = newClass("already exists")
+	// ErrDeadlineExceeded: work the server bounds in time (a template's
+	// build) ran past its limit. Not the caller's own context deadline,
+	// which is returned as ctx.Err().
+	ErrDeadlineExceeded = newClass("deadline exceeded")
 )
 
 // Classes returns every error class, for code that must handle each of

@@ -74,6 +74,17 @@ type Policy struct {
 	// MaxVolumesPerTenant caps a tenant's volumes; default
 	// DefaultMaxVolumesPerTenant.
 	MaxVolumesPerTenant int
+	// MaxTemplateFileBytes caps one archive uploaded for templates;
+	// default DefaultMaxTemplateFileBytes. MaxTemplatesPerTenant caps a
+	// tenant's templates; default DefaultMaxTemplatesPerTenant.
+	MaxTemplateFileBytes  int64
+	MaxTemplatesPerTenant int
+	// TemplateBuilds is how many template builds may run at once (more
+	// are ResourceExhausted); default DefaultTemplateBuilds.
+	// TemplateBuildTimeout bounds one build (past it, it fails as
+	// DeadlineExceeded); default DefaultTemplateBuildTimeout.
+	TemplateBuilds       int
+	TemplateBuildTimeout time.Duration
 
 	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
 	// included (they hold memory too); 0: unlimited.
@@ -238,6 +249,10 @@ func (p *Policy) ApplyDefaults() error {
 	p.MaxCodeBytes = cmp.Or(p.MaxCodeBytes, MaxCodeBytes)
 	p.MaxVolumeBytes = cmp.Or(p.MaxVolumeBytes, DefaultMaxVolumeBytes)
 	p.MaxVolumesPerTenant = cmp.Or(p.MaxVolumesPerTenant, DefaultMaxVolumesPerTenant)
+	p.MaxTemplateFileBytes = cmp.Or(p.MaxTemplateFileBytes, DefaultMaxTemplateFileBytes)
+	p.MaxTemplatesPerTenant = cmp.Or(p.MaxTemplatesPerTenant, DefaultMaxTemplatesPerTenant)
+	p.TemplateBuilds = cmp.Or(p.TemplateBuilds, DefaultTemplateBuilds)
+	p.TemplateBuildTimeout = cmp.Or(p.TemplateBuildTimeout, DefaultTemplateBuildTimeout)
 	p.DefaultLimits.MemoryBytes = cmp.Or(p.DefaultLimits.MemoryBytes, 1<<30)
 	p.DefaultLimits.NanoCPUs = cmp.Or(p.DefaultLimits.NanoCPUs, 1e9)
 	p.DefaultLimits.PidsLimit = cmp.Or(p.DefaultLimits.PidsLimit, 256)
@@ -261,7 +276,8 @@ func (p *Policy) ApplyDefaults() error {
 	case p.MaxIdleTTL < p.IdleTTL:
 		return Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", p.MaxIdleTTL, p.IdleTTL)
 	case p.IdleTTL < 0, p.MaxLifetime < 0, p.HibernatedTTL < 0, p.DefaultTimeout < 0, p.MaxTimeout < 0, p.MaxSandboxes < 0,
-		p.MaxSandboxesPerTenant < 0, p.MaxUploadBytes < 0, p.MaxCodeBytes < 0, p.IODiskBytes < 0, p.WarmPool < 0:
+		p.MaxSandboxesPerTenant < 0, p.MaxUploadBytes < 0, p.MaxCodeBytes < 0, p.IODiskBytes < 0, p.WarmPool < 0,
+		p.MaxTemplateFileBytes < 0, p.MaxTemplatesPerTenant < 0, p.TemplateBuilds < 0, p.TemplateBuildTimeout < 0:
 		return Invalidf("config: durations, sizes and caps must not be negative")
 	case p.DefaultTimeout > p.MaxTimeout:
 		return Invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", p.DefaultTimeout, p.MaxTimeout)
@@ -377,6 +393,11 @@ func (p *Policy) ResolveOptions(opts Options) (Options, error) {
 	}
 	if err := ValidateVolumeMounts(opts.Volumes); err != nil {
 		return Options{}, err
+	}
+	if opts.Template != "" {
+		if err := ValidateTemplateRef(opts.Template); err != nil {
+			return Options{}, err
+		}
 	}
 	opts.Limits, opts.Metadata, opts.Volumes = limits, maps.Clone(opts.Metadata), slices.Clone(opts.Volumes)
 	return opts, nil

@@ -80,6 +80,12 @@ type Options struct {
 	// and a missing one is VolumeNotFound. They keep the sandbox from the
 	// warm pool.
 	Volumes []VolumeMount
+	// Template is a template of the caller's tenant (its ID or name): the
+	// sandbox runs its latest ready version's image instead of the
+	// server's. A missing one is NotFound, one never built ready
+	// FailedPrecondition. Only the warm pool kept for that template
+	// (Config.WarmPoolTemplates) serves it.
+	Template string
 }
 
 // Sandbox describes one sandbox.
@@ -111,6 +117,10 @@ type Sandbox struct {
 	ContainerID   string
 	// Volumes are the sandbox's mounts, each naming its volume by ID.
 	Volumes []VolumeMount
+	// Template is the template the sandbox was created from (its ID, ""
+	// for the server's image) and TemplateVersion which of its versions.
+	Template        string
+	TemplateVersion int
 	// Metadata is what Options.Metadata set at creation (nil when none); a
 	// copy, which the caller may keep.
 	Metadata map[string]string

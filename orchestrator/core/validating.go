@@ -405,7 +405,8 @@ type uploadLimit struct {
 	r         io.Reader
 	max, left int64
 	path      string
-	volume    bool // path is on a volume, not under /workspace
+	volume    bool   // path is on a volume, not under /workspace
+	what      string // when set, what is uploaded and the flag bounding it (not a file)
 }
 
 func (u *uploadLimit) Read(p []byte) (int, error) {
@@ -424,6 +425,9 @@ func (u *uploadLimit) Read(p []byte) (int, error) {
 }
 
 func (u *uploadLimit) tooLarge() error {
+	if u.what != "" {
+		return Errorf(ErrResourceExhausted, "%s is larger than the server's limit of %d bytes", u.what, u.max)
+	}
 	show := DisplayPath(u.path)
 	if u.volume {
 		show = VolumePathDisplay(u.path) + " on the volume"

@@ -31,10 +31,11 @@ const (
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks"
 	featVolumes     = "volumes"
+	featTemplates   = "templates (this backend runs the one image its Pods name; a template would need a registry the cluster pulls from)"
 )
 
 // refuseOptions is Acquire's answer to options this backend lacks, network
-// and volumes: no sandbox here gets them (its Pod has no egress gateway and
+// volumes and templates: no sandbox here gets them (its Pod has no egress gateway and
 // no volume but its own), and an option silently ignored would let a
 // caller believe it is in force.
 func refuseOptions(opts core.Options) error {
@@ -43,6 +44,9 @@ func refuseOptions(opts core.Options) error {
 	}
 	if len(opts.Volumes) > 0 {
 		return unsupported(featVolumes)
+	}
+	if opts.Template != "" {
+		return unsupported(featTemplates)
 	}
 	return nil
 }
@@ -210,4 +214,39 @@ func (m *Manager) VolumeRemove(context.Context, string, string, bool) error {
 
 func (m *Manager) VolumeSetAttributes(context.Context, string, string, core.FileAttributes) (core.FileInfo, error) {
 	return core.FileInfo{}, unsupported(featVolumes)
+}
+
+// PutTemplateFile is not supported on this backend.
+func (m *Manager) PutTemplateFile(context.Context, string, io.Reader) (bool, error) {
+	return false, unsupported(featTemplates)
+}
+
+// HasTemplateFile is not supported on this backend.
+func (m *Manager) HasTemplateFile(context.Context, string) (bool, error) {
+	return false, unsupported(featTemplates)
+}
+
+// BuildTemplate is not supported on this backend.
+func (m *Manager) BuildTemplate(context.Context, string, core.TemplateSpec, bool) (core.Template, core.TemplateVersion, error) {
+	return core.Template{}, core.TemplateVersion{}, unsupported(featTemplates)
+}
+
+// FollowTemplateBuild is not supported on this backend.
+func (m *Manager) FollowTemplateBuild(context.Context, string, int, int64, func(core.TemplateBuildEvent) error) error {
+	return unsupported(featTemplates)
+}
+
+// GetTemplate is not supported on this backend.
+func (m *Manager) GetTemplate(context.Context, string) (core.Template, error) {
+	return core.Template{}, unsupported(featTemplates)
+}
+
+// ListTemplates is not supported on this backend.
+func (m *Manager) ListTemplates(context.Context, string) ([]core.Template, error) {
+	return nil, unsupported(featTemplates)
+}
+
+// DeleteTemplate is not supported on this backend.
+func (m *Manager) DeleteTemplate(context.Context, string) error {
+	return unsupported(featTemplates)
 }

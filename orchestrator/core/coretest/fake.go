@@ -83,6 +83,13 @@ type Manager struct {
 	VolumeMakeDirectoryFunc func(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error)
 	VolumeRemoveFunc        func(ctx context.Context, ref, path string, recursive bool) error
 	VolumeSetAttributesFunc func(ctx context.Context, ref, path string, a core.FileAttributes) (core.FileInfo, error)
+	PutTemplateFileFunc     func(ctx context.Context, key string, r io.Reader) (bool, error)
+	HasTemplateFileFunc     func(ctx context.Context, key string) (bool, error)
+	BuildTemplateFunc       func(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error)
+	FollowTemplateBuildFunc func(ctx context.Context, ref string, version int, afterSeq int64, fn func(core.TemplateBuildEvent) error) error
+	GetTemplateFunc         func(ctx context.Context, ref string) (core.Template, error)
+	ListTemplatesFunc       func(ctx context.Context, tenant string) ([]core.Template, error)
+	DeleteTemplateFunc      func(ctx context.Context, ref string) error
 
 	CloseFunc func() error
 
@@ -558,6 +565,69 @@ func (m *Manager) VolumeSetAttributes(ctx context.Context, ref, path string, a c
 		return core.FileInfo{}, ErrNotScripted
 	}
 	return m.VolumeSetAttributesFunc(ctx, ref, path, a)
+}
+
+// PutTemplateFile calls PutTemplateFileFunc.
+func (m *Manager) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
+	m.record("PutTemplateFile")
+	if m.PutTemplateFileFunc == nil {
+		return false, ErrNotScripted
+	}
+	return m.PutTemplateFileFunc(ctx, key, r)
+}
+
+// HasTemplateFile calls HasTemplateFileFunc.
+func (m *Manager) HasTemplateFile(ctx context.Context, key string) (bool, error) {
+	m.record("HasTemplateFile")
+	if m.HasTemplateFileFunc == nil {
+		return false, ErrNotScripted
+	}
+	return m.HasTemplateFileFunc(ctx, key)
+}
+
+// BuildTemplate calls BuildTemplateFunc.
+func (m *Manager) BuildTemplate(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error) {
+	m.record("BuildTemplate")
+	if m.BuildTemplateFunc == nil {
+		return core.Template{}, core.TemplateVersion{}, ErrNotScripted
+	}
+	return m.BuildTemplateFunc(ctx, name, spec, force)
+}
+
+// FollowTemplateBuild calls FollowTemplateBuildFunc.
+func (m *Manager) FollowTemplateBuild(ctx context.Context, ref string, version int, afterSeq int64, fn func(core.TemplateBuildEvent) error) error {
+	m.record("FollowTemplateBuild")
+	if m.FollowTemplateBuildFunc == nil {
+		return ErrNotScripted
+	}
+	return m.FollowTemplateBuildFunc(ctx, ref, version, afterSeq, fn)
+}
+
+// GetTemplate calls GetTemplateFunc.
+func (m *Manager) GetTemplate(ctx context.Context, ref string) (core.Template, error) {
+	m.record("GetTemplate")
+	if m.GetTemplateFunc == nil {
+		return core.Template{}, ErrNotScripted
+	}
+	return m.GetTemplateFunc(ctx, ref)
+}
+
+// ListTemplates calls ListTemplatesFunc.
+func (m *Manager) ListTemplates(ctx context.Context, tenant string) ([]core.Template, error) {
+	m.record("ListTemplates")
+	if m.ListTemplatesFunc == nil {
+		return nil, ErrNotScripted
+	}
+	return m.ListTemplatesFunc(ctx, tenant)
+}
+
+// DeleteTemplate calls DeleteTemplateFunc.
+func (m *Manager) DeleteTemplate(ctx context.Context, ref string) error {
+	m.record("DeleteTemplate")
+	if m.DeleteTemplateFunc == nil {
+		return ErrNotScripted
+	}
+	return m.DeleteTemplateFunc(ctx, ref)
 }
 
 // Close calls CloseFunc, or does nothing when it is nil.

@@ -19,6 +19,7 @@ var table = map[*core.Class]codes.Code{
 	core.ErrResourceExhausted:  codes.ResourceExhausted,
 	core.ErrUnavailable:        codes.Unavailable,
 	core.ErrAlreadyExists:      codes.AlreadyExists,
+	core.ErrDeadlineExceeded:   codes.DeadlineExceeded,
 }
 
 // Code is c's gRPC code; Internal for a class missing from the table

@@ -35,6 +35,8 @@ func httpStatus(c *core.Class) int {
 		return http.StatusServiceUnavailable
 	case core.ErrAlreadyExists:
 		return http.StatusConflict
+	case core.ErrDeadlineExceeded:
+		return http.StatusGatewayTimeout
 	}
 	return http.StatusInternalServerError
 }

@@ -1,0 +1,71 @@
+package core
+
+import (
+	"context"
+	"io"
+)
+
+// The template calls' request rules (template.go): references, names,
+// keys, specs; archives cut off past Policy.MaxTemplateFileBytes.
+
+func (v *validating) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
+	if err := ValidateTemplateFileKey(key); err != nil {
+		return false, err
+	}
+	max := v.p.MaxTemplateFileBytes
+	return v.m.PutTemplateFile(ctx, key, &uploadLimit{r: r, max: max, left: max,
+		what: "template archive " + key[:12] + "… (sandboxd --max-template-file)"})
+}
+
+func (v *validating) HasTemplateFile(ctx context.Context, key string) (bool, error) {
+	if err := ValidateTemplateFileKey(key); err != nil {
+		return false, err
+	}
+	return v.m.HasTemplateFile(ctx, key)
+}
+
+func (v *validating) BuildTemplate(ctx context.Context, name string, spec TemplateSpec, force bool) (Template, TemplateVersion, error) {
+	if err := ValidateTemplateName(name); err != nil {
+		return Template{}, TemplateVersion{}, err
+	}
+	if err := spec.Validate(); err != nil {
+		return Template{}, TemplateVersion{}, err
+	}
+	return v.m.BuildTemplate(ctx, name, spec, force)
+}
+
+func (v *validating) FollowTemplateBuild(ctx context.Context, ref string, version int, afterSeq int64, fn func(TemplateBuildEvent) error) error {
+	if err := ValidateTemplateRef(ref); err != nil {
+		return err
+	}
+	if version < 0 || afterSeq < 0 {
+		return Invalidf("template build: version %d and after %d must not be negative", version, afterSeq)
+	}
+	return v.m.FollowTemplateBuild(ctx, ref, version, afterSeq, fn)
+}
+
+func (v *validating) GetTemplate(ctx context.Context, ref string) (Template, error) {
+	if err := ValidateTemplateRef(ref); err != nil {
+		return Template{}, err
+	}
+	return v.m.GetTemplate(ctx, ref)
+}
+
+func (v *validating) ListTemplates(ctx context.Context, tenant string) ([]Template, error) {
+	if tenant != "" {
+		if err := ValidateTenant(tenant); err != nil {
+			return nil, err
+		}
+		if c := CallerOf(ctx); !c.Admin && tenant != c.Tenant {
+			return nil, Invalidf("only an admin may list another tenant's templates")
+		}
+	}
+	return v.m.ListTemplates(ctx, tenant)
+}
+
+func (v *validating) DeleteTemplate(ctx context.Context, ref string) error {
+	if err := ValidateTemplateRef(ref); err != nil {
+		return err
+	}
+	return v.m.DeleteTemplate(ctx, ref)
+}
