@@ -165,6 +165,10 @@ type Manager interface {
 	// while it runs. It returns nil once the version is ready, and the
 	// build's failure (classed, with its reason) if it failed.
 	FollowTemplateBuild(ctx context.Context, ref string, version int, afterSeq int64, fn func(TemplateBuildEvent) error) error
+	// TemplateBuildLog returns, without waiting, up to limit of the build
+	// log's lines after afterSeq, and the version as it stands (for a
+	// caller that polls, as E2B's SDK does).
+	TemplateBuildLog(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]TemplateBuildEvent, TemplateVersion, error)
 	GetTemplate(ctx context.Context, ref string) (Template, error)
 	// ListTemplates lists the templates the caller may see (an admin: of
 	// tenant, or all when tenant is ""), by tenant and name.

@@ -162,6 +162,8 @@ const (
 	// most MaxTemplateLogBytes (its end is marked when cut).
 	MaxTemplateLogLine  = 4 << 10
 	MaxTemplateLogBytes = 4 << 20
+	// MaxTemplateLogPage bounds the lines of one TemplateBuildLog answer.
+	MaxTemplateLogPage = 1000
 	// DefaultMaxTemplateFileBytes caps one uploaded archive unless
 	// configured; DefaultMaxTemplatesPerTenant a tenant's templates.
 	DefaultMaxTemplateFileBytes  = 1 << 30

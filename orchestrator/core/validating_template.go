@@ -44,6 +44,16 @@ func (v *validating) FollowTemplateBuild(ctx context.Context, ref string, versio
 	return v.m.FollowTemplateBuild(ctx, ref, version, afterSeq, fn)
 }
 
+func (v *validating) TemplateBuildLog(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]TemplateBuildEvent, TemplateVersion, error) {
+	if err := ValidateTemplateRef(ref); err != nil {
+		return nil, TemplateVersion{}, err
+	}
+	if version < 0 || afterSeq < 0 || limit < 1 || limit > MaxTemplateLogPage {
+		return nil, TemplateVersion{}, Invalidf("template build log: version %d and after %d must not be negative, limit %d must be 1 to %d", version, afterSeq, limit, MaxTemplateLogPage)
+	}
+	return v.m.TemplateBuildLog(ctx, ref, version, afterSeq, limit)
+}
+
 func (v *validating) GetTemplate(ctx context.Context, ref string) (Template, error) {
 	if err := ValidateTemplateRef(ref); err != nil {
 		return Template{}, err

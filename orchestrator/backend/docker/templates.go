@@ -36,3 +36,7 @@ func (m *Manager) ListTemplates(ctx context.Context, tenant string) ([]core.Temp
 func (m *Manager) DeleteTemplate(ctx context.Context, ref string) error {
 	return core.Unsupported("docker", "templates")
 }
+
+func (m *Manager) TemplateBuildLog(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]core.TemplateBuildEvent, core.TemplateVersion, error) {
+	return nil, core.TemplateVersion{}, core.Unsupported("docker", "templates")
+}

@@ -250,3 +250,8 @@ func (m *Manager) ListTemplates(context.Context, string) ([]core.Template, error
 func (m *Manager) DeleteTemplate(context.Context, string) error {
 	return unsupported(featTemplates)
 }
+
+// TemplateBuildLog is not supported on this backend.
+func (m *Manager) TemplateBuildLog(context.Context, string, int, int64, int) ([]core.TemplateBuildEvent, core.TemplateVersion, error) {
+	return nil, core.TemplateVersion{}, unsupported(featTemplates)
+}

@@ -87,6 +87,7 @@ type Manager struct {
 	HasTemplateFileFunc     func(ctx context.Context, key string) (bool, error)
 	BuildTemplateFunc       func(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error)
 	FollowTemplateBuildFunc func(ctx context.Context, ref string, version int, afterSeq int64, fn func(core.TemplateBuildEvent) error) error
+	TemplateBuildLogFunc    func(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]core.TemplateBuildEvent, core.TemplateVersion, error)
 	GetTemplateFunc         func(ctx context.Context, ref string) (core.Template, error)
 	ListTemplatesFunc       func(ctx context.Context, tenant string) ([]core.Template, error)
 	DeleteTemplateFunc      func(ctx context.Context, ref string) error
@@ -601,6 +602,15 @@ func (m *Manager) FollowTemplateBuild(ctx context.Context, ref string, version i
 		return ErrNotScripted
 	}
 	return m.FollowTemplateBuildFunc(ctx, ref, version, afterSeq, fn)
+}
+
+// TemplateBuildLog calls TemplateBuildLogFunc.
+func (m *Manager) TemplateBuildLog(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]core.TemplateBuildEvent, core.TemplateVersion, error) {
+	m.record("TemplateBuildLog")
+	if m.TemplateBuildLogFunc == nil {
+		return nil, core.TemplateVersion{}, ErrNotScripted
+	}
+	return m.TemplateBuildLogFunc(ctx, ref, version, afterSeq, limit)
 }
 
 // GetTemplate calls GetTemplateFunc.
