@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,6 +55,11 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			return core.AcquireResult{}, err
 		}
 		spec.from = &f
+		if opts.Template == "" && f.Template != "" {
+			// The snapshot's sandbox's image, whatever its template has
+			// become since.
+			spec.image, spec.template, spec.templateVersion = f.Image, f.Template, f.TemplateVersion
+		}
 		spec.limits.DiskBytes = f.WorkspaceBytes // the snapshot's /workspace, whole
 		if len(opts.Volumes) == 0 {
 			// The snapshot's sandbox's volumes, by reference: those that
@@ -67,6 +73,13 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	}
 	// Resolved and pinned before anything is made: a missing volume is
 	// not found, and one being deleted cannot vanish under the creation.
+	if opts.Template != "" {
+		var err error
+		spec.template, spec.templateVersion, spec.image, err = m.resolveTemplate(caller, opts.Template)
+		if err != nil {
+			return core.AcquireResult{}, err
+		}
+	}
 	vols, unpin, err := m.vols.pin(caller, opts.Volumes)
 	if err != nil {
 		return core.AcquireResult{}, err
@@ -143,6 +156,11 @@ type sandboxSpec struct {
 	from *snapFile
 	// volumes are its named volumes' mounts, resolved to IDs and pinned.
 	volumes []core.VolumeMount
+	// image is a template version's image (its ID), with template and
+	// templateVersion naming it; "" for the server's image.
+	image           string
+	template        string
+	templateVersion int
 }
 
 // newSpec is the spec of a new sandbox of user, from opts as
@@ -221,28 +239,31 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 // container, start, and meta.json last; anything interrupted before
 // meta.json is written is debris that reconcile removes.
 func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
-	if err := m.checkImage(ctx); err != nil {
+	img := cmp.Or(spec.image, m.cfg.Image)
+	if err := m.checkImageFor(ctx, img, spec.template); err != nil {
 		return nil, err
 	}
 	id := core.NewSandboxID()
 	now := time.Now().UTC()
 	sb := newSandbox(sandboxDir(m.cfg.StateDir, id), meta{
-		ID:            id,
-		Tenant:        spec.user.tenant,
-		UserID:        spec.user.user,
-		Pool:          spec.pool,
-		Network:       spec.network,
-		Image:         m.cfg.Image,
-		Runtime:       m.cfg.Runtime,
-		Limits:        spec.limits,
-		CreatedAt:     now,
-		LastActiveAt:  now,
-		Metadata:      spec.metadata,
-		IdleTTL:       spec.idleTTL,
-		OnIdle:        spec.onIdle,
-		Env:           spec.env,
-		NetworkPolicy: policyToMeta(spec.netPolicy),
-		Volumes:       mountsToMeta(spec.volumes),
+		ID:              id,
+		Tenant:          spec.user.tenant,
+		UserID:          spec.user.user,
+		Pool:            spec.pool,
+		Network:         spec.network,
+		Image:           img,
+		Template:        spec.template,
+		TemplateVersion: spec.templateVersion,
+		Runtime:         m.cfg.Runtime,
+		Limits:          spec.limits,
+		CreatedAt:       now,
+		LastActiveAt:    now,
+		Metadata:        spec.metadata,
+		IdleTTL:         spec.idleTTL,
+		OnIdle:          spec.onIdle,
+		Env:             spec.env,
+		NetworkPolicy:   policyToMeta(spec.netPolicy),
+		Volumes:         mountsToMeta(spec.volumes),
 	})
 	log := m.log.With("sandbox_id", id, "tenant", spec.user.tenant, "user_id", spec.user.user, "pool", spec.pool)
 
@@ -364,11 +385,16 @@ func (m *Manager) discard(ctx context.Context, sb *sandbox, what, why string) {
 
 // checkImage makes sure the sandbox image exists, so a missing image is
 // reported as such rather than as a confusing create failure.
-func (m *Manager) checkImage(ctx context.Context) error {
-	_, err := m.docker.ImageInspect(ctx, m.cfg.Image)
+func (m *Manager) checkImage(ctx context.Context) error { return m.checkImageFor(ctx, m.cfg.Image, "") }
+
+// checkImageFor is checkImage for img, a template's when template is set.
+func (m *Manager) checkImageFor(ctx context.Context, img, template string) error {
+	_, err := m.docker.ImageInspect(ctx, img)
 	switch {
 	case err == nil:
 		return nil
+	case isDockerNotFound(err) && template != "":
+		return core.Preconditionf("the image of template %s is gone from the Docker engine; build the template again", template)
 	case isDockerNotFound(err):
 		return m.imageMissing()
 	}

@@ -63,6 +63,10 @@ type sandbox struct {
 	// volumes are its named volumes' mounts, by volume ID; fixed at
 	// creation.
 	volumes []core.VolumeMount
+	// template and templateVersion say which template version's image it
+	// runs ("" and 0: the server's image); fixed at creation.
+	template        string
+	templateVersion int
 
 	mu         sync.Mutex
 	pool       bool // waiting, unclaimed, in the warm pool
@@ -122,12 +126,14 @@ func newSandbox(dir string, m meta) *sandbox {
 		lastActive:  m.LastActiveAt,
 		metadata:    m.Metadata,
 		volumes:     mountsFromMeta(m.Volumes),
+		template:    m.Template,
 		idleTTL:     max(m.IdleTTL, 0),
 		onIdle:      m.OnIdle,
 		env:         m.Env,
 		deadCh:      make(chan struct{}),
 		goneCh:      make(chan struct{}),
 	}
+	sb.templateVersion = m.TemplateVersion
 	if sb.lastActive.IsZero() {
 		sb.lastActive = m.CreatedAt
 	}

@@ -57,6 +57,12 @@ type Config struct {
 	MemorySnapshots bool
 	// Snapshots stores hibernation snapshots; default LocalSnapshots.
 	Snapshots SnapshotStore
+	// TemplateBuildAllow are the only destinations (core.NetworkPolicy's
+	// AllowOut form) a template build's steps may reach, through the
+	// egress gateway, when AllowNetwork is set; default: the hosts of the
+	// host's apt sources (its Debian mirrors). Without AllowNetwork builds
+	// have no network.
+	TemplateBuildAllow []string
 	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
 	// snapshots of their globals take together; past it snapshots are
 	// dropped, those of the tenant whose snapshots take the most first,
@@ -249,6 +255,10 @@ type Manager struct {
 	snaps *snapshots
 	// vols is the store of named volumes (volumes.go).
 	vols *volumes
+	// tpls is the store of templates (templates.go); tplEngine the engine
+	// calls that build them, nil when the engine client lacks them.
+	tpls      *templates
+	tplEngine templateEngine
 	// checkpoints is the Docker client's checkpoint API, when it has one.
 	checkpoints checkpointer
 	// net is the sandboxes' networking (network.go): addresses, the
@@ -299,6 +309,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		m.docker, m.closeDocker = c, c.Close
 	}
 	m.checkpoints, _ = m.docker.(checkpointer)
+	m.tplEngine, _ = m.docker.(templateEngine)
 	m.carriesWakes = m.decideFastWake(ctx)
 	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
@@ -338,6 +349,9 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	if m.vols, err = loadVolumes(ctx, cfg.StateDir, cfg.NoDiskVolumes, m.log); err != nil {
 		return fail(fmt.Errorf("load volumes: %w", err))
 	}
+	if m.tpls, err = loadTemplates(cfg.StateDir, m.log); err != nil {
+		return fail(fmt.Errorf("load templates: %w", err))
+	}
 	w, err := iolog.NewWatcher(m.log)
 	if err != nil {
 		return fail(fmt.Errorf("file watcher: %w", err))
@@ -369,6 +383,11 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	m.wg.Add(2)
 	go func() { defer m.wg.Done(); m.flushLoop(m.bgCtx) }()
 	go func() { defer m.wg.Done(); m.monitor(m.bgCtx, since) }()
+	if m.tplEngine != nil {
+		m.removeBuildDebris(ctx)
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.templateGCLoop(m.bgCtx) }()
+	}
 	if cfg.MetricsSampleInterval > 0 {
 		m.sampler = newSampler(cfg.MetricsSampleInterval)
 		m.wg.Add(1)
@@ -456,27 +475,29 @@ func (m *Manager) snapshot(sb *sandbox) core.Sandbox {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	return core.Sandbox{
-		ID:            sb.id,
-		Tenant:        sb.tenant,
-		UserID:        sb.userID,
-		State:         sb.state,
-		StateReason:   sb.reason,
-		HealthReason:  sb.healthReasonLocked(),
-		CreatedAt:     sb.createdAt,
-		LastActiveAt:  sb.lastActive,
-		ExpiresAt:     m.reg.deadlineLocked(sb),
-		Image:         sb.image,
-		Limits:        sb.limits,
-		Network:       sb.network,
-		NetworkPolicy: redacted(sb.netPolicy),
-		ContainerID:   sb.containerID,
-		Metadata:      maps.Clone(sb.metadata),
-		Volumes:       vols,
-		IdleTimeout:   m.reg.idleOf(sb.idleTTL),
-		OnIdle:        m.onIdleOf(sb),
-		Snapshot:      sb.hib.snapshotInfo(),
-		HibernatedAt:  sb.hib.HibernatedAt,
-		LastWake:      sb.hib.Wake.Clone(),
+		ID:              sb.id,
+		Tenant:          sb.tenant,
+		UserID:          sb.userID,
+		State:           sb.state,
+		StateReason:     sb.reason,
+		HealthReason:    sb.healthReasonLocked(),
+		CreatedAt:       sb.createdAt,
+		LastActiveAt:    sb.lastActive,
+		ExpiresAt:       m.reg.deadlineLocked(sb),
+		Image:           sb.image,
+		Limits:          sb.limits,
+		Network:         sb.network,
+		NetworkPolicy:   redacted(sb.netPolicy),
+		ContainerID:     sb.containerID,
+		Metadata:        maps.Clone(sb.metadata),
+		Template:        sb.template,
+		TemplateVersion: sb.templateVersion,
+		Volumes:         vols,
+		IdleTimeout:     m.reg.idleOf(sb.idleTTL),
+		OnIdle:          m.onIdleOf(sb),
+		Snapshot:        sb.hib.snapshotInfo(),
+		HibernatedAt:    sb.hib.HibernatedAt,
+		LastWake:        sb.hib.Wake.Clone(),
 	}
 }
 

@@ -140,7 +140,7 @@ func (p *warmPool) size() int {
 
 // poolable reports whether a pool sandbox fits spec.
 func (m *Manager) poolable(spec sandboxSpec) bool {
-	return m.cfg.WarmPool > 0 && len(spec.env) == 0 && !spec.network && spec.from == nil && len(spec.volumes) == 0 && spec.limits == m.cfg.DefaultLimits
+	return m.cfg.WarmPool > 0 && len(spec.env) == 0 && !spec.network && spec.from == nil && len(spec.volumes) == 0 && spec.image == "" && spec.limits == m.cfg.DefaultLimits
 }
 
 // claimPooled gives user a ready pool sandbox, or returns nil when the pool

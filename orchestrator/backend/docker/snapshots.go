@@ -71,6 +71,12 @@ type snapFile struct {
 	// made from the snapshot mounts them (not copies) unless it asks for
 	// its own.
 	Volumes []volumeMountMeta `json:"volumes,omitempty"`
+	// Image, Template and TemplateVersion are the template version the
+	// sandbox ran, if any: a sandbox made from the snapshot runs the same
+	// image, which the templates' clean-up keeps while the snapshot is.
+	Image           string `json:"image,omitempty"`
+	Template        string `json:"template,omitempty"`
+	TemplateVersion int    `json:"template_version,omitempty"`
 }
 
 // snapshots is the Manager's index of named snapshots.
@@ -243,6 +249,9 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 	taken := m.takeSnapshot(ctx, sb, &snapMeta{File: "named-" + suffix, Record: "sbx-named-snapshot-" + suffix})
 	f := snapFile{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: sb.tenant, SandboxID: sb.id,
 		Level: taken.Level, Reason: taken.Reason, CreatedAt: time.Now().UTC()}, Hidden: hidden, Volumes: mountsToMeta(sb.volumes)}
+	if sb.template != "" {
+		f.Image, f.Template, f.TemplateVersion = sb.image, sb.template, sb.templateVersion
+	}
 	if taken.Level == ioproto.LevelGlobals {
 		n, err := moveSnapshotOut(sb.dir, taken.File, filepath.Join(tmp, snapGlobalsFile), m.cfg.IODiskBytes)
 		if err != nil {

@@ -105,6 +105,10 @@ type meta struct {
 	Carrier *carrierMeta `json:"carrier,omitempty"`
 	// Volumes are the sandbox's named volumes (volumes.go), by ID.
 	Volumes []volumeMountMeta `json:"volumes,omitempty"`
+	// Template and TemplateVersion name the template version whose image
+	// (Image, by ID) the sandbox runs; empty for the server's image.
+	Template        string `json:"template,omitempty"`
+	TemplateVersion int    `json:"template_version,omitempty"`
 }
 
 // netPolicyMeta is a core.NetworkPolicy as meta.json keeps it: the file's

@@ -198,3 +198,11 @@ func (v *validated) VolumeRemove(ctx context.Context, ref, path string, recursiv
 func (v *validated) VolumeSetAttributes(ctx context.Context, ref, path string, a core.FileAttributes) (core.FileInfo, error) {
 	return v.v.VolumeSetAttributes(ctx, ref, path, a)
 }
+
+func (v *validated) BuildTemplate(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error) {
+	return v.v.BuildTemplate(ctx, name, spec, force)
+}
+
+func (v *validated) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
+	return v.v.PutTemplateFile(ctx, key, r)
+}
