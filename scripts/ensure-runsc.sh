@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ensure-runsc.sh: make sure the Docker engine has gVisor registered twice,
+# ensure-runsc.sh: make sure the Docker engine has gVisor registered thrice,
 # since the escape, fault, load, hostile-/io and network suites run under
 # it too:
 #
@@ -8,6 +8,10 @@
 #   runsc-net  --network=sandbox: networked sandboxes, gVisor's own netstack
 #              on the interface sandboxd plumbs into the sandbox's network
 #              namespace (orchestrator/backend/docker/network.go)
+#   runsc-build  runsc-net's binary, --network=sandbox --overlay2=none: the
+#              steps of template builds, whose writes must reach the
+#              container's root file system on the host to be committed
+#              (that gVisor keeps a root's writes in memory by default)
 #
 # runsc-net is not Debian's runsc: bookworm's (2022-12) refuses
 # --network=sandbox on kernels from 6.11 on, which show
@@ -17,7 +21,7 @@
 # from gVisor's Go module at a pinned version (RUNSC_NET_VERSION), once,
 # into /usr/local/lib/sandboxd/gvisor-<version>/runsc.
 #
-# Idempotent: when `docker info` lists both, runsc-net with that binary, it
+# Idempotent: when `docker info` lists all three, with that binary, it
 # exits at once. Otherwise it installs Debian's runsc if missing, builds
 # runsc-net's, registers what is missing with `runsc install` (a merge into
 # /etc/docker/daemon.json) and has dockerd reload its configuration (SIGHUP;
@@ -47,8 +51,9 @@ rts="$(runtimes)" || die "docker info failed (make docker sets up the engine, or
 missing=()
 registered runsc || missing+=(runsc)
 registered runsc-net "$net_bin" && [ -x "$net_bin" ] || missing+=(runsc-net)
+registered runsc-build "$net_bin" && [ -x "$net_bin" ] || missing+=(runsc-build)
 if [ "${#missing[@]}" -eq 0 ]; then
-	echo "runsc: runsc ($(runsc --version 2>/dev/null | sed -n 1p || echo 'not on PATH')) and runsc-net (gVisor $RUNSC_NET_VERSION) registered with dockerd"
+	echo "runsc: runsc ($(runsc --version 2>/dev/null | sed -n 1p || echo 'not on PATH')), runsc-net and runsc-build (gVisor $RUNSC_NET_VERSION) registered with dockerd"
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
@@ -69,13 +74,17 @@ for rt in "${missing[@]}"; do
 		fi
 		"$net_bin" install --runtime runsc-net -- --network=sandbox
 		;;
+	runsc-build)
+		[ -x "$net_bin" ] || die "runsc-build needs runsc-net's binary ($net_bin)"
+		"$net_bin" install --runtime runsc-build -- --network=sandbox --overlay2=none
+		;;
 	esac
 done
 pid="$(pidof dockerd)" || die "no local dockerd process to reload"
 kill -HUP "$pid"
 for _ in $(seq 1 "${RUNSC_WAIT_SECONDS:-30}"); do
 	rts="$(runtimes)"
-	if registered runsc && registered runsc-net "$net_bin"; then
+	if registered runsc && registered runsc-net "$net_bin" && registered runsc-build "$net_bin"; then
 		echo "runsc: registered ${missing[*]} with dockerd"
 		exit 0
 	fi

@@ -82,6 +82,12 @@ func netRuntimeOf(runtime string) string {
 // server's runtime is runsc (netRuntimeOf).
 const RuntimeGVisorNet = "runsc-net"
 
+// RuntimeGVisorBuild is the runtime of a template build's steps under
+// gVisor (scripts/ensure-runsc.sh): runsc-net's, with the root file
+// system's writes on the host (--overlay2=none), so a step's commit
+// keeps them.
+const RuntimeGVisorBuild = "runsc-build"
+
 // holderNamePrefix + sandbox ID names a sandbox's network holder.
 const holderNamePrefix = "sandboxd-net-"
 

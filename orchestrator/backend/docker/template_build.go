@@ -33,8 +33,9 @@ import (
 // image and committed into the next, so that sandboxd chooses what a
 // Dockerfile's RUN could not:
 //
-//   - the runtime: the server's (gVisor under --runtime runsc), so a
-//     template's commands, run as root, are as contained as a sandbox's;
+//   - the runtime: the server's (gVisor under --runtime runsc, as
+//     RuntimeGVisorBuild), so a template's commands, run as root, are as
+//     contained as a sandbox's;
 //   - the network: none, or (with --allow-network) the egress gateway's,
 //     under a policy allowing only the Debian mirrors the host's apt uses
 //     (Config.TemplateBuildAllow replaces them);
@@ -408,9 +409,13 @@ func (m *Manager) buildStep(ctx context.Context, id, tenant string, st buildStat
 		Entrypoint: cmd, // and so no Cmd of the image's
 		Labels:     map[string]string{labelTemplateBuild: id, labels.StateDir: m.cfg.StateDir},
 	}
+	rt := m.cfg.Runtime
+	if rt == core.RuntimeGVisor {
+		rt = RuntimeGVisorBuild
+	}
 	host := &container.HostConfig{
 		NetworkMode: "none",
-		Runtime:     m.cfg.Runtime,
+		Runtime:     rt,
 		SecurityOpt: []string{"no-new-privileges"},
 		Resources: container.Resources{Memory: m.cfg.MaxLimits.MemoryBytes, MemorySwap: m.cfg.MaxLimits.MemoryBytes,
 			NanoCPUs: m.cfg.MaxLimits.NanoCPUs, PidsLimit: &pids},
@@ -572,7 +577,7 @@ func filterArchive(r io.Reader, w io.Writer, c core.TemplateCopy) (int, error) {
 	}
 	destDir := strings.HasSuffix(c.Dest, "/")
 	dest := path.Clean(c.Dest)
-	target := func(name string) (string, bool) {
+	target := func(name string, isDir bool) (string, bool) {
 		name = path.Clean(strings.TrimPrefix(name, "./"))
 		if name == ".." || strings.HasPrefix(name, "../") || path.IsAbs(name) {
 			return "", false
@@ -584,7 +589,9 @@ func filterArchive(r io.Reader, w io.Writer, c core.TemplateCopy) (int, error) {
 			}
 			return path.Join(dest, name), true
 		case name == c.Src:
-			if destDir {
+			// A directory is Dest itself (its contents go in it, as
+			// COPY dir/ does); a file goes into Dest when Dest is one.
+			if destDir && !isDir {
 				return path.Join(dest, path.Base(name)), true
 			}
 			return dest, true
@@ -603,14 +610,14 @@ func filterArchive(r io.Reader, w io.Writer, c core.TemplateCopy) (int, error) {
 		if err != nil {
 			return n, &archiveError{core.Preconditionf("copy: archive %s… is not a valid tar archive: %v", c.Archive[:12], err)}
 		}
-		to, ok := target(h.Name)
+		to, ok := target(h.Name, h.Typeflag == tar.TypeDir)
 		if !ok {
 			continue
 		}
 		switch h.Typeflag {
 		case tar.TypeReg, tar.TypeDir, tar.TypeSymlink:
 		case tar.TypeLink:
-			lt, ok := target(h.Linkname)
+			lt, ok := target(h.Linkname, false)
 			if !ok {
 				continue
 			}
@@ -746,7 +753,6 @@ func (n *buildNet) apply(host *container.HostConfig) {
 		return
 	}
 	host.NetworkMode = container.NetworkMode("container:" + n.sb.net.Holder)
-	host.Runtime = netRuntimeOf(host.Runtime)
 }
 
 func (n *buildNet) close() {

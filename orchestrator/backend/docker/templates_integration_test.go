@@ -81,7 +81,9 @@ func TestIntegrationTemplates(t *testing.T) {
 		{User: core.TemplateUserSandbox},
 		{Run: "id -u > /opt/t/builder-uid"},
 	}}
-	tpl, v1, err := m.BuildTemplate(ctxA, "tools", spec, false)
+	// Forced: the engine's step cache outlives the test, and this build
+	// must reach the mirror.
+	tpl, v1, err := m.BuildTemplate(ctxA, "tools", spec, true)
 	if err != nil {
 		t.Fatal(err)
 	}
