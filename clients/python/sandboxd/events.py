@@ -564,10 +564,13 @@ class AuditEvent:
     #: from_snapshot; fork's number of forks.
     snapshot: str = ""
     count: int = 0
+    #: build_template's and delete_template's template, upload_template_file's
+    #: archive key, acquire's template.
+    template: str = ""
 
     @classmethod
     def from_proto(cls, m):
-        return cls(snapshot=m.snapshot, count=m.count, time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
+        return cls(snapshot=m.snapshot, count=m.count, template=m.template, time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
                    sandbox_id=m.sandbox_id, user_id=m.user_id, path=m.path, to_path=m.to_path,
                    command_id=m.command_id, context_id=m.context_id, language=m.language, bytes=m.bytes,
                    outcome=m.outcome, message=m.message,

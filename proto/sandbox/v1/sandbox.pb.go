@@ -9675,7 +9675,8 @@ type AuditEvent struct {
 	// update_network_policy, execute, interrupt, create_context,
 	// restart_context, delete_context, write_file, mkdir, remove, move,
 	// create_volume, delete_volume, volume_write_file, volume_mkdir,
-	// volume_remove, volume_set_attributes; or "dropped": the server lost dropped_count events
+	// volume_remove, volume_set_attributes, upload_template_file,
+	// build_template, delete_template; or "dropped": the server lost dropped_count events
 	// because its audit queue was full (only admins see these).
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	// sandbox_id is the sandbox acted on (for acquire, the one acquired).
@@ -9715,7 +9716,11 @@ type AuditEvent struct {
 	Count int32 `protobuf:"varint,19,opt,name=count,proto3" json:"count,omitempty"`
 	// volume is the volume calls' volume (its ID, or the name given), and
 	// acquire's options.volumes (their references, comma-separated).
-	Volume        string `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
+	Volume string `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
+	// template is build_template's and delete_template's template (its ID,
+	// or the name given), upload_template_file's archive key, and acquire's
+	// options.template.
+	Template      string `protobuf:"bytes,21,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -9886,6 +9891,13 @@ func (x *AuditEvent) GetCount() int32 {
 func (x *AuditEvent) GetVolume() string {
 	if x != nil {
 		return x.Volume
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetTemplate() string {
+	if x != nil {
+		return x.Template
 	}
 	return ""
 }
@@ -10882,7 +10894,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"page_token\x18\a \x01(\tR\tpageToken\"q\n" +
 	"\x17ListAuditEventsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.sandbox.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd0\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xec\x04\n" +
 	"\n" +
 	"AuditEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
@@ -10909,7 +10921,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount\x12\x1a\n" +
 	"\bsnapshot\x18\x12 \x01(\tR\bsnapshot\x12\x14\n" +
 	"\x05count\x18\x13 \x01(\x05R\x05count\x12\x16\n" +
-	"\x06volume\x18\x14 \x01(\tR\x06volume\"k\n" +
+	"\x06volume\x18\x14 \x01(\tR\x06volume\x12\x1a\n" +
+	"\btemplate\x18\x15 \x01(\tR\btemplate\"k\n" +
 	"\x18GetSandboxMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +

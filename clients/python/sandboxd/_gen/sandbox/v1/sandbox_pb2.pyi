@@ -73,7 +73,7 @@ class AptStep(_message.Message):
     def __init__(self, packages: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AuditEvent(_message.Message):
-    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "tenant", "time", "to_path", "token_name", "user_id", "volume"]
+    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "template", "tenant", "time", "to_path", "token_name", "user_id", "volume"]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class AuditEvent(_message.Message):
     PATH_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -108,13 +109,14 @@ class AuditEvent(_message.Message):
     path: str
     sandbox_id: str
     snapshot: str
+    template: str
     tenant: str
     time: _timestamp_pb2.Timestamp
     to_path: str
     token_name: str
     user_id: str
     volume: str
-    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ..., volume: _Optional[str] = ...) -> None: ...
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ..., volume: _Optional[str] = ..., template: _Optional[str] = ...) -> None: ...
 
 class BuildTemplateRequest(_message.Message):
     __slots__ = ["force", "name", "spec"]
