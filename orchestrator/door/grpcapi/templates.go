@@ -97,7 +97,20 @@ func (s *Service) FollowTemplateBuild(req *sandboxv1.FollowTemplateBuildRequest,
 	if req.GetAfterSeq() < 0 {
 		return invalid("after_seq %d is negative; use 0 to stream from the first line", req.GetAfterSeq())
 	}
-	return s.followTemplate(ctx, "FollowTemplateBuild", req.GetTemplate(), int(req.GetVersion()), req.GetAfterSeq(),
+	ref, version := req.GetTemplate(), int(req.GetVersion())
+	if version == 0 {
+		// The latest version, resolved here: the port names versions.
+		t, err := s.m.GetTemplate(ctx, ref)
+		if err != nil {
+			return s.fail(ctx, "FollowTemplateBuild", err)
+		}
+		latest, ok := t.Latest()
+		if !ok {
+			return s.fail(ctx, "FollowTemplateBuild", core.NotFoundf("template %q has no builds", core.Truncate(ref, 80)))
+		}
+		ref, version = t.ID, latest.Version
+	}
+	return s.followTemplate(ctx, "FollowTemplateBuild", ref, version, req.GetAfterSeq(),
 		func(l *sandboxv1.TemplateBuildLine) error {
 			return stream.Send(&sandboxv1.FollowTemplateBuildResponse{Event: &sandboxv1.FollowTemplateBuildResponse_Line{Line: l}})
 		},

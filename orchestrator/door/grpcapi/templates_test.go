@@ -409,19 +409,37 @@ func TestFollowTemplateBuild(t *testing.T) {
 		t.Errorf("follows (-want +got):\n%s", diff)
 	}
 	// A failed build: done, then the classed error.
-	fake2 := &fakeManager{}
-	scriptBuild(fake2, nil, finished(building(1), core.TemplateFailed, "timed out"), coretest.Errorf(core.ErrDeadlineExceeded, "template tools: the build ran past 20m0s"))
+	// Version 0 is the latest, resolved by the door (the port names
+	// versions); a failed build: done, then the classed error.
+	fake2 := &fakeManager{GetTemplateFunc: func(_ context.Context, ref string) (core.Template, error) {
+		switch ref {
+		case "tools":
+			return core.Template{ID: tpl1, Name: "tools", Versions: []core.TemplateVersion{finished(building(1), core.TemplateReady, ""), building(2)}}, nil
+		case "empty":
+			return core.Template{ID: "tpl-bbbbbbbbbbbbbbbbbbbb", Name: "empty"}, nil
+		}
+		return core.Template{}, core.TemplateNotFound(ref)
+	}}
+	_, follows2 := scriptBuild(fake2, nil, finished(building(2), core.TemplateFailed, "timed out"), coretest.Errorf(core.ErrDeadlineExceeded, "template tools: the build ran past 20m0s"))
 	env2 := newTestEnv(t, fake2)
-	msgs2, err := recvAll[sandboxv1.FollowTemplateBuildResponse](env2.client.FollowTemplateBuild(testCtx(t), &sandboxv1.FollowTemplateBuildRequest{Template: tpl1}))
+	msgs2, err := recvAll[sandboxv1.FollowTemplateBuildResponse](env2.client.FollowTemplateBuild(testCtx(t), &sandboxv1.FollowTemplateBuildRequest{Template: "tools"}))
 	if status.Code(err) != codes.DeadlineExceeded || len(msgs2) != 1 || msgs2[0].GetDone().GetState() != sandboxv1.TemplateState_TEMPLATE_STATE_FAILED {
 		t.Errorf("failed follow = %v, %v; want done FAILED then DeadlineExceeded", msgs2, err)
 	}
-	// An unknown template.
+	if diff := cmp.Diff([]string{tpl1 + " 2 0"}, *follows2); diff != "" {
+		t.Errorf("follows of the latest (-want +got):\n%s", diff)
+	}
+	// A template without builds, an unknown one.
+	for ref, code := range map[string]codes.Code{"empty": codes.NotFound, "nope": codes.NotFound} {
+		if _, err := recvAll[sandboxv1.FollowTemplateBuildResponse](env2.client.FollowTemplateBuild(testCtx(t), &sandboxv1.FollowTemplateBuildRequest{Template: ref})); status.Code(err) != code {
+			t.Errorf("follow %s = %v, want %v", ref, err, code)
+		}
+	}
 	fake2.FollowTemplateBuildFunc = func(_ context.Context, ref string, _ int, _ int64, _ func(core.TemplateBuildEvent) error) error {
 		return core.TemplateNotFound(ref)
 	}
-	if _, err := recvAll[sandboxv1.FollowTemplateBuildResponse](env2.client.FollowTemplateBuild(testCtx(t), &sandboxv1.FollowTemplateBuildRequest{Template: "nope"})); status.Code(err) != codes.NotFound {
-		t.Errorf("follow unknown = %v, want NotFound", err)
+	if _, err := recvAll[sandboxv1.FollowTemplateBuildResponse](env2.client.FollowTemplateBuild(testCtx(t), &sandboxv1.FollowTemplateBuildRequest{Template: "tools", Version: 9})); status.Code(err) != codes.NotFound {
+		t.Errorf("follow unknown version = %v, want NotFound", err)
 	}
 }
 
@@ -441,7 +459,7 @@ func TestFollowTemplateBuildClientGoes(t *testing.T) {
 	}}
 	env := newTestEnv(t, fake)
 	ctx, cancel := context.WithCancel(testCtx(t))
-	s, err := env.client.FollowTemplateBuild(ctx, &sandboxv1.FollowTemplateBuildRequest{Template: "tools"})
+	s, err := env.client.FollowTemplateBuild(ctx, &sandboxv1.FollowTemplateBuildRequest{Template: "tools", Version: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

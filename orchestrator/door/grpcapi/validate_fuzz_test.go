@@ -344,11 +344,17 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 			v := core.TemplateVersion{Version: 1, State: core.TemplateBuilding, SpecHash: spec.SpecHash("img")}
 			return core.Template{ID: core.NewTemplateID(), Name: name, Versions: []core.TemplateVersion{v}}, v, nil
 		},
+		GetTemplateFunc: func(_ context.Context, ref string) (core.Template, error) {
+			if err := core.ValidateTemplateRef(ref); err != nil {
+				t.Fatalf("the domain got a malformed template reference: %v", err)
+			}
+			return core.Template{ID: core.NewTemplateID(), Name: "t", Versions: []core.TemplateVersion{{Version: 1, State: core.TemplateBuilding}}}, nil
+		},
 		FollowTemplateBuildFunc: func(_ context.Context, ref string, version int, after int64, fn func(core.TemplateBuildEvent) error) error {
 			if err := core.ValidateTemplateRef(ref); err != nil {
 				t.Fatalf("the domain got a malformed template reference: %v", err)
 			}
-			if version < 0 || after < 0 {
+			if version < 1 || after < 0 {
 				t.Fatalf("the domain got version %d, after %d", version, after)
 			}
 			if err := fn(core.TemplateBuildEvent{Seq: after + 1, Line: string(event)}); err != nil {

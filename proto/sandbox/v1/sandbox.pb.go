@@ -4474,7 +4474,8 @@ type FollowTemplateBuildRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// template is the template's ID or name.
 	Template string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
-	// version is the version to follow; 0 for the template's latest.
+	// version is the version to follow; 0 for the template's latest (its
+	// newest build, whatever its state).
 	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
 	// after_seq skips the log's lines up to it; 0 streams them all.
 	AfterSeq      int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
