@@ -51,6 +51,16 @@ func sendUpload[Req, Resp any, PResp interface {
 	*Resp
 	GetFile() *sandboxv1.FileInfo
 }](stream grpc.ClientStreamingClient[Req, Resp], header *Req, chunk func([]byte) *Req, r io.Reader) (*sandboxv1.FileInfo, error) {
+	resp, err := sendStream(stream, header, chunk, r)
+	if err != nil {
+		return nil, err
+	}
+	return PResp(resp).GetFile(), nil
+}
+
+// sendStream is sendUpload for any upload stream: it returns sandboxd's
+// answer as it is.
+func sendStream[Req, Resp any](stream grpc.ClientStreamingClient[Req, Resp], header *Req, chunk func([]byte) *Req, r io.Reader) (*Resp, error) {
 	err := stream.Send(header)
 	buf := make([]byte, chunkSize)
 	for err == nil {
@@ -74,7 +84,7 @@ func sendUpload[Req, Resp any, PResp interface {
 	if err != nil {
 		return nil, fromGRPC(err)
 	}
-	return PResp(resp).GetFile(), nil
+	return resp, nil
 }
 
 // Download writes the content of the regular file at path under the

@@ -114,6 +114,7 @@ func auditDetail(e *sandboxv1.AuditEvent) string {
 	add("command", e.GetCommandId())
 	add("context", e.GetContextId())
 	add("snapshot", e.GetSnapshot())
+	add("template", e.GetTemplate())
 	if e.GetCount() > 0 {
 		add("count", fmt.Sprint(e.GetCount()))
 	}

@@ -37,12 +37,13 @@ func init() {
 		{"kill", "SANDBOX_ID... | --user USER [--tenant TENANT]",
 			"delete sandboxes (each is attempted), or all of a user's (in every tenant the token sees, unless --tenant)",
 			[]string{"sandboxctl kill sb-q3x7kd2mf5a6bnp4hcw2 sb-7ryz2lnw4ks6tdm3vb5e", "sandboxctl kill --user alice"}, cmdKill},
-		{"exec", "(--user USER [--from-snapshot SNAPSHOT] | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] [--volume VOLUME:/mnt/PATH[:ro]]... CODE",
+		{"exec", "(--user USER [--from-snapshot SNAPSHOT] | --sandbox SANDBOX_ID | SANDBOX_ID) [--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--command-id ID] [--save DIR] [--events] [--network] [--allow DEST]... [--deny DEST]... [--rule DOMAIN:HEADER=VALUE]... [--public] [--policy-file FILE] [--volume VOLUME:/mnt/PATH[:ro]]... [--template TEMPLATE] CODE",
 			"run CODE (\"-\" reads stdin) in a user's sandbox (acquired first) or in a sandbox by ID, and stream its output;\n" +
 				"--network and the policy flags (as net set's) give a sandbox exec creates for --user its network;\n" +
 				"--save DIR writes figures (PNG, JPEG, SVG, PDF) and plotly charts (self-contained HTML) there;\n" +
 				"--events prefixes each event with its seq (for resume --after-seq);\n" +
-				"--volume mounts a volume (see volume) in a sandbox exec creates for --user",
+				"--volume mounts a volume (see volume) in a sandbox exec creates for --user;\n" +
+				"--template creates that sandbox from a template (see template)",
 			[]string{"sandboxctl exec --user alice 'print(6 * 7)'",
 				"sandboxctl exec --sandbox sb-q3x7kd2mf5a6bnp4hcw2 --language bash 'ls -l'",
 				"sandboxctl exec sb-q3x7kd2mf5a6bnp4hcw2 'print(x)'   # the same: a sandbox ID first",
@@ -100,6 +101,13 @@ func init() {
 			[]string{"sandboxctl volume create datasets --size 5GiB", "sandboxctl volume ls",
 				"sandboxctl volume cp train.csv datasets:raw/train.csv", "sandboxctl volume files datasets raw --depth 2",
 				"sandboxctl volume cp datasets:raw/train.csv -", "sandboxctl volume rmfile -r datasets raw", "sandboxctl volume rm datasets"}, cmdVolume},
+		{"template", "build -f SPEC.yaml [--force] NAME | ls [--tenant TENANT] [-o table|json] | get TEMPLATE | rm TEMPLATE | logs TEMPLATE [--version N]",
+			"manage the tenant's templates (their own sandbox images; exec --template creates a sandbox from one): build one from a\n" +
+				"YAML spec (base, then steps: apt, copy, env, workdir, user, run; a copy's src, relative to the spec, is packed and\n" +
+				"uploaded) and print its log as it builds, list them, print one as JSON, delete one, print a build's log",
+			[]string{"sandboxctl template build -f tools.yaml tools", "sandboxctl template ls",
+				"sandboxctl template logs tools --version 2", "sandboxctl exec --user alice --template tools --language bash 'jq --version'",
+				"sandboxctl template rm tools"}, cmdTemplate},
 		{"fork", "SANDBOX_ID [--count N] [--user USER]...",
 			"make N copies (1 to 20) of a running sandbox's state, each a new sandbox of its own user; print each fork, or why it failed",
 			[]string{"sandboxctl fork sb-q3x7kd2mf5a6bnp4hcw2 --count 3", "sandboxctl fork sb-q3x7kd2mf5a6bnp4hcw2 --user branch-a --user branch-b"}, cmdFork},

@@ -35,6 +35,7 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	fromSnapshot := fs.String("from-snapshot", "", "a sandbox exec creates for --user starts from this snapshot (ID or name): its globals and /workspace")
 	var volumes volumeList
 	fs.Var(&volumes, "volume", "a sandbox exec creates for --user mounts this volume: VOLUME:/mnt/PATH[:ro] (repeatable; under /mnt or /data)")
+	template := fs.String("template", "", "a sandbox exec creates for --user runs this template's image (ID or name; see template)")
 	network := fs.Bool("network", false, "a sandbox exec creates for --user gets network access (under sandboxd's default policy unless the policy flags give one)")
 	var pf policyFlags
 	pf.register(fs)
@@ -81,6 +82,12 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		}
 		acquireOpts = append(acquireOpts, volumes...)
 	}
+	if *template != "" {
+		if *sandboxID != "" {
+			return usageErr(c.stderr, "exec", errors.New("--template applies to the sandbox exec acquires for --user"))
+		}
+		acquireOpts = append(acquireOpts, client.WithTemplate(*template))
+	}
 	if err := out.check(); err != nil {
 		return usageErr(c.stderr, "exec", err)
 	}
@@ -110,6 +117,8 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 		}
 		if !acq.Created && *fromSnapshot != "" {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --from-snapshot applies only to a new one\n", *user, acq.ID)
+		} else if !acq.Created && *template != "" {
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --template applies only to a new one\n", *user, acq.ID)
 		} else if !acq.Created && len(volumes) > 0 {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the volumes it was created with (sandboxctl inspect %s shows them)\n",
 				*user, acq.ID, acq.ID)

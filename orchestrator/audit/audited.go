@@ -27,12 +27,14 @@ type Recorder interface {
 // RestartContext, DeleteContext, Upload (write_file), MakeDirectory
 // (mkdir), Remove and Rename (move), CreateVolume, DeleteVolume,
 // VolumeUpload (volume_write_file), VolumeMakeDirectory (volume_mkdir),
-// VolumeRemove (volume_remove) and VolumeSetAttributes
-// (volume_set_attributes). Not recorded: the reads (Get, List,
+// VolumeRemove (volume_remove), VolumeSetAttributes
+// (volume_set_attributes), PutTemplateFile (upload_template_file),
+// BuildTemplate and DeleteTemplate. Not recorded: the reads (Get, List,
 // ListSnapshots, NetworkStatus, SandboxMetrics, GetHost, PortTarget, Follow,
 // ListCommands, ListContexts, Download, ListFiles, ListFilesDepth,
 // WatchDirectory, GetVolume, ListVolumes, VolumeDownload, VolumeStat,
-// VolumeListFiles), and the traffic of
+// VolumeListFiles, HasTemplateFile, FollowTemplateBuild, TemplateBuildLog,
+// GetTemplate, ListTemplates), and the traffic of
 // a command already recorded by its execute (SendStdin, CloseStdin,
 // ResizePty): a terminal sends a call per keystroke and per resize, which
 // would drown the trail without saying more than "execute" did.
@@ -73,7 +75,7 @@ func (a *audited) Acquire(ctx context.Context, userID string, opts core.Options)
 	for _, vm := range opts.Volumes {
 		vols = append(vols, vm.Volume)
 	}
-	a.record(ctx, start, ActionAcquire, Event{SandboxID: res.Sandbox.ID, UserID: userID, Snapshot: opts.FromSnapshot, Volume: strings.Join(vols, ",")}, err)
+	a.record(ctx, start, ActionAcquire, Event{SandboxID: res.Sandbox.ID, UserID: userID, Snapshot: opts.FromSnapshot, Volume: strings.Join(vols, ","), Template: opts.Template}, err)
 	return res, err
 }
 
@@ -267,4 +269,32 @@ func (a *audited) VolumeSetAttributes(ctx context.Context, ref, path string, at 
 	fi, err := a.Manager.VolumeSetAttributes(ctx, ref, path, at)
 	a.record(ctx, start, ActionVolumeSetAttributes, Event{Volume: ref, Path: path}, err)
 	return fi, err
+}
+
+func (a *audited) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
+	start := time.Now()
+	cr := &countingReader{r: r}
+	existed, err := a.Manager.PutTemplateFile(ctx, key, cr)
+	a.record(ctx, start, ActionUploadTemplateFile, Event{Template: key, Bytes: cr.n.Load()}, err)
+	return existed, err
+}
+
+// BuildTemplate records the start of a build (its outcome is whether it
+// started; how it ends is the template's version, not a call).
+func (a *audited) BuildTemplate(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error) {
+	start := time.Now()
+	t, v, err := a.Manager.BuildTemplate(ctx, name, spec, force)
+	ref := t.ID
+	if ref == "" {
+		ref = name
+	}
+	a.record(ctx, start, ActionBuildTemplate, Event{Template: ref}, err)
+	return t, v, err
+}
+
+func (a *audited) DeleteTemplate(ctx context.Context, ref string) error {
+	start := time.Now()
+	err := a.Manager.DeleteTemplate(ctx, ref)
+	a.record(ctx, start, ActionDeleteTemplate, Event{Template: ref}, err)
+	return err
 }

@@ -18,7 +18,10 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 )
 
-const sb1 = "sb-aaaaaaaaaaaaaaaaaaaa"
+const (
+	sb1         = "sb-aaaaaaaaaaaaaaaaaaaa"
+	templateKey = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
 
 // The secrets a caller hands the domain: none may reach the trail.
 const (
@@ -218,6 +221,28 @@ func calls() map[string]struct {
 			_, err := m.VolumeSetAttributes(ctx, "datasets", "d", core.FileAttributes{Mode: &mode})
 			return err
 		}},
+		"PutTemplateFile": {ActionUploadTemplateFile, func(ctx context.Context, m core.Manager) error {
+			_, err := m.PutTemplateFile(ctx, templateKey, strings.NewReader(secretFile))
+			return err
+		}},
+		"HasTemplateFile": {"", func(ctx context.Context, m core.Manager) error {
+			_, err := m.HasTemplateFile(ctx, templateKey)
+			return ok(err)
+		}},
+		"BuildTemplate": {ActionBuildTemplate, func(ctx context.Context, m core.Manager) error {
+			_, _, err := m.BuildTemplate(ctx, "tools", core.TemplateSpec{Steps: []core.TemplateStep{{Run: secretCode}}}, false)
+			return err
+		}},
+		"FollowTemplateBuild": {"", func(ctx context.Context, m core.Manager) error {
+			return ok(m.FollowTemplateBuild(ctx, "tools", 0, 0, func(core.TemplateBuildEvent) error { return nil }))
+		}},
+		"TemplateBuildLog": {"", func(ctx context.Context, m core.Manager) error {
+			_, _, err := m.TemplateBuildLog(ctx, "tools", 0, 0, 10)
+			return ok(err)
+		}},
+		"GetTemplate":    {"", func(ctx context.Context, m core.Manager) error { _, err := m.GetTemplate(ctx, "tools"); return ok(err) }},
+		"ListTemplates":  {"", func(ctx context.Context, m core.Manager) error { _, err := m.ListTemplates(ctx, ""); return ok(err) }},
+		"DeleteTemplate": {ActionDeleteTemplate, func(ctx context.Context, m core.Manager) error { return m.DeleteTemplate(ctx, "tools") }},
 	}
 }
 
@@ -270,6 +295,12 @@ func TestAudited(t *testing.T) {
 			wantSB = ""
 			if e.Volume != "datasets" {
 				t.Errorf("%s recorded volume %q", name, e.Volume)
+			}
+		}
+		if strings.Contains(name, "Template") { // nor has a template
+			wantSB = ""
+			if want := map[bool]string{true: templateKey, false: "tools"}[name == "PutTemplateFile"]; e.Template != want {
+				t.Errorf("%s recorded template %q, want %q", name, e.Template, want)
 			}
 		}
 		if e.Action != c.action || e.Tenant != "acme" || e.TokenName != "ci-bot" || e.Admin || e.SandboxID != wantSB || e.Time.IsZero() || e.Duration < 0 {

@@ -52,6 +52,9 @@ const (
 	ActionVolumeMkdir         = "volume_mkdir"
 	ActionVolumeRemove        = "volume_remove"
 	ActionVolumeSetAttributes = "volume_set_attributes"
+	ActionUploadTemplateFile  = "upload_template_file"
+	ActionBuildTemplate       = "build_template"
+	ActionDeleteTemplate      = "delete_template"
 	// ActionDropped is the log's own record: Dropped records were lost
 	// because the queue was full (Log). It has no tenant, so only admins
 	// see it.
@@ -66,7 +69,7 @@ var Actions = []string{
 	ActionCreateContext, ActionRestartContext, ActionDeleteContext,
 	ActionWriteFile, ActionMkdir, ActionRemove, ActionMove,
 	ActionCreateVolume, ActionDeleteVolume, ActionVolumeWriteFile, ActionVolumeMkdir, ActionVolumeRemove,
-	ActionVolumeSetAttributes, ActionDropped,
+	ActionVolumeSetAttributes, ActionUploadTemplateFile, ActionBuildTemplate, ActionDeleteTemplate, ActionDropped,
 }
 
 // OutcomeOK is the outcome of a call that succeeded; a failed one's is its
@@ -99,7 +102,11 @@ type Event struct {
 	Count    int    `json:"count,omitempty"`
 	// Volume is the volume calls' volume (its ID, or the name given), and
 	// acquire's Options.Volumes (their references, comma-separated).
-	Volume   string `json:"volume,omitempty"`
+	Volume string `json:"volume,omitempty"`
+	// Template is build_template's and delete_template's template (its
+	// ID, or the name given), upload_template_file's archive key, and
+	// acquire's Options.Template.
+	Template string `json:"template,omitempty"`
 	Language string `json:"language,omitempty"`
 	// Bytes is a size in place of content: execute's code, write_file's
 	// bytes received.
@@ -136,7 +143,7 @@ func bound(s string, n int) string {
 // bounded returns e with every string field bounded.
 func (e Event) bounded() Event {
 	for _, f := range []*string{&e.Tenant, &e.TokenName, &e.Action, &e.SandboxID, &e.UserID,
-		&e.Path, &e.ToPath, &e.CommandID, &e.ContextID, &e.Snapshot, &e.Language, &e.Outcome} {
+		&e.Path, &e.ToPath, &e.CommandID, &e.ContextID, &e.Snapshot, &e.Template, &e.Language, &e.Outcome} {
 		*f = bound(*f, maxField)
 	}
 	e.Message = bound(e.Message, maxMessage)

@@ -2,6 +2,10 @@
 Execution (one command's events, resumed transparently) and Files."""
 
 import datetime
+import hashlib
+import os
+import tarfile
+import tempfile
 import time
 import uuid
 from typing import Iterator, List, Optional, Union
@@ -30,6 +34,10 @@ from .events import (
     SnapshotInfo,
     Stderr,
     Stdout,
+    TemplateBuild,
+    TemplateBuildLine,
+    TemplateInfo,
+    TemplateVersion,
     VolumeInfo,
     VolumeMount,
     WatchEvent,
@@ -222,6 +230,142 @@ class Client:
         """The files of a volume (by ID or name), without a sandbox."""
         return VolumeFiles(self, volume)
 
+    # -- templates
+
+    def upload_template_file(self, data) -> str:
+        """Uploads an archive that template specs copy from
+        (UploadTemplateFile) and returns its key, the SHA-256 of its bytes,
+        for a copy step's "archive". data is the archive: bytes, a binary
+        file object, or the path (str or os.PathLike) of a tar file (plain
+        or gzip); the path of a directory is packed first as a tar whose
+        one top entry is the directory's name. Keys are immutable: an
+        archive the tenant has already is not sent again."""
+        key, f = _spool_archive(data)
+        with f:
+            def requests():
+                yield pb.UploadTemplateFileRequest(header=pb.UploadTemplateFileHeader(key=key))
+                for chunk in _chunks(f):
+                    yield pb.UploadTemplateFileRequest(chunk=chunk)
+
+            self._call(self._stub.UploadTemplateFile, requests())
+        return key
+
+    def build_template(self, name: str, spec, force: bool = False, on_log=None, base_dir: Optional[str] = None) -> TemplateBuild:
+        """Builds the template name (created if new) from spec and waits for
+        the build (BuildTemplate), calling on_log (when given) with each
+        TemplateBuildLine of its log. Returns the TemplateBuild: the
+        template as it started, the version as it finished.
+
+        spec is a pb.TemplateSpec or a dict as sandboxctl's YAML spec
+        reads: {"base": "", "steps": [{"apt": ["jq"]}, {"copy": {"src":
+        "./tool", "dest": "/opt/tool/", "mode": 0o644, "owner":
+        "sandbox"}}, {"env": {"K": "V"}}, {"workdir": "/opt/tool"},
+        {"user": "sandbox"}, {"run": "make"}]}. A copy step without an
+        "archive" key copies a local file or directory (src, relative to
+        base_dir or the working directory): it is packed, uploaded
+        (upload_template_file) and named by its base name; one with an
+        "archive" copies src from that uploaded archive.
+
+        A failed build raises its error with the finished version as the
+        error's `template_version`: FailedPrecondition for a failed step
+        (the version's reason names it), ResourceExhausted past a bound,
+        DeadlineExceeded past the server's time limit, Unavailable when the
+        engine failed. A stream broken before the build finished is
+        followed again (FollowTemplateBuild) after the last line received,
+        for up to resume_timeout seconds."""
+        req = pb.BuildTemplateRequest(name=name, spec=_template_spec(self, spec, base_dir), force=force)
+        started, done, last = None, None, 0
+        try:
+            for msg in self._stub.BuildTemplate(req, metadata=self._metadata):
+                kind = msg.WhichOneof("event")
+                if kind == "started":
+                    started = msg.started
+                elif kind == "line" and msg.line.seq > last:
+                    last = msg.line.seq
+                    if on_log is not None:
+                        on_log(TemplateBuildLine.from_proto(msg.line))
+                elif kind == "done":
+                    done = TemplateVersion.from_proto(msg.done)
+        except grpc.RpcError as e:
+            if done is not None or started is None or e.code() not in _RESUMABLE:
+                err = from_rpc_error(e)
+                err.template_version = done
+                raise err from e
+            done = self._refollow(started.template.id, started.version.version, last, on_log, from_rpc_error(e))
+        if started is None:
+            raise Unavailable("the build's stream ended before it started")
+        if done is None:
+            done = self._refollow(started.template.id, started.version.version, last, on_log, None)
+        template = TemplateInfo.from_proto(started.template)
+        versions = [done if v.version == done.version else v for v in template.versions]
+        if done.version not in [v.version for v in versions]:
+            versions.append(done)
+        return TemplateBuild(template=TemplateInfo(template.id, template.name, template.tenant, template.created_at, versions),
+                             version=done)
+
+    def follow_template_build(self, template: str, version: int = 0, after_seq: int = 0, on_log=None) -> TemplateVersion:
+        """Follows a build of a template (version 0: its latest) until it
+        finishes (FollowTemplateBuild), calling on_log with its log's lines
+        after after_seq; returns the version as it finished, or raises the
+        build's error as build_template does. A finished build returns at
+        once, after its lines."""
+        return self._refollow(template, version, after_seq, on_log, None)
+
+    def _refollow(self, template: str, version: int, after_seq: int, on_log, broke) -> TemplateVersion:
+        """Follows a build after after_seq, again after each broken stream
+        for up to resume_timeout seconds; broke is the error (a
+        SandboxdError) that broke an earlier one (None: none)."""
+        deadline = None
+        backoff = 0.1
+        last = after_seq
+        while True:
+            if broke is not None:
+                if deadline is None:
+                    deadline = time.monotonic() + self.resume_timeout
+                if time.monotonic() > deadline:
+                    raise broke
+                time.sleep(backoff)
+                backoff = min(2 * backoff, 2.0)
+            done = None
+            try:
+                for msg in self._stub.FollowTemplateBuild(
+                        pb.FollowTemplateBuildRequest(template=template, version=version, after_seq=last), metadata=self._metadata):
+                    kind = msg.WhichOneof("event")
+                    if kind == "line" and msg.line.seq > last:
+                        last = msg.line.seq
+                        if on_log is not None:
+                            on_log(TemplateBuildLine.from_proto(msg.line))
+                    elif kind == "done":
+                        done = TemplateVersion.from_proto(msg.done)
+            except grpc.RpcError as e:
+                if done is not None or e.code() not in _RESUMABLE:
+                    err = from_rpc_error(e)
+                    err.template_version = done
+                    raise err from e
+                broke = from_rpc_error(e)
+                continue
+            if done is not None:
+                return done
+            broke = Unavailable("the build's stream ended before its done message")
+
+    def template(self, template: str) -> TemplateInfo:
+        """A template by ID or name, with its versions (GetTemplate);
+        NotFound when the caller has none by that reference."""
+        resp = self._call(self._stub.GetTemplate, pb.GetTemplateRequest(template=template))
+        return TemplateInfo.from_proto(resp.template)
+
+    def templates(self, tenant: str = "") -> List[TemplateInfo]:
+        """The caller's templates by tenant and name (an admin's: every
+        tenant's, or tenant's)."""
+        resp = self._call(self._stub.ListTemplates, pb.ListTemplatesRequest(tenant=tenant))
+        return [TemplateInfo.from_proto(t) for t in resp.templates]
+
+    def delete_template(self, template: str) -> None:
+        """Deletes a template (DeleteTemplate): no new sandbox can use it, a
+        build of it that runs is cancelled; sandboxes created from it keep
+        running."""
+        self._call(self._stub.DeleteTemplate, pb.DeleteTemplateRequest(template=template))
+
     def fork(self, sandbox_id: str, count: int = 1, user_ids: Optional[List[str]] = None) -> List[Union["Sandbox", SandboxdError]]:
         """count (1 to 20) copies of a running sandbox's state (ForkSandbox),
         each a new sandbox of its own user (given, one per fork, or
@@ -303,6 +447,7 @@ class Sandbox:
         network_policy=None,
         from_snapshot: str = "",
         volumes=None,
+        template: str = "",
         delete_on_exit: bool = False,
     ) -> "Sandbox":
         """The user's sandbox (AcquireSandbox), created if the user has none.
@@ -315,7 +460,8 @@ class Sandbox:
         SandboxInfo and filterable in Client.list), idle_timeout (seconds
         or a timedelta; None is the server's default), volumes (mounts:
         VolumeMount or (volume, mount_path[, read_only]) tuples, paths
-        under /mnt or /data). `created` says whether this call created it;
+        under /mnt or /data), template (a template of the tenant, by ID or
+        name: the sandbox runs its latest ready version's image). `created` says whether this call created it;
         `state_lost` (with `replaced_sandbox_id`, `replaced_reason`) that
         the user's previous sandbox had died, so variables and files built
         earlier are gone.
@@ -332,6 +478,7 @@ class Sandbox:
             metadata=dict(metadata or {}),
             from_snapshot=from_snapshot,
             volumes=[VolumeMount.of(v).to_proto() for v in (volumes or ())],
+            template=template,
         )
         d = _duration(idle_timeout)
         if d is not None:
@@ -670,6 +817,132 @@ class Execution:
             time.sleep(backoff)
             backoff = min(backoff * 2, self.MAX_BACKOFF)
             self.resumes += 1
+
+
+# Template archives up to this size are spooled in memory while hashed,
+# larger ones to a temporary file.
+_SPOOL_MEMORY = 64 << 20
+
+_STEP_KINDS = ("apt", "copy", "env", "workdir", "user", "run")
+
+
+def _spool_archive(data):
+    """(key, file): data's bytes spooled (a directory packed as a tar
+    first) while hashed with SHA-256, the file rewound."""
+    h = hashlib.sha256()
+    f = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)
+    try:
+        if isinstance(data, (str, os.PathLike)):
+            path = os.fspath(data)
+            if os.path.isdir(path):
+                _pack(path, f)
+                f.seek(0)
+                src = f
+                f = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)
+                with src:
+                    _hash_copy(src, f, h)
+            else:
+                with open(path, "rb") as src:
+                    _hash_copy(src, f, h)
+        elif hasattr(data, "read"):
+            _hash_copy(data, f, h)
+        else:
+            for chunk in _chunks(data):
+                h.update(chunk)
+                f.write(chunk)
+        f.seek(0)
+    except BaseException:
+        f.close()
+        raise
+    return h.hexdigest(), f
+
+
+def _hash_copy(src, dst, h):
+    while True:
+        chunk = src.read(UPLOAD_CHUNK)
+        if not chunk:
+            return
+        if isinstance(chunk, str):
+            raise TypeError("upload_template_file: the file must be opened in binary mode ('rb')")
+        h.update(chunk)
+        dst.write(chunk)
+
+
+def _pack(path: str, out) -> None:
+    """Writes path (a file or a directory, with what it holds) to out as a
+    tar whose one top entry is path's base name: entries in lexical order,
+    owned by root, with their permission bits and time 0, so that the same
+    files make the same archive (and key). Symbolic links stay links;
+    other kinds of files are refused."""
+    path = os.path.normpath(path)
+    base = os.path.basename(path)
+    if base in ("", ".", ".."):
+        raise ValueError("%s: name a file or directory by its own name" % path)
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        def add(p, arcname):
+            info = tar.gettarinfo(p, arcname)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            info.mode &= 0o777
+            if info.isreg():
+                with open(p, "rb") as f:
+                    tar.addfile(info, f)
+            elif info.isdir():
+                tar.addfile(info)
+                for name in sorted(os.listdir(p)):
+                    add(os.path.join(p, name), arcname + "/" + name)
+            elif info.issym():
+                tar.addfile(info)
+            else:
+                raise ValueError("%s: not a regular file, directory or symbolic link" % p)
+
+        add(path, base)
+
+
+def _template_spec(client: "Client", spec, base_dir: Optional[str]):
+    """A spec for BuildTemplate: a pb.TemplateSpec as it is, or a dict as
+    Client.build_template describes, its local copies uploaded."""
+    if isinstance(spec, pb.TemplateSpec):
+        return spec
+    if not isinstance(spec, dict):
+        raise TypeError("a template spec is a dict or a pb.TemplateSpec, not %r" % (type(spec).__name__,))
+    unknown = set(spec) - {"base", "steps"}
+    if unknown:
+        raise ValueError("template spec: unknown field(s) %s (want base and steps)" % ", ".join(sorted(unknown)))
+    out = pb.TemplateSpec(base=spec.get("base") or "")
+    uploaded = {}
+    for i, step in enumerate(spec.get("steps") or [], 1):
+        if not isinstance(step, dict) or len(step) != 1 or next(iter(step)) not in _STEP_KINDS:
+            raise ValueError("template spec step %d: want a dict of exactly one of %s, not %r" % (i, ", ".join(_STEP_KINDS), step))
+        kind, value = next(iter(step.items()))
+        if kind == "apt":
+            out.steps.add().apt.packages.extend(value if isinstance(value, (list, tuple)) else [value])
+        elif kind == "env":
+            out.steps.add().env.vars.update({str(k): str(v) for k, v in (value or {}).items()})
+            if not value:
+                out.steps[-1].env.SetInParent()
+        elif kind == "copy":
+            c = dict(value)
+            unknown = set(c) - {"archive", "src", "dest", "mode", "owner"}
+            if unknown:
+                raise ValueError("template spec step %d: copy: unknown field(s) %s" % (i, ", ".join(sorted(unknown))))
+            mode = c.get("mode") or 0
+            if isinstance(mode, str):
+                mode = int(mode[2:] if mode.lower().startswith("0o") else mode, 8)
+            src = c.get("src") or ""
+            archive = c.get("archive") or ""
+            if not archive:
+                if not src:
+                    raise ValueError("template spec step %d: copy needs src (a local file or directory) or an archive" % i)
+                local = src if base_dir is None or os.path.isabs(src) else os.path.join(base_dir, src)
+                local = os.path.normpath(local)
+                if local not in uploaded:
+                    uploaded[local] = client.upload_template_file(local)
+                archive, src = uploaded[local], os.path.basename(local)
+            out.steps.add().copy.CopyFrom(pb.CopyStep(archive=archive, src=src, dest=c.get("dest") or "",
+                                                       mode=int(mode), owner=c.get("owner") or ""))
+        else:
+            setattr(out.steps.add(), kind, str(value))
+    return out
 
 
 def _chunks(data) -> Iterator[bytes]:

@@ -261,6 +261,10 @@ class SandboxInfo:
     network_policy: Optional["NetworkPolicy"] = None
     #: The volumes mounted in the sandbox, each by volume ID.
     volumes: List["VolumeMount"] = field(default_factory=list)
+    #: The template the sandbox was created from, by ID ("" for the
+    #: server's image), and which of its versions it runs.
+    template: str = ""
+    template_version: int = 0
 
     @classmethod
     def from_proto(cls, m):
@@ -293,6 +297,8 @@ class SandboxInfo:
             idle_timeout=m.idle_timeout.ToTimedelta() if m.HasField("idle_timeout") else None,
             network_policy=NetworkPolicy.from_proto(m.network_policy) if m.HasField("network_policy") else None,
             volumes=[VolumeMount.from_proto(v) for v in m.volumes],
+            template=m.template,
+            template_version=m.template_version,
         )
 
 
@@ -507,6 +513,79 @@ class VolumeInfo:
 
 
 @dataclass(frozen=True)
+class TemplateVersion:
+    """One build of a template. `state` is "BUILDING", "READY" or
+    "FAILED" (`reason` says why); `cached` that it was ready at once from
+    an earlier build of the same spec; `used_by` counts the sandboxes
+    created from it."""
+
+    version: int
+    spec_hash: str
+    state: str
+    reason: str
+    cached: bool
+    started_at: Optional[datetime.datetime]
+    finished_at: Optional[datetime.datetime]
+    size_bytes: int
+    used_by: int
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(version=m.version, spec_hash=m.spec_hash, state=_enum_name("TemplateState", m.state, "TEMPLATE_STATE_"),
+                   reason=m.reason, cached=m.cached, started_at=_time(m.started_at), finished_at=_time(m.finished_at),
+                   size_bytes=m.size_bytes, used_by=m.used_by)
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    """A template (Client.template, Client.templates): a tenant's own
+    sandbox image, built from a spec (Client.build_template). `versions`
+    are its builds as kept, oldest first; `current` is the latest ready
+    one, which new sandboxes get (Client.acquire(template=...))."""
+
+    id: str
+    name: str
+    tenant: str
+    created_at: Optional[datetime.datetime]
+    versions: List[TemplateVersion] = field(default_factory=list)
+
+    @property
+    def current(self) -> Optional[TemplateVersion]:
+        return next((v for v in reversed(self.versions) if v.state == "READY"), None)
+
+    @property
+    def latest(self) -> Optional[TemplateVersion]:
+        return self.versions[-1] if self.versions else None
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(id=m.id, name=m.name, tenant=m.tenant, created_at=_time(m.created_at),
+                   versions=[TemplateVersion.from_proto(v) for v in m.versions])
+
+
+@dataclass(frozen=True)
+class TemplateBuildLine:
+    """One line of a template build's log; `seq` numbers them from 1."""
+
+    seq: int
+    time: Optional[datetime.datetime]
+    line: str
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(seq=m.seq, time=_time(m.time), line=m.line)
+
+
+@dataclass(frozen=True)
+class TemplateBuild:
+    """A finished build (Client.build_template): the template as the build
+    started and the version as it finished."""
+
+    template: TemplateInfo
+    version: TemplateVersion
+
+
+@dataclass(frozen=True)
 class VolumeMount:
     """A volume in a sandbox: `volume` (its ID or name; SandboxInfo.volumes
     gives the ID) at `mount_path`, under /mnt or /data, read-only or not.
@@ -564,10 +643,13 @@ class AuditEvent:
     #: from_snapshot; fork's number of forks.
     snapshot: str = ""
     count: int = 0
+    #: build_template's and delete_template's template, upload_template_file's
+    #: archive key, acquire's template.
+    template: str = ""
 
     @classmethod
     def from_proto(cls, m):
-        return cls(snapshot=m.snapshot, count=m.count, time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
+        return cls(snapshot=m.snapshot, count=m.count, template=m.template, time=_time(m.time), tenant=m.tenant, token_name=m.token_name, admin=m.admin, action=m.action,
                    sandbox_id=m.sandbox_id, user_id=m.user_id, path=m.path, to_path=m.to_path,
                    command_id=m.command_id, context_id=m.context_id, language=m.language, bytes=m.bytes,
                    outcome=m.outcome, message=m.message,

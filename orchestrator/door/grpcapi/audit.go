@@ -86,6 +86,7 @@ func auditEventToProto(e audit.Event) *sandboxv1.AuditEvent {
 		ContextId:    validUTF8(e.ContextID),
 		Snapshot:     validUTF8(e.Snapshot),
 		Volume:       validUTF8(e.Volume),
+		Template:     validUTF8(e.Template),
 		Count:        int32(e.Count),
 		Language:     validUTF8(e.Language),
 		Bytes:        e.Bytes,

@@ -116,3 +116,12 @@ func TestListAuditEventsOff(t *testing.T) {
 	_, err := env.client.ListAuditEvents(testCtx(t), &sandboxv1.ListAuditEventsRequest{})
 	wantStatus(t, err, codes.FailedPrecondition, "the audit trail is off")
 }
+
+// TestAuditEventTemplate: a template call's record carries its template,
+// made valid UTF-8 (a refused request's reference is recorded as sent).
+func TestAuditEventTemplate(t *testing.T) {
+	e := auditEventToProto(audit.Event{Action: audit.ActionBuildTemplate, Template: "tools\xff"})
+	if e.GetAction() != "build_template" || e.GetTemplate() != "tools\uFFFD" {
+		t.Errorf("record = %v", e)
+	}
+}

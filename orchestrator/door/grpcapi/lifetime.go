@@ -39,6 +39,7 @@ func acquireOptionsFromProto(o *sandboxv1.SandboxOptions) (core.Options, error) 
 	opts.Metadata = o.GetMetadata()
 	opts.FromSnapshot = o.GetFromSnapshot()
 	opts.Volumes = volumeMountsFromProto(o.GetVolumes())
+	opts.Template = o.GetTemplate()
 	switch a := o.GetOnIdle(); a {
 	case sandboxv1.IdleAction_IDLE_ACTION_UNSPECIFIED:
 	case sandboxv1.IdleAction_IDLE_ACTION_HIBERNATE:

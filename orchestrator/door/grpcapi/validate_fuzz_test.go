@@ -140,6 +140,31 @@ func FuzzValidation(f *testing.F) {
 			if resp, err = svc.ListVolumeFiles(ctx, &sandboxv1.ListVolumeFilesRequest{Volume: a, Path: b, Depth: int32(n)}); err == nil {
 				checkSendable(t, resp)
 			}
+		case 17:
+			err = svc.UploadTemplateFile(&fuzzTemplateUploadStream{t: t, ctx: ctx, msgs: []*sandboxv1.UploadTemplateFileRequest{
+				{Payload: &sandboxv1.UploadTemplateFileRequest_Header{Header: &sandboxv1.UploadTemplateFileHeader{Key: a}}},
+				{Payload: &sandboxv1.UploadTemplateFileRequest_Chunk{Chunk: []byte(c)}},
+			}})
+		case 18:
+			// Every kind of step, from the fuzzed strings; the build's log
+			// and reason are the fuzzed line (a build prints anything).
+			steps := []*sandboxv1.TemplateStep{
+				{Step: &sandboxv1.TemplateStep_Apt{Apt: &sandboxv1.AptStep{Packages: []string{b}}}},
+				{Step: &sandboxv1.TemplateStep_Copy{Copy: &sandboxv1.CopyStep{Archive: c, Src: b, Dest: "/" + b, Mode: uint32(n), Owner: c}}},
+				{Step: &sandboxv1.TemplateStep_Env{Env: &sandboxv1.EnvStep{Vars: map[string]string{b: c}}}},
+				{Step: &sandboxv1.TemplateStep_Workdir{Workdir: b}},
+				{Step: &sandboxv1.TemplateStep_User{User: c}},
+				{Step: &sandboxv1.TemplateStep_Run{Run: c}},
+			}
+			k := int(uint64(n) % uint64(len(steps)+1)) // all of them, or one
+			if k < len(steps) {
+				steps = steps[k : k+1]
+			}
+			err = svc.BuildTemplate(&sandboxv1.BuildTemplateRequest{Name: a, Spec: &sandboxv1.TemplateSpec{Base: b, Steps: steps}},
+				&fuzzTemplateBuildStream{t: t, ctx: ctx})
+		case 19:
+			err = svc.FollowTemplateBuild(&sandboxv1.FollowTemplateBuildRequest{Template: a, Version: int32(n), AfterSeq: n},
+				&fuzzTemplateFollowStream{t: t, ctx: ctx})
 		}
 
 		if err != nil {
@@ -161,7 +186,7 @@ func FuzzValidation(f *testing.F) {
 }
 
 // methodCount is the number of methods FuzzValidation drives.
-const methodCount = 17
+const methodCount = 20
 
 // fuzzDomain is a domain that accepts everything and checks that what it is
 // given is well-formed.
@@ -218,7 +243,7 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 			if req.CommandID != "" {
 				checkCommand(req.CommandID)
 			}
-			if req.Language != "" && req.Language != ioproto.LanguagePython && req.Language != ioproto.LanguageBash {
+			if req.Language != "" && !ioproto.KnownLanguage(req.Language) {
 				t.Fatalf("the domain got language %q", req.Language)
 			}
 			if req.Timeout < 0 {
@@ -301,6 +326,41 @@ func newFuzzDomain(t *testing.T, event []byte) *fuzzDomain {
 				t.Fatalf("the domain got list depth %d", depth)
 			}
 			return []core.FileInfo{{Path: "."}, {Path: string(event)}, {Path: "a/" + string(event)}}, nil
+		},
+		PutTemplateFileFunc: func(_ context.Context, key string, r io.Reader) (bool, error) {
+			if err := core.ValidateTemplateFileKey(key); err != nil {
+				t.Fatalf("the domain got a malformed template file key: %v", err)
+			}
+			_, err := io.Copy(io.Discard, r)
+			return false, err
+		},
+		BuildTemplateFunc: func(_ context.Context, name string, spec core.TemplateSpec, _ bool) (core.Template, core.TemplateVersion, error) {
+			if err := core.ValidateTemplateName(name); err != nil {
+				t.Fatalf("the domain got a malformed template name: %v", err)
+			}
+			if err := spec.Validate(); err != nil {
+				t.Fatalf("the domain got an invalid spec: %v", err)
+			}
+			v := core.TemplateVersion{Version: 1, State: core.TemplateBuilding, SpecHash: spec.SpecHash("img")}
+			return core.Template{ID: core.NewTemplateID(), Name: name, Versions: []core.TemplateVersion{v}}, v, nil
+		},
+		GetTemplateFunc: func(_ context.Context, ref string) (core.Template, error) {
+			if err := core.ValidateTemplateRef(ref); err != nil {
+				t.Fatalf("the domain got a malformed template reference: %v", err)
+			}
+			return core.Template{ID: core.NewTemplateID(), Name: "t", Versions: []core.TemplateVersion{{Version: 1, State: core.TemplateBuilding}}}, nil
+		},
+		FollowTemplateBuildFunc: func(_ context.Context, ref string, version int, after int64, fn func(core.TemplateBuildEvent) error) error {
+			if err := core.ValidateTemplateRef(ref); err != nil {
+				t.Fatalf("the domain got a malformed template reference: %v", err)
+			}
+			if version < 1 || after < 0 {
+				t.Fatalf("the domain got version %d, after %d", version, after)
+			}
+			if err := fn(core.TemplateBuildEvent{Seq: after + 1, Line: string(event)}); err != nil {
+				return err
+			}
+			return fn(core.TemplateBuildEvent{Seq: after + 2, Done: &core.TemplateVersion{Version: version, State: core.TemplateReady, Reason: string(event)}})
 		},
 	}
 	return &fuzzDomain{m: m}
@@ -409,6 +469,55 @@ func (s *fuzzVolumeUploadStream) Recv() (*sandboxv1.UploadVolumeFileRequest, err
 }
 
 func (s *fuzzVolumeUploadStream) SendAndClose(m *sandboxv1.UploadVolumeFileResponse) error {
+	checkSendable(s.t, m)
+	return nil
+}
+
+type fuzzTemplateUploadStream struct {
+	grpc.ServerStream
+	t    *testing.T
+	ctx  context.Context
+	msgs []*sandboxv1.UploadTemplateFileRequest
+}
+
+func (s *fuzzTemplateUploadStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzTemplateUploadStream) Recv() (*sandboxv1.UploadTemplateFileRequest, error) {
+	if len(s.msgs) == 0 {
+		return nil, io.EOF
+	}
+	m := s.msgs[0]
+	s.msgs = s.msgs[1:]
+	return m, nil
+}
+
+func (s *fuzzTemplateUploadStream) SendAndClose(m *sandboxv1.UploadTemplateFileResponse) error {
+	checkSendable(s.t, m)
+	return nil
+}
+
+type fuzzTemplateBuildStream struct {
+	grpc.ServerStream
+	t   *testing.T
+	ctx context.Context
+}
+
+func (s *fuzzTemplateBuildStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzTemplateBuildStream) Send(m *sandboxv1.BuildTemplateResponse) error {
+	checkSendable(s.t, m)
+	return nil
+}
+
+type fuzzTemplateFollowStream struct {
+	grpc.ServerStream
+	t   *testing.T
+	ctx context.Context
+}
+
+func (s *fuzzTemplateFollowStream) Context() context.Context { return s.ctx }
+
+func (s *fuzzTemplateFollowStream) Send(m *sandboxv1.FollowTemplateBuildResponse) error {
 	checkSendable(s.t, m)
 	return nil
 }

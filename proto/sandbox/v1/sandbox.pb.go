@@ -245,6 +245,63 @@ func (IdleAction) EnumDescriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
+// TemplateState is where a template version's build stands.
+type TemplateState int32
+
+const (
+	// TEMPLATE_STATE_UNSPECIFIED is never sent.
+	TemplateState_TEMPLATE_STATE_UNSPECIFIED TemplateState = 0
+	// TEMPLATE_STATE_BUILDING: the build runs.
+	TemplateState_TEMPLATE_STATE_BUILDING TemplateState = 1
+	// TEMPLATE_STATE_READY: built; new sandboxes can use it.
+	TemplateState_TEMPLATE_STATE_READY TemplateState = 2
+	// TEMPLATE_STATE_FAILED: the build failed (TemplateVersion.reason).
+	TemplateState_TEMPLATE_STATE_FAILED TemplateState = 3
+)
+
+// Enum value maps for TemplateState.
+var (
+	TemplateState_name = map[int32]string{
+		0: "TEMPLATE_STATE_UNSPECIFIED",
+		1: "TEMPLATE_STATE_BUILDING",
+		2: "TEMPLATE_STATE_READY",
+		3: "TEMPLATE_STATE_FAILED",
+	}
+	TemplateState_value = map[string]int32{
+		"TEMPLATE_STATE_UNSPECIFIED": 0,
+		"TEMPLATE_STATE_BUILDING":    1,
+		"TEMPLATE_STATE_READY":       2,
+		"TEMPLATE_STATE_FAILED":      3,
+	}
+)
+
+func (x TemplateState) Enum() *TemplateState {
+	p := new(TemplateState)
+	*p = x
+	return p
+}
+
+func (x TemplateState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TemplateState) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
+}
+
+func (TemplateState) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[3]
+}
+
+func (x TemplateState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TemplateState.Descriptor instead.
+func (TemplateState) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
 // FileType is the kind of a file under /workspace.
 type FileType int32
 
@@ -290,11 +347,11 @@ func (x FileType) String() string {
 }
 
 func (FileType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[4].Descriptor()
 }
 
 func (FileType) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[3]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[4]
 }
 
 func (x FileType) Number() protoreflect.EnumNumber {
@@ -303,7 +360,7 @@ func (x FileType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileType.Descriptor instead.
 func (FileType) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 // WatchEventType is the kind of a WatchEvent.
@@ -353,11 +410,11 @@ func (x WatchEventType) String() string {
 }
 
 func (WatchEventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[4].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[5].Descriptor()
 }
 
 func (WatchEventType) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[4]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[5]
 }
 
 func (x WatchEventType) Number() protoreflect.EnumNumber {
@@ -366,7 +423,7 @@ func (x WatchEventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEventType.Descriptor instead.
 func (WatchEventType) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 // CommandState is where a command is in its life.
@@ -412,11 +469,11 @@ func (x CommandState) String() string {
 }
 
 func (CommandState) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[5].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[6].Descriptor()
 }
 
 func (CommandState) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[5]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[6]
 }
 
 func (x CommandState) Number() protoreflect.EnumNumber {
@@ -425,7 +482,7 @@ func (x CommandState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CommandState.Descriptor instead.
 func (CommandState) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 // NetworkDenialKind is what a NetworkDenial refused.
@@ -465,11 +522,11 @@ func (x NetworkDenialKind) String() string {
 }
 
 func (NetworkDenialKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[6].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[7].Descriptor()
 }
 
 func (NetworkDenialKind) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[6]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[7]
 }
 
 func (x NetworkDenialKind) Number() protoreflect.EnumNumber {
@@ -478,7 +535,7 @@ func (x NetworkDenialKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NetworkDenialKind.Descriptor instead.
 func (NetworkDenialKind) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 // ResourceLimits are a sandbox's resource limits. In requests, zero (or an
@@ -619,7 +676,13 @@ type SandboxOptions struct {
 	// otherwise). A sandbox with volumes is never taken from the warm pool;
 	// it keeps its mounts across hibernation, and its forks and snapshots
 	// refer to the same volumes (they are never copied).
-	Volumes       []*VolumeMount `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Volumes []*VolumeMount `protobuf:"bytes,9,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// template, when set, creates the sandbox from a template of the
+	// caller's tenant (its ID or name; see Template): its latest ready
+	// version's image instead of the server's. NOT_FOUND for a template the
+	// tenant does not have, FAILED_PRECONDITION for one with no ready
+	// version. Ignored when the user already has a live sandbox.
+	Template      string `protobuf:"bytes,10,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +778,13 @@ func (x *SandboxOptions) GetVolumes() []*VolumeMount {
 		return x.Volumes
 	}
 	return nil
+}
+
+func (x *SandboxOptions) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
 }
 
 // NetworkPolicy is what a networked sandbox's traffic may reach, and what
@@ -969,9 +1039,15 @@ type Sandbox struct {
 	NetworkPolicy *NetworkPolicy `protobuf:"bytes,19,opt,name=network_policy,json=networkPolicy,proto3" json:"network_policy,omitempty"`
 	// volumes are the sandbox's mounts, each naming its volume by ID
 	// (whatever name the request used); empty without.
-	Volumes       []*VolumeMount `protobuf:"bytes,20,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Volumes []*VolumeMount `protobuf:"bytes,20,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// template is the template the sandbox was created from, by ID (whatever
+	// the request named); empty for the server's image.
+	Template string `protobuf:"bytes,21,opt,name=template,proto3" json:"template,omitempty"`
+	// template_version is the template's version the sandbox runs; 0
+	// without a template.
+	TemplateVersion int32 `protobuf:"varint,22,opt,name=template_version,json=templateVersion,proto3" json:"template_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Sandbox) Reset() {
@@ -1142,6 +1218,20 @@ func (x *Sandbox) GetVolumes() []*VolumeMount {
 		return x.Volumes
 	}
 	return nil
+}
+
+func (x *Sandbox) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *Sandbox) GetTemplateVersion() int32 {
+	if x != nil {
+		return x.TemplateVersion
+	}
+	return 0
 }
 
 // SnapshotInfo describes a hibernated sandbox's kept state.
@@ -3294,6 +3384,1512 @@ func (x *SetVolumeFileAttributesResponse) GetFile() *FileInfo {
 	return nil
 }
 
+// Template is a tenant's own sandbox image, built by sandboxd from a spec
+// (BuildTemplate) and named at sandbox creation (SandboxOptions.template).
+// Each build is a version; a sandbox gets the template's latest ready
+// version.
+type Template struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id identifies it ("tpl-" and 20 characters); the server chooses it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// name is the name given at its first build, unique in its tenant.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// tenant owns it.
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// created_at is when its first build was asked for.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// versions are its builds as kept, oldest first: a failed version stays
+	// (with its log) until a later build succeeds; a ready one while it is
+	// the latest ready one or a sandbox uses it.
+	Versions      []*TemplateVersion `protobuf:"bytes,5,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Template) Reset() {
+	*x = Template{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Template) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Template) ProtoMessage() {}
+
+func (x *Template) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Template.ProtoReflect.Descriptor instead.
+func (*Template) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *Template) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Template) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Template) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Template) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Template) GetVersions() []*TemplateVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+// TemplateVersion is one build of a template.
+type TemplateVersion struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version numbers the template's builds from 1.
+	Version int32 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// spec_hash is the SHA-256 (64 hex digits) of the spec and the image it
+	// was built on: the same hash is never built twice unless forced.
+	SpecHash string `protobuf:"bytes,2,opt,name=spec_hash,json=specHash,proto3" json:"spec_hash,omitempty"`
+	// state is where the build stands.
+	State TemplateState `protobuf:"varint,3,opt,name=state,proto3,enum=sandbox.v1.TemplateState" json:"state,omitempty"`
+	// reason says why a FAILED build failed (the step, and what it said).
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// cached is true when the version was ready at once from an earlier build
+	// of the same spec: nothing was built.
+	Cached bool `protobuf:"varint,5,opt,name=cached,proto3" json:"cached,omitempty"`
+	// started_at is when the build started.
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// finished_at is when it finished; unset while BUILDING.
+	FinishedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	// size_bytes is the image's size once READY.
+	SizeBytes int64 `protobuf:"varint,8,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// used_by counts the sandboxes (running or hibernated) created from it.
+	UsedBy        int32 `protobuf:"varint,9,opt,name=used_by,json=usedBy,proto3" json:"used_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateVersion) Reset() {
+	*x = TemplateVersion{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateVersion) ProtoMessage() {}
+
+func (x *TemplateVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateVersion.ProtoReflect.Descriptor instead.
+func (*TemplateVersion) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *TemplateVersion) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *TemplateVersion) GetSpecHash() string {
+	if x != nil {
+		return x.SpecHash
+	}
+	return ""
+}
+
+func (x *TemplateVersion) GetState() TemplateState {
+	if x != nil {
+		return x.State
+	}
+	return TemplateState_TEMPLATE_STATE_UNSPECIFIED
+}
+
+func (x *TemplateVersion) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *TemplateVersion) GetCached() bool {
+	if x != nil {
+		return x.Cached
+	}
+	return false
+}
+
+func (x *TemplateVersion) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *TemplateVersion) GetFinishedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FinishedAt
+	}
+	return nil
+}
+
+func (x *TemplateVersion) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *TemplateVersion) GetUsedBy() int32 {
+	if x != nil {
+		return x.UsedBy
+	}
+	return 0
+}
+
+// TemplateSpec is what a template is built from: a base and ordered steps,
+// as a Dockerfile is. At most 100 steps and 200 packages over all apt
+// steps; paths are absolute and clean, of A-Z a-z 0-9 and _.+@%,:=~/-, at
+// most 1024 bytes, and not under what sandboxd owns (/io, /workspace, the
+// sandbox's driver, /proc, /sys, /dev). Anything else is INVALID_ARGUMENT
+// naming the step.
+type TemplateSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// base is empty for the server's sandbox image, or another template of
+	// the tenant (its ID or name): its latest ready version.
+	Base string `protobuf:"bytes,1,opt,name=base,proto3" json:"base,omitempty"`
+	// steps are run in order; at least one.
+	Steps         []*TemplateStep `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateSpec) Reset() {
+	*x = TemplateSpec{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateSpec) ProtoMessage() {}
+
+func (x *TemplateSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateSpec.ProtoReflect.Descriptor instead.
+func (*TemplateSpec) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *TemplateSpec) GetBase() string {
+	if x != nil {
+		return x.Base
+	}
+	return ""
+}
+
+func (x *TemplateSpec) GetSteps() []*TemplateStep {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// TemplateStep is one step of a spec: exactly one of its fields is set.
+type TemplateStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step is what the step does.
+	//
+	// Types that are valid to be assigned to Step:
+	//
+	//	*TemplateStep_Apt
+	//	*TemplateStep_Copy
+	//	*TemplateStep_Env
+	//	*TemplateStep_Workdir
+	//	*TemplateStep_User
+	//	*TemplateStep_Run
+	Step          isTemplateStep_Step `protobuf_oneof:"step"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateStep) Reset() {
+	*x = TemplateStep{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateStep) ProtoMessage() {}
+
+func (x *TemplateStep) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateStep.ProtoReflect.Descriptor instead.
+func (*TemplateStep) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *TemplateStep) GetStep() isTemplateStep_Step {
+	if x != nil {
+		return x.Step
+	}
+	return nil
+}
+
+func (x *TemplateStep) GetApt() *AptStep {
+	if x != nil {
+		if x, ok := x.Step.(*TemplateStep_Apt); ok {
+			return x.Apt
+		}
+	}
+	return nil
+}
+
+func (x *TemplateStep) GetCopy() *CopyStep {
+	if x != nil {
+		if x, ok := x.Step.(*TemplateStep_Copy); ok {
+			return x.Copy
+		}
+	}
+	return nil
+}
+
+func (x *TemplateStep) GetEnv() *EnvStep {
+	if x != nil {
+		if x, ok := x.Step.(*TemplateStep_Env); ok {
+			return x.Env
+		}
+	}
+	return nil
+}
+
+func (x *TemplateStep) GetWorkdir() string {
+	if x != nil {
+		if x, ok := x.Step.(*TemplateStep_Workdir); ok {
+			return x.Workdir
+		}
+	}
+	return ""
+}
+
+func (x *TemplateStep) GetUser() string {
+	if x != nil {
+		if x, ok := x.Step.(*TemplateStep_User); ok {
+			return x.User
+		}
+	}
+	return ""
+}
+
+func (x *TemplateStep) GetRun() string {
+	if x != nil {
+		if x, ok := x.Step.(*TemplateStep_Run); ok {
+			return x.Run
+		}
+	}
+	return ""
+}
+
+type isTemplateStep_Step interface {
+	isTemplateStep_Step()
+}
+
+type TemplateStep_Apt struct {
+	// apt installs Debian packages.
+	Apt *AptStep `protobuf:"bytes,1,opt,name=apt,proto3,oneof"`
+}
+
+type TemplateStep_Copy struct {
+	// copy puts files of an uploaded archive into the image.
+	Copy *CopyStep `protobuf:"bytes,2,opt,name=copy,proto3,oneof"`
+}
+
+type TemplateStep_Env struct {
+	// env sets environment variables in the image (and for the later
+	// steps).
+	Env *EnvStep `protobuf:"bytes,3,opt,name=env,proto3,oneof"`
+}
+
+type TemplateStep_Workdir struct {
+	// workdir is the working directory of the later steps (an absolute
+	// path; a sandbox's own stays /workspace).
+	Workdir string `protobuf:"bytes,4,opt,name=workdir,proto3,oneof"`
+}
+
+type TemplateStep_User struct {
+	// user runs the later run steps as "root" (the default) or "sandbox"
+	// (uid 1000, the sandbox's user).
+	User string `protobuf:"bytes,5,opt,name=user,proto3,oneof"`
+}
+
+type TemplateStep_Run struct {
+	// run is a shell command (sh -c) run at build time: at most 16 KiB of
+	// UTF-8 without NUL. It fails the build when it exits non-zero.
+	Run string `protobuf:"bytes,6,opt,name=run,proto3,oneof"`
+}
+
+func (*TemplateStep_Apt) isTemplateStep_Step() {}
+
+func (*TemplateStep_Copy) isTemplateStep_Step() {}
+
+func (*TemplateStep_Env) isTemplateStep_Step() {}
+
+func (*TemplateStep_Workdir) isTemplateStep_Step() {}
+
+func (*TemplateStep_User) isTemplateStep_Step() {}
+
+func (*TemplateStep_Run) isTemplateStep_Step() {}
+
+// AptStep installs Debian packages from the host's Debian mirror.
+type AptStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// packages are Debian package names, each optionally with "=version" or
+	// "/release" (e.g. "jq", "jq=1.6-2.1"); at least one.
+	Packages      []string `protobuf:"bytes,1,rep,name=packages,proto3" json:"packages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AptStep) Reset() {
+	*x = AptStep{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AptStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AptStep) ProtoMessage() {}
+
+func (x *AptStep) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AptStep.ProtoReflect.Descriptor instead.
+func (*AptStep) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *AptStep) GetPackages() []string {
+	if x != nil {
+		return x.Packages
+	}
+	return nil
+}
+
+// CopyStep copies from an uploaded archive (UploadTemplateFile) into the
+// image, as a Dockerfile's COPY does.
+type CopyStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// archive is the uploaded archive's key (64 lower-case hex digits).
+	Archive string `protobuf:"bytes,1,opt,name=archive,proto3" json:"archive,omitempty"`
+	// src is the path inside the archive: clean and relative ("." for all
+	// of it).
+	Src string `protobuf:"bytes,2,opt,name=src,proto3" json:"src,omitempty"`
+	// dest is where it goes in the image: an absolute path; one ending in
+	// "/" is a directory.
+	Dest string `protobuf:"bytes,3,opt,name=dest,proto3" json:"dest,omitempty"`
+	// mode, when not zero, is set on what was copied (permission bits, at
+	// most 0o777).
+	Mode uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// owner is "root" (empty, the default) or "sandbox" (uid and gid 1000).
+	Owner         string `protobuf:"bytes,5,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyStep) Reset() {
+	*x = CopyStep{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyStep) ProtoMessage() {}
+
+func (x *CopyStep) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyStep.ProtoReflect.Descriptor instead.
+func (*CopyStep) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *CopyStep) GetArchive() string {
+	if x != nil {
+		return x.Archive
+	}
+	return ""
+}
+
+func (x *CopyStep) GetSrc() string {
+	if x != nil {
+		return x.Src
+	}
+	return ""
+}
+
+func (x *CopyStep) GetDest() string {
+	if x != nil {
+		return x.Dest
+	}
+	return ""
+}
+
+func (x *CopyStep) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *CopyStep) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+// EnvStep sets environment variables in the image.
+type EnvStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// vars are the variables: names of letters, digits and _ (not starting
+	// with a digit), values of UTF-8 without control characters; at least
+	// one.
+	Vars          map[string]string `protobuf:"bytes,1,rep,name=vars,proto3" json:"vars,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvStep) Reset() {
+	*x = EnvStep{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvStep) ProtoMessage() {}
+
+func (x *EnvStep) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvStep.ProtoReflect.Descriptor instead.
+func (*EnvStep) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *EnvStep) GetVars() map[string]string {
+	if x != nil {
+		return x.Vars
+	}
+	return nil
+}
+
+// UploadTemplateFileHeader names an archive being uploaded. It is the
+// first message of an UploadTemplateFile stream.
+type UploadTemplateFileHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the archive's SHA-256, 64 lower-case hex digits.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTemplateFileHeader) Reset() {
+	*x = UploadTemplateFileHeader{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTemplateFileHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTemplateFileHeader) ProtoMessage() {}
+
+func (x *UploadTemplateFileHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTemplateFileHeader.ProtoReflect.Descriptor instead.
+func (*UploadTemplateFileHeader) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *UploadTemplateFileHeader) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// UploadTemplateFileRequest is one message of an UploadTemplateFile
+// stream: the header first, then chunks of content.
+type UploadTemplateFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// payload is the header (first message only) or a chunk of content.
+	//
+	// Types that are valid to be assigned to Payload:
+	//
+	//	*UploadTemplateFileRequest_Header
+	//	*UploadTemplateFileRequest_Chunk
+	Payload       isUploadTemplateFileRequest_Payload `protobuf_oneof:"payload"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTemplateFileRequest) Reset() {
+	*x = UploadTemplateFileRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTemplateFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTemplateFileRequest) ProtoMessage() {}
+
+func (x *UploadTemplateFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTemplateFileRequest.ProtoReflect.Descriptor instead.
+func (*UploadTemplateFileRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *UploadTemplateFileRequest) GetPayload() isUploadTemplateFileRequest_Payload {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *UploadTemplateFileRequest) GetHeader() *UploadTemplateFileHeader {
+	if x != nil {
+		if x, ok := x.Payload.(*UploadTemplateFileRequest_Header); ok {
+			return x.Header
+		}
+	}
+	return nil
+}
+
+func (x *UploadTemplateFileRequest) GetChunk() []byte {
+	if x != nil {
+		if x, ok := x.Payload.(*UploadTemplateFileRequest_Chunk); ok {
+			return x.Chunk
+		}
+	}
+	return nil
+}
+
+type isUploadTemplateFileRequest_Payload interface {
+	isUploadTemplateFileRequest_Payload()
+}
+
+type UploadTemplateFileRequest_Header struct {
+	// header must be the first message, and only the first.
+	Header *UploadTemplateFileHeader `protobuf:"bytes,1,opt,name=header,proto3,oneof"`
+}
+
+type UploadTemplateFileRequest_Chunk struct {
+	// chunk is the next piece of the archive; chunks are concatenated in
+	// order. Keep each message under the server's 4 MiB receive limit (1
+	// MiB chunks are a good size).
+	Chunk []byte `protobuf:"bytes,2,opt,name=chunk,proto3,oneof"`
+}
+
+func (*UploadTemplateFileRequest_Header) isUploadTemplateFileRequest_Payload() {}
+
+func (*UploadTemplateFileRequest_Chunk) isUploadTemplateFileRequest_Payload() {}
+
+// UploadTemplateFileResponse says how the upload ended.
+type UploadTemplateFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// existed is true when the tenant had an archive under the key already:
+	// the upload was not read, and the archive kept is the earlier one.
+	Existed       bool `protobuf:"varint,1,opt,name=existed,proto3" json:"existed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadTemplateFileResponse) Reset() {
+	*x = UploadTemplateFileResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadTemplateFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadTemplateFileResponse) ProtoMessage() {}
+
+func (x *UploadTemplateFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadTemplateFileResponse.ProtoReflect.Descriptor instead.
+func (*UploadTemplateFileResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *UploadTemplateFileResponse) GetExisted() bool {
+	if x != nil {
+		return x.Existed
+	}
+	return false
+}
+
+// BuildTemplateRequest asks for a build of a template.
+type BuildTemplateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the template's name: 1 to 64 of [A-Za-z0-9_.-], not of the
+	// form of a template ID (tpl-...). A new name creates the template.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// spec is what to build.
+	Spec *TemplateSpec `protobuf:"bytes,2,opt,name=spec,proto3" json:"spec,omitempty"`
+	// force builds even when the spec's content was built before.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildTemplateRequest) Reset() {
+	*x = BuildTemplateRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildTemplateRequest) ProtoMessage() {}
+
+func (x *BuildTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildTemplateRequest.ProtoReflect.Descriptor instead.
+func (*BuildTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *BuildTemplateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BuildTemplateRequest) GetSpec() *TemplateSpec {
+	if x != nil {
+		return x.Spec
+	}
+	return nil
+}
+
+func (x *BuildTemplateRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+// BuildTemplateResponse is one message of a BuildTemplate stream: started
+// first, then lines of the build's log, then done, last.
+type BuildTemplateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event is the message's content.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*BuildTemplateResponse_Started
+	//	*BuildTemplateResponse_Line
+	//	*BuildTemplateResponse_Done
+	Event         isBuildTemplateResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildTemplateResponse) Reset() {
+	*x = BuildTemplateResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildTemplateResponse) ProtoMessage() {}
+
+func (x *BuildTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildTemplateResponse.ProtoReflect.Descriptor instead.
+func (*BuildTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *BuildTemplateResponse) GetEvent() isBuildTemplateResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *BuildTemplateResponse) GetStarted() *TemplateBuildStarted {
+	if x != nil {
+		if x, ok := x.Event.(*BuildTemplateResponse_Started); ok {
+			return x.Started
+		}
+	}
+	return nil
+}
+
+func (x *BuildTemplateResponse) GetLine() *TemplateBuildLine {
+	if x != nil {
+		if x, ok := x.Event.(*BuildTemplateResponse_Line); ok {
+			return x.Line
+		}
+	}
+	return nil
+}
+
+func (x *BuildTemplateResponse) GetDone() *TemplateVersion {
+	if x != nil {
+		if x, ok := x.Event.(*BuildTemplateResponse_Done); ok {
+			return x.Done
+		}
+	}
+	return nil
+}
+
+type isBuildTemplateResponse_Event interface {
+	isBuildTemplateResponse_Event()
+}
+
+type BuildTemplateResponse_Started struct {
+	// started is the first message: the template and the version started.
+	Started *TemplateBuildStarted `protobuf:"bytes,1,opt,name=started,proto3,oneof"`
+}
+
+type BuildTemplateResponse_Line struct {
+	// line is the next line of the build's log.
+	Line *TemplateBuildLine `protobuf:"bytes,2,opt,name=line,proto3,oneof"`
+}
+
+type BuildTemplateResponse_Done struct {
+	// done is the last message: the version as it finished (READY or
+	// FAILED).
+	Done *TemplateVersion `protobuf:"bytes,3,opt,name=done,proto3,oneof"`
+}
+
+func (*BuildTemplateResponse_Started) isBuildTemplateResponse_Event() {}
+
+func (*BuildTemplateResponse_Line) isBuildTemplateResponse_Event() {}
+
+func (*BuildTemplateResponse_Done) isBuildTemplateResponse_Event() {}
+
+// TemplateBuildStarted says which build a BuildTemplate stream follows.
+type TemplateBuildStarted struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is the template, with the new version among its versions.
+	Template *Template `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// version is the version started (BUILDING, or READY when cached).
+	Version       *TemplateVersion `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateBuildStarted) Reset() {
+	*x = TemplateBuildStarted{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateBuildStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateBuildStarted) ProtoMessage() {}
+
+func (x *TemplateBuildStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateBuildStarted.ProtoReflect.Descriptor instead.
+func (*TemplateBuildStarted) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *TemplateBuildStarted) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+func (x *TemplateBuildStarted) GetVersion() *TemplateVersion {
+	if x != nil {
+		return x.Version
+	}
+	return nil
+}
+
+// TemplateBuildLine is one line of a build's log.
+type TemplateBuildLine struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// seq numbers the log's lines 1, 2, 3, ...: resume after one with
+	// FollowTemplateBuildRequest.after_seq.
+	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// time is when the line was written.
+	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
+	// line is the line, without its newline, cut at 4 KiB; what the build
+	// printed is made valid UTF-8. A log is kept up to 4 MiB, its end marked
+	// when cut.
+	Line          string `protobuf:"bytes,3,opt,name=line,proto3" json:"line,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TemplateBuildLine) Reset() {
+	*x = TemplateBuildLine{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TemplateBuildLine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TemplateBuildLine) ProtoMessage() {}
+
+func (x *TemplateBuildLine) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TemplateBuildLine.ProtoReflect.Descriptor instead.
+func (*TemplateBuildLine) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *TemplateBuildLine) GetSeq() int64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *TemplateBuildLine) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *TemplateBuildLine) GetLine() string {
+	if x != nil {
+		return x.Line
+	}
+	return ""
+}
+
+// FollowTemplateBuildRequest names the build to follow.
+type FollowTemplateBuildRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is the template's ID or name.
+	Template string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// version is the version to follow; 0 for the template's latest (its
+	// newest build, whatever its state).
+	Version int32 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// after_seq skips the log's lines up to it; 0 streams them all.
+	AfterSeq      int64 `protobuf:"varint,3,opt,name=after_seq,json=afterSeq,proto3" json:"after_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowTemplateBuildRequest) Reset() {
+	*x = FollowTemplateBuildRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowTemplateBuildRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowTemplateBuildRequest) ProtoMessage() {}
+
+func (x *FollowTemplateBuildRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowTemplateBuildRequest.ProtoReflect.Descriptor instead.
+func (*FollowTemplateBuildRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *FollowTemplateBuildRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *FollowTemplateBuildRequest) GetVersion() int32 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *FollowTemplateBuildRequest) GetAfterSeq() int64 {
+	if x != nil {
+		return x.AfterSeq
+	}
+	return 0
+}
+
+// FollowTemplateBuildResponse is one message of a FollowTemplateBuild
+// stream: BuildTemplate's messages after its first.
+type FollowTemplateBuildResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// event is the message's content.
+	//
+	// Types that are valid to be assigned to Event:
+	//
+	//	*FollowTemplateBuildResponse_Line
+	//	*FollowTemplateBuildResponse_Done
+	Event         isFollowTemplateBuildResponse_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowTemplateBuildResponse) Reset() {
+	*x = FollowTemplateBuildResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowTemplateBuildResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowTemplateBuildResponse) ProtoMessage() {}
+
+func (x *FollowTemplateBuildResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowTemplateBuildResponse.ProtoReflect.Descriptor instead.
+func (*FollowTemplateBuildResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *FollowTemplateBuildResponse) GetEvent() isFollowTemplateBuildResponse_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *FollowTemplateBuildResponse) GetLine() *TemplateBuildLine {
+	if x != nil {
+		if x, ok := x.Event.(*FollowTemplateBuildResponse_Line); ok {
+			return x.Line
+		}
+	}
+	return nil
+}
+
+func (x *FollowTemplateBuildResponse) GetDone() *TemplateVersion {
+	if x != nil {
+		if x, ok := x.Event.(*FollowTemplateBuildResponse_Done); ok {
+			return x.Done
+		}
+	}
+	return nil
+}
+
+type isFollowTemplateBuildResponse_Event interface {
+	isFollowTemplateBuildResponse_Event()
+}
+
+type FollowTemplateBuildResponse_Line struct {
+	// line is the next line of the build's log.
+	Line *TemplateBuildLine `protobuf:"bytes,1,opt,name=line,proto3,oneof"`
+}
+
+type FollowTemplateBuildResponse_Done struct {
+	// done is the last message: the version as it finished.
+	Done *TemplateVersion `protobuf:"bytes,2,opt,name=done,proto3,oneof"`
+}
+
+func (*FollowTemplateBuildResponse_Line) isFollowTemplateBuildResponse_Event() {}
+
+func (*FollowTemplateBuildResponse_Done) isFollowTemplateBuildResponse_Event() {}
+
+// GetTemplateRequest names the template to describe.
+type GetTemplateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is its ID or its name.
+	Template      string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTemplateRequest) Reset() {
+	*x = GetTemplateRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTemplateRequest) ProtoMessage() {}
+
+func (x *GetTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTemplateRequest.ProtoReflect.Descriptor instead.
+func (*GetTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *GetTemplateRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+// GetTemplateResponse describes the template.
+type GetTemplateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is the template.
+	Template      *Template `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTemplateResponse) Reset() {
+	*x = GetTemplateResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTemplateResponse) ProtoMessage() {}
+
+func (x *GetTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTemplateResponse.ProtoReflect.Descriptor instead.
+func (*GetTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *GetTemplateResponse) GetTemplate() *Template {
+	if x != nil {
+		return x.Template
+	}
+	return nil
+}
+
+// ListTemplatesRequest filters the templates listed.
+type ListTemplatesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tenant, for admins, lists that tenant's only; another caller may name
+	// only its own tenant (INVALID_ARGUMENT otherwise).
+	Tenant        string `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTemplatesRequest) Reset() {
+	*x = ListTemplatesRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTemplatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTemplatesRequest) ProtoMessage() {}
+
+func (x *ListTemplatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTemplatesRequest.ProtoReflect.Descriptor instead.
+func (*ListTemplatesRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *ListTemplatesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ListTemplatesResponse is the templates, by tenant and name.
+type ListTemplatesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// templates are the templates.
+	Templates     []*Template `protobuf:"bytes,1,rep,name=templates,proto3" json:"templates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTemplatesResponse) Reset() {
+	*x = ListTemplatesResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTemplatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTemplatesResponse) ProtoMessage() {}
+
+func (x *ListTemplatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTemplatesResponse.ProtoReflect.Descriptor instead.
+func (*ListTemplatesResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ListTemplatesResponse) GetTemplates() []*Template {
+	if x != nil {
+		return x.Templates
+	}
+	return nil
+}
+
+// DeleteTemplateRequest names the template to delete.
+type DeleteTemplateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is its ID or its name.
+	Template      string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTemplateRequest) Reset() {
+	*x = DeleteTemplateRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTemplateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTemplateRequest) ProtoMessage() {}
+
+func (x *DeleteTemplateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTemplateRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTemplateRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *DeleteTemplateRequest) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+// DeleteTemplateResponse is empty: the template is gone.
+type DeleteTemplateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTemplateResponse) Reset() {
+	*x = DeleteTemplateResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTemplateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTemplateResponse) ProtoMessage() {}
+
+func (x *DeleteTemplateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTemplateResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTemplateResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+}
+
 // ForkSandboxRequest asks for copies of a sandbox.
 type ForkSandboxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3313,7 +4909,7 @@ type ForkSandboxRequest struct {
 
 func (x *ForkSandboxRequest) Reset() {
 	*x = ForkSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3325,7 +4921,7 @@ func (x *ForkSandboxRequest) String() string {
 func (*ForkSandboxRequest) ProtoMessage() {}
 
 func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3338,7 +4934,7 @@ func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
 func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ForkSandboxRequest) GetSandboxId() string {
@@ -3387,7 +4983,7 @@ type ForkResult struct {
 
 func (x *ForkResult) Reset() {
 	*x = ForkResult{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +4995,7 @@ func (x *ForkResult) String() string {
 func (*ForkResult) ProtoMessage() {}
 
 func (x *ForkResult) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +5008,7 @@ func (x *ForkResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkResult.ProtoReflect.Descriptor instead.
 func (*ForkResult) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ForkResult) GetSandbox() *Sandbox {
@@ -3454,7 +5050,7 @@ type ForkSandboxResponse struct {
 
 func (x *ForkSandboxResponse) Reset() {
 	*x = ForkSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +5062,7 @@ func (x *ForkSandboxResponse) String() string {
 func (*ForkSandboxResponse) ProtoMessage() {}
 
 func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +5075,7 @@ func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
 func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ForkSandboxResponse) GetResults() []*ForkResult {
@@ -3500,7 +5096,7 @@ type WakeSandboxRequest struct {
 
 func (x *WakeSandboxRequest) Reset() {
 	*x = WakeSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +5108,7 @@ func (x *WakeSandboxRequest) String() string {
 func (*WakeSandboxRequest) ProtoMessage() {}
 
 func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[45]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +5121,7 @@ func (x *WakeSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxRequest.ProtoReflect.Descriptor instead.
 func (*WakeSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{45}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WakeSandboxRequest) GetSandboxId() string {
@@ -3549,7 +5145,7 @@ type WakeSandboxResponse struct {
 
 func (x *WakeSandboxResponse) Reset() {
 	*x = WakeSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +5157,7 @@ func (x *WakeSandboxResponse) String() string {
 func (*WakeSandboxResponse) ProtoMessage() {}
 
 func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[46]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +5170,7 @@ func (x *WakeSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeSandboxResponse.ProtoReflect.Descriptor instead.
 func (*WakeSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{46}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *WakeSandboxResponse) GetSandbox() *Sandbox {
@@ -3605,7 +5201,7 @@ type AcquireSandboxRequest struct {
 
 func (x *AcquireSandboxRequest) Reset() {
 	*x = AcquireSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +5213,7 @@ func (x *AcquireSandboxRequest) String() string {
 func (*AcquireSandboxRequest) ProtoMessage() {}
 
 func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[47]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +5226,7 @@ func (x *AcquireSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxRequest.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{47}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AcquireSandboxRequest) GetUserId() string {
@@ -3674,7 +5270,7 @@ type AcquireSandboxResponse struct {
 
 func (x *AcquireSandboxResponse) Reset() {
 	*x = AcquireSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +5282,7 @@ func (x *AcquireSandboxResponse) String() string {
 func (*AcquireSandboxResponse) ProtoMessage() {}
 
 func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[48]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +5295,7 @@ func (x *AcquireSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireSandboxResponse.ProtoReflect.Descriptor instead.
 func (*AcquireSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{48}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AcquireSandboxResponse) GetSandbox() *Sandbox {
@@ -3755,7 +5351,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +5363,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[49]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +5376,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{49}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetSandboxRequest) GetSandboxId() string {
@@ -3801,7 +5397,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +5409,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[50]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +5422,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{50}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -3859,7 +5455,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +5467,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[51]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +5480,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{51}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListSandboxesRequest) GetUserId() string {
@@ -3926,7 +5522,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +5534,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[52]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +5547,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{52}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -3972,7 +5568,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3984,7 +5580,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[53]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3997,7 +5593,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{53}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *DeleteSandboxRequest) GetSandboxId() string {
@@ -4016,7 +5612,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +5624,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[54]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +5637,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{54}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
 }
 
 // ExecuteRequest is one command to run.
@@ -4118,7 +5714,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4130,7 +5726,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[55]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4143,7 +5739,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{55}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ExecuteRequest) GetSandboxId() string {
@@ -4222,7 +5818,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4234,7 +5830,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[56]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4247,7 +5843,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{56}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -4281,7 +5877,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4293,7 +5889,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[57]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4306,7 +5902,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{57}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -4358,7 +5954,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4370,7 +5966,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[58]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4383,7 +5979,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{58}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -4546,7 +6142,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +6154,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[59]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +6167,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{59}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Started) GetLanguage() string {
@@ -4615,7 +6211,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +6223,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[60]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +6236,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{60}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -4677,7 +6273,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4689,7 +6285,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[61]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4702,7 +6298,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{61}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -4725,7 +6321,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4737,7 +6333,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[62]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4750,7 +6346,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{62}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -4779,7 +6375,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4791,7 +6387,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[63]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4804,7 +6400,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{63}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Error) GetEname() string {
@@ -4869,7 +6465,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4881,7 +6477,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[64]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4894,7 +6490,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{64}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -4974,7 +6570,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4986,7 +6582,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[65]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4999,7 +6595,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{65}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *FileRef) GetPath() string {
@@ -5029,7 +6625,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5041,7 +6637,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[66]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5054,7 +6650,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{66}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -5081,7 +6677,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5093,7 +6689,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[67]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5106,7 +6702,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{67}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
 }
 
 // FileInfo describes a file or directory under /workspace, or on a volume
@@ -5144,7 +6740,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5156,7 +6752,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[68]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5169,7 +6765,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{68}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -5244,7 +6840,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5256,7 +6852,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[69]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5269,7 +6865,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{69}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -5303,7 +6899,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5315,7 +6911,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[70]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5328,7 +6924,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{70}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -5387,7 +6983,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5399,7 +6995,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[71]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5412,7 +7008,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{71}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -5435,7 +7031,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5447,7 +7043,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[72]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5460,7 +7056,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{72}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -5491,7 +7087,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5503,7 +7099,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[73]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5516,7 +7112,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{73}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -5553,7 +7149,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5565,7 +7161,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[74]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5578,7 +7174,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{74}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -5613,7 +7209,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5625,7 +7221,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[75]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5638,7 +7234,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{75}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -5664,7 +7260,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5676,7 +7272,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[76]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5689,7 +7285,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{76}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -5724,7 +7320,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5736,7 +7332,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[77]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5749,7 +7345,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{77}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -5775,7 +7371,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5787,7 +7383,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5800,7 +7396,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -5833,7 +7429,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5845,7 +7441,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5858,7 +7454,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -5878,7 +7474,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5890,7 +7486,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5903,7 +7499,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -5945,7 +7541,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5957,7 +7553,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5970,7 +7566,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -5996,7 +7592,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6008,7 +7604,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6021,7 +7617,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -6060,7 +7656,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6072,7 +7668,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6085,7 +7681,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -6119,7 +7715,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6131,7 +7727,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6144,7 +7740,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -6184,7 +7780,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6196,7 +7792,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6209,7 +7805,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -6243,7 +7839,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6255,7 +7851,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6268,7 +7864,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -6284,7 +7880,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6296,7 +7892,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6309,7 +7905,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -6335,7 +7931,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6347,7 +7943,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6360,7 +7956,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -6378,7 +7974,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6390,7 +7986,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6403,7 +7999,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -6436,7 +8032,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6448,7 +8044,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6461,7 +8057,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -6481,7 +8077,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6493,7 +8089,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6506,7 +8102,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -6548,7 +8144,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6560,7 +8156,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6573,7 +8169,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -6636,7 +8232,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6648,7 +8244,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6661,7 +8257,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -6762,7 +8358,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6774,7 +8370,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6787,7 +8383,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -6816,7 +8412,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6828,7 +8424,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6841,7 +8437,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -6871,7 +8467,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6883,7 +8479,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6896,7 +8492,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Context) GetContextId() string {
@@ -6947,7 +8543,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6959,7 +8555,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6972,7 +8568,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -7007,7 +8603,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7019,7 +8615,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7032,7 +8628,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -7053,7 +8649,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7065,7 +8661,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7078,7 +8674,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -7099,7 +8695,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7111,7 +8707,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7124,7 +8720,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -7147,7 +8743,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7159,7 +8755,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7172,7 +8768,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -7198,7 +8794,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7210,7 +8806,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7223,7 +8819,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{124}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -7239,7 +8835,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7251,7 +8847,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7264,7 +8860,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -7290,7 +8886,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7302,7 +8898,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7315,7 +8911,7 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{126}
 }
 
 // UpdateNetworkPolicyRequest names a sandbox and its new egress policy.
@@ -7333,7 +8929,7 @@ type UpdateNetworkPolicyRequest struct {
 
 func (x *UpdateNetworkPolicyRequest) Reset() {
 	*x = UpdateNetworkPolicyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7345,7 +8941,7 @@ func (x *UpdateNetworkPolicyRequest) String() string {
 func (*UpdateNetworkPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7358,7 +8954,7 @@ func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *UpdateNetworkPolicyRequest) GetSandboxId() string {
@@ -7387,7 +8983,7 @@ type UpdateNetworkPolicyResponse struct {
 
 func (x *UpdateNetworkPolicyResponse) Reset() {
 	*x = UpdateNetworkPolicyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7399,7 +8995,7 @@ func (x *UpdateNetworkPolicyResponse) String() string {
 func (*UpdateNetworkPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7412,7 +9008,7 @@ func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *UpdateNetworkPolicyResponse) GetSandbox() *Sandbox {
@@ -7433,7 +9029,7 @@ type GetNetworkStatusRequest struct {
 
 func (x *GetNetworkStatusRequest) Reset() {
 	*x = GetNetworkStatusRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7445,7 +9041,7 @@ func (x *GetNetworkStatusRequest) String() string {
 func (*GetNetworkStatusRequest) ProtoMessage() {}
 
 func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7458,7 +9054,7 @@ func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *GetNetworkStatusRequest) GetSandboxId() string {
@@ -7488,7 +9084,7 @@ type GetNetworkStatusResponse struct {
 
 func (x *GetNetworkStatusResponse) Reset() {
 	*x = GetNetworkStatusResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7500,7 +9096,7 @@ func (x *GetNetworkStatusResponse) String() string {
 func (*GetNetworkStatusResponse) ProtoMessage() {}
 
 func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7513,7 +9109,7 @@ func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *GetNetworkStatusResponse) GetPolicy() *NetworkPolicy {
@@ -7570,7 +9166,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7582,7 +9178,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7595,7 +9191,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *NetworkCounters) GetBytesOut() uint64 {
@@ -7700,7 +9296,7 @@ type NetworkDenial struct {
 
 func (x *NetworkDenial) Reset() {
 	*x = NetworkDenial{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7712,7 +9308,7 @@ func (x *NetworkDenial) String() string {
 func (*NetworkDenial) ProtoMessage() {}
 
 func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7725,7 +9321,7 @@ func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
 func (*NetworkDenial) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
@@ -7776,7 +9372,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7788,7 +9384,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7801,7 +9397,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *GetHostRequest) GetSandboxId() string {
@@ -7841,7 +9437,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7853,7 +9449,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7866,7 +9462,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *GetHostResponse) GetUrl() string {
@@ -7923,7 +9519,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7935,7 +9531,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7948,7 +9544,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *ListAuditEventsRequest) GetTenant() string {
@@ -8016,7 +9612,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8028,7 +9624,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8041,7 +9637,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -8080,7 +9676,8 @@ type AuditEvent struct {
 	// update_network_policy, execute, interrupt, create_context,
 	// restart_context, delete_context, write_file, mkdir, remove, move,
 	// create_volume, delete_volume, volume_write_file, volume_mkdir,
-	// volume_remove, volume_set_attributes; or "dropped": the server lost dropped_count events
+	// volume_remove, volume_set_attributes, upload_template_file,
+	// build_template, delete_template; or "dropped": the server lost dropped_count events
 	// because its audit queue was full (only admins see these).
 	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
 	// sandbox_id is the sandbox acted on (for acquire, the one acquired).
@@ -8120,14 +9717,18 @@ type AuditEvent struct {
 	Count int32 `protobuf:"varint,19,opt,name=count,proto3" json:"count,omitempty"`
 	// volume is the volume calls' volume (its ID, or the name given), and
 	// acquire's options.volumes (their references, comma-separated).
-	Volume        string `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
+	Volume string `protobuf:"bytes,20,opt,name=volume,proto3" json:"volume,omitempty"`
+	// template is build_template's and delete_template's template (its ID,
+	// or the name given), upload_template_file's archive key, and acquire's
+	// options.template.
+	Template      string `protobuf:"bytes,21,opt,name=template,proto3" json:"template,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8139,7 +9740,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8152,7 +9753,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *AuditEvent) GetTime() *timestamppb.Timestamp {
@@ -8295,6 +9896,13 @@ func (x *AuditEvent) GetVolume() string {
 	return ""
 }
 
+func (x *AuditEvent) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
 // GetSandboxMetricsRequest names a sandbox and the samples wanted.
 type GetSandboxMetricsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -8309,7 +9917,7 @@ type GetSandboxMetricsRequest struct {
 
 func (x *GetSandboxMetricsRequest) Reset() {
 	*x = GetSandboxMetricsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8321,7 +9929,7 @@ func (x *GetSandboxMetricsRequest) String() string {
 func (*GetSandboxMetricsRequest) ProtoMessage() {}
 
 func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8334,7 +9942,7 @@ func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *GetSandboxMetricsRequest) GetSandboxId() string {
@@ -8362,7 +9970,7 @@ type GetSandboxMetricsResponse struct {
 
 func (x *GetSandboxMetricsResponse) Reset() {
 	*x = GetSandboxMetricsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8374,7 +9982,7 @@ func (x *GetSandboxMetricsResponse) String() string {
 func (*GetSandboxMetricsResponse) ProtoMessage() {}
 
 func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8387,7 +9995,7 @@ func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
@@ -8435,7 +10043,7 @@ type SandboxMetricsSample struct {
 
 func (x *SandboxMetricsSample) Reset() {
 	*x = SandboxMetricsSample{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8447,7 +10055,7 @@ func (x *SandboxMetricsSample) String() string {
 func (*SandboxMetricsSample) ProtoMessage() {}
 
 func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8460,7 +10068,7 @@ func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
 func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
@@ -8554,7 +10162,7 @@ type DiskUsage struct {
 
 func (x *DiskUsage) Reset() {
 	*x = DiskUsage{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8566,7 +10174,7 @@ func (x *DiskUsage) String() string {
 func (*DiskUsage) ProtoMessage() {}
 
 func (x *DiskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8579,7 +10187,7 @@ func (x *DiskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
 func (*DiskUsage) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{119}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *DiskUsage) GetUsedBytes() int64 {
@@ -8609,7 +10217,7 @@ type NetworkBytes struct {
 
 func (x *NetworkBytes) Reset() {
 	*x = NetworkBytes{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8621,7 +10229,7 @@ func (x *NetworkBytes) String() string {
 func (*NetworkBytes) ProtoMessage() {}
 
 func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8634,7 +10242,7 @@ func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
 func (*NetworkBytes) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{120}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *NetworkBytes) GetBytesIn() uint64 {
@@ -8663,7 +10271,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"pids_limit\x18\x03 \x01(\x03R\tpidsLimit\x12\x1d\n" +
 	"\n" +
-	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xd9\x04\n" +
+	"disk_bytes\x18\x04 \x01(\x03R\tdiskBytes\"\xf5\x04\n" +
 	"\x0eSandboxOptions\x122\n" +
 	"\x06limits\x18\x01 \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x125\n" +
 	"\x03env\x18\x02 \x03(\v2#.sandbox.v1.SandboxOptions.EnvEntryR\x03env\x12\x18\n" +
@@ -8673,7 +10281,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aon_idle\x18\x06 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
 	"\x0enetwork_policy\x18\a \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x12#\n" +
 	"\rfrom_snapshot\x18\b \x01(\tR\ffromSnapshot\x121\n" +
-	"\avolumes\x18\t \x03(\v2\x17.sandbox.v1.VolumeMountR\avolumes\x1a6\n" +
+	"\avolumes\x18\t \x03(\v2\x17.sandbox.v1.VolumeMountR\avolumes\x12\x1a\n" +
+	"\btemplate\x18\n" +
+	" \x01(\tR\btemplate\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a;\n" +
@@ -8693,7 +10303,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\aheaders\x18\x01 \x03(\v2$.sandbox.v1.NetworkRule.HeadersEntryR\aheaders\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf7\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\b\n" +
 	"\aSandbox\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x17\n" +
@@ -8718,7 +10328,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tlast_wake\x18\x11 \x01(\v2\x14.sandbox.v1.WakeInfoR\blastWake\x12/\n" +
 	"\aon_idle\x18\x12 \x01(\x0e2\x16.sandbox.v1.IdleActionR\x06onIdle\x12@\n" +
 	"\x0enetwork_policy\x18\x13 \x01(\v2\x19.sandbox.v1.NetworkPolicyR\rnetworkPolicy\x121\n" +
-	"\avolumes\x18\x14 \x03(\v2\x17.sandbox.v1.VolumeMountR\avolumes\x1a;\n" +
+	"\avolumes\x18\x14 \x03(\v2\x17.sandbox.v1.VolumeMountR\avolumes\x12\x1a\n" +
+	"\btemplate\x18\x15 \x01(\tR\btemplate\x12)\n" +
+	"\x10template_version\x18\x16 \x01(\x05R\x0ftemplateVersion\x1a;\n" +
 	"\rMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x92\x01\n" +
@@ -8853,7 +10465,94 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04_gidB\a\n" +
 	"\x05_mode\"K\n" +
 	"\x1fSetVolumeFileAttributesResponse\x12(\n" +
-	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"\x9a\x01\n" +
+	"\x04file\x18\x01 \x01(\v2\x14.sandbox.v1.FileInfoR\x04file\"\xba\x01\n" +
+	"\bTemplate\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x127\n" +
+	"\bversions\x18\x05 \x03(\v2\x1b.sandbox.v1.TemplateVersionR\bversions\"\xd9\x02\n" +
+	"\x0fTemplateVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x05R\aversion\x12\x1b\n" +
+	"\tspec_hash\x18\x02 \x01(\tR\bspecHash\x12/\n" +
+	"\x05state\x18\x03 \x01(\x0e2\x19.sandbox.v1.TemplateStateR\x05state\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06cached\x18\x05 \x01(\bR\x06cached\x129\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12;\n" +
+	"\vfinished_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"finishedAt\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\b \x01(\x03R\tsizeBytes\x12\x17\n" +
+	"\aused_by\x18\t \x01(\x05R\x06usedBy\"R\n" +
+	"\fTemplateSpec\x12\x12\n" +
+	"\x04base\x18\x01 \x01(\tR\x04base\x12.\n" +
+	"\x05steps\x18\x02 \x03(\v2\x18.sandbox.v1.TemplateStepR\x05steps\"\xda\x01\n" +
+	"\fTemplateStep\x12'\n" +
+	"\x03apt\x18\x01 \x01(\v2\x13.sandbox.v1.AptStepH\x00R\x03apt\x12*\n" +
+	"\x04copy\x18\x02 \x01(\v2\x14.sandbox.v1.CopyStepH\x00R\x04copy\x12'\n" +
+	"\x03env\x18\x03 \x01(\v2\x13.sandbox.v1.EnvStepH\x00R\x03env\x12\x1a\n" +
+	"\aworkdir\x18\x04 \x01(\tH\x00R\aworkdir\x12\x14\n" +
+	"\x04user\x18\x05 \x01(\tH\x00R\x04user\x12\x12\n" +
+	"\x03run\x18\x06 \x01(\tH\x00R\x03runB\x06\n" +
+	"\x04step\"%\n" +
+	"\aAptStep\x12\x1a\n" +
+	"\bpackages\x18\x01 \x03(\tR\bpackages\"t\n" +
+	"\bCopyStep\x12\x18\n" +
+	"\aarchive\x18\x01 \x01(\tR\aarchive\x12\x10\n" +
+	"\x03src\x18\x02 \x01(\tR\x03src\x12\x12\n" +
+	"\x04dest\x18\x03 \x01(\tR\x04dest\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x14\n" +
+	"\x05owner\x18\x05 \x01(\tR\x05owner\"u\n" +
+	"\aEnvStep\x121\n" +
+	"\x04vars\x18\x01 \x03(\v2\x1d.sandbox.v1.EnvStep.VarsEntryR\x04vars\x1a7\n" +
+	"\tVarsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\",\n" +
+	"\x18UploadTemplateFileHeader\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"~\n" +
+	"\x19UploadTemplateFileRequest\x12>\n" +
+	"\x06header\x18\x01 \x01(\v2$.sandbox.v1.UploadTemplateFileHeaderH\x00R\x06header\x12\x16\n" +
+	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\t\n" +
+	"\apayload\"6\n" +
+	"\x1aUploadTemplateFileResponse\x12\x18\n" +
+	"\aexisted\x18\x01 \x01(\bR\aexisted\"n\n" +
+	"\x14BuildTemplateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12,\n" +
+	"\x04spec\x18\x02 \x01(\v2\x18.sandbox.v1.TemplateSpecR\x04spec\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\xc6\x01\n" +
+	"\x15BuildTemplateResponse\x12<\n" +
+	"\astarted\x18\x01 \x01(\v2 .sandbox.v1.TemplateBuildStartedH\x00R\astarted\x123\n" +
+	"\x04line\x18\x02 \x01(\v2\x1d.sandbox.v1.TemplateBuildLineH\x00R\x04line\x121\n" +
+	"\x04done\x18\x03 \x01(\v2\x1b.sandbox.v1.TemplateVersionH\x00R\x04doneB\a\n" +
+	"\x05event\"\x7f\n" +
+	"\x14TemplateBuildStarted\x120\n" +
+	"\btemplate\x18\x01 \x01(\v2\x14.sandbox.v1.TemplateR\btemplate\x125\n" +
+	"\aversion\x18\x02 \x01(\v2\x1b.sandbox.v1.TemplateVersionR\aversion\"i\n" +
+	"\x11TemplateBuildLine\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12.\n" +
+	"\x04time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\tR\x04line\"o\n" +
+	"\x1aFollowTemplateBuildRequest\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x05R\aversion\x12\x1b\n" +
+	"\tafter_seq\x18\x03 \x01(\x03R\bafterSeq\"\x8e\x01\n" +
+	"\x1bFollowTemplateBuildResponse\x123\n" +
+	"\x04line\x18\x01 \x01(\v2\x1d.sandbox.v1.TemplateBuildLineH\x00R\x04line\x121\n" +
+	"\x04done\x18\x02 \x01(\v2\x1b.sandbox.v1.TemplateVersionH\x00R\x04doneB\a\n" +
+	"\x05event\"0\n" +
+	"\x12GetTemplateRequest\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\"G\n" +
+	"\x13GetTemplateResponse\x120\n" +
+	"\btemplate\x18\x01 \x01(\v2\x14.sandbox.v1.TemplateR\btemplate\".\n" +
+	"\x14ListTemplatesRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"K\n" +
+	"\x15ListTemplatesResponse\x122\n" +
+	"\ttemplates\x18\x01 \x03(\v2\x14.sandbox.v1.TemplateR\ttemplates\"3\n" +
+	"\x15DeleteTemplateRequest\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\"\x18\n" +
+	"\x16DeleteTemplateResponse\"\x9a\x01\n" +
 	"\x12ForkSandboxRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
@@ -9196,7 +10895,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"page_token\x18\a \x01(\tR\tpageToken\"q\n" +
 	"\x17ListAuditEventsResponse\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.sandbox.v1.AuditEventR\x06events\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xd0\x04\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xec\x04\n" +
 	"\n" +
 	"AuditEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x16\n" +
@@ -9223,7 +10922,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rdropped_count\x18\x11 \x01(\x03R\fdroppedCount\x12\x1a\n" +
 	"\bsnapshot\x18\x12 \x01(\tR\bsnapshot\x12\x14\n" +
 	"\x05count\x18\x13 \x01(\x05R\x05count\x12\x16\n" +
-	"\x06volume\x18\x14 \x01(\tR\x06volume\"k\n" +
+	"\x06volume\x18\x14 \x01(\tR\x06volume\x12\x1a\n" +
+	"\btemplate\x18\x15 \x01(\tR\btemplate\"k\n" +
 	"\x18GetSandboxMetricsRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x120\n" +
@@ -9268,7 +10968,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"IdleAction\x12\x1b\n" +
 	"\x17IDLE_ACTION_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15IDLE_ACTION_HIBERNATE\x10\x01\x12\x16\n" +
-	"\x12IDLE_ACTION_DELETE\x10\x02*~\n" +
+	"\x12IDLE_ACTION_DELETE\x10\x02*\x81\x01\n" +
+	"\rTemplateState\x12\x1e\n" +
+	"\x1aTEMPLATE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17TEMPLATE_STATE_BUILDING\x10\x01\x12\x18\n" +
+	"\x14TEMPLATE_STATE_READY\x10\x02\x12\x19\n" +
+	"\x15TEMPLATE_STATE_FAILED\x10\x03*~\n" +
 	"\bFileType\x12\x19\n" +
 	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eFILE_TYPE_FILE\x10\x01\x12\x17\n" +
@@ -9289,7 +10994,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xaa\x1e\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xd2\"\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
@@ -9332,7 +11037,13 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x0eStatVolumeFile\x12!.sandbox.v1.StatVolumeFileRequest\x1a\".sandbox.v1.StatVolumeFileResponse\x12f\n" +
 	"\x13MakeVolumeDirectory\x12&.sandbox.v1.MakeVolumeDirectoryRequest\x1a'.sandbox.v1.MakeVolumeDirectoryResponse\x12]\n" +
 	"\x10RemoveVolumeFile\x12#.sandbox.v1.RemoveVolumeFileRequest\x1a$.sandbox.v1.RemoveVolumeFileResponse\x12r\n" +
-	"\x17SetVolumeFileAttributes\x12*.sandbox.v1.SetVolumeFileAttributesRequest\x1a+.sandbox.v1.SetVolumeFileAttributesResponse\x12N\n" +
+	"\x17SetVolumeFileAttributes\x12*.sandbox.v1.SetVolumeFileAttributesRequest\x1a+.sandbox.v1.SetVolumeFileAttributesResponse\x12e\n" +
+	"\x12UploadTemplateFile\x12%.sandbox.v1.UploadTemplateFileRequest\x1a&.sandbox.v1.UploadTemplateFileResponse(\x01\x12V\n" +
+	"\rBuildTemplate\x12 .sandbox.v1.BuildTemplateRequest\x1a!.sandbox.v1.BuildTemplateResponse0\x01\x12h\n" +
+	"\x13FollowTemplateBuild\x12&.sandbox.v1.FollowTemplateBuildRequest\x1a'.sandbox.v1.FollowTemplateBuildResponse0\x01\x12N\n" +
+	"\vGetTemplate\x12\x1e.sandbox.v1.GetTemplateRequest\x1a\x1f.sandbox.v1.GetTemplateResponse\x12T\n" +
+	"\rListTemplates\x12 .sandbox.v1.ListTemplatesRequest\x1a!.sandbox.v1.ListTemplatesResponse\x12W\n" +
+	"\x0eDeleteTemplate\x12!.sandbox.v1.DeleteTemplateRequest\x1a\".sandbox.v1.DeleteTemplateResponse\x12N\n" +
 	"\vForkSandbox\x12\x1e.sandbox.v1.ForkSandboxRequest\x1a\x1f.sandbox.v1.ForkSandboxResponse\x12f\n" +
 	"\x13UpdateNetworkPolicy\x12&.sandbox.v1.UpdateNetworkPolicyRequest\x1a'.sandbox.v1.UpdateNetworkPolicyResponse\x12]\n" +
 	"\x10GetNetworkStatus\x12#.sandbox.v1.GetNetworkStatusRequest\x1a$.sandbox.v1.GetNetworkStatusResponse\x12B\n" +
@@ -9352,358 +11063,416 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 130)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                       // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                      // 1: sandbox.v1.CommandStatus
 	(IdleAction)(0),                         // 2: sandbox.v1.IdleAction
-	(FileType)(0),                           // 3: sandbox.v1.FileType
-	(WatchEventType)(0),                     // 4: sandbox.v1.WatchEventType
-	(CommandState)(0),                       // 5: sandbox.v1.CommandState
-	(NetworkDenialKind)(0),                  // 6: sandbox.v1.NetworkDenialKind
-	(*ResourceLimits)(nil),                  // 7: sandbox.v1.ResourceLimits
-	(*SandboxOptions)(nil),                  // 8: sandbox.v1.SandboxOptions
-	(*NetworkPolicy)(nil),                   // 9: sandbox.v1.NetworkPolicy
-	(*NetworkRule)(nil),                     // 10: sandbox.v1.NetworkRule
-	(*Sandbox)(nil),                         // 11: sandbox.v1.Sandbox
-	(*SnapshotInfo)(nil),                    // 12: sandbox.v1.SnapshotInfo
-	(*WakeInfo)(nil),                        // 13: sandbox.v1.WakeInfo
-	(*LostName)(nil),                        // 14: sandbox.v1.LostName
-	(*HibernateSandboxRequest)(nil),         // 15: sandbox.v1.HibernateSandboxRequest
-	(*HibernateSandboxResponse)(nil),        // 16: sandbox.v1.HibernateSandboxResponse
-	(*Snapshot)(nil),                        // 17: sandbox.v1.Snapshot
-	(*CreateSnapshotRequest)(nil),           // 18: sandbox.v1.CreateSnapshotRequest
-	(*CreateSnapshotResponse)(nil),          // 19: sandbox.v1.CreateSnapshotResponse
-	(*ListSnapshotsRequest)(nil),            // 20: sandbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil),           // 21: sandbox.v1.ListSnapshotsResponse
-	(*DeleteSnapshotRequest)(nil),           // 22: sandbox.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),          // 23: sandbox.v1.DeleteSnapshotResponse
-	(*Volume)(nil),                          // 24: sandbox.v1.Volume
-	(*VolumeMount)(nil),                     // 25: sandbox.v1.VolumeMount
-	(*CreateVolumeRequest)(nil),             // 26: sandbox.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),            // 27: sandbox.v1.CreateVolumeResponse
-	(*GetVolumeRequest)(nil),                // 28: sandbox.v1.GetVolumeRequest
-	(*GetVolumeResponse)(nil),               // 29: sandbox.v1.GetVolumeResponse
-	(*ListVolumesRequest)(nil),              // 30: sandbox.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),             // 31: sandbox.v1.ListVolumesResponse
-	(*DeleteVolumeRequest)(nil),             // 32: sandbox.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),            // 33: sandbox.v1.DeleteVolumeResponse
-	(*UploadVolumeFileHeader)(nil),          // 34: sandbox.v1.UploadVolumeFileHeader
-	(*UploadVolumeFileRequest)(nil),         // 35: sandbox.v1.UploadVolumeFileRequest
-	(*UploadVolumeFileResponse)(nil),        // 36: sandbox.v1.UploadVolumeFileResponse
-	(*DownloadVolumeFileRequest)(nil),       // 37: sandbox.v1.DownloadVolumeFileRequest
-	(*DownloadVolumeFileResponse)(nil),      // 38: sandbox.v1.DownloadVolumeFileResponse
-	(*ListVolumeFilesRequest)(nil),          // 39: sandbox.v1.ListVolumeFilesRequest
-	(*ListVolumeFilesResponse)(nil),         // 40: sandbox.v1.ListVolumeFilesResponse
-	(*StatVolumeFileRequest)(nil),           // 41: sandbox.v1.StatVolumeFileRequest
-	(*StatVolumeFileResponse)(nil),          // 42: sandbox.v1.StatVolumeFileResponse
-	(*MakeVolumeDirectoryRequest)(nil),      // 43: sandbox.v1.MakeVolumeDirectoryRequest
-	(*MakeVolumeDirectoryResponse)(nil),     // 44: sandbox.v1.MakeVolumeDirectoryResponse
-	(*RemoveVolumeFileRequest)(nil),         // 45: sandbox.v1.RemoveVolumeFileRequest
-	(*RemoveVolumeFileResponse)(nil),        // 46: sandbox.v1.RemoveVolumeFileResponse
-	(*SetVolumeFileAttributesRequest)(nil),  // 47: sandbox.v1.SetVolumeFileAttributesRequest
-	(*SetVolumeFileAttributesResponse)(nil), // 48: sandbox.v1.SetVolumeFileAttributesResponse
-	(*ForkSandboxRequest)(nil),              // 49: sandbox.v1.ForkSandboxRequest
-	(*ForkResult)(nil),                      // 50: sandbox.v1.ForkResult
-	(*ForkSandboxResponse)(nil),             // 51: sandbox.v1.ForkSandboxResponse
-	(*WakeSandboxRequest)(nil),              // 52: sandbox.v1.WakeSandboxRequest
-	(*WakeSandboxResponse)(nil),             // 53: sandbox.v1.WakeSandboxResponse
-	(*AcquireSandboxRequest)(nil),           // 54: sandbox.v1.AcquireSandboxRequest
-	(*AcquireSandboxResponse)(nil),          // 55: sandbox.v1.AcquireSandboxResponse
-	(*GetSandboxRequest)(nil),               // 56: sandbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),              // 57: sandbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),            // 58: sandbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),           // 59: sandbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),            // 60: sandbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),           // 61: sandbox.v1.DeleteSandboxResponse
-	(*ExecuteRequest)(nil),                  // 62: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                         // 63: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),            // 64: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),                    // 65: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                         // 66: sandbox.v1.Started
-	(*OutputChunk)(nil),                     // 67: sandbox.v1.OutputChunk
-	(*Display)(nil),                         // 68: sandbox.v1.Display
-	(*Result)(nil),                          // 69: sandbox.v1.Result
-	(*Error)(nil),                           // 70: sandbox.v1.Error
-	(*Done)(nil),                            // 71: sandbox.v1.Done
-	(*FileRef)(nil),                         // 72: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),         // 73: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),        // 74: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                        // 75: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),                // 76: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),               // 77: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),              // 78: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),             // 79: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),            // 80: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),                // 81: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),               // 82: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),            // 83: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),           // 84: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),                   // 85: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),                  // 86: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),                   // 87: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),                  // 88: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),           // 89: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),          // 90: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                      // 91: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),                // 92: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),               // 93: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),               // 94: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),              // 95: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),                // 96: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),               // 97: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),             // 98: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),            // 99: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),                     // 100: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),        // 101: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil),       // 102: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                         // 103: sandbox.v1.Context
-	(*CreateContextRequest)(nil),            // 104: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),           // 105: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),             // 106: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),            // 107: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),           // 108: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),          // 109: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),            // 110: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),           // 111: sandbox.v1.DeleteContextResponse
-	(*UpdateNetworkPolicyRequest)(nil),      // 112: sandbox.v1.UpdateNetworkPolicyRequest
-	(*UpdateNetworkPolicyResponse)(nil),     // 113: sandbox.v1.UpdateNetworkPolicyResponse
-	(*GetNetworkStatusRequest)(nil),         // 114: sandbox.v1.GetNetworkStatusRequest
-	(*GetNetworkStatusResponse)(nil),        // 115: sandbox.v1.GetNetworkStatusResponse
-	(*NetworkCounters)(nil),                 // 116: sandbox.v1.NetworkCounters
-	(*NetworkDenial)(nil),                   // 117: sandbox.v1.NetworkDenial
-	(*GetHostRequest)(nil),                  // 118: sandbox.v1.GetHostRequest
-	(*GetHostResponse)(nil),                 // 119: sandbox.v1.GetHostResponse
-	(*ListAuditEventsRequest)(nil),          // 120: sandbox.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),         // 121: sandbox.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                      // 122: sandbox.v1.AuditEvent
-	(*GetSandboxMetricsRequest)(nil),        // 123: sandbox.v1.GetSandboxMetricsRequest
-	(*GetSandboxMetricsResponse)(nil),       // 124: sandbox.v1.GetSandboxMetricsResponse
-	(*SandboxMetricsSample)(nil),            // 125: sandbox.v1.SandboxMetricsSample
-	(*DiskUsage)(nil),                       // 126: sandbox.v1.DiskUsage
-	(*NetworkBytes)(nil),                    // 127: sandbox.v1.NetworkBytes
-	nil,                                     // 128: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                     // 129: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                     // 130: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                     // 131: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                     // 132: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                     // 133: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                     // 134: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                     // 135: sandbox.v1.Display.DataEntry
-	nil,                                     // 136: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),             // 137: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 138: google.protobuf.Timestamp
+	(TemplateState)(0),                      // 3: sandbox.v1.TemplateState
+	(FileType)(0),                           // 4: sandbox.v1.FileType
+	(WatchEventType)(0),                     // 5: sandbox.v1.WatchEventType
+	(CommandState)(0),                       // 6: sandbox.v1.CommandState
+	(NetworkDenialKind)(0),                  // 7: sandbox.v1.NetworkDenialKind
+	(*ResourceLimits)(nil),                  // 8: sandbox.v1.ResourceLimits
+	(*SandboxOptions)(nil),                  // 9: sandbox.v1.SandboxOptions
+	(*NetworkPolicy)(nil),                   // 10: sandbox.v1.NetworkPolicy
+	(*NetworkRule)(nil),                     // 11: sandbox.v1.NetworkRule
+	(*Sandbox)(nil),                         // 12: sandbox.v1.Sandbox
+	(*SnapshotInfo)(nil),                    // 13: sandbox.v1.SnapshotInfo
+	(*WakeInfo)(nil),                        // 14: sandbox.v1.WakeInfo
+	(*LostName)(nil),                        // 15: sandbox.v1.LostName
+	(*HibernateSandboxRequest)(nil),         // 16: sandbox.v1.HibernateSandboxRequest
+	(*HibernateSandboxResponse)(nil),        // 17: sandbox.v1.HibernateSandboxResponse
+	(*Snapshot)(nil),                        // 18: sandbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),           // 19: sandbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil),          // 20: sandbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),            // 21: sandbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),           // 22: sandbox.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),           // 23: sandbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),          // 24: sandbox.v1.DeleteSnapshotResponse
+	(*Volume)(nil),                          // 25: sandbox.v1.Volume
+	(*VolumeMount)(nil),                     // 26: sandbox.v1.VolumeMount
+	(*CreateVolumeRequest)(nil),             // 27: sandbox.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),            // 28: sandbox.v1.CreateVolumeResponse
+	(*GetVolumeRequest)(nil),                // 29: sandbox.v1.GetVolumeRequest
+	(*GetVolumeResponse)(nil),               // 30: sandbox.v1.GetVolumeResponse
+	(*ListVolumesRequest)(nil),              // 31: sandbox.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),             // 32: sandbox.v1.ListVolumesResponse
+	(*DeleteVolumeRequest)(nil),             // 33: sandbox.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),            // 34: sandbox.v1.DeleteVolumeResponse
+	(*UploadVolumeFileHeader)(nil),          // 35: sandbox.v1.UploadVolumeFileHeader
+	(*UploadVolumeFileRequest)(nil),         // 36: sandbox.v1.UploadVolumeFileRequest
+	(*UploadVolumeFileResponse)(nil),        // 37: sandbox.v1.UploadVolumeFileResponse
+	(*DownloadVolumeFileRequest)(nil),       // 38: sandbox.v1.DownloadVolumeFileRequest
+	(*DownloadVolumeFileResponse)(nil),      // 39: sandbox.v1.DownloadVolumeFileResponse
+	(*ListVolumeFilesRequest)(nil),          // 40: sandbox.v1.ListVolumeFilesRequest
+	(*ListVolumeFilesResponse)(nil),         // 41: sandbox.v1.ListVolumeFilesResponse
+	(*StatVolumeFileRequest)(nil),           // 42: sandbox.v1.StatVolumeFileRequest
+	(*StatVolumeFileResponse)(nil),          // 43: sandbox.v1.StatVolumeFileResponse
+	(*MakeVolumeDirectoryRequest)(nil),      // 44: sandbox.v1.MakeVolumeDirectoryRequest
+	(*MakeVolumeDirectoryResponse)(nil),     // 45: sandbox.v1.MakeVolumeDirectoryResponse
+	(*RemoveVolumeFileRequest)(nil),         // 46: sandbox.v1.RemoveVolumeFileRequest
+	(*RemoveVolumeFileResponse)(nil),        // 47: sandbox.v1.RemoveVolumeFileResponse
+	(*SetVolumeFileAttributesRequest)(nil),  // 48: sandbox.v1.SetVolumeFileAttributesRequest
+	(*SetVolumeFileAttributesResponse)(nil), // 49: sandbox.v1.SetVolumeFileAttributesResponse
+	(*Template)(nil),                        // 50: sandbox.v1.Template
+	(*TemplateVersion)(nil),                 // 51: sandbox.v1.TemplateVersion
+	(*TemplateSpec)(nil),                    // 52: sandbox.v1.TemplateSpec
+	(*TemplateStep)(nil),                    // 53: sandbox.v1.TemplateStep
+	(*AptStep)(nil),                         // 54: sandbox.v1.AptStep
+	(*CopyStep)(nil),                        // 55: sandbox.v1.CopyStep
+	(*EnvStep)(nil),                         // 56: sandbox.v1.EnvStep
+	(*UploadTemplateFileHeader)(nil),        // 57: sandbox.v1.UploadTemplateFileHeader
+	(*UploadTemplateFileRequest)(nil),       // 58: sandbox.v1.UploadTemplateFileRequest
+	(*UploadTemplateFileResponse)(nil),      // 59: sandbox.v1.UploadTemplateFileResponse
+	(*BuildTemplateRequest)(nil),            // 60: sandbox.v1.BuildTemplateRequest
+	(*BuildTemplateResponse)(nil),           // 61: sandbox.v1.BuildTemplateResponse
+	(*TemplateBuildStarted)(nil),            // 62: sandbox.v1.TemplateBuildStarted
+	(*TemplateBuildLine)(nil),               // 63: sandbox.v1.TemplateBuildLine
+	(*FollowTemplateBuildRequest)(nil),      // 64: sandbox.v1.FollowTemplateBuildRequest
+	(*FollowTemplateBuildResponse)(nil),     // 65: sandbox.v1.FollowTemplateBuildResponse
+	(*GetTemplateRequest)(nil),              // 66: sandbox.v1.GetTemplateRequest
+	(*GetTemplateResponse)(nil),             // 67: sandbox.v1.GetTemplateResponse
+	(*ListTemplatesRequest)(nil),            // 68: sandbox.v1.ListTemplatesRequest
+	(*ListTemplatesResponse)(nil),           // 69: sandbox.v1.ListTemplatesResponse
+	(*DeleteTemplateRequest)(nil),           // 70: sandbox.v1.DeleteTemplateRequest
+	(*DeleteTemplateResponse)(nil),          // 71: sandbox.v1.DeleteTemplateResponse
+	(*ForkSandboxRequest)(nil),              // 72: sandbox.v1.ForkSandboxRequest
+	(*ForkResult)(nil),                      // 73: sandbox.v1.ForkResult
+	(*ForkSandboxResponse)(nil),             // 74: sandbox.v1.ForkSandboxResponse
+	(*WakeSandboxRequest)(nil),              // 75: sandbox.v1.WakeSandboxRequest
+	(*WakeSandboxResponse)(nil),             // 76: sandbox.v1.WakeSandboxResponse
+	(*AcquireSandboxRequest)(nil),           // 77: sandbox.v1.AcquireSandboxRequest
+	(*AcquireSandboxResponse)(nil),          // 78: sandbox.v1.AcquireSandboxResponse
+	(*GetSandboxRequest)(nil),               // 79: sandbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),              // 80: sandbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),            // 81: sandbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),           // 82: sandbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),            // 83: sandbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),           // 84: sandbox.v1.DeleteSandboxResponse
+	(*ExecuteRequest)(nil),                  // 85: sandbox.v1.ExecuteRequest
+	(*PtySize)(nil),                         // 86: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),            // 87: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),                    // 88: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                         // 89: sandbox.v1.Started
+	(*OutputChunk)(nil),                     // 90: sandbox.v1.OutputChunk
+	(*Display)(nil),                         // 91: sandbox.v1.Display
+	(*Result)(nil),                          // 92: sandbox.v1.Result
+	(*Error)(nil),                           // 93: sandbox.v1.Error
+	(*Done)(nil),                            // 94: sandbox.v1.Done
+	(*FileRef)(nil),                         // 95: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),         // 96: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),        // 97: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                        // 98: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),                // 99: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),               // 100: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),              // 101: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),             // 102: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),            // 103: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),                // 104: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),               // 105: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),            // 106: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),           // 107: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),                   // 108: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),                  // 109: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),                   // 110: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),                  // 111: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),           // 112: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),          // 113: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                      // 114: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),                // 115: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),               // 116: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),               // 117: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),              // 118: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),                // 119: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),               // 120: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),             // 121: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),            // 122: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),                     // 123: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),        // 124: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil),       // 125: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                         // 126: sandbox.v1.Context
+	(*CreateContextRequest)(nil),            // 127: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),           // 128: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),             // 129: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),            // 130: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),           // 131: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),          // 132: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),            // 133: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),           // 134: sandbox.v1.DeleteContextResponse
+	(*UpdateNetworkPolicyRequest)(nil),      // 135: sandbox.v1.UpdateNetworkPolicyRequest
+	(*UpdateNetworkPolicyResponse)(nil),     // 136: sandbox.v1.UpdateNetworkPolicyResponse
+	(*GetNetworkStatusRequest)(nil),         // 137: sandbox.v1.GetNetworkStatusRequest
+	(*GetNetworkStatusResponse)(nil),        // 138: sandbox.v1.GetNetworkStatusResponse
+	(*NetworkCounters)(nil),                 // 139: sandbox.v1.NetworkCounters
+	(*NetworkDenial)(nil),                   // 140: sandbox.v1.NetworkDenial
+	(*GetHostRequest)(nil),                  // 141: sandbox.v1.GetHostRequest
+	(*GetHostResponse)(nil),                 // 142: sandbox.v1.GetHostResponse
+	(*ListAuditEventsRequest)(nil),          // 143: sandbox.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),         // 144: sandbox.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                      // 145: sandbox.v1.AuditEvent
+	(*GetSandboxMetricsRequest)(nil),        // 146: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),       // 147: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),            // 148: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                       // 149: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                    // 150: sandbox.v1.NetworkBytes
+	nil,                                     // 151: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                     // 152: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                     // 153: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                     // 154: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                     // 155: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                     // 156: sandbox.v1.EnvStep.VarsEntry
+	nil,                                     // 157: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                     // 158: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                     // 159: sandbox.v1.Display.DataEntry
+	nil,                                     // 160: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),             // 161: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 162: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	7,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	128, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	129, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	137, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	8,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
+	151, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	152, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	161, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
-	9,   // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	25,  // 6: sandbox.v1.SandboxOptions.volumes:type_name -> sandbox.v1.VolumeMount
-	130, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	131, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	10,  // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
+	26,  // 6: sandbox.v1.SandboxOptions.volumes:type_name -> sandbox.v1.VolumeMount
+	153, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	154, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 9: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	138, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	138, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	138, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
-	7,   // 13: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	132, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	137, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
-	12,  // 16: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	138, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
-	13,  // 18: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
+	162, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	162, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	162, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	8,   // 13: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
+	155, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	161, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	13,  // 16: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
+	162, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	14,  // 18: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 19: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
-	9,   // 20: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
-	25,  // 21: sandbox.v1.Sandbox.volumes:type_name -> sandbox.v1.VolumeMount
-	138, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
-	14,  // 23: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	138, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
-	11,  // 25: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	138, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	17,  // 27: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
-	17,  // 28: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
-	138, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
-	24,  // 30: sandbox.v1.CreateVolumeResponse.volume:type_name -> sandbox.v1.Volume
-	24,  // 31: sandbox.v1.GetVolumeResponse.volume:type_name -> sandbox.v1.Volume
-	24,  // 32: sandbox.v1.ListVolumesResponse.volumes:type_name -> sandbox.v1.Volume
-	34,  // 33: sandbox.v1.UploadVolumeFileRequest.header:type_name -> sandbox.v1.UploadVolumeFileHeader
-	75,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	75,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 39: sandbox.v1.SetVolumeFileAttributesResponse.file:type_name -> sandbox.v1.FileInfo
-	8,   // 40: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 41: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 42: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
-	50,  // 43: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
-	11,  // 44: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 45: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	8,   // 46: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
-	11,  // 47: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	13,  // 48: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
-	11,  // 49: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	0,   // 50: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	133, // 51: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
-	11,  // 52: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	137, // 53: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	134, // 54: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	63,  // 55: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	66,  // 56: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	67,  // 57: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	67,  // 58: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	68,  // 59: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	69,  // 60: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	70,  // 61: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	71,  // 62: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	138, // 63: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	13,  // 64: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	135, // 65: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	136, // 66: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,   // 67: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	137, // 68: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	72,  // 69: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	138, // 70: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	138, // 71: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	3,   // 72: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	76,  // 73: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	75,  // 74: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 75: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 76: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	75,  // 77: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	75,  // 78: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	91,  // 79: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	4,   // 80: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	138, // 81: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	63,  // 82: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	100, // 83: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	5,   // 84: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,   // 85: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	138, // 86: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	138, // 87: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	137, // 88: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	137, // 89: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	11,  // 90: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	138, // 91: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	103, // 92: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	103, // 93: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	9,   // 94: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
-	11,  // 95: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	9,   // 96: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
-	116, // 97: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
-	117, // 98: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	138, // 99: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
-	6,   // 100: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	138, // 101: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
-	138, // 102: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
-	122, // 103: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
-	138, // 104: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	137, // 105: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
-	138, // 106: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
-	125, // 107: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
-	138, // 108: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
-	126, // 109: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
-	126, // 110: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
-	127, // 111: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
-	10,  // 112: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	54,  // 113: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	56,  // 114: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	58,  // 115: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	60,  // 116: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	62,  // 117: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	64,  // 118: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	73,  // 119: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	77,  // 120: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	79,  // 121: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	81,  // 122: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	83,  // 123: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	85,  // 124: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	87,  // 125: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	89,  // 126: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	92,  // 127: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	94,  // 128: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	96,  // 129: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	98,  // 130: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	101, // 131: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	104, // 132: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	106, // 133: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	108, // 134: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	110, // 135: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	15,  // 136: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	52,  // 137: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	18,  // 138: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
-	20,  // 139: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
-	22,  // 140: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
-	26,  // 141: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
-	28,  // 142: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
-	30,  // 143: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
-	32,  // 144: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
-	35,  // 145: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
-	37,  // 146: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
-	39,  // 147: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
-	41,  // 148: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
-	43,  // 149: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
-	45,  // 150: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
-	47,  // 151: sandbox.v1.SandboxService.SetVolumeFileAttributes:input_type -> sandbox.v1.SetVolumeFileAttributesRequest
-	49,  // 152: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
-	112, // 153: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	114, // 154: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	118, // 155: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	120, // 156: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
-	123, // 157: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
-	55,  // 158: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	57,  // 159: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	59,  // 160: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	61,  // 161: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	65,  // 162: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	65,  // 163: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	74,  // 164: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	78,  // 165: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	80,  // 166: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	82,  // 167: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	84,  // 168: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	86,  // 169: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	88,  // 170: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	90,  // 171: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	93,  // 172: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	95,  // 173: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	97,  // 174: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	99,  // 175: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	102, // 176: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	105, // 177: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	107, // 178: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	109, // 179: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	111, // 180: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	16,  // 181: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	53,  // 182: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	19,  // 183: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
-	21,  // 184: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
-	23,  // 185: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
-	27,  // 186: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
-	29,  // 187: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
-	31,  // 188: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
-	33,  // 189: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
-	36,  // 190: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
-	38,  // 191: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
-	40,  // 192: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
-	42,  // 193: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
-	44,  // 194: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
-	46,  // 195: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
-	48,  // 196: sandbox.v1.SandboxService.SetVolumeFileAttributes:output_type -> sandbox.v1.SetVolumeFileAttributesResponse
-	51,  // 197: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
-	113, // 198: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	115, // 199: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	119, // 200: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	121, // 201: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
-	124, // 202: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
-	158, // [158:203] is the sub-list for method output_type
-	113, // [113:158] is the sub-list for method input_type
-	113, // [113:113] is the sub-list for extension type_name
-	113, // [113:113] is the sub-list for extension extendee
-	0,   // [0:113] is the sub-list for field type_name
+	10,  // 20: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
+	26,  // 21: sandbox.v1.Sandbox.volumes:type_name -> sandbox.v1.VolumeMount
+	162, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	15,  // 23: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
+	162, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	12,  // 25: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	162, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	18,  // 27: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
+	18,  // 28: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
+	162, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	25,  // 30: sandbox.v1.CreateVolumeResponse.volume:type_name -> sandbox.v1.Volume
+	25,  // 31: sandbox.v1.GetVolumeResponse.volume:type_name -> sandbox.v1.Volume
+	25,  // 32: sandbox.v1.ListVolumesResponse.volumes:type_name -> sandbox.v1.Volume
+	35,  // 33: sandbox.v1.UploadVolumeFileRequest.header:type_name -> sandbox.v1.UploadVolumeFileHeader
+	98,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	98,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 39: sandbox.v1.SetVolumeFileAttributesResponse.file:type_name -> sandbox.v1.FileInfo
+	162, // 40: sandbox.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	51,  // 41: sandbox.v1.Template.versions:type_name -> sandbox.v1.TemplateVersion
+	3,   // 42: sandbox.v1.TemplateVersion.state:type_name -> sandbox.v1.TemplateState
+	162, // 43: sandbox.v1.TemplateVersion.started_at:type_name -> google.protobuf.Timestamp
+	162, // 44: sandbox.v1.TemplateVersion.finished_at:type_name -> google.protobuf.Timestamp
+	53,  // 45: sandbox.v1.TemplateSpec.steps:type_name -> sandbox.v1.TemplateStep
+	54,  // 46: sandbox.v1.TemplateStep.apt:type_name -> sandbox.v1.AptStep
+	55,  // 47: sandbox.v1.TemplateStep.copy:type_name -> sandbox.v1.CopyStep
+	56,  // 48: sandbox.v1.TemplateStep.env:type_name -> sandbox.v1.EnvStep
+	156, // 49: sandbox.v1.EnvStep.vars:type_name -> sandbox.v1.EnvStep.VarsEntry
+	57,  // 50: sandbox.v1.UploadTemplateFileRequest.header:type_name -> sandbox.v1.UploadTemplateFileHeader
+	52,  // 51: sandbox.v1.BuildTemplateRequest.spec:type_name -> sandbox.v1.TemplateSpec
+	62,  // 52: sandbox.v1.BuildTemplateResponse.started:type_name -> sandbox.v1.TemplateBuildStarted
+	63,  // 53: sandbox.v1.BuildTemplateResponse.line:type_name -> sandbox.v1.TemplateBuildLine
+	51,  // 54: sandbox.v1.BuildTemplateResponse.done:type_name -> sandbox.v1.TemplateVersion
+	50,  // 55: sandbox.v1.TemplateBuildStarted.template:type_name -> sandbox.v1.Template
+	51,  // 56: sandbox.v1.TemplateBuildStarted.version:type_name -> sandbox.v1.TemplateVersion
+	162, // 57: sandbox.v1.TemplateBuildLine.time:type_name -> google.protobuf.Timestamp
+	63,  // 58: sandbox.v1.FollowTemplateBuildResponse.line:type_name -> sandbox.v1.TemplateBuildLine
+	51,  // 59: sandbox.v1.FollowTemplateBuildResponse.done:type_name -> sandbox.v1.TemplateVersion
+	50,  // 60: sandbox.v1.GetTemplateResponse.template:type_name -> sandbox.v1.Template
+	50,  // 61: sandbox.v1.ListTemplatesResponse.templates:type_name -> sandbox.v1.Template
+	9,   // 62: sandbox.v1.ForkSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	12,  // 63: sandbox.v1.ForkResult.sandbox:type_name -> sandbox.v1.Sandbox
+	14,  // 64: sandbox.v1.ForkResult.woke:type_name -> sandbox.v1.WakeInfo
+	73,  // 65: sandbox.v1.ForkSandboxResponse.results:type_name -> sandbox.v1.ForkResult
+	12,  // 66: sandbox.v1.WakeSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	14,  // 67: sandbox.v1.WakeSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	9,   // 68: sandbox.v1.AcquireSandboxRequest.options:type_name -> sandbox.v1.SandboxOptions
+	12,  // 69: sandbox.v1.AcquireSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	14,  // 70: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
+	12,  // 71: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	0,   // 72: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
+	157, // 73: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	12,  // 74: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
+	161, // 75: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	158, // 76: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	86,  // 77: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	89,  // 78: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	90,  // 79: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	90,  // 80: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	91,  // 81: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	92,  // 82: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	93,  // 83: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	94,  // 84: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	162, // 85: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	14,  // 86: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	159, // 87: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	160, // 88: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,   // 89: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	161, // 90: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	95,  // 91: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	162, // 92: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	162, // 93: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	4,   // 94: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	99,  // 95: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	98,  // 96: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 97: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 98: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	98,  // 99: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	98,  // 100: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	114, // 101: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	5,   // 102: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	162, // 103: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	86,  // 104: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	123, // 105: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	6,   // 106: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,   // 107: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	162, // 108: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	162, // 109: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	161, // 110: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	161, // 111: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	12,  // 112: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	162, // 113: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	126, // 114: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	126, // 115: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	10,  // 116: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
+	12,  // 117: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	10,  // 118: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
+	139, // 119: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
+	140, // 120: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
+	162, // 121: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	7,   // 122: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
+	162, // 123: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	162, // 124: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	145, // 125: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
+	162, // 126: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	161, // 127: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	162, // 128: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	148, // 129: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	162, // 130: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	149, // 131: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	149, // 132: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	150, // 133: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	11,  // 134: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	77,  // 135: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	79,  // 136: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	81,  // 137: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	83,  // 138: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	85,  // 139: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	87,  // 140: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	96,  // 141: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	100, // 142: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	102, // 143: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	104, // 144: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	106, // 145: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	108, // 146: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	110, // 147: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	112, // 148: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	115, // 149: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	117, // 150: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	119, // 151: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	121, // 152: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	124, // 153: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	127, // 154: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	129, // 155: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	131, // 156: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	133, // 157: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	16,  // 158: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	75,  // 159: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	19,  // 160: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
+	21,  // 161: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
+	23,  // 162: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
+	27,  // 163: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
+	29,  // 164: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
+	31,  // 165: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
+	33,  // 166: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
+	36,  // 167: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
+	38,  // 168: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
+	40,  // 169: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
+	42,  // 170: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
+	44,  // 171: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
+	46,  // 172: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
+	48,  // 173: sandbox.v1.SandboxService.SetVolumeFileAttributes:input_type -> sandbox.v1.SetVolumeFileAttributesRequest
+	58,  // 174: sandbox.v1.SandboxService.UploadTemplateFile:input_type -> sandbox.v1.UploadTemplateFileRequest
+	60,  // 175: sandbox.v1.SandboxService.BuildTemplate:input_type -> sandbox.v1.BuildTemplateRequest
+	64,  // 176: sandbox.v1.SandboxService.FollowTemplateBuild:input_type -> sandbox.v1.FollowTemplateBuildRequest
+	66,  // 177: sandbox.v1.SandboxService.GetTemplate:input_type -> sandbox.v1.GetTemplateRequest
+	68,  // 178: sandbox.v1.SandboxService.ListTemplates:input_type -> sandbox.v1.ListTemplatesRequest
+	70,  // 179: sandbox.v1.SandboxService.DeleteTemplate:input_type -> sandbox.v1.DeleteTemplateRequest
+	72,  // 180: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
+	135, // 181: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	137, // 182: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	141, // 183: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	143, // 184: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	146, // 185: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	78,  // 186: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	80,  // 187: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	82,  // 188: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	84,  // 189: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	88,  // 190: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	88,  // 191: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	97,  // 192: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	101, // 193: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	103, // 194: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	105, // 195: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	107, // 196: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	109, // 197: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	111, // 198: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	113, // 199: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	116, // 200: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	118, // 201: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	120, // 202: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	122, // 203: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	125, // 204: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	128, // 205: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	130, // 206: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	132, // 207: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	134, // 208: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	17,  // 209: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	76,  // 210: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	20,  // 211: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
+	22,  // 212: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
+	24,  // 213: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
+	28,  // 214: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
+	30,  // 215: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
+	32,  // 216: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
+	34,  // 217: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
+	37,  // 218: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
+	39,  // 219: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
+	41,  // 220: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
+	43,  // 221: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
+	45,  // 222: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
+	47,  // 223: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
+	49,  // 224: sandbox.v1.SandboxService.SetVolumeFileAttributes:output_type -> sandbox.v1.SetVolumeFileAttributesResponse
+	59,  // 225: sandbox.v1.SandboxService.UploadTemplateFile:output_type -> sandbox.v1.UploadTemplateFileResponse
+	61,  // 226: sandbox.v1.SandboxService.BuildTemplate:output_type -> sandbox.v1.BuildTemplateResponse
+	65,  // 227: sandbox.v1.SandboxService.FollowTemplateBuild:output_type -> sandbox.v1.FollowTemplateBuildResponse
+	67,  // 228: sandbox.v1.SandboxService.GetTemplate:output_type -> sandbox.v1.GetTemplateResponse
+	69,  // 229: sandbox.v1.SandboxService.ListTemplates:output_type -> sandbox.v1.ListTemplatesResponse
+	71,  // 230: sandbox.v1.SandboxService.DeleteTemplate:output_type -> sandbox.v1.DeleteTemplateResponse
+	74,  // 231: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
+	136, // 232: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	138, // 233: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	142, // 234: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	144, // 235: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	147, // 236: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	186, // [186:237] is the sub-list for method output_type
+	135, // [135:186] is the sub-list for method input_type
+	135, // [135:135] is the sub-list for extension type_name
+	135, // [135:135] is the sub-list for extension extendee
+	0,   // [0:135] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -9716,7 +11485,28 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*UploadVolumeFileRequest_Chunk)(nil),
 	}
 	file_sandbox_v1_sandbox_proto_msgTypes[40].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[58].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[45].OneofWrappers = []any{
+		(*TemplateStep_Apt)(nil),
+		(*TemplateStep_Copy)(nil),
+		(*TemplateStep_Env)(nil),
+		(*TemplateStep_Workdir)(nil),
+		(*TemplateStep_User)(nil),
+		(*TemplateStep_Run)(nil),
+	}
+	file_sandbox_v1_sandbox_proto_msgTypes[50].OneofWrappers = []any{
+		(*UploadTemplateFileRequest_Header)(nil),
+		(*UploadTemplateFileRequest_Chunk)(nil),
+	}
+	file_sandbox_v1_sandbox_proto_msgTypes[53].OneofWrappers = []any{
+		(*BuildTemplateResponse_Started)(nil),
+		(*BuildTemplateResponse_Line)(nil),
+		(*BuildTemplateResponse_Done)(nil),
+	}
+	file_sandbox_v1_sandbox_proto_msgTypes[57].OneofWrappers = []any{
+		(*FollowTemplateBuildResponse_Line)(nil),
+		(*FollowTemplateBuildResponse_Done)(nil),
+	}
+	file_sandbox_v1_sandbox_proto_msgTypes[80].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -9725,19 +11515,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[64].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[70].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[86].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[92].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[93].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[115].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   130,
+			NumEnums:      8,
+			NumMessages:   153,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

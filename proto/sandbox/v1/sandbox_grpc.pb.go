@@ -92,6 +92,12 @@ const (
 	SandboxService_MakeVolumeDirectory_FullMethodName     = "/sandbox.v1.SandboxService/MakeVolumeDirectory"
 	SandboxService_RemoveVolumeFile_FullMethodName        = "/sandbox.v1.SandboxService/RemoveVolumeFile"
 	SandboxService_SetVolumeFileAttributes_FullMethodName = "/sandbox.v1.SandboxService/SetVolumeFileAttributes"
+	SandboxService_UploadTemplateFile_FullMethodName      = "/sandbox.v1.SandboxService/UploadTemplateFile"
+	SandboxService_BuildTemplate_FullMethodName           = "/sandbox.v1.SandboxService/BuildTemplate"
+	SandboxService_FollowTemplateBuild_FullMethodName     = "/sandbox.v1.SandboxService/FollowTemplateBuild"
+	SandboxService_GetTemplate_FullMethodName             = "/sandbox.v1.SandboxService/GetTemplate"
+	SandboxService_ListTemplates_FullMethodName           = "/sandbox.v1.SandboxService/ListTemplates"
+	SandboxService_DeleteTemplate_FullMethodName          = "/sandbox.v1.SandboxService/DeleteTemplate"
 	SandboxService_ForkSandbox_FullMethodName             = "/sandbox.v1.SandboxService/ForkSandbox"
 	SandboxService_UpdateNetworkPolicy_FullMethodName     = "/sandbox.v1.SandboxService/UpdateNetworkPolicy"
 	SandboxService_GetNetworkStatus_FullMethodName        = "/sandbox.v1.SandboxService/GetNetworkStatus"
@@ -410,6 +416,58 @@ type SandboxServiceClient interface {
 	// permission bits and the sticky bit (setuid and setgid are
 	// INVALID_ARGUMENT).
 	SetVolumeFileAttributes(ctx context.Context, in *SetVolumeFileAttributesRequest, opts ...grpc.CallOption) (*SetVolumeFileAttributesResponse, error)
+	// UploadTemplateFile stores an archive that template specs copy from
+	// (CopyStep.archive), for the caller's tenant: a tar, plain or
+	// gzip-compressed. The stream is UploadVolumeFile's: one message with the
+	// header, then chunks, then the client closes its side. The header's key
+	// names the archive: 64 lower-case hex digits, the SHA-256 of the
+	// archive's bytes (INVALID_ARGUMENT otherwise). Keys are immutable: when
+	// the tenant has an archive under the key already, the server answers
+	// existed without reading the rest of the stream (a client's next send
+	// then ends, and it reads the answer). An archive past the server's cap
+	// (1 GiB unless the operator set another) is INVALID_ARGUMENT; a backend
+	// without templates answers FAILED_PRECONDITION.
+	UploadTemplateFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadTemplateFileRequest, UploadTemplateFileResponse], error)
+	// BuildTemplate builds a template of the caller's tenant (created on its
+	// first build) from a spec: a new version, built on top of the server's
+	// sandbox image or of another template (TemplateSpec.base). A template
+	// adds to the image; sandboxd lays what runs the sandbox again over it.
+	// The stream's first message says which template and version started
+	// (started); then come the build log's lines (line), in order; the last
+	// message is the version as it finished (done). The stream then ends OK
+	// when the version is ready, or with the build's error: FAILED_PRECONDITION
+	// for a failed step (the reason names it; the log says more),
+	// RESOURCE_EXHAUSTED past a bound, DEADLINE_EXCEEDED past the server's
+	// time limit for a build, UNAVAILABLE when the engine failed. A spec
+	// whose content was built before is ready at once (TemplateVersion.cached)
+	// unless force. The build goes on if the client goes away: follow it
+	// again with FollowTemplateBuild.
+	//
+	// INVALID_ARGUMENT for a bad name or spec (naming the step); NOT_FOUND
+	// for a base template or an archive the tenant does not have;
+	// FAILED_PRECONDITION while the template's previous build runs;
+	// RESOURCE_EXHAUSTED past the tenant's number of templates or the
+	// server's builds at once.
+	BuildTemplate(ctx context.Context, in *BuildTemplateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BuildTemplateResponse], error)
+	// FollowTemplateBuild streams a build's log lines with seq greater than
+	// after_seq, then its done message, waiting while it runs: the way to
+	// resume a dropped BuildTemplate stream, or to read a finished build's
+	// log. It ends as BuildTemplate's stream does (OK for a ready version,
+	// the build's error for a failed one). NOT_FOUND for an unknown template
+	// or version.
+	FollowTemplateBuild(ctx context.Context, in *FollowTemplateBuildRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowTemplateBuildResponse], error)
+	// GetTemplate describes a template and its versions, by ID or name.
+	// Another tenant's template is NOT_FOUND, as one that does not exist.
+	GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*GetTemplateResponse, error)
+	// ListTemplates lists the caller's tenant's templates (an admin's: every
+	// tenant's, or one's), by tenant and name.
+	ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error)
+	// DeleteTemplate deletes a template: no new sandbox can be created from
+	// it, and a build of it that runs is cancelled. Sandboxes created from it
+	// keep running, and their images are removed once none uses them. A
+	// template other templates are built on may be deleted: their images
+	// stand on their own. Another tenant's template is NOT_FOUND.
+	DeleteTemplate(ctx context.Context, in *DeleteTemplateRequest, opts ...grpc.CallOption) (*DeleteTemplateResponse, error)
 	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
 	// each with a copy of the source's state as CreateSnapshot takes it, for
 	// the users given (or generated). The source keeps running, untouched.
@@ -935,6 +993,87 @@ func (c *sandboxServiceClient) SetVolumeFileAttributes(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *sandboxServiceClient) UploadTemplateFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadTemplateFileRequest, UploadTemplateFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[7], SandboxService_UploadTemplateFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadTemplateFileRequest, UploadTemplateFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadTemplateFileClient = grpc.ClientStreamingClient[UploadTemplateFileRequest, UploadTemplateFileResponse]
+
+func (c *sandboxServiceClient) BuildTemplate(ctx context.Context, in *BuildTemplateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BuildTemplateResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_BuildTemplate_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BuildTemplateRequest, BuildTemplateResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_BuildTemplateClient = grpc.ServerStreamingClient[BuildTemplateResponse]
+
+func (c *sandboxServiceClient) FollowTemplateBuild(ctx context.Context, in *FollowTemplateBuildRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowTemplateBuildResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[9], SandboxService_FollowTemplateBuild_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FollowTemplateBuildRequest, FollowTemplateBuildResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_FollowTemplateBuildClient = grpc.ServerStreamingClient[FollowTemplateBuildResponse]
+
+func (c *sandboxServiceClient) GetTemplate(ctx context.Context, in *GetTemplateRequest, opts ...grpc.CallOption) (*GetTemplateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTemplateResponse)
+	err := c.cc.Invoke(ctx, SandboxService_GetTemplate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListTemplates(ctx context.Context, in *ListTemplatesRequest, opts ...grpc.CallOption) (*ListTemplatesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTemplatesResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListTemplates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) DeleteTemplate(ctx context.Context, in *DeleteTemplateRequest, opts ...grpc.CallOption) (*DeleteTemplateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTemplateResponse)
+	err := c.cc.Invoke(ctx, SandboxService_DeleteTemplate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, in *ForkSandboxRequest, opts ...grpc.CallOption) (*ForkSandboxResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ForkSandboxResponse)
@@ -1305,6 +1444,58 @@ type SandboxServiceServer interface {
 	// permission bits and the sticky bit (setuid and setgid are
 	// INVALID_ARGUMENT).
 	SetVolumeFileAttributes(context.Context, *SetVolumeFileAttributesRequest) (*SetVolumeFileAttributesResponse, error)
+	// UploadTemplateFile stores an archive that template specs copy from
+	// (CopyStep.archive), for the caller's tenant: a tar, plain or
+	// gzip-compressed. The stream is UploadVolumeFile's: one message with the
+	// header, then chunks, then the client closes its side. The header's key
+	// names the archive: 64 lower-case hex digits, the SHA-256 of the
+	// archive's bytes (INVALID_ARGUMENT otherwise). Keys are immutable: when
+	// the tenant has an archive under the key already, the server answers
+	// existed without reading the rest of the stream (a client's next send
+	// then ends, and it reads the answer). An archive past the server's cap
+	// (1 GiB unless the operator set another) is INVALID_ARGUMENT; a backend
+	// without templates answers FAILED_PRECONDITION.
+	UploadTemplateFile(grpc.ClientStreamingServer[UploadTemplateFileRequest, UploadTemplateFileResponse]) error
+	// BuildTemplate builds a template of the caller's tenant (created on its
+	// first build) from a spec: a new version, built on top of the server's
+	// sandbox image or of another template (TemplateSpec.base). A template
+	// adds to the image; sandboxd lays what runs the sandbox again over it.
+	// The stream's first message says which template and version started
+	// (started); then come the build log's lines (line), in order; the last
+	// message is the version as it finished (done). The stream then ends OK
+	// when the version is ready, or with the build's error: FAILED_PRECONDITION
+	// for a failed step (the reason names it; the log says more),
+	// RESOURCE_EXHAUSTED past a bound, DEADLINE_EXCEEDED past the server's
+	// time limit for a build, UNAVAILABLE when the engine failed. A spec
+	// whose content was built before is ready at once (TemplateVersion.cached)
+	// unless force. The build goes on if the client goes away: follow it
+	// again with FollowTemplateBuild.
+	//
+	// INVALID_ARGUMENT for a bad name or spec (naming the step); NOT_FOUND
+	// for a base template or an archive the tenant does not have;
+	// FAILED_PRECONDITION while the template's previous build runs;
+	// RESOURCE_EXHAUSTED past the tenant's number of templates or the
+	// server's builds at once.
+	BuildTemplate(*BuildTemplateRequest, grpc.ServerStreamingServer[BuildTemplateResponse]) error
+	// FollowTemplateBuild streams a build's log lines with seq greater than
+	// after_seq, then its done message, waiting while it runs: the way to
+	// resume a dropped BuildTemplate stream, or to read a finished build's
+	// log. It ends as BuildTemplate's stream does (OK for a ready version,
+	// the build's error for a failed one). NOT_FOUND for an unknown template
+	// or version.
+	FollowTemplateBuild(*FollowTemplateBuildRequest, grpc.ServerStreamingServer[FollowTemplateBuildResponse]) error
+	// GetTemplate describes a template and its versions, by ID or name.
+	// Another tenant's template is NOT_FOUND, as one that does not exist.
+	GetTemplate(context.Context, *GetTemplateRequest) (*GetTemplateResponse, error)
+	// ListTemplates lists the caller's tenant's templates (an admin's: every
+	// tenant's, or one's), by tenant and name.
+	ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error)
+	// DeleteTemplate deletes a template: no new sandbox can be created from
+	// it, and a build of it that runs is cancelled. Sandboxes created from it
+	// keep running, and their images are removed once none uses them. A
+	// template other templates are built on may be deleted: their images
+	// stand on their own. Another tenant's template is NOT_FOUND.
+	DeleteTemplate(context.Context, *DeleteTemplateRequest) (*DeleteTemplateResponse, error)
 	// ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
 	// each with a copy of the source's state as CreateSnapshot takes it, for
 	// the users given (or generated). The source keeps running, untouched.
@@ -1505,6 +1696,24 @@ func (UnimplementedSandboxServiceServer) RemoveVolumeFile(context.Context, *Remo
 }
 func (UnimplementedSandboxServiceServer) SetVolumeFileAttributes(context.Context, *SetVolumeFileAttributesRequest) (*SetVolumeFileAttributesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetVolumeFileAttributes not implemented")
+}
+func (UnimplementedSandboxServiceServer) UploadTemplateFile(grpc.ClientStreamingServer[UploadTemplateFileRequest, UploadTemplateFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method UploadTemplateFile not implemented")
+}
+func (UnimplementedSandboxServiceServer) BuildTemplate(*BuildTemplateRequest, grpc.ServerStreamingServer[BuildTemplateResponse]) error {
+	return status.Error(codes.Unimplemented, "method BuildTemplate not implemented")
+}
+func (UnimplementedSandboxServiceServer) FollowTemplateBuild(*FollowTemplateBuildRequest, grpc.ServerStreamingServer[FollowTemplateBuildResponse]) error {
+	return status.Error(codes.Unimplemented, "method FollowTemplateBuild not implemented")
+}
+func (UnimplementedSandboxServiceServer) GetTemplate(context.Context, *GetTemplateRequest) (*GetTemplateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTemplate not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListTemplates(context.Context, *ListTemplatesRequest) (*ListTemplatesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTemplates not implemented")
+}
+func (UnimplementedSandboxServiceServer) DeleteTemplate(context.Context, *DeleteTemplateRequest) (*DeleteTemplateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTemplate not implemented")
 }
 func (UnimplementedSandboxServiceServer) ForkSandbox(context.Context, *ForkSandboxRequest) (*ForkSandboxResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForkSandbox not implemented")
@@ -2190,6 +2399,89 @@ func _SandboxService_SetVolumeFileAttributes_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_UploadTemplateFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SandboxServiceServer).UploadTemplateFile(&grpc.GenericServerStream[UploadTemplateFileRequest, UploadTemplateFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_UploadTemplateFileServer = grpc.ClientStreamingServer[UploadTemplateFileRequest, UploadTemplateFileResponse]
+
+func _SandboxService_BuildTemplate_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BuildTemplateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).BuildTemplate(m, &grpc.GenericServerStream[BuildTemplateRequest, BuildTemplateResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_BuildTemplateServer = grpc.ServerStreamingServer[BuildTemplateResponse]
+
+func _SandboxService_FollowTemplateBuild_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FollowTemplateBuildRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).FollowTemplateBuild(m, &grpc.GenericServerStream[FollowTemplateBuildRequest, FollowTemplateBuildResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_FollowTemplateBuildServer = grpc.ServerStreamingServer[FollowTemplateBuildResponse]
+
+func _SandboxService_GetTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).GetTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_GetTemplate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).GetTemplate(ctx, req.(*GetTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListTemplates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTemplatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListTemplates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListTemplates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListTemplates(ctx, req.(*ListTemplatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_DeleteTemplate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTemplateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).DeleteTemplate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_DeleteTemplate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).DeleteTemplate(ctx, req.(*DeleteTemplateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _SandboxService_ForkSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ForkSandboxRequest)
 	if err := dec(in); err != nil {
@@ -2434,6 +2726,18 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _SandboxService_SetVolumeFileAttributes_Handler,
 		},
 		{
+			MethodName: "GetTemplate",
+			Handler:    _SandboxService_GetTemplate_Handler,
+		},
+		{
+			MethodName: "ListTemplates",
+			Handler:    _SandboxService_ListTemplates_Handler,
+		},
+		{
+			MethodName: "DeleteTemplate",
+			Handler:    _SandboxService_DeleteTemplate_Handler,
+		},
+		{
 			MethodName: "ForkSandbox",
 			Handler:    _SandboxService_ForkSandbox_Handler,
 		},
@@ -2492,6 +2796,21 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "DownloadVolumeFile",
 			Handler:       _SandboxService_DownloadVolumeFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadTemplateFile",
+			Handler:       _SandboxService_UploadTemplateFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "BuildTemplate",
+			Handler:       _SandboxService_BuildTemplate_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "FollowTemplateBuild",
+			Handler:       _SandboxService_FollowTemplateBuild_Handler,
 			ServerStreams: true,
 		},
 	},

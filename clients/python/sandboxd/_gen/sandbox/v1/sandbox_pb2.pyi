@@ -32,6 +32,10 @@ SANDBOX_STATE_DEAD: SandboxState
 SANDBOX_STATE_HIBERNATED: SandboxState
 SANDBOX_STATE_RUNNING: SandboxState
 SANDBOX_STATE_UNSPECIFIED: SandboxState
+TEMPLATE_STATE_BUILDING: TemplateState
+TEMPLATE_STATE_FAILED: TemplateState
+TEMPLATE_STATE_READY: TemplateState
+TEMPLATE_STATE_UNSPECIFIED: TemplateState
 WATCH_EVENT_TYPE_CREATE: WatchEventType
 WATCH_EVENT_TYPE_REMOVE: WatchEventType
 WATCH_EVENT_TYPE_RENAME: WatchEventType
@@ -62,8 +66,14 @@ class AcquireSandboxResponse(_message.Message):
     woke: WakeInfo
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ..., created: bool = ..., replaced_sandbox_id: _Optional[str] = ..., state_lost: bool = ..., replaced_reason: _Optional[str] = ..., woke: _Optional[_Union[WakeInfo, _Mapping]] = ...) -> None: ...
 
+class AptStep(_message.Message):
+    __slots__ = ["packages"]
+    PACKAGES_FIELD_NUMBER: _ClassVar[int]
+    packages: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, packages: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class AuditEvent(_message.Message):
-    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "tenant", "time", "to_path", "token_name", "user_id", "volume"]
+    __slots__ = ["action", "admin", "bytes", "command_id", "context_id", "count", "dropped_count", "duration", "language", "message", "outcome", "path", "sandbox_id", "snapshot", "template", "tenant", "time", "to_path", "token_name", "user_id", "volume"]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     ADMIN_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +88,7 @@ class AuditEvent(_message.Message):
     PATH_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TIME_FIELD_NUMBER: _ClassVar[int]
     TOKEN_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -98,13 +109,34 @@ class AuditEvent(_message.Message):
     path: str
     sandbox_id: str
     snapshot: str
+    template: str
     tenant: str
     time: _timestamp_pb2.Timestamp
     to_path: str
     token_name: str
     user_id: str
     volume: str
-    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ..., volume: _Optional[str] = ...) -> None: ...
+    def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., tenant: _Optional[str] = ..., token_name: _Optional[str] = ..., admin: bool = ..., action: _Optional[str] = ..., sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., path: _Optional[str] = ..., to_path: _Optional[str] = ..., command_id: _Optional[str] = ..., context_id: _Optional[str] = ..., language: _Optional[str] = ..., bytes: _Optional[int] = ..., outcome: _Optional[str] = ..., message: _Optional[str] = ..., duration: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., dropped_count: _Optional[int] = ..., snapshot: _Optional[str] = ..., count: _Optional[int] = ..., volume: _Optional[str] = ..., template: _Optional[str] = ...) -> None: ...
+
+class BuildTemplateRequest(_message.Message):
+    __slots__ = ["force", "name", "spec"]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    force: bool
+    name: str
+    spec: TemplateSpec
+    def __init__(self, name: _Optional[str] = ..., spec: _Optional[_Union[TemplateSpec, _Mapping]] = ..., force: bool = ...) -> None: ...
+
+class BuildTemplateResponse(_message.Message):
+    __slots__ = ["done", "line", "started"]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    done: TemplateVersion
+    line: TemplateBuildLine
+    started: TemplateBuildStarted
+    def __init__(self, started: _Optional[_Union[TemplateBuildStarted, _Mapping]] = ..., line: _Optional[_Union[TemplateBuildLine, _Mapping]] = ..., done: _Optional[_Union[TemplateVersion, _Mapping]] = ...) -> None: ...
 
 class CloseStdinRequest(_message.Message):
     __slots__ = ["command_id", "sandbox_id"]
@@ -157,6 +189,20 @@ class Context(_message.Message):
     cwd: str
     language: str
     def __init__(self, context_id: _Optional[str] = ..., language: _Optional[str] = ..., cwd: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CopyStep(_message.Message):
+    __slots__ = ["archive", "dest", "mode", "owner", "src"]
+    ARCHIVE_FIELD_NUMBER: _ClassVar[int]
+    DEST_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    SRC_FIELD_NUMBER: _ClassVar[int]
+    archive: str
+    dest: str
+    mode: int
+    owner: str
+    src: str
+    def __init__(self, archive: _Optional[str] = ..., src: _Optional[str] = ..., dest: _Optional[str] = ..., mode: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class CreateContextRequest(_message.Message):
     __slots__ = ["cwd", "language", "sandbox_id"]
@@ -231,6 +277,16 @@ class DeleteSnapshotRequest(_message.Message):
     def __init__(self, snapshot: _Optional[str] = ...) -> None: ...
 
 class DeleteSnapshotResponse(_message.Message):
+    __slots__ = []
+    def __init__(self) -> None: ...
+
+class DeleteTemplateRequest(_message.Message):
+    __slots__ = ["template"]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    template: str
+    def __init__(self, template: _Optional[str] = ...) -> None: ...
+
+class DeleteTemplateResponse(_message.Message):
     __slots__ = []
     def __init__(self) -> None: ...
 
@@ -321,6 +377,19 @@ class DownloadVolumeFileResponse(_message.Message):
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
 
+class EnvStep(_message.Message):
+    __slots__ = ["vars"]
+    class VarsEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    VARS_FIELD_NUMBER: _ClassVar[int]
+    vars: _containers.ScalarMap[str, str]
+    def __init__(self, vars: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class Error(_message.Message):
     __slots__ = ["ename", "evalue", "traceback"]
     ENAME_FIELD_NUMBER: _ClassVar[int]
@@ -409,6 +478,24 @@ class FileRef(_message.Message):
     path: str
     size: int
     def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
+
+class FollowTemplateBuildRequest(_message.Message):
+    __slots__ = ["after_seq", "template", "version"]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    after_seq: int
+    template: str
+    version: int
+    def __init__(self, template: _Optional[str] = ..., version: _Optional[int] = ..., after_seq: _Optional[int] = ...) -> None: ...
+
+class FollowTemplateBuildResponse(_message.Message):
+    __slots__ = ["done", "line"]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    done: TemplateVersion
+    line: TemplateBuildLine
+    def __init__(self, line: _Optional[_Union[TemplateBuildLine, _Mapping]] = ..., done: _Optional[_Union[TemplateVersion, _Mapping]] = ...) -> None: ...
 
 class ForkResult(_message.Message):
     __slots__ = ["error_code", "error_message", "sandbox", "woke"]
@@ -501,6 +588,18 @@ class GetSandboxResponse(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     sandbox: Sandbox
     def __init__(self, sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
+
+class GetTemplateRequest(_message.Message):
+    __slots__ = ["template"]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    template: str
+    def __init__(self, template: _Optional[str] = ...) -> None: ...
+
+class GetTemplateResponse(_message.Message):
+    __slots__ = ["template"]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    template: Template
+    def __init__(self, template: _Optional[_Union[Template, _Mapping]] = ...) -> None: ...
 
 class GetVolumeRequest(_message.Message):
     __slots__ = ["volume"]
@@ -650,6 +749,18 @@ class ListSnapshotsResponse(_message.Message):
     SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
     snapshots: _containers.RepeatedCompositeFieldContainer[Snapshot]
     def __init__(self, snapshots: _Optional[_Iterable[_Union[Snapshot, _Mapping]]] = ...) -> None: ...
+
+class ListTemplatesRequest(_message.Message):
+    __slots__ = ["tenant"]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ListTemplatesResponse(_message.Message):
+    __slots__ = ["templates"]
+    TEMPLATES_FIELD_NUMBER: _ClassVar[int]
+    templates: _containers.RepeatedCompositeFieldContainer[Template]
+    def __init__(self, templates: _Optional[_Iterable[_Union[Template, _Mapping]]] = ...) -> None: ...
 
 class ListVolumeFilesRequest(_message.Message):
     __slots__ = ["depth", "path", "volume"]
@@ -910,7 +1021,7 @@ class Result(_message.Message):
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Sandbox(_message.Message):
-    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "network_policy", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "tenant", "user_id", "volumes"]
+    __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "network_policy", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "template", "template_version", "tenant", "user_id", "volumes"]
     class MetadataEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -935,6 +1046,8 @@ class Sandbox(_message.Message):
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_REASON_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_VERSION_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     USER_ID_FIELD_NUMBER: _ClassVar[int]
     VOLUMES_FIELD_NUMBER: _ClassVar[int]
@@ -955,10 +1068,12 @@ class Sandbox(_message.Message):
     snapshot: SnapshotInfo
     state: SandboxState
     state_reason: str
+    template: str
+    template_version: int
     tenant: str
     user_id: str
     volumes: _containers.RepeatedCompositeFieldContainer[VolumeMount]
-    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+    def __init__(self, sandbox_id: _Optional[str] = ..., user_id: _Optional[str] = ..., state: _Optional[_Union[SandboxState, str]] = ..., state_reason: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_active_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., image: _Optional[str] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., tenant: _Optional[str] = ..., network: bool = ..., health_reason: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., snapshot: _Optional[_Union[SnapshotInfo, _Mapping]] = ..., hibernated_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., last_wake: _Optional[_Union[WakeInfo, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., template: _Optional[str] = ..., template_version: _Optional[int] = ...) -> None: ...
 
 class SandboxMetricsSample(_message.Message):
     __slots__ = ["cpu_limit_cores", "cpu_used_cores", "io", "memory_cache_bytes", "memory_limit_bytes", "memory_used_bytes", "network", "pids", "pids_limit", "time", "workspace"]
@@ -987,7 +1102,7 @@ class SandboxMetricsSample(_message.Message):
     def __init__(self, time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., cpu_used_cores: _Optional[float] = ..., cpu_limit_cores: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_cache_bytes: _Optional[int] = ..., memory_limit_bytes: _Optional[int] = ..., workspace: _Optional[_Union[DiskUsage, _Mapping]] = ..., io: _Optional[_Union[DiskUsage, _Mapping]] = ..., pids: _Optional[int] = ..., pids_limit: _Optional[int] = ..., network: _Optional[_Union[NetworkBytes, _Mapping]] = ...) -> None: ...
 
 class SandboxOptions(_message.Message):
-    __slots__ = ["env", "from_snapshot", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle", "volumes"]
+    __slots__ = ["env", "from_snapshot", "idle_timeout", "limits", "metadata", "network", "network_policy", "on_idle", "template", "volumes"]
     class EnvEntry(_message.Message):
         __slots__ = ["key", "value"]
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -1010,6 +1125,7 @@ class SandboxOptions(_message.Message):
     NETWORK_FIELD_NUMBER: _ClassVar[int]
     NETWORK_POLICY_FIELD_NUMBER: _ClassVar[int]
     ON_IDLE_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     VOLUMES_FIELD_NUMBER: _ClassVar[int]
     env: _containers.ScalarMap[str, str]
     from_snapshot: str
@@ -1019,8 +1135,9 @@ class SandboxOptions(_message.Message):
     network: bool
     network_policy: NetworkPolicy
     on_idle: IdleAction
+    template: str
     volumes: _containers.RepeatedCompositeFieldContainer[VolumeMount]
-    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., from_snapshot: _Optional[str] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+    def __init__(self, limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., env: _Optional[_Mapping[str, str]] = ..., network: bool = ..., metadata: _Optional[_Mapping[str, str]] = ..., idle_timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., on_idle: _Optional[_Union[IdleAction, str]] = ..., network_policy: _Optional[_Union[NetworkPolicy, _Mapping]] = ..., from_snapshot: _Optional[str] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ..., template: _Optional[str] = ...) -> None: ...
 
 class SendStdinRequest(_message.Message):
     __slots__ = ["command_id", "data", "sandbox_id"]
@@ -1138,6 +1255,84 @@ class StreamCommandRequest(_message.Message):
     sandbox_id: str
     def __init__(self, sandbox_id: _Optional[str] = ..., command_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
 
+class Template(_message.Message):
+    __slots__ = ["created_at", "id", "name", "tenant", "versions"]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    created_at: _timestamp_pb2.Timestamp
+    id: str
+    name: str
+    tenant: str
+    versions: _containers.RepeatedCompositeFieldContainer[TemplateVersion]
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., created_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., versions: _Optional[_Iterable[_Union[TemplateVersion, _Mapping]]] = ...) -> None: ...
+
+class TemplateBuildLine(_message.Message):
+    __slots__ = ["line", "seq", "time"]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    line: str
+    seq: int
+    time: _timestamp_pb2.Timestamp
+    def __init__(self, seq: _Optional[int] = ..., time: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., line: _Optional[str] = ...) -> None: ...
+
+class TemplateBuildStarted(_message.Message):
+    __slots__ = ["template", "version"]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    template: Template
+    version: TemplateVersion
+    def __init__(self, template: _Optional[_Union[Template, _Mapping]] = ..., version: _Optional[_Union[TemplateVersion, _Mapping]] = ...) -> None: ...
+
+class TemplateSpec(_message.Message):
+    __slots__ = ["base", "steps"]
+    BASE_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    base: str
+    steps: _containers.RepeatedCompositeFieldContainer[TemplateStep]
+    def __init__(self, base: _Optional[str] = ..., steps: _Optional[_Iterable[_Union[TemplateStep, _Mapping]]] = ...) -> None: ...
+
+class TemplateStep(_message.Message):
+    __slots__ = ["apt", "copy", "env", "run", "user", "workdir"]
+    APT_FIELD_NUMBER: _ClassVar[int]
+    COPY_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    WORKDIR_FIELD_NUMBER: _ClassVar[int]
+    apt: AptStep
+    copy: CopyStep
+    env: EnvStep
+    run: str
+    user: str
+    workdir: str
+    def __init__(self, apt: _Optional[_Union[AptStep, _Mapping]] = ..., copy: _Optional[_Union[CopyStep, _Mapping]] = ..., env: _Optional[_Union[EnvStep, _Mapping]] = ..., workdir: _Optional[str] = ..., user: _Optional[str] = ..., run: _Optional[str] = ...) -> None: ...
+
+class TemplateVersion(_message.Message):
+    __slots__ = ["cached", "finished_at", "reason", "size_bytes", "spec_hash", "started_at", "state", "used_by", "version"]
+    CACHED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SPEC_HASH_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    USED_BY_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    cached: bool
+    finished_at: _timestamp_pb2.Timestamp
+    reason: str
+    size_bytes: int
+    spec_hash: str
+    started_at: _timestamp_pb2.Timestamp
+    state: TemplateState
+    used_by: int
+    version: int
+    def __init__(self, version: _Optional[int] = ..., spec_hash: _Optional[str] = ..., state: _Optional[_Union[TemplateState, str]] = ..., reason: _Optional[str] = ..., cached: bool = ..., started_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., finished_at: _Optional[_Union[_timestamp_pb2.Timestamp, _Mapping]] = ..., size_bytes: _Optional[int] = ..., used_by: _Optional[int] = ...) -> None: ...
+
 class UpdateNetworkPolicyRequest(_message.Message):
     __slots__ = ["policy", "sandbox_id"]
     POLICY_FIELD_NUMBER: _ClassVar[int]
@@ -1173,6 +1368,26 @@ class UploadFileResponse(_message.Message):
     FILE_FIELD_NUMBER: _ClassVar[int]
     file: FileInfo
     def __init__(self, file: _Optional[_Union[FileInfo, _Mapping]] = ...) -> None: ...
+
+class UploadTemplateFileHeader(_message.Message):
+    __slots__ = ["key"]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class UploadTemplateFileRequest(_message.Message):
+    __slots__ = ["chunk", "header"]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    chunk: bytes
+    header: UploadTemplateFileHeader
+    def __init__(self, header: _Optional[_Union[UploadTemplateFileHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class UploadTemplateFileResponse(_message.Message):
+    __slots__ = ["existed"]
+    EXISTED_FIELD_NUMBER: _ClassVar[int]
+    existed: bool
+    def __init__(self, existed: bool = ...) -> None: ...
 
 class UploadVolumeFileHeader(_message.Message):
     __slots__ = ["overwrite", "path", "volume"]
@@ -1289,6 +1504,9 @@ class CommandStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class IdleAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = []
+
+class TemplateState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []
 
 class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):

@@ -215,6 +215,36 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesResponse.FromString,
                 )
+        self.UploadTemplateFile = channel.stream_unary(
+                '/sandbox.v1.SandboxService/UploadTemplateFile',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.UploadTemplateFileRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.UploadTemplateFileResponse.FromString,
+                )
+        self.BuildTemplate = channel.unary_stream(
+                '/sandbox.v1.SandboxService/BuildTemplate',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.BuildTemplateRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.BuildTemplateResponse.FromString,
+                )
+        self.FollowTemplateBuild = channel.unary_stream(
+                '/sandbox.v1.SandboxService/FollowTemplateBuild',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.FollowTemplateBuildRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.FollowTemplateBuildResponse.FromString,
+                )
+        self.GetTemplate = channel.unary_unary(
+                '/sandbox.v1.SandboxService/GetTemplate',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetTemplateRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetTemplateResponse.FromString,
+                )
+        self.ListTemplates = channel.unary_unary(
+                '/sandbox.v1.SandboxService/ListTemplates',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListTemplatesRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListTemplatesResponse.FromString,
+                )
+        self.DeleteTemplate = channel.unary_unary(
+                '/sandbox.v1.SandboxService/DeleteTemplate',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteTemplateRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteTemplateResponse.FromString,
+                )
         self.ForkSandbox = channel.unary_unary(
                 '/sandbox.v1.SandboxService/ForkSandbox',
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ForkSandboxRequest.SerializeToString,
@@ -750,6 +780,88 @@ class SandboxServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UploadTemplateFile(self, request_iterator, context):
+        """UploadTemplateFile stores an archive that template specs copy from
+        (CopyStep.archive), for the caller's tenant: a tar, plain or
+        gzip-compressed. The stream is UploadVolumeFile's: one message with the
+        header, then chunks, then the client closes its side. The header's key
+        names the archive: 64 lower-case hex digits, the SHA-256 of the
+        archive's bytes (INVALID_ARGUMENT otherwise). Keys are immutable: when
+        the tenant has an archive under the key already, the server answers
+        existed without reading the rest of the stream (a client's next send
+        then ends, and it reads the answer). An archive past the server's cap
+        (1 GiB unless the operator set another) is INVALID_ARGUMENT; a backend
+        without templates answers FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BuildTemplate(self, request, context):
+        """BuildTemplate builds a template of the caller's tenant (created on its
+        first build) from a spec: a new version, built on top of the server's
+        sandbox image or of another template (TemplateSpec.base). A template
+        adds to the image; sandboxd lays what runs the sandbox again over it.
+        The stream's first message says which template and version started
+        (started); then come the build log's lines (line), in order; the last
+        message is the version as it finished (done). The stream then ends OK
+        when the version is ready, or with the build's error: FAILED_PRECONDITION
+        for a failed step (the reason names it; the log says more),
+        RESOURCE_EXHAUSTED past a bound, DEADLINE_EXCEEDED past the server's
+        time limit for a build, UNAVAILABLE when the engine failed. A spec
+        whose content was built before is ready at once (TemplateVersion.cached)
+        unless force. The build goes on if the client goes away: follow it
+        again with FollowTemplateBuild.
+
+        INVALID_ARGUMENT for a bad name or spec (naming the step); NOT_FOUND
+        for a base template or an archive the tenant does not have;
+        FAILED_PRECONDITION while the template's previous build runs;
+        RESOURCE_EXHAUSTED past the tenant's number of templates or the
+        server's builds at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FollowTemplateBuild(self, request, context):
+        """FollowTemplateBuild streams a build's log lines with seq greater than
+        after_seq, then its done message, waiting while it runs: the way to
+        resume a dropped BuildTemplate stream, or to read a finished build's
+        log. It ends as BuildTemplate's stream does (OK for a ready version,
+        the build's error for a failed one). NOT_FOUND for an unknown template
+        or version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTemplate(self, request, context):
+        """GetTemplate describes a template and its versions, by ID or name.
+        Another tenant's template is NOT_FOUND, as one that does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTemplates(self, request, context):
+        """ListTemplates lists the caller's tenant's templates (an admin's: every
+        tenant's, or one's), by tenant and name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTemplate(self, request, context):
+        """DeleteTemplate deletes a template: no new sandbox can be created from
+        it, and a build of it that runs is cancelled. Sandboxes created from it
+        keep running, and their images are removed once none uses them. A
+        template other templates are built on may be deleted: their images
+        stand on their own. Another tenant's template is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ForkSandbox(self, request, context):
         """ForkSandbox makes count (1 to 20) new sandboxes of the source's tenant,
         each with a copy of the source's state as CreateSnapshot takes it, for
@@ -1051,6 +1163,36 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     servicer.SetVolumeFileAttributes,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesResponse.SerializeToString,
+            ),
+            'UploadTemplateFile': grpc.stream_unary_rpc_method_handler(
+                    servicer.UploadTemplateFile,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.UploadTemplateFileRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.UploadTemplateFileResponse.SerializeToString,
+            ),
+            'BuildTemplate': grpc.unary_stream_rpc_method_handler(
+                    servicer.BuildTemplate,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.BuildTemplateRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.BuildTemplateResponse.SerializeToString,
+            ),
+            'FollowTemplateBuild': grpc.unary_stream_rpc_method_handler(
+                    servicer.FollowTemplateBuild,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.FollowTemplateBuildRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.FollowTemplateBuildResponse.SerializeToString,
+            ),
+            'GetTemplate': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTemplate,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.GetTemplateRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.GetTemplateResponse.SerializeToString,
+            ),
+            'ListTemplates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTemplates,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ListTemplatesRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ListTemplatesResponse.SerializeToString,
+            ),
+            'DeleteTemplate': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTemplate,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteTemplateRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.DeleteTemplateResponse.SerializeToString,
             ),
             'ForkSandbox': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSandbox,
@@ -1758,6 +1900,108 @@ class SandboxService(object):
         return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/SetVolumeFileAttributes',
             sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.SetVolumeFileAttributesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def UploadTemplateFile(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(request_iterator, target, '/sandbox.v1.SandboxService/UploadTemplateFile',
+            sandbox_dot_v1_dot_sandbox__pb2.UploadTemplateFileRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.UploadTemplateFileResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def BuildTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/BuildTemplate',
+            sandbox_dot_v1_dot_sandbox__pb2.BuildTemplateRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.BuildTemplateResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def FollowTemplateBuild(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/FollowTemplateBuild',
+            sandbox_dot_v1_dot_sandbox__pb2.FollowTemplateBuildRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.FollowTemplateBuildResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/GetTemplate',
+            sandbox_dot_v1_dot_sandbox__pb2.GetTemplateRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.GetTemplateResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListTemplates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/ListTemplates',
+            sandbox_dot_v1_dot_sandbox__pb2.ListTemplatesRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ListTemplatesResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeleteTemplate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/sandbox.v1.SandboxService/DeleteTemplate',
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteTemplateRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.DeleteTemplateResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
