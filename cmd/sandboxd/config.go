@@ -85,6 +85,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	maxUpload := byteSize(core.DefaultMaxUploadBytes)
 	maxVolume := byteSize(core.DefaultMaxVolumeBytes)
 	maxCode := byteSize(core.MaxCodeBytes)
+	maxTemplateFile := byteSize(core.DefaultMaxTemplateFileBytes)
+	var templateBuildAllow string
 	defDisk, maxDisk := byteSize(core.DefaultDiskBytes), byteSize(core.DefaultMaxDiskBytes)
 	ioDisk := byteSize(core.DefaultIODiskBytes)
 	snapBudget, snapTenantBudget := byteSize(0), byteSize(0)
@@ -123,6 +125,11 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile and UploadVolumeFile accept (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxVolume, "max-volume-size", "largest volume CreateVolume accepts (`size`); larger ones are INVALID_ARGUMENT")
 	fs.IntVar(&mc.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
+	fs.IntVar(&mc.TemplateBuilds, "template-builds", core.DefaultTemplateBuilds, "most template builds running at once; further BuildTemplate calls are RESOURCE_EXHAUSTED")
+	fs.DurationVar(&mc.TemplateBuildTimeout, "template-build-timeout", core.DefaultTemplateBuildTimeout, "longest a template build may run; past it the build fails as DEADLINE_EXCEEDED and the previous version stays in service")
+	fs.Var(&maxTemplateFile, "max-template-file", "largest archive UploadTemplateFile accepts (`size`); larger ones are RESOURCE_EXHAUSTED")
+	fs.IntVar(&mc.MaxTemplatesPerTenant, "max-templates-per-tenant", core.DefaultMaxTemplatesPerTenant, "most templates one tenant may have; further ones are RESOURCE_EXHAUSTED")
+	fs.StringVar(&templateBuildAllow, "template-build-allow", "", "comma-separated `destinations` (domains, *.domains, addresses, CIDRs) a template build's steps may reach through the egress gateway, with --allow-network (empty: the hosts of this host's apt sources, its Debian mirrors); without --allow-network builds have no network")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
 	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network, options.network_policy), through sandboxd's egress gateway under the sandbox's policy; without it sandboxes have no network. Under --runtime runsc, networked sandboxes run under the runsc-net runtime (make runsc registers it)")
 	var egress egressFlags
@@ -180,6 +187,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.MaxUploadBytes = int64(maxUpload)
 	mc.MaxVolumeBytes = int64(maxVolume)
 	mc.MaxCodeBytes = int(maxCode)
+	mc.MaxTemplateFileBytes = int64(maxTemplateFile)
+	for _, d := range strings.Split(templateBuildAllow, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			mc.TemplateBuildAllow = append(mc.TemplateBuildAllow, d)
+		}
+	}
 	mc.NoDiskVolumes = !diskVolumes
 	mc.NoFastWake = !fastWake
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
@@ -315,6 +328,12 @@ func (c *config) check() error {
 	}
 	if mc.MaxVolumesPerTenant <= 0 {
 		return errors.New("--max-volumes-per-tenant must be positive")
+	}
+	if mc.TemplateBuilds <= 0 || mc.TemplateBuildTimeout <= 0 || mc.MaxTemplateFileBytes <= 0 || mc.MaxTemplatesPerTenant <= 0 {
+		return errors.New("--template-builds, --template-build-timeout, --max-template-file and --max-templates-per-tenant must be positive")
+	}
+	if _, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: mc.TemplateBuildAllow}); err != nil {
+		return fmt.Errorf("--template-build-allow: %v", err)
 	}
 	limits := []struct {
 		name     string
