@@ -43,6 +43,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jellydator/ttlcache/v3"
+
 	"github.com/sandboxd/sandboxd/internal/httpguard"
 	"github.com/sandboxd/sandboxd/internal/secretfile"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -160,6 +162,9 @@ type Server struct {
 
 	procs     procTable
 	abandoned abandonedTable
+
+	// builds remembers the template builds requested (templates.go).
+	builds *ttlcache.Cache[string, buildEntry]
 }
 
 // New returns the door over m.
@@ -188,6 +193,7 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 	}, s.log)
 	s.maxConns = httpguard.ConnLimit(maxConns)
 	s.procs.init()
+	s.builds = newBuildCache()
 	s.control = s.controlMux()
 	s.envd = s.envdMux()
 	s.interp = s.interpreterMux()
