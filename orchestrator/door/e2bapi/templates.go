@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -199,6 +200,9 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 		if err == nil && t != defaultTag {
 			err = badRequest(fmt.Sprintf("tag %q: tags are not supported by sandboxd (a template's sandboxes get its latest ready build, E2B's %q tag)", sanitizeHeader(t), defaultTag))
 		}
+	}
+	if err == nil && slices.Contains(templates, name) {
+		err = badRequest(fmt.Sprintf("template name %q is one of E2B's, which sandboxd serves with its sandbox image; choose another name", name))
 	}
 	if err == nil {
 		name, err = s.templateName(r.Context(), name)
@@ -413,12 +417,12 @@ func templateSpec(b buildStart) (core.TemplateSpec, []int, error) {
 			if st.FilesHash == "" {
 				return spec, nil, badRequest(name + ": filesHash is missing (the SDK computes it)")
 			}
-			src := strings.TrimPrefix(st.Args[0], "./")
-			if isGlob(src) {
+			if isGlob(st.Args[0]) {
 				return spec, nil, badRequest(fmt.Sprintf("%s: source %q is a pattern; sandboxd copies a file or a directory (copy each, or the directory holding them)", name, sanitizeHeader(st.Args[0])))
 			}
-			if src == "" {
-				src = "."
+			src := st.Args[0]
+			if src != "" {
+				src = path.Clean(src) // "dir/" and "./f" as the archive names them; core refuses what leaves it
 			}
 			c := &core.TemplateCopy{Archive: st.FilesHash, Src: src, Dest: st.Args[1], Owner: cur}
 			if len(st.Args) > 2 && st.Args[2] != "" {
