@@ -14,8 +14,23 @@ import { core, T } from './helpers.mjs'
 
 const { Template, BuildError, Sandbox } = core
 
+/**
+ * Whether the server's backend builds templates: one without them (the
+ * Kubernetes backend; the Docker backend before its templates) answers
+ * 409 "… are not supported by sandboxd's … backend"; the scenarios that
+ * need builds are then skipped, saying so.
+ */
+async function backendLacksTemplates() {
+  const res = await fetch(`${process.env.E2B_API_URL}/templates/sdk-probe/files/${'0'.repeat(64)}`, {
+    headers: { 'X-API-KEY': process.env.E2B_API_KEY },
+  })
+  const body = await res.json().catch(() => ({}))
+  return res.status === 409 && /are not supported by sandboxd's \S+ backend/.test(body.message ?? '') ? body.message : false
+}
+const lacking = await backendLacksTemplates()
+
 /** Builds can take minutes on a real server (apt, the image's layers). */
-const TB = { timeout: 600_000 }
+const TB = { timeout: 600_000, skip: lacking }
 
 let seq = 0
 /** A fresh template name of this run. */
@@ -84,7 +99,8 @@ describe('templates', () => {
     const template = Template({ fileContextPath: context }).fromBaseImage().runCmd('echo about to fail && exit 3')
     await assert.rejects(Template.build(template, name), (err) => {
       assert.ok(err instanceof BuildError, `${err?.constructor?.name}: ${err}`)
-      assert.ok(err.message.length > 0)
+      // The build's own failure (its reason), not a refused request ("409: …").
+      assert.ok(err.message.length > 0 && !/^\d{3}: /.test(err.message), err.message)
       return true
     })
   })
