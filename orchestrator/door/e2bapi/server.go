@@ -11,10 +11,11 @@
 // told apart by headers, not paths (/health exists on several):
 //
 //   - no E2b-Sandbox-Port header: the control plane (create, connect, list,
-//     get, kill, set timeout; volumes), authenticated by X-API-KEY, which
-//     names a tenant through sandboxd's --auth-tokens file, and the volume
-//     content API (/volumecontent/), authenticated by a volume's token
-//     (volumes.go);
+//     get, kill, set timeout; volumes; template builds), authenticated by
+//     X-API-KEY, which names a tenant through sandboxd's --auth-tokens
+//     file, the volume content API (/volumecontent/), authenticated by a
+//     volume's token (volumes.go), and template archive uploads
+//     (/templatefiles/), by a signed URL (templates.go);
 //   - E2b-Sandbox-Port 49983: envd, the in-sandbox daemon: Connect RPC
 //     services process.Process and filesystem.Filesystem (envdproto/),
 //     /files and /health;

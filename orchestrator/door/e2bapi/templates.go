@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"regexp"
@@ -276,9 +277,17 @@ func (s *Server) uploadTemplateFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rb := &recordedBody{ReadCloser: r.Body}
-	if _, err := s.m.PutTemplateFile(r.Context(), hash, rb); err != nil {
+	existed, err := s.m.PutTemplateFile(r.Context(), hash, rb)
+	if err != nil {
 		s.writeError(w, r, "template upload", cmpErr(rb.failure(), err))
 		return
+	}
+	if existed {
+		// The domain did not read it (the tenant has that key already, from
+		// another upload: forceUpload, or two COPY steps of the same
+		// files). It is read to its end all the same, bounded, as a client
+		// streaming a body may not read the answer before it has sent it.
+		_, _ = io.Copy(io.Discard, io.LimitReader(rb, core.DefaultMaxTemplateFileBytes))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{})
 }

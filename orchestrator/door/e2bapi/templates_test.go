@@ -305,6 +305,14 @@ func TestTemplateFileUpload(t *testing.T) {
 	if got := string(st.files["acme"][hashA]); got != "tar bytes" {
 		t.Errorf("stored %q", got)
 	}
+	// Again (forceUpload): the domain keeps the first, the body is read
+	// to its end all the same.
+	if c := put(up.URL, strings.Repeat("x", 4<<20)); c != http.StatusOK {
+		t.Fatalf("second PUT: %d", c)
+	}
+	if got := string(st.files["acme"][hashA]); got != "tar bytes" {
+		t.Errorf("after the second PUT, stored %q", got)
+	}
 	if _, up2 := link(testKey, "new-env", hashA); !up2.Present {
 		t.Errorf("after the upload, present = false")
 	}
