@@ -381,7 +381,7 @@ func templateSpec(b buildStart) (core.TemplateSpec, []int, error) {
 		return spec, nil, badRequest("fromImageRegistry: sandboxd builds templates offline and uses no registry")
 	case b.FromImage != "" && b.FromTemplate != "":
 		return spec, nil, badRequest("give fromImage or fromTemplate, not both")
-	case b.FromImage != "" && b.FromImage != e2bBaseImage:
+	case b.FromImage != "" && b.FromImage != e2bBaseImage && b.FromImage != e2bBaseImage+":latest":
 		return spec, nil, badRequest(fmt.Sprintf("fromImage %q: sandboxd builds templates offline and pulls no image from a registry; build from its sandbox image (fromBaseImage(), i.e. %q) or from another of your templates (fromTemplate)", sanitizeHeader(b.FromImage), e2bBaseImage))
 	case b.FromTemplate != "" && !slices.Contains(templates, b.FromTemplate):
 		base, err := splitTag(b.FromTemplate)
