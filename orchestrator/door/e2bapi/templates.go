@@ -383,12 +383,14 @@ func templateSpec(b buildStart) (core.TemplateSpec, []int, error) {
 		return spec, nil, badRequest("give fromImage or fromTemplate, not both")
 	case b.FromImage != "" && b.FromImage != e2bBaseImage && b.FromImage != e2bBaseImage+":latest":
 		return spec, nil, badRequest(fmt.Sprintf("fromImage %q: sandboxd builds templates offline and pulls no image from a registry; build from its sandbox image (fromBaseImage(), i.e. %q) or from another of your templates (fromTemplate)", sanitizeHeader(b.FromImage), e2bBaseImage))
-	case b.FromTemplate != "" && !slices.Contains(templates, b.FromTemplate):
+	case b.FromTemplate != "":
 		base, err := splitTag(b.FromTemplate)
 		if err != nil {
 			return spec, nil, err
 		}
-		spec.Base = base
+		if !slices.Contains(templates, base) {
+			spec.Base = base
+		}
 	}
 	cur, eff := core.TemplateUserRoot, core.TemplateUserRoot // the spec's user, and the one in force
 	add := func(i int, st core.TemplateStep) {

@@ -377,7 +377,7 @@ func TestTemplateSpecTranslation(t *testing.T) {
 				{Copy: &core.TemplateCopy{Archive: hashA, Src: "dir", Dest: "/opt/d/", Owner: "sandbox"}},
 				{Copy: &core.TemplateCopy{Archive: hashA, Src: ".", Dest: "/opt/all", Owner: "sandbox"}}}},
 			stepOf: []int{1, 2, 4, 5, 6}},
-		{name: "env, workdir", in: buildStart{FromTemplate: "code-interpreter-v1", Steps: []e2bStep{step("ENV", "A", "1", "B", "two words"), step("WORKDIR", "/opt/app")}},
+		{name: "env, workdir", in: buildStart{FromTemplate: "code-interpreter-v1:default", Steps: []e2bStep{step("ENV", "A", "1", "B", "two words"), step("WORKDIR", "/opt/app")}},
 			want: core.TemplateSpec{Steps: []core.TemplateStep{{Env: map[string]string{"A": "1", "B": "two words"}}, {Workdir: "/opt/app"}}}, stepOf: []int{1, 2}},
 		{name: "the base image's latest tag", in: buildStart{FromImage: "e2bdev/base:latest", Steps: []e2bStep{step("RUN", "x")}},
 			want: core.TemplateSpec{Steps: []core.TemplateStep{{Run: "x"}}}, stepOf: []int{1}},
