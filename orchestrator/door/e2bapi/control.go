@@ -48,6 +48,16 @@ func (s *Server) controlMux() http.Handler {
 	mux.HandleFunc("POST /sandboxes/{id}/snapshots", s.authed(s.createSnapshot))
 	mux.HandleFunc("GET /snapshots", s.authed(s.listSnapshots))
 	mux.HandleFunc("DELETE /templates/{id}", s.authed(s.deleteTemplate))
+	mux.HandleFunc("POST /v3/templates", s.authed(s.requestBuild))
+	mux.HandleFunc("GET /templates", s.authed(s.listTemplates))
+	mux.HandleFunc("GET /templates/{templateID}", s.authed(s.getTemplate))
+	mux.HandleFunc("GET /templates/{a}/{b}", s.authed(s.templateSub))
+	mux.HandleFunc("GET /templates/{templateID}/files/{hash}", s.authed(s.fileUploadLink))
+	mux.HandleFunc("PUT /templatefiles/{hash}", s.uploadTemplateFile)
+	mux.HandleFunc("POST /v2/templates/{templateID}/builds/{buildID}", s.authedBody(maxTemplateBody, s.startBuild))
+	mux.HandleFunc("GET /templates/{templateID}/builds/{buildID}/status", s.authed(s.buildStatus))
+	mux.HandleFunc("POST /templates/tags", s.authed(s.templateTagsUnsupported))
+	mux.HandleFunc("DELETE /templates/tags", s.authed(s.templateTagsUnsupported))
 	mux.HandleFunc("POST /sandboxes/{id}/fork", s.authed(s.fork))
 	mux.HandleFunc("POST /volumes", s.authed(s.createVolume))
 	mux.HandleFunc("GET /volumes", s.authed(s.listVolumes))
@@ -70,6 +80,11 @@ func (s *Server) controlMux() http.Handler {
 // authed authenticates by X-API-KEY, then admits and bounds the body
 // (which nothing read before: a refusal does not wait for it).
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return s.authedBody(maxControlBody, h)
+}
+
+// authedBody is authed with a body of at most limit bytes.
+func (s *Server) authedBody(limit int64, h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.callerFor(r)
 		if err != nil {
@@ -80,7 +95,7 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.Handler
 		if !s.admit(w, r, c.Tenant, decodedAsRead) {
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h(w, r)
 	}
 }
@@ -145,7 +160,7 @@ const clientID = "sandboxd"
 // access token, as before the front (nothing else takes it).
 func (s *Server) created(sb core.Sandbox) sandboxCreated {
 	tok := s.accessToken(sb.ID)
-	c := sandboxCreated{SandboxID: sb.ID, TemplateID: templateOf(sb), ClientID: clientID, EnvdVersion: EnvdVersion,
+	c := sandboxCreated{SandboxID: sb.ID, TemplateID: templateOf(sb), Alias: aliasOf(sb), ClientID: clientID, EnvdVersion: EnvdVersion,
 		EnvdAccessToken: tok, TrafficAccessToken: tok, Domain: s.domain()}
 	if s.front != nil {
 		c.TrafficAccessToken = s.front.Token(sb.ID)
@@ -163,11 +178,26 @@ func (s *Server) domain() *string {
 	return &d
 }
 
+// templateOf is the templateID E2B shows for sb: its template's ID when
+// it was created from one of the tenant's templates, else what its create
+// named (an E2B template this door serves, or a snapshot).
 func templateOf(sb core.Sandbox) string {
+	if sb.Template != "" {
+		return sb.Template
+	}
 	if t := sb.Metadata[templateKey]; t != "" {
 		return t
 	}
 	return templates[0]
+}
+
+// aliasOf is the alias E2B shows for sb: the name its create gave (a
+// template's ID when it was given that).
+func aliasOf(sb core.Sandbox) string {
+	if sb.Template != "" {
+		return cmpOr(sb.Metadata[templateKey], sb.Template)
+	}
+	return ""
 }
 
 // timeoutOf converts E2B's timeout in seconds (nil: the server's default).
@@ -195,16 +225,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tpl := cmpOr(req.TemplateID, templates[0])
-	fromSnapshot := ""
-	if !slices.Contains(templates, tpl) {
-		// A snapshot's name or ID starts the sandbox from it, as E2B's
-		// Sandbox.create(snapshot) does.
-		if core.ValidateSnapshotRef(tpl) != nil {
-			s.writeError(w, r, "create", &apiError{status: http.StatusBadRequest,
-				msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image) and its snapshots", sanitizeHeader(tpl), strings.Join(templates, ", "))})
-			return
-		}
-		fromSnapshot = tpl
+	fromSnapshot, fromTemplate, err := s.sandboxSource(r.Context(), tpl)
+	if err != nil {
+		s.writeError(w, r, "create", err)
+		return
 	}
 	// E2B kills a sandbox at its timeout unless lifecycle.onTimeout is
 	// "pause", whatever sandboxd's own default (--on-idle) is.
@@ -227,7 +251,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	md[templateKey] = tpl
 	opts := core.Options{Env: req.EnvVars, Metadata: md, IdleTimeout: d, OnIdle: onIdle, FromSnapshot: fromSnapshot,
-		Volumes: req.VolumeMounts}
+		Template: fromTemplate, Volumes: req.VolumeMounts}
 	switch {
 	case req.Network != nil:
 		p := req.Network.policy(req.AllowInternetAccess)
@@ -238,13 +262,46 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	res, err := s.m.Acquire(r.Context(), newUserID(), opts)
 	if err != nil && fromSnapshot != "" && errors.Is(err, core.ErrNotFound) {
 		err = &apiError{status: http.StatusBadRequest,
-			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image) and the snapshots of your team, and none has that name", sanitizeHeader(tpl), strings.Join(templates, ", "))}
+			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image), and the templates and snapshots of your team, and none has that name", sanitizeHeader(tpl), strings.Join(templates, ", "))}
 	}
 	if err != nil {
 		s.writeError(w, r, "create", err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, s.created(res.Sandbox))
+}
+
+// sandboxSource reads create's templateID: one of the E2B templates this
+// door serves with the server's image (neither result set), a template
+// of the tenant (its ID, or a name it has; ":default" is its only tag),
+// or else a snapshot (its ID or name), as E2B's Sandbox.create(snapshot)
+// starts from one. A backend without templates (FailedPrecondition) has
+// only snapshots.
+func (s *Server) sandboxSource(ctx context.Context, tpl string) (fromSnapshot, fromTemplate string, err error) {
+	if slices.Contains(templates, tpl) {
+		return "", "", nil
+	}
+	name, err := splitTag(tpl)
+	if err != nil {
+		return "", "", err
+	}
+	switch {
+	case core.IsTemplateID(name):
+		return "", name, nil
+	case core.IsSnapshotID(name):
+		return name, "", nil
+	case core.ValidateSnapshotRef(name) != nil && core.ValidateTemplateName(name) != nil:
+		return "", "", &apiError{status: http.StatusBadRequest,
+			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image), and the templates and snapshots of your team", sanitizeHeader(tpl), strings.Join(templates, ", "))}
+	}
+	_, err = s.m.GetTemplate(ctx, name)
+	switch c := core.ClassOf(err); {
+	case err == nil:
+		return "", name, nil
+	case c == core.ErrNotFound, c == core.ErrFailedPrecondition, c == core.ErrInvalidArgument:
+		return name, "", nil
+	}
+	return "", "", err
 }
 
 type timeoutRequest struct {
@@ -310,6 +367,7 @@ func e2bState(st core.State) string {
 // sandboxInfo is E2B's SandboxDetail / ListedSandbox.
 type sandboxInfo struct {
 	TemplateID      string            `json:"templateID"`
+	Alias           string            `json:"alias,omitempty"`
 	SandboxID       string            `json:"sandboxID"`
 	ClientID        string            `json:"clientID"`
 	StartedAt       time.Time         `json:"startedAt"`
@@ -340,7 +398,7 @@ func (s *Server) infoOf(sb core.Sandbox, names map[string]string) sandboxInfo {
 		}
 	}
 	cpus := max(sb.Limits.NanoCPUs/1e9, 1)
-	return sandboxInfo{TemplateID: templateOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
+	return sandboxInfo{TemplateID: templateOf(sb), Alias: aliasOf(sb), SandboxID: sb.ID, ClientID: clientID, StartedAt: sb.CreatedAt,
 		EndAt: sb.ExpiresAt, EnvdVersion: EnvdVersion, CPUCount: cpus, MemoryMB: sb.Limits.MemoryBytes >> 20,
 		DiskSizeMB: sb.Limits.DiskBytes >> 20, Metadata: md, State: e2bState(sb.State),
 		AllowInternetAccess: sb.Network, Network: networkInfoOf(sb), Domain: s.domain(),

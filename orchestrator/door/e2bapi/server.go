@@ -11,10 +11,11 @@
 // told apart by headers, not paths (/health exists on several):
 //
 //   - no E2b-Sandbox-Port header: the control plane (create, connect, list,
-//     get, kill, set timeout; volumes), authenticated by X-API-KEY, which
-//     names a tenant through sandboxd's --auth-tokens file, and the volume
-//     content API (/volumecontent/), authenticated by a volume's token
-//     (volumes.go);
+//     get, kill, set timeout; volumes; template builds), authenticated by
+//     X-API-KEY, which names a tenant through sandboxd's --auth-tokens
+//     file, the volume content API (/volumecontent/), authenticated by a
+//     volume's token (volumes.go), and template archive uploads
+//     (/templatefiles/), by a signed URL (templates.go);
 //   - E2b-Sandbox-Port 49983: envd, the in-sandbox daemon: Connect RPC
 //     services process.Process and filesystem.Filesystem (envdproto/),
 //     /files and /health;
@@ -42,6 +43,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jellydator/ttlcache/v3"
 
 	"github.com/sandboxd/sandboxd/internal/httpguard"
 	"github.com/sandboxd/sandboxd/internal/secretfile"
@@ -160,6 +163,9 @@ type Server struct {
 
 	procs     procTable
 	abandoned abandonedTable
+
+	// builds remembers the template builds requested (templates.go).
+	builds *ttlcache.Cache[string, buildEntry]
 }
 
 // New returns the door over m.
@@ -188,6 +194,7 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 	}, s.log)
 	s.maxConns = httpguard.ConnLimit(maxConns)
 	s.procs.init()
+	s.builds = newBuildCache()
 	s.control = s.controlMux()
 	s.envd = s.envdMux()
 	s.interp = s.interpreterMux()

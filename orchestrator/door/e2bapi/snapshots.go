@@ -11,7 +11,7 @@ import (
 //
 //	POST   /sandboxes/{id}/snapshots   {name?}          → {snapshotID, names}
 //	GET    /snapshots?sandboxID&name&limit&nextToken    → [{snapshotID, names}], X-Next-Token
-//	DELETE /templates/{id}                              → 204, or 404 (deleteSnapshot)
+//	DELETE /templates/{id}                              → 204, or 404 (deleteSnapshot; templates.go)
 //	POST   /sandboxes/{id}/fork        {timeout, count} → [{sandbox} | {error: {code, message}}]
 //
 // and Sandbox.create(nameOrID) starts a sandbox from a snapshot (create,
@@ -90,16 +90,6 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// deleteTemplate is the SDK's deleteSnapshot: sandboxd's templates are
-// not deletable, so a template ID here is a snapshot's.
-func (s *Server) deleteTemplate(w http.ResponseWriter, r *http.Request) {
-	if err := s.m.DeleteSnapshot(r.Context(), r.PathValue("id")); err != nil {
-		s.writeError(w, r, "deleteSnapshot", err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
 }
 
 type forkRequest struct {

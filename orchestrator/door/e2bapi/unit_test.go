@@ -24,6 +24,11 @@ type fakeManager struct {
 	acquired  []string // users
 }
 
+// GetTemplate: this fake has no templates.
+func (f *fakeManager) GetTemplate(ctx context.Context, ref string) (core.Template, error) {
+	return core.Template{}, core.TemplateNotFound(ref)
+}
+
 func (f *fakeManager) Get(ctx context.Context, id string) (core.Sandbox, error) {
 	c, _ := core.CallerFrom(ctx)
 	sb, ok := f.sandboxes[id]
