@@ -30,8 +30,9 @@ import (
 //	sandbox.metaMu → sandbox.mu
 //
 // sandbox.mu is innermost: nothing is locked while it is held. warmPool.mu,
-// volumes.mu and iolog.Watcher's lock are leaves, never held while taking
-// another.
+// volumes.mu, templates.mu, a template build's tplRun.mu and
+// iolog.Watcher's lock are leaves, never held while taking another (and
+// no Docker call is made under templates.mu).
 //
 // The rule that keeps one sandbox from stalling the others: no lock that a
 // caller of another sandbox can need (registry.mu, a user's lock) is ever
