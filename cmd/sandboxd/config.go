@@ -86,7 +86,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	maxVolume := byteSize(core.DefaultMaxVolumeBytes)
 	maxCode := byteSize(core.MaxCodeBytes)
 	maxTemplateFile := byteSize(core.DefaultMaxTemplateFileBytes)
-	var templateBuildAllow string
+	var templateBuildAllow, warmPoolTemplates string
 	defDisk, maxDisk := byteSize(core.DefaultDiskBytes), byteSize(core.DefaultMaxDiskBytes)
 	ioDisk := byteSize(core.DefaultIODiskBytes)
 	snapBudget, snapTenantBudget := byteSize(0), byteSize(0)
@@ -129,6 +129,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&mc.TemplateBuildTimeout, "template-build-timeout", core.DefaultTemplateBuildTimeout, "longest a template build may run; past it the build fails as DEADLINE_EXCEEDED and the previous version stays in service")
 	fs.Var(&maxTemplateFile, "max-template-file", "largest archive UploadTemplateFile accepts (`size`); larger ones are RESOURCE_EXHAUSTED")
 	fs.IntVar(&mc.MaxTemplatesPerTenant, "max-templates-per-tenant", core.DefaultMaxTemplatesPerTenant, "most templates one tenant may have; further ones are RESOURCE_EXHAUSTED")
+	fs.StringVar(&warmPoolTemplates, "warm-pool-template", "", "comma-separated `TENANT/NAME=N`: keep N started sandboxes of that template's current version for its tenant's new users, as --warm-pool does for the server's image (they count against --max-sandboxes)")
 	fs.StringVar(&templateBuildAllow, "template-build-allow", "", "comma-separated `destinations` (domains, *.domains, addresses, CIDRs) a template build's steps may reach through the egress gateway, with --allow-network (empty: the hosts of this host's apt sources, its Debian mirrors); without --allow-network builds have no network")
 	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
 	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network, options.network_policy), through sandboxd's egress gateway under the sandbox's policy; without it sandboxes have no network. Under --runtime runsc, networked sandboxes run under the runsc-net runtime (make runsc registers it)")
@@ -188,6 +189,23 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	mc.MaxVolumeBytes = int64(maxVolume)
 	mc.MaxCodeBytes = int(maxCode)
 	mc.MaxTemplateFileBytes = int64(maxTemplateFile)
+	for _, kv := range strings.Split(warmPoolTemplates, ",") {
+		if kv = strings.TrimSpace(kv); kv == "" {
+			continue
+		}
+		key, n, ok := strings.Cut(kv, "=")
+		size, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return config{}, usageError{fmt.Errorf("--warm-pool-template %q: want TENANT/NAME=N", kv)}
+		}
+		if err := docker.ValidateWarmPoolTemplate(key, size); err != nil {
+			return config{}, usageError{fmt.Errorf("--warm-pool-template: %v", err)}
+		}
+		if mc.WarmPoolTemplates == nil {
+			mc.WarmPoolTemplates = map[string]int{}
+		}
+		mc.WarmPoolTemplates[key] = size
+	}
 	for _, d := range strings.Split(templateBuildAllow, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			mc.TemplateBuildAllow = append(mc.TemplateBuildAllow, d)

@@ -195,6 +195,11 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 		if sb != nil || err != nil {
 			return sb, core.AcquireWarmPool, err
 		}
+	} else if p := m.templatePoolFor(spec); p != nil {
+		sb, err := m.claimFrom(ctx, p.warmPool, spec)
+		if sb != nil || err != nil {
+			return sb, core.AcquireWarmPool, err
+		}
 	}
 	// Counted from before the cap check until the sandbox is registered, so
 	// that the pool's refill sees it too.
@@ -202,7 +207,7 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 	defer m.creating.Add(-1)
 	// held is what the server holds besides this request: live sandboxes,
 	// others being created or claimed, and the pool.
-	held := func() int { return all + int(m.creating.Load()) - 1 + m.pool.count() }
+	held := func() int { return all + int(m.creating.Load()) - 1 + m.pool.count() + m.tplPools.count() }
 	if c := m.cfg.MaxSandboxes; c > 0 && held() >= c {
 		// Pool sandboxes count against the cap: they hold memory too. One
 		// that this request cannot use makes room for it instead.

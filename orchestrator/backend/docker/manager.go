@@ -63,6 +63,11 @@ type Config struct {
 	// host's apt sources (its Debian mirrors). Without AllowNetwork builds
 	// have no network.
 	TemplateBuildAllow []string
+	// WarmPoolTemplates keeps, per "TENANT/NAME" template, that many
+	// started sandboxes of its current version for its new users
+	// (template_pool.go); they count against MaxSandboxes as the server's
+	// pool does.
+	WarmPoolTemplates map[string]int
 	// SnapshotDiskBudget bounds the bytes all hibernated sandboxes'
 	// snapshots of their globals take together; past it snapshots are
 	// dropped, those of the tenant whose snapshots take the most first,
@@ -259,6 +264,9 @@ type Manager struct {
 	// calls that build them, nil when the engine client lacks them.
 	tpls      *templates
 	tplEngine templateEngine
+	// tplPools are the templates' warm pools (template_pool.go); nil
+	// without Config.WarmPoolTemplates.
+	tplPools *tplPools
 	// checkpoints is the Docker client's checkpoint API, when it has one.
 	checkpoints checkpointer
 	// net is the sandboxes' networking (network.go): addresses, the
@@ -387,6 +395,11 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		m.removeBuildDebris(ctx)
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.templateGCLoop(m.bgCtx) }()
+		if len(cfg.WarmPoolTemplates) > 0 {
+			m.tplPools = newTemplatePools(cfg.WarmPoolTemplates)
+			m.wg.Add(1)
+			go func() { defer m.wg.Done(); m.templatePoolLoop(m.bgCtx) }()
+		}
 	}
 	if cfg.MetricsSampleInterval > 0 {
 		m.sampler = newSampler(cfg.MetricsSampleInterval)

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -147,18 +148,28 @@ func (m *Manager) poolable(spec sandboxSpec) bool {
 // has none alive. Dead pool sandboxes met on the way are removed. The
 // caller holds the user's lock.
 func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
+	return m.claimFrom(ctx, m.pool, spec)
+}
+
+// claimFrom is claimPooled from pool (the server's, or a template's).
+func (m *Manager) claimFrom(ctx context.Context, pool *warmPool, spec sandboxSpec) (*sandbox, error) {
 	user := spec.user
 	// Refill once the claim is over: a claimed sandbox is counted against
 	// MaxSandboxes only once it is registered.
-	defer m.pool.signal()
+	defer pool.signal()
 	// Counted as a creation meanwhile, so the refill never sees a claimed
 	// sandbox in neither the pool nor the registry.
 	m.creating.Add(1)
 	defer m.creating.Add(-1)
 	for {
-		sb, err := m.takeLivePooled(ctx)
+		sb, err := m.takeLiveFrom(ctx, pool)
 		if sb == nil || err != nil {
 			return nil, err
+		}
+		if sb.image != cmp.Or(spec.image, m.cfg.Image) {
+			// A template's pool sandbox of a version just replaced.
+			m.discard(ctx, sb, "warm-pool sandbox", "its template moved on")
+			continue
 		}
 		now := time.Now().UTC()
 		sb.mu.Lock()
@@ -189,17 +200,23 @@ func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, 
 // runs, removing dead ones met on the way; nil when there is none. An
 // inspect that fails puts the sandbox back and returns the error.
 func (m *Manager) takeLivePooled(ctx context.Context) (*sandbox, error) {
+	return m.takeLiveFrom(ctx, m.pool)
+}
+
+// takeLiveFrom is takeLivePooled from pool.
+func (m *Manager) takeLiveFrom(ctx context.Context, pool *warmPool) (*sandbox, error) {
 	for {
-		sb := m.pool.take()
+		sb := pool.take()
 		if sb == nil {
 			return nil, nil
 		}
 		if err := m.refresh(ctx, sb); err != nil {
-			m.pool.putBack(sb)
+			pool.putBack(sb)
 			return nil, err
 		}
 		if st, reason := sb.status(); st != core.StateRunning {
-			m.discardPooled(ctx, sb, "died in the warm pool: "+reason)
+			m.discard(ctx, sb, "warm-pool sandbox", "died in the warm pool: "+reason)
+			pool.signal()
 			continue
 		}
 		return sb, nil

@@ -37,7 +37,8 @@ import (
 //	warm-pool sandbox                     back to the pool, oldest first; those
 //	                                      beyond the pool's size (sandboxd
 //	                                      restarted with a smaller --warm-pool)
-//	                                      removed
+//	                                      removed; a template's pool sandbox
+//	                                      removed (its pool refills itself)
 //	idle TTL, lifetime or hibernated TTL  removed at once; but a running one
 //	  over while sandboxd was down        whose --on-idle is hibernate and
 //	                                      whose lifetime is not over is
@@ -239,6 +240,11 @@ func classifyEntry(e stateEntry, p reconcilePolicy) dirDecision {
 	if sb.pool {
 		if !alive {
 			return dirDecision{action: actRemovePoolDead}
+		}
+		if sb.template != "" {
+			// A template's pool (template_pool.go) refills itself with
+			// the template's current version after the start.
+			return dirDecision{action: actRemovePoolExcess}
 		}
 		return dirDecision{action: actReturnToPool}
 	}

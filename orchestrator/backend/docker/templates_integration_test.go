@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/image"
 
@@ -122,7 +123,9 @@ print(os.environ["TOOL_GREETING"], os.getcwd(), os.getuid(), os.path.exists("/op
 		t.Errorf("an unchanged spec: %+v, %v; want version 1, ready, nothing built", v, err)
 	}
 	spec2 := spec
-	spec2.Steps = append(append([]core.TemplateStep(nil), spec.Steps...), core.TemplateStep{Run: "echo two > /opt/t/two"})
+	// A step of this run only: never in the engine's cache.
+	unique := core.NewTemplateID()
+	spec2.Steps = append(append([]core.TemplateStep(nil), spec.Steps...), core.TemplateStep{Run: "echo two " + unique + " > /opt/t/two"})
 	_, v2, err := m.BuildTemplate(ctxA, "tools", spec2, false)
 	if err != nil || v2.Version != 2 {
 		t.Fatalf("a changed spec: %+v, %v", v2, err)
@@ -153,7 +156,7 @@ print(os.environ["TOOL_GREETING"], os.getcwd(), os.getuid(), os.path.exists("/op
 	if err != nil || bob.Sandbox.TemplateVersion != 2 {
 		t.Fatalf("a sandbox after the failed build: %+v, %v; want version 2", bob.Sandbox, err)
 	}
-	if got := stdoutOf(t, m, bob.Sandbox.ID, `print(open("/opt/t/two").read().strip())`); got != "two\n" {
+	if got := stdoutOf(t, m, bob.Sandbox.ID, `print(open("/opt/t/two").read().strip())`); got != "two "+unique+"\n" {
 		t.Errorf("version 2's file: %q", got)
 	}
 
@@ -263,5 +266,78 @@ func TestIntegrationTemplateBuildCutShort(t *testing.T) {
 	}
 	if _, err := v2.Acquire(ctx, "alice", core.Options{Template: "slow"}); err != nil {
 		t.Errorf("acquiring after the rebuild: %v", err)
+	}
+}
+
+// TestIntegrationTemplateWarmPool: a template's warm pool serves its
+// tenant's new users with sandboxes already started, follows the template
+// to its next version, and serves no one else.
+func TestIntegrationTemplateWarmPool(t *testing.T) {
+	m, _, _ := integrationManager(t, func(c *Config) { c.WarmPoolTemplates = map[string]int{"tenant-a/pooled": 1} })
+	ctxA, ctxB := as(t, "tenant-a", false), as(t, "tenant-b", false)
+	spec := core.TemplateSpec{Steps: []core.TemplateStep{{Run: "echo one > /etc/pooled"}}}
+	if _, _, err := m.BuildTemplate(ctxA, "pooled", spec, false); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := followBuild(t, m, "a", "tenant-a", "pooled", 1); err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	p := m.tplPools.pools[0]
+	// pooled waits (bounded) until the pool holds a sandbox of version v
+	// and returns its ID.
+	pooled := func(v int) string {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) {
+			select {
+			case m.tplPools.wake <- struct{}{}:
+			default:
+			}
+			p.mu.Lock()
+			var id string
+			if p.version == v && len(p.ready) > 0 && p.ready[0].templateVersion == v {
+				id = p.ready[0].id
+			}
+			p.mu.Unlock()
+			if id != "" {
+				return id
+			}
+			time.Sleep(50 * time.Millisecond) // polling the pool's state, bounded by the deadline
+		}
+		t.Fatalf("the template's pool holds no sandbox of version %d after 2 minutes", v)
+		return ""
+	}
+	want := pooled(1)
+	if _, err := m.Acquire(ctxB, "mallory", core.Options{Template: "pooled"}); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("tenant-b asking for tenant-a's template: %v", err)
+	}
+	res, err := m.Acquire(ctxA, "alice", core.Options{Template: "pooled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.ID != want || res.Sandbox.Tenant != "tenant-a" || res.Sandbox.UserID != "alice" {
+		t.Errorf("alice got %s (%s/%s); want the pool's %s", res.Sandbox.ID, res.Sandbox.Tenant, res.Sandbox.UserID, want)
+	}
+	if got := stdoutOf(t, m, res.Sandbox.ID, `print(open("/etc/pooled").read().strip())`); got != "one\n" {
+		t.Errorf("alice's pooled sandbox: %q", got)
+	}
+
+	spec.Steps[0].Run = "echo two > /etc/pooled"
+	if _, _, err := m.BuildTemplate(ctxA, "pooled", spec, false); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := followBuild(t, m, "a", "tenant-a", "pooled", 2); err != nil {
+		t.Fatalf("build 2: %v\n%s", err, log)
+	}
+	want2 := pooled(2)
+	res2, err := m.Acquire(ctxA, "bob", core.Options{Template: "pooled"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res2.Sandbox.ID != want2 || res2.Sandbox.TemplateVersion != 2 {
+		t.Errorf("bob got %s version %d; want the pool's %s, version 2", res2.Sandbox.ID, res2.Sandbox.TemplateVersion, want2)
+	}
+	if got := stdoutOf(t, m, res2.Sandbox.ID, `print(open("/etc/pooled").read().strip())`); got != "two\n" {
+		t.Errorf("bob's pooled sandbox: %q", got)
 	}
 }
