@@ -109,6 +109,7 @@ func TestClassifyEntry(t *testing.T) {
 			want: actAdopt, recover: recoverClear},
 
 		{name: "warm pool, alive", md: meta{Pool: true}, container: running, want: actReturnToPool},
+		{name: "a template's warm pool, alive", md: meta{Pool: true, Template: "tpl-aaaaaaaaaaaaaaaaaaaa", TemplateVersion: 1}, container: running, want: actRemovePoolExcess},
 		{name: "warm pool, container gone", md: meta{Pool: true}, want: actRemovePoolDead},
 		{name: "warm pool, container stopped", md: meta{Pool: true}, container: exited, want: actRemovePoolDead},
 	}
