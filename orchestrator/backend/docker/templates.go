@@ -469,32 +469,39 @@ func (m *Manager) resolveTemplate(c core.Caller, ref string) (id string, version
 	return tm.ID, v.Version, v.Image, nil
 }
 
+// versionOf finds a version of a template the caller may see (*version
+// 0: the latest, and *version is set to it), with its build in progress
+// (nil once it is not building).
+func (t *templates) versionOf(c core.Caller, ref string, version *int) (id, name string, v tplVersion, run *tplRun, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tm := t.visible(c, ref)
+	if tm == nil {
+		return "", "", tplVersion{}, nil, core.TemplateNotFound(ref)
+	}
+	if *version == 0 && len(tm.Versions) > 0 {
+		*version = tm.Versions[len(tm.Versions)-1].Version
+	}
+	p, ok := tm.version(*version)
+	if !ok {
+		return "", "", tplVersion{}, nil, core.NotFoundf("template %s has no version %d", tm.Name, *version)
+	}
+	if p.State == core.TemplateBuilding {
+		run = t.runs[tm.ID]
+	}
+	return tm.ID, tm.Name, *p, run, nil
+}
+
 // FollowTemplateBuild calls fn with a version's log after afterSeq and
 // then its end, waiting while it builds.
 func (m *Manager) FollowTemplateBuild(ctx context.Context, ref string, version int, afterSeq int64, fn func(core.TemplateBuildEvent) error) error {
 	if err := m.templatesOn(); err != nil {
 		return err
 	}
-	m.tpls.mu.Lock()
-	tm := m.tpls.visible(core.CallerOf(ctx), ref)
-	if tm == nil {
-		m.tpls.mu.Unlock()
-		return core.TemplateNotFound(ref)
+	id, name, ver, run, err := m.tpls.versionOf(core.CallerOf(ctx), ref, &version)
+	if err != nil {
+		return err
 	}
-	if version == 0 && len(tm.Versions) > 0 {
-		version = tm.Versions[len(tm.Versions)-1].Version
-	}
-	v, ok := tm.version(version)
-	if !ok {
-		m.tpls.mu.Unlock()
-		return core.NotFoundf("template %s has no version %d", tm.Name, version)
-	}
-	id, name, ver := tm.ID, tm.Name, *v
-	run := m.tpls.runs[id]
-	if ver.State != core.TemplateBuilding {
-		run = nil
-	}
-	m.tpls.mu.Unlock()
 
 	if run == nil {
 		evs, err := readTemplateLog(m.tpls.logPath(id, version), afterSeq, -1)
@@ -551,24 +558,11 @@ func (m *Manager) TemplateBuildLog(ctx context.Context, ref string, version int,
 	if err := m.templatesOn(); err != nil {
 		return nil, core.TemplateVersion{}, err
 	}
-	m.tpls.mu.Lock()
-	tm := m.tpls.visible(core.CallerOf(ctx), ref)
-	if tm == nil {
-		m.tpls.mu.Unlock()
-		return nil, core.TemplateVersion{}, core.TemplateNotFound(ref)
+	id, _, ver, run, err := m.tpls.versionOf(core.CallerOf(ctx), ref, &version)
+	if err != nil {
+		return nil, core.TemplateVersion{}, err
 	}
-	if version == 0 && len(tm.Versions) > 0 {
-		version = tm.Versions[len(tm.Versions)-1].Version
-	}
-	v, ok := tm.version(version)
-	if !ok {
-		m.tpls.mu.Unlock()
-		return nil, core.TemplateVersion{}, core.NotFoundf("template %s has no version %d", tm.Name, version)
-	}
-	ver, run := *v, m.tpls.runs[tm.ID]
-	id := tm.ID
-	m.tpls.mu.Unlock()
-	if ver.State == core.TemplateBuilding && run != nil {
+	if run != nil {
 		run.mu.Lock()
 		defer run.mu.Unlock()
 		var out []core.TemplateBuildEvent
