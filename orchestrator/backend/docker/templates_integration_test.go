@@ -341,3 +341,36 @@ func TestIntegrationTemplateWarmPool(t *testing.T) {
 		t.Errorf("bob's pooled sandbox: %q", got)
 	}
 }
+
+// TestIntegrationTemplateBounds: a build past its time limit fails as
+// DEADLINE_EXCEEDED, saying so, and a build beyond --template-builds is
+// RESOURCE_EXHAUSTED; neither leaves a version in service.
+func TestIntegrationTemplateBounds(t *testing.T) {
+	m, _, _ := integrationManager(t, func(c *Config) {
+		c.TemplateBuilds = 1
+		c.TemplateBuildTimeout = 3 * time.Second
+	})
+	ctx := as(t, "tenant-a", false)
+	slow := core.TemplateSpec{Steps: []core.TemplateStep{{Run: "echo sleeping; sleep 60"}}}
+	if _, _, err := m.BuildTemplate(ctx, "slow", slow, false); err != nil {
+		t.Fatal(err)
+	}
+	other := core.TemplateSpec{Steps: []core.TemplateStep{{Run: "true"}}}
+	if _, _, err := m.BuildTemplate(ctx, "other", other, false); !errors.Is(err, core.ErrResourceExhausted) || !strings.Contains(err.Error(), "--template-builds") {
+		t.Errorf("a second build at once with --template-builds 1: %v; want RESOURCE_EXHAUSTED naming the flag", err)
+	}
+	log, err := followBuild(t, m, "a", "tenant-a", "slow", 1)
+	if !errors.Is(err, core.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "--template-build-timeout") {
+		t.Errorf("a build past its limit: %v; want DEADLINE_EXCEEDED naming the flag\n%s", err, log)
+	}
+	if _, err := m.Acquire(ctx, "alice", core.Options{Template: "slow"}); !errors.Is(err, core.ErrFailedPrecondition) {
+		t.Errorf("acquiring with a template whose build timed out: %v; want FAILED_PRECONDITION", err)
+	}
+	// The slot is free again.
+	if _, _, err := m.BuildTemplate(ctx, "other", other, false); err != nil {
+		t.Errorf("a build after the first ended: %v", err)
+	}
+	if log, err := followBuild(t, m, "a", "tenant-a", "other", 1); err != nil {
+		t.Errorf("the second build: %v\n%s", err, log)
+	}
+}
