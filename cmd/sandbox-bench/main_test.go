@@ -74,7 +74,7 @@ func TestSmoke(t *testing.T) {
 		"--cold", "1", "--warm-pool", "1", "--pool-acquisitions", "1", "--users", "2", "--duration", "300ms",
 		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1", "--kube-acquires", "3",
 		"--net-requests", "5", "--net-download-mb", "1", "--net-clients", "2",
-		"--sampling-sandboxes", "2", "--sampling-window", "6s", "--webhook-rounds", "2", "--snapshot-mb", "1", "--volume-mb", "1"}
+		"--sampling-sandboxes", "2", "--sampling-window", "6s", "--webhook-rounds", "2", "--snapshot-mb", "1", "--volume-mb", "1", "--template-rounds", "1"}
 	kube := haveAPIServer(t)
 	if !kube {
 		args = append(args, "--kube=false")
@@ -105,7 +105,8 @@ func TestSmoke(t *testing.T) {
 	}
 	// The figures every machine with Docker can produce are there.
 	for _, k := range []string{mWarmP50.key, mWarmP99.key, mCold.key, mThroughput.key, mIdleMemory.key, mIdleFit.key,
-		mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key, mSamplingCPU.key, mSamplingOne.key, mHookOK.key, mHookHung.key} {
+		mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key, mSamplingCPU.key, mSamplingOne.key, mHookOK.key, mHookHung.key,
+		mTplFirstBuild.key, mTplCacheHit.key, mTplFirstSandbox.key} {
 		if r := find(rep, k); r == nil || r.Value == nil {
 			t.Errorf("row %s was not measured: %+v", k, r)
 		}

@@ -62,6 +62,7 @@ var RowKeys = []string{
 	mSnapTake.key, mSnapSize.key, mSnapFirst.key, mForkWall.key,
 	mPoolMemory.key, mFastWakeSmall.key, mFastWakeLarge.key,
 	mVolWrite.key, mVolRead.key, mVolUpload.key, mVolDownload.key,
+	mTplFirstBuild.key, mTplCacheHit.key, mTplFirstSandbox.key,
 }
 
 const mib = 1 << 20
@@ -148,6 +149,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"snapshots", "snapshots and forks", b.snapshots},
 		{"fastwake", "fast wake", b.fastWake},
 		{"volumes", "volumes", b.volumes},
+		{"templates", "templates", b.templates},
 	} {
 		if cfg.phases[p.key] {
 			b.phase(ctx, p.name, p.fn)
