@@ -715,7 +715,9 @@ func (m *Manager) lastLayer(ctx context.Context, id string, st buildState, base 
 		// The labels of the containers and parents are merged into a
 		// commit's: the cache key is blanked, so the finished image is no
 		// step's.
-		Labels: map[string]string{"sandboxd.template": id, labelTemplateCache: "", labelTemplateBuild: "", labels.StateDir: ""}}
+		Labels: map[string]string{"sandboxd.template": id, labelTemplateCache: "", labelTemplateBuild: "",
+			// Whose it is: another sandboxd on the engine leaves it alone.
+			labels.StateDir: m.cfg.StateDir}}
 	if sbx.Config != nil {
 		cfg.Entrypoint, cfg.Cmd = sbx.Config.Entrypoint, sbx.Config.Cmd
 	}

@@ -17,9 +17,11 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // Templates on this backend (core/template.go says what they are).
@@ -620,7 +622,9 @@ func (m *Manager) gcTemplates(ctx context.Context) {
 	if m.templatesOn() != nil {
 		return
 	}
-	imgs, err := m.tplEngine.ImageList(ctx, image.ListOptions{})
+	// This sandboxd's images only: another one on the engine (another
+	// state directory) keeps its own.
+	imgs, err := m.tplEngine.ImageList(ctx, image.ListOptions{Filters: filters.NewArgs(filters.Arg("label", labels.StateDir+"="+m.cfg.StateDir))})
 	if err != nil {
 		m.log.Warn("template images: list", "error", err)
 		return

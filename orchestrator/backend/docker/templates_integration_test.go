@@ -374,3 +374,22 @@ func TestIntegrationTemplateBounds(t *testing.T) {
 		t.Errorf("the second build: %v\n%s", err, log)
 	}
 }
+
+// TestIntegrationTemplateImagesAreTheirServers: the clean-up of one
+// sandboxd never removes the template images of another on the same
+// engine.
+func TestIntegrationTemplateImagesAreTheirServers(t *testing.T) {
+	m1, _, _ := integrationManager(t)
+	m2, _, _ := integrationManager(t)
+	ctx := as(t, "tenant-a", false)
+	if _, _, err := m1.BuildTemplate(ctx, "mine", core.TemplateSpec{Steps: []core.TemplateStep{{Run: "true"}}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if log, err := followBuild(t, m1, "a", "tenant-a", "mine", 1); err != nil {
+		t.Fatalf("build: %v\n%s", err, log)
+	}
+	m2.gcTemplates(t.Context())
+	if _, err := m1.Acquire(ctx, "alice", core.Options{Template: "mine"}); err != nil {
+		t.Errorf("acquiring from the first server's template after the second's clean-up: %v", err)
+	}
+}
