@@ -143,6 +143,7 @@ func TestKube(t *testing.T) {
 	t.Run("IdleTTLAcrossReplicaRestart", func(t *testing.T) { kubeIdleTTL(t, k) })
 	t.Run("WarmPoolConcurrentClaims", func(t *testing.T) { kubeWarmPool(t, k) })
 	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
+	t.Run("Directories", func(t *testing.T) { kubeDirectories(t, k) })
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.
@@ -535,6 +536,117 @@ func kubeFiles(t *testing.T, k *kubeEnv) {
 	}
 	if _, err := tryDownload(ctx, c, id, "../etc/passwd"); status.Code(err) != codes.InvalidArgument && status.Code(err) != codes.NotFound {
 		t.Errorf("download ../etc/passwd: %v; want InvalidArgument", err)
+	}
+}
+
+// The directory calls go through the io sidecar as the Docker backend
+// runs them on the host: mkdir -p, a rename and a recursive removal, seen
+// by ListFiles and by a command in the sandbox, each error in its class,
+// and a link the sandbox plants out of /workspace never followed.
+func kubeDirectories(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	d := k.replica(t, "dirs-a")
+	c, _ := d.client(t)
+	id := acquire(t, ctx, c, "dirs-user").GetSandbox().GetSandboxId()
+	defer deleteQuietly(c, id)
+	wantCode := func(what string, err error, code codes.Code) {
+		t.Helper()
+		if status.Code(err) != code {
+			t.Errorf("%s: %v; want %v", what, err, code)
+		}
+	}
+	bash := func(code string) string {
+		t.Helper()
+		o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Language: "bash", Code: code})
+		mustOK(t, o, code)
+		return o.stdout
+	}
+	trim := func(p string) string { return strings.TrimPrefix(p, "/workspace/") }
+
+	mk, err := c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: id, Path: "a/b/c", Parents: true})
+	if err != nil {
+		t.Fatalf("mkdir -p a/b/c: %v", err)
+	}
+	if trim(mk.GetFile().GetPath()) != "a/b/c" || !mk.GetFile().GetIsDir() {
+		t.Errorf("mkdir -p a/b/c = %v", mk.GetFile())
+	}
+	if _, err := c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: id, Path: "a/b", Parents: true}); err != nil {
+		t.Errorf("mkdir -p of an existing directory: %v", err)
+	}
+	_, err = c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: id, Path: "a/b"})
+	wantCode("mkdir of an existing directory", err, codes.AlreadyExists)
+	_, err = c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: id, Path: "x/y"})
+	wantCode("mkdir without its parent", err, codes.NotFound)
+	if _, err := upload(ctx, c, id, "a/b/c/f.txt", []byte("hello")); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+
+	rn, err := c.Rename(ctx, &sandboxv1.RenameRequest{SandboxId: id, From: "a", To: "/workspace/moved"})
+	if err != nil {
+		t.Fatalf("rename a moved: %v", err)
+	}
+	if trim(rn.GetFile().GetPath()) != "moved" || !rn.GetFile().GetIsDir() {
+		t.Errorf("rename a moved = %v", rn.GetFile())
+	}
+	var top []string
+	for _, p := range listPaths(t, ctx, c, id, "") {
+		top = append(top, trim(p))
+	}
+	if !slices.Contains(top, "moved/") || slices.Contains(top, "a/") {
+		t.Errorf("ListFiles(/workspace) after the rename = %v; want moved/ and no a/", top)
+	}
+	if got := listPaths(t, ctx, c, id, "moved/b/c"); len(got) != 1 || trim(got[0]) != "moved/b/c/f.txt" {
+		t.Errorf("ListFiles(moved/b/c) = %v; want moved/b/c/f.txt", got)
+	}
+	if got := bash("stat -c '%u:%g %F' moved moved/b/c; cat moved/b/c/f.txt; echo; test -e a || echo a-gone"); got != "1000:1000 directory\n1000:1000 directory\nhello\na-gone\n" {
+		t.Errorf("the sandbox sees %q; want the moved tree, owned by its user", got)
+	}
+	if _, err := c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: id, Path: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Rename(ctx, &sandboxv1.RenameRequest{SandboxId: id, From: "moved", To: "other"})
+	wantCode("rename onto an existing directory", err, codes.AlreadyExists)
+	_, err = c.Rename(ctx, &sandboxv1.RenameRequest{SandboxId: id, From: "moved", To: "other", Overwrite: true})
+	if err != nil {
+		t.Fatalf("rename moved onto the empty other: %v", err)
+	}
+	_, err = c.Rename(ctx, &sandboxv1.RenameRequest{SandboxId: id, From: "moved", To: "x"})
+	wantCode("rename of a moved directory", err, codes.NotFound)
+
+	_, err = c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "other"})
+	wantCode("remove of a non-empty directory", err, codes.FailedPrecondition)
+	if _, err := c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "other", Recursive: true}); err != nil {
+		t.Fatalf("remove -r other: %v", err)
+	}
+	for _, p := range listPaths(t, ctx, c, id, "") {
+		if strings.Contains(p, "other") || strings.Contains(p, "moved") {
+			t.Errorf("ListFiles(/workspace) after remove -r lists %s", p)
+		}
+	}
+	if got := bash("test -e other || echo other-gone"); got != "other-gone\n" {
+		t.Errorf("the sandbox sees %q after remove -r; want other gone", got)
+	}
+	_, err = c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "other", Recursive: true})
+	wantCode("remove of a removed directory", err, codes.NotFound)
+	_, err = c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "/workspace", Recursive: true})
+	wantCode("remove of /workspace", err, codes.InvalidArgument)
+	_, err = c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "../etc", Recursive: true})
+	wantCode("remove of ../etc", err, codes.InvalidArgument)
+
+	// A link the sandbox plants to /etc (the sidecar's, in its own
+	// container): never followed; removing it removes the link.
+	bash("ln -s /etc etc")
+	_, err = c.MakeDirectory(ctx, &sandboxv1.MakeDirectoryRequest{SandboxId: id, Path: "etc/evil", Parents: true})
+	wantCode("mkdir -p through a link to /etc", err, codes.InvalidArgument)
+	_, err = c.Rename(ctx, &sandboxv1.RenameRequest{SandboxId: id, From: "etc/hostname", To: "stolen"})
+	wantCode("rename out of a link to /etc", err, codes.InvalidArgument)
+	_, err = c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "etc/hostname"})
+	wantCode("remove through a link to /etc", err, codes.InvalidArgument)
+	if _, err := c.Remove(ctx, &sandboxv1.RemoveRequest{SandboxId: id, Path: "etc", Recursive: true}); err != nil {
+		t.Fatalf("remove -r of the link: %v", err)
+	}
+	if got := bash("test -L etc || test -e etc || echo link-gone; test -e stolen || echo nothing-stolen"); got != "link-gone\nnothing-stolen\n" {
+		t.Errorf("the sandbox sees %q; want the link removed and nothing moved", got)
 	}
 }
 

@@ -2,11 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
-	"io/fs"
-	"os"
-	"path"
-	"syscall"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -29,41 +24,7 @@ func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, rel string, pare
 		return core.FileInfo{}, err
 	}
 	defer root.Close()
-	return makeDirectoryIn(wspath.Workspace, root, rel, parents)
-}
-
-// makeDirectoryIn is MakeDirectory in tree t (a workspace or a volume)
-// opened as root.
-func makeDirectoryIn(t wspath.Tree, root *os.Root, rel string, parents bool) (core.FileInfo, error) {
-	show := t.Display(rel)
-	if parents {
-		if st, err := root.Stat(rel); err == nil && !st.IsDir() {
-			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: a file that is not a directory exists there", show)
-		}
-		if err := wspath.MkdirAllOwned(root, rel); err != nil {
-			return core.FileInfo{}, t.FSError("make directory", show, err)
-		}
-	} else {
-		if rel == "." {
-			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: already exists", show)
-		}
-		switch err := root.Mkdir(rel, 0o755); {
-		case errors.Is(err, fs.ErrExist):
-			return core.FileInfo{}, core.AlreadyExistsf("make directory %s: already exists", show)
-		case errors.Is(err, fs.ErrNotExist):
-			return core.FileInfo{}, core.NotFoundf("make directory %s: parent directory %s does not exist (set parents to create it)", show, t.Display(path.Dir(rel)))
-		case err != nil:
-			return core.FileInfo{}, t.FSError("make directory", show, err)
-		}
-		if err := wspath.LchownOwned(root, rel); err != nil {
-			return core.FileInfo{}, t.FSError("make directory", show, err)
-		}
-	}
-	st, err := root.Stat(rel)
-	if err != nil {
-		return core.FileInfo{}, t.FSError("make directory", show, err)
-	}
-	return wspath.Info(rel, st), nil
+	return wspath.MakeDirectory(root, rel, parents)
 }
 
 // Remove deletes a file, symbolic link (not its target) or directory from
@@ -81,31 +42,10 @@ func (m *Manager) Remove(ctx context.Context, sandboxID, rel string, recursive b
 		return err
 	}
 	defer root.Close()
-	if err := removeIn(wspath.Workspace, root, rel, recursive); err != nil {
+	if err := wspath.Remove(root, rel, recursive); err != nil {
 		return err
 	}
 	m.log.Debug("file removed", "sandbox_id", sb.id, "path", core.DisplayPath(rel), "recursive", recursive)
-	return nil
-}
-
-// removeIn is Remove in tree t (a workspace or a volume) opened as root.
-func removeIn(t wspath.Tree, root *os.Root, rel string, recursive bool) error {
-	show := t.Display(rel)
-	st, err := root.Lstat(rel)
-	if err != nil {
-		return t.FSError("remove", show, err)
-	}
-	if st.IsDir() && recursive {
-		err = root.RemoveAll(rel)
-	} else {
-		err = root.Remove(rel)
-	}
-	if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-		return core.Preconditionf("remove %s: the directory is not empty (set recursive to remove it with its content)", show)
-	}
-	if err != nil {
-		return t.FSError("remove", show, err)
-	}
 	return nil
 }
 
@@ -123,61 +63,17 @@ func (m *Manager) Rename(ctx context.Context, sandboxID, relFrom, relTo string, 
 	if err != nil {
 		return core.FileInfo{}, err
 	}
-	showFrom, showTo := core.DisplayPath(relFrom), core.DisplayPath(relTo)
 	root, err := openWorkspace(sb)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
 	defer root.Close()
-	src, err := root.Lstat(relFrom)
+	fi, err := wspath.Rename(root, relFrom, relTo, overwrite)
 	if err != nil {
-		return core.FileInfo{}, fsError("rename", showFrom, err)
+		return core.FileInfo{}, err
 	}
-	if dst, err := root.Lstat(relTo); err == nil {
-		switch {
-		case !overwrite:
-			return core.FileInfo{}, core.AlreadyExistsf("rename %s to %s: the destination exists (set overwrite to replace it)", showFrom, showTo)
-		case dst.IsDir() && !src.IsDir():
-			return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
-		case !dst.IsDir() && src.IsDir():
-			return core.FileInfo{}, core.Invalidf("rename %s to %s: the source is a directory and the destination is not", showFrom, showTo)
-		case dst.IsDir():
-			// os.Root.Rename never replaces a directory (as os.Rename):
-			// remove the destination first, which only an empty one allows.
-			if err := root.Remove(relTo); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				if errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST) {
-					return core.FileInfo{}, core.Preconditionf("rename %s to %s: the destination is a non-empty directory", showFrom, showTo)
-				}
-				return core.FileInfo{}, fsError("rename to", showTo, err)
-			}
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return core.FileInfo{}, fsError("rename to", showTo, err)
-	}
-	switch err := root.Rename(relFrom, relTo); {
-	case err == nil:
-	case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
-		return core.FileInfo{}, core.Preconditionf("rename %s to %s: the destination is a non-empty directory", showFrom, showTo)
-	case errors.Is(err, fs.ErrNotExist):
-		if _, serr := root.Lstat(relFrom); serr != nil {
-			return core.FileInfo{}, fsError("rename", showFrom, serr)
-		}
-		return core.FileInfo{}, core.NotFoundf("rename %s to %s: directory %s does not exist", showFrom, showTo, core.DisplayPath(path.Dir(relTo)))
-	case errors.Is(err, syscall.EISDIR):
-		return core.FileInfo{}, core.Invalidf("rename %s to %s: the destination is a directory and the source is not", showFrom, showTo)
-	case errors.Is(err, syscall.ENOTDIR):
-		return core.FileInfo{}, core.Invalidf("rename %s to %s: a file that is not a directory is in the way", showFrom, showTo)
-	case errors.Is(err, syscall.EINVAL):
-		return core.FileInfo{}, core.Invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
-	default:
-		return core.FileInfo{}, fsError("rename "+showFrom+" to", showTo, err)
-	}
-	st, err := root.Lstat(relTo)
-	if err != nil {
-		return core.FileInfo{}, fsError("rename to", showTo, err)
-	}
-	m.log.Debug("file renamed", "sandbox_id", sb.id, "from", showFrom, "to", showTo)
-	return wspath.Info(relTo, st), nil
+	m.log.Debug("file renamed", "sandbox_id", sb.id, "from", core.DisplayPath(relFrom), "to", core.DisplayPath(relTo))
+	return fi, nil
 }
 
 // ListFilesDepth is ListFiles over depth levels (wspath.List): 0 and 1

@@ -515,7 +515,7 @@ func (m *Manager) VolumeMakeDirectory(ctx context.Context, ref, rel string, pare
 		return core.FileInfo{}, err
 	}
 	defer root.Close()
-	return makeDirectoryIn(volumeTree, root, rel, parents)
+	return volumeTree.MakeDirectory(root, rel, parents)
 }
 
 // VolumeRemove removes a file or directory from the volume, as Remove does
@@ -526,7 +526,7 @@ func (m *Manager) VolumeRemove(ctx context.Context, ref, rel string, recursive b
 		return err
 	}
 	defer root.Close()
-	if err := removeIn(volumeTree, root, rel, recursive); err != nil {
+	if err := volumeTree.Remove(root, rel, recursive); err != nil {
 		return err
 	}
 	m.log.Debug("volume file removed", "volume_id", f.ID, "path", core.VolumePathDisplay(rel), "recursive", recursive)

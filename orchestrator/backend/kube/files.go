@@ -48,6 +48,51 @@ func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]core
 	return list, nil
 }
 
+// MakeDirectory creates a directory under the sandbox's /workspace, owned
+// by the sandbox user, through its io sidecar (wspath.MakeDirectory, as the
+// Docker backend on the host): with parents, as mkdir -p; without, a
+// missing parent is ErrNotFound and an existing path ErrAlreadyExists.
+func (m *Manager) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error) {
+	c, err := m.files(ctx, sandboxID)
+	if err != nil {
+		return core.FileInfo{}, err
+	}
+	fi, err := c.MakeDirectory(ctx, path, parents)
+	if err != nil {
+		return core.FileInfo{}, m.ioError(sandboxID, "", err)
+	}
+	return fi, nil
+}
+
+// Remove deletes a file, symbolic link (not its target) or directory under
+// the sandbox's /workspace through its io sidecar (wspath.Remove); a
+// non-empty directory needs recursive (ErrFailedPrecondition otherwise).
+func (m *Manager) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
+	c, err := m.files(ctx, sandboxID)
+	if err != nil {
+		return err
+	}
+	if err := c.Remove(ctx, path, recursive); err != nil {
+		return m.ioError(sandboxID, "", err)
+	}
+	return nil
+}
+
+// Rename moves a file or directory within the sandbox's /workspace through
+// its io sidecar (wspath.Rename): an existing destination is
+// ErrAlreadyExists unless overwrite is set.
+func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
+	c, err := m.files(ctx, sandboxID)
+	if err != nil {
+		return core.FileInfo{}, err
+	}
+	fi, err := c.Rename(ctx, from, to, overwrite)
+	if err != nil {
+		return core.FileInfo{}, m.ioError(sandboxID, "", err)
+	}
+	return fi, nil
+}
+
 // ListFilesDepth is ListFiles for depth 1; deeper listings are not
 // supported by this backend yet.
 func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error) {

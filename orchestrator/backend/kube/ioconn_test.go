@@ -108,6 +108,36 @@ func TestIOErrorThroughTheSidecar(t *testing.T) {
 	want("an upload over the sidecar's cap", m.ioError(testSandbox, "", err), core.ErrResourceExhausted, "io sidecar: upload to /workspace/big is larger than its limit of 10 bytes (ResourceExhausted)")
 	_, err = c.ListFiles(ctx, "../x")
 	want("a path outside (the sidecar's own check)", m.ioError(testSandbox, "", err), core.ErrInvalidArgument, `io sidecar: path "../x" escapes /workspace: ".." is not allowed (InvalidArgument)`)
+	// The directory calls: each class crosses with the sidecar's text.
+	_, err = c.MakeDirectory(ctx, "d/sub", false)
+	want("a directory without its parent", m.ioError(testSandbox, "", err), core.ErrNotFound,
+		"io sidecar: make directory /workspace/d/sub: parent directory /workspace/d does not exist (set parents to create it) (NotFound)")
+	if _, err := c.MakeDirectory(ctx, "d/sub", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.MakeDirectory(ctx, "d", false)
+	want("an existing directory", m.ioError(testSandbox, "", err), core.ErrAlreadyExists, "io sidecar: make directory /workspace/d: already exists (AlreadyExists)")
+	err = c.Remove(ctx, "d", false)
+	want("a non-empty directory removed", m.ioError(testSandbox, "", err), core.ErrFailedPrecondition,
+		"io sidecar: remove /workspace/d: the directory is not empty (set recursive to remove it with its content) (FailedPrecondition)")
+	err = c.Remove(ctx, "/workspace", true)
+	want("the workspace removed (the sidecar's own check)", m.ioError(testSandbox, "", err), core.ErrInvalidArgument,
+		"io sidecar: remove /workspace: the workspace itself cannot be removed; remove what is in it (InvalidArgument)")
+	if _, err := c.MakeDirectory(ctx, "e", false); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Rename(ctx, "e", "d", false)
+	want("a rename onto an existing path", m.ioError(testSandbox, "", err), core.ErrAlreadyExists,
+		"io sidecar: rename /workspace/e to /workspace/d: the destination exists (set overwrite to replace it) (AlreadyExists)")
+	_, err = c.Rename(ctx, "e", "d/sub/e", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(ctx, "d", true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Rename(ctx, "d", "f", false)
+	want("a rename of a removed directory", m.ioError(testSandbox, "", err), core.ErrNotFound, "io sidecar: rename /workspace/d: no such file or directory (NotFound)")
 	err = follow("../x")
 	want("an invalid command ID (the sidecar's own check)", m.ioError(testSandbox, "../x", err), core.ErrInvalidArgument,
 		`io sidecar: command_id "../x" has characters outside [A-Za-z0-9._-] or does not start with a letter or digit (InvalidArgument)`)

@@ -21,7 +21,6 @@ func unsupported(feature string) error { return core.Unsupported(backendName, fe
 
 // The features this backend lacks, as unsupported names them.
 const (
-	featDirOps      = "directory operations (make, remove, rename)"
 	featWatches     = "directory watches"
 	featContexts    = "execution contexts"
 	featHibernation = "hibernation and wake"
@@ -75,21 +74,6 @@ func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
 // PortTarget is not supported on this backend.
 func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
 	return core.PortTarget{}, unsupported(featNetwork)
-}
-
-// MakeDirectory is not supported on this backend.
-func (m *Manager) MakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported(featDirOps)
-}
-
-// Remove is not supported on this backend.
-func (m *Manager) Remove(context.Context, string, string, bool) error {
-	return unsupported(featDirOps)
-}
-
-// Rename is not supported on this backend.
-func (m *Manager) Rename(context.Context, string, string, string, bool) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported(featDirOps)
 }
 
 // WatchDirectory is not supported on this backend.

@@ -693,6 +693,315 @@ func (x *ListFilesResponse) GetFiles() []*FileInfo {
 	return nil
 }
 
+// MakeDirectoryRequest names a directory to create.
+type MakeDirectoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to /workspace (or absolute under it).
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Create missing parents, and answer an existing directory as it is
+	// (mkdir -p). Without it, a missing parent is NOT_FOUND and an existing
+	// path ALREADY_EXISTS.
+	Parents       bool `protobuf:"varint,2,opt,name=parents,proto3" json:"parents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirectoryRequest) Reset() {
+	*x = MakeDirectoryRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirectoryRequest) ProtoMessage() {}
+
+func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *MakeDirectoryRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MakeDirectoryRequest) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+// MakeDirectoryResponse describes the directory.
+type MakeDirectoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The directory.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MakeDirectoryResponse) Reset() {
+	*x = MakeDirectoryResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MakeDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MakeDirectoryResponse) ProtoMessage() {}
+
+func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *MakeDirectoryResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// RemoveRequest names what to remove.
+type RemoveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to /workspace (or absolute under it); not /workspace
+	// itself.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Remove a directory with its content; without it a non-empty directory
+	// is FAILED_PRECONDITION.
+	Recursive     bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RemoveRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+// RemoveResponse says the path was removed.
+type RemoveResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveResponse) Reset() {
+	*x = RemoveResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveResponse) ProtoMessage() {}
+
+func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
+func (*RemoveResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
+}
+
+// RenameRequest names a move.
+type RenameRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The source: a path relative to /workspace (or absolute under it); not
+	// /workspace itself.
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// The destination, likewise; its parent must exist.
+	To string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// Replace an existing destination (by rename(2)'s rules); without it an
+	// existing destination is ALREADY_EXISTS.
+	Overwrite     bool `protobuf:"varint,3,opt,name=overwrite,proto3" json:"overwrite,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameRequest) Reset() {
+	*x = RenameRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameRequest) ProtoMessage() {}
+
+func (x *RenameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
+func (*RenameRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RenameRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *RenameRequest) GetOverwrite() bool {
+	if x != nil {
+		return x.Overwrite
+	}
+	return false
+}
+
+// RenameResponse describes the file at its new path.
+type RenameResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file moved.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameResponse) Reset() {
+	*x = RenameResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameResponse) ProtoMessage() {}
+
+func (x *RenameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
+func (*RenameResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RenameResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
 // FileInfo describes a file under /workspace.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -714,7 +1023,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +1035,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +1048,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -819,21 +1128,39 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x10ListFilesRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"A\n" +
 	"\x11ListFilesResponse\x12,\n" +
-	"\x05files\x18\x01 \x03(\v2\x16.sandboxio.v1.FileInfoR\x05files\"\x97\x01\n" +
+	"\x05files\x18\x01 \x03(\v2\x16.sandboxio.v1.FileInfoR\x05files\"D\n" +
+	"\x14MakeDirectoryRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\aparents\x18\x02 \x01(\bR\aparents\"C\n" +
+	"\x15MakeDirectoryResponse\x12*\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"A\n" +
+	"\rRemoveRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\"\x10\n" +
+	"\x0eRemoveResponse\"Q\n" +
+	"\rRenameRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +
+	"\toverwrite\x18\x03 \x01(\bR\toverwrite\"<\n" +
+	"\x0eRenameResponse\x12*\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"\x97\x01\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12+\n" +
 	"\x12mod_time_unix_nano\x18\x04 \x01(\x03R\x0fmodTimeUnixNano\x12\x10\n" +
 	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x06 \x01(\rR\x03gid2\xbe\x03\n" +
+	"\x03gid\x18\x06 \x01(\rR\x03gid2\xa2\x05\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
 	"\x06Status\x12\x1b.sandboxio.v1.StatusRequest\x1a\x1c.sandboxio.v1.StatusResponse\x12E\n" +
 	"\x06Upload\x12\x1b.sandboxio.v1.UploadRequest\x1a\x1c.sandboxio.v1.UploadResponse(\x01\x12K\n" +
 	"\bDownload\x12\x1d.sandboxio.v1.DownloadRequest\x1a\x1e.sandboxio.v1.DownloadResponse0\x01\x12L\n" +
-	"\tListFiles\x12\x1e.sandboxio.v1.ListFilesRequest\x1a\x1f.sandboxio.v1.ListFilesResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\tListFiles\x12\x1e.sandboxio.v1.ListFilesRequest\x1a\x1f.sandboxio.v1.ListFilesResponse\x12X\n" +
+	"\rMakeDirectory\x12\".sandboxio.v1.MakeDirectoryRequest\x1a#.sandboxio.v1.MakeDirectoryResponse\x12C\n" +
+	"\x06Remove\x12\x1b.sandboxio.v1.RemoveRequest\x1a\x1c.sandboxio.v1.RemoveResponse\x12C\n" +
+	"\x06Rename\x12\x1b.sandboxio.v1.RenameRequest\x1a\x1c.sandboxio.v1.RenameResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -847,45 +1174,59 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 	return file_sandboxio_v1_sandboxio_proto_rawDescData
 }
 
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
-	(*AppendRequest)(nil),     // 0: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),    // 1: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),     // 2: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),    // 3: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),     // 4: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),    // 5: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),     // 6: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),      // 7: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),    // 8: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),   // 9: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),  // 10: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),  // 11: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil), // 12: sandboxio.v1.ListFilesResponse
-	(*FileInfo)(nil),          // 13: sandboxio.v1.FileInfo
+	(*AppendRequest)(nil),         // 0: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),        // 1: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),         // 2: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),        // 3: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),         // 4: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),        // 5: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),         // 6: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),          // 7: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),        // 8: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),       // 9: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),      // 10: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),      // 11: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 12: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),  // 13: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil), // 14: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),         // 15: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 16: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),         // 17: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),        // 18: sandboxio.v1.RenameResponse
+	(*FileInfo)(nil),              // 19: sandboxio.v1.FileInfo
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
 	7,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	13, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	13, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	13, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	0,  // 4: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	2,  // 5: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	4,  // 6: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	6,  // 7: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	9,  // 8: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	11, // 9: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	1,  // 10: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	3,  // 11: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	5,  // 12: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	8,  // 13: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	10, // 14: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	12, // 15: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	10, // [10:16] is the sub-list for method output_type
-	4,  // [4:10] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	19, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	19, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	19, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	19, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	19, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	0,  // 6: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	2,  // 7: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	4,  // 8: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	6,  // 9: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	9,  // 10: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	11, // 11: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	13, // 12: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	15, // 13: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	17, // 14: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	1,  // 15: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	3,  // 16: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	5,  // 17: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	8,  // 18: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	10, // 19: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	12, // 20: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	14, // 21: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	16, // 22: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	18, // 23: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	15, // [15:24] is the sub-list for method output_type
+	6,  // [6:15] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -903,7 +1244,7 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

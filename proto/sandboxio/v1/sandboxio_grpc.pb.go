@@ -33,12 +33,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IOService_Append_FullMethodName    = "/sandboxio.v1.IOService/Append"
-	IOService_Follow_FullMethodName    = "/sandboxio.v1.IOService/Follow"
-	IOService_Status_FullMethodName    = "/sandboxio.v1.IOService/Status"
-	IOService_Upload_FullMethodName    = "/sandboxio.v1.IOService/Upload"
-	IOService_Download_FullMethodName  = "/sandboxio.v1.IOService/Download"
-	IOService_ListFiles_FullMethodName = "/sandboxio.v1.IOService/ListFiles"
+	IOService_Append_FullMethodName        = "/sandboxio.v1.IOService/Append"
+	IOService_Follow_FullMethodName        = "/sandboxio.v1.IOService/Follow"
+	IOService_Status_FullMethodName        = "/sandboxio.v1.IOService/Status"
+	IOService_Upload_FullMethodName        = "/sandboxio.v1.IOService/Upload"
+	IOService_Download_FullMethodName      = "/sandboxio.v1.IOService/Download"
+	IOService_ListFiles_FullMethodName     = "/sandboxio.v1.IOService/ListFiles"
+	IOService_MakeDirectory_FullMethodName = "/sandboxio.v1.IOService/MakeDirectory"
+	IOService_Remove_FullMethodName        = "/sandboxio.v1.IOService/Remove"
+	IOService_Rename_FullMethodName        = "/sandboxio.v1.IOService/Rename"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -82,6 +85,14 @@ type IOServiceClient interface {
 	Download(ctx context.Context, in *DownloadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadResponse], error)
 	// ListFiles lists a directory under /workspace.
 	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (*ListFilesResponse, error)
+	// MakeDirectory creates a directory under /workspace, owned by the
+	// sandbox user.
+	MakeDirectory(ctx context.Context, in *MakeDirectoryRequest, opts ...grpc.CallOption) (*MakeDirectoryResponse, error)
+	// Remove deletes a file, symbolic link (not its target) or directory
+	// under /workspace.
+	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
+	// Rename moves a file or directory within /workspace.
+	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
 }
 
 type iOServiceClient struct {
@@ -173,6 +184,36 @@ func (c *iOServiceClient) ListFiles(ctx context.Context, in *ListFilesRequest, o
 	return out, nil
 }
 
+func (c *iOServiceClient) MakeDirectory(ctx context.Context, in *MakeDirectoryRequest, opts ...grpc.CallOption) (*MakeDirectoryResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MakeDirectoryResponse)
+	err := c.cc.Invoke(ctx, IOService_MakeDirectory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iOServiceClient) Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveResponse)
+	err := c.cc.Invoke(ctx, IOService_Remove_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iOServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenameResponse)
+	err := c.cc.Invoke(ctx, IOService_Rename_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -214,6 +255,14 @@ type IOServiceServer interface {
 	Download(*DownloadRequest, grpc.ServerStreamingServer[DownloadResponse]) error
 	// ListFiles lists a directory under /workspace.
 	ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error)
+	// MakeDirectory creates a directory under /workspace, owned by the
+	// sandbox user.
+	MakeDirectory(context.Context, *MakeDirectoryRequest) (*MakeDirectoryResponse, error)
+	// Remove deletes a file, symbolic link (not its target) or directory
+	// under /workspace.
+	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
+	// Rename moves a file or directory within /workspace.
+	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -241,6 +290,15 @@ func (UnimplementedIOServiceServer) Download(*DownloadRequest, grpc.ServerStream
 }
 func (UnimplementedIOServiceServer) ListFiles(context.Context, *ListFilesRequest) (*ListFilesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedIOServiceServer) MakeDirectory(context.Context, *MakeDirectoryRequest) (*MakeDirectoryResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MakeDirectory not implemented")
+}
+func (UnimplementedIOServiceServer) Remove(context.Context, *RemoveRequest) (*RemoveResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
+}
+func (UnimplementedIOServiceServer) Rename(context.Context, *RenameRequest) (*RenameResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -346,6 +404,60 @@ func _IOService_ListFiles_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IOService_MakeDirectory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MakeDirectoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).MakeDirectory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_MakeDirectory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).MakeDirectory(ctx, req.(*MakeDirectoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IOService_Remove_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).Remove(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_Remove_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).Remove(ctx, req.(*RemoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IOService_Rename_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).Rename(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_Rename_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).Rename(ctx, req.(*RenameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +476,18 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListFiles",
 			Handler:    _IOService_ListFiles_Handler,
+		},
+		{
+			MethodName: "MakeDirectory",
+			Handler:    _IOService_MakeDirectory_Handler,
+		},
+		{
+			MethodName: "Remove",
+			Handler:    _IOService_Remove_Handler,
+		},
+		{
+			MethodName: "Rename",
+			Handler:    _IOService_Rename_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

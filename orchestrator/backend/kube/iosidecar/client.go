@@ -375,3 +375,36 @@ func (c *Client) ListFiles(ctx context.Context, path string) ([]core.FileInfo, e
 	}
 	return out, nil
 }
+
+// MakeDirectory creates directory path under /workspace and describes it:
+// with parents, missing parents are created and an existing directory is
+// answered as it is (mkdir -p); without, a missing parent is
+// core.ErrNotFound and an existing path core.ErrAlreadyExists.
+func (c *Client) MakeDirectory(ctx context.Context, path string, parents bool) (core.FileInfo, error) {
+	resp, err := c.rpc.MakeDirectory(ctx, &sandboxiov1.MakeDirectoryRequest{Path: path, Parents: parents})
+	if err != nil {
+		return core.FileInfo{}, errorOf(ctx, callFiles, err)
+	}
+	return checkInfo(resp.GetFile())
+}
+
+// Remove deletes path under /workspace (a symbolic link, not its target);
+// a non-empty directory needs recursive (core.ErrFailedPrecondition
+// otherwise).
+func (c *Client) Remove(ctx context.Context, path string, recursive bool) error {
+	if _, err := c.rpc.Remove(ctx, &sandboxiov1.RemoveRequest{Path: path, Recursive: recursive}); err != nil {
+		return errorOf(ctx, callFiles, err)
+	}
+	return nil
+}
+
+// Rename moves from to to within /workspace and describes the file at its
+// new path; an existing destination is core.ErrAlreadyExists unless
+// overwrite is set.
+func (c *Client) Rename(ctx context.Context, from, to string, overwrite bool) (core.FileInfo, error) {
+	resp, err := c.rpc.Rename(ctx, &sandboxiov1.RenameRequest{From: from, To: to, Overwrite: overwrite})
+	if err != nil {
+		return core.FileInfo{}, errorOf(ctx, callFiles, err)
+	}
+	return checkInfo(resp.GetFile())
+}

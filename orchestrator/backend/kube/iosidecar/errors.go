@@ -52,7 +52,7 @@ const (
 	callAppend call = 1 << iota
 	callFollow
 	callStatus
-	callFiles // Upload, Download, ListFiles
+	callFiles // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
 
 	callAny = callAppend | callFollow | callStatus | callFiles
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"google.golang.org/grpc"
 
@@ -179,4 +180,82 @@ func (s *Server) ListFiles(ctx context.Context, req *sandboxiov1.ListFilesReques
 		out[i] = protoInfo(fi)
 	}
 	return &sandboxiov1.ListFilesResponse{Files: out}, nil
+}
+
+// MakeDirectory creates a directory under /workspace (wspath.MakeDirectory),
+// owned by the sandbox user: with parents, as mkdir -p.
+func (s *Server) MakeDirectory(_ context.Context, req *sandboxiov1.MakeDirectoryRequest) (*sandboxiov1.MakeDirectoryResponse, error) {
+	rel, err := core.CleanPath(req.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	root, err := s.workspace()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	fi, err := wspath.MakeDirectory(root, rel, req.GetParents())
+	if err != nil {
+		return nil, err
+	}
+	return &sandboxiov1.MakeDirectoryResponse{File: protoInfo(fi)}, nil
+}
+
+// Remove deletes a file, symbolic link (not its target) or directory under
+// /workspace (wspath.Remove); never /workspace itself.
+func (s *Server) Remove(_ context.Context, req *sandboxiov1.RemoveRequest) (*sandboxiov1.RemoveResponse, error) {
+	rel, err := core.CleanPath(req.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	if rel == "." {
+		return nil, core.Invalidf("remove %s: the workspace itself cannot be removed; remove what is in it", core.DisplayPath(rel))
+	}
+	root, err := s.workspace()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	if err := wspath.Remove(root, rel, req.GetRecursive()); err != nil {
+		return nil, err
+	}
+	s.log.Debug("file removed", "path", core.DisplayPath(rel), "recursive", req.GetRecursive())
+	return &sandboxiov1.RemoveResponse{}, nil
+}
+
+// Rename moves a file or directory within /workspace (wspath.Rename),
+// after the checks core.Validating makes in sandboxd: neither path is
+// /workspace itself, they differ, and a directory does not move into
+// itself.
+func (s *Server) Rename(_ context.Context, req *sandboxiov1.RenameRequest) (*sandboxiov1.RenameResponse, error) {
+	relFrom, err := core.CleanPath(req.GetFrom())
+	if err != nil {
+		return nil, err
+	}
+	relTo, err := core.CleanPath(req.GetTo())
+	if err != nil {
+		return nil, err
+	}
+	showFrom, showTo := core.DisplayPath(relFrom), core.DisplayPath(relTo)
+	switch {
+	case relFrom == ".":
+		return nil, core.Invalidf("rename %s: the workspace itself cannot be moved", showFrom)
+	case relTo == ".":
+		return nil, core.Invalidf("rename %s to %s: the destination is the workspace itself", showFrom, showTo)
+	case relTo == relFrom:
+		return nil, core.Invalidf("rename %s: source and destination are the same path", showFrom)
+	case strings.HasPrefix(relTo, relFrom+"/"):
+		return nil, core.Invalidf("rename %s to %s: cannot move a directory into itself", showFrom, showTo)
+	}
+	root, err := s.workspace()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	fi, err := wspath.Rename(root, relFrom, relTo, req.GetOverwrite())
+	if err != nil {
+		return nil, err
+	}
+	s.log.Debug("file renamed", "from", showFrom, "to", showTo)
+	return &sandboxiov1.RenameResponse{File: protoInfo(fi)}, nil
 }

@@ -26,7 +26,21 @@ type hostileSidecar struct {
 	follow   func(grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error
 	download func(grpc.ServerStreamingServer[sandboxiov1.DownloadResponse]) error
 	list     []*sandboxiov1.FileInfo
+	file     *sandboxiov1.FileInfo // MakeDirectory's and Rename's answer
+	err      error                 // Remove's answer
 	status   []byte
+}
+
+func (h *hostileSidecar) MakeDirectory(context.Context, *sandboxiov1.MakeDirectoryRequest) (*sandboxiov1.MakeDirectoryResponse, error) {
+	return &sandboxiov1.MakeDirectoryResponse{File: h.file}, nil
+}
+
+func (h *hostileSidecar) Rename(context.Context, *sandboxiov1.RenameRequest) (*sandboxiov1.RenameResponse, error) {
+	return &sandboxiov1.RenameResponse{File: h.file}, nil
+}
+
+func (h *hostileSidecar) Remove(context.Context, *sandboxiov1.RemoveRequest) (*sandboxiov1.RemoveResponse, error) {
+	return &sandboxiov1.RemoveResponse{}, h.err
 }
 
 func (h *hostileSidecar) Follow(_ *sandboxiov1.FollowRequest, s grpc.ServerStreamingServer[sandboxiov1.FollowResponse]) error {
@@ -159,6 +173,25 @@ func TestHostileFiles(t *testing.T) {
 		c := startHostile(t, &hostileSidecar{list: []*sandboxiov1.FileInfo{info("/workspace/a", 1), info("/workspace/../etc/shadow", 1)}})
 		_, err := c.ListFiles(ctxT(t), "")
 		wantBounded(t, "ListFiles", err, ErrBadResponse)
+	})
+	for name, fi := range map[string]*sandboxiov1.FileInfo{
+		"a path outside":  info("/etc", 0),
+		"a relative path": info("x/../../y", 0),
+		"a negative size": info("/workspace/x", -1),
+		"no description":  nil,
+		"a path with ..":  info("/workspace/../etc", 0),
+	} {
+		t.Run("make directory, rename: "+name, func(t *testing.T) {
+			c := startHostile(t, &hostileSidecar{file: fi})
+			_, err := c.MakeDirectory(ctxT(t), "x", true)
+			wantBounded(t, "MakeDirectory", err, ErrBadResponse)
+			_, err = c.Rename(ctxT(t), "x", "y", false)
+			wantBounded(t, "Rename", err, ErrBadResponse)
+		})
+	}
+	t.Run("remove: a reason the files calls cannot answer", func(t *testing.T) {
+		c := startHostile(t, &hostileSidecar{err: withReason(codes.ResourceExhausted, "LOG_FULL", "the log is full")})
+		wantBounded(t, "Remove", c.Remove(ctxT(t), "x", false), ErrInternal)
 	})
 	t.Run("driver status", func(t *testing.T) {
 		for _, st := range [][]byte{[]byte("{not json"), bytes.Repeat([]byte(" "), maxDriverStatus+1)} {
