@@ -37,11 +37,21 @@ func (m *Manager) Download(ctx context.Context, sandboxID, path string) (io.Read
 
 // ListFiles lists a directory under the sandbox's /workspace.
 func (m *Manager) ListFiles(ctx context.Context, sandboxID, path string) ([]core.FileInfo, error) {
+	return m.ListFilesDepth(ctx, sandboxID, path, 1)
+}
+
+// ListFilesDepth is ListFiles over depth levels, through the io sidecar
+// (wspath.List, as the Docker backend): 0 and 1 list the directory's
+// children, 2 their children too, up to core.MaxListDepth. Only real
+// directories are descended into, never symbolic links. The answer, sorted
+// by path, holds at most wspath.MaxListEntries entries
+// (ErrResourceExhausted beyond).
+func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error) {
 	c, err := m.files(ctx, sandboxID)
 	if err != nil {
 		return nil, err
 	}
-	list, err := c.ListFiles(ctx, path)
+	list, err := c.ListFiles(ctx, path, depth)
 	if err != nil {
 		return nil, m.ioError(sandboxID, "", err)
 	}
@@ -91,15 +101,6 @@ func (m *Manager) Rename(ctx context.Context, sandboxID, from, to string, overwr
 		return core.FileInfo{}, m.ioError(sandboxID, "", err)
 	}
 	return fi, nil
-}
-
-// ListFilesDepth is ListFiles for depth 1; deeper listings are not
-// supported by this backend yet.
-func (m *Manager) ListFilesDepth(ctx context.Context, sandboxID, path string, depth int) ([]core.FileInfo, error) {
-	if depth > 1 {
-		return nil, unsupported("recursive file listings (depth above 1)")
-	}
-	return m.ListFiles(ctx, sandboxID, path)
 }
 
 // files returns the sidecar connection of a live sandbox for a files call,

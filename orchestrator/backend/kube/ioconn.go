@@ -27,7 +27,7 @@ type IOConn interface {
 	Follow(ctx context.Context, commandID string, afterSeq int64, fn func(ioproto.Event) error) error
 	Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error)
 	Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error)
-	ListFiles(ctx context.Context, path string) ([]core.FileInfo, error)
+	ListFiles(ctx context.Context, path string, depth int) ([]core.FileInfo, error)
 	MakeDirectory(ctx context.Context, path string, parents bool) (core.FileInfo, error)
 	Remove(ctx context.Context, path string, recursive bool) error
 	Rename(ctx context.Context, from, to string, overwrite bool) (core.FileInfo, error)

@@ -106,7 +106,7 @@ func TestIOErrorThroughTheSidecar(t *testing.T) {
 	want("a missing file", m.ioError(testSandbox, "", err), core.ErrNotFound, "io sidecar: download /workspace/missing: no such file or directory (NotFound)")
 	_, err = c.Upload(ctx, "big", strings.NewReader(strings.Repeat("x", 11)), 0)
 	want("an upload over the sidecar's cap", m.ioError(testSandbox, "", err), core.ErrResourceExhausted, "io sidecar: upload to /workspace/big is larger than its limit of 10 bytes (ResourceExhausted)")
-	_, err = c.ListFiles(ctx, "../x")
+	_, err = c.ListFiles(ctx, "../x", 1)
 	want("a path outside (the sidecar's own check)", m.ioError(testSandbox, "", err), core.ErrInvalidArgument, `io sidecar: path "../x" escapes /workspace: ".." is not allowed (InvalidArgument)`)
 	// The directory calls: each class crosses with the sidecar's text.
 	_, err = c.MakeDirectory(ctx, "d/sub", false)

@@ -605,7 +605,11 @@ func (x *DownloadResponse) GetChunk() []byte {
 type ListFilesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Path relative to /workspace (or absolute under it); empty is /workspace.
-	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Levels to list: 0 and 1 list the directory's children, 2 their
+	// children too, up to 10 (core.MaxListDepth; more is INVALID_ARGUMENT).
+	// Only real directories are descended into, never symbolic links.
+	Depth         uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -645,6 +649,13 @@ func (x *ListFilesRequest) GetPath() string {
 		return x.Path
 	}
 	return ""
+}
+
+func (x *ListFilesRequest) GetDepth() uint32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
 }
 
 // ListFilesResponse lists a directory.
@@ -1124,9 +1135,10 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"T\n" +
 	"\x10DownloadResponse\x12*\n" +
 	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"&\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"<\n" +
 	"\x10ListFilesRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"A\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth\"A\n" +
 	"\x11ListFilesResponse\x12,\n" +
 	"\x05files\x18\x01 \x03(\v2\x16.sandboxio.v1.FileInfoR\x05files\"D\n" +
 	"\x14MakeDirectoryRequest\x12\x12\n" +

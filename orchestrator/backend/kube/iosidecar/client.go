@@ -355,10 +355,14 @@ func (d *download) Close() error {
 	return nil
 }
 
-// ListFiles lists a directory under /workspace ("" for /workspace), sorted
+// ListFiles lists a directory under /workspace ("" for /workspace) over
+// depth levels (0 and 1: its children; at most core.MaxListDepth), sorted
 // by path, or returns just the file path names.
-func (c *Client) ListFiles(ctx context.Context, path string) ([]core.FileInfo, error) {
-	resp, err := c.rpc.ListFiles(ctx, &sandboxiov1.ListFilesRequest{Path: path})
+func (c *Client) ListFiles(ctx context.Context, path string, depth int) ([]core.FileInfo, error) {
+	if depth < 0 || depth > core.MaxListDepth {
+		return nil, core.Invalidf("list depth %d is out of range: give 0 to %d", depth, core.MaxListDepth)
+	}
+	resp, err := c.rpc.ListFiles(ctx, &sandboxiov1.ListFilesRequest{Path: path, Depth: uint32(depth)})
 	if err != nil {
 		return nil, errorOf(ctx, callFiles, err)
 	}

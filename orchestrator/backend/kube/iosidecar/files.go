@@ -157,8 +157,9 @@ func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerSt
 	}
 }
 
-// ListFiles lists a directory under /workspace (wspath.List, one level),
-// sorted by path; for a file it returns just that file. Symbolic links are
+// ListFiles lists a directory under /workspace (wspath.List) over
+// req.Depth levels (0 and 1: one level; at most core.MaxListDepth), sorted
+// by path; only real directories are descended into; for a file it returns just that file. Symbolic links are
 // listed as such, never followed. At most wspath.MaxListEntries entries
 // (RESOURCE_EXHAUSTED beyond).
 func (s *Server) ListFiles(ctx context.Context, req *sandboxiov1.ListFilesRequest) (*sandboxiov1.ListFilesResponse, error) {
@@ -166,12 +167,16 @@ func (s *Server) ListFiles(ctx context.Context, req *sandboxiov1.ListFilesReques
 	if err != nil {
 		return nil, err
 	}
+	depth := req.GetDepth()
+	if depth > core.MaxListDepth {
+		return nil, core.Invalidf("list depth %d is out of range: give 0 to %d", depth, core.MaxListDepth)
+	}
 	root, err := s.workspace()
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	list, err := wspath.List(ctx, root, rel, 1)
+	list, err := wspath.List(ctx, root, rel, max(int(depth), 1))
 	if err != nil {
 		return nil, err
 	}

@@ -171,7 +171,7 @@ func TestHostileFiles(t *testing.T) {
 	}
 	t.Run("list outside the workspace", func(t *testing.T) {
 		c := startHostile(t, &hostileSidecar{list: []*sandboxiov1.FileInfo{info("/workspace/a", 1), info("/workspace/../etc/shadow", 1)}})
-		_, err := c.ListFiles(ctxT(t), "")
+		_, err := c.ListFiles(ctxT(t), "", 1)
 		wantBounded(t, "ListFiles", err, ErrBadResponse)
 	})
 	for name, fi := range map[string]*sandboxiov1.FileInfo{

@@ -288,7 +288,7 @@ func TestAuth(t *testing.T) {
 	if _, err := collect(t, bad, "c1", 0); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("Follow with a wrong token = %v; want ErrUnauthenticated", err)
 	}
-	if _, err := bad.ListFiles(ctxT(t), ""); !errors.Is(err, ErrUnauthenticated) {
+	if _, err := bad.ListFiles(ctxT(t), "", 1); !errors.Is(err, ErrUnauthenticated) {
 		t.Fatalf("ListFiles with a wrong token = %v; want ErrUnauthenticated", err)
 	}
 	// No token at all.
@@ -405,7 +405,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	}
 	r.Close()
 
-	list, err := sc.c.ListFiles(ctx, "")
+	list, err := sc.c.ListFiles(ctx, "", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	if strings.Join(names, ",") != "data,empty" || !list[0].IsDir {
 		t.Fatalf("ListFiles(\"\") = %v; want data (a directory), empty", names)
 	}
-	if list, err := sc.c.ListFiles(ctx, "/workspace/data/in/x.bin"); err != nil || len(list) != 1 || list[0].Size != 1<<20 {
+	if list, err := sc.c.ListFiles(ctx, "/workspace/data/in/x.bin", 1); err != nil || len(list) != 1 || list[0].Size != 1<<20 {
 		t.Fatalf("ListFiles of a file = %+v, %v", list, err)
 	}
 	if _, _, err := sc.c.Download(ctx, "missing"); !errors.Is(err, core.ErrNotFound) {
@@ -442,7 +442,7 @@ func TestPathEscapes(t *testing.T) {
 		}
 	}
 	for _, p := range []string{"../", "etc", "/"} {
-		if _, err := sc.c.ListFiles(ctx, p); !errors.Is(err, core.ErrInvalidArgument) {
+		if _, err := sc.c.ListFiles(ctx, p, 1); !errors.Is(err, core.ErrInvalidArgument) {
 			t.Errorf("ListFiles(%q) = %v; want core.ErrInvalidArgument", p, err)
 		}
 	}
