@@ -598,6 +598,20 @@ func kubeDirectories(t *testing.T, k *kubeEnv) {
 	if got := listPaths(t, ctx, c, id, "moved/b/c"); len(got) != 1 || trim(got[0]) != "moved/b/c/f.txt" {
 		t.Errorf("ListFiles(moved/b/c) = %v; want moved/b/c/f.txt", got)
 	}
+	// A deep listing goes through the sidecar too (depth 3 from moved).
+	deep, err := c.ListFiles(ctx, &sandboxv1.ListFilesRequest{SandboxId: id, Path: "moved", Depth: 3})
+	if err != nil {
+		t.Fatalf("ListFiles(moved, depth 3): %v", err)
+	}
+	var deepPaths []string
+	for _, f := range deep.GetFiles() {
+		deepPaths = append(deepPaths, trim(f.GetPath()))
+	}
+	for _, want := range []string{"moved/b", "moved/b/c", "moved/b/c/f.txt"} {
+		if !slices.Contains(deepPaths, want) {
+			t.Errorf("ListFiles(moved, depth 3) = %v; want %s among them", deepPaths, want)
+		}
+	}
 	if got := bash("stat -c '%u:%g %F' moved moved/b/c; cat moved/b/c/f.txt; echo; test -e a || echo a-gone"); got != "1000:1000 directory\n1000:1000 directory\nhello\na-gone\n" {
 		t.Errorf("the sandbox sees %q; want the moved tree, owned by its user", got)
 	}
