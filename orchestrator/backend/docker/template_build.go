@@ -529,7 +529,7 @@ func (m *Manager) copyArchive(ctx context.Context, cid, tenant string, c core.Te
 	var n int
 	go func() {
 		var err error
-		n, err = filterArchive(f, pw, c)
+		n, err = filterArchive(f, pw, c, maxStepGrowth)
 		pw.CloseWithError(err)
 	}()
 	err = m.tplEngine.CopyToContainer(ctx, cid, "/", pr, container.CopyToContainerOptions{})
@@ -555,11 +555,12 @@ func (e *archiveError) Error() string { return e.err.Error() }
 // filterArchive writes to w the entries of the archive r (a tar, plain
 // or gzip) that c.Src names, renamed under c.Dest as Docker's COPY would
 // place them, owned by c.Owner and with c.Mode if set, and returns how
-// many it wrote. The archive is the tenant's upload, hostile input:
+// many it wrote, failing past max bytes of content (a small gzip stream
+// can unpack to any size). The archive is the tenant's upload, hostile input:
 // names are cleaned and anything outside Src skipped, device files and
 // links that leave the copy dropped; the engine then writes only inside
 // the container's root.
-func filterArchive(r io.Reader, w io.Writer, c core.TemplateCopy) (int, error) {
+func filterArchive(r io.Reader, w io.Writer, c core.TemplateCopy, max int64) (int, error) {
 	br := bufio.NewReader(r)
 	var in io.Reader = br
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
@@ -641,6 +642,9 @@ func filterArchive(r io.Reader, w io.Writer, c core.TemplateCopy) (int, error) {
 			return n, err
 		}
 		if h.Typeflag == tar.TypeReg {
+			if max -= h.Size; max < 0 {
+				return n, &archiveError{core.Errorf(core.ErrResourceExhausted, "copy: archive %s… unpacks to more than the %d bytes one step may add", c.Archive[:12], maxStepGrowth)}
+			}
 			if _, err := io.Copy(tw, tr); err != nil {
 				return n, &archiveError{core.Preconditionf("copy: archive %s… is truncated: %v", c.Archive[:12], err)}
 			}

@@ -98,7 +98,7 @@ func TestFilterArchive(t *testing.T) {
 	}
 	for _, gz := range []bool{false, true} {
 		var b bytes.Buffer
-		n, err := filterArchive(bytes.NewReader(makeTar(t, gz, hostile)), &b, core.TemplateCopy{Archive: strings.Repeat("a", 64), Src: "conf", Dest: "/opt/t/", Owner: core.TemplateUserSandbox})
+		n, err := filterArchive(bytes.NewReader(makeTar(t, gz, hostile)), &b, core.TemplateCopy{Archive: strings.Repeat("a", 64), Src: "conf", Dest: "/opt/t/", Owner: core.TemplateUserSandbox}, 1<<20)
 		if err != nil {
 			t.Fatalf("gzip %v: %v", gz, err)
 		}
@@ -128,7 +128,7 @@ func TestFilterArchive(t *testing.T) {
 	} {
 		c.cp.Archive = strings.Repeat("a", 64)
 		var b bytes.Buffer
-		if _, err := filterArchive(bytes.NewReader(makeTar(t, false, file)), &b, c.cp); err != nil {
+		if _, err := filterArchive(bytes.NewReader(makeTar(t, false, file)), &b, c.cp, 1<<20); err != nil {
 			t.Fatal(err)
 		}
 		if got := readOut(t, b.Bytes()); len(got) != 1 || got[0].name != c.want || got[0].mode != c.mode || got[0].uid != 0 {
@@ -137,10 +137,24 @@ func TestFilterArchive(t *testing.T) {
 	}
 
 	// Not an archive: a clear FAILED_PRECONDITION, not a crash.
-	_, err := filterArchive(strings.NewReader(strings.Repeat("not a tar ", 100)), io.Discard, core.TemplateCopy{Archive: strings.Repeat("a", 64), Src: ".", Dest: "/opt"})
+	_, err := filterArchive(strings.NewReader(strings.Repeat("not a tar ", 100)), io.Discard, core.TemplateCopy{Archive: strings.Repeat("a", 64), Src: ".", Dest: "/opt"}, 1<<20)
 	var ae *archiveError
 	if !errors.As(err, &ae) || !errors.Is(ae.err, core.ErrFailedPrecondition) {
 		t.Errorf("garbage: %v; want an archive error, FAILED_PRECONDITION", err)
+	}
+}
+
+// TestFilterArchiveBomb: what an archive unpacks to is bounded while it
+// is read, whatever its compressed size.
+func TestFilterArchiveBomb(t *testing.T) {
+	big := makeTar(t, true, []entry{{name: "zeros", typ: tar.TypeReg, mode: 0o644, body: strings.Repeat("\x00", 4<<20)}})
+	if len(big) > 64<<10 {
+		t.Fatalf("the test archive is %d bytes compressed", len(big))
+	}
+	_, err := filterArchive(bytes.NewReader(big), io.Discard, core.TemplateCopy{Archive: strings.Repeat("a", 64), Src: ".", Dest: "/opt"}, 1<<20)
+	var ae *archiveError
+	if !errors.As(err, &ae) || !errors.Is(ae.err, core.ErrResourceExhausted) {
+		t.Errorf("4 MiB unpacked under a 1 MiB bound: %v; want RESOURCE_EXHAUSTED", err)
 	}
 }
 

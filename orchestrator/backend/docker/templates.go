@@ -408,12 +408,10 @@ func (m *Manager) ListTemplates(ctx context.Context, tenant string) ([]core.Temp
 	}
 	m.tpls.mu.Unlock()
 	slices.SortFunc(out, func(a, b core.Template) int {
-		return cmpStrings(a.Tenant+"\x00"+a.Name, b.Tenant+"\x00"+b.Name)
+		return strings.Compare(a.Tenant+"\x00"+a.Name, b.Tenant+"\x00"+b.Name)
 	})
 	return out, nil
 }
-
-func cmpStrings(a, b string) int { return strings.Compare(a, b) }
 
 // DeleteTemplate deletes a template: gone for new sandboxes at once, its
 // running build cancelled, its images removed once unused (gcTemplates).
