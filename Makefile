@@ -45,7 +45,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
-        envtest-assets e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm
+        envtest-assets kube-node e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm
 
 help:
 	@echo 'targets:'
@@ -54,6 +54,9 @@ help:
 	@echo '  image        build $(IMAGE) (and the offline base $(BASE_IMAGE) if missing)'
 	@echo '  envtest-assets  build kube-apiserver and etcd for the Kubernetes tests once into a'
 	@echo '               cache and print `export KUBEBUILDER_ASSETS=<dir>` (first build: minutes)'
+	@echo '  kube-node    what the real-node Kubernetes tests run: kubelet, kube-scheduler and'
+	@echo '               kube-controller-manager built once into a cache (scripts/kube-node-assets.sh),'
+	@echo '               Debian'"'"'s containerd and CNI plugins; prints `export KUBE_NODE_ASSETS=<dir>`'
 	@echo '  test         go vet + go test (test-deps and the image first; SANDBOX_IMAGE=$(IMAGE)),'
 	@echo '               then the escape, fault and load suites'"'"' figures'
 	@echo '  test-deps    install what the suites need (root + apt-get; a no-op once done): the targets'
@@ -132,6 +135,23 @@ envtest-assets:
 	done; \
 	echo "export KUBEBUILDER_ASSETS=$$dir"
 
+# The real-node Kubernetes tests (internal/kubetest/node) run the kubelet,
+# kube-scheduler and kube-controller-manager at the API server's version,
+# built from Go modules once into a versioned cache outside the repository
+# by scripts/kube-node-assets.sh (a few minutes when kube-apiserver's
+# packages are in Go's build cache), with Debian's containerd (its CRI
+# plugin) and CNI plugins. Like envtest-assets, it prints a shell line.
+KUBE_NODE_DEBS := containerd containernetworking-plugins
+
+kube-node:
+	@scripts/ensure-debs.sh --no-install-recommends kube-node $(KUBE_NODE_DEBS) >&2
+	@if [ -n "$${KUBE_NODE_ASSETS:-}" ]; then dir="$$KUBE_NODE_ASSETS"; \
+	else dir="$$(scripts/kube-node-assets.sh)"; fi; \
+	for b in kubelet kube-scheduler kube-controller-manager; do \
+		[ -x "$$dir/$$b" ] || { echo "kube-node: $$dir/$$b is missing" >&2; exit 1; }; \
+	done; \
+	echo "export KUBE_NODE_ASSETS=$$dir"
+
 # ----------------------------------------------------------------- Test / run
 # The escape, fault and load suites (e2e/) append one line of
 # figures each to this file, printed at the end: go test shows the output
@@ -152,6 +172,7 @@ test: test-deps image
 	@mkdir -p $(BIN) && rm -f $(SUITE_SUMMARY)
 	@rc=0; \
 	export KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh)}"; \
+	export KUBE_NODE_ASSETS="$${KUBE_NODE_ASSETS:-$$(scripts/kube-node-assets.sh)}"; \
 	SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) SANDBOXD_FAULT_DOCKERD= \
 		$(GO) test -count=1 -timeout 40m ./... || rc=$$?; \
 	if [ "$${SANDBOXD_FAULT_DOCKERD:-}" = 1 ]; then \
@@ -257,7 +278,7 @@ python-proto: python-proto-tools
 # concerned skip, and under CI=true they fail. .ci/run runs each as a step of
 # its own (test-deps-list), so that a slow one shows in its summary.
 TEST_DEPS := docker runsc python-proto-tools chromium kernel-test-tools npm \
-             mcp-conformance-tools e2b-sdk-tools envtest-assets
+             mcp-conformance-tools e2b-sdk-tools envtest-assets kube-node
 
 test-deps: $(TEST_DEPS)
 
