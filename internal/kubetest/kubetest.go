@@ -14,8 +14,10 @@ package kubetest
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -107,6 +109,14 @@ func Start(t testing.TB) *rest.Config {
 // StartAt starts a fresh API server from the binaries in dir, for code
 // that is not a test (sandbox-bench); stop stops it and removes its data.
 func StartAt(dir string) (cfg *rest.Config, stop func() error, err error) {
+	return StartOn(dir, "", 0)
+}
+
+// StartOn is StartAt with the API server bound to address:port instead of
+// a free loopback port (port 0: a free port of address): a real node's
+// kubelet, in a network namespace of its own, cannot reach the host's
+// loopback. The serving certificate names the address.
+func StartOn(dir, address string, port int) (cfg *rest.Config, stop func() error, err error) {
 	quietLogs.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 
 	// The servers' output is kept (its tail) for the error message only:
@@ -120,6 +130,14 @@ func StartAt(dir string) (cfg *rest.Config, stop func() error, err error) {
 	api := env.ControlPlane.GetAPIServer()
 	api.Path = filepath.Join(dir, "kube-apiserver")
 	api.Out, api.Err = apiOut, apiOut
+	if address != "" {
+		if port == 0 {
+			if port, err = freePort(address); err != nil {
+				return nil, nil, err
+			}
+		}
+		api.SecureServing.Address, api.SecureServing.Port = address, strconv.Itoa(port)
+	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd"), Out: etcdOut, Err: etcdOut}
 
 	cfg, err = env.Start()
@@ -129,6 +147,16 @@ func StartAt(dir string) (cfg *rest.Config, stop func() error, err error) {
 		return nil, nil, fmt.Errorf("starting the envtest API server from %s: %v\nlast output of kube-apiserver:\n%s\nlast output of etcd:\n%s", dir, err, apiOut, etcdOut)
 	}
 	return cfg, env.Stop, nil
+}
+
+// freePort is a TCP port free on address now.
+func freePort(address string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(address, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("a free port on %s for the API server: %w", address, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // tailBuffer keeps the last max bytes written to it, for error messages;

@@ -245,7 +245,7 @@ func New(t T, o Options) *Internet {
 		names = append(names, "bridge.test")
 	}
 	var ips []net.IP
-	block := pickBlock(t)
+	block := FreeBlock(t)
 	tag := fmt.Sprintf("%04x", mrand.IntN(1<<16))
 	for i, name := range o.Hosts {
 		h := &Host{Name: name, Addr: pairAddr(block, i, 1)}
@@ -295,9 +295,10 @@ func New(t T, o Options) *Internet {
 // nsPrefix names the namespaces: nsPrefix<pid>-<tag>-<index>.
 const nsPrefix = "sbxnt-"
 
-// pickBlock picks a /24 of 198.18.0.0/15 that no address of this host is
-// in (other test processes may be using one).
-func pickBlock(t T) netip.Prefix {
+// FreeBlock picks a /24 of 198.18.0.0/15 that no address of this host is
+// in (other test processes may be using one). A user of the block claims
+// it by putting one of its addresses on a link of the host.
+func FreeBlock(t T) netip.Prefix {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatalf("nettest: list addresses: %v", err)

@@ -1,0 +1,76 @@
+//go:build linux
+
+package node
+
+import (
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// kubeletConfig is node n's KubeletConfiguration. What differs from a
+// kubelet's defaults, and why:
+//
+//   - failCgroupV1: false. This machine runs cgroup v1, which kubelets from
+//     1.35 refuse unless told; cgroupfs is the driver (containerd is told
+//     the same), and cgroupRoot is the node's own (/<netns name>), since
+//     two nodes share one machine.
+//   - Its own directories (root, Pod logs) and containerd's socket; the
+//     read-only port off; its API on the node's address only; webhook
+//     authentication off and authorization AlwaysAllow (the API server
+//     never calls it here: no logs, exec or port-forward go through it).
+//   - Eviction thresholds low enough that the machine's other work (and
+//     its disk, often under 15% free) never puts the node under pressure,
+//     image garbage collection only on a full disk (the imported images
+//     cannot be pulled again), and volume usage measured every 5s (1m by
+//     default), so that an emptyDir's sizeLimit is enforced within
+//     seconds.
+//   - Status every 2s: tests wait on Pod and Node conditions.
+func kubeletConfig(n *Node) ([]byte, error) {
+	c := kubeletv1beta1.KubeletConfiguration{
+		TypeMeta:                 metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "KubeletConfiguration"},
+		FailCgroupV1:             ptr.To(false),
+		CgroupDriver:             "cgroupfs",
+		CgroupRoot:               "/" + n.netns,
+		CgroupsPerQOS:            ptr.To(true),
+		EnforceNodeAllocatable:   []string{"pods"},
+		ContainerRuntimeEndpoint: "unix://" + n.criSocket,
+		ImageServiceEndpoint:     "unix://" + n.criSocket,
+		PodLogsDir:               filepath.Join(n.dir, "pod-logs"),
+		Address:                  n.Addr.String(),
+		Port:                     10250,
+		ReadOnlyPort:             0,
+		HealthzBindAddress:       "127.0.0.1",
+		HealthzPort:              ptr.To[int32](10248),
+		Authentication: kubeletv1beta1.KubeletAuthentication{
+			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+		},
+		Authorization:               kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow},
+		FailSwapOn:                  ptr.To(false),
+		ResolverConfig:              ptr.To(""),
+		RegisterNode:                ptr.To(true),
+		NodeStatusUpdateFrequency:   metav1.Duration{Duration: 2 * time.Second},
+		NodeStatusReportFrequency:   metav1.Duration{Duration: 2 * time.Second},
+		SyncFrequency:               metav1.Duration{Duration: 10 * time.Second},
+		VolumeStatsAggPeriod:        metav1.Duration{Duration: 5 * time.Second},
+		ImageGCHighThresholdPercent: ptr.To[int32](100),
+		ImageGCLowThresholdPercent:  ptr.To[int32](99),
+		EvictionHard: map[string]string{
+			"memory.available":  "100Mi",
+			"nodefs.available":  "1%",
+			"imagefs.available": "1%",
+			"nodefs.inodesFree": "1%",
+		},
+		EvictionPressureTransitionPeriod: metav1.Duration{Duration: 5 * time.Second},
+		LocalStorageCapacityIsolation:    ptr.To(true),
+		MaxPods:                          110,
+		SerializeImagePulls:              ptr.To(false),
+		StaticPodPath:                    "",
+	}
+	return yaml.Marshal(c)
+}

@@ -1,0 +1,203 @@
+//go:build linux
+
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// The cluster's addresses, all in one /24 of 198.18.0.0/15 (RFC 2544's
+// benchmarking block) that no other test process uses (nettest.FreeBlock):
+//
+//	.1          the API server, on a link of the host (sbxkn<tag>)
+//	.2i, .2i+1  node i's veth pair: the host's end, the node's (/31)
+//	.64(i+1)/26 node i's Pod addresses (at most three nodes), on the
+//	            node's bridge, routed by the host through the node
+//
+// Pods reach nothing but their node and the host (the host does not
+// forward: Docker's FORWARD policy is DROP), and nothing here reaches any
+// other address.
+const maxNodes = 3
+
+// blockAddr is address n of block.
+func blockAddr(block netip.Prefix, n int) netip.Addr {
+	b := block.Addr().As4()
+	b[3] = byte(n)
+	return netip.AddrFrom4(b)
+}
+
+// podCIDR is node i's Pod range.
+func podCIDR(block netip.Prefix, i int) netip.Prefix {
+	return netip.PrefixFrom(blockAddr(block, 64*(i+1)), 26)
+}
+
+// nsPrefix names what a cluster makes on the host, so that the next
+// cluster can remove what a killed test process left: namespaces
+// nsPrefix<pid>-<node>, links sbxkn<tag>… (tag: four hex digits).
+const nsPrefix = "sbxkn-"
+
+// makeAPILink puts the API server's address on a link of the host of its
+// own: a bridge without ports, since this machine's kernel may lack the
+// dummy module (an address is local whatever its link's carrier).
+func makeAPILink(name string, addr netip.Addr) (netlink.Link, error) {
+	la := netlink.NewLinkAttrs()
+	la.Name = name
+	link := &netlink.Bridge{LinkAttrs: la}
+	if err := netlink.LinkAdd(link); err != nil {
+		return nil, fmt.Errorf("link %s: %w", name, err)
+	}
+	if err := netlink.LinkSetAlias(link, ownerAlias()); err != nil {
+		_ = netlink.LinkDel(link)
+		return nil, err
+	}
+	if err := netlink.AddrAdd(link, &netlink.Addr{IPNet: ipNet(addr, 32)}); err != nil {
+		_ = netlink.LinkDel(link)
+		return nil, err
+	}
+	return link, netlink.LinkSetUp(link)
+}
+
+// makeNodeNet makes node n's namespace, joined to the host by a veth pair
+// (n.hostEnd on the host, n.Addr inside), forwarding between its veth and
+// its Pods' bridge, and the host's route to its Pods.
+func makeNodeNet(n *Node, vethName string) error {
+	if err := onThread(func() error {
+		ns, err := netns.NewNamed(n.netns) // moves this (discarded) thread in
+		if err != nil {
+			return err
+		}
+		defer ns.Close()
+		// Forwarding between eth0 and the Pods' bridge; a new namespace
+		// starts with it off.
+		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+	}); err != nil {
+		return fmt.Errorf("namespace %s: %w", n.netns, err)
+	}
+	ns, err := netns.GetFromName(n.netns)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	la := netlink.NewLinkAttrs()
+	la.Name = vethName
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(ns))}); err != nil {
+		return fmt.Errorf("veth %s: %w", vethName, err)
+	}
+	host, err := netlink.LinkByName(vethName)
+	if err != nil {
+		return err
+	}
+	n.hostLink = host
+	if err := netlink.LinkSetAlias(host, ownerAlias()); err != nil {
+		return err
+	}
+	if err := netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(n.hostEnd, 31)}); err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return err
+	}
+	nh, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	eth0, err := nh.LinkByName("eth0")
+	if err != nil {
+		return err
+	}
+	if err := nh.AddrAdd(eth0, &netlink.Addr{IPNet: ipNet(n.Addr, 31)}); err != nil {
+		return err
+	}
+	for _, name := range []string{"eth0", "lo"} {
+		l, err := nh.LinkByName(name)
+		if err != nil {
+			return err
+		}
+		if err := nh.LinkSetUp(l); err != nil {
+			return err
+		}
+	}
+	if err := nh.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: n.hostEnd.AsSlice(), Dst: ipNet(netip.IPv4Unspecified(), 0)}); err != nil {
+		return err
+	}
+	return netlink.RouteAdd(&netlink.Route{LinkIndex: host.Attrs().Index, Gw: n.Addr.AsSlice(), Dst: prefixNet(n.PodCIDR)})
+}
+
+// ownerAlias marks a link of the host as this process's, for sweepStale.
+func ownerAlias() string { return "pid-" + strconv.Itoa(os.Getpid()) }
+
+func ipNet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}
+
+func prefixNet(p netip.Prefix) *net.IPNet { return ipNet(p.Addr(), p.Bits()) }
+
+// onThread runs f on a thread of its own that is never reused: the
+// goroutine ends with the thread locked, so the runtime ends the thread
+// with whatever namespace f left it in.
+func onThread(f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		errc <- f()
+	}()
+	return <-errc
+}
+
+// sweepStale removes the namespaces and links of clusters whose test
+// process is gone (killed before its clean-up ran), and their processes.
+func sweepStale(logf func(string, ...any)) {
+	killOrphans()
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), nsPrefix)
+		if !ok {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+		if err != nil || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue
+		}
+		killNodeProcesses(e.Name(), logf)
+		// Its containerd's state (network namespaces, shm and root file
+		// system mounts) and its kubelet's root (Pod volumes); the kept
+		// image store's mounts the next containerd there cleans up.
+		for _, d := range []string{filepath.Join("/run", e.Name()), filepath.Join(os.TempDir(), e.Name())} {
+			unmountUnder(logf, d)
+			if err := os.RemoveAll(d); err != nil {
+				logf("node: remove stale %s: %v", d, err)
+			}
+		}
+		if err := netns.DeleteNamed(e.Name()); err != nil {
+			logf("node: remove stale namespace %s: %v", e.Name(), err)
+		}
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		name := l.Attrs().Name
+		if !strings.HasPrefix(name, "sbxkn") {
+			continue
+		}
+		// The owner of every link made here is named in its alias.
+		alias := l.Attrs().Alias
+		pid, err := strconv.Atoi(strings.TrimPrefix(alias, "pid-"))
+		if err == nil && pid != os.Getpid() && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			if err := netlink.LinkDel(l); err != nil {
+				logf("node: remove stale link %s: %v", name, err)
+			}
+		}
+	}
+}

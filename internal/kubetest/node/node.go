@@ -1,0 +1,525 @@
+//go:build linux
+
+// Package node runs a real Kubernetes cluster on this machine for tests:
+// envtest's API server (internal/kubetest), the real kube-scheduler and
+// kube-controller-manager, and real nodes, each a real kubelet with its
+// own real containerd (Debian's, through its CRI plugin), Debian's CNI
+// plugins and a network namespace of its own, so that a test can lose a
+// node and keep the other. Nothing here is a stand-in: Pods are scheduled,
+// run, probed, evicted and garbage-collected by the components a cluster
+// runs, at the API server's version (scripts/kube-node-assets.sh builds
+// them; `make test` passes their directory as KUBE_NODE_ASSETS).
+//
+// What differs from a production node, and why:
+//
+//   - There is no registry: the pause image is built here (pause/) and the
+//     images a test names are imported from this machine's Docker engine.
+//     Each node's image store is kept between runs (under
+//     ${SANDBOXD_CACHE:-~/.cache/sandboxd}/kube-node/containerd/<node>),
+//     so the sandbox image is imported again only when it changed.
+//   - cgroup v1 (this machine's): the kubelet is told failCgroupV1: false
+//     and the cgroupfs driver; each node has a cgroup root of its own.
+//   - The kubelets authenticate as cluster admins (envtest's certificate),
+//     and serve no API the API server calls: no kubectl exec or logs.
+//   - No kube-proxy and no cluster DNS: nothing under test uses Services.
+//   - gVisor (Options.Runsc) runs through runc's shim with runsc as its
+//     binary, Debian's runsc having no shim of its own.
+//
+// Addresses: see net.go. Everything a cluster makes (processes, mounts,
+// cgroups, namespaces, links) is removed when the test ends, and what a
+// killed test process left is removed by the next Start.
+//
+// This package is test-only; production code must not import it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/sandboxd/sandboxd/internal/kubetest"
+	"github.com/sandboxd/sandboxd/internal/nettest"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+)
+
+// RuntimeClassGVisor is the RuntimeClass Options.Runsc makes.
+const RuntimeClassGVisor = "gvisor"
+
+// Options says what cluster to run.
+type Options struct {
+	// Nodes are the nodes' names (at most three); one if empty.
+	Nodes []string
+	// Images maps images of this machine's Docker engine to the names
+	// the nodes know them by. A name should not be tagged latest: a Pod's
+	// image pull policy would then be Always, and there is no registry.
+	Images map[string]string
+	// Runsc registers gVisor with every node's containerd and makes the
+	// RuntimeClass RuntimeClassGVisor.
+	Runsc bool
+	// NodeMonitorGracePeriod is how long a node may stop reporting before
+	// the controller manager marks it NotReady (its own default: 50s).
+	NodeMonitorGracePeriod time.Duration
+}
+
+// Cluster is a running cluster.
+type Cluster struct {
+	// RestConfig and Kubeconfig (a file) are a cluster admin's.
+	RestConfig *rest.Config
+	Kubeconfig string
+	Client     kubernetes.Interface
+	Nodes      []*Node
+
+	assets      string
+	dir         string
+	apiLink     netlink.Link
+	stopAPI     func() error
+	scheduler   *proc
+	controllers *proc
+}
+
+// Node is one running node.
+type Node struct {
+	Name    string
+	Addr    netip.Addr   // its address (the kubelet's node IP)
+	PodCIDR netip.Prefix // its Pods' addresses
+	// CRI and Images talk to its containerd, as its kubelet does.
+	CRI    runtimeapi.RuntimeServiceClient
+	Images runtimeapi.ImageServiceClient
+
+	netns           string
+	dir             string // configuration, logs, the kubelet's root
+	containerdRoot  string // kept between runs when its lock is free
+	containerdState string
+	kubeletRoot     string // named after netns, so that sweepStale finds a killed run's
+	criSocket       string
+	hostEnd         netip.Addr
+	hostLink        netlink.Link
+	rootLock        *os.File
+	conn            *grpc.ClientConn
+	containerd      *proc
+	kubelet         *proc
+	lost            bool
+}
+
+// assetsDir is where scripts/kube-node-assets.sh puts the node binaries:
+// KUBE_NODE_ASSETS when set, else its cache directory.
+func assetsDir() string {
+	if dir := os.Getenv("KUBE_NODE_ASSETS"); dir != "" {
+		return dir
+	}
+	return filepath.Join(cacheRoot(), "kube-node", "k8s-"+kubetest.K8sVersion)
+}
+
+func cacheRoot() string {
+	if c := os.Getenv("SANDBOXD_CACHE"); c != "" {
+		return c
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "sandboxd")
+}
+
+// Need skips t (fails it under CI=true) unless everything a cluster needs
+// is here: root, the API server's and the node's binaries, containerd,
+// ctr, nsenter, Debian's CNI plugins and the Docker engine (the images'
+// source). It returns the node binaries' directory.
+func Need(t testing.TB) string {
+	t.Helper()
+	kubetest.NeedAPIServer(t)
+	testenv.NeedDocker(t)
+	if os.Geteuid() != 0 {
+		testenv.Unavailable(t, "a real Kubernetes node needs root (containerd, network namespaces, cgroups)")
+	}
+	dir := assetsDir()
+	for _, b := range []string{"kubelet", "kube-scheduler", "kube-controller-manager"} {
+		if fi, err := os.Stat(filepath.Join(dir, b)); err != nil || fi.Mode().Perm()&0o111 == 0 {
+			testenv.Unavailable(t, "%s is missing (run scripts/kube-node-assets.sh to build kubelet, kube-scheduler and kube-controller-manager once into %s; `make test` does)", filepath.Join(dir, b), dir)
+		}
+	}
+	for _, b := range []string{"containerd", "ctr", "nsenter", "/usr/lib/cni/bridge", "/usr/lib/cni/host-local"} {
+		if _, err := exec.LookPath(b); err != nil {
+			testenv.Unavailable(t, "%s is missing (Debian's containerd, util-linux and containernetworking-plugins; `make test-deps` installs them)", b)
+		}
+	}
+	return dir
+}
+
+// Start runs the cluster o asks for until t ends, and waits until every
+// node is Ready.
+func Start(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	assets := Need(t)
+	if len(o.Nodes) == 0 {
+		o.Nodes = []string{"node-a"}
+	}
+	if len(o.Nodes) > maxNodes {
+		t.Fatalf("node: %d nodes; at most %d", len(o.Nodes), maxNodes)
+	}
+	sweepStale(t.Logf)
+	c := &Cluster{assets: assets, dir: t.TempDir()}
+	if keep := os.Getenv("KUBE_NODE_KEEP"); keep != "" {
+		// For debugging by hand: the components' configuration and logs
+		// stay in a directory named in the test's log.
+		dir, err := os.MkdirTemp(keep, "cluster-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.dir = dir
+		t.Logf("node: KUBE_NODE_KEEP: the cluster's files are kept in %s", dir)
+	}
+	t.Cleanup(func() { c.stop(t) })
+
+	// The API server, on an address of its own the nodes reach.
+	block := nettest.FreeBlock(t)
+	tag := fmt.Sprintf("%04x", rand.IntN(1<<16))
+	apiAddr := blockAddr(block, 1)
+	link, err := makeAPILink("sbxkn"+tag, apiAddr)
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	c.apiLink = link
+	cfg, stopAPI, err := kubetest.StartOn(kubetest.AssetsDir(), apiAddr.String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.stopAPI = stopAPI
+	c.RestConfig = cfg
+	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
+	if err := kubetest.WriteKubeconfig(cfg, c.Kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.startControlPlane(o); err != nil {
+		t.Fatalf("node: %v", err)
+	}
+
+	pauseBin, err := buildPause(c.dir)
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	runsc := ""
+	if o.Runsc {
+		if runsc, err = exec.LookPath("runsc"); err != nil {
+			testenv.Unavailable(t, "Options.Runsc and no runsc: %v", err)
+		}
+		if _, err := c.Client.NodeV1().RuntimeClasses().Create(t.Context(), &nodev1.RuntimeClass{
+			ObjectMeta: metav1.ObjectMeta{Name: RuntimeClassGVisor}, Handler: RuntimeHandlerRunsc,
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range o.Nodes {
+		n := &Node{
+			Name:    name,
+			Addr:    blockAddr(block, 2*(i+1)+1),
+			hostEnd: blockAddr(block, 2*(i+1)),
+			PodCIDR: podCIDR(block, i),
+			netns:   fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), name),
+			dir:     filepath.Join(c.dir, name),
+		}
+		c.Nodes = append(c.Nodes, n)
+		if err := c.startNode(t.Context(), n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, runsc, o.Images); err != nil {
+			t.Fatalf("node %s: %v", name, err)
+		}
+	}
+	for _, n := range c.Nodes {
+		if err := c.waitReady(t.Context(), n, 3*time.Minute); err != nil {
+			t.Fatalf("node %s: %v", n.Name, err)
+		}
+	}
+	return c
+}
+
+// startControlPlane starts the scheduler and the controller manager (on
+// the host, as cluster admins, without leader election).
+func (c *Cluster) startControlPlane(o Options) error {
+	grace := o.NodeMonitorGracePeriod
+	if grace == 0 {
+		grace = 50 * time.Second
+	}
+	var err error
+	c.scheduler, err = startProc("kube-scheduler", filepath.Join(c.dir, "kube-scheduler.log"), "",
+		filepath.Join(c.assets, "kube-scheduler"), "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0")
+	if err != nil {
+		return err
+	}
+	c.controllers, err = startProc("kube-controller-manager", filepath.Join(c.dir, "kube-controller-manager.log"), "",
+		filepath.Join(c.assets, "kube-controller-manager"), "--kubeconfig="+c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--use-service-account-credentials=false", "--controllers=*,-serviceaccount-token",
+		"--node-monitor-period=2s", "--node-monitor-grace-period="+grace.String())
+	return err
+}
+
+// buildPause builds the pause program (pause/, beside this file) into dir.
+func buildPause(dir string) (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot find the pause program's source")
+	}
+	out := filepath.Join(dir, "pause")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s", "-o", out, ".")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "pause")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build pause: %v: %s", err, b)
+	}
+	return out, nil
+}
+
+// startNode makes node n's network, starts its containerd, gives it the
+// images and starts its kubelet.
+func (c *Cluster) startNode(ctx context.Context, n *Node, veth, pauseBin, runsc string, images map[string]string) error {
+	n.containerdState = filepath.Join("/run", n.netns)
+	n.criSocket = filepath.Join(n.containerdState, "containerd.sock")
+	n.kubeletRoot = filepath.Join(os.TempDir(), n.netns)
+	for _, d := range []string{n.dir, n.kubeletRoot, filepath.Join(n.dir, "cni"), filepath.Join(n.dir, "opt"), filepath.Join(n.dir, "pod-logs"), n.containerdState} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	n.containerdRoot, n.rootLock = keptRoot(n)
+	if err := makeNodeNet(n, veth); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(containerdConfig(n, runsc)), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-bridge.conflist"), []byte(cniConfig(n)), 0o644); err != nil {
+		return err
+	}
+	var err error
+	if n.containerd, err = startProc("containerd", filepath.Join(n.dir, "containerd.log"), n.netns,
+		"containerd", "--config", filepath.Join(n.dir, "containerd.toml")); err != nil {
+		return err
+	}
+	if n.conn, err = dialCRI(n.criSocket); err != nil {
+		return err
+	}
+	n.CRI, n.Images = runtimeapi.NewRuntimeServiceClient(n.conn), runtimeapi.NewImageServiceClient(n.conn)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := n.waitCRI(wctx); err != nil {
+		return err
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	// What a killed run left in the kept store.
+	if err := n.removeAllPods(ictx); err != nil {
+		return err
+	}
+	if err := n.importPause(ictx, pauseBin); err != nil {
+		return err
+	}
+	for ref, name := range images {
+		if err := n.importImage(ictx, ref, name); err != nil {
+			return err
+		}
+	}
+
+	if err := makeCgroupRoot(n.netns); err != nil {
+		return err
+	}
+	cfg, err := kubeletConfig(n)
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(n.dir, "kubelet.kubeconfig")
+	if err := kubetest.WriteKubeconfig(c.RestConfig, kubeconfig); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), cfg, 0o644); err != nil {
+		return err
+	}
+	n.kubelet, err = startProc("kubelet", filepath.Join(n.dir, "kubelet.log"), n.netns,
+		filepath.Join(c.assets, "kubelet"), "--config="+filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig="+kubeconfig,
+		"--hostname-override="+n.Name, "--node-ip="+n.Addr.String(), "--root-dir="+n.kubeletRoot,
+		"--cert-dir="+filepath.Join(n.dir, "pki"), "--v=1")
+	return err
+}
+
+// keptRoot is the node's containerd root: the kept one (its image store
+// survives the run) when no other test process holds it, else a fresh
+// one in the node's directory.
+func keptRoot(n *Node) (string, *os.File) {
+	root := filepath.Join(cacheRoot(), "kube-node", "containerd", n.Name)
+	if err := os.MkdirAll(root, 0o700); err == nil {
+		if f, err := os.OpenFile(root+".lock", os.O_CREATE|os.O_RDWR, 0o600); err == nil {
+			if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+				return root, f
+			}
+			f.Close()
+		}
+	}
+	return filepath.Join(n.dir, "containerd"), nil
+}
+
+// waitReady waits until node n's Node is Ready.
+func (c *Cluster) waitReady(ctx context.Context, n *Node, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	why := "not registered"
+	for ctx.Err() == nil {
+		if n.kubelet.exited() {
+			return fmt.Errorf("the kubelet exited: %v\n%s", n.kubelet.err, n.kubelet.tail())
+		}
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					if cond.Status == corev1.ConditionTrue {
+						return nil
+					}
+					why = cond.Reason + ": " + cond.Message
+				}
+			}
+		case !apierrors.IsNotFound(err):
+			why = err.Error()
+		}
+		time.Sleep(200 * time.Millisecond) // polling the API server
+	}
+	return fmt.Errorf("not Ready within %v (%s); the kubelet's log ends:\n%s", limit, why, n.kubelet.tail())
+}
+
+// Node is the node named name.
+func (c *Cluster) Node(name string) *Node {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Lose kills node n as a power cut would: its kubelet, its containerd and
+// every process of its Pods, at once (SIGKILL). Its Node stops reporting;
+// what the cluster makes of that is the controller manager's business.
+func (n *Node) Lose() {
+	n.lost = true
+	n.kubelet.kill()
+	n.containerd.kill()
+	killNodeProcesses(n.netns, func(string, ...any) {})
+}
+
+// Lost reports whether Lose was called.
+func (n *Node) Lost() bool { return n.lost }
+
+// stop removes everything the cluster made, whatever state it is in.
+func (c *Cluster) stop(t testing.TB) {
+	for _, n := range c.Nodes {
+		n.stop(t.Logf)
+	}
+	if t.Failed() {
+		c.logEvents(t)
+		for _, p := range []*proc{c.scheduler, c.controllers} {
+			if p != nil {
+				t.Logf("node: the end of %s's log:\n%s", p.name, p.tail())
+			}
+		}
+	}
+	c.scheduler.stop(5 * time.Second)
+	c.controllers.stop(5 * time.Second)
+	if c.stopAPI != nil {
+		if err := c.stopAPI(); err != nil {
+			t.Logf("node: stopping the API server: %v", err)
+		}
+	}
+	if c.apiLink != nil {
+		if err := netlink.LinkDel(c.apiLink); err != nil {
+			t.Logf("node: remove link %s: %v", c.apiLink.Attrs().Name, err)
+		}
+	}
+}
+
+// logEvents logs the cluster's last events, for a failed test.
+func (c *Cluster) logEvents(t testing.TB) {
+	if c.Client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	list, err := c.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	items := list.Items
+	if len(items) > 40 {
+		items = items[len(items)-40:]
+	}
+	var b strings.Builder
+	for _, e := range items {
+		fmt.Fprintf(&b, "%s %s/%s %s: %s\n", e.LastTimestamp.Format(time.TimeOnly), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+	t.Logf("node: the cluster's last events:\n%s", b.String())
+}
+
+// stop stops node n and removes what it made: an orderly kubelet and
+// containerd stop (their Pods removed through the CRI, so that their
+// mounts and namespaces go), then, whatever is left, killed and unmounted.
+func (n *Node) stop(logf func(string, ...any)) {
+	n.kubelet.stop(10 * time.Second)
+	if n.CRI != nil && n.containerd != nil && !n.containerd.exited() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if err := n.removeAllPods(ctx); err != nil {
+			logf("node %s: removing its pods: %v", n.Name, err)
+		}
+		cancel()
+	}
+	n.containerd.stop(10 * time.Second)
+	if n.conn != nil {
+		_ = n.conn.Close()
+	}
+	killNodeProcesses(n.netns, logf)
+	unmountUnder(logf, n.dir, n.kubeletRoot, n.containerdState, n.containerdRoot)
+	for _, d := range []string{n.containerdState, n.kubeletRoot} {
+		if err := os.RemoveAll(d); err != nil {
+			logf("node %s: remove %s: %v", n.Name, d, err)
+		}
+	}
+	if n.hostLink != nil {
+		if err := netlink.LinkDel(n.hostLink); err != nil {
+			logf("node %s: remove veth: %v", n.Name, err)
+		}
+	}
+	if err := netns.DeleteNamed(n.netns); err != nil && !errors.Is(err, syscall.ENOENT) {
+		logf("node %s: remove namespace: %v", n.Name, err)
+	}
+	if n.rootLock != nil {
+		n.rootLock.Close()
+	}
+}
+
+// Logs is the end of the node's kubelet and containerd logs, for failure
+// messages.
+func (n *Node) Logs() string {
+	var b strings.Builder
+	for _, p := range []*proc{n.kubelet, n.containerd} {
+		if p != nil {
+			fmt.Fprintf(&b, "--- %s (node %s):\n%s\n", p.name, n.Name, p.tail())
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,83 @@
+//go:build linux
+
+package node_test
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/sandboxd/sandboxd/internal/kubetest/node"
+	"github.com/sandboxd/sandboxd/internal/testenv"
+)
+
+// One real node runs a Pod of the sandbox image: the scheduler binds it,
+// containerd runs it with an address of the node's Pod range, the host
+// reaches it there (as sandboxd reaches an io sidecar), and its container
+// is found, and gone once the Pod is deleted.
+func TestCluster(t *testing.T) {
+	const image = "sandboxd.test/sandbox:node-test"
+	c := node.Start(t, node.Options{Images: map[string]string{testenv.Image(): image}})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	pods := c.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers:                    []corev1.Container{{Name: "main", Image: image, Command: []string{"python3", "-m", "http.server", "8080"}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var p *corev1.Pod
+	for p == nil || p.Status.Phase != corev1.PodRunning {
+		if ctx.Err() != nil {
+			t.Fatalf("the pod is not running after 3m: %+v\n%s", p.Status, c.Nodes[0].Logs())
+		}
+		time.Sleep(200 * time.Millisecond) // polling the API server
+		p, _ = pods.Get(ctx, "web", metav1.GetOptions{})
+	}
+	n := c.Nodes[0]
+	if p.Spec.NodeName != n.Name || !n.PodCIDR.Contains(netip.MustParseAddr(p.Status.PodIP)) {
+		t.Errorf("the pod runs on %q at %s; want node %s, in %s", p.Spec.NodeName, p.Status.PodIP, n.Name, n.PodCIDR)
+	}
+	id := c.ContainerID(ctx, "default", "web", "main")
+	if id == "" {
+		t.Fatal("the CRI lists no running container for the pod")
+	}
+	var err error
+	for {
+		var conn net.Conn
+		if conn, err = net.DialTimeout("tcp", net.JoinHostPort(p.Status.PodIP, "8080"), time.Second); err == nil {
+			conn.Close()
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the host cannot reach the pod at %s:8080: %v", p.Status.PodIP, err)
+		}
+		time.Sleep(200 * time.Millisecond) // the server starting
+	}
+	if err := pods.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		gone, err := c.ContainerGone(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("container %s still exists after its pod was deleted", id)
+		}
+		time.Sleep(200 * time.Millisecond) // the kubelet's clean-up
+	}
+}
