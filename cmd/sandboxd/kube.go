@@ -37,6 +37,8 @@ type kubeConfig struct {
 	ioTokenSecret string
 	leaderLease   time.Duration
 	identity      string
+	cpuRequest    float64
+	nodeLostAfter time.Duration
 }
 
 // register adds the --kube-* flags to fs.
@@ -50,6 +52,8 @@ func (k *kubeConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.ioTokenFile, "kube-io-token-file", "", "with --backend kubernetes: `file` holding the token sandboxd presents to the io sidecars (the same as in --kube-io-token-secret); required")
 	fs.StringVar(&k.ioTokenSecret, "kube-io-token-secret", "sandboxd-io-token", "with --backend kubernetes: `name` of the Secret (key \"token\") the io sidecars read their token from")
 	fs.DurationVar(&k.leaderLease, "kube-leader-lease", 15*time.Second, "with --backend kubernetes: lease of the leader election among replicas (the leader keeps the warm pool and expires idle sandboxes)")
+	fs.Float64Var(&k.cpuRequest, "kube-cpu-request", 1, "with --backend kubernetes: the share (0-1] of a sandbox's CPU limit its Pod requests from the scheduler (1: requests equal limits, Guaranteed QoS; less overcommits a node's CPUs)")
+	fs.DurationVar(&k.nodeLostAfter, "kube-node-lost-after", 300*time.Second, "with --backend kubernetes: how long a sandbox Pod stays on a node that stopped reporting before it is deleted and the sandbox reported dead (its toleration of the node's unreachable and not-ready taints; --kube-tolerations for those keys win)")
 	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
 }
 
@@ -63,6 +67,12 @@ func (k *kubeConfig) check() error {
 	}
 	if _, err := k.parseTolerations(); err != nil {
 		return err
+	}
+	if !(k.cpuRequest > 0 && k.cpuRequest <= 1) {
+		return fmt.Errorf("--kube-cpu-request %v: want a share of the CPU limit in (0, 1]", k.cpuRequest)
+	}
+	if k.nodeLostAfter < time.Second {
+		return fmt.Errorf("--kube-node-lost-after %v: want at least 1s", k.nodeLostAfter)
 	}
 	if k.leaderLease < time.Second {
 		return fmt.Errorf("--kube-leader-lease %v: want at least 1s", k.leaderLease)
@@ -135,7 +145,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 	return kube.New(ctx, kube.Config{
 		Policy: cfg.docker.Policy, // the one policy, shared with the Docker backend
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
-		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass,
+		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,
 	})

@@ -32,6 +32,20 @@ type Config struct {
 	// NodeSelector and Tolerations place sandbox Pods.
 	NodeSelector map[string]string
 	Tolerations  []corev1.Toleration
+	// CPURequest is the share of a sandbox's CPU limit its Pod requests
+	// from the scheduler, in (0, 1]; default 1: requests equal limits
+	// (Guaranteed QoS), so a node runs only as many sandboxes as it has
+	// CPUs for. Less lets a node's sandboxes share its CPUs, each still
+	// capped at its limit, as on the Docker backend, which reserves
+	// nothing. Memory is always requested whole: overcommitted memory is
+	// an OOM kill.
+	CPURequest float64
+	// NodeLostAfter is how long a sandbox's Pod stays on a node that
+	// stopped reporting (or reports NotReady) before the cluster deletes
+	// it and the sandbox is reported dead, naming the node; default 300s,
+	// the cluster's own default. Tolerations for those taints in
+	// Tolerations win. Whole seconds.
+	NodeLostAfter time.Duration
 	// StorageClass, when set, gives each sandbox's /workspace a volume of
 	// that class (an ephemeral volume claim sized by its disk limit)
 	// instead of an emptyDir.
@@ -71,6 +85,9 @@ type Config struct {
 const (
 	DefaultNamespace = "sandboxd"
 	DefaultIOPort    = 7070
+	// DefaultNodeLostAfter is Config.NodeLostAfter's default: the
+	// cluster's own (the DefaultTolerationSeconds admission plugin's).
+	DefaultNodeLostAfter = 300 * time.Second
 )
 
 func (c *Config) applyDefaults() error {
@@ -93,6 +110,10 @@ func (c *Config) fillDefaults() {
 	c.IOTokenSecret = cmp.Or(c.IOTokenSecret, "sandboxd-io-token")
 	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
 	c.IOPort = cmp.Or(c.IOPort, DefaultIOPort)
+	c.NodeLostAfter = cmp.Or(c.NodeLostAfter, DefaultNodeLostAfter)
+	if c.CPURequest <= 0 || c.CPURequest > 1 {
+		c.CPURequest = 1
+	}
 	c.ActivityWriteInterval = cmp.Or(c.ActivityWriteInterval, 10*time.Second)
 	c.StartTimeout = cmp.Or(c.StartTimeout, 2*time.Minute)
 	c.LeaseDuration = cmp.Or(c.LeaseDuration, 15*time.Second)

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -115,6 +116,11 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 		corev1.ResourceMemory: *resource.NewQuantity(s.limits.MemoryBytes, resource.BinarySI),
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(s.limits.NanoCPUs/1e6, resource.DecimalSI),
 	}
+	req := res
+	if r := cfg.CPURequest; r > 0 && r < 1 {
+		req = maps.Clone(res)
+		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, int64(float64(s.limits.NanoCPUs/1e6)*cfg.CPURequest)), resource.DecimalSI)
+	}
 	workspace := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 	if s.limits.DiskBytes > 0 {
 		workspace.EmptyDir.SizeLimit = resource.NewQuantity(s.limits.DiskBytes, resource.BinarySI)
@@ -148,7 +154,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			// every container: the kubelet applies none unless told.
 			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			NodeSelector:    cfg.NodeSelector,
-			Tolerations:     cfg.Tolerations,
+			Tolerations:     tolerations(cfg),
 			Volumes: []corev1.Volume{
 				{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ioSize}}},
 				{Name: volumeWorkspace, VolumeSource: workspace},
@@ -186,7 +192,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 				Image:        cfg.Image,
 				Env:          env,
 				VolumeMounts: append(slices.Clone(mounts), corev1.VolumeMount{Name: volumeTmp, MountPath: "/tmp"}),
-				Resources:    corev1.ResourceRequirements{Requests: res, Limits: res},
+				Resources:    corev1.ResourceRequirements{Requests: req, Limits: res},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID), RunAsNonRoot: ptr.To(true),
 					ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
@@ -199,6 +205,30 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 		pod.Spec.RuntimeClassName = ptr.To(cfg.RuntimeClass)
 	}
 	return pod
+}
+
+// nodeLostTaints are the taints the node lifecycle controller puts on a
+// node that stopped reporting (unreachable) or reports NotReady.
+var nodeLostTaints = []string{corev1.TaintNodeUnreachable, corev1.TaintNodeNotReady}
+
+// tolerations are a sandbox Pod's: the configured ones, and, unless they
+// say otherwise, toleration of a lost node's NoExecute taints for
+// cfg.NodeLostAfter, after which the taint manager deletes the Pod and
+// its sandbox is reported dead with its node named (deletedBecause). The
+// cluster's default (the DefaultTolerationSeconds admission plugin's) is
+// 300s.
+func tolerations(cfg *Config) []corev1.Toleration {
+	out := slices.Clone(cfg.Tolerations)
+	for _, key := range nodeLostTaints {
+		if slices.ContainsFunc(out, func(t corev1.Toleration) bool {
+			return t.Key == key || (t.Key == "" && t.Operator == corev1.TolerationOpExists)
+		}) {
+			continue
+		}
+		out = append(out, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute,
+			TolerationSeconds: ptr.To(int64(cmp.Or(cfg.NodeLostAfter, DefaultNodeLostAfter) / time.Second))})
+	}
+	return out
 }
 
 // SamplePod returns the Pod a warm-pool sandbox gets under cfg (its zero
@@ -257,7 +287,7 @@ func podState(p *corev1.Pod) (gone, dead bool, reason string, ready bool) {
 // status, or "" while it lives.
 func deathOf(p *corev1.Pod) string {
 	if p.DeletionTimestamp != nil {
-		return "its pod was deleted outside sandboxd"
+		return deletedBecause(p)
 	}
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.Name != containerSandbox {
@@ -289,6 +319,37 @@ func deathOf(p *corev1.Pod) string {
 		return "its pod's node stopped reporting (phase Unknown)"
 	}
 	return ""
+}
+
+// The DisruptionTarget reasons of the taint manager and of the Eviction
+// API, which k8s.io/api does not name (the controllers' own packages do).
+const (
+	reasonDeletionByTaintManager = "DeletionByTaintManager"
+	reasonEvictionByEvictionAPI  = "EvictionByEvictionAPI"
+)
+
+// deletedBecause says why Pod p, deleted by someone other than sandboxd,
+// was: the cluster's components say so in its DisruptionTarget condition.
+// The taint manager's deletion is how a lost node's Pods go (the node's
+// NoExecute "unreachable" or "not-ready" taint, once the Pod's toleration
+// of it has run out: Config.NodeLostAfter).
+func deletedBecause(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.DisruptionTarget || c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Reason {
+		case reasonDeletionByTaintManager:
+			return "its pod's node " + truncate(p.Spec.NodeName, 253) + " was lost or tainted NoExecute (it stopped reporting, or was drained): the pod was deleted by the taint manager"
+		case reasonEvictionByEvictionAPI:
+			return "its pod was evicted through the Eviction API (a drain or an autoscaler)"
+		case corev1.PodReasonPreemptionByScheduler:
+			return "its pod was preempted by the scheduler for a pod of higher priority"
+		case corev1.PodReasonTerminationByKubelet:
+			return "its pod was terminated by its node's kubelet: " + truncate(c.Message, 256)
+		}
+	}
+	return "its pod was deleted outside sandboxd"
 }
 
 // memoryLimitOf is the sandbox container's memory limit, for messages.

@@ -38,11 +38,21 @@ func TestPodState(t *testing.T) {
 		{name: "starting", mutate: func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }},
 		{name: "pending", mutate: func(p *corev1.Pod) { p.Status.Phase, p.Status.PodIP = corev1.PodPending, "" }},
 		{name: "deleted behind our back", mutate: func(p *corev1.Pod) { p.DeletionTimestamp = &now }, dead: true, reason: "deleted outside sandboxd"},
+		{name: "node lost", mutate: func(p *corev1.Pod) {
+			p.DeletionTimestamp, p.Spec.NodeName = &now, "node-b"
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: reasonDeletionByTaintManager, Message: "Taint manager: deleting due to NoExecute taint"})
+		}, dead: true, reason: "its pod's node node-b was lost"},
+		{name: "drained", mutate: func(p *corev1.Pod) {
+			p.DeletionTimestamp = &now
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: reasonEvictionByEvictionAPI})
+		}, dead: true, reason: "evicted through the Eviction API"},
 		{name: "deleted by sandboxd", mutate: func(p *corev1.Pod) { p.DeletionTimestamp = &now; p.Annotations[annDeleting] = "x" }, gone: true},
 		{name: "evicted", mutate: func(p *corev1.Pod) {
 			p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
 		}, dead: true, reason: "evicted: The node was low on resource: memory."},
-		{name: "node lost", mutate: func(p *corev1.Pod) { p.Status.Phase = corev1.PodUnknown }, dead: true, reason: "stopped reporting"},
+		{name: "phase unknown", mutate: func(p *corev1.Pod) { p.Status.Phase = corev1.PodUnknown }, dead: true, reason: "stopped reporting"},
 		{name: "OOM-killed, restarted", mutate: func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, RestartCount: 1,
 				State:                corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
@@ -131,9 +141,59 @@ func TestBuildPodPosture(t *testing.T) {
 			t.Errorf("workspace volume not bounded by the disk limit: %+v", v)
 		}
 	}
+	if got, lim := sb.Resources.Requests[corev1.ResourceCPU], sb.Resources.Limits[corev1.ResourceCPU]; got.Cmp(lim) != 0 {
+		t.Errorf("cpu request %v, limit %v: want them equal by default (Guaranteed QoS)", got.String(), lim.String())
+	}
+	lost := map[string]int64{}
+	for _, tol := range s.Tolerations {
+		if tol.Effect == corev1.TaintEffectNoExecute && tol.TolerationSeconds != nil {
+			lost[tol.Key] = *tol.TolerationSeconds
+		}
+	}
+	if lost[corev1.TaintNodeUnreachable] != 300 || lost[corev1.TaintNodeNotReady] != 300 {
+		t.Errorf("a lost node's taints are tolerated for %v; want 300s each by default", lost)
+	}
 	pool := buildPod(&cfg, podSpec{id: "sb-bbbbbbbbbbbbbbbbbbbb", pool: true, limits: lim})
 	if pool.Labels[labelPool] != "true" || pool.Labels[labelUser] != "" || pool.Annotations[annUserID] != "" {
 		t.Errorf("pool pod has an owner: %v %v", pool.Labels, pool.Annotations)
+	}
+}
+
+// TestBuildPodScheduling checks what a cluster's scheduler sees of a
+// sandbox Pod under the settings that change it: a CPU request below the
+// limit (--kube-cpu-request), memory requested whole, and the toleration
+// of a lost node's taints (--kube-node-lost-after), which configured
+// tolerations for the same taint replace.
+func TestBuildPodScheduling(t *testing.T) {
+	lim := core.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8}
+	cfg := Config{Policy: core.Policy{Image: "img:1"}, CPURequest: 0.1, NodeLostAfter: 20 * time.Second,
+		Tolerations: []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute}}}
+	cfg.fillDefaults()
+	p := buildPod(&cfg, podSpec{id: "sb-abcdefghijklmnopqrst", limits: lim})
+	sb := p.Spec.Containers[0]
+	if got := sb.Resources.Requests[corev1.ResourceCPU]; got.MilliValue() != 50 {
+		t.Errorf("cpu request %v; want 50m (a tenth of 500m)", got.String())
+	}
+	if got := sb.Resources.Limits[corev1.ResourceCPU]; got.MilliValue() != 500 {
+		t.Errorf("cpu limit %v; want 500m", got.String())
+	}
+	if got := sb.Resources.Requests[corev1.ResourceMemory]; got.Value() != 512<<20 {
+		t.Errorf("memory request %v; want the whole limit", got.String())
+	}
+	var unreachable, notReady []corev1.Toleration
+	for _, tol := range p.Spec.Tolerations {
+		switch tol.Key {
+		case corev1.TaintNodeUnreachable:
+			unreachable = append(unreachable, tol)
+		case corev1.TaintNodeNotReady:
+			notReady = append(notReady, tol)
+		}
+	}
+	if len(unreachable) != 1 || unreachable[0].TolerationSeconds == nil || *unreachable[0].TolerationSeconds != 20 {
+		t.Errorf("unreachable tolerations %+v; want one for 20s", unreachable)
+	}
+	if len(notReady) != 1 || notReady[0].TolerationSeconds != nil {
+		t.Errorf("not-ready tolerations %+v; want only the configured one (for ever)", notReady)
 	}
 }
 
