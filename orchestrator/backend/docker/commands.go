@@ -1,15 +1,13 @@
 package docker
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"strconv"
-	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
@@ -83,50 +81,20 @@ func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, 
 }
 
 // ListCommands lists a sandbox's commands, newest first, pageSize at a time
-// (0: DefaultCommandPage; at most MaxCommandPage). pageToken is a previous
-// page's NextPageToken: the log position to continue below, which stays
-// valid because the log only grows. Each listed command costs a bounded
-// read of its events file's head and tail (iolog.Progress).
+// (0: DefaultCommandPage; at most MaxCommandPage), by cmdlog's rules, which
+// the Kubernetes backend's io sidecar applies too.
 func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
-	switch {
-	case pageSize < 0 || pageSize > core.MaxCommandPage:
-		return core.CommandPage{}, core.Invalidf("page_size %d is outside 0-%d", pageSize, core.MaxCommandPage)
-	case pageSize == 0:
-		pageSize = core.DefaultCommandPage
-	}
-	before := 0
-	if pageToken != "" {
-		n, err := strconv.Atoi(pageToken)
-		if err != nil || n < 1 || n > iolog.MaxLogRecords {
-			return core.CommandPage{}, core.Invalidf("page_token %q is not one this server made", core.Truncate(pageToken, 32))
-		}
-		before = n
+	page, err := cmdlog.ParsePage(pageSize, pageToken)
+	if err != nil {
+		return core.CommandPage{}, err
 	}
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
 		return core.CommandPage{}, err
 	}
-	entries, total, err := sb.io.Commands(ctx, before, pageSize)
+	list, err := cmdlog.List(ctx, sb.io, page)
 	if err != nil {
 		return core.CommandPage{}, m.appendError(sb, err)
 	}
-	prog, err := sb.io.Progress(ctx, entries)
-	if err != nil {
-		return core.CommandPage{}, m.appendError(sb, err)
-	}
-	page := core.CommandPage{Total: total, Commands: make([]core.CommandInfo, len(entries))}
-	for i, e := range entries {
-		p := prog[i]
-		info := core.CommandInfo{ID: e.ID, Language: e.Language, ContextID: cmp.Or(e.ContextID, ioproto.DefaultContext), Phase: core.CommandPhase(p.Phase), StartedAt: p.StartedAt,
-			OutputAvailable: p.OutputAvailable, Stdin: e.Stdin, Pty: e.Pty}
-		if d := p.Done; d != nil {
-			info.Status, info.FinishedAt, info.ExitCode = d.Status, d.Time, d.ExitCode
-			info.Duration = time.Duration(max(d.DurationMS, 0)) * time.Millisecond
-		}
-		page.Commands[i] = info
-	}
-	if n := len(entries); n > 0 && entries[n-1].Index > 0 {
-		page.NextPageToken = strconv.Itoa(entries[n-1].Index)
-	}
-	return page, nil
+	return list, nil
 }

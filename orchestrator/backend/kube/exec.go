@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	corev1 "k8s.io/api/core/v1"
@@ -92,6 +93,31 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		return ctx.Err()
 	}
 	return err
+}
+
+// ListCommands lists a sandbox's commands, newest first, a page at a
+// time, as the Docker backend does: the page is checked here by cmdlog's
+// rules (before the sandbox is looked at, as there), and read by the
+// sandbox's io sidecar with the same code next to the log.
+func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
+	page, err := cmdlog.ParsePage(pageSize, pageToken)
+	if err != nil {
+		return core.CommandPage{}, err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return core.CommandPage{}, err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return core.CommandPage{}, err
+	}
+	list, err := c.ListCommands(ctx, page)
+	if err != nil {
+		return core.CommandPage{}, m.ioError(sandboxID, "", err)
+	}
+	m.touch(sandboxID, p)
+	return list, nil
 }
 
 // commandSidecar returns the sandbox's ready Pod and its sidecar

@@ -25,7 +25,6 @@ const (
 	featContexts    = "execution contexts"
 	featHibernation = "hibernation and wake"
 	featInput       = "stdin and terminals for commands"
-	featListing     = "command listings"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks"
@@ -145,11 +144,6 @@ func (m *Manager) CloseStdin(context.Context, string, string) error {
 // ResizePty is not supported on this backend.
 func (m *Manager) ResizePty(context.Context, string, string, core.PtySize) error {
 	return unsupported(featInput)
-}
-
-// ListCommands is not supported on this backend.
-func (m *Manager) ListCommands(context.Context, string, int, string) (core.CommandPage, error) {
-	return core.CommandPage{}, unsupported(featListing)
 }
 
 // Every operation of the port, supported or not.

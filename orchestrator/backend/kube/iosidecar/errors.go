@@ -53,8 +53,9 @@ const (
 	callFollow
 	callStatus
 	callFiles // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
+	callList  // ListCommands
 
-	callAny = callAppend | callFollow | callStatus | callFiles
+	callAny = callAppend | callFollow | callStatus | callFiles | callList
 )
 
 // reason is a row of the table.
@@ -79,7 +80,7 @@ var reasons = append([]reason{
 	{"OUTPUT_PRUNED", codes.NotFound, iolog.ErrPruned, callFollow},
 	{"COMMAND_CONFLICT", codes.AlreadyExists, iolog.ErrConflict, callAppend},
 	{"LOG_FULL", codes.ResourceExhausted, iolog.ErrLogFull, callAppend},
-	{"TAMPERED", codes.FailedPrecondition, iolog.ErrTampered, callAppend | callFollow | callStatus},
+	{"TAMPERED", codes.FailedPrecondition, iolog.ErrTampered, callAppend | callFollow | callStatus | callList},
 }, classReasons()...)
 
 // classReasons are the table's rows for the domain's classes, as core
@@ -94,7 +95,7 @@ func classReasons() []reason {
 		calls := callFiles
 		switch class {
 		case core.ErrInvalidArgument:
-			calls = callAppend | callFollow | callFiles
+			calls = callAppend | callFollow | callFiles | callList
 		case core.ErrUnavailable:
 			calls = callAny
 		}
