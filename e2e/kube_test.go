@@ -146,6 +146,9 @@ func TestKube(t *testing.T) {
 	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
 	t.Run("Directories", func(t *testing.T) { kubeDirectories(t, k) })
 	t.Run("ListCommands", func(t *testing.T) { kubeListCommands(t, k) })
+	// Standard input, a terminal with resize, ListCommands and their
+	// errors, as under Docker (processes_test.go), through the io sidecar.
+	t.Run("Processes", func(t *testing.T) { runProcesses(t, k.e2eEnv, k.replica(t, "procs-a")) })
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.

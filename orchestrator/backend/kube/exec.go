@@ -22,10 +22,6 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	if rec.ContextID != "" {
 		return "", unsupported(featContexts)
 	}
-	if rec.Stdin {
-		// Its input could never arrive: SendStdin is not served here.
-		return "", unsupported(featInput)
-	}
 	p, err := m.live(ctx, req.SandboxID)
 	if err != nil {
 		return "", err
@@ -93,6 +89,41 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		return ctx.Err()
 	}
 	return err
+}
+
+// SendStdin appends data for a command's standard input, as the Docker
+// backend does: the sidecar appends it only to a command started with
+// stdin or a pty and not finished (cmdlog.AppendInput), and the refusal
+// comes back by reason and is worded here (cmdlog.InputError).
+func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
+	rec, err := cmdlog.StdinRecord(commandID, data)
+	if err != nil {
+		return err
+	}
+	return m.appendInput(ctx, sandboxID, commandID, rec)
+}
+
+// CloseStdin ends a command's standard input after the data sent before.
+func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
+	return m.appendInput(ctx, sandboxID, commandID, cmdlog.CloseRecord(commandID))
+}
+
+// ResizePty resizes a command's terminal.
+func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error {
+	return m.appendInput(ctx, sandboxID, commandID, cmdlog.ResizeRecord(commandID, size))
+}
+
+// appendInput has the sandbox's sidecar append input record rec.
+func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, rec ioproto.Record) error {
+	p, c, err := m.commandSidecar(ctx, sandboxID, commandID)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Append(ctx, rec); err != nil {
+		return m.ioError(sandboxID, commandID, err)
+	}
+	m.touch(sandboxID, p)
+	return nil
 }
 
 // ListCommands lists a sandbox's commands, newest first, a page at a

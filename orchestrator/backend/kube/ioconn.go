@@ -80,6 +80,8 @@ func (m *Manager) ioError(id, cmd string, err error) error {
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):
 		return core.CommandNotFound(cmd, id)
+	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished):
+		return cmdlog.InputError(id, cmd, err)
 	case errors.Is(err, iolog.ErrPruned):
 		return core.OutputPruned(cmd, id)
 	case errors.Is(err, iolog.ErrConflict):

@@ -59,11 +59,13 @@ const (
 // Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
 // different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
-// relies on; Append, Follow, Status, ListCommands), and one per class of
-// the domain's errors, named and coded after it: INVALID_ARGUMENT (a
-// malformed record, command ID, path or page; Append, Follow, ListCommands
-// and the files calls), UNAVAILABLE
-// (the sidecar is shutting down; any call), NOT_FOUND, ALREADY_EXISTS,
+// relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
+// NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
+// started without a pty, without stdin, or finished; Append), and one per
+// class of the domain's errors, named and coded after it: INVALID_ARGUMENT
+// (a malformed record, command ID, path or page; Append, Follow,
+// ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
+// down; any call), NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
@@ -72,7 +74,9 @@ const (
 type IOServiceClient interface {
 	// Append appends one record to the command log (/io/stdin), once: a
 	// command record whose command ID is already in the log with the same
-	// content is not appended again (appended is false).
+	// content is not appended again (appended is false). Input (stdin,
+	// stdin_close, resize) is appended only for a command that takes it
+	// (orchestrator/cmdlog's rules, the Docker backend's).
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// Follow streams a command's events with seq above after_seq, in order,
 	// waiting for new ones, until the done event (then the stream ends OK).
@@ -244,11 +248,13 @@ func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequ
 // Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
 // different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
-// relies on; Append, Follow, Status, ListCommands), and one per class of
-// the domain's errors, named and coded after it: INVALID_ARGUMENT (a
-// malformed record, command ID, path or page; Append, Follow, ListCommands
-// and the files calls), UNAVAILABLE
-// (the sidecar is shutting down; any call), NOT_FOUND, ALREADY_EXISTS,
+// relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
+// NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
+// started without a pty, without stdin, or finished; Append), and one per
+// class of the domain's errors, named and coded after it: INVALID_ARGUMENT
+// (a malformed record, command ID, path or page; Append, Follow,
+// ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
+// down; any call), NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
@@ -257,7 +263,9 @@ func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequ
 type IOServiceServer interface {
 	// Append appends one record to the command log (/io/stdin), once: a
 	// command record whose command ID is already in the log with the same
-	// content is not appended again (appended is false).
+	// content is not appended again (appended is false). Input (stdin,
+	// stdin_close, resize) is appended only for a command that takes it
+	// (orchestrator/cmdlog's rules, the Docker backend's).
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// Follow streams a command's events with seq above after_seq, in order,
 	// waiting for new ones, until the done event (then the stream ends OK).
