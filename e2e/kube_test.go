@@ -26,6 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/internal/kubetest/kubelet"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
@@ -144,6 +145,10 @@ func TestKube(t *testing.T) {
 	t.Run("WarmPoolConcurrentClaims", func(t *testing.T) { kubeWarmPool(t, k) })
 	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
 	t.Run("Directories", func(t *testing.T) { kubeDirectories(t, k) })
+	t.Run("ListCommands", func(t *testing.T) { kubeListCommands(t, k) })
+	// Standard input, a terminal with resize, ListCommands and their
+	// errors, as under Docker (processes_test.go), through the io sidecar.
+	t.Run("Processes", func(t *testing.T) { runProcesses(t, k.e2eEnv, k.replica(t, "procs-a")) })
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.
@@ -537,6 +542,93 @@ func kubeFiles(t *testing.T, k *kubeEnv) {
 	if _, err := tryDownload(ctx, c, id, "../etc/passwd"); status.Code(err) != codes.InvalidArgument && status.Code(err) != codes.NotFound {
 		t.Errorf("download ../etc/passwd: %v; want InvalidArgument", err)
 	}
+}
+
+// ListCommands through the io sidecar, as under Docker: five commands
+// listed newest first with their phases (finished, one running until a
+// file it waits for is uploaded, one queued behind it), paged two at a
+// time alternating between two replicas (a page token is a position in
+// the sidecar's log, good on any replica), Total counting all, and the
+// request's bounds refused with the Docker backend's words.
+func kubeListCommands(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	a, b := k.replica(t, "list-a"), k.replica(t, "list-b")
+	ca, _ := a.client(t)
+	cb, _ := b.client(t)
+	id := acquire(t, ctx, ca, "list-user").GetSandbox().GetSandboxId()
+	defer deleteQuietly(ca, id)
+	for i := range 3 {
+		mustOK(t, execute(t, ctx, cb, &sandboxv1.ExecuteRequest{SandboxId: id, CommandId: fmt.Sprint("done-", i), Code: fmt.Sprint(i)}), "done-"+fmt.Sprint(i))
+	}
+	gc, err := client.Dial(a.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	block, err := gc.Start(ctx, client.Command{SandboxID: id, ID: "block", Language: "bash", Code: "until [ -e /workspace/go ]; do sleep 0.05; done; echo released"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := gc.Start(ctx, client.Command{SandboxID: id, ID: "queued", Language: "bash", Code: "echo after"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := awaitListing(t, ctx, cb, id, "block running", func(cmds []*sandboxv1.CommandInfo) bool {
+		return len(cmds) == 5 && cmds[1].GetState() == sandboxv1.CommandState_COMMAND_STATE_RUNNING
+	})
+	if r.GetTotalCommands() != 5 || r.GetNextPageToken() != "" {
+		t.Errorf("one page of all: total %d, next %q; want 5, none", r.GetTotalCommands(), r.GetNextPageToken())
+	}
+	fin := sandboxv1.CommandState_COMMAND_STATE_FINISHED
+	for i, want := range []struct {
+		id    string
+		lang  string
+		state sandboxv1.CommandState
+	}{
+		{"queued", "bash", sandboxv1.CommandState_COMMAND_STATE_QUEUED},
+		{"block", "bash", sandboxv1.CommandState_COMMAND_STATE_RUNNING},
+		{"done-2", "python", fin}, {"done-1", "python", fin}, {"done-0", "python", fin},
+	} {
+		g := r.GetCommands()[i]
+		finished := want.state == fin
+		if g.GetCommandId() != want.id || g.GetLanguage() != want.lang || g.GetState() != want.state ||
+			(g.GetStartedAt() != nil) != (want.state != sandboxv1.CommandState_COMMAND_STATE_QUEUED) ||
+			(g.GetStatus() == sandboxv1.CommandStatus_COMMAND_STATUS_OK) != finished || (g.ExitCode != nil) || (g.GetFinishedAt() != nil) != finished ||
+			g.GetOutputAvailable() != (want.state != sandboxv1.CommandState_COMMAND_STATE_QUEUED) || g.GetStdin() || g.GetPty() {
+			t.Errorf("command %d: %v; want %+v", i, g, want)
+		}
+	}
+	clients := []sandboxv1.SandboxServiceClient{ca, cb}
+	if got := strings.Join(listPages(t, ctx, 2, clients, id), ","); got != "queued,block,done-2,done-1,done-0" {
+		t.Errorf("pages of 2 across both replicas gave %s", got)
+	}
+	p1, err := cb.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: id, PageSize: 2})
+	if err != nil || p1.GetNextPageToken() == "" || p1.GetTotalCommands() != 5 {
+		t.Fatalf("first page of 2: %v, %v; want a next page and a total of 5", p1, err)
+	}
+	_, err = ca.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: id, PageSize: 201})
+	wantRPCError(t, "ListCommands page_size 201", err, codes.InvalidArgument, "page_size 201 is outside 0-200")
+	_, err = ca.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: id, PageToken: "forged"})
+	wantRPCError(t, "ListCommands with a forged token", err, codes.InvalidArgument, "page_token")
+
+	// Released, both finish, and the listing says so.
+	if _, err := upload(ctx, ca, id, "go", nil); err != nil {
+		t.Fatalf("upload go: %v", err)
+	}
+	if o := startWait(block).result(t, ctx); o.Stdout != "released\n" {
+		t.Errorf("block printed %q", o.Stdout)
+	}
+	if o := startWait(queued).result(t, ctx); o.Stdout != "after\n" {
+		t.Errorf("queued printed %q", o.Stdout)
+	}
+	awaitListing(t, ctx, ca, id, "every command finished", func(cmds []*sandboxv1.CommandInfo) bool {
+		for _, c := range cmds {
+			if c.GetState() != fin {
+				return false
+			}
+		}
+		return len(cmds) == 5
+	})
 }
 
 // The directory calls go through the io sidecar as the Docker backend

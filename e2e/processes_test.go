@@ -100,6 +100,54 @@ func wantRPCError(t *testing.T, what string, err error, code codes.Code, mention
 	}
 }
 
+// awaitListing polls ListCommands (one default page) until ok holds of
+// its commands, for at most a minute, and returns that answer; what is
+// awaited (what) names the failure.
+func awaitListing(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient, sb, what string, ok func([]*sandboxv1.CommandInfo) bool) *sandboxv1.ListCommandsResponse {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		r, err := c.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(r.GetCommands()) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ListCommands did not show %s within a minute: %v", what, r.GetCommands())
+		}
+		time.Sleep(50 * time.Millisecond) // polling the listing itself, bounded by the deadline
+	}
+}
+
+// listPages walks a sandbox's commands size at a time, each page through
+// the next of clients in turn (a page token is good on any replica), and
+// returns their IDs in the order listed. Every page but the last must be
+// full; more than a hundred pages fail the test.
+func listPages(t *testing.T, ctx context.Context, size int32, clients []sandboxv1.SandboxServiceClient, sb string) []string {
+	t.Helper()
+	var ids []string
+	token := ""
+	for i := range 100 {
+		r, err := clients[i%len(clients)].ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb, PageSize: size, PageToken: token})
+		if err != nil {
+			t.Fatalf("page %d (token %q): %v", i, token, err)
+		}
+		for _, c := range r.GetCommands() {
+			ids = append(ids, c.GetCommandId())
+		}
+		if token = r.GetNextPageToken(); token == "" {
+			return ids
+		}
+		if len(r.GetCommands()) != int(size) {
+			t.Fatalf("page %d has %d commands and a next page; want %d", i, len(r.GetCommands()), size)
+		}
+	}
+	t.Fatalf("more than 100 pages of %d: %v", size, ids)
+	return nil
+}
+
 func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 	ctx := e2eCtx(t)
 	raw, _ := d.client(t)
@@ -203,25 +251,13 @@ func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 	queuedW := startWait(queued)
 
 	// The caller "lost" its IDs: ListCommands finds them, newest first.
-	var cmds []*sandboxv1.CommandInfo
-	deadline := time.Now().Add(time.Minute)
-	for {
-		r, err := raw.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmds = r.GetCommands()
-		if len(cmds) == 6 && cmds[1].GetState() == sandboxv1.CommandState_COMMAND_STATE_RUNNING {
-			if r.GetTotalCommands() != 6 || r.GetNextPageToken() != "" {
-				t.Errorf("one page of all: total %d, next %q", r.GetTotalCommands(), r.GetNextPageToken())
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ListCommands did not show hold running within a minute: %v", cmds)
-		}
-		time.Sleep(50 * time.Millisecond) // polling the listing itself, bounded by the deadline
+	r := awaitListing(t, ctx, raw, sb, "hold running", func(cmds []*sandboxv1.CommandInfo) bool {
+		return len(cmds) == 6 && cmds[1].GetState() == sandboxv1.CommandState_COMMAND_STATE_RUNNING
+	})
+	if r.GetTotalCommands() != 6 || r.GetNextPageToken() != "" {
+		t.Errorf("one page of all: total %d, next %q", r.GetTotalCommands(), r.GetNextPageToken())
 	}
+	cmds := r.GetCommands()
 	type want struct {
 		id, lang  string
 		state     sandboxv1.CommandState
@@ -253,21 +289,7 @@ func runProcesses(t *testing.T, env *e2eEnv, d *daemon) {
 	}
 
 	// Paging walks the same list, two at a time.
-	var paged []string
-	token := ""
-	for range 10 {
-		r, err := raw.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb, PageSize: 2, PageToken: token})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, c := range r.GetCommands() {
-			paged = append(paged, c.GetCommandId())
-		}
-		if token = r.GetNextPageToken(); token == "" {
-			break
-		}
-	}
-	if got := strings.Join(paged, ","); got != "queued,hold,py,term,cat,ask" {
+	if got := strings.Join(listPages(t, ctx, 2, []sandboxv1.SandboxServiceClient{raw}, sb), ","); got != "queued,hold,py,term,cat,ask" {
 		t.Errorf("pages of 2 gave %s", got)
 	}
 	_, err = raw.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb, PageSize: 201})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,10 +21,6 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	rec := core.ExecRecord(req)
 	if rec.ContextID != "" {
 		return "", unsupported(featContexts)
-	}
-	if rec.Stdin {
-		// Its input could never arrive: SendStdin is not served here.
-		return "", unsupported(featInput)
 	}
 	p, err := m.live(ctx, req.SandboxID)
 	if err != nil {
@@ -92,6 +89,66 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		return ctx.Err()
 	}
 	return err
+}
+
+// SendStdin appends data for a command's standard input, as the Docker
+// backend does: the sidecar appends it only to a command started with
+// stdin or a pty and not finished (cmdlog.AppendInput), and the refusal
+// comes back by reason and is worded here (cmdlog.InputError).
+func (m *Manager) SendStdin(ctx context.Context, sandboxID, commandID string, data []byte) error {
+	rec, err := cmdlog.StdinRecord(commandID, data)
+	if err != nil {
+		return err
+	}
+	return m.appendInput(ctx, sandboxID, commandID, rec)
+}
+
+// CloseStdin ends a command's standard input after the data sent before.
+func (m *Manager) CloseStdin(ctx context.Context, sandboxID, commandID string) error {
+	return m.appendInput(ctx, sandboxID, commandID, cmdlog.CloseRecord(commandID))
+}
+
+// ResizePty resizes a command's terminal.
+func (m *Manager) ResizePty(ctx context.Context, sandboxID, commandID string, size core.PtySize) error {
+	return m.appendInput(ctx, sandboxID, commandID, cmdlog.ResizeRecord(commandID, size))
+}
+
+// appendInput has the sandbox's sidecar append input record rec.
+func (m *Manager) appendInput(ctx context.Context, sandboxID, commandID string, rec ioproto.Record) error {
+	p, c, err := m.commandSidecar(ctx, sandboxID, commandID)
+	if err != nil {
+		return err
+	}
+	if _, err := c.Append(ctx, rec); err != nil {
+		return m.ioError(sandboxID, commandID, err)
+	}
+	m.touch(sandboxID, p)
+	return nil
+}
+
+// ListCommands lists a sandbox's commands, newest first, a page at a
+// time, as the Docker backend does: the page is checked here by cmdlog's
+// rules (before the sandbox is looked at, as there), and read by the
+// sandbox's io sidecar with the same code next to the log.
+func (m *Manager) ListCommands(ctx context.Context, sandboxID string, pageSize int, pageToken string) (core.CommandPage, error) {
+	page, err := cmdlog.ParsePage(pageSize, pageToken)
+	if err != nil {
+		return core.CommandPage{}, err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return core.CommandPage{}, err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return core.CommandPage{}, err
+	}
+	list, err := c.ListCommands(ctx, page)
+	if err != nil {
+		return core.CommandPage{}, m.ioError(sandboxID, "", err)
+	}
+	m.touch(sandboxID, p)
+	return list, nil
 }
 
 // commandSidecar returns the sandbox's ready Pod and its sidecar

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 
@@ -31,6 +32,7 @@ type IOConn interface {
 	MakeDirectory(ctx context.Context, path string, parents bool) (core.FileInfo, error)
 	Remove(ctx context.Context, path string, recursive bool) error
 	Rename(ctx context.Context, from, to string, overwrite bool) (core.FileInfo, error)
+	ListCommands(ctx context.Context, page cmdlog.Page) (core.CommandPage, error)
 	Close() error
 }
 
@@ -78,6 +80,8 @@ func (m *Manager) ioError(id, cmd string, err error) error {
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):
 		return core.CommandNotFound(cmd, id)
+	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished):
+		return cmdlog.InputError(id, cmd, err)
 	case errors.Is(err, iolog.ErrPruned):
 		return core.OutputPruned(cmd, id)
 	case errors.Is(err, iolog.ErrConflict):

@@ -142,6 +142,26 @@ func TestIOErrorThroughTheSidecar(t *testing.T) {
 	want("an invalid command ID (the sidecar's own check)", m.ioError(testSandbox, "../x", err), core.ErrInvalidArgument,
 		`io sidecar: command_id "../x" has characters outside [A-Za-z0-9._-] or does not start with a letter or digit (InvalidArgument)`)
 
+	// Input refused next to the log reads as under Docker (the texts are
+	// the Docker backend's, cmdlog.InputError's).
+	if _, err := c.Append(ctx, ioproto.Record{Type: ioproto.KindExec, CommandID: "sh", Language: ioproto.LanguageBash, Code: "cat", Stdin: true}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Append(ctx, ioproto.StdinRecord("c1", []byte("x")))
+	want("stdin for a command without it", m.ioError(testSandbox, "c1", err), core.ErrFailedPrecondition,
+		"command c1 in sandbox "+testSandbox+" was not started with stdin (ExecuteRequest.stdin or pty); its input is closed")
+	_, err = c.Append(ctx, ioproto.Record{Type: ioproto.KindResize, CommandID: "sh", Pty: ioproto.PtySize{Rows: 2, Cols: 2}})
+	want("a resize without a terminal", m.ioError(testSandbox, "sh", err), core.ErrFailedPrecondition,
+		"command sh in sandbox "+testSandbox+" was not started with a terminal (ExecuteRequest.pty); it cannot be resized")
+	_, err = c.Append(ctx, ioproto.Record{Type: ioproto.KindStdinClose, CommandID: "nope"})
+	want("a close for an unknown command", m.ioError(testSandbox, "nope", err), core.ErrNotFound, core.CommandNotFound("nope", testSandbox).Error())
+	if err := os.WriteFile(filepath.Join(ioDir, ioproto.OutDir, ioproto.EventsFileName("sh")), []byte(`{"seq":1,"type":"started","command_id":"sh"}`+"\n"+`{"seq":2,"type":"done","status":"ok"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Append(ctx, ioproto.StdinRecord("sh", []byte("x")))
+	want("stdin for a finished command", m.ioError(testSandbox, "sh", err), core.ErrFailedPrecondition,
+		"command sh in sandbox "+testSandbox+" has finished; it takes no more input")
+
 	// A forged reason, or one Follow cannot answer: the sidecar failed.
 	for _, f := range []forger{
 		{code: codes.NotFound, reason: "SANDBOX_DELETED"},

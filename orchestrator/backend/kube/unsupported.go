@@ -24,8 +24,6 @@ const (
 	featWatches     = "directory watches"
 	featContexts    = "execution contexts"
 	featHibernation = "hibernation and wake"
-	featInput       = "stdin and terminals for commands"
-	featListing     = "command listings"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks"
@@ -129,27 +127,6 @@ func (m *Manager) DeleteSnapshot(context.Context, string) error {
 // Fork is not supported on this backend.
 func (m *Manager) Fork(context.Context, string, core.ForkRequest) ([]core.ForkResult, error) {
 	return nil, unsupported(featSnapshots)
-}
-
-// SendStdin is not supported on this backend (Submit refuses commands
-// with stdin or a terminal).
-func (m *Manager) SendStdin(context.Context, string, string, []byte) error {
-	return unsupported(featInput)
-}
-
-// CloseStdin is not supported on this backend.
-func (m *Manager) CloseStdin(context.Context, string, string) error {
-	return unsupported(featInput)
-}
-
-// ResizePty is not supported on this backend.
-func (m *Manager) ResizePty(context.Context, string, string, core.PtySize) error {
-	return unsupported(featInput)
-}
-
-// ListCommands is not supported on this backend.
-func (m *Manager) ListCommands(context.Context, string, int, string) (core.CommandPage, error) {
-	return core.CommandPage{}, unsupported(featListing)
 }
 
 // Every operation of the port, supported or not.

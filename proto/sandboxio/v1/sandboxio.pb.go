@@ -35,6 +35,63 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CommandPhase is where a command is in its life, as its files tell.
+type CommandPhase int32
+
+const (
+	// Its events file cannot be read (the sandbox altered it).
+	CommandPhase_COMMAND_PHASE_UNSPECIFIED CommandPhase = 0
+	// The driver has not started it.
+	CommandPhase_COMMAND_PHASE_QUEUED CommandPhase = 1
+	// Started, not done.
+	CommandPhase_COMMAND_PHASE_RUNNING CommandPhase = 2
+	// Done, or its files were pruned after it ran.
+	CommandPhase_COMMAND_PHASE_FINISHED CommandPhase = 3
+)
+
+// Enum value maps for CommandPhase.
+var (
+	CommandPhase_name = map[int32]string{
+		0: "COMMAND_PHASE_UNSPECIFIED",
+		1: "COMMAND_PHASE_QUEUED",
+		2: "COMMAND_PHASE_RUNNING",
+		3: "COMMAND_PHASE_FINISHED",
+	}
+	CommandPhase_value = map[string]int32{
+		"COMMAND_PHASE_UNSPECIFIED": 0,
+		"COMMAND_PHASE_QUEUED":      1,
+		"COMMAND_PHASE_RUNNING":     2,
+		"COMMAND_PHASE_FINISHED":    3,
+	}
+)
+
+func (x CommandPhase) Enum() *CommandPhase {
+	p := new(CommandPhase)
+	*p = x
+	return p
+}
+
+func (x CommandPhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CommandPhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxio_v1_sandboxio_proto_enumTypes[0].Descriptor()
+}
+
+func (CommandPhase) Type() protoreflect.EnumType {
+	return &file_sandboxio_v1_sandboxio_proto_enumTypes[0]
+}
+
+func (x CommandPhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CommandPhase.Descriptor instead.
+func (CommandPhase) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+}
+
 // AppendRequest carries one record of the /io protocol.
 type AppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1013,6 +1070,273 @@ func (x *RenameResponse) GetFile() *FileInfo {
 	return nil
 }
 
+// ListCommandsRequest asks for one page of commands.
+type ListCommandsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The most commands to list: 0 is 50, at most 200 (more is
+	// INVALID_ARGUMENT).
+	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// A previous page's next_page_token; empty lists from the newest.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandsRequest) Reset() {
+	*x = ListCommandsRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandsRequest) ProtoMessage() {}
+
+func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
+func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListCommandsRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListCommandsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListCommandsResponse is one page of commands.
+type ListCommandsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The commands, newest first.
+	Commands []*CommandInfo `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
+	// Continues the listing below this page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	// The number of commands in the log.
+	Total         uint32 `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCommandsResponse) Reset() {
+	*x = ListCommandsResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCommandsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCommandsResponse) ProtoMessage() {}
+
+func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
+func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
+	if x != nil {
+		return x.Commands
+	}
+	return nil
+}
+
+func (x *ListCommandsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListCommandsResponse) GetTotal() uint32 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+// CommandInfo describes one command of the log.
+type CommandInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The command's ID.
+	CommandId string `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// Its language; empty for a record the driver could not read.
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// Its context (the default context's ID for the default one).
+	ContextId string `protobuf:"bytes,3,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// Where it is.
+	Phase CommandPhase `protobuf:"varint,4,opt,name=phase,proto3,enum=sandboxio.v1.CommandPhase" json:"phase,omitempty"`
+	// A finished command's status (ioproto's: "ok", "error", ...); empty
+	// otherwise, and when its output was pruned.
+	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	// The started event's time, in nanoseconds since the Unix epoch; 0 when
+	// not known.
+	StartedAtUnixNano int64 `protobuf:"varint,6,opt,name=started_at_unix_nano,json=startedAtUnixNano,proto3" json:"started_at_unix_nano,omitempty"`
+	// The done event's time likewise; 0 before it.
+	FinishedAtUnixNano int64 `protobuf:"varint,7,opt,name=finished_at_unix_nano,json=finishedAtUnixNano,proto3" json:"finished_at_unix_nano,omitempty"`
+	// How long it ran, in milliseconds, as the done event says.
+	DurationMs int64 `protobuf:"varint,8,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	// Its exit code, when the done event has one.
+	ExitCode *int32 `protobuf:"varint,9,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
+	// Its events can still be streamed (not pruned).
+	OutputAvailable bool `protobuf:"varint,10,opt,name=output_available,json=outputAvailable,proto3" json:"output_available,omitempty"`
+	// It was started with its input open.
+	Stdin bool `protobuf:"varint,11,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// It was started on a terminal (which implies stdin).
+	Pty           bool `protobuf:"varint,12,opt,name=pty,proto3" json:"pty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandInfo) Reset() {
+	*x = CommandInfo{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandInfo) ProtoMessage() {}
+
+func (x *CommandInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
+func (*CommandInfo) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CommandInfo) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetPhase() CommandPhase {
+	if x != nil {
+		return x.Phase
+	}
+	return CommandPhase_COMMAND_PHASE_UNSPECIFIED
+}
+
+func (x *CommandInfo) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *CommandInfo) GetStartedAtUnixNano() int64 {
+	if x != nil {
+		return x.StartedAtUnixNano
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetFinishedAtUnixNano() int64 {
+	if x != nil {
+		return x.FinishedAtUnixNano
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetDurationMs() int64 {
+	if x != nil {
+		return x.DurationMs
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetExitCode() int32 {
+	if x != nil && x.ExitCode != nil {
+		return *x.ExitCode
+	}
+	return 0
+}
+
+func (x *CommandInfo) GetOutputAvailable() bool {
+	if x != nil {
+		return x.OutputAvailable
+	}
+	return false
+}
+
+func (x *CommandInfo) GetStdin() bool {
+	if x != nil {
+		return x.Stdin
+	}
+	return false
+}
+
+func (x *CommandInfo) GetPty() bool {
+	if x != nil {
+		return x.Pty
+	}
+	return false
+}
+
 // FileInfo describes a file under /workspace.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1034,7 +1358,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1370,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1383,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1155,14 +1479,46 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x1c\n" +
 	"\toverwrite\x18\x03 \x01(\bR\toverwrite\"<\n" +
 	"\x0eRenameResponse\x12*\n" +
-	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"\x97\x01\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"Q\n" +
+	"\x13ListCommandsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"\x8b\x01\n" +
+	"\x14ListCommandsResponse\x125\n" +
+	"\bcommands\x18\x01 \x03(\v2\x19.sandboxio.v1.CommandInfoR\bcommands\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\rR\x05total\"\xb9\x03\n" +
+	"\vCommandInfo\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x03 \x01(\tR\tcontextId\x120\n" +
+	"\x05phase\x18\x04 \x01(\x0e2\x1a.sandboxio.v1.CommandPhaseR\x05phase\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12/\n" +
+	"\x14started_at_unix_nano\x18\x06 \x01(\x03R\x11startedAtUnixNano\x121\n" +
+	"\x15finished_at_unix_nano\x18\a \x01(\x03R\x12finishedAtUnixNano\x12\x1f\n" +
+	"\vduration_ms\x18\b \x01(\x03R\n" +
+	"durationMs\x12 \n" +
+	"\texit_code\x18\t \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12)\n" +
+	"\x10output_available\x18\n" +
+	" \x01(\bR\x0foutputAvailable\x12\x14\n" +
+	"\x05stdin\x18\v \x01(\bR\x05stdin\x12\x10\n" +
+	"\x03pty\x18\f \x01(\bR\x03ptyB\f\n" +
+	"\n" +
+	"_exit_code\"\x97\x01\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12+\n" +
 	"\x12mod_time_unix_nano\x18\x04 \x01(\x03R\x0fmodTimeUnixNano\x12\x10\n" +
 	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x06 \x01(\rR\x03gid2\xa2\x05\n" +
+	"\x03gid\x18\x06 \x01(\rR\x03gid*~\n" +
+	"\fCommandPhase\x12\x1d\n" +
+	"\x19COMMAND_PHASE_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14COMMAND_PHASE_QUEUED\x10\x01\x12\x19\n" +
+	"\x15COMMAND_PHASE_RUNNING\x10\x02\x12\x1a\n" +
+	"\x16COMMAND_PHASE_FINISHED\x10\x032\xf9\x05\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -1172,7 +1528,8 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\tListFiles\x12\x1e.sandboxio.v1.ListFilesRequest\x1a\x1f.sandboxio.v1.ListFilesResponse\x12X\n" +
 	"\rMakeDirectory\x12\".sandboxio.v1.MakeDirectoryRequest\x1a#.sandboxio.v1.MakeDirectoryResponse\x12C\n" +
 	"\x06Remove\x12\x1b.sandboxio.v1.RemoveRequest\x1a\x1c.sandboxio.v1.RemoveResponse\x12C\n" +
-	"\x06Rename\x12\x1b.sandboxio.v1.RenameRequest\x1a\x1c.sandboxio.v1.RenameResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\x06Rename\x12\x1b.sandboxio.v1.RenameRequest\x1a\x1c.sandboxio.v1.RenameResponse\x12U\n" +
+	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -1186,59 +1543,68 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 	return file_sandboxio_v1_sandboxio_proto_rawDescData
 }
 
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
-	(*AppendRequest)(nil),         // 0: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),        // 1: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),         // 2: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),        // 3: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),         // 4: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),        // 5: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),         // 6: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),          // 7: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),        // 8: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),       // 9: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),      // 10: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),      // 11: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 12: sandboxio.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),  // 13: sandboxio.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil), // 14: sandboxio.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),         // 15: sandboxio.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 16: sandboxio.v1.RemoveResponse
-	(*RenameRequest)(nil),         // 17: sandboxio.v1.RenameRequest
-	(*RenameResponse)(nil),        // 18: sandboxio.v1.RenameResponse
-	(*FileInfo)(nil),              // 19: sandboxio.v1.FileInfo
+	(CommandPhase)(0),             // 0: sandboxio.v1.CommandPhase
+	(*AppendRequest)(nil),         // 1: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),        // 2: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),         // 3: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),        // 4: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),         // 5: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),        // 6: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),         // 7: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),          // 8: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),        // 9: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),       // 10: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),      // 11: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),      // 12: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),     // 13: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),  // 14: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil), // 15: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),         // 16: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 17: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),         // 18: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),        // 19: sandboxio.v1.RenameResponse
+	(*ListCommandsRequest)(nil),   // 20: sandboxio.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),  // 21: sandboxio.v1.ListCommandsResponse
+	(*CommandInfo)(nil),           // 22: sandboxio.v1.CommandInfo
+	(*FileInfo)(nil),              // 23: sandboxio.v1.FileInfo
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
-	7,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	19, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	19, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	19, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	19, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	19, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
-	0,  // 6: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	2,  // 7: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	4,  // 8: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	6,  // 9: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	9,  // 10: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	11, // 11: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	13, // 12: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	15, // 13: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	17, // 14: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	1,  // 15: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	3,  // 16: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	5,  // 17: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	8,  // 18: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	10, // 19: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	12, // 20: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	14, // 21: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	16, // 22: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	18, // 23: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	8,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
+	23, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	23, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	23, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	23, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	23, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	22, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
+	0,  // 7: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
+	1,  // 8: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	3,  // 9: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	5,  // 10: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	7,  // 11: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	10, // 12: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	12, // 13: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	14, // 14: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	16, // 15: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	18, // 16: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	20, // 17: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	2,  // 18: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	4,  // 19: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	6,  // 20: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	9,  // 21: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	11, // 22: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	13, // 23: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	15, // 24: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	17, // 25: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	19, // 26: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	21, // 27: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -1250,18 +1616,20 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   20,
+			NumEnums:      1,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_sandboxio_v1_sandboxio_proto_goTypes,
 		DependencyIndexes: file_sandboxio_v1_sandboxio_proto_depIdxs,
+		EnumInfos:         file_sandboxio_v1_sandboxio_proto_enumTypes,
 		MessageInfos:      file_sandboxio_v1_sandboxio_proto_msgTypes,
 	}.Build()
 	File_sandboxio_v1_sandboxio_proto = out.File

@@ -42,6 +42,7 @@ const (
 	IOService_MakeDirectory_FullMethodName = "/sandboxio.v1.IOService/MakeDirectory"
 	IOService_Remove_FullMethodName        = "/sandboxio.v1.IOService/Remove"
 	IOService_Rename_FullMethodName        = "/sandboxio.v1.IOService/Rename"
+	IOService_ListCommands_FullMethodName  = "/sandboxio.v1.IOService/ListCommands"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -58,10 +59,13 @@ const (
 // Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
 // different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
-// relies on; Append, Follow, Status), and one per class of the domain's
-// errors, named and coded after it: INVALID_ARGUMENT (a malformed record,
-// command ID or path; Append, Follow and the files calls), UNAVAILABLE
-// (the sidecar is shutting down; any call), NOT_FOUND, ALREADY_EXISTS,
+// relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
+// NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
+// started without a pty, without stdin, or finished; Append), and one per
+// class of the domain's errors, named and coded after it: INVALID_ARGUMENT
+// (a malformed record, command ID, path or page; Append, Follow,
+// ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
+// down; any call), NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
@@ -70,7 +74,9 @@ const (
 type IOServiceClient interface {
 	// Append appends one record to the command log (/io/stdin), once: a
 	// command record whose command ID is already in the log with the same
-	// content is not appended again (appended is false).
+	// content is not appended again (appended is false). Input (stdin,
+	// stdin_close, resize) is appended only for a command that takes it
+	// (orchestrator/cmdlog's rules, the Docker backend's).
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// Follow streams a command's events with seq above after_seq, in order,
 	// waiting for new ones, until the done event (then the stream ends OK).
@@ -93,6 +99,10 @@ type IOServiceClient interface {
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
 	// Rename moves a file or directory within /workspace.
 	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
+	// ListCommands lists the command log's commands, newest first, a page
+	// at a time, with where each is in its life (ListCommands of
+	// sandbox.v1, by the same rules: orchestrator/cmdlog).
+	ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
 }
 
 type iOServiceClient struct {
@@ -214,6 +224,16 @@ func (c *iOServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ..
 	return out, nil
 }
 
+func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCommandsResponse)
+	err := c.cc.Invoke(ctx, IOService_ListCommands_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -228,10 +248,13 @@ func (c *iOServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ..
 // Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
 // different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
-// relies on; Append, Follow, Status), and one per class of the domain's
-// errors, named and coded after it: INVALID_ARGUMENT (a malformed record,
-// command ID or path; Append, Follow and the files calls), UNAVAILABLE
-// (the sidecar is shutting down; any call), NOT_FOUND, ALREADY_EXISTS,
+// relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
+// NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
+// started without a pty, without stdin, or finished; Append), and one per
+// class of the domain's errors, named and coded after it: INVALID_ARGUMENT
+// (a malformed record, command ID, path or page; Append, Follow,
+// ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
+// down; any call), NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
@@ -240,7 +263,9 @@ func (c *iOServiceClient) Rename(ctx context.Context, in *RenameRequest, opts ..
 type IOServiceServer interface {
 	// Append appends one record to the command log (/io/stdin), once: a
 	// command record whose command ID is already in the log with the same
-	// content is not appended again (appended is false).
+	// content is not appended again (appended is false). Input (stdin,
+	// stdin_close, resize) is appended only for a command that takes it
+	// (orchestrator/cmdlog's rules, the Docker backend's).
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// Follow streams a command's events with seq above after_seq, in order,
 	// waiting for new ones, until the done event (then the stream ends OK).
@@ -263,6 +288,10 @@ type IOServiceServer interface {
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
 	// Rename moves a file or directory within /workspace.
 	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
+	// ListCommands lists the command log's commands, newest first, a page
+	// at a time, with where each is in its life (ListCommands of
+	// sandbox.v1, by the same rules: orchestrator/cmdlog).
+	ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -299,6 +328,9 @@ func (UnimplementedIOServiceServer) Remove(context.Context, *RemoveRequest) (*Re
 }
 func (UnimplementedIOServiceServer) Rename(context.Context, *RenameRequest) (*RenameResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rename not implemented")
+}
+func (UnimplementedIOServiceServer) ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -458,6 +490,24 @@ func _IOService_Rename_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IOService_ListCommands_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCommandsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).ListCommands(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_ListCommands_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).ListCommands(ctx, req.(*ListCommandsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -488,6 +538,10 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rename",
 			Handler:    _IOService_Rename_Handler,
+		},
+		{
+			MethodName: "ListCommands",
+			Handler:    _IOService_ListCommands_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/core/errgrpc"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
@@ -22,9 +23,10 @@ import (
 //
 //   - the Server turns a handler's error into a status through it
 //     (statusOf): an iolog sentinel (unknown command, pruned output,
-//     conflict, full log, tampering) or a core class (the files API's
-//     errors, wspath's, and refused requests) becomes the reason's code
-//     and the reason, with the error's text as the message;
+//     conflict, full log, tampering), a cmdlog one (input refused) or
+//     a core class (the files API's errors, wspath's, and refused
+//     requests) becomes the reason's code and the reason, with the
+//     error's text as the message;
 //   - the Client turns a status back through it (errorOf): an *Error that
 //     matches (errors.Is) the same sentinel or class, so that the kube
 //     Manager only adds the sandbox's context (ioError), as the Docker
@@ -53,8 +55,9 @@ const (
 	callFollow
 	callStatus
 	callFiles // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
+	callList  // ListCommands
 
-	callAny = callAppend | callFollow | callStatus | callFiles
+	callAny = callAppend | callFollow | callStatus | callFiles | callList
 )
 
 // reason is a row of the table.
@@ -79,7 +82,11 @@ var reasons = append([]reason{
 	{"OUTPUT_PRUNED", codes.NotFound, iolog.ErrPruned, callFollow},
 	{"COMMAND_CONFLICT", codes.AlreadyExists, iolog.ErrConflict, callAppend},
 	{"LOG_FULL", codes.ResourceExhausted, iolog.ErrLogFull, callAppend},
-	{"TAMPERED", codes.FailedPrecondition, iolog.ErrTampered, callAppend | callFollow | callStatus},
+	{"TAMPERED", codes.FailedPrecondition, iolog.ErrTampered, callAppend | callFollow | callStatus | callList},
+	// Input refused by cmdlog's rules (cmdlog.AppendInput).
+	{"NO_TERMINAL", codes.FailedPrecondition, cmdlog.ErrNoTerminal, callAppend},
+	{"NO_INPUT", codes.FailedPrecondition, cmdlog.ErrNoInput, callAppend},
+	{"COMMAND_FINISHED", codes.FailedPrecondition, cmdlog.ErrFinished, callAppend},
 }, classReasons()...)
 
 // classReasons are the table's rows for the domain's classes, as core
@@ -94,7 +101,7 @@ func classReasons() []reason {
 		calls := callFiles
 		switch class {
 		case core.ErrInvalidArgument:
-			calls = callAppend | callFollow | callFiles
+			calls = callAppend | callFollow | callFiles | callList
 		case core.ErrUnavailable:
 			calls = callAny
 		}

@@ -29,6 +29,11 @@ type hostileSidecar struct {
 	file     *sandboxiov1.FileInfo // MakeDirectory's and Rename's answer
 	err      error                 // Remove's answer
 	status   []byte
+	commands *sandboxiov1.ListCommandsResponse // ListCommands' answer
+}
+
+func (h *hostileSidecar) ListCommands(context.Context, *sandboxiov1.ListCommandsRequest) (*sandboxiov1.ListCommandsResponse, error) {
+	return h.commands, h.err
 }
 
 func (h *hostileSidecar) MakeDirectory(context.Context, *sandboxiov1.MakeDirectoryRequest) (*sandboxiov1.MakeDirectoryResponse, error) {

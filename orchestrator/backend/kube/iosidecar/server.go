@@ -55,6 +55,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
@@ -283,13 +284,25 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 }
 
 // Append appends one record to the command log, once (iolog.Dir.Append).
+// Input (stdin, its close, a resize) is appended only to a command that
+// takes it, by cmdlog's rules, as the Docker backend appends it: the
+// sidecar is the log's only writer, so the check is made here, next to
+// the log, and no caller can skip it.
 func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*sandboxiov1.AppendResponse, error) {
 	rec, _, err := ioproto.ParseRecord(req.GetRecord()) // the sidecar's own check (package doc)
 	if err != nil {
 		return nil, core.Invalidf("%v", err)
 	}
-	appended, err := s.dir.AppendContext(ctx, rec, nil)
+	var appended bool
+	if cmdlog.IsInput(rec) {
+		err = cmdlog.AppendInput(ctx, s.dir, rec, nil)
+		appended = err == nil
+	} else {
+		appended, err = s.dir.AppendContext(ctx, rec, nil)
+	}
 	switch {
+	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished):
+		return nil, err // the table's reasons (errors.go)
 	case err == nil:
 		if appended {
 			s.log.Debug("record appended", "type", rec.Type, "command_id", rec.CommandID)
