@@ -750,8 +750,10 @@ func (d *daemon) container(t *testing.T, ctx context.Context, sbID string) conta
 // Pod's deletion.
 func (d *daemon) checkContainerGone(t *testing.T, ctx context.Context, ctrID string) {
 	t.Helper()
-	gone := func() bool { return len(dockerLines(t, ctx, "ps", "-aq", "--filter", "id="+ctrID)) == 0 }
-	if d.kube != nil && pollUntil(30*time.Second, gone) {
+	if d.kube != nil {
+		if !pollUntil(30*time.Second, func() bool { return d.kube.nodes.containerGone(ctx, ctrID) }) {
+			t.Errorf("container %s of the deleted sandbox still exists 30s after", ctrID)
+		}
 		return
 	}
 	if ids := dockerLines(t, ctx, "ps", "-aq", "--filter", "id="+ctrID); len(ids) != 0 {

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,10 +26,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/internal/kubetest/kubelet"
+	"github.com/sandboxd/sandboxd/internal/kubetest/node"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -41,23 +44,106 @@ const (
 	kubeTokB = "kube-tenant-b-token-e2e-0123456789"
 )
 
-// kubeEnv is a running API server with a test kubelet, and what sandboxd
-// replicas need to use it.
+// kubeEnv is a running API server with nodes to run its Pods, and what
+// sandboxd replicas need to use it.
 type kubeEnv struct {
 	*e2eEnv
 	cs         kubernetes.Interface
-	kl         *kubelet.Kubelet
+	nodes      kubeNodes
 	kubeconfig string
 	tokenFile  string
+	// image is the replicas' --image when the nodes know the sandbox
+	// image by another name ("": the e2e image).
+	image string
+	// replicaArgs are more flags for every replica.
+	replicaArgs []string
+	// cluster is the real cluster, nil on the test kubelet.
+	cluster *node.Cluster
+	// kubeletForFaults is the test kubelet, nil on a real cluster: the
+	// faults it makes happen at will (an eviction, an OOM kill of the
+	// whole container) a real node makes by real pressure.
+	kubeletForFaults *kubelet.Kubelet
 }
 
-// needKube starts the API server and the kubelet (or skips, or fails under
-// CI=true, when a part is missing).
+// kubeNodes is what runs the Pods, as the tests see it: the test kubelet
+// on Docker, or the real nodes' kubelets and containerd.
+type kubeNodes interface {
+	// containerID is the running container name of Pod pod ("" if none).
+	containerID(ctx context.Context, pod, name string) string
+	// containerGone reports whether container id no longer exists.
+	containerGone(ctx context.Context, id string) bool
+}
+
+// testKubelet runs Pods on the test kubelet.
+type testKubelet struct{ kl *kubelet.Kubelet }
+
+func (k testKubelet) containerID(_ context.Context, pod, name string) string {
+	return k.kl.ContainerID(kubeNamespace, pod, name)
+}
+
+func (k testKubelet) containerGone(ctx context.Context, id string) bool {
+	out, err := exec.CommandContext(ctx, "docker", "ps", "-aq", "--filter", "id="+id).Output()
+	return err == nil && len(strings.TrimSpace(string(out))) == 0
+}
+
+// realNodes runs Pods on a real cluster's nodes.
+type realNodes struct{ c *node.Cluster }
+
+func (r realNodes) containerID(ctx context.Context, pod, name string) string {
+	return r.c.ContainerID(ctx, kubeNamespace, pod, name)
+}
+
+func (r realNodes) containerGone(ctx context.Context, id string) bool {
+	gone, err := r.c.ContainerGone(ctx, id)
+	return err == nil && gone
+}
+
+// needKube starts the API server and the test kubelet (or skips, or fails
+// under CI=true, when a part is missing).
 func needKube(t *testing.T) *kubeEnv {
 	t.Helper()
 	kubetest.NeedAPIServer(t)
 	env := needE2E(t)
 	rc := kubetest.Start(t)
+	k := newKubeEnv(t, env, rc)
+	kl := kubelet.StartForTest(t, kubelet.Config{RestConfig: rc, StateDir: filepath.Join(t.TempDir(), "kubelet")})
+	k.nodes = testKubelet{kl}
+	k.kubeletForFaults = kl
+	return k
+}
+
+// realNodeImage is the name the real nodes know the e2e sandbox image by:
+// not tagged latest, whose pull policy would be Always (there is no
+// registry).
+const realNodeImage = "sandboxd.test/sandbox:e2e"
+
+// needRealKube starts a real cluster (internal/kubetest/node) with the
+// given nodes, the e2e sandbox image imported into each.
+func needRealKube(t *testing.T, o node.Options) *kubeEnv {
+	t.Helper()
+	node.Need(t)
+	env := needE2E(t)
+	o.Images = map[string]string{env.image: realNodeImage}
+	c := node.Start(t, o)
+	k := newKubeEnv(t, env, c.RestConfig)
+	k.nodes, k.cluster, k.image = realNodes{c}, c, realNodeImage
+	// A real scheduler counts CPU requests: twenty sandboxes of half a
+	// CPU each would not fit two nodes of this two-core machine.
+	k.replicaArgs = []string{"--kube-cpu-request", "0.05"}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range c.Nodes {
+				t.Logf("%s", n.Logs())
+			}
+		}
+	})
+	return k
+}
+
+// newKubeEnv prepares the API server behind rc for sandboxd replicas: their
+// namespace, the io sidecar's token Secret and a kubeconfig.
+func newKubeEnv(t *testing.T, env *e2eEnv, rc *rest.Config) *kubeEnv {
+	t.Helper()
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		t.Fatal(err)
@@ -81,16 +167,20 @@ func needKube(t *testing.T) *kubeEnv {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	k.kl = kubelet.StartForTest(t, kubelet.Config{RestConfig: rc, StateDir: filepath.Join(dir, "kubelet")})
 	return k
 }
 
 // replica starts one sandboxd replica named name on the API server.
 func (k *kubeEnv) replica(t *testing.T, name string, extra ...string) *daemon {
 	t.Helper()
-	args := append([]string{"--backend", "kubernetes", "--kubeconfig", k.kubeconfig, "--kube-namespace", kubeNamespace,
+	args := []string{"--backend", "kubernetes", "--kubeconfig", k.kubeconfig, "--kube-namespace", kubeNamespace,
 		"--kube-io-token-file", k.tokenFile, "--kube-identity", name, "--kube-leader-lease", "3s",
-		"--default-cpus", "0.5"}, extra...)
+		"--default-cpus", "0.5"}
+	if k.image != "" {
+		args = append(args, "--image", k.image)
+	}
+	args = append(args, k.replicaArgs...)
+	args = append(args, extra...)
 	d := k.start(t, args...)
 	d.kube = k
 	return d
@@ -102,8 +192,8 @@ func (k *kubeEnv) sandboxContainer(t *testing.T, ctx context.Context, id string)
 	t.Helper()
 	p := k.podOf(t, ctx, id)
 	var ctr string
-	if !pollUntil(30*time.Second, func() bool { ctr = k.kl.ContainerID(kubeNamespace, p.Name, "sandbox"); return ctr != "" }) {
-		t.Fatalf("the kubelet runs no sandbox container for pod %s", p.Name)
+	if !pollUntil(30*time.Second, func() bool { ctr = k.nodes.containerID(ctx, p.Name, "sandbox"); return ctr != "" }) {
+		t.Fatalf("no node runs a sandbox container for pod %s", p.Name)
 	}
 	return containerInfo{id: ctr, user: p.Annotations["sandboxd.io/user-id"]}
 }
@@ -135,9 +225,80 @@ func (k *kubeEnv) podOf(t *testing.T, ctx context.Context, id string) *corev1.Po
 }
 
 // TestKube runs the Kubernetes backend's scenarios on one API server and
-// kubelet; each subtest has its own replicas and users.
-func TestKube(t *testing.T) {
-	k := needKube(t)
+// the test kubelet; each subtest has its own replicas and users.
+func TestKube(t *testing.T) { kubeScenarios(t, needKube(t)) }
+
+// TestKubeRealNode runs the same scenarios on a real cluster: the real
+// scheduler and controller manager, two real nodes (kubelet, containerd,
+// CNI), and then loses a node.
+func TestKubeRealNode(t *testing.T) {
+	k := needRealKube(t, node.Options{Nodes: []string{"node-a", "node-b"}, NodeMonitorGracePeriod: 10 * time.Second})
+	kubeScenarios(t, k)
+	// Last: the cluster has one node left after it.
+	t.Run("NodeLost", func(t *testing.T) { kubeNodeLost(t, k) })
+}
+
+// A node is lost (its kubelet, its containerd and every process of its
+// Pods killed at once): once the controller manager has marked it and the
+// sandboxes' toleration of its taint (--kube-node-lost-after) has run
+// out, each sandbox it ran is DEAD naming the node, the user's next
+// acquire names the replaced sandbox, and the sandboxes on the other node
+// keep their interpreters' state.
+func kubeNodeLost(t *testing.T, k *kubeEnv) {
+	const lostAfter = 5 * time.Second
+	ctx := e2eCtx(t)
+	d := k.replica(t, "lost-a", "--kube-node-lost-after", lostAfter.String())
+	c, _ := d.client(t)
+	byNode := map[string][]string{} // node → sandbox IDs
+	user := map[string]string{}     // sandbox ID → user
+	for i := 0; i < 10 && (len(byNode["node-a"]) == 0 || len(byNode["node-b"]) == 0); i++ {
+		u := fmt.Sprintf("lost-user-%d", i)
+		id := acquire(t, ctx, c, u).GetSandbox().GetSandboxId()
+		mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: fmt.Sprintf("x = %d", i)}), "x = i")
+		n := k.podOf(t, ctx, id).Spec.NodeName
+		byNode[n] = append(byNode[n], id)
+		user[id] = u
+	}
+	if len(byNode["node-a"]) == 0 || len(byNode["node-b"]) == 0 {
+		t.Fatalf("the scheduler put sandboxes on %v; want both nodes used", byNode)
+	}
+	k.cluster.Node("node-b").Lose()
+	lost := time.Now()
+	for _, id := range byNode["node-b"] {
+		var sb *sandboxv1.Sandbox
+		if !pollUntil(2*time.Minute, func() bool {
+			r, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
+			sb = r.GetSandbox()
+			return err == nil && sb.GetState() == sandboxv1.SandboxState_SANDBOX_STATE_DEAD
+		}) {
+			t.Fatalf("sandbox %s on the lost node is %v (%q) two minutes after; want DEAD", id, sb.GetState(), sb.GetStateReason())
+		}
+		if !strings.Contains(sb.GetStateReason(), "node node-b was lost") {
+			t.Errorf("the reason %q does not name the lost node", sb.GetStateReason())
+		}
+	}
+	t.Logf("%d sandboxes on the lost node DEAD %v after it was lost (node monitor grace 10s, toleration %v)",
+		len(byNode["node-b"]), time.Since(lost).Round(time.Second), lostAfter)
+	for _, id := range byNode["node-a"] {
+		o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "x"})
+		if len(o.results) != 1 {
+			t.Errorf("sandbox %s on the surviving node: %v %v; want its x back", id, o.results, o.errs)
+		}
+	}
+	id := byNode["node-b"][0]
+	r := acquire(t, ctx, c, user[id])
+	if !r.GetCreated() || r.GetReplacedSandboxId() != id || !strings.Contains(r.GetReplacedReason(), "node-b") {
+		t.Errorf("acquire after the node was lost: created %v, replaced %q (%q); want a new sandbox replacing %s, naming node-b",
+			r.GetCreated(), r.GetReplacedSandboxId(), r.GetReplacedReason(), id)
+	}
+	if n := k.podOf(t, ctx, r.GetSandbox().GetSandboxId()).Spec.NodeName; n != "node-a" {
+		t.Errorf("the replacement runs on %q; want node-a, the one left", n)
+	}
+	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: r.GetSandbox().GetSandboxId(), Code: "1"}), "1")
+}
+
+// kubeScenarios are the scenarios both kinds of node run.
+func kubeScenarios(t *testing.T, k *kubeEnv) {
 	t.Run("TwoReplicasOneSandboxPerUser", func(t *testing.T) { kubeTwoReplicas(t, k) })
 	t.Run("KillReplicaMidCommand", func(t *testing.T) { kubeKillReplica(t, k) })
 	t.Run("DeadPods", func(t *testing.T) { kubeDeadPods(t, k) })
@@ -353,30 +514,48 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 	ctx := e2eCtx(t)
 	d := k.replica(t, "dead-a")
 	c, _ := d.client(t)
-	for _, tc := range []struct {
+	type death struct {
 		user, reason string
-		kill         func(t *testing.T, p *corev1.Pod)
-	}{
-		{"deleted-user", "deleted outside sandboxd", func(t *testing.T, p *corev1.Pod) {
-			if err := k.cs.CoreV1().Pods(kubeNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		limits       *sandboxv1.ResourceLimits
+		kill         func(t *testing.T, id string, p *corev1.Pod)
+	}
+	deaths := []death{{"deleted-user", "deleted outside sandboxd", nil, func(t *testing.T, _ string, p *corev1.Pod) {
+		if err := k.cs.CoreV1().Pods(kubeNamespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}}}
+	if kl := k.kubeletForFaults; kl != nil {
+		deaths = append(deaths, death{"evicted-user", "evicted: The node was low on resource: ephemeral-storage.", nil, func(t *testing.T, _ string, p *corev1.Pod) {
+			if err := kl.Evict(kubeNamespace, p.Name, "The node was low on resource: ephemeral-storage."); err != nil {
 				t.Fatal(err)
 			}
-		}},
-		{"evicted-user", "evicted: The node was low on resource: ephemeral-storage.", func(t *testing.T, p *corev1.Pod) {
-			if err := k.kl.Evict(kubeNamespace, p.Name, "The node was low on resource: ephemeral-storage."); err != nil {
+		}}, death{"oom-user", "OOM-killed", nil, func(t *testing.T, _ string, p *corev1.Pod) {
+			if err := kl.KillContainer(kubeNamespace, p.Name, "sandbox", true); err != nil {
 				t.Fatal(err)
 			}
-		}},
-		{"oom-user", "OOM-killed", func(t *testing.T, p *corev1.Pod) {
-			if err := k.kl.KillContainer(kubeNamespace, p.Name, "sandbox", true); err != nil {
-				t.Fatal(err)
-			}
-		}},
-	} {
+		}})
+	} else {
+		// A real kubelet evicts a Pod whose emptyDir outgrows its
+		// sizeLimit: the sandbox writes past its disk limit. The kubelet
+		// (1.37) reports the Pod Succeeded, its containers having exited
+		// 0 on SIGTERM, without the eviction's reason.
+		deaths = append(deaths, death{"evicted-user", "stopped by its node (evicted", &sandboxv1.ResourceLimits{DiskBytes: 64 << 20},
+			func(t *testing.T, id string, _ *corev1.Pod) {
+				o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "with open('big', 'wb') as f:\n    for _ in range(96):\n        f.write(b'x' * 2**20)"})
+				if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+					t.Logf("writing 96 MiB: %v %v", o.done, o.errs)
+				}
+			}})
+	}
+	for _, tc := range deaths {
 		t.Run(tc.user, func(t *testing.T) {
-			id := acquire(t, ctx, c, tc.user).GetSandbox().GetSandboxId()
+			r0, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: tc.user, Options: &sandboxv1.SandboxOptions{Limits: tc.limits}})
+			if err != nil {
+				t.Fatalf("AcquireSandbox(%s): %v", tc.user, err)
+			}
+			id := r0.GetSandbox().GetSandboxId()
 			mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "x = 1"}), "x = 1")
-			tc.kill(t, k.podOf(t, ctx, id))
+			tc.kill(t, id, k.podOf(t, ctx, id))
 			var sb *sandboxv1.Sandbox
 			if !pollUntil(time.Minute, func() bool {
 				r, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
@@ -386,7 +565,8 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 				t.Fatalf("sandbox %s is %v a minute after its pod was killed; want DEAD", id, sb.GetState())
 			}
 			if !strings.Contains(sb.GetStateReason(), tc.reason) {
-				t.Errorf("dead sandbox's reason %q does not say %q", sb.GetStateReason(), tc.reason)
+				p, _ := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, "sbx-"+strings.TrimPrefix(id, "sb-"), metav1.GetOptions{})
+				t.Errorf("dead sandbox's reason %q does not say %q (its pod's status now: %+v)", sb.GetStateReason(), tc.reason, p.Status)
 			}
 			r := acquire(t, ctx, c, tc.user)
 			if !r.GetCreated() || !r.GetStateLost() || r.GetReplacedSandboxId() != id || !strings.Contains(r.GetReplacedReason(), tc.reason) {

@@ -25,21 +25,16 @@ import (
 // (pauseArchive) and imported: there is no registry to pull one from.
 const PauseImage = "sandboxd.test/pause:1"
 
-// RuntimeHandlerRunsc is containerd's runtime handler for gVisor: runc's
-// shim (containerd-shim-runc-v2) running runsc as its binary, since
-// Debian's runsc has no shim of its own. A RuntimeClass names it.
-const RuntimeHandlerRunsc = "runsc"
-
 // containerdConfig is node n's containerd configuration (version 2, as
 // containerd 1.6 and 1.7 read it): its own root, state and sockets, so that
 // it never touches Docker's containerd; the CRI plugin with the pause image
-// above, runc under cgroupfs (the kubelet's driver here), runsc as a second
-// handler, CNI from Debian's plugins with the node's own configuration, and
+// above, runc under cgroupfs (the kubelet's driver here), CNI from Debian's
+// plugins with the node's own configuration, and
 // network namespaces under the state directory (so that a lost node's are
 // found and removed with it). OOM score adjustments are kept no lower than
 // containerd's own: this machine's root lacks CAP_SYS_RESOURCE, and runc
 // fails to start a Pod's sandbox that asks for -998 otherwise.
-func containerdConfig(n *Node, runsc string) string {
+func containerdConfig(n *Node) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `version = 2
 root = %q
@@ -65,15 +60,6 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
         SystemdCgroup = false
         Root = %q
 `, n.containerdRoot, n.containerdState, n.criSocket, n.criSocket+".ttrpc", filepath.Join(n.dir, "opt"), PauseImage, filepath.Join(n.containerdState, "runc"))
-	if runsc != "" {
-		fmt.Fprintf(&b, `    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s.options]
-        BinaryName = %q
-        SystemdCgroup = false
-        Root = %q
-`, RuntimeHandlerRunsc, RuntimeHandlerRunsc, runsc, filepath.Join(n.containerdState, "runsc"))
-	}
 	fmt.Fprintf(&b, `  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q

@@ -3,7 +3,6 @@
 package node
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,7 +11,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -168,7 +166,7 @@ func sweepStale(logf func(string, ...any)) {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
-		if err != nil || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		if err != nil || !ownerGone(pid) {
 			continue
 		}
 		killNodeProcesses(e.Name(), logf)
@@ -182,7 +180,10 @@ func sweepStale(logf func(string, ...any)) {
 			}
 		}
 		if err := netns.DeleteNamed(e.Name()); err != nil {
-			logf("node: remove stale namespace %s: %v", e.Name(), err)
+			// Not a mount any more (someone unmounted it): a plain file.
+			if rerr := os.Remove(filepath.Join("/run/netns", e.Name())); rerr != nil {
+				logf("node: remove stale namespace %s: %v, %v", e.Name(), err, rerr)
+			}
 		}
 	}
 	links, _ := netlink.LinkList()
@@ -194,7 +195,7 @@ func sweepStale(logf func(string, ...any)) {
 		// The owner of every link made here is named in its alias.
 		alias := l.Attrs().Alias
 		pid, err := strconv.Atoi(strings.TrimPrefix(alias, "pid-"))
-		if err == nil && pid != os.Getpid() && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		if err == nil && ownerGone(pid) {
 			if err := netlink.LinkDel(l); err != nil {
 				logf("node: remove stale link %s: %v", name, err)
 			}

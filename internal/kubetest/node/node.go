@@ -22,8 +22,8 @@
 //   - The kubelets authenticate as cluster admins (envtest's certificate),
 //     and serve no API the API server calls: no kubectl exec or logs.
 //   - No kube-proxy and no cluster DNS: nothing under test uses Services.
-//   - gVisor (Options.Runsc) runs through runc's shim with runsc as its
-//     binary, Debian's runsc having no shim of its own.
+//   - runc only: no gVisor RuntimeClass (runsc under runc's shim, Debian's
+//     runsc having no shim of its own, hung at StartContainer here).
 //
 // Addresses: see net.go. Everything a cluster makes (processes, mounts,
 // cgroups, namespaces, links) is removed when the test ends, and what a
@@ -43,6 +43,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -52,7 +53,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
-	nodev1 "k8s.io/api/node/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -64,9 +64,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
 
-// RuntimeClassGVisor is the RuntimeClass Options.Runsc makes.
-const RuntimeClassGVisor = "gvisor"
-
 // Options says what cluster to run.
 type Options struct {
 	// Nodes are the nodes' names (at most three); one if empty.
@@ -75,9 +72,6 @@ type Options struct {
 	// the nodes know them by. A name should not be tagged latest: a Pod's
 	// image pull policy would then be Always, and there is no registry.
 	Images map[string]string
-	// Runsc registers gVisor with every node's containerd and makes the
-	// RuntimeClass RuntimeClassGVisor.
-	Runsc bool
 	// NodeMonitorGracePeriod is how long a node may stop reporting before
 	// the controller manager marks it NotReady (its own default: 50s).
 	NodeMonitorGracePeriod time.Duration
@@ -165,6 +159,13 @@ func Need(t testing.TB) string {
 	return dir
 }
 
+// owner is this process's lock file (lockOwner), held until it exits.
+var (
+	ownerOnce sync.Once
+	owner     *os.File
+	ownerErr  error
+)
+
 // Start runs the cluster o asks for until t ends, and waits until every
 // node is Ready.
 func Start(t testing.TB, o Options) *Cluster {
@@ -175,6 +176,10 @@ func Start(t testing.TB, o Options) *Cluster {
 	}
 	if len(o.Nodes) > maxNodes {
 		t.Fatalf("node: %d nodes; at most %d", len(o.Nodes), maxNodes)
+	}
+	ownerOnce.Do(func() { owner, ownerErr = lockOwner() })
+	if ownerErr != nil {
+		t.Fatalf("node: %v", ownerErr)
 	}
 	sweepStale(t.Logf)
 	c := &Cluster{assets: assets, dir: t.TempDir()}
@@ -220,17 +225,6 @@ func Start(t testing.TB, o Options) *Cluster {
 	if err != nil {
 		t.Fatalf("node: %v", err)
 	}
-	runsc := ""
-	if o.Runsc {
-		if runsc, err = exec.LookPath("runsc"); err != nil {
-			testenv.Unavailable(t, "Options.Runsc and no runsc: %v", err)
-		}
-		if _, err := c.Client.NodeV1().RuntimeClasses().Create(t.Context(), &nodev1.RuntimeClass{
-			ObjectMeta: metav1.ObjectMeta{Name: RuntimeClassGVisor}, Handler: RuntimeHandlerRunsc,
-		}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for i, name := range o.Nodes {
 		n := &Node{
 			Name:    name,
@@ -241,7 +235,7 @@ func Start(t testing.TB, o Options) *Cluster {
 			dir:     filepath.Join(c.dir, name),
 		}
 		c.Nodes = append(c.Nodes, n)
-		if err := c.startNode(t.Context(), n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, runsc, o.Images); err != nil {
+		if err := c.startNode(t.Context(), n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, o.Images); err != nil {
 			t.Fatalf("node %s: %v", name, err)
 		}
 	}
@@ -291,7 +285,7 @@ func buildPause(dir string) (string, error) {
 
 // startNode makes node n's network, starts its containerd, gives it the
 // images and starts its kubelet.
-func (c *Cluster) startNode(ctx context.Context, n *Node, veth, pauseBin, runsc string, images map[string]string) error {
+func (c *Cluster) startNode(ctx context.Context, n *Node, veth, pauseBin string, images map[string]string) error {
 	n.containerdState = filepath.Join("/run", n.netns)
 	n.criSocket = filepath.Join(n.containerdState, "containerd.sock")
 	n.kubeletRoot = filepath.Join(os.TempDir(), n.netns)
@@ -304,7 +298,7 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, veth, pauseBin, runsc 
 	if err := makeNodeNet(n, veth); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(containerdConfig(n, runsc)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.dir, "containerd.toml"), []byte(containerdConfig(n)), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(n.dir, "cni", "10-bridge.conflist"), []byte(cniConfig(n)), 0o644); err != nil {

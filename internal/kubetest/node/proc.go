@@ -70,6 +70,45 @@ func startProc(name, logPath, netnsName string, argv ...string) (*proc, error) {
 // process's PID.
 const ownerEnv = "SANDBOXD_KUBE_NODE_OWNER"
 
+// ownerDir holds one lock file per test process running clusters, locked
+// (flock) while it runs: a PID may be reused, a lock dies with its holder.
+const ownerDir = "/run/sandboxd-kube-node"
+
+// lockOwner locks this process's lock file, for the life of the process.
+func lockOwner() (*os.File, error) {
+	if err := os.MkdirAll(ownerDir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(ownerDir, strconv.Itoa(os.Getpid())+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// ownerGone reports whether test process pid no longer runs clusters: its
+// lock file is missing or free.
+func ownerGone(pid int) bool {
+	if pid == os.Getpid() {
+		return false
+	}
+	path := filepath.Join(ownerDir, strconv.Itoa(pid)+".lock")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	defer f.Close()
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return false
+	}
+	_ = os.Remove(path)
+	return true
+}
+
 // killOrphans kills the processes this package started for test
 // processes that are gone: the control plane components on the host's
 // network (a node's are found by its namespace).
@@ -85,7 +124,7 @@ func killOrphans() {
 			if !ok {
 				continue
 			}
-			if o, err := strconv.Atoi(string(owner)); err == nil && o != os.Getpid() && errors.Is(syscall.Kill(o, 0), syscall.ESRCH) {
+			if o, err := strconv.Atoi(string(owner)); err == nil && ownerGone(o) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 			break
@@ -151,6 +190,13 @@ func killNodeProcesses(name string, logf func(string, ...any)) {
 	var st unix.Stat_t
 	if err := unix.Stat("/run/netns/"+name, &st); err == nil {
 		for _, pid := range pids() {
+			// Never this process: a thread of it that entered the
+			// namespace may be its main thread, which the Go runtime
+			// keeps (wedged) instead of ending, and /proc/<pid>/ns/net
+			// is the main thread's.
+			if pid == os.Getpid() {
+				continue
+			}
 			var pst unix.Stat_t
 			if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &pst) == nil && pst.Ino == st.Ino && pst.Dev == st.Dev {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
