@@ -299,6 +299,9 @@ func deathOf(p *corev1.Pod) string {
 			}
 		}
 	}
+	if why, ok := disruption(p); ok {
+		return why
+	}
 	switch {
 	case p.Status.Reason == "Evicted":
 		return "its pod was evicted: " + truncate(p.Status.Message, 256)
@@ -314,7 +317,11 @@ func deathOf(p *corev1.Pod) string {
 		}
 		return why
 	case p.Status.Phase == corev1.PodSucceeded:
-		return "its pod's containers exited"
+		// A sandbox Pod restarts its containers always: only its node
+		// ends it so. A real kubelet (1.37) that evicts a Pod whose
+		// containers exit 0 on SIGTERM reports it so, without the
+		// eviction's reason (that is in its Evicted event).
+		return "its pod was stopped by its node (evicted, or the node shut down): its containers were terminated"
 	case p.Status.Phase == corev1.PodUnknown:
 		return "its pod's node stopped reporting (phase Unknown)"
 	}
@@ -330,26 +337,37 @@ const (
 
 // deletedBecause says why Pod p, deleted by someone other than sandboxd,
 // was: the cluster's components say so in its DisruptionTarget condition.
-// The taint manager's deletion is how a lost node's Pods go (the node's
-// NoExecute "unreachable" or "not-ready" taint, once the Pod's toleration
-// of it has run out: Config.NodeLostAfter).
 func deletedBecause(p *corev1.Pod) string {
+	if why, ok := disruption(p); ok {
+		return why
+	}
+	return "its pod was deleted outside sandboxd"
+}
+
+// disruption is what Pod p's DisruptionTarget condition says ended it,
+// if it has one. The taint manager's deletion is how a lost node's Pods
+// go (the node's NoExecute "unreachable" or "not-ready" taint, once the
+// Pod's toleration of it has run out: Config.NodeLostAfter); the kubelet's
+// termination is an eviction (node pressure, an emptyDir past its
+// sizeLimit) or a node shutdown, and comes before the Pod's terminal
+// phase, which alone would read as its containers having exited.
+func disruption(p *corev1.Pod) (string, bool) {
 	for _, c := range p.Status.Conditions {
 		if c.Type != corev1.DisruptionTarget || c.Status != corev1.ConditionTrue {
 			continue
 		}
 		switch c.Reason {
 		case reasonDeletionByTaintManager:
-			return "its pod's node " + truncate(p.Spec.NodeName, 253) + " was lost or tainted NoExecute (it stopped reporting, or was drained): the pod was deleted by the taint manager"
+			return "its pod's node " + truncate(p.Spec.NodeName, 253) + " was lost or tainted NoExecute (it stopped reporting, or was drained): the pod was deleted by the taint manager", true
 		case reasonEvictionByEvictionAPI:
-			return "its pod was evicted through the Eviction API (a drain or an autoscaler)"
+			return "its pod was evicted through the Eviction API (a drain or an autoscaler)", true
 		case corev1.PodReasonPreemptionByScheduler:
-			return "its pod was preempted by the scheduler for a pod of higher priority"
+			return "its pod was preempted by the scheduler for a pod of higher priority", true
 		case corev1.PodReasonTerminationByKubelet:
-			return "its pod was terminated by its node's kubelet: " + truncate(c.Message, 256)
+			return "its pod was evicted: " + truncate(c.Message, 256), true
 		}
 	}
-	return "its pod was deleted outside sandboxd"
+	return "", false
 }
 
 // memoryLimitOf is the sandbox container's memory limit, for messages.

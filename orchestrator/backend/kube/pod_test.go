@@ -48,6 +48,12 @@ func TestPodState(t *testing.T) {
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
 				Reason: reasonEvictionByEvictionAPI})
 		}, dead: true, reason: "evicted through the Eviction API"},
+		{name: "evicted by the kubelet, before the terminal phase", mutate: func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodSucceeded
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				Reason: corev1.PodReasonTerminationByKubelet, Message: `Usage of EmptyDir volume "workspace" exceeds the limit "64Mi". `})
+		}, dead: true, reason: `evicted: Usage of EmptyDir volume "workspace" exceeds the limit "64Mi"`},
+		{name: "stopped by its node", mutate: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }, dead: true, reason: "stopped by its node (evicted"},
 		{name: "deleted by sandboxd", mutate: func(p *corev1.Pod) { p.DeletionTimestamp = &now; p.Annotations[annDeleting] = "x" }, gone: true},
 		{name: "evicted", mutate: func(p *corev1.Pod) {
 			p.Status.Phase, p.Status.Reason, p.Status.Message = corev1.PodFailed, "Evicted", "The node was low on resource: memory."
