@@ -299,9 +299,18 @@ const nsPrefix = "sbxnt-"
 // in (other test processes may be using one). A user of the block claims
 // it by putting one of its addresses on a link of the host.
 func FreeBlock(t T) netip.Prefix {
+	p, err := FreeBlockErr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// FreeBlockErr is FreeBlock for programs that are not tests.
+func FreeBlockErr() (netip.Prefix, error) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
-		t.Fatalf("nettest: list addresses: %v", err)
+		return netip.Prefix{}, fmt.Errorf("nettest: list addresses: %w", err)
 	}
 	for range 64 {
 		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{198, byte(18 + mrand.IntN(2)), byte(mrand.IntN(256)), 0}), 24)
@@ -312,11 +321,10 @@ func FreeBlock(t T) netip.Prefix {
 			}
 		}
 		if !used {
-			return p
+			return p, nil
 		}
 	}
-	t.Fatal("nettest: no free /24 in 198.18.0.0/15")
-	return netip.Prefix{}
+	return netip.Prefix{}, errors.New("nettest: no free /24 in 198.18.0.0/15")
 }
 
 // pairAddr is end (0: the host's, 1: the namespace's) of pair i of block.

@@ -137,8 +137,8 @@ func cacheRoot() string {
 // Need skips t (fails it under CI=true) unless everything a cluster needs
 // is here: root, the API server's and the node's binaries, containerd,
 // ctr, nsenter, Debian's CNI plugins and the Docker engine (the images'
-// source). It returns the node binaries' directory.
-func Need(t testing.TB) string {
+// source).
+func Need(t testing.TB) {
 	t.Helper()
 	kubetest.NeedAPIServer(t)
 	testenv.NeedDocker(t)
@@ -156,7 +156,6 @@ func Need(t testing.TB) string {
 			testenv.Unavailable(t, "%s is missing (Debian's containerd, util-linux and containernetworking-plugins; `make test-deps` installs them)", b)
 		}
 	}
-	return dir
 }
 
 // owner is this process's lock file (lockOwner), held until it exits.
@@ -167,63 +166,82 @@ var (
 )
 
 // Start runs the cluster o asks for until t ends, and waits until every
-// node is Ready.
+// node is Ready. Anything missing skips t, or fails it under CI=true.
 func Start(t testing.TB, o Options) *Cluster {
 	t.Helper()
-	assets := Need(t)
+	Need(t)
+	dir := t.TempDir()
+	if keep := os.Getenv("KUBE_NODE_KEEP"); keep != "" {
+		// For debugging by hand: the components' configuration and logs
+		// stay in a directory named in the test's log.
+		var err error
+		if dir, err = os.MkdirTemp(keep, "cluster-"); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("node: KUBE_NODE_KEEP: the cluster's files are kept in %s", dir)
+	}
+	c, err := New(t.Context(), dir, o, t.Logf)
+	if c != nil {
+		t.Cleanup(func() {
+			if t.Failed() {
+				c.logEvents(t.Logf)
+			}
+			c.Close(t.Failed(), t.Logf)
+		})
+	}
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	return c
+}
+
+// New runs the cluster o asks for, its files in dir, and waits until every
+// node is Ready; for programs that are not tests (sandbox-bench), which
+// call Close when done. On an error, the cluster returned (if any) must
+// still be closed.
+func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) (*Cluster, error) {
 	if len(o.Nodes) == 0 {
 		o.Nodes = []string{"node-a"}
 	}
 	if len(o.Nodes) > maxNodes {
-		t.Fatalf("node: %d nodes; at most %d", len(o.Nodes), maxNodes)
+		return nil, fmt.Errorf("%d nodes; at most %d", len(o.Nodes), maxNodes)
 	}
 	ownerOnce.Do(func() { owner, ownerErr = lockOwner() })
 	if ownerErr != nil {
-		t.Fatalf("node: %v", ownerErr)
+		return nil, ownerErr
 	}
-	sweepStale(t.Logf)
-	c := &Cluster{assets: assets, dir: t.TempDir()}
-	if keep := os.Getenv("KUBE_NODE_KEEP"); keep != "" {
-		// For debugging by hand: the components' configuration and logs
-		// stay in a directory named in the test's log.
-		dir, err := os.MkdirTemp(keep, "cluster-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.dir = dir
-		t.Logf("node: KUBE_NODE_KEEP: the cluster's files are kept in %s", dir)
-	}
-	t.Cleanup(func() { c.stop(t) })
+	sweepStale(logf)
+	c := &Cluster{assets: assetsDir(), dir: dir}
 
 	// The API server, on an address of its own the nodes reach.
-	block := nettest.FreeBlock(t)
+	block, err := nettest.FreeBlockErr()
+	if err != nil {
+		return nil, err
+	}
 	tag := fmt.Sprintf("%04x", rand.IntN(1<<16))
 	apiAddr := blockAddr(block, 1)
-	link, err := makeAPILink("sbxkn"+tag, apiAddr)
-	if err != nil {
-		t.Fatalf("node: %v", err)
+	if c.apiLink, err = makeAPILink("sbxkn"+tag, apiAddr); err != nil {
+		return nil, err
 	}
-	c.apiLink = link
 	cfg, stopAPI, err := kubetest.StartOn(kubetest.AssetsDir(), apiAddr.String(), 0)
 	if err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	c.stopAPI = stopAPI
 	c.RestConfig = cfg
 	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
 	if err := kubetest.WriteKubeconfig(cfg, c.Kubeconfig); err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	if c.Client, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
+		return c, err
 	}
 	if err := c.startControlPlane(o); err != nil {
-		t.Fatalf("node: %v", err)
+		return c, err
 	}
-
 	pauseBin, err := buildPause(c.dir)
 	if err != nil {
-		t.Fatalf("node: %v", err)
+		return c, err
 	}
 	for i, name := range o.Nodes {
 		n := &Node{
@@ -235,16 +253,16 @@ func Start(t testing.TB, o Options) *Cluster {
 			dir:     filepath.Join(c.dir, name),
 		}
 		c.Nodes = append(c.Nodes, n)
-		if err := c.startNode(t.Context(), n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, o.Images); err != nil {
-			t.Fatalf("node %s: %v", name, err)
+		if err := c.startNode(ctx, n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, o.Images); err != nil {
+			return c, fmt.Errorf("node %s: %w", name, err)
 		}
 	}
 	for _, n := range c.Nodes {
-		if err := c.waitReady(t.Context(), n, 3*time.Minute); err != nil {
-			t.Fatalf("node %s: %v", n.Name, err)
+		if err := c.waitReady(ctx, n, 3*time.Minute); err != nil {
+			return c, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 	}
-	return c
+	return c, nil
 }
 
 // startControlPlane starts the scheduler and the controller manager (on
@@ -408,6 +426,16 @@ func (c *Cluster) Node(name string) *Node {
 	return nil
 }
 
+// VolumeDir is where the kubelet of node nodeName keeps emptyDir volume vol
+// of the Pod with UID uid ("" for an unknown node).
+func (c *Cluster) VolumeDir(nodeName, uid, vol string) string {
+	n := c.Node(nodeName)
+	if n == nil {
+		return ""
+	}
+	return filepath.Join(n.kubeletRoot, "pods", uid, "volumes", "kubernetes.io~empty-dir", vol)
+}
+
 // Lose kills node n as a power cut would: its kubelet, its containerd and
 // every process of its Pods, at once (SIGKILL). Its Node stops reporting;
 // what the cluster makes of that is the controller manager's business.
@@ -421,16 +449,16 @@ func (n *Node) Lose() {
 // Lost reports whether Lose was called.
 func (n *Node) Lost() bool { return n.lost }
 
-// stop removes everything the cluster made, whatever state it is in.
-func (c *Cluster) stop(t testing.TB) {
+// Close removes everything the cluster made, whatever state it is in;
+// with verbose, it first logs the end of the control plane's logs.
+func (c *Cluster) Close(verbose bool, logf func(string, ...any)) {
 	for _, n := range c.Nodes {
-		n.stop(t.Logf)
+		n.stop(logf)
 	}
-	if t.Failed() {
-		c.logEvents(t)
+	if verbose {
 		for _, p := range []*proc{c.scheduler, c.controllers} {
 			if p != nil {
-				t.Logf("node: the end of %s's log:\n%s", p.name, p.tail())
+				logf("node: the end of %s's log:\n%s", p.name, p.tail())
 			}
 		}
 	}
@@ -438,18 +466,18 @@ func (c *Cluster) stop(t testing.TB) {
 	c.controllers.stop(5 * time.Second)
 	if c.stopAPI != nil {
 		if err := c.stopAPI(); err != nil {
-			t.Logf("node: stopping the API server: %v", err)
+			logf("node: stopping the API server: %v", err)
 		}
 	}
 	if c.apiLink != nil {
 		if err := netlink.LinkDel(c.apiLink); err != nil {
-			t.Logf("node: remove link %s: %v", c.apiLink.Attrs().Name, err)
+			logf("node: remove link %s: %v", c.apiLink.Attrs().Name, err)
 		}
 	}
 }
 
 // logEvents logs the cluster's last events, for a failed test.
-func (c *Cluster) logEvents(t testing.TB) {
+func (c *Cluster) logEvents(logf func(string, ...any)) {
 	if c.Client == nil {
 		return
 	}
@@ -467,7 +495,7 @@ func (c *Cluster) logEvents(t testing.TB) {
 	for _, e := range items {
 		fmt.Fprintf(&b, "%s %s/%s %s: %s\n", e.LastTimestamp.Format(time.TimeOnly), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
 	}
-	t.Logf("node: the cluster's last events:\n%s", b.String())
+	logf("node: the cluster's last events:\n%s", b.String())
 }
 
 // stop stops node n and removes what it made: an orderly kubelet and
