@@ -33,6 +33,8 @@ type IOConn interface {
 	Remove(ctx context.Context, path string, recursive bool) error
 	Rename(ctx context.Context, from, to string, overwrite bool) (core.FileInfo, error)
 	ListCommands(ctx context.Context, page cmdlog.Page) (core.CommandPage, error)
+	ListContexts(ctx context.Context) ([]core.ContextInfo, error)
+	DriverStatus(ctx context.Context) (ioproto.DriverStatus, error)
 	Close() error
 }
 

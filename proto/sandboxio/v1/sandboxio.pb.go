@@ -1337,6 +1337,163 @@ func (x *CommandInfo) GetPty() bool {
 	return false
 }
 
+// ListContextsRequest asks for the sandbox's contexts.
+type ListContextsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsRequest) Reset() {
+	*x = ListContextsRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsRequest) ProtoMessage() {}
+
+func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
+func (*ListContextsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+}
+
+// ListContextsResponse lists the sandbox's contexts.
+type ListContextsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The contexts, the default one first; at most 1 + ioproto.MaxContexts.
+	Contexts      []*ContextInfo `protobuf:"bytes,1,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsResponse) Reset() {
+	*x = ListContextsResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsResponse) ProtoMessage() {}
+
+func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
+func (*ListContextsResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListContextsResponse) GetContexts() []*ContextInfo {
+	if x != nil {
+		return x.Contexts
+	}
+	return nil
+}
+
+// ContextInfo describes one context.
+type ContextInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The context's ID ("default" for the default one).
+	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// Its language.
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// Its working directory, relative to /workspace ("." for /workspace).
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// When it was created, in nanoseconds since the Unix epoch; 0 when not
+	// known.
+	CreatedAtUnixNano int64 `protobuf:"varint,4,opt,name=created_at_unix_nano,json=createdAtUnixNano,proto3" json:"created_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ContextInfo) Reset() {
+	*x = ContextInfo{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextInfo) ProtoMessage() {}
+
+func (x *ContextInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextInfo.ProtoReflect.Descriptor instead.
+func (*ContextInfo) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ContextInfo) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *ContextInfo) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *ContextInfo) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ContextInfo) GetCreatedAtUnixNano() int64 {
+	if x != nil {
+		return x.CreatedAtUnixNano
+	}
+	return 0
+}
+
 // FileInfo describes a file under /workspace.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1358,7 +1515,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1527,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1540,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1506,7 +1663,16 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x05stdin\x18\v \x01(\bR\x05stdin\x12\x10\n" +
 	"\x03pty\x18\f \x01(\bR\x03ptyB\f\n" +
 	"\n" +
-	"_exit_code\"\x97\x01\n" +
+	"_exit_code\"\x15\n" +
+	"\x13ListContextsRequest\"M\n" +
+	"\x14ListContextsResponse\x125\n" +
+	"\bcontexts\x18\x01 \x03(\v2\x19.sandboxio.v1.ContextInfoR\bcontexts\"\x8b\x01\n" +
+	"\vContextInfo\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12/\n" +
+	"\x14created_at_unix_nano\x18\x04 \x01(\x03R\x11createdAtUnixNano\"\x97\x01\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
@@ -1518,7 +1684,7 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x19COMMAND_PHASE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_PHASE_QUEUED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_PHASE_RUNNING\x10\x02\x12\x1a\n" +
-	"\x16COMMAND_PHASE_FINISHED\x10\x032\xf9\x05\n" +
+	"\x16COMMAND_PHASE_FINISHED\x10\x032\xd0\x06\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -1529,7 +1695,8 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\rMakeDirectory\x12\".sandboxio.v1.MakeDirectoryRequest\x1a#.sandboxio.v1.MakeDirectoryResponse\x12C\n" +
 	"\x06Remove\x12\x1b.sandboxio.v1.RemoveRequest\x1a\x1c.sandboxio.v1.RemoveResponse\x12C\n" +
 	"\x06Rename\x12\x1b.sandboxio.v1.RenameRequest\x1a\x1c.sandboxio.v1.RenameResponse\x12U\n" +
-	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponse\x12U\n" +
+	"\fListContexts\x12!.sandboxio.v1.ListContextsRequest\x1a\".sandboxio.v1.ListContextsResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -1544,7 +1711,7 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(CommandPhase)(0),             // 0: sandboxio.v1.CommandPhase
 	(*AppendRequest)(nil),         // 1: sandboxio.v1.AppendRequest
@@ -1569,42 +1736,48 @@ var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(*ListCommandsRequest)(nil),   // 20: sandboxio.v1.ListCommandsRequest
 	(*ListCommandsResponse)(nil),  // 21: sandboxio.v1.ListCommandsResponse
 	(*CommandInfo)(nil),           // 22: sandboxio.v1.CommandInfo
-	(*FileInfo)(nil),              // 23: sandboxio.v1.FileInfo
+	(*ListContextsRequest)(nil),   // 23: sandboxio.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),  // 24: sandboxio.v1.ListContextsResponse
+	(*ContextInfo)(nil),           // 25: sandboxio.v1.ContextInfo
+	(*FileInfo)(nil),              // 26: sandboxio.v1.FileInfo
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
 	8,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	23, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	23, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	26, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	26, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	26, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	26, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	26, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
 	22, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
 	0,  // 7: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
-	1,  // 8: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	3,  // 9: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	5,  // 10: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	7,  // 11: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	10, // 12: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	12, // 13: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	14, // 14: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	16, // 15: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	18, // 16: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	20, // 17: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
-	2,  // 18: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	4,  // 19: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	6,  // 20: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	9,  // 21: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	11, // 22: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	13, // 23: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	15, // 24: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	17, // 25: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	19, // 26: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	21, // 27: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	25, // 8: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
+	1,  // 9: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	3,  // 10: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	5,  // 11: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	7,  // 12: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	10, // 13: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	12, // 14: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	14, // 15: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	16, // 16: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	18, // 17: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	20, // 18: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	23, // 19: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
+	2,  // 20: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	4,  // 21: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	6,  // 22: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	9,  // 23: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	11, // 24: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	13, // 25: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	15, // 26: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	17, // 27: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	19, // 28: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	21, // 29: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	24, // 30: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	20, // [20:31] is the sub-list for method output_type
+	9,  // [9:20] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -1623,7 +1796,7 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,7 @@ const (
 	IOService_Remove_FullMethodName        = "/sandboxio.v1.IOService/Remove"
 	IOService_Rename_FullMethodName        = "/sandboxio.v1.IOService/Rename"
 	IOService_ListCommands_FullMethodName  = "/sandboxio.v1.IOService/ListCommands"
+	IOService_ListContexts_FullMethodName  = "/sandboxio.v1.IOService/ListContexts"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -61,7 +62,11 @@ const (
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
 // relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
 // NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
-// started without a pty, without stdin, or finished; Append), and one per
+// started without a pty, without stdin, or finished; Append),
+// UNKNOWN_CONTEXT (NOT_FOUND) and CONTEXT_LANGUAGE (FAILED_PRECONDITION),
+// a command for a context the sandbox lacks or that runs another language
+// (Append), CONTEXTS_UNREADABLE (FAILED_PRECONDITION, the driver's list of
+// contexts cannot be read; Append, ListContexts), and one per
 // class of the domain's errors, named and coded after it: INVALID_ARGUMENT
 // (a malformed record, command ID, path or page; Append, Follow,
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
@@ -103,6 +108,13 @@ type IOServiceClient interface {
 	// at a time, with where each is in its life (ListCommands of
 	// sandbox.v1, by the same rules: orchestrator/cmdlog).
 	ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
+	// ListContexts lists the driver's contexts (io/contexts.json, read
+	// bounded and sanitised), the default one first, then in order of
+	// creation. Context operations are context records sent with Append,
+	// answered like commands (Follow); an exec record naming a context is
+	// appended only while the context exists and runs its language
+	// (orchestrator/cmdlog's rules, the Docker backend's).
+	ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error)
 }
 
 type iOServiceClient struct {
@@ -234,6 +246,16 @@ func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequ
 	return out, nil
 }
 
+func (c *iOServiceClient) ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListContextsResponse)
+	err := c.cc.Invoke(ctx, IOService_ListContexts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -250,7 +272,11 @@ func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequ
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
 // relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
 // NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
-// started without a pty, without stdin, or finished; Append), and one per
+// started without a pty, without stdin, or finished; Append),
+// UNKNOWN_CONTEXT (NOT_FOUND) and CONTEXT_LANGUAGE (FAILED_PRECONDITION),
+// a command for a context the sandbox lacks or that runs another language
+// (Append), CONTEXTS_UNREADABLE (FAILED_PRECONDITION, the driver's list of
+// contexts cannot be read; Append, ListContexts), and one per
 // class of the domain's errors, named and coded after it: INVALID_ARGUMENT
 // (a malformed record, command ID, path or page; Append, Follow,
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
@@ -292,6 +318,13 @@ type IOServiceServer interface {
 	// at a time, with where each is in its life (ListCommands of
 	// sandbox.v1, by the same rules: orchestrator/cmdlog).
 	ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
+	// ListContexts lists the driver's contexts (io/contexts.json, read
+	// bounded and sanitised), the default one first, then in order of
+	// creation. Context operations are context records sent with Append,
+	// answered like commands (Follow); an exec record naming a context is
+	// appended only while the context exists and runs its language
+	// (orchestrator/cmdlog's rules, the Docker backend's).
+	ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error)
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -331,6 +364,9 @@ func (UnimplementedIOServiceServer) Rename(context.Context, *RenameRequest) (*Re
 }
 func (UnimplementedIOServiceServer) ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
+}
+func (UnimplementedIOServiceServer) ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListContexts not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -508,6 +544,24 @@ func _IOService_ListCommands_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IOService_ListContexts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListContextsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).ListContexts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_ListContexts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).ListContexts(ctx, req.(*ListContextsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -542,6 +596,10 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListCommands",
 			Handler:    _IOService_ListCommands_Handler,
+		},
+		{
+			MethodName: "ListContexts",
+			Handler:    _IOService_ListContexts_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

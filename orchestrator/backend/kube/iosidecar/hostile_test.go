@@ -30,6 +30,11 @@ type hostileSidecar struct {
 	err      error                 // Remove's answer
 	status   []byte
 	commands *sandboxiov1.ListCommandsResponse // ListCommands' answer
+	contexts []*sandboxiov1.ContextInfo        // ListContexts' answer
+}
+
+func (h *hostileSidecar) ListContexts(context.Context, *sandboxiov1.ListContextsRequest) (*sandboxiov1.ListContextsResponse, error) {
+	return &sandboxiov1.ListContextsResponse{Contexts: h.contexts}, h.err
 }
 
 func (h *hostileSidecar) ListCommands(context.Context, *sandboxiov1.ListCommandsRequest) (*sandboxiov1.ListCommandsResponse, error) {
