@@ -152,6 +152,7 @@ func TestKube(t *testing.T) {
 	// Several interpreters in one sandbox, as under Docker
 	// (contexts_test.go), through the io sidecar.
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
+	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.

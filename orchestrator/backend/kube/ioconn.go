@@ -35,6 +35,7 @@ type IOConn interface {
 	ListCommands(ctx context.Context, page cmdlog.Page) (core.CommandPage, error)
 	ListContexts(ctx context.Context) ([]core.ContextInfo, error)
 	DriverStatus(ctx context.Context) (ioproto.DriverStatus, error)
+	WatchDirectory(ctx context.Context, rel string, recursive bool, maxDirs int, fn func(iosidecar.WatchUpdate) error) error
 	Close() error
 }
 

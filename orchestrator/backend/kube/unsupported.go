@@ -21,7 +21,6 @@ func unsupported(feature string) error { return core.Unsupported(backendName, fe
 
 // The features this backend lacks, as unsupported names them.
 const (
-	featWatches     = "directory watches"
 	featHibernation = "hibernation and wake"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
@@ -71,11 +70,6 @@ func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
 // PortTarget is not supported on this backend.
 func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
 	return core.PortTarget{}, unsupported(featNetwork)
-}
-
-// WatchDirectory is not supported on this backend.
-func (m *Manager) WatchDirectory(context.Context, string, string, bool, func(core.WatchUpdate) error) error {
-	return unsupported(featWatches)
 }
 
 // Hibernate is not supported on this backend: idle sandboxes are deleted.

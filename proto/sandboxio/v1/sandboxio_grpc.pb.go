@@ -33,17 +33,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IOService_Append_FullMethodName        = "/sandboxio.v1.IOService/Append"
-	IOService_Follow_FullMethodName        = "/sandboxio.v1.IOService/Follow"
-	IOService_Status_FullMethodName        = "/sandboxio.v1.IOService/Status"
-	IOService_Upload_FullMethodName        = "/sandboxio.v1.IOService/Upload"
-	IOService_Download_FullMethodName      = "/sandboxio.v1.IOService/Download"
-	IOService_ListFiles_FullMethodName     = "/sandboxio.v1.IOService/ListFiles"
-	IOService_MakeDirectory_FullMethodName = "/sandboxio.v1.IOService/MakeDirectory"
-	IOService_Remove_FullMethodName        = "/sandboxio.v1.IOService/Remove"
-	IOService_Rename_FullMethodName        = "/sandboxio.v1.IOService/Rename"
-	IOService_ListCommands_FullMethodName  = "/sandboxio.v1.IOService/ListCommands"
-	IOService_ListContexts_FullMethodName  = "/sandboxio.v1.IOService/ListContexts"
+	IOService_Append_FullMethodName         = "/sandboxio.v1.IOService/Append"
+	IOService_Follow_FullMethodName         = "/sandboxio.v1.IOService/Follow"
+	IOService_Status_FullMethodName         = "/sandboxio.v1.IOService/Status"
+	IOService_Upload_FullMethodName         = "/sandboxio.v1.IOService/Upload"
+	IOService_Download_FullMethodName       = "/sandboxio.v1.IOService/Download"
+	IOService_ListFiles_FullMethodName      = "/sandboxio.v1.IOService/ListFiles"
+	IOService_MakeDirectory_FullMethodName  = "/sandboxio.v1.IOService/MakeDirectory"
+	IOService_Remove_FullMethodName         = "/sandboxio.v1.IOService/Remove"
+	IOService_Rename_FullMethodName         = "/sandboxio.v1.IOService/Rename"
+	IOService_ListCommands_FullMethodName   = "/sandboxio.v1.IOService/ListCommands"
+	IOService_ListContexts_FullMethodName   = "/sandboxio.v1.IOService/ListContexts"
+	IOService_WatchDirectory_FullMethodName = "/sandboxio.v1.IOService/WatchDirectory"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -71,7 +72,8 @@ const (
 // (a malformed record, command ID, path or page; Append, Follow,
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
 // down; any call), NOT_FOUND, ALREADY_EXISTS,
-// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
+// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls and
+// WatchDirectory). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
 // reason only with its code and on the calls listed; anything else means
@@ -115,6 +117,13 @@ type IOServiceClient interface {
 	// appended only while the context exists and runs its language
 	// (orchestrator/cmdlog's rules, the Docker backend's).
 	ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error)
+	// WatchDirectory watches a directory under /workspace for changes
+	// (orchestrator/wswatch, the watch the Docker backend runs on the host):
+	// the first message, without an event, says the watch is in place; then
+	// one message per change, until the caller cancels or the watch ends
+	// with an error (the directory removed: NOT_FOUND; a cap reached:
+	// RESOURCE_EXHAUSTED).
+	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
 }
 
 type iOServiceClient struct {
@@ -256,6 +265,25 @@ func (c *iOServiceClient) ListContexts(ctx context.Context, in *ListContextsRequ
 	return out, nil
 }
 
+func (c *iOServiceClient) WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &IOService_ServiceDesc.Streams[3], IOService_WatchDirectory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchDirectoryRequest, WatchDirectoryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_WatchDirectoryClient = grpc.ServerStreamingClient[WatchDirectoryResponse]
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -281,7 +309,8 @@ func (c *iOServiceClient) ListContexts(ctx context.Context, in *ListContextsRequ
 // (a malformed record, command ID, path or page; Append, Follow,
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
 // down; any call), NOT_FOUND, ALREADY_EXISTS,
-// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
+// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls and
+// WatchDirectory). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
 // reason only with its code and on the calls listed; anything else means
@@ -325,6 +354,13 @@ type IOServiceServer interface {
 	// appended only while the context exists and runs its language
 	// (orchestrator/cmdlog's rules, the Docker backend's).
 	ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error)
+	// WatchDirectory watches a directory under /workspace for changes
+	// (orchestrator/wswatch, the watch the Docker backend runs on the host):
+	// the first message, without an event, says the watch is in place; then
+	// one message per change, until the caller cancels or the watch ends
+	// with an error (the directory removed: NOT_FOUND; a cap reached:
+	// RESOURCE_EXHAUSTED).
+	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -367,6 +403,9 @@ func (UnimplementedIOServiceServer) ListCommands(context.Context, *ListCommandsR
 }
 func (UnimplementedIOServiceServer) ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListContexts not implemented")
+}
+func (UnimplementedIOServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -562,6 +601,17 @@ func _IOService_ListContexts_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IOService_WatchDirectory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchDirectoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(IOServiceServer).WatchDirectory(m, &grpc.GenericServerStream[WatchDirectoryRequest, WatchDirectoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_WatchDirectoryServer = grpc.ServerStreamingServer[WatchDirectoryResponse]
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -616,6 +666,11 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Download",
 			Handler:       _IOService_Download_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchDirectory",
+			Handler:       _IOService_WatchDirectory_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -58,8 +58,9 @@ const (
 	callFiles    // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
 	callList     // ListCommands
 	callContexts // ListContexts
+	callWatch    // WatchDirectory
 
-	callAny = callAppend | callFollow | callStatus | callFiles | callList | callContexts
+	callAny = callAppend | callFollow | callStatus | callFiles | callList | callContexts | callWatch
 )
 
 // reason is a row of the table.
@@ -105,10 +106,10 @@ var reasons = append([]reason{
 func classReasons() []reason {
 	var rows []reason
 	for _, class := range core.Classes() {
-		calls := callFiles
+		calls := callFiles | callWatch
 		switch class {
 		case core.ErrInvalidArgument:
-			calls = callAppend | callFollow | callFiles | callList
+			calls = callAppend | callFollow | callFiles | callList | callWatch
 		case core.ErrUnavailable:
 			calls = callAny
 		}

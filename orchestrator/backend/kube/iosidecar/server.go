@@ -45,6 +45,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -111,6 +112,7 @@ type Server struct {
 	// time does not leak the token's length either.
 	tokenSum [32]byte
 
+	watches   atomic.Int32  // WatchDirectory calls in progress
 	closing   chan struct{} // closed by Stop: followers end
 	closeOnce sync.Once
 }
