@@ -21,14 +21,16 @@ func TestContexts(t *testing.T) {
 	env := needE2E(t)
 	for _, rt := range suiteRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
-			runContexts(t, env.withRuntime(t, rt))
+			e := env.withRuntime(t, rt)
+			runContexts(t, e, e.start(t))
 		})
 	}
 }
 
-func runContexts(t *testing.T, env *e2eEnv) {
+// runContexts is the contexts scenario on daemon d, whichever backend it
+// runs (TestKube runs it too); env gives the sandboxctl binary.
+func runContexts(t *testing.T, env *e2eEnv, d *daemon) {
 	ctx := e2eCtx(t)
-	d := env.start(t)
 	raw, _ := d.client(t)
 	c, err := client.Dial(d.addr)
 	if err != nil {

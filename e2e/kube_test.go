@@ -310,6 +310,10 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	// Standard input, a terminal with resize, ListCommands and their
 	// errors, as under Docker (processes_test.go), through the io sidecar.
 	t.Run("Processes", func(t *testing.T) { runProcesses(t, k.e2eEnv, k.replica(t, "procs-a")) })
+	// Several interpreters in one sandbox, as under Docker
+	// (contexts_test.go), through the io sidecar.
+	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
+	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.

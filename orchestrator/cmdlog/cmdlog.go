@@ -1,8 +1,10 @@
 // Package cmdlog holds the domain's rules on a sandbox's command log that
-// need both core and iolog: ListCommands' pages and what a command must be
-// to take input. Each host of the log runs them next to it, the Docker
-// backend on the host and the io sidecar inside a Pod on Kubernetes, so
-// both backends page, refuse and word their errors alike. iolog stays
+// need both core and iolog: ListCommands' pages, what a command must be
+// to take input, and execution contexts (contexts.go). Each host of the
+// log runs the checks next to it, the Docker backend on the host and the
+// io sidecar inside a Pod on Kubernetes, so both backends page, refuse and
+// word their errors alike; the context operations run in sandboxd on
+// either backend, over the log as it reaches it (Log). iolog stays
 // free of the domain (it imports ioproto only); this package is the one
 // place the two meet.
 //

@@ -3,9 +3,8 @@ package docker
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -122,31 +121,11 @@ func (m *Manager) appendError(sb *sandbox, err error) error {
 	return m.logError(sb, err)
 }
 
-// imageHasLanguage refuses a language the sandbox's image lacks, from the
-// languages its driver lists in /io/driver.json (read with iolog's bounded
-// read). Python and bash are in every image and need no read. A driver that
-// lists none predates the field and has only those two; a status that
-// cannot be read yet lets the command through, and the driver answers it.
+// imageHasLanguage refuses a language the sandbox's image lacks
+// (cmdlog.ImageHasLanguage), from /io/driver.json read on the host.
 func imageHasLanguage(sb *sandbox, lang string) error {
-	if lang == ioproto.LanguagePython || lang == ioproto.LanguageBash {
-		return nil
-	}
-	ds, _, err := sb.io.ReadDriverStatus()
-	if err != nil {
-		return nil
-	}
-	have := ds.Languages
-	if len(have) == 0 {
-		have = []string{ioproto.LanguagePython, ioproto.LanguageBash}
-	}
-	if slices.Contains(have, lang) {
-		return nil
-	}
-	safe := make([]string, 0, len(have))
-	for _, l := range have {
-		if ioproto.KnownLanguage(l) {
-			safe = append(safe, l)
-		}
-	}
-	return core.Preconditionf("language %q is not available in sandbox %s: its image has no %s interpreter (it supports %s)", lang, sb.id, lang, strings.Join(safe, ", "))
+	return cmdlog.ImageHasLanguage(sb.id, lang, func() (ioproto.DriverStatus, error) {
+		ds, _, err := sb.io.ReadDriverStatus()
+		return ds, err
+	})
 }

@@ -2,21 +2,15 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-
-	"github.com/fsnotify/fsnotify"
+	"github.com/sandboxd/sandboxd/orchestrator/wswatch"
 )
 
 // WatchDirectory's caps (calls in progress and directories watched, per
@@ -55,62 +49,14 @@ func warnHostWatchLimits(p core.Policy, log *slog.Logger) {
 	}
 }
 
-const (
-	// watchQueue is how many events wait for a slow reader; more are
-	// dropped and counted.
-	watchQueue = 1000
-	// writeWindow is how long writes to one path are merged into one event.
-	writeWindow = 100 * time.Millisecond
-)
-
-// How a watch stays inside the workspace: fsnotify (inotify) watches a path,
-// and the kernel resolves that path, following symlinks wherever they lead.
-// A host path into the workspace is therefore never given to it: each
-// directory is opened through the workspace's os.Root (which refuses any
-// resolution outside it, symlinks included) as a descriptor, and the watch is added on
-// /proc/self/fd/N, which names exactly that open directory, wherever the
-// sandbox has moved it or whatever it has put in its place since. The
-// descriptor stays open while the directory is watched, so N is not reused
-// for anything else, and the watch's events (named /proc/self/fd/N/<name>)
-// map back to the directory's workspace path. New subdirectories are opened
-// the same way (a symbolic link is never watched: os.Root's Lstat must say
-// directory, and a link swapped in meanwhile is resolved by os.Root, inside
-// the workspace, or refused). A watched directory that is removed or renamed away stops being
-// watched (with its watched descendants), so paths are never reported under
-// a stale name.
-
-// dirWatch is one WatchDirectory call's state, owned by its event loop.
-type dirWatch struct {
-	m         *Manager
-	sb        *sandbox
-	tenant    string // sb's, whose caps the watch counts against
-	dirCaps   core.Caps
-	root      *os.Root
-	w         *fsnotify.Watcher
-	recursive bool
-	top       string // the watched directory's workspace path
-
-	dirs  map[string]*os.File // /proc/self/fd/N -> the open directory
-	rels  map[string]string   // /proc/self/fd/N -> its workspace path
-	byRel map[string]string   // workspace path -> /proc/self/fd/N
-
-	out     chan core.WatchEvent
-	dropped atomic.Uint64
-	writes  map[string]time.Time // pending coalesced writes: path -> first
-}
-
 // WatchDirectory reports changes under a directory of the sandbox's
 // workspace to fn until ctx ends (returning its error), the sandbox is
-// deleted (ErrNotFound) or fn fails (returning its error). fn is first
-// called with no event once the watch is in place. With recursive,
-// subdirectories are watched too, including those created later. Caps
+// deleted (ErrNotFound) or fn fails (returning its error): the watch is
+// wswatch's, run here on the host over the workspace's os.Root. Caps
 // (ErrResourceExhausted naming the cap): core.Policy.WatchCaps, on the
 // calls in progress and the directories watched, per sandbox, per tenant
 // (the sandbox's) and on the server, and MaxWatchDirsPerCall directories
-// per call, checked also when a new subdirectory would pass them. Writes
-// to one path within writeWindow are reported once; at most watchQueue
-// events wait for fn, later ones are dropped and counted in the next
-// update's Dropped.
+// per call, checked also when a new subdirectory would pass them.
 func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, rel string, recursive bool, fn func(core.WatchUpdate) error) error {
 	sb, err := m.use(ctx, sandboxID)
 	if err != nil {
@@ -128,293 +74,35 @@ func (m *Manager) WatchDirectory(ctx context.Context, sandboxID, rel string, rec
 		return err
 	}
 	defer root.Close()
-	st, err := root.Stat(rel)
-	if err != nil {
-		return fsError("watch", show, err)
-	}
-	if !st.IsDir() {
-		return core.Invalidf("watch %s: not a directory", show)
-	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		if errors.Is(err, syscall.EMFILE) {
-			return fmt.Errorf("watch %s: %w", show, core.HostWatchLimit("inotify instances (fs.inotify.max_user_instances)"))
-		}
-		return fmt.Errorf("watch %s: %w", show, err)
-	}
-	dw := &dirWatch{
-		m: m, sb: sb, tenant: tenant, dirCaps: dirCaps, root: root, w: w, recursive: recursive, top: rel,
-		dirs: map[string]*os.File{}, rels: map[string]string{}, byRel: map[string]string{},
-		out: make(chan core.WatchEvent, watchQueue), writes: map[string]time.Time{},
-	}
-	defer dw.close()
-	if err := dw.add(rel, true, nil); err != nil {
-		return err
-	}
-
-	loopCtx, cancel := context.WithCancel(ctx)
-	loopErr := make(chan error, 1)
-	loopDone := make(chan struct{})
-	go func() { defer close(loopDone); loopErr <- dw.loop(loopCtx) }()
-	defer func() { cancel(); <-loopDone }() // before dw.close: the loop owns dw
-
-	if err := fn(core.WatchUpdate{}); err != nil {
-		return err
-	}
-	for {
+	// The sandbox's deletion and the server's shutdown end the watch with
+	// their reasons.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
 		select {
-		case ev := <-dw.out:
-			if err := fn(core.WatchUpdate{Event: &ev, Dropped: dw.dropped.Swap(0)}); err != nil {
-				return err
+		case <-wctx.Done():
+		case <-sb.goneCh:
+			cancel(core.SandboxNotFound(sb.id))
+		case <-m.closing:
+			cancel(core.Unavailablef("the server is shutting down"))
+		}
+	}()
+	err = wswatch.Watch(wctx, root, rel, wswatch.Options{
+		Recursive: recursive,
+		MaxDirs:   m.cfg.MaxWatchDirsPerCall,
+		TakeDir: func() error {
+			if scope, ok := m.watchDirs.Take(dirCaps, sb.id, tenant, 1); !ok {
+				return core.WatchDirsCapReached(scope, capHolder(scope, sb.id, tenant), dirCaps.Of(scope))
 			}
-		case err := <-loopErr:
-			return err
-		}
+			return nil
+		},
+		ReleaseDir: func() { m.watchDirs.Release(sb.id, tenant, 1) },
+		Log:        m.log.With("sandbox_id", sb.id),
+	}, fn)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
 	}
-}
-
-// loop turns fsnotify's events into WatchEvents until ctx ends, the
-// sandbox goes, or a bound is passed.
-func (dw *dirWatch) loop(ctx context.Context) error {
-	tick := time.NewTicker(writeWindow / 2)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-dw.sb.goneCh:
-			return core.SandboxNotFound(dw.sb.id)
-		case <-dw.m.closing:
-			return core.Unavailablef("the server is shutting down")
-		case now := <-tick.C:
-			// The directory's descriptor keeps inotify from reporting its
-			// removal (IN_DELETE_SELF waits for the last reference), and
-			// nothing watches its parent: a link count of 0 tells.
-			if err := dw.topGone(); err != nil {
-				return err
-			}
-			for p, first := range dw.writes {
-				if now.Sub(first) >= writeWindow {
-					delete(dw.writes, p)
-					dw.emit(core.WatchEvent{Op: core.WatchWrite, Path: p, Time: first})
-				}
-			}
-		case err, ok := <-dw.w.Errors:
-			if !ok {
-				return errors.New("watch: inotify closed")
-			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				dw.dropped.Add(1) // the kernel's queue overflowed: some events are lost
-				continue
-			}
-			dw.m.log.Warn("watch error", "sandbox_id", dw.sb.id, "error", err)
-		case ev, ok := <-dw.w.Events:
-			if !ok {
-				return errors.New("watch: inotify closed")
-			}
-			if err := dw.handle(ev); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// handle maps one fsnotify event.
-func (dw *dirWatch) handle(ev fsnotify.Event) error {
-	now := time.Now()
-	if rel, ok := dw.rels[ev.Name]; ok {
-		// The watched directory itself was removed or moved: its parent,
-		// when watched, reports it; either way it is no longer watched.
-		if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
-			dw.drop(rel)
-			if rel == dw.top {
-				return core.NotFoundf("watch %s: the watched directory was removed or moved", core.DisplayPath(rel))
-			}
-		}
-		return nil
-	}
-	dir, name := filepath.Split(ev.Name)
-	parent, ok := dw.rels[strings.TrimSuffix(dir, "/")]
-	if !ok {
-		return nil // from a directory no longer watched
-	}
-	if strings.HasPrefix(name, uploadTempPrefix) {
-		return nil // an upload in progress; its rename shows as a CREATE
-	}
-	rel := path.Join(parent, name)
-	switch {
-	case ev.Has(fsnotify.Create):
-		dw.flushWrite(rel)
-		created := core.WatchEvent{Op: core.WatchCreate, Path: rel, Time: now}
-		if dw.recursive {
-			if st, err := dw.root.Lstat(rel); err == nil && st.IsDir() {
-				return dw.add(rel, false, &created)
-			}
-		}
-		dw.emit(created)
-	case ev.Has(fsnotify.Remove):
-		dw.flushWrite(rel)
-		dw.drop(rel)
-		dw.emit(core.WatchEvent{Op: core.WatchRemove, Path: rel, Time: now})
-	case ev.Has(fsnotify.Rename):
-		dw.flushWrite(rel)
-		dw.drop(rel)
-		dw.emit(core.WatchEvent{Op: core.WatchRename, Path: rel, Time: now})
-	case ev.Has(fsnotify.Write):
-		if _, pending := dw.writes[rel]; !pending {
-			if len(dw.writes) >= watchQueue {
-				dw.dropped.Add(1)
-				return nil
-			}
-			dw.writes[rel] = now
-		}
-	}
-	return nil
-}
-
-// topGone returns ErrNotFound once the watched directory has been removed.
-func (dw *dirWatch) topGone() error {
-	key, ok := dw.byRel[dw.top]
-	if !ok {
-		return core.NotFoundf("watch %s: the watched directory was removed or moved", core.DisplayPath(dw.top))
-	}
-	st, err := dw.dirs[key].Stat()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", core.DisplayPath(dw.top), err)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink == 0 {
-		return core.NotFoundf("watch %s: the watched directory was removed or moved", core.DisplayPath(dw.top))
-	}
-	return nil
-}
-
-// flushWrite emits rel's pending write, so it comes before what follows.
-func (dw *dirWatch) flushWrite(rel string) {
-	if first, ok := dw.writes[rel]; ok {
-		delete(dw.writes, rel)
-		dw.emit(core.WatchEvent{Op: core.WatchWrite, Path: rel, Time: first})
-	}
-}
-
-// emit queues ev, or counts it as dropped when the reader is behind.
-func (dw *dirWatch) emit(ev core.WatchEvent) {
-	select {
-	case dw.out <- ev:
-	default:
-		dw.dropped.Add(1)
-	}
-}
-
-// add watches the directory rel (and, with recursive, its subdirectories).
-// top is the directory the caller named. created, for a directory that
-// appeared under a watched one, is its CREATE event: it is emitted once
-// the directory's own watch is in place (so a client that saw it can rely
-// on changes inside being reported), and what the directory already holds
-// is then reported as CREATE events too (a `mkdir -p a/b/c` is over before
-// a/ is watched).
-func (dw *dirWatch) add(rel string, top bool, created *core.WatchEvent) error {
-	announced := false
-	announce := func() {
-		if created != nil && !announced {
-			announced = true
-			dw.emit(*created)
-		}
-	}
-	defer announce() // whatever happens below, the CREATE happened
-	if _, ok := dw.byRel[rel]; ok {
-		return nil
-	}
-	show := core.DisplayPath(rel)
-	if perCall := dw.m.cfg.MaxWatchDirsPerCall; len(dw.dirs) >= perCall {
-		return fmt.Errorf("watch %s: %w", show, core.WatchDirsPerCallReached(perCall))
-	}
-	if scope, ok := dw.m.watchDirs.Take(dw.dirCaps, dw.sb.id, dw.tenant, 1); !ok {
-		return fmt.Errorf("watch %s: %w", show, core.WatchDirsCapReached(scope, capHolder(scope, dw.sb.id, dw.tenant), dw.dirCaps.Of(scope)))
-	}
-	release := func() { dw.m.watchDirs.Release(dw.sb.id, dw.tenant, 1) }
-	// os.Root keeps every step inside the workspace (a link swapped in
-	// since the Lstat is resolved inside it, or refused); O_DIRECTORY: a
-	// directory, not a file swapped in.
-	f, err := dw.root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY, 0)
-	if err != nil {
-		release()
-		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
-			return fmt.Errorf("watch %s: %w", show, core.HostWatchLimit("open files (sandboxd's RLIMIT_NOFILE, fs.file-max)"))
-		}
-		if top {
-			return fsError("watch", show, err)
-		}
-		return nil // gone or replaced since its event: nothing to watch
-	}
-	key := fmt.Sprintf("/proc/self/fd/%d", f.Fd())
-	if err := dw.w.Add(key); err != nil {
-		f.Close()
-		release()
-		if errors.Is(err, syscall.ENOSPC) {
-			return fmt.Errorf("watch %s: %w", show, core.HostWatchLimit("inotify watches (fs.inotify.max_user_watches)"))
-		}
-		if top {
-			return fmt.Errorf("watch %s: %w", show, err)
-		}
-		return nil
-	}
-	dw.dirs[key], dw.rels[key], dw.byRel[rel] = f, rel, key
-	announce()
-	if !dw.recursive {
-		return nil
-	}
-	entries, err := f.ReadDir(-1)
-	if err != nil {
-		return nil
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), uploadTempPrefix) {
-			continue
-		}
-		sub := path.Join(rel, e.Name())
-		var subCreated *core.WatchEvent
-		if created != nil {
-			subCreated = &core.WatchEvent{Op: core.WatchCreate, Path: sub, Time: time.Now()}
-		}
-		if !e.Type().IsDir() {
-			if subCreated != nil {
-				dw.emit(*subCreated)
-			}
-			continue
-		}
-		if err := dw.add(sub, false, subCreated); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// drop stops watching rel and every watched directory under it.
-func (dw *dirWatch) drop(rel string) {
-	for r, key := range dw.byRel {
-		if r == rel || strings.HasPrefix(r, rel+"/") || rel == "." {
-			dw.unwatch(r, key)
-		}
-	}
-}
-
-func (dw *dirWatch) unwatch(rel, key string) {
-	dw.w.Remove(key) // ErrNonExistentWatch when inotify dropped it already
-	dw.dirs[key].Close()
-	delete(dw.dirs, key)
-	delete(dw.rels, key)
-	delete(dw.byRel, rel)
-	dw.m.watchDirs.Release(dw.sb.id, dw.tenant, 1)
-}
-
-// close ends the watch and gives back its directories.
-func (dw *dirWatch) close() {
-	dw.w.Close()
-	for rel, key := range dw.byRel {
-		dw.dirs[key].Close()
-		delete(dw.byRel, rel)
-		dw.m.watchDirs.Release(dw.sb.id, dw.tenant, 1)
-	}
+	return err
 }
 
 // capHolder names who holds the cap at scope: the sandbox, its tenant, or

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/wswatch"
 )
 
 // watcher runs WatchDirectory in the background and collects its updates.
@@ -326,7 +327,7 @@ func TestWatchDirectoryDropsForSlowReader(t *testing.T) {
 		})
 	}()
 	<-updates
-	for i := range 3 * watchQueue {
+	for i := range 3 * wswatch.QueueLen {
 		mustDo(t, os.WriteFile(filepath.Join(ws, fmt.Sprint("f", i)), nil, 0o644))
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -348,8 +349,8 @@ loop:
 			break loop
 		}
 	}
-	if dropped == 0 || events > watchQueue+2 {
-		t.Errorf("%d events, %d dropped; want at most %d and some dropped", events, dropped, watchQueue+1)
+	if dropped == 0 || events > wswatch.QueueLen+2 {
+		t.Errorf("%d events, %d dropped; want at most %d and some dropped", events, dropped, wswatch.QueueLen+1)
 	}
 }
 

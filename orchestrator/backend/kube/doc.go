@@ -15,8 +15,11 @@
 // domain's interface, not a list of container operations: both backends
 // apply the same rules (core's Policy, core.ExecRecord, the error
 // classes), and the host half of /io and of the files API is the same code
-// (orchestrator/iolog, its follow loop included, orchestrator/wspath, and
-// orchestrator/cmdlog for the command log's rules: listings, input),
+// (orchestrator/iolog, its follow loop included, orchestrator/wspath,
+// orchestrator/wswatch for directory watches, whose updates stream back
+// to sandboxd, and
+// orchestrator/cmdlog for the command log's rules: listings, input,
+// execution contexts),
 // run on the host by the Docker backend and inside the Pod by the io
 // sidecar (orchestrator/backend/kube/iosidecar) here. The sidecar is the
 // command log's only writer, as sandboxd is under Docker, so a command ID

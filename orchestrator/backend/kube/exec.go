@@ -16,12 +16,10 @@ import (
 // Submit queues a command in a sandbox and returns its ID, exactly as the
 // Docker backend does: the command ID is the idempotency key, kept by the
 // sandbox's io sidecar, the command log's only writer, so a retry through
-// any replica never runs a command twice.
+// any replica never runs a command twice. A command naming a context is
+// checked against it by the sidecar, next to the log (cmdlog's rules).
 func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
 	rec := core.ExecRecord(req)
-	if rec.ContextID != "" {
-		return "", unsupported(featContexts)
-	}
 	p, err := m.live(ctx, req.SandboxID)
 	if err != nil {
 		return "", err
@@ -30,8 +28,18 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	if err != nil {
 		return "", err
 	}
-	appended, err := c.Append(ctx, rec)
+	runs, err := m.execContext(ctx, req.SandboxID, c, &rec, req.Language == "")
 	if err != nil {
+		return "", err
+	}
+	if err := cmdlog.ImageHasLanguage(req.SandboxID, rec.Language, func() (ioproto.DriverStatus, error) { return c.DriverStatus(ctx) }); err != nil {
+		return "", err
+	}
+	appended, err := c.Append(ctx, rec)
+	switch {
+	case errors.Is(err, cmdlog.ErrUnknownContext), errors.Is(err, cmdlog.ErrContextLanguage), errors.Is(err, cmdlog.ErrContextsUnreadable):
+		return "", cmdlog.ExecContextError(req.SandboxID, rec, runs, err)
+	case err != nil:
 		return "", m.ioError(req.SandboxID, rec.CommandID, err)
 	}
 	m.touch(req.SandboxID, p)

@@ -33,6 +33,9 @@ type IOConn interface {
 	Remove(ctx context.Context, path string, recursive bool) error
 	Rename(ctx context.Context, from, to string, overwrite bool) (core.FileInfo, error)
 	ListCommands(ctx context.Context, page cmdlog.Page) (core.CommandPage, error)
+	ListContexts(ctx context.Context) ([]core.ContextInfo, error)
+	DriverStatus(ctx context.Context) (ioproto.DriverStatus, error)
+	WatchDirectory(ctx context.Context, rel string, recursive bool, maxDirs int, fn func(iosidecar.WatchUpdate) error) error
 	Close() error
 }
 

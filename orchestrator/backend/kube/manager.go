@@ -49,6 +49,10 @@ type Manager struct {
 	active map[string]*activity
 	// conns are the open connections to io sidecars, by Pod UID.
 	conns map[string]*ioEntry
+	// watchCalls and watchDirs count this replica's WatchDirectory calls
+	// in progress and the directories their sidecars watch, against
+	// Policy.WatchCaps (watch.go).
+	watchCalls, watchDirs core.Usage
 	// leader is true while this replica leads.
 	leader bool
 	// creating counts warm-pool Pods this replica created that the cache

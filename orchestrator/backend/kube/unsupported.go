@@ -21,8 +21,6 @@ func unsupported(feature string) error { return core.Unsupported(backendName, fe
 
 // The features this backend lacks, as unsupported names them.
 const (
-	featWatches     = "directory watches"
-	featContexts    = "execution contexts"
 	featHibernation = "hibernation and wake"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
@@ -72,31 +70,6 @@ func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
 // PortTarget is not supported on this backend.
 func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
 	return core.PortTarget{}, unsupported(featNetwork)
-}
-
-// WatchDirectory is not supported on this backend.
-func (m *Manager) WatchDirectory(context.Context, string, string, bool, func(core.WatchUpdate) error) error {
-	return unsupported(featWatches)
-}
-
-// CreateContext is not supported on this backend.
-func (m *Manager) CreateContext(context.Context, string, string, string) (core.ContextInfo, error) {
-	return core.ContextInfo{}, unsupported(featContexts)
-}
-
-// ListContexts is not supported on this backend.
-func (m *Manager) ListContexts(context.Context, string) ([]core.ContextInfo, error) {
-	return nil, unsupported(featContexts)
-}
-
-// RestartContext is not supported on this backend.
-func (m *Manager) RestartContext(context.Context, string, string) error {
-	return unsupported(featContexts)
-}
-
-// DeleteContext is not supported on this backend.
-func (m *Manager) DeleteContext(context.Context, string, string) error {
-	return unsupported(featContexts)
 }
 
 // Hibernate is not supported on this backend: idle sandboxes are deleted.

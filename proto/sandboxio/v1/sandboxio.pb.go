@@ -92,6 +92,67 @@ func (CommandPhase) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
 }
 
+// WatchOp is the kind of a change.
+type WatchOp int32
+
+const (
+	// Not sent.
+	WatchOp_WATCH_OP_UNSPECIFIED WatchOp = 0
+	// A file or directory was created (or moved in).
+	WatchOp_WATCH_OP_CREATE WatchOp = 1
+	// A file was written (writes within 100 ms are reported once).
+	WatchOp_WATCH_OP_WRITE WatchOp = 2
+	// A file or directory was removed.
+	WatchOp_WATCH_OP_REMOVE WatchOp = 3
+	// A file or directory was renamed (or moved away).
+	WatchOp_WATCH_OP_RENAME WatchOp = 4
+)
+
+// Enum value maps for WatchOp.
+var (
+	WatchOp_name = map[int32]string{
+		0: "WATCH_OP_UNSPECIFIED",
+		1: "WATCH_OP_CREATE",
+		2: "WATCH_OP_WRITE",
+		3: "WATCH_OP_REMOVE",
+		4: "WATCH_OP_RENAME",
+	}
+	WatchOp_value = map[string]int32{
+		"WATCH_OP_UNSPECIFIED": 0,
+		"WATCH_OP_CREATE":      1,
+		"WATCH_OP_WRITE":       2,
+		"WATCH_OP_REMOVE":      3,
+		"WATCH_OP_RENAME":      4,
+	}
+)
+
+func (x WatchOp) Enum() *WatchOp {
+	p := new(WatchOp)
+	*p = x
+	return p
+}
+
+func (x WatchOp) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WatchOp) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandboxio_v1_sandboxio_proto_enumTypes[1].Descriptor()
+}
+
+func (WatchOp) Type() protoreflect.EnumType {
+	return &file_sandboxio_v1_sandboxio_proto_enumTypes[1]
+}
+
+func (x WatchOp) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WatchOp.Descriptor instead.
+func (WatchOp) EnumDescriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+}
+
 // AppendRequest carries one record of the /io protocol.
 type AppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1337,6 +1398,359 @@ func (x *CommandInfo) GetPty() bool {
 	return false
 }
 
+// ListContextsRequest asks for the sandbox's contexts.
+type ListContextsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsRequest) Reset() {
+	*x = ListContextsRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsRequest) ProtoMessage() {}
+
+func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
+func (*ListContextsRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+}
+
+// ListContextsResponse lists the sandbox's contexts.
+type ListContextsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The contexts, the default one first; at most 1 + ioproto.MaxContexts.
+	Contexts      []*ContextInfo `protobuf:"bytes,1,rep,name=contexts,proto3" json:"contexts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListContextsResponse) Reset() {
+	*x = ListContextsResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListContextsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListContextsResponse) ProtoMessage() {}
+
+func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
+func (*ListContextsResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListContextsResponse) GetContexts() []*ContextInfo {
+	if x != nil {
+		return x.Contexts
+	}
+	return nil
+}
+
+// ContextInfo describes one context.
+type ContextInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The context's ID ("default" for the default one).
+	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
+	// Its language.
+	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
+	// Its working directory, relative to /workspace ("." for /workspace).
+	Cwd string `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// When it was created, in nanoseconds since the Unix epoch; 0 when not
+	// known.
+	CreatedAtUnixNano int64 `protobuf:"varint,4,opt,name=created_at_unix_nano,json=createdAtUnixNano,proto3" json:"created_at_unix_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ContextInfo) Reset() {
+	*x = ContextInfo{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContextInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContextInfo) ProtoMessage() {}
+
+func (x *ContextInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContextInfo.ProtoReflect.Descriptor instead.
+func (*ContextInfo) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ContextInfo) GetContextId() string {
+	if x != nil {
+		return x.ContextId
+	}
+	return ""
+}
+
+func (x *ContextInfo) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *ContextInfo) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ContextInfo) GetCreatedAtUnixNano() int64 {
+	if x != nil {
+		return x.CreatedAtUnixNano
+	}
+	return 0
+}
+
+// WatchDirectoryRequest names a directory to watch.
+type WatchDirectoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to /workspace (or absolute under it); empty is /workspace.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Watch subdirectories too, including those created later.
+	Recursive bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// The most directories the call may watch (sandboxd's
+	// MaxWatchDirsPerCall); past it the watch ends with RESOURCE_EXHAUSTED.
+	// 0 is INVALID_ARGUMENT; the sidecar's own cap applies above it.
+	MaxDirs       uint32 `protobuf:"varint,3,opt,name=max_dirs,json=maxDirs,proto3" json:"max_dirs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDirectoryRequest) Reset() {
+	*x = WatchDirectoryRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDirectoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDirectoryRequest) ProtoMessage() {}
+
+func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
+func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *WatchDirectoryRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchDirectoryRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+func (x *WatchDirectoryRequest) GetMaxDirs() uint32 {
+	if x != nil {
+		return x.MaxDirs
+	}
+	return 0
+}
+
+// WatchDirectoryResponse is one message of a watch.
+type WatchDirectoryResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The change; absent in the first message.
+	Event *WatchEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// Events dropped since the previous message (a slow reader).
+	Dropped uint64 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// The directories the call watches now, at most max_dirs: sandboxd
+	// counts them against its caps per sandbox, tenant and server.
+	Dirs          uint32 `protobuf:"varint,3,opt,name=dirs,proto3" json:"dirs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDirectoryResponse) Reset() {
+	*x = WatchDirectoryResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDirectoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDirectoryResponse) ProtoMessage() {}
+
+func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
+func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchDirectoryResponse) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *WatchDirectoryResponse) GetDirs() uint32 {
+	if x != nil {
+		return x.Dirs
+	}
+	return 0
+}
+
+// WatchEvent is one change under the watched directory.
+type WatchEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What happened.
+	Op WatchOp `protobuf:"varint,1,opt,name=op,proto3,enum=sandboxio.v1.WatchOp" json:"op,omitempty"`
+	// The path, relative to /workspace, under the watched directory.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// When the sidecar saw it (a coalesced write: the first), in
+	// nanoseconds since the Unix epoch.
+	TimeUnixNano  int64 `protobuf:"varint,3,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WatchEvent) GetOp() WatchOp {
+	if x != nil {
+		return x.Op
+	}
+	return WatchOp_WATCH_OP_UNSPECIFIED
+}
+
+func (x *WatchEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
 // FileInfo describes a file under /workspace.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1358,7 +1772,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1370,7 +1784,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1383,7 +1797,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1506,7 +1920,29 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x05stdin\x18\v \x01(\bR\x05stdin\x12\x10\n" +
 	"\x03pty\x18\f \x01(\bR\x03ptyB\f\n" +
 	"\n" +
-	"_exit_code\"\x97\x01\n" +
+	"_exit_code\"\x15\n" +
+	"\x13ListContextsRequest\"M\n" +
+	"\x14ListContextsResponse\x125\n" +
+	"\bcontexts\x18\x01 \x03(\v2\x19.sandboxio.v1.ContextInfoR\bcontexts\"\x8b\x01\n" +
+	"\vContextInfo\x12\x1d\n" +
+	"\n" +
+	"context_id\x18\x01 \x01(\tR\tcontextId\x12\x1a\n" +
+	"\blanguage\x18\x02 \x01(\tR\blanguage\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12/\n" +
+	"\x14created_at_unix_nano\x18\x04 \x01(\x03R\x11createdAtUnixNano\"d\n" +
+	"\x15WatchDirectoryRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x19\n" +
+	"\bmax_dirs\x18\x03 \x01(\rR\amaxDirs\"v\n" +
+	"\x16WatchDirectoryResponse\x12.\n" +
+	"\x05event\x18\x01 \x01(\v2\x18.sandboxio.v1.WatchEventR\x05event\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\x04R\adropped\x12\x12\n" +
+	"\x04dirs\x18\x03 \x01(\rR\x04dirs\"m\n" +
+	"\n" +
+	"WatchEvent\x12%\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x15.sandboxio.v1.WatchOpR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12$\n" +
+	"\x0etime_unix_nano\x18\x03 \x01(\x03R\ftimeUnixNano\"\x97\x01\n" +
 	"\bFileInfo\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x12\n" +
@@ -1518,7 +1954,13 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x19COMMAND_PHASE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_PHASE_QUEUED\x10\x01\x12\x19\n" +
 	"\x15COMMAND_PHASE_RUNNING\x10\x02\x12\x1a\n" +
-	"\x16COMMAND_PHASE_FINISHED\x10\x032\xf9\x05\n" +
+	"\x16COMMAND_PHASE_FINISHED\x10\x03*v\n" +
+	"\aWatchOp\x12\x18\n" +
+	"\x14WATCH_OP_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fWATCH_OP_CREATE\x10\x01\x12\x12\n" +
+	"\x0eWATCH_OP_WRITE\x10\x02\x12\x13\n" +
+	"\x0fWATCH_OP_REMOVE\x10\x03\x12\x13\n" +
+	"\x0fWATCH_OP_RENAME\x10\x042\xaf\a\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -1529,7 +1971,9 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\rMakeDirectory\x12\".sandboxio.v1.MakeDirectoryRequest\x1a#.sandboxio.v1.MakeDirectoryResponse\x12C\n" +
 	"\x06Remove\x12\x1b.sandboxio.v1.RemoveRequest\x1a\x1c.sandboxio.v1.RemoveResponse\x12C\n" +
 	"\x06Rename\x12\x1b.sandboxio.v1.RenameRequest\x1a\x1c.sandboxio.v1.RenameResponse\x12U\n" +
-	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponse\x12U\n" +
+	"\fListContexts\x12!.sandboxio.v1.ListContextsRequest\x1a\".sandboxio.v1.ListContextsResponse\x12]\n" +
+	"\x0eWatchDirectory\x12#.sandboxio.v1.WatchDirectoryRequest\x1a$.sandboxio.v1.WatchDirectoryResponse0\x01B=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -1543,68 +1987,82 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 	return file_sandboxio_v1_sandboxio_proto_rawDescData
 }
 
-var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
-	(CommandPhase)(0),             // 0: sandboxio.v1.CommandPhase
-	(*AppendRequest)(nil),         // 1: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),        // 2: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),         // 3: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),        // 4: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),         // 5: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),        // 6: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),         // 7: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),          // 8: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),        // 9: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),       // 10: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),      // 11: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),      // 12: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),     // 13: sandboxio.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),  // 14: sandboxio.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil), // 15: sandboxio.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),         // 16: sandboxio.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 17: sandboxio.v1.RemoveResponse
-	(*RenameRequest)(nil),         // 18: sandboxio.v1.RenameRequest
-	(*RenameResponse)(nil),        // 19: sandboxio.v1.RenameResponse
-	(*ListCommandsRequest)(nil),   // 20: sandboxio.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),  // 21: sandboxio.v1.ListCommandsResponse
-	(*CommandInfo)(nil),           // 22: sandboxio.v1.CommandInfo
-	(*FileInfo)(nil),              // 23: sandboxio.v1.FileInfo
+	(CommandPhase)(0),              // 0: sandboxio.v1.CommandPhase
+	(WatchOp)(0),                   // 1: sandboxio.v1.WatchOp
+	(*AppendRequest)(nil),          // 2: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),         // 3: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),          // 4: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),         // 5: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),          // 6: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),         // 7: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),          // 8: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),           // 9: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),         // 10: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),        // 11: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),       // 12: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),       // 13: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 14: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),   // 15: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),  // 16: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),          // 17: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 18: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),          // 19: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),         // 20: sandboxio.v1.RenameResponse
+	(*ListCommandsRequest)(nil),    // 21: sandboxio.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),   // 22: sandboxio.v1.ListCommandsResponse
+	(*CommandInfo)(nil),            // 23: sandboxio.v1.CommandInfo
+	(*ListContextsRequest)(nil),    // 24: sandboxio.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),   // 25: sandboxio.v1.ListContextsResponse
+	(*ContextInfo)(nil),            // 26: sandboxio.v1.ContextInfo
+	(*WatchDirectoryRequest)(nil),  // 27: sandboxio.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil), // 28: sandboxio.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),             // 29: sandboxio.v1.WatchEvent
+	(*FileInfo)(nil),               // 30: sandboxio.v1.FileInfo
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
-	8,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	23, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	23, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
-	22, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
+	9,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
+	30, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	30, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	30, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	30, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	30, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	23, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
 	0,  // 7: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
-	1,  // 8: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	3,  // 9: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	5,  // 10: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	7,  // 11: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	10, // 12: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	12, // 13: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	14, // 14: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	16, // 15: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	18, // 16: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	20, // 17: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
-	2,  // 18: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	4,  // 19: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	6,  // 20: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	9,  // 21: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	11, // 22: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	13, // 23: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	15, // 24: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	17, // 25: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	19, // 26: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	21, // 27: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	26, // 8: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
+	29, // 9: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
+	1,  // 10: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
+	2,  // 11: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	4,  // 12: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	6,  // 13: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	8,  // 14: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	11, // 15: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	13, // 16: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	15, // 17: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	17, // 18: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	19, // 19: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	21, // 20: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	24, // 21: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
+	27, // 22: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
+	3,  // 23: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	5,  // 24: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	7,  // 25: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	10, // 26: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	12, // 27: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	14, // 28: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	16, // 29: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	18, // 30: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	20, // 31: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	22, // 32: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	25, // 33: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	28, // 34: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
+	23, // [23:35] is the sub-list for method output_type
+	11, // [11:23] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -1622,8 +2080,8 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   23,
+			NumEnums:      2,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,16 +33,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	IOService_Append_FullMethodName        = "/sandboxio.v1.IOService/Append"
-	IOService_Follow_FullMethodName        = "/sandboxio.v1.IOService/Follow"
-	IOService_Status_FullMethodName        = "/sandboxio.v1.IOService/Status"
-	IOService_Upload_FullMethodName        = "/sandboxio.v1.IOService/Upload"
-	IOService_Download_FullMethodName      = "/sandboxio.v1.IOService/Download"
-	IOService_ListFiles_FullMethodName     = "/sandboxio.v1.IOService/ListFiles"
-	IOService_MakeDirectory_FullMethodName = "/sandboxio.v1.IOService/MakeDirectory"
-	IOService_Remove_FullMethodName        = "/sandboxio.v1.IOService/Remove"
-	IOService_Rename_FullMethodName        = "/sandboxio.v1.IOService/Rename"
-	IOService_ListCommands_FullMethodName  = "/sandboxio.v1.IOService/ListCommands"
+	IOService_Append_FullMethodName         = "/sandboxio.v1.IOService/Append"
+	IOService_Follow_FullMethodName         = "/sandboxio.v1.IOService/Follow"
+	IOService_Status_FullMethodName         = "/sandboxio.v1.IOService/Status"
+	IOService_Upload_FullMethodName         = "/sandboxio.v1.IOService/Upload"
+	IOService_Download_FullMethodName       = "/sandboxio.v1.IOService/Download"
+	IOService_ListFiles_FullMethodName      = "/sandboxio.v1.IOService/ListFiles"
+	IOService_MakeDirectory_FullMethodName  = "/sandboxio.v1.IOService/MakeDirectory"
+	IOService_Remove_FullMethodName         = "/sandboxio.v1.IOService/Remove"
+	IOService_Rename_FullMethodName         = "/sandboxio.v1.IOService/Rename"
+	IOService_ListCommands_FullMethodName   = "/sandboxio.v1.IOService/ListCommands"
+	IOService_ListContexts_FullMethodName   = "/sandboxio.v1.IOService/ListContexts"
+	IOService_WatchDirectory_FullMethodName = "/sandboxio.v1.IOService/WatchDirectory"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -61,12 +63,17 @@ const (
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
 // relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
 // NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
-// started without a pty, without stdin, or finished; Append), and one per
+// started without a pty, without stdin, or finished; Append),
+// UNKNOWN_CONTEXT (NOT_FOUND) and CONTEXT_LANGUAGE (FAILED_PRECONDITION),
+// a command for a context the sandbox lacks or that runs another language
+// (Append), CONTEXTS_UNREADABLE (FAILED_PRECONDITION, the driver's list of
+// contexts cannot be read; Append, ListContexts), and one per
 // class of the domain's errors, named and coded after it: INVALID_ARGUMENT
 // (a malformed record, command ID, path or page; Append, Follow,
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
 // down; any call), NOT_FOUND, ALREADY_EXISTS,
-// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
+// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls and
+// WatchDirectory). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
 // reason only with its code and on the calls listed; anything else means
@@ -103,6 +110,20 @@ type IOServiceClient interface {
 	// at a time, with where each is in its life (ListCommands of
 	// sandbox.v1, by the same rules: orchestrator/cmdlog).
 	ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
+	// ListContexts lists the driver's contexts (io/contexts.json, read
+	// bounded and sanitised), the default one first, then in order of
+	// creation. Context operations are context records sent with Append,
+	// answered like commands (Follow); an exec record naming a context is
+	// appended only while the context exists and runs its language
+	// (orchestrator/cmdlog's rules, the Docker backend's).
+	ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error)
+	// WatchDirectory watches a directory under /workspace for changes
+	// (orchestrator/wswatch, the watch the Docker backend runs on the host):
+	// the first message, without an event, says the watch is in place; then
+	// one message per change, until the caller cancels or the watch ends
+	// with an error (the directory removed: NOT_FOUND; a cap reached:
+	// RESOURCE_EXHAUSTED).
+	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
 }
 
 type iOServiceClient struct {
@@ -234,6 +255,35 @@ func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequ
 	return out, nil
 }
 
+func (c *iOServiceClient) ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListContextsResponse)
+	err := c.cc.Invoke(ctx, IOService_ListContexts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iOServiceClient) WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &IOService_ServiceDesc.Streams[3], IOService_WatchDirectory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchDirectoryRequest, WatchDirectoryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_WatchDirectoryClient = grpc.ServerStreamingClient[WatchDirectoryResponse]
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -250,12 +300,17 @@ func (c *iOServiceClient) ListCommands(ctx context.Context, in *ListCommandsRequ
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
 // relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
 // NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
-// started without a pty, without stdin, or finished; Append), and one per
+// started without a pty, without stdin, or finished; Append),
+// UNKNOWN_CONTEXT (NOT_FOUND) and CONTEXT_LANGUAGE (FAILED_PRECONDITION),
+// a command for a context the sandbox lacks or that runs another language
+// (Append), CONTEXTS_UNREADABLE (FAILED_PRECONDITION, the driver's list of
+// contexts cannot be read; Append, ListContexts), and one per
 // class of the domain's errors, named and coded after it: INVALID_ARGUMENT
 // (a malformed record, command ID, path or page; Append, Follow,
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
 // down; any call), NOT_FOUND, ALREADY_EXISTS,
-// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls). A status
+// FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls and
+// WatchDirectory). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
 // reason only with its code and on the calls listed; anything else means
@@ -292,6 +347,20 @@ type IOServiceServer interface {
 	// at a time, with where each is in its life (ListCommands of
 	// sandbox.v1, by the same rules: orchestrator/cmdlog).
 	ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
+	// ListContexts lists the driver's contexts (io/contexts.json, read
+	// bounded and sanitised), the default one first, then in order of
+	// creation. Context operations are context records sent with Append,
+	// answered like commands (Follow); an exec record naming a context is
+	// appended only while the context exists and runs its language
+	// (orchestrator/cmdlog's rules, the Docker backend's).
+	ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error)
+	// WatchDirectory watches a directory under /workspace for changes
+	// (orchestrator/wswatch, the watch the Docker backend runs on the host):
+	// the first message, without an event, says the watch is in place; then
+	// one message per change, until the caller cancels or the watch ends
+	// with an error (the directory removed: NOT_FOUND; a cap reached:
+	// RESOURCE_EXHAUSTED).
+	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -331,6 +400,12 @@ func (UnimplementedIOServiceServer) Rename(context.Context, *RenameRequest) (*Re
 }
 func (UnimplementedIOServiceServer) ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListCommands not implemented")
+}
+func (UnimplementedIOServiceServer) ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListContexts not implemented")
+}
+func (UnimplementedIOServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -508,6 +583,35 @@ func _IOService_ListCommands_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IOService_ListContexts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListContextsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).ListContexts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_ListContexts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).ListContexts(ctx, req.(*ListContextsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IOService_WatchDirectory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchDirectoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(IOServiceServer).WatchDirectory(m, &grpc.GenericServerStream[WatchDirectoryRequest, WatchDirectoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_WatchDirectoryServer = grpc.ServerStreamingServer[WatchDirectoryResponse]
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -543,6 +647,10 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ListCommands",
 			Handler:    _IOService_ListCommands_Handler,
 		},
+		{
+			MethodName: "ListContexts",
+			Handler:    _IOService_ListContexts_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -558,6 +666,11 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Download",
 			Handler:       _IOService_Download_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchDirectory",
+			Handler:       _IOService_WatchDirectory_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -23,7 +23,8 @@ import (
 //
 //   - the Server turns a handler's error into a status through it
 //     (statusOf): an iolog sentinel (unknown command, pruned output,
-//     conflict, full log, tampering), a cmdlog one (input refused) or
+//     conflict, full log, tampering), a cmdlog one (input refused, a
+//     command's context refused it) or
 //     a core class (the files API's errors, wspath's, and refused
 //     requests) becomes the reason's code and the reason, with the
 //     error's text as the message;
@@ -54,10 +55,12 @@ const (
 	callAppend call = 1 << iota
 	callFollow
 	callStatus
-	callFiles // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
-	callList  // ListCommands
+	callFiles    // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
+	callList     // ListCommands
+	callContexts // ListContexts
+	callWatch    // WatchDirectory
 
-	callAny = callAppend | callFollow | callStatus | callFiles | callList
+	callAny = callAppend | callFollow | callStatus | callFiles | callList | callContexts | callWatch
 )
 
 // reason is a row of the table.
@@ -87,6 +90,11 @@ var reasons = append([]reason{
 	{"NO_TERMINAL", codes.FailedPrecondition, cmdlog.ErrNoTerminal, callAppend},
 	{"NO_INPUT", codes.FailedPrecondition, cmdlog.ErrNoInput, callAppend},
 	{"COMMAND_FINISHED", codes.FailedPrecondition, cmdlog.ErrFinished, callAppend},
+	// A command's context refused it, or cannot be read
+	// (cmdlog.CheckExecContext).
+	{"UNKNOWN_CONTEXT", codes.NotFound, cmdlog.ErrUnknownContext, callAppend},
+	{"CONTEXT_LANGUAGE", codes.FailedPrecondition, cmdlog.ErrContextLanguage, callAppend},
+	{"CONTEXTS_UNREADABLE", codes.FailedPrecondition, cmdlog.ErrContextsUnreadable, callAppend | callContexts},
 }, classReasons()...)
 
 // classReasons are the table's rows for the domain's classes, as core
@@ -98,10 +106,10 @@ var reasons = append([]reason{
 func classReasons() []reason {
 	var rows []reason
 	for _, class := range core.Classes() {
-		calls := callFiles
+		calls := callFiles | callWatch
 		switch class {
 		case core.ErrInvalidArgument:
-			calls = callAppend | callFollow | callFiles | callList
+			calls = callAppend | callFollow | callFiles | callList | callWatch
 		case core.ErrUnavailable:
 			calls = callAny
 		}

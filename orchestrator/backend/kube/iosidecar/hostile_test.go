@@ -30,6 +30,16 @@ type hostileSidecar struct {
 	err      error                 // Remove's answer
 	status   []byte
 	commands *sandboxiov1.ListCommandsResponse // ListCommands' answer
+	contexts []*sandboxiov1.ContextInfo        // ListContexts' answer
+	watch    func(grpc.ServerStreamingServer[sandboxiov1.WatchDirectoryResponse]) error
+}
+
+func (h *hostileSidecar) WatchDirectory(_ *sandboxiov1.WatchDirectoryRequest, s grpc.ServerStreamingServer[sandboxiov1.WatchDirectoryResponse]) error {
+	return h.watch(s)
+}
+
+func (h *hostileSidecar) ListContexts(context.Context, *sandboxiov1.ListContextsRequest) (*sandboxiov1.ListContextsResponse, error) {
+	return &sandboxiov1.ListContextsResponse{Contexts: h.contexts}, h.err
 }
 
 func (h *hostileSidecar) ListCommands(context.Context, *sandboxiov1.ListCommandsRequest) (*sandboxiov1.ListCommandsResponse, error) {

@@ -45,6 +45,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -111,6 +112,7 @@ type Server struct {
 	// time does not leak the token's length either.
 	tokenSum [32]byte
 
+	watches   atomic.Int32  // WatchDirectory calls in progress
 	closing   chan struct{} // closed by Stop: followers end
 	closeOnce sync.Once
 }
@@ -285,9 +287,10 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 
 // Append appends one record to the command log, once (iolog.Dir.Append).
 // Input (stdin, its close, a resize) is appended only to a command that
-// takes it, by cmdlog's rules, as the Docker backend appends it: the
-// sidecar is the log's only writer, so the check is made here, next to
-// the log, and no caller can skip it.
+// takes it, and a command naming a context only while the context exists
+// and runs its language, by cmdlog's rules, as the Docker backend appends
+// them: the sidecar is the log's only writer, so the checks are made here,
+// next to the log, and no caller can skip them.
 func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*sandboxiov1.AppendResponse, error) {
 	rec, _, err := ioproto.ParseRecord(req.GetRecord()) // the sidecar's own check (package doc)
 	if err != nil {
@@ -298,10 +301,11 @@ func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*s
 		err = cmdlog.AppendInput(ctx, s.dir, rec, nil)
 		appended = err == nil
 	} else {
-		appended, err = s.dir.AppendContext(ctx, rec, nil)
+		appended, err = s.dir.AppendContext(ctx, rec, func() error { return cmdlog.CheckExecContext(s.dir, rec) })
 	}
 	switch {
-	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished):
+	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished),
+		errors.Is(err, cmdlog.ErrUnknownContext), errors.Is(err, cmdlog.ErrContextLanguage), errors.Is(err, cmdlog.ErrContextsUnreadable):
 		return nil, err // the table's reasons (errors.go)
 	case err == nil:
 		if appended {
