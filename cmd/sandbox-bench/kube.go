@@ -5,15 +5,18 @@ package main
 // with its figures.
 //
 // There is no cluster here, so the bench (a developer tool, not production
-// code) stands up what the end-to-end tests use (e2e/kube_test.go): a real
-// API server (envtest's kube-apiserver and etcd, internal/kubetest) and the
-// test kubelet (internal/kubetest/kubelet), which runs the Pods on this
-// machine's Docker engine. The figures are therefore those of sandboxd and
-// the io sidecar hop on one machine, not of a real kubelet, container
-// runtime and CNI: a Pod's start here is a few `docker run`s, and sandboxd
-// reaches the sidecar over the loopback interface.
+// code) stands up what the end-to-end tests use (e2e/kube_test.go): by
+// default (--kube-nodes real) a real cluster on this machine
+// (internal/kubetest/node: envtest's API server, the real scheduler and
+// controller manager, two real kubelets with containerd and Debian's CNI
+// bridge, each node in a network namespace of its own, which sandboxd
+// reaches through a veth); with --kube-nodes test, envtest's API server and
+// the test kubelet (internal/kubetest/kubelet), which runs the Pods on this
+// machine's Docker engine. Either way one machine holds sandboxd, the
+// control plane and the nodes.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,9 +32,11 @@ import (
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/internal/kubetest/kubelet"
+	"github.com/sandboxd/sandboxd/internal/kubetest/node"
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
@@ -47,14 +52,17 @@ const (
 	kubeAnnDeleting    = "sandboxd.io/deleting"
 )
 
-// kubeEnv is a running API server with a test kubelet, and what replicas
+// kubeEnv is a running API server with nodes, and what replicas
 // need to use it.
 type kubeEnv struct {
 	cs         kubernetes.Interface
-	kl         *kubelet.Kubelet
+	kl         *kubelet.Kubelet // the test kubelet, or nil
+	cluster    *node.Cluster    // the real nodes, or nil
+	image      string           // the replicas' --image ("": the bench's)
+	extra      []string         // more flags for every replica
 	stopAPI    func() error
 	dir        string
-	kubeletDir string // the kubelet's state: <dir>/<pod UID>/<volume>
+	kubeletDir string // the test kubelet's state: <dir>/<pod UID>/<volume>
 	kubeconfig string
 	tokenFile  string
 	namespace  string
@@ -86,7 +94,7 @@ func (b *bench) kubernetes(ctx context.Context) (err error) {
 			return fmt.Errorf("the envtest binary %s is missing: run make envtest-assets (or set KUBEBUILDER_ASSETS)", filepath.Join(dir, name))
 		}
 	}
-	b.progress("starting the API server and the test kubelet")
+	b.progress("starting the API server and the %s nodes", b.cfg.kubeNodes)
 	k, err := b.startKube(ctx, dir)
 	if err != nil {
 		return err
@@ -149,22 +157,49 @@ func find(rep *Report, key string) *Row {
 	return nil
 }
 
-// startKube starts the API server (binaries in dir) and the test kubelet,
+// startKube starts the API server (binaries in dir) and the nodes,
 // and creates the namespace and the io sidecars' token Secret, as
 // e2e/kube_test.go does.
 func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
-	rc, stopAPI, err := kubetest.StartAt(dir)
-	if err != nil {
+	k := &kubeEnv{dir: filepath.Join(b.tmp, "kube"), namespace: "sandbox-bench-" + b.runID}
+	if err := os.MkdirAll(k.dir, 0o700); err != nil {
 		return nil, err
 	}
-	k := &kubeEnv{stopAPI: stopAPI, dir: filepath.Join(b.tmp, "kube"), namespace: "sandbox-bench-" + b.runID}
-	k.kubeletDir = filepath.Join(k.dir, "kubelet")
+	var rc *rest.Config
+	if b.cfg.kubeNodes == "real" {
+		if b.cfg.runtime != "" {
+			return nil, fmt.Errorf("--runtime %s: the real nodes run runc only (--kube-nodes test runs it)", b.cfg.runtime)
+		}
+		c, err := node.New(ctx, filepath.Join(k.dir, "cluster"), node.Options{
+			Nodes:  []string{"node-a", "node-b"},
+			Images: map[string]string{b.cfg.image: benchNodeImage},
+		}, func(format string, args ...any) { b.progress(format, args...) })
+		if err != nil {
+			if c != nil {
+				c.Close(true, func(format string, args ...any) { b.progress(format, args...) })
+			}
+			return nil, fmt.Errorf("start the real nodes: %w", err)
+		}
+		k.cluster, rc, k.image = c, c.RestConfig, benchNodeImage
+		k.stopAPI = func() error { return nil } // Close stops it
+		// A real scheduler counts requests: the bench's users would not
+		// fit two nodes of this machine at the default limits (a CPU and
+		// 1 GiB each: 100 users ask 100 GiB of two nodes' 48). The
+		// figures do not depend on the limits.
+		k.extra = []string{"--kube-cpu-request", "0.01", "--default-memory", "256m"}
+	} else {
+		var err error
+		var stopAPI func() error
+		if rc, stopAPI, err = kubetest.StartAt(dir); err != nil {
+			return nil, err
+		}
+		k.stopAPI = stopAPI
+		k.kubeletDir = filepath.Join(k.dir, "kubelet")
+	}
 	k.kubeconfig = filepath.Join(k.dir, "kubeconfig")
 	k.tokenFile = filepath.Join(k.dir, "io-token")
 	fail := func(err error) (*kubeEnv, error) { return nil, errors.Join(err, b.stopKube(k)) }
-	if err := os.MkdirAll(k.dir, 0o700); err != nil {
-		return fail(err)
-	}
+	var err error
 	if k.cs, err = kubernetes.NewForConfig(rc); err != nil {
 		return fail(err)
 	}
@@ -192,6 +227,9 @@ func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
 		}
 		k.runtime = rt
 	}
+	if k.cluster != nil {
+		return k, nil
+	}
 	sctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if k.kl, err = kubelet.Start(sctx, kubelet.Config{RestConfig: rc, StateDir: k.kubeletDir}); err != nil {
@@ -200,9 +238,33 @@ func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
 	return k, nil
 }
 
+// hopPath says how sandboxd reaches a Pod's io sidecar here, for notes.
+func (k *kubeEnv) hopPath() string {
+	if k.cluster != nil {
+		return "through a veth into the node's network namespace and its CNI bridge"
+	}
+	return "over loopback, through Docker's userland proxy"
+}
+
+// benchNodeImage is the name the real nodes know the sandbox image by: not
+// tagged latest, whose pull policy would be Always (there is no registry).
+const benchNodeImage = "sandboxd.test/sandbox:bench"
+
+// volumeDir is the directory on this machine holding volume vol of Pod p.
+func (k *kubeEnv) volumeDir(p *corev1.Pod, vol string) string {
+	if k.cluster != nil {
+		return k.cluster.VolumeDir(p.Spec.NodeName, string(p.UID), vol)
+	}
+	return filepath.Join(k.kubeletDir, string(p.UID), vol)
+}
+
 // stopKube stops the kubelet, which removes every container it made, and
 // the API server, and checks that no Pod container is left.
 func (b *bench) stopKube(k *kubeEnv) error {
+	if k.cluster != nil {
+		k.cluster.Close(false, func(format string, args ...any) { b.progress(format, args...) })
+		return nil
+	}
 	var errs []error
 	if k.kl != nil {
 		k.kl.Stop()
@@ -236,9 +298,10 @@ type replica struct {
 // replica starts sandboxd replica name, with the Docker backend's defaults
 // otherwise (no --default-cpus etc.), so that the figures compare.
 func (b *bench) replica(ctx context.Context, k *kubeEnv, name string, extra ...string) (*replica, error) {
-	cfg := daemonConfig{binary: b.dcfg.binary, stateDir: filepath.Join(k.dir, "state-"+name), image: b.cfg.image}
+	cfg := daemonConfig{binary: b.dcfg.binary, stateDir: filepath.Join(k.dir, "state-"+name), image: cmp.Or(k.image, b.cfg.image)}
 	cfg.extra = append([]string{"--backend", "kubernetes", "--kubeconfig", k.kubeconfig, "--kube-namespace", k.namespace,
-		"--kube-io-token-file", k.tokenFile, "--kube-identity", name, "--kube-leader-lease", "3s"}, extra...)
+		"--kube-io-token-file", k.tokenFile, "--kube-identity", name, "--kube-leader-lease", "3s"}, k.extra...)
+	cfg.extra = append(cfg.extra, extra...)
 	if k.runtime != "" {
 		cfg.extra = append(cfg.extra, "--kube-runtime-class", k.runtime)
 	}
@@ -290,7 +353,7 @@ func (b *bench) kubeNoPool(ctx context.Context, k *kubeEnv, a, r2 *replica) erro
 		hop = fmt.Sprintf("; the sidecar hop adds %s ms at p50", fmtNum(ms(warm.percentile(50))-b.warmP50))
 	}
 	b.rep.add(row(mKubeWarmP50, ms(warm.percentile(50)), "Docker backend (same run, p50)", b.warmP50, warmTarget,
-		fmt.Sprintf("over %d round trips through one replica: sandboxd → io sidecar (gRPC over loopback) → /io in the Pod%s", b.cfg.Iterations, hop)))
+		fmt.Sprintf("over %d round trips through one replica: sandboxd → io sidecar (gRPC %s) → /io in the Pod%s", b.cfg.Iterations, k.hopPath(), hop)))
 	b.rep.add(row(mKubeWarmP99, ms(warm.percentile(99)), "Docker backend (same run, p99)", b.warmP99, nil, ""))
 	if err := a.c.delete(ctx, sb); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", sb, err)
@@ -415,7 +478,7 @@ func waitPool(ctx context.Context, k *kubeEnv, n int, limit time.Duration) (map[
 				continue
 			}
 			var st ioproto.DriverStatus
-			if ioproto.ReadJSONFile(filepath.Join(k.kubeletDir, string(p.UID), "io", ioproto.DriverStatusFile), &st) == nil && st.KernelPID != 0 {
+			if ioproto.ReadJSONFile(filepath.Join(k.volumeDir(&p, "io"), ioproto.DriverStatusFile), &st) == nil && st.KernelPID != 0 {
 				ready[p.Labels[kubeLabelSandboxID]] = true
 			}
 		}

@@ -13,9 +13,10 @@
 //
 // The Kubernetes backend is measured in the same run (unless --kube=false):
 // two sandboxd replicas with --backend kubernetes on a local API server
-// (envtest's binaries, `make envtest-assets`) whose Pods the test kubelet
-// runs on this machine's Docker engine; its rows are compared with the
-// Docker backend's.
+// (envtest's binaries, `make envtest-assets`) whose Pods two real nodes on
+// this machine run (kubelets with containerd, `make kube-node`; with
+// --kube-nodes test, the test kubelet on the Docker engine); its rows are
+// compared with the Docker backend's.
 //
 // The networking rows (network.go) compare a networked sandbox's egress
 // through sandboxd's gateway with a `docker run --network bridge`
@@ -108,6 +109,7 @@ type config struct {
 	jupyterPython string
 	format        string // table, json or markdown
 	kube          bool   // measure the Kubernetes backend too (kube.go)
+	kubeNodes     string // real (internal/kubetest/node) or test (the test kubelet)
 	phases        map[string]bool
 }
 
@@ -141,7 +143,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.Reattach, "reattach", 100, "live sandboxes a restarted sandboxd reattaches")
 	fs.IntVar(&c.StreamMB, "stream-mb", 100, "megabytes (10^6 bytes) of output streamed by one command")
 	fs.IntVar(&c.Hibernated, "hibernated", 20, "hibernated sandboxes sandboxd holds while its RSS and ListSandboxes are measured")
-	fs.BoolVar(&c.kube, "kube", true, "also measure the Kubernetes backend: sandboxd replicas on a local API server (make envtest-assets) and the test kubelet")
+	fs.BoolVar(&c.kube, "kube", true, "also measure the Kubernetes backend: sandboxd replicas on a local API server (make envtest-assets) and --kube-nodes")
+	fs.StringVar(&c.kubeNodes, "kube-nodes", "real", "what runs the kubernetes phase's Pods: real (two real kubelets with containerd on this machine; make kube-node) or test (the test kubelet on Docker)")
 	fs.IntVar(&c.KubeAcquires, "kube-acquires", 100, "new users acquiring at once through two kubernetes replicas")
 	fs.IntVar(&c.NetRequests, "net-requests", 200, "sequential HTTP GETs of the egress and ingress latency figures")
 	fs.IntVar(&c.NetDownloadMB, "net-download-mb", 64, "MiB of the egress download figure")
@@ -193,6 +196,9 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}
 	if c.Duration <= 0 || c.SamplingWindow <= 0 {
 		return c, errors.New("--duration and --sampling-window must be positive")
+	}
+	if c.kubeNodes != "real" && c.kubeNodes != "test" {
+		return c, fmt.Errorf("--kube-nodes %q: want real or test", c.kubeNodes)
 	}
 	c.phases = map[string]bool{}
 	for _, p := range strings.Split(phases, ",") {
