@@ -595,8 +595,15 @@ func kubeIdleTTL(t *testing.T, k *kubeEnv) {
 	c, _ := a.client(t)
 	r := acquire(t, ctx, c, "ttl-user")
 	id := r.GetSandbox().GetSandboxId()
-	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "1"}), "1")
+	// The last use is taken when the command is submitted: the replica
+	// writes activity to the Pod throttled, and the SIGKILL right after
+	// the command may lose the write of its end (at most one write
+	// interval, a fifth of the TTL, after the write of its start). A
+	// command that took longer than that on a loaded machine would make
+	// the sandbox expire less than a TTL after its end, though never
+	// before a TTL after its last recorded activity.
 	lastUse := time.Now()
+	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "1"}), "1")
 	a.kill9(t)
 	b := k.replica(t, "ttl-b", "--idle-ttl", ttl.String())
 	cb, _ := b.client(t)
