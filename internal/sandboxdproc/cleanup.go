@@ -19,7 +19,26 @@ import (
 // the volumes still mounted under stateDir (UnmountUnder), so that the
 // directory can be removed and no loop device is left.
 func Cleanup(ctx context.Context, stateDir string) error {
-	return errors.Join(RemoveContainers(ctx, stateDir), UnmountUnder(stateDir))
+	err := RemoveContainers(ctx, stateDir)
+	return errors.Join(err, RemoveImages(ctx, stateDir), UnmountUnder(stateDir))
+}
+
+// RemoveImages force-removes every image sandboxd made for stateDir: the
+// templates it built and their step cache (labelled with it), which
+// would otherwise outlive the test and fill the disk run after run.
+func RemoveImages(ctx context.Context, stateDir string) error {
+	out, err := exec.CommandContext(ctx, "docker", "images", "-q", "--no-trunc", "--filter", "label="+labels.StateDir+"="+stateDir).Output()
+	if err != nil {
+		return fmt.Errorf("docker images: %w", err)
+	}
+	ids := slices.Compact(slices.Sorted(slices.Values(strings.Fields(string(out)))))
+	if len(ids) == 0 {
+		return nil
+	}
+	if out, err := exec.CommandContext(ctx, "docker", append([]string{"rmi", "-f"}, ids...)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("docker rmi: %v: %s", err, out)
+	}
+	return nil
 }
 
 // RemoveContainers force-removes every container sandboxd made for

@@ -3,7 +3,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -302,49 +302,21 @@ func readPids(path string) []int {
 // the deepest first: a node's Pod volumes (the kubelet's), container root
 // file systems and network namespaces (containerd's).
 func unmountUnder(logf func(string, ...any), dirs ...string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	defer f.Close()
 	var points []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
+	for _, d := range dirs {
+		mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(d))
+		if err != nil {
+			logf("node: list mounts under %s: %v", d, err)
 			continue
 		}
-		mp := unescapeMount(fields[4])
-		for _, d := range dirs {
-			if mp == d || strings.HasPrefix(mp, d+"/") {
-				points = append(points, mp)
-			}
+		for _, m := range mounts {
+			points = append(points, m.Mountpoint)
 		}
 	}
 	slices.SortFunc(points, func(a, b string) int { return strings.Count(b, "/") - strings.Count(a, "/") })
-	for _, p := range points {
+	for _, p := range slices.Compact(points) {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			logf("node: unmount %s: %v", p, err)
 		}
 	}
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

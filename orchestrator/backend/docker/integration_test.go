@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
@@ -74,6 +75,10 @@ func removeTestContainers(t testing.TB, c *client.Client, stateDir string) {
 		if err := c.ContainerRemove(ctx, ct.ID, container.RemoveOptions{Force: true}); err != nil {
 			t.Logf("cleanup: remove %s: %v", ct.ID[:12], err)
 		}
+	}
+	// The templates the test built, and their step cache.
+	if err := sandboxdproc.RemoveImages(ctx, abs); err != nil {
+		t.Logf("cleanup: %v", err)
 	}
 	unmountAll(t, abs)
 }
