@@ -95,9 +95,20 @@ import (
 const (
 	// netUpdateBound: an update reaches open and new connections within it.
 	netUpdateBound = time.Second
-	// netFairness: another sandbox's p50 GET under the flood may be this
-	// many times its p50 without it.
-	netFairness = 2.0
+	// netFairness and netFairnessSlack: another sandbox's p50 GET under
+	// the flood may be netFairness times its p50 without it, plus
+	// netFairnessSlack. The slack is the CPU the flooder's four processes
+	// take from the victim's on a 2-core machine, which no gateway can give
+	// back: against a quiet p50 under a millisecond, a ratio alone measures
+	// the scheduler (2.02× was seen with 0.9 ms added). What the bound
+	// catches is a gateway shared unfairly: the victim's connections queued
+	// behind the flooder's, or its DNS queries dropped with them.
+	netFairness      = 2.0
+	netFairnessSlack = 3 * time.Millisecond
+	// netDropped: a GET of the victim's this long under the flood had a
+	// packet dropped (a SYN is retransmitted after 1 s, a DNS query after
+	// the resolver's timeout): no flooder may take the victim's share.
+	netDropped = time.Second
 	// netFloodSeconds: each flood window; netFloodWindows of them,
 	// alternating with quiet ones.
 	netFloodSeconds = 6
@@ -1502,9 +1513,14 @@ func (r *netRun) caseFlood(t *testing.T) {
 	<-sampled
 	qp, fp := percentile(quiet, 50), percentile(flooded, 50)
 	ratio := fp / qp
-	t.Logf("the victim's GET: p50 %.2f ms quiet (p90 %.2f), %.2f ms flooded (p90 %.2f): %.2f×", qp, percentile(quiet, 90), fp, percentile(flooded, 90), ratio)
-	if ratio > netFairness {
-		t.Errorf("the flood slowed another sandbox's GET from p50 %.2f ms to %.2f ms (%.2f×); want at most %.0f×", qp, fp, ratio, netFairness)
+	bound := netFairness*qp + float64(netFairnessSlack)/float64(time.Millisecond)
+	slowest := slices.Max(flooded)
+	t.Logf("the victim's GET: p50 %.2f ms quiet (p90 %.2f), %.2f ms flooded (p90 %.2f, max %.2f): %.2f×", qp, percentile(quiet, 90), fp, percentile(flooded, 90), slowest, ratio)
+	if fp > bound {
+		t.Errorf("the flood slowed another sandbox's GET from p50 %.2f ms to %.2f ms (%.2f×); want at most %.0f× + %v (%.2f ms)", qp, fp, ratio, netFairness, netFairnessSlack, bound)
+	}
+	if slowest >= float64(netDropped)/float64(time.Millisecond) {
+		t.Errorf("one of the victim's GETs under the flood took %.0f ms: a packet of its was dropped (a retransmit); want none at %v or more", slowest, netDropped)
 	}
 	fst := r.status(t, f).GetCounters()
 	seenDNS := fst.GetDnsAllowed() + fst.GetDnsDenied() + fst.GetDnsRateLimited()
@@ -1522,8 +1538,8 @@ func (r *netRun) caseFlood(t *testing.T) {
 	if peak.rss-base.rss > netRSSBound {
 		t.Errorf("sandboxd's RSS grew by %s during the flood; want at most %s", mib(peak.rss-base.rss), mib(netRSSBound))
 	}
-	r.note("flood: other sandbox's GET p50 %.2f ms flooded vs %.2f ms quiet (%.2f×, bound %.0f×); the gateway saw %d of %d flood DNS queries (the kernel dropped the rest) and %d of %d connections (%d at cap); sandboxd peak %d fds (%d before, bound %d), RSS %s (+%s, bound +%s)",
-		fp, qp, ratio, netFairness, seenDNS, sentDNS, seenConns, sentConns, fst.GetConnectionsRefusedAtCap(), peak.fds, base.fds, fdBound,
+	r.note("flood: other sandbox's GET p50 %.2f ms flooded vs %.2f ms quiet (%.2f×, bound %.0f× + %v), max %.1f ms; the gateway saw %d of %d flood DNS queries (the kernel dropped the rest) and %d of %d connections (%d at cap); sandboxd peak %d fds (%d before, bound %d), RSS %s (+%s, bound +%s)",
+		fp, qp, ratio, netFairness, netFairnessSlack, slowest, seenDNS, sentDNS, seenConns, sentConns, fst.GetConnectionsRefusedAtCap(), peak.fds, base.fds, fdBound,
 		mib(peak.rss), mib(max(0, peak.rss-base.rss)), mib(netRSSBound))
 	r.floodID = f
 }
