@@ -86,6 +86,13 @@ func removeContainers(stateDir string) error {
 	return sandboxdproc.RemoveContainers(ctx, stateDir)
 }
 
+// removeImages force-removes the images sandboxd built for stateDir.
+func removeImages(stateDir string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	return sandboxdproc.RemoveImages(ctx, stateDir)
+}
+
 // containersOf lists the IDs of the containers sandboxd made for stateDir
 // (running ones only, unless all).
 func containersOf(ctx context.Context, stateDir string, all bool) ([]string, error) {

@@ -231,10 +231,15 @@ func deleteAll(c *client, ids []string, progress func(string, ...any)) {
 }
 
 // removeLeftovers is the safety net after a self-started sandboxd stopped:
-// containers and mounts of its state directory that a failed run left.
+// containers and mounts of its state directory that a failed run left, and
+// the images it built (templates and their step cache, labelled with the
+// directory), which would otherwise outlive the run, one per run.
 func (b *bench) removeLeftovers(stateDir string) {
 	if err := removeContainers(stateDir); err != nil {
 		b.progress("removing containers: %v", err)
+	}
+	if err := removeImages(stateDir); err != nil {
+		b.progress("removing images: %v", err)
 	}
 	if err := unmountUnder(stateDir); err != nil {
 		b.progress("unmounting volumes: %v", err)
