@@ -23,7 +23,7 @@ type Recorder interface {
 // not only successes.
 //
 // Recorded, one action each: Acquire, Delete, SetTimeout, Hibernate, Wake,
-// CreateSnapshot, DeleteSnapshot, Fork, UpdateNetworkPolicy, Submit (execute), Interrupt, CreateContext,
+// CreateSnapshot, DeleteSnapshot, Fork, UpdateNetworkPolicy, Submit and Execute (execute), Interrupt, CreateContext,
 // RestartContext, DeleteContext, Upload (write_file), MakeDirectory
 // (mkdir), Remove and Rename (move), CreateVolume, DeleteVolume,
 // VolumeUpload (volume_write_file), VolumeMakeDirectory (volume_mkdir),
@@ -150,6 +150,25 @@ func (a *audited) Submit(ctx context.Context, req core.ExecRequest) (string, err
 	a.record(ctx, start, ActionExecute, Event{SandboxID: req.SandboxID, CommandID: id, ContextID: req.ContextID,
 		Language: req.Language, Bytes: int64(len(req.Code))}, err)
 	return id, err
+}
+
+// Execute is recorded as Submit is: when the command is queued (or
+// refused), under the same action.
+func (a *audited) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+	start := time.Now()
+	ev := Event{SandboxID: req.SandboxID, CommandID: req.CommandID, ContextID: req.ContextID,
+		Language: req.Language, Bytes: int64(len(req.Code))}
+	queued := false // submitted is called on Execute's goroutine, before it returns
+	err := a.Manager.Execute(ctx, req, func(id string) {
+		queued = true
+		ev.CommandID = id
+		a.record(ctx, start, ActionExecute, ev, nil)
+		submitted(id)
+	}, fn)
+	if !queued {
+		a.record(ctx, start, ActionExecute, ev, err)
+	}
+	return err
 }
 
 func (a *audited) Interrupt(ctx context.Context, sandboxID, commandID string) error {

@@ -132,6 +132,15 @@ func calls() map[string]struct {
 			_, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb1, Code: secretCode, Env: map[string]string{"K": secretEnv}})
 			return err
 		}},
+		"Execute": {ActionExecute, func(ctx context.Context, m core.Manager) error {
+			queued := false
+			err := m.Execute(ctx, core.ExecRequest{SandboxID: sb1, Code: secretCode, Env: map[string]string{"K": secretEnv}},
+				func(string) { queued = true }, func(core.Event) error { return nil })
+			if queued {
+				return ok(err) // the action is the queueing; what follows is a read
+			}
+			return err
+		}},
 		"Follow": {"", func(ctx context.Context, m core.Manager) error {
 			return ok(m.Follow(ctx, sb1, "cmd-1", 0, func(core.Event) error { return nil }))
 		}},
@@ -319,12 +328,14 @@ func TestAuditedDetails(t *testing.T) {
 	m := Audited(coretest.Validated(fake()), rec)
 	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "ops", Admin: true, Name: "oncall"})
 	cs := calls()
-	for _, name := range []string{"Acquire", "Submit", "Upload", "Rename", "Delete", "CreateContext"} {
+	for _, name := range []string{"Acquire", "Submit", "Execute", "Upload", "Rename", "Delete", "CreateContext"} {
 		cs[name].call(ctx, m)
 	}
 	got := rec.take()
 	want := []Event{
 		{Action: ActionAcquire, UserID: "alice", Outcome: OutcomeOK},
+		{Action: ActionExecute, CommandID: "cmd-1", Bytes: int64(len(secretCode)), Outcome: OutcomeOK},
+		// Recorded when queued, as Submit: what follows is not the action's.
 		{Action: ActionExecute, CommandID: "cmd-1", Bytes: int64(len(secretCode)), Outcome: OutcomeOK},
 		{Action: ActionWriteFile, Path: "notes.txt", Bytes: int64(len(secretFile)), Outcome: OutcomeOK},
 		{Action: ActionMove, Path: "a.txt", ToPath: "b.txt", Outcome: "internal"},

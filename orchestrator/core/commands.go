@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -83,4 +84,21 @@ type CommandPage struct {
 	NextPageToken string
 	// Total is the number of commands in the sandbox's log.
 	Total int
+}
+
+// Submitter is what SubmitThenFollow needs of a backend.
+type Submitter interface {
+	Submit(ctx context.Context, req ExecRequest) (commandID string, err error)
+	Follow(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(Event) error) error
+}
+
+// SubmitThenFollow is Manager.Execute in two calls, Submit then Follow from
+// the first event: the Execute of a backend whose log is at hand.
+func SubmitThenFollow(ctx context.Context, m Submitter, req ExecRequest, submitted func(commandID string), fn func(Event) error) error {
+	id, err := m.Submit(ctx, req)
+	if err != nil {
+		return err
+	}
+	submitted(id)
+	return m.Follow(ctx, req.SandboxID, id, 0, fn)
 }

@@ -284,6 +284,25 @@ func (v *validating) Follow(ctx context.Context, sandboxID, commandID string, af
 	return v.m.Follow(ctx, sandboxID, commandID, afterSeq, fn)
 }
 
+// Execute checks the request as Submit does and takes a stream as Follow
+// does, both before anything is submitted: a command whose stream would
+// be refused is not run.
+func (v *validating) Execute(ctx context.Context, req ExecRequest, submitted func(string), fn func(Event) error) error {
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	req, err := v.p.ResolveExec(req)
+	if err != nil {
+		return err
+	}
+	release, err := v.stream(ctx, req.SandboxID)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return v.m.Execute(ctx, req, submitted, fn)
+}
+
 func (v *validating) Interrupt(ctx context.Context, sandboxID, commandID string) error {
 	if err := ids(sandboxID, commandID); err != nil {
 		return err

@@ -222,3 +222,54 @@ func wantCap(t *testing.T, err error, want string) {
 		t.Fatalf("err = %v; want ResourceExhausted containing %q", err, want)
 	}
 }
+
+// TestValidatingExecute: Execute checks its request as Submit does and
+// takes its stream before anything is submitted: a command whose stream
+// the caps refuse is not run.
+func TestValidatingExecute(t *testing.T) {
+	block := make(chan struct{})
+	started := make(chan struct{}, 1)
+	submitted := 0
+	fake := &coretest.Manager{
+		SubmitFunc: func(_ context.Context, req core.ExecRequest) (string, error) {
+			submitted++
+			if req.CommandID == "" || req.Timeout == 0 {
+				t.Errorf("the backend got an unresolved request: %+v", req)
+			}
+			return req.CommandID, nil
+		},
+		FollowFunc: func(ctx context.Context, _, _ string, _ int64, _ func(core.Event) error) error {
+			started <- struct{}{}
+			select {
+			case <-block:
+			case <-ctx.Done():
+			}
+			return nil
+		},
+	}
+	p := core.DefaultPolicy()
+	p.MaxStreamsPerSandbox = 1
+	m := core.Validating(fake, p)
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	none := func(string) { t.Error("submitted called for a refused Execute") }
+	noEvents := func(core.Event) error { return nil }
+	if err := m.Execute(ctx, core.ExecRequest{SandboxID: "sb-bad"}, none, noEvents); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("Execute(bad sandbox ID) = %v; want InvalidArgument", err)
+	}
+	done := make(chan error, 1)
+	var id string
+	go func() {
+		done <- m.Execute(ctx, core.ExecRequest{SandboxID: sb, Code: "1"}, func(s string) { id = s }, noEvents)
+	}()
+	<-started // the first Execute follows: the sandbox's one stream is taken
+	if err := m.Execute(ctx, core.ExecRequest{SandboxID: sb, Code: "2"}, none, noEvents); !errors.Is(err, core.ErrResourceExhausted) {
+		t.Errorf("Execute past the stream cap = %v; want ResourceExhausted", err)
+	}
+	close(block)
+	if err := <-done; err != nil || id == "" {
+		t.Errorf("the first Execute = %v with command ID %q; want nil and an ID", err, id)
+	}
+	if submitted != 1 {
+		t.Errorf("%d commands submitted; want 1 (the refused one runs nothing)", submitted)
+	}
+}

@@ -11,6 +11,12 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
+// Execute is Submit then Follow: the log is on this host, so the two
+// calls cost nothing one would save.
+func (m *Manager) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+	return core.SubmitThenFollow(ctx, m, req, submitted, fn)
+}
+
 // Follow streams a command's events with Seq > afterSeq, in order, calling fn
 // for each, and returns nil once it has delivered the done event (at once, if
 // done's seq is not above afterSeq: there is nothing left to send; afterSeq

@@ -19,34 +19,83 @@ import (
 // any replica never runs a command twice. A command naming a context is
 // checked against it by the sidecar, next to the log (cmdlog's rules).
 func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
-	rec := core.ExecRecord(req)
-	p, err := m.live(ctx, req.SandboxID)
+	p, c, rec, runs, err := m.prepare(ctx, req)
 	if err != nil {
-		return "", err
-	}
-	c, err := m.io(ctx, p)
-	if err != nil {
-		return "", err
-	}
-	runs, err := m.execContext(ctx, req.SandboxID, c, &rec, req.Language == "")
-	if err != nil {
-		return "", err
-	}
-	if err := cmdlog.ImageHasLanguage(req.SandboxID, rec.Language, func() (ioproto.DriverStatus, error) { return c.DriverStatus(ctx) }); err != nil {
 		return "", err
 	}
 	appended, err := c.Append(ctx, rec)
+	if err != nil {
+		return "", m.submitError(req.SandboxID, rec, runs, err)
+	}
+	m.submitted(p, rec, appended)
+	return rec.CommandID, nil
+}
+
+// Execute is Submit then Follow from the first event in one call to the
+// sandbox's io sidecar (its Run): the command is appended and its events
+// stream back in one round trip, where two calls cost two (the sidecar
+// hop, BENCHMARKS.md). Its rules and errors are Submit's until the
+// command is in the log, Follow's after.
+func (m *Manager) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+	p, c, rec, runs, err := m.prepare(ctx, req)
+	if err != nil {
+		return err
+	}
+	queued := false
+	return m.follow(ctx, p, req.SandboxID, rec.CommandID, func(fctx context.Context, fn func(core.Event) error) error {
+		err := c.Run(fctx, rec, func(appended bool) {
+			queued = true
+			m.submitted(p, rec, appended)
+			submitted(rec.CommandID)
+		}, fn)
+		if err != nil && !queued {
+			// A context's refusal is worded here; the rest as any
+			// sidecar error (follow's ioError), as Submit does.
+			return cmdlog.ExecContextError(req.SandboxID, rec, runs, err)
+		}
+		return err
+	}, fn)
+}
+
+// prepare is what Submit and Execute do before the command is sent: the
+// sandbox's ready Pod and sidecar, the record, its context's language
+// resolved and checked against the image (runs is the context's language,
+// for messages).
+func (m *Manager) prepare(ctx context.Context, req core.ExecRequest) (*corev1.Pod, IOConn, ioproto.Record, string, error) {
+	rec := core.ExecRecord(req)
+	p, err := m.live(ctx, req.SandboxID)
+	if err != nil {
+		return nil, nil, rec, "", err
+	}
+	c, err := m.io(ctx, p)
+	if err != nil {
+		return nil, nil, rec, "", err
+	}
+	runs, err := m.execContext(ctx, req.SandboxID, c, &rec, req.Language == "")
+	if err != nil {
+		return nil, nil, rec, "", err
+	}
+	if err := cmdlog.ImageHasLanguage(req.SandboxID, rec.Language, func() (ioproto.DriverStatus, error) { return c.DriverStatus(ctx) }); err != nil {
+		return nil, nil, rec, "", err
+	}
+	return p, c, rec, runs, nil
+}
+
+// submitError says why the sidecar refused to append command rec.
+func (m *Manager) submitError(sandboxID string, rec ioproto.Record, runs string, err error) error {
 	switch {
 	case errors.Is(err, cmdlog.ErrUnknownContext), errors.Is(err, cmdlog.ErrContextLanguage), errors.Is(err, cmdlog.ErrContextsUnreadable):
-		return "", cmdlog.ExecContextError(req.SandboxID, rec, runs, err)
-	case err != nil:
-		return "", m.ioError(req.SandboxID, rec.CommandID, err)
+		return cmdlog.ExecContextError(sandboxID, rec, runs, err)
 	}
-	m.touch(req.SandboxID, p)
+	return m.ioError(sandboxID, rec.CommandID, err)
+}
+
+// submitted records that command rec is in p's log.
+func (m *Manager) submitted(p *corev1.Pod, rec ioproto.Record, appended bool) {
+	m.touch(p.Labels[labelSandboxID], p)
 	if appended {
-		m.log.Debug("command submitted", "sandbox_id", req.SandboxID, "command_id", rec.CommandID, "language", rec.Language)
+		m.log.Debug("command submitted", "sandbox_id", p.Labels[labelSandboxID], "command_id", rec.CommandID, "language", rec.Language)
 	}
-	return rec.CommandID, nil
 }
 
 // Interrupt asks the driver to stop a command (see the Docker backend's).
@@ -72,6 +121,17 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		return err
 	}
 	m.touch(sandboxID, p)
+	return m.follow(ctx, p, sandboxID, commandID, func(fctx context.Context, fn func(core.Event) error) error {
+		return c.Follow(fctx, commandID, afterSeq, fn)
+	}, fn)
+}
+
+// follow runs stream, a call to p's sidecar that delivers command
+// commandID's events, while watching the sandbox: its death or deletion
+// ends the call with that reason, and each second of it is a use. The
+// command's end is published.
+func (m *Manager) follow(ctx context.Context, p *corev1.Pod, sandboxID, commandID string,
+	stream func(context.Context, func(core.Event) error) error, fn func(core.Event) error) error {
 	fctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watched := make(chan struct{})
@@ -79,7 +139,7 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		defer close(watched)
 		m.watchWhileFollowing(fctx, sandboxID, commandID, cancel)
 	}()
-	err = c.Follow(fctx, commandID, afterSeq, func(e core.Event) error {
+	err := stream(fctx, func(e core.Event) error {
 		if e.Type == ioproto.EventDone {
 			m.publishCommandEnd(p, commandID, e)
 		}

@@ -26,6 +26,7 @@ import (
 type IOConn interface {
 	Append(ctx context.Context, rec ioproto.Record) (appended bool, err error)
 	Follow(ctx context.Context, commandID string, afterSeq int64, fn func(ioproto.Event) error) error
+	Run(ctx context.Context, rec ioproto.Record, submitted func(appended bool), fn func(ioproto.Event) error) error
 	Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error)
 	Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error)
 	ListFiles(ctx context.Context, path string, depth int) ([]core.FileInfo, error)

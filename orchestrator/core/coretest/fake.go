@@ -52,6 +52,7 @@ type Manager struct {
 
 	SubmitFunc       func(ctx context.Context, req core.ExecRequest) (string, error)
 	FollowFunc       func(ctx context.Context, sandboxID, commandID string, afterSeq int64, fn func(core.Event) error) error
+	ExecuteFunc      func(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error
 	InterruptFunc    func(ctx context.Context, sandboxID, commandID string) error
 	SendStdinFunc    func(ctx context.Context, sandboxID, commandID string, data []byte) error
 	CloseStdinFunc   func(ctx context.Context, sandboxID, commandID string) error
@@ -310,6 +311,16 @@ func (m *Manager) Follow(ctx context.Context, sandboxID, commandID string, after
 		return ErrNotScripted
 	}
 	return m.FollowFunc(ctx, sandboxID, commandID, afterSeq, fn)
+}
+
+// Execute calls ExecuteFunc, or else Submit then Follow
+// (core.SubmitThenFollow; recorded as those two calls).
+func (m *Manager) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+	if m.ExecuteFunc != nil {
+		m.record("Execute")
+		return m.ExecuteFunc(ctx, req, submitted, fn)
+	}
+	return core.SubmitThenFollow(ctx, m, req, submitted, fn)
 }
 
 // Interrupt calls InterruptFunc.

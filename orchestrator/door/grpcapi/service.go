@@ -191,14 +191,19 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 	if p := req.GetPty(); p != nil && (p.GetRows() == 0 || p.GetCols() == 0) {
 		return invalid("pty is set without rows and cols (%dx%d)", p.GetRows(), p.GetCols())
 	}
-	cmdID, err := s.m.Submit(ctx, er)
-	if err != nil {
-		return s.fail(ctx, "Execute", err)
-	}
-	// The header tells the client the command is in the sandbox's log
-	// before any event: SendStdin can follow at once (processes.go).
-	_ = grpc.SendHeader(ctx, metadata.Pairs(CommandIDHeader, cmdID))
-	return s.follow(ctx, "Execute", req.GetSandboxId(), cmdID, 0, stream)
+	// One call of the domain (Execute, not Submit then Follow), so a
+	// backend whose log is across a network submits and follows in one
+	// round trip.
+	var cmdID string // set before the first event
+	return s.follow(ctx, "Execute", req.GetSandboxId(), &cmdID, stream, func(fn func(core.Event) error) error {
+		return s.m.Execute(ctx, er, func(id string) {
+			cmdID = id
+			// The header tells the client the command is in the sandbox's
+			// log before any event: SendStdin can follow at once
+			// (processes.go).
+			_ = grpc.SendHeader(ctx, metadata.Pairs(CommandIDHeader, id))
+		}, fn)
+	})
 }
 
 // StreamCommand implements sandboxv1.SandboxServiceServer.
@@ -212,10 +217,15 @@ func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc
 	if req.GetAfterSeq() < 0 {
 		return invalid("after_seq %d is negative; use 0 to stream from the first event", req.GetAfterSeq())
 	}
-	return s.follow(stream.Context(), "StreamCommand", req.GetSandboxId(), req.GetCommandId(), req.GetAfterSeq(), stream)
+	ctx, cmdID := stream.Context(), req.GetCommandId()
+	return s.follow(ctx, "StreamCommand", req.GetSandboxId(), &cmdID, stream, func(fn func(core.Event) error) error {
+		return s.m.Follow(ctx, req.GetSandboxId(), cmdID, req.GetAfterSeq(), fn)
+	})
 }
 
-// follow streams a command's events after afterSeq until it is done.
+// follow sends the events of command *commandID that run delivers
+// (Execute's or Follow's) until it is done. The ID is read as events come:
+// Execute learns it once the command is submitted, before any event.
 //
 // Events of a type this server does not know are skipped. The events file
 // is the sandbox's to write, so it can hold millions of them: they are
@@ -230,12 +240,13 @@ func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc
 // command end), and leaving StreamCommand out keeps a command resumed
 // after a broken stream from being counted twice; a command whose
 // Execute stream broke before its done event is not counted.
-func (s *Service) follow(ctx context.Context, method, sandboxID, commandID string, afterSeq int64, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+func (s *Service) follow(ctx context.Context, method, sandboxID string, commandID *string, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent],
+	run func(fn func(core.Event) error) error) error {
 	var skipped int
 	var first core.Event
 	var language string // from the started event
-	err := s.m.Follow(ctx, sandboxID, commandID, afterSeq, func(e core.Event) error {
-		ev, ok := eventToProto(e, commandID)
+	err := run(func(e core.Event) error {
+		ev, ok := eventToProto(e, *commandID)
 		if !ok {
 			if skipped == 0 {
 				first = e
@@ -254,7 +265,7 @@ func (s *Service) follow(ctx context.Context, method, sandboxID, commandID strin
 		if len(typ) > 64 {
 			typ = typ[:64] + "…"
 		}
-		s.log.WarnContext(ctx, "skipped events of unknown type", "sandbox_id", sandboxID, "command_id", commandID,
+		s.log.WarnContext(ctx, "skipped events of unknown type", "sandbox_id", sandboxID, "command_id", *commandID,
 			"count", skipped, "first_seq", first.Seq, "first_type", validUTF8(typ))
 	}
 	return s.fail(ctx, method, err)

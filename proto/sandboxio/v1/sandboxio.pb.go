@@ -153,6 +153,111 @@ func (WatchOp) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
 }
 
+// RunRequest carries the command to run.
+type RunRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The exec record as one JSON object, as in /io/stdin (without the
+	// newline); any other type is INVALID_ARGUMENT.
+	Record        []byte `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunRequest) Reset() {
+	*x = RunRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunRequest) ProtoMessage() {}
+
+func (x *RunRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
+func (*RunRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RunRequest) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+// RunResponse is the command's place in the log (the first message), or
+// one of its events (every later one).
+type RunResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In the first message: false when the same command was already in the
+	// log (it is followed all the same, from its first event).
+	Appended bool `protobuf:"varint,1,opt,name=appended,proto3" json:"appended,omitempty"`
+	// In every later message: the event as one JSON object, as in
+	// FollowResponse.
+	Event         []byte `protobuf:"bytes,2,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunResponse) Reset() {
+	*x = RunResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunResponse) ProtoMessage() {}
+
+func (x *RunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
+func (*RunResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RunResponse) GetAppended() bool {
+	if x != nil {
+		return x.Appended
+	}
+	return false
+}
+
+func (x *RunResponse) GetEvent() []byte {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // AppendRequest carries one record of the /io protocol.
 type AppendRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -164,7 +269,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -176,7 +281,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -189,7 +294,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AppendRequest) GetRecord() []byte {
@@ -210,7 +315,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +327,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +340,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AppendResponse) GetAppended() bool {
@@ -258,7 +363,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +375,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +388,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *FollowRequest) GetCommandId() string {
@@ -312,7 +417,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -324,7 +429,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -337,7 +442,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FollowResponse) GetEvent() []byte {
@@ -356,7 +461,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +473,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +486,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
 }
 
 // StatusResponse carries the driver's status.
@@ -395,7 +500,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +512,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +525,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StatusResponse) GetDriverStatus() []byte {
@@ -446,7 +551,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +563,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +576,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UploadRequest) GetMsg() isUploadRequest_Msg {
@@ -530,7 +635,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +647,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +660,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UploadHeader) GetPath() string {
@@ -583,7 +688,7 @@ type UploadResponse struct {
 
 func (x *UploadResponse) Reset() {
 	*x = UploadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +700,7 @@ func (x *UploadResponse) String() string {
 func (*UploadResponse) ProtoMessage() {}
 
 func (x *UploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +713,7 @@ func (x *UploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResponse.ProtoReflect.Descriptor instead.
 func (*UploadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UploadResponse) GetFile() *FileInfo {
@@ -629,7 +734,7 @@ type DownloadRequest struct {
 
 func (x *DownloadRequest) Reset() {
 	*x = DownloadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +746,7 @@ func (x *DownloadRequest) String() string {
 func (*DownloadRequest) ProtoMessage() {}
 
 func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +759,7 @@ func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadRequest.ProtoReflect.Descriptor instead.
 func (*DownloadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DownloadRequest) GetPath() string {
@@ -677,7 +782,7 @@ type DownloadResponse struct {
 
 func (x *DownloadResponse) Reset() {
 	*x = DownloadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +794,7 @@ func (x *DownloadResponse) String() string {
 func (*DownloadResponse) ProtoMessage() {}
 
 func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +807,7 @@ func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadResponse.ProtoReflect.Descriptor instead.
 func (*DownloadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DownloadResponse) GetFile() *FileInfo {
@@ -734,7 +839,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +851,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +864,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListFilesRequest) GetPath() string {
@@ -787,7 +892,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -799,7 +904,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -812,7 +917,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -837,7 +942,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +954,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +967,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MakeDirectoryRequest) GetPath() string {
@@ -890,7 +995,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -902,7 +1007,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -915,7 +1020,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -940,7 +1045,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1057,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1070,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -991,7 +1096,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1108,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1121,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
 }
 
 // RenameRequest names a move.
@@ -1036,7 +1141,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1153,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1166,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -1096,7 +1201,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1213,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1226,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -1145,7 +1250,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1262,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1275,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListCommandsRequest) GetPageSize() uint32 {
@@ -1202,7 +1307,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +1319,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +1332,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -1286,7 +1391,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1403,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1416,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -1407,7 +1512,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1524,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1537,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
 }
 
 // ListContextsResponse lists the sandbox's contexts.
@@ -1446,7 +1551,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1563,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1576,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListContextsResponse) GetContexts() []*ContextInfo {
@@ -1499,7 +1604,7 @@ type ContextInfo struct {
 
 func (x *ContextInfo) Reset() {
 	*x = ContextInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1616,7 @@ func (x *ContextInfo) String() string {
 func (*ContextInfo) ProtoMessage() {}
 
 func (x *ContextInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1629,7 @@ func (x *ContextInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextInfo.ProtoReflect.Descriptor instead.
 func (*ContextInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ContextInfo) GetContextId() string {
@@ -1572,7 +1677,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +1689,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +1702,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WatchDirectoryRequest) GetPath() string {
@@ -1637,7 +1742,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1649,7 +1754,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1662,7 +1767,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -1702,7 +1807,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1819,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1832,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchEvent) GetOp() WatchOp {
@@ -1772,7 +1877,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1889,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1902,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1846,7 +1951,13 @@ var File_sandboxio_v1_sandboxio_proto protoreflect.FileDescriptor
 
 const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\n" +
-	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"'\n" +
+	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"$\n" +
+	"\n" +
+	"RunRequest\x12\x16\n" +
+	"\x06record\x18\x01 \x01(\fR\x06record\"?\n" +
+	"\vRunResponse\x12\x1a\n" +
+	"\bappended\x18\x01 \x01(\bR\bappended\x12\x14\n" +
+	"\x05event\x18\x02 \x01(\fR\x05event\"'\n" +
 	"\rAppendRequest\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\",\n" +
 	"\x0eAppendResponse\x12\x1a\n" +
@@ -1960,7 +2071,7 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x0fWATCH_OP_CREATE\x10\x01\x12\x12\n" +
 	"\x0eWATCH_OP_WRITE\x10\x02\x12\x13\n" +
 	"\x0fWATCH_OP_REMOVE\x10\x03\x12\x13\n" +
-	"\x0fWATCH_OP_RENAME\x10\x042\xaf\a\n" +
+	"\x0fWATCH_OP_RENAME\x10\x042\xed\a\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -1973,7 +2084,8 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x06Rename\x12\x1b.sandboxio.v1.RenameRequest\x1a\x1c.sandboxio.v1.RenameResponse\x12U\n" +
 	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponse\x12U\n" +
 	"\fListContexts\x12!.sandboxio.v1.ListContextsRequest\x1a\".sandboxio.v1.ListContextsResponse\x12]\n" +
-	"\x0eWatchDirectory\x12#.sandboxio.v1.WatchDirectoryRequest\x1a$.sandboxio.v1.WatchDirectoryResponse0\x01B=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\x0eWatchDirectory\x12#.sandboxio.v1.WatchDirectoryRequest\x1a$.sandboxio.v1.WatchDirectoryResponse0\x01\x12<\n" +
+	"\x03Run\x12\x18.sandboxio.v1.RunRequest\x1a\x19.sandboxio.v1.RunResponse0\x01B=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -1988,78 +2100,82 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(CommandPhase)(0),              // 0: sandboxio.v1.CommandPhase
 	(WatchOp)(0),                   // 1: sandboxio.v1.WatchOp
-	(*AppendRequest)(nil),          // 2: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),         // 3: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),          // 4: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),         // 5: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),          // 6: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),         // 7: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),          // 8: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),           // 9: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),         // 10: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),        // 11: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),       // 12: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),       // 13: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),      // 14: sandboxio.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),   // 15: sandboxio.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),  // 16: sandboxio.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),          // 17: sandboxio.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 18: sandboxio.v1.RemoveResponse
-	(*RenameRequest)(nil),          // 19: sandboxio.v1.RenameRequest
-	(*RenameResponse)(nil),         // 20: sandboxio.v1.RenameResponse
-	(*ListCommandsRequest)(nil),    // 21: sandboxio.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),   // 22: sandboxio.v1.ListCommandsResponse
-	(*CommandInfo)(nil),            // 23: sandboxio.v1.CommandInfo
-	(*ListContextsRequest)(nil),    // 24: sandboxio.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),   // 25: sandboxio.v1.ListContextsResponse
-	(*ContextInfo)(nil),            // 26: sandboxio.v1.ContextInfo
-	(*WatchDirectoryRequest)(nil),  // 27: sandboxio.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil), // 28: sandboxio.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),             // 29: sandboxio.v1.WatchEvent
-	(*FileInfo)(nil),               // 30: sandboxio.v1.FileInfo
+	(*RunRequest)(nil),             // 2: sandboxio.v1.RunRequest
+	(*RunResponse)(nil),            // 3: sandboxio.v1.RunResponse
+	(*AppendRequest)(nil),          // 4: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),         // 5: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),          // 6: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),         // 7: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),          // 8: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),         // 9: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),          // 10: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),           // 11: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),         // 12: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),        // 13: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),       // 14: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),       // 15: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 16: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),   // 17: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),  // 18: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),          // 19: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 20: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),          // 21: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),         // 22: sandboxio.v1.RenameResponse
+	(*ListCommandsRequest)(nil),    // 23: sandboxio.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),   // 24: sandboxio.v1.ListCommandsResponse
+	(*CommandInfo)(nil),            // 25: sandboxio.v1.CommandInfo
+	(*ListContextsRequest)(nil),    // 26: sandboxio.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),   // 27: sandboxio.v1.ListContextsResponse
+	(*ContextInfo)(nil),            // 28: sandboxio.v1.ContextInfo
+	(*WatchDirectoryRequest)(nil),  // 29: sandboxio.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil), // 30: sandboxio.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),             // 31: sandboxio.v1.WatchEvent
+	(*FileInfo)(nil),               // 32: sandboxio.v1.FileInfo
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
-	9,  // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	30, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	30, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	30, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	30, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	30, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
+	11, // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
+	32, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	32, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	32, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	32, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	32, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	25, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
 	0,  // 7: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
-	26, // 8: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
-	29, // 9: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
+	28, // 8: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
+	31, // 9: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
 	1,  // 10: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
-	2,  // 11: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	4,  // 12: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	6,  // 13: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	8,  // 14: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	11, // 15: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	13, // 16: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	15, // 17: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	17, // 18: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	19, // 19: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	21, // 20: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
-	24, // 21: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
-	27, // 22: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
-	3,  // 23: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	5,  // 24: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	7,  // 25: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	10, // 26: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	12, // 27: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	14, // 28: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	16, // 29: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	18, // 30: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	20, // 31: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	22, // 32: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	25, // 33: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
-	28, // 34: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
-	23, // [23:35] is the sub-list for method output_type
-	11, // [11:23] is the sub-list for method input_type
+	4,  // 11: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	6,  // 12: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	8,  // 13: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	10, // 14: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	13, // 15: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	15, // 16: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	17, // 17: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	19, // 18: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	21, // 19: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	23, // 20: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	26, // 21: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
+	29, // 22: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
+	2,  // 23: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
+	5,  // 24: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	7,  // 25: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	9,  // 26: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	12, // 27: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	14, // 28: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	16, // 29: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	18, // 30: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	20, // 31: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	22, // 32: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	24, // 33: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	27, // 34: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	30, // 35: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
+	3,  // 36: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
+	24, // [24:37] is the sub-list for method output_type
+	11, // [11:24] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -2070,18 +2186,18 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 	if File_sandboxio_v1_sandboxio_proto != nil {
 		return
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[6].OneofWrappers = []any{
+	file_sandboxio_v1_sandboxio_proto_msgTypes[8].OneofWrappers = []any{
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[21].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

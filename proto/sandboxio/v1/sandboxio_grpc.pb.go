@@ -45,6 +45,7 @@ const (
 	IOService_ListCommands_FullMethodName   = "/sandboxio.v1.IOService/ListCommands"
 	IOService_ListContexts_FullMethodName   = "/sandboxio.v1.IOService/ListContexts"
 	IOService_WatchDirectory_FullMethodName = "/sandboxio.v1.IOService/WatchDirectory"
+	IOService_Run_FullMethodName            = "/sandboxio.v1.IOService/Run"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -124,6 +125,15 @@ type IOServiceClient interface {
 	// with an error (the directory removed: NOT_FOUND; a cap reached:
 	// RESOURCE_EXHAUSTED).
 	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
+	// Run appends a command (an exec record) to the command log, once, as
+	// Append does, then streams its events from the first, as Follow does:
+	// a command in one round trip. The first message, without an event,
+	// says the command is in the log (and whether this call appended it);
+	// then one message per event, until the done event (then the stream
+	// ends OK). An error before the first message is one of Append's
+	// reasons, after it one of Follow's. Sidecars older than this call
+	// answer UNIMPLEMENTED: sandboxd then appends and follows in two calls.
+	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunResponse], error)
 }
 
 type iOServiceClient struct {
@@ -284,6 +294,25 @@ func (c *iOServiceClient) WatchDirectory(ctx context.Context, in *WatchDirectory
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IOService_WatchDirectoryClient = grpc.ServerStreamingClient[WatchDirectoryResponse]
 
+func (c *iOServiceClient) Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &IOService_ServiceDesc.Streams[4], IOService_Run_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunRequest, RunResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_RunClient = grpc.ServerStreamingClient[RunResponse]
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -361,6 +390,15 @@ type IOServiceServer interface {
 	// with an error (the directory removed: NOT_FOUND; a cap reached:
 	// RESOURCE_EXHAUSTED).
 	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
+	// Run appends a command (an exec record) to the command log, once, as
+	// Append does, then streams its events from the first, as Follow does:
+	// a command in one round trip. The first message, without an event,
+	// says the command is in the log (and whether this call appended it);
+	// then one message per event, until the done event (then the stream
+	// ends OK). An error before the first message is one of Append's
+	// reasons, after it one of Follow's. Sidecars older than this call
+	// answer UNIMPLEMENTED: sandboxd then appends and follows in two calls.
+	Run(*RunRequest, grpc.ServerStreamingServer[RunResponse]) error
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -406,6 +444,9 @@ func (UnimplementedIOServiceServer) ListContexts(context.Context, *ListContextsR
 }
 func (UnimplementedIOServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchDirectory not implemented")
+}
+func (UnimplementedIOServiceServer) Run(*RunRequest, grpc.ServerStreamingServer[RunResponse]) error {
+	return status.Error(codes.Unimplemented, "method Run not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -612,6 +653,17 @@ func _IOService_WatchDirectory_Handler(srv interface{}, stream grpc.ServerStream
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IOService_WatchDirectoryServer = grpc.ServerStreamingServer[WatchDirectoryResponse]
 
+func _IOService_Run_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RunRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(IOServiceServer).Run(m, &grpc.GenericServerStream[RunRequest, RunResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_RunServer = grpc.ServerStreamingServer[RunResponse]
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -671,6 +723,11 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchDirectory",
 			Handler:       _IOService_WatchDirectory_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Run",
+			Handler:       _IOService_Run_Handler,
 			ServerStreams: true,
 		},
 	},

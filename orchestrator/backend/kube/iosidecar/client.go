@@ -8,12 +8,14 @@ import (
 	"io"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -47,6 +49,9 @@ const (
 type Client struct {
 	conn *grpc.ClientConn
 	rpc  sandboxiov1.IOServiceClient
+	// noRun: the sidecar answered Run Unimplemented (an older image):
+	// commands are appended and followed in two calls.
+	noRun atomic.Bool
 }
 
 // Dial returns a client of the sidecar at addr ("podIP:7070") that sends
@@ -141,9 +146,69 @@ func (c *Client) Follow(ctx context.Context, cmd string, afterSeq int64, fn func
 	if err != nil {
 		return errorOf(ctx, callFollow, err)
 	}
+	return receiveEvents(ctx, cmd, afterSeq, func() ([]byte, error) {
+		msg, err := stream.Recv()
+		return msg.GetEvent(), err
+	}, fn)
+}
+
+// Run appends exec record rec to the sandbox's command log, once, then
+// calls fn for each of its events from the first, in one call to the
+// sidecar: Append, then Follow from seq 0, as one round trip. submitted
+// is called when the command is in the log, before any event, with
+// whether this call appended it. The errors are Append's until submitted
+// is called, Follow's after. A sidecar older than Run answers it
+// Unimplemented: Run then makes the two calls, and remembers not to ask
+// that sidecar again.
+func (c *Client) Run(ctx context.Context, rec ioproto.Record, submitted func(appended bool), fn func(ioproto.Event) error) error {
+	if c.noRun.Load() {
+		return c.appendThenFollow(ctx, rec, submitted, fn)
+	}
+	line, err := ioproto.EncodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream when fn fails or done arrives
+	stream, err := c.rpc.Run(ctx, &sandboxiov1.RunRequest{Record: line[:len(line)-1]})
+	if err != nil {
+		return errorOf(ctx, callAppend, err)
+	}
+	first, err := stream.Recv()
+	switch {
+	case err == io.EOF:
+		return badResponse("command %s: the stream ended before the command was in the log", rec.CommandID)
+	case status.Code(err) == codes.Unimplemented && !hasReason(err):
+		c.noRun.Store(true)
+		return c.appendThenFollow(ctx, rec, submitted, fn)
+	case err != nil:
+		return errorOf(ctx, callAppend, err)
+	case len(first.GetEvent()) > 0:
+		return badResponse("command %s: an event came before the command was in the log", rec.CommandID)
+	}
+	submitted(first.GetAppended())
+	return receiveEvents(ctx, rec.CommandID, 0, func() ([]byte, error) {
+		msg, err := stream.Recv()
+		return msg.GetEvent(), err
+	}, fn)
+}
+
+// appendThenFollow is Run in two calls, for sidecars without Run.
+func (c *Client) appendThenFollow(ctx context.Context, rec ioproto.Record, submitted func(appended bool), fn func(ioproto.Event) error) error {
+	appended, err := c.Append(ctx, rec)
+	if err != nil {
+		return err
+	}
+	submitted(appended)
+	return c.Follow(ctx, rec.CommandID, 0, fn)
+}
+
+// receiveEvents reads events with recv, checks each as Follow's doc says
+// and calls fn with it, until the done event or the stream's end.
+func receiveEvents(ctx context.Context, cmd string, afterSeq int64, recv func() ([]byte, error), fn func(ioproto.Event) error) error {
 	last := max(afterSeq, 0)
 	for {
-		msg, err := stream.Recv()
+		msg, err := recv()
 		if err == io.EOF {
 			// The sidecar ends a stream OK only at the done event; without
 			// one, the done event's seq was not above afterSeq (iolog's
@@ -153,7 +218,7 @@ func (c *Client) Follow(ctx context.Context, cmd string, afterSeq int64, fn func
 		if err != nil {
 			return errorOf(ctx, callFollow, err)
 		}
-		ev, err := ioproto.ParseEvent(msg.GetEvent())
+		ev, err := ioproto.ParseEvent(msg)
 		if err != nil {
 			return badResponse("command %s: %v", cmd, err)
 		}

@@ -246,6 +246,14 @@ func errorOf(ctx context.Context, c call, err error) error {
 	return e
 }
 
+// hasReason says whether err is a status with an ErrorInfo (of any
+// domain): an answer of the sidecar's handlers, not gRPC's own.
+func hasReason(err error) bool {
+	st, _ := status.FromError(err)
+	_, ok := reasonName(st)
+	return ok
+}
+
 // errorInfoType is ErrorInfo's type URL in a status's details.
 const errorInfoType = "type.googleapis.com/google.rpc.ErrorInfo"
 

@@ -76,6 +76,12 @@ func (h *hostileSidecar) Status(context.Context, *sandboxiov1.StatusRequest) (*s
 
 func startHostile(t *testing.T, h *hostileSidecar) *Client {
 	t.Helper()
+	return startHostileServer(t, h)
+}
+
+// startHostileServer serves h, any IOService, and returns a client of it.
+func startHostileServer(t *testing.T, h sandboxiov1.IOServiceServer) *Client {
+	t.Helper()
 	srv := grpc.NewServer(grpc.MaxSendMsgSize(1 << 30))
 	sandboxiov1.RegisterIOServiceServer(srv, h)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

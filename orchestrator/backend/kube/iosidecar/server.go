@@ -296,7 +296,18 @@ func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*s
 	if err != nil {
 		return nil, core.Invalidf("%v", err)
 	}
+	appended, err := s.append(ctx, rec)
+	if err != nil {
+		return nil, err
+	}
+	return &sandboxiov1.AppendResponse{Appended: appended}, nil
+}
+
+// append appends rec, checked by cmdlog's rules, and says what a refusal
+// means (the table's reasons); Append and Run share it.
+func (s *Server) append(ctx context.Context, rec ioproto.Record) (bool, error) {
 	var appended bool
+	var err error
 	if cmdlog.IsInput(rec) {
 		err = cmdlog.AppendInput(ctx, s.dir, rec, nil)
 		appended = err == nil
@@ -306,22 +317,22 @@ func (s *Server) Append(ctx context.Context, req *sandboxiov1.AppendRequest) (*s
 	switch {
 	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished),
 		errors.Is(err, cmdlog.ErrUnknownContext), errors.Is(err, cmdlog.ErrContextLanguage), errors.Is(err, cmdlog.ErrContextsUnreadable):
-		return nil, err // the table's reasons (errors.go)
+		return false, err // the table's reasons (errors.go)
 	case err == nil:
 		if appended {
 			s.log.Debug("record appended", "type", rec.Type, "command_id", rec.CommandID)
 		}
-		return &sandboxiov1.AppendResponse{Appended: appended}, nil
+		return appended, nil
 	case errors.Is(err, iolog.ErrConflict):
-		return nil, reasonf(iolog.ErrConflict, "command ID %s is already used for a different command", rec.CommandID)
+		return false, reasonf(iolog.ErrConflict, "command ID %s is already used for a different command", rec.CommandID)
 	case errors.Is(err, iolog.ErrUnknownCommand):
-		return nil, reasonf(iolog.ErrUnknownCommand, "command %s is not in the command log", rec.CommandID)
+		return false, reasonf(iolog.ErrUnknownCommand, "command %s is not in the command log", rec.CommandID)
 	case errors.Is(err, iolog.ErrLogFull):
-		return nil, err
+		return false, err
 	case errors.Is(err, ioproto.ErrMalformed):
-		return nil, core.Invalidf("%v", err)
+		return false, core.Invalidf("%v", err)
 	}
-	return nil, s.logError(err)
+	return false, s.logError(err)
 }
 
 // logError says what a failure to read or append the command log means,
@@ -347,7 +358,38 @@ func (s *Server) Follow(req *sandboxiov1.FollowRequest, stream grpc.ServerStream
 	if err := ioproto.ValidateCommandID(cmd); err != nil { // the sidecar's own check (package doc)
 		return core.Invalidf("%v", err)
 	}
-	evs, err := s.dir.EventsContext(stream.Context(), cmd, req.GetAfterSeq(), s.log)
+	return s.follow(stream.Context(), cmd, req.GetAfterSeq(), func(b []byte) error {
+		return stream.Send(&sandboxiov1.FollowResponse{Event: b})
+	})
+}
+
+// Run appends a command, then streams its events from the first: Append
+// and Follow in one call (the proto's doc).
+func (s *Server) Run(req *sandboxiov1.RunRequest, stream grpc.ServerStreamingServer[sandboxiov1.RunResponse]) error {
+	rec, _, err := ioproto.ParseRecord(req.GetRecord()) // the sidecar's own check (package doc)
+	if err != nil {
+		return core.Invalidf("%v", err)
+	}
+	if rec.Type != ioproto.KindExec {
+		return core.Invalidf("Run takes an exec record, not %q (send it with Append)", rec.Type)
+	}
+	appended, err := s.append(stream.Context(), rec)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&sandboxiov1.RunResponse{Appended: appended}); err != nil {
+		return err
+	}
+	return s.follow(stream.Context(), rec.CommandID, 0, func(b []byte) error {
+		return stream.Send(&sandboxiov1.RunResponse{Event: b})
+	})
+}
+
+// follow sends command cmd's events after afterSeq, each encoded as one
+// JSON object, until its done event: iolog's follow loop, as the Docker
+// backend runs it on the host, ended by the sidecar's Stop.
+func (s *Server) follow(ctx context.Context, cmd string, afterSeq int64, sendJSON func([]byte) error) error {
+	evs, err := s.dir.EventsContext(ctx, cmd, afterSeq, s.log)
 	switch {
 	case errors.Is(err, iolog.ErrUnknownCommand):
 		return reasonf(iolog.ErrUnknownCommand, "command %s is not in the command log", cmd)
@@ -360,7 +402,7 @@ func (s *Server) Follow(req *sandboxiov1.FollowRequest, stream grpc.ServerStream
 		if err != nil {
 			return fmt.Errorf("encode event %d: %w", ev.Seq, err)
 		}
-		return stream.Send(&sandboxiov1.FollowResponse{Event: b})
+		return sendJSON(b)
 	}
 	err = evs.Follow(s.watch, iolog.FollowOptions{Recheck: s.cfg.Recheck, Stop: s.closing}, send)
 	switch {
