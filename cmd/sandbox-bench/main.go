@@ -110,6 +110,7 @@ type config struct {
 	format        string // table, json or markdown
 	kube          bool   // measure the Kubernetes backend too (kube.go)
 	kubeNodes     string // real (internal/kubetest/node) or test (the test kubelet)
+	kubeBaseline  string // an earlier build's sandbox image, for the A/B warm round trip
 	phases        map[string]bool
 }
 
@@ -144,6 +145,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.StreamMB, "stream-mb", 100, "megabytes (10^6 bytes) of output streamed by one command")
 	fs.IntVar(&c.Hibernated, "hibernated", 20, "hibernated sandboxes sandboxd holds while its RSS and ListSandboxes are measured")
 	fs.BoolVar(&c.kube, "kube", true, "also measure the Kubernetes backend: sandboxd replicas on a local API server (make envtest-assets) and --kube-nodes")
+	fs.StringVar(&c.kubeBaseline, "kube-baseline-image", "", "an earlier build's sandbox `image` (its io sidecar): the kubernetes phase measures the warm round trip through it too, interleaved with --image's, so the two builds' sidecar hops compare in one run (empty: not measured)")
 	fs.StringVar(&c.kubeNodes, "kube-nodes", "real", "what runs the kubernetes phase's Pods: real (two real kubelets with containerd on this machine; make kube-node) or test (the test kubelet on Docker)")
 	fs.IntVar(&c.KubeAcquires, "kube-acquires", 100, "new users acquiring at once through two kubernetes replicas")
 	fs.IntVar(&c.NetRequests, "net-requests", 200, "sequential HTTP GETs of the egress and ingress latency figures")

@@ -42,8 +42,11 @@ var (
 	// the same run.
 	mKubeWarmP50 = metric{"kube_warm_p50", "kubernetes: warm exec round trip p50 (x * 2, with state)", "ms", true, "faster", "slower"}
 	mKubeWarmP99 = metric{"kube_warm_p99", "kubernetes: warm exec round trip p99", "ms", true, "faster", "slower"}
-	mKubeCold    = metric{"kube_cold_first_result", "kubernetes: new user's first result, no pool (p50)", "ms", true, "faster", "slower"}
-	mKubePool    = metric{"kube_pool_first_result", "kubernetes: new user's first result, warm pool (p50)", "ms", true, "faster", "slower"}
+	// With --kube-baseline-image: the same round trip through an earlier
+	// build's io sidecar, interleaved with the current one's.
+	mKubeWarmBase = metric{"kube_warm_p50_vs_baseline", "kubernetes: warm exec round trip p50, this build's sidecar vs --kube-baseline-image's", "ms", true, "faster", "slower"}
+	mKubeCold     = metric{"kube_cold_first_result", "kubernetes: new user's first result, no pool (p50)", "ms", true, "faster", "slower"}
+	mKubePool     = metric{"kube_pool_first_result", "kubernetes: new user's first result, warm pool (p50)", "ms", true, "faster", "slower"}
 	// Its name gets the number of users (--kube-acquires).
 	mKubeAcquire = metric{"kube_acquire_100", "kubernetes: %d new users' AcquireSandbox at once over two replicas (wall time)", "ms", true, "faster", "slower"}
 )
