@@ -786,6 +786,9 @@ func kubeHealth(t *testing.T, k *kubeEnv) {
 	if s, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id}); err != nil || s.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING {
 		t.Errorf("an unhealthy sandbox: %v, %v; want it running", s.GetSandbox().GetState(), err)
 	}
+	if a := acquire(t, ctx, c, "health-user"); a.GetSandbox().GetSandboxId() != id || a.GetSandbox().GetHealthReason() != reason {
+		t.Errorf("AcquireSandbox of the unhealthy sandbox: %s with health_reason %q; want %s with %q", a.GetSandbox().GetSandboxId(), a.GetSandbox().GetHealthReason(), id, reason)
+	}
 	plant("ok", `st["health"] = "ok"; st.pop("health_reason", None); put(json.dumps(st).encode())`)
 	if !pollUntil(within, func() bool { g, l = reasons(); return g == "" && l == "" }) {
 		t.Errorf("driver.json says ok again: health_reason %q (Get), %q (List) after %v; want none", g, l, within)
