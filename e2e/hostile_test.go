@@ -822,23 +822,43 @@ func (hc *hostileCase) commandIDReuse() {
 }
 
 // driverStatus: /io/driver.json, which sandboxd reads for the sandbox's
-// health, replaced by an oversized file, a reason that is not UTF-8, a
-// FIFO, a terabyte sparse file and a link to a host file: GetSandbox and
-// ListSandboxes answer promptly, with a bounded, valid reason and nothing of
-// the host.
+// health, replaced by each of hostileDriverStatuses: GetSandbox and
+// ListSandboxes answer promptly, with a bounded, valid reason and nothing
+// of the host (checkDriverStatusAnswers).
 func (hc *hostileCase) driverStatus() {
-	t := hc.t
 	sb := hc.attacker("driver-status")
 	defer hc.deleteAndCheck(sb)
-	steps := []struct{ what, code string }{
+	for _, st := range hostileDriverStatuses() {
+		hc.mustRun(sb, "python", forgeDriverStatus(st.code))
+		took, reason, err, lerr := checkDriverStatusAnswers(hc.t, hc.ctx, hc.c, sb, st.what)
+		hc.note("driver.json as %s: GetSandbox %s, ListSandboxes %s in %s, reason of %d bytes", st.what, codeOf(err), codeOf(lerr), fmtMS(took), len(reason))
+	}
+}
+
+// driverStatusForgery is one way a sandbox replaces its /io/driver.json:
+// what it is, and the Python (for forgeDriverStatus) that does it.
+type driverStatusForgery struct{ what, code string }
+
+// hostileDriverStatuses are the driver.json a hostile sandbox plants, on
+// either backend (TestHostileIO's driver-status, TestKube's Health): an
+// oversized reason, a reason that is not UTF-8, a FIFO, a terabyte
+// sparse file and a link to a host file.
+func hostileDriverStatuses() []driverStatusForgery {
+	return []driverStatusForgery{
 		{"a 1 MiB reason", `st["health"] = "io_full"; st["health_reason"] = "A" * (1 << 20); put(json.dumps(st).encode())`},
 		{"a reason that is not UTF-8", `st["health"] = "io_full"; put(json.dumps(st).encode().replace(b'"io_full"', b'"io_full", "health_reason": "bad \xff\xfe \xc3\x28 ' + b"x" * 3000 + b'"', 1))`},
 		{"a FIFO", `os.mkfifo("/io/.tmp-status"); os.rename("/io/.tmp-status", "/io/driver.json")`},
 		{"a terabyte sparse file", "put(b\"\")\n" + growSparse("/io/driver.json")},
 		{"a link to /etc/shadow", `os.symlink("/etc/shadow", "/io/.tmp-status"); os.rename("/io/.tmp-status", "/io/driver.json")`},
 	}
-	for _, st := range steps {
-		hc.mustRun(sb, "python", `import json, os
+}
+
+// forgeDriverStatus is Python, run in the sandbox, that runs code with st,
+// the driver's status as a dict (a minimal one when /io/driver.json is not
+// the driver's), and put(b), which replaces the file with b atomically as
+// the driver would.
+func forgeDriverStatus(code string) string {
+	return `import json, os
 import stat
 try:
     _st = os.lstat("/io/driver.json")
@@ -851,22 +871,37 @@ def put(b):
     with open("/io/.tmp-status", "wb") as f:
         f.write(b)
     os.rename("/io/.tmp-status", "/io/driver.json")
-`+st.code)
-		ctx, cancel := context.WithTimeout(hc.ctx, hostilePrompt)
-		start := time.Now()
-		g, err := hc.c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sb})
-		_, lerr := hc.c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{})
-		took := time.Since(start)
-		cancel()
-		reason := g.GetSandbox().GetHealthReason()
-		hc.note("driver.json as %s: GetSandbox %s, ListSandboxes %s in %s, reason of %d bytes", st.what, codeOf(err), codeOf(lerr), fmtMS(took), len(reason))
-		if err != nil || lerr != nil {
-			t.Errorf("driver.json as %s: GetSandbox: %v, ListSandboxes: %v; want both to answer", st.what, err, lerr)
-		}
-		if len(reason) > 4<<10 || strings.Contains(reason, "root:") {
-			t.Errorf("driver.json as %s: health_reason of %d bytes: %q; want at most 4 KiB and nothing of the host", st.what, len(reason), truncateText(reason, 200))
+` + code
+}
+
+// checkDriverStatusAnswers checks that GetSandbox and ListSandboxes of
+// sandbox sb, whose driver.json is as what says, both answer within
+// hostilePrompt, with a health_reason of at most 4 KiB and nothing of the
+// host; it returns how long they took, Get's reason and their errors.
+func checkDriverStatusAnswers(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient, sb, what string) (took time.Duration, reason string, err, lerr error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, hostilePrompt)
+	defer cancel()
+	start := time.Now()
+	g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sb})
+	l, lerr := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{})
+	took = time.Since(start)
+	reason = g.GetSandbox().GetHealthReason()
+	if err != nil || lerr != nil {
+		t.Errorf("driver.json as %s: GetSandbox: %v, ListSandboxes: %v; want both to answer", what, err, lerr)
+	}
+	reasons := []string{reason}
+	for _, s := range l.GetSandboxes() {
+		if s.GetSandboxId() == sb {
+			reasons = append(reasons, s.GetHealthReason())
 		}
 	}
+	for _, r := range reasons {
+		if len(r) > 4<<10 || strings.Contains(r, "root:") {
+			t.Errorf("driver.json as %s: health_reason of %d bytes: %q; want at most 4 KiB and nothing of the host", what, len(r), truncateText(r, 200))
+		}
+	}
+	return took, reason, err, lerr
 }
 
 // --- what the cases share ------------------------------------------------------

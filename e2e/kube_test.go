@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -305,6 +306,7 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	t.Run("IdleTTLAcrossReplicaRestart", func(t *testing.T) { kubeIdleTTL(t, k) })
 	t.Run("WarmPoolConcurrentClaims", func(t *testing.T) { kubeWarmPool(t, k) })
 	t.Run("Files", func(t *testing.T) { kubeFiles(t, k) })
+	t.Run("Health", func(t *testing.T) { kubeHealth(t, k) })
 	t.Run("Directories", func(t *testing.T) { kubeDirectories(t, k) })
 	t.Run("ListCommands", func(t *testing.T) { kubeListCommands(t, k) })
 	// Standard input, a terminal with resize, ListCommands and their
@@ -732,6 +734,93 @@ func kubeFiles(t *testing.T, k *kubeEnv) {
 	}
 	if _, err := tryDownload(ctx, c, id, "../etc/passwd"); status.Code(err) != codes.InvalidArgument && status.Code(err) != codes.NotFound {
 		t.Errorf("download ../etc/passwd: %v; want InvalidArgument", err)
+	}
+}
+
+// A sandbox's health, read through its io sidecar: the driver's io_full
+// with a reason (planted from inside the sandbox, as hostile_test.go
+// plants its files) shows in GetSandbox and ListSandboxes, and goes once
+// the driver says ok again, each within a bounded wait (a replica keeps
+// a read for a few seconds); then hostile_test.go's hostile driver.json
+// files, each answered promptly with a bounded reason and nothing of the
+// host.
+func kubeHealth(t *testing.T, k *kubeEnv) {
+	ctx := e2eCtx(t)
+	d := k.replica(t, "health-a")
+	c, _ := d.client(t)
+	id := acquire(t, ctx, c, "health-user").GetSandbox().GetSandboxId()
+	defer deleteQuietly(c, id)
+	plant := func(what, code string) {
+		t.Helper()
+		mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Language: "python", Code: forgeDriverStatus(code)}), what)
+	}
+	// reasons are Get's and List's health_reason of the sandbox.
+	reasons := func() (get, list string) {
+		t.Helper()
+		g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
+		if err != nil {
+			t.Fatalf("GetSandbox: %v", err)
+		}
+		l, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{})
+		if err != nil {
+			t.Fatalf("ListSandboxes: %v", err)
+		}
+		list = "(not listed)"
+		for _, s := range l.GetSandboxes() {
+			if s.GetSandboxId() == id {
+				list = s.GetHealthReason()
+			}
+		}
+		return g.GetSandbox().GetHealthReason(), list
+	}
+	const within = 20 * time.Second // a kept read (5 s), and the replica's wait for the next
+	if g, l := reasons(); g != "" || l != "" {
+		t.Errorf("a new sandbox: health_reason %q (Get), %q (List); want none", g, l)
+	}
+	const reason = "/io is full: planted by the e2e test, 0 bytes free"
+	plant("io_full", `st["health"] = "io_full"; st["health_reason"] = "`+reason+`"; put(json.dumps(st).encode())`)
+	var g, l string
+	if !pollUntil(within, func() bool { g, l = reasons(); return g == reason && l == reason }) {
+		t.Errorf("driver.json says io_full: health_reason %q (Get), %q (List) after %v; want %q", g, l, within, reason)
+	}
+	if s, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id}); err != nil || s.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_RUNNING {
+		t.Errorf("an unhealthy sandbox: %v, %v; want it running", s.GetSandbox().GetState(), err)
+	}
+	if a := acquire(t, ctx, c, "health-user"); a.GetSandbox().GetSandboxId() != id || a.GetSandbox().GetHealthReason() != reason {
+		t.Errorf("AcquireSandbox of the unhealthy sandbox: %s with health_reason %q; want %s with %q", a.GetSandbox().GetSandboxId(), a.GetSandbox().GetHealthReason(), id, reason)
+	}
+	plant("ok", `st["health"] = "ok"; st.pop("health_reason", None); put(json.dumps(st).encode())`)
+	if !pollUntil(within, func() bool { g, l = reasons(); return g == "" && l == "" }) {
+		t.Errorf("driver.json says ok again: health_reason %q (Get), %q (List) after %v; want none", g, l, within)
+	}
+	// Each hostile file is read (the replica's kept read has gone stale):
+	// the read's outcome shows as a new reason, or as the replica logging
+	// that the sidecar refused the file; every answer meanwhile is checked.
+	refused := func() int {
+		n := 0
+		for _, line := range strings.Split(d.logs.String(), "\n") {
+			if strings.Contains(line, "ignoring the sandbox's driver status") && strings.Contains(line, id) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, st := range hostileDriverStatuses() {
+		prev, logged := g, refused()
+		plant(st.what, st.code)
+		var took time.Duration
+		var r string
+		if !pollUntil(within, func() bool {
+			took, r, _, _ = checkDriverStatusAnswers(t, ctx, c, id, st.what)
+			return r != prev || refused() > logged
+		}) {
+			t.Errorf("driver.json as %s: no read of it within %v (health_reason %q, no refusal logged)", st.what, within, r)
+		}
+		if !utf8.ValidString(r) {
+			t.Errorf("driver.json as %s: health_reason is not UTF-8: %q", st.what, truncateText(r, 200))
+		}
+		t.Logf("driver.json as %s: read; answered in %s, reason of %d bytes, refusals logged %d", st.what, fmtMS(took), len(r), refused()-logged)
+		g = r
 	}
 }
 

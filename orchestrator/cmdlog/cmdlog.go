@@ -1,6 +1,7 @@
 // Package cmdlog holds the domain's rules on a sandbox's command log that
 // need both core and iolog: ListCommands' pages, what a command must be
-// to take input, and execution contexts (contexts.go). Each host of the
+// to take input, execution contexts (contexts.go), and what a driver's
+// status says of the sandbox's health (health.go). Each host of the
 // log runs the checks next to it, the Docker backend on the host and the
 // io sidecar inside a Pod on Kubernetes, so both backends page, refuse and
 // word their errors alike; the context operations run in sandboxd on

@@ -99,7 +99,8 @@ type Sandbox struct {
 	StateReason string
 	// HealthReason is empty while a running sandbox is healthy; otherwise it
 	// says what is wrong (e.g. "/io is full: ..."), as the sandbox's driver
-	// reported it in /io/driver.json (health.go). Always empty when dead.
+	// reported it in /io/driver.json (cmdlog.HealthReason). Always empty
+	// when dead.
 	HealthReason string
 	CreatedAt    time.Time
 	LastActiveAt time.Time

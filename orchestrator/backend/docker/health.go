@@ -2,7 +2,6 @@ package docker
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"path/filepath"
 	"sync"
@@ -12,27 +11,22 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
-// A sandbox's health is what its driver says in /io/driver.json (see
-// ioproto/PROTOCOL.md): "ok", or "io_full" with a reason while /io has no
-// room for commands' output. A sandbox that is not healthy stays running
-// (commands that fit still work, and it recovers by itself once room is
-// made); Sandbox.HealthReason says what is wrong.
-//
-// The file is read where states are brought up to date (refresh and
+// A sandbox's health is what its driver says in /io/driver.json, as
+// cmdlog.HealthReason reads it (the same on both backends); here, on the
+// host, the file is read where states are brought up to date (refresh and
 // refreshListed, monitor.go), that is for Get, List and Acquire, never on a
 // command's path. One lstat tells whether the file changed since it was
 // last read (the driver replaces it atomically: a new inode); it is read
 // again only then. The file belongs to the sandbox user, so its content is
 // hostile: it is read through iolog's bounded open (no symlink, FIFO,
-// hard link, sparse or oversized file), and the reason is bounded. A file that breaks these
-// rules, or that is missing (older drivers, a driver not started yet), says
-// nothing: the sandbox is reported healthy, and the problem logged.
-
-// maxHealthReason bounds the reason passed on to callers.
-const maxHealthReason = 1 << 10
+// hard link, sparse or oversized file), and the reason is bounded
+// (cmdlog.HealthReason). A file that breaks these rules, or that is missing
+// (older drivers, a driver not started yet), says nothing: the sandbox is
+// reported healthy, and the problem logged.
 
 // ioHealth is a sandbox's health as last read from /io/driver.json.
 type ioHealth struct {
@@ -118,24 +112,5 @@ func readDriverHealth(d *iolog.Dir) (reason string, key statusKey, err error) {
 	case err != nil:
 		return "", key, err
 	}
-	return healthReason(ds), key, nil
-}
-
-// healthReason is the HealthReason a driver status means: "" for ok (or
-// no health, from drivers before it existed), otherwise the driver's reason,
-// bounded, or a reason made up when it gave none.
-func healthReason(ds ioproto.DriverStatus) string {
-	switch ds.Health {
-	case "", ioproto.HealthOK:
-		return ""
-	}
-	r := ds.HealthReason
-	if r == "" {
-		if ds.Health == ioproto.HealthIOFull {
-			r = "/io is full"
-		} else {
-			r = "the sandbox's driver reports health " + core.Truncate(fmt.Sprintf("%q", ds.Health), 64)
-		}
-	}
-	return core.Truncate(r, maxHealthReason)
+	return cmdlog.HealthReason(ds), key, nil
 }

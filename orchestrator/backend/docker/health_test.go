@@ -13,6 +13,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
@@ -44,7 +45,7 @@ func TestReadDriverHealth(t *testing.T) {
 			`the sandbox's driver reports health "on fire"`, nil},
 		{"long reason", func(t *testing.T, d string) {
 			writeDriverStatus(t, d, ioproto.DriverStatus{Health: ioproto.HealthIOFull, HealthReason: strings.Repeat("r", 4000)})
-		}, strings.Repeat("r", maxHealthReason) + "…", nil},
+		}, strings.Repeat("r", cmdlog.MaxHealthReason) + "…", nil},
 		{"symlink to a host file", func(t *testing.T, d string) {
 			host := filepath.Join(t.TempDir(), "secret.json")
 			data, _ := json.Marshal(full)

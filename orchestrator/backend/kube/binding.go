@@ -60,7 +60,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			switch {
 			case cur.pod != nil:
 				m.touch(id, cur.pod)
-				return core.AcquireResult{Sandbox: m.sandboxOf(cur.pod)}, nil
+				return core.AcquireResult{Sandbox: m.describe(ctx, cur.pod)}, nil
 			case cur.dead:
 				replacedID, replacedReason = id, cur.reason
 			}
@@ -96,6 +96,8 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			log.Info("sandbox created")
 		}
 		m.publish(p, core.LifecycleCreated, "")
+		// A new sandbox (or a pool Pod just claimed) has run nothing: its
+		// health is not read on the way.
 		return core.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
 	}
 	return core.AcquireResult{}, core.Errorf(core.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)

@@ -28,7 +28,8 @@ import (
 // orchestrator/door/grpcapi's Manager over sandbox Pods. It is safe for
 // concurrent use, and any number of replicas may run at once.
 //
-// Lock order: Manager.mu and Manager.chMu are leaves; no lock is held
+// Lock order: Manager.mu and Manager.chMu are leaves, and so is the
+// health cache's (health.go), never held with Manager.mu; no lock is held
 // during a call to the API server or to a sidecar.
 type Manager struct {
 	cfg Config
@@ -59,6 +60,10 @@ type Manager struct {
 	// has not shown yet (pool.go).
 	creating map[string]time.Time
 
+	// health is what this replica last read of its sandboxes' health
+	// (health.go).
+	health *healthCache
+
 	stop   context.CancelFunc
 	done   sync.WaitGroup
 	closed chan struct{}
@@ -81,7 +86,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger.With("backend", "kubernetes"),
 		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
-		creating: map[string]time.Time{}, closed: make(chan struct{}),
+		creating: map[string]time.Time{}, closed: make(chan struct{}), health: newHealthCache(),
 	}
 	// The API server must answer before anything else: a wrong kubeconfig
 	// or missing RBAC fails the start with a clear message.
@@ -143,6 +148,7 @@ func (m *Manager) Close() error {
 	cancel()
 	m.stop()
 	m.done.Wait()
+	m.health.close()
 	m.factory.Shutdown()
 	m.mu.Lock()
 	for uid, e := range m.conns {
@@ -215,6 +221,7 @@ func (m *Manager) forgetPod(obj any) {
 	}
 	delete(m.active, p.Labels[labelSandboxID])
 	m.mu.Unlock()
+	m.health.forget(string(p.UID))
 }
 
 // pod returns sandbox id's Pod from the cache, or from the API server when

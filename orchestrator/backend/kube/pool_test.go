@@ -40,7 +40,7 @@ func TestPoolClaimBehindTheCache(t *testing.T) {
 		cfg: Config{Policy: core.Policy{Image: "sandbox:test"}, Client: cs, Namespace: ns, IOTokenSecret: "io-token", IOToken: "0123456789abcdef"},
 		log: slog.New(slog.DiscardHandler), pods: corelisters.NewPodLister(store),
 		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
-		creating: map[string]time.Time{}, closed: make(chan struct{}),
+		creating: map[string]time.Time{}, closed: make(chan struct{}), health: newHealthCache(),
 	}
 	m.cfg.fillDefaults()
 

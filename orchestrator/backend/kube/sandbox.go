@@ -15,23 +15,27 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Get describes a sandbox the caller may see, from the cache.
+// Get describes a sandbox the caller may see, from the cache, with its
+// health as its sidecar says (health.go: kept for a while, and waited for
+// a bounded time).
 func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
 	p, err := m.visible(ctx, sandboxID)
 	if err != nil {
 		return core.Sandbox{}, err
 	}
-	return m.sandboxOf(p), nil
+	return m.describe(ctx, p), nil
 }
 
 // List describes the sandboxes the caller may see that match f, in
-// core.CompareSandboxes order.
+// core.CompareSandboxes order, with their health: kept reads, and the
+// stale ones read at once, waited for a bounded time in all (health.go).
 func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	caller := core.CallerOf(ctx)
 	var out []core.Sandbox
+	var pods []*corev1.Pod
 	for _, p := range m.userPods() {
 		if gone, _, _, _ := podState(p); gone || !caller.Sees(p.Annotations[annTenant]) {
 			continue
@@ -42,7 +46,9 @@ func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, 
 			continue
 		}
 		out = append(out, sb)
+		pods = append(pods, p)
 	}
+	m.describeAll(ctx, pods, out)
 	slices.SortFunc(out, core.CompareSandboxes)
 	return out, nil
 }
@@ -81,7 +87,11 @@ func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Durat
 	p.Annotations[annLastActive] = now.UTC().Format(time.RFC3339Nano)
 	m.touch(sandboxID, p)
 	m.log.Info("sandbox idle timeout set", "sandbox_id", sandboxID, "idle_timeout", d)
-	return m.sandboxOf(p), nil
+	sb := m.sandboxOf(p)
+	if sb.State == core.StateRunning && hasHealth(p) {
+		sb.HealthReason, _ = m.cachedHealth(p) // what is known; no read
+	}
+	return sb, nil
 }
 
 // sandboxOf describes the sandbox of Pod p.
