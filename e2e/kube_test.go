@@ -317,6 +317,8 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
 	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
+	// The official E2B SDKs against the E2B door (kube_e2b_test.go).
+	t.Run("E2BSDK", func(t *testing.T) { kubeE2BSDK(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.
 	t.Run("Acceptance", func(t *testing.T) {

@@ -271,9 +271,6 @@ func (c *config) check() error {
 		if err := c.kube.check(); err != nil {
 			return err
 		}
-		if c.e2bListen != "" {
-			return errors.New("--e2b-listen needs --backend docker (the E2B door uses hibernation and files operations the kubernetes backend lacks)")
-		}
 	default:
 		return fmt.Errorf("--backend %q: want docker or kubernetes", c.backend)
 	}

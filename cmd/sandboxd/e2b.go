@@ -3,11 +3,16 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,12 +24,11 @@ import (
 )
 
 // serveE2B serves the E2B-compatible API (orchestrator/door/e2bapi) on lis over
-// m until the returned stop is called. The access-token secret lives in the
-// state directory, so sandboxes' tokens survive restarts.
+// m until the returned stop is called, with e2bSecret's access-token secret.
 // With the ports front (front non-nil), the door passes getHost's URLs to
 // it and hands out its traffic tokens.
 func serveE2B(lis net.Listener, m manager, toks *tokens.Set, front *ports.Server, cfg config, log *slog.Logger) (stop func(), err error) {
-	secret, err := e2bapi.LoadSecret(filepath.Join(cfg.docker.StateDir, "e2b-secret"))
+	secret, err := e2bSecret(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -59,4 +63,33 @@ func shutdownHTTP(srv *http.Server, grace time.Duration) {
 			_ = srv.Close()
 		}
 	}
+}
+
+// e2bSecretLabel derives the kubernetes backend's E2B access-token secret
+// from the io sidecars' token.
+const e2bSecretLabel = "sandboxd e2b access-token secret v1"
+
+// e2bSecret is the secret the sandboxes' E2B access tokens are HMACs
+// under, the same across restarts: on the Docker backend a file in the
+// state directory; on the kubernetes backend, whose replicas each have
+// their own state directory and must all accept a token any of them gave,
+// an HMAC of a label under the io sidecars' token, which every replica
+// holds (--kube-io-token-file; it already opens every sandbox, so the
+// access tokens derived from it open nothing more). Rotating that token
+// invalidates the E2B access tokens given before (clients connect again).
+func e2bSecret(cfg config) ([]byte, error) {
+	if cfg.backend != backendKubernetes {
+		return e2bapi.LoadSecret(filepath.Join(cfg.docker.StateDir, "e2b-secret"))
+	}
+	token, err := os.ReadFile(cfg.kube.ioTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--kube-io-token-file: %w", err)
+	}
+	t := strings.TrimSpace(string(token))
+	if len(t) < 16 {
+		return nil, fmt.Errorf("--kube-io-token-file: the token is shorter than 16 characters, too short to key the E2B door's access tokens")
+	}
+	mac := hmac.New(sha256.New, []byte(t))
+	mac.Write([]byte(e2bSecretLabel))
+	return mac.Sum(nil), nil
 }

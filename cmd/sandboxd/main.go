@@ -245,24 +245,26 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 
 	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.docker.StateDir, "image", cfg.docker.Image,
 		"runtime", cfg.docker.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
+	var m validated
 	if cfg.backend == backendKubernetes {
 		km, err := newKubeManager(ctx, cfg, log)
 		if err != nil {
 			return fmt.Errorf("starting the kubernetes backend: %w", err)
 		}
-		return serve(ctx, stopSignals, lis, newValidated(km, auditLog), cfg.shutdownTimeout, log, opts...)
+		m = newValidated(km, auditLog)
+	} else {
+		dm, err := docker.New(ctx, cfg.docker, nil)
+		if err != nil {
+			return fmt.Errorf("starting the sandbox manager: %w", err)
+		}
+		if met != nil {
+			met.Watch(dm)       // sandboxes by state and the pool's size, read at scrape time
+			met.WatchEgress(dm) // the egress gateway's counters, per sandbox and in all
+		}
+		m = newValidated(dm, auditLog)
 	}
-	dm, err := docker.New(ctx, cfg.docker, nil)
-	if err != nil {
-		return fmt.Errorf("starting the sandbox manager: %w", err)
-	}
-	if met != nil {
-		met.Watch(dm)       // sandboxes by state and the pool's size, read at scrape time
-		met.WatchEgress(dm) // the egress gateway's counters, per sandbox and in all
-	}
-	m := newValidated(dm, auditLog)
 	var front *ports.Server
-	if portsLis != nil {
+	if portsLis != nil { // the Docker backend's (config.check)
 		var stopPorts func()
 		if front, stopPorts, err = servePorts(portsLis, cfg.docker.Ports, m, cfg.ports, cfg, log); err != nil {
 			m.Close()

@@ -1,5 +1,10 @@
 package core
 
+import (
+	"errors"
+	"fmt"
+)
+
 // The errors both backends return for the same situation, each with its
 // one message: a caller cannot tell which backend answered, and a message
 // changed here changes everywhere.
@@ -71,10 +76,20 @@ func ShuttingDown() error { return Unavailablef("sandboxd is shutting down") }
 
 // Unsupported is the one way a backend says it lacks an operation the API
 // has: FAILED_PRECONDITION (this server's configuration lacks it, another
-// backend has it), naming the backend and the feature.
+// backend has it), naming the backend and the feature. IsUnsupported tells
+// it from the class's other errors, for a door whose protocol has a status
+// of its own for it (the E2B door's 501: its 409 means "already paused"
+// to the SDKs' pause).
 func Unsupported(backend, feature string) error {
-	return Preconditionf("%s are not supported by sandboxd's %s backend yet (--backend %s)", feature, backend, backend)
+	return &classError{class: ErrFailedPrecondition, cause: errUnsupported,
+		msg: fmt.Sprintf("%s are not supported by sandboxd's %s backend yet (--backend %s)", feature, backend, backend)}
 }
+
+// errUnsupported is the cause of Unsupported's errors.
+var errUnsupported = errors.New("unsupported by this backend")
+
+// IsUnsupported reports whether err is (or wraps) one of Unsupported's.
+func IsUnsupported(err error) bool { return errors.Is(err, errUnsupported) }
 
 // WatchesCapReached refuses a WatchDirectory call past the cap at scope
 // on the calls in progress (Policy.MaxWatchesPerSandbox,

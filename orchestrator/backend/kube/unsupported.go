@@ -30,10 +30,19 @@ const (
 )
 
 // refuseOptions is Acquire's answer to options this backend lacks, network
-// volumes and templates: no sandbox here gets them (its Pod has no egress gateway and
-// no volume but its own), and an option silently ignored would let a
-// caller believe it is in force.
+// volumes, templates, a start from a snapshot and hibernation on idle: no
+// sandbox here gets them (its Pod has no egress gateway and no volume but
+// its own, and is deleted when idle), and an option silently ignored would
+// let a caller believe it is in force (an E2B autoPause sandbox deleted at
+// its timeout, with everything in it). The server's own --on-idle default
+// is not an option of the caller's: Config says it is not followed here.
 func refuseOptions(opts core.Options) error {
+	if opts.OnIdle == core.OnIdleHibernate {
+		return unsupported(featHibernation)
+	}
+	if opts.FromSnapshot != "" {
+		return unsupported(featSnapshots)
+	}
 	if opts.Network || opts.NetworkPolicy != nil {
 		return unsupported(featNetwork)
 	}

@@ -42,3 +42,28 @@ func TestMetricsUnsupported(t *testing.T) {
 		t.Errorf("SandboxMetrics: %v; want core.Unsupported naming per-sandbox metrics", err)
 	}
 }
+
+// TestAcquireRefusesWhatItCannotKeep: an Acquire asking for hibernation on
+// idle (the E2B door's autoPause) or a start from a snapshot is refused
+// with core.Unsupported naming the feature, before anything is created,
+// never served as a sandbox that is deleted when idle or starts empty;
+// the same for volumes and templates.
+func TestAcquireRefusesWhatItCannotKeep(t *testing.T) {
+	var m Manager // refused before any use of the API server
+	ctx := core.WithCaller(t.Context(), core.DefaultCaller)
+	for _, tc := range []struct {
+		opts    core.Options
+		feature string
+	}{
+		{core.Options{OnIdle: core.OnIdleHibernate}, featHibernation},
+		{core.Options{FromSnapshot: "snap-aaaaaaaaaaaaaaaaaaaa"}, featSnapshots},
+		{core.Options{Volumes: []core.VolumeMount{{Volume: "vol-aaaaaaaaaaaaaaaaaaaa", Path: "/data"}}}, featVolumes},
+		{core.Options{Template: "tpl-aaaaaaaaaaaaaaaaaaaa"}, featTemplates},
+	} {
+		_, err := m.Acquire(ctx, "alice", tc.opts)
+		if !core.IsUnsupported(err) || !errors.Is(err, core.ErrFailedPrecondition) ||
+			!strings.Contains(err.Error(), tc.feature) || !strings.Contains(err.Error(), "--backend kubernetes") {
+			t.Errorf("Acquire(%+v): %v; want core.Unsupported naming %q", tc.opts, err, tc.feature)
+		}
+	}
+}

@@ -260,9 +260,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		opts.Network = true // the server's default policy
 	}
 	res, err := s.m.Acquire(r.Context(), newUserID(), opts)
-	if err != nil && fromSnapshot != "" && errors.Is(err, core.ErrNotFound) {
+	switch {
+	case err != nil && fromSnapshot != "" && errors.Is(err, core.ErrNotFound):
 		err = &apiError{status: http.StatusBadRequest,
 			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image), and the templates and snapshots of your team, and none has that name", sanitizeHeader(tpl), strings.Join(templates, ", "))}
+	case err != nil && fromSnapshot != "" && fromTemplate == "" && core.IsUnsupported(err):
+		// A backend with neither templates nor snapshots (kubernetes):
+		// the name is none of the templates served, which is what the
+		// caller needs to hear first.
+		err = &apiError{status: http.StatusBadRequest,
+			msg: fmt.Sprintf("template %q is not served here; sandboxd serves %s (all with its sandbox image); %v", sanitizeHeader(tpl), strings.Join(templates, ", "), err)}
 	}
 	if err != nil {
 		s.writeError(w, r, "create", err)

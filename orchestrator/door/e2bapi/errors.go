@@ -20,7 +20,8 @@ const internalMessage = "internal error; see the sandboxd log"
 // httpStatus maps a domain error class to the HTTP status E2B's API and envd
 // answer for it (the SDKs turn 400, 401, 404, 409, 429, 502 and 507 into
 // their own error classes). It is this door's one mapping of the classes,
-// the counterpart of errgrpc.Code.
+// the counterpart of errgrpc.Code; classify answers core.Unsupported's
+// failed preconditions with 501 instead.
 func httpStatus(c *core.Class) int {
 	switch c {
 	case core.ErrInvalidArgument:
@@ -66,6 +67,11 @@ func (s *Server) classify(ctx context.Context, op string, err error) (int, strin
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
+	case core.IsUnsupported(err):
+		// A feature the backend lacks (core.Unsupported, a failed
+		// precondition): 501, not the class's 409, which the SDKs' pause
+		// reads as "already paused" and answers false without a word.
+		return http.StatusNotImplemented, err.Error()
 	case core.ClassOf(err) != nil:
 		return httpStatus(core.ClassOf(err)), err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

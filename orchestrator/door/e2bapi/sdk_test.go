@@ -1,7 +1,6 @@
 package e2bapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -17,29 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/e2bsdk"
 	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 )
-
-// The SDK versions the Makefile's e2b-sdk-tools installs (E2B_SDK_VERSION,
-// E2B_CI_SDK_VERSION); the suites are written against them.
-const (
-	sdkVersion   = "2.51.0"
-	ciSDKVersion = "2.8.0"
-)
-
-// sdkDir is where e2b-sdk-tools installed the SDKs: E2B_SDK_DIR (the
-// Makefile exports it), else the Makefile's default.
-func sdkDir(t *testing.T) string {
-	if d := os.Getenv("E2B_SDK_DIR"); d != "" {
-		return d
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		testenv.Unavailable(t, "no cache directory for the E2B SDKs: %v", err)
-	}
-	return filepath.Join(cache, "sandboxd", "npm", "e2b-"+sdkVersion+"-ci-"+ciSDKVersion)
-}
 
 var e2bServing = regexp.MustCompile(`msg="serving the E2B API" e2b_listen=(\S+)`)
 
@@ -151,68 +131,6 @@ func randHex(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// tapResult is one test of node's TAP output.
-type tapResult struct {
-	name string
-	ok   bool
-	why  string
-	skip bool // ok, skipped (# SKIP: why says why)
-}
-
-var tapLine = regexp.MustCompile(`^(\s*)(not ok|ok) \d+ - (.*?)(?: # (SKIP|TODO).*)?$`)
-
-// parseTAP returns the leaf tests of node --test's TAP output (suites are
-// reported as tests too; a suite is a line followed by deeper lines, which
-// is told by indentation).
-func parseTAP(out []byte) []tapResult {
-	type line struct {
-		indent int
-		r      tapResult
-	}
-	var lines []line
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	var last *tapResult
-	errNext := false // the line after "error: |-" holds the message
-	for sc.Scan() {
-		text := sc.Text()
-		m := tapLine.FindStringSubmatch(text)
-		if m == nil {
-			switch {
-			case last == nil || last.ok || last.why != "":
-			case errNext:
-				last.why = strings.TrimSpace(text)
-				errNext = false
-			case strings.Contains(text, "error: "):
-				why := strings.TrimSpace(strings.SplitN(text, "error: ", 2)[1])
-				if why == "|-" || why == "|" || why == ">-" {
-					errNext = true
-				} else {
-					last.why = strings.Trim(why, `'"`)
-				}
-			}
-			continue
-		}
-		errNext = false
-		r := tapResult{name: m[3], ok: m[2] == "ok"}
-		if m[4] == "SKIP" {
-			r.skip, r.why = true, strings.TrimSpace(strings.SplitN(text, "# SKIP", 2)[1])
-		}
-		lines = append(lines, line{indent: len(m[1]), r: r})
-		last = &lines[len(lines)-1].r
-	}
-	// TAP prints children before their parent, at a deeper indentation: a
-	// line is a suite if the line before it is deeper.
-	var leaves []tapResult
-	for i, l := range lines {
-		if i > 0 && lines[i-1].indent > l.indent {
-			continue
-		}
-		leaves = append(leaves, l.r)
-	}
-	return leaves
-}
-
 // TestSDK runs the suites in sdktest/ (node --test, the official SDKs,
 // unmodified) against a real sandboxd: scenarios.test.mjs must pass in
 // full; the ports of the SDKs' own tests (ported_*.test.mjs) report their
@@ -224,47 +142,9 @@ func TestSDK(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no suites in sdktest/: %v", err)
 	}
-	var total, failed int
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".test.mjs")
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=tap", f)
-			cmd.Env = append(os.Environ(), "E2B_SDK_DIR="+dir, "E2B_API_URL=http://"+addr, "E2B_SANDBOX_URL=http://"+addr,
-				"E2B_VOLUME_API_URL=http://"+addr, // the volume content API (volumes.test.mjs)
-				"E2B_API_KEY="+key, "E2B_API_KEY_OTHER="+other, "E2B_DEBUG=", "E2B_DOMAIN=", "SANDBOXD_PORTS_ADDR="+d.portsAddr)
-			out, err := cmd.CombinedOutput()
-			if ctx.Err() != nil {
-				t.Fatalf("%s did not finish within 15 minutes:\n%s", f, out)
-			}
-			results := parseTAP(out)
-			if len(results) == 0 {
-				t.Fatalf("no test results from %s (%v):\n%s", f, err, out)
-			}
-			pass := 0
-			for _, r := range results {
-				switch {
-				case r.ok && r.skip:
-					pass++
-					t.Logf("skipped %s: %s", r.name, r.why)
-				case r.ok:
-					pass++
-				case knownFailures[name+"/"+r.name] != "":
-					t.Logf("known failure %s: %s (%s)", r.name, knownFailures[name+"/"+r.name], r.why)
-				default:
-					t.Errorf("FAIL %s: %s", r.name, r.why)
-				}
-			}
-			total += len(results)
-			failed += len(results) - pass
-			t.Logf("e2b sdk %s: %d passed, %d failed", name, pass, len(results)-pass)
-			if t.Failed() {
-				t.Logf("node output:\n%s", out)
-			}
-		})
-	}
-	summary := fmt.Sprintf("e2b sdk: %d passed, %d failed", total-failed, failed)
+	total, failed := e2bsdk.Run(t, node, dir, e2bsdk.Door{Addr: addr, Key: key, OtherKey: other,
+		Env: []string{"SANDBOXD_PORTS_ADDR=" + d.portsAddr}}, files)
+	summary := e2bsdk.Summary(total, failed)
 	t.Log(summary)
 	if path := os.Getenv("SANDBOXD_SUITE_SUMMARY"); path != "" {
 		if f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
@@ -278,16 +158,7 @@ func TestSDK(t *testing.T) {
 // CI=true) without them or Docker.
 func needSDK(t *testing.T) (node, dir string) {
 	t.Helper()
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Unavailable(t, "node is not installed (needed for the E2B SDK suites)")
-	}
-	dir = sdkDir(t)
-	for _, pkg := range []string{"e2b", "@e2b/code-interpreter"} {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", pkg, "package.json")); err != nil {
-			testenv.Unavailable(t, "the E2B SDK %s is not installed in %s (run `make e2b-sdk-tools`)", pkg, dir)
-		}
-	}
+	node, dir = e2bsdk.Need(t)
 	testenv.NeedDocker(t)
 	return node, dir
 }
@@ -327,43 +198,5 @@ func TestSDKAcrossRestart(t *testing.T) {
 	d.start(t)
 	if got := run("after", state); got != "ok" {
 		t.Fatalf("after the restart: %s", got)
-	}
-}
-
-// knownFailures are ported SDK tests that fail against sandboxd by design,
-// with why (reported, not failed). Keyed "file/test name".
-var knownFailures = map[string]string{
-	"ported_ci/create context with options": "the context's cwd /root is outside /workspace; sandboxd's contexts work under /workspace",
-	"ported_ci/list contexts":               "sandboxd has one default context for every language (listed once, as python), not one default context per language",
-	"ported_ci/get data":                    "the sandbox's Python does not pre-import pandas as pd, as E2B's template does",
-	"ported_ci/bash":                        "IPython's !cmd shell escape is not Python; sandboxd runs plain Python (bash runs with language: 'bash'), and the home is /workspace",
-	"ported_sdk/list directory":             "paths come back under /workspace, sandboxd's workspace, not E2B's /home/user",
-}
-
-func TestParseTAP(t *testing.T) {
-	out := []byte(`TAP version 13
-# Subtest: suite
-    # Subtest: passes
-    ok 1 - passes
-      ---
-      duration_ms: 1
-      ...
-    # Subtest: fails
-    not ok 2 - fails
-      ---
-      error: |-
-        expected 1 to equal 2
-      ...
-    1..2
-not ok 1 - suite
-# Subtest: top
-ok 2 - top
-# Subtest: later
-ok 3 - later # SKIP no templates here
-`)
-	got := parseTAP(out)
-	want := []tapResult{{name: "passes", ok: true}, {name: "fails", why: "expected 1 to equal 2"}, {name: "top", ok: true}, {name: "later", ok: true, skip: true, why: "no templates here"}}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("parseTAP = %+v, want %+v", got, want)
 	}
 }

@@ -4,10 +4,11 @@
 // once E2B_API_URL and E2B_SANDBOX_URL point at it.
 //
 // It sits beside orchestrator/door/grpcapi and, like it, is a thin layer over the
-// domain (the same Manager interface): it translates E2B's three surfaces
-// onto sandboxd's sandboxes, commands, contexts and files, and maps the
-// domain's error classes to HTTP statuses and Connect codes in one place
-// (errors.go). The SDK sends every request to one address; requests are
+// domain (the same Manager interface), over either backend: it translates
+// E2B's three surfaces onto sandboxd's sandboxes, commands, contexts and
+// files, and maps the domain's error classes to HTTP statuses and Connect
+// codes in one place (errors.go; a feature the backend lacks,
+// core.Unsupported, is 501 naming it). The SDK sends every request to one address; requests are
 // told apart by headers, not paths (/health exists on several):
 //
 //   - no E2b-Sandbox-Port header: the control plane (create, connect, list,

@@ -208,6 +208,13 @@ func (s *Server) requestBuild(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		name, err = s.templateName(r.Context(), name)
 	}
+	if err == nil {
+		// A backend without templates refuses here, at the build's first
+		// call, rather than at its upload or start.
+		if _, gerr := s.m.GetTemplate(r.Context(), name); core.IsUnsupported(gerr) {
+			err = gerr
+		}
+	}
 	if err != nil {
 		s.writeError(w, r, "request build", err)
 		return

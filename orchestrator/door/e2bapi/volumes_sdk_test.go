@@ -5,11 +5,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/internal/e2bsdk"
 )
 
 // TestSDKVolumesOverFake runs the Volume class's scenarios of
@@ -18,21 +17,7 @@ import (
 // the SDK's own requests and its reading of the answers, without Docker.
 // TestSDK runs the whole file against a real sandboxd.
 func TestSDKVolumesOverFake(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		testenv.Unavailable(t, "node is not installed (needed for the E2B SDK suites)")
-	}
-	dir := os.Getenv("E2B_SDK_DIR")
-	if dir == "" {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			testenv.Unavailable(t, "no cache directory for the E2B SDKs: %v", err)
-		}
-		dir = filepath.Join(cache, "sandboxd", "npm", "e2b-2.51.0-ci-2.8.0") // sdk_test.go's sdkVersion, ciSDKVersion
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
-		testenv.Unavailable(t, "the E2B SDK is not installed in %s (run `make e2b-sdk-tools`)", dir)
-	}
+	node, dir := e2bsdk.Need(t)
 	s, _, _ := newVolumeServer(t)
 	srv := httptest.NewServer(s)
 	defer srv.Close()

@@ -19,6 +19,22 @@ export const { Sandbox } = ci
 export const T = { timeout: 120_000 }
 
 /**
+ * The backend of the sandboxd under test, as the Go test that started it
+ * says (SANDBOXD_E2B_BACKEND): 'docker' unless it says 'kubernetes'.
+ */
+export const backend = process.env.SANDBOXD_E2B_BACKEND || 'docker'
+export const onKube = backend === 'kubernetes'
+
+/**
+ * T for a scenario that needs feature, or on the kubernetes backend, which
+ * lacks it (hibernation, per-sandbox metrics, network, snapshots, volumes,
+ * templates: the door answers 501 naming it), T with a skip saying so.
+ */
+export function needs(feature) {
+  return onKube ? { ...T, skip: `sandboxd's kubernetes backend lacks ${feature}` } : T
+}
+
+/**
  * Runs fn with a new sandbox (code-interpreter template) and kills it
  * afterwards, whatever happened.
  */

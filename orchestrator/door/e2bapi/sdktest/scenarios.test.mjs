@@ -2,9 +2,9 @@
 // lifecycle, code interpreter, files, commands, isolation.
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, core, T, withSandbox, waitFor, deferred, within } from './helpers.mjs'
+import { Sandbox, core, T, withSandbox, waitFor, deferred, within, needs, onKube } from './helpers.mjs'
 
-const { CommandExitError, NotFoundError, FileNotFoundError, AuthenticationError, FilesystemEventType } = core
+const { CommandExitError, NotFoundError, FileNotFoundError, AuthenticationError, FilesystemEventType, SandboxError } = core
 
 describe('lifecycle', () => {
   test('create: a running sandbox with an ID, a new one each time', T, async () => {
@@ -86,7 +86,7 @@ describe('lifecycle', () => {
     await assert.rejects(Sandbox.connect(sbx.sandboxId), NotFoundError)
   })
 
-  test('getMetrics: a busy loop shows, within the limits sandboxd set; it calms once killed', T, async () => {
+  test('getMetrics: a busy loop shows, within the limits sandboxd set; it calms once killed', needs('per-sandbox metrics'), async () => {
     await withSandbox(async (sbx) => {
       const busy = await sbx.commands.run('exec python3 -c "while True: pass"', { background: true })
       let last
@@ -105,7 +105,7 @@ describe('lifecycle', () => {
     })
   })
 
-  test('pause, then connect: the sandbox hibernates and wakes with its globals and files', T, async () => {
+  test('pause, then connect: the sandbox hibernates and wakes with its globals and files', needs('hibernation'), async () => {
     const tag = `z${Date.now()}`
     await withSandbox(async (sbx) => {
       await sbx.runCode('kept = [1, 2, 3]')
@@ -126,11 +126,23 @@ describe('lifecycle', () => {
     }, { metadata: { pz: tag } })
   })
 
-  test("create with lifecycle onTimeout 'pause' is accepted", T, async () => {
+  test("create with lifecycle onTimeout 'pause' is accepted", needs('hibernation'), async () => {
     await withSandbox(async (sbx) => {
       assert.equal((await sbx.getInfo()).state, 'running')
       assert.equal((await sbx.runCode('1 + 1')).text, '2')
     }, { lifecycle: { onTimeout: 'pause' } })
+  })
+
+  test('kubernetes: pause, autoPause and metrics fail with an error naming the feature and the backend', onKube ? T : { skip: 'only on --backend kubernetes' }, async () => {
+    const named = (feature) => (e) => e instanceof SandboxError && e.message.includes(feature) && e.message.includes('kubernetes backend')
+    await withSandbox(async (sbx) => {
+      // 501, not E2B's 409, which pause would read as "already paused" and answer false.
+      await assert.rejects(sbx.pause(), named('hibernation'))
+      assert.equal(await sbx.isRunning(), true)
+      await assert.rejects(sbx.getMetrics(), named('per-sandbox metrics'))
+      assert.equal((await sbx.runCode('1 + 1')).text, '2')
+    })
+    await assert.rejects(Sandbox.create({ lifecycle: { onTimeout: 'pause' } }), named('hibernation'))
   })
 
   test('a wrong API key is refused', T, async () => {

@@ -17,7 +17,7 @@ const { Template, BuildError, Sandbox } = core
 /**
  * Whether the server's backend builds templates: one without them (the
  * Kubernetes backend; the Docker backend before its templates) answers
- * 409 "… are not supported by sandboxd's … backend"; the scenarios that
+ * 501 "… are not supported by sandboxd's … backend"; the scenarios that
  * need builds are then skipped, saying so.
  */
 async function backendLacksTemplates() {
@@ -25,7 +25,7 @@ async function backendLacksTemplates() {
     headers: { 'X-API-KEY': process.env.E2B_API_KEY },
   })
   const body = await res.json().catch(() => ({}))
-  return res.status === 409 && /are not supported by sandboxd's \S+ backend/.test(body.message ?? '') ? body.message : false
+  return res.status === 501 && /are not supported by sandboxd's \S+ backend/.test(body.message ?? '') ? body.message : false
 }
 const lacking = await backendLacksTemplates()
 
