@@ -78,6 +78,10 @@ func TestSmoke(t *testing.T) {
 	kube := haveAPIServer(t)
 	if !kube {
 		args = append(args, "--kube=false")
+	} else {
+		// The A/B row, between two builds of the sidecar in a real run,
+		// here between one and itself.
+		args = append(args, "--kube-baseline-image", image)
 	}
 	cfg, err := parseConfig(args, io.Discard)
 	if err != nil {
