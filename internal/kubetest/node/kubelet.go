@@ -68,9 +68,14 @@ func kubeletConfig(n *Node) ([]byte, error) {
 		},
 		EvictionPressureTransitionPeriod: metav1.Duration{Duration: 5 * time.Second},
 		LocalStorageCapacityIsolation:    ptr.To(true),
-		MaxPods:                          110,
-		SerializeImagePulls:              ptr.To(false),
-		StaticPodPath:                    "",
+		// As many Pods as the bridge's IPAM has addresses (its range less
+		// the network, gateway and broadcast addresses), so the scheduler
+		// never sends a node a Pod it cannot address: with the default
+		// (110) a hundred Pods over two nodes could stay Pending in
+		// ContainerCreating, the CNI plugin out of addresses.
+		MaxPods:             int32(1<<(32-n.PodCIDR.Bits()) - 3),
+		SerializeImagePulls: ptr.To(false),
+		StaticPodPath:       "",
 	}
 	return yaml.Marshal(c)
 }
