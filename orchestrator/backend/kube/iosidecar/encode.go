@@ -5,16 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"maps"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
 
-// maxEventJSON bounds one event as the sidecar encodes it, under
-// MaxSendMsgSize with room for the message's envelope.
-const maxEventJSON = MaxSendMsgSize - 64<<10
+// maxEventJSON bounds one event as the sidecar encodes it: iolog's 40
+// MiB of artifact values (base64 passes JSON unchanged) and the event's
+// line, under MaxSendMsgSize. The sidecar holds an event's values, its JSON
+// and the message the JSON is copied into while it sends it: about 140 MiB
+// at most, under the sidecar's 256 MiB (its GOMEMLIMIT 192 MiB, pod.go).
+const maxEventJSON = 48 << 20
 
 // encodeEvent encodes ev for the wire as one JSON object of at most limit
 // bytes. iolog bounds the values an event gets from artifacts (40 MiB as
@@ -30,12 +32,11 @@ const maxEventJSON = MaxSendMsgSize - 64<<10
 // each counted and logged. The encoded size is reckoned before encoding,
 // so the buffer is made once, at its size.
 func encodeEvent(ev ioproto.Event, limit int, log *slog.Logger) ([]byte, error) {
-	if len(ev.Data) > 0 {
-		ev.Data = maps.Clone(ev.Data)
-		for mime, v := range ev.Data {
-			if !utf8.ValidString(v) {
-				ev.Data[mime] = strings.ToValidUTF8(v, "\uFFFD")
-			}
+	// In place: the event is iolog's, made for this send, so an invalid
+	// value's original is garbage at once.
+	for mime, v := range ev.Data {
+		if !utf8.ValidString(v) {
+			ev.Data[mime] = strings.ToValidUTF8(v, "\uFFFD")
 		}
 	}
 	data := ev.Data
