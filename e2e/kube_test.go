@@ -314,6 +314,15 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	// (contexts_test.go), through the io sidecar.
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
 	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
+	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
+	// read by the io sidecar (kube_hostile_test.go).
+	t.Run("HostileIO", func(t *testing.T) {
+		name := "kube"
+		if k.cluster != nil {
+			name = "kube, real nodes"
+		}
+		runHostileSuite(t, kubeHostile(k, name))
+	})
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);
 	// crash resume and idle expiry are the subtests above.
