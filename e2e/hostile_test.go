@@ -138,6 +138,9 @@ type hostileBackend struct {
 	// afterCase, if set, checks what the backend checks after each case
 	// (on Kubernetes: the other user's Pod).
 	afterCase func(hc *hostileCase)
+	// acquired, if set, is told of each attacked sandbox before the
+	// attack (on Kubernetes: to know its io sidecar's container).
+	acquired func(hc *hostileCase, sb string)
 }
 
 // dockerHostile runs the suite on the Docker engine under runtime rt:
@@ -947,7 +950,11 @@ def put(b):
 func (hc *hostileCase) attacker(name string) string {
 	ctx, cancel := context.WithTimeout(hc.ctx, 2*time.Minute)
 	defer cancel()
-	return acquire(hc.t, ctx, hc.c, "hostile-"+name).GetSandbox().GetSandboxId()
+	sb := acquire(hc.t, ctx, hc.c, "hostile-"+name).GetSandbox().GetSandboxId()
+	if hc.be.acquired != nil {
+		hc.be.acquired(hc, sb)
+	}
+	return sb
 }
 
 // forgeEvents is a Python program that writes /io/out/<id>.events from the

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,6 +32,12 @@ const kubeSidecar = "io"
 // kubeHostile is the hostile-/io suite's Kubernetes backend; name names
 // the run in the summary.
 func kubeHostile(k *kubeEnv, name string) *hostileBackend {
+	// The io sidecar's container of each attacked sandbox before the
+	// attack: the Pod's status may not yet count a restart the node made.
+	var (
+		mu       sync.Mutex
+		sidecars = map[string]string{}
+	)
 	return &hostileBackend{
 		name:  name,
 		start: func(t *testing.T, extra ...string) *daemon { return k.replica(t, "hostile-a", extra...) },
@@ -48,9 +55,24 @@ func kubeHostile(k *kubeEnv, name string) *hostileBackend {
 		// grace period is 5 s) and the replica has removed its finalizer.
 		cleanWithin: hostileDeleteBound,
 		beforeDelete: func(hc *hostileCase, sb string) func(context.Context) []string {
-			return kubeBeforeDelete(k, hc, sb)
+			mu.Lock()
+			first := sidecars[sb]
+			mu.Unlock()
+			return kubeBeforeDelete(k, hc, sb, first)
 		},
 		afterCase: func(hc *hostileCase) { kubeOthersUntouched(k, hc) },
+		acquired: func(hc *hostileCase, sb string) {
+			ctx, cancel := context.WithTimeout(hc.ctx, 30*time.Second)
+			defer cancel()
+			pod := "sbx-" + strings.TrimPrefix(sb, "sb-")
+			var id string
+			if !pollUntil(30*time.Second, func() bool { id = k.nodes.containerID(ctx, pod, kubeSidecar); return id != "" }) {
+				hc.t.Fatalf("no node runs the io sidecar of pod %s", pod)
+			}
+			mu.Lock()
+			sidecars[sb] = id
+			mu.Unlock()
+		},
 	}
 }
 
@@ -59,7 +81,7 @@ func kubeHostile(k *kubeEnv, name string) *hostileBackend {
 // never restarted (if it was, that is a failure, and GetSandbox must still
 // answer promptly); it returns what lists the sandbox's leftovers: the Pod,
 // and the sandbox's and the sidecar's containers on the node.
-func kubeBeforeDelete(k *kubeEnv, hc *hostileCase, sb string) func(context.Context) []string {
+func kubeBeforeDelete(k *kubeEnv, hc *hostileCase, sb, firstSidecar string) func(context.Context) []string {
 	t := hc.t
 	ctx, cancel := context.WithTimeout(hc.ctx, time.Minute)
 	defer cancel()
@@ -72,6 +94,15 @@ func kubeBeforeDelete(k *kubeEnv, hc *hostileCase, sb string) func(context.Conte
 	hc.note("ListFiles after the attack: %s in %s", codeOf(lerr), fmtMS(time.Since(start)))
 	if c := status.Code(lerr); c == codes.DeadlineExceeded || c == codes.Internal || c == codes.Unknown {
 		t.Errorf("ListFiles of the attacked sandbox after the attack: %v; want an answer or a clear status", lerr)
+	}
+	if status.Code(lerr) == codes.Unavailable {
+		// The sidecar is down: it must come back (a restart, counted
+		// below), and sandboxd must then reach it.
+		back := pollUntil(hostileCallTimeout, func() bool { _, err := hc.listFiles(sb, ""); return err == nil })
+		hc.note("ListFiles answered again %v: %s later", back, fmtMS(time.Since(start)))
+		if !back {
+			t.Errorf("the attacked sandbox's io sidecar was unavailable after the attack (%v) and did not come back within %v", lerr, hostileCallTimeout)
+		}
 	}
 	var p *corev1.Pod
 	var sidecar corev1.ContainerStatus
@@ -94,6 +125,11 @@ func kubeBeforeDelete(k *kubeEnv, hc *hostileCase, sb string) func(context.Conte
 		t.Errorf("the attacked pod's io sidecar is not ready %v after the case (%s)", hostilePrompt, containerStateOf(sidecar))
 	}
 	s := sidecar
+	now := k.nodes.containerID(ctx, p.Name, kubeSidecar)
+	if now != firstSidecar && s.RestartCount == 0 {
+		// The node restarted it; the Pod's status does not say so yet.
+		s.RestartCount = 1
+	}
 	hc.note("io sidecar: %d restarts", s.RestartCount)
 	if s.RestartCount > 0 {
 		why := containerStateOf(s)
@@ -110,11 +146,12 @@ func kubeBeforeDelete(k *kubeEnv, hc *hostileCase, sb string) func(context.Conte
 			t.Errorf("GetSandbox of the sandbox whose io sidecar restarted: %v", err)
 		}
 	}
-	var ids []string
-	for _, c := range []string{"sandbox", kubeSidecar} {
-		if id := k.nodes.containerID(ctx, p.Name, c); id != "" {
-			ids = append(ids, id)
-		}
+	ids := []string{firstSidecar}
+	if now != "" && now != firstSidecar {
+		ids = append(ids, now)
+	}
+	if id := k.nodes.containerID(ctx, p.Name, "sandbox"); id != "" {
+		ids = append(ids, id)
 	}
 	return func(ctx context.Context) []string {
 		var left []string
