@@ -21,6 +21,12 @@ package e2e
 //     no container, no mount under the sandbox's state directory, no loop
 //     device backed by its images.
 //
+// The same cases run on the Kubernetes backend (TestKube/HostileIO on the
+// test kubelet, TestKubeRealNode/HostileIO on real nodes), where each Pod's
+// io sidecar reads /io and sandboxd treats what it answers as hostile: a
+// hostileBackend says how sandboxd is started, what a deleted sandbox may
+// not leave behind, and which parts do not apply (kube_hostile_test.go).
+//
 // Each case is a subtest (go test -run 'TestHostileIO/runc/sparse' ./e2e/).
 // The suite reports one line per runtime, e.g.
 //
@@ -106,17 +112,70 @@ func TestHostileIO(t *testing.T) {
 	env := needE2E(t)
 	for _, rt := range suiteRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
-			runHostileSuite(t, env.withRuntime(t, rt), rt)
+			runHostileSuite(t, dockerHostile(env.withRuntime(t, rt), rt))
 		})
 	}
 }
 
-// hostileRun is one runtime's run of the suite.
+// hostileBackend is what differs between the backends the suite runs on
+// (the Docker engine here, Kubernetes in kube_test.go): the cases are the
+// same.
+type hostileBackend struct {
+	// name names the run in the summary: a Docker runtime, or kube.
+	name string
+	// start starts sandboxd with more flags; a restart passes "--listen"
+	// with the address sandboxd had.
+	start func(t *testing.T, extra ...string) *daemon
+	// skip says why the case or part of a case (case/part) named does not
+	// apply to the backend; "" if it applies.
+	skip func(name string) string
+	// beforeDelete is called before the attacked sandbox sb is deleted,
+	// to check what the backend checks of an attacked sandbox; it returns
+	// what lists sb's leftovers once it is deleted.
+	beforeDelete func(hc *hostileCase, sb string) (leftovers func(ctx context.Context) []string)
+	// cleanWithin is how soon after the deletion nothing of it may be left.
+	cleanWithin time.Duration
+	// afterCase, if set, checks what the backend checks after each case
+	// (on Kubernetes: the other user's Pod).
+	afterCase func(hc *hostileCase)
+	// acquired, if set, is told of each attacked sandbox before the
+	// attack (on Kubernetes: to know its io sidecar's container).
+	acquired func(hc *hostileCase, sb string)
+}
+
+// dockerHostile runs the suite on the Docker engine under runtime rt:
+// an attacked sandbox leaves no container, no mount under its state
+// directory and no loop device backed by its images.
+func dockerHostile(env *e2eEnv, rt string) *hostileBackend {
+	return &hostileBackend{
+		name:        rt,
+		start:       env.start,
+		skip:        func(string) string { return "" },
+		cleanWithin: 10 * time.Second,
+		beforeDelete: func(_ *hostileCase, sb string) func(context.Context) []string {
+			dir := filepath.Join(env.stateDir, "sandboxes", sb)
+			return func(ctx context.Context) []string {
+				var left []string
+				for _, c := range dockerLinesQuiet(ctx, "ps", "-a", "-q", "--filter", "label="+labels.SandboxID+"="+sb) {
+					left = append(left, "container "+c)
+				}
+				for _, m := range mountPointsUnder(dir) {
+					left = append(left, "mount "+m)
+				}
+				for _, l := range loopDevicesOf(ctx, dir) {
+					left = append(left, "loop device "+l)
+				}
+				return left
+			}
+		},
+	}
+}
+
+// hostileRun is one backend's (or Docker runtime's) run of the suite.
 type hostileRun struct {
-	t       *testing.T
-	ctx     context.Context
-	env     *e2eEnv
-	runtime string
+	t   *testing.T
+	ctx context.Context
+	be  *hostileBackend
 
 	// d is the running sandboxd; restart replaces it (on the same address),
 	// under probeMu so that no round trip of another user spans a restart.
@@ -157,11 +216,11 @@ type hostileCase struct {
 	details []string
 }
 
-func runHostileSuite(t *testing.T, env *e2eEnv, runtime string) {
+func runHostileSuite(t *testing.T, be *hostileBackend) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	r := &hostileRun{t: t, ctx: ctx, env: env, runtime: runtime}
-	r.d = env.start(t)
+	r := &hostileRun{t: t, ctx: ctx, be: be}
+	r.d = be.start(t)
 	r.addr = r.d.addr
 	r.pid.Store(int64(r.d.cmd.Process.Pid))
 	r.c = dialResilient(t, r.addr)
@@ -209,10 +268,10 @@ func runHostileSuite(t *testing.T, env *e2eEnv, runtime string) {
 		t.Logf("%s: %s: %s", verdict, c.name, c.detail)
 	}
 	reportSummary(t, "hostile-/io suite (%s): %d cases, %d harmed the service; peak sandboxd RSS %d MiB (+%d), other users' p50 round trip %s (baseline %s), Delete ≤ %.1f s",
-		runtime, len(r.cases), harmed, r.peakRSS>>20, (r.peakRSS-r.baseRSS)>>20,
+		be.name, len(r.cases), harmed, r.peakRSS>>20, (r.peakRSS-r.baseRSS)>>20,
 		fmtMS(median(r.othersRTTs)), fmtMS(r.baseRTT), r.maxDelete.Seconds())
 	for _, n := range r.notes {
-		reportSummary(t, "  note (%s): %s", runtime, n)
+		reportSummary(t, "  note (%s): %s", be.name, n)
 	}
 	if err := r.d.proc.Stop(30 * time.Second); err != nil {
 		t.Errorf("stopping sandboxd after the suite: %v", err)
@@ -223,6 +282,12 @@ func runHostileSuite(t *testing.T, env *e2eEnv, runtime string) {
 // it: memory, other users' round trips, CPU back to idle.
 func (r *hostileRun) run(name string, f func(hc *hostileCase)) {
 	r.t.Run(name, func(t *testing.T) {
+		if why := r.be.skip(name); why != "" {
+			r.mu.Lock()
+			r.notes = append(r.notes, name+": skipped: "+why)
+			r.mu.Unlock()
+			t.Skip(why)
+		}
 		hc := &hostileCase{hostileRun: r, t: t}
 		// Go returns freed memory to the system slowly: a case is measured
 		// from the RSS it starts with, so an earlier case's heap is not
@@ -264,6 +329,9 @@ func (r *hostileRun) afterCase(hc *hostileCase, name string, startRSS int64, sto
 		hc.note("idle %s after", fmtMS(d))
 	} else {
 		t.Errorf("sandboxd was still using more than %.0f%% of a core %v after the case's calls ended", idleCPU*100, idleWithin)
+	}
+	if r.be.afterCase != nil {
+		r.be.afterCase(hc)
 	}
 
 	r.mu.Lock()
@@ -482,6 +550,13 @@ func (hc *hostileCase) ioFull() {
 	hc.promptPrint(sb, "after the NUL floods", true)
 
 	// Now the code fills /io itself, up to ENOSPC.
+	if why := hc.be.skip("io-full/fill"); why != "" {
+		hc.note("/io filled by the code: not here: %s", why)
+		hc.mu.Lock()
+		hc.notes = append(hc.notes, "io-full: /io filled by the code: not here: "+why)
+		hc.mu.Unlock()
+		return
+	}
 	o := hc.mustRun(sb, "bash", `dd if=/dev/zero of=/io/filler bs=1M 2>&1 | tail -n1; df -k /io | tail -n1`)
 	hc.note("/io filled by the code: %s", strings.Join(strings.Fields(o.stdout), " "))
 	hc.promptPrint(sb, "with /io full", false)
@@ -910,7 +985,11 @@ func checkDriverStatusAnswers(t *testing.T, ctx context.Context, c sandboxv1.San
 func (hc *hostileCase) attacker(name string) string {
 	ctx, cancel := context.WithTimeout(hc.ctx, 2*time.Minute)
 	defer cancel()
-	return acquire(hc.t, ctx, hc.c, "hostile-"+name).GetSandbox().GetSandboxId()
+	sb := acquire(hc.t, ctx, hc.c, "hostile-"+name).GetSandbox().GetSandboxId()
+	if hc.be.acquired != nil {
+		hc.be.acquired(hc, sb)
+	}
+	return sb
 }
 
 // forgeEvents is a Python program that writes /io/out/<id>.events from the
@@ -1056,9 +1135,11 @@ func (hc *hostileCase) noHostData(what string, o outcome) {
 }
 
 // deleteAndCheck deletes an attacked sandbox within a bound and checks that
-// nothing of it is left: no container, no mount, no loop device.
+// nothing of it is left (what the backend lists: on Docker no container,
+// no mount, no loop device; on Kubernetes no Pod, no container on a node).
 func (hc *hostileCase) deleteAndCheck(sb string) {
 	t := hc.t
+	leftovers := hc.be.beforeDelete(hc, sb)
 	ctx, cancel := context.WithTimeout(hc.ctx, 2*hostileDeleteBound)
 	defer cancel()
 	start := time.Now()
@@ -1073,18 +1154,11 @@ func (hc *hostileCase) deleteAndCheck(sb string) {
 	} else if took > hostileDeleteBound {
 		t.Errorf("DeleteSandbox of the attacked sandbox took %v; the bound is %v", took, hostileDeleteBound)
 	}
-	dir := filepath.Join(hc.env.stateDir, "sandboxes", sb)
 	ctx, cancel = context.WithTimeout(hc.ctx, time.Minute)
 	defer cancel()
-	var ctrs, mounts, loops []string
-	clean := pollUntil(10*time.Second, func() bool {
-		ctrs = dockerLinesQuiet(ctx, "ps", "-a", "-q", "--filter", "label="+labels.SandboxID+"="+sb)
-		mounts = mountPointsUnder(dir)
-		loops = loopDevicesOf(ctx, dir)
-		return len(ctrs)+len(mounts)+len(loops) == 0
-	})
-	if !clean {
-		t.Errorf("after DeleteSandbox of the attacked sandbox: containers %v, mounts %v, loop devices %v; want none", ctrs, mounts, loops)
+	var left []string
+	if !pollUntil(hc.be.cleanWithin, func() bool { left = leftovers(ctx); return len(left) == 0 }) {
+		t.Errorf("%v after DeleteSandbox of the attacked sandbox: %s left; want nothing", hc.be.cleanWithin, strings.Join(left, ", "))
 	}
 }
 
@@ -1095,7 +1169,7 @@ func (hc *hostileCase) restart() {
 	defer hc.probeMu.Unlock()
 	hc.cpuCarry.Add(cpuTicksOf(int(hc.pid.Load())))
 	hc.d.kill9(hc.t)
-	hc.d = hc.env.start(hc.hostileRun.t, "--listen", hc.addr)
+	hc.d = hc.be.start(hc.hostileRun.t, "--listen", hc.addr)
 	hc.pid.Store(int64(hc.d.cmd.Process.Pid))
 	hc.note("restarted sandboxd")
 }

@@ -316,6 +316,15 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	// (contexts_test.go), through the io sidecar.
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
 	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
+	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
+	// read by the io sidecar (kube_hostile_test.go).
+	t.Run("HostileIO", func(t *testing.T) {
+		name := "kube"
+		if k.cluster != nil {
+			name = "kube, real nodes"
+		}
+		runHostileSuite(t, kubeHostile(k, name))
+	})
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
 	// The official E2B SDKs against the E2B door (kube_e2b_test.go).
 	t.Run("E2BSDK", func(t *testing.T) { kubeE2BSDK(t, k) })

@@ -64,6 +64,11 @@ const (
 	tokenEnv = "SANDBOXD_IO_TOKEN"
 	// tokenKey is the key of the token in its Secret.
 	tokenKey = "token"
+	// sidecarMemoryLimit is the io sidecar's memory limit, and
+	// sidecarGoMemLimit its Go runtime's soft limit (GOMEMLIMIT), three
+	// quarters of it: room for what the runtime does not count.
+	sidecarMemoryLimit = "256Mi"
+	sidecarGoMemLimit  = "192MiB"
 )
 
 // sandboxUID is the sandbox container's user, as in the image and under the
@@ -169,14 +174,21 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 				Command:       []string{sidecarBinary},
 				Args:          []string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace"},
 				Env: []corev1.EnvVar{{Name: tokenEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-					LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}}},
+					LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}},
+					// The Go runtime collects before the heap reaches the
+					// limit below instead of at twice the live heap: an
+					// event with its artifacts read back holds about 140 MiB
+					// while it is sent (iosidecar's encodeEvent), which
+					// without a memory limit grew past 256 MiB and the
+					// kernel killed the sidecar.
+					{Name: "GOMEMLIMIT", Value: sidecarGoMemLimit}},
 				Ports:          []corev1.ContainerPort{{Name: "io", ContainerPort: int32(cfg.IOPort), Protocol: corev1.ProtocolTCP}},
 				StartupProbe:   &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 1, FailureThreshold: 60},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 5},
 				VolumeMounts:   mounts,
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(sidecarMemoryLimit)},
 				},
 				// Root for chown (files it writes belong to the sandbox user)
 				// and to read what the sandbox user locked itself out of;

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,6 +139,9 @@ func TestBuildPodPosture(t *testing.T) {
 	}
 	if io.Env[0].ValueFrom == nil || io.Env[0].ValueFrom.SecretKeyRef.Name != "tok" {
 		t.Errorf("the io sidecar's token does not come from the Secret: %+v", io.Env)
+	}
+	if !slices.ContainsFunc(io.Env, func(e corev1.EnvVar) bool { return e.Name == "GOMEMLIMIT" && e.Value == "192MiB" }) {
+		t.Errorf("the io sidecar's Go runtime has no memory limit under its container's: %+v", io.Env)
 	}
 	if add := io.SecurityContext.Capabilities.Add; len(add) != 3 {
 		t.Errorf("the io sidecar's capabilities: %v", add)

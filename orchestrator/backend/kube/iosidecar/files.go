@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 
@@ -33,13 +34,13 @@ func (s *Server) workspace() (*os.Root, error) {
 }
 
 // protoInfo is a file's description as sandboxio.v1 sends it: its path
-// absolute, as the sandbox sees it.
+// absolute, as the sandbox sees it, and valid UTF-8 (wireString).
 func protoInfo(fi core.FileInfo) *sandboxiov1.FileInfo {
 	rel := fi.Path
 	if rel == "" {
 		rel = "."
 	}
-	return &sandboxiov1.FileInfo{Path: core.DisplayPath(rel), Size: fi.Size, Mode: uint32(fi.Mode),
+	return &sandboxiov1.FileInfo{Path: wireString(core.DisplayPath(rel)), Size: fi.Size, Mode: uint32(fi.Mode),
 		ModTimeUnixNano: fi.ModTime.UnixNano(), Uid: fi.UID, Gid: fi.GID}
 }
 
@@ -263,4 +264,16 @@ func (s *Server) Rename(_ context.Context, req *sandboxiov1.RenameRequest) (*san
 	}
 	s.log.Debug("file renamed", "from", showFrom, "to", showTo)
 	return &sandboxiov1.RenameResponse{File: protoInfo(fi)}, nil
+}
+
+// wireString makes a name the sandbox chose valid UTF-8 for a proto string
+// field, each run of invalid bytes one U+FFFD, as sandboxd's gRPC door
+// makes every string it sends: a file name that is not UTF-8 would
+// otherwise fail the whole response's encoding (a listing of a directory
+// holding one, a watch seeing one).
+func wireString(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

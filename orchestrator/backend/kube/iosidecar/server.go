@@ -398,9 +398,9 @@ func (s *Server) follow(ctx context.Context, cmd string, afterSeq int64, sendJSO
 	}
 	defer evs.Close()
 	send := func(ev ioproto.Event) error {
-		b, err := json.Marshal(ev)
+		b, err := encodeEvent(ev, maxEventJSON, s.log)
 		if err != nil {
-			return fmt.Errorf("encode event %d: %w", ev.Seq, err)
+			return err
 		}
 		return sendJSON(b)
 	}

@@ -80,7 +80,7 @@ func (s *Server) WatchDirectory(req *sandboxiov1.WatchDirectoryRequest, stream g
 	}, func(u core.WatchUpdate) error {
 		resp := &sandboxiov1.WatchDirectoryResponse{Dropped: u.Dropped, Dirs: uint32(max(dirs.Load(), 0))}
 		if e := u.Event; e != nil {
-			resp.Event = &sandboxiov1.WatchEvent{Op: sandboxiov1.WatchOp(e.Op), Path: e.Path, TimeUnixNano: unixNano(e.Time)}
+			resp.Event = &sandboxiov1.WatchEvent{Op: sandboxiov1.WatchOp(e.Op), Path: wireString(e.Path), TimeUnixNano: unixNano(e.Time)}
 		}
 		return stream.Send(resp)
 	})
