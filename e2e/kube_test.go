@@ -612,15 +612,24 @@ func kubeIdleTTL(t *testing.T, k *kubeEnv) {
 	c, _ := a.client(t)
 	r := acquire(t, ctx, c, "ttl-user")
 	id := r.GetSandbox().GetSandboxId()
-	// The last use is taken when the command is submitted: the replica
-	// writes activity to the Pod throttled, and the SIGKILL right after
-	// the command may lose the write of its end (at most one write
-	// interval, a fifth of the TTL, after the write of its start). A
-	// command that took longer than that on a loaded machine would make
-	// the sandbox expire less than a TTL after its end, though never
-	// before a TTL after its last recorded activity.
+	// The last use is taken when the command is submitted. The replica
+	// writes activity to the Pod throttled (at most every fifth of the
+	// TTL, flushed every 100 ms), so a SIGKILL loses what it had not
+	// written yet, by design: the kill comes once the Pod shows a last
+	// activity at or after the command's submission, and what is tested
+	// is that this recorded activity outlives the replica.
 	lastUse := time.Now()
 	mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "1"}), "1")
+	if !pollUntil(10*time.Second, func() bool {
+		p, err := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, "sbx-"+strings.TrimPrefix(id, "sb-"), metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		at, err := time.Parse(time.RFC3339Nano, p.Annotations["sandboxd.io/last-active"])
+		return err == nil && !at.Before(lastUse.Truncate(time.Millisecond))
+	}) {
+		t.Fatalf("the replica did not write the command's activity to the Pod within 10 s")
+	}
 	a.kill9(t)
 	b := k.replica(t, "ttl-b", "--idle-ttl", ttl.String())
 	cb, _ := b.client(t)

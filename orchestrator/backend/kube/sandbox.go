@@ -87,6 +87,9 @@ func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Durat
 	p.Annotations[annLastActive] = now.UTC().Format(time.RFC3339Nano)
 	m.touch(sandboxID, p)
 	m.log.Info("sandbox idle timeout set", "sandbox_id", sandboxID, "idle_timeout", d)
+	// Read your writes: the caller's next Get through this replica reads
+	// the informer's cache, which must show the new timeout by then.
+	m.awaitCached(ctx, sandboxID, func(q *corev1.Pod) bool { return q.Annotations[annIdleTimeout] == d.String() })
 	sb := m.sandboxOf(p)
 	if sb.State == core.StateRunning && hasHealth(p) {
 		sb.HealthReason, _ = m.cachedHealth(p) // what is known; no read
@@ -242,4 +245,32 @@ func (m *Manager) publishCommandEnd(p *corev1.Pod, commandID string, e core.Even
 		Time: time.Now().UTC(), Tenant: sb.Tenant, UserID: sb.UserID, SandboxID: sb.ID,
 		Metadata: sb.Metadata, Command: &core.CommandEnd{CommandID: commandID, Status: e.Status, ExitCode: e.ExitCode},
 	})
+}
+
+// cacheLag bounds how long a write waits to show in this replica's cache.
+const cacheLag = 2 * time.Second
+
+// awaitCached waits, at most cacheLag, until sandbox id's Pod in the
+// informer's cache satisfies shows (or is gone): a write this replica made
+// is then what its reads answer.
+func (m *Manager) awaitCached(ctx context.Context, id string, shows func(*corev1.Pod) bool) {
+	timer := time.NewTimer(cacheLag)
+	defer timer.Stop()
+	for {
+		ch := m.changed()
+		q, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id))
+		if err != nil || shows(q) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.closed:
+			return
+		case <-timer.C:
+			m.log.Warn("this replica's cache did not show its own write in time", "sandbox_id", id, "waited", cacheLag)
+			return
+		case <-ch:
+		}
+	}
 }
