@@ -39,6 +39,10 @@ func (e *execManager) Follow(ctx context.Context, sandboxID, commandID string, a
 	return fn(core.Event{Seq: 2, Type: ioproto.EventDone, Status: ioproto.StatusOK})
 }
 
+func (e *execManager) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+	return core.SubmitThenFollow(ctx, e, req, submitted, fn)
+}
+
 func (e *execManager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
 	e.interrupted <- commandID
 	return nil

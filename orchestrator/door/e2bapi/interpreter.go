@@ -76,32 +76,31 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	id := sandboxFrom(ctx)
-	cmdID, err := s.m.Submit(ctx, core.ExecRequest{SandboxID: id, Language: languageOf(req.Language),
-		Code: req.Code, Env: req.EnvVars, ContextID: req.ContextID, Timeout: s.cmdTimeout})
-	if err != nil {
-		s.writeError(w, r, "execute", err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
 	out := &ndjson{w: w, rc: http.NewResponseController(w)}
-
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		t := time.NewTicker(s.keepalive)
-		defer t.Stop()
-		for {
-			select {
-			case <-kctx.Done():
-				return
-			case <-t.C:
-				if out.idleFor() >= s.keepalive {
-					_ = out.line(map[string]any{"type": "keepalive"})
+	// The response starts once the command is in the sandbox's log: an
+	// error before that is an HTTP error, after it an error line.
+	var cmdID string
+	submitted := func(commandID string) {
+		cmdID = commandID
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(http.StatusOK)
+		go func() {
+			t := time.NewTicker(s.keepalive)
+			defer t.Stop()
+			for {
+				select {
+				case <-kctx.Done():
+					return
+				case <-t.C:
+					if out.idleFor() >= s.keepalive {
+						_ = out.line(map[string]any{"type": "keepalive"})
+					}
 				}
 			}
-		}
-	}()
+		}()
+	}
 
 	// What the client was told: the last event, the context and language
 	// the command runs in (its started event), and whether it saw the end.
@@ -120,7 +119,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	sawError := false
-	err = s.m.Follow(ctx, id, cmdID, 0, func(ev core.Event) error {
+	// Submit and follow in one call: one round trip to a Kubernetes
+	// sandbox's io sidecar.
+	err := s.m.Execute(ctx, core.ExecRequest{SandboxID: id, Language: languageOf(req.Language),
+		Code: req.Code, Env: req.EnvVars, ContextID: req.ContextID, Timeout: s.cmdTimeout}, submitted, func(ev core.Event) error {
 		lastSeq = ev.Seq
 		switch ev.Type {
 		case ioproto.EventStarted:
@@ -161,6 +163,10 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
 		}
 		return nil
 	})
+	if cmdID == "" {
+		s.writeError(w, r, "execute", err)
+		return
+	}
 	if !ended && (ctx.Err() != nil || writeErr != nil) {
 		// The client went away (or its timeout aborted the request):
 		// interrupt the command, as E2B's code interpreter does, and

@@ -126,20 +126,29 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	default:
 		return p.s.connectError(ctx, "Start", err)
 	}
-	if _, err := p.s.m.Submit(ctx, exec); err != nil {
+	// Submitted and followed in one call (one round trip to a Kubernetes
+	// sandbox's io sidecar); the process is known once it is in the log.
+	submitted := false
+	run := func(fn func(core.Event) error) error {
+		return p.s.m.Execute(ctx, exec, func(string) {
+			submitted = true
+			p.s.procs.put(id, pid, procEntry{cmd: cfg.GetCmd(), args: cfg.GetArgs(), envs: cfg.GetEnvs(), cwd: cfg.GetCwd(), tag: req.Msg.GetTag()})
+			if cx.ID != "" {
+				go p.reap(context.WithoutCancel(ctx), id, exec.CommandID, cx.ID)
+			}
+		}, fn)
+	}
+	ls := &lockedSender[process.StartResponse]{stream: stream}
+	err = p.follow(ctx, pid, pty != nil, run, func(ev *process.ProcessEvent) error {
+		return ls.send(&process.StartResponse{Event: ev})
+	}, req.Header())
+	if !submitted {
 		if cx.ID != "" {
 			_ = p.s.m.DeleteContext(context.WithoutCancel(ctx), id, cx.ID)
 		}
 		return p.s.connectError(ctx, "Start", err)
 	}
-	p.s.procs.put(id, pid, procEntry{cmd: cfg.GetCmd(), args: cfg.GetArgs(), envs: cfg.GetEnvs(), cwd: cfg.GetCwd(), tag: req.Msg.GetTag()})
-	if cx.ID != "" {
-		go p.reap(context.WithoutCancel(ctx), id, exec.CommandID, cx.ID)
-	}
-	ls := &lockedSender[process.StartResponse]{stream: stream}
-	return p.follow(ctx, req.Header(), pid, pty != nil, func(ev *process.ProcessEvent) error {
-		return ls.send(&process.StartResponse{Event: ev})
-	})
+	return p.followError(ctx, err)
 }
 
 // reap deletes a process's context once the process has ended, whether or
@@ -166,19 +175,21 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 		return p.s.connectError(ctx, "Connect", err)
 	}
 	ls := &lockedSender[process.ConnectResponse]{stream: stream}
-	return p.follow(ctx, req.Header(), pid, false, func(ev *process.ProcessEvent) error {
+	id := sandboxFrom(ctx)
+	run := func(fn func(core.Event) error) error { return p.s.m.Follow(ctx, id, commandIDOf(pid), 0, fn) }
+	return p.followError(ctx, p.follow(ctx, pid, false, run, func(ev *process.ProcessEvent) error {
 		return ls.send(&process.ConnectResponse{Event: ev})
-	})
+	}, req.Header()))
 }
 
 // follow sends the start event, then the command's output and end, with
-// keepalives in between. send must be safe for concurrent use.
-func (p *processService) follow(ctx context.Context, h http.Header, pid uint32, pty bool, send func(*process.ProcessEvent) error) error {
-	id := sandboxFrom(ctx)
+// keepalives in between, from the events run gives (a Follow, or an
+// Execute); it returns run's error. send must be safe for concurrent use.
+func (p *processService) follow(ctx context.Context, pid uint32, pty bool, run func(func(core.Event) error) error, send func(*process.ProcessEvent) error, h http.Header) error {
 	started := false
 	kctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := p.s.m.Follow(ctx, id, commandIDOf(pid), 0, func(ev core.Event) error {
+	return run(func(ev core.Event) error {
 		if !started {
 			started = true
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: pid}}}); err != nil {
@@ -208,6 +219,11 @@ func (p *processService) follow(ctx context.Context, h http.Header, pid uint32, 
 		}
 		return send(&process.ProcessEvent{Event: &process.ProcessEvent_Data{Data: data}})
 	})
+}
+
+// followError is what a process stream that followed its command ends
+// with, given follow's error.
+func (p *processService) followError(ctx context.Context, err error) error {
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			// The client's timeoutMs (Connect-Timeout-Ms) passed; the

@@ -38,6 +38,10 @@ func (m *scriptManager) Submit(ctx context.Context, req core.ExecRequest) (strin
 	return id, nil
 }
 
+func (m *scriptManager) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+	return core.SubmitThenFollow(ctx, m, req, submitted, fn)
+}
+
 func (m *scriptManager) Interrupt(ctx context.Context, sandboxID, commandID string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
