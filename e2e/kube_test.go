@@ -316,6 +316,11 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	// (contexts_test.go), through the io sidecar.
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
 	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
+	if k.cluster != nil {
+		// The kernel's OOM killer under a real node's memory limit
+		// (kube_memory_test.go); the test kubelet's is Docker's.
+		t.Run("OOMCommand", func(t *testing.T) { kubeOOMCommand(t, k) })
+	}
 	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
 	// read by the io sidecar (kube_hostile_test.go).
 	t.Run("HostileIO", func(t *testing.T) {
@@ -525,8 +530,11 @@ func kubeKillReplica(t *testing.T, k *kubeEnv) {
 }
 
 // A Pod deleted behind sandboxd's back, one evicted and one whose sandbox
-// container was OOM-killed make their sandboxes DEAD with the reason, and the user's next
-// acquire names the replaced sandbox.
+// container was OOM-killed make their sandboxes DEAD with the reason, and
+// the user's next acquire names the replaced sandbox. On the test kubelet
+// the eviction and the OOM kill are its hooks; on a real node the kubelet
+// evicts for disk (an emptyDir past its sizeLimit) and for memory pressure,
+// and the kernel OOM-kills the container.
 func kubeDeadPods(t *testing.T, k *kubeEnv) {
 	ctx := e2eCtx(t)
 	d := k.replica(t, "dead-a")
@@ -566,7 +574,17 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 				if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
 					t.Logf("writing 96 MiB: %v %v", o.done, o.errs)
 				}
-			}})
+			}},
+			// The kernel OOM-kills the sandbox container's first process,
+			// the driver; containerd reports the container OOMKilled
+			// (kube_memory_test.go).
+			death{"oom-user", "OOM-killed", &sandboxv1.ResourceLimits{MemoryBytes: oomLimit},
+				func(t *testing.T, id string, _ *corev1.Pod) { oomKillSandboxContainer(t, ctx, c, id) }},
+			// The kubelet evicts under memory pressure: its node's
+			// threshold moved to just below what the machine has, the
+			// sandbox allocates past it (kube_memory_test.go).
+			death{"pressure-user", "evicted", &sandboxv1.ResourceLimits{MemoryBytes: pressureLimit},
+				func(t *testing.T, id string, p *corev1.Pod) { pressNode(t, ctx, k, c, id, p) }})
 	}
 	for _, tc := range deaths {
 		t.Run(tc.user, func(t *testing.T) {
@@ -585,6 +603,7 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 			}) {
 				t.Fatalf("sandbox %s is %v a minute after its pod was killed; want DEAD", id, sb.GetState())
 			}
+			t.Logf("DEAD: %s", sb.GetStateReason())
 			if !strings.Contains(sb.GetStateReason(), tc.reason) {
 				p, _ := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, "sbx-"+strings.TrimPrefix(id, "sb-"), metav1.GetOptions{})
 				t.Errorf("dead sandbox's reason %q does not say %q (its pod's status now: %+v)", sb.GetStateReason(), tc.reason, p.Status)

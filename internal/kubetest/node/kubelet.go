@@ -3,6 +3,7 @@
 package node
 
 import (
+	"cmp"
 	"path/filepath"
 	"time"
 
@@ -24,7 +25,8 @@ import (
 //     authentication off and authorization AlwaysAllow (the API server
 //     never calls it here: no logs, exec or port-forward go through it).
 //   - Eviction thresholds low enough that the machine's other work (and
-//     its disk, often under 15% free) never puts the node under pressure,
+//     its disk, often under 15% free) never puts the node under pressure
+//     (a test moves memory.available on purpose: SetMemoryEviction),
 //     image garbage collection only on a full disk (the imported images
 //     cannot be pulled again), and volume usage measured every 5s (1m by
 //     default), so that an emptyDir's sizeLimit is enforced within
@@ -61,7 +63,7 @@ func kubeletConfig(n *Node) ([]byte, error) {
 		ImageGCHighThresholdPercent: ptr.To[int32](100),
 		ImageGCLowThresholdPercent:  ptr.To[int32](99),
 		EvictionHard: map[string]string{
-			"memory.available":  "100Mi",
+			"memory.available":  cmp.Or(n.memoryEviction, "100Mi"),
 			"nodefs.available":  "1%",
 			"imagefs.available": "1%",
 			"nodefs.inodesFree": "1%",

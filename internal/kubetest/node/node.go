@@ -115,6 +115,9 @@ type Node struct {
 	containerd      *proc
 	kubelet         *proc
 	lost            bool
+	// memoryEviction is the kubelet's memory.available hard eviction
+	// threshold ("": its default here), set by SetMemoryEviction.
+	memoryEviction string
 }
 
 // assetsDir is where scripts/kube-node-assets.sh puts the node binaries:
@@ -354,19 +357,24 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, veth, pauseBin string,
 	if err := makeCgroupRoot(n.netns); err != nil {
 		return err
 	}
-	cfg, err := kubeletConfig(n)
-	if err != nil {
+	if err := kubetest.WriteKubeconfig(c.RestConfig, filepath.Join(n.dir, "kubelet.kubeconfig")); err != nil {
 		return err
 	}
-	kubeconfig := filepath.Join(n.dir, "kubelet.kubeconfig")
-	if err := kubetest.WriteKubeconfig(c.RestConfig, kubeconfig); err != nil {
+	return c.startKubelet(n)
+}
+
+// startKubelet writes node n's kubelet configuration and starts its
+// kubelet.
+func (c *Cluster) startKubelet(n *Node) error {
+	cfg, err := kubeletConfig(n)
+	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), cfg, 0o644); err != nil {
 		return err
 	}
 	n.kubelet, err = startProc("kubelet", filepath.Join(n.dir, "kubelet.log"), n.netns,
-		filepath.Join(c.assets, "kubelet"), "--config="+filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig="+kubeconfig,
+		filepath.Join(c.assets, "kubelet"), "--config="+filepath.Join(n.dir, "kubelet.yaml"), "--kubeconfig="+filepath.Join(n.dir, "kubelet.kubeconfig"),
 		"--hostname-override="+n.Name, "--node-ip="+n.Addr.String(), "--root-dir="+n.kubeletRoot,
 		"--cert-dir="+filepath.Join(n.dir, "pki"), "--v=1")
 	return err
