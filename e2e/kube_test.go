@@ -563,12 +563,11 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 		// A real kubelet evicts a Pod whose emptyDir outgrows its
 		// sizeLimit: the sandbox writes past its disk limit. The kubelet
 		// (1.37) reports the Pod either Failed with reason Evicted and its
-		// message ("evicted: Usage of EmptyDir volume …"), or, when its
-		// containers exit 0 on SIGTERM before the status is written,
-		// Succeeded without a reason ("stopped by its node (evicted, or
-		// the node shut down)"): both say evicted, which is what the
-		// user needs to hear; which one comes is the kubelet's race.
-		deaths = append(deaths, death{"evicted-user", "evicted", &sandboxv1.ResourceLimits{DiskBytes: 64 << 20},
+		// message, or, when its containers exit 0 on SIGTERM before the
+		// status is written (the kubelet's race), Succeeded without a
+		// reason, the message then only in the Pod's Evicted event, which
+		// the leader reads: either way the reason is the kubelet's.
+		deaths = append(deaths, death{"evicted-user", "its pod was evicted: Usage of EmptyDir volume", &sandboxv1.ResourceLimits{DiskBytes: 64 << 20},
 			func(t *testing.T, id string, _ *corev1.Pod) {
 				o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "with open('big', 'wb') as f:\n    for _ in range(96):\n        f.write(b'x' * 2**20)"})
 				if o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
@@ -583,7 +582,7 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 			// The kubelet evicts under memory pressure: its node's
 			// threshold moved to just below what the machine has, the
 			// sandbox allocates past it (kube_memory_test.go).
-			death{"pressure-user", "evicted", &sandboxv1.ResourceLimits{MemoryBytes: pressureLimit},
+			death{"pressure-user", "its pod was evicted: The node was low on resource: memory", &sandboxv1.ResourceLimits{MemoryBytes: pressureLimit},
 				func(t *testing.T, id string, p *corev1.Pod) { pressNode(t, ctx, k, c, id, p) }})
 	}
 	for _, tc := range deaths {
@@ -595,12 +594,16 @@ func kubeDeadPods(t *testing.T, k *kubeEnv) {
 			id := r0.GetSandbox().GetSandboxId()
 			mustOK(t, execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "x = 1"}), "x = 1")
 			tc.kill(t, id, k.podOf(t, ctx, id))
+			// The reason may grow more precise for a moment after the
+			// sandbox is first DEAD: the leader reads a stopped Pod's
+			// Evicted event.
 			var sb *sandboxv1.Sandbox
-			if !pollUntil(time.Minute, func() bool {
+			pollUntil(time.Minute, func() bool {
 				r, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
 				sb = r.GetSandbox()
-				return err == nil && sb.GetState() == sandboxv1.SandboxState_SANDBOX_STATE_DEAD
-			}) {
+				return err == nil && sb.GetState() == sandboxv1.SandboxState_SANDBOX_STATE_DEAD && strings.Contains(sb.GetStateReason(), tc.reason)
+			})
+			if sb.GetState() != sandboxv1.SandboxState_SANDBOX_STATE_DEAD {
 				t.Fatalf("sandbox %s is %v a minute after its pod was killed; want DEAD", id, sb.GetState())
 			}
 			t.Logf("DEAD: %s", sb.GetStateReason())

@@ -479,6 +479,9 @@ func checkRBAC(t *testing.T, byKey map[string]*unstructured.Unstructured, servic
 	for _, v := range []string{"get", "list", "watch", "create", "update", "delete"} {
 		want[rbacGrant{"coordination.k8s.io", "leases", "", v}] = true
 	}
+	// Events, read only: a stopped Pod's Evicted event says why
+	// (orchestrator/backend/kube, evictionMessage).
+	want[rbacGrant{"", "events", "", "list"}] = true
 	for g := range got {
 		if !want[g] {
 			t.Errorf("Role grants %+v, beyond what sandboxd needs", g)

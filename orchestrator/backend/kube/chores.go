@@ -3,10 +3,14 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
@@ -56,6 +60,15 @@ func (m *Manager) recordDeaths(ctx context.Context) {
 		reason := deathOf(p)
 		if reason == "" {
 			continue
+		}
+		if reason == stoppedByNode {
+			msg, wait := m.evictionMessage(ctx, p)
+			if wait {
+				continue // the kubelet's event may follow the Pod's phase
+			}
+			if msg != "" {
+				reason = "its pod was evicted: " + msg
+			}
 		}
 		id := p.Labels[labelSandboxID]
 		if err := m.patchAnnotations(ctx, id, map[string]string{annDeadReason: reason}); err != nil {
@@ -144,4 +157,65 @@ func (m *Manager) deleteBinding(ctx context.Context, name, rv string) {
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 		m.log.Warn("deleting a user's binding", "binding", name, "error", err)
 	}
+}
+
+// evictionWait is how long after its containers ended the leader looks
+// for the Evicted event of a Pod its node stopped, before it records the
+// death without the eviction's message.
+const evictionWait = 5 * time.Second
+
+// evictionMessage is the message of Pod p's Evicted event (the kubelet's
+// reason: "Usage of EmptyDir volume … exceeds the limit", "The node was
+// low on resource: memory. …"), made valid UTF-8 and cut at 256 bytes, or
+// "" when there is none; wait says to look again later: there is none yet
+// and p's containers ended less than evictionWait ago. A kubelet that
+// evicts a Pod whose containers exit 0 on SIGTERM writes the reason only
+// there, not in the Pod's status. One bounded List per call.
+func (m *Manager) evictionMessage(ctx context.Context, p *corev1.Pod) (msg string, wait bool) {
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	list, err := m.cfg.Client.CoreV1().Events(p.Namespace).List(lctx, metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(
+			fields.OneTermEqualSelector("involvedObject.uid", string(p.UID)),
+			fields.OneTermEqualSelector("reason", "Evicted")).String(),
+		Limit: 10,
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("reading a stopped pod's events", "pod", p.Name, "error", err)
+		}
+	} else {
+		var newest *corev1.Event
+		for i := range list.Items {
+			if e := &list.Items[i]; newest == nil || eventTime(e).After(eventTime(newest)) {
+				newest = e
+			}
+		}
+		if newest != nil && newest.Message != "" {
+			return truncate(strings.ToValidUTF8(newest.Message, "\uFFFD"), 256), false
+		}
+	}
+	return "", time.Since(endedAt(p)) < evictionWait
+}
+
+// eventTime is when event e last happened, as its writer recorded it.
+func eventTime(e *corev1.Event) time.Time {
+	for _, t := range []time.Time{e.EventTime.Time, e.LastTimestamp.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// endedAt is when the last of Pod p's containers ended (zero if none
+// says so).
+func endedAt(p *corev1.Pod) time.Time {
+	var end time.Time
+	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(end) {
+			end = t.FinishedAt.Time
+		}
+	}
+	return end
 }

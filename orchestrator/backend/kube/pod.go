@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -333,12 +334,18 @@ func deathOf(p *corev1.Pod) string {
 		// ends it so. A real kubelet (1.37) that evicts a Pod whose
 		// containers exit 0 on SIGTERM reports it so, without the
 		// eviction's reason (that is in its Evicted event).
-		return "its pod was stopped by its node (evicted, or the node shut down): its containers were terminated"
+		return stoppedByNode
 	case p.Status.Phase == corev1.PodUnknown:
 		return "its pod's node stopped reporting (phase Unknown)"
 	}
 	return ""
 }
+
+// stoppedByNode is the death of a sandbox Pod that its node ended with
+// its containers exiting 0: an eviction whose reason is only in the Pod's
+// Evicted event (which the leader reads: evictionMessage), or a node
+// shutdown.
+const stoppedByNode = "its pod was stopped by its node (evicted, or the node shut down): its containers were terminated"
 
 // The DisruptionTarget reasons of the taint manager and of the Eviction
 // API, which k8s.io/api does not name (the controllers' own packages do).
@@ -394,10 +401,14 @@ func memoryLimitOf(p *corev1.Pod) string {
 	return "unknown"
 }
 
-// truncate bounds text taken from the API server for messages.
+// truncate bounds text taken from the API server for messages, cutting at
+// a rune's start.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n] + "…"
 }
