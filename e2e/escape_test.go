@@ -998,14 +998,7 @@ blocked(f"fork failed after {len(kids)} children ({ename(err.errno) if err else 
 func (r *escapeRun) memoryAttempt(limit int64) {
 	const name = "exhaust memory: allocate twice the limit"
 	id := r.attacker.GetSandboxId()
-	code := fmt.Sprintf(`chunks = []
-for _ in range(%d):
-    b = bytearray(16 << 20)
-    for i in range(0, len(b), 4096):
-        b[i] = 1
-    chunks.append(b)
-print(f"ALLOCATED {len(chunks) * 16} MiB", flush=True)
-`, 2*limit/(16<<20))
+	code := allocatePython(2*limit/(16<<20), 16)
 	o, err := runCollect(r.ctx, r.c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: code, Timeout: durationpb.New(2 * time.Minute)})
 	if err != nil {
 		r.recordInconclusive(name, fmt.Sprintf("Execute: %v", err))

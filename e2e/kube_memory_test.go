@@ -17,16 +17,22 @@ import (
 // oomLimit is the memory limit of the sandboxes the OOM scenarios fill.
 const oomLimit = 256 << 20
 
-// allocateTwiceTheLimit allocates and touches twice oomLimit, 16 MiB at a
-// time, then says so: a line the kernel must never let it print.
-var allocateTwiceTheLimit = fmt.Sprintf(`chunks = []
+// allocatePython is Python that allocates and touches n chunks of chunkMiB
+// each, then prints how much it holds ("ALLOCATED <MiB> MiB").
+func allocatePython(n, chunkMiB int64) string {
+	return fmt.Sprintf(`chunks = []
 for _ in range(%d):
-    b = bytearray(16 << 20)
+    b = bytearray(%d << 20)
     for i in range(0, len(b), 4096):
         b[i] = 1
     chunks.append(b)
-print(f"ALLOCATED {len(chunks) * 16} MiB", flush=True)
-`, 2*oomLimit/(16<<20))
+print(f"ALLOCATED {len(chunks) * %d} MiB", flush=True)
+`, n, chunkMiB, chunkMiB)
+}
+
+// allocateTwiceTheLimit allocates twice oomLimit: a line the kernel must
+// never let it print.
+var allocateTwiceTheLimit = allocatePython(2*oomLimit/(16<<20), 16)
 
 // On a real node the kernel's OOM killer, not a test hook, enforces the
 // sandbox's memory limit (the cgroup the kubelet and containerd made from
@@ -162,17 +168,7 @@ func pressNode(t *testing.T, ctx context.Context, k *kubeEnv, c sandboxv1.Sandbo
 		}
 	})
 	t.Logf("node %s evicts below %d MiB available (the machine has %d MiB)", name, threshold>>20, avail>>20)
-	code := fmt.Sprintf(`import time
-chunks = []
-for _ in range(%d):
-    b = bytearray(64 << 20)
-    for i in range(0, len(b), 4096):
-        b[i] = 1
-    chunks.append(b)
-print(f"HOLDING {len(chunks) * 64} MiB", flush=True)
-time.sleep(150)
-print("NOT EVICTED", flush=True)
-`, pressureHeld/(64<<20))
+	code := allocatePython(pressureHeld/(64<<20), 64) + "import time\ntime.sleep(150)\nprint('NOT EVICTED', flush=True)\n"
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	start := time.Now()

@@ -192,7 +192,7 @@ func (m *Manager) evictionMessage(ctx context.Context, p *corev1.Pod) (msg strin
 			}
 		}
 		if newest != nil && newest.Message != "" {
-			return truncate(strings.ToValidUTF8(newest.Message, "\uFFFD"), 256), false
+			return truncate(strings.ToValidUTF8(strings.TrimSpace(newest.Message), "\uFFFD"), 256), false
 		}
 	}
 	return "", time.Since(endedAt(p)) < evictionWait

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -9,11 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
@@ -25,24 +20,9 @@ import (
 // The API server is real (envtest); the Pods' statuses and the events are
 // what a kubelet writes.
 func TestRecordDeathEvictionMessage(t *testing.T) {
-	rc := kubetest.Start(t)
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
 	const ns = "deaths-test"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	m := &Manager{
-		cfg: Config{Policy: core.Policy{Image: "sandbox:test"}, Client: cs, Namespace: ns, IOTokenSecret: "io-token", IOToken: "0123456789abcdef"},
-		log: slog.New(slog.DiscardHandler), pods: corelisters.NewPodLister(store),
-		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
-		creating: map[string]time.Time{}, closed: make(chan struct{}), health: newHealthCache(),
-	}
-	m.cfg.fillDefaults()
+	m, cs, store := storeManager(t, ns)
+	ctx := t.Context()
 
 	// stopped creates a user's Pod that its node stopped, its containers
 	// having ended at ended, with an Evicted event saying msg ("": none).

@@ -317,7 +317,7 @@ func deathOf(p *corev1.Pod) string {
 	}
 	switch {
 	case p.Status.Reason == "Evicted":
-		return "its pod was evicted: " + truncate(p.Status.Message, 256)
+		return "its pod was evicted: " + truncate(strings.TrimSpace(p.Status.Message), 256)
 	case p.Status.Reason == "NodeLost":
 		return "its pod's node was lost"
 	case p.Status.Phase == corev1.PodFailed:
@@ -383,7 +383,7 @@ func disruption(p *corev1.Pod) (string, bool) {
 		case corev1.PodReasonPreemptionByScheduler:
 			return "its pod was preempted by the scheduler for a pod of higher priority", true
 		case corev1.PodReasonTerminationByKubelet:
-			return "its pod was evicted: " + truncate(c.Message, 256), true
+			return "its pod was evicted: " + truncate(strings.TrimSpace(c.Message), 256), true
 		}
 	}
 	return "", false

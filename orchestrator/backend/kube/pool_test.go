@@ -2,19 +2,14 @@ package kube
 
 import (
 	"errors"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // TestPoolClaimBehindTheCache: a replica's cache may still show a warm-pool
@@ -25,24 +20,9 @@ import (
 // a user now holds. The API server is real; the cache is a hand-filled
 // store, so that it lags exactly as far as the test says.
 func TestPoolClaimBehindTheCache(t *testing.T) {
-	rc := kubetest.Start(t)
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
 	const ns = "pool-test"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	store := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	m := &Manager{
-		cfg: Config{Policy: core.Policy{Image: "sandbox:test"}, Client: cs, Namespace: ns, IOTokenSecret: "io-token", IOToken: "0123456789abcdef"},
-		log: slog.New(slog.DiscardHandler), pods: corelisters.NewPodLister(store),
-		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
-		creating: map[string]time.Time{}, closed: make(chan struct{}), health: newHealthCache(),
-	}
-	m.cfg.fillDefaults()
+	m, cs, store := storeManager(t, ns)
+	ctx := t.Context()
 
 	// poolPod creates a ready warm-pool Pod (the status a kubelet would
 	// write) and puts what the API server answered into the cache.
