@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 	corev1 "k8s.io/api/core/v1"
 
@@ -127,6 +129,9 @@ print(f"STEERED {before} -> {adj('self')}, driver {adj(1)}", flush=True)
 		t.Fatalf("the sandbox allocated twice its %d MiB limit: %q", oomLimit>>20, o.stdout)
 	}
 	t.Logf("the command that filled the container: %q, done %v, stream error %v", o.stdout, o.done, err)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "died before the command finished") {
+		t.Errorf("the command whose container was OOM-killed ended with %v; want FAILED_PRECONDITION saying the sandbox died", err)
+	}
 }
 
 // pressureLimit is the memory limit of the sandbox that puts its node under
@@ -177,4 +182,9 @@ func pressNode(t *testing.T, ctx context.Context, k *kubeEnv, c sandboxv1.Sandbo
 		t.Fatalf("the sandbox held %d MiB for 150 s on a node evicting below %d MiB available, and was not evicted", pressureHeld>>20, threshold>>20)
 	}
 	t.Logf("the command under memory pressure, %v: %q, done %v, stream error %v", time.Since(start).Round(time.Second), o.stdout, o.done, err)
+	// The io sidecar goes with the Pod; sandboxd waits a moment for the
+	// Pod's status rather than answer "try again".
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "died before the command finished") {
+		t.Errorf("the command of the evicted sandbox ended with %v; want FAILED_PRECONDITION saying the sandbox died", err)
+	}
 }

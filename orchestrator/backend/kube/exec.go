@@ -151,7 +151,16 @@ func (m *Manager) follow(ctx context.Context, p *corev1.Pod, sandboxID, commandI
 		return cause // the sandbox died or was deleted
 	}
 	if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) {
-		return m.ioError(sandboxID, commandID, err)
+		err = m.ioError(sandboxID, commandID, err)
+		if core.ClassOf(err) == core.ErrUnavailable {
+			// A sidecar that goes away mid-stream is most often its Pod's
+			// end (evicted, OOM-killed, deleted), which the cache shows a
+			// moment later: name the death rather than say "try again".
+			if end := m.deathWithin(ctx, sandboxID, commandID, sidecarGoneWait); end != nil {
+				return end
+			}
+		}
+		return err
 	}
 	if err != nil && ctx.Err() != nil {
 		return ctx.Err()
@@ -235,6 +244,51 @@ func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID strin
 	return p, c, nil
 }
 
+// followEnd is what a Follow of command cmd ends with when sandbox id's
+// Pod p (nil: none) says the sandbox is deleted or dead, or nil while it
+// lives.
+func followEnd(p *corev1.Pod, id, cmd string) error {
+	if p == nil {
+		return core.SandboxDeleted(id, cmd)
+	}
+	gone, dead, reason, _ := podState(p)
+	switch {
+	case gone:
+		return core.SandboxDeleted(id, cmd)
+	case dead:
+		return core.Errorf(core.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason)
+	}
+	return nil
+}
+
+// sidecarGoneWait is how long a Follow whose io sidecar went away waits
+// for the cache to say whether the sandbox died.
+const sidecarGoneWait = 3 * time.Second
+
+// deathWithin waits at most d for sandbox id to show as deleted or dead,
+// and returns what its Follow should end with then (nil if it lives on).
+func (m *Manager) deathWithin(ctx context.Context, id, cmd string, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		ch := m.changed()
+		p, err := m.pod(ctx, id)
+		if err != nil {
+			return nil
+		}
+		if end := followEnd(p, id, cmd); end != nil {
+			return end
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			return nil
+		case <-ch:
+		}
+	}
+}
+
 // watchWhileFollowing ends a Follow (through cancel) when its sandbox dies
 // or is deleted, and records a use each second, until ctx ends.
 func (m *Manager) watchWhileFollowing(ctx context.Context, id, cmd string, cancel context.CancelCauseFunc) {
@@ -251,17 +305,8 @@ func (m *Manager) watchWhileFollowing(ctx context.Context, id, cmd string, cance
 			}
 			return
 		}
-		if p == nil {
-			cancel(core.SandboxDeleted(id, cmd))
-			return
-		}
-		gone, dead, reason, _ := podState(p)
-		switch {
-		case gone:
-			cancel(core.SandboxDeleted(id, cmd))
-			return
-		case dead:
-			cancel(core.Errorf(core.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason))
+		if end := followEnd(p, id, cmd); end != nil {
+			cancel(end)
 			return
 		}
 		select {
