@@ -23,6 +23,12 @@ import (
 // the other tenant's events.
 func TestE2EAudit(t *testing.T) {
 	env := needE2E(t)
+	runAudit(t, env, env.stateDir, func(args ...string) *daemon { return env.start(t, args...) })
+}
+
+// runAudit is TestE2EAudit on a daemon start makes, on either backend,
+// whose state directory (and audit log) is stateDir.
+func runAudit(t *testing.T, env *e2eEnv, stateDir string, start func(args ...string) *daemon) {
 	ctx := e2eCtx(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	// acme's token has a name; beta's is named by its fingerprint.
@@ -30,7 +36,7 @@ func TestE2EAudit(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := env.start(t, "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0")
+	d := start("--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0")
 	c, _ := d.client(t)
 	acme, beta, admin := bearer(ctx, e2eAcme), bearer(ctx, e2eBeta), bearer(ctx, e2eAdmin)
 
@@ -128,7 +134,7 @@ func TestE2EAudit(t *testing.T) {
 	}
 
 	// The log on disk holds no secret: neither code, nor content, nor token.
-	log, err := os.ReadFile(filepath.Join(env.stateDir, "audit", "audit.jsonl"))
+	log, err := os.ReadFile(filepath.Join(stateDir, "audit", "audit.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,8 @@ type kubeNodes interface {
 	containerID(ctx context.Context, pod, name string) string
 	// containerGone reports whether container id no longer exists.
 	containerGone(ctx context.Context, id string) bool
+	// procs lists the command names of container id's processes.
+	procs(ctx context.Context, id string) (string, error)
 }
 
 // testKubelet runs Pods on the test kubelet.
@@ -87,6 +89,10 @@ func (k testKubelet) containerGone(ctx context.Context, id string) bool {
 	return err == nil && len(strings.TrimSpace(string(out))) == 0
 }
 
+func (k testKubelet) procs(ctx context.Context, id string) (string, error) {
+	return dockerProcs(ctx, id)
+}
+
 // realNodes runs Pods on a real cluster's nodes.
 type realNodes struct{ c *node.Cluster }
 
@@ -97,6 +103,10 @@ func (r realNodes) containerID(ctx context.Context, pod, name string) string {
 func (r realNodes) containerGone(ctx context.Context, id string) bool {
 	gone, err := r.c.ContainerGone(ctx, id)
 	return err == nil && gone
+}
+
+func (r realNodes) procs(ctx context.Context, id string) (string, error) {
+	return r.c.Exec(ctx, id, "ps", "-e", "-o", "comm=")
 }
 
 // needKube starts the API server and the test kubelet (or skips, or fails
@@ -316,6 +326,19 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	// (contexts_test.go), through the io sidecar.
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
 	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
+	// JavaScript, R and bash kernels beside Python, as under Docker
+	// (languages_test.go), the sandbox's processes listed through the
+	// node's runtime.
+	t.Run("Languages", func(t *testing.T) {
+		languagesSuite(t, k.replica(t, "lang-a"), func(t *testing.T, ctx context.Context, sb string) string {
+			t.Helper()
+			out, err := k.nodes.procs(ctx, k.sandboxContainer(t, ctx, sb).id)
+			if err != nil {
+				t.Fatalf("the processes of sandbox %s: %v", sb, err)
+			}
+			return out
+		})
+	})
 	if k.cluster != nil {
 		// The kernel's OOM killer under a real node's memory limit
 		// (kube_memory_test.go); the test kubelet's is Docker's.
@@ -331,6 +354,23 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 		runHostileSuite(t, kubeHostile(k, name))
 	})
 	t.Run("Webhooks", func(t *testing.T) { kubeWebhooks(t, k) })
+	// Tenants, as under Docker (tenant_e2e_test.go); the restart is
+	// another replica.
+	t.Run("Tenants", func(t *testing.T) {
+		n := 0
+		runTenants(t, k.e2eEnv, func(args ...string) *daemon {
+			n++
+			return k.replica(t, fmt.Sprintf("tenants-%d", n), args...)
+		})
+	})
+	// The audit trail, as under Docker (audit_test.go): one replica's,
+	// in a state directory of its own.
+	t.Run("Audit", func(t *testing.T) {
+		dir := t.TempDir()
+		runAudit(t, k.e2eEnv, dir, func(args ...string) *daemon {
+			return k.replica(t, "audit-a", append(args, "--state-dir", dir)...)
+		})
+	})
 	// The official E2B SDKs against the E2B door (kube_e2b_test.go).
 	t.Run("E2BSDK", func(t *testing.T) { kubeE2BSDK(t, k) })
 	// The core acceptance scenarios, as under Docker (acceptance_test.go);

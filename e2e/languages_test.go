@@ -30,7 +30,10 @@ func TestLanguages(t *testing.T) {
 	for _, rt := range suiteRuntimes(t) {
 		t.Run(rt, func(t *testing.T) {
 			d := env.withRuntime(t, rt).start(t)
-			languagesSuite(t, d)
+			languagesSuite(t, d, func(t *testing.T, ctx context.Context, sb string) string {
+				t.Helper()
+				return containerProcs(t, ctx, runningContainer(t, ctx, sb).id)
+			})
 		})
 	}
 }
@@ -71,7 +74,10 @@ func wantStatus(t *testing.T, what string, o *client.Outcome, st client.Status) 
 	}
 }
 
-func languagesSuite(t *testing.T, d *daemon) {
+// languagesSuite runs the kernels' scenarios on daemon d, on either
+// backend; procs lists the command names of the processes in a sandbox's
+// container.
+func languagesSuite(t *testing.T, d *daemon, procs func(t *testing.T, ctx context.Context, sandboxID string) string) {
 	ctx := e2eCtx(t)
 	c, err := client.Dial(d.addr)
 	if err != nil {
@@ -94,9 +100,8 @@ func languagesSuite(t *testing.T, d *daemon) {
 	}
 
 	// Idle: only the Python kernel runs; Node and R start at first use.
-	ctr := runningContainer(t, ctx, sb).id
 	mustOKClient(t, ctx, c, cmd(client.LanguagePython, "1"))
-	if procs := containerProcs(t, ctx, ctr); procCount(procs, "node") > 0 || procCount(procs, "R") > 0 {
+	if procs := procs(t, ctx, sb); procCount(procs, "node") > 0 || procCount(procs, "R") > 0 {
 		t.Fatalf("an idle sandbox runs more than the Python kernel:\n%s", procs)
 	}
 
@@ -279,8 +284,7 @@ func languagesSuite(t *testing.T, d *daemon) {
 	})
 
 	// Each extra kernel is started once and kept.
-	procs := containerProcs(t, ctx, ctr)
-	if procCount(procs, "node") != 1 || procCount(procs, "R") != 1 {
+	if procs := procs(t, ctx, sb); procCount(procs, "node") != 1 || procCount(procs, "R") != 1 {
 		t.Errorf("want one Node.js and one R kernel after the commands:\n%s", procs)
 	}
 }
@@ -332,14 +336,21 @@ func mustOKClient(t *testing.T, ctx context.Context, c *client.Client, cmd clien
 	wantStatus(t, cmd.Code, o, client.StatusOK)
 }
 
-// containerProcs lists the command names of a container's processes.
+// containerProcs lists the command names of a Docker container's
+// processes.
 func containerProcs(t *testing.T, ctx context.Context, ctr string) string {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "docker", "exec", ctr, "ps", "-e", "-o", "comm=").CombinedOutput()
+	out, err := dockerProcs(ctx, ctr)
 	if err != nil {
 		t.Fatalf("docker exec ps: %v: %s", err, out)
 	}
-	return string(out)
+	return out
+}
+
+// dockerProcs is containerProcs' docker exec.
+func dockerProcs(ctx context.Context, ctr string) (string, error) {
+	out, err := exec.CommandContext(ctx, "docker", "exec", ctr, "ps", "-e", "-o", "comm=").CombinedOutput()
+	return string(out), err
 }
 
 // procCount counts the processes named name in containerProcs' list.

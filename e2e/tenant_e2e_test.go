@@ -42,13 +42,19 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, msg string,
 // and all of it holds across a restart.
 func TestE2ETenants(t *testing.T) {
 	env := needE2E(t)
+	runTenants(t, env, func(args ...string) *daemon { return env.start(t, args...) })
+}
+
+// runTenants is TestE2ETenants on daemons start makes, on either backend:
+// the second start is the restart.
+func runTenants(t *testing.T, env *e2eEnv, start func(args ...string) *daemon) {
 	ctx := e2eCtx(t)
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	file := "# e2e\n" + e2eAcme + " acme user\n" + e2eBeta + " beta user\n" + e2eAdmin + " ops admin\n"
 	if err := os.WriteFile(tokens, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := env.start(t, "--auth-tokens", tokens)
+	d := start("--auth-tokens", tokens)
 	c, conn := d.client(t)
 	acme, beta, admin := bearer(ctx, e2eAcme), bearer(ctx, e2eBeta), bearer(ctx, e2eAdmin)
 
@@ -107,7 +113,7 @@ func TestE2ETenants(t *testing.T) {
 
 	// Tenants survive a restart (meta.json), and the admin can delete.
 	d.stop(t)
-	d = env.start(t, "--auth-tokens", tokens)
+	d = start("--auth-tokens", tokens)
 	c, _ = d.client(t)
 	_, err = c.GetSandbox(beta, &sandboxv1.GetSandboxRequest{SandboxId: a.GetSandboxId()})
 	wantCode(t, "beta's GetSandbox after restart", err, codes.NotFound, wantMsg, true)

@@ -72,3 +72,26 @@ func (c *Cluster) KillContainer(ctx context.Context, ns, pod, name string) error
 	}
 	return fmt.Errorf("container %s of pod %s/%s went before it was killed", name, ns, pod)
 }
+
+// Exec runs argv in container id, on whichever live node has it, and
+// returns its standard output, as `kubectl exec` would (a non-zero exit is
+// an error quoting its standard error).
+func (c *Cluster) Exec(ctx context.Context, id string, argv ...string) (string, error) {
+	for _, n := range c.Nodes {
+		if n.lost {
+			continue
+		}
+		r, err := n.CRI.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: argv, Timeout: 30})
+		switch status.Code(err) {
+		case codes.OK:
+			if r.GetExitCode() != 0 {
+				return string(r.GetStdout()), fmt.Errorf("%v in container %s: exit %d: %s", argv, id, r.GetExitCode(), r.GetStderr())
+			}
+			return string(r.GetStdout()), nil
+		case codes.NotFound:
+		default:
+			return "", fmt.Errorf("node %s: exec %v in container %s: %w", n.Name, argv, id, err)
+		}
+	}
+	return "", fmt.Errorf("no live node has container %s", id)
+}
