@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest/node"
@@ -136,6 +137,13 @@ func TestClusterGVisor(t *testing.T) {
 	id := c.ContainerID(ctx, "default", "gvisor", "stays")
 	if id == "" {
 		t.Fatal("the CRI lists no running container for the pod")
+	}
+	// The runtime's stats of the container are of its own cgroup (runsc's,
+	// holding the process that stands for the container on the host), not
+	// of this machine's root cgroup.
+	st, err := c.Nodes[0].CRI.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: id})
+	if ws := st.GetStats().GetMemory().GetWorkingSetBytes().GetValue(); err != nil || ws > 64<<20 {
+		t.Errorf("the running container's stats: %v, working set %d bytes; want those of its own cgroup, a few MiB", err, ws)
 	}
 	if err := pods.Delete(ctx, "gvisor", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

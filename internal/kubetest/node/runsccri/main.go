@@ -71,12 +71,15 @@ func main() {
 	case "kill":
 		os.Exit(kill(runsc, runscArgs, rest))
 	case "delete":
+		// A keeper still there (its container never started, or is
+		// deleted by force) goes first: it is in the container's cgroup,
+		// which runsc delete removes.
+		id := lastArg(rest)
+		if pid, err := keeperPid(global, id); err == nil && isKeeper(pid) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		code := deleteContainer(runsc, runscArgs, rest)
-		if id := lastArg(rest); id != "" && code == 0 {
-			// A keeper whose container never started.
-			if pid, err := keeperPid(global, id); err == nil && isKeeper(pid) {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
+		if code == 0 {
 			_ = os.Remove(keeperFile(global, id))
 		}
 		os.Exit(code)
@@ -171,17 +174,44 @@ func isKeeper(pid int) bool {
 // sandbox (the CRI's container type "container"; the Pod's pause
 // container is "sandbox").
 func subcontainer(bundle string) bool {
-	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return false
+	return readSpec(bundle).Annotations["io.kubernetes.cri.container-type"] == "container"
+}
+
+// spec is what runsccri reads of a bundle's OCI spec.
+type spec struct {
+	Annotations map[string]string `json:"annotations"`
+	Linux       struct {
+		CgroupsPath string `json:"cgroupsPath"`
+	} `json:"linux"`
+}
+
+func readSpec(bundle string) spec {
+	var s spec
+	if b, err := os.ReadFile(filepath.Join(bundle, "config.json")); err == nil {
+		_ = json.Unmarshal(b, &s)
 	}
-	var spec struct {
-		Annotations map[string]string `json:"annotations"`
+	return s
+}
+
+// joinCgroups moves process pid into the bundle's container's cgroup
+// (cgroupfs, v1), in every hierarchy that has it: runsc makes one for a
+// Pod's container, and holds no process in it (the container runs in the
+// Pod's sandbox). The shim reads a container's stats and OOM events from
+// the cgroup of its PID file's process, the keeper's: the shim's own
+// otherwise (this machine's root cgroup). Best effort: a keeper outside
+// changes what the shim reports, not what runs.
+func joinCgroups(pid int, bundle string) {
+	path := readSpec(bundle).Linux.CgroupsPath
+	if path == "" || strings.Contains(path, ":") { // systemd's slice:prefix:name
+		return
 	}
-	if json.Unmarshal(b, &spec) != nil {
-		return false
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		procs := filepath.Join(h, path, "cgroup.procs")
+		if _, err := os.Stat(procs); err == nil {
+			_ = os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0o644)
+		}
 	}
-	return spec.Annotations["io.kubernetes.cri.container-type"] == "container"
 }
 
 // create runs runsc create; for a Pod's container, it then starts the
@@ -203,6 +233,7 @@ func create(runsc string, runscArgs, global, rest []string) int {
 	if err := k.Start(); err != nil {
 		return failed(err)
 	}
+	joinCgroups(k.Process.Pid, bundle)
 	pid := strconv.Itoa(k.Process.Pid)
 	if err := os.WriteFile(keeperFile(global, id), []byte(pid), 0o600); err != nil {
 		_ = k.Process.Kill()
