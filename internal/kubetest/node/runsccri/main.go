@@ -20,12 +20,14 @@
 //     `runsc start` with the keeper's IO.
 //   - Exit. runsc writes the sandbox's PID to every container's PID file,
 //     and the shim learns that a container exited when it reaps that PID:
-//     a container exiting alone was never seen (and the kubelet's
-//     StopContainer waited for the whole Pod). Here the PID file names
+//     a container exiting alone went unseen (the shim would report it
+//     running until the whole sandbox exited). Here the PID file names
 //     the keeper, which, once the container started, runs `runsc wait`
 //     and exits with the container's code (128 and the signal's number
 //     for a container killed by a signal, as the shim counts it).
-//     The keeper is the shim's child (the shim is a subreaper).
+//     The keeper is the shim's child (the shim is a subreaper), and sits
+//     in the cgroup runsc makes for the container, where the shim reads
+//     the container's stats.
 //
 // Every other command, and every command about a Pod's sandbox container,
 // is runsc's, unchanged, but for the errors of kill and delete about a
