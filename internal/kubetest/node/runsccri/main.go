@@ -71,7 +71,7 @@ func main() {
 	case "start":
 		os.Exit(start(runsc, runscArgs, global, rest))
 	case "kill":
-		os.Exit(kill(runsc, runscArgs, rest))
+		os.Exit(kill(runsc, runscArgs, global, rest))
 	case "delete":
 		// A keeper still there (its container never started, or is
 		// deleted by force) goes first: it is in the container's cgroup,
@@ -322,26 +322,46 @@ func lastLine(b []byte) []byte {
 // no state at all, and the shim's error then failed the CRI's
 // StopPodSandbox after the Pod's sandbox had exited (containerd kills
 // an exited sandbox again before deleting it). Its state decides.
-func kill(runsc string, runscArgs, rest []string) int {
+//
+// Some runsc (Debian's) cannot signal a container that never started,
+// which runc can: the shim's clean-up of a failed start, which kills and
+// waits for the exit before it deletes, failed. There a SIGKILL is
+// runc's: the container's process (the sandbox, or the keeper) goes,
+// with the container (runsc delete --force).
+func kill(runsc string, runscArgs, global, rest []string) int {
 	out, code := output(runsc, append(runscArgs, rest...))
 	if code != 0 {
-		var id string // kill [--all] ID SIGNAL
+		var args []string // kill [--all] ID SIGNAL
 		for _, a := range rest {
 			if !strings.HasPrefix(a, "-") {
-				id = a
-				break
+				args = append(args, a)
 			}
 		}
-		args := append(clone(runscArgs[:len(runscArgs)-1]), "state", id)
-		st, scode := output(runsc, args)
+		if len(args) != 2 {
+			_, _ = os.Stdout.Write(out)
+			return code
+		}
+		id, sig := args[0], args[1]
+		runscGlobal := clone(runscArgs[:len(runscArgs)-1])
+		st, scode := output(runsc, append(clone(runscGlobal), "state", id))
 		var state struct {
 			Status string `json:"status"`
 		}
 		switch {
 		case scode != 0:
 			out = append(out, "\nrunsccri: container does not exist"...)
-		case json.Unmarshal(st, &state) == nil && state.Status == "stopped":
+		case json.Unmarshal(st, &state) != nil:
+		case state.Status == "stopped":
 			out = append(out, "\nrunsccri: container not running"...)
+		case state.Status == "created" && (sig == "9" || sig == "KILL" || sig == "SIGKILL"):
+			if pid, err := keeperPid(global, id); err == nil && isKeeper(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+			if dout, dcode := output(runsc, append(clone(runscGlobal), "delete", "--force", id)); dcode != 0 {
+				out = append(append(out, "\nrunsccri: delete --force: "...), dout...)
+			} else {
+				out, code = nil, 0
+			}
 		}
 	}
 	_, _ = os.Stdout.Write(out)
