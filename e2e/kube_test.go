@@ -245,6 +245,7 @@ func TestKube(t *testing.T) { kubeScenarios(t, needKube(t)) }
 func TestKubeRealNode(t *testing.T) {
 	k := needRealKube(t, node.Options{Nodes: []string{"node-a", "node-b"}, NodeMonitorGracePeriod: 10 * time.Second})
 	kubeScenarios(t, k)
+	t.Run("GVisor", func(t *testing.T) { kubeGVisor(t, k) })
 	// Last: the cluster has one node left after it.
 	t.Run("NodeLost", func(t *testing.T) { kubeNodeLost(t, k) })
 }

@@ -169,7 +169,7 @@ func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
 	var rc *rest.Config
 	if b.cfg.kubeNodes == "real" {
 		if b.cfg.runtime != "" {
-			return nil, fmt.Errorf("--runtime %s: the real nodes run runc only (--kube-nodes test runs it)", b.cfg.runtime)
+			return nil, fmt.Errorf("--runtime %s: on the real nodes the bench runs runc only (their gVisor RuntimeClass is tested by TestKubeRealNode/GVisor, not measured here; --kube-nodes test runs it)", b.cfg.runtime)
 		}
 		images := map[string]string{b.cfg.image: benchNodeImage}
 		baseline := ""

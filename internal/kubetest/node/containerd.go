@@ -28,7 +28,9 @@ const PauseImage = "sandboxd.test/pause:1"
 // containerdConfig is node n's containerd configuration (version 2, as
 // containerd 1.6 and 1.7 read it): its own root, state and sockets, so that
 // it never touches Docker's containerd; the CRI plugin with the pause image
-// above, runc under cgroupfs (the kubelet's driver here), CNI from Debian's
+// above, runc under cgroupfs (the kubelet's driver here) as the default
+// runtime and, when gVisor is here, runsc as runtime handler runscHandler
+// (under runc's shim, as runsccri: gvisor.go), CNI from Debian's
 // plugins with the node's own configuration, and
 // network namespaces under the state directory (so that a lost node's are
 // found and removed with it). OOM score adjustments are kept no lower than
@@ -60,6 +62,15 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
         SystemdCgroup = false
         Root = %q
 `, n.containerdRoot, n.containerdState, n.criSocket, n.criSocket+".ttrpc", filepath.Join(n.dir, "opt"), PauseImage, filepath.Join(n.containerdState, "runc"))
+	if n.runsccri != "" {
+		fmt.Fprintf(&b, `    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%s]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.%[1]s.options]
+        BinaryName = %[2]q
+        SystemdCgroup = false
+        Root = %[3]q
+`, runscHandler, n.runsccri, filepath.Join(n.containerdState, "runsc"))
+	}
 	fmt.Fprintf(&b, `  [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q

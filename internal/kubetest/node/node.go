@@ -22,8 +22,16 @@
 //   - The kubelets authenticate as cluster admins (envtest's certificate),
 //     and serve no API the API server calls: no kubectl exec or logs.
 //   - No kube-proxy and no cluster DNS: nothing under test uses Services.
-//   - runc only: no gVisor RuntimeClass (runsc under runc's shim, Debian's
-//     runsc having no shim of its own, hung at StartContainer here).
+//   - gVisor runs under runc's shim: Debian packages no gVisor shim
+//     (containerd-shim-runsc-v1). When runsc is here (gvisor.go: the one
+//     `make runsc` builds), each node's containerd has runtime handler
+//     runsc beside runc (still the default), its runc being runsccri/,
+//     and the cluster a RuntimeClass for it (Cluster.GVisor). runsccri
+//     does what runsc does not under runc's shim for a Pod's containers
+//     other than its pause container: it gives them the IO the shim made
+//     for them (runsc gives them `runsc start`'s, the pipe the shim reads
+//     to its end before Start returns: StartContainer hung) and reports
+//     their exit (runsc names the sandbox's PID for each).
 //
 // Addresses: see net.go. Everything a cluster makes (processes, mounts,
 // cgroups, namespaces, links) is removed when the test ends, and what a
@@ -84,7 +92,12 @@ type Cluster struct {
 	Kubeconfig string
 	Client     kubernetes.Interface
 	Nodes      []*Node
+	// GVisor is the RuntimeClass whose Pods run under gVisor
+	// (GVisorRuntimeClass), "" when runsc is not here (NeedGVisor).
+	GVisor string
 
+	noGVisor    string // why GVisor is ""
+	runsccri    string // the nodes' runc for runsc ("": no gVisor)
 	assets      string
 	dir         string
 	apiLink     netlink.Link
@@ -106,6 +119,7 @@ type Node struct {
 	dir             string // configuration, logs, the kubelet's root
 	containerdRoot  string // kept between runs when its lock is free
 	containerdState string
+	runsccri        string // the runsc handler's runc ("": none)
 	kubeletRoot     string // named after netns, so that sweepStale finds a killed run's
 	criSocket       string
 	hostEnd         netip.Addr
@@ -246,14 +260,21 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	if err != nil {
 		return c, err
 	}
+	if runsc, err := runscBinary(); err != nil {
+		c.noGVisor = err.Error()
+		logf("node: no gVisor RuntimeClass: %v", err)
+	} else if c.runsccri, err = c.setUpGVisor(runsc); err != nil {
+		return c, err
+	}
 	for i, name := range o.Nodes {
 		n := &Node{
-			Name:    name,
-			Addr:    blockAddr(block, 2*(i+1)+1),
-			hostEnd: blockAddr(block, 2*(i+1)),
-			PodCIDR: podCIDR(block, i),
-			netns:   fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), name),
-			dir:     filepath.Join(c.dir, name),
+			Name:     name,
+			Addr:     blockAddr(block, 2*(i+1)+1),
+			hostEnd:  blockAddr(block, 2*(i+1)),
+			PodCIDR:  podCIDR(block, i),
+			netns:    fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), name),
+			dir:      filepath.Join(c.dir, name),
+			runsccri: c.runsccri,
 		}
 		c.Nodes = append(c.Nodes, n)
 		if err := c.startNode(ctx, n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, o.Images); err != nil {
@@ -264,6 +285,12 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 		if err := c.waitReady(ctx, n, 3*time.Minute); err != nil {
 			return c, fmt.Errorf("node %s: %w", n.Name, err)
 		}
+	}
+	if c.runsccri != "" {
+		if err := c.makeRuntimeClass(ctx); err != nil {
+			return c, fmt.Errorf("RuntimeClass %s: %w", GVisorRuntimeClass, err)
+		}
+		c.GVisor = GVisorRuntimeClass
 	}
 	return c, nil
 }

@@ -6,11 +6,13 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest/node"
@@ -65,6 +67,85 @@ func TestCluster(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // the server starting
 	}
 	if err := pods.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		gone, err := c.ContainerGone(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gone {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("container %s still exists after its pod was deleted", id)
+		}
+		time.Sleep(200 * time.Millisecond) // the kubelet's clean-up
+	}
+}
+
+// A Pod of two containers runs under gVisor (the cluster's RuntimeClass):
+// one exits at once, and its node reports its exit code and its output
+// (the kubelet's termination message falls back to the container's log),
+// which gVisor's kernel wrote; the other keeps running beside it, in the
+// same sandbox; both go with the Pod.
+func TestClusterGVisor(t *testing.T) {
+	const image = "sandboxd.test/sandbox:node-test"
+	c := node.Start(t, node.Options{Images: map[string]string{testenv.Image(): image}})
+	rc := c.NeedGVisor(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	pods := c.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gvisor"},
+		Spec: corev1.PodSpec{
+			RuntimeClassName:              ptr.To(rc),
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{
+				{Name: "stays", Image: image, Command: []string{"sleep", "3600"}},
+				{Name: "exits", Image: image, Command: []string{"sh", "-c", "echo written; cat /proc/version; exit 3"},
+					TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError},
+			},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var exited, running *corev1.ContainerStatus
+	for exited == nil || running == nil {
+		if ctx.Err() != nil {
+			t.Fatalf("no exit of one container beside the other running after 3m (exited %+v, running %+v)\n%s", exited, running, c.Nodes[0].Logs())
+		}
+		time.Sleep(200 * time.Millisecond) // polling the API server
+		p, err := pods.Get(ctx, "gvisor", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exited, running = nil, nil
+		for i, s := range p.Status.ContainerStatuses {
+			switch {
+			case s.Name == "exits" && s.State.Terminated != nil:
+				exited = &p.Status.ContainerStatuses[i]
+			case s.Name == "stays" && s.State.Running != nil:
+				running = &p.Status.ContainerStatuses[i]
+			}
+		}
+	}
+	if term := exited.State.Terminated; term.ExitCode != 3 || !strings.Contains(term.Message, "written") || !strings.Contains(term.Message, "gvisor") {
+		t.Errorf("the exited container: code %d, message %q; want 3, and its output (gVisor's kernel version)", term.ExitCode, term.Message)
+	}
+	id := c.ContainerID(ctx, "default", "gvisor", "stays")
+	if id == "" {
+		t.Fatal("the CRI lists no running container for the pod")
+	}
+	// The runtime's stats of the container are of its own cgroup (runsc's,
+	// holding the process that stands for the container on the host), not
+	// of this machine's root cgroup.
+	st, err := c.Nodes[0].CRI.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: id})
+	if ws := st.GetStats().GetMemory().GetWorkingSetBytes().GetValue(); err != nil || ws > 64<<20 {
+		t.Errorf("the running container's stats: %v, working set %d bytes; want those of its own cgroup, a few MiB", err, ws)
+	}
+	if err := pods.Delete(ctx, "gvisor", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for {
