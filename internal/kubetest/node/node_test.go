@@ -69,19 +69,7 @@ func TestCluster(t *testing.T) {
 	if err := pods.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		gone, err := c.ContainerGone(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if gone {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("container %s still exists after its pod was deleted", id)
-		}
-		time.Sleep(200 * time.Millisecond) // the kubelet's clean-up
-	}
+	waitContainerGone(t, ctx, c, id)
 }
 
 // A Pod of two containers runs under gVisor (the cluster's RuntimeClass):
@@ -148,13 +136,20 @@ func TestClusterGVisor(t *testing.T) {
 	if err := pods.Delete(ctx, "gvisor", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	waitContainerGone(t, ctx, c, id)
+}
+
+// waitContainerGone waits, until ctx ends, for container id to be gone
+// from every node after its Pod was deleted.
+func waitContainerGone(t *testing.T, ctx context.Context, c *node.Cluster, id string) {
+	t.Helper()
 	for {
 		gone, err := c.ContainerGone(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if gone {
-			break
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("container %s still exists after its pod was deleted", id)
