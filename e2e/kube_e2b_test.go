@@ -19,8 +19,9 @@ import (
 // scenarios and the ports of the SDKs' tests (commands, code interpreter,
 // contexts, files, watches, list, kill, setTimeout, getInfo). What the
 // backend lacks is skipped by SANDBOXD_E2B_BACKEND=kubernetes (helpers.mjs:
-// pause and resume, metrics), and one scenario checks that pause, autoPause
-// and metrics fail naming the feature. The network, snapshot, template and
+// pause and resume; metrics on the test kubelet, which serves no Summary
+// API), and one scenario checks that pause and autoPause fail naming the
+// feature. The network, snapshot, template and
 // volume suites are not run: every call of theirs is refused on this
 // backend (e2bapi's TestKubeRefusalsAreClear checks each answer).
 var kubeE2BSuites = []string{"scenarios", "ported_sdk", "ported_ci"}
@@ -36,7 +37,8 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 	if err := os.WriteFile(tokens, []byte(fmt.Sprintf("%s acme user\n%s beta user\n", key, other)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a := k.replica(t, "e2b-a", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0")
+	// 512 MiB, as getMetrics' scenario expects (sdk_test.go's sandboxd).
+	a := k.replica(t, "e2b-a", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--default-memory", "512MiB")
 	b := k.replica(t, "e2b-b", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--state-dir", t.TempDir())
 	addrA, addrB := e2bAddr(t, a), e2bAddr(t, b)
 
@@ -46,8 +48,11 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 	for i, s := range kubeE2BSuites {
 		files[i] = filepath.Join("..", "orchestrator", "door", "e2bapi", "sdktest", s+".test.mjs")
 	}
-	total, failed := e2bsdk.Run(t, node, dir, e2bsdk.Door{Addr: addrA, Key: key, OtherKey: other,
-		Env: []string{"SANDBOXD_E2B_BACKEND=kubernetes"}}, files)
+	env := []string{"SANDBOXD_E2B_BACKEND=kubernetes"}
+	if k.cluster != nil {
+		env = append(env, "SANDBOXD_E2B_KUBE_METRICS=1") // the real kubelets' Summary API
+	}
+	total, failed := e2bsdk.Run(t, node, dir, e2bsdk.Door{Addr: addrA, Key: key, OtherKey: other, Env: env}, files)
 	t.Logf("on kubernetes: %s", e2bsdk.Summary(total, failed))
 }
 

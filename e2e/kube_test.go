@@ -140,7 +140,9 @@ func needRealKube(t *testing.T, o node.Options) *kubeEnv {
 	k.nodes, k.cluster, k.image = realNodes{c}, c, realNodeImage
 	// A real scheduler counts CPU requests: twenty sandboxes of half a
 	// CPU each would not fit two nodes of this two-core machine.
-	k.replicaArgs = []string{"--kube-cpu-request", "0.05"}
+	k.replicaArgs = []string{"--kube-cpu-request", "0.05",
+		// The CA of the kubelets' serving certificates, for metrics.
+		"--kube-kubelet-ca-file", c.KubeletCAFile}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, n := range c.Nodes {
@@ -344,6 +346,9 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 		// The kernel's OOM killer under a real node's memory limit
 		// (kube_memory_test.go); the test kubelet's is Docker's.
 		t.Run("OOMCommand", func(t *testing.T) { kubeOOMCommand(t, k) })
+		// Per-sandbox metrics from the real kubelets (kube_metrics_test.go);
+		// the test kubelet serves no Summary API.
+		t.Run("SandboxMetrics", func(t *testing.T) { kubeSandboxMetrics(t, k) })
 	}
 	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
 	// read by the io sidecar (kube_hostile_test.go).

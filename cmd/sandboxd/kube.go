@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,8 @@ type kubeConfig struct {
 	identity      string
 	cpuRequest    float64
 	nodeLostAfter time.Duration
+	kubeletPort   int
+	kubeletCAFile string
 }
 
 // register adds the --kube-* flags to fs.
@@ -54,6 +57,8 @@ func (k *kubeConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&k.leaderLease, "kube-leader-lease", 15*time.Second, "with --backend kubernetes: lease of the leader election among replicas (the leader keeps the warm pool and expires idle sandboxes)")
 	fs.Float64Var(&k.cpuRequest, "kube-cpu-request", 1, "with --backend kubernetes: the share (0-1] of a sandbox's CPU limit its Pod requests from the scheduler (1: requests equal limits, Guaranteed QoS; less overcommits a node's CPUs)")
 	fs.DurationVar(&k.nodeLostAfter, "kube-node-lost-after", 300*time.Second, "with --backend kubernetes: how long a sandbox Pod stays on a node that stopped reporting before it is deleted and the sandbox reported dead (its toleration of the node's unreachable and not-ready taints; --kube-tolerations for those keys win)")
+	fs.IntVar(&k.kubeletPort, "kube-kubelet-port", kube.DefaultKubeletPort, "with --backend kubernetes: the kubelets' `port`, where sandboxd reads per-sandbox metrics (the Summary API; RBAC: nodes/stats get)")
+	fs.StringVar(&k.kubeletCAFile, "kube-kubelet-ca-file", "", "with --backend kubernetes: PEM `file` of the CA(s) that sign the kubelets' serving certificates (empty: the cluster's CA, from the kubeconfig or service account)")
 	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
 }
 
@@ -67,6 +72,9 @@ func (k *kubeConfig) check() error {
 	}
 	if _, err := k.parseTolerations(); err != nil {
 		return err
+	}
+	if k.kubeletPort < 1 || k.kubeletPort > 65535 {
+		return fmt.Errorf("--kube-kubelet-port %d: want a TCP port", k.kubeletPort)
 	}
 	if !(k.cpuRequest > 0 && k.cpuRequest <= 1) {
 		return fmt.Errorf("--kube-cpu-request %v: want a share of the CPU limit in (0, 1]", k.cpuRequest)
@@ -119,6 +127,26 @@ func (k *kubeConfig) restConfig() (*rest.Config, error) {
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 }
 
+// kubeletTransport reaches the kubelets as sandboxd reaches the API server
+// (its client certificate or bearer token), checking their serving
+// certificates against --kube-kubelet-ca-file, else the cluster's CA.
+func (k *kubeConfig) kubeletTransport(rc *rest.Config) (http.RoundTripper, error) {
+	kc := rest.CopyConfig(rc)
+	kc.ServerName = ""
+	if k.kubeletCAFile != "" {
+		ca, err := os.ReadFile(k.kubeletCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--kube-kubelet-ca-file: %w", err)
+		}
+		kc.CAFile, kc.CAData = "", ca
+	}
+	rt, err := rest.TransportFor(kc)
+	if err != nil {
+		return nil, fmt.Errorf("the kubelets' transport: %w", err)
+	}
+	return rt, nil
+}
+
 // newKubeManager starts the Kubernetes backend with the server-wide
 // settings of cfg.docker (image, limits, TTLs, caps, pool).
 func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Manager, error) {
@@ -136,6 +164,10 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 	if err != nil {
 		return nil, fmt.Errorf("--kube-io-token-file: %w", err)
 	}
+	kubelets, err := k.kubeletTransport(rc)
+	if err != nil {
+		return nil, err
+	}
 	sel, _ := k.parseNodeSelector()
 	tol, _ := k.parseTolerations()
 	id := k.identity
@@ -147,6 +179,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
+		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,
 	})
 }

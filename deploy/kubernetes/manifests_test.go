@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -275,16 +276,17 @@ func checkManifests(t *testing.T, objs []*unstructured.Unstructured) {
 	byKey := map[string]*unstructured.Unstructured{}
 	for _, u := range objs {
 		byKey[key(u)] = u
-		if u.GetKind() == "Namespace" {
+		if u.GetKind() == "Namespace" || key(u) == "ClusterRole/sandboxd-node-stats" || key(u) == "ClusterRoleBinding/sandboxd-node-stats" {
 			continue
 		}
-		// Nothing cluster-wide: every other object lives in the namespace.
+		// Nothing else cluster-wide: every other object lives in the namespace.
 		if u.GetNamespace() != namespace {
-			t.Errorf("%s is in namespace %q, want %q (the base holds nothing cluster-wide but the Namespace)", key(u), u.GetNamespace(), namespace)
+			t.Errorf("%s is in namespace %q, want %q (the base holds nothing cluster-wide but the Namespace and the nodes' stats grant)", key(u), u.GetNamespace(), namespace)
 		}
 	}
 	want := []string{
 		"Namespace/sandboxd", "ServiceAccount/sandboxd", "Role/sandboxd", "RoleBinding/sandboxd",
+		"ClusterRole/sandboxd-node-stats", "ClusterRoleBinding/sandboxd-node-stats",
 		"Secret/sandboxd-io-token", "Secret/sandboxd-auth-tokens", "Deployment/sandboxd", "Service/sandboxd",
 		"PodDisruptionBudget/sandboxd", "NetworkPolicy/sandbox-isolation", "NetworkPolicy/sandboxd",
 	}
@@ -491,6 +493,21 @@ func checkRBAC(t *testing.T, byKey map[string]*unstructured.Unstructured, servic
 		if !got[g] {
 			t.Errorf("Role lacks %+v, which sandboxd needs", g)
 		}
+	}
+
+	// The one cluster-wide grant: the nodes' stats, read only (per-sandbox
+	// metrics), bound to the same ServiceAccount.
+	var cr rbacv1.ClusterRole
+	fromUnstructured(t, byKey["ClusterRole/sandboxd-node-stats"], &cr)
+	wantRule := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"nodes/stats"}, Verbs: []string{"get"}}
+	if len(cr.Rules) != 1 || !reflect.DeepEqual(cr.Rules[0], wantRule) {
+		t.Errorf("ClusterRole sandboxd-node-stats grants %+v; want only %+v", cr.Rules, wantRule)
+	}
+	var crb rbacv1.ClusterRoleBinding
+	fromUnstructured(t, byKey["ClusterRoleBinding/sandboxd-node-stats"], &crb)
+	if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != cr.Name || len(crb.Subjects) != 1 ||
+		crb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: serviceAccount, Namespace: namespace}) {
+		t.Errorf("ClusterRoleBinding sandboxd-node-stats binds %+v to %+v; want the ClusterRole to the ServiceAccount %s only", crb.RoleRef, crb.Subjects, serviceAccount)
 	}
 
 	var rb rbacv1.RoleBinding

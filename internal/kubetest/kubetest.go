@@ -109,14 +109,17 @@ func Start(t testing.TB) *rest.Config {
 // StartAt starts a fresh API server from the binaries in dir, for code
 // that is not a test (sandbox-bench); stop stops it and removes its data.
 func StartAt(dir string) (cfg *rest.Config, stop func() error, err error) {
-	return StartOn(dir, "", 0)
+	cfg, _, stop, err = StartOn(dir, "", 0)
+	return cfg, stop, err
 }
 
 // StartOn is StartAt with the API server bound to address:port instead of
 // a free loopback port (port 0: a free port of address): a real node's
 // kubelet, in a network namespace of its own, cannot reach the host's
-// loopback. The serving certificate names the address.
-func StartOn(dir, address string, port int) (cfg *rest.Config, stop func() error, err error) {
+// loopback. The serving certificate names the address. clientCA is the
+// file of the CA that signs the API server's client certificates (cfg's
+// among them), which a kubelet trusts to authenticate cfg's user.
+func StartOn(dir, address string, port int) (cfg *rest.Config, clientCA string, stop func() error, err error) {
 	quietLogs.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 
 	// The servers' output is kept (its tail) for the error message only:
@@ -133,7 +136,7 @@ func StartOn(dir, address string, port int) (cfg *rest.Config, stop func() error
 	if address != "" {
 		if port == 0 {
 			if port, err = freePort(address); err != nil {
-				return nil, nil, err
+				return nil, "", nil, err
 			}
 		}
 		api.SecureServing.Address, api.SecureServing.Port = address, strconv.Itoa(port)
@@ -144,9 +147,11 @@ func StartOn(dir, address string, port int) (cfg *rest.Config, stop func() error
 	if err != nil {
 		// Start may leave a half-started control plane behind.
 		_ = env.Stop()
-		return nil, nil, fmt.Errorf("starting the envtest API server from %s: %v\nlast output of kube-apiserver:\n%s\nlast output of etcd:\n%s", dir, err, apiOut, etcdOut)
+		return nil, "", nil, fmt.Errorf("starting the envtest API server from %s: %v\nlast output of kube-apiserver:\n%s\nlast output of etcd:\n%s", dir, err, apiOut, etcdOut)
 	}
-	return cfg, env.Stop, nil
+	// Where envtest's certificate authenticator keeps its CA
+	// (controlplane.CertAuthn).
+	return cfg, filepath.Join(api.CertDir, "client-cert-auth-ca.crt"), env.Stop, nil
 }
 
 // freePort is a TCP port free on address now.

@@ -21,9 +21,13 @@ import (
 //     the same), and cgroupRoot is the node's own (/<netns name>), since
 //     two nodes share one machine.
 //   - Its own directories (root, Pod logs) and containerd's socket; the
-//     read-only port off; its API on the node's address only; webhook
-//     authentication off and authorization AlwaysAllow (the API server
-//     never calls it here: no logs, exec or port-forward go through it).
+//     read-only port off; its API on the node's address only, with a
+//     serving certificate for that address (Cluster.KubeletCAFile holds
+//     them), authenticating the API server's users (x509, its client CA)
+//     and service account tokens (webhook), and authorising them through
+//     the API server (webhook: RBAC), as a cluster's kubelets do. sandboxd
+//     reads its Summary API there (per-sandbox metrics); nothing else
+//     calls it (no logs, exec or port-forward).
 //   - Eviction thresholds low enough that the machine's other work (and
 //     its disk, often under 15% free) never puts the node under pressure
 //     (a test moves memory.available on purpose: SetMemoryEviction),
@@ -48,11 +52,14 @@ func kubeletConfig(n *Node) ([]byte, error) {
 		ReadOnlyPort:             0,
 		HealthzBindAddress:       "127.0.0.1",
 		HealthzPort:              ptr.To[int32](10248),
+		TLSCertFile:              filepath.Join(n.dir, "pki", "serving.crt"),
+		TLSPrivateKeyFile:        filepath.Join(n.dir, "pki", "serving.key"),
 		Authentication: kubeletv1beta1.KubeletAuthentication{
 			Anonymous: kubeletv1beta1.KubeletAnonymousAuthentication{Enabled: ptr.To(false)},
-			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(false)},
+			X509:      kubeletv1beta1.KubeletX509Authentication{ClientCAFile: n.clientCA},
+			Webhook:   kubeletv1beta1.KubeletWebhookAuthentication{Enabled: ptr.To(true)},
 		},
-		Authorization:               kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeAlwaysAllow},
+		Authorization:               kubeletv1beta1.KubeletAuthorization{Mode: kubeletv1beta1.KubeletAuthorizationModeWebhook},
 		FailSwapOn:                  ptr.To(false),
 		ResolverConfig:              ptr.To(""),
 		RegisterNode:                ptr.To(true),

@@ -19,8 +19,11 @@
 //     so the sandbox image is imported again only when it changed.
 //   - cgroup v1 (this machine's): the kubelet is told failCgroupV1: false
 //     and the cgroupfs driver; each node has a cgroup root of its own.
-//   - The kubelets authenticate as cluster admins (envtest's certificate),
-//     and serve no API the API server calls: no kubectl exec or logs.
+//   - The kubelets authenticate as cluster admins (envtest's certificate).
+//     Their own API authenticates and authorises callers as a cluster's
+//     does (x509 and webhook; sandboxd reads per-sandbox metrics there),
+//     with serving certificates made here (Cluster.KubeletCAFile), but the
+//     API server calls none of it: no kubectl exec or logs.
 //   - No kube-proxy and no cluster DNS: nothing under test uses Services.
 //   - gVisor runs under runc's shim: Debian packages no gVisor shim
 //     (containerd-shim-runsc-v1). When runsc is here (gvisor.go: the one
@@ -65,6 +68,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
@@ -96,6 +100,11 @@ type Cluster struct {
 	// (GVisorRuntimeClass), "" when runsc is not here (NeedGVisor).
 	GVisor string
 
+	// KubeletCAFile holds the CAs of the kubelets' serving certificates
+	// (sandboxd's --kube-kubelet-ca-file).
+	KubeletCAFile string
+
+	clientCA    string // the API server's client CA, which the kubelets trust
 	noGVisor    string // why GVisor is ""
 	runsccri    string // the nodes' runc for runsc ("": no gVisor)
 	assets      string
@@ -129,6 +138,11 @@ type Node struct {
 	containerd      *proc
 	kubelet         *proc
 	lost            bool
+	// clientCA authenticates the API server's users to the kubelet;
+	// servingCert is the kubelet's serving certificate and its CA (PEM),
+	// made for its address.
+	clientCA    string
+	servingCert []byte
 	// memoryEviction is the kubelet's memory.available hard eviction
 	// threshold ("": its default here), set by SetMemoryEviction.
 	memoryEviction string
@@ -240,10 +254,11 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	if c.apiLink, err = makeAPILink("sbxkn"+tag, apiAddr); err != nil {
 		return nil, err
 	}
-	cfg, stopAPI, err := kubetest.StartOn(kubetest.AssetsDir(), apiAddr.String(), 0)
+	cfg, clientCA, stopAPI, err := kubetest.StartOn(kubetest.AssetsDir(), apiAddr.String(), 0)
 	if err != nil {
 		return c, err
 	}
+	c.clientCA = clientCA
 	c.stopAPI = stopAPI
 	c.RestConfig = cfg
 	c.Kubeconfig = filepath.Join(c.dir, "admin.kubeconfig")
@@ -275,16 +290,23 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 			netns:    fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), name),
 			dir:      filepath.Join(c.dir, name),
 			runsccri: c.runsccri,
+			clientCA: c.clientCA,
 		}
 		c.Nodes = append(c.Nodes, n)
 		if err := c.startNode(ctx, n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, o.Images); err != nil {
 			return c, fmt.Errorf("node %s: %w", name, err)
 		}
 	}
+	var cas []byte
 	for _, n := range c.Nodes {
 		if err := c.waitReady(ctx, n, 3*time.Minute); err != nil {
 			return c, fmt.Errorf("node %s: %w", n.Name, err)
 		}
+		cas = append(cas, n.servingCert...)
+	}
+	c.KubeletCAFile = filepath.Join(c.dir, "kubelets-ca.crt")
+	if err := os.WriteFile(c.KubeletCAFile, cas, 0o644); err != nil {
+		return c, err
 	}
 	if c.runsccri != "" {
 		if err := c.makeRuntimeClass(ctx); err != nil {
@@ -387,6 +409,23 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, veth, pauseBin string,
 	if err := kubetest.WriteKubeconfig(c.RestConfig, filepath.Join(n.dir, "kubelet.kubeconfig")); err != nil {
 		return err
 	}
+	// A serving certificate for the node's address, as a cluster's
+	// kubelets get theirs signed (the kubelet's own would name only its
+	// host name).
+	cert, key, err := certutil.GenerateSelfSignedCertKey(n.Addr.String(), nil, nil)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(n.dir, "pki"), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "pki", "serving.crt"), cert, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(n.dir, "pki", "serving.key"), key, 0o600); err != nil {
+		return err
+	}
+	n.servingCert = cert
 	return c.startKubelet(n)
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -57,6 +58,12 @@ type Config struct {
 	IOToken       string
 	// IOPort is the io sidecar's port; default 7070.
 	IOPort int
+	// KubeletTransport reaches the nodes' kubelets for per-sandbox
+	// metrics (metrics.go): sandboxd's credentials, and the CA that signs
+	// the kubelets' serving certificates. Nil: no metrics on this backend.
+	KubeletTransport http.RoundTripper
+	// KubeletPort is the kubelets' port; default 10250.
+	KubeletPort int
 
 	// ActivityWriteInterval bounds how often a sandbox's last activity is
 	// written to its Pod (activity.go); default 10 s, and at most a fifth
@@ -85,6 +92,8 @@ type Config struct {
 const (
 	DefaultNamespace = "sandboxd"
 	DefaultIOPort    = 7070
+	// DefaultKubeletPort is the kubelet's default port.
+	DefaultKubeletPort = 10250
 	// DefaultNodeLostAfter is Config.NodeLostAfter's default: the
 	// cluster's own (the DefaultTolerationSeconds admission plugin's).
 	DefaultNodeLostAfter = 300 * time.Second
@@ -110,6 +119,7 @@ func (c *Config) fillDefaults() {
 	c.IOTokenSecret = cmp.Or(c.IOTokenSecret, "sandboxd-io-token")
 	c.Namespace = cmp.Or(c.Namespace, DefaultNamespace)
 	c.IOPort = cmp.Or(c.IOPort, DefaultIOPort)
+	c.KubeletPort = cmp.Or(c.KubeletPort, DefaultKubeletPort)
 	c.NodeLostAfter = cmp.Or(c.NodeLostAfter, DefaultNodeLostAfter)
 	if c.CPURequest <= 0 || c.CPURequest > 1 {
 		c.CPURequest = 1

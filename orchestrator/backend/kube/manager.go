@@ -63,6 +63,9 @@ type Manager struct {
 	// health is what this replica last read of its sandboxes' health
 	// (health.go).
 	health *healthCache
+	// stats reads the kubelets for per-sandbox metrics (nil without
+	// Config.KubeletTransport).
+	stats *kubeletStats
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -87,6 +90,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg: cfg, log: cfg.Logger.With("backend", "kubernetes"),
 		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
 		creating: map[string]time.Time{}, closed: make(chan struct{}), health: newHealthCache(),
+	}
+	if cfg.KubeletTransport != nil {
+		m.stats = newKubeletStats(cfg.KubeletTransport, cfg.KubeletPort)
 	}
 	// The API server must answer before anything else: a wrong kubeconfig
 	// or missing RBAC fails the start with a clear message.

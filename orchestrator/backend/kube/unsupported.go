@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"io"
-	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
@@ -63,12 +62,6 @@ func (m *Manager) UpdateNetworkPolicy(context.Context, string, core.NetworkPolic
 // NetworkStatus is not supported on this backend.
 func (m *Manager) NetworkStatus(context.Context, string) (core.NetworkStatus, error) {
 	return core.NetworkStatus{}, unsupported(featNetwork)
-}
-
-// SandboxMetrics is not supported on this backend: nothing samples its
-// Pods' cgroups yet (the kubelet's metrics API would be the source).
-func (m *Manager) SandboxMetrics(context.Context, string, time.Time) ([]core.SandboxMetrics, error) {
-	return nil, unsupported(featMetrics)
 }
 
 // GetHost is not supported on this backend.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
@@ -28,18 +27,6 @@ func TestNetworkRefused(t *testing.T) {
 			!strings.Contains(err.Error(), "--backend kubernetes") {
 			t.Errorf("call %d: %v; want core.Unsupported naming networked sandboxes", i, err)
 		}
-	}
-}
-
-// TestMetricsUnsupported: per-sandbox metrics are refused as Unsupported,
-// naming the feature, never answered with an empty series that would read
-// as an idle sandbox.
-func TestMetricsUnsupported(t *testing.T) {
-	var m Manager
-	ctx := core.WithCaller(t.Context(), core.DefaultCaller)
-	_, err := m.SandboxMetrics(ctx, "sb-aaaaaaaaaaaaaaaaaaaa", time.Time{})
-	if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "per-sandbox metrics") {
-		t.Errorf("SandboxMetrics: %v; want core.Unsupported naming per-sandbox metrics", err)
 	}
 }
 

@@ -46,7 +46,7 @@ func (k kubeRefusals) Acquire(ctx context.Context, user string, opts core.Option
 // a feature it lacks answers 501 with E2B's JSON error naming the feature
 // and the backend (core.Unsupported), not the 409 of other failed
 // preconditions, which the SDKs' pause reads as "already paused": pause,
-// autoPause, metrics, snapshots and forks, network, volumes, templates.
+// autoPause, snapshots and forks, network, volumes, templates.
 func TestKubeRefusalsAreClear(t *testing.T) {
 	s, fm := newTestServer(t)
 	s.m = kubeRefusals{fakeManager: fm, Manager: &kube.Manager{}}
@@ -73,7 +73,6 @@ func TestKubeRefusalsAreClear(t *testing.T) {
 	}{
 		{"POST", "/sandboxes/" + id + "/pause", `{}`, hib},
 		{"POST", "/sandboxes", `{"autoPause":true}`, hib},
-		{"GET", "/sandboxes/" + id + "/metrics", "", "per-sandbox metrics"},
 		{"POST", "/sandboxes/" + id + "/snapshots", `{}`, snaps},
 		{"GET", "/snapshots", "", snaps},
 		{"POST", "/sandboxes/" + id + "/fork", `{"count":1}`, snaps},

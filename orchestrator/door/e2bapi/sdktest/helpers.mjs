@@ -26,11 +26,20 @@ export const backend = process.env.SANDBOXD_E2B_BACKEND || 'docker'
 export const onKube = backend === 'kubernetes'
 
 /**
+ * Whether the sandboxd under test can read its sandboxes' metrics: always
+ * on docker; on kubernetes when its nodes' kubelets serve their Summary API
+ * (real nodes: SANDBOXD_E2B_KUBE_METRICS=1; the test kubelet serves none).
+ */
+const hasMetrics = !onKube || process.env.SANDBOXD_E2B_KUBE_METRICS === '1'
+
+/**
  * T for a scenario that needs feature, or on the kubernetes backend, which
- * lacks it (hibernation, per-sandbox metrics, network, snapshots, volumes,
- * templates: the door answers 501 naming it), T with a skip saying so.
+ * lacks it (hibernation, network, snapshots, volumes, templates: the door
+ * answers 501 naming it; per-sandbox metrics where its kubelets serve no
+ * Summary API), T with a skip saying so.
  */
 export function needs(feature) {
+  if (feature === 'per-sandbox metrics' && hasMetrics) return T
   return onKube ? { ...T, skip: `sandboxd's kubernetes backend lacks ${feature}` } : T
 }
 
