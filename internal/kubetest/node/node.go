@@ -25,6 +25,12 @@
 //     with serving certificates made here (Cluster.KubeletCAFile), but the
 //     API server calls none of it: no kubectl exec or logs.
 //   - No kube-proxy and no cluster DNS: nothing under test uses Services.
+//   - No storage provisioner (there is none to download): the cluster's
+//     StorageClass (LocalStorageClass) is of static local
+//     PersistentVolumes, a pool per node in the node's directory, bound by
+//     the real scheduler and PV controller, and emptied and made Available
+//     again when released by the cluster's recycler (storage.go), as
+//     sig-storage's local-static-provisioner does.
 //   - gVisor runs under runc's shim: Debian packages no gVisor shim
 //     (containerd-shim-runsc-v1). When runsc is here (gvisor.go: the one
 //     `make runsc` builds), each node's containerd has runtime handler
@@ -87,6 +93,10 @@ type Options struct {
 	// NodeMonitorGracePeriod is how long a node may stop reporting before
 	// the controller manager marks it NotReady (its own default: 50s).
 	NodeMonitorGracePeriod time.Duration
+	// LocalVolumes is how many local PersistentVolumes of StorageClass
+	// LocalStorageClass each node has (24 if 0): one per claim that a
+	// test keeps on the node at once.
+	LocalVolumes int
 }
 
 // Cluster is a running cluster.
@@ -99,6 +109,10 @@ type Cluster struct {
 	// GVisor is the RuntimeClass whose Pods run under gVisor
 	// (GVisorRuntimeClass), "" when runsc is not here (NeedGVisor).
 	GVisor string
+	// StorageClass is LocalStorageClass: its claims are bound to static
+	// local PVs of the nodes, emptied and made Available again once their
+	// claim is deleted.
+	StorageClass string
 
 	// KubeletCAFile holds the CAs of the kubelets' serving certificates
 	// (sandboxd's --kube-kubelet-ca-file).
@@ -113,6 +127,8 @@ type Cluster struct {
 	stopAPI     func() error
 	scheduler   *proc
 	controllers *proc
+	// stopRecycler stops the local PVs' recycler (nil: not started).
+	stopRecycler func()
 }
 
 // Node is one running node.
@@ -308,6 +324,15 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	if err := os.WriteFile(c.KubeletCAFile, cas, 0o644); err != nil {
 		return c, err
 	}
+	volumes := o.LocalVolumes
+	if volumes == 0 {
+		volumes = defaultLocalVolumes
+	}
+	if err := c.makeLocalStorage(ctx, volumes); err != nil {
+		return c, err
+	}
+	c.startRecycler(logf)
+	c.StorageClass = LocalStorageClass
 	if c.runsccri != "" {
 		if err := c.makeRuntimeClass(ctx); err != nil {
 			return c, fmt.Errorf("RuntimeClass %s: %w", GVisorRuntimeClass, err)
@@ -526,6 +551,9 @@ func (n *Node) Lost() bool { return n.lost }
 // Close removes everything the cluster made, whatever state it is in;
 // with verbose, it first logs the end of the control plane's logs.
 func (c *Cluster) Close(verbose bool, logf func(string, ...any)) {
+	if c.stopRecycler != nil {
+		c.stopRecycler()
+	}
 	for _, n := range c.Nodes {
 		n.stop(logf)
 	}

@@ -6,11 +6,16 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/utils/ptr"
@@ -153,6 +158,162 @@ func waitContainerGone(t *testing.T, ctx context.Context, c *node.Cluster, id st
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("container %s still exists after its pod was deleted", id)
+		}
+		time.Sleep(200 * time.Millisecond) // the kubelet's clean-up
+	}
+}
+
+// A claim of the cluster's StorageClass is bound to a local PV of the node
+// its first Pod is scheduled to, and holds what that Pod wrote (as a
+// non-root user, into two subPaths of it) after the Pod is deleted: a
+// second Pod, sent to the same node by the PV's node affinity, finds it
+// there (a sandbox's hibernation and wake). Once the claim is deleted, the
+// PV is emptied and Available again.
+func TestClusterLocalVolumes(t *testing.T) {
+	const image = "sandboxd.test/sandbox:node-test"
+	c := node.Start(t, node.Options{Nodes: []string{"node-a", "node-b"}, Images: map[string]string{testenv.Image(): image}})
+	if c.StorageClass != node.LocalStorageClass {
+		t.Fatalf("the cluster's StorageClass is %q; want %q", c.StorageClass, node.LocalStorageClass)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	claims := c.Client.CoreV1().PersistentVolumeClaims("default")
+	if _, err := claims.Create(ctx, &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: ptr.To(c.StorageClass),
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The first Pod writes a file into each subPath, as uid 1000.
+	first := runClaimPod(t, ctx, c, "first", "data", image)
+	id := c.ContainerID(ctx, "default", "first", "main")
+	if _, err := c.Exec(ctx, id, "sh", "-c", `test "$(id -u)" = 1000 && echo ws > /workspace/w && echo io > /io/i`); err != nil {
+		t.Fatalf("uid 1000 cannot write the claim's subPaths: %v", err)
+	}
+	claim, err := claims.Get(ctx, "data", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, claim.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the claim's volume %q: %v", claim.Spec.VolumeName, err)
+	}
+	if pv.Labels[node.LocalVolumeLabel] != first.Spec.NodeName || pv.Spec.Local == nil {
+		t.Fatalf("the claim is bound to PV %s (node %q); want a local PV of the Pod's node %s", pv.Name, pv.Labels[node.LocalVolumeLabel], first.Spec.NodeName)
+	}
+	dir := pv.Spec.Local.Path
+	for _, sub := range []string{"workspace", "io"} {
+		fi, err := os.Stat(filepath.Join(dir, sub))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		t.Logf("the kubelet made subPath %s: mode %v, owner %d:%d", sub, fi.Mode(), st.Uid, st.Gid)
+	}
+	deletePod(t, ctx, c, "first")
+
+	// The second Pod, on the same node, finds both files.
+	second := runClaimPod(t, ctx, c, "second", "data", image)
+	if second.Spec.NodeName != first.Spec.NodeName {
+		t.Errorf("the second Pod runs on %s; want %s, the PV's node", second.Spec.NodeName, first.Spec.NodeName)
+	}
+	out, err := c.Exec(ctx, c.ContainerID(ctx, "default", "second", "main"), "cat", "/workspace/w", "/io/i")
+	if err != nil || out != "ws\nio\n" {
+		t.Errorf("the second Pod reads %q, %v; want the first Pod's files (ws, io)", out, err)
+	}
+	deletePod(t, ctx, c, "second")
+
+	// Deleting the claim releases the PV, which the recycler empties and
+	// makes Available again.
+	if err := claims.Delete(ctx, "data", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		got, err := c.Client.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if err == nil {
+			pv = got
+			if pv.Status.Phase == corev1.VolumeAvailable && pv.Spec.ClaimRef == nil {
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("PV %s is not Available again after its claim was deleted: %v, phase %q, claim %v", pv.Name, err, pv.Status.Phase, pv.Spec.ClaimRef)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the API server
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) != 0 {
+		t.Errorf("the recycled PV's directory %s holds %v (%v); want it empty", dir, ents, err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o777 {
+		t.Errorf("the recycled PV's directory: %v, %v; want mode 0777", fi, err)
+	}
+}
+
+// runClaimPod runs Pod name, as uid 1000, mounting claim's subPaths
+// workspace and io at /workspace and /io, and returns it once it runs.
+func runClaimPod(t *testing.T, ctx context.Context, c *node.Cluster, name, claim, image string) *corev1.Pod {
+	t.Helper()
+	pods := c.Client.CoreV1().Pods("default")
+	if _, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			SecurityContext:               &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](1000)},
+			Containers: []corev1.Container{{Name: "main", Image: image, Command: []string{"sleep", "3600"},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: "data", MountPath: "/workspace", SubPath: "workspace"},
+					{Name: "data", MountPath: "/io", SubPath: "io"},
+				}}},
+			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+			}}},
+		},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var last corev1.PodStatus
+	for {
+		p, err := pods.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil && p.Status.Phase == corev1.PodRunning:
+			return p
+		case err == nil:
+			last = p.Status
+		case ctx.Err() == nil:
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			var logs string
+			for _, n := range c.Nodes {
+				logs += n.Logs()
+			}
+			t.Fatalf("Pod %s is not running: %+v\n%s", name, last, logs)
+		}
+		time.Sleep(200 * time.Millisecond) // polling the API server
+	}
+}
+
+// deletePod deletes Pod name and waits until it is gone from the API
+// server (the kubelet has unmounted its volumes).
+func deletePod(t *testing.T, ctx context.Context, c *node.Cluster, name string) {
+	t.Helper()
+	pods := c.Client.CoreV1().Pods("default")
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err := pods.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("Pod %s is still there after its deletion: %v", name, err)
 		}
 		time.Sleep(200 * time.Millisecond) // the kubelet's clean-up
 	}
