@@ -26,6 +26,10 @@ var ErrConflict = errors.New("command ID already used for a different command")
 // sandbox takes no more commands.
 var ErrLogFull = errors.New("command log is full")
 
+// ErrHibernating: the log is sealed by a snapshot record and takes no new
+// command until its restore record (Dir.SealWhileHibernating).
+var ErrHibernating = errors.New("the sandbox is hibernating")
+
 // Bounds on the command log. sandboxd is its only legitimate writer and
 // refuses to append past them, so a log beyond either bound was forged by
 // the sandbox (a sparse 16 TiB file, millions of tiny records) and is
@@ -157,6 +161,8 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 		return false, fmt.Errorf("%w: it holds %d bytes; the limit is %d", ErrLogFull, d.size, MaxLogBytes)
 	case isCommand(rec.Type) && len(d.ids) >= MaxLogRecords:
 		return false, fmt.Errorf("%w: it holds %d commands; the limit is %d", ErrLogFull, len(d.ids), MaxLogRecords)
+	case d.seal && d.pendingSnap != "" && (rec.Type == ioproto.KindExec || rec.Type == ioproto.KindContext || rec.Type == ioproto.KindSnapshot):
+		return false, fmt.Errorf("%w: its state is being saved (snapshot %s); it takes commands again once woken", ErrHibernating, d.pendingSnap)
 	}
 	if ready != nil {
 		if err := ready(); err != nil {
@@ -165,6 +171,12 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	}
 	if err := d.appendLocked(line); err != nil {
 		return false, err
+	}
+	switch rec.Type {
+	case ioproto.KindSnapshot:
+		d.pendingSnap = rec.CommandID
+	case ioproto.KindRestore:
+		d.pendingSnap = ""
 	}
 	if isCommand(rec.Type) {
 		d.ids[rec.CommandID] = entryOf(rec, d.size)
@@ -233,14 +245,14 @@ func (d *Dir) ensureLoaded(ctx context.Context) error {
 		d.loading = ch
 		d.mu.Unlock()
 
-		ids, order, size, partial, err := d.scanLog(ctx)
+		ids, order, size, partial, pending, err := d.scanLog(ctx)
 
 		d.mu.Lock()
 		d.loading = nil
 		close(ch)
 		switch {
 		case err == nil:
-			d.ids, d.order, d.size, d.partial = ids, order, size, partial
+			d.ids, d.order, d.size, d.partial, d.pendingSnap = ids, order, size, partial, pending
 		case errors.Is(err, ErrTampered):
 			d.loadErr = err
 		}
@@ -255,19 +267,21 @@ func (d *Dir) ensureLoaded(ctx context.Context) error {
 // MaxLogRecords, and stopped by ctx or Close every loadCheckEvery records.
 // The file must be sandboxd's own (a file the sandbox made and renamed
 // onto io/stdin is refused before it is read).
-func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []string, size int64, partial bool, err error) {
+// pending is the ID of the last snapshot record not followed by a restore
+// record.
+func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []string, size int64, partial bool, pending string, err error) {
 	root, err := os.OpenRoot(d.path)
 	if err != nil {
-		return nil, nil, 0, false, err
+		return nil, nil, 0, false, "", err
 	}
 	defer root.Close()
 	f, st, _, err := openBounded(root, ioproto.StdinFile, MaxLogBytes)
 	if err != nil {
-		return nil, nil, 0, false, fmt.Errorf("command log: %w", err)
+		return nil, nil, 0, false, "", fmt.Errorf("command log: %w", err)
 	}
 	defer f.Close()
 	if err := checkOwnedByUs(st, "/io/"+ioproto.StdinFile); err != nil {
-		return nil, nil, 0, false, err
+		return nil, nil, 0, false, "", err
 	}
 	size = st.Size()
 	ids = make(map[string]logEntry)
@@ -277,15 +291,15 @@ func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []str
 		if n%loadCheckEvery == 0 || lr.Offset()-checked >= checkEveryBytes {
 			checked = lr.Offset()
 			if err := ctx.Err(); err != nil {
-				return nil, nil, 0, false, err
+				return nil, nil, 0, false, "", err
 			}
 			if d.closed() {
-				return nil, nil, 0, false, ErrClosed
+				return nil, nil, 0, false, "", ErrClosed
 			}
 		}
 		line, ok, err := lr.Next()
 		if err != nil {
-			return nil, nil, 0, false, fmt.Errorf("read command log: %w", err)
+			return nil, nil, 0, false, "", fmt.Errorf("read command log: %w", err)
 		}
 		// Lines appended after the size check are not sandboxd's (it is
 		// the only writer, and it is not appending: the log is not loaded).
@@ -299,11 +313,19 @@ func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []str
 		if id == "" || (perr == nil && !ioproto.NamesCommand(rec.Type)) {
 			continue
 		}
+		if perr == nil && line.Err == nil {
+			switch rec.Type {
+			case ioproto.KindSnapshot:
+				pending = id
+			case ioproto.KindRestore:
+				pending = ""
+			}
+		}
 		if _, seen := ids[id]; seen {
 			continue
 		}
 		if len(ids) >= MaxLogRecords {
-			return nil, nil, 0, false, fmt.Errorf("command log holds more than %d commands, more than sandboxd ever appends: %w", MaxLogRecords, ErrTampered)
+			return nil, nil, 0, false, "", fmt.Errorf("command log holds more than %d commands, more than sandboxd ever appends: %w", MaxLogRecords, ErrTampered)
 		}
 		e := logEntry{end: line.End}
 		if perr == nil && line.Err == nil {
@@ -315,7 +337,7 @@ func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []str
 			order = append(order, id)
 		}
 	}
-	return ids, order, size, size > lr.Offset(), nil
+	return ids, order, size, size > lr.Offset(), pending, nil
 }
 
 // openLog opens the command log through an os.Root confined to io/ (the

@@ -69,7 +69,25 @@ type Dir struct {
 	// the middle of a write): the next append starts with a newline so
 	// that our record is not glued to the debris.
 	partial bool
+	// seal (SealWhileHibernating) refuses new commands while pendingSnap,
+	// the ID of the log's last snapshot record, has no restore record
+	// after it.
+	seal        bool
+	pendingSnap string
 }
+
+// SealWhileHibernating makes d refuse new commands (exec and context
+// records, and a snapshot other than the pending one) with ErrHibernating
+// from a snapshot record until the restore record after it: what a
+// command appended between the two would see is lost with the sandbox's
+// processes, or runs before its globals are restored. The seal is the
+// log's own content, so it holds across restarts of the writer and of
+// the sandbox. Input and interrupts for commands already in the log are
+// still taken: they help the command the snapshot waits for to end. Call
+// it before d is used. The io sidecar seals its log (a Pod's hibernation
+// spans two Pods and any replica); the Docker backend holds its appends
+// itself.
+func (d *Dir) SealWhileHibernating() { d.seal = true }
 
 // New returns the Dir for the io/ directory at path. It does not touch
 // the file system: the log is read when first needed.

@@ -86,6 +86,7 @@ var reasons = append([]reason{
 	{"COMMAND_CONFLICT", codes.AlreadyExists, iolog.ErrConflict, callAppend},
 	{"LOG_FULL", codes.ResourceExhausted, iolog.ErrLogFull, callAppend},
 	{"TAMPERED", codes.FailedPrecondition, iolog.ErrTampered, callAppend | callFollow | callStatus | callList},
+	{"HIBERNATING", codes.FailedPrecondition, iolog.ErrHibernating, callAppend},
 	// Input refused by cmdlog's rules (cmdlog.AppendInput).
 	{"NO_TERMINAL", codes.FailedPrecondition, cmdlog.ErrNoTerminal, callAppend},
 	{"NO_INPUT", codes.FailedPrecondition, cmdlog.ErrNoInput, callAppend},

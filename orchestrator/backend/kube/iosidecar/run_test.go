@@ -170,3 +170,35 @@ func TestHostileRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRunHibernation: a snapshot record is run in one call like a command,
+// and from it until the restore record the log takes no new command: the
+// client reads the refusal as iolog.ErrHibernating (the kube backend then
+// waits for the wake); the same snapshot sent again is followed, not
+// appended; after the restore, commands are taken again.
+func TestRunHibernation(t *testing.T) {
+	sc := startSidecar(t)
+	snap := ioproto.Record{Type: ioproto.KindSnapshot, CommandID: "sbx-snapshot-u1", Snapshot: "snap-u1", TimeoutMS: 1000}
+	sc.writeEvents(t, snap.CommandID, threeEvents(snap.CommandID)...)
+	if r := run(t, sc.c, snap); r.err != nil || !r.appended || len(r.events) != 3 {
+		t.Fatalf("Run(snapshot) = %+v; want it appended and its 3 events", r)
+	}
+	if r := run(t, sc.c, snap); r.err != nil || r.appended || len(r.events) != 3 {
+		t.Fatalf("Run(the same snapshot) = %+v; want it followed, not appended", r)
+	}
+	if r := run(t, sc.c, execRec("c1", "1")); !errors.Is(r.err, iolog.ErrHibernating) || r.submitted {
+		t.Fatalf("Run of a command while hibernating = %+v; want iolog.ErrHibernating, nothing submitted", r)
+	}
+	if _, err := sc.c.Append(ctxT(t), execRec("c1", "1")); !errors.Is(err, iolog.ErrHibernating) {
+		t.Fatalf("Append of a command while hibernating = %v; want iolog.ErrHibernating", err)
+	}
+	restore := ioproto.Record{Type: ioproto.KindRestore, CommandID: "sbx-restore-u2", Snapshot: "snap-u1", Level: ioproto.LevelGlobals}
+	sc.writeEvents(t, restore.CommandID, threeEvents(restore.CommandID)...)
+	if r := run(t, sc.c, restore); r.err != nil || !r.appended {
+		t.Fatalf("Run(restore) = %+v; want it appended", r)
+	}
+	sc.writeEvents(t, "c1", threeEvents("c1")...)
+	if r := run(t, sc.c, execRec("c1", "1")); r.err != nil || !r.appended {
+		t.Fatalf("Run of a command after the restore = %+v; want it appended", r)
+	}
+}

@@ -145,10 +145,15 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start the file watcher: %w", err)
 	}
+	dir := iolog.New(cfg.IODir)
+	// A Pod's hibernation spans it and the Pod that wakes it, and any
+	// replica may send a command meanwhile: the log itself refuses them
+	// (HIBERNATING) from the snapshot record to the restore record.
+	dir.SealWhileHibernating()
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
-		dir:      iolog.New(cfg.IODir),
+		dir:      dir,
 		watch:    watch,
 		health:   health.NewServer(),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
@@ -316,7 +321,8 @@ func (s *Server) append(ctx context.Context, rec ioproto.Record) (bool, error) {
 	}
 	switch {
 	case errors.Is(err, cmdlog.ErrNoTerminal), errors.Is(err, cmdlog.ErrNoInput), errors.Is(err, cmdlog.ErrFinished),
-		errors.Is(err, cmdlog.ErrUnknownContext), errors.Is(err, cmdlog.ErrContextLanguage), errors.Is(err, cmdlog.ErrContextsUnreadable):
+		errors.Is(err, cmdlog.ErrUnknownContext), errors.Is(err, cmdlog.ErrContextLanguage), errors.Is(err, cmdlog.ErrContextsUnreadable),
+		errors.Is(err, iolog.ErrHibernating):
 		return false, err // the table's reasons (errors.go)
 	case err == nil:
 		if appended {
@@ -370,8 +376,10 @@ func (s *Server) Run(req *sandboxiov1.RunRequest, stream grpc.ServerStreamingSer
 	if err != nil {
 		return core.Invalidf("%v", err)
 	}
-	if rec.Type != ioproto.KindExec {
-		return core.Invalidf("Run takes an exec record, not %q (send it with Append)", rec.Type)
+	switch rec.Type {
+	case ioproto.KindExec, ioproto.KindSnapshot, ioproto.KindRestore:
+	default:
+		return core.Invalidf("Run takes an exec, snapshot or restore record, not %q (send it with Append)", rec.Type)
 	}
 	appended, err := s.append(stream.Context(), rec)
 	if err != nil {
