@@ -349,6 +349,9 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 		// Per-sandbox metrics from the real kubelets (kube_metrics_test.go);
 		// the test kubelet serves no Summary API.
 		t.Run("SandboxMetrics", func(t *testing.T) { kubeSandboxMetrics(t, k) })
+		// Hibernation on the cluster's local volumes (kube_hibernate_test.go);
+		// the test kubelet mounts no claims.
+		t.Run("Hibernation", func(t *testing.T) { kubeHibernation(t, k) })
 	}
 	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
 	// read by the io sidecar (kube_hostile_test.go).

@@ -51,7 +51,7 @@ func (k *kubeConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.runtimeClass, "kube-runtime-class", "", "with --backend kubernetes: runtimeClassName of sandbox Pods, e.g. gvisor (empty: the cluster's default)")
 	fs.StringVar(&k.nodeSelector, "kube-node-selector", "", "with --backend kubernetes: nodeSelector of sandbox Pods, as `key=value,...`")
 	fs.StringVar(&k.tolerations, "kube-tolerations", "", "with --backend kubernetes: tolerations of sandbox Pods, as a JSON list of Kubernetes tolerations")
-	fs.StringVar(&k.storageClass, "kube-storage-class", "", "with --backend kubernetes: give each /workspace an ephemeral volume of this storage `class`, sized by its disk limit (empty: an emptyDir)")
+	fs.StringVar(&k.storageClass, "kube-storage-class", "", "with --backend kubernetes: give each sandbox a persistent volume claim of this storage `class` for its /io and /workspace (its disk limit plus --io-disk), kept while it is hibernated: with it, sandboxes hibernate (--on-idle, HibernateSandbox, E2B pause); empty: emptyDirs, and idle sandboxes are deleted")
 	fs.StringVar(&k.ioTokenFile, "kube-io-token-file", "", "with --backend kubernetes: `file` holding the token sandboxd presents to the io sidecars (the same as in --kube-io-token-secret); required")
 	fs.StringVar(&k.ioTokenSecret, "kube-io-token-secret", "sandboxd-io-token", "with --backend kubernetes: `name` of the Secret (key \"token\") the io sidecars read their token from")
 	fs.DurationVar(&k.leaderLease, "kube-leader-lease", 15*time.Second, "with --backend kubernetes: lease of the leader election among replicas (the leader keeps the warm pool and expires idle sandboxes)")

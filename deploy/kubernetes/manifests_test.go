@@ -484,6 +484,10 @@ func checkRBAC(t *testing.T, byKey map[string]*unstructured.Unstructured, servic
 	// Events, read only: a stopped Pod's Evicted event says why
 	// (orchestrator/backend/kube, evictionMessage).
 	want[rbacGrant{"", "events", "", "list"}] = true
+	// Each sandbox's state volume with --kube-storage-class (hibernation).
+	for _, v := range []string{"get", "list", "watch", "create", "patch", "delete"} {
+		want[rbacGrant{"", "persistentvolumeclaims", "", v}] = true
+	}
 	for g := range got {
 		if !want[g] {
 			t.Errorf("Role grants %+v, beyond what sandboxd needs", g)

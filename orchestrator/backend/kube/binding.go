@@ -41,7 +41,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	if err := m.checkOpen(); err != nil {
 		return core.AcquireResult{}, err
 	}
-	if err := refuseOptions(opts); err != nil {
+	if err := m.refuseOptions(opts); err != nil {
 		return core.AcquireResult{}, err
 	}
 	key := userHash(caller.Tenant, userID)
@@ -60,7 +60,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			switch {
 			case cur.pod != nil:
 				m.touch(id, cur.pod)
-				return core.AcquireResult{Sandbox: m.describe(ctx, cur.pod)}, nil
+				return core.AcquireResult{Sandbox: m.describe(ctx, cur.pod), Woke: cur.woke}, nil
 			case cur.dead:
 				replacedID, replacedReason = id, cur.reason
 			}
@@ -111,20 +111,46 @@ type current struct {
 	pod    *corev1.Pod
 	dead   bool
 	reason string
+	// woke is the wake's outcome when this acquire woke it.
+	woke *core.WakeInfo
 }
 
 // currentSandbox looks at sandbox id, waiting while it starts.
 func (m *Manager) currentSandbox(ctx context.Context, id string) (current, error) {
 	p, err := m.pod(ctx, id)
-	if err != nil || p == nil {
+	if err != nil {
 		return current{}, err
 	}
-	gone, dead, reason, _ := podState(p)
+	gone, dead, reason := p == nil, false, ""
+	if p != nil {
+		gone, dead, reason, _ = podState(p)
+	}
 	switch {
+	case gone && m.claims():
+		// Hibernated (or being hibernated, or woken): awake says which.
+		c, err := m.claimOf(ctx, id)
+		if err != nil || c == nil || (c.Annotations[annHibernated] == "" && (p == nil || p.Annotations[annDeleting] != "hibernated")) {
+			return current{}, err
+		}
+		q, w, err := m.awake(ctx, id)
+		switch core.ClassOf(err) {
+		case nil:
+			return current{pod: q, woke: w}, nil
+		case core.ErrNotFound:
+			return current{}, nil
+		}
+		return current{}, err
 	case gone:
 		return current{}, nil
 	case dead:
 		return current{dead: true, reason: reason}, nil
+	}
+	if p.Annotations[annHibernating] != "" || p.Annotations[annWaking] != "" {
+		q, w, err := m.awake(ctx, id)
+		if err != nil {
+			return current{}, err
+		}
+		return current{pod: q, woke: w}, nil
 	}
 	ready, err := m.awaitReady(ctx, p)
 	switch core.ClassOf(err) {
@@ -191,14 +217,14 @@ func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r co
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
-	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, now: time.Now()}
+	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now()}
 	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits {
 		if p := m.claim(ctx, s); p != nil {
 			return p, core.AcquireWarmPool, nil
 		}
 	}
 	s.id = core.NewSandboxID()
-	p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildPod(&m.cfg, s), metav1.CreateOptions{})
+	p, err := m.createPod(ctx, s, buildPod(&m.cfg, s))
 	if err != nil {
 		return nil, "", apiError("create the sandbox pod", err)
 	}

@@ -118,13 +118,89 @@ func (m *Manager) expire(ctx context.Context) {
 		if now.Before(m.lastActive(fresh).Add(ttl + m.expiryGrace(fresh))) {
 			continue
 		}
+		if _, dead, _, ready := podState(fresh); !dead && ready && m.onIdleOf(fresh.Annotations) == core.OnIdleHibernate {
+			m.hibernateInBackground(ctx, fresh, fmt.Sprintf("idle for %v", ttl))
+			continue
+		}
 		m.log.Info("sandbox expired", "sandbox_id", fresh.Labels[labelSandboxID], "idle_ttl", ttl,
 			"tenant", fresh.Annotations[annTenant], "user_id", fresh.Annotations[annUserID])
 		if m.removePod(ctx, fresh, "idle TTL expired") == nil {
 			m.publish(fresh, core.LifecycleExpired, fmt.Sprintf("idle for %v", ttl))
 		}
 	}
+	m.finishHibernations(ctx)
+	m.expireHibernated(ctx)
+	m.gcClaims(ctx)
 	m.gcBindings(ctx)
+}
+
+// hibernateInBackground hibernates Pod p's sandbox on its own goroutine
+// (a snapshot takes up to snapshotTimeout), once at a time per sandbox.
+func (m *Manager) hibernateInBackground(ctx context.Context, p *corev1.Pod, why string) {
+	id := p.Labels[labelSandboxID]
+	m.mu.Lock()
+	if m.hibernating[id] {
+		m.mu.Unlock()
+		return
+	}
+	m.hibernating[id] = true
+	m.mu.Unlock()
+	m.done.Add(1)
+	go func() {
+		defer m.done.Done()
+		defer func() {
+			m.mu.Lock()
+			delete(m.hibernating, id)
+			m.mu.Unlock()
+		}()
+		if _, err := m.hibernatePod(ctx, p, why); err != nil && ctx.Err() == nil {
+			m.log.Warn("hibernating a sandbox; the leader tries again", "sandbox_id", id, "error", err)
+		}
+	}()
+}
+
+// hibernationStall is how long a hibernation or wake may show on its Pod
+// before the leader finishes it: its replica died.
+const hibernationStall = snapshotTimeout + time.Minute
+
+// finishHibernations finishes hibernations and wakes whose replica died
+// (their Pod still says so well after they began); each step is
+// idempotent (hibernate.go).
+func (m *Manager) finishHibernations(ctx context.Context) {
+	if !m.claims() {
+		return
+	}
+	for _, p := range m.userPods() {
+		if p.Annotations[annDeleting] != "" {
+			continue
+		}
+		if _, dead, _, ready := podState(p); dead || !ready {
+			continue
+		}
+		switch {
+		case p.Annotations[annHibernating] != "" && time.Since(hibernatingSince(p)) > hibernationStall:
+			m.hibernateInBackground(ctx, p, "finishing a hibernation its replica left")
+		case p.Annotations[annWaking] != "" && time.Since(p.CreationTimestamp.Time) > hibernationStall:
+			if _, err := m.finishWake(ctx, p); err != nil && ctx.Err() == nil {
+				m.log.Warn("finishing a wake its replica left", "sandbox_id", p.Labels[labelSandboxID], "error", err)
+			}
+		}
+	}
+}
+
+// expireHibernated deletes the hibernated sandboxes kept HibernatedTTL.
+func (m *Manager) expireHibernated(ctx context.Context) {
+	for _, c := range m.hibernatedClaims() {
+		rec, _ := parseHibRecord(c.Annotations[annHibernated])
+		if rec.HibernatedAt.IsZero() || time.Since(rec.HibernatedAt) < m.cfg.HibernatedTTL {
+			continue
+		}
+		if _, err := m.pods.Pods(m.cfg.Namespace).Get(c.Name); err == nil {
+			continue // being woken
+		}
+		m.removeHibernated(ctx, c, "hibernated TTL expired")
+		m.publishClaim(c, core.LifecycleExpired, fmt.Sprintf("hibernated for %v", m.cfg.HibernatedTTL))
+	}
 }
 
 // gcBindings deletes bindings whose sandbox Pod is gone for good (deleted
@@ -138,6 +214,11 @@ func (m *Manager) gcBindings(ctx context.Context) {
 		id := ptr.Deref(l.Spec.HolderIdentity, "")
 		if _, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id)); err == nil {
 			continue
+		}
+		if m.claims() {
+			if c, err := m.pvcs.PersistentVolumeClaims(m.cfg.Namespace).Get(podName(id)); err == nil && c.Annotations[annHibernated] != "" {
+				continue // hibernated: still the user's
+			}
 		}
 		changed := l.CreationTimestamp.Time
 		if l.Spec.AcquireTime != nil && l.Spec.AcquireTime.After(changed) {

@@ -247,18 +247,31 @@ func (m *Manager) commandSidecar(ctx context.Context, sandboxID, commandID strin
 // followEnd is what a Follow of command cmd ends with when sandbox id's
 // Pod p (nil: none) says the sandbox is deleted or dead, or nil while it
 // lives.
-func followEnd(p *corev1.Pod, id, cmd string) error {
+func (m *Manager) followEnd(p *corev1.Pod, id, cmd string) error {
 	if p == nil {
+		if m.claims() {
+			if c, err := m.pvcs.PersistentVolumeClaims(m.cfg.Namespace).Get(podName(id)); err == nil && c.Annotations[annHibernated] != "" {
+				return hibernatedWhileFollowed(id, cmd)
+			}
+		}
 		return core.SandboxDeleted(id, cmd)
 	}
 	gone, dead, reason, _ := podState(p)
 	switch {
+	case gone && p.Annotations[annDeleting] == hibernatedMark:
+		return hibernatedWhileFollowed(id, cmd)
 	case gone:
 		return core.SandboxDeleted(id, cmd)
 	case dead:
 		return core.Errorf(core.ErrFailedPrecondition, "sandbox %s died before the command finished: %s; acquire a new sandbox", id, reason)
 	}
 	return nil
+}
+
+// hibernatedWhileFollowed ends a Follow whose sandbox was hibernated: its
+// output is kept, and following again wakes it.
+func hibernatedWhileFollowed(id, cmd string) error {
+	return core.Errorf(core.ErrUnavailable, "sandbox %s was hibernated while command %s was followed; follow again (the sandbox wakes, its output is kept)", id, cmd)
 }
 
 // sidecarGoneWait is how long a Follow whose io sidecar went away waits
@@ -276,7 +289,7 @@ func (m *Manager) deathWithin(ctx context.Context, id, cmd string, d time.Durati
 		if err != nil {
 			return nil
 		}
-		if end := followEnd(p, id, cmd); end != nil {
+		if end := m.followEnd(p, id, cmd); end != nil {
 			return end
 		}
 		select {
@@ -305,7 +318,7 @@ func (m *Manager) watchWhileFollowing(ctx context.Context, id, cmd string, cance
 			}
 			return
 		}
-		if end := followEnd(p, id, cmd); end != nil {
+		if end := m.followEnd(p, id, cmd); end != nil {
 			cancel(end)
 			return
 		}

@@ -92,6 +92,8 @@ func (m *Manager) ioError(id, cmd string, err error) error {
 		return core.CommandIDReused(cmd, id)
 	case errors.Is(err, iolog.ErrLogFull):
 		return core.LogFull(id, err)
+	case errors.Is(err, iolog.ErrHibernating):
+		return core.Errorf(core.ErrUnavailable, "sandbox %s is being hibernated; try again (the next use wakes it)", id)
 	case errors.Is(err, iolog.ErrTampered), errors.Is(err, iosidecar.ErrBadResponse):
 		m.log.Error("sandbox tampered with its /io files or its io sidecar", "sandbox_id", id, "error", err)
 		return core.Tampered(id, "its /io files", err)

@@ -38,6 +38,9 @@ type Manager struct {
 	factory informers.SharedInformerFactory
 	pods    corelisters.PodLister
 	leases  coordlisters.LeaseLister
+	// pvcs lists the sandboxes' state volumes (claim.go); nil without
+	// Config.StorageClass.
+	pvcs corelisters.PersistentVolumeClaimLister
 
 	// chMu guards ch, which is closed (and replaced) whenever the cache
 	// changes: waiters for a Pod's readiness or death select on it.
@@ -59,6 +62,9 @@ type Manager struct {
 	// creating counts warm-pool Pods this replica created that the cache
 	// has not shown yet (pool.go).
 	creating map[string]time.Time
+	// hibernating are the sandboxes this replica's leader is hibernating
+	// (chores.go).
+	hibernating map[string]bool
 
 	// health is what this replica last read of its sandboxes' health
 	// (health.go).
@@ -89,7 +95,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger.With("backend", "kubernetes"),
 		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
-		creating: map[string]time.Time{}, closed: make(chan struct{}), health: newHealthCache(),
+		creating: map[string]time.Time{}, hibernating: map[string]bool{}, closed: make(chan struct{}), health: newHealthCache(),
 	}
 	if cfg.KubeletTransport != nil {
 		m.stats = newKubeletStats(cfg.KubeletTransport, cfg.KubeletPort)
@@ -115,6 +121,13 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	if _, err := leaseInf.Informer().AddEventHandler(handler); err != nil {
 		return nil, err
+	}
+	if cfg.StorageClass != "" {
+		pvcInf := m.factory.Core().V1().PersistentVolumeClaims()
+		m.pvcs = pvcInf.Lister()
+		if _, err := pvcInf.Informer().AddEventHandler(handler); err != nil {
+			return nil, err
+		}
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.stop = cancel
@@ -288,10 +301,34 @@ func (m *Manager) visible(ctx context.Context, id string) (*corev1.Pod, error) {
 	return p, nil
 }
 
+// lookup returns sandbox id when the caller in ctx may see it: its Pod,
+// or, when it is hibernated, its claim (then p is nil). A sandbox
+// sandboxd is deleting, a pool Pod and another tenant's sandbox are
+// ErrNotFound.
+func (m *Manager) lookup(ctx context.Context, id string) (p *corev1.Pod, c *corev1.PersistentVolumeClaim, err error) {
+	p, err = m.visible(ctx, id)
+	if err == nil || !m.claims() || core.ClassOf(err) != core.ErrNotFound {
+		return p, nil, err
+	}
+	c, cerr := m.claimOf(ctx, id)
+	if cerr != nil {
+		return nil, nil, cerr
+	}
+	if c == nil || c.Annotations[annHibernated] == "" || c.DeletionTimestamp != nil || !core.CallerOf(ctx).Sees(c.Annotations[annTenant]) {
+		return nil, nil, err
+	}
+	return nil, c, nil
+}
+
 // live returns sandbox id's Pod once it is ready, for an operation that
 // needs its sidecar: waiting (bounded by StartTimeout) while it starts,
-// ErrFailedPrecondition when it is dead.
+// waking it when it is hibernated (as any use does), ErrFailedPrecondition
+// when it is dead.
 func (m *Manager) live(ctx context.Context, id string) (*corev1.Pod, error) {
+	if m.claims() {
+		p, _, err := m.awake(ctx, id)
+		return p, err
+	}
 	p, err := m.visible(ctx, id)
 	if err != nil {
 		return nil, err

@@ -108,12 +108,15 @@ func (k *kubeletStats) read(addr string) summaryRead {
 // from the kubelet running its Pod (one sample: see above). A dead
 // sandbox has none; a kubelet that cannot be read is UNAVAILABLE.
 func (m *Manager) SandboxMetrics(ctx context.Context, id string, since time.Time) ([]core.SandboxMetrics, error) {
-	p, err := m.visible(ctx, id)
+	p, _, err := m.lookup(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if m.stats == nil {
 		return nil, unsupported(featMetrics)
+	}
+	if p == nil {
+		return nil, nil // hibernated: nothing runs
 	}
 	if _, dead, _, _ := podState(p); dead || p.Status.HostIP == "" {
 		return nil, nil // dead, or not on a node yet

@@ -96,6 +96,7 @@ type podSpec struct {
 	env     map[string]string
 	meta    map[string]string
 	idleTTL time.Duration
+	onIdle  string
 	now     time.Time
 }
 
@@ -131,19 +132,24 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 	if s.limits.DiskBytes > 0 {
 		workspace.EmptyDir.SizeLimit = resource.NewQuantity(s.limits.DiskBytes, resource.BinarySI)
 	}
-	if cfg.StorageClass != "" {
-		size := max(s.limits.DiskBytes, 1<<30)
-		workspace = corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{
-			VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{Spec: corev1.PersistentVolumeClaimSpec{
-				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				StorageClassName: ptr.To(cfg.StorageClass),
-				Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{
-					corev1.ResourceStorage: *resource.NewQuantity(size, resource.BinarySI)}},
-			}}}}
-	}
 	ioSize := resource.NewQuantity(cfg.IODiskBytes, resource.BinarySI)
 	tmpSize := resource.NewQuantity(256<<20, resource.BinarySI)
 	mounts := []corev1.VolumeMount{{Name: volumeIO, MountPath: "/io"}, {Name: volumeWorkspace, MountPath: "/workspace"}}
+	volumes := []corev1.Volume{
+		{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ioSize}}},
+		{Name: volumeWorkspace, VolumeSource: workspace},
+	}
+	if cfg.StorageClass != "" {
+		// The state volume (claim.go): both directories on the sandbox's
+		// own claim, which outlives the Pod.
+		mounts = []corev1.VolumeMount{
+			{Name: volumeState, MountPath: "/io", SubPath: subPathIO},
+			{Name: volumeState, MountPath: "/workspace", SubPath: subPathWS},
+		}
+		volumes = []corev1.Volume{{Name: volumeState, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: podName(s.id)}}}}
+	}
+	volumes = append(volumes, corev1.Volume{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmpSize}}})
 	always := corev1.ContainerRestartPolicyAlways
 	port := intstrPort(cfg.IOPort)
 	pod := &corev1.Pod{
@@ -161,11 +167,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			NodeSelector:    cfg.NodeSelector,
 			Tolerations:     tolerations(cfg),
-			Volumes: []corev1.Volume{
-				{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ioSize}}},
-				{Name: volumeWorkspace, VolumeSource: workspace},
-				{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmpSize}}},
-			},
+			Volumes:         volumes,
 			// The io sidecar is a native sidecar: it starts (and prepares
 			// the /io layout) before the driver, and stops after it.
 			InitContainers: []corev1.Container{{
@@ -264,6 +266,9 @@ func ownerAnnotations(s podSpec) map[string]string {
 	}
 	if s.idleTTL > 0 {
 		ann[annIdleTimeout] = s.idleTTL.String()
+	}
+	if s.onIdle != "" {
+		ann[annOnIdle] = s.onIdle
 	}
 	if len(s.meta) > 0 {
 		b, _ := json.Marshal(s.meta)

@@ -121,7 +121,7 @@ func (m *Manager) refillPool(ctx context.Context) {
 	}
 	for n := len(live) + pending; n < m.cfg.WarmPool; n++ {
 		s := podSpec{id: core.NewSandboxID(), pool: true, limits: m.cfg.DefaultLimits}
-		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildPod(&m.cfg, s), metav1.CreateOptions{})
+		p, err := m.createPod(ctx, s, buildPod(&m.cfg, s))
 		if err != nil {
 			if ctx.Err() == nil {
 				m.log.Warn("creating a warm-pool pod", "error", err)

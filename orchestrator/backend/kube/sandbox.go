@@ -19,9 +19,12 @@ import (
 // health as its sidecar says (health.go: kept for a while, and waited for
 // a bounded time).
 func (m *Manager) Get(ctx context.Context, sandboxID string) (core.Sandbox, error) {
-	p, err := m.visible(ctx, sandboxID)
-	if err != nil {
+	p, c, err := m.lookup(ctx, sandboxID)
+	switch {
+	case err != nil:
 		return core.Sandbox{}, err
+	case p == nil:
+		return m.sandboxOfClaim(c), nil
 	}
 	return m.describe(ctx, p), nil
 }
@@ -49,6 +52,22 @@ func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, 
 		pods = append(pods, p)
 	}
 	m.describeAll(ctx, pods, out)
+	for _, c := range m.hibernatedClaims() {
+		if !caller.Sees(c.Annotations[annTenant]) {
+			continue
+		}
+		if p, err := m.pods.Pods(m.cfg.Namespace).Get(c.Name); err == nil {
+			if gone, _, _, _ := podState(p); !gone {
+				continue // waking: its Pod says so
+			}
+		}
+		sb := m.sandboxOfClaim(c)
+		if (f.Tenant != "" && sb.Tenant != f.Tenant) || (f.UserID != "" && sb.UserID != f.UserID) ||
+			(f.State != "" && sb.State != f.State) || !core.HasMetadata(sb.Metadata, f.Metadata) {
+			continue
+		}
+		out = append(out, sb)
+	}
 	slices.SortFunc(out, core.CompareSandboxes)
 	return out, nil
 }
@@ -56,9 +75,14 @@ func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, 
 // Delete removes a sandbox: its Pod (and with it /io and /workspace) and,
 // if it is its user's current one, the user's binding.
 func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
-	p, err := m.visible(ctx, sandboxID)
+	p, c, err := m.lookup(ctx, sandboxID)
 	if err != nil {
 		return err
+	}
+	if p == nil {
+		m.removeHibernated(ctx, c, "deleted by request")
+		m.publishClaim(c, core.LifecycleKilled, "deleted on request")
+		return nil
 	}
 	if err := m.removePod(ctx, p, "deleted by request"); err != nil {
 		return apiError("delete the sandbox pod", err)
@@ -69,11 +93,19 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 
 // SetTimeout sets a sandbox's own idle TTL and counts as a use.
 func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
-	p, err := m.visible(ctx, sandboxID)
+	p, c, err := m.lookup(ctx, sandboxID)
 	if err != nil {
 		return core.Sandbox{}, err
 	}
 	now := time.Now()
+	if p == nil {
+		// A hibernated sandbox keeps it for its wake.
+		c, err = m.patchClaim(ctx, sandboxID, nil, map[string]any{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)})
+		if err != nil {
+			return core.Sandbox{}, apiError("set the idle timeout", err)
+		}
+		return m.sandboxOfClaim(c), nil
+	}
 	// Written at once, with the last activity: a caller that extended the
 	// timeout must not lose it to a replica's crash.
 	if err := m.patchAnnotations(ctx, sandboxID, map[string]string{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)}); err != nil {
@@ -110,7 +142,13 @@ func (m *Manager) sandboxOf(p *corev1.Pod) core.Sandbox {
 		Image:        m.cfg.Image,
 		ContainerID:  p.Name,
 		IdleTimeout:  m.idleTTLOf(p),
-		OnIdle:       core.OnIdleDelete,
+		OnIdle:       m.onIdleOf(p.Annotations),
+	}
+	if s := p.Annotations[annLastWake]; s != "" {
+		var w core.WakeInfo
+		if json.Unmarshal([]byte(s), &w) == nil {
+			sb.LastWake = &w
+		}
 	}
 	if dead {
 		sb.State, sb.StateReason = core.StateDead, reason
@@ -182,6 +220,7 @@ func (m *Manager) remove(ctx context.Context, p *corev1.Pod, why, resourceVersio
 	}
 	m.forgetPod(p)
 	m.deletePod(ctx, p)
+	m.deleteClaim(ctx, id)
 	if key := p.Labels[labelUser]; key != "" {
 		if l := m.binding(key); l != nil && ptr.Deref(l.Spec.HolderIdentity, "") == id {
 			m.deleteBinding(ctx, l.Name, l.ResourceVersion)
@@ -191,9 +230,38 @@ func (m *Manager) remove(ctx context.Context, p *corev1.Pod, why, resourceVersio
 	return nil
 }
 
+// removeHibernated deletes hibernated sandbox c for good: its claim and,
+// if it is its user's current one, the user's binding.
+func (m *Manager) removeHibernated(ctx context.Context, c *corev1.PersistentVolumeClaim, why string) {
+	id := c.Labels[labelSandboxID]
+	m.deleteClaim(ctx, id)
+	if key := c.Labels[labelUser]; key != "" {
+		if l := m.binding(key); l != nil && ptr.Deref(l.Spec.HolderIdentity, "") == id {
+			m.deleteBinding(ctx, l.Name, l.ResourceVersion)
+		}
+	}
+	m.log.Info("hibernated sandbox removed", "sandbox_id", id, "why", why)
+}
+
+// publishClaim is publish for a hibernated sandbox.
+func (m *Manager) publishClaim(c *corev1.PersistentVolumeClaim, kind core.LifecycleKind, reason string) {
+	sb := m.sandboxOfClaim(c)
+	m.cfg.Lifecycle.Publish(core.LifecycleEvent{
+		Kind: kind, Time: time.Now().UTC(), Tenant: sb.Tenant, UserID: sb.UserID,
+		SandboxID: sb.ID, Metadata: sb.Metadata, Reason: reason,
+	})
+}
+
 // finishRemoval completes a removal that a replica began and did not end
 // (it crashed between the two writes).
 func (m *Manager) finishRemoval(ctx context.Context, p *corev1.Pod) {
+	if p.Annotations[annDeleting] == hibernatedMark {
+		// Its sandbox lives on, hibernated: only the Pod goes.
+		if len(p.Finalizers) > 0 || p.DeletionTimestamp == nil {
+			_ = m.dropPod(ctx, p, hibernatedMark)
+		}
+		return
+	}
 	if len(p.Finalizers) > 0 || p.DeletionTimestamp == nil {
 		_ = m.removePod(ctx, p, p.Annotations[annDeleting])
 	}

@@ -29,15 +29,18 @@ const (
 )
 
 // refuseOptions is Acquire's answer to options this backend lacks, network
-// volumes, templates, a start from a snapshot and hibernation on idle: no
-// sandbox here gets them (its Pod has no egress gateway and no volume but
-// its own, and is deleted when idle), and an option silently ignored would
-// let a caller believe it is in force (an E2B autoPause sandbox deleted at
-// its timeout, with everything in it). The server's own --on-idle default
-// is not an option of the caller's: Config says it is not followed here.
-func refuseOptions(opts core.Options) error {
+// volumes, templates, a start from a snapshot, and hibernation on idle
+// without a storage class: no sandbox here gets them (its Pod has no
+// egress gateway and no volume but its own), and an option silently
+// ignored would let a caller believe it is in force (an E2B autoPause
+// sandbox deleted at its timeout, with everything in it). The server's own
+// --on-idle default is not an option of the caller's: without a storage
+// class, Config says it is not followed here.
+func (m *Manager) refuseOptions(opts core.Options) error {
 	if opts.OnIdle == core.OnIdleHibernate {
-		return unsupported(featHibernation)
+		if err := m.hibernation(); err != nil {
+			return err
+		}
 	}
 	if opts.FromSnapshot != "" {
 		return unsupported(featSnapshots)
@@ -72,16 +75,6 @@ func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
 // PortTarget is not supported on this backend.
 func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
 	return core.PortTarget{}, unsupported(featNetwork)
-}
-
-// Hibernate is not supported on this backend: idle sandboxes are deleted.
-func (m *Manager) Hibernate(context.Context, string) (core.Sandbox, error) {
-	return core.Sandbox{}, unsupported(featHibernation)
-}
-
-// Wake is not supported on this backend.
-func (m *Manager) Wake(context.Context, string) (core.Sandbox, *core.WakeInfo, error) {
-	return core.Sandbox{}, nil, unsupported(featHibernation)
 }
 
 // CreateSnapshot is not supported on this backend.

@@ -1,0 +1,151 @@
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// Hibernation on the real nodes (orchestrator/backend/kube/hibernate.go):
+// replicas with --kube-storage-class give each sandbox a claim of the
+// cluster's local volumes for its /io and /workspace. Hibernating deletes
+// the Pod and keeps the claim; any use through any replica wakes it in a
+// new Pod on the same claim (the real scheduler places it on the volume's
+// node), with the globals restored as on Docker (hibSetup, hibCheck). The
+// leader hibernates an idle sandbox; deleting a hibernated sandbox deletes
+// its claim.
+func kubeHibernation(t *testing.T, k *kubeEnv) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	class := "--kube-storage-class=" + k.cluster.StorageClass
+	a, b := k.replica(t, "hib-a", class), k.replica(t, "hib-b", class)
+	ca, _ := a.client(t)
+	cb, _ := b.client(t)
+	claims := k.cs.CoreV1().PersistentVolumeClaims(kubeNamespace)
+	podGone := func(id string) {
+		t.Helper()
+		name := "sbx-" + strings.TrimPrefix(id, "sb-")
+		if !pollUntil(time.Minute, func() bool {
+			_, err := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}) {
+			t.Fatalf("the pod of hibernated sandbox %s is still there after a minute", id)
+		}
+	}
+
+	sbID := acquire(t, ctx, ca, "kube-hib").GetSandbox().GetSandboxId()
+	defer deleteQuietly(ca, sbID)
+	if o, _ := execOut(t, ctx, ca, sbID, "setup", hibSetup); o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+		t.Fatalf("setup: %+v %v", o.done, o.errs)
+	}
+	want, _ := execOut(t, ctx, ca, sbID, "check-0", hibCheck)
+	if want.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK || want.stdout == "" {
+		t.Fatalf("check: %+v %v", want.done, want.errs)
+	}
+	claimName := "sbx-" + strings.TrimPrefix(sbID, "sb-")
+	if c, err := claims.Get(ctx, claimName, metav1.GetOptions{}); err != nil || c.Spec.VolumeName == "" {
+		t.Fatalf("the sandbox's claim %s: %v (bound to %q)", claimName, err, c.Spec.VolumeName)
+	}
+
+	hib, err := ca.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: sbID})
+	if err != nil {
+		t.Fatalf("HibernateSandbox: %v", err)
+	}
+	if sb := hib.GetSandbox(); sb.GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED || sb.GetSnapshot().GetLevel() != "globals" || sb.GetSnapshot().GetSizeBytes() <= 0 {
+		t.Fatalf("hibernated sandbox: %v", sb)
+	}
+	podGone(sbID)
+	// Every replica sees it hibernated; looking does not wake it.
+	for _, c := range []sandboxv1.SandboxServiceClient{ca, cb} {
+		g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
+		if err != nil || g.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
+			t.Fatalf("GetSandbox of a hibernated sandbox: %v, %v", g, err)
+		}
+		l, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{State: sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED})
+		if err != nil || len(l.GetSandboxes()) != 1 || l.GetSandboxes()[0].GetSandboxId() != sbID {
+			t.Fatalf("ListSandboxes(hibernated) = %v, %v", l, err)
+		}
+	}
+
+	// A command through the other replica wakes it, in a new Pod on the
+	// same claim; its started event says how the state came back.
+	got, started := execOut(t, ctx, cb, sbID, "check-1", hibCheck)
+	w := started.GetWake()
+	if w.GetLevel() != "globals" {
+		t.Fatalf("first command after the wake: started.wake = %v", w)
+	}
+	for _, name := range []string{"n", "arr", "df", "acc", "Acc", "double", "fig", "np", "pd", "plt"} {
+		if !slices.Contains(w.GetRestoredNames(), name) {
+			t.Errorf("restored names %v lack %s", w.GetRestoredNames(), name)
+		}
+	}
+	if lost := lostNames(w); !slices.Contains(lost, "fh") || !slices.Contains(lost, "gen") {
+		t.Errorf("lost names %v; want fh and gen", lost)
+	}
+	if got.stdout != want.stdout || got.done.GetStateLost() {
+		t.Fatalf("globals after the wake:\n%s\nwant\n%s (done %+v)", got.stdout, want.stdout, got.done)
+	}
+	if o, st := execOut(t, ctx, ca, sbID, "after-wake", "open('/workspace/kept.txt').read()"); st.GetWake() != nil || len(o.results) == 0 || o.results[0]["text/plain"] != "'on disk'" {
+		t.Fatalf("second command after the wake: wake %v, result %v", st.GetWake(), o.results)
+	}
+	g, err := ca.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
+	if err != nil || g.GetSandbox().GetLastWake().GetLevel() != "globals" {
+		t.Fatalf("GetSandbox after the wake: last_wake %v, %v", g.GetSandbox().GetLastWake(), err)
+	}
+	// A command from before the hibernation still replays: /io is kept.
+	s, err := ca.StreamCommand(ctx, &sandboxv1.StreamCommandRequest{SandboxId: sbID, CommandId: "check-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := drain(t, s); o.stdout != want.stdout {
+		t.Fatalf("StreamCommand of a command from before the hibernation: %q", o.stdout)
+	}
+
+	// Hibernated through one replica, woken by the user's acquire through
+	// the other.
+	if _, err := cb.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: sbID}); err != nil {
+		t.Fatalf("HibernateSandbox again: %v", err)
+	}
+	acq := acquire(t, ctx, ca, "kube-hib")
+	if acq.GetCreated() || acq.GetSandbox().GetSandboxId() != sbID || acq.GetWoke().GetLevel() != "globals" {
+		t.Fatalf("AcquireSandbox of the hibernated sandbox = %v", acq)
+	}
+	if got, _ := execOut(t, ctx, ca, sbID, "check-2", hibCheck); got.stdout != want.stdout {
+		t.Fatalf("globals after the second wake:\n%s\nwant\n%s", got.stdout, want.stdout)
+	}
+
+	// Idle: the leader hibernates it (on-idle hibernate, the default).
+	if _, err := ca.SetSandboxTimeout(ctx, &sandboxv1.SetSandboxTimeoutRequest{SandboxId: sbID, Timeout: durationpb.New(3 * time.Second)}); err != nil {
+		t.Fatalf("SetSandboxTimeout: %v", err)
+	}
+	if !pollUntil(2*time.Minute, func() bool {
+		g, err := cb.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
+		return err == nil && g.GetSandbox().GetState() == sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED
+	}) {
+		t.Fatal("the idle sandbox was not hibernated within 2 minutes of its 3 s idle timeout")
+	}
+	podGone(sbID)
+
+	// Deleting a hibernated sandbox deletes its claim (the PV is then
+	// recycled by the cluster's reclaim).
+	if _, err := cb.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sbID}); err != nil {
+		t.Fatalf("DeleteSandbox of a hibernated sandbox: %v", err)
+	}
+	if !pollUntil(time.Minute, func() bool {
+		_, err := claims.Get(ctx, claimName, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}) {
+		t.Fatalf("claim %s still there a minute after its sandbox was deleted", claimName)
+	}
+	if _, err := ca.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID}); err == nil {
+		t.Fatal("GetSandbox of a deleted hibernated sandbox succeeded")
+	}
+}

@@ -1,0 +1,396 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Hibernation on Kubernetes: the Pod goes, its state volume stays
+// (claim.go), as a Docker sandbox's container goes and its directories
+// stay. The steps, each one a write any replica can see and repeat:
+//
+//  1. annHibernating on the Pod names the snapshot record, derived from
+//     the Pod's UID (so every replica that finishes this hibernation
+//     sends the same one);
+//  2. the snapshot record is run through the sidecar (Run: appended once,
+//     followed to its done). From it on, the log is sealed: the sidecar
+//     refuses new commands (iolog.ErrHibernating) until a restore record;
+//  3. the claim gets the sandbox's record and annHibernated: from now on
+//     the sandbox is hibernated;
+//  4. the Pod is removed (annDeleting, finalizer dropped, deleted).
+//
+// A wake creates the Pod again (annWaking holding the record), waits for
+// it, runs the restore record (derived from the new Pod's UID), then
+// clears annHibernated on the claim and annWaking on the Pod. A replica
+// that dies at any step leaves a state the next use (live), or the
+// leader's chores, finishes: nothing is lost, and no record runs twice.
+
+// Bounds of the hibernation records, as on the Docker backend.
+const (
+	snapshotTimeout = 2 * time.Minute
+	restoreTimeout  = 2 * time.Minute
+	// goneWait bounds the wait for a hibernated Pod's object to go before
+	// the Pod that wakes it (of the same name) is created.
+	goneWait = time.Minute
+)
+
+// hibernatedMark is annDeleting's value on a hibernated sandbox's Pod:
+// the Pod goes, the sandbox does not.
+const hibernatedMark = "hibernated"
+
+// hibernatingSince is when the hibernation marked on Pod p began (zero
+// when none is).
+func hibernatingSince(p *corev1.Pod) time.Time {
+	_, at, _ := strings.Cut(p.Annotations[annHibernating], " ")
+	return parseTime(at)
+}
+
+// uidKey is the short form of Pod p's UID that names its records.
+func uidKey(p *corev1.Pod) string {
+	k := strings.ReplaceAll(string(p.UID), "-", "")
+	return k[:min(len(k), 20)]
+}
+
+// hibernation says why this backend cannot hibernate, or nil.
+func (m *Manager) hibernation() error {
+	if m.claims() {
+		return nil
+	}
+	return core.Unsupported(backendName, featHibernation+" without --kube-storage-class (a sandbox's /io and /workspace need a volume that outlives its Pod)")
+}
+
+// Hibernate hibernates a running sandbox now and returns it; a hibernated
+// one is returned as it is, a dead one is ErrFailedPrecondition.
+func (m *Manager) Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error) {
+	if err := m.hibernation(); err != nil {
+		return core.Sandbox{}, err
+	}
+	p, c, err := m.lookup(ctx, sandboxID)
+	if err != nil {
+		return core.Sandbox{}, err
+	}
+	if p == nil {
+		return m.sandboxOfClaim(c), nil
+	}
+	if _, dead, reason, _ := podState(p); dead {
+		return core.Sandbox{}, core.Preconditionf("sandbox %s is dead (%s): there is no state to hibernate", sandboxID, reason)
+	}
+	if p.Annotations[annWaking] != "" {
+		if p, err = m.finishWake(ctx, p); err != nil {
+			return core.Sandbox{}, err
+		}
+	}
+	c, err = m.hibernatePod(ctx, p, "on request")
+	if err != nil {
+		return core.Sandbox{}, err
+	}
+	return m.sandboxOfClaim(c), nil
+}
+
+// Wake wakes a hibernated sandbox now and returns it, with how its state
+// came back (nil when it was running).
+func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error) {
+	if err := m.hibernation(); err != nil {
+		return core.Sandbox{}, nil, err
+	}
+	p, w, err := m.awake(ctx, sandboxID)
+	if err != nil {
+		return core.Sandbox{}, nil, err
+	}
+	m.touch(sandboxID, p)
+	return m.sandboxOf(p), w, nil
+}
+
+// awake returns sandbox id's ready Pod, waking it first if it is
+// hibernated, waiting for a hibernation under way to end and finishing a
+// wake another replica began; w is the wake's outcome when this call
+// woke it.
+func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.WakeInfo, error) {
+	deadline := time.Now().Add(snapshotTimeout + goneWait + m.cfg.StartTimeout)
+	for {
+		p, c, err := m.lookup(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		switch {
+		case p == nil:
+			return m.wake(ctx, c)
+		case p.Annotations[annHibernating] != "":
+			// Another call is hibernating it: wait for that to end,
+			// then wake it.
+			if err := m.awaitChange(ctx, deadline, "sandbox %s is being hibernated", id); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		p, err = m.awaitReady(ctx, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		if p.Annotations[annWaking] != "" {
+			p, err = m.finishWake(ctx, p)
+			return p, nil, err
+		}
+		return p, nil, nil
+	}
+}
+
+// awaitChange waits for the next change of the cache, or until deadline
+// (then ErrUnavailable saying what, from format and args).
+func (m *Manager) awaitChange(ctx context.Context, deadline time.Time, format string, args ...any) error {
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return core.Errorf(core.ErrUnavailable, format+" for longer than expected; try again", args...)
+	}
+	timer := time.NewTimer(min(wait, time.Second)) // the leader's chores may act without a change we see
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.closed:
+		return errClosing
+	case <-timer.C:
+	case <-m.changed():
+	}
+	return nil
+}
+
+// hibernatePod hibernates the sandbox of ready Pod p (the steps above)
+// and returns its claim, as hibernated. why is for logs and webhooks.
+func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (*corev1.PersistentVolumeClaim, error) {
+	id := p.Labels[labelSandboxID]
+	log := m.log.With("sandbox_id", id, "tenant", p.Annotations[annTenant], "user_id", p.Annotations[annUserID])
+	start := time.Now()
+	ctx = context.WithoutCancel(ctx) // once begun, it ends: the log is sealed
+	snapID := "sbx-snapshot-" + uidKey(p)
+	if p.Annotations[annHibernating] == "" {
+		mark := snapID + " " + time.Now().UTC().Format(time.RFC3339)
+		if err := m.patchAnnotations(ctx, id, map[string]string{annHibernating: mark}); err != nil {
+			return nil, apiError("mark the sandbox hibernating", err)
+		}
+	}
+	rec := ioproto.Record{Type: ioproto.KindSnapshot, CommandID: snapID, Snapshot: "snap-" + uidKey(p), TimeoutMS: snapshotTimeout.Milliseconds()}
+	res, err := m.runHib(ctx, p, rec, snapshotTimeout+10*time.Second)
+	hr := hibRecord{Level: ioproto.LevelFiles, TakenAt: time.Now().UTC()}
+	switch {
+	case err != nil:
+		hr.Reason = err.Error()
+	case res.Level != ioproto.LevelGlobals:
+		hr.Reason = cmpOr(res.Reason, "the sandbox did not save its globals")
+	default:
+		hr.Level, hr.File, hr.Bytes = ioproto.LevelGlobals, rec.Snapshot, max(res.Bytes, 0)
+		if len(res.Lost) > 0 {
+			names := make([]string, 0, len(res.Lost))
+			for _, l := range res.Lost {
+				names = append(names, l.Name)
+			}
+			hr.Reason = core.Truncate("not kept: "+strings.Join(names, ", "), 1024)
+		}
+	}
+	hr.Reason = core.Truncate(hr.Reason, 1024)
+	if err != nil {
+		log.Warn("the snapshot of the globals failed; hibernating with files only", "error", err)
+	}
+	hr.HibernatedAt = time.Now().UTC()
+	recJSON, _ := json.Marshal(hr)
+	ann := annotationsAny(recordAnnotations(p.Annotations))
+	ann[annLastActive] = m.lastActive(p).UTC().Format(time.RFC3339Nano)
+	envJSON, _ := json.Marshal(envOf(p))
+	ann[annEnv] = string(envJSON)
+	ann[annHibernated] = string(recJSON)
+	c, err := m.patchClaim(ctx, id, claimLabels(p), ann)
+	if err != nil {
+		return nil, apiError("record the hibernation on the sandbox's volume claim", err)
+	}
+	if err := m.dropPod(ctx, p, hibernatedMark); err != nil {
+		return nil, apiError("delete the hibernated sandbox's pod", err)
+	}
+	m.publish(p, core.LifecycleHibernated, why)
+	log.Info("sandbox hibernated", "reason", why, "level", hr.Level, "snapshot_bytes", hr.Bytes, "level_reason", hr.Reason, "took", time.Since(start))
+	return c, nil
+}
+
+// wake wakes the hibernated sandbox of claim c: a Pod on the same claim,
+// then the restore record.
+func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*corev1.Pod, *core.WakeInfo, error) {
+	id := c.Labels[labelSandboxID]
+	a := c.Annotations
+	if err := m.checkCaps(a[annTenant]); err != nil {
+		return nil, nil, fmt.Errorf("sandbox %s stays hibernated: %w", id, err)
+	}
+	s := podSpec{id: id, tenant: a[annTenant], userID: a[annUserID], now: time.Now()}
+	_ = json.Unmarshal([]byte(a[annLimits]), &s.limits)
+	_ = json.Unmarshal([]byte(a[annEnv]), &s.env)
+	_ = json.Unmarshal([]byte(a[annMetadata]), &s.meta)
+	if d, err := time.ParseDuration(a[annIdleTimeout]); err == nil && d > 0 {
+		s.idleTTL = d
+	}
+	pod := buildPod(&m.cfg, s)
+	for k, v := range recordAnnotations(a) {
+		pod.Annotations[k] = v
+	}
+	pod.Annotations[annLastActive] = s.now.UTC().Format(time.RFC3339Nano)
+	pod.Annotations[annWaking] = a[annHibernated]
+	deadline := time.Now().Add(goneWait)
+	for {
+		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if err == nil {
+			p, err = m.awaitReady(ctx, p)
+			if err != nil {
+				return nil, nil, err
+			}
+			return m.finishWakeInfo(ctx, p)
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, nil, apiError("create the pod that wakes the sandbox", err)
+		}
+		// The hibernated Pod's object is still going, or another replica
+		// is waking the sandbox: wait for the one, adopt the other.
+		q, err := m.podFromAPI(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if q != nil && q.Annotations[annDeleting] == "" {
+			if q, err = m.awaitReady(ctx, q); err != nil {
+				return nil, nil, err
+			}
+			return m.finishWakeInfo(ctx, q)
+		}
+		if err := m.awaitChange(ctx, deadline, "the pod of hibernated sandbox %s is still being deleted", id); err != nil {
+			return nil, nil, err
+		}
+	}
+}
+
+// finishWake runs ready Pod p's restore record, if its wake has not
+// finished, and returns p as woken.
+func (m *Manager) finishWake(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
+	p, _, err := m.finishWakeInfo(ctx, p)
+	return p, err
+}
+
+// finishWakeInfo is finishWake, with the wake's outcome.
+func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Pod, *core.WakeInfo, error) {
+	id := p.Labels[labelSandboxID]
+	from := p.Annotations[annWaking]
+	if from == "" {
+		return p, nil, nil
+	}
+	ctx = context.WithoutCancel(ctx) // once begun, it ends
+	hr, _ := parseHibRecord(from)
+	level := ioproto.LevelFiles
+	if hr.Level == ioproto.LevelGlobals && hr.File != "" {
+		level = ioproto.LevelGlobals
+	}
+	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: "sbx-restore-" + uidKey(p), Level: level, TimeoutMS: restoreTimeout.Milliseconds()}
+	if level == ioproto.LevelGlobals {
+		rec.Snapshot = hr.File
+	}
+	res, err := m.runHib(ctx, p, rec, restoreTimeout+30*time.Second)
+	w := core.WakeFromEvent(res)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || core.ClassOf(err) == core.ErrFailedPrecondition {
+			return nil, nil, err // dead, or going: the wake is not finished
+		}
+		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
+	}
+	if hr.Reason != "" && w.Level == ioproto.LevelFiles {
+		w.Reason = joinReasons("the hibernation kept files only: "+hr.Reason, w.Reason)
+	}
+	w.Time = time.Now().UTC()
+	wJSON, _ := json.Marshal(w)
+	if _, err := m.patchClaim(ctx, id, nil, map[string]any{annHibernated: nil, annEnv: nil}); err != nil && !apierrors.IsNotFound(err) {
+		return nil, nil, apiError("record the wake on the sandbox's volume claim", err)
+	}
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annWaking: nil, annLastWake: string(wJSON)}}})
+	q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, b, metav1.PatchOptions{})
+	if err != nil {
+		return nil, nil, apiError("record the wake on the sandbox's pod", err)
+	}
+	m.touch(id, q)
+	m.awaitCached(ctx, id, func(c *corev1.Pod) bool { return c.Annotations[annWaking] == "" })
+	m.publish(q, core.LifecycleWoken, w.Reason)
+	m.log.Info("sandbox woken", "sandbox_id", id, "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason)
+	return q, w, nil
+}
+
+// runHib runs a snapshot or restore record in ready Pod p's sandbox, once
+// (Run: a record sent again is followed, not appended), and returns its
+// sanitised outcome.
+func (m *Manager) runHib(ctx context.Context, p *corev1.Pod, rec ioproto.Record, wait time.Duration) (*ioproto.HibResult, error) {
+	id := p.Labels[labelSandboxID]
+	conn, err := m.io(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var done *ioproto.Event
+	err = conn.Run(wctx, rec, func(bool) {}, func(e ioproto.Event) error {
+		if e.Type == ioproto.EventDone {
+			done = &e
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("the sandbox did not answer the %s record within %s", rec.Type, wait)
+	case errors.Is(err, iolog.ErrHibernating):
+		return nil, fmt.Errorf("%s record: %w", rec.Type, m.ioError(id, rec.CommandID, err))
+	case err != nil:
+		return nil, fmt.Errorf("%s record: %w", rec.Type, m.ioError(id, rec.CommandID, err))
+	case done == nil || done.Snapshot == nil:
+		return nil, fmt.Errorf("the sandbox answered the %s record without an outcome", rec.Type)
+	}
+	return done.Snapshot.Sanitized(), nil
+}
+
+// dropPod removes Pod p without ending its sandbox: marked (gone for
+// callers, why says what became of it), its finalizer dropped, deleted.
+// Its claim and its user's binding stay.
+func (m *Manager) dropPod(ctx context.Context, p *corev1.Pod, why string) error {
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{annDeleting: why},
+		"finalizers":  nil,
+	}})
+	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m.forgetPod(p)
+	m.deletePod(ctx, p)
+	return nil
+}
+
+func joinReasons(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
