@@ -33,8 +33,8 @@ func TestSealWhileHibernating(t *testing.T) {
 	refused(d, exec("c2"))
 	refused(d, ioproto.Record{Type: ioproto.KindContext, CommandID: "ctx-1", Op: ioproto.ContextCreate, ContextID: "c", Language: ioproto.LanguagePython})
 	refused(d, ioproto.Record{Type: ioproto.KindSnapshot, CommandID: "sbx-snapshot-b", Snapshot: "snap-b"})
-	mustAppend(d, exec("c1"), false)  // a retry of a logged command: answered, not run again
-	mustAppend(d, snap, false)        // the same snapshot again: followed, not appended
+	mustAppend(d, exec("c1"), false) // a retry of a logged command: answered, not run again
+	mustAppend(d, snap, false)       // the same snapshot again: followed, not appended
 	mustAppend(d, ioproto.Record{Type: ioproto.KindInterrupt, CommandID: "c1"}, true)
 
 	// A new Dir on the same log (the sidecar of the woken Pod) is sealed too.
