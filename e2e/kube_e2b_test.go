@@ -19,9 +19,10 @@ import (
 // scenarios and the ports of the SDKs' tests (commands, code interpreter,
 // contexts, files, watches, list, kill, setTimeout, getInfo). What the
 // backend lacks is skipped by SANDBOXD_E2B_BACKEND=kubernetes (helpers.mjs:
-// pause and resume; metrics on the test kubelet, which serves no Summary
-// API), and one scenario checks that pause and autoPause fail naming the
-// feature. The network, snapshot, template and
+// on the test kubelet, which mounts no claims and serves no Summary API,
+// pause and resume and metrics), and there one scenario checks that pause
+// and autoPause fail naming the feature; on the real nodes, replica A has
+// a storage class and pause hibernates. The network, snapshot, template and
 // volume suites are not run: every call of theirs is refused on this
 // backend (e2bapi's TestKubeRefusalsAreClear checks each answer).
 var kubeE2BSuites = []string{"scenarios", "ported_sdk", "ported_ci"}
@@ -38,7 +39,11 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 		t.Fatal(err)
 	}
 	// 512 MiB, as getMetrics' scenario expects (sdk_test.go's sandboxd).
-	a := k.replica(t, "e2b-a", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--default-memory", "512MiB")
+	argsA := []string{"--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--default-memory", "512MiB"}
+	if k.cluster != nil {
+		argsA = append(argsA, "--kube-storage-class="+k.cluster.StorageClass) // pause hibernates
+	}
+	a := k.replica(t, "e2b-a", argsA...)
 	b := k.replica(t, "e2b-b", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--state-dir", t.TempDir())
 	addrA, addrB := e2bAddr(t, a), e2bAddr(t, b)
 
@@ -50,7 +55,8 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 	}
 	env := []string{"SANDBOXD_E2B_BACKEND=kubernetes"}
 	if k.cluster != nil {
-		env = append(env, "SANDBOXD_E2B_KUBE_METRICS=1") // the real kubelets' Summary API
+		// The real kubelets' Summary API, and the real nodes' local volumes.
+		env = append(env, "SANDBOXD_E2B_KUBE_METRICS=1", "SANDBOXD_E2B_KUBE_HIBERNATION=1")
 	}
 	total, failed := e2bsdk.Run(t, node, dir, e2bsdk.Door{Addr: addrA, Key: key, OtherKey: other, Env: env}, files)
 	t.Logf("on kubernetes: %s", e2bsdk.Summary(total, failed))

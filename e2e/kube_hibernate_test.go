@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -55,9 +56,29 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 		t.Fatalf("the sandbox's claim %s: %v (bound to %q)", claimName, err, c.Spec.VolumeName)
 	}
 
+	// A command running when the hibernation is asked for ends first (the
+	// snapshot queues behind it), and its caller gets all of it.
+	slow, err := ca.Execute(ctx, &sandboxv1.ExecuteRequest{SandboxId: sbID, CommandId: "slow", Code: "import time; time.sleep(2); print('slept')"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := slow.Recv(); err != nil {
+		t.Fatalf("the slow command's first event: %v", err)
+	}
+	slowDone := make(chan outcome, 1)
+	go func() {
+		evs, err := recvEvents(slow)
+		if err != nil {
+			t.Errorf("the slow command's stream across the hibernation: %v", err)
+		}
+		slowDone <- outcomeOf(evs)
+	}()
 	hib, err := ca.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: sbID})
 	if err != nil {
 		t.Fatalf("HibernateSandbox: %v", err)
+	}
+	if o := <-slowDone; o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK || o.stdout != "slept\n" {
+		t.Fatalf("a command running at the hibernation: %+v, stdout %q", o.done, o.stdout)
 	}
 	if sb := hib.GetSandbox(); sb.GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED || sb.GetSnapshot().GetLevel() != "globals" || sb.GetSnapshot().GetSizeBytes() <= 0 {
 		t.Fatalf("hibernated sandbox: %v", sb)
@@ -73,6 +94,11 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 		if err != nil || len(l.GetSandboxes()) != 1 || l.GetSandboxes()[0].GetSandboxId() != sbID {
 			t.Fatalf("ListSandboxes(hibernated) = %v, %v", l, err)
 		}
+	}
+
+	out, err := exec.CommandContext(ctx, k.sandboxctl, "--addr", b.addr, "list").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hibernated(globals,") {
+		t.Fatalf("sandboxctl list: %v\n%s", err, out)
 	}
 
 	// A command through the other replica wakes it, in a new Pod on the

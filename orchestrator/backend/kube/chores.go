@@ -188,18 +188,25 @@ func (m *Manager) finishHibernations(ctx context.Context) {
 	}
 }
 
-// expireHibernated deletes the hibernated sandboxes kept HibernatedTTL.
+// expireHibernated deletes the hibernated sandboxes kept HibernatedTTL,
+// or past MaxLifetime.
 func (m *Manager) expireHibernated(ctx context.Context) {
 	for _, c := range m.hibernatedClaims() {
 		rec, _ := parseHibRecord(c.Annotations[annHibernated])
-		if rec.HibernatedAt.IsZero() || time.Since(rec.HibernatedAt) < m.cfg.HibernatedTTL {
+		why := ""
+		switch created := parseTime(c.Annotations[annCreatedAt]); {
+		case !rec.HibernatedAt.IsZero() && time.Since(rec.HibernatedAt) >= m.cfg.HibernatedTTL:
+			why = fmt.Sprintf("hibernated for %v", m.cfg.HibernatedTTL)
+		case m.cfg.MaxLifetime > 0 && !created.IsZero() && time.Since(created) >= m.cfg.MaxLifetime:
+			why = fmt.Sprintf("maximum lifetime of %v reached", m.cfg.MaxLifetime)
+		default:
 			continue
 		}
 		if _, err := m.pods.Pods(m.cfg.Namespace).Get(c.Name); err == nil {
 			continue // being woken
 		}
-		m.removeHibernated(ctx, c, "hibernated TTL expired")
-		m.publishClaim(c, core.LifecycleExpired, fmt.Sprintf("hibernated for %v", m.cfg.HibernatedTTL))
+		m.removeHibernated(ctx, c, why)
+		m.publishClaim(c, core.LifecycleExpired, why)
 	}
 }
 

@@ -35,6 +35,10 @@ const (
 	// annEnv, on a hibernated sandbox's claim, is its env (JSON), for the
 	// Pod that wakes it.
 	annEnv = "sandboxd.io/env"
+	// annImage, on a hibernated sandbox's claim, is its sandbox
+	// container's image: it wakes in the image it was created with (its
+	// snapshot was made by that image's Python), as on Docker.
+	annImage = "sandboxd.io/image"
 	// annOnIdle is a sandbox's own on-idle action (Options.OnIdle).
 	annOnIdle = "sandboxd.io/on-idle"
 	// annHibernating, on a Pod, names the snapshot record of the
@@ -196,7 +200,7 @@ func (m *Manager) sandboxOfClaim(c *corev1.PersistentVolumeClaim) core.Sandbox {
 		State:        core.StateHibernated,
 		CreatedAt:    parseTime(a[annCreatedAt]),
 		LastActiveAt: parseTime(a[annLastActive]),
-		Image:        m.cfg.Image,
+		Image:        cmpOr(a[annImage], m.cfg.Image),
 		IdleTimeout:  m.cfg.IdleTTL,
 		OnIdle:       m.onIdleOf(a),
 		HibernatedAt: rec.HibernatedAt,
@@ -242,6 +246,16 @@ func recordAnnotations(a map[string]string) map[string]string {
 	return out
 }
 
+// imageOf is the sandbox container's image in Pod p.
+func imageOf(p *corev1.Pod) string {
+	for _, c := range p.Spec.Containers {
+		if c.Name == containerSandbox {
+			return c.Image
+		}
+	}
+	return ""
+}
+
 // envOf is the sandbox container's env in Pod p.
 func envOf(p *corev1.Pod) map[string]string {
 	env := map[string]string{}
@@ -261,13 +275,16 @@ func envOf(p *corev1.Pod) map[string]string {
 // gcClaims deletes claims that belong to no sandbox: neither a Pod nor a
 // hibernation holds them, and they are older than orphanClaimAge (read
 // back from the API server first: the cache may not show a new Pod yet).
-func (m *Manager) gcClaims(ctx context.Context) {
+func (m *Manager) gcClaims(ctx context.Context) { m.gcClaimsAt(ctx, time.Now()) }
+
+// gcClaimsAt is gcClaims at time now.
+func (m *Manager) gcClaimsAt(ctx context.Context, now time.Time) {
 	if !m.claims() {
 		return
 	}
 	cs, _ := m.pvcs.PersistentVolumeClaims(m.cfg.Namespace).List(labels.Everything())
 	for _, c := range cs {
-		if c.Annotations[annHibernated] != "" || c.DeletionTimestamp != nil || time.Since(c.CreationTimestamp.Time) < orphanClaimAge {
+		if c.Annotations[annHibernated] != "" || c.DeletionTimestamp != nil || now.Sub(c.CreationTimestamp.Time) < orphanClaimAge {
 			continue
 		}
 		id := c.Labels[labelSandboxID]

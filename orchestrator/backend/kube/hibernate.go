@@ -141,8 +141,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.Wake
 			return nil, nil, err
 		}
 		if p.Annotations[annWaking] != "" {
-			p, err = m.finishWake(ctx, p)
-			return p, nil, err
+			return m.finishWakeInfo(ctx, p) // a wake another call left
 		}
 		return p, nil, nil
 	}
@@ -210,6 +209,7 @@ func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (
 	ann[annLastActive] = m.lastActive(p).UTC().Format(time.RFC3339Nano)
 	envJSON, _ := json.Marshal(envOf(p))
 	ann[annEnv] = string(envJSON)
+	ann[annImage] = imageOf(p)
 	ann[annHibernated] = string(recJSON)
 	c, err := m.patchClaim(ctx, id, claimLabels(p), ann)
 	if err != nil {
@@ -239,6 +239,14 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 		s.idleTTL = d
 	}
 	pod := buildPod(&m.cfg, s)
+	if img := a[annImage]; img != "" {
+		for i := range pod.Spec.Containers {
+			pod.Spec.Containers[i].Image = img
+		}
+		for i := range pod.Spec.InitContainers {
+			pod.Spec.InitContainers[i].Image = img // the io sidecar is in the same image
+		}
+	}
 	for k, v := range recordAnnotations(a) {
 		pod.Annotations[k] = v
 	}
@@ -312,7 +320,7 @@ func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Po
 	}
 	w.Time = time.Now().UTC()
 	wJSON, _ := json.Marshal(w)
-	if _, err := m.patchClaim(ctx, id, nil, map[string]any{annHibernated: nil, annEnv: nil}); err != nil && !apierrors.IsNotFound(err) {
+	if _, err := m.patchClaim(ctx, id, nil, map[string]any{annHibernated: nil, annEnv: nil, annImage: nil}); err != nil && !apierrors.IsNotFound(err) {
 		return nil, nil, apiError("record the wake on the sandbox's volume claim", err)
 	}
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annWaking: nil, annLastWake: string(wJSON)}}})

@@ -54,3 +54,21 @@ func TestAcquireRefusesWhatItCannotKeep(t *testing.T) {
 		}
 	}
 }
+
+// TestHibernationNeedsAStorageClass: without Config.StorageClass there is
+// no volume that outlives a Pod, so hibernating and waking are refused
+// naming the flag that enables them, before any use of the API server.
+func TestHibernationNeedsAStorageClass(t *testing.T) {
+	var m Manager
+	ctx := core.WithCaller(t.Context(), core.DefaultCaller)
+	_, errHib := m.Hibernate(ctx, "sb-aaaaaaaaaaaaaaaaaaaa")
+	_, _, errWake := m.Wake(ctx, "sb-aaaaaaaaaaaaaaaaaaaa")
+	for i, err := range []error{errHib, errWake} {
+		if !core.IsUnsupported(err) || !strings.Contains(err.Error(), "--kube-storage-class") {
+			t.Errorf("call %d: %v; want core.Unsupported naming --kube-storage-class", i, err)
+		}
+	}
+	if got := m.onIdleOf(map[string]string{annOnIdle: core.OnIdleHibernate}); got != core.OnIdleDelete {
+		t.Errorf("on-idle without a storage class = %q; want %q", got, core.OnIdleDelete)
+	}
+}

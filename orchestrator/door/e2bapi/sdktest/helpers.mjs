@@ -33,13 +33,24 @@ export const onKube = backend === 'kubernetes'
 const hasMetrics = !onKube || process.env.SANDBOXD_E2B_KUBE_METRICS === '1'
 
 /**
+ * Whether the sandboxd under test hibernates (pause, autoPause): always on
+ * docker; on kubernetes with --kube-storage-class (the real nodes' local
+ * volumes: SANDBOXD_E2B_KUBE_HIBERNATION=1).
+ */
+const hasHibernation = !onKube || process.env.SANDBOXD_E2B_KUBE_HIBERNATION === '1'
+
+/** On the kubernetes backend without a storage class: pause is refused. */
+export const kubeWithoutHibernation = onKube && !hasHibernation
+
+/**
  * T for a scenario that needs feature, or on the kubernetes backend, which
- * lacks it (hibernation, network, snapshots, volumes, templates: the door
- * answers 501 naming it; per-sandbox metrics where its kubelets serve no
- * Summary API), T with a skip saying so.
+ * lacks it (network, snapshots, volumes, templates: the door answers 501
+ * naming it; hibernation without a storage class; per-sandbox metrics
+ * where its kubelets serve no Summary API), T with a skip saying so.
  */
 export function needs(feature) {
   if (feature === 'per-sandbox metrics' && hasMetrics) return T
+  if (feature === 'hibernation' && hasHibernation) return T
   return onKube ? { ...T, skip: `sandboxd's kubernetes backend lacks ${feature}` } : T
 }
 

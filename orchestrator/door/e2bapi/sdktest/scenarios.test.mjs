@@ -2,7 +2,7 @@
 // lifecycle, code interpreter, files, commands, isolation.
 import { test, describe, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Sandbox, core, T, withSandbox, waitFor, deferred, within, needs, onKube } from './helpers.mjs'
+import { Sandbox, core, T, withSandbox, waitFor, deferred, within, needs, kubeWithoutHibernation } from './helpers.mjs'
 
 const { CommandExitError, NotFoundError, FileNotFoundError, AuthenticationError, FilesystemEventType, SandboxError } = core
 
@@ -133,7 +133,7 @@ describe('lifecycle', () => {
     }, { lifecycle: { onTimeout: 'pause' } })
   })
 
-  test('kubernetes: pause and autoPause fail with an error naming the feature and the backend', onKube ? T : { skip: 'only on --backend kubernetes' }, async () => {
+  test('kubernetes without a storage class: pause and autoPause fail with an error naming the feature and the backend', kubeWithoutHibernation ? T : { skip: 'only on --backend kubernetes without --kube-storage-class' }, async () => {
     const named = (feature) => (e) => e instanceof SandboxError && e.message.includes(feature) && e.message.includes('kubernetes backend')
     await withSandbox(async (sbx) => {
       // 501, not E2B's 409, which pause would read as "already paused" and answer false.
