@@ -41,7 +41,7 @@ import (
 )
 
 // kubeMetrics are the rows of the kubernetes phase.
-var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire}
+var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire, mKubeHib, mKubeWake}
 
 // Labels and annotation of the sandbox Pods the bench reads (the kube
 // backend's, orchestrator/backend/kube/pod.go).
@@ -115,6 +115,9 @@ func (b *bench) kubernetes(ctx context.Context) (err error) {
 	err = b.kubeNoPool(ctx, k, a, r2)
 	err = errors.Join(err, a.stop(), r2.stop())
 	if err != nil {
+		return err
+	}
+	if err := b.kubeHibernation(ctx, k); err != nil {
 		return err
 	}
 	if b.cfg.WarmPool == 0 {

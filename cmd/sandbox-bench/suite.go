@@ -49,6 +49,10 @@ var (
 	mKubePool     = metric{"kube_pool_first_result", "kubernetes: new user's first result, warm pool (p50)", "ms", true, "faster", "slower"}
 	// Its name gets the number of users (--kube-acquires).
 	mKubeAcquire = metric{"kube_acquire_100", "kubernetes: %d new users' AcquireSandbox at once over two replicas (wall time)", "ms", true, "faster", "slower"}
+	// Hibernation with --kube-storage-class (kube_hibernate.go), beside the
+	// Docker backend's, interleaved.
+	mKubeHib  = metric{"kube_hibernate_small", "kubernetes: hibernate, small namespace (level globals, p50)", "ms", true, "faster", "slower"}
+	mKubeWake = metric{"kube_wake_small_first_result", "kubernetes: wake to first result, small namespace (p50)", "ms", true, "faster", "slower"}
 )
 
 // RowKeys lists every row a complete report has, in order.
@@ -58,7 +62,7 @@ var RowKeys = []string{
 	mReattach.key, mReattachGet.key, mStream.key, mStreamRSS.key,
 	mHibSmall.key, mWakeSmall.key, mHibLarge.key, mWakeLarge.key, mSnapLarge.key,
 	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key, mHibRSSFresh.key, mHibRestart.key,
-	mKubeWarmP50.key, mKubeWarmP99.key, mKubeWarmBase.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key,
+	mKubeWarmP50.key, mKubeWarmP99.key, mKubeWarmBase.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key, mKubeHib.key, mKubeWake.key,
 	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
 	mSamplingCPU.key, mSamplingOne.key,
 	mHookOK.key, mHookHung.key,

@@ -129,7 +129,7 @@ func (m *Manager) currentSandbox(ctx context.Context, id string) (current, error
 	case gone && m.claims():
 		// Hibernated (or being hibernated, or woken): awake says which.
 		c, err := m.claimOf(ctx, id)
-		if err != nil || c == nil || (c.Annotations[annHibernated] == "" && (p == nil || p.Annotations[annDeleting] != "hibernated")) {
+		if err != nil || c == nil || (c.Annotations[annHibernated] == "" && (p == nil || p.Annotations[annDeleting] != hibernatedMark)) {
 			return current{}, err
 		}
 		q, w, err := m.awake(ctx, id)

@@ -17,9 +17,10 @@ import (
 // (core.Policy, embedded, so its fields read as the Config's) and what is
 // the Kubernetes backend's own. Zero fields take the defaults given.
 //
-// Of the policy, this backend does not hibernate yet: an idle sandbox is
-// deleted whatever Policy.OnIdle says, and Policy.Runtime is unused (a
-// Pod's runtime is RuntimeClass).
+// Of the policy, Policy.OnIdle and HibernatedTTL apply only with
+// StorageClass (without it an idle sandbox is deleted: there is no volume
+// to hibernate to), MemorySnapshots and SnapshotDiskBudget not at all, and
+// Policy.Runtime is unused (a Pod's runtime is RuntimeClass).
 type Config struct {
 	core.Policy
 
@@ -47,9 +48,10 @@ type Config struct {
 	// the cluster's own default. Tolerations for those taints in
 	// Tolerations win. Whole seconds.
 	NodeLostAfter time.Duration
-	// StorageClass, when set, gives each sandbox's /workspace a volume of
-	// that class (an ephemeral volume claim sized by its disk limit)
-	// instead of an emptyDir.
+	// StorageClass, when set, gives each sandbox a PersistentVolumeClaim
+	// of that class for its /io and /workspace (claim.go), which outlives
+	// its Pod: with it, sandboxes hibernate (hibernate.go). Empty: emptyDirs,
+	// and no hibernation.
 	StorageClass string
 	// IOTokenSecret names the Secret (key "token") the io sidecars read
 	// their token from; IOToken is the same token, which sandboxd presents.
@@ -79,7 +81,7 @@ type Config struct {
 	// Logger receives structured logs; default slog.Default().
 	Logger *slog.Logger
 	// Lifecycle receives the sandboxes' lifecycle events this backend
-	// sees (created, killed, expired, died; it does not hibernate), for
+	// sees (created, killed, expired, died, hibernated, woken), for
 	// sandboxd's webhooks; nil discards. Each replica publishes the
 	// changes it makes; deaths and expiries are the leader's.
 	Lifecycle core.LifecycleSink

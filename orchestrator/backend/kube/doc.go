@@ -3,7 +3,7 @@
 // Docker backend (orchestrator/backend/docker) behind the same port
 // (core.Manager, with core.Validating in front): callers cannot tell the
 // two apart, except that the operations listed in unsupported.go answer
-// FailedPrecondition here.
+// FailedPrecondition here (and hibernation, without a storage class).
 //
 // # Where the seam is, and why
 //
@@ -51,6 +51,12 @@
 //     before their user is known, so the derived name moved to the binding.
 //   - Warm-pool Pods are claimed with a conditional update of their labels
 //     (pool.go): no Pod is claimed twice.
+//   - With Config.StorageClass, a sandbox's /io and /workspace are a
+//     PersistentVolumeClaim named as its Pod (claim.go), which outlives
+//     it. A hibernated sandbox has no Pod: its claim carries its record
+//     (the Pod's annotations, and the hibernation's), and the sandbox log's
+//     own content seals it against new commands until the restore record
+//     (hibernate.go says the steps, each one any replica can finish).
 //
 // Every replica watches Pods and Leases with informers and serves reads from
 // that cache; writes go to the API server, whose conflicts arbitrate. The

@@ -370,20 +370,8 @@ func (m *Manager) runHib(ctx context.Context, p *corev1.Pod, rec ioproto.Record,
 // callers, why says what became of it), its finalizer dropped, deleted.
 // Its claim and its user's binding stay.
 func (m *Manager) dropPod(ctx context.Context, p *corev1.Pod, why string) error {
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{annDeleting: why},
-		"finalizers":  nil,
-	}})
-	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	m.forgetPod(p)
-	m.deletePod(ctx, p)
-	return nil
+	_, err := m.markGone(ctx, p, why, "")
+	return err
 }
 
 func joinReasons(a, b string) string {

@@ -203,23 +203,9 @@ func (m *Manager) removePooled(ctx context.Context, p *corev1.Pod, why string) b
 // remove is removePod, conditional on resourceVersion when it is not "".
 func (m *Manager) remove(ctx context.Context, p *corev1.Pod, why, resourceVersion string) error {
 	id := p.Labels[labelSandboxID]
-	meta := map[string]any{
-		"annotations": map[string]string{annDeleting: why},
-		"finalizers":  nil,
-	}
-	if resourceVersion != "" {
-		meta["resourceVersion"] = resourceVersion
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": meta})
-	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if found, err := m.markGone(ctx, p, why, resourceVersion); err != nil || !found {
 		return err
 	}
-	m.forgetPod(p)
-	m.deletePod(ctx, p)
 	m.deleteClaim(ctx, id)
 	if key := p.Labels[labelUser]; key != "" {
 		if l := m.binding(key); l != nil && ptr.Deref(l.Spec.HolderIdentity, "") == id {
@@ -228,6 +214,31 @@ func (m *Manager) remove(ctx context.Context, p *corev1.Pod, why, resourceVersio
 	}
 	m.log.Info("sandbox removed", "sandbox_id", id, "why", why)
 	return nil
+}
+
+// markGone marks Pod p as going (annDeleting: why; gone for callers at
+// once), drops its finalizer and deletes it, conditional on
+// resourceVersion when it is not ""; found is false when p was already
+// gone.
+func (m *Manager) markGone(ctx context.Context, p *corev1.Pod, why, resourceVersion string) (found bool, err error) {
+	meta := map[string]any{
+		"annotations": map[string]string{annDeleting: why},
+		"finalizers":  nil,
+	}
+	if resourceVersion != "" {
+		meta["resourceVersion"] = resourceVersion
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta})
+	_, err = m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	m.forgetPod(p)
+	m.deletePod(ctx, p)
+	return true, nil
 }
 
 // removeHibernated deletes hibernated sandbox c for good: its claim and,
