@@ -156,8 +156,8 @@ func (WatchOp) EnumDescriptor() ([]byte, []int) {
 // RunRequest carries the command to run.
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The exec record as one JSON object, as in /io/stdin (without the
-	// newline); any other type is INVALID_ARGUMENT.
+	// The exec, snapshot or restore record as one JSON object, as in
+	// /io/stdin (without the newline); any other type is INVALID_ARGUMENT.
 	Record        []byte `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -62,7 +62,9 @@ const (
 // Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
 // different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
-// relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
+// relies on; Append, Follow, Status, ListCommands), HIBERNATING
+// (FAILED_PRECONDITION, a new command while the log is sealed: from a
+// snapshot record to its restore record; Append, Run), NO_TERMINAL,
 // NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
 // started without a pty, without stdin, or finished; Append),
 // UNKNOWN_CONTEXT (NOT_FOUND) and CONTEXT_LANGUAGE (FAILED_PRECONDITION),
@@ -125,9 +127,13 @@ type IOServiceClient interface {
 	// with an error (the directory removed: NOT_FOUND; a cap reached:
 	// RESOURCE_EXHAUSTED).
 	WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error)
-	// Run appends a command (an exec record) to the command log, once, as
-	// Append does, then streams its events from the first, as Follow does:
-	// a command in one round trip. The first message, without an event,
+	// Run appends a command (an exec record, or a snapshot or restore
+	// record of a hibernation) to the command log, once, as Append does,
+	// then streams its events from the first, as Follow does: a command in
+	// one round trip. From a snapshot record until a restore record, the log
+	// takes no new exec, context or snapshot record (HIBERNATING): what the
+	// sidecar reads back from the log, so it holds across restarts and
+	// across the Pods of one sandbox. The first message, without an event,
 	// says the command is in the log (and whether this call appended it);
 	// then one message per event, until the done event (then the stream
 	// ends OK). An error before the first message is one of Append's
@@ -327,7 +333,9 @@ type IOService_RunClient = grpc.ServerStreamingClient[RunResponse]
 // Follow), COMMAND_CONFLICT (ALREADY_EXISTS, a command ID re-used for a
 // different command; Append), LOG_FULL (RESOURCE_EXHAUSTED; Append),
 // TAMPERED (FAILED_PRECONDITION, the sandbox altered a file sandboxd
-// relies on; Append, Follow, Status, ListCommands), NO_TERMINAL,
+// relies on; Append, Follow, Status, ListCommands), HIBERNATING
+// (FAILED_PRECONDITION, a new command while the log is sealed: from a
+// snapshot record to its restore record; Append, Run), NO_TERMINAL,
 // NO_INPUT and COMMAND_FINISHED (FAILED_PRECONDITION, input for a command
 // started without a pty, without stdin, or finished; Append),
 // UNKNOWN_CONTEXT (NOT_FOUND) and CONTEXT_LANGUAGE (FAILED_PRECONDITION),
@@ -390,9 +398,13 @@ type IOServiceServer interface {
 	// with an error (the directory removed: NOT_FOUND; a cap reached:
 	// RESOURCE_EXHAUSTED).
 	WatchDirectory(*WatchDirectoryRequest, grpc.ServerStreamingServer[WatchDirectoryResponse]) error
-	// Run appends a command (an exec record) to the command log, once, as
-	// Append does, then streams its events from the first, as Follow does:
-	// a command in one round trip. The first message, without an event,
+	// Run appends a command (an exec record, or a snapshot or restore
+	// record of a hibernation) to the command log, once, as Append does,
+	// then streams its events from the first, as Follow does: a command in
+	// one round trip. From a snapshot record until a restore record, the log
+	// takes no new exec, context or snapshot record (HIBERNATING): what the
+	// sidecar reads back from the log, so it holds across restarts and
+	// across the Pods of one sandbox. The first message, without an event,
 	// says the command is in the log (and whether this call appended it);
 	// then one message per event, until the done event (then the stream
 	// ends OK). An error before the first message is one of Append's
