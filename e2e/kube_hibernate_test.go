@@ -27,7 +27,25 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	class := "--kube-storage-class=" + k.cluster.StorageClass
-	a, b := k.replica(t, "hib-a", class), k.replica(t, "hib-b", class)
+	metricsFlags := []string{"--metrics-listen", "127.0.0.1:0"}
+	a, b := k.replica(t, "hib-a", append(metricsFlags, class)...), k.replica(t, "hib-b", append(metricsFlags, class)...)
+	// Each replica's /metrics; the sandboxes by state are the leader's
+	// alone, so their sum over the replicas counts each sandbox once.
+	var metricsURLs []string
+	for _, d := range []*daemon{a, b} {
+		m := metricsLine.FindStringSubmatch(d.logs.String())
+		if m == nil {
+			t.Fatalf("a replica did not log its metrics address:\n%s", d.logs)
+		}
+		metricsURLs = append(metricsURLs, "http://"+m[1]+"/metrics")
+	}
+	sandboxesIn := func(state string) float64 {
+		var n float64
+		for _, u := range metricsURLs {
+			n += value(scrape(t, ctx, u), "sandboxd_sandboxes", "state", state)
+		}
+		return n
+	}
 	ca, _ := a.client(t)
 	cb, _ := b.client(t)
 	claims := k.cs.CoreV1().PersistentVolumeClaims(kubeNamespace)
@@ -84,6 +102,9 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 		t.Fatalf("hibernated sandbox: %v", sb)
 	}
 	podGone(sbID)
+	if !pollUntil(30*time.Second, func() bool { return sandboxesIn("hibernated") == 1 }) {
+		t.Fatalf("sandboxd_sandboxes{state=hibernated} summed over the replicas = %v; want 1", sandboxesIn("hibernated"))
+	}
 	// Every replica sees it hibernated; looking does not wake it.
 	for _, c := range []sandboxv1.SandboxServiceClient{ca, cb} {
 		g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})

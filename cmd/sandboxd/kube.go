@@ -181,5 +181,6 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,
+		Metrics: cfg.docker.Metrics, // acquires and pool refills, this replica's
 	})
 }

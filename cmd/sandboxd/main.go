@@ -251,6 +251,9 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		if err != nil {
 			return fmt.Errorf("starting the kubernetes backend: %w", err)
 		}
+		if met != nil {
+			met.Watch(km) // sandboxes by state and the pool's size: the leader reports them
+		}
 		m = newValidated(km, auditLog)
 	} else {
 		dm, err := docker.New(ctx, cfg.docker, nil)

@@ -40,10 +40,19 @@ const (
 // Name is the full name of a series of this package.
 func Name(n string) string { return Namespace + "_" + n }
 
-// Source is what the scrape-time gauges read: *docker.Manager.
+// Source is what the scrape-time gauges read: *docker.Manager, or
+// *kube.Manager.
 type Source interface {
 	SandboxCounts() []core.SandboxCount
 	PoolSize() int
+}
+
+// Reporter is a Source that reports only while it holds a role: a replica
+// of the Kubernetes backend sees the whole cluster's sandboxes, and only
+// its leader reports them, so that a sum over instances counts each once.
+// Elsewhere the gauges are absent.
+type Reporter interface {
+	Reporting() bool
 }
 
 // Metrics holds sandboxd's series. It implements core.Metrics; its
@@ -212,7 +221,7 @@ type stateCollector struct {
 
 var (
 	sandboxesDesc = prometheus.NewDesc(Name(SandboxesName),
-		"Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead).",
+		"Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead, hibernated).",
 		[]string{"tenant", "state"}, nil)
 	poolSizeDesc = prometheus.NewDesc(Name(PoolSizeName),
 		"Started, unclaimed sandboxes ready in the warm pool.", nil, nil)
@@ -226,6 +235,9 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if r, ok := c.src.(Reporter); ok && !r.Reporting() {
+		return
+	}
 	for _, sc := range c.src.SandboxCounts() {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(sc.N), sc.Tenant, string(sc.State))
 	}

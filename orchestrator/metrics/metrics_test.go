@@ -99,7 +99,7 @@ func TestStateGaugesReadAtScrapeTime(t *testing.T) {
 		{Tenant: "acme", State: core.StateDead, N: 1},
 	}}
 	m.Watch(src)
-	want := `# HELP sandboxd_sandboxes Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead).
+	want := `# HELP sandboxd_sandboxes Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead, hibernated).
 # TYPE sandboxd_sandboxes gauge
 sandboxd_sandboxes{state="dead",tenant="acme"} 1
 sandboxd_sandboxes{state="running",tenant="acme"} 3
@@ -113,7 +113,7 @@ sandboxd_warm_pool_size 2
 	// No drift: the next scrape sees the source as it is then.
 	src.counts, src.pool = src.counts[:1], 0
 	src.counts[0].N = 1
-	want = `# HELP sandboxd_sandboxes Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead).
+	want = `# HELP sandboxd_sandboxes Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead, hibernated).
 # TYPE sandboxd_sandboxes gauge
 sandboxd_sandboxes{state="running",tenant="acme"} 1
 # HELP sandboxd_warm_pool_size Started, unclaimed sandboxes ready in the warm pool.
@@ -153,5 +153,39 @@ func TestEverySeriesHasHelp(t *testing.T) {
 		if f.GetHelp() == "" {
 			t.Errorf("%s has no HELP", f.GetName())
 		}
+	}
+}
+
+// leaderSource is a Source that reports only while it leads, as a replica
+// of the Kubernetes backend does.
+type leaderSource struct {
+	fakeSource
+	leading bool
+}
+
+func (l *leaderSource) Reporting() bool { return l.leading }
+
+// TestGaugesOnlyFromTheReporter: a Reporter that does not report (a
+// Kubernetes replica that does not lead) exports no gauges, so that the
+// sum over a deployment's instances counts each sandbox once; once it
+// reports, they are there.
+func TestGaugesOnlyFromTheReporter(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := New(reg)
+	src := &leaderSource{fakeSource: fakeSource{pool: 1, counts: []core.SandboxCount{{Tenant: "acme", State: core.StateHibernated, N: 2}}}}
+	m.Watch(src)
+	if n, err := testutil.GatherAndCount(reg, Name(SandboxesName), Name(PoolSizeName)); err != nil || n != 0 {
+		t.Fatalf("a replica that does not lead exports %d gauge series (%v); want none", n, err)
+	}
+	src.leading = true
+	want := `# HELP sandboxd_sandboxes Registered sandboxes (unclaimed warm-pool ones excluded), by tenant and state (running, dead, hibernated).
+# TYPE sandboxd_sandboxes gauge
+sandboxd_sandboxes{state="hibernated",tenant="acme"} 2
+# HELP sandboxd_warm_pool_size Started, unclaimed sandboxes ready in the warm pool.
+# TYPE sandboxd_warm_pool_size gauge
+sandboxd_warm_pool_size 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), Name(SandboxesName), Name(PoolSizeName)); err != nil {
+		t.Error(err)
 	}
 }

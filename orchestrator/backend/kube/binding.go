@@ -45,6 +45,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		return core.AcquireResult{}, err
 	}
 	key := userHash(caller.Tenant, userID)
+	start := time.Now()
 	for round := 0; round < maxAcquireRounds; round++ {
 		lease, err := m.currentBinding(ctx, key)
 		if err != nil {
@@ -60,6 +61,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			switch {
 			case cur.pod != nil:
 				m.touch(id, cur.pod)
+				m.cfg.Metrics.Acquired(core.AcquireExisting, time.Since(start))
 				return core.AcquireResult{Sandbox: m.describe(ctx, cur.pod), Woke: cur.woke}, nil
 			case cur.dead:
 				replacedID, replacedReason = id, cur.reason
@@ -96,6 +98,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			log.Info("sandbox created")
 		}
 		m.publish(p, core.LifecycleCreated, "")
+		m.cfg.Metrics.Acquired(kind, time.Since(start))
 		// A new sandbox (or a pool Pod just claimed) has run nothing: its
 		// health is not read on the way.
 		return core.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil

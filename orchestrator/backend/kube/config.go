@@ -85,6 +85,9 @@ type Config struct {
 	// sandboxd's webhooks; nil discards. Each replica publishes the
 	// changes it makes; deaths and expiries are the leader's.
 	Lifecycle core.LifecycleSink
+	// Metrics receives this replica's acquires and pool refills, for
+	// sandboxd's Prometheus series; nil discards.
+	Metrics core.Metrics
 	// DialIO connects to a sandbox's io sidecar; default the real one
 	// (iosidecar.Dial). Tests of this package substitute a fake.
 	DialIO func(ctx context.Context, addr, token string) (IOConn, error)
@@ -133,4 +136,5 @@ func (c *Config) fillDefaults() {
 		c.Logger = slog.Default()
 	}
 	c.Lifecycle = core.LifecycleOrNoop(c.Lifecycle)
+	c.Metrics = core.MetricsOrNoop(c.Metrics)
 }

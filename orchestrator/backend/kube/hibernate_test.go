@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -377,4 +378,64 @@ func TestOrphanClaims(t *testing.T) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, podName("sb-hibernatedaaaaaaaa"), metav1.GetOptions{}); err != nil {
 		t.Errorf("hibernated sandbox's claim: %v; want it kept", err)
 	}
+}
+
+// TestGaugesAndCounters: the leader reports the namespace's sandboxes by
+// tenant and state, hibernated ones from their claims, and each acquire
+// is counted by kind.
+func TestGaugesAndCounters(t *testing.T) {
+	e := newHibEnv(t)
+	counted := &countingMetrics{}
+	e.m.cfg.Metrics = counted
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	var ids []string
+	for _, u := range []string{"u1", "u2"} {
+		r, err := e.m.Acquire(ctx, u, core.Options{Limits: e.m.cfg.DefaultLimits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.Sandbox.ID)
+	}
+	if _, err := e.m.Hibernate(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitState(t, ctx, ids[1], core.StateHibernated)
+	if _, err := e.m.Acquire(ctx, "u1", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !e.m.Reporting() {
+		if time.Now().After(deadline) {
+			t.Fatal("the only replica did not lead within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := []core.SandboxCount{{Tenant: "acme", State: core.StateHibernated, N: 1}, {Tenant: "acme", State: core.StateRunning, N: 1}}
+	if got := e.m.SandboxCounts(); !slices.Equal(got, want) {
+		t.Errorf("SandboxCounts = %+v; want %+v", got, want)
+	}
+	if n := e.m.PoolSize(); n != 0 {
+		t.Errorf("PoolSize = %d without a pool", n)
+	}
+	counted.mu.Lock()
+	defer counted.mu.Unlock()
+	if counted.acquired[core.AcquireCold] != 2 || counted.acquired[core.AcquireExisting] != 1 {
+		t.Errorf("acquires counted %v; want 2 cold, 1 existing", counted.acquired)
+	}
+}
+
+// countingMetrics counts what a Manager reports.
+type countingMetrics struct {
+	core.NoMetrics
+	mu       sync.Mutex
+	acquired map[core.AcquireKind]int
+}
+
+func (c *countingMetrics) Acquired(kind core.AcquireKind, _ time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.acquired == nil {
+		c.acquired = map[core.AcquireKind]int{}
+	}
+	c.acquired[kind]++
 }

@@ -131,5 +131,6 @@ func (m *Manager) refillPool(ctx context.Context) {
 		m.mu.Lock()
 		m.creating[p.Name] = time.Now()
 		m.mu.Unlock()
+		m.cfg.Metrics.PoolRefilled()
 	}
 }
