@@ -81,6 +81,29 @@ func execOut(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient
 	return o, evs[0].GetStarted()
 }
 
+// checkWoken checks the first command after the wake of a sandbox set up
+// by hibSetup: its started event says level globals, names what came back
+// and what was lost (the open file, the generator), and hibCheck prints
+// what it printed before the hibernation (want), the state not lost.
+func checkWoken(t *testing.T, started *sandboxv1.Started, got, want outcome) {
+	t.Helper()
+	w := started.GetWake()
+	if w.GetLevel() != "globals" {
+		t.Fatalf("first command after the wake: started.wake = %v", w)
+	}
+	for _, name := range []string{"n", "arr", "df", "acc", "Acc", "double", "fig", "np", "pd", "plt"} {
+		if !slices.Contains(w.GetRestoredNames(), name) {
+			t.Errorf("restored names %v lack %s", w.GetRestoredNames(), name)
+		}
+	}
+	if lost := lostNames(w); !slices.Contains(lost, "fh") || !slices.Contains(lost, "gen") {
+		t.Errorf("lost names %v; want fh and gen", lost)
+	}
+	if got.stdout != want.stdout || got.done.GetStateLost() {
+		t.Fatalf("globals after the wake:\n%s\nwant\n%s (done %+v)", got.stdout, want.stdout, got.done)
+	}
+}
+
 func lostNames(w *sandboxv1.WakeInfo) []string {
 	var out []string
 	for _, l := range w.GetLost() {
@@ -192,21 +215,7 @@ func testHibernate(t *testing.T, env *e2eEnv, fast bool) {
 	awaitPool()
 	got, started := execOut(t, ctx, c, sbID, "check-1", hibCheck)
 	checkFast("the first wake")
-	w := started.GetWake()
-	if w.GetLevel() != "globals" {
-		t.Fatalf("first command after the wake: started.wake = %v", w)
-	}
-	for _, name := range []string{"n", "arr", "df", "acc", "Acc", "double", "fig", "np", "pd", "plt"} {
-		if !slices.Contains(w.GetRestoredNames(), name) {
-			t.Errorf("restored names %v lack %s", w.GetRestoredNames(), name)
-		}
-	}
-	if lost := lostNames(w); !slices.Contains(lost, "fh") || !slices.Contains(lost, "gen") {
-		t.Errorf("lost names %v; want fh and gen", lost)
-	}
-	if got.stdout != want.stdout || got.done.GetStateLost() {
-		t.Fatalf("globals after the wake:\n%s\nwant\n%s (done %+v)", got.stdout, want.stdout, got.done)
-	}
+	checkWoken(t, started, got, want)
 	if o, st := execOut(t, ctx, c, sbID, "after-wake", "open('/workspace/kept.txt').read()"); st.GetWake() != nil || o.results[0]["text/plain"] != "'on disk'" {
 		t.Fatalf("second command after the wake: wake %v, result %v", st.GetWake(), o.results)
 	}

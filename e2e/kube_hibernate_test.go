@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,21 +124,7 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 	// A command through the other replica wakes it, in a new Pod on the
 	// same claim; its started event says how the state came back.
 	got, started := execOut(t, ctx, cb, sbID, "check-1", hibCheck)
-	w := started.GetWake()
-	if w.GetLevel() != "globals" {
-		t.Fatalf("first command after the wake: started.wake = %v", w)
-	}
-	for _, name := range []string{"n", "arr", "df", "acc", "Acc", "double", "fig", "np", "pd", "plt"} {
-		if !slices.Contains(w.GetRestoredNames(), name) {
-			t.Errorf("restored names %v lack %s", w.GetRestoredNames(), name)
-		}
-	}
-	if lost := lostNames(w); !slices.Contains(lost, "fh") || !slices.Contains(lost, "gen") {
-		t.Errorf("lost names %v; want fh and gen", lost)
-	}
-	if got.stdout != want.stdout || got.done.GetStateLost() {
-		t.Fatalf("globals after the wake:\n%s\nwant\n%s (done %+v)", got.stdout, want.stdout, got.done)
-	}
+	checkWoken(t, started, got, want)
 	if o, st := execOut(t, ctx, ca, sbID, "after-wake", "open('/workspace/kept.txt').read()"); st.GetWake() != nil || len(o.results) == 0 || o.results[0]["text/plain"] != "'on disk'" {
 		t.Fatalf("second command after the wake: wake %v, result %v", st.GetWake(), o.results)
 	}

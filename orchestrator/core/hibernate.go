@@ -67,3 +67,15 @@ func checkOnIdle(onIdle string) error {
 	}
 	return Invalidf("on-idle action %q: want %q or %q", onIdle, OnIdleHibernate, OnIdleDelete)
 }
+
+// JoinReasons joins two reasons a hibernation or wake gives, either of
+// which may be empty, with "; ".
+func JoinReasons(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"cmp"
+	"slices"
 	"time"
 )
 
@@ -82,6 +84,25 @@ type SandboxCount struct {
 	Tenant string
 	State  State
 	N      int
+}
+
+// CountKey is what SandboxCounts are counted by.
+type CountKey struct {
+	Tenant string
+	State  State
+}
+
+// SortedCounts turns counts into SandboxCounts ordered by tenant, then
+// state: what every backend's scrape-time gauges report.
+func SortedCounts(counts map[CountKey]int) []SandboxCount {
+	out := make([]SandboxCount, 0, len(counts))
+	for k, n := range counts {
+		out = append(out, SandboxCount{Tenant: k.Tenant, State: k.State, N: n})
+	}
+	slices.SortFunc(out, func(a, b SandboxCount) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.State, b.State))
+	})
+	return out
 }
 
 // SandboxEgress is one networked sandbox's egress counters as the

@@ -255,16 +255,6 @@ func (m *Manager) runHibRecord(ctx context.Context, sb *sandbox, rec ioproto.Rec
 	return done.Snapshot.Sanitized(), nil
 }
 
-func joinReasons(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
-}
-
 // onIdleOf is what the idle TTL does to sb: its own Options.OnIdle, else
 // Config.OnIdle. Call with sb.mu held or before sb is shared (onIdle is set
 // at creation and at a warm-pool claim).

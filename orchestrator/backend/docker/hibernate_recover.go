@@ -105,7 +105,7 @@ func (m *Manager) recoverHibernation(ctx context.Context, sb *sandbox, r hibReco
 				if size, ok := m.snapshots.Size(sb.dir, prev.File); ok {
 					snap = *prev
 					snap.Bytes = size
-					snap.Reason = joinReasons(fmt.Sprintf("the newest snapshot was not completed; the previous one, taken %s, is used", prev.TakenAt.Format(time.RFC3339)), prev.Reason)
+					snap.Reason = core.JoinReasons(fmt.Sprintf("the newest snapshot was not completed; the previous one, taken %s, is used", prev.TakenAt.Format(time.RFC3339)), prev.Reason)
 				}
 			}
 		}

@@ -141,12 +141,12 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
 	}
 	if memoryFailed != "" {
-		w.Reason = joinReasons(memoryFailed, w.Reason)
+		w.Reason = core.JoinReasons(memoryFailed, w.Reason)
 	}
 	if snap != nil && snap.Level == ioproto.LevelGlobals && level == ioproto.LevelFiles {
-		w.Reason = joinReasons("the snapshot of the globals is missing", w.Reason)
+		w.Reason = core.JoinReasons("the snapshot of the globals is missing", w.Reason)
 	} else if snap != nil && snap.Reason != "" && w.Level == ioproto.LevelFiles {
-		w.Reason = joinReasons("the hibernation kept files only: "+snap.Reason, w.Reason)
+		w.Reason = core.JoinReasons("the hibernation kept files only: "+snap.Reason, w.Reason)
 	}
 	w.Time = time.Now().UTC()
 	sb.mu.Lock()

@@ -1,9 +1,7 @@
 package docker
 
 import (
-	"cmp"
 	"context"
-	"slices"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -19,26 +17,15 @@ import (
 // ones; see PoolSize) by tenant and state, sorted by tenant then state.
 // It reads the registry as it is, for gauges computed at scrape time.
 func (m *Manager) SandboxCounts() []core.SandboxCount {
-	type key struct {
-		tenant string
-		state  core.State
-	}
-	counts := map[key]int{}
+	counts := map[core.CountKey]int{}
 	for _, sb := range m.reg.all() {
 		st, _ := sb.status()
 		sb.mu.Lock()
 		tenant := sb.tenant
 		sb.mu.Unlock()
-		counts[key{tenant, st}]++
+		counts[core.CountKey{Tenant: tenant, State: st}]++
 	}
-	out := make([]core.SandboxCount, 0, len(counts))
-	for k, n := range counts {
-		out = append(out, core.SandboxCount{Tenant: k.tenant, State: k.state, N: n})
-	}
-	slices.SortFunc(out, func(a, b core.SandboxCount) int {
-		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.State, b.State))
-	})
-	return out
+	return core.SortedCounts(counts)
 }
 
 // PoolSize is the number of ready, unclaimed warm-pool sandboxes.

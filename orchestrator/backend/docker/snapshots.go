@@ -520,7 +520,7 @@ func (m *Manager) prepareRestore(sb *sandbox, f *snapFile) error {
 func (m *Manager) restoreFrom(ctx context.Context, sb *sandbox, f *snapFile) *core.WakeInfo {
 	if f.Level != ioproto.LevelGlobals {
 		return &core.WakeInfo{Level: ioproto.LevelFiles, Time: time.Now().UTC(),
-			Reason: joinReasons("the snapshot kept files only", f.Reason)}
+			Reason: core.JoinReasons("the snapshot kept files only", f.Reason)}
 	}
 	m.step(stepRestoreRegistered)
 	sb.mu.Lock()

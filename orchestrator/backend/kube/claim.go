@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"time"
@@ -200,7 +201,7 @@ func (m *Manager) sandboxOfClaim(c *corev1.PersistentVolumeClaim) core.Sandbox {
 		State:        core.StateHibernated,
 		CreatedAt:    parseTime(a[annCreatedAt]),
 		LastActiveAt: parseTime(a[annLastActive]),
-		Image:        cmpOr(a[annImage], m.cfg.Image),
+		Image:        cmp.Or(a[annImage], m.cfg.Image),
 		IdleTimeout:  m.cfg.IdleTTL,
 		OnIdle:       m.onIdleOf(a),
 		HibernatedAt: rec.HibernatedAt,

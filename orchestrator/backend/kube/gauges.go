@@ -1,9 +1,6 @@
 package kube
 
 import (
-	"cmp"
-	"slices"
-
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
@@ -24,20 +21,16 @@ func (m *Manager) Reporting() bool {
 // SandboxCounts counts the users' sandboxes in the cache by tenant and
 // state (running, dead, hibernated), as GetSandbox would say.
 func (m *Manager) SandboxCounts() []core.SandboxCount {
-	type key struct {
-		tenant string
-		state  core.State
-	}
-	counts := map[key]int{}
+	counts := map[core.CountKey]int{}
 	for _, p := range m.userPods() {
 		gone, dead, _, _ := podState(p)
 		switch {
 		case gone:
 			continue
 		case dead:
-			counts[key{p.Annotations[annTenant], core.StateDead}]++
+			counts[core.CountKey{Tenant: p.Annotations[annTenant], State: core.StateDead}]++
 		default:
-			counts[key{p.Annotations[annTenant], core.StateRunning}]++
+			counts[core.CountKey{Tenant: p.Annotations[annTenant], State: core.StateRunning}]++
 		}
 	}
 	for _, c := range m.hibernatedClaims() {
@@ -46,16 +39,9 @@ func (m *Manager) SandboxCounts() []core.SandboxCount {
 				continue // waking: counted with its Pod
 			}
 		}
-		counts[key{c.Annotations[annTenant], core.StateHibernated}]++
+		counts[core.CountKey{Tenant: c.Annotations[annTenant], State: core.StateHibernated}]++
 	}
-	out := make([]core.SandboxCount, 0, len(counts))
-	for k, n := range counts {
-		out = append(out, core.SandboxCount{Tenant: k.tenant, State: k.state, N: n})
-	}
-	slices.SortFunc(out, func(a, b core.SandboxCount) int {
-		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.State, b.State))
-	})
-	return out
+	return core.SortedCounts(counts)
 }
 
 // PoolSize is the number of ready, unclaimed warm-pool Pods.

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -188,7 +188,7 @@ func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (
 	case err != nil:
 		hr.Reason = err.Error()
 	case res.Level != ioproto.LevelGlobals:
-		hr.Reason = cmpOr(res.Reason, "the sandbox did not save its globals")
+		hr.Reason = cmp.Or(res.Reason, "the sandbox did not save its globals")
 	default:
 		hr.Level, hr.File, hr.Bytes = ioproto.LevelGlobals, rec.Snapshot, max(res.Bytes, 0)
 		if len(res.Lost) > 0 {
@@ -316,7 +316,7 @@ func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Po
 		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
 	}
 	if hr.Reason != "" && w.Level == ioproto.LevelFiles {
-		w.Reason = joinReasons("the hibernation kept files only: "+hr.Reason, w.Reason)
+		w.Reason = core.JoinReasons("the hibernation kept files only: "+hr.Reason, w.Reason)
 	}
 	w.Time = time.Now().UTC()
 	wJSON, _ := json.Marshal(w)
@@ -356,8 +356,6 @@ func (m *Manager) runHib(ctx context.Context, p *corev1.Pod, rec ioproto.Record,
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fmt.Errorf("the sandbox did not answer the %s record within %s", rec.Type, wait)
-	case errors.Is(err, iolog.ErrHibernating):
-		return nil, fmt.Errorf("%s record: %w", rec.Type, m.ioError(id, rec.CommandID, err))
 	case err != nil:
 		return nil, fmt.Errorf("%s record: %w", rec.Type, m.ioError(id, rec.CommandID, err))
 	case done == nil || done.Snapshot == nil:
@@ -372,21 +370,4 @@ func (m *Manager) runHib(ctx context.Context, p *corev1.Pod, rec ioproto.Record,
 func (m *Manager) dropPod(ctx context.Context, p *corev1.Pod, why string) error {
 	_, err := m.markGone(ctx, p, why, "")
 	return err
-}
-
-func joinReasons(a, b string) string {
-	switch {
-	case a == "":
-		return b
-	case b == "":
-		return a
-	}
-	return a + "; " + b
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
