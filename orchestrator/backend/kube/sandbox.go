@@ -237,7 +237,13 @@ func (m *Manager) markGone(ctx context.Context, p *corev1.Pod, why, resourceVers
 		return false, err
 	}
 	m.forgetPod(p)
-	m.deletePod(ctx, p)
+	var grace *int64
+	if why == hibernatedMark {
+		// Its state is saved and its log sealed: nothing in it needs the
+		// Pod's 5 s, and a wake waits for the Pod's object to go.
+		grace = ptr.To[int64](1)
+	}
+	m.deletePodWithin(ctx, p, grace)
 	return true, nil
 }
 
@@ -280,9 +286,13 @@ func (m *Manager) finishRemoval(ctx context.Context, p *corev1.Pod) {
 
 // deletePod asks for Pod p's deletion (its finalizer, if still there,
 // keeps the object).
-func (m *Manager) deletePod(ctx context.Context, p *corev1.Pod) {
+func (m *Manager) deletePod(ctx context.Context, p *corev1.Pod) { m.deletePodWithin(ctx, p, nil) }
+
+// deletePodWithin is deletePod with the containers' grace period (nil:
+// the Pod's own).
+func (m *Manager) deletePodWithin(ctx context.Context, p *corev1.Pod, grace *int64) {
 	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, p.Name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(p.UID)}})
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: ptr.To(p.UID)}, GracePeriodSeconds: grace})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
 		m.log.Warn("deleting a sandbox pod", "pod", p.Name, "error", err)
 	}
