@@ -281,25 +281,15 @@ const sidecarGoneWait = 3 * time.Second
 // deathWithin waits at most d for sandbox id to show as deleted or dead,
 // and returns what its Follow should end with then (nil if it lives on).
 func (m *Manager) deathWithin(ctx context.Context, id, cmd string, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	for {
-		ch := m.changed()
+	var end error
+	m.untilPod(ctx, id, d, func(string) (*corev1.Pod, bool) {
 		p, err := m.pod(ctx, id)
-		if err != nil {
-			return nil
-		}
-		if end := m.followEnd(p, id, cmd); end != nil {
-			return end
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-timer.C:
-			return nil
-		case <-ch:
-		}
-	}
+		return p, err == nil
+	}, func(p *corev1.Pod) bool {
+		end = m.followEnd(p, id, cmd)
+		return end != nil
+	})
+	return end
 }
 
 // watchWhileFollowing ends a Follow (through cancel) when its sandbox dies

@@ -343,22 +343,37 @@ const cacheLag = 2 * time.Second
 // informer's cache satisfies shows (or is gone): a write this replica made
 // is then what its reads answer.
 func (m *Manager) awaitCached(ctx context.Context, id string, shows func(*corev1.Pod) bool) {
-	timer := time.NewTimer(cacheLag)
+	cached := func(id string) (*corev1.Pod, bool) {
+		p, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id))
+		return p, err == nil
+	}
+	if !m.untilPod(ctx, id, cacheLag, cached, shows) && ctx.Err() == nil && m.checkOpen() == nil {
+		m.log.Warn("this replica's cache did not show its own write in time", "sandbox_id", id, "waited", cacheLag)
+	}
+}
+
+// untilPod waits at most d, following the cache's changes, until check
+// holds for sandbox id's Pod as get reads it; a Pod get cannot read ends
+// the wait as if check held (there is nothing more to wait for). It
+// reports whether check held (false: d passed, ctx ended or the replica
+// is closing).
+func (m *Manager) untilPod(ctx context.Context, id string, d time.Duration,
+	get func(id string) (*corev1.Pod, bool), check func(*corev1.Pod) bool) bool {
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		ch := m.changed()
-		q, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id))
-		if err != nil || shows(q) {
-			return
+		p, ok := get(id)
+		if !ok || check(p) {
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-m.closed:
-			return
+			return false
 		case <-timer.C:
-			m.log.Warn("this replica's cache did not show its own write in time", "sandbox_id", id, "waited", cacheLag)
-			return
+			return false
 		case <-ch:
 		}
 	}
