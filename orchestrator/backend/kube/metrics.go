@@ -47,6 +47,20 @@ type summaryRead struct {
 	err  error
 }
 
+// get returns node host's read, kept or made now (one at a time per
+// node, bounded by the read's own timeout). A caller whose ctx ends
+// stops waiting for it; the read goes on for the others.
+func (k *kubeletStats) get(ctx context.Context, host string) (*ttlcache.Item[string, summaryRead], error) {
+	ch := make(chan *ttlcache.Item[string, summaryRead], 1)
+	go func() { ch <- k.reads.Get(host) }()
+	select {
+	case item := <-ch:
+		return item, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // kubeletStats reads and keeps the nodes' Summaries.
 type kubeletStats struct {
 	client *http.Client
@@ -121,7 +135,10 @@ func (m *Manager) SandboxMetrics(ctx context.Context, id string, since time.Time
 	if _, dead, _, _ := podState(p); dead || p.Status.HostIP == "" {
 		return nil, nil // dead, or not on a node yet
 	}
-	item := m.stats.reads.Get(p.Status.HostIP)
+	item, err := m.stats.get(ctx, p.Status.HostIP)
+	if err != nil {
+		return nil, err
+	}
 	if item == nil {
 		return nil, core.Errorf(core.ErrUnavailable, "the metrics of sandbox %s: its node's kubelet could not be read", id)
 	}

@@ -1,7 +1,9 @@
 package kube
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -118,5 +120,17 @@ func TestSandboxMetricsFromTheKubelet(t *testing.T) {
 				t.Errorf("SandboxMetrics: %v; want UNAVAILABLE saying %q", err, tc.want)
 			}
 		})
+	}
+	// A kubelet that does not answer: the caller that gives up is not
+	// held for the read's own bound (it goes on for the others).
+	release := make(chan struct{})
+	defer close(release)
+	answer.Store(func(http.ResponseWriter) { <-release })
+	m.stats.reads.DeleteAll()
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := m.SandboxMetrics(cctx, id, time.Time{}); !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > summaryTimeout/2 {
+		t.Errorf("SandboxMetrics of a stalled kubelet with a 200 ms context: %v after %v; want the context's end, at once", err, time.Since(start))
 	}
 }
