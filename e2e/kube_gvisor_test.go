@@ -134,4 +134,23 @@ func kubeGVisor(t *testing.T, k *kubeEnv) {
 		}
 	}
 	t.Logf("the deleted sandbox's containers gone in %v", time.Since(begin).Round(time.Millisecond))
+
+	// With a storage class, a gVisor sandbox hibernates and wakes as a
+	// runc one does: the claim's subPaths through gVisor's mounts, the
+	// globals back in the new Pod.
+	h := k.replica(t, "gvisor-hib", "--kube-runtime-class", rc, "--kube-storage-class="+k.cluster.StorageClass)
+	hc, _ := h.client(t)
+	hid := acquire(t, ctx, hc, "gvisor-hib-user").GetSandbox().GetSandboxId()
+	defer deleteQuietly(hc, hid)
+	execOut(t, ctx, hc, hid, "set", "import numpy as np\nkept = np.arange(5) * 2\nopen('/workspace/f.txt', 'w').write('under gVisor')")
+	if _, err := hc.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: hid}); err != nil {
+		t.Fatalf("HibernateSandbox under gVisor: %v", err)
+	}
+	got, started := execOut(t, ctx, hc, hid, "get", "(kept.tolist(), open('/workspace/f.txt').read())")
+	if started.GetWake().GetLevel() != "globals" || len(got.results) == 0 || got.results[0]["text/plain"] != "([0, 2, 4, 6, 8], 'under gVisor')" {
+		t.Fatalf("after the wake under gVisor: wake %v, result %v %v", started.GetWake(), got.results, got.errs)
+	}
+	if rcn := k.podOf(t, ctx, hid).Spec.RuntimeClassName; rcn == nil || *rcn != rc {
+		t.Errorf("the woken pod's runtimeClassName %v; want %q", rcn, rc)
+	}
 }
