@@ -88,11 +88,6 @@ func (m *Manager) Hibernate(ctx context.Context, sandboxID string) (core.Sandbox
 	if _, dead, reason, _ := podState(p); dead {
 		return core.Sandbox{}, core.Preconditionf("sandbox %s is dead (%s): there is no state to hibernate", sandboxID, reason)
 	}
-	if p.Annotations[annWaking] != "" {
-		if p, err = m.finishWake(ctx, p); err != nil {
-			return core.Sandbox{}, err
-		}
-	}
 	c, err = m.hibernatePod(ctx, p, "on request")
 	if err != nil {
 		return core.Sandbox{}, err
@@ -129,8 +124,17 @@ func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.Wake
 		case p == nil:
 			return m.wake(ctx, c)
 		case p.Annotations[annHibernating] != "":
-			// Another call is hibernating it: wait for that to end,
-			// then wake it.
+			// Another call is hibernating it, or was and died: this one
+			// joins it (the same snapshot record, followed, not run
+			// again; the same writes), so that the use waits for the
+			// hibernation's end and not for a dead replica's stall; then
+			// wakes it.
+			if gone, dead, _, ready := podState(p); !gone && !dead && ready {
+				if _, err := m.hibernatePod(ctx, p, "finishing a hibernation under way"); err != nil {
+					return nil, nil, err
+				}
+				continue
+			}
 			if err := m.awaitChange(ctx, deadline, "sandbox %s is being hibernated", id); err != nil {
 				return nil, nil, err
 			}
@@ -174,6 +178,14 @@ func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (
 	log := m.log.With("sandbox_id", id, "tenant", p.Annotations[annTenant], "user_id", p.Annotations[annUserID])
 	start := time.Now()
 	ctx = context.WithoutCancel(ctx) // once begun, it ends: the log is sealed
+	if p.Annotations[annWaking] != "" {
+		// A wake left unfinished: finished first, so that the claim's
+		// record is the last hibernation's until this one writes its own.
+		var err error
+		if p, err = m.finishWake(ctx, p); err != nil {
+			return nil, err
+		}
+	}
 	snapID := "sbx-snapshot-" + uidKey(p)
 	if p.Annotations[annHibernating] == "" {
 		mark := snapID + " " + time.Now().UTC().Format(time.RFC3339)
@@ -203,6 +215,15 @@ func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (
 	if err != nil {
 		log.Warn("the snapshot of the globals failed; hibernating with files only", "error", err)
 	}
+	if c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Get(ctx, podName(id), metav1.GetOptions{}); err == nil && c.Annotations[annHibernated] != "" {
+		// Another call finished this hibernation meanwhile (it ran the
+		// same snapshot record): its record stands; only the Pod may be
+		// left to drop.
+		if _, err := m.dropPod(ctx, p, hibernatedMark); err != nil {
+			return nil, apiError("delete the hibernated sandbox's pod", err)
+		}
+		return c, nil
+	}
 	hr.HibernatedAt = time.Now().UTC()
 	recJSON, _ := json.Marshal(hr)
 	ann := annotationsAny(recordAnnotations(p.Annotations))
@@ -215,8 +236,12 @@ func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (
 	if err != nil {
 		return nil, apiError("record the hibernation on the sandbox's volume claim", err)
 	}
-	if err := m.dropPod(ctx, p, hibernatedMark); err != nil {
+	dropped, err := m.dropPod(ctx, p, hibernatedMark)
+	if err != nil {
 		return nil, apiError("delete the hibernated sandbox's pod", err)
+	}
+	if !dropped {
+		return c, nil // another call finished this hibernation first
 	}
 	m.publish(p, core.LifecycleHibernated, why)
 	log.Info("sandbox hibernated", "reason", why, "level", hr.Level, "snapshot_bytes", hr.Bytes, "level_reason", hr.Reason, "took", time.Since(start))
@@ -367,7 +392,21 @@ func (m *Manager) runHib(ctx context.Context, p *corev1.Pod, rec ioproto.Record,
 // dropPod removes Pod p without ending its sandbox: marked (gone for
 // callers, why says what became of it), its finalizer dropped, deleted.
 // Its claim and its user's binding stay.
-func (m *Manager) dropPod(ctx context.Context, p *corev1.Pod, why string) error {
-	_, err := m.markGone(ctx, p, why, "")
-	return err
+// It reports whether this call dropped it (false: it was gone, or
+// another call had marked it so already).
+func (m *Manager) dropPod(ctx context.Context, p *corev1.Pod, why string) (bool, error) {
+	fresh, err := m.podFromAPI(ctx, p.Labels[labelSandboxID])
+	switch {
+	case err != nil:
+		return false, err
+	case fresh == nil || fresh.UID != p.UID:
+		return false, nil
+	case fresh.Annotations[annDeleting] == why:
+		if len(fresh.Finalizers) == 0 && fresh.DeletionTimestamp != nil {
+			return false, nil
+		}
+		_, err := m.markGone(ctx, fresh, why, "") // finish what the other call began
+		return false, err
+	}
+	return m.markGone(ctx, fresh, why, "")
 }

@@ -439,3 +439,34 @@ func (c *countingMetrics) Acquired(kind core.AcquireKind, _ time.Duration) {
 	}
 	c.acquired[kind]++
 }
+
+// TestUseJoinsAHibernationUnderWay: a use of a sandbox whose hibernation
+// another replica began (and may have died in) does not wait for the
+// leader: it finishes the hibernation itself, with the same snapshot
+// record, then wakes the sandbox.
+func TestUseJoinsAHibernationUnderWay(t *testing.T) {
+	e := newHibEnv(t)
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	r, err := e.m.Acquire(ctx, "carol", core.Options{Limits: e.m.cfg.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Sandbox.ID
+	p := e.pod(t, id)
+	fresh := time.Now().UTC().Format(time.RFC3339) // not stale: the leader leaves it
+	if err := e.m.patchAnnotations(ctx, id, map[string]string{annHibernating: "sbx-snapshot-" + uidKey(p) + " " + fresh}); err != nil {
+		t.Fatal(err)
+	}
+	e.m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.Annotations[annHibernating] != "" })
+	sb, w, err := e.m.Wake(ctx, id)
+	if err != nil || sb.State != core.StateRunning || w == nil || w.Level != ioproto.LevelGlobals {
+		t.Fatalf("Wake of a sandbox being hibernated = %+v, %+v, %v; want it hibernated, then woken", sb, w, err)
+	}
+	recs := e.records()
+	if len(recs) != 2 || recs[0].rec.CommandID != "sbx-snapshot-"+uidKey(p) || recs[1].rec.Type != ioproto.KindRestore || recs[1].rec.Snapshot != "snap-"+uidKey(p) {
+		t.Fatalf("records %+v; want the snapshot the other replica named, then its restore", recs)
+	}
+	if q := e.pod(t, id); q.UID == p.UID {
+		t.Fatal("the sandbox still runs in the pod that was being hibernated")
+	}
+}

@@ -275,7 +275,7 @@ func (m *Manager) finishRemoval(ctx context.Context, p *corev1.Pod) {
 	if p.Annotations[annDeleting] == hibernatedMark {
 		// Its sandbox lives on, hibernated: only the Pod goes.
 		if len(p.Finalizers) > 0 || p.DeletionTimestamp == nil {
-			_ = m.dropPod(ctx, p, hibernatedMark)
+			_, _ = m.markGone(ctx, p, hibernatedMark, "")
 		}
 		return
 	}
