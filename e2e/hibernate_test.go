@@ -81,6 +81,28 @@ func execOut(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient
 	return o, evs[0].GetStarted()
 }
 
+// checkHibernatedSeen: hibernated sandbox sbID is seen so through the
+// sandboxd at addr, and looking does not wake it: GetSandbox (twice),
+// ListSandboxes(hibernated) listing it alone, sandboxctl list showing its
+// level.
+func checkHibernatedSeen(t *testing.T, ctx context.Context, c sandboxv1.SandboxServiceClient, sandboxctl, addr, sbID string) {
+	t.Helper()
+	for range 2 {
+		g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
+		if err != nil || g.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
+			t.Fatalf("GetSandbox of a hibernated sandbox: %v, %v", g, err)
+		}
+	}
+	l, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{State: sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED})
+	if err != nil || len(l.GetSandboxes()) != 1 || l.GetSandboxes()[0].GetSandboxId() != sbID {
+		t.Fatalf("ListSandboxes(hibernated) = %v, %v", l, err)
+	}
+	out, err := exec.CommandContext(ctx, sandboxctl, "--addr", addr, "list").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hibernated(globals,") {
+		t.Fatalf("sandboxctl list: %v\n%s", err, out)
+	}
+}
+
 // checkWoken checks the first command after the wake of a sandbox set up
 // by hibSetup: its started event says level globals, names what came back
 // and what was lost (the open file, the generator), and hibCheck prints
@@ -195,21 +217,7 @@ func testHibernate(t *testing.T, env *e2eEnv, fast bool) {
 	if sb.GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED || sb.GetSnapshot().GetLevel() != "globals" || sb.GetSnapshot().GetSizeBytes() <= 0 {
 		t.Fatalf("hibernated sandbox: %v", sb)
 	}
-	// Looking does not wake it; the list shows its level and size.
-	for range 2 {
-		g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
-		if err != nil || g.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
-			t.Fatalf("GetSandbox of a hibernated sandbox: %v, %v", g, err)
-		}
-	}
-	l, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{State: sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED})
-	if err != nil || len(l.GetSandboxes()) != 1 || l.GetSandboxes()[0].GetSandboxId() != sbID {
-		t.Fatalf("ListSandboxes(hibernated) = %v, %v", l, err)
-	}
-	out, err := exec.CommandContext(ctx, env.sandboxctl, "--addr", d.addr, "list").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "hibernated(globals,") {
-		t.Fatalf("sandboxctl list: %v\n%s", err, out)
-	}
+	checkHibernatedSeen(t, ctx, c, env.sandboxctl, d.addr, sbID)
 
 	// Execute wakes it; its started event says how the state came back.
 	awaitPool()

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -105,21 +104,8 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 		t.Fatalf("sandboxd_sandboxes{state=hibernated} summed over the replicas = %v; want 1", sandboxesIn("hibernated"))
 	}
 	// Every replica sees it hibernated; looking does not wake it.
-	for _, c := range []sandboxv1.SandboxServiceClient{ca, cb} {
-		g, err := c.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: sbID})
-		if err != nil || g.GetSandbox().GetState() != sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
-			t.Fatalf("GetSandbox of a hibernated sandbox: %v, %v", g, err)
-		}
-		l, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{State: sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED})
-		if err != nil || len(l.GetSandboxes()) != 1 || l.GetSandboxes()[0].GetSandboxId() != sbID {
-			t.Fatalf("ListSandboxes(hibernated) = %v, %v", l, err)
-		}
-	}
-
-	out, err := exec.CommandContext(ctx, k.sandboxctl, "--addr", b.addr, "list").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "hibernated(globals,") {
-		t.Fatalf("sandboxctl list: %v\n%s", err, out)
-	}
+	checkHibernatedSeen(t, ctx, ca, k.sandboxctl, a.addr, sbID)
+	checkHibernatedSeen(t, ctx, cb, k.sandboxctl, b.addr, sbID)
 
 	// A command through the other replica wakes it, in a new Pod on the
 	// same claim; its started event says how the state came back.
