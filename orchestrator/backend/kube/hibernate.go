@@ -133,6 +133,9 @@ func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.Wake
 				if _, err := m.hibernatePod(ctx, p, "finishing a hibernation under way"); err != nil {
 					return nil, nil, err
 				}
+				// Read our writes: the cache must not show the Pod as
+				// still hibernating, or this would join it again.
+				m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.UID != p.UID || q.Annotations[annDeleting] != "" })
 				continue
 			}
 			if err := m.awaitChange(ctx, deadline, "sandbox %s is being hibernated", id); err != nil {

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
@@ -85,7 +86,7 @@ func newHibEnv(t *testing.T) *hibEnv {
 	}
 	kctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); e.kubelet(kctx) }()
+	go func() { defer close(done); e.kubelet(kctx, t.Logf) }()
 	t.Cleanup(func() { stop(); <-done })
 	e.m, err = New(ctx, Config{
 		Policy: core.Policy{Image: "sandbox:test", IdleTTL: time.Hour, OnIdle: core.OnIdleHibernate, HibernatedTTL: time.Hour,
@@ -105,9 +106,10 @@ func newHibEnv(t *testing.T) *hibEnv {
 }
 
 // kubelet marks the namespace's new Pods running and ready, each with an
-// address of its own (the sidecar's "pod" in sentRecord), until ctx ends.
-func (e *hibEnv) kubelet(ctx context.Context) {
-	n := 0
+// address of its own (the sidecar's "pod" in sentRecord), kept across
+// retries of a failed status update, until ctx ends.
+func (e *hibEnv) kubelet(ctx context.Context, logf func(string, ...any)) {
+	ips := map[types.UID]string{}
 	for ctx.Err() == nil {
 		list, err := e.cs.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
 		if err == nil {
@@ -116,10 +118,17 @@ func (e *hibEnv) kubelet(ctx context.Context) {
 				if p.Status.Phase == corev1.PodRunning || p.DeletionTimestamp != nil {
 					continue
 				}
-				n++
-				p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: fmt.Sprintf("198.18.1.%d", n),
+				ip, ok := ips[p.UID]
+				if !ok {
+					n := len(ips) + 1
+					ip = fmt.Sprintf("198.18.%d.%d", n/250, n%250+1)
+					ips[p.UID] = ip
+				}
+				p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip,
 					Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-				_, _ = e.cs.CoreV1().Pods(e.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+				if _, err := e.cs.CoreV1().Pods(e.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil && ctx.Err() == nil {
+					logf("stand-in kubelet: marking pod %s running (retried): %v", p.Name, err)
+				}
 			}
 		}
 		select {
