@@ -122,7 +122,7 @@ func (m *Manager) createPod(ctx context.Context, s podSpec, pod *corev1.Pod) (*c
 	return p, err
 }
 
-// claim returns sandbox id's claim from the cache, or from the API server
+// claimOf returns sandbox id's claim from the cache, or from the API server
 // when the cache has not seen it; nil when there is none.
 func (m *Manager) claimOf(ctx context.Context, id string) (*corev1.PersistentVolumeClaim, error) {
 	if !m.claims() {
@@ -300,7 +300,7 @@ func (m *Manager) gcClaimsAt(ctx context.Context, now time.Time) {
 	}
 }
 
-// claimKeys are the label values a claim of a hibernated sandbox keeps
+// claimLabels are the label values a claim of a hibernated sandbox keeps
 // (List and the bindings find it by them).
 func claimLabels(p *corev1.Pod) map[string]any {
 	out := map[string]any{labelPool: "false"}
