@@ -112,6 +112,9 @@ func (e *hibEnv) kubelet(ctx context.Context, logf func(string, ...any)) {
 	ips := map[types.UID]string{}
 	for ctx.Err() == nil {
 		list, err := e.cs.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{})
+		if err != nil && ctx.Err() == nil {
+			logf("stand-in kubelet: listing pods: %v", err)
+		}
 		if err == nil {
 			for i := range list.Items {
 				p := &list.Items[i]

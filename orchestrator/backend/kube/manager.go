@@ -337,13 +337,19 @@ func (m *Manager) live(ctx context.Context, id string) (*corev1.Pod, error) {
 }
 
 // awaitReady waits until Pod p is ready, following its updates through the
-// cache.
+// cache. The change channel is taken before each read of the Pod, so that
+// a change between the read and the wait is not lost; the caller's p was
+// read before this call, so a change in between is caught by a re-read
+// each second (the Pod may be the namespace's only object: no later
+// change would come).
 func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
 	id := p.Labels[labelSandboxID]
 	timer := time.NewTimer(m.cfg.StartTimeout)
 	defer timer.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	ch := m.changed()
 	for {
-		ch := m.changed()
 		gone, dead, reason, ready := podState(p)
 		switch {
 		case gone:
@@ -361,7 +367,9 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		case <-timer.C:
 			return nil, core.Errorf(core.ErrUnavailable, "sandbox %s did not become ready within %v (pod %s is %s); try again later", id, m.cfg.StartTimeout, p.Name, p.Status.Phase)
 		case <-ch:
+		case <-tick.C:
 		}
+		ch = m.changed()
 		q, err := m.pod(ctx, id)
 		if err != nil {
 			return nil, err

@@ -1,0 +1,36 @@
+package kube
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestAwaitReadyAfterTheLastChange: a Pod that became ready between the
+// caller's read and the wait, with no change of the cache after it (it was
+// the namespace's only Pod), is seen ready, not waited on until the start
+// timeout. CI saw that lost change fail an Acquire after 30 s.
+func TestAwaitReadyAfterTheLastChange(t *testing.T) {
+	m, _, store := storeManager(t, "ready-test")
+	m.cfg.StartTimeout = 20 * time.Second
+	ready := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName("sb-ready"), Namespace: "ready-test", UID: "u-1",
+			Labels: map[string]string{labelManaged: managedBy, labelSandboxID: "sb-ready"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.0.1",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	if err := store.Add(ready); err != nil {
+		t.Fatal(err)
+	}
+	stale := ready.DeepCopy()
+	stale.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	p, err := m.awaitReady(t.Context(), stale) // no change will be notified
+	if err != nil {
+		t.Fatalf("awaitReady of a ready Pod read while pending: %v", err)
+	}
+	if p.UID != stale.UID || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("awaitReady = pod %s in phase %s; want pod %s running", p.UID, p.Status.Phase, stale.UID)
+	}
+}
