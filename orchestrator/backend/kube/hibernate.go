@@ -351,16 +351,62 @@ func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Po
 	if _, err := m.patchClaim(ctx, id, nil, map[string]any{annHibernated: nil, annEnv: nil, annImage: nil}); err != nil && !apierrors.IsNotFound(err) {
 		return nil, nil, apiError("record the wake on the sandbox's volume claim", err)
 	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annWaking: nil, annLastWake: string(wJSON)}}})
-	q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, b, metav1.PatchOptions{})
+	q, won, err := m.endWake(ctx, p, from, string(wJSON))
 	if err != nil {
-		return nil, nil, apiError("record the wake on the sandbox's pod", err)
+		return nil, nil, err
 	}
 	m.touch(id, q)
 	m.awaitCached(ctx, id, func(c *corev1.Pod) bool { return c.Annotations[annWaking] == "" })
+	if !won {
+		// Another call finished this wake first (the same restore record,
+		// followed): its outcome is the one recorded, and it published it.
+		if s := q.Annotations[annLastWake]; s != "" {
+			var theirs core.WakeInfo
+			if json.Unmarshal([]byte(s), &theirs) == nil {
+				w = &theirs
+			}
+		}
+		return q, w, nil
+	}
 	m.publish(q, core.LifecycleWoken, w.Reason)
 	m.log.Info("sandbox woken", "sandbox_id", id, "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason)
 	return q, w, nil
+}
+
+// endWake records the end of Pod p's wake from hibernation record from
+// (its annWaking) with outcome wJSON, if no other call has: the write is
+// conditional on the Pod's resourceVersion, so of several calls finishing
+// one wake (replicas, the leader's chores) exactly one wins and publishes
+// "woken". It returns the Pod as it is after the wake, and whether this
+// call's write ended it.
+func (m *Manager) endWake(ctx context.Context, p *corev1.Pod, from, wJSON string) (*corev1.Pod, bool, error) {
+	id := p.Labels[labelSandboxID]
+	for range 10 {
+		cur, err := m.podFromAPI(ctx, id)
+		if err != nil {
+			return nil, false, err
+		}
+		if cur == nil || cur.UID != p.UID {
+			return nil, false, core.SandboxNotFound(id)
+		}
+		if cur.Annotations[annWaking] != from {
+			return cur, false, nil
+		}
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+			"resourceVersion": cur.ResourceVersion,
+			"annotations":     map[string]any{annWaking: nil, annLastWake: wJSON},
+		}})
+		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			return q, true, nil
+		case apierrors.IsConflict(err):
+			continue // another write came first: read it
+		default:
+			return nil, false, apiError("record the wake on the sandbox's pod", err)
+		}
+	}
+	return nil, false, core.Errorf(core.ErrUnavailable, "sandbox %s: its pod changed too often to record its wake; try again", id)
 }
 
 // runHib runs a snapshot or restore record in ready Pod p's sandbox, once

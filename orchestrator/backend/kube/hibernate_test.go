@@ -72,7 +72,8 @@ type hibEnv struct {
 	sent []sentRecord
 }
 
-func newHibEnv(t *testing.T) *hibEnv {
+// newHibEnv starts it; each of with adjusts the replica's Config.
+func newHibEnv(t *testing.T, with ...func(*Config)) *hibEnv {
 	t.Helper()
 	rc := kubetest.Start(t)
 	cs, err := kubernetes.NewForConfig(rc)
@@ -88,7 +89,7 @@ func newHibEnv(t *testing.T) *hibEnv {
 	done := make(chan struct{})
 	go func() { defer close(done); e.kubelet(kctx, t.Logf) }()
 	t.Cleanup(func() { stop(); <-done })
-	e.m, err = New(ctx, Config{
+	cfg := Config{
 		Policy: core.Policy{Image: "sandbox:test", IdleTTL: time.Hour, OnIdle: core.OnIdleHibernate, HibernatedTTL: time.Hour,
 			DefaultLimits: core.Limits{MemoryBytes: 256 << 20, NanoCPUs: 5e8, DiskBytes: 1 << 30}},
 		Client: cs, Namespace: e.ns, IOTokenSecret: "io-token", IOToken: testToken,
@@ -97,7 +98,11 @@ func newHibEnv(t *testing.T) *hibEnv {
 		DialIO: func(_ context.Context, addr, _ string) (IOConn, error) {
 			return &hibSidecar{env: e, pod: addr}, nil
 		},
-	})
+	}
+	for _, f := range with {
+		f(&cfg)
+	}
+	e.m, err = New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,4 +486,63 @@ func TestUseJoinsAHibernationUnderWay(t *testing.T) {
 	if q := e.pod(t, id); q.UID == p.UID {
 		t.Fatal("the sandbox still runs in the pod that was being hibernated")
 	}
+}
+
+// TestOneWokenPerWake: of several calls finishing one wake at once (two
+// replicas' uses, the leader's chores), exactly one records its end and
+// publishes "woken"; the others answer the recorded outcome.
+func TestOneWokenPerWake(t *testing.T) {
+	sink := &eventCounter{}
+	e := newHibEnv(t, func(c *Config) { c.Lifecycle = sink })
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	r, err := e.m.Acquire(ctx, "erin", core.Options{Limits: e.m.cfg.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Sandbox.ID
+	rec, _ := json.Marshal(hibRecord{Level: ioproto.LevelGlobals, File: "snap-x", TakenAt: time.Now().UTC(), HibernatedAt: time.Now().UTC()})
+	if err := e.m.patchAnnotations(ctx, id, map[string]string{annWaking: string(rec)}); err != nil {
+		t.Fatal(err)
+	}
+	p := e.pod(t, id)
+	const callers = 3
+	var wg sync.WaitGroup
+	infos := make([]*core.WakeInfo, callers)
+	errs := make([]error, callers)
+	for i := range callers {
+		wg.Go(func() { _, infos[i], errs[i] = e.m.finishWakeInfo(ctx, p) })
+	}
+	wg.Wait()
+	for i := range callers {
+		if errs[i] != nil || infos[i] == nil || infos[i].Level != ioproto.LevelGlobals {
+			t.Errorf("call %d finishing the wake: %+v, %v; want it woken at level globals", i, infos[i], errs[i])
+		}
+	}
+	if n := sink.count(core.LifecycleWoken); n != 1 {
+		t.Errorf("%d woken events for one wake; want 1", n)
+	}
+	if q := e.pod(t, id); q.Annotations[annWaking] != "" || q.Annotations[annLastWake] == "" {
+		t.Errorf("pod after the wake: waking %q, last wake %q; want the wake ended and recorded", q.Annotations[annWaking], q.Annotations[annLastWake])
+	}
+}
+
+// eventCounter counts lifecycle events by kind.
+type eventCounter struct {
+	mu sync.Mutex
+	n  map[core.LifecycleKind]int
+}
+
+func (c *eventCounter) Publish(e core.LifecycleEvent) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[core.LifecycleKind]int{}
+	}
+	c.n[e.Kind]++
+}
+
+func (c *eventCounter) count(k core.LifecycleKind) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[k]
 }
