@@ -365,7 +365,7 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		case <-m.closed:
 			return nil, errClosing
 		case <-timer.C:
-			return nil, core.Errorf(core.ErrUnavailable, "sandbox %s did not become ready within %v (pod %s is %s); try again later", id, m.cfg.StartTimeout, p.Name, p.Status.Phase)
+			return nil, core.Errorf(core.ErrUnavailable, "sandbox %s did not become ready within %v (pod %s %s); try again later", id, m.cfg.StartTimeout, p.Name, pendingWhy(p))
 		case <-ch:
 		case <-tick.C:
 		}

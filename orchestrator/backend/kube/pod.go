@@ -301,6 +301,37 @@ func podState(p *corev1.Pod) (gone, dead bool, reason string, ready bool) {
 	return false, false, "", false
 }
 
+// pendingWhy says what a Pod that is not ready waits for, from what the
+// scheduler and the kubelet wrote (never from what its containers wrote:
+// termination messages are the sandbox's), bounded: "is Pending: not
+// scheduled: 0/2 nodes are available: ...", "is Pending: container
+// sandbox is waiting: ErrImageNeverPull: ...", or "is Running".
+func pendingWhy(p *corev1.Pod) string {
+	why := "is " + string(p.Status.Phase)
+	if p.Status.Phase == "" {
+		why = "is not yet scheduled"
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return why + ": not scheduled: " + truncate(strings.TrimSpace(cmp.Or(c.Message, c.Reason)), 256)
+		}
+	}
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range list {
+			w := cs.State.Waiting
+			if w == nil || w.Reason == "" || w.Reason == "ContainerCreating" || w.Reason == "PodInitializing" {
+				continue
+			}
+			why += ": container " + truncate(cs.Name, 64) + " is waiting: " + truncate(w.Reason, 64)
+			if m := strings.TrimSpace(w.Message); m != "" {
+				why += ": " + truncate(m, 256)
+			}
+			return why
+		}
+	}
+	return why
+}
+
 // deathOf returns why the sandbox of Pod p is dead, from the Pod's own
 // status, or "" while it lives.
 func deathOf(p *corev1.Pod) string {

@@ -89,6 +89,45 @@ func TestPodState(t *testing.T) {
 	}
 }
 
+// TestPendingWhy checks what a user reads when a sandbox's Pod does not
+// become ready in time: the scheduler's and the kubelet's words, bounded,
+// never what the sandbox's containers wrote.
+func TestPendingWhy(t *testing.T) {
+	long := strings.Repeat("x", 1000)
+	for _, tc := range []struct {
+		name   string
+		status corev1.PodStatus
+		want   string
+	}{
+		{name: "new", want: "is not yet scheduled"},
+		{name: "unschedulable", status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable",
+			Message: "0/2 nodes are available: 1 node(s) had volume node affinity conflict, 1 node(s) were unschedulable."}}},
+			want: "is Pending: not scheduled: 0/2 nodes are available: 1 node(s) had volume node affinity conflict, 1 node(s) were unschedulable."},
+		{name: "image missing", status: corev1.PodStatus{Phase: corev1.PodPending,
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: containerIO, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason: "ErrImageNeverPull", Message: `Container image "sandbox:v9" is not present with pull policy of Never`}}}}},
+			want: `is Pending: container ` + containerIO + ` is waiting: ErrImageNeverPull: Container image "sandbox:v9" is not present with pull policy of Never`},
+		{name: "creating", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerSandbox,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}},
+			want: "is Pending"},
+		{name: "crashing, its termination message not quoted", status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: containerSandbox,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 10s restarting failed container"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", Message: "written by the sandbox"}}}}},
+			want: "is Running: container sandbox is waiting: CrashLoopBackOff: back-off 10s restarting failed container"},
+		{name: "bounded", status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Message: long}}},
+			want: "is Pending: not scheduled: " + long[:256] + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pendingWhy(&corev1.Pod{Status: tc.status}); got != tc.want {
+				t.Errorf("pendingWhy = %q; want %q", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestBuildPodPosture checks the security posture of a sandbox Pod, the
 // Kubernetes twin of the Docker backend's containerSpec: what a reviewer
 // and a cluster's admission policies rely on.

@@ -1,11 +1,14 @@
 package kube
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // TestAwaitReadyAfterTheLastChange: a Pod that became ready between the
@@ -32,5 +35,27 @@ func TestAwaitReadyAfterTheLastChange(t *testing.T) {
 	}
 	if p.UID != stale.UID || p.Status.Phase != corev1.PodRunning {
 		t.Fatalf("awaitReady = pod %s in phase %s; want pod %s running", p.UID, p.Status.Phase, stale.UID)
+	}
+}
+
+// TestAwaitReadyTimeoutSaysWhy: a Pod the scheduler cannot place fails
+// its start with UNAVAILABLE ("try again": the node may come back, the
+// cluster may grow) and the scheduler's words.
+func TestAwaitReadyTimeoutSaysWhy(t *testing.T) {
+	m, _, store := storeManager(t, "ready-test")
+	m.cfg.StartTimeout = 2 * time.Second
+	const why = "0/2 nodes are available: 1 node(s) had volume node affinity conflict, 1 node(s) were unschedulable."
+	pending := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName("sb-pending"), Namespace: "ready-test", UID: "u-2",
+			Labels: map[string]string{labelManaged: managedBy, labelSandboxID: "sb-pending"}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
+			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: why}}},
+	}
+	if err := store.Add(pending); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.awaitReady(t.Context(), pending)
+	if core.ClassOf(err) != core.ErrUnavailable || !strings.Contains(err.Error(), "not scheduled: "+why) {
+		t.Fatalf("awaitReady of an unschedulable Pod = %v; want UNAVAILABLE with the scheduler's message", err)
 	}
 }
