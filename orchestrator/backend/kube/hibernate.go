@@ -116,6 +116,7 @@ func (m *Manager) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *co
 func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.WakeInfo, error) {
 	deadline := time.Now().Add(snapshotTimeout + goneWait + m.cfg.StartTimeout)
 	for {
+		ch := m.changed() // before the reads: a change after them ends the wait
 		p, c, err := m.lookup(ctx, id)
 		if err != nil {
 			return nil, nil, err
@@ -138,7 +139,7 @@ func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.Wake
 				m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.UID != p.UID || q.Annotations[annDeleting] != "" })
 				continue
 			}
-			if err := m.awaitChange(ctx, deadline, "sandbox %s is being hibernated", id); err != nil {
+			if err := m.awaitChange(ctx, ch, deadline, "sandbox %s is being hibernated", id); err != nil {
 				return nil, nil, err
 			}
 			continue
@@ -154,9 +155,10 @@ func (m *Manager) awake(ctx context.Context, id string) (*corev1.Pod, *core.Wake
 	}
 }
 
-// awaitChange waits for the next change of the cache, or until deadline
-// (then ErrUnavailable saying what, from format and args).
-func (m *Manager) awaitChange(ctx context.Context, deadline time.Time, format string, args ...any) error {
+// awaitChange waits until ch (m.changed(), taken before the caller's
+// reads) is closed by a change of the cache, or until deadline (then
+// ErrUnavailable saying what, from format and args).
+func (m *Manager) awaitChange(ctx context.Context, ch <-chan struct{}, deadline time.Time, format string, args ...any) error {
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return core.Errorf(core.ErrUnavailable, format+" for longer than expected; try again", args...)
@@ -169,7 +171,7 @@ func (m *Manager) awaitChange(ctx context.Context, deadline time.Time, format st
 	case <-m.closed:
 		return errClosing
 	case <-timer.C:
-	case <-m.changed():
+	case <-ch:
 	}
 	return nil
 }
@@ -282,6 +284,7 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 	pod.Annotations[annWaking] = a[annHibernated]
 	deadline := time.Now().Add(goneWait)
 	for {
+		ch := m.changed()
 		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		if err == nil {
 			p, err = m.awaitReady(ctx, p)
@@ -305,7 +308,7 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 			}
 			return m.finishWakeInfo(ctx, q)
 		}
-		if err := m.awaitChange(ctx, deadline, "the pod of hibernated sandbox %s is still being deleted", id); err != nil {
+		if err := m.awaitChange(ctx, ch, deadline, "the pod of hibernated sandbox %s is still being deleted", id); err != nil {
 			return nil, nil, err
 		}
 	}
