@@ -1,6 +1,9 @@
 package core
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -78,4 +81,20 @@ func JoinReasons(a, b string) string {
 		return a
 	}
 	return a + "; " + b
+}
+
+// HibOutcome is the outcome of a snapshot or restore record of kind that
+// a backend sent and followed for at most wait: snap is what the record's
+// done event carried (nil when none came), err how the follow ended. The
+// outcome is sanitised: the sandbox wrote it.
+func HibOutcome(kind string, wait time.Duration, snap *ioproto.HibResult, err error) (*ioproto.HibResult, error) {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("the sandbox did not answer the %s record within %s", kind, wait)
+	case err != nil:
+		return nil, fmt.Errorf("%s record: %w", kind, err)
+	case snap == nil:
+		return nil, fmt.Errorf("the sandbox answered the %s record without an outcome", kind)
+	}
+	return snap.Sanitized(), nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -237,22 +236,14 @@ func (m *Manager) runHibRecord(ctx context.Context, sb *sandbox, rec ioproto.Rec
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var done *core.Event
+	var snap *ioproto.HibResult
 	err := m.follow(wctx, sb, rec.CommandID, 0, func(e core.Event) error {
 		if e.Type == ioproto.EventDone {
-			done = &e
+			snap = e.Snapshot
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fmt.Errorf("the sandbox did not answer the %s record within %s", rec.Type, wait)
-	case err != nil:
-		return nil, fmt.Errorf("%s record: %w", rec.Type, err)
-	case done == nil || done.Snapshot == nil:
-		return nil, fmt.Errorf("the sandbox answered the %s record without an outcome", rec.Type)
-	}
-	return done.Snapshot.Sanitized(), nil
+	return core.HibOutcome(rec.Type, wait, snap, err)
 }
 
 // onIdleOf is what the idle TTL does to sb: its own Options.OnIdle, else

@@ -423,22 +423,17 @@ func (m *Manager) runHib(ctx context.Context, p *corev1.Pod, rec ioproto.Record,
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var done *ioproto.Event
+	var snap *ioproto.HibResult
 	err = conn.Run(wctx, rec, func(bool) {}, func(e ioproto.Event) error {
 		if e.Type == ioproto.EventDone {
-			done = &e
+			snap = e.Snapshot
 		}
 		return nil
 	})
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fmt.Errorf("the sandbox did not answer the %s record within %s", rec.Type, wait)
-	case err != nil:
-		return nil, fmt.Errorf("%s record: %w", rec.Type, m.ioError(id, rec.CommandID, err))
-	case done == nil || done.Snapshot == nil:
-		return nil, fmt.Errorf("the sandbox answered the %s record without an outcome", rec.Type)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		err = m.ioError(id, rec.CommandID, err)
 	}
-	return done.Snapshot.Sanitized(), nil
+	return core.HibOutcome(rec.Type, wait, snap, err)
 }
 
 // dropPod removes Pod p without ending its sandbox: marked (gone for
