@@ -371,6 +371,11 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		}
 		ch = m.changed()
 		q, err := m.pod(ctx, id)
+		if err == nil && q != nil && p.UID != "" && q.UID != p.UID {
+			// The cache still shows the Pod p replaced (a wake waits
+			// only for the API server to drop the old one): ask it.
+			q, err = m.podFromAPI(ctx, id)
+		}
 		if err != nil {
 			return nil, err
 		}

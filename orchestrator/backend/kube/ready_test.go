@@ -59,3 +59,38 @@ func TestAwaitReadyTimeoutSaysWhy(t *testing.T) {
 		t.Fatalf("awaitReady of an unschedulable Pod = %v; want UNAVAILABLE with the scheduler's message", err)
 	}
 }
+
+// TestAwaitReadyPastAStaleCache: a wake's new Pod is awaited while the
+// cache still shows the hibernated Pod it replaced (the wake waited only
+// for the API server to drop it): that old Pod does not make the sandbox
+// "not found"; the API server's answer is followed.
+func TestAwaitReadyPastAStaleCache(t *testing.T) {
+	m, cs, store := storeManager(t, "ready-test")
+	m.cfg.StartTimeout = 20 * time.Second
+	labels := map[string]string{labelManaged: managedBy, labelSandboxID: "sb-woken"}
+	old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: podName("sb-woken"), Namespace: "ready-test", UID: "u-old",
+		Labels: labels, Annotations: map[string]string{annDeleting: hibernatedMark}}}
+	if err := store.Add(old); err != nil {
+		t.Fatal(err)
+	}
+	created, err := cs.CoreV1().Pods("ready-test").Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName("sb-woken"), Labels: labels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: containerSandbox, Image: "sandbox:test"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := created.DeepCopy()
+	ready.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.0.2",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
+	if _, err := cs.CoreV1().Pods("ready-test").UpdateStatus(t.Context(), ready, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := m.awaitReady(t.Context(), created) // created: as Create answered, pending
+	if err != nil {
+		t.Fatalf("awaitReady of a new Pod while the cache shows the old one: %v", err)
+	}
+	if p.UID != created.UID || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("awaitReady = pod %s in phase %s; want pod %s running", p.UID, p.Status.Phase, created.UID)
+	}
+}
