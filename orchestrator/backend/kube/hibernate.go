@@ -363,17 +363,24 @@ func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Po
 	if !won {
 		// Another call finished this wake first (the same restore record,
 		// followed): its outcome is the one recorded, and it published it.
-		if s := q.Annotations[annLastWake]; s != "" {
-			var theirs core.WakeInfo
-			if json.Unmarshal([]byte(s), &theirs) == nil {
-				w = &theirs
-			}
+		if theirs := lastWakeOf(q); theirs != nil {
+			w = theirs
 		}
 		return q, w, nil
 	}
 	m.publish(q, core.LifecycleWoken, w.Reason)
 	m.log.Info("sandbox woken", "sandbox_id", id, "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason)
 	return q, w, nil
+}
+
+// lastWakeOf is how Pod p's sandbox last came back from hibernation, as
+// recorded on it; nil if it never hibernated (or the record is unreadable).
+func lastWakeOf(p *corev1.Pod) *core.WakeInfo {
+	var w core.WakeInfo
+	if s := p.Annotations[annLastWake]; s == "" || json.Unmarshal([]byte(s), &w) != nil {
+		return nil
+	}
+	return &w
 }
 
 // endWake records the end of Pod p's wake from hibernation record from

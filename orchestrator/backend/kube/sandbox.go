@@ -144,12 +144,7 @@ func (m *Manager) sandboxOf(p *corev1.Pod) core.Sandbox {
 		IdleTimeout:  m.idleTTLOf(p),
 		OnIdle:       m.onIdleOf(p.Annotations),
 	}
-	if s := p.Annotations[annLastWake]; s != "" {
-		var w core.WakeInfo
-		if json.Unmarshal([]byte(s), &w) == nil {
-			sb.LastWake = &w
-		}
-	}
+	sb.LastWake = lastWakeOf(p)
 	if dead {
 		sb.State, sb.StateReason = core.StateDead, reason
 	}
