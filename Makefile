@@ -140,14 +140,15 @@ envtest-assets:
 # built from Go modules once into a versioned cache outside the repository
 # by scripts/kube-node-assets.sh (a few minutes when kube-apiserver's
 # packages are in Go's build cache), with Debian's containerd (its CRI
-# plugin) and CNI plugins. Like envtest-assets, it prints a shell line.
-KUBE_NODE_DEBS := containerd containernetworking-plugins
+# plugin) and CNI plugins, and kube-router's NetworkPolicy firewall (iptables
+# and ipset). Like envtest-assets, it prints a shell line.
+KUBE_NODE_DEBS := containerd containernetworking-plugins iptables ipset
 
 kube-node:
 	@scripts/ensure-debs.sh --no-install-recommends kube-node $(KUBE_NODE_DEBS) >&2
 	@if [ -n "$${KUBE_NODE_ASSETS:-}" ]; then dir="$$KUBE_NODE_ASSETS"; \
 	else dir="$$(scripts/kube-node-assets.sh)"; fi; \
-	for b in kubelet kube-scheduler kube-controller-manager; do \
+	for b in kubelet kube-scheduler kube-controller-manager kube-router-v2.1.0; do \
 		[ -x "$$dir/$$b" ] || { echo "kube-node: $$dir/$$b is missing" >&2; exit 1; }; \
 	done; \
 	echo "export KUBE_NODE_ASSETS=$$dir"

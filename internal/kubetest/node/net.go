@@ -202,3 +202,8 @@ func sweepStale(logf func(string, ...any)) {
 		}
 	}
 }
+
+// HostAddr is the host's address on node n's link: what the host sends
+// to the node's Pods comes from it (sandboxd, in the tests, runs on the
+// host), so a NetworkPolicy admits the host by it.
+func (n *Node) HostAddr() netip.Addr { return n.hostEnd }

@@ -97,6 +97,10 @@ type Options struct {
 	// LocalStorageClass each node has (24 if 0): one per claim that a
 	// test keeps on the node at once.
 	LocalVolumes int
+	// NetworkPolicy enforces the cluster's NetworkPolicies on every node
+	// (netpol.go), as a CNI that enforces them does; callers check
+	// NeedNetworkPolicy first.
+	NetworkPolicy bool
 }
 
 // Cluster is a running cluster.
@@ -153,6 +157,7 @@ type Node struct {
 	conn            *grpc.ClientConn
 	containerd      *proc
 	kubelet         *proc
+	netpol          *proc // kube-router (Options.NetworkPolicy), else nil
 	lost            bool
 	// clientCA authenticates the API server's users to the kubelet;
 	// servingCert is the kubelet's serving certificate and its CA (PEM),
@@ -319,6 +324,16 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 			return c, fmt.Errorf("node %s: %w", n.Name, err)
 		}
 		cas = append(cas, n.servingCert...)
+		if o.NetworkPolicy {
+			// After Ready: kube-router reads its node's address from
+			// the Node the kubelet registered.
+			if why := needNetworkPolicy(); why != "" {
+				return c, fmt.Errorf("NetworkPolicy: %s", why)
+			}
+			if err := c.startNetworkPolicy(ctx, n); err != nil {
+				return c, fmt.Errorf("node %s: %w", n.Name, err)
+			}
+		}
 	}
 	c.KubeletCAFile = filepath.Join(c.dir, "kubelets-ca.crt")
 	if err := os.WriteFile(c.KubeletCAFile, cas, 0o644); err != nil {
@@ -604,6 +619,7 @@ func (c *Cluster) logEvents(logf func(string, ...any)) {
 // containerd stop (their Pods removed through the CRI, so that their
 // mounts and namespaces go), then, whatever is left, killed and unmounted.
 func (n *Node) stop(logf func(string, ...any)) {
+	n.netpol.stop(10 * time.Second)
 	n.kubelet.stop(10 * time.Second)
 	if n.CRI != nil && n.containerd != nil && !n.containerd.exited() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -640,7 +656,7 @@ func (n *Node) stop(logf func(string, ...any)) {
 // messages.
 func (n *Node) Logs() string {
 	var b strings.Builder
-	for _, p := range []*proc{n.kubelet, n.containerd} {
+	for _, p := range []*proc{n.kubelet, n.containerd, n.netpol} {
 		if p != nil {
 			fmt.Fprintf(&b, "--- %s (node %s):\n%s\n", p.name, n.Name, p.tail())
 		}
