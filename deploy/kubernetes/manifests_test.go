@@ -8,15 +8,12 @@
 package kubernetes_test
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -28,19 +25,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
+	"github.com/sandboxd/sandboxd/internal/kubetest/manifests"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/door/tokens"
@@ -68,23 +59,9 @@ var sandboxPodLabels = labels.Set{
 // render builds the kustomization in dir as `kubectl apply -k` would.
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	objs, err := manifests.Render(dir)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", dir, err)
-	}
-	var objs []*unstructured.Unstructured
-	for _, r := range rm.Resources() {
-		// Through JSON, so that numbers are what the API machinery expects.
-		b, err := r.MarshalJSON()
-		if err != nil {
-			t.Fatalf("kustomize build %s: %s: %v", dir, r.CurId(), err)
-		}
-		u := &unstructured.Unstructured{}
-		if err := u.UnmarshalJSON(b); err != nil {
-			t.Fatalf("kustomize build %s: %s: %v", dir, r.CurId(), err)
-		}
-		objs = append(objs, u)
+		t.Fatal(err)
 	}
 	return objs
 }
@@ -136,13 +113,13 @@ func TestAPIServerAcceptsManifests(t *testing.T) {
 	if nsObj == nil {
 		t.Fatal("the base holds no Namespace")
 	}
-	if _, _, err := ap.apply(ctx, nsObj, false); err != nil {
+	if _, _, err := ap.Apply(ctx, nsObj, false); err != nil {
 		t.Fatalf("create namespace %s: %v", nsObj.GetName(), err)
 	}
 
 	var applied []*unstructured.Unstructured
 	for _, u := range append(objs, readFile(t, runtimeClass)) {
-		got, warnings, err := ap.apply(ctx, u, true)
+		got, warnings, err := ap.Apply(ctx, u, true)
 		if err != nil {
 			t.Errorf("server-side apply (dry run) of %s: %v", key(u), err)
 			continue
@@ -166,7 +143,7 @@ func TestAPIServerAcceptsManifests(t *testing.T) {
 	strict.SetKind("Namespace")
 	strict.SetName("restricted")
 	strict.SetLabels(map[string]string{"pod-security.kubernetes.io/warn": "restricted"})
-	if _, _, err := ap.apply(ctx, strict, false); err != nil {
+	if _, _, err := ap.Apply(ctx, strict, false); err != nil {
 		t.Fatalf("create namespace restricted: %v", err)
 	}
 	for _, u := range objs {
@@ -175,7 +152,7 @@ func TestAPIServerAcceptsManifests(t *testing.T) {
 		}
 		u = u.DeepCopy()
 		u.SetNamespace(strict.GetName())
-		if _, warnings, err := ap.apply(ctx, u, true); err != nil || len(warnings) > 0 {
+		if _, warnings, err := ap.Apply(ctx, u, true); err != nil || len(warnings) > 0 {
 			t.Errorf("%s in a namespace warning at Pod Security \"restricted\": error %v, warnings %q", key(u), err, warnings)
 		}
 	}
@@ -660,72 +637,11 @@ func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {
 	}
 }
 
-// applier server-side-applies unstructured objects, keeping the warnings
-// the API server returns for each.
-type applier struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
-	warn   *warnings
-}
-
-// warnings collects the API server's Warning headers.
-type warnings struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (w *warnings) HandleWarningHeader(_ int, _ string, msg string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.msgs = append(w.msgs, msg)
-}
-
-func (w *warnings) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	m := w.msgs
-	w.msgs = nil
-	return m
-}
-
-func newApplier(t *testing.T, cfg *rest.Config) *applier {
+func newApplier(t *testing.T, cfg *rest.Config) *manifests.Applier {
 	t.Helper()
-	w := &warnings{}
-	cfg = rest.CopyConfig(cfg)
-	cfg.WarningHandler = w
-	dyn, err := dynamic.NewForConfig(cfg)
+	ap, err := manifests.NewApplier(cfg, fieldManager)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc)), warn: w}
-}
-
-// apply server-side-applies u (as a dry run that stores nothing when
-// dryRun) and returns the object as the server has it or would have it,
-// and the warnings of that request. Requests are sequential.
-func (a *applier) apply(ctx context.Context, u *unstructured.Unstructured, dryRun bool) (*unstructured.Unstructured, []string, error) {
-	gvk := u.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, nil, fmt.Errorf("no API resource for %s: %w", gvk, err)
-	}
-	data, err := json.Marshal(u.Object)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := metav1.PatchOptions{FieldManager: fieldManager}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
-	if m.Scope.Name() == "namespace" {
-		ri = a.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
-	}
-	a.warn.take()
-	got, err := ri.Patch(ctx, u.GetName(), types.ApplyPatchType, data, opts)
-	return got, a.warn.take(), err
+	return ap
 }
