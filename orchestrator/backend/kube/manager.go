@@ -359,6 +359,9 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		case ready:
 			return p, nil
 		}
+		if why := cannotStart(p); why != "" {
+			return nil, core.Errorf(core.ErrUnavailable, "sandbox %s cannot start until its image is on the node (pod %s %s); the kubelet retries: try again once the image is there", id, p.Name, why)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()

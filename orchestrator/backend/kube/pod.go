@@ -301,6 +301,28 @@ func podState(p *corev1.Pod) (gone, dead bool, reason string, ready bool) {
 	return false, false, "", false
 }
 
+// neverStarts names the kubelet's waiting reasons that no wait cures: the
+// image is not on the node and its pull policy forbids pulling it
+// (ErrImageNeverPull), or its name is invalid. A Pod waiting for one is
+// not waited for until the start timeout: its caller is told at once.
+// The kubelet keeps retrying, so the sandbox starts once the operator
+// puts the image on the node. Pull errors (ErrImagePull,
+// ImagePullBackOff) may pass and are waited for.
+var neverStarts = map[string]bool{"ErrImageNeverPull": true, "InvalidImageName": true}
+
+// cannotStart says why Pod p cannot start without an operator's help
+// (neverStarts), in pendingWhy's words, or "" when it may yet start.
+func cannotStart(p *corev1.Pod) string {
+	for _, list := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if w := cs.State.Waiting; w != nil && neverStarts[w.Reason] {
+				return pendingWhy(p)
+			}
+		}
+	}
+	return ""
+}
+
 // pendingWhy says what a Pod that is not ready waits for, from what the
 // scheduler and the kubelet wrote (never from what its containers wrote:
 // termination messages are the sandbox's), bounded: "is Pending: not

@@ -98,6 +98,7 @@ func TestPendingWhy(t *testing.T) {
 		name   string
 		status corev1.PodStatus
 		want   string
+		never  bool // cannotStart says so
 	}{
 		{name: "new", want: "is not yet scheduled"},
 		{name: "unschedulable", status: corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
@@ -108,7 +109,11 @@ func TestPendingWhy(t *testing.T) {
 			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}},
 			InitContainerStatuses: []corev1.ContainerStatus{{Name: containerIO, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
 				Reason: "ErrImageNeverPull", Message: `Container image "sandbox:v9" is not present with pull policy of Never`}}}}},
-			want: `is Pending: container ` + containerIO + ` is waiting: ErrImageNeverPull: Container image "sandbox:v9" is not present with pull policy of Never`},
+			want:  `is Pending: container ` + containerIO + ` is waiting: ErrImageNeverPull: Container image "sandbox:v9" is not present with pull policy of Never`,
+			never: true},
+		{name: "pull failing", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerSandbox,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}},
+			want: "is Pending: container sandbox is waiting: ImagePullBackOff: Back-off pulling image"},
 		{name: "creating", status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: containerSandbox,
 			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}},
 			want: "is Pending"},
@@ -123,6 +128,9 @@ func TestPendingWhy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := pendingWhy(&corev1.Pod{Status: tc.status}); got != tc.want {
 				t.Errorf("pendingWhy = %q; want %q", got, tc.want)
+			}
+			if got := cannotStart(&corev1.Pod{Status: tc.status}); (got != "") != tc.never || (got != "" && got != tc.want) {
+				t.Errorf("cannotStart = %q; want %q", got, map[bool]string{true: tc.want}[tc.never])
 			}
 		})
 	}

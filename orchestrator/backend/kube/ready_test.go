@@ -60,6 +60,28 @@ func TestAwaitReadyTimeoutSaysWhy(t *testing.T) {
 	}
 }
 
+// TestAwaitReadyImageNeverPull: a Pod whose image is not on its node, under
+// pull policy Never, fails its caller at once (UNAVAILABLE, the kubelet's
+// words), not after the start timeout: no wait brings the image.
+func TestAwaitReadyImageNeverPull(t *testing.T) {
+	m, _, store := storeManager(t, "ready-test")
+	m.cfg.StartTimeout = 10 * time.Minute // a wait would outlast the test's timeout
+	const why = `Container image "sandbox:v9" is not present with pull policy of Never`
+	pending := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: podName("sb-noimage"), Namespace: "ready-test", UID: "u-3",
+			Labels: map[string]string{labelManaged: managedBy, labelSandboxID: "sb-noimage"}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending, InitContainerStatuses: []corev1.ContainerStatus{{Name: containerIO,
+			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: why}}}}},
+	}
+	if err := store.Add(pending); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.awaitReady(t.Context(), pending)
+	if core.ClassOf(err) != core.ErrUnavailable || !strings.Contains(err.Error(), "ErrImageNeverPull: "+why) || !strings.Contains(err.Error(), "cannot start") {
+		t.Fatalf("awaitReady of a Pod whose image is never pulled = %v; want UNAVAILABLE at once, with the kubelet's message", err)
+	}
+}
+
 // TestAwaitReadyPastAStaleCache: a wake's new Pod is awaited while the
 // cache still shows the hibernated Pod it replaced (the wake waited only
 // for the API server to drop it): that old Pod does not make the sandbox
