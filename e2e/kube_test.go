@@ -138,6 +138,9 @@ func needRealKube(t *testing.T, o node.Options) *kubeEnv {
 	c := node.Start(t, o)
 	k := newKubeEnv(t, env, c.RestConfig)
 	k.nodes, k.cluster, k.image = realNodes{c}, c, realNodeImage
+	if err := c.WaitNamespace(t.Context(), kubeNamespace); err != nil {
+		t.Fatal(err)
+	}
 	// A real scheduler counts CPU requests: twenty sandboxes of half a
 	// CPU each would not fit two nodes of this two-core machine.
 	k.replicaArgs = []string{"--kube-cpu-request", "0.05",

@@ -228,6 +228,11 @@ func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
 	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: k.namespace}}, metav1.CreateOptions{}); err != nil {
 		return fail(fmt.Errorf("create namespace %s: %w", k.namespace, err))
 	}
+	if k.cluster != nil {
+		if err := k.cluster.WaitNamespace(ctx, k.namespace); err != nil {
+			return fail(err)
+		}
+	}
 	if _, err := k.cs.CoreV1().Secrets(k.namespace).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "sandboxd-io-token"},
 		StringData: map[string]string{"token": token},

@@ -118,7 +118,8 @@ func StartAt(dir string) (cfg *rest.Config, stop func() error, err error) {
 // kubelet, in a network namespace of its own, cannot reach the host's
 // loopback. The serving certificate names the address. clientCA is the
 // file of the CA that signs the API server's client certificates (cfg's
-// among them), which a kubelet trusts to authenticate cfg's user.
+// among them), which a kubelet trusts to authenticate cfg's user. With an
+// address, Pods are admitted as on a cluster (ServiceAccount admission).
 func StartOn(dir, address string, port int) (cfg *rest.Config, clientCA string, stop func() error, err error) {
 	quietLogs.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 
@@ -140,6 +141,10 @@ func StartOn(dir, address string, port int) (cfg *rest.Config, clientCA string, 
 			}
 		}
 		api.SecureServing.Address, api.SecureServing.Port = address, strconv.Itoa(port)
+		// Nodes run this server's Pods: admit them as a cluster does,
+		// with the ServiceAccount plugin envtest turns off, which gives
+		// a Pod its service account's token unless it opts out.
+		api.Configure().Disable("disable-admission-plugins")
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{Path: filepath.Join(dir, "etcd"), Out: etcdOut, Err: etcdOut}
 

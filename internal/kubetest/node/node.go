@@ -24,7 +24,14 @@
 //     does (x509 and webhook; sandboxd reads per-sandbox metrics there),
 //     with serving certificates made here (Cluster.KubeletCAFile), but the
 //     API server calls none of it: no kubectl exec or logs.
-//   - No kube-proxy and no cluster DNS: nothing under test uses Services.
+//   - No kube-proxy and no cluster DNS: nothing under test uses Services
+//     (a Pod that talks to the API server is given its address).
+//   - NetworkPolicies are enforced only when a test asks
+//     (Options.NetworkPolicy): by kube-router's firewall (netpol.go), as
+//     Debian's bridge plugin enforces none.
+//   - The API server is envtest's, on 6443 of an address of its own, but
+//     admits Pods as a cluster's does (envtest turns ServiceAccount
+//     admission off; here it is on).
 //   - No storage provisioner (there is none to download): the cluster's
 //     StorageClass (LocalStorageClass) is of static local
 //     PersistentVolumes, a pool per node in the node's directory, bound by
@@ -102,6 +109,9 @@ type Options struct {
 	// NeedNetworkPolicy first.
 	NetworkPolicy bool
 }
+
+// APIPort is the API server's port on its address.
+const APIPort = 6443
 
 // Cluster is a running cluster.
 type Cluster struct {
@@ -275,7 +285,10 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	if c.apiLink, err = makeAPILink("sbxkn"+tag, apiAddr); err != nil {
 		return nil, err
 	}
-	cfg, clientCA, stopAPI, err := kubetest.StartOn(kubetest.AssetsDir(), apiAddr.String(), 0)
+	// On 6443, a cluster's usual port, which deploy/kubernetes's
+	// NetworkPolicy lets sandboxd's Pods reach (the address is this
+	// cluster's alone, so the port is free).
+	cfg, clientCA, stopAPI, err := kubetest.StartOn(kubetest.AssetsDir(), apiAddr.String(), APIPort)
 	if err != nil {
 		return c, err
 	}
@@ -348,6 +361,9 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	}
 	c.startRecycler(logf)
 	c.StorageClass = LocalStorageClass
+	if err := c.WaitNamespace(ctx, metav1.NamespaceDefault); err != nil {
+		return c, err
+	}
 	if c.runsccri != "" {
 		if err := c.makeRuntimeClass(ctx); err != nil {
 			return c, fmt.Errorf("RuntimeClass %s: %w", GVisorRuntimeClass, err)
@@ -662,4 +678,24 @@ func (n *Node) Logs() string {
 		}
 	}
 	return b.String()
+}
+
+// WaitNamespace waits until namespace ns, just created, admits Pods: the
+// API server admits Pods as a cluster's does (ServiceAccount admission),
+// so a namespace's first Pod waits for the default ServiceAccount that
+// the controller manager makes.
+func (c *Cluster) WaitNamespace(ctx context.Context, ns string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		_, err := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("namespace %s has no default ServiceAccount within a minute: %w", ns, err)
+		case <-time.After(100 * time.Millisecond): // polling the API server
+		}
+	}
 }
