@@ -69,7 +69,7 @@ func (c *Cluster) startNetworkPolicy(ctx context.Context, n *Node) error {
 		"--run-firewall=true", "--run-router=false", "--run-service-proxy=false",
 		"--enable-cni=false", "--enable-pod-egress=false",
 		"--service-cluster-ip-range="+serviceClusterIPRange,
-		"--health-port=0", "--metrics-port=0", "--v=1")
+		"--health-port=0", "--metrics-port=0")
 	if err != nil {
 		return err
 	}
