@@ -8,7 +8,9 @@ package e2e
 // read-only root) and each node also runs kube-router's NetworkPolicy
 // firewall (internal/kubetest/node, netpol.go), as a cluster runs it or
 // another enforcing CNI. Every connection goes to this cluster's own
-// addresses: Pods, the node, the host's API server.
+// addresses (Pods, the node, the host's API server) or to test hosts of
+// the test's own (internal/nettest: one in 198.18.0.0/15, the link-local
+// metadata stand-in).
 
 import (
 	"context"
@@ -35,6 +37,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/kubetest/manifests"
 	"github.com/sandboxd/sandboxd/internal/kubetest/node"
+	"github.com/sandboxd/sandboxd/internal/nettest"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -53,7 +56,8 @@ const deployedToken = "deployed-tenant-token-e2e-0123456789"
 //     wake one (its claim), and read per-sandbox metrics from the kubelet
 //     (the ClusterRole's nodes/stats);
 //   - the NetworkPolicies, once applied: a sandbox reaches no other
-//     sandbox, not sandboxd, not its node's kubelet, not the API server;
+//     sandbox, not sandboxd, not its node's kubelet, not the API server,
+//     not a host beyond the cluster, not the metadata stand-in;
 //     no Pod but sandboxd's reaches a sandbox's io sidecar; sandboxd
 //     still serves old and new sandboxes, and a replica started under the
 //     policies reaches the API server and the sidecars.
@@ -162,8 +166,17 @@ func TestKubeDeployed(t *testing.T) {
 		t.Errorf("sandbox %s's Pod carries a service account token", a)
 	}
 
+	// The world beyond the cluster: a test host and the link-local
+	// metadata stand-in, in namespaces of the test's own, which the
+	// host forwards the Pods' connections to.
+	in := nettest.New(t, nettest.Options{Hosts: []string{"outside.test"}, Metadata: true})
+	outside, metadata := in.Hosts["outside.test"], in.Hosts["metadata.test"]
+	c.ForwardTo(t, outside.Addr, metadata.Addr)
+
 	sidecarA := net.JoinHostPort(k.podOf(t, ctx, a).Status.PodIP, "7070")
 	targets := map[string]string{
+		"a host outside the cluster":   net.JoinHostPort(outside.Addr.String(), "80"),
+		"the metadata stand-in":        net.JoinHostPort(metadata.Addr.String(), "80"),
 		"another sandbox's io sidecar": net.JoinHostPort(k.podOf(t, ctx, b).Status.PodIP, "7070"),
 		"sandboxd":                     net.JoinHostPort(replicas[0], "50051"),
 		"the node's kubelet":           net.JoinHostPort(n.Addr.String(), "10250"),
@@ -195,6 +208,9 @@ func TestKubeDeployed(t *testing.T) {
 		t.Fatalf("a minute after the NetworkPolicies, sandbox %s still connects: %v", a, after)
 	}
 	t.Logf("enforced %v after the policies were applied: %v", time.Since(start).Round(100*time.Millisecond), after)
+	// What the hosts count, from here on: nothing may arrive.
+	reached := func() int64 { return outside.AllAccepts() + metadata.AllAccepts() }
+	reachedBefore := reached()
 
 	// sandboxd still serves its sandboxes, the one it had and a new one,
 	// whose Pod the policies cover from its start.
@@ -210,6 +226,9 @@ func TestKubeDeployed(t *testing.T) {
 	}
 	if r := k.probePod(t, ctx, "np-probe-after", sidecarA); r == "open" {
 		t.Errorf("under the policies, a Pod that is not sandboxd's connects to sandbox %s's io sidecar", a)
+	}
+	if n := reached() - reachedBefore; n != 0 {
+		t.Errorf("under the policies, %d connections from the sandboxes reached the test hosts outside the cluster", n)
 	}
 
 	// The ClusterRole's nodes/stats, and the sandboxd policy's egress

@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -26,7 +28,8 @@ import (
 //
 // Pods reach nothing but their node and the host (the host does not
 // forward: Docker's FORWARD policy is DROP), and nothing here reaches any
-// other address.
+// other address; a test that wants them to reach its own test hosts
+// (internal/nettest) says so (ForwardTo).
 const maxNodes = 3
 
 // blockAddr is address n of block.
@@ -159,6 +162,7 @@ func onThread(f func() error) error {
 // process is gone (killed before its clean-up ran), and their processes.
 func sweepStale(logf func(string, ...any)) {
 	killOrphans()
+	sweepForwards(logf)
 	ents, _ := os.ReadDir("/run/netns")
 	for _, e := range ents {
 		rest, ok := strings.CutPrefix(e.Name(), nsPrefix)
@@ -207,3 +211,48 @@ func sweepStale(logf func(string, ...any)) {
 // to the node's Pods comes from it (sandboxd, in the tests, runs on the
 // host), so a NetworkPolicy admits the host by it.
 func (n *Node) HostAddr() netip.Addr { return n.hostEnd }
+
+// ForwardTo lets the cluster's Pods reach addrs, test hosts of the
+// test's own (internal/nettest) joined to the host, as a cluster's Pods
+// reach the world beyond their nodes: the host forwards between the
+// cluster's block and each address (two rules at the head of its FORWARD
+// chain, ahead of Docker's DROP policy), until t ends.
+func (c *Cluster) ForwardTo(t testing.TB, addrs ...netip.Addr) {
+	t.Helper()
+	for _, a := range addrs {
+		for _, dir := range [][2]string{{c.block.String(), a.String() + "/32"}, {a.String() + "/32", c.block.String()}} {
+			rule := []string{"FORWARD", "-s", dir[0], "-d", dir[1], "-m", "comment", "--comment", ownerAlias(), "-j", "ACCEPT"}
+			if out, err := exec.Command("iptables", append([]string{"-w", "5", "-I"}, rule...)...).CombinedOutput(); err != nil {
+				t.Fatalf("node: iptables -I %v: %v: %s", rule, err, out)
+			}
+			t.Cleanup(func() {
+				if out, err := exec.Command("iptables", append([]string{"-w", "5", "-D"}, rule...)...).CombinedOutput(); err != nil {
+					t.Errorf("node: iptables -D %v: %v: %s", rule, err, out)
+				}
+			})
+		}
+	}
+}
+
+// sweepForwards removes the FORWARD rules (ForwardTo) of clusters whose
+// test process is gone.
+func sweepForwards(logf func(string, ...any)) {
+	out, err := exec.Command("iptables", "-w", "5", "-S", "FORWARD").Output()
+	if err != nil {
+		return // no iptables: no rules of ours either
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		_, after, ok := strings.Cut(line, "--comment pid-")
+		if !ok || !strings.HasPrefix(line, "-A FORWARD ") {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.Fields(after)[0])
+		if err != nil || !ownerGone(pid) {
+			continue
+		}
+		args := append([]string{"-w", "5", "-D"}, strings.Fields(strings.TrimPrefix(line, "-A "))...)
+		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
+			logf("node: remove stale rule %q: %v: %s", line, err, out)
+		}
+	}
+}

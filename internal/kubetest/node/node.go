@@ -143,6 +143,7 @@ type Cluster struct {
 	controllers *proc
 	// stopRecycler stops the local PVs' recycler (nil: not started).
 	stopRecycler func()
+	block        netip.Prefix // the cluster's addresses (net.go)
 }
 
 // Node is one running node.
@@ -280,6 +281,7 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	if err != nil {
 		return nil, err
 	}
+	c.block = block
 	tag := fmt.Sprintf("%04x", rand.IntN(1<<16))
 	apiAddr := blockAddr(block, 1)
 	if c.apiLink, err = makeAPILink("sbxkn"+tag, apiAddr); err != nil {
