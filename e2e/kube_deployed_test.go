@@ -107,6 +107,7 @@ func TestKubeDeployed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var policies []*unstructured.Unstructured
+	var deployment *unstructured.Unstructured
 	caData, err := os.ReadFile(c.KubeletCAFile)
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +123,7 @@ func TestKubeDeployed(t *testing.T) {
 			setString(t, u, deployedToken+" tenant-deployed user\n", "stringData", "tokens")
 		case "Deployment/sandboxd":
 			patchDeployment(t, u, api)
+			deployment = u
 		}
 		if u.GetKind() == "Deployment" {
 			// The kubelets' CA, which the patched Deployment mounts.
@@ -267,6 +269,43 @@ func TestKubeDeployed(t *testing.T) {
 	o = execute(t, actx, cn, &sandboxv1.ExecuteRequest{SandboxId: b, Code: "6 * 7"})
 	if len(o.results) != 1 || o.results[0]["text/plain"] != "42" {
 		t.Fatalf("6 * 7 in sandbox %s through a replica started under the policies: %v %v", b, o.results, o.errs)
+	}
+
+	// gVisor, as the deploy README enables it: the shipped RuntimeClass
+	// and --kube-runtime-class=gvisor on the replicas (a rollout). The
+	// policies hold for a sandbox whose network stack is gVisor's.
+	c.NeedGVisor(t)
+	rc, err := manifests.ReadFile(filepath.Join("..", "deploy", "kubernetes", "runtimeclass-gvisor.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ap.Apply(ctx, rc, false); err != nil {
+		t.Fatalf("apply the shipped RuntimeClass: %v", err)
+	}
+	args, _, _ := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
+	ct := args[0].(map[string]any)
+	ct["args"] = append(ct["args"].([]any), "--kube-runtime-class="+rc.GetName())
+	if err := unstructured.SetNestedSlice(deployment.Object, args, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ap.Apply(ctx, deployment, false); err != nil {
+		t.Fatalf("apply the Deployment with --kube-runtime-class: %v", err)
+	}
+	rolled := waitDeployment(t, ctx, k, 2, fresh...)
+	cg := dialDeployed(t, rolled[0])
+	g := acquire(t, actx, cg, "dep-user-gvisor").GetSandbox().GetSandboxId()
+	if got := k.podOf(t, ctx, g).Spec.RuntimeClassName; got == nil || *got != rc.GetName() {
+		t.Fatalf("sandbox %s's Pod runs under RuntimeClass %v; want %s", g, got, rc.GetName())
+	}
+	gv := probeFrom(t, actx, cg, g, targets)
+	for what, r := range gv {
+		if r == "open" {
+			t.Errorf("sandbox %s, under gVisor, connects to %s (%s) under the policies", g, what, targets[what])
+		}
+	}
+	t.Logf("from a sandbox under gVisor: %v", gv)
+	if n := reached() - reachedBefore; n != 0 {
+		t.Errorf("under the policies, %d connections from the sandboxes reached the test hosts outside the cluster", n)
 	}
 }
 

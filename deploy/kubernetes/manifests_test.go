@@ -28,7 +28,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/sandboxd/sandboxd/internal/kubetest"
 	"github.com/sandboxd/sandboxd/internal/kubetest/manifests"
@@ -69,13 +68,9 @@ func render(t *testing.T, dir string) []*unstructured.Unstructured {
 // readFile parses a one-object manifest that is not in the kustomization.
 func readFile(t *testing.T, name string) *unstructured.Unstructured {
 	t.Helper()
-	b, err := os.ReadFile(name)
+	u, err := manifests.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal(b, &u.Object); err != nil {
-		t.Fatalf("%s: %v", name, err)
 	}
 	return u
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
 )
 
 // Render builds the kustomization in dir as `kubectl apply -k` would.
@@ -46,6 +48,20 @@ func Render(dir string) ([]*unstructured.Unstructured, error) {
 		objs = append(objs, u)
 	}
 	return objs, nil
+}
+
+// ReadFile parses a one-object manifest file that no kustomization
+// renders (such as deploy/kubernetes's optional RuntimeClass).
+func ReadFile(name string) (*unstructured.Unstructured, error) {
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(b, &u.Object); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return u, nil
 }
 
 // Applier server-side-applies unstructured objects, keeping the warnings
