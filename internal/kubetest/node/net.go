@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -241,18 +242,33 @@ func sweepForwards(logf func(string, ...any)) {
 	if err != nil {
 		return // no iptables: no rules of ours either
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		_, after, ok := strings.Cut(line, "--comment pid-")
-		if !ok || !strings.HasPrefix(line, "-A FORWARD ") {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.Fields(after)[0])
-		if err != nil || !ownerGone(pid) {
-			continue
-		}
-		args := append([]string{"-w", "5", "-D"}, strings.Fields(strings.TrimPrefix(line, "-A "))...)
-		if out, err := exec.Command("iptables", args...).CombinedOutput(); err != nil {
-			logf("node: remove stale rule %q: %v: %s", line, err, out)
+	for _, rule := range staleForwards(string(out), ownerGone) {
+		if out, err := exec.Command("iptables", append([]string{"-w", "5", "-D"}, rule...)...).CombinedOutput(); err != nil {
+			logf("node: remove stale rule %q: %v: %s", rule, err, out)
 		}
 	}
+}
+
+// staleForwards picks, from `iptables -S FORWARD`'s output, the rules
+// ForwardTo made for a test process that is gone, each as the arguments
+// that follow -D to delete it.
+func staleForwards(listing string, gone func(pid int) bool) [][]string {
+	var rules [][]string
+	for _, line := range strings.Split(listing, "\n") {
+		rest, ok := strings.CutPrefix(line, "-A ")
+		if !ok || !strings.HasPrefix(rest, "FORWARD ") {
+			continue
+		}
+		fields := strings.Fields(rest)
+		i := slices.Index(fields, "--comment")
+		if i < 0 || i+1 == len(fields) {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimPrefix(fields[i+1], "pid-"))
+		if err != nil || !strings.HasPrefix(fields[i+1], "pid-") || !gone(pid) {
+			continue
+		}
+		rules = append(rules, fields)
+	}
+	return rules
 }
