@@ -189,7 +189,7 @@ func TestKubeDeployed(t *testing.T) {
 			t.Fatalf("without NetworkPolicies, sandbox %s connecting to %s (%s): %s; want open (the test could not tell blocked from unreachable)", a, what, targets[what], r)
 		}
 	}
-	if r := k.probePod(t, ctx, "np-probe-before", sidecarA); r != "open" {
+	if r := k.probePod(t, ctx, "np-probe-before", sidecarA, 30*time.Second); r != "open" {
 		t.Fatalf("without NetworkPolicies, a Pod connecting to sandbox %s's io sidecar: %s; want open", a, r)
 	}
 
@@ -226,8 +226,12 @@ func TestKubeDeployed(t *testing.T) {
 			t.Errorf("sandbox %s, created under the policies, connects to %s (%s)", nu, what, targets[what])
 		}
 	}
-	if r := k.probePod(t, ctx, "np-probe-after", sidecarA); r == "open" {
+	if r := k.probePod(t, ctx, "np-probe-after", sidecarA, 0); r == "open" {
 		t.Errorf("under the policies, a Pod that is not sandboxd's connects to sandbox %s's io sidecar", a)
+	}
+	// While sandboxd's clients, Pods of any namespace, still reach it.
+	if r := k.probePod(t, ctx, "np-probe-client", net.JoinHostPort(replicas[1], "50051"), 30*time.Second); r != "open" {
+		t.Errorf("under the policies, a client Pod connecting to sandboxd's gRPC port: %s; want open", r)
 	}
 	if n := reached() - reachedBefore; n != 0 {
 		t.Errorf("under the policies, %d connections from the sandboxes reached the test hosts outside the cluster", n)
@@ -330,6 +334,8 @@ func buildSandboxdImage(t *testing.T) string {
 	if out, err := exec.CommandContext(ctx, "docker", "build", "-q", "-t", ref, dir).CombinedOutput(); err != nil {
 		t.Fatalf("docker build %s: %v\n%s", ref, err, out)
 	}
+	// The nodes keep their import; the engine need not keep a copy a run.
+	t.Cleanup(func() { _ = exec.Command("docker", "image", "rm", "-f", ref).Run() })
 	return ref
 }
 
@@ -496,8 +502,12 @@ print(json.dumps(out))
 
 // probePod runs a Pod of the sandbox image that is not sandboxd's (no
 // sandbox label, no sandboxd label) in sandboxd's namespace, which
-// connects to addr, and says "open" or "blocked".
-func (k *kubeEnv) probePod(t *testing.T, ctx context.Context, name, addr string) string {
+// connects to addr, and says "open" or "blocked". It tries for patience
+// (once, when 0): an enforcer programs a new Pod's address into the
+// policies that admit it only after the Pod has it, so a Pod's first
+// packets may be refused where its later ones are let through (the
+// other way round, a peer never admitted, stays refused).
+func (k *kubeEnv) probePod(t *testing.T, ctx context.Context, name, addr string, patience time.Duration) string {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(addr)
 	never := false
@@ -508,8 +518,18 @@ func (k *kubeEnv) probePod(t *testing.T, ctx context.Context, name, addr string)
 			AutomountServiceAccountToken: &never,
 			Containers: []corev1.Container{{
 				Name: "probe", Image: k.image, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"python3", "-c", fmt.Sprintf(
-					"import socket, sys\ntry:\n    socket.create_connection((%q, %s), timeout=3).close()\nexcept OSError:\n    sys.exit(3)\n", host, port)},
+				Command: []string{"python3", "-c", fmt.Sprintf(`
+import socket, sys, time
+deadline = time.monotonic() + %d
+while True:
+    try:
+        socket.create_connection((%q, %s), timeout=3).close()
+        sys.exit(0)
+    except OSError:
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.5)
+`, int(patience.Seconds()), host, port)},
 			}},
 		},
 	}
