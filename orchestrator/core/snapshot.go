@@ -1,7 +1,9 @@
 package core
 
 import (
+	"crypto/rand"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -71,6 +73,14 @@ func ValidateSnapshotRef(ref string) error {
 		return Invalidf("snapshot: an ID or a name is required")
 	}
 	return ValidateSnapshotName(ref)
+}
+
+// NewSnapshotID returns a fresh snapshot ID: "snap-" and 20 random
+// lower-case base32 characters, the form IsSnapshotID recognises.
+func NewSnapshotID() string {
+	var b [13]byte
+	rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return "snap-" + strings.ToLower(sandboxIDEncoding.EncodeToString(b[:]))[:20]
 }
 
 // IsSnapshotID reports whether ref has the form of a snapshot ID (else it

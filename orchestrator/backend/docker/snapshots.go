@@ -3,8 +3,6 @@ package docker
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -172,13 +170,6 @@ func (s *snapshots) resolve(c core.Caller, ref string, hidden bool) (snapFile, e
 	return snapFile{}, core.Invalidf("snapshot name %q is used by %d tenants; name it by its ID", ref, len(found))
 }
 
-// newSnapshotID is "snap-" and 20 random lower-case base32 characters.
-func newSnapshotID() string {
-	b := make([]byte, 13)
-	_, _ = rand.Read(b)
-	return "snap-" + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b))[:20]
-}
-
 // CreateSnapshot saves sb's state as a named snapshot of its tenant.
 func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
 	f, err := m.takeNamed(ctx, sandboxID, name, false)
@@ -233,7 +224,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 		return snapFile{}, core.Preconditionf("sandbox %s is %s; it must be running to be snapshotted", sb.id, st)
 	}
 
-	id := newSnapshotID()
+	id := core.NewSnapshotID()
 	tmp := filepath.Join(m.snaps.dir, snapTmpPrefix+id)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
 		return snapFile{}, fmt.Errorf("make the snapshot's directory: %w", err)
@@ -579,7 +570,7 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 	users := req.UserIDs
 	if len(users) == 0 {
 		for range req.Count {
-			users = append(users, "fork-"+strings.ToLower(newSnapshotID()[len("snap-"):]))
+			users = append(users, "fork-"+strings.ToLower(core.NewSnapshotID()[len("snap-"):]))
 		}
 	}
 	results := make([]core.ForkResult, req.Count)

@@ -31,7 +31,7 @@ func TestSnapshotsNeedDiskVolumes(t *testing.T) {
 func TestSnapshotIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for range 100 {
-		id := newSnapshotID()
+		id := core.NewSnapshotID()
 		if !core.IsSnapshotID(id) || seen[id] {
 			t.Fatalf("snapshot ID %q: valid %v, seen %v", id, core.IsSnapshotID(id), seen[id])
 		}
