@@ -120,6 +120,8 @@ func (r *Record) validateHibRecord() error {
 		return fmt.Errorf("%w: restore level %q (want %s, %s or %s)", ErrMalformed, short(r.Level), LevelMemory, LevelGlobals, LevelFiles)
 	case r.Type == KindRestore && r.Level == LevelGlobals && !ValidSnapshotName(r.Snapshot):
 		return fmt.Errorf("%w: restore record without a valid snapshot file name", ErrMalformed)
+	case r.Type == KindRestore && r.Live:
+		return fmt.Errorf("%w: live is for snapshot records", ErrMalformed)
 	case r.ContextID != "" && r.ContextID != DefaultContext:
 		return fmt.Errorf("%w: %s records act on the default context only", ErrMalformed, r.Type)
 	}

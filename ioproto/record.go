@@ -204,6 +204,11 @@ type Record struct {
 	// restore (snapshot and restore records, hibernate.go).
 	Snapshot string `json:"snapshot,omitempty"`
 	Level    string `json:"level,omitempty"`
+	// Live marks a snapshot record taken while the sandbox keeps running
+	// (a named snapshot, a fork's): the host expects no restore record
+	// after it, so it does not hold commands back. The driver does the
+	// same either way.
+	Live bool `json:"live,omitempty"`
 }
 
 // StdinRecord returns the stdin record giving data to command id.

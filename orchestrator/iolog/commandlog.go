@@ -95,7 +95,7 @@ func recordDigest(rec ioproto.Record) [32]byte {
 		fmt.Fprintf(h, "context\x00%s\x00%s\x00%s\x00%s", rec.Op, rec.ContextID, rec.Language, rec.Cwd)
 	} else if rec.Type == ioproto.KindSnapshot || rec.Type == ioproto.KindRestore {
 		// Hibernation records likewise (sandboxd's own, never the user's).
-		fmt.Fprintf(h, "hibernation\x00%s\x00%s\x00%s", rec.Type, rec.Snapshot, rec.Level)
+		fmt.Fprintf(h, "hibernation\x00%s\x00%s\x00%s\x00%t", rec.Type, rec.Snapshot, rec.Level, rec.Live)
 	} else {
 		fmt.Fprintf(h, "%s\x00", lang)
 		if rec.ContextID != "" && rec.ContextID != ioproto.DefaultContext {
@@ -172,10 +172,10 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 	if err := d.appendLocked(line); err != nil {
 		return false, err
 	}
-	switch rec.Type {
-	case ioproto.KindSnapshot:
+	switch {
+	case rec.Type == ioproto.KindSnapshot && !rec.Live:
 		d.pendingSnap = rec.CommandID
-	case ioproto.KindRestore:
+	case rec.Type == ioproto.KindRestore:
 		d.pendingSnap = ""
 	}
 	if isCommand(rec.Type) {
@@ -314,10 +314,10 @@ func (d *Dir) scanLog(ctx context.Context) (ids map[string]logEntry, order []str
 			continue
 		}
 		if perr == nil && line.Err == nil {
-			switch rec.Type {
-			case ioproto.KindSnapshot:
+			switch {
+			case rec.Type == ioproto.KindSnapshot && !rec.Live:
 				pending = id
-			case ioproto.KindRestore:
+			case rec.Type == ioproto.KindRestore:
 				pending = ""
 			}
 		}

@@ -49,3 +49,34 @@ func TestSealWhileHibernating(t *testing.T) {
 	mustAppend(d3, snap, true)
 	mustAppend(d3, exec("c3"), true)
 }
+
+// TestLiveSnapshotSealsNothing: a live snapshot record (a named snapshot
+// or a fork's, the sandbox keeps running) leaves a sealed log open, also
+// for a new Dir reading it back; it is itself refused while a
+// hibernation's snapshot seals the log.
+func TestLiveSnapshotSealsNothing(t *testing.T) {
+	d := newDir(t)
+	d.SealWhileHibernating()
+	live := ioproto.Record{Type: ioproto.KindSnapshot, CommandID: "sbx-named-snapshot-a", Snapshot: "named-a", Live: true}
+	if ok, err := d.Append(live, nil); !ok || err != nil {
+		t.Fatalf("append a live snapshot: appended=%v err=%v", ok, err)
+	}
+	if ok, err := d.Append(exec("c1"), nil); !ok || err != nil {
+		t.Fatalf("an exec after a live snapshot: appended=%v err=%v; want it taken", ok, err)
+	}
+	d2 := New(d.path)
+	d2.SealWhileHibernating()
+	if ok, err := d2.Append(exec("c2"), nil); !ok || err != nil {
+		t.Fatalf("a new Dir on the log refuses an exec after a live snapshot: appended=%v err=%v", ok, err)
+	}
+	if ok, err := d2.Append(ioproto.Record{Type: ioproto.KindSnapshot, CommandID: "sbx-snapshot-h", Snapshot: "snap-h"}, nil); !ok || err != nil {
+		t.Fatalf("a hibernation's snapshot: appended=%v err=%v", ok, err)
+	}
+	live.CommandID, live.Snapshot = "sbx-named-snapshot-b", "named-b"
+	if _, err := d2.Append(live, nil); !errors.Is(err, ErrHibernating) {
+		t.Fatalf("a live snapshot while hibernating: %v, want ErrHibernating", err)
+	}
+	if err := (&ioproto.Record{Type: ioproto.KindRestore, CommandID: "sbx-restore-x", Level: ioproto.LevelFiles, Live: true}).Validate(); !errors.Is(err, ioproto.ErrMalformed) {
+		t.Fatalf("a live restore record: %v, want ErrMalformed", err)
+	}
+}
