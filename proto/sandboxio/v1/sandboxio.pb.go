@@ -1947,6 +1947,282 @@ func (x *FileInfo) GetGid() uint32 {
 	return 0
 }
 
+// ExportRequest asks for the workspace's archive.
+type ExportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A file name in io/hibernate (one path element of letters, digits, "_",
+	// "." and "-", at most 128 bytes) to put first in the archive as its
+	// globals entry, then remove once the archive is sent; empty: none.
+	Globals string `protobuf:"bytes,1,opt,name=globals,proto3" json:"globals,omitempty"`
+	// The most content bytes the archive may carry (its files' content and
+	// the globals', its names and link targets); 0: the sidecar's default.
+	// The archive itself is at most that plus its tar framing
+	// (wsarchive.Limits.MaxArchiveBytes).
+	MaxBytes      int64 `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRequest) Reset() {
+	*x = ExportRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRequest) ProtoMessage() {}
+
+func (x *ExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
+func (*ExportRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ExportRequest) GetGlobals() string {
+	if x != nil {
+		return x.Globals
+	}
+	return ""
+}
+
+func (x *ExportRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// ExportResponse is one message of an export.
+type ExportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The archive's next bytes.
+	Chunk []byte `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// In the last message only, whose chunk (if any) ends the archive: the
+	// content bytes of its regular files, globals included.
+	Bytes int64 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// In the last message: entries not archived, each "path: why" (the path
+	// relative to /workspace); at most 20.
+	Skipped []string `protobuf:"bytes,3,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	// In the last message: how many entries were not archived.
+	SkippedCount int64 `protobuf:"varint,4,opt,name=skipped_count,json=skippedCount,proto3" json:"skipped_count,omitempty"`
+	// Set in the last message only: the archive is complete.
+	Done          bool `protobuf:"varint,5,opt,name=done,proto3" json:"done,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportResponse) Reset() {
+	*x = ExportResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportResponse) ProtoMessage() {}
+
+func (x *ExportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
+func (*ExportResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ExportResponse) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *ExportResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ExportResponse) GetSkipped() []string {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *ExportResponse) GetSkippedCount() int64 {
+	if x != nil {
+		return x.SkippedCount
+	}
+	return 0
+}
+
+func (x *ExportResponse) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+// ImportRequest is one message of an import.
+type ImportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In the first message: the file name in io/hibernate the archive's
+	// globals entry goes to (as ExportRequest's); empty: the archive must
+	// have none.
+	Globals string `protobuf:"bytes,1,opt,name=globals,proto3" json:"globals,omitempty"`
+	// In the first message: the most content bytes the archive may carry
+	// (as ExportRequest's); 0: the sidecar's default.
+	MaxBytes int64 `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// The archive's next bytes.
+	Chunk         []byte `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportRequest) Reset() {
+	*x = ImportRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRequest) ProtoMessage() {}
+
+func (x *ImportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
+func (*ImportRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ImportRequest) GetGlobals() string {
+	if x != nil {
+		return x.Globals
+	}
+	return ""
+}
+
+func (x *ImportRequest) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ImportRequest) GetChunk() []byte {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+// ImportResponse says what an import extracted.
+type ImportResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The content bytes of the regular files extracted, globals included.
+	Bytes int64 `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Entries not extracted (hard links, devices, FIFOs), each "path: why";
+	// at most 20.
+	Skipped []string `protobuf:"bytes,2,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	// How many entries were not extracted.
+	SkippedCount  int64 `protobuf:"varint,3,opt,name=skipped_count,json=skippedCount,proto3" json:"skipped_count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportResponse) Reset() {
+	*x = ImportResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportResponse) ProtoMessage() {}
+
+func (x *ImportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
+func (*ImportResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ImportResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ImportResponse) GetSkipped() []string {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *ImportResponse) GetSkippedCount() int64 {
+	if x != nil {
+		return x.SkippedCount
+	}
+	return 0
+}
+
 var File_sandboxio_v1_sandboxio_proto protoreflect.FileDescriptor
 
 const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
@@ -2060,7 +2336,24 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12+\n" +
 	"\x12mod_time_unix_nano\x18\x04 \x01(\x03R\x0fmodTimeUnixNano\x12\x10\n" +
 	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x06 \x01(\rR\x03gid*~\n" +
+	"\x03gid\x18\x06 \x01(\rR\x03gid\"F\n" +
+	"\rExportRequest\x12\x18\n" +
+	"\aglobals\x18\x01 \x01(\tR\aglobals\x12\x1b\n" +
+	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\"\x8f\x01\n" +
+	"\x0eExportResponse\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\fR\x05chunk\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\askipped\x18\x03 \x03(\tR\askipped\x12#\n" +
+	"\rskipped_count\x18\x04 \x01(\x03R\fskippedCount\x12\x12\n" +
+	"\x04done\x18\x05 \x01(\bR\x04done\"\\\n" +
+	"\rImportRequest\x12\x18\n" +
+	"\aglobals\x18\x01 \x01(\tR\aglobals\x12\x1b\n" +
+	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\x12\x14\n" +
+	"\x05chunk\x18\x03 \x01(\fR\x05chunk\"e\n" +
+	"\x0eImportResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x18\n" +
+	"\askipped\x18\x02 \x03(\tR\askipped\x12#\n" +
+	"\rskipped_count\x18\x03 \x01(\x03R\fskippedCount*~\n" +
 	"\fCommandPhase\x12\x1d\n" +
 	"\x19COMMAND_PHASE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14COMMAND_PHASE_QUEUED\x10\x01\x12\x19\n" +
@@ -2071,7 +2364,7 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x0fWATCH_OP_CREATE\x10\x01\x12\x12\n" +
 	"\x0eWATCH_OP_WRITE\x10\x02\x12\x13\n" +
 	"\x0fWATCH_OP_REMOVE\x10\x03\x12\x13\n" +
-	"\x0fWATCH_OP_RENAME\x10\x042\xed\a\n" +
+	"\x0fWATCH_OP_RENAME\x10\x042\xfb\b\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -2085,7 +2378,9 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\fListCommands\x12!.sandboxio.v1.ListCommandsRequest\x1a\".sandboxio.v1.ListCommandsResponse\x12U\n" +
 	"\fListContexts\x12!.sandboxio.v1.ListContextsRequest\x1a\".sandboxio.v1.ListContextsResponse\x12]\n" +
 	"\x0eWatchDirectory\x12#.sandboxio.v1.WatchDirectoryRequest\x1a$.sandboxio.v1.WatchDirectoryResponse0\x01\x12<\n" +
-	"\x03Run\x12\x18.sandboxio.v1.RunRequest\x1a\x19.sandboxio.v1.RunResponse0\x01B=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\x03Run\x12\x18.sandboxio.v1.RunRequest\x1a\x19.sandboxio.v1.RunResponse0\x01\x12E\n" +
+	"\x06Export\x12\x1b.sandboxio.v1.ExportRequest\x1a\x1c.sandboxio.v1.ExportResponse0\x01\x12E\n" +
+	"\x06Import\x12\x1b.sandboxio.v1.ImportRequest\x1a\x1c.sandboxio.v1.ImportResponse(\x01B=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -2100,7 +2395,7 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(CommandPhase)(0),              // 0: sandboxio.v1.CommandPhase
 	(WatchOp)(0),                   // 1: sandboxio.v1.WatchOp
@@ -2135,6 +2430,10 @@ var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(*WatchDirectoryResponse)(nil), // 30: sandboxio.v1.WatchDirectoryResponse
 	(*WatchEvent)(nil),             // 31: sandboxio.v1.WatchEvent
 	(*FileInfo)(nil),               // 32: sandboxio.v1.FileInfo
+	(*ExportRequest)(nil),          // 33: sandboxio.v1.ExportRequest
+	(*ExportResponse)(nil),         // 34: sandboxio.v1.ExportResponse
+	(*ImportRequest)(nil),          // 35: sandboxio.v1.ImportRequest
+	(*ImportResponse)(nil),         // 36: sandboxio.v1.ImportResponse
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
 	11, // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
@@ -2161,21 +2460,25 @@ var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
 	26, // 21: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
 	29, // 22: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
 	2,  // 23: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
-	5,  // 24: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	7,  // 25: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	9,  // 26: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	12, // 27: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	14, // 28: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	16, // 29: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	18, // 30: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	20, // 31: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	22, // 32: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	24, // 33: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	27, // 34: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
-	30, // 35: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
-	3,  // 36: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
-	24, // [24:37] is the sub-list for method output_type
-	11, // [11:24] is the sub-list for method input_type
+	33, // 24: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
+	35, // 25: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
+	5,  // 26: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	7,  // 27: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	9,  // 28: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	12, // 29: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	14, // 30: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	16, // 31: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	18, // 32: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	20, // 33: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	22, // 34: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	24, // 35: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	27, // 36: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	30, // 37: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
+	3,  // 38: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
+	34, // 39: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
+	36, // 40: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
+	26, // [26:41] is the sub-list for method output_type
+	11, // [11:26] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -2197,7 +2500,7 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,8 @@ const (
 	IOService_ListContexts_FullMethodName   = "/sandboxio.v1.IOService/ListContexts"
 	IOService_WatchDirectory_FullMethodName = "/sandboxio.v1.IOService/WatchDirectory"
 	IOService_Run_FullMethodName            = "/sandboxio.v1.IOService/Run"
+	IOService_Export_FullMethodName         = "/sandboxio.v1.IOService/Export"
+	IOService_Import_FullMethodName         = "/sandboxio.v1.IOService/Import"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -76,7 +78,10 @@ const (
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
 // down; any call), NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls and
-// WatchDirectory). A status
+// WatchDirectory; Export and Import answer the files calls' reasons too:
+// an archive past its limit is RESOURCE_EXHAUSTED, a malformed or hostile
+// archive or a bad globals name INVALID_ARGUMENT, a missing globals file
+// NOT_FOUND). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
 // reason only with its code and on the calls listed; anything else means
@@ -140,6 +145,25 @@ type IOServiceClient interface {
 	// reasons, after it one of Follow's. Sidecars older than this call
 	// answer UNIMPLEMENTED: sandboxd then appends and follows in two calls.
 	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunResponse], error)
+	// Export streams the workspace as a workspace archive
+	// (orchestrator/wsarchive: a PAX tar holding first, when asked, the
+	// globals file a live snapshot record left in io/hibernate as the entry
+	// "globals", then /workspace under "workspace/"), in chunks. Symbolic
+	// links are archived as links, never followed; FIFOs, sockets and
+	// devices are skipped and listed. The last message says the archive is
+	// complete (done) and what it holds; the globals file is removed from
+	// /io only then. More content than max_bytes is RESOURCE_EXHAUSTED.
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResponse], error)
+	// Import extracts an archive Export made into the workspace, owned by
+	// the sandbox user, and its globals entry into io/hibernate/<globals>
+	// (mode 0600, owned by the sandbox user; io/hibernate made 0700 and
+	// given to the sandbox user if missing). The first message carries the
+	// header (globals, max_bytes), every message may carry a chunk of the
+	// archive. A name outside the workspace, a truncated archive, a globals
+	// entry without a globals name or a globals name without a globals
+	// entry is INVALID_ARGUMENT; after an error, what was extracted into
+	// /workspace stays, the globals file does not.
+	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
 }
 
 type iOServiceClient struct {
@@ -319,6 +343,38 @@ func (c *iOServiceClient) Run(ctx context.Context, in *RunRequest, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IOService_RunClient = grpc.ServerStreamingClient[RunResponse]
 
+func (c *iOServiceClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &IOService_ServiceDesc.Streams[5], IOService_Export_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportRequest, ExportResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_ExportClient = grpc.ServerStreamingClient[ExportResponse]
+
+func (c *iOServiceClient) Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &IOService_ServiceDesc.Streams[6], IOService_Import_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportRequest, ImportResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_ImportClient = grpc.ClientStreamingClient[ImportRequest, ImportResponse]
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -347,7 +403,10 @@ type IOService_RunClient = grpc.ServerStreamingClient[RunResponse]
 // ListCommands and the files calls), UNAVAILABLE (the sidecar is shutting
 // down; any call), NOT_FOUND, ALREADY_EXISTS,
 // FAILED_PRECONDITION and RESOURCE_EXHAUSTED (the files calls and
-// WatchDirectory). A status
+// WatchDirectory; Export and Import answer the files calls' reasons too:
+// an archive past its limit is RESOURCE_EXHAUSTED, a malformed or hostile
+// archive or a bad globals name INVALID_ARGUMENT, a missing globals file
+// NOT_FOUND). A status
 // without an ErrorInfo is gRPC's own: UNAUTHENTICATED without the token,
 // the transport's failures, the caller's cancellation. sandboxd believes a
 // reason only with its code and on the calls listed; anything else means
@@ -411,6 +470,25 @@ type IOServiceServer interface {
 	// reasons, after it one of Follow's. Sidecars older than this call
 	// answer UNIMPLEMENTED: sandboxd then appends and follows in two calls.
 	Run(*RunRequest, grpc.ServerStreamingServer[RunResponse]) error
+	// Export streams the workspace as a workspace archive
+	// (orchestrator/wsarchive: a PAX tar holding first, when asked, the
+	// globals file a live snapshot record left in io/hibernate as the entry
+	// "globals", then /workspace under "workspace/"), in chunks. Symbolic
+	// links are archived as links, never followed; FIFOs, sockets and
+	// devices are skipped and listed. The last message says the archive is
+	// complete (done) and what it holds; the globals file is removed from
+	// /io only then. More content than max_bytes is RESOURCE_EXHAUSTED.
+	Export(*ExportRequest, grpc.ServerStreamingServer[ExportResponse]) error
+	// Import extracts an archive Export made into the workspace, owned by
+	// the sandbox user, and its globals entry into io/hibernate/<globals>
+	// (mode 0600, owned by the sandbox user; io/hibernate made 0700 and
+	// given to the sandbox user if missing). The first message carries the
+	// header (globals, max_bytes), every message may carry a chunk of the
+	// archive. A name outside the workspace, a truncated archive, a globals
+	// entry without a globals name or a globals name without a globals
+	// entry is INVALID_ARGUMENT; after an error, what was extracted into
+	// /workspace stays, the globals file does not.
+	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -459,6 +537,12 @@ func (UnimplementedIOServiceServer) WatchDirectory(*WatchDirectoryRequest, grpc.
 }
 func (UnimplementedIOServiceServer) Run(*RunRequest, grpc.ServerStreamingServer[RunResponse]) error {
 	return status.Error(codes.Unimplemented, "method Run not implemented")
+}
+func (UnimplementedIOServiceServer) Export(*ExportRequest, grpc.ServerStreamingServer[ExportResponse]) error {
+	return status.Error(codes.Unimplemented, "method Export not implemented")
+}
+func (UnimplementedIOServiceServer) Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error {
+	return status.Error(codes.Unimplemented, "method Import not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -676,6 +760,24 @@ func _IOService_Run_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IOService_RunServer = grpc.ServerStreamingServer[RunResponse]
 
+func _IOService_Export_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(IOServiceServer).Export(m, &grpc.GenericServerStream[ExportRequest, ExportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_ExportServer = grpc.ServerStreamingServer[ExportResponse]
+
+func _IOService_Import_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(IOServiceServer).Import(&grpc.GenericServerStream[ImportRequest, ImportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type IOService_ImportServer = grpc.ClientStreamingServer[ImportRequest, ImportResponse]
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -741,6 +843,16 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Run",
 			Handler:       _IOService_Run_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Export",
+			Handler:       _IOService_Export_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Import",
+			Handler:       _IOService_Import_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "sandboxio/v1/sandboxio.proto",

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
@@ -476,4 +477,153 @@ func (c *Client) Rename(ctx context.Context, from, to string, overwrite bool) (c
 		return core.FileInfo{}, errorOf(ctx, callFiles, err)
 	}
 	return checkInfo(resp.GetFile())
+}
+
+// ArchiveStats is what an Export or Import reports.
+type ArchiveStats struct {
+	// Bytes counts the content bytes of the archive's regular files,
+	// globals included.
+	Bytes int64
+	// Skipped lists entries not kept, each "path: why"; at most
+	// maxArchiveSkipped of at most maxSkippedLen bytes, valid UTF-8.
+	Skipped []string
+	// SkippedCount counts every entry not kept.
+	SkippedCount int64
+}
+
+// Bounds on what an Export or Import reports.
+const (
+	maxArchiveSkipped = 20
+	maxSkippedLen     = 256
+)
+
+// archiveStats checks and bounds the stats a sidecar reported.
+func archiveStats(op string, bytes int64, skipped []string, count int64) (ArchiveStats, error) {
+	if bytes < 0 || count < 0 {
+		return ArchiveStats{}, badResponse("%s: negative stats (%d bytes, %d skipped)", op, bytes, count)
+	}
+	st := ArchiveStats{Bytes: bytes, SkippedCount: max(count, int64(len(skipped)))}
+	for _, s := range skipped[:min(len(skipped), maxArchiveSkipped)] {
+		st.Skipped = append(st.Skipped, clip(sanitize(s), maxSkippedLen))
+	}
+	return st, nil
+}
+
+// clip cuts valid UTF-8 s to at most n bytes, at a rune boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n-len("…")]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}
+
+// Export streams the sandbox's workspace archive (orchestrator/wsarchive)
+// into w, with the globals file named globals (in /io/hibernate; empty:
+// none) as its first entry; the sidecar removes that file once the
+// archive is sent. maxBytes bounds the archive's content (0:
+// wsarchive.DefaultMaxBytes; more is core.ErrResourceExhausted), and what
+// the Client accepts is bounded by the same limits with the framing
+// (wsarchive.Limits.MaxArchiveBytes): the sidecar is in a hostile Pod. A
+// stream that ends before the sidecar says the archive is complete is
+// ErrBadResponse; w's errors are returned as they are. On error w holds
+// part of an archive.
+func (c *Client) Export(ctx context.Context, globals string, maxBytes int64, w io.Writer) (ArchiveStats, error) {
+	if maxBytes < 0 {
+		return ArchiveStats{}, core.Invalidf("export: max bytes is negative (%d)", maxBytes)
+	}
+	if maxBytes == 0 {
+		maxBytes = wsarchive.DefaultMaxBytes
+	}
+	bound := wsarchive.Limits{MaxBytes: maxBytes}.MaxArchiveBytes()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the stream when w fails
+	stream, err := c.rpc.Export(ctx, &sandboxiov1.ExportRequest{Globals: globals, MaxBytes: maxBytes})
+	if err != nil {
+		return ArchiveStats{}, errorOf(ctx, callFiles, err)
+	}
+	var n int64
+	for {
+		msg, err := stream.Recv()
+		switch {
+		case err == io.EOF:
+			return ArchiveStats{}, badResponse("export: the stream ended before the archive was complete (%d bytes)", n)
+		case err != nil:
+			return ArchiveStats{}, errorOf(ctx, callFiles, err)
+		case int64(len(msg.GetChunk())) > bound-n:
+			return ArchiveStats{}, &Error{Code: codes.ResourceExhausted, kind: core.ErrResourceExhausted,
+				Message: fmt.Sprintf("export: the archive is larger than %d bytes, the most %d bytes of content take", bound, maxBytes)}
+		case !msg.GetDone() && (msg.GetBytes() != 0 || len(msg.GetSkipped()) > 0 || msg.GetSkippedCount() != 0):
+			return ArchiveStats{}, badResponse("export: stats before the archive's end")
+		}
+		n += int64(len(msg.GetChunk()))
+		if _, err := w.Write(msg.GetChunk()); err != nil {
+			return ArchiveStats{}, err
+		}
+		if !msg.GetDone() {
+			continue
+		}
+		if msg.GetBytes() > n {
+			return ArchiveStats{}, badResponse("export: %d bytes of content in an archive of %d bytes", msg.GetBytes(), n)
+		}
+		st, err := archiveStats("export", msg.GetBytes(), msg.GetSkipped(), msg.GetSkippedCount())
+		if err != nil {
+			return ArchiveStats{}, err
+		}
+		switch _, err := stream.Recv(); {
+		case err == nil:
+			return ArchiveStats{}, badResponse("export: a message after the archive's end")
+		case err != io.EOF:
+			return ArchiveStats{}, errorOf(ctx, callFiles, err)
+		}
+		return st, nil
+	}
+}
+
+// Import sends archive r (one Export made) to the sandbox: the sidecar
+// extracts it into /workspace, and its globals entry into
+// /io/hibernate/<globals> (empty: the archive must have none; a name
+// without a globals entry is core.ErrInvalidArgument too). maxBytes
+// bounds the archive's content (0: the sidecar's default; more is
+// core.ErrResourceExhausted); a malformed or hostile archive is
+// core.ErrInvalidArgument. r's errors are returned as they are.
+func (c *Client) Import(ctx context.Context, globals string, r io.Reader, maxBytes int64) (ArchiveStats, error) {
+	if maxBytes < 0 {
+		return ArchiveStats{}, core.Invalidf("import: max bytes is negative (%d)", maxBytes)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.rpc.Import(ctx)
+	if err != nil {
+		return ArchiveStats{}, errorOf(ctx, callFiles, err)
+	}
+	msg := &sandboxiov1.ImportRequest{Globals: globals, MaxBytes: maxBytes} // the header, with the first chunk
+	for first := true; ; first = false {
+		buf := make([]byte, uploadChunk) // a new one each time: gRPC may use a message after Send returns
+		n, rerr := io.ReadFull(r, buf)
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			return ArchiveStats{}, rerr // the caller's reader: theirs to report
+		}
+		if n > 0 || first {
+			msg.Chunk = buf[:n]
+			if err := stream.Send(msg); err != nil {
+				// io.EOF: the server ended the call (a bad archive, a
+				// limit passed); CloseAndRecv returns its status.
+				_, err = stream.CloseAndRecv()
+				return ArchiveStats{}, errorOf(ctx, callFiles, err)
+			}
+		}
+		msg = &sandboxiov1.ImportRequest{}
+		if rerr != nil {
+			break
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return ArchiveStats{}, errorOf(ctx, callFiles, err)
+	}
+	return archiveStats("import", resp.GetBytes(), resp.GetSkipped(), resp.GetSkippedCount())
 }

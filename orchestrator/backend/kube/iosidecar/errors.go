@@ -55,7 +55,7 @@ const (
 	callAppend call = 1 << iota
 	callFollow
 	callStatus
-	callFiles    // Upload, Download, ListFiles, MakeDirectory, Remove, Rename
+	callFiles    // Upload, Download, ListFiles, MakeDirectory, Remove, Rename, Export, Import
 	callList     // ListCommands
 	callContexts // ListContexts
 	callWatch    // WatchDirectory

@@ -59,6 +59,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
 	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
@@ -92,6 +93,10 @@ type Config struct {
 	Token string
 	// MaxUploadBytes caps one upload; 0 means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// MaxArchiveBytes bounds an Export's or Import's content when the
+	// request leaves it to the sidecar (max_bytes 0); 0 means
+	// wsarchive.DefaultMaxBytes.
+	MaxArchiveBytes int64
 	// Logger receives the server's log; nil discards it.
 	Logger *slog.Logger
 	// Recheck is how often a follower re-reads its events file without a
@@ -130,6 +135,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxUploadBytes <= 0 {
 		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	if cfg.MaxArchiveBytes <= 0 {
+		cfg.MaxArchiveBytes = wsarchive.DefaultMaxBytes
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -640,7 +640,13 @@ class SandboxServiceServicer(object):
         sandbox's tenant, is kept until DeleteSnapshot, and counts against
         sandboxd --snapshot-disk-budget and its per-tenant share: past either,
         RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
-        first; a DEAD one is FAILED_PRECONDITION.
+        first; a DEAD one is FAILED_PRECONDITION. The kubernetes backend takes
+        snapshots with sandboxd --kube-snapshot-dir (without it
+        FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
+        /workspace is copied file by file through the io sidecar while the
+        sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
+        and devices left out and named in reason), and the budgets are the
+        Docker backend's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
