@@ -22,10 +22,12 @@ import (
 // on the test kubelet, which mounts no claims and serves no Summary API,
 // pause and resume and metrics), and there one scenario checks that pause
 // and autoPause fail naming the feature; on the real nodes, replica A has
-// a storage class and pause hibernates. The network, snapshot, template and
-// volume suites are not run: every call of theirs is refused on this
-// backend (e2bapi's TestKubeRefusalsAreClear checks each answer).
-var kubeE2BSuites = []string{"scenarios", "ported_sdk", "ported_ci"}
+// a storage class and pause hibernates. Replica A has a snapshot
+// directory, so the snapshot suite (createSnapshot, Sandbox.create from
+// it, fork) runs as under Docker. The network, template and volume suites
+// are not run: every call of theirs is refused on this backend (e2bapi's
+// TestKubeRefusalsAreClear checks each answer).
+var kubeE2BSuites = []string{"scenarios", "ported_sdk", "ported_ci", "snapshots"}
 
 // kubeE2BSDK runs the official E2B SDKs against the E2B door of a replica
 // on the kubernetes backend, and checks that a sandbox's access token
@@ -39,7 +41,7 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 		t.Fatal(err)
 	}
 	// 512 MiB, as getMetrics' scenario expects (sdk_test.go's sandboxd).
-	argsA := []string{"--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--default-memory", "512MiB"}
+	argsA := []string{"--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--default-memory", "512MiB", "--kube-snapshot-dir", t.TempDir()}
 	if k.cluster != nil {
 		argsA = append(argsA, "--kube-storage-class="+k.cluster.StorageClass) // pause hibernates
 	}

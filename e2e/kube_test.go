@@ -332,6 +332,9 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 	// (contexts_test.go), through the io sidecar.
 	t.Run("Contexts", func(t *testing.T) { runContexts(t, k.e2eEnv, k.replica(t, "ctx-a")) })
 	t.Run("WatchDirectory", func(t *testing.T) { kubeWatch(t, k) })
+	// Named snapshots and forks through two replicas sharing a snapshot
+	// directory (kube_snapshots_test.go).
+	t.Run("Snapshots", func(t *testing.T) { kubeSnapshots(t, k) })
 	// JavaScript, R and bash kernels beside Python, as under Docker
 	// (languages_test.go), the sandbox's processes listed through the
 	// node's runtime.

@@ -42,6 +42,7 @@ type kubeConfig struct {
 	nodeLostAfter time.Duration
 	kubeletPort   int
 	kubeletCAFile string
+	snapshotDir   string
 }
 
 // register adds the --kube-* flags to fs.
@@ -59,6 +60,7 @@ func (k *kubeConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&k.nodeLostAfter, "kube-node-lost-after", 300*time.Second, "with --backend kubernetes: how long a sandbox Pod stays on a node that stopped reporting before it is deleted and the sandbox reported dead (its toleration of the node's unreachable and not-ready taints; --kube-tolerations for those keys win)")
 	fs.IntVar(&k.kubeletPort, "kube-kubelet-port", kube.DefaultKubeletPort, "with --backend kubernetes: the kubelets' `port`, where sandboxd reads per-sandbox metrics (the Summary API; RBAC: nodes/stats get)")
 	fs.StringVar(&k.kubeletCAFile, "kube-kubelet-ca-file", "", "with --backend kubernetes: PEM `file` of the CA(s) that sign the kubelets' serving certificates (empty: the cluster's CA, from the kubeconfig or service account)")
+	fs.StringVar(&k.snapshotDir, "kube-snapshot-dir", "", "with --backend kubernetes: `directory` holding named snapshots and forks' (CreateSnapshot, ForkSandbox, options.from_snapshot), mounted by every replica (a ReadWriteMany volume); empty: no snapshots or forks")
 	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
 }
 
@@ -177,7 +179,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 	return kube.New(ctx, kube.Config{
 		Policy: cfg.docker.Policy, // the one policy, shared with the Docker backend
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
-		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
+		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,

@@ -37,12 +37,25 @@ const maxAcquireRounds = 8
 // through the user's binding: the loser adopts the winner's sandbox and
 // deletes the Pod it made.
 func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
+	return m.acquire(ctx, userID, opts, false)
+}
+
+// acquire is Acquire; fork lets opts.FromSnapshot name a fork's hidden
+// snapshot.
+func (m *Manager) acquire(ctx context.Context, userID string, opts core.Options, fork bool) (core.AcquireResult, error) {
 	caller := core.CallerOf(ctx)
 	if err := m.checkOpen(); err != nil {
 		return core.AcquireResult{}, err
 	}
 	if err := m.refuseOptions(opts); err != nil {
 		return core.AcquireResult{}, err
+	}
+	var image, waking string
+	if opts.FromSnapshot != "" {
+		var err error
+		if image, waking, err = m.fromSnapshot(ctx, opts.FromSnapshot, fork); err != nil {
+			return core.AcquireResult{}, err
+		}
 	}
 	key := userHash(caller.Tenant, userID)
 	start := time.Now()
@@ -69,7 +82,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 			// Otherwise sandboxd removed it (expiry, DeleteSandbox): a new
 			// sandbox, with nothing to report, as under Docker.
 		}
-		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts)
+		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts, image, waking)
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
@@ -90,6 +103,13 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
+		var woke *core.WakeInfo
+		if waking != "" {
+			// Its snapshot's state, before anything else runs in it.
+			if p, woke, err = m.finishWakeInfo(ctx, p); err != nil {
+				return core.AcquireResult{}, err
+			}
+		}
 		m.touch(id, p)
 		log := m.log.With("sandbox_id", id, "tenant", caller.Tenant, "user_id", userID, "kind", kind)
 		if replacedID != "" {
@@ -101,7 +121,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		m.cfg.Metrics.Acquired(kind, time.Since(start))
 		// A new sandbox (or a pool Pod just claimed) has run nothing: its
 		// health is not read on the way.
-		return core.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason}, nil
+		return core.AcquireResult{Sandbox: m.sandboxOf(p), Created: true, ReplacedID: replacedID, ReplacedReason: replacedReason, Woke: woke}, nil
 	}
 	return core.AcquireResult{}, core.Errorf(core.ErrUnavailable, "gave up acquiring a sandbox for user %s after losing %d races to other replicas; try again", userID, maxAcquireRounds)
 }
@@ -215,13 +235,15 @@ func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Leas
 
 // newSandboxPod gives a user a new sandbox Pod: a claimed warm-pool Pod
 // when r (resolved by core.Validating) allows one and the pool has one,
-// else a new Pod, after checking the caps.
-func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options) (*corev1.Pod, core.AcquireKind, error) {
+// else a new Pod, after checking the caps. image ("": Config.Image) and
+// waking (annWaking) are a start from a snapshot's (fromSnapshot).
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string) (*corev1.Pod, core.AcquireKind, error) {
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
-	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now()}
-	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits {
+	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now(),
+		image: image, waking: waking}
+	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) {
 		if p := m.claim(ctx, s); p != nil {
 			return p, core.AcquireWarmPool, nil
 		}

@@ -22,17 +22,25 @@ import (
 const choreInterval = time.Second
 
 // chores runs the leader's duties until ctx ends (leadership lost): the
-// warm pool, death records, idle expiry, and stale bindings. Each is
-// idempotent: a leader that changes in the middle of one does no harm.
+// warm pool, death records, idle expiry, stale bindings, and what crashed
+// snapshots left. Each is idempotent: a leader that changes in the middle
+// of one does no harm.
 func (m *Manager) chores(ctx context.Context) {
 	t := time.NewTicker(choreInterval)
 	defer t.Stop()
+	var swept time.Time
 	for {
 		if m.cfg.WarmPool > 0 {
 			m.refillPool(ctx)
 		}
 		m.recordDeaths(ctx)
 		m.expire(ctx)
+		if m.snaps != nil && time.Since(swept) > snapSweepInterval {
+			swept = time.Now()
+			if n, err := m.snaps.sweep(swept); err != nil || n > 0 {
+				m.log.Info("swept the snapshot directory", "removed", n, "error", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return

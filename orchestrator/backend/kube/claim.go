@@ -72,6 +72,10 @@ type hibRecord struct {
 	// went.
 	TakenAt      time.Time `json:"taken_at"`
 	HibernatedAt time.Time `json:"hibernated_at"`
+	// FromSnapshot, on a new sandbox's Pod (annWaking), names the snapshot
+	// it starts from (snapshots.go): its archive is imported before the
+	// restore record.
+	FromSnapshot string `json:"from_snapshot,omitempty"`
 }
 
 func parseHibRecord(s string) (hibRecord, bool) {

@@ -66,6 +66,10 @@ type Config struct {
 	KubeletTransport http.RoundTripper
 	// KubeletPort is the kubelets' port; default 10250.
 	KubeletPort int
+	// SnapshotDir holds named snapshots and forks' (snapshots.go): a
+	// directory every replica mounts, e.g. a ReadWriteMany volume. Empty:
+	// no snapshots or forks on this backend.
+	SnapshotDir string
 
 	// ActivityWriteInterval bounds how often a sandbox's last activity is
 	// written to its Pod (activity.go); default 10 s, and at most a fifth

@@ -3,7 +3,8 @@
 // Docker backend (orchestrator/backend/docker) behind the same port
 // (core.Manager, with core.Validating in front): callers cannot tell the
 // two apart, except that the operations listed in unsupported.go answer
-// FailedPrecondition here (and hibernation, without a storage class).
+// FailedPrecondition here (and hibernation without a storage class,
+// snapshots and forks without a snapshot directory).
 //
 // # Where the seam is, and why
 //
@@ -57,6 +58,11 @@
 //     (the Pod's annotations, and the hibernation's), and the sandbox log's
 //     own content seals it against new commands until the restore record
 //     (hibernate.go says the steps, each one any replica can finish).
+//   - Named snapshots and forks' are the one thing not on the API server:
+//     with Config.SnapshotDir, each is a directory there (its record and a
+//     tar archive the io sidecar exported), which every replica mounts; a
+//     sandbox started from one carries the start on its Pod as a wake
+//     does (snapshots.go).
 //
 // Every replica watches Pods and Leases with informers and serves reads from
 // that cache; writes go to the API server, whose conflicts arbitrate. The

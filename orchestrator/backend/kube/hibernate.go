@@ -261,27 +261,18 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 	if err := m.checkCaps(a[annTenant]); err != nil {
 		return nil, nil, fmt.Errorf("sandbox %s stays hibernated: %w", id, err)
 	}
-	s := podSpec{id: id, tenant: a[annTenant], userID: a[annUserID], now: time.Now()}
+	s := podSpec{id: id, tenant: a[annTenant], userID: a[annUserID], now: time.Now(), image: a[annImage], waking: a[annHibernated]}
 	_ = json.Unmarshal([]byte(a[annLimits]), &s.limits)
 	_ = json.Unmarshal([]byte(a[annEnv]), &s.env)
 	_ = json.Unmarshal([]byte(a[annMetadata]), &s.meta)
 	if d, err := time.ParseDuration(a[annIdleTimeout]); err == nil && d > 0 {
 		s.idleTTL = d
 	}
-	pod := buildPod(&m.cfg, s)
-	if img := a[annImage]; img != "" {
-		for i := range pod.Spec.Containers {
-			pod.Spec.Containers[i].Image = img
-		}
-		for i := range pod.Spec.InitContainers {
-			pod.Spec.InitContainers[i].Image = img // the io sidecar is in the same image
-		}
-	}
+	pod := buildPod(&m.cfg, s) // the io sidecar runs the same image
 	for k, v := range recordAnnotations(a) {
 		pod.Annotations[k] = v
 	}
 	pod.Annotations[annLastActive] = s.now.UTC().Format(time.RFC3339Nano)
-	pod.Annotations[annWaking] = a[annHibernated]
 	deadline := time.Now().Add(goneWait)
 	for {
 		ch := m.changed()
@@ -330,29 +321,16 @@ func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Po
 	}
 	ctx = context.WithoutCancel(ctx) // once begun, it ends
 	hr, _ := parseHibRecord(from)
-	level := ioproto.LevelFiles
-	if hr.Level == ioproto.LevelGlobals && hr.File != "" {
-		level = ioproto.LevelGlobals
-	}
-	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: "sbx-restore-" + uidKey(p), Level: level, TimeoutMS: restoreTimeout.Milliseconds()}
-	if level == ioproto.LevelGlobals {
-		rec.Snapshot = hr.File
-	}
-	res, err := m.runHib(ctx, p, rec, restoreTimeout+30*time.Second)
-	w := core.WakeFromEvent(res)
+	w, err := m.restoreState(ctx, p, hr)
 	if err != nil {
-		if errors.Is(err, context.Canceled) || core.ClassOf(err) == core.ErrFailedPrecondition {
-			return nil, nil, err // dead, or going: the wake is not finished
-		}
-		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: "the wake could not restore the state: " + err.Error()}
-	}
-	if hr.Reason != "" && w.Level == ioproto.LevelFiles {
-		w.Reason = core.JoinReasons("the hibernation kept files only: "+hr.Reason, w.Reason)
+		return nil, nil, err
 	}
 	w.Time = time.Now().UTC()
 	wJSON, _ := json.Marshal(w)
-	if _, err := m.patchClaim(ctx, id, nil, map[string]any{annHibernated: nil, annEnv: nil, annImage: nil}); err != nil && !apierrors.IsNotFound(err) {
-		return nil, nil, apiError("record the wake on the sandbox's volume claim", err)
+	if hr.FromSnapshot == "" {
+		if _, err := m.patchClaim(ctx, id, nil, map[string]any{annHibernated: nil, annEnv: nil, annImage: nil}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, nil, apiError("record the wake on the sandbox's volume claim", err)
+		}
 	}
 	q, won, err := m.endWake(ctx, p, from, string(wJSON))
 	if err != nil {
@@ -368,9 +346,56 @@ func (m *Manager) finishWakeInfo(ctx context.Context, p *corev1.Pod) (*corev1.Po
 		}
 		return q, w, nil
 	}
+	if hr.FromSnapshot != "" {
+		m.log.Info("sandbox started from a snapshot", "sandbox_id", id, "snapshot_id", hr.FromSnapshot, "level", w.Level,
+			"restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason)
+		return q, w, nil
+	}
 	m.publish(q, core.LifecycleWoken, w.Reason)
 	m.log.Info("sandbox woken", "sandbox_id", id, "level", w.Level, "restored", len(w.Restored), "lost", len(w.Lost), "reason", w.Reason)
 	return q, w, nil
+}
+
+// restoreState brings ready Pod p's saved state back, as hr records it: a
+// hibernation's globals in its /io, or a snapshot's archive, imported
+// first. It says how the state came back; an error means the Pod is dead
+// or going, and the wake not finished.
+func (m *Manager) restoreState(ctx context.Context, p *corev1.Pod, hr hibRecord) (*core.WakeInfo, error) {
+	kept, what := "the hibernation kept files only", "the wake"
+	if hr.FromSnapshot != "" {
+		kept, what = "the snapshot kept files only", "the start from a snapshot"
+		if err := m.importSnapshot(ctx, p, hr); err != nil {
+			if errors.Is(err, context.Canceled) || core.ClassOf(err) == core.ErrFailedPrecondition {
+				return nil, err
+			}
+			return &core.WakeInfo{Level: ioproto.LevelFiles, Reason: "the snapshot could not be copied into the sandbox: " + err.Error()}, nil
+		}
+		if hr.Level != ioproto.LevelGlobals || hr.File == "" {
+			// Nothing to load, and nothing to tell the driver: the sandbox
+			// is new, its first command finds empty globals.
+			return &core.WakeInfo{Level: ioproto.LevelFiles, Reason: core.JoinReasons(kept, hr.Reason)}, nil
+		}
+	}
+	level := ioproto.LevelFiles
+	if hr.Level == ioproto.LevelGlobals && hr.File != "" {
+		level = ioproto.LevelGlobals
+	}
+	rec := ioproto.Record{Type: ioproto.KindRestore, CommandID: "sbx-restore-" + uidKey(p), Level: level, TimeoutMS: restoreTimeout.Milliseconds()}
+	if level == ioproto.LevelGlobals {
+		rec.Snapshot = hr.File
+	}
+	res, err := m.runHib(ctx, p, rec, restoreTimeout+30*time.Second)
+	w := core.WakeFromEvent(res)
+	if err != nil {
+		if errors.Is(err, context.Canceled) || core.ClassOf(err) == core.ErrFailedPrecondition {
+			return nil, err
+		}
+		w = &core.WakeInfo{Level: ioproto.LevelFiles, Reason: what + " could not restore the state: " + err.Error()}
+	}
+	if hr.Reason != "" && w.Level == ioproto.LevelFiles {
+		w.Reason = core.JoinReasons(kept+": "+hr.Reason, w.Reason)
+	}
+	return w, nil
 }
 
 // lastWakeOf is how Pod p's sandbox last came back from hibernation, as

@@ -37,6 +37,8 @@ type IOConn interface {
 	ListContexts(ctx context.Context) ([]core.ContextInfo, error)
 	DriverStatus(ctx context.Context) (ioproto.DriverStatus, error)
 	WatchDirectory(ctx context.Context, rel string, recursive bool, maxDirs int, fn func(iosidecar.WatchUpdate) error) error
+	Export(ctx context.Context, globals string, maxBytes int64, w io.Writer) (iosidecar.ArchiveStats, error)
+	Import(ctx context.Context, globals string, r io.Reader, maxBytes int64) (iosidecar.ArchiveStats, error)
 	Close() error
 }
 

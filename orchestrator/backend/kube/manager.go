@@ -72,6 +72,9 @@ type Manager struct {
 	// stats reads the kubelets for per-sandbox metrics (nil without
 	// Config.KubeletTransport).
 	stats *kubeletStats
+	// snaps is the snapshot directory (snapshots.go); nil without
+	// Config.SnapshotDir.
+	snaps *snapStore
 
 	stop   context.CancelFunc
 	done   sync.WaitGroup
@@ -99,6 +102,12 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	if cfg.KubeletTransport != nil {
 		m.stats = newKubeletStats(cfg.KubeletTransport, cfg.KubeletPort)
+	}
+	if cfg.SnapshotDir != "" {
+		if st, err := os.Stat(cfg.SnapshotDir); err != nil || !st.IsDir() {
+			return nil, core.Invalidf("config: the snapshot directory %s is not a directory: %v", cfg.SnapshotDir, err)
+		}
+		m.snaps = &snapStore{dir: cfg.SnapshotDir}
 	}
 	// The API server must answer before anything else: a wrong kubeconfig
 	// or missing RBAC fails the start with a clear message.
@@ -325,15 +334,8 @@ func (m *Manager) lookup(ctx context.Context, id string) (p *corev1.Pod, c *core
 // waking it when it is hibernated (as any use does), ErrFailedPrecondition
 // when it is dead.
 func (m *Manager) live(ctx context.Context, id string) (*corev1.Pod, error) {
-	if m.claims() {
-		p, _, err := m.awake(ctx, id)
-		return p, err
-	}
-	p, err := m.visible(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	return m.awaitReady(ctx, p)
+	p, _, err := m.awake(ctx, id) // also finishes a start from a snapshot
+	return p, err
 }
 
 // awaitReady waits until Pod p is ready, following its updates through the

@@ -98,6 +98,12 @@ type podSpec struct {
 	idleTTL time.Duration
 	onIdle  string
 	now     time.Time
+	// image is the sandbox image ("": Config.Image): a woken sandbox's,
+	// or its snapshot's.
+	image string
+	// waking is annWaking's value for a sandbox that starts from saved
+	// state (a hibernation's record, or one naming a snapshot).
+	waking string
 }
 
 // buildPod returns the Pod for s under cfg.
@@ -172,7 +178,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			// the /io layout) before the driver, and stops after it.
 			InitContainers: []corev1.Container{{
 				Name:          containerIO,
-				Image:         cfg.Image,
+				Image:         cmp.Or(s.image, cfg.Image),
 				RestartPolicy: &always,
 				Command:       []string{sidecarBinary},
 				Args:          []string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace"},
@@ -204,7 +210,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			}},
 			Containers: []corev1.Container{{
 				Name:         containerSandbox,
-				Image:        cfg.Image,
+				Image:        cmp.Or(s.image, cfg.Image),
 				Env:          env,
 				VolumeMounts: append(slices.Clone(mounts), corev1.VolumeMount{Name: volumeTmp, MountPath: "/tmp"}),
 				Resources:    corev1.ResourceRequirements{Requests: req, Limits: res},
@@ -273,6 +279,9 @@ func ownerAnnotations(s podSpec) map[string]string {
 	if len(s.meta) > 0 {
 		b, _ := json.Marshal(s.meta)
 		ann[annMetadata] = string(b)
+	}
+	if s.waking != "" {
+		ann[annWaking] = s.waking
 	}
 	return ann
 }

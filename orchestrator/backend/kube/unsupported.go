@@ -23,14 +23,15 @@ const (
 	featHibernation = "hibernation and wake"
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
-	featSnapshots   = "snapshots and forks"
+	featSnapshots   = "snapshots and forks" // without Config.SnapshotDir
 	featVolumes     = "volumes"
 	featTemplates   = "templates (this backend runs the one image its Pods name; a template would need a registry the cluster pulls from)"
 )
 
 // refuseOptions is Acquire's answer to options this backend lacks, network
-// volumes, templates, a start from a snapshot, and hibernation on idle
-// without a storage class: no sandbox here gets them (its Pod has no
+// volumes, templates, and hibernation on idle without a storage class (a
+// start from a snapshot without a snapshot directory is refused when it
+// is resolved, snapshots.go): no sandbox here gets them (its Pod has no
 // egress gateway and no volume but its own), and an option silently
 // ignored would let a caller believe it is in force (an E2B autoPause
 // sandbox deleted at its timeout, with everything in it). The server's own
@@ -41,9 +42,6 @@ func (m *Manager) refuseOptions(opts core.Options) error {
 		if err := m.hibernation(); err != nil {
 			return err
 		}
-	}
-	if opts.FromSnapshot != "" {
-		return unsupported(featSnapshots)
 	}
 	if opts.Network || opts.NetworkPolicy != nil {
 		return unsupported(featNetwork)
@@ -75,26 +73,6 @@ func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
 // PortTarget is not supported on this backend.
 func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
 	return core.PortTarget{}, unsupported(featNetwork)
-}
-
-// CreateSnapshot is not supported on this backend.
-func (m *Manager) CreateSnapshot(context.Context, string, string) (core.Snapshot, error) {
-	return core.Snapshot{}, unsupported(featSnapshots)
-}
-
-// ListSnapshots is not supported on this backend.
-func (m *Manager) ListSnapshots(context.Context, core.SnapshotFilter) ([]core.Snapshot, error) {
-	return nil, unsupported(featSnapshots)
-}
-
-// DeleteSnapshot is not supported on this backend.
-func (m *Manager) DeleteSnapshot(context.Context, string) error {
-	return unsupported(featSnapshots)
-}
-
-// Fork is not supported on this backend.
-func (m *Manager) Fork(context.Context, string, core.ForkRequest) ([]core.ForkResult, error) {
-	return nil, unsupported(featSnapshots)
 }
 
 // Every operation of the port, supported or not.

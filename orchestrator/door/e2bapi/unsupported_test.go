@@ -46,7 +46,8 @@ func (k kubeRefusals) Acquire(ctx context.Context, user string, opts core.Option
 // a feature it lacks answers 501 with E2B's JSON error naming the feature
 // and the backend (core.Unsupported), not the 409 of other failed
 // preconditions, which the SDKs' pause reads as "already paused": pause,
-// autoPause, snapshots and forks, network, volumes, templates.
+// autoPause (without a storage class), snapshots and forks (without a
+// snapshot directory), network, volumes, templates.
 func TestKubeRefusalsAreClear(t *testing.T) {
 	s, fm := newTestServer(t)
 	s.m = kubeRefusals{fakeManager: fm, Manager: &kube.Manager{}}

@@ -345,7 +345,13 @@ type SandboxServiceClient interface {
 	// sandbox's tenant, is kept until DeleteSnapshot, and counts against
 	// sandboxd --snapshot-disk-budget and its per-tenant share: past either,
 	// RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
-	// first; a DEAD one is FAILED_PRECONDITION.
+	// first; a DEAD one is FAILED_PRECONDITION. The kubernetes backend takes
+	// snapshots with sandboxd --kube-snapshot-dir (without it
+	// FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
+	// /workspace is copied file by file through the io sidecar while the
+	// sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
+	// and devices left out and named in reason), and the budgets are the
+	// Docker backend's.
 	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
 	// ListSnapshots lists the caller's tenant's snapshots (an admin's: every
 	// tenant's, or one's), newest first, optionally those of one sandbox.
@@ -1373,7 +1379,13 @@ type SandboxServiceServer interface {
 	// sandbox's tenant, is kept until DeleteSnapshot, and counts against
 	// sandboxd --snapshot-disk-budget and its per-tenant share: past either,
 	// RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
-	// first; a DEAD one is FAILED_PRECONDITION.
+	// first; a DEAD one is FAILED_PRECONDITION. The kubernetes backend takes
+	// snapshots with sandboxd --kube-snapshot-dir (without it
+	// FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
+	// /workspace is copied file by file through the io sidecar while the
+	// sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
+	// and devices left out and named in reason), and the budgets are the
+	// Docker backend's.
 	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
 	// ListSnapshots lists the caller's tenant's snapshots (an admin's: every
 	// tenant's, or one's), newest first, optionally those of one sandbox.

@@ -1,0 +1,603 @@
+package kube
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Named snapshots and forks on Kubernetes. A snapshot outlives its
+// sandbox's Pod and claim, and any replica must find it, so it lives in a
+// directory every replica mounts (Config.SnapshotDir: a ReadWriteMany
+// volume in a cluster, deploy/kubernetes/README.md), one subdirectory per
+// snapshot:
+//
+//	<id>/snapshot.json  its record (snapRecord); its presence is the commit
+//	<id>/archive.tar    the sandbox's /workspace and saved globals
+//	                    (orchestrator/wsarchive), as its io sidecar sent them
+//
+// Taking one: a live snapshot record (ioproto's "live": the sandbox keeps
+// running, its log is not sealed) has the driver save the default
+// context's globals in /io/hibernate; the sidecar's Export streams that
+// file and /workspace as one archive into .tmp-<id>-…/, which is renamed
+// into place once its record is written beside it. A crash leaves no
+// snapshot or a whole one; the leader removes stale .tmp- directories.
+// sandboxd never unpacks an archive, only bounds it on the way in: the
+// sandbox made every file in it. The sidecar of a sandbox started from it
+// unpacks it into its own /workspace (wsarchive.Extract's rules).
+//
+// Starting from one (Options.FromSnapshot, and each fork): the new Pod
+// carries annWaking with a record naming the snapshot
+// (hibRecord.FromSnapshot), so that, as for a wake, any replica finishes
+// it before the sandbox runs a command: the archive goes to its sidecar
+// (Import), then a restore record loads the globals.
+//
+// A tenant's snapshot names are unique across replicas: a name being
+// taken is reserved by a file made with O_EXCL under .names/.
+
+// The files of the snapshot directory.
+const (
+	snapRecordFile  = "snapshot.json"
+	snapArchiveFile = "archive.tar"
+	snapTmpPrefix   = ".tmp-"
+	snapNamesDir    = ".names"
+	// snapRecordMax bounds a record read back (it is sandboxd's, but the
+	// volume is shared).
+	snapRecordMax = 64 << 10
+	// snapStaleAfter is how old a .tmp- directory or a name reservation
+	// must be before it is taken for a crashed replica's: longer than any
+	// snapshot takes (the globals' save, then the export).
+	snapStaleAfter = snapshotTimeout + time.Hour
+	// snapSweepInterval is how often the leader sweeps the directory.
+	snapSweepInterval = 10 * time.Minute
+	// forkParallel bounds the forks made at once: each is a Pod's start,
+	// an import and a restore.
+	forkParallel = 4
+)
+
+// snapRecord is snapshot.json.
+type snapRecord struct {
+	core.Snapshot
+	// Hidden marks a fork's own snapshot: never listed, deleted when the
+	// fork ends (or, after a crash, by the leader's sweep).
+	Hidden bool `json:"hidden,omitempty"`
+	// Image is the sandbox container's image: a sandbox started from the
+	// snapshot runs it (its globals were saved by that image's Python).
+	Image string `json:"image"`
+	// Globals reports whether the archive holds the saved globals.
+	Globals bool `json:"globals,omitempty"`
+	// ArchiveBytes bounds the archive's content when it is unpacked.
+	ArchiveBytes int64 `json:"archive_bytes"`
+}
+
+// snapStore is the snapshot directory.
+type snapStore struct {
+	dir string
+	mu  sync.Mutex // serialises this replica's name reservations
+}
+
+// snapshotsOn returns the store, or the error every snapshot call answers
+// without one.
+func (m *Manager) snapshotsOn() (*snapStore, error) {
+	if m.snaps == nil {
+		return nil, core.Unsupported(backendName, featSnapshots+" without --kube-snapshot-dir (a directory every replica mounts)")
+	}
+	return m.snaps, nil
+}
+
+func (s *snapStore) path(id string, name ...string) string {
+	return filepath.Join(append([]string{s.dir, id}, name...)...)
+}
+
+// read returns snapshot id's record; ok is false when it has none (not
+// committed, deleted).
+func (s *snapStore) read(id string) (rec snapRecord, ok bool, err error) {
+	f, err := os.Open(s.path(id, snapRecordFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return snapRecord{}, false, nil
+	}
+	if err != nil {
+		return snapRecord{}, false, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, snapRecordMax+1))
+	if err != nil {
+		return snapRecord{}, false, err
+	}
+	if len(b) > snapRecordMax || json.Unmarshal(b, &rec) != nil || rec.ID != id {
+		return snapRecord{}, false, fmt.Errorf("snapshot %s: its record is unreadable", id)
+	}
+	return rec, true, nil
+}
+
+// list returns every committed snapshot's record. Unreadable records are
+// skipped (and reported through warn).
+func (s *snapStore) list(warn func(id string, err error)) ([]snapRecord, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("read the snapshot directory: %w", err)
+	}
+	var out []snapRecord
+	for _, e := range ents {
+		if !e.IsDir() || !core.IsSnapshotID(e.Name()) {
+			continue
+		}
+		rec, ok, err := s.read(e.Name())
+		switch {
+		case err != nil:
+			warn(e.Name(), err)
+		case ok:
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// resolve finds the snapshot ref (an ID, or a name of the caller's tenant)
+// the caller may use; hidden ones only by ID (a fork's own).
+func (s *snapStore) resolve(c core.Caller, ref string, hidden bool, warn func(string, error)) (snapRecord, error) {
+	if core.IsSnapshotID(ref) {
+		rec, ok, err := s.read(ref)
+		switch {
+		case err != nil:
+			return snapRecord{}, err
+		case !ok || (rec.Hidden && !hidden) || !c.Sees(rec.Tenant):
+			return snapRecord{}, core.SnapshotNotFound(ref)
+		}
+		return rec, nil
+	}
+	all, err := s.list(warn)
+	if err != nil {
+		return snapRecord{}, err
+	}
+	var found []snapRecord
+	for _, rec := range all {
+		if rec.Name == ref && !rec.Hidden && c.Sees(rec.Tenant) {
+			found = append(found, rec)
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) == 0:
+		return snapRecord{}, core.SnapshotNotFound(ref)
+	}
+	if i := slices.IndexFunc(found, func(r snapRecord) bool { return r.Tenant == c.Tenant }); i >= 0 {
+		return found[i], nil
+	}
+	return snapRecord{}, core.Invalidf("snapshot name %q is used by %d tenants; name it by its ID", ref, len(found))
+}
+
+// reserveName reserves tenant's snapshot name for a snapshot being taken,
+// across replicas; release frees it. A reservation older than
+// snapStaleAfter is a crashed replica's and is taken over.
+func (s *snapStore) reserveName(tenant, name string, warn func(string, error)) (release func(), err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	taken := core.Errorf(core.ErrAlreadyExists, "tenant %s already has a snapshot named %q", tenant, name)
+	all, err := s.list(warn)
+	if err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(all, func(r snapRecord) bool { return r.Tenant == tenant && r.Name == name }) {
+		return nil, taken
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, snapNamesDir), 0o700); err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256([]byte(tenant + "\x00" + name))
+	p := filepath.Join(s.dir, snapNamesDir, hex.EncodeToString(sum[:]))
+	for range 2 {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err == nil {
+			f.Close()
+			return func() { _ = os.Remove(p) }, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > snapStaleAfter {
+			_ = os.Remove(p) // a crashed replica's: taken over
+			continue
+		}
+		return nil, core.Errorf(core.ErrAlreadyExists, "tenant %s's snapshot named %q is being taken", tenant, name)
+	}
+	return nil, taken
+}
+
+// remove deletes snapshot id: its record first (the commit), then the
+// rest; what a crash in between leaves, sweep removes.
+func (s *snapStore) remove(id string) error {
+	if err := os.Remove(s.path(id, snapRecordFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	return os.RemoveAll(s.path(id))
+}
+
+// sweep removes what crashed replicas left: .tmp- directories and
+// snapshot directories without a record, older than snapStaleAfter, and
+// hidden snapshots (forks') as old. It returns how many it removed.
+func (s *snapStore) sweep(now time.Time) (int, error) {
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		info, err := e.Info()
+		if err != nil || !e.IsDir() || now.Sub(info.ModTime()) < snapStaleAfter {
+			continue
+		}
+		name := e.Name()
+		switch {
+		case strings.HasPrefix(name, snapTmpPrefix):
+		case core.IsSnapshotID(name):
+			rec, ok, err := s.read(name)
+			if err != nil || (ok && !rec.Hidden) {
+				continue
+			}
+		default:
+			continue
+		}
+		if os.RemoveAll(filepath.Join(s.dir, name)) == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// maxArchiveBytes bounds the content of a snapshot of a sandbox with
+// limits: its /workspace's disk limit and its /io, where the globals are.
+func (m *Manager) maxArchiveBytes(limits core.Limits) int64 {
+	return cmp.Or(limits.DiskBytes, m.cfg.DefaultLimits.DiskBytes, 10<<30) + m.cfg.IODiskBytes
+}
+
+// CreateSnapshot saves a running sandbox's state as a named snapshot of
+// its tenant.
+func (m *Manager) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
+	rec, err := m.takeSnapshot(ctx, sandboxID, name, false)
+	return rec.Snapshot, err
+}
+
+// takeSnapshot takes a named (or, for a fork, hidden) snapshot.
+func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidden bool) (snapRecord, error) {
+	if err := m.checkOpen(); err != nil {
+		return snapRecord{}, err
+	}
+	store, err := m.snapshotsOn()
+	if err != nil {
+		return snapRecord{}, err
+	}
+	p, err := m.live(ctx, sandboxID)
+	if err != nil {
+		return snapRecord{}, err
+	}
+	tenant := p.Annotations[annTenant]
+	if name != "" {
+		release, err := store.reserveName(tenant, name, m.warnSnapshot)
+		if err != nil {
+			return snapRecord{}, err
+		}
+		defer release()
+	}
+	start := time.Now()
+	id := core.NewSnapshotID()
+	tmp := filepath.Join(store.dir, snapTmpPrefix+id)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return snapRecord{}, fmt.Errorf("make the snapshot's directory: %w", err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+
+	// The globals, saved in the sandbox's /io by a live snapshot record.
+	suffix := randomSuffix()
+	srec := ioproto.Record{Type: ioproto.KindSnapshot, CommandID: "sbx-named-snapshot-" + suffix, Snapshot: "named-" + suffix,
+		Live: true, TimeoutMS: snapshotTimeout.Milliseconds()}
+	res, herr := m.runHib(ctx, p, srec, snapshotTimeout+10*time.Second)
+	rec := snapRecord{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: tenant, SandboxID: sandboxID, Level: ioproto.LevelFiles},
+		Hidden: hidden, Image: imageOf(p)}
+	globals := ""
+	switch {
+	case herr != nil:
+		if core.ClassOf(herr) == core.ErrFailedPrecondition {
+			return snapRecord{}, herr // dead, hibernating, going: no state to save
+		}
+		rec.Reason = herr.Error()
+	case res.Level != ioproto.LevelGlobals:
+		rec.Reason = cmp.Or(res.Reason, "the sandbox did not save its globals")
+	default:
+		rec.Level, rec.Globals, globals = ioproto.LevelGlobals, true, srec.Snapshot
+		if len(res.Lost) > 0 {
+			names := make([]string, 0, len(res.Lost))
+			for _, l := range res.Lost {
+				names = append(names, l.Name)
+			}
+			rec.Reason = "not kept: " + strings.Join(names, ", ")
+		}
+	}
+
+	// The archive: the globals (moved out of /io) and /workspace.
+	conn, err := m.io(ctx, p)
+	if err != nil {
+		return snapRecord{}, err
+	}
+	f, err := os.OpenFile(filepath.Join(tmp, snapArchiveFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return snapRecord{}, err
+	}
+	limit := m.maxArchiveBytes(limitsOf(p))
+	// The client bounds the stream too; this bound is the store's own.
+	w := &boundedWriter{w: f, left: wsarchive.Limits{MaxBytes: limit}.MaxArchiveBytes()}
+	st, err := conn.Export(ctx, globals, limit, w)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if core.ClassOf(err) != nil {
+			return snapRecord{}, fmt.Errorf("sandbox %s: copy its workspace: %w", sandboxID, err)
+		}
+		return snapRecord{}, m.ioError(sandboxID, "", err)
+	}
+	if st.SkippedCount > 0 {
+		rec.Reason = core.JoinReasons(rec.Reason, fmt.Sprintf("%d special files not kept (%s)", st.SkippedCount, strings.Join(st.Skipped, "; ")))
+	}
+	rec.Reason = core.Truncate(rec.Reason, 1024)
+	rec.Bytes, rec.ArchiveBytes, rec.CreatedAt = w.n, limit, time.Now().UTC()
+	b, _ := json.Marshal(rec)
+	if err := writeFileSync(filepath.Join(tmp, snapRecordFile), b); err != nil {
+		return snapRecord{}, err
+	}
+	if err := os.Rename(tmp, store.path(id)); err != nil {
+		return snapRecord{}, fmt.Errorf("commit the snapshot: %w", err)
+	}
+	committed = true
+	syncDir(store.dir)
+	m.log.Info("snapshot taken", "snapshot_id", id, "name", name, "sandbox_id", sandboxID, "tenant", tenant,
+		"level", rec.Level, "bytes", rec.Bytes, "hidden", hidden, "took", time.Since(start))
+	return rec, nil
+}
+
+// ListSnapshots lists the snapshots the caller may see, newest first.
+func (m *Manager) ListSnapshots(ctx context.Context, f core.SnapshotFilter) ([]core.Snapshot, error) {
+	if err := m.checkOpen(); err != nil {
+		return nil, err
+	}
+	store, err := m.snapshotsOn()
+	if err != nil {
+		return nil, err
+	}
+	all, err := store.list(m.warnSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	c := core.CallerOf(ctx)
+	var out []core.Snapshot
+	for _, s := range all {
+		if s.Hidden || !c.Sees(s.Tenant) || (f.Tenant != "" && s.Tenant != f.Tenant) || (f.SandboxID != "" && s.SandboxID != f.SandboxID) {
+			continue
+		}
+		out = append(out, s.Snapshot)
+	}
+	slices.SortFunc(out, func(a, b core.Snapshot) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+	return out, nil
+}
+
+// DeleteSnapshot deletes a snapshot. Sandboxes started from it keep what
+// they got.
+func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
+	if err := m.checkOpen(); err != nil {
+		return err
+	}
+	store, err := m.snapshotsOn()
+	if err != nil {
+		return err
+	}
+	rec, err := store.resolve(core.CallerOf(ctx), ref, false, m.warnSnapshot)
+	if err != nil {
+		return err
+	}
+	if err := store.remove(rec.ID); err != nil {
+		return err
+	}
+	m.log.Info("snapshot deleted", "snapshot_id", rec.ID, "name", rec.Name, "tenant", rec.Tenant)
+	return nil
+}
+
+// Fork makes req.Count sandboxes from a hidden snapshot of the source,
+// taken between its commands; the source keeps running. Each fork is an
+// Acquire from that snapshot for its user (given, or "fork-" and random),
+// and succeeds or fails on its own; the snapshot is deleted after. A user
+// who already has a sandbox gets no fork (ErrAlreadyExists for it). The
+// rules are the Docker backend's.
+func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error) {
+	if _, err := m.snapshotsOn(); err != nil {
+		return nil, err
+	}
+	src, err := m.Get(ctx, sandboxID)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := m.takeSnapshot(ctx, sandboxID, "", true)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := m.snaps.remove(rec.ID); err != nil {
+			m.log.Warn("remove a fork's snapshot; the leader's sweep removes it", "snapshot_id", rec.ID, "error", err)
+		}
+	}()
+	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle}
+	if req.Options != nil {
+		opts = *req.Options
+	}
+	opts.FromSnapshot = rec.ID
+	// The forks are the source's tenant's, whoever asked (an admin may).
+	actx := core.WithCaller(ctx, core.Caller{Tenant: src.Tenant, Name: core.CallerOf(ctx).Name})
+	users := req.UserIDs
+	if len(users) == 0 {
+		for range req.Count {
+			users = append(users, "fork-"+strings.TrimPrefix(core.NewSnapshotID(), "snap-"))
+		}
+	}
+	results := make([]core.ForkResult, len(users))
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
+	for i, user := range users {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res, err := m.acquire(actx, user, opts, true)
+			switch {
+			case err != nil:
+				results[i].Err = err
+			case !res.Created:
+				results[i].Err = core.Errorf(core.ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, res.Sandbox.ID)
+			default:
+				results[i] = core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
+			}
+		})
+	}
+	wg.Wait()
+	return results, nil
+}
+
+// fromSnapshot resolves Options.FromSnapshot for a new sandbox: the
+// image it runs and the wake record its Pod carries (annWaking).
+func (m *Manager) fromSnapshot(ctx context.Context, ref string, hidden bool) (image, waking string, err error) {
+	store, err := m.snapshotsOn()
+	if err != nil {
+		return "", "", err
+	}
+	rec, err := store.resolve(core.CallerOf(ctx), ref, hidden, m.warnSnapshot)
+	if err != nil {
+		return "", "", err
+	}
+	hr := hibRecord{Level: rec.Level, Reason: rec.Reason, TakenAt: rec.CreatedAt, FromSnapshot: rec.ID}
+	if rec.Globals {
+		hr.File = "from-" + randomSuffix()
+	}
+	b, _ := json.Marshal(hr)
+	return rec.Image, string(b), nil
+}
+
+// importSnapshot sends snapshot hr.FromSnapshot's archive to ready Pod p's
+// sidecar: its /workspace, and its globals as hr.File in /io/hibernate.
+// Sent again (a replica finishing another's start), it writes the same.
+func (m *Manager) importSnapshot(ctx context.Context, p *corev1.Pod, hr hibRecord) error {
+	store, err := m.snapshotsOn()
+	if err != nil {
+		return err
+	}
+	rec, ok, err := store.read(hr.FromSnapshot)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return fmt.Errorf("snapshot %s was deleted before the sandbox started from it", hr.FromSnapshot)
+	}
+	f, err := os.Open(store.path(rec.ID, snapArchiveFile))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	conn, err := m.io(ctx, p)
+	if err != nil {
+		return err
+	}
+	globals := ""
+	if rec.Globals {
+		globals = hr.File
+	}
+	if _, err := conn.Import(ctx, globals, f, rec.ArchiveBytes); err != nil {
+		return m.ioError(p.Labels[labelSandboxID], "", err)
+	}
+	return nil
+}
+
+// limitsOf is the limits Pod p's sandbox was given.
+func limitsOf(p *corev1.Pod) core.Limits {
+	var l core.Limits
+	_ = json.Unmarshal([]byte(p.Annotations[annLimits]), &l)
+	return l
+}
+
+func (m *Manager) warnSnapshot(id string, err error) {
+	m.log.Warn("skipping an unreadable snapshot", "snapshot_id", id, "error", err)
+}
+
+// boundedWriter writes at most left bytes to w, then fails: what a
+// sidecar sends is bounded before it is stored.
+type boundedWriter struct {
+	w    io.Writer
+	left int64
+	n    int64
+}
+
+func (b *boundedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > b.left {
+		return 0, core.Errorf(core.ErrResourceExhausted, "the snapshot's archive passed its bound of %d bytes", b.n+b.left)
+	}
+	n, err := b.w.Write(p)
+	b.left -= int64(n)
+	b.n += int64(n)
+	return n, err
+}
+
+// randomSuffix names a sandbox's snapshot records and files.
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// writeFileSync writes a new file and syncs it.
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// syncDir syncs a directory, so that a rename in it is durable.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+}
