@@ -1,9 +1,12 @@
 package core
 
 import (
+	"cmp"
 	"crypto/rand"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -90,4 +93,69 @@ func IsSnapshotID(ref string) bool { return snapshotIDRE.MatchString(ref) }
 // SnapshotNotFound is the error for a snapshot the caller cannot see.
 func SnapshotNotFound(ref string) error {
 	return Errorf(ErrNotFound, "snapshot %s not found", Truncate(ref, 80))
+}
+
+// Shows reports whether a listing under f by caller c includes snapshot
+// s (hidden ones, forks' own, never are).
+func (f SnapshotFilter) Shows(c Caller, s Snapshot, hidden bool) bool {
+	return !hidden && c.Sees(s.Tenant) && (f.Tenant == "" || s.Tenant == f.Tenant) && (f.SandboxID == "" || s.SandboxID == f.SandboxID)
+}
+
+// SortSnapshots orders a listing: newest first, then by ID.
+func SortSnapshots(list []Snapshot) {
+	slices.SortFunc(list, func(a, b Snapshot) int {
+		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
+}
+
+// ForkParallel bounds the forks made at once: each is a sandbox's start
+// and a restore.
+const ForkParallel = 4
+
+// ForkEach runs start for each of req's forks, ForkParallel at a time,
+// and returns their results in order. Each fork's user is req.UserIDs[i]
+// or, when none are given, "fork-" and random. start says how one fork
+// went, on its own; a user who already has a sandbox gets no fork (start
+// reports it with ErrAlreadyExists, ForkTaken's error).
+func ForkEach(req ForkRequest, start func(user string) ForkResult) []ForkResult {
+	users := req.UserIDs
+	if len(users) == 0 {
+		for range req.Count {
+			users = append(users, "fork-"+strings.TrimPrefix(NewSnapshotID(), "snap-"))
+		}
+	}
+	results := make([]ForkResult, len(users))
+	sem := make(chan struct{}, ForkParallel)
+	var wg sync.WaitGroup
+	for i, user := range users {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = start(user)
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// ForkTaken is a fork's error for a user who already has sandbox id.
+func ForkTaken(user, id string) error {
+	return Errorf(ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, id)
+}
+
+// SnapshotNamed picks which of found, the snapshots named ref that caller
+// c may see (hidden ones left out), the name means: the only one, else
+// the caller's own tenant's; an admin's name that several other tenants
+// use is ambiguous. It returns found's index.
+func SnapshotNamed(c Caller, ref string, found []Snapshot) (int, error) {
+	switch len(found) {
+	case 0:
+		return 0, SnapshotNotFound(ref)
+	case 1:
+		return 0, nil
+	}
+	if i := slices.IndexFunc(found, func(s Snapshot) bool { return s.Tenant == c.Tenant }); i >= 0 {
+		return i, nil
+	}
+	return 0, Invalidf("snapshot name %q is used by %d tenants; name it by its ID", Truncate(ref, 80), len(found))
 }

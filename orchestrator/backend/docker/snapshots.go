@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,12 +9,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/durable"
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
@@ -156,18 +155,17 @@ func (s *snapshots) resolve(c core.Caller, ref string, hidden bool) (snapFile, e
 		return f, nil
 	}
 	var found []snapFile
+	var snaps []core.Snapshot
 	for _, f := range s.byID {
-		if f.Name == ref && !f.Hidden && c.Sees(f.Tenant) && (c.Admin || f.Tenant == c.Tenant) {
-			found = append(found, f)
+		if f.Name == ref && !f.Hidden && c.Sees(f.Tenant) {
+			found, snaps = append(found, f), append(snaps, f.Snapshot)
 		}
 	}
-	switch len(found) {
-	case 0:
-		return snapFile{}, core.SnapshotNotFound(ref)
-	case 1:
-		return found[0], nil
+	i, err := core.SnapshotNamed(c, ref, snaps)
+	if err != nil {
+		return snapFile{}, err
 	}
-	return snapFile{}, core.Invalidf("snapshot name %q is used by %d tenants; name it by its ID", ref, len(found))
+	return found[i], nil
 }
 
 // CreateSnapshot saves sb's state as a named snapshot of its tenant.
@@ -260,7 +258,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 		return snapFile{}, err
 	}
 	b, _ := json.Marshal(f)
-	if err := writeFileSync(filepath.Join(tmp, snapMetaFile), b); err != nil {
+	if err := durable.WriteFile(filepath.Join(tmp, snapMetaFile), b); err != nil {
 		return snapFile{}, err
 	}
 	m.step(stepSnapshotCopied)
@@ -268,7 +266,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 		return snapFile{}, fmt.Errorf("commit the snapshot: %w", err)
 	}
 	committed = true
-	syncDir(m.snaps.dir)
+	durable.SyncDir(m.snaps.dir)
 	m.snaps.mu.Lock()
 	m.snaps.byID[id] = f
 	m.snaps.mu.Unlock()
@@ -299,15 +297,12 @@ func (m *Manager) ListSnapshots(ctx context.Context, f core.SnapshotFilter) ([]c
 	m.snaps.mu.Lock()
 	var out []core.Snapshot
 	for _, s := range m.snaps.byID {
-		if s.Hidden || !c.Sees(s.Tenant) || (f.Tenant != "" && s.Tenant != f.Tenant) || (f.SandboxID != "" && s.SandboxID != f.SandboxID) {
-			continue
+		if f.Shows(c, s.Snapshot, s.Hidden) {
+			out = append(out, s.Snapshot)
 		}
-		out = append(out, s.Snapshot)
 	}
 	m.snaps.mu.Unlock()
-	slices.SortFunc(out, func(a, b core.Snapshot) int {
-		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(a.ID, b.ID))
-	})
+	core.SortSnapshots(out)
 	return out, nil
 }
 
@@ -405,7 +400,7 @@ type copied struct {
 // the copy; a marker in dir names the frozen mount meanwhile.
 func copyFrozen(ctx context.Context, mountpoint, img, dir string, step func(string)) (copied, error) {
 	marker := filepath.Join(dir, snapFrozenMarker)
-	if err := writeFileSync(marker, []byte(mountpoint)); err != nil {
+	if err := durable.WriteFile(marker, []byte(mountpoint)); err != nil {
 		return copied{}, err
 	}
 	if err := runTool(ctx, "fsfreeze", "--freeze", mountpoint); err != nil {
@@ -435,30 +430,6 @@ func thaw(mountpoint string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_ = runTool(ctx, "fsfreeze", "--unfreeze", mountpoint)
-}
-
-// writeFileSync writes a new file and syncs it.
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// syncDir syncs a directory, so that a rename in it is durable.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 }
 
 // prepareRestore puts a snapshot's globals in a new sandbox's
@@ -537,10 +508,6 @@ func (m *Manager) restoreFrom(ctx context.Context, sb *sandbox, f *snapFile) *co
 	return w.Clone()
 }
 
-// forkParallel bounds the forks made at once: each is a container's
-// creation and a restore.
-const forkParallel = 4
-
 // Fork makes req.Count sandboxes from a hidden snapshot of the source,
 // taken between its commands; the source keeps running. Each fork is an
 // Acquire from that snapshot for its user (given, or "fork-" and random),
@@ -567,38 +534,19 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 	opts.FromSnapshot = f.ID
 	// The forks are the source's tenant's, whoever asked (an admin may).
 	actx := core.WithCaller(ctx, core.Caller{Tenant: src.Tenant, Name: core.CallerOf(ctx).Name})
-	users := req.UserIDs
-	if len(users) == 0 {
-		for range req.Count {
-			users = append(users, "fork-"+strings.ToLower(core.NewSnapshotID()[len("snap-"):]))
+	return core.ForkEach(req, func(user string) core.ForkResult {
+		if cur := m.reg.currentOf(userKey{src.Tenant, user}); cur != nil {
+			if st, _ := cur.status(); st != core.StateDead {
+				return core.ForkResult{Err: core.ForkTaken(user, cur.id)}
+			}
 		}
-	}
-	results := make([]core.ForkResult, req.Count)
-	sem := make(chan struct{}, forkParallel)
-	var wg sync.WaitGroup
-	for i, user := range users {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if cur := m.reg.currentOf(userKey{src.Tenant, user}); cur != nil {
-				if st, _ := cur.status(); st != core.StateDead {
-					results[i].Err = core.Errorf(core.ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, cur.id)
-					return
-				}
-			}
-			res, err := m.Acquire(actx, user, opts)
-			switch {
-			case err != nil:
-				results[i].Err = err
-			case !res.Created:
-				results[i].Err = core.Errorf(core.ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, res.Sandbox.ID)
-			default:
-				results[i] = core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
-			}
-		}()
-	}
-	wg.Wait()
-	return results, nil
+		res, err := m.Acquire(actx, user, opts)
+		switch {
+		case err != nil:
+			return core.ForkResult{Err: err}
+		case !res.Created:
+			return core.ForkResult{Err: core.ForkTaken(user, res.Sandbox.ID)}
+		}
+		return core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
+	}), nil
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/durable"
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
@@ -69,9 +70,6 @@ const (
 	snapStaleAfter = snapshotTimeout + time.Hour
 	// snapSweepInterval is how often the leader sweeps the directory.
 	snapSweepInterval = 10 * time.Minute
-	// forkParallel bounds the forks made at once: each is a Pod's start,
-	// an import and a restore.
-	forkParallel = 4
 )
 
 // snapRecord is snapshot.json.
@@ -170,21 +168,17 @@ func (s *snapStore) resolve(c core.Caller, ref string, hidden bool, warn func(st
 		return snapRecord{}, err
 	}
 	var found []snapRecord
+	var snaps []core.Snapshot
 	for _, rec := range all {
 		if rec.Name == ref && !rec.Hidden && c.Sees(rec.Tenant) {
-			found = append(found, rec)
+			found, snaps = append(found, rec), append(snaps, rec.Snapshot)
 		}
 	}
-	switch {
-	case len(found) == 1:
-		return found[0], nil
-	case len(found) == 0:
-		return snapRecord{}, core.SnapshotNotFound(ref)
+	i, err := core.SnapshotNamed(c, ref, snaps)
+	if err != nil {
+		return snapRecord{}, err
 	}
-	if i := slices.IndexFunc(found, func(r snapRecord) bool { return r.Tenant == c.Tenant }); i >= 0 {
-		return found[i], nil
-	}
-	return snapRecord{}, core.Invalidf("snapshot name %q is used by %d tenants; name it by its ID", ref, len(found))
+	return found[i], nil
 }
 
 // reserveName reserves tenant's snapshot name for a snapshot being taken,
@@ -370,14 +364,14 @@ func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidd
 	rec.Reason = core.Truncate(rec.Reason, 1024)
 	rec.Bytes, rec.ArchiveBytes, rec.CreatedAt = w.n, limit, time.Now().UTC()
 	b, _ := json.Marshal(rec)
-	if err := writeFileSync(filepath.Join(tmp, snapRecordFile), b); err != nil {
+	if err := durable.WriteFile(filepath.Join(tmp, snapRecordFile), b); err != nil {
 		return snapRecord{}, err
 	}
 	if err := os.Rename(tmp, store.path(id)); err != nil {
 		return snapRecord{}, fmt.Errorf("commit the snapshot: %w", err)
 	}
 	committed = true
-	syncDir(store.dir)
+	durable.SyncDir(store.dir)
 	m.log.Info("snapshot taken", "snapshot_id", id, "name", name, "sandbox_id", sandboxID, "tenant", tenant,
 		"level", rec.Level, "bytes", rec.Bytes, "hidden", hidden, "took", time.Since(start))
 	return rec, nil
@@ -399,14 +393,11 @@ func (m *Manager) ListSnapshots(ctx context.Context, f core.SnapshotFilter) ([]c
 	c := core.CallerOf(ctx)
 	var out []core.Snapshot
 	for _, s := range all {
-		if s.Hidden || !c.Sees(s.Tenant) || (f.Tenant != "" && s.Tenant != f.Tenant) || (f.SandboxID != "" && s.SandboxID != f.SandboxID) {
-			continue
+		if f.Shows(c, s.Snapshot, s.Hidden) {
+			out = append(out, s.Snapshot)
 		}
-		out = append(out, s.Snapshot)
 	}
-	slices.SortFunc(out, func(a, b core.Snapshot) int {
-		return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), strings.Compare(a.ID, b.ID))
-	})
+	core.SortSnapshots(out)
 	return out, nil
 }
 
@@ -461,32 +452,16 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 	opts.FromSnapshot = rec.ID
 	// The forks are the source's tenant's, whoever asked (an admin may).
 	actx := core.WithCaller(ctx, core.Caller{Tenant: src.Tenant, Name: core.CallerOf(ctx).Name})
-	users := req.UserIDs
-	if len(users) == 0 {
-		for range req.Count {
-			users = append(users, "fork-"+strings.TrimPrefix(core.NewSnapshotID(), "snap-"))
+	return core.ForkEach(req, func(user string) core.ForkResult {
+		res, err := m.acquire(actx, user, opts, true)
+		switch {
+		case err != nil:
+			return core.ForkResult{Err: err}
+		case !res.Created:
+			return core.ForkResult{Err: core.ForkTaken(user, res.Sandbox.ID)}
 		}
-	}
-	results := make([]core.ForkResult, len(users))
-	sem := make(chan struct{}, forkParallel)
-	var wg sync.WaitGroup
-	for i, user := range users {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			res, err := m.acquire(actx, user, opts, true)
-			switch {
-			case err != nil:
-				results[i].Err = err
-			case !res.Created:
-				results[i].Err = core.Errorf(core.ErrAlreadyExists, "user %s already has sandbox %s; a fork needs a user without one", user, res.Sandbox.ID)
-			default:
-				results[i] = core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
-			}
-		})
-	}
-	wg.Wait()
-	return results, nil
+		return core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
+	}), nil
 }
 
 // fromSnapshot resolves Options.FromSnapshot for a new sandbox: the
@@ -576,28 +551,4 @@ func randomSuffix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
-}
-
-// writeFileSync writes a new file and syncs it.
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// syncDir syncs a directory, so that a rename in it is durable.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/durable"
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -288,7 +289,7 @@ func TestSnapshotSweep(t *testing.T) {
 		}
 		if rec != nil {
 			rec.ID = name
-			if err := writeFileSync(filepath.Join(p, snapRecordFile), mustJSON(t, rec)); err != nil {
+			if err := durable.WriteFile(filepath.Join(p, snapRecordFile), mustJSON(t, rec)); err != nil {
 				t.Fatal(err)
 			}
 		}
