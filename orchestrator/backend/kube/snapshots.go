@@ -359,7 +359,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidd
 		return snapRecord{}, m.ioError(sandboxID, "", err)
 	}
 	if st.SkippedCount > 0 {
-		rec.Reason = core.JoinReasons(rec.Reason, fmt.Sprintf("%d special files not kept (%s)", st.SkippedCount, strings.Join(st.Skipped, "; ")))
+		rec.Reason = core.JoinReasons(rec.Reason, fmt.Sprintf("not kept from /workspace (%d): %s", st.SkippedCount, strings.Join(st.Skipped, "; ")))
 	}
 	rec.Reason = core.Truncate(rec.Reason, 1024)
 	rec.Bytes, rec.ArchiveBytes, rec.CreatedAt = w.n, limit, time.Now().UTC()

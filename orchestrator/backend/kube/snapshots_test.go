@@ -109,7 +109,7 @@ func TestSnapshotAndStartFrom(t *testing.T) {
 		t.Fatalf("CreateSnapshot: %v", err)
 	}
 	if snap.Level != ioproto.LevelGlobals || snap.Tenant != "acme" || snap.SandboxID != src || snap.Name != "first" || !core.IsSnapshotID(snap.ID) ||
-		!strings.Contains(snap.Reason, "1 special files not kept (fifo: a FIFO)") {
+		!strings.Contains(snap.Reason, "not kept from /workspace (1): fifo: a FIFO") {
 		t.Fatalf("snapshot %+v", snap)
 	}
 	recs := e.records()

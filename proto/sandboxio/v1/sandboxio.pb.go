@@ -1952,7 +1952,7 @@ type ExportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// A file name in io/hibernate (one path element of letters, digits, "_",
 	// "." and "-", at most 128 bytes) to put first in the archive as its
-	// globals entry, then remove once the archive is sent; empty: none.
+	// globals entry, then remove when the export ends; empty: none.
 	Globals string `protobuf:"bytes,1,opt,name=globals,proto3" json:"globals,omitempty"`
 	// The most content bytes the archive may carry (its files' content and
 	// the globals', its names and link targets); 0: the sidecar's default.

@@ -151,8 +151,10 @@ type IOServiceClient interface {
 	// "globals", then /workspace under "workspace/"), in chunks. Symbolic
 	// links are archived as links, never followed; FIFOs, sockets and
 	// devices are skipped and listed. The last message says the archive is
-	// complete (done) and what it holds; the globals file is removed from
-	// /io only then. More content than max_bytes is RESOURCE_EXHAUSTED.
+	// complete (done) and what it holds. The globals file is removed from
+	// /io when the export ends, whether the archive was sent or not: it was
+	// saved for this export only, and a failed one must not leave it to
+	// fill /io. More content than max_bytes is RESOURCE_EXHAUSTED.
 	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExportResponse], error)
 	// Import extracts an archive Export made into the workspace, owned by
 	// the sandbox user, and its globals entry into io/hibernate/<globals>
@@ -476,8 +478,10 @@ type IOServiceServer interface {
 	// "globals", then /workspace under "workspace/"), in chunks. Symbolic
 	// links are archived as links, never followed; FIFOs, sockets and
 	// devices are skipped and listed. The last message says the archive is
-	// complete (done) and what it holds; the globals file is removed from
-	// /io only then. More content than max_bytes is RESOURCE_EXHAUSTED.
+	// complete (done) and what it holds. The globals file is removed from
+	// /io when the export ends, whether the archive was sent or not: it was
+	// saved for this export only, and a failed one must not leave it to
+	// fill /io. More content than max_bytes is RESOURCE_EXHAUSTED.
 	Export(*ExportRequest, grpc.ServerStreamingServer[ExportResponse]) error
 	// Import extracts an archive Export made into the workspace, owned by
 	// the sandbox user, and its globals entry into io/hibernate/<globals>

@@ -155,6 +155,13 @@ func (s *Server) Export(req *sandboxiov1.ExportRequest, stream grpc.ServerStream
 		}
 		defer hib.Close()
 		defer globals.Close()
+		// Saved for this export only: gone when it ends, sent or not, so
+		// that failed exports cannot fill /io.
+		defer func() {
+			if err := hib.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				s.log.Warn("remove an exported globals file", "name", name, "error", err)
+			}
+		}()
 	}
 	ws, err := s.workspace()
 	if err != nil {
@@ -173,11 +180,6 @@ func (s *Server) Export(req *sandboxiov1.ExportRequest, stream grpc.ServerStream
 	last := &sandboxiov1.ExportResponse{Chunk: cw.buf, Bytes: st.Bytes, Skipped: skipped, SkippedCount: int64(st.SkippedCount), Done: true}
 	if err := stream.Send(last); err != nil {
 		return err
-	}
-	if globals != nil {
-		if err := hib.Remove(name); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("remove an exported globals file", "name", name, "error", err)
-		}
 	}
 	s.log.Debug("workspace exported", "bytes", st.Bytes, "entries", st.Entries, "skipped", st.SkippedCount)
 	return nil
