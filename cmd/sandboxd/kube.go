@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
 // Backends.
@@ -179,7 +180,8 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 	return kube.New(ctx, kube.Config{
 		Policy: cfg.docker.Policy, // the one policy, shared with the Docker backend
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
-		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
+		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir,
+		SnapshotBudget: core.SnapshotBudget{All: cfg.docker.SnapshotDiskBudget, PerTenant: cfg.docker.SnapshotDiskBudgetPerTenant}, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,

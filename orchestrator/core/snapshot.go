@@ -159,3 +159,22 @@ func SnapshotNamed(c Caller, ref string, found []Snapshot) (int, error) {
 	}
 	return 0, Invalidf("snapshot name %q is used by %d tenants; name it by its ID", Truncate(ref, 80), len(found))
 }
+
+// SnapshotBudget bounds the bytes named snapshots take (sandboxd
+// --snapshot-disk-budget and its per-tenant share); zero fields: no bound.
+type SnapshotBudget struct {
+	All, PerTenant int64
+}
+
+// Check refuses a snapshot of adding bytes for tenant when the named
+// snapshots, taking all bytes of which ofTenant are the tenant's, would
+// pass either bound: RESOURCE_EXHAUSTED naming the flag.
+func (b SnapshotBudget) Check(tenant string, all, ofTenant, adding int64) error {
+	if b.PerTenant > 0 && ofTenant+adding > b.PerTenant {
+		return Errorf(ErrResourceExhausted, "tenant %s's snapshots would take %d bytes, past its snapshot disk budget of %d (--snapshot-disk-budget-per-tenant): delete some", tenant, ofTenant+adding, b.PerTenant)
+	}
+	if b.All > 0 && all+adding > b.All {
+		return Errorf(ErrResourceExhausted, "the snapshots would take %d bytes, past the server's snapshot disk budget of %d (--snapshot-disk-budget)", all+adding, b.All)
+	}
+	return nil
+}

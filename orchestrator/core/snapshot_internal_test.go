@@ -70,3 +70,26 @@ func TestForkEach(t *testing.T) {
 		t.Fatalf("%d results, at most %d at once; want 12, at most %d", len(res), most, ForkParallel)
 	}
 }
+
+// TestSnapshotBudgetCheck: the tenant's share is checked first, then the
+// server's; zero bounds nothing.
+func TestSnapshotBudgetCheck(t *testing.T) {
+	b := SnapshotBudget{All: 100, PerTenant: 40}
+	for _, tc := range []struct {
+		all, ofTenant, adding int64
+		flag                  string // "" if allowed
+	}{
+		{0, 0, 40, ""},
+		{50, 30, 11, "--snapshot-disk-budget-per-tenant"},
+		{90, 0, 11, "--snapshot-disk-budget)"},
+		{90, 0, 10, ""},
+	} {
+		err := b.Check("acme", tc.all, tc.ofTenant, tc.adding)
+		if (tc.flag == "") != (err == nil) || (err != nil && (!errors.Is(err, ErrResourceExhausted) || !strings.Contains(err.Error(), tc.flag))) {
+			t.Errorf("Check(%d, %d, %d) = %v; want %q", tc.all, tc.ofTenant, tc.adding, err, tc.flag)
+		}
+	}
+	if err := (SnapshotBudget{}).Check("acme", 1<<40, 1<<40, 1<<40); err != nil {
+		t.Errorf("no budget: %v", err)
+	}
+}

@@ -279,13 +279,7 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 // snapshots would pass --snapshot-disk-budget or the tenant's share.
 func (m *Manager) checkSnapshotBudget(tenant string, adding int64) error {
 	all, ofTenant := m.snaps.total(tenant)
-	if b := m.cfg.SnapshotDiskBudgetPerTenant; b > 0 && ofTenant+adding > b {
-		return core.Errorf(core.ErrResourceExhausted, "tenant %s's snapshots would take %d bytes, past its snapshot disk budget of %d (--snapshot-disk-budget-per-tenant): delete some", tenant, ofTenant+adding, b)
-	}
-	if b := m.cfg.SnapshotDiskBudget; b > 0 && all+adding > b {
-		return core.Errorf(core.ErrResourceExhausted, "the snapshots would take %d bytes, past the server's snapshot disk budget of %d (--snapshot-disk-budget)", all+adding, b)
-	}
-	return nil
+	return core.SnapshotBudget{All: m.cfg.SnapshotDiskBudget, PerTenant: m.cfg.SnapshotDiskBudgetPerTenant}.Check(tenant, all, ofTenant, adding)
 }
 
 // ListSnapshots lists the snapshots the caller may see, newest first.

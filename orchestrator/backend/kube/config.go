@@ -19,7 +19,8 @@ import (
 //
 // Of the policy, Policy.OnIdle and HibernatedTTL apply only with
 // StorageClass (without it an idle sandbox is deleted: there is no volume
-// to hibernate to), MemorySnapshots and SnapshotDiskBudget not at all, and
+// to hibernate to), MemorySnapshots not at all (nor the snapshot disk
+// budgets, which apply to named snapshots through SnapshotBudget), and
 // Policy.Runtime is unused (a Pod's runtime is RuntimeClass).
 type Config struct {
 	core.Policy
@@ -70,6 +71,11 @@ type Config struct {
 	// directory every replica mounts, e.g. a ReadWriteMany volume. Empty:
 	// no snapshots or forks on this backend.
 	SnapshotDir string
+	// SnapshotBudget bounds the bytes the named snapshots in SnapshotDir
+	// take (sandboxd --snapshot-disk-budget and its per-tenant share). The
+	// hibernations' snapshots are on the sandboxes' claims, bounded by
+	// their size.
+	SnapshotBudget core.SnapshotBudget
 
 	// ActivityWriteInterval bounds how often a sandbox's last activity is
 	// written to its Pod (activity.go); default 10 s, and at most a fifth

@@ -150,6 +150,29 @@ func (s *snapStore) list(warn func(id string, err error)) ([]snapRecord, error) 
 	return out, nil
 }
 
+// checkBudget refuses a snapshot of adding bytes for tenant past budget,
+// counting the committed snapshots but except.
+func (s *snapStore) checkBudget(budget core.SnapshotBudget, tenant, except string, adding int64, warn func(string, error)) error {
+	if budget == (core.SnapshotBudget{}) {
+		return nil
+	}
+	recs, err := s.list(warn)
+	if err != nil {
+		return err
+	}
+	var all, ofTenant int64
+	for _, r := range recs {
+		if r.ID == except {
+			continue
+		}
+		all += r.Bytes
+		if r.Tenant == tenant {
+			ofTenant += r.Bytes
+		}
+	}
+	return budget.Check(tenant, all, ofTenant, adding)
+}
+
 // resolve finds the snapshot ref (an ID, or a name of the caller's tenant)
 // the caller may use; hidden ones only by ID (a fork's own).
 func (s *snapStore) resolve(c core.Caller, ref string, hidden bool, warn func(string, error)) (snapRecord, error) {
@@ -293,6 +316,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidd
 		}
 		defer release()
 	}
+	if err := store.checkBudget(m.cfg.SnapshotBudget, tenant, "", 0, m.warnSnapshot); err != nil {
+		return snapRecord{}, err
+	}
 	start := time.Now()
 	id := core.NewSnapshotID()
 	tmp := filepath.Join(store.dir, snapTmpPrefix+id)
@@ -363,6 +389,9 @@ func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidd
 	}
 	rec.Reason = core.Truncate(rec.Reason, 1024)
 	rec.Bytes, rec.ArchiveBytes, rec.CreatedAt = w.n, limit, time.Now().UTC()
+	if err := store.checkBudget(m.cfg.SnapshotBudget, tenant, id, rec.Bytes, m.warnSnapshot); err != nil {
+		return snapRecord{}, err
+	}
 	b, _ := json.Marshal(rec)
 	if err := durable.WriteFile(filepath.Join(tmp, snapRecordFile), b); err != nil {
 		return snapRecord{}, err

@@ -344,3 +344,41 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// TestSnapshotBudget: past the per-tenant budget (--snapshot-disk-budget-
+// per-tenant) a snapshot is refused naming the flag and leaves nothing;
+// another tenant's snapshots do not count against it.
+func TestSnapshotBudget(t *testing.T) {
+	e := newSnapEnv(t, func(c *Config) { c.SnapshotBudget = core.SnapshotBudget{PerTenant: 100} })
+	acme := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	beta := core.WithCaller(t.Context(), core.Caller{Tenant: "beta"})
+	var ids []string
+	for _, ctx := range []context.Context{acme, beta} {
+		r, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.Sandbox.ID)
+		e.mu.Lock()
+		e.workspaces[e.sidecarOf(t, r.Sandbox.ID)] = []byte(strings.Repeat("w", 30))
+		e.mu.Unlock()
+	}
+	// Each archive is 30 bytes of workspace and the globals' name: about
+	// 60. The first of each tenant fits; acme's second does not.
+	for i, tc := range []struct {
+		ctx context.Context
+		id  string
+		ok  bool
+	}{{acme, ids[0], true}, {beta, ids[1], true}, {acme, ids[0], false}} {
+		_, err := e.m.CreateSnapshot(tc.ctx, tc.id, "")
+		switch {
+		case tc.ok && err != nil:
+			t.Fatalf("snapshot %d: %v; want it within the budget", i, err)
+		case !tc.ok && (!errors.Is(err, core.ErrResourceExhausted) || !strings.Contains(err.Error(), "--snapshot-disk-budget-per-tenant")):
+			t.Fatalf("snapshot %d: %v; want RESOURCE_EXHAUSTED naming the flag", i, err)
+		}
+	}
+	if list, err := e.m.ListSnapshots(acme, core.SnapshotFilter{}); err != nil || len(list) != 1 {
+		t.Fatalf("acme's snapshots after the refusal: %+v, %v; want the first only", list, err)
+	}
+}

@@ -350,8 +350,7 @@ type SandboxServiceClient interface {
 	// FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
 	// /workspace is copied file by file through the io sidecar while the
 	// sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
-	// and devices left out and named in reason), and the budgets are the
-	// Docker backend's.
+	// and devices left out and named in reason).
 	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
 	// ListSnapshots lists the caller's tenant's snapshots (an admin's: every
 	// tenant's, or one's), newest first, optionally those of one sandbox.
@@ -1384,8 +1383,7 @@ type SandboxServiceServer interface {
 	// FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
 	// /workspace is copied file by file through the io sidecar while the
 	// sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
-	// and devices left out and named in reason), and the budgets are the
-	// Docker backend's.
+	// and devices left out and named in reason).
 	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
 	// ListSnapshots lists the caller's tenant's snapshots (an admin's: every
 	// tenant's, or one's), newest first, optionally those of one sandbox.

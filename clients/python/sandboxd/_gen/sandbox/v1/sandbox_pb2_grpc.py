@@ -645,8 +645,7 @@ class SandboxServiceServicer(object):
         FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
         /workspace is copied file by file through the io sidecar while the
         sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
-        and devices left out and named in reason), and the budgets are the
-        Docker backend's.
+        and devices left out and named in reason).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
