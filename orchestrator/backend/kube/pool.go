@@ -94,11 +94,11 @@ func (m *Manager) refillPool(ctx context.Context) {
 	ps, _ := m.pods.Pods(m.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{labelPool: "true"}))
 	var live []*corev1.Pod
 	m.mu.Lock()
-	for _, p := range ps {
-		delete(m.creating, p.Name)
-	}
 	for name, at := range m.creating {
-		if time.Since(at) > time.Minute { // never seen: give up counting it
+		// Counted until the cache shows it, in the pool or already
+		// claimed (a claim can come before this loop sees the Pod: it
+		// must not hold the refill back), or a minute without it.
+		if _, err := m.pods.Pods(m.cfg.Namespace).Get(name); err == nil || time.Since(at) > time.Minute {
 			delete(m.creating, name)
 		}
 	}

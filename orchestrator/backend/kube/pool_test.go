@@ -94,3 +94,35 @@ func TestPoolClaimBehindTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRefillAfterAClaimItNeverSaw: a pool Pod claimed before the leader's
+// loop saw it in the pool (the claim came within the loop's pause) is
+// shown by the cache as a user's Pod: it no longer counts as a pool Pod
+// being created, and the pool is refilled at once, not a minute later
+// (TestStartFromSnapshotTakesAPoolPod found it waiting).
+func TestRefillAfterAClaimItNeverSaw(t *testing.T) {
+	const ns = "pool-refill-test"
+	m, cs, store := storeManager(t, ns)
+	ctx := t.Context()
+	m.cfg.WarmPool = 1
+	p, err := cs.CoreV1().Pods(ns).Create(ctx, buildPod(&m.cfg, podSpec{id: core.NewSandboxID(), pool: true}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.creating[p.Name] = time.Now() // the leader created it
+	p.Labels[labelPool] = "false"   // and the cache first shows it claimed
+	if err := store.Add(p); err != nil {
+		t.Fatal(err)
+	}
+	m.refillPool(ctx)
+	if _, counted := m.creating[p.Name]; counted {
+		t.Fatalf("the claimed pod %s still counts as a pool pod being created", p.Name)
+	}
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelPool + "=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(list.Items); n != 2 { // the one created above, whose label the API server kept, and the refill
+		t.Fatalf("%d pool pods in the API server after the refill; want a new one beside the first", n)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The backend's steps of snapshots and forks, with hibSidecars whose
@@ -380,5 +382,71 @@ func TestSnapshotBudget(t *testing.T) {
 	}
 	if list, err := e.m.ListSnapshots(acme, core.SnapshotFilter{}); err != nil || len(list) != 1 {
 		t.Fatalf("acme's snapshots after the refusal: %+v, %v; want the first only", list, err)
+	}
+}
+
+// TestStartFromSnapshotTakesAPoolPod: a start from a snapshot of the
+// server's image claims a warm-pool Pod (its start carried on the claim's
+// update) and restores into it; one of another image starts cold in that
+// image.
+func TestStartFromSnapshotTakesAPoolPod(t *testing.T) {
+	counted := &countingMetrics{}
+	e := newSnapEnv(t, func(c *Config) { c.WarmPool = 1; c.Metrics = counted })
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	awaitPool := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for len(e.m.readyPool()) == 0 {
+			if time.Now().After(deadline) {
+				ps, err := e.cs.CoreV1().Pods(e.ns).List(t.Context(), metav1.ListOptions{})
+				for _, p := range ps.Items {
+					t.Logf("pod %s labels %v phase %s conditions %v", p.Name, p.Labels, p.Status.Phase, p.Status.Conditions)
+				}
+				t.Fatalf("no ready pool pod within 30 s (leader %v, %v)", e.m.Reporting(), err)
+			}
+			select {
+			case <-e.m.changed():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	awaitPool()
+	r, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.m.CreateSnapshot(ctx, r.Sandbox.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitPool()
+	pooled := e.m.readyPool()[0].Labels[labelSandboxID]
+	r, err = e.m.Acquire(ctx, "bob", core.Options{Limits: e.m.cfg.DefaultLimits, FromSnapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sandbox.ID != pooled || r.Woke == nil || r.Woke.Level != ioproto.LevelGlobals {
+		t.Fatalf("start from a snapshot: sandbox %s (woke %+v); want pool pod %s, restored", r.Sandbox.ID, r.Woke, pooled)
+	}
+	e.mu.Lock()
+	imports := append([]string(nil), e.imports...)
+	e.mu.Unlock()
+	if len(imports) != 1 || !strings.HasPrefix(imports[0], e.sidecarOf(t, pooled)+" ") {
+		t.Fatalf("imports %v; want one, into the pool pod", imports)
+	}
+
+	e.m.cfg.Image = "sandbox:newer" // the snapshot's image is now not the server's
+	awaitPool()
+	r, err = e.m.Acquire(ctx, "carol", core.Options{Limits: e.m.cfg.DefaultLimits, FromSnapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := imageOf(e.pod(t, r.Sandbox.ID)); img != "sandbox:test" || r.Woke == nil || r.Woke.Level != ioproto.LevelGlobals {
+		t.Fatalf("start from an older image's snapshot: image %s (woke %+v); want sandbox:test, restored", img, r.Woke)
+	}
+	counted.mu.Lock()
+	defer counted.mu.Unlock()
+	if counted.acquired[core.AcquireWarmPool] != 2 || counted.acquired[core.AcquireCold] != 1 {
+		t.Fatalf("acquires %v; want alice and bob from the pool, carol cold", counted.acquired)
 	}
 }
