@@ -28,7 +28,7 @@ func kubeGVisor(t *testing.T, k *kubeEnv) {
 	}
 	rc := k.cluster.NeedGVisor(t)
 	ctx := e2eCtx(t)
-	d := k.replica(t, "gvisor-a", "--kube-runtime-class", rc)
+	d := k.replica(t, "gvisor-a", "--kube-runtime-class", rc, "--kube-snapshot-dir", t.TempDir())
 	c, _ := d.client(t)
 	begin := time.Now()
 	id := acquire(t, ctx, c, "gvisor-user").GetSandbox().GetSandboxId()
@@ -94,6 +94,18 @@ func kubeGVisor(t *testing.T, k *kubeEnv) {
 	if strings.Join(names, " ") != "g/in.txt g/out.txt" {
 		t.Errorf("ListFiles(g) = %v; want g/in.txt and g/out.txt", names)
 	}
+
+	// A fork: the sidecar walks /workspace and the new sandbox's unpacks
+	// it, both inside gVisor; the globals come back by the restore.
+	fr, err := c.ForkSandbox(ctx, &sandboxv1.ForkSandboxRequest{SandboxId: id, Count: 1})
+	if err != nil || len(fr.GetResults()) != 1 || fr.GetResults()[0].GetErrorCode() != 0 {
+		t.Fatalf("ForkSandbox under gVisor: %v, %v", fr.GetResults(), err)
+	}
+	fork := fr.GetResults()[0].GetSandbox().GetSandboxId()
+	if o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: fork, Code: "print(x, open('g/out.txt').read())"}); o.stdout != fmt.Sprintf("41 read %d\n", len(data)) {
+		t.Errorf("the fork under gVisor prints %q (%v); want the source's x and files", o.stdout, o.errs)
+	}
+	deleteQuietly(c, fork)
 
 	// A bash command reading its standard input: the prompt comes out,
 	// the answer goes in, through the sidecar both ways.
