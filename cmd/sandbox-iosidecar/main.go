@@ -48,6 +48,7 @@ func run() error {
 	listen := fs.String("listen", ":7070", "address to serve sandboxio.v1 on")
 	fs.StringVar(&cfg.IODir, "io", "/io", "the sandbox's protocol directory")
 	fs.StringVar(&cfg.Workspace, "workspace", "/workspace", "the sandbox's workspace")
+	fs.StringVar(&cfg.Volumes, "volumes", "", "where the Pod's named volumes are mounted, each at <dir>/<volume ID> (\"\": none)")
 	tokenFile := fs.String("token-file", "", "file holding the shared token (default: env SANDBOXD_IO_TOKEN)")
 	fs.Int64Var(&cfg.MaxUploadBytes, "max-upload", iosidecar.DefaultMaxUploadBytes, "the most bytes one upload may have, whatever sandboxd asks")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -76,7 +77,7 @@ func run() error {
 		srv.Stop(0)
 		return err
 	}
-	log.Info("io sidecar serving", "addr", lis.Addr().String(), "io", cfg.IODir, "workspace", cfg.Workspace)
+	log.Info("io sidecar serving", "addr", lis.Addr().String(), "io", cfg.IODir, "workspace", cfg.Workspace, "volumes", cfg.Volumes)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -36,10 +36,17 @@ type Tree struct {
 	Display func(rel string) string
 	// Disk names the tree's storage when it is full.
 	Disk string
+	// Clean turns a caller's path into one relative to the tree (the
+	// domain's rule for it: core.CleanPath, core.CleanVolumePath).
+	Clean func(p string) (string, error)
 }
 
 // Workspace is a sandbox's /workspace.
-var Workspace = Tree{Name: "/workspace", Display: core.DisplayPath, Disk: "the sandbox's disk"}
+var Workspace = Tree{Name: "/workspace", Display: core.DisplayPath, Disk: "the sandbox's disk", Clean: core.CleanPath}
+
+// Volume is a named volume's files (core/volume.go), whose paths are
+// relative to its root.
+var Volume = Tree{Name: "the volume", Display: core.VolumePathDisplay, Disk: "the volume (its size is fixed when it is created)", Clean: core.CleanVolumePath}
 
 // FSError is Workspace.FSError.
 func FSError(op, display string, err error) error { return Workspace.FSError(op, display, err) }

@@ -55,7 +55,7 @@ const (
 )
 
 // volumeTree names a volume in the file operations' messages.
-var volumeTree = wspath.Tree{Name: "the volume", Display: core.VolumePathDisplay, Disk: "the volume (its size is fixed when it is created)"}
+var volumeTree = wspath.Volume
 
 // volFile is a volume's meta.json.
 type volFile struct {
@@ -489,11 +489,7 @@ func (m *Manager) VolumeStat(ctx context.Context, ref, rel string) (core.FileInf
 		return core.FileInfo{}, err
 	}
 	defer root.Close()
-	st, err := root.Lstat(rel)
-	if err != nil {
-		return core.FileInfo{}, volumeTree.FSError("stat", core.VolumePathDisplay(rel), err)
-	}
-	return wspath.Info(rel, st), nil
+	return volumeTree.Stat(root, rel)
 }
 
 // VolumeListFiles lists a directory of the volume over depth levels, as
@@ -533,46 +529,20 @@ func (m *Manager) VolumeRemove(ctx context.Context, ref, rel string, recursive b
 	return nil
 }
 
-// VolumeSetAttributes sets a file's owner, group or mode on the volume,
-// through os.Root: the path never resolves out of the volume, and a
-// symlink is changed itself (its owner), never what it points to (a mode
-// for a symlink is refused).
+// VolumeSetAttributes sets a file's owner, group or mode on the volume
+// (wspath's Tree.SetAttributes: never through a symlink).
 func (m *Manager) VolumeSetAttributes(ctx context.Context, ref, rel string, a core.FileAttributes) (core.FileInfo, error) {
 	root, f, err := m.openVolume(ctx, ref)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
 	defer root.Close()
-	show := core.VolumePathDisplay(rel)
-	st, err := root.Lstat(rel)
+	fi, err := volumeTree.SetAttributes(root, rel, a)
 	if err != nil {
-		return core.FileInfo{}, volumeTree.FSError("set attributes of", show, err)
+		return core.FileInfo{}, err
 	}
-	if a.UID != nil || a.GID != nil {
-		uid, gid := -1, -1
-		if a.UID != nil {
-			uid = int(*a.UID)
-		}
-		if a.GID != nil {
-			gid = int(*a.GID)
-		}
-		if err := root.Lchown(rel, uid, gid); err != nil {
-			return core.FileInfo{}, volumeTree.FSError("set the owner of", show, err)
-		}
-	}
-	if a.Mode != nil {
-		if st.Mode()&fs.ModeSymlink != 0 {
-			return core.FileInfo{}, core.Invalidf("set the mode of %s: it is a symbolic link, which has no mode of its own", show)
-		}
-		if err := root.Chmod(rel, *a.Mode); err != nil {
-			return core.FileInfo{}, volumeTree.FSError("set the mode of", show, err)
-		}
-	}
-	if st, err = root.Lstat(rel); err != nil {
-		return core.FileInfo{}, volumeTree.FSError("set attributes of", show, err)
-	}
-	m.log.Debug("volume file attributes set", "volume_id", f.ID, "path", show)
-	return wspath.Info(rel, st), nil
+	m.log.Debug("volume file attributes set", "volume_id", f.ID, "path", core.VolumePathDisplay(rel))
+	return fi, nil
 }
 
 // volumeBinds are the bind mounts of a sandbox's volumes, for its

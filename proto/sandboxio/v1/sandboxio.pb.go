@@ -153,6 +153,342 @@ func (WatchOp) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
 }
 
+// StatRequest names a file.
+type StatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to /workspace (or absolute under it), or to the volume's
+	// root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The volume the path is on (its ID, vol-…), mounted in the sidecar
+	// under its volumes directory; empty: /workspace. On a volume, paths are
+	// relative to its root (core.CleanVolumePath), and a volume not mounted
+	// here is FAILED_PRECONDITION.
+	Volume        string `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatRequest) Reset() {
+	*x = StatRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatRequest) ProtoMessage() {}
+
+func (x *StatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
+func (*StatRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *StatRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *StatRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// StatResponse describes it.
+type StatResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatResponse) Reset() {
+	*x = StatResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatResponse) ProtoMessage() {}
+
+func (x *StatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
+func (*StatResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *StatResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// SetAttributesRequest names a file on a volume and what to set: at least
+// one of uid, gid and mode (owners up to 65535, a mode of permission bits
+// and the sticky bit: core.ValidateFileAttributes).
+type SetAttributesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path relative to the volume's root.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The volume (its ID); required.
+	Volume string `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
+	// The new owner.
+	Uid *uint32 `protobuf:"varint,3,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	// The new group.
+	Gid *uint32 `protobuf:"varint,4,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	// The new permission bits, as Go's fs.FileMode.
+	Mode          *uint32 `protobuf:"varint,5,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttributesRequest) Reset() {
+	*x = SetAttributesRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttributesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttributesRequest) ProtoMessage() {}
+
+func (x *SetAttributesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttributesRequest.ProtoReflect.Descriptor instead.
+func (*SetAttributesRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetAttributesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SetAttributesRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *SetAttributesRequest) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *SetAttributesRequest) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *SetAttributesRequest) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+// SetAttributesResponse describes the file after the change.
+type SetAttributesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file.
+	File          *FileInfo `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetAttributesResponse) Reset() {
+	*x = SetAttributesResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetAttributesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetAttributesResponse) ProtoMessage() {}
+
+func (x *SetAttributesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetAttributesResponse.ProtoReflect.Descriptor instead.
+func (*SetAttributesResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetAttributesResponse) GetFile() *FileInfo {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
+// VolumeUsageRequest names a mounted volume.
+type VolumeUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The volume (its ID).
+	Volume        string `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeUsageRequest) Reset() {
+	*x = VolumeUsageRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeUsageRequest) ProtoMessage() {}
+
+func (x *VolumeUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeUsageRequest.ProtoReflect.Descriptor instead.
+func (*VolumeUsageRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *VolumeUsageRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+// VolumeUsageResponse is its file system's statfs.
+type VolumeUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes its files take (blocks used, as df counts them).
+	UsedBytes int64 `protobuf:"varint,1,opt,name=used_bytes,json=usedBytes,proto3" json:"used_bytes,omitempty"`
+	// The file system's size.
+	TotalBytes    int64 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeUsageResponse) Reset() {
+	*x = VolumeUsageResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeUsageResponse) ProtoMessage() {}
+
+func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeUsageResponse.ProtoReflect.Descriptor instead.
+func (*VolumeUsageResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VolumeUsageResponse) GetUsedBytes() int64 {
+	if x != nil {
+		return x.UsedBytes
+	}
+	return 0
+}
+
+func (x *VolumeUsageResponse) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
 // RunRequest carries the command to run.
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -165,7 +501,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +513,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +526,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunRequest) GetRecord() []byte {
@@ -216,7 +552,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -228,7 +564,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -241,7 +577,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunResponse) GetAppended() bool {
@@ -269,7 +605,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -281,7 +617,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -294,7 +630,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AppendRequest) GetRecord() []byte {
@@ -315,7 +651,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +663,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +676,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AppendResponse) GetAppended() bool {
@@ -363,7 +699,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +711,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +724,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FollowRequest) GetCommandId() string {
@@ -417,7 +753,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +765,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +778,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FollowResponse) GetEvent() []byte {
@@ -461,7 +797,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +809,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +822,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
 }
 
 // StatusResponse carries the driver's status.
@@ -500,7 +836,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +848,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +861,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetDriverStatus() []byte {
@@ -551,7 +887,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +899,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +912,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UploadRequest) GetMsg() isUploadRequest_Msg {
@@ -628,14 +964,22 @@ type UploadHeader struct {
 	// Path relative to /workspace (or absolute under it).
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// The most bytes the upload may have; more fails with RESOURCE_EXHAUSTED.
-	MaxBytes      int64 `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	MaxBytes int64 `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	// The volume the path is on (its ID, vol-…), mounted in the sidecar
+	// under its volumes directory; empty: /workspace. On a volume, paths are
+	// relative to its root (core.CleanVolumePath), and a volume not mounted
+	// here is FAILED_PRECONDITION.
+	Volume string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
+	// Refuse to replace an existing file (ALREADY_EXISTS); without it the
+	// upload replaces it.
+	Exclusive     bool `protobuf:"varint,4,opt,name=exclusive,proto3" json:"exclusive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +991,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +1004,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UploadHeader) GetPath() string {
@@ -677,6 +1021,20 @@ func (x *UploadHeader) GetMaxBytes() int64 {
 	return 0
 }
 
+func (x *UploadHeader) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *UploadHeader) GetExclusive() bool {
+	if x != nil {
+		return x.Exclusive
+	}
+	return false
+}
+
 // UploadResponse describes the file written.
 type UploadResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -688,7 +1046,7 @@ type UploadResponse struct {
 
 func (x *UploadResponse) Reset() {
 	*x = UploadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +1058,7 @@ func (x *UploadResponse) String() string {
 func (*UploadResponse) ProtoMessage() {}
 
 func (x *UploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +1071,7 @@ func (x *UploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResponse.ProtoReflect.Descriptor instead.
 func (*UploadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *UploadResponse) GetFile() *FileInfo {
@@ -727,14 +1085,19 @@ func (x *UploadResponse) GetFile() *FileInfo {
 type DownloadRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Path relative to /workspace (or absolute under it).
-	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// The volume the path is on (its ID, vol-…), mounted in the sidecar
+	// under its volumes directory; empty: /workspace. On a volume, paths are
+	// relative to its root (core.CleanVolumePath), and a volume not mounted
+	// here is FAILED_PRECONDITION.
+	Volume        string `protobuf:"bytes,2,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DownloadRequest) Reset() {
 	*x = DownloadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1109,7 @@ func (x *DownloadRequest) String() string {
 func (*DownloadRequest) ProtoMessage() {}
 
 func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,12 +1122,19 @@ func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadRequest.ProtoReflect.Descriptor instead.
 func (*DownloadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DownloadRequest) GetPath() string {
 	if x != nil {
 		return x.Path
+	}
+	return ""
+}
+
+func (x *DownloadRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
 	}
 	return ""
 }
@@ -782,7 +1152,7 @@ type DownloadResponse struct {
 
 func (x *DownloadResponse) Reset() {
 	*x = DownloadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +1164,7 @@ func (x *DownloadResponse) String() string {
 func (*DownloadResponse) ProtoMessage() {}
 
 func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +1177,7 @@ func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadResponse.ProtoReflect.Descriptor instead.
 func (*DownloadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DownloadResponse) GetFile() *FileInfo {
@@ -832,14 +1202,19 @@ type ListFilesRequest struct {
 	// Levels to list: 0 and 1 list the directory's children, 2 their
 	// children too, up to 10 (core.MaxListDepth; more is INVALID_ARGUMENT).
 	// Only real directories are descended into, never symbolic links.
-	Depth         uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	Depth uint32 `protobuf:"varint,2,opt,name=depth,proto3" json:"depth,omitempty"`
+	// The volume the path is on (its ID, vol-…), mounted in the sidecar
+	// under its volumes directory; empty: /workspace. On a volume, paths are
+	// relative to its root (core.CleanVolumePath), and a volume not mounted
+	// here is FAILED_PRECONDITION.
+	Volume        string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +1226,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +1239,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListFilesRequest) GetPath() string {
@@ -881,6 +1256,13 @@ func (x *ListFilesRequest) GetDepth() uint32 {
 	return 0
 }
 
+func (x *ListFilesRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
 // ListFilesResponse lists a directory.
 type ListFilesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -892,7 +1274,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1286,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1299,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -935,14 +1317,19 @@ type MakeDirectoryRequest struct {
 	// Create missing parents, and answer an existing directory as it is
 	// (mkdir -p). Without it, a missing parent is NOT_FOUND and an existing
 	// path ALREADY_EXISTS.
-	Parents       bool `protobuf:"varint,2,opt,name=parents,proto3" json:"parents,omitempty"`
+	Parents bool `protobuf:"varint,2,opt,name=parents,proto3" json:"parents,omitempty"`
+	// The volume the path is on (its ID, vol-…), mounted in the sidecar
+	// under its volumes directory; empty: /workspace. On a volume, paths are
+	// relative to its root (core.CleanVolumePath), and a volume not mounted
+	// here is FAILED_PRECONDITION.
+	Volume        string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1341,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1354,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MakeDirectoryRequest) GetPath() string {
@@ -984,6 +1371,13 @@ func (x *MakeDirectoryRequest) GetParents() bool {
 	return false
 }
 
+func (x *MakeDirectoryRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
 // MakeDirectoryResponse describes the directory.
 type MakeDirectoryResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -995,7 +1389,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1401,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1414,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -1038,14 +1432,19 @@ type RemoveRequest struct {
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Remove a directory with its content; without it a non-empty directory
 	// is FAILED_PRECONDITION.
-	Recursive     bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	Recursive bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// The volume the path is on (its ID, vol-…), mounted in the sidecar
+	// under its volumes directory; empty: /workspace. On a volume, paths are
+	// relative to its root (core.CleanVolumePath), and a volume not mounted
+	// here is FAILED_PRECONDITION.
+	Volume        string `protobuf:"bytes,3,opt,name=volume,proto3" json:"volume,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1456,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1469,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -1087,6 +1486,13 @@ func (x *RemoveRequest) GetRecursive() bool {
 	return false
 }
 
+func (x *RemoveRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
 // RemoveResponse says the path was removed.
 type RemoveResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1096,7 +1502,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1514,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1527,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
 }
 
 // RenameRequest names a move.
@@ -1141,7 +1547,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1559,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1572,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -1201,7 +1607,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1619,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1632,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -1250,7 +1656,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1668,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1681,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListCommandsRequest) GetPageSize() uint32 {
@@ -1307,7 +1713,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1725,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1738,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -1391,7 +1797,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1403,7 +1809,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1416,7 +1822,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -1512,7 +1918,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1524,7 +1930,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1537,7 +1943,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
 }
 
 // ListContextsResponse lists the sandbox's contexts.
@@ -1551,7 +1957,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1969,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1982,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListContextsResponse) GetContexts() []*ContextInfo {
@@ -1604,7 +2010,7 @@ type ContextInfo struct {
 
 func (x *ContextInfo) Reset() {
 	*x = ContextInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +2022,7 @@ func (x *ContextInfo) String() string {
 func (*ContextInfo) ProtoMessage() {}
 
 func (x *ContextInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +2035,7 @@ func (x *ContextInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextInfo.ProtoReflect.Descriptor instead.
 func (*ContextInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ContextInfo) GetContextId() string {
@@ -1677,7 +2083,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1689,7 +2095,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1702,7 +2108,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchDirectoryRequest) GetPath() string {
@@ -1742,7 +2148,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +2160,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +2173,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -1807,7 +2213,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2225,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2238,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WatchEvent) GetOp() WatchOp {
@@ -1859,7 +2265,8 @@ func (x *WatchEvent) GetTimeUnixNano() int64 {
 // FileInfo describes a file under /workspace.
 type FileInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Absolute path inside the sandbox, e.g. /workspace/data.csv.
+	// Absolute path inside the sandbox, e.g. /workspace/data.csv; on a
+	// volume, absolute from the volume's root, e.g. /data.csv.
 	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	// Size in bytes.
 	Size int64 `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
@@ -1877,7 +2284,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2296,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2309,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -1965,7 +2372,7 @@ type ExportRequest struct {
 
 func (x *ExportRequest) Reset() {
 	*x = ExportRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2384,7 @@ func (x *ExportRequest) String() string {
 func (*ExportRequest) ProtoMessage() {}
 
 func (x *ExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2397,7 @@ func (x *ExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
 func (*ExportRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ExportRequest) GetGlobals() string {
@@ -2028,7 +2435,7 @@ type ExportResponse struct {
 
 func (x *ExportResponse) Reset() {
 	*x = ExportResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2447,7 @@ func (x *ExportResponse) String() string {
 func (*ExportResponse) ProtoMessage() {}
 
 func (x *ExportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2460,7 @@ func (x *ExportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
 func (*ExportResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExportResponse) GetChunk() []byte {
@@ -2109,7 +2516,7 @@ type ImportRequest struct {
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2121,7 +2528,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2134,7 +2541,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ImportRequest) GetGlobals() string {
@@ -2174,7 +2581,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2593,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2606,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ImportResponse) GetBytes() int64 {
@@ -2227,7 +2634,30 @@ var File_sandboxio_v1_sandboxio_proto protoreflect.FileDescriptor
 
 const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\n" +
-	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"$\n" +
+	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"9\n" +
+	"\vStatRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\":\n" +
+	"\fStatResponse\x12*\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"\xa2\x01\n" +
+	"\x14SetAttributesRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\x12\x15\n" +
+	"\x03uid\x18\x03 \x01(\rH\x00R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x04 \x01(\rH\x01R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04mode\x18\x05 \x01(\rH\x02R\x04mode\x88\x01\x01B\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_mode\"C\n" +
+	"\x15SetAttributesResponse\x12*\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\",\n" +
+	"\x12VolumeUsageRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\"U\n" +
+	"\x13VolumeUsageResponse\x12\x1d\n" +
+	"\n" +
+	"used_bytes\x18\x01 \x01(\x03R\tusedBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x03R\n" +
+	"totalBytes\"$\n" +
 	"\n" +
 	"RunRequest\x12\x16\n" +
 	"\x06record\x18\x01 \x01(\fR\x06record\"?\n" +
@@ -2250,30 +2680,36 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\rUploadRequest\x124\n" +
 	"\x06header\x18\x01 \x01(\v2\x1a.sandboxio.v1.UploadHeaderH\x00R\x06header\x12\x16\n" +
 	"\x05chunk\x18\x02 \x01(\fH\x00R\x05chunkB\x05\n" +
-	"\x03msg\"?\n" +
+	"\x03msg\"u\n" +
 	"\fUploadHeader\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1b\n" +
-	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\"<\n" +
+	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\x12\x16\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\x12\x1c\n" +
+	"\texclusive\x18\x04 \x01(\bR\texclusive\"<\n" +
 	"\x0eUploadResponse\x12*\n" +
-	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"%\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"=\n" +
 	"\x0fDownloadRequest\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"T\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06volume\x18\x02 \x01(\tR\x06volume\"T\n" +
 	"\x10DownloadResponse\x12*\n" +
 	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\x12\x14\n" +
-	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"<\n" +
+	"\x05chunk\x18\x02 \x01(\fR\x05chunk\"T\n" +
 	"\x10ListFilesRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
-	"\x05depth\x18\x02 \x01(\rR\x05depth\"A\n" +
+	"\x05depth\x18\x02 \x01(\rR\x05depth\x12\x16\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\"A\n" +
 	"\x11ListFilesResponse\x12,\n" +
-	"\x05files\x18\x01 \x03(\v2\x16.sandboxio.v1.FileInfoR\x05files\"D\n" +
+	"\x05files\x18\x01 \x03(\v2\x16.sandboxio.v1.FileInfoR\x05files\"\\\n" +
 	"\x14MakeDirectoryRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
-	"\aparents\x18\x02 \x01(\bR\aparents\"C\n" +
+	"\aparents\x18\x02 \x01(\bR\aparents\x12\x16\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\"C\n" +
 	"\x15MakeDirectoryResponse\x12*\n" +
-	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"A\n" +
+	"\x04file\x18\x01 \x01(\v2\x16.sandboxio.v1.FileInfoR\x04file\"Y\n" +
 	"\rRemoveRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x02 \x01(\bR\trecursive\"\x10\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\x12\x16\n" +
+	"\x06volume\x18\x03 \x01(\tR\x06volume\"\x10\n" +
 	"\x0eRemoveResponse\"Q\n" +
 	"\rRenameRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
@@ -2364,7 +2800,8 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x0fWATCH_OP_CREATE\x10\x01\x12\x12\n" +
 	"\x0eWATCH_OP_WRITE\x10\x02\x12\x13\n" +
 	"\x0fWATCH_OP_REMOVE\x10\x03\x12\x13\n" +
-	"\x0fWATCH_OP_RENAME\x10\x042\xfb\b\n" +
+	"\x0fWATCH_OP_RENAME\x10\x042\xe8\n" +
+	"\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -2380,7 +2817,10 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x0eWatchDirectory\x12#.sandboxio.v1.WatchDirectoryRequest\x1a$.sandboxio.v1.WatchDirectoryResponse0\x01\x12<\n" +
 	"\x03Run\x12\x18.sandboxio.v1.RunRequest\x1a\x19.sandboxio.v1.RunResponse0\x01\x12E\n" +
 	"\x06Export\x12\x1b.sandboxio.v1.ExportRequest\x1a\x1c.sandboxio.v1.ExportResponse0\x01\x12E\n" +
-	"\x06Import\x12\x1b.sandboxio.v1.ImportRequest\x1a\x1c.sandboxio.v1.ImportResponse(\x01B=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\x06Import\x12\x1b.sandboxio.v1.ImportRequest\x1a\x1c.sandboxio.v1.ImportResponse(\x01\x12=\n" +
+	"\x04Stat\x12\x19.sandboxio.v1.StatRequest\x1a\x1a.sandboxio.v1.StatResponse\x12X\n" +
+	"\rSetAttributes\x12\".sandboxio.v1.SetAttributesRequest\x1a#.sandboxio.v1.SetAttributesResponse\x12R\n" +
+	"\vVolumeUsage\x12 .sandboxio.v1.VolumeUsageRequest\x1a!.sandboxio.v1.VolumeUsageResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -2395,93 +2835,107 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(CommandPhase)(0),              // 0: sandboxio.v1.CommandPhase
 	(WatchOp)(0),                   // 1: sandboxio.v1.WatchOp
-	(*RunRequest)(nil),             // 2: sandboxio.v1.RunRequest
-	(*RunResponse)(nil),            // 3: sandboxio.v1.RunResponse
-	(*AppendRequest)(nil),          // 4: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),         // 5: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),          // 6: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),         // 7: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),          // 8: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),         // 9: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),          // 10: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),           // 11: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),         // 12: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),        // 13: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),       // 14: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),       // 15: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),      // 16: sandboxio.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),   // 17: sandboxio.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),  // 18: sandboxio.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),          // 19: sandboxio.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 20: sandboxio.v1.RemoveResponse
-	(*RenameRequest)(nil),          // 21: sandboxio.v1.RenameRequest
-	(*RenameResponse)(nil),         // 22: sandboxio.v1.RenameResponse
-	(*ListCommandsRequest)(nil),    // 23: sandboxio.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),   // 24: sandboxio.v1.ListCommandsResponse
-	(*CommandInfo)(nil),            // 25: sandboxio.v1.CommandInfo
-	(*ListContextsRequest)(nil),    // 26: sandboxio.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),   // 27: sandboxio.v1.ListContextsResponse
-	(*ContextInfo)(nil),            // 28: sandboxio.v1.ContextInfo
-	(*WatchDirectoryRequest)(nil),  // 29: sandboxio.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil), // 30: sandboxio.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),             // 31: sandboxio.v1.WatchEvent
-	(*FileInfo)(nil),               // 32: sandboxio.v1.FileInfo
-	(*ExportRequest)(nil),          // 33: sandboxio.v1.ExportRequest
-	(*ExportResponse)(nil),         // 34: sandboxio.v1.ExportResponse
-	(*ImportRequest)(nil),          // 35: sandboxio.v1.ImportRequest
-	(*ImportResponse)(nil),         // 36: sandboxio.v1.ImportResponse
+	(*StatRequest)(nil),            // 2: sandboxio.v1.StatRequest
+	(*StatResponse)(nil),           // 3: sandboxio.v1.StatResponse
+	(*SetAttributesRequest)(nil),   // 4: sandboxio.v1.SetAttributesRequest
+	(*SetAttributesResponse)(nil),  // 5: sandboxio.v1.SetAttributesResponse
+	(*VolumeUsageRequest)(nil),     // 6: sandboxio.v1.VolumeUsageRequest
+	(*VolumeUsageResponse)(nil),    // 7: sandboxio.v1.VolumeUsageResponse
+	(*RunRequest)(nil),             // 8: sandboxio.v1.RunRequest
+	(*RunResponse)(nil),            // 9: sandboxio.v1.RunResponse
+	(*AppendRequest)(nil),          // 10: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),         // 11: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),          // 12: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),         // 13: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),          // 14: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),         // 15: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),          // 16: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),           // 17: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),         // 18: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),        // 19: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),       // 20: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),       // 21: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 22: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),   // 23: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),  // 24: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),          // 25: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 26: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),          // 27: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),         // 28: sandboxio.v1.RenameResponse
+	(*ListCommandsRequest)(nil),    // 29: sandboxio.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),   // 30: sandboxio.v1.ListCommandsResponse
+	(*CommandInfo)(nil),            // 31: sandboxio.v1.CommandInfo
+	(*ListContextsRequest)(nil),    // 32: sandboxio.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),   // 33: sandboxio.v1.ListContextsResponse
+	(*ContextInfo)(nil),            // 34: sandboxio.v1.ContextInfo
+	(*WatchDirectoryRequest)(nil),  // 35: sandboxio.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil), // 36: sandboxio.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),             // 37: sandboxio.v1.WatchEvent
+	(*FileInfo)(nil),               // 38: sandboxio.v1.FileInfo
+	(*ExportRequest)(nil),          // 39: sandboxio.v1.ExportRequest
+	(*ExportResponse)(nil),         // 40: sandboxio.v1.ExportResponse
+	(*ImportRequest)(nil),          // 41: sandboxio.v1.ImportRequest
+	(*ImportResponse)(nil),         // 42: sandboxio.v1.ImportResponse
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
-	11, // 0: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	32, // 1: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	32, // 2: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	32, // 3: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	32, // 4: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	32, // 5: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
-	25, // 6: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
-	0,  // 7: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
-	28, // 8: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
-	31, // 9: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
-	1,  // 10: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
-	4,  // 11: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	6,  // 12: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	8,  // 13: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	10, // 14: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	13, // 15: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	15, // 16: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	17, // 17: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	19, // 18: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	21, // 19: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	23, // 20: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
-	26, // 21: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
-	29, // 22: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
-	2,  // 23: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
-	33, // 24: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
-	35, // 25: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
-	5,  // 26: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	7,  // 27: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	9,  // 28: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	12, // 29: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	14, // 30: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	16, // 31: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	18, // 32: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	20, // 33: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	22, // 34: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	24, // 35: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	27, // 36: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
-	30, // 37: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
-	3,  // 38: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
-	34, // 39: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
-	36, // 40: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
-	26, // [26:41] is the sub-list for method output_type
-	11, // [11:26] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	38, // 0: sandboxio.v1.StatResponse.file:type_name -> sandboxio.v1.FileInfo
+	38, // 1: sandboxio.v1.SetAttributesResponse.file:type_name -> sandboxio.v1.FileInfo
+	17, // 2: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
+	38, // 3: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	38, // 4: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	38, // 5: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	38, // 6: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	38, // 7: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	31, // 8: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
+	0,  // 9: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
+	34, // 10: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
+	37, // 11: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
+	1,  // 12: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
+	10, // 13: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	12, // 14: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	14, // 15: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	16, // 16: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	19, // 17: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	21, // 18: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	23, // 19: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	25, // 20: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	27, // 21: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	29, // 22: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	32, // 23: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
+	35, // 24: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
+	8,  // 25: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
+	39, // 26: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
+	41, // 27: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
+	2,  // 28: sandboxio.v1.IOService.Stat:input_type -> sandboxio.v1.StatRequest
+	4,  // 29: sandboxio.v1.IOService.SetAttributes:input_type -> sandboxio.v1.SetAttributesRequest
+	6,  // 30: sandboxio.v1.IOService.VolumeUsage:input_type -> sandboxio.v1.VolumeUsageRequest
+	11, // 31: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	13, // 32: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	15, // 33: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	18, // 34: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	20, // 35: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	22, // 36: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	24, // 37: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	26, // 38: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	28, // 39: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	30, // 40: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	33, // 41: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	36, // 42: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
+	9,  // 43: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
+	40, // 44: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
+	42, // 45: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
+	3,  // 46: sandboxio.v1.IOService.Stat:output_type -> sandboxio.v1.StatResponse
+	5,  // 47: sandboxio.v1.IOService.SetAttributes:output_type -> sandboxio.v1.SetAttributesResponse
+	7,  // 48: sandboxio.v1.IOService.VolumeUsage:output_type -> sandboxio.v1.VolumeUsageResponse
+	31, // [31:49] is the sub-list for method output_type
+	13, // [13:31] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -2489,18 +2943,19 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 	if File_sandboxio_v1_sandboxio_proto != nil {
 		return
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[8].OneofWrappers = []any{
+	file_sandboxio_v1_sandboxio_proto_msgTypes[2].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[14].OneofWrappers = []any{
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[23].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   35,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -48,6 +48,9 @@ const (
 	IOService_Run_FullMethodName            = "/sandboxio.v1.IOService/Run"
 	IOService_Export_FullMethodName         = "/sandboxio.v1.IOService/Export"
 	IOService_Import_FullMethodName         = "/sandboxio.v1.IOService/Import"
+	IOService_Stat_FullMethodName           = "/sandboxio.v1.IOService/Stat"
+	IOService_SetAttributes_FullMethodName  = "/sandboxio.v1.IOService/SetAttributes"
+	IOService_VolumeUsage_FullMethodName    = "/sandboxio.v1.IOService/VolumeUsage"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -166,6 +169,16 @@ type IOServiceClient interface {
 	// entry is INVALID_ARGUMENT; after an error, what was extracted into
 	// /workspace stays, the globals file does not.
 	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
+	// Stat describes a file under /workspace or on a mounted volume; a
+	// symbolic link is described as a link, never followed.
+	Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error)
+	// SetAttributes sets a file's owner, group or permission bits on a
+	// mounted volume (the volume API's call; /workspace's files belong to
+	// the sandbox user): never through a symbolic link, and a mode for a
+	// link is INVALID_ARGUMENT.
+	SetAttributes(ctx context.Context, in *SetAttributesRequest, opts ...grpc.CallOption) (*SetAttributesResponse, error)
+	// VolumeUsage says how much of a mounted volume's file system is used.
+	VolumeUsage(ctx context.Context, in *VolumeUsageRequest, opts ...grpc.CallOption) (*VolumeUsageResponse, error)
 }
 
 type iOServiceClient struct {
@@ -377,6 +390,36 @@ func (c *iOServiceClient) Import(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IOService_ImportClient = grpc.ClientStreamingClient[ImportRequest, ImportResponse]
 
+func (c *iOServiceClient) Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatResponse)
+	err := c.cc.Invoke(ctx, IOService_Stat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iOServiceClient) SetAttributes(ctx context.Context, in *SetAttributesRequest, opts ...grpc.CallOption) (*SetAttributesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetAttributesResponse)
+	err := c.cc.Invoke(ctx, IOService_SetAttributes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iOServiceClient) VolumeUsage(ctx context.Context, in *VolumeUsageRequest, opts ...grpc.CallOption) (*VolumeUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VolumeUsageResponse)
+	err := c.cc.Invoke(ctx, IOService_VolumeUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -493,6 +536,16 @@ type IOServiceServer interface {
 	// entry is INVALID_ARGUMENT; after an error, what was extracted into
 	// /workspace stays, the globals file does not.
 	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
+	// Stat describes a file under /workspace or on a mounted volume; a
+	// symbolic link is described as a link, never followed.
+	Stat(context.Context, *StatRequest) (*StatResponse, error)
+	// SetAttributes sets a file's owner, group or permission bits on a
+	// mounted volume (the volume API's call; /workspace's files belong to
+	// the sandbox user): never through a symbolic link, and a mode for a
+	// link is INVALID_ARGUMENT.
+	SetAttributes(context.Context, *SetAttributesRequest) (*SetAttributesResponse, error)
+	// VolumeUsage says how much of a mounted volume's file system is used.
+	VolumeUsage(context.Context, *VolumeUsageRequest) (*VolumeUsageResponse, error)
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -547,6 +600,15 @@ func (UnimplementedIOServiceServer) Export(*ExportRequest, grpc.ServerStreamingS
 }
 func (UnimplementedIOServiceServer) Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error {
 	return status.Error(codes.Unimplemented, "method Import not implemented")
+}
+func (UnimplementedIOServiceServer) Stat(context.Context, *StatRequest) (*StatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stat not implemented")
+}
+func (UnimplementedIOServiceServer) SetAttributes(context.Context, *SetAttributesRequest) (*SetAttributesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetAttributes not implemented")
+}
+func (UnimplementedIOServiceServer) VolumeUsage(context.Context, *VolumeUsageRequest) (*VolumeUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VolumeUsage not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -782,6 +844,60 @@ func _IOService_Import_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type IOService_ImportServer = grpc.ClientStreamingServer[ImportRequest, ImportResponse]
 
+func _IOService_Stat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).Stat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_Stat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).Stat(ctx, req.(*StatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IOService_SetAttributes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetAttributesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).SetAttributes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_SetAttributes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).SetAttributes(ctx, req.(*SetAttributesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IOService_VolumeUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VolumeUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).VolumeUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_VolumeUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).VolumeUsage(ctx, req.(*VolumeUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -820,6 +936,18 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListContexts",
 			Handler:    _IOService_ListContexts_Handler,
+		},
+		{
+			MethodName: "Stat",
+			Handler:    _IOService_Stat_Handler,
+		},
+		{
+			MethodName: "SetAttributes",
+			Handler:    _IOService_SetAttributes_Handler,
+		},
+		{
+			MethodName: "VolumeUsage",
+			Handler:    _IOService_VolumeUsage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -260,19 +260,27 @@ func (c *Client) DriverStatus(ctx context.Context) (ioproto.DriverStatus, error)
 	return ds, nil
 }
 
-// display is a file's path as the sandbox sees it (/workspace/...).
-func display(fi core.FileInfo) string {
+// display is a file's path as the caller gives it (/workspace/..., or
+// /... on a volume).
+func display(t wspath.Tree, fi core.FileInfo) string {
 	if fi.Path == "" {
-		return core.DisplayPath(".")
+		return t.Display(".")
 	}
-	return core.DisplayPath(fi.Path)
+	return t.Display(fi.Path)
 }
 
-// checkInfo checks a file description from the sidecar and turns it into
-// the domain's: its path must be absolute and under /workspace by
-// core.CleanPath's rules (it becomes relative, "" for /workspace itself,
-// as wspath.Info gives it), its size not negative.
+// checkInfo checks a file description of /workspace from the sidecar
+// (checkInfoIn).
 func checkInfo(p *sandboxiov1.FileInfo) (core.FileInfo, error) {
+	return checkInfoIn(wspath.Workspace, p)
+}
+
+// checkInfoIn checks a file description from the sidecar and turns it
+// into the domain's: its path must be absolute and in tree t by its rule
+// (core.CleanPath: under /workspace; core.CleanVolumePath) and becomes
+// relative, "" for the tree's root, as wspath.Info gives it; its size may
+// not be negative.
+func checkInfoIn(t wspath.Tree, p *sandboxiov1.FileInfo) (core.FileInfo, error) {
 	if p == nil {
 		return core.FileInfo{}, badResponse("a file description is missing")
 	}
@@ -282,12 +290,12 @@ func checkInfo(p *sandboxiov1.FileInfo) (core.FileInfo, error) {
 	if !strings.HasPrefix(p.GetPath(), "/") {
 		return core.FileInfo{}, badResponse("file path %q is not absolute", core.Truncate(p.GetPath(), 256))
 	}
-	rel, err := core.CleanPath(p.GetPath())
+	rel, err := t.Clean(p.GetPath())
 	if err != nil {
 		return core.FileInfo{}, badResponse("file path: %v", err)
 	}
 	if p.GetSize() < 0 {
-		return core.FileInfo{}, badResponse("file %s has a negative size", core.DisplayPath(rel))
+		return core.FileInfo{}, badResponse("file %s has a negative size", t.Display(rel))
 	}
 	mode := fs.FileMode(p.GetMode())
 	fi := core.FileInfo{Path: rel, Size: p.GetSize(), IsDir: mode.IsDir(), ModTime: time.Unix(0, p.GetModTimeUnixNano()),
@@ -303,13 +311,18 @@ func checkInfo(p *sandboxiov1.FileInfo) (core.FileInfo, error) {
 // (core.ErrResourceExhausted; 0 leaves the sidecar's own cap). path is
 // relative to /workspace or absolute under it.
 func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes int64) (core.FileInfo, error) {
+	return c.upload(ctx, wspath.Workspace, &sandboxiov1.UploadHeader{Path: path, MaxBytes: maxBytes}, r)
+}
+
+// upload sends an upload of r under h, to the tree t it names.
+func (c *Client) upload(ctx context.Context, t wspath.Tree, h *sandboxiov1.UploadHeader, r io.Reader) (core.FileInfo, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.Upload(ctx)
 	if err != nil {
 		return core.FileInfo{}, errorOf(ctx, callFiles, err)
 	}
-	hdr := &sandboxiov1.UploadRequest{Msg: &sandboxiov1.UploadRequest_Header{Header: &sandboxiov1.UploadHeader{Path: path, MaxBytes: maxBytes}}}
+	hdr := &sandboxiov1.UploadRequest{Msg: &sandboxiov1.UploadRequest_Header{Header: h}}
 	if err := stream.Send(hdr); err != nil {
 		_, err = stream.CloseAndRecv() // the server's error, if it sent one
 		return core.FileInfo{}, errorOf(ctx, callFiles, err)
@@ -336,7 +349,7 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes 
 	if err != nil {
 		return core.FileInfo{}, errorOf(ctx, callFiles, err)
 	}
-	return checkInfo(resp.GetFile())
+	return checkInfoIn(t, resp.GetFile())
 }
 
 // Download opens a regular file under /workspace. The reader returns at
@@ -344,8 +357,14 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, maxBytes 
 // is less: a truncated stream is never mistaken for the whole file); close
 // it to end the stream.
 func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, core.FileInfo, error) {
+	return c.download(ctx, wspath.Workspace, &sandboxiov1.DownloadRequest{Path: path})
+}
+
+// download opens the download req asks for, in tree t.
+func (c *Client) download(ctx context.Context, t wspath.Tree, req *sandboxiov1.DownloadRequest) (io.ReadCloser, core.FileInfo, error) {
+	path := req.GetPath()
 	ctx, cancel := context.WithCancel(ctx)
-	stream, err := c.rpc.Download(ctx, &sandboxiov1.DownloadRequest{Path: path})
+	stream, err := c.rpc.Download(ctx, req)
 	if err != nil {
 		err = errorOf(ctx, callFiles, err)
 		cancel()
@@ -361,15 +380,15 @@ func (c *Client) Download(ctx context.Context, path string) (io.ReadCloser, core
 		cancel()
 		return nil, core.FileInfo{}, err
 	}
-	fi, err := checkInfo(first.GetFile())
+	fi, err := checkInfoIn(t, first.GetFile())
 	if err != nil {
 		cancel()
 		return nil, core.FileInfo{}, err
 	}
-	d := &download{ctx: ctx, cancel: cancel, stream: stream, left: fi.Size, pending: first.GetChunk(), path: display(fi)}
+	d := &download{ctx: ctx, cancel: cancel, stream: stream, left: fi.Size, pending: first.GetChunk(), path: display(t, fi)}
 	if int64(len(d.pending)) > d.left {
 		cancel()
-		return nil, core.FileInfo{}, badResponse("download %s: more content than its size %d", display(fi), fi.Size)
+		return nil, core.FileInfo{}, badResponse("download %s: more content than its size %d", d.path, fi.Size)
 	}
 	d.left -= int64(len(d.pending))
 	return d, fi, nil
@@ -425,10 +444,15 @@ func (d *download) Close() error {
 // depth levels (0 and 1: its children; at most core.MaxListDepth), sorted
 // by path, or returns just the file path names.
 func (c *Client) ListFiles(ctx context.Context, path string, depth int) ([]core.FileInfo, error) {
+	return c.listFiles(ctx, wspath.Workspace, "", path, depth)
+}
+
+// listFiles lists path in tree t (on volume, or "": /workspace).
+func (c *Client) listFiles(ctx context.Context, t wspath.Tree, volume, path string, depth int) ([]core.FileInfo, error) {
 	if depth < 0 || depth > core.MaxListDepth {
 		return nil, core.Invalidf("list depth %d is out of range: give 0 to %d", depth, core.MaxListDepth)
 	}
-	resp, err := c.rpc.ListFiles(ctx, &sandboxiov1.ListFilesRequest{Path: path, Depth: uint32(depth)})
+	resp, err := c.rpc.ListFiles(ctx, &sandboxiov1.ListFilesRequest{Path: path, Depth: uint32(depth), Volume: volume})
 	if err != nil {
 		return nil, errorOf(ctx, callFiles, err)
 	}
@@ -437,7 +461,7 @@ func (c *Client) ListFiles(ctx context.Context, path string, depth int) ([]core.
 	}
 	out := make([]core.FileInfo, 0, len(resp.GetFiles()))
 	for _, p := range resp.GetFiles() {
-		fi, err := checkInfo(p)
+		fi, err := checkInfoIn(t, p)
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 // wantClass fails unless err is of class and its text contains what.
@@ -34,7 +35,7 @@ func TestMakeDirectory(t *testing.T) {
 	ctx := ctxT(t)
 	fi, err := sc.c.MakeDirectory(ctx, "/workspace/a", false)
 	mustDo(t, err)
-	if fi.Path != "a" || !fi.IsDir || display(fi) != "/workspace/a" {
+	if fi.Path != "a" || !fi.IsDir || display(wspath.Workspace, fi) != "/workspace/a" {
 		t.Errorf("MakeDirectory(a) = %+v", fi)
 	}
 	if os.Geteuid() == 0 && (fi.UID != 1000 || fi.GID != 1000) {

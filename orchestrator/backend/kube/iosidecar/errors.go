@@ -55,7 +55,7 @@ const (
 	callAppend call = 1 << iota
 	callFollow
 	callStatus
-	callFiles    // Upload, Download, ListFiles, MakeDirectory, Remove, Rename, Export, Import
+	callFiles    // Upload, Download, ListFiles, MakeDirectory, Remove, Rename, Export, Import, Stat, SetAttributes, VolumeUsage
 	callList     // ListCommands
 	callContexts // ListContexts
 	callWatch    // WatchDirectory

@@ -2,10 +2,14 @@ package iosidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -15,8 +19,9 @@ import (
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 
-// The files API works on /workspace with wspath, the code the Docker
-// backend runs on the host: every access through an os.Root (the sandbox
+// The files API works on /workspace (and on the volumes mounted in the
+// sidecar: volumes.go) with wspath, the code the Docker backend runs on
+// the host: every access through an os.Root (the sandbox
 // may have planted symlinks to leave the workspace), uploads written under
 // a temporary name and renamed into place, what is created owned by the
 // sandbox user, errors in core's classes (sent with their reason,
@@ -33,20 +38,75 @@ func (s *Server) workspace() (*os.Root, error) {
 	return root, nil
 }
 
+// target is where a files call works: a tree (/workspace, or a volume
+// mounted under Config.Volumes), opened as a root, and the call's path
+// made clean by the tree's rule.
+type target struct {
+	tree wspath.Tree
+	root *os.Root
+	rel  string
+}
+
+// show is the path as the caller gave it.
+func (t *target) show() string { return t.tree.Display(t.rel) }
+
+// info is a file's description as sandboxio.v1 sends it (protoInfo).
+func (t *target) info(fi core.FileInfo) *sandboxiov1.FileInfo { return protoInfo(t.tree, fi) }
+
+// open checks path by the rule of the tree volume names ("": the
+// workspace) and opens that tree. The caller closes the root.
+func (s *Server) open(volume, path string) (*target, error) {
+	t := &target{tree: wspath.Workspace}
+	if volume != "" {
+		t.tree = wspath.Volume
+	}
+	rel, err := t.tree.Clean(path)
+	if err != nil {
+		return nil, err
+	}
+	t.rel = rel
+	if volume == "" {
+		t.root, err = s.workspace()
+		return t, err
+	}
+	t.root, err = s.volume(volume)
+	return t, err
+}
+
+// volume opens the root of volume id, mounted at Config.Volumes/id.
+func (s *Server) volume(id string) (*os.Root, error) {
+	if !core.IsVolumeID(id) {
+		return nil, core.Invalidf("volume %q: not a volume ID (vol-…)", core.Truncate(id, 80))
+	}
+	if s.cfg.Volumes == "" {
+		return nil, core.Preconditionf("volume %s: this io sidecar serves no volumes", id)
+	}
+	root, err := os.OpenRoot(filepath.Join(s.cfg.Volumes, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, core.Preconditionf("volume %s is not mounted in this Pod", id)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open volume %s: %w", id, err)
+	}
+	return root, nil
+}
+
 // protoInfo is a file's description as sandboxio.v1 sends it: its path
-// absolute, as the sandbox sees it, and valid UTF-8 (wireString).
-func protoInfo(fi core.FileInfo) *sandboxiov1.FileInfo {
+// absolute in its tree (as the sandbox sees it in /workspace, from the
+// root on a volume), and valid UTF-8 (wireString).
+func protoInfo(t wspath.Tree, fi core.FileInfo) *sandboxiov1.FileInfo {
 	rel := fi.Path
 	if rel == "" {
 		rel = "."
 	}
-	return &sandboxiov1.FileInfo{Path: wireString(core.DisplayPath(rel)), Size: fi.Size, Mode: uint32(fi.Mode),
+	return &sandboxiov1.FileInfo{Path: wireString(t.Display(rel)), Size: fi.Size, Mode: uint32(fi.Mode),
 		ModTimeUnixNano: fi.ModTime.UnixNano(), Uid: fi.UID, Gid: fi.GID}
 }
 
-// Upload writes a file under /workspace (wspath.Upload). The header comes
-// first; the content may not exceed the header's max_bytes nor the
-// server's cap (RESOURCE_EXHAUSTED). Missing parents are created.
+// Upload writes a file under /workspace or on a volume (wspath.Upload).
+// The header comes first; the content may not exceed the header's
+// max_bytes nor the server's cap (RESOURCE_EXHAUSTED). Missing parents are
+// created; an existing file is replaced unless the header is exclusive.
 func (s *Server) Upload(stream grpc.ClientStreamingServer[sandboxiov1.UploadRequest, sandboxiov1.UploadResponse]) error {
 	first, err := stream.Recv()
 	if err != nil {
@@ -63,25 +123,21 @@ func (s *Server) Upload(stream grpc.ClientStreamingServer[sandboxiov1.UploadRequ
 	case h.GetMaxBytes() > 0:
 		limit = min(limit, h.GetMaxBytes())
 	}
-	rel, err := core.CleanPath(h.GetPath())
+	t, err := s.open(h.GetVolume(), h.GetPath())
 	if err != nil {
 		return err
 	}
-	if rel == "." {
-		return core.Invalidf("upload path is empty: name a file under /workspace")
+	defer t.root.Close()
+	if t.rel == "." {
+		return core.Invalidf("upload path is empty: name a file under %s", t.tree.Name)
 	}
-	root, err := s.workspace()
+	show := t.show()
+	fi, n, err := t.tree.Upload(stream.Context(), t.root, t.rel, &uploadReader{stream: stream, limit: limit, show: show}, !h.GetExclusive())
 	if err != nil {
 		return err
 	}
-	defer root.Close()
-	show := core.DisplayPath(rel)
-	fi, n, err := wspath.Upload(stream.Context(), root, rel, &uploadReader{stream: stream, limit: limit, show: show})
-	if err != nil {
-		return err
-	}
-	s.log.Debug("file uploaded", "path", show, "bytes", n)
-	return stream.SendAndClose(&sandboxiov1.UploadResponse{File: protoInfo(fi)})
+	s.log.Debug("file uploaded", "volume", h.GetVolume(), "path", show, "bytes", n)
+	return stream.SendAndClose(&sandboxiov1.UploadResponse{File: t.info(fi)})
 }
 
 // uploadReader reads an upload's content from its stream: at most limit
@@ -115,28 +171,25 @@ func (u *uploadReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// Download sends a regular file under /workspace (wspath.Open) in 1 MiB
+// Download sends a regular file under /workspace or on a volume
+// (wspath.Open) in 1 MiB
 // chunks, the file's description in the first message. It sends at most
 // the size the file had when opened: a file the sandbox keeps growing does
 // not keep the stream going.
 func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerStreamingServer[sandboxiov1.DownloadResponse]) error {
-	rel, err := core.CleanPath(req.GetPath())
+	t, err := s.open(req.GetVolume(), req.GetPath())
 	if err != nil {
 		return err
 	}
-	root, err := s.workspace()
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	f, fi, err := wspath.Open(root, rel)
+	defer t.root.Close()
+	f, fi, err := t.tree.Open(t.root, t.rel)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	r := io.LimitReader(f, fi.Size)
 	buf := make([]byte, downloadChunk)
-	msg := &sandboxiov1.DownloadResponse{File: protoInfo(fi)}
+	msg := &sandboxiov1.DownloadResponse{File: t.info(fi)}
 	for {
 		n, err := io.ReadFull(r, buf)
 		if n > 0 || msg.File != nil {
@@ -150,7 +203,7 @@ func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerSt
 			return nil
 		}
 		if err != nil {
-			return wspath.FSError("download", core.DisplayPath(rel), err)
+			return t.tree.FSError("download", t.show(), err)
 		}
 		if err := stream.Context().Err(); err != nil {
 			return err
@@ -158,75 +211,133 @@ func (s *Server) Download(req *sandboxiov1.DownloadRequest, stream grpc.ServerSt
 	}
 }
 
-// ListFiles lists a directory under /workspace (wspath.List) over
+// ListFiles lists a directory under /workspace or on a volume (wspath.List) over
 // req.Depth levels (0 and 1: one level; at most core.MaxListDepth), sorted
 // by path; only real directories are descended into; for a file it returns just that file. Symbolic links are
 // listed as such, never followed. At most wspath.MaxListEntries entries
 // (RESOURCE_EXHAUSTED beyond).
 func (s *Server) ListFiles(ctx context.Context, req *sandboxiov1.ListFilesRequest) (*sandboxiov1.ListFilesResponse, error) {
-	rel, err := core.CleanPath(req.GetPath())
-	if err != nil {
-		return nil, err
-	}
 	depth := req.GetDepth()
 	if depth > core.MaxListDepth {
 		return nil, core.Invalidf("list depth %d is out of range: give 0 to %d", depth, core.MaxListDepth)
 	}
-	root, err := s.workspace()
+	t, err := s.open(req.GetVolume(), req.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	list, err := wspath.List(ctx, root, rel, max(int(depth), 1))
+	defer t.root.Close()
+	list, err := t.tree.List(ctx, t.root, t.rel, max(int(depth), 1))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]*sandboxiov1.FileInfo, len(list))
 	for i, fi := range list {
-		out[i] = protoInfo(fi)
+		out[i] = t.info(fi)
 	}
 	return &sandboxiov1.ListFilesResponse{Files: out}, nil
 }
 
-// MakeDirectory creates a directory under /workspace (wspath.MakeDirectory),
-// owned by the sandbox user: with parents, as mkdir -p.
+// MakeDirectory creates a directory under /workspace or on a volume
+// (wspath.MakeDirectory), owned by the sandbox user: with parents, as
+// mkdir -p.
 func (s *Server) MakeDirectory(_ context.Context, req *sandboxiov1.MakeDirectoryRequest) (*sandboxiov1.MakeDirectoryResponse, error) {
-	rel, err := core.CleanPath(req.GetPath())
+	t, err := s.open(req.GetVolume(), req.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	root, err := s.workspace()
+	defer t.root.Close()
+	fi, err := t.tree.MakeDirectory(t.root, t.rel, req.GetParents())
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	fi, err := wspath.MakeDirectory(root, rel, req.GetParents())
-	if err != nil {
-		return nil, err
-	}
-	return &sandboxiov1.MakeDirectoryResponse{File: protoInfo(fi)}, nil
+	return &sandboxiov1.MakeDirectoryResponse{File: t.info(fi)}, nil
 }
 
 // Remove deletes a file, symbolic link (not its target) or directory under
-// /workspace (wspath.Remove); never /workspace itself.
+// /workspace or on a volume (wspath.Remove); never the tree's root.
 func (s *Server) Remove(_ context.Context, req *sandboxiov1.RemoveRequest) (*sandboxiov1.RemoveResponse, error) {
-	rel, err := core.CleanPath(req.GetPath())
+	t, err := s.open(req.GetVolume(), req.GetPath())
 	if err != nil {
 		return nil, err
 	}
-	if rel == "." {
-		return nil, core.Invalidf("remove %s: the workspace itself cannot be removed; remove what is in it", core.DisplayPath(rel))
+	defer t.root.Close()
+	if t.rel == "." {
+		what := "the workspace"
+		if req.GetVolume() != "" {
+			what = t.tree.Name
+		}
+		return nil, core.Invalidf("remove %s: %s itself cannot be removed; remove what is in it", t.show(), what)
 	}
-	root, err := s.workspace()
+	if err := t.tree.Remove(t.root, t.rel, req.GetRecursive()); err != nil {
+		return nil, err
+	}
+	s.log.Debug("file removed", "volume", req.GetVolume(), "path", t.show(), "recursive", req.GetRecursive())
+	return &sandboxiov1.RemoveResponse{}, nil
+}
+
+// Stat describes a file under /workspace or on a volume; a symbolic link
+// as a link.
+func (s *Server) Stat(_ context.Context, req *sandboxiov1.StatRequest) (*sandboxiov1.StatResponse, error) {
+	t, err := s.open(req.GetVolume(), req.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	defer t.root.Close()
+	fi, err := t.tree.Stat(t.root, t.rel)
+	if err != nil {
+		return nil, err
+	}
+	return &sandboxiov1.StatResponse{File: t.info(fi)}, nil
+}
+
+// SetAttributes sets a file's owner, group or mode on a volume (wspath's
+// Tree.SetAttributes), after core.ValidateFileAttributes, the check
+// sandboxd made.
+func (s *Server) SetAttributes(_ context.Context, req *sandboxiov1.SetAttributesRequest) (*sandboxiov1.SetAttributesResponse, error) {
+	if req.GetVolume() == "" {
+		return nil, core.Invalidf("set attributes: a volume is required (the workspace's files belong to the sandbox user)")
+	}
+	a := core.FileAttributes{UID: req.Uid, GID: req.Gid}
+	if req.Mode != nil {
+		m := fs.FileMode(req.GetMode())
+		a.Mode = &m
+	}
+	if err := core.ValidateFileAttributes(a); err != nil {
+		return nil, err
+	}
+	t, err := s.open(req.GetVolume(), req.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	defer t.root.Close()
+	fi, err := t.tree.SetAttributes(t.root, t.rel, a)
+	if err != nil {
+		return nil, err
+	}
+	s.log.Debug("file attributes set", "volume", req.GetVolume(), "path", t.show())
+	return &sandboxiov1.SetAttributesResponse{File: t.info(fi)}, nil
+}
+
+// VolumeUsage reports a mounted volume's file system use (statfs).
+func (s *Server) VolumeUsage(_ context.Context, req *sandboxiov1.VolumeUsageRequest) (*sandboxiov1.VolumeUsageResponse, error) {
+	root, err := s.volume(req.GetVolume())
 	if err != nil {
 		return nil, err
 	}
 	defer root.Close()
-	if err := wspath.Remove(root, rel, req.GetRecursive()); err != nil {
-		return nil, err
+	f, err := root.Open(".")
+	if err != nil {
+		return nil, fmt.Errorf("open volume %s: %w", req.GetVolume(), err)
 	}
-	s.log.Debug("file removed", "path", core.DisplayPath(rel), "recursive", req.GetRecursive())
-	return &sandboxiov1.RemoveResponse{}, nil
+	defer f.Close()
+	var st syscall.Statfs_t
+	if err := syscall.Fstatfs(int(f.Fd()), &st); err != nil {
+		return nil, fmt.Errorf("statfs volume %s: %w", req.GetVolume(), err)
+	}
+	return &sandboxiov1.VolumeUsageResponse{
+		UsedBytes:  int64(st.Blocks-st.Bfree) * st.Bsize,
+		TotalBytes: int64(st.Blocks) * st.Bsize,
+	}, nil
 }
 
 // Rename moves a file or directory within /workspace (wspath.Rename),
@@ -263,7 +374,7 @@ func (s *Server) Rename(_ context.Context, req *sandboxiov1.RenameRequest) (*san
 		return nil, err
 	}
 	s.log.Debug("file renamed", "from", showFrom, "to", showTo)
-	return &sandboxiov1.RenameResponse{File: protoInfo(fi)}, nil
+	return &sandboxiov1.RenameResponse{File: protoInfo(wspath.Workspace, fi)}, nil
 }
 
 // wireString makes a name the sandbox chose valid UTF-8 for a proto string

@@ -88,6 +88,11 @@ const (
 type Config struct {
 	// IODir is the sandbox's /io directory, Workspace its /workspace.
 	IODir, Workspace string
+	// Volumes is where the Pod's named volumes are mounted, each at
+	// Volumes/<volume ID> (the files calls' volume field); "" when the
+	// sidecar serves none. New gives a volume's root to the sandbox user
+	// the first time it is served (while root, the provisioner, owns it).
+	Volumes string
 	// Token is the shared secret every call but health checks must carry
 	// ("authorization: Bearer <token>"); at least MinTokenLen bytes.
 	Token string
@@ -148,6 +153,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := chownDir(cfg.Workspace); err != nil {
 		return nil, fmt.Errorf("prepare %s: %w", cfg.Workspace, err)
+	}
+	if err := prepareVolumes(cfg.Volumes, log); err != nil {
+		return nil, err
 	}
 	watch, err := iolog.NewWatcher(log)
 	if err != nil {

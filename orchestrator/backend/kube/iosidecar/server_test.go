@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 const testToken = "test-token-0123456789abcdef"
@@ -30,9 +31,18 @@ type sidecar struct {
 	c             *Client
 	addr          string
 	io, workspace string
+	volumes       string // Config.Volumes, if any
 }
 
 func startSidecar(t *testing.T) *sidecar {
+	t.Helper()
+	return startSidecarWith(t, nil)
+}
+
+// startSidecarWith is startSidecar with a directory of volumes (one per
+// ID in vols, made before the server starts), and prepare run first in
+// its temporary directory.
+func startSidecarWith(t *testing.T, prepare func(volumes string), vols ...string) *sidecar {
 	t.Helper()
 	dir := t.TempDir()
 	sc := &sidecar{io: filepath.Join(dir, "io"), workspace: filepath.Join(dir, "workspace")}
@@ -41,7 +51,20 @@ func startSidecar(t *testing.T) *sidecar {
 			t.Fatal(err)
 		}
 	}
-	srv, err := New(Config{IODir: sc.io, Workspace: sc.workspace, Token: testToken, Recheck: 50 * time.Millisecond, MaxUploadBytes: 1 << 20})
+	cfg := Config{IODir: sc.io, Workspace: sc.workspace, Token: testToken, Recheck: 50 * time.Millisecond, MaxUploadBytes: 1 << 20}
+	if prepare != nil || len(vols) > 0 {
+		sc.volumes = filepath.Join(dir, "volumes")
+		cfg.Volumes = sc.volumes
+		for _, id := range vols {
+			if err := os.MkdirAll(filepath.Join(sc.volumes, id), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if prepare != nil {
+			prepare(sc.volumes)
+		}
+	}
+	srv, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +386,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fi.Path != "data/in/x.bin" || fi.Size != 1<<20 || display(fi) != "/workspace/data/in/x.bin" {
+	if fi.Path != "data/in/x.bin" || fi.Size != 1<<20 || display(wspath.Workspace, fi) != "/workspace/data/in/x.bin" {
 		t.Errorf("Upload = %+v", fi)
 	}
 	if os.Geteuid() == 0 && (fi.UID != 1000 || fi.GID != 1000) {
