@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +25,11 @@ import (
 // and autoPause fail naming the feature; on the real nodes, replica A has
 // a storage class and pause hibernates. Replica A has a snapshot
 // directory, so the snapshot suite (createSnapshot, Sandbox.create from
-// it, fork) runs as under Docker. The network, template and volume suites
-// are not run: every call of theirs is refused on this backend (e2bapi's
-// TestKubeRefusalsAreClear checks each answer).
+// it, fork) runs as under Docker, and on the real nodes the volume suite
+// (a claim per volume, of replica A's storage class; the test kubelet
+// mounts none). The network and template suites are not run: every call
+// of theirs is refused on this backend (e2bapi's TestKubeRefusalsAreClear
+// checks each answer).
 var kubeE2BSuites = []string{"scenarios", "ported_sdk", "ported_ci", "snapshots"}
 
 // kubeE2BSDK runs the official E2B SDKs against the E2B door of a replica
@@ -43,7 +46,7 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 	// 512 MiB, as getMetrics' scenario expects (sdk_test.go's sandboxd).
 	argsA := []string{"--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--default-memory", "512MiB", "--kube-snapshot-dir", t.TempDir()}
 	if k.cluster != nil {
-		argsA = append(argsA, "--kube-storage-class="+k.cluster.StorageClass) // pause hibernates
+		argsA = append(argsA, "--kube-storage-class="+k.cluster.StorageClass) // pause hibernates; volumes are claims of it
 	}
 	a := k.replica(t, "e2b-a", argsA...)
 	b := k.replica(t, "e2b-b", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--state-dir", t.TempDir())
@@ -51,8 +54,12 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 
 	t.Run("TokenAcrossReplicas", func(t *testing.T) { kubeE2BTokenAcrossReplicas(t, addrA, addrB, key) })
 
-	files := make([]string, len(kubeE2BSuites))
-	for i, s := range kubeE2BSuites {
+	suites := kubeE2BSuites
+	if k.cluster != nil {
+		suites = append(slices.Clone(suites), "volumes") // claims the real nodes mount
+	}
+	files := make([]string, len(suites))
+	for i, s := range suites {
 		files[i] = filepath.Join("..", "orchestrator", "door", "e2bapi", "sdktest", s+".test.mjs")
 	}
 	env := []string{"SANDBOXD_E2B_BACKEND=kubernetes"}

@@ -358,6 +358,9 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 		// Hibernation on the cluster's local volumes (kube_hibernate_test.go);
 		// the test kubelet mounts no claims.
 		t.Run("Hibernation", func(t *testing.T) { kubeHibernation(t, k) })
+		// Named volumes, a claim each (kube_volumes_test.go); the test
+		// kubelet mounts no claims.
+		t.Run("Volumes", func(t *testing.T) { kubeVolumes(t, k) })
 	}
 	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
 	// read by the io sidecar (kube_hostile_test.go).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,6 +45,8 @@ type kubeConfig struct {
 	kubeletPort   int
 	kubeletCAFile string
 	snapshotDir   string
+	volumeClass   string
+	volumeAccess  string
 }
 
 // register adds the --kube-* flags to fs.
@@ -62,6 +65,8 @@ func (k *kubeConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&k.kubeletPort, "kube-kubelet-port", kube.DefaultKubeletPort, "with --backend kubernetes: the kubelets' `port`, where sandboxd reads per-sandbox metrics (the Summary API; RBAC: nodes/stats get)")
 	fs.StringVar(&k.kubeletCAFile, "kube-kubelet-ca-file", "", "with --backend kubernetes: PEM `file` of the CA(s) that sign the kubelets' serving certificates (empty: the cluster's CA, from the kubeconfig or service account)")
 	fs.StringVar(&k.snapshotDir, "kube-snapshot-dir", "", "with --backend kubernetes: `directory` holding named snapshots and forks' (CreateSnapshot, ForkSandbox, options.from_snapshot), mounted by every replica (a ReadWriteMany volume); empty: no snapshots or forks")
+	fs.StringVar(&k.volumeClass, "kube-volume-class", "", "with --backend kubernetes: storage `class` of named volumes' claims (a claim per volume, of the volume's size; CreateVolume, options.volumes); empty: --kube-storage-class's; neither: no volumes")
+	fs.StringVar(&k.volumeAccess, "kube-volume-access-mode", string(corev1.ReadWriteOnce), "with --backend kubernetes: access `mode` of volumes' claims: ReadWriteOnce (every Pod that mounts a volume runs on the node holding it) or ReadWriteMany (where the class offers it)")
 	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
 }
 
@@ -87,6 +92,11 @@ func (k *kubeConfig) check() error {
 	}
 	if k.leaderLease < time.Second {
 		return fmt.Errorf("--kube-leader-lease %v: want at least 1s", k.leaderLease)
+	}
+	switch corev1.PersistentVolumeAccessMode(k.volumeAccess) {
+	case corev1.ReadWriteOnce, corev1.ReadWriteMany:
+	default:
+		return fmt.Errorf("--kube-volume-access-mode %q: want ReadWriteOnce or ReadWriteMany", k.volumeAccess)
 	}
 	return nil
 }
@@ -181,6 +191,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		Policy: cfg.docker.Policy, // the one policy, shared with the Docker backend
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir,
+		VolumeClass: cmp.Or(k.volumeClass, k.storageClass), VolumeAccessMode: corev1.PersistentVolumeAccessMode(k.volumeAccess),
 		SnapshotBudget: core.SnapshotBudget{All: cfg.docker.SnapshotDiskBudget, PerTenant: cfg.docker.SnapshotDiskBudgetPerTenant}, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,

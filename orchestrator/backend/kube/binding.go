@@ -51,9 +51,20 @@ func (m *Manager) acquire(ctx context.Context, userID string, opts core.Options,
 		return core.AcquireResult{}, err
 	}
 	var image, waking string
+	var vols []podVolume
 	if opts.FromSnapshot != "" {
 		var err error
-		if image, waking, err = m.fromSnapshot(ctx, opts.FromSnapshot, fork); err != nil {
+		var snapVols []core.VolumeMount
+		if image, waking, snapVols, err = m.fromSnapshot(ctx, opts.FromSnapshot, fork); err != nil {
+			return core.AcquireResult{}, err
+		}
+		if len(opts.Volumes) == 0 {
+			vols = m.keptMounts(snapVols) // the snapshot's sandbox's, those still there
+		}
+	}
+	if len(opts.Volumes) > 0 {
+		var err error
+		if vols, err = m.resolveMounts(ctx, opts.Volumes); err != nil {
 			return core.AcquireResult{}, err
 		}
 	}
@@ -82,7 +93,7 @@ func (m *Manager) acquire(ctx context.Context, userID string, opts core.Options,
 			// Otherwise sandboxd removed it (expiry, DeleteSandbox): a new
 			// sandbox, with nothing to report, as under Docker.
 		}
-		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts, image, waking)
+		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts, image, waking, vols)
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
@@ -237,13 +248,14 @@ func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Leas
 // when r (resolved by core.Validating) allows one and the pool has one,
 // else a new Pod, after checking the caps. image ("": Config.Image) and
 // waking (annWaking) are a start from a snapshot's (fromSnapshot).
-func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string) (*corev1.Pod, core.AcquireKind, error) {
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string, vols []podVolume) (*corev1.Pod, core.AcquireKind, error) {
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
 	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now(),
-		image: image, waking: waking}
-	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) {
+		image: image, waking: waking, volumes: vols}
+	// A pool Pod mounts no volumes: a Pod's volumes are fixed when it is made.
+	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) && len(vols) == 0 {
 		if p := m.claim(ctx, s); p != nil {
 			return p, core.AcquireWarmPool, nil
 		}

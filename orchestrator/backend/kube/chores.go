@@ -22,8 +22,8 @@ import (
 const choreInterval = time.Second
 
 // chores runs the leader's duties until ctx ends (leadership lost): the
-// warm pool, death records, idle expiry, stale bindings, and what crashed
-// snapshots left. Each is idempotent: a leader that changes in the middle
+// warm pool, death records, idle expiry, stale bindings, idle volume
+// servers, and what crashed snapshots left. Each is idempotent: a leader that changes in the middle
 // of one does no harm.
 func (m *Manager) chores(ctx context.Context) {
 	t := time.NewTicker(choreInterval)
@@ -35,6 +35,9 @@ func (m *Manager) chores(ctx context.Context) {
 		}
 		m.recordDeaths(ctx)
 		m.expire(ctx)
+		if m.cfg.VolumeClass != "" {
+			m.stopIdleServers(ctx, time.Now())
+		}
 		if m.snaps != nil && time.Since(swept) > snapSweepInterval {
 			swept = time.Now()
 			if n, err := m.snaps.sweep(swept); err != nil || n > 0 {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -219,6 +220,7 @@ func (m *Manager) sandboxOfClaim(c *corev1.PersistentVolumeClaim) core.Sandbox {
 	}
 	sb.ExpiresAt = rec.HibernatedAt.Add(m.cfg.HibernatedTTL)
 	_ = json.Unmarshal([]byte(a[annLimits]), &sb.Limits)
+	sb.Volumes = decodeMounts(a[annVolumes])
 	if s := a[annMetadata]; s != "" {
 		_ = json.Unmarshal([]byte(s), &sb.Metadata)
 	}
@@ -243,7 +245,7 @@ func (m *Manager) onIdleOf(a map[string]string) string {
 // wakes it.
 func recordAnnotations(a map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, k := range []string{annTenant, annUserID, annCreatedAt, annLastActive, annIdleTimeout, annLimits, annMetadata, annOnIdle} {
+	for _, k := range []string{annTenant, annUserID, annCreatedAt, annLastActive, annIdleTimeout, annLimits, annMetadata, annOnIdle, annVolumes} {
 		if v, ok := a[k]; ok {
 			out[k] = v
 		}
@@ -289,8 +291,8 @@ func (m *Manager) gcClaimsAt(ctx context.Context, now time.Time) {
 	}
 	cs, _ := m.pvcs.PersistentVolumeClaims(m.cfg.Namespace).List(labels.Everything())
 	for _, c := range cs {
-		if c.Annotations[annHibernated] != "" || c.DeletionTimestamp != nil || now.Sub(c.CreationTimestamp.Time) < orphanClaimAge {
-			continue
+		if c.Labels[labelSandboxID] == "" || c.Annotations[annHibernated] != "" || c.DeletionTimestamp != nil || now.Sub(c.CreationTimestamp.Time) < orphanClaimAge {
+			continue // not a sandbox's (a volume's), or held
 		}
 		id := c.Labels[labelSandboxID]
 		if _, err := m.pods.Pods(m.cfg.Namespace).Get(podName(id)); err == nil {
@@ -310,6 +312,11 @@ func claimLabels(p *corev1.Pod) map[string]any {
 	out := map[string]any{labelPool: "false"}
 	if u := p.Labels[labelUser]; u != "" {
 		out[labelUser] = u
+	}
+	for k, v := range p.Labels {
+		if strings.HasPrefix(k, volumeUseLabel("")) {
+			out[k] = v // a hibernated sandbox still mounts its volumes
+		}
 	}
 	return out
 }

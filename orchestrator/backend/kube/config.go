@@ -67,6 +67,14 @@ type Config struct {
 	KubeletTransport http.RoundTripper
 	// KubeletPort is the kubelets' port; default 10250.
 	KubeletPort int
+	// VolumeClass is the StorageClass of named volumes' claims
+	// (volumes.go); empty: no volumes on this backend. sandboxd defaults it
+	// to StorageClass.
+	VolumeClass string
+	// VolumeAccessMode is the volumes' claims' access mode; default
+	// ReadWriteOnce (every Pod that mounts a volume runs on its node).
+	// ReadWriteMany, where the class offers it, lets them spread.
+	VolumeAccessMode corev1.PersistentVolumeAccessMode
 	// SnapshotDir holds named snapshots and forks' (snapshots.go): a
 	// directory every replica mounts, e.g. a ReadWriteMany volume. Empty:
 	// no snapshots or forks on this backend.
@@ -136,6 +144,7 @@ func (c *Config) fillDefaults() {
 	c.IOPort = cmp.Or(c.IOPort, DefaultIOPort)
 	c.KubeletPort = cmp.Or(c.KubeletPort, DefaultKubeletPort)
 	c.NodeLostAfter = cmp.Or(c.NodeLostAfter, DefaultNodeLostAfter)
+	c.VolumeAccessMode = cmp.Or(c.VolumeAccessMode, corev1.ReadWriteOnce)
 	if c.CPURequest <= 0 || c.CPURequest > 1 {
 		c.CPURequest = 1
 	}

@@ -268,11 +268,17 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 	if d, err := time.ParseDuration(a[annIdleTimeout]); err == nil && d > 0 {
 		s.idleTTL = d
 	}
+	s.volumes = m.keptMounts(decodeMounts(a[annVolumes]))
 	pod := buildPod(&m.cfg, s) // the io sidecar runs the same image
 	for k, v := range recordAnnotations(a) {
 		pod.Annotations[k] = v
 	}
 	pod.Annotations[annLastActive] = s.now.UTC().Format(time.RFC3339Nano)
+	if len(s.volumes) > 0 {
+		pod.Annotations[annVolumes] = encodeMounts(mountsOf(s.volumes)) // those still there
+	} else {
+		delete(pod.Annotations, annVolumes)
+	}
 	deadline := time.Now().Add(goneWait)
 	for {
 		ch := m.changed()

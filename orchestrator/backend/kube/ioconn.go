@@ -39,6 +39,8 @@ type IOConn interface {
 	WatchDirectory(ctx context.Context, rel string, recursive bool, maxDirs int, fn func(iosidecar.WatchUpdate) error) error
 	Export(ctx context.Context, globals string, maxBytes int64, w io.Writer) (iosidecar.ArchiveStats, error)
 	Import(ctx context.Context, globals string, r io.Reader, maxBytes int64) (iosidecar.ArchiveStats, error)
+	// Volume is the files API on a named volume the Pod mounts.
+	Volume(id string) iosidecar.VolumeFiles
 	Close() error
 }
 

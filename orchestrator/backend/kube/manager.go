@@ -38,8 +38,9 @@ type Manager struct {
 	factory informers.SharedInformerFactory
 	pods    corelisters.PodLister
 	leases  coordlisters.LeaseLister
-	// pvcs lists the sandboxes' state volumes (claim.go); nil without
-	// Config.StorageClass.
+	// pvcs lists the sandboxes' state volumes (claim.go) and the named
+	// volumes' claims (volumes.go); nil without Config.StorageClass and
+	// Config.VolumeClass.
 	pvcs corelisters.PersistentVolumeClaimLister
 
 	// chMu guards ch, which is closed (and replaced) whenever the cache
@@ -131,7 +132,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if _, err := leaseInf.Informer().AddEventHandler(handler); err != nil {
 		return nil, err
 	}
-	if cfg.StorageClass != "" {
+	if cfg.StorageClass != "" || cfg.VolumeClass != "" {
 		pvcInf := m.factory.Core().V1().PersistentVolumeClaims()
 		m.pvcs = pvcInf.Lister()
 		if _, err := pvcInf.Informer().AddEventHandler(handler); err != nil {

@@ -104,6 +104,8 @@ type podSpec struct {
 	// waking is annWaking's value for a sandbox that starts from saved
 	// state (a hibernation's record, or one naming a snapshot).
 	waking string
+	// volumes are the named volumes it mounts (volumes.go).
+	volumes []podVolume
 }
 
 // buildPod returns the Pod for s under cfg.
@@ -156,6 +158,18 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: podName(s.id)}}}}
 	}
 	volumes = append(volumes, corev1.Volume{Name: volumeTmp, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: tmpSize}}})
+	sidecarArgs := []string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace"}
+	sandboxMounts := append(slices.Clone(mounts), corev1.VolumeMount{Name: volumeTmp, MountPath: "/tmp"})
+	sidecarMounts := mounts
+	if len(s.volumes) > 0 {
+		vols, inSandbox, inSidecar, used := volumePodParts(s.volumes)
+		volumes = append(volumes, vols...)
+		sandboxMounts = append(sandboxMounts, inSandbox...)
+		sidecarMounts = append(slices.Clone(mounts), inSidecar...)
+		sidecarArgs = append(sidecarArgs, "--volumes="+volumesDir)
+		maps.Copy(lbl, used)
+		ann[annVolumes] = encodeMounts(mountsOf(s.volumes))
+	}
 	always := corev1.ContainerRestartPolicyAlways
 	port := intstrPort(cfg.IOPort)
 	pod := &corev1.Pod{
@@ -181,7 +195,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 				Image:         cmp.Or(s.image, cfg.Image),
 				RestartPolicy: &always,
 				Command:       []string{sidecarBinary},
-				Args:          []string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace"},
+				Args:          sidecarArgs,
 				Env: []corev1.EnvVar{{Name: tokenEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 					LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}},
 					// The Go runtime collects before the heap reaches the
@@ -194,25 +208,18 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 				Ports:          []corev1.ContainerPort{{Name: "io", ContainerPort: int32(cfg.IOPort), Protocol: corev1.ProtocolTCP}},
 				StartupProbe:   &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 1, FailureThreshold: 60},
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 5},
-				VolumeMounts:   mounts,
+				VolumeMounts:   sidecarMounts,
 				Resources: corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(sidecarMemoryLimit)},
 				},
-				// Root for chown (files it writes belong to the sandbox user)
-				// and to read what the sandbox user locked itself out of;
-				// nothing else.
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false),
-					ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}},
-				},
+				SecurityContext: sidecarSecurity(),
 			}},
 			Containers: []corev1.Container{{
 				Name:         containerSandbox,
 				Image:        cmp.Or(s.image, cfg.Image),
 				Env:          env,
-				VolumeMounts: append(slices.Clone(mounts), corev1.VolumeMount{Name: volumeTmp, MountPath: "/tmp"}),
+				VolumeMounts: sandboxMounts,
 				Resources:    corev1.ResourceRequirements{Requests: req, Limits: res},
 				SecurityContext: &corev1.SecurityContext{
 					RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID), RunAsNonRoot: ptr.To(true),
@@ -222,10 +229,28 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 			}},
 		},
 	}
-	if cfg.RuntimeClass != "" {
-		pod.Spec.RuntimeClassName = ptr.To(cfg.RuntimeClass)
-	}
+	pod.Spec.RuntimeClassName = runtimeClass(cfg)
 	return pod
+}
+
+// sidecarSecurity is the io sidecar's posture: root for chown (files it
+// writes belong to the sandbox user) and to read what the sandbox user
+// locked itself out of; nothing else.
+func sidecarSecurity() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser: ptr.To[int64](0), RunAsNonRoot: ptr.To(false),
+		ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN", "DAC_OVERRIDE", "FOWNER"}},
+	}
+}
+
+// runtimeClass is the Pods' runtimeClassName: nil for the cluster's
+// default.
+func runtimeClass(cfg *Config) *string {
+	if cfg.RuntimeClass == "" {
+		return nil
+	}
+	return ptr.To(cfg.RuntimeClass)
 }
 
 // nodeLostTaints are the taints the node lifecycle controller puts on a

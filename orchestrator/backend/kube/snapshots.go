@@ -85,6 +85,10 @@ type snapRecord struct {
 	Globals bool `json:"globals,omitempty"`
 	// ArchiveBytes bounds the archive's content when it is unpacked.
 	ArchiveBytes int64 `json:"archive_bytes"`
+	// Volumes are the sandbox's named volumes, by reference: a sandbox
+	// started from the snapshot without volumes of its own mounts those
+	// that still exist (the volumes' files are not in the snapshot).
+	Volumes []core.VolumeMount `json:"volumes,omitempty"`
 }
 
 // snapStore is the snapshot directory.
@@ -338,7 +342,7 @@ func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidd
 		Live: true, TimeoutMS: snapshotTimeout.Milliseconds()}
 	res, herr := m.runHib(ctx, p, srec, snapshotTimeout+10*time.Second)
 	rec := snapRecord{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: tenant, SandboxID: sandboxID, Level: ioproto.LevelFiles},
-		Hidden: hidden, Image: imageOf(p)}
+		Hidden: hidden, Image: imageOf(p), Volumes: decodeMounts(p.Annotations[annVolumes])}
 	globals := ""
 	switch {
 	case herr != nil:
@@ -495,21 +499,21 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 
 // fromSnapshot resolves Options.FromSnapshot for a new sandbox: the
 // image it runs and the wake record its Pod carries (annWaking).
-func (m *Manager) fromSnapshot(ctx context.Context, ref string, hidden bool) (image, waking string, err error) {
+func (m *Manager) fromSnapshot(ctx context.Context, ref string, hidden bool) (image, waking string, vols []core.VolumeMount, err error) {
 	store, err := m.snapshotsOn()
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	rec, err := store.resolve(core.CallerOf(ctx), ref, hidden, m.warnSnapshot)
 	if err != nil {
-		return "", "", err
+		return "", "", nil, err
 	}
 	hr := hibRecord{Level: rec.Level, Reason: rec.Reason, TakenAt: rec.CreatedAt, FromSnapshot: rec.ID}
 	if rec.Globals {
 		hr.File = "from-" + randomSuffix()
 	}
 	b, _ := json.Marshal(hr)
-	return rec.Image, string(b), nil
+	return rec.Image, string(b), rec.Volumes, nil
 }
 
 // importSnapshot sends snapshot hr.FromSnapshot's archive to ready Pod p's

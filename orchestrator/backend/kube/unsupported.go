@@ -24,15 +24,15 @@ const (
 	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks" // without Config.SnapshotDir
-	featVolumes     = "volumes"
+	featVolumes     = "volumes"             // without Config.VolumeClass
 	featTemplates   = "templates (this backend runs the one image its Pods name; a template would need a registry the cluster pulls from)"
 )
 
 // refuseOptions is Acquire's answer to options this backend lacks, network
-// volumes, templates, and hibernation on idle without a storage class (a
+// and templates, and hibernation on idle without a storage class (a
 // start from a snapshot without a snapshot directory is refused when it
 // is resolved, snapshots.go): no sandbox here gets them (its Pod has no
-// egress gateway and no volume but its own), and an option silently
+// egress gateway and runs the one image), and an option silently
 // ignored would let a caller believe it is in force (an E2B autoPause
 // sandbox deleted at its timeout, with everything in it). The server's own
 // --on-idle default is not an option of the caller's: without a storage
@@ -45,9 +45,6 @@ func (m *Manager) refuseOptions(opts core.Options) error {
 	}
 	if opts.Network || opts.NetworkPolicy != nil {
 		return unsupported(featNetwork)
-	}
-	if len(opts.Volumes) > 0 {
-		return unsupported(featVolumes)
 	}
 	if opts.Template != "" {
 		return unsupported(featTemplates)
@@ -77,51 +74,6 @@ func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarge
 
 // Every operation of the port, supported or not.
 var _ core.Manager = (*Manager)(nil)
-
-// The volume calls are not supported on this backend (PersistentVolumeClaims
-// would hold them).
-
-func (m *Manager) CreateVolume(context.Context, string, int64) (core.Volume, error) {
-	return core.Volume{}, unsupported(featVolumes)
-}
-
-func (m *Manager) GetVolume(context.Context, string) (core.Volume, error) {
-	return core.Volume{}, unsupported(featVolumes)
-}
-
-func (m *Manager) ListVolumes(context.Context, string) ([]core.Volume, error) {
-	return nil, unsupported(featVolumes)
-}
-
-func (m *Manager) DeleteVolume(context.Context, string, bool) error { return unsupported(featVolumes) }
-
-func (m *Manager) VolumeUpload(context.Context, string, string, io.Reader, bool) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported(featVolumes)
-}
-
-func (m *Manager) VolumeDownload(context.Context, string, string) (io.ReadCloser, core.FileInfo, error) {
-	return nil, core.FileInfo{}, unsupported(featVolumes)
-}
-
-func (m *Manager) VolumeStat(context.Context, string, string) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported(featVolumes)
-}
-
-func (m *Manager) VolumeListFiles(context.Context, string, string, int) ([]core.FileInfo, error) {
-	return nil, unsupported(featVolumes)
-}
-
-func (m *Manager) VolumeMakeDirectory(context.Context, string, string, bool) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported(featVolumes)
-}
-
-func (m *Manager) VolumeRemove(context.Context, string, string, bool) error {
-	return unsupported(featVolumes)
-}
-
-func (m *Manager) VolumeSetAttributes(context.Context, string, string, core.FileAttributes) (core.FileInfo, error) {
-	return core.FileInfo{}, unsupported(featVolumes)
-}
 
 // PutTemplateFile is not supported on this backend.
 func (m *Manager) PutTemplateFile(context.Context, string, io.Reader) (bool, error) {

@@ -34,7 +34,7 @@ func TestNetworkRefused(t *testing.T) {
 // idle (the E2B door's autoPause) or a start from a snapshot is refused
 // with core.Unsupported naming the feature, before anything is created,
 // never served as a sandbox that is deleted when idle or starts empty;
-// the same for volumes and templates.
+// the same for volumes (without Config.VolumeClass) and templates.
 func TestAcquireRefusesWhatItCannotKeep(t *testing.T) {
 	var m Manager // refused before any use of the API server
 	ctx := core.WithCaller(t.Context(), core.DefaultCaller)

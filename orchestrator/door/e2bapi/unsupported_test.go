@@ -47,7 +47,8 @@ func (k kubeRefusals) Acquire(ctx context.Context, user string, opts core.Option
 // and the backend (core.Unsupported), not the 409 of other failed
 // preconditions, which the SDKs' pause reads as "already paused": pause,
 // autoPause (without a storage class), snapshots and forks (without a
-// snapshot directory), network, volumes, templates.
+// snapshot directory), volumes (without a class for their claims),
+// network, templates.
 func TestKubeRefusalsAreClear(t *testing.T) {
 	s, fm := newTestServer(t)
 	s.m = kubeRefusals{fakeManager: fm, Manager: &kube.Manager{}}
@@ -65,7 +66,7 @@ func TestKubeRefusalsAreClear(t *testing.T) {
 		hib   = "hibernation and wake"
 		snaps = "snapshots and forks"
 		net   = "networked sandboxes"
-		vols  = "volumes are not supported"
+		vols  = "volumes without --kube-volume-class"
 		tpls  = "templates (this backend"
 	)
 	for _, tc := range []struct {
