@@ -41,7 +41,7 @@ import (
 )
 
 // kubeMetrics are the rows of the kubernetes phase.
-var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire, mKubeHib, mKubeWake, mKubeSnapTake, mKubeSnapFirst, mKubeFork}
+var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire, mKubeHib, mKubeWake, mKubeSnapTake, mKubeSnapFirst, mKubeFork, mKubeVolFirst, mKubeVolMount, mKubeVolUpload}
 
 // Labels and annotation of the sandbox Pods the bench reads (the kube
 // backend's, orchestrator/backend/kube/pod.go).
@@ -121,6 +121,9 @@ func (b *bench) kubernetes(ctx context.Context) (err error) {
 		return err
 	}
 	if err := b.kubeSnapshots(ctx, k); err != nil {
+		return err
+	}
+	if err := b.kubeVolumes(ctx, k); err != nil {
 		return err
 	}
 	if b.cfg.WarmPool == 0 {

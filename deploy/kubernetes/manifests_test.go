@@ -9,6 +9,7 @@ package kubernetes_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -53,6 +54,14 @@ var sandboxPodLabels = labels.Set{
 	"sandboxd.io/sandbox-id":       "sb-abcdefghijklmnopqrst",
 	"sandboxd.io/pool":             "false",
 	"sandboxd.io/user":             "0123456789abcdef",
+}
+
+// volumeServerPodLabels are the labels of a named volume's server Pod
+// (kube.SampleVolumeServer).
+var volumeServerPodLabels = labels.Set{
+	"app.kubernetes.io/managed-by":                "sandboxd",
+	"sandboxd.io/volume-server":                   "vol-abcdefghijklmnopqrst",
+	"volume.sandboxd.io/vol-abcdefghijklmnopqrst": "true",
 }
 
 // render builds the kustomization in dir as `kubectl apply -k` would.
@@ -165,6 +174,9 @@ func TestAPIServerAcceptsManifests(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(namespace).Create(ctx, sandboxPod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("a sandbox Pod of the contract's shape is refused in namespace %s: %v", namespace, err)
 	}
+	if _, err := cs.CoreV1().Pods(namespace).Create(ctx, volumeServerPod(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("a volume server Pod is refused in namespace %s: %v", namespace, err)
+	}
 }
 
 // TestSecretOverlay renders the overlay README.md shows for replacing the
@@ -261,6 +273,7 @@ func checkManifests(t *testing.T, objs []*unstructured.Unstructured) {
 		"ClusterRole/sandboxd-node-stats", "ClusterRoleBinding/sandboxd-node-stats",
 		"Secret/sandboxd-io-token", "Secret/sandboxd-auth-tokens", "Deployment/sandboxd", "Service/sandboxd",
 		"PodDisruptionBudget/sandboxd", "NetworkPolicy/sandbox-isolation", "NetworkPolicy/sandboxd",
+		"NetworkPolicy/volume-server-isolation",
 	}
 	var got []string
 	for k := range byKey {
@@ -277,6 +290,9 @@ func checkManifests(t *testing.T, objs []*unstructured.Unstructured) {
 	sandboxdLabels := labels.Set(dep.Spec.Template.Labels)
 	checkDeployment(t, &dep)
 	checkRBAC(t, byKey, dep.Spec.Template.Spec.ServiceAccountName)
+	if got := labels.Set(volumeServerPod().Labels); !maps.Equal(got, volumeServerPodLabels) {
+		t.Errorf("a volume server Pod's labels are %v; the policies are checked against %v", got, volumeServerPodLabels)
+	}
 	checkNetworkPolicies(t, objs, sandboxdLabels)
 	checkSecrets(t, byKey)
 
@@ -502,7 +518,23 @@ func checkRBAC(t *testing.T, byKey map[string]*unstructured.Unstructured, servic
 
 func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured, sandboxdLabels labels.Set) {
 	t.Helper()
-	var sandboxPolicies, sandboxdPolicies int
+	// Each kind of Pod that runs an io sidecar over a sandbox's files is
+	// isolated alike, by one policy of its own.
+	for _, kind := range []struct {
+		what string
+		lbl  labels.Set
+	}{{"sandbox Pods", sandboxPodLabels}, {"volume server Pods", volumeServerPodLabels}} {
+		checkIsolated(t, objs, sandboxdLabels, kind.what, kind.lbl)
+	}
+}
+
+// checkIsolated checks that exactly one NetworkPolicy selects Pods of
+// labels podLabels (what), denying their egress and admitting only
+// sandboxd's Pods on the sidecar's port, and that sandboxd may reach them
+// there.
+func checkIsolated(t *testing.T, objs []*unstructured.Unstructured, sandboxdLabels labels.Set, what string, podLabels labels.Set) {
+	t.Helper()
+	var podPolicies, sandboxdPolicies int
 	var sandboxdReachesSidecar bool
 	for _, u := range objs {
 		if u.GetKind() != "NetworkPolicy" {
@@ -514,54 +546,54 @@ func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured, sandb
 		if err != nil {
 			t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
 		}
-		if sel.Matches(sandboxPodLabels) && sel.Matches(sandboxdLabels) {
-			t.Errorf("NetworkPolicy %s selects sandbox Pods and sandboxd's alike", np.Name)
+		if sel.Matches(podLabels) && sel.Matches(sandboxdLabels) {
+			t.Errorf("NetworkPolicy %s selects %s and sandboxd's alike", np.Name, what)
 		}
 		if sel.Matches(sandboxdLabels) {
 			sandboxdPolicies++
 			for _, r := range np.Spec.Egress {
-				if peersMatch(r.To, sandboxPodLabels) && portsAre(r.Ports, sidecarPort) {
+				if peersMatch(r.To, podLabels) && portsAre(r.Ports, sidecarPort) {
 					sandboxdReachesSidecar = true
 				}
 			}
 		}
-		if !sel.Matches(sandboxPodLabels) {
+		if !sel.Matches(podLabels) {
 			continue
 		}
-		sandboxPolicies++
-		// Every policy selecting a sandbox must deny egress (policies
-		// add up, so one allowing egress would open it) and admit only
-		// sandboxd, on the sidecar's port.
+		podPolicies++
+		// Every policy selecting them must deny egress (policies add up,
+		// so one allowing egress would open it) and admit only sandboxd,
+		// on the sidecar's port.
 		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress) || len(np.Spec.Egress) > 0 {
-			t.Errorf("NetworkPolicy %s selects sandbox Pods but does not deny their egress: policyTypes %v, egress %+v", np.Name, np.Spec.PolicyTypes, np.Spec.Egress)
+			t.Errorf("NetworkPolicy %s selects %s but does not deny their egress: policyTypes %v, egress %+v", np.Name, what, np.Spec.PolicyTypes, np.Spec.Egress)
 		}
 		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) || len(np.Spec.Ingress) == 0 {
-			t.Errorf("NetworkPolicy %s does not restrict ingress to sandbox Pods", np.Name)
+			t.Errorf("NetworkPolicy %s does not restrict ingress to %s", np.Name, what)
 		}
 		for _, r := range np.Spec.Ingress {
 			if len(r.From) == 0 {
-				t.Errorf("NetworkPolicy %s admits ingress to sandbox Pods from anywhere", np.Name)
+				t.Errorf("NetworkPolicy %s admits ingress to %s from anywhere", np.Name, what)
 			}
 			for _, p := range r.From {
 				if p.IPBlock != nil || p.NamespaceSelector != nil || p.PodSelector == nil {
-					t.Errorf("NetworkPolicy %s admits ingress to sandbox Pods from %+v, beyond sandboxd's Pods in the namespace", np.Name, p)
+					t.Errorf("NetworkPolicy %s admits ingress to %s from %+v, beyond sandboxd's Pods in the namespace", np.Name, what, p)
 					continue
 				}
 				from, err := metav1.LabelSelectorAsSelector(p.PodSelector)
-				if err != nil || !from.Matches(sandboxdLabels) || from.Matches(sandboxPodLabels) {
-					t.Errorf("NetworkPolicy %s admits ingress to sandbox Pods from Pods %v; want sandboxd's only (%v)", np.Name, p.PodSelector, err)
+				if err != nil || !from.Matches(sandboxdLabels) || from.Matches(sandboxPodLabels) || from.Matches(volumeServerPodLabels) {
+					t.Errorf("NetworkPolicy %s admits ingress to %s from Pods %v; want sandboxd's only (%v)", np.Name, what, p.PodSelector, err)
 				}
 			}
 			if !portsAre(r.Ports, sidecarPort) {
-				t.Errorf("NetworkPolicy %s admits ingress to sandbox Pods on %+v, want TCP %d only", np.Name, r.Ports, sidecarPort)
+				t.Errorf("NetworkPolicy %s admits ingress to %s on %+v, want TCP %d only", np.Name, what, r.Ports, sidecarPort)
 			}
 		}
 	}
-	if sandboxPolicies != 1 {
-		t.Errorf("%d NetworkPolicies select sandbox Pods, want 1", sandboxPolicies)
+	if podPolicies != 1 {
+		t.Errorf("%d NetworkPolicies select %s, want 1", podPolicies, what)
 	}
 	if sandboxdPolicies != 1 || !sandboxdReachesSidecar {
-		t.Errorf("%d NetworkPolicies select sandboxd's Pods (want 1); egress to the sidecars on TCP %d allowed: %v", sandboxdPolicies, sidecarPort, sandboxdReachesSidecar)
+		t.Errorf("%d NetworkPolicies select sandboxd's Pods (want 1); egress to the sidecars of %s on TCP %d allowed: %v", sandboxdPolicies, what, sidecarPort, sandboxdReachesSidecar)
 	}
 }
 
@@ -620,6 +652,12 @@ func checkSecrets(t *testing.T, byKey map[string]*unstructured.Unstructured) {
 // Security admission.
 func sandboxPod() *corev1.Pod {
 	return kube.SamplePod(kube.Config{Policy: core.Policy{Image: "sandboxd-sandbox:latest"}, Namespace: namespace, IOTokenSecret: ioTokenSecret})
+}
+
+// volumeServerPod is the Pod that serves a named volume's files, likewise;
+// its labels must be volumeServerPodLabels.
+func volumeServerPod() *corev1.Pod {
+	return kube.SampleVolumeServer(kube.Config{Policy: core.Policy{Image: "sandboxd-sandbox:latest"}, Namespace: namespace, IOTokenSecret: ioTokenSecret})
 }
 
 func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {

@@ -63,6 +63,12 @@
 //     tar archive the io sidecar exported), which every replica mounts; a
 //     sandbox started from one carries the start on its Pod as a wake
 //     does (snapshots.go).
+//   - With Config.VolumeClass, a named volume is a PersistentVolumeClaim
+//     named after its tenant and name (so the API server keeps names
+//     unique), mounted by the sandbox Pods that use it and, at
+//     /volumes/<ID>, by their io sidecars, which serve its files; while no
+//     sandbox mounts it, a volume server Pod (the sidecar alone) does
+//     (volumes.go).
 //
 // Every replica watches Pods and Leases with informers and serves reads from
 // that cache; writes go to the API server, whose conflicts arbitrate. The

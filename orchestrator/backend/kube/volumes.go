@@ -585,6 +585,15 @@ func (m *Manager) stopIdleServers(ctx context.Context, now time.Time) {
 	}
 }
 
+// SampleVolumeServer returns the Pod that serves a named volume's files
+// under cfg (its zero fields defaulted), for a fixed volume: the exact
+// spec sandboxd creates, for checking it against a cluster's admission
+// policies and NetworkPolicies before deploying.
+func SampleVolumeServer(cfg Config) *corev1.Pod {
+	cfg.fillDefaults()
+	return buildVolumeServer(&cfg, "vol-abcdefghijklmnopqrst", volumeClaimName(core.DefaultTenant, "sample"))
+}
+
 // buildVolumeServer is volume id's server Pod: the io sidecar alone, the
 // volume's claim at volumesDir/<id>, under the sidecar's posture in a
 // sandbox Pod (pod.go).
