@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,25 +175,55 @@ func (m *Manager) volumeMountedBy(id string) []string {
 	return slices.Compact(by)
 }
 
-// describeVolume is c's volume. Its used bytes are a serving Pod's
-// answer when one is ready, else the last one recorded.
-func (m *Manager) describeVolume(ctx context.Context, c *corev1.PersistentVolumeClaim) core.Volume {
-	id := c.Labels[labelVolumeID]
-	size := c.Spec.Resources.Requests[corev1.ResourceStorage]
-	v := core.Volume{ID: id, Name: c.Annotations[annVolumeName], Tenant: c.Annotations[annTenant],
-		SizeBytes: size.Value(), CreatedAt: c.CreationTimestamp.UTC(), MountedBy: m.volumeMountedBy(id)}
-	v.UsedBytes, _ = strconv.ParseInt(c.Annotations[annVolumeUsed], 10, 64)
-	if p := m.servingPod(id); p != nil {
-		uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		if conn, err := m.io(uctx, p); err == nil {
-			if used, _, err := conn.Volume(id).Usage(uctx); err == nil {
-				v.UsedBytes = used
-				m.recordUsed(uctx, c, used)
-			}
+// usageWait bounds how long describing volumes waits for their serving
+// Pods' usage answers, all together; usageParallel how many it asks at
+// once.
+const (
+	usageWait     = 2 * time.Second
+	usageParallel = 8
+)
+
+// describeVolumes describes cs's volumes. Their used bytes are a serving
+// Pod's answer when one is ready and answers within usageWait (all
+// together: a sidecar that hangs costs the call usageWait, whatever the
+// number of volumes), else the last one recorded on the claim.
+func (m *Manager) describeVolumes(ctx context.Context, cs []*corev1.PersistentVolumeClaim) []core.Volume {
+	out := make([]core.Volume, len(cs))
+	uctx, cancel := context.WithTimeout(ctx, usageWait)
+	defer cancel()
+	slots := make(chan struct{}, usageParallel)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		id := c.Labels[labelVolumeID]
+		size := c.Spec.Resources.Requests[corev1.ResourceStorage]
+		out[i] = core.Volume{ID: id, Name: c.Annotations[annVolumeName], Tenant: c.Annotations[annTenant],
+			SizeBytes: size.Value(), CreatedAt: c.CreationTimestamp.UTC(), MountedBy: m.volumeMountedBy(id)}
+		out[i].UsedBytes, _ = strconv.ParseInt(c.Annotations[annVolumeUsed], 10, 64)
+		p := m.servingPod(id)
+		if p == nil {
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			case <-uctx.Done():
+				return
+			}
+			conn, err := m.io(uctx, p)
+			if err != nil {
+				return
+			}
+			if used, _, err := conn.Volume(id).Usage(uctx); err == nil {
+				out[i].UsedBytes = used
+				m.recordUsed(context.WithoutCancel(uctx), c, used)
+			}
+		}()
 	}
-	return v
+	wg.Wait()
+	return out
 }
 
 // recordUsed writes a volume's used bytes on its claim, when they changed.
@@ -271,7 +302,7 @@ func (m *Manager) GetVolume(ctx context.Context, ref string) (core.Volume, error
 	if err != nil {
 		return core.Volume{}, err
 	}
-	return m.describeVolume(ctx, c), nil
+	return m.describeVolumes(ctx, []*corev1.PersistentVolumeClaim{c})[0], nil
 }
 
 // findVolumeFresh is findVolume, after waiting a moment for this
@@ -327,11 +358,7 @@ func (m *Manager) ListVolumes(ctx context.Context, tenant string) ([]core.Volume
 	slices.SortFunc(cs, func(a, b *corev1.PersistentVolumeClaim) int {
 		return cmp.Compare(a.Annotations[annTenant]+"\x00"+a.Annotations[annVolumeName], b.Annotations[annTenant]+"\x00"+b.Annotations[annVolumeName])
 	})
-	out := make([]core.Volume, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, m.describeVolume(ctx, c))
-	}
-	return out, nil
+	return m.describeVolumes(ctx, cs), nil
 }
 
 // DeleteVolume deletes a volume: its server Pod, then its claim. While
@@ -473,8 +500,8 @@ func (m *Manager) servingPod(id string) *corev1.Pod {
 	var best *corev1.Pod
 	ps, _ := m.pods.Pods(m.cfg.Namespace).List(labels.SelectorFromSet(labels.Set{volumeUseLabel(id): "true"}))
 	for _, p := range ps {
-		if gone, dead, _, ready := podState(p); gone || dead || !ready || p.Annotations[annDeleting] != "" {
-			continue
+		if gone, dead, _, ready := podState(p); gone || dead || !ready || p.DeletionTimestamp != nil {
+			continue // a Pod stopping (a server the leader deleted) may still show ready
 		}
 		if best == nil || p.Labels[labelVolumeServer] == "" {
 			best = p // a sandbox's Pod before the server: the server may go idle
@@ -512,20 +539,36 @@ func (m *Manager) volumeFiles(ctx context.Context, ref string) (iosidecar.Volume
 }
 
 // startVolumeServer creates volume c's server Pod (or finds the one
-// another call created) and waits until it is ready.
+// another call created; one the leader is stopping is waited out and made
+// again) and waits until it is ready, all within StartTimeout.
 func (m *Manager) startVolumeServer(ctx context.Context, c *corev1.PersistentVolumeClaim) (*corev1.Pod, error) {
 	id := c.Labels[labelVolumeID]
-	p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, buildVolumeServer(&m.cfg, id, c.Name), metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		p, err = m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, volumeServerName(id), metav1.GetOptions{})
-	}
-	if err != nil {
-		return nil, apiError("create the volume's server pod", err)
-	}
-	if p.DeletionTimestamp != nil {
-		return nil, core.Errorf(core.ErrUnavailable, "volume %s: its server pod is stopping; try again in a moment", id)
-	}
+	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	deadline := time.Now().Add(m.cfg.StartTimeout)
+	var p *corev1.Pod
+	for p == nil {
+		if time.Now().After(deadline) {
+			return nil, core.Errorf(core.ErrUnavailable, "volume %s: its server pod could not be made within %v; try again later", id, m.cfg.StartTimeout)
+		}
+		ch := m.changed()
+		made, err := pods.Create(ctx, buildVolumeServer(&m.cfg, id, c.Name), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			made, err = pods.Get(ctx, volumeServerName(id), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				continue // gone meanwhile: made again
+			}
+		}
+		if err != nil {
+			return nil, apiError("create the volume's server pod", err)
+		}
+		if made.DeletionTimestamp == nil {
+			p = made
+			break
+		}
+		if err := m.awaitChange(ctx, ch, deadline, "volume %s: waiting for its stopping server pod %s to go", id, made.Name); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		ch := m.changed()
 		q, err := m.pods.Pods(m.cfg.Namespace).Get(p.Name)
@@ -537,7 +580,7 @@ func (m *Manager) startVolumeServer(ctx context.Context, c *corev1.PersistentVol
 			}
 			p = q
 		}
-		if err := m.awaitChange(ctx, ch, deadline, "volume %s: its server pod %s did not become ready within %v (%s); try again later", id, p.Name, m.cfg.StartTimeout, pendingWhy(p)); err != nil {
+		if err := m.awaitChange(ctx, ch, deadline, "volume %s: waiting for its server pod %s to start (%s)", id, p.Name, pendingWhy(p)); err != nil {
 			return nil, err
 		}
 	}

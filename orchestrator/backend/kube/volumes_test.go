@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +23,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 
 // The backend's steps of named volumes on a real API server (envtest),
@@ -333,5 +338,96 @@ func TestVolumeServedByItsSandbox(t *testing.T) {
 	}
 	if st, err := os.Stat(filepath.Join(e.volumes, v.ID, "d")); err != nil || !st.IsDir() {
 		t.Errorf("the directory on the volume: %v", err)
+	}
+}
+
+// hangingUsage is an io sidecar whose VolumeUsage never answers.
+type hangingUsage struct {
+	sandboxiov1.UnimplementedIOServiceServer
+	calls atomic.Int32
+}
+
+func (h *hangingUsage) VolumeUsage(ctx context.Context, _ *sandboxiov1.VolumeUsageRequest) (*sandboxiov1.VolumeUsageResponse, error) {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A sidecar that never answers a volume's usage costs ListVolumes at most
+// usageWait in all, not per volume: the volumes are listed with the
+// usage last recorded.
+func TestVolumeUsageBounded(t *testing.T) {
+	hang := &hangingUsage{}
+	gs := grpc.NewServer()
+	sandboxiov1.RegisterIOServiceServer(gs, hang)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	hung, err := iosidecar.Dial(lis.Addr().String(), testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Close() })
+	var e *hibEnv
+	e = newHibEnv(t, func(c *Config) {
+		c.VolumeClass = "local"
+		c.DialIO = func(_ context.Context, addr, _ string) (IOConn, error) {
+			return &volSidecar{hibSidecar: &hibSidecar{env: e, pod: addr}, real: hung}, nil
+		}
+	})
+	acme := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	const n = 3
+	var mounts []core.VolumeMount
+	for i := range n {
+		v, err := e.m.CreateVolume(acme, fmt.Sprintf("v%d", i), 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mounts = append(mounts, core.VolumeMount{Volume: v.ID, Path: fmt.Sprintf("/mnt/v%d", i)})
+	}
+	if _, err := e.m.Acquire(acme, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Volumes: mounts}); err != nil {
+		t.Fatal(err)
+	}
+	// Every volume served by the sandbox's (hanging) sidecar.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ch := e.m.changed()
+		if !slices.ContainsFunc(mounts, func(vm core.VolumeMount) bool { return e.m.servingPod(vm.Volume) == nil }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox's pod does not serve its volumes within 30 s")
+		}
+		select {
+		case <-ch:
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	done := make(chan []core.Volume, 1)
+	go func() {
+		list, err := e.m.ListVolumes(acme, "")
+		if err != nil {
+			t.Errorf("ListVolumes: %v", err)
+		}
+		done <- list
+	}()
+	select {
+	case list := <-done:
+		if len(list) != n {
+			t.Errorf("ListVolumes = %+v; want %d volumes", list, n)
+		}
+		for _, v := range list {
+			if v.UsedBytes != 0 || len(v.MountedBy) != 1 {
+				t.Errorf("volume %+v; want it with no usage recorded, mounted by the sandbox", v)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ListVolumes did not return within 30 s with a sidecar that never answers usage")
+	}
+	if hang.calls.Load() == 0 {
+		t.Error("the sidecar was never asked: the bound was not exercised")
 	}
 }
