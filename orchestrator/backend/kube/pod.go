@@ -170,67 +170,82 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 		maps.Copy(lbl, used)
 		ann[annVolumes] = encodeMounts(mountsOf(s.volumes))
 	}
+	// The io sidecar is a native sidecar: it starts (and prepares the /io
+	// layout) before the driver, and stops after it.
 	always := corev1.ContainerRestartPolicyAlways
 	port := intstrPort(cfg.IOPort)
+	sidecar := sidecarContainer(cfg, cmp.Or(s.image, cfg.Image), sidecarArgs, sidecarMounts)
+	sidecar.RestartPolicy = &always
+	sidecar.StartupProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 1, FailureThreshold: 60}
+	sidecar.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 5}
+	spec := basePodSpec(cfg)
+	spec.Volumes = volumes
+	spec.InitContainers = []corev1.Container{sidecar}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: podName(s.id), Namespace: cfg.Namespace,
 			Labels: lbl, Annotations: ann, Finalizers: []string{finalizer},
 		},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyAlways,
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			// The runtime's default seccomp filter, as Docker applies to
-			// every container: the kubelet applies none unless told.
-			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-			NodeSelector:    cfg.NodeSelector,
-			Tolerations:     tolerations(cfg),
-			Volumes:         volumes,
-			// The io sidecar is a native sidecar: it starts (and prepares
-			// the /io layout) before the driver, and stops after it.
-			InitContainers: []corev1.Container{{
-				Name:          containerIO,
-				Image:         cmp.Or(s.image, cfg.Image),
-				RestartPolicy: &always,
-				Command:       []string{sidecarBinary},
-				Args:          sidecarArgs,
-				Env: []corev1.EnvVar{{Name: tokenEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-					LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}},
-					// The Go runtime collects before the heap reaches the
-					// limit below instead of at twice the live heap: an
-					// event with its artifacts read back holds about 140 MiB
-					// while it is sent (iosidecar's encodeEvent), which
-					// without a memory limit grew past 256 MiB and the
-					// kernel killed the sidecar.
-					{Name: "GOMEMLIMIT", Value: sidecarGoMemLimit}},
-				Ports:          []corev1.ContainerPort{{Name: "io", ContainerPort: int32(cfg.IOPort), Protocol: corev1.ProtocolTCP}},
-				StartupProbe:   &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 1, FailureThreshold: 60},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 5},
-				VolumeMounts:   sidecarMounts,
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(sidecarMemoryLimit)},
-				},
-				SecurityContext: sidecarSecurity(),
-			}},
-			Containers: []corev1.Container{{
-				Name:         containerSandbox,
-				Image:        cmp.Or(s.image, cfg.Image),
-				Env:          env,
-				VolumeMounts: sandboxMounts,
-				Resources:    corev1.ResourceRequirements{Requests: req, Limits: res},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID), RunAsNonRoot: ptr.To(true),
-					ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-		},
+		Spec: spec,
 	}
-	pod.Spec.RuntimeClassName = runtimeClass(cfg)
+	pod.Spec.Containers = []corev1.Container{{
+		Name:         containerSandbox,
+		Image:        cmp.Or(s.image, cfg.Image),
+		Env:          env,
+		VolumeMounts: sandboxMounts,
+		Resources:    corev1.ResourceRequirements{Requests: req, Limits: res},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser: ptr.To[int64](sandboxUID), RunAsGroup: ptr.To[int64](sandboxUID), RunAsNonRoot: ptr.To(true),
+			ReadOnlyRootFilesystem: ptr.To(true), AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}}
 	return pod
+}
+
+// basePodSpec is what every Pod sandboxd makes has, a sandbox's or a
+// volume server's: no service-account token or service links, the
+// runtime's default seccomp filter (as Docker applies to every container:
+// the kubelet applies none unless told), the configured placement and
+// runtime class.
+func basePodSpec(cfg *Config) corev1.PodSpec {
+	return corev1.PodSpec{
+		RestartPolicy:                 corev1.RestartPolicyAlways,
+		AutomountServiceAccountToken:  ptr.To(false),
+		EnableServiceLinks:            ptr.To(false),
+		TerminationGracePeriodSeconds: ptr.To[int64](5),
+		SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+		NodeSelector:                  cfg.NodeSelector,
+		Tolerations:                   tolerations(cfg),
+		RuntimeClassName:              runtimeClass(cfg),
+	}
+}
+
+// sidecarContainer is the io sidecar's container, in a sandbox Pod or a
+// volume server Pod: image's sidecar binary with args, its token from the
+// Secret, its port, its resources and posture (sidecarSecurity).
+func sidecarContainer(cfg *Config, image string, args []string, mounts []corev1.VolumeMount) corev1.Container {
+	return corev1.Container{
+		Name:    containerIO,
+		Image:   image,
+		Command: []string{sidecarBinary},
+		Args:    args,
+		Env: []corev1.EnvVar{{Name: tokenEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}},
+			// The Go runtime collects before the heap reaches the limit
+			// below instead of at twice the live heap: an event with its
+			// artifacts read back holds about 140 MiB while it is sent
+			// (iosidecar's encodeEvent), which without a memory limit grew
+			// past 256 MiB and the kernel killed the sidecar.
+			{Name: "GOMEMLIMIT", Value: sidecarGoMemLimit}},
+		Ports:        []corev1.ContainerPort{{Name: "io", ContainerPort: int32(cfg.IOPort), Protocol: corev1.ProtocolTCP}},
+		VolumeMounts: mounts,
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(sidecarMemoryLimit)},
+		},
+		SecurityContext: sidecarSecurity(),
+	}
 }
 
 // sidecarSecurity is the io sidecar's posture: root for chown (files it

@@ -641,50 +641,29 @@ func SampleVolumeServer(cfg Config) *corev1.Pod {
 // volume's claim at volumesDir/<id>, under the sidecar's posture in a
 // sandbox Pod (pod.go).
 func buildVolumeServer(cfg *Config, id, claim string) *corev1.Pod {
-	port := intstrPort(cfg.IOPort)
 	scratch := resource.NewQuantity(16<<20, resource.BinarySI)
+	sidecar := sidecarContainer(cfg, cfg.Image,
+		[]string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace", "--volumes=" + volumesDir},
+		[]corev1.VolumeMount{
+			{Name: "data", MountPath: volumesDir + "/" + id},
+			{Name: volumeIO, MountPath: "/io"},
+			{Name: volumeWorkspace, MountPath: "/workspace"},
+		})
+	sidecar.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstrPort(cfg.IOPort)}}, PeriodSeconds: 1}
+	spec := basePodSpec(cfg)
+	spec.Volumes = []corev1.Volume{
+		{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
+		{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: scratch}}},
+		{Name: volumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: scratch}}},
+	}
+	spec.Containers = []corev1.Container{sidecar}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: volumeServerName(id), Namespace: cfg.Namespace,
 			Labels:      map[string]string{labelManaged: managedBy, labelVolumeServer: id, volumeUseLabel(id): "true"},
 			Annotations: map[string]string{annServerUsed: time.Now().UTC().Format(time.RFC3339Nano)},
 		},
-		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyAlways,
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			TerminationGracePeriodSeconds: ptr.To[int64](5),
-			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-			NodeSelector:                  cfg.NodeSelector,
-			Tolerations:                   tolerations(cfg),
-			RuntimeClassName:              runtimeClass(cfg),
-			Volumes: []corev1.Volume{
-				{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}},
-				{Name: volumeIO, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: scratch}}},
-				{Name: volumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: scratch}}},
-			},
-			Containers: []corev1.Container{{
-				Name:    containerIO,
-				Image:   cfg.Image,
-				Command: []string{sidecarBinary},
-				Args:    []string{fmt.Sprintf("--listen=:%d", cfg.IOPort), "--io=/io", "--workspace=/workspace", "--volumes=" + volumesDir},
-				Env: []corev1.EnvVar{{Name: tokenEnv, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-					LocalObjectReference: corev1.LocalObjectReference{Name: cfg.IOTokenSecret}, Key: tokenKey}}},
-					{Name: "GOMEMLIMIT", Value: sidecarGoMemLimit}},
-				Ports:          []corev1.ContainerPort{{Name: "io", ContainerPort: int32(cfg.IOPort), Protocol: corev1.ProtocolTCP}},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: port}}, PeriodSeconds: 1},
-				VolumeMounts: []corev1.VolumeMount{
-					{Name: "data", MountPath: volumesDir + "/" + id},
-					{Name: volumeIO, MountPath: "/io"},
-					{Name: volumeWorkspace, MountPath: "/workspace"},
-				},
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("16Mi"), corev1.ResourceCPU: resource.MustParse("10m")},
-					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(sidecarMemoryLimit)},
-				},
-				SecurityContext: sidecarSecurity(),
-			}},
-		},
+		Spec: spec,
 	}
 }
 
