@@ -180,6 +180,20 @@ func (p Policy) maxVolumeBytes() int64 {
 	return DefaultMaxVolumeBytes
 }
 
+// VolumeNamed says whether ref, a volume name, names one volume: n is how
+// many volumes of that name the caller may see (its own tenant's; an
+// admin's, any tenant's). None is VolumeNotFound; several (an admin's
+// name more than one tenant uses) are ambiguous, to be named by ID.
+func VolumeNamed(ref string, n int) error {
+	switch {
+	case n == 0:
+		return VolumeNotFound(ref)
+	case n > 1:
+		return Invalidf("volume name %q is used by %d tenants; name it by its ID", Truncate(ref, 80), n)
+	}
+	return nil
+}
+
 // VolumeNotFound is the error for a volume the caller cannot see.
 func VolumeNotFound(ref string) error {
 	return Errorf(ErrNotFound, "volume %s not found", Truncate(ref, 80))

@@ -144,3 +144,17 @@ func TestValidateFileAttributes(t *testing.T) {
 		}
 	}
 }
+
+// A name picks one volume, or none (NOT_FOUND), or is ambiguous across
+// tenants (INVALID_ARGUMENT, naming how many): both backends' rule.
+func TestVolumeNamed(t *testing.T) {
+	if err := VolumeNamed("data", 1); err != nil {
+		t.Errorf("one volume: %v", err)
+	}
+	if err := VolumeNamed("data", 0); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "volume data not found") {
+		t.Errorf("no volume: %v; want NOT_FOUND", err)
+	}
+	if err := VolumeNamed("data", 3); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "used by 3 tenants; name it by its ID") {
+		t.Errorf("three volumes: %v; want INVALID_ARGUMENT", err)
+	}
+}

@@ -163,17 +163,14 @@ func (v *volumes) findLocked(c core.Caller, ref string) (*volEntry, error) {
 	}
 	var found []*volEntry
 	for _, e := range v.byID {
-		if e.f.Name == ref && !e.making && c.Sees(e.f.Tenant) && (c.Admin || e.f.Tenant == c.Tenant) {
+		if e.f.Name == ref && !e.making && c.Sees(e.f.Tenant) {
 			found = append(found, e)
 		}
 	}
-	switch len(found) {
-	case 0:
-		return nil, core.VolumeNotFound(ref)
-	case 1:
-		return found[0], nil
+	if err := core.VolumeNamed(ref, len(found)); err != nil {
+		return nil, err
 	}
-	return nil, core.Invalidf("volume name %q is used by %d tenants; name it by its ID", ref, len(found))
+	return found[0], nil
 }
 
 // resolve returns volume ref's record.

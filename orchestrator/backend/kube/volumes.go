@@ -138,17 +138,17 @@ func (m *Manager) findVolume(c core.Caller, ref string) (*corev1.PersistentVolum
 		if core.IsVolumeID(ref) && pvc.Labels[labelVolumeID] == ref {
 			return pvc, nil
 		}
-		if !core.IsVolumeID(ref) && pvc.Annotations[annVolumeName] == ref && (c.Admin || t == c.Tenant) {
+		if !core.IsVolumeID(ref) && pvc.Annotations[annVolumeName] == ref {
 			found = append(found, pvc)
 		}
 	}
-	switch len(found) {
-	case 0:
+	if core.IsVolumeID(ref) {
 		return nil, core.VolumeNotFound(ref)
-	case 1:
-		return found[0], nil
 	}
-	return nil, core.Invalidf("volume name %q is used by %d tenants; name it by its ID", ref, len(found))
+	if err := core.VolumeNamed(ref, len(found)); err != nil {
+		return nil, err
+	}
+	return found[0], nil
 }
 
 // volumeMountedBy lists the sandboxes, running or hibernated, that mount
