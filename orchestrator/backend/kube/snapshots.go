@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -53,7 +54,13 @@ import (
 // (Import), then a restore record loads the globals.
 //
 // A tenant's snapshot names are unique across replicas: a name being
-// taken is reserved by a file made with O_EXCL under .names/.
+// taken is reserved by a file made with O_EXCL under .names/, whose
+// modification time the reserving replica renews every
+// snapReserveRenew while it takes the snapshot. A reservation not renewed
+// for snapReserveStale is a crashed replica's and is taken over. Times
+// are the directory's own (the file server's clock on NFS: renewals set
+// the time to "now" as the server sees it, and staleness is judged
+// against a probe file made there), so replicas' clocks need not agree.
 
 // The files of the snapshot directory.
 const (
@@ -70,6 +77,11 @@ const (
 	snapStaleAfter = snapshotTimeout + time.Hour
 	// snapSweepInterval is how often the leader sweeps the directory.
 	snapSweepInterval = 10 * time.Minute
+	// snapReserveRenew is how often a name reservation is renewed while
+	// its snapshot is taken; snapReserveStale how long one may go
+	// unrenewed before it is taken for a crashed replica's.
+	snapReserveRenew = 10 * time.Second
+	snapReserveStale = 2 * time.Minute
 )
 
 // snapRecord is snapshot.json.
@@ -209,8 +221,9 @@ func (s *snapStore) resolve(c core.Caller, ref string, hidden bool, warn func(st
 }
 
 // reserveName reserves tenant's snapshot name for a snapshot being taken,
-// across replicas; release frees it. A reservation older than
-// snapStaleAfter is a crashed replica's and is taken over.
+// across replicas, renewing the reservation until release frees it. A
+// reservation not renewed for snapReserveStale is a crashed replica's and
+// is taken over.
 func (s *snapStore) reserveName(tenant, name string, warn func(string, error)) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -231,18 +244,84 @@ func (s *snapStore) reserveName(tenant, name string, warn func(string, error)) (
 		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err == nil {
 			f.Close()
-			return func() { _ = os.Remove(p) }, nil
+			return renewReservation(p, snapReserveRenew), nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
-		if st, err := os.Stat(p); err == nil && time.Since(st.ModTime()) > snapStaleAfter {
+		if s.reservationStale(p) {
 			_ = os.Remove(p) // a crashed replica's: taken over
 			continue
 		}
 		return nil, core.Errorf(core.ErrAlreadyExists, "tenant %s's snapshot named %q is being taken", tenant, name)
 	}
 	return nil, taken
+}
+
+// renewReservation renews reservation p every interval (its modification
+// time set to the file system's "now") until the returned release, which
+// stops renewing and removes it.
+func renewReservation(p string, interval time.Duration) (release func()) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = touchNow(p)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			_ = os.Remove(p)
+		})
+	}
+}
+
+// touchNow sets p's times to the file system's current time (UTIME_NOW:
+// an NFS server's clock, not this replica's).
+func touchNow(p string) error {
+	now := unix.Timespec{Nsec: unix.UTIME_NOW}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, p, []unix.Timespec{now, now}, 0)
+}
+
+// reservationStale reports whether reservation p has gone unrenewed for
+// snapReserveStale, judged by the directory's clock: a probe file made
+// beside it now. When the probe cannot be made, this replica's clock
+// judges, with snapStaleAfter's margin.
+func (s *snapStore) reservationStale(p string) bool {
+	st, err := os.Stat(p)
+	if err != nil {
+		return false // gone: the next O_EXCL create decides
+	}
+	if now, ok := s.dirNow(); ok {
+		return now.Sub(st.ModTime()) > snapReserveStale
+	}
+	return time.Since(st.ModTime()) > snapStaleAfter
+}
+
+// dirNow is the current time as the snapshot directory's file system
+// sees it: the modification time of a probe file made there.
+func (s *snapStore) dirNow() (time.Time, bool) {
+	f, err := os.CreateTemp(filepath.Join(s.dir, snapNamesDir), ".probe-")
+	if err != nil {
+		return time.Time{}, false
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return time.Time{}, false
+	}
+	return st.ModTime(), true
 }
 
 // remove deletes snapshot id: its record first (the commit), then the

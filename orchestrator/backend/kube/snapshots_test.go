@@ -450,3 +450,78 @@ func TestStartFromSnapshotTakesAPoolPod(t *testing.T) {
 		t.Fatalf("acquires %v; want alice and bob from the pool, carol cold", counted.acquired)
 	}
 }
+
+// A name reservation is renewed while its snapshot is taken, so another
+// replica refuses the name; one a crashed replica left stops being
+// renewed and is taken over after snapReserveStale (by the directory's
+// clock), not after an hour; release stops the renewal and frees the name.
+func TestSnapshotNameReservations(t *testing.T) {
+	s := &snapStore{dir: t.TempDir()}
+	warn := func(string, error) {}
+	release, err := s.reserveName("acme", "n", warn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.reserveName("acme", "n", warn); !errors.Is(err, core.ErrAlreadyExists) || !strings.Contains(err.Error(), "is being taken") {
+		t.Fatalf("a second reservation of a name being taken: %v; want ALREADY_EXISTS", err)
+	}
+	if r, err := s.reserveName("other", "n", warn); err != nil {
+		t.Fatalf("another tenant's name: %v", err)
+	} else {
+		r()
+	}
+	names := filepath.Join(s.dir, snapNamesDir)
+	ents, err := os.ReadDir(names)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("reservations %v, %v; want one", ents, err)
+	}
+	p := filepath.Join(names, ents[0].Name())
+	release()
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("the released reservation is still there: %v", err)
+	}
+
+	// Renewal moves the time forward.
+	mustWrite := func(mtime time.Time) {
+		t.Helper()
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustWrite(time.Now().Add(-time.Hour))
+	stop := renewReservation(p, 10*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := os.Stat(p)
+		if err == nil && time.Since(st.ModTime()) < time.Minute {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reservation was not renewed within 10 s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Fatalf("release left the reservation: %v", err)
+	}
+
+	// A crashed replica's: fresh enough, still refused; unrenewed past
+	// snapReserveStale, taken over.
+	mustWrite(time.Now().Add(-snapReserveStale / 2))
+	if _, err := s.reserveName("acme", "n", warn); !errors.Is(err, core.ErrAlreadyExists) {
+		t.Fatalf("a reservation renewed %v ago: %v; want it still held", snapReserveStale/2, err)
+	}
+	mustWrite(time.Now().Add(-snapReserveStale - time.Minute))
+	release, err = s.reserveName("acme", "n", warn)
+	if err != nil {
+		t.Fatalf("a reservation unrenewed for %v: %v; want it taken over", snapReserveStale+time.Minute, err)
+	}
+	release()
+	if ents, _ := os.ReadDir(names); len(ents) != 0 {
+		t.Errorf("left in %s: %v (probe files included)", names, ents)
+	}
+}
