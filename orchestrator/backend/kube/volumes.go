@@ -218,7 +218,11 @@ func (m *Manager) describeVolumes(ctx context.Context, cs []*corev1.PersistentVo
 			}
 			if used, _, err := conn.Volume(id).Usage(uctx); err == nil {
 				out[i].UsedBytes = used
-				m.recordUsed(context.WithoutCancel(uctx), c, used)
+				// Recorded within the caller's call (not its usage wait,
+				// which may end just as the answer came), bounded.
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				m.recordUsed(rctx, c, used)
 			}
 		}()
 	}
@@ -513,19 +517,19 @@ func (m *Manager) servingPod(id string) *corev1.Pod {
 // volumeFiles returns the files API on volume ref through a serving Pod,
 // starting the volume's server Pod when none serves it (bounded by
 // StartTimeout).
-func (m *Manager) volumeFiles(ctx context.Context, ref string) (iosidecar.VolumeFiles, *corev1.PersistentVolumeClaim, error) {
+func (m *Manager) volumeFiles(ctx context.Context, ref string) (iosidecar.VolumeFiles, error) {
 	if err := m.checkOpen(); err != nil {
-		return iosidecar.VolumeFiles{}, nil, err
+		return iosidecar.VolumeFiles{}, err
 	}
 	c, err := m.findVolumeFresh(ctx, ref)
 	if err != nil {
-		return iosidecar.VolumeFiles{}, nil, err
+		return iosidecar.VolumeFiles{}, err
 	}
 	id := c.Labels[labelVolumeID]
 	p := m.servingPod(id)
 	if p == nil {
 		if p, err = m.startVolumeServer(ctx, c); err != nil {
-			return iosidecar.VolumeFiles{}, nil, err
+			return iosidecar.VolumeFiles{}, err
 		}
 	}
 	if p.Labels[labelVolumeServer] != "" {
@@ -533,9 +537,9 @@ func (m *Manager) volumeFiles(ctx context.Context, ref string) (iosidecar.Volume
 	}
 	conn, err := m.io(ctx, p)
 	if err != nil {
-		return iosidecar.VolumeFiles{}, nil, err
+		return iosidecar.VolumeFiles{}, err
 	}
-	return conn.Volume(id), c, nil
+	return conn.Volume(id), nil
 }
 
 // startVolumeServer creates volume c's server Pod (or finds the one
@@ -675,7 +679,7 @@ func buildVolumeServer(cfg *Config, id, claim string) *corev1.Pod {
 // missing parents; without overwrite an existing file is ErrAlreadyExists.
 // At most Config.MaxUploadBytes.
 func (m *Manager) VolumeUpload(ctx context.Context, ref, rel string, r io.Reader, overwrite bool) (core.FileInfo, error) {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
@@ -684,7 +688,7 @@ func (m *Manager) VolumeUpload(ctx context.Context, ref, rel string, r io.Reader
 
 // VolumeDownload opens a regular file on the volume for reading.
 func (m *Manager) VolumeDownload(ctx context.Context, ref, rel string) (io.ReadCloser, core.FileInfo, error) {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return nil, core.FileInfo{}, err
 	}
@@ -693,7 +697,7 @@ func (m *Manager) VolumeDownload(ctx context.Context, ref, rel string) (io.ReadC
 
 // VolumeStat describes a file on the volume (a symlink as a link).
 func (m *Manager) VolumeStat(ctx context.Context, ref, rel string) (core.FileInfo, error) {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
@@ -702,7 +706,7 @@ func (m *Manager) VolumeStat(ctx context.Context, ref, rel string) (core.FileInf
 
 // VolumeListFiles lists a directory of the volume over depth levels.
 func (m *Manager) VolumeListFiles(ctx context.Context, ref, rel string, depth int) ([]core.FileInfo, error) {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -711,7 +715,7 @@ func (m *Manager) VolumeListFiles(ctx context.Context, ref, rel string, depth in
 
 // VolumeMakeDirectory creates a directory on the volume.
 func (m *Manager) VolumeMakeDirectory(ctx context.Context, ref, rel string, parents bool) (core.FileInfo, error) {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
@@ -720,7 +724,7 @@ func (m *Manager) VolumeMakeDirectory(ctx context.Context, ref, rel string, pare
 
 // VolumeRemove removes a file or directory from the volume.
 func (m *Manager) VolumeRemove(ctx context.Context, ref, rel string, recursive bool) error {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -730,7 +734,7 @@ func (m *Manager) VolumeRemove(ctx context.Context, ref, rel string, recursive b
 // VolumeSetAttributes sets a file's owner, group or mode on the volume
 // (never through a symlink).
 func (m *Manager) VolumeSetAttributes(ctx context.Context, ref, rel string, a core.FileAttributes) (core.FileInfo, error) {
-	v, _, err := m.volumeFiles(ctx, ref)
+	v, err := m.volumeFiles(ctx, ref)
 	if err != nil {
 		return core.FileInfo{}, err
 	}
