@@ -47,8 +47,9 @@
 //     (JudgeAddr), and dialled if allowed;
 //  5. every address dialled must pass the operator's bounds: not
 //     unspecified, not one of the host's own addresses (whatever
-//     AllowPrivate says), not in Bounds.SandboxNet, not a special range
-//     (core.SpecialRange) unless Bounds.AllowPrivate covers it, and within
+//     AllowPrivate says), not in Bounds.SandboxNet or Bounds.Cluster, not
+//     a special range (core.SpecialRange) unless Bounds.AllowPrivate
+//     covers it, and within
 //     Bounds.Ceiling when one is set (the ceiling allows the name dialled
 //     or the address);
 //  6. a TLS connection dialled by name whose name has a rule
@@ -173,6 +174,11 @@ type Bounds struct {
 	// SandboxNet is the block the backend addresses sandboxes from: never
 	// reachable through the gateway (one sandbox never reaches another).
 	SandboxNet netip.Prefix
+	// Cluster are further blocks never reachable, whatever AllowPrivate
+	// says: on Kubernetes, the cluster's Pod, Service and node ranges
+	// (sandboxd --kube-egress-deny), where the other sandboxes, sandboxd
+	// and the kubelets are.
+	Cluster []netip.Prefix
 }
 
 // Denial is one refused query or connection, kept in a bounded ring per

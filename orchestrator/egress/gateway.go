@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,7 +200,7 @@ type sandbox struct {
 	st       counters
 
 	mu       sync.Mutex
-	src      netip.Addr
+	srcs     []netip.Addr
 	policy   *core.CompiledPolicy
 	ca       *CA
 	conns    map[*conn]struct{}
@@ -222,11 +223,22 @@ func (sb *sandbox) current() (*core.CompiledPolicy, *CA) {
 // Attach starts judging traffic from src as sandbox id's, under p, with
 // ca terminating TLS for p's rules (nil: rules are not applied, and a
 // rule's domain is passed through). Attaching an id again replaces its
-// source, policy and CA (open connections are judged again, as by
+// sources, policy and CA (open connections are judged again, as by
 // Update). A nil p refuses everything. A source attached to another id
 // moves to this one.
 func (g *Gateway) Attach(id string, src netip.Addr, p *core.CompiledPolicy, ca *CA) {
-	src = src.Unmap()
+	g.AttachSources(id, []netip.Addr{src}, p, ca)
+}
+
+// AttachSources is Attach for a sandbox whose traffic comes from several
+// addresses: a gateway inside the sandbox's own network namespace (the
+// Kubernetes backend's, in its Pod) sees connections from the Pod's
+// address, and DNS queries sent to a loopback resolver from 127.0.0.1.
+func (g *Gateway) AttachSources(id string, srcs []netip.Addr, p *core.CompiledPolicy, ca *CA) {
+	srcs = slices.Clone(srcs)
+	for i := range srcs {
+		srcs[i] = srcs[i].Unmap()
+	}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -243,17 +255,23 @@ func (g *Gateway) Attach(id string, src netip.Addr, p *core.CompiledPolicy, ca *
 		}
 		g.byID[id] = sb
 	}
-	if prev := g.bySrc[src]; prev != nil && prev != sb {
-		g.log.Warn("egress: a source moved to another sandbox", "src", src, "from", prev.id, "to", id)
+	for _, src := range srcs {
+		if prev := g.bySrc[src]; prev != nil && prev != sb {
+			g.log.Warn("egress: a source moved to another sandbox", "src", src, "from", prev.id, "to", id)
+		}
 	}
 	sb.mu.Lock()
-	if old := sb.src; old.IsValid() && old != src && g.bySrc[old] == sb {
-		delete(g.bySrc, old)
+	for _, old := range sb.srcs {
+		if !slices.Contains(srcs, old) && g.bySrc[old] == sb {
+			delete(g.bySrc, old)
+		}
 	}
-	sb.src = src
+	sb.srcs = srcs
 	sb.ca = ca
 	sb.mu.Unlock()
-	g.bySrc[src] = sb
+	for _, src := range srcs {
+		g.bySrc[src] = sb
+	}
 	g.publishSources()
 	g.mu.Unlock()
 	g.setPolicy(sb, p)
@@ -304,8 +322,10 @@ func (g *Gateway) Detach(id string) {
 	}
 	delete(g.byID, id)
 	sb.mu.Lock()
-	if g.bySrc[sb.src] == sb {
-		delete(g.bySrc, sb.src)
+	for _, src := range sb.srcs {
+		if g.bySrc[src] == sb {
+			delete(g.bySrc, src)
+		}
 	}
 	g.gone.add(sb.stats())
 	sb.mu.Unlock()

@@ -268,6 +268,57 @@ func TestBoundsAboveThePolicy(t *testing.T) {
 	}
 }
 
+// TestClusterBound: a cluster's blocks (Bounds.Cluster, the Kubernetes
+// backend's --kube-egress-deny) are never dialled, even where AllowPrivate
+// and the policy allow them, by address or by a name resolving there.
+func TestClusterBound(t *testing.T) {
+	e := newEnv(t, Config{Bounds: Bounds{AllowPrivate: []netip.Prefix{loopback}, Cluster: []netip.Prefix{netip.MustParsePrefix("127.0.0.8/29")}}})
+	e.names.set("pod.egress.test", "127.0.0.9")
+	e.attach("a", srcA, core.NetworkPolicy{AllowOut: []string{"127.0.0.0/8", "*.egress.test"}})
+	if code, _, err := e.get(e.client(srcA, e.httpDst(), nil), fmt.Sprintf("http://www.egress.test:%d/", e.httpPort)); err != nil || code != 200 {
+		t.Fatalf("GET outside the cluster's blocks = %d, %v; want 200", code, err)
+	}
+	for _, tc := range []struct {
+		host string
+		dst  netip.AddrPort
+	}{
+		{"127.0.0.10", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.10"), e.httpPort)},
+		{"pod.egress.test", e.httpDst()},
+	} {
+		n := len(e.dialedAddrs())
+		code, body, err := e.get(e.client(srcA, tc.dst, nil), fmt.Sprintf("http://%s:%d/", tc.host, e.httpPort))
+		if err != nil || code != 403 || !strings.Contains(body, "a cluster address 127.0.0.") {
+			t.Errorf("GET %s = %d %q, %v; want 403, a cluster address", tc.host, code, body, err)
+		}
+		if len(e.dialedAddrs()) != n {
+			t.Errorf("GET %s dialled %v", tc.host, e.dialedAddrs()[n:])
+		}
+	}
+}
+
+// TestAttachSources: a sandbox attached at several sources (the Kubernetes
+// backend's gateway sees its Pod's address and 127.0.0.1) is served from
+// each; attached again with fewer, the dropped one is unknown; detached,
+// none is.
+func TestAttachSources(t *testing.T) {
+	e := newEnv(t, Config{Bounds: allowLoopback})
+	pol := compile(t, core.NetworkPolicy{})
+	e.g.AttachSources("a", []netip.Addr{netip.MustParseAddr(srcA), netip.MustParseAddr(srcB)}, pol, nil)
+	for _, src := range []string{srcA, srcB} {
+		if code, _, err := e.get(e.client(src, e.httpDst(), nil), fmt.Sprintf("http://www.egress.test:%d/", e.httpPort)); err != nil || code != 200 {
+			t.Errorf("GET from %s = %d, %v; want 200", src, code, err)
+		}
+	}
+	e.g.AttachSources("a", []netip.Addr{netip.MustParseAddr(srcA)}, pol, nil)
+	if !e.refused(srcB, e.httpDst()) {
+		t.Errorf("a source dropped from the sandbox's is still served")
+	}
+	e.g.Detach("a")
+	if !e.refused(srcA, e.httpDst()) {
+		t.Errorf("a detached sandbox's source is still served")
+	}
+}
+
 func TestUpdateClosesOpenConnections(t *testing.T) {
 	e := newEnv(t, Config{Bounds: allowLoopback})
 	e.attach("a", srcA, allowList)

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -71,6 +72,30 @@ func ReadHostsFile(path string) (*HostsFile, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return h, nil
+}
+
+// NewHosts is a HostsFile of names given as a map (names to addresses):
+// the operator's names carried elsewhere than in a file (sandboxd sends
+// its --egress-hosts-file to the Kubernetes backend's gateways this way).
+func NewHosts(names map[string][]netip.Addr) *HostsFile {
+	h := &HostsFile{names: make(map[string][]netip.Addr, len(names))}
+	for name, addrs := range names {
+		k := hostsKey(name)
+		for _, a := range addrs {
+			h.names[k] = append(h.names[k], a.Unmap())
+		}
+	}
+	return h
+}
+
+// Names returns a copy of the names and their addresses (NewHosts's
+// input).
+func (h *HostsFile) Names() map[string][]netip.Addr {
+	out := make(map[string][]netip.Addr, len(h.names))
+	for k, v := range h.names {
+		out[k] = slices.Clone(v)
+	}
+	return out
 }
 
 func hostsKey(name string) string { return strings.ToLower(strings.TrimSuffix(name, ".")) }

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,5 +92,24 @@ func TestRootsWith(t *testing.T) {
 	}
 	if _, err := RootsWith(filepath.Join(dir, "missing")); err == nil {
 		t.Error("a missing file: no error")
+	}
+}
+
+// TestNewHosts: names given as a map resolve as a file's do (case and a
+// trailing dot ignored), and Names gives them back, as the Kubernetes
+// backend carries --egress-hosts-file to its gateways.
+func TestNewHosts(t *testing.T) {
+	a := netip.MustParseAddr("198.18.0.1")
+	h := NewHosts(map[string][]netip.Addr{"Allowed.Test.": {a}})
+	got, err := h.LookupNetIP(t.Context(), "ip4", "allowed.test")
+	if err != nil || len(got) != 1 || got[0] != a {
+		t.Fatalf("LookupNetIP = %v, %v; want %v", got, err, a)
+	}
+	if _, err := h.LookupNetIP(t.Context(), "ip4", "other.test"); err == nil {
+		t.Error("an unlisted name resolved")
+	}
+	names := NewHosts(h.Names()).Names()
+	if len(names) != 1 || len(names["allowed.test"]) != 1 || names["allowed.test"][0] != a {
+		t.Errorf("Names round trip = %v", names)
 	}
 }

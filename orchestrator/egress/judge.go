@@ -68,6 +68,9 @@ func (g *Gateway) bound(a netip.Addr) string {
 	if sn := g.cfg.Bounds.SandboxNet; sn.IsValid() && sn.Contains(a) {
 		return "a sandbox network address " + a.String()
 	}
+	if slices.ContainsFunc(g.cfg.Bounds.Cluster, func(p netip.Prefix) bool { return p.Contains(a) }) {
+		return "a cluster address " + a.String()
+	}
 	if r := core.SpecialRange(a); r != "" && !slices.ContainsFunc(g.cfg.Bounds.AllowPrivate, func(p netip.Prefix) bool { return p.Contains(a) }) {
 		return r + " address " + a.String()
 	}
