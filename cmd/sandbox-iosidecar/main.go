@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -51,6 +52,13 @@ func run() error {
 	fs.StringVar(&cfg.Volumes, "volumes", "", "where the Pod's named volumes are mounted, each at <dir>/<volume ID> (\"\": none)")
 	tokenFile := fs.String("token-file", "", "file holding the shared token (default: env SANDBOXD_IO_TOKEN)")
 	fs.Int64Var(&cfg.MaxUploadBytes, "max-upload", iosidecar.DefaultMaxUploadBytes, "the most bytes one upload may have, whatever sandboxd asks")
+	egressOn := fs.Bool("egress", false, "run the Pod's egress gateway (a networked sandbox's sidecar): the node's CNI chain (sandbox-cni) redirects the sandbox user's TCP and DNS to it, and sandboxd gives it the sandbox's policy")
+	egressSource := fs.String("egress-source", "", "the Pod's IP, the source of the sandbox's redirected traffic (default: env POD_IP)")
+	var ec iosidecar.EgressConfig
+	fs.StringVar(&ec.TCP, "egress-tcp", "127.0.0.1:15001", "where the redirect sends the sandbox user's TCP")
+	fs.StringVar(&ec.DNS, "egress-dns", "127.0.0.1:15053", "where the redirect sends its DNS (UDP and TCP)")
+	fs.StringVar(&ec.Probe, "egress-probe", "127.0.0.1:15002", "where the redirect sends the probe's connection")
+	fs.StringVar(&ec.ProbeTarget, "egress-probe-target", "127.0.0.2:1", "the address the redirect sends to --egress-probe")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err
@@ -67,6 +75,18 @@ func run() error {
 		return err
 	}
 	cfg.Token = token
+	if *egressOn {
+		src := *egressSource
+		if src == "" {
+			src = os.Getenv("POD_IP")
+		}
+		a, err := netip.ParseAddr(src)
+		if err != nil {
+			return fmt.Errorf("--egress needs the Pod's IP (--egress-source or env POD_IP): %q: %w", src, err)
+		}
+		ec.Source = a
+		cfg.Egress = &ec
+	}
 
 	srv, err := iosidecar.New(cfg) // the /io layout exists from here on
 	if err != nil {
@@ -77,7 +97,7 @@ func run() error {
 		srv.Stop(0)
 		return err
 	}
-	log.Info("io sidecar serving", "addr", lis.Addr().String(), "io", cfg.IODir, "workspace", cfg.Workspace, "volumes", cfg.Volumes)
+	log.Info("io sidecar serving", "addr", lis.Addr().String(), "io", cfg.IODir, "workspace", cfg.Workspace, "volumes", cfg.Volumes, "egress", cfg.Egress != nil)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

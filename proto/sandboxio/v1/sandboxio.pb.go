@@ -153,6 +153,505 @@ func (WatchOp) EnumDescriptor() ([]byte, []int) {
 	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
 }
 
+// SetEgressRequest is a networked sandbox's policy and the operator's
+// bounds above it, as sandboxd holds them (core.NetworkPolicy,
+// core.Policy's egress fields).
+type SetEgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox's ID, for the gateway's logs and counters.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// Orders policies: the sidecar keeps the highest it was given.
+	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The sandbox's allowed destinations (core.NetworkPolicy's allow_out:
+	// domains, *.domains, addresses, CIDR blocks).
+	AllowOut []string `protobuf:"bytes,3,rep,name=allow_out,json=allowOut,proto3" json:"allow_out,omitempty"`
+	// The sandbox's denied destinations (deny_out).
+	DenyOut []string `protobuf:"bytes,4,rep,name=deny_out,json=denyOut,proto3" json:"deny_out,omitempty"`
+	// The operator's ceiling (sandboxd --egress-ceiling), empty for none.
+	Ceiling []string `protobuf:"bytes,5,rep,name=ceiling,proto3" json:"ceiling,omitempty"`
+	// Special CIDR blocks sandboxes may reach nonetheless (sandboxd
+	// --egress-allow-private).
+	AllowPrivate []string `protobuf:"bytes,6,rep,name=allow_private,json=allowPrivate,proto3" json:"allow_private,omitempty"`
+	// The operator's fixed names (sandboxd --egress-hosts-file): when any
+	// is given, the gateway resolves from them alone, never asking the
+	// Pod's resolver.
+	Hosts []*EgressHost `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	// Blocks no sandbox reaches whatever its policy and allow_private say
+	// (sandboxd --kube-egress-deny: the cluster's Pod and Service ranges).
+	Cluster       []string `protobuf:"bytes,8,rep,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEgressRequest) Reset() {
+	*x = SetEgressRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEgressRequest) ProtoMessage() {}
+
+func (x *SetEgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEgressRequest.ProtoReflect.Descriptor instead.
+func (*SetEgressRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetEgressRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SetEgressRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SetEgressRequest) GetAllowOut() []string {
+	if x != nil {
+		return x.AllowOut
+	}
+	return nil
+}
+
+func (x *SetEgressRequest) GetDenyOut() []string {
+	if x != nil {
+		return x.DenyOut
+	}
+	return nil
+}
+
+func (x *SetEgressRequest) GetCeiling() []string {
+	if x != nil {
+		return x.Ceiling
+	}
+	return nil
+}
+
+func (x *SetEgressRequest) GetAllowPrivate() []string {
+	if x != nil {
+		return x.AllowPrivate
+	}
+	return nil
+}
+
+func (x *SetEgressRequest) GetHosts() []*EgressHost {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *SetEgressRequest) GetCluster() []string {
+	if x != nil {
+		return x.Cluster
+	}
+	return nil
+}
+
+// EgressHost is one name of the operator's and its IPv4 addresses.
+type EgressHost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name, as in a hosts(5) file.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Its addresses.
+	Addresses     []string `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressHost) Reset() {
+	*x = EgressHost{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressHost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressHost) ProtoMessage() {}
+
+func (x *EgressHost) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressHost.ProtoReflect.Descriptor instead.
+func (*EgressHost) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EgressHost) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EgressHost) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+// SetEgressResponse says whether the request's policy is the one in force.
+type SetEgressResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when a later generation was already in force.
+	Applied bool `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
+	// The generation in force.
+	Generation    uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEgressResponse) Reset() {
+	*x = SetEgressResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEgressResponse) ProtoMessage() {}
+
+func (x *SetEgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEgressResponse.ProtoReflect.Descriptor instead.
+func (*SetEgressResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetEgressResponse) GetApplied() bool {
+	if x != nil {
+		return x.Applied
+	}
+	return false
+}
+
+func (x *SetEgressResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// EgressStatusRequest asks for the gateway's counters.
+type EgressStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressStatusRequest) Reset() {
+	*x = EgressStatusRequest{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressStatusRequest) ProtoMessage() {}
+
+func (x *EgressStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressStatusRequest.ProtoReflect.Descriptor instead.
+func (*EgressStatusRequest) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
+}
+
+// EgressStatusResponse is what the gateway counted and refused.
+type EgressStatusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The generation of the policy in force; 0: none yet.
+	Generation uint64 `protobuf:"varint,1,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Bytes carried to and from the world since the sidecar started.
+	BytesOut uint64 `protobuf:"varint,2,opt,name=bytes_out,json=bytesOut,proto3" json:"bytes_out,omitempty"`
+	// Bytes carried back to the sandbox.
+	BytesIn uint64 `protobuf:"varint,3,opt,name=bytes_in,json=bytesIn,proto3" json:"bytes_in,omitempty"`
+	// Connections let through.
+	ConnsAllowed uint64 `protobuf:"varint,4,opt,name=conns_allowed,json=connsAllowed,proto3" json:"conns_allowed,omitempty"`
+	// Connections refused.
+	ConnsDenied uint64 `protobuf:"varint,5,opt,name=conns_denied,json=connsDenied,proto3" json:"conns_denied,omitempty"`
+	// DNS queries answered.
+	DnsAllowed uint64 `protobuf:"varint,6,opt,name=dns_allowed,json=dnsAllowed,proto3" json:"dns_allowed,omitempty"`
+	// DNS queries refused (NXDOMAIN, REFUSED).
+	DnsDenied uint64 `protobuf:"varint,7,opt,name=dns_denied,json=dnsDenied,proto3" json:"dns_denied,omitempty"`
+	// Connections open now.
+	ConnsOpen uint64 `protobuf:"varint,8,opt,name=conns_open,json=connsOpen,proto3" json:"conns_open,omitempty"`
+	// Requests a header rule was applied to.
+	RuleRequests uint64 `protobuf:"varint,9,opt,name=rule_requests,json=ruleRequests,proto3" json:"rule_requests,omitempty"`
+	// Denials dropped from the bounded log.
+	DenialsDropped uint64 `protobuf:"varint,10,opt,name=denials_dropped,json=denialsDropped,proto3" json:"denials_dropped,omitempty"`
+	// DNS queries dropped past the sandbox's rate.
+	DnsRateLimited uint64 `protobuf:"varint,11,opt,name=dns_rate_limited,json=dnsRateLimited,proto3" json:"dns_rate_limited,omitempty"`
+	// Connections closed at once past the connection caps.
+	ConnsRefusedAtCap uint64 `protobuf:"varint,12,opt,name=conns_refused_at_cap,json=connsRefusedAtCap,proto3" json:"conns_refused_at_cap,omitempty"`
+	// The most recent refusals, oldest first (at most 256).
+	Denials       []*EgressDenial `protobuf:"bytes,13,rep,name=denials,proto3" json:"denials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressStatusResponse) Reset() {
+	*x = EgressStatusResponse{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressStatusResponse) ProtoMessage() {}
+
+func (x *EgressStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressStatusResponse.ProtoReflect.Descriptor instead.
+func (*EgressStatusResponse) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EgressStatusResponse) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetBytesOut() uint64 {
+	if x != nil {
+		return x.BytesOut
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetBytesIn() uint64 {
+	if x != nil {
+		return x.BytesIn
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetConnsAllowed() uint64 {
+	if x != nil {
+		return x.ConnsAllowed
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetConnsDenied() uint64 {
+	if x != nil {
+		return x.ConnsDenied
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetDnsAllowed() uint64 {
+	if x != nil {
+		return x.DnsAllowed
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetDnsDenied() uint64 {
+	if x != nil {
+		return x.DnsDenied
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetConnsOpen() uint64 {
+	if x != nil {
+		return x.ConnsOpen
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetRuleRequests() uint64 {
+	if x != nil {
+		return x.RuleRequests
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetDenialsDropped() uint64 {
+	if x != nil {
+		return x.DenialsDropped
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetDnsRateLimited() uint64 {
+	if x != nil {
+		return x.DnsRateLimited
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetConnsRefusedAtCap() uint64 {
+	if x != nil {
+		return x.ConnsRefusedAtCap
+	}
+	return 0
+}
+
+func (x *EgressStatusResponse) GetDenials() []*EgressDenial {
+	if x != nil {
+		return x.Denials
+	}
+	return nil
+}
+
+// EgressDenial is one refused query or connection (egress.Denial).
+type EgressDenial struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When, in nanoseconds since the Unix epoch.
+	TimeUnixNano int64 `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// "dns" or "tcp".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The name asked for or carried, if any.
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// The destination ("198.18.0.1:443"), if known.
+	Address string `protobuf:"bytes,4,opt,name=address,proto3" json:"address,omitempty"`
+	// Why (egress.Denial's reason).
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressDenial) Reset() {
+	*x = EgressDenial{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressDenial) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressDenial) ProtoMessage() {}
+
+func (x *EgressDenial) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressDenial.ProtoReflect.Descriptor instead.
+func (*EgressDenial) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EgressDenial) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *EgressDenial) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *EgressDenial) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *EgressDenial) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *EgressDenial) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // StatRequest names a file.
 type StatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -170,7 +669,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +681,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[0]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +694,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{0}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -223,7 +722,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +734,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +747,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StatResponse) GetFile() *FileInfo {
@@ -279,7 +778,7 @@ type SetAttributesRequest struct {
 
 func (x *SetAttributesRequest) Reset() {
 	*x = SetAttributesRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +790,7 @@ func (x *SetAttributesRequest) String() string {
 func (*SetAttributesRequest) ProtoMessage() {}
 
 func (x *SetAttributesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +803,7 @@ func (x *SetAttributesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttributesRequest.ProtoReflect.Descriptor instead.
 func (*SetAttributesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetAttributesRequest) GetPath() string {
@@ -353,7 +852,7 @@ type SetAttributesResponse struct {
 
 func (x *SetAttributesResponse) Reset() {
 	*x = SetAttributesResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +864,7 @@ func (x *SetAttributesResponse) String() string {
 func (*SetAttributesResponse) ProtoMessage() {}
 
 func (x *SetAttributesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +877,7 @@ func (x *SetAttributesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttributesResponse.ProtoReflect.Descriptor instead.
 func (*SetAttributesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetAttributesResponse) GetFile() *FileInfo {
@@ -399,7 +898,7 @@ type VolumeUsageRequest struct {
 
 func (x *VolumeUsageRequest) Reset() {
 	*x = VolumeUsageRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +910,7 @@ func (x *VolumeUsageRequest) String() string {
 func (*VolumeUsageRequest) ProtoMessage() {}
 
 func (x *VolumeUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +923,7 @@ func (x *VolumeUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeUsageRequest.ProtoReflect.Descriptor instead.
 func (*VolumeUsageRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *VolumeUsageRequest) GetVolume() string {
@@ -447,7 +946,7 @@ type VolumeUsageResponse struct {
 
 func (x *VolumeUsageResponse) Reset() {
 	*x = VolumeUsageResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +958,7 @@ func (x *VolumeUsageResponse) String() string {
 func (*VolumeUsageResponse) ProtoMessage() {}
 
 func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +971,7 @@ func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeUsageResponse.ProtoReflect.Descriptor instead.
 func (*VolumeUsageResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VolumeUsageResponse) GetUsedBytes() int64 {
@@ -501,7 +1000,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +1012,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +1025,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunRequest) GetRecord() []byte {
@@ -552,7 +1051,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +1063,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +1076,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RunResponse) GetAppended() bool {
@@ -605,7 +1104,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -617,7 +1116,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +1129,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AppendRequest) GetRecord() []byte {
@@ -651,7 +1150,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +1162,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +1175,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AppendResponse) GetAppended() bool {
@@ -699,7 +1198,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +1210,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +1223,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FollowRequest) GetCommandId() string {
@@ -753,7 +1252,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +1264,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +1277,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *FollowResponse) GetEvent() []byte {
@@ -797,7 +1296,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +1308,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1321,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
 }
 
 // StatusResponse carries the driver's status.
@@ -836,7 +1335,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +1347,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +1360,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatusResponse) GetDriverStatus() []byte {
@@ -887,7 +1386,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1398,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1411,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UploadRequest) GetMsg() isUploadRequest_Msg {
@@ -979,7 +1478,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1490,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1503,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UploadHeader) GetPath() string {
@@ -1046,7 +1545,7 @@ type UploadResponse struct {
 
 func (x *UploadResponse) Reset() {
 	*x = UploadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1557,7 @@ func (x *UploadResponse) String() string {
 func (*UploadResponse) ProtoMessage() {}
 
 func (x *UploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1570,7 @@ func (x *UploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResponse.ProtoReflect.Descriptor instead.
 func (*UploadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UploadResponse) GetFile() *FileInfo {
@@ -1097,7 +1596,7 @@ type DownloadRequest struct {
 
 func (x *DownloadRequest) Reset() {
 	*x = DownloadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1608,7 @@ func (x *DownloadRequest) String() string {
 func (*DownloadRequest) ProtoMessage() {}
 
 func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1621,7 @@ func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadRequest.ProtoReflect.Descriptor instead.
 func (*DownloadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DownloadRequest) GetPath() string {
@@ -1152,7 +1651,7 @@ type DownloadResponse struct {
 
 func (x *DownloadResponse) Reset() {
 	*x = DownloadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1663,7 @@ func (x *DownloadResponse) String() string {
 func (*DownloadResponse) ProtoMessage() {}
 
 func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1676,7 @@ func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadResponse.ProtoReflect.Descriptor instead.
 func (*DownloadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DownloadResponse) GetFile() *FileInfo {
@@ -1214,7 +1713,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1725,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1738,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListFilesRequest) GetPath() string {
@@ -1274,7 +1773,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1286,7 +1785,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1299,7 +1798,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -1329,7 +1828,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1840,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1853,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MakeDirectoryRequest) GetPath() string {
@@ -1389,7 +1888,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1401,7 +1900,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1414,7 +1913,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -1444,7 +1943,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1955,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1968,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -1502,7 +2001,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +2013,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +2026,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
 }
 
 // RenameRequest names a move.
@@ -1547,7 +2046,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +2058,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +2071,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -1607,7 +2106,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1619,7 +2118,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1632,7 +2131,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -1656,7 +2155,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1668,7 +2167,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1681,7 +2180,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListCommandsRequest) GetPageSize() uint32 {
@@ -1713,7 +2212,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +2224,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +2237,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -1797,7 +2296,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +2308,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +2321,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -1918,7 +2417,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +2429,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2442,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{36}
 }
 
 // ListContextsResponse lists the sandbox's contexts.
@@ -1957,7 +2456,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2468,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2481,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListContextsResponse) GetContexts() []*ContextInfo {
@@ -2010,7 +2509,7 @@ type ContextInfo struct {
 
 func (x *ContextInfo) Reset() {
 	*x = ContextInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2521,7 @@ func (x *ContextInfo) String() string {
 func (*ContextInfo) ProtoMessage() {}
 
 func (x *ContextInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2534,7 @@ func (x *ContextInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextInfo.ProtoReflect.Descriptor instead.
 func (*ContextInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ContextInfo) GetContextId() string {
@@ -2083,7 +2582,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2594,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2607,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchDirectoryRequest) GetPath() string {
@@ -2148,7 +2647,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2659,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2672,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -2213,7 +2712,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2225,7 +2724,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2737,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{35}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchEvent) GetOp() WatchOp {
@@ -2284,7 +2783,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2795,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2808,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{36}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2372,7 +2871,7 @@ type ExportRequest struct {
 
 func (x *ExportRequest) Reset() {
 	*x = ExportRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2883,7 @@ func (x *ExportRequest) String() string {
 func (*ExportRequest) ProtoMessage() {}
 
 func (x *ExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2896,7 @@ func (x *ExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
 func (*ExportRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{37}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ExportRequest) GetGlobals() string {
@@ -2435,7 +2934,7 @@ type ExportResponse struct {
 
 func (x *ExportResponse) Reset() {
 	*x = ExportResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2447,7 +2946,7 @@ func (x *ExportResponse) String() string {
 func (*ExportResponse) ProtoMessage() {}
 
 func (x *ExportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2460,7 +2959,7 @@ func (x *ExportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
 func (*ExportResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{38}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExportResponse) GetChunk() []byte {
@@ -2516,7 +3015,7 @@ type ImportRequest struct {
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +3027,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +3040,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{39}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ImportRequest) GetGlobals() string {
@@ -2581,7 +3080,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +3092,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +3105,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{40}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ImportResponse) GetBytes() int64 {
@@ -2634,7 +3133,55 @@ var File_sandboxio_v1_sandboxio_proto protoreflect.FileDescriptor
 
 const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\n" +
-	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"9\n" +
+	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"\x92\x02\n" +
+	"\x10SetEgressRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12\x1b\n" +
+	"\tallow_out\x18\x03 \x03(\tR\ballowOut\x12\x19\n" +
+	"\bdeny_out\x18\x04 \x03(\tR\adenyOut\x12\x18\n" +
+	"\aceiling\x18\x05 \x03(\tR\aceiling\x12#\n" +
+	"\rallow_private\x18\x06 \x03(\tR\fallowPrivate\x12.\n" +
+	"\x05hosts\x18\a \x03(\v2\x18.sandboxio.v1.EgressHostR\x05hosts\x12\x18\n" +
+	"\acluster\x18\b \x03(\tR\acluster\">\n" +
+	"\n" +
+	"EgressHost\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\"M\n" +
+	"\x11SetEgressResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\"\x15\n" +
+	"\x13EgressStatusRequest\"\xf4\x03\n" +
+	"\x14EgressStatusResponse\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x01 \x01(\x04R\n" +
+	"generation\x12\x1b\n" +
+	"\tbytes_out\x18\x02 \x01(\x04R\bbytesOut\x12\x19\n" +
+	"\bbytes_in\x18\x03 \x01(\x04R\abytesIn\x12#\n" +
+	"\rconns_allowed\x18\x04 \x01(\x04R\fconnsAllowed\x12!\n" +
+	"\fconns_denied\x18\x05 \x01(\x04R\vconnsDenied\x12\x1f\n" +
+	"\vdns_allowed\x18\x06 \x01(\x04R\n" +
+	"dnsAllowed\x12\x1d\n" +
+	"\n" +
+	"dns_denied\x18\a \x01(\x04R\tdnsDenied\x12\x1d\n" +
+	"\n" +
+	"conns_open\x18\b \x01(\x04R\tconnsOpen\x12#\n" +
+	"\rrule_requests\x18\t \x01(\x04R\fruleRequests\x12'\n" +
+	"\x0fdenials_dropped\x18\n" +
+	" \x01(\x04R\x0edenialsDropped\x12(\n" +
+	"\x10dns_rate_limited\x18\v \x01(\x04R\x0ednsRateLimited\x12/\n" +
+	"\x14conns_refused_at_cap\x18\f \x01(\x04R\x11connsRefusedAtCap\x124\n" +
+	"\adenials\x18\r \x03(\v2\x1a.sandboxio.v1.EgressDenialR\adenials\"\x8e\x01\n" +
+	"\fEgressDenial\x12$\n" +
+	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x04 \x01(\tR\aaddress\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"9\n" +
 	"\vStatRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06volume\x18\x02 \x01(\tR\x06volume\":\n" +
@@ -2800,8 +3347,7 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x0fWATCH_OP_CREATE\x10\x01\x12\x12\n" +
 	"\x0eWATCH_OP_WRITE\x10\x02\x12\x13\n" +
 	"\x0fWATCH_OP_REMOVE\x10\x03\x12\x13\n" +
-	"\x0fWATCH_OP_RENAME\x10\x042\xe8\n" +
-	"\n" +
+	"\x0fWATCH_OP_RENAME\x10\x042\x8d\f\n" +
 	"\tIOService\x12C\n" +
 	"\x06Append\x12\x1b.sandboxio.v1.AppendRequest\x1a\x1c.sandboxio.v1.AppendResponse\x12E\n" +
 	"\x06Follow\x12\x1b.sandboxio.v1.FollowRequest\x1a\x1c.sandboxio.v1.FollowResponse0\x01\x12C\n" +
@@ -2820,7 +3366,9 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\x06Import\x12\x1b.sandboxio.v1.ImportRequest\x1a\x1c.sandboxio.v1.ImportResponse(\x01\x12=\n" +
 	"\x04Stat\x12\x19.sandboxio.v1.StatRequest\x1a\x1a.sandboxio.v1.StatResponse\x12X\n" +
 	"\rSetAttributes\x12\".sandboxio.v1.SetAttributesRequest\x1a#.sandboxio.v1.SetAttributesResponse\x12R\n" +
-	"\vVolumeUsage\x12 .sandboxio.v1.VolumeUsageRequest\x1a!.sandboxio.v1.VolumeUsageResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
+	"\vVolumeUsage\x12 .sandboxio.v1.VolumeUsageRequest\x1a!.sandboxio.v1.VolumeUsageResponse\x12L\n" +
+	"\tSetEgress\x12\x1e.sandboxio.v1.SetEgressRequest\x1a\x1f.sandboxio.v1.SetEgressResponse\x12U\n" +
+	"\fEgressStatus\x12!.sandboxio.v1.EgressStatusRequest\x1a\".sandboxio.v1.EgressStatusResponseB=Z;github.com/sandboxd/sandboxd/proto/sandboxio/v1;sandboxiov1b\x06proto3"
 
 var (
 	file_sandboxio_v1_sandboxio_proto_rawDescOnce sync.Once
@@ -2835,107 +3383,119 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(CommandPhase)(0),              // 0: sandboxio.v1.CommandPhase
 	(WatchOp)(0),                   // 1: sandboxio.v1.WatchOp
-	(*StatRequest)(nil),            // 2: sandboxio.v1.StatRequest
-	(*StatResponse)(nil),           // 3: sandboxio.v1.StatResponse
-	(*SetAttributesRequest)(nil),   // 4: sandboxio.v1.SetAttributesRequest
-	(*SetAttributesResponse)(nil),  // 5: sandboxio.v1.SetAttributesResponse
-	(*VolumeUsageRequest)(nil),     // 6: sandboxio.v1.VolumeUsageRequest
-	(*VolumeUsageResponse)(nil),    // 7: sandboxio.v1.VolumeUsageResponse
-	(*RunRequest)(nil),             // 8: sandboxio.v1.RunRequest
-	(*RunResponse)(nil),            // 9: sandboxio.v1.RunResponse
-	(*AppendRequest)(nil),          // 10: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),         // 11: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),          // 12: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),         // 13: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),          // 14: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),         // 15: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),          // 16: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),           // 17: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),         // 18: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),        // 19: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),       // 20: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),       // 21: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),      // 22: sandboxio.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),   // 23: sandboxio.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),  // 24: sandboxio.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),          // 25: sandboxio.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 26: sandboxio.v1.RemoveResponse
-	(*RenameRequest)(nil),          // 27: sandboxio.v1.RenameRequest
-	(*RenameResponse)(nil),         // 28: sandboxio.v1.RenameResponse
-	(*ListCommandsRequest)(nil),    // 29: sandboxio.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),   // 30: sandboxio.v1.ListCommandsResponse
-	(*CommandInfo)(nil),            // 31: sandboxio.v1.CommandInfo
-	(*ListContextsRequest)(nil),    // 32: sandboxio.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),   // 33: sandboxio.v1.ListContextsResponse
-	(*ContextInfo)(nil),            // 34: sandboxio.v1.ContextInfo
-	(*WatchDirectoryRequest)(nil),  // 35: sandboxio.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil), // 36: sandboxio.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),             // 37: sandboxio.v1.WatchEvent
-	(*FileInfo)(nil),               // 38: sandboxio.v1.FileInfo
-	(*ExportRequest)(nil),          // 39: sandboxio.v1.ExportRequest
-	(*ExportResponse)(nil),         // 40: sandboxio.v1.ExportResponse
-	(*ImportRequest)(nil),          // 41: sandboxio.v1.ImportRequest
-	(*ImportResponse)(nil),         // 42: sandboxio.v1.ImportResponse
+	(*SetEgressRequest)(nil),       // 2: sandboxio.v1.SetEgressRequest
+	(*EgressHost)(nil),             // 3: sandboxio.v1.EgressHost
+	(*SetEgressResponse)(nil),      // 4: sandboxio.v1.SetEgressResponse
+	(*EgressStatusRequest)(nil),    // 5: sandboxio.v1.EgressStatusRequest
+	(*EgressStatusResponse)(nil),   // 6: sandboxio.v1.EgressStatusResponse
+	(*EgressDenial)(nil),           // 7: sandboxio.v1.EgressDenial
+	(*StatRequest)(nil),            // 8: sandboxio.v1.StatRequest
+	(*StatResponse)(nil),           // 9: sandboxio.v1.StatResponse
+	(*SetAttributesRequest)(nil),   // 10: sandboxio.v1.SetAttributesRequest
+	(*SetAttributesResponse)(nil),  // 11: sandboxio.v1.SetAttributesResponse
+	(*VolumeUsageRequest)(nil),     // 12: sandboxio.v1.VolumeUsageRequest
+	(*VolumeUsageResponse)(nil),    // 13: sandboxio.v1.VolumeUsageResponse
+	(*RunRequest)(nil),             // 14: sandboxio.v1.RunRequest
+	(*RunResponse)(nil),            // 15: sandboxio.v1.RunResponse
+	(*AppendRequest)(nil),          // 16: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),         // 17: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),          // 18: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),         // 19: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),          // 20: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),         // 21: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),          // 22: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),           // 23: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),         // 24: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),        // 25: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),       // 26: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),       // 27: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 28: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),   // 29: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),  // 30: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),          // 31: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 32: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),          // 33: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),         // 34: sandboxio.v1.RenameResponse
+	(*ListCommandsRequest)(nil),    // 35: sandboxio.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),   // 36: sandboxio.v1.ListCommandsResponse
+	(*CommandInfo)(nil),            // 37: sandboxio.v1.CommandInfo
+	(*ListContextsRequest)(nil),    // 38: sandboxio.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),   // 39: sandboxio.v1.ListContextsResponse
+	(*ContextInfo)(nil),            // 40: sandboxio.v1.ContextInfo
+	(*WatchDirectoryRequest)(nil),  // 41: sandboxio.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil), // 42: sandboxio.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),             // 43: sandboxio.v1.WatchEvent
+	(*FileInfo)(nil),               // 44: sandboxio.v1.FileInfo
+	(*ExportRequest)(nil),          // 45: sandboxio.v1.ExportRequest
+	(*ExportResponse)(nil),         // 46: sandboxio.v1.ExportResponse
+	(*ImportRequest)(nil),          // 47: sandboxio.v1.ImportRequest
+	(*ImportResponse)(nil),         // 48: sandboxio.v1.ImportResponse
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
-	38, // 0: sandboxio.v1.StatResponse.file:type_name -> sandboxio.v1.FileInfo
-	38, // 1: sandboxio.v1.SetAttributesResponse.file:type_name -> sandboxio.v1.FileInfo
-	17, // 2: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	38, // 3: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	38, // 4: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	38, // 5: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	38, // 6: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	38, // 7: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
-	31, // 8: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
-	0,  // 9: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
-	34, // 10: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
-	37, // 11: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
-	1,  // 12: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
-	10, // 13: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	12, // 14: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	14, // 15: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	16, // 16: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	19, // 17: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	21, // 18: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	23, // 19: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	25, // 20: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	27, // 21: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	29, // 22: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
-	32, // 23: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
-	35, // 24: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
-	8,  // 25: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
-	39, // 26: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
-	41, // 27: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
-	2,  // 28: sandboxio.v1.IOService.Stat:input_type -> sandboxio.v1.StatRequest
-	4,  // 29: sandboxio.v1.IOService.SetAttributes:input_type -> sandboxio.v1.SetAttributesRequest
-	6,  // 30: sandboxio.v1.IOService.VolumeUsage:input_type -> sandboxio.v1.VolumeUsageRequest
-	11, // 31: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	13, // 32: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	15, // 33: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	18, // 34: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	20, // 35: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	22, // 36: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	24, // 37: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	26, // 38: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	28, // 39: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	30, // 40: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	33, // 41: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
-	36, // 42: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
-	9,  // 43: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
-	40, // 44: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
-	42, // 45: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
-	3,  // 46: sandboxio.v1.IOService.Stat:output_type -> sandboxio.v1.StatResponse
-	5,  // 47: sandboxio.v1.IOService.SetAttributes:output_type -> sandboxio.v1.SetAttributesResponse
-	7,  // 48: sandboxio.v1.IOService.VolumeUsage:output_type -> sandboxio.v1.VolumeUsageResponse
-	31, // [31:49] is the sub-list for method output_type
-	13, // [13:31] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	3,  // 0: sandboxio.v1.SetEgressRequest.hosts:type_name -> sandboxio.v1.EgressHost
+	7,  // 1: sandboxio.v1.EgressStatusResponse.denials:type_name -> sandboxio.v1.EgressDenial
+	44, // 2: sandboxio.v1.StatResponse.file:type_name -> sandboxio.v1.FileInfo
+	44, // 3: sandboxio.v1.SetAttributesResponse.file:type_name -> sandboxio.v1.FileInfo
+	23, // 4: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
+	44, // 5: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	44, // 6: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	44, // 7: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	44, // 8: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	44, // 9: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	37, // 10: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
+	0,  // 11: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
+	40, // 12: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
+	43, // 13: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
+	1,  // 14: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
+	16, // 15: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	18, // 16: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	20, // 17: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	22, // 18: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	25, // 19: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	27, // 20: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	29, // 21: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	31, // 22: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	33, // 23: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	35, // 24: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	38, // 25: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
+	41, // 26: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
+	14, // 27: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
+	45, // 28: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
+	47, // 29: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
+	8,  // 30: sandboxio.v1.IOService.Stat:input_type -> sandboxio.v1.StatRequest
+	10, // 31: sandboxio.v1.IOService.SetAttributes:input_type -> sandboxio.v1.SetAttributesRequest
+	12, // 32: sandboxio.v1.IOService.VolumeUsage:input_type -> sandboxio.v1.VolumeUsageRequest
+	2,  // 33: sandboxio.v1.IOService.SetEgress:input_type -> sandboxio.v1.SetEgressRequest
+	5,  // 34: sandboxio.v1.IOService.EgressStatus:input_type -> sandboxio.v1.EgressStatusRequest
+	17, // 35: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	19, // 36: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	21, // 37: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	24, // 38: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	26, // 39: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	28, // 40: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	30, // 41: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	32, // 42: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	34, // 43: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	36, // 44: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	39, // 45: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	42, // 46: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
+	15, // 47: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
+	46, // 48: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
+	48, // 49: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
+	9,  // 50: sandboxio.v1.IOService.Stat:output_type -> sandboxio.v1.StatResponse
+	11, // 51: sandboxio.v1.IOService.SetAttributes:output_type -> sandboxio.v1.SetAttributesResponse
+	13, // 52: sandboxio.v1.IOService.VolumeUsage:output_type -> sandboxio.v1.VolumeUsageResponse
+	4,  // 53: sandboxio.v1.IOService.SetEgress:output_type -> sandboxio.v1.SetEgressResponse
+	6,  // 54: sandboxio.v1.IOService.EgressStatus:output_type -> sandboxio.v1.EgressStatusResponse
+	35, // [35:55] is the sub-list for method output_type
+	15, // [15:35] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -2943,19 +3503,19 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 	if File_sandboxio_v1_sandboxio_proto != nil {
 		return
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[2].OneofWrappers = []any{}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[14].OneofWrappers = []any{
+	file_sandboxio_v1_sandboxio_proto_msgTypes[8].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[20].OneofWrappers = []any{
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[29].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[35].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

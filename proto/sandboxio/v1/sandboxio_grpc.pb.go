@@ -51,6 +51,8 @@ const (
 	IOService_Stat_FullMethodName           = "/sandboxio.v1.IOService/Stat"
 	IOService_SetAttributes_FullMethodName  = "/sandboxio.v1.IOService/SetAttributes"
 	IOService_VolumeUsage_FullMethodName    = "/sandboxio.v1.IOService/VolumeUsage"
+	IOService_SetEgress_FullMethodName      = "/sandboxio.v1.IOService/SetEgress"
+	IOService_EgressStatus_FullMethodName   = "/sandboxio.v1.IOService/EgressStatus"
 )
 
 // IOServiceClient is the client API for IOService service.
@@ -179,6 +181,21 @@ type IOServiceClient interface {
 	SetAttributes(ctx context.Context, in *SetAttributesRequest, opts ...grpc.CallOption) (*SetAttributesResponse, error)
 	// VolumeUsage says how much of a mounted volume's file system is used.
 	VolumeUsage(ctx context.Context, in *VolumeUsageRequest, opts ...grpc.CallOption) (*VolumeUsageResponse, error)
+	// SetEgress puts a networked sandbox's policy in force in the Pod's
+	// egress gateway (a sidecar started with --egress), the only way out of
+	// the Pod for the sandbox user: the node's CNI chain redirects that
+	// user's TCP and DNS to the gateway (orchestrator/backend/kube/podnet).
+	// Before the first policy the gateway refuses everything. The sidecar
+	// checks that the redirect is in force (its probe) before it opens
+	// anything: without it, EGRESS_UNAVAILABLE (FAILED_PRECONDITION). A
+	// request whose generation is older than the one in force changes
+	// nothing (applied false). A sidecar without --egress answers
+	// EGRESS_OFF (FAILED_PRECONDITION); a malformed policy, bound or host is
+	// INVALID_ARGUMENT.
+	SetEgress(ctx context.Context, in *SetEgressRequest, opts ...grpc.CallOption) (*SetEgressResponse, error)
+	// EgressStatus says what the gateway counted and refused since the
+	// sidecar started (EGRESS_OFF without --egress).
+	EgressStatus(ctx context.Context, in *EgressStatusRequest, opts ...grpc.CallOption) (*EgressStatusResponse, error)
 }
 
 type iOServiceClient struct {
@@ -420,6 +437,26 @@ func (c *iOServiceClient) VolumeUsage(ctx context.Context, in *VolumeUsageReques
 	return out, nil
 }
 
+func (c *iOServiceClient) SetEgress(ctx context.Context, in *SetEgressRequest, opts ...grpc.CallOption) (*SetEgressResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetEgressResponse)
+	err := c.cc.Invoke(ctx, IOService_SetEgress_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *iOServiceClient) EgressStatus(ctx context.Context, in *EgressStatusRequest, opts ...grpc.CallOption) (*EgressStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EgressStatusResponse)
+	err := c.cc.Invoke(ctx, IOService_EgressStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // IOServiceServer is the server API for IOService service.
 // All implementations must embed UnimplementedIOServiceServer
 // for forward compatibility.
@@ -546,6 +583,21 @@ type IOServiceServer interface {
 	SetAttributes(context.Context, *SetAttributesRequest) (*SetAttributesResponse, error)
 	// VolumeUsage says how much of a mounted volume's file system is used.
 	VolumeUsage(context.Context, *VolumeUsageRequest) (*VolumeUsageResponse, error)
+	// SetEgress puts a networked sandbox's policy in force in the Pod's
+	// egress gateway (a sidecar started with --egress), the only way out of
+	// the Pod for the sandbox user: the node's CNI chain redirects that
+	// user's TCP and DNS to the gateway (orchestrator/backend/kube/podnet).
+	// Before the first policy the gateway refuses everything. The sidecar
+	// checks that the redirect is in force (its probe) before it opens
+	// anything: without it, EGRESS_UNAVAILABLE (FAILED_PRECONDITION). A
+	// request whose generation is older than the one in force changes
+	// nothing (applied false). A sidecar without --egress answers
+	// EGRESS_OFF (FAILED_PRECONDITION); a malformed policy, bound or host is
+	// INVALID_ARGUMENT.
+	SetEgress(context.Context, *SetEgressRequest) (*SetEgressResponse, error)
+	// EgressStatus says what the gateway counted and refused since the
+	// sidecar started (EGRESS_OFF without --egress).
+	EgressStatus(context.Context, *EgressStatusRequest) (*EgressStatusResponse, error)
 	mustEmbedUnimplementedIOServiceServer()
 }
 
@@ -609,6 +661,12 @@ func (UnimplementedIOServiceServer) SetAttributes(context.Context, *SetAttribute
 }
 func (UnimplementedIOServiceServer) VolumeUsage(context.Context, *VolumeUsageRequest) (*VolumeUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VolumeUsage not implemented")
+}
+func (UnimplementedIOServiceServer) SetEgress(context.Context, *SetEgressRequest) (*SetEgressResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetEgress not implemented")
+}
+func (UnimplementedIOServiceServer) EgressStatus(context.Context, *EgressStatusRequest) (*EgressStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EgressStatus not implemented")
 }
 func (UnimplementedIOServiceServer) mustEmbedUnimplementedIOServiceServer() {}
 func (UnimplementedIOServiceServer) testEmbeddedByValue()                   {}
@@ -898,6 +956,42 @@ func _IOService_VolumeUsage_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _IOService_SetEgress_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetEgressRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).SetEgress(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_SetEgress_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).SetEgress(ctx, req.(*SetEgressRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _IOService_EgressStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EgressStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(IOServiceServer).EgressStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: IOService_EgressStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(IOServiceServer).EgressStatus(ctx, req.(*EgressStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // IOService_ServiceDesc is the grpc.ServiceDesc for IOService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -948,6 +1042,14 @@ var IOService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VolumeUsage",
 			Handler:    _IOService_VolumeUsage_Handler,
+		},
+		{
+			MethodName: "SetEgress",
+			Handler:    _IOService_SetEgress_Handler,
+		},
+		{
+			MethodName: "EgressStatus",
+			Handler:    _IOService_EgressStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

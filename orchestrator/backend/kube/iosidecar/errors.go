@@ -59,8 +59,9 @@ const (
 	callList     // ListCommands
 	callContexts // ListContexts
 	callWatch    // WatchDirectory
+	callEgress   // SetEgress, EgressStatus
 
-	callAny = callAppend | callFollow | callStatus | callFiles | callList | callContexts | callWatch
+	callAny = callAppend | callFollow | callStatus | callFiles | callList | callContexts | callWatch | callEgress
 )
 
 // reason is a row of the table.
@@ -96,6 +97,9 @@ var reasons = append([]reason{
 	{"UNKNOWN_CONTEXT", codes.NotFound, cmdlog.ErrUnknownContext, callAppend},
 	{"CONTEXT_LANGUAGE", codes.FailedPrecondition, cmdlog.ErrContextLanguage, callAppend},
 	{"CONTEXTS_UNREADABLE", codes.FailedPrecondition, cmdlog.ErrContextsUnreadable, callAppend | callContexts},
+	// The Pod's egress gateway (egress.go).
+	{"EGRESS_OFF", codes.FailedPrecondition, ErrEgressOff, callEgress},
+	{"EGRESS_UNAVAILABLE", codes.FailedPrecondition, ErrEgressUnavailable, callEgress},
 }, classReasons()...)
 
 // classReasons are the table's rows for the domain's classes, as core
@@ -110,7 +114,7 @@ func classReasons() []reason {
 		calls := callFiles | callWatch
 		switch class {
 		case core.ErrInvalidArgument:
-			calls = callAppend | callFollow | callFiles | callList | callWatch
+			calls = callAppend | callFollow | callFiles | callList | callWatch | callEgress
 		case core.ErrUnavailable:
 			calls = callAny
 		}
@@ -119,6 +123,18 @@ func classReasons() []reason {
 	}
 	return rows
 }
+
+// The egress gateway's own failures, the table's rows for SetEgress and
+// EgressStatus.
+var (
+	// ErrEgressOff: the sidecar runs no gateway (the sandbox was made
+	// without network).
+	ErrEgressOff = errors.New("the io sidecar runs no egress gateway")
+	// ErrEgressUnavailable: the Pod's redirect is not in force (the node
+	// lacks the CNI plugin, or the runtime bypasses the Pod's netfilter),
+	// so the gateway refuses to open.
+	ErrEgressUnavailable = errors.New("the Pod's egress redirect is not in force")
+)
 
 // Errors the Client makes of the hop itself, besides the table's.
 var (

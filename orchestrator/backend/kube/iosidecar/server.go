@@ -107,6 +107,10 @@ type Config struct {
 	// Recheck is how often a follower re-reads its events file without a
 	// notification; 0 means iolog.DefaultRecheck. Tests shorten it.
 	Recheck time.Duration
+	// Egress, when set, runs the Pod's egress gateway (egress.go): the
+	// sidecar of a networked sandbox. Nil: SetEgress and EgressStatus
+	// answer EGRESS_OFF.
+	Egress *EgressConfig
 }
 
 // Server is one sandbox's io sidecar.
@@ -122,6 +126,7 @@ type Server struct {
 	// time does not leak the token's length either.
 	tokenSum [32]byte
 
+	egress    *egressState  // nil without Config.Egress
 	watches   atomic.Int32  // WatchDirectory calls in progress
 	closing   chan struct{} // closed by Stop: followers end
 	closeOnce sync.Once
@@ -157,8 +162,18 @@ func New(cfg Config) (*Server, error) {
 	if err := prepareVolumes(cfg.Volumes, log); err != nil {
 		return nil, err
 	}
+	var eg *egressState
+	if cfg.Egress != nil {
+		var err error
+		if eg, err = newEgress(*cfg.Egress, log); err != nil {
+			return nil, err
+		}
+	}
 	watch, err := iolog.NewWatcher(log)
 	if err != nil {
+		if eg != nil {
+			eg.close()
+		}
 		return nil, fmt.Errorf("start the file watcher: %w", err)
 	}
 	dir := iolog.New(cfg.IODir)
@@ -174,6 +189,7 @@ func New(cfg Config) (*Server, error) {
 		health:   health.NewServer(),
 		tokenSum: sha256.Sum256([]byte(cfg.Token)),
 		closing:  make(chan struct{}),
+		egress:   eg,
 	}
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
@@ -213,6 +229,9 @@ func (s *Server) Stop(grace time.Duration) {
 		}
 		s.dir.Close(grace)
 		s.watch.Close()
+		if s.egress != nil {
+			s.egress.close()
+		}
 	})
 }
 

@@ -1,0 +1,341 @@
+package iosidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/egress"
+	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
+)
+
+// The Pod's egress gateway: a networked sandbox's only way out on the
+// Kubernetes backend. It is orchestrator/egress, the gateway sandboxd runs
+// on the host under Docker, run here, inside the sandbox's Pod:
+//
+//   - the node's CNI chain (cmd/sandbox-cni, orchestrator/backend/kube/
+//     podnet) redirects the sandbox user's TCP to EgressConfig.TCP and its
+//     DNS to EgressConfig.DNS, and drops everything else the user sends
+//     beyond the Pod's loopback. Pod Security forbids NET_ADMIN in the
+//     Pod, so neither container could install that itself;
+//   - the sidecar (another user: root without NET_ADMIN) is not
+//     redirected: the gateway dials what a policy allows from the Pod's
+//     own address, under the NetworkPolicy networked Pods get;
+//   - sandboxd gives the policy (SetEgress) once the Pod is ready and
+//     whenever it changes, and reads the counters (EgressStatus). Before
+//     the first policy nothing listens where the redirect leads, so every
+//     connection is refused.
+//
+// A runtime with a network stack of its own (gVisor's netstack, a VM)
+// never passes through the Pod's netfilter, and a node without the plugin
+// has no redirect: in both, the sandbox user's traffic would leave the Pod
+// unjudged, so the sidecar first proves the redirect is in force (probe)
+// and refuses every policy until it is (ErrEgressUnavailable).
+
+// EgressConfig turns on a sidecar's egress gateway (sandbox-iosidecar
+// --egress).
+type EgressConfig struct {
+	// TCP, DNS and Probe are the addresses the node's redirect sends the
+	// sandbox user's TCP, its DNS (UDP and TCP) and the probe's connection
+	// to; podnet's defaults: 127.0.0.1:15001, :15053 and :15002.
+	TCP, DNS, Probe string
+	// ProbeTarget is the address whose connections the redirect sends to
+	// Probe (podnet.ProbeAddr): nothing in the Pod can listen there.
+	ProbeTarget string
+	// Source is the address the sandbox's redirected traffic comes from:
+	// the Pod's IP (the downward API's status.podIP).
+	Source netip.Addr
+	// Resolver resolves allowed names when sandboxd gives no hosts of its
+	// own; nil: the Pod's resolver.
+	Resolver egress.Resolver
+	// HostAddrs are the Pod's own addresses, which no sandbox reaches;
+	// nil: read from its interfaces.
+	HostAddrs func() []netip.Addr
+	// Dial dials upstream; nil: a net.Dialer. Tests substitute one.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Bounds of a SetEgress request beyond the policy's own (core.MaxEgressEntries).
+const (
+	maxEgressBlocks = 256  // allow_private and cluster entries, each
+	maxEgressHosts  = 4096 // names
+	maxHostAddrs    = 16   // addresses per name
+	probeTimeout    = 2 * time.Second
+)
+
+// egressState is the Server's gateway, made at the first SetEgress and
+// again when the bounds change.
+type egressState struct {
+	cfg EgressConfig
+	log *slog.Logger
+
+	probeMu sync.Mutex // one probe at a time
+	probeL  net.Listener
+
+	mu       sync.Mutex
+	proven   bool // the probe passed once (the redirect cannot be taken away: no NET_ADMIN in the Pod)
+	gw       *egress.Gateway
+	boundKey string // the bounds gw was made with
+	id       string // the sandbox attached
+	gen      uint64 // the generation in force
+	closed   bool
+}
+
+// newEgress opens the probe's listener; the gateway's listeners open with
+// the first policy.
+func newEgress(cfg EgressConfig, log *slog.Logger) (*egressState, error) {
+	if !cfg.Source.IsValid() {
+		return nil, errors.New("egress: the Pod's address (the source of the sandbox's traffic) is required")
+	}
+	if cfg.TCP == "" || cfg.DNS == "" || cfg.Probe == "" || cfg.ProbeTarget == "" {
+		return nil, errors.New("egress: the TCP, DNS and probe addresses and the probe's target are required")
+	}
+	l, err := net.Listen("tcp", cfg.Probe)
+	if err != nil {
+		return nil, fmt.Errorf("egress: probe listener: %w", err)
+	}
+	return &egressState{cfg: cfg, log: log, probeL: l}, nil
+}
+
+// probe proves the redirect is in force: a connection to ProbeTarget
+// arrives at the probe's listener. Without the redirect, ProbeTarget
+// refuses it (nothing listens on a port below 1024 in a Pod without
+// CAP_NET_BIND_SERVICE). The sandbox user may connect to the listener
+// itself; only the probe's own connection (its source port) counts.
+func (e *egressState) probe(ctx context.Context) error {
+	e.probeMu.Lock()
+	defer e.probeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", e.cfg.ProbeTarget)
+	if err != nil {
+		return fmt.Errorf("%s refused the probe (%v)", e.cfg.ProbeTarget, err)
+	}
+	defer c.Close()
+	want := c.LocalAddr().String()
+	deadline, _ := ctx.Deadline()
+	tl := e.probeL.(*net.TCPListener)
+	for {
+		if err := tl.SetDeadline(deadline); err != nil {
+			return err
+		}
+		a, err := tl.Accept()
+		if err != nil {
+			return fmt.Errorf("the probe's connection to %s did not arrive (%v)", e.cfg.ProbeTarget, err)
+		}
+		got := a.RemoteAddr().String()
+		a.Close()
+		if got == want {
+			return nil
+		}
+	}
+}
+
+// egressBounds are a request's bounds, checked.
+type egressBounds struct {
+	bounds egress.Bounds
+	hosts  *egress.HostsFile // nil: the configured resolver
+	key    string
+}
+
+func parseEgressBounds(req *sandboxiov1.SetEgressRequest) (egressBounds, error) {
+	var b egressBounds
+	if len(req.GetCeiling()) > core.MaxEgressEntries || len(req.GetAllowPrivate()) > maxEgressBlocks || len(req.GetCluster()) > maxEgressBlocks || len(req.GetHosts()) > maxEgressHosts {
+		return b, core.Invalidf("the egress bounds have too many entries")
+	}
+	if len(req.GetCeiling()) > 0 {
+		c, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: req.GetCeiling()})
+		if err != nil {
+			return b, core.Invalidf("the egress ceiling: %v", err)
+		}
+		b.bounds.Ceiling = c
+	}
+	prefixes := func(what string, in []string) ([]netip.Prefix, error) {
+		out := make([]netip.Prefix, 0, len(in))
+		for _, s := range in {
+			p, err := netip.ParsePrefix(s)
+			if err != nil {
+				return nil, core.Invalidf("%s: %q is not a CIDR block", what, s)
+			}
+			out = append(out, p.Masked())
+		}
+		return out, nil
+	}
+	var err error
+	if b.bounds.AllowPrivate, err = prefixes("allow_private", req.GetAllowPrivate()); err != nil {
+		return b, err
+	}
+	if b.bounds.Cluster, err = prefixes("cluster", req.GetCluster()); err != nil {
+		return b, err
+	}
+	var key strings.Builder
+	fmt.Fprintf(&key, "c=%q p=%v k=%v h=", req.GetCeiling(), b.bounds.AllowPrivate, b.bounds.Cluster)
+	if len(req.GetHosts()) > 0 {
+		names := make(map[string][]netip.Addr, len(req.GetHosts()))
+		for _, h := range req.GetHosts() {
+			if h.GetName() == "" || len(h.GetName()) > 253 || len(h.GetAddresses()) == 0 || len(h.GetAddresses()) > maxHostAddrs {
+				return b, core.Invalidf("egress host %q: a name of at most 253 bytes with 1 to %d addresses", h.GetName(), maxHostAddrs)
+			}
+			for _, s := range h.GetAddresses() {
+				a, err := netip.ParseAddr(s)
+				if err != nil {
+					return b, core.Invalidf("egress host %q: %q is not an IP address", h.GetName(), s)
+				}
+				names[h.GetName()] = append(names[h.GetName()], a)
+			}
+			fmt.Fprintf(&key, "%q=%q;", h.GetName(), h.GetAddresses())
+		}
+		b.hosts = egress.NewHosts(names)
+	}
+	b.key = key.String()
+	return b, nil
+}
+
+// set puts req's policy in force (SetEgress).
+func (e *egressState) set(ctx context.Context, req *sandboxiov1.SetEgressRequest) (*sandboxiov1.SetEgressResponse, error) {
+	if err := core.ValidateSandboxID(req.GetSandboxId()); err != nil {
+		return nil, err
+	}
+	if len(req.GetAllowOut()) > core.MaxEgressEntries || len(req.GetDenyOut()) > core.MaxEgressEntries {
+		return nil, core.Invalidf("the policy has more than %d destinations", core.MaxEgressEntries)
+	}
+	policy, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: req.GetAllowOut(), DenyOut: req.GetDenyOut()})
+	if err != nil {
+		return nil, core.Invalidf("the network policy: %v", err)
+	}
+	b, err := parseEgressBounds(req)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, reasonf(core.ErrUnavailable, "the io sidecar is stopping")
+	}
+	if req.GetGeneration() < e.gen {
+		return &sandboxiov1.SetEgressResponse{Applied: false, Generation: e.gen}, nil
+	}
+	if e.id != "" && e.id != req.GetSandboxId() {
+		return nil, core.Invalidf("this Pod's gateway serves sandbox %s, not %s", e.id, req.GetSandboxId())
+	}
+	if !e.proven {
+		if err := e.probe(ctx); err != nil {
+			return nil, reasonf(ErrEgressUnavailable, "this Pod's egress redirect is not in force (%v): its node's CNI chain lacks sandboxd's egress plugin, or its runtime has a network stack of its own (gVisor, a VM); its sandbox gets no network", err)
+		}
+		e.proven = true
+	}
+	if e.gw == nil || e.boundKey != b.key {
+		if err := e.startGateway(b); err != nil {
+			return nil, err
+		}
+		// Connections come from the Pod's address; DNS sent to a
+		// loopback resolver (a Pod with no nameserver asks 127.0.0.1)
+		// from 127.0.0.1.
+		e.gw.AttachSources(req.GetSandboxId(), []netip.Addr{e.cfg.Source, netip.AddrFrom4([4]byte{127, 0, 0, 1})}, policy, nil)
+	} else {
+		e.gw.Update(req.GetSandboxId(), policy)
+	}
+	e.id, e.gen = req.GetSandboxId(), req.GetGeneration()
+	e.log.Info("egress policy in force", "sandbox_id", e.id, "generation", e.gen,
+		"allow_out", len(req.GetAllowOut()), "deny_out", len(req.GetDenyOut()))
+	return &sandboxiov1.SetEgressResponse{Applied: true, Generation: e.gen}, nil
+}
+
+// startGateway replaces the gateway with one under b, listening where the
+// redirect leads. The old one's connections close: the bounds changed
+// (sandboxd restarted with other flags).
+func (e *egressState) startGateway(b egressBounds) error {
+	if e.gw != nil {
+		_ = e.gw.Close()
+		e.gw = nil
+	}
+	cfg := egress.Config{Bounds: b.bounds, Resolver: e.cfg.Resolver, HostAddrs: e.cfg.HostAddrs, Dial: e.cfg.Dial, Logger: e.log}
+	if b.hosts != nil {
+		cfg.Resolver = b.hosts
+	}
+	gw := egress.New(cfg)
+	tcp, err := net.Listen("tcp", e.cfg.TCP)
+	if err != nil {
+		return fmt.Errorf("egress: TCP listener: %w", err)
+	}
+	dnsTCP, err := net.Listen("tcp", e.cfg.DNS)
+	if err != nil {
+		tcp.Close()
+		return fmt.Errorf("egress: DNS listener (TCP): %w", err)
+	}
+	dns, err := net.ListenPacket("udp", e.cfg.DNS)
+	if err != nil {
+		tcp.Close()
+		dnsTCP.Close()
+		return fmt.Errorf("egress: DNS listener (UDP): %w", err)
+	}
+	serve := func(what string, f func() error) {
+		if err := f(); err != nil && !errors.Is(err, net.ErrClosed) {
+			e.log.Warn("egress listener stopped", "listener", what, "error", err)
+		}
+	}
+	go serve("tcp", func() error { return gw.ServeTCP(tcp, egress.OriginalDst) })
+	go serve("dns", func() error { return gw.ServeDNS(dns) })
+	go serve("dns-tcp", func() error { return gw.ServeDNSTCP(dnsTCP) })
+	e.gw, e.boundKey = gw, b.key
+	return nil
+}
+
+// status is EgressStatus's answer.
+func (e *egressState) status() *sandboxiov1.EgressStatusResponse {
+	e.mu.Lock()
+	gw, id, gen := e.gw, e.id, e.gen
+	e.mu.Unlock()
+	out := &sandboxiov1.EgressStatusResponse{Generation: gen}
+	if gw == nil {
+		return out
+	}
+	st := gw.Stats(id)
+	out.BytesOut, out.BytesIn, out.ConnsAllowed, out.ConnsDenied = st.BytesOut, st.BytesIn, st.ConnsAllowed, st.ConnsDenied
+	out.DnsAllowed, out.DnsDenied, out.ConnsOpen, out.RuleRequests = st.DNSAllowed, st.DNSDenied, uint64(st.ConnsOpen), st.RuleRequests
+	out.DenialsDropped, out.DnsRateLimited, out.ConnsRefusedAtCap = st.DeniedLogDropped, st.DNSRateLimited, st.ConnsRefusedAtCap
+	for _, d := range gw.Denials(id) {
+		dd := &sandboxiov1.EgressDenial{TimeUnixNano: d.Time.UnixNano(), Kind: d.Kind, Name: d.Name, Reason: d.Reason}
+		if d.Addr.IsValid() {
+			dd.Address = d.Addr.String()
+		}
+		out.Denials = append(out.Denials, dd)
+	}
+	return out
+}
+
+// close stops the gateway and the probe's listener.
+func (e *egressState) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.closed = true
+	if e.gw != nil {
+		_ = e.gw.Close()
+	}
+	_ = e.probeL.Close()
+}
+
+// SetEgress puts a networked sandbox's policy in force (sandboxio.v1).
+func (s *Server) SetEgress(ctx context.Context, req *sandboxiov1.SetEgressRequest) (*sandboxiov1.SetEgressResponse, error) {
+	if s.egress == nil {
+		return nil, statusOf(reasonf(ErrEgressOff, "this io sidecar runs no egress gateway (its sandbox was made without network)"))
+	}
+	resp, err := s.egress.set(ctx, req)
+	return resp, statusOf(err)
+}
+
+// EgressStatus says what the gateway counted and refused (sandboxio.v1).
+func (s *Server) EgressStatus(context.Context, *sandboxiov1.EgressStatusRequest) (*sandboxiov1.EgressStatusResponse, error) {
+	if s.egress == nil {
+		return nil, statusOf(reasonf(ErrEgressOff, "this io sidecar runs no egress gateway (its sandbox was made without network)"))
+	}
+	return s.egress.status(), nil
+}

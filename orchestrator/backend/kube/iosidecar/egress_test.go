@@ -1,0 +1,219 @@
+package iosidecar
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
+)
+
+// freePort returns a port free for TCP and UDP on 127.0.0.1 (both are
+// bound, then released: the egress gateway's DNS listens on one port for
+// both).
+func freePort(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		pc, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err != nil {
+			continue
+		}
+		pc.Close()
+		return addr
+	}
+	t.Fatal("no port free for TCP and UDP alike")
+	return ""
+}
+
+// startEgressSidecar is a sidecar with an egress gateway whose probe
+// target is its probe listener itself (probeOK), as the node's redirect
+// makes it, or an address nothing listens on (no redirect).
+func startEgressSidecar(t *testing.T, probeOK bool) (*Client, EgressConfig) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{"io", "workspace"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ec := EgressConfig{TCP: freePort(t), DNS: freePort(t), Probe: freePort(t), Source: netip.MustParseAddr("198.18.250.9")}
+	ec.ProbeTarget = ec.Probe
+	if !probeOK {
+		ec.ProbeTarget = freePort(t) // nothing listens: no redirect
+	}
+	srv, err := New(Config{IODir: filepath.Join(dir, "io"), Workspace: filepath.Join(dir, "workspace"), Token: testToken, Egress: &ec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.GRPC().Serve(lis)
+	c, err := Dial(lis.Addr().String(), testToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		srv.Stop(time.Second)
+	})
+	return c, ec
+}
+
+// query asks the gateway's DNS at addr for name's A record, from
+// 127.0.0.1 (a sandbox whose Pod has no nameserver asks there).
+func query(t *testing.T, addr, name string) int {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	c := &dns.Client{Timeout: 5 * time.Second}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("DNS query for %s at %s: %v", name, addr, err)
+	}
+	return r.Rcode
+}
+
+// TestEgressGateway: a sidecar runs the egress gateway only when asked,
+// opens it only once its probe proves the redirect, keeps the newest
+// generation of a policy, refuses malformed ones, and judges the
+// sandbox's DNS (from the attached sources) under the policy in force,
+// which EgressStatus reports.
+func TestEgressGateway(t *testing.T) {
+	ctx := t.Context()
+	pol := EgressPolicy{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa", Generation: 1, AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"},
+		Hosts: map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("198.18.250.1")}, "denied.test": {netip.MustParseAddr("198.18.250.2")}}}
+
+	t.Run("off", func(t *testing.T) {
+		sc := startSidecar(t)
+		if _, err := sc.c.SetEgress(ctx, pol); !errors.Is(err, ErrEgressOff) {
+			t.Errorf("SetEgress on a sidecar without --egress: %v; want ErrEgressOff", err)
+		}
+		if _, _, _, err := sc.c.EgressStatus(ctx); !errors.Is(err, ErrEgressOff) {
+			t.Errorf("EgressStatus on a sidecar without --egress: %v; want ErrEgressOff", err)
+		}
+	})
+
+	t.Run("no redirect", func(t *testing.T) {
+		c, ec := startEgressSidecar(t, false)
+		_, err := c.SetEgress(ctx, pol)
+		if !errors.Is(err, ErrEgressUnavailable) || !strings.Contains(err.Error(), "CNI") {
+			t.Fatalf("SetEgress without the redirect: %v; want ErrEgressUnavailable naming the CNI plugin", err)
+		}
+		// Nothing listens where the redirect would lead.
+		if conn, err := net.DialTimeout("tcp", ec.TCP, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("the gateway listens at %s although its probe failed", ec.TCP)
+		}
+	})
+
+	t.Run("policy", func(t *testing.T) {
+		c, ec := startEgressSidecar(t, true)
+		if _, _, gen, err := c.EgressStatus(ctx); err != nil || gen != 0 {
+			t.Fatalf("EgressStatus before a policy: generation %d, %v; want 0", gen, err)
+		}
+		if applied, err := c.SetEgress(ctx, pol); err != nil || !applied {
+			t.Fatalf("SetEgress: %v, %v", applied, err)
+		}
+		if rc := query(t, ec.DNS, "allowed.test"); rc != dns.RcodeSuccess {
+			t.Errorf("allowed.test: rcode %s; want an answer", dns.RcodeToString[rc])
+		}
+		if rc := query(t, ec.DNS, "denied.test"); rc != dns.RcodeNameError {
+			t.Errorf("denied.test: rcode %s; want NXDOMAIN", dns.RcodeToString[rc])
+		}
+		counters, denials, gen, err := c.EgressStatus(ctx)
+		if err != nil || gen != 1 || counters.DNSAllowed != 1 || counters.DNSDenied != 1 || len(denials) != 1 ||
+			denials[0].Kind != "dns" || denials[0].Name != "denied.test" || denials[0].Reason == "" {
+			t.Errorf("EgressStatus: %+v %+v generation %d, %v; want one allowed and one denied query (denied.test), generation 1", counters, denials, gen, err)
+		}
+
+		// A newer policy replaces it; an older one changes nothing.
+		open := pol
+		open.Generation, open.AllowOut, open.DenyOut = 3, nil, nil
+		if applied, err := c.SetEgress(ctx, open); err != nil || !applied {
+			t.Fatalf("SetEgress of generation 3: %v, %v", applied, err)
+		}
+		stale := pol
+		stale.Generation = 2
+		if applied, err := c.SetEgress(ctx, stale); err != nil || applied {
+			t.Errorf("SetEgress of generation 2 after 3: applied %v, %v; want not applied", applied, err)
+		}
+		if rc := query(t, ec.DNS, "denied.test"); rc != dns.RcodeSuccess {
+			t.Errorf("denied.test under the open policy: rcode %s; want an answer", dns.RcodeToString[rc])
+		}
+
+		// Malformed requests, and another sandbox's.
+		for name, p := range map[string]EgressPolicy{
+			"bad destination": {SandboxID: pol.SandboxID, Generation: 4, AllowOut: []string{"not a destination!"}},
+			"bad ceiling":     {SandboxID: pol.SandboxID, Generation: 4, Ceiling: []string{"??"}},
+			"bad sandbox ID":  {SandboxID: "../x", Generation: 4},
+			"other sandbox":   {SandboxID: "sb-bbbbbbbbbbbbbbbbbbbb", Generation: 4},
+		} {
+			if _, err := c.SetEgress(ctx, p); !errors.Is(err, core.ErrInvalidArgument) {
+				t.Errorf("SetEgress, %s: %v; want INVALID_ARGUMENT", name, err)
+			}
+		}
+		if _, _, gen, _ := c.EgressStatus(ctx); gen != 3 {
+			t.Errorf("generation %d after refused requests; want 3", gen)
+		}
+	})
+}
+
+// hostileEgress answers EgressStatus with whatever it holds.
+type hostileEgress struct {
+	sandboxiov1.UnimplementedIOServiceServer
+	resp *sandboxiov1.EgressStatusResponse
+	set  *sandboxiov1.SetEgressResponse
+}
+
+func (h *hostileEgress) EgressStatus(context.Context, *sandboxiov1.EgressStatusRequest) (*sandboxiov1.EgressStatusResponse, error) {
+	return h.resp, nil
+}
+
+func (h *hostileEgress) SetEgress(context.Context, *sandboxiov1.SetEgressRequest) (*sandboxiov1.SetEgressResponse, error) {
+	return h.set, nil
+}
+
+// TestHostileEgress: what a replaced sidecar answers about its gateway is
+// bounded and checked: too many denials, an unknown kind, an oversized
+// name, a malformed address, or a policy "applied" under another
+// generation are ErrBadResponse (gRPC itself refuses strings that are not
+// valid UTF-8).
+func TestHostileEgress(t *testing.T) {
+	ctx := t.Context()
+	many := make([]*sandboxiov1.EgressDenial, 257)
+	for i := range many {
+		many[i] = &sandboxiov1.EgressDenial{Kind: "tcp"}
+	}
+	for name, resp := range map[string]*sandboxiov1.EgressStatusResponse{
+		"too many denials": {Denials: many},
+		"unknown kind":     {Denials: []*sandboxiov1.EgressDenial{{Kind: "icmp"}}},
+		"long name":        {Denials: []*sandboxiov1.EgressDenial{{Kind: "dns", Name: strings.Repeat("a", 2<<10)}}},
+		"bad address":      {Denials: []*sandboxiov1.EgressDenial{{Kind: "tcp", Address: "not:an:address"}}},
+		"open connections": {ConnsOpen: 1 << 40},
+	} {
+		c := startHostileServer(t, &hostileEgress{resp: resp})
+		_, _, _, err := c.EgressStatus(ctx)
+		wantBounded(t, name, err, ErrBadResponse)
+	}
+	c := startHostileServer(t, &hostileEgress{set: &sandboxiov1.SetEgressResponse{Applied: true, Generation: 9}})
+	if _, err := c.SetEgress(ctx, EgressPolicy{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa", Generation: 2}); !errors.Is(err, ErrBadResponse) {
+		t.Errorf("SetEgress answered applied under generation 9 for 2: %v; want ErrBadResponse", err)
+	}
+}
