@@ -271,6 +271,9 @@ func (c *config) check() error {
 		if err := c.kube.check(); err != nil {
 			return err
 		}
+		if (c.kube.egressCNI || len(c.kube.egressDeny) > 0) && !mc.AllowNetwork {
+			return errors.New("--kube-egress-cni and --kube-egress-deny need --allow-network")
+		}
 	default:
 		return fmt.Errorf("--backend %q: want docker or kubernetes", c.backend)
 	}

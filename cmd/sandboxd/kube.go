@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
+	"github.com/sandboxd/sandboxd/orchestrator/egress"
 )
 
 // Backends.
@@ -47,6 +49,8 @@ type kubeConfig struct {
 	snapshotDir   string
 	volumeClass   string
 	volumeAccess  string
+	egressCNI     bool
+	egressDeny    prefixList
 }
 
 // register adds the --kube-* flags to fs.
@@ -67,6 +71,8 @@ func (k *kubeConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.snapshotDir, "kube-snapshot-dir", "", "with --backend kubernetes: `directory` holding named snapshots and forks' (CreateSnapshot, ForkSandbox, options.from_snapshot), mounted by every replica (a ReadWriteMany volume); empty: no snapshots or forks")
 	fs.StringVar(&k.volumeClass, "kube-volume-class", "", "with --backend kubernetes: storage `class` of named volumes' claims (a claim per volume, of the volume's size; CreateVolume, options.volumes); empty: --kube-storage-class's; neither: no volumes")
 	fs.StringVar(&k.volumeAccess, "kube-volume-access-mode", string(corev1.ReadWriteOnce), "with --backend kubernetes: access `mode` of volumes' claims: ReadWriteOnce (every Pod that mounts a volume runs on the node holding it) or ReadWriteMany (where the class offers it)")
+	fs.BoolVar(&k.egressCNI, "kube-egress-cni", false, "with --backend kubernetes and --allow-network: the nodes' CNI chain includes sandboxd's egress plugin (sandbox-cni), which confines each sandbox Pod's user to its io sidecar's egress gateway; without it networked sandboxes are refused (deploy/kubernetes/README.md)")
+	fs.Var(&k.egressDeny, "kube-egress-deny", "with --kube-egress-cni: `CIDR blocks` no sandbox reaches whatever its policy and --egress-allow-private say: the cluster's Pod, Service and node ranges (comma-separated or repeated)")
 	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
 }
 
@@ -193,9 +199,19 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir,
 		VolumeClass: cmp.Or(k.volumeClass, k.storageClass), VolumeAccessMode: corev1.PersistentVolumeAccessMode(k.volumeAccess),
 		SnapshotBudget: core.SnapshotBudget{All: cfg.docker.SnapshotDiskBudget, PerTenant: cfg.docker.SnapshotDiskBudgetPerTenant}, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
+		EgressCNI: k.egressCNI, EgressCluster: k.egressDeny, EgressHosts: egressHosts(cfg.docker.Egress.Resolver),
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,
 		Metrics: cfg.docker.Metrics, // acquires and pool refills, this replica's
 	})
+}
+
+// egressHosts are --egress-hosts-file's names, which the Kubernetes
+// backend sends to its Pods' gateways; nil without the flag.
+func egressHosts(r egress.Resolver) map[string][]netip.Addr {
+	if h, ok := r.(*egress.HostsFile); ok {
+		return h.Names()
+	}
+	return nil
 }

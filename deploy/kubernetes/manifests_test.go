@@ -273,7 +273,7 @@ func checkManifests(t *testing.T, objs []*unstructured.Unstructured) {
 		"ClusterRole/sandboxd-node-stats", "ClusterRoleBinding/sandboxd-node-stats",
 		"Secret/sandboxd-io-token", "Secret/sandboxd-auth-tokens", "Deployment/sandboxd", "Service/sandboxd",
 		"PodDisruptionBudget/sandboxd", "NetworkPolicy/sandbox-isolation", "NetworkPolicy/sandboxd",
-		"NetworkPolicy/volume-server-isolation",
+		"NetworkPolicy/volume-server-isolation", "NetworkPolicy/sandbox-network",
 	}
 	var got []string
 	for k := range byKey {
@@ -526,6 +526,69 @@ func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured, sandb
 	}{{"sandbox Pods", sandboxPodLabels}, {"volume server Pods", volumeServerPodLabels}} {
 		checkIsolated(t, objs, sandboxdLabels, kind.what, kind.lbl)
 	}
+	checkNetworked(t, objs)
+}
+
+// checkNetworked checks what a networked sandbox's Pod gets besides the
+// sandbox Pods' isolation: one policy, of egress alone (its ingress stays
+// the isolation's), out of the cluster but never to the private,
+// link-local or loopback ranges, and DNS to the cluster's DNS only.
+func checkNetworked(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	networked := labels.Merge(sandboxPodLabels, labels.Set{"sandboxd.io/network": "on"})
+	var extra int
+	for _, u := range objs {
+		if u.GetKind() != "NetworkPolicy" {
+			continue
+		}
+		var np networkingv1.NetworkPolicy
+		fromUnstructured(t, u, &np)
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			t.Fatalf("NetworkPolicy %s: %v", np.Name, err)
+		}
+		if !sel.Matches(networked) || sel.Matches(sandboxPodLabels) {
+			continue
+		}
+		extra++
+		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) || len(np.Spec.Ingress) > 0 {
+			t.Errorf("NetworkPolicy %s: policyTypes %v, ingress %+v; want egress alone", np.Name, np.Spec.PolicyTypes, np.Spec.Ingress)
+		}
+		for _, r := range np.Spec.Egress {
+			for _, p := range r.To {
+				switch {
+				case p.IPBlock != nil:
+					for _, must := range []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"} {
+						if !slices.Contains(p.IPBlock.Except, must) {
+							t.Errorf("NetworkPolicy %s lets networked sandboxes reach %s without excepting %s", np.Name, p.IPBlock.CIDR, must)
+						}
+					}
+				case p.PodSelector != nil && p.NamespaceSelector != nil:
+					if p.PodSelector.MatchLabels["k8s-app"] != "kube-dns" || p.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "kube-system" || !portsAre53(r.Ports) {
+						t.Errorf("NetworkPolicy %s lets networked sandboxes reach Pods %+v in %+v on %+v; want the cluster's DNS on 53 only", np.Name, p.PodSelector, p.NamespaceSelector, r.Ports)
+					}
+				default:
+					t.Errorf("NetworkPolicy %s lets networked sandboxes reach %+v", np.Name, p)
+				}
+			}
+		}
+	}
+	if extra != 1 {
+		t.Errorf("%d NetworkPolicies select networked sandboxes' Pods beyond the isolation, want 1 (sandbox-network)", extra)
+	}
+}
+
+// portsAre53 reports whether ports are DNS's alone.
+func portsAre53(ports []networkingv1.NetworkPolicyPort) bool {
+	if len(ports) == 0 {
+		return false
+	}
+	for _, p := range ports {
+		if p.Port == nil || p.Port.IntValue() != 53 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkIsolated checks that exactly one NetworkPolicy selects Pods of

@@ -50,6 +50,10 @@ func (m *Manager) acquire(ctx context.Context, userID string, opts core.Options,
 	if err := m.refuseOptions(opts); err != nil {
 		return core.AcquireResult{}, err
 	}
+	network, err := m.networkOf(opts)
+	if err != nil {
+		return core.AcquireResult{}, err
+	}
 	var image, waking string
 	var vols []podVolume
 	if opts.FromSnapshot != "" {
@@ -93,7 +97,7 @@ func (m *Manager) acquire(ctx context.Context, userID string, opts core.Options,
 			// Otherwise sandboxd removed it (expiry, DeleteSandbox): a new
 			// sandbox, with nothing to report, as under Docker.
 		}
-		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts, image, waking, vols)
+		p, kind, err := m.newSandboxPod(ctx, caller.Tenant, userID, opts, image, waking, vols, network)
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
@@ -248,14 +252,15 @@ func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Leas
 // when r (resolved by core.Validating) allows one and the pool has one,
 // else a new Pod, after checking the caps. image ("": Config.Image) and
 // waking (annWaking) are a start from a snapshot's (fromSnapshot).
-func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string, vols []podVolume) (*corev1.Pod, core.AcquireKind, error) {
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string, vols []podVolume, network *netRecord) (*corev1.Pod, core.AcquireKind, error) {
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
 	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now(),
-		image: image, waking: waking, volumes: vols}
-	// A pool Pod mounts no volumes: a Pod's volumes are fixed when it is made.
-	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) && len(vols) == 0 {
+		image: image, waking: waking, volumes: vols, network: network}
+	// A pool Pod mounts no volumes and has no network: a Pod's volumes and
+	// its sidecar's arguments are fixed when it is made.
+	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) && len(vols) == 0 && network == nil {
 		if p := m.claim(ctx, s); p != nil {
 			return p, core.AcquireWarmPool, nil
 		}

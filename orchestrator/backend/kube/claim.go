@@ -221,6 +221,7 @@ func (m *Manager) sandboxOfClaim(c *corev1.PersistentVolumeClaim) core.Sandbox {
 	sb.ExpiresAt = rec.HibernatedAt.Add(m.cfg.HibernatedTTL)
 	_ = json.Unmarshal([]byte(a[annLimits]), &sb.Limits)
 	sb.Volumes = decodeMounts(a[annVolumes])
+	networkOfPod(&sb, a)
 	if s := a[annMetadata]; s != "" {
 		_ = json.Unmarshal([]byte(s), &sb.Metadata)
 	}
@@ -245,7 +246,7 @@ func (m *Manager) onIdleOf(a map[string]string) string {
 // wakes it.
 func recordAnnotations(a map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, k := range []string{annTenant, annUserID, annCreatedAt, annLastActive, annIdleTimeout, annLimits, annMetadata, annOnIdle, annVolumes} {
+	for _, k := range []string{annTenant, annUserID, annCreatedAt, annLastActive, annIdleTimeout, annLimits, annMetadata, annOnIdle, annVolumes, annNetwork} {
 		if v, ok := a[k]; ok {
 			out[k] = v
 		}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -84,6 +85,23 @@ type Config struct {
 	// hibernations' snapshots are on the sandboxes' claims, bounded by
 	// their size.
 	SnapshotBudget core.SnapshotBudget
+	// EgressCNI says the nodes that run sandbox Pods have sandboxd's
+	// egress plugin in their CNI chain (cmd/sandbox-cni), which confines a
+	// Pod's sandbox user to its io sidecar's egress gateway (network.go).
+	// Without it, networked sandboxes are refused; with it, a Pod whose
+	// redirect turns out not to be in force is ended before it runs
+	// anything. Policy.AllowNetwork must be set too.
+	EgressCNI bool
+	// EgressCluster are blocks no sandbox reaches whatever its policy and
+	// Policy.EgressAllowPrivate say: the cluster's Pod, Service and node
+	// ranges, where the other sandboxes, sandboxd and the kubelets are.
+	// The Pod's own addresses and the special ranges (private, link-local,
+	// ...) are refused anyway unless EgressAllowPrivate allows them.
+	EgressCluster []netip.Prefix
+	// EgressHosts are the operator's fixed names (sandboxd
+	// --egress-hosts-file), from which the gateways resolve instead of
+	// their Pods' resolver; nil: the Pods' resolver (the cluster's DNS).
+	EgressHosts map[string][]netip.Addr
 
 	// ActivityWriteInterval bounds how often a sandbox's last activity is
 	// written to its Pod (activity.go); default 10 s, and at most a fifth

@@ -69,6 +69,12 @@
 //     /volumes/<ID>, by their io sidecars, which serve its files; while no
 //     sandbox mounts it, a volume server Pod (the sidecar alone) does
 //     (volumes.go).
+//   - A networked sandbox's policy is on its Pod (and its claim while it
+//     hibernates), with a generation; its egress gateway is
+//     orchestrator/egress run in its io sidecar, to which the node's CNI
+//     chain (cmd/sandbox-cni, podnet) sends the sandbox user's traffic.
+//     sandboxd gives the sidecar the policy when the Pod is ready and at
+//     each update (network.go).
 //
 // Every replica watches Pods and Leases with informers and serves reads from
 // that cache; writes go to the API server, whose conflicts arbitrate. The

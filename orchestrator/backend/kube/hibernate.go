@@ -269,6 +269,7 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 		s.idleTTL = d
 	}
 	s.volumes = m.keptMounts(decodeMounts(a[annVolumes]))
+	s.network = parseNetRecord(a[annNetwork])
 	pod := buildPod(&m.cfg, s) // the io sidecar runs the same image
 	for k, v := range recordAnnotations(a) {
 		pod.Annotations[k] = v

@@ -41,6 +41,10 @@ type IOConn interface {
 	Import(ctx context.Context, globals string, r io.Reader, maxBytes int64) (iosidecar.ArchiveStats, error)
 	// Volume is the files API on a named volume the Pod mounts.
 	Volume(id string) iosidecar.VolumeFiles
+	// SetEgress and EgressStatus reach a networked sandbox's egress
+	// gateway (network.go).
+	SetEgress(ctx context.Context, p iosidecar.EgressPolicy) (applied bool, err error)
+	EgressStatus(ctx context.Context) (core.NetworkCounters, []core.NetworkDenial, uint64, error)
 	Close() error
 }
 

@@ -54,6 +54,9 @@ type Manager struct {
 	active map[string]*activity
 	// conns are the open connections to io sidecars, by Pod UID.
 	conns map[string]*ioEntry
+	// egressDone is, by Pod UID, the policy this replica last gave the
+	// Pod's egress gateway (egressKey, network.go).
+	egressDone map[string]string
 	// watchCalls and watchDirs count this replica's WatchDirectory calls
 	// in progress and the directories their sidecars watch, against
 	// Policy.WatchCaps (watch.go).
@@ -98,7 +101,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger.With("backend", "kubernetes"),
-		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{},
+		ch: make(chan struct{}), active: map[string]*activity{}, conns: map[string]*ioEntry{}, egressDone: map[string]string{},
 		creating: map[string]time.Time{}, hibernating: map[string]bool{}, closed: make(chan struct{}), health: newHealthCache(),
 	}
 	if cfg.KubeletTransport != nil {
@@ -249,6 +252,7 @@ func (m *Manager) forgetPod(obj any) {
 		delete(m.conns, string(p.UID))
 	}
 	delete(m.active, p.Labels[labelSandboxID])
+	delete(m.egressDone, string(p.UID))
 	m.mu.Unlock()
 	m.health.forget(string(p.UID))
 }
@@ -360,6 +364,11 @@ func (m *Manager) awaitReady(ctx context.Context, p *corev1.Pod) (*corev1.Pod, e
 		case dead:
 			return nil, deadError(id, reason)
 		case ready:
+			// A networked sandbox's gateway gets its policy before the
+			// Pod is used: a Pod that cannot confine it is ended here.
+			if err := m.applyEgress(ctx, p); err != nil {
+				return nil, err
+			}
 			return p, nil
 		}
 		if why := cannotStart(p); why != "" {

@@ -106,6 +106,8 @@ type podSpec struct {
 	waking string
 	// volumes are the named volumes it mounts (volumes.go).
 	volumes []podVolume
+	// network is a networked sandbox's policy (network.go); nil without.
+	network *netRecord
 }
 
 // buildPod returns the Pod for s under cfg.
@@ -188,6 +190,11 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 		},
 		Spec: spec,
 	}
+	defer func() {
+		if s.network != nil {
+			podNetwork(pod, s.network)
+		}
+	}()
 	pod.Spec.Containers = []corev1.Container{{
 		Name:         containerSandbox,
 		Image:        cmp.Or(s.image, cfg.Image),

@@ -159,6 +159,7 @@ func (m *Manager) sandboxOf(p *corev1.Pod) core.Sandbox {
 	}
 	_ = json.Unmarshal([]byte(p.Annotations[annLimits]), &sb.Limits)
 	sb.Volumes = decodeMounts(p.Annotations[annVolumes])
+	networkOfPod(&sb, p.Annotations)
 	if s := p.Annotations[annMetadata]; s != "" {
 		_ = json.Unmarshal([]byte(s), &sb.Metadata)
 	}

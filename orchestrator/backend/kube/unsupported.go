@@ -21,18 +21,20 @@ func unsupported(feature string) error { return core.Unsupported(backendName, fe
 // The features this backend lacks, as unsupported names them.
 const (
 	featHibernation = "hibernation and wake"
-	featNetwork     = "networked sandboxes (options.network, network policies and port URLs)"
+	featNetwork     = "networked sandboxes (options.network and network policies)" // without Config.EgressCNI
+	featRules       = "network rules (a rule's header values are secrets: here they would be kept on the sandbox's Pod object and sent to its io sidecar in clear)"
+	featPorts       = "port URLs (GetHost: sandboxd does not proxy into a sandbox's Pod)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks" // without Config.SnapshotDir
 	featVolumes     = "volumes"             // without Config.VolumeClass
 	featTemplates   = "templates (this backend runs the one image its Pods name; a template would need a registry the cluster pulls from)"
 )
 
-// refuseOptions is Acquire's answer to options this backend lacks, network
-// and templates, and hibernation on idle without a storage class (a
+// refuseOptions is Acquire's answer to options this backend lacks,
+// templates, and hibernation on idle without a storage class (a
 // start from a snapshot without a snapshot directory is refused when it
-// is resolved, snapshots.go): no sandbox here gets them (its Pod has no
-// egress gateway and runs the one image), and an option silently
+// is resolved, snapshots.go): no sandbox here gets them (its Pod runs the
+// one image; network is networkOf's to refuse), and an option silently
 // ignored would let a caller believe it is in force (an E2B autoPause
 // sandbox deleted at its timeout, with everything in it). The server's own
 // --on-idle default is not an option of the caller's: without a storage
@@ -43,33 +45,20 @@ func (m *Manager) refuseOptions(opts core.Options) error {
 			return err
 		}
 	}
-	if opts.Network || opts.NetworkPolicy != nil {
-		return unsupported(featNetwork)
-	}
 	if opts.Template != "" {
 		return unsupported(featTemplates)
 	}
 	return nil
 }
 
-// UpdateNetworkPolicy is not supported on this backend.
-func (m *Manager) UpdateNetworkPolicy(context.Context, string, core.NetworkPolicy) (core.Sandbox, error) {
-	return core.Sandbox{}, unsupported(featNetwork)
-}
-
-// NetworkStatus is not supported on this backend.
-func (m *Manager) NetworkStatus(context.Context, string) (core.NetworkStatus, error) {
-	return core.NetworkStatus{}, unsupported(featNetwork)
-}
-
 // GetHost is not supported on this backend.
 func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
-	return core.HostInfo{}, unsupported(featNetwork)
+	return core.HostInfo{}, unsupported(featPorts)
 }
 
 // PortTarget is not supported on this backend.
 func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
-	return core.PortTarget{}, unsupported(featNetwork)
+	return core.PortTarget{}, unsupported(featPorts)
 }
 
 // Every operation of the port, supported or not.

@@ -1,0 +1,334 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Networked sandboxes. Under Docker the egress gateway sits in sandboxd,
+// at the host's end of each sandbox's link; a Pod's network is its CNI's,
+// so here the same gateway (orchestrator/egress) runs in the Pod's io
+// sidecar (iosidecar/egress.go), and three parts make it the Pod's only
+// way out for the sandbox user:
+//
+//   - the node's CNI chain ends with sandboxd's plugin (cmd/sandbox-cni,
+//     podnet), which redirects the sandbox user's TCP and DNS to the
+//     sidecar and drops everything else that user sends beyond the Pod
+//     (Config.EgressCNI says the nodes have it; without it network is
+//     refused);
+//   - the Pod carries labelNetwork, which the shipped NetworkPolicy
+//     (sandbox-network) selects to let the Pod out, beyond the cluster;
+//   - sandboxd gives the sidecar the policy once the Pod is ready
+//     (applyEgress, on the way out of awaitReady, so before any command
+//     runs in it) and whenever it changes. The sidecar first proves the
+//     redirect is in force; a Pod where it is not (a node without the
+//     plugin, a runtime with a network stack of its own: gVisor) is
+//     ended, its sandbox dead with the reason, before anything runs.
+//
+// The policy is on the Pod (annNetwork, with a generation the sidecar
+// orders updates from several replicas by), and on its claim through a
+// hibernation, so every replica and a woken Pod have it. A rule's header
+// values are secrets the Docker backend keeps on the host: here they would
+// sit on the Pod's object and cross to the sidecar in clear, so rules are
+// refused, as are port URLs (GetHost), which need an ingress of sandboxd's
+// into the Pod.
+const (
+	// labelNetwork ("on") marks a networked sandbox's Pod.
+	labelNetwork = "sandboxd.io/network"
+	// annNetwork is its netRecord.
+	annNetwork = "sandboxd.io/network-policy"
+	// podIPEnv gives the sidecar the Pod's IP, the source of the sandbox's
+	// redirected traffic.
+	podIPEnv = "POD_IP"
+)
+
+// netRecord is a networked sandbox's policy as its Pod keeps it.
+type netRecord struct {
+	// Generation grows with each update; the sidecar keeps the highest.
+	Generation uint64             `json:"generation"`
+	Policy     core.NetworkPolicy `json:"policy"`
+}
+
+// parseNetRecord reads annNetwork; nil without one.
+func parseNetRecord(s string) *netRecord {
+	if s == "" {
+		return nil
+	}
+	var r netRecord
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return &netRecord{Policy: core.NetworkPolicy{DenyOut: []string{"0.0.0.0/0"}}} // unreadable: nothing out
+	}
+	return &r
+}
+
+func (r *netRecord) encode() string {
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// networkOf is the record of a new sandbox with opts (nil without
+// network), or why this backend cannot give it.
+func (m *Manager) networkOf(opts core.Options) (*netRecord, error) {
+	if !opts.Network && opts.NetworkPolicy == nil {
+		return nil, nil
+	}
+	if err := m.networking(); err != nil {
+		return nil, err
+	}
+	var p core.NetworkPolicy
+	if opts.NetworkPolicy != nil {
+		p = opts.NetworkPolicy.Clone()
+	}
+	if err := refuseRules(p); err != nil {
+		return nil, err
+	}
+	return &netRecord{Generation: 1, Policy: p}, nil
+}
+
+// networking refuses the network calls unless the nodes confine networked
+// sandboxes (Config.EgressCNI).
+func (m *Manager) networking() error {
+	if !m.cfg.EgressCNI {
+		return unsupported(featNetwork + " without --kube-egress-cni (the nodes' CNI chain must confine each sandbox to its Pod's egress gateway: deploy/kubernetes/README.md)")
+	}
+	return nil
+}
+
+// refuseRules refuses a policy with header rules (see above).
+func refuseRules(p core.NetworkPolicy) error {
+	if len(p.Rules) > 0 {
+		return unsupported(featRules)
+	}
+	return nil
+}
+
+// podNetwork puts r on a sandbox Pod: its label, its record, and the
+// sidecar's gateway.
+func podNetwork(pod *corev1.Pod, r *netRecord) {
+	pod.Labels[labelNetwork] = "on"
+	pod.Annotations[annNetwork] = r.encode()
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if c.Name != containerIO {
+			continue
+		}
+		c.Args = append(c.Args, "--egress")
+		c.Env = append(c.Env, corev1.EnvVar{Name: podIPEnv, ValueFrom: &corev1.EnvVarSource{
+			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	}
+}
+
+// egressKey says which policy a ready Pod's sidecar was given: the Pod, the
+// generation, and the sidecar container's restarts (a restarted sidecar
+// has none).
+func egressKey(p *corev1.Pod, gen uint64) string {
+	restarts := int32(0)
+	for _, s := range p.Status.InitContainerStatuses {
+		if s.Name == containerIO {
+			restarts = s.RestartCount
+		}
+	}
+	return string(p.UID) + "/" + strconv.FormatUint(gen, 10) + "/" + strconv.Itoa(int(restarts))
+}
+
+// applyEgress gives ready Pod p's sidecar its policy, unless this replica
+// already gave it this one. A Pod whose redirect is not in force is ended:
+// its sandbox is dead, with the reason, before anything ran in it.
+func (m *Manager) applyEgress(ctx context.Context, p *corev1.Pod) error {
+	if p.Labels[labelNetwork] == "" {
+		return nil
+	}
+	rec := parseNetRecord(p.Annotations[annNetwork])
+	if rec == nil {
+		rec = &netRecord{Policy: core.NetworkPolicy{DenyOut: []string{"0.0.0.0/0"}}}
+	}
+	key := egressKey(p, rec.Generation)
+	m.mu.Lock()
+	done := m.egressDone[string(p.UID)] == key
+	m.mu.Unlock()
+	if done {
+		return nil
+	}
+	id := p.Labels[labelSandboxID]
+	conn, err := m.io(ctx, p)
+	if err != nil {
+		return err
+	}
+	_, err = conn.SetEgress(ctx, m.egressPolicy(id, rec))
+	switch {
+	case errors.Is(err, iosidecar.ErrEgressUnavailable):
+		reason := "its pod cannot confine a networked sandbox: " + err.Error()
+		m.log.Error("networked sandbox ended: its pod's egress redirect is not in force", "sandbox_id", id, "node", p.Spec.NodeName, "error", err)
+		m.retire(context.WithoutCancel(ctx), id, reason)
+		return deadError(id, reason)
+	case err != nil:
+		return m.ioError(id, "", err)
+	}
+	m.mu.Lock()
+	m.egressDone[string(p.UID)] = key
+	m.mu.Unlock()
+	return nil
+}
+
+// egressPolicy is what the sidecar gets: r's policy under the operator's
+// bounds.
+func (m *Manager) egressPolicy(id string, r *netRecord) iosidecar.EgressPolicy {
+	return iosidecar.EgressPolicy{SandboxID: id, Generation: r.Generation,
+		AllowOut: r.Policy.AllowOut, DenyOut: r.Policy.DenyOut,
+		Ceiling: m.cfg.EgressCeiling, AllowPrivate: m.cfg.EgressAllowPrivate,
+		Cluster: m.cfg.EgressCluster, Hosts: m.cfg.EgressHosts}
+}
+
+// UpdateNetworkPolicy replaces a networked sandbox's policy (checked and
+// normalised by core.Validating): written to its Pod (or, hibernated, its
+// claim) with the next generation, then given to its sidecar if the Pod is
+// ready (else when it is). It neither wakes a hibernated sandbox nor
+// counts as a use. A sandbox without network is core.NoNetwork.
+func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np core.NetworkPolicy) (core.Sandbox, error) {
+	if err := m.networking(); err != nil {
+		return core.Sandbox{}, err
+	}
+	if err := refuseRules(np); err != nil {
+		return core.Sandbox{}, err
+	}
+	for range maxAcquireRounds {
+		p, c, err := m.lookup(ctx, sandboxID)
+		if err != nil {
+			return core.Sandbox{}, err
+		}
+		if p == nil {
+			// Hibernated: the claim keeps the record until the wake.
+			rec := parseNetRecord(c.Annotations[annNetwork])
+			if rec == nil {
+				return core.Sandbox{}, core.NoNetwork(sandboxID)
+			}
+			next := netRecord{Generation: rec.Generation + 1, Policy: np.Clone()}
+			qc, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Patch(ctx, c.Name, types.MergePatchType,
+				netPatch(c.ResourceVersion, next), metav1.PatchOptions{})
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			if err != nil {
+				return core.Sandbox{}, apiError("write the network policy", err)
+			}
+			m.logPolicy(sandboxID, np)
+			return m.sandboxOfClaim(qc), nil
+		}
+		if _, dead, reason, _ := podState(p); dead {
+			return core.Sandbox{}, deadError(sandboxID, reason)
+		}
+		rec := parseNetRecord(p.Annotations[annNetwork])
+		if rec == nil {
+			return core.Sandbox{}, core.NoNetwork(sandboxID)
+		}
+		// From the API server: the cache may lag another replica's update,
+		// and the generation must grow past it.
+		fresh, err := m.podFromAPI(ctx, sandboxID)
+		if err != nil {
+			return core.Sandbox{}, err
+		}
+		if fresh == nil {
+			continue
+		}
+		if r := parseNetRecord(fresh.Annotations[annNetwork]); r != nil {
+			rec = r
+		}
+		next := netRecord{Generation: rec.Generation + 1, Policy: np.Clone()}
+		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, fresh.Name, types.MergePatchType,
+			netPatch(fresh.ResourceVersion, next), metav1.PatchOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return core.Sandbox{}, apiError("write the network policy", err)
+		}
+		if _, _, _, ready := podState(q); ready {
+			if err := m.applyEgress(ctx, q); err != nil {
+				return core.Sandbox{}, err
+			}
+		}
+		m.logPolicy(sandboxID, np)
+		return m.sandboxOf(q), nil
+	}
+	return core.Sandbox{}, core.Errorf(core.ErrUnavailable, "gave up updating the network policy of sandbox %s after %d conflicting writes; try again", sandboxID, maxAcquireRounds)
+}
+
+func (m *Manager) logPolicy(id string, np core.NetworkPolicy) {
+	m.log.Info("sandbox network policy updated", "sandbox_id", id,
+		"allow_out", len(np.AllowOut), "deny_out", len(np.DenyOut), "public_traffic", np.AllowPublicTraffic)
+}
+
+// netPatch is the merge patch writing r, if the object is still at
+// resourceVersion.
+func netPatch(resourceVersion string, r netRecord) []byte {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": resourceVersion,
+		"annotations":     map[string]string{annNetwork: r.encode()},
+	}})
+	return b
+}
+
+// NetworkStatus returns a networked sandbox's policy, redacted, with what
+// its Pod's gateway counted and refused since its sidecar started (nothing
+// while it is hibernated). It neither wakes a hibernated sandbox nor
+// counts as a use.
+func (m *Manager) NetworkStatus(ctx context.Context, sandboxID string) (core.NetworkStatus, error) {
+	if err := m.networking(); err != nil {
+		return core.NetworkStatus{}, err
+	}
+	p, c, err := m.lookup(ctx, sandboxID)
+	if err != nil {
+		return core.NetworkStatus{}, err
+	}
+	if p == nil {
+		rec := parseNetRecord(c.Annotations[annNetwork])
+		if rec == nil {
+			return core.NetworkStatus{}, core.NoNetwork(sandboxID)
+		}
+		return core.NetworkStatus{Policy: rec.Policy.Redacted()}, nil
+	}
+	rec := parseNetRecord(p.Annotations[annNetwork])
+	if rec == nil {
+		return core.NetworkStatus{}, core.NoNetwork(sandboxID)
+	}
+	st := core.NetworkStatus{Policy: rec.Policy.Redacted()}
+	_, dead, reason, ready := podState(p)
+	switch {
+	case dead:
+		return core.NetworkStatus{}, deadError(sandboxID, reason)
+	case !ready:
+		return st, nil
+	}
+	if err := m.applyEgress(ctx, p); err != nil {
+		return core.NetworkStatus{}, err
+	}
+	conn, err := m.io(ctx, p)
+	if err != nil {
+		return core.NetworkStatus{}, err
+	}
+	counters, denials, _, err := conn.EgressStatus(ctx)
+	if err != nil {
+		return core.NetworkStatus{}, m.ioError(sandboxID, "", err)
+	}
+	st.Counters, st.Denials = counters, denials
+	return st, nil
+}
+
+// networkOfPod is what a caller sees of a sandbox's network (annotations
+// a, a Pod's or a hibernated claim's).
+func networkOfPod(sb *core.Sandbox, a map[string]string) {
+	if r := parseNetRecord(a[annNetwork]); r != nil {
+		p := r.Policy.Redacted()
+		sb.Network, sb.NetworkPolicy = true, &p
+	}
+}

@@ -1,0 +1,188 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// netSidecar is a hibSidecar with an egress gateway: it records the
+// policies it is given, and refuses them (no redirect) while refuse is set.
+type netSidecar struct {
+	*hibSidecar
+	log *egressLog
+}
+
+type egressLog struct {
+	mu     sync.Mutex
+	set    []egressSet
+	refuse bool
+}
+
+type egressSet struct {
+	pod string
+	p   iosidecar.EgressPolicy
+}
+
+func (s *netSidecar) SetEgress(_ context.Context, p iosidecar.EgressPolicy) (bool, error) {
+	s.log.mu.Lock()
+	defer s.log.mu.Unlock()
+	if s.log.refuse {
+		return false, fmt.Errorf("io sidecar: the redirect is not in force (test): %w", iosidecar.ErrEgressUnavailable)
+	}
+	s.log.set = append(s.log.set, egressSet{pod: s.pod, p: p})
+	return true, nil
+}
+
+func (s *netSidecar) EgressStatus(context.Context) (core.NetworkCounters, []core.NetworkDenial, uint64, error) {
+	return core.NetworkCounters{ConnsAllowed: 7, DNSDenied: 1}, []core.NetworkDenial{{Kind: "dns", Name: "denied.test", Reason: "denied by deny_out"}}, 1, nil
+}
+
+func (l *egressLog) sets() []egressSet {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.set)
+}
+
+// TestNetworkedSandbox: with EgressCNI, a networked sandbox's Pod carries
+// its label, its policy and a sidecar running the gateway; the policy and
+// the operator's bounds reach the gateway once the Pod is ready (once per
+// Pod and generation, not per use), an update reaches it with the next
+// generation, a hibernated sandbox keeps its policy on its claim (updated
+// there too) and its woken Pod gets the newest; the status is the
+// gateway's. A Pod whose redirect is not in force ends its sandbox, dead
+// with the reason, before it is handed out. A sandbox without network has
+// none of it.
+func TestNetworkedSandbox(t *testing.T) {
+	log := &egressLog{}
+	cluster := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
+	hosts := map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("198.18.0.1")}}
+	e := newHibEnv(t, func(c *Config) {
+		c.AllowNetwork, c.EgressCNI, c.EgressCluster, c.EgressHosts = true, true, cluster, hosts
+		c.EgressCeiling = []string{"*.example.test"}
+		dial := c.DialIO
+		c.DialIO = func(ctx context.Context, addr, tok string) (IOConn, error) {
+			conn, err := dial(ctx, addr, tok)
+			if err != nil {
+				return nil, err
+			}
+			return &netSidecar{hibSidecar: conn.(*hibSidecar), log: log}, nil
+		}
+	})
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	policy := core.NetworkPolicy{AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	r, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Network: true, NetworkPolicy: &policy})
+	if err != nil {
+		t.Fatalf("Acquire with network: %v", err)
+	}
+	id := r.Sandbox.ID
+	if !r.Sandbox.Network || r.Sandbox.NetworkPolicy == nil || !slices.Equal(r.Sandbox.NetworkPolicy.AllowOut, policy.AllowOut) {
+		t.Errorf("acquired sandbox: network %v, policy %+v; want the policy", r.Sandbox.Network, r.Sandbox.NetworkPolicy)
+	}
+	p := e.pod(t, id)
+	var sidecar *string
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == containerIO && slices.Contains(c.Args, "--egress") && slices.ContainsFunc(c.Env, func(v corev1.EnvVar) bool {
+			return v.Name == podIPEnv && v.ValueFrom != nil && v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "status.podIP"
+		}) {
+			sidecar = &c.Name
+		}
+	}
+	if p.Labels[labelNetwork] != "on" || parseNetRecord(p.Annotations[annNetwork]) == nil || sidecar == nil {
+		t.Fatalf("networked pod: labels %v, annotation %q, sidecar running the gateway: %v", p.Labels, p.Annotations[annNetwork], sidecar != nil)
+	}
+	sets := log.sets()
+	if len(sets) != 1 || sets[0].p.Generation != 1 || !slices.Equal(sets[0].p.AllowOut, policy.AllowOut) || !slices.Equal(sets[0].p.DenyOut, policy.DenyOut) ||
+		sets[0].p.SandboxID != id || !slices.Equal(sets[0].p.Cluster, cluster) || !slices.Equal(sets[0].p.Ceiling, []string{"*.example.test"}) || len(sets[0].p.Hosts) != 1 {
+		t.Fatalf("policies given: %+v; want generation 1 of the sandbox's, under the operator's bounds", sets)
+	}
+	// A use of a Pod whose gateway has its policy asks nothing more.
+	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Network: true, NetworkPolicy: &policy}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(log.sets()); n != 1 {
+		t.Errorf("%d policies given after a second acquire; want still 1", n)
+	}
+
+	// An update: the next generation, on the Pod and in the gateway.
+	open := core.NetworkPolicy{AllowOut: []string{"allowed.test", "other.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	sb, err := e.m.UpdateNetworkPolicy(ctx, id, open)
+	if err != nil || !slices.Equal(sb.NetworkPolicy.AllowOut, open.AllowOut) {
+		t.Fatalf("UpdateNetworkPolicy: %+v, %v", sb.NetworkPolicy, err)
+	}
+	sets = log.sets()
+	if len(sets) != 2 || sets[1].p.Generation != 2 || !slices.Equal(sets[1].p.AllowOut, open.AllowOut) {
+		t.Fatalf("policies given after the update: %+v; want generation 2", sets)
+	}
+	st, err := e.m.NetworkStatus(ctx, id)
+	if err != nil || st.Counters.ConnsAllowed != 7 || len(st.Denials) != 1 || !slices.Equal(st.Policy.AllowOut, open.AllowOut) {
+		t.Fatalf("NetworkStatus: %+v, %v; want the gateway's counters and the policy", st, err)
+	}
+
+	// Hibernated: the claim keeps the policy, and takes updates; the
+	// woken Pod's gateway gets the newest.
+	if _, err := e.m.Hibernate(ctx, id); err != nil {
+		t.Fatalf("Hibernate: %v", err)
+	}
+	e.awaitState(t, ctx, id, core.StateHibernated)
+	third := core.NetworkPolicy{AllowOut: []string{"third.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	if sb, err := e.m.UpdateNetworkPolicy(ctx, id, third); err != nil || sb.State != core.StateHibernated || !slices.Equal(sb.NetworkPolicy.AllowOut, third.AllowOut) {
+		t.Fatalf("UpdateNetworkPolicy of a hibernated sandbox: %+v, %v", sb, err)
+	}
+	if st, err := e.m.NetworkStatus(ctx, id); err != nil || !slices.Equal(st.Policy.AllowOut, third.AllowOut) {
+		t.Fatalf("NetworkStatus of a hibernated sandbox: %+v, %v", st, err)
+	}
+	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
+		t.Fatalf("Acquire (wake): %v", err)
+	}
+	woken := e.pod(t, id)
+	sets = log.sets()
+	if woken.Labels[labelNetwork] != "on" || len(sets) != 3 || sets[2].p.Generation != 3 || !slices.Equal(sets[2].p.AllowOut, third.AllowOut) {
+		t.Fatalf("after the wake: label %q, policies given %+v; want generation 3 given to the woken pod", woken.Labels[labelNetwork], sets)
+	}
+
+	// Without network: none of it.
+	plain, err := e.m.Acquire(ctx, "bob", core.Options{Limits: e.m.cfg.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pp := e.pod(t, plain.Sandbox.ID); pp.Labels[labelNetwork] != "" || pp.Annotations[annNetwork] != "" || plain.Sandbox.Network {
+		t.Errorf("a sandbox without network: labels %v, network %v", pp.Labels, plain.Sandbox.Network)
+	}
+	if _, err := e.m.UpdateNetworkPolicy(ctx, plain.Sandbox.ID, open); !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "has no network") {
+		t.Errorf("UpdateNetworkPolicy without network: %v; want no network", err)
+	}
+	if _, err := e.m.NetworkStatus(ctx, plain.Sandbox.ID); !errors.Is(err, core.ErrFailedPrecondition) {
+		t.Errorf("NetworkStatus without network: %v; want no network", err)
+	}
+
+	// No redirect in the Pod: its sandbox is dead before it is handed out.
+	log.mu.Lock()
+	log.refuse = true
+	log.mu.Unlock()
+	_, err = e.m.Acquire(ctx, "carol", core.Options{Limits: e.m.cfg.DefaultLimits, Network: true, NetworkPolicy: &policy})
+	if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "cannot confine a networked sandbox") {
+		t.Fatalf("Acquire on a pod without the redirect: %v; want its sandbox dead, saying why", err)
+	}
+	list, _ := e.m.List(ctx, core.ListFilter{UserID: "carol"})
+	if len(list) != 1 || list[0].State != core.StateDead || !strings.Contains(list[0].StateReason, "cannot confine") {
+		t.Fatalf("carol's sandboxes: %+v; want one, dead, saying why", list)
+	}
+	if p, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, podName(list[0].ID), metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("the pod without the redirect is not being deleted")
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+}
