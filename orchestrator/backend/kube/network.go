@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 )
 
 // Networked sandboxes. Under Docker the egress gateway sits in sandboxd,
@@ -113,10 +114,15 @@ func refuseRules(p core.NetworkPolicy) error {
 }
 
 // podNetwork puts r on a sandbox Pod: its label, its record, and the
-// sidecar's gateway.
+// sidecar's gateway. Names with a dot are asked as they are first (ndots
+// 1, where the cluster's default is 5): otherwise every lookup of
+// "pypi.org" would first ask the gateway for it under each of the Pod's
+// search domains, each refused by an allow-list and filling the
+// sandbox's denials.
 func podNetwork(pod *corev1.Pod, r *netRecord) {
 	pod.Labels[labelNetwork] = "on"
 	pod.Annotations[annNetwork] = r.encode()
+	pod.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "ndots", Value: ptr.To("1")}}}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
 		if c.Name != containerIO {

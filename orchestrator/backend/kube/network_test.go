@@ -100,8 +100,9 @@ func TestNetworkedSandbox(t *testing.T) {
 			sidecar = &c.Name
 		}
 	}
-	if p.Labels[labelNetwork] != "on" || parseNetRecord(p.Annotations[annNetwork]) == nil || sidecar == nil {
-		t.Fatalf("networked pod: labels %v, annotation %q, sidecar running the gateway: %v", p.Labels, p.Annotations[annNetwork], sidecar != nil)
+	if p.Labels[labelNetwork] != "on" || parseNetRecord(p.Annotations[annNetwork]) == nil || sidecar == nil ||
+		p.Spec.DNSConfig == nil || len(p.Spec.DNSConfig.Options) != 1 || p.Spec.DNSConfig.Options[0].Name != "ndots" {
+		t.Fatalf("networked pod: labels %v, annotation %q, sidecar running the gateway: %v, DNS config %+v; want ndots 1", p.Labels, p.Annotations[annNetwork], sidecar != nil, p.Spec.DNSConfig)
 	}
 	sets := log.sets()
 	if len(sets) != 1 || sets[0].p.Generation != 1 || !slices.Equal(sets[0].p.AllowOut, policy.AllowOut) || !slices.Equal(sets[0].p.DenyOut, policy.DenyOut) ||
