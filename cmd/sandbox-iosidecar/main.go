@@ -55,10 +55,10 @@ func run() error {
 	egressOn := fs.Bool("egress", false, "run the Pod's egress gateway (a networked sandbox's sidecar): the node's CNI chain (sandbox-cni) redirects the sandbox user's TCP and DNS to it, and sandboxd gives it the sandbox's policy")
 	egressSource := fs.String("egress-source", "", "the Pod's IP, the source of the sandbox's redirected traffic (default: env POD_IP)")
 	var ec iosidecar.EgressConfig
-	fs.StringVar(&ec.TCP, "egress-tcp", "127.0.0.1:15001", "where the redirect sends the sandbox user's TCP")
-	fs.StringVar(&ec.DNS, "egress-dns", "127.0.0.1:15053", "where the redirect sends its DNS (UDP and TCP)")
-	fs.StringVar(&ec.Probe, "egress-probe", "127.0.0.1:15002", "where the redirect sends the probe's connection")
-	fs.StringVar(&ec.ProbeTarget, "egress-probe-target", "127.0.0.2:1", "the address the redirect sends to --egress-probe")
+	fs.StringVar(&ec.TCP, "egress-tcp", iosidecar.DefaultEgressTCP, "where the redirect sends the sandbox user's TCP")
+	fs.StringVar(&ec.DNS, "egress-dns", iosidecar.DefaultEgressDNS, "where the redirect sends its DNS (UDP and TCP)")
+	fs.StringVar(&ec.Probe, "egress-probe", iosidecar.DefaultEgressProbe, "where the redirect sends the probe's connection")
+	fs.StringVar(&ec.ProbeTarget, "egress-probe-target", iosidecar.DefaultEgressProbeTarget, "the address the redirect sends to --egress-probe")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err

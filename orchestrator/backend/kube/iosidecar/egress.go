@@ -62,6 +62,16 @@ type EgressConfig struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
+// Where the node's redirect (orchestrator/backend/kube/podnet's defaults)
+// sends the sandbox user's traffic, and the probe's target: the
+// sidecar's defaults (sandbox-iosidecar's flags).
+const (
+	DefaultEgressTCP         = "127.0.0.1:15001"
+	DefaultEgressDNS         = "127.0.0.1:15053"
+	DefaultEgressProbe       = "127.0.0.1:15002"
+	DefaultEgressProbeTarget = "127.0.0.2:1"
+)
+
 // Bounds of a SetEgress request beyond the policy's own (core.MaxEgressEntries).
 const (
 	maxEgressBlocks = 256  // allow_private and cluster entries, each
