@@ -2,6 +2,8 @@ package iosidecar
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"net/netip"
 	"time"
 
@@ -50,9 +52,11 @@ func (c *Client) SetEgress(ctx context.Context, p EgressPolicy) (applied bool, e
 	for _, b := range p.Cluster {
 		req.Cluster = append(req.Cluster, b.String())
 	}
-	for name, addrs := range p.Hosts {
+	// In the names' order: the sidecar keeps its gateway while the bounds
+	// it is given are the same, and replicas must give the same.
+	for _, name := range slices.Sorted(maps.Keys(p.Hosts)) {
 		h := &sandboxiov1.EgressHost{Name: name}
-		for _, a := range addrs {
+		for _, a := range p.Hosts[name] {
 			h.Addresses = append(h.Addresses, a.String())
 		}
 		req.Hosts = append(req.Hosts, h)

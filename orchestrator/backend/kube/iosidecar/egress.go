@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -186,11 +187,14 @@ func parseEgressBounds(req *sandboxiov1.SetEgressRequest) (egressBounds, error) 
 	if b.bounds.Cluster, err = prefixes("cluster", req.GetCluster()); err != nil {
 		return b, err
 	}
+	// The key says when two requests' bounds are the same, whatever the
+	// order their hosts came in.
 	var key strings.Builder
 	fmt.Fprintf(&key, "c=%q p=%v k=%v h=", req.GetCeiling(), b.bounds.AllowPrivate, b.bounds.Cluster)
 	if len(req.GetHosts()) > 0 {
-		names := make(map[string][]netip.Addr, len(req.GetHosts()))
-		for _, h := range req.GetHosts() {
+		hosts := slices.SortedFunc(slices.Values(req.GetHosts()), func(a, b *sandboxiov1.EgressHost) int { return strings.Compare(a.GetName(), b.GetName()) })
+		names := make(map[string][]netip.Addr, len(hosts))
+		for _, h := range hosts {
 			if h.GetName() == "" || len(h.GetName()) > 253 || len(h.GetAddresses()) == 0 || len(h.GetAddresses()) > maxHostAddrs {
 				return b, core.Invalidf("egress host %q: a name of at most 253 bytes with 1 to %d addresses", h.GetName(), maxHostAddrs)
 			}

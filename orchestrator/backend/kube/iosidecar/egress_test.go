@@ -143,6 +143,17 @@ func TestEgressGateway(t *testing.T) {
 			t.Errorf("EgressStatus: %+v %+v generation %d, %v; want one allowed and one denied query (denied.test), generation 1", counters, denials, gen, err)
 		}
 
+		// The same bounds again, their hosts in another order (another
+		// replica's): the gateway and its counters are kept.
+		req := &sandboxiov1.SetEgressRequest{SandboxId: pol.SandboxID, Generation: 1, AllowOut: pol.AllowOut, DenyOut: pol.DenyOut, Hosts: []*sandboxiov1.EgressHost{
+			{Name: "denied.test", Addresses: []string{"198.18.250.2"}}, {Name: "allowed.test", Addresses: []string{"198.18.250.1"}}}}
+		if _, err := c.rpc.SetEgress(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+		if counters, _, _, err := c.EgressStatus(ctx); err != nil || counters.DNSAllowed != 1 {
+			t.Errorf("after the same bounds again: %+v, %v; want the counters kept", counters, err)
+		}
+
 		// A newer policy replaces it; an older one changes nothing.
 		open := pol
 		open.Generation, open.AllowOut, open.DenyOut = 3, nil, nil
