@@ -248,7 +248,7 @@ func TestKube(t *testing.T) { kubeScenarios(t, needKube(t)) }
 // scheduler and controller manager, two real nodes (kubelet, containerd,
 // CNI), and then loses a node.
 func TestKubeRealNode(t *testing.T) {
-	k := needRealKube(t, node.Options{Nodes: []string{"node-a", "node-b"}, NodeMonitorGracePeriod: 10 * time.Second})
+	k := needRealKube(t, node.Options{Nodes: []string{"node-a", "node-b"}, NodeMonitorGracePeriod: 10 * time.Second, EgressCNI: true})
 	kubeScenarios(t, k)
 	t.Run("GVisor", func(t *testing.T) { kubeGVisor(t, k) })
 	// Last: the cluster has one node left after it.
@@ -361,6 +361,10 @@ func kubeScenarios(t *testing.T, k *kubeEnv) {
 		// Named volumes, a claim each (kube_volumes_test.go); the test
 		// kubelet mounts no claims.
 		t.Run("Volumes", func(t *testing.T) { kubeVolumes(t, k) })
+		// Networked sandboxes through the nodes' egress CNI plugin and the
+		// io sidecars' gateways (kube_network_test.go); the test kubelet
+		// has no CNI.
+		t.Run("Network", func(t *testing.T) { kubeNetwork(t, k) })
 	}
 	// The hostile-/io suite, as under Docker (hostile_test.go), with /io
 	// read by the io sidecar (kube_hostile_test.go).

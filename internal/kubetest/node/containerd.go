@@ -72,27 +72,32 @@ disabled_plugins = ["io.containerd.internal.v1.tracing", "io.containerd.snapshot
 `, runscHandler, n.runsccri, filepath.Join(n.containerdState, "runsc"))
 	}
 	fmt.Fprintf(&b, `  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
+    bin_dir = %q
     conf_dir = %q
-`, filepath.Join(n.dir, "cni"))
+`, n.cniBin, filepath.Join(n.dir, "cni"))
 	return b.String()
 }
 
 // cniConfig is node n's Pod network: a bridge in the node's namespace with
 // the node's Pod range, the bridge the Pods' default gateway, no
-// masquerading (the host routes the range to the node, which forwards).
+// masquerading (the host routes the range to the node, which forwards);
+// then, with Options.EgressCNI, sandboxd's egress plugin, for every Pod.
 func cniConfig(n *Node) string {
+	plugins := []any{map[string]any{
+		"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
+		"ipam": map[string]any{
+			"type":    "host-local",
+			"ranges":  [][]map[string]string{{{"subnet": n.PodCIDR.String()}}},
+			"dataDir": filepath.Join(n.containerdState, "ipam"),
+		},
+	}}
+	if n.egressCNI {
+		plugins = append(plugins, map[string]any{"type": "sandbox-cni"})
+	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "sandboxd-test-" + n.Name,
-		"plugins": []any{map[string]any{
-			"type": "bridge", "bridge": "cni0", "isGateway": true, "isDefaultGateway": true, "ipMasq": false, "hairpinMode": true,
-			"ipam": map[string]any{
-				"type":    "host-local",
-				"ranges":  [][]map[string]string{{{"subnet": n.PodCIDR.String()}}},
-				"dataDir": filepath.Join(n.containerdState, "ipam"),
-			},
-		}},
+		"plugins":    plugins,
 	}
 	b, _ := json.MarshalIndent(conf, "", "  ")
 	return string(b)

@@ -108,6 +108,11 @@ type Options struct {
 	// (netpol.go), as a CNI that enforces them does; callers check
 	// NeedNetworkPolicy first.
 	NetworkPolicy bool
+	// EgressCNI ends every node's CNI chain with sandboxd's egress plugin
+	// (cmd/sandbox-cni, built from this tree), as a cluster that offers
+	// networked sandboxes does: every Pod's uid-1000 traffic is then sent
+	// to its io sidecar's egress gateway (refused where none runs).
+	EgressCNI bool
 }
 
 // APIPort is the API server's port on its address.
@@ -135,6 +140,7 @@ type Cluster struct {
 	clientCA    string // the API server's client CA, which the kubelets trust
 	noGVisor    string // why GVisor is ""
 	runsccri    string // the nodes' runc for runsc ("": no gVisor)
+	cniBin      string // the nodes' CNI plugins' directory
 	assets      string
 	dir         string
 	apiLink     netlink.Link
@@ -160,6 +166,8 @@ type Node struct {
 	containerdRoot  string // kept between runs when its lock is free
 	containerdState string
 	runsccri        string // the runsc handler's runc ("": none)
+	cniBin          string // its CNI plugins' directory
+	egressCNI       bool   // its chain ends with sandbox-cni
 	kubeletRoot     string // named after netns, so that sweepStale finds a killed run's
 	criSocket       string
 	hostEnd         netip.Addr
@@ -311,6 +319,12 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 	if err != nil {
 		return c, err
 	}
+	c.cniBin = debianCNI
+	if o.EgressCNI {
+		if c.cniBin, err = cniBinDir(c.dir); err != nil {
+			return c, err
+		}
+	}
 	if runsc, err := runscBinary(); err != nil {
 		c.noGVisor = err.Error()
 		logf("node: no gVisor RuntimeClass: %v", err)
@@ -327,6 +341,7 @@ func New(ctx context.Context, dir string, o Options, logf func(string, ...any)) 
 			dir:      filepath.Join(c.dir, name),
 			runsccri: c.runsccri,
 			clientCA: c.clientCA,
+			cniBin:   c.cniBin, egressCNI: o.EgressCNI,
 		}
 		c.Nodes = append(c.Nodes, n)
 		if err := c.startNode(ctx, n, fmt.Sprintf("sbxkn%s%d", tag, i), pauseBin, o.Images); err != nil {
@@ -410,6 +425,42 @@ func buildPause(dir string) (string, error) {
 	}
 	return out, nil
 }
+
+// debianCNI holds Debian's CNI plugins.
+const debianCNI = "/usr/lib/cni"
+
+// cniBinDir is a directory of Debian's CNI plugins and sandbox-cni, built
+// from this tree: containerd 1.6 takes one plugin directory.
+func cniBinDir(dir string) (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot find sandbox-cni's source")
+	}
+	bin := filepath.Join(dir, "cni-bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return "", err
+	}
+	plugins, err := os.ReadDir(debianCNI)
+	if err != nil {
+		return "", err
+	}
+	for _, p := range plugins {
+		if err := os.Symlink(filepath.Join(debianCNI, p.Name()), filepath.Join(bin, p.Name())); err != nil {
+			return "", err
+		}
+	}
+	cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, "sandbox-cni"), "./cmd/sandbox-cni")
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "..")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build sandbox-cni: %v: %s", err, b)
+	}
+	return bin, nil
+}
+
+// Block is the cluster's addresses: the API server's, the nodes' and
+// their Pods' (sandboxd's --kube-egress-deny in tests).
+func (c *Cluster) Block() netip.Prefix { return c.block }
 
 // startNode makes node n's network, starts its containerd, gives it the
 // images and starts its kubelet.

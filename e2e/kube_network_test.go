@@ -1,0 +1,216 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sandboxd/sandboxd/internal/nettest"
+	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
+)
+
+// kubeNetProbe is run in a sandbox: it reports, as JSON, what each of its
+// targets did. "http URL": an HTTP GET ("ok <status>" or "failed: ...");
+// "dns NAME": a lookup ("resolved" or "unresolved: ..."); "tcp ADDR:PORT":
+// a connection that sends an HTTP request and reads ("answered: " and the
+// first line, "closed", or what stopped it: the gateway answers a refused
+// HTTP request 403 itself); "udp ADDR:PORT": a datagram sent ("sent" or
+// why not).
+const kubeNetProbe = `
+import json, socket, urllib.request
+def probe(t):
+    kind, arg = t.split(" ", 1)
+    try:
+        if kind == "http":
+            with urllib.request.urlopen(arg, timeout=5) as r:
+                return "ok %d" % r.status
+        if kind == "dns":
+            try:
+                socket.getaddrinfo(arg, 80, socket.AF_INET)
+            except socket.gaierror as e:
+                return "unresolved: %s" % e
+            return "resolved"
+        host, port = arg.rsplit(":", 1)
+        if kind == "udp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.sendto(b"x", (host, int(port)))
+            return "sent"
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.settimeout(5)
+        s.sendall(b"GET / HTTP/1.0\r\nHost: " + host.encode() + b"\r\n\r\n")
+        line = s.recv(256).split(b"\r\n", 1)[0]
+        return ("answered: " + line.decode("utf-8", "replace")) if line else "closed"
+    except Exception as e:
+        return "failed: %s" % e
+print(json.dumps({t: probe(t) for t in TARGETS}))
+`
+
+// kubeNetwork: networked sandboxes on the real nodes, whose CNI chain ends
+// with sandboxd's egress plugin (cmd/sandbox-cni) and whose io sidecars run
+// the egress gateway (orchestrator/backend/kube/network.go). Test hosts of
+// the test's own (internal/nettest, forwarded to by the host) stand for the
+// world; the replicas resolve their names from nettest's hosts file and
+// keep the cluster's block out (--kube-egress-deny).
+//
+//   - an allow-list sandbox reaches the allowed host by name, and neither
+//     the denied host (by name: NXDOMAIN; by address) nor the link-local
+//     metadata stand-in nor its own node's kubelet; UDP goes nowhere; each
+//     refusal is in GetNetworkStatus (through the other replica), and no
+//     refused host saw anything;
+//   - a sandbox without network reaches nothing, refused at once;
+//   - UpdateNetworkPolicy through the other replica takes effect at once;
+//     the policy survives a hibernation and wake (a new Pod);
+//   - under gVisor (whose network stack bypasses the Pod's netfilter) a
+//     networked sandbox is refused, dead with the reason, before it runs
+//     anything.
+func kubeNetwork(t *testing.T, k *kubeEnv) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	in := nettest.New(t, nettest.Options{Hosts: []string{"allowed.test", "denied.test"}, Metadata: true})
+	allowed, denied, metadata := in.Hosts["allowed.test"], in.Hosts["denied.test"], in.Hosts["metadata.test"]
+	k.cluster.ForwardTo(t, allowed.Addr, denied.Addr, metadata.Addr)
+	flags := []string{"--allow-network", "--kube-egress-cni", "--kube-egress-deny=" + k.cluster.Block().String(),
+		"--egress-hosts-file=" + in.HostsFile, "--kube-storage-class=" + k.cluster.StorageClass}
+	a, b := k.replica(t, "net-a", flags...), k.replica(t, "net-b", flags...)
+	ca, _ := a.client(t)
+	cb, _ := b.client(t)
+
+	probe := func(c sandboxv1.SandboxServiceClient, id string, targets ...string) map[string]string {
+		t.Helper()
+		js, _ := json.Marshal(targets)
+		o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "TARGETS = " + string(js) + "\n" + kubeNetProbe})
+		mustOK(t, o, "probing from sandbox "+id)
+		got := map[string]string{}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(o.stdout)), &got); err != nil || len(got) != len(targets) {
+			t.Fatalf("the probe in sandbox %s printed %q (%v)", id, o.stdout, err)
+		}
+		return got
+	}
+	want := func(id string, got map[string]string, target, prefix string) {
+		t.Helper()
+		if !strings.HasPrefix(got[target], prefix) {
+			t.Errorf("sandbox %s, %s: %q; want %s…", id, target, got[target], prefix)
+		}
+	}
+	seen := func() (int64, int64) {
+		return denied.AllAccepts() + metadata.AllAccepts(), allowed.UDPDatagrams() + denied.UDPDatagrams()
+	}
+
+	policy := &sandboxv1.NetworkPolicy{AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	r, err := ca.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "net-alice", Options: &sandboxv1.SandboxOptions{Network: true, NetworkPolicy: policy}})
+	if err != nil {
+		t.Fatalf("AcquireSandbox with network: %v", err)
+	}
+	id := r.GetSandbox().GetSandboxId()
+	node := k.cluster.Node(k.podOf(t, ctx, id).Spec.NodeName)
+	if node == nil {
+		t.Fatalf("sandbox %s runs on no node of the cluster", id)
+	}
+	got := probe(ca, id,
+		"http http://allowed.test/",
+		"dns denied.test",
+		fmt.Sprintf("http http://%s/", denied.Addr),
+		fmt.Sprintf("tcp %s:80", metadata.Addr),
+		fmt.Sprintf("tcp %s:10250", node.Addr),
+		fmt.Sprintf("udp %s:%d", allowed.Addr, nettest.UDPPort))
+	want(id, got, "http http://allowed.test/", "ok 200")
+	want(id, got, "dns denied.test", "unresolved")
+	want(id, got, fmt.Sprintf("http http://%s/", denied.Addr), "failed")
+	for _, target := range []string{fmt.Sprintf("tcp %s:80", metadata.Addr), fmt.Sprintf("tcp %s:10250", node.Addr)} {
+		if r := got[target]; strings.HasPrefix(r, "answered") && !strings.Contains(r, " 403 ") {
+			t.Errorf("sandbox %s, %s: %q; want it refused (the gateway's 403, or closed)", id, target, r)
+		}
+	}
+	if allowed.Accepts(80) == 0 {
+		t.Errorf("the allowed host accepted no connection on 80")
+	}
+	if conns, datagrams := seen(); conns != 0 || datagrams != 0 {
+		t.Errorf("refused hosts accepted %d connections and the hosts received %d datagrams; want none", conns, datagrams)
+	}
+	st, err := cb.GetNetworkStatus(ctx, &sandboxv1.GetNetworkStatusRequest{SandboxId: id})
+	if err != nil {
+		t.Fatalf("GetNetworkStatus through the other replica: %v", err)
+	}
+	var reasons []string
+	for _, d := range st.GetDenials() {
+		reasons = append(reasons, d.GetName()+" "+d.GetAddress()+": "+d.GetReason())
+	}
+	all := strings.Join(reasons, "\n")
+	for _, w := range []string{"denied.test", denied.Addr.String(), metadata.Addr.String(), "a cluster address " + node.Addr.String()} {
+		if !strings.Contains(all, w) {
+			t.Errorf("GetNetworkStatus's denials lack %q:\n%s", w, all)
+		}
+	}
+	if st.GetCounters().GetConnectionsAllowed() == 0 || st.GetCounters().GetDnsDenied() == 0 {
+		t.Errorf("GetNetworkStatus counters %+v; want allowed connections and denied queries", st.GetCounters())
+	}
+
+	// Without network: nothing, refused at once.
+	plain := acquire(t, ctx, ca, "net-bob").GetSandbox().GetSandboxId()
+	before := allowed.Accepts(80)
+	begin := time.Now()
+	got = probe(ca, plain, "http http://allowed.test/", fmt.Sprintf("tcp %s:80", allowed.Addr))
+	for target, r := range got {
+		if strings.HasPrefix(r, "answered") || strings.HasPrefix(r, "ok") {
+			t.Errorf("sandbox %s without network, %s: %q; want refused", plain, target, r)
+		}
+	}
+	if d := time.Since(begin); d > 10*time.Second {
+		t.Errorf("a sandbox without network took %v to be refused; want at once", d)
+	}
+	if allowed.Accepts(80) != before {
+		t.Errorf("the allowed host accepted a connection from a sandbox without network")
+	}
+	if _, err := ca.GetNetworkStatus(ctx, &sandboxv1.GetNetworkStatusRequest{SandboxId: plain}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("GetNetworkStatus of a sandbox without network: %v; want FAILED_PRECONDITION", err)
+	}
+
+	// An update through the other replica, in force at once; then back.
+	if _, err := cb.UpdateNetworkPolicy(ctx, &sandboxv1.UpdateNetworkPolicyRequest{SandboxId: id,
+		Policy: &sandboxv1.NetworkPolicy{AllowOut: []string{"allowed.test", "denied.test"}, DenyOut: []string{"0.0.0.0/0"}}}); err != nil {
+		t.Fatalf("UpdateNetworkPolicy: %v", err)
+	}
+	got = probe(ca, id, "http http://denied.test/")
+	want(id, got, "http http://denied.test/", "ok 200")
+	if _, err := cb.UpdateNetworkPolicy(ctx, &sandboxv1.UpdateNetworkPolicyRequest{SandboxId: id, Policy: policy}); err != nil {
+		t.Fatalf("UpdateNetworkPolicy back: %v", err)
+	}
+	acceptedBefore := denied.AllAccepts()
+
+	// Hibernated and woken: a new Pod, the same policy.
+	if _, err := ca.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: id}); err != nil {
+		t.Fatalf("HibernateSandbox: %v", err)
+	}
+	got = probe(cb, id, "http http://allowed.test/", "dns denied.test", fmt.Sprintf("http http://%s/", denied.Addr))
+	want(id, got, "http http://allowed.test/", "ok 200")
+	want(id, got, "dns denied.test", "unresolved")
+	want(id, got, fmt.Sprintf("http http://%s/", denied.Addr), "failed")
+	if n := denied.AllAccepts(); n != acceptedBefore {
+		t.Errorf("after the wake the denied host accepted %d more connections; want none", n-acceptedBefore)
+	}
+	sb, err := cb.GetSandbox(ctx, &sandboxv1.GetSandboxRequest{SandboxId: id})
+	if err != nil || !sb.GetSandbox().GetNetwork() || !slices.Equal(sb.GetSandbox().GetNetworkPolicy().GetAllowOut(), policy.AllowOut) {
+		t.Errorf("GetSandbox after the wake: %+v, %v; want network with the policy", sb.GetSandbox(), err)
+	}
+
+	// gVisor's network stack bypasses the Pod's netfilter: refused before
+	// anything runs in it.
+	if k.cluster.GVisor != "" {
+		g := k.replica(t, "net-gvisor", append(slices.Clone(flags), "--kube-runtime-class", k.cluster.GVisor)...)
+		cg, _ := g.client(t)
+		_, err := cg.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "net-gvisor", Options: &sandboxv1.SandboxOptions{Network: true, NetworkPolicy: policy}})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "cannot confine a networked sandbox") {
+			t.Errorf("a networked sandbox under gVisor: %v; want FAILED_PRECONDITION, its pod unable to confine it", err)
+		}
+		t.Logf("a networked sandbox under gVisor: %v", err)
+	}
+}
