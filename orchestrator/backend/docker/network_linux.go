@@ -17,6 +17,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/nftexpr"
 )
 
 // linuxKernel is the real netKernel: netlink for links, addresses and
@@ -144,8 +146,8 @@ func writeTable(n netNames, gw netip.Addr) error {
 	}
 	verdict := func(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
 
-	rule(guard, fromSandbox, nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
-	rule(guard, fromSandbox, nfproto(unix.NFPROTO_IPV4), []expr.Any{
+	rule(guard, fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))
+	rule(guard, fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), []expr.Any{
 		&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true, FlagPRESENT: true},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
 	}, verdict(expr.VerdictDrop))
@@ -159,16 +161,16 @@ func writeTable(n netNames, gw netip.Addr) error {
 		if err := c.AddSet(set, nil); err != nil {
 			return fmt.Errorf("nftables set %s: %w", p.set, err)
 		}
-		match := [][]expr.Any{fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(p.proto), dport(gatewayDNSPort)}
+		match := [][]expr.Any{fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), nftexpr.L4(p.proto), nftexpr.DPort(gatewayDNSPort)}
 		if p.syn {
 			match = append(match, synOnly())
 		}
 		rule(guard, append(match, overRate(set), verdict(expr.VerdictDrop))...)
 	}
 
-	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_UDP), dport(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
-	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_TCP), dport(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
-	rule(dnat, fromSandbox, nfproto(unix.NFPROTO_IPV4), l4(unix.IPPROTO_TCP), dnatTo(g, gatewayTCPPort))
+	rule(dnat, fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), nftexpr.L4(unix.IPPROTO_UDP), nftexpr.DPort(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
+	rule(dnat, fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), nftexpr.L4(unix.IPPROTO_TCP), nftexpr.DPort(gatewayDNSPort), dnatTo(g, gatewayDNSPort))
+	rule(dnat, fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), nftexpr.L4(unix.IPPROTO_TCP), dnatTo(g, gatewayTCPPort))
 
 	rule(input, []expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
@@ -180,10 +182,10 @@ func writeTable(n netNames, gw netip.Addr) error {
 		proto byte
 		port  uint16
 	}{{unix.IPPROTO_TCP, gatewayTCPPort}, {unix.IPPROTO_UDP, gatewayDNSPort}, {unix.IPPROTO_TCP, gatewayDNSPort}} {
-		rule(input, fromSandbox, nfproto(unix.NFPROTO_IPV4), daddr(g), l4(p.proto), dport(p.port), verdict(expr.VerdictAccept))
+		rule(input, fromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), nftexpr.DAddr4(g), nftexpr.L4(p.proto), nftexpr.DPort(p.port), verdict(expr.VerdictAccept))
 	}
 	rule(input, fromSandbox, verdict(expr.VerdictDrop))
-	rule(input, notFromSandbox, nfproto(unix.NFPROTO_IPV4), daddr(g), verdict(expr.VerdictDrop))
+	rule(input, notFromSandbox, nftexpr.NFProto(unix.NFPROTO_IPV4), nftexpr.DAddr4(g), verdict(expr.VerdictDrop))
 
 	rule(forward, fromSandbox, verdict(expr.VerdictDrop))
 	rule(forward, toSandbox, verdict(expr.VerdictDrop))
@@ -242,28 +244,6 @@ func deleteTable(name string) error {
 // comparison covers the prefix's bytes alone.
 func ifname(key expr.MetaKey, prefix string, op expr.CmpOp) []expr.Any {
 	return []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: op, Register: 1, Data: []byte(prefix)}}
-}
-
-func nfproto(p byte) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
-}
-
-func l4(p byte) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
-}
-
-func dport(port uint16) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
-	}
-}
-
-func daddr(a []byte) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
-	}
 }
 
 func dnatTo(a []byte, port uint16) []expr.Any {

@@ -3,8 +3,8 @@ package iosidecar
 import (
 	"context"
 	"maps"
-	"slices"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"

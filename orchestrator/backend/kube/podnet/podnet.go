@@ -32,6 +32,8 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/nftexpr"
 )
 
 // Config says whose traffic goes where; the zero value takes the
@@ -127,15 +129,15 @@ func Install(netnsPath string, c Config) error {
 			conn.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: exprs})
 		}
 		user := skuid(c.UID)
-		ipv4 := nfproto(unix.NFPROTO_IPV4)
+		ipv4 := nftexpr.NFProto(unix.NFPROTO_IPV4)
 		probe := ProbeAddr.Addr().As4()
-		rule(nat, ipv4, daddr(probe[:]), l4(unix.IPPROTO_TCP), dport(ProbeAddr.Port()), redirect(c.ProbePort))
-		rule(nat, user, ipv4, l4(unix.IPPROTO_UDP), dport(53), redirect(c.DNSPort))
-		rule(nat, user, ipv4, l4(unix.IPPROTO_TCP), dport(53), redirect(c.DNSPort))
-		rule(nat, user, ipv4, loopback(expr.CmpOpNeq), l4(unix.IPPROTO_TCP), redirect(c.TCPPort))
-		rule(confine, user, ipv4, loopback(expr.CmpOpEq), verdict(expr.VerdictAccept))
-		rule(confine, user, nfproto(unix.NFPROTO_IPV6), daddr6(net.IPv6loopback), verdict(expr.VerdictAccept))
-		rule(confine, user, verdict(expr.VerdictDrop))
+		rule(nat, ipv4, nftexpr.DAddr4(probe[:]), nftexpr.L4(unix.IPPROTO_TCP), nftexpr.DPort(ProbeAddr.Port()), redirect(c.ProbePort))
+		rule(nat, user, ipv4, nftexpr.L4(unix.IPPROTO_UDP), nftexpr.DPort(53), redirect(c.DNSPort))
+		rule(nat, user, ipv4, nftexpr.L4(unix.IPPROTO_TCP), nftexpr.DPort(53), redirect(c.DNSPort))
+		rule(nat, user, ipv4, loopback(expr.CmpOpNeq), nftexpr.L4(unix.IPPROTO_TCP), redirect(c.TCPPort))
+		rule(confine, user, ipv4, loopback(expr.CmpOpEq), nftexpr.Verdict(expr.VerdictAccept))
+		rule(confine, user, nftexpr.NFProto(unix.NFPROTO_IPV6), daddr6(net.IPv6loopback), nftexpr.Verdict(expr.VerdictAccept))
+		rule(confine, user, nftexpr.Verdict(expr.VerdictDrop))
 		return conn.Flush()
 	})
 }
@@ -185,28 +187,6 @@ func skuid(uid uint32) []expr.Any {
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(uid)}}
 }
 
-func nfproto(p byte) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
-}
-
-func l4(p byte) []expr.Any {
-	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
-}
-
-func dport(port uint16) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
-	}
-}
-
-func daddr(a []byte) []expr.Any {
-	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a},
-	}
-}
-
 // loopback is "ip daddr 127.0.0.0/8" (op CmpOpEq) or its negation.
 func loopback(op expr.CmpOp) []expr.Any {
 	return []expr.Any{
@@ -230,5 +210,3 @@ func redirect(port uint16) []expr.Any {
 		&expr.Redir{RegisterProtoMin: 1},
 	}
 }
-
-func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
