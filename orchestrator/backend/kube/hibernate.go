@@ -269,12 +269,15 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 		s.idleTTL = d
 	}
 	s.volumes = m.keptMounts(decodeMounts(a[annVolumes]))
-	s.network = parseNetRecord(a[annNetwork])
+	s.network = m.wakeNetRecord(ctx, c)
 	pod := buildPod(&m.cfg, s) // the io sidecar runs the same image
 	for k, v := range recordAnnotations(a) {
 		pod.Annotations[k] = v
 	}
 	pod.Annotations[annLastActive] = s.now.UTC().Format(time.RFC3339Nano)
+	if s.network != nil {
+		pod.Annotations[annNetwork] = s.network.encode()
+	}
 	if len(s.volumes) > 0 {
 		pod.Annotations[annVolumes] = encodeMounts(mountsOf(s.volumes)) // those still there
 	} else {

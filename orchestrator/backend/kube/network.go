@@ -176,6 +176,7 @@ func (m *Manager) applyEgress(ctx context.Context, p *corev1.Pod) error {
 		reason := "its pod cannot confine a networked sandbox: " + err.Error()
 		m.log.Error("networked sandbox ended: its pod's egress redirect is not in force", "sandbox_id", id, "node", p.Spec.NodeName, "error", err)
 		m.retire(context.WithoutCancel(ctx), id, reason)
+		m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.Annotations[annDeadReason] != "" })
 		return deadError(id, reason)
 	case err != nil:
 		return m.ioError(id, "", err)
@@ -263,6 +264,11 @@ func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np 
 				return core.Sandbox{}, err
 			}
 		}
+		// Read our write: this replica's next status and uses see it.
+		m.awaitCached(ctx, sandboxID, func(c *corev1.Pod) bool {
+			r := parseNetRecord(c.Annotations[annNetwork])
+			return r != nil && r.Generation >= next.Generation
+		})
 		m.logPolicy(sandboxID, np)
 		return m.sandboxOf(q), nil
 	}
@@ -272,6 +278,25 @@ func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np 
 func (m *Manager) logPolicy(id string, np core.NetworkPolicy) {
 	m.log.Info("sandbox network policy updated", "sandbox_id", id,
 		"allow_out", len(np.AllowOut), "deny_out", len(np.DenyOut), "public_traffic", np.AllowPublicTraffic)
+}
+
+// wakeNetRecord is the policy a woken Pod of hibernated claim c gets: the
+// newest, read from the API server, since an update of the hibernated
+// sandbox's policy (through any replica) may not be in this replica's
+// cache yet; the cached one if the read fails. nil without network.
+func (m *Manager) wakeNetRecord(ctx context.Context, c *corev1.PersistentVolumeClaim) *netRecord {
+	rec := parseNetRecord(c.Annotations[annNetwork])
+	if rec == nil {
+		return nil
+	}
+	fresh, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	if err != nil {
+		return rec
+	}
+	if r := parseNetRecord(fresh.Annotations[annNetwork]); r != nil && r.Generation > rec.Generation {
+		return r
+	}
+	return rec
 }
 
 // netPatch is the merge patch writing r, if the object is still at
@@ -297,7 +322,7 @@ func (m *Manager) NetworkStatus(ctx context.Context, sandboxID string) (core.Net
 		return core.NetworkStatus{}, err
 	}
 	if p == nil {
-		rec := parseNetRecord(c.Annotations[annNetwork])
+		rec := m.wakeNetRecord(ctx, c) // the newest, as a wake would give it
 		if rec == nil {
 			return core.NetworkStatus{}, core.NoNetwork(sandboxID)
 		}

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -116,6 +117,27 @@ func TestNetworkedSandbox(t *testing.T) {
 	if n := len(log.sets()); n != 1 {
 		t.Errorf("%d policies given after a second acquire; want still 1", n)
 	}
+
+	// The sidecar container restarted (its gateway has no policy): the
+	// next use gives it the policy again.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p := e.pod(t, id)
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: containerIO, RestartCount: 1, Ready: true}}
+		_, err := e.cs.CoreV1().Pods(e.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return len(q.Status.InitContainerStatuses) == 1 })
+	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Network: true, NetworkPolicy: &policy}); err != nil {
+		t.Fatal(err)
+	}
+	if sets := log.sets(); len(sets) != 2 || sets[1].p.Generation != 1 {
+		t.Fatalf("policies given after the sidecar restarted: %+v; want generation 1 again", sets)
+	}
+	log.mu.Lock()
+	log.set = log.set[:1]
+	log.mu.Unlock()
 
 	// An update: the next generation, on the Pod and in the gateway.
 	open := core.NetworkPolicy{AllowOut: []string{"allowed.test", "other.test"}, DenyOut: []string{"0.0.0.0/0"}}
