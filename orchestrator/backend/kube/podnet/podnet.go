@@ -60,8 +60,9 @@ const TableName = "sandboxd-egress"
 
 // ProbeAddr is where the sidecar's probe connects: the table redirects a
 // TCP connection to it, from any user, to 127.0.0.1:ProbePort. Without the
-// table it is refused: nothing in a Pod without CAP_NET_BIND_SERVICE can
-// listen on port 1.
+// table it is refused (or, where a runtime lets Pods bind low ports and
+// something listens there, it reaches that listener, not the probe's: the
+// sidecar checks that the connection it accepts is the one it made).
 var ProbeAddr = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 2}), 1)
 
 func (c Config) withDefaults() Config {
