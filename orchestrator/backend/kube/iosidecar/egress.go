@@ -48,7 +48,7 @@ type EgressConfig struct {
 	// to; podnet's defaults: 127.0.0.1:15001, :15053 and :15002.
 	TCP, DNS, Probe string
 	// ProbeTarget is the address whose connections the redirect sends to
-	// Probe (podnet.ProbeAddr): nothing in the Pod can listen there.
+	// Probe (podnet.ProbeAddr).
 	ProbeTarget string
 	// Source is the address the sandbox's redirected traffic comes from:
 	// the Pod's IP (the downward API's status.podIP).
@@ -117,9 +117,10 @@ func newEgress(cfg EgressConfig, log *slog.Logger) (*egressState, error) {
 
 // probe proves the redirect is in force: a connection to ProbeTarget
 // arrives at the probe's listener. Without the redirect, ProbeTarget
-// refuses it (nothing listens on a port below 1024 in a Pod without
-// CAP_NET_BIND_SERVICE). The sandbox user may connect to the listener
-// itself; only the probe's own connection (its source port) counts.
+// refuses it, or reaches whatever listens there (a runtime may let Pods
+// bind low ports), never this listener. The sandbox user may connect to
+// the listener itself; only the probe's own connection (its source port)
+// counts.
 func (e *egressState) probe(ctx context.Context) error {
 	e.probeMu.Lock()
 	defer e.probeMu.Unlock()
