@@ -45,6 +45,17 @@ func freePort(t *testing.T) string {
 // makes it, or an address nothing listens on (no redirect).
 func startEgressSidecar(t *testing.T, probeOK bool) (*Client, EgressConfig) {
 	t.Helper()
+	target := ""
+	if !probeOK {
+		target = freePort(t) // nothing listens: no redirect
+	}
+	return startEgressSidecarAt(t, target)
+}
+
+// startEgressSidecarAt is startEgressSidecar with the probe's target at
+// target ("": the probe listener itself).
+func startEgressSidecarAt(t *testing.T, target string) (*Client, EgressConfig) {
+	t.Helper()
 	dir := t.TempDir()
 	for _, d := range []string{"io", "workspace"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
@@ -53,8 +64,8 @@ func startEgressSidecar(t *testing.T, probeOK bool) (*Client, EgressConfig) {
 	}
 	ec := EgressConfig{TCP: freePort(t), DNS: freePort(t), Probe: freePort(t), Source: netip.MustParseAddr("198.18.250.9")}
 	ec.ProbeTarget = ec.Probe
-	if !probeOK {
-		ec.ProbeTarget = freePort(t) // nothing listens: no redirect
+	if target != "" {
+		ec.ProbeTarget = target
 	}
 	srv, err := New(Config{IODir: filepath.Join(dir, "io"), Workspace: filepath.Join(dir, "workspace"), Token: testToken, Egress: &ec})
 	if err != nil {
@@ -120,6 +131,29 @@ func TestEgressGateway(t *testing.T) {
 		if conn, err := net.DialTimeout("tcp", ec.TCP, time.Second); err == nil {
 			conn.Close()
 			t.Errorf("the gateway listens at %s although its probe failed", ec.TCP)
+		}
+	})
+
+	t.Run("a listener at the probe's target", func(t *testing.T) {
+		// Where Pods may bind low ports, the sandbox could listen where
+		// the probe connects: connecting is not proof, arriving is.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		c, _ := startEgressSidecarAt(t, l.Addr().String())
+		if _, err := c.SetEgress(ctx, pol); !errors.Is(err, ErrEgressUnavailable) {
+			t.Fatalf("SetEgress with another listener at the probe's target: %v; want ErrEgressUnavailable", err)
 		}
 	})
 
