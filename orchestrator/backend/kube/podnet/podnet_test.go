@@ -110,6 +110,9 @@ func newPodNS(t *testing.T) *podNS {
 	run("-n", p.name, "link", "set", "eth0", "up")
 	run("-n", p.name+"-h", "link", "set", "host0", "up")
 	run("-n", p.name, "route", "add", "default", "via", p.hostAddr.String())
+	// Any group may open ICMP echo sockets, as in a Pod of containerd's
+	// (enable_unprivileged_icmp): the sandbox user's ping must meet the table.
+	run("netns", "exec", p.name, "sysctl", "-q", "-w", "net.ipv4.ping_group_range=0 2147483647")
 	var err error
 	if p.pod, err = netns.GetFromPath(p.path); err != nil {
 		t.Fatal(err)
@@ -171,8 +174,9 @@ func listenUDP(t *testing.T, ns netns.NsHandle, addr string) chan string {
 }
 
 // asUser runs Python as the sandbox user in the Pod's namespace: each
-// target "tcp ADDR PORT" connects (and sends a byte), "udp ADDR PORT"
-// sends a datagram; it prints what happened to each.
+// target "tcp ADDR PORT" connects (and sends a byte), "tcp6 ADDR PORT"
+// likewise over IPv6, "udp ADDR PORT" sends a datagram, "icmp ADDR 0"
+// pings and waits for the echo reply; it prints what happened to each.
 func (p *podNS) asUser(t *testing.T, targets ...string) map[string]string {
 	t.Helper()
 	js, _ := json.Marshal(targets)
@@ -182,10 +186,16 @@ out = {}
 for t in json.loads(sys.argv[1]):
     kind, host, port = t.split()
     try:
-        if kind == "tcp":
+        if kind in ("tcp", "tcp6"):
             s = socket.create_connection((host, int(port)), timeout=3)
             s.sendall(b"x")
             s.close()
+        elif kind == "icmp":
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+            s.settimeout(3)
+            s.sendto(b"\x08\x00\x00\x00\x00\x00\x00\x01ping", (host, 0))
+            if s.recv(64)[0] != 0:
+                raise OSError("not an echo reply")
         else:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.sendto(b"x", (host, int(port)))
@@ -270,6 +280,7 @@ func TestInstall(t *testing.T) {
 	dnsUDP := listenUDP(t, p.pod, fmt.Sprintf("127.0.0.1:%d", c.DNSPort))
 	probe := listen(t, p.pod, fmt.Sprintf("127.0.0.1:%d", c.ProbePort), nil)
 	local := listen(t, p.pod, "127.0.0.1:25080", nil)
+	local6 := listen(t, p.pod, "[::1]:25080", nil)
 	hostTCP := listen(t, p.host, p.hostAddr.String()+":443", nil)
 	hostUDP := listenUDP(t, p.host, p.hostAddr.String()+":9999")
 	hostDNS := listenUDP(t, p.host, p.hostAddr.String()+":53")
@@ -280,6 +291,12 @@ func TestInstall(t *testing.T) {
 	}
 	if err := dialFrom(p.pod, ProbeAddr.String()); err == nil {
 		t.Fatalf("the probe connected without the table")
+	}
+	host := p.hostAddr.String()
+	// The sandbox user's ping gets its reply without the table: the drop
+	// below is the table's.
+	if got := p.asUser(t, "icmp "+host+" 0"); got["icmp "+host+" 0"] != "ok" {
+		t.Fatalf("the sandbox user's ping to %s without the table: %s; want ok", host, got["icmp "+host+" 0"])
 	}
 	for range 2 { // idempotent
 		if err := Install(p.path, c); err != nil {
@@ -300,19 +317,21 @@ func TestInstall(t *testing.T) {
 			t.Logf("the Pod's ruleset:\n%s", out)
 		}
 	})
-	host := p.hostAddr.String()
 	got := p.asUser(t, "tcp "+host+" 443", "udp "+host+" 53", "udp 127.0.0.1 53", "tcp "+host+" 53",
-		"udp "+host+" 9999", "tcp 127.0.0.1 25080")
-	for _, target := range []string{"tcp " + host + " 443", "udp " + host + " 53", "udp 127.0.0.1 53", "tcp " + host + " 53", "tcp 127.0.0.1 25080"} {
+		"udp "+host+" 9999", "icmp "+host+" 0", "tcp 127.0.0.1 25080", "tcp6 ::1 25080")
+	for _, target := range []string{"tcp " + host + " 443", "udp " + host + " 53", "udp 127.0.0.1 53", "tcp " + host + " 53", "tcp 127.0.0.1 25080", "tcp6 ::1 25080"} {
 		if got[target] != "ok" {
 			t.Errorf("the sandbox user, %s: %s; want ok", target, got[target])
 		}
 	}
-	if !strings.HasPrefix(got["udp "+host+" 9999"], "failed") {
-		t.Errorf("the sandbox user's UDP to %s:9999: %s; want it refused (dropped on output)", host, got["udp "+host+" 9999"])
+	for _, target := range []string{"udp " + host + " 9999", "icmp " + host + " 0"} {
+		if !strings.Contains(got[target], "Operation not permitted") {
+			t.Errorf("the sandbox user, %s: %s; want it refused (dropped on output: EPERM)", target, got[target])
+		}
 	}
 	select {
 	case a := <-redirected:
+		t.Logf("the redirected connection to %v came from %s", a.orig, a.remote)
 		if a.orig != netip.AddrPortFrom(p.hostAddr, 443) || !strings.HasPrefix(a.remote, p.podAddr.String()+":") {
 			t.Errorf("redirected connection: original destination %v from %s; want %s:443 from the Pod's address %s", a.orig, a.remote, host, p.podAddr)
 		}
@@ -331,6 +350,7 @@ func TestInstall(t *testing.T) {
 	t.Logf("redirected DNS came from %v", sources)
 	waitFor(t, "DNS over TCP at the gateway", dnsTCP.Load, 1)
 	waitFor(t, "loopback connections", local.Load, 1)
+	waitFor(t, "IPv6 loopback connections", local6.Load, 1)
 	if n := gwTCP.Load(); n != 1 {
 		t.Errorf("%d connections at the gateway's TCP listener; want 1", n)
 	}
