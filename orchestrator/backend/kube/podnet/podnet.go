@@ -106,6 +106,12 @@ func (c Config) withDefaults() Config {
 //	                                   not "oifname lo": the hook still
 //	                                   names the interface they were first
 //	                                   routed to)
+//	  meta skuid UID ct direction reply meta l4proto tcp accept
+//	                                   its answers on TCP connections
+//	                                   others opened to it: sandboxd's
+//	                                   ports front, reaching a port the
+//	                                   sandbox serves (who may open one is
+//	                                   the NetworkPolicies' to say)
 //	  meta skuid UID drop              anything else the sandbox user sends:
 //	                                   UDP, ICMP, IPv6, to any address
 //
@@ -138,6 +144,7 @@ func Install(netnsPath string, c Config) error {
 		rule(nat, user, ipv4, loopback(expr.CmpOpNeq), nftexpr.L4(unix.IPPROTO_TCP), redirect(c.TCPPort))
 		rule(confine, user, ipv4, loopback(expr.CmpOpEq), nftexpr.Verdict(expr.VerdictAccept))
 		rule(confine, user, nftexpr.NFProto(unix.NFPROTO_IPV6), daddr6(net.IPv6loopback), nftexpr.Verdict(expr.VerdictAccept))
+		rule(confine, user, ctReply(), nftexpr.L4(unix.IPPROTO_TCP), nftexpr.Verdict(expr.VerdictAccept))
 		rule(confine, user, nftexpr.Verdict(expr.VerdictDrop))
 		return conn.Flush()
 	})
@@ -202,6 +209,15 @@ func daddr6(a net.IP) []expr.Any {
 	return []expr.Any{
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: a.To16()},
+	}
+}
+
+// ctReply is "ct direction reply": a packet of a connection the other end
+// opened.
+func ctReply() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY,
 	}
 }
 

@@ -3,6 +3,7 @@
 package podnet
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,6 +217,73 @@ print(json.dumps(out))
 	return got
 }
 
+// serveAsUser starts a TCP server as the sandbox user in the Pod's
+// namespace, on every address at port: it answers each connection's line
+// with "pong " and the line. It returns once the server listens.
+func (p *podNS) serveAsUser(t *testing.T, port int) {
+	t.Helper()
+	code := `
+import socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", int(sys.argv[1])))
+l.listen(8)
+print("ready", flush=True)
+while True:
+    c, _ = l.accept()
+    c.settimeout(3)
+    try:
+        c.sendall(b"pong " + c.makefile("rb").readline())
+    except OSError:
+        pass
+    c.close()
+`
+	cmd := exec.Command("nsenter", "--net="+p.path, "setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "/usr/bin/python3", "-c", code, fmt.Sprint(port))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("the sandbox user's server: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && line != "ready\n" {
+			err = fmt.Errorf("it printed %q", line)
+		}
+		ready <- err
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("the sandbox user's server did not start: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox user's server did not listen within 10 s")
+	}
+}
+
+// exchange connects from ns to addr, sends a line and returns the answer.
+func exchange(ns netns.NsHandle, addr, line string) (string, error) {
+	var got string
+	err := onThread(ns, func() error {
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Write([]byte(line + "\n")); err != nil {
+			return err
+		}
+		got, err = bufio.NewReader(c).ReadString('\n')
+		return err
+	})
+	return strings.TrimSpace(got), err
+}
+
 // dialFrom connects from ns (as this process, root) to addr.
 func dialFrom(ns netns.NsHandle, addr string) error {
 	return onThread(ns, func() error {
@@ -363,6 +431,19 @@ func TestInstall(t *testing.T) {
 	if n := hostTCP.Load(); n != 1 {
 		t.Errorf("the host end accepted %d connections; want root's alone", n)
 	}
+
+	// A port the sandbox user serves answers a connection opened from
+	// outside (sandboxd's ports front, in a cluster): the table lets its
+	// replies out, and nothing else of that user's.
+	p.serveAsUser(t, 25090)
+	served := netip.AddrPortFrom(p.podAddr, 25090).String()
+	if got, err := exchange(p.host, served, "ping"); err != nil || got != "pong ping" {
+		t.Errorf("a request from the host end to the sandbox user's port %s: %q, %v; want \"pong ping\"", served, got, err)
+	}
+	if n := hostTCP.Load(); n != 1 {
+		t.Errorf("the host end accepted %d connections after the sandbox user served one; want root's alone", n)
+	}
+
 	select {
 	case s := <-hostUDP:
 		t.Errorf("the host end received a datagram from %s; want none", s)
