@@ -31,9 +31,9 @@ import (
 // and needs nothing stored per sandbox. It is another key's than the E2B
 // door's access token: a port's token must never open envd.
 //
-// PortsFront is shared by the Docker backend (GetHost answers with its
-// URL and token), the front (which reads URLs back and checks tokens) and
-// the E2B door (whose getHost URLs are the front's Host form).
+// PortsFront is shared by the backends (GetHost answers with Host), the
+// front (which reads URLs back and checks tokens) and the E2B door (whose
+// getHost URLs are the front's Host form).
 
 // The request headers that carry a traffic token: sandboxd's own, and
 // E2B's (what its SDKs send with Sandbox.trafficAccessToken).
@@ -126,6 +126,21 @@ func (f *PortsFront) URL(id string, port int) string {
 		host = net.JoinHostPort(host, p)
 	}
 	return f.base.Scheme + "://" + host + "/"
+}
+
+// Host is what GetHost answers for port of sandbox id on the front f
+// (nil: the server has none, and port URLs are refused): its URL, and,
+// unless the sandbox's policy allows public traffic, the traffic token a
+// request needs. Every backend answers with it.
+func (f *PortsFront) Host(id string, port int, public bool) (HostInfo, error) {
+	if f == nil {
+		return HostInfo{}, Preconditionf("port URLs need sandboxd's HTTP front for ports, which is off on this server (sandboxd --ports-listen)")
+	}
+	h := HostInfo{URL: f.URL(id, port), TokenRequired: !public, TokenHeader: TrafficTokenHeader}
+	if !public {
+		h.Token = f.Token(id)
+	}
+	return h, nil
 }
 
 // PathOf is the path form's prefix for port of sandbox id, without the

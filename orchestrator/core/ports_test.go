@@ -96,3 +96,18 @@ func TestTrafficTokens(t *testing.T) {
 		t.Error("a token of another secret is accepted")
 	}
 }
+
+func TestPortsFrontHost(t *testing.T) {
+	f, _ := NewPortsFront("http://127.0.0.1:8090", "", testSecret)
+	h, err := f.Host(portsID, 8000, false)
+	if err != nil || h.URL != f.URL(portsID, 8000) || !h.TokenRequired || h.Token != f.Token(portsID) || h.TokenHeader != TrafficTokenHeader {
+		t.Errorf("private port: %+v, %v", h, err)
+	}
+	if h, err = f.Host(portsID, 8000, true); err != nil || h.TokenRequired || h.Token != "" || h.URL == "" {
+		t.Errorf("public port: %+v, %v (want no token)", h, err)
+	}
+	var off *PortsFront
+	if _, err := off.Host(portsID, 8000, false); ClassOf(err) != ErrFailedPrecondition || !strings.Contains(err.Error(), "--ports-listen") {
+		t.Errorf("without a front: %v, want FAILED_PRECONDITION naming --ports-listen", err)
+	}
+}

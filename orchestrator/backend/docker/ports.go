@@ -24,18 +24,10 @@ const touchEvery = time.Second
 // hostOf returns the URL of sb's port on sandboxd's HTTP front and the
 // traffic token it needs unless sb's policy allows public traffic.
 func (m *Manager) hostOf(sb *sandbox, port int) (core.HostInfo, error) {
-	f := m.cfg.Ports
-	if f == nil {
-		return core.HostInfo{}, core.Preconditionf("port URLs need sandboxd's HTTP front for ports, which is off on this server (sandboxd --ports-listen)")
-	}
 	sb.mu.Lock()
 	public := sb.netPolicy != nil && sb.netPolicy.AllowPublicTraffic
 	sb.mu.Unlock()
-	h := core.HostInfo{URL: f.URL(sb.id, port), TokenRequired: !public, TokenHeader: core.TrafficTokenHeader}
-	if !public {
-		h.Token = f.Token(sb.id)
-	}
-	return h, nil
+	return m.cfg.Ports.Host(sb.id, port, public)
 }
 
 // PortTarget tells the ports front where port of a networked sandbox is

@@ -102,6 +102,10 @@ type Config struct {
 	// --egress-hosts-file), from which the gateways resolve instead of
 	// their Pods' resolver; nil: the Pods' resolver (the cluster's DNS).
 	EgressHosts map[string][]netip.Addr
+	// Ports is sandboxd's HTTP front for sandbox ports (sandboxd
+	// --ports-listen): GetHost's URLs and traffic tokens, which every
+	// replica must key alike. nil: port URLs are refused.
+	Ports *core.PortsFront
 
 	// ActivityWriteInterval bounds how often a sandbox's last activity is
 	// written to its Pod (activity.go); default 10 s, and at most a fifth

@@ -41,8 +41,8 @@ import (
 // hibernation, so every replica and a woken Pod have it. A rule's header
 // values are secrets the Docker backend keeps on the host: here they would
 // sit on the Pod's object and cross to the sidecar in clear, so rules are
-// refused, as are port URLs (GetHost), which need an ingress of sandboxd's
-// into the Pod.
+// refused. Ports the sandbox serves are reached through sandboxd's ports
+// front (ports.go).
 const (
 	// labelNetwork ("on") marks a networked sandbox's Pod.
 	labelNetwork = "sandboxd.io/network"

@@ -68,11 +68,16 @@ func (l *egressLog) sets() []egressSet {
 // none of it.
 func TestNetworkedSandbox(t *testing.T) {
 	log := &egressLog{}
+	front, err := core.NewPortsFront("http://127.0.0.1:8090", "", []byte("a secret of the replicas, 32 B.."))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cluster := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
 	hosts := map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("198.18.0.1")}}
 	e := newHibEnv(t, func(c *Config) {
 		c.AllowNetwork, c.EgressCNI, c.EgressCluster, c.EgressHosts = true, true, cluster, hosts
 		c.EgressCeiling = []string{"*.example.test"}
+		c.Ports = front
 		dial := c.DialIO
 		c.DialIO = func(ctx context.Context, addr, tok string) (IOConn, error) {
 			conn, err := dial(ctx, addr, tok)
@@ -140,7 +145,7 @@ func TestNetworkedSandbox(t *testing.T) {
 	log.mu.Unlock()
 
 	// An update: the next generation, on the Pod and in the gateway.
-	open := core.NetworkPolicy{AllowOut: []string{"allowed.test", "other.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	open := core.NetworkPolicy{AllowOut: []string{"allowed.test", "other.test"}, DenyOut: []string{"0.0.0.0/0"}, AllowPublicTraffic: true}
 	sb, err := e.m.UpdateNetworkPolicy(ctx, id, open)
 	if err != nil || !slices.Equal(sb.NetworkPolicy.AllowOut, open.AllowOut) {
 		t.Fatalf("UpdateNetworkPolicy: %+v, %v", sb.NetworkPolicy, err)
@@ -149,6 +154,7 @@ func TestNetworkedSandbox(t *testing.T) {
 	if len(sets) != 2 || sets[1].p.Generation != 2 || !slices.Equal(sets[1].p.AllowOut, open.AllowOut) {
 		t.Fatalf("policies given after the update: %+v; want generation 2", sets)
 	}
+	checkPorts(t, e, ctx, id, front, true)
 	st, err := e.m.NetworkStatus(ctx, id)
 	if err != nil || st.Counters.ConnsAllowed != 7 || len(st.Denials) != 1 || !slices.Equal(st.Policy.AllowOut, open.AllowOut) {
 		t.Fatalf("NetworkStatus: %+v, %v; want the gateway's counters and the policy", st, err)
@@ -166,6 +172,15 @@ func TestNetworkedSandbox(t *testing.T) {
 	}
 	if st, err := e.m.NetworkStatus(ctx, id); err != nil || !slices.Equal(st.Policy.AllowOut, third.AllowOut) {
 		t.Fatalf("NetworkStatus of a hibernated sandbox: %+v, %v", st, err)
+	}
+	// A port of a hibernated sandbox: its URL, and a target the front
+	// wakes (as the sandbox's tenant) before it proxies.
+	if h, err := e.m.GetHost(ctx, id, 8000); err != nil || h.URL != front.URL(id, 8000) || !h.TokenRequired || h.Token != front.Token(id) {
+		t.Errorf("GetHost of a hibernated sandbox: %+v, %v", h, err)
+	}
+	if tg, err := e.m.PortTarget(core.WithCaller(ctx, core.DefaultCaller), id, 8000, true); err != nil ||
+		tg.State != core.StateHibernated || tg.Tenant != "acme" || tg.Addr.IsValid() {
+		t.Errorf("PortTarget of a hibernated sandbox: %+v, %v; want hibernated, tenant acme, no address", tg, err)
 	}
 	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
 		t.Fatalf("Acquire (wake): %v", err)
@@ -190,6 +205,12 @@ func TestNetworkedSandbox(t *testing.T) {
 	if _, err := e.m.NetworkStatus(ctx, plain.Sandbox.ID); !errors.Is(err, core.ErrFailedPrecondition) {
 		t.Errorf("NetworkStatus without network: %v; want no network", err)
 	}
+	if _, err := e.m.GetHost(ctx, plain.Sandbox.ID, 8000); !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "has no network") {
+		t.Errorf("GetHost without network: %v; want no network", err)
+	}
+	if _, err := e.m.PortTarget(core.WithCaller(ctx, core.DefaultCaller), plain.Sandbox.ID, 8000, true); !errors.Is(err, core.ErrFailedPrecondition) {
+		t.Errorf("PortTarget without network: %v; want no network", err)
+	}
 
 	// No redirect in the Pod: its sandbox is dead before it is handed out.
 	log.mu.Lock()
@@ -207,5 +228,36 @@ func TestNetworkedSandbox(t *testing.T) {
 		t.Errorf("the pod without the redirect is not being deleted")
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
+	}
+}
+
+// checkPorts: a running networked sandbox's port is at its Pod's IP, with
+// the front's URL and token (none when public is true, the policy's
+// AllowPublicTraffic); the io sidecar's port is never a sandbox's; another
+// tenant does not see the sandbox.
+func checkPorts(t *testing.T, e *hibEnv, ctx context.Context, id string, front *core.PortsFront, public bool) {
+	t.Helper()
+	h, err := e.m.GetHost(ctx, id, 8000)
+	if err != nil || h.URL != front.URL(id, 8000) || h.TokenRequired == public || (h.Token == front.Token(id)) == public {
+		t.Errorf("GetHost: %+v, %v; want the front's URL, token required %v", h, err, !public)
+	}
+	p := e.pod(t, id)
+	tg, err := e.m.PortTarget(core.WithCaller(ctx, core.DefaultCaller), id, 8000, true)
+	if err != nil || tg.State != core.StateRunning || tg.Addr.String() != p.Status.PodIP+":8000" || tg.Tenant != "acme" || tg.Public != public {
+		t.Errorf("PortTarget: %+v, %v; want running at %s:8000, tenant acme, public %v", tg, err, p.Status.PodIP, public)
+	}
+	for _, call := range []func() error{
+		func() error { _, err := e.m.GetHost(ctx, id, e.m.cfg.IOPort); return err },
+		func() error {
+			_, err := e.m.PortTarget(core.WithCaller(ctx, core.DefaultCaller), id, e.m.cfg.IOPort, true)
+			return err
+		},
+	} {
+		if err := call(); !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "io sidecar") {
+			t.Errorf("the io sidecar's port %d: %v; want refused, naming the sidecar", e.m.cfg.IOPort, err)
+		}
+	}
+	if _, err := e.m.GetHost(core.WithCaller(ctx, core.Caller{Tenant: "other"}), id, 8000); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("GetHost by another tenant: %v; want not found", err)
 	}
 }

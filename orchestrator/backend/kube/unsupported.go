@@ -23,7 +23,6 @@ const (
 	featHibernation = "hibernation and wake"
 	featNetwork     = "networked sandboxes (options.network and network policies)" // without Config.EgressCNI
 	featRules       = "network rules (a rule's header values are secrets: here they would be kept on the sandbox's Pod object and sent to its io sidecar in clear)"
-	featPorts       = "port URLs (GetHost: sandboxd does not proxy into a sandbox's Pod)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks" // without Config.SnapshotDir
 	featVolumes     = "volumes"             // without Config.VolumeClass
@@ -49,16 +48,6 @@ func (m *Manager) refuseOptions(opts core.Options) error {
 		return unsupported(featTemplates)
 	}
 	return nil
-}
-
-// GetHost is not supported on this backend.
-func (m *Manager) GetHost(context.Context, string, int) (core.HostInfo, error) {
-	return core.HostInfo{}, unsupported(featPorts)
-}
-
-// PortTarget is not supported on this backend.
-func (m *Manager) PortTarget(context.Context, string, int, bool) (core.PortTarget, error) {
-	return core.PortTarget{}, unsupported(featPorts)
 }
 
 // Every operation of the port, supported or not.
