@@ -3,16 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -73,23 +68,12 @@ const e2bSecretLabel = "sandboxd e2b access-token secret v1"
 // under, the same across restarts: on the Docker backend a file in the
 // state directory; on the kubernetes backend, whose replicas each have
 // their own state directory and must all accept a token any of them gave,
-// an HMAC of a label under the io sidecars' token, which every replica
-// holds (--kube-io-token-file; it already opens every sandbox, so the
-// access tokens derived from it open nothing more). Rotating that token
-// invalidates the E2B access tokens given before (clients connect again).
+// derived from the io sidecars' token (kubeConfig.replicaSecret). Rotating
+// that token invalidates the E2B access tokens given before (clients
+// connect again).
 func e2bSecret(cfg config) ([]byte, error) {
 	if cfg.backend != backendKubernetes {
 		return e2bapi.LoadSecret(filepath.Join(cfg.docker.StateDir, "e2b-secret"))
 	}
-	token, err := os.ReadFile(cfg.kube.ioTokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("--kube-io-token-file: %w", err)
-	}
-	t := strings.TrimSpace(string(token))
-	if len(t) < 16 {
-		return nil, fmt.Errorf("--kube-io-token-file: the token is shorter than 16 characters, too short to key the E2B door's access tokens")
-	}
-	mac := hmac.New(sha256.New, []byte(t))
-	mac.Write([]byte(e2bSecretLabel))
-	return mac.Sum(nil), nil
+	return cfg.kube.replicaSecret(e2bSecretLabel, "the E2B door's access tokens")
 }

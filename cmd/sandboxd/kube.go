@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -200,11 +202,32 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		VolumeClass: cmp.Or(k.volumeClass, k.storageClass), VolumeAccessMode: corev1.PersistentVolumeAccessMode(k.volumeAccess),
 		SnapshotBudget: core.SnapshotBudget{All: cfg.docker.SnapshotDiskBudget, PerTenant: cfg.docker.SnapshotDiskBudgetPerTenant}, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
 		EgressCNI: k.egressCNI, EgressCluster: k.egressDeny, EgressHosts: egressHosts(cfg.docker.Egress.Resolver),
+		Ports:         cfg.docker.Ports, // the front's URLs and tokens (newPortsFront)
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,
 		Identity: id, LeaseDuration: k.leaderLease, Logger: log, Lifecycle: cfg.docker.Lifecycle,
 		Metrics: cfg.docker.Metrics, // acquires and pool refills, this replica's
 	})
+}
+
+// replicaSecret is a secret every replica derives alike, for what they
+// must all accept whichever gave it (what, in errors): an HMAC of label
+// under the io sidecars' token (--kube-io-token-file), which every replica
+// holds. That token already opens every sandbox, so what is keyed by a
+// secret derived from it opens nothing more; each label gives another
+// secret, and rotating the token rotates them all.
+func (k *kubeConfig) replicaSecret(label, what string) ([]byte, error) {
+	token, err := os.ReadFile(k.ioTokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--kube-io-token-file: %w", err)
+	}
+	t := strings.TrimSpace(string(token))
+	if len(t) < 16 {
+		return nil, fmt.Errorf("--kube-io-token-file: the token is shorter than 16 characters, too short to key %s", what)
+	}
+	mac := hmac.New(sha256.New, []byte(t))
+	mac.Write([]byte(label))
+	return mac.Sum(nil), nil
 }
 
 // egressHosts are --egress-hosts-file's names, which the Kubernetes

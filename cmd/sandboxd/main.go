@@ -231,14 +231,14 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	}
 
 	// The ports front (--ports-listen), bound early too; its URLs and
-	// tokens (core.PortsFront) are the Docker backend's GetHost's.
+	// tokens (core.PortsFront) are the backend's GetHost's.
 	var portsLis net.Listener
 	if cfg.ports.listen != "" {
 		if portsLis, err = net.Listen("tcp", cfg.ports.listen); err != nil {
 			return fmt.Errorf("--ports-listen: %w", err)
 		}
 		defer portsLis.Close()
-		if cfg.docker.Ports, err = newPortsFront(cfg.ports, cfg.docker.StateDir, portsLis, log); err != nil {
+		if cfg.docker.Ports, err = newPortsFront(cfg, portsLis, log); err != nil {
 			return err
 		}
 	}
@@ -267,7 +267,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		m = newValidated(dm, auditLog)
 	}
 	var front *ports.Server
-	if portsLis != nil { // the Docker backend's (config.check)
+	if portsLis != nil {
 		var stopPorts func()
 		if front, stopPorts, err = servePorts(portsLis, cfg.docker.Ports, m, cfg.ports, cfg, log); err != nil {
 			m.Close()

@@ -17,8 +17,14 @@ import (
 )
 
 // portsSecretFile, in the state directory, keys the sandboxes' traffic
-// tokens (core.PortsFront): removing it (and restarting) revokes them all.
-const portsSecretFile = "ports-secret"
+// tokens (core.PortsFront) on the Docker backend: removing it (and
+// restarting) revokes them all. The kubernetes backend's replicas derive
+// theirs (portsSecretLabel, kubeConfig.replicaSecret), so that a URL one
+// gave is served by all.
+const (
+	portsSecretFile  = "ports-secret"
+	portsSecretLabel = "sandboxd ports traffic-token secret v1"
+)
 
 // portsFlags configure the HTTP front for sandbox ports
 // (orchestrator/door/ports).
@@ -29,7 +35,7 @@ type portsFlags struct {
 }
 
 func (p *portsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.listen, "ports-listen", "", "`address` of the HTTP front for networked sandboxes' ports (host:port; empty: off): GetHost's URLs, proxied to the port inside the sandbox (HTTP/1.1, HTTP/2, WebSocket, SSE), private unless the sandbox's policy allows public traffic. Needs --allow-network")
+	fs.StringVar(&p.listen, "ports-listen", "", "`address` of the HTTP front for networked sandboxes' ports (host:port; empty: off): GetHost's URLs, proxied to the port inside the sandbox (HTTP/1.1, HTTP/2, WebSocket, SSE), private unless the sandbox's policy allows public traffic. Needs --allow-network (on kubernetes, --kube-egress-cni too)")
 	fs.StringVar(&p.domain, "ports-domain", "", "`domain` whose every name resolves to the front (wildcard DNS): port URLs are then http(s)://PORT-SANDBOXID.DOMAIN/ (E2B's form), else http(s)://FRONT/sandboxes/SANDBOXID/PORT/. \"localhost\" works in browsers without DNS")
 	fs.StringVar(&p.url, "ports-url", "", "the front's `URL` as clients reach it, http(s)://HOST[:PORT] (default: http://, or https:// with --ports-tls-cert, and the --ports-listen address): the scheme and port of the URLs GetHost returns, and the host of the path form")
 	fs.StringVar(&p.tlsCert, "ports-tls-cert", "", "TLS certificate `file` (PEM) of the front, for --ports-domain a wildcard one; with --ports-tls-key the front serves HTTPS (and HTTP/2 over it)")
@@ -50,8 +56,8 @@ func (p *portsFlags) check(c *config) error {
 		return fmt.Errorf("--ports-listen %q: %v", p.listen, err)
 	}
 	switch {
-	case c.backend != backendDocker:
-		return errors.New("--ports-listen needs --backend docker (the kubernetes backend has no networked sandboxes)")
+	case c.backend == backendKubernetes && !c.kube.egressCNI:
+		return errors.New("--ports-listen with --backend kubernetes needs --kube-egress-cni: only networked sandboxes have ports")
 	case !c.docker.AllowNetwork:
 		return errors.New("--ports-listen needs --allow-network: only networked sandboxes have ports")
 	case (p.tlsCert == "") != (p.tlsKey == ""):
@@ -82,9 +88,17 @@ func (p *portsFlags) baseURL(bound string) string {
 }
 
 // newPortsFront makes the front's URLs and tokens: the secret from the
-// state directory, the URL from the flags and the bound listener.
-func newPortsFront(p portsFlags, stateDir string, lis net.Listener, log *slog.Logger) (*core.PortsFront, error) {
-	secret, err := secretfile.Load(filepath.Join(stateDir, portsSecretFile))
+// state directory (Docker) or derived alike by every replica (kubernetes),
+// the URL from the flags and the bound listener.
+func newPortsFront(cfg config, lis net.Listener, log *slog.Logger) (*core.PortsFront, error) {
+	p := cfg.ports
+	var secret []byte
+	var err error
+	if cfg.backend == backendKubernetes {
+		secret, err = cfg.kube.replicaSecret(portsSecretLabel, "the ports' traffic tokens")
+	} else {
+		secret, err = secretfile.Load(filepath.Join(cfg.docker.StateDir, portsSecretFile))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("the ports front's secret: %w", err)
 	}

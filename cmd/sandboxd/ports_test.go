@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,14 +48,16 @@ func TestServePortsTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	front, err := newPortsFront(p, filepath.Join(dir, "state"), lis, log)
+	cfg := config{ports: p}
+	cfg.docker.StateDir = filepath.Join(dir, "state")
+	front, err := newPortsFront(cfg, lis, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Stat(filepath.Join(dir, "state", portsSecretFile)); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("the secret file: %v, %v", st, err)
 	}
-	again, err := newPortsFront(p, filepath.Join(dir, "state"), lis, log)
+	again, err := newPortsFront(cfg, lis, log)
 	if err != nil || again.Token("sb-aaaaaaaaaaaaaaaaaaaa") != front.Token("sb-aaaaaaaaaaaaaaaaaaaa") {
 		t.Errorf("the tokens changed across a restart (%v)", err)
 	}
@@ -108,4 +111,53 @@ func writeCert(t *testing.T, dir, host string) (certFile, keyFile string) {
 	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
 	return certFile, keyFile
+}
+
+// TestPortsOnKubernetes: --ports-listen is accepted with --backend
+// kubernetes and --kube-egress-cni, refused without the plugin, and every
+// replica holding the io sidecars' token keys the traffic tokens alike
+// (a URL one replica gave is served by any), with another secret than the
+// E2B door's.
+func TestPortsOnKubernetes(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	os.WriteFile(tok, []byte("io-token-one-0123456789\n"), 0o600)
+	kubeArgs := []string{"--backend", "kubernetes", "--kube-io-token-file", tok, "--allow-network", "--ports-listen", "127.0.0.1:0"}
+	if _, err := parseConfig(kubeArgs, env("HOME", "/root"), io.Discard); err == nil || !strings.Contains(err.Error(), "--kube-egress-cni") {
+		t.Errorf("--ports-listen on kubernetes without --kube-egress-cni: %v; want refused naming it", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	var tokens []string
+	for _, replica := range []string{"a", "b"} {
+		c, err := parseConfig(append(kubeArgs, "--kube-egress-cni", "--state-dir", filepath.Join(dir, replica)), env("HOME", "/root"), io.Discard)
+		if err != nil {
+			t.Fatalf("parseConfig: %v", err)
+		}
+		f, err := newPortsFront(c, lis, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("newPortsFront: %v", err)
+		}
+		tokens = append(tokens, f.Token("sb-aaaaaaaaaaaaaaaaaaaa"))
+		e2b, _ := e2bSecret(c)
+		if f.Token("sb-aaaaaaaaaaaaaaaaaaaa") == e2bTokenUnder(e2b) {
+			t.Error("the ports' secret is the E2B door's")
+		}
+	}
+	if tokens[0] != tokens[1] {
+		t.Errorf("two replicas with one io token gave tokens %s and %s; want one", tokens[0], tokens[1])
+	}
+}
+
+// e2bTokenUnder is what a traffic token would be under the E2B door's
+// secret.
+func e2bTokenUnder(secret []byte) string {
+	f, err := core.NewPortsFront("http://127.0.0.1:1", "", secret)
+	if err != nil {
+		return ""
+	}
+	return f.Token("sb-aaaaaaaaaaaaaaaaaaaa")
 }

@@ -526,14 +526,16 @@ func checkNetworkPolicies(t *testing.T, objs []*unstructured.Unstructured, sandb
 	}{{"sandbox Pods", sandboxPodLabels}, {"volume server Pods", volumeServerPodLabels}} {
 		checkIsolated(t, objs, sandboxdLabels, kind.what, kind.lbl)
 	}
-	checkNetworked(t, objs)
+	checkNetworked(t, objs, sandboxdLabels)
 }
 
 // checkNetworked checks what a networked sandbox's Pod gets besides the
-// sandbox Pods' isolation: one policy, of egress alone (its ingress stays
-// the isolation's), out of the cluster but never to the private,
-// link-local or loopback ranges, and DNS to the cluster's DNS only.
-func checkNetworked(t *testing.T, objs []*unstructured.Unstructured) {
+// sandbox Pods' isolation: one policy, its egress out of the cluster but
+// never to the private, link-local or loopback ranges, DNS to the
+// cluster's DNS only, and its ingress from sandboxd's Pods alone, over TCP
+// (the ports it serves, through the ports front), which sandboxd's policy
+// lets it reach.
+func checkNetworked(t *testing.T, objs []*unstructured.Unstructured, sandboxdPodLabels labels.Set) {
 	t.Helper()
 	networked := labels.Merge(sandboxPodLabels, labels.Set{"sandboxd.io/network": "on"})
 	var extra int
@@ -551,8 +553,14 @@ func checkNetworked(t *testing.T, objs []*unstructured.Unstructured) {
 			continue
 		}
 		extra++
-		if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) || len(np.Spec.Ingress) > 0 {
-			t.Errorf("NetworkPolicy %s: policyTypes %v, ingress %+v; want egress alone", np.Name, np.Spec.PolicyTypes, np.Spec.Ingress)
+		// Ingress: sandboxd's Pods alone, over TCP (the ports front).
+		for _, r := range np.Spec.Ingress {
+			if len(r.From) == 0 || !peersOnly(r.From, sandboxdPodLabels) {
+				t.Errorf("NetworkPolicy %s admits ingress to networked sandboxes from %+v; want sandboxd's Pods alone", np.Name, r.From)
+			}
+			if len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP }) {
+				t.Errorf("NetworkPolicy %s admits ingress to networked sandboxes on %+v; want TCP alone", np.Name, r.Ports)
+			}
 		}
 		for _, r := range np.Spec.Egress {
 			for _, p := range r.To {
@@ -576,6 +584,41 @@ func checkNetworked(t *testing.T, objs []*unstructured.Unstructured) {
 	if extra != 1 {
 		t.Errorf("%d NetworkPolicies select networked sandboxes' Pods beyond the isolation, want 1 (sandbox-network)", extra)
 	}
+	// sandboxd reaches the ports they serve.
+	var reaches bool
+	for _, u := range objs {
+		var np networkingv1.NetworkPolicy
+		if u.GetKind() != "NetworkPolicy" {
+			continue
+		}
+		fromUnstructured(t, u, &np)
+		if sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector); err != nil || !sel.Matches(sandboxdPodLabels) {
+			continue
+		}
+		for _, r := range np.Spec.Egress {
+			if peersMatch(r.To, networked) && !peersMatch(r.To, sandboxPodLabels) && len(r.Ports) == 1 && r.Ports[0].Port == nil {
+				reaches = true
+			}
+		}
+	}
+	if !reaches {
+		t.Error("sandboxd's NetworkPolicy does not let it reach networked sandboxes' ports (any TCP port of theirs alone)")
+	}
+}
+
+// peersOnly reports whether every peer is a Pod selector in the policy's
+// namespace that matches set and no sandbox's or volume server's Pod.
+func peersOnly(peers []networkingv1.NetworkPolicyPeer, set labels.Set) bool {
+	for _, p := range peers {
+		if p.PodSelector == nil || p.NamespaceSelector != nil || p.IPBlock != nil {
+			return false
+		}
+		sel, err := metav1.LabelSelectorAsSelector(p.PodSelector)
+		if err != nil || !sel.Matches(set) || sel.Matches(sandboxPodLabels) || sel.Matches(volumeServerPodLabels) {
+			return false
+		}
+	}
+	return true
 }
 
 // portsAre53 reports whether ports are DNS's alone.
