@@ -6,6 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +58,77 @@ def probe(t):
 print(json.dumps({t: probe(t) for t in TARGETS}))
 `
 
+// kubePortApp serves GET on a port of every address of the sandbox,
+// answering "hello PATH"; it survives a hibernation at level globals (its
+// pickle is its port: unpickled in the woken kernel, it serves again).
+const kubePortApp = `
+class PortApp:
+    def __init__(self, port):
+        self.port = port
+        self.start()
+
+    def __reduce__(self):
+        return (PortApp, (self.port,))
+
+    def start(self):
+        import http.server, socketserver, threading
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                b = ("hello " + self.path).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(b)))
+                self.end_headers()
+                self.wfile.write(b)
+
+        class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        srv = S(("0.0.0.0", self.port), H)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+app = PortApp(8000)
+`
+
+// portsServing finds the ports front's address in a replica's log.
+var portsServing = regexp.MustCompile(`msg="serving the ports front" ports_listen=(\S+)`)
+
+// portsAddr is replica d's ports front's address.
+func portsAddr(t *testing.T, d *daemon) string {
+	t.Helper()
+	m := portsServing.FindStringSubmatch(d.logs.String())
+	if m == nil {
+		t.Fatalf("the replica did not log its ports front's address:\n%s", d.logs)
+	}
+	return m[1]
+}
+
+// getPort GETs url through the front at addr (whatever the URL's host),
+// with tok as the traffic token unless it is empty.
+func getPort(t *testing.T, ctx context.Context, addr, rawURL, tok string) (int, string) {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatalf("port URL %q: %v", rawURL, err)
+	}
+	u.Host = addr
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if tok != "" {
+		req.Header.Set("Sandboxd-Traffic-Token", tok)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s through %s: %v", rawURL, addr, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b)
+}
+
 // kubeNetwork: networked sandboxes on the real nodes, whose CNI chain ends
 // with sandboxd's egress plugin (cmd/sandbox-cni) and whose io sidecars run
 // the egress gateway (orchestrator/backend/kube/network.go). Test hosts of
@@ -67,8 +142,12 @@ print(json.dumps({t: probe(t) for t in TARGETS}))
 //     refusal is in GetNetworkStatus (through the other replica), and no
 //     refused host saw anything;
 //   - a sandbox without network reaches nothing, refused at once;
+//   - a port the sandbox serves is reached through either replica's ports
+//     front with the traffic token GetHost gave (through the other), and
+//     not without it; the io sidecar's port is not a sandbox's;
 //   - UpdateNetworkPolicy through the other replica takes effect at once;
-//     the policy survives a hibernation and wake (a new Pod);
+//   - a request to the port of the hibernated sandbox wakes it (a new
+//     Pod), and its server answers again; the policy survives;
 //   - under gVisor (whose network stack bypasses the Pod's netfilter) a
 //     networked sandbox is refused, dead with the reason, before it runs
 //     anything.
@@ -79,10 +158,11 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	allowed, denied, metadata := in.Hosts["allowed.test"], in.Hosts["denied.test"], in.Hosts["metadata.test"]
 	k.cluster.ForwardTo(t, allowed.Addr, denied.Addr, metadata.Addr)
 	flags := []string{"--allow-network", "--kube-egress-cni", "--kube-egress-deny=" + k.cluster.Block().String(),
-		"--egress-hosts-file=" + in.HostsFile, "--kube-storage-class=" + k.cluster.StorageClass}
+		"--egress-hosts-file=" + in.HostsFile, "--kube-storage-class=" + k.cluster.StorageClass, "--ports-listen=127.0.0.1:0"}
 	a, b := k.replica(t, "net-a", flags...), k.replica(t, "net-b", flags...)
 	ca, _ := a.client(t)
 	cb, _ := b.client(t)
+	frontA, frontB := portsAddr(t, a), portsAddr(t, b)
 
 	probe := func(c sandboxv1.SandboxServiceClient, id string, targets ...string) map[string]string {
 		t.Helper()
@@ -154,6 +234,29 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 		t.Errorf("GetNetworkStatus counters %+v; want allowed connections and denied queries", st.GetCounters())
 	}
 
+	// A port it serves, through either replica's front, with the token
+	// the other gave; not without it; never the io sidecar's.
+	mustOK(t, execute(t, ctx, ca, &sandboxv1.ExecuteRequest{SandboxId: id, Code: kubePortApp}), "starting a web server")
+	host, err := cb.GetHost(ctx, &sandboxv1.GetHostRequest{SandboxId: id, Port: 8000})
+	if err != nil || !host.GetTokenRequired() || host.GetTrafficToken() == "" {
+		t.Fatalf("GetHost: %+v, %v; want a URL that needs a token", host, err)
+	}
+	for _, front := range []string{frontB, frontA} {
+		if code, body := getPort(t, ctx, front, host.GetUrl()+"hi", host.GetTrafficToken()); code != http.StatusOK || body != "hello /hi" {
+			t.Errorf("GET %shi through the front at %s: %d %q; want 200 \"hello /hi\"", host.GetUrl(), front, code, body)
+		}
+	}
+	if code, _ := getPort(t, ctx, frontA, host.GetUrl(), ""); code != http.StatusUnauthorized {
+		t.Errorf("GET %s without the token: %d; want 401", host.GetUrl(), code)
+	}
+	if _, err := ca.GetHost(ctx, &sandboxv1.GetHostRequest{SandboxId: id, Port: 7070}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("GetHost of the io sidecar's port: %v; want FAILED_PRECONDITION", err)
+	}
+	sidecarURL := strings.Replace(host.GetUrl(), "/8000/", "/7070/", 1)
+	if code, body := getPort(t, ctx, frontA, sidecarURL, host.GetTrafficToken()); code != http.StatusBadGateway || !strings.Contains(body, "io sidecar") {
+		t.Errorf("GET %s (the io sidecar's port): %d %q; want 502 naming the sidecar", sidecarURL, code, body)
+	}
+
 	// Without network: nothing, refused at once.
 	plain := acquire(t, ctx, ca, "net-bob").GetSandbox().GetSandboxId()
 	before := allowed.Accepts(80)
@@ -186,9 +289,17 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	}
 	acceptedBefore := denied.AllAccepts()
 
-	// Hibernated and woken: a new Pod, the same policy.
+	// Hibernated, and woken by a request to its port: a new Pod, serving
+	// again, the same policy.
+	oldPod := k.podOf(t, ctx, id).UID
 	if _, err := ca.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: id}); err != nil {
 		t.Fatalf("HibernateSandbox: %v", err)
+	}
+	if code, body := getPort(t, ctx, frontB, host.GetUrl()+"again", host.GetTrafficToken()); code != http.StatusOK || body != "hello /again" {
+		t.Errorf("GET %sagain of the hibernated sandbox: %d %q; want it woken and 200 \"hello /again\"", host.GetUrl(), code, body)
+	}
+	if k.podOf(t, ctx, id).UID == oldPod {
+		t.Errorf("the sandbox's pod is the same after a hibernation and a request")
 	}
 	got = probe(cb, id, "http http://allowed.test/", "dns denied.test", fmt.Sprintf("http http://%s/", denied.Addr))
 	want(id, got, "http http://allowed.test/", "ok 200")

@@ -74,7 +74,8 @@
 //     orchestrator/egress run in its io sidecar, to which the node's CNI
 //     chain (cmd/sandbox-cni, podnet) sends the sandbox user's traffic.
 //     sandboxd gives the sidecar the policy when the Pod is ready and at
-//     each update (network.go).
+//     each update (network.go). Its ports are sandboxd's ports front's,
+//     dialled at the Pod's IP (ports.go).
 //
 // Every replica watches Pods and Leases with informers and serves reads from
 // that cache; writes go to the API server, whose conflicts arbitrate. The
