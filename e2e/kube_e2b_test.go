@@ -27,8 +27,11 @@ import (
 // directory, so the snapshot suite (createSnapshot, Sandbox.create from
 // it, fork) runs as under Docker, and on the real nodes the volume suite
 // (a claim per volume, of replica A's storage class; the test kubelet
-// mounts none). The network and template suites are not run: every call
-// of theirs is refused on this backend (e2bapi's TestKubeRefusalsAreClear
+// mounts none). On the real nodes the network suite runs too, against a
+// replica of its own with --kube-egress-cni and the ports front (its
+// sandboxes are networked, so they never come from the warm pool: the
+// other suites keep the pool). The template suite is not run: every call
+// of its is refused on this backend (e2bapi's TestKubeRefusalsAreClear
 // checks each answer).
 var kubeE2BSuites = []string{"scenarios", "ported_sdk", "ported_ci", "snapshots"}
 
@@ -68,6 +71,14 @@ func kubeE2BSDK(t *testing.T, k *kubeEnv) {
 		env = append(env, "SANDBOXD_E2B_KUBE_METRICS=1", "SANDBOXD_E2B_KUBE_HIBERNATION=1")
 	}
 	total, failed := e2bsdk.Run(t, node, dir, e2bsdk.Door{Addr: addrA, Key: key, OtherKey: other, Env: env}, files)
+	if k.cluster != nil {
+		n := k.replica(t, "e2b-net", "--auth-tokens", tokens, "--e2b-listen", "127.0.0.1:0", "--state-dir", t.TempDir(),
+			"--allow-network", "--kube-egress-cni", "--kube-egress-deny="+k.cluster.Block().String(),
+			"--ports-listen", "127.0.0.1:0", "--ports-domain", "sandboxes.test")
+		door := e2bsdk.Door{Addr: e2bAddr(t, n), Key: key, OtherKey: other, Env: append(slices.Clone(env), "SANDBOXD_PORTS_ADDR="+portsAddr(t, n))}
+		nt, nf := e2bsdk.Run(t, node, dir, door, []string{filepath.Join("..", "orchestrator", "door", "e2bapi", "sdktest", "network.test.mjs")})
+		total, failed = total+nt, failed+nf
+	}
 	t.Logf("on kubernetes: %s", e2bsdk.Summary(total, failed))
 }
 
