@@ -122,9 +122,14 @@ func (m *Manager) flush(ctx context.Context, force bool) {
 // patch: the other annotations are untouched, and no resourceVersion is
 // needed).
 func (m *Manager) patchAnnotations(ctx context.Context, id string, ann map[string]string) error {
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	_, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, podName(id), types.MergePatchType, b, metav1.PatchOptions{})
+	_, err := m.patchPod(ctx, id, ann)
 	return err
+}
+
+// patchPod is patchAnnotations, returning the Pod as the write left it.
+func (m *Manager) patchPod(ctx context.Context, id string, ann map[string]string) (*corev1.Pod, error) {
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
+	return m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, podName(id), types.MergePatchType, b, metav1.PatchOptions{})
 }
 
 // expiryGrace is how long past its idle TTL the leader waits before it

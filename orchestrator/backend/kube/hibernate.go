@@ -194,9 +194,18 @@ func (m *Manager) hibernatePod(ctx context.Context, p *corev1.Pod, why string) (
 	snapID := "sbx-snapshot-" + uidKey(p)
 	if p.Annotations[annHibernating] == "" {
 		mark := snapID + " " + time.Now().UTC().Format(time.RFC3339)
-		if err := m.patchAnnotations(ctx, id, map[string]string{annHibernating: mark}); err != nil {
+		q, err := m.patchPod(ctx, id, map[string]string{annHibernating: mark})
+		if err != nil {
 			return nil, apiError("mark the sandbox hibernating", err)
 		}
+		if q.UID != p.UID {
+			return nil, core.Errorf(core.ErrUnavailable, "sandbox %s: its pod changed while it was being hibernated; try again", id)
+		}
+		// The claim's record is taken from the Pod as the mark left it:
+		// every write before the mark is in it (a network policy updated
+		// since p was read), and a network update after it sees the mark
+		// and goes to the claim (UpdateNetworkPolicy).
+		p = q
 	}
 	rec := ioproto.Record{Type: ioproto.KindSnapshot, CommandID: snapID, Snapshot: "snap-" + uidKey(p), TimeoutMS: snapshotTimeout.Milliseconds()}
 	res, err := m.runHib(ctx, p, rec, snapshotTimeout+10*time.Second)
@@ -288,6 +297,9 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 		ch := m.changed()
 		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		if err == nil {
+			if p, err = m.syncWakeNet(ctx, p); err != nil {
+				return nil, nil, err
+			}
 			p, err = m.awaitReady(ctx, p)
 			if err != nil {
 				return nil, nil, err

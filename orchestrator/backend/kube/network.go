@@ -201,6 +201,15 @@ func (m *Manager) egressPolicy(id string, r *netRecord) iosidecar.EgressPolicy {
 // claim) with the next generation, then given to its sidecar if the Pod is
 // ready (else when it is). It neither wakes a hibernated sandbox nor
 // counts as a use. A sandbox without network is core.NoNetwork.
+//
+// An update racing a hibernation or a wake is not lost. Each side writes,
+// then reads what the other writes: a hibernation marks the Pod, then
+// takes the record from the Pod as the mark left it (hibernatePod), while
+// an update writes the Pod on the condition that it has not changed since
+// it read it unmarked, and joins a marked Pod's hibernation, then writes the
+// claim; an update of a hibernated sandbox writes the claim, then looks for
+// a Pod a wake made meanwhile (and writes it too), while a wake makes the
+// Pod, then looks for a newer record on the claim (syncWakeNet).
 func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np core.NetworkPolicy) (core.Sandbox, error) {
 	if err := m.networking(); err != nil {
 		return core.Sandbox{}, err
@@ -228,14 +237,26 @@ func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np 
 			if err != nil {
 				return core.Sandbox{}, apiError("write the network policy", err)
 			}
+			// A wake may have made the Pod from the record before this
+			// write: the Pod takes the update too.
+			woken, err := m.podFromAPI(ctx, sandboxID)
+			if err != nil {
+				return core.Sandbox{}, err
+			}
+			if woken != nil && woken.Annotations[annDeleting] == "" {
+				sb, retry, err := m.updatePodNet(ctx, sandboxID, woken, np)
+				if retry {
+					continue
+				}
+				return sb, err
+			}
 			m.logPolicy(sandboxID, np)
 			return m.sandboxOfClaim(qc), nil
 		}
 		if _, dead, reason, _ := podState(p); dead {
 			return core.Sandbox{}, deadError(sandboxID, reason)
 		}
-		rec := parseNetRecord(p.Annotations[annNetwork])
-		if rec == nil {
+		if parseNetRecord(p.Annotations[annNetwork]) == nil {
 			return core.Sandbox{}, core.NoNetwork(sandboxID)
 		}
 		// From the API server: the cache may lag another replica's update,
@@ -247,32 +268,90 @@ func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np 
 		if fresh == nil {
 			continue
 		}
-		if r := parseNetRecord(fresh.Annotations[annNetwork]); r != nil {
-			rec = r
-		}
-		next := netRecord{Generation: rec.Generation + 1, Policy: np.Clone()}
-		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, fresh.Name, types.MergePatchType,
-			netPatch(fresh.ResourceVersion, next), metav1.PatchOptions{})
-		if apierrors.IsConflict(err) {
+		sb, retry, err := m.updatePodNet(ctx, sandboxID, fresh, np)
+		if retry {
 			continue
 		}
-		if err != nil {
-			return core.Sandbox{}, apiError("write the network policy", err)
-		}
-		if _, _, _, ready := podState(q); ready {
-			if err := m.applyEgress(ctx, q); err != nil {
-				return core.Sandbox{}, err
-			}
-		}
-		// Read our write: this replica's next status and uses see it.
-		m.awaitCached(ctx, sandboxID, func(c *corev1.Pod) bool {
-			r := parseNetRecord(c.Annotations[annNetwork])
-			return r != nil && r.Generation >= next.Generation
-		})
-		m.logPolicy(sandboxID, np)
-		return m.sandboxOf(q), nil
+		return sb, err
 	}
 	return core.Sandbox{}, core.Errorf(core.ErrUnavailable, "gave up updating the network policy of sandbox %s after %d conflicting writes; try again", sandboxID, maxAcquireRounds)
+}
+
+// updatePodNet writes np to Pod fresh (as read from the API server) with
+// the generation after its own, on the condition that fresh is still the
+// Pod's latest version, and gives it to the sidecar if the Pod is ready.
+// retry says to look the sandbox up again: the write conflicted, or the
+// Pod is being hibernated, which this call first helps finish, so that the
+// update goes to the claim once the hibernation has taken its record.
+func (m *Manager) updatePodNet(ctx context.Context, id string, fresh *corev1.Pod, np core.NetworkPolicy) (core.Sandbox, bool, error) {
+	if fresh.Annotations[annHibernating] != "" {
+		if _, err := m.hibernatePod(ctx, fresh, "finishing a hibernation under way"); err != nil {
+			return core.Sandbox{}, false, err
+		}
+		m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.UID != fresh.UID || q.Annotations[annDeleting] != "" })
+		return core.Sandbox{}, true, nil
+	}
+	rec := parseNetRecord(fresh.Annotations[annNetwork])
+	if rec == nil {
+		return core.Sandbox{}, false, core.NoNetwork(id)
+	}
+	next := netRecord{Generation: rec.Generation + 1, Policy: np.Clone()}
+	q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, fresh.Name, types.MergePatchType,
+		netPatch(fresh.ResourceVersion, next), metav1.PatchOptions{})
+	if apierrors.IsConflict(err) {
+		return core.Sandbox{}, true, nil
+	}
+	if err != nil {
+		return core.Sandbox{}, false, apiError("write the network policy", err)
+	}
+	if _, _, _, ready := podState(q); ready {
+		if err := m.applyEgress(ctx, q); err != nil {
+			return core.Sandbox{}, false, err
+		}
+	}
+	// Read our write: this replica's next status and uses see it.
+	m.awaitCached(ctx, id, func(c *corev1.Pod) bool {
+		r := parseNetRecord(c.Annotations[annNetwork])
+		return r != nil && r.Generation >= next.Generation
+	})
+	m.logPolicy(id, np)
+	return m.sandboxOf(q), false, nil
+}
+
+// syncWakeNet gives Pod p, just made by a wake from its claim's record,
+// the claim's record if an update wrote a newer one after the wake read it
+// (the update then found no Pod yet). It returns p as written.
+func (m *Manager) syncWakeNet(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
+	id := p.Labels[labelSandboxID]
+	for range maxAcquireRounds {
+		have := parseNetRecord(p.Annotations[annNetwork])
+		if have == nil {
+			return p, nil
+		}
+		c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Get(ctx, podName(id), metav1.GetOptions{})
+		if err != nil {
+			return nil, apiError("read the network policy on the sandbox's volume claim", err)
+		}
+		want := parseNetRecord(c.Annotations[annNetwork])
+		if want == nil || want.Generation <= have.Generation {
+			return p, nil
+		}
+		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType,
+			netPatch(p.ResourceVersion, *want), metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			return q, nil
+		case !apierrors.IsConflict(err):
+			return nil, apiError("write the network policy to the woken pod", err)
+		}
+		if p, err = m.podFromAPI(ctx, id); err != nil {
+			return nil, err
+		}
+		if p == nil {
+			return nil, core.Errorf(core.ErrUnavailable, "the pod waking sandbox %s is gone; try again", id)
+		}
+	}
+	return nil, core.Errorf(core.ErrUnavailable, "gave up writing the network policy of sandbox %s to its woken pod after %d conflicting writes; try again", id, maxAcquireRounds)
 }
 
 func (m *Manager) logPolicy(id string, np core.NetworkPolicy) {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -9,12 +10,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
@@ -67,26 +71,8 @@ func (l *egressLog) sets() []egressSet {
 // with the reason, before it is handed out. A sandbox without network has
 // none of it.
 func TestNetworkedSandbox(t *testing.T) {
-	log := &egressLog{}
-	front, err := core.NewPortsFront("http://127.0.0.1:8090", "", []byte("a secret of the replicas, 32 B.."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cluster := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
-	hosts := map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("198.18.0.1")}}
-	e := newHibEnv(t, func(c *Config) {
-		c.AllowNetwork, c.EgressCNI, c.EgressCluster, c.EgressHosts = true, true, cluster, hosts
-		c.EgressCeiling = []string{"*.example.test"}
-		c.Ports = front
-		dial := c.DialIO
-		c.DialIO = func(ctx context.Context, addr, tok string) (IOConn, error) {
-			conn, err := dial(ctx, addr, tok)
-			if err != nil {
-				return nil, err
-			}
-			return &netSidecar{hibSidecar: conn.(*hibSidecar), log: log}, nil
-		}
-	})
+	e, log, front := newNetEnv(t)
+	cluster := e.m.cfg.EgressCluster
 	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
 	policy := core.NetworkPolicy{AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"}}
 	r, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Network: true, NetworkPolicy: &policy})
@@ -228,6 +214,127 @@ func TestNetworkedSandbox(t *testing.T) {
 		t.Errorf("the pod without the redirect is not being deleted")
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
+	}
+}
+
+// newNetEnv is newHibEnv with networking: the nodes' plugin, the
+// operator's bounds, the ports front, and sidecars whose gateways log
+// what they are given.
+func newNetEnv(t *testing.T) (*hibEnv, *egressLog, *core.PortsFront) {
+	t.Helper()
+	log := &egressLog{}
+	front, err := core.NewPortsFront("http://127.0.0.1:8090", "", []byte("a secret of the replicas, 32 B.."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}
+	hosts := map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("198.18.0.1")}}
+	e := newHibEnv(t, func(c *Config) {
+		c.AllowNetwork, c.EgressCNI, c.EgressCluster, c.EgressHosts = true, true, cluster, hosts
+		c.EgressCeiling = []string{"*.example.test"}
+		c.Ports = front
+		dial := c.DialIO
+		c.DialIO = func(ctx context.Context, addr, tok string) (IOConn, error) {
+			conn, err := dial(ctx, addr, tok)
+			if err != nil {
+				return nil, err
+			}
+			return &netSidecar{hibSidecar: conn.(*hibSidecar), log: log}, nil
+		}
+	})
+	return e, log, front
+}
+
+// TestNetworkUpdateRacesHibernation: an update of a networked sandbox's
+// policy racing its hibernation or its wake is never lost.
+//
+//   - A hibernation that began from a Pod read before an update takes the
+//     update's record to the claim (it takes the record from the Pod as
+//     its mark left it).
+//   - An update that finds the Pod marked hibernating, its record already
+//     taken to the claim, helps the hibernation finish, then writes the
+//     claim: the hibernated sandbox has it.
+//   - A Pod a wake made from a record older than its claim's (an update
+//     wrote the claim after the wake read it) takes the claim's.
+func TestNetworkUpdateRacesHibernation(t *testing.T) {
+	e, _, _ := newNetEnv(t)
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	policy := func(host string) core.NetworkPolicy {
+		return core.NetworkPolicy{AllowOut: []string{host}, DenyOut: []string{"0.0.0.0/0"}}
+	}
+	first := policy("first.test")
+	r, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Network: true, NetworkPolicy: &first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Sandbox.ID
+	claimRecord := func() *netRecord {
+		t.Helper()
+		r := parseNetRecord(e.claim(t, id).Annotations[annNetwork])
+		if r == nil {
+			t.Fatalf("sandbox %s's claim has no network record", id)
+		}
+		return r
+	}
+
+	// A hibernation from a stale Pod.
+	stale := e.pod(t, id)
+	if _, err := e.m.UpdateNetworkPolicy(ctx, id, policy("second.test")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.hibernatePod(ctx, stale, "test"); err != nil {
+		t.Fatalf("hibernatePod: %v", err)
+	}
+	if rec := claimRecord(); rec.Generation != 2 || !slices.Equal(rec.Policy.AllowOut, []string{"second.test"}) {
+		t.Fatalf("the claim after a hibernation begun from a pod read before an update: %+v; want generation 2, second.test", rec)
+	}
+
+	// An update meeting a hibernation that has taken the record to the
+	// claim but not yet dropped the Pod.
+	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
+		t.Fatalf("Acquire (wake): %v", err)
+	}
+	p := e.pod(t, id)
+	mark := "sbx-snapshot-" + uidKey(p) + " " + time.Now().UTC().Format(time.RFC3339)
+	if p, err = e.m.patchPod(ctx, id, map[string]string{annHibernating: mark}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	hr, _ := json.Marshal(hibRecord{Level: ioproto.LevelFiles, TakenAt: now, HibernatedAt: now})
+	ann := annotationsAny(recordAnnotations(p.Annotations))
+	ann[annHibernated], ann[annImage] = string(hr), imageOf(p)
+	if _, err := e.m.patchClaim(ctx, id, claimLabels(p), ann); err != nil {
+		t.Fatal(err)
+	}
+	e.m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.Annotations[annHibernating] != "" })
+	sb, err := e.m.UpdateNetworkPolicy(ctx, id, policy("third.test"))
+	if err != nil || sb.State != core.StateHibernated || !slices.Equal(sb.NetworkPolicy.AllowOut, []string{"third.test"}) {
+		t.Fatalf("UpdateNetworkPolicy during a hibernation: %s %+v, %v; want the sandbox hibernated with third.test", sb.State, sb.NetworkPolicy, err)
+	}
+	if rec := claimRecord(); !slices.Equal(rec.Policy.AllowOut, []string{"third.test"}) || rec.Generation <= 2 {
+		t.Fatalf("the claim after an update during a hibernation: %+v; want third.test past generation 2", rec)
+	}
+
+	// A woken Pod older than its claim's record.
+	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
+		t.Fatalf("Acquire (wake): %v", err)
+	}
+	p = e.pod(t, id)
+	woken := parseNetRecord(p.Annotations[annNetwork])
+	if woken == nil || !slices.Equal(woken.Policy.AllowOut, []string{"third.test"}) {
+		t.Fatalf("the woken pod's record: %+v; want third.test", woken)
+	}
+	later := netRecord{Generation: woken.Generation + 1, Policy: policy("fourth.test")}
+	c := e.claim(t, id)
+	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(ctx, c.Name, types.MergePatchType, netPatch(c.ResourceVersion, later), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.m.syncWakeNet(ctx, p)
+	if rec := parseNetRecord(q.Annotations[annNetwork]); err != nil || rec == nil || rec.Generation != later.Generation || !slices.Equal(rec.Policy.AllowOut, []string{"fourth.test"}) {
+		t.Fatalf("syncWakeNet: %+v, %v; want the claim's newer record, fourth.test", rec, err)
+	}
+	if q2, err := e.m.syncWakeNet(ctx, q); err != nil || q2.ResourceVersion != q.ResourceVersion {
+		t.Errorf("syncWakeNet of a pod as new as its claim wrote it again (%v)", err)
 	}
 }
 
