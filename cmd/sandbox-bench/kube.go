@@ -41,7 +41,8 @@ import (
 )
 
 // kubeMetrics are the rows of the kubernetes phase.
-var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire, mKubeHib, mKubeWake, mKubeSnapTake, mKubeSnapFirst, mKubeFork, mKubeVolFirst, mKubeVolMount, mKubeVolUpload}
+var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire, mKubeHib, mKubeWake, mKubeSnapTake, mKubeSnapFirst, mKubeFork, mKubeVolFirst, mKubeVolMount, mKubeVolUpload,
+	mKubeEgressGetP50, mKubeEgressDownload, mKubeIngressP50}
 
 // Labels and annotation of the sandbox Pods the bench reads (the kube
 // backend's, orchestrator/backend/kube/pod.go).
@@ -126,6 +127,9 @@ func (b *bench) kubernetes(ctx context.Context) (err error) {
 	if err := b.kubeVolumes(ctx, k); err != nil {
 		return err
 	}
+	if err := b.kubeNetwork(ctx, k); err != nil {
+		return err
+	}
 	if b.cfg.WarmPool == 0 {
 		b.rep.add(row(mKubePool, nan, "", nan, nil, "not measured: --warm-pool 0"))
 		return nil
@@ -190,8 +194,9 @@ func (b *bench) startKube(ctx context.Context, dir string) (*kubeEnv, error) {
 			images[b.cfg.kubeBaseline], baseline = benchNodeBaselineImage, benchNodeBaselineImage
 		}
 		c, err := node.New(ctx, filepath.Join(k.dir, "cluster"), node.Options{
-			Nodes:  []string{"node-a", "node-b"},
-			Images: images,
+			Nodes:     []string{"node-a", "node-b"},
+			Images:    images,
+			EgressCNI: true, // networked sandboxes (kubeNetwork)
 		}, func(format string, args ...any) { b.progress(format, args...) })
 		if err != nil {
 			if c != nil {

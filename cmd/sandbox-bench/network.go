@@ -443,7 +443,13 @@ type tokenHeader struct{ name, value string }
 
 // hostOf asks sandboxd for the URL of the sandbox's ingressPort.
 func (b *bench) hostOf(ctx context.Context, id string) (*hostInfo, error) {
-	h, err := b.c.sb.GetHost(ctx, id, ingressPort)
+	return hostOfVia(ctx, b.c, id)
+}
+
+// hostOfVia asks the sandboxd c talks to for the URL of the sandbox's
+// ingressPort.
+func hostOfVia(ctx context.Context, c *client, id string) (*hostInfo, error) {
+	h, err := c.sb.GetHost(ctx, id, ingressPort)
 	if err != nil {
 		return nil, err
 	}

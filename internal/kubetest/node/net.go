@@ -3,6 +3,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -220,19 +221,41 @@ func (n *Node) HostAddr() netip.Addr { return n.hostEnd }
 // chain, ahead of Docker's DROP policy), until t ends.
 func (c *Cluster) ForwardTo(t testing.TB, addrs ...netip.Addr) {
 	t.Helper()
+	undo, err := c.Forward(addrs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := undo(); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// Forward is ForwardTo for a program (the benchmark): undo removes the
+// rules.
+func (c *Cluster) Forward(addrs ...netip.Addr) (undo func() error, err error) {
+	var added [][]string
+	undo = func() error {
+		var errs []error
+		for i := len(added) - 1; i >= 0; i-- {
+			if out, err := exec.Command("iptables", append([]string{"-w", "5", "-D"}, added[i]...)...).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("node: iptables -D %v: %v: %s", added[i], err, out))
+			}
+		}
+		added = nil
+		return errors.Join(errs...)
+	}
 	for _, a := range addrs {
 		for _, dir := range [][2]string{{c.block.String(), a.String() + "/32"}, {a.String() + "/32", c.block.String()}} {
 			rule := []string{"FORWARD", "-s", dir[0], "-d", dir[1], "-m", "comment", "--comment", ownerAlias(), "-j", "ACCEPT"}
 			if out, err := exec.Command("iptables", append([]string{"-w", "5", "-I"}, rule...)...).CombinedOutput(); err != nil {
-				t.Fatalf("node: iptables -I %v: %v: %s", rule, err, out)
+				return nil, errors.Join(fmt.Errorf("node: iptables -I %v: %v: %s", rule, err, out), undo())
 			}
-			t.Cleanup(func() {
-				if out, err := exec.Command("iptables", append([]string{"-w", "5", "-D"}, rule...)...).CombinedOutput(); err != nil {
-					t.Errorf("node: iptables -D %v: %v: %s", rule, err, out)
-				}
-			})
+			added = append(added, rule)
 		}
 	}
+	return undo, nil
 }
 
 // sweepForwards removes the FORWARD rules (ForwardTo) of clusters whose
