@@ -59,6 +59,7 @@ func run() error {
 	fs.StringVar(&ec.DNS, "egress-dns", iosidecar.DefaultEgressDNS, "where the redirect sends its DNS (UDP and TCP)")
 	fs.StringVar(&ec.Probe, "egress-probe", iosidecar.DefaultEgressProbe, "where the redirect sends the probe's connection")
 	fs.StringVar(&ec.ProbeTarget, "egress-probe-target", iosidecar.DefaultEgressProbeTarget, "the address the redirect sends to --egress-probe")
+	fs.StringVar(&ec.StateFile, "egress-state", "", "`file` where the gateway keeps the policy in force, in a directory only the sidecar mounts, so that a restarted sidecar puts it back at once (\"\": waits for sandboxd's next use)")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err

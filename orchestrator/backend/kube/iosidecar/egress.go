@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/egress"
@@ -32,7 +37,9 @@ import (
 //   - sandboxd gives the policy (SetEgress) once the Pod is ready and
 //     whenever it changes, and reads the counters (EgressStatus). Before
 //     the first policy nothing listens where the redirect leads, so every
-//     connection is refused.
+//     connection is refused. The sidecar keeps the policy in force
+//     (EgressConfig.StateFile) and puts it back if its container
+//     restarts.
 //
 // A runtime with a network stack of its own (gVisor's netstack, a VM)
 // never passes through the Pod's netfilter, and a node without the plugin
@@ -61,6 +68,13 @@ type EgressConfig struct {
 	HostAddrs func() []netip.Addr
 	// Dial dials upstream; nil: a net.Dialer. Tests substitute one.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// StateFile, when set, is where the sidecar keeps the policy in force
+	// (the last SetEgress it applied), in a directory the sandbox cannot
+	// reach (an emptyDir only the sidecar mounts, which outlives its
+	// container): a sidecar container that restarts puts it back in force
+	// as it starts (after the probe), rather than refusing everything the
+	// sandbox sends until sandboxd's next use gives it again.
+	StateFile string
 }
 
 // Where the node's redirect (orchestrator/backend/kube/podnet's defaults)
@@ -79,6 +93,9 @@ const (
 	maxEgressHosts  = 4096 // names
 	maxHostAddrs    = 16   // addresses per name
 	probeTimeout    = 2 * time.Second
+	// maxStateBytes bounds the saved policy (StateFile): the largest
+	// request the bounds above allow is well under it.
+	maxStateBytes = 4 << 20
 )
 
 // egressState is the Server's gateway, made at the first SetEgress and
@@ -112,7 +129,72 @@ func newEgress(cfg EgressConfig, log *slog.Logger) (*egressState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: probe listener: %w", err)
 	}
-	return &egressState{cfg: cfg, log: log, probeL: l}, nil
+	e := &egressState{cfg: cfg, log: log, probeL: l}
+	e.restore()
+	return e, nil
+}
+
+// restore puts the saved policy (StateFile) back in force, if there is
+// one: this sidecar's container restarted. A policy that cannot be (its
+// probe fails) is left for sandboxd's next SetEgress, which says why.
+func (e *egressState) restore() {
+	if e.cfg.StateFile == "" {
+		return
+	}
+	req, err := readEgressState(e.cfg.StateFile)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return
+	case err != nil:
+		e.log.Warn("the saved egress policy is unreadable; waiting for sandboxd's", "file", e.cfg.StateFile, "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	defer cancel()
+	if _, err := e.set(ctx, req); err != nil {
+		e.log.Warn("the saved egress policy could not be put back in force; waiting for sandboxd's", "sandbox_id", req.GetSandboxId(), "error", err)
+		return
+	}
+	e.log.Info("egress policy restored after a restart", "sandbox_id", req.GetSandboxId(), "generation", req.GetGeneration())
+}
+
+// readEgressState reads a saved policy, bounded.
+func readEgressState(path string) (*sandboxiov1.SetEgressRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxStateBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxStateBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxStateBytes)
+	}
+	req := new(sandboxiov1.SetEgressRequest)
+	if err := proto.Unmarshal(b, req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// save keeps req, the policy now in force, in StateFile (written whole, then
+// renamed over the old one).
+func (e *egressState) save(req *sandboxiov1.SetEgressRequest) {
+	if e.cfg.StateFile == "" {
+		return
+	}
+	b, err := proto.Marshal(req)
+	if err == nil {
+		tmp := e.cfg.StateFile + ".tmp"
+		if err = os.WriteFile(tmp, b, 0o600); err == nil {
+			err = os.Rename(tmp, e.cfg.StateFile)
+		}
+	}
+	if err != nil {
+		e.log.Warn("could not save the egress policy; a restart of this sidecar waits for sandboxd's", "file", e.cfg.StateFile, "error", err)
+	}
 }
 
 // probe proves the redirect is in force: a connection to ProbeTarget
@@ -259,6 +341,7 @@ func (e *egressState) set(ctx context.Context, req *sandboxiov1.SetEgressRequest
 		e.gw.Update(req.GetSandboxId(), policy)
 	}
 	e.id, e.gen = req.GetSandboxId(), req.GetGeneration()
+	e.save(req)
 	e.log.Info("egress policy in force", "sandbox_id", e.id, "generation", e.gen,
 		"allow_out", len(req.GetAllowOut()), "deny_out", len(req.GetDenyOut()))
 	return &sandboxiov1.SetEgressResponse{Applied: true, Generation: e.gen}, nil

@@ -56,16 +56,24 @@ func startEgressSidecar(t *testing.T, probeOK bool) (*Client, EgressConfig) {
 // target ("": the probe listener itself).
 func startEgressSidecarAt(t *testing.T, target string) (*Client, EgressConfig) {
 	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{"io", "workspace"} {
-		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ec := EgressConfig{TCP: freePort(t), DNS: freePort(t), Probe: freePort(t), Source: netip.MustParseAddr("198.18.250.9")}
 	ec.ProbeTarget = ec.Probe
 	if target != "" {
 		ec.ProbeTarget = target
+	}
+	c, stop := serveEgress(t, t.TempDir(), ec)
+	t.Cleanup(stop)
+	return c, ec
+}
+
+// serveEgress starts a sidecar with ec over the Pod directories in dir
+// (made if missing); stop stops it, its listeners closed.
+func serveEgress(t *testing.T, dir string, ec EgressConfig) (c *Client, stop func()) {
+	t.Helper()
+	for _, d := range []string{"io", "workspace"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	srv, err := New(Config{IODir: filepath.Join(dir, "io"), Workspace: filepath.Join(dir, "workspace"), Token: testToken, Egress: &ec})
 	if err != nil {
@@ -76,15 +84,13 @@ func startEgressSidecarAt(t *testing.T, target string) (*Client, EgressConfig) {
 		t.Fatal(err)
 	}
 	go srv.GRPC().Serve(lis)
-	c, err := Dial(lis.Addr().String(), testToken)
-	if err != nil {
+	if c, err = Dial(lis.Addr().String(), testToken); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	return c, func() {
 		c.Close()
 		srv.Stop(time.Second)
-	})
-	return c, ec
+	}
 }
 
 // query asks the gateway's DNS at addr for name's A record, from
@@ -218,6 +224,64 @@ func TestEgressGateway(t *testing.T) {
 			t.Errorf("generation %d after refused requests; want 3", gen)
 		}
 	})
+}
+
+// TestEgressRestart: a sidecar with a state file keeps the policy in force
+// there (0600), and a sidecar started again over it (its container
+// restarted) has that policy in force before anyone gives it one; a state
+// file it cannot read, or none, leaves it waiting for SetEgress.
+func TestEgressRestart(t *testing.T) {
+	ctx := t.Context()
+	pol := EgressPolicy{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa", Generation: 3, AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"},
+		Hosts: map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("198.18.250.1")}, "denied.test": {netip.MustParseAddr("198.18.250.2")}}}
+	dir := t.TempDir()
+	ec := EgressConfig{TCP: freePort(t), DNS: freePort(t), Probe: freePort(t), Source: netip.MustParseAddr("198.18.250.9"),
+		StateFile: filepath.Join(dir, "policy.pb")}
+	ec.ProbeTarget = ec.Probe
+
+	c, stop := serveEgress(t, dir, ec)
+	if _, err := c.SetEgress(ctx, pol); err != nil {
+		t.Fatalf("SetEgress: %v", err)
+	}
+	stop()
+	if st, err := os.Stat(ec.StateFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("the state file: %v, %v; want it, 0600", st, err)
+	}
+
+	c, stop = serveEgress(t, dir, ec)
+	if _, _, gen, err := c.EgressStatus(ctx); err != nil || gen != 3 {
+		t.Errorf("after a restart, before any SetEgress: generation %d, %v; want 3", gen, err)
+	}
+	if rc := query(t, ec.DNS, "allowed.test"); rc != dns.RcodeSuccess {
+		t.Errorf("after a restart, allowed.test: rcode %s; want an answer", dns.RcodeToString[rc])
+	}
+	if rc := query(t, ec.DNS, "denied.test"); rc != dns.RcodeNameError {
+		t.Errorf("after a restart, denied.test: rcode %s; want NXDOMAIN", dns.RcodeToString[rc])
+	}
+	// A newer policy replaces the restored one, and is what is kept.
+	open := pol
+	open.Generation, open.AllowOut, open.DenyOut = 4, nil, nil
+	if applied, err := c.SetEgress(ctx, open); err != nil || !applied {
+		t.Fatalf("SetEgress of generation 4 after the restore: %v, %v", applied, err)
+	}
+	stop()
+	if req, err := readEgressState(ec.StateFile); err != nil || req.GetGeneration() != 4 {
+		t.Errorf("the state file after generation 4: %v, %v", req, err)
+	}
+
+	// Unreadable: the sidecar starts, with no policy.
+	if err := os.WriteFile(ec.StateFile, []byte("\xff\xff not a policy"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, stop = serveEgress(t, dir, ec)
+	defer stop()
+	if _, _, gen, err := c.EgressStatus(ctx); err != nil || gen != 0 {
+		t.Errorf("over an unreadable state file: generation %d, %v; want 0 (no policy)", gen, err)
+	}
+	if conn, err := net.DialTimeout("tcp", ec.TCP, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("over an unreadable state file the gateway listens at %s", ec.TCP)
+	}
 }
 
 // hostileEgress answers EgressStatus with whatever it holds.
