@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -51,6 +52,11 @@ const (
 	// podIPEnv gives the sidecar the Pod's IP, the source of the sandbox's
 	// redirected traffic.
 	podIPEnv = "POD_IP"
+	// volumeEgress is the sidecar's own directory (mounted at
+	// egressStateDir, in no other container), where its gateway keeps the
+	// policy in force through a restart of its container.
+	volumeEgress   = "egress-state"
+	egressStateDir = "/run/sandboxd-egress"
 )
 
 // netRecord is a networked sandbox's policy as its Pod keeps it.
@@ -114,11 +120,11 @@ func refuseRules(p core.NetworkPolicy) error {
 }
 
 // podNetwork puts r on a sandbox Pod: its label, its record, and the
-// sidecar's gateway. Names with a dot are asked as they are first (ndots
-// 1, where the cluster's default is 5): otherwise every lookup of
-// "pypi.org" would first ask the gateway for it under each of the Pod's
-// search domains, each refused by an allow-list and filling the
-// sandbox's denials.
+// sidecar's gateway, with a directory of its own for the policy in force.
+// Names with a dot are asked as they are first (ndots 1, where the
+// cluster's default is 5): otherwise every lookup of "pypi.org" would
+// first ask the gateway for it under each of the Pod's search domains,
+// each refused by an allow-list and filling the sandbox's denials.
 func podNetwork(pod *corev1.Pod, r *netRecord) {
 	pod.Labels[labelNetwork] = "on"
 	pod.Annotations[annNetwork] = r.encode()
@@ -128,10 +134,13 @@ func podNetwork(pod *corev1.Pod, r *netRecord) {
 		if c.Name != containerIO {
 			continue
 		}
-		c.Args = append(c.Args, "--egress")
+		c.Args = append(c.Args, "--egress", "--egress-state="+egressStateDir+"/policy.pb")
 		c.Env = append(c.Env, corev1.EnvVar{Name: podIPEnv, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volumeEgress, MountPath: egressStateDir})
 	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: volumeEgress, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(8<<20, resource.BinarySI)}}})
 }
 
 // egressKey says which policy a ready Pod's sidecar was given: the Pod, the
