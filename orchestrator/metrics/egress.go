@@ -41,6 +41,21 @@ type EgressSource interface {
 	EgressCounters() (per []core.SandboxEgress, totals core.EgressTotals, ok bool)
 }
 
+// SandboxEgressSource is what the per-sandbox egress series alone read:
+// *kube.Manager, whose gateways run in the sandboxes' Pods, so that it has
+// no server-wide totals. A source that is also a Reporter reports only
+// while Reporting says so (the leader).
+type SandboxEgressSource interface {
+	// SandboxEgress returns each networked sandbox's counters.
+	SandboxEgress() []core.SandboxEgress
+}
+
+// WatchSandboxEgress registers the per-sandbox egress series alone, read
+// from src at scrape time.
+func (m *Metrics) WatchSandboxEgress(src SandboxEgressSource) {
+	m.reg.MustRegister(&sandboxEgressCollector{src: src})
+}
+
 // WatchEgress registers the egress gateway's series, read from src at
 // scrape time.
 func (m *Metrics) WatchEgress(src EgressSource) {
@@ -105,19 +120,7 @@ func (c *egressCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
-	for _, s := range per {
-		id, tenant := s.SandboxID, s.Tenant
-		counter(sandboxEgressBytesDesc, s.BytesOut, id, tenant, "out")
-		counter(sandboxEgressBytesDesc, s.BytesIn, id, tenant, "in")
-		counter(sandboxEgressConnsDesc, s.ConnsAllowed, id, tenant, "allowed")
-		counter(sandboxEgressConnsDesc, s.ConnsDenied, id, tenant, "denied")
-		counter(sandboxEgressConnsDesc, s.ConnsRefusedAtCap, id, tenant, "refused_at_cap")
-		counter(sandboxEgressDNSDesc, s.DNSAllowed, id, tenant, "answered")
-		counter(sandboxEgressDNSDesc, s.DNSDenied, id, tenant, "denied")
-		counter(sandboxEgressDNSDesc, s.DNSRateLimited, id, tenant, "rate_limited")
-		gauge(sandboxEgressOpenDesc, s.ConnsOpen, id, tenant)
-		counter(sandboxEgressRuleDesc, s.RuleRequests, id, tenant)
-	}
+	collectSandboxEgress(ch, per)
 	counter(egressBytesDesc, t.BytesOut, "out")
 	counter(egressBytesDesc, t.BytesIn, "in")
 	counter(egressConnsDesc, t.ConnsAllowed, "allowed")
@@ -132,4 +135,44 @@ func (c *egressCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(egressRuleDesc, t.RuleRequests)
 	gauge(egressSandboxesDesc, t.Sandboxes)
 	gauge(egressDNSInFlightDesc, t.DNSInFlight)
+}
+
+// collectSandboxEgress sends the per-sandbox series of per.
+func collectSandboxEgress(ch chan<- prometheus.Metric, per []core.SandboxEgress) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for _, s := range per {
+		id, tenant := s.SandboxID, s.Tenant
+		counter(sandboxEgressBytesDesc, s.BytesOut, id, tenant, "out")
+		counter(sandboxEgressBytesDesc, s.BytesIn, id, tenant, "in")
+		counter(sandboxEgressConnsDesc, s.ConnsAllowed, id, tenant, "allowed")
+		counter(sandboxEgressConnsDesc, s.ConnsDenied, id, tenant, "denied")
+		counter(sandboxEgressConnsDesc, s.ConnsRefusedAtCap, id, tenant, "refused_at_cap")
+		counter(sandboxEgressDNSDesc, s.DNSAllowed, id, tenant, "answered")
+		counter(sandboxEgressDNSDesc, s.DNSDenied, id, tenant, "denied")
+		counter(sandboxEgressDNSDesc, s.DNSRateLimited, id, tenant, "rate_limited")
+		ch <- prometheus.MustNewConstMetric(sandboxEgressOpenDesc, prometheus.GaugeValue, float64(s.ConnsOpen), id, tenant)
+		counter(sandboxEgressRuleDesc, s.RuleRequests, id, tenant)
+	}
+}
+
+// sandboxEgressCollector sends the per-sandbox series alone.
+type sandboxEgressCollector struct {
+	src SandboxEgressSource
+}
+
+// Describe implements prometheus.Collector.
+func (c *sandboxEgressCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{sandboxEgressBytesDesc, sandboxEgressConnsDesc, sandboxEgressDNSDesc, sandboxEgressOpenDesc, sandboxEgressRuleDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *sandboxEgressCollector) Collect(ch chan<- prometheus.Metric) {
+	if r, ok := c.src.(Reporter); ok && !r.Reporting() {
+		return
+	}
+	collectSandboxEgress(ch, c.src.SandboxEgress())
 }

@@ -159,3 +159,46 @@ func countLabelled(t *testing.T, reg *prometheus.Registry, label, value string) 
 	}
 	return n
 }
+
+type fakeSandboxEgress struct {
+	per     []core.SandboxEgress
+	leading bool
+}
+
+func (f *fakeSandboxEgress) SandboxEgress() []core.SandboxEgress { return f.per }
+func (f *fakeSandboxEgress) Reporting() bool                     { return f.leading }
+
+// TestSandboxEgressSeries: a source of per-sandbox counters alone (the
+// Kubernetes backend's, whose gateways are in the Pods) gives the
+// per-sandbox series and no server-wide ones, and only while it reports
+// (the leader).
+func TestSandboxEgressSeries(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := New(reg)
+	src := &fakeSandboxEgress{per: []core.SandboxEgress{{SandboxID: "sb-a", Tenant: "acme",
+		NetworkCounters: core.NetworkCounters{BytesOut: 10, ConnsAllowed: 3, DNSDenied: 5}}}}
+	m.WatchSandboxEgress(src)
+	if n := countPrefixed(t, reg, "sandboxd_egress_", "sandboxd_sandbox_egress_"); n != 0 {
+		t.Errorf("%d egress series from a replica that does not lead", n)
+	}
+	src.leading = true
+	for _, c := range []struct {
+		series string
+		labels map[string]string
+		want   float64
+	}{
+		{SandboxEgressBytesName, map[string]string{"sandbox_id": "sb-a", "direction": "out"}, 10},
+		{SandboxEgressConnectionsName, map[string]string{"sandbox_id": "sb-a", "tenant": "acme", "result": "allowed"}, 3},
+		{SandboxEgressDNSName, map[string]string{"sandbox_id": "sb-a", "result": "denied"}, 5},
+	} {
+		if got := gathered(t, reg, Name(c.series), c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.series, c.labels, got, c.want)
+		}
+	}
+	if got := countLabelled(t, reg, "sandbox_id", "sb-a"); got != 10 {
+		t.Errorf("%d series of sb-a, want 10", got)
+	}
+	if n := countPrefixed(t, reg, "sandboxd_egress_"); n != 0 {
+		t.Errorf("%d server-wide egress series from a per-sandbox source; want none", n)
+	}
+}

@@ -75,7 +75,8 @@
 //     chain (cmd/sandbox-cni, podnet) sends the sandbox user's traffic.
 //     sandboxd gives the sidecar the policy when the Pod is ready and at
 //     each update (network.go). Its ports are sandboxd's ports front's,
-//     dialled at the Pod's IP (ports.go).
+//     dialled at the Pod's IP (ports.go); its egress counters, the
+//     leader's reads of the gateway (egress_metrics.go).
 //
 // Every replica watches Pods and Leases with informers and serves reads from
 // that cache; writes go to the API server, whose conflicts arbitrate. The

@@ -57,6 +57,9 @@ type Manager struct {
 	// egressDone is, by Pod UID, the policy this replica last gave the
 	// Pod's egress gateway (egressKey, network.go).
 	egressDone map[string]string
+	// egressReads are, by sandbox ID, the networked sandboxes' egress
+	// counters as the leader last read them (egress_metrics.go).
+	egressReads map[string]egressRead
 	// watchCalls and watchDirs count this replica's WatchDirectory calls
 	// in progress and the directories their sidecars watch, against
 	// Policy.WatchCaps (watch.go).
@@ -208,6 +211,9 @@ func (m *Manager) elect(ctx context.Context) {
 				OnStartedLeading: func(ctx context.Context) {
 					m.setLeader(true)
 					m.log.Info("leading: running the warm pool, expiry and death records")
+					if m.cfg.EgressCNI {
+						go m.egressLoop(ctx) // ends with ctx, as chores
+					}
 					m.chores(ctx)
 				},
 				OnStoppedLeading: func() { m.setLeader(false) },

@@ -85,11 +85,20 @@ func TestNetworkedSandbox(t *testing.T) {
 	}
 	p := e.pod(t, id)
 	var sidecar *string
+	mountsState := func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volumeEgress })
+	}
 	for _, c := range p.Spec.InitContainers {
 		if c.Name == containerIO && slices.Contains(c.Args, "--egress") && slices.ContainsFunc(c.Env, func(v corev1.EnvVar) bool {
 			return v.Name == podIPEnv && v.ValueFrom != nil && v.ValueFrom.FieldRef != nil && v.ValueFrom.FieldRef.FieldPath == "status.podIP"
-		}) {
+		}) && slices.Contains(c.Args, "--egress-state="+egressStateDir+"/policy.pb") && mountsState(c) {
 			sidecar = &c.Name
+		}
+	}
+	// The sidecar's state directory is its own.
+	for _, c := range p.Spec.Containers {
+		if mountsState(c) {
+			t.Errorf("container %s mounts the io sidecar's egress state", c.Name)
 		}
 	}
 	if p.Labels[labelNetwork] != "on" || parseNetRecord(p.Annotations[annNetwork]) == nil || sidecar == nil ||
@@ -141,6 +150,11 @@ func TestNetworkedSandbox(t *testing.T) {
 		t.Fatalf("policies given after the update: %+v; want generation 2", sets)
 	}
 	checkPorts(t, e, ctx, id, front, true)
+	// The leader's read of the egress counters, for the per-sandbox series.
+	e.m.readEgress(ctx)
+	if got := e.m.SandboxEgress(); len(got) != 1 || got[0].SandboxID != id || got[0].Tenant != "acme" || got[0].ConnsAllowed != 7 {
+		t.Errorf("SandboxEgress after a read: %+v; want sandbox %s's counters (7 connections allowed), tenant acme", got, id)
+	}
 	st, err := e.m.NetworkStatus(ctx, id)
 	if err != nil || st.Counters.ConnsAllowed != 7 || len(st.Denials) != 1 || !slices.Equal(st.Policy.AllowOut, open.AllowOut) {
 		t.Fatalf("NetworkStatus: %+v, %v; want the gateway's counters and the policy", st, err)
@@ -152,6 +166,10 @@ func TestNetworkedSandbox(t *testing.T) {
 		t.Fatalf("Hibernate: %v", err)
 	}
 	e.awaitState(t, ctx, id, core.StateHibernated)
+	e.m.readEgress(ctx)
+	if got := e.m.SandboxEgress(); len(got) != 0 {
+		t.Errorf("SandboxEgress with the sandbox hibernated: %+v; want none", got)
+	}
 	third := core.NetworkPolicy{AllowOut: []string{"third.test"}, DenyOut: []string{"0.0.0.0/0"}}
 	if sb, err := e.m.UpdateNetworkPolicy(ctx, id, third); err != nil || sb.State != core.StateHibernated || !slices.Equal(sb.NetworkPolicy.AllowOut, third.AllowOut) {
 		t.Fatalf("UpdateNetworkPolicy of a hibernated sandbox: %+v, %v", sb, err)
