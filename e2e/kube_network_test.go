@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,6 +97,20 @@ class PortApp:
 app = PortApp(8000)
 `
 
+// kubeNetLoop reaches allowed.test every 100 ms from a thread of the
+// kernel's, until STOP is set.
+const kubeNetLoop = `
+import threading, urllib.request
+STOP = threading.Event()
+def _loop():
+    while not STOP.wait(0.1):
+        try:
+            urllib.request.urlopen("http://allowed.test/", timeout=2).read()
+        except Exception:
+            pass
+threading.Thread(target=_loop, daemon=True).start()
+`
+
 // portsServing finds the ports front's address in a replica's log.
 var portsServing = regexp.MustCompile(`msg="serving the ports front" ports_listen=(\S+)`)
 
@@ -145,6 +162,9 @@ func getPort(t *testing.T, ctx context.Context, addr, rawURL, tok string) (int, 
 //   - a port the sandbox serves is reached through either replica's ports
 //     front with the traffic token GetHost gave (through the other), and
 //     not without it; the io sidecar's port is not a sandbox's;
+//   - its io sidecar's container restarts, and its gateway puts the policy
+//     back in force itself: a loop in the sandbox reaches the allowed host
+//     again with no call of sandboxd's;
 //   - UpdateNetworkPolicy through the other replica takes effect at once;
 //   - a request to the port of the hibernated sandbox wakes it (a new
 //     Pod), and its server answers again; the policy survives;
@@ -158,7 +178,8 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	allowed, denied, metadata := in.Hosts["allowed.test"], in.Hosts["denied.test"], in.Hosts["metadata.test"]
 	k.cluster.ForwardTo(t, allowed.Addr, denied.Addr, metadata.Addr)
 	flags := []string{"--allow-network", "--kube-egress-cni", "--kube-egress-deny=" + k.cluster.Block().String(),
-		"--egress-hosts-file=" + in.HostsFile, "--kube-storage-class=" + k.cluster.StorageClass, "--ports-listen=127.0.0.1:0"}
+		"--egress-hosts-file=" + in.HostsFile, "--kube-storage-class=" + k.cluster.StorageClass, "--ports-listen=127.0.0.1:0",
+		"--metrics-listen=127.0.0.1:0"}
 	a, b := k.replica(t, "net-a", flags...), k.replica(t, "net-b", flags...)
 	ca, _ := a.client(t)
 	cb, _ := b.client(t)
@@ -233,6 +254,31 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	if st.GetCounters().GetConnectionsAllowed() == 0 || st.GetCounters().GetDnsDenied() == 0 {
 		t.Errorf("GetNetworkStatus counters %+v; want allowed connections and denied queries", st.GetCounters())
 	}
+	// The same counters as the leader's per-sandbox series (read from the
+	// Pod every 10 s): summed over the replicas, each sandbox counts once.
+	var metricsURLs []string
+	for _, d := range []*daemon{a, b} {
+		m := metricsLine.FindStringSubmatch(d.logs.String())
+		if m == nil {
+			t.Fatalf("a replica did not log its metrics address:\n%s", d.logs)
+		}
+		metricsURLs = append(metricsURLs, "http://"+m[1]+"/metrics")
+	}
+	egressSeries := func(name string, labels ...string) float64 {
+		var n float64
+		for _, u := range metricsURLs {
+			n += value(scrape(t, ctx, u), name, append([]string{"sandbox_id", id}, labels...)...)
+		}
+		return n
+	}
+	var allowedConns, deniedDNS float64
+	if !pollUntil(30*time.Second, func() bool {
+		allowedConns = egressSeries("sandboxd_sandbox_egress_connections_total", "result", "allowed")
+		deniedDNS = egressSeries("sandboxd_sandbox_egress_dns_queries_total", "result", "denied")
+		return allowedConns >= 1 && deniedDNS >= 1
+	}) {
+		t.Errorf("the per-sandbox egress series of sandbox %s: %v allowed connections, %v denied queries within 30 s; want at least one each", id, allowedConns, deniedDNS)
+	}
 
 	// A port it serves, through either replica's front, with the token
 	// the other gave; not without it; never the io sidecar's.
@@ -256,6 +302,44 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	if code, body := getPort(t, ctx, frontA, sidecarURL, host.GetTrafficToken()); code != http.StatusBadGateway || !strings.Contains(body, "io sidecar") {
 		t.Errorf("GET %s (the io sidecar's port): %d %q; want 502 naming the sidecar", sidecarURL, code, body)
 	}
+
+	// The io sidecar's container restarts: its gateway puts the policy
+	// back in force itself, before sandboxd calls on the Pod again. A
+	// loop in the sandbox keeps reaching the allowed host meanwhile.
+	looped := allowed.Accepts(80)
+	mustOK(t, execute(t, ctx, ca, &sandboxv1.ExecuteRequest{SandboxId: id, Code: kubeNetLoop}), "starting a loop reaching allowed.test")
+	if !pollUntil(20*time.Second, func() bool { return allowed.Accepts(80) > looped+3 }) {
+		t.Fatalf("the loop in sandbox %s did not reach allowed.test", id)
+	}
+	pod := k.podOf(t, ctx, id)
+	restarts := func(p *corev1.Pod) (int32, bool) {
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == kubeSidecar {
+				return s.RestartCount, s.Ready
+			}
+		}
+		return 0, false
+	}
+	was, _ := restarts(pod)
+	if err := k.cluster.KillContainer(ctx, kubeNamespace, pod.Name, kubeSidecar); err != nil {
+		t.Fatalf("kill the io sidecar of sandbox %s: %v", id, err)
+	}
+	// Only the API server is asked: no call of sandboxd's reaches the Pod.
+	if !pollUntil(60*time.Second, func() bool {
+		p, err := k.cs.CoreV1().Pods(kubeNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		n, ready := restarts(p)
+		return n > was && ready
+	}) {
+		t.Fatalf("the io sidecar of sandbox %s did not restart and become ready within 60 s", id)
+	}
+	reached := allowed.Accepts(80)
+	if !pollUntil(20*time.Second, func() bool { return allowed.Accepts(80) > reached+3 }) {
+		t.Errorf("after its io sidecar restarted, sandbox %s did not reach allowed.test again without a call of sandboxd's (the gateway's policy was not restored)", id)
+	}
+	mustOK(t, execute(t, ctx, ca, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "STOP.set()"}), "stopping the loop")
 
 	// Without network: nothing, refused at once.
 	plain := acquire(t, ctx, ca, "net-bob").GetSandbox().GetSandboxId()

@@ -441,7 +441,10 @@ func (b *bench) kubeWarm(ctx context.Context, k *kubeEnv) (err error) {
 		return fmt.Errorf("delete sandbox %s: %w", dsb, err)
 	}
 	warmTarget := atMost(dockerP50+0.5, "≤ the Docker backend's + 0.5 ms")
-	hop := fmt.Sprintf("; the sidecar hop adds %s ms at p50 (the Docker backend's phase before: %s ms)", fmtNum(ms(warm.percentile(50))-dockerP50), fmtNum(b.warmP50))
+	hop := fmt.Sprintf("; the sidecar hop adds %s ms at p50", fmtNum(ms(warm.percentile(50))-dockerP50))
+	if !math.IsNaN(b.warmP50) {
+		hop += fmt.Sprintf(" (the Docker backend's phase before: %s ms)", fmtNum(b.warmP50))
+	}
 	b.rep.add(row(mKubeWarmP50, ms(warm.percentile(50)), "Docker backend (same run, interleaved, p50)", dockerP50, warmTarget,
 		fmt.Sprintf("over %d round trips through one replica, interleaved with as many through the Docker backend's sandboxd: sandboxd → io sidecar (gRPC %s) → /io in the Pod%s", b.cfg.Iterations, k.hopPath(), hop)))
 	b.rep.add(row(mKubeWarmP99, ms(warm.percentile(99)), "Docker backend (same run, interleaved, p99)", dockerP99, nil, ""))
