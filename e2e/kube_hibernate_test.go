@@ -29,17 +29,10 @@ func kubeHibernation(t *testing.T, k *kubeEnv) {
 	a, b := k.replica(t, "hib-a", append(metricsFlags, class)...), k.replica(t, "hib-b", append(metricsFlags, class)...)
 	// Each replica's /metrics; the sandboxes by state are the leader's
 	// alone, so their sum over the replicas counts each sandbox once.
-	var metricsURLs []string
-	for _, d := range []*daemon{a, b} {
-		m := metricsLine.FindStringSubmatch(d.logs.String())
-		if m == nil {
-			t.Fatalf("a replica did not log its metrics address:\n%s", d.logs)
-		}
-		metricsURLs = append(metricsURLs, "http://"+m[1]+"/metrics")
-	}
+	urls := metricsURLs(t, a, b)
 	sandboxesIn := func(state string) float64 {
 		var n float64
-		for _, u := range metricsURLs {
+		for _, u := range urls {
 			n += value(scrape(t, ctx, u), "sandboxd_sandboxes", "state", state)
 		}
 		return n

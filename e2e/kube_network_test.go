@@ -256,17 +256,10 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	}
 	// The same counters as the leader's per-sandbox series (read from the
 	// Pod every 10 s): summed over the replicas, each sandbox counts once.
-	var metricsURLs []string
-	for _, d := range []*daemon{a, b} {
-		m := metricsLine.FindStringSubmatch(d.logs.String())
-		if m == nil {
-			t.Fatalf("a replica did not log its metrics address:\n%s", d.logs)
-		}
-		metricsURLs = append(metricsURLs, "http://"+m[1]+"/metrics")
-	}
+	urls := metricsURLs(t, a, b)
 	egressSeries := func(name string, labels ...string) float64 {
 		var n float64
-		for _, u := range metricsURLs {
+		for _, u := range urls {
 			n += value(scrape(t, ctx, u), name, append([]string{"sandbox_id", id}, labels...)...)
 		}
 		return n

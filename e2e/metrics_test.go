@@ -19,6 +19,20 @@ import (
 // it serves gRPC (so it is in the log when start returns).
 var metricsLine = regexp.MustCompile(`msg="serving metrics" metrics_listen=(\S+)`)
 
+// metricsURLs are the /metrics URLs the daemons ds logged.
+func metricsURLs(t *testing.T, ds ...*daemon) []string {
+	t.Helper()
+	var urls []string
+	for _, d := range ds {
+		m := metricsLine.FindStringSubmatch(d.logs.String())
+		if m == nil {
+			t.Fatalf("sandboxd did not log its metrics address:\n%s", d.logs)
+		}
+		urls = append(urls, "http://"+m[1]+"/metrics")
+	}
+	return urls
+}
+
 // TestMetricsEndToEnd runs known traffic through the real sandboxd and
 // checks what its /metrics says about it.
 func TestMetricsEndToEnd(t *testing.T) {
