@@ -252,7 +252,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 			return fmt.Errorf("starting the kubernetes backend: %w", err)
 		}
 		if met != nil {
-			met.Watch(km) // sandboxes by state and the pool's size: the leader reports them
+			met.Watch(km)              // sandboxes by state and the pool's size: the leader reports them
 			met.WatchSandboxEgress(km) // networked sandboxes' egress counters, read from their Pods by the leader
 		}
 		m = newValidated(km, auditLog)

@@ -558,7 +558,9 @@ func checkNetworked(t *testing.T, objs []*unstructured.Unstructured, sandboxdPod
 			if len(r.From) == 0 || !peersOnly(r.From, sandboxdPodLabels) {
 				t.Errorf("NetworkPolicy %s admits ingress to networked sandboxes from %+v; want sandboxd's Pods alone", np.Name, r.From)
 			}
-			if len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP }) {
+			if len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p networkingv1.NetworkPolicyPort) bool {
+				return p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP
+			}) {
 				t.Errorf("NetworkPolicy %s admits ingress to networked sandboxes on %+v; want TCP alone", np.Name, r.Ports)
 			}
 		}
