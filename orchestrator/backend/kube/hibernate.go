@@ -297,7 +297,7 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 		ch := m.changed()
 		p, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 		if err == nil {
-			if p, err = m.syncWakeNet(ctx, p); err != nil {
+			if p, err = m.syncWake(ctx, p, a); err != nil {
 				return nil, nil, err
 			}
 			p, err = m.awaitReady(ctx, p)
@@ -325,6 +325,45 @@ func (m *Manager) wake(ctx context.Context, c *corev1.PersistentVolumeClaim) (*c
 			return nil, nil, err
 		}
 	}
+}
+
+// syncWake gives Pod p, just made by a wake from its claim's annotations
+// used, what a write to the claim changed after the wake read it (the
+// write then found no Pod yet, UpdateNetworkPolicy and SetTimeout): a
+// newer network record, another idle timeout. It returns p as written.
+func (m *Manager) syncWake(ctx context.Context, p *corev1.Pod, used map[string]string) (*corev1.Pod, error) {
+	id := p.Labels[labelSandboxID]
+	for range maxAcquireRounds {
+		c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Get(ctx, podName(id), metav1.GetOptions{})
+		if err != nil {
+			return nil, apiError("read the sandbox's volume claim", err)
+		}
+		ann := map[string]string{}
+		if have, want := parseNetRecord(p.Annotations[annNetwork]), parseNetRecord(c.Annotations[annNetwork]); have != nil && want != nil && want.Generation > have.Generation {
+			ann[annNetwork] = want.encode()
+		}
+		if d := c.Annotations[annIdleTimeout]; d != used[annIdleTimeout] && d != p.Annotations[annIdleTimeout] {
+			ann[annIdleTimeout] = d
+		}
+		if len(ann) == 0 {
+			return p, nil
+		}
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": p.ResourceVersion, "annotations": ann}})
+		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		switch {
+		case err == nil:
+			return q, nil
+		case !apierrors.IsConflict(err):
+			return nil, apiError("write the claim's changes to the woken pod", err)
+		}
+		if p, err = m.podFromAPI(ctx, id); err != nil {
+			return nil, err
+		}
+		if p == nil {
+			return nil, core.Errorf(core.ErrUnavailable, "the pod waking sandbox %s is gone; try again", id)
+		}
+	}
+	return nil, core.Errorf(core.ErrUnavailable, "gave up writing the claim's changes to the woken pod of sandbox %s after %d conflicting writes; try again", id, maxAcquireRounds)
 }
 
 // finishWake runs ready Pod p's restore record, if its wake has not

@@ -218,7 +218,7 @@ func (m *Manager) egressPolicy(id string, r *netRecord) iosidecar.EgressPolicy {
 // it read it unmarked, and joins a marked Pod's hibernation, then writes the
 // claim; an update of a hibernated sandbox writes the claim, then looks for
 // a Pod a wake made meanwhile (and writes it too), while a wake makes the
-// Pod, then looks for a newer record on the claim (syncWakeNet).
+// Pod, then looks for a newer record on the claim (syncWake).
 func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np core.NetworkPolicy) (core.Sandbox, error) {
 	if err := m.networking(); err != nil {
 		return core.Sandbox{}, err
@@ -325,42 +325,6 @@ func (m *Manager) updatePodNet(ctx context.Context, id string, fresh *corev1.Pod
 	})
 	m.logPolicy(id, np)
 	return m.sandboxOf(q), false, nil
-}
-
-// syncWakeNet gives Pod p, just made by a wake from its claim's record,
-// the claim's record if an update wrote a newer one after the wake read it
-// (the update then found no Pod yet). It returns p as written.
-func (m *Manager) syncWakeNet(ctx context.Context, p *corev1.Pod) (*corev1.Pod, error) {
-	id := p.Labels[labelSandboxID]
-	for range maxAcquireRounds {
-		have := parseNetRecord(p.Annotations[annNetwork])
-		if have == nil {
-			return p, nil
-		}
-		c, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Get(ctx, podName(id), metav1.GetOptions{})
-		if err != nil {
-			return nil, apiError("read the network policy on the sandbox's volume claim", err)
-		}
-		want := parseNetRecord(c.Annotations[annNetwork])
-		if want == nil || want.Generation <= have.Generation {
-			return p, nil
-		}
-		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, p.Name, types.MergePatchType,
-			netPatch(p.ResourceVersion, *want), metav1.PatchOptions{})
-		switch {
-		case err == nil:
-			return q, nil
-		case !apierrors.IsConflict(err):
-			return nil, apiError("write the network policy to the woken pod", err)
-		}
-		if p, err = m.podFromAPI(ctx, id); err != nil {
-			return nil, err
-		}
-		if p == nil {
-			return nil, core.Errorf(core.ErrUnavailable, "the pod waking sandbox %s is gone; try again", id)
-		}
-	}
-	return nil, core.Errorf(core.ErrUnavailable, "gave up writing the network policy of sandbox %s to its woken pod after %d conflicting writes; try again", id, maxAcquireRounds)
 }
 
 func (m *Manager) logPolicy(id string, np core.NetworkPolicy) {

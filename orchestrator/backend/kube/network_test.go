@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -312,19 +313,7 @@ func TestNetworkUpdateRacesHibernation(t *testing.T) {
 	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
 		t.Fatalf("Acquire (wake): %v", err)
 	}
-	p := e.pod(t, id)
-	mark := "sbx-snapshot-" + uidKey(p) + " " + time.Now().UTC().Format(time.RFC3339)
-	if p, err = e.m.patchPod(ctx, id, map[string]string{annHibernating: mark}); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	hr, _ := json.Marshal(hibRecord{Level: ioproto.LevelFiles, TakenAt: now, HibernatedAt: now})
-	ann := annotationsAny(recordAnnotations(p.Annotations))
-	ann[annHibernated], ann[annImage] = string(hr), imageOf(p)
-	if _, err := e.m.patchClaim(ctx, id, claimLabels(p), ann); err != nil {
-		t.Fatal(err)
-	}
-	e.m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.Annotations[annHibernating] != "" })
+	midHibernation(t, e, ctx, id)
 	sb, err := e.m.UpdateNetworkPolicy(ctx, id, policy("third.test"))
 	if err != nil || sb.State != core.StateHibernated || !slices.Equal(sb.NetworkPolicy.AllowOut, []string{"third.test"}) {
 		t.Fatalf("UpdateNetworkPolicy during a hibernation: %s %+v, %v; want the sandbox hibernated with third.test", sb.State, sb.NetworkPolicy, err)
@@ -337,7 +326,7 @@ func TestNetworkUpdateRacesHibernation(t *testing.T) {
 	if _, err := e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
 		t.Fatalf("Acquire (wake): %v", err)
 	}
-	p = e.pod(t, id)
+	p := e.pod(t, id)
 	woken := parseNetRecord(p.Annotations[annNetwork])
 	if woken == nil || !slices.Equal(woken.Policy.AllowOut, []string{"third.test"}) {
 		t.Fatalf("the woken pod's record: %+v; want third.test", woken)
@@ -347,12 +336,76 @@ func TestNetworkUpdateRacesHibernation(t *testing.T) {
 	if _, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Patch(ctx, c.Name, types.MergePatchType, netPatch(c.ResourceVersion, later), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	q, err := e.m.syncWakeNet(ctx, p)
+	q, err := e.m.syncWake(ctx, p, p.Annotations)
 	if rec := parseNetRecord(q.Annotations[annNetwork]); err != nil || rec == nil || rec.Generation != later.Generation || !slices.Equal(rec.Policy.AllowOut, []string{"fourth.test"}) {
-		t.Fatalf("syncWakeNet: %+v, %v; want the claim's newer record, fourth.test", rec, err)
+		t.Fatalf("syncWake: %+v, %v; want the claim's newer record, fourth.test", rec, err)
 	}
-	if q2, err := e.m.syncWakeNet(ctx, q); err != nil || q2.ResourceVersion != q.ResourceVersion {
-		t.Errorf("syncWakeNet of a pod as new as its claim wrote it again (%v)", err)
+	if q2, err := e.m.syncWake(ctx, q, q.Annotations); err != nil || q2.ResourceVersion != q.ResourceVersion {
+		t.Errorf("syncWake of a pod as new as its claim wrote it again (%v)", err)
+	}
+}
+
+// midHibernation leaves sandbox id as a hibernation that stalled after it
+// took the sandbox's record to its claim: its Pod marked hibernating (now,
+// so that the leader does not finish it), the claim hibernated, the Pod
+// not yet dropped.
+func midHibernation(t *testing.T, e *hibEnv, ctx context.Context, id string) {
+	t.Helper()
+	p := e.pod(t, id)
+	mark := "sbx-snapshot-" + uidKey(p) + " " + time.Now().UTC().Format(time.RFC3339)
+	p, err := e.m.patchPod(ctx, id, map[string]string{annHibernating: mark})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	hr, _ := json.Marshal(hibRecord{Level: ioproto.LevelFiles, TakenAt: now, HibernatedAt: now})
+	ann := annotationsAny(recordAnnotations(p.Annotations))
+	ann[annHibernated], ann[annImage] = string(hr), imageOf(p)
+	if _, err := e.m.patchClaim(ctx, id, claimLabels(p), ann); err != nil {
+		t.Fatal(err)
+	}
+	e.m.awaitCached(ctx, id, func(q *corev1.Pod) bool { return q.Annotations[annHibernating] != "" })
+}
+
+// TestSetTimeoutRacesHibernation: an idle timeout set while the sandbox is
+// being hibernated, or while it is being woken, is not lost.
+func TestSetTimeoutRacesHibernation(t *testing.T) {
+	e := newHibEnv(t)
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	r, err := e.m.Acquire(ctx, "dave", core.Options{Limits: e.m.cfg.DefaultLimits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Sandbox.ID
+	if sb, err := e.m.SetTimeout(ctx, id, time.Hour); err != nil || sb.IdleTimeout != time.Hour || sb.State != core.StateRunning {
+		t.Fatalf("SetTimeout of a running sandbox: %s %v, %v; want running, 1h", sb.State, sb.IdleTimeout, err)
+	}
+
+	midHibernation(t, e, ctx, id)
+	sb, err := e.m.SetTimeout(ctx, id, 2*time.Hour)
+	if err != nil || sb.State != core.StateHibernated || sb.IdleTimeout != 2*time.Hour {
+		t.Fatalf("SetTimeout during a hibernation: %s %v, %v; want the sandbox hibernated with 2h", sb.State, sb.IdleTimeout, err)
+	}
+	if got := e.claim(t, id).Annotations[annIdleTimeout]; got != "2h0m0s" {
+		t.Fatalf("the claim's idle timeout after SetTimeout during a hibernation: %q; want 2h0m0s", got)
+	}
+
+	// A Pod a wake made before a write to the claim takes the write.
+	if _, err := e.m.Acquire(ctx, "dave", core.Options{Limits: e.m.cfg.DefaultLimits}); err != nil {
+		t.Fatalf("Acquire (wake): %v", err)
+	}
+	p := e.pod(t, id)
+	if got := p.Annotations[annIdleTimeout]; got != "2h0m0s" {
+		t.Fatalf("the woken pod's idle timeout: %q; want 2h0m0s", got)
+	}
+	c := e.claim(t, id)
+	used := maps.Clone(c.Annotations)
+	if _, err := e.m.patchClaim(ctx, id, nil, map[string]any{annIdleTimeout: "3h0m0s"}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := e.m.syncWake(ctx, p, used)
+	if err != nil || q.Annotations[annIdleTimeout] != "3h0m0s" {
+		t.Fatalf("syncWake after the claim's idle timeout changed: %v, %v; want 3h0m0s", q.Annotations[annIdleTimeout], err)
 	}
 }
 

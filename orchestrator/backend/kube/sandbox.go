@@ -91,42 +91,77 @@ func (m *Manager) Delete(ctx context.Context, sandboxID string) error {
 	return nil
 }
 
-// SetTimeout sets a sandbox's own idle TTL and counts as a use.
+// SetTimeout sets a sandbox's own idle TTL and counts as a use. Like a
+// network policy update, it is not lost to a hibernation or a wake racing
+// it (UpdateNetworkPolicy says how): written to a Pod only if it has not
+// changed since it was read unmarked, a marked Pod's hibernation helped to
+// its end first; written to a hibernated sandbox's claim, then to the Pod
+// a wake made meanwhile, if one did (the wake, syncWake, looks the other
+// way).
 func (m *Manager) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
-	p, c, err := m.lookup(ctx, sandboxID)
-	if err != nil {
-		return core.Sandbox{}, err
-	}
-	now := time.Now()
-	if p == nil {
-		// A hibernated sandbox keeps it for its wake.
-		c, err = m.patchClaim(ctx, sandboxID, nil, map[string]any{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)})
+	for range maxAcquireRounds {
+		p, c, err := m.lookup(ctx, sandboxID)
 		if err != nil {
+			return core.Sandbox{}, err
+		}
+		now := time.Now()
+		if p == nil {
+			// A hibernated sandbox keeps it for its wake.
+			c, err = m.patchClaim(ctx, sandboxID, nil, map[string]any{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)})
+			if err != nil {
+				return core.Sandbox{}, apiError("set the idle timeout", err)
+			}
+			woken, err := m.podFromAPI(ctx, sandboxID)
+			if err != nil {
+				return core.Sandbox{}, err
+			}
+			if woken == nil || woken.Annotations[annDeleting] != "" {
+				return m.sandboxOfClaim(c), nil
+			}
+			// A wake made a Pod from the claim before this write: the Pod
+			// takes it too.
+		}
+		// From the API server, to write it only as read.
+		fresh, err := m.podFromAPI(ctx, sandboxID)
+		if err != nil {
+			return core.Sandbox{}, err
+		}
+		if fresh == nil {
+			continue
+		}
+		if fresh.Annotations[annHibernating] != "" {
+			if _, err := m.hibernatePod(ctx, fresh, "finishing a hibernation under way"); err != nil {
+				return core.Sandbox{}, err
+			}
+			m.awaitCached(ctx, sandboxID, func(q *corev1.Pod) bool { return q.UID != fresh.UID || q.Annotations[annDeleting] != "" })
+			continue
+		}
+		// Written at once, with the last activity: a caller that extended
+		// the timeout must not lose it to a replica's crash.
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": fresh.ResourceVersion,
+			"annotations": map[string]string{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)}}})
+		q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, fresh.Name, types.MergePatchType, b, metav1.PatchOptions{})
+		switch {
+		case apierrors.IsConflict(err):
+			continue
+		case apierrors.IsNotFound(err):
+			continue // hibernated or deleted meanwhile: looked up again
+		case err != nil:
 			return core.Sandbox{}, apiError("set the idle timeout", err)
 		}
-		return m.sandboxOfClaim(c), nil
-	}
-	// Written at once, with the last activity: a caller that extended the
-	// timeout must not lose it to a replica's crash.
-	if err := m.patchAnnotations(ctx, sandboxID, map[string]string{annIdleTimeout: d.String(), annLastActive: now.UTC().Format(time.RFC3339Nano)}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return core.Sandbox{}, core.SandboxNotFound(sandboxID)
+		m.touch(sandboxID, q)
+		m.log.Info("sandbox idle timeout set", "sandbox_id", sandboxID, "idle_timeout", d)
+		// Read your writes: the caller's next Get through this replica
+		// reads the informer's cache, which must show the new timeout by
+		// then.
+		m.awaitCached(ctx, sandboxID, func(q *corev1.Pod) bool { return q.Annotations[annIdleTimeout] == d.String() })
+		sb := m.sandboxOf(q)
+		if sb.State == core.StateRunning && hasHealth(q) {
+			sb.HealthReason, _ = m.cachedHealth(q) // what is known; no read
 		}
-		return core.Sandbox{}, apiError("set the idle timeout", err)
+		return sb, nil
 	}
-	p = p.DeepCopy()
-	p.Annotations[annIdleTimeout] = d.String()
-	p.Annotations[annLastActive] = now.UTC().Format(time.RFC3339Nano)
-	m.touch(sandboxID, p)
-	m.log.Info("sandbox idle timeout set", "sandbox_id", sandboxID, "idle_timeout", d)
-	// Read your writes: the caller's next Get through this replica reads
-	// the informer's cache, which must show the new timeout by then.
-	m.awaitCached(ctx, sandboxID, func(q *corev1.Pod) bool { return q.Annotations[annIdleTimeout] == d.String() })
-	sb := m.sandboxOf(p)
-	if sb.State == core.StateRunning && hasHealth(p) {
-		sb.HealthReason, _ = m.cachedHealth(p) // what is known; no read
-	}
-	return sb, nil
+	return core.Sandbox{}, core.Errorf(core.ErrUnavailable, "gave up setting the idle timeout of sandbox %s after %d conflicting writes; try again", sandboxID, maxAcquireRounds)
 }
 
 // sandboxOf describes the sandbox of Pod p.
