@@ -60,6 +60,9 @@ func run() error {
 	fs.StringVar(&ec.Probe, "egress-probe", iosidecar.DefaultEgressProbe, "where the redirect sends the probe's connection")
 	fs.StringVar(&ec.ProbeTarget, "egress-probe-target", iosidecar.DefaultEgressProbeTarget, "the address the redirect sends to --egress-probe")
 	fs.StringVar(&ec.StateFile, "egress-state", "", "`file` where the gateway keeps the policy in force, in a directory only the sidecar mounts, so that a restarted sidecar puts it back at once (\"\": waits for sandboxd's next use)")
+	fs.StringVar(&ec.CADir, "egress-ca-dir", "", "`directory` where the gateway writes the sandbox's own CA certificate ("+iosidecar.CACertFile+") and the image's roots followed by it ("+iosidecar.CABundleFile+"), which the sandbox container mounts and trusts, so that header rules can be applied (\"\": a policy with rules is refused)")
+	fs.StringVar(&ec.CAKeyFile, "egress-ca-key", "", "`file` where the gateway keeps its CA's key, in a directory only the sidecar mounts, so that a restarted sidecar keeps the CA the sandbox trusts (\"\": in memory only)")
+	fs.StringVar(&ec.Roots, "egress-roots", iosidecar.DefaultRoots, "the image's CA bundle, which the sandbox's bundle extends")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return err

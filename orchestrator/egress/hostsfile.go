@@ -127,12 +127,19 @@ func RootsWith(path string) (*x509.CertPool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return RootsWithPEM(b, path)
+}
+
+// RootsWithPEM is RootsWith of PEM certificates already read (what names
+// them in its error): the Kubernetes backend's gateways, in their Pods,
+// get the operator's file's contents from sandboxd.
+func RootsWithPEM(b []byte, what string) (*x509.CertPool, error) {
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool() // no system roots here: the file's alone
 	}
 	if !pool.AppendCertsFromPEM(b) {
-		return nil, errors.New(path + " holds no PEM certificate")
+		return nil, errors.New(what + " holds no PEM certificate")
 	}
 	return pool, nil
 }

@@ -178,7 +178,18 @@ type SetEgressRequest struct {
 	Hosts []*EgressHost `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
 	// Blocks no sandbox reaches whatever its policy and allow_private say
 	// (sandboxd --kube-egress-deny: the cluster's Pod and Service ranges).
-	Cluster       []string `protobuf:"bytes,8,rep,name=cluster,proto3" json:"cluster,omitempty"`
+	Cluster []string `protobuf:"bytes,8,rep,name=cluster,proto3" json:"cluster,omitempty"`
+	// The sandbox's header rules (core.NetworkPolicy's rules), sealed: their
+	// values are credentials, which the Pod's object and this connection
+	// must not carry in clear. AES-256-GCM under a key derived from the io
+	// token (HKDF-SHA-256, info "sandboxd egress rules v1"), the 12-byte
+	// nonce first, the sandbox ID as additional data; the plaintext is an
+	// EgressRules message. Empty: no rules.
+	SealedRules []byte `protobuf:"bytes,9,opt,name=sealed_rules,json=sealedRules,proto3" json:"sealed_rules,omitempty"`
+	// PEM certificates the gateway trusts, besides the image's roots, when
+	// it verifies the server of a connection it intercepts for a rule
+	// (sandboxd --egress-ca-file). Part of the bounds.
+	UpstreamRoots []byte `protobuf:"bytes,10,opt,name=upstream_roots,json=upstreamRoots,proto3" json:"upstream_roots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -269,6 +280,122 @@ func (x *SetEgressRequest) GetCluster() []string {
 	return nil
 }
 
+func (x *SetEgressRequest) GetSealedRules() []byte {
+	if x != nil {
+		return x.SealedRules
+	}
+	return nil
+}
+
+func (x *SetEgressRequest) GetUpstreamRoots() []byte {
+	if x != nil {
+		return x.UpstreamRoots
+	}
+	return nil
+}
+
+// EgressRules is the plaintext of SetEgressRequest.sealed_rules: the
+// sandbox's header rules (core.NetworkPolicy's rules) with their values.
+type EgressRules struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rules, one per domain pattern.
+	Rules         []*EgressRule `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRules) Reset() {
+	*x = EgressRules{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRules) ProtoMessage() {}
+
+func (x *EgressRules) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRules.ProtoReflect.Descriptor instead.
+func (*EgressRules) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EgressRules) GetRules() []*EgressRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+// EgressRule is what the gateway sets on the HTTPS requests of a domain.
+type EgressRule struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The domain pattern (exact, or "*.suffix").
+	Domain string `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	// Header name to value, set on each request.
+	Headers       map[string]string `protobuf:"bytes,2,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRule) Reset() {
+	*x = EgressRule{}
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRule) ProtoMessage() {}
+
+func (x *EgressRule) ProtoReflect() protoreflect.Message {
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRule.ProtoReflect.Descriptor instead.
+func (*EgressRule) Descriptor() ([]byte, []int) {
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *EgressRule) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *EgressRule) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
 // EgressHost is one name of the operator's and its IPv4 addresses.
 type EgressHost struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -282,7 +409,7 @@ type EgressHost struct {
 
 func (x *EgressHost) Reset() {
 	*x = EgressHost{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -294,7 +421,7 @@ func (x *EgressHost) String() string {
 func (*EgressHost) ProtoMessage() {}
 
 func (x *EgressHost) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[1]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -307,7 +434,7 @@ func (x *EgressHost) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressHost.ProtoReflect.Descriptor instead.
 func (*EgressHost) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{1}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *EgressHost) GetName() string {
@@ -337,7 +464,7 @@ type SetEgressResponse struct {
 
 func (x *SetEgressResponse) Reset() {
 	*x = SetEgressResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +476,7 @@ func (x *SetEgressResponse) String() string {
 func (*SetEgressResponse) ProtoMessage() {}
 
 func (x *SetEgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[2]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +489,7 @@ func (x *SetEgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetEgressResponse.ProtoReflect.Descriptor instead.
 func (*SetEgressResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{2}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetEgressResponse) GetApplied() bool {
@@ -388,7 +515,7 @@ type EgressStatusRequest struct {
 
 func (x *EgressStatusRequest) Reset() {
 	*x = EgressStatusRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +527,7 @@ func (x *EgressStatusRequest) String() string {
 func (*EgressStatusRequest) ProtoMessage() {}
 
 func (x *EgressStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[3]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +540,7 @@ func (x *EgressStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressStatusRequest.ProtoReflect.Descriptor instead.
 func (*EgressStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{3}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
 }
 
 // EgressStatusResponse is what the gateway counted and refused.
@@ -451,7 +578,7 @@ type EgressStatusResponse struct {
 
 func (x *EgressStatusResponse) Reset() {
 	*x = EgressStatusResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +590,7 @@ func (x *EgressStatusResponse) String() string {
 func (*EgressStatusResponse) ProtoMessage() {}
 
 func (x *EgressStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[4]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +603,7 @@ func (x *EgressStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressStatusResponse.ProtoReflect.Descriptor instead.
 func (*EgressStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{4}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EgressStatusResponse) GetGeneration() uint64 {
@@ -589,7 +716,7 @@ type EgressDenial struct {
 
 func (x *EgressDenial) Reset() {
 	*x = EgressDenial{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +728,7 @@ func (x *EgressDenial) String() string {
 func (*EgressDenial) ProtoMessage() {}
 
 func (x *EgressDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[5]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +741,7 @@ func (x *EgressDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDenial.ProtoReflect.Descriptor instead.
 func (*EgressDenial) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{5}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EgressDenial) GetTimeUnixNano() int64 {
@@ -669,7 +796,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +808,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[6]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +821,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{6}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -722,7 +849,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +861,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[7]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +874,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{7}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatResponse) GetFile() *FileInfo {
@@ -778,7 +905,7 @@ type SetAttributesRequest struct {
 
 func (x *SetAttributesRequest) Reset() {
 	*x = SetAttributesRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +917,7 @@ func (x *SetAttributesRequest) String() string {
 func (*SetAttributesRequest) ProtoMessage() {}
 
 func (x *SetAttributesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[8]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +930,7 @@ func (x *SetAttributesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttributesRequest.ProtoReflect.Descriptor instead.
 func (*SetAttributesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{8}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetAttributesRequest) GetPath() string {
@@ -852,7 +979,7 @@ type SetAttributesResponse struct {
 
 func (x *SetAttributesResponse) Reset() {
 	*x = SetAttributesResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +991,7 @@ func (x *SetAttributesResponse) String() string {
 func (*SetAttributesResponse) ProtoMessage() {}
 
 func (x *SetAttributesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[9]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1004,7 @@ func (x *SetAttributesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAttributesResponse.ProtoReflect.Descriptor instead.
 func (*SetAttributesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{9}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetAttributesResponse) GetFile() *FileInfo {
@@ -898,7 +1025,7 @@ type VolumeUsageRequest struct {
 
 func (x *VolumeUsageRequest) Reset() {
 	*x = VolumeUsageRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +1037,7 @@ func (x *VolumeUsageRequest) String() string {
 func (*VolumeUsageRequest) ProtoMessage() {}
 
 func (x *VolumeUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[10]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +1050,7 @@ func (x *VolumeUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeUsageRequest.ProtoReflect.Descriptor instead.
 func (*VolumeUsageRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{10}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *VolumeUsageRequest) GetVolume() string {
@@ -946,7 +1073,7 @@ type VolumeUsageResponse struct {
 
 func (x *VolumeUsageResponse) Reset() {
 	*x = VolumeUsageResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1085,7 @@ func (x *VolumeUsageResponse) String() string {
 func (*VolumeUsageResponse) ProtoMessage() {}
 
 func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[11]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1098,7 @@ func (x *VolumeUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VolumeUsageResponse.ProtoReflect.Descriptor instead.
 func (*VolumeUsageResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{11}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *VolumeUsageResponse) GetUsedBytes() int64 {
@@ -1000,7 +1127,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1139,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[12]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1152,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{12}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunRequest) GetRecord() []byte {
@@ -1051,7 +1178,7 @@ type RunResponse struct {
 
 func (x *RunResponse) Reset() {
 	*x = RunResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1190,7 @@ func (x *RunResponse) String() string {
 func (*RunResponse) ProtoMessage() {}
 
 func (x *RunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[13]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1203,7 @@ func (x *RunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunResponse.ProtoReflect.Descriptor instead.
 func (*RunResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{13}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunResponse) GetAppended() bool {
@@ -1104,7 +1231,7 @@ type AppendRequest struct {
 
 func (x *AppendRequest) Reset() {
 	*x = AppendRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1243,7 @@ func (x *AppendRequest) String() string {
 func (*AppendRequest) ProtoMessage() {}
 
 func (x *AppendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[14]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1256,7 @@ func (x *AppendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendRequest.ProtoReflect.Descriptor instead.
 func (*AppendRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{14}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AppendRequest) GetRecord() []byte {
@@ -1150,7 +1277,7 @@ type AppendResponse struct {
 
 func (x *AppendResponse) Reset() {
 	*x = AppendResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1289,7 @@ func (x *AppendResponse) String() string {
 func (*AppendResponse) ProtoMessage() {}
 
 func (x *AppendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[15]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1302,7 @@ func (x *AppendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendResponse.ProtoReflect.Descriptor instead.
 func (*AppendResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{15}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AppendResponse) GetAppended() bool {
@@ -1198,7 +1325,7 @@ type FollowRequest struct {
 
 func (x *FollowRequest) Reset() {
 	*x = FollowRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1337,7 @@ func (x *FollowRequest) String() string {
 func (*FollowRequest) ProtoMessage() {}
 
 func (x *FollowRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[16]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1350,7 @@ func (x *FollowRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowRequest.ProtoReflect.Descriptor instead.
 func (*FollowRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{16}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *FollowRequest) GetCommandId() string {
@@ -1252,7 +1379,7 @@ type FollowResponse struct {
 
 func (x *FollowResponse) Reset() {
 	*x = FollowResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1391,7 @@ func (x *FollowResponse) String() string {
 func (*FollowResponse) ProtoMessage() {}
 
 func (x *FollowResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[17]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1404,7 @@ func (x *FollowResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowResponse.ProtoReflect.Descriptor instead.
 func (*FollowResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{17}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FollowResponse) GetEvent() []byte {
@@ -1296,7 +1423,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1435,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[18]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1448,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{18}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
 }
 
 // StatusResponse carries the driver's status.
@@ -1335,7 +1462,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1474,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[19]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1487,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{19}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusResponse) GetDriverStatus() []byte {
@@ -1386,7 +1513,7 @@ type UploadRequest struct {
 
 func (x *UploadRequest) Reset() {
 	*x = UploadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1398,7 +1525,7 @@ func (x *UploadRequest) String() string {
 func (*UploadRequest) ProtoMessage() {}
 
 func (x *UploadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[20]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1411,7 +1538,7 @@ func (x *UploadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadRequest.ProtoReflect.Descriptor instead.
 func (*UploadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{20}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UploadRequest) GetMsg() isUploadRequest_Msg {
@@ -1478,7 +1605,7 @@ type UploadHeader struct {
 
 func (x *UploadHeader) Reset() {
 	*x = UploadHeader{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1617,7 @@ func (x *UploadHeader) String() string {
 func (*UploadHeader) ProtoMessage() {}
 
 func (x *UploadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[21]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1630,7 @@ func (x *UploadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadHeader.ProtoReflect.Descriptor instead.
 func (*UploadHeader) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{21}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UploadHeader) GetPath() string {
@@ -1545,7 +1672,7 @@ type UploadResponse struct {
 
 func (x *UploadResponse) Reset() {
 	*x = UploadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1684,7 @@ func (x *UploadResponse) String() string {
 func (*UploadResponse) ProtoMessage() {}
 
 func (x *UploadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[22]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1697,7 @@ func (x *UploadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadResponse.ProtoReflect.Descriptor instead.
 func (*UploadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{22}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UploadResponse) GetFile() *FileInfo {
@@ -1596,7 +1723,7 @@ type DownloadRequest struct {
 
 func (x *DownloadRequest) Reset() {
 	*x = DownloadRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1608,7 +1735,7 @@ func (x *DownloadRequest) String() string {
 func (*DownloadRequest) ProtoMessage() {}
 
 func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[23]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1621,7 +1748,7 @@ func (x *DownloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadRequest.ProtoReflect.Descriptor instead.
 func (*DownloadRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{23}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DownloadRequest) GetPath() string {
@@ -1651,7 +1778,7 @@ type DownloadResponse struct {
 
 func (x *DownloadResponse) Reset() {
 	*x = DownloadResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1790,7 @@ func (x *DownloadResponse) String() string {
 func (*DownloadResponse) ProtoMessage() {}
 
 func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[24]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1803,7 @@ func (x *DownloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadResponse.ProtoReflect.Descriptor instead.
 func (*DownloadResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{24}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DownloadResponse) GetFile() *FileInfo {
@@ -1713,7 +1840,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1852,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[25]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1865,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{25}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListFilesRequest) GetPath() string {
@@ -1773,7 +1900,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1785,7 +1912,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[26]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1798,7 +1925,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{26}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -1828,7 +1955,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1967,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[27]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1980,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{27}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *MakeDirectoryRequest) GetPath() string {
@@ -1888,7 +2015,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2027,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[28]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2040,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{28}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -1943,7 +2070,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2082,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[29]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,7 +2095,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{29}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RemoveRequest) GetPath() string {
@@ -2001,7 +2128,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2140,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[30]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2153,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{30}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
 }
 
 // RenameRequest names a move.
@@ -2046,7 +2173,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2185,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[31]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2198,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{31}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -2106,7 +2233,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2118,7 +2245,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[32]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2131,7 +2258,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{32}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -2155,7 +2282,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2167,7 +2294,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[33]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2180,7 +2307,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{33}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListCommandsRequest) GetPageSize() uint32 {
@@ -2212,7 +2339,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2351,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[34]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2364,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{34}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -2296,7 +2423,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2308,7 +2435,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[35]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2321,7 +2448,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{35}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -2417,7 +2544,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2556,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[36]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2569,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{36}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{38}
 }
 
 // ListContextsResponse lists the sandbox's contexts.
@@ -2456,7 +2583,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2595,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[37]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2608,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{37}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListContextsResponse) GetContexts() []*ContextInfo {
@@ -2509,7 +2636,7 @@ type ContextInfo struct {
 
 func (x *ContextInfo) Reset() {
 	*x = ContextInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2648,7 @@ func (x *ContextInfo) String() string {
 func (*ContextInfo) ProtoMessage() {}
 
 func (x *ContextInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[38]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2661,7 @@ func (x *ContextInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContextInfo.ProtoReflect.Descriptor instead.
 func (*ContextInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{38}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ContextInfo) GetContextId() string {
@@ -2582,7 +2709,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2594,7 +2721,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[39]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2607,7 +2734,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{39}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchDirectoryRequest) GetPath() string {
@@ -2647,7 +2774,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2786,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[40]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2799,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{40}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -2712,7 +2839,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[41]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2851,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[41]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2864,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{41}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchEvent) GetOp() WatchOp {
@@ -2783,7 +2910,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[42]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2795,7 +2922,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[42]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2808,7 +2935,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{42}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2871,7 +2998,7 @@ type ExportRequest struct {
 
 func (x *ExportRequest) Reset() {
 	*x = ExportRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[43]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3010,7 @@ func (x *ExportRequest) String() string {
 func (*ExportRequest) ProtoMessage() {}
 
 func (x *ExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[43]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3023,7 @@ func (x *ExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
 func (*ExportRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{43}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExportRequest) GetGlobals() string {
@@ -2934,7 +3061,7 @@ type ExportResponse struct {
 
 func (x *ExportResponse) Reset() {
 	*x = ExportResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[44]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3073,7 @@ func (x *ExportResponse) String() string {
 func (*ExportResponse) ProtoMessage() {}
 
 func (x *ExportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[44]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3086,7 @@ func (x *ExportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportResponse.ProtoReflect.Descriptor instead.
 func (*ExportResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{44}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExportResponse) GetChunk() []byte {
@@ -3015,7 +3142,7 @@ type ImportRequest struct {
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[45]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +3154,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[45]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +3167,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{45}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ImportRequest) GetGlobals() string {
@@ -3080,7 +3207,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[46]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3219,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[46]
+	mi := &file_sandboxio_v1_sandboxio_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3232,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{46}
+	return file_sandboxio_v1_sandboxio_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ImportResponse) GetBytes() int64 {
@@ -3133,7 +3260,7 @@ var File_sandboxio_v1_sandboxio_proto protoreflect.FileDescriptor
 
 const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\n" +
-	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"\x92\x02\n" +
+	"\x1csandboxio/v1/sandboxio.proto\x12\fsandboxio.v1\"\xdc\x02\n" +
 	"\x10SetEgressRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x1e\n" +
@@ -3145,7 +3272,19 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\aceiling\x18\x05 \x03(\tR\aceiling\x12#\n" +
 	"\rallow_private\x18\x06 \x03(\tR\fallowPrivate\x12.\n" +
 	"\x05hosts\x18\a \x03(\v2\x18.sandboxio.v1.EgressHostR\x05hosts\x12\x18\n" +
-	"\acluster\x18\b \x03(\tR\acluster\">\n" +
+	"\acluster\x18\b \x03(\tR\acluster\x12!\n" +
+	"\fsealed_rules\x18\t \x01(\fR\vsealedRules\x12%\n" +
+	"\x0eupstream_roots\x18\n" +
+	" \x01(\fR\rupstreamRoots\"=\n" +
+	"\vEgressRules\x12.\n" +
+	"\x05rules\x18\x01 \x03(\v2\x18.sandboxio.v1.EgressRuleR\x05rules\"\xa1\x01\n" +
+	"\n" +
+	"EgressRule\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12?\n" +
+	"\aheaders\x18\x02 \x03(\v2%.sandboxio.v1.EgressRule.HeadersEntryR\aheaders\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\">\n" +
 	"\n" +
 	"EgressHost\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
@@ -3383,119 +3522,124 @@ func file_sandboxio_v1_sandboxio_proto_rawDescGZIP() []byte {
 }
 
 var file_sandboxio_v1_sandboxio_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_sandboxio_v1_sandboxio_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_sandboxio_v1_sandboxio_proto_goTypes = []any{
 	(CommandPhase)(0),              // 0: sandboxio.v1.CommandPhase
 	(WatchOp)(0),                   // 1: sandboxio.v1.WatchOp
 	(*SetEgressRequest)(nil),       // 2: sandboxio.v1.SetEgressRequest
-	(*EgressHost)(nil),             // 3: sandboxio.v1.EgressHost
-	(*SetEgressResponse)(nil),      // 4: sandboxio.v1.SetEgressResponse
-	(*EgressStatusRequest)(nil),    // 5: sandboxio.v1.EgressStatusRequest
-	(*EgressStatusResponse)(nil),   // 6: sandboxio.v1.EgressStatusResponse
-	(*EgressDenial)(nil),           // 7: sandboxio.v1.EgressDenial
-	(*StatRequest)(nil),            // 8: sandboxio.v1.StatRequest
-	(*StatResponse)(nil),           // 9: sandboxio.v1.StatResponse
-	(*SetAttributesRequest)(nil),   // 10: sandboxio.v1.SetAttributesRequest
-	(*SetAttributesResponse)(nil),  // 11: sandboxio.v1.SetAttributesResponse
-	(*VolumeUsageRequest)(nil),     // 12: sandboxio.v1.VolumeUsageRequest
-	(*VolumeUsageResponse)(nil),    // 13: sandboxio.v1.VolumeUsageResponse
-	(*RunRequest)(nil),             // 14: sandboxio.v1.RunRequest
-	(*RunResponse)(nil),            // 15: sandboxio.v1.RunResponse
-	(*AppendRequest)(nil),          // 16: sandboxio.v1.AppendRequest
-	(*AppendResponse)(nil),         // 17: sandboxio.v1.AppendResponse
-	(*FollowRequest)(nil),          // 18: sandboxio.v1.FollowRequest
-	(*FollowResponse)(nil),         // 19: sandboxio.v1.FollowResponse
-	(*StatusRequest)(nil),          // 20: sandboxio.v1.StatusRequest
-	(*StatusResponse)(nil),         // 21: sandboxio.v1.StatusResponse
-	(*UploadRequest)(nil),          // 22: sandboxio.v1.UploadRequest
-	(*UploadHeader)(nil),           // 23: sandboxio.v1.UploadHeader
-	(*UploadResponse)(nil),         // 24: sandboxio.v1.UploadResponse
-	(*DownloadRequest)(nil),        // 25: sandboxio.v1.DownloadRequest
-	(*DownloadResponse)(nil),       // 26: sandboxio.v1.DownloadResponse
-	(*ListFilesRequest)(nil),       // 27: sandboxio.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),      // 28: sandboxio.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),   // 29: sandboxio.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),  // 30: sandboxio.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),          // 31: sandboxio.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 32: sandboxio.v1.RemoveResponse
-	(*RenameRequest)(nil),          // 33: sandboxio.v1.RenameRequest
-	(*RenameResponse)(nil),         // 34: sandboxio.v1.RenameResponse
-	(*ListCommandsRequest)(nil),    // 35: sandboxio.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),   // 36: sandboxio.v1.ListCommandsResponse
-	(*CommandInfo)(nil),            // 37: sandboxio.v1.CommandInfo
-	(*ListContextsRequest)(nil),    // 38: sandboxio.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),   // 39: sandboxio.v1.ListContextsResponse
-	(*ContextInfo)(nil),            // 40: sandboxio.v1.ContextInfo
-	(*WatchDirectoryRequest)(nil),  // 41: sandboxio.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil), // 42: sandboxio.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),             // 43: sandboxio.v1.WatchEvent
-	(*FileInfo)(nil),               // 44: sandboxio.v1.FileInfo
-	(*ExportRequest)(nil),          // 45: sandboxio.v1.ExportRequest
-	(*ExportResponse)(nil),         // 46: sandboxio.v1.ExportResponse
-	(*ImportRequest)(nil),          // 47: sandboxio.v1.ImportRequest
-	(*ImportResponse)(nil),         // 48: sandboxio.v1.ImportResponse
+	(*EgressRules)(nil),            // 3: sandboxio.v1.EgressRules
+	(*EgressRule)(nil),             // 4: sandboxio.v1.EgressRule
+	(*EgressHost)(nil),             // 5: sandboxio.v1.EgressHost
+	(*SetEgressResponse)(nil),      // 6: sandboxio.v1.SetEgressResponse
+	(*EgressStatusRequest)(nil),    // 7: sandboxio.v1.EgressStatusRequest
+	(*EgressStatusResponse)(nil),   // 8: sandboxio.v1.EgressStatusResponse
+	(*EgressDenial)(nil),           // 9: sandboxio.v1.EgressDenial
+	(*StatRequest)(nil),            // 10: sandboxio.v1.StatRequest
+	(*StatResponse)(nil),           // 11: sandboxio.v1.StatResponse
+	(*SetAttributesRequest)(nil),   // 12: sandboxio.v1.SetAttributesRequest
+	(*SetAttributesResponse)(nil),  // 13: sandboxio.v1.SetAttributesResponse
+	(*VolumeUsageRequest)(nil),     // 14: sandboxio.v1.VolumeUsageRequest
+	(*VolumeUsageResponse)(nil),    // 15: sandboxio.v1.VolumeUsageResponse
+	(*RunRequest)(nil),             // 16: sandboxio.v1.RunRequest
+	(*RunResponse)(nil),            // 17: sandboxio.v1.RunResponse
+	(*AppendRequest)(nil),          // 18: sandboxio.v1.AppendRequest
+	(*AppendResponse)(nil),         // 19: sandboxio.v1.AppendResponse
+	(*FollowRequest)(nil),          // 20: sandboxio.v1.FollowRequest
+	(*FollowResponse)(nil),         // 21: sandboxio.v1.FollowResponse
+	(*StatusRequest)(nil),          // 22: sandboxio.v1.StatusRequest
+	(*StatusResponse)(nil),         // 23: sandboxio.v1.StatusResponse
+	(*UploadRequest)(nil),          // 24: sandboxio.v1.UploadRequest
+	(*UploadHeader)(nil),           // 25: sandboxio.v1.UploadHeader
+	(*UploadResponse)(nil),         // 26: sandboxio.v1.UploadResponse
+	(*DownloadRequest)(nil),        // 27: sandboxio.v1.DownloadRequest
+	(*DownloadResponse)(nil),       // 28: sandboxio.v1.DownloadResponse
+	(*ListFilesRequest)(nil),       // 29: sandboxio.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),      // 30: sandboxio.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),   // 31: sandboxio.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),  // 32: sandboxio.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),          // 33: sandboxio.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 34: sandboxio.v1.RemoveResponse
+	(*RenameRequest)(nil),          // 35: sandboxio.v1.RenameRequest
+	(*RenameResponse)(nil),         // 36: sandboxio.v1.RenameResponse
+	(*ListCommandsRequest)(nil),    // 37: sandboxio.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),   // 38: sandboxio.v1.ListCommandsResponse
+	(*CommandInfo)(nil),            // 39: sandboxio.v1.CommandInfo
+	(*ListContextsRequest)(nil),    // 40: sandboxio.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),   // 41: sandboxio.v1.ListContextsResponse
+	(*ContextInfo)(nil),            // 42: sandboxio.v1.ContextInfo
+	(*WatchDirectoryRequest)(nil),  // 43: sandboxio.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil), // 44: sandboxio.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),             // 45: sandboxio.v1.WatchEvent
+	(*FileInfo)(nil),               // 46: sandboxio.v1.FileInfo
+	(*ExportRequest)(nil),          // 47: sandboxio.v1.ExportRequest
+	(*ExportResponse)(nil),         // 48: sandboxio.v1.ExportResponse
+	(*ImportRequest)(nil),          // 49: sandboxio.v1.ImportRequest
+	(*ImportResponse)(nil),         // 50: sandboxio.v1.ImportResponse
+	nil,                            // 51: sandboxio.v1.EgressRule.HeadersEntry
 }
 var file_sandboxio_v1_sandboxio_proto_depIdxs = []int32{
-	3,  // 0: sandboxio.v1.SetEgressRequest.hosts:type_name -> sandboxio.v1.EgressHost
-	7,  // 1: sandboxio.v1.EgressStatusResponse.denials:type_name -> sandboxio.v1.EgressDenial
-	44, // 2: sandboxio.v1.StatResponse.file:type_name -> sandboxio.v1.FileInfo
-	44, // 3: sandboxio.v1.SetAttributesResponse.file:type_name -> sandboxio.v1.FileInfo
-	23, // 4: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
-	44, // 5: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
-	44, // 6: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
-	44, // 7: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
-	44, // 8: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
-	44, // 9: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
-	37, // 10: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
-	0,  // 11: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
-	40, // 12: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
-	43, // 13: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
-	1,  // 14: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
-	16, // 15: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
-	18, // 16: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
-	20, // 17: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
-	22, // 18: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
-	25, // 19: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
-	27, // 20: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
-	29, // 21: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
-	31, // 22: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
-	33, // 23: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
-	35, // 24: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
-	38, // 25: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
-	41, // 26: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
-	14, // 27: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
-	45, // 28: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
-	47, // 29: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
-	8,  // 30: sandboxio.v1.IOService.Stat:input_type -> sandboxio.v1.StatRequest
-	10, // 31: sandboxio.v1.IOService.SetAttributes:input_type -> sandboxio.v1.SetAttributesRequest
-	12, // 32: sandboxio.v1.IOService.VolumeUsage:input_type -> sandboxio.v1.VolumeUsageRequest
-	2,  // 33: sandboxio.v1.IOService.SetEgress:input_type -> sandboxio.v1.SetEgressRequest
-	5,  // 34: sandboxio.v1.IOService.EgressStatus:input_type -> sandboxio.v1.EgressStatusRequest
-	17, // 35: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
-	19, // 36: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
-	21, // 37: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
-	24, // 38: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
-	26, // 39: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
-	28, // 40: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
-	30, // 41: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
-	32, // 42: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
-	34, // 43: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
-	36, // 44: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
-	39, // 45: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
-	42, // 46: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
-	15, // 47: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
-	46, // 48: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
-	48, // 49: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
-	9,  // 50: sandboxio.v1.IOService.Stat:output_type -> sandboxio.v1.StatResponse
-	11, // 51: sandboxio.v1.IOService.SetAttributes:output_type -> sandboxio.v1.SetAttributesResponse
-	13, // 52: sandboxio.v1.IOService.VolumeUsage:output_type -> sandboxio.v1.VolumeUsageResponse
-	4,  // 53: sandboxio.v1.IOService.SetEgress:output_type -> sandboxio.v1.SetEgressResponse
-	6,  // 54: sandboxio.v1.IOService.EgressStatus:output_type -> sandboxio.v1.EgressStatusResponse
-	35, // [35:55] is the sub-list for method output_type
-	15, // [15:35] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	5,  // 0: sandboxio.v1.SetEgressRequest.hosts:type_name -> sandboxio.v1.EgressHost
+	4,  // 1: sandboxio.v1.EgressRules.rules:type_name -> sandboxio.v1.EgressRule
+	51, // 2: sandboxio.v1.EgressRule.headers:type_name -> sandboxio.v1.EgressRule.HeadersEntry
+	9,  // 3: sandboxio.v1.EgressStatusResponse.denials:type_name -> sandboxio.v1.EgressDenial
+	46, // 4: sandboxio.v1.StatResponse.file:type_name -> sandboxio.v1.FileInfo
+	46, // 5: sandboxio.v1.SetAttributesResponse.file:type_name -> sandboxio.v1.FileInfo
+	25, // 6: sandboxio.v1.UploadRequest.header:type_name -> sandboxio.v1.UploadHeader
+	46, // 7: sandboxio.v1.UploadResponse.file:type_name -> sandboxio.v1.FileInfo
+	46, // 8: sandboxio.v1.DownloadResponse.file:type_name -> sandboxio.v1.FileInfo
+	46, // 9: sandboxio.v1.ListFilesResponse.files:type_name -> sandboxio.v1.FileInfo
+	46, // 10: sandboxio.v1.MakeDirectoryResponse.file:type_name -> sandboxio.v1.FileInfo
+	46, // 11: sandboxio.v1.RenameResponse.file:type_name -> sandboxio.v1.FileInfo
+	39, // 12: sandboxio.v1.ListCommandsResponse.commands:type_name -> sandboxio.v1.CommandInfo
+	0,  // 13: sandboxio.v1.CommandInfo.phase:type_name -> sandboxio.v1.CommandPhase
+	42, // 14: sandboxio.v1.ListContextsResponse.contexts:type_name -> sandboxio.v1.ContextInfo
+	45, // 15: sandboxio.v1.WatchDirectoryResponse.event:type_name -> sandboxio.v1.WatchEvent
+	1,  // 16: sandboxio.v1.WatchEvent.op:type_name -> sandboxio.v1.WatchOp
+	18, // 17: sandboxio.v1.IOService.Append:input_type -> sandboxio.v1.AppendRequest
+	20, // 18: sandboxio.v1.IOService.Follow:input_type -> sandboxio.v1.FollowRequest
+	22, // 19: sandboxio.v1.IOService.Status:input_type -> sandboxio.v1.StatusRequest
+	24, // 20: sandboxio.v1.IOService.Upload:input_type -> sandboxio.v1.UploadRequest
+	27, // 21: sandboxio.v1.IOService.Download:input_type -> sandboxio.v1.DownloadRequest
+	29, // 22: sandboxio.v1.IOService.ListFiles:input_type -> sandboxio.v1.ListFilesRequest
+	31, // 23: sandboxio.v1.IOService.MakeDirectory:input_type -> sandboxio.v1.MakeDirectoryRequest
+	33, // 24: sandboxio.v1.IOService.Remove:input_type -> sandboxio.v1.RemoveRequest
+	35, // 25: sandboxio.v1.IOService.Rename:input_type -> sandboxio.v1.RenameRequest
+	37, // 26: sandboxio.v1.IOService.ListCommands:input_type -> sandboxio.v1.ListCommandsRequest
+	40, // 27: sandboxio.v1.IOService.ListContexts:input_type -> sandboxio.v1.ListContextsRequest
+	43, // 28: sandboxio.v1.IOService.WatchDirectory:input_type -> sandboxio.v1.WatchDirectoryRequest
+	16, // 29: sandboxio.v1.IOService.Run:input_type -> sandboxio.v1.RunRequest
+	47, // 30: sandboxio.v1.IOService.Export:input_type -> sandboxio.v1.ExportRequest
+	49, // 31: sandboxio.v1.IOService.Import:input_type -> sandboxio.v1.ImportRequest
+	10, // 32: sandboxio.v1.IOService.Stat:input_type -> sandboxio.v1.StatRequest
+	12, // 33: sandboxio.v1.IOService.SetAttributes:input_type -> sandboxio.v1.SetAttributesRequest
+	14, // 34: sandboxio.v1.IOService.VolumeUsage:input_type -> sandboxio.v1.VolumeUsageRequest
+	2,  // 35: sandboxio.v1.IOService.SetEgress:input_type -> sandboxio.v1.SetEgressRequest
+	7,  // 36: sandboxio.v1.IOService.EgressStatus:input_type -> sandboxio.v1.EgressStatusRequest
+	19, // 37: sandboxio.v1.IOService.Append:output_type -> sandboxio.v1.AppendResponse
+	21, // 38: sandboxio.v1.IOService.Follow:output_type -> sandboxio.v1.FollowResponse
+	23, // 39: sandboxio.v1.IOService.Status:output_type -> sandboxio.v1.StatusResponse
+	26, // 40: sandboxio.v1.IOService.Upload:output_type -> sandboxio.v1.UploadResponse
+	28, // 41: sandboxio.v1.IOService.Download:output_type -> sandboxio.v1.DownloadResponse
+	30, // 42: sandboxio.v1.IOService.ListFiles:output_type -> sandboxio.v1.ListFilesResponse
+	32, // 43: sandboxio.v1.IOService.MakeDirectory:output_type -> sandboxio.v1.MakeDirectoryResponse
+	34, // 44: sandboxio.v1.IOService.Remove:output_type -> sandboxio.v1.RemoveResponse
+	36, // 45: sandboxio.v1.IOService.Rename:output_type -> sandboxio.v1.RenameResponse
+	38, // 46: sandboxio.v1.IOService.ListCommands:output_type -> sandboxio.v1.ListCommandsResponse
+	41, // 47: sandboxio.v1.IOService.ListContexts:output_type -> sandboxio.v1.ListContextsResponse
+	44, // 48: sandboxio.v1.IOService.WatchDirectory:output_type -> sandboxio.v1.WatchDirectoryResponse
+	17, // 49: sandboxio.v1.IOService.Run:output_type -> sandboxio.v1.RunResponse
+	48, // 50: sandboxio.v1.IOService.Export:output_type -> sandboxio.v1.ExportResponse
+	50, // 51: sandboxio.v1.IOService.Import:output_type -> sandboxio.v1.ImportResponse
+	11, // 52: sandboxio.v1.IOService.Stat:output_type -> sandboxio.v1.StatResponse
+	13, // 53: sandboxio.v1.IOService.SetAttributes:output_type -> sandboxio.v1.SetAttributesResponse
+	15, // 54: sandboxio.v1.IOService.VolumeUsage:output_type -> sandboxio.v1.VolumeUsageResponse
+	6,  // 55: sandboxio.v1.IOService.SetEgress:output_type -> sandboxio.v1.SetEgressResponse
+	8,  // 56: sandboxio.v1.IOService.EgressStatus:output_type -> sandboxio.v1.EgressStatusResponse
+	37, // [37:57] is the sub-list for method output_type
+	17, // [17:37] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_sandboxio_v1_sandboxio_proto_init() }
@@ -3503,19 +3647,19 @@ func file_sandboxio_v1_sandboxio_proto_init() {
 	if File_sandboxio_v1_sandboxio_proto != nil {
 		return
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[8].OneofWrappers = []any{}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[20].OneofWrappers = []any{
+	file_sandboxio_v1_sandboxio_proto_msgTypes[10].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[22].OneofWrappers = []any{
 		(*UploadRequest_Header)(nil),
 		(*UploadRequest_Chunk)(nil),
 	}
-	file_sandboxio_v1_sandboxio_proto_msgTypes[35].OneofWrappers = []any{}
+	file_sandboxio_v1_sandboxio_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandboxio_v1_sandboxio_proto_rawDesc), len(file_sandboxio_v1_sandboxio_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   47,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,12 @@ type EgressPolicy struct {
 	// Hosts are the operator's fixed names (--egress-hosts-file); nil: the
 	// Pod's resolver.
 	Hosts map[string][]netip.Addr
+	// SealedRules are the sandbox's header rules, sealed for the sidecar
+	// (SealRules); nil: none.
+	SealedRules []byte
+	// UpstreamRoots are PEM certificates the gateway trusts besides the
+	// image's roots when it verifies a rule's upstream (--egress-ca-file).
+	UpstreamRoots []byte
 }
 
 // SetEgress puts p in force in the Pod's egress gateway; applied is false
@@ -45,7 +51,8 @@ type EgressPolicy struct {
 // redirect is not in force, and the sandbox must not be given network.
 func (c *Client) SetEgress(ctx context.Context, p EgressPolicy) (applied bool, err error) {
 	req := &sandboxiov1.SetEgressRequest{SandboxId: p.SandboxID, Generation: p.Generation,
-		AllowOut: p.AllowOut, DenyOut: p.DenyOut, Ceiling: p.Ceiling}
+		AllowOut: p.AllowOut, DenyOut: p.DenyOut, Ceiling: p.Ceiling,
+		SealedRules: p.SealedRules, UpstreamRoots: p.UpstreamRoots}
 	for _, b := range p.AllowPrivate {
 		req.AllowPrivate = append(req.AllowPrivate, b.String())
 	}

@@ -1,7 +1,10 @@
 package iosidecar
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -75,7 +79,30 @@ type EgressConfig struct {
 	// as it starts (after the probe), rather than refusing everything the
 	// sandbox sends until sandboxd's next use gives it again.
 	StateFile string
+	// CADir, when set, is where the sidecar writes the certificate of the
+	// sandbox's own CA (CACertFile) and the image's roots followed by it
+	// (CABundleFile): a directory the sandbox container mounts read-only
+	// (at /etc/sandboxd) and trusts, so that the gateway can terminate TLS
+	// for the domains of the sandbox's header rules. Without it a policy
+	// with rules is refused.
+	CADir string
+	// CAKeyFile is where the CA's key is kept, in a directory only the
+	// sidecar mounts (beside StateFile): a restarted sidecar keeps the CA
+	// the sandbox already trusts. Empty: the key is in memory only, and a
+	// restart makes a new CA.
+	CAKeyFile string
+	// Roots is the image's CA bundle, which CABundleFile extends; empty:
+	// DefaultRoots. The sidecar runs the sandbox's image, so its roots are
+	// the sandbox's.
+	Roots string
 }
+
+// The CA's files in EgressConfig.CADir, and the bundle they extend.
+const (
+	CACertFile   = "ca.pem"
+	CABundleFile = "ca-bundle.pem"
+	DefaultRoots = "/etc/ssl/certs/ca-certificates.crt"
+)
 
 // Where the node's redirect (orchestrator/backend/kube/podnet's defaults)
 // sends the sandbox user's traffic, and the probe's target: the
@@ -96,13 +123,19 @@ const (
 	// maxStateBytes bounds the saved policy (StateFile): the largest
 	// request the bounds above allow is well under it.
 	maxStateBytes = 4 << 20
+	// maxUpstreamRoots bounds the operator's extra roots (upstream_roots)
+	// and the image's bundle the CA's bundle extends.
+	maxUpstreamRoots = 1 << 20
+	maxImageRoots    = 8 << 20
 )
 
 // egressState is the Server's gateway, made at the first SetEgress and
 // again when the bounds change.
 type egressState struct {
-	cfg EgressConfig
-	log *slog.Logger
+	cfg   EgressConfig
+	log   *slog.Logger
+	token string     // opens the rules' header values (seal.go)
+	ca    *egress.CA // the sandbox's CA; nil without CADir
 
 	probeMu sync.Mutex // one probe at a time
 	probeL  net.Listener
@@ -118,7 +151,7 @@ type egressState struct {
 
 // newEgress opens the probe's listener; the gateway's listeners open with
 // the first policy.
-func newEgress(cfg EgressConfig, log *slog.Logger) (*egressState, error) {
+func newEgress(cfg EgressConfig, token string, log *slog.Logger) (*egressState, error) {
 	if !cfg.Source.IsValid() {
 		return nil, errors.New("egress: the Pod's address (the source of the sandbox's traffic) is required")
 	}
@@ -129,7 +162,13 @@ func newEgress(cfg EgressConfig, log *slog.Logger) (*egressState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("egress: probe listener: %w", err)
 	}
-	e := &egressState{cfg: cfg, log: log, probeL: l}
+	e := &egressState{cfg: cfg, log: log, token: token, probeL: l}
+	if cfg.CADir != "" {
+		if e.ca, err = loadOrMakeCA(cfg); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
 	e.restore()
 	return e, nil
 }
@@ -237,6 +276,7 @@ func (e *egressState) probe(ctx context.Context) error {
 type egressBounds struct {
 	bounds egress.Bounds
 	hosts  *egress.HostsFile // nil: the configured resolver
+	roots  *x509.CertPool    // nil: the image's
 	key    string
 }
 
@@ -270,10 +310,20 @@ func parseEgressBounds(req *sandboxiov1.SetEgressRequest) (egressBounds, error) 
 	if b.bounds.Cluster, err = prefixes("cluster", req.GetCluster()); err != nil {
 		return b, err
 	}
+	if r := req.GetUpstreamRoots(); len(r) > 0 {
+		if len(r) > maxUpstreamRoots {
+			return b, core.Invalidf("upstream_roots is %d bytes long; the limit is %d", len(r), maxUpstreamRoots)
+		}
+		pool, err := egress.RootsWithPEM(r, "upstream_roots")
+		if err != nil {
+			return b, core.Invalidf("%v", err)
+		}
+		b.roots = pool
+	}
 	// The key says when two requests' bounds are the same, whatever the
 	// order their hosts came in.
 	var key strings.Builder
-	fmt.Fprintf(&key, "c=%q p=%v k=%v h=", req.GetCeiling(), b.bounds.AllowPrivate, b.bounds.Cluster)
+	fmt.Fprintf(&key, "c=%q p=%v k=%v r=%x h=", req.GetCeiling(), b.bounds.AllowPrivate, b.bounds.Cluster, sha256.Sum256(req.GetUpstreamRoots()))
 	if len(req.GetHosts()) > 0 {
 		hosts := slices.SortedFunc(slices.Values(req.GetHosts()), func(a, b *sandboxiov1.EgressHost) int { return strings.Compare(a.GetName(), b.GetName()) })
 		names := make(map[string][]netip.Addr, len(hosts))
@@ -304,7 +354,14 @@ func (e *egressState) set(ctx context.Context, req *sandboxiov1.SetEgressRequest
 	if len(req.GetAllowOut()) > core.MaxEgressEntries || len(req.GetDenyOut()) > core.MaxEgressEntries {
 		return nil, core.Invalidf("the policy has more than %d destinations", core.MaxEgressEntries)
 	}
-	policy, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: req.GetAllowOut(), DenyOut: req.GetDenyOut()})
+	rules, err := OpenRules(e.token, req.GetSandboxId(), req.GetSealedRules())
+	if err != nil {
+		return nil, err
+	}
+	if len(rules) > 0 && e.ca == nil {
+		return nil, reasonf(ErrRulesSealed, "this Pod's io sidecar has no CA for its sandbox to trust (the Pod was made by a sandboxd without header rules on this backend; a hibernation and wake makes it anew), so it cannot apply header rules")
+	}
+	policy, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: req.GetAllowOut(), DenyOut: req.GetDenyOut(), Rules: rules})
 	if err != nil {
 		return nil, core.Invalidf("the network policy: %v", err)
 	}
@@ -336,14 +393,14 @@ func (e *egressState) set(ctx context.Context, req *sandboxiov1.SetEgressRequest
 		// Connections come from the Pod's address; DNS sent to a
 		// loopback resolver (a Pod with no nameserver asks 127.0.0.1)
 		// from 127.0.0.1.
-		e.gw.AttachSources(req.GetSandboxId(), []netip.Addr{e.cfg.Source, netip.AddrFrom4([4]byte{127, 0, 0, 1})}, policy, nil)
+		e.gw.AttachSources(req.GetSandboxId(), []netip.Addr{e.cfg.Source, netip.AddrFrom4([4]byte{127, 0, 0, 1})}, policy, e.ca)
 	} else {
 		e.gw.Update(req.GetSandboxId(), policy)
 	}
 	e.id, e.gen = req.GetSandboxId(), req.GetGeneration()
 	e.save(req)
 	e.log.Info("egress policy in force", "sandbox_id", e.id, "generation", e.gen,
-		"allow_out", len(req.GetAllowOut()), "deny_out", len(req.GetDenyOut()))
+		"allow_out", len(req.GetAllowOut()), "deny_out", len(req.GetDenyOut()), "rules", len(rules))
 	return &sandboxiov1.SetEgressResponse{Applied: true, Generation: e.gen}, nil
 }
 
@@ -355,7 +412,7 @@ func (e *egressState) startGateway(b egressBounds) error {
 		_ = e.gw.Close()
 		e.gw = nil
 	}
-	cfg := egress.Config{Bounds: b.bounds, Resolver: e.cfg.Resolver, HostAddrs: e.cfg.HostAddrs, Dial: e.cfg.Dial, Logger: e.log}
+	cfg := egress.Config{Bounds: b.bounds, Resolver: e.cfg.Resolver, HostAddrs: e.cfg.HostAddrs, Dial: e.cfg.Dial, Logger: e.log, RootCAs: b.roots}
 	if b.hosts != nil {
 		cfg.Resolver = b.hosts
 	}
@@ -436,4 +493,75 @@ func (s *Server) EgressStatus(context.Context, *sandboxiov1.EgressStatusRequest)
 		return nil, statusOf(reasonf(ErrEgressOff, "this io sidecar runs no egress gateway (its sandbox was made without network)"))
 	}
 	return s.egress.status(), nil
+}
+
+// loadOrMakeCA is the sandbox's CA: the one a previous start of this
+// sidecar kept (CAKeyFile and CADir's certificate), else a new one, whose
+// certificate and bundle it writes to CADir (each written whole, then
+// renamed) and whose key it keeps in CAKeyFile.
+func loadOrMakeCA(cfg EgressConfig) (*egress.CA, error) {
+	certPath := filepath.Join(cfg.CADir, CACertFile)
+	if cfg.CAKeyFile != "" {
+		key, kerr := readBounded(cfg.CAKeyFile, 64<<10)
+		cert, cerr := readBounded(certPath, 64<<10)
+		if kerr == nil && cerr == nil {
+			if ca, err := egress.LoadCA(cert, key); err == nil {
+				return ca, nil
+			}
+		}
+	}
+	name, _ := os.Hostname() // the Pod's name, which names the sandbox
+	ca, err := egress.NewCA(cmp.Or(name, "pod"))
+	if err != nil {
+		return nil, err
+	}
+	cert, key := ca.PEM()
+	if cfg.CAKeyFile != "" {
+		if err := writeWhole(cfg.CAKeyFile, key, 0o600); err != nil {
+			return nil, fmt.Errorf("egress: keep the CA's key: %w", err)
+		}
+	}
+	roots, err := readBounded(cmp.Or(cfg.Roots, DefaultRoots), maxImageRoots)
+	if err != nil {
+		roots = nil // an image without roots: the bundle holds the CA alone
+	}
+	if len(roots) > 0 && roots[len(roots)-1] != '\n' {
+		roots = append(roots, '\n')
+	}
+	if err := writeWhole(filepath.Join(cfg.CADir, CABundleFile), append(roots, cert...), 0o644); err != nil {
+		return nil, fmt.Errorf("egress: write the CA bundle: %w", err)
+	}
+	if err := writeWhole(certPath, cert, 0o644); err != nil {
+		return nil, fmt.Errorf("egress: write the CA's certificate: %w", err)
+	}
+	return ca, nil
+}
+
+// readBounded reads path, refusing one longer than limit.
+func readBounded(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+	}
+	return b, nil
+}
+
+// writeWhole writes b to path through a temporary file renamed over it.
+func writeWhole(path string, b []byte, mode os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }

@@ -2,6 +2,8 @@ package iosidecar
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net"
 	"net/netip"
@@ -324,5 +326,98 @@ func TestHostileEgress(t *testing.T) {
 	c := startHostileServer(t, &hostileEgress{set: &sandboxiov1.SetEgressResponse{Applied: true, Generation: 9}})
 	if _, err := c.SetEgress(ctx, EgressPolicy{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa", Generation: 2}); !errors.Is(err, ErrBadResponse) {
 		t.Errorf("SetEgress answered applied under generation 9 for 2: %v; want ErrBadResponse", err)
+	}
+}
+
+// TestEgressRules: a sidecar with a CA directory makes the sandbox's CA,
+// writes its certificate and the image's roots followed by it where the
+// sandbox reads them, keeps the key to itself (0600) and the same CA
+// through a restart; it opens a policy's sealed rules with its token, and
+// never keeps their values in clear. Rules sealed under another token, or
+// given to a sidecar with no CA, are refused saying why.
+func TestEgressRules(t *testing.T) {
+	ctx := t.Context()
+	const id, secret = "sb-aaaaaaaaaaaaaaaaaaaa", "Bearer rule-secret-4242"
+	rules := map[string]core.NetworkRule{"api.test": {Headers: map[string]string{"Authorization": secret}}}
+	sealed, err := SealRules(testToken, id, rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(sealed), "rule-secret") {
+		t.Fatalf("the sealed rules hold the value in clear")
+	}
+	pol := EgressPolicy{SandboxID: id, Generation: 1, AllowOut: []string{"api.test"}, DenyOut: []string{"0.0.0.0/0"}, SealedRules: sealed,
+		Hosts: map[string][]netip.Addr{"api.test": {netip.MustParseAddr("198.18.250.1")}}}
+
+	dir, caDir := t.TempDir(), t.TempDir()
+	roots := filepath.Join(dir, "roots.pem")
+	if err := os.WriteFile(roots, []byte("# the image's roots"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ec := EgressConfig{TCP: freePort(t), DNS: freePort(t), Probe: freePort(t), Source: netip.MustParseAddr("198.18.250.9"),
+		StateFile: filepath.Join(dir, "policy.pb"), CADir: caDir, CAKeyFile: filepath.Join(dir, "ca-key.pem"), Roots: roots}
+	ec.ProbeTarget = ec.Probe
+	c, stop := serveEgress(t, dir, ec)
+	cert, err := os.ReadFile(filepath.Join(caDir, CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blk, _ := pem.Decode(cert); blk == nil {
+		t.Fatalf("%s is not PEM: %q", CACertFile, cert)
+	} else if ca, err := x509.ParseCertificate(blk.Bytes); err != nil || !ca.IsCA {
+		t.Fatalf("%s: %v; want a CA certificate", CACertFile, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(caDir, CABundleFile)); err != nil || string(b) != "# the image's roots\n"+string(cert) {
+		t.Errorf("%s: %q, %v; want the image's roots, then the CA", CABundleFile, b, err)
+	}
+	if st, err := os.Stat(ec.CAKeyFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the CA's key: %v, %v; want it, 0600", st, err)
+	}
+	if applied, err := c.SetEgress(ctx, pol); err != nil || !applied {
+		t.Fatalf("SetEgress with rules: %v, %v", applied, err)
+	}
+	if b, err := os.ReadFile(ec.StateFile); err != nil || strings.Contains(string(b), "rule-secret") {
+		t.Errorf("the state file (%v) holds the rule's value in clear", err)
+	}
+	// Sealed under another token (rotated), or for another sandbox.
+	for what, s := range map[string]func() ([]byte, error){
+		"another token":   func() ([]byte, error) { return SealRules(testToken+"-rotated", id, rules) },
+		"another sandbox": func() ([]byte, error) { return SealRules(testToken, "sb-bbbbbbbbbbbbbbbbbbbb", rules) },
+		"damaged":         func() ([]byte, error) { return []byte("0123456789abcdef0123456789abcdef"), nil },
+	} {
+		b, err := s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bad := pol
+		bad.Generation, bad.SealedRules = 2, b
+		if _, err := c.SetEgress(ctx, bad); !errors.Is(err, ErrRulesSealed) {
+			t.Errorf("rules sealed for %s: %v; want ErrRulesSealed", what, err)
+		}
+	}
+	if _, _, gen, err := c.EgressStatus(ctx); err != nil || gen != 1 {
+		t.Errorf("after the refused policies: generation %d, %v; want 1 still in force", gen, err)
+	}
+	bad := pol
+	bad.Generation, bad.UpstreamRoots = 2, []byte("not PEM")
+	if _, err := c.SetEgress(ctx, bad); !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "upstream_roots") {
+		t.Errorf("upstream roots that are not PEM: %v; want INVALID_ARGUMENT naming them", err)
+	}
+	stop()
+
+	// A restart keeps the CA the sandbox trusts, and the policy.
+	c, stop = serveEgress(t, dir, ec)
+	if again, err := os.ReadFile(filepath.Join(caDir, CACertFile)); err != nil || string(again) != string(cert) {
+		t.Errorf("after a restart the CA's certificate changed (%v)", err)
+	}
+	if _, _, gen, err := c.EgressStatus(ctx); err != nil || gen != 1 {
+		t.Errorf("after a restart: generation %d, %v; want the policy with rules restored", gen, err)
+	}
+	stop()
+
+	// A sidecar without a CA cannot apply rules.
+	c, _ = startEgressSidecar(t, true)
+	if _, err := c.SetEgress(ctx, pol); !errors.Is(err, ErrRulesSealed) || !strings.Contains(err.Error(), "no CA") {
+		t.Errorf("rules for a sidecar without a CA: %v; want ErrRulesSealed saying it has no CA", err)
 	}
 }

@@ -100,6 +100,7 @@ var reasons = append([]reason{
 	// The Pod's egress gateway (egress.go).
 	{"EGRESS_OFF", codes.FailedPrecondition, ErrEgressOff, callEgress},
 	{"EGRESS_UNAVAILABLE", codes.FailedPrecondition, ErrEgressUnavailable, callEgress},
+	{"RULES_SEALED", codes.FailedPrecondition, ErrRulesSealed, callEgress},
 }, classReasons()...)
 
 // classReasons are the table's rows for the domain's classes, as core
@@ -134,6 +135,11 @@ var (
 	// lacks the CNI plugin, or the runtime bypasses the Pod's netfilter),
 	// so the gateway refuses to open.
 	ErrEgressUnavailable = errors.New("the Pod's egress redirect is not in force")
+	// ErrRulesSealed: a policy's header rules cannot be opened with this
+	// sidecar's token (seal.go): they were sealed under another (the io
+	// token was rotated), or damaged; or the sidecar has no CA to serve
+	// them with.
+	ErrRulesSealed = errors.New("the network rules cannot be opened")
 )
 
 // Errors the Client makes of the hop itself, besides the table's.

@@ -165,7 +165,7 @@ func New(cfg Config) (*Server, error) {
 	var eg *egressState
 	if cfg.Egress != nil {
 		var err error
-		if eg, err = newEgress(*cfg.Egress, log); err != nil {
+		if eg, err = newEgress(*cfg.Egress, cfg.Token, log); err != nil {
 			return nil, err
 		}
 	}
