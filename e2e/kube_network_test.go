@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -174,11 +176,15 @@ func getPort(t *testing.T, ctx context.Context, addr, rawURL, tok string) (int, 
 func kubeNetwork(t *testing.T, k *kubeEnv) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	in := nettest.New(t, nettest.Options{Hosts: []string{"allowed.test", "denied.test"}, Metadata: true})
-	allowed, denied, metadata := in.Hosts["allowed.test"], in.Hosts["denied.test"], in.Hosts["metadata.test"]
-	k.cluster.ForwardTo(t, allowed.Addr, denied.Addr, metadata.Addr)
+	in := nettest.New(t, nettest.Options{Hosts: []string{"allowed.test", "denied.test", "api.test"}, Metadata: true})
+	allowed, denied, metadata, api := in.Hosts["allowed.test"], in.Hosts["denied.test"], in.Hosts["metadata.test"], in.Hosts["api.test"]
+	k.cluster.ForwardTo(t, allowed.Addr, denied.Addr, metadata.Addr, api.Addr)
+	caFile := filepath.Join(t.TempDir(), "test-ca.pem")
+	if err := os.WriteFile(caFile, in.CAPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	flags := []string{"--allow-network", "--kube-egress-cni", "--kube-egress-deny=" + k.cluster.Block().String(),
-		"--egress-hosts-file=" + in.HostsFile, "--kube-storage-class=" + k.cluster.StorageClass, "--ports-listen=127.0.0.1:0",
+		"--egress-hosts-file=" + in.HostsFile, "--egress-ca-file=" + caFile, "--kube-storage-class=" + k.cluster.StorageClass, "--ports-listen=127.0.0.1:0",
 		"--metrics-listen=127.0.0.1:0"}
 	a, b := k.replica(t, "net-a", flags...), k.replica(t, "net-b", flags...)
 	ca, _ := a.client(t)
@@ -206,7 +212,41 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 		return denied.AllAccepts() + metadata.AllAccepts(), allowed.UDPDatagrams() + denied.UDPDatagrams()
 	}
 
-	policy := &sandboxv1.NetworkPolicy{AllowOut: []string{"allowed.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	// api.test gets a header rule: its value a credential the sandbox never
+	// sees, which neither the Pod's object nor the hop to its sidecar
+	// carries in clear.
+	secret := "sbxsecret-" + randomHex(t)
+	policy := &sandboxv1.NetworkPolicy{AllowOut: []string{"allowed.test", "api.test"}, DenyOut: []string{"0.0.0.0/0"},
+		Rules: map[string]*sandboxv1.NetworkRule{"api.test": {Headers: map[string]string{"X-Api-Key": secret}}}}
+	// ruled fetches https://api.test/PATH from sandbox id (trusting its CA,
+	// through the environment the Pod gives it) and checks the host saw
+	// the rule's header on it, and the sandbox not its value.
+	ruled := func(c sandboxv1.SandboxServiceClient, id, path string) {
+		t.Helper()
+		o := execute(t, ctx, c, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "import os, urllib.request\n" +
+			"print(urllib.request.urlopen('https://api.test/" + path + "', timeout=10).read().decode().strip())\n" +
+			"print(" + fmt.Sprintf("%q", secret) + " in repr(dict(os.environ)) + open('/etc/sandboxd/ca-bundle.pem').read())"})
+		mustOK(t, o, "an HTTPS request to api.test from sandbox "+id)
+		if got := strings.Fields(o.stdout); len(got) < 2 || got[len(got)-1] != "False" || !strings.Contains(o.stdout, "hello from api.test") {
+			t.Errorf("sandbox %s, https://api.test/%s: %q; want api.test's answer, the secret nowhere in the sandbox", id, path, o.stdout)
+		}
+		var saw []string
+		for _, r := range api.Requests() {
+			if r.Path == "/"+path {
+				saw = append(saw, r.Header.Get("X-Api-Key"))
+			}
+		}
+		if len(saw) != 1 || saw[0] != secret {
+			t.Errorf("api.test saw %d requests for /%s with X-Api-Key %q; want one, with the rule's value", len(saw), path, saw)
+		}
+	}
+	inClear := func(id string) {
+		t.Helper()
+		b, _ := json.Marshal(k.podOf(t, ctx, id))
+		if strings.Contains(string(b), secret) {
+			t.Errorf("sandbox %s's Pod object holds the rule's value in clear", id)
+		}
+	}
 	r, err := ca.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: "net-alice", Options: &sandboxv1.SandboxOptions{Network: true, NetworkPolicy: policy}})
 	if err != nil {
 		t.Fatalf("AcquireSandbox with network: %v", err)
@@ -234,6 +274,8 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	if allowed.Accepts(80) == 0 {
 		t.Errorf("the allowed host accepted no connection on 80")
 	}
+	ruled(ca, id, "rule-before")
+	inClear(id)
 	if conns, datagrams := seen(); conns != 0 || datagrams != 0 {
 		t.Errorf("refused hosts accepted %d connections and the hosts received %d datagrams; want none", conns, datagrams)
 	}
@@ -333,6 +375,9 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 		t.Errorf("after its io sidecar restarted, sandbox %s did not reach allowed.test again without a call of sandboxd's (the gateway's policy was not restored)", id)
 	}
 	mustOK(t, execute(t, ctx, ca, &sandboxv1.ExecuteRequest{SandboxId: id, Code: "STOP.set()"}), "stopping the loop")
+	// The restarted sidecar kept its CA (the key in its own directory)
+	// and put the rule back.
+	ruled(ca, id, "rule-after-restart")
 
 	// Without network: nothing, refused at once.
 	plain := acquire(t, ctx, ca, "net-bob").GetSandbox().GetSandboxId()
@@ -389,6 +434,13 @@ func kubeNetwork(t *testing.T, k *kubeEnv) {
 	if err != nil || !sb.GetSandbox().GetNetwork() || !slices.Equal(sb.GetSandbox().GetNetworkPolicy().GetAllowOut(), policy.AllowOut) {
 		t.Errorf("GetSandbox after the wake: %+v, %v; want network with the policy", sb.GetSandbox(), err)
 	}
+	if h, ok := sb.GetSandbox().GetNetworkPolicy().GetRules()["api.test"].GetHeaders()["X-Api-Key"]; !ok || h != "" {
+		t.Errorf("GetSandbox's rules after the wake: %+v; want the header's name, its value blank", sb.GetSandbox().GetNetworkPolicy().GetRules())
+	}
+	// The woken Pod's sidecar has a new CA, which its sandbox trusts, and
+	// the rule, opened from the claim's sealed copy.
+	ruled(cb, id, "rule-after-wake")
+	inClear(id)
 
 	// gVisor's network stack bypasses the Pod's netfilter: refused before
 	// anything runs in it.

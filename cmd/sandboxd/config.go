@@ -47,6 +47,7 @@ type config struct {
 	audit           auditFlags
 	webhooks        webhookFlags
 	docker          docker.Config // the backends' shared policy (embedded) and the Docker backend's own settings
+	egressRoots     []byte        // --egress-ca-file's certificates, for the Kubernetes backend's gateways
 }
 
 // auditFlags are the audit trail's settings (--audit*).
@@ -225,6 +226,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	if err := egress.apply(mc); err != nil {
 		return config{}, usageError{err}
 	}
+	c.egressRoots = egress.roots
 	if err := c.check(); err != nil {
 		return config{}, usageError{err}
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
@@ -20,6 +21,9 @@ type egressFlags struct {
 	allowPrivate                       prefixList
 	subnet                             prefixFlag
 	instance, hostsFile, caFile        string
+	// roots is caFile's contents, which the Kubernetes backend gives the
+	// gateways in its Pods.
+	roots []byte
 }
 
 func (e *egressFlags) register(fs *flag.FlagSet) {
@@ -60,11 +64,15 @@ func (e *egressFlags) apply(mc *docker.Config) error {
 		mc.Egress.Resolver = h
 	}
 	if e.caFile != "" {
-		pool, err := egress.RootsWith(e.caFile)
+		b, err := os.ReadFile(e.caFile)
 		if err != nil {
 			return fmt.Errorf("--egress-ca-file: %w", err)
 		}
-		mc.Egress.RootCAs = pool
+		pool, err := egress.RootsWithPEM(b, e.caFile)
+		if err != nil {
+			return fmt.Errorf("--egress-ca-file: %w", err)
+		}
+		mc.Egress.RootCAs, e.roots = pool, b
 	}
 	return nil
 }

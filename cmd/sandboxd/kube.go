@@ -201,7 +201,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir,
 		VolumeClass: cmp.Or(k.volumeClass, k.storageClass), VolumeAccessMode: corev1.PersistentVolumeAccessMode(k.volumeAccess),
 		SnapshotBudget: core.SnapshotBudget{All: cfg.docker.SnapshotDiskBudget, PerTenant: cfg.docker.SnapshotDiskBudgetPerTenant}, CPURequest: k.cpuRequest, NodeLostAfter: k.nodeLostAfter,
-		EgressCNI: k.egressCNI, EgressCluster: k.egressDeny, EgressHosts: egressHosts(cfg.docker.Egress.Resolver),
+		EgressCNI: k.egressCNI, EgressCluster: k.egressDeny, EgressHosts: egressHosts(cfg.docker.Egress.Resolver), EgressRoots: cfg.egressRoots,
 		Ports:         cfg.docker.Ports, // the front's URLs and tokens (newPortsFront)
 		IOTokenSecret: k.ioTokenSecret, IOToken: strings.TrimSpace(string(token)),
 		KubeletTransport: kubelets, KubeletPort: k.kubeletPort,

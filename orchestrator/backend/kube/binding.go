@@ -252,12 +252,12 @@ func (m *Manager) bind(ctx context.Context, key string, old *coordinationv1.Leas
 // when r (resolved by core.Validating) allows one and the pool has one,
 // else a new Pod, after checking the caps. image ("": Config.Image) and
 // waking (annWaking) are a start from a snapshot's (fromSnapshot).
-func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string, vols []podVolume, network *netRecord) (*corev1.Pod, core.AcquireKind, error) {
+func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r core.Options, image, waking string, vols []podVolume, network *core.NetworkPolicy) (*corev1.Pod, core.AcquireKind, error) {
 	if err := m.checkCaps(tenant); err != nil {
 		return nil, "", err
 	}
 	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now(),
-		image: image, waking: waking, volumes: vols, network: network}
+		image: image, waking: waking, volumes: vols}
 	// A pool Pod mounts no volumes and has no network: a Pod's volumes and
 	// its sidecar's arguments are fixed when it is made.
 	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) && len(vols) == 0 && network == nil {
@@ -266,6 +266,12 @@ func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r co
 		}
 	}
 	s.id = core.NewSandboxID()
+	if network != nil {
+		var err error
+		if s.network, err = m.newNetRecord(s.id, 1, *network); err != nil {
+			return nil, "", err
+		}
+	}
 	p, err := m.createPod(ctx, s, buildPod(&m.cfg, s))
 	if err != nil {
 		return nil, "", apiError("create the sandbox pod", err)

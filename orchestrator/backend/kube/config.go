@@ -102,6 +102,10 @@ type Config struct {
 	// --egress-hosts-file), from which the gateways resolve instead of
 	// their Pods' resolver; nil: the Pods' resolver (the cluster's DNS).
 	EgressHosts map[string][]netip.Addr
+	// EgressRoots are PEM certificates the gateways trust, besides their
+	// image's roots, when they verify the server of a connection they
+	// intercept for a header rule (sandboxd --egress-ca-file).
+	EgressRoots []byte
 	// Ports is sandboxd's HTTP front for sandbox ports (sandboxd
 	// --ports-listen): GetHost's URLs and traffic tokens, which every
 	// replica must key alike. nil: port URLs are refused.

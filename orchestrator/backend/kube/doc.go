@@ -70,7 +70,8 @@
 //     sandbox mounts it, a volume server Pod (the sidecar alone) does
 //     (volumes.go).
 //   - A networked sandbox's policy is on its Pod (and its claim while it
-//     hibernates), with a generation; its egress gateway is
+//     hibernates), with a generation, its header rules' values sealed for
+//     the sidecar (iosidecar/seal.go); its egress gateway is
 //     orchestrator/egress run in its io sidecar, to which the node's CNI
 //     chain (cmd/sandbox-cni, podnet) sends the sandbox user's traffic.
 //     sandboxd gives the sidecar the policy when the Pod is ready and at

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
@@ -40,10 +43,13 @@ import (
 // The policy is on the Pod (annNetwork, with a generation the sidecar
 // orders updates from several replicas by), and on its claim through a
 // hibernation, so every replica and a woken Pod have it. A rule's header
-// values are secrets the Docker backend keeps on the host: here they would
-// sit on the Pod's object and cross to the sidecar in clear, so rules are
-// refused. Ports the sandbox serves are reached through sandboxd's ports
-// front (ports.go).
+// values are secrets the Docker backend keeps on the host: here the
+// record keeps the policy with them blanked, as callers see it, and the
+// values sealed under the io token (iosidecar.SealRules), which only the
+// sidecar opens. The sidecar makes the sandbox's CA and writes its
+// certificate where the sandbox container trusts it (podNetwork). Ports
+// the sandbox serves are reached through sandboxd's ports front
+// (ports.go).
 const (
 	// labelNetwork ("on") marks a networked sandbox's Pod.
 	labelNetwork = "sandboxd.io/network"
@@ -57,13 +63,47 @@ const (
 	// policy in force through a restart of its container.
 	volumeEgress   = "egress-state"
 	egressStateDir = "/run/sandboxd-egress"
+	// volumeCA is where the sidecar writes the sandbox's CA certificate and
+	// bundle (at caSidecarDir), which the sandbox container mounts
+	// read-only at caMountPoint and names in caEnv; the CA's key stays in
+	// egressStateDir.
+	volumeCA     = "sandbox-ca"
+	caSidecarDir = "/run/sandboxd-ca"
+	caMountPoint = "/etc/sandboxd"
 )
+
+// caEnv makes the usual TLS stacks in the sandbox trust its CA, as on the
+// Docker backend: OpenSSL and Python's ssl, requests, curl, and Node.js
+// (which adds NODE_EXTRA_CA_CERTS to its own roots).
+func caEnv() map[string]string {
+	bundle := caMountPoint + "/" + iosidecar.CABundleFile
+	return map[string]string{
+		"SSL_CERT_FILE":       bundle,
+		"REQUESTS_CA_BUNDLE":  bundle,
+		"CURL_CA_BUNDLE":      bundle,
+		"NODE_EXTRA_CA_CERTS": caMountPoint + "/" + iosidecar.CACertFile,
+	}
+}
 
 // netRecord is a networked sandbox's policy as its Pod keeps it.
 type netRecord struct {
 	// Generation grows with each update; the sidecar keeps the highest.
-	Generation uint64             `json:"generation"`
-	Policy     core.NetworkPolicy `json:"policy"`
+	Generation uint64 `json:"generation"`
+	// Policy is the sandbox's, its rules' header values blanked.
+	Policy core.NetworkPolicy `json:"policy"`
+	// Sealed is the rules with their values, sealed for the sidecar
+	// (iosidecar.SealRules); empty without rules.
+	Sealed []byte `json:"sealed,omitempty"`
+}
+
+// newNetRecord is policy p of sandbox id at generation gen: its rules'
+// values sealed, blanked in the clear copy.
+func (m *Manager) newNetRecord(id string, gen uint64, p core.NetworkPolicy) (*netRecord, error) {
+	sealed, err := iosidecar.SealRules(m.cfg.IOToken, id, p.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("seal the network rules: %w", err)
+	}
+	return &netRecord{Generation: gen, Policy: p.Redacted(), Sealed: sealed}, nil
 }
 
 // parseNetRecord reads annNetwork; nil without one.
@@ -83,9 +123,9 @@ func (r *netRecord) encode() string {
 	return string(b)
 }
 
-// networkOf is the record of a new sandbox with opts (nil without
+// networkOf is the policy of a new sandbox with opts (nil without
 // network), or why this backend cannot give it.
-func (m *Manager) networkOf(opts core.Options) (*netRecord, error) {
+func (m *Manager) networkOf(opts core.Options) (*core.NetworkPolicy, error) {
 	if !opts.Network && opts.NetworkPolicy == nil {
 		return nil, nil
 	}
@@ -96,10 +136,7 @@ func (m *Manager) networkOf(opts core.Options) (*netRecord, error) {
 	if opts.NetworkPolicy != nil {
 		p = opts.NetworkPolicy.Clone()
 	}
-	if err := refuseRules(p); err != nil {
-		return nil, err
-	}
-	return &netRecord{Generation: 1, Policy: p}, nil
+	return &p, nil
 }
 
 // networking refuses the network calls unless the nodes confine networked
@@ -107,14 +144,6 @@ func (m *Manager) networkOf(opts core.Options) (*netRecord, error) {
 func (m *Manager) networking() error {
 	if !m.cfg.EgressCNI {
 		return unsupported(featNetwork + " without --kube-egress-cni (the nodes' CNI chain must confine each sandbox to its Pod's egress gateway: deploy/kubernetes/README.md)")
-	}
-	return nil
-}
-
-// refuseRules refuses a policy with header rules (see above).
-func refuseRules(p core.NetworkPolicy) error {
-	if len(p.Rules) > 0 {
-		return unsupported(featRules)
 	}
 	return nil
 }
@@ -134,13 +163,40 @@ func podNetwork(pod *corev1.Pod, r *netRecord) {
 		if c.Name != containerIO {
 			continue
 		}
-		c.Args = append(c.Args, "--egress", "--egress-state="+egressStateDir+"/policy.pb")
+		c.Args = append(c.Args, "--egress", "--egress-state="+egressStateDir+"/policy.pb",
+			"--egress-ca-dir="+caSidecarDir, "--egress-ca-key="+egressStateDir+"/ca-key.pem")
 		c.Env = append(c.Env, corev1.EnvVar{Name: podIPEnv, ValueFrom: &corev1.EnvVarSource{
 			FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volumeEgress, MountPath: egressStateDir})
+		c.VolumeMounts = append(c.VolumeMounts,
+			corev1.VolumeMount{Name: volumeEgress, MountPath: egressStateDir},
+			corev1.VolumeMount{Name: volumeCA, MountPath: caSidecarDir})
 	}
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: volumeEgress, VolumeSource: corev1.VolumeSource{
-		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(8<<20, resource.BinarySI)}}})
+	// The sandbox trusts its CA: the sidecar, which starts first (its
+	// startup probe passes once it listens, after it wrote the CA), writes
+	// it; the sandbox reads it. The caller's environment wins, as on
+	// Docker: it is the caller's sandbox to break.
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if c.Name != containerSandbox {
+			continue
+		}
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: volumeCA, MountPath: caMountPoint, ReadOnly: true})
+		have := map[string]bool{}
+		for _, e := range c.Env {
+			have[e.Name] = true
+		}
+		env := caEnv()
+		for _, k := range slices.Sorted(maps.Keys(env)) {
+			if !have[k] {
+				c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: env[k]})
+			}
+		}
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes,
+		corev1.Volume{Name: volumeEgress, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(8<<20, resource.BinarySI)}}},
+		corev1.Volume{Name: volumeCA, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(16<<20, resource.BinarySI)}}})
 }
 
 // egressKey says which policy a ready Pod's sidecar was given: the Pod, the
@@ -200,9 +256,9 @@ func (m *Manager) applyEgress(ctx context.Context, p *corev1.Pod) error {
 // bounds.
 func (m *Manager) egressPolicy(id string, r *netRecord) iosidecar.EgressPolicy {
 	return iosidecar.EgressPolicy{SandboxID: id, Generation: r.Generation,
-		AllowOut: r.Policy.AllowOut, DenyOut: r.Policy.DenyOut,
+		AllowOut: r.Policy.AllowOut, DenyOut: r.Policy.DenyOut, SealedRules: r.Sealed,
 		Ceiling: m.cfg.EgressCeiling, AllowPrivate: m.cfg.EgressAllowPrivate,
-		Cluster: m.cfg.EgressCluster, Hosts: m.cfg.EgressHosts}
+		Cluster: m.cfg.EgressCluster, Hosts: m.cfg.EgressHosts, UpstreamRoots: m.cfg.EgressRoots}
 }
 
 // UpdateNetworkPolicy replaces a networked sandbox's policy (checked and
@@ -223,9 +279,6 @@ func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np 
 	if err := m.networking(); err != nil {
 		return core.Sandbox{}, err
 	}
-	if err := refuseRules(np); err != nil {
-		return core.Sandbox{}, err
-	}
 	for range maxAcquireRounds {
 		p, c, err := m.lookup(ctx, sandboxID)
 		if err != nil {
@@ -237,9 +290,12 @@ func (m *Manager) UpdateNetworkPolicy(ctx context.Context, sandboxID string, np 
 			if rec == nil {
 				return core.Sandbox{}, core.NoNetwork(sandboxID)
 			}
-			next := netRecord{Generation: rec.Generation + 1, Policy: np.Clone()}
+			next, err := m.newNetRecord(sandboxID, rec.Generation+1, np)
+			if err != nil {
+				return core.Sandbox{}, err
+			}
 			qc, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Patch(ctx, c.Name, types.MergePatchType,
-				netPatch(c.ResourceVersion, next), metav1.PatchOptions{})
+				netPatch(c.ResourceVersion, *next), metav1.PatchOptions{})
 			if apierrors.IsConflict(err) {
 				continue
 			}
@@ -304,9 +360,12 @@ func (m *Manager) updatePodNet(ctx context.Context, id string, fresh *corev1.Pod
 	if rec == nil {
 		return core.Sandbox{}, false, core.NoNetwork(id)
 	}
-	next := netRecord{Generation: rec.Generation + 1, Policy: np.Clone()}
+	next, err := m.newNetRecord(id, rec.Generation+1, np)
+	if err != nil {
+		return core.Sandbox{}, false, err
+	}
 	q, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Patch(ctx, fresh.Name, types.MergePatchType,
-		netPatch(fresh.ResourceVersion, next), metav1.PatchOptions{})
+		netPatch(fresh.ResourceVersion, *next), metav1.PatchOptions{})
 	if apierrors.IsConflict(err) {
 		return core.Sandbox{}, true, nil
 	}
@@ -329,7 +388,7 @@ func (m *Manager) updatePodNet(ctx context.Context, id string, fresh *corev1.Pod
 
 func (m *Manager) logPolicy(id string, np core.NetworkPolicy) {
 	m.log.Info("sandbox network policy updated", "sandbox_id", id,
-		"allow_out", len(np.AllowOut), "deny_out", len(np.DenyOut), "public_traffic", np.AllowPublicTraffic)
+		"allow_out", len(np.AllowOut), "deny_out", len(np.DenyOut), "rules", len(np.Rules), "public_traffic", np.AllowPublicTraffic)
 }
 
 // wakeNetRecord is the policy a woken Pod of hibernated claim c gets: the

@@ -96,11 +96,28 @@ func TestNetworkedSandbox(t *testing.T) {
 			sidecar = &c.Name
 		}
 	}
-	// The sidecar's state directory is its own.
+	// The sidecar's state directory is its own; the CA's certificate, which
+	// the sidecar writes, the sandbox mounts read-only and trusts.
 	for _, c := range p.Spec.Containers {
 		if mountsState(c) {
 			t.Errorf("container %s mounts the io sidecar's egress state", c.Name)
 		}
+		if c.Name != containerSandbox {
+			continue
+		}
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == volumeCA && m.MountPath == caMountPoint && m.ReadOnly
+		}) || !slices.ContainsFunc(c.Env, func(v corev1.EnvVar) bool {
+			return v.Name == "SSL_CERT_FILE" && v.Value == caMountPoint+"/ca-bundle.pem"
+		}) {
+			t.Errorf("the sandbox container mounts %+v with env %+v; want the CA read-only at %s, named by SSL_CERT_FILE", c.VolumeMounts, c.Env, caMountPoint)
+		}
+	}
+	if !slices.ContainsFunc(p.Spec.InitContainers, func(c corev1.Container) bool {
+		return c.Name == containerIO && slices.Contains(c.Args, "--egress-ca-dir="+caSidecarDir) &&
+			slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == volumeCA && !m.ReadOnly })
+	}) {
+		t.Errorf("the io sidecar does not write the CA where the sandbox reads it")
 	}
 	if p.Labels[labelNetwork] != "on" || parseNetRecord(p.Annotations[annNetwork]) == nil || sidecar == nil ||
 		p.Spec.DNSConfig == nil || len(p.Spec.DNSConfig.Options) != 1 || p.Spec.DNSConfig.Options[0].Name != "ndots" {
@@ -140,16 +157,43 @@ func TestNetworkedSandbox(t *testing.T) {
 	log.set = log.set[:1]
 	log.mu.Unlock()
 
-	// An update: the next generation, on the Pod and in the gateway.
-	open := core.NetworkPolicy{AllowOut: []string{"allowed.test", "other.test"}, DenyOut: []string{"0.0.0.0/0"}, AllowPublicTraffic: true}
+	// An update: the next generation, on the Pod and in the gateway. Its
+	// rule's header value is a secret: sealed on the Pod's object and on
+	// the way to the sidecar, opened with the io token alone.
+	const secret = "Bearer sbx-rule-secret-0123456789"
+	withRule := func(p core.NetworkPolicy) core.NetworkPolicy {
+		p.Rules = map[string]core.NetworkRule{"allowed.test": {Headers: map[string]string{"Authorization": secret}}}
+		return p
+	}
+	checkSealed := func(what string, ep iosidecar.EgressPolicy, ann string) {
+		t.Helper()
+		if strings.Contains(ann, secret) || strings.Contains(ann, "sbx-rule-secret") {
+			t.Errorf("%s: the record %s holds the rule's value in clear", what, ann)
+		}
+		rules, err := iosidecar.OpenRules(e.m.cfg.IOToken, id, ep.SealedRules)
+		if err != nil || rules["allowed.test"].Headers["Authorization"] != secret {
+			t.Errorf("%s: the sidecar opens rules %+v (%v); want the header's value", what, rules, err)
+		}
+		if _, err := iosidecar.OpenRules(e.m.cfg.IOToken+"-rotated", id, ep.SealedRules); !errors.Is(err, iosidecar.ErrRulesSealed) {
+			t.Errorf("%s: rules opened under another token: %v; want ErrRulesSealed", what, err)
+		}
+		if _, err := iosidecar.OpenRules(e.m.cfg.IOToken, "sb-bbbbbbbbbbbbbbbbbbbb", ep.SealedRules); !errors.Is(err, iosidecar.ErrRulesSealed) {
+			t.Errorf("%s: rules opened for another sandbox: %v; want ErrRulesSealed", what, err)
+		}
+	}
+	open := withRule(core.NetworkPolicy{AllowOut: []string{"allowed.test", "other.test"}, DenyOut: []string{"0.0.0.0/0"}, AllowPublicTraffic: true})
 	sb, err := e.m.UpdateNetworkPolicy(ctx, id, open)
 	if err != nil || !slices.Equal(sb.NetworkPolicy.AllowOut, open.AllowOut) {
 		t.Fatalf("UpdateNetworkPolicy: %+v, %v", sb.NetworkPolicy, err)
+	}
+	if h, ok := sb.NetworkPolicy.Rules["allowed.test"].Headers["Authorization"]; !ok || h != "" {
+		t.Errorf("UpdateNetworkPolicy answered rules %+v; want the header's name, its value blank", sb.NetworkPolicy.Rules)
 	}
 	sets = log.sets()
 	if len(sets) != 2 || sets[1].p.Generation != 2 || !slices.Equal(sets[1].p.AllowOut, open.AllowOut) {
 		t.Fatalf("policies given after the update: %+v; want generation 2", sets)
 	}
+	checkSealed("the update", sets[1].p, e.pod(t, id).Annotations[annNetwork])
 	checkPorts(t, e, ctx, id, front, true)
 	// The leader's read of the egress counters, for the per-sandbox series.
 	e.m.readEgress(ctx)
@@ -171,9 +215,12 @@ func TestNetworkedSandbox(t *testing.T) {
 	if got := e.m.SandboxEgress(); len(got) != 0 {
 		t.Errorf("SandboxEgress with the sandbox hibernated: %+v; want none", got)
 	}
-	third := core.NetworkPolicy{AllowOut: []string{"third.test"}, DenyOut: []string{"0.0.0.0/0"}}
+	third := withRule(core.NetworkPolicy{AllowOut: []string{"third.test"}, DenyOut: []string{"0.0.0.0/0"}})
 	if sb, err := e.m.UpdateNetworkPolicy(ctx, id, third); err != nil || sb.State != core.StateHibernated || !slices.Equal(sb.NetworkPolicy.AllowOut, third.AllowOut) {
 		t.Fatalf("UpdateNetworkPolicy of a hibernated sandbox: %+v, %v", sb, err)
+	}
+	if c, err := e.cs.CoreV1().PersistentVolumeClaims(e.ns).Get(ctx, podName(id), metav1.GetOptions{}); err != nil || strings.Contains(c.Annotations[annNetwork], "sbx-rule-secret") {
+		t.Errorf("the hibernated sandbox's claim holds the rule's value in clear (or cannot be read: %v)", err)
 	}
 	if st, err := e.m.NetworkStatus(ctx, id); err != nil || !slices.Equal(st.Policy.AllowOut, third.AllowOut) {
 		t.Fatalf("NetworkStatus of a hibernated sandbox: %+v, %v", st, err)
@@ -195,6 +242,7 @@ func TestNetworkedSandbox(t *testing.T) {
 	if woken.Labels[labelNetwork] != "on" || len(sets) != 3 || sets[2].p.Generation != 3 || !slices.Equal(sets[2].p.AllowOut, third.AllowOut) {
 		t.Fatalf("after the wake: label %q, policies given %+v; want generation 3 given to the woken pod", woken.Labels[labelNetwork], sets)
 	}
+	checkSealed("the wake", sets[2].p, woken.Annotations[annNetwork])
 
 	// Without network: none of it.
 	plain, err := e.m.Acquire(ctx, "bob", core.Options{Limits: e.m.cfg.DefaultLimits})

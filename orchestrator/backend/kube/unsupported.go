@@ -22,7 +22,6 @@ func unsupported(feature string) error { return core.Unsupported(backendName, fe
 const (
 	featHibernation = "hibernation and wake"
 	featNetwork     = "networked sandboxes (options.network and network policies)" // without Config.EgressCNI
-	featRules       = "network rules (a rule's header values are secrets: here they would be kept on the sandbox's Pod object and sent to its io sidecar in clear)"
 	featMetrics     = "per-sandbox metrics"
 	featSnapshots   = "snapshots and forks" // without Config.SnapshotDir
 	featVolumes     = "volumes"             // without Config.VolumeClass

@@ -12,8 +12,6 @@ import (
 // so every request for one is refused with core.Unsupported naming the
 // flag, never ignored: an Acquire asking for network or a policy (before
 // anything is created), and each network operation, port URLs included.
-// With it, a rule (header values are secrets this backend cannot keep off
-// the Pod) is refused.
 func TestNetworkRefused(t *testing.T) {
 	var m Manager // refused before any use of the API server
 	ctx := core.WithCaller(t.Context(), core.DefaultCaller)
@@ -28,15 +26,6 @@ func TestNetworkRefused(t *testing.T) {
 		if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "networked sandboxes") ||
 			!strings.Contains(err.Error(), "--kube-egress-cni") || !strings.Contains(err.Error(), "--backend kubernetes") {
 			t.Errorf("call %d: %v; want core.Unsupported naming networked sandboxes and --kube-egress-cni", i, err)
-		}
-	}
-	m.cfg.EgressCNI = true
-	rules := &core.NetworkPolicy{Rules: map[string]core.NetworkRule{"api.example.com": {Headers: map[string]string{"Authorization": "Bearer x"}}}}
-	_, errRules := m.Acquire(ctx, "alice", core.Options{NetworkPolicy: rules})
-	_, errUpdateRules := m.UpdateNetworkPolicy(ctx, id, *rules)
-	for i, err := range []error{errRules, errUpdateRules} {
-		if !core.IsUnsupported(err) || !strings.Contains(err.Error(), "network rules") {
-			t.Errorf("rules, call %d: %v; want core.Unsupported naming network rules", i, err)
 		}
 	}
 }

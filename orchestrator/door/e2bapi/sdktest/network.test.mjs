@@ -4,9 +4,8 @@
 // that no header value a rule carries ever comes back; and getHost's URLs
 // through sandboxd's ports front. The Go side starts sandboxd with
 // --allow-network and the ports front (SANDBOXD_PORTS_ADDR); on the
-// kubernetes backend with --kube-egress-cni too, where a policy with rules
-// (header secrets) is refused, naming them: there the scenarios run
-// without rules, and check that refusal.
+// kubernetes backend with --kube-egress-cni too, where the same scenarios
+// run: rules included (their values sealed on the sandbox's Pod).
 import { test, describe } from 'node:test'
 import assert from 'node:assert/strict'
 import http from 'node:http'
@@ -20,11 +19,6 @@ const SECRET = 'Bearer sk-sdk-network-secret-0123456789'
 describe('network', () => {
   test('create with network: getInfo returns the policy, header names without values', N, async () => {
     const rules = { 'API.example.com': [{ transform: { headers: { Authorization: SECRET } } }] }
-    if (onKube) {
-      await assert.rejects(Sandbox.create({ network: { rules } }),
-        (e) => e instanceof SandboxError && e.statusCode === 501 && /network rules/.test(e.message) && /kubernetes/.test(e.message),
-        'rules are refused on kubernetes, naming them')
-    }
     await withSandbox(async (sbx) => {
       const info = await sbx.getInfo()
       assert.equal(info.allowInternetAccess, true)
@@ -32,7 +26,7 @@ describe('network', () => {
       // lower case, as E2B stores them.
       assert.deepEqual(info.network.allowOut, ['API.example.com', 'pypi.org'])
       assert.deepEqual(info.network.denyOut, ['0.0.0.0/0'])
-      assert.deepEqual(info.network.rules, onKube ? undefined : { 'api.example.com': [{ transform: { headers: { Authorization: '' } } }] })
+      assert.deepEqual(info.network.rules, { 'api.example.com': [{ transform: { headers: { Authorization: '' } } }] })
       assert.equal(info.network.allowPublicTraffic, false)
       assert.ok(!JSON.stringify(info).includes('sk-sdk'), 'getInfo shows the secret')
       const listed = await Sandbox.list().nextItems()
@@ -41,9 +35,9 @@ describe('network', () => {
       assert.equal((await sbx.runCode('6 * 7')).text, '42')
     }, {
       network: {
-        allowOut: onKube ? ['API.example.com', 'pypi.org'] : ({ rules }) => [...rules.keys(), 'pypi.org'],
+        allowOut: ({ rules }) => [...rules.keys(), 'pypi.org'],
         denyOut: ({ allTraffic }) => [allTraffic],
-        rules: onKube ? undefined : rules,
+        rules,
         allowPublicTraffic: false,
       },
     })
@@ -52,19 +46,15 @@ describe('network', () => {
   test('updateNetwork replaces the egress rules whole; allowInternetAccess false denies all traffic', N, async () => {
     await withSandbox(async (sbx) => {
       const rules = { '*.example.com': [{ transform: { headers: { 'X-Api-Key': SECRET } } }, { transform: { headers: { 'X-Org': 'o' } } }] }
-      if (onKube) {
-        await assert.rejects(sbx.updateNetwork({ allowOut: ['files.pythonhosted.org'], rules }),
-          (e) => e instanceof SandboxError && e.statusCode === 501 && /network rules/.test(e.message), 'rules are refused on kubernetes')
-      }
       await sbx.updateNetwork({
         allowOut: ['files.pythonhosted.org'],
-        rules: onKube ? undefined : rules,
+        rules,
         allowInternetAccess: false,
       })
       let info = await sbx.getInfo()
       assert.deepEqual(info.network.allowOut, ['files.pythonhosted.org'])
       assert.deepEqual(info.network.denyOut, ['0.0.0.0/0'])
-      assert.deepEqual(info.network.rules, onKube ? undefined : { '*.example.com': [{ transform: { headers: { 'X-Api-Key': '', 'X-Org': '' } } }] })
+      assert.deepEqual(info.network.rules, { '*.example.com': [{ transform: { headers: { 'X-Api-Key': '', 'X-Org': '' } } }] })
       assert.equal(info.network.allowPublicTraffic, true, 'the update keeps allowPublicTraffic')
       assert.ok(!JSON.stringify(info).includes('sk-sdk'))
 
