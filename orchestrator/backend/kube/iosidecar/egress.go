@@ -199,17 +199,9 @@ func (e *egressState) restore() {
 
 // readEgressState reads a saved policy, bounded.
 func readEgressState(path string) (*sandboxiov1.SetEgressRequest, error) {
-	f, err := os.Open(path)
+	b, err := readBounded(path, maxStateBytes)
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxStateBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxStateBytes {
-		return nil, fmt.Errorf("larger than %d bytes", maxStateBytes)
 	}
 	req := new(sandboxiov1.SetEgressRequest)
 	if err := proto.Unmarshal(b, req); err != nil {
@@ -226,10 +218,7 @@ func (e *egressState) save(req *sandboxiov1.SetEgressRequest) {
 	}
 	b, err := proto.Marshal(req)
 	if err == nil {
-		tmp := e.cfg.StateFile + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, e.cfg.StateFile)
-		}
+		err = writeWhole(e.cfg.StateFile, b, 0o600)
 	}
 	if err != nil {
 		e.log.Warn("could not save the egress policy; a restart of this sidecar waits for sandboxd's", "file", e.cfg.StateFile, "error", err)
