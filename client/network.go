@@ -56,8 +56,8 @@ func PolicyFromProto(p *sandboxv1.NetworkPolicy) NetworkPolicy {
 // WithNetworkPolicy gives a new sandbox network access under p (it implies
 // WithNetwork). A malformed entry, rule or header is ErrInvalidArgument
 // naming it; sandboxd refuses network unless started with --allow-network
-// (ErrInvalidArgument), and its kubernetes backend refuses it
-// (ErrFailedPrecondition).
+// (ErrInvalidArgument), and its kubernetes backend unless started with
+// --kube-egress-cni too (ErrFailedPrecondition).
 func WithNetworkPolicy(p NetworkPolicy) AcquireOption {
 	pp := p.proto()
 	return func(o *sandboxv1.SandboxOptions) { o.NetworkPolicy = pp }

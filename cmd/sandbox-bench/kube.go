@@ -42,7 +42,7 @@ import (
 
 // kubeMetrics are the rows of the kubernetes phase.
 var kubeMetrics = []metric{mKubeWarmP50, mKubeWarmP99, mKubeWarmBase, mKubeCold, mKubePool, mKubeAcquire, mKubeHib, mKubeWake, mKubeSnapTake, mKubeSnapFirst, mKubeFork, mKubeVolFirst, mKubeVolMount, mKubeVolUpload,
-	mKubeEgressGetP50, mKubeEgressDownload, mKubeIngressP50}
+	mKubeEgressGetP50, mKubeEgressDownload, mKubeEgressRuleP50, mKubeIngressP50}
 
 // Labels and annotation of the sandbox Pods the bench reads (the kube
 // backend's, orchestrator/backend/kube/pod.go).

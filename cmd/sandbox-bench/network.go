@@ -75,6 +75,7 @@ type netState struct {
 	t        *netT
 	in       *nettest.Internet
 	instance string // sandboxd --egress-instance: its table and bridge
+	caFile   string // the test host's CA, which the gateways trust (--egress-ca-file)
 }
 
 // netSetup makes the test host and the flags a self-started sandboxd needs
@@ -105,6 +106,11 @@ func (b *bench) netSetup() {
 		return
 	}
 	b.net.instance = en.Instance
+	b.net.caFile = filepath.Join(b.tmp, "net-test-ca.pem")
+	if err := os.WriteFile(b.net.caFile, in.CAPEM, 0o644); err != nil {
+		b.net.skip = err.Error()
+		return
+	}
 	// sandboxd leaves its table and bridge when it stops (a restart keeps
 	// its sandboxes' network); the benchmark's go with it.
 	t.Cleanup(func() {
@@ -113,7 +119,7 @@ func (b *bench) netSetup() {
 		}
 	})
 	b.net.flags = append(append([]string{"--allow-network"}, en.Flags()...),
-		"--egress-hosts-file", in.HostsFile, "--ports-listen", "127.0.0.1:0", "--ports-domain", netPortsDomain)
+		"--egress-hosts-file", in.HostsFile, "--egress-ca-file", b.net.caFile, "--ports-listen", "127.0.0.1:0", "--ports-domain", netPortsDomain)
 }
 
 // netCleanup removes the test host and sandboxd's network objects, after

@@ -63,7 +63,7 @@ var RowKeys = []string{
 	mHibSmall.key, mWakeSmall.key, mHibLarge.key, mWakeLarge.key, mSnapLarge.key,
 	mHibMemory.key, mHibDisk.key, mHibRSS.key, mHibListLatency.key, mHibRSSFresh.key, mHibRestart.key,
 	mKubeWarmP50.key, mKubeWarmP99.key, mKubeWarmBase.key, mKubeCold.key, mKubePool.key, mKubeAcquire.key, mKubeHib.key, mKubeWake.key, mKubeSnapTake.key, mKubeSnapFirst.key, mKubeFork.key, mKubeVolFirst.key, mKubeVolMount.key, mKubeVolUpload.key,
-	mKubeEgressGetP50.key, mKubeEgressDownload.key, mKubeIngressP50.key,
+	mKubeEgressGetP50.key, mKubeEgressDownload.key, mKubeEgressRuleP50.key, mKubeIngressP50.key,
 	mEgressGetP50.key, mEgressGetP90.key, mEgressDownload.key, mIngressP50.key, mIngressRPS.key,
 	mSamplingCPU.key, mSamplingOne.key,
 	mHookOK.key, mHookHung.key,
