@@ -107,6 +107,10 @@ func (m *Manager) ioError(id, cmd string, err error) error {
 		return core.Tampered(id, "its /io files", err)
 	case errors.Is(err, iosidecar.ErrUnavailable), errors.Is(err, core.ErrUnavailable):
 		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s: %v; try again", id, err)
+	case errors.Is(err, iosidecar.ErrRulesSealed):
+		// The sandbox's header rules cannot be put in force in its Pod:
+		// never taken as applied, until the policy or the Pod changes.
+		return core.Errorf(core.ErrFailedPrecondition, "the network rules of sandbox %s: %v", id, err)
 	case errors.Is(err, iosidecar.ErrUnauthenticated):
 		m.log.Error("an io sidecar refused sandboxd's token: --kube-io-token-file and the Secret differ", "sandbox_id", id)
 		return core.Errorf(core.ErrUnavailable, "the io sidecar of sandbox %s refused sandboxd's token (a configuration error; see sandboxd's log)", id)

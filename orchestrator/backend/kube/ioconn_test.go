@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -199,4 +200,16 @@ func (f forger) Follow(*sandboxiov1.FollowRequest, grpc.ServerStreamingServer[sa
 		st, _ = st.WithDetails(&errdetails.ErrorInfo{Reason: f.reason, Domain: iosidecar.ErrorDomain})
 	}
 	return st.Err()
+}
+
+// Header rules a Pod's sidecar cannot put in force (sealed under another
+// token, or a sidecar of an earlier release) are the caller's to fix, by
+// setting the policy again or waking the sandbox into a new Pod: never
+// UNAVAILABLE, which says to retry the same call.
+func TestIOErrorRulesSealed(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler)}
+	err := m.ioError(testSandbox, "", fmt.Errorf("io sidecar: %w: sealed under another io token", iosidecar.ErrRulesSealed))
+	if core.ClassOf(err) != core.ErrFailedPrecondition || !strings.Contains(err.Error(), "network rules of sandbox "+testSandbox) {
+		t.Errorf("rules the sidecar cannot open = %v (class %v); want FAILED_PRECONDITION naming the sandbox's rules", err, core.ClassOf(err))
+	}
 }

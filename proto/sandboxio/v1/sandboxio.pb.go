@@ -457,7 +457,11 @@ type SetEgressResponse struct {
 	// False when a later generation was already in force.
 	Applied bool `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
 	// The generation in force.
-	Generation    uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	// How many header rules the applied policy has in force: a sidecar of
+	// an earlier release, which knows no sealed_rules, answers 0, and
+	// sandboxd refuses to take a policy with rules as applied there.
+	Rules         uint32 `protobuf:"varint,3,opt,name=rules,proto3" json:"rules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -502,6 +506,13 @@ func (x *SetEgressResponse) GetApplied() bool {
 func (x *SetEgressResponse) GetGeneration() uint64 {
 	if x != nil {
 		return x.Generation
+	}
+	return 0
+}
+
+func (x *SetEgressResponse) GetRules() uint32 {
+	if x != nil {
+		return x.Rules
 	}
 	return 0
 }
@@ -3288,12 +3299,13 @@ const file_sandboxio_v1_sandboxio_proto_rawDesc = "" +
 	"\n" +
 	"EgressHost\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
-	"\taddresses\x18\x02 \x03(\tR\taddresses\"M\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\"c\n" +
 	"\x11SetEgressResponse\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\bR\aapplied\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
-	"generation\"\x15\n" +
+	"generation\x12\x14\n" +
+	"\x05rules\x18\x03 \x01(\rR\x05rules\"\x15\n" +
 	"\x13EgressStatusRequest\"\xf4\x03\n" +
 	"\x14EgressStatusResponse\x12\x1e\n" +
 	"\n" +

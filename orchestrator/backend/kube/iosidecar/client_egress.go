@@ -2,6 +2,8 @@ package iosidecar
 
 import (
 	"context"
+
+	"google.golang.org/grpc/codes"
 	"maps"
 	"net/netip"
 	"slices"
@@ -74,6 +76,11 @@ func (c *Client) SetEgress(ctx context.Context, p EgressPolicy) (applied bool, e
 	}
 	if resp.GetApplied() && resp.GetGeneration() != p.Generation {
 		return false, badResponse("egress: applied generation %d, not %d", resp.GetGeneration(), p.Generation)
+	}
+	if resp.GetApplied() && len(p.SealedRules) > 0 && resp.GetRules() == 0 {
+		// Applied without them: never taken as the policy in force.
+		return false, &Error{Code: codes.FailedPrecondition, kind: ErrRulesSealed, Reason: "RULES_SEALED",
+			Message: "this Pod's io sidecar is of an earlier release, which does not apply header rules; a hibernation and wake, or a new sandbox, gives a Pod of this release"}
 	}
 	return resp.GetApplied(), nil
 }

@@ -390,7 +390,7 @@ func (e *egressState) set(ctx context.Context, req *sandboxiov1.SetEgressRequest
 	e.save(req)
 	e.log.Info("egress policy in force", "sandbox_id", e.id, "generation", e.gen,
 		"allow_out", len(req.GetAllowOut()), "deny_out", len(req.GetDenyOut()), "rules", len(rules))
-	return &sandboxiov1.SetEgressResponse{Applied: true, Generation: e.gen}, nil
+	return &sandboxiov1.SetEgressResponse{Applied: true, Generation: e.gen, Rules: uint32(len(rules))}, nil
 }
 
 // startGateway replaces the gateway with one under b, listening where the

@@ -327,6 +327,13 @@ func TestHostileEgress(t *testing.T) {
 	if _, err := c.SetEgress(ctx, EgressPolicy{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa", Generation: 2}); !errors.Is(err, ErrBadResponse) {
 		t.Errorf("SetEgress answered applied under generation 9 for 2: %v; want ErrBadResponse", err)
 	}
+	// A sidecar of an earlier release knows no sealed rules: it applies
+	// the rest and answers no rules in force, which is not taken as
+	// applied.
+	c = startHostileServer(t, &hostileEgress{set: &sandboxiov1.SetEgressResponse{Applied: true, Generation: 2}})
+	if _, err := c.SetEgress(ctx, EgressPolicy{SandboxID: "sb-aaaaaaaaaaaaaaaaaaaa", Generation: 2, SealedRules: []byte("sealed")}); !errors.Is(err, ErrRulesSealed) || !strings.Contains(err.Error(), "earlier release") {
+		t.Errorf("SetEgress with rules, answered without rules in force: %v; want ErrRulesSealed naming the earlier release", err)
+	}
 }
 
 // TestEgressRules: a sidecar with a CA directory makes the sandbox's CA,
