@@ -384,12 +384,36 @@ func (m *Manager) DeleteVolume(ctx context.Context, ref string, force bool) erro
 	if err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, volumeServerName(id), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return apiError("delete the volume's server pod", err)
 	}
-	err = m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &c.UID}})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return apiError("delete the volume's claim", err)
+	// The cache may not have seen a deletion yet (this replica's own, a
+	// moment ago, or another's): the claim is read from the API server,
+	// and deleted only at the version read, so that of two deletions of
+	// one volume exactly one succeeds and the other is NOT_FOUND, as on
+	// Docker. (A claim being deleted already has its deletion timestamp:
+	// pvc-protection keeps it while a Pod still mounts it.)
+	for range maxAcquireRounds {
+		fresh, err := m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			return core.VolumeNotFound(ref)
+		case err != nil:
+			return apiError("read the volume's claim", err)
+		case fresh.UID != c.UID || fresh.DeletionTimestamp != nil:
+			return core.VolumeNotFound(ref)
+		}
+		err = m.cfg.Client.CoreV1().PersistentVolumeClaims(m.cfg.Namespace).Delete(ctx, c.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &fresh.UID, ResourceVersion: &fresh.ResourceVersion}})
+		switch {
+		case apierrors.IsConflict(err):
+			continue // changed since the read (a deletion, or another write): read it again
+		case apierrors.IsNotFound(err):
+			return core.VolumeNotFound(ref)
+		case err != nil:
+			return apiError("delete the volume's claim", err)
+		}
+		m.log.Info("volume deleted", "volume_id", id, "name", c.Annotations[annVolumeName], "tenant", c.Annotations[annTenant], "force", force)
+		return nil
 	}
-	m.log.Info("volume deleted", "volume_id", id, "name", c.Annotations[annVolumeName], "tenant", c.Annotations[annTenant], "force", force)
-	return nil
+	return core.Errorf(core.ErrUnavailable, "gave up deleting volume %s after %d conflicting writes; try again", ref, maxAcquireRounds)
 }
 
 // podVolume is a mount of a sandbox Pod: the volume by ID, and its claim.

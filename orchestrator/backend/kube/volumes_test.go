@@ -268,6 +268,12 @@ func TestVolumeLifecycleKube(t *testing.T) {
 	if err := e.m.DeleteVolume(acme, "data", true); err != nil {
 		t.Fatal(err)
 	}
+	// Destroyed twice at once (E2B's destroy answers false the second
+	// time): the second finds none, whatever this replica's cache has
+	// seen of the first.
+	if err := e.m.DeleteVolume(acme, v.ID, true); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("DeleteVolume of a volume just deleted = %v; want NOT_FOUND", err)
+	}
 	e.awaitVolume(t, acme, v.ID, func(_ core.Volume, err error) bool { return errors.Is(err, core.ErrNotFound) })
 	if _, err := e.m.CreateVolume(acme, "data", 64<<20); !errors.Is(err, core.ErrAlreadyExists) || !strings.Contains(err.Error(), "being deleted") {
 		t.Errorf("CreateVolume of a name being deleted = %v; want ALREADY_EXISTS saying so", err)
