@@ -129,6 +129,13 @@ func (m *Manager) expire(ctx context.Context) {
 		if now.Before(m.lastActive(fresh).Add(ttl + m.expiryGrace(fresh))) {
 			continue
 		}
+		if fresh.Annotations[annHibernating] != "" {
+			// Being hibernated (by this pass's hibernateInBackground, or
+			// another's): its Pod stops being ready as it goes, which must
+			// not make it an expired sandbox; finishHibernations ends a
+			// hibernation left half done.
+			continue
+		}
 		if _, dead, _, ready := podState(fresh); !dead && ready && m.onIdleOf(fresh.Annotations) == core.OnIdleHibernate {
 			m.hibernateInBackground(ctx, fresh, fmt.Sprintf("idle for %v", ttl))
 			continue
