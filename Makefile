@@ -45,7 +45,8 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
-        envtest-assets kube-node e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm
+        envtest-assets kube-node e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm \
+        test-unit
 
 help:
 	@echo 'targets:'
@@ -60,6 +61,7 @@ help:
 	@echo '               iptables and ipset; prints `export KUBE_NODE_ASSETS=<dir>`'
 	@echo '  test         go vet + go test (test-deps and the image first; SANDBOX_IMAGE=$(IMAGE)),'
 	@echo '               then the escape, fault and load suites'"'"' figures'
+	@echo '  test-unit    the unit tier: go test -short (no Docker, image, API server or browser needed)'
 	@echo '  test-deps    install what the suites need (root + apt-get; a no-op once done): the targets'
 	@echo '               $(TEST_DEPS)'
 	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc and runsc-net registered (installs, builds, reloads dockerd)'
@@ -175,8 +177,8 @@ test: test-deps image
 	@rc=0; \
 	export KUBEBUILDER_ASSETS="$${KUBEBUILDER_ASSETS:-$$(scripts/envtest-assets.sh)}"; \
 	export KUBE_NODE_ASSETS="$${KUBE_NODE_ASSETS:-$$(scripts/kube-node-assets.sh)}"; \
-	SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) SANDBOXD_FAULT_DOCKERD= \
-		$(GO) test -count=1 -timeout 40m ./... || rc=$$?; \
+	SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) SANDBOXD_FAULT_DOCKERD= GO=$(GO) \
+		scripts/test-shards.sh $(BIN)/test || rc=$$?; \
 	if [ "$${SANDBOXD_FAULT_DOCKERD:-}" = 1 ]; then \
 		echo "test: restarting dockerd under running sandboxes (SANDBOXD_FAULT_DOCKERD=1), alone"; \
 		SANDBOXD_SUITE_SUMMARY=$(SUITE_SUMMARY) \
@@ -184,6 +186,13 @@ test: test-deps image
 	fi; \
 	if [ -s $(SUITE_SUMMARY) ]; then echo "suite figures:"; sed 's/^/    /' $(SUITE_SUMMARY); fi; \
 	exit $$rc
+
+# The unit tier, for a quick loop and for machines without Docker: -short
+# skips every test that needs a real part (internal/testenv decides: the
+# Docker engine, the image, an API server, a node, Chromium, the SDKs), so
+# what runs is each layer's own tests with its fakes.
+test-unit:
+	$(GO) test -short -count=1 ./...
 
 # Fuzzing: every Fuzz function of every package for FUZZ_TIME in turn; a
 # failing input is written under the package's testdata/fuzz/ and fails the
