@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,30 +45,69 @@ type e2eEnv struct {
 }
 
 // needE2E skips (or, under CI=true, fails) when the prerequisites are
-// missing, following testenv's rule, and builds the binaries.
+// missing, following testenv's rule, and builds the binaries (once per
+// test process: see binaries).
 func needE2E(t *testing.T) *e2eEnv {
 	t.Helper()
 	image := testenv.NeedDocker(t)
 
-	dir := t.TempDir()
+	sandboxd, sandboxctl, err := binaries()
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := &e2eEnv{
-		sandboxd:   filepath.Join(dir, "sandboxd"),
-		sandboxctl: filepath.Join(dir, "sandboxctl"),
-		stateDir:   filepath.Join(dir, "state"),
+		sandboxd:   sandboxd,
+		sandboxctl: sandboxctl,
+		stateDir:   filepath.Join(t.TempDir(), "state"),
 		image:      image,
 		runtime:    os.Getenv("SANDBOXD_E2E_RUNTIME"),
-	}
-	for bin, pkg := range map[string]string{env.sandboxd: sandboxdproc.Package, env.sandboxctl: "github.com/sandboxd/sandboxd/cmd/sandboxctl"} {
-		bctx, bcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		_, err := sandboxdproc.Build(bctx, filepath.Dir(bin), pkg)
-		bcancel()
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	// Whatever a failed test leaves behind, no container outlives it.
 	t.Cleanup(func() { env.removeContainers(t) })
 	return env
+}
+
+// binaries builds sandboxd and sandboxctl the first time a test asks, into
+// a directory TestMain removes, and hands every later test the same two:
+// thirty-odd tests each linking both again cost minutes of the shard's CPU
+// (sandboxd links client-go). No test writes to them (one that needs
+// another build, with test hooks, makes its own: hibernate_test.go).
+func binaries() (sandboxd, sandboxctl string, err error) {
+	built.once.Do(func() { built.sandboxd, built.sandboxctl, built.err = buildBinaries(binDir) })
+	return built.sandboxd, built.sandboxctl, built.err
+}
+
+var built struct {
+	once                 sync.Once
+	sandboxd, sandboxctl string
+	err                  error
+}
+
+// binDir is the test process's directory for binaries (TestMain).
+var binDir string
+
+func buildBinaries(dir string) (sandboxd, sandboxctl string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if sandboxd, err = sandboxdproc.Build(ctx, dir, sandboxdproc.Package); err != nil {
+		return "", "", err
+	}
+	if sandboxctl, err = sandboxdproc.Build(ctx, dir, "github.com/sandboxd/sandboxd/cmd/sandboxctl"); err != nil {
+		return "", "", err
+	}
+	return sandboxd, sandboxctl, nil
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sandboxd-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(2)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // removeContainers force-removes the containers of this test's state dir
