@@ -142,6 +142,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{nil, []string{"SANDBOXD_MAX_WATCH_DIRS_PER_TENANT", "40000"}, "--max-watch-dirs-per-tenant 40000 exceeds --max-watch-dirs 32000"},
 		{[]string{"--audit-max-size", "512k"}, nil, "--audit-max-size must be at least 1MiB"},
 		{[]string{"--audit-max-files", "1"}, nil, "--audit-max-files at least 2"},
+		{[]string{"--template-builds", "4", "--template-builds-per-tenant", "5"}, nil, "--template-builds-per-tenant 5 must be between 0 (derived) and --template-builds 4"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
@@ -231,14 +232,15 @@ func TestFitTenantCaps(t *testing.T) {
 	}
 	p := c.docker.Policy
 	fitTenantCaps(&p, 1, log)
-	if p.MaxWatchesPerTenant != 64 || p.MaxWatchDirsPerTenant != 100 {
-		t.Errorf("one tenant: %d watches, %d directories per tenant; want 64 (the server's), 100 (given)", p.MaxWatchesPerTenant, p.MaxWatchDirsPerTenant)
+	if p.MaxWatchesPerTenant != 64 || p.MaxWatchDirsPerTenant != 100 || p.MaxTemplateBuildsPerTenant != 2 {
+		t.Errorf("one tenant: %d watches, %d directories, %d template builds per tenant; want 64 (the server's), 100 (given), 2 (the server's)",
+			p.MaxWatchesPerTenant, p.MaxWatchDirsPerTenant, p.MaxTemplateBuildsPerTenant)
 	}
 	p = c.docker.Policy
 	p.MaxSandboxes = 10
 	fitTenantCaps(&p, 2, log)
-	if p.MaxWatchesPerTenant != 0 || !strings.Contains(logs.String(), "one tenant can take every sandbox") {
-		t.Errorf("two tenants: %d watches per tenant (want 0: derived); log %q", p.MaxWatchesPerTenant, logs.String())
+	if p.MaxWatchesPerTenant != 0 || p.MaxTemplateBuildsPerTenant != 0 || !strings.Contains(logs.String(), "one tenant can take every sandbox") {
+		t.Errorf("two tenants: %d watches, %d template builds per tenant (want 0: derived); log %q", p.MaxWatchesPerTenant, p.MaxTemplateBuildsPerTenant, logs.String())
 	}
 	logs.Reset()
 	p.MaxSandboxesPerTenant = 5
