@@ -126,7 +126,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile and UploadVolumeFile accept (`size`); larger uploads are INVALID_ARGUMENT")
 	fs.Var(&maxVolume, "max-volume-size", "largest volume CreateVolume accepts (`size`); larger ones are INVALID_ARGUMENT")
 	fs.IntVar(&mc.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
-	fs.IntVar(&mc.TemplateBuilds, "template-builds", core.DefaultTemplateBuilds, "most template builds running at once; further BuildTemplate calls are RESOURCE_EXHAUSTED")
+	fs.IntVar(&mc.TemplateBuilds, "template-builds", core.DefaultTemplateBuilds, "most template builds running at once, all tenants together; further BuildTemplate calls are RESOURCE_EXHAUSTED. Keep it above --template-builds-per-tenant")
+	fs.IntVar(&mc.MaxTemplateBuildsPerTenant, "template-builds-per-tenant", 0, "most template builds of one tenant running at once; further BuildTemplate calls of the tenant are RESOURCE_EXHAUSTED (0: a quarter of --template-builds, at least 1, or all of them when the server has one tenant: no --auth-tokens, or a token file naming one)")
 	fs.DurationVar(&mc.TemplateBuildTimeout, "template-build-timeout", core.DefaultTemplateBuildTimeout, "longest a template build may run; past it the build fails as DEADLINE_EXCEEDED and the previous version stays in service")
 	fs.Var(&maxTemplateFile, "max-template-file", "largest archive UploadTemplateFile accepts (`size`); larger ones are RESOURCE_EXHAUSTED")
 	fs.IntVar(&mc.MaxTemplatesPerTenant, "max-templates-per-tenant", core.DefaultMaxTemplatesPerTenant, "most templates one tenant may have; further ones are RESOURCE_EXHAUSTED")
@@ -352,6 +353,9 @@ func (c *config) check() error {
 	if mc.TemplateBuilds <= 0 || mc.TemplateBuildTimeout <= 0 || mc.MaxTemplateFileBytes <= 0 || mc.MaxTemplatesPerTenant <= 0 {
 		return errors.New("--template-builds, --template-build-timeout, --max-template-file and --max-templates-per-tenant must be positive")
 	}
+	if mc.MaxTemplateBuildsPerTenant < 0 || mc.MaxTemplateBuildsPerTenant > mc.TemplateBuilds {
+		return fmt.Errorf("--template-builds-per-tenant %d must be between 0 (derived) and --template-builds %d", mc.MaxTemplateBuildsPerTenant, mc.TemplateBuilds)
+	}
 	if _, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: mc.TemplateBuildAllow}); err != nil {
 		return fmt.Errorf("--template-build-allow: %v", err)
 	}
@@ -468,10 +472,11 @@ func checkCaps(p core.Policy) error {
 
 // fitTenantCaps fits the per-tenant caps to the number of tenants the
 // server has. With one (no --auth-tokens, or a token file naming one
-// tenant), the caps on watches and streams have no other tenant to keep
-// apart, so a tenant's caps not given are the server's. With several, it warns when
-// --max-sandboxes is set without a lower --max-sandboxes-per-tenant: one
-// tenant could then take every sandbox.
+// tenant), the caps on watches, streams and template builds have no
+// other tenant to keep apart, so a tenant's caps not given are the
+// server's. With several, it warns when --max-sandboxes is set without a
+// lower --max-sandboxes-per-tenant: one tenant could then take every
+// sandbox.
 func fitTenantCaps(p *core.Policy, tenants int, log *slog.Logger) {
 	if tenants <= 1 {
 		if p.MaxWatchesPerTenant == 0 {
@@ -482,6 +487,9 @@ func fitTenantCaps(p *core.Policy, tenants int, log *slog.Logger) {
 		}
 		if p.MaxStreamsPerTenant == 0 {
 			p.MaxStreamsPerTenant = p.MaxStreams
+		}
+		if p.MaxTemplateBuildsPerTenant == 0 {
+			p.MaxTemplateBuildsPerTenant = p.TemplateBuilds
 		}
 		return
 	}

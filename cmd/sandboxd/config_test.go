@@ -142,6 +142,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{nil, []string{"SANDBOXD_MAX_WATCH_DIRS_PER_TENANT", "40000"}, "--max-watch-dirs-per-tenant 40000 exceeds --max-watch-dirs 32000"},
 		{[]string{"--audit-max-size", "512k"}, nil, "--audit-max-size must be at least 1MiB"},
 		{[]string{"--audit-max-files", "1"}, nil, "--audit-max-files at least 2"},
+		{[]string{"--template-builds", "4", "--template-builds-per-tenant", "5"}, nil, "--template-builds-per-tenant 5 must be between 0 (derived) and --template-builds 4"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
@@ -231,14 +232,15 @@ func TestFitTenantCaps(t *testing.T) {
 	}
 	p := c.docker.Policy
 	fitTenantCaps(&p, 1, log)
-	if p.MaxWatchesPerTenant != 64 || p.MaxWatchDirsPerTenant != 100 {
-		t.Errorf("one tenant: %d watches, %d directories per tenant; want 64 (the server's), 100 (given)", p.MaxWatchesPerTenant, p.MaxWatchDirsPerTenant)
+	if p.MaxWatchesPerTenant != 64 || p.MaxWatchDirsPerTenant != 100 || p.MaxTemplateBuildsPerTenant != 2 {
+		t.Errorf("one tenant: %d watches, %d directories, %d template builds per tenant; want 64 (the server's), 100 (given), 2 (the server's)",
+			p.MaxWatchesPerTenant, p.MaxWatchDirsPerTenant, p.MaxTemplateBuildsPerTenant)
 	}
 	p = c.docker.Policy
 	p.MaxSandboxes = 10
 	fitTenantCaps(&p, 2, log)
-	if p.MaxWatchesPerTenant != 0 || !strings.Contains(logs.String(), "one tenant can take every sandbox") {
-		t.Errorf("two tenants: %d watches per tenant (want 0: derived); log %q", p.MaxWatchesPerTenant, logs.String())
+	if p.MaxWatchesPerTenant != 0 || p.MaxTemplateBuildsPerTenant != 0 || !strings.Contains(logs.String(), "one tenant can take every sandbox") {
+		t.Errorf("two tenants: %d watches, %d template builds per tenant (want 0: derived); log %q", p.MaxWatchesPerTenant, p.MaxTemplateBuildsPerTenant, logs.String())
 	}
 	logs.Reset()
 	p.MaxSandboxesPerTenant = 5
@@ -253,11 +255,20 @@ func TestParseConfigPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.ports.listen != "127.0.0.1:8090" || c.ports.domain != "localhost" || c.ports.maxPerSandbox != 256 || c.ports.max != 4096 {
+	if c.ports.listen != "127.0.0.1:8090" || c.ports.domain != "localhost" || c.ports.maxPerSandbox != 0 || c.ports.maxPerTenant != 0 || c.ports.max != 4096 || c.ports.responseTimeout != 2*time.Minute {
 		t.Errorf("ports flags: %+v", c.ports)
 	}
 	if got := c.ports.baseURL("127.0.0.1:8090"); got != "http://127.0.0.1:8090" {
 		t.Errorf("base URL %q", got)
+	}
+	// A tenant's cap not given: the front's with one tenant, derived (0:
+	// a quarter) with several; one given stays.
+	for _, tc := range []struct{ given, tenants, want int }{{0, 1, 4096}, {0, 3, 0}, {100, 1, 100}, {100, 3, 100}} {
+		p := c.ports
+		p.maxPerTenant = tc.given
+		if p.fitTenants(tc.tenants); p.maxPerTenant != tc.want {
+			t.Errorf("--ports-max-requests-per-tenant %d with %d tenants: %d; want %d", tc.given, tc.tenants, p.maxPerTenant, tc.want)
+		}
 	}
 	c, err = parseConfig([]string{"--allow-network", "--ports-listen", ":8443", "--ports-tls-cert", "c", "--ports-tls-key", "k"},
 		env("HOME", "/root", "SANDBOXD_PORTS_URL", "https://front.example.com"), io.Discard)
@@ -274,7 +285,10 @@ func TestParseConfigPorts(t *testing.T) {
 		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-domain", "bad_name.com"}, "not a DNS name"},
 		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-url", "127.0.0.1:8090"}, "want http:// or https://"},
 		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-tls-cert", "c"}, "--ports-tls-cert and --ports-tls-key go together"},
-		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-max-requests", "10"}, "above --ports-max-requests 10"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-max-requests", "10", "--ports-max-requests-per-tenant", "20"}, "--ports-max-requests-per-tenant 20 is above --ports-max-requests 10"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-max-requests", "10", "--ports-max-requests-per-sandbox", "5"}, "--ports-max-requests-per-sandbox 5 is above the tenant's cap"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-max-requests-per-tenant", "8", "--ports-max-requests-per-sandbox", "9"}, "--ports-max-requests-per-sandbox 9 is above the tenant's cap"},
+		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-response-timeout", "0s"}, "--ports-response-timeout must be positive"},
 	} {
 		_, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -139,6 +139,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		tenants = toks.Tenants()
 	}
 	fitTenantCaps(&cfg.docker.Policy, tenants, log)
+	cfg.ports.fitTenants(tenants)
 	useTLS := cfg.tlsCert != ""
 	if useTLS {
 		creds, err := credentials.NewServerTLSFromFile(cfg.tlsCert, cfg.tlsKey)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/secretfile"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -31,7 +33,10 @@ const (
 type portsFlags struct {
 	listen, domain, url string
 	tlsCert, tlsKey     string
-	maxPerSandbox, max  int
+	// The caps on requests in progress; 0 for a sandbox's or a tenant's:
+	// derived (fitTenants, ports.Config).
+	maxPerSandbox, maxPerTenant, max int
+	responseTimeout                  time.Duration
 }
 
 func (p *portsFlags) register(fs *flag.FlagSet) {
@@ -40,8 +45,18 @@ func (p *portsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&p.url, "ports-url", "", "the front's `URL` as clients reach it, http(s)://HOST[:PORT] (default: http://, or https:// with --ports-tls-cert, and the --ports-listen address): the scheme and port of the URLs GetHost returns, and the host of the path form")
 	fs.StringVar(&p.tlsCert, "ports-tls-cert", "", "TLS certificate `file` (PEM) of the front, for --ports-domain a wildcard one; with --ports-tls-key the front serves HTTPS (and HTTP/2 over it)")
 	fs.StringVar(&p.tlsKey, "ports-tls-key", "", "TLS private key `file` (PEM), for --ports-tls-cert")
-	fs.IntVar(&p.maxPerSandbox, "ports-max-requests-per-sandbox", ports.DefaultMaxRequestsPerSandbox, "most requests in progress to one sandbox's ports (a WebSocket or an event stream counts while it lasts); past it the front answers 503")
-	fs.IntVar(&p.max, "ports-max-requests", ports.DefaultMaxRequests, "most requests in progress to all sandboxes' ports; past it the front answers 503")
+	fs.IntVar(&p.maxPerSandbox, "ports-max-requests-per-sandbox", 0, fmt.Sprintf("most requests in progress to one sandbox's ports (a WebSocket or an event stream counts while it lasts); past it the front answers 503 (0: %d, or --ports-max-requests-per-tenant if lower)", ports.DefaultMaxRequestsPerSandbox))
+	fs.IntVar(&p.maxPerTenant, "ports-max-requests-per-tenant", 0, "most requests in progress to the ports of one tenant's sandboxes together, so that one tenant's hung ports cannot take every place of the front; past it the front answers 503 (0: a quarter of --ports-max-requests, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
+	fs.IntVar(&p.max, "ports-max-requests", ports.DefaultMaxRequests, "most requests in progress to all sandboxes' ports; past it the front answers 503. Only protects the host; keep it well above --ports-max-requests-per-tenant")
+	fs.DurationVar(&p.responseTimeout, "ports-response-timeout", ports.DefaultResponseTimeout, "how long the front waits for a sandbox's port to answer a request (its response's headers, once the request is sent); past it the client gets 504 and the request's place is freed. A response's body (an event stream, a WebSocket) has no limit")
+}
+
+// fitTenants fits the per-tenant cap to the number of tenants the server
+// has: with one, a tenant's cap not given is the front's.
+func (p *portsFlags) fitTenants(tenants int) {
+	if tenants <= 1 && p.maxPerTenant == 0 {
+		p.maxPerTenant = p.max
+	}
 }
 
 // check refuses settings that would fail later or mean nothing.
@@ -62,10 +77,14 @@ func (p *portsFlags) check(c *config) error {
 		return errors.New("--ports-listen needs --allow-network: only networked sandboxes have ports")
 	case (p.tlsCert == "") != (p.tlsKey == ""):
 		return errors.New("--ports-tls-cert and --ports-tls-key go together")
-	case p.maxPerSandbox < 1 || p.max < 1:
-		return errors.New("--ports-max-requests-per-sandbox and --ports-max-requests must be positive")
-	case p.maxPerSandbox > p.max:
-		return fmt.Errorf("--ports-max-requests-per-sandbox %d is above --ports-max-requests %d", p.maxPerSandbox, p.max)
+	case p.maxPerSandbox < 0 || p.maxPerTenant < 0 || p.max < 1:
+		return errors.New("--ports-max-requests must be positive, --ports-max-requests-per-sandbox and --ports-max-requests-per-tenant not negative")
+	case p.maxPerTenant > p.max:
+		return fmt.Errorf("--ports-max-requests-per-tenant %d is above --ports-max-requests %d", p.maxPerTenant, p.max)
+	case p.maxPerSandbox > cmp.Or(p.maxPerTenant, max(p.max/4, 1)):
+		return fmt.Errorf("--ports-max-requests-per-sandbox %d is above the tenant's cap (--ports-max-requests-per-tenant %d; 0: a quarter of --ports-max-requests %d)", p.maxPerSandbox, p.maxPerTenant, p.max)
+	case p.responseTimeout <= 0:
+		return errors.New("--ports-response-timeout must be positive")
 	}
 	// The URL and the domain are checked as the front takes them.
 	_, err := core.NewPortsFront(p.baseURL("127.0.0.1:1"), p.domain, make([]byte, secretfile.Size))
@@ -113,7 +132,7 @@ func newPortsFront(cfg config, lis net.Listener, log *slog.Logger) (*core.PortsF
 // called.
 func servePorts(lis net.Listener, front *core.PortsFront, m manager, p portsFlags, cfg config, log *slog.Logger) (*ports.Server, func(), error) {
 	srv, err := ports.New(m, ports.Config{Front: front, Logger: log.With("door", "ports"),
-		MaxRequestsPerSandbox: p.maxPerSandbox, MaxRequests: p.max})
+		MaxRequestsPerSandbox: p.maxPerSandbox, MaxRequestsPerTenant: p.maxPerTenant, MaxRequests: p.max, ResponseTimeout: p.responseTimeout})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -42,7 +42,7 @@ func TestServePortsTLS(t *testing.T) {
 		return core.PortTarget{State: core.StateRunning, Public: true, Addr: netip.MustParseAddrPort(appLis.Addr().String())}, nil
 	}}
 
-	p := portsFlags{listen: "127.0.0.1:0", domain: "sandboxes.test", tlsCert: certFile, tlsKey: keyFile, maxPerSandbox: 4, max: 8}
+	p := portsFlags{listen: "127.0.0.1:0", domain: "sandboxes.test", tlsCert: certFile, tlsKey: keyFile, maxPerSandbox: 4, maxPerTenant: 8, max: 8}
 	lis, err := net.Listen("tcp", p.listen)
 	if err != nil {
 		t.Fatal(err)

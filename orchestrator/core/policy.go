@@ -81,10 +81,15 @@ type Policy struct {
 	MaxTemplatesPerTenant int
 	// TemplateBuilds is how many template builds may run at once (more
 	// are ResourceExhausted); default DefaultTemplateBuilds.
-	// TemplateBuildTimeout bounds one build (past it, it fails as
-	// DeadlineExceeded); default DefaultTemplateBuildTimeout.
-	TemplateBuilds       int
-	TemplateBuildTimeout time.Duration
+	// MaxTemplateBuildsPerTenant is how many of them one tenant's may be,
+	// so that a tenant's endless builds hold its own share, never every
+	// build of the server; default a quarter of TemplateBuilds (at least
+	// one), at most TemplateBuilds. TemplateBuildTimeout bounds one build
+	// (past it, it fails as DeadlineExceeded); default
+	// DefaultTemplateBuildTimeout.
+	TemplateBuilds             int
+	MaxTemplateBuildsPerTenant int
+	TemplateBuildTimeout       time.Duration
 
 	// MaxSandboxes caps the number of live sandboxes, warm-pool ones
 	// included (they hold memory too); 0: unlimited.
@@ -252,6 +257,7 @@ func (p *Policy) ApplyDefaults() error {
 	p.MaxTemplateFileBytes = cmp.Or(p.MaxTemplateFileBytes, DefaultMaxTemplateFileBytes)
 	p.MaxTemplatesPerTenant = cmp.Or(p.MaxTemplatesPerTenant, DefaultMaxTemplatesPerTenant)
 	p.TemplateBuilds = cmp.Or(p.TemplateBuilds, DefaultTemplateBuilds)
+	p.MaxTemplateBuildsPerTenant = cmp.Or(p.MaxTemplateBuildsPerTenant, max(p.TemplateBuilds/4, 1))
 	p.TemplateBuildTimeout = cmp.Or(p.TemplateBuildTimeout, DefaultTemplateBuildTimeout)
 	p.DefaultLimits.MemoryBytes = cmp.Or(p.DefaultLimits.MemoryBytes, 1<<30)
 	p.DefaultLimits.NanoCPUs = cmp.Or(p.DefaultLimits.NanoCPUs, 1e9)
@@ -277,8 +283,10 @@ func (p *Policy) ApplyDefaults() error {
 		return Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", p.MaxIdleTTL, p.IdleTTL)
 	case p.IdleTTL < 0, p.MaxLifetime < 0, p.HibernatedTTL < 0, p.DefaultTimeout < 0, p.MaxTimeout < 0, p.MaxSandboxes < 0,
 		p.MaxSandboxesPerTenant < 0, p.MaxUploadBytes < 0, p.MaxCodeBytes < 0, p.IODiskBytes < 0, p.WarmPool < 0,
-		p.MaxTemplateFileBytes < 0, p.MaxTemplatesPerTenant < 0, p.TemplateBuilds < 0, p.TemplateBuildTimeout < 0:
+		p.MaxTemplateFileBytes < 0, p.MaxTemplatesPerTenant < 0, p.TemplateBuilds < 0, p.MaxTemplateBuildsPerTenant < 0, p.TemplateBuildTimeout < 0:
 		return Invalidf("config: durations, sizes and caps must not be negative")
+	case p.MaxTemplateBuildsPerTenant > p.TemplateBuilds:
+		return Invalidf("config: MaxTemplateBuildsPerTenant %d exceeds TemplateBuilds %d", p.MaxTemplateBuildsPerTenant, p.TemplateBuilds)
 	case p.DefaultTimeout > p.MaxTimeout:
 		return Invalidf("config: DefaultTimeout %v exceeds MaxTimeout %v", p.DefaultTimeout, p.MaxTimeout)
 	case p.MaxCodeBytes > MaxCodeBytes:

@@ -114,10 +114,12 @@
 //   - Credentials: a rule's header values leave only in requests to the
 //     rule's domain, over TLS verified against the host's roots; TRACE,
 //     TRACK and CONNECT are refused on intercepted connections; the exact
-//     values (8 bytes and longer) are scrubbed from response headers, but
-//     response bodies are passed as they are, so an upstream that echoes
-//     request headers in a body (an httpbin-style /headers endpoint)
-//     hands the secret to the sandbox: rules belong on APIs that do not.
+//     values (8 bytes and longer, ASCII case ignored) are scrubbed from
+//     every header block of a response (interim 1xx responses, headers,
+//     trailers; names and values), but response bodies are passed as
+//     they are, so an upstream that echoes request headers in a body (an
+//     httpbin-style /headers endpoint) hands the secret to the sandbox:
+//     rules belong on APIs that do not.
 //     Intercepted connections speak HTTP/1.1 only (with WebSocket), so an
 //     HTTP/2-only client (gRPC) cannot use a rule. Plain HTTP to a rule's
 //     domain gets no headers.

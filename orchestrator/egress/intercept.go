@@ -27,7 +27,8 @@ import (
 // any of the same name. WebSocket upgrades pass through the same way.
 //
 // The secret is only ever in the outbound request: the sandbox sees the
-// upstream's response (its headers scrubbed of a rule value, below), the
+// upstream's response (each of its header blocks, interim responses and
+// trailers included, scrubbed of a rule value, below), the
 // gateway's own errors name no header value, and operator logs never
 // print one. What the gateway cannot stop is an upstream that reflects a
 // request's headers in a response body (an echo endpoint): rules belong
@@ -174,8 +175,44 @@ func (ix *interceptor) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "sandboxd egress: "+r.Method+" is not allowed to a domain with a credential rule", http.StatusMethodNotAllowed)
 		return
 	}
-	ix.proxy.ServeHTTP(w, r)
+	sw := &scrubWriter{ResponseWriter: w, ix: ix, ic: icOf(r.Context())}
+	ix.proxy.ServeHTTP(sw, r)
+	// The trailers: the proxy put them in the header map after the body,
+	// for the server to send once this returns.
+	sw.scrub()
 }
+
+// scrubWriter scrubs each header block as it goes to the sandbox: the
+// interim (1xx) responses the proxy relays as they come, the final
+// headers, and (through ServeHTTP) the trailers. ModifyResponse sees the
+// final headers alone, and before the trailers exist.
+type scrubWriter struct {
+	http.ResponseWriter
+	ix          *interceptor
+	ic          *intercepted
+	wroteHeader bool
+}
+
+func (w *scrubWriter) scrub() { w.ix.scrubHeader(w.ic, w.Header()) }
+
+func (w *scrubWriter) WriteHeader(code int) {
+	w.scrub()
+	if code >= 200 || code == http.StatusSwitchingProtocols { // not an interim response
+		w.wroteHeader = true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *scrubWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+// Unwrap lets http.ResponseController reach the connection's Flush and
+// Hijack (the proxy's streaming and WebSocket upgrades).
+func (w *scrubWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func icOf(ctx context.Context) *intercepted { ic, _ := ctx.Value(icKey{}).(*intercepted); return ic }
 
@@ -294,28 +331,83 @@ func (c *countedConn) Close() error {
 const minScrub = 8
 
 // scrub removes the rule's values from the response's headers, should the
-// upstream reflect one there.
+// upstream reflect one there (the 101 of a WebSocket upgrade is written
+// past the ResponseWriter, so it is scrubbed here; the rest again by
+// scrubWriter).
 func (ix *interceptor) scrub(res *http.Response) error {
-	ic := icOf(res.Request.Context())
+	ix.scrubHeader(icOf(res.Request.Context()), res.Header)
+	return nil
+}
+
+const redacted = "[redacted by sandboxd]"
+
+// scrubHeader replaces each of the rule's values in h, in the values and
+// in the names (a name comes canonicalised, its case changed, so names
+// and values are matched without regard to ASCII case). A header whose
+// name holds a value is dropped.
+func (ix *interceptor) scrubHeader(ic *intercepted, h http.Header) {
 	p, _ := ic.cn.sb.current()
 	if p == nil {
-		return nil
+		return
 	}
-	headers, ok := p.Rule(ic.name)
+	rule, ok := p.Rule(ic.name)
 	if !ok {
-		return nil
+		return
 	}
-	for k, vs := range res.Header {
-		for i, v := range vs {
-			for _, secret := range headers {
-				if len(secret) >= minScrub && strings.Contains(v, secret) {
-					v = strings.ReplaceAll(v, secret, "[redacted by sandboxd]")
-				}
-			}
-			res.Header[k][i] = v
+	var secrets []string
+	for _, v := range rule {
+		if len(v) >= minScrub {
+			secrets = append(secrets, v)
 		}
 	}
-	return nil
+	if len(secrets) == 0 {
+		return
+	}
+	for k, vs := range h {
+		if redact(k, secrets) != k {
+			delete(h, k)
+			continue
+		}
+		for i, v := range vs {
+			vs[i] = redact(v, secrets)
+		}
+	}
+}
+
+// redact replaces every occurrence of each secret in s, ASCII case
+// ignored.
+func redact(s string, secrets []string) string {
+	for _, secret := range secrets {
+		low, lowSecret := asciiLower(s), asciiLower(secret)
+		if !strings.Contains(low, lowSecret) {
+			continue
+		}
+		var b strings.Builder
+		for {
+			i := strings.Index(low, lowSecret)
+			if i < 0 {
+				break
+			}
+			b.WriteString(s[:i])
+			b.WriteString(redacted)
+			s, low = s[i+len(secret):], low[i+len(secret):]
+		}
+		b.WriteString(s)
+		s = b.String()
+	}
+	return s
+}
+
+// asciiLower lowers ASCII letters alone, byte by byte (a value need not
+// be UTF-8), so that indices in its result are indices in s.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + ('a' - 'A')
+		}
+	}
+	return string(b)
 }
 
 // fail answers a request the proxy could not send on, with a message

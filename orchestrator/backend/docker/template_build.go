@@ -110,6 +110,11 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, spec core.Temp
 		// Unchanged: nothing to build, no new version.
 		return m.templateToCore(tm, use), cur.toCore(use[fmt.Sprintf("%s/%d", tm.ID, cur.Version)]), nil
 	}
+	// The tenant's cap first: the narrowest, which it can free itself.
+	if n := t.buildingBy[c.Tenant]; n >= m.cfg.MaxTemplateBuildsPerTenant {
+		return core.Template{}, core.TemplateVersion{}, core.Errorf(core.ErrResourceExhausted,
+			"tenant %s has %d template builds running, its cap (sandboxd --template-builds-per-tenant); try again when one ends, or delete a template to cancel its build", c.Tenant, n)
+	}
 	if t.building >= m.cfg.TemplateBuilds {
 		return core.Template{}, core.TemplateVersion{}, core.Errorf(core.ErrResourceExhausted,
 			"%d template builds are running, the server's limit (sandboxd --template-builds); try again when one ends", t.building)
@@ -125,6 +130,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, name string, spec core.Temp
 	run := &tplRun{notify: make(chan struct{}), cancel: cancel}
 	t.runs[tm.ID] = run
 	t.building++
+	t.buildingBy[c.Tenant]++
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -250,6 +256,9 @@ func (m *Manager) runTemplateBuild(ctx context.Context, id, name, tenant string,
 	}
 	delete(t.runs, id)
 	t.building--
+	if t.buildingBy[tenant]--; t.buildingBy[tenant] <= 0 {
+		delete(t.buildingBy, tenant)
+	}
 	t.mu.Unlock()
 	done := v.toCore(0)
 	run.mu.Lock()

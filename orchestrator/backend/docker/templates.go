@@ -117,13 +117,15 @@ type templates struct {
 	byID     map[string]*tplMeta
 	runs     map[string]*tplRun // by template ID: its building version's
 	building int
+	// buildingBy counts the builds running by tenant.
+	buildingBy map[string]int
 }
 
 // loadTemplates reads the templates under stateDir. A version found
 // building was cut short by a crash: it is marked failed, its log kept.
 func loadTemplates(stateDir string, log *slog.Logger) (*templates, error) {
 	t := &templates{dir: filepath.Join(stateDir, templatesDir), filesDir: filepath.Join(stateDir, templateFilesDir),
-		log: log, byID: map[string]*tplMeta{}, runs: map[string]*tplRun{}}
+		log: log, byID: map[string]*tplMeta{}, runs: map[string]*tplRun{}, buildingBy: map[string]int{}}
 	for _, d := range []string{t.dir, t.filesDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err

@@ -22,12 +22,16 @@
 // does not exist is answered exactly as a wrong token is.
 //
 // What a client can hold is bounded: connections (LimitListener), requests
-// in progress per sandbox and in all (503 past either), headers (64 KiB
-// within 10 s) and request bodies (streamed to the sandbox under a
-// deadline that grows with what arrives, at most MaxBodyBytes). What the
-// sandbox answers is hostile too: its headers are bounded (256 KiB), its
-// cookies cannot replace the front's, and its errors never reach the
-// client as anything but a status and a fixed message.
+// in progress per sandbox, per tenant (over its sandboxes) and in all (503
+// past any, the narrowest named), headers (64 KiB within 10 s) and request
+// bodies (streamed to the sandbox under a deadline that grows with what
+// arrives, at most MaxBodyBytes). What the sandbox answers is hostile too:
+// its connection must be made within 10 s and its response's headers
+// arrive within ResponseTimeout (504 past either, so a port that accepts
+// and never answers holds its place for that long only), its headers are
+// bounded (256 KiB), its cookies cannot replace the front's, and its
+// errors never reach the client as anything but a status and a fixed
+// message.
 package ports
 
 import (
@@ -68,6 +72,7 @@ const (
 	DefaultMaxConns              = 4096
 	DefaultWakeTimeout           = 2 * time.Minute
 	DefaultReadyTimeout          = 30 * time.Second
+	DefaultResponseTimeout       = 2 * time.Minute
 	DefaultMaxBodyBytes          = 1 << 30
 	// The headers of a request, and of a sandbox's response.
 	maxHeaderBytes         = 64 << 10
@@ -90,9 +95,14 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxRequestsPerSandbox is the most requests in progress to one
 	// sandbox's ports (a WebSocket or an event stream is one for as long
-	// as it lasts); MaxRequests the most in all. Past either a request is
-	// answered 503 at once. 0: the defaults.
-	MaxRequestsPerSandbox, MaxRequests int
+	// as it lasts); MaxRequestsPerTenant the most to one tenant's
+	// sandboxes together, so that a tenant whose ports hang holds its own
+	// places, never every place of the front; MaxRequests the most in all.
+	// Past any a request is answered 503 at once. Each must not exceed the
+	// wider one. 0: the defaults (in all DefaultMaxRequests, a tenant a
+	// quarter of MaxRequests, a sandbox DefaultMaxRequestsPerSandbox or
+	// the tenant's cap if lower).
+	MaxRequestsPerSandbox, MaxRequestsPerTenant, MaxRequests int
 	// MaxConns bounds the connections the front holds (LimitListener), at
 	// most half of the process's descriptor limit. 0: the default.
 	MaxConns int
@@ -100,6 +110,12 @@ type Config struct {
 	// for; ReadyTimeout then how long it waits for the port to accept a
 	// connection (the sandbox's server starting again). 0: the defaults.
 	WakeTimeout, ReadyTimeout time.Duration
+	// ResponseTimeout bounds the wait for a port's response headers once
+	// the request (and its body) is sent to it: a port that accepts and
+	// never answers is answered 504 then, and its place freed. A
+	// response's body (an event stream, a WebSocket) has no limit. 0: the
+	// default, DefaultResponseTimeout.
+	ResponseTimeout time.Duration
 	// MaxBodyBytes is the largest request body passed on (413 past it).
 	// 0: the default, 1 GiB.
 	MaxBodyBytes int64
@@ -126,25 +142,31 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 	if cfg.Front == nil {
 		return nil, errors.New("ports: Config.Front is required")
 	}
-	cfg.MaxRequestsPerSandbox = cmp.Or(cfg.MaxRequestsPerSandbox, DefaultMaxRequestsPerSandbox)
+	if cfg.MaxRequestsPerSandbox < 0 || cfg.MaxRequestsPerTenant < 0 || cfg.MaxRequests < 0 || cfg.MaxConns < 0 || cfg.MaxBodyBytes < 0 || cfg.ResponseTimeout < 0 {
+		return nil, errors.New("ports: negative bounds")
+	}
 	cfg.MaxRequests = cmp.Or(cfg.MaxRequests, DefaultMaxRequests)
+	cfg.MaxRequestsPerTenant = cmp.Or(cfg.MaxRequestsPerTenant, max(cfg.MaxRequests/4, 1))
+	cfg.MaxRequestsPerSandbox = cmp.Or(cfg.MaxRequestsPerSandbox, min(DefaultMaxRequestsPerSandbox, cfg.MaxRequestsPerTenant))
 	cfg.MaxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns)
 	cfg.WakeTimeout = cmp.Or(cfg.WakeTimeout, DefaultWakeTimeout)
 	cfg.ReadyTimeout = cmp.Or(cfg.ReadyTimeout, DefaultReadyTimeout)
+	cfg.ResponseTimeout = cmp.Or(cfg.ResponseTimeout, DefaultResponseTimeout)
 	cfg.MaxBodyBytes = cmp.Or(cfg.MaxBodyBytes, DefaultMaxBodyBytes)
 	cfg.BodyTimeout = cmp.Or(cfg.BodyTimeout, bodyTimeout)
-	if cfg.MaxRequestsPerSandbox < 0 || cfg.MaxRequests < 0 || cfg.MaxConns < 0 || cfg.MaxBodyBytes < 0 {
-		return nil, errors.New("ports: negative bounds")
+	if cfg.MaxRequestsPerSandbox > cfg.MaxRequestsPerTenant || cfg.MaxRequestsPerTenant > cfg.MaxRequests {
+		return nil, fmt.Errorf("ports: the caps on requests in progress must widen: %d per sandbox, %d per tenant, %d in all", cfg.MaxRequestsPerSandbox, cfg.MaxRequestsPerTenant, cfg.MaxRequests)
 	}
 	s := &Server{m: m, front: cfg.Front, log: cfg.Logger, cfg: cfg}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.guard = httpguard.New(httpguard.Limits{BodyTimeout: cfg.BodyTimeout, MinBodyRate: minBodyRate}, s.log)
-	s.caps = requestCaps{perSandbox: cfg.MaxRequestsPerSandbox, total: cfg.MaxRequests, n: map[string]int{}}
+	s.caps = requestCaps{perSandbox: cfg.MaxRequestsPerSandbox, perTenant: cfg.MaxRequestsPerTenant, total: cfg.MaxRequests,
+		n: map[string]int{}, byTenant: map[string]int{}}
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        rewrite,
-		Transport:      newTransport(),
+		Transport:      newTransport(cfg.ResponseTimeout),
 		ModifyResponse: modifyResponse,
 		ErrorHandler:   s.proxyError,
 		ErrorLog:       slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
@@ -153,11 +175,21 @@ func New(m core.Manager, cfg Config) (*Server, error) {
 }
 
 // newTransport is the front's client to the sandboxes: their ports over
-// HTTP/1.1, never through a proxy, bodies passed as they are.
-func newTransport() *http.Transport {
+// HTTP/1.1, never through a proxy, bodies passed as they are; a
+// connection made within dialTimeout, response headers within
+// responseTimeout.
+func newTransport(responseTimeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                  nil, // never the environment's: the sandboxes are reached directly
-		DialContext:            (&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		Proxy: nil, // never the environment's: the sandboxes are reached directly
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return c, nil
+		},
+		ResponseHeaderTimeout:  responseTimeout,
 		MaxIdleConns:           1024,
 		MaxIdleConnsPerHost:    64,
 		IdleConnTimeout:        90 * time.Second,
@@ -243,10 +275,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.domainError(w, r, rt, err)
 		return
 	}
-	release, ok := s.caps.take(rt.id)
-	if !ok {
+	release, full := s.caps.take(rt.id, t.Tenant)
+	if full != "" {
+		// The tenant is not named: a port's client may be anyone.
+		var msg string
+		switch full {
+		case capSandbox:
+			msg = fmt.Sprintf("too many requests in progress to sandbox %s: at most %d at once per sandbox (sandboxd --ports-max-requests-per-sandbox); retry", rt.id, s.cfg.MaxRequestsPerSandbox)
+		case capTenant:
+			msg = fmt.Sprintf("too many requests in progress to the sandboxes of sandbox %s's tenant: at most %d at once per tenant (sandboxd --ports-max-requests-per-tenant); retry", rt.id, s.cfg.MaxRequestsPerTenant)
+		default:
+			msg = fmt.Sprintf("too many requests in progress to sandboxes' ports: at most %d at once in all (sandboxd --ports-max-requests); retry", s.cfg.MaxRequests)
+		}
 		w.Header().Set("Retry-After", "1")
-		httpError(w, http.StatusServiceUnavailable, fmt.Sprintf("too many requests in progress to sandbox %s (at most %d at once, %d in all); retry", rt.id, s.cfg.MaxRequestsPerSandbox, s.cfg.MaxRequests))
+		httpError(w, http.StatusServiceUnavailable, msg)
 		return
 	}
 	defer release()
@@ -507,13 +549,22 @@ func (s *Server) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		httpError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the request body is larger than %d bytes, the most the front passes on", mbe.Limit))
 	case errors.Is(err, syscall.ECONNREFUSED):
 		httpError(w, http.StatusBadGateway, "nothing listens on "+where+" (a server must listen on 0.0.0.0, not only 127.0.0.1)")
+	case errors.As(err, new(*dialError)) && isTimeout(err):
+		httpError(w, http.StatusGatewayTimeout, fmt.Sprintf("%s could not be connected to within %v", where, dialTimeout))
 	case isTimeout(err):
-		httpError(w, http.StatusGatewayTimeout, where+" did not answer in time")
+		httpError(w, http.StatusGatewayTimeout, fmt.Sprintf("%s did not answer within %v (sandboxd --ports-response-timeout)", where, s.cfg.ResponseTimeout))
 	default:
 		s.log.Debug("ports: proxying failed", "to", where, "error", err)
 		httpError(w, http.StatusBadGateway, where+" did not answer with HTTP (the connection failed or closed)")
 	}
 }
+
+// dialError is a failure to connect to a sandbox's port (as against one
+// to get an answer from it).
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
 
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -530,23 +581,39 @@ func httpError(w http.ResponseWriter, code int, msg string) {
 	fmt.Fprintln(w, msg)
 }
 
-// requestCaps counts the requests in progress, per sandbox and in all.
+// requestCaps counts the requests in progress, per sandbox, per tenant
+// and in all.
 type requestCaps struct {
-	perSandbox, total int
-	mu                sync.Mutex
-	n                 map[string]int
-	all               int
+	perSandbox, perTenant, total int
+	mu                           sync.Mutex
+	n                            map[string]int // by sandbox
+	byTenant                     map[string]int
+	all                          int
 }
 
-// take counts a request to sandbox id, or reports false past a cap.
-func (c *requestCaps) take(id string) (release func(), ok bool) {
+// The caps take reports reached.
+const (
+	capSandbox = "sandbox"
+	capTenant  = "tenant"
+	capServer  = "server"
+)
+
+// take counts a request to sandbox id of tenant, or names the narrowest
+// cap it would pass.
+func (c *requestCaps) take(id, tenant string) (release func(), full string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.all >= c.total || c.n[id] >= c.perSandbox {
-		return nil, false
+	switch {
+	case c.n[id] >= c.perSandbox:
+		return nil, capSandbox
+	case c.byTenant[tenant] >= c.perTenant:
+		return nil, capTenant
+	case c.all >= c.total:
+		return nil, capServer
 	}
 	c.all++
 	c.n[id]++
+	c.byTenant[tenant]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -556,8 +623,11 @@ func (c *requestCaps) take(id string) (release func(), ok bool) {
 			if c.n[id]--; c.n[id] == 0 {
 				delete(c.n, id)
 			}
+			if c.byTenant[tenant]--; c.byTenant[tenant] == 0 {
+				delete(c.byTenant, tenant)
+			}
 		})
-	}, true
+	}, ""
 }
 
 // inProgress is the number of requests in progress to sandbox id (tests).
