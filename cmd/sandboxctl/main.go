@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // Exit statuses.
@@ -158,9 +159,11 @@ func usageErr(stderr io.Writer, cmd string, err error) int {
 }
 
 // fail reports a failed operation in one line ("sandboxctl: kill sb-1:
-// sandbox sb-1 not found ...") and returns exitFailure.
+// sandbox sb-1 not found ...") and returns exitFailure. The server's
+// message is escaped (termsafe.Line): it may quote what a sandbox or a
+// tenant sent.
 func (c *cli) fail(what string, err error) int {
-	fmt.Fprintf(c.stderr, "sandboxctl: %s: %s\n", what, c.describe(err))
+	fmt.Fprintf(c.stderr, "sandboxctl: %s: %s\n", what, termsafe.Line(c.describe(err)))
 	return exitFailure
 }
 
