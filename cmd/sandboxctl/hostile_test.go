@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"strings"
 	"testing"
@@ -97,6 +98,12 @@ func TestPsLsHostileValues(t *testing.T) {
 	terminalSafe(t, "ls", r.stdout, 2)
 	if !strings.Contains(r.stdout, `"x\u009b2J\u2066evil\u2069"`) {
 		t.Errorf("ls did not print the name escaped:\n%s", r.stdout)
+	}
+	r = runCLI(t, nil, addr, "", "ls", sbA, "-o", "json")
+	terminalSafe(t, "ls -o json", r.stdout, strings.Count(r.stdout, "\n"))
+	var files []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &files); err != nil || len(files) != 2 || files[0]["path"] != forgedPath || files[1]["path"] != forgedName {
+		t.Errorf("ls -o json: %v, %q", err, r.stdout)
 	}
 	r = runCLI(t, nil, addr, "", "ls", sbA, "missing")
 	terminalSafe(t, "ls's error", r.stderr, 1)

@@ -89,7 +89,7 @@ func writeIndented(w io.Writer, b []byte) error {
 		return err
 	}
 	out.WriteByte('\n')
-	_, err := w.Write(out.Bytes())
+	_, err := w.Write(termsafe.JSON(out.Bytes())) // DEL, C1 and bidi controls as \uXXXX too
 	return err
 }
 

@@ -14,8 +14,9 @@
 // punctuation, symbols and spaces of every script are safe: names in
 // Chinese or Greek stay readable.
 //
-// Every CLI that prints such values (sandboxctl's tables and lines, the
-// agent's) goes through this one package, so what is safe is decided once.
+// Every CLI that prints such values (sandboxctl's tables, lines and JSON,
+// the agent's chat) goes through this one package, so what is safe is
+// decided once.
 package termsafe
 
 import (
@@ -23,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -109,4 +111,39 @@ func line(s string, keepNewlines bool) string {
 		i += size
 	}
 	return b.String()
+}
+
+// JSON returns JSON text with every unsafe rune escaped as \uXXXX (a
+// surrogate pair past U+FFFF), and every invalid byte as \ufffd: the same
+// JSON, values unchanged, but nothing in it drives a terminal. Encoders
+// escape the C0 controls but leave DEL, the C1 controls and the bidi
+// overrides raw. Outside strings JSON holds only ASCII, whose whitespace
+// (space, tab, newline, carriage return) is kept; a raw one cannot be
+// inside a string of valid JSON.
+func JSON(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if !unsafeRune(r, size) || r == ' ' || r == '\t' || r == '\n' || r == '\r' {
+			if out != nil {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		if r > 0xFFFF {
+			r1, r2 := utf16.EncodeRune(r)
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += size
+	}
+	if out == nil {
+		return b
+	}
+	return out
 }

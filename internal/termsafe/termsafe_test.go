@@ -1,6 +1,8 @@
 package termsafe
 
 import (
+	"encoding/json"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,5 +77,27 @@ func TestLine(t *testing.T) {
 	}
 	for _, s := range hostile {
 		noControl(t, s, Text(s), '\t', '\n')
+	}
+}
+
+func TestJSON(t *testing.T) {
+	in := "{\n  \"a\": \"x\\u001b\x7f\u009b\u202e\u2028日本\U0001F600\U000E0001\",\n\t\"b\": [1, 2]\r\n}"
+	got := string(JSON([]byte(in)))
+	want := "{\n  \"a\": \"x\\u001b\\u007f\\u009b\\u202e\\u2028日本\U0001F600\\udb40\\udc01\",\n\t\"b\": [1, 2]\r\n}"
+	if got != want {
+		t.Errorf("JSON =\n%q\nwant\n%q", got, want)
+	}
+	var a, b any
+	if err := json.Unmarshal([]byte(in), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(got), &b); err != nil || !reflect.DeepEqual(a, b) {
+		t.Errorf("JSON changed the value: %v, %v", b, err)
+	}
+	if plain := []byte(`{"a": "plain é"}`); &JSON(plain)[0] != &plain[0] {
+		t.Error("JSON copied text with nothing to escape")
+	}
+	if got := string(JSON([]byte("\"\xff\""))); got != `"\ufffd"` {
+		t.Errorf("JSON(invalid byte) = %s", got)
 	}
 }
