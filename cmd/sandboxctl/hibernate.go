@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 

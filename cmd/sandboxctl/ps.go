@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 

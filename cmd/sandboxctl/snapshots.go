@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/sandboxd/sandboxd/internal/termsafe"
-
 	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // cmdSnapshot manages named snapshots: snapshot create|ls|rm.

@@ -18,11 +18,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/termsafe"
-
 	"github.com/docker/go-units"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/termsafe"
-
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
