@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -40,15 +41,24 @@ func TestRefusedHugeReferenceBounded(t *testing.T) {
 
 // TestEveryStringBounded sets every string field of an Event, found by
 // reflection, to 1 MiB: bounded must cut each, whatever fields a later
-// change adds.
+// change adds; a field of another kind that could hold strings (a list, a
+// map, a struct) fails the test until it is bounded too.
 func TestEveryStringBounded(t *testing.T) {
 	var e Event
 	v := reflect.ValueOf(&e).Elem()
 	var names []string
 	for i := range v.NumField() {
-		if f := v.Field(i); f.Kind() == reflect.String {
+		f, sf := v.Field(i), v.Type().Field(i)
+		switch f.Kind() {
+		case reflect.String:
 			f.SetString(strings.Repeat("é", 1<<19))
-			names = append(names, v.Type().Field(i).Name)
+			names = append(names, sf.Name)
+		case reflect.Bool, reflect.Int, reflect.Int32, reflect.Int64:
+		default:
+			if sf.Type != reflect.TypeFor[time.Time]() {
+				// A list, a map or a struct may hold strings bounded() does not see.
+				t.Errorf("Event.%s is a %s: bound it in bounded() and here", sf.Name, sf.Type)
+			}
 		}
 	}
 	if len(names) < 15 {

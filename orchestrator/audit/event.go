@@ -152,7 +152,7 @@ func (e Event) bounded() Event {
 	v := reflect.ValueOf(&e).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)
-		if f.Kind() != reflect.String {
+		if f.Kind() != reflect.String || !f.CanSet() { // unexported: never written
 			continue
 		}
 		n := maxField
