@@ -48,9 +48,9 @@ func Safe(s string) bool {
 
 // Field returns s for one value in a table's cell or a line (a path, a
 // name, a language): s itself when it holds no unsafe rune and does not
-// begin with a double quote; otherwise s quoted in Go's syntax with only
-// the unsafe runes escaped ("a\nb", "\x1b[2J", "\u202etxt.exe", "\xff"),
-// as strconv.QuoteToGraphic quotes. So the result is always one line with
+// begin with a double quote; otherwise s quoted in Go's syntax, the
+// unsafe runes escaped ("a\nb", "\x1b[2J", "\u202etxt.exe", "\xff") and
+// its quotes and backslashes, the rest as it is (strconv.QuoteToGraphic). So the result is always one line with
 // no control characters, and it says unambiguously what s was: a result
 // that begins with a double quote is s quoted (strconv.Unquote reads it
 // back), any other is s itself.
