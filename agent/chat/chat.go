@@ -19,6 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/agent/session"
 	"github.com/sandboxd/sandboxd/agent/tools"
 	"github.com/sandboxd/sandboxd/internal/plotlyjs"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // Options configure a chat session.
@@ -141,9 +142,12 @@ type viewer struct {
 	markdown func(string) string
 }
 
-// text prints the model's text, rendered if there is a renderer.
+// text prints the model's text, rendered if there is a renderer. Its
+// control characters are escaped first (termsafe.Text): a model repeats
+// what a web page or a sandbox's output told it; the renderer's own
+// styling is added after.
 func (v *viewer) text(md string) {
-	md = strings.TrimSpace(md)
+	md = termsafe.Text(strings.TrimSpace(md))
 	if v.markdown != nil {
 		lines := strings.Split(strings.Trim(v.markdown(md), "\n"), "\n")
 		for i, l := range lines {
@@ -197,7 +201,7 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 			}
 		case session.KindNotice:
 			v.endLine()
-			fmt.Fprintf(v.out, "! %s\n", e.Notice)
+			fmt.Fprintf(v.out, "! %s\n", termsafe.Text(e.Notice))
 		}
 	case events.TextDelta:
 		if v.markdown != nil {
@@ -212,7 +216,7 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 			ev.Text = strings.TrimLeft(ev.Text, " \n")
 		}
 		v.drafted.WriteString(ev.Text)
-		fmt.Fprint(v.out, ev.Text)
+		fmt.Fprint(v.out, termsafe.Text(ev.Text))
 		v.midLine = !strings.HasSuffix(ev.Text, "\n")
 	case events.RunStarted:
 		v.endLine()
@@ -220,7 +224,9 @@ func (v *viewer) show(ctx context.Context, ev events.Event) bool {
 		v.runHeader(ev.Run)
 	case events.RunOutput:
 		v.streamed = true
-		fmt.Fprint(v.out, ev.Chunk.Text)
+		// Escaped, unlike sandboxctl exec's: the model wrote the code,
+		// the operator did not, and the output is the sandbox's.
+		fmt.Fprint(v.out, termsafe.Text(ev.Chunk.Text))
 		v.midLine = !strings.HasSuffix(ev.Chunk.Text, "\n")
 	case events.RunFinished:
 		v.endLine()
@@ -248,17 +254,17 @@ func (v *viewer) endLine() {
 
 func (v *viewer) runHeader(r *session.ToolRun) {
 	if r.Name != tools.RunCodeName {
-		fmt.Fprintf(v.out, "── %s %s\n", r.Name, r.Arguments)
+		fmt.Fprintf(v.out, "── %s %s\n", termsafe.Field(r.Name), termsafe.Line(r.Arguments))
 		return
 	}
 	args, err := tools.ParseCodeArgs(r.Arguments)
 	if err != nil {
-		fmt.Fprintf(v.out, "── run_code (bad arguments) %s\n", r.Arguments)
+		fmt.Fprintf(v.out, "── run_code (bad arguments) %s\n", termsafe.Line(r.Arguments))
 		return
 	}
-	fmt.Fprintf(v.out, "── run_code [%s]\n", args.Language)
+	fmt.Fprintf(v.out, "── run_code [%s]\n", termsafe.Field(args.Language))
 	for _, l := range strings.Split(strings.TrimRight(args.Code, "\n"), "\n") {
-		fmt.Fprintf(v.out, "│ %s\n", l)
+		fmt.Fprintf(v.out, "│ %s\n", termsafe.Line(l))
 	}
 	fmt.Fprintln(v.out, "── output")
 }
@@ -283,10 +289,10 @@ func (v *viewer) runFooter(ctx context.Context, r *session.ToolRun) {
 			reason = reason[:maxReason] + "…"
 		}
 		if reason != "" {
-			fmt.Fprintln(v.out, reason)
+			fmt.Fprintln(v.out, termsafe.Text(reason))
 		}
 	}
-	status := r.Result.Status
+	status := termsafe.Field(r.Result.Status)
 	if d := r.Result.Duration; d > 0 {
 		status += " in " + roundDuration(d).String()
 	}
@@ -339,16 +345,16 @@ func (v *viewer) history(ctx context.Context) error {
 	for _, e := range es {
 		switch e.Kind {
 		case session.KindUser:
-			fmt.Fprintf(v.out, "\n> %s\n", e.Message.Content)
+			fmt.Fprintf(v.out, "\n> %s\n", termsafe.Text(e.Message.Content))
 		case session.KindAssistant:
 			if e.Message.Content != "" {
 				v.text(e.Message.Content)
 			}
 			for _, tc := range e.Message.ToolCalls {
-				fmt.Fprintf(v.out, "── %s (%d bytes of arguments)\n", tc.Name, len(tc.Arguments))
+				fmt.Fprintf(v.out, "── %s (%d bytes of arguments)\n", termsafe.Field(tc.Name), len(tc.Arguments))
 			}
 		case session.KindNotice:
-			fmt.Fprintf(v.out, "! %s\n", e.Notice)
+			fmt.Fprintf(v.out, "! %s\n", termsafe.Text(e.Notice))
 		}
 	}
 	return nil

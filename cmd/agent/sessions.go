@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/agent/session"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // runSessions lists, resumes or deletes the terminal user's stored
@@ -125,7 +126,8 @@ func runSessions(ctx context.Context, args []string, getenv func(string) string,
 			if title == "" {
 				title = "(empty)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", c.ID, c.UpdatedAt.Local().Format(time.DateTime), c.State, c.Usage.Total(), title)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", termsafe.Field(c.ID), c.UpdatedAt.Local().Format(time.DateTime), termsafe.Field(string(c.State)),
+				c.Usage.Total(), termsafe.Field(title))
 		}
 		tw.Flush()
 		fmt.Fprintln(stdout, "\nContinue one with: agent sessions resume ID   Delete one with: agent sessions delete ID")

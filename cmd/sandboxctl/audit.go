@@ -4,11 +4,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -69,8 +71,9 @@ func cmdAudit(ctx context.Context, c *cli, args []string) int {
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tTENANT\tTOKEN\tACTION\tSANDBOX\tDETAIL\tOUTCOME\tDURATION")
 	for _, e := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", formatTime(e.GetTime()), orDash(e.GetTenant()), orDash(tokenLabel(e)),
-			e.GetAction(), orDash(e.GetSandboxId()), orDash(auditDetail(e)), e.GetOutcome(), e.GetDuration().AsDuration().Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", formatTime(e.GetTime()), orDash(termsafe.Field(e.GetTenant())), orDash(tokenLabel(e)),
+			termsafe.Field(e.GetAction()), orDash(termsafe.Field(e.GetSandboxId())), orDash(auditDetail(e)), termsafe.Field(e.GetOutcome()),
+			e.GetDuration().AsDuration().Round(time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail("audit", err)
@@ -95,17 +98,19 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 // tokenLabel is the token's name, marked for an admin token.
 func tokenLabel(e *sandboxv1.AuditEvent) string {
 	if e.GetAdmin() {
-		return e.GetTokenName() + " (admin)"
+		return termsafe.Field(e.GetTokenName()) + " (admin)"
 	}
-	return e.GetTokenName()
+	return termsafe.Field(e.GetTokenName())
 }
 
-// auditDetail is what an event says besides its sandbox, in one cell.
+// auditDetail is what an event says besides its sandbox, in one cell;
+// each value is escaped (termsafe.Field): a record holds what a caller
+// sent, refused requests' included.
 func auditDetail(e *sandboxv1.AuditEvent) string {
 	var d []string
 	add := func(k, v string) {
 		if v != "" {
-			d = append(d, k+"="+v)
+			d = append(d, k+"="+termsafe.Field(v))
 		}
 	}
 	add("user", e.GetUserId())
@@ -114,6 +119,7 @@ func auditDetail(e *sandboxv1.AuditEvent) string {
 	add("command", e.GetCommandId())
 	add("context", e.GetContextId())
 	add("snapshot", e.GetSnapshot())
+	add("volume", e.GetVolume())
 	add("template", e.GetTemplate())
 	if e.GetCount() > 0 {
 		add("count", fmt.Sprint(e.GetCount()))
@@ -126,7 +132,7 @@ func auditDetail(e *sandboxv1.AuditEvent) string {
 		add("dropped", fmt.Sprint(e.GetDroppedCount()))
 	}
 	if e.GetMessage() != "" {
-		add("error", fmt.Sprintf("%q", e.GetMessage()))
+		d = append(d, "error="+strconv.QuoteToGraphic(e.GetMessage()))
 	}
 	return strings.Join(d, " ")
 }

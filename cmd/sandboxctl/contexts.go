@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"text/tabwriter"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // cmdCtx manages a sandbox's contexts: ctx create|ls|restart|rm.
@@ -40,7 +42,7 @@ func cmdCtx(ctx context.Context, c *cli, args []string) int {
 		if err != nil {
 			return c.fail("ctx create", err)
 		}
-		fmt.Fprintln(c.stdout, cx.GetContextId())
+		fmt.Fprintln(c.stdout, termsafe.Field(cx.GetContextId()))
 	case "ls":
 		list, err := c.sandboxd.ListContexts(rctx, pos[0])
 		if err != nil {
@@ -55,7 +57,7 @@ func cmdCtx(ctx context.Context, c *cli, args []string) int {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "CONTEXT\tLANGUAGE\tCWD\tCREATED")
 		for _, cx := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", cx.GetContextId(), cx.GetLanguage(), cx.GetCwd(), formatTime(cx.GetCreatedAt()))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", termsafe.Field(cx.GetContextId()), termsafe.Field(cx.GetLanguage()), termsafe.Field(cx.GetCwd()), formatTime(cx.GetCreatedAt()))
 		}
 		if err := tw.Flush(); err != nil {
 			return c.fail("ctx ls", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // interruptTimeout bounds the InterruptCommand sent when the user presses
@@ -116,22 +117,22 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 			return c.fail("exec: acquire sandbox for "+*user, err)
 		}
 		if !acq.Created && *fromSnapshot != "" {
-			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --from-snapshot applies only to a new one\n", *user, acq.ID)
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --from-snapshot applies only to a new one\n", *user, termsafe.Field(acq.ID))
 		} else if !acq.Created && *template != "" {
-			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --template applies only to a new one\n", *user, acq.ID)
+			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already; --template applies only to a new one\n", *user, termsafe.Field(acq.ID))
 		} else if !acq.Created && len(volumes) > 0 {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the volumes it was created with (sandboxctl inspect %s shows them)\n",
-				*user, acq.ID, acq.ID)
+				*user, termsafe.Field(acq.ID), termsafe.Field(acq.ID))
 		} else if !acq.Created && len(acquireOpts) > 0 {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's sandbox %s exists already and keeps the network it was created with (sandboxctl net set %s changes its policy)\n",
-				*user, acq.ID, acq.ID)
+				*user, termsafe.Field(acq.ID), termsafe.Field(acq.ID))
 		}
 		if acq.Created && acq.Woke != nil {
-			fmt.Fprintf(c.stderr, "sandboxctl: started %s from snapshot %s: %s\n", acq.ID, *fromSnapshot, wakeSummary(acq.Woke))
+			fmt.Fprintf(c.stderr, "sandboxctl: started %s from snapshot %s: %s\n", termsafe.Field(acq.ID), *fromSnapshot, wakeSummary(acq.Woke))
 		}
 		if acq.StateLost {
 			fmt.Fprintf(c.stderr, "sandboxctl: note: %s's previous sandbox %s died (%s); started %s, earlier variables and files are gone\n",
-				*user, acq.ReplacedID, acq.ReplacedReason, acq.ID)
+				*user, termsafe.Field(acq.ReplacedID), termsafe.Line(acq.ReplacedReason), termsafe.Field(acq.ID))
 		}
 		sb = acq.ID
 	}
@@ -246,12 +247,12 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 		return exitFailure
 	}
 	if d.StateLost {
-		fmt.Fprintf(c.stderr, "sandboxctl: note: the sandbox's Python state was lost: %s\n", d.Reason)
+		fmt.Fprintf(c.stderr, "sandboxctl: note: the sandbox's Python state was lost: %s\n", termsafe.Line(d.Reason))
 	}
 	if d.Status == client.StatusOK {
 		return exitOK
 	}
-	msg := fmt.Sprintf("sandboxctl: %s: command %s ended with status %s", what, commandID, d.Status)
+	msg := fmt.Sprintf("sandboxctl: %s: command %s ended with status %s", what, commandID, termsafe.Field(string(d.Status)))
 	r := d.Reason
 	if d.ExitCode != nil {
 		msg = fmt.Sprintf("sandboxctl: %s: command %s failed with exit code %d", what, commandID, *d.ExitCode)
@@ -260,7 +261,7 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 		}
 	}
 	if r != "" && !d.StateLost {
-		msg += ": " + r
+		msg += ": " + termsafe.Line(r)
 	}
 	fmt.Fprintln(c.stderr, msg)
 	return exitFailure

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -48,7 +49,7 @@ func cmdLs(ctx context.Context, c *cli, args []string) int {
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	for _, f := range files {
-		fmt.Fprintf(tw, "%s\t%d:%d\t%d\t%s\t%s\n", modeString(f), f.GetUid(), f.GetGid(), f.GetSize(), formatTime(f.GetModTime()), f.GetPath())
+		fmt.Fprintf(tw, "%s\t%d:%d\t%d\t%s\t%s\n", modeString(f), f.GetUid(), f.GetGid(), f.GetSize(), formatTime(f.GetModTime()), termsafe.Field(f.GetPath()))
 	}
 	if err := tw.Flush(); err != nil {
 		return c.fail("ls", err)
@@ -215,7 +216,7 @@ func (c *cli) downloadTo(cmd, remote, path, shown, local string, fetch func(io.W
 	if err := os.Rename(tmp.Name(), local); err != nil {
 		return c.fail(what, err)
 	}
-	fmt.Fprintf(c.stderr, "copied %s:%s to %s (%d bytes)\n", remote, info.GetPath(), local, info.GetSize())
+	fmt.Fprintf(c.stderr, "copied %s:%s to %s (%d bytes)\n", remote, termsafe.Field(info.GetPath()), local, info.GetSize())
 	return exitOK
 }
 
@@ -251,6 +252,6 @@ func (c *cli) uploadFrom(cmd, syntax, local, remote, path string, send func(stri
 	if err != nil {
 		return c.fail(what, err)
 	}
-	fmt.Fprintf(c.stderr, "copied %s to %s:%s (%d bytes)\n", local, remote, info.GetPath(), info.GetSize())
+	fmt.Fprintf(c.stderr, "copied %s to %s:%s (%d bytes)\n", local, remote, termsafe.Field(info.GetPath()), info.GetSize())
 	return exitOK
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -28,7 +29,7 @@ func cmdHibernate(ctx context.Context, c *cli, args []string) int {
 			code = c.fail("hibernate "+id, err)
 			continue
 		}
-		fmt.Fprintf(c.stdout, "%s\t%s\n", sb.GetSandboxId(), sandboxStateLabel(sb))
+		fmt.Fprintf(c.stdout, "%s\t%s\n", termsafe.Field(sb.GetSandboxId()), sandboxStateLabel(sb))
 	}
 	return code
 }
@@ -52,27 +53,28 @@ func cmdWake(ctx context.Context, c *cli, args []string) int {
 			code = c.fail("wake "+id, err)
 			continue
 		}
-		fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", sb.GetSandboxId(), stateName(sb.GetState()), wakeSummary(w))
+		fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", termsafe.Field(sb.GetSandboxId()), stateName(sb.GetState()), wakeSummary(w))
 	}
 	return code
 }
 
-// wakeSummary is one line on how a wake brought the state back.
+// wakeSummary is one line on how a wake brought the state back; the
+// names lost and the reason are the sandbox's, escaped.
 func wakeSummary(w *sandboxv1.WakeInfo) string {
 	if w == nil {
 		return "was running"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "level %s, %d names restored", w.GetLevel(), len(w.GetRestoredNames()))
+	fmt.Fprintf(&b, "level %s, %d names restored", termsafe.Field(w.GetLevel()), len(w.GetRestoredNames()))
 	if n := len(w.GetLost()); n > 0 {
 		lost := make([]string, 0, n)
 		for _, l := range w.GetLost() {
-			lost = append(lost, l.GetName())
+			lost = append(lost, termsafe.Field(l.GetName()))
 		}
 		fmt.Fprintf(&b, ", lost: %s", strings.Join(lost, ", "))
 	}
 	if r := w.GetReason(); r != "" {
-		fmt.Fprintf(&b, " (%s)", r)
+		fmt.Fprintf(&b, " (%s)", termsafe.Line(r))
 	}
 	return b.String()
 }
@@ -83,7 +85,7 @@ func sandboxStateLabel(sb *sandboxv1.Sandbox) string {
 	name := stateName(sb.GetState())
 	if sb.GetState() == sandboxv1.SandboxState_SANDBOX_STATE_HIBERNATED {
 		if s := sb.GetSnapshot(); s != nil {
-			return fmt.Sprintf("%s(%s,%s)", name, s.GetLevel(), formatBytes(s.GetSizeBytes()))
+			return fmt.Sprintf("%s(%s,%s)", name, termsafe.Field(s.GetLevel()), formatBytes(s.GetSizeBytes()))
 		}
 	}
 	return name

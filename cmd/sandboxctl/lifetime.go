@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -32,7 +33,7 @@ func cmdSetTimeout(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail("set-timeout "+pos[0], err)
 	}
-	fmt.Fprintf(c.stdout, "%s\tidle timeout %v\texpires %s\n", sb.GetSandboxId(), sb.GetIdleTimeout().AsDuration(), formatTime(sb.GetExpiresAt()))
+	fmt.Fprintf(c.stdout, "%s\tidle timeout %v\texpires %s\n", termsafe.Field(sb.GetSandboxId()), sb.GetIdleTimeout().AsDuration(), formatTime(sb.GetExpiresAt()))
 	return exitOK
 }
 
@@ -64,8 +65,8 @@ func anyMetadata(sbs []*sandboxv1.Sandbox) bool {
 }
 
 // formatMetadata prints metadata as k=v pairs sorted by key, comma-separated,
-// with values quoted when they hold anything but plain characters; "-" for
-// none.
+// with values quoted when they hold anything but plain characters (keys
+// escaped, termsafe.Field); "-" for none.
 func formatMetadata(md map[string]string) string {
 	if len(md) == 0 {
 		return "-"
@@ -76,7 +77,7 @@ func formatMetadata(md map[string]string) string {
 		if v == "" || strings.ContainsFunc(v, func(r rune) bool { return r <= ' ' || r == ',' || r == '=' || r == '"' || r > '~' }) {
 			v = fmt.Sprintf("%q", v)
 		}
-		parts = append(parts, k+"="+v)
+		parts = append(parts, termsafe.Field(k)+"="+v)
 	}
 	return strings.Join(parts, ",")
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // Exit statuses.
@@ -158,7 +159,9 @@ func usageErr(stderr io.Writer, cmd string, err error) int {
 }
 
 // fail reports a failed operation in one line ("sandboxctl: kill sb-1:
-// sandbox sb-1 not found ...") and returns exitFailure.
+// sandbox sb-1 not found ...") and returns exitFailure. The server's
+// message is escaped (termsafe.Line): it may quote what a sandbox or a
+// tenant sent.
 func (c *cli) fail(what string, err error) int {
 	fmt.Fprintf(c.stderr, "sandboxctl: %s: %s\n", what, c.describe(err))
 	return exitFailure
@@ -166,8 +169,14 @@ func (c *cli) fail(what string, err error) int {
 
 // describe turns an RPC error into the server's message, or for a transport
 // failure a hint that sandboxd is not reachable. The client's errors say
-// what the call was about; the command line says that already.
+// what the call was about; the command line says that already. It is
+// escaped (termsafe.Line), one line: a message may quote what a sandbox or
+// a tenant sent.
 func (c *cli) describe(err error) string {
+	return termsafe.Line(c.describeRaw(err))
+}
+
+func (c *cli) describeRaw(err error) string {
 	var rpc interface{ GRPCStatus() *status.Status }
 	if !errors.As(err, &rpc) {
 		return err.Error()

@@ -12,11 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-	"unicode"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -107,9 +107,9 @@ func cmdNetHost(ctx context.Context, c *cli, args []string) int {
 	if err != nil {
 		return c.fail("net host "+pos[0], err)
 	}
-	fmt.Fprintln(c.stdout, h.GetUrl())
+	fmt.Fprintln(c.stdout, termsafe.Field(h.GetUrl()))
 	if h.GetTokenRequired() {
-		fmt.Fprintf(c.stdout, "%s: %s\n", h.GetTokenHeader(), h.GetTrafficToken())
+		fmt.Fprintf(c.stdout, "%s: %s\n", termsafe.Field(h.GetTokenHeader()), termsafe.Field(h.GetTrafficToken()))
 	}
 	return exitOK
 }
@@ -205,12 +205,12 @@ func (r ruleFlag) Set(s string) error {
 // domains with their header names (never values: sandboxd returns none).
 func writePolicy(w io.Writer, p *sandboxv1.NetworkPolicy) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "allow_out:\t%s\n", joinOrDash(p.GetAllowOut()))
-	fmt.Fprintf(tw, "deny_out:\t%s\n", joinOrDash(p.GetDenyOut()))
+	fmt.Fprintf(tw, "allow_out:\t%s\n", joinOrDash(fields(p.GetAllowOut())))
+	fmt.Fprintf(tw, "deny_out:\t%s\n", joinOrDash(fields(p.GetDenyOut())))
 	var rules []string
 	for _, d := range slices.Sorted(maps.Keys(p.GetRules())) {
-		headers := slices.Sorted(maps.Keys(p.GetRules()[d].GetHeaders()))
-		rules = append(rules, fmt.Sprintf("%s (%s)", d, strings.Join(headers, ", ")))
+		headers := fields(slices.Sorted(maps.Keys(p.GetRules()[d].GetHeaders())))
+		rules = append(rules, fmt.Sprintf("%s (%s)", termsafe.Field(d), strings.Join(headers, ", ")))
 	}
 	fmt.Fprintf(tw, "rules:\t%s\n", joinOrDash(rules))
 	public := "no: port URLs need the traffic token"
@@ -226,6 +226,16 @@ func joinOrDash(s []string) string {
 		return "-"
 	}
 	return strings.Join(s, " ")
+}
+
+// fields escapes each of a policy's entries (termsafe.Field): they are as
+// a tenant wrote them.
+func fields(s []string) []string {
+	e := make([]string, len(s))
+	for i, x := range s {
+		e[i] = termsafe.Field(x)
+	}
+	return e
 }
 
 // writeNetStatus prints a sandbox's policy, counters and recent denials.
@@ -262,19 +272,9 @@ func writeNetStatus(w io.Writer, st *sandboxv1.GetNetworkStatusResponse) error {
 	fmt.Fprintln(tw, "TIME\tKIND\tNAME\tADDRESS\tREASON")
 	for _, x := range d {
 		kind := strings.ToLower(strings.TrimPrefix(x.GetKind().String(), "NETWORK_DENIAL_KIND_"))
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", formatTime(x.GetTime()), kind, orDash(printable(x.GetName())), orDash(x.GetAddress()), printable(x.GetReason()))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", formatTime(x.GetTime()), kind, orDash(termsafe.Field(x.GetName())), orDash(termsafe.Field(x.GetAddress())), termsafe.Field(x.GetReason()))
 	}
 	return tw.Flush()
-}
-
-// printable shows text that came from a sandbox (the names it asked for)
-// without letting it drive the terminal: quoted, with escapes, when it
-// holds anything but printable characters.
-func printable(s string) string {
-	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == '\t' }) < 0 {
-		return s
-	}
-	return strconv.QuoteToGraphic(s)
 }
 
 // indent indents every line of s by two spaces.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/client"
 	"github.com/sandboxd/sandboxd/internal/plotlyjs"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -88,7 +89,7 @@ func writeIndented(w io.Writer, b []byte) error {
 		return err
 	}
 	out.WriteByte('\n')
-	_, err := w.Write(out.Bytes())
+	_, err := w.Write(termsafe.JSON(out.Bytes())) // DEL, C1 and bidi controls as \uXXXX too
 	return err
 }
 
@@ -107,15 +108,15 @@ func writeTable(w io.Writer, sbs []*sandboxv1.Sandbox, wide bool) error {
 	fmt.Fprintln(tw)
 	for _, sb := range sbs {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s",
-			sb.GetSandboxId(), sb.GetTenant(), sb.GetUserId(), sandboxStateLabel(sb),
+			termsafe.Field(sb.GetSandboxId()), termsafe.Field(sb.GetTenant()), termsafe.Field(sb.GetUserId()), sandboxStateLabel(sb),
 			formatTime(sb.GetCreatedAt()), formatTime(sb.GetLastActiveAt()), formatTime(sb.GetExpiresAt()),
-			sb.GetImage())
+			termsafe.Field(sb.GetImage()))
 		if wide {
 			mem := "-"
 			if m := sb.GetLimits().GetMemoryBytes(); m > 0 {
 				mem = fmt.Sprintf("%d MiB", m>>20)
 			}
-			fmt.Fprintf(tw, "\t%s\t%s", orDash(sb.GetStateReason()), mem)
+			fmt.Fprintf(tw, "\t%s\t%s", orDash(termsafe.Field(sb.GetStateReason())), mem)
 		}
 		if withMD {
 			fmt.Fprint(tw, "\t"+orDash(formatMetadata(sb.GetMetadata())))
@@ -167,7 +168,7 @@ func (p *eventPrinter) print(ev client.Event) {
 		}
 		fmt.Fprintf(w, "[seq %d %s] ", ev.Seq, ev.Kind)
 		if ev.Kind == client.KindDone && ev.Done != nil {
-			fmt.Fprintf(w, "%s\n", ev.Done.Status)
+			fmt.Fprintf(w, "%s\n", termsafe.Field(string(ev.Done.Status)))
 		}
 	}
 	p.seq = ev.Seq
@@ -204,7 +205,7 @@ func (p *eventPrinter) printBundle(data map[string]string) {
 	}
 	for _, t := range types {
 		if isBinaryMIME(t) || t == "image/svg+xml" {
-			fmt.Fprintf(p.stdout, "[%s %d bytes%s]\n", t, decodedLen(data[t]), p.save("figure", extension(t), func() []byte { return decoded(t, data[t]) }))
+			fmt.Fprintf(p.stdout, "[%s %d bytes%s]\n", termsafe.Field(t), decodedLen(data[t]), p.save("figure", extension(t), func() []byte { return decoded(t, data[t]) }))
 			shown = true
 		}
 	}
@@ -219,7 +220,7 @@ func (p *eventPrinter) printBundle(data map[string]string) {
 		return
 	}
 	if len(types) > 0 {
-		fmt.Fprintf(p.stdout, "[%s %d bytes]\n", types[0], len(data[types[0]]))
+		fmt.Fprintf(p.stdout, "[%s %d bytes]\n", termsafe.Field(types[0]), len(data[types[0]]))
 	}
 }
 

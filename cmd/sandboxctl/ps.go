@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -55,13 +56,13 @@ func cmdPs(ctx context.Context, c *cli, args []string) int {
 		return exitOK
 	}
 	if len(all) == 0 {
-		fmt.Fprintf(c.stdout, "No commands in sandbox %s yet.\n", pos[0])
+		fmt.Fprintf(c.stdout, "No commands in sandbox %s yet.\n", termsafe.Field(pos[0]))
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "COMMAND_ID\tLANGUAGE\tSTATE\tSTATUS\tEXIT\tSTARTED\tDURATION\tOUTPUT")
 	for _, cmd := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cmd.GetCommandId(), orDash(languageLabel(cmd)), stateLabel(cmd.GetState()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Field(cmd.GetCommandId()), orDash(languageLabel(cmd)), stateLabel(cmd.GetState()),
 			statusLabel(cmd.GetStatus()), exitLabel(cmd), formatTime(cmd.GetStartedAt()), durationLabel(cmd), outputLabel(cmd))
 	}
 	if err := tw.Flush(); err != nil {
@@ -77,15 +78,17 @@ func orDash(s string) string {
 	return s
 }
 
-// languageLabel is the language, marked when the command reads input.
+// languageLabel is the language (escaped: a command's is as its caller
+// sent it), marked when the command reads input.
 func languageLabel(c *sandboxv1.CommandInfo) string {
+	l := termsafe.Field(c.GetLanguage())
 	switch {
 	case c.GetPty():
-		return c.GetLanguage() + "+pty"
+		return l + "+pty"
 	case c.GetStdin():
-		return c.GetLanguage() + "+stdin"
+		return l + "+stdin"
 	}
-	return c.GetLanguage()
+	return l
 }
 
 func stateLabel(s sandboxv1.CommandState) string {

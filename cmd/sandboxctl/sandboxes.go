@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -140,7 +141,7 @@ func cmdKill(ctx context.Context, c *cli, args []string) int {
 			code = c.fail("kill "+id, err)
 			continue
 		}
-		fmt.Fprintln(c.stdout, id)
+		fmt.Fprintln(c.stdout, termsafe.Field(id))
 	}
 	return code
 }

@@ -7,6 +7,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/docker/go-units"
+
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 )
 
 // cmdSnapshot manages named snapshots: snapshot create|ls|rm.
@@ -46,7 +48,7 @@ func cmdSnapshot(ctx context.Context, c *cli, args []string) int {
 			}
 			return exitOK
 		}
-		fmt.Fprintf(c.stdout, "%s\t%s\tlevel %s\t%s\n", s.GetSnapshotId(), s.GetName(), s.GetLevel(), units.BytesSize(float64(s.GetSizeBytes())))
+		fmt.Fprintf(c.stdout, "%s\t%s\tlevel %s\t%s\n", termsafe.Field(s.GetSnapshotId()), termsafe.Field(s.GetName()), termsafe.Field(s.GetLevel()), units.BytesSize(float64(s.GetSizeBytes())))
 	case "ls":
 		list, err := c.sandboxd.ListSnapshots(rctx, *sandbox)
 		if err != nil {
@@ -61,8 +63,8 @@ func cmdSnapshot(ctx context.Context, c *cli, args []string) int {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SNAPSHOT\tNAME\tTENANT\tSANDBOX\tLEVEL\tSIZE\tCREATED")
 		for _, s := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.GetSnapshotId(), s.GetName(), s.GetTenant(), s.GetSandboxId(),
-				s.GetLevel(), units.BytesSize(float64(s.GetSizeBytes())), formatTime(s.GetCreatedAt()))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Field(s.GetSnapshotId()), termsafe.Field(s.GetName()), termsafe.Field(s.GetTenant()),
+				termsafe.Field(s.GetSandboxId()), termsafe.Field(s.GetLevel()), units.BytesSize(float64(s.GetSizeBytes())), formatTime(s.GetCreatedAt()))
 		}
 		if err := tw.Flush(); err != nil {
 			return c.fail("snapshot ls", err)
@@ -109,7 +111,7 @@ func cmdFork(ctx context.Context, c *cli, args []string) int {
 			code = c.fail(fmt.Sprintf("fork %d", i+1), f.Err)
 			continue
 		}
-		fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", f.Sandbox.GetSandboxId(), f.Sandbox.GetUserId(), wakeSummary(f.Woke))
+		fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", termsafe.Field(f.Sandbox.GetSandboxId()), termsafe.Field(f.Sandbox.GetUserId()), wakeSummary(f.Woke))
 	}
 	return code
 }

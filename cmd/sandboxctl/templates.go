@@ -21,6 +21,7 @@ import (
 	"github.com/docker/go-units"
 	"sigs.k8s.io/yaml"
 
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -93,7 +94,7 @@ func cmdTemplate(ctx context.Context, c *cli, args []string) int {
 			for _, v := range t.GetVersions() {
 				used += int(v.GetUsedBy())
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", t.GetId(), t.GetName(), t.GetTenant(), ready, latestSummary(t), size, used, formatTime(t.GetCreatedAt()))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", termsafe.Field(t.GetId()), termsafe.Field(t.GetName()), termsafe.Field(t.GetTenant()), ready, latestSummary(t), size, used, formatTime(t.GetCreatedAt()))
 		}
 		if err := tw.Flush(); err != nil {
 			return c.fail(cmd, err)
@@ -181,7 +182,7 @@ func (c *cli) templateBuild(ctx context.Context, name, specFile string, force bo
 		cp.step.Archive = key
 	}
 	t, v, err := c.sandboxd.BuildTemplate(ctx, name, spec, force, func(l *sandboxv1.TemplateBuildLine) {
-		fmt.Fprintln(c.stdout, l.GetLine())
+		fmt.Fprintln(c.stdout, termsafe.Line(l.GetLine()))
 	})
 	if err != nil {
 		if v != nil && v.GetVersion() > 0 {
@@ -194,14 +195,14 @@ func (c *cli) templateBuild(ctx context.Context, name, specFile string, force bo
 	if v.GetCached() {
 		how = "ready from an earlier build of the same spec"
 	}
-	fmt.Fprintf(c.stderr, "sandboxctl: template %s (%s) version %d %s, %s\n", t.GetName(), t.GetId(), v.GetVersion(), how, units.BytesSize(float64(v.GetSizeBytes())))
+	fmt.Fprintf(c.stderr, "sandboxctl: template %s (%s) version %d %s, %s\n", termsafe.Field(t.GetName()), termsafe.Field(t.GetId()), v.GetVersion(), how, units.BytesSize(float64(v.GetSizeBytes())))
 	return exitOK
 }
 
 // templateLogs prints a build's log, following it while it runs.
 func (c *cli) templateLogs(ctx context.Context, ref string, version int) int {
 	v, err := c.sandboxd.FollowTemplateBuild(ctx, ref, version, 0, func(l *sandboxv1.TemplateBuildLine) {
-		fmt.Fprintln(c.stdout, l.GetLine())
+		fmt.Fprintln(c.stdout, termsafe.Line(l.GetLine()))
 	})
 	if err != nil {
 		return c.fail("template logs "+ref, err)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/client"
-
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -137,7 +137,7 @@ func writeTop(w io.Writer, rows []topRow) error {
 				netIO = formatBytes(int64(min(n.GetBytesIn(), 1<<62))) + "/" + formatBytes(int64(min(n.GetBytesOut(), 1<<62)))
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", sb.GetSandboxId(), orDash(sb.GetTenant()), orDash(sb.GetUserId()),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Field(sb.GetSandboxId()), orDash(termsafe.Field(sb.GetTenant())), orDash(termsafe.Field(sb.GetUserId())),
 			stateName(sb.GetState()), cpu, mem, disk, pids, netIO)
 	}
 	return tw.Flush()

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/go-units"
 
 	"github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/termsafe"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -76,7 +77,7 @@ func cmdVolume(ctx context.Context, c *cli, args []string) int {
 			}
 			return exitOK
 		}
-		fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", v.GetId(), v.GetName(), units.BytesSize(float64(v.GetSizeBytes())))
+		fmt.Fprintf(c.stdout, "%s\t%s\t%s\n", termsafe.Field(v.GetId()), termsafe.Field(v.GetName()), units.BytesSize(float64(v.GetSizeBytes())))
 	case "ls":
 		list, err := c.sandboxd.ListVolumes(rctx, *tenant)
 		if err != nil {
@@ -91,7 +92,7 @@ func cmdVolume(ctx context.Context, c *cli, args []string) int {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VOLUME\tNAME\tTENANT\tSIZE\tUSED\tMOUNTED_BY\tCREATED")
 		for _, v := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.GetId(), v.GetName(), v.GetTenant(), units.BytesSize(float64(v.GetSizeBytes())),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", termsafe.Field(v.GetId()), termsafe.Field(v.GetName()), termsafe.Field(v.GetTenant()), units.BytesSize(float64(v.GetSizeBytes())),
 				units.BytesSize(float64(v.GetUsedBytes())), mountedBy(v), formatTime(v.GetCreatedAt()))
 		}
 		if err := tw.Flush(); err != nil {
@@ -126,7 +127,7 @@ func cmdVolume(ctx context.Context, c *cli, args []string) int {
 		}
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		for _, f := range files {
-			fmt.Fprintf(tw, "%s\t%d:%d\t%d\t%s\t%s\n", modeString(f), f.GetUid(), f.GetGid(), f.GetSize(), formatTime(f.GetModTime()), f.GetPath())
+			fmt.Fprintf(tw, "%s\t%d:%d\t%d\t%s\t%s\n", modeString(f), f.GetUid(), f.GetGid(), f.GetSize(), formatTime(f.GetModTime()), termsafe.Field(f.GetPath()))
 		}
 		if err := tw.Flush(); err != nil {
 			return c.fail(cmd, err)
@@ -177,7 +178,11 @@ func mountedBy(v *sandboxv1.Volume) string {
 	if len(v.GetMountedBy()) == 0 {
 		return "-"
 	}
-	return strings.Join(v.GetMountedBy(), ",")
+	ids := make([]string, 0, len(v.GetMountedBy()))
+	for _, id := range v.GetMountedBy() {
+		ids = append(ids, termsafe.Field(id))
+	}
+	return strings.Join(ids, ",")
 }
 
 // sizeFlag is a byte size given as 512MiB, 2GiB, 1g (binary units).

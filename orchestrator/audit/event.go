@@ -18,6 +18,7 @@ package audit
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -128,25 +129,38 @@ const (
 	maxMessage = 512
 )
 
-// bound cuts s to at most n bytes on a rune boundary, marking the cut.
+// bound cuts s to at most n bytes, marking the cut. It cuts on a rune
+// boundary: back from n over at most utf8.UTFMax-1 continuation bytes, so
+// a value with invalid UTF-8 is cut there too, not emptied.
 func bound(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	s = s[:n]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
+	cut := n
+	for cut > n-(utf8.UTFMax-1) && cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return s + "…"
+	return s[:cut] + "…"
 }
 
-// bounded returns e with every string field bounded.
+// bounded returns e with every string field bounded: Message to
+// maxMessage, every other to maxField. The fields are found by
+// reflection, so a string field added later is bounded without anyone
+// having to remember it (a record holds what a refused request sent,
+// before the domain's rules bounded it).
 func (e Event) bounded() Event {
-	for _, f := range []*string{&e.Tenant, &e.TokenName, &e.Action, &e.SandboxID, &e.UserID,
-		&e.Path, &e.ToPath, &e.CommandID, &e.ContextID, &e.Snapshot, &e.Template, &e.Language, &e.Outcome} {
-		*f = bound(*f, maxField)
+	v := reflect.ValueOf(&e).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Kind() != reflect.String || !f.CanSet() { // unexported: never written
+			continue
+		}
+		n := maxField
+		if v.Type().Field(i).Name == "Message" {
+			n = maxMessage
+		}
+		f.SetString(bound(f.String(), n))
 	}
-	e.Message = bound(e.Message, maxMessage)
 	return e
 }
 
