@@ -46,6 +46,9 @@ type hostAddrs struct {
 const (
 	hostAddrsRetryMin = 100 * time.Millisecond // first wait before re-subscribing
 	hostAddrsRetryMax = 5 * time.Second
+	// hostAddrsBackstop: the kept list is read again this often even
+	// without changes (watchHostAddrs).
+	hostAddrsBackstop = 30 * time.Second
 )
 
 func newHostAddrs(log *slog.Logger) *hostAddrs {

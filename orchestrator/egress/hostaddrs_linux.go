@@ -1,6 +1,8 @@
 package egress
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -19,10 +21,14 @@ const hostAddrsUpdates = 256
 // subscription reports (a message it could not read, the socket's buffer
 // overflowing: changes lost) drops the kept list too; when it ends, it is
 // made again, after a wait that grows while it keeps failing, and the
-// checks meanwhile list the addresses afresh.
+// checks meanwhile list the addresses afresh. A subscription that
+// delivers nothing (a kernel, or gVisor's netstack, that accepts it and
+// sends no changes) is no worse than the periodic re-read it replaces:
+// the list is read again every hostAddrsBackstop whatever happens.
 func watchHostAddrs(h *hostAddrs) {
 	defer close(h.stopped)
 	wait := hostAddrsRetryMin
+	failing := false
 	for {
 		updates := make(chan netlink.AddrUpdate, hostAddrsUpdates)
 		done := make(chan struct{})
@@ -40,13 +46,19 @@ func watchHostAddrs(h *hostAddrs) {
 		if err != nil {
 			close(done)
 			h.invalidate()
-			h.log.Warn("egress: subscribing to the host's address changes failed; every check lists the addresses afresh until it works", "error", err, "retry_in", wait)
+			level := slog.LevelWarn
+			if failing {
+				level = slog.LevelDebug // said once per streak
+			}
+			h.log.Log(context.Background(), level, "egress: subscribing to the host's address changes failed; every check lists the addresses afresh until it works", "error", err, "retry_in", wait)
+			failing = true
 			if !h.sleep(wait) {
 				return
 			}
 			wait = min(2*wait, hostAddrsRetryMax)
 			continue
 		}
+		failing = false
 		h.refresh()
 		began := time.Now()
 		if !h.follow(updates, done) {
@@ -74,10 +86,14 @@ func (h *hostAddrs) follow(updates chan netlink.AddrUpdate, done chan struct{}) 
 		}
 		h.invalidate()
 	}()
+	backstop := time.NewTicker(hostAddrsBackstop)
+	defer backstop.Stop()
 	for {
 		select {
 		case <-h.stop:
 			return false
+		case <-backstop.C:
+			h.refresh()
 		case _, ok := <-updates:
 			if !ok {
 				return true

@@ -265,3 +265,45 @@ func TestHostAddrsClose(t *testing.T) {
 		t.Fatal("Close did not return within 5 s: the subscription's goroutine hangs")
 	}
 }
+
+// TestHostAddrsFollow: each change (a burst of them) lists the addresses
+// again; a subscription that ends (its socket's buffer overflowed:
+// changes lost) leaves no kept list behind, so that checks list afresh
+// until a new one has listed them.
+func TestHostAddrsFollow(t *testing.T) {
+	h := newHostAddrs(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	var mu sync.Mutex
+	lists := 0
+	h.list = func() ([]netip.Addr, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lists++
+		return []netip.Addr{netip.AddrFrom4([4]byte{192, 0, 2, byte(lists)})}, nil
+	}
+	updates := make(chan netlink.AddrUpdate, 4)
+	done := make(chan struct{})
+	ended := make(chan bool, 1)
+	go func() { ended <- h.follow(updates, done) }()
+	updates <- netlink.AddrUpdate{NewAddr: true}
+	waitFor(t, 5*time.Second, "the re-listing after a change", func() bool {
+		p := h.cur.Load()
+		return p != nil && (*p)[0] == netip.MustParseAddr("192.0.2.1")
+	})
+	close(updates) // what the library does when the socket fails
+	select {
+	case again := <-ended:
+		if !again {
+			t.Fatal("follow asked for no new subscription")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("follow did not return within 5 s of its subscription's end")
+	}
+	select {
+	case <-done:
+	default:
+		t.Fatal("the ended subscription's socket was not closed")
+	}
+	if h.cur.Load() != nil {
+		t.Fatal("a kept list outlived the subscription that kept it current")
+	}
+}
