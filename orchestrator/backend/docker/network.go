@@ -52,7 +52,12 @@ import (
 // sandbox adds no rule: the table is written once, at start, atomically
 // replacing any previous version, and left in place when sandboxd exits
 // (its sandboxes outlive it, and so must their isolation). It is never
-// removed by sandboxd: without sandboxes it matches nothing.
+// removed by a running sandboxd: without sandboxes it matches nothing;
+// `sandboxd egress cleanup` removes a stopped instance's table, bridge
+// and host ends (egress_host_linux.go). At start the instance's lock is
+// taken (one sandboxd per instance) and the subnet checked against the
+// host's addresses and routes (checkOverlap): one that overlaps them is
+// refused, naming the interface.
 //
 // Where the seam is, and why. The gateway is another package's
 // (orchestrator/egress); this file starts it, serves it the listeners and
