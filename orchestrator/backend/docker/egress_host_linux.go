@@ -150,7 +150,7 @@ func lockInstance(n netNames) (*os.File, error) {
 	if err := os.MkdirAll(egressLockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("egress instance lock: %w", err)
 	}
-	path := filepath.Join(egressLockDir, "egress-"+n.table+".lock")
+	path := lockPath(n)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("egress instance lock: %w", err)
@@ -168,6 +168,9 @@ func lockInstance(n netNames) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// lockPath is instance n's lock file.
+func lockPath(n netNames) string { return filepath.Join(egressLockDir, "egress-"+n.table+".lock") }
 
 // lock: see netKernel.
 func (linuxKernel) lock(n netNames) (io.Closer, error) { return lockInstance(n) }
