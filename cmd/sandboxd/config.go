@@ -168,7 +168,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&c.webhooks.timeout, "webhook-timeout", webhooks.DefaultTimeout, "bound on one webhook delivery attempt (connect, send, answer); a slower endpoint is retried with backoff")
 	fs.DurationVar(&c.webhooks.maxAge, "webhook-max-age", webhooks.DefaultMaxAge, "how long an undelivered webhook event is retried before it is dropped (counted in sandboxd_webhook_events_dropped_total and logged)")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: sandboxd [flags]\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", envPrefix)
+		fmt.Fprintf(out, "Usage: sandboxd [flags]\n       %s\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", egressUsage, envPrefix)
 		fs.PrintDefaults()
 	}
 
@@ -179,7 +179,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return config{}, usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return config{}, usageError{fmt.Errorf("unexpected argument %q; sandboxd takes flags only", fs.Arg(0))}
+		return config{}, usageError{fmt.Errorf("unexpected argument %q; sandboxd takes flags only (or: %s)", fs.Arg(0), egressUsage)}
 	}
 	if err := applyEnv(fs, getenv); err != nil {
 		return config{}, usageError{err}

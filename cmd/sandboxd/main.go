@@ -8,6 +8,9 @@
 // it reports NOT_SERVING, lets calls finish for --shutdown-timeout, and exits
 // leaving the containers running for the next start. Flags can also be set
 // through SANDBOXD_* environment variables; see sandboxd --help.
+//
+// `sandboxd egress cleanup [--instance NAME]` removes what a stopped
+// sandboxd's egress networking left on the host (egress_cleanup.go).
 package main
 
 import (
@@ -37,7 +40,12 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := run(ctx, stop, os.Args[1:], os.Getenv, os.Stderr)
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "egress" {
+		err = egressCommand(os.Args[2:], os.Stdout, os.Stderr, docker.CleanupEgress)
+	} else {
+		err = run(ctx, stop, os.Args[1:], os.Getenv, os.Stderr)
+	}
 	stop()
 	switch {
 	case err == nil:

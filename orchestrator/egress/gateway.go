@@ -33,7 +33,9 @@ type Config struct {
 	// nil: the host's roots (Go honours SSL_CERT_FILE and SSL_CERT_DIR).
 	RootCAs *x509.CertPool
 	// HostAddrs lists the host's own addresses, which no sandbox reaches;
-	// default: read from the host's interfaces, refreshed now and then.
+	// default: the host's interfaces' addresses, followed as they change
+	// (hostAddrs), a destination refused from the moment the kernel
+	// reports it the host's.
 	HostAddrs func() []netip.Addr
 	// Dial dials upstream; default a net.Dialer with a 10 s timeout. Tests
 	// substitute one.
@@ -102,7 +104,6 @@ const (
 	maxDNSQueriesPerTCP    = 32
 	dnsTCPTimeout          = 10 * time.Second
 	maxDNSMessage          = 4096 // a query is tens of bytes
-	hostAddrsRefresh       = 30 * time.Second
 	deniedReplyWriteBudget = time.Second
 )
 
@@ -139,15 +140,14 @@ type Gateway struct {
 
 	ix   *interceptor
 	done chan struct{}
+	// host follows the host's addresses when Config.HostAddrs is unset.
+	host *hostAddrs
 }
 
 // New returns a gateway; it serves once ServeTCP and ServeDNS are called.
 func New(cfg Config) *Gateway {
 	if cfg.Resolver == nil {
 		cfg.Resolver = absResolver{&net.Resolver{PreferGo: true}}
-	}
-	if cfg.HostAddrs == nil {
-		cfg.HostAddrs = (&hostAddrs{}).get
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second}
@@ -175,6 +175,9 @@ func New(cfg Config) *Gateway {
 		bySrc:     map[netip.Addr]*sandbox{},
 		listeners: map[io.Closer]struct{}{},
 		done:      make(chan struct{}),
+	}
+	if cfg.HostAddrs == nil {
+		g.host = newHostAddrs(g.log)
 	}
 	g.ix = newInterceptor(g)
 	return g
@@ -531,6 +534,9 @@ func (g *Gateway) Close() error {
 		sb.closeAll()
 	}
 	g.ix.close()
+	if g.host != nil {
+		g.host.close()
+	}
 	return nil
 }
 
@@ -581,50 +587,6 @@ func (g *Gateway) acquire(sb *sandbox) bool {
 func (g *Gateway) release(sb *sandbox) {
 	sb.open.Add(-1)
 	g.open.Add(-1)
-}
-
-// hostAddrs is the default Config.HostAddrs: the addresses of the host's
-// interfaces, read again when older than hostAddrsRefresh. Every
-// connection's checks read it, so reads take no lock; one caller at a
-// time refreshes it while the others use the list they have.
-type hostAddrs struct {
-	cur        atomic.Pointer[hostAddrList]
-	refreshing sync.Mutex
-}
-
-type hostAddrList struct {
-	at    time.Time
-	addrs []netip.Addr
-}
-
-func (h *hostAddrs) get() []netip.Addr {
-	cur := h.cur.Load()
-	if cur != nil && time.Since(cur.at) < hostAddrsRefresh {
-		return cur.addrs
-	}
-	if cur != nil && !h.refreshing.TryLock() {
-		return cur.addrs
-	}
-	if cur == nil {
-		h.refreshing.Lock()
-		if cur = h.cur.Load(); cur != nil { // another caller read it first
-			h.refreshing.Unlock()
-			return cur.addrs
-		}
-	}
-	defer h.refreshing.Unlock()
-	ifas, err := net.InterfaceAddrs()
-	if err != nil && cur != nil {
-		return cur.addrs // keep the last good list
-	}
-	addrs := make([]netip.Addr, 0, len(ifas))
-	for _, a := range ifas {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			addrs = append(addrs, p.Addr().Unmap())
-		}
-	}
-	h.cur.Store(&hostAddrList{at: time.Now(), addrs: addrs})
-	return addrs
 }
 
 // absResolver makes every name absolute before asking the host, so that

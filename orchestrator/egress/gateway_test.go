@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -724,13 +725,17 @@ func TestUpdateClosesInterceptedConnection(t *testing.T) {
 }
 
 func TestDefaultHostAddrs(t *testing.T) {
-	h := &hostAddrs{}
-	addrs := h.get()
-	if !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
-		t.Fatalf("host addresses %v lack 127.0.0.1", addrs)
+	h := newHostAddrs(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer h.close()
+	addrs, err := h.get()
+	if err != nil || !slices.Contains(addrs, netip.MustParseAddr("127.0.0.1")) {
+		t.Fatalf("host addresses %v (%v) lack 127.0.0.1", addrs, err)
 	}
-	if again := h.get(); &again[0] != &addrs[0] {
-		t.Fatal("not cached")
+	// Once the subscription has listed them, the list is kept.
+	waitFor(t, 5*time.Second, "the kept list", func() bool { return h.cur.Load() != nil })
+	addrs, _ = h.get()
+	if again, _ := h.get(); &again[0] != &addrs[0] {
+		t.Fatal("not kept")
 	}
 	// The default gateway refuses the host's loopback address even where
 	// the operator allows the loopback range.

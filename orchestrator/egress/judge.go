@@ -62,8 +62,8 @@ func (g *Gateway) bound(a netip.Addr) string {
 	if !a.IsValid() || a.IsUnspecified() {
 		return "unspecified address " + a.String()
 	}
-	if slices.ContainsFunc(g.cfg.HostAddrs(), func(h netip.Addr) bool { return h.Unmap() == a }) {
-		return "the host's own address " + a.String()
+	if r := g.hostBound(a); r != "" {
+		return r
 	}
 	if sn := g.cfg.Bounds.SandboxNet; sn.IsValid() && sn.Contains(a) {
 		return "a sandbox network address " + a.String()
@@ -73,6 +73,25 @@ func (g *Gateway) bound(a netip.Addr) string {
 	}
 	if r := core.SpecialRange(a); r != "" && !slices.ContainsFunc(g.cfg.Bounds.AllowPrivate, func(p netip.Prefix) bool { return p.Contains(a) }) {
 		return r + " address " + a.String()
+	}
+	return ""
+}
+
+// hostBound refuses the host's own addresses, as they are now: the
+// operator's HostAddrs, or the host's interfaces' (hostAddrs). Addresses
+// that cannot be read refuse everything until they can.
+func (g *Gateway) hostBound(a netip.Addr) string {
+	var addrs []netip.Addr
+	if g.host == nil {
+		addrs = g.cfg.HostAddrs()
+	} else {
+		var err error
+		if addrs, err = g.host.get(); err != nil {
+			return "the host's own addresses could not be read (" + err.Error() + "), so none is dialled"
+		}
+	}
+	if slices.ContainsFunc(addrs, func(h netip.Addr) bool { return h.Unmap() == a }) {
+		return "the host's own address " + a.String()
 	}
 	return ""
 }

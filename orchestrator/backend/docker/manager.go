@@ -83,8 +83,9 @@ type Config struct {
 	// EgressSubnet is the IPv4 block networked sandboxes are addressed
 	// from (sandboxd --egress-subnet): the egress gateway takes its first
 	// address and each sandbox a /31 pair of it (network.go). It must not
-	// overlap the host's own networks; no sandbox reaches it through the
-	// gateway. Default DefaultEgressSubnet.
+	// overlap the host's own networks (the networking's start refuses one
+	// that overlaps an address or a route of the host, checkOverlap); no
+	// sandbox reaches it through the gateway. Default DefaultEgressSubnet.
 	EgressSubnet netip.Prefix
 
 	// EgressInstance, when set, names this sandboxd's host-side network

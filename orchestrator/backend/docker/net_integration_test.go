@@ -147,6 +147,7 @@ func netTestConfig(t *testing.T, gws *[]*observingGateway) func(*Config) {
 		if l, err := netlink.LinkByName(names.bridge); err == nil {
 			netlink.LinkDel(l)
 		}
+		os.Remove(lockPath(names)) // the Managers are closed
 	})
 	var mu sync.Mutex
 	return func(c *Config) {

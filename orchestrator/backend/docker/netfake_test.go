@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -16,6 +17,8 @@ type fakeKernel struct {
 }
 
 func newFakeKernel() *fakeKernel { return &fakeKernel{links: map[string]netip.Addr{}} }
+
+func (k *fakeKernel) lock(netNames) (io.Closer, error) { return io.NopCloser(nil), nil }
 
 func (k *fakeKernel) setupHost(netNames, netip.Prefix, netip.Addr) error {
 	k.mu.Lock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -51,7 +52,12 @@ import (
 // sandbox adds no rule: the table is written once, at start, atomically
 // replacing any previous version, and left in place when sandboxd exits
 // (its sandboxes outlive it, and so must their isolation). It is never
-// removed by sandboxd: without sandboxes it matches nothing.
+// removed by a running sandboxd: without sandboxes it matches nothing;
+// `sandboxd egress cleanup` removes a stopped instance's table, bridge
+// and host ends (egress_host_linux.go). At start the instance's lock is
+// taken (one sandboxd per instance) and the subnet checked against the
+// host's addresses and routes (checkOverlap): one that overlaps them is
+// refused, naming the interface.
 //
 // Where the seam is, and why. The gateway is another package's
 // (orchestrator/egress); this file starts it, serves it the listeners and
@@ -164,6 +170,9 @@ func hostAddr(s netip.Addr) netip.Addr { return s.Prev() }
 // netKernel is the kernel's side of the plumbing (network_linux.go),
 // behind an interface so that tests with a fake engine substitute it.
 type netKernel interface {
+	// lock takes the instance's lock (lockInstance) until the closer is
+	// closed: one sandboxd per instance, and none being cleaned up.
+	lock(n netNames) (io.Closer, error)
 	// setupHost creates, idempotently, the bridge holding gw and the
 	// nftables table, which it replaces atomically.
 	setupHost(n netNames, subnet netip.Prefix, gw netip.Addr) error
@@ -395,6 +404,8 @@ type netState struct {
 	dns     net.PacketConn
 	dnsTCP  net.Listener
 	serving sync.WaitGroup
+	// instLock is the instance's lock, held from start to close.
+	instLock io.Closer
 }
 
 // start sets up the host side and starts the gateway, once; a failure is
@@ -402,15 +413,23 @@ type netState struct {
 func (n *netState) start() error {
 	n.startOnce.Do(func() {
 		gw := n.pool.gateway()
+		lock, err := n.kernel.lock(n.names)
+		if err != nil {
+			n.startErr = err
+			return
+		}
 		if err := n.kernel.setupHost(n.names, n.pool.subnet, gw); err != nil {
+			lock.Close()
 			n.startErr = fmt.Errorf("set up the sandboxes' network on the host (bridge %s, nftables table inet %s): %w", n.names.bridge, n.names.table, err)
 			return
 		}
 		tcp, dns, dnsTCP, err := n.kernel.listen(gw)
 		if err != nil {
+			lock.Close()
 			n.startErr = fmt.Errorf("listen on the egress gateway's address %s: %w", gw, err)
 			return
 		}
+		n.instLock = lock
 		n.tcp, n.dns, n.dnsTCP = tcp, dns, dnsTCP
 		n.gw = n.newGateway(n.egressCfg)
 		n.serving.Add(3)
@@ -438,7 +457,8 @@ func (n *netState) start() error {
 	return n.startErr
 }
 
-// close stops the gateway; the table and the bridge stay (see above).
+// close stops the gateway and releases the instance's lock; the table and
+// the bridge stay (see above) until sandboxd egress cleanup.
 func (n *netState) close() error {
 	if n.gw == nil {
 		return nil
@@ -448,6 +468,7 @@ func (n *netState) close() error {
 	n.dnsTCP.Close()
 	err := n.gw.Close()
 	n.serving.Wait()
+	n.instLock.Close()
 	return err
 }
 

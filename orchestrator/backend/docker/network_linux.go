@@ -27,10 +27,14 @@ type linuxKernel struct{}
 
 var _ netKernel = linuxKernel{}
 
-// setupHost creates the bridge holding G (a bridge without ports: the
-// dummy driver is not in every kernel, the bridge is in every kernel
+// setupHost checks that the subnet is the instance's alone
+// (checkOverlap), creates the bridge holding G (a bridge without ports:
+// the dummy driver is not in every kernel, the bridge is in every kernel
 // Docker runs on) and writes the table.
 func (linuxKernel) setupHost(n netNames, subnet netip.Prefix, gw netip.Addr) error {
+	if err := checkOverlap(n, subnet); err != nil {
+		return err
+	}
 	br, err := netlink.LinkByName(n.bridge)
 	if _, missing := err.(netlink.LinkNotFoundError); missing {
 		la := netlink.NewLinkAttrs()
