@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/durable"
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
 
@@ -557,9 +558,13 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 			m.log.Warn("remove a fork's snapshot; the leader's sweep removes it", "snapshot_id", rec.ID, "error", err)
 		}
 	}()
-	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle}
-	if req.Options != nil {
-		opts = *req.Options
+	// The source's options as they stand after the snapshot, all of them
+	// (network policy with its header rules, env), or the caller's with
+	// the source's env and network unless they have their own: the
+	// Docker backend's rules.
+	opts, err := m.forkOptions(ctx, sandboxID, req.Options)
+	if err != nil {
+		return nil, err
 	}
 	opts.FromSnapshot = rec.ID
 	// The forks are the source's tenant's, whoever asked (an admin may).
@@ -663,4 +668,82 @@ func randomSuffix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// forkOptions are the options of the forks of sandbox id: given (the
+// caller's, resolved by core.Validating), the source's env and network
+// fill in for those they lack, as for a start from a snapshot on the
+// Docker backend; nil, the source's, resolved again by the server's
+// policy (which may no longer allow what the source has).
+func (m *Manager) forkOptions(ctx context.Context, id string, given *core.Options) (core.Options, error) {
+	p, _, err := m.lookup(ctx, id)
+	if err != nil {
+		return core.Options{}, err
+	}
+	if p == nil {
+		return core.Options{}, core.Preconditionf("sandbox %s was hibernated while it was being forked; fork it again", id)
+	}
+	src, err := m.optionsOf(p)
+	if err != nil {
+		return core.Options{}, err
+	}
+	if given != nil {
+		opts := *given
+		if opts.Env == nil {
+			opts.Env = src.Env
+		}
+		if !opts.Network && opts.NetworkPolicy == nil {
+			opts.Network, opts.NetworkPolicy = src.Network, src.NetworkPolicy
+		}
+		return opts, nil
+	}
+	opts, err := m.cfg.Policy.ResolveOptions(src)
+	if err != nil {
+		return core.Options{}, core.Preconditionf("the forks would have the options of sandbox %s, which this server no longer allows: %v", id, err)
+	}
+	return opts, nil
+}
+
+// optionsOf returns the options the sandbox of Pod p was made with, as
+// they stand (its policy and idle timeout as last set), in full: its
+// rules' header values are opened from their seal, so they are never
+// shown to a caller. Every field of core.Options is set but FromSnapshot
+// (the sandbox's state) and Template (this backend has none):
+// TestKubeForkOptionsCarryEveryField fails on a field added to
+// core.Options and not carried here.
+func (m *Manager) optionsOf(p *corev1.Pod) (core.Options, error) {
+	a := p.Annotations
+	var o core.Options
+	_ = json.Unmarshal([]byte(a[annLimits]), &o.Limits)
+	if s := a[annMetadata]; s != "" {
+		_ = json.Unmarshal([]byte(s), &o.Metadata)
+	}
+	if d, err := time.ParseDuration(a[annIdleTimeout]); err == nil && d > 0 {
+		o.IdleTimeout = d
+	}
+	if v := a[annOnIdle]; v == core.OnIdleHibernate || v == core.OnIdleDelete {
+		o.OnIdle = v
+	}
+	o.Volumes = decodeMounts(a[annVolumes])
+	env := envOf(p)
+	if r := parseNetRecord(a[annNetwork]); r != nil {
+		np := r.Policy.Clone()
+		rules, err := iosidecar.OpenRules(m.cfg.IOToken, p.Labels[labelSandboxID], r.Sealed)
+		if err != nil {
+			return core.Options{}, core.Preconditionf("the header rules of sandbox %s cannot be read to give them to its forks: %v", p.Labels[labelSandboxID], err)
+		}
+		np.Rules = rules
+		o.Network, o.NetworkPolicy = true, &np
+		// The CA's environment is the network's (podNetwork), not the
+		// caller's: a networked fork gets it again.
+		for k, v := range caEnv() {
+			if env[k] == v {
+				delete(env, k)
+			}
+		}
+	}
+	if len(env) > 0 {
+		o.Env = env
+	}
+	return o, nil
 }
