@@ -3,8 +3,11 @@ package kube
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,5 +130,31 @@ func TestKubeForkCarriesOptions(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got.Metadata, own.Metadata) || got.Limits != own.Limits || !reflect.DeepEqual(got.Env, opts.Env) || !reflect.DeepEqual(got.NetworkPolicy, opts.NetworkPolicy) {
 		t.Errorf("a fork with options of its own: %+v", got)
+	}
+
+	// A named snapshot records them, the header values sealed: a sandbox
+	// started from it without env or network of its own gets the
+	// snapshot's; one with its own env keeps it.
+	snap, err := e.m.CreateSnapshot(ctx, src, "with-options")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(e.m.cfg.SnapshotDir, snap.ID, snapRecordFile))
+	if err != nil || !strings.Contains(string(b), "FORK_ENV") || strings.Contains(string(b), "s3cret") {
+		t.Errorf("the snapshot's record (%v): %s; want the env, and the header value sealed", err, b)
+	}
+	r, err = e.m.Acquire(ctx, "from-snap", core.Options{Limits: e.m.cfg.DefaultLimits, FromSnapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = e.m.optionsOf(e.pod(t, r.Sandbox.ID)); err != nil || !reflect.DeepEqual(got.Env, opts.Env) || !reflect.DeepEqual(got.NetworkPolicy, opts.NetworkPolicy) {
+		t.Errorf("a start from the snapshot: %+v, %v", got, err)
+	}
+	r, err = e.m.Acquire(ctx, "own-env", core.Options{Limits: e.m.cfg.DefaultLimits, FromSnapshot: snap.ID, Env: map[string]string{"MINE": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = e.m.optionsOf(e.pod(t, r.Sandbox.ID)); err != nil || !reflect.DeepEqual(got.Env, map[string]string{"MINE": "1"}) || !got.Network {
+		t.Errorf("a start from the snapshot with env of its own: %+v, %v", got, err)
 	}
 }
