@@ -591,7 +591,9 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 	// The source's options, all of them, as the snapshot recorded them
 	// (network policy, header rules and env included), checked again
 	// against the server's policy, which may have changed since the
-	// source was made; or those the caller gave.
+	// source was made; or those the caller gave, to which the start from
+	// the snapshot adds the source's env and network where they have
+	// none (snapFile.startOptions).
 	var opts core.Options
 	if req.Options != nil {
 		opts = *req.Options
