@@ -43,8 +43,11 @@ type ForkRequest struct {
 	Count int
 	// UserIDs are the forks' users (Count of them) or empty: generated.
 	UserIDs []string
-	// Options are the forks' options; nil: the source's limits, metadata
-	// and timeouts.
+	// Options are the forks' options, with the source's env and network
+	// (policy and header rules) where they set none, as for a start from
+	// a snapshot; nil: the source's, every one of them (network policy
+	// with its header rules, env, limits, metadata, timeouts, volumes,
+	// image), checked again by the server's policy.
 	Options *Options
 }
 

@@ -42,7 +42,7 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 	if err := m.checkOpen(); err != nil {
 		return core.AcquireResult{}, err
 	}
-	spec := m.newSpec(userKey{caller.Tenant, userID}, opts)
+	var from *snapFile
 	if opts.FromSnapshot != "" {
 		if m.cfg.NoDiskVolumes {
 			// Its /workspace is a volume image; a plain directory cannot
@@ -54,7 +54,18 @@ func (m *Manager) Acquire(ctx context.Context, userID string, opts core.Options)
 		if err != nil {
 			return core.AcquireResult{}, err
 		}
-		spec.from = &f
+		from = &f
+		// The snapshot's env and network unless the caller gave its own,
+		// checked by the server's policy as the caller's were (it may no
+		// longer allow the snapshot's network).
+		if opts, err = m.cfg.Policy.ResolveOptions(f.startOptions(opts)); err != nil {
+			return core.AcquireResult{}, core.Preconditionf("snapshot %s was taken of a sandbox whose options this server no longer allows: %v", f.ID, err)
+		}
+	}
+	spec := m.newSpec(userKey{caller.Tenant, userID}, opts)
+	if from != nil {
+		f := *from
+		spec.from = from
 		if opts.Template == "" && f.Template != "" {
 			// The snapshot's sandbox's image, whatever its template has
 			// become since.

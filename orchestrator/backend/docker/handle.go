@@ -3,7 +3,9 @@ package docker
 import (
 	"errors"
 	"io/fs"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -191,7 +193,38 @@ func (sb *sandbox) metaLocked() meta {
 		Net:           sb.netForMeta(),
 		Carrier:       sb.carrierForMeta(),
 		Volumes:       mountsToMeta(sb.volumes),
+		// The template version its image is: kept across a restart, for
+		// its snapshots and forks, and for the templates' clean-up.
+		Template:        sb.template,
+		TemplateVersion: sb.templateVersion,
 	}
+}
+
+// options returns the options sb was made with, as they stand now (its
+// network policy and idle TTL as last set), in full: the policy's header
+// values are secrets, so they are never shown to a caller. A snapshot
+// records them, and its forks are made with them (snapshots.go). Every
+// field of core.Options is set but FromSnapshot, which is sb's state
+// rather than an option of it: TestSandboxOptionsCarryEveryField fails
+// on a field added to core.Options and not carried here.
+func (sb *sandbox) options() core.Options {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	o := core.Options{
+		Limits:      sb.limits,
+		Env:         maps.Clone(sb.env),
+		Network:     sb.network,
+		Metadata:    maps.Clone(sb.metadata),
+		IdleTimeout: sb.idleTTL,
+		OnIdle:      sb.onIdle,
+		Volumes:     slices.Clone(sb.volumes),
+		Template:    sb.template,
+	}
+	if sb.network && sb.netPolicy != nil {
+		p := sb.netPolicy.Clone()
+		o.NetworkPolicy = &p
+	}
+	return o
 }
 
 // carrierForMeta copies sb.carrier for meta.json. Call with mu held.

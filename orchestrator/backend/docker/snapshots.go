@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,6 +75,73 @@ type snapFile struct {
 	Image           string `json:"image,omitempty"`
 	Template        string `json:"template,omitempty"`
 	TemplateVersion int    `json:"template_version,omitempty"`
+	// Options are the sandbox's options when the snapshot was taken, in
+	// full (its policy's header values are secrets: snapshot.json is
+	// root's, mode 0600, and they never reach a caller). Its forks are
+	// made with them; a sandbox started from it takes its env and network
+	// unless it asks for its own. nil in a snapshot written before they
+	// were recorded.
+	Options *optionsMeta `json:"options,omitempty"`
+}
+
+// optionsMeta is core.Options as snapshot.json keeps them: the file's
+// format is this backend's own, not the domain type's field names.
+// Options.FromSnapshot is not an option of the sandbox but its state;
+// Volumes and Template are snapFile's own (Volumes, Template).
+type optionsMeta struct {
+	Limits        core.Limits       `json:"limits"`
+	Env           map[string]string `json:"env,omitempty"`
+	Network       bool              `json:"network,omitempty"`
+	NetworkPolicy *netPolicyMeta    `json:"network_policy,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	IdleTimeout   time.Duration     `json:"idle_timeout_ns,omitempty"`
+	OnIdle        string            `json:"on_idle,omitempty"`
+}
+
+// snapFileOf is the record of a snapshot of sb (its identity, level and
+// size are the taker's to fill in): the options sb runs with, its
+// volumes and its template version.
+func snapFileOf(sb *sandbox) snapFile {
+	o := sb.options()
+	f := snapFile{Volumes: mountsToMeta(o.Volumes), Options: &optionsMeta{
+		Limits: o.Limits, Env: o.Env, Network: o.Network, NetworkPolicy: policyToMeta(o.NetworkPolicy),
+		Metadata: o.Metadata, IdleTimeout: o.IdleTimeout, OnIdle: o.OnIdle}}
+	if o.Template != "" {
+		f.Image, f.Template, f.TemplateVersion = sb.image, sb.template, sb.templateVersion
+	}
+	return f
+}
+
+// options are the options the snapshot's sandbox ran with (those it
+// recorded: a snapshot written before options were recorded has its
+// volumes and template only). Template is empty: the snapshot's image
+// (f.Image) is the one its sandboxes run, whatever version is now the
+// template's latest, and Acquire takes it when Options.Template is
+// empty. TestSandboxOptionsCarryEveryField checks that nothing else is
+// left out.
+func (f *snapFile) options() core.Options {
+	o := core.Options{Volumes: mountsFromMeta(f.Volumes)}
+	if m := f.Options; m != nil {
+		o.Limits, o.Env, o.Network, o.NetworkPolicy = m.Limits, maps.Clone(m.Env), m.Network, m.NetworkPolicy.policy()
+		o.Metadata, o.IdleTimeout, o.OnIdle = maps.Clone(m.Metadata), m.IdleTimeout, m.OnIdle
+	}
+	return o
+}
+
+// startOptions are the options of a new sandbox started from the
+// snapshot with the caller's opts: the snapshot's env and network (its
+// policy, header rules included) unless opts ask for their own, as for
+// its volumes and template (Acquire): the state it holds was made with
+// them. The rest (limits, metadata, timeouts) is the new sandbox's own.
+func (f *snapFile) startOptions(opts core.Options) core.Options {
+	rec := f.options()
+	if opts.Env == nil {
+		opts.Env = rec.Env
+	}
+	if !opts.Network && opts.NetworkPolicy == nil {
+		opts.Network, opts.NetworkPolicy = rec.Network, rec.NetworkPolicy
+	}
+	return opts
 }
 
 // snapshots is the Manager's index of named snapshots.
@@ -236,11 +304,10 @@ func (m *Manager) takeNamed(ctx context.Context, sandboxID, name string, hidden 
 	start := time.Now()
 	suffix := randomSuffix()
 	taken := m.takeSnapshot(ctx, sb, &snapMeta{File: "named-" + suffix, Record: "sbx-named-snapshot-" + suffix})
-	f := snapFile{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: sb.tenant, SandboxID: sb.id,
-		Level: taken.Level, Reason: taken.Reason, CreatedAt: time.Now().UTC()}, Hidden: hidden, Volumes: mountsToMeta(sb.volumes)}
-	if sb.template != "" {
-		f.Image, f.Template, f.TemplateVersion = sb.image, sb.template, sb.templateVersion
-	}
+	f := snapFileOf(sb)
+	f.Snapshot = core.Snapshot{ID: id, Name: name, Tenant: sb.tenant, SandboxID: sb.id,
+		Level: taken.Level, Reason: taken.Reason, CreatedAt: time.Now().UTC()}
+	f.Hidden = hidden
 	if taken.Level == ioproto.LevelGlobals {
 		n, err := moveSnapshotOut(sb.dir, taken.File, filepath.Join(tmp, snapGlobalsFile), m.cfg.IODiskBytes)
 		if err != nil {
@@ -521,9 +588,17 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 			m.log.Warn("remove a fork's snapshot; the next start removes it", "snapshot_id", f.ID, "error", err)
 		}
 	}()
-	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle, Volumes: src.Volumes}
+	// The source's options, all of them, as the snapshot recorded them
+	// (network policy, header rules and env included), checked again
+	// against the server's policy, which may have changed since the
+	// source was made; or those the caller gave, to which the start from
+	// the snapshot adds the source's env and network where they have
+	// none (snapFile.startOptions).
+	var opts core.Options
 	if req.Options != nil {
 		opts = *req.Options
+	} else if opts, err = forkOptions(m.cfg.Policy, f); err != nil {
+		return nil, err
 	}
 	opts.FromSnapshot = f.ID
 	// The forks are the source's tenant's, whoever asked (an admin may).
@@ -543,4 +618,17 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 		}
 		return core.ForkResult{Sandbox: res.Sandbox, Woke: res.Woke}
 	}), nil
+}
+
+// forkOptions are the options of the forks of the sandbox f is a
+// snapshot of, when the caller gives none: the source's, resolved again
+// by p (the server may no longer allow what the source has, e.g. network
+// after a restart without --allow-network: FAILED_PRECONDITION, saying
+// why).
+func forkOptions(p core.Policy, f snapFile) (core.Options, error) {
+	opts, err := p.ResolveOptions(f.options())
+	if err != nil {
+		return core.Options{}, core.Preconditionf("the forks would have the options of sandbox %s, which this server no longer allows: %v", f.SandboxID, err)
+	}
+	return opts, nil
 }

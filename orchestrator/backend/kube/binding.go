@@ -50,21 +50,24 @@ func (m *Manager) acquire(ctx context.Context, userID string, opts core.Options,
 	if err := m.refuseOptions(opts); err != nil {
 		return core.AcquireResult{}, err
 	}
-	network, err := m.networkOf(opts)
-	if err != nil {
-		return core.AcquireResult{}, err
-	}
 	var image, waking string
 	var vols []podVolume
 	if opts.FromSnapshot != "" {
-		var err error
-		var snapVols []core.VolumeMount
-		if image, waking, snapVols, err = m.fromSnapshot(ctx, opts.FromSnapshot, fork); err != nil {
+		from, err := m.fromSnapshot(ctx, opts.FromSnapshot, fork)
+		if err != nil {
 			return core.AcquireResult{}, err
 		}
+		image, waking = from.image, from.waking
 		if len(opts.Volumes) == 0 {
-			vols = m.keptMounts(snapVols) // the snapshot's sandbox's, those still there
+			vols = m.keptMounts(from.volumes) // the snapshot's sandbox's, those still there
 		}
+		if opts, err = m.startOptions(from, opts); err != nil {
+			return core.AcquireResult{}, err
+		}
+	}
+	network, err := m.networkOf(opts)
+	if err != nil {
+		return core.AcquireResult{}, err
 	}
 	if len(opts.Volumes) > 0 {
 		var err error

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/durable"
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
 
@@ -101,6 +102,13 @@ type snapRecord struct {
 	// started from the snapshot without volumes of its own mounts those
 	// that still exist (the volumes' files are not in the snapshot).
 	Volumes []core.VolumeMount `json:"volumes,omitempty"`
+	// Env and Network are the sandbox's env (without the CA's environment
+	// its network adds) and network record (its rules' header values
+	// sealed for the sandbox, SandboxID, never in the clear here): a
+	// sandbox started from the snapshot without its own takes them.
+	// Absent from a snapshot written before they were recorded.
+	Env     map[string]string `json:"env,omitempty"`
+	Network *netRecord        `json:"network,omitempty"`
 }
 
 // snapStore is the snapshot directory.
@@ -421,7 +429,8 @@ func (m *Manager) takeSnapshot(ctx context.Context, sandboxID, name string, hidd
 		Live: true, TimeoutMS: snapshotTimeout.Milliseconds()}
 	res, herr := m.runHib(ctx, p, srec, snapshotTimeout+10*time.Second)
 	rec := snapRecord{Snapshot: core.Snapshot{ID: id, Name: name, Tenant: tenant, SandboxID: sandboxID, Level: ioproto.LevelFiles},
-		Hidden: hidden, Image: imageOf(p), Volumes: decodeMounts(p.Annotations[annVolumes])}
+		Hidden: hidden, Image: imageOf(p), Volumes: decodeMounts(p.Annotations[annVolumes]),
+		Env: callerEnvOf(p), Network: parseNetRecord(p.Annotations[annNetwork])}
 	globals := ""
 	switch {
 	case herr != nil:
@@ -557,9 +566,13 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 			m.log.Warn("remove a fork's snapshot; the leader's sweep removes it", "snapshot_id", rec.ID, "error", err)
 		}
 	}()
-	opts := core.Options{Limits: src.Limits, Metadata: src.Metadata, IdleTimeout: src.IdleTimeout, OnIdle: src.OnIdle}
-	if req.Options != nil {
-		opts = *req.Options
+	// The source's options as they stand after the snapshot, all of them
+	// (network policy with its header rules, env), or the caller's with
+	// the source's env and network unless they have their own: the
+	// Docker backend's rules.
+	opts, err := m.forkOptions(ctx, sandboxID, req.Options)
+	if err != nil {
+		return nil, err
 	}
 	opts.FromSnapshot = rec.ID
 	// The forks are the source's tenant's, whoever asked (an admin may).
@@ -576,23 +589,86 @@ func (m *Manager) Fork(ctx context.Context, sandboxID string, req core.ForkReque
 	}), nil
 }
 
-// fromSnapshot resolves Options.FromSnapshot for a new sandbox: the
-// image it runs and the wake record its Pod carries (annWaking).
-func (m *Manager) fromSnapshot(ctx context.Context, ref string, hidden bool) (image, waking string, vols []core.VolumeMount, err error) {
+// startFrom is what a new sandbox takes from the snapshot it starts from.
+type startFrom struct {
+	// image it runs, and the wake record its Pod carries (annWaking).
+	image, waking string
+	// rec is the snapshot's record.
+	rec snapRecord
+	// volumes are the snapshot's sandbox's.
+	volumes []core.VolumeMount
+}
+
+// fromSnapshot resolves Options.FromSnapshot for a new sandbox.
+func (m *Manager) fromSnapshot(ctx context.Context, ref string, hidden bool) (startFrom, error) {
 	store, err := m.snapshotsOn()
 	if err != nil {
-		return "", "", nil, err
+		return startFrom{}, err
 	}
 	rec, err := store.resolve(core.CallerOf(ctx), ref, hidden, m.warnSnapshot)
 	if err != nil {
-		return "", "", nil, err
+		return startFrom{}, err
 	}
 	hr := hibRecord{Level: rec.Level, Reason: rec.Reason, TakenAt: rec.CreatedAt, FromSnapshot: rec.ID}
 	if rec.Globals {
 		hr.File = "from-" + randomSuffix()
 	}
 	b, _ := json.Marshal(hr)
-	return rec.Image, string(b), rec.Volumes, nil
+	return startFrom{image: rec.Image, waking: string(b), rec: rec, volumes: rec.Volumes}, nil
+}
+
+// startOptions are the options of a new sandbox started from snapshot
+// from with the caller's opts: the snapshot's env and network (its
+// policy, header rules opened from their seal) unless opts have their
+// own, as on the Docker backend, checked again by the server's policy
+// (which may no longer allow the snapshot's network).
+func (m *Manager) startOptions(from startFrom, opts core.Options) (core.Options, error) {
+	rec := from.rec
+	if opts.Env == nil && len(rec.Env) > 0 {
+		opts.Env = rec.Env
+	}
+	if !opts.Network && opts.NetworkPolicy == nil && rec.Network != nil {
+		np, err := m.openPolicy(rec.SandboxID, rec.Network)
+		if err != nil {
+			return core.Options{}, err
+		}
+		opts.Network, opts.NetworkPolicy = true, np
+	}
+	opts, err := m.cfg.Policy.ResolveOptions(opts)
+	if err != nil {
+		return core.Options{}, core.Preconditionf("snapshot %s was taken of a sandbox whose options this server no longer allows: %v", rec.ID, err)
+	}
+	return opts, nil
+}
+
+// openPolicy is sandbox id's network record r as a policy in full, its
+// rules' header values opened from their seal.
+func (m *Manager) openPolicy(id string, r *netRecord) (*core.NetworkPolicy, error) {
+	np := r.Policy.Clone()
+	rules, err := iosidecar.OpenRules(m.cfg.IOToken, id, r.Sealed)
+	if err != nil {
+		return nil, core.Preconditionf("the header rules of sandbox %s cannot be read to give them to a sandbox made from it: %v", id, err)
+	}
+	np.Rules = rules
+	return &np, nil
+}
+
+// callerEnvOf is the env of Pod p's sandbox as its caller gave it: without
+// the CA's environment its network adds (podNetwork), which a networked
+// sandbox made from it gets again.
+func callerEnvOf(p *corev1.Pod) map[string]string {
+	env := envOf(p)
+	if p.Annotations[annNetwork] != "" {
+		for k, v := range caEnv() {
+			if env[k] == v {
+				delete(env, k)
+			}
+		}
+	}
+	if len(env) == 0 {
+		return nil
+	}
+	return env
 }
 
 // importSnapshot sends snapshot hr.FromSnapshot's archive to ready Pod p's
@@ -663,4 +739,61 @@ func randomSuffix() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// forkOptions are the options of the forks of sandbox id: given, the
+// caller's (resolved by core.Validating; a start from the fork's snapshot
+// fills in the source's env and network where they have none,
+// startOptions); nil, the source's, all of them, resolved again by the
+// server's policy (which may no longer allow what the source has).
+func (m *Manager) forkOptions(ctx context.Context, id string, given *core.Options) (core.Options, error) {
+	if given != nil {
+		return *given, nil
+	}
+	p, _, err := m.lookup(ctx, id)
+	if err != nil {
+		return core.Options{}, err
+	}
+	if p == nil {
+		return core.Options{}, core.Preconditionf("sandbox %s was hibernated while it was being forked; fork it again", id)
+	}
+	src, err := m.optionsOf(p)
+	if err != nil {
+		return core.Options{}, err
+	}
+	opts, err := m.cfg.Policy.ResolveOptions(src)
+	if err != nil {
+		return core.Options{}, core.Preconditionf("the forks would have the options of sandbox %s, which this server no longer allows: %v", id, err)
+	}
+	return opts, nil
+}
+
+// optionsOf returns the options the sandbox of Pod p was made with, as
+// they stand (its policy and idle timeout as last set), in full: its
+// rules' header values are opened from their seal, so they are never
+// shown to a caller. Every field of core.Options is set but FromSnapshot
+// (the sandbox's state) and Template (this backend has none):
+// TestKubeForkCarriesOptions fails on a field added to core.Options and
+// not carried here.
+func (m *Manager) optionsOf(p *corev1.Pod) (core.Options, error) {
+	a := p.Annotations
+	o := core.Options{Env: callerEnvOf(p), Volumes: decodeMounts(a[annVolumes])}
+	_ = json.Unmarshal([]byte(a[annLimits]), &o.Limits)
+	if s := a[annMetadata]; s != "" {
+		_ = json.Unmarshal([]byte(s), &o.Metadata)
+	}
+	if d, err := time.ParseDuration(a[annIdleTimeout]); err == nil && d > 0 {
+		o.IdleTimeout = d
+	}
+	if v := a[annOnIdle]; v == core.OnIdleHibernate || v == core.OnIdleDelete {
+		o.OnIdle = v
+	}
+	if r := parseNetRecord(a[annNetwork]); r != nil {
+		np, err := m.openPolicy(p.Labels[labelSandboxID], r)
+		if err != nil {
+			return core.Options{}, err
+		}
+		o.Network, o.NetworkPolicy = true, np
+	}
+	return o, nil
 }
