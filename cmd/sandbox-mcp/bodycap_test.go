@@ -27,7 +27,9 @@ func TestHTTPBodyPastTheCapIsAnswered(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			q := q
-			q.Chunked = i%2 == 1
+			// More than the sockets' buffers hold (36 MiB here), less
+			// than the drain's 64 MiB.
+			q.Size, q.Chunked = 48<<20, i%2 == 1
 			guardtest.CheckRefused(t, fmt.Sprintf("sent whole (chunked %v)", q.Chunked), guardtest.Sent(t, q, 30*time.Second), limit, false)
 		})
 	}

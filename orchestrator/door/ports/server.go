@@ -243,6 +243,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.domainError(w, r, rt, err)
 		return
 	}
+	// A body declared past the bound is refused (413) before 100 Continue,
+	// before it takes a place or wakes the sandbox; one that runs past it
+	// is cut there (proxyError answers 413).
+	if err := httpguard.LimitBody(w, r, s.cfg.MaxBodyBytes); err != nil {
+		s.proxyError(w, r, err)
+		return
+	}
 	release, ok := s.caps.take(rt.id)
 	if !ok {
 		w.Header().Set("Retry-After", "1")
@@ -265,9 +272,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !body.AdmitStream(r) {
 		return
-	}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), targetKey{}, &target{route: rt, addr: t.Addr}))
 	s.proxy.ServeHTTP(w, r)
