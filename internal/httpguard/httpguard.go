@@ -89,7 +89,7 @@ type Limits struct {
 // DefaultLimits are the defaults of Limits' fields.
 var DefaultLimits = Limits{
 	BodyTimeout:  30 * time.Second,
-	DrainTimeout: 2 * time.Second,
+	DrainTimeout: time.Second,
 	DrainBytes:   64 << 20,
 	MaxReads:     16,
 	QueueWait:    10 * time.Second,
