@@ -57,6 +57,12 @@ func TestBodyPastItsBoundIsAnswered(t *testing.T) {
 			guardtest.CheckRefused(t, fmt.Sprintf("%s, sent whole (chunked %v)", c.name, chunked), r, c.limit, false)
 		}
 	}
+	// An upload has no bound at the door (the domain's, per file, applies
+	// as it is read): its body is asked for and taken.
+	q := guardtest.Request{URL: srv.URL + "/files?path=big", Header: sandbox(EnvdPort, "application/octet-stream"), Size: 20 << 20}
+	if r := guardtest.Declared(t, q, 30*time.Second); !r.Continue || r.Status != http.StatusOK {
+		t.Errorf("a 20 MiB upload: 100 Continue %v, then %d %q; want it taken", r.Continue, r.Status, r.Body)
+	}
 }
 
 // Eight /execute bodies past the 8 MiB bound at once, declared or chunked,
