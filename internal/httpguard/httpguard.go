@@ -459,13 +459,18 @@ func (w *closeUnlessRead) started() {
 }
 
 func (w *closeUnlessRead) WriteHeader(code int) {
-	w.started()
-	if w.held && code >= 200 && w.code == 0 {
-		w.code = code
+	if code < 200 {
+		// An informational answer (a proxied 100 Continue, 103) does
+		// not start the response.
+		w.ResponseWriter.WriteHeader(code)
 		return
 	}
-	if w.held && code >= 200 {
-		return // superfluous, as net/http has it
+	w.started()
+	if w.held {
+		if w.code == 0 {
+			w.code = code
+		}
+		return // a second one is superfluous, as net/http has it
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

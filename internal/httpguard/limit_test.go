@@ -155,3 +155,48 @@ func TestDrainIsBounded(t *testing.T) {
 		t.Errorf("the server read %d bytes of a refused body; want about 1 MiB (DrainBytes) and the socket buffers", sent)
 	}
 }
+
+// An informational answer (103, a proxied 100 Continue) before the body is
+// read does not start the response: the body is still read whole, under
+// its own deadline rather than the drain's, and the connection kept.
+func TestInformationalAnswerIsNotARefusal(t *testing.T) {
+	g := httpguard.New(httpguard.Limits{DrainTimeout: 100 * time.Millisecond}, nil)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w, q := g.Start(w, r)
+		defer q.End()
+		w.WriteHeader(http.StatusEarlyHints)
+		if !q.Admit(r, "k") {
+			return
+		}
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusRequestTimeout)
+			return
+		}
+		fmt.Fprint(w, n)
+	}))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprint(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+	br := bufio.NewReader(conn)
+	hints, err := http.ReadResponse(br, nil)
+	if err != nil || hints.StatusCode != http.StatusEarlyHints {
+		t.Fatalf("want 103 first: %v %v", hints, err)
+	}
+	// Past the drain's deadline, which must not apply.
+	time.Sleep(300 * time.Millisecond)
+	fmt.Fprint(conn, "hello")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "5" || resp.Close {
+		t.Errorf("%s %q (Connection: close %v); want 200 \"5\" on a connection kept", resp.Status, body, resp.Close)
+	}
+}
