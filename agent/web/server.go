@@ -252,6 +252,15 @@ type guardKey struct{}
 // answered.
 func (s *Server) message(w http.ResponseWriter, r *http.Request) (string, bool) {
 	body, _ := r.Context().Value(guardKey{}).(*httpguard.Request)
+	tooLong := func() (string, bool) {
+		http.Error(w, fmt.Sprintf("the message is too long (the form is at most %d bytes)", maxFormBytes), http.StatusRequestEntityTooLarge)
+		return "", false
+	}
+	// A form declared longer is refused before 100 Continue and before
+	// it waits for a place (httpguard.LimitBody).
+	if httpguard.LimitBody(w, r, maxFormBytes) != nil {
+		return tooLong()
+	}
 	if !body.Admit(r, "") {
 		return "", false
 	}
@@ -259,12 +268,11 @@ func (s *Server) message(w http.ResponseWriter, r *http.Request) (string, bool) 
 		http.Error(w, "the form must be application/x-www-form-urlencoded", http.StatusUnsupportedMediaType)
 		return "", false
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFormBytes))
+	b, err := io.ReadAll(r.Body)
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
-		http.Error(w, fmt.Sprintf("the message is too long (the form is at most %d bytes)", maxFormBytes), http.StatusRequestEntityTooLarge)
-		return "", false
+		return tooLong()
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		http.Error(w, "the form did not arrive in time", http.StatusRequestTimeout)
 		return "", false

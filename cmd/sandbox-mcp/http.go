@@ -252,6 +252,13 @@ func (e *httpEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Unauthorized: a bearer token is required", http.StatusUnauthorized)
 		return
 	}
+	// A body declared past the cap is refused (413, naming it) before
+	// 100 Continue and before it waits for a place; one that runs past it
+	// is refused by the SDK (413), and the guard delivers either refusal
+	// (httpguard.LimitBody).
+	if err := httpguard.LimitBody(w, r, e.limits.maxBodyBytes); httpguard.TooLarge(w, err) {
+		return
+	}
 	// A place among the bodies being read, so that many large or slow
 	// bodies cannot hold unbounded memory (503 after readQueueWait), and a
 	// deadline for the whole body, lifted at its end: the SSE response

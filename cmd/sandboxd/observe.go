@@ -35,8 +35,9 @@ func newMetricsRegistry() *prometheus.Registry {
 const maxMetricsConns = 64
 
 // serveMetrics serves reg at /metrics on lis until the returned function is
-// called, which stops it. Nothing there reads a request body: one sent is
-// never waited for (httpguard: the answer closes the connection).
+// called, which stops it. Nothing there reads a request body: one declared
+// is refused, one sent is never waited for (httpguard: the answer closes
+// the connection).
 func serveMetrics(lis net.Listener, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
@@ -49,6 +50,12 @@ func serveMetrics(lis net.Listener, reg *prometheus.Registry, log *slog.Logger) 
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w, body := guard.Start(w, r)
 			defer body.End()
+			// Nothing here takes a body: one declared is refused (413)
+			// before 100 Continue; one chunked is not read, and the
+			// guard sends the answer before it drains the body.
+			if httpguard.TooLarge(w, httpguard.LimitBody(w, r, 0)) {
+				return
+			}
 			mux.ServeHTTP(w, r)
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

@@ -28,8 +28,15 @@
 //     body's end its deadline is lifted, so a response streamed after it
 //     (SSE, NDJSON, an RPC stream) has no time limit.
 //
-// A Guard does not cap a body's size (callers know their own bounds: use
-// http.MaxBytesReader after Admit) nor the time to read headers (set
+// A body's size is capped by LimitBody, with the caller's bound, before
+// anything reads the body: a body declared longer is refused at once,
+// without 100 Continue. The response to a body refused before its end
+// (too long, or any refusal) reaches the client: End sends it and then
+// reads and discards the rest of the body, at most DrainBytes within
+// DrainTimeout, so that the client, which may send its whole body before
+// it reads, finds the response rather than a reset connection.
+//
+// A Guard does not bound the time to read headers (set
 // http.Server.ReadHeaderTimeout). LimitListener bounds connections.
 package httpguard
 
@@ -39,6 +46,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -56,8 +64,12 @@ type Limits struct {
 	// bytes a second is never cut off; a silent one is after BodyTimeout.
 	MinBodyRate int64
 	// DrainTimeout bounds what is read of a body after a response that did
-	// not read it to its end.
+	// not read it to its end, from the handler's end.
 	DrainTimeout time.Duration
+	// DrainBytes is the most bytes of such a body read and discarded
+	// after the response (a client still sending past it may find the
+	// connection reset rather than the response).
+	DrainBytes int64
 	// MaxReads is the most bodies read at once (their places).
 	MaxReads int
 	// MaxReadsPerKey, when positive, is the most bodies read at once under
@@ -78,6 +90,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	BodyTimeout:  30 * time.Second,
 	DrainTimeout: time.Second,
+	DrainBytes:   64 << 20,
 	MaxReads:     16,
 	QueueWait:    10 * time.Second,
 }
@@ -89,6 +102,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.DrainTimeout <= 0 {
 		l.DrainTimeout = d.DrainTimeout
+	}
+	if l.DrainBytes <= 0 {
+		l.DrainBytes = d.DrainBytes
 	}
 	if l.MaxReads <= 0 {
 		l.MaxReads = d.MaxReads
@@ -135,6 +151,7 @@ type Request struct {
 	g    *Guard
 	w    *closeUnlessRead
 	body *trackedBody
+	orig io.Reader // the body as net/http gave it, for the drain
 }
 
 // Start prepares a request before anything reads its body, and returns the
@@ -145,7 +162,7 @@ func (g *Guard) Start(w http.ResponseWriter, r *http.Request) (http.ResponseWrit
 		return w, nil
 	}
 	cw := &closeUnlessRead{ResponseWriter: w, drain: g.l.DrainTimeout}
-	return cw, &Request{g: g, w: cw}
+	return cw, &Request{g: g, w: cw, orig: r.Body}
 }
 
 // Admit lets the body be read: it takes a place among the bodies read at
@@ -210,12 +227,38 @@ func (q *Request) admit(r *http.Request, release func(), hold bool) bool {
 }
 
 // End gives back the request's place if the body was not read to its end
-// (or AdmitUntilEnd kept it).
+// (or AdmitUntilEnd kept it). After a response that started before the
+// body was read to its end (a refusal), it sends the response and then
+// reads and discards the rest of the body, at most DrainBytes within
+// DrainTimeout: a client that sends its whole body before it reads the
+// response (most do) would otherwise find the connection reset, its
+// unread response lost, when the server closes a connection with unread
+// data; closing once the body has ended resets nothing.
 func (q *Request) End() {
-	if q != nil && q.body != nil {
+	if q == nil {
+		return
+	}
+	if q.body != nil {
 		q.body.finish(nil)
 		q.body.relOnce.Do(q.body.release)
 	}
+	if !q.w.endRefusal() {
+		return
+	}
+	if q.body != nil {
+		if end := q.body.ended(); end != nil && !errors.Is(end, io.EOF) {
+			return // its deadline: the connection is done reading
+		}
+	}
+	rc := http.NewResponseController(q.w.ResponseWriter)
+	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(q.g.l.DrainTimeout)) != nil {
+		return
+	}
+	// The response is written: reading the body no longer sends 100
+	// Continue (net/http sends it at a body's first read only before a
+	// response), so a client that waits for it is not asked for the body
+	// it was refused.
+	io.CopyN(io.Discard, q.orig, q.g.l.DrainBytes)
 }
 
 // acquire waits up to QueueWait for a place (key's first, then a global
@@ -326,6 +369,11 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 // the place, unless it is held until End; at the body's end it lifts the
 // deadline.
 func (b *trackedBody) finish(end error) {
+	if _, ok := errors.AsType[*http.MaxBytesError](end); ok {
+		// Cut at its cap (LimitBody before Admit): the connection can
+		// still be read, the body is merely not read to its end.
+		end = nil
+	}
 	b.once.Do(func() {
 		b.mu.Lock()
 		b.end = end
@@ -356,6 +404,12 @@ func (b *trackedBody) ended() error {
 // (lest the client be reset before reading the response), which a silent
 // client would otherwise make last until the body's deadline, or forever
 // before one is set.
+//
+// Such a response, when it is short (at most maxHeldResponse bytes) and
+// not flushed, is held until End and sent whole, with its Content-Length:
+// the client reads all of it at once, while End then drains the body,
+// rather than waiting for the end of a chunked response until the drain
+// is over.
 type closeUnlessRead struct {
 	http.ResponseWriter
 	drain time.Duration
@@ -363,7 +417,17 @@ type closeUnlessRead struct {
 
 	mu   sync.Mutex
 	body *trackedBody // nil until the body is admitted
+
+	// After a response that started before the body's end (refusal):
+	// held, while it is held, its status (0 while none) and bytes.
+	refusal bool
+	held    bool
+	code    int
+	buf     []byte
 }
+
+// maxHeldResponse is the most bytes of a refusal held until End.
+const maxHeldResponse = 64 << 10
 
 func (w *closeUnlessRead) setBody(b *trackedBody) {
 	w.mu.Lock()
@@ -389,22 +453,78 @@ func (w *closeUnlessRead) started() {
 			// connection is done reading already.
 			http.NewResponseController(w.ResponseWriter).SetReadDeadline(time.Now().Add(w.drain))
 		}
+		w.refusal = true
+		w.held = w.Header().Get("Content-Length") == ""
 	})
 }
 
 func (w *closeUnlessRead) WriteHeader(code int) {
+	if code < 200 {
+		// An informational answer (a proxied 100 Continue, 103) does
+		// not start the response.
+		w.ResponseWriter.WriteHeader(code)
+		return
+	}
 	w.started()
+	if w.held {
+		if w.code == 0 {
+			w.code = code
+		}
+		return // a second one is superfluous, as net/http has it
+	}
 	w.ResponseWriter.WriteHeader(code)
 }
 
 func (w *closeUnlessRead) Write(p []byte) (int, error) {
 	w.started()
+	if w.held {
+		if w.code == 0 {
+			w.code = http.StatusOK
+		}
+		if len(w.buf)+len(p) <= maxHeldResponse {
+			w.buf = append(w.buf, p...)
+			return len(p), nil
+		}
+		if err := w.release(false); err != nil {
+			return 0, err
+		}
+	}
 	return w.ResponseWriter.Write(p)
+}
+
+// release sends a held response (with its Content-Length when whole): as
+// it stands, at End or when it outgrows maxHeldResponse or is flushed.
+func (w *closeUnlessRead) release(whole bool) error {
+	w.held = false
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if whole {
+		w.Header().Set("Content-Length", strconv.Itoa(len(w.buf)))
+	}
+	w.ResponseWriter.WriteHeader(w.code)
+	// Written even when empty: a write stops net/http from sending 100
+	// Continue at the body's next read.
+	_, err := w.ResponseWriter.Write(w.buf)
+	w.buf = nil
+	return err
+}
+
+// endRefusal sends what is held of a refusal at the handler's end, and
+// reports whether the response was one.
+func (w *closeUnlessRead) endRefusal() bool {
+	if w.held {
+		w.release(true)
+	}
+	return w.refusal
 }
 
 // Flush lets a handler that asserts http.Flusher stream through it.
 func (w *closeUnlessRead) Flush() {
 	w.started()
+	if w.held {
+		w.release(false)
+	}
 	http.NewResponseController(w.ResponseWriter).Flush()
 }
 

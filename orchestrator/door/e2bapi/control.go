@@ -77,8 +77,9 @@ func (s *Server) controlMux() http.Handler {
 	return mux
 }
 
-// authed authenticates by X-API-KEY, then admits and bounds the body
-// (which nothing read before: a refusal does not wait for it).
+// authed authenticates by X-API-KEY, then bounds and admits the body
+// (which nothing read before: a refusal does not wait for it, and a body
+// declared past its bound is refused before 100 Continue).
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
 	return s.authedBody(maxControlBody, h)
 }
@@ -92,10 +93,9 @@ func (s *Server) authedBody(limit int64, h func(http.ResponseWriter, *http.Reque
 			return
 		}
 		r = r.WithContext(core.WithCaller(r.Context(), c))
-		if !s.admit(w, r, c.Tenant, decodedAsRead) {
+		if !s.limitBody(w, r, limit) || !s.admit(w, r, c.Tenant, decodedAsRead) {
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		h(w, r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/sandboxd/sandboxd/internal/httpguard"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/core/errgrpc"
 
@@ -59,6 +60,11 @@ type apiError struct {
 func (e *apiError) Error() string { return e.msg }
 
 func badRequest(msg string) error { return &apiError{status: http.StatusBadRequest, msg: msg} }
+
+// tooLarge refuses a body past its bound of limit bytes.
+func tooLarge(limit int64) error {
+	return &apiError{status: http.StatusRequestEntityTooLarge, msg: httpguard.TooLargeMessage(limit)}
+}
 
 // classify returns the HTTP status and caller-facing message for err,
 // logging what the caller is not told.

@@ -64,7 +64,6 @@ func (req *executeRequest) decode(r *http.Request) error {
 // silence, end_of_execution last. A client that goes away interrupts the
 // command, as E2B does (unlike sandboxd's gRPC API, where it can resume).
 func (s *Server) execute(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxExecuteBody)
 	var req executeRequest
 	if err := req.decode(r); err != nil {
 		s.writeError(w, r, "execute", err)
@@ -303,7 +302,6 @@ func contextOf(c core.ContextInfo) contextJSON {
 }
 
 func (s *Server) createContext(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
 	var req struct{ Language, Cwd string }
 	err := decodeObject(r.Body, map[string]field{
 		"language": stringField(&req.Language, maxNameLen),

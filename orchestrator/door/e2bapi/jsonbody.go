@@ -132,7 +132,7 @@ func bodyError(err error) error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &mbe):
-		return badRequest(fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit))
+		return tooLarge(mbe.Limit)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return &apiError{status: http.StatusRequestTimeout, msg: "the request body did not arrive in time"}
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):

@@ -45,6 +45,7 @@ import (
 	"sync"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/jellydator/ttlcache/v3"
 
 	"github.com/sandboxd/sandboxd/internal/httpguard"
@@ -257,6 +258,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r = r.WithContext(ctx)
+		if limit, ok := bodyLimitOf(port, r); ok && !s.limitBody(w, r, limit) {
+			return
+		}
 		if !s.admit(w, r, core.CallerOf(ctx).Tenant, admissionOf(port, r)) {
 			return
 		}
@@ -301,13 +305,60 @@ func admissionOf(port string, r *http.Request) admission {
 		return decodedAsRead
 	case r.URL.Path == "/files":
 		return streamed
-	case strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem."):
+	case isRPC(r):
 		if streamingRPCs[r.URL.Path] {
 			return decodedAsRead
 		}
 		return decodedWhole
 	}
 	return decodedAsRead
+}
+
+// bodyLimitOf is the bound of a sandbox-level request's body, if the door
+// has one: an upload's is the domain's (Policy.MaxUploadBytes, applied as
+// it is read), StreamInput's a message's (connect's, for each of its
+// messages); another RPC's body is one message, enveloped when streamed.
+func bodyLimitOf(port string, r *http.Request) (int64, bool) {
+	switch {
+	case port != EnvdPort && r.URL.Path == "/execute":
+		return maxExecuteBody, true
+	case port != EnvdPort:
+		return maxControlBody, true
+	case r.URL.Path == "/files", r.URL.Path == processconnect.ProcessStreamInputProcedure:
+		return 0, false
+	case isRPC(r):
+		return maxRPCBody + rpcEnvelopeBytes, true
+	}
+	return maxControlBody, true
+}
+
+// rpcEnvelopeBytes is the prefix of a streamed RPC message (its flags and
+// length).
+const rpcEnvelopeBytes = 5
+
+// isRPC reports whether r is one of envd's Connect RPCs.
+func isRPC(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, "/process.") || strings.HasPrefix(r.URL.Path, "/filesystem.")
+}
+
+// limitBody caps an authenticated request's body at limit bytes, before
+// anything reads it (httpguard.LimitBody): a body declared longer is
+// refused (413, naming the bound) without 100 Continue and without
+// waiting for a place; an RPC's refusal is a Connect error
+// (resource_exhausted), which Connect clients read as such. False once it
+// has answered.
+func (s *Server) limitBody(w http.ResponseWriter, r *http.Request, limit int64) bool {
+	err := httpguard.LimitBody(w, r, limit)
+	if err == nil {
+		return true
+	}
+	msg := httpguard.TooLargeMessage(limit)
+	if isRPC(r) && r.Header.Get("E2b-Sandbox-Port") == EnvdPort {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"code": connect.CodeResourceExhausted.String(), "message": msg})
+		return false
+	}
+	s.writeError(w, r, "request", tooLarge(limit))
+	return false
 }
 
 // admit lets an authenticated request's body be read (httpguard): under

@@ -180,11 +180,11 @@ func (s *Server) volumeContent(how admission, h func(http.ResponseWriter, *http.
 			return
 		}
 		r = r.WithContext(ctx)
-		if !s.admit(w, r, core.CallerOf(ctx).Tenant, how) {
+		if how != streamed && !s.limitBody(w, r, maxControlBody) {
 			return
 		}
-		if how != streamed {
-			r.Body = http.MaxBytesReader(w, r.Body, maxControlBody)
+		if !s.admit(w, r, core.CallerOf(ctx).Tenant, how) {
+			return
 		}
 		h(w, r)
 	}

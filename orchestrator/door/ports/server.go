@@ -275,6 +275,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.domainError(w, r, rt, err)
 		return
 	}
+	// A body declared past the bound is refused (413) before 100 Continue,
+	// before it takes a place or wakes the sandbox; one that runs past it
+	// is cut there (proxyError answers 413).
+	if err := httpguard.LimitBody(w, r, s.cfg.MaxBodyBytes); err != nil {
+		s.proxyError(w, r, err)
+		return
+	}
 	release, full := s.caps.take(rt.id, t.Tenant)
 	if full != "" {
 		// The tenant is not named: a port's client may be anyone.
@@ -307,9 +314,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !body.AdmitStream(r) {
 		return
-	}
-	if r.Body != nil && r.Body != http.NoBody {
-		r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), targetKey{}, &target{route: rt, addr: t.Addr}))
 	s.proxy.ServeHTTP(w, r)
