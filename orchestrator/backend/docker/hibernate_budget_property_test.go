@@ -38,7 +38,9 @@ type budgetStep struct {
 //   - a tenant loses a snapshot for its share only while it is over
 //     lim.perTenant, and for the budget only while all are over lim.total
 //     and it is over its fair share (lim.total divided among the tenants
-//     then holding snapshots); either way it loses its oldest droppable;
+//     then holding snapshots), holding the most of those that can give
+//     (of equals, the one with the older snapshot); either way it loses
+//     its oldest droppable;
 //   - when the plan ends, all are within the bounds, or the tenant that
 //     would give next has only pinned snapshots left.
 func checkPlan(s []heldSnapshot, lim snapshotLimits, evs []eviction, plan func([]heldSnapshot) []eviction) error {
@@ -107,6 +109,13 @@ func checkPlan(s []heldSnapshot, lim snapshotLimits, evs []eviction, plan func([
 			}
 			if share := lim.total / int64(holders()); usage[x.tenant] <= share {
 				return fmt.Errorf("eviction %d: %s dropped for the budget, but %s holds %d, within its fair share %d (usage %v)", k, x.id, x.tenant, usage[x.tenant], share, usage)
+			}
+			for t, u := range usage {
+				// The tenant holding the most gives; of equals, the one
+				// with the older snapshot.
+				if o := oldestOf(t); t != x.tenant && o >= 0 && (u > usage[x.tenant] || u == usage[x.tenant] && olderFirst(s, o, oldestOf(x.tenant))) {
+					return fmt.Errorf("eviction %d: %s dropped for the budget before %s of %s (usage %v)", k, x.id, s[o].id, t, usage)
+				}
 			}
 		default:
 			return fmt.Errorf("eviction %d: %s with no reason", k, x.id)
@@ -226,6 +235,7 @@ func TestPlanEvictionsProperties(t *testing.T) {
 		if lim.ceiling() == 0 {
 			lim.total = 64 * mib
 		}
+		first := lim
 		tenants := []string{"a", "b", "c", "d"}[:1+r.IntN(4)]
 		steps := make([]budgetStep, length)
 		for k := range steps {
@@ -246,8 +256,8 @@ func TestPlanEvictionsProperties(t *testing.T) {
 			}
 			steps[k] = st
 		}
-		if _, _, err := runBudgetSequence(steps, lim, func(n int) int { return r.IntN(n) }); err != nil {
-			t.Fatalf("seed %d, limits %+v: %v", seed, lim, err)
+		if _, _, err := runBudgetSequence(steps, first, func(n int) int { return r.IntN(n) }); err != nil {
+			t.Fatalf("seed %d, limits %+v: %v", seed, first, err)
 		}
 	}
 }
