@@ -202,30 +202,49 @@ func (m *Manager) enforceSnapshotBudget(self *sandbox) {
 		}
 		sb.mu.Unlock()
 	}
+	carryOutEvictions(snaps, lim, func(i int, why evictReason) bool {
+		return m.dropSnapshotOf(self, held[i], why)
+	})
+}
+
+// carryOutEvictions drops, through drop, the snapshots planEvictions
+// chooses among snaps, in order, and returns those dropped (indexes of
+// snaps). drop reports false when it cannot drop one now (its user's lock
+// is busy): that snapshot is then pinned and the rest planned again
+// without what is gone. It is enforceSnapshotBudget's loop, apart so that
+// its choices can be tested without Docker.
+func carryOutEvictions(snaps []heldSnapshot, lim snapshotLimits, drop func(i int, why evictReason) bool) []eviction {
+	snaps = slices.Clone(snaps)
+	idx := make([]int, len(snaps)) // snaps[k] is the caller's idx[k]
+	for k := range idx {
+		idx[k] = k
+	}
+	var out []eviction
 	for {
 		evs := planEvictions(snaps, lim)
 		pinned := -1
 		dropped := make(map[int]bool)
 		for _, ev := range evs {
-			if !m.dropSnapshotOf(self, held[ev.i], ev.why) {
+			if !drop(idx[ev.i], ev.why) {
 				pinned = ev.i
 				break
 			}
 			dropped[ev.i] = true
+			out = append(out, eviction{idx[ev.i], ev.why})
 		}
 		if pinned < 0 {
-			return
+			return out
 		}
 		// Plan again without what is gone, the busy one pinned.
 		snaps[pinned].pinned = true
-		var keptHeld []*sandbox
+		var keptIdx []int
 		var keptSnaps []heldSnapshot
-		for i := range snaps {
-			if !dropped[i] {
-				keptHeld, keptSnaps = append(keptHeld, held[i]), append(keptSnaps, snaps[i])
+		for k := range snaps {
+			if !dropped[k] {
+				keptIdx, keptSnaps = append(keptIdx, idx[k]), append(keptSnaps, snaps[k])
 			}
 		}
-		held, snaps = keptHeld, keptSnaps
+		idx, snaps = keptIdx, keptSnaps
 	}
 }
 
