@@ -723,6 +723,11 @@ func (m *Manager) reattachNet(ctx context.Context, sb *sandbox, readdressed bool
 		m.markDead(sb, "its network holder container is not running: "+cmpReason(reason, "restarting or paused"))
 		return nil
 	}
+	if hinfo.Config != nil && hinfo.Config.Image != m.cfg.Image {
+		// An earlier sandboxd's holder, running the sandbox's image (a
+		// template's own `sleep`); replaced by the next wake's upNet.
+		log.Warn("the sandbox's network holder runs the sandbox's image, not sandboxd's; hibernate or delete the sandbox to replace it", "holder_image", hinfo.Config.Image, "image", m.cfg.Image)
+	}
 	pid, link := hinfo.State.Pid, m.net.names.link(sb.id)
 	gvisor := runtime == core.RuntimeGVisor
 	ok, err := m.net.kernel.plumbed(link, pid, s, false)
