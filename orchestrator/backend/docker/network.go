@@ -267,7 +267,7 @@ func netSpec(sb *sandbox, cfg *container.Config, host *container.HostConfig, env
 const (
 	holderNanoCPUs = 20_000_000 // 0.02 of a core
 	holderMemory   = 32 << 20
-	holderPids     = 4
+	holderPids     = 16 // runc's init is in the cgroup, with its threads, before it execs sleep
 )
 
 // holderSpec is the spec of sb's network holder: nothing but a process
