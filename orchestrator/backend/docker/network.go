@@ -265,7 +265,7 @@ func netSpec(sb *sandbox, cfg *container.Config, host *container.HostConfig, env
 
 // The network holder's limits: its one process sleeps.
 const (
-	holderNanoCPUs = 20_000_000 // 0.02 of a core
+	holderNanoCPUs = 100_000_000 // a tenth of a core: runc's init runs under it too
 	holderMemory   = 32 << 20
 	holderPids     = 16 // runc's init is in the cgroup, with its threads, before it execs sleep
 )
