@@ -131,14 +131,28 @@ func TestIntegrationHostileTemplateNetwork(t *testing.T) {
 		}
 		cg = parseProcCgroup(cgroupRoot, b)
 	}
-	if cg.v2 {
-		// The limits in force, as the kernel has them.
-		for file, want := range map[string]string{"cpu.max": strconv.Itoa(holderNanoCPUs/10_000) + " 100000",
-			"memory.max": strconv.Itoa(holderMemory), "pids.max": strconv.Itoa(holderPids)} {
-			b, err := os.ReadFile(filepath.Join(cg.cpu, file))
-			if err != nil || strings.TrimSpace(string(b)) != want {
-				t.Errorf("the holder's %s: %q, %v; want %q", file, b, err, want)
-			}
+	// The limits in force, as the kernel has them.
+	limits := map[string]string{ // path → content
+		filepath.Join(cg.cpu, "cpu.max"):       strconv.Itoa(holderNanoCPUs/10_000) + " 100000",
+		filepath.Join(cg.memory, "memory.max"): strconv.Itoa(holderMemory),
+		filepath.Join(cg.pids, "pids.max"):     strconv.Itoa(holderPids),
+	}
+	if !cg.v2 {
+		// cg.cpu is cpuacct's, mounted with cpu's or apart.
+		cpu := cg.cpu
+		if _, err := os.Stat(filepath.Join(cpu, "cpu.cfs_quota_us")); err != nil {
+			cpu = strings.Replace(cpu, "/cpuacct/", "/cpu/", 1)
+		}
+		limits = map[string]string{
+			filepath.Join(cpu, "cpu.cfs_quota_us"):            strconv.Itoa(holderNanoCPUs / 10_000),
+			filepath.Join(cg.memory, "memory.limit_in_bytes"): strconv.Itoa(holderMemory),
+			filepath.Join(cg.pids, "pids.max"):                strconv.Itoa(holderPids),
+		}
+	}
+	for file, want := range limits {
+		b, err := os.ReadFile(file)
+		if err != nil || strings.TrimSpace(string(b)) != want {
+			t.Errorf("the holder's %s: %q, %v; want %q", file, b, err, want)
 		}
 	}
 	// What the holder runs uses no CPU: over a second, nothing.
