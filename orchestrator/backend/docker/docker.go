@@ -36,7 +36,6 @@ type DockerAPI interface {
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 	// The archive API, to read a file of a sandbox's image
 	// (readImageFile).
-	ContainerStatPath(ctx context.Context, containerID, path string) (container.PathStat, error)
 	CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error)
 }
 

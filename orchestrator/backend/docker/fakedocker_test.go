@@ -45,7 +45,7 @@ type fakeDocker struct {
 	// engine on a loaded machine).
 	startDelay time.Duration
 	// imageFiles are the files of images (image → path → file) that the
-	// archive API finds; statBlock, when set, holds ContainerStatPath
+	// archive API finds; statBlock, when set, holds CopyFromContainer
 	// until it is closed or the caller gives up (an engine that hangs).
 	imageFiles map[string]map[string]fakeFile
 	statBlock  chan struct{}
@@ -385,7 +385,8 @@ func (f *fakeDocker) imageFile(id, path string) (fakeFile, error) {
 	return ff, nil
 }
 
-func (f *fakeDocker) ContainerStatPath(ctx context.Context, id, path string) (container.PathStat, error) {
+// statPath is the engine's lstat of path in container id's image.
+func (f *fakeDocker) statPath(ctx context.Context, id, path string) (container.PathStat, error) {
 	f.mu.Lock()
 	block := f.statBlock
 	f.mu.Unlock()
@@ -404,13 +405,17 @@ func (f *fakeDocker) ContainerStatPath(ctx context.Context, id, path string) (co
 }
 
 func (f *fakeDocker) CopyFromContainer(ctx context.Context, id, path string) (io.ReadCloser, container.PathStat, error) {
-	st, err := f.ContainerStatPath(ctx, id, path)
+	st, err := f.statPath(ctx, id, path)
 	if err != nil {
 		return nil, st, err
 	}
 	ff, _ := f.imageFile(id, path)
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
+	if st.Mode&os.ModeSocket != 0 {
+		tw.Close() // the engine skips sockets
+		return io.NopCloser(&b), st, nil
+	}
 	h, err := tar.FileInfoHeader(fakeFileInfo{st}, ff.link)
 	if err != nil {
 		return nil, st, err

@@ -18,11 +18,12 @@ import (
 // created and before it starts (so nothing of the image runs, and nothing
 // changes the files between the look and the read), never through a
 // process running the image nor by opening files of its root file system
-// on the host. The engine stats the path (lstat: a FIFO, a device or a
-// socket is looked at, never opened), resolves a symbolic link within the
-// container's root file system, and archives only what sandboxd asked
-// for after it saw a regular file of a bounded size; the tar stream is
-// read bounded too, and the whole is bounded in time by the request's
+// on the host. The engine archives the path with its lstat (a FIFO, a
+// device or a socket is archived as a header, never opened) and a
+// symbolic link's target resolved within the container's root file
+// system, whose archive is asked for in turn; sandboxd reads the file
+// only once the stat says it is a regular file of a bounded size, and
+// the tar stream bounded too, and the whole is bounded in time by the request's
 // context and imageReadTimeout. (It was opened through the holder's
 // /proc/PID/root, and a template that made its CA bundle a FIFO blocked
 // a sandboxd thread per networked acquire, for good.)
@@ -49,36 +50,35 @@ func readImageFile(ctx context.Context, d DockerAPI, id, path string, max int64)
 		}
 		return dockerError(op+" "+path+" in the sandbox's image", err)
 	}
-	st, err := d.ContainerStatPath(ctx, id, path)
+	// The engine sends the path's lstat with its archive, a link's
+	// target resolved within the root: a FIFO, a device or a socket is
+	// archived as a header, never opened.
+	rc, st, err := d.CopyFromContainer(ctx, id, path)
 	if err != nil {
-		return nil, fail("stat", err)
+		return nil, fail("read", err)
 	}
 	if st.Mode&fs.ModeSymlink != 0 {
-		// The engine resolved the whole chain within the container's
-		// root: its target is a path there, which is stat'ed in turn.
+		rc.Close()
 		if st.LinkTarget == "" || st.LinkTarget[0] != '/' {
 			return nil, core.Preconditionf("the sandbox's image has %s as a symbolic link the engine could not resolve; sandboxd reads only a regular file there", path)
 		}
 		target := st.LinkTarget
-		if st, err = d.ContainerStatPath(ctx, id, target); err != nil {
-			return nil, fail("stat", err)
+		if rc, st, err = d.CopyFromContainer(ctx, id, target); err != nil {
+			return nil, fail("read", err)
 		}
 		if st.Mode&fs.ModeSymlink != 0 {
+			rc.Close()
 			return nil, core.Preconditionf("the sandbox's image has %s as a symbolic link to a link the engine could not resolve; sandboxd reads only a regular file there", path)
 		}
 		path = target
 	}
+	defer rc.Close()
 	if !st.Mode.IsRegular() {
 		return nil, core.Preconditionf("the sandbox's image has %s as a %s, not a regular file; sandboxd reads only a regular file there", path, fileKind(st.Mode))
 	}
 	if st.Size > max {
 		return nil, core.Preconditionf("the sandbox's image has %s of %d bytes; sandboxd reads at most %d", path, st.Size, max)
 	}
-	rc, _, err := d.CopyFromContainer(ctx, id, path)
-	if err != nil {
-		return nil, fail("read", err)
-	}
-	defer rc.Close()
 	// One entry, the file; the tar framing adds at most a few blocks.
 	tr := tar.NewReader(io.LimitReader(rc, max+64<<10))
 	hdr, err := tr.Next()

@@ -97,12 +97,6 @@ func (c countingDocker) ContainerRestart(ctx context.Context, containerID string
 	return err
 }
 
-func (c countingDocker) ContainerStatPath(ctx context.Context, containerID, path string) (container.PathStat, error) {
-	r, err := c.DockerAPI.ContainerStatPath(ctx, containerID, path)
-	c.count(ctx, "container_stat_path", err)
-	return r, err
-}
-
 func (c countingDocker) CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error) {
 	r, st, err := c.DockerAPI.CopyFromContainer(ctx, containerID, srcPath)
 	c.count(ctx, "copy_from_container", err)
