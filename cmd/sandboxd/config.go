@@ -152,7 +152,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.DurationVar(&mc.MaxTimeout, "max-timeout", core.DefaultMaxTimeout, "largest command timeout a caller may ask for")
 	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, wait this long for calls (including Execute streams) to end before cutting them off")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, the longest the shutdown takes: calls (including Execute streams) get this less a fifth (at most 2s) to end before they are cut off, closing the sandbox manager the rest")
 	fs.StringVar(&c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
 	fs.DurationVar(&mc.MetricsSampleInterval, "metrics-sample-interval", 5*time.Second, "sample each running sandbox's CPU, memory, disk, processes and network this often, for GetSandboxMetrics, sandboxctl top and the E2B door's getMetrics (the last 10 minutes are kept per sandbox; 0: no sampling, no samples)")
 	fs.StringVar(&c.e2bListen, "e2b-listen", "", "`address` to serve the E2B-compatible HTTP API on (host:port; empty: off): the official E2B SDKs work against it with E2B_API_URL and E2B_SANDBOX_URL set to http://ADDRESS. API keys are --auth-tokens tokens; beyond loopback it needs them as --listen does")

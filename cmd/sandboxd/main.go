@@ -301,12 +301,23 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	return serve(ctx, stopSignals, lis, m, cfg.shutdownTimeout, log, opts...)
 }
 
-// serve serves the API over m on lis until ctx is done, then shuts down:
-// NOT_SERVING first, then a graceful stop bounded by grace, then m.Close
-// (which leaves the containers running). It owns m from here on.
+// serve serves the API over m on lis until ctx is done, then shuts down
+// within grace (--shutdown-timeout), whatever is stuck: NOT_SERVING
+// first, then a graceful stop of the calls (and of the HTTP fronts,
+// stopSignals) bounded by grace less closeReserve(grace), then m.Close
+// (which leaves the containers running) bounded by what is left. A
+// manager that does not close by then is left behind and serve returns
+// an error saying so: the process exits, and the next start recovers
+// the state directory as after a crash. (A call stuck where its context
+// could not reach once held Close, and sandboxd ran on for 26 s of a 5 s
+// timeout until it was killed.) It owns m from here on.
 func serve(ctx context.Context, stopSignals func(), lis net.Listener, m manager, grace time.Duration, log *slog.Logger, opts ...grpcapi.Option) (err error) {
+	var deadline time.Time // of the whole shutdown, once it began
 	defer func() {
-		if cerr := m.Close(); cerr != nil {
+		if deadline.IsZero() {
+			deadline = time.Now().Add(grace)
+		}
+		if cerr := closeBy(m, deadline); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("closing the sandbox manager: %w", cerr))
 		}
 	}()
@@ -324,7 +335,13 @@ func serve(ctx context.Context, stopSignals func(), lis net.Listener, m manager,
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
 	}
-	stopSignals()
+	deadline = time.Now().Add(grace)
+	callsEnd := deadline.Add(-closeReserve(grace))
+	fronts := make(chan struct{})
+	go func() {
+		defer close(fronts)
+		stopSignals() // and the HTTP fronts, each bounded by grace
+	}()
 	log.Info("shutting down", "grace", grace)
 	srv.SetServing(false)
 
@@ -333,20 +350,50 @@ func serve(ctx context.Context, stopSignals func(), lis net.Listener, m manager,
 		srv.GracefulStop()
 		close(stopped)
 	}()
-	timer := time.NewTimer(grace)
+	timer := time.NewTimer(time.Until(callsEnd))
 	defer timer.Stop()
 	select {
 	case <-stopped:
 	case <-timer.C:
 		// Long Execute streams would hold GracefulStop forever; their
 		// commands keep running and clients resume with StreamCommand.
+		// Their contexts are cancelled; a handler deaf to its context
+		// is not waited for (GracefulStop would, for ever).
 		log.Warn("grace period over; closing the remaining calls")
 		srv.Stop()
-		<-stopped
 	}
-	<-served // Serve returns once the server stopped; its error then is nil.
-	log.Info("gRPC server stopped")
+	// Serve returns once the server stopped; its error then is nil.
+	select {
+	case <-served:
+		log.Info("gRPC server stopped")
+	case <-time.After(time.Until(callsEnd)):
+		log.Warn("the gRPC server has not stopped within the grace period; closing the sandbox manager anyway")
+	}
+	select {
+	case <-fronts:
+	case <-time.After(time.Until(callsEnd)):
+		log.Warn("the HTTP fronts have not stopped within the grace period; closing the sandbox manager anyway")
+	}
 	return nil
+}
+
+// closeReserve is the part of the shutdown's grace kept for the manager's
+// Close: a fifth, at most 2 s.
+func closeReserve(grace time.Duration) time.Duration { return min(grace/5, 2*time.Second) }
+
+// closeBy closes m, waiting for it until deadline (at least a moment:
+// a grace spent by the calls still lets a healthy Close persist state).
+func closeBy(m manager, deadline time.Time) error {
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close() }()
+	timer := time.NewTimer(max(time.Until(deadline), 100*time.Millisecond))
+	defer timer.Stop()
+	select {
+	case err := <-closed:
+		return err
+	case <-timer.C:
+		return errors.New("it did not finish within the shutdown timeout; exiting without it (the next start recovers its state)")
+	}
 }
 
 // newLogger logs to stderr, where service managers collect it.

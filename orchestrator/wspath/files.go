@@ -260,7 +260,10 @@ func (t Tree) List(ctx context.Context, root *os.Root, rel string, depth int) ([
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			f, err := root.Open(dir)
+			// O_DIRECTORY|O_NONBLOCK: a directory the sandbox swapped
+			// for a FIFO since it was listed is refused, not waited on
+			// for good.
+			f, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 			if err != nil {
 				if dir != rel && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) {
 					continue // changed since it was listed

@@ -361,6 +361,17 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 	for _, w := range resp.Warnings {
 		log.Warn("docker warning on container create", "warning", w)
 	}
+	if spec.network {
+		// The image's roots, read from the container before anything of
+		// the image runs (network.go).
+		if err := m.writeBundle(ctx, sb, resp.ID); err != nil {
+			cleanup(resp.ID)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("write the sandbox's CA bundle: %w", err)
+		}
+	}
 	if err := m.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		cleanup(resp.ID)
 		if cerrdefs.IsInvalidArgument(err) || cerrdefs.IsUnknown(err) || cerrdefs.IsInternal(err) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -33,6 +34,9 @@ type DockerAPI interface {
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
 	ContainerRestart(ctx context.Context, containerID string, options container.StopOptions) error
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
+	// The archive API, to read a file of a sandbox's image
+	// (readImageFile).
+	CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error)
 }
 
 // newDockerClient connects to the engine named by the environment

@@ -1,8 +1,11 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +44,19 @@ type fakeDocker struct {
 	// startDelay, when set, is how long ContainerStart takes (a slow
 	// engine on a loaded machine).
 	startDelay time.Duration
+	// imageFiles are the files of images (image → path → file) that the
+	// archive API finds; statBlock, when set, holds CopyFromContainer
+	// until it is closed or the caller gives up (an engine that hangs).
+	imageFiles map[string]map[string]fakeFile
+	statBlock  chan struct{}
+}
+
+// fakeFile is a file of a fake image: mode's type says which kind; link
+// is a symbolic link's target, resolved as the engine resolves it.
+type fakeFile struct {
+	mode os.FileMode
+	data string
+	link string
 }
 
 type fakeContainer struct {
@@ -337,6 +353,92 @@ func (f *fakeDocker) addContainer(name string, lbls map[string]string) string {
 	f.containers[id] = &fakeContainer{id: id, name: name, cfg: container.Config{Labels: lbls}, st: container.State{Status: container.StateRunning, Running: true}}
 	return id
 }
+
+// setImageFile gives image the file at path.
+func (f *fakeDocker) setImageFile(image, path string, ff fakeFile) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.imageFiles == nil {
+		f.imageFiles = map[string]map[string]fakeFile{}
+	}
+	if f.imageFiles[image] == nil {
+		f.imageFiles[image] = map[string]fakeFile{}
+	}
+	f.imageFiles[image][path] = ff
+}
+
+// imageFile is the file at path of container id's image.
+func (f *fakeDocker) imageFile(id, path string) (fakeFile, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unreachable {
+		return fakeFile{}, errFakeUnreachable
+	}
+	c := f.containers[id]
+	if c == nil {
+		return fakeFile{}, notFound("container", id)
+	}
+	ff, ok := f.imageFiles[c.cfg.Image][path]
+	if !ok {
+		return fakeFile{}, notFound("file", path)
+	}
+	return ff, nil
+}
+
+// statPath is the engine's lstat of path in container id's image.
+func (f *fakeDocker) statPath(ctx context.Context, id, path string) (container.PathStat, error) {
+	f.mu.Lock()
+	block := f.statBlock
+	f.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+			return container.PathStat{}, ctx.Err()
+		}
+	}
+	ff, err := f.imageFile(id, path)
+	if err != nil {
+		return container.PathStat{}, err
+	}
+	return container.PathStat{Name: filepath.Base(path), Size: int64(len(ff.data)), Mode: ff.mode, LinkTarget: ff.link}, nil
+}
+
+func (f *fakeDocker) CopyFromContainer(ctx context.Context, id, path string) (io.ReadCloser, container.PathStat, error) {
+	st, err := f.statPath(ctx, id, path)
+	if err != nil {
+		return nil, st, err
+	}
+	ff, _ := f.imageFile(id, path)
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if st.Mode&os.ModeSocket != 0 {
+		tw.Close() // the engine skips sockets
+		return io.NopCloser(&b), st, nil
+	}
+	h, err := tar.FileInfoHeader(fakeFileInfo{st}, ff.link)
+	if err != nil {
+		return nil, st, err
+	}
+	if err := tw.WriteHeader(h); err != nil {
+		return nil, st, err
+	}
+	if h.Typeflag == tar.TypeReg {
+		io.WriteString(tw, ff.data)
+	}
+	tw.Close()
+	return io.NopCloser(&b), st, nil
+}
+
+// fakeFileInfo is a PathStat as an fs.FileInfo.
+type fakeFileInfo struct{ st container.PathStat }
+
+func (i fakeFileInfo) Name() string       { return i.st.Name }
+func (i fakeFileInfo) Size() int64        { return i.st.Size }
+func (i fakeFileInfo) Mode() os.FileMode  { return i.st.Mode }
+func (i fakeFileInfo) ModTime() time.Time { return i.st.Mtime }
+func (i fakeFileInfo) IsDir() bool        { return i.st.Mode.IsDir() }
+func (i fakeFileInfo) Sys() any           { return nil }
 
 var _ DockerAPI = (*fakeDocker)(nil)
 var _ DockerAPI = (*client.Client)(nil)

@@ -61,7 +61,7 @@ func (LocalSnapshots) Prune(dir, keep string) error {
 	} else if !st.IsDir() {
 		return root.Remove(ioproto.HibernateDir) // a planted symlink or file
 	}
-	d, err := root.Open(ioproto.HibernateDir)
+	d, err := openDir(root, ioproto.HibernateDir) // swapped for a FIFO since: refused, not waited on
 	if err != nil {
 		return err
 	}

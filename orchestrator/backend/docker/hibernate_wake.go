@@ -99,12 +99,22 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 			m.endWake(sb)
 			return nil, dockerError("create container", err)
 		}
-		if err := m.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		removeNew := func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), containerRemoveTimeout)
 			_ = m.docker.ContainerRemove(cctx, resp.ID, container.RemoveOptions{Force: true})
 			cancel()
 			netDown()
 			m.endWake(sb)
+		}
+		if sb.net != nil {
+			// Written at creation; read again only if it is missing.
+			if err := m.writeBundle(ctx, sb, resp.ID); err != nil {
+				removeNew()
+				return nil, fmt.Errorf("write the sandbox's CA bundle: %w", err)
+			}
+		}
+		if err := m.docker.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+			removeNew()
 			return nil, dockerError("start container", err)
 		}
 		containerID = resp.ID

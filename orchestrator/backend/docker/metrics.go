@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"io"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
@@ -94,4 +95,10 @@ func (c countingDocker) ContainerRestart(ctx context.Context, containerID string
 	err := c.DockerAPI.ContainerRestart(ctx, containerID, options)
 	c.count(ctx, "container_restart", err)
 	return err
+}
+
+func (c countingDocker) CopyFromContainer(ctx context.Context, containerID, srcPath string) (io.ReadCloser, container.PathStat, error) {
+	r, st, err := c.DockerAPI.CopyFromContainer(ctx, containerID, srcPath)
+	c.count(ctx, "copy_from_container", err)
+	return r, st, err
 }

@@ -74,7 +74,3 @@ func (k *fakeKernel) listen(netip.Addr) (net.Listener, net.PacketConn, net.Liste
 	}
 	return l, pc, l2, nil
 }
-
-func (k *fakeKernel) imageRoots(int) ([]byte, error) {
-	return []byte("# no roots in a fake image\n"), nil
-}

@@ -26,9 +26,11 @@ import (
 // sandboxd's egress gateway (orchestrator/egress). Its plumbing, all made
 // and kept by this file (the kernel's side in network_linux.go):
 //
-//	sandbox netns    the holder container's (sandboxd-net-<id>: the sandbox image
-//	                 running `sleep infinity`, runc, uid 1000, read-only, no
-//	                 capabilities, NetworkMode none, DNS G); the sandbox's
+//	sandbox netns    the holder container's (sandboxd-net-<id>: sandboxd's
+//	                 own image, never a template's, running its `sleep
+//	                 infinity`, runc, uid 1000, read-only, no capabilities,
+//	                 small CPU, memory and pids limits, NetworkMode none,
+//	                 DNS G); the sandbox's
 //	                 container joins it (NetworkMode container:<holder>), so
 //	                 a restarted sandbox container keeps its network, and
 //	                 under runsc the interface exists when gVisor boots
@@ -193,8 +195,6 @@ type netKernel interface {
 	// listen opens the gateway's sockets on gw: TCP 15001, UDP 53 and
 	// TCP 53.
 	listen(gw netip.Addr) (tcp net.Listener, dns net.PacketConn, dnsTCP net.Listener, err error)
-	// imageRoots reads the CA bundle of the image process pid runs.
-	imageRoots(pid int) ([]byte, error)
 }
 
 // Gateway is what the Manager needs of the egress gateway: *egress.Gateway
@@ -238,8 +238,10 @@ const (
 	caCertFile   = "ca.pem"        // the sandbox's CA certificate
 	caBundleFile = "ca-bundle.pem" // the image's roots and the CA
 	caMountPoint = "/etc/sandboxd"
-	// maxRootsBytes bounds the image's CA bundle read from the holder.
-	maxRootsBytes = 8 << 20
+	// imageRootsPath is the image's CA bundle (Debian's), which the
+	// sandbox's bundle extends; maxRootsBytes bounds its read.
+	imageRootsPath = "/etc/ssl/certs/ca-certificates.crt"
+	maxRootsBytes  = 8 << 20
 )
 
 // caEnv is the environment that makes the usual TLS stacks trust the
@@ -270,13 +272,26 @@ func netSpec(sb *sandbox, cfg *container.Config, host *container.HostConfig, env
 	}
 }
 
+// The network holder's limits: its one process sleeps.
+const (
+	holderNanoCPUs = 100_000_000 // a tenth of a core: runc's init runs under it too
+	holderMemory   = 32 << 20
+	holderPids     = 16 // runc's init is in the cgroup, with its threads, before it execs sleep
+)
+
 // holderSpec is the spec of sb's network holder: nothing but a process
 // keeping the namespace, as unprivileged as the sandbox, under runc (it
 // runs no sandbox code; gVisor's namespace would not be the kernel's).
-func holderSpec(sb *sandbox, stateDir string, gw netip.Addr) (*container.Config, *container.HostConfig) {
-	pids := int64(16)
+// image is sandboxd's own (Config.Image), never the sandbox's: a
+// template's image is its tenant's, whose `sleep` would run in the
+// sandbox's network namespace outside the sandbox's limits and under
+// runc whatever the sandbox's runtime (it did: a template's `sleep`
+// answered on the sandbox's loopback, using a core while the sandbox was
+// held to a quarter). The holder is held to small limits of its own.
+func holderSpec(sb *sandbox, image, stateDir string, gw netip.Addr) (*container.Config, *container.HostConfig) {
+	pids := int64(holderPids)
 	cfg := &container.Config{
-		Image:      sb.image,
+		Image:      image,
 		User:       containerUser,
 		Entrypoint: []string{"sleep"},
 		Cmd:        []string{"infinity"},
@@ -298,7 +313,7 @@ func holderSpec(sb *sandbox, stateDir string, gw netip.Addr) (*container.Config,
 		ReadonlyRootfs: true,
 		CapDrop:        []string{"ALL"},
 		SecurityOpt:    []string{"no-new-privileges"},
-		Resources:      container.Resources{Memory: 32 << 20, MemorySwap: 32 << 20, PidsLimit: &pids},
+		Resources:      container.Resources{NanoCPUs: holderNanoCPUs, Memory: holderMemory, MemorySwap: holderMemory, PidsLimit: &pids},
 		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
 	}
 	return cfg, host
@@ -554,10 +569,10 @@ func (m *Manager) releaseNet(sb *sandbox) {
 	m.net.pool.release(sb.id, sb.net.Addr)
 }
 
-// upNet starts sb's holder, plumbs its namespace, writes the CA bundle if
-// it is missing and attaches sb to the gateway: after it, sb's container
-// can be created. The holder's ID is in sb.net.Holder (and removed again
-// by downNet on failure).
+// upNet starts sb's holder, plumbs its namespace and attaches sb to the
+// gateway: after it, sb's container can be created (and its CA bundle
+// written, writeBundle, before it starts). The holder's ID is in
+// sb.net.Holder (and removed again by downNet on failure).
 func (m *Manager) upNet(ctx context.Context, sb *sandbox) error {
 	if err := m.net.start(); err != nil {
 		return err
@@ -569,7 +584,7 @@ func (m *Manager) upNet(ctx context.Context, sb *sandbox) error {
 	if err := m.docker.ContainerRemove(ctx, holderNamePrefix+sb.id, container.RemoveOptions{Force: true}); err != nil && !isDockerNotFound(err) {
 		return dockerError("remove a stale network holder container", err)
 	}
-	cfg, host := holderSpec(sb, m.cfg.StateDir, m.net.pool.gateway())
+	cfg, host := holderSpec(sb, m.cfg.Image, m.cfg.StateDir, m.net.pool.gateway())
 	resp, err := m.docker.ContainerCreate(ctx, cfg, host, nil, nil, holderNamePrefix+sb.id)
 	if err != nil {
 		return dockerError("create the network holder container", err)
@@ -592,9 +607,6 @@ func (m *Manager) upNet(ctx context.Context, sb *sandbox) error {
 		return fmt.Errorf("plumb the sandbox's network: %w", err)
 	}
 	m.armNet(sb)
-	if err := m.writeBundle(sb, pid); err != nil {
-		return fmt.Errorf("write the sandbox's CA bundle: %w", err)
-	}
 	return m.attachNet(sb)
 }
 
@@ -620,10 +632,14 @@ func (m *Manager) attachNet(sb *sandbox) error {
 	return nil
 }
 
-// writeBundle writes sb's bundle, the image's roots (read from its
-// holder, process pid, which runs the sandbox's image) followed by the
-// sandbox's CA, unless it exists: the image of a sandbox never changes.
-func (m *Manager) writeBundle(sb *sandbox, pid int) error {
+// writeBundle writes sb's bundle, the image's roots followed by the
+// sandbox's CA, unless it exists (the image of a sandbox never changes).
+// The roots are read from sb's container, containerID, created and not
+// yet started (readImageFile: the image may be a template's, hostile); an
+// image without them gets a bundle of the CA alone, one whose file there
+// is not a regular file of a sane size fails the creation with
+// FAILED_PRECONDITION, saying why.
+func (m *Manager) writeBundle(ctx context.Context, sb *sandbox, containerID string) error {
 	dir := filepath.Join(sb.dir, netDir, caMountDir)
 	bundle := filepath.Join(dir, caBundleFile)
 	if _, err := os.Stat(bundle); err == nil {
@@ -633,10 +649,13 @@ func (m *Manager) writeBundle(sb *sandbox, pid int) error {
 	if err != nil {
 		return err
 	}
-	roots, err := m.net.kernel.imageRoots(pid)
-	if err != nil {
-		m.log.Warn("the sandbox image has no CA bundle to extend; the sandbox's bundle holds its own CA only", "sandbox_id", sb.id, "error", err)
+	roots, err := readImageFile(ctx, m.docker, containerID, imageRootsPath, maxRootsBytes)
+	switch {
+	case errors.Is(err, errNoImageFile):
+		m.log.Warn("the sandbox image has no CA bundle to extend; the sandbox's bundle holds its own CA only", "sandbox_id", sb.id, "path", imageRootsPath)
 		roots = nil
+	case err != nil:
+		return err
 	}
 	if len(roots) > 0 && roots[len(roots)-1] != '\n' {
 		roots = append(roots, '\n')
@@ -646,22 +665,6 @@ func (m *Manager) writeBundle(sb *sandbox, pid int) error {
 		return err
 	}
 	return os.Rename(tmp, bundle)
-}
-
-// readImageRoots reads the Debian-style CA bundle under root (the holder's
-// root file system), bounded, without following links out of it.
-func readImageRoots(rootDir string) ([]byte, error) {
-	r, err := os.OpenRoot(rootDir)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	f, err := r.Open("etc/ssl/certs/ca-certificates.crt")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return readBounded(f, maxRootsBytes, "the image's CA bundle")
 }
 
 // downNet detaches sb from the gateway, removes its holder (its namespace
@@ -740,6 +743,11 @@ func (m *Manager) reattachNet(ctx context.Context, sb *sandbox, readdressed bool
 	if alive, reason := containerAlive(hinfo.State); !alive || !hinfo.State.Running {
 		m.markDead(sb, "its network holder container is not running: "+cmpReason(reason, "restarting or paused"))
 		return nil
+	}
+	if hinfo.Config != nil && hinfo.Config.Image != m.cfg.Image {
+		// An earlier sandboxd's holder, running the sandbox's image (a
+		// template's own `sleep`); replaced by the next wake's upNet.
+		log.Warn("the sandbox's network holder runs the sandbox's image, not sandboxd's; hibernate or delete the sandbox to replace it", "holder_image", hinfo.Config.Image, "image", m.cfg.Image)
 	}
 	pid, link := hinfo.State.Pid, m.net.names.link(sb.id)
 	gvisor := runtime == core.RuntimeGVisor

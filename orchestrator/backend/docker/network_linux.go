@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
@@ -501,9 +500,4 @@ func (linuxKernel) listen(gw netip.Addr) (net.Listener, net.PacketConn, net.List
 		return nil, nil, nil, err
 	}
 	return tcp, udp, dnsTCP, nil
-}
-
-// imageRoots: see netKernel.
-func (linuxKernel) imageRoots(pid int) ([]byte, error) {
-	return readImageRoots("/proc/" + strconv.Itoa(pid) + "/root")
 }

@@ -294,9 +294,9 @@ func dirSize(root string, limit int) int64 {
 	for len(dirs) > 0 && budget > 0 {
 		dir := dirs[len(dirs)-1]
 		dirs = dirs[:len(dirs)-1]
-		f, err := r.Open(dir)
+		f, err := openDir(r, dir)
 		if err != nil {
-			continue // gone or unreadable: skipped
+			continue // gone, unreadable or no longer a directory: skipped
 		}
 		for budget > 0 {
 			ents, err := f.ReadDir(min(budget, 256))
@@ -323,4 +323,12 @@ func dirSize(root string, limit int) int64 {
 		f.Close()
 	}
 	return total
+}
+
+// openDir opens directory name under r to read it, never anything else:
+// the sandbox may have swapped it for a FIFO since it was seen (which a
+// plain open would wait on for good) or a device. O_DIRECTORY refuses
+// both, O_NONBLOCK makes sure a FIFO's open returns whatever happens.
+func openDir(r *os.Root, name string) (*os.File, error) {
+	return r.OpenFile(name, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
 }
