@@ -32,9 +32,11 @@
 // anything reads the body: a body declared longer is refused at once,
 // without 100 Continue. The response to a body refused before its end
 // (too long, or any refusal) reaches the client: End sends it and then
-// reads and discards the rest of the body, at most DrainBytes within
-// DrainTimeout, so that the client, which may send its whole body before
-// it reads, finds the response rather than a reset connection.
+// reads and discards the rest of the body, at most DrainBytes, for as long
+// as it keeps arriving (a gap of DrainTimeout ends it) and at most
+// DrainTime in all, so that the client, which may send its whole body
+// before it reads, finds the response rather than a reset connection: a
+// lingering close, as nginx's lingering_timeout and lingering_time.
 //
 // A Guard does not bound the time to read headers (set
 // http.Server.ReadHeaderTimeout). LimitListener bounds connections.
@@ -64,8 +66,14 @@ type Limits struct {
 	// bytes a second is never cut off; a silent one is after BodyTimeout.
 	MinBodyRate int64
 	// DrainTimeout bounds what is read of a body after a response that did
-	// not read it to its end, from the handler's end.
+	// not read it to its end: the longest wait for more of it. A silent
+	// client is let go after it; one still sending is read on (a fixed
+	// deadline of 1 s reset four 48 MiB bodies sent at once on a busy
+	// two-core machine before their senders could read the refusal).
 	DrainTimeout time.Duration
+	// DrainTime bounds that reading in all, from the handler's end, for a
+	// client that trickles its body.
+	DrainTime time.Duration
 	// DrainBytes is the most bytes of such a body read and discarded
 	// after the response (a client still sending past it may find the
 	// connection reset rather than the response).
@@ -90,6 +98,7 @@ type Limits struct {
 var DefaultLimits = Limits{
 	BodyTimeout:  30 * time.Second,
 	DrainTimeout: time.Second,
+	DrainTime:    10 * time.Second,
 	DrainBytes:   64 << 20,
 	MaxReads:     16,
 	QueueWait:    10 * time.Second,
@@ -102,6 +111,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.DrainTimeout <= 0 {
 		l.DrainTimeout = d.DrainTimeout
+	}
+	if l.DrainTime <= 0 {
+		l.DrainTime = max(d.DrainTime, l.DrainTimeout)
 	}
 	if l.DrainBytes <= 0 {
 		l.DrainBytes = d.DrainBytes
@@ -229,9 +241,9 @@ func (q *Request) admit(r *http.Request, release func(), hold bool) bool {
 // End gives back the request's place if the body was not read to its end
 // (or AdmitUntilEnd kept it). After a response that started before the
 // body was read to its end (a refusal), it sends the response and then
-// reads and discards the rest of the body, at most DrainBytes within
-// DrainTimeout: a client that sends its whole body before it reads the
-// response (most do) would otherwise find the connection reset, its
+// reads and discards the rest of the body, at most DrainBytes, while it
+// keeps arriving (DrainTimeout, DrainTime): a client that sends its whole
+// body before it reads the response (most do) would otherwise find the connection reset, its
 // unread response lost, when the server closes a connection with unread
 // data; closing once the body has ended resets nothing.
 func (q *Request) End() {
@@ -251,14 +263,35 @@ func (q *Request) End() {
 		}
 	}
 	rc := http.NewResponseController(q.w.ResponseWriter)
-	if rc.Flush() != nil || rc.SetReadDeadline(time.Now().Add(q.g.l.DrainTimeout)) != nil {
+	if rc.Flush() != nil {
 		return
 	}
 	// The response is written: reading the body no longer sends 100
 	// Continue (net/http sends it at a body's first read only before a
 	// response), so a client that waits for it is not asked for the body
 	// it was refused.
-	io.CopyN(io.Discard, q.orig, q.g.l.DrainBytes)
+	q.drain(rc)
+}
+
+// drain reads and discards the rest of the body: at most DrainBytes, each
+// read within DrainTimeout of the last, all within DrainTime.
+func (q *Request) drain(rc *http.ResponseController) {
+	end := time.Now().Add(q.g.l.DrainTime)
+	buf := make([]byte, 32<<10)
+	for left := q.g.l.DrainBytes; left > 0; {
+		deadline := time.Now().Add(q.g.l.DrainTimeout)
+		if deadline.After(end) {
+			deadline = end
+		}
+		if rc.SetReadDeadline(deadline) != nil {
+			return
+		}
+		n, err := q.orig.Read(buf[:min(int64(len(buf)), left)])
+		left -= int64(n)
+		if err != nil {
+			return
+		}
+	}
 }
 
 // acquire waits up to QueueWait for a place (key's first, then a global
