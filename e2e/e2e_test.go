@@ -87,7 +87,7 @@ var built struct {
 var binDir string
 
 func buildBinaries(dir string) (sandboxd, sandboxctl string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if sandboxd, err = sandboxdproc.Build(ctx, dir, sandboxdproc.Package); err != nil {
 		return "", "", err

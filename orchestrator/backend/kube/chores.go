@@ -117,7 +117,7 @@ func (m *Manager) expire(ctx context.Context) {
 				continue
 			}
 		}
-		if now.Before(deadline) {
+		if now.Before(deadline) || m.starting(p, now) {
 			continue
 		}
 		// Read it back first: another replica's recent write of the last
@@ -150,6 +150,17 @@ func (m *Manager) expire(ctx context.Context) {
 	m.expireHibernated(ctx)
 	m.gcClaims(ctx)
 	m.gcBindings(ctx)
+}
+
+// starting reports whether Pod p's sandbox is still starting: neither
+// ready nor dead nor being removed, and created within StartTimeout. Its
+// acquire is waiting for it (awaitReady, bounded by StartTimeout), and
+// touches it once it is ready: a start slower than the idle TTL (a loaded
+// node, a short TTL) must not expire the sandbox before it has served its
+// first caller, who would get NOT_FOUND for the sandbox just made for it.
+func (m *Manager) starting(p *corev1.Pod, now time.Time) bool {
+	gone, dead, _, ready := podState(p)
+	return !gone && !dead && !ready && now.Sub(p.CreationTimestamp.Time) < m.cfg.StartTimeout
 }
 
 // hibernateInBackground hibernates Pod p's sandbox on its own goroutine
