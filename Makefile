@@ -162,10 +162,15 @@ kube-node:
 # of passing tests only with -v.
 SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
 
+# The tests run as shards, go test processes side by side, a few at a
+# time, each with a timeout of its own (scripts/test-shards.sh says which
+# and why); each shard's output is printed whole as it ends, then each
+# shard's time and the slowest tests.
+#
 # With SANDBOXD_FAULT_DOCKERD=1 (CI sets it) the fault suite also restarts
 # the Docker daemon under a running sandbox. That disturbs every container on
 # the machine, so it runs on its own, after all other tests, and never inside
-# the main go test run, whose packages run in parallel.
+# the shards, which run side by side.
 #
 # test-deps (below) installs what the suites need first; each of its targets
 # is a quick no-op once done. KUBEBUILDER_ASSETS points the Kubernetes tests

@@ -1,50 +1,64 @@
 #!/usr/bin/env bash
-# Runs the test suite as shards, several go test processes side by side,
-# each with a timeout of its own, and prints what each took.
+# Runs the test suite as shards: go test processes, each with a timeout of
+# its own, a few at a time, and prints what each took.
 #
 # Why shards: the end-to-end package (e2e/) alone outgrew go test's
-# per-binary timeout on a new machine (its suites against Docker and its
-# suites against Kubernetes ran one after the other in one test binary, for
-# over 40 minutes), and most of its time is spent waiting: for containers,
-# for kubelets, for idle timers and node-loss graces. Its Kubernetes suites
-# and its Docker suites share nothing on the host (each cluster, each
+# per-binary timeout on a new machine (its suites against Docker and
+# against Kubernetes ran one after the other in one test binary, for over
+# 40 minutes). Its suites share nothing on the host (each cluster, each
 # sandboxd has its own addresses, egress instance, state directory and
-# containers: internal/kubetest/node and internal/nettest hand them out to
-# concurrent processes), so they run as two shards beside the rest of the
-# packages.
+# containers: internal/kubetest/node, internal/nettest and
+# internal/sandboxdproc hand them out to concurrent processes), so they
+# run as shards beside the rest of the packages, each shard a test binary
+# with its own timeout.
 #
-#   packages    every package but e2e (go test runs two at a time)
-#   e2e-kube    e2e's Kubernetes suites: TestKube*
-#   e2e-docker  the rest of e2e
+#   e2e-kube-real   TestKubeRealNode: real nodes (kubelet, containerd, CNI)
+#   e2e-docker      e2e's suites against Docker but those of e2e-state
+#   packages        every package but e2e (go test runs two at a time)
+#   e2e-state       hibernation, fast wake, snapshots, templates, webhooks
+#                   and lifetimes against Docker
+#   e2e-kube        TestKube (the test kubelet) and TestKubeDeployed
+#
+# They run SHARDS_AT_ONCE at a time (default 3), in that order (the
+# longest first), the next starting as one ends: the machine this is
+# sized for has two cores, and more at once only makes each slower, until
+# timing-bound tests (idle timers, leases, node-loss graces) fail.
 #
 # Usage: scripts/test-shards.sh OUTDIR [SHARD...]   (default: all shards)
-# Environment: GO, TEST_TIMEOUT (per shard, default 40m), TEST_SLOWEST
-# (threshold of the slowest-tests list, default 60s), TEST_ARGS (more go
-# test flags for every shard, last: e.g. -v, or -run to try the script).
+# Environment: GO, TEST_TIMEOUT (per shard, default 40m), SHARDS_AT_ONCE,
+# TEST_SLOWEST (threshold of the slowest-tests list, default 60s),
+# TEST_ARGS (more go test flags for every shard, last: e.g. -v).
 #
 # Each shard's go test output goes to OUTDIR/<shard>.log and its events to
-# OUTDIR/<shard>.json (gotestsum's --jsonfile); the logs are printed whole,
-# one shard after another, as each shard ends, so no lines interleave.
-# Exits non-zero if any shard failed.
+# OUTDIR/<shard>.json (gotestsum's --jsonfile); each log is printed whole
+# as its shard ends, so no lines interleave. Exits non-zero if any shard
+# failed.
 set -uo pipefail
 
 go_cmd="${GO:-go}"
 timeout="${TEST_TIMEOUT:-40m}"
 slowest="${TEST_SLOWEST:-60s}"
+at_once="${SHARDS_AT_ONCE:-3}"
 out="${1:?usage: $0 OUTDIR [SHARD...]}"
 shift
 mkdir -p "$out"
 
-all_shards=(packages e2e-kube e2e-docker)
+all_shards=(e2e-kube-real e2e-docker packages e2e-state e2e-kube)
 shards=("$@")
 [ ${#shards[@]} -gt 0 ] || shards=("${all_shards[@]}")
+
+# The Docker suites of e2e-state (the rest of e2e's Docker suites are
+# e2e-docker's).
+state='^TestE2E(Hibernate|FastWake|SnapshotCrash|TemplateKill9|Webhooks|Lifetime)'
 
 # shard_args prints shard $1's go test arguments, one per line.
 shard_args() {
 	case "$1" in
 	packages) "$go_cmd" list ./... | grep -v '/e2e$' ;;
-	e2e-kube) printf '%s\n' -run '^TestKube' ./e2e ;;
-	e2e-docker) printf '%s\n' -skip '^TestKube' ./e2e ;;
+	e2e-kube-real) printf '%s\n' -run '^TestKubeRealNode$' ./e2e ;;
+	e2e-kube) printf '%s\n' -run '^(TestKube|TestKubeDeployed)$' ./e2e ;;
+	e2e-state) printf '%s\n' -run "$state" ./e2e ;;
+	e2e-docker) printf '%s\n' -skip "^TestKube|$state" ./e2e ;;
 	*)
 		echo "test-shards: unknown shard $1 (have: ${all_shards[*]})" >&2
 		return 2
@@ -52,10 +66,12 @@ shard_args() {
 	esac
 }
 
-declare -A pid start rc secs
+declare -A pid start rc secs shard_of
 # An interrupted run takes its shards with it.
 trap 'kill "${pid[@]}" 2>/dev/null; echo "test-shards: interrupted" >&2; exit 130' INT TERM
-for s in "${shards[@]}"; do
+
+launch() {
+	local s="$1" args
 	mapfile -t args < <(shard_args "$s") || exit 2
 	[ ${#args[@]} -gt 0 ] || exit 2
 	rm -f "$out/$s.log" "$out/$s.json"
@@ -63,14 +79,18 @@ for s in "${shards[@]}"; do
 	"$go_cmd" tool gotestsum --format standard-quiet --jsonfile "$out/$s.json" -- \
 		-count=1 -timeout "$timeout" "${args[@]}" ${TEST_ARGS:-} >"$out/$s.log" 2>&1 &
 	pid[$s]=$!
-	echo "test-shards: $s started (pid ${pid[$s]}, timeout $timeout)"
-done
+	shard_of[${pid[$s]}]=$s
+	echo "test-shards: $s started at $(date +%T) (timeout $timeout)"
+}
 
-# Wait for the shards in the order they end, printing each log whole.
-declare -A shard_of
-for s in "${shards[@]}"; do shard_of[${pid[$s]}]=$s; done
-running=("${pid[@]}")
-while [ ${#running[@]} -gt 0 ]; do
+queue=("${shards[@]}")
+running=()
+while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
+	while [ ${#queue[@]} -gt 0 ] && [ ${#running[@]} -lt "$at_once" ]; do
+		launch "${queue[0]}"
+		running+=("${pid[${queue[0]}]}")
+		queue=("${queue[@]:1}")
+	done
 	done_pid=
 	wait -n -p done_pid "${running[@]}"
 	code=$?
@@ -78,10 +98,10 @@ while [ ${#running[@]} -gt 0 ]; do
 		echo "test-shards: wait failed (exit $code) with shards still running: ${running[*]}" >&2
 		exit 2
 	fi
-	s="${shard_of[$done_pid]}"
 	next=()
 	for p in "${running[@]}"; do [ "$p" = "$done_pid" ] || next+=("$p"); done
 	running=("${next[@]}")
+	s="${shard_of[$done_pid]}"
 	rc[$s]=$code
 	secs[$s]=$(($(date +%s) - ${start[$s]}))
 	echo "::: test shard $s: exit $code after ${secs[$s]}s"
@@ -89,7 +109,7 @@ while [ ${#running[@]} -gt 0 ]; do
 done
 
 status=0
-echo "test-shards: wall time per shard"
+echo "test-shards: wall time per shard (at most $at_once at once)"
 for s in "${shards[@]}"; do
 	mark=ok
 	[ "${rc[$s]}" -eq 0 ] || { mark=FAIL; status=1; }
