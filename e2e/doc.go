@@ -10,6 +10,11 @@
 //     Each appends one summary line to the file SANDBOXD_SUITE_SUMMARY
 //     names.
 //
+// make test runs the package as four shards, test binaries with a timeout
+// each (scripts/test-shards.sh: the real-node suite, the test-kubelet and
+// deployed suites, the hibernation-snapshot-template-webhook suites, the
+// other Docker suites), so a new suite goes where its time balances them.
+//
 // The tests skip when Docker or the image is missing and fail instead
 // under CI=true (internal/testenv); -short skips them all. The package has
 // no non-test code: this file exists so that go vet and go list see it.
