@@ -53,7 +53,8 @@ func kubeHostile(k *kubeEnv, name string) *hostileBackend {
 		},
 		// The Pod goes once its containers have stopped (its termination
 		// grace period is 5 s) and the replica has removed its finalizer.
-		cleanWithin: hostileDeleteBound,
+		// The kubelet's teardown, after the deletion sandboxd bounds.
+		cleanWithin: kubeTeardownWithin,
 		beforeDelete: func(hc *hostileCase, sb string) func(context.Context) []string {
 			mu.Lock()
 			first := sidecars[sb]
