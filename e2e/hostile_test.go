@@ -1154,7 +1154,7 @@ func (hc *hostileCase) deleteAndCheck(sb string) {
 	} else if took > hostileDeleteBound {
 		t.Errorf("DeleteSandbox of the attacked sandbox took %v; the bound is %v", took, hostileDeleteBound)
 	}
-	ctx, cancel = context.WithTimeout(hc.ctx, time.Minute)
+	ctx, cancel = context.WithTimeout(hc.ctx, hc.be.cleanWithin+time.Minute)
 	defer cancel()
 	var left []string
 	if !pollUntil(hc.be.cleanWithin, func() bool { left = leftovers(ctx); return len(left) == 0 }) {
