@@ -45,7 +45,7 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.git/*' -not -path './ve
 
 .PHONY: help build go-build docker base image test fuzz-smoke run proto proto-tools proto-check \
         python-proto python-proto-tools fmt-check bench clean clean-images mcp-conformance-tools \
-        envtest-assets kube-node e2b-sdk-tools test-deps test-deps-list runsc chromium kernel-test-tools npm \
+        envtest-assets kube-node e2b-sdk-tools test-deps test-deps-list test-deps-fetch-list runsc chromium kernel-test-tools npm \
         test-unit
 
 help:
@@ -176,6 +176,14 @@ SUITE_SUMMARY := $(abspath $(BIN))/suite-summary.txt
 # is a quick no-op once done. KUBEBUILDER_ASSETS points the Kubernetes tests
 # (internal/kubetest) at the binaries envtest-assets built (asking the script
 # again returns at once).
+#
+# CGO_ENABLED=0 (set by make test, not by a bare go test): the suites build
+# sandboxd, sandbox-cni and the deployed image's binary as static programs,
+# and with cgo off the tests' own packages are the same compile actions, so
+# Go's build cache compiles each package once, not once per setting (on a
+# new machine the second compile of sandboxd's dependencies took minutes).
+# Nothing in the module uses cgo.
+test: export CGO_ENABLED := 0
 test: test-deps image
 	$(GO) vet ./...
 	@mkdir -p $(BIN) && rm -f $(SUITE_SUMMARY)
@@ -224,10 +232,27 @@ fmt-check:
 
 # ---------------------------------------------------------------------- Proto
 # Installs buf and the plugins into $(GOBIN_DIR) unless the pinned versions
-# are already first on PATH.
+# are already first on PATH. buf is buf's own release binary, from its npm
+# package (@bufbuild/buf's per-platform package, into a cache outside the
+# repository, linked from $(GOBIN_DIR)): building it from its module took
+# about two minutes of a new machine's CI. Where npm is missing or has no
+# binary for the platform, it is built from the module as before.
+BUF_NPM_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/sandboxd/npm/buf-$(BUF_VERSION)
+
 proto-tools:
-	@[ "$$(buf --version 2>/dev/null)" = "$(patsubst v%,%,$(BUF_VERSION))" ] || \
-		{ echo "installing buf $(BUF_VERSION)"; $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION); }
+	@want="$(patsubst v%,%,$(BUF_VERSION))"; \
+	if [ "$$(buf --version 2>/dev/null)" != "$$want" ]; then \
+		echo "installing buf $(BUF_VERSION)"; \
+		bin=; \
+		if command -v npm >/dev/null && \
+			npm install --prefix "$(BUF_NPM_DIR)" --no-audit --no-fund --ignore-scripts --save-exact "@bufbuild/buf@$$want" >/dev/null; then \
+			for b in "$(BUF_NPM_DIR)"/node_modules/@bufbuild/buf-linux-*/bin/buf; do \
+				[ -x "$$b" ] && [ "$$("$$b" --version 2>/dev/null)" = "$$want" ] && bin="$$b" && break; \
+			done; \
+		fi; \
+		if [ -n "$$bin" ]; then mkdir -p "$(GOBIN_DIR)" && ln -sf "$$bin" "$(GOBIN_DIR)/buf"; \
+		else $(GO) install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION); fi; \
+	fi
 	@[ "$$(protoc-gen-go --version 2>/dev/null)" = "protoc-gen-go $(PROTOC_GEN_GO_VERSION)" ] || \
 		{ echo "installing protoc-gen-go $(PROTOC_GEN_GO_VERSION)"; $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION); }
 	@[ "$$(protoc-gen-go-grpc --version 2>/dev/null)" = "protoc-gen-go-grpc $(patsubst v%,%,$(PROTOC_GEN_GO_GRPC_VERSION))" ] || \
@@ -292,14 +317,22 @@ python-proto: python-proto-tools
 # when there is no root or apt-get), npm packages into a cache outside the
 # repository, kube-apiserver and etcd built once. Without them the suites
 # concerned skip, and under CI=true they fail. .ci/run runs each as a step of
-# its own (test-deps-list), so that a slow one shows in its summary.
-TEST_DEPS := docker runsc python-proto-tools chromium kernel-test-tools npm \
-             mcp-conformance-tools e2b-sdk-tools envtest-assets kube-node
+# its own, so that a slow one shows in its summary: the builds
+# (test-deps-list: Docker first, then what compiles, bound by the CPU) in
+# turn, and the downloads (test-deps-fetch-list: Debian packages and npm,
+# bound by the network and the disk) in the background beside them.
+# ensure-debs.sh serialises the apt-gets of both.
+TEST_DEPS_BUILD := docker runsc python-proto-tools envtest-assets kube-node
+TEST_DEPS_FETCH := chromium kernel-test-tools npm mcp-conformance-tools e2b-sdk-tools
+TEST_DEPS := $(TEST_DEPS_BUILD) $(TEST_DEPS_FETCH)
 
 test-deps: $(TEST_DEPS)
 
 test-deps-list:
-	@echo $(TEST_DEPS)
+	@echo $(TEST_DEPS_BUILD)
+
+test-deps-fetch-list:
+	@echo $(TEST_DEPS_FETCH)
 
 # gVisor registered with dockerd twice (the escape, fault, load, hostile-/io
 # and network suites run under it too): runsc (--network=none, Debian's) for

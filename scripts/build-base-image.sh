@@ -83,11 +83,10 @@ SECURITY_MIRROR="${DEBIAN_SECURITY_MIRROR:-$(find_mirror "$SUITE-security" | hea
 log "mirror: $MIRROR (updates: $UPDATES_MIRROR, security: ${SECURITY_MIRROR:-none})"
 
 if ! command -v debootstrap >/dev/null 2>&1 || [ ! -f /usr/share/keyrings/debian-archive-keyring.gpg ]; then
-	command -v apt-get >/dev/null 2>&1 || die "debootstrap is missing and apt-get is unavailable"
-	log "installing debootstrap"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update
-	apt-get install -y --no-install-recommends debootstrap debian-archive-keyring
+	# Through ensure-debs.sh, which takes the lock every apt-get of the
+	# scripts takes: .ci/run builds this image beside the other steps.
+	"$(dirname "$0")/ensure-debs.sh" --no-install-recommends build-base-image debootstrap debian-archive-keyring ||
+		die "debootstrap is missing and could not be installed"
 fi
 
 # Not /tmp: it may be a small or nodev/noexec tmpfs.

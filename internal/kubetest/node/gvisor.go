@@ -70,7 +70,7 @@ func (c *Cluster) setUpGVisor(runsc string) (string, error) {
 		return "", errors.New("cannot find runsccri's source")
 	}
 	out := filepath.Join(c.dir, "runsccri")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s", "-o", out, ".")
+	cmd := exec.Command("go", "build", "-ldflags=-s", "-o", out, ".")
 	cmd.Dir = filepath.Join(filepath.Dir(file), "runsccri")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

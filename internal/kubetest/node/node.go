@@ -417,7 +417,7 @@ func buildPause(dir string) (string, error) {
 		return "", errors.New("cannot find the pause program's source")
 	}
 	out := filepath.Join(dir, "pause")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s", "-o", out, ".")
+	cmd := exec.Command("go", "build", "-ldflags=-s", "-o", out, ".")
 	cmd.Dir = filepath.Join(filepath.Dir(file), "pause")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
@@ -449,7 +449,7 @@ func cniBinDir(dir string) (string, error) {
 			return "", err
 		}
 	}
-	cmd := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(bin, "sandbox-cni"), "./cmd/sandbox-cni")
+	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "sandbox-cni"), "./cmd/sandbox-cni")
 	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..", "..")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
