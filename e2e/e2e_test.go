@@ -144,14 +144,38 @@ func (e *e2eEnv) start(t *testing.T, extra ...string) *daemon {
 }
 
 // startEnv is start with more environment variables for sandboxd.
+//
+// Without a pool (--warm-pool 0) unless extra asks for one: the suites
+// count their sandboxes' containers and acquire kinds, and a pool's warm-up
+// (a Python importing numpy and pandas, twice per sandboxd) would cost two
+// cores more than most suites take. TestE2EFastWakeDefaults runs sandboxd
+// with make run's defaults, pool included (startDefaults).
 func (e *e2eEnv) startEnv(t *testing.T, environ []string, extra ...string) *daemon {
 	t.Helper()
-	args := []string{"--listen", "127.0.0.1:0", "--state-dir", e.stateDir, "--image", e.image, "--log-level", "debug",
-		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
+	args := append(e.baseArgs(), "--log-level", "debug", "--default-memory", "512MiB", "--warm-pool", "0")
+	return e.run(t, environ, append(args, extra...))
+}
+
+// startDefaults starts sandboxd as make run does, with nothing but the
+// test's own listener, state directory, image and runtime and extra.
+func (e *e2eEnv) startDefaults(t *testing.T, extra ...string) *daemon {
+	t.Helper()
+	return e.run(t, nil, append(e.baseArgs(), extra...))
+}
+
+// baseArgs are the flags every sandboxd of the suite gets: where it
+// listens and keeps state, the image and runtime under test.
+func (e *e2eEnv) baseArgs() []string {
+	args := []string{"--listen", "127.0.0.1:0", "--state-dir", e.stateDir, "--image", e.image, "--shutdown-timeout", "5s"}
 	if e.runtime != "" {
 		args = append(args, "--runtime", e.runtime)
 	}
-	args = append(args, extra...)
+	return args
+}
+
+// run starts sandboxd with args and stops it when the test ends.
+func (e *e2eEnv) run(t *testing.T, environ []string, args []string) *daemon {
+	t.Helper()
 	p, err := sandboxdproc.Start(context.Background(), sandboxdproc.Config{
 		Binary: e.sandboxd,
 		Args:   args,

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/backend/docker"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
@@ -121,5 +122,74 @@ func checkNoHalfBorrowed(t *testing.T, stateDir string) {
 				}
 			}
 		}
+	}
+}
+
+// TestE2EFastWakeDefaults starts sandboxd as make run does, with no pool or
+// wake flag, and checks that the defaults deliver what docs/hibernation.md promises
+// of them: a warm pool of two fills by itself, a new user's first acquire
+// is a claim from it, and a hibernated sandbox (numpy and pandas in its
+// globals) wakes in a started pool container, with its globals and files.
+// Then --warm-pool 0 turns it off: the pool's sandboxes are removed at the
+// restart, and a new user's acquire starts a container. make run's runtime
+// is the engine's default, runc.
+func TestE2EFastWakeDefaults(t *testing.T) {
+	env := needE2E(t)
+	if env.runtime != "" && env.runtime != "runc" {
+		t.Skipf("make run's defaults are runc's (runtime %q)", env.runtime)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	d := env.startDefaults(t, "--metrics-listen", "127.0.0.1:0")
+	url := metricsURLs(t, d)[0]
+	metric := func(name string, labels ...string) float64 { return value(scrape(t, ctx, url), name, labels...) }
+	awaitPool := func(n float64) {
+		t.Helper()
+		if !pollUntil(3*time.Minute, func() bool { return metric("sandboxd_warm_pool_size") >= n }) {
+			t.Fatalf("the default warm pool had %v ready sandboxes after 3 minutes, want %v", metric("sandboxd_warm_pool_size"), n)
+		}
+	}
+	awaitPool(2)
+
+	c, _ := d.client(t)
+	sbID := acquire(t, ctx, c, "defaults-user").GetSandbox().GetSandboxId()
+	if got := metric("sandboxd_acquires_total", "kind", "warm_pool"); got != 1 {
+		t.Fatalf("%v acquires from the warm pool, want 1: a new user's first acquire was not a claim", got)
+	}
+	const setup = "import numpy as np, pandas as pd\nx = 41\ndf = pd.DataFrame({'a': np.arange(3)})\nopen('/workspace/f.txt', 'w').write('file kept')"
+	if o, _ := execOut(t, ctx, c, sbID, "set", setup); o.done.GetStatus() != sandboxv1.CommandStatus_COMMAND_STATUS_OK {
+		t.Fatalf("setup: %+v %v", o.done, o.errs)
+	}
+	if _, err := c.HibernateSandbox(ctx, &sandboxv1.HibernateSandboxRequest{SandboxId: sbID}); err != nil {
+		t.Fatalf("HibernateSandbox: %v", err)
+	}
+	awaitPool(1)
+	got, started := execOut(t, ctx, c, sbID, "check", "print(open('/workspace/f.txt').read(), x, int(df.a.sum()))")
+	if got.stdout != "file kept 41 3\n" || started.GetWake() == nil {
+		t.Fatalf("after the wake: stdout %q, wake %v; want the file, x and df back after a wake", got.stdout, started.GetWake())
+	}
+	// A fast-woken sandbox runs in the pool sandbox's container, which
+	// Docker lists under the pool sandbox's ID, not its own.
+	if own := dockerLines(t, ctx, "ps", "-aq", "--filter", "label="+labels.SandboxID+"="+sbID); len(own) != 0 {
+		t.Fatalf("the woken sandbox runs in a container of its own (%v): with the defaults the wake did not borrow the pool's", own)
+	}
+	d.stop(t)
+
+	d = env.startDefaults(t, "--warm-pool", "0", "--metrics-listen", "127.0.0.1:0")
+	url = metricsURLs(t, d)[0]
+	pool := func() []string {
+		return dockerLines(t, ctx, "ps", "-aq", "--filter", "label="+labels.StateDir+"="+env.stateDir, "--filter", "label="+labels.Pool+"=true")
+	}
+	// The one still carrying the woken sandbox is that sandbox's now.
+	if !pollUntil(time.Minute, func() bool { return len(pool()) <= 1 }) {
+		t.Fatalf("with --warm-pool 0 the pool's sandboxes were not removed within a minute: %v", pool())
+	}
+	c, _ = d.client(t)
+	acquire(t, ctx, c, "no-pool-user")
+	if cold, pooled := metric("sandboxd_acquires_total", "kind", "cold"), metric("sandboxd_acquires_total", "kind", "warm_pool"); cold != 1 || pooled != 0 {
+		t.Fatalf("with --warm-pool 0: %v cold and %v pooled acquires, want 1 and 0", cold, pooled)
+	}
+	if got, _ := execOut(t, ctx, c, sbID, "check-again", "print(x)"); got.stdout != "41\n" {
+		t.Fatalf("the woken sandbox after the restart: %q", got.stdout)
 	}
 }

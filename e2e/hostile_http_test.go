@@ -96,7 +96,7 @@ func TestHostileHTTP(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(key+" acme user\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"--listen", "127.0.0.1:0", "--e2b-listen", "127.0.0.1:0", "--auth-tokens", tokens,
+	args := []string{"--listen", "127.0.0.1:0", "--e2b-listen", "127.0.0.1:0", "--auth-tokens", tokens, "--warm-pool", "0",
 		"--state-dir", env.stateDir, "--image", env.image, "--default-memory", "512MiB", "--shutdown-timeout", "5s"}
 	if env.runtime != "" {
 		args = append(args, "--runtime", env.runtime)

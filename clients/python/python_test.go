@@ -114,7 +114,7 @@ type daemon struct {
 // not needed.
 func (d *daemon) start(listen string) error {
 	args := []string{"--listen", listen, "--state-dir", d.stateDir, "--image", d.image,
-		"--log-level", "debug", "--default-memory", "512MiB", "--shutdown-timeout", "5s"}
+		"--log-level", "debug", "--default-memory", "512MiB", "--shutdown-timeout", "5s", "--warm-pool", "0"}
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}

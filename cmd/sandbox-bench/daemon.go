@@ -35,7 +35,7 @@ var errFlagUnsupported = errors.New("sandboxd does not support a flag")
 // startDaemon runs sandboxd on addr (":0" style addresses pick a free port)
 // and waits until it serves.
 func startDaemon(ctx context.Context, cfg daemonConfig, addr string) (*daemon, error) {
-	args := []string{"--listen", addr, "--state-dir", cfg.stateDir, "--image", cfg.image, "--shutdown-timeout", "5s"}
+	args := []string{"--listen", addr, "--state-dir", cfg.stateDir, "--image", cfg.image, "--shutdown-timeout", "5s", "--warm-pool", "0"}
 	if cfg.runtime != "" {
 		args = append(args, "--runtime", cfg.runtime)
 	}

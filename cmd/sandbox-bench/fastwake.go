@@ -37,8 +37,8 @@ const (
 	fwSmallCheck = "x * 2 + int(v.sum() + frame.a.sum()) - 6"
 )
 
-// fastWake measures the fast wake (its own sandboxd, with a warm pool of
-// one) and the ordinary wake (the main sandboxd, without a pool) of the
+// fastWake measures the fast wake (its own sandboxd, with make run's
+// default warm pool) and the ordinary wake (the main sandboxd, without a pool) of the
 // same namespaces, fastWakeRounds each, and an idle pool sandbox's memory.
 func (b *bench) fastWake(ctx context.Context) error {
 	all := []metric{mFastWakeSmall, mFastWakeLarge, mPoolMemory}
@@ -55,7 +55,10 @@ func (b *bench) fastWake(ctx context.Context) error {
 		b.fail(err, all...)
 		return err
 	}
-	cfg.extra = []string{"--warm-pool", "1", "--metrics-listen", metricsAddr}
+	// The pool sandboxd's own default (-1, what make run gets with no
+	// flag: two on Docker); startDaemon's --warm-pool 0 is the main
+	// sandboxd's, whose wakes are the ordinary ones.
+	cfg.extra = []string{"--warm-pool", "-1", "--metrics-listen", metricsAddr}
 	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
 	if err != nil {
 		b.removeLeftovers(cfg.stateDir)
@@ -166,7 +169,7 @@ func (b *bench) fastWake(ctx context.Context) error {
 			b.fail(err, k.m)
 			return err
 		}
-		note := fmt.Sprintf("p50 of %d hibernate/wake rounds each: Execute on the hibernated sandbox woken in a started pool container (its kernel had imported numpy and pandas), then the command; max %s ms; the ordinary wake: a new container", len(fast), fmtNum(ms(fast.percentile(100))))
+		note := fmt.Sprintf("p50 of %d hibernate/wake rounds each, sandboxd with make run's defaults (a warm pool of 2): Execute on the hibernated sandbox woken in a started pool container (its kernel had imported numpy and pandas), then the command; max %s ms; the ordinary wake: a new container", len(fast), fmtNum(ms(fast.percentile(100))))
 		if slow > 0 {
 			note += fmt.Sprintf("; %d wakes found the pool still refilling and were not counted", slow)
 		}

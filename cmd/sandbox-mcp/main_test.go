@@ -90,7 +90,7 @@ func sandboxd(t *testing.T) string {
 		}
 		shared.state = filepath.Join(shared.dir, "state")
 		args := []string{"--listen", "127.0.0.1:0", "--state-dir", shared.state, "--image", image,
-			"--default-memory", "512MiB", "--shutdown-timeout", "5s", "--allow-network"}
+			"--default-memory", "512MiB", "--shutdown-timeout", "5s", "--allow-network", "--warm-pool", "0"}
 		// Network objects of this sandboxd's own (go test runs the packages'
 		// sandboxd side by side), removed by TestMain once it stopped.
 		if shared.egress, shared.err = sandboxdproc.NewEgressNet('m', netip.MustParsePrefix("100.123.0.0/16")); shared.err != nil {

@@ -120,7 +120,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	fs.IntVar(&mc.MaxStreams, "max-streams", core.DefaultMaxStreams, "most streams in progress on the server, all tenants together (an Execute or StreamCommand following output, a download, an upload): each holds descriptors of sandboxd's. Only protects the host; keep it well above --max-streams-per-tenant")
 	fs.IntVar(&mc.MaxStreamsPerTenant, "max-streams-per-tenant", 0, "most streams in progress of one tenant's callers (0: a quarter of --max-streams, or all of it when the server has one tenant)")
 	fs.IntVar(&mc.MaxStreamsPerSandbox, "max-streams-per-sandbox", 0, fmt.Sprintf("most streams in progress on one sandbox (0: %d, or --max-streams-per-tenant if lower)", core.DefaultMaxStreamsPerSandbox))
-	fs.IntVar(&mc.WarmPool, "warm-pool", 0, "keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (requests with env, network or non-default limits still start their own)")
+	fs.IntVar(&mc.WarmPool, "warm-pool", autoWarmPool, fmt.Sprintf("keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up and a hibernated sandbox wakes in a started container (requests with env, network or non-default limits still start their own); %d: %d on the Docker backend (at most --max-sandboxes), 0 on Kubernetes; 0: no pool", autoWarmPool, defaultDockerWarmPool))
 	fastWake := true
 	fs.BoolVar(&fastWake, "fast-wake", true, "wake a hibernated sandbox in a started warm-pool container whose Python already imported numpy and pandas, instead of a new container (needs --warm-pool, disk volumes and runc; sandboxes with network, env or non-default limits wake as before); the pool's sandboxes then hold those imports")
 	fs.Var(&maxUpload, "max-upload", "largest file UploadFile and UploadVolumeFile accept (`size`); larger uploads are INVALID_ARGUMENT")
@@ -215,6 +215,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	}
 	mc.NoDiskVolumes = !diskVolumes
 	mc.NoFastWake = !fastWake
+	if mc.WarmPool == autoWarmPool {
+		mc.WarmPool = c.defaultWarmPool()
+	}
 	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
 	mc.SnapshotDiskBudget, mc.SnapshotDiskBudgetPerTenant = int64(snapBudget), int64(snapTenantBudget)
 	c.audit.maxFileBytes = int64(auditSize)
@@ -232,6 +235,32 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return config{}, usageError{err}
 	}
 	return c, nil
+}
+
+// The warm pool's size when --warm-pool is not given. On Docker a small
+// pool is what makes the defaults fast: a new user's first AcquireSandbox
+// is a claim (milliseconds, not a container start), and a wake lands in a
+// started container whose Python already imported numpy and pandas (fast
+// wake) instead of booting a new one, which without a pool took longer
+// than a cold start. Two, so that a second new user or wake within the
+// refill (about a second) is served too; each idle pool sandbox costs the
+// memory BENCHMARKS.md gives. On Kubernetes a pool is Pods the cluster
+// schedules before anyone asks, a capacity decision left to its operator.
+const (
+	autoWarmPool          = -1
+	defaultDockerWarmPool = 2
+)
+
+// defaultWarmPool is --warm-pool's value when it was not given.
+func (c *config) defaultWarmPool() int {
+	if c.backend == backendKubernetes {
+		return 0
+	}
+	n := defaultDockerWarmPool
+	if m := c.docker.MaxSandboxes; m > 0 && m < n {
+		n = m
+	}
+	return n
 }
 
 // applyEnv sets every flag not given on the command line from its

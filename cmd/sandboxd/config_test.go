@@ -4,6 +4,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -43,7 +46,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"auth", c.authTokens, ""},
 		{"insecure", c.insecure, false},
 		{"per-tenant cap", mc.MaxSandboxesPerTenant, 0},
-		{"warm pool", mc.WarmPool, 0},
+		{"warm pool (automatic, Docker)", mc.WarmPool, 2},
 		{"max code", mc.MaxCodeBytes, 1 << 20},
 		{"network", mc.AllowNetwork, false},
 		{"disk volumes", mc.NoDiskVolumes, false},
@@ -132,6 +135,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{[]string{"--max-code", "2MiB"}, nil, "--max-code must be between 1 and 1048576 bytes"},
 		{[]string{"--warm-pool", "5", "--max-sandboxes", "4"}, nil, "--warm-pool 5 is above --max-sandboxes 4"},
 		{[]string{"--max-sandboxes-per-tenant", "-1"}, nil, "--max-sandboxes-per-tenant -1 is negative"},
+		{[]string{"--warm-pool", "-2"}, nil, "--warm-pool -2 is negative"},
 		{[]string{"--default-disk", "20g"}, nil, "--default-disk is above --max-disk"},
 		{[]string{"--io-disk", "1m"}, nil, "at least 16MiB"},
 		{[]string{"--idle-ttl", "2h", "--max-idle-ttl", "1h"}, nil, "--max-idle-ttl 1h0m0s must be 0 (automatic) or at least --idle-ttl 2h0m0s"},
@@ -293,6 +297,69 @@ func TestParseConfigPorts(t *testing.T) {
 		_, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: %v; want %q", tt.args, err, tt.want)
+		}
+	}
+}
+
+// TestWarmPoolDefault: without --warm-pool, Docker keeps a small pool (what
+// makes make run's acquires and wakes fast), never above --max-sandboxes;
+// Kubernetes keeps none; an explicit size, 0 included, wins, also from the
+// environment.
+func TestWarmPoolDefault(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  []string
+		want int
+	}{
+		{nil, nil, 2},
+		{[]string{"--max-sandboxes", "1"}, nil, 1},
+		{[]string{"--max-sandboxes", "5"}, nil, 2},
+		{[]string{"--warm-pool", "0"}, nil, 0},
+		{[]string{"--warm-pool", "3"}, nil, 3},
+		{nil, []string{"SANDBOXD_WARM_POOL", "0"}, 0},
+		{[]string{"--warm-pool", "-1"}, nil, 2},
+		{[]string{"--backend", "kubernetes", "--kube-namespace", "sandboxes"}, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
+			c, err := parseConfig(tt.args, env(append([]string{"HOME", "/root"}, tt.env...)...), io.Discard)
+			if err != nil {
+				t.Fatalf("parseConfig: %v", err)
+			}
+			if c.docker.WarmPool != tt.want {
+				t.Errorf("warm pool %d, want %d", c.docker.WarmPool, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigurationDocCoversEveryFlag: docs/configuration.md's table has a
+// row for every flag sandboxd --help lists, so the reference cannot drift
+// from the code again (it once lacked --log-level, --log-format and
+// --shutdown-timeout).
+func TestConfigurationDocCoversEveryFlag(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseConfig([]string{"--help"}, env("HOME", "/root"), &out); !errors.Is(err, errHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows strings.Builder
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "| `--") {
+			first, _, _ := strings.Cut(l[1:], " | ") // the flag column
+			rows.WriteString(first + "\n")
+		}
+	}
+	flags := regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(out.String(), -1)
+	if len(flags) < 50 {
+		t.Fatalf("found %d flags in --help; the pattern no longer matches its layout:\n%s", len(flags), out.String())
+	}
+	for _, f := range flags {
+		if !strings.Contains(rows.String(), "`--"+f[1]+"`") {
+			t.Errorf("--%s has no row in docs/configuration.md's flag table", f[1])
 		}
 	}
 }

@@ -73,7 +73,7 @@ func Start(t testing.TB, opts ...Option) *Daemon {
 	bin := Build(t, dir, sandboxdproc.Package)
 	d := &Daemon{StateDir: filepath.Join(dir, "state")}
 	args := []string{"--listen", "127.0.0.1:0", "--state-dir", d.StateDir, "--image", image, "--log-level", "debug",
-		"--default-memory", "512MiB", "--shutdown-timeout", "5s"}
+		"--default-memory", "512MiB", "--shutdown-timeout", "5s", "--warm-pool", "0"}
 	if len(o.tokens) > 0 {
 		d.admin = "sandboxdtest-admin-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		file := filepath.Join(dir, "tokens")

@@ -88,7 +88,8 @@ func newDaemon(t *testing.T, e2bAddr string) (d *daemon, key, otherKey string) {
 	state := filepath.Join(dir, "state")
 	args := []string{"--listen", "127.0.0.1:0", "--e2b-listen", e2bAddr, "--auth-tokens", tokens,
 		"--state-dir", state, "--image", image, "--default-memory", "512MiB", "--shutdown-timeout", "5s",
-		"--metrics-sample-interval", "1s"} // getMetrics' test waits for samples
+		"--metrics-sample-interval", "1s", // getMetrics' test waits for samples
+		"--warm-pool", "0"}
 	if rt := os.Getenv("SANDBOXD_E2E_RUNTIME"); rt != "" {
 		args = append(args, "--runtime", rt)
 	}
