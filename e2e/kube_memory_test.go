@@ -99,7 +99,7 @@ func kubeOOMCommand(t *testing.T, k *kubeEnv) {
 // the OOM killer's choice to the driver, the container's first process,
 // by raising its score to the maximum and lowering the interpreter's (a
 // process may lower its score back to what its runtime could enforce;
-// runc here runs without CAP_SYS_RESOURCE, as the README says), then
+// runc here runs without CAP_SYS_RESOURCE, as docs/kubernetes.md says), then
 // allocates past the limit. The driver's death ends the container; the
 // runtime reports it OOMKilled, and the kubelet restarts it. What the
 // sandbox then is, the caller checks.

@@ -21,7 +21,7 @@ import (
 // rebuilding sandboxd's image. A template adds to the image; it cannot
 // replace what runs the sandbox (the driver, the io sidecar, the user,
 // /io, /workspace): sandboxd lays those again in every template's last
-// layer (README, "Templates"; SECURITY.md on what a build can do).
+// layer (docs/templates.md; SECURITY.md on what a build can do).
 //
 // A spec is an ordered list of steps, as a Dockerfile is and as E2B's
 // template builder sends them; its content hash (SpecHash) names the built

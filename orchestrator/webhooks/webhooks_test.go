@@ -477,8 +477,8 @@ func waitStats(t *testing.T, d *Dispatcher, what string, cond func(core.WebhookS
 	}
 }
 
-// TestSignatureVector: the signature of a fixed request, as the README's
-// scheme and the Python client's verify (clients/python, the same vector
+// TestSignatureVector: the signature of a fixed request, as
+// docs/observability.md's scheme and the Python client's verify (clients/python, the same vector
 // in tests/test_unit_webhooks.py) compute it.
 func TestSignatureVector(t *testing.T) {
 	wh, err := standardwebhooks.NewWebhook("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")

@@ -9,8 +9,8 @@ import (
 
 // The operations the Kubernetes backend does not offer yet. Each answers
 // core.Unsupported (FAILED_PRECONDITION naming this backend and the
-// feature), as every backend says "not here"; the README's "Running on
-// Kubernetes" lists them.
+// feature), as every backend says "not here"; docs/kubernetes.md lists
+// them.
 
 // backendName is this backend's --backend value.
 const backendName = "kubernetes"
