@@ -48,7 +48,7 @@ const deployedImage = "sandboxd.test/sandboxd:e2e"
 const deployedToken = "deployed-tenant-token-e2e-0123456789"
 
 // TestKubeDeployed deploys sandboxd from deploy/kubernetes on a real node
-// and checks what its README and SECURITY.md promise of it:
+// and checks what docs/kubernetes.md and SECURITY.md promise of it:
 //
 //   - sandboxd runs under its ServiceAccount and Role (RBAC is enforced by
 //     the API server): both replicas become Ready through their gRPC
@@ -275,7 +275,7 @@ func TestKubeDeployed(t *testing.T) {
 		t.Fatalf("6 * 7 in sandbox %s through a replica started under the policies: %v %v", b, o.results, o.errs)
 	}
 
-	// gVisor, as the deploy README enables it: the shipped RuntimeClass
+	// gVisor, as docs/kubernetes.md enables it: the shipped RuntimeClass
 	// and --kube-runtime-class=gvisor on the replicas (a rollout). The
 	// policies hold for a sandbox whose network stack is gVisor's.
 	c.NeedGVisor(t)
@@ -314,7 +314,7 @@ func TestKubeDeployed(t *testing.T) {
 }
 
 // buildSandboxdImage builds an image of sandboxd alone, as
-// deploy/kubernetes/README.md's Dockerfile does (a static binary on an
+// docs/kubernetes.md's Dockerfile does (a static binary on an
 // empty base), and returns its reference in the Docker engine.
 func buildSandboxdImage(t *testing.T) string {
 	t.Helper()

@@ -3,7 +3,7 @@
 // accepts every object and the optional gVisor RuntimeClass, and that the
 // objects say what a user relies on (the sandbox Pods' isolation, the
 // Role's reach, sandboxd's replicas and probes, placeholders that fail
-// closed). What needs a kubelet, a CNI or gVisor is for README.md's checks
+// closed). What needs a kubelet, a CNI or gVisor is for docs/kubernetes.md's checks
 // on a real cluster.
 package kubernetes_test
 
@@ -179,7 +179,7 @@ func TestAPIServerAcceptsManifests(t *testing.T) {
 	}
 }
 
-// TestSecretOverlay renders the overlay README.md shows for replacing the
+// TestSecretOverlay renders the overlay docs/kubernetes.md shows for replacing the
 // placeholder Secrets: the real values must reach the Secrets under the
 // names the Deployment and the Role use, and no placeholder may survive
 // (a stringData left behind would win over the new data on the server).

@@ -143,7 +143,7 @@ func (m *Manager) networkOf(opts core.Options) (*core.NetworkPolicy, error) {
 // sandboxes (Config.EgressCNI).
 func (m *Manager) networking() error {
 	if !m.cfg.EgressCNI {
-		return unsupported(featNetwork + " without --kube-egress-cni (the nodes' CNI chain must confine each sandbox to its Pod's egress gateway: deploy/kubernetes/README.md)")
+		return unsupported(featNetwork + " without --kube-egress-cni (the nodes' CNI chain must confine each sandbox to its Pod's egress gateway: docs/kubernetes.md)")
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ import (
 // Named snapshots and forks on Kubernetes. A snapshot outlives its
 // sandbox's Pod and claim, and any replica must find it, so it lives in a
 // directory every replica mounts (Config.SnapshotDir: a ReadWriteMany
-// volume in a cluster, deploy/kubernetes/README.md), one subdirectory per
+// volume in a cluster, docs/kubernetes.md), one subdirectory per
 // snapshot:
 //
 //	<id>/snapshot.json  its record (snapRecord); its presence is the commit
