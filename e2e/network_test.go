@@ -103,7 +103,18 @@ const (
 	// the scheduler (2.02× was seen with 0.9 ms added). What the bound
 	// catches is a gateway shared unfairly: the victim's connections queued
 	// behind the flooder's, or its DNS queries dropped with them.
+	//
+	// Under gVisor (the ptrace platform of Debian's runsc) the victim's GET
+	// is itself CPU work: every system call of its Python is a round trip
+	// through ptrace, 6 ms for a GET where runc takes under one. The CPU
+	// the flood takes then stretches it rather than adding a constant, so
+	// the ratio there is netFairnessRunsc (2.57× was seen with another
+	// test process beside the suite, as under make test's shards). A
+	// gateway shared unfairly shows beyond either: a dropped packet costs
+	// a second (netDropped), queueing behind the flood's connections tens
+	// of times the quiet figure.
 	netFairness      = 2.0
+	netFairnessRunsc = 3.0
 	netFairnessSlack = 3 * time.Millisecond
 	// netDropped: a GET of the victim's this long under the flood had a
 	// packet dropped (a SYN is retransmitted after 1 s, a DNS query after
@@ -1513,11 +1524,15 @@ func (r *netRun) caseFlood(t *testing.T) {
 	<-sampled
 	qp, fp := percentile(quiet, 50), percentile(flooded, 50)
 	ratio := fp / qp
-	bound := netFairness*qp + float64(netFairnessSlack)/float64(time.Millisecond)
+	fairness := netFairness
+	if r.runtime == "runsc" {
+		fairness = netFairnessRunsc
+	}
+	bound := fairness*qp + float64(netFairnessSlack)/float64(time.Millisecond)
 	slowest := slices.Max(flooded)
 	t.Logf("the victim's GET: p50 %.2f ms quiet (p90 %.2f), %.2f ms flooded (p90 %.2f, max %.2f): %.2f×", qp, percentile(quiet, 90), fp, percentile(flooded, 90), slowest, ratio)
 	if fp > bound {
-		t.Errorf("the flood slowed another sandbox's GET from p50 %.2f ms to %.2f ms (%.2f×); want at most %.0f× + %v (%.2f ms)", qp, fp, ratio, netFairness, netFairnessSlack, bound)
+		t.Errorf("the flood slowed another sandbox's GET from p50 %.2f ms to %.2f ms (%.2f×); want at most %.0f× + %v (%.2f ms)", qp, fp, ratio, fairness, netFairnessSlack, bound)
 	}
 	if slowest >= float64(netDropped)/float64(time.Millisecond) {
 		t.Errorf("one of the victim's GETs under the flood took %.0f ms: a packet of its was dropped (a retransmit); want none at %v or more", slowest, netDropped)
@@ -1539,7 +1554,7 @@ func (r *netRun) caseFlood(t *testing.T) {
 		t.Errorf("sandboxd's RSS grew by %s during the flood; want at most %s", mib(peak.rss-base.rss), mib(netRSSBound))
 	}
 	r.note("flood: other sandbox's GET p50 %.2f ms flooded vs %.2f ms quiet (%.2f×, bound %.0f× + %v), max %.1f ms; the gateway saw %d of %d flood DNS queries (the kernel dropped the rest) and %d of %d connections (%d at cap); sandboxd peak %d fds (%d before, bound %d), RSS %s (+%s, bound +%s)",
-		fp, qp, ratio, netFairness, netFairnessSlack, slowest, seenDNS, sentDNS, seenConns, sentConns, fst.GetConnectionsRefusedAtCap(), peak.fds, base.fds, fdBound,
+		fp, qp, ratio, fairness, netFairnessSlack, slowest, seenDNS, sentDNS, seenConns, sentConns, fst.GetConnectionsRefusedAtCap(), peak.fds, base.fds, fdBound,
 		mib(peak.rss), mib(max(0, peak.rss-base.rss)), mib(netRSSBound))
 	r.floodID = f
 }
