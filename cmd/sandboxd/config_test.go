@@ -306,6 +306,10 @@ func TestParseConfigPorts(t *testing.T) {
 // Kubernetes keeps none; an explicit size, 0 included, wins, also from the
 // environment.
 func TestWarmPoolDefault(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "io-token")
+	if err := os.WriteFile(token, []byte("io-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		env  []string
@@ -318,7 +322,8 @@ func TestWarmPoolDefault(t *testing.T) {
 		{[]string{"--warm-pool", "3"}, nil, 3},
 		{nil, []string{"SANDBOXD_WARM_POOL", "0"}, 0},
 		{[]string{"--warm-pool", "-1"}, nil, 2},
-		{[]string{"--backend", "kubernetes", "--kube-namespace", "sandboxes"}, nil, 0},
+		{[]string{"--backend", "kubernetes", "--kube-io-token-file", token}, nil, 0},
+		{[]string{"--backend", "kubernetes", "--kube-io-token-file", token, "--warm-pool", "3"}, nil, 3},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(append(tt.args, tt.env...), " "), func(t *testing.T) {
