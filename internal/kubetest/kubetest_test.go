@@ -237,7 +237,7 @@ func TestTailBuffer(t *testing.T) {
 // every binary under cmd/ that ships: they are for tests only. The one
 // exception is cmd/sandbox-bench, the benchmark, a developer tool run from
 // the repository that measures the Kubernetes backend on a local API server
-// and the test kubelet (BENCHMARKS.md).
+// and the test kubelet (docs/benchmarks-history.md).
 func TestNotInProductionBinaries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs go list; skipped in -short mode")

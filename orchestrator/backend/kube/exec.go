@@ -34,7 +34,7 @@ func (m *Manager) Submit(ctx context.Context, req core.ExecRequest) (string, err
 // Execute is Submit then Follow from the first event in one call to the
 // sandbox's io sidecar (its Run): the command is appended and its events
 // stream back in one round trip, where two calls cost two (the sidecar
-// hop, BENCHMARKS.md). Its rules and errors are Submit's until the
+// hop, docs/benchmarks-history.md). Its rules and errors are Submit's until the
 // command is in the log, Follow's after.
 func (m *Manager) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
 	p, c, rec, runs, err := m.prepare(ctx, req)
