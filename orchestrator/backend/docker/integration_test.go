@@ -64,7 +64,10 @@ func integrationManager(t *testing.T, configure ...func(*Config)) (*validated, *
 
 func removeTestContainers(t testing.TB, c *client.Client, stateDir string) {
 	abs, _ := filepath.Abs(stateDir)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Two minutes for all of them: under make test's shards a run once
+	// left two containers of TestIntegrationForkBombContained (and their
+	// loop mounts) behind, which 30 s may not have been enough to remove.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	list, err := c.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", labels.StateDir+"="+abs))})
 	if err != nil {
