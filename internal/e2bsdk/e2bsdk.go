@@ -203,5 +203,5 @@ func ParseTAP(out []byte) []Result {
 // summary shows it. Of those not passed, any not in KnownFailures has
 // already failed the test, so in a passing run they are all known ones.
 func Summary(total, failed int) string {
-	return fmt.Sprintf("e2b sdk: %d passed, %d not (known failures, KnownFailures, unless the test failed)", total-failed, failed)
+	return fmt.Sprintf("e2b sdk: %d passed, %d not passed (known failures unless the test failed)", total-failed, failed)
 }
