@@ -67,11 +67,12 @@ type manager interface {
 	Close() error
 }
 
-// backend is a backend as sandboxd starts it: the domain's calls, the
-// policy it applies (which core.Validating enforces in front of it) and
-// Close.
+// backend is a backend as sandboxd starts it: the capabilities it has
+// (core.Complete answers the others), the policy it applies (which
+// core.Validating enforces in front of it) and Close.
 type backend interface {
-	manager
+	core.Backend
+	Close() error
 	Policy() core.Policy
 }
 
@@ -86,8 +87,8 @@ type validated struct {
 	log *audit.Log // nil: no audit trail
 }
 
-func newValidated(b backend, log *audit.Log) validated {
-	v := validated{Manager: core.Validating(b, b.Policy()), b: b, log: log}
+func newValidated(name string, b backend, log *audit.Log) validated {
+	v := validated{Manager: core.Validating(core.Complete(name, b), b.Policy()), b: b, log: log}
 	if log != nil {
 		v.Manager = audit.Audited(v.Manager, log)
 	}
@@ -264,7 +265,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 			met.Watch(km)              // sandboxes by state and the pool's size: the leader reports them
 			met.WatchSandboxEgress(km) // networked sandboxes' egress counters, read from their Pods by the leader
 		}
-		m = newValidated(km, auditLog)
+		m = newValidated(cfg.backend, km, auditLog)
 	} else {
 		dm, err := docker.New(ctx, cfg.docker, nil)
 		if err != nil {
@@ -274,7 +275,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 			met.Watch(dm)       // sandboxes by state and the pool's size, read at scrape time
 			met.WatchEgress(dm) // the egress gateway's counters, per sandbox and in all
 		}
-		m = newValidated(dm, auditLog)
+		m = newValidated(cfg.backend, dm, auditLog)
 	}
 	var front *ports.Server
 	if portsLis != nil {

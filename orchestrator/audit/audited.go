@@ -43,19 +43,62 @@ type Recorder interface {
 // size; of an upload its path and size; of a network policy nothing but
 // the call; of Acquire the user, never the options' environment.
 func Audited(m core.Manager, r Recorder) core.Manager {
-	return &audited{Manager: m, r: r}
+	a := &auditor{r: r}
+	p := core.PartsOf(m)
+	return core.Parts{
+		Sandboxes:  auditedSandboxes{p.Sandboxes, a},
+		Commands:   auditedCommands{p.Commands, a},
+		Files:      auditedFiles{p.Files, a},
+		Network:    auditedNetwork{p.Network, a},
+		Snapshots:  auditedSnapshots{p.Snapshots, a},
+		Volumes:    auditedVolumes{p.Volumes, a},
+		Templates:  auditedTemplates{p.Templates, a},
+		Monitoring: p.Monitoring, // reads only
+	}
 }
 
-// audited embeds m, so the methods it does not record pass through
-// unchanged; TestEveryMethodClassified keeps that list honest.
-type audited struct {
-	core.Manager
+// auditor records; Audited's wrappers share it.
+type auditor struct {
 	r Recorder
 }
 
+// Audited's wrapper of each capability with a mutating call. Each embeds
+// its port, so the calls it does not record pass through unchanged;
+// TestEveryMethodClassified keeps that list honest.
+type (
+	auditedSandboxes struct {
+		core.Sandboxes
+		*auditor
+	}
+	auditedCommands struct {
+		core.Commands
+		*auditor
+	}
+	auditedFiles struct {
+		core.Files
+		*auditor
+	}
+	auditedNetwork struct {
+		core.Network
+		*auditor
+	}
+	auditedSnapshots struct {
+		core.Snapshots
+		*auditor
+	}
+	auditedVolumes struct {
+		core.Volumes
+		*auditor
+	}
+	auditedTemplates struct {
+		core.Templates
+		*auditor
+	}
+)
+
 // record records a call of action that began at start and ended with err;
 // e carries the call's own details.
-func (a *audited) record(ctx context.Context, start time.Time, action string, e Event, err error) {
+func (a *auditor) record(ctx context.Context, start time.Time, action string, e Event, err error) {
 	c := core.CallerOf(ctx)
 	e.Time = start
 	e.Duration = time.Since(start)
@@ -68,9 +111,9 @@ func (a *audited) record(ctx context.Context, start time.Time, action string, e 
 	a.r.Record(e.bounded())
 }
 
-func (a *audited) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
+func (a auditedSandboxes) Acquire(ctx context.Context, userID string, opts core.Options) (core.AcquireResult, error) {
 	start := time.Now()
-	res, err := a.Manager.Acquire(ctx, userID, opts)
+	res, err := a.Sandboxes.Acquire(ctx, userID, opts)
 	var vols []string
 	for _, vm := range opts.Volumes {
 		vols = append(vols, vm.Volume)
@@ -79,37 +122,37 @@ func (a *audited) Acquire(ctx context.Context, userID string, opts core.Options)
 	return res, err
 }
 
-func (a *audited) Delete(ctx context.Context, sandboxID string) error {
+func (a auditedSandboxes) Delete(ctx context.Context, sandboxID string) error {
 	start := time.Now()
-	err := a.Manager.Delete(ctx, sandboxID)
+	err := a.Sandboxes.Delete(ctx, sandboxID)
 	a.record(ctx, start, ActionDelete, Event{SandboxID: sandboxID}, err)
 	return err
 }
 
-func (a *audited) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
+func (a auditedSandboxes) SetTimeout(ctx context.Context, sandboxID string, d time.Duration) (core.Sandbox, error) {
 	start := time.Now()
-	sb, err := a.Manager.SetTimeout(ctx, sandboxID, d)
+	sb, err := a.Sandboxes.SetTimeout(ctx, sandboxID, d)
 	a.record(ctx, start, ActionSetTimeout, Event{SandboxID: sandboxID}, err)
 	return sb, err
 }
 
-func (a *audited) Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error) {
+func (a auditedSandboxes) Hibernate(ctx context.Context, sandboxID string) (core.Sandbox, error) {
 	start := time.Now()
-	sb, err := a.Manager.Hibernate(ctx, sandboxID)
+	sb, err := a.Sandboxes.Hibernate(ctx, sandboxID)
 	a.record(ctx, start, ActionHibernate, Event{SandboxID: sandboxID}, err)
 	return sb, err
 }
 
-func (a *audited) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error) {
+func (a auditedSandboxes) Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error) {
 	start := time.Now()
-	sb, wi, err := a.Manager.Wake(ctx, sandboxID)
+	sb, wi, err := a.Sandboxes.Wake(ctx, sandboxID)
 	a.record(ctx, start, ActionWake, Event{SandboxID: sandboxID}, err)
 	return sb, wi, err
 }
 
-func (a *audited) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
+func (a auditedSnapshots) CreateSnapshot(ctx context.Context, sandboxID, name string) (core.Snapshot, error) {
 	start := time.Now()
-	s, err := a.Manager.CreateSnapshot(ctx, sandboxID, name)
+	s, err := a.Snapshots.CreateSnapshot(ctx, sandboxID, name)
 	ref := s.ID
 	if ref == "" {
 		ref = name
@@ -118,32 +161,32 @@ func (a *audited) CreateSnapshot(ctx context.Context, sandboxID, name string) (c
 	return s, err
 }
 
-func (a *audited) DeleteSnapshot(ctx context.Context, ref string) error {
+func (a auditedSnapshots) DeleteSnapshot(ctx context.Context, ref string) error {
 	start := time.Now()
-	err := a.Manager.DeleteSnapshot(ctx, ref)
+	err := a.Snapshots.DeleteSnapshot(ctx, ref)
 	a.record(ctx, start, ActionDeleteSnapshot, Event{Snapshot: ref}, err)
 	return err
 }
 
-func (a *audited) Fork(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error) {
+func (a auditedSnapshots) Fork(ctx context.Context, sandboxID string, req core.ForkRequest) ([]core.ForkResult, error) {
 	start := time.Now()
-	rs, err := a.Manager.Fork(ctx, sandboxID, req)
+	rs, err := a.Snapshots.Fork(ctx, sandboxID, req)
 	a.record(ctx, start, ActionFork, Event{SandboxID: sandboxID, Count: req.Count}, err)
 	return rs, err
 }
 
-func (a *audited) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error) {
+func (a auditedNetwork) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p core.NetworkPolicy) (core.Sandbox, error) {
 	start := time.Now()
-	sb, err := a.Manager.UpdateNetworkPolicy(ctx, sandboxID, p)
+	sb, err := a.Network.UpdateNetworkPolicy(ctx, sandboxID, p)
 	a.record(ctx, start, ActionUpdateNetworkPolicy, Event{SandboxID: sandboxID}, err)
 	return sb, err
 }
 
 // Submit is recorded when the command is queued (or refused), not when it
 // ends: its ID leads to its outcome (ListCommands, StreamCommand).
-func (a *audited) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
+func (a auditedCommands) Submit(ctx context.Context, req core.ExecRequest) (string, error) {
 	start := time.Now()
-	id, err := a.Manager.Submit(ctx, req)
+	id, err := a.Commands.Submit(ctx, req)
 	if id == "" {
 		id = req.CommandID
 	}
@@ -154,12 +197,12 @@ func (a *audited) Submit(ctx context.Context, req core.ExecRequest) (string, err
 
 // Execute is recorded as Submit is: when the command is queued (or
 // refused), under the same action.
-func (a *audited) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
+func (a auditedCommands) Execute(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
 	start := time.Now()
 	ev := Event{SandboxID: req.SandboxID, CommandID: req.CommandID, ContextID: req.ContextID,
 		Language: req.Language, Bytes: int64(len(req.Code))}
 	queued := false // submitted is called on Execute's goroutine, before it returns
-	err := a.Manager.Execute(ctx, req, func(id string) {
+	err := a.Commands.Execute(ctx, req, func(id string) {
 		queued = true
 		ev.CommandID = id
 		a.record(ctx, start, ActionExecute, ev, nil)
@@ -171,61 +214,61 @@ func (a *audited) Execute(ctx context.Context, req core.ExecRequest, submitted f
 	return err
 }
 
-func (a *audited) Interrupt(ctx context.Context, sandboxID, commandID string) error {
+func (a auditedCommands) Interrupt(ctx context.Context, sandboxID, commandID string) error {
 	start := time.Now()
-	err := a.Manager.Interrupt(ctx, sandboxID, commandID)
+	err := a.Commands.Interrupt(ctx, sandboxID, commandID)
 	a.record(ctx, start, ActionInterrupt, Event{SandboxID: sandboxID, CommandID: commandID}, err)
 	return err
 }
 
-func (a *audited) CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error) {
+func (a auditedCommands) CreateContext(ctx context.Context, sandboxID, language, cwd string) (core.ContextInfo, error) {
 	start := time.Now()
-	ci, err := a.Manager.CreateContext(ctx, sandboxID, language, cwd)
+	ci, err := a.Commands.CreateContext(ctx, sandboxID, language, cwd)
 	a.record(ctx, start, ActionCreateContext, Event{SandboxID: sandboxID, ContextID: ci.ID, Language: language, Path: cwd}, err)
 	return ci, err
 }
 
-func (a *audited) RestartContext(ctx context.Context, sandboxID, contextID string) error {
+func (a auditedCommands) RestartContext(ctx context.Context, sandboxID, contextID string) error {
 	start := time.Now()
-	err := a.Manager.RestartContext(ctx, sandboxID, contextID)
+	err := a.Commands.RestartContext(ctx, sandboxID, contextID)
 	a.record(ctx, start, ActionRestartContext, Event{SandboxID: sandboxID, ContextID: contextID}, err)
 	return err
 }
 
-func (a *audited) DeleteContext(ctx context.Context, sandboxID, contextID string) error {
+func (a auditedCommands) DeleteContext(ctx context.Context, sandboxID, contextID string) error {
 	start := time.Now()
-	err := a.Manager.DeleteContext(ctx, sandboxID, contextID)
+	err := a.Commands.DeleteContext(ctx, sandboxID, contextID)
 	a.record(ctx, start, ActionDeleteContext, Event{SandboxID: sandboxID, ContextID: contextID}, err)
 	return err
 }
 
 // Upload records the bytes the backend read of the upload, not their
 // content.
-func (a *audited) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error) {
+func (a auditedFiles) Upload(ctx context.Context, sandboxID, path string, r io.Reader) (core.FileInfo, error) {
 	start := time.Now()
 	cr := &countingReader{r: r}
-	fi, err := a.Manager.Upload(ctx, sandboxID, path, cr)
+	fi, err := a.Files.Upload(ctx, sandboxID, path, cr)
 	a.record(ctx, start, ActionWriteFile, Event{SandboxID: sandboxID, Path: path, Bytes: cr.n.Load()}, err)
 	return fi, err
 }
 
-func (a *audited) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error) {
+func (a auditedFiles) MakeDirectory(ctx context.Context, sandboxID, path string, parents bool) (core.FileInfo, error) {
 	start := time.Now()
-	fi, err := a.Manager.MakeDirectory(ctx, sandboxID, path, parents)
+	fi, err := a.Files.MakeDirectory(ctx, sandboxID, path, parents)
 	a.record(ctx, start, ActionMkdir, Event{SandboxID: sandboxID, Path: path}, err)
 	return fi, err
 }
 
-func (a *audited) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
+func (a auditedFiles) Remove(ctx context.Context, sandboxID, path string, recursive bool) error {
 	start := time.Now()
-	err := a.Manager.Remove(ctx, sandboxID, path, recursive)
+	err := a.Files.Remove(ctx, sandboxID, path, recursive)
 	a.record(ctx, start, ActionRemove, Event{SandboxID: sandboxID, Path: path}, err)
 	return err
 }
 
-func (a *audited) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
+func (a auditedFiles) Rename(ctx context.Context, sandboxID, from, to string, overwrite bool) (core.FileInfo, error) {
 	start := time.Now()
-	fi, err := a.Manager.Rename(ctx, sandboxID, from, to, overwrite)
+	fi, err := a.Files.Rename(ctx, sandboxID, from, to, overwrite)
 	a.record(ctx, start, ActionMove, Event{SandboxID: sandboxID, Path: from, ToPath: to}, err)
 	return fi, err
 }
@@ -243,9 +286,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (a *audited) CreateVolume(ctx context.Context, name string, size int64) (core.Volume, error) {
+func (a auditedVolumes) CreateVolume(ctx context.Context, name string, size int64) (core.Volume, error) {
 	start := time.Now()
-	v, err := a.Manager.CreateVolume(ctx, name, size)
+	v, err := a.Volumes.CreateVolume(ctx, name, size)
 	ref := v.ID
 	if ref == "" {
 		ref = name
@@ -254,55 +297,55 @@ func (a *audited) CreateVolume(ctx context.Context, name string, size int64) (co
 	return v, err
 }
 
-func (a *audited) DeleteVolume(ctx context.Context, ref string, force bool) error {
+func (a auditedVolumes) DeleteVolume(ctx context.Context, ref string, force bool) error {
 	start := time.Now()
-	err := a.Manager.DeleteVolume(ctx, ref, force)
+	err := a.Volumes.DeleteVolume(ctx, ref, force)
 	a.record(ctx, start, ActionDeleteVolume, Event{Volume: ref}, err)
 	return err
 }
 
-func (a *audited) VolumeUpload(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (core.FileInfo, error) {
+func (a auditedVolumes) VolumeUpload(ctx context.Context, ref, path string, r io.Reader, overwrite bool) (core.FileInfo, error) {
 	start := time.Now()
 	cr := &countingReader{r: r}
-	fi, err := a.Manager.VolumeUpload(ctx, ref, path, cr, overwrite)
+	fi, err := a.Volumes.VolumeUpload(ctx, ref, path, cr, overwrite)
 	a.record(ctx, start, ActionVolumeWriteFile, Event{Volume: ref, Path: path, Bytes: cr.n.Load()}, err)
 	return fi, err
 }
 
-func (a *audited) VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error) {
+func (a auditedVolumes) VolumeMakeDirectory(ctx context.Context, ref, path string, parents bool) (core.FileInfo, error) {
 	start := time.Now()
-	fi, err := a.Manager.VolumeMakeDirectory(ctx, ref, path, parents)
+	fi, err := a.Volumes.VolumeMakeDirectory(ctx, ref, path, parents)
 	a.record(ctx, start, ActionVolumeMkdir, Event{Volume: ref, Path: path}, err)
 	return fi, err
 }
 
-func (a *audited) VolumeRemove(ctx context.Context, ref, path string, recursive bool) error {
+func (a auditedVolumes) VolumeRemove(ctx context.Context, ref, path string, recursive bool) error {
 	start := time.Now()
-	err := a.Manager.VolumeRemove(ctx, ref, path, recursive)
+	err := a.Volumes.VolumeRemove(ctx, ref, path, recursive)
 	a.record(ctx, start, ActionVolumeRemove, Event{Volume: ref, Path: path}, err)
 	return err
 }
 
-func (a *audited) VolumeSetAttributes(ctx context.Context, ref, path string, at core.FileAttributes) (core.FileInfo, error) {
+func (a auditedVolumes) VolumeSetAttributes(ctx context.Context, ref, path string, at core.FileAttributes) (core.FileInfo, error) {
 	start := time.Now()
-	fi, err := a.Manager.VolumeSetAttributes(ctx, ref, path, at)
+	fi, err := a.Volumes.VolumeSetAttributes(ctx, ref, path, at)
 	a.record(ctx, start, ActionVolumeSetAttributes, Event{Volume: ref, Path: path}, err)
 	return fi, err
 }
 
-func (a *audited) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
+func (a auditedTemplates) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
 	start := time.Now()
 	cr := &countingReader{r: r}
-	existed, err := a.Manager.PutTemplateFile(ctx, key, cr)
+	existed, err := a.Templates.PutTemplateFile(ctx, key, cr)
 	a.record(ctx, start, ActionUploadTemplateFile, Event{Template: key, Bytes: cr.n.Load()}, err)
 	return existed, err
 }
 
 // BuildTemplate records the start of a build (its outcome is whether it
 // started; how it ends is the template's version, not a call).
-func (a *audited) BuildTemplate(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error) {
+func (a auditedTemplates) BuildTemplate(ctx context.Context, name string, spec core.TemplateSpec, force bool) (core.Template, core.TemplateVersion, error) {
 	start := time.Now()
-	t, v, err := a.Manager.BuildTemplate(ctx, name, spec, force)
+	t, v, err := a.Templates.BuildTemplate(ctx, name, spec, force)
 	ref := t.ID
 	if ref == "" {
 		ref = name
@@ -311,9 +354,9 @@ func (a *audited) BuildTemplate(ctx context.Context, name string, spec core.Temp
 	return t, v, err
 }
 
-func (a *audited) DeleteTemplate(ctx context.Context, ref string) error {
+func (a auditedTemplates) DeleteTemplate(ctx context.Context, ref string) error {
 	start := time.Now()
-	err := a.Manager.DeleteTemplate(ctx, ref)
+	err := a.Templates.DeleteTemplate(ctx, ref)
 	a.record(ctx, start, ActionDeleteTemplate, Event{Template: ref}, err)
 	return err
 }

@@ -5,9 +5,15 @@
 //
 // What it holds:
 //
-//   - The port, Manager (manager.go): every operation a caller has, which
-//     the backends (orchestrator/backend/docker, orchestrator/backend/kube)
-//     implement and the doors (orchestrator/door/...) call.
+//   - The ports, one small interface per capability (port_*.go):
+//     Sandboxes, Commands and Files, which every backend has (Backend), and
+//     Network, Snapshots, Volumes, Templates and Monitoring, which a backend
+//     may lack. Manager (manager.go) is all of them, as the doors
+//     (orchestrator/door/...) call them; Complete makes one of a backend
+//     (orchestrator/backend/docker, orchestrator/backend/kube), answering
+//     the calls of what it lacks with Unsupported (unsupported.go), the one
+//     place "not here" is said. Decorators wrap each capability on its own
+//     (Parts): Validating here, audit.Audited in orchestrator/audit.
 //   - The domain's types: sandboxes and their options (types.go), commands
 //     and their events (commands.go), contexts, files and paths (path.go),
 //     hibernation and snapshots, volumes, templates, network policies and

@@ -1,10 +1,12 @@
 // Package kube is sandboxd's Kubernetes backend: each sandbox is a Pod, and
 // sandboxd replicas are stateless. It implements the same domain as the
 // Docker backend (orchestrator/backend/docker) behind the same port
-// (core.Manager, with core.Validating in front): callers cannot tell the
-// two apart, except that the operations listed in unsupported.go answer
-// FailedPrecondition here (and hibernation without a storage class,
-// snapshots and forks without a snapshot directory).
+// (the ports of orchestrator/core, completed by core.Complete, with
+// core.Validating in front): callers cannot tell the two apart, except
+// for what it lacks. It has no templates, and hibernation, snapshots and
+// forks, volumes and per-sandbox metrics only with the configuration they
+// need (Manager.Lacks, unsupported.go): core.Complete answers every call
+// of a capability it lacks with core.Unsupported, naming what is missing.
 //
 // # Where the seam is, and why
 //

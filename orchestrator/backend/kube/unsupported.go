@@ -1,9 +1,6 @@
 package kube
 
 import (
-	"context"
-	"io"
-
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
@@ -49,45 +46,34 @@ func (m *Manager) refuseOptions(opts core.Options) error {
 	return nil
 }
 
-// Every operation of the port, supported or not.
-var _ core.Manager = (*Manager)(nil)
+// The capabilities this backend has; templates it has not.
+var (
+	_ core.Backend    = (*Manager)(nil)
+	_ core.Network    = (*Manager)(nil)
+	_ core.Snapshots  = (*Manager)(nil)
+	_ core.Volumes    = (*Manager)(nil)
+	_ core.Monitoring = (*Manager)(nil)
+	_ core.Lacker     = (*Manager)(nil)
+)
 
-// PutTemplateFile is not supported on this backend.
-func (m *Manager) PutTemplateFile(context.Context, string, io.Reader) (bool, error) {
-	return false, unsupported(featTemplates)
-}
-
-// HasTemplateFile is not supported on this backend.
-func (m *Manager) HasTemplateFile(context.Context, string) (bool, error) {
-	return false, unsupported(featTemplates)
-}
-
-// BuildTemplate is not supported on this backend.
-func (m *Manager) BuildTemplate(context.Context, string, core.TemplateSpec, bool) (core.Template, core.TemplateVersion, error) {
-	return core.Template{}, core.TemplateVersion{}, unsupported(featTemplates)
-}
-
-// FollowTemplateBuild is not supported on this backend.
-func (m *Manager) FollowTemplateBuild(context.Context, string, int, int64, func(core.TemplateBuildEvent) error) error {
-	return unsupported(featTemplates)
-}
-
-// GetTemplate is not supported on this backend.
-func (m *Manager) GetTemplate(context.Context, string) (core.Template, error) {
-	return core.Template{}, unsupported(featTemplates)
-}
-
-// ListTemplates is not supported on this backend.
-func (m *Manager) ListTemplates(context.Context, string) ([]core.Template, error) {
-	return nil, unsupported(featTemplates)
-}
-
-// DeleteTemplate is not supported on this backend.
-func (m *Manager) DeleteTemplate(context.Context, string) error {
-	return unsupported(featTemplates)
-}
-
-// TemplateBuildLog is not supported on this backend.
-func (m *Manager) TemplateBuildLog(context.Context, string, int, int64, int) ([]core.TemplateBuildEvent, core.TemplateVersion, error) {
-	return nil, core.TemplateVersion{}, unsupported(featTemplates)
+// Lacks says which of the capabilities this backend has depend on its
+// configuration, and why they are missing (core.Complete answers every
+// call of a missing one with it): snapshots and forks need a snapshot
+// directory, volumes a class for their claims, per-sandbox metrics the
+// kubelets' stats. Templates it lacks whatever its configuration.
+func (m *Manager) Lacks(c core.Capability) error {
+	switch c {
+	case core.CapSnapshots:
+		_, err := m.snapshotsOn()
+		return err
+	case core.CapVolumes:
+		return m.volumesOn()
+	case core.CapMonitoring:
+		if m.stats == nil {
+			return unsupported(featMetrics)
+		}
+	case core.CapTemplates:
+		return unsupported(featTemplates)
+	}
+	return nil
 }

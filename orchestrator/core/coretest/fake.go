@@ -123,6 +123,28 @@ func ValidatedWith(m *Manager, p core.Policy) *ValidatedManager {
 	return &ValidatedManager{Manager: core.Validating(m, p), Fake: m}
 }
 
+// Without is m as a backend named backend that lacks caps, completed as
+// sandboxd completes a backend (core.Complete): their calls answer
+// Unsupported and never reach m. For tests of how the doors say "not
+// here".
+func Without(m *Manager, backend string, caps ...core.Capability) core.Manager {
+	return core.Complete(backend, lacking{Manager: m, backend: backend, caps: caps})
+}
+
+// lacking is a fake that says it lacks some capabilities.
+type lacking struct {
+	*Manager
+	backend string
+	caps    []core.Capability
+}
+
+func (l lacking) Lacks(c core.Capability) error {
+	if slices.Contains(l.caps, c) {
+		return core.Unsupported(l.backend, string(c))
+	}
+	return nil
+}
+
 // ValidatedManager is a fake behind the validating layer.
 type ValidatedManager struct {
 	core.Manager

@@ -13,13 +13,14 @@ import (
 
 // kubeRefusals is the door's domain on the kubernetes backend for the
 // features it lacks: the backend's own refusals (a kube.Manager never
-// started: each refuses before it would use the API server) over
+// started: each refuses before it would use the API server, and
+// core.Complete answers for the capabilities it lacks) over
 // fakeManager's running sandboxes. An Acquire asking for what the backend
 // lacks goes to the backend, which must refuse it (else it would reach
 // for its missing API server and the request fail without an answer).
 type kubeRefusals struct {
 	*fakeManager
-	*kube.Manager
+	core.Manager // a kube.Manager, as sandboxd completes it
 }
 
 func (k kubeRefusals) Get(ctx context.Context, id string) (core.Sandbox, error) {
@@ -51,7 +52,7 @@ func (k kubeRefusals) Acquire(ctx context.Context, user string, opts core.Option
 // network, templates.
 func TestKubeRefusalsAreClear(t *testing.T) {
 	s, fm := newTestServer(t)
-	s.m = kubeRefusals{fakeManager: fm, Manager: &kube.Manager{}}
+	s.m = kubeRefusals{fakeManager: fm, Manager: core.Complete("kubernetes", &kube.Manager{})}
 	hdr := map[string]string{"X-API-KEY": testKey}
 	w := do(s, "POST", "/sandboxes", hdr, `{"templateID":"base"}`)
 	if w.Code != http.StatusCreated {

@@ -127,7 +127,7 @@ type Config struct {
 
 // Server is the front. Build it with New.
 type Server struct {
-	m     core.Manager
+	m     Domain
 	front *core.PortsFront
 	log   *slog.Logger
 	cfg   Config
@@ -137,8 +137,15 @@ type Server struct {
 	caps  requestCaps
 }
 
+// Domain is what the front needs of the domain: where a port is, and a
+// wake once a request to a hibernated sandbox is authorised.
+type Domain interface {
+	PortTarget(ctx context.Context, sandboxID string, port int, token bool) (core.PortTarget, error)
+	Wake(ctx context.Context, sandboxID string) (core.Sandbox, *core.WakeInfo, error)
+}
+
 // New returns the front over m.
-func New(m core.Manager, cfg Config) (*Server, error) {
+func New(m Domain, cfg Config) (*Server, error) {
 	if cfg.Front == nil {
 		return nil, errors.New("ports: Config.Front is required")
 	}

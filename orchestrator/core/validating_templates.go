@@ -5,10 +5,16 @@ import (
 	"io"
 )
 
+// validatingTemplates is Validating's wrapper of a Templates port.
+type validatingTemplates struct {
+	*validator
+	m Templates
+}
+
 // The template calls' request rules (template.go): references, names,
 // keys, specs; archives cut off past Policy.MaxTemplateFileBytes.
 
-func (v *validating) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
+func (v validatingTemplates) PutTemplateFile(ctx context.Context, key string, r io.Reader) (bool, error) {
 	if err := ValidateTemplateFileKey(key); err != nil {
 		return false, err
 	}
@@ -17,14 +23,14 @@ func (v *validating) PutTemplateFile(ctx context.Context, key string, r io.Reade
 		what: "template archive " + key[:12] + "… (sandboxd --max-template-file)"})
 }
 
-func (v *validating) HasTemplateFile(ctx context.Context, key string) (bool, error) {
+func (v validatingTemplates) HasTemplateFile(ctx context.Context, key string) (bool, error) {
 	if err := ValidateTemplateFileKey(key); err != nil {
 		return false, err
 	}
 	return v.m.HasTemplateFile(ctx, key)
 }
 
-func (v *validating) BuildTemplate(ctx context.Context, name string, spec TemplateSpec, force bool) (Template, TemplateVersion, error) {
+func (v validatingTemplates) BuildTemplate(ctx context.Context, name string, spec TemplateSpec, force bool) (Template, TemplateVersion, error) {
 	if err := ValidateTemplateName(name); err != nil {
 		return Template{}, TemplateVersion{}, err
 	}
@@ -34,7 +40,7 @@ func (v *validating) BuildTemplate(ctx context.Context, name string, spec Templa
 	return v.m.BuildTemplate(ctx, name, spec, force)
 }
 
-func (v *validating) FollowTemplateBuild(ctx context.Context, ref string, version int, afterSeq int64, fn func(TemplateBuildEvent) error) error {
+func (v validatingTemplates) FollowTemplateBuild(ctx context.Context, ref string, version int, afterSeq int64, fn func(TemplateBuildEvent) error) error {
 	if err := ValidateTemplateRef(ref); err != nil {
 		return err
 	}
@@ -44,7 +50,7 @@ func (v *validating) FollowTemplateBuild(ctx context.Context, ref string, versio
 	return v.m.FollowTemplateBuild(ctx, ref, version, afterSeq, fn)
 }
 
-func (v *validating) TemplateBuildLog(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]TemplateBuildEvent, TemplateVersion, error) {
+func (v validatingTemplates) TemplateBuildLog(ctx context.Context, ref string, version int, afterSeq int64, limit int) ([]TemplateBuildEvent, TemplateVersion, error) {
 	if err := ValidateTemplateRef(ref); err != nil {
 		return nil, TemplateVersion{}, err
 	}
@@ -54,14 +60,14 @@ func (v *validating) TemplateBuildLog(ctx context.Context, ref string, version i
 	return v.m.TemplateBuildLog(ctx, ref, version, afterSeq, limit)
 }
 
-func (v *validating) GetTemplate(ctx context.Context, ref string) (Template, error) {
+func (v validatingTemplates) GetTemplate(ctx context.Context, ref string) (Template, error) {
 	if err := ValidateTemplateRef(ref); err != nil {
 		return Template{}, err
 	}
 	return v.m.GetTemplate(ctx, ref)
 }
 
-func (v *validating) ListTemplates(ctx context.Context, tenant string) ([]Template, error) {
+func (v validatingTemplates) ListTemplates(ctx context.Context, tenant string) ([]Template, error) {
 	if tenant != "" {
 		if err := ValidateTenant(tenant); err != nil {
 			return nil, err
@@ -73,7 +79,7 @@ func (v *validating) ListTemplates(ctx context.Context, tenant string) ([]Templa
 	return v.m.ListTemplates(ctx, tenant)
 }
 
-func (v *validating) DeleteTemplate(ctx context.Context, ref string) error {
+func (v validatingTemplates) DeleteTemplate(ctx context.Context, ref string) error {
 	if err := ValidateTemplateRef(ref); err != nil {
 		return err
 	}

@@ -5,12 +5,18 @@ import (
 	"io"
 )
 
+// validatingVolumes is Validating's wrapper of a Volumes port.
+type validatingVolumes struct {
+	*validator
+	m Volumes
+}
+
 // The volume calls' request rules (volume.go): references, names, sizes,
 // paths, depth; uploads cut off past Policy.MaxUploadBytes and, as every
 // transfer, counted against the caller's streams (keyed by the volume
 // reference, as a sandbox's are by its ID).
 
-func (v *validating) CreateVolume(ctx context.Context, name string, size int64) (Volume, error) {
+func (v validatingVolumes) CreateVolume(ctx context.Context, name string, size int64) (Volume, error) {
 	if err := ValidateVolumeName(name); err != nil {
 		return Volume{}, err
 	}
@@ -21,14 +27,14 @@ func (v *validating) CreateVolume(ctx context.Context, name string, size int64) 
 	return v.m.CreateVolume(ctx, name, size)
 }
 
-func (v *validating) GetVolume(ctx context.Context, ref string) (Volume, error) {
+func (v validatingVolumes) GetVolume(ctx context.Context, ref string) (Volume, error) {
 	if err := ValidateVolumeRef(ref); err != nil {
 		return Volume{}, err
 	}
 	return v.m.GetVolume(ctx, ref)
 }
 
-func (v *validating) ListVolumes(ctx context.Context, tenant string) ([]Volume, error) {
+func (v validatingVolumes) ListVolumes(ctx context.Context, tenant string) ([]Volume, error) {
 	if tenant != "" {
 		if err := ValidateTenant(tenant); err != nil {
 			return nil, err
@@ -40,7 +46,7 @@ func (v *validating) ListVolumes(ctx context.Context, tenant string) ([]Volume, 
 	return v.m.ListVolumes(ctx, tenant)
 }
 
-func (v *validating) DeleteVolume(ctx context.Context, ref string, force bool) error {
+func (v validatingVolumes) DeleteVolume(ctx context.Context, ref string, force bool) error {
 	if err := ValidateVolumeRef(ref); err != nil {
 		return err
 	}
@@ -55,7 +61,7 @@ func volumePath(ref, p string) (string, error) {
 	return CleanVolumePath(p)
 }
 
-func (v *validating) VolumeUpload(ctx context.Context, ref, p string, r io.Reader, overwrite bool) (FileInfo, error) {
+func (v validatingVolumes) VolumeUpload(ctx context.Context, ref, p string, r io.Reader, overwrite bool) (FileInfo, error) {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return FileInfo{}, err
@@ -71,7 +77,7 @@ func (v *validating) VolumeUpload(ctx context.Context, ref, p string, r io.Reade
 	return v.m.VolumeUpload(ctx, ref, rel, &uploadLimit{r: r, max: v.p.MaxUploadBytes, left: v.p.MaxUploadBytes, path: rel, volume: true}, overwrite)
 }
 
-func (v *validating) VolumeDownload(ctx context.Context, ref, p string) (io.ReadCloser, FileInfo, error) {
+func (v validatingVolumes) VolumeDownload(ctx context.Context, ref, p string) (io.ReadCloser, FileInfo, error) {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return nil, FileInfo{}, err
@@ -88,7 +94,7 @@ func (v *validating) VolumeDownload(ctx context.Context, ref, p string) (io.Read
 	return &releasingReader{ReadCloser: rc, release: release}, fi, nil
 }
 
-func (v *validating) VolumeStat(ctx context.Context, ref, p string) (FileInfo, error) {
+func (v validatingVolumes) VolumeStat(ctx context.Context, ref, p string) (FileInfo, error) {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return FileInfo{}, err
@@ -96,7 +102,7 @@ func (v *validating) VolumeStat(ctx context.Context, ref, p string) (FileInfo, e
 	return v.m.VolumeStat(ctx, ref, rel)
 }
 
-func (v *validating) VolumeListFiles(ctx context.Context, ref, p string, depth int) ([]FileInfo, error) {
+func (v validatingVolumes) VolumeListFiles(ctx context.Context, ref, p string, depth int) ([]FileInfo, error) {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return nil, err
@@ -107,7 +113,7 @@ func (v *validating) VolumeListFiles(ctx context.Context, ref, p string, depth i
 	return v.m.VolumeListFiles(ctx, ref, rel, depth)
 }
 
-func (v *validating) VolumeMakeDirectory(ctx context.Context, ref, p string, parents bool) (FileInfo, error) {
+func (v validatingVolumes) VolumeMakeDirectory(ctx context.Context, ref, p string, parents bool) (FileInfo, error) {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return FileInfo{}, err
@@ -115,7 +121,7 @@ func (v *validating) VolumeMakeDirectory(ctx context.Context, ref, p string, par
 	return v.m.VolumeMakeDirectory(ctx, ref, rel, parents)
 }
 
-func (v *validating) VolumeSetAttributes(ctx context.Context, ref, p string, a FileAttributes) (FileInfo, error) {
+func (v validatingVolumes) VolumeSetAttributes(ctx context.Context, ref, p string, a FileAttributes) (FileInfo, error) {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return FileInfo{}, err
@@ -126,7 +132,7 @@ func (v *validating) VolumeSetAttributes(ctx context.Context, ref, p string, a F
 	return v.m.VolumeSetAttributes(ctx, ref, rel, a)
 }
 
-func (v *validating) VolumeRemove(ctx context.Context, ref, p string, recursive bool) error {
+func (v validatingVolumes) VolumeRemove(ctx context.Context, ref, p string, recursive bool) error {
 	rel, err := volumePath(ref, p)
 	if err != nil {
 		return err
