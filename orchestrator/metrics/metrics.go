@@ -12,8 +12,9 @@
 package metrics
 
 import (
-	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"time"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/prometheus/client_golang/prometheus"
 

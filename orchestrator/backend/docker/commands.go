@@ -6,7 +6,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 )
 
 // Interactive commands: standard input and terminals for bash commands,

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 

@@ -3,7 +3,7 @@
 // volumes on the host, the per-user registry with idle expiry, crash-safe
 // reattachment after a restart, hibernation, and command submission and
 // output following over the /io protocol (ioproto), whose host half is
-// orchestrator/iolog.
+// orchestrator/backend/hostio/iolog.
 //
 // Its Manager implements core.Manager. It applies no request rules of its
 // own: requests reach it through core's validating layer, and the rules

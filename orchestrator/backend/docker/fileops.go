@@ -5,7 +5,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 )
 
 // MakeDirectory creates a directory in the sandbox's workspace, owned by the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 )
 
 // Files live in the sandbox's /workspace, which is a host directory

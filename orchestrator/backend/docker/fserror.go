@@ -1,6 +1,6 @@
 package docker
 
-import "github.com/sandboxd/sandboxd/orchestrator/wspath"
+import "github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 
 // fsError classifies an error from the host file system for a
 // user-supplied path (shown as display): wspath.FSError, the one

@@ -11,7 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 )
 
 // sandbox is the Manager's handle on one sandbox: its identity, its

@@ -13,8 +13,8 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 )
 
 func writeDriverStatus(t *testing.T, dir string, ds ioproto.DriverStatus) {

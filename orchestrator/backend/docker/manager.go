@@ -21,7 +21,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 )
 
 // Config configures a Manager: the policy every backend shares

@@ -14,7 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 )
 
 // On-disk layout. Everything sandboxd knows about a sandbox that Docker does

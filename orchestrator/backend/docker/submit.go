@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 )
 
 // Submit queues a command in a sandbox and returns its ID. The command runs

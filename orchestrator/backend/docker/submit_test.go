@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 )
 
 func TestSubmitIdempotent(t *testing.T) {

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 
 	"github.com/moby/sys/mountinfo"
 )

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wswatch"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wswatch"
 )
 
 // WatchDirectory's caps (calls in progress and directories watched, per

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wswatch"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wswatch"
 )
 
 // watcher runs WatchDirectory in the background and collects its updates.

@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 

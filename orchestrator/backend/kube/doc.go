@@ -18,10 +18,10 @@
 // domain's interface, not a list of container operations: both backends
 // apply the same rules (core's Policy, core.ExecRecord, the error
 // classes), and the host half of /io and of the files API is the same code
-// (orchestrator/iolog, its follow loop included, orchestrator/wspath,
-// orchestrator/wswatch for directory watches, whose updates stream back
+// (orchestrator/backend/hostio/iolog, its follow loop included, orchestrator/backend/hostio/wspath,
+// orchestrator/backend/hostio/wswatch for directory watches, whose updates stream back
 // to sandboxd, and
-// orchestrator/cmdlog for the command log's rules: listings, input,
+// orchestrator/backend/hostio/cmdlog for the command log's rules: listings, input,
 // execution contexts),
 // run on the host by the Docker backend and inside the Pod by the io
 // sidecar (orchestrator/backend/kube/iosidecar) here. The sidecar is the

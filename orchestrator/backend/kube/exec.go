@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	corev1 "k8s.io/api/core/v1"

@@ -8,7 +8,7 @@ import (
 	"github.com/jellydator/ttlcache/v3"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 

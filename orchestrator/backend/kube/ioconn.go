@@ -7,9 +7,9 @@ import (
 	"net"
 	"strconv"
 
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 
 	corev1 "k8s.io/api/core/v1"
 

@@ -20,9 +20,9 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/durable"
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wsarchive"
 	"github.com/sandboxd/sandboxd/orchestrator/backend/kube/iosidecar"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
 
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -36,7 +36,7 @@ import (
 //
 //	<id>/snapshot.json  its record (snapRecord); its presence is the commit
 //	<id>/archive.tar    the sandbox's /workspace and saved globals
-//	                    (orchestrator/wsarchive), as its io sidecar sent them
+//	                    (orchestrator/backend/hostio/wsarchive), as its io sidecar sent them
 //
 // Taking one: a live snapshot record (ioproto's "live": the sandbox keeps
 // running, its log is not sealed) has the driver save the default

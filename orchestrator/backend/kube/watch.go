@@ -11,7 +11,7 @@ import (
 
 // WatchDirectory reports changes under a directory of the sandbox's
 // workspace to fn, as the Docker backend's WatchDirectory does: the watch
-// is the same code (orchestrator/wswatch), run by the sandbox's io
+// is the same code (orchestrator/backend/hostio/wswatch), run by the sandbox's io
 // sidecar, which sees /workspace, and its updates stream here, checked and
 // bounded by the iosidecar.Client. The same caps apply
 // (core.Policy.WatchCaps), counted by this replica: the calls in progress,

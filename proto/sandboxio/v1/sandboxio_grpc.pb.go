@@ -96,7 +96,7 @@ type IOServiceClient interface {
 	// command record whose command ID is already in the log with the same
 	// content is not appended again (appended is false). Input (stdin,
 	// stdin_close, resize) is appended only for a command that takes it
-	// (orchestrator/cmdlog's rules, the Docker backend's).
+	// (orchestrator/backend/hostio/cmdlog's rules, the Docker backend's).
 	Append(ctx context.Context, in *AppendRequest, opts ...grpc.CallOption) (*AppendResponse, error)
 	// Follow streams a command's events with seq above after_seq, in order,
 	// waiting for new ones, until the done event (then the stream ends OK).
@@ -121,17 +121,17 @@ type IOServiceClient interface {
 	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*RenameResponse, error)
 	// ListCommands lists the command log's commands, newest first, a page
 	// at a time, with where each is in its life (ListCommands of
-	// sandbox.v1, by the same rules: orchestrator/cmdlog).
+	// sandbox.v1, by the same rules: orchestrator/backend/hostio/cmdlog).
 	ListCommands(ctx context.Context, in *ListCommandsRequest, opts ...grpc.CallOption) (*ListCommandsResponse, error)
 	// ListContexts lists the driver's contexts (io/contexts.json, read
 	// bounded and sanitised), the default one first, then in order of
 	// creation. Context operations are context records sent with Append,
 	// answered like commands (Follow); an exec record naming a context is
 	// appended only while the context exists and runs its language
-	// (orchestrator/cmdlog's rules, the Docker backend's).
+	// (orchestrator/backend/hostio/cmdlog's rules, the Docker backend's).
 	ListContexts(ctx context.Context, in *ListContextsRequest, opts ...grpc.CallOption) (*ListContextsResponse, error)
 	// WatchDirectory watches a directory under /workspace for changes
-	// (orchestrator/wswatch, the watch the Docker backend runs on the host):
+	// (orchestrator/backend/hostio/wswatch, the watch the Docker backend runs on the host):
 	// the first message, without an event, says the watch is in place; then
 	// one message per change, until the caller cancels or the watch ends
 	// with an error (the directory removed: NOT_FOUND; a cap reached:
@@ -151,7 +151,7 @@ type IOServiceClient interface {
 	// answer UNIMPLEMENTED: sandboxd then appends and follows in two calls.
 	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunResponse], error)
 	// Export streams the workspace as a workspace archive
-	// (orchestrator/wsarchive: a PAX tar holding first, when asked, the
+	// (orchestrator/backend/hostio/wsarchive: a PAX tar holding first, when asked, the
 	// globals file a live snapshot record left in io/hibernate as the entry
 	// "globals", then /workspace under "workspace/"), in chunks. Symbolic
 	// links are archived as links, never followed; FIFOs, sockets and
@@ -498,7 +498,7 @@ type IOServiceServer interface {
 	// command record whose command ID is already in the log with the same
 	// content is not appended again (appended is false). Input (stdin,
 	// stdin_close, resize) is appended only for a command that takes it
-	// (orchestrator/cmdlog's rules, the Docker backend's).
+	// (orchestrator/backend/hostio/cmdlog's rules, the Docker backend's).
 	Append(context.Context, *AppendRequest) (*AppendResponse, error)
 	// Follow streams a command's events with seq above after_seq, in order,
 	// waiting for new ones, until the done event (then the stream ends OK).
@@ -523,17 +523,17 @@ type IOServiceServer interface {
 	Rename(context.Context, *RenameRequest) (*RenameResponse, error)
 	// ListCommands lists the command log's commands, newest first, a page
 	// at a time, with where each is in its life (ListCommands of
-	// sandbox.v1, by the same rules: orchestrator/cmdlog).
+	// sandbox.v1, by the same rules: orchestrator/backend/hostio/cmdlog).
 	ListCommands(context.Context, *ListCommandsRequest) (*ListCommandsResponse, error)
 	// ListContexts lists the driver's contexts (io/contexts.json, read
 	// bounded and sanitised), the default one first, then in order of
 	// creation. Context operations are context records sent with Append,
 	// answered like commands (Follow); an exec record naming a context is
 	// appended only while the context exists and runs its language
-	// (orchestrator/cmdlog's rules, the Docker backend's).
+	// (orchestrator/backend/hostio/cmdlog's rules, the Docker backend's).
 	ListContexts(context.Context, *ListContextsRequest) (*ListContextsResponse, error)
 	// WatchDirectory watches a directory under /workspace for changes
-	// (orchestrator/wswatch, the watch the Docker backend runs on the host):
+	// (orchestrator/backend/hostio/wswatch, the watch the Docker backend runs on the host):
 	// the first message, without an event, says the watch is in place; then
 	// one message per change, until the caller cancels or the watch ends
 	// with an error (the directory removed: NOT_FOUND; a cap reached:
@@ -553,7 +553,7 @@ type IOServiceServer interface {
 	// answer UNIMPLEMENTED: sandboxd then appends and follows in two calls.
 	Run(*RunRequest, grpc.ServerStreamingServer[RunResponse]) error
 	// Export streams the workspace as a workspace archive
-	// (orchestrator/wsarchive: a PAX tar holding first, when asked, the
+	// (orchestrator/backend/hostio/wsarchive: a PAX tar holding first, when asked, the
 	// globals file a live snapshot record left in io/hibernate as the entry
 	// "globals", then /workspace under "workspace/"), in chunks. Symbolic
 	// links are archived as links, never followed; FIFOs, sockets and

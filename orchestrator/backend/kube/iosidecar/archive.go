@@ -15,10 +15,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wsarchive"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
-	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 

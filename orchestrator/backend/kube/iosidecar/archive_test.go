@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wsarchive"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 

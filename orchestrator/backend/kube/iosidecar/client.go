@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wsarchive"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 
@@ -545,7 +545,7 @@ func clip(s string, n int) string {
 	return s + "…"
 }
 
-// Export streams the sandbox's workspace archive (orchestrator/wsarchive)
+// Export streams the sandbox's workspace archive (orchestrator/backend/hostio/wsarchive)
 // into w, with the globals file named globals (in /io/hibernate; empty:
 // none) as its first entry; the sidecar removes that file once the
 // archive is sent. maxBytes bounds the archive's content (0:

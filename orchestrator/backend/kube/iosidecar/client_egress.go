@@ -3,11 +3,12 @@ package iosidecar
 import (
 	"context"
 
-	"google.golang.org/grpc/codes"
 	"maps"
 	"net/netip"
 	"slices"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"

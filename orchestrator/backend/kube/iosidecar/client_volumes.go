@@ -4,8 +4,8 @@ import (
 	"context"
 	"io"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 

@@ -5,7 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )

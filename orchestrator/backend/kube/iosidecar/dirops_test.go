@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 // wantClass fails unless err is of class and its text contains what.

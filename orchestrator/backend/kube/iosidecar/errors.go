@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/core/errgrpc"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Errors cross the sidecar by reason, not by message text, as containerd's

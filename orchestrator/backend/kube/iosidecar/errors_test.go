@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 var allCalls = []call{callAppend, callFollow, callStatus, callFiles}

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Input through a real sidecar: Append runs cmdlog's checks on stdin, its

@@ -2,8 +2,8 @@
 // server (sandboxio.v1, proto/sandboxio/v1) that runs in its own container
 // of a sandbox Pod and does there what sandboxd does on the host with the
 // Docker backend — the host half of the /io protocol (through
-// orchestrator/iolog, the same code, follow loop included) and the files
-// API on /workspace (through orchestrator/wspath, the same code) — and the
+// orchestrator/backend/hostio/iolog, the same code, follow loop included) and the files
+// API on /workspace (through orchestrator/backend/hostio/wspath, the same code) — and the
 // client sandboxd uses to reach it (Client).
 //
 // The sidecar runs as root with CHOWN, DAC_OVERRIDE and FOWNER, beside a
@@ -56,11 +56,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/cmdlog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wsarchive"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
-	"github.com/sandboxd/sandboxd/orchestrator/wsarchive"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 

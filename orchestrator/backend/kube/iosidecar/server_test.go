@@ -17,9 +17,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 const testToken = "test-token-0123456789abcdef"

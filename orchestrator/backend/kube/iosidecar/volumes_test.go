@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 const (

@@ -10,13 +10,13 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wswatch"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wswatch"
 	sandboxiov1 "github.com/sandboxd/sandboxd/proto/sandboxio/v1"
 )
 
 // Watches: the sidecar sees /workspace, so the watch runs here
-// (orchestrator/wswatch, the Docker backend's on the host) and its
+// (orchestrator/backend/hostio/wswatch, the Docker backend's on the host) and its
 // updates stream to sandboxd, which counts the directories against its
 // caps and bounds what it accepts.
 

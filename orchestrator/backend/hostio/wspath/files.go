@@ -14,8 +14,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // The files API's operations on an open workspace root, written once for

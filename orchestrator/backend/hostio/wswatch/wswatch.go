@@ -21,8 +21,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/wspath"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/wspath"
 )
 
 const (

@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Input travels as records in the command log (ioproto/PROTOCOL.md,

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // ParsePage is ListCommands' one rule for both backends: the size

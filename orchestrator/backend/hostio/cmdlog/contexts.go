@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sandboxd/sandboxd/ioproto"
+	"github.com/sandboxd/sandboxd/orchestrator/backend/hostio/iolog"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
-	"github.com/sandboxd/sandboxd/orchestrator/iolog"
 )
 
 // Contexts are several independent interpreters in one sandbox, each with
