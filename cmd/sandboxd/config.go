@@ -325,10 +325,10 @@ func (c *config) register(r *registry) {
 
 	s = r.section("hibernation", "Idle sandboxes: when they hibernate (globals and files kept on disk, no memory used) or go, and the disk their snapshots may take. See docs/hibernation.md.")
 	s.Duration("idle_ttl", &p.IdleTTL, "idle-ttl", core.DefaultIdleTTL, "hibernate (or, with --on-idle delete, remove) a sandbox after this long without use")
-	s.String("on_idle", &p.OnIdle, "on-idle", core.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use) or delete")
+	s.String("on_idle", &p.OnIdle, "on-idle", core.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use; see docs/hibernation.md) or delete (container, volumes and state gone)")
 	s.Duration("hibernated_ttl", &p.HibernatedTTL, "hibernated-ttl", core.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
 	s.Duration("max_idle_ttl", &p.MaxIdleTTL, "max-idle-ttl", 0, "the longest idle timeout a caller may give one sandbox (SetSandboxTimeout, options.idle_timeout); 0: 24h, or --idle-ttl if longer")
-	s.Size("snapshot_disk_budget", &dc.SnapshotDiskBudget, "snapshot-disk-budget", 0, "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound). Past it snapshots are dropped, and their sandboxes wake with their files only, saying so: one larger than the budget (or the per-tenant budget) alone and at once; otherwise the tenant whose snapshots take the most loses its oldest first")
+	s.Size("snapshot_disk_budget", &dc.SnapshotDiskBudget, "snapshot-disk-budget", 0, "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound). Past it snapshots are dropped, and their sandboxes wake with their files only (/workspace kept), saying so: one larger than the budget (or the per-tenant budget) alone and at once; otherwise the tenant whose snapshots take the most loses its oldest first")
 	s.Size("snapshot_disk_budget_per_tenant", &dc.SnapshotDiskBudgetPerTenant, "snapshot-disk-budget-per-tenant", 0, "most disk one tenant's hibernated sandboxes' snapshots may take together (`size`; 0: no bound but --snapshot-disk-budget); past it the tenant's oldest are dropped")
 
 	s = r.section("pool", "Started, unclaimed sandboxes kept ready for new users and wakes.")
@@ -358,7 +358,7 @@ func (c *config) register(r *registry) {
 	s.Int("max_per_tenant", &p.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
 
 	s = r.section("watches", "WatchDirectory calls: each holds an inotify instance of sandboxd's, and an inotify watch and a descriptor per directory. The server-wide caps only protect the host.")
-	s.Int("max", &p.MaxWatches, "max-watches", core.DefaultMaxWatches, "most WatchDirectory calls in progress on the server, all tenants together: each holds an inotify instance of sandboxd's (Linux allows 128 per user by default, fs.inotify.max_user_instances). Only protects the host; keep it well above --max-watches-per-tenant")
+	s.Int("max", &p.MaxWatches, "max-watches", core.DefaultMaxWatches, "most WatchDirectory calls in progress on the server, all tenants together: each holds an inotify instance of sandboxd's (Linux allows 128 per user by default, fs.inotify.max_user_instances, shared with root's other processes: the default is half of that). Only protects the host; keep it well above --max-watches-per-tenant")
 	s.Int("max_per_tenant", &p.MaxWatchesPerTenant, "max-watches-per-tenant", 0, "most WatchDirectory calls in progress of one tenant, over all its sandboxes (0: a quarter of --max-watches, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
 	s.Int("max_per_sandbox", &p.MaxWatchesPerSandbox, "max-watches-per-sandbox", 0, fmt.Sprintf("most WatchDirectory calls in progress on one sandbox (0: %d, or --max-watches-per-tenant if lower)", core.DefaultMaxWatchesPerSandbox))
 	s.Int("max_dirs", &p.MaxWatchDirs, "max-watch-dirs", core.DefaultMaxWatchDirs, "most directories all WatchDirectory calls on the server watch together: each holds an inotify watch (fs.inotify.max_user_watches) and an open descriptor of sandboxd's. Only protects the host; keep it well above --max-watch-dirs-per-tenant")
@@ -367,7 +367,7 @@ func (c *config) register(r *registry) {
 	s.Int("max_dirs_per_call", &p.MaxWatchDirsPerCall, "max-watch-dirs-per-call", 0, fmt.Sprintf("most directories one WatchDirectory call watches (0: %d, or --max-watch-dirs-per-sandbox if lower)", core.DefaultMaxWatchDirsPerCall))
 
 	s = r.section("streams", "Streams in progress: a command's output followed (Execute, StreamCommand), a download, an upload; each holds descriptors of sandboxd's. The server-wide cap only protects the host.")
-	s.Int("max", &p.MaxStreams, "max-streams", core.DefaultMaxStreams, "most streams in progress on the server, all tenants together (an Execute or StreamCommand following output, a download, an upload): each holds descriptors of sandboxd's. Only protects the host; keep it well above --max-streams-per-tenant")
+	s.Int("max", &p.MaxStreams, "max-streams", core.DefaultMaxStreams, "most streams in progress on the server, all tenants together (an Execute or StreamCommand following output, a download, an upload): each holds one or two descriptors of sandboxd's; past a cap the call is RESOURCE_EXHAUSTED naming it, and a gRPC Execute refused so has run nothing. Only protects the host; keep it well above --max-streams-per-tenant")
 	s.Int("max_per_tenant", &p.MaxStreamsPerTenant, "max-streams-per-tenant", 0, "most streams in progress of one tenant's callers (0: a quarter of --max-streams, or all of it when the server has one tenant)")
 	s.Int("max_per_sandbox", &p.MaxStreamsPerSandbox, "max-streams-per-sandbox", 0, fmt.Sprintf("most streams in progress on one sandbox (0: %d, or --max-streams-per-tenant if lower)", core.DefaultMaxStreamsPerSandbox))
 
