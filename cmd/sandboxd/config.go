@@ -29,7 +29,10 @@ import (
 // the environment more easily than through arguments.
 const envPrefix = "SANDBOXD_"
 
-// config is sandboxd's parsed command line.
+// configEnv names the configuration file when --config is not given.
+const configEnv = envPrefix + "CONFIG"
+
+// config is sandboxd's parsed configuration.
 type config struct {
 	listen          string
 	authTokens      string // token file; empty: no authentication
@@ -46,8 +49,20 @@ type config struct {
 	kube            kubeConfig
 	audit           auditFlags
 	webhooks        webhookFlags
-	docker          docker.Config // the backends' shared policy (embedded) and the Docker backend's own settings
-	egressRoots     []byte        // --egress-ca-file's certificates, for the Kubernetes backend's gateways
+	// policy is what both backends apply and core.Validating enforces in
+	// front of them: limits, TTLs, caps, the warm pool, egress.
+	policy core.Policy
+	// docker is the Docker backend's own settings; its Policy is policy,
+	// set when the backend starts.
+	docker      docker.Config
+	egress      egressFlags
+	egressRoots []byte // --egress-ca-file's certificates, for the Kubernetes backend's gateways
+
+	// Settings given in another form than their owners take; finish
+	// converts them.
+	maxCode                               byteSize
+	warmPoolTemplates, templateBuildAllow string
+	diskVolumes, fastWake                 bool
 }
 
 // auditFlags are the audit trail's settings (--audit*).
@@ -73,102 +88,26 @@ type usageError struct{ err error }
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
 
-// parseConfig reads flags from args, falling back to SANDBOXD_* variables
-// (via getenv) for flags not given, then to the defaults. Usage goes to out.
-func parseConfig(args []string, getenv func(string) string, out io.Writer) (config, error) {
+// newConfig is a config at its defaults, with the flag set and the
+// settings table that set it. Usage goes to out.
+func newConfig(out io.Writer) (*config, *flag.FlagSet, *registry) {
 	fs := flag.NewFlagSet("sandboxd", flag.ContinueOnError)
 	fs.SetOutput(out)
+	c := &config{}
+	r := newRegistry(fs)
+	c.register(r)
+	return c, fs, r
+}
 
-	c := config{logLevel: slog.LevelInfo}
-	mc := &c.docker
-	defMem, maxMem := byteSize(1<<30), byteSize(8<<30)
-	defCPUs, maxCPUs := cpus(1e9), cpus(int64(runtime.NumCPU())*1e9)
-	maxUpload := byteSize(core.DefaultMaxUploadBytes)
-	maxVolume := byteSize(core.DefaultMaxVolumeBytes)
-	maxCode := byteSize(core.MaxCodeBytes)
-	maxTemplateFile := byteSize(core.DefaultMaxTemplateFileBytes)
-	var templateBuildAllow, warmPoolTemplates string
-	defDisk, maxDisk := byteSize(core.DefaultDiskBytes), byteSize(core.DefaultMaxDiskBytes)
-	ioDisk := byteSize(core.DefaultIODiskBytes)
-	snapBudget, snapTenantBudget := byteSize(0), byteSize(0)
-	diskVolumes := true
-
-	fs.StringVar(&c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); an address beyond loopback needs --auth-tokens (or --insecure)")
-	fs.StringVar(&c.authTokens, "auth-tokens", "", "token `file` enabling authentication: one \"TOKEN TENANT ROLE\" per line (role user or admin; # comments); each call then needs \"authorization: Bearer TOKEN\" and sees only its tenant's sandboxes (admin: all)")
-	fs.BoolVar(&c.insecure, "insecure", false, "serve without --auth-tokens on an address beyond loopback: anyone who can connect controls every sandbox")
-	fs.StringVar(&c.tlsCert, "tls-cert", "", "TLS certificate `file` (PEM); with --tls-key, serve TLS instead of plaintext")
-	fs.StringVar(&c.tlsKey, "tls-key", "", "TLS private key `file` (PEM), for --tls-cert")
-	fs.StringVar(&mc.StateDir, "state-dir", defaultStateDir(getenv), "`directory` for the sandboxes' /io and /workspace directories and the registry")
-	fs.DurationVar(&mc.IdleTTL, "idle-ttl", core.DefaultIdleTTL, "hibernate (or, with --on-idle delete, remove) a sandbox after this long without use")
-	fs.StringVar(&mc.OnIdle, "on-idle", core.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use) or delete")
-	fs.DurationVar(&mc.HibernatedTTL, "hibernated-ttl", core.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
-	fs.BoolVar(&mc.MemorySnapshots, "memory-snapshots", false, "under --runtime runsc with dockerd in experimental mode, hibernate at level memory: checkpoint the whole container (docker checkpoint; every process kept exactly), with the globals snapshot as fallback")
-	fs.Var(&snapBudget, "snapshot-disk-budget", "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound). Past it snapshots are dropped, and their sandboxes wake with their files only, saying so: one larger than the budget (or the per-tenant budget) alone and at once; otherwise the tenant whose snapshots take the most loses its oldest first")
-	fs.Var(&snapTenantBudget, "snapshot-disk-budget-per-tenant", "most disk one tenant's hibernated sandboxes' snapshots may take together (`size`; 0: no bound but --snapshot-disk-budget); past it the tenant's oldest are dropped")
-	fs.DurationVar(&mc.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
-	fs.DurationVar(&mc.MaxIdleTTL, "max-idle-ttl", 0, "the longest idle timeout a caller may give one sandbox (SetSandboxTimeout, options.idle_timeout); 0: 24h, or --idle-ttl if longer")
-	fs.StringVar(&mc.Image, "image", "sandboxd-sandbox:latest", "container `image` of new sandboxes")
-	fs.IntVar(&mc.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once, warm-pool ones included; further users get RESOURCE_EXHAUSTED (0: no cap)")
-	fs.IntVar(&mc.MaxSandboxesPerTenant, "max-sandboxes-per-tenant", 0, "most sandboxes one tenant may have alive at once; further users of the tenant get RESOURCE_EXHAUSTED (0: no cap)")
-	fs.IntVar(&mc.MaxWatches, "max-watches", core.DefaultMaxWatches, "most WatchDirectory calls in progress on the server, all tenants together: each holds an inotify instance of sandboxd's (Linux allows 128 per user by default, fs.inotify.max_user_instances). Only protects the host; keep it well above --max-watches-per-tenant")
-	fs.IntVar(&mc.MaxWatchesPerTenant, "max-watches-per-tenant", 0, "most WatchDirectory calls in progress of one tenant, over all its sandboxes (0: a quarter of --max-watches, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
-	fs.IntVar(&mc.MaxWatchesPerSandbox, "max-watches-per-sandbox", 0, fmt.Sprintf("most WatchDirectory calls in progress on one sandbox (0: %d, or --max-watches-per-tenant if lower)", core.DefaultMaxWatchesPerSandbox))
-	fs.IntVar(&mc.MaxWatchDirs, "max-watch-dirs", core.DefaultMaxWatchDirs, "most directories all WatchDirectory calls on the server watch together: each holds an inotify watch (fs.inotify.max_user_watches) and an open descriptor of sandboxd's. Only protects the host; keep it well above --max-watch-dirs-per-tenant")
-	fs.IntVar(&mc.MaxWatchDirsPerTenant, "max-watch-dirs-per-tenant", 0, "most directories one tenant's WatchDirectory calls watch, over all its sandboxes (0: a quarter of --max-watch-dirs, or all of it when the server has one tenant)")
-	fs.IntVar(&mc.MaxWatchDirsPerSandbox, "max-watch-dirs-per-sandbox", 0, fmt.Sprintf("most directories the WatchDirectory calls on one sandbox watch (0: %d, or --max-watch-dirs-per-tenant if lower)", core.DefaultMaxWatchDirsPerSandbox))
-	fs.IntVar(&mc.MaxWatchDirsPerCall, "max-watch-dirs-per-call", 0, fmt.Sprintf("most directories one WatchDirectory call watches (0: %d, or --max-watch-dirs-per-sandbox if lower)", core.DefaultMaxWatchDirsPerCall))
-	fs.IntVar(&mc.MaxStreams, "max-streams", core.DefaultMaxStreams, "most streams in progress on the server, all tenants together (an Execute or StreamCommand following output, a download, an upload): each holds descriptors of sandboxd's. Only protects the host; keep it well above --max-streams-per-tenant")
-	fs.IntVar(&mc.MaxStreamsPerTenant, "max-streams-per-tenant", 0, "most streams in progress of one tenant's callers (0: a quarter of --max-streams, or all of it when the server has one tenant)")
-	fs.IntVar(&mc.MaxStreamsPerSandbox, "max-streams-per-sandbox", 0, fmt.Sprintf("most streams in progress on one sandbox (0: %d, or --max-streams-per-tenant if lower)", core.DefaultMaxStreamsPerSandbox))
-	fs.IntVar(&mc.WarmPool, "warm-pool", autoWarmPool, fmt.Sprintf("keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up and a hibernated sandbox wakes in a started container (requests with env, network or non-default limits still start their own); %d: %d on the Docker backend (at most --max-sandboxes), 0 on Kubernetes; 0: no pool", autoWarmPool, defaultDockerWarmPool))
-	fastWake := true
-	fs.BoolVar(&fastWake, "fast-wake", true, "wake a hibernated sandbox in a started warm-pool container whose Python already imported numpy and pandas, instead of a new container (needs --warm-pool, disk volumes and runc; sandboxes with network, env or non-default limits wake as before); the pool's sandboxes then hold those imports")
-	fs.Var(&maxUpload, "max-upload", "largest file UploadFile and UploadVolumeFile accept (`size`); larger uploads are INVALID_ARGUMENT")
-	fs.Var(&maxVolume, "max-volume-size", "largest volume CreateVolume accepts (`size`); larger ones are INVALID_ARGUMENT")
-	fs.IntVar(&mc.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
-	fs.IntVar(&mc.TemplateBuilds, "template-builds", core.DefaultTemplateBuilds, "most template builds running at once, all tenants together; further BuildTemplate calls are RESOURCE_EXHAUSTED. Keep it above --template-builds-per-tenant")
-	fs.IntVar(&mc.MaxTemplateBuildsPerTenant, "template-builds-per-tenant", 0, "most template builds of one tenant running at once; further BuildTemplate calls of the tenant are RESOURCE_EXHAUSTED (0: a quarter of --template-builds, at least 1, or all of them when the server has one tenant: no --auth-tokens, or a token file naming one)")
-	fs.DurationVar(&mc.TemplateBuildTimeout, "template-build-timeout", core.DefaultTemplateBuildTimeout, "longest a template build may run; past it the build fails as DEADLINE_EXCEEDED and the previous version stays in service")
-	fs.Var(&maxTemplateFile, "max-template-file", "largest archive UploadTemplateFile accepts (`size`); larger ones are RESOURCE_EXHAUSTED")
-	fs.IntVar(&mc.MaxTemplatesPerTenant, "max-templates-per-tenant", core.DefaultMaxTemplatesPerTenant, "most templates one tenant may have; further ones are RESOURCE_EXHAUSTED")
-	fs.StringVar(&warmPoolTemplates, "warm-pool-template", "", "comma-separated `TENANT/NAME=N`: keep N started sandboxes of that template's current version for its tenant's new users, as --warm-pool does for the server's image (they count against --max-sandboxes)")
-	fs.StringVar(&templateBuildAllow, "template-build-allow", "", "comma-separated `destinations` (domains, *.domains, addresses, CIDRs) a template build's steps may reach through the egress gateway, with --allow-network (empty: the hosts of this host's apt sources, its Debian mirrors); without --allow-network builds have no network")
-	fs.Var(&maxCode, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
-	fs.BoolVar(&mc.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network, options.network_policy), through sandboxd's egress gateway under the sandbox's policy; without it sandboxes have no network. Under --runtime runsc, networked sandboxes run under the runsc-net runtime (make runsc registers it)")
-	var egress egressFlags
-	egress.register(fs)
-	fs.BoolVar(&diskVolumes, "disk-volumes", true, "give each sandbox size-limited volumes for /workspace and /io (sparse ext4 images, loop-mounted: needs root, loop devices and mkfs.ext4); false: plain directories with no disk limit")
-	fs.Var(&defDisk, "default-disk", "/workspace size of a sandbox that asks for none (`size`)")
-	fs.Var(&maxDisk, "max-disk", "largest /workspace size a caller may ask for (`size`)")
-	fs.Var(&ioDisk, "io-disk", "size of each sandbox's /io volume, which holds its command log and outputs (`size`)")
-	fs.StringVar(&mc.Runtime, "runtime", "", "Docker `runtime` for sandboxes, e.g. runsc for gVisor (empty: the engine's default)")
-	fs.Var(&defMem, "default-memory", "memory limit of a sandbox that asks for none (`size`: bytes, or 512m, 1g, 1GiB; binary units)")
-	fs.Var(&maxMem, "max-memory", "largest memory limit a caller may ask for (`size`)")
-	fs.Var(&defCPUs, "default-cpus", "CPU limit of a sandbox that asks for none, in `cores` (fractions allowed)")
-	fs.Var(&maxCPUs, "max-cpus", "largest CPU limit a caller may ask for, in `cores` (the default is the host's CPU count)")
-	fs.Int64Var(&mc.DefaultLimits.PidsLimit, "default-pids", 256, "process and thread limit of a sandbox that asks for none (under --runtime runsc at least 128: it also counts gVisor's own threads)")
-	fs.Int64Var(&mc.MaxLimits.PidsLimit, "max-pids", 4096, "largest process limit a caller may ask for")
-	fs.DurationVar(&mc.DefaultTimeout, "default-timeout", core.DefaultCommandTimeout, "wall-clock limit of a command that asks for none")
-	fs.DurationVar(&mc.MaxTimeout, "max-timeout", core.DefaultMaxTimeout, "largest command timeout a caller may ask for")
-	fs.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
-	fs.StringVar(&c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, the longest the shutdown takes: calls (including Execute streams) get this less a fifth (at most 2s) to end before they are cut off, closing the sandbox manager the rest")
-	fs.StringVar(&c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
-	fs.DurationVar(&mc.MetricsSampleInterval, "metrics-sample-interval", 5*time.Second, "sample each running sandbox's CPU, memory, disk, processes and network this often, for GetSandboxMetrics, sandboxctl top and the E2B door's getMetrics (the last 10 minutes are kept per sandbox; 0: no sampling, no samples)")
-	fs.StringVar(&c.e2bListen, "e2b-listen", "", "`address` to serve the E2B-compatible HTTP API on (host:port; empty: off): the official E2B SDKs work against it with E2B_API_URL and E2B_SANDBOX_URL set to http://ADDRESS. API keys are --auth-tokens tokens; beyond loopback it needs them as --listen does")
-	c.ports.register(fs)
-	fs.StringVar(&c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
-	fs.StringVar(&c.backend, "backend", backendDocker, "where sandboxes run: docker (containers on this host's engine) or kubernetes (a Pod each, with --kube-* settings; replicas of sandboxd may run side by side)")
-	c.kube.register(fs)
-	auditSize := byteSize(audit.DefaultMaxFileBytes)
-	fs.BoolVar(&c.audit.enabled, "audit", true, "record every mutating call (who, what, which sandbox, outcome; never code, env values or file contents) to STATE_DIR/audit/audit.jsonl, readable with ListAuditEvents and sandboxctl audit")
-	fs.Var(&auditSize, "audit-max-size", "size at which the audit log is rotated (`size`, whole MiB)")
-	fs.IntVar(&c.audit.maxFiles, "audit-max-files", audit.DefaultMaxFiles, "most audit log files kept, the current one included (at least 2); the oldest is deleted past it, so the trail takes at most about this times --audit-max-size")
-	fs.StringVar(&c.webhooks.file, "webhooks", "", "JSON `file` of lifecycle webhook endpoints ({\"endpoints\": [{\"name\", \"url\", \"secret\": \"whsec_...\", \"tenants\", \"events\", \"max_queue\"}]}): events (created, hibernated, woken, killed, expired, died, command.finished) are signed (Standard Webhooks) and delivered at least once, in order, from a durable queue in STATE_DIR/webhooks.db (empty: no webhooks)")
-	fs.DurationVar(&c.webhooks.timeout, "webhook-timeout", webhooks.DefaultTimeout, "bound on one webhook delivery attempt (connect, send, answer); a slower endpoint is retried with backoff")
-	fs.DurationVar(&c.webhooks.maxAge, "webhook-max-age", webhooks.DefaultMaxAge, "how long an undelivered webhook event is retried before it is dropped (counted in sandboxd_webhook_events_dropped_total and logged)")
+// parseConfig reads flags from args, falling back to SANDBOXD_* variables
+// (via getenv) for flags not given, then to the configuration file
+// (--config, SANDBOXD_CONFIG), then to the defaults. Usage goes to out.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	c, fs, r := newConfig(out)
+	var configPath string
+	fs.StringVar(&configPath, "config", "", "TOML configuration `file` (also "+configEnv+"): one table per section, one key per flag; flags and SANDBOXD_* variables win over it. sandboxd config default prints every key at its default")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: sandboxd [flags]\n       %s\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable: --idle-ttl is %sIDLE_TTL.\nFlags on the command line win over the environment.\n\nFlags:\n", egressUsage, envPrefix)
+		fmt.Fprintf(out, "Usage: sandboxd [flags]\n       sandboxd config default|check FILE|doc\n       %s\n\nServes the sandboxd gRPC API (sandbox.v1.SandboxService).\nEvery flag can also be set with an environment variable (--idle-ttl is %sIDLE_TTL)\nor in the configuration file --config names (see sandboxd config default).\nFlags win over the environment, which wins over the file.\n\nFlags:\n", egressUsage, envPrefix)
 		fs.PrintDefaults()
 	}
 
@@ -179,62 +118,273 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 		return config{}, usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return config{}, usageError{fmt.Errorf("unexpected argument %q; sandboxd takes flags only (or: %s)", fs.Arg(0), egressUsage)}
+		return config{}, usageError{fmt.Errorf("unexpected argument %q; sandboxd takes flags only (or: %s; or: sandboxd config default|check FILE|doc)", fs.Arg(0), egressUsage)}
 	}
-	if err := applyEnv(fs, getenv); err != nil {
-		return config{}, usageError{err}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["config"] {
+		configPath = getenv(configEnv)
 	}
+	if errs := c.load(r, given, getenv, configPath); errs != nil {
+		return config{}, usageError{errs}
+	}
+	return *c, nil
+}
 
-	mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes = int64(defMem), int64(maxMem)
-	mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs = int64(defCPUs), int64(maxCPUs)
-	mc.MaxUploadBytes = int64(maxUpload)
-	mc.MaxVolumeBytes = int64(maxVolume)
-	mc.MaxCodeBytes = int(maxCode)
-	mc.MaxTemplateFileBytes = int64(maxTemplateFile)
-	for _, kv := range strings.Split(warmPoolTemplates, ",") {
+// load sets the settings not given as flags (given) from their variables
+// and the file at configPath (none if empty), then finishes c. It reports
+// every problem: of the file's keys and types, of the values, and of the
+// checks of the whole.
+func (c *config) load(r *registry, given map[string]bool, getenv func(string) string, configPath string) problems {
+	var file *configFile
+	var errs problems
+	if configPath != "" {
+		if file, errs = loadConfigFile(configPath, r); file == nil {
+			return errs
+		}
+	}
+	errs = append(errs, r.apply(given, getenv, file)...)
+	errs = append(errs, c.finish(getenv, file, r)...)
+	if len(errs) == 0 {
+		return nil
+	}
+	sortProblems(errs)
+	return errs
+}
+
+// apply sets every setting not given as a flag from its environment
+// variable, if that is set, else from the file, if it has the key. It
+// reports every bad value, not just the first.
+func (r *registry) apply(given map[string]bool, getenv func(string) string, file *configFile) problems {
+	var errs problems
+	for _, sec := range r.sections {
+		for _, st := range sec.settings {
+			name := st.flag.Name
+			if given[name] {
+				continue
+			}
+			if v := getenv(st.env()); v != "" {
+				if err := r.set(st, v); err != nil {
+					errs = append(errs, fmt.Errorf("%s=%q: %v", st.env(), v, err))
+				}
+				continue
+			}
+			if file == nil {
+				continue
+			}
+			if fv, ok := file.values[name]; ok {
+				if err := r.set(st, fv.text); err != nil {
+					errs = append(errs, fileError{file.path, fv.line, fmt.Sprintf("%s = %s: %v", st.path(), fv.raw, err)})
+				} else {
+					file.applied[name] = true
+				}
+			}
+		}
+	}
+	sortProblems(errs)
+	return errs
+}
+
+// set sets st to v. A bad value leaves the default in place (the flag
+// package's own values zero themselves on one), so that the checks that
+// follow judge the rest, and its error says what was wanted.
+func (r *registry) set(st *setting, v string) error {
+	err := r.fs.Set(st.flag.Name, v)
+	if err == nil {
+		return nil
+	}
+	_ = r.fs.Set(st.flag.Name, st.flag.DefValue)
+	switch st.kind {
+	case kindBool, kindInt, kindFloat, kindDuration:
+		if strings.HasSuffix(err.Error(), "parse error") || strings.HasSuffix(err.Error(), "out of range") {
+			return fmt.Errorf("invalid value %q: want %s", v, st.kind.tomlType())
+		}
+	}
+	return err
+}
+
+// finish converts the settings given in another form than their owners
+// take, fills in the derived defaults, and checks the whole; it reports
+// every problem, each at its line of the file when the file gave it.
+func (c *config) finish(getenv func(string) string, file *configFile, r *registry) problems {
+	var errs problems
+	add := func(err error) {
+		if err == nil {
+			return
+		}
+		var ps problems
+		if errors.As(err, &ps) {
+			for _, e := range ps {
+				errs = append(errs, file.locate(e, r))
+			}
+			return
+		}
+		errs = append(errs, file.locate(err, r))
+	}
+	p := &c.policy
+	if p.MaxLimits.NanoCPUs == 0 {
+		p.MaxLimits.NanoCPUs = int64(runtime.NumCPU()) * 1e9
+	}
+	if c.docker.StateDir == "" {
+		c.docker.StateDir = defaultStateDir(getenv)
+	}
+	p.MaxCodeBytes = int(c.maxCode)
+	for _, kv := range strings.Split(c.warmPoolTemplates, ",") {
 		if kv = strings.TrimSpace(kv); kv == "" {
 			continue
 		}
 		key, n, ok := strings.Cut(kv, "=")
 		size, err := strconv.Atoi(n)
 		if !ok || err != nil {
-			return config{}, usageError{fmt.Errorf("--warm-pool-template %q: want TENANT/NAME=N", kv)}
+			add(fmt.Errorf("--warm-pool-template %q: want TENANT/NAME=N", kv))
+			continue
 		}
 		if err := docker.ValidateWarmPoolTemplate(key, size); err != nil {
-			return config{}, usageError{fmt.Errorf("--warm-pool-template: %v", err)}
+			add(fmt.Errorf("--warm-pool-template: %v", err))
+			continue
 		}
-		if mc.WarmPoolTemplates == nil {
-			mc.WarmPoolTemplates = map[string]int{}
+		if c.docker.WarmPoolTemplates == nil {
+			c.docker.WarmPoolTemplates = map[string]int{}
 		}
-		mc.WarmPoolTemplates[key] = size
+		c.docker.WarmPoolTemplates[key] = size
 	}
-	for _, d := range strings.Split(templateBuildAllow, ",") {
+	for _, d := range strings.Split(c.templateBuildAllow, ",") {
 		if d = strings.TrimSpace(d); d != "" {
-			mc.TemplateBuildAllow = append(mc.TemplateBuildAllow, d)
+			c.docker.TemplateBuildAllow = append(c.docker.TemplateBuildAllow, d)
 		}
 	}
-	mc.NoDiskVolumes = !diskVolumes
-	mc.NoFastWake = !fastWake
-	if mc.WarmPool == autoWarmPool {
-		mc.WarmPool = c.defaultWarmPool()
+	c.docker.NoDiskVolumes = !c.diskVolumes
+	c.docker.NoFastWake = !c.fastWake
+	if p.WarmPool == autoWarmPool {
+		p.WarmPool = c.defaultWarmPool()
 	}
-	mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes, mc.IODiskBytes = int64(defDisk), int64(maxDisk), int64(ioDisk)
-	mc.SnapshotDiskBudget, mc.SnapshotDiskBudgetPerTenant = int64(snapBudget), int64(snapTenantBudget)
-	c.audit.maxFileBytes = int64(auditSize)
 	if c.audit.maxFileBytes < 1<<20 || c.audit.maxFiles < 2 {
-		return config{}, usageError{fmt.Errorf("--audit-max-size must be at least 1MiB and --audit-max-files at least 2 (the current file and one rotated)")}
+		add(fmt.Errorf("--audit-max-size must be at least 1MiB and --audit-max-files at least 2 (the current file and one rotated)"))
 	}
 	if c.webhooks.timeout <= 0 || c.webhooks.maxAge <= 0 {
-		return config{}, usageError{fmt.Errorf("--webhook-timeout and --webhook-max-age must be positive")}
+		add(fmt.Errorf("--webhook-timeout and --webhook-max-age must be positive"))
 	}
-	if err := egress.apply(mc); err != nil {
-		return config{}, usageError{err}
+	add(c.egress.apply(p, &c.docker))
+	c.egressRoots = c.egress.roots
+	add(c.check())
+	if len(errs) == 0 {
+		return nil
 	}
-	c.egressRoots = egress.roots
-	if err := c.check(); err != nil {
-		return config{}, usageError{err}
-	}
-	return c, nil
+	sortProblems(errs)
+	return errs
+}
+
+// register builds the settings table: each section, in the order the
+// reference and `sandboxd config default` list them, with its settings'
+// keys, flags, defaults and help. The sections of subsystems with code of
+// their own in this package register there (kube.go, egress.go, ports.go).
+func (c *config) register(r *registry) {
+	p, dc := &c.policy, &c.docker
+
+	s := r.section("server", "The gRPC server: where it listens, who may call it, its logs, its shutdown, its state and its backend.")
+	s.String("listen", &c.listen, "listen", "127.0.0.1:50051", "`address` to serve gRPC on (host:port); an address beyond loopback needs --auth-tokens (or --insecure)")
+	s.String("auth_tokens", &c.authTokens, "auth-tokens", "", "token `file` enabling authentication: one \"TOKEN TENANT ROLE [NAME]\" per line (role user or admin; # comments; NAME, 1-64 of [A-Za-z0-9._@-], names the token in the audit trail); each call then needs \"authorization: Bearer TOKEN\" and sees only its tenant's sandboxes (admin: all). Empty: no authentication")
+	s.Bool("insecure", &c.insecure, "insecure", false, "serve without --auth-tokens on an address beyond loopback: anyone who can connect controls every sandbox")
+	s.String("tls_cert", &c.tlsCert, "tls-cert", "", "TLS certificate `file` (PEM); with --tls-key, serve TLS instead of plaintext (sandboxctl then connects with --tls or --ca FILE)")
+	s.String("tls_key", &c.tlsKey, "tls-key", "", "TLS private key `file` (PEM), for --tls-cert")
+	s.Text("log_level", &c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
+	s.String("log_format", &c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
+	s.Duration("shutdown_timeout", &c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, the longest the shutdown takes: calls (including Execute streams) get this less a fifth (at most 2s) to end before they are cut off, closing the sandbox manager the rest")
+	s.String("state_dir", &dc.StateDir, "state-dir", "", "`directory` of sandboxd's state: the sandboxes' /io and /workspace volumes and metadata, the registry, the audit trail and the webhooks' queue (empty: $XDG_STATE_HOME/sandboxd, else ~/.local/state/sandboxd)")
+	s.String("backend", &c.backend, "backend", backendDocker, "where sandboxes run: docker (containers on this host's engine) or kubernetes (a Pod each, with the [kubernetes] settings; replicas of sandboxd may run side by side)")
+
+	s = r.section("doors", "The other doors to the same sandboxes, beside gRPC.")
+	s.String("e2b_listen", &c.e2bListen, "e2b-listen", "", "`address` to serve the E2B-compatible HTTP API on (host:port; empty: off): the official E2B SDKs work against it with E2B_API_URL and E2B_SANDBOX_URL set to http://ADDRESS. API keys are --auth-tokens tokens; beyond loopback it needs them as --listen does")
+
+	s = r.section("sandboxes", "What a sandbox is started from, how many may live, and for how long.")
+	s.String("image", &p.Image, "image", core.DefaultImage, "container `image` of new sandboxes (make image builds the default)")
+	s.Int("max_sandboxes", &p.MaxSandboxes, "max-sandboxes", 0, "most sandboxes alive at once, warm-pool ones included; further users get RESOURCE_EXHAUSTED naming the cap (0: no cap)")
+	s.Int("max_sandboxes_per_tenant", &p.MaxSandboxesPerTenant, "max-sandboxes-per-tenant", 0, "most sandboxes one tenant may have alive at once; further users of the tenant get RESOURCE_EXHAUSTED (0: no cap). With several tenants, set it below --max-sandboxes, or one tenant can take them all")
+	s.Duration("max_lifetime", &p.MaxLifetime, "max-lifetime", 0, "remove a sandbox this long after its creation, however busy (0: no limit)")
+
+	s = r.section("limits", "Each sandbox's resources: what one gets when it asks for none, and the most a caller may ask for. Sizes take bytes or units (512m, 1g, 1GiB; binary units).")
+	s.Size("default_memory", &p.DefaultLimits.MemoryBytes, "default-memory", 1<<30, "memory limit (no swap) of a sandbox that asks for none (`size`: bytes, or 512m, 1g, 1GiB; binary units)")
+	s.Size("max_memory", &p.MaxLimits.MemoryBytes, "max-memory", 8<<30, "largest memory limit a caller may ask for (`size`)")
+	p.DefaultLimits.NanoCPUs = 1e9
+	s.Var("default_cpus", (*cpus)(&p.DefaultLimits.NanoCPUs), kindFloat, "default-cpus", "CPU limit of a sandbox that asks for none, in `cores` (fractions allowed)")
+	s.Var("max_cpus", (*cpus)(&p.MaxLimits.NanoCPUs), kindFloat, "max-cpus", "largest CPU limit a caller may ask for, in `cores` (0: the host's CPU count)")
+	s.Int64("default_pids", &p.DefaultLimits.PidsLimit, "default-pids", 256, "process and thread limit of a sandbox that asks for none (under --runtime runsc at least 128: it also counts gVisor's own threads)")
+	s.Int64("max_pids", &p.MaxLimits.PidsLimit, "max-pids", 4096, "largest process limit a caller may ask for")
+	s.Size("default_disk", &p.DefaultLimits.DiskBytes, "default-disk", core.DefaultDiskBytes, "/workspace size of a sandbox that asks for none (`size`, limits.disk_bytes); writing past it fails inside the sandbox with \"No space left on device\", the host's disk never fills")
+	s.Size("max_disk", &p.MaxLimits.DiskBytes, "max-disk", core.DefaultMaxDiskBytes, "largest /workspace size a caller may ask for (`size`)")
+	s.Size("io_disk", &p.IODiskBytes, "io-disk", core.DefaultIODiskBytes, "size of each sandbox's /io volume, which holds its command log and outputs (`size`)")
+
+	s = r.section("commands", "Commands run in a sandbox.")
+	s.Duration("default_timeout", &p.DefaultTimeout, "default-timeout", core.DefaultCommandTimeout, "wall-clock limit of a command that asks for none")
+	s.Duration("max_timeout", &p.MaxTimeout, "max-timeout", core.DefaultMaxTimeout, "largest command timeout a caller may ask for")
+	c.maxCode = byteSize(core.MaxCodeBytes)
+	s.Var("max_code", &c.maxCode, kindSize, "max-code", "largest code of one command (`size`, at most 1MiB); longer code is INVALID_ARGUMENT")
+
+	s = r.section("files", "Files moved in and out of sandboxes.")
+	s.Size("max_upload", &p.MaxUploadBytes, "max-upload", core.DefaultMaxUploadBytes, "largest file UploadFile and UploadVolumeFile accept (`size`); larger uploads are INVALID_ARGUMENT")
+
+	s = r.section("hibernation", "Idle sandboxes: when they hibernate (globals and files kept on disk, no memory used) or go, and the disk their snapshots may take. See docs/hibernation.md.")
+	s.Duration("idle_ttl", &p.IdleTTL, "idle-ttl", core.DefaultIdleTTL, "hibernate (or, with --on-idle delete, remove) a sandbox after this long without use")
+	s.String("on_idle", &p.OnIdle, "on-idle", core.OnIdleHibernate, "what --idle-ttl does to a running sandbox: hibernate (globals and files kept on disk, no memory used; woken by its next use; see docs/hibernation.md) or delete (container, volumes and state gone)")
+	s.Duration("hibernated_ttl", &p.HibernatedTTL, "hibernated-ttl", core.DefaultHibernatedTTL, "delete a hibernated sandbox after this long hibernated")
+	s.Duration("max_idle_ttl", &p.MaxIdleTTL, "max-idle-ttl", 0, "the longest idle timeout a caller may give one sandbox (SetSandboxTimeout, options.idle_timeout); 0: 24h, or --idle-ttl if longer")
+	s.Size("snapshot_disk_budget", &dc.SnapshotDiskBudget, "snapshot-disk-budget", 0, "most disk all hibernated sandboxes' snapshots of their globals may take together (`size`; 0: no bound). Past it snapshots are dropped, and their sandboxes wake with their files only (/workspace kept), saying so: one larger than the budget (or the per-tenant budget) alone and at once; otherwise the tenant whose snapshots take the most loses its oldest first")
+	s.Size("snapshot_disk_budget_per_tenant", &dc.SnapshotDiskBudgetPerTenant, "snapshot-disk-budget-per-tenant", 0, "most disk one tenant's hibernated sandboxes' snapshots may take together (`size`; 0: no bound but --snapshot-disk-budget); past it the tenant's oldest are dropped")
+
+	s = r.section("pool", "Started, unclaimed sandboxes kept ready for new users and wakes.")
+	s.Int("size", &p.WarmPool, "warm-pool", autoWarmPool, fmt.Sprintf("keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (milliseconds) and a hibernated sandbox wakes in a started container (requests with env, network or non-default limits still start their own); %d: %d on the Docker backend (at most --max-sandboxes), 0 on Kubernetes (Pods scheduled before anyone asks are the cluster operator's decision); 0: no pool", autoWarmPool, defaultDockerWarmPool))
+	s.List("templates", &c.warmPoolTemplates, "warm-pool-template", "", "comma-separated `TENANT/NAME=N` (in the file, an array of them): keep N started sandboxes of that template's current version for its tenant's new users, as --warm-pool does for the server's image (they count against --max-sandboxes); see docs/templates.md")
+
+	s = r.section("docker", "The Docker backend's own settings (--backend docker).")
+	s.String("runtime", &p.Runtime, "runtime", "", "Docker `runtime` for sandboxes, e.g. runsc for gVisor (empty: the engine's default)")
+	s.Bool("disk_volumes", &c.diskVolumes, "disk-volumes", true, "give each sandbox size-limited volumes for /workspace and /io (sparse ext4 images, loop-mounted: needs root, loop devices and mkfs.ext4); false: plain directories with no disk limit")
+	s.Bool("memory_snapshots", &dc.MemorySnapshots, "memory-snapshots", false, "under --runtime runsc with dockerd in experimental mode, hibernate at level memory: checkpoint the whole container (docker checkpoint; every process kept exactly; seconds per hibernation), with the globals snapshot as fallback")
+	s.Bool("fast_wake", &c.fastWake, "fast-wake", true, "wake a hibernated sandbox in a started warm-pool container whose Python already imported numpy and pandas, instead of a new container (needs --warm-pool, disk volumes and runc; sandboxes with network, env or non-default limits wake as before); the pool's sandboxes then hold those imports")
+
+	c.kube.register(r.section("kubernetes", "The Kubernetes backend's settings (--backend kubernetes). See docs/kubernetes.md."))
+	c.egress.register(r.section("egress", "Sandboxes' outbound network, through sandboxd's egress gateway under each sandbox's policy. See docs/networking.md."), p)
+	c.ports.register(r.section("ports", "The HTTP front for networked sandboxes' ports (GetHost's URLs). See docs/networking.md#ports."))
+
+	s = r.section("templates", "Templates: images built from a Dockerfile-like recipe, per tenant. See docs/templates.md.")
+	s.Int("builds", &p.TemplateBuilds, "template-builds", core.DefaultTemplateBuilds, "most template builds running at once, all tenants together; further BuildTemplate calls are RESOURCE_EXHAUSTED. Keep it above --template-builds-per-tenant")
+	s.Int("builds_per_tenant", &p.MaxTemplateBuildsPerTenant, "template-builds-per-tenant", 0, "most template builds of one tenant running at once; further BuildTemplate calls of the tenant are RESOURCE_EXHAUSTED (0: a quarter of --template-builds, at least 1, or all of them when the server has one tenant: no --auth-tokens, or a token file naming one)")
+	s.Duration("build_timeout", &p.TemplateBuildTimeout, "template-build-timeout", core.DefaultTemplateBuildTimeout, "longest a template build may run; past it the build fails as DEADLINE_EXCEEDED and the previous version stays in service")
+	s.Size("max_file", &p.MaxTemplateFileBytes, "max-template-file", core.DefaultMaxTemplateFileBytes, "largest archive UploadTemplateFile accepts (`size`); larger ones are RESOURCE_EXHAUSTED")
+	s.Int("max_per_tenant", &p.MaxTemplatesPerTenant, "max-templates-per-tenant", core.DefaultMaxTemplatesPerTenant, "most templates one tenant may have; further ones are RESOURCE_EXHAUSTED")
+	s.List("build_allow", &c.templateBuildAllow, "template-build-allow", "", "comma-separated `destinations` (in the file, an array; domains, *.domains, addresses, CIDRs) a template build's steps may reach through the egress gateway, with --allow-network (empty: the hosts of this host's apt sources, its Debian mirrors); without --allow-network builds have no network")
+
+	s = r.section("volumes", "Named volumes, which outlive sandboxes.")
+	s.Size("max_size", &p.MaxVolumeBytes, "max-volume-size", core.DefaultMaxVolumeBytes, "largest volume CreateVolume accepts (`size`, at least 16MiB); larger ones are INVALID_ARGUMENT")
+	s.Int("max_per_tenant", &p.MaxVolumesPerTenant, "max-volumes-per-tenant", core.DefaultMaxVolumesPerTenant, "most volumes one tenant may have; further ones are RESOURCE_EXHAUSTED")
+
+	s = r.section("watches", "WatchDirectory calls: each holds an inotify instance of sandboxd's, and an inotify watch and a descriptor per directory. The server-wide caps only protect the host.")
+	s.Int("max", &p.MaxWatches, "max-watches", core.DefaultMaxWatches, "most WatchDirectory calls in progress on the server, all tenants together: each holds an inotify instance of sandboxd's (Linux allows 128 per user by default, fs.inotify.max_user_instances, shared with root's other processes: the default is half of that). Only protects the host; keep it well above --max-watches-per-tenant")
+	s.Int("max_per_tenant", &p.MaxWatchesPerTenant, "max-watches-per-tenant", 0, "most WatchDirectory calls in progress of one tenant, over all its sandboxes (0: a quarter of --max-watches, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
+	s.Int("max_per_sandbox", &p.MaxWatchesPerSandbox, "max-watches-per-sandbox", 0, fmt.Sprintf("most WatchDirectory calls in progress on one sandbox (0: %d, or --max-watches-per-tenant if lower)", core.DefaultMaxWatchesPerSandbox))
+	s.Int("max_dirs", &p.MaxWatchDirs, "max-watch-dirs", core.DefaultMaxWatchDirs, "most directories all WatchDirectory calls on the server watch together: each holds an inotify watch (fs.inotify.max_user_watches) and an open descriptor of sandboxd's. Only protects the host; keep it well above --max-watch-dirs-per-tenant")
+	s.Int("max_dirs_per_tenant", &p.MaxWatchDirsPerTenant, "max-watch-dirs-per-tenant", 0, "most directories one tenant's WatchDirectory calls watch, over all its sandboxes (0: a quarter of --max-watch-dirs, or all of it when the server has one tenant)")
+	s.Int("max_dirs_per_sandbox", &p.MaxWatchDirsPerSandbox, "max-watch-dirs-per-sandbox", 0, fmt.Sprintf("most directories the WatchDirectory calls on one sandbox watch (0: %d, or --max-watch-dirs-per-tenant if lower)", core.DefaultMaxWatchDirsPerSandbox))
+	s.Int("max_dirs_per_call", &p.MaxWatchDirsPerCall, "max-watch-dirs-per-call", 0, fmt.Sprintf("most directories one WatchDirectory call watches (0: %d, or --max-watch-dirs-per-sandbox if lower)", core.DefaultMaxWatchDirsPerCall))
+
+	s = r.section("streams", "Streams in progress: a command's output followed (Execute, StreamCommand), a download, an upload; each holds descriptors of sandboxd's. The server-wide cap only protects the host.")
+	s.Int("max", &p.MaxStreams, "max-streams", core.DefaultMaxStreams, "most streams in progress on the server, all tenants together (an Execute or StreamCommand following output, a download, an upload): each holds one or two descriptors of sandboxd's; past a cap the call is RESOURCE_EXHAUSTED naming it, and a gRPC Execute refused so has run nothing. Only protects the host; keep it well above --max-streams-per-tenant")
+	s.Int("max_per_tenant", &p.MaxStreamsPerTenant, "max-streams-per-tenant", 0, "most streams in progress of one tenant's callers (0: a quarter of --max-streams, or all of it when the server has one tenant)")
+	s.Int("max_per_sandbox", &p.MaxStreamsPerSandbox, "max-streams-per-sandbox", 0, fmt.Sprintf("most streams in progress on one sandbox (0: %d, or --max-streams-per-tenant if lower)", core.DefaultMaxStreamsPerSandbox))
+
+	s = r.section("audit", "The audit trail of mutating calls. See docs/observability.md#audit-trail.")
+	s.Bool("enabled", &c.audit.enabled, "audit", true, "record every mutating call (who, what, which sandbox, outcome; never code, env values or file contents) to STATE_DIR/audit/audit.jsonl, readable with ListAuditEvents and sandboxctl audit; false: no trail, and ListAuditEvents answers FAILED_PRECONDITION")
+	s.Size("max_size", &c.audit.maxFileBytes, "audit-max-size", audit.DefaultMaxFileBytes, "size at which the audit log is rotated (`size`, whole MiB, at least 1MiB)")
+	s.Int("max_files", &c.audit.maxFiles, "audit-max-files", audit.DefaultMaxFiles, "most audit log files kept, the current one included (at least 2); the oldest is deleted past it, so the trail takes at most about this times --audit-max-size")
+
+	s = r.section("webhooks", "Lifecycle webhooks. See docs/observability.md.")
+	s.String("file", &c.webhooks.file, "webhooks", "", "JSON `file` of lifecycle webhook endpoints ({\"endpoints\": [{\"name\", \"url\", \"secret\": \"whsec_...\", \"tenants\", \"events\", \"max_queue\"}]}): events (created, hibernated, woken, killed, expired, died, command.finished) are signed (Standard Webhooks) and delivered at least once, in order, from a durable queue in STATE_DIR/webhooks.db (empty: no webhooks)")
+	s.Duration("timeout", &c.webhooks.timeout, "webhook-timeout", webhooks.DefaultTimeout, "bound on one webhook delivery attempt (connect, send, answer); a slower endpoint is retried with backoff")
+	s.Duration("max_age", &c.webhooks.maxAge, "webhook-max-age", webhooks.DefaultMaxAge, "how long an undelivered webhook event is retried before it is dropped (counted in sandboxd_webhook_events_dropped_total and logged)")
+
+	s = r.section("metrics", "Metrics and traces. See docs/observability.md#metrics-and-traces.")
+	s.String("listen", &c.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP with no authentication (host:port; empty: no metrics). The series name tenants: keep it on loopback or a monitoring network")
+	s.Duration("sample_interval", &dc.MetricsSampleInterval, "metrics-sample-interval", 5*time.Second, "sample each running sandbox's CPU, memory, disk, processes and network this often, for GetSandboxMetrics, sandboxctl top and the E2B door's getMetrics (the last 10 minutes are kept per sandbox; 0: no sampling, no samples)")
+	s.String("otlp_endpoint", &c.otlpEndpoint, "otlp-endpoint", "", "OpenTelemetry collector `URL` to export traces of the gRPC calls to over OTLP/HTTP, e.g. http://127.0.0.1:4318 (the path defaults to /v1/traces; empty: no tracing)")
 }
 
 // The warm pool's size when --warm-pool is not given. On Docker a small
@@ -257,30 +407,10 @@ func (c *config) defaultWarmPool() int {
 		return 0
 	}
 	n := defaultDockerWarmPool
-	if m := c.docker.MaxSandboxes; m > 0 && m < n {
+	if m := c.policy.MaxSandboxes; m > 0 && m < n {
 		n = m
 	}
 	return n
-}
-
-// applyEnv sets every flag not given on the command line from its
-// environment variable, if that is set.
-func applyEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
-			return
-		}
-		name := envName(f.Name)
-		if v := getenv(name); v != "" {
-			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("%s=%q: %v", name, v, serr)
-			}
-		}
-	})
-	return err
 }
 
 // envName is the environment variable for a flag.
@@ -288,137 +418,146 @@ func envName(flagName string) string {
 	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// check catches settings that would only fail later, or confusingly.
+// check catches settings that would only fail later, or confusingly; it
+// reports every such problem, not just the first.
 func (c *config) check() error {
-	mc := &c.docker
+	p, mc := &c.policy, &c.docker
+	var errs problems
 	if mc.StateDir == "" && c.backend != backendKubernetes {
-		return errors.New("--state-dir is empty and no default could be derived (set HOME or XDG_STATE_HOME)")
+		errs = append(errs, errors.New("--state-dir is empty and no default could be derived (set HOME or XDG_STATE_HOME)"))
 	}
-	if mc.Image == "" {
-		return errors.New("--image is empty")
+	if p.Image == "" {
+		errs = append(errs, errors.New("--image is empty"))
 	}
 	switch c.backend {
 	case backendDocker:
 	case backendKubernetes:
-		if err := c.kube.check(); err != nil {
-			return err
-		}
-		if (c.kube.egressCNI || len(c.kube.egressDeny) > 0) && !mc.AllowNetwork {
-			return errors.New("--kube-egress-cni and --kube-egress-deny need --allow-network")
+		errs = appendErr(errs, c.kube.check())
+		if (c.kube.egressCNI || len(c.kube.egressDeny) > 0) && !p.AllowNetwork {
+			errs = append(errs, errors.New("--kube-egress-cni and --kube-egress-deny need --allow-network"))
 		}
 	default:
-		return fmt.Errorf("--backend %q: want docker or kubernetes", c.backend)
+		errs = append(errs, fmt.Errorf("--backend %q: want docker or kubernetes", c.backend))
 	}
 	if c.logFormat != "text" && c.logFormat != "json" {
-		return fmt.Errorf("--log-format %q: want text or json", c.logFormat)
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.logFormat))
 	}
-	if mc.MaxLifetime < 0 {
-		return fmt.Errorf("--max-lifetime %v is negative", mc.MaxLifetime)
+	if p.MaxLifetime < 0 {
+		errs = append(errs, fmt.Errorf("--max-lifetime %v is negative", p.MaxLifetime))
 	}
-	if mc.MaxIdleTTL < 0 || (mc.MaxIdleTTL > 0 && mc.MaxIdleTTL < mc.IdleTTL) {
-		return fmt.Errorf("--max-idle-ttl %v must be 0 (automatic) or at least --idle-ttl %v", mc.MaxIdleTTL, mc.IdleTTL)
+	if p.MaxIdleTTL < 0 || (p.MaxIdleTTL > 0 && p.MaxIdleTTL < p.IdleTTL) {
+		errs = append(errs, fmt.Errorf("--max-idle-ttl %v must be 0 (automatic) or at least --idle-ttl %v", p.MaxIdleTTL, p.IdleTTL))
 	}
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"max-sandboxes", mc.MaxSandboxes}, {"max-sandboxes-per-tenant", mc.MaxSandboxesPerTenant}, {"warm-pool", mc.WarmPool}} {
+	}{{"max-sandboxes", p.MaxSandboxes}, {"max-sandboxes-per-tenant", p.MaxSandboxesPerTenant}, {"warm-pool", p.WarmPool}} {
 		if n.v < 0 {
-			return fmt.Errorf("--%s %d is negative", n.name, n.v)
+			errs = append(errs, fmt.Errorf("--%s %d is negative", n.name, n.v))
 		}
 	}
-	if err := checkCaps(mc.Policy); err != nil {
-		return err
-	}
-	if err := checkEgress(mc); err != nil {
-		return err
-	}
-	if mc.MaxSandboxes > 0 && mc.WarmPool > mc.MaxSandboxes {
-		return fmt.Errorf("--warm-pool %d is above --max-sandboxes %d", mc.WarmPool, mc.MaxSandboxes)
+	errs = appendErr(errs, checkCaps(*p))
+	errs = appendErr(errs, checkEgress(p, mc.EgressSubnet))
+	if p.MaxSandboxes > 0 && p.WarmPool > p.MaxSandboxes {
+		errs = append(errs, fmt.Errorf("--warm-pool %d is above --max-sandboxes %d", p.WarmPool, p.MaxSandboxes))
 	}
 	if c.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {
-			return fmt.Errorf("--metrics-listen %q: %v", c.metricsListen, err)
+			errs = append(errs, fmt.Errorf("--metrics-listen %q: %v", c.metricsListen, err))
 		}
 	}
 	if c.e2bListen != "" {
 		if _, _, err := net.SplitHostPort(c.e2bListen); err != nil {
-			return fmt.Errorf("--e2b-listen %q: %v", c.e2bListen, err)
+			errs = append(errs, fmt.Errorf("--e2b-listen %q: %v", c.e2bListen, err))
 		}
 	}
-	if err := c.ports.check(c); err != nil {
-		return err
-	}
+	errs = appendErr(errs, c.ports.check(c))
 	if c.otlpEndpoint != "" {
 		u, err := url.Parse(c.otlpEndpoint)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--otlp-endpoint %q: want an http:// or https:// URL such as http://127.0.0.1:4318", c.otlpEndpoint)
+			errs = append(errs, fmt.Errorf("--otlp-endpoint %q: want an http:// or https:// URL such as http://127.0.0.1:4318", c.otlpEndpoint))
 		}
 	}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
+		errs = append(errs, errors.New("--tls-cert and --tls-key go together"))
 	}
-	if mc.MaxCodeBytes <= 0 || mc.MaxCodeBytes > core.MaxCodeBytes {
-		return fmt.Errorf("--max-code must be between 1 and %d bytes (1MiB)", core.MaxCodeBytes)
+	if p.MaxCodeBytes <= 0 || p.MaxCodeBytes > core.MaxCodeBytes {
+		errs = append(errs, fmt.Errorf("--max-code must be between 1 and %d bytes (1MiB)", core.MaxCodeBytes))
 	}
-	// In docker.Config a zero means "the built-in default", not "none",
+	// In core.Policy a zero means "the built-in default", not "none",
 	// so a zero here would silently mean something else than it says.
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"idle-ttl", mc.IdleTTL}, {"default-timeout", mc.DefaultTimeout}, {"max-timeout", mc.MaxTimeout}, {"shutdown-timeout", c.shutdownTimeout}} {
+	}{{"idle-ttl", p.IdleTTL}, {"default-timeout", p.DefaultTimeout}, {"max-timeout", p.MaxTimeout}, {"shutdown-timeout", c.shutdownTimeout}} {
 		if d.v <= 0 {
-			return fmt.Errorf("--%s must be positive, got %v", d.name, d.v)
+			errs = append(errs, fmt.Errorf("--%s must be positive, got %v", d.name, d.v))
 		}
 	}
-	if mc.MaxUploadBytes <= 0 {
-		return errors.New("--max-upload must be positive")
+	if p.MaxUploadBytes <= 0 {
+		errs = append(errs, errors.New("--max-upload must be positive"))
 	}
-	if mc.MaxVolumeBytes < core.MinVolumeBytes {
-		return fmt.Errorf("--max-volume-size must be at least %d bytes (16MiB)", core.MinVolumeBytes)
+	if p.MaxVolumeBytes < core.MinVolumeBytes {
+		errs = append(errs, fmt.Errorf("--max-volume-size must be at least %d bytes (16MiB)", core.MinVolumeBytes))
 	}
-	if mc.MaxVolumesPerTenant <= 0 {
-		return errors.New("--max-volumes-per-tenant must be positive")
+	if p.MaxVolumesPerTenant <= 0 {
+		errs = append(errs, errors.New("--max-volumes-per-tenant must be positive"))
 	}
-	if mc.TemplateBuilds <= 0 || mc.TemplateBuildTimeout <= 0 || mc.MaxTemplateFileBytes <= 0 || mc.MaxTemplatesPerTenant <= 0 {
-		return errors.New("--template-builds, --template-build-timeout, --max-template-file and --max-templates-per-tenant must be positive")
+	if p.TemplateBuilds <= 0 || p.TemplateBuildTimeout <= 0 || p.MaxTemplateFileBytes <= 0 || p.MaxTemplatesPerTenant <= 0 {
+		errs = append(errs, errors.New("--template-builds, --template-build-timeout, --max-template-file and --max-templates-per-tenant must be positive"))
 	}
-	if mc.MaxTemplateBuildsPerTenant < 0 || mc.MaxTemplateBuildsPerTenant > mc.TemplateBuilds {
-		return fmt.Errorf("--template-builds-per-tenant %d must be between 0 (derived) and --template-builds %d", mc.MaxTemplateBuildsPerTenant, mc.TemplateBuilds)
+	if p.MaxTemplateBuildsPerTenant < 0 || p.MaxTemplateBuildsPerTenant > p.TemplateBuilds {
+		errs = append(errs, fmt.Errorf("--template-builds-per-tenant %d must be between 0 (derived) and --template-builds %d", p.MaxTemplateBuildsPerTenant, p.TemplateBuilds))
 	}
 	if _, err := core.CompileNetworkPolicy(core.NetworkPolicy{AllowOut: mc.TemplateBuildAllow}); err != nil {
-		return fmt.Errorf("--template-build-allow: %v", err)
+		errs = append(errs, fmt.Errorf("--template-build-allow: %v", err))
 	}
 	limits := []struct {
 		name     string
 		def, max int64
 	}{
-		{"memory", mc.DefaultLimits.MemoryBytes, mc.MaxLimits.MemoryBytes},
-		{"cpus", mc.DefaultLimits.NanoCPUs, mc.MaxLimits.NanoCPUs},
-		{"pids", mc.DefaultLimits.PidsLimit, mc.MaxLimits.PidsLimit},
+		{"memory", p.DefaultLimits.MemoryBytes, p.MaxLimits.MemoryBytes},
+		{"cpus", p.DefaultLimits.NanoCPUs, p.MaxLimits.NanoCPUs},
+		{"pids", p.DefaultLimits.PidsLimit, p.MaxLimits.PidsLimit},
 	}
 	if !mc.NoDiskVolumes {
 		limits = append(limits, struct {
 			name     string
 			def, max int64
-		}{"disk", mc.DefaultLimits.DiskBytes, mc.MaxLimits.DiskBytes})
-		if mc.IODiskBytes < 16<<20 || mc.DefaultLimits.DiskBytes < 16<<20 {
-			return errors.New("--default-disk and --io-disk must be at least 16MiB")
+		}{"disk", p.DefaultLimits.DiskBytes, p.MaxLimits.DiskBytes})
+		if p.IODiskBytes < 16<<20 || p.DefaultLimits.DiskBytes < 16<<20 {
+			errs = append(errs, errors.New("--default-disk and --io-disk must be at least 16MiB"))
 		}
 	}
 	for _, l := range limits {
 		switch {
 		case l.def <= 0:
-			return fmt.Errorf("--default-%s must be positive", l.name)
+			errs = append(errs, fmt.Errorf("--default-%s must be positive", l.name))
 		case l.max <= 0:
-			return fmt.Errorf("--max-%s must be positive", l.name)
+			errs = append(errs, fmt.Errorf("--max-%s must be positive", l.name))
 		case l.def > l.max:
-			return fmt.Errorf("--default-%s is above --max-%s", l.name, l.name)
+			errs = append(errs, fmt.Errorf("--default-%s is above --max-%s", l.name, l.name))
 		}
 	}
-	if mc.DefaultTimeout > mc.MaxTimeout {
-		return fmt.Errorf("--default-timeout %v is above --max-timeout %v", mc.DefaultTimeout, mc.MaxTimeout)
+	if p.DefaultTimeout > p.MaxTimeout {
+		errs = append(errs, fmt.Errorf("--default-timeout %v is above --max-timeout %v", p.DefaultTimeout, p.MaxTimeout))
 	}
-	return nil
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
+}
+
+// appendErr appends err, or each of its problems, to errs.
+func appendErr(errs problems, err error) problems {
+	var ps problems
+	switch {
+	case err == nil:
+		return errs
+	case errors.As(err, &ps):
+		return append(errs, ps...)
+	}
+	return append(errs, err)
 }
 
 // defaultStateDir follows the XDG base directory spec: state that should

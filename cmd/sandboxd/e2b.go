@@ -28,7 +28,7 @@ func serveE2B(lis net.Listener, m manager, toks *tokens.Set, front *ports.Server
 		return nil, err
 	}
 	ecfg := e2bapi.Config{Tokens: toks, Secret: secret, Logger: log.With("door", "e2b"),
-		CommandTimeout: cmp.Or(cfg.docker.MaxTimeout, core.DefaultMaxTimeout)}
+		CommandTimeout: cmp.Or(cfg.policy.MaxTimeout, core.DefaultMaxTimeout)}
 	if front != nil {
 		ecfg.Ports, ecfg.Front = front, cfg.docker.Ports
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -26,26 +25,29 @@ type egressFlags struct {
 	roots []byte
 }
 
-func (e *egressFlags) register(fs *flag.FlagSet) {
+// register adds the [egress] section's settings: --allow-network, which
+// sets the backends' policy p, and --egress-*.
+func (e *egressFlags) register(s sectionReg, p *core.Policy) {
 	e.subnet = prefixFlag(docker.DefaultEgressSubnet)
-	fs.Var(&e.defaultAllow, "egress-default-allow", "the allow_out of the policy a sandbox asking for network without one gets (`destinations`: domains, *.domains, IPs, CIDRs; comma-separated or repeated; allowed beats denied). Needs --allow-network")
-	fs.Var(&e.defaultDeny, "egress-default-deny", "the deny_out of that default policy (`destinations`; 0.0.0.0/0 with --egress-default-allow makes it an allow-list). Without either, network means every public destination")
-	fs.Var(&e.ceiling, "egress-ceiling", "the most any sandbox may reach (`destinations`, as allow_out entries): the egress gateway refuses everything else whatever a sandbox's policy says, and a policy allowing only beyond it is INVALID_ARGUMENT (empty: no ceiling)")
-	fs.Var(&e.allowPrivate, "egress-allow-private", "special `CIDR blocks` (private, CGNAT, ULA, link-local, loopback, ...) sandboxes may reach nonetheless when their policy allows, comma-separated or repeated (empty: none; the host's own addresses and other sandboxes stay unreachable)")
-	fs.Var(&e.subnet, "egress-subnet", "IPv4 `block` networked sandboxes are addressed from (the gateway takes its first address, each sandbox a /31); it must not overlap the host's networks: sandboxd refuses to start when it overlaps an address or a route of the host, naming the interface")
-	fs.StringVar(&e.instance, "egress-instance", "", "for several sandboxd on one host (tests, private deployments): names this one's network objects on the host, nftables table inet sandboxd-NAME, bridge sandboxd-NAME and interfaces sxNAME-* (`NAME`: 1 to 4 lower-case letters and digits); give each its own --egress-subnet too (empty: table sandboxd, bridge sandboxd0, interfaces sbx-*)")
-	fs.StringVar(&e.hostsFile, "egress-hosts-file", "", "resolve the names sandboxes reach from this hosts(5) `file` alone, never asking the host's resolver (for tests and private deployments with a fixed map of names; empty: the host's /etc/hosts and resolvers). Read once, at start")
-	fs.StringVar(&e.caFile, "egress-ca-file", "", "PEM `file` of certificates the egress gateway trusts, besides the host's roots, when it verifies the server of a connection it intercepts for a header rule (a private CA; the tests' throwaway one)")
+	s.Bool("allow_network", &p.AllowNetwork, "allow-network", false, "let callers give a sandbox outbound network access (options.network, options.network_policy), through sandboxd's egress gateway under the sandbox's policy; without it sandboxes have no network. Under --runtime runsc, networked sandboxes run under the runsc-net runtime (make runsc registers it)")
+	s.Var("default_allow", &e.defaultAllow, kindList, "egress-default-allow", "the allow_out of the policy a sandbox asking for network without one gets (`destinations`: domains, *.domains, IPs, CIDRs; comma-separated or repeated; allowed beats denied), copied into the sandbox at its creation. Needs --allow-network")
+	s.Var("default_deny", &e.defaultDeny, kindList, "egress-default-deny", "the deny_out of that default policy (`destinations`; 0.0.0.0/0 with --egress-default-allow makes it an allow-list). Without either, network means every public destination")
+	s.Var("ceiling", &e.ceiling, kindList, "egress-ceiling", "the most any sandbox may reach (`destinations`, as allow_out entries): the egress gateway refuses everything else whatever a sandbox's policy says, and a policy allowing only beyond it is INVALID_ARGUMENT (empty: no ceiling)")
+	s.Var("allow_private", &e.allowPrivate, kindList, "egress-allow-private", "special `CIDR blocks` (private, CGNAT, ULA, link-local, loopback, ...) sandboxes may reach nonetheless when their policy allows, comma-separated or repeated (empty: none; the host's own addresses and other sandboxes stay unreachable)")
+	s.Var("subnet", &e.subnet, kindString, "egress-subnet", "IPv4 `block` networked sandboxes are addressed from (the gateway takes its first address, each sandbox a /31); it must not overlap the host's networks: sandboxd refuses to start when it overlaps an address or a route of the host (routes shorter than /8 aside), naming the interface")
+	s.String("instance", &e.instance, "egress-instance", "", "for several sandboxd on one host (tests, private deployments): names this one's network objects on the host, nftables table inet sandboxd-NAME, bridge sandboxd-NAME and interfaces sxNAME-* (`NAME`: 1 to 4 lower-case letters and digits); give each its own --egress-subnet too (empty: table sandboxd, bridge sandboxd0, interfaces sbx-*)")
+	s.String("hosts_file", &e.hostsFile, "egress-hosts-file", "", "resolve the names sandboxes reach from this hosts(5) `file` alone, never asking the host's resolver (for tests and private deployments with a fixed map of names; empty: the host's /etc/hosts and resolvers). Read once, at start")
+	s.String("ca_file", &e.caFile, "egress-ca-file", "", "PEM `file` of certificates the egress gateway trusts, besides the host's roots, when it verifies the server of a connection it intercepts for a header rule (a private CA; the tests' throwaway one)")
 }
 
-// apply puts the flags into the backends' policy and the Docker backend's
-// config, reading the files they name.
-func (e *egressFlags) apply(mc *docker.Config) error {
+// apply puts the settings into the backends' policy p and the Docker
+// backend's config mc, reading the files they name.
+func (e *egressFlags) apply(p *core.Policy, mc *docker.Config) error {
 	if len(e.defaultAllow) > 0 || len(e.defaultDeny) > 0 {
-		mc.EgressDefault = &core.NetworkPolicy{AllowOut: e.defaultAllow, DenyOut: e.defaultDeny}
+		p.EgressDefault = &core.NetworkPolicy{AllowOut: e.defaultAllow, DenyOut: e.defaultDeny}
 	}
-	mc.EgressCeiling = e.ceiling
-	mc.EgressAllowPrivate = e.allowPrivate
+	p.EgressCeiling = e.ceiling
+	p.EgressAllowPrivate = e.allowPrivate
 	mc.EgressSubnet = netip.Prefix(e.subnet)
 	if e.instance != "" {
 		if err := docker.CheckEgressInstance(e.instance); err != nil {
@@ -53,7 +55,7 @@ func (e *egressFlags) apply(mc *docker.Config) error {
 		}
 		mc.EgressInstance = e.instance
 	}
-	if (e.hostsFile != "" || e.caFile != "") && !mc.AllowNetwork {
+	if (e.hostsFile != "" || e.caFile != "") && !p.AllowNetwork {
 		return errors.New("--egress-hosts-file and --egress-ca-file need --allow-network")
 	}
 	if e.hostsFile != "" {
@@ -87,13 +89,12 @@ var egressFlagNames = strings.NewReplacer(
 
 // checkEgress applies core.Policy's checks of the egress settings to the
 // flags' values, naming the flags; and the Docker backend's of the subnet.
-func checkEgress(mc *docker.Config) error {
-	p := core.Policy{AllowNetwork: mc.AllowNetwork, EgressDefault: mc.EgressDefault, EgressCeiling: mc.EgressCeiling,
-		EgressAllowPrivate: append([]netip.Prefix(nil), mc.EgressAllowPrivate...)}
+func checkEgress(pol *core.Policy, s netip.Prefix) error {
+	p := core.Policy{AllowNetwork: pol.AllowNetwork, EgressDefault: pol.EgressDefault, EgressCeiling: pol.EgressCeiling,
+		EgressAllowPrivate: append([]netip.Prefix(nil), pol.EgressAllowPrivate...)}
 	if err := p.ApplyDefaults(); err != nil {
 		return errors.New(egressFlagNames.Replace(strings.TrimPrefix(err.Error(), "config: ")))
 	}
-	s := mc.EgressSubnet
 	switch {
 	case !s.Addr().Is4() || s.Bits() < 8 || s.Bits() > 28:
 		return fmt.Errorf("--egress-subnet %s: want an IPv4 block of /8 to /28", s)

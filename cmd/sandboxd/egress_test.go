@@ -20,7 +20,7 @@ func TestEgressFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mc := c.docker; mc.EgressDefault != nil || mc.EgressCeiling != nil || mc.EgressAllowPrivate != nil || mc.EgressSubnet != docker.DefaultEgressSubnet {
+	if mc := dockerConfig(c); mc.EgressDefault != nil || mc.EgressCeiling != nil || mc.EgressAllowPrivate != nil || mc.EgressSubnet != docker.DefaultEgressSubnet {
 		t.Errorf("defaults: %+v %v %v %v", mc.EgressDefault, mc.EgressCeiling, mc.EgressAllowPrivate, mc.EgressSubnet)
 	}
 	c, err = parseConfig([]string{"--allow-network", "--egress-default-allow", "pypi.org,files.pythonhosted.org", "--egress-default-allow", "*.example.com",
@@ -30,7 +30,7 @@ func TestEgressFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := c.docker
+	mc := dockerConfig(c)
 	wantDefault := &core.NetworkPolicy{AllowOut: []string{"pypi.org", "files.pythonhosted.org", "*.example.com"}, DenyOut: []string{"0.0.0.0/0"}}
 	if !reflect.DeepEqual(mc.EgressDefault, wantDefault) {
 		t.Errorf("EgressDefault = %+v", mc.EgressDefault)
@@ -85,7 +85,7 @@ func TestEgressFileFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := c.docker
+	mc := dockerConfig(c)
 	if mc.EgressInstance != "t1" || mc.Egress.RootCAs == nil {
 		t.Errorf("instance %q, roots %v", mc.EgressInstance, mc.Egress.RootCAs)
 	}

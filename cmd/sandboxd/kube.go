@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -55,58 +54,62 @@ type kubeConfig struct {
 	egressDeny    prefixList
 }
 
-// register adds the --kube-* flags to fs.
-func (k *kubeConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "with --backend kubernetes: kubeconfig `file` (empty: the in-cluster service account, else $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&k.namespace, "kube-namespace", kube.DefaultNamespace, "with --backend kubernetes: `namespace` of the sandbox Pods")
-	fs.StringVar(&k.runtimeClass, "kube-runtime-class", "", "with --backend kubernetes: runtimeClassName of sandbox Pods, e.g. gvisor (empty: the cluster's default)")
-	fs.StringVar(&k.nodeSelector, "kube-node-selector", "", "with --backend kubernetes: nodeSelector of sandbox Pods, as `key=value,...`")
-	fs.StringVar(&k.tolerations, "kube-tolerations", "", "with --backend kubernetes: tolerations of sandbox Pods, as a JSON list of Kubernetes tolerations")
-	fs.StringVar(&k.storageClass, "kube-storage-class", "", "with --backend kubernetes: give each sandbox a persistent volume claim of this storage `class` for its /io and /workspace (its disk limit plus --io-disk), kept while it is hibernated: with it, sandboxes hibernate (--on-idle, HibernateSandbox, E2B pause); empty: emptyDirs, and idle sandboxes are deleted")
-	fs.StringVar(&k.ioTokenFile, "kube-io-token-file", "", "with --backend kubernetes: `file` holding the token sandboxd presents to the io sidecars (the same as in --kube-io-token-secret); required")
-	fs.StringVar(&k.ioTokenSecret, "kube-io-token-secret", "sandboxd-io-token", "with --backend kubernetes: `name` of the Secret (key \"token\") the io sidecars read their token from")
-	fs.DurationVar(&k.leaderLease, "kube-leader-lease", 15*time.Second, "with --backend kubernetes: lease of the leader election among replicas (the leader keeps the warm pool and expires idle sandboxes)")
-	fs.Float64Var(&k.cpuRequest, "kube-cpu-request", 1, "with --backend kubernetes: the share (0-1] of a sandbox's CPU limit its Pod requests from the scheduler (1: requests equal limits, Guaranteed QoS; less overcommits a node's CPUs)")
-	fs.DurationVar(&k.nodeLostAfter, "kube-node-lost-after", 300*time.Second, "with --backend kubernetes: how long a sandbox Pod stays on a node that stopped reporting before it is deleted and the sandbox reported dead (its toleration of the node's unreachable and not-ready taints; --kube-tolerations for those keys win)")
-	fs.IntVar(&k.kubeletPort, "kube-kubelet-port", kube.DefaultKubeletPort, "with --backend kubernetes: the kubelets' `port`, where sandboxd reads per-sandbox metrics (the Summary API; RBAC: nodes/stats get)")
-	fs.StringVar(&k.kubeletCAFile, "kube-kubelet-ca-file", "", "with --backend kubernetes: PEM `file` of the CA(s) that sign the kubelets' serving certificates (empty: the cluster's CA, from the kubeconfig or service account)")
-	fs.StringVar(&k.snapshotDir, "kube-snapshot-dir", "", "with --backend kubernetes: `directory` holding named snapshots and forks' (CreateSnapshot, ForkSandbox, options.from_snapshot), mounted by every replica (a ReadWriteMany volume); empty: no snapshots or forks")
-	fs.StringVar(&k.volumeClass, "kube-volume-class", "", "with --backend kubernetes: storage `class` of named volumes' claims (a claim per volume, of the volume's size; CreateVolume, options.volumes); empty: --kube-storage-class's; neither: no volumes")
-	fs.StringVar(&k.volumeAccess, "kube-volume-access-mode", string(corev1.ReadWriteOnce), "with --backend kubernetes: access `mode` of volumes' claims: ReadWriteOnce (every Pod that mounts a volume runs on the node holding it) or ReadWriteMany (where the class offers it)")
-	fs.BoolVar(&k.egressCNI, "kube-egress-cni", false, "with --backend kubernetes and --allow-network: the nodes' CNI chain includes sandboxd's egress plugin (sandbox-cni), which confines each sandbox Pod's user to its io sidecar's egress gateway; without it networked sandboxes are refused (docs/kubernetes.md)")
-	fs.Var(&k.egressDeny, "kube-egress-deny", "with --kube-egress-cni: `CIDR blocks` no sandbox reaches whatever its policy and --egress-allow-private say: the cluster's Pod, Service and node ranges (comma-separated or repeated)")
-	fs.StringVar(&k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
+// register adds the [kubernetes] section's settings (--kube-*).
+func (k *kubeConfig) register(s sectionReg) {
+	s.String("kubeconfig", &k.kubeconfig, "kubeconfig", "", "with --backend kubernetes: kubeconfig `file` (empty: the in-cluster service account, else $KUBECONFIG or ~/.kube/config)")
+	s.String("namespace", &k.namespace, "kube-namespace", kube.DefaultNamespace, "with --backend kubernetes: `namespace` of the sandbox Pods")
+	s.String("runtime_class", &k.runtimeClass, "kube-runtime-class", "", "with --backend kubernetes: runtimeClassName of sandbox Pods, e.g. gvisor (empty: the cluster's default)")
+	s.String("node_selector", &k.nodeSelector, "kube-node-selector", "", "with --backend kubernetes: nodeSelector of sandbox Pods, as `key=value,...`")
+	s.String("tolerations", &k.tolerations, "kube-tolerations", "", "with --backend kubernetes: tolerations of sandbox Pods, as a JSON list of Kubernetes tolerations")
+	s.String("storage_class", &k.storageClass, "kube-storage-class", "", "with --backend kubernetes: give each sandbox a persistent volume claim of this storage `class` for its /io and /workspace (its disk limit plus --io-disk), kept while it is hibernated: with it, sandboxes hibernate (--on-idle, HibernateSandbox, E2B pause); empty: emptyDirs, and idle sandboxes are deleted")
+	s.String("io_token_file", &k.ioTokenFile, "kube-io-token-file", "", "with --backend kubernetes: `file` holding the token sandboxd presents to the io sidecars (the same as in --kube-io-token-secret); required")
+	s.String("io_token_secret", &k.ioTokenSecret, "kube-io-token-secret", "sandboxd-io-token", "with --backend kubernetes: `name` of the Secret (key \"token\") the io sidecars read their token from")
+	s.Duration("leader_lease", &k.leaderLease, "kube-leader-lease", 15*time.Second, "with --backend kubernetes: lease of the leader election among replicas (the leader keeps the warm pool and expires idle sandboxes)")
+	s.Float("cpu_request", &k.cpuRequest, "kube-cpu-request", 1, "with --backend kubernetes: the share (0-1] of a sandbox's CPU limit its Pod requests from the scheduler (1: requests equal limits, Guaranteed QoS; less lets sandboxes share a node's CPUs, each still capped at its limit); memory is always requested whole")
+	s.Duration("node_lost_after", &k.nodeLostAfter, "kube-node-lost-after", 300*time.Second, "with --backend kubernetes: how long a sandbox Pod stays on a node that stopped reporting before it is deleted and the sandbox reported dead (its toleration of the node's unreachable and not-ready taints; --kube-tolerations for those keys win)")
+	s.Int("kubelet_port", &k.kubeletPort, "kube-kubelet-port", kube.DefaultKubeletPort, "with --backend kubernetes: the kubelets' `port`, where sandboxd reads per-sandbox metrics (the Summary API; RBAC: nodes/stats get)")
+	s.String("kubelet_ca_file", &k.kubeletCAFile, "kube-kubelet-ca-file", "", "with --backend kubernetes: PEM `file` of the CA(s) that sign the kubelets' serving certificates (empty: the cluster's CA, from the kubeconfig or service account)")
+	s.String("snapshot_dir", &k.snapshotDir, "kube-snapshot-dir", "", "with --backend kubernetes: `directory` holding named snapshots and forks' (CreateSnapshot, ForkSandbox, options.from_snapshot), mounted by every replica (a ReadWriteMany volume); empty: no snapshots or forks")
+	s.String("volume_class", &k.volumeClass, "kube-volume-class", "", "with --backend kubernetes: storage `class` of named volumes' claims (a claim per volume, of the volume's size; CreateVolume, options.volumes); empty: --kube-storage-class's; neither: no volumes")
+	s.String("volume_access_mode", &k.volumeAccess, "kube-volume-access-mode", string(corev1.ReadWriteOnce), "with --backend kubernetes: access `mode` of volumes' claims: ReadWriteOnce (every Pod that mounts a volume runs on the node holding it) or ReadWriteMany (where the class offers it)")
+	s.Bool("egress_cni", &k.egressCNI, "kube-egress-cni", false, "with --backend kubernetes and --allow-network: the nodes' CNI chain includes sandboxd's egress plugin (sandbox-cni), which confines each sandbox Pod's user to its io sidecar's egress gateway; without it networked sandboxes are refused (docs/kubernetes.md)")
+	s.Var("egress_deny", &k.egressDeny, kindList, "kube-egress-deny", "with --kube-egress-cni: `CIDR blocks` no sandbox reaches whatever its policy and --egress-allow-private say: the cluster's Pod, Service and node ranges (comma-separated or repeated)")
+	s.String("identity", &k.identity, "kube-identity", "", "with --backend kubernetes: this replica's name in the leader election (empty: $POD_NAME, else host name and PID)")
 }
 
-// check catches bad --kube-* settings at start-up.
+// check catches bad --kube-* settings at start-up, all of them.
 func (k *kubeConfig) check() error {
+	var errs problems
 	if k.ioTokenFile == "" {
-		return errors.New("--backend kubernetes needs --kube-io-token-file (the io sidecars' shared token)")
+		errs = append(errs, errors.New("--backend kubernetes needs --kube-io-token-file (the io sidecars' shared token)"))
 	}
 	if _, err := k.parseNodeSelector(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if _, err := k.parseTolerations(); err != nil {
-		return err
+		errs = append(errs, err)
 	}
 	if k.kubeletPort < 1 || k.kubeletPort > 65535 {
-		return fmt.Errorf("--kube-kubelet-port %d: want a TCP port", k.kubeletPort)
+		errs = append(errs, fmt.Errorf("--kube-kubelet-port %d: want a TCP port", k.kubeletPort))
 	}
 	if !(k.cpuRequest > 0 && k.cpuRequest <= 1) {
-		return fmt.Errorf("--kube-cpu-request %v: want a share of the CPU limit in (0, 1]", k.cpuRequest)
+		errs = append(errs, fmt.Errorf("--kube-cpu-request %v: want a share of the CPU limit in (0, 1]", k.cpuRequest))
 	}
 	if k.nodeLostAfter < time.Second {
-		return fmt.Errorf("--kube-node-lost-after %v: want at least 1s", k.nodeLostAfter)
+		errs = append(errs, fmt.Errorf("--kube-node-lost-after %v: want at least 1s", k.nodeLostAfter))
 	}
 	if k.leaderLease < time.Second {
-		return fmt.Errorf("--kube-leader-lease %v: want at least 1s", k.leaderLease)
+		errs = append(errs, fmt.Errorf("--kube-leader-lease %v: want at least 1s", k.leaderLease))
 	}
 	switch corev1.PersistentVolumeAccessMode(k.volumeAccess) {
 	case corev1.ReadWriteOnce, corev1.ReadWriteMany:
 	default:
-		return fmt.Errorf("--kube-volume-access-mode %q: want ReadWriteOnce or ReadWriteMany", k.volumeAccess)
+		errs = append(errs, fmt.Errorf("--kube-volume-access-mode %q: want ReadWriteOnce or ReadWriteMany", k.volumeAccess))
 	}
-	return nil
+	if len(errs) == 0 {
+		return nil
+	}
+	return errs
 }
 
 func (k *kubeConfig) parseNodeSelector() (map[string]string, error) {
@@ -169,7 +172,7 @@ func (k *kubeConfig) kubeletTransport(rc *rest.Config) (http.RoundTripper, error
 }
 
 // newKubeManager starts the Kubernetes backend with the server-wide
-// settings of cfg.docker (image, limits, TTLs, caps, pool).
+// policy of cfg (image, limits, TTLs, caps, pool).
 func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Manager, error) {
 	k := cfg.kube
 	rc, err := k.restConfig()
@@ -196,7 +199,7 @@ func newKubeManager(ctx context.Context, cfg config, log *slog.Logger) (*kube.Ma
 		id = os.Getenv("POD_NAME")
 	}
 	return kube.New(ctx, kube.Config{
-		Policy: cfg.docker.Policy, // the one policy, shared with the Docker backend
+		Policy: cfg.policy, // the one policy, shared with the Docker backend
 		Client: client, Namespace: k.namespace, RuntimeClass: k.runtimeClass,
 		NodeSelector: sel, Tolerations: tol, StorageClass: k.storageClass, SnapshotDir: k.snapshotDir,
 		VolumeClass: cmp.Or(k.volumeClass, k.storageClass), VolumeAccessMode: corev1.PersistentVolumeAccessMode(k.volumeAccess),

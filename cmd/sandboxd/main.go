@@ -9,6 +9,11 @@
 // leaving the containers running for the next start. Flags can also be set
 // through SANDBOXD_* environment variables; see sandboxd --help.
 //
+// Settings can also come from a TOML file (--config, SANDBOXD_CONFIG);
+// `sandboxd config default` prints every key at its default, `sandboxd
+// config check FILE` names every bad key and value of a file, and `sandboxd
+// config doc` writes docs/configuration.md's reference (configcmd.go).
+//
 // `sandboxd egress cleanup [--instance NAME]` removes what a stopped
 // sandboxd's egress networking left on the host (egress_cleanup.go).
 package main
@@ -41,9 +46,12 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "egress" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "egress":
 		err = egressCommand(os.Args[2:], os.Stdout, os.Stderr, docker.CleanupEgress)
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "config":
+		err = configCommand(os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	default:
 		err = run(ctx, stop, os.Args[1:], os.Getenv, os.Stderr)
 	}
 	stop()
@@ -147,7 +155,7 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 	if toks != nil {
 		tenants = toks.Tenants()
 	}
-	fitTenantCaps(&cfg.docker.Policy, tenants, log)
+	fitTenantCaps(&cfg.policy, tenants, log)
 	cfg.ports.fitTenants(tenants)
 	useTLS := cfg.tlsCert != ""
 	if useTLS {
@@ -253,8 +261,8 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 	}
 
-	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.docker.StateDir, "image", cfg.docker.Image,
-		"runtime", cfg.docker.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
+	log.Info("starting", "listen", lis.Addr().String(), "state_dir", cfg.docker.StateDir, "image", cfg.policy.Image,
+		"runtime", cfg.policy.Runtime, "tls", useTLS, "auth", cfg.authTokens != "")
 	var m validated
 	if cfg.backend == backendKubernetes {
 		km, err := newKubeManager(ctx, cfg, log)
@@ -267,7 +275,9 @@ func run(ctx context.Context, stopSignals func(), args []string, getenv func(str
 		}
 		m = newValidated(cfg.backend, km, auditLog)
 	} else {
-		dm, err := docker.New(ctx, cfg.docker, nil)
+		dc := cfg.docker
+		dc.Policy = cfg.policy // the one policy, shared with the Kubernetes backend
+		dm, err := docker.New(ctx, dc, nil)
 		if err != nil {
 			return fmt.Errorf("starting the sandbox manager: %w", err)
 		}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -39,16 +38,17 @@ type portsFlags struct {
 	responseTimeout                  time.Duration
 }
 
-func (p *portsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&p.listen, "ports-listen", "", "`address` of the HTTP front for networked sandboxes' ports (host:port; empty: off): GetHost's URLs, proxied to the port inside the sandbox (HTTP/1.1, HTTP/2, WebSocket, SSE), private unless the sandbox's policy allows public traffic. Needs --allow-network (on kubernetes, --kube-egress-cni too)")
-	fs.StringVar(&p.domain, "ports-domain", "", "`domain` whose every name resolves to the front (wildcard DNS): port URLs are then http(s)://PORT-SANDBOXID.DOMAIN/ (E2B's form), else http(s)://FRONT/sandboxes/SANDBOXID/PORT/. \"localhost\" works in browsers without DNS")
-	fs.StringVar(&p.url, "ports-url", "", "the front's `URL` as clients reach it, http(s)://HOST[:PORT] (default: http://, or https:// with --ports-tls-cert, and the --ports-listen address): the scheme and port of the URLs GetHost returns, and the host of the path form")
-	fs.StringVar(&p.tlsCert, "ports-tls-cert", "", "TLS certificate `file` (PEM) of the front, for --ports-domain a wildcard one; with --ports-tls-key the front serves HTTPS (and HTTP/2 over it)")
-	fs.StringVar(&p.tlsKey, "ports-tls-key", "", "TLS private key `file` (PEM), for --ports-tls-cert")
-	fs.IntVar(&p.maxPerSandbox, "ports-max-requests-per-sandbox", 0, fmt.Sprintf("most requests in progress to one sandbox's ports (a WebSocket or an event stream counts while it lasts); past it the front answers 503 (0: %d, or --ports-max-requests-per-tenant if lower)", ports.DefaultMaxRequestsPerSandbox))
-	fs.IntVar(&p.maxPerTenant, "ports-max-requests-per-tenant", 0, "most requests in progress to the ports of one tenant's sandboxes together, so that one tenant's hung ports cannot take every place of the front; past it the front answers 503 (0: a quarter of --ports-max-requests, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
-	fs.IntVar(&p.max, "ports-max-requests", ports.DefaultMaxRequests, "most requests in progress to all sandboxes' ports; past it the front answers 503. Only protects the host; keep it well above --ports-max-requests-per-tenant")
-	fs.DurationVar(&p.responseTimeout, "ports-response-timeout", ports.DefaultResponseTimeout, "how long the front waits for a sandbox's port to answer a request (its response's headers, once the request is sent); past it the client gets 504 and the request's place is freed. A response's body (an event stream, a WebSocket) has no limit")
+// register adds the [ports] section's settings (--ports-*).
+func (p *portsFlags) register(s sectionReg) {
+	s.String("listen", &p.listen, "ports-listen", "", "`address` of the HTTP front for networked sandboxes' ports (host:port; empty: off): GetHost's URLs, proxied to the port inside the sandbox (HTTP/1.1, HTTP/2, WebSocket, SSE), private unless the sandbox's policy allows public traffic. Needs --allow-network (on kubernetes, --kube-egress-cni too)")
+	s.String("domain", &p.domain, "ports-domain", "", "`domain` whose every name resolves to the front (wildcard DNS): port URLs are then http(s)://PORT-SANDBOXID.DOMAIN/ (E2B's form), else http(s)://FRONT/sandboxes/SANDBOXID/PORT/. \"localhost\" works in browsers without DNS")
+	s.String("url", &p.url, "ports-url", "", "the front's `URL` as clients reach it, http(s)://HOST[:PORT] (default: http://, or https:// with --ports-tls-cert, and the --ports-listen address): the scheme and port of the URLs GetHost returns, and the host of the path form; set it when the front listens on every address or sits behind a proxy")
+	s.String("tls_cert", &p.tlsCert, "ports-tls-cert", "", "TLS certificate `file` (PEM) of the front, for --ports-domain a wildcard one; with --ports-tls-key the front serves HTTPS (and HTTP/2 over it); beyond loopback without them sandboxd warns, as traffic tokens then travel in clear text")
+	s.String("tls_key", &p.tlsKey, "ports-tls-key", "", "TLS private key `file` (PEM), for --ports-tls-cert")
+	s.Int("max_requests_per_sandbox", &p.maxPerSandbox, "ports-max-requests-per-sandbox", 0, fmt.Sprintf("most requests in progress to one sandbox's ports (a WebSocket or an event stream counts while it lasts); past it, or past the tenant's or the front's cap, the front answers 503 naming the narrowest (0: %d, or --ports-max-requests-per-tenant if lower)", ports.DefaultMaxRequestsPerSandbox))
+	s.Int("max_requests_per_tenant", &p.maxPerTenant, "ports-max-requests-per-tenant", 0, "most requests in progress to the ports of one tenant's sandboxes together, so that one tenant's hung ports cannot take every place of the front; past it the front answers 503 (0: a quarter of --ports-max-requests, or all of it when the server has one tenant: no --auth-tokens, or a token file naming one)")
+	s.Int("max_requests", &p.max, "ports-max-requests", ports.DefaultMaxRequests, "most requests in progress to all sandboxes' ports; past it the front answers 503. Only protects the host; keep it well above --ports-max-requests-per-tenant")
+	s.Duration("response_timeout", &p.responseTimeout, "ports-response-timeout", ports.DefaultResponseTimeout, "how long the front waits for a sandbox's port to answer a request (its response's headers, once the request is sent); past it the client gets 504 and the request's place is freed. A response's body (an event stream, a WebSocket) has no limit")
 }
 
 // fitTenants fits the per-tenant cap to the number of tenants the server
@@ -73,7 +73,7 @@ func (p *portsFlags) check(c *config) error {
 	switch {
 	case c.backend == backendKubernetes && !c.kube.egressCNI:
 		return errors.New("--ports-listen with --backend kubernetes needs --kube-egress-cni: only networked sandboxes have ports")
-	case !c.docker.AllowNetwork:
+	case !c.policy.AllowNetwork:
 		return errors.New("--ports-listen needs --allow-network: only networked sandboxes have ports")
 	case (p.tlsCert == "") != (p.tlsKey == ""):
 		return errors.New("--ports-tls-cert and --ports-tls-key go together")
