@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,7 +39,7 @@ type config struct {
 	authTokens      string // token file; empty: no authentication
 	insecure        bool   // allow serving without tokens beyond loopback
 	tlsCert, tlsKey string
-	logLevel        slog.Level
+	logLevel        logLevel
 	logFormat       string
 	shutdownTimeout time.Duration
 	metricsListen   string // Prometheus /metrics address; empty: off
@@ -63,6 +64,15 @@ type config struct {
 	maxCode                               byteSize
 	warmPoolTemplates, templateBuildAllow string
 	diskVolumes, fastWake                 bool
+}
+
+// logLevel is --log-level: slog's level, written in lower case as the
+// flag's help and the configuration file spell it.
+type logLevel struct{ slog.Level }
+
+func (l logLevel) MarshalText() ([]byte, error) {
+	b, err := l.Level.MarshalText()
+	return bytes.ToLower(b), err
 }
 
 // auditFlags are the audit trail's settings (--audit*).
@@ -287,7 +297,7 @@ func (c *config) register(r *registry) {
 	s.Bool("insecure", &c.insecure, "insecure", false, "serve without --auth-tokens on an address beyond loopback: anyone who can connect controls every sandbox")
 	s.String("tls_cert", &c.tlsCert, "tls-cert", "", "TLS certificate `file` (PEM); with --tls-key, serve TLS instead of plaintext (sandboxctl then connects with --tls or --ca FILE)")
 	s.String("tls_key", &c.tlsKey, "tls-key", "", "TLS private key `file` (PEM), for --tls-cert")
-	s.Text("log_level", &c.logLevel, "log-level", slog.LevelInfo, "log `level`: debug, info, warn or error")
+	s.Text("log_level", &c.logLevel, "log-level", logLevel{slog.LevelInfo}, "log `level`: debug, info, warn or error")
 	s.String("log_format", &c.logFormat, "log-format", "text", "log `format`: text or json (both to stderr)")
 	s.Duration("shutdown_timeout", &c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "on SIGINT/SIGTERM, the longest the shutdown takes: calls (including Execute streams) get this less a fifth (at most 2s) to end before they are cut off, closing the sandbox manager the rest")
 	s.String("state_dir", &dc.StateDir, "state-dir", "", "`directory` of sandboxd's state: the sandboxes' /io and /workspace volumes and metadata, the registry, the audit trail and the webhooks' queue (empty: $XDG_STATE_HOME/sandboxd, else ~/.local/state/sandboxd)")

@@ -59,7 +59,7 @@ size = 0
 		{"listen (flag beats env and file)", c.listen, "127.0.0.1:6000"},
 		{"idle ttl (env beats file)", c.policy.IdleTTL, 5 * time.Minute},
 		{"max pids (env beats file)", c.policy.MaxLimits.PidsLimit, int64(2000)},
-		{"log level (file)", c.logLevel, slog.LevelDebug},
+		{"log level (file)", c.logLevel.Level, slog.LevelDebug},
 		{"hibernated ttl (file)", c.policy.HibernatedTTL, 48 * time.Hour},
 		{"max memory (file)", c.policy.MaxLimits.MemoryBytes, int64(2 << 30)},
 		{"default cpus (file)", c.policy.DefaultLimits.NanoCPUs, int64(5e8)},

@@ -409,7 +409,7 @@ func closeBy(m manager, deadline time.Time) error {
 
 // newLogger logs to stderr, where service managers collect it.
 func newLogger(cfg config, w io.Writer) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: cfg.logLevel}
+	opts := &slog.HandlerOptions{Level: cfg.logLevel.Level}
 	if cfg.logFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
