@@ -77,6 +77,13 @@ var (
 	// context.DeadlineExceeded, though errdefs.IsDeadlineExceeded holds
 	// for them (errdefs has no value of its own for the class).
 	ErrDeadlineExceeded = newClass(serverDeadline{})
+	// ErrNotImplemented: the API has the operation, this server's backend
+	// (or its configuration) lacks it; another backend has it. Only
+	// Unsupported makes errors of it: a class of its own, not a failed
+	// precondition, so that every door answers it the same (gRPC's
+	// UNIMPLEMENTED, HTTP's 501) and no client mistakes it for a state it
+	// could change (the E2B SDKs read a 409 on pause as "already paused").
+	ErrNotImplemented = newClass(errdefs.ErrNotImplemented)
 )
 
 // serverDeadline is ErrDeadlineExceeded's errdefs class: errdefs knows a

@@ -22,6 +22,7 @@ func TestClassesAreErrdefs(t *testing.T) {
 		ErrUnavailable:        errdefs.IsUnavailable,
 		ErrAlreadyExists:      errdefs.IsAlreadyExists,
 		ErrDeadlineExceeded:   errdefs.IsDeadlineExceeded,
+		ErrNotImplemented:     errdefs.IsNotImplemented,
 	}
 	if len(is) != len(Classes()) {
 		t.Fatalf("the test knows %d classes, core has %d", len(is), len(Classes()))
@@ -32,7 +33,7 @@ func TestClassesAreErrdefs(t *testing.T) {
 	for _, c := range Classes() {
 		names = append(names, c.Error())
 	}
-	if got, want := fmt.Sprint(names), "[invalid argument not found failed precondition resource exhausted unavailable already exists deadline exceeded]"; got != want {
+	if got, want := fmt.Sprint(names), "[invalid argument not found failed precondition resource exhausted unavailable already exists deadline exceeded not implemented]"; got != want {
 		t.Errorf("class names %s, want %s", got, want)
 	}
 	cause := errors.New("the cause")

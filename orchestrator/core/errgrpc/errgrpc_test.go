@@ -28,6 +28,7 @@ var codeOf = map[*core.Class]codes.Code{
 	core.ErrUnavailable:        codes.Unavailable,
 	core.ErrAlreadyExists:      codes.AlreadyExists,
 	core.ErrDeadlineExceeded:   codes.DeadlineExceeded,
+	core.ErrNotImplemented:     codes.Unimplemented,
 }
 
 // TestTable: every class the domain has maps to its code, a code of its

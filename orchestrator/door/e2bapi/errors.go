@@ -27,7 +27,9 @@ const internalMessage = "internal error; see the sandboxd log"
 //
 //   - a failed precondition is E2B's 409 (a sandbox in the wrong state:
 //     paused, not running), where errhttp says 412, which the SDKs do not
-//     know;
+//     know. A feature the backend lacks is not one (core.Unsupported,
+//     errhttp's 501): the SDKs' pause reads a 409 as "already paused" and
+//     answers false without a word;
 //   - a name taken (already exists) is 409 too; errhttp has no status for
 //     it (500);
 //   - the server's own deadline (a template's build) is 504; errhttp has
@@ -72,11 +74,6 @@ func (s *Server) classify(ctx context.Context, op string, err error) (int, strin
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
-	case core.IsUnsupported(err):
-		// A feature the backend lacks (core.Unsupported, a failed
-		// precondition): 501, not the class's 409, which the SDKs' pause
-		// reads as "already paused" and answers false without a word.
-		return http.StatusNotImplemented, err.Error()
 	case core.ClassOf(err) != nil:
 		return httpStatus(core.ClassOf(err)), err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -31,6 +31,7 @@ func TestErrorTable(t *testing.T) {
 		core.ErrUnavailable:        {http.StatusServiceUnavailable, connect.CodeUnavailable, true},
 		core.ErrAlreadyExists:      {http.StatusConflict, connect.CodeAlreadyExists, false},
 		core.ErrDeadlineExceeded:   {http.StatusGatewayTimeout, connect.CodeDeadlineExceeded, false},
+		core.ErrNotImplemented:     {http.StatusNotImplemented, connect.CodeUnimplemented, true},
 	}
 	if len(want) != len(core.Classes()) {
 		t.Fatalf("the test knows %d classes, core has %d", len(want), len(core.Classes()))
