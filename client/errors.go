@@ -38,8 +38,9 @@ var (
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrPermissionDenied: the token may not do this (PERMISSION_DENIED).
 	ErrPermissionDenied = errors.New("permission denied")
-	// ErrNotImplemented: this sandboxd does not know the call; it is older
-	// than the client (UNIMPLEMENTED).
+	// ErrNotImplemented: this sandboxd lacks the call or the feature: its
+	// backend does not offer it (the message names the backend and the
+	// feature), or it is older than the client (UNIMPLEMENTED).
 	ErrNotImplemented = errors.New("not implemented")
 	// ErrInternal: sandboxd failed; its log says why (INTERNAL, UNKNOWN,
 	// DATA_LOSS, and any code this client does not know).

@@ -57,7 +57,7 @@ func PolicyFromProto(p *sandboxv1.NetworkPolicy) NetworkPolicy {
 // WithNetwork). A malformed entry, rule or header is ErrInvalidArgument
 // naming it; sandboxd refuses network unless started with --allow-network
 // (ErrInvalidArgument), and its kubernetes backend unless started with
-// --kube-egress-cni too (ErrFailedPrecondition).
+// --kube-egress-cni too (ErrNotImplemented).
 func WithNetworkPolicy(p NetworkPolicy) AcquireOption {
 	pp := p.proto()
 	return func(o *sandboxv1.SandboxOptions) { o.NetworkPolicy = pp }
@@ -68,7 +68,8 @@ func WithNetworkPolicy(p NetworkPolicy) AcquireOption {
 // values empty). New connections follow it at once; open ones it refuses
 // are closed. ErrInvalidArgument for a bad policy (the message names the
 // entry), ErrFailedPrecondition for a sandbox without network, a dead one,
-// or a server without networking.
+// or a server without networking (ErrNotImplemented on the kubernetes
+// backend without --kube-egress-cni).
 func (c *Client) UpdateNetworkPolicy(ctx context.Context, sandboxID string, p NetworkPolicy) (*sandboxv1.Sandbox, error) {
 	r, err := c.api.UpdateNetworkPolicy(ctx, &sandboxv1.UpdateNetworkPolicyRequest{SandboxId: sandboxID, Policy: p.proto()})
 	if err != nil {

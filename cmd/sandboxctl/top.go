@@ -102,8 +102,10 @@ func topRound(ctx context.Context, sd *client.Client, id string, last map[string
 			if len(samples) > 0 {
 				last[sid] = samples[len(samples)-1]
 			}
-		case id != "" || errors.Is(err, client.ErrFailedPrecondition):
-			return nil, err // asked for this one, or a server without metrics
+		case id != "" || errors.Is(err, client.ErrNotImplemented) || errors.Is(err, client.ErrFailedPrecondition):
+			// Asked for this one, or a server without metrics (UNIMPLEMENTED;
+			// FAILED_PRECONDITION from a sandboxd before that).
+			return nil, err
 		default:
 			// Gone between the listing and now: shown without figures.
 		}

@@ -19,9 +19,11 @@
 //     hibernation and snapshots, volumes, templates, network policies and
 //     ports, per-sandbox metrics, tenants and callers (tenant.go).
 //   - The error classes (errors.go, errclass.go): every error a Manager
-//     returns wraps exactly one Class; the doors map a class to their
-//     protocol's code in one place each (errgrpc for gRPC, beside this
-//     package so that core imports no gRPC).
+//     returns wraps exactly one Class, each one of containerd's errdefs
+//     classes; the doors map a class to their protocol's code with
+//     errdefs' own mappings (errgrpc, beside this package so that core
+//     imports no gRPC, wraps errdefs/pkg/errgrpc; the E2B door uses
+//     errdefs/pkg/errhttp).
 //   - The request rules and the Policy (validate.go, policy.go): each rule
 //     said once, here; Validating (validating*.go) applies them and the
 //     Policy's defaults and caps in front of whichever backend runs, so
@@ -32,7 +34,8 @@
 //
 // What it may import: the standard library, ioproto (the /io protocol's
 // records and events, which its command types carry) and small leaf
-// libraries (uuid). Never a backend's SDK, a door's protocol or another
+// libraries (uuid, github.com/containerd/errdefs: the error classes, not
+// its pkg/ mappings, which import gRPC). Never a backend's SDK, a door's protocol or another
 // orchestrator package; they import core. Test fakes of the port live in
 // coretest, not here.
 package core

@@ -1,9 +1,6 @@
 package core
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // The errors both backends return for the same situation, each with its
 // one message: a caller cannot tell which backend answered, and a message
@@ -75,21 +72,17 @@ func ContextNotFound(contextID, sandboxID string) error {
 func ShuttingDown() error { return Unavailablef("sandboxd is shutting down") }
 
 // Unsupported is the one way a backend says it lacks an operation the API
-// has: FAILED_PRECONDITION (this server's configuration lacks it, another
-// backend has it), naming the backend and the feature. IsUnsupported tells
-// it from the class's other errors, for a door whose protocol has a status
-// of its own for it (the E2B door's 501: its 409 means "already paused"
-// to the SDKs' pause).
+// has (this server's configuration lacks it, another backend has it),
+// naming the backend and the feature: ErrNotImplemented, which every door
+// answers the same (gRPC's UNIMPLEMENTED, the E2B door's 501).
 func Unsupported(backend, feature string) error {
-	return &classError{class: ErrFailedPrecondition, cause: errUnsupported,
-		msg: fmt.Sprintf("%s are not supported by sandboxd's %s backend yet (--backend %s)", feature, backend, backend)}
+	return Errorf(ErrNotImplemented, "%s are not supported by sandboxd's %s backend yet (--backend %s)", feature, backend, backend)
 }
 
-// errUnsupported is the cause of Unsupported's errors.
-var errUnsupported = errors.New("unsupported by this backend")
-
-// IsUnsupported reports whether err is (or wraps) one of Unsupported's.
-func IsUnsupported(err error) bool { return errors.Is(err, errUnsupported) }
+// IsUnsupported reports whether err is (or wraps) one of Unsupported's,
+// for a door that answers a lacking feature in a way of its own (the E2B
+// door's snapshot start and template calls).
+func IsUnsupported(err error) bool { return errors.Is(err, ErrNotImplemented) }
 
 // WatchesCapReached refuses a WatchDirectory call past the cap at scope
 // on the calls in progress (Policy.MaxWatchesPerSandbox,

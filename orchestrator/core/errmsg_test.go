@@ -4,15 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/containerd/errdefs"
 )
 
-// TestUnsupported: Unsupported's errors are FAILED_PRECONDITION naming the
-// backend and the feature, told apart from the class's other errors by
-// IsUnsupported, also when wrapped.
+// TestUnsupported: Unsupported's errors are of ErrNotImplemented (errdefs'
+// ErrNotImplemented) naming the backend and the feature, recognised by
+// IsUnsupported, also when wrapped, and told apart from a failed
+// precondition.
 func TestUnsupported(t *testing.T) {
 	err := Unsupported("kubernetes", "hibernation and wake")
-	if ClassOf(err) != ErrFailedPrecondition {
-		t.Errorf("class %v, want failed precondition", ClassOf(err))
+	if ClassOf(err) != ErrNotImplemented || !errdefs.IsNotImplemented(err) || errdefs.IsFailedPrecondition(err) {
+		t.Errorf("class %v, want not implemented", ClassOf(err))
 	}
 	if want := "hibernation and wake are not supported by sandboxd's kubernetes backend yet (--backend kubernetes)"; err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)

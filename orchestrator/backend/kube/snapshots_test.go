@@ -270,8 +270,8 @@ func TestSnapshotsNeedADirectory(t *testing.T) {
 		"delete": e.m.DeleteSnapshot(ctx, "x"),
 		"start":  func() error { _, err := e.m.Acquire(ctx, "u", core.Options{FromSnapshot: "x"}); return err }(),
 	} {
-		if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--kube-snapshot-dir") {
-			t.Errorf("%s without a snapshot directory: %v; want FAILED_PRECONDITION naming --kube-snapshot-dir", name, err)
+		if !errors.Is(err, core.ErrNotImplemented) || !strings.Contains(err.Error(), "--kube-snapshot-dir") {
+			t.Errorf("%s without a snapshot directory: %v; want UNIMPLEMENTED naming --kube-snapshot-dir", name, err)
 		}
 	}
 }

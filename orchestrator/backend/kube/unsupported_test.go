@@ -23,7 +23,7 @@ func TestNetworkRefused(t *testing.T) {
 	_, errHost := m.GetHost(ctx, id, 8080)
 	_, errTarget := m.PortTarget(ctx, id, 8080, true)
 	for i, err := range []error{errNet, errPolicy, errUpdate, errStatus, errHost, errTarget} {
-		if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "networked sandboxes") ||
+		if !errors.Is(err, core.ErrNotImplemented) || !strings.Contains(err.Error(), "networked sandboxes") ||
 			!strings.Contains(err.Error(), "--kube-egress-cni") || !strings.Contains(err.Error(), "--backend kubernetes") {
 			t.Errorf("call %d: %v; want core.Unsupported naming networked sandboxes and --kube-egress-cni", i, err)
 		}
@@ -48,7 +48,7 @@ func TestAcquireRefusesWhatItCannotKeep(t *testing.T) {
 		{core.Options{Template: "tpl-aaaaaaaaaaaaaaaaaaaa"}, featTemplates},
 	} {
 		_, err := m.Acquire(ctx, "alice", tc.opts)
-		if !core.IsUnsupported(err) || !errors.Is(err, core.ErrFailedPrecondition) ||
+		if !core.IsUnsupported(err) || !errors.Is(err, core.ErrNotImplemented) ||
 			!strings.Contains(err.Error(), tc.feature) || !strings.Contains(err.Error(), "--backend kubernetes") {
 			t.Errorf("Acquire(%+v): %v; want core.Unsupported naming %q", tc.opts, err, tc.feature)
 		}

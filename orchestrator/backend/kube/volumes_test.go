@@ -127,16 +127,16 @@ func TestVolumesNeedAClass(t *testing.T) {
 	e := newHibEnv(t)
 	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
 	_, err := e.m.CreateVolume(ctx, "data", 64<<20)
-	if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--kube-volume-class") {
-		t.Errorf("CreateVolume = %v; want FAILED_PRECONDITION naming --kube-volume-class", err)
+	if !errors.Is(err, core.ErrNotImplemented) || !strings.Contains(err.Error(), "--kube-volume-class") {
+		t.Errorf("CreateVolume = %v; want UNIMPLEMENTED naming --kube-volume-class", err)
 	}
 	_, err = e.m.VolumeStat(ctx, "data", ".")
-	if !errors.Is(err, core.ErrFailedPrecondition) {
-		t.Errorf("VolumeStat = %v; want FAILED_PRECONDITION", err)
+	if !errors.Is(err, core.ErrNotImplemented) {
+		t.Errorf("VolumeStat = %v; want UNIMPLEMENTED", err)
 	}
 	_, err = e.m.Acquire(ctx, "alice", core.Options{Limits: e.m.cfg.DefaultLimits, Volumes: []core.VolumeMount{{Volume: "data", Path: "/mnt/data"}}})
-	if !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), "--kube-volume-class") {
-		t.Errorf("Acquire with volumes = %v; want FAILED_PRECONDITION naming --kube-volume-class", err)
+	if !errors.Is(err, core.ErrNotImplemented) || !strings.Contains(err.Error(), "--kube-volume-class") {
+		t.Errorf("Acquire with volumes = %v; want UNIMPLEMENTED naming --kube-volume-class", err)
 	}
 }
 

@@ -282,7 +282,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 // door serves with the server's image (neither result set), a template
 // of the tenant (its ID, or a name it has; ":default" is its only tag),
 // or else a snapshot (its ID or name), as E2B's Sandbox.create(snapshot)
-// starts from one. A backend without templates (FailedPrecondition) has
+// starts from one. A backend without templates (core.Unsupported) has
 // only snapshots.
 func (s *Server) sandboxSource(ctx context.Context, tpl string) (fromSnapshot, fromTemplate string, err error) {
 	if slices.Contains(templates, tpl) {
@@ -305,7 +305,7 @@ func (s *Server) sandboxSource(ctx context.Context, tpl string) (fromSnapshot, f
 	switch c := core.ClassOf(err); {
 	case err == nil:
 		return "", name, nil
-	case c == core.ErrNotFound, c == core.ErrFailedPrecondition, c == core.ErrInvalidArgument:
+	case c == core.ErrNotFound, c == core.ErrNotImplemented, c == core.ErrFailedPrecondition, c == core.ErrInvalidArgument:
 		return name, "", nil
 	}
 	return "", "", err

@@ -12,6 +12,7 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core/errgrpc"
 
 	"connectrpc.com/connect"
+	"github.com/containerd/errdefs/pkg/errhttp"
 )
 
 // internalMessage is all an E2B client learns about an unexpected error; the
@@ -20,27 +21,27 @@ const internalMessage = "internal error; see the sandboxd log"
 
 // httpStatus maps a domain error class to the HTTP status E2B's API and envd
 // answer for it (the SDKs turn 400, 401, 404, 409, 429, 502 and 507 into
-// their own error classes). It is this door's one mapping of the classes,
-// the counterpart of errgrpc.Code; classify answers core.Unsupported's
-// failed preconditions with 501 instead.
+// their own error classes): containerd's errhttp.ToHTTP, the counterpart
+// of errgrpc for HTTP, except where E2B answers otherwise. Those are
+// here, and only here:
+//
+//   - a failed precondition is E2B's 409 (a sandbox in the wrong state:
+//     paused, not running), where errhttp says 412, which the SDKs do not
+//     know. A feature the backend lacks is not one (core.Unsupported,
+//     errhttp's 501): the SDKs' pause reads a 409 as "already paused" and
+//     answers false without a word;
+//   - a name taken (already exists) is 409 too; errhttp has no status for
+//     it (500);
+//   - the server's own deadline (a template's build) is 504; errhttp has
+//     none (500).
 func httpStatus(c *core.Class) int {
 	switch c {
-	case core.ErrInvalidArgument:
-		return http.StatusBadRequest
-	case core.ErrNotFound:
-		return http.StatusNotFound
-	case core.ErrFailedPrecondition:
-		return http.StatusConflict
-	case core.ErrResourceExhausted:
-		return http.StatusTooManyRequests
-	case core.ErrUnavailable:
-		return http.StatusServiceUnavailable
-	case core.ErrAlreadyExists:
+	case core.ErrFailedPrecondition, core.ErrAlreadyExists:
 		return http.StatusConflict
 	case core.ErrDeadlineExceeded:
 		return http.StatusGatewayTimeout
 	}
-	return http.StatusInternalServerError
+	return errhttp.ToHTTP(c)
 }
 
 // connectCode maps a domain error class to the Connect code envd's RPCs
@@ -73,11 +74,6 @@ func (s *Server) classify(ctx context.Context, op string, err error) (int, strin
 	switch {
 	case errors.As(err, &ae):
 		return ae.status, ae.msg
-	case core.IsUnsupported(err):
-		// A feature the backend lacks (core.Unsupported, a failed
-		// precondition): 501, not the class's 409, which the SDKs' pause
-		// reads as "already paused" and answers false without a word.
-		return http.StatusNotImplemented, err.Error()
 	case core.ClassOf(err) != nil:
 		return httpStatus(core.ClassOf(err)), err.Error()
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

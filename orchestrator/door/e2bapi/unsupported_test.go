@@ -45,8 +45,8 @@ func (k kubeRefusals) Acquire(ctx context.Context, user string, opts core.Option
 
 // TestKubeRefusalsAreClear: on the kubernetes backend every E2B call for
 // a feature it lacks answers 501 with E2B's JSON error naming the feature
-// and the backend (core.Unsupported), not the 409 of other failed
-// preconditions, which the SDKs' pause reads as "already paused": pause,
+// and the backend (core.Unsupported, of its own class), not the 409 of
+// failed preconditions, which the SDKs' pause reads as "already paused": pause,
 // autoPause (without a storage class), snapshots and forks (without a
 // snapshot directory), volumes (without a class for their claims),
 // network, templates.

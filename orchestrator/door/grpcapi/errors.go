@@ -18,8 +18,8 @@ import (
 const internalMessage = "internal error; see the sandboxd log"
 
 // toStatus is the one place where errors become gRPC status errors. Domain
-// classes keep their message (it says what was wrong, for the caller);
-// context errors become Canceled or DeadlineExceeded; errors that already
+// classes become their code (errgrpc: containerd's mapping) and keep their
+// message (it says what was wrong, for the caller); context errors become Canceled or DeadlineExceeded; errors that already
 // carry a status (from the gRPC stream itself, or from validation) pass
 // through; anything else is a bug or an unclassified failure, so the client
 // gets a generic Internal and the detail is logged.
@@ -27,8 +27,8 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 	if err == nil {
 		return nil
 	}
-	if c := core.ClassOf(err); c != nil {
-		return status.Error(errgrpc.Code(c), err.Error())
+	if core.ClassOf(err) != nil {
+		return errgrpc.ToGRPC(err)
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

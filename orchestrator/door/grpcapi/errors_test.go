@@ -16,6 +16,9 @@ import (
 	sandboxv1 "github.com/sandboxd/sandboxd/proto/sandbox/v1"
 )
 
+// TestToStatus: every class reaches the caller with the code it always
+// had (only Unsupported's changed, FAILED_PRECONDITION to UNIMPLEMENTED)
+// and its message, whatever its cause.
 func TestToStatus(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -30,7 +33,11 @@ func TestToStatus(t *testing.T) {
 		{"resource exhausted", fmt.Errorf("%w: 500 sandboxes", core.ErrResourceExhausted), codes.ResourceExhausted, "", false},
 		{"unavailable", fmt.Errorf("%w: docker: connection refused", core.ErrUnavailable), codes.Unavailable, "", false},
 		{"already exists", fmt.Errorf("%w: command ID c1 used for a different command", core.ErrAlreadyExists), codes.AlreadyExists, "", false},
+		{"deadline exceeded (the server's)", core.Errorf(core.ErrDeadlineExceeded, "the build ran past its 30m"), codes.DeadlineExceeded, "", false},
+		{"unsupported", core.Unsupported("kubernetes", "volumes"), codes.Unimplemented, "", false},
 		{"doubly wrapped", fmt.Errorf("outer: %w", fmt.Errorf("inner: %w", core.ErrNotFound)), codes.NotFound, "", false},
+		{"a class wrapping a status", core.Unavailablef("the io sidecar: %w", status.Error(codes.Internal, "boom")), codes.Unavailable, "", false},
+		{"a class wrapping a class", core.Preconditionf("sandbox sb-1 tampered: %w", core.NotFoundf("no events file")), codes.FailedPrecondition, "", false},
 		{"canceled", fmt.Errorf("following: %w", context.Canceled), codes.Canceled, "", false},
 		{"deadline", context.DeadlineExceeded, codes.DeadlineExceeded, "", false},
 		{"status passes through", status.Error(codes.Aborted, "stream broke"), codes.Aborted, "stream broke", false},

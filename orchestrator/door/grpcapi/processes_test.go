@@ -97,13 +97,13 @@ func TestProcessCallsShapeAndDelegation(t *testing.T) {
 	}
 
 	// A backend without the calls says so the one way every backend does
-	// (core.Unsupported): FAILED_PRECONDITION naming it and the feature.
+	// (core.Unsupported): UNIMPLEMENTED naming it and the feature.
 	plain := serveProcesses(t, &coretest.Manager{ListCommandsFunc: func(context.Context, string, int, string) (core.CommandPage, error) {
 		return core.CommandPage{}, core.Unsupported("kubernetes", "command listings")
 	}})
-	if _, err := plain.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb1}); status.Code(err) != codes.FailedPrecondition ||
+	if _, err := plain.ListCommands(ctx, &sandboxv1.ListCommandsRequest{SandboxId: sb1}); status.Code(err) != codes.Unimplemented ||
 		!strings.Contains(status.Convert(err).Message(), "command listings are not supported by sandboxd's kubernetes backend") {
-		t.Errorf("ListCommands on a backend without it: %v; want FAILED_PRECONDITION naming the backend and the feature", err)
+		t.Errorf("ListCommands on a backend without it: %v; want UNIMPLEMENTED naming the backend and the feature", err)
 	}
 }
 

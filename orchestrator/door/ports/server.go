@@ -417,7 +417,7 @@ func (s *Server) domainError(w http.ResponseWriter, r *http.Request, rt route, e
 	switch core.ClassOf(err) {
 	case core.ErrNotFound:
 		httpError(w, http.StatusNotFound, fmt.Sprintf("sandbox %s does not exist (deleted or expired)", rt.id))
-	case core.ErrFailedPrecondition, core.ErrInvalidArgument:
+	case core.ErrFailedPrecondition, core.ErrInvalidArgument, core.ErrNotImplemented:
 		httpError(w, http.StatusBadGateway, err.Error())
 	case core.ErrUnavailable, core.ErrResourceExhausted:
 		w.Header().Set("Retry-After", "1")

@@ -3,8 +3,10 @@ package ports
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -462,5 +464,34 @@ func TestSilentBody(t *testing.T) {
 	line, err := bufio.NewReader(c).ReadString('\n')
 	if err != nil || !strings.HasPrefix(line, "HTTP/1.1 401") {
 		t.Errorf("a silent body without the token: %q, %v", line, err)
+	}
+}
+
+// TestDomainErrorClasses: what the domain refused reaches the visitor with
+// the status of its class and, but for a missing sandbox (which names
+// only the ID) or an unclassified failure, the domain's message; a
+// feature the backend lacks (core.Unsupported) is told like a refusal,
+// not as an internal error.
+func TestDomainErrorClasses(t *testing.T) {
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	rt := route{id: "sb-x", port: 8080}
+	for _, tc := range []struct {
+		err    error
+		status int
+		msg    string
+	}{
+		{core.SandboxNotFound("sb-x"), http.StatusNotFound, "sandbox sb-x does not exist"},
+		{core.SandboxDead("sb-x", "OOM"), http.StatusBadGateway, "sandbox sb-x is dead: OOM"},
+		{core.Invalidf("port 70000"), http.StatusBadGateway, "port 70000"},
+		{core.Unsupported("kubernetes", "hibernation and wake"), http.StatusBadGateway, "hibernation and wake are not supported"},
+		{core.ShuttingDown(), http.StatusServiceUnavailable, "shutting down"},
+		{core.ServerCapReached(3), http.StatusServiceUnavailable, "maximum of 3"},
+		{errors.New("boom at /var/run"), http.StatusBadGateway, "internal error"},
+	} {
+		w := httptest.NewRecorder()
+		s.domainError(w, httptest.NewRequest("GET", "/", nil), rt, tc.err)
+		if w.Code != tc.status || !strings.Contains(w.Body.String(), tc.msg) {
+			t.Errorf("%v: %d %q; want %d with %q", tc.err, w.Code, w.Body, tc.status, tc.msg)
+		}
 	}
 }

@@ -17,7 +17,9 @@
 // image missing); RESOURCE_EXHAUSTED means a cap was reached (the message
 // names it); UNAVAILABLE means a dependency (the Docker engine) is down and
 // the call may be retried; UNAUTHENTICATED means the call carried no valid
-// token.
+// token; UNIMPLEMENTED means this server's backend lacks the feature (the
+// message names the backend, the feature and, when one enables it, the
+// flag; another backend has it), or the server is older than the client.
 //
 // Authentication and tenants: a server started with sandboxd --auth-tokens
 // requires every call except the standard health service to carry
@@ -637,9 +639,10 @@ type SandboxOptions struct {
 	// them every public destination). Without it (and without
 	// network_policy) a sandbox has no network interface but loopback.
 	// Servers refuse it with INVALID_ARGUMENT unless started with sandboxd
-	// --allow-network; the kubernetes backend refuses it with
-	// FAILED_PRECONDITION. A sandbox with network is never taken from the
-	// warm pool, and keeps its network for its whole life.
+	// --allow-network; the kubernetes backend without sandboxd
+	// --kube-egress-cni refuses it with UNIMPLEMENTED. A sandbox with
+	// network is never taken from the warm pool, and keeps its network for
+	// its whole life.
 	Network bool `protobuf:"varint,3,opt,name=network,proto3" json:"network,omitempty"`
 	// metadata is the caller's own labels for the sandbox (a session ID, a
 	// project name), returned in every Sandbox and filterable in

@@ -17,7 +17,9 @@
 // image missing); RESOURCE_EXHAUSTED means a cap was reached (the message
 // names it); UNAVAILABLE means a dependency (the Docker engine) is down and
 // the call may be retried; UNAUTHENTICATED means the call carried no valid
-// token.
+// token; UNIMPLEMENTED means this server's backend lacks the feature (the
+// message names the backend, the feature and, when one enables it, the
+// flag; another backend has it), or the server is older than the client.
 //
 // Authentication and tenants: a server started with sandboxd --auth-tokens
 // requires every call except the standard health service to carry
@@ -347,7 +349,7 @@ type SandboxServiceClient interface {
 	// RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
 	// first; a DEAD one is FAILED_PRECONDITION. The kubernetes backend takes
 	// snapshots with sandboxd --kube-snapshot-dir (without it
-	// FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
+	// UNIMPLEMENTED, as ForkSandbox and from_snapshot): there
 	// /workspace is copied file by file through the io sidecar while the
 	// sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
 	// and devices left out and named in reason).
@@ -367,7 +369,8 @@ type SandboxServiceClient interface {
 	// MiB or above the server's maximum (10 GiB unless the operator set
 	// another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
 	// unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
-	// refuses every volume call with FAILED_PRECONDITION.
+	// without sandboxd --kube-volume-class or --kube-storage-class refuses
+	// every volume call with UNIMPLEMENTED.
 	CreateVolume(ctx context.Context, in *CreateVolumeRequest, opts ...grpc.CallOption) (*CreateVolumeResponse, error)
 	// GetVolume describes a volume, by ID or name. Another tenant's volume is
 	// NOT_FOUND, as one that does not exist.
@@ -431,7 +434,7 @@ type SandboxServiceClient interface {
 	// existed without reading the rest of the stream (a client's next send
 	// then ends, and it reads the answer). An archive past the server's cap
 	// (1 GiB unless the operator set another) is INVALID_ARGUMENT; a backend
-	// without templates answers FAILED_PRECONDITION.
+	// without templates answers UNIMPLEMENTED.
 	UploadTemplateFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadTemplateFileRequest, UploadTemplateFileResponse], error)
 	// BuildTemplate builds a template of the caller's tenant (created on its
 	// first build) from a spec: a new version, built on top of the server's
@@ -494,17 +497,19 @@ type SandboxServiceClient interface {
 	// INVALID_ARGUMENT for a bad policy, naming the entry, rule or header
 	// (see NetworkPolicy) or for a missing policy; FAILED_PRECONDITION for a
 	// sandbox created without network (its network is chosen when it is
-	// created: delete it and acquire a new one), a DEAD sandbox, a server
-	// without networking (sandboxd --allow-network) or a backend without it
-	// (the kubernetes backend); NOT_FOUND when the sandbox does not exist or
+	// created: delete it and acquire a new one), a DEAD sandbox or a server
+	// without networking (sandboxd --allow-network); UNIMPLEMENTED on a
+	// backend without it (the kubernetes backend without sandboxd
+	// --kube-egress-cni); NOT_FOUND when the sandbox does not exist or
 	// belongs to another tenant.
 	UpdateNetworkPolicy(ctx context.Context, in *UpdateNetworkPolicyRequest, opts ...grpc.CallOption) (*UpdateNetworkPolicyResponse, error)
 	// GetNetworkStatus says what a networked sandbox's egress looks like:
 	// its policy in force (redacted), its counters (bytes, connections and
 	// DNS queries allowed and denied) and its most recent denials, each with
 	// why, so a user learns why a download failed. It neither wakes a
-	// HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION and
-	// NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is answered).
+	// HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION,
+	// UNIMPLEMENTED and NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is
+	// answered).
 	GetNetworkStatus(ctx context.Context, in *GetNetworkStatusRequest, opts ...grpc.CallOption) (*GetNetworkStatusResponse, error)
 	// GetHost returns the URL at which a port of a networked sandbox is
 	// served by sandboxd's HTTP front (sandboxd --ports-listen and
@@ -520,8 +525,8 @@ type SandboxServiceClient interface {
 	//
 	// INVALID_ARGUMENT for a port outside 1-65535; FAILED_PRECONDITION for a
 	// sandbox created without network (a sealed sandbox has no ports), a
-	// DEAD sandbox, a server without networking or without its HTTP front
-	// for ports, or a backend without them; NOT_FOUND as
+	// DEAD sandbox, or a server without networking or without its HTTP
+	// front for ports; UNIMPLEMENTED on a backend without them; NOT_FOUND as
 	// UpdateNetworkPolicy.
 	GetHost(ctx context.Context, in *GetHostRequest, opts ...grpc.CallOption) (*GetHostResponse, error)
 	// ListAuditEvents reads the audit trail: one event per mutating call
@@ -544,7 +549,7 @@ type SandboxServiceClient interface {
 	// wakes a sandbox nor counts as a use.
 	//
 	// INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
-	// sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+	// sandbox or another tenant's; UNIMPLEMENTED on a backend without
 	// metrics.
 	GetSandboxMetrics(ctx context.Context, in *GetSandboxMetricsRequest, opts ...grpc.CallOption) (*GetSandboxMetricsResponse, error)
 }
@@ -1380,7 +1385,7 @@ type SandboxServiceServer interface {
 	// RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
 	// first; a DEAD one is FAILED_PRECONDITION. The kubernetes backend takes
 	// snapshots with sandboxd --kube-snapshot-dir (without it
-	// FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
+	// UNIMPLEMENTED, as ForkSandbox and from_snapshot): there
 	// /workspace is copied file by file through the io sidecar while the
 	// sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
 	// and devices left out and named in reason).
@@ -1400,7 +1405,8 @@ type SandboxServiceServer interface {
 	// MiB or above the server's maximum (10 GiB unless the operator set
 	// another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
 	// unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
-	// refuses every volume call with FAILED_PRECONDITION.
+	// without sandboxd --kube-volume-class or --kube-storage-class refuses
+	// every volume call with UNIMPLEMENTED.
 	CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error)
 	// GetVolume describes a volume, by ID or name. Another tenant's volume is
 	// NOT_FOUND, as one that does not exist.
@@ -1464,7 +1470,7 @@ type SandboxServiceServer interface {
 	// existed without reading the rest of the stream (a client's next send
 	// then ends, and it reads the answer). An archive past the server's cap
 	// (1 GiB unless the operator set another) is INVALID_ARGUMENT; a backend
-	// without templates answers FAILED_PRECONDITION.
+	// without templates answers UNIMPLEMENTED.
 	UploadTemplateFile(grpc.ClientStreamingServer[UploadTemplateFileRequest, UploadTemplateFileResponse]) error
 	// BuildTemplate builds a template of the caller's tenant (created on its
 	// first build) from a spec: a new version, built on top of the server's
@@ -1527,17 +1533,19 @@ type SandboxServiceServer interface {
 	// INVALID_ARGUMENT for a bad policy, naming the entry, rule or header
 	// (see NetworkPolicy) or for a missing policy; FAILED_PRECONDITION for a
 	// sandbox created without network (its network is chosen when it is
-	// created: delete it and acquire a new one), a DEAD sandbox, a server
-	// without networking (sandboxd --allow-network) or a backend without it
-	// (the kubernetes backend); NOT_FOUND when the sandbox does not exist or
+	// created: delete it and acquire a new one), a DEAD sandbox or a server
+	// without networking (sandboxd --allow-network); UNIMPLEMENTED on a
+	// backend without it (the kubernetes backend without sandboxd
+	// --kube-egress-cni); NOT_FOUND when the sandbox does not exist or
 	// belongs to another tenant.
 	UpdateNetworkPolicy(context.Context, *UpdateNetworkPolicyRequest) (*UpdateNetworkPolicyResponse, error)
 	// GetNetworkStatus says what a networked sandbox's egress looks like:
 	// its policy in force (redacted), its counters (bytes, connections and
 	// DNS queries allowed and denied) and its most recent denials, each with
 	// why, so a user learns why a download failed. It neither wakes a
-	// HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION and
-	// NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is answered).
+	// HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION,
+	// UNIMPLEMENTED and NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is
+	// answered).
 	GetNetworkStatus(context.Context, *GetNetworkStatusRequest) (*GetNetworkStatusResponse, error)
 	// GetHost returns the URL at which a port of a networked sandbox is
 	// served by sandboxd's HTTP front (sandboxd --ports-listen and
@@ -1553,8 +1561,8 @@ type SandboxServiceServer interface {
 	//
 	// INVALID_ARGUMENT for a port outside 1-65535; FAILED_PRECONDITION for a
 	// sandbox created without network (a sealed sandbox has no ports), a
-	// DEAD sandbox, a server without networking or without its HTTP front
-	// for ports, or a backend without them; NOT_FOUND as
+	// DEAD sandbox, or a server without networking or without its HTTP
+	// front for ports; UNIMPLEMENTED on a backend without them; NOT_FOUND as
 	// UpdateNetworkPolicy.
 	GetHost(context.Context, *GetHostRequest) (*GetHostResponse, error)
 	// ListAuditEvents reads the audit trail: one event per mutating call
@@ -1577,7 +1585,7 @@ type SandboxServiceServer interface {
 	// wakes a sandbox nor counts as a use.
 	//
 	// INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
-	// sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+	// sandbox or another tenant's; UNIMPLEMENTED on a backend without
 	// metrics.
 	GetSandboxMetrics(context.Context, *GetSandboxMetricsRequest) (*GetSandboxMetricsResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()

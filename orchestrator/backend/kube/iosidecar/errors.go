@@ -104,11 +104,15 @@ var reasons = append([]reason{
 }, classReasons()...)
 
 // classReasons are the table's rows for the domain's classes, as core
-// lists them (core.Classes) and errgrpc gives them codes: a request the
-// sidecar refused (INVALID_ARGUMENT, on any call that takes arguments),
-// the sidecar shutting down (UNAVAILABLE, on any call), and the files
-// API's errors (wspath's, in every class). The reason is the class's name
-// in capitals ("not found": NOT_FOUND).
+// lists them (core.Classes) and errgrpc gives them codes (containerd's
+// errdefs mapping, as on every other hop): a request the sidecar refused
+// (INVALID_ARGUMENT, on any call that takes arguments), the sidecar
+// shutting down (UNAVAILABLE, on any call), and the files API's errors
+// (wspath's, in every class). The reason is the class's name in capitals
+// ("not found": NOT_FOUND). The Client reads a class back from its row,
+// not with errgrpc.ToNative from the code alone: a code is also gRPC's
+// own (RESOURCE_EXHAUSTED for a message over the size limit), and only a
+// reason the call may answer says the sidecar's handler sent it.
 func classReasons() []reason {
 	var rows []reason
 	for _, class := range core.Classes() {

@@ -642,7 +642,7 @@ class SandboxServiceServicer(object):
         RESOURCE_EXHAUSTED naming the budget. A hibernated sandbox is woken
         first; a DEAD one is FAILED_PRECONDITION. The kubernetes backend takes
         snapshots with sandboxd --kube-snapshot-dir (without it
-        FAILED_PRECONDITION, as ForkSandbox and from_snapshot): there
+        UNIMPLEMENTED, as ForkSandbox and from_snapshot): there
         /workspace is copied file by file through the io sidecar while the
         sandbox runs (not frozen; symbolic links kept as links; FIFOs, sockets
         and devices left out and named in reason).
@@ -677,7 +677,8 @@ class SandboxServiceServicer(object):
         MiB or above the server's maximum (10 GiB unless the operator set
         another) is INVALID_ARGUMENT; past the tenant's number of volumes (100
         unless set otherwise), RESOURCE_EXHAUSTED. The kubernetes backend
-        refuses every volume call with FAILED_PRECONDITION.
+        without sandboxd --kube-volume-class or --kube-storage-class refuses
+        every volume call with UNIMPLEMENTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -796,7 +797,7 @@ class SandboxServiceServicer(object):
         existed without reading the rest of the stream (a client's next send
         then ends, and it reads the answer). An archive past the server's cap
         (1 GiB unless the operator set another) is INVALID_ARGUMENT; a backend
-        without templates answers FAILED_PRECONDITION.
+        without templates answers UNIMPLEMENTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -894,9 +895,10 @@ class SandboxServiceServicer(object):
         INVALID_ARGUMENT for a bad policy, naming the entry, rule or header
         (see NetworkPolicy) or for a missing policy; FAILED_PRECONDITION for a
         sandbox created without network (its network is chosen when it is
-        created: delete it and acquire a new one), a DEAD sandbox, a server
-        without networking (sandboxd --allow-network) or a backend without it
-        (the kubernetes backend); NOT_FOUND when the sandbox does not exist or
+        created: delete it and acquire a new one), a DEAD sandbox or a server
+        without networking (sandboxd --allow-network); UNIMPLEMENTED on a
+        backend without it (the kubernetes backend without sandboxd
+        --kube-egress-cni); NOT_FOUND when the sandbox does not exist or
         belongs to another tenant.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -908,8 +910,9 @@ class SandboxServiceServicer(object):
         its policy in force (redacted), its counters (bytes, connections and
         DNS queries allowed and denied) and its most recent denials, each with
         why, so a user learns why a download failed. It neither wakes a
-        HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION and
-        NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is answered).
+        HIBERNATED sandbox nor counts as a use. FAILED_PRECONDITION,
+        UNIMPLEMENTED and NOT_FOUND as UpdateNetworkPolicy (a DEAD sandbox is
+        answered).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -930,8 +933,8 @@ class SandboxServiceServicer(object):
 
         INVALID_ARGUMENT for a port outside 1-65535; FAILED_PRECONDITION for a
         sandbox created without network (a sealed sandbox has no ports), a
-        DEAD sandbox, a server without networking or without its HTTP front
-        for ports, or a backend without them; NOT_FOUND as
+        DEAD sandbox, or a server without networking or without its HTTP
+        front for ports; UNIMPLEMENTED on a backend without them; NOT_FOUND as
         UpdateNetworkPolicy.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -964,7 +967,7 @@ class SandboxServiceServicer(object):
         wakes a sandbox nor counts as a use.
 
         INVALID_ARGUMENT for a malformed since; NOT_FOUND for an unknown
-        sandbox or another tenant's; FAILED_PRECONDITION on a backend without
+        sandbox or another tenant's; UNIMPLEMENTED on a backend without
         metrics.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
