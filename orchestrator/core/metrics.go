@@ -19,6 +19,10 @@ type Metrics interface {
 	Acquired(kind AcquireKind, d time.Duration)
 	// PoolRefilled reports a sandbox added to the warm pool.
 	PoolRefilled()
+	// PoolMissed reports a new sandbox that a warm pool could not serve
+	// (there is one, for the server's image or the template), and why:
+	// the sandbox was created cold instead.
+	PoolMissed(reason PoolMiss)
 	// DockerError reports a failed Docker API call, by operation (the
 	// DockerAPI method's name). "Not found" answers and calls cancelled by
 	// their caller are not failures of the engine and are not reported.
@@ -42,6 +46,42 @@ const (
 	AcquireCold AcquireKind = "cold"
 )
 
+// PoolMiss says why a new sandbox did not come from a warm pool: what a
+// pool sandbox cannot take after its claim (docs/configuration.md lists
+// them), or that the pool had none ready.
+type PoolMiss string
+
+// Pool misses.
+const (
+	// PoolMissEmpty: the pool had no ready sandbox (it refills in the
+	// background).
+	PoolMissEmpty PoolMiss = "empty"
+	// PoolMissNetwork: a sandbox with network.
+	PoolMissNetwork PoolMiss = "network"
+	// PoolMissVolumes: a sandbox that mounts volumes.
+	PoolMissVolumes PoolMiss = "volumes"
+	// PoolMissSnapshot: a start from a named snapshot.
+	PoolMissSnapshot PoolMiss = "snapshot"
+	// PoolMissTemplate: a template without a pool of its own.
+	PoolMissTemplate PoolMiss = "template"
+	// PoolMissDisk: a /workspace of another size than the pool's.
+	PoolMissDisk PoolMiss = "disk"
+	// PoolMissLimits: limits of memory, CPUs or processes other than the
+	// pool's, under a runtime that cannot change them in place (gVisor's
+	// runsc has no update).
+	PoolMissLimits PoolMiss = "limits"
+	// PoolMissEnv: a sandbox with env of its own.
+	PoolMissEnv PoolMiss = "env"
+	// PoolMissShaping: the claimed sandbox could not take the request's
+	// options (its limits or env); it was discarded.
+	PoolMissShaping PoolMiss = "shaping_failed"
+)
+
+// PoolMisses lists every PoolMiss, for metrics that start each at zero.
+func PoolMisses() []PoolMiss {
+	return []PoolMiss{PoolMissEmpty, PoolMissNetwork, PoolMissVolumes, PoolMissSnapshot, PoolMissTemplate, PoolMissDisk, PoolMissLimits, PoolMissEnv, PoolMissShaping}
+}
+
 // ReconcileResult names what reconciliation did with a sandbox at start-up.
 type ReconcileResult string
 
@@ -58,6 +98,10 @@ const (
 	ReconcileOrphanContainer ReconcileResult = "orphan_container"
 	// ReconcileOrphanDir: a sandbox directory without metadata, removed.
 	ReconcileOrphanDir ReconcileResult = "orphan_dir"
+	// ReconcileHalfShaped: a warm-pool sandbox claimed but not yet shaped
+	// to its request when sandboxd stopped, removed: the Acquire that
+	// claimed it never returned it.
+	ReconcileHalfShaped ReconcileResult = "half_shaped"
 )
 
 // noMetrics is the default Metrics: it discards.
@@ -66,6 +110,8 @@ type NoMetrics struct{}
 func (NoMetrics) Acquired(AcquireKind, time.Duration) {}
 
 func (NoMetrics) PoolRefilled() {}
+
+func (NoMetrics) PoolMissed(PoolMiss) {}
 
 func (NoMetrics) DockerError(string) {}
 

@@ -34,6 +34,7 @@ const (
 	StreamedBytesName   = "streamed_bytes_total"
 	PoolSizeName        = "warm_pool_size"
 	PoolRefillsName     = "warm_pool_refills_total"
+	PoolMissesName      = "warm_pool_misses_total"
 	DockerErrorsName    = "docker_errors_total"
 	ReconciledName      = "reconciled_total"
 )
@@ -68,6 +69,7 @@ type Metrics struct {
 	commandDuration *prometheus.HistogramVec
 	streamed        *prometheus.CounterVec
 	poolRefills     prometheus.Counter
+	poolMisses      *prometheus.CounterVec
 	dockerErrors    *prometheus.CounterVec
 	reconciled      *prometheus.CounterVec
 }
@@ -106,6 +108,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: Namespace, Name: PoolRefillsName,
 			Help: "Sandboxes created and warmed up for the warm pool.",
 		}),
+		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: PoolMissesName,
+			Help: "New sandboxes created cold although a warm pool was configured for their image, by reason: empty (none ready), network, volumes, snapshot, template (no pool of its own), disk (another /workspace size), limits (other limits, under a runtime that cannot change them in place: gVisor), env, shaping_failed (the claimed sandbox could not take the request's limits or env).",
+		}, []string{"reason"}),
 		dockerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: DockerErrorsName,
 			Help: "Failed Docker API calls, by operation (not-found answers and calls abandoned by their caller excluded).",
@@ -118,14 +124,17 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, k := range []core.AcquireKind{core.AcquireExisting, core.AcquireWarmPool, core.AcquireCold} {
 		m.acquires.WithLabelValues(string(k))
 	}
+	for _, r := range core.PoolMisses() {
+		m.poolMisses.WithLabelValues(string(r))
+	}
 	for _, k := range streamKinds {
 		m.streamed.WithLabelValues(k)
 	}
 	for _, r := range []core.ReconcileResult{core.ReconcileAdopted, core.ReconcileDead, core.ReconcileExpired,
-		core.ReconcileOrphanContainer, core.ReconcileOrphanDir} {
+		core.ReconcileOrphanContainer, core.ReconcileOrphanDir, core.ReconcileHalfShaped} {
 		m.reconciled.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.acquires, m.acquireDuration, m.commands, m.commandDuration, m.streamed, m.poolRefills, m.dockerErrors, m.reconciled)
+	reg.MustRegister(m.acquires, m.acquireDuration, m.commands, m.commandDuration, m.streamed, m.poolRefills, m.poolMisses, m.dockerErrors, m.reconciled)
 	return m
 }
 
@@ -154,6 +163,14 @@ func (m *Metrics) PoolRefilled() {
 		return
 	}
 	m.poolRefills.Inc()
+}
+
+// PoolMissed implements core.Metrics.
+func (m *Metrics) PoolMissed(reason core.PoolMiss) {
+	if m == nil {
+		return
+	}
+	m.poolMisses.WithLabelValues(string(reason)).Inc()
 }
 
 // DockerError implements core.Metrics.

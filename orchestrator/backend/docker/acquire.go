@@ -201,16 +201,13 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 		return nil, "", core.TenantCapReached(spec.user.tenant, m.cfg.MaxSandboxesPerTenant)
 	}
 	defer release() // once registered, or failed
-	if m.poolable(spec) {
-		sb, err := m.claimPooled(ctx, spec)
+	if pool, miss := m.poolFor(spec); pool != nil {
+		sb, err := m.claimFrom(ctx, pool, spec)
 		if sb != nil || err != nil {
 			return sb, core.AcquireWarmPool, err
 		}
-	} else if p := m.templatePoolFor(spec); p != nil {
-		sb, err := m.claimFrom(ctx, p.warmPool, spec)
-		if sb != nil || err != nil {
-			return sb, core.AcquireWarmPool, err
-		}
+	} else if miss != "" {
+		m.cfg.Metrics.PoolMissed(miss)
 	}
 	// Counted from before the cap check until the sandbox is registered, so
 	// that the pool's refill sees it too.

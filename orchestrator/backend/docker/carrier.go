@@ -50,9 +50,10 @@ import (
 // Only where a stacked mount is seen and the pool's container fits the
 // sandbox: runc (gVisor's gofer never sees mounts made after the container
 // started), disk volumes (their mount points can be made shared), and a
-// sandbox a pool container could have been created for (no network, no
-// env, default limits, the server's image and runtime). Anything else, or
-// an empty pool, wakes as before.
+// sandbox a pool container can be shaped to (no network, no env, no
+// volumes, the server's image and runtime; its limits are set on the
+// carrier in place, as a claim's are: shape.go). Anything else, or an
+// empty pool, wakes as before.
 
 // carrierMeta names the warm-pool sandbox whose container and directories
 // carry a fast-woken sandbox.
@@ -121,7 +122,7 @@ func (m *Manager) decideFastWake(ctx context.Context) bool {
 func (m *Manager) fastWakeable(sb *sandbox) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return m.fastWakeOn() && sb.net == nil && !sb.network && len(sb.env) == 0 && len(sb.volumes) == 0 && sb.limits == m.cfg.DefaultLimits &&
+	return m.fastWakeOn() && sb.net == nil && !sb.network && len(sb.env) == 0 && len(sb.volumes) == 0 &&
 		sb.image == m.cfg.Image && sb.runtime == m.cfg.Runtime &&
 		hasVolume(sb.dir, ioDir) && hasVolume(sb.dir, workspaceDir)
 }
@@ -195,6 +196,20 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 		return "", fmt.Errorf("open the pool sandbox's command log: %w", err)
 	}
 	defer logf.Close()
+	// The carrier takes sb's limits (shape.go), before sb's files reach
+	// it; its /workspace is sb's own volume, whatever its size.
+	sb.mu.Lock()
+	want := sb.limits
+	sb.mu.Unlock()
+	p.mu.Lock()
+	have := p.limits
+	p.mu.Unlock()
+	if !sameCgroupLimits(have, want) {
+		if err := m.setCgroupLimits(ctx, containerID, want); err != nil {
+			undo()
+			return "", err
+		}
+	}
 	if err := stackOn(sb.dir, p.dir); err != nil {
 		undo()
 		return "", err

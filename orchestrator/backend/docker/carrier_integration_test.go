@@ -2,10 +2,12 @@ package docker
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +223,55 @@ func TestIntegrationFastWakeFallsBack(t *testing.T) {
 	}
 	if out := mustRunOK(t, m, id, "python", "import os\nprint(x, os.environ['FOO'])"); !strings.HasPrefix(out, "7 bar") {
 		t.Fatalf("after the wake: %q", out)
+	}
+}
+
+// TestIntegrationFastWakeShapedLimits: a sandbox with limits of its own
+// (claimed from the pool and shaped) wakes fast too: its carrier takes
+// its limits in place, and they hold.
+func TestIntegrationFastWakeShapedLimits(t *testing.T) {
+	m, _, _ := fastWakeManager(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	want := core.Limits{MemoryBytes: 384 << 20, NanoCPUs: 500_000_000, PidsLimit: 200}
+	res, err := m.Acquire(ctx, "fw-limits", core.Options{Limits: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Sandbox.ID
+	mustRunOK(t, m, id, "python", "x = 41")
+	if _, err := m.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	pool := poolContainers(m)
+	if _, _, err := m.Wake(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(slices.Collect(maps.Values(pool)), got.ContainerID) {
+		t.Fatalf("woken in container %s, not in the pool's %v: not a fast wake", got.ContainerID, pool)
+	}
+	if got.Limits.MemoryBytes != want.MemoryBytes || got.Limits.PidsLimit != want.PidsLimit || got.Limits.NanoCPUs != want.NanoCPUs {
+		t.Errorf("limits after the wake: %+v; want %+v", got.Limits, want)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
+		if v := hostCgroupValue(t, "memory", got.ContainerID, "memory.limit_in_bytes"); v != strconv.FormatInt(want.MemoryBytes, 10) {
+			t.Errorf("the carrier's memory limit is %s; want %d", v, want.MemoryBytes)
+		}
+		if v := hostCgroupValue(t, "pids", got.ContainerID, "pids.max"); v != strconv.FormatInt(want.PidsLimit, 10) {
+			t.Errorf("the carrier's pids limit is %s; want %d", v, want.PidsLimit)
+		}
+	}
+	if out := mustRunOK(t, m, id, "python", "print(x + 1)"); out != "42\n" {
+		t.Errorf("after the fast wake: %q", out)
+	}
+	evs := runCommand(t, m, id, core.ExecRequest{Code: "hog = b'x' * (768 << 20)"})
+	if d := lastDone(t, evs); d.Status != "killed" || !d.StateLost {
+		t.Errorf("768 MiB in a sandbox of 384 MiB, woken fast, ended %s (state lost %v): %s; want killed", d.Status, d.StateLost, d.Reason)
 	}
 }

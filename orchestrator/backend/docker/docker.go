@@ -33,6 +33,9 @@ type DockerAPI interface {
 	ContainerList(ctx context.Context, options container.ListOptions) ([]container.Summary, error)
 	ContainerRemove(ctx context.Context, containerID string, options container.RemoveOptions) error
 	ContainerRestart(ctx context.Context, containerID string, options container.StopOptions) error
+	// ContainerUpdate changes a running container's cgroup limits: a
+	// claimed warm-pool sandbox takes its request's (shape.go).
+	ContainerUpdate(ctx context.Context, containerID string, updateConfig container.UpdateConfig) (container.UpdateResponse, error)
 	Events(ctx context.Context, options events.ListOptions) (<-chan events.Message, <-chan error)
 	// The archive API, to read a file of a sandbox's image
 	// (readImageFile).

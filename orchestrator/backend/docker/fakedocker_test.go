@@ -32,6 +32,8 @@ type fakeDocker struct {
 	nextID      int
 	creates     int
 	restarts    int
+	updates     int   // ContainerUpdate calls that changed a container
+	updateErr   error // when set, ContainerUpdate fails with it
 	unreachable bool
 	subs        map[chan events.Message]struct{}
 	// unsubscribed gets a value each time a subscription ends, which
@@ -453,4 +455,23 @@ func (f *fakeDocker) containerNamed(name string) *fakeContainer {
 		}
 	}
 	return nil
+}
+
+func (f *fakeDocker) ContainerUpdate(ctx context.Context, id string, uc container.UpdateConfig) (container.UpdateResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unreachable {
+		return container.UpdateResponse{}, errFakeUnreachable
+	}
+	if f.updateErr != nil {
+		return container.UpdateResponse{}, f.updateErr
+	}
+	c := f.containers[id]
+	if c == nil {
+		return container.UpdateResponse{}, notFound("container", id)
+	}
+	r := &c.host.Resources
+	r.Memory, r.MemorySwap, r.NanoCPUs, r.PidsLimit = uc.Memory, uc.MemorySwap, uc.NanoCPUs, uc.PidsLimit
+	f.updates++
+	return container.UpdateResponse{}, nil
 }

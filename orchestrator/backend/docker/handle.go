@@ -73,6 +73,7 @@ type sandbox struct {
 
 	mu         sync.Mutex
 	pool       bool // waiting, unclaimed, in the warm pool
+	shaping    bool // claimed from the pool, not yet shaped (shape.go)
 	state      core.State
 	reason     string
 	lastActive time.Time
@@ -118,6 +119,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		tenant:      m.Tenant,
 		userID:      m.UserID,
 		pool:        m.Pool,
+		shaping:     m.Shaping,
 		dir:         dir,
 		containerID: m.ContainerID,
 		image:       m.Image,
@@ -175,6 +177,7 @@ func (sb *sandbox) metaLocked() meta {
 		Tenant:        sb.tenant,
 		UserID:        sb.userID,
 		Pool:          sb.pool,
+		Shaping:       sb.shaping,
 		Network:       sb.network,
 		ContainerID:   sb.containerID,
 		Image:         sb.image,

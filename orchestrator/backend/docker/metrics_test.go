@@ -17,10 +17,11 @@ type recordingMetrics struct {
 	docker     map[string]int
 	reconciled map[core.ReconcileResult]int
 	refills    int
+	misses     map[core.PoolMiss]int
 }
 
 func newRecordingMetrics() *recordingMetrics {
-	return &recordingMetrics{docker: map[string]int{}, reconciled: map[core.ReconcileResult]int{}}
+	return &recordingMetrics{docker: map[string]int{}, reconciled: map[core.ReconcileResult]int{}, misses: map[core.PoolMiss]int{}}
 }
 
 func (r *recordingMetrics) Acquired(k core.AcquireKind, _ time.Duration) {
@@ -33,6 +34,12 @@ func (r *recordingMetrics) PoolRefilled() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.refills++
+}
+
+func (r *recordingMetrics) PoolMissed(reason core.PoolMiss) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.misses[reason]++
 }
 
 func (r *recordingMetrics) DockerError(op string) {
@@ -89,7 +96,7 @@ func TestMetricsHooks(t *testing.T) {
 	rec2 := newRecordingMetrics()
 	cfg.Metrics = rec2
 	newTestManager(t, cfg, fd)
-	if diff := cmp.Diff(map[core.ReconcileResult]int{core.ReconcileAdopted: 2, core.ReconcileDead: 0, core.ReconcileExpired: 0, core.ReconcileOrphanContainer: 0, core.ReconcileOrphanDir: 0}, rec2.reconciled); diff != "" {
+	if diff := cmp.Diff(map[core.ReconcileResult]int{core.ReconcileAdopted: 2, core.ReconcileDead: 0, core.ReconcileExpired: 0, core.ReconcileOrphanContainer: 0, core.ReconcileOrphanDir: 0, core.ReconcileHalfShaped: 0}, rec2.reconciled); diff != "" {
 		t.Errorf("reconciled after restart (-want +got):\n%s", diff)
 	}
 }

@@ -139,19 +139,33 @@ func (p *warmPool) size() int {
 	return len(p.ready)
 }
 
-// poolable reports whether a pool sandbox fits spec.
-func (m *Manager) poolable(spec sandboxSpec) bool {
-	return m.cfg.WarmPool > 0 && len(spec.env) == 0 && !spec.network && spec.from == nil && len(spec.volumes) == 0 && spec.image == "" && spec.limits == m.cfg.DefaultLimits
+// poolFor returns the warm pool whose sandboxes can be shaped to spec
+// (shape.go), or why none can: "" when no pool is kept for spec's image.
+func (m *Manager) poolFor(spec sandboxSpec) (*warmPool, core.PoolMiss) {
+	var pool *warmPool
+	switch {
+	case spec.image == "" && m.cfg.WarmPool > 0:
+		pool = m.pool
+	case spec.image != "":
+		if p := m.templatePoolFor(spec); p != nil {
+			pool = p.warmPool
+		} else if m.pooling() {
+			return nil, core.PoolMissTemplate
+		}
+	}
+	if pool == nil {
+		return nil, ""
+	}
+	if miss := m.poolMiss(spec); miss != "" {
+		return nil, miss
+	}
+	return pool, ""
 }
 
-// claimPooled gives user a ready pool sandbox, or returns nil when the pool
-// has none alive. Dead pool sandboxes met on the way are removed. The
-// caller holds the user's lock.
-func (m *Manager) claimPooled(ctx context.Context, spec sandboxSpec) (*sandbox, error) {
-	return m.claimFrom(ctx, m.pool, spec)
-}
-
-// claimFrom is claimPooled from pool (the server's, or a template's).
+// claimFrom gives spec's user a ready sandbox of pool (the server's, or a
+// template's), shaped to spec (shape.go), or returns nil when the pool has
+// none alive or the shaping failed (each counted as a miss). Dead pool
+// sandboxes met on the way are removed. The caller holds the user's lock.
 func (m *Manager) claimFrom(ctx context.Context, pool *warmPool, spec sandboxSpec) (*sandbox, error) {
 	user := spec.user
 	// Refill once the claim is over: a claimed sandbox is counted against
@@ -164,6 +178,9 @@ func (m *Manager) claimFrom(ctx context.Context, pool *warmPool, spec sandboxSpe
 	for {
 		sb, err := m.takeLiveFrom(ctx, pool)
 		if sb == nil || err != nil {
+			if sb == nil && err == nil {
+				m.cfg.Metrics.PoolMissed(core.PoolMissEmpty)
+			}
 			return nil, err
 		}
 		if sb.image != cmp.Or(spec.image, m.cfg.Image) {
@@ -171,9 +188,10 @@ func (m *Manager) claimFrom(ctx context.Context, pool *warmPool, spec sandboxSpe
 			m.discard(ctx, sb, "warm-pool sandbox", "its template moved on")
 			continue
 		}
+		shaping := m.needsShaping(sb, spec)
 		now := time.Now().UTC()
 		sb.mu.Lock()
-		sb.tenant, sb.userID, sb.pool = user.tenant, user.user, false
+		sb.tenant, sb.userID, sb.pool, sb.shaping = user.tenant, user.user, false, shaping
 		// The sandbox is the user's from now on: its age and idle time
 		// count from the claim, not from when the pool made it.
 		sb.createdAt, sb.lastActive = now, now
@@ -186,6 +204,14 @@ func (m *Manager) claimFrom(ctx context.Context, pool *warmPool, spec sandboxSpe
 			m.log.Error("record the claim of a warm-pool sandbox; creating one instead", "sandbox_id", sb.id, "error", err)
 			m.discardPooled(ctx, sb, "its claim could not be recorded")
 			return nil, nil
+		}
+		if shaping {
+			if err := m.shapeClaimed(ctx, sb, spec); err != nil {
+				m.log.Warn("shape a claimed warm-pool sandbox; creating one instead", "sandbox_id", sb.id, "error", err)
+				m.cfg.Metrics.PoolMissed(core.PoolMissShaping)
+				m.discardPooled(ctx, sb, "its shaping failed: "+err.Error())
+				return nil, nil
+			}
 		}
 		if !m.reg.add(sb, true) {
 			m.discardCreated(ctx, sb)

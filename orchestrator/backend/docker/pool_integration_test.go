@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,4 +114,84 @@ func BenchmarkIntegrationWarmAcquire(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// hostCgroupValue reads file of the container's cgroup of controller on
+// the host (Docker's cgroupfs driver under cgroup v1), where it is the
+// same under runc and runsc.
+func hostCgroupValue(t *testing.T, controller, containerID, file string) string {
+	t.Helper()
+	dirs := []string{"/sys/fs/cgroup/" + controller + "/docker/" + containerID}
+	if controller == "cpu" {
+		dirs = append(dirs, "/sys/fs/cgroup/cpu,cpuacct/docker/"+containerID)
+	}
+	for _, dir := range dirs {
+		if b, err := os.ReadFile(filepath.Join(dir, file)); err == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	t.Fatalf("%s of container %s's %s cgroup is not where Docker's cgroupfs driver puts it under cgroup v1", file, containerID, controller)
+	return ""
+}
+
+// TestIntegrationWarmPoolShapedLimits: a request for its own limits of
+// memory, CPUs and processes gets a pool sandbox, whose cgroups the claim
+// changed in place, and the new limits hold: an allocation past the
+// memory asked for is killed.
+func TestIntegrationWarmPoolShapedLimits(t *testing.T) {
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		t.Skip("reads cgroup v1's files; this host has cgroup v2")
+	}
+	rec := newRecordingMetrics()
+	m, _, _ := integrationManager(t, func(c *Config) { c.WarmPool, c.Metrics = 1, rec })
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	pooled := poolIDs(m)
+	want := core.Limits{MemoryBytes: 256 << 20, NanoCPUs: 500_000_000, PidsLimit: 200}
+	res, err := m.Acquire(t.Context(), "it-shaped", core.Options{Limits: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb := res.Sandbox
+	if m.cfg.Runtime == core.RuntimeGVisor {
+		// runsc cannot change a running sandbox's limits: created cold,
+		// counted as such.
+		rec.mu.Lock()
+		misses := rec.misses[core.PoolMissLimits]
+		rec.mu.Unlock()
+		if sb.ID == pooled[0] || misses != 1 {
+			t.Errorf("under gVisor a request for other limits got %s (the pool's %s), %d misses for limits; want a cold sandbox, one miss", sb.ID, pooled[0], misses)
+		}
+	} else if sb.ID != pooled[0] {
+		t.Fatalf("a request for other limits got %s; want the pool's sandbox %s", sb.ID, pooled[0])
+	}
+	id := sb.ContainerID
+	for _, c := range []struct{ controller, file, want string }{
+		{"memory", "memory.limit_in_bytes", strconv.FormatInt(want.MemoryBytes, 10)},
+		{"memory", "memory.memsw.limit_in_bytes", strconv.FormatInt(want.MemoryBytes, 10)},
+		{"pids", "pids.max", strconv.FormatInt(want.PidsLimit, 10)},
+		{"cpu", "cpu.cfs_quota_us", strconv.Itoa(atoi(t, hostCgroupValue(t, "cpu", id, "cpu.cfs_period_us")) / 2)},
+	} {
+		if c.file == "memory.memsw.limit_in_bytes" {
+			if _, err := os.Stat("/sys/fs/cgroup/memory/docker/" + id + "/" + c.file); err != nil {
+				continue // swap accounting off in this kernel
+			}
+		}
+		if got := hostCgroupValue(t, c.controller, id, c.file); got != c.want {
+			t.Errorf("%s = %s; want %s", c.file, got, c.want)
+		}
+	}
+	mustRunOK(t, m, sb.ID, "python", "kept = 1")
+	evs := runCommand(t, m, sb.ID, core.ExecRequest{Code: "hog = b'x' * (512 << 20)"})
+	if d := lastDone(t, evs); d.Status != "killed" || !d.StateLost {
+		t.Errorf("512 MiB in a sandbox claimed with 256 MiB ended %s (state lost %v): %s; want killed", d.Status, d.StateLost, d.Reason)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,6 +1,10 @@
 package docker
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -79,29 +83,216 @@ func TestWarmPoolClaimAndRefill(t *testing.T) {
 
 }
 
+// TestWarmPoolColdForOptions: what a started container cannot take goes
+// to a cold create, the pool untouched, and each is counted by its reason.
 func TestWarmPoolColdForOptions(t *testing.T) {
 	fd := newFakeDocker(testImage)
+	rec := newRecordingMetrics()
 	cfg := testConfig(t)
 	cfg.WarmPool = 1
+	cfg.Metrics = rec
 	m := newTestManager(t, cfg, fd)
 	awaitPool(t, m, 1)
 	ready := poolIDs(m)
-	for user, opts := range map[string]core.Options{
-		"env":    {Env: map[string]string{"K": "v"}},
-		"memory": {Limits: core.Limits{MemoryBytes: 512 << 20}},
+	for _, tc := range []struct {
+		user string
+		opts core.Options
+		miss core.PoolMiss
+	}{
+		{"env", core.Options{Env: map[string]string{"K": "v"}}, core.PoolMissEnv},
 	} {
-		res, err := m.Acquire(t.Context(), user, opts)
+		res, err := m.Acquire(t.Context(), tc.user, tc.opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Sandbox.ID == ready[0] || !slices.Equal(poolIDs(m), ready) {
-			t.Errorf("user asking for %s got pool sandbox %s (pool now %v)", user, res.Sandbox.ID, poolIDs(m))
+			t.Errorf("user asking for %s got pool sandbox %s (pool now %v)", tc.user, res.Sandbox.ID, poolIDs(m))
 		}
+		rec.mu.Lock()
+		if n := rec.misses[tc.miss]; n != 1 {
+			t.Errorf("%s: %d misses counted as %q; want 1 (%v)", tc.user, n, tc.miss, rec.misses)
+		}
+		rec.mu.Unlock()
 	}
 	// Default limits given explicitly are still the defaults: the pool fits.
 	res, err := m.Acquire(t.Context(), "explicit", core.Options{Limits: m.cfg.DefaultLimits})
 	if err != nil || res.Sandbox.ID != ready[0] {
 		t.Errorf("explicit default limits got %+v, %v; want pool sandbox %s", res, err, ready[0])
+	}
+	if n := fd.updates; n != 0 {
+		t.Errorf("%d container updates for default limits; want none", n)
+	}
+}
+
+// TestPoolMissReasons: each option a started container cannot take has
+// its reason; what it can take (limits of cgroups, metadata, timeouts)
+// has none.
+func TestPoolMissReasons(t *testing.T) {
+	def := core.Limits{MemoryBytes: 1 << 30, NanoCPUs: 1e9, PidsLimit: 256, DiskBytes: 1 << 30}
+	m := &Manager{cfg: Config{Policy: core.Policy{DefaultLimits: def}}}
+	base := sandboxSpec{limits: def}
+	with := func(f func(*sandboxSpec)) sandboxSpec { s := base; f(&s); return s }
+	for _, tc := range []struct {
+		name string
+		spec sandboxSpec
+		want core.PoolMiss
+	}{
+		{"defaults", base, ""},
+		{"cgroup limits", with(func(s *sandboxSpec) { s.limits.MemoryBytes, s.limits.NanoCPUs, s.limits.PidsLimit = 2<<30, 2e9, 64 }), ""},
+		{"metadata and timeouts", with(func(s *sandboxSpec) {
+			s.metadata, s.idleTTL, s.onIdle = map[string]string{"a": "b"}, time.Hour, core.OnIdleDelete
+		}), ""},
+		{"network", with(func(s *sandboxSpec) { s.network = true }), core.PoolMissNetwork},
+		{"volumes", with(func(s *sandboxSpec) { s.volumes = []core.VolumeMount{{Volume: "vol-x", Path: "/data"}} }), core.PoolMissVolumes},
+		{"snapshot", with(func(s *sandboxSpec) { s.from = &snapFile{} }), core.PoolMissSnapshot},
+		{"disk", with(func(s *sandboxSpec) { s.limits.DiskBytes = 2 << 30 }), core.PoolMissDisk},
+		{"env", with(func(s *sandboxSpec) { s.env = map[string]string{"K": "v"} }), core.PoolMissEnv},
+	} {
+		if got := m.poolMiss(tc.spec); got != tc.want {
+			t.Errorf("%s: %q; want %q", tc.name, got, tc.want)
+		}
+	}
+	gvisor := &Manager{cfg: Config{Policy: core.Policy{DefaultLimits: def, Runtime: core.RuntimeGVisor}}}
+	if got := gvisor.poolMiss(with(func(s *sandboxSpec) { s.limits.MemoryBytes = 2 << 30 })); got != core.PoolMissLimits {
+		t.Errorf("other limits under gVisor: %q; want %q", got, core.PoolMissLimits)
+	}
+}
+
+// TestWarmPoolShapesLimits: a request for other limits of memory, CPUs and
+// processes is a claim, the container's cgroups changed in place, and
+// meta.json records the sandbox shaped with them.
+func TestWarmPoolShapesLimits(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	rec := newRecordingMetrics()
+	cfg := testConfig(t)
+	cfg.WarmPool = 1
+	cfg.Metrics = rec
+	m := newTestManager(t, cfg, fd)
+	awaitPool(t, m, 1)
+	ready := poolIDs(m)
+	want := core.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 100, DiskBytes: m.cfg.DefaultLimits.DiskBytes}
+	res, err := m.Acquire(t.Context(), "alice", core.Options{Limits: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.ID != ready[0] {
+		t.Fatalf("got %s; want the pool sandbox %s", res.Sandbox.ID, ready[0])
+	}
+	if res.Sandbox.Limits != want {
+		t.Errorf("the claimed sandbox's limits are %+v; want %+v", res.Sandbox.Limits, want)
+	}
+	c := fd.container(res.Sandbox.ContainerID)
+	if r := c.host.Resources; r.Memory != want.MemoryBytes || r.MemorySwap != want.MemoryBytes || r.NanoCPUs != want.NanoCPUs || r.PidsLimit == nil || *r.PidsLimit != want.PidsLimit {
+		t.Errorf("the container's resources are %+v; want memory (and swap) %d, CPUs %d, pids %d", r, want.MemoryBytes, want.NanoCPUs, want.PidsLimit)
+	}
+	md, err := readMeta(filepath.Join(cfg.StateDir, sandboxesDir, res.Sandbox.ID))
+	if err != nil || md.Shaping || md.Pool || md.Limits != want {
+		t.Errorf("meta.json after the claim: shaping %v, pool %v, limits %+v, %v; want shaped with %+v", md.Shaping, md.Pool, md.Limits, err, want)
+	}
+	if got, err := m.Get(t.Context(), res.Sandbox.ID); err != nil || got.Limits != want {
+		t.Errorf("Get: %+v, %v", got.Limits, err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.misses) != 0 {
+		t.Errorf("misses counted: %v", rec.misses)
+	}
+}
+
+// TestWarmPoolShapingFails: a claimed sandbox that cannot take the limits
+// is discarded, never handed out, and the request is created cold.
+func TestWarmPoolShapingFails(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	rec := newRecordingMetrics()
+	cfg := testConfig(t)
+	cfg.WarmPool = 1
+	cfg.Metrics = rec
+	m := newTestManager(t, cfg, fd)
+	awaitPool(t, m, 1)
+	ready := poolIDs(m)
+	pmd, err := readMeta(filepath.Join(cfg.StateDir, sandboxesDir, ready[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd.mu.Lock()
+	fd.updateErr = errors.New("cgroup write refused")
+	fd.mu.Unlock()
+	want := core.Limits{MemoryBytes: 512 << 20, NanoCPUs: m.cfg.DefaultLimits.NanoCPUs, PidsLimit: m.cfg.DefaultLimits.PidsLimit, DiskBytes: m.cfg.DefaultLimits.DiskBytes}
+	res, err := m.Acquire(t.Context(), "alice", core.Options{Limits: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.ID == ready[0] {
+		t.Fatalf("the pool sandbox whose shaping failed was handed out")
+	}
+	if c := fd.container(res.Sandbox.ContainerID); c.host.Resources.Memory != want.MemoryBytes {
+		t.Errorf("the cold sandbox's memory is %d; want %d", c.host.Resources.Memory, want.MemoryBytes)
+	}
+	select {
+	case id := <-fd.removed:
+		if id != pmd.ContainerID {
+			t.Errorf("removed container %s; want the failed pool sandbox's", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Errorf("the pool sandbox whose shaping failed was not removed")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, sandboxesDir, ready[0])); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("its directory: %v; want removed", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.misses[core.PoolMissShaping] != 1 {
+		t.Errorf("misses: %v; want one shaping_failed", rec.misses)
+	}
+}
+
+// TestReconcileRemovesHalfShaped: a sandbox sandboxd was shaping when it
+// stopped (meta.json says so) is removed at the next start: its Acquire
+// never returned it, and it must never go back to the pool.
+func TestReconcileRemovesHalfShaped(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	cfg := testConfig(t)
+	cfg.WarmPool = 1
+	m1, err := newValidated(t.Context(), cfg, fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitPool(t, m1, 1)
+	id := poolIDs(m1)[0]
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What a kill -9 between the claim's two writes leaves: the sandbox
+	// the user's, its shaping not recorded done.
+	dir := filepath.Join(cfg.StateDir, sandboxesDir, id)
+	md, err := readMeta(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md.Pool, md.Shaping, md.Tenant, md.UserID = false, true, "default", "alice"
+	if err := writeMeta(dir, md); err != nil {
+		t.Fatal(err)
+	}
+	cid := md.ContainerID
+	rec := newRecordingMetrics()
+	cfg.Metrics = rec
+	m2 := newTestManager(t, cfg, fd)
+	if fd.container(cid) != nil {
+		t.Errorf("the half-shaped sandbox's container is still there")
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("its directory: %v; want removed", err)
+	}
+	if slices.Contains(poolIDs(m2), id) {
+		t.Errorf("the half-shaped sandbox went back to the pool")
+	}
+	if _, err := m2.Get(t.Context(), id); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("Get of the half-shaped sandbox: %v; want NotFound", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.reconciled[core.ReconcileHalfShaped] != 1 {
+		t.Errorf("reconciled: %v; want one half_shaped", rec.reconciled)
 	}
 }
 

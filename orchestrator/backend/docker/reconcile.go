@@ -131,9 +131,10 @@ const (
 	actHibernateSoon                     // idle while sandboxd was down: registered to hibernate at once
 	actAdopt                             // registered with the TTL it has left
 	actCarrier                           // a fast-woken sandbox's carrier: its sandbox decides
+	actRemoveHalfShaped                  // claimed from the warm pool, not shaped: removed (shape.go)
 )
 
-var dirActionNames = [...]string{"ignore", "remove-debris", "remove-pool-dead", "remove-pool-excess", "return-to-pool", "remove-expired", "hibernate-soon", "adopt", "carrier"}
+var dirActionNames = [...]string{"ignore", "remove-debris", "remove-pool-dead", "remove-pool-excess", "return-to-pool", "remove-expired", "hibernate-soon", "adopt", "carrier", "remove-half-shaped"}
 
 func (a dirAction) String() string { return dirActionNames[a] }
 
@@ -248,6 +249,10 @@ func classifyEntry(e stateEntry, p reconcilePolicy) dirDecision {
 		}
 		return dirDecision{action: actReturnToPool}
 	}
+	if sb.shaping {
+		// Its claim's Acquire never returned it (shape.go).
+		return dirDecision{action: actRemoveHalfShaped}
+	}
 	rec := classifyRecovery(sb.state, sb.hib, alive)
 	state, hibernatedAt := sb.state, sb.hib.HibernatedAt
 	if rec == recoverFinishHibernation {
@@ -265,7 +270,7 @@ func classifyEntry(e stateEntry, p reconcilePolicy) dirDecision {
 
 // applyReconcile carries out plan.
 func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error {
-	var expired, dead, orphanDirs int
+	var expired, dead, orphanDirs, halfShaped int
 	for i, e := range plan.entries {
 		d := plan.decisions[i]
 		log := m.log.With("sandbox_id", e.name)
@@ -292,6 +297,13 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 			continue // below, in the pool's order
 		case actCarrier:
 			continue // its sandbox's (reconcileCarrier)
+		case actRemoveHalfShaped:
+			halfShaped++
+			if err := m.removeEntry(ctx, e, log.With("tenant", e.sb.tenant, "user_id", e.sb.userID),
+				"warm-pool sandbox claimed but not yet shaped to its request when sandboxd stopped: the Acquire never returned it"); err != nil {
+				return err
+			}
+			continue
 		}
 		sb := e.sb
 		log = log.With("tenant", sb.tenant, "user_id", sb.userID)
@@ -382,11 +394,11 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 	}
 	orphans := len(plan.orphans)
 	for r, n := range map[core.ReconcileResult]int{core.ReconcileAdopted: restored, core.ReconcileDead: dead, core.ReconcileExpired: expired,
-		core.ReconcileOrphanDir: orphanDirs, core.ReconcileOrphanContainer: orphans} {
+		core.ReconcileOrphanDir: orphanDirs, core.ReconcileOrphanContainer: orphans, core.ReconcileHalfShaped: halfShaped} {
 		m.cfg.Metrics.Reconciled(r, n)
 	}
 	m.log.Info("reconciled sandboxes with docker", "restored", restored, "dead", dead, "warm_pool", m.pool.size(),
-		"removed_expired", expired, "removed_orphan_dirs", orphanDirs, "removed_orphan_containers", orphans)
+		"removed_expired", expired, "removed_half_shaped", halfShaped, "removed_orphan_dirs", orphanDirs, "removed_orphan_containers", orphans)
 	return nil
 }
 

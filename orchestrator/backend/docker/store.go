@@ -62,7 +62,11 @@ type meta struct {
 	// Pool is true while the sandbox waits, unclaimed, in the warm pool.
 	// Claiming it sets Tenant and UserID and clears Pool here: meta.json is
 	// the record of the assignment, since a container's labels cannot change.
-	Pool        bool        `json:"pool,omitempty"`
+	Pool bool `json:"pool,omitempty"`
+	// Shaping is true between a warm-pool sandbox's claim and the end of
+	// its shaping to the request (shape.go): reconcile removes a sandbox
+	// that still says so.
+	Shaping     bool        `json:"shaping,omitempty"`
 	Network     bool        `json:"network,omitempty"`
 	ContainerID string      `json:"container_id"`
 	Image       string      `json:"image"`

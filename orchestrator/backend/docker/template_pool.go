@@ -80,9 +80,10 @@ func (tp *tplPools) count() int {
 	return n
 }
 
-// templatePoolFor returns the pool that can serve spec, if any.
+// templatePoolFor returns the pool of spec's template version, if any;
+// poolFor says whether its sandboxes can be shaped to spec.
 func (m *Manager) templatePoolFor(spec sandboxSpec) *tplPool {
-	if m.tplPools == nil || spec.image == "" || len(spec.env) != 0 || spec.network || spec.from != nil || len(spec.volumes) != 0 || spec.limits != m.cfg.DefaultLimits {
+	if m.tplPools == nil || spec.image == "" {
 		return nil
 	}
 	for _, p := range m.tplPools.pools {

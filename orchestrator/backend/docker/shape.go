@@ -1,0 +1,143 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/sandboxd/sandboxd/orchestrator/core"
+)
+
+// Claim, then shape. A warm-pool sandbox is made before anyone asks for
+// it, with the server's defaults (pool.go). A claim gives it what the
+// request asks for that a running container can take:
+//
+//   - the owner, metadata, idle timeout and on-idle action (meta.json);
+//   - limits of memory, CPUs and processes, by changing the container's
+//     cgroups in place (docker update; not under gVisor, whose runsc has
+//     no update);
+//
+// What a running container cannot take sends the request to a cold
+// create, counted by reason (core.PoolMiss, sandboxd_warm_pool_misses_total):
+// network, volumes, a start from a snapshot, a template without a pool of
+// its own, another /workspace size, other limits under gVisor, env.
+//
+// A claim that shapes commits in two steps. meta.json is written first as
+// the user's with Shaping set: from then on the sandbox is never a pool
+// sandbox again, whatever happens. Then it is shaped, and meta.json written
+// again without Shaping. reconcile removes a sandbox it finds with Shaping
+// set (core.ReconcileHalfShaped): the Acquire that claimed it never
+// returned it, and a retry gets another. So no half-shaped sandbox is ever
+// handed out, and no pool sandbox keeps another tenant's shaping. A
+// shaping that fails discards the sandbox (core.PoolMissShaping) and the
+// request is created cold, as without a pool.
+
+// poolMiss says why spec cannot be served by a sandbox of a warm pool for
+// its image, "" when it can.
+func (m *Manager) poolMiss(spec sandboxSpec) core.PoolMiss {
+	switch {
+	case spec.network:
+		return core.PoolMissNetwork
+	case len(spec.volumes) > 0:
+		return core.PoolMissVolumes
+	case spec.from != nil:
+		return core.PoolMissSnapshot
+	case spec.limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes:
+		return core.PoolMissDisk
+	case !sameCgroupLimits(spec.limits, m.cfg.DefaultLimits) && m.cfg.Runtime == core.RuntimeGVisor:
+		// runsc has no update: Docker refuses to change a running
+		// gVisor sandbox's limits.
+		return core.PoolMissLimits
+	case len(spec.env) > 0:
+		return core.PoolMissEnv
+	}
+	return ""
+}
+
+// pooling reports whether the server keeps any warm pool, so that a
+// request no pool serves is worth counting.
+func (m *Manager) pooling() bool {
+	return m.cfg.WarmPool > 0 || (m.tplPools != nil && len(m.tplPools.pools) > 0)
+}
+
+// needsShaping reports whether a pool sandbox claimed for spec must change
+// beyond its meta.json.
+func (m *Manager) needsShaping(sb *sandbox, spec sandboxSpec) bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return !sameCgroupLimits(sb.limits, spec.limits)
+}
+
+// sameCgroupLimits reports whether a and b set the same cgroup limits
+// (the disk is a volume's size, not a cgroup's).
+func sameCgroupLimits(a, b core.Limits) bool {
+	return a.MemoryBytes == b.MemoryBytes && a.NanoCPUs == b.NanoCPUs && a.PidsLimit == b.PidsLimit
+}
+
+// shapeClaimed shapes sb, claimed for spec with Shaping recorded, and
+// records it shaped: only then may it be handed out.
+func (m *Manager) shapeClaimed(ctx context.Context, sb *sandbox, spec sandboxSpec) error {
+	if err := m.shape(ctx, sb, spec); err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	sb.shaping = false
+	sb.mu.Unlock()
+	if err := sb.persist(true); err != nil {
+		return fmt.Errorf("record the sandbox shaped: %w", err)
+	}
+	return nil
+}
+
+// shapeTimeout bounds a claim's shaping: a claim is meant to take
+// milliseconds, and a cold create is the fallback.
+const shapeTimeout = 10 * time.Second
+
+// shape gives a claimed pool sandbox spec's limits. The caller has written
+// meta.json with Shaping set, and writes it again once shape succeeds.
+func (m *Manager) shape(ctx context.Context, sb *sandbox, spec sandboxSpec) error {
+	ctx, cancel := context.WithTimeout(ctx, shapeTimeout)
+	defer cancel()
+	sb.mu.Lock()
+	have, cid := sb.limits, sb.containerID
+	sb.mu.Unlock()
+	if !sameCgroupLimits(have, spec.limits) {
+		if err := m.setCgroupLimits(ctx, cid, spec.limits); err != nil {
+			return err
+		}
+		sb.mu.Lock()
+		sb.limits.MemoryBytes, sb.limits.NanoCPUs, sb.limits.PidsLimit = spec.limits.MemoryBytes, spec.limits.NanoCPUs, spec.limits.PidsLimit
+		sb.dirty = true
+		sb.mu.Unlock()
+	}
+	return nil
+}
+
+// setCgroupLimits changes running container cid's limits of memory, CPUs
+// and processes to l's (docker update, kept by the engine across the
+// container's restarts). Memory and its swap together, as at creation
+// (container.go): no swap; the runtime orders the writes.
+func (m *Manager) setCgroupLimits(ctx context.Context, cid string, l core.Limits) error {
+	pids := l.PidsLimit
+	_, err := m.docker.ContainerUpdate(ctx, cid, container.UpdateConfig{Resources: container.Resources{
+		Memory: l.MemoryBytes, MemorySwap: l.MemoryBytes, NanoCPUs: l.NanoCPUs, PidsLimit: &pids,
+	}})
+	if err != nil {
+		m.cfg.Metrics.DockerError("ContainerUpdate")
+		return fmt.Errorf("update the container's limits: %s", firstLine(err.Error(), 200))
+	}
+	return nil
+}
+
+// firstLine is s's first line, cut to at most n bytes: an engine's error
+// may hold a runtime's whole usage text.
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > n {
+		s = strings.ToValidUTF8(s[:n], "") + "…"
+	}
+	return s
+}
