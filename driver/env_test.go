@@ -1,11 +1,14 @@
 package driver
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 )
@@ -273,5 +276,86 @@ func TestSandboxEnvRefusedRecordsLocal(t *testing.T) {
 	}
 	if v, ok := os.LookupEnv(ioproto.EnvPoolDriver); ok {
 		t.Fatalf("the driver's environment has %s=%q from a refused record", ioproto.EnvPoolDriver, v)
+	}
+}
+
+// TestSandboxEnvAdoptionLocal: a pool driver adopted by a sandbox's /io
+// applies that sandbox's env records before it runs anything, also in
+// the kernel it keeps (the pool's Python kernel, started without them).
+func TestSandboxEnvAdoptionLocal(t *testing.T) {
+	cleanSandboxEnv(t)
+	base := t.TempDir()
+	a, b := filepath.Join(base, "a"), filepath.Join(base, "b")
+	for _, d := range []string{a + "/io", a + "/ws", b + "/io", b + "/ws"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// B: a sandbox shaped by an env record, then stopped.
+	hb := startDriverIn(t, b+"/io", b+"/ws")
+	hb.envRecord("sbx-env-1", map[string]string{"SBXENV_A": "woken"})
+	hb.submit("c1", ioproto.LanguageBash, bashEnv)
+	if got := hb.out("c1"); got != "woken unset\n" {
+		t.Fatalf("B before the adoption: %q", got)
+	}
+	hb.stop()
+	os.Unsetenv("SBXENV_A") // the pool container's driver never had it
+
+	ioLink, wsLink := filepath.Join(base, "io"), filepath.Join(base, "ws")
+	swapLink(t, a+"/io", ioLink)
+	swapLink(t, a+"/ws", wsLink)
+	if err := os.WriteFile(filepath.Join(a, "io", ioproto.StdinFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- Serve(ctx, Config{IODir: ioLink, Workspace: wsLink, Wake: "inotify", MaxOutput: 16 << 20, Pool: true,
+			Logger: slog.New(slog.NewTextHandler(io2testLog{t}, nil))})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-served:
+			if err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Serve did not return within 30s of its context's end")
+		}
+	})
+	ha := &driverHarness{t: t, io: ioLink, ws: wsLink}
+	// The harness waits on /io/out: it exists once the pool driver started.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(a, "io", ioproto.DriverStatusFile)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pool driver wrote no driver.json within 30s")
+		}
+	}
+	ha.submit("pid", ioproto.LanguagePython, "import os\nprint(os.getpid(), os.environ.get('SBXENV_A', 'unset'))\ndel os")
+	pool := strings.Fields(ha.out("pid"))
+	if len(pool) != 2 || pool[1] != "unset" {
+		t.Fatalf("the pool driver's kernel: %q", pool)
+	}
+
+	swapLink(t, b+"/io", ioLink)
+	swapLink(t, b+"/ws", wsLink)
+	line, err := ioproto.EncodeRecord(ioproto.Record{Type: ioproto.KindAdopt, CommandID: "sbx-adopt-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ioproto.AppendLine(filepath.Join(a, "io", ioproto.StdinFile), line); err != nil {
+		t.Fatal(err)
+	}
+	hb = &driverHarness{t: t, io: ioLink, ws: wsLink}
+	hb.submit("c2", ioproto.LanguagePython, "import os\nprint(os.getpid(), os.environ.get('SBXENV_A', 'unset'))")
+	hb.submit("c3", ioproto.LanguageBash, bashEnv)
+	if got, want := hb.out("c2"), pool[0]+" woken\n"; got != want {
+		t.Errorf("the kept kernel after the adoption: stdout %q, want %q (same process, B's variables)", got, want)
+	}
+	if got := hb.out("c3"); got != "woken unset\n" {
+		t.Errorf("bash after the adoption: stdout %q", got)
 	}
 }
