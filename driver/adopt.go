@@ -53,6 +53,9 @@ func Serve(ctx context.Context, cfg Config) error {
 			return err
 		}
 		d.log.Info("adopted: starting over on the new /io", "kernel_pid", pidOf(a.kernel))
+		// The pool sandbox's env records are not the waking sandbox's;
+		// the new Driver applies those of the new log.
+		restoreProcessEnv(d.baseEnv, d.env)
 		cfg.inherit, cfg.Pool, cfg.ioIdentity = a.kernel, false, nil
 	}
 }
@@ -75,9 +78,13 @@ func (d *Driver) adoptRecord(rec ioproto.Record) {
 	d.mu.Lock()
 	c := d.contexts[ioproto.DefaultContext]
 	var k *kernel
-	if c != nil {
+	if c != nil && d.env.gen == 0 {
 		k = c.kernels[kindPython]
 		delete(c.kernels, kindPython)
+	} else if c != nil {
+		// It has variables of env records in this (the pool's) log, which
+		// a kernel cannot be made to forget: the new driver starts one.
+		d.log.Warn("adopt record: the kernel has the pool sandbox's env records' variables; it is not handed over", "command_id", rec.CommandID)
 	}
 	d.adoptedKernel, d.adopting = k, true
 	d.mu.Unlock()
@@ -128,6 +135,9 @@ func (d *Driver) takeInherited(c *execContext, kind string) *kernel {
 		k.kill()
 		return nil
 	}
+	// The driver's environment at start, which this driver shares: its
+	// first request brings it the new log's env records' variables.
+	k.env = nil
 	return k
 }
 

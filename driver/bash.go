@@ -16,7 +16,8 @@ import (
 // group, streaming its output, and emits its events (not done). The script is
 // passed as a file rather than with -c because a single argument is limited
 // to 128 KiB by the kernel.
-func (d *Driver) runBash(ctx context.Context, dir string, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+func (d *Driver) runBash(ctx context.Context, dir string, q queued, ev *eventsFile, intr <-chan struct{}) outcome {
+	rec := q.rec
 	script, err := os.CreateTemp("", "command-*.sh")
 	if err != nil {
 		return d.bashFailed(ev, fmt.Errorf("write script: %w", err))
@@ -33,7 +34,9 @@ func (d *Driver) runBash(ctx context.Context, dir string, rec ioproto.Record, ev
 	feed := d.stdinFeedOf(rec.CommandID)
 	cmd := exec.Command("bash", script.Name())
 	cmd.Dir = dir
-	cmd.Env = withEnv(os.Environ(), rec.Env)
+	// The sandbox's environment where the record is in the log, and the
+	// command's own over it.
+	cmd.Env = withEnv(d.processEnv(q.env), rec.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	files, err := d.bashIO(cmd, feed)
 	if err != nil {

@@ -244,7 +244,7 @@ func (d *Driver) startExecutorLocked(c *execContext) {
 // handed to it, until ctx is cancelled or c is deleted.
 func (d *Driver) execute(ctx context.Context, c *execContext) {
 	if c.warm() {
-		_, _ = d.ensureKernel(c, c.info.Language)
+		_, _ = d.ensureKernel(c, c.info.Language, d.envForNext(c))
 	}
 	defer d.killKernels(c)
 	for {
@@ -267,7 +267,7 @@ func (d *Driver) execute(ctx context.Context, c *execContext) {
 			d.releaseRoom(lim)
 			continue
 		}
-		d.run(ctx, c, q.rec, ev, run.interrupt)
+		d.run(ctx, c, q, ev, run.interrupt)
 		ev.close()
 		d.noteFinished(ev)
 		d.releaseRoom(lim)
@@ -280,7 +280,7 @@ func (d *Driver) execute(ctx context.Context, c *execContext) {
 		}
 		if kind := kernelKind(q.rec.Language); kind != "" && !pending && d.kernelOf(c, kind) == nil && slices.Contains(d.launcher.languages, q.rec.Language) {
 			// The command cost its kernel; have the next one ready.
-			_, _ = d.ensureKernel(c, q.rec.Language)
+			_, _ = d.ensureKernel(c, q.rec.Language, d.envForNext(c))
 		}
 		d.prune()
 	}
@@ -306,7 +306,7 @@ func (d *Driver) runContextOps(c *execContext) (deleted bool) {
 		clear(c.lostReasons)
 		done := &ioproto.Event{Type: ioproto.EventDone, Status: ioproto.StatusOK, Time: time.Now().UTC()}
 		if op.rec.Op == ioproto.ContextRestart && !deleted && c.warm() {
-			if _, err := d.ensureKernel(c, c.info.Language); err != nil {
+			if _, err := d.ensureKernel(c, c.info.Language, d.envForNext(c)); err != nil {
 				done.Status, done.Reason = ioproto.StatusError, "the context was restarted, but its interpreter could not start: "+err.Error()
 			}
 		}

@@ -123,6 +123,11 @@ type Driver struct {
 	// reserved is the disk the running commands may still take: the sum
 	// of their worst cases (budget.go).
 	reserved int64
+	// env is the sandbox's environment as of the last record read: the
+	// env records' variables (env.go). baseEnv is the driver's process
+	// environment at start, under them.
+	env     *envState
+	baseEnv []string
 
 	// runCtx and executors: executors of contexts created while running
 	// start under runCtx, and Run waits for all of them.
@@ -159,6 +164,8 @@ type Driver struct {
 type queued struct {
 	rec   ioproto.Record
 	start int64
+	// env is the sandbox's environment where the record is in the log.
+	env *envState
 }
 
 type running struct {
@@ -176,6 +183,8 @@ func New(cfg Config) (*Driver, error) {
 		stdinPath: filepath.Join(cfg.IODir, ioproto.StdinFile),
 		seen:      map[string]struct{}{},
 		contexts:  map[string]*execContext{},
+		env:       &envState{},
+		baseEnv:   os.Environ(),
 	}
 	if cfg.Pool {
 		st, err := os.Stat(cfg.IODir)
@@ -286,6 +295,14 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 		if !ok || line.Start >= st.Offset {
 			break
 		}
+		if rec, _, err := ioproto.ParseRecord(line.Data); err == nil && line.Err == nil && rec.Type == ioproto.KindEnv {
+			// State, not a command: the sandbox's environment is applied
+			// again before any interpreter starts.
+			if err := d.applyEnvRecord(rec); err != nil {
+				d.log.Warn("env record not applied", "command_id", rec.CommandID, "offset", line.Start, "err", err)
+			}
+			continue
+		}
 		// Interrupts and input records name commands but are not commands
 		// themselves.
 		if rec, id, err := ioproto.ParseRecord(line.Data); id != "" && (err != nil || ioproto.NamesCommand(rec.Type)) {
@@ -385,6 +402,8 @@ func (d *Driver) handleLine(line ioproto.Line) {
 		d.interrupt(rec.CommandID)
 	case ioproto.KindAdopt:
 		d.adoptRecord(rec)
+	case ioproto.KindEnv:
+		d.envRecord(rec, line.Start)
 	case ioproto.KindContext:
 		d.contextOp(rec)
 	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:
@@ -406,7 +425,7 @@ func (d *Driver) handleLine(line ioproto.Line) {
 			d.answerNotRunLocked(rec, why)
 			return
 		}
-		c.queue = append(c.queue, queued{rec: rec, start: line.Start})
+		c.queue = append(c.queue, queued{rec: rec, start: line.Start, env: d.env})
 		d.noteStdinLocked(rec)
 		c.poke()
 	}
@@ -580,17 +599,18 @@ func (d *Driver) take(c *execContext, lim limits, roomOK bool, why string) (queu
 }
 
 // run executes one command and writes its events up to done.
-func (d *Driver) run(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) {
+func (d *Driver) run(ctx context.Context, c *execContext, q queued, ev *eventsFile, intr <-chan struct{}) {
+	rec := q.rec
 	start := time.Now()
 	ws := watchWorkspace(d.cfg.Workspace, start)
 	var res outcome
 	switch {
 	case rec.Type == ioproto.KindSnapshot || rec.Type == ioproto.KindRestore:
-		res = d.runHib(ctx, c, rec, ev, intr)
+		res = d.runHib(ctx, c, q, ev, intr)
 	case rec.Language == ioproto.LanguageBash:
-		res = d.runBash(ctx, c.dir, rec, ev, intr)
+		res = d.runBash(ctx, c.dir, q, ev, intr)
 	default:
-		res = d.runKernel(ctx, c, rec, ev, intr)
+		res = d.runKernel(ctx, c, q, ev, intr)
 	}
 	if ctx.Err() != nil && res.status == "" {
 		// The driver is stopping; the next start reports the command.

@@ -22,7 +22,8 @@ func snapshotPath(ioDir, name string) string {
 }
 
 // runHib runs a snapshot or restore record in context c (the default one).
-func (d *Driver) runHib(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+func (d *Driver) runHib(ctx context.Context, c *execContext, q queued, ev *eventsFile, intr <-chan struct{}) outcome {
+	rec := q.rec
 	if rec.Type == ioproto.KindRestore && rec.Level == ioproto.LevelMemory {
 		// The runtime restored this very process tree from its checkpoint:
 		// every interpreter is as it was.
@@ -41,7 +42,7 @@ func (d *Driver) runHib(ctx context.Context, c *execContext, rec ioproto.Record,
 				hib: &ioproto.HibResult{Level: ioproto.LevelFiles, Reason: err.Error()}}
 		}
 	}
-	res := d.runKernel(ctx, c, rec, ev, intr)
+	res := d.runKernel(ctx, c, q, ev, intr)
 	if ctx.Err() != nil && res.status == "" {
 		return res
 	}

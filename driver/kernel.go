@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -55,6 +57,10 @@ type kernelRequest struct {
 	// Env is set in the kernel's environment for this request only and
 	// restored afterwards (keys that did not exist are removed).
 	Env map[string]string `json:"env,omitempty"`
+	// SetEnv is set in the kernel's environment for good, before Env: the
+	// sandbox's variables that env records changed since the kernel's last
+	// request (env.go). Env's restore then goes back to them.
+	SetEnv map[string]string `json:"setenv,omitempty"`
 	// Op and Path ask the Python kernel to save ("snapshot") or load
 	// ("restore") its user's globals in the file Path instead of running
 	// code (hibernate.go).
@@ -98,6 +104,9 @@ type kernel struct {
 	// stopReason, when set, is why the driver killed the kernel on a
 	// context's restart or delete (contexts.go); deathReason reports it.
 	stopReason atomic.Pointer[string]
+	// env is the sandbox's environment the kernel has (env.go): nil for
+	// the driver's at start. Only the context's executor uses it.
+	env *envState
 }
 
 // kernelLauncher starts kernels.
@@ -126,10 +135,10 @@ func newKernelLauncher(python, workspace string, log *slog.Logger) (*kernelLaunc
 }
 
 // start launches the kernel that runs lang (kernelKind) in the working
-// directory dir ("" for the workspace) and waits until it says it is
-// ready. The first line on the kernel's control pipe is its hello,
+// directory dir ("" for the workspace), with the environment env (nil: the
+// driver's), and waits until it says it is ready. The first line on the kernel's control pipe is its hello,
 // {"nonce": …}, the secret part of its sync markers (output.go).
-func (l *kernelLauncher) start(lang, dir string, readyTimeout time.Duration) (*kernel, error) {
+func (l *kernelLauncher) start(lang, dir string, env []string, readyTimeout time.Duration) (*kernel, error) {
 	spec := kernelSpecs[kernelKind(lang)]
 	if spec == nil {
 		return nil, fmt.Errorf("kernel: no kernel runs %s", lang)
@@ -166,8 +175,11 @@ func (l *kernelLauncher) start(lang, dir string, readyTimeout time.Duration) (*k
 	}
 	cmd := exec.Command(bin, spec.args(filepath.Join(l.dir, spec.file))...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), spec.env...)
-	if spec.kind == kindPython && os.Getenv("MPLBACKEND") == "" {
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(slices.Clip(env), spec.env...)
+	if spec.kind == kindPython && !hasEnv(env, "MPLBACKEND") {
 		cmd.Env = append(cmd.Env, "MPLBACKEND=Agg")
 	}
 	cmd.Stdout = outW
@@ -355,4 +367,15 @@ func closeAll(fs ...*os.File) {
 	for _, f := range fs {
 		f.Close()
 	}
+}
+
+// hasEnv reports whether the environment env has a non-empty variable
+// name, as os.Getenv(name) != "" does for the driver's own.
+func hasEnv(env []string, name string) bool {
+	for _, kv := range env {
+		if k, v, _ := strings.Cut(kv, "="); k == name && v != "" {
+			return true
+		}
+	}
+	return false
 }

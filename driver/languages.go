@@ -15,7 +15,7 @@ import (
 // The kernels' sources ship inside the driver binary, like kernel.py, so an
 // image cannot hold a mismatched copy. All speak the same kernel protocol
 // (kernel.go): a hello with the nonce on fd 3, requests {"id","code",
-// "language","env"} on fd 3, ready/display/result/error/done on fd 4, and
+// "language","env","setenv"} on fd 3, ready/display/result/error/done on fd 4, and
 // the sync markers on fd 1 and 2 before each message, after all the output
 // written before it (ioproto/PROTOCOL.md, "Output framing inside the
 // sandbox").

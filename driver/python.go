@@ -39,9 +39,10 @@ func (d *Driver) kernelOf(c *execContext, kind string) *kernel {
 }
 
 // ensureKernel returns the context's live kernel for lang, starting one
-// when there is none. A kernel found dead between commands is reported
+// when there is none, with the sandbox's environment env (that of the
+// next command it runs). A kernel found dead between commands is reported
 // with the context's next command of its kind. Only c's executor calls it.
-func (d *Driver) ensureKernel(c *execContext, lang string) (*kernel, error) {
+func (d *Driver) ensureKernel(c *execContext, lang string, env *envState) (*kernel, error) {
 	kind := kernelKind(lang)
 	k := d.kernelOf(c, kind)
 	if k != nil && k.alive() {
@@ -52,7 +53,7 @@ func (d *Driver) ensureKernel(c *execContext, lang string) (*kernel, error) {
 		k.discard()
 		d.setKernel(c, kind, nil)
 	}
-	k, err := d.startKernel(c, lang)
+	k, err := d.startKernel(c, lang, env)
 	if err != nil {
 		d.log.Error("cannot start a kernel", "context_id", c.info.ID, "language", lang, "err", err)
 		return nil, err
@@ -62,12 +63,19 @@ func (d *Driver) ensureKernel(c *execContext, lang string) (*kernel, error) {
 }
 
 // startKernel is the one place a context's kernel is launched: in the
-// context's working directory.
-func (d *Driver) startKernel(c *execContext, lang string) (*kernel, error) {
+// context's working directory, with the sandbox's environment env.
+func (d *Driver) startKernel(c *execContext, lang string, env *envState) (*kernel, error) {
 	if k := d.takeInherited(c, kernelKind(lang)); k != nil {
+		// It has the driver's environment at start: the next request
+		// brings it env's variables.
 		return k, nil
 	}
-	return d.launcher.start(lang, c.dir, kernelReadyTimeout)
+	k, err := d.launcher.start(lang, c.dir, d.processEnv(env), kernelReadyTimeout)
+	if err != nil {
+		return nil, err
+	}
+	k.env = env
+	return k, nil
 }
 
 func (c *execContext) addLost(kind, reason string) {
@@ -79,7 +87,8 @@ func (c *execContext) addLost(kind, reason string) {
 
 // runKernel runs a command in its language's kernel of context c and
 // emits its events (not done).
-func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Record, ev *eventsFile, intr <-chan struct{}) outcome {
+func (d *Driver) runKernel(ctx context.Context, c *execContext, q queued, ev *eventsFile, intr <-chan struct{}) outcome {
+	rec := q.rec
 	if !slices.Contains(d.launcher.languages, rec.Language) {
 		msg := fmt.Sprintf("this sandbox's image has no %s interpreter for %s (it supports %s)", languageName(rec.Language), rec.Language, strings.Join(d.launcher.languages, ", "))
 		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "LanguageUnavailable", EValue: msg})
@@ -93,7 +102,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 		delete(c.lostReasons, kind)
 	}
 	name := languageName(rec.Language)
-	k, err := d.ensureKernel(c, rec.Language)
+	k, err := d.ensureKernel(c, rec.Language, q.env)
 	if err != nil {
 		d.emit(ev, &ioproto.Event{Type: ioproto.EventError, EName: "KernelUnavailable", EValue: err.Error()})
 		return outcome{status: ioproto.StatusKilled, stateLost: true, reason: joinReason(res.reason, "could not start "+name+": "+err.Error())}
@@ -112,7 +121,7 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, rec ioproto.Reco
 		}
 	}
 	k.unblockOutput()
-	req := kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env}
+	req := kernelRequest{ID: rec.CommandID, Code: rec.Code, Language: rec.Language, Env: rec.Env, SetEnv: d.setenvFor(k, q.env)}
 	if op {
 		req.Op, req.Path = rec.Type, snapshotPath(d.cfg.IODir, rec.Snapshot)
 	}

@@ -56,7 +56,7 @@ func (p PtySize) validate() error {
 // opposed to records that only refer to one (interrupt, stdin, ...). Only
 // commands count for "a command ID runs once".
 func NamesCommand(k string) bool {
-	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize && k != KindAdopt
+	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize && k != KindAdopt && k != KindEnv
 }
 
 // Languages an exec record may ask for. Python and bash are in every
@@ -190,9 +190,10 @@ type Record struct {
 	// MaxStdinChunk bytes decoded (StdinData). A string rather than
 	// []byte keeps Record comparable.
 	Data string `json:"data,omitempty"`
-	// Env holds environment variables set for this command only (exec
-	// only): they override the sandbox's for the command's duration and are
-	// restored afterwards (ValidateEnv gives the rules).
+	// Env holds environment variables set for this command only (exec):
+	// they override the sandbox's for the command's duration and are
+	// restored afterwards (ValidateEnv gives the rules). In an env record
+	// (KindEnv), the variables set for every later command.
 	Env map[string]string `json:"env,omitempty"`
 	// ContextID names the context an exec runs in (empty: DefaultContext)
 	// or that a context record is about (context.go).
@@ -281,6 +282,8 @@ func (r *Record) Validate() error {
 		if err := r.Pty.validate(); err != nil {
 			return err
 		}
+	case KindEnv:
+		return r.validateEnvRecord()
 	case KindInterrupt, KindStdinClose, KindAdopt:
 	case "":
 		return fmt.Errorf("%w: type is missing", ErrMalformed)

@@ -2,6 +2,7 @@ package ioproto
 
 import (
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -41,6 +42,11 @@ func TestParseRecord(t *testing.T) {
 			want: Record{Type: KindResize, CommandID: "s6", Pty: PtySize{Rows: 50, Cols: 200}}, wantID: "s6"},
 		{name: "resize without size", line: `{"type":"resize","command_id":"s7"}`, wantID: "s7", wantErr: "without pty size"},
 		{name: "stdin data not base64", line: `{"type":"stdin","command_id":"s8","data":"!!"}`, wantID: "s8", wantErr: "not base64"},
+		{name: "env", line: `{"type":"env","command_id":"sbx-env-1","env":{"A":"1","B":"two"}}`,
+			want: Record{Type: KindEnv, CommandID: "sbx-env-1", Env: map[string]string{"A": "1", "B": "two"}}, wantID: "sbx-env-1"},
+		{name: "env bad name", line: `{"type":"env","command_id":"e2","env":{"A=B":"1"}}`, wantID: "e2", wantErr: "contains '='"},
+		{name: "env driver variable", line: `{"type":"env","command_id":"e3","env":{"SANDBOX_POOL_DRIVER":"1"}}`, wantID: "e3", wantErr: "driver reads for its own control"},
+		{name: "env nul value", line: `{"type":"env","command_id":"e4","env":{"A":"x\u0000y"}}`, wantID: "e4", wantErr: "NUL"},
 		{name: "two ids is ambiguous", line: `{"command_id":"a","command_id":"b",`, wantErr: "malformed"},
 	}
 	for _, tt := range tests {
@@ -85,7 +91,7 @@ func TestStdinChunkBound(t *testing.T) {
 }
 
 func TestNamesCommand(t *testing.T) {
-	for kind, want := range map[string]bool{KindExec: true, KindInterrupt: false, KindStdin: false, KindStdinClose: false, KindResize: false} {
+	for kind, want := range map[string]bool{KindExec: true, KindInterrupt: false, KindStdin: false, KindStdinClose: false, KindResize: false, KindAdopt: false, KindEnv: false} {
 		if NamesCommand(kind) != want {
 			t.Errorf("NamesCommand(%q) = %v, want %v", kind, !want, want)
 		}
@@ -136,6 +142,7 @@ func TestEncodeRecordRoundTrip(t *testing.T) {
 func FuzzParseRecord(f *testing.F) {
 	f.Add([]byte(`{"type":"exec","command_id":"c1","language":"python","code":"x = 1","timeout_ms":100}`))
 	f.Add([]byte(`{"type":"interrupt","command_id":"c1"}`))
+	f.Add([]byte(`{"type":"env","command_id":"sbx-env-1","env":{"A":"1"}}`))
 	f.Add([]byte(`{"type":"exec","command_id":"c1","code":"x`))
 	f.Add([]byte(`{"type":"exec","command_id":"../../etc/passwd"}`))
 	f.Add([]byte(`null`))
@@ -161,4 +168,41 @@ func FuzzParseRecord(f *testing.F) {
 			t.Fatalf("round trip changed the record: %+v -> %+v (%v)", rec, again, err)
 		}
 	})
+}
+
+func TestEnvRecord(t *testing.T) {
+	line, err := EncodeRecord(EnvRecord("sbx-env-3f9a", map[string]string{"B": "two", "A": "1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"type":"env","command_id":"sbx-env-3f9a","env":{"A":"1","B":"two"}}` + "\n"; string(line) != want {
+		t.Fatalf("EncodeRecord = %q, want %q", line, want)
+	}
+	for _, name := range DriverEnv {
+		if _, err := EncodeRecord(EnvRecord("e", map[string]string{name: "1"})); !errors.Is(err, ErrMalformed) {
+			t.Errorf("an env record setting %s encoded: %v", name, err)
+		}
+		// A command may still set one for itself: it configures nothing.
+		if _, err := EncodeRecord(Record{Type: KindExec, CommandID: "c", Env: map[string]string{name: "1"}}); err != nil {
+			t.Errorf("an exec's own env with %s: %v", name, err)
+		}
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	cur := map[string]string{"A": "1", "B": "2"}
+	got, err := MergeEnv(cur, map[string]string{"B": "two", "C": "3"})
+	if err != nil || !reflect.DeepEqual(got, map[string]string{"A": "1", "B": "two", "C": "3"}) {
+		t.Fatalf("MergeEnv = %v, %v", got, err)
+	}
+	if cur["B"] != "2" || len(cur) != 2 {
+		t.Fatalf("MergeEnv changed its input: %v", cur)
+	}
+	big := map[string]string{}
+	for i := range MaxEnvVars {
+		big[fmt.Sprint("V", i)] = "x"
+	}
+	if _, err := MergeEnv(big, map[string]string{"ONE_MORE": "x"}); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Fatalf("MergeEnv past %d variables: %v", MaxEnvVars, err)
+	}
 }

@@ -5,7 +5,8 @@
 // protocol as the Python kernel (driver/pykernel/kernel.py): fd 0 =
 // /dev/null, fd 1/2 = the user's raw stdout/stderr pipes, fd 3 = control in
 // (first a hello {"nonce"}, then one JSON request per line: {"id", "code",
-// "language", "env"}), fd 4 = control out (one JSON message per line: ready /
+// "language", "env", "setenv"}: env is set for the request only, setenv
+// for good before it, the sandbox's environment), fd 4 = control out (one JSON message per line: ready /
 // result / error / done). Before every message that carries "sync": N, the
 // marker "\x00\x1eSBX-SYNC:<nonce>:<N>\x1e\x00" is written to the stdout and
 // stderr pipes, after all output written before it (see "output" below), so
@@ -445,6 +446,7 @@ function restoreEnv(saved) {
 async function run(req) {
   curId = req.id;
   cell++;
+  setEnv(req.setenv); // for good: never restored
   const saved = setEnv(req.env);
   let status = "ok";
   try {
@@ -512,10 +514,12 @@ async function main() {
     let req = null;
     try {
       req = JSON.parse(line);
-      const env = req.env || {};
       if (typeof req.id !== "string" || typeof req.code !== "string") throw new Error("'id' and 'code' must be strings");
-      if (typeof env !== "object" || Array.isArray(env) || !Object.values(env).every((v) => typeof v === "string")) {
-        throw new Error("'env' must map strings to strings");
+      for (const key of ["env", "setenv"]) {
+        const env = req[key] || {};
+        if (typeof env !== "object" || Array.isArray(env) || !Object.values(env).every((v) => typeof v === "string")) {
+          throw new Error(`'${key}' must map strings to strings`);
+        }
       }
     } catch (e) {
       curId = req && typeof req.id === "string" ? req.id : "";

@@ -3,7 +3,8 @@
 Started by the Go driver as ``python3 -u kernel.py`` with fd 0 = /dev/null,
 fd 1/2 = the user's raw stdout/stderr pipes, fd 3 = control in (first a
 hello {"nonce"}, then one JSON request per line: {"id","code"} and optional
-"env", variables set for that request only), fd 4 =
+"env", variables set for that request only, and "setenv", variables set for
+good before it: the sandbox's environment), fd 4 =
 control out (one JSON message per line: ready / display / result / error /
 done).  Before every message that carries "sync": N, the marker
 b"\\x00\\x1eSBX-SYNC:<nonce>:<N>\\x1e\\x00" is written to the stdout and stderr
@@ -1113,6 +1114,10 @@ def _main():
         req = None
         try:
             req = json.loads(line)
+            setenv = req.get("setenv") or {}
+            if not isinstance(setenv, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in setenv.items()):
+                raise ValueError("'setenv' must map strings to strings")
+            _set_env(setenv)                 # for good: never restored
             if req.get("op") in ("snapshot", "restore"):
                 _hib(req["id"], req["op"], req["path"])
                 continue

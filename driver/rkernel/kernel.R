@@ -4,7 +4,8 @@
 # kernel protocol as the Python kernel (driver/pykernel/kernel.py): fd 1/2 =
 # the user's raw stdout/stderr pipes, fd 3 = control in (first a hello
 # {"nonce"}, then one JSON request per line: {"id", "code", "language",
-# "env"}), fd 4 = control out (one JSON message per line: ready / display /
+# "env", "setenv"}: env is set for the request only, setenv for good before
+# it, the sandbox's environment), fd 4 = control out (one JSON message per line: ready / display /
 # result / error / done).  Before every message that carries "sync": N, the
 # marker "\x00\x1eSBX-SYNC:<nonce>:<N>\x1e\x00" is written to fd 1 and fd 2.
 #
@@ -197,6 +198,8 @@ local({
   run <- function(req) {
     st$id <- req$id
     st$cell <- st$cell + 1L
+    # setenv for good (never restored), then the request's own env.
+    if (length(req$setenv)) do.call(Sys.setenv, as.list(req$setenv))
     env <- req$env
     saved <- if (length(env)) Sys.getenv(names(env), unset = NA, names = TRUE) else character(0)
     if (length(env)) do.call(Sys.setenv, as.list(env))

@@ -2,7 +2,9 @@ package iolog
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -121,7 +123,7 @@ func recordDigest(rec ioproto.Record) [32]byte {
 // reports appended=false (the caller's retried submission must not run a
 // command twice); if the logged record runs something else, Append fails
 // with ErrConflict. An interrupt record must name a command in the log, or
-// Append fails with ErrUnknownCommand.
+// Append fails with ErrUnknownCommand. (Env records: AppendEnv.)
 //
 // ready, if not nil, is called with appends held (see HoldAppends) just
 // before the write; its error cancels the append and is returned as is.
@@ -155,7 +157,7 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 			return false, ErrConflict
 		}
 		return false, nil
-	case !ioproto.NamesCommand(rec.Type) && !ok:
+	case refersToCommand(rec.Type) && !ok:
 		return false, ErrUnknownCommand
 	case d.size+int64(len(line))+1 > MaxLogBytes:
 		return false, fmt.Errorf("%w: it holds %d bytes; the limit is %d", ErrLogFull, d.size, MaxLogBytes)
@@ -187,6 +189,35 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 		}
 	}
 	return true, nil
+}
+
+// refersToCommand reports whether records of kind act on a command of the
+// log (interrupt, stdin, ...), which must be there. An env record is
+// neither a command nor about one.
+func refersToCommand(kind string) bool {
+	return !ioproto.NamesCommand(kind) && kind != ioproto.KindEnv
+}
+
+// AppendEnv appends an env record giving the sandbox the variables env for
+// every command appended after it, in every context and language, as if
+// it had been created with them (PROTOCOL.md, *Sandbox environment*): how
+// a claimed warm-pool sandbox is shaped after its claim instead of
+// requiring a new container. The record's command ID is new
+// (ioproto.EnvRecordIDPrefix and a random suffix); AppendEnv returns it
+// for the caller's log. An env breaking ioproto.ValidateEnv, or naming a
+// driver-internal variable (ioproto.IsDriverEnv), is refused with
+// ioproto.ErrMalformed and nothing is appended: such a sandbox must be
+// created with its env. ready is as for Append.
+func (d *Dir) AppendEnv(ctx context.Context, env map[string]string, ready func() error) (id string, err error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	id = ioproto.EnvRecordIDPrefix + hex.EncodeToString(b[:])
+	if _, err := d.AppendContext(ctx, ioproto.EnvRecord(id, env), ready); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // isCommand reports whether records of kind get their own events file
