@@ -70,7 +70,8 @@ const (
 	// pool's, under a runtime that cannot change them in place (gVisor's
 	// runsc has no update).
 	PoolMissLimits PoolMiss = "limits"
-	// PoolMissEnv: a sandbox with env of its own.
+	// PoolMissEnv: env naming a variable the sandbox's driver reads for
+	// itself, which only a container's creation sets.
 	PoolMissEnv PoolMiss = "env"
 	// PoolMissShaping: the claimed sandbox could not take the request's
 	// options (its limits or env); it was discarded.

@@ -110,7 +110,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		poolMisses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: PoolMissesName,
-			Help: "New sandboxes created cold although a warm pool was configured for their image, by reason: empty (none ready), network, volumes, snapshot, template (no pool of its own), disk (another /workspace size), limits (other limits, under a runtime that cannot change them in place: gVisor), env, shaping_failed (the claimed sandbox could not take the request's limits or env).",
+			Help: "New sandboxes created cold although a warm pool was configured for their image, by reason: empty (none ready), network, volumes, snapshot, template (no pool of its own), disk (another /workspace size), limits (other limits, under a runtime that cannot change them in place: gVisor), env (naming a variable of the driver's own), shaping_failed (the claimed sandbox could not take the request's limits or env).",
 		}, []string{"reason"}),
 		dockerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: DockerErrorsName,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -50,10 +51,10 @@ import (
 // Only where a stacked mount is seen and the pool's container fits the
 // sandbox: runc (gVisor's gofer never sees mounts made after the container
 // started), disk volumes (their mount points can be made shared), and a
-// sandbox a pool container can be shaped to (no network, no env, no
-// volumes, the server's image and runtime; its limits are set on the
-// carrier in place, as a claim's are: shape.go). Anything else, or an
-// empty pool, wakes as before.
+// sandbox a pool container can be shaped to (no network, no volumes, the
+// server's image and runtime; its limits are set on the carrier in place
+// and its env given by an env record, as a claim's are: shape.go).
+// Anything else, or an empty pool, wakes as before.
 
 // carrierMeta names the warm-pool sandbox whose container and directories
 // carry a fast-woken sandbox.
@@ -122,7 +123,7 @@ func (m *Manager) decideFastWake(ctx context.Context) bool {
 func (m *Manager) fastWakeable(sb *sandbox) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return m.fastWakeOn() && sb.net == nil && !sb.network && len(sb.env) == 0 && len(sb.volumes) == 0 &&
+	return m.fastWakeOn() && sb.net == nil && !sb.network && shapeableEnv(sb.env) && len(sb.volumes) == 0 &&
 		sb.image == m.cfg.Image && sb.runtime == m.cfg.Runtime &&
 		hasVolume(sb.dir, ioDir) && hasVolume(sb.dir, workspaceDir)
 }
@@ -208,6 +209,19 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 		if err := m.setCgroupLimits(ctx, containerID, want); err != nil {
 			undo()
 			return "", err
+		}
+	}
+	if len(sb.env) > 0 {
+		// Its env, for the carrier's driver, which started without it:
+		// an env record in sb's own log, which the driver reads after it
+		// adopts, before the restore and every later command. (A sandbox
+		// shaped at its claim has one already; the variables are the same.)
+		sb.mu.Lock()
+		env := maps.Clone(sb.env)
+		sb.mu.Unlock()
+		if _, err := sb.io.AppendEnv(ctx, env, nil); err != nil {
+			undo()
+			return "", fmt.Errorf("append the env record: %w", err)
 		}
 	}
 	if err := stackOn(sb.dir, p.dir); err != nil {

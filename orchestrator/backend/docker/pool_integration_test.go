@@ -1,9 +1,12 @@
 package docker
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -194,4 +197,140 @@ func atoi(t *testing.T, s string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// envSeen is code per language printing SBX_A and SBX_B as the sandbox's
+// processes see them, and what each prints for want.
+func checkEnvSeen(t *testing.T, m *validated, sandboxID, a, b, when string) {
+	t.Helper()
+	want := a + "|" + b + "\n"
+	for _, c := range []struct{ lang, code string }{
+		{"python", "import os\nprint(os.environ.get('SBX_A', '') + '|' + os.environ.get('SBX_B', ''))"},
+		{"python", "import subprocess\nprint(subprocess.run(['sh', '-c', 'echo \"$SBX_A|$SBX_B\"'], capture_output=True, text=True).stdout, end='')"},
+		{"bash", `echo "$SBX_A|$SBX_B"`},
+		{"javascript", "console.log((process.env.SBX_A || '') + '|' + (process.env.SBX_B || ''))"},
+		{"r", `cat(paste0(Sys.getenv("SBX_A"), "|", Sys.getenv("SBX_B")), "\n", sep = "")`},
+	} {
+		if got := mustRunOK(t, m, sandboxID, c.lang, c.code); got != want {
+			t.Errorf("%s: %s sees %q; want %q", when, c.lang, got, want)
+		}
+	}
+}
+
+// TestIntegrationWarmPoolShapedEnv: a request with env takes a pool
+// sandbox, and every language, every process, every later kernel and the
+// sandbox after a restart of its container and after a wake see the
+// variables; a command's own env still overrides them for itself. The
+// next tenant's claim, from the same pool, sees none of them.
+func TestIntegrationWarmPoolShapedEnv(t *testing.T) {
+	m, c, _ := integrationManager(t, func(c *Config) { c.WarmPool = 1 })
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
+	defer cancel()
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	pooled := poolIDs(m)
+	acme := core.WithCaller(ctx, core.Caller{Tenant: "acme"})
+	res, err := m.Acquire(acme, "env-alice", core.Options{Env: map[string]string{"SBX_A": "alpha", "SBX_B": "two words"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Sandbox.ID
+	if id != pooled[0] {
+		t.Fatalf("a request with env got %s; want the pool's sandbox %s", id, pooled[0])
+	}
+	checkEnvSeen(t, m, id, "alpha", "two words", "after the claim")
+	if got := mustRunOK(t, m, id, "python", "import os\nprint(os.environ['SBX_A'])"); got != "alpha\n" {
+		t.Errorf("before the override: %q", got)
+	}
+	evs := runCommand(t, m, id, core.ExecRequest{Language: "bash", Code: `echo "$SBX_A"`, Env: map[string]string{"SBX_A": "once"}})
+	if got := textOf(evs); got != "once\n" {
+		t.Errorf("a command's own env: %q; want once", got)
+	}
+	checkEnvSeen(t, m, id, "alpha", "two words", "after a command's own env")
+
+	// The driver crashes and Docker's restart policy restarts the
+	// container, which starts over on the log: the env record again.
+	before, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
+	if out, err := exec.CommandContext(ectx, "docker", "exec", res.Sandbox.ContainerID, "pkill", "-KILL", "-x", "sandbox-driver").CombinedOutput(); err != nil {
+		t.Logf("docker exec pkill: %v: %s", err, out)
+	}
+	ecancel()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) { // polling the engine, bounded
+		info, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
+		if err == nil && info.RestartCount > before.RestartCount && info.State.Running && !info.State.Restarting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container did not restart within a minute: %v", err)
+		}
+	}
+	checkEnvSeen(t, m, id, "alpha", "two words", "after a restart of the container")
+	if _, err := m.Hibernate(acme, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Wake(acme, id); err != nil {
+		t.Fatal(err)
+	}
+	checkEnvSeen(t, m, id, "alpha", "two words", "after a wake")
+
+	// Another tenant's claim: another pool sandbox, none of acme's env.
+	awaitPoolWithin(t, m, 1, 2*time.Minute)
+	beta := core.WithCaller(ctx, core.Caller{Tenant: "beta"})
+	other, err := m.Acquire(beta, "env-bob", core.Options{Env: map[string]string{"SBX_B": "bob's"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Sandbox.ID == id {
+		t.Fatal("one pool sandbox served two claims")
+	}
+	checkEnvSeen(t, m, other.Sandbox.ID, "", "bob's", "the next tenant's claim")
+}
+
+// TestIntegrationFastWakeEnv: a sandbox created with env (cold, its
+// container's env) wakes fast in a pool container that started without
+// it, and keeps it: the wake gives the carrier's driver an env record.
+func TestIntegrationFastWakeEnv(t *testing.T) {
+	if rt := os.Getenv("SANDBOX_RUNTIME"); !runtimeIsRunc(rt) {
+		t.Skipf("fast wake is runc's only (runtime %q)", rt)
+	}
+	m1, _, cfg := integrationManager(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	res, err := m1.Acquire(ctx, "fw-env", core.Options{Env: map[string]string{"SBX_A": "cold", "SBX_B": "made"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Sandbox.ID
+	mustRunOK(t, m1, id, "python", "x = 41")
+	if _, err := m1.Hibernate(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.WarmPool = 1
+	m2, err := newValidated(ctx, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m2.Close()
+	awaitPoolWithin(t, m2, 1, 2*time.Minute)
+	pool := poolContainers(m2)
+	if _, _, err := m2.Wake(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m2.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(slices.Collect(maps.Values(pool)), got.ContainerID) {
+		t.Fatalf("woken in container %s, not in the pool's %v: not a fast wake", got.ContainerID, pool)
+	}
+	checkEnvSeen(t, m2, id, "cold", "made", "after a fast wake")
+	if out := mustRunOK(t, m2, id, "python", "print(x + 1)"); out != "42\n" {
+		t.Errorf("globals after the fast wake: %q", out)
+	}
 }

@@ -1,14 +1,18 @@
 package docker
 
 import (
+	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 
 	"github.com/sandboxd/sandboxd/orchestrator/labels"
@@ -99,7 +103,7 @@ func TestWarmPoolColdForOptions(t *testing.T) {
 		opts core.Options
 		miss core.PoolMiss
 	}{
-		{"env", core.Options{Env: map[string]string{"K": "v"}}, core.PoolMissEnv},
+		{"driver-env", core.Options{Env: map[string]string{"SANDBOX_MAX_OUTPUT": "4096"}}, core.PoolMissEnv},
 	} {
 		res, err := m.Acquire(t.Context(), tc.user, tc.opts)
 		if err != nil {
@@ -146,7 +150,8 @@ func TestPoolMissReasons(t *testing.T) {
 		{"volumes", with(func(s *sandboxSpec) { s.volumes = []core.VolumeMount{{Volume: "vol-x", Path: "/data"}} }), core.PoolMissVolumes},
 		{"snapshot", with(func(s *sandboxSpec) { s.from = &snapFile{} }), core.PoolMissSnapshot},
 		{"disk", with(func(s *sandboxSpec) { s.limits.DiskBytes = 2 << 30 }), core.PoolMissDisk},
-		{"env", with(func(s *sandboxSpec) { s.env = map[string]string{"K": "v"} }), core.PoolMissEnv},
+		{"env", with(func(s *sandboxSpec) { s.env = map[string]string{"K": "v"} }), ""},
+		{"driver env", with(func(s *sandboxSpec) { s.env = map[string]string{"K": "v", "SANDBOX_POOL_DRIVER": "1"} }), core.PoolMissEnv},
 	} {
 		if got := m.poolMiss(tc.spec); got != tc.want {
 			t.Errorf("%s: %q; want %q", tc.name, got, tc.want)
@@ -196,6 +201,44 @@ func TestWarmPoolShapesLimits(t *testing.T) {
 	defer rec.mu.Unlock()
 	if len(rec.misses) != 0 {
 		t.Errorf("misses counted: %v", rec.misses)
+	}
+}
+
+// TestWarmPoolShapesEnv: a request with env takes a pool sandbox, whose
+// log gets an env record with the variables before anything else the user
+// sends, and meta.json keeps them (for its wakes and forks).
+func TestWarmPoolShapesEnv(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	cfg := testConfig(t)
+	cfg.WarmPool = 1
+	m := newTestManager(t, cfg, fd)
+	awaitPool(t, m, 1)
+	ready := poolIDs(m)
+	env := map[string]string{"API_URL": "http://api.test", "MODE": "x y"}
+	res, err := m.Acquire(t.Context(), "alice", core.Options{Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sandbox.ID != ready[0] {
+		t.Fatalf("got %s; want the pool sandbox %s", res.Sandbox.ID, ready[0])
+	}
+	dir := filepath.Join(cfg.StateDir, sandboxesDir, res.Sandbox.ID)
+	md, err := readMeta(dir)
+	if err != nil || md.Shaping || !maps.Equal(md.Env, env) {
+		t.Errorf("meta.json: shaping %v, env %v, %v; want shaped with %v", md.Shaping, md.Env, err, env)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ioDir, ioproto.StdinFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last ioproto.Record
+	for line := range strings.Lines(string(b)) {
+		if err := json.Unmarshal([]byte(line), &last); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+	}
+	if last.Type != ioproto.KindEnv || !maps.Equal(last.Env, env) || !strings.HasPrefix(last.CommandID, ioproto.EnvRecordIDPrefix) {
+		t.Errorf("the log's last record is %+v; want an env record with %v", last, env)
 	}
 }
 

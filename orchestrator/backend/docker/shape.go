@@ -3,11 +3,13 @@ package docker
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
@@ -19,11 +21,19 @@ import (
 //   - limits of memory, CPUs and processes, by changing the container's
 //     cgroups in place (docker update; not under gVisor, whose runsc has
 //     no update);
+//   - env, by an env record in its command log (ioproto/PROTOCOL.md,
+//     *Sandbox environment*): the driver sets the variables for itself,
+//     every kernel and every process before any later command, and again
+//     whenever it starts over on the log (a restart, a wake), as if the
+//     container had been created with them. The record comes before any
+//     command of the user's, so none runs without them.
 //
 // What a running container cannot take sends the request to a cold
 // create, counted by reason (core.PoolMiss, sandboxd_warm_pool_misses_total):
 // network, volumes, a start from a snapshot, a template without a pool of
-// its own, another /workspace size, other limits under gVisor, env.
+// its own, another /workspace size, other limits under gVisor, env naming
+// a variable of the driver's own (ioproto.DriverEnv: only a container's
+// creation sets those).
 //
 // A claim that shapes commits in two steps. meta.json is written first as
 // the user's with Shaping set: from then on the sandbox is never a pool
@@ -34,6 +44,15 @@ import (
 // handed out, and no pool sandbox keeps another tenant's shaping. A
 // shaping that fails discards the sandbox (core.PoolMissShaping) and the
 // request is created cold, as without a pool.
+
+// Steps of a claim that shapes (Config.AtStep), for fault tests.
+const (
+	stepClaimRecorded = "claim:recorded" // the claim in meta.json with Shaping set, nothing shaped yet
+	stepClaimShaped   = "claim:shaped"   // shaped, meta.json still saying Shaping
+)
+
+// ClaimSteps are a shaping claim's steps, for fault tests.
+var ClaimSteps = []string{stepClaimRecorded, stepClaimShaped}
 
 // poolMiss says why spec cannot be served by a sandbox of a warm pool for
 // its image, "" when it can.
@@ -51,7 +70,7 @@ func (m *Manager) poolMiss(spec sandboxSpec) core.PoolMiss {
 		// runsc has no update: Docker refuses to change a running
 		// gVisor sandbox's limits.
 		return core.PoolMissLimits
-	case len(spec.env) > 0:
+	case !shapeableEnv(spec.env):
 		return core.PoolMissEnv
 	}
 	return ""
@@ -68,7 +87,18 @@ func (m *Manager) pooling() bool {
 func (m *Manager) needsShaping(sb *sandbox, spec sandboxSpec) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return !sameCgroupLimits(sb.limits, spec.limits)
+	return !sameCgroupLimits(sb.limits, spec.limits) || len(spec.env) > 0
+}
+
+// shapeableEnv reports whether an env record can carry env: it names no
+// variable the driver reads for itself (ioproto.IsDriverEnv).
+func shapeableEnv(env map[string]string) bool {
+	for k := range env {
+		if ioproto.IsDriverEnv(k) {
+			return false
+		}
+	}
+	return true
 }
 
 // sameCgroupLimits reports whether a and b set the same cgroup limits
@@ -80,9 +110,11 @@ func sameCgroupLimits(a, b core.Limits) bool {
 // shapeClaimed shapes sb, claimed for spec with Shaping recorded, and
 // records it shaped: only then may it be handed out.
 func (m *Manager) shapeClaimed(ctx context.Context, sb *sandbox, spec sandboxSpec) error {
+	m.step(stepClaimRecorded)
 	if err := m.shape(ctx, sb, spec); err != nil {
 		return err
 	}
+	m.step(stepClaimShaped)
 	sb.mu.Lock()
 	sb.shaping = false
 	sb.mu.Unlock()
@@ -96,7 +128,7 @@ func (m *Manager) shapeClaimed(ctx context.Context, sb *sandbox, spec sandboxSpe
 // milliseconds, and a cold create is the fallback.
 const shapeTimeout = 10 * time.Second
 
-// shape gives a claimed pool sandbox spec's limits. The caller has written
+// shape gives a claimed pool sandbox spec's limits and env. The caller has written
 // meta.json with Shaping set, and writes it again once shape succeeds.
 func (m *Manager) shape(ctx context.Context, sb *sandbox, spec sandboxSpec) error {
 	ctx, cancel := context.WithTimeout(ctx, shapeTimeout)
@@ -110,6 +142,15 @@ func (m *Manager) shape(ctx context.Context, sb *sandbox, spec sandboxSpec) erro
 		}
 		sb.mu.Lock()
 		sb.limits.MemoryBytes, sb.limits.NanoCPUs, sb.limits.PidsLimit = spec.limits.MemoryBytes, spec.limits.NanoCPUs, spec.limits.PidsLimit
+		sb.dirty = true
+		sb.mu.Unlock()
+	}
+	if len(spec.env) > 0 {
+		if _, err := sb.io.AppendEnv(ctx, spec.env, func() error { return m.appendable(sb) }); err != nil {
+			return fmt.Errorf("append the env record: %w", err)
+		}
+		sb.mu.Lock()
+		sb.env = maps.Clone(spec.env)
 		sb.dirty = true
 		sb.mu.Unlock()
 	}
