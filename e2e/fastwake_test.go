@@ -193,3 +193,77 @@ func TestE2EFastWakeDefaults(t *testing.T) {
 		t.Fatalf("the woken sandbox after the restart: %q", got.stdout)
 	}
 }
+
+// TestE2EClaimShapeCrash kills sandboxd (SIGKILL, from its test hooks) at
+// each step of a claim that shapes a warm-pool sandbox to its request
+// (orchestrator/backend/docker/shape.go: limits and env), restarts it,
+// and checks that no half-shaped sandbox is handed out and no pool
+// sandbox keeps the shaping: the user has no sandbox (the Acquire never
+// returned one) and the next Acquire gets one with every option; another
+// user's claim of a default sandbox has the server's memory limit and
+// none of the env. runc only: under gVisor a request for its own limits
+// is created cold.
+func TestE2EClaimShapeCrash(t *testing.T) {
+	env := needE2E(t)
+	if env.runtime != "" && env.runtime != "runc" {
+		t.Skipf("runc's: gVisor's runsc cannot change a running sandbox's limits, so such a request is created cold (runtime %q)", env.runtime)
+	}
+	env = env.withRuntime(t, "runc")
+	crashing := env.withCrashHooks(t)
+	pool := []string{"--warm-pool", "2"}
+	const memory = 384 << 20
+	opts := &sandboxv1.SandboxOptions{
+		Limits: &sandboxv1.ResourceLimits{MemoryBytes: memory},
+		Env:    map[string]string{"SHAPED": "tenant-a"},
+	}
+	probe := "import os\nprint(os.environ.get('SHAPED', '-'), open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read().strip() if os.path.exists('/sys/fs/cgroup/memory/memory.limit_in_bytes') else 'v2')"
+	for i, step := range docker.ClaimSteps {
+		t.Run(strings.ReplaceAll(step, ":", "-"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			user := "claim-crash-" + strconv.Itoa(i)
+			d := crashing.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step}, pool...)
+			if !pollUntil(2*time.Minute, func() bool { return strings.Count(d.logs.String(), "warm pool: sandbox ready") >= 2 }) {
+				t.Fatal("the warm pool had no two ready sandboxes within 2 minutes")
+			}
+			c, _ := d.client(t)
+			_, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: user, Options: opts})
+			awaitCrash(t, d, step, err)
+
+			d = env.start(t, pool...)
+			c, _ = d.client(t)
+			if !strings.Contains(d.logs.String(), "claimed but not yet shaped") {
+				t.Errorf("the restart did not report the half-shaped sandbox it removed")
+			}
+			ls, err := c.ListSandboxes(ctx, &sandboxv1.ListSandboxesRequest{UserId: user})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(ls.GetSandboxes()); n != 0 {
+				t.Fatalf("after the crash at %s the user has %d sandboxes (%v); want none: the Acquire never returned one", step, n, ls.GetSandboxes())
+			}
+			got, err := c.AcquireSandbox(ctx, &sandboxv1.AcquireSandboxRequest{UserId: user, Options: opts})
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := got.GetSandbox().GetSandboxId()
+			if m := got.GetSandbox().GetLimits().GetMemoryBytes(); m != memory {
+				t.Errorf("the new sandbox's memory is %d; want %d", m, memory)
+			}
+			if o, _ := execOut(t, ctx, c, id, "probe", probe); o.stdout != "tenant-a "+strconv.Itoa(memory)+"\n" && o.stdout != "tenant-a v2\n" {
+				t.Errorf("the shaped sandbox sees %q", o.stdout)
+			}
+			// Another user's default sandbox: no trace of the shaping.
+			other := acquire(t, ctx, c, user+"-other").GetSandbox()
+			if o, _ := execOut(t, ctx, c, other.GetSandboxId(), "probe", probe); o.stdout != "- "+strconv.Itoa(512<<20)+"\n" && o.stdout != "- v2\n" {
+				t.Errorf("another user's default sandbox sees %q; want no env and the default 512 MiB (startEnv's)", o.stdout)
+			}
+			for _, sb := range []string{id, other.GetSandboxId()} {
+				if _, err := c.DeleteSandbox(ctx, &sandboxv1.DeleteSandboxRequest{SandboxId: sb}); err != nil {
+					t.Fatalf("DeleteSandbox: %v", err)
+				}
+			}
+			d.stop(t)
+		})
+	}
+}

@@ -53,7 +53,7 @@ shards=("$@")
 
 # The Docker suites of e2e-state (the rest of e2e's Docker suites are
 # e2e-docker's).
-state='^TestE2E(Hibernate|FastWake|SnapshotCrash|TemplateKill9|Webhooks|Lifetime)'
+state='^TestE2E(Hibernate|FastWake|ClaimShape|SnapshotCrash|TemplateKill9|Webhooks|Lifetime)'
 
 # shard_args prints shard $1's go test arguments, one per line.
 shard_args() {
