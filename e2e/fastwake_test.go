@@ -267,3 +267,55 @@ func TestE2EClaimShapeCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestE2EFastWakeForkCrash kills sandboxd at each step of a fork that
+// runs in a warm-pool container (carried as a fast wake is: the carrier
+// recorded, the volumes stacked, the restore registered), restarts it,
+// and checks that the fork has the source's files and globals or says it
+// lost them, the source is untouched, and no pool sandbox is left half
+// borrowed. runc only: gVisor sandboxes never run in pool containers.
+func TestE2EFastWakeForkCrash(t *testing.T) {
+	env := needE2E(t)
+	if env.runtime != "" && env.runtime != "runc" {
+		t.Skipf("fast wake is runc's only (runtime %q)", env.runtime)
+	}
+	env = env.withRuntime(t, "runc")
+	crashing := env.withCrashHooks(t)
+	pool := []string{"--warm-pool", "1"}
+	steps := append(slices.Clone(docker.FastWakeSteps), "restore:registered")
+	for i, step := range steps {
+		t.Run(strings.ReplaceAll(step, ":", "-"), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			d := crashing.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step}, pool...)
+			c, _ := d.client(t)
+			src := acquire(t, ctx, c, "pool-fork-src-"+strconv.Itoa(i)).GetSandbox().GetSandboxId()
+			execOut(t, ctx, c, src, "set", "x = 41\nopen('/workspace/f.txt', 'w').write('file kept')")
+			if !pollUntil(2*time.Minute, func() bool { return poolReady(d.logs.String()) }) {
+				t.Fatal("the warm pool had no ready sandbox within 2 minutes")
+			}
+			forkUser := "pool-fork-" + strconv.Itoa(i)
+			_, err := c.ForkSandbox(ctx, &sandboxv1.ForkSandboxRequest{SandboxId: src, Count: 1, UserIds: []string{forkUser}})
+			awaitCrash(t, d, step, err)
+
+			d = env.start(t, pool...)
+			c, _ = d.client(t)
+			checkNoHalfBorrowed(t, env.stateDir)
+			if o, _ := execOut(t, ctx, c, src, "get", "print(x, open('/workspace/f.txt').read())"); o.stdout != "41 file kept\n" {
+				t.Fatalf("the source after the crash at %s: %q %v", step, o.stdout, o.errs)
+			}
+			fork := acquire(t, ctx, c, forkUser).GetSandbox()
+			out, started := execOut(t, ctx, c, fork.GetSandboxId(), "get", "print(open('/workspace/f.txt').read())\nprint(x)")
+			t.Logf("the fork after the crash at %s: wake %v, output %q", step, started.GetWake(), out.stdout)
+			switch {
+			case out.stdout == "file kept\n41\n":
+			case strings.HasPrefix(out.stdout, "file kept\n") && (out.done.GetStateLost() || started.GetWake().GetLevel() == "files"):
+				// Globals lost, and said so; the files kept.
+			default:
+				t.Fatalf("the fork after the crash at %s: output %q, done %+v, wake %v", step, out.stdout, out.done, started.GetWake())
+			}
+			d.stop(t)
+			checkNoHalfBorrowed(t, env.stateDir)
+		})
+	}
+}

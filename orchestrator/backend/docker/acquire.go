@@ -209,6 +209,8 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 	} else if miss != "" {
 		m.cfg.Metrics.PoolMissed(miss)
 	}
+	// (A start from a snapshot that poolFor let through is carried by a
+	// pool container: create, startCarried.)
 	// Counted from before the cap check until the sandbox is registered, so
 	// that the pool's refill sees it too.
 	m.creating.Add(1)
@@ -232,6 +234,10 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 	if err != nil {
 		return nil, "", err
 	}
+	kind := core.AcquireCold
+	if sb.carried() {
+		kind = core.AcquireWarmPool
+	}
 	// The idle TTL counts from when the caller gets the sandbox, not from
 	// when its creation began: a container start slower than a short TTL
 	// (a loaded machine) must not expire the sandbox before anyone could
@@ -244,7 +250,7 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 		m.discardCreated(ctx, sb)
 		return nil, "", errors.New("new sandbox expired before it was registered")
 	}
-	return sb, core.AcquireCold, nil
+	return sb, kind, nil
 }
 
 // create makes and starts a new sandbox; the caller registers it (or puts
@@ -329,6 +335,17 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		if err := m.prepareRestore(sb, spec.from); err != nil {
 			cleanup("")
 			return nil, fmt.Errorf("prepare the snapshot's restore: %w", err)
+		}
+	}
+	if spec.from != nil && m.fastWakeable(sb) {
+		// A start from a snapshot runs in a warm-pool container, as a fast
+		// wake does (carrier.go), when the pool has one.
+		if ok, err := m.startCarried(ctx, sb); err != nil || ok {
+			if err != nil {
+				cleanup("")
+				return nil, err
+			}
+			return sb, nil
 		}
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)

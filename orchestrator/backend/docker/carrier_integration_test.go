@@ -195,13 +195,15 @@ func TestIntegrationFastWake(t *testing.T) {
 	}
 }
 
-// TestIntegrationFastWakeFallsBack: a sandbox no pool container fits (it
-// has env) wakes in a new container, as before fast wake.
+// TestIntegrationFastWakeFallsBack: a sandbox no pool container fits (its
+// env sets a variable the driver reads for itself, which only a
+// container's creation sets) wakes in a new container, as before fast
+// wake.
 func TestIntegrationFastWakeFallsBack(t *testing.T) {
 	m, _, _ := fastWakeManager(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	res, err := m.Acquire(ctx, "fw-env", core.Options{Env: map[string]string{"FOO": "bar"}})
+	res, err := m.Acquire(ctx, "fw-env", core.Options{Env: map[string]string{"FOO": "bar", "SANDBOX_MAX_OUTPUT": "1048576"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func TestIntegrationFastWakeFallsBack(t *testing.T) {
 	g, _ := m.Get(ctx, id)
 	for _, cid := range pool {
 		if cid == g.ContainerID {
-			t.Fatalf("a sandbox with env woke in a pool container")
+			t.Fatalf("a sandbox with env naming a driver variable woke in a pool container")
 		}
 	}
 	if out := mustRunOK(t, m, id, "python", "import os\nprint(x, os.environ['FOO'])"); !strings.HasPrefix(out, "7 bar") {

@@ -230,6 +230,14 @@ func (sb *sandbox) options() core.Options {
 	return o
 }
 
+// carried reports whether sb runs in a warm-pool container that carries
+// it (carrier.go).
+func (sb *sandbox) carried() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.carrier != nil
+}
+
 // carrierForMeta copies sb.carrier for meta.json. Call with mu held.
 func (sb *sandbox) carrierForMeta() *carrierMeta {
 	if sb.carrier == nil {

@@ -159,6 +159,11 @@ func (m *Manager) poolFor(spec sandboxSpec) (*warmPool, core.PoolMiss) {
 	if miss := m.poolMiss(spec); miss != "" {
 		return nil, miss
 	}
+	if spec.from != nil {
+		// Not a claim: create starts it in a pool container
+		// (startCarried).
+		return nil, ""
+	}
 	return pool, ""
 }
 

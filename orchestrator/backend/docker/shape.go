@@ -2,8 +2,12 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -30,8 +34,9 @@ import (
 //
 // What a running container cannot take sends the request to a cold
 // create, counted by reason (core.PoolMiss, sandboxd_warm_pool_misses_total):
-// network, volumes, a start from a snapshot, a template without a pool of
-// its own, another /workspace size, other limits under gVisor, env naming
+// network, volumes, a start from a snapshot where sandboxes do not wake
+// fast (gVisor, no disk volumes) or of a template's sandbox, a template
+// without a pool of its own, another /workspace size, other limits under gVisor, env naming
 // a variable of the driver's own (ioproto.DriverEnv: only a container's
 // creation sets those).
 //
@@ -44,6 +49,49 @@ import (
 // handed out, and no pool sandbox keeps another tenant's shaping. A
 // shaping that fails discards the sandbox (core.PoolMissShaping) and the
 // request is created cold, as without a pool.
+
+// A start from a snapshot (a fork among them) is not a claim: its
+// /workspace is the snapshot's own volume and its globals the snapshot's.
+// It runs in a pool container the way a fast wake does (carrier.go): its
+// volumes made from the snapshot as for a cold start, then stacked on a
+// pool container's, whose driver adopts them; limits and env are the
+// carrier's as for a wake. startCarried does it when the new sandbox
+// could be woken fast and the pool has a sandbox ready.
+
+// startCarried starts sb, a new sandbox from a snapshot whose volumes and
+// restore are prepared (create), in a ready pool container, and reports
+// whether it did. false without an error: nothing was changed, and the
+// caller starts a container of its own. An error: the caller cleans up.
+func (m *Manager) startCarried(ctx context.Context, sb *sandbox) (bool, error) {
+	p, err := m.takeLivePooled(ctx)
+	if err != nil {
+		m.log.Warn("start from a snapshot: inspect a warm-pool container; starting a new one", "sandbox_id", sb.id, "error", err)
+		return false, nil
+	}
+	if p == nil {
+		m.cfg.Metrics.PoolMissed(core.PoolMissEmpty)
+		return false, nil
+	}
+	defer m.pool.signal()
+	sb.mu.Lock()
+	sb.containerID = p.currentContainer()
+	sb.mu.Unlock()
+	if _, err := m.carry(ctx, sb, p); err != nil {
+		// carry recorded sb with the carrier and undid it: the carrier
+		// is gone, and so must be that meta.json, written before create's
+		// own (its commit point).
+		m.log.Warn("start from a snapshot in a warm-pool container failed; starting a new one", "sandbox_id", sb.id, "pool_sandbox_id", p.id, "error", err)
+		m.cfg.Metrics.PoolMissed(core.PoolMissShaping)
+		sb.mu.Lock()
+		sb.containerID = ""
+		sb.mu.Unlock()
+		if err := os.Remove(filepath.Join(sb.dir, metaFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("remove the metadata of a failed start in a pool container: %w", err)
+		}
+		return false, nil
+	}
+	return true, nil
+}
 
 // Steps of a claim that shapes (Config.AtStep), for fault tests.
 const (
@@ -62,7 +110,9 @@ func (m *Manager) poolMiss(spec sandboxSpec) core.PoolMiss {
 		return core.PoolMissNetwork
 	case len(spec.volumes) > 0:
 		return core.PoolMissVolumes
-	case spec.from != nil:
+	case spec.from != nil && (!m.fastWakeOn() || spec.image != ""):
+		// A start from a snapshot runs in a pool container as a fast
+		// wake does (startCarried), where one can.
 		return core.PoolMissSnapshot
 	case spec.limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes:
 		return core.PoolMissDisk

@@ -3,10 +3,14 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
@@ -197,5 +201,91 @@ func TestIntegrationSnapshotBudget(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(filepath.Join(cfg.StateDir, snapshotsDir)); len(ents) != 0 {
 		t.Errorf("a refused snapshot left %d entries", len(ents))
+	}
+}
+
+// TestIntegrationForkInPool: with a warm pool, forks and a start from a
+// named snapshot run in pool containers (carried, as a fast wake is), with
+// the source's globals (numpy and pandas objects), files, env and limits,
+// each on its own; with the pool empty, the rest start containers of
+// their own, the same. The source keeps running, untouched.
+func TestIntegrationForkInPool(t *testing.T) {
+	if rt := os.Getenv("SANDBOX_RUNTIME"); !runtimeIsRunc(rt) {
+		t.Skipf("fast wake, and so a start in a pool container, is runc's only (runtime %q)", rt)
+	}
+	rec := newRecordingMetrics()
+	m, _, _ := integrationManager(t, func(c *Config) { c.WarmPool, c.Metrics = 2, rec })
+	ctx := as(t, "tenant-a", false)
+	awaitPoolWithin(t, m, 2, 2*time.Minute)
+	limits := core.Limits{MemoryBytes: 384 << 20, NanoCPUs: 500_000_000, PidsLimit: 200}
+	src, err := m.Acquire(ctx, "explorer", core.Options{Env: map[string]string{"SBX_A": "src"}, Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := src.Sandbox.ID
+	stdoutOf(t, m, id, "import numpy as np, pandas as pd\ndf = pd.DataFrame({'a': np.arange(4)})\nbranch = 'root'\nopen('/workspace/f', 'w').write('root')\nprint()")
+	awaitPoolWithin(t, m, 2, 2*time.Minute)
+	pool := poolContainers(m)
+	inPool := func(cid string) bool { return slices.Contains(slices.Collect(maps.Values(pool)), cid) }
+
+	rs, err := m.Fork(ctx, id, core.ForkRequest{Count: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := 0
+	for i, r := range rs {
+		if r.Err != nil || r.Woke == nil || r.Woke.Level != ioproto.LevelGlobals {
+			t.Fatalf("fork %d: %+v", i, r)
+		}
+		f := r.Sandbox.ID
+		if inPool(r.Sandbox.ContainerID) {
+			carried++
+		}
+		if got := stdoutOf(t, m, f, "import os\nprint(branch, int(df.a.sum()), open('/workspace/f').read(), os.environ.get('SBX_A'))"); got != "root 6 root src\n" {
+			t.Errorf("fork %d (in a pool container: %v): %q", i, inPool(r.Sandbox.ContainerID), got)
+		}
+		if r.Sandbox.Limits.MemoryBytes != limits.MemoryBytes {
+			t.Errorf("fork %d's limits: %+v; want the source's %+v", i, r.Sandbox.Limits, limits)
+		}
+		if _, err := os.Stat("/sys/fs/cgroup/memory"); err == nil {
+			if v := hostCgroupValue(t, "memory", r.Sandbox.ContainerID, "memory.limit_in_bytes"); v != strconv.FormatInt(limits.MemoryBytes, 10) {
+				t.Errorf("fork %d's container has a memory limit of %s; want %d", i, v, limits.MemoryBytes)
+			}
+		}
+		stdoutOf(t, m, f, fmt.Sprintf("branch = 'fork-%d'\nopen('/workspace/f', 'w').write(branch)\nprint()", i))
+	}
+	// The pool held two: two forks ran in it, the third in its own
+	// container (the pool refills in the background).
+	if carried < 1 || carried > 2 {
+		t.Errorf("%d of 3 forks ran in pool containers; want the pool's (1 or 2, as its refill raced)", carried)
+	}
+	if got := stdoutOf(t, m, id, "print(branch, open('/workspace/f').read())"); got != "root root\n" {
+		t.Errorf("the source after its forks: %q", got)
+	}
+
+	// A start from a named snapshot, in a pool container.
+	snap, err := m.CreateSnapshot(ctx, id, "base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitPoolWithin(t, m, 2, 2*time.Minute)
+	pool = poolContainers(m)
+	res, err := m.Acquire(ctx, "from-snap", core.Options{FromSnapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inPool(res.Sandbox.ContainerID) {
+		t.Errorf("the start from a snapshot ran in container %s, not in the pool's %v", res.Sandbox.ContainerID, pool)
+	}
+	if res.Woke == nil || res.Woke.Level != ioproto.LevelGlobals {
+		t.Errorf("the start from a snapshot reports %+v; want level globals", res.Woke)
+	}
+	if got := stdoutOf(t, m, res.Sandbox.ID, "print(branch, int(df.a.sum()))"); got != "root 6\n" {
+		t.Errorf("after the start from a snapshot: %q", got)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if n := slices.Index(rec.acquires, core.AcquireWarmPool); n < 0 {
+		t.Errorf("no acquire counted as warm_pool: %v", rec.acquires)
 	}
 }
