@@ -89,13 +89,14 @@ type Sizes struct {
 	SnapshotMB        int           `json:"snapshot_mb"`        // MB of the file in the snapshotted /workspace
 	VolumeMB          int           `json:"volume_mb"`          // MB written and read by the volume figures
 	TemplateRounds    int           `json:"template_rounds"`    // rounds of each template figure (builds and first sandboxes)
+	ShapeRounds       int           `json:"shape_rounds"`       // rounds of each shape's first result and wake
 }
 
 func (s Sizes) String() string {
-	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d sampling-sandboxes=%d sampling-window=%v webhook-rounds=%d snapshot-mb=%d volume-mb=%d template-rounds=%d",
+	return fmt.Sprintf("iterations=%d warmup=%d peer-iterations=%d cold=%d warm-pool=%d pool-acquisitions=%d users=%d duration=%v idle-sandboxes=%d memory-budget=%s reattach=%d stream-mb=%d hibernated=%d kube-acquires=%d net-requests=%d net-download-mb=%d net-clients=%d sampling-sandboxes=%d sampling-window=%v webhook-rounds=%d snapshot-mb=%d volume-mb=%d template-rounds=%d shape-rounds=%d",
 		s.Iterations, s.Warmup, s.PeerIterations, s.Cold, s.WarmPool, s.PoolAcquisitions, s.Users, s.Duration,
 		s.IdleSandboxes, units.BytesSize(float64(s.MemoryBudgetBytes)), s.Reattach, s.StreamMB, s.Hibernated, s.KubeAcquires,
-		s.NetRequests, s.NetDownloadMB, s.NetClients, s.SamplingSandboxes, s.SamplingWindow, s.WebhookRounds, s.SnapshotMB, s.VolumeMB, s.TemplateRounds)
+		s.NetRequests, s.NetDownloadMB, s.NetClients, s.SamplingSandboxes, s.SamplingWindow, s.WebhookRounds, s.SnapshotMB, s.VolumeMB, s.TemplateRounds, s.ShapeRounds)
 }
 
 // config is the parsed command line.
@@ -117,7 +118,7 @@ type config struct {
 // phaseNames are the parts of the suite --phases chooses from, in the
 // order they run. "fleet" is the throughput, idle-memory and reattach
 // figures, which share one fleet of sandboxes.
-var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling", "webhooks", "snapshots", "fastwake", "volumes", "templates"}
+var phaseNames = []string{"warm", "cold", "fleet", "streaming", "pool", "hibernation", "kubernetes", "network", "sampling", "webhooks", "snapshots", "fastwake", "shapes", "volumes", "templates"}
 
 func parseConfig(args []string, out io.Writer) (config, error) {
 	fs := flag.NewFlagSet("sandbox-bench", flag.ContinueOnError)
@@ -156,6 +157,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.WebhookRounds, "webhook-rounds", 30, "timed rounds (acquire, run, delete) with webhooks off, an endpoint answering, and an endpoint hanging")
 	fs.IntVar(&c.SnapshotMB, "snapshot-mb", 200, "MB (10^6 bytes) of random data in the snapshotted sandbox's /workspace")
 	fs.IntVar(&c.VolumeMB, "volume-mb", 256, "MB (10^6 bytes) each volume figure writes and reads")
+	fs.IntVar(&c.ShapeRounds, "shape-rounds", 5, "rounds of each shape's first result and wake (the shapes phase); the median is reported")
 	fs.IntVar(&c.TemplateRounds, "template-rounds", 3, "rounds of each template figure (a first build, a cached build, a first sandbox from the template and from sandboxd's image); the median is reported")
 	phases := strings.Join(phaseNames, ",")
 	fs.StringVar(&phases, "phases", phases, "comma-separated `phases` to run (the others' rows are left out): "+strings.Join(phaseNames, ", "))
@@ -188,7 +190,7 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}{{"iterations", c.Iterations}, {"peer-iterations", c.PeerIterations}, {"cold", c.Cold}, {"users", c.Users},
 		{"idle-sandboxes", c.IdleSandboxes}, {"reattach", c.Reattach}, {"stream-mb", c.StreamMB}, {"kube-acquires", c.KubeAcquires},
 		{"net-requests", c.NetRequests}, {"net-download-mb", c.NetDownloadMB}, {"net-clients", c.NetClients},
-		{"sampling-sandboxes", c.SamplingSandboxes}, {"webhook-rounds", c.WebhookRounds}, {"snapshot-mb", c.SnapshotMB}, {"volume-mb", c.VolumeMB}, {"template-rounds", c.TemplateRounds}} {
+		{"sampling-sandboxes", c.SamplingSandboxes}, {"webhook-rounds", c.WebhookRounds}, {"snapshot-mb", c.SnapshotMB}, {"volume-mb", c.VolumeMB}, {"template-rounds", c.TemplateRounds}, {"shape-rounds", c.ShapeRounds}} {
 		if v.n < 1 {
 			return c, fmt.Errorf("--%s must be at least 1", v.name)
 		}

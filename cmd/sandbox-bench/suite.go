@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -71,6 +72,12 @@ var RowKeys = []string{
 	mPoolMemory.key, mFastWakeSmall.key, mFastWakeLarge.key,
 	mVolWrite.key, mVolRead.key, mVolUpload.key, mVolDownload.key,
 	mTplFirstBuild.key, mTplCacheHit.key, mTplFirstSandbox.key,
+}
+
+func init() {
+	// The shapes phase's rows, after the fast wake's.
+	i := slices.Index(RowKeys, mFastWakeLarge.key) + 1
+	RowKeys = slices.Insert(RowKeys, i, shapeKeys()...)
 }
 
 const mib = 1 << 20
@@ -156,6 +163,7 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 		{"webhooks", "webhooks", b.webhooks},
 		{"snapshots", "snapshots and forks", b.snapshots},
 		{"fastwake", "fast wake", b.fastWake},
+		{"shapes", "shapes from the warm pool", b.shapes},
 		{"volumes", "volumes", b.volumes},
 		{"templates", "templates", b.templates},
 	} {
