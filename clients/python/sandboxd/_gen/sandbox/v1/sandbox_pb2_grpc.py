@@ -288,8 +288,9 @@ class SandboxServiceServicer(object):
 
     def AcquireSandbox(self, request, context):
         """AcquireSandbox returns the user's sandbox, creating one when the user has
-        none (or taking one from the server's warm pool of started sandboxes,
-        when the options allow: no env, no network, default limits). A user has
+        none (or taking one from the server's warm pool of started sandboxes
+        and shaping it to the options: env, limits, metadata and timeouts; not
+        with network, volumes or another disk size). A user has
         at most one sandbox. RESOURCE_EXHAUSTED when the server's or the
         tenant's cap on sandboxes is reached. When the previous sandbox had died
         it is replaced by a new one and the response says so (state_lost), since
