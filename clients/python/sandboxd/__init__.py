@@ -26,6 +26,7 @@ from .errors import (
     SandboxdError,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 from .events import (
     AuditEvent,
@@ -102,6 +103,7 @@ __all__ = [
     "FailedPrecondition",
     "ResourceExhausted",
     "Unavailable",
+    "Unimplemented",
     "PermissionDenied",
     "Unauthenticated",
     "Aborted",

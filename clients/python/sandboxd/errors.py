@@ -19,6 +19,7 @@ __all__ = [
     "Aborted",
     "DeadlineExceeded",
     "Cancelled",
+    "Unimplemented",
     "from_rpc_error",
 ]
 
@@ -111,6 +112,14 @@ class Cancelled(SandboxdError):
     code = grpc.StatusCode.CANCELLED
 
 
+class Unimplemented(SandboxdError):
+    """The server's backend lacks the feature (e.g. templates on the
+    Kubernetes backend, snapshots without a snapshot directory); the message
+    names the backend and the feature."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -125,6 +134,7 @@ _BY_CODE = {
         Aborted,
         DeadlineExceeded,
         Cancelled,
+        Unimplemented,
     )
 }
 

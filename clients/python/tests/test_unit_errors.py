@@ -38,6 +38,7 @@ class ErrorMappingTest(unittest.TestCase):
         (grpc.StatusCode.ABORTED, sandboxd.Aborted),
         (grpc.StatusCode.DEADLINE_EXCEEDED, sandboxd.DeadlineExceeded),
         (grpc.StatusCode.CANCELLED, sandboxd.Cancelled),
+        (grpc.StatusCode.UNIMPLEMENTED, sandboxd.Unimplemented),
     ]
 
     def test_each_code_maps_to_its_class_with_the_message(self):
@@ -52,7 +53,7 @@ class ErrorMappingTest(unittest.TestCase):
                 self.assertIn(code.name, str(err))
 
     def test_other_codes_are_the_base_class(self):
-        for code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.UNIMPLEMENTED):
+        for code in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN, grpc.StatusCode.DATA_LOSS):
             with self.subTest(code=code.name):
                 err = from_rpc_error(FakeRpcError(code, "boom"))
                 self.assertIs(type(err), sandboxd.SandboxdError)
