@@ -4,10 +4,10 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
-// The operations the Kubernetes backend does not offer yet. Each answers
-// core.Unsupported (FAILED_PRECONDITION naming this backend and the
-// feature), as every backend says "not here"; docs/kubernetes.md lists
-// them.
+// What the Kubernetes backend does not offer, or offers only with the
+// configuration it needs: each call answers core.Unsupported (UNIMPLEMENTED
+// on gRPC, 501 on the E2B door, naming this backend and the feature), as
+// every backend says "not here"; docs/kubernetes.md lists them.
 
 // backendName is this backend's --backend value.
 const backendName = "kubernetes"
