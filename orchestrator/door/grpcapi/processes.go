@@ -15,6 +15,10 @@ import (
 // client may send its input from then on.
 const CommandIDHeader = "sandboxd-command-id"
 
+// SandboxIDHeader is the response header RunStateless sends with
+// CommandIDHeader: the sandbox the run made, deleted when it ends.
+const SandboxIDHeader = "sandboxd-sandbox-id"
+
 // ptyToDomain converts an optional PtySize (nil: none).
 func ptyToDomain(p *sandboxv1.PtySize) core.PtySize {
 	if p == nil {

@@ -206,6 +206,34 @@ func (s *Service) Execute(req *sandboxv1.ExecuteRequest, stream grpc.ServerStrea
 	})
 }
 
+// RunStateless implements sandboxv1.SandboxServiceServer: the domain's
+// stateless run (core.RunStateless), its events streamed as Execute's.
+func (s *Service) RunStateless(req *sandboxv1.RunStatelessRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+	ctx := stream.Context()
+	opts, err := acquireOptionsFromProto(req.GetOptions())
+	if err != nil {
+		return err
+	}
+	er := core.ExecRequest{Language: req.GetLanguage(), Code: req.GetCode()}
+	if t := req.GetTimeout(); t != nil {
+		if err := t.CheckValid(); err != nil {
+			return invalid("timeout: %v", err)
+		}
+		er.Timeout = t.AsDuration()
+	}
+	var cmdID string // set before the first event
+	return s.follow(ctx, "RunStateless", "", &cmdID, stream, func(fn func(core.Event) error) error {
+		return core.RunStateless(ctx, s.m, opts, er, func(sandboxID, id string) {
+			cmdID = id
+			_ = grpc.SendHeader(ctx, metadata.Pairs(CommandIDHeader, id, SandboxIDHeader, sandboxID))
+		}, fn, func(id string, err error) {
+			if err != nil {
+				s.log.WarnContext(ctx, "delete a stateless run's sandbox; its idle timeout removes it", "sandbox_id", id, "error", err)
+			}
+		})
+	})
+}
+
 // StreamCommand implements sandboxv1.SandboxServiceServer.
 func (s *Service) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
 	if err := required("sandbox ID", req.GetSandboxId()); err != nil {
@@ -285,7 +313,7 @@ func (s *Service) observe(method string, e core.Event, language *string) {
 		}
 		s.obs.Streamed(e.Type, n)
 	case ioproto.EventDone:
-		if method == "Execute" {
+		if method == "Execute" || method == "RunStateless" {
 			s.obs.CommandDone(*language, e.Status, time.Duration(e.DurationMS)*time.Millisecond)
 		}
 	}

@@ -5808,6 +5808,81 @@ func (x *ExecuteRequest) GetContextId() string {
 	return ""
 }
 
+// RunStatelessRequest is code to run once in a sandbox of its own.
+type RunStatelessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// language is as ExecuteRequest's ("python" when empty).
+	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
+	// code is as ExecuteRequest's.
+	Code string `protobuf:"bytes,2,opt,name=code,proto3" json:"code,omitempty"`
+	// timeout is as ExecuteRequest's.
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// options are the sandbox's, as AcquireSandbox's (limits, env, network,
+	// template, volumes, from_snapshot, ...); metadata is recorded for the
+	// call's duration.
+	Options       *SandboxOptions `protobuf:"bytes,4,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStatelessRequest) Reset() {
+	*x = RunStatelessRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStatelessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStatelessRequest) ProtoMessage() {}
+
+func (x *RunStatelessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStatelessRequest.ProtoReflect.Descriptor instead.
+func (*RunStatelessRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *RunStatelessRequest) GetLanguage() string {
+	if x != nil {
+		return x.Language
+	}
+	return ""
+}
+
+func (x *RunStatelessRequest) GetCode() string {
+	if x != nil {
+		return x.Code
+	}
+	return ""
+}
+
+func (x *RunStatelessRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *RunStatelessRequest) GetOptions() *SandboxOptions {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
 // PtySize is a terminal's size in character cells.
 type PtySize struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5821,7 +5896,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +5908,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[78]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +5921,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{78}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -5880,7 +5955,7 @@ type StreamCommandRequest struct {
 
 func (x *StreamCommandRequest) Reset() {
 	*x = StreamCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5892,7 +5967,7 @@ func (x *StreamCommandRequest) String() string {
 func (*StreamCommandRequest) ProtoMessage() {}
 
 func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[79]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5905,7 +5980,7 @@ func (x *StreamCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCommandRequest.ProtoReflect.Descriptor instead.
 func (*StreamCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{79}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *StreamCommandRequest) GetSandboxId() string {
@@ -5957,7 +6032,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5969,7 +6044,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[80]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5982,7 +6057,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{80}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ExecuteEvent) GetSeq() int64 {
@@ -6145,7 +6220,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6157,7 +6232,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[81]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6170,7 +6245,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{81}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *Started) GetLanguage() string {
@@ -6214,7 +6289,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6226,7 +6301,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[82]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6239,7 +6314,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{82}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *OutputChunk) GetText() string {
@@ -6276,7 +6351,7 @@ type Display struct {
 
 func (x *Display) Reset() {
 	*x = Display{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6288,7 +6363,7 @@ func (x *Display) String() string {
 func (*Display) ProtoMessage() {}
 
 func (x *Display) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[83]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6301,7 +6376,7 @@ func (x *Display) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Display.ProtoReflect.Descriptor instead.
 func (*Display) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{83}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *Display) GetData() map[string]string {
@@ -6324,7 +6399,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6336,7 +6411,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[84]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6349,7 +6424,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{84}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *Result) GetData() map[string]string {
@@ -6378,7 +6453,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6390,7 +6465,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[85]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6403,7 +6478,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{85}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *Error) GetEname() string {
@@ -6468,7 +6543,7 @@ type Done struct {
 
 func (x *Done) Reset() {
 	*x = Done{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6480,7 +6555,7 @@ func (x *Done) String() string {
 func (*Done) ProtoMessage() {}
 
 func (x *Done) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[86]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6493,7 +6568,7 @@ func (x *Done) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Done.ProtoReflect.Descriptor instead.
 func (*Done) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{86}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *Done) GetStatus() CommandStatus {
@@ -6573,7 +6648,7 @@ type FileRef struct {
 
 func (x *FileRef) Reset() {
 	*x = FileRef{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6585,7 +6660,7 @@ func (x *FileRef) String() string {
 func (*FileRef) ProtoMessage() {}
 
 func (x *FileRef) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[87]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6598,7 +6673,7 @@ func (x *FileRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRef.ProtoReflect.Descriptor instead.
 func (*FileRef) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{87}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *FileRef) GetPath() string {
@@ -6628,7 +6703,7 @@ type InterruptCommandRequest struct {
 
 func (x *InterruptCommandRequest) Reset() {
 	*x = InterruptCommandRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6640,7 +6715,7 @@ func (x *InterruptCommandRequest) String() string {
 func (*InterruptCommandRequest) ProtoMessage() {}
 
 func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[88]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6653,7 +6728,7 @@ func (x *InterruptCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandRequest.ProtoReflect.Descriptor instead.
 func (*InterruptCommandRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{88}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *InterruptCommandRequest) GetSandboxId() string {
@@ -6680,7 +6755,7 @@ type InterruptCommandResponse struct {
 
 func (x *InterruptCommandResponse) Reset() {
 	*x = InterruptCommandResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6692,7 +6767,7 @@ func (x *InterruptCommandResponse) String() string {
 func (*InterruptCommandResponse) ProtoMessage() {}
 
 func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[89]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6705,7 +6780,7 @@ func (x *InterruptCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptCommandResponse.ProtoReflect.Descriptor instead.
 func (*InterruptCommandResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{89}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
 }
 
 // FileInfo describes a file or directory under /workspace, or on a volume
@@ -6743,7 +6818,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6755,7 +6830,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[90]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6768,7 +6843,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{90}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -6843,7 +6918,7 @@ type UploadFileHeader struct {
 
 func (x *UploadFileHeader) Reset() {
 	*x = UploadFileHeader{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6855,7 +6930,7 @@ func (x *UploadFileHeader) String() string {
 func (*UploadFileHeader) ProtoMessage() {}
 
 func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[91]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6868,7 +6943,7 @@ func (x *UploadFileHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileHeader.ProtoReflect.Descriptor instead.
 func (*UploadFileHeader) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{91}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *UploadFileHeader) GetSandboxId() string {
@@ -6902,7 +6977,7 @@ type UploadFileRequest struct {
 
 func (x *UploadFileRequest) Reset() {
 	*x = UploadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6914,7 +6989,7 @@ func (x *UploadFileRequest) String() string {
 func (*UploadFileRequest) ProtoMessage() {}
 
 func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[92]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6927,7 +7002,7 @@ func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
 func (*UploadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{92}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UploadFileRequest) GetPayload() isUploadFileRequest_Payload {
@@ -6986,7 +7061,7 @@ type UploadFileResponse struct {
 
 func (x *UploadFileResponse) Reset() {
 	*x = UploadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6998,7 +7073,7 @@ func (x *UploadFileResponse) String() string {
 func (*UploadFileResponse) ProtoMessage() {}
 
 func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[93]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7011,7 +7086,7 @@ func (x *UploadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadFileResponse.ProtoReflect.Descriptor instead.
 func (*UploadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{93}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *UploadFileResponse) GetFile() *FileInfo {
@@ -7034,7 +7109,7 @@ type DownloadFileRequest struct {
 
 func (x *DownloadFileRequest) Reset() {
 	*x = DownloadFileRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7046,7 +7121,7 @@ func (x *DownloadFileRequest) String() string {
 func (*DownloadFileRequest) ProtoMessage() {}
 
 func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[94]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7059,7 +7134,7 @@ func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
 func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{94}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DownloadFileRequest) GetSandboxId() string {
@@ -7090,7 +7165,7 @@ type DownloadFileResponse struct {
 
 func (x *DownloadFileResponse) Reset() {
 	*x = DownloadFileResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7102,7 +7177,7 @@ func (x *DownloadFileResponse) String() string {
 func (*DownloadFileResponse) ProtoMessage() {}
 
 func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[95]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7115,7 +7190,7 @@ func (x *DownloadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DownloadFileResponse.ProtoReflect.Descriptor instead.
 func (*DownloadFileResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{95}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *DownloadFileResponse) GetFile() *FileInfo {
@@ -7152,7 +7227,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7164,7 +7239,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[96]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7177,7 +7252,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{96}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListFilesRequest) GetSandboxId() string {
@@ -7212,7 +7287,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7224,7 +7299,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[97]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7237,7 +7312,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{97}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListFilesResponse) GetFiles() []*FileInfo {
@@ -7263,7 +7338,7 @@ type MakeDirectoryRequest struct {
 
 func (x *MakeDirectoryRequest) Reset() {
 	*x = MakeDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7275,7 +7350,7 @@ func (x *MakeDirectoryRequest) String() string {
 func (*MakeDirectoryRequest) ProtoMessage() {}
 
 func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[98]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7288,7 +7363,7 @@ func (x *MakeDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{98}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *MakeDirectoryRequest) GetSandboxId() string {
@@ -7323,7 +7398,7 @@ type MakeDirectoryResponse struct {
 
 func (x *MakeDirectoryResponse) Reset() {
 	*x = MakeDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7335,7 +7410,7 @@ func (x *MakeDirectoryResponse) String() string {
 func (*MakeDirectoryResponse) ProtoMessage() {}
 
 func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[99]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7348,7 +7423,7 @@ func (x *MakeDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*MakeDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{99}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *MakeDirectoryResponse) GetFile() *FileInfo {
@@ -7374,7 +7449,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7386,7 +7461,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[100]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7399,7 +7474,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{100}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RemoveRequest) GetSandboxId() string {
@@ -7432,7 +7507,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7444,7 +7519,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[101]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7457,7 +7532,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{101}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
 }
 
 // RenameRequest names the path to move and its destination.
@@ -7477,7 +7552,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7489,7 +7564,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[102]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7502,7 +7577,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{102}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RenameRequest) GetSandboxId() string {
@@ -7544,7 +7619,7 @@ type RenameResponse struct {
 
 func (x *RenameResponse) Reset() {
 	*x = RenameResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7556,7 +7631,7 @@ func (x *RenameResponse) String() string {
 func (*RenameResponse) ProtoMessage() {}
 
 func (x *RenameResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[103]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7569,7 +7644,7 @@ func (x *RenameResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameResponse.ProtoReflect.Descriptor instead.
 func (*RenameResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{103}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RenameResponse) GetFile() *FileInfo {
@@ -7595,7 +7670,7 @@ type WatchDirectoryRequest struct {
 
 func (x *WatchDirectoryRequest) Reset() {
 	*x = WatchDirectoryRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7607,7 +7682,7 @@ func (x *WatchDirectoryRequest) String() string {
 func (*WatchDirectoryRequest) ProtoMessage() {}
 
 func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[104]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7620,7 +7695,7 @@ func (x *WatchDirectoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryRequest.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{104}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *WatchDirectoryRequest) GetSandboxId() string {
@@ -7659,7 +7734,7 @@ type WatchDirectoryResponse struct {
 
 func (x *WatchDirectoryResponse) Reset() {
 	*x = WatchDirectoryResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7671,7 +7746,7 @@ func (x *WatchDirectoryResponse) String() string {
 func (*WatchDirectoryResponse) ProtoMessage() {}
 
 func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[105]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7684,7 +7759,7 @@ func (x *WatchDirectoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDirectoryResponse.ProtoReflect.Descriptor instead.
 func (*WatchDirectoryResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{105}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *WatchDirectoryResponse) GetEvent() *WatchEvent {
@@ -7718,7 +7793,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7730,7 +7805,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[106]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7743,7 +7818,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{106}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *WatchEvent) GetType() WatchEventType {
@@ -7783,7 +7858,7 @@ type SendStdinRequest struct {
 
 func (x *SendStdinRequest) Reset() {
 	*x = SendStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7795,7 +7870,7 @@ func (x *SendStdinRequest) String() string {
 func (*SendStdinRequest) ProtoMessage() {}
 
 func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[107]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7808,7 +7883,7 @@ func (x *SendStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinRequest.ProtoReflect.Descriptor instead.
 func (*SendStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{107}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *SendStdinRequest) GetSandboxId() string {
@@ -7842,7 +7917,7 @@ type SendStdinResponse struct {
 
 func (x *SendStdinResponse) Reset() {
 	*x = SendStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7854,7 +7929,7 @@ func (x *SendStdinResponse) String() string {
 func (*SendStdinResponse) ProtoMessage() {}
 
 func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[108]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7867,7 +7942,7 @@ func (x *SendStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendStdinResponse.ProtoReflect.Descriptor instead.
 func (*SendStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{108}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
 }
 
 // CloseStdinRequest names the command whose input ends.
@@ -7883,7 +7958,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7895,7 +7970,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[109]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7908,7 +7983,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{109}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *CloseStdinRequest) GetSandboxId() string {
@@ -7934,7 +8009,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7946,7 +8021,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[110]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7959,7 +8034,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{110}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
 }
 
 // ResizePtyRequest gives a command's terminal a new size.
@@ -7977,7 +8052,7 @@ type ResizePtyRequest struct {
 
 func (x *ResizePtyRequest) Reset() {
 	*x = ResizePtyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7989,7 +8064,7 @@ func (x *ResizePtyRequest) String() string {
 func (*ResizePtyRequest) ProtoMessage() {}
 
 func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[111]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8002,7 +8077,7 @@ func (x *ResizePtyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyRequest.ProtoReflect.Descriptor instead.
 func (*ResizePtyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{111}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ResizePtyRequest) GetSandboxId() string {
@@ -8035,7 +8110,7 @@ type ResizePtyResponse struct {
 
 func (x *ResizePtyResponse) Reset() {
 	*x = ResizePtyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8047,7 +8122,7 @@ func (x *ResizePtyResponse) String() string {
 func (*ResizePtyResponse) ProtoMessage() {}
 
 func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[112]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8060,7 +8135,7 @@ func (x *ResizePtyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizePtyResponse.ProtoReflect.Descriptor instead.
 func (*ResizePtyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{112}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
 }
 
 // ListCommandsRequest asks for a page of a sandbox's commands.
@@ -8080,7 +8155,7 @@ type ListCommandsRequest struct {
 
 func (x *ListCommandsRequest) Reset() {
 	*x = ListCommandsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8092,7 +8167,7 @@ func (x *ListCommandsRequest) String() string {
 func (*ListCommandsRequest) ProtoMessage() {}
 
 func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[113]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8105,7 +8180,7 @@ func (x *ListCommandsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsRequest.ProtoReflect.Descriptor instead.
 func (*ListCommandsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{113}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListCommandsRequest) GetSandboxId() string {
@@ -8147,7 +8222,7 @@ type ListCommandsResponse struct {
 
 func (x *ListCommandsResponse) Reset() {
 	*x = ListCommandsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8159,7 +8234,7 @@ func (x *ListCommandsResponse) String() string {
 func (*ListCommandsResponse) ProtoMessage() {}
 
 func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[114]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8172,7 +8247,7 @@ func (x *ListCommandsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListCommandsResponse.ProtoReflect.Descriptor instead.
 func (*ListCommandsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{114}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ListCommandsResponse) GetCommands() []*CommandInfo {
@@ -8235,7 +8310,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8247,7 +8322,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[115]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8260,7 +8335,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{115}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *CommandInfo) GetCommandId() string {
@@ -8361,7 +8436,7 @@ type SetSandboxTimeoutRequest struct {
 
 func (x *SetSandboxTimeoutRequest) Reset() {
 	*x = SetSandboxTimeoutRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8373,7 +8448,7 @@ func (x *SetSandboxTimeoutRequest) String() string {
 func (*SetSandboxTimeoutRequest) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[116]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8386,7 +8461,7 @@ func (x *SetSandboxTimeoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutRequest.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{116}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *SetSandboxTimeoutRequest) GetSandboxId() string {
@@ -8415,7 +8490,7 @@ type SetSandboxTimeoutResponse struct {
 
 func (x *SetSandboxTimeoutResponse) Reset() {
 	*x = SetSandboxTimeoutResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8427,7 +8502,7 @@ func (x *SetSandboxTimeoutResponse) String() string {
 func (*SetSandboxTimeoutResponse) ProtoMessage() {}
 
 func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[117]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8440,7 +8515,7 @@ func (x *SetSandboxTimeoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSandboxTimeoutResponse.ProtoReflect.Descriptor instead.
 func (*SetSandboxTimeoutResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{117}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *SetSandboxTimeoutResponse) GetSandbox() *Sandbox {
@@ -8470,7 +8545,7 @@ type Context struct {
 
 func (x *Context) Reset() {
 	*x = Context{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8482,7 +8557,7 @@ func (x *Context) String() string {
 func (*Context) ProtoMessage() {}
 
 func (x *Context) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[118]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8495,7 +8570,7 @@ func (x *Context) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Context.ProtoReflect.Descriptor instead.
 func (*Context) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{118}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Context) GetContextId() string {
@@ -8546,7 +8621,7 @@ type CreateContextRequest struct {
 
 func (x *CreateContextRequest) Reset() {
 	*x = CreateContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8558,7 +8633,7 @@ func (x *CreateContextRequest) String() string {
 func (*CreateContextRequest) ProtoMessage() {}
 
 func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[119]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8571,7 +8646,7 @@ func (x *CreateContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextRequest.ProtoReflect.Descriptor instead.
 func (*CreateContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{119}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CreateContextRequest) GetSandboxId() string {
@@ -8606,7 +8681,7 @@ type CreateContextResponse struct {
 
 func (x *CreateContextResponse) Reset() {
 	*x = CreateContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8618,7 +8693,7 @@ func (x *CreateContextResponse) String() string {
 func (*CreateContextResponse) ProtoMessage() {}
 
 func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[120]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8631,7 +8706,7 @@ func (x *CreateContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateContextResponse.ProtoReflect.Descriptor instead.
 func (*CreateContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{120}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *CreateContextResponse) GetContext() *Context {
@@ -8652,7 +8727,7 @@ type ListContextsRequest struct {
 
 func (x *ListContextsRequest) Reset() {
 	*x = ListContextsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[121]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8664,7 +8739,7 @@ func (x *ListContextsRequest) String() string {
 func (*ListContextsRequest) ProtoMessage() {}
 
 func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[121]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8677,7 +8752,7 @@ func (x *ListContextsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsRequest.ProtoReflect.Descriptor instead.
 func (*ListContextsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{121}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ListContextsRequest) GetSandboxId() string {
@@ -8698,7 +8773,7 @@ type ListContextsResponse struct {
 
 func (x *ListContextsResponse) Reset() {
 	*x = ListContextsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[122]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8710,7 +8785,7 @@ func (x *ListContextsResponse) String() string {
 func (*ListContextsResponse) ProtoMessage() {}
 
 func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[122]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8723,7 +8798,7 @@ func (x *ListContextsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListContextsResponse.ProtoReflect.Descriptor instead.
 func (*ListContextsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{122}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *ListContextsResponse) GetContexts() []*Context {
@@ -8746,7 +8821,7 @@ type RestartContextRequest struct {
 
 func (x *RestartContextRequest) Reset() {
 	*x = RestartContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[123]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8758,7 +8833,7 @@ func (x *RestartContextRequest) String() string {
 func (*RestartContextRequest) ProtoMessage() {}
 
 func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[123]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8771,7 +8846,7 @@ func (x *RestartContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextRequest.ProtoReflect.Descriptor instead.
 func (*RestartContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{123}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *RestartContextRequest) GetSandboxId() string {
@@ -8797,7 +8872,7 @@ type RestartContextResponse struct {
 
 func (x *RestartContextResponse) Reset() {
 	*x = RestartContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[124]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8809,7 +8884,7 @@ func (x *RestartContextResponse) String() string {
 func (*RestartContextResponse) ProtoMessage() {}
 
 func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[124]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8822,7 +8897,7 @@ func (x *RestartContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestartContextResponse.ProtoReflect.Descriptor instead.
 func (*RestartContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{124}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{125}
 }
 
 // DeleteContextRequest names the context to delete.
@@ -8838,7 +8913,7 @@ type DeleteContextRequest struct {
 
 func (x *DeleteContextRequest) Reset() {
 	*x = DeleteContextRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[125]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8850,7 +8925,7 @@ func (x *DeleteContextRequest) String() string {
 func (*DeleteContextRequest) ProtoMessage() {}
 
 func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[125]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8863,7 +8938,7 @@ func (x *DeleteContextRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextRequest.ProtoReflect.Descriptor instead.
 func (*DeleteContextRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{125}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *DeleteContextRequest) GetSandboxId() string {
@@ -8889,7 +8964,7 @@ type DeleteContextResponse struct {
 
 func (x *DeleteContextResponse) Reset() {
 	*x = DeleteContextResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[126]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8901,7 +8976,7 @@ func (x *DeleteContextResponse) String() string {
 func (*DeleteContextResponse) ProtoMessage() {}
 
 func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[126]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8914,7 +8989,7 @@ func (x *DeleteContextResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteContextResponse.ProtoReflect.Descriptor instead.
 func (*DeleteContextResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{126}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{127}
 }
 
 // UpdateNetworkPolicyRequest names a sandbox and its new egress policy.
@@ -8932,7 +9007,7 @@ type UpdateNetworkPolicyRequest struct {
 
 func (x *UpdateNetworkPolicyRequest) Reset() {
 	*x = UpdateNetworkPolicyRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[127]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8944,7 +9019,7 @@ func (x *UpdateNetworkPolicyRequest) String() string {
 func (*UpdateNetworkPolicyRequest) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[127]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8957,7 +9032,7 @@ func (x *UpdateNetworkPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{127}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *UpdateNetworkPolicyRequest) GetSandboxId() string {
@@ -8986,7 +9061,7 @@ type UpdateNetworkPolicyResponse struct {
 
 func (x *UpdateNetworkPolicyResponse) Reset() {
 	*x = UpdateNetworkPolicyResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[128]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8998,7 +9073,7 @@ func (x *UpdateNetworkPolicyResponse) String() string {
 func (*UpdateNetworkPolicyResponse) ProtoMessage() {}
 
 func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[128]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9011,7 +9086,7 @@ func (x *UpdateNetworkPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNetworkPolicyResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNetworkPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{128}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *UpdateNetworkPolicyResponse) GetSandbox() *Sandbox {
@@ -9032,7 +9107,7 @@ type GetNetworkStatusRequest struct {
 
 func (x *GetNetworkStatusRequest) Reset() {
 	*x = GetNetworkStatusRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[129]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9044,7 +9119,7 @@ func (x *GetNetworkStatusRequest) String() string {
 func (*GetNetworkStatusRequest) ProtoMessage() {}
 
 func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[129]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9057,7 +9132,7 @@ func (x *GetNetworkStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{129}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *GetNetworkStatusRequest) GetSandboxId() string {
@@ -9087,7 +9162,7 @@ type GetNetworkStatusResponse struct {
 
 func (x *GetNetworkStatusResponse) Reset() {
 	*x = GetNetworkStatusResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[130]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9099,7 +9174,7 @@ func (x *GetNetworkStatusResponse) String() string {
 func (*GetNetworkStatusResponse) ProtoMessage() {}
 
 func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[130]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9112,7 +9187,7 @@ func (x *GetNetworkStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNetworkStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetNetworkStatusResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{130}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *GetNetworkStatusResponse) GetPolicy() *NetworkPolicy {
@@ -9169,7 +9244,7 @@ type NetworkCounters struct {
 
 func (x *NetworkCounters) Reset() {
 	*x = NetworkCounters{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[131]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9181,7 +9256,7 @@ func (x *NetworkCounters) String() string {
 func (*NetworkCounters) ProtoMessage() {}
 
 func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[131]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9194,7 +9269,7 @@ func (x *NetworkCounters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkCounters.ProtoReflect.Descriptor instead.
 func (*NetworkCounters) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{131}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *NetworkCounters) GetBytesOut() uint64 {
@@ -9299,7 +9374,7 @@ type NetworkDenial struct {
 
 func (x *NetworkDenial) Reset() {
 	*x = NetworkDenial{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[132]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9311,7 +9386,7 @@ func (x *NetworkDenial) String() string {
 func (*NetworkDenial) ProtoMessage() {}
 
 func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[132]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9324,7 +9399,7 @@ func (x *NetworkDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkDenial.ProtoReflect.Descriptor instead.
 func (*NetworkDenial) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{132}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *NetworkDenial) GetTime() *timestamppb.Timestamp {
@@ -9375,7 +9450,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[133]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9387,7 +9462,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[133]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9400,7 +9475,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{133}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *GetHostRequest) GetSandboxId() string {
@@ -9440,7 +9515,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[134]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9452,7 +9527,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[134]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9465,7 +9540,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{134}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *GetHostResponse) GetUrl() string {
@@ -9522,7 +9597,7 @@ type ListAuditEventsRequest struct {
 
 func (x *ListAuditEventsRequest) Reset() {
 	*x = ListAuditEventsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[135]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9534,7 +9609,7 @@ func (x *ListAuditEventsRequest) String() string {
 func (*ListAuditEventsRequest) ProtoMessage() {}
 
 func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[135]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9547,7 +9622,7 @@ func (x *ListAuditEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{135}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *ListAuditEventsRequest) GetTenant() string {
@@ -9615,7 +9690,7 @@ type ListAuditEventsResponse struct {
 
 func (x *ListAuditEventsResponse) Reset() {
 	*x = ListAuditEventsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[136]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9627,7 +9702,7 @@ func (x *ListAuditEventsResponse) String() string {
 func (*ListAuditEventsResponse) ProtoMessage() {}
 
 func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[136]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9640,7 +9715,7 @@ func (x *ListAuditEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditEventsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{136}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{137}
 }
 
 func (x *ListAuditEventsResponse) GetEvents() []*AuditEvent {
@@ -9731,7 +9806,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[137]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9743,7 +9818,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[137]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9756,7 +9831,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{137}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *AuditEvent) GetTime() *timestamppb.Timestamp {
@@ -9920,7 +9995,7 @@ type GetSandboxMetricsRequest struct {
 
 func (x *GetSandboxMetricsRequest) Reset() {
 	*x = GetSandboxMetricsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[138]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9932,7 +10007,7 @@ func (x *GetSandboxMetricsRequest) String() string {
 func (*GetSandboxMetricsRequest) ProtoMessage() {}
 
 func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[138]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9945,7 +10020,7 @@ func (x *GetSandboxMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{138}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *GetSandboxMetricsRequest) GetSandboxId() string {
@@ -9973,7 +10048,7 @@ type GetSandboxMetricsResponse struct {
 
 func (x *GetSandboxMetricsResponse) Reset() {
 	*x = GetSandboxMetricsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[139]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9985,7 +10060,7 @@ func (x *GetSandboxMetricsResponse) String() string {
 func (*GetSandboxMetricsResponse) ProtoMessage() {}
 
 func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[139]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9998,7 +10073,7 @@ func (x *GetSandboxMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{139}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *GetSandboxMetricsResponse) GetSamples() []*SandboxMetricsSample {
@@ -10046,7 +10121,7 @@ type SandboxMetricsSample struct {
 
 func (x *SandboxMetricsSample) Reset() {
 	*x = SandboxMetricsSample{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[140]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10058,7 +10133,7 @@ func (x *SandboxMetricsSample) String() string {
 func (*SandboxMetricsSample) ProtoMessage() {}
 
 func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[140]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10071,7 +10146,7 @@ func (x *SandboxMetricsSample) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxMetricsSample.ProtoReflect.Descriptor instead.
 func (*SandboxMetricsSample) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{140}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *SandboxMetricsSample) GetTime() *timestamppb.Timestamp {
@@ -10165,7 +10240,7 @@ type DiskUsage struct {
 
 func (x *DiskUsage) Reset() {
 	*x = DiskUsage{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[141]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10177,7 +10252,7 @@ func (x *DiskUsage) String() string {
 func (*DiskUsage) ProtoMessage() {}
 
 func (x *DiskUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[141]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10190,7 +10265,7 @@ func (x *DiskUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiskUsage.ProtoReflect.Descriptor instead.
 func (*DiskUsage) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{141}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *DiskUsage) GetUsedBytes() int64 {
@@ -10220,7 +10295,7 @@ type NetworkBytes struct {
 
 func (x *NetworkBytes) Reset() {
 	*x = NetworkBytes{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[142]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -10232,7 +10307,7 @@ func (x *NetworkBytes) String() string {
 func (*NetworkBytes) ProtoMessage() {}
 
 func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[142]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -10245,7 +10320,7 @@ func (x *NetworkBytes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkBytes.ProtoReflect.Descriptor instead.
 func (*NetworkBytes) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{142}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *NetworkBytes) GetBytesIn() uint64 {
@@ -10622,7 +10697,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"context_id\x18\a \x01(\tR\tcontextId\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb0\x01\n" +
+	"\x13RunStatelessRequest\x12\x1a\n" +
+	"\blanguage\x18\x01 \x01(\tR\blanguage\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\tR\x04code\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x124\n" +
+	"\aoptions\x18\x04 \x01(\v2\x1a.sandbox.v1.SandboxOptionsR\aoptions\"1\n" +
 	"\aPtySize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\"q\n" +
@@ -10997,14 +11077,15 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x11NetworkDenialKind\x12#\n" +
 	"\x1fNETWORK_DENIAL_KIND_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17NETWORK_DENIAL_KIND_DNS\x10\x01\x12\x1b\n" +
-	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\xd2\"\n" +
+	"\x17NETWORK_DENIAL_KIND_TCP\x10\x022\x9f#\n" +
 	"\x0eSandboxService\x12W\n" +
 	"\x0eAcquireSandbox\x12!.sandbox.v1.AcquireSandboxRequest\x1a\".sandbox.v1.AcquireSandboxResponse\x12K\n" +
 	"\n" +
 	"GetSandbox\x12\x1d.sandbox.v1.GetSandboxRequest\x1a\x1e.sandbox.v1.GetSandboxResponse\x12T\n" +
 	"\rListSandboxes\x12 .sandbox.v1.ListSandboxesRequest\x1a!.sandbox.v1.ListSandboxesResponse\x12T\n" +
 	"\rDeleteSandbox\x12 .sandbox.v1.DeleteSandboxRequest\x1a!.sandbox.v1.DeleteSandboxResponse\x12A\n" +
-	"\aExecute\x12\x1a.sandbox.v1.ExecuteRequest\x1a\x18.sandbox.v1.ExecuteEvent0\x01\x12M\n" +
+	"\aExecute\x12\x1a.sandbox.v1.ExecuteRequest\x1a\x18.sandbox.v1.ExecuteEvent0\x01\x12K\n" +
+	"\fRunStateless\x12\x1f.sandbox.v1.RunStatelessRequest\x1a\x18.sandbox.v1.ExecuteEvent0\x01\x12M\n" +
 	"\rStreamCommand\x12 .sandbox.v1.StreamCommandRequest\x1a\x18.sandbox.v1.ExecuteEvent0\x01\x12]\n" +
 	"\x10InterruptCommand\x12#.sandbox.v1.InterruptCommandRequest\x1a$.sandbox.v1.InterruptCommandResponse\x12M\n" +
 	"\n" +
@@ -11067,7 +11148,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 153)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 154)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),                       // 0: sandbox.v1.SandboxState
 	(CommandStatus)(0),                      // 1: sandbox.v1.CommandStatus
@@ -11155,135 +11236,136 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*DeleteSandboxRequest)(nil),            // 83: sandbox.v1.DeleteSandboxRequest
 	(*DeleteSandboxResponse)(nil),           // 84: sandbox.v1.DeleteSandboxResponse
 	(*ExecuteRequest)(nil),                  // 85: sandbox.v1.ExecuteRequest
-	(*PtySize)(nil),                         // 86: sandbox.v1.PtySize
-	(*StreamCommandRequest)(nil),            // 87: sandbox.v1.StreamCommandRequest
-	(*ExecuteEvent)(nil),                    // 88: sandbox.v1.ExecuteEvent
-	(*Started)(nil),                         // 89: sandbox.v1.Started
-	(*OutputChunk)(nil),                     // 90: sandbox.v1.OutputChunk
-	(*Display)(nil),                         // 91: sandbox.v1.Display
-	(*Result)(nil),                          // 92: sandbox.v1.Result
-	(*Error)(nil),                           // 93: sandbox.v1.Error
-	(*Done)(nil),                            // 94: sandbox.v1.Done
-	(*FileRef)(nil),                         // 95: sandbox.v1.FileRef
-	(*InterruptCommandRequest)(nil),         // 96: sandbox.v1.InterruptCommandRequest
-	(*InterruptCommandResponse)(nil),        // 97: sandbox.v1.InterruptCommandResponse
-	(*FileInfo)(nil),                        // 98: sandbox.v1.FileInfo
-	(*UploadFileHeader)(nil),                // 99: sandbox.v1.UploadFileHeader
-	(*UploadFileRequest)(nil),               // 100: sandbox.v1.UploadFileRequest
-	(*UploadFileResponse)(nil),              // 101: sandbox.v1.UploadFileResponse
-	(*DownloadFileRequest)(nil),             // 102: sandbox.v1.DownloadFileRequest
-	(*DownloadFileResponse)(nil),            // 103: sandbox.v1.DownloadFileResponse
-	(*ListFilesRequest)(nil),                // 104: sandbox.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),               // 105: sandbox.v1.ListFilesResponse
-	(*MakeDirectoryRequest)(nil),            // 106: sandbox.v1.MakeDirectoryRequest
-	(*MakeDirectoryResponse)(nil),           // 107: sandbox.v1.MakeDirectoryResponse
-	(*RemoveRequest)(nil),                   // 108: sandbox.v1.RemoveRequest
-	(*RemoveResponse)(nil),                  // 109: sandbox.v1.RemoveResponse
-	(*RenameRequest)(nil),                   // 110: sandbox.v1.RenameRequest
-	(*RenameResponse)(nil),                  // 111: sandbox.v1.RenameResponse
-	(*WatchDirectoryRequest)(nil),           // 112: sandbox.v1.WatchDirectoryRequest
-	(*WatchDirectoryResponse)(nil),          // 113: sandbox.v1.WatchDirectoryResponse
-	(*WatchEvent)(nil),                      // 114: sandbox.v1.WatchEvent
-	(*SendStdinRequest)(nil),                // 115: sandbox.v1.SendStdinRequest
-	(*SendStdinResponse)(nil),               // 116: sandbox.v1.SendStdinResponse
-	(*CloseStdinRequest)(nil),               // 117: sandbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),              // 118: sandbox.v1.CloseStdinResponse
-	(*ResizePtyRequest)(nil),                // 119: sandbox.v1.ResizePtyRequest
-	(*ResizePtyResponse)(nil),               // 120: sandbox.v1.ResizePtyResponse
-	(*ListCommandsRequest)(nil),             // 121: sandbox.v1.ListCommandsRequest
-	(*ListCommandsResponse)(nil),            // 122: sandbox.v1.ListCommandsResponse
-	(*CommandInfo)(nil),                     // 123: sandbox.v1.CommandInfo
-	(*SetSandboxTimeoutRequest)(nil),        // 124: sandbox.v1.SetSandboxTimeoutRequest
-	(*SetSandboxTimeoutResponse)(nil),       // 125: sandbox.v1.SetSandboxTimeoutResponse
-	(*Context)(nil),                         // 126: sandbox.v1.Context
-	(*CreateContextRequest)(nil),            // 127: sandbox.v1.CreateContextRequest
-	(*CreateContextResponse)(nil),           // 128: sandbox.v1.CreateContextResponse
-	(*ListContextsRequest)(nil),             // 129: sandbox.v1.ListContextsRequest
-	(*ListContextsResponse)(nil),            // 130: sandbox.v1.ListContextsResponse
-	(*RestartContextRequest)(nil),           // 131: sandbox.v1.RestartContextRequest
-	(*RestartContextResponse)(nil),          // 132: sandbox.v1.RestartContextResponse
-	(*DeleteContextRequest)(nil),            // 133: sandbox.v1.DeleteContextRequest
-	(*DeleteContextResponse)(nil),           // 134: sandbox.v1.DeleteContextResponse
-	(*UpdateNetworkPolicyRequest)(nil),      // 135: sandbox.v1.UpdateNetworkPolicyRequest
-	(*UpdateNetworkPolicyResponse)(nil),     // 136: sandbox.v1.UpdateNetworkPolicyResponse
-	(*GetNetworkStatusRequest)(nil),         // 137: sandbox.v1.GetNetworkStatusRequest
-	(*GetNetworkStatusResponse)(nil),        // 138: sandbox.v1.GetNetworkStatusResponse
-	(*NetworkCounters)(nil),                 // 139: sandbox.v1.NetworkCounters
-	(*NetworkDenial)(nil),                   // 140: sandbox.v1.NetworkDenial
-	(*GetHostRequest)(nil),                  // 141: sandbox.v1.GetHostRequest
-	(*GetHostResponse)(nil),                 // 142: sandbox.v1.GetHostResponse
-	(*ListAuditEventsRequest)(nil),          // 143: sandbox.v1.ListAuditEventsRequest
-	(*ListAuditEventsResponse)(nil),         // 144: sandbox.v1.ListAuditEventsResponse
-	(*AuditEvent)(nil),                      // 145: sandbox.v1.AuditEvent
-	(*GetSandboxMetricsRequest)(nil),        // 146: sandbox.v1.GetSandboxMetricsRequest
-	(*GetSandboxMetricsResponse)(nil),       // 147: sandbox.v1.GetSandboxMetricsResponse
-	(*SandboxMetricsSample)(nil),            // 148: sandbox.v1.SandboxMetricsSample
-	(*DiskUsage)(nil),                       // 149: sandbox.v1.DiskUsage
-	(*NetworkBytes)(nil),                    // 150: sandbox.v1.NetworkBytes
-	nil,                                     // 151: sandbox.v1.SandboxOptions.EnvEntry
-	nil,                                     // 152: sandbox.v1.SandboxOptions.MetadataEntry
-	nil,                                     // 153: sandbox.v1.NetworkPolicy.RulesEntry
-	nil,                                     // 154: sandbox.v1.NetworkRule.HeadersEntry
-	nil,                                     // 155: sandbox.v1.Sandbox.MetadataEntry
-	nil,                                     // 156: sandbox.v1.EnvStep.VarsEntry
-	nil,                                     // 157: sandbox.v1.ListSandboxesRequest.MetadataEntry
-	nil,                                     // 158: sandbox.v1.ExecuteRequest.EnvEntry
-	nil,                                     // 159: sandbox.v1.Display.DataEntry
-	nil,                                     // 160: sandbox.v1.Result.DataEntry
-	(*durationpb.Duration)(nil),             // 161: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),           // 162: google.protobuf.Timestamp
+	(*RunStatelessRequest)(nil),             // 86: sandbox.v1.RunStatelessRequest
+	(*PtySize)(nil),                         // 87: sandbox.v1.PtySize
+	(*StreamCommandRequest)(nil),            // 88: sandbox.v1.StreamCommandRequest
+	(*ExecuteEvent)(nil),                    // 89: sandbox.v1.ExecuteEvent
+	(*Started)(nil),                         // 90: sandbox.v1.Started
+	(*OutputChunk)(nil),                     // 91: sandbox.v1.OutputChunk
+	(*Display)(nil),                         // 92: sandbox.v1.Display
+	(*Result)(nil),                          // 93: sandbox.v1.Result
+	(*Error)(nil),                           // 94: sandbox.v1.Error
+	(*Done)(nil),                            // 95: sandbox.v1.Done
+	(*FileRef)(nil),                         // 96: sandbox.v1.FileRef
+	(*InterruptCommandRequest)(nil),         // 97: sandbox.v1.InterruptCommandRequest
+	(*InterruptCommandResponse)(nil),        // 98: sandbox.v1.InterruptCommandResponse
+	(*FileInfo)(nil),                        // 99: sandbox.v1.FileInfo
+	(*UploadFileHeader)(nil),                // 100: sandbox.v1.UploadFileHeader
+	(*UploadFileRequest)(nil),               // 101: sandbox.v1.UploadFileRequest
+	(*UploadFileResponse)(nil),              // 102: sandbox.v1.UploadFileResponse
+	(*DownloadFileRequest)(nil),             // 103: sandbox.v1.DownloadFileRequest
+	(*DownloadFileResponse)(nil),            // 104: sandbox.v1.DownloadFileResponse
+	(*ListFilesRequest)(nil),                // 105: sandbox.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),               // 106: sandbox.v1.ListFilesResponse
+	(*MakeDirectoryRequest)(nil),            // 107: sandbox.v1.MakeDirectoryRequest
+	(*MakeDirectoryResponse)(nil),           // 108: sandbox.v1.MakeDirectoryResponse
+	(*RemoveRequest)(nil),                   // 109: sandbox.v1.RemoveRequest
+	(*RemoveResponse)(nil),                  // 110: sandbox.v1.RemoveResponse
+	(*RenameRequest)(nil),                   // 111: sandbox.v1.RenameRequest
+	(*RenameResponse)(nil),                  // 112: sandbox.v1.RenameResponse
+	(*WatchDirectoryRequest)(nil),           // 113: sandbox.v1.WatchDirectoryRequest
+	(*WatchDirectoryResponse)(nil),          // 114: sandbox.v1.WatchDirectoryResponse
+	(*WatchEvent)(nil),                      // 115: sandbox.v1.WatchEvent
+	(*SendStdinRequest)(nil),                // 116: sandbox.v1.SendStdinRequest
+	(*SendStdinResponse)(nil),               // 117: sandbox.v1.SendStdinResponse
+	(*CloseStdinRequest)(nil),               // 118: sandbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),              // 119: sandbox.v1.CloseStdinResponse
+	(*ResizePtyRequest)(nil),                // 120: sandbox.v1.ResizePtyRequest
+	(*ResizePtyResponse)(nil),               // 121: sandbox.v1.ResizePtyResponse
+	(*ListCommandsRequest)(nil),             // 122: sandbox.v1.ListCommandsRequest
+	(*ListCommandsResponse)(nil),            // 123: sandbox.v1.ListCommandsResponse
+	(*CommandInfo)(nil),                     // 124: sandbox.v1.CommandInfo
+	(*SetSandboxTimeoutRequest)(nil),        // 125: sandbox.v1.SetSandboxTimeoutRequest
+	(*SetSandboxTimeoutResponse)(nil),       // 126: sandbox.v1.SetSandboxTimeoutResponse
+	(*Context)(nil),                         // 127: sandbox.v1.Context
+	(*CreateContextRequest)(nil),            // 128: sandbox.v1.CreateContextRequest
+	(*CreateContextResponse)(nil),           // 129: sandbox.v1.CreateContextResponse
+	(*ListContextsRequest)(nil),             // 130: sandbox.v1.ListContextsRequest
+	(*ListContextsResponse)(nil),            // 131: sandbox.v1.ListContextsResponse
+	(*RestartContextRequest)(nil),           // 132: sandbox.v1.RestartContextRequest
+	(*RestartContextResponse)(nil),          // 133: sandbox.v1.RestartContextResponse
+	(*DeleteContextRequest)(nil),            // 134: sandbox.v1.DeleteContextRequest
+	(*DeleteContextResponse)(nil),           // 135: sandbox.v1.DeleteContextResponse
+	(*UpdateNetworkPolicyRequest)(nil),      // 136: sandbox.v1.UpdateNetworkPolicyRequest
+	(*UpdateNetworkPolicyResponse)(nil),     // 137: sandbox.v1.UpdateNetworkPolicyResponse
+	(*GetNetworkStatusRequest)(nil),         // 138: sandbox.v1.GetNetworkStatusRequest
+	(*GetNetworkStatusResponse)(nil),        // 139: sandbox.v1.GetNetworkStatusResponse
+	(*NetworkCounters)(nil),                 // 140: sandbox.v1.NetworkCounters
+	(*NetworkDenial)(nil),                   // 141: sandbox.v1.NetworkDenial
+	(*GetHostRequest)(nil),                  // 142: sandbox.v1.GetHostRequest
+	(*GetHostResponse)(nil),                 // 143: sandbox.v1.GetHostResponse
+	(*ListAuditEventsRequest)(nil),          // 144: sandbox.v1.ListAuditEventsRequest
+	(*ListAuditEventsResponse)(nil),         // 145: sandbox.v1.ListAuditEventsResponse
+	(*AuditEvent)(nil),                      // 146: sandbox.v1.AuditEvent
+	(*GetSandboxMetricsRequest)(nil),        // 147: sandbox.v1.GetSandboxMetricsRequest
+	(*GetSandboxMetricsResponse)(nil),       // 148: sandbox.v1.GetSandboxMetricsResponse
+	(*SandboxMetricsSample)(nil),            // 149: sandbox.v1.SandboxMetricsSample
+	(*DiskUsage)(nil),                       // 150: sandbox.v1.DiskUsage
+	(*NetworkBytes)(nil),                    // 151: sandbox.v1.NetworkBytes
+	nil,                                     // 152: sandbox.v1.SandboxOptions.EnvEntry
+	nil,                                     // 153: sandbox.v1.SandboxOptions.MetadataEntry
+	nil,                                     // 154: sandbox.v1.NetworkPolicy.RulesEntry
+	nil,                                     // 155: sandbox.v1.NetworkRule.HeadersEntry
+	nil,                                     // 156: sandbox.v1.Sandbox.MetadataEntry
+	nil,                                     // 157: sandbox.v1.EnvStep.VarsEntry
+	nil,                                     // 158: sandbox.v1.ListSandboxesRequest.MetadataEntry
+	nil,                                     // 159: sandbox.v1.ExecuteRequest.EnvEntry
+	nil,                                     // 160: sandbox.v1.Display.DataEntry
+	nil,                                     // 161: sandbox.v1.Result.DataEntry
+	(*durationpb.Duration)(nil),             // 162: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),           // 163: google.protobuf.Timestamp
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	8,   // 0: sandbox.v1.SandboxOptions.limits:type_name -> sandbox.v1.ResourceLimits
-	151, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
-	152, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
-	161, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
+	152, // 1: sandbox.v1.SandboxOptions.env:type_name -> sandbox.v1.SandboxOptions.EnvEntry
+	153, // 2: sandbox.v1.SandboxOptions.metadata:type_name -> sandbox.v1.SandboxOptions.MetadataEntry
+	162, // 3: sandbox.v1.SandboxOptions.idle_timeout:type_name -> google.protobuf.Duration
 	2,   // 4: sandbox.v1.SandboxOptions.on_idle:type_name -> sandbox.v1.IdleAction
 	10,  // 5: sandbox.v1.SandboxOptions.network_policy:type_name -> sandbox.v1.NetworkPolicy
 	26,  // 6: sandbox.v1.SandboxOptions.volumes:type_name -> sandbox.v1.VolumeMount
-	153, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
-	154, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
+	154, // 7: sandbox.v1.NetworkPolicy.rules:type_name -> sandbox.v1.NetworkPolicy.RulesEntry
+	155, // 8: sandbox.v1.NetworkRule.headers:type_name -> sandbox.v1.NetworkRule.HeadersEntry
 	0,   // 9: sandbox.v1.Sandbox.state:type_name -> sandbox.v1.SandboxState
-	162, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
-	162, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
-	162, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
+	163, // 10: sandbox.v1.Sandbox.created_at:type_name -> google.protobuf.Timestamp
+	163, // 11: sandbox.v1.Sandbox.last_active_at:type_name -> google.protobuf.Timestamp
+	163, // 12: sandbox.v1.Sandbox.expires_at:type_name -> google.protobuf.Timestamp
 	8,   // 13: sandbox.v1.Sandbox.limits:type_name -> sandbox.v1.ResourceLimits
-	155, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
-	161, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
+	156, // 14: sandbox.v1.Sandbox.metadata:type_name -> sandbox.v1.Sandbox.MetadataEntry
+	162, // 15: sandbox.v1.Sandbox.idle_timeout:type_name -> google.protobuf.Duration
 	13,  // 16: sandbox.v1.Sandbox.snapshot:type_name -> sandbox.v1.SnapshotInfo
-	162, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
+	163, // 17: sandbox.v1.Sandbox.hibernated_at:type_name -> google.protobuf.Timestamp
 	14,  // 18: sandbox.v1.Sandbox.last_wake:type_name -> sandbox.v1.WakeInfo
 	2,   // 19: sandbox.v1.Sandbox.on_idle:type_name -> sandbox.v1.IdleAction
 	10,  // 20: sandbox.v1.Sandbox.network_policy:type_name -> sandbox.v1.NetworkPolicy
 	26,  // 21: sandbox.v1.Sandbox.volumes:type_name -> sandbox.v1.VolumeMount
-	162, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
+	163, // 22: sandbox.v1.SnapshotInfo.taken_at:type_name -> google.protobuf.Timestamp
 	15,  // 23: sandbox.v1.WakeInfo.lost:type_name -> sandbox.v1.LostName
-	162, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
+	163, // 24: sandbox.v1.WakeInfo.time:type_name -> google.protobuf.Timestamp
 	12,  // 25: sandbox.v1.HibernateSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	162, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	163, // 26: sandbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	18,  // 27: sandbox.v1.CreateSnapshotResponse.snapshot:type_name -> sandbox.v1.Snapshot
 	18,  // 28: sandbox.v1.ListSnapshotsResponse.snapshots:type_name -> sandbox.v1.Snapshot
-	162, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
+	163, // 29: sandbox.v1.Volume.created_at:type_name -> google.protobuf.Timestamp
 	25,  // 30: sandbox.v1.CreateVolumeResponse.volume:type_name -> sandbox.v1.Volume
 	25,  // 31: sandbox.v1.GetVolumeResponse.volume:type_name -> sandbox.v1.Volume
 	25,  // 32: sandbox.v1.ListVolumesResponse.volumes:type_name -> sandbox.v1.Volume
 	35,  // 33: sandbox.v1.UploadVolumeFileRequest.header:type_name -> sandbox.v1.UploadVolumeFileHeader
-	98,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	98,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 39: sandbox.v1.SetVolumeFileAttributesResponse.file:type_name -> sandbox.v1.FileInfo
-	162, // 40: sandbox.v1.Template.created_at:type_name -> google.protobuf.Timestamp
+	99,  // 34: sandbox.v1.UploadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 35: sandbox.v1.DownloadVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 36: sandbox.v1.ListVolumeFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	99,  // 37: sandbox.v1.StatVolumeFileResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 38: sandbox.v1.MakeVolumeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 39: sandbox.v1.SetVolumeFileAttributesResponse.file:type_name -> sandbox.v1.FileInfo
+	163, // 40: sandbox.v1.Template.created_at:type_name -> google.protobuf.Timestamp
 	51,  // 41: sandbox.v1.Template.versions:type_name -> sandbox.v1.TemplateVersion
 	3,   // 42: sandbox.v1.TemplateVersion.state:type_name -> sandbox.v1.TemplateState
-	162, // 43: sandbox.v1.TemplateVersion.started_at:type_name -> google.protobuf.Timestamp
-	162, // 44: sandbox.v1.TemplateVersion.finished_at:type_name -> google.protobuf.Timestamp
+	163, // 43: sandbox.v1.TemplateVersion.started_at:type_name -> google.protobuf.Timestamp
+	163, // 44: sandbox.v1.TemplateVersion.finished_at:type_name -> google.protobuf.Timestamp
 	53,  // 45: sandbox.v1.TemplateSpec.steps:type_name -> sandbox.v1.TemplateStep
 	54,  // 46: sandbox.v1.TemplateStep.apt:type_name -> sandbox.v1.AptStep
 	55,  // 47: sandbox.v1.TemplateStep.copy:type_name -> sandbox.v1.CopyStep
 	56,  // 48: sandbox.v1.TemplateStep.env:type_name -> sandbox.v1.EnvStep
-	156, // 49: sandbox.v1.EnvStep.vars:type_name -> sandbox.v1.EnvStep.VarsEntry
+	157, // 49: sandbox.v1.EnvStep.vars:type_name -> sandbox.v1.EnvStep.VarsEntry
 	57,  // 50: sandbox.v1.UploadTemplateFileRequest.header:type_name -> sandbox.v1.UploadTemplateFileHeader
 	52,  // 51: sandbox.v1.BuildTemplateRequest.spec:type_name -> sandbox.v1.TemplateSpec
 	62,  // 52: sandbox.v1.BuildTemplateResponse.started:type_name -> sandbox.v1.TemplateBuildStarted
@@ -11291,7 +11373,7 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	51,  // 54: sandbox.v1.BuildTemplateResponse.done:type_name -> sandbox.v1.TemplateVersion
 	50,  // 55: sandbox.v1.TemplateBuildStarted.template:type_name -> sandbox.v1.Template
 	51,  // 56: sandbox.v1.TemplateBuildStarted.version:type_name -> sandbox.v1.TemplateVersion
-	162, // 57: sandbox.v1.TemplateBuildLine.time:type_name -> google.protobuf.Timestamp
+	163, // 57: sandbox.v1.TemplateBuildLine.time:type_name -> google.protobuf.Timestamp
 	63,  // 58: sandbox.v1.FollowTemplateBuildResponse.line:type_name -> sandbox.v1.TemplateBuildLine
 	51,  // 59: sandbox.v1.FollowTemplateBuildResponse.done:type_name -> sandbox.v1.TemplateVersion
 	50,  // 60: sandbox.v1.GetTemplateResponse.template:type_name -> sandbox.v1.Template
@@ -11307,175 +11389,179 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	14,  // 70: sandbox.v1.AcquireSandboxResponse.woke:type_name -> sandbox.v1.WakeInfo
 	12,  // 71: sandbox.v1.GetSandboxResponse.sandbox:type_name -> sandbox.v1.Sandbox
 	0,   // 72: sandbox.v1.ListSandboxesRequest.state:type_name -> sandbox.v1.SandboxState
-	157, // 73: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
+	158, // 73: sandbox.v1.ListSandboxesRequest.metadata:type_name -> sandbox.v1.ListSandboxesRequest.MetadataEntry
 	12,  // 74: sandbox.v1.ListSandboxesResponse.sandboxes:type_name -> sandbox.v1.Sandbox
-	161, // 75: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
-	158, // 76: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
-	86,  // 77: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
-	89,  // 78: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
-	90,  // 79: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
-	90,  // 80: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
-	91,  // 81: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
-	92,  // 82: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
-	93,  // 83: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
-	94,  // 84: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
-	162, // 85: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
-	14,  // 86: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
-	159, // 87: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
-	160, // 88: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
-	1,   // 89: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
-	161, // 90: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
-	95,  // 91: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
-	162, // 92: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
-	162, // 93: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
-	4,   // 94: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
-	99,  // 95: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
-	98,  // 96: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 97: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 98: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
-	98,  // 99: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
-	98,  // 100: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
-	114, // 101: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
-	5,   // 102: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
-	162, // 103: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
-	86,  // 104: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
-	123, // 105: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
-	6,   // 106: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
-	1,   // 107: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
-	162, // 108: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
-	162, // 109: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
-	161, // 110: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
-	161, // 111: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
-	12,  // 112: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	162, // 113: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
-	126, // 114: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
-	126, // 115: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
-	10,  // 116: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
-	12,  // 117: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
-	10,  // 118: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
-	139, // 119: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
-	140, // 120: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
-	162, // 121: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
-	7,   // 122: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
-	162, // 123: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
-	162, // 124: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
-	145, // 125: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
-	162, // 126: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
-	161, // 127: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
-	162, // 128: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
-	148, // 129: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
-	162, // 130: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
-	149, // 131: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
-	149, // 132: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
-	150, // 133: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
-	11,  // 134: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
-	77,  // 135: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
-	79,  // 136: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
-	81,  // 137: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
-	83,  // 138: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
-	85,  // 139: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
-	87,  // 140: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
-	96,  // 141: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
-	100, // 142: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
-	102, // 143: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
-	104, // 144: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
-	106, // 145: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
-	108, // 146: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
-	110, // 147: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
-	112, // 148: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
-	115, // 149: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
-	117, // 150: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
-	119, // 151: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
-	121, // 152: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
-	124, // 153: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
-	127, // 154: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
-	129, // 155: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
-	131, // 156: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
-	133, // 157: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
-	16,  // 158: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
-	75,  // 159: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
-	19,  // 160: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
-	21,  // 161: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
-	23,  // 162: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
-	27,  // 163: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
-	29,  // 164: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
-	31,  // 165: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
-	33,  // 166: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
-	36,  // 167: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
-	38,  // 168: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
-	40,  // 169: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
-	42,  // 170: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
-	44,  // 171: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
-	46,  // 172: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
-	48,  // 173: sandbox.v1.SandboxService.SetVolumeFileAttributes:input_type -> sandbox.v1.SetVolumeFileAttributesRequest
-	58,  // 174: sandbox.v1.SandboxService.UploadTemplateFile:input_type -> sandbox.v1.UploadTemplateFileRequest
-	60,  // 175: sandbox.v1.SandboxService.BuildTemplate:input_type -> sandbox.v1.BuildTemplateRequest
-	64,  // 176: sandbox.v1.SandboxService.FollowTemplateBuild:input_type -> sandbox.v1.FollowTemplateBuildRequest
-	66,  // 177: sandbox.v1.SandboxService.GetTemplate:input_type -> sandbox.v1.GetTemplateRequest
-	68,  // 178: sandbox.v1.SandboxService.ListTemplates:input_type -> sandbox.v1.ListTemplatesRequest
-	70,  // 179: sandbox.v1.SandboxService.DeleteTemplate:input_type -> sandbox.v1.DeleteTemplateRequest
-	72,  // 180: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
-	135, // 181: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
-	137, // 182: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
-	141, // 183: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
-	143, // 184: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
-	146, // 185: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
-	78,  // 186: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
-	80,  // 187: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
-	82,  // 188: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
-	84,  // 189: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
-	88,  // 190: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
-	88,  // 191: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
-	97,  // 192: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
-	101, // 193: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
-	103, // 194: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
-	105, // 195: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
-	107, // 196: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
-	109, // 197: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
-	111, // 198: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
-	113, // 199: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
-	116, // 200: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
-	118, // 201: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
-	120, // 202: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
-	122, // 203: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
-	125, // 204: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
-	128, // 205: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
-	130, // 206: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
-	132, // 207: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
-	134, // 208: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
-	17,  // 209: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
-	76,  // 210: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
-	20,  // 211: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
-	22,  // 212: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
-	24,  // 213: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
-	28,  // 214: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
-	30,  // 215: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
-	32,  // 216: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
-	34,  // 217: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
-	37,  // 218: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
-	39,  // 219: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
-	41,  // 220: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
-	43,  // 221: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
-	45,  // 222: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
-	47,  // 223: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
-	49,  // 224: sandbox.v1.SandboxService.SetVolumeFileAttributes:output_type -> sandbox.v1.SetVolumeFileAttributesResponse
-	59,  // 225: sandbox.v1.SandboxService.UploadTemplateFile:output_type -> sandbox.v1.UploadTemplateFileResponse
-	61,  // 226: sandbox.v1.SandboxService.BuildTemplate:output_type -> sandbox.v1.BuildTemplateResponse
-	65,  // 227: sandbox.v1.SandboxService.FollowTemplateBuild:output_type -> sandbox.v1.FollowTemplateBuildResponse
-	67,  // 228: sandbox.v1.SandboxService.GetTemplate:output_type -> sandbox.v1.GetTemplateResponse
-	69,  // 229: sandbox.v1.SandboxService.ListTemplates:output_type -> sandbox.v1.ListTemplatesResponse
-	71,  // 230: sandbox.v1.SandboxService.DeleteTemplate:output_type -> sandbox.v1.DeleteTemplateResponse
-	74,  // 231: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
-	136, // 232: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
-	138, // 233: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
-	142, // 234: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
-	144, // 235: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
-	147, // 236: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
-	186, // [186:237] is the sub-list for method output_type
-	135, // [135:186] is the sub-list for method input_type
-	135, // [135:135] is the sub-list for extension type_name
-	135, // [135:135] is the sub-list for extension extendee
-	0,   // [0:135] is the sub-list for field type_name
+	162, // 75: sandbox.v1.ExecuteRequest.timeout:type_name -> google.protobuf.Duration
+	159, // 76: sandbox.v1.ExecuteRequest.env:type_name -> sandbox.v1.ExecuteRequest.EnvEntry
+	87,  // 77: sandbox.v1.ExecuteRequest.pty:type_name -> sandbox.v1.PtySize
+	162, // 78: sandbox.v1.RunStatelessRequest.timeout:type_name -> google.protobuf.Duration
+	9,   // 79: sandbox.v1.RunStatelessRequest.options:type_name -> sandbox.v1.SandboxOptions
+	90,  // 80: sandbox.v1.ExecuteEvent.started:type_name -> sandbox.v1.Started
+	91,  // 81: sandbox.v1.ExecuteEvent.stdout:type_name -> sandbox.v1.OutputChunk
+	91,  // 82: sandbox.v1.ExecuteEvent.stderr:type_name -> sandbox.v1.OutputChunk
+	92,  // 83: sandbox.v1.ExecuteEvent.display:type_name -> sandbox.v1.Display
+	93,  // 84: sandbox.v1.ExecuteEvent.result:type_name -> sandbox.v1.Result
+	94,  // 85: sandbox.v1.ExecuteEvent.error:type_name -> sandbox.v1.Error
+	95,  // 86: sandbox.v1.ExecuteEvent.done:type_name -> sandbox.v1.Done
+	163, // 87: sandbox.v1.Started.time:type_name -> google.protobuf.Timestamp
+	14,  // 88: sandbox.v1.Started.wake:type_name -> sandbox.v1.WakeInfo
+	160, // 89: sandbox.v1.Display.data:type_name -> sandbox.v1.Display.DataEntry
+	161, // 90: sandbox.v1.Result.data:type_name -> sandbox.v1.Result.DataEntry
+	1,   // 91: sandbox.v1.Done.status:type_name -> sandbox.v1.CommandStatus
+	162, // 92: sandbox.v1.Done.duration:type_name -> google.protobuf.Duration
+	96,  // 93: sandbox.v1.Done.files:type_name -> sandbox.v1.FileRef
+	163, // 94: sandbox.v1.Done.time:type_name -> google.protobuf.Timestamp
+	163, // 95: sandbox.v1.FileInfo.mod_time:type_name -> google.protobuf.Timestamp
+	4,   // 96: sandbox.v1.FileInfo.type:type_name -> sandbox.v1.FileType
+	100, // 97: sandbox.v1.UploadFileRequest.header:type_name -> sandbox.v1.UploadFileHeader
+	99,  // 98: sandbox.v1.UploadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 99: sandbox.v1.DownloadFileResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 100: sandbox.v1.ListFilesResponse.files:type_name -> sandbox.v1.FileInfo
+	99,  // 101: sandbox.v1.MakeDirectoryResponse.file:type_name -> sandbox.v1.FileInfo
+	99,  // 102: sandbox.v1.RenameResponse.file:type_name -> sandbox.v1.FileInfo
+	115, // 103: sandbox.v1.WatchDirectoryResponse.event:type_name -> sandbox.v1.WatchEvent
+	5,   // 104: sandbox.v1.WatchEvent.type:type_name -> sandbox.v1.WatchEventType
+	163, // 105: sandbox.v1.WatchEvent.time:type_name -> google.protobuf.Timestamp
+	87,  // 106: sandbox.v1.ResizePtyRequest.size:type_name -> sandbox.v1.PtySize
+	124, // 107: sandbox.v1.ListCommandsResponse.commands:type_name -> sandbox.v1.CommandInfo
+	6,   // 108: sandbox.v1.CommandInfo.state:type_name -> sandbox.v1.CommandState
+	1,   // 109: sandbox.v1.CommandInfo.status:type_name -> sandbox.v1.CommandStatus
+	163, // 110: sandbox.v1.CommandInfo.started_at:type_name -> google.protobuf.Timestamp
+	163, // 111: sandbox.v1.CommandInfo.finished_at:type_name -> google.protobuf.Timestamp
+	162, // 112: sandbox.v1.CommandInfo.duration:type_name -> google.protobuf.Duration
+	162, // 113: sandbox.v1.SetSandboxTimeoutRequest.timeout:type_name -> google.protobuf.Duration
+	12,  // 114: sandbox.v1.SetSandboxTimeoutResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	163, // 115: sandbox.v1.Context.created_at:type_name -> google.protobuf.Timestamp
+	127, // 116: sandbox.v1.CreateContextResponse.context:type_name -> sandbox.v1.Context
+	127, // 117: sandbox.v1.ListContextsResponse.contexts:type_name -> sandbox.v1.Context
+	10,  // 118: sandbox.v1.UpdateNetworkPolicyRequest.policy:type_name -> sandbox.v1.NetworkPolicy
+	12,  // 119: sandbox.v1.UpdateNetworkPolicyResponse.sandbox:type_name -> sandbox.v1.Sandbox
+	10,  // 120: sandbox.v1.GetNetworkStatusResponse.policy:type_name -> sandbox.v1.NetworkPolicy
+	140, // 121: sandbox.v1.GetNetworkStatusResponse.counters:type_name -> sandbox.v1.NetworkCounters
+	141, // 122: sandbox.v1.GetNetworkStatusResponse.denials:type_name -> sandbox.v1.NetworkDenial
+	163, // 123: sandbox.v1.NetworkDenial.time:type_name -> google.protobuf.Timestamp
+	7,   // 124: sandbox.v1.NetworkDenial.kind:type_name -> sandbox.v1.NetworkDenialKind
+	163, // 125: sandbox.v1.ListAuditEventsRequest.since:type_name -> google.protobuf.Timestamp
+	163, // 126: sandbox.v1.ListAuditEventsRequest.until:type_name -> google.protobuf.Timestamp
+	146, // 127: sandbox.v1.ListAuditEventsResponse.events:type_name -> sandbox.v1.AuditEvent
+	163, // 128: sandbox.v1.AuditEvent.time:type_name -> google.protobuf.Timestamp
+	162, // 129: sandbox.v1.AuditEvent.duration:type_name -> google.protobuf.Duration
+	163, // 130: sandbox.v1.GetSandboxMetricsRequest.since:type_name -> google.protobuf.Timestamp
+	149, // 131: sandbox.v1.GetSandboxMetricsResponse.samples:type_name -> sandbox.v1.SandboxMetricsSample
+	163, // 132: sandbox.v1.SandboxMetricsSample.time:type_name -> google.protobuf.Timestamp
+	150, // 133: sandbox.v1.SandboxMetricsSample.workspace:type_name -> sandbox.v1.DiskUsage
+	150, // 134: sandbox.v1.SandboxMetricsSample.io:type_name -> sandbox.v1.DiskUsage
+	151, // 135: sandbox.v1.SandboxMetricsSample.network:type_name -> sandbox.v1.NetworkBytes
+	11,  // 136: sandbox.v1.NetworkPolicy.RulesEntry.value:type_name -> sandbox.v1.NetworkRule
+	77,  // 137: sandbox.v1.SandboxService.AcquireSandbox:input_type -> sandbox.v1.AcquireSandboxRequest
+	79,  // 138: sandbox.v1.SandboxService.GetSandbox:input_type -> sandbox.v1.GetSandboxRequest
+	81,  // 139: sandbox.v1.SandboxService.ListSandboxes:input_type -> sandbox.v1.ListSandboxesRequest
+	83,  // 140: sandbox.v1.SandboxService.DeleteSandbox:input_type -> sandbox.v1.DeleteSandboxRequest
+	85,  // 141: sandbox.v1.SandboxService.Execute:input_type -> sandbox.v1.ExecuteRequest
+	86,  // 142: sandbox.v1.SandboxService.RunStateless:input_type -> sandbox.v1.RunStatelessRequest
+	88,  // 143: sandbox.v1.SandboxService.StreamCommand:input_type -> sandbox.v1.StreamCommandRequest
+	97,  // 144: sandbox.v1.SandboxService.InterruptCommand:input_type -> sandbox.v1.InterruptCommandRequest
+	101, // 145: sandbox.v1.SandboxService.UploadFile:input_type -> sandbox.v1.UploadFileRequest
+	103, // 146: sandbox.v1.SandboxService.DownloadFile:input_type -> sandbox.v1.DownloadFileRequest
+	105, // 147: sandbox.v1.SandboxService.ListFiles:input_type -> sandbox.v1.ListFilesRequest
+	107, // 148: sandbox.v1.SandboxService.MakeDirectory:input_type -> sandbox.v1.MakeDirectoryRequest
+	109, // 149: sandbox.v1.SandboxService.Remove:input_type -> sandbox.v1.RemoveRequest
+	111, // 150: sandbox.v1.SandboxService.Rename:input_type -> sandbox.v1.RenameRequest
+	113, // 151: sandbox.v1.SandboxService.WatchDirectory:input_type -> sandbox.v1.WatchDirectoryRequest
+	116, // 152: sandbox.v1.SandboxService.SendStdin:input_type -> sandbox.v1.SendStdinRequest
+	118, // 153: sandbox.v1.SandboxService.CloseStdin:input_type -> sandbox.v1.CloseStdinRequest
+	120, // 154: sandbox.v1.SandboxService.ResizePty:input_type -> sandbox.v1.ResizePtyRequest
+	122, // 155: sandbox.v1.SandboxService.ListCommands:input_type -> sandbox.v1.ListCommandsRequest
+	125, // 156: sandbox.v1.SandboxService.SetSandboxTimeout:input_type -> sandbox.v1.SetSandboxTimeoutRequest
+	128, // 157: sandbox.v1.SandboxService.CreateContext:input_type -> sandbox.v1.CreateContextRequest
+	130, // 158: sandbox.v1.SandboxService.ListContexts:input_type -> sandbox.v1.ListContextsRequest
+	132, // 159: sandbox.v1.SandboxService.RestartContext:input_type -> sandbox.v1.RestartContextRequest
+	134, // 160: sandbox.v1.SandboxService.DeleteContext:input_type -> sandbox.v1.DeleteContextRequest
+	16,  // 161: sandbox.v1.SandboxService.HibernateSandbox:input_type -> sandbox.v1.HibernateSandboxRequest
+	75,  // 162: sandbox.v1.SandboxService.WakeSandbox:input_type -> sandbox.v1.WakeSandboxRequest
+	19,  // 163: sandbox.v1.SandboxService.CreateSnapshot:input_type -> sandbox.v1.CreateSnapshotRequest
+	21,  // 164: sandbox.v1.SandboxService.ListSnapshots:input_type -> sandbox.v1.ListSnapshotsRequest
+	23,  // 165: sandbox.v1.SandboxService.DeleteSnapshot:input_type -> sandbox.v1.DeleteSnapshotRequest
+	27,  // 166: sandbox.v1.SandboxService.CreateVolume:input_type -> sandbox.v1.CreateVolumeRequest
+	29,  // 167: sandbox.v1.SandboxService.GetVolume:input_type -> sandbox.v1.GetVolumeRequest
+	31,  // 168: sandbox.v1.SandboxService.ListVolumes:input_type -> sandbox.v1.ListVolumesRequest
+	33,  // 169: sandbox.v1.SandboxService.DeleteVolume:input_type -> sandbox.v1.DeleteVolumeRequest
+	36,  // 170: sandbox.v1.SandboxService.UploadVolumeFile:input_type -> sandbox.v1.UploadVolumeFileRequest
+	38,  // 171: sandbox.v1.SandboxService.DownloadVolumeFile:input_type -> sandbox.v1.DownloadVolumeFileRequest
+	40,  // 172: sandbox.v1.SandboxService.ListVolumeFiles:input_type -> sandbox.v1.ListVolumeFilesRequest
+	42,  // 173: sandbox.v1.SandboxService.StatVolumeFile:input_type -> sandbox.v1.StatVolumeFileRequest
+	44,  // 174: sandbox.v1.SandboxService.MakeVolumeDirectory:input_type -> sandbox.v1.MakeVolumeDirectoryRequest
+	46,  // 175: sandbox.v1.SandboxService.RemoveVolumeFile:input_type -> sandbox.v1.RemoveVolumeFileRequest
+	48,  // 176: sandbox.v1.SandboxService.SetVolumeFileAttributes:input_type -> sandbox.v1.SetVolumeFileAttributesRequest
+	58,  // 177: sandbox.v1.SandboxService.UploadTemplateFile:input_type -> sandbox.v1.UploadTemplateFileRequest
+	60,  // 178: sandbox.v1.SandboxService.BuildTemplate:input_type -> sandbox.v1.BuildTemplateRequest
+	64,  // 179: sandbox.v1.SandboxService.FollowTemplateBuild:input_type -> sandbox.v1.FollowTemplateBuildRequest
+	66,  // 180: sandbox.v1.SandboxService.GetTemplate:input_type -> sandbox.v1.GetTemplateRequest
+	68,  // 181: sandbox.v1.SandboxService.ListTemplates:input_type -> sandbox.v1.ListTemplatesRequest
+	70,  // 182: sandbox.v1.SandboxService.DeleteTemplate:input_type -> sandbox.v1.DeleteTemplateRequest
+	72,  // 183: sandbox.v1.SandboxService.ForkSandbox:input_type -> sandbox.v1.ForkSandboxRequest
+	136, // 184: sandbox.v1.SandboxService.UpdateNetworkPolicy:input_type -> sandbox.v1.UpdateNetworkPolicyRequest
+	138, // 185: sandbox.v1.SandboxService.GetNetworkStatus:input_type -> sandbox.v1.GetNetworkStatusRequest
+	142, // 186: sandbox.v1.SandboxService.GetHost:input_type -> sandbox.v1.GetHostRequest
+	144, // 187: sandbox.v1.SandboxService.ListAuditEvents:input_type -> sandbox.v1.ListAuditEventsRequest
+	147, // 188: sandbox.v1.SandboxService.GetSandboxMetrics:input_type -> sandbox.v1.GetSandboxMetricsRequest
+	78,  // 189: sandbox.v1.SandboxService.AcquireSandbox:output_type -> sandbox.v1.AcquireSandboxResponse
+	80,  // 190: sandbox.v1.SandboxService.GetSandbox:output_type -> sandbox.v1.GetSandboxResponse
+	82,  // 191: sandbox.v1.SandboxService.ListSandboxes:output_type -> sandbox.v1.ListSandboxesResponse
+	84,  // 192: sandbox.v1.SandboxService.DeleteSandbox:output_type -> sandbox.v1.DeleteSandboxResponse
+	89,  // 193: sandbox.v1.SandboxService.Execute:output_type -> sandbox.v1.ExecuteEvent
+	89,  // 194: sandbox.v1.SandboxService.RunStateless:output_type -> sandbox.v1.ExecuteEvent
+	89,  // 195: sandbox.v1.SandboxService.StreamCommand:output_type -> sandbox.v1.ExecuteEvent
+	98,  // 196: sandbox.v1.SandboxService.InterruptCommand:output_type -> sandbox.v1.InterruptCommandResponse
+	102, // 197: sandbox.v1.SandboxService.UploadFile:output_type -> sandbox.v1.UploadFileResponse
+	104, // 198: sandbox.v1.SandboxService.DownloadFile:output_type -> sandbox.v1.DownloadFileResponse
+	106, // 199: sandbox.v1.SandboxService.ListFiles:output_type -> sandbox.v1.ListFilesResponse
+	108, // 200: sandbox.v1.SandboxService.MakeDirectory:output_type -> sandbox.v1.MakeDirectoryResponse
+	110, // 201: sandbox.v1.SandboxService.Remove:output_type -> sandbox.v1.RemoveResponse
+	112, // 202: sandbox.v1.SandboxService.Rename:output_type -> sandbox.v1.RenameResponse
+	114, // 203: sandbox.v1.SandboxService.WatchDirectory:output_type -> sandbox.v1.WatchDirectoryResponse
+	117, // 204: sandbox.v1.SandboxService.SendStdin:output_type -> sandbox.v1.SendStdinResponse
+	119, // 205: sandbox.v1.SandboxService.CloseStdin:output_type -> sandbox.v1.CloseStdinResponse
+	121, // 206: sandbox.v1.SandboxService.ResizePty:output_type -> sandbox.v1.ResizePtyResponse
+	123, // 207: sandbox.v1.SandboxService.ListCommands:output_type -> sandbox.v1.ListCommandsResponse
+	126, // 208: sandbox.v1.SandboxService.SetSandboxTimeout:output_type -> sandbox.v1.SetSandboxTimeoutResponse
+	129, // 209: sandbox.v1.SandboxService.CreateContext:output_type -> sandbox.v1.CreateContextResponse
+	131, // 210: sandbox.v1.SandboxService.ListContexts:output_type -> sandbox.v1.ListContextsResponse
+	133, // 211: sandbox.v1.SandboxService.RestartContext:output_type -> sandbox.v1.RestartContextResponse
+	135, // 212: sandbox.v1.SandboxService.DeleteContext:output_type -> sandbox.v1.DeleteContextResponse
+	17,  // 213: sandbox.v1.SandboxService.HibernateSandbox:output_type -> sandbox.v1.HibernateSandboxResponse
+	76,  // 214: sandbox.v1.SandboxService.WakeSandbox:output_type -> sandbox.v1.WakeSandboxResponse
+	20,  // 215: sandbox.v1.SandboxService.CreateSnapshot:output_type -> sandbox.v1.CreateSnapshotResponse
+	22,  // 216: sandbox.v1.SandboxService.ListSnapshots:output_type -> sandbox.v1.ListSnapshotsResponse
+	24,  // 217: sandbox.v1.SandboxService.DeleteSnapshot:output_type -> sandbox.v1.DeleteSnapshotResponse
+	28,  // 218: sandbox.v1.SandboxService.CreateVolume:output_type -> sandbox.v1.CreateVolumeResponse
+	30,  // 219: sandbox.v1.SandboxService.GetVolume:output_type -> sandbox.v1.GetVolumeResponse
+	32,  // 220: sandbox.v1.SandboxService.ListVolumes:output_type -> sandbox.v1.ListVolumesResponse
+	34,  // 221: sandbox.v1.SandboxService.DeleteVolume:output_type -> sandbox.v1.DeleteVolumeResponse
+	37,  // 222: sandbox.v1.SandboxService.UploadVolumeFile:output_type -> sandbox.v1.UploadVolumeFileResponse
+	39,  // 223: sandbox.v1.SandboxService.DownloadVolumeFile:output_type -> sandbox.v1.DownloadVolumeFileResponse
+	41,  // 224: sandbox.v1.SandboxService.ListVolumeFiles:output_type -> sandbox.v1.ListVolumeFilesResponse
+	43,  // 225: sandbox.v1.SandboxService.StatVolumeFile:output_type -> sandbox.v1.StatVolumeFileResponse
+	45,  // 226: sandbox.v1.SandboxService.MakeVolumeDirectory:output_type -> sandbox.v1.MakeVolumeDirectoryResponse
+	47,  // 227: sandbox.v1.SandboxService.RemoveVolumeFile:output_type -> sandbox.v1.RemoveVolumeFileResponse
+	49,  // 228: sandbox.v1.SandboxService.SetVolumeFileAttributes:output_type -> sandbox.v1.SetVolumeFileAttributesResponse
+	59,  // 229: sandbox.v1.SandboxService.UploadTemplateFile:output_type -> sandbox.v1.UploadTemplateFileResponse
+	61,  // 230: sandbox.v1.SandboxService.BuildTemplate:output_type -> sandbox.v1.BuildTemplateResponse
+	65,  // 231: sandbox.v1.SandboxService.FollowTemplateBuild:output_type -> sandbox.v1.FollowTemplateBuildResponse
+	67,  // 232: sandbox.v1.SandboxService.GetTemplate:output_type -> sandbox.v1.GetTemplateResponse
+	69,  // 233: sandbox.v1.SandboxService.ListTemplates:output_type -> sandbox.v1.ListTemplatesResponse
+	71,  // 234: sandbox.v1.SandboxService.DeleteTemplate:output_type -> sandbox.v1.DeleteTemplateResponse
+	74,  // 235: sandbox.v1.SandboxService.ForkSandbox:output_type -> sandbox.v1.ForkSandboxResponse
+	137, // 236: sandbox.v1.SandboxService.UpdateNetworkPolicy:output_type -> sandbox.v1.UpdateNetworkPolicyResponse
+	139, // 237: sandbox.v1.SandboxService.GetNetworkStatus:output_type -> sandbox.v1.GetNetworkStatusResponse
+	143, // 238: sandbox.v1.SandboxService.GetHost:output_type -> sandbox.v1.GetHostResponse
+	145, // 239: sandbox.v1.SandboxService.ListAuditEvents:output_type -> sandbox.v1.ListAuditEventsResponse
+	148, // 240: sandbox.v1.SandboxService.GetSandboxMetrics:output_type -> sandbox.v1.GetSandboxMetricsResponse
+	189, // [189:241] is the sub-list for method output_type
+	137, // [137:189] is the sub-list for method input_type
+	137, // [137:137] is the sub-list for extension type_name
+	137, // [137:137] is the sub-list for extension extendee
+	0,   // [0:137] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -11509,7 +11595,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*FollowTemplateBuildResponse_Line)(nil),
 		(*FollowTemplateBuildResponse_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[80].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[81].OneofWrappers = []any{
 		(*ExecuteEvent_Started)(nil),
 		(*ExecuteEvent_Stdout)(nil),
 		(*ExecuteEvent_Stderr)(nil),
@@ -11518,19 +11604,19 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecuteEvent_Error)(nil),
 		(*ExecuteEvent_Done)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[86].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[92].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[87].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[93].OneofWrappers = []any{
 		(*UploadFileRequest_Header)(nil),
 		(*UploadFileRequest_Chunk)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[115].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[116].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      8,
-			NumMessages:   153,
+			NumMessages:   154,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

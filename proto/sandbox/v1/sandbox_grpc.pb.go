@@ -60,6 +60,7 @@ const (
 	SandboxService_ListSandboxes_FullMethodName           = "/sandbox.v1.SandboxService/ListSandboxes"
 	SandboxService_DeleteSandbox_FullMethodName           = "/sandbox.v1.SandboxService/DeleteSandbox"
 	SandboxService_Execute_FullMethodName                 = "/sandbox.v1.SandboxService/Execute"
+	SandboxService_RunStateless_FullMethodName            = "/sandbox.v1.SandboxService/RunStateless"
 	SandboxService_StreamCommand_FullMethodName           = "/sandbox.v1.SandboxService/StreamCommand"
 	SandboxService_InterruptCommand_FullMethodName        = "/sandbox.v1.SandboxService/InterruptCommand"
 	SandboxService_UploadFile_FullMethodName              = "/sandbox.v1.SandboxService/UploadFile"
@@ -169,6 +170,23 @@ type SandboxServiceClient interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
+	// RunStateless runs code once in a sandbox of its own and then deletes
+	// the sandbox: no user and no state are involved (a Replit- or
+	// Terrarium-style run). The sandbox is new, taken from the server's warm
+	// pool and shaped to the options when it can (see AcquireSandbox), of the
+	// caller's tenant for a user of its own ("run-" and random); it counts
+	// against the caps on sandboxes while the call lasts. The command's
+	// events stream as Execute's do; the sandbox is deleted once the command
+	// is done, or when the call ends first (the client cancels or its
+	// deadline passes: the command is killed with the sandbox). Nothing is
+	// left behind, so a dropped stream cannot be resumed; audit records show
+	// the acquire, the execute and the delete. Errors are AcquireSandbox's and
+	// Execute's.
+	//
+	// It streams ExecuteEvent, the same message as Execute (see there).
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	RunStateless(ctx context.Context, in *RunStatelessRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
 	// StreamCommand streams a command's events with seq greater than after_seq,
 	// in order, until the command is done: the way to resume a dropped Execute
 	// stream without running anything again. It returns at once (after any
@@ -622,9 +640,28 @@ func (c *sandboxServiceClient) Execute(ctx context.Context, in *ExecuteRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_ExecuteClient = grpc.ServerStreamingClient[ExecuteEvent]
 
+func (c *sandboxServiceClient) RunStateless(ctx context.Context, in *RunStatelessRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[1], SandboxService_RunStateless_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunStatelessRequest, ExecuteEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_RunStatelessClient = grpc.ServerStreamingClient[ExecuteEvent]
+
 func (c *sandboxServiceClient) StreamCommand(ctx context.Context, in *StreamCommandRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[1], SandboxService_StreamCommand_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_StreamCommand_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -653,7 +690,7 @@ func (c *sandboxServiceClient) InterruptCommand(ctx context.Context, in *Interru
 
 func (c *sandboxServiceClient) UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, UploadFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[2], SandboxService_UploadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_UploadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -666,7 +703,7 @@ type SandboxService_UploadFileClient = grpc.ClientStreamingClient[UploadFileRequ
 
 func (c *sandboxServiceClient) DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[3], SandboxService_DownloadFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_DownloadFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -725,7 +762,7 @@ func (c *sandboxServiceClient) Rename(ctx context.Context, in *RenameRequest, op
 
 func (c *sandboxServiceClient) WatchDirectory(ctx context.Context, in *WatchDirectoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchDirectoryResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[4], SandboxService_WatchDirectory_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_WatchDirectory_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -924,7 +961,7 @@ func (c *sandboxServiceClient) DeleteVolume(ctx context.Context, in *DeleteVolum
 
 func (c *sandboxServiceClient) UploadVolumeFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadVolumeFileRequest, UploadVolumeFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[5], SandboxService_UploadVolumeFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_UploadVolumeFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -937,7 +974,7 @@ type SandboxService_UploadVolumeFileClient = grpc.ClientStreamingClient[UploadVo
 
 func (c *sandboxServiceClient) DownloadVolumeFile(ctx context.Context, in *DownloadVolumeFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[DownloadVolumeFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[6], SandboxService_DownloadVolumeFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[7], SandboxService_DownloadVolumeFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1006,7 +1043,7 @@ func (c *sandboxServiceClient) SetVolumeFileAttributes(ctx context.Context, in *
 
 func (c *sandboxServiceClient) UploadTemplateFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadTemplateFileRequest, UploadTemplateFileResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[7], SandboxService_UploadTemplateFile_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_UploadTemplateFile_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1019,7 +1056,7 @@ type SandboxService_UploadTemplateFileClient = grpc.ClientStreamingClient[Upload
 
 func (c *sandboxServiceClient) BuildTemplate(ctx context.Context, in *BuildTemplateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BuildTemplateResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[8], SandboxService_BuildTemplate_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[9], SandboxService_BuildTemplate_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1038,7 +1075,7 @@ type SandboxService_BuildTemplateClient = grpc.ServerStreamingClient[BuildTempla
 
 func (c *sandboxServiceClient) FollowTemplateBuild(ctx context.Context, in *FollowTemplateBuildRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowTemplateBuildResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[9], SandboxService_FollowTemplateBuild_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &SandboxService_ServiceDesc.Streams[10], SandboxService_FollowTemplateBuild_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -1206,6 +1243,23 @@ type SandboxServiceServer interface {
 	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
 	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
+	// RunStateless runs code once in a sandbox of its own and then deletes
+	// the sandbox: no user and no state are involved (a Replit- or
+	// Terrarium-style run). The sandbox is new, taken from the server's warm
+	// pool and shaped to the options when it can (see AcquireSandbox), of the
+	// caller's tenant for a user of its own ("run-" and random); it counts
+	// against the caps on sandboxes while the call lasts. The command's
+	// events stream as Execute's do; the sandbox is deleted once the command
+	// is done, or when the call ends first (the client cancels or its
+	// deadline passes: the command is killed with the sandbox). Nothing is
+	// left behind, so a dropped stream cannot be resumed; audit records show
+	// the acquire, the execute and the delete. Errors are AcquireSandbox's and
+	// Execute's.
+	//
+	// It streams ExecuteEvent, the same message as Execute (see there).
+	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+	RunStateless(*RunStatelessRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
 	// StreamCommand streams a command's events with seq greater than after_seq,
 	// in order, until the command is done: the way to resume a dropped Execute
 	// stream without running anything again. It returns at once (after any
@@ -1615,6 +1669,9 @@ func (UnimplementedSandboxServiceServer) DeleteSandbox(context.Context, *DeleteS
 func (UnimplementedSandboxServiceServer) Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
 	return status.Error(codes.Unimplemented, "method Execute not implemented")
 }
+func (UnimplementedSandboxServiceServer) RunStateless(*RunStatelessRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
+	return status.Error(codes.Unimplemented, "method RunStateless not implemented")
+}
 func (UnimplementedSandboxServiceServer) StreamCommand(*StreamCommandRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
 	return status.Error(codes.Unimplemented, "method StreamCommand not implemented")
 }
@@ -1856,6 +1913,17 @@ func _SandboxService_Execute_Handler(srv interface{}, stream grpc.ServerStream) 
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SandboxService_ExecuteServer = grpc.ServerStreamingServer[ExecuteEvent]
+
+func _SandboxService_RunStateless_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(RunStatelessRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SandboxServiceServer).RunStateless(m, &grpc.GenericServerStream[RunStatelessRequest, ExecuteEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type SandboxService_RunStatelessServer = grpc.ServerStreamingServer[ExecuteEvent]
 
 func _SandboxService_StreamCommand_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(StreamCommandRequest)
@@ -2786,6 +2854,11 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Execute",
 			Handler:       _SandboxService_Execute_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "RunStateless",
+			Handler:       _SandboxService_RunStateless_Handler,
 			ServerStreams: true,
 		},
 		{

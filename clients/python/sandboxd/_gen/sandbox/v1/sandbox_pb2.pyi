@@ -1020,6 +1020,18 @@ class Result(_message.Message):
     data: _containers.ScalarMap[str, str]
     def __init__(self, data: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class RunStatelessRequest(_message.Message):
+    __slots__ = ["code", "language", "options", "timeout"]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    language: str
+    options: SandboxOptions
+    timeout: _duration_pb2.Duration
+    def __init__(self, language: _Optional[str] = ..., code: _Optional[str] = ..., timeout: _Optional[_Union[_duration_pb2.Duration, _Mapping]] = ..., options: _Optional[_Union[SandboxOptions, _Mapping]] = ...) -> None: ...
+
 class Sandbox(_message.Message):
     __slots__ = ["created_at", "expires_at", "health_reason", "hibernated_at", "idle_timeout", "image", "last_active_at", "last_wake", "limits", "metadata", "network", "network_policy", "on_idle", "sandbox_id", "snapshot", "state", "state_reason", "template", "template_version", "tenant", "user_id", "volumes"]
     class MetadataEntry(_message.Message):

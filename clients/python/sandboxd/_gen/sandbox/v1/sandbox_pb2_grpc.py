@@ -45,6 +45,11 @@ class SandboxServiceStub(object):
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ExecuteEvent.FromString,
                 )
+        self.RunStateless = channel.unary_stream(
+                '/sandbox.v1.SandboxService/RunStateless',
+                request_serializer=sandbox_dot_v1_dot_sandbox__pb2.RunStatelessRequest.SerializeToString,
+                response_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ExecuteEvent.FromString,
+                )
         self.StreamCommand = channel.unary_stream(
                 '/sandbox.v1.SandboxService/StreamCommand',
                 request_serializer=sandbox_dot_v1_dot_sandbox__pb2.StreamCommandRequest.SerializeToString,
@@ -354,6 +359,28 @@ class SandboxServiceServicer(object):
         The response type is ExecuteEvent rather than ExecuteResponse because
         Execute and StreamCommand stream the very same events, and clients should
         handle both with one code path.
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RunStateless(self, request, context):
+        """RunStateless runs code once in a sandbox of its own and then deletes
+        the sandbox: no user and no state are involved (a Replit- or
+        Terrarium-style run). The sandbox is new, taken from the server's warm
+        pool and shaped to the options when it can (see AcquireSandbox), of the
+        caller's tenant for a user of its own ("run-" and random); it counts
+        against the caps on sandboxes while the call lasts. The command's
+        events stream as Execute's do; the sandbox is deleted once the command
+        is done, or when the call ends first (the client cancels or its
+        deadline passes: the command is killed with the sandbox). Nothing is
+        left behind, so a dropped stream cannot be resumed; audit records show
+        the acquire, the execute and the delete. Errors are AcquireSandbox's and
+        Execute's.
+
+        It streams ExecuteEvent, the same message as Execute (see there).
         buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
         buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
         """
@@ -1003,6 +1030,11 @@ def add_SandboxServiceServicer_to_server(servicer, server):
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.ExecuteRequest.FromString,
                     response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ExecuteEvent.SerializeToString,
             ),
+            'RunStateless': grpc.unary_stream_rpc_method_handler(
+                    servicer.RunStateless,
+                    request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.RunStatelessRequest.FromString,
+                    response_serializer=sandbox_dot_v1_dot_sandbox__pb2.ExecuteEvent.SerializeToString,
+            ),
             'StreamCommand': grpc.unary_stream_rpc_method_handler(
                     servicer.StreamCommand,
                     request_deserializer=sandbox_dot_v1_dot_sandbox__pb2.StreamCommandRequest.FromString,
@@ -1330,6 +1362,23 @@ class SandboxService(object):
             metadata=None):
         return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/Execute',
             sandbox_dot_v1_dot_sandbox__pb2.ExecuteRequest.SerializeToString,
+            sandbox_dot_v1_dot_sandbox__pb2.ExecuteEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RunStateless(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/sandbox.v1.SandboxService/RunStateless',
+            sandbox_dot_v1_dot_sandbox__pb2.RunStatelessRequest.SerializeToString,
             sandbox_dot_v1_dot_sandbox__pb2.ExecuteEvent.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
