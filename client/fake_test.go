@@ -44,6 +44,7 @@ type fakeSandboxd struct {
 	acquired    []*sandboxv1.AcquireSandboxRequest
 	deleted     []string
 	files       map[string][]byte
+	stateless   []*sandboxv1.RunStatelessRequest
 }
 
 func newFake() *fakeSandboxd {
@@ -105,6 +106,14 @@ func (f *fakeSandboxd) Execute(req *sandboxv1.ExecuteRequest, stream grpc.Server
 	}
 	f.mu.Unlock()
 	return f.send(req.GetCommandId(), 0, stream)
+}
+
+func (f *fakeSandboxd) RunStateless(req *sandboxv1.RunStatelessRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {
+	f.mu.Lock()
+	f.stateless = append(f.stateless, req)
+	f.commands["once"] = f.events("once")
+	f.mu.Unlock()
+	return f.send("once", 0, stream)
 }
 
 func (f *fakeSandboxd) StreamCommand(req *sandboxv1.StreamCommandRequest, stream grpc.ServerStreamingServer[sandboxv1.ExecuteEvent]) error {

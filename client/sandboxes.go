@@ -54,7 +54,8 @@ func WithLimits(l Limits) AcquireOption {
 }
 
 // WithEnv sets environment variables in every process of the sandbox. A
-// sandbox with env is always created fresh, never taken from the warm pool.
+// sandbox from the warm pool gets them after its claim, before any command
+// of the caller's, as if it had been created with them.
 func WithEnv(env map[string]string) AcquireOption {
 	return func(o *sandboxv1.SandboxOptions) { o.Env = env }
 }

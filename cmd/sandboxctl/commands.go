@@ -52,6 +52,13 @@ func init() {
 				"sandboxctl exec --user alice --command-id job-1 --events 'for i in range(3): print(i)'",
 				"sandboxctl exec --user bob --deny 0.0.0.0/0 --allow pypi.org --allow files.pythonhosted.org --language bash 'pip install requests'",
 				"sandboxctl exec --user carol --volume datasets:/mnt/datasets:ro --volume scratch:/data/scratch --language bash 'ls /mnt/datasets'"}, cmdExec},
+		{"run", "[--language python|bash|javascript|typescript|r] [--env NAME=VALUE]... [--timeout D] [--from-snapshot SNAPSHOT] [--template TEMPLATE] [--network] [--save DIR] [--events] CODE",
+			"run CODE (\"-\" reads stdin) once in a sandbox of its own, from the warm pool, and stream its output;\n" +
+				"the sandbox is deleted when the command ends (or on Ctrl-C): no user, no state kept;\n" +
+				"--env sets the sandbox's environment; --save and --events as for exec",
+			[]string{"sandboxctl run 'print(6 * 7)'",
+				"sandboxctl run --language bash --env MODE=ci 'echo $MODE; uname -a'",
+				"sandboxctl run --from-snapshot base 'print(df.describe())'"}, cmdRun},
 		{"resume", "SANDBOX_ID COMMAND_ID [--after-seq N] [--save DIR] [--events]",
 			"stream a command's output (again), after event N (exec --events and resume --events show the seqs)",
 			[]string{"sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1", "sandboxctl resume sb-q3x7kd2mf5a6bnp4hcw2 job-1 --after-seq 2 --events"}, cmdResume},

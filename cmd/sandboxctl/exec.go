@@ -241,11 +241,16 @@ func (c *cli) follow(ctx context.Context, what, sandboxID, commandID string, str
 		p.print(ev)
 	}
 
-	d := p.done
-	if d == nil {
+	if p.done == nil {
 		fmt.Fprintf(c.stderr, "sandboxctl: %s: the stream ended before the command did; follow it with: sandboxctl resume %s %s --after-seq %d\n", what, sandboxID, commandID, p.lastSeq)
 		return exitFailure
 	}
+	return c.ended(what, commandID, p.done)
+}
+
+// ended reports how a command ended and returns the exit status: OK for
+// status ok, otherwise a failure with its status, exit code or reason.
+func (c *cli) ended(what, commandID string, d *client.Done) int {
 	if d.StateLost {
 		fmt.Fprintf(c.stderr, "sandboxctl: note: the sandbox's Python state was lost: %s\n", termsafe.Line(d.Reason))
 	}
@@ -277,4 +282,67 @@ func (c *cli) interrupt(sandboxID, commandID string, lastSeq int64) int {
 	}
 	fmt.Fprintf(c.stderr, "sandboxctl: interrupted command %s; see how it ended with: sandboxctl resume %s %s --after-seq %d\n", commandID, sandboxID, commandID, lastSeq)
 	return exitInterrupted
+}
+
+// cmdRun runs code once in a sandbox of its own (RunStateless), streams
+// its output, and leaves nothing behind. The status is non-zero unless
+// the command ended OK.
+func cmdRun(ctx context.Context, c *cli, args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var out outputFlags
+	out.register(fs)
+	lang := fs.String("language", "python", "python, bash, javascript, typescript or r")
+	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
+	env := envFlag{}
+	fs.Var(env, "env", "NAME=VALUE in the sandbox's environment (repeatable)")
+	fromSnapshot := fs.String("from-snapshot", "", "start the sandbox from this snapshot (ID or name): its globals and /workspace")
+	template := fs.String("template", "", "run the sandbox from this template's image (ID or name)")
+	network := fs.Bool("network", false, "give the sandbox network access under sandboxd's default policy")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return usageErr(c.stderr, "run", err)
+	}
+	switch {
+	case len(pos) != 1:
+		return usageErr(c.stderr, "run", fmt.Errorf("want exactly one CODE argument (or - for stdin), got %d", len(pos)))
+	case *timeout < 0:
+		return usageErr(c.stderr, "run", fmt.Errorf("--timeout %v is negative", *timeout))
+	}
+	if err := out.check(); err != nil {
+		return usageErr(c.stderr, "run", err)
+	}
+	var opts []client.AcquireOption
+	if len(env) > 0 {
+		opts = append(opts, client.WithEnv(env))
+	}
+	if *fromSnapshot != "" {
+		opts = append(opts, client.WithFromSnapshot(*fromSnapshot))
+	}
+	if *template != "" {
+		opts = append(opts, client.WithTemplate(*template))
+	}
+	if *network {
+		opts = append(opts, client.WithNetwork())
+	}
+	code := pos[0]
+	if code == "-" {
+		b, err := io.ReadAll(c.stdin)
+		if err != nil {
+			return c.fail("run: reading code from stdin", err)
+		}
+		code = string(b)
+	}
+	p := &eventPrinter{stdout: c.stdout, stderr: c.stderr, saveDir: out.save, seqs: out.events}
+	o, err := c.sandboxd.RunStateless(ctx, client.Stateless{Language: *lang, Code: code, Timeout: *timeout}, func(ev client.Event) {
+		p.commandID = ev.CommandID
+		p.print(ev)
+	}, opts...)
+	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(c.stderr, "sandboxctl: interrupted; the run's sandbox is deleted with its command")
+			return exitInterrupted
+		}
+		return c.fail("run", err)
+	}
+	return c.ended("run", p.commandID, o.Done)
 }
