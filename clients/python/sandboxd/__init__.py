@@ -12,7 +12,7 @@ It needs Debian's python3-grpcio and python3-protobuf (or any grpcio >= 1.51
 and protobuf 4.21.x). See clients/python/README.md.
 """
 
-from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, VolumeFiles, Watch, connect
+from .client import MAX_MESSAGE_SIZE, Client, Execution, Files, Sandbox, StatelessRun, VolumeFiles, Watch, connect
 from .errors import (
     Aborted,
     AlreadyExists,
@@ -63,6 +63,7 @@ __all__ = [
     "AuditEvent",
     "Client",
     "Sandbox",
+    "StatelessRun",
     "Execution",
     "Files",
     "Watch",

@@ -62,6 +62,31 @@ _RESUMABLE = frozenset(
 )
 
 
+def _sandbox_options(*, memory_bytes=0, cpus=0, pids_limit=0, disk_bytes=0, env=None, network=False, metadata=None,
+                     idle_timeout=None, network_policy=None, from_snapshot="", volumes=None, template="") -> pb.SandboxOptions:
+    """A SandboxOptions from Sandbox.acquire's keyword arguments."""
+    opts = pb.SandboxOptions(
+        limits=pb.ResourceLimits(
+            memory_bytes=int(memory_bytes),
+            nano_cpus=int(round(cpus * 1e9)),
+            pids_limit=int(pids_limit),
+            disk_bytes=int(disk_bytes),
+        ),
+        env=env or {},
+        network=network,
+        metadata=dict(metadata or {}),
+        from_snapshot=from_snapshot,
+        volumes=[VolumeMount.of(v).to_proto() for v in (volumes or ())],
+        template=template,
+    )
+    d = _duration(idle_timeout)
+    if d is not None:
+        opts.idle_timeout.CopyFrom(d)
+    if network_policy is not None:
+        opts.network_policy.CopyFrom(NetworkPolicy.of(network_policy).to_proto())
+    return opts
+
+
 def _duration(value) -> Optional[duration_pb2.Duration]:
     if value is None:
         return None
@@ -366,6 +391,20 @@ class Client:
         running."""
         self._call(self._stub.DeleteTemplate, pb.DeleteTemplateRequest(template=template))
 
+    def run_stateless(self, code: str, language: str = "python", timeout=None, **options) -> "StatelessRun":
+        """Runs code once in a sandbox of its own (RunStateless) and returns
+        its StatelessRun: iterate over it for the events, or call wait().
+        The sandbox is new (from the server's warm pool, shaped to the
+        options, when it can) and deleted once the command is done, or when
+        the call ends first: no user, no state kept. options are
+        Sandbox.acquire's (memory_bytes, cpus, env, network, from_snapshot,
+        template, volumes, ...); timeout is the command's, as for run()."""
+        req = pb.RunStatelessRequest(language=language, code=code, options=_sandbox_options(**options))
+        d = _duration(timeout)
+        if d is not None:
+            req.timeout.CopyFrom(d)
+        return StatelessRun(self._stub.RunStateless(req, metadata=self._metadata))
+
     def fork(self, sandbox_id: str, count: int = 1, user_ids: Optional[List[str]] = None) -> List[Union["Sandbox", SandboxdError]]:
         """count (1 to 20) copies of a running sandbox's state (ForkSandbox),
         each a new sandbox of its own user (given, one per fork, or
@@ -466,25 +505,10 @@ class Sandbox:
         the user's previous sandbox had died, so variables and files built
         earlier are gone.
         """
-        opts = pb.SandboxOptions(
-            limits=pb.ResourceLimits(
-                memory_bytes=int(memory_bytes),
-                nano_cpus=int(round(cpus * 1e9)),
-                pids_limit=int(pids_limit),
-                disk_bytes=int(disk_bytes),
-            ),
-            env=env or {},
-            network=network,
-            metadata=dict(metadata or {}),
-            from_snapshot=from_snapshot,
-            volumes=[VolumeMount.of(v).to_proto() for v in (volumes or ())],
-            template=template,
-        )
-        d = _duration(idle_timeout)
-        if d is not None:
-            opts.idle_timeout.CopyFrom(d)
-        if network_policy is not None:
-            opts.network_policy.CopyFrom(NetworkPolicy.of(network_policy).to_proto())
+        opts = _sandbox_options(memory_bytes=memory_bytes, cpus=cpus, pids_limit=pids_limit, disk_bytes=disk_bytes,
+                                env=env, network=network, metadata=metadata, idle_timeout=idle_timeout,
+                                network_policy=network_policy, from_snapshot=from_snapshot, volumes=volumes,
+                                template=template)
         resp = client._call(client._stub.AcquireSandbox, pb.AcquireSandboxRequest(user_id=user_id, options=opts))
         return cls(
             client,
@@ -655,7 +679,50 @@ class Sandbox:
         return "Sandbox(id=%r, user_id=%r)" % (self.id, self.info.user_id)
 
 
-class Execution:
+class _Outcome:
+    """The summaries of a command's events received so far (`events`,
+    `done`), shared by Execution and StatelessRun."""
+
+    events: List[Event]
+    done: Optional[Done]
+
+    @property
+    def stdout(self) -> str:
+        return "".join(e.text for e in self.events if isinstance(e, Stdout))
+
+    @property
+    def stderr(self) -> str:
+        return "".join(e.text for e in self.events if isinstance(e, Stderr))
+
+    @property
+    def results(self) -> List[Result]:
+        return [e for e in self.events if isinstance(e, Result)]
+
+    @property
+    def displays(self) -> List[Display]:
+        return [e for e in self.events if isinstance(e, Display)]
+
+    @property
+    def errors(self) -> List[Error]:
+        return [e for e in self.events if isinstance(e, Error)]
+
+    @property
+    def error(self) -> Optional[Error]:
+        errs = self.errors
+        return errs[0] if errs else None
+
+    @property
+    def status(self) -> Optional[CommandStatus]:
+        """How the command ended; None until Done arrived."""
+        return self.done.status if self.done else None
+
+    @property
+    def ok(self) -> bool:
+        return self.done is not None and self.done.ok
+
+
+
+class Execution(_Outcome):
     """One command's events, in order, each exactly once: iterate over it,
     or call wait().
 
@@ -714,42 +781,6 @@ class Execution:
     def close(self) -> None:
         """Stops reading (the command keeps running on the server)."""
         self._gen.close()
-
-    # -- summaries
-
-    @property
-    def stdout(self) -> str:
-        return "".join(e.text for e in self.events if isinstance(e, Stdout))
-
-    @property
-    def stderr(self) -> str:
-        return "".join(e.text for e in self.events if isinstance(e, Stderr))
-
-    @property
-    def results(self) -> List[Result]:
-        return [e for e in self.events if isinstance(e, Result)]
-
-    @property
-    def displays(self) -> List[Display]:
-        return [e for e in self.events if isinstance(e, Display)]
-
-    @property
-    def errors(self) -> List[Error]:
-        return [e for e in self.events if isinstance(e, Error)]
-
-    @property
-    def error(self) -> Optional[Error]:
-        errs = self.errors
-        return errs[0] if errs else None
-
-    @property
-    def status(self) -> Optional[CommandStatus]:
-        """How the command ended; None until Done arrived."""
-        return self.done.status if self.done else None
-
-    @property
-    def ok(self) -> bool:
-        return self.done is not None and self.done.ok
 
     def __repr__(self):
         return "Execution(command_id=%r, events=%d, status=%s)" % (
@@ -817,6 +848,55 @@ class Execution:
             time.sleep(backoff)
             backoff = min(backoff * 2, self.MAX_BACKOFF)
             self.resumes += 1
+
+
+class StatelessRun(_Outcome):
+    """A stateless run's events (Client.run_stateless), in order: iterate
+    over it, or call wait(). Its sandbox is gone once the run ends, so a
+    broken stream cannot be resumed: it raises Unavailable, and `events`
+    holds what arrived before."""
+
+    def __init__(self, stream):
+        self.command_id = ""
+        self.events: List[Event] = []
+        self.done: Optional[Done] = None
+        self._stream = stream
+        self._gen = self._read()
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._gen)
+
+    def wait(self) -> "StatelessRun":
+        """Reads the remaining events; returns self once Done arrived."""
+        for _ in self:
+            pass
+        return self
+
+    def __repr__(self):
+        return "StatelessRun(command_id=%r, events=%d, status=%s)" % (
+            self.command_id, len(self.events), self.status.value if self.status else None)
+
+    def _read(self):
+        try:
+            for msg in self._stream:
+                if not self.command_id:
+                    self.command_id = msg.command_id
+                ev = event_from_proto(msg)
+                self.events.append(ev)
+                if isinstance(ev, Done):
+                    self.done = ev
+                yield ev
+                if isinstance(ev, Done):
+                    return
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        finally:
+            self._stream.cancel()
+        raise Unavailable("stateless run: the stream ended before the command did; its sandbox is gone, nothing to resume",
+                          grpc.StatusCode.UNAVAILABLE)
 
 
 # Template archives up to this size are spooled in memory while hashed,

@@ -62,6 +62,17 @@ class LiveTest(unittest.TestCase):
         self.assertTrue(second.ok, second)
         self.assertEqual([r.text for r in second.results], ["42"])
 
+    def test_run_stateless_leaves_nothing(self):
+        before = {s.id for s in self.client.list()}
+        run = self.client.run_stateless("import os\nprint(6 * 7, os.environ['MODE'])", env={"MODE": "once"}).wait()
+        self.assertTrue(run.ok, run)
+        self.assertEqual(run.stdout, "42 once\n")
+        self.assertTrue(run.command_id)
+        left = [s for s in self.client.list() if s.id not in before]
+        self.assertEqual(left, [], "a stateless run left sandboxes behind")
+        with self.assertRaises(sandboxd.InvalidArgument):
+            self.client.run_stateless("1", language="cobol").wait()
+
     def test_events_in_order(self):
         ex = self.sb.run("print('hello')\n21 * 2")
         events = list(ex)
