@@ -197,6 +197,7 @@ func TestToolsList(t *testing.T) {
 	}
 	required := map[string][]string{
 		"run_code":       {"language", "code"},
+		"run_once":       {"language", "code"},
 		"run_bash":       {"command"},
 		"resume_command": {"command_id"},
 		"read_file":      {"path"},
@@ -292,6 +293,29 @@ func TestNetworkedSandbox(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the gateway recorded no denial of refused.example.test for %s: %v", acq.ID, st.GetDenials())
+	}
+}
+
+// TestRunOnce: run_once runs code in a sandbox of its own, which keeps
+// nothing: the user's sandbox does not see its variables, and it leaves
+// no sandbox behind.
+func TestRunOnce(t *testing.T) {
+	cs := inMemory(t, "mcp-test-once", nil)
+	out, res := call(t, cs, "run_code", map[string]any{"language": "python", "code": "mine = 1"})
+	if res.IsError {
+		t.Fatalf("run_code: %s", out)
+	}
+	out, res = call(t, cs, "run_once", map[string]any{"language": "python", "code": "once = 6 * 7\nprint(once, 'mine' in globals())"})
+	if res.IsError || !strings.Contains(out, "42 False") || !strings.Contains(out, "status: ok") {
+		t.Fatalf("run_once: %s", out)
+	}
+	out, res = call(t, cs, "run_code", map[string]any{"language": "python", "code": "print('once' in globals(), mine)"})
+	if res.IsError || !strings.Contains(out, "False 1") {
+		t.Fatalf("the user's sandbox after run_once: %s", out)
+	}
+	out, res = call(t, cs, "run_once", map[string]any{"language": "cobol", "code": "1"})
+	if !res.IsError || !strings.Contains(out, "cobol") {
+		t.Errorf("run_once with an unknown language: %s; want refused, naming it", out)
 	}
 }
 

@@ -49,6 +49,11 @@ type (
 		Code           string `json:"code" jsonschema:"the source to run"`
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's --timeout); the command ends with status timeout when it is reached"`
 	}
+	runOnceIn struct {
+		Language       string `json:"language" jsonschema:"python, bash, javascript, typescript or r (javascript, typescript and r only where the sandbox image has them)"`
+		Code           string `json:"code" jsonschema:"the source to run"`
+		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's --timeout)"`
+	}
 	runBashIn struct {
 		Command        string `json:"command" jsonschema:"the bash command or script to run (working directory /workspace)"`
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's --timeout)"`
@@ -120,6 +125,15 @@ func (s *service) newServer() *mcp.Server {
 		Annotations: &mcp.ToolAnnotations{Title: "Run bash", DestructiveHint: &t, OpenWorldHint: &f},
 	}, s.runBash)
 	mcp.AddTool(server, &mcp.Tool{
+		Name:  "run_once",
+		Title: "Run code once in a fresh sandbox",
+		Description: "Run Python, bash, JavaScript, TypeScript or R once in a fresh sandbox of its own, which is deleted when the code ends: " +
+			"nothing persists (no variables, no files) and the user's own sandbox is untouched. For one-off, isolated computations; " +
+			"use run_code to build on earlier work. Returns what run_code returns; resume_command cannot follow it (its sandbox is gone).",
+		InputSchema: runOnceSchema(),
+		Annotations: &mcp.ToolAnnotations{Title: "Run once", DestructiveHint: &f, OpenWorldHint: &f},
+	}, s.runOnce)
+	mcp.AddTool(server, &mcp.Tool{
 		Name:  "resume_command",
 		Title: "Resume a command's output",
 		Description: "Get the output and outcome of a command started earlier by run_code or run_bash, by its command_id: " +
@@ -157,6 +171,18 @@ func (s *service) newServer() *mcp.Server {
 // runCodeSchema is runCodeIn's schema with the languages as an enum.
 func runCodeSchema() *jsonschema.Schema {
 	sch, err := jsonschema.For[runCodeIn](nil)
+	if err != nil {
+		panic(err)
+	}
+	sch.Properties["language"].Enum = []any{"python", "bash", "javascript", "typescript", "r"}
+	sch.Properties["timeout_seconds"].Minimum = ptr(0.0)
+	sch.Properties["timeout_seconds"].Maximum = ptr(float64(maxTimeoutSeconds))
+	return sch
+}
+
+// runOnceSchema is runOnceIn's schema with the languages as an enum.
+func runOnceSchema() *jsonschema.Schema {
+	sch, err := jsonschema.For[runOnceIn](nil)
 	if err != nil {
 		panic(err)
 	}
@@ -244,6 +270,43 @@ func (s *service) execute(ctx context.Context, req *mcp.CallToolRequest, lang, c
 		_, err := s.sandboxd.Run(ctx, cmd, false, fn)
 		return err
 	})
+	return col.result(&out, 0), out, nil
+}
+
+// runOnce runs code in a sandbox of its own (sandboxd's RunStateless),
+// deleted when the code ends; cancelling the call deletes it with its
+// command.
+func (s *service) runOnce(ctx context.Context, req *mcp.CallToolRequest, in runOnceIn) (*mcp.CallToolResult, runOut, error) {
+	switch in.Language {
+	case client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR:
+	default:
+		return nil, runOut{}, fmt.Errorf("unknown language %q: run_once runs python, bash, javascript, typescript or r", in.Language)
+	}
+	if strings.TrimSpace(in.Code) == "" {
+		return nil, runOut{}, errors.New("the code is empty")
+	}
+	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxTimeoutSeconds {
+		return nil, runOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and %d (or 0 for the default)", in.TimeoutSeconds, maxTimeoutSeconds)
+	}
+	timeout := s.timeout
+	if in.TimeoutSeconds > 0 {
+		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	}
+	var out runOut
+	var commandID string
+	col := s.follow(ctx, req, "", "", func(fn func(client.Event)) error {
+		_, err := s.sandboxd.RunStateless(ctx, client.Stateless{Language: in.Language, Code: in.Code, Timeout: timeout}, func(ev client.Event) {
+			if commandID == "" {
+				commandID = ev.CommandID
+			}
+			fn(ev)
+		})
+		if errors.Is(err, client.ErrUnavailable) {
+			err = fmt.Errorf("%w (is sandboxd running at %s? set --sandboxd or SANDBOX_MCP_SANDBOXD)", err, s.addr)
+		}
+		return err
+	})
+	col.commandID, out.CommandID = commandID, commandID
 	return col.result(&out, 0), out, nil
 }
 
@@ -347,7 +410,8 @@ func (s *service) follow(ctx context.Context, req *mcp.CallToolRequest, sandboxI
 // longer waits for it, so it should not keep running (and holding the
 // Python interpreter) unseen.
 func (s *service) interrupt(commandID string, col *collector) {
-	if col.done() {
+	if col.done() || commandID == "" {
+		// Done, or a run_once, whose sandbox goes with the call.
 		return
 	}
 	sbID := col.sandboxID
