@@ -48,36 +48,13 @@ func (b *bench) fastWake(ctx context.Context) error {
 		}
 		return nil
 	}
-	cfg := b.dcfg
-	cfg.stateDir = filepath.Join(b.tmp, "fastwake-state")
-	metricsAddr, err := freeAddr()
+	pd, err := b.startPoolDaemon(ctx, "fastwake-state")
 	if err != nil {
 		b.fail(err, all...)
 		return err
 	}
-	// The pool sandboxd's own default (-1, what make run gets with no
-	// flag: two on Docker); startDaemon's --warm-pool 0 is the main
-	// sandboxd's, whose wakes are the ordinary ones.
-	cfg.extra = []string{"--warm-pool", "-1", "--metrics-listen", metricsAddr}
-	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
-	if err != nil {
-		b.removeLeftovers(cfg.stateDir)
-		b.fail(err, all...)
-		return err
-	}
-	c, err := dial(d.addr, b.runID)
-	if err != nil {
-		d.kill()
-		b.removeLeftovers(cfg.stateDir)
-		b.fail(err, all...)
-		return err
-	}
-	var made []string
-	defer func() {
-		deleteAll(c, made, b.progress)
-		c.close()
-		b.drainPool(d, cfg)
-	}()
+	defer pd.stop()
+	c, cfg, metricsAddr, made := pd.c, pd.cfg, pd.metricsAddr, &pd.made
 
 	// An idle pool sandbox: what keeping one ready costs.
 	if err := waitPoolReady(ctx, metricsAddr, 3*time.Minute); err != nil {
@@ -139,7 +116,7 @@ func (b *bench) fastWake(ctx context.Context) error {
 		// has a ready sandbox, and only wakes that took the pool's count.
 		id, err = c.acquire(ctx, b.user(k.name+"-fast"), nil)
 		if err == nil {
-			made = append(made, id)
+			*made = append(*made, id)
 			_, err = c.exec(ctx, id, "python", k.setup)
 		}
 		slow := 0
@@ -179,6 +156,49 @@ func (b *bench) fastWake(ctx context.Context) error {
 		b.rep.add(row(k.m, ms(fast.percentile(50)), "ordinary wake (same run, p50)", ms(plain.percentile(50)), k.target(b.coldP50), note))
 	}
 	return nil
+}
+
+// poolDaemon is a sandboxd of the bench's own with make run's default
+// warm pool (--warm-pool unset: two on Docker) and metrics, for the phases
+// that measure the pool; the main sandboxd runs with --warm-pool 0.
+type poolDaemon struct {
+	b           *bench
+	d           *daemon
+	c           *client
+	cfg         daemonConfig
+	metricsAddr string
+	made        []string // sandboxes to delete at stop
+}
+
+// startPoolDaemon starts a poolDaemon on a state directory of its own.
+func (b *bench) startPoolDaemon(ctx context.Context, stateDir string) (*poolDaemon, error) {
+	cfg := b.dcfg
+	cfg.stateDir = filepath.Join(b.tmp, stateDir)
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cfg.extra = []string{"--warm-pool", "-1", "--metrics-listen", metricsAddr}
+	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
+	if err != nil {
+		b.removeLeftovers(cfg.stateDir)
+		return nil, err
+	}
+	c, err := dial(d.addr, b.runID)
+	if err != nil {
+		d.kill()
+		b.removeLeftovers(cfg.stateDir)
+		return nil, err
+	}
+	return &poolDaemon{b: b, d: d, c: c, cfg: cfg, metricsAddr: metricsAddr}, nil
+}
+
+// stop deletes the sandboxes made, then stops the sandboxd and empties
+// its pool.
+func (p *poolDaemon) stop() {
+	deleteAll(p.c, p.made, p.b.progress)
+	p.c.close()
+	p.b.drainPool(p.d, p.cfg)
 }
 
 // waitPoolReady waits until sandboxd's warm pool (metrics at addr) holds

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"path/filepath"
 	"time"
 
 	sandboxclient "github.com/sandboxd/sandboxd/client"
@@ -78,33 +77,14 @@ func (b *bench) shapes(ctx context.Context) error {
 		}
 		return nil
 	}
-	cfg := b.dcfg
-	cfg.stateDir = filepath.Join(b.tmp, "shapes-state")
-	metricsAddr, err := freeAddr()
+	pd, err := b.startPoolDaemon(ctx, "shapes-state")
 	if err != nil {
 		b.fail(err, all...)
 		return err
 	}
-	cfg.extra = []string{"--warm-pool", "-1", "--metrics-listen", metricsAddr}
-	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
-	if err != nil {
-		b.removeLeftovers(cfg.stateDir)
-		b.fail(err, all...)
-		return err
-	}
-	c, err := dial(d.addr, b.runID)
-	if err != nil {
-		d.kill()
-		b.removeLeftovers(cfg.stateDir)
-		b.fail(err, all...)
-		return err
-	}
-	var made []string
-	defer func() {
-		deleteAll(c, made, b.progress)
-		c.close()
-		b.drainPool(d, cfg)
-	}()
+	defer pd.stop()
+	c, metricsAddr := pd.c, pd.metricsAddr
+	made := &pd.made
 	full := func() error { return waitPoolAt(ctx, metricsAddr, 2, 3*time.Minute) }
 	rounds := max(b.cfg.ShapeRounds, 1)
 	cold := b.coldP50
@@ -130,7 +110,7 @@ func (b *bench) shapes(ctx context.Context) error {
 			if acq, err = c.sb.Acquire(ctx, b.user(fmt.Sprintf("shape-%s-%d", s.key, r)), s.opts...); err != nil {
 				break
 			}
-			made = append(made, acq.ID)
+			*made = append(*made, acq.ID)
 			if _, err = c.expect(ctx, acq.ID, "1 + 1", "2"); err == nil {
 				first = append(first, time.Since(start))
 				src = acq.ID
@@ -193,7 +173,7 @@ func (b *bench) shapes(ctx context.Context) error {
 					if f.Err != nil {
 						err = f.Err
 					} else {
-						made = append(made, f.Sandbox.GetSandboxId())
+						*made = append(*made, f.Sandbox.GetSandboxId())
 					}
 				}
 			}
@@ -219,7 +199,7 @@ func (b *bench) shapes(ctx context.Context) error {
 				start := time.Now()
 				var acq sandboxclient.Acquired
 				if acq, err = c.sb.Acquire(ctx, b.user("shape-"+s.key+"-from-snap"), sandboxclient.WithFromSnapshot(snap)); err == nil {
-					made = append(made, acq.ID)
+					*made = append(*made, acq.ID)
 					if _, err = c.expect(ctx, acq.ID, fwSmallCheck, "42"); err == nil {
 						snapStart = time.Since(start)
 					}

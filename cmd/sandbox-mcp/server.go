@@ -169,20 +169,15 @@ func (s *service) newServer() *mcp.Server {
 }
 
 // runCodeSchema is runCodeIn's schema with the languages as an enum.
-func runCodeSchema() *jsonschema.Schema {
-	sch, err := jsonschema.For[runCodeIn](nil)
-	if err != nil {
-		panic(err)
-	}
-	sch.Properties["language"].Enum = []any{"python", "bash", "javascript", "typescript", "r"}
-	sch.Properties["timeout_seconds"].Minimum = ptr(0.0)
-	sch.Properties["timeout_seconds"].Maximum = ptr(float64(maxTimeoutSeconds))
-	return sch
-}
+func runCodeSchema() *jsonschema.Schema { return languageSchema[runCodeIn]() }
 
 // runOnceSchema is runOnceIn's schema with the languages as an enum.
-func runOnceSchema() *jsonschema.Schema {
-	sch, err := jsonschema.For[runOnceIn](nil)
+func runOnceSchema() *jsonschema.Schema { return languageSchema[runOnceIn]() }
+
+// languageSchema is T's schema, T a tool's input with a language and a
+// timeout_seconds: the languages as an enum, the timeout bounded.
+func languageSchema[T any]() *jsonschema.Schema {
+	sch, err := jsonschema.For[T](nil)
 	if err != nil {
 		panic(err)
 	}
@@ -231,11 +226,33 @@ func (s *service) sandbox(ctx context.Context, req *mcp.CallToolRequest, out *ru
 	return sb.ID, nil
 }
 
-func (s *service) runCode(ctx context.Context, req *mcp.CallToolRequest, in runCodeIn) (*mcp.CallToolResult, runOut, error) {
-	switch in.Language {
+// checkLanguage refuses a language tool does not run.
+func checkLanguage(tool, lang string) error {
+	switch lang {
 	case client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR:
-	default:
-		return nil, runOut{}, fmt.Errorf("unknown language %q: run_code runs python, bash, javascript, typescript or r", in.Language)
+		return nil
+	}
+	return fmt.Errorf("unknown language %q: %s runs python, bash, javascript, typescript or r", lang, tool)
+}
+
+// runTimeout checks a run's code and timeout_seconds and returns the
+// timeout to ask sandboxd for.
+func (s *service) runTimeout(code string, timeoutSeconds int) (time.Duration, error) {
+	if strings.TrimSpace(code) == "" {
+		return 0, errors.New("the code is empty")
+	}
+	if timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds {
+		return 0, fmt.Errorf("timeout_seconds %d: must be between 1 and %d (or 0 for the default)", timeoutSeconds, maxTimeoutSeconds)
+	}
+	if timeoutSeconds > 0 {
+		return time.Duration(timeoutSeconds) * time.Second, nil
+	}
+	return s.timeout, nil
+}
+
+func (s *service) runCode(ctx context.Context, req *mcp.CallToolRequest, in runCodeIn) (*mcp.CallToolResult, runOut, error) {
+	if err := checkLanguage("run_code", in.Language); err != nil {
+		return nil, runOut{}, err
 	}
 	return s.execute(ctx, req, in.Language, in.Code, in.TimeoutSeconds)
 }
@@ -245,15 +262,9 @@ func (s *service) runBash(ctx context.Context, req *mcp.CallToolRequest, in runB
 }
 
 func (s *service) execute(ctx context.Context, req *mcp.CallToolRequest, lang, code string, timeoutSeconds int) (*mcp.CallToolResult, runOut, error) {
-	if strings.TrimSpace(code) == "" {
-		return nil, runOut{}, errors.New("the code is empty")
-	}
-	if timeoutSeconds < 0 || timeoutSeconds > maxTimeoutSeconds {
-		return nil, runOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and %d (or 0 for the default)", timeoutSeconds, maxTimeoutSeconds)
-	}
-	timeout := s.timeout
-	if timeoutSeconds > 0 {
-		timeout = time.Duration(timeoutSeconds) * time.Second
+	timeout, err := s.runTimeout(code, timeoutSeconds)
+	if err != nil {
+		return nil, runOut{}, err
 	}
 	var out runOut
 	sbID, err := s.sandbox(ctx, req, &out)
@@ -277,20 +288,12 @@ func (s *service) execute(ctx context.Context, req *mcp.CallToolRequest, lang, c
 // deleted when the code ends; cancelling the call deletes it with its
 // command.
 func (s *service) runOnce(ctx context.Context, req *mcp.CallToolRequest, in runOnceIn) (*mcp.CallToolResult, runOut, error) {
-	switch in.Language {
-	case client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR:
-	default:
-		return nil, runOut{}, fmt.Errorf("unknown language %q: run_once runs python, bash, javascript, typescript or r", in.Language)
+	if err := checkLanguage("run_once", in.Language); err != nil {
+		return nil, runOut{}, err
 	}
-	if strings.TrimSpace(in.Code) == "" {
-		return nil, runOut{}, errors.New("the code is empty")
-	}
-	if in.TimeoutSeconds < 0 || in.TimeoutSeconds > maxTimeoutSeconds {
-		return nil, runOut{}, fmt.Errorf("timeout_seconds %d: must be between 1 and %d (or 0 for the default)", in.TimeoutSeconds, maxTimeoutSeconds)
-	}
-	timeout := s.timeout
-	if in.TimeoutSeconds > 0 {
-		timeout = time.Duration(in.TimeoutSeconds) * time.Second
+	timeout, err := s.runTimeout(in.Code, in.TimeoutSeconds)
+	if err != nil {
+		return nil, runOut{}, err
 	}
 	var out runOut
 	var commandID string

@@ -680,11 +680,25 @@ class Sandbox:
 
 
 class _Outcome:
-    """The summaries of a command's events received so far (`events`,
-    `done`), shared by Execution and StatelessRun."""
+    """A command's events as they are read (iterate, or wait()), and the
+    summaries of those received so far (`events`, `done`): what Execution
+    and StatelessRun share."""
 
     events: List[Event]
     done: Optional[Done]
+    _gen: Iterator[Event]  # the events still to read
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._gen)
+
+    def wait(self):
+        """Reads the remaining events; returns self once Done arrived."""
+        for _ in self:
+            pass
+        return self
 
     @property
     def stdout(self) -> str:
@@ -761,18 +775,6 @@ class Execution(_Outcome):
             client = sandbox.client
             stream = client._stub.Execute(execute, metadata=client._metadata)
         self._gen = self._follow(stream)
-
-    def __iter__(self) -> Iterator[Event]:
-        return self
-
-    def __next__(self) -> Event:
-        return next(self._gen)
-
-    def wait(self) -> "Execution":
-        """Reads the remaining events; returns self once Done arrived."""
-        for _ in self:
-            pass
-        return self
 
     def interrupt(self) -> None:
         """Interrupts this command (see Sandbox.interrupt)."""
@@ -862,18 +864,6 @@ class StatelessRun(_Outcome):
         self.done: Optional[Done] = None
         self._stream = stream
         self._gen = self._read()
-
-    def __iter__(self) -> Iterator[Event]:
-        return self
-
-    def __next__(self) -> Event:
-        return next(self._gen)
-
-    def wait(self) -> "StatelessRun":
-        """Reads the remaining events; returns self once Done arrived."""
-        for _ in self:
-            pass
-        return self
 
     def __repr__(self):
         return "StatelessRun(command_id=%r, events=%d, status=%s)" % (

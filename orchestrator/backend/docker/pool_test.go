@@ -87,9 +87,10 @@ func TestWarmPoolClaimAndRefill(t *testing.T) {
 
 }
 
-// TestWarmPoolColdForOptions: what a started container cannot take goes
-// to a cold create, the pool untouched, and each is counted by its reason.
-func TestWarmPoolColdForOptions(t *testing.T) {
+// poolOfOne is a Manager over a fake engine with a warm pool of one,
+// ready, and the metrics it reports.
+func poolOfOne(t *testing.T) (*fakeDocker, *recordingMetrics, Config, *validated) {
+	t.Helper()
 	fd := newFakeDocker(testImage)
 	rec := newRecordingMetrics()
 	cfg := testConfig(t)
@@ -97,6 +98,13 @@ func TestWarmPoolColdForOptions(t *testing.T) {
 	cfg.Metrics = rec
 	m := newTestManager(t, cfg, fd)
 	awaitPool(t, m, 1)
+	return fd, rec, cfg, m
+}
+
+// TestWarmPoolColdForOptions: what a started container cannot take goes
+// to a cold create, the pool untouched, and each is counted by its reason.
+func TestWarmPoolColdForOptions(t *testing.T) {
+	fd, rec, _, m := poolOfOne(t)
 	ready := poolIDs(m)
 	for _, tc := range []struct {
 		user string
@@ -167,13 +175,7 @@ func TestPoolMissReasons(t *testing.T) {
 // processes is a claim, the container's cgroups changed in place, and
 // meta.json records the sandbox shaped with them.
 func TestWarmPoolShapesLimits(t *testing.T) {
-	fd := newFakeDocker(testImage)
-	rec := newRecordingMetrics()
-	cfg := testConfig(t)
-	cfg.WarmPool = 1
-	cfg.Metrics = rec
-	m := newTestManager(t, cfg, fd)
-	awaitPool(t, m, 1)
+	fd, rec, cfg, m := poolOfOne(t)
 	ready := poolIDs(m)
 	want := core.Limits{MemoryBytes: 512 << 20, NanoCPUs: 5e8, PidsLimit: 100, DiskBytes: m.cfg.DefaultLimits.DiskBytes}
 	res, err := m.Acquire(t.Context(), "alice", core.Options{Limits: want})
@@ -208,11 +210,7 @@ func TestWarmPoolShapesLimits(t *testing.T) {
 // log gets an env record with the variables before anything else the user
 // sends, and meta.json keeps them (for its wakes and forks).
 func TestWarmPoolShapesEnv(t *testing.T) {
-	fd := newFakeDocker(testImage)
-	cfg := testConfig(t)
-	cfg.WarmPool = 1
-	m := newTestManager(t, cfg, fd)
-	awaitPool(t, m, 1)
+	_, _, cfg, m := poolOfOne(t)
 	ready := poolIDs(m)
 	env := map[string]string{"API_URL": "http://api.test", "MODE": "x y"}
 	res, err := m.Acquire(t.Context(), "alice", core.Options{Env: env})
@@ -245,13 +243,7 @@ func TestWarmPoolShapesEnv(t *testing.T) {
 // TestWarmPoolShapingFails: a claimed sandbox that cannot take the limits
 // is discarded, never handed out, and the request is created cold.
 func TestWarmPoolShapingFails(t *testing.T) {
-	fd := newFakeDocker(testImage)
-	rec := newRecordingMetrics()
-	cfg := testConfig(t)
-	cfg.WarmPool = 1
-	cfg.Metrics = rec
-	m := newTestManager(t, cfg, fd)
-	awaitPool(t, m, 1)
+	fd, rec, cfg, m := poolOfOne(t)
 	ready := poolIDs(m)
 	pmd, err := readMeta(filepath.Join(cfg.StateDir, sandboxesDir, ready[0]))
 	if err != nil {
