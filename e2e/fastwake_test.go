@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +77,21 @@ func TestE2EFastWakeCrash(t *testing.T) {
 // made ready (not one claimed after it).
 func poolReady(log string) bool {
 	return strings.LastIndex(log, "warm pool: sandbox ready") > strings.LastIndex(log, "warm-pool sandbox claimed")
+}
+
+// poolLogged matches what sandboxd logs of its pool's size: at start
+// (reconcile adopts the pool sandboxes an earlier run left) and each time
+// a sandbox is made ready.
+var poolLogged = regexp.MustCompile(`(?:"reconciled sandboxes with docker".* warm_pool|"warm pool: sandbox ready".* ready)=(\d+)`)
+
+// poolHolds is the pool's size as the log last said it (0 before it did).
+func poolHolds(log string) int {
+	ms := poolLogged.FindAllStringSubmatch(log, -1)
+	if len(ms) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(ms[len(ms)-1][1])
+	return n
 }
 
 // checkNoHalfBorrowed fails if a directory under stateDir that is neither
@@ -223,7 +239,7 @@ func TestE2EClaimShapeCrash(t *testing.T) {
 			defer cancel()
 			user := "claim-crash-" + strconv.Itoa(i)
 			d := crashing.startEnv(t, []string{"SANDBOXD_TEST_CRASH_AT=" + step}, pool...)
-			if !pollUntil(2*time.Minute, func() bool { return strings.Count(d.logs.String(), "warm pool: sandbox ready") >= 2 }) {
+			if !pollUntil(2*time.Minute, func() bool { return poolHolds(d.logs.String()) >= 2 }) {
 				t.Fatal("the warm pool had no two ready sandboxes within 2 minutes")
 			}
 			c, _ := d.client(t)

@@ -107,6 +107,32 @@ func (m *Manager) volumesOn() error {
 	return nil
 }
 
+// awaitClaimCached waits, at most cacheLag, until this replica's cache
+// has claim name: ListVolumes reads the cache, and a volume its caller
+// just created must be in the list (the E2B SDK's Volume.list right after
+// Volume.create missed it on a loaded node).
+func (m *Manager) awaitClaimCached(ctx context.Context, name string) {
+	if m.pvcs == nil {
+		return
+	}
+	timer := time.NewTimer(cacheLag)
+	defer timer.Stop()
+	for {
+		ch := m.changed()
+		if _, err := m.pvcs.PersistentVolumeClaims(m.cfg.Namespace).Get(name); err == nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			m.log.Warn("this replica's cache did not show the volume's claim in time", "claim", name, "waited", cacheLag)
+			return
+		}
+	}
+}
+
 // volumeClaims lists the cached claims of volumes (not being deleted).
 func (m *Manager) volumeClaims() []*corev1.PersistentVolumeClaim {
 	if m.pvcs == nil {
@@ -294,6 +320,7 @@ func (m *Manager) CreateVolume(ctx context.Context, name string, size int64) (co
 		return core.Volume{}, apiError("create the volume's claim", err)
 	}
 	m.log.Info("volume created", "volume_id", id, "name", name, "tenant", tenant, "size_bytes", size, "claim", made.Name)
+	m.awaitClaimCached(ctx, made.Name)
 	return core.Volume{ID: id, Name: name, Tenant: tenant, SizeBytes: size, CreatedAt: made.CreationTimestamp.UTC()}, nil
 }
 
