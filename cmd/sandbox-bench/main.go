@@ -113,6 +113,7 @@ type config struct {
 	kubeNodes     string // real (internal/kubetest/node) or test (the test kubelet)
 	kubeBaseline  string // an earlier build's sandbox image, for the A/B warm round trip
 	phases        map[string]bool
+	shapes        map[string]bool // the shapes phase's shapes to measure
 }
 
 // phaseNames are the parts of the suite --phases chooses from, in the
@@ -157,6 +158,8 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.WebhookRounds, "webhook-rounds", 30, "timed rounds (acquire, run, delete) with webhooks off, an endpoint answering, and an endpoint hanging")
 	fs.IntVar(&c.SnapshotMB, "snapshot-mb", 200, "MB (10^6 bytes) of random data in the snapshotted sandbox's /workspace")
 	fs.IntVar(&c.VolumeMB, "volume-mb", 256, "MB (10^6 bytes) each volume figure writes and reads")
+	shapes := strings.Join(shapeKeysOf(), ",")
+	fs.StringVar(&shapes, "shapes", shapes, "comma-separated `shapes` the shapes phase measures (the others' rows say not measured): "+strings.Join(shapeKeysOf(), ", "))
 	fs.IntVar(&c.ShapeRounds, "shape-rounds", 5, "rounds of each shape's first result and wake (the shapes phase); the median is reported")
 	fs.IntVar(&c.TemplateRounds, "template-rounds", 3, "rounds of each template figure (a first build, a cached build, a first sandbox from the template and from sandboxd's image); the median is reported")
 	phases := strings.Join(phaseNames, ",")
@@ -203,6 +206,16 @@ func parseConfig(args []string, out io.Writer) (config, error) {
 	}
 	if c.kubeNodes != "real" && c.kubeNodes != "test" {
 		return c, fmt.Errorf("--kube-nodes %q: want real or test", c.kubeNodes)
+	}
+	c.shapes = map[string]bool{}
+	for _, sh := range strings.Split(shapes, ",") {
+		if sh = strings.TrimSpace(sh); sh == "" {
+			continue
+		}
+		if !slices.Contains(shapeKeysOf(), sh) {
+			return c, fmt.Errorf("--shapes: unknown shape %q; want some of %s", sh, strings.Join(shapeKeysOf(), ","))
+		}
+		c.shapes[sh] = true
 	}
 	c.phases = map[string]bool{}
 	for _, p := range strings.Split(phases, ",") {

@@ -28,6 +28,15 @@ var benchShapes = []shape{
 	{"limits", "own limits", []sandboxclient.AcquireOption{sandboxclient.WithLimits(sandboxclient.Limits{MemoryBytes: 768 << 20, NanoCPUs: 500_000_000, PidsLimit: 200})}},
 }
 
+// shapeKeysOf lists the shapes' keys, for --shapes.
+func shapeKeysOf() []string {
+	keys := make([]string, len(benchShapes))
+	for i, s := range benchShapes {
+		keys[i] = s.key
+	}
+	return keys
+}
+
 // The measures of each shape, with their targets given a cold create's
 // first result (ms).
 var shapeMeasures = []struct {
@@ -98,6 +107,12 @@ func (b *bench) shapes(ctx context.Context) error {
 
 	for _, s := range benchShapes {
 		ms4 := func(i int) metric { return shapeMetric(s, i) }
+		if !b.cfg.shapes[s.key] {
+			for i := range shapeMeasures {
+				b.rep.add(row(ms4(i), nan, "", nan, nil, "not measured: not in --shapes"))
+			}
+			continue
+		}
 		// A new user's first result.
 		var first latencies
 		var src string
