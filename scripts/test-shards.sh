@@ -15,7 +15,7 @@
 #   e2e-kube-real   TestKubeRealNode: real nodes (kubelet, containerd, CNI)
 #   e2e-docker      e2e's suites against Docker but those of e2e-state
 #   packages        every package but e2e (go test runs two at a time)
-#   e2e-state       hibernation, fast wake, snapshots, templates, webhooks
+#   e2e-state       hibernation, fast wake, claim-then-shape crashes, snapshots, templates, webhooks
 #                   and lifetimes against Docker
 #   e2e-kube        TestKube (the test kubelet) and TestKubeDeployed
 #
