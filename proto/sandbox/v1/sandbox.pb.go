@@ -630,8 +630,11 @@ type SandboxOptions struct {
 	// limits requested for the sandbox; unset fields take the server defaults.
 	Limits *ResourceLimits `protobuf:"bytes,1,opt,name=limits,proto3" json:"limits,omitempty"`
 	// env holds environment variables set in every process of the sandbox.
-	// A sandbox with env is always created fresh, never taken from the
-	// server's warm pool (a running container's environment cannot change).
+	// A sandbox taken from the server's warm pool gets them after its claim,
+	// before any command of its caller's, as if it had been created with
+	// them (Docker backend; on Kubernetes it gets a Pod of its own). Names
+	// the sandbox's driver reads for itself (SANDBOX_*) only a new container
+	// can take.
 	Env map[string]string `protobuf:"bytes,2,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// network, when true, gives the sandbox outbound network access, under
 	// network_policy or, without one, under the server's default policy
