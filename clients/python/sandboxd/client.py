@@ -700,6 +700,14 @@ class _Outcome:
             pass
         return self
 
+    def _take(self, ev: Event) -> bool:
+        """Records a received event; True when it is the Done event."""
+        self.events.append(ev)
+        if isinstance(ev, Done):
+            self.done = ev
+            return True
+        return False
+
     @property
     def stdout(self) -> str:
         return "".join(e.text for e in self.events if isinstance(e, Stdout))
@@ -813,11 +821,9 @@ class Execution(_Outcome):
                     ev = event_from_proto(msg)
                     self._last_seq = msg.seq
                     failing_since, backoff = None, self.INITIAL_BACKOFF
-                    self.events.append(ev)
-                    if isinstance(ev, Done):
-                        self.done = ev
+                    done = self._take(ev)
                     yield ev
-                    if isinstance(ev, Done):
+                    if done:
                         return
                 last_error = "the stream ended before the command's Done event"
                 execute = False
@@ -875,11 +881,9 @@ class StatelessRun(_Outcome):
                 if not self.command_id:
                     self.command_id = msg.command_id
                 ev = event_from_proto(msg)
-                self.events.append(ev)
-                if isinstance(ev, Done):
-                    self.done = ev
+                done = self._take(ev)
                 yield ev
-                if isinstance(ev, Done):
+                if done:
                     return
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
