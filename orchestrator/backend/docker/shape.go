@@ -33,12 +33,13 @@ import (
 //     command of the user's, so none runs without them.
 //
 // What a running container cannot take sends the request to a cold
-// create, counted by reason (core.PoolMiss, sandboxd_warm_pool_misses_total):
-// network, volumes, a start from a snapshot where sandboxes do not wake
-// fast (gVisor, no disk volumes) or of a template's sandbox, a template
-// without a pool of its own, another /workspace size, other limits under gVisor, env naming
-// a variable of the driver's own (ioproto.DriverEnv: only a container's
-// creation sets those).
+// create, counted by reason (core.PoolMiss,
+// sandboxd_warm_pool_misses_total): network; volumes; a start from a
+// snapshot where sandboxes do not wake fast (gVisor, no disk volumes) or
+// of a template's sandbox; a template without a pool of its own; another
+// /workspace size; other limits under gVisor; env naming a variable of
+// the driver's own (ioproto.DriverEnv: only a container's creation sets
+// those).
 //
 // A claim that shapes commits in two steps. meta.json is written first as
 // the user's with Shaping set: from then on the sandbox is never a pool
