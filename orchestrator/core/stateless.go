@@ -24,9 +24,10 @@ const statelessDeleteTimeout = 2 * time.Minute
 // alike; m is a Manager behind Validating, which checks opts and req.
 //
 // The sandbox is new: the backend takes it from its warm pool and shapes
-// it to opts where it can, as for any new sandbox (Acquire). A sandbox it
-// cannot delete at once (the backend is unreachable) is left to its idle
-// timeout; the error of the run is returned, not the deletion's, which is
+// it to opts where it can, as for any new sandbox (Acquire). Unless opts
+// say otherwise it is deleted at its idle timeout, not hibernated, so a
+// sandbox that could not be deleted at once (the backend unreachable, the
+// server killed mid-run) goes then; the error of the run is returned, not the deletion's, which is
 // reported through deleted.
 func RunStateless(ctx context.Context, m interface {
 	Sandboxes
@@ -39,6 +40,12 @@ func RunStateless(ctx context.Context, m interface {
 		return err
 	}
 	user := StatelessUserPrefix + strings.TrimPrefix(NewSandboxID(), sandboxIDPrefix)
+	if opts.OnIdle == "" {
+		// Should the deletion below never come (the server is killed
+		// mid-run), the sandbox goes at its idle timeout rather than
+		// hibernating and being kept: nobody will come back for it.
+		opts.OnIdle = OnIdleDelete
+	}
 	res, err := m.Acquire(ctx, user, opts)
 	if err != nil {
 		return err

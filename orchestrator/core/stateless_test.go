@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -12,12 +13,16 @@ import (
 	"github.com/sandboxd/sandboxd/orchestrator/core/coretest"
 )
 
+// lastOpts are the options of the last Acquire statelessFake saw.
+var lastOpts atomic.Pointer[core.Options]
+
 // statelessFake is a fake backend whose Execute calls run.
 func statelessFake(run func(ctx context.Context, fn func(core.Event) error) error) (*coretest.Manager, *[]string, *sync.Mutex) {
 	var mu sync.Mutex
 	var deleted []string
 	fake := &coretest.Manager{
-		AcquireFunc: func(_ context.Context, user string, _ core.Options) (core.AcquireResult, error) {
+		AcquireFunc: func(_ context.Context, user string, opts core.Options) (core.AcquireResult, error) {
+			lastOpts.Store(&opts)
 			return core.AcquireResult{Sandbox: core.Sandbox{ID: core.NewSandboxID(), UserID: user}, Created: true}, nil
 		},
 		ExecuteFunc: func(ctx context.Context, req core.ExecRequest, submitted func(string), fn func(core.Event) error) error {
@@ -80,6 +85,9 @@ func TestRunStateless(t *testing.T) {
 			defer mu.Unlock()
 			if len(*deleted) != 1 || (*deleted)[0] != gone {
 				t.Errorf("deleted %v (reported %q); want the run's sandbox deleted once", *deleted, gone)
+			}
+			if got := lastOpts.Load(); got == nil || got.OnIdle != core.OnIdleDelete {
+				t.Errorf("acquired with %+v; want on_idle delete, so a run whose deletion never came is not kept", got)
 			}
 			var user string
 			for _, c := range fake.Calls() {

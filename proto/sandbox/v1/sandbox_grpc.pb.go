@@ -178,8 +178,11 @@ type SandboxServiceClient interface {
 	// against the caps on sandboxes while the call lasts. The command's
 	// events stream as Execute's do; the sandbox is deleted once the command
 	// is done, or when the call ends first (the client cancels or its
-	// deadline passes: the command is killed with the sandbox). Nothing is
-	// left behind, so a dropped stream cannot be resumed; audit records show
+	// deadline passes: the command is killed with the sandbox); should that
+	// deletion never come (the server killed mid-run), the sandbox is
+	// deleted at its idle timeout (options.on_idle delete unless the options
+	// say otherwise). Nothing is left behind, so a dropped stream cannot be
+	// resumed; audit records show
 	// the acquire, the execute and the delete. Errors are AcquireSandbox's and
 	// Execute's.
 	//
@@ -1251,8 +1254,11 @@ type SandboxServiceServer interface {
 	// against the caps on sandboxes while the call lasts. The command's
 	// events stream as Execute's do; the sandbox is deleted once the command
 	// is done, or when the call ends first (the client cancels or its
-	// deadline passes: the command is killed with the sandbox). Nothing is
-	// left behind, so a dropped stream cannot be resumed; audit records show
+	// deadline passes: the command is killed with the sandbox); should that
+	// deletion never come (the server killed mid-run), the sandbox is
+	// deleted at its idle timeout (options.on_idle delete unless the options
+	// say otherwise). Nothing is left behind, so a dropped stream cannot be
+	// resumed; audit records show
 	// the acquire, the execute and the delete. Errors are AcquireSandbox's and
 	// Execute's.
 	//
