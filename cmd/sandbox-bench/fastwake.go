@@ -204,20 +204,7 @@ func (p *poolDaemon) stop() {
 // waitPoolReady waits until sandboxd's warm pool (metrics at addr) holds
 // a ready sandbox.
 func waitPoolReady(ctx context.Context, addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		if n, err := poolSize(ctx, addr); err == nil && n >= 1 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("no warm-pool sandbox was ready after %v", limit)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return waitPoolAt(ctx, addr, 1, limit)
 }
 
 // poolSize reads sandboxd_warm_pool_size from the metrics at addr.

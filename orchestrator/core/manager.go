@@ -93,43 +93,29 @@ type Lacker interface {
 // implements it and does not say it Lacks it, otherwise every call of it
 // answers the Lacks error or Unsupported(backend, the capability).
 func Complete(backend string, b Backend) Manager {
-	lacks := func(c Capability) error {
-		if l, ok := b.(Lacker); ok {
-			return l.Lacks(c)
-		}
-		return nil
+	return Parts{
+		Sandboxes: b, Commands: b, Files: b,
+		Network:    part(backend, b, CapNetwork, func(err error) Network { return unsupportedNetwork{err} }),
+		Snapshots:  part(backend, b, CapSnapshots, func(err error) Snapshots { return unsupportedSnapshots{err} }),
+		Volumes:    part(backend, b, CapVolumes, func(err error) Volumes { return unsupportedVolumes{err} }),
+		Templates:  part(backend, b, CapTemplates, func(err error) Templates { return unsupportedTemplates{err} }),
+		Monitoring: part(backend, b, CapMonitoring, func(err error) Monitoring { return unsupportedMonitoring{err} }),
 	}
-	missing := func(c Capability) error {
-		if err := lacks(c); err != nil {
-			return err
-		}
-		return Unsupported(backend, string(c))
+}
+
+// part is b's capability c, the port T, when b implements it and does not
+// say it Lacks it; otherwise the stand-in answering every call with the
+// Lacks error or Unsupported(backend, c).
+func part[T any](backend string, b Backend, c Capability, standIn func(error) T) T {
+	var lacks error
+	if l, ok := b.(Lacker); ok {
+		lacks = l.Lacks(c)
 	}
-	p := Parts{Sandboxes: b, Commands: b, Files: b}
-	if n, ok := b.(Network); ok && lacks(CapNetwork) == nil {
-		p.Network = n
-	} else {
-		p.Network = unsupportedNetwork{missing(CapNetwork)}
+	if p, ok := any(b).(T); ok && lacks == nil {
+		return p
 	}
-	if s, ok := b.(Snapshots); ok && lacks(CapSnapshots) == nil {
-		p.Snapshots = s
-	} else {
-		p.Snapshots = unsupportedSnapshots{missing(CapSnapshots)}
+	if lacks == nil {
+		lacks = Unsupported(backend, string(c))
 	}
-	if v, ok := b.(Volumes); ok && lacks(CapVolumes) == nil {
-		p.Volumes = v
-	} else {
-		p.Volumes = unsupportedVolumes{missing(CapVolumes)}
-	}
-	if t, ok := b.(Templates); ok && lacks(CapTemplates) == nil {
-		p.Templates = t
-	} else {
-		p.Templates = unsupportedTemplates{missing(CapTemplates)}
-	}
-	if m, ok := b.(Monitoring); ok && lacks(CapMonitoring) == nil {
-		p.Monitoring = m
-	} else {
-		p.Monitoring = unsupportedMonitoring{missing(CapMonitoring)}
-	}
-	return p
+	return standIn(lacks)
 }

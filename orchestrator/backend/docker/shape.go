@@ -219,17 +219,10 @@ func (m *Manager) setCgroupLimits(ctx context.Context, cid string, l core.Limits
 	}})
 	if err != nil {
 		m.cfg.Metrics.DockerError("ContainerUpdate")
-		return fmt.Errorf("update the container's limits: %s", firstLine(err.Error(), 200))
+		// Its first line only: an engine's error may hold a runtime's
+		// whole usage text.
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		return fmt.Errorf("update the container's limits: %s", core.Truncate(first, 200))
 	}
 	return nil
-}
-
-// firstLine is s's first line, cut to at most n bytes: an engine's error
-// may hold a runtime's whole usage text.
-func firstLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		s = strings.ToValidUTF8(s[:n], "") + "…"
-	}
-	return s
 }
