@@ -268,6 +268,9 @@ func (c *config) finish(getenv func(string) string, file *configFile, r *registr
 	if p.WarmPool == autoWarmPool {
 		p.WarmPool = c.defaultWarmPool()
 	}
+	if p.WarmPoolNetwork == autoWarmPool {
+		p.WarmPoolNetwork = c.defaultWarmPoolNetwork()
+	}
 	if c.audit.maxFileBytes < 1<<20 || c.audit.maxFiles < 2 {
 		add(fmt.Errorf("--audit-max-size must be at least 1MiB and --audit-max-files at least 2 (the current file and one rotated)"))
 	}
@@ -342,7 +345,8 @@ func (c *config) register(r *registry) {
 	s.Size("snapshot_disk_budget_per_tenant", &dc.SnapshotDiskBudgetPerTenant, "snapshot-disk-budget-per-tenant", 0, "most disk one tenant's hibernated sandboxes' snapshots may take together (`size`; 0: no bound but --snapshot-disk-budget); past it the tenant's oldest are dropped")
 
 	s = r.section("pool", "Started, unclaimed sandboxes kept ready for new users and wakes.")
-	s.Int("size", &p.WarmPool, "warm-pool", autoWarmPool, fmt.Sprintf("keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (milliseconds) and a hibernated sandbox wakes in a started container; a claimed pool sandbox is shaped to the request (env, limits of memory, CPUs and processes, metadata, timeouts), and forks and starts from a snapshot run in pool containers too; requests with network, volumes, another disk size or a template without a pool of its own start their own (sandboxd_warm_pool_misses_total counts them by reason); %d: %d on the Docker backend (at most --max-sandboxes), 0 on Kubernetes (Pods scheduled before anyone asks are the cluster operator's decision); 0: no pool", autoWarmPool, defaultDockerWarmPool))
+	s.Int("size", &p.WarmPool, "warm-pool", autoWarmPool, fmt.Sprintf("keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (milliseconds) and a hibernated sandbox wakes in a started container; a claimed pool sandbox is shaped to the request (env, limits of memory, CPUs and processes, metadata, timeouts), and forks and starts from a snapshot run in pool containers too; requests with network come from --warm-pool-network's pool; those with volumes, another disk size or a template without a pool of its own start their own (sandboxd_warm_pool_misses_total counts them by reason); %d: %d on the Docker backend (at most --max-sandboxes), 0 on Kubernetes (Pods scheduled before anyone asks are the cluster operator's decision); 0: no pool", autoWarmPool, defaultDockerWarmPool))
+	s.Int("network_size", &p.WarmPoolNetwork, "warm-pool-network", autoWarmPool, fmt.Sprintf("keep this many more started, unclaimed sandboxes with their network plumbing made (holder, address, CA), sealed by the egress gateway until a request with network claims one and its policy, header rules and public traffic take effect (milliseconds, where a cold start with network takes a second or more); a request without network never gets one of them; needs --allow-network; %d: %d on the Docker backend with --allow-network (within --max-sandboxes), else 0; 0: requests with network start their own", autoWarmPool, defaultDockerWarmPoolNetwork))
 	s.List("templates", &c.warmPoolTemplates, "warm-pool-template", "", "comma-separated `TENANT/NAME=N` (in the file, an array of them): keep N started sandboxes of that template's current version for its tenant's new users, as --warm-pool does for the server's image (they count against --max-sandboxes); see docs/templates.md")
 
 	s = r.section("docker", "The Docker backend's own settings (--backend docker).")
@@ -406,9 +410,13 @@ func (c *config) register(r *registry) {
 // refill (about a second) is served too; each idle pool sandbox costs the
 // memory BENCHMARKS.md gives. On Kubernetes a pool is Pods the cluster
 // schedules before anyone asks, a capacity decision left to its operator.
+// The pool with network keeps one by default: a networked sandbox holds a
+// holder container and an address besides, and agents ask for one per
+// user, not in bursts.
 const (
-	autoWarmPool          = -1
-	defaultDockerWarmPool = 2
+	autoWarmPool                 = -1
+	defaultDockerWarmPool        = 2
+	defaultDockerWarmPoolNetwork = 1
 )
 
 // defaultWarmPool is --warm-pool's value when it was not given.
@@ -419,6 +427,21 @@ func (c *config) defaultWarmPool() int {
 	n := defaultDockerWarmPool
 	if m := c.policy.MaxSandboxes; m > 0 && m < n {
 		n = m
+	}
+	return n
+}
+
+// defaultWarmPoolNetwork is --warm-pool-network's value when it was not
+// given: one on the Docker backend with --allow-network, if
+// --max-sandboxes leaves room beside --warm-pool.
+func (c *config) defaultWarmPoolNetwork() int {
+	p := &c.policy
+	if c.backend == backendKubernetes || !p.AllowNetwork {
+		return 0
+	}
+	n := defaultDockerWarmPoolNetwork
+	if m := p.MaxSandboxes; m > 0 {
+		n = max(0, min(n, m-p.WarmPool))
 	}
 	return n
 }
@@ -461,7 +484,7 @@ func (c *config) check() error {
 	for _, n := range []struct {
 		name string
 		v    int
-	}{{"max-sandboxes", p.MaxSandboxes}, {"max-sandboxes-per-tenant", p.MaxSandboxesPerTenant}, {"warm-pool", p.WarmPool}} {
+	}{{"max-sandboxes", p.MaxSandboxes}, {"max-sandboxes-per-tenant", p.MaxSandboxesPerTenant}, {"warm-pool", p.WarmPool}, {"warm-pool-network", p.WarmPoolNetwork}} {
 		if n.v < 0 {
 			errs = append(errs, fmt.Errorf("--%s %d is negative", n.name, n.v))
 		}
@@ -470,6 +493,14 @@ func (c *config) check() error {
 	errs = appendErr(errs, checkEgress(p, mc.EgressSubnet))
 	if p.MaxSandboxes > 0 && p.WarmPool > p.MaxSandboxes {
 		errs = append(errs, fmt.Errorf("--warm-pool %d is above --max-sandboxes %d", p.WarmPool, p.MaxSandboxes))
+	} else if p.MaxSandboxes > 0 && p.WarmPool+p.WarmPoolNetwork > p.MaxSandboxes {
+		errs = append(errs, fmt.Errorf("--warm-pool %d and --warm-pool-network %d are above --max-sandboxes %d together", p.WarmPool, p.WarmPoolNetwork, p.MaxSandboxes))
+	}
+	if p.WarmPoolNetwork > 0 && !p.AllowNetwork {
+		errs = append(errs, fmt.Errorf("--warm-pool-network %d needs --allow-network", p.WarmPoolNetwork))
+	}
+	if p.WarmPoolNetwork > 0 && c.backend == backendKubernetes {
+		errs = append(errs, errors.New("--warm-pool-network is the Docker backend's (a Kubernetes pool Pod has no network: its sidecar's arguments are fixed when it is made)"))
 	}
 	if c.metricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.metricsListen); err != nil {

@@ -56,6 +56,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		{"insecure", c.insecure, false},
 		{"per-tenant cap", mc.MaxSandboxesPerTenant, 0},
 		{"warm pool (automatic, Docker)", mc.WarmPool, 2},
+		{"warm pool with network (no network)", mc.WarmPoolNetwork, 0},
 		{"max code", mc.MaxCodeBytes, 1 << 20},
 		{"network", mc.AllowNetwork, false},
 		{"disk volumes", mc.NoDiskVolumes, false},
@@ -104,6 +105,7 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 		{"log level", c.logLevel.Level, slog.LevelDebug},
 		{"auth (env)", c.authTokens, "/etc/sandboxd/tokens"},
 		{"warm pool", mc.WarmPool, 3},
+		{"warm pool with network (automatic, network)", mc.WarmPoolNetwork, 1},
 		{"per-tenant cap (env)", mc.MaxSandboxesPerTenant, 7},
 		{"network", mc.AllowNetwork, true},
 		{"max code", mc.MaxCodeBytes, 64 << 10},
@@ -293,6 +295,8 @@ func TestParseConfigPorts(t *testing.T) {
 		want string
 	}{
 		{[]string{"--ports-listen", "127.0.0.1:8090"}, "--ports-listen needs --allow-network"},
+		{[]string{"--warm-pool-network", "1"}, "--warm-pool-network 1 needs --allow-network"},
+		{[]string{"--allow-network", "--max-sandboxes", "3", "--warm-pool", "2", "--warm-pool-network", "2"}, "are above --max-sandboxes 3 together"},
 		{[]string{"--ports-domain", "localhost"}, "need --ports-listen"},
 		{[]string{"--allow-network", "--ports-listen", "8090"}, "--ports-listen \"8090\""},
 		{[]string{"--allow-network", "--ports-listen", ":8090", "--ports-domain", "bad_name.com"}, "not a DNS name"},

@@ -99,6 +99,11 @@ type Policy struct {
 	// WarmPool is how many started, unclaimed sandboxes to keep ready for
 	// new users; 0: none.
 	WarmPool int
+	// WarmPoolNetwork is how many more to keep with their network plumbing
+	// made, sealed until a request with network claims one and its policy
+	// takes effect (needs AllowNetwork); 0: none, and requests with
+	// network start their own.
+	WarmPoolNetwork int
 
 	// The caps on WatchDirectory (WatchCaps), per tenant before they are
 	// global. Each call in progress holds an inotify instance of
@@ -282,7 +287,7 @@ func (p *Policy) ApplyDefaults() error {
 	case p.MaxIdleTTL < p.IdleTTL:
 		return Invalidf("config: MaxIdleTTL %v is below IdleTTL %v", p.MaxIdleTTL, p.IdleTTL)
 	case p.IdleTTL < 0, p.MaxLifetime < 0, p.HibernatedTTL < 0, p.DefaultTimeout < 0, p.MaxTimeout < 0, p.MaxSandboxes < 0,
-		p.MaxSandboxesPerTenant < 0, p.MaxUploadBytes < 0, p.MaxCodeBytes < 0, p.IODiskBytes < 0, p.WarmPool < 0,
+		p.MaxSandboxesPerTenant < 0, p.MaxUploadBytes < 0, p.MaxCodeBytes < 0, p.IODiskBytes < 0, p.WarmPool < 0, p.WarmPoolNetwork < 0,
 		p.MaxTemplateFileBytes < 0, p.MaxTemplatesPerTenant < 0, p.TemplateBuilds < 0, p.MaxTemplateBuildsPerTenant < 0, p.TemplateBuildTimeout < 0:
 		return Invalidf("config: durations, sizes and caps must not be negative")
 	case p.MaxTemplateBuildsPerTenant > p.TemplateBuilds:
@@ -293,8 +298,10 @@ func (p *Policy) ApplyDefaults() error {
 		return Invalidf("config: MaxCodeBytes %d exceeds %d, the most the /io protocol carries", p.MaxCodeBytes, MaxCodeBytes)
 	case !p.NoDiskLimit && p.IODiskBytes < MinDiskBytes:
 		return Invalidf("config: IODiskBytes %d is below the minimum volume size of %d", p.IODiskBytes, MinDiskBytes)
-	case p.MaxSandboxes > 0 && p.WarmPool > p.MaxSandboxes:
-		return Invalidf("config: the warm pool of %d exceeds MaxSandboxes %d", p.WarmPool, p.MaxSandboxes)
+	case p.MaxSandboxes > 0 && p.WarmPool+p.WarmPoolNetwork > p.MaxSandboxes:
+		return Invalidf("config: the warm pools of %d exceed MaxSandboxes %d", p.WarmPool+p.WarmPoolNetwork, p.MaxSandboxes)
+	case p.WarmPoolNetwork > 0 && !p.AllowNetwork:
+		return Invalidf("config: a warm pool with network (WarmPoolNetwork) needs AllowNetwork")
 	}
 	if err := p.checkWatchCaps(); err != nil {
 		return err

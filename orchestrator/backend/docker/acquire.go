@@ -181,10 +181,16 @@ func (m *Manager) newSpec(user userKey, opts core.Options) sandboxSpec {
 		metadata: opts.Metadata, idleTTL: opts.IdleTimeout, onIdle: opts.OnIdle}
 }
 
-// poolSpec is the spec of a warm-pool sandbox: the server defaults, no env,
-// no network, no owner yet.
-func (m *Manager) poolSpec() sandboxSpec {
-	return sandboxSpec{pool: true, limits: m.cfg.DefaultLimits}
+// poolSpec is the spec of a sandbox of the server's warm pool p: the
+// server defaults, no env, no owner yet, and no network unless p is the
+// networked pool, whose sandboxes are plumbed and sealed by the gateway
+// until their claim (shape.go).
+func (m *Manager) poolSpec(p *warmPool) sandboxSpec {
+	spec := sandboxSpec{pool: true, limits: m.cfg.DefaultLimits}
+	if p.network {
+		spec.network, spec.netPolicy = true, sealedPolicy()
+	}
+	return spec
 }
 
 // newSandboxFor gives spec.user a new sandbox, from the warm pool when spec
@@ -217,14 +223,19 @@ func (m *Manager) newSandboxFor(ctx context.Context, spec sandboxSpec) (*sandbox
 	defer m.creating.Add(-1)
 	// held is what the server holds besides this request: live sandboxes,
 	// others being created or claimed, and the pool.
-	held := func() int { return all + int(m.creating.Load()) - 1 + m.pool.count() + m.tplPools.count() }
+	held := func() int { return all + int(m.creating.Load()) - 1 + m.pooled() }
 	if c := m.cfg.MaxSandboxes; c > 0 && held() >= c {
 		// Pool sandboxes count against the cap: they hold memory too. One
 		// that this request cannot use makes room for it instead.
-		victim := m.pool.take()
+		from := m.pool
+		victim := from.take()
+		if victim == nil {
+			from = m.netPool
+			victim = from.take()
+		}
 		if victim == nil || held() >= c {
 			if victim != nil {
-				m.pool.putBack(victim)
+				from.putBack(victim)
 			}
 			return nil, "", core.ServerCapReached(c)
 		}
@@ -355,7 +366,7 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 			cleanup("")
 			return nil, err
 		}
-		carrierSpec(cfg, hostCfg)
+		carrierSpec(sb.dir, cfg, hostCfg)
 	}
 	resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+id)
 	if err != nil {

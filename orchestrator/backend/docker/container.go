@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -106,13 +107,18 @@ func containerSpec(sb *sandbox, runtime, stateDir string, env map[string]string)
 	return cfg, host
 }
 
-// carrierSpec turns a warm-pool container's spec into one that can carry
-// a fast wake (carrier.go): its volumes bound with rslave propagation, so
-// mounts the host stacks on them later reach it, and its driver told that
-// it may be adopted.
-func carrierSpec(cfg *container.Config, host *container.HostConfig) {
+// carrierSpec turns the spec of warm-pool sandbox dir's container into
+// one that can carry a fast wake (carrier.go): its io/ and workspace/
+// bound with rslave propagation, so mounts the host stacks on them later
+// reach it (the others, a networked one's CA directory, stay as they
+// are: nothing is stacked on them), and its driver told that it may be
+// adopted.
+func carrierSpec(dir string, cfg *container.Config, host *container.HostConfig) {
 	for i, b := range host.Binds {
-		host.Binds[i] = b + ",rslave"
+		src, _, _ := strings.Cut(b, ":")
+		if src == filepath.Join(dir, ioDir) || src == filepath.Join(dir, workspaceDir) {
+			host.Binds[i] = b + ",rslave"
+		}
 	}
 	cfg.Env = append(cfg.Env, ioproto.EnvPoolDriver+"=1")
 	cfg.Labels[labels.Carrier] = "true"

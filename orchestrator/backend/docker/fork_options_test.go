@@ -179,6 +179,13 @@ func (g *policyGateway) Attach(id string, src netip.Addr, p *core.CompiledPolicy
 	g.observingGateway.Attach(id, src, p, ca)
 }
 
+func (g *policyGateway) Update(id string, p *core.CompiledPolicy) {
+	g.mu.Lock()
+	g.policies[id] = p
+	g.mu.Unlock()
+	g.observingGateway.Update(id, p)
+}
+
 func (g *policyGateway) policy(id string) (*core.CompiledPolicy, *egress.CA) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -42,7 +42,7 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		return nil, fmt.Errorf("sandbox %s stays hibernated: %w", sb.id, core.TenantCapReached(sb.tenant, m.cfg.MaxSandboxesPerTenant))
 	}
 	defer release() // once it is running again (registered as such), or failed
-	if m.cfg.MaxSandboxes > 0 && all+m.pool.count()+m.tplPools.count() >= m.cfg.MaxSandboxes {
+	if m.cfg.MaxSandboxes > 0 && all+m.pooled() >= m.cfg.MaxSandboxes {
 		m.endWake(sb)
 		return nil, fmt.Errorf("sandbox %s stays hibernated: %w", sb.id, core.ServerCapReached(m.cfg.MaxSandboxes))
 	}

@@ -239,6 +239,9 @@ type Manager struct {
 
 	reg  *registry
 	pool *warmPool
+	// netPool is the warm pool of sandboxes with their network plumbing
+	// (Config.WarmPoolNetwork; shape.go).
+	netPool *warmPool
 	// carriers maps a carrier's pool-sandbox ID to the sandbox it carries
 	// (carrier.go), for Docker's events, which name the former.
 	carriers sync.Map
@@ -302,7 +305,8 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		log:     cfg.Logger,
 		docker:  docker,
 		reg:     newRegistry(cfg.IdleTTL, cfg.MaxLifetime),
-		pool:    newWarmPool(),
+		pool:    newWarmPool(cfg.WarmPool, false),
+		netPool: newWarmPool(cfg.WarmPoolNetwork, true),
 		recheck: cmp.Or(cfg.recheck, recheckInterval),
 		closing: make(chan struct{}),
 
@@ -407,14 +411,16 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.sampleLoop(m.bgCtx) }()
 	}
-	if cfg.WarmPool > 0 {
-		m.wg.Add(1)
-		go func() { defer m.wg.Done(); m.refillLoop(m.bgCtx) }()
-		m.pool.signal()
+	for _, p := range []*warmPool{m.pool, m.netPool} {
+		if p.want > 0 {
+			m.wg.Add(1)
+			go func() { defer m.wg.Done(); m.refillLoop(m.bgCtx, p) }()
+			p.signal()
+		}
 	}
 	m.log.Info("orchestrator ready", "state_dir", cfg.StateDir, "image", cfg.Image,
 		"runtime", cfg.Runtime, "sandboxes", len(m.reg.all()), "idle_ttl", cfg.IdleTTL,
-		"warm_pool", cfg.WarmPool, "disk_volumes", !cfg.NoDiskVolumes)
+		"warm_pool", cfg.WarmPool, "warm_pool_network", cfg.WarmPoolNetwork, "disk_volumes", !cfg.NoDiskVolumes)
 	return m, nil
 }
 

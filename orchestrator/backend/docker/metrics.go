@@ -30,7 +30,7 @@ func (m *Manager) SandboxCounts() []core.SandboxCount {
 }
 
 // PoolSize is the number of ready, unclaimed warm-pool sandboxes.
-func (m *Manager) PoolSize() int { return m.pool.size() }
+func (m *Manager) PoolSize() int { return m.pool.size() + m.netPool.size() }
 
 // countDockerErrors wraps d so that its failures are reported to mt.
 // Without metrics, d is returned as is.

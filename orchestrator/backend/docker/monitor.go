@@ -250,12 +250,16 @@ func (m *Manager) handleHolderEvent(id string, msg events.Message) {
 // that died leaves the pool (and the refill replaces it). It reports false
 // when the sandbox is not in the pool (claimed since, or not ours).
 func (m *Manager) handlePoolEvent(ctx context.Context, id string, msg events.Message) bool {
-	sb := m.pool.remove(id)
+	pool := m.pool
+	sb := pool.remove(id)
 	if sb == nil {
-		return false
+		pool = m.netPool
+		if sb = pool.remove(id); sb == nil {
+			return false
+		}
 	}
 	if sb.containerID != msg.Actor.ID {
-		m.pool.putBack(sb)
+		pool.putBack(sb)
 		return true
 	}
 	if msg.Action == events.ActionDie {
@@ -263,7 +267,7 @@ func (m *Manager) handlePoolEvent(ctx context.Context, id string, msg events.Mes
 		if st, _ := sb.status(); err != nil || st == core.StateRunning {
 			// Restarting (or unknown): it stays in the pool; a claim
 			// inspects it again.
-			m.pool.putBack(sb)
+			pool.putBack(sb)
 			return true
 		}
 	}

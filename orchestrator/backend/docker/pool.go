@@ -72,10 +72,16 @@ type warmPool struct {
 	ready   []*sandbox // oldest first: claimed first
 	filling int        // creations in flight
 	wake    chan struct{}
+	// want is how many a server's pool keeps (Config.WarmPool,
+	// Config.WarmPoolNetwork; a template's pool has its own size).
+	want int
+	// network: its sandboxes have their network plumbing, sealed by the
+	// gateway until a claim with network (shape.go).
+	network bool
 }
 
-func newWarmPool() *warmPool {
-	return &warmPool{wake: make(chan struct{}, 1)}
+func newWarmPool(want int, network bool) *warmPool {
+	return &warmPool{wake: make(chan struct{}, 1), want: want, network: network}
 }
 
 // signal asks the refill loop to look at the pool.
@@ -144,6 +150,15 @@ func (p *warmPool) size() int {
 func (m *Manager) poolFor(spec sandboxSpec) (*warmPool, core.PoolMiss) {
 	var pool *warmPool
 	switch {
+	case spec.image == "" && spec.network && spec.from == nil:
+		// Sandboxes with network come from the pool whose sandboxes have
+		// their plumbing (shape.go); a start from a snapshot with network
+		// starts its own.
+		if m.netPool.want > 0 {
+			pool = m.netPool
+		} else if m.pooling() {
+			return nil, core.PoolMissNetwork
+		}
 	case spec.image == "" && m.cfg.WarmPool > 0:
 		pool = m.pool
 	case spec.image != "":
@@ -254,47 +269,64 @@ func (m *Manager) takeLiveFrom(ctx context.Context, pool *warmPool) (*sandbox, e
 	}
 }
 
-// discardPooled removes a pool sandbox that will not be used.
+// discardPooled removes a pool sandbox of the server's pools that will
+// not be used.
 func (m *Manager) discardPooled(ctx context.Context, sb *sandbox, why string) {
 	m.discard(ctx, sb, "warm-pool sandbox", why)
-	m.pool.signal()
+	m.serverPoolOf(sb).signal()
 }
 
-// poolHasRoom reports whether the pool may grow by one: it is below its
-// size, and the sandboxes alive plus the pool stay under MaxSandboxes. It
-// reserves the slot (filling) when it says yes.
-func (m *Manager) poolHasRoom() bool {
+// serverPoolOf is the server's pool sb was made for: the networked one
+// for a sandbox with network.
+func (m *Manager) serverPoolOf(sb *sandbox) *warmPool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.network {
+		return m.netPool
+	}
+	return m.pool
+}
+
+// pooled is how many sandboxes all warm pools hold or are making: they
+// count against MaxSandboxes.
+func (m *Manager) pooled() int {
+	return m.pool.count() + m.netPool.count() + m.tplPools.count()
+}
+
+// poolHasRoom reports whether the server's pool p may grow by one: it is
+// below its size, and the sandboxes alive plus the pools stay under
+// MaxSandboxes. It reserves the slot (filling) when it says yes.
+func (m *Manager) poolHasRoom(p *warmPool) bool {
 	all, _ := m.reg.countRunning("")
-	all += int(m.creating.Load())
-	p := m.pool
+	all += int(m.creating.Load()) + m.pooled()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(p.ready) + p.filling
-	if n >= m.cfg.WarmPool || (m.cfg.MaxSandboxes > 0 && all+n >= m.cfg.MaxSandboxes) {
+	if n >= p.want || (m.cfg.MaxSandboxes > 0 && all >= m.cfg.MaxSandboxes) {
 		return false
 	}
 	p.filling++
 	return true
 }
 
-// refillLoop keeps the pool full until ctx ends: sandboxes are created one
-// at a time, whenever the pool is signalled and has room.
-func (m *Manager) refillLoop(ctx context.Context) {
+// refillLoop keeps the server's pool p full until ctx ends: sandboxes are
+// created one at a time, whenever the pool is signalled and has room.
+func (m *Manager) refillLoop(ctx context.Context, p *warmPool) {
 	retry := newBackoff(poolRetryMin, poolRetryMax)
 	for {
-		for ctx.Err() == nil && m.poolHasRoom() {
-			sb, err := m.create(ctx, m.poolSpec())
+		for ctx.Err() == nil && m.poolHasRoom(p) {
+			sb, err := m.create(ctx, m.poolSpec(p))
 			if err == nil {
 				if err = m.warmUp(ctx, sb); err != nil {
 					m.discardPooled(ctx, sb, "its warm-up failed")
 				}
 			}
-			m.pool.mu.Lock()
-			m.pool.filling--
+			p.mu.Lock()
+			p.filling--
 			if err == nil {
-				m.pool.ready = append(m.pool.ready, sb)
+				p.ready = append(p.ready, sb)
 			}
-			m.pool.mu.Unlock()
+			p.mu.Unlock()
 			if err != nil {
 				if ctx.Err() != nil {
 					return
@@ -307,12 +339,12 @@ func (m *Manager) refillLoop(ctx context.Context) {
 			}
 			retry.reset()
 			m.cfg.Metrics.PoolRefilled()
-			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "ready", m.pool.size())
+			m.log.Debug("warm pool: sandbox ready", "sandbox_id", sb.id, "network", p.network, "ready", p.size())
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.pool.wake:
+		case <-p.wake:
 		}
 	}
 }

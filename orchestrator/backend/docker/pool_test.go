@@ -154,7 +154,9 @@ func TestPoolMissReasons(t *testing.T) {
 		{"metadata and timeouts", with(func(s *sandboxSpec) {
 			s.metadata, s.idleTTL, s.onIdle = map[string]string{"a": "b"}, time.Hour, core.OnIdleDelete
 		}), ""},
-		{"network", with(func(s *sandboxSpec) { s.network = true }), core.PoolMissNetwork},
+		{"network", with(func(s *sandboxSpec) { s.network = true }), ""}, // the pool with network (poolFor)
+		{"network and a template", with(func(s *sandboxSpec) { s.network, s.image = true, "sha256:t" }), core.PoolMissNetwork},
+		{"network from a snapshot", with(func(s *sandboxSpec) { s.network, s.from = true, &snapFile{} }), core.PoolMissNetwork},
 		{"volumes", with(func(s *sandboxSpec) { s.volumes = []core.VolumeMount{{Volume: "vol-x", Path: "/data"}} }), core.PoolMissVolumes},
 		{"snapshot", with(func(s *sandboxSpec) { s.from = &snapFile{} }), core.PoolMissSnapshot},
 		{"disk", with(func(s *sandboxSpec) { s.limits.DiskBytes = 2 << 30 }), core.PoolMissDisk},
@@ -414,7 +416,7 @@ func TestWarmPoolUnderMaxSandboxes(t *testing.T) {
 	acquire(t, m, "pooled")
 	// Now two users hold the two sandboxes the cap allows: the pool has no
 	// room, and the next user is refused.
-	if m.poolHasRoom() {
+	if m.poolHasRoom(m.pool) {
 		t.Errorf("the pool may grow beyond the cap")
 	}
 	_, err = m.Acquire(t.Context(), "third", core.Options{})
@@ -423,7 +425,7 @@ func TestWarmPoolUnderMaxSandboxes(t *testing.T) {
 	cfg = testConfig(t)
 	cfg.WarmPool, cfg.MaxSandboxes = 3, 2
 	_, err = New(t.Context(), cfg, fd)
-	wantClass(t, err, core.ErrInvalidArgument, "warm pool of 3 exceeds MaxSandboxes 2")
+	wantClass(t, err, core.ErrInvalidArgument, "warm pools of 3 exceed MaxSandboxes 2")
 }
 
 func TestWarmPoolOutlivesClose(t *testing.T) {

@@ -38,7 +38,8 @@ import (
 //	                                      beyond the pool's size (sandboxd
 //	                                      restarted with a smaller --warm-pool)
 //	                                      removed; a template's pool sandbox
-//	                                      removed (its pool refills itself)
+//	                                      or one with network removed (its
+//	                                      pool refills itself)
 //	idle TTL, lifetime or hibernated TTL  removed at once; but a running one
 //	  over while sandboxd was down        whose --on-idle is hibernate and
 //	                                      whose lifetime is not over is
@@ -242,9 +243,11 @@ func classifyEntry(e stateEntry, p reconcilePolicy) dirDecision {
 		if !alive {
 			return dirDecision{action: actRemovePoolDead}
 		}
-		if sb.template != "" {
+		if sb.template != "" || sb.network {
 			// A template's pool (template_pool.go) refills itself with
-			// the template's current version after the start.
+			// the template's current version after the start; the pool
+			// with network (shape.go) refills itself too, with sandboxes
+			// plumbed and attached by this sandboxd.
 			return dirDecision{action: actRemovePoolExcess}
 		}
 		return dirDecision{action: actReturnToPool}

@@ -30,11 +30,22 @@ import (
 //     every kernel and every process before any later command, and again
 //     whenever it starts over on the log (a restart, a wake), as if the
 //     container had been created with them. The record comes before any
-//     command of the user's, so none runs without them.
+//     command of the user's, so none runs without them;
+//   - network, when the sandbox comes from the pool with network
+//     (Config.WarmPoolNetwork): its plumbing was made with it (holder,
+//     address, veth, its own CA and bundle, the CA's env) and the gateway
+//     attached it with sealedPolicy, so until the claim it reaches
+//     nothing; the claim gives the gateway the request's policy (allow-
+//     and deny-lists, header rules, public traffic). A request without
+//     network is never given one of these: it gets the sealed pool's,
+//     whose containers have no network at all. Unclaimed ones are removed
+//     at a restart (reconcile) and the pool refills with sandboxes this
+//     sandboxd attached.
 //
 // What a running container cannot take sends the request to a cold
 // create, counted by reason (core.PoolMiss,
-// sandboxd_warm_pool_misses_total): network; volumes; a start from a
+// sandboxd_warm_pool_misses_total): network without a pool with network,
+// with a template, or from a snapshot; volumes; a start from a
 // snapshot where sandboxes do not wake fast (gVisor, no disk volumes) or
 // of a template's sandbox; a template without a pool of its own; another
 // /workspace size; other limits under gVisor; env naming a variable of
@@ -107,7 +118,10 @@ var ClaimSteps = []string{stepClaimRecorded, stepClaimShaped}
 // its image, "" when it can.
 func (m *Manager) poolMiss(spec sandboxSpec) core.PoolMiss {
 	switch {
-	case spec.network:
+	case spec.network && (spec.image != "" || spec.from != nil):
+		// Only the server's image has a pool with network plumbing
+		// (poolFor), and a start from a snapshot with network starts its
+		// own container.
 		return core.PoolMissNetwork
 	case len(spec.volumes) > 0:
 		return core.PoolMissVolumes
@@ -138,7 +152,7 @@ func (m *Manager) pooling() bool {
 func (m *Manager) needsShaping(sb *sandbox, spec sandboxSpec) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return !sameCgroupLimits(sb.limits, spec.limits) || len(spec.env) > 0
+	return !sameCgroupLimits(sb.limits, spec.limits) || len(spec.env) > 0 || spec.network
 }
 
 // shapeableEnv reports whether an env record can carry env: it names no
@@ -179,8 +193,9 @@ func (m *Manager) shapeClaimed(ctx context.Context, sb *sandbox, spec sandboxSpe
 // milliseconds, and a cold create is the fallback.
 const shapeTimeout = 10 * time.Second
 
-// shape gives a claimed pool sandbox spec's limits and env. The caller has written
-// meta.json with Shaping set, and writes it again once shape succeeds.
+// shape gives a claimed pool sandbox spec's limits, network policy and
+// env. The caller has written meta.json with Shaping set, and writes it
+// again once shape succeeds.
 func (m *Manager) shape(ctx context.Context, sb *sandbox, spec sandboxSpec) error {
 	ctx, cancel := context.WithTimeout(ctx, shapeTimeout)
 	defer cancel()
@@ -195,6 +210,21 @@ func (m *Manager) shape(ctx context.Context, sb *sandbox, spec sandboxSpec) erro
 		sb.limits.MemoryBytes, sb.limits.NanoCPUs, sb.limits.PidsLimit = spec.limits.MemoryBytes, spec.limits.NanoCPUs, spec.limits.PidsLimit
 		sb.dirty = true
 		sb.mu.Unlock()
+	}
+	if spec.network {
+		// The request's policy replaces the sealed one: its allow-list,
+		// header rules (with the sandbox's own CA, made with it) and
+		// public traffic take effect for every connection from now on.
+		var p core.NetworkPolicy
+		if spec.netPolicy != nil {
+			p = spec.netPolicy.Clone()
+		}
+		sb.mu.Lock()
+		sb.netPolicy, sb.dirty = &p, true
+		sb.mu.Unlock()
+		if err := m.applyNetworkPolicy(sb); err != nil {
+			return err
+		}
 	}
 	if len(spec.env) > 0 {
 		if _, err := sb.io.AppendEnv(ctx, spec.env, func() error { return m.appendable(sb) }); err != nil {
@@ -225,4 +255,11 @@ func (m *Manager) setCgroupLimits(ctx context.Context, cid string, l core.Limits
 		return fmt.Errorf("update the container's limits: %s", core.Truncate(first, 200))
 	}
 	return nil
+}
+
+// sealedPolicy is the policy of a networked pool sandbox until its claim:
+// nothing out (the gateway refuses every connection and name), whatever
+// the server's ceiling allows.
+func sealedPolicy() *core.NetworkPolicy {
+	return &core.NetworkPolicy{DenyOut: []string{"0.0.0.0/0", "::/0"}}
 }

@@ -166,12 +166,11 @@ func (m *Manager) fillTemplatePool(ctx context.Context, p *tplPool) {
 // templatePoolHasRoom is poolHasRoom for a template's pool.
 func (m *Manager) templatePoolHasRoom(p *tplPool) bool {
 	all, _ := m.reg.countRunning("")
-	all += int(m.creating.Load()) + m.pool.count()
-	others := m.tplPools.count()
+	all += int(m.creating.Load()) + m.pooled()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := len(p.ready) + p.filling
-	if n >= p.size || (m.cfg.MaxSandboxes > 0 && all+others >= m.cfg.MaxSandboxes) {
+	if n >= p.size || (m.cfg.MaxSandboxes > 0 && all >= m.cfg.MaxSandboxes) {
 		return false
 	}
 	p.filling++
