@@ -324,18 +324,11 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 		return nil, fmt.Errorf("prepare sandbox directories: %w", err)
 	}
 	if spec.network {
-		// Its address, CA, holder and veth, before its container joins
-		// them (network.go).
+		// Its address and CA (network.go); its holder and veth below, or
+		// a carrier's (carrier_net.go).
 		if err := m.prepareNet(sb); err != nil {
 			cleanup("")
 			return nil, fmt.Errorf("prepare the sandbox's network: %w", err)
-		}
-		if err := m.upNet(ctx, sb); err != nil {
-			cleanup("")
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
-			return nil, fmt.Errorf("set up the sandbox's network: %w", err)
 		}
 	}
 	if spec.from != nil {
@@ -357,6 +350,16 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 				return nil, err
 			}
 			return sb, nil
+		}
+	}
+	if spec.network {
+		// Its holder and veth, before its container joins them.
+		if err := m.upNet(ctx, sb); err != nil {
+			cleanup("")
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			return nil, fmt.Errorf("set up the sandbox's network: %w", err)
 		}
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)

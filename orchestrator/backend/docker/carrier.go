@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/system"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -119,13 +120,29 @@ func (m *Manager) decideFastWake(ctx context.Context) bool {
 	return true
 }
 
-// fastWakeable reports whether a pool container could carry sb's wake.
+// fastWakeable reports whether a pool container could carry sb's wake: a
+// networked sandbox needs the pool with network (carryNet).
 func (m *Manager) fastWakeable(sb *sandbox) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return m.fastWakeOn() && sb.net == nil && !sb.network && shapeableEnv(sb.env) && len(sb.volumes) == 0 &&
+	networked := sb.net != nil || sb.network
+	return m.fastWakeOn() && (!networked || m.poolsNetwork()) && shapeableEnv(sb.env) && len(sb.volumes) == 0 &&
 		sb.image == m.cfg.Image && sb.runtime == m.cfg.Runtime &&
 		hasVolume(sb.dir, ioDir) && hasVolume(sb.dir, workspaceDir)
+}
+
+// poolsNetwork reports whether the server keeps a pool with network.
+func (m *Manager) poolsNetwork() bool { return m.netPool != nil && m.netPool.want > 0 }
+
+// carrierPoolFor is the server's pool whose containers can carry sb: the
+// one with network for a networked sandbox.
+func (m *Manager) carrierPoolFor(sb *sandbox) *warmPool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.net != nil {
+		return m.netPool
+	}
+	return m.pool
 }
 
 // fastWake gives sb, waking with its user's lock held and its volumes
@@ -136,8 +153,9 @@ func (m *Manager) fastWake(ctx context.Context, sb *sandbox) string {
 	// Counted as a creation meanwhile, as a claim is (claimPooled).
 	m.creating.Add(1)
 	defer m.creating.Add(-1)
-	defer m.pool.signal()
-	p, err := m.takeLivePooled(ctx)
+	pool := m.carrierPoolFor(sb)
+	defer pool.signal()
+	p, err := m.takeLiveFrom(ctx, pool)
 	if err != nil {
 		log.Warn("fast wake: inspect a warm-pool container; waking in a new one", "error", err)
 	}
@@ -160,7 +178,15 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 	undo := func() {
 		sb.mu.Lock()
 		sb.carrier = nil
+		moved := sb.net != nil && sb.net.Holder != ""
 		sb.mu.Unlock()
+		if moved {
+			// carryNet gave sb the carrier's holder: it goes with the
+			// carrier, and sb's address stays its own.
+			if err := m.downNet(context.WithoutCancel(ctx), sb); err != nil {
+				m.log.Warn("remove the network of a failed fast wake; the next start removes it", "sandbox_id", sb.id, "error", err)
+			}
+		}
 		m.releaseCarrier(context.WithoutCancel(ctx), c, sb.id)
 		if err := sb.persist(true); err != nil {
 			m.log.Error("persist sandbox metadata", "sandbox_id", sb.id, "error", err)
@@ -210,6 +236,10 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 			undo()
 			return "", err
 		}
+	}
+	if err := m.carryNet(ctx, sb, p); err != nil {
+		undo()
+		return "", err
 	}
 	if len(sb.env) > 0 {
 		// Its env, for the carrier's driver, which started without it:
@@ -281,6 +311,14 @@ func (m *Manager) releaseCarrier(ctx context.Context, c *carrierMeta, owner stri
 		if err := m.removeContainer(rctx, c.ContainerID); err != nil {
 			log.Error("remove the carrier's container; the next start removes it", "error", err)
 		}
+	}
+	if m.net != nil {
+		// A carrier from the pool with network whose holder was not (or
+		// no longer is) its sandbox's: by name, idempotently (carryNet).
+		if err := m.docker.ContainerRemove(rctx, holderNamePrefix+c.ID, container.RemoveOptions{Force: true}); err != nil && !isDockerNotFound(err) {
+			log.Error("remove the carrier's network holder; the next start removes it", "error", err)
+		}
+		m.net.pool.releaseID(c.ID)
 	}
 	if err := removeSandboxDir(sandboxDir(m.cfg.StateDir, c.ID)); err != nil {
 		log.Error("remove the carrier's directory; the next start removes it", "error", err)

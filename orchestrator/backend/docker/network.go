@@ -398,6 +398,17 @@ func (p *addrPool) release(id string, s netip.Addr) {
 	}
 }
 
+// releaseID frees whatever address id holds.
+func (p *addrPool) releaseID(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for s, holder := range p.used {
+		if holder == id {
+			delete(p.used, s)
+		}
+	}
+}
+
 // netState is the Manager's networking: nil unless the server allows
 // network or a networked sandbox exists.
 type netState struct {

@@ -242,14 +242,9 @@ func (m *Manager) claimFrom(ctx context.Context, pool *warmPool, spec sandboxSpe
 	}
 }
 
-// takeLivePooled takes the oldest ready pool sandbox whose container still
+// takeLiveFrom takes pool's oldest ready sandbox whose container still
 // runs, removing dead ones met on the way; nil when there is none. An
 // inspect that fails puts the sandbox back and returns the error.
-func (m *Manager) takeLivePooled(ctx context.Context) (*sandbox, error) {
-	return m.takeLiveFrom(ctx, m.pool)
-}
-
-// takeLiveFrom is takeLivePooled from pool.
 func (m *Manager) takeLiveFrom(ctx context.Context, pool *warmPool) (*sandbox, error) {
 	for {
 		sb := pool.take()

@@ -75,7 +75,8 @@ import (
 // whether it did. false without an error: nothing was changed, and the
 // caller starts a container of its own. An error: the caller cleans up.
 func (m *Manager) startCarried(ctx context.Context, sb *sandbox) (bool, error) {
-	p, err := m.takeLivePooled(ctx)
+	pool := m.carrierPoolFor(sb)
+	p, err := m.takeLiveFrom(ctx, pool)
 	if err != nil {
 		m.log.Warn("start from a snapshot: inspect a warm-pool container; starting a new one", "sandbox_id", sb.id, "error", err)
 		return false, nil
@@ -84,7 +85,7 @@ func (m *Manager) startCarried(ctx context.Context, sb *sandbox) (bool, error) {
 		m.cfg.Metrics.PoolMissed(core.PoolMissEmpty)
 		return false, nil
 	}
-	defer m.pool.signal()
+	defer pool.signal()
 	sb.mu.Lock()
 	sb.containerID = p.currentContainer()
 	sb.mu.Unlock()
@@ -118,10 +119,10 @@ var ClaimSteps = []string{stepClaimRecorded, stepClaimShaped}
 // its image, "" when it can.
 func (m *Manager) poolMiss(spec sandboxSpec) core.PoolMiss {
 	switch {
-	case spec.network && (spec.image != "" || spec.from != nil):
+	case spec.network && (spec.image != "" || (spec.from != nil && !m.poolsNetwork())):
 		// Only the server's image has a pool with network plumbing
-		// (poolFor), and a start from a snapshot with network starts its
-		// own container.
+		// (poolFor), whose containers carry a start from a snapshot with
+		// network (carrier_net.go).
 		return core.PoolMissNetwork
 	case len(spec.volumes) > 0:
 		return core.PoolMissVolumes
