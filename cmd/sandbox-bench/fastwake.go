@@ -171,14 +171,14 @@ type poolDaemon struct {
 }
 
 // startPoolDaemon starts a poolDaemon on a state directory of its own.
-func (b *bench) startPoolDaemon(ctx context.Context, stateDir string) (*poolDaemon, error) {
+func (b *bench) startPoolDaemon(ctx context.Context, stateDir string, extra ...string) (*poolDaemon, error) {
 	cfg := b.dcfg
 	cfg.stateDir = filepath.Join(b.tmp, stateDir)
 	metricsAddr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	cfg.extra = []string{"--warm-pool", "-1", "--metrics-listen", metricsAddr}
+	cfg.extra = append([]string{"--warm-pool", "-1", "--metrics-listen", metricsAddr}, extra...)
 	d, err := startDaemon(ctx, cfg, "127.0.0.1:0")
 	if err != nil {
 		b.removeLeftovers(cfg.stateDir)

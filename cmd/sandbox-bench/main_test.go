@@ -74,7 +74,7 @@ func TestSmoke(t *testing.T) {
 		"--cold", "1", "--warm-pool", "1", "--pool-acquisitions", "1", "--users", "2", "--duration", "300ms",
 		"--idle-sandboxes", "2", "--reattach", "3", "--stream-mb", "1", "--kube-acquires", "3",
 		"--net-requests", "5", "--net-download-mb", "1", "--net-clients", "2",
-		"--sampling-sandboxes", "2", "--sampling-window", "6s", "--webhook-rounds", "2", "--snapshot-mb", "1", "--volume-mb", "1", "--template-rounds", "1", "--shape-rounds", "1", "--shapes", "env"}
+		"--sampling-sandboxes", "2", "--sampling-window", "6s", "--webhook-rounds", "2", "--snapshot-mb", "1", "--volume-mb", "1", "--template-rounds", "1", "--shape-rounds", "1", "--shapes", "allowlist"}
 	kube := haveAPIServer(t)
 	if !kube {
 		args = append(args, "--kube=false")

@@ -74,8 +74,9 @@ type netState struct {
 	flags    []string // for the self-started sandboxd
 	t        *netT
 	in       *nettest.Internet
-	instance string // sandboxd --egress-instance: its table and bridge
-	caFile   string // the test host's CA, which the gateways trust (--egress-ca-file)
+	instance string       // sandboxd --egress-instance: its table and bridge
+	subnet   netip.Prefix // sandboxd --egress-subnet
+	caFile   string       // the test host's CA, which the gateways trust (--egress-ca-file)
 }
 
 // netSetup makes the test host and the flags a self-started sandboxd needs
@@ -105,7 +106,7 @@ func (b *bench) netSetup() {
 		b.net.skip = err.Error()
 		return
 	}
-	b.net.instance = en.Instance
+	b.net.instance, b.net.subnet = en.Instance, en.Subnet
 	b.net.caFile = filepath.Join(b.tmp, "net-test-ca.pem")
 	if err := os.WriteFile(b.net.caFile, in.CAPEM, 0o644); err != nil {
 		b.net.skip = err.Error()

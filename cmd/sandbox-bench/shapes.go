@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/netip"
 	"time"
 
 	sandboxclient "github.com/sandboxd/sandboxd/client"
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 )
 
 // The shapes phase: what a warm pool gives each shape of sandbox that
@@ -14,19 +16,30 @@ import (
 // next to a cold create of the main sandboxd (no pool) in the same run:
 // a new user's first result, a wake of a numpy/pandas namespace, a fork
 // of 2 and a start from a named snapshot. One sandboxd with make run's
-// default pool (2) serves every shape, under the run's --runtime.
+// default pool (2) serves every shape, under the run's --runtime; with
+// the network phase's test host it also allows network and keeps its
+// default pool with network (1), for the allow-list shape.
 
 // shape is one combination of options, as a caller gives them.
 type shape struct {
 	key, name string
 	opts      []sandboxclient.AcquireOption
+	// network: the shape needs the test host (network.go) and sandboxd's
+	// pool with network.
+	network bool
 }
 
 var benchShapes = []shape{
-	{"sealed", "sealed, defaults", nil},
-	{"env", "env", []sandboxclient.AcquireOption{sandboxclient.WithEnv(map[string]string{"BENCH_API_URL": "http://api.test", "BENCH_MODE": "shaped"})}},
-	{"limits", "own limits", []sandboxclient.AcquireOption{sandboxclient.WithLimits(sandboxclient.Limits{MemoryBytes: 768 << 20, NanoCPUs: 500_000_000, PidsLimit: 200})}},
+	{"sealed", "sealed, defaults", nil, false},
+	{"env", "env", []sandboxclient.AcquireOption{sandboxclient.WithEnv(map[string]string{"BENCH_API_URL": "http://api.test", "BENCH_MODE": "shaped"})}, false},
+	{"limits", "own limits", []sandboxclient.AcquireOption{sandboxclient.WithLimits(sandboxclient.Limits{MemoryBytes: 768 << 20, NanoCPUs: 500_000_000, PidsLimit: 200})}, false},
+	{"allowlist", "network with an allow-list", []sandboxclient.AcquireOption{sandboxclient.WithNetworkPolicy(sandboxclient.NetworkPolicy{
+		AllowOut: []string{netHost}, DenyOut: []string{"0.0.0.0/0"}})}, true},
 }
+
+// netShapeCheck is what a networked shape's sandbox runs once, untimed:
+// the allowed test host answers through the gateway.
+var netShapeCheck = "import urllib.request\nprint(urllib.request.urlopen('http://" + netHost + "/', timeout=10).status)"
 
 // shapeKeysOf lists the shapes' keys, for --shapes.
 func shapeKeysOf() []string {
@@ -86,7 +99,30 @@ func (b *bench) shapes(ctx context.Context) error {
 		}
 		return nil
 	}
-	pd, err := b.startPoolDaemon(ctx, "shapes-state")
+	// With the test host, the pool's sandboxd allows network, with an
+	// egress instance and subnet of its own (the main sandboxd's are in
+	// use), so its pool with network (one sandbox) serves the networked
+	// shape.
+	var netFlags []string
+	netSkip := b.net.skip
+	if netSkip == "" && b.net.in == nil {
+		netSkip = "no test host"
+	}
+	if netSkip == "" && wantsNetShape(b.cfg.shapes) {
+		en, err := sandboxdproc.NewEgressNet('s', netip.MustParsePrefix("198.19.0.0/16"), b.net.in.Hosts[netHost].Addr, b.net.subnet.Addr())
+		if err != nil {
+			netSkip = err.Error()
+		} else {
+			netFlags = append(append([]string{"--allow-network"}, en.Flags()...),
+				"--egress-hosts-file", b.net.in.HostsFile, "--egress-ca-file", b.net.caFile)
+			defer func() {
+				if err := en.Remove(); err != nil {
+					b.progress("%v", err)
+				}
+			}()
+		}
+	}
+	pd, err := b.startPoolDaemon(ctx, "shapes-state", netFlags...)
 	if err != nil {
 		b.fail(err, all...)
 		return err
@@ -94,7 +130,11 @@ func (b *bench) shapes(ctx context.Context) error {
 	defer pd.stop()
 	c, metricsAddr := pd.c, pd.metricsAddr
 	made := &pd.made
-	full := func() error { return waitPoolAt(ctx, metricsAddr, 2, 3*time.Minute) }
+	pooled := 2.0 // make run's default pool, and its pool with network
+	if netFlags != nil {
+		pooled++
+	}
+	full := func() error { return waitPoolAt(ctx, metricsAddr, pooled, 3*time.Minute) }
 	rounds := max(b.cfg.ShapeRounds, 1)
 	cold := b.coldP50
 	note := func(what string) string {
@@ -110,6 +150,12 @@ func (b *bench) shapes(ctx context.Context) error {
 		if !b.cfg.shapes[s.key] {
 			for i := range shapeMeasures {
 				b.rep.add(row(ms4(i), nan, "", nan, nil, "not measured: not in --shapes"))
+			}
+			continue
+		}
+		if s.network && netFlags == nil {
+			for i := range shapeMeasures {
+				b.rep.add(row(ms4(i), nan, "", nan, nil, "not measured: "+netSkip))
 			}
 			continue
 		}
@@ -130,6 +176,10 @@ func (b *bench) shapes(ctx context.Context) error {
 				first = append(first, time.Since(start))
 				src = acq.ID
 			}
+		}
+		if err == nil && s.network {
+			// Untimed: the claimed sandbox reaches the allowed host.
+			_, err = c.expect(ctx, src, netShapeCheck, "200")
 		}
 		if err != nil {
 			b.fail(err, ms4(0), ms4(1), ms4(2), ms4(3))
@@ -233,6 +283,17 @@ func (b *bench) shapes(ctx context.Context) error {
 		err = nil
 	}
 	return nil
+}
+
+// wantsNetShape reports whether --shapes (shapes) asks for a networked
+// shape.
+func wantsNetShape(shapes map[string]bool) bool {
+	for _, s := range benchShapes {
+		if s.network && shapes[s.key] {
+			return true
+		}
+	}
+	return false
 }
 
 // waitPoolAt waits until sandboxd's warm pool (metrics at addr) holds n

@@ -126,7 +126,9 @@ func run(ctx context.Context, cfg config, progress io.Writer) (*Report, error) {
 
 	// The test host goes after sandboxd stopped (defers run last first).
 	defer b.netCleanup()
-	if cfg.phases["network"] || cfg.phases["kubernetes"] { // the kubernetes phase's networking rows use the test host too
+	// The kubernetes phase's networking rows and the shapes phase's
+	// networked shape use the test host too.
+	if cfg.phases["network"] || cfg.phases["kubernetes"] || (cfg.phases["shapes"] && wantsNetShape(cfg.shapes)) {
 		b.netSetup()
 	}
 	if err := b.connect(ctx); err != nil {
