@@ -39,7 +39,7 @@ var benchShapes = []shape{
 
 // netShapeCheck is what a networked shape's sandbox runs once, untimed:
 // the allowed test host answers through the gateway.
-var netShapeCheck = "import urllib.request\nprint(urllib.request.urlopen('http://" + netHost + "/', timeout=10).status)"
+var netShapeCheck = "import urllib.request\nurllib.request.urlopen('http://" + netHost + "/', timeout=10).status"
 
 // shapeKeysOf lists the shapes' keys, for --shapes.
 func shapeKeysOf() []string {
