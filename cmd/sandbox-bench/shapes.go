@@ -18,7 +18,7 @@ import (
 // of 2 and a start from a named snapshot. One sandboxd with make run's
 // default pool (2) serves every shape, under the run's --runtime; with
 // the network phase's test host it also allows network and keeps its
-// default pool with network (1), for the allow-list shape.
+// default pool with network (2), for the allow-list shape.
 
 // shape is one combination of options, as a caller gives them.
 type shape struct {
@@ -101,7 +101,7 @@ func (b *bench) shapes(ctx context.Context) error {
 	}
 	// With the test host, the pool's sandboxd allows network, with an
 	// egress instance and subnet of its own (the main sandboxd's are in
-	// use), so its pool with network (one sandbox) serves the networked
+	// use), so its pool with network (two sandboxes) serves the networked
 	// shape.
 	var netFlags []string
 	netSkip := b.net.skip
@@ -132,7 +132,7 @@ func (b *bench) shapes(ctx context.Context) error {
 	made := &pd.made
 	pooled := 2.0 // make run's default pool, and its pool with network
 	if netFlags != nil {
-		pooled++
+		pooled += 2
 	}
 	full := func() error { return waitPoolAt(ctx, metricsAddr, pooled, 3*time.Minute) }
 	rounds := max(b.cfg.ShapeRounds, 1)

@@ -410,13 +410,14 @@ func (c *config) register(r *registry) {
 // refill (about a second) is served too; each idle pool sandbox costs the
 // memory BENCHMARKS.md gives. On Kubernetes a pool is Pods the cluster
 // schedules before anyone asks, a capacity decision left to its operator.
-// The pool with network keeps one by default: a networked sandbox holds a
-// holder container and an address besides, and agents ask for one per
-// user, not in bursts.
+// The pool with network keeps two by default, as the sealed pool does and
+// for the same reason: a second new user, wake or fork within the refill
+// is served too (a fork of 2 takes two at once). Each also holds a holder
+// container and an address.
 const (
 	autoWarmPool                 = -1
 	defaultDockerWarmPool        = 2
-	defaultDockerWarmPoolNetwork = 1
+	defaultDockerWarmPoolNetwork = 2
 )
 
 // defaultWarmPool is --warm-pool's value when it was not given.
@@ -432,8 +433,9 @@ func (c *config) defaultWarmPool() int {
 }
 
 // defaultWarmPoolNetwork is --warm-pool-network's value when it was not
-// given: one on the Docker backend with --allow-network, if
-// --max-sandboxes leaves room beside --warm-pool.
+// given: defaultDockerWarmPoolNetwork on the Docker backend with
+// --allow-network, as far as --max-sandboxes leaves room beside
+// --warm-pool.
 func (c *config) defaultWarmPoolNetwork() int {
 	p := &c.policy
 	if c.backend == backendKubernetes || !p.AllowNetwork {

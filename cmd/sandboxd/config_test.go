@@ -105,7 +105,7 @@ func TestParseConfigFlagsEnvPrecedence(t *testing.T) {
 		{"log level", c.logLevel.Level, slog.LevelDebug},
 		{"auth (env)", c.authTokens, "/etc/sandboxd/tokens"},
 		{"warm pool", mc.WarmPool, 3},
-		{"warm pool with network (automatic, network)", mc.WarmPoolNetwork, 1},
+		{"warm pool with network (automatic, network)", mc.WarmPoolNetwork, 2},
 		{"per-tenant cap (env)", mc.MaxSandboxesPerTenant, 7},
 		{"network", mc.AllowNetwork, true},
 		{"max code", mc.MaxCodeBytes, 64 << 10},

@@ -18,10 +18,11 @@ import (
 // changes (its address, policy, counters, CA, ports and their tokens):
 //
 //   - the gateway forgets the carrier (it was attached sealed);
-//   - the carrier's veth goes (its address is given back), and the
-//     sandbox's comes, named and addressed as at the sandbox's creation,
-//     in the same namespace: the carrier's container, runc, sees the new
-//     eth0 at once (gVisor's netstack would not: fast wake is runc's);
+//   - the carrier's veth becomes the sandbox's (readdress): its host end
+//     renamed as the sandbox's, both ends given the sandbox's addresses
+//     and the carrier's given back; the carrier's container, runc, sees
+//     eth0's new address at once (gVisor's netstack would not: fast wake
+//     is runc's), and no veth is made or destroyed;
 //   - the sandbox's CA certificate and bundle replace the carrier's in the
 //     directory its container sees at /etc/sandboxd (the CA's env points
 //     there already: every container with network has it);
@@ -60,17 +61,14 @@ func (m *Manager) carryNet(ctx context.Context, sb, p *sandbox) error {
 		return fmt.Errorf("give the carrier the sandbox's CA: %w", err)
 	}
 	m.net.gw.Detach(p.id)
-	if err := m.net.kernel.unplumb(m.net.names.link(p.id)); err != nil {
-		return fmt.Errorf("remove the carrier's veth: %w", err)
-	}
-	m.net.pool.release(p.id, pn.Addr)
 	sb.mu.Lock()
 	s := sb.net.Addr
 	sb.net.Holder = pn.Holder
 	sb.mu.Unlock()
-	if err := m.net.kernel.plumb(m.net.names, m.net.names.link(sb.id), info.State.Pid, hostAddr(s), s); err != nil {
-		return fmt.Errorf("plumb the sandbox's network in the carrier's: %w", err)
+	if err := m.net.kernel.readdress(m.net.names, m.net.names.link(p.id), m.net.names.link(sb.id), info.State.Pid, hostAddr(s), s); err != nil {
+		return fmt.Errorf("give the carrier's veth the sandbox's address: %w", err)
 	}
+	m.net.pool.release(p.id, pn.Addr)
 	return m.attachNet(sb)
 }
 

@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -42,6 +43,17 @@ func (k *fakeKernel) plumbed(link string, _ int, s netip.Addr, addr bool) (bool,
 }
 
 func (k *fakeKernel) restoreAddr(int, netip.Addr, netip.Addr) error { return nil }
+
+func (k *fakeKernel) readdress(_ netNames, from, to string, _ int, _, s netip.Addr) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, ok := k.links[from]; !ok {
+		return fmt.Errorf("no link %s", from)
+	}
+	delete(k.links, from)
+	k.links[to] = s
+	return nil
+}
 
 func (k *fakeKernel) unplumb(link string) error {
 	k.mu.Lock()

@@ -190,6 +190,12 @@ type netKernel interface {
 	// restoreAddr puts s/31 and the default route back on eth0 in pid's
 	// namespace, for gVisor's next boot.
 	restoreAddr(pid int, h, s netip.Addr) error
+	// readdress gives the pair whose host end is from, with eth0 in pid's
+	// namespace, to another sandbox: the host end renamed to (a stale link
+	// of that name, or any other link of the prefix carrying h, removed
+	// first) with h/31, eth0 with s/31 only and a default route via h.
+	// Cheaper than unplumb and plumb: no veth is made or destroyed.
+	readdress(n netNames, from, to string, pid int, h, s netip.Addr) error
 	// unplumb removes link (and so its peer); a missing link is fine.
 	unplumb(link string) error
 	// listen opens the gateway's sockets on gw: TCP 15001, UDP 53 and

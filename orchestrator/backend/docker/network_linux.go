@@ -428,6 +428,78 @@ func (linuxKernel) restoreAddr(pid int, h, s netip.Addr) error {
 	return nil
 }
 
+// readdress: see netKernel.
+func (k linuxKernel) readdress(n netNames, from, to string, pid int, h, s netip.Addr) error {
+	if err := k.unplumb(to); err != nil {
+		return err
+	}
+	if err := removeStale(n.prefix, h); err != nil {
+		return err
+	}
+	host, err := netlink.LinkByName(from)
+	if err != nil {
+		return fmt.Errorf("veth %s: %w", from, err)
+	}
+	nh, err := handleAt(pid)
+	if err != nil {
+		return err
+	}
+	defer nh.Close()
+	eth0, err := nh.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("eth0 in the namespace: %w", err)
+	}
+	if eth0.Attrs().ParentIndex != host.Attrs().Index {
+		return fmt.Errorf("%s is not the peer of eth0 in process %d's namespace", from, pid)
+	}
+	if err := netlink.LinkSetDown(host); err != nil {
+		return fmt.Errorf("set %s down: %w", from, err)
+	}
+	if err := netlink.LinkSetName(host, to); err != nil {
+		return fmt.Errorf("rename %s to %s: %w", from, to, err)
+	}
+	hh, err := netlink.NewHandle()
+	if err != nil {
+		return err
+	}
+	defer hh.Close()
+	if err := replaceAddrs(hh, host, h); err != nil {
+		return err
+	}
+	if err := replaceAddrs(nh, eth0, s); err != nil {
+		return err
+	}
+	if err := k.restoreAddr(pid, h, s); err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(host); err != nil {
+		return fmt.Errorf("set %s up: %w", to, err)
+	}
+	return nil
+}
+
+// replaceAddrs makes a/31 the only IPv4 address of l, with h, a handle
+// of the namespace l is in.
+func replaceAddrs(h *netlink.Handle, l netlink.Link, a netip.Addr) error {
+	addrs, err := h.AddrList(l, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("addresses of %s: %w", l.Attrs().Name, err)
+	}
+	want := prefixNet(netip.PrefixFrom(a, 31))
+	for _, old := range addrs {
+		if old.IPNet.String() == want.String() {
+			continue
+		}
+		if err := h.AddrDel(l, &old); err != nil {
+			return fmt.Errorf("remove %s from %s: %w", old.IPNet, l.Attrs().Name, err)
+		}
+	}
+	if err := h.AddrReplace(l, &netlink.Addr{IPNet: want}); err != nil {
+		return fmt.Errorf("address %s on %s: %w", a, l.Attrs().Name, err)
+	}
+	return nil
+}
+
 // plumbed: see netKernel.
 func (linuxKernel) plumbed(link string, pid int, s netip.Addr, addr bool) (bool, error) {
 	host, err := netlink.LinkByName(link)
