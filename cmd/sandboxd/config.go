@@ -346,7 +346,7 @@ func (c *config) register(r *registry) {
 
 	s = r.section("pool", "Started, unclaimed sandboxes kept ready for new users and wakes.")
 	s.Int("size", &p.WarmPool, "warm-pool", autoWarmPool, fmt.Sprintf("keep this many started, unclaimed sandboxes so a new user's first AcquireSandbox skips container start-up (milliseconds) and a hibernated sandbox wakes in a started container; a claimed pool sandbox is shaped to the request (env, limits of memory, CPUs and processes, metadata, timeouts), and forks and starts from a snapshot run in pool containers too; requests with network come from --warm-pool-network's pool; those with volumes, another disk size or a template without a pool of its own start their own (sandboxd_warm_pool_misses_total counts them by reason); %d: %d on the Docker backend (at most --max-sandboxes), 0 on Kubernetes (Pods scheduled before anyone asks are the cluster operator's decision); 0: no pool", autoWarmPool, defaultDockerWarmPool))
-	s.Int("network_size", &p.WarmPoolNetwork, "warm-pool-network", autoWarmPool, fmt.Sprintf("keep this many more started, unclaimed sandboxes with their network plumbing made (holder, address, CA), sealed by the egress gateway until a request with network claims one and its policy, header rules and public traffic take effect (milliseconds, where a cold start with network takes a second or more); a request without network never gets one of them; needs --allow-network; %d: %d on the Docker backend with --allow-network (within --max-sandboxes), else 0; 0: requests with network start their own", autoWarmPool, defaultDockerWarmPoolNetwork))
+	s.Int("network_size", &p.WarmPoolNetwork, "warm-pool-network", autoWarmPool, fmt.Sprintf("keep this many more started, unclaimed sandboxes with their network plumbing made (holder, address, CA), sealed by the egress gateway until a request with network claims one and its policy, header rules and public traffic take effect (milliseconds, where a cold start with network takes a second or more); a request without network never gets one of them; needs --allow-network; %d: %d on the Docker backend with --allow-network and a --warm-pool (within --max-sandboxes), else 0; 0: requests with network start their own", autoWarmPool, defaultDockerWarmPoolNetwork))
 	s.List("templates", &c.warmPoolTemplates, "warm-pool-template", "", "comma-separated `TENANT/NAME=N` (in the file, an array of them): keep N started sandboxes of that template's current version for its tenant's new users, as --warm-pool does for the server's image (they count against --max-sandboxes); see docs/templates.md")
 
 	s = r.section("docker", "The Docker backend's own settings (--backend docker).")
@@ -438,7 +438,9 @@ func (c *config) defaultWarmPool() int {
 // --warm-pool.
 func (c *config) defaultWarmPoolNetwork() int {
 	p := &c.policy
-	if c.backend == backendKubernetes || !p.AllowNetwork {
+	if c.backend == backendKubernetes || !p.AllowNetwork || p.WarmPool == 0 {
+		// --warm-pool 0 turns pooling off, this pool included, unless
+		// --warm-pool-network is given.
 		return 0
 	}
 	n := defaultDockerWarmPoolNetwork

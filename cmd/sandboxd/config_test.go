@@ -350,3 +350,32 @@ func TestWarmPoolDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmPoolNetworkDefault: the pool with network keeps two with
+// --allow-network, within --max-sandboxes beside --warm-pool, none when
+// --warm-pool 0 turns pooling off (unless asked for), none without
+// network.
+func TestWarmPoolNetworkDefault(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--allow-network"}, 2},
+		{[]string{"--allow-network", "--warm-pool", "0"}, 0},
+		{[]string{"--allow-network", "--warm-pool", "0", "--warm-pool-network", "1"}, 1},
+		{[]string{"--allow-network", "--max-sandboxes", "3"}, 1},
+		{[]string{"--allow-network", "--max-sandboxes", "2"}, 0},
+		{[]string{"--allow-network", "--warm-pool-network", "3"}, 3},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			c, err := parseConfig(tt.args, env("HOME", "/root"), io.Discard)
+			if err != nil {
+				t.Fatalf("parseConfig: %v", err)
+			}
+			if got := c.policy.WarmPoolNetwork; got != tt.want {
+				t.Errorf("warm pool with network %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
