@@ -27,7 +27,8 @@ type EgressNet struct {
 // Each caller takes a /16 of its own, so that the /24s picked by tests
 // running at once never overlap even before their gateways are up: the
 // docker package's tests 100.126, the network suite (e2e) 100.125, the
-// E2B SDK suites 100.124, the MCP tests 100.123, the bench 198.19.
+// E2B SDK suites 100.124, the MCP tests 100.123, the network pool's crash
+// test (e2e) 100.122, the bench 198.19.
 func NewEgressNet(tag byte, block netip.Prefix, avoid ...netip.Addr) (EgressNet, error) {
 	if !block.Addr().Is4() || block.Bits() != 16 {
 		return EgressNet{}, fmt.Errorf("egress block %s: want an IPv4 /16", block)
