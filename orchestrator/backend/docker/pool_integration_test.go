@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
 
@@ -221,9 +222,22 @@ func checkEnvSeen(t *testing.T, m *validated, sandboxID, a, b, when string) {
 // sandbox, and every language, every process, every later kernel and the
 // sandbox after a restart of its container and after a wake see the
 // variables; a command's own env still overrides them for itself. The
-// next tenant's claim, from the same pool, sees none of them.
+// next tenant's claim, from the same pool, sees none of them. Under runc
+// and runsc.
 func TestIntegrationWarmPoolShapedEnv(t *testing.T) {
-	m, c, _ := integrationManager(t, func(c *Config) { c.WarmPool = 1 })
+	testenv.NeedDocker(t)
+	for _, rt := range netRuntimes(t) {
+		t.Run(rt, func(t *testing.T) { testWarmPoolShapedEnv(t, rt) })
+	}
+}
+
+func testWarmPoolShapedEnv(t *testing.T, runtime string) {
+	m, c, _ := integrationManager(t, func(c *Config) {
+		c.WarmPool, c.Runtime = 1, runtime
+		if runtime == core.RuntimeGVisor {
+			c.DefaultLimits.PidsLimit = 256
+		}
+	})
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	awaitPoolWithin(t, m, 1, 2*time.Minute)
