@@ -16,11 +16,11 @@ import (
 	"github.com/docker/docker/api/types/filters"
 
 	"github.com/sandboxd/sandboxd/internal/nettest"
-	"github.com/sandboxd/sandboxd/ioproto"
-	"github.com/sandboxd/sandboxd/orchestrator/labels"
 	"github.com/sandboxd/sandboxd/internal/testenv"
+	"github.com/sandboxd/sandboxd/ioproto"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/egress"
+	"github.com/sandboxd/sandboxd/orchestrator/labels"
 )
 
 // TestIntegrationWarmPoolNetwork: with real containers and the egress
