@@ -67,8 +67,6 @@ func testWarmPoolNetwork(t *testing.T, runtime string) {
 			c.DefaultLimits.PidsLimit = 256
 		}
 	})
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
 	awaitPools(t, m)
 
 	probe := func(id, path string) string {
@@ -169,7 +167,6 @@ print("ca", open("/etc/sandboxd/ca.pem").read().strip().splitlines()[1] if os.pa
 		}
 		cas = append(cas, ca)
 	}
-	_ = ctx
 }
 
 // netPoolContainers returns the container IDs of m's ready sandboxes of
