@@ -21,11 +21,15 @@ import (
 
 // poolContainers returns the container IDs of m's ready pool sandboxes by
 // pool sandbox ID.
-func poolContainers(m *validated) map[string]string {
-	m.pool.mu.Lock()
-	defer m.pool.mu.Unlock()
+func poolContainers(m *validated) map[string]string { return containersOfPool(m.pool) }
+
+// containersOfPool returns the container IDs of pool p's ready sandboxes
+// by pool sandbox ID.
+func containersOfPool(p *warmPool) map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	out := map[string]string{}
-	for _, sb := range m.pool.ready {
+	for _, sb := range p.ready {
 		out[sb.id] = sb.currentContainer()
 	}
 	return out

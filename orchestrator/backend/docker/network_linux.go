@@ -311,10 +311,7 @@ func handleAt(pid int) (*netlink.Handle, error) {
 
 // plumb: see netKernel.
 func (k linuxKernel) plumb(n netNames, link string, pid int, h, s netip.Addr) error {
-	if err := k.unplumb(link); err != nil {
-		return err
-	}
-	if err := removeStale(n.prefix, h); err != nil {
+	if err := k.clear(n, link, h); err != nil {
 		return err
 	}
 	ns, err := netns.GetFromPid(pid)
@@ -364,6 +361,15 @@ func (k linuxKernel) plumb(n netNames, link string, pid int, h, s netip.Addr) er
 	}
 	ok = true
 	return nil
+}
+
+// clear removes what would stand in the way of link with h: a stale
+// link of that name, and any other link of the prefix carrying h.
+func (k linuxKernel) clear(n netNames, link string, h netip.Addr) error {
+	if err := k.unplumb(link); err != nil {
+		return err
+	}
+	return removeStale(n.prefix, h)
 }
 
 // removeStale removes links of the prefix other than ours that carry h:
@@ -430,10 +436,7 @@ func (linuxKernel) restoreAddr(pid int, h, s netip.Addr) error {
 
 // readdress: see netKernel.
 func (k linuxKernel) readdress(n netNames, from, to string, pid int, h, s netip.Addr) error {
-	if err := k.unplumb(to); err != nil {
-		return err
-	}
-	if err := removeStale(n.prefix, h); err != nil {
+	if err := k.clear(n, to, h); err != nil {
 		return err
 	}
 	host, err := netlink.LinkByName(from)

@@ -122,7 +122,7 @@ print("ca", open("/etc/sandboxd/ca.pem").read().strip().splitlines()[1] if os.pa
 		if i > 0 {
 			awaitPools(t, m)
 		}
-		plumbed := netPoolIDs(m)[0]
+		plumbed := idsOf(m.netPool)[0]
 		otherBefore := in.Hosts[c.deny].AllAccepts()
 		start := time.Now()
 		opts := core.Options{Network: true, Env: map[string]string{"POOL_ENV": c.env},
@@ -167,18 +167,6 @@ print("ca", open("/etc/sandboxd/ca.pem").read().strip().splitlines()[1] if os.pa
 		}
 		cas = append(cas, ca)
 	}
-}
-
-// netPoolContainers returns the container IDs of m's ready sandboxes of
-// the pool with network, by pool sandbox ID.
-func netPoolContainers(m *validated) map[string]string {
-	m.netPool.mu.Lock()
-	defer m.netPool.mu.Unlock()
-	out := map[string]string{}
-	for _, sb := range m.netPool.ready {
-		out[sb.id] = sb.currentContainer()
-	}
-	return out
 }
 
 // TestIntegrationFastWakeNetwork: under runc, with the egress package's
@@ -261,7 +249,7 @@ print("rule", get("https://api.test%s"))
 		t.Fatal(err)
 	}
 	awaitPools(t, m)
-	pool := netPoolContainers(m)
+	pool := containersOfPool(m.netPool)
 	start := time.Now()
 	_, w, err := m.Wake(ctx, id)
 	if err != nil {
@@ -299,7 +287,7 @@ print("rule", get("https://api.test%s"))
 
 	// A fork starts in the pool with network, with the source's options.
 	awaitPools(t, m)
-	pool = netPoolContainers(m)
+	pool = containersOfPool(m.netPool)
 	rs, err := m.Fork(ctx, id, core.ForkRequest{Count: 1, UserIDs: []string{"fwn-fork"}})
 	if err != nil || len(rs) != 1 || rs[0].Err != nil {
 		t.Fatalf("fork: %+v, %v", rs, err)

@@ -6,36 +6,10 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/egress"
 )
-
-// awaitNetPool waits until m's warm pool with network holds n ready
-// sandboxes.
-func awaitNetPool(t *testing.T, m *validated, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for m.netPool.size() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("warm pool with network holds %d sandboxes after 10s; want %d", m.netPool.size(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// netPoolIDs returns the IDs of the ready sandboxes of the pool with
-// network.
-func netPoolIDs(m *validated) []string {
-	m.netPool.mu.Lock()
-	defer m.netPool.mu.Unlock()
-	var ids []string
-	for _, sb := range m.netPool.ready {
-		ids = append(ids, sb.id)
-	}
-	return ids
-}
 
 // TestWarmPoolWithNetwork: a request with network claims a sandbox of the
 // pool with network, whose plumbing was made before and whose policy was
@@ -52,8 +26,8 @@ func TestWarmPoolWithNetwork(t *testing.T) {
 	cfg.WarmPool, cfg.WarmPoolNetwork = 1, 1
 	m := newTestManager(t, cfg, fd)
 	awaitPool(t, m, 1)
-	awaitNetPool(t, m, 1)
-	sealed, plumbed := poolIDs(m), netPoolIDs(m)
+	awaitPoolOf(t, m.netPool, 1)
+	sealed, plumbed := poolIDs(m), idsOf(m.netPool)
 	if k.linkCount() != 1 || fd.containerNamed(holderNamePrefix+plumbed[0]) == nil {
 		t.Fatalf("the pool with network has %d links, holder %v; want its plumbing made", k.linkCount(), fd.containerNamed(holderNamePrefix+plumbed[0]))
 	}
@@ -101,17 +75,17 @@ func TestWarmPoolWithNetwork(t *testing.T) {
 		t.Errorf("misses counted: %v", rec.misses)
 	}
 	rec.mu.Unlock()
-	awaitNetPool(t, m, 1)
+	awaitPoolOf(t, m.netPool, 1)
 
 	// A restart removes the unclaimed one (its pool refills with sandboxes
 	// this sandboxd plumbed and attached) and keeps the claimed one.
-	again := netPoolIDs(m)
+	again := idsOf(m.netPool)
 	if err := m.Manager.Close(); err != nil {
 		t.Fatal(err)
 	}
 	m2 := newTestManager(t, cfg, fd)
-	awaitNetPool(t, m2, 1)
-	if ids := netPoolIDs(m2); ids[0] == again[0] {
+	awaitPoolOf(t, m2.netPool, 1)
+	if ids := idsOf(m2.netPool); ids[0] == again[0] {
 		t.Errorf("the pool with network kept %s across a restart; want it made again", ids[0])
 	}
 	if fd.containerNamed(holderNamePrefix+again[0]) != nil {
@@ -136,8 +110,8 @@ func TestReconcileRemovesHalfShapedNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	awaitNetPool(t, m1, 1)
-	id := netPoolIDs(m1)[0]
+	awaitPoolOf(t, m1.netPool, 1)
+	id := idsOf(m1.netPool)[0]
 	addr := m1.netPool.ready[0].net.Addr
 	if err := m1.Close(); err != nil {
 		t.Fatal(err)
@@ -165,8 +139,8 @@ func TestReconcileRemovesHalfShapedNetwork(t *testing.T) {
 	if _, err := m2.Get(t.Context(), id); !errors.Is(err, core.ErrNotFound) {
 		t.Errorf("Get of the half-shaped sandbox: %v; want NotFound", err)
 	}
-	awaitNetPool(t, m2, 1)
-	if slices.Contains(netPoolIDs(m2), id) {
+	awaitPoolOf(t, m2.netPool, 1)
+	if slices.Contains(idsOf(m2.netPool), id) {
 		t.Errorf("the half-shaped sandbox went back to the pool")
 	}
 	m2.net.pool.mu.Lock()

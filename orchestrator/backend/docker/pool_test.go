@@ -21,21 +21,30 @@ import (
 // awaitPool waits until m's warm pool holds n ready sandboxes.
 func awaitPool(t *testing.T, m *validated, n int) {
 	t.Helper()
+	awaitPoolOf(t, m.pool, n)
+}
+
+// awaitPoolOf waits until pool p holds n ready sandboxes.
+func awaitPoolOf(t *testing.T, p *warmPool, n int) {
+	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for m.pool.size() != n {
+	for p.size() != n {
 		if time.Now().After(deadline) {
-			t.Fatalf("warm pool holds %d sandboxes after 10s; want %d", m.pool.size(), n)
+			t.Fatalf("warm pool (network %v) holds %d sandboxes after 10s; want %d", p.network, p.size(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 }
 
 // poolIDs returns the IDs of the pool's ready sandboxes.
-func poolIDs(m *validated) []string {
-	m.pool.mu.Lock()
-	defer m.pool.mu.Unlock()
+func poolIDs(m *validated) []string { return idsOf(m.pool) }
+
+// idsOf returns the IDs of pool p's ready sandboxes.
+func idsOf(p *warmPool) []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	var ids []string
-	for _, sb := range m.pool.ready {
+	for _, sb := range p.ready {
 		ids = append(ids, sb.id)
 	}
 	return ids
