@@ -405,17 +405,28 @@ func isLinkGone(err error) bool {
 	return nf || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT)
 }
 
+// eth0At is a netlink handle in pid's network namespace and its eth0;
+// the caller closes the handle.
+func eth0At(pid int) (*netlink.Handle, netlink.Link, error) {
+	nh, err := handleAt(pid)
+	if err != nil {
+		return nil, nil, err
+	}
+	eth0, err := nh.LinkByName("eth0")
+	if err != nil {
+		nh.Close()
+		return nil, nil, fmt.Errorf("eth0 in the sandbox's namespace: %w", err)
+	}
+	return nh, eth0, nil
+}
+
 // restoreAddr: see netKernel.
 func (linuxKernel) restoreAddr(pid int, h, s netip.Addr) error {
-	nh, err := handleAt(pid)
+	nh, eth0, err := eth0At(pid)
 	if err != nil {
 		return err
 	}
 	defer nh.Close()
-	eth0, err := nh.LinkByName("eth0")
-	if err != nil {
-		return fmt.Errorf("eth0 in the sandbox's namespace: %w", err)
-	}
 	if err := nh.AddrReplace(eth0, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(s, 31))}); err != nil {
 		return fmt.Errorf("address %s on eth0: %w", s, err)
 	}
@@ -443,15 +454,11 @@ func (k linuxKernel) readdress(n netNames, from, to string, pid int, h, s netip.
 	if err != nil {
 		return fmt.Errorf("veth %s: %w", from, err)
 	}
-	nh, err := handleAt(pid)
+	nh, eth0, err := eth0At(pid)
 	if err != nil {
 		return err
 	}
 	defer nh.Close()
-	eth0, err := nh.LinkByName("eth0")
-	if err != nil {
-		return fmt.Errorf("eth0 in the namespace: %w", err)
-	}
 	if eth0.Attrs().ParentIndex != host.Attrs().Index {
 		return fmt.Errorf("%s is not the peer of eth0 in process %d's namespace", from, pid)
 	}
