@@ -187,7 +187,9 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 	// sandbox it carries owns its events (carrier.go).
 	id := m.carrierOwner(msg.Actor.Attributes[labels.SandboxID])
 	if msg.Actor.Attributes[labels.NetHolder] == "true" {
-		m.handleHolderEvent(id, msg)
+		if !m.handlePoolHolderEvent(ctx, id, msg) {
+			m.handleHolderEvent(id, msg)
+		}
 		return
 	}
 	if msg.Action == events.ActionStart {
@@ -244,6 +246,27 @@ func (m *Manager) handleHolderEvent(id string, msg events.Message) {
 	case events.ActionDestroy:
 		m.markDead(sb, reasonHolderRemoved)
 	}
+}
+
+// handlePoolHolderEvent handles an event of the network holder of a
+// sandbox in the pool with network: one that dies or goes takes its
+// sandbox's network with it, so the sandbox leaves the pool (and the
+// refill replaces it) rather than be claimed without a way out. It
+// reports false when the sandbox is not in that pool.
+func (m *Manager) handlePoolHolderEvent(ctx context.Context, id string, msg events.Message) bool {
+	if msg.Action != events.ActionDie && msg.Action != events.ActionDestroy {
+		return m.netPool.has(id)
+	}
+	sb := m.netPool.remove(id)
+	if sb == nil {
+		return false
+	}
+	if sb.holder() != msg.Actor.ID {
+		m.netPool.putBack(sb)
+		return true
+	}
+	m.discardPooled(ctx, sb, "its network holder died in the warm pool")
+	return true
 }
 
 // handlePoolEvent handles an event of an unclaimed warm-pool sandbox: one

@@ -131,6 +131,18 @@ func (p *warmPool) remove(id string) *sandbox {
 	return nil
 }
 
+// has reports whether the sandbox with this ID is ready in the pool.
+func (p *warmPool) has(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, sb := range p.ready {
+		if sb.id == id {
+			return true
+		}
+	}
+	return false
+}
+
 // count is the number of pool sandboxes, ready or being created.
 func (p *warmPool) count() int {
 	p.mu.Lock()

@@ -5,7 +5,9 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/egress"
@@ -42,6 +44,16 @@ func TestWarmPoolWithNetwork(t *testing.T) {
 	}
 	if res.Sandbox.ID != sealed[0] || res.Sandbox.Network {
 		t.Errorf("a request without network got %s (network %v); want the sealed pool's %s", res.Sandbox.ID, res.Sandbox.Network, sealed[0])
+	}
+
+	// A policy the server refuses is refused as for a cold create, before
+	// anything is claimed.
+	_, err = m.Acquire(t.Context(), "refused", core.Options{Network: true, NetworkPolicy: &core.NetworkPolicy{AllowOut: []string{"not a destination"}}})
+	if !errors.Is(err, core.ErrInvalidArgument) || !strings.Contains(err.Error(), "not a destination") {
+		t.Errorf("a policy out of the server's bounds: %v; want InvalidArgument naming the entry", err)
+	}
+	if ids := idsOf(m.netPool); !slices.Equal(ids, plumbed) {
+		t.Errorf("the refused request changed the pool with network: %v, was %v", ids, plumbed)
 	}
 
 	policy := core.NetworkPolicy{AllowOut: []string{"pkg.test"}, DenyOut: []string{"0.0.0.0/0"},
@@ -148,5 +160,23 @@ func TestReconcileRemovesHalfShapedNetwork(t *testing.T) {
 	m2.net.pool.mu.Unlock()
 	if holder == id {
 		t.Errorf("its address %s is still its", addr)
+	}
+}
+
+// TestWarmPoolHolderDeath: a sandbox of the pool with network whose
+// holder dies leaves the pool, its container and holder removed, and the
+// pool refills; it is never claimed without its network.
+func TestWarmPoolHolderDeath(t *testing.T) {
+	fd := newFakeDocker(testImage)
+	cfg := testConfig(t)
+	cfg.AllowNetwork, cfg.netKernel, cfg.WarmPoolNetwork = true, newFakeKernel(), 1
+	m := newTestManager(t, cfg, fd)
+	awaitPoolOf(t, m.netPool, 1)
+	doomed := m.netPool.ready[0]
+	fd.exit(doomed.holder(), 137, false)
+	awaitRemoval(t, fd, doomed.containerID, 5*time.Second)
+	awaitPoolOf(t, m.netPool, 1)
+	if idsOf(m.netPool)[0] == doomed.id {
+		t.Fatal("the pool sandbox whose holder died is still in the pool")
 	}
 }
