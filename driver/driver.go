@@ -61,6 +61,11 @@ type Config struct {
 	// Pool makes the driver honour an adopt record (adopt.go): set in a
 	// warm-pool container (ioproto.EnvPoolDriver) only.
 	Pool bool
+	// Mounted tells whether a path is a mount point, for mounts records
+	// (mounts.go); default: this process's mount namespace. MountsWait
+	// bounds the wait for one record (default 60 s).
+	Mounted    func(path string) (bool, error)
+	MountsWait time.Duration
 
 	// inherit is the kernel an adoption hands over (Serve); ioIdentity is
 	// what IODir was when a pool driver started (New).
@@ -95,6 +100,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Mounted == nil {
+		c.Mounted = isMountPoint
+	}
+	if c.MountsWait <= 0 {
+		c.MountsWait = defaultMountsWait
 	}
 }
 
@@ -302,6 +313,11 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 				d.log.Warn("env record not applied", "command_id", rec.CommandID, "offset", line.Start, "err", err)
 			}
 			continue
+		} else if err == nil && line.Err == nil && rec.Type == ioproto.KindMounts {
+			// State too: a restarted container has the mounts back only
+			// once the host added them again (mounts.go).
+			d.awaitMounts(rec)
+			continue
 		}
 		// Interrupts and input records name commands but are not commands
 		// themselves.
@@ -404,6 +420,8 @@ func (d *Driver) handleLine(line ioproto.Line) {
 		d.adoptRecord(rec)
 	case ioproto.KindEnv:
 		d.envRecord(rec, line.Start)
+	case ioproto.KindMounts:
+		d.awaitMounts(rec)
 	case ioproto.KindContext:
 		d.contextOp(rec)
 	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:

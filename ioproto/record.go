@@ -56,7 +56,7 @@ func (p PtySize) validate() error {
 // opposed to records that only refer to one (interrupt, stdin, ...). Only
 // commands count for "a command ID runs once".
 func NamesCommand(k string) bool {
-	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize && k != KindAdopt && k != KindEnv
+	return k != KindInterrupt && k != KindStdin && k != KindStdinClose && k != KindResize && k != KindAdopt && k != KindEnv && k != KindMounts
 }
 
 // Languages an exec record may ask for. Python and bash are in every
@@ -210,6 +210,8 @@ type Record struct {
 	// after it, so it does not hold commands back. The driver does the
 	// same either way.
 	Live bool `json:"live,omitempty"`
+	// Mounts are a mounts record's mount points (KindMounts).
+	Mounts []string `json:"mounts,omitempty"`
 }
 
 // StdinRecord returns the stdin record giving data to command id.
@@ -284,6 +286,8 @@ func (r *Record) Validate() error {
 		}
 	case KindEnv:
 		return r.validateEnvRecord()
+	case KindMounts:
+		return r.validateMountsRecord()
 	case KindInterrupt, KindStdinClose, KindAdopt:
 	case "":
 		return fmt.Errorf("%w: type is missing", ErrMalformed)

@@ -47,6 +47,12 @@ func TestParseRecord(t *testing.T) {
 		{name: "env bad name", line: `{"type":"env","command_id":"e2","env":{"A=B":"1"}}`, wantID: "e2", wantErr: "contains '='"},
 		{name: "env driver variable", line: `{"type":"env","command_id":"e3","env":{"SANDBOX_POOL_DRIVER":"1"}}`, wantID: "e3", wantErr: "driver reads for its own control"},
 		{name: "env nul value", line: `{"type":"env","command_id":"e4","env":{"A":"x\u0000y"}}`, wantID: "e4", wantErr: "NUL"},
+		{name: "mounts", line: `{"type":"mounts","command_id":"sbx-mounts-1","mounts":["/data","/mnt/ro"]}`,
+			want: Record{Type: KindMounts, CommandID: "sbx-mounts-1", Mounts: []string{"/data", "/mnt/ro"}}, wantID: "sbx-mounts-1"},
+		{name: "mounts none", line: `{"type":"mounts","command_id":"m2"}`, wantID: "m2", wantErr: "names 0 paths"},
+		{name: "mounts relative", line: `{"type":"mounts","command_id":"m3","mounts":["data"]}`, wantID: "m3", wantErr: "absolute, clean path"},
+		{name: "mounts unclean", line: `{"type":"mounts","command_id":"m4","mounts":["/data/../etc"]}`, wantID: "m4", wantErr: "absolute, clean path"},
+		{name: "mounts root", line: `{"type":"mounts","command_id":"m5","mounts":["/"]}`, wantID: "m5", wantErr: "absolute, clean path"},
 		{name: "two ids is ambiguous", line: `{"command_id":"a","command_id":"b",`, wantErr: "malformed"},
 	}
 	for _, tt := range tests {
@@ -91,7 +97,7 @@ func TestStdinChunkBound(t *testing.T) {
 }
 
 func TestNamesCommand(t *testing.T) {
-	for kind, want := range map[string]bool{KindExec: true, KindInterrupt: false, KindStdin: false, KindStdinClose: false, KindResize: false, KindAdopt: false, KindEnv: false} {
+	for kind, want := range map[string]bool{KindExec: true, KindInterrupt: false, KindStdin: false, KindStdinClose: false, KindResize: false, KindAdopt: false, KindEnv: false, KindMounts: false} {
 		if NamesCommand(kind) != want {
 			t.Errorf("NamesCommand(%q) = %v, want %v", kind, !want, want)
 		}

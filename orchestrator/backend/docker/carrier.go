@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"syscall"
 
 	"github.com/docker/docker/api/types/container"
@@ -94,24 +95,9 @@ func (m *Manager) decideFastWake(ctx context.Context) bool {
 	if m.cfg.NoFastWake || m.cfg.WarmPool == 0 {
 		return false
 	}
-	why := ""
-	switch rt := m.cfg.Runtime; {
-	case m.cfg.NoDiskVolumes:
+	why := m.laterMountsWhyNot(ctx)
+	if m.cfg.NoDiskVolumes {
 		why = "it needs disk volumes (--disk-volumes=false)"
-	case !runtimeIsRunc(rt):
-		why = "runtime " + rt + " does not see mounts made after a container started"
-	case rt == "":
-		ei, ok := m.docker.(engineInfo)
-		if !ok {
-			break
-		}
-		info, err := ei.Info(ctx)
-		switch {
-		case err != nil:
-			why = "the engine's default runtime is unknown (" + err.Error() + ")"
-		case info.DefaultRuntime != "" && info.DefaultRuntime != "runc":
-			why = "the engine's default runtime is " + info.DefaultRuntime + ", which does not see mounts made after a container started"
-		}
 	}
 	if why != "" {
 		m.log.Info("fast wake is off: "+why+"; hibernated sandboxes wake in new containers", "warm_pool", m.cfg.WarmPool)
@@ -120,13 +106,36 @@ func (m *Manager) decideFastWake(ctx context.Context) bool {
 	return true
 }
 
+// laterMountsWhyNot says why this server's containers do not see mounts
+// made after they started ("" when they do: runc, the runtime given or the
+// engine's default).
+func (m *Manager) laterMountsWhyNot(ctx context.Context) string {
+	switch rt := m.cfg.Runtime; {
+	case !runtimeIsRunc(rt):
+		return "runtime " + rt + " does not see mounts made after a container started"
+	case rt == "":
+		ei, ok := m.docker.(engineInfo)
+		if !ok {
+			return ""
+		}
+		info, err := ei.Info(ctx)
+		switch {
+		case err != nil:
+			return "the engine's default runtime is unknown (" + err.Error() + ")"
+		case info.DefaultRuntime != "" && info.DefaultRuntime != "runc":
+			return "the engine's default runtime is " + info.DefaultRuntime + ", which does not see mounts made after a container started"
+		}
+	}
+	return ""
+}
+
 // fastWakeable reports whether a pool container could carry sb's wake: a
 // networked sandbox needs the pool with network (carryNet).
 func (m *Manager) fastWakeable(sb *sandbox) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	networked := sb.net != nil || sb.network
-	return m.fastWakeOn() && (!networked || m.poolsNetwork()) && shapeableEnv(sb.env) && len(sb.volumes) == 0 &&
+	return m.fastWakeOn() && (!networked || m.poolsNetwork()) && shapeableEnv(sb.env) &&
 		sb.image == m.cfg.Image && sb.runtime == m.cfg.Runtime &&
 		hasVolume(sb.dir, ioDir) && hasVolume(sb.dir, workspaceDir)
 }
@@ -177,7 +186,7 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 	c := &carrierMeta{ID: p.id, ContainerID: containerID}
 	undo := func() {
 		sb.mu.Lock()
-		sb.carrier = nil
+		sb.carrier, sb.volsMounted = nil, false
 		moved := sb.net != nil && sb.net.Holder != ""
 		sb.mu.Unlock()
 		if moved {
@@ -238,6 +247,15 @@ func (m *Manager) carry(ctx context.Context, sb, p *sandbox) (string, error) {
 		}
 	}
 	if err := m.carryNet(ctx, sb, p); err != nil {
+		undo()
+		return "", err
+	}
+	// Its volumes, mounted into the carrier's container, and a mounts
+	// record in its log before the adopt record (shape_volumes.go).
+	sb.mu.Lock()
+	vols := slices.Clone(sb.volumes)
+	sb.mu.Unlock()
+	if err := m.mountVolumes(ctx, sb, containerID, vols); err != nil {
 		undo()
 		return "", err
 	}

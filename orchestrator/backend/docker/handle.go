@@ -71,19 +71,22 @@ type sandbox struct {
 	template        string
 	templateVersion int
 
-	mu         sync.Mutex
-	pool       bool // waiting, unclaimed, in the warm pool
-	shaping    bool // claimed from the pool, not yet shaped (shape.go)
-	state      core.State
-	reason     string
-	lastActive time.Time
-	idleTTL    time.Duration // the sandbox's own idle TTL; 0 = the server's (registry.idleOf)
-	onIdle     string        // the sandbox's own Options.OnIdle; "" = Config.OnIdle (Manager.onIdleOf)
-	dirty      bool          // lastActive or state not yet written to meta.json
-	removing   bool          // destroy has begun: meta.json must not be rewritten
-	gone       bool          // destroyed: every handle to it is stale
-	deadCh     chan struct{} // closed when the sandbox dies, to wake followers
-	goneCh     chan struct{} // closed when the sandbox is destroyed
+	mu      sync.Mutex
+	pool    bool // waiting, unclaimed, in the warm pool
+	shaping bool // claimed from the pool, not yet shaped (shape.go)
+	// volsMounted: its volumes were mounted into its running container
+	// (meta.VolumesMounted, shape_volumes.go).
+	volsMounted bool
+	state       core.State
+	reason      string
+	lastActive  time.Time
+	idleTTL     time.Duration // the sandbox's own idle TTL; 0 = the server's (registry.idleOf)
+	onIdle      string        // the sandbox's own Options.OnIdle; "" = Config.OnIdle (Manager.onIdleOf)
+	dirty       bool          // lastActive or state not yet written to meta.json
+	removing    bool          // destroy has begun: meta.json must not be rewritten
+	gone        bool          // destroyed: every handle to it is stale
+	deadCh      chan struct{} // closed when the sandbox dies, to wake followers
+	goneCh      chan struct{} // closed when the sandbox is destroyed
 
 	// metaMu serialises meta.json writes so an older snapshot never
 	// overwrites a newer one.
@@ -120,6 +123,7 @@ func newSandbox(dir string, m meta) *sandbox {
 		userID:      m.UserID,
 		pool:        m.Pool,
 		shaping:     m.Shaping,
+		volsMounted: m.VolumesMounted,
 		dir:         dir,
 		containerID: m.ContainerID,
 		image:       m.Image,
@@ -173,29 +177,30 @@ func newSandbox(dir string, m meta) *sandbox {
 // metaLocked returns the sandbox's meta.json content. Call with mu held.
 func (sb *sandbox) metaLocked() meta {
 	return meta{
-		ID:            sb.id,
-		Tenant:        sb.tenant,
-		UserID:        sb.userID,
-		Pool:          sb.pool,
-		Shaping:       sb.shaping,
-		Network:       sb.network,
-		ContainerID:   sb.containerID,
-		Image:         sb.image,
-		Runtime:       sb.runtime,
-		Limits:        sb.limits,
-		CreatedAt:     sb.createdAt,
-		LastActiveAt:  sb.lastActive,
-		State:         sb.state,
-		StateReason:   sb.reason,
-		Metadata:      sb.metadata,
-		IdleTTL:       sb.idleTTL,
-		OnIdle:        sb.onIdle,
-		Env:           sb.env,
-		Hib:           sb.hib.forMeta(),
-		NetworkPolicy: policyToMeta(sb.netPolicy),
-		Net:           sb.netForMeta(),
-		Carrier:       sb.carrierForMeta(),
-		Volumes:       mountsToMeta(sb.volumes),
+		ID:             sb.id,
+		Tenant:         sb.tenant,
+		UserID:         sb.userID,
+		Pool:           sb.pool,
+		Shaping:        sb.shaping,
+		VolumesMounted: sb.volsMounted,
+		Network:        sb.network,
+		ContainerID:    sb.containerID,
+		Image:          sb.image,
+		Runtime:        sb.runtime,
+		Limits:         sb.limits,
+		CreatedAt:      sb.createdAt,
+		LastActiveAt:   sb.lastActive,
+		State:          sb.state,
+		StateReason:    sb.reason,
+		Metadata:       sb.metadata,
+		IdleTTL:        sb.idleTTL,
+		OnIdle:         sb.onIdle,
+		Env:            sb.env,
+		Hib:            sb.hib.forMeta(),
+		NetworkPolicy:  policyToMeta(sb.netPolicy),
+		Net:            sb.netForMeta(),
+		Carrier:        sb.carrierForMeta(),
+		Volumes:        mountsToMeta(sb.volumes),
 		// The template version its image is: kept across a restart, for
 		// its snapshots and forks, and for the templates' clean-up.
 		Template:        sb.template,

@@ -93,6 +93,9 @@ func (m *Manager) wakeLocked(ctx context.Context, sb *sandbox) (*core.WakeInfo, 
 		}
 		cfg, hostCfg := containerSpec(sb, sb.runtime, m.cfg.StateDir, sb.env)
 		hostCfg.Binds = append(hostCfg.Binds, m.volumeBinds(sb)...)
+		sb.mu.Lock()
+		sb.volsMounted = false // its container has them from its configuration
+		sb.mu.Unlock()
 		resp, err := m.docker.ContainerCreate(ctx, cfg, hostCfg, nil, nil, containerNamePrefix+sb.id)
 		if err != nil {
 			netDown()

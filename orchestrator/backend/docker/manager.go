@@ -115,6 +115,9 @@ type Config struct {
 	// kernel).
 	netNames  netNames
 	netKernel netKernel
+	// mountKernel replaces the kernel's side of mounting volumes into
+	// running containers, for in-package tests (zero: linuxMounts).
+	mountKernel mountKernel
 
 	// AtStep, when set, is called at each named step of a hibernation, a
 	// wake or a snapshot (HibernateSteps, WakeSteps, SnapshotSteps) once
@@ -185,6 +188,9 @@ func (c *Config) applyDefaults() error {
 			c.netNames = n
 		}
 	}
+	if c.mountKernel == nil {
+		c.mountKernel = linuxMounts{}
+	}
 	if c.netKernel == nil {
 		c.netKernel = linuxKernel{}
 	}
@@ -247,6 +253,10 @@ type Manager struct {
 	carriers sync.Map
 	// carriesWakes: pool sandboxes carry wakes (decideFastWake, at start).
 	carriesWakes bool
+	// mountsLater: the containers see mounts made after they started
+	// (runc), so volumes can be mounted into a pool sandbox at its claim
+	// (shape_volumes.go); decided at start.
+	mountsLater bool
 	creating     atomic.Int32 // sandboxes being created or claimed for users, not yet registered
 	userLocks    keyedMutex   // by userKey.String()
 	watch        *iolog.Watcher
@@ -324,6 +334,7 @@ func New(ctx context.Context, cfg Config, docker DockerAPI) (*Manager, error) {
 	m.checkpoints, _ = m.docker.(checkpointer)
 	m.tplEngine, _ = m.docker.(templateEngine)
 	m.carriesWakes = m.decideFastWake(ctx)
+	m.mountsLater = m.laterMountsWhyNot(ctx) == ""
 	m.reg.maxIdleTTL = cfg.MaxIdleTTL
 	m.docker = countDockerErrors(m.docker, cfg.Metrics) // metrics hook
 	fail := func(err error) (*Manager, error) {

@@ -193,9 +193,12 @@ func (m *Manager) handleEvent(ctx context.Context, msg events.Message) {
 		return
 	}
 	if msg.Action == events.ActionStart {
-		// Only a networked sandbox's container under gVisor cares.
+		// A networked sandbox's container under gVisor cares, and one
+		// whose volumes were mounted after its start (shape_volumes.go):
+		// a restarted container lacks them, and its driver waits for them.
 		if sb := m.reg.get(id); sb != nil && !sb.asleep() && sb.currentContainer() == msg.Actor.ID {
 			m.onNetContainerEvent(ctx, sb, string(msg.Action), time.Unix(0, msg.TimeNano))
+			m.ensureVolumes(ctx, sb)
 		}
 		return
 	}

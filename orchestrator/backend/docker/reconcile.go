@@ -341,6 +341,7 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 				return err
 			}
 		}
+		m.ensureVolumes(ctx, sb)
 		if st, _ := sb.status(); st == core.StateDead {
 			dead++
 		}

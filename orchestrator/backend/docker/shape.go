@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -124,7 +125,9 @@ func (m *Manager) poolMiss(spec sandboxSpec) core.PoolMiss {
 		// (poolFor), whose containers carry a start from a snapshot with
 		// network (carrier_net.go).
 		return core.PoolMissNetwork
-	case len(spec.volumes) > 0:
+	case len(spec.volumes) > 0 && !m.mountsLater:
+		// Mounted into the claimed sandbox's container where containers
+		// see mounts made after they started (shape_volumes.go).
 		return core.PoolMissVolumes
 	case spec.from != nil && (!m.fastWakeOn() || spec.image != ""):
 		// A start from a snapshot runs in a pool container as a fast
@@ -153,7 +156,7 @@ func (m *Manager) pooling() bool {
 func (m *Manager) needsShaping(sb *sandbox, spec sandboxSpec) bool {
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
-	return !sameCgroupLimits(sb.limits, spec.limits) || len(spec.env) > 0 || spec.network
+	return !sameCgroupLimits(sb.limits, spec.limits) || len(spec.env) > 0 || spec.network || len(spec.volumes) > 0
 }
 
 // shapeableEnv reports whether an env record can carry env: it names no
@@ -210,6 +213,14 @@ func (m *Manager) shape(ctx context.Context, sb *sandbox, spec sandboxSpec) erro
 		sb.mu.Lock()
 		sb.limits.MemoryBytes, sb.limits.NanoCPUs, sb.limits.PidsLimit = spec.limits.MemoryBytes, spec.limits.NanoCPUs, spec.limits.PidsLimit
 		sb.dirty = true
+		sb.mu.Unlock()
+	}
+	if len(spec.volumes) > 0 {
+		if err := m.mountVolumes(ctx, sb, cid, spec.volumes); err != nil {
+			return err
+		}
+		sb.mu.Lock()
+		sb.volumes, sb.dirty = slices.Clone(spec.volumes), true
 		sb.mu.Unlock()
 	}
 	if spec.network {

@@ -66,13 +66,18 @@ type meta struct {
 	// Shaping is true between a warm-pool sandbox's claim and the end of
 	// its shaping to the request (shape.go): reconcile removes a sandbox
 	// that still says so.
-	Shaping     bool        `json:"shaping,omitempty"`
-	Network     bool        `json:"network,omitempty"`
-	ContainerID string      `json:"container_id"`
-	Image       string      `json:"image"`
-	Runtime     string      `json:"runtime,omitempty"`
-	Limits      core.Limits `json:"limits"`
-	CreatedAt   time.Time   `json:"created_at"`
+	Shaping bool `json:"shaping,omitempty"`
+	// VolumesMounted is true when the sandbox's volumes were mounted into
+	// its running container (shape_volumes.go) rather than given to the
+	// container at its creation: a restart of the container loses them,
+	// and sandboxd mounts them again.
+	VolumesMounted bool        `json:"volumes_mounted,omitempty"`
+	Network        bool        `json:"network,omitempty"`
+	ContainerID    string      `json:"container_id"`
+	Image          string      `json:"image"`
+	Runtime        string      `json:"runtime,omitempty"`
+	Limits         core.Limits `json:"limits"`
+	CreatedAt      time.Time   `json:"created_at"`
 	// LastActiveAt is persisted (throttled) so that idle TTLs continue across
 	// restarts instead of starting over.
 	LastActiveAt time.Time `json:"last_active_at"`

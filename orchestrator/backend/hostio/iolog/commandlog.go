@@ -192,10 +192,10 @@ func (d *Dir) AppendContext(ctx context.Context, rec ioproto.Record, ready func(
 }
 
 // refersToCommand reports whether records of kind act on a command of the
-// log (interrupt, stdin, ...), which must be there. An env record is
-// neither a command nor about one.
+// log (interrupt, stdin, ...), which must be there. Env and mounts records
+// are neither commands nor about one.
 func refersToCommand(kind string) bool {
-	return !ioproto.NamesCommand(kind) && kind != ioproto.KindEnv
+	return !ioproto.NamesCommand(kind) && kind != ioproto.KindEnv && kind != ioproto.KindMounts
 }
 
 // AppendEnv appends an env record giving the sandbox the variables env for
@@ -209,12 +209,28 @@ func refersToCommand(kind string) bool {
 // ioproto.ErrMalformed and nothing is appended: such a sandbox must be
 // created with its env. ready is as for Append.
 func (d *Dir) AppendEnv(ctx context.Context, env map[string]string, ready func() error) (id string, err error) {
+	return d.appendState(ctx, ioproto.EnvRecordIDPrefix, func(id string) ioproto.Record { return ioproto.EnvRecord(id, env) }, ready)
+}
+
+// AppendMounts appends a mounts record naming paths, mount points added to
+// the sandbox's running container (PROTOCOL.md, *Mounts after start*): the
+// driver runs no later command until they are all mounted, also after a
+// restart of the container, until the host has mounted them again. The
+// record's command ID is new (ioproto.MountsRecordIDPrefix and a random
+// suffix), and returned. ready is as for Append.
+func (d *Dir) AppendMounts(ctx context.Context, paths []string, ready func() error) (id string, err error) {
+	return d.appendState(ctx, ioproto.MountsRecordIDPrefix, func(id string) ioproto.Record { return ioproto.MountsRecord(id, paths) }, ready)
+}
+
+// appendState appends the state record rec makes with a new command ID of
+// prefix and a random suffix, and returns the ID.
+func (d *Dir) appendState(ctx context.Context, prefix string, rec func(id string) ioproto.Record, ready func() error) (string, error) {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
-	id = ioproto.EnvRecordIDPrefix + hex.EncodeToString(b[:])
-	if _, err := d.AppendContext(ctx, ioproto.EnvRecord(id, env), ready); err != nil {
+	id := prefix + hex.EncodeToString(b[:])
+	if _, err := d.AppendContext(ctx, rec(id), ready); err != nil {
 		return "", err
 	}
 	return id, nil
