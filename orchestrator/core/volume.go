@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -64,6 +65,11 @@ const (
 // paths no sandbox image uses for its own files, so a mount hides nothing
 // the driver, the kernels or a template need.
 var mountRoots = []string{"/mnt", "/data"}
+
+// VolumeMountRoots are the directories under which a sandbox may mount
+// volumes (a backend that mounts them after a container started gives a
+// pool container those directories).
+func VolumeMountRoots() []string { return slices.Clone(mountRoots) }
 
 var volumeIDRE = regexp.MustCompile(`^vol-[a-z0-9]{20}$`)
 

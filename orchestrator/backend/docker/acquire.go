@@ -364,6 +364,13 @@ func (m *Manager) create(ctx context.Context, spec sandboxSpec) (*sandbox, error
 	}
 	cfg, hostCfg := containerSpec(sb, m.cfg.Runtime, m.cfg.StateDir, spec.env)
 	hostCfg.Binds = append(hostCfg.Binds, m.volumeBinds(sb)...)
+	if spec.pool && m.mountsLater {
+		// Where volumes are mounted after its claim (shape_volumes.go).
+		if err := poolMountPoints(sb.dir, hostCfg); err != nil {
+			cleanup("")
+			return nil, err
+		}
+	}
 	if spec.pool && m.fastWakeOn() {
 		if err := makeShared(sb.dir); err != nil {
 			cleanup("")

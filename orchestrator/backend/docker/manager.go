@@ -257,9 +257,9 @@ type Manager struct {
 	// (runc), so volumes can be mounted into a pool sandbox at its claim
 	// (shape_volumes.go); decided at start.
 	mountsLater bool
-	creating     atomic.Int32 // sandboxes being created or claimed for users, not yet registered
-	userLocks    keyedMutex   // by userKey.String()
-	watch        *iolog.Watcher
+	creating    atomic.Int32 // sandboxes being created or claimed for users, not yet registered
+	userLocks   keyedMutex   // by userKey.String()
+	watch       *iolog.Watcher
 	// watchCalls and watchDirs count WatchDirectory's calls in progress
 	// and the directories they watch, against Policy.WatchCaps (watch.go).
 	watchCalls, watchDirs core.Usage

@@ -363,6 +363,14 @@ func (m *Manager) applyReconcile(ctx context.Context, plan reconcilePlan) error 
 			}
 			continue
 		}
+		if m.mountsLater && !isDir(filepath.Join(sb.dir, mountPointsDir)) {
+			// Made by a sandboxd before volumes were mounted after a
+			// claim: no directories for their mount points.
+			if err := m.removeEntry(ctx, plan.entries[i], m.log.With("sandbox_id", sb.id), "warm-pool sandbox that cannot take volumes after its claim"); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := m.remount(ctx, sb, m.log.With("sandbox_id", sb.id)); err != nil {
 			return err
 		}

@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+
+	"github.com/docker/docker/api/types/container"
 
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 )
@@ -29,6 +33,29 @@ import (
 // they are there again: no command writes into the container's own file
 // system where its volume should be. A container made for the sandbox
 // itself (a cold wake) gets them from its configuration, as any other.
+
+// A sandbox's root file system is read-only, so the mount point of a
+// volume mounted later cannot be made in it: a pool sandbox's container
+// has, at each directory under which volumes are mounted
+// (core.VolumeMountRoots: /mnt, /data), a directory of its own on the
+// host (<sandbox dir>/mountpoints/<name>), root's, where the mount points
+// are made. The host side is a plain directory, never a mount: what is
+// mounted on it is in the container's namespace alone, and goes with the
+// container.
+const mountPointsDir = "mountpoints"
+
+// poolMountPoints makes pool sandbox dir's mount-point directories and
+// binds them into its container's spec host (see above).
+func poolMountPoints(dir string, host *container.HostConfig) error {
+	for _, root := range core.VolumeMountRoots() {
+		src := filepath.Join(dir, mountPointsDir, filepath.Base(root))
+		if err := os.MkdirAll(src, 0o755); err != nil {
+			return fmt.Errorf("make the mount-point directory for %s: %w", root, err)
+		}
+		host.Binds = append(host.Binds, src+":"+root+":rw")
+	}
+	return nil
+}
 
 // volumeMounts is what mounting vols into a container means on this host:
 // their directories (those of volumes that still exist) and paths.
