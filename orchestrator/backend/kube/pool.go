@@ -40,12 +40,16 @@ func (m *Manager) claim(ctx context.Context, s podSpec) *corev1.Pod {
 				q.Annotations = map[string]string{}
 			}
 			maps.Copy(q.Annotations, ownerAnnotations(s))
-			if len(s.env) > 0 {
-				// To be shaped (shape.go): its env, and the mark that
-				// keeps it from everyone until the env record is in its
-				// log.
-				envJSON, _ := json.Marshal(s.env)
-				q.Annotations[annEnv] = string(envJSON)
+			if have := limitsOf(p); len(s.env) > 0 || have != s.limits {
+				// To be shaped (shape.go): its env and limits, and the
+				// mark that keeps it from everyone until they are in
+				// force.
+				if len(s.env) > 0 {
+					envJSON, _ := json.Marshal(s.env)
+					q.Annotations[annEnv] = string(envJSON)
+				}
+				limitsJSON, _ := json.Marshal(s.limits)
+				q.Annotations[annLimits] = string(limitsJSON)
 				q.Annotations[annShaping] = s.now.UTC().Format(time.RFC3339Nano)
 			}
 			got, err := pods.Update(ctx, q, metav1.UpdateOptions{})

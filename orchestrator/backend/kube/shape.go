@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/ioproto"
@@ -23,6 +24,10 @@ import (
 //
 //   - the owner, metadata, idle timeout and on-idle action (annotations,
 //     in the claim's update);
+//   - limits of memory and CPUs, by an in-place resize of its sandbox
+//     container (the Pod's resize subresource, GA since Kubernetes 1.35),
+//     waited for until its kubelet reports them in force (resize); the
+//     process limit is only recorded: it is the node's (podPidsLimit);
 //   - env, by an env record in its command log (ioproto/PROTOCOL.md,
 //     *Sandbox environment*), appended through its io sidecar as commands
 //     are: the driver sets the variables for itself, every kernel and
@@ -36,21 +41,24 @@ import (
 // sidecar's arguments are fixed when its Pod is made); volumes (so are a
 // Pod's volumes); a start from a snapshot of another image; another
 // /workspace size (an emptyDir's or a claim's); other limits of memory or
-// CPUs (limitsMiss says why); env naming a variable of the driver's own
-// (ioproto.IsDriverEnv: only a container's creation sets those).
+// CPUs under a runtime class (its runtime may not update a running
+// container: gVisor's runsc cannot); env naming a variable of the
+// driver's own (ioproto.IsDriverEnv: only a container's creation sets
+// those).
 //
 // A claim that shapes commits in two steps. The claim's update carries the
-// env and annShaping: from then on the Pod is never a pool Pod again, and
-// no one is shown it (visible, List: NotFound) while the mark is there.
-// The env record is appended, then the mark removed by a second update,
-// conditional on its value; only then is the Pod bound to its user and
-// returned. A Pod found marked for longer than shapingStale (its replica
+// env, the limits and annShaping: from then on the Pod is never a pool Pod
+// again, and no one is shown it (visible, List: NotFound) while the mark
+// is there. The Pod is resized, the env record appended, then the mark
+// removed by a second update, conditional on its value; only then is the
+// Pod bound to its user and returned. A Pod found marked for longer than shapingStale (its replica
 // died between the two updates, or could not remove it) is removed by the
 // leader (removeHalfShaped): its Acquire never returned it, and a retry
-// gets another sandbox. So no Pod is handed out without its env, and none
-// is left in the pool with a tenant's env. A shaping that fails removes the
-// Pod (core.PoolMissShaping) and the request gets a Pod of its own, as
-// without a pool.
+// gets another sandbox. So no Pod is handed out without its env and
+// limits, and none is left in the pool with a tenant's. A shaping that
+// fails (a sidecar that does not answer, a resize the kubelet defers or
+// refuses, shapeTimeout) removes the Pod (core.PoolMissShaping) and the
+// request gets a Pod of its own, as without a pool.
 
 // annShaping, on a claimed pool Pod, is when its claim began shaping it:
 // the Pod is nobody's to use until the mark is gone.
@@ -77,23 +85,23 @@ func (m *Manager) poolMiss(r core.Options, image string, vols []podVolume, netwo
 		return core.PoolMissSnapshot
 	case r.Limits.DiskBytes != m.cfg.DefaultLimits.DiskBytes:
 		return core.PoolMissDisk
-	case r.Limits != m.cfg.DefaultLimits:
-		return limitsMiss
+	case !sameCgroupLimits(r.Limits, m.cfg.DefaultLimits) && m.cfg.RuntimeClass != "":
+		// A runtime class's runtime may not change a running
+		// container's limits (gVisor's runsc cannot), and its resize
+		// would never end.
+		return core.PoolMissLimits
 	case !shapeableEnv(r.Env):
 		return core.PoolMissEnv
 	}
 	return ""
 }
 
-// limitsMiss is why a request for other limits of memory, CPUs or
-// processes than the pool's starts a Pod of its own. A Pod's resources
-// can change in place only through its resize subresource
-// (InPlacePodVerticalScaling), which the kubelet applies later, when and
-// if the node has room: a claim would wait on the node, or hand out a
-// sandbox before its limits are in force, and one whose resize the node
-// refuses would be lost. The process limit is the node's (the kubelet's
-// podPidsLimit), not the Pod's.
-const limitsMiss = core.PoolMissLimits
+// sameCgroupLimits reports whether a and b set the same limits of memory
+// and CPUs, the Pod's resources (the process limit is the node's: the
+// kubelet's podPidsLimit; the disk is a volume's size).
+func sameCgroupLimits(a, b core.Limits) bool {
+	return a.MemoryBytes == b.MemoryBytes && a.NanoCPUs == b.NanoCPUs
+}
 
 // shapeableEnv reports whether an env record can carry env: it names no
 // variable the driver reads for itself (ioproto.IsDriverEnv).
@@ -120,7 +128,7 @@ func (m *Manager) claimShaped(ctx context.Context, s podSpec) *corev1.Pod {
 	if p.Annotations[annShaping] == "" {
 		return p
 	}
-	q, err := m.shape(ctx, p, s.env)
+	q, err := m.shape(ctx, p, s)
 	if err != nil {
 		id := p.Labels[labelSandboxID]
 		m.log.Warn("shape a claimed warm-pool sandbox; creating one instead", "sandbox_id", id, "error", err)
@@ -135,21 +143,130 @@ func (m *Manager) claimShaped(ctx context.Context, s podSpec) *corev1.Pod {
 	return q
 }
 
-// shape appends claimed Pod p's env record through its io sidecar, then
-// removes p's annShaping: the Pod as that update left it.
-func (m *Manager) shape(ctx context.Context, p *corev1.Pod, env map[string]string) (*corev1.Pod, error) {
+// shape gives claimed Pod p the limits of s (resize) and its env (an env
+// record appended through its io sidecar), then removes p's annShaping:
+// the Pod as that update left it.
+func (m *Manager) shape(ctx context.Context, p *corev1.Pod, s podSpec) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, shapeTimeout)
 	defer cancel()
 	id := p.Labels[labelSandboxID]
-	conn, err := m.io(ctx, p)
-	if err != nil {
+	if err := m.resize(ctx, p, s.limits); err != nil {
 		return nil, err
 	}
-	rec := ioproto.EnvRecord(ioproto.EnvRecordIDPrefix+randomSuffix(), maps.Clone(env))
-	if _, err := conn.Append(ctx, rec); err != nil {
-		return nil, fmt.Errorf("append the env record: %w", m.ioError(id, rec.CommandID, err))
+	if len(s.env) > 0 {
+		conn, err := m.io(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		rec := ioproto.EnvRecord(ioproto.EnvRecordIDPrefix+randomSuffix(), maps.Clone(s.env))
+		if _, err := conn.Append(ctx, rec); err != nil {
+			return nil, fmt.Errorf("append the env record: %w", m.ioError(id, rec.CommandID, err))
+		}
 	}
 	return m.clearShaping(ctx, p)
+}
+
+// resize gives claimed Pod p's sandbox container the resources of limits
+// l through the Pod's resize subresource (in-place resize, GA since
+// Kubernetes 1.35), and waits until its kubelet reports them in force. A
+// resize the kubelet defers (no room on the node yet) or finds infeasible
+// fails at once: a Pod of its own may be scheduled where there is room.
+func (m *Manager) resize(ctx context.Context, p *corev1.Pod, l core.Limits) error {
+	req, res := sandboxResources(&m.cfg, l)
+	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
+	q := p
+	for attempt := 0; ; attempt++ {
+		r := q.DeepCopy()
+		c := sandboxContainerOf(r)
+		if c == nil {
+			return errors.New("its pod has no sandbox container")
+		}
+		if sameResources(c.Resources.Limits, res) && sameResources(c.Resources.Requests, req) {
+			if q == p {
+				return nil // nothing to change
+			}
+			break // changed by this call's earlier attempt
+		}
+		c.Resources.Requests, c.Resources.Limits = req, res
+		_, err := pods.UpdateResize(ctx, r.Name, r, metav1.UpdateOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) || attempt == 2 {
+			return fmt.Errorf("resize its pod: %w", err)
+		}
+		if q, err = pods.Get(ctx, p.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("resize its pod: %w", err)
+		}
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		ch := m.changed() // before the read: a change after it ends the wait
+		if q, err := m.pods.Pods(m.cfg.Namespace).Get(p.Name); err == nil {
+			if why := resizeRefused(q); why != "" {
+				return fmt.Errorf("its node did not resize its pod: %s", why)
+			}
+			if resized(q, res) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("its node did not resize its pod in time: %w", ctx.Err())
+		case <-ch:
+		case <-tick.C:
+		}
+	}
+}
+
+// sandboxContainerOf is Pod p's sandbox container, nil if it has none.
+func sandboxContainerOf(p *corev1.Pod) *corev1.Container {
+	for i := range p.Spec.Containers {
+		if p.Spec.Containers[i].Name == containerSandbox {
+			return &p.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+// sameResources reports whether a and b hold the same memory and CPU.
+func sameResources(a, b corev1.ResourceList) bool {
+	for _, k := range []corev1.ResourceName{corev1.ResourceMemory, corev1.ResourceCPU} {
+		x, okA := a[k]
+		y, okB := b[k]
+		if okA != okB || x.Cmp(y) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// resized reports whether Pod p's kubelet reports its sandbox container's
+// limits as res, no resize of it pending or under way.
+func resized(p *corev1.Pod, res corev1.ResourceList) bool {
+	for _, c := range p.Status.Conditions {
+		if (c.Type == corev1.PodResizeInProgress || c.Type == corev1.PodResizePending) && c.Status == corev1.ConditionTrue {
+			return false
+		}
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == containerSandbox {
+			return cs.Resources != nil && sameResources(cs.Resources.Limits, res)
+		}
+	}
+	return false
+}
+
+// resizeRefused says why Pod p's kubelet holds its resize back (deferred:
+// no room on the node yet; infeasible), "" when it does not.
+func resizeRefused(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodResizePending && c.Status == corev1.ConditionTrue {
+			return truncate(strings.TrimSpace(c.Reason+": "+c.Message), 256)
+		}
+	}
+	return ""
 }
 
 // clearShaping removes Pod p's annShaping if it still holds the value p

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -32,6 +33,9 @@ type appendLog struct {
 	mu   sync.Mutex
 	fail error
 	got  []appended
+	// refuse makes the stand-in kubelet answer resizes with an
+	// Infeasible PodResizePending.
+	refuse bool
 }
 
 type appended struct {
@@ -88,7 +92,54 @@ func newShapeEnv(t *testing.T) (*hibEnv, *appendLog, *countingMetrics) {
 		}
 	})
 	l.e = e
+	kctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.resizer(kctx) }()
+	t.Cleanup(func() { stop(); <-done })
 	return e, l, counted
+}
+
+// resizer is a stand-in kubelet for in-place resizes: it reports each
+// running Pod's sandbox container's resources as its spec has them, or,
+// with refuse, a resize as infeasible.
+func (l *appendLog) resizer(ctx context.Context) {
+	for ctx.Err() == nil {
+		list, _ := l.e.cs.CoreV1().Pods(l.e.ns).List(ctx, metav1.ListOptions{})
+		for i := range list.Items {
+			p := &list.Items[i]
+			c := sandboxContainerOf(p)
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil || c == nil {
+				continue
+			}
+			var have *corev1.ResourceRequirements
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Name == containerSandbox {
+					have = cs.Resources
+				}
+			}
+			if have != nil && sameResources(have.Limits, c.Resources.Limits) {
+				continue
+			}
+			l.mu.Lock()
+			refuse := l.refuse
+			l.mu.Unlock()
+			if refuse && have != nil {
+				if resizeRefused(p) != "" {
+					continue
+				}
+				p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodResizePending, Status: corev1.ConditionTrue,
+					Reason: corev1.PodReasonInfeasible, Message: "Node didn't have enough capacity"})
+			} else {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerSandbox, Ready: true,
+					State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}, Resources: c.Resources.DeepCopy()}}
+			}
+			_, _ = l.e.cs.CoreV1().Pods(l.e.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}) // a conflict: the next round
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // awaitPooled waits (bounded) for a ready pool Pod, none of not (claimed
@@ -189,21 +240,101 @@ func TestClaimTakesEnv(t *testing.T) {
 	}
 }
 
+// TestClaimTakesLimits: a request for other limits of memory and CPUs
+// takes the warm pool's Pod, resized in place, and is handed out once its
+// kubelet reports the new limits; a resize the kubelet refuses sends the
+// request to a Pod of its own (a failed shaping), the claimed one removed.
+func TestClaimTakesLimits(t *testing.T) {
+	e, l, counted := newShapeEnv(t)
+	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
+	pooled := awaitPooled(t, e)
+	want := e.m.cfg.DefaultLimits
+	want.MemoryBytes *= 2
+	want.NanoCPUs = 1e9
+	want.PidsLimit = 77
+	r, err := e.m.Acquire(ctx, "alice", core.Options{Limits: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sandbox.ID != pooled || r.Sandbox.Limits != want {
+		t.Fatalf("Acquire with other limits gave %s with %+v; want the pool's pod %s with %+v", r.Sandbox.ID, r.Sandbox.Limits, pooled, want)
+	}
+	p := e.pod(t, pooled)
+	_, res := sandboxResources(&e.m.cfg, want)
+	if c := sandboxContainerOf(p); !sameResources(c.Resources.Limits, res) || !resized(p, res) {
+		t.Errorf("the pod handed out: spec %v, status %+v; want %v in force", c.Resources.Limits, p.Status.ContainerStatuses, res)
+	}
+	if len(l.records()) != 0 {
+		t.Errorf("records appended without env: %+v", l.records())
+	}
+
+	other := awaitPooled(t, e, pooled)
+	// Its kubelet has reported its resources as they were made (a resize
+	// is judged against them).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if q, err := e.m.pods.Pods(e.ns).Get(podName(other)); err == nil && len(q.Status.ContainerStatuses) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stand-in kubelet did not report the resources of %s", other)
+		}
+	}
+	l.mu.Lock()
+	l.refuse = true
+	l.mu.Unlock()
+	r, err = e.m.Acquire(ctx, "bob", core.Options{Limits: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Sandbox.ID == other {
+		t.Fatalf("Acquire handed out the pool pod %s whose resize was refused", other)
+	}
+	q, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, podName(other), metav1.GetOptions{})
+	if err == nil && q.Annotations[annDeleting] == "" && q.DeletionTimestamp == nil {
+		t.Errorf("the claimed pod whose resize was refused is left (annotations %v)", q.Annotations)
+	} else if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	counted.mu.Lock()
+	defer counted.mu.Unlock()
+	if counted.acquired[core.AcquireWarmPool] != 1 || counted.acquired[core.AcquireCold] != 1 || counted.missed[core.PoolMissShaping] != 1 {
+		t.Errorf("acquires %v, misses %v; want alice from the pool, bob cold after a failed shaping", counted.acquired, counted.missed)
+	}
+}
+
+// TestPoolMissLimitsUnderARuntimeClass: under a runtime class, whose
+// runtime may not change a running container's limits, other limits are
+// a miss; the process limit alone is not (it is the node's).
+func TestPoolMissLimitsUnderARuntimeClass(t *testing.T) {
+	m := &Manager{cfg: Config{Policy: core.Policy{Image: "sandbox:test", DefaultLimits: core.Limits{MemoryBytes: 256 << 20, NanoCPUs: 5e8, PidsLimit: 100, DiskBytes: 1 << 30}}}}
+	more := m.cfg.DefaultLimits
+	more.MemoryBytes *= 2
+	pids := m.cfg.DefaultLimits
+	pids.PidsLimit = 7
+	if miss := m.poolMiss(core.Options{Limits: more}, "", nil, nil); miss != "" {
+		t.Errorf("other limits, no runtime class: miss %q; want none", miss)
+	}
+	m.cfg.RuntimeClass = "gvisor"
+	if miss := m.poolMiss(core.Options{Limits: more}, "", nil, nil); miss != core.PoolMissLimits {
+		t.Errorf("other limits under a runtime class: miss %q; want %q", miss, core.PoolMissLimits)
+	}
+	if miss := m.poolMiss(core.Options{Limits: pids}, "", nil, nil); miss != "" {
+		t.Errorf("another process limit under a runtime class: miss %q; want none", miss)
+	}
+}
+
 // TestPoolMissesCounted: what a running Pod cannot take gets a Pod of its
 // own, the pool's left for others, each counted by reason: env naming a
-// variable the driver reads for itself, other limits, another disk size.
+// variable the driver reads for itself, another disk size.
 func TestPoolMissesCounted(t *testing.T) {
 	e, l, counted := newShapeEnv(t)
 	ctx := core.WithCaller(t.Context(), core.Caller{Tenant: "acme"})
 	pooled := awaitPooled(t, e)
 	d := e.m.cfg.DefaultLimits
-	more := d
-	more.MemoryBytes *= 2
 	disk := d
 	disk.DiskBytes *= 2
 	for i, o := range []core.Options{
 		{Limits: d, Env: map[string]string{ioproto.EnvLogLevel: "debug", "OK": "1"}},
-		{Limits: more},
 		{Limits: disk},
 	} {
 		r, err := e.m.Acquire(ctx, "user-"+strconv.Itoa(i), o)
@@ -222,9 +353,9 @@ func TestPoolMissesCounted(t *testing.T) {
 	}
 	counted.mu.Lock()
 	defer counted.mu.Unlock()
-	want := map[core.PoolMiss]int{core.PoolMissEnv: 1, core.PoolMissLimits: 1, core.PoolMissDisk: 1}
-	if !maps.Equal(counted.missed, want) || counted.acquired[core.AcquireCold] != 3 {
-		t.Errorf("misses %v, acquires %v; want %v, 3 cold", counted.missed, counted.acquired, want)
+	want := map[core.PoolMiss]int{core.PoolMissEnv: 1, core.PoolMissDisk: 1}
+	if !maps.Equal(counted.missed, want) || counted.acquired[core.AcquireCold] != 2 {
+		t.Errorf("misses %v, acquires %v; want %v, 2 cold", counted.missed, counted.acquired, want)
 	}
 }
 
