@@ -25,9 +25,10 @@ import (
 //   - the owner, metadata, idle timeout and on-idle action (annotations,
 //     in the claim's update);
 //   - limits of memory and CPUs, by an in-place resize of its sandbox
-//     container (the Pod's resize subresource, GA since Kubernetes 1.35),
-//     waited for until its kubelet reports them in force (resize); the
-//     process limit is only recorded: it is the node's (podPidsLimit);
+//     container (the Pod's resize subresource, on by default since
+//     Kubernetes 1.33), waited for until its kubelet reports them in force
+//     (resize); the process limit is only recorded: it is the node's
+//     (podPidsLimit);
 //   - env, by an env record in its command log (ioproto/PROTOCOL.md,
 //     *Sandbox environment*), appended through its io sidecar as commands
 //     are: the driver sets the variables for itself, every kernel and
@@ -167,10 +168,11 @@ func (m *Manager) shape(ctx context.Context, p *corev1.Pod, s podSpec) (*corev1.
 }
 
 // resize gives claimed Pod p's sandbox container the resources of limits
-// l through the Pod's resize subresource (in-place resize, GA since
-// Kubernetes 1.35), and waits until its kubelet reports them in force. A
-// resize the kubelet defers (no room on the node yet) or finds infeasible
-// fails at once: a Pod of its own may be scheduled where there is room.
+// l through the Pod's resize subresource (in-place resize, on by default
+// since Kubernetes 1.33), and waits until its kubelet reports them in
+// force. A resize the kubelet defers (no room on the node yet) or finds
+// infeasible fails at once: a Pod of its own may be scheduled where there
+// is room.
 func (m *Manager) resize(ctx context.Context, p *corev1.Pod, l core.Limits) error {
 	req, res := sandboxResources(&m.cfg, l)
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
