@@ -261,12 +261,14 @@ func (m *Manager) newSandboxPod(ctx context.Context, tenant, userID string, r co
 	}
 	s := podSpec{tenant: tenant, userID: userID, limits: r.Limits, env: r.Env, meta: r.Metadata, idleTTL: r.IdleTimeout, onIdle: r.OnIdle, now: time.Now(),
 		image: image, waking: waking, volumes: vols}
-	// A pool Pod mounts no volumes and has no network: a Pod's volumes and
-	// its sidecar's arguments are fixed when it is made.
-	if len(r.Env) == 0 && r.Limits == m.cfg.DefaultLimits && (image == "" || image == m.cfg.Image) && len(vols) == 0 && network == nil {
-		if p := m.claim(ctx, s); p != nil {
+	// A claimed pool Pod takes what a running Pod can (shape.go); for the
+	// rest, a Pod of its own.
+	if miss := m.poolMiss(r, image, vols, network); miss == "" {
+		if p := m.claimShaped(ctx, s); p != nil {
 			return p, core.AcquireWarmPool, nil
 		}
+	} else if m.cfg.WarmPool > 0 {
+		m.cfg.Metrics.PoolMissed(miss)
 	}
 	s.id = core.NewSandboxID()
 	if network != nil {

@@ -97,13 +97,21 @@ func (m *Manager) recordDeaths(ctx context.Context) {
 }
 
 // expire removes the sandboxes whose idle TTL has passed (dead ones too:
-// their record has been kept long enough), and bindings left naming no
-// Pod.
+// their record has been kept long enough), pool Pods left half shaped
+// (shape.go), and bindings left naming no Pod.
 func (m *Manager) expire(ctx context.Context) {
 	now := time.Now()
 	for _, p := range m.userPods() {
 		if p.Annotations[annDeleting] != "" {
 			m.finishRemoval(ctx, p)
+			continue
+		}
+		if p.Annotations[annShaping] != "" {
+			// Claimed from the pool, being shaped (shape.go): its
+			// claimant's, or, long marked, left by a replica that stopped.
+			if shapingStaleAt(p, now) {
+				m.removeHalfShaped(ctx, p, now)
+			}
 			continue
 		}
 		ttl := m.idleTTLOf(p)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"maps"
 	"strings"
 	"time"
 
@@ -35,7 +36,9 @@ const (
 	// JSON): the sandbox is hibernated while it is there.
 	annHibernated = "sandboxd.io/hibernated"
 	// annEnv, on a hibernated sandbox's claim, is its env (JSON), for the
-	// Pod that wakes it.
+	// Pod that wakes it. On a Pod, it is the env a warm-pool Pod was given
+	// after its claim, by an env record (shape.go): envOf merges it over
+	// the container's.
 	annEnv = "sandboxd.io/env"
 	// annImage, on a hibernated sandbox's claim, is its sandbox
 	// container's image: it wakes in the image it was created with (its
@@ -264,7 +267,9 @@ func imageOf(p *corev1.Pod) string {
 	return ""
 }
 
-// envOf is the sandbox container's env in Pod p.
+// envOf is the env of Pod p's sandbox: its container's, with the env
+// its claim gave a warm-pool Pod by an env record (annEnv, shape.go) set
+// over it, as the driver sets it.
 func envOf(p *corev1.Pod) map[string]string {
 	env := map[string]string{}
 	for _, c := range p.Spec.Containers {
@@ -276,6 +281,11 @@ func envOf(p *corev1.Pod) map[string]string {
 				env[e.Name] = e.Value
 			}
 		}
+	}
+	if s := p.Annotations[annEnv]; s != "" {
+		var claimed map[string]string
+		_ = json.Unmarshal([]byte(s), &claimed)
+		maps.Copy(env, claimed)
 	}
 	return env
 }

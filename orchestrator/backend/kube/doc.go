@@ -53,7 +53,11 @@
 //     user instead; that cannot work with a warm pool, whose Pods exist
 //     before their user is known, so the derived name moved to the binding.
 //   - Warm-pool Pods are claimed with a conditional update of their labels
-//     (pool.go): no Pod is claimed twice.
+//     (pool.go): no Pod is claimed twice. A claim with env or other
+//     limits marks the Pod shaping, appends an env record and resizes it
+//     in place, then clears the mark before the Pod is bound and handed
+//     out; the leader removes a Pod a dead replica left marked
+//     (shape.go).
 //   - With Config.StorageClass, a sandbox's /io and /workspace are a
 //     PersistentVolumeClaim named as its Pod (claim.go), which outlives
 //     it. A hibernated sandbox has no Pod: its claim carries its record

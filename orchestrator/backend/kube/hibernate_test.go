@@ -446,6 +446,16 @@ type countingMetrics struct {
 	core.NoMetrics
 	mu       sync.Mutex
 	acquired map[core.AcquireKind]int
+	missed   map[core.PoolMiss]int
+}
+
+func (c *countingMetrics) PoolMissed(reason core.PoolMiss) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.missed == nil {
+		c.missed = map[core.PoolMiss]int{}
+	}
+	c.missed[reason]++
 }
 
 func (c *countingMetrics) Acquired(kind core.AcquireKind, _ time.Duration) {

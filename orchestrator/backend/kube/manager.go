@@ -294,25 +294,26 @@ func (m *Manager) podFromAPI(ctx context.Context, id string) (*corev1.Pod, error
 }
 
 // visible returns sandbox id's Pod when the caller in ctx may see it.
-// A sandbox sandboxd is deleting, a pool Pod and another tenant's sandbox
-// are ErrNotFound.
+// A sandbox sandboxd is deleting, a pool Pod (one being shaped after its
+// claim too) and another tenant's sandbox are ErrNotFound.
 func (m *Manager) visible(ctx context.Context, id string) (*corev1.Pod, error) {
 	if err := m.checkOpen(); err != nil {
 		return nil, err
 	}
 	p, err := m.pod(ctx, id)
-	if err == nil && p != nil && p.Labels[labelPool] == "true" {
-		// The cache may not show a claim yet: the claimant's first call
-		// follows its Acquire by milliseconds, and this replica's informer
-		// (or, through another replica, theirs) can lag behind that. The
-		// API server decides; only a caller naming a pool sandbox's ID pays
-		// the extra read, and only a claimant knows one.
+	if err == nil && p != nil && (p.Labels[labelPool] == "true" || p.Annotations[annShaping] != "") {
+		// The cache may not show a claim yet, or the end of its shaping
+		// (shape.go): the claimant's first call follows its Acquire by
+		// milliseconds, and this replica's informer (or, through another
+		// replica, theirs) can lag behind that. The API server decides;
+		// only a caller naming a pool sandbox's ID pays the extra read,
+		// and only a claimant knows one.
 		p, err = m.podFromAPI(ctx, id)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if p == nil || p.Labels[labelPool] == "true" || !core.CallerOf(ctx).Sees(p.Annotations[annTenant]) {
+	if p == nil || p.Labels[labelPool] == "true" || p.Annotations[annShaping] != "" || !core.CallerOf(ctx).Sees(p.Annotations[annTenant]) {
 		return nil, core.SandboxNotFound(id)
 	}
 	if gone, _, _, _ := podState(p); gone {

@@ -129,15 +129,7 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 	for _, k := range slices.Sorted(maps.Keys(s.env)) {
 		env = append(env, corev1.EnvVar{Name: k, Value: s.env[k]})
 	}
-	res := corev1.ResourceList{
-		corev1.ResourceMemory: *resource.NewQuantity(s.limits.MemoryBytes, resource.BinarySI),
-		corev1.ResourceCPU:    *resource.NewMilliQuantity(s.limits.NanoCPUs/1e6, resource.DecimalSI),
-	}
-	req := res
-	if r := cfg.CPURequest; r > 0 && r < 1 {
-		req = maps.Clone(res)
-		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, int64(float64(s.limits.NanoCPUs/1e6)*cfg.CPURequest)), resource.DecimalSI)
-	}
+	req, res := sandboxResources(cfg, s.limits)
 	workspace := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
 	if s.limits.DiskBytes > 0 {
 		workspace.EmptyDir.SizeLimit = resource.NewQuantity(s.limits.DiskBytes, resource.BinarySI)
@@ -208,6 +200,21 @@ func buildPod(cfg *Config, s podSpec) *corev1.Pod {
 		},
 	}}
 	return pod
+}
+
+// sandboxResources are the sandbox container's requests and limits for
+// limits l under cfg: memory and CPUs (the process limit is the node's).
+func sandboxResources(cfg *Config, l core.Limits) (req, res corev1.ResourceList) {
+	res = corev1.ResourceList{
+		corev1.ResourceMemory: *resource.NewQuantity(l.MemoryBytes, resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(l.NanoCPUs/1e6, resource.DecimalSI),
+	}
+	req = res
+	if r := cfg.CPURequest; r > 0 && r < 1 {
+		req = maps.Clone(res)
+		req[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, int64(float64(l.NanoCPUs/1e6)*cfg.CPURequest)), resource.DecimalSI)
+	}
+	return req, res
 }
 
 // basePodSpec is what every Pod sandboxd makes has, a sandbox's or a

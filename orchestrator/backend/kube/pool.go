@@ -3,6 +3,7 @@ package kube
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"maps"
 	"slices"
 	"time"
@@ -19,7 +20,8 @@ import (
 // Config.WarmPool by the leader. Any replica claims one for a new user with
 // a conditional update of its labels and annotations: the update carries
 // the resourceVersion the replica saw, so of two replicas claiming the same
-// Pod one gets a Conflict and tries the next. No Pod is claimed twice.
+// Pod one gets a Conflict and tries the next. No Pod is claimed twice. A
+// claim with env then shapes the Pod before it is handed out (shape.go).
 
 // claim takes a ready pool Pod for the user of s, or returns nil when the
 // pool has none to give.
@@ -38,6 +40,18 @@ func (m *Manager) claim(ctx context.Context, s podSpec) *corev1.Pod {
 				q.Annotations = map[string]string{}
 			}
 			maps.Copy(q.Annotations, ownerAnnotations(s))
+			if have := limitsOf(p); len(s.env) > 0 || have != s.limits {
+				// To be shaped (shape.go): its env and limits, and the
+				// mark that keeps it from everyone until they are in
+				// force.
+				if len(s.env) > 0 {
+					envJSON, _ := json.Marshal(s.env)
+					q.Annotations[annEnv] = string(envJSON)
+				}
+				limitsJSON, _ := json.Marshal(s.limits)
+				q.Annotations[annLimits] = string(limitsJSON)
+				q.Annotations[annShaping] = s.now.UTC().Format(time.RFC3339Nano)
+			}
 			got, err := pods.Update(ctx, q, metav1.UpdateOptions{})
 			switch {
 			case err == nil:

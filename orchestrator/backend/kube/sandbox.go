@@ -40,8 +40,8 @@ func (m *Manager) List(ctx context.Context, f core.ListFilter) ([]core.Sandbox, 
 	var out []core.Sandbox
 	var pods []*corev1.Pod
 	for _, p := range m.userPods() {
-		if gone, _, _, _ := podState(p); gone || !caller.Sees(p.Annotations[annTenant]) {
-			continue
+		if gone, _, _, _ := podState(p); gone || p.Annotations[annShaping] != "" || !caller.Sees(p.Annotations[annTenant]) {
+			continue // a Pod being shaped is no one's yet (shape.go)
 		}
 		sb := m.sandboxOf(p)
 		if (f.Tenant != "" && sb.Tenant != f.Tenant) || (f.UserID != "" && sb.UserID != f.UserID) ||

@@ -178,6 +178,30 @@ func TestAppendMalformedRecord(t *testing.T) {
 	}
 }
 
+// TestAppendEnvRecord: an env record (a claimed pool Pod's shaping,
+// kube/shape.go) is appended as the host's iolog appends it, and one
+// setting a driver's own variable, sent raw past the client's encoder, is
+// refused by the sidecar's own check.
+func TestAppendEnvRecord(t *testing.T) {
+	sc := startSidecar(t)
+	ctx := ctxT(t)
+	if ok, err := sc.c.Append(ctx, ioproto.EnvRecord(ioproto.EnvRecordIDPrefix+"0123", map[string]string{"A": "b"})); !ok || err != nil {
+		t.Fatalf("Append(env record) = %v, %v; want appended", ok, err)
+	}
+	raw := `{"type":"env","command_id":"sbx-env-4567","env":{"` + ioproto.EnvLogLevel + `":"debug"}}`
+	_, err := sc.c.rpc.Append(ctx, &sandboxAppendReq{Record: []byte(raw)})
+	if err := errorOf(t.Context(), callAppend, err); !errors.Is(err, core.ErrInvalidArgument) {
+		t.Errorf("Append(%s) = %v; want core.ErrInvalidArgument", raw, err)
+	}
+	log, err := os.ReadFile(filepath.Join(sc.io, ioproto.StdinFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(log, []byte("\n")); n != 1 || !bytes.Contains(log, []byte(`"type":"env"`)) {
+		t.Errorf("the command log has %d records; want the env record alone:\n%s", n, log)
+	}
+}
+
 func TestFollowFromStartAndResume(t *testing.T) {
 	sc := startSidecar(t)
 	if _, err := sc.c.Append(ctxT(t), execRec("c1", "print('hello')")); err != nil {
