@@ -44,8 +44,9 @@ type Options struct {
 	// Limits requested; zero fields take the server default, and requests
 	// above the server maximum are refused with ErrInvalidArgument.
 	Limits Limits
-	// Env is set in the sandbox's processes. A sandbox with env is never
-	// taken from the warm pool: a running container's environment is fixed.
+	// Env is set in the sandbox's processes. A warm-pool sandbox takes it
+	// after its claim, by an env record (ioproto/PROTOCOL.md, *Sandbox
+	// environment*), unless it names a driver variable.
 	Env map[string]string
 	// Network gives the sandbox outbound network access, through the egress
 	// gateway and under NetworkPolicy. Refused with ErrInvalidArgument
@@ -72,13 +73,14 @@ type Options struct {
 	OnIdle string
 	// FromSnapshot starts a new sandbox from a named snapshot of the
 	// caller's tenant (its ID or name): /workspace copied, the globals
-	// restored before Acquire returns (AcquireResult.Woke says how). It
-	// keeps the sandbox from the warm pool.
+	// restored before Acquire returns (AcquireResult.Woke says how). Where
+	// sandboxes wake fast it runs in a warm-pool container.
 	FromSnapshot string
 	// Volumes are mounted in the sandbox (volume.go), checked by
 	// ValidateVolumeMounts; a backend resolves each to its volume's ID,
-	// and a missing one is VolumeNotFound. They keep the sandbox from the
-	// warm pool.
+	// and a missing one is VolumeNotFound. A backend whose containers see
+	// mounts made after they started mounts them into a claimed warm-pool
+	// sandbox.
 	Volumes []VolumeMount
 	// Template is a template of the caller's tenant (its ID or name): the
 	// sandbox runs its latest ready version's image instead of the
