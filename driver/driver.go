@@ -298,6 +298,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 	// used gives, per context, the kernel kinds its commands used, so that
 	// after a restart only those report lost globals.
 	used := map[string]map[string]bool{ioproto.DefaultContext: {kindPython: true}}
+	// mounts is the last mounts record before the offset: a restarted
+	// container has its mounts back only once the host added them again.
+	var mounts *ioproto.Record
 	for {
 		line, ok, err := lr.Next()
 		if err != nil {
@@ -314,9 +317,8 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 			}
 			continue
 		} else if err == nil && line.Err == nil && rec.Type == ioproto.KindMounts {
-			// State too: a restarted container has the mounts back only
-			// once the host added them again (mounts.go).
-			d.awaitMounts(rec)
+			// State too: the last one is waited for below (mounts.go).
+			mounts = &rec
 			continue
 		}
 		// Interrupts and input records name commands but are not commands
@@ -331,6 +333,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 				used[cid][kernelKind(rec.Language)] = true
 			}
 		}
+	}
+	if mounts != nil {
+		d.awaitMounts(*mounts)
 	}
 	d.readOffset, d.savedOffset = st.Offset, st.Offset
 

@@ -89,4 +89,16 @@ func TestMountsRecordWaits(t *testing.T) {
 	if got := h2.out("restarted"); got != "restarted\n" {
 		t.Fatalf("restarted: %q", got)
 	}
+
+	// A later record replaces the set: /ro (a volume deleted by force) is
+	// no longer waited for, after a restart either.
+	h2.record(ioproto.MountsRecord("sbx-mounts-2", []string{"/data"}))
+	h2.stop()
+	fm3 := newFakeMounts()
+	fm3.mount("/data")
+	h3 := startDriver(t, io, func(d *Driver) { d.cfg.Mounted = fm3.isMounted })
+	h3.submit("replaced", ioproto.LanguageBash, "echo replaced")
+	if got := h3.out("replaced"); got != "replaced\n" {
+		t.Fatalf("replaced: %q", got)
+	}
 }

@@ -14,8 +14,9 @@ import (
 // record (and again whenever it starts over on the log), waits until every
 // path in Record.Mounts is a mount point before it runs any later command:
 // no command runs with a volume missing, writing into the container's own
-// file system instead. Like an env record it has a command ID but is no
-// command.
+// file system instead. The last such record is the one in force: a later
+// one replaces the set (a volume deleted by force is no longer waited
+// for). Like an env record it has a command ID but is no command.
 const KindMounts = "mounts"
 
 // MountsRecordIDPrefix starts the command ID of the mounts records the
@@ -32,11 +33,12 @@ func MountsRecord(id string, paths []string) Record {
 	return Record{Type: KindMounts, CommandID: id, Mounts: paths}
 }
 
-// validateMountsRecord checks a mounts record: 1 to MaxRecordMounts
-// absolute, clean paths other than /, each at most 4096 bytes.
+// validateMountsRecord checks a mounts record: at most MaxRecordMounts
+// absolute, clean paths other than /, each at most 4096 bytes (none: no
+// mount is required any more).
 func (r *Record) validateMountsRecord() error {
-	if len(r.Mounts) == 0 || len(r.Mounts) > MaxRecordMounts {
-		return fmt.Errorf("%w: a mounts record names %d paths; want 1 to %d", ErrMalformed, len(r.Mounts), MaxRecordMounts)
+	if len(r.Mounts) > MaxRecordMounts {
+		return fmt.Errorf("%w: a mounts record names %d paths; want at most %d", ErrMalformed, len(r.Mounts), MaxRecordMounts)
 	}
 	for _, p := range r.Mounts {
 		if len(p) > 4096 || !strings.HasPrefix(p, "/") || p == "/" || path.Clean(p) != p || strings.ContainsRune(p, 0) {

@@ -35,7 +35,12 @@ var benchShapes = []shape{
 	{"limits", "own limits", []sandboxclient.AcquireOption{sandboxclient.WithLimits(sandboxclient.Limits{MemoryBytes: 768 << 20, NanoCPUs: 500_000_000, PidsLimit: 200})}, false},
 	{"allowlist", "network with an allow-list", []sandboxclient.AcquireOption{sandboxclient.WithNetworkPolicy(sandboxclient.NetworkPolicy{
 		AllowOut: []string{netHost}, DenyOut: []string{"0.0.0.0/0"}})}, true},
+	{"volume", "a volume", []sandboxclient.AcquireOption{sandboxclient.WithVolume(shapeVolume, "/data/bench", false)}, false},
 }
+
+// shapeVolume is the volume the volume shape mounts, made by the phase
+// (and deleted with its sandboxd's state).
+const shapeVolume = "bench-shape-volume"
 
 // netShapeCheck is what a networked shape's sandbox runs once, untimed:
 // the allowed test host answers through the gateway.
@@ -130,6 +135,18 @@ func (b *bench) shapes(ctx context.Context) error {
 	defer pd.stop()
 	c, metricsAddr := pd.c, pd.metricsAddr
 	made := &pd.made
+	if b.cfg.shapes["volume"] {
+		if _, err := c.sb.CreateVolume(ctx, shapeVolume, 64<<20); err != nil {
+			b.fail(err, all...)
+			return err
+		}
+		// Its sandboxes are deleted first (pd.stop, deferred above).
+		defer func() {
+			if err := c.sb.DeleteVolume(context.WithoutCancel(ctx), shapeVolume, true); err != nil {
+				b.progress("delete the shapes' volume: %v", err)
+			}
+		}()
+	}
 	pooled := 2.0 // make run's default pool, and its pool with network
 	if netFlags != nil {
 		pooled += 2

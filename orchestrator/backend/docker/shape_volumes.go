@@ -138,6 +138,27 @@ func (m *Manager) remountVolumes(ctx context.Context, sb *sandbox) error {
 	return nil
 }
 
+// restateMounts appends, to the log of a sandbox whose volumes were
+// mounted after its start, a mounts record naming those of its volumes
+// that still exist: the driver waits for those alone from then on (a
+// volume deleted by force is not coming back).
+func (m *Manager) restateMounts(ctx context.Context, sb *sandbox) {
+	sb.mu.Lock()
+	mounted := sb.volsMounted
+	vols := slices.Clone(sb.volumes)
+	sb.mu.Unlock()
+	if !mounted {
+		return
+	}
+	paths := []string{}
+	for _, hm := range m.volumeMounts(vols) {
+		paths = append(paths, hm.dst)
+	}
+	if _, err := sb.io.AppendMounts(ctx, paths, nil); err != nil {
+		m.log.Error("tell a sandbox's driver its volume was deleted; after a restart its commands wait a minute for it", "sandbox_id", sb.id, "error", err)
+	}
+}
+
 // ensureVolumes is remountVolumes for a running sandbox found at start-up
 // or seen starting: a sandbox whose volumes cannot be mounted again is
 // dead, saying why (its driver would otherwise wait for them, then run its

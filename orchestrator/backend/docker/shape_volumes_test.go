@@ -106,17 +106,7 @@ func TestWarmPoolShapesVolumes(t *testing.T) {
 	if err != nil || md.Shaping || !md.VolumesMounted || len(md.Volumes) != 2 {
 		t.Errorf("meta.json: shaping %v, volumes mounted %v, volumes %+v, %v", md.Shaping, md.VolumesMounted, md.Volumes, err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, ioDir, ioproto.StdinFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var last ioproto.Record
-	for line := range strings.Lines(string(b)) {
-		if err := json.Unmarshal([]byte(line), &last); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if last.Type != ioproto.KindMounts || !slices.Equal(last.Mounts, []string{"/data/main", "/mnt/ref"}) {
+	if last := lastRecord(t, dir); last.Type != ioproto.KindMounts || !slices.Equal(last.Mounts, []string{"/data/main", "/mnt/ref"}) {
 		t.Errorf("the log's last record is %+v; want a mounts record of /data/main and /mnt/ref", last)
 	}
 	if got := m.mountedBy(data.ID); !slices.Contains(got, res.Sandbox.ID) {
@@ -155,8 +145,33 @@ func TestWarmPoolShapesVolumes(t *testing.T) {
 		t.Errorf("the cold sandbox's binds %v lack the read-only volume", c.host.Binds)
 	}
 	rec.mu.Lock()
-	defer rec.mu.Unlock()
 	if rec.misses[core.PoolMissShaping] != 1 {
 		t.Errorf("misses: %v; want one shaping_failed", rec.misses)
 	}
+	rec.mu.Unlock()
+
+	// A volume deleted by force: the claimed sandbox's driver is told to
+	// wait no more for it.
+	if err := m.DeleteVolume(ctx, ref.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if last := lastRecord(t, dir); last.Type != ioproto.KindMounts || !slices.Equal(last.Mounts, []string{"/data/main"}) {
+		t.Errorf("after a forced deletion the log's last record is %+v; want a mounts record of /data/main alone", last)
+	}
+}
+
+// lastRecord is the last record of the command log of sandbox dir.
+func lastRecord(t *testing.T, dir string) ioproto.Record {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, ioDir, ioproto.StdinFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last ioproto.Record
+	for line := range strings.Lines(string(b)) {
+		if err := json.Unmarshal([]byte(line), &last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return last
 }

@@ -428,6 +428,13 @@ func (m *Manager) DeleteVolume(ctx context.Context, ref string, force bool) erro
 		m.log.Error("remove a deleted volume's files; the next start removes them", "volume_id", e.f.ID, "error", err)
 	}
 	m.log.Info("volume deleted", "volume_id", e.f.ID, "name", e.f.Name, "tenant", e.f.Tenant, "force", force, "mounted_by", by)
+	for _, id := range by {
+		// Its sandboxes go on without it: one whose volumes were mounted
+		// after its start must not have its driver wait for it.
+		if sb := m.reg.get(id); sb != nil {
+			m.restateMounts(ctx, sb)
+		}
+	}
 	return nil
 }
 
