@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -138,24 +137,7 @@ func TestIntegrationFastWake(t *testing.T) {
 	// container: it comes back on the sandbox's volumes, not the pool
 	// sandbox's.
 	got, _ := m.Get(ctx, id)
-	before, err := c.ContainerInspect(ctx, got.ContainerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
-	if out, err := exec.CommandContext(ectx, "docker", "exec", got.ContainerID, "pkill", "-KILL", "-x", "sandbox-driver").CombinedOutput(); err != nil {
-		t.Logf("docker exec pkill: %v: %s", err, out)
-	}
-	ecancel()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) { // polling the engine, bounded
-		info, err := c.ContainerInspect(ctx, got.ContainerID)
-		if err == nil && info.RestartCount > before.RestartCount && info.State.Running && !info.State.Restarting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the carrier's container did not restart within a minute: %v", err)
-		}
-	}
+	crashDriver(t, ctx, c, got.ContainerID)
 	if out := mustRunOK(t, m, id, "bash", "cat /workspace/f.txt; ls /io/out | grep -c '^set\\.'"); out != "once\n1\n" {
 		t.Fatalf("after a restart of the carrier's container: %q", out)
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -505,5 +506,37 @@ func BenchmarkIntegrationRoundTrip(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		run("x * 2")
+	}
+}
+
+// crashDriver kills the sandbox driver in container id and waits, at most
+// a minute, until Docker's restart policy has restarted the container
+// and it runs again; it returns the container as then inspected.
+func crashDriver(t *testing.T, ctx context.Context, c *client.Client, id string) container.InspectResponse {
+	t.Helper()
+	before, err := c.ContainerInspect(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The exec's own process dies with the container it killed the
+	// driver of, and under gVisor docker exec may then never return:
+	// bounded on its own, its outcome is the restart below.
+	ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
+	if out, err := exec.CommandContext(ectx, "docker", "exec", id, "pkill", "-KILL", "-x", "sandbox-driver").CombinedOutput(); err != nil {
+		t.Logf("docker exec pkill: %v: %s", err, out)
+	}
+	ecancel()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) { // polling the engine, bounded
+		info, err := c.ContainerInspect(ctx, id)
+		if err == nil && info.RestartCount > before.RestartCount && info.State.Running && !info.State.Restarting && info.State.StartedAt != before.State.StartedAt {
+			return info
+		}
+		if time.Now().After(deadline) {
+			state := "not inspected"
+			if err == nil {
+				state = fmt.Sprintf("%+v", *info.State)
+			}
+			t.Fatalf("the container did not restart within a minute: %s, %v", state, err)
+		}
 	}
 }

@@ -579,30 +579,8 @@ c = socket.create_connection(("%s", 80), timeout=5); print(c.getsockname()[0], c
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The exec's own process dies with the container it killed the
-			// driver of, and under gVisor docker exec may then never return:
-			// bounded on its own, its outcome is the restart below.
-			ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
-			if out, err := exec.CommandContext(ectx, "docker", "exec", res.Sandbox.ContainerID, "pkill", "-KILL", "-x", "sandbox-driver").CombinedOutput(); err != nil {
-				t.Logf("docker exec pkill: %v: %s", err, out)
-			}
-			ecancel()
-			deadline := time.Now().Add(time.Minute)
-			for {
-				info, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
-				if err == nil && info.RestartCount > before.RestartCount && info.State.Running && !info.State.Restarting && info.State.StartedAt != before.State.StartedAt {
-					t.Logf("restarted while sandboxd was down: started %s → %s, restarts %d → %d", before.State.StartedAt, info.State.StartedAt, before.RestartCount, info.RestartCount)
-					break
-				}
-				if time.Now().After(deadline) {
-					state := "not inspected"
-					if err == nil {
-						state = fmt.Sprintf("%+v", *info.State)
-					}
-					t.Fatalf("the container did not restart within a minute: %s, %v", state, err)
-				}
-				time.Sleep(100 * time.Millisecond) // polling the engine, bounded by the deadline
-			}
+			info := crashDriver(t, ctx, c, res.Sandbox.ContainerID)
+			t.Logf("restarted while sandboxd was down: started %s → %s, restarts %d → %d", before.State.StartedAt, info.State.StartedAt, before.RestartCount, info.RestartCount)
 			m2, err := New(ctx, cfg, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -263,24 +262,7 @@ func testWarmPoolShapedEnv(t *testing.T, runtime string) {
 
 	// The driver crashes and Docker's restart policy restarts the
 	// container, which starts over on the log: the env record again.
-	before, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
-	if out, err := exec.CommandContext(ectx, "docker", "exec", res.Sandbox.ContainerID, "pkill", "-KILL", "-x", "sandbox-driver").CombinedOutput(); err != nil {
-		t.Logf("docker exec pkill: %v: %s", err, out)
-	}
-	ecancel()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) { // polling the engine, bounded
-		info, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
-		if err == nil && info.RestartCount > before.RestartCount && info.State.Running && !info.State.Restarting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the container did not restart within a minute: %v", err)
-		}
-	}
+	crashDriver(t, ctx, c, res.Sandbox.ContainerID)
 	checkEnvSeen(t, m, id, "alpha", "two words", "after a restart of the container")
 	if _, err := m.Hibernate(acme, id); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package docker
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,24 +65,7 @@ touch /mnt/ref/x 2>/dev/null && echo ref-writable || echo ref-readonly`)
 
 	// The driver crashes and Docker restarts the container: the volumes
 	// are mounted again, and no command runs before they are.
-	before, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
-	if out, err := exec.CommandContext(ectx, "docker", "exec", res.Sandbox.ContainerID, "pkill", "-KILL", "-x", "sandbox-driver").CombinedOutput(); err != nil {
-		t.Logf("docker exec pkill: %v: %s", err, out)
-	}
-	ecancel()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) { // polling the engine, bounded
-		info, err := c.ContainerInspect(ctx, res.Sandbox.ContainerID)
-		if err == nil && info.RestartCount > before.RestartCount && info.State.Running && !info.State.Restarting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the container did not restart within a minute: %v", err)
-		}
-	}
+	crashDriver(t, ctx, c, res.Sandbox.ContainerID)
 	check("after a restart of the container", "restarted")
 
 	// Hibernated, then woken fast in another pool container.
