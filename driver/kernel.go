@@ -173,7 +173,7 @@ func (l *kernelLauncher) start(lang, dir string, env []string, readyTimeout time
 		closeAll(outR, outW, errR, errW, ctrlR, ctrlW)
 		return nil, err
 	}
-	cmd := exec.Command(bin, spec.args(filepath.Join(l.dir, spec.file))...)
+	cmd := exec.Command(bin, spec.args(bin, filepath.Join(l.dir, spec.file))...)
 	cmd.Dir = dir
 	if env == nil {
 		env = os.Environ()
