@@ -98,6 +98,12 @@ func TestJavaKernelLocal(t *testing.T) {
 	if errs := evsOf(evs, ioproto.EventError); len(errs) != 1 || errs[0].EName != "Interrupted" {
 		t.Fatalf("timeout error %+v", errs)
 	}
+	// The command right after runs whole: the stop was for the cell that
+	// timed out only.
+	evs = java("j8b", "System.out.println(\"after\");\nThread.sleep(300);\nx", nil)
+	if textOf(evs, ioproto.EventStdout) != "after\n" || plainResult(evs) != "21" {
+		t.Fatalf("the command after a timeout: %+v", evs)
+	}
 	// A sleep is interrupted on request.
 	h.appendRecord(ioproto.Record{Type: ioproto.KindExec, CommandID: "j9", Language: ioproto.LanguageJava, Code: "System.out.println(\"sleeping\");\nThread.sleep(600000);"})
 	h.waitRunning("j9")

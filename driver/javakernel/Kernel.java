@@ -73,7 +73,9 @@ public class Kernel {
     static String curId = null;
     static int cell = 0;
     static JShell shell;
-    // running is set while a cell runs; interrupted once a SIGINT reached it.
+    // running is set while a cell runs; interrupted once a SIGINT reached
+    // it. RUN_LOCK orders them with cell, the cell a SIGINT is for.
+    static final Object RUN_LOCK = new Object();
     static volatile boolean running = false;
     static volatile boolean interrupted = false;
     // Where each snippet came from, for stack traces: its cell and the line
@@ -120,12 +122,19 @@ public class Kernel {
     }
 
     static void onInterrupt() {
-        if (!running) return;
-        interrupted = true;
+        int gen;
+        synchronized (RUN_LOCK) {
+            if (!running) return;
+            gen = cell;
+            interrupted = true;
+        }
         // A SIGINT while the snippet compiles finds nothing to stop: try
-        // until the cell notices.
-        while (running) {
-            shell.stop();
+        // until the cell ends; never past it, into the next one.
+        for (;;) {
+            synchronized (RUN_LOCK) {
+                if (!running || cell != gen) return;
+                shell.stop();
+            }
             try {
                 Thread.sleep(20);
             } catch (InterruptedException e) {
@@ -157,15 +166,19 @@ public class Kernel {
         setEnv((Map<String, String>) req.get("setenv")); // for good
         Map<String, String> saved = setEnv((Map<String, String>) req.get("env"));
         String status = "ok";
-        interrupted = false;
-        running = true;
+        synchronized (RUN_LOCK) {
+            interrupted = false;
+            running = true;
+        }
         try {
             if (!runCell((String) req.get("code"))) status = "error";
         } catch (Throwable t) {
             status = "error";
             sendError(t.getClass().getName(), String.valueOf(t.getMessage()), List.of());
         } finally {
-            running = false;
+            synchronized (RUN_LOCK) {
+                running = false;
+            }
         }
         if (interrupted && status.equals("ok")) {
             // Stopped between the last snippet's end and the cell's.
