@@ -54,6 +54,10 @@ type kernelSpec struct {
 	args func(bin, path string) []string
 	// env is added to the sandbox's environment for the kernel.
 	env []string
+	// interruptOp: the kernel is interrupted by a request {"id", "op":
+	// "interrupt"} after the SIGINT, not by the SIGINT alone (Java, whose
+	// JVM runs a signal handler late, on a thread of its own).
+	interruptOp bool
 }
 
 var kernelSpecs = map[string]*kernelSpec{
@@ -81,8 +85,9 @@ var kernelSpecs = map[string]*kernelSpec{
 	// environment snippets see (Kernel.java).
 	kindJava: {
 		kind: kindJava, display: "Java", file: "Kernel.java", source: javaKernelSource,
-		bins: []string{"java"},
-		args: javaArgs,
+		bins:        []string{"java"},
+		args:        javaArgs,
+		interruptOp: true,
 	},
 }
 

@@ -22,9 +22,12 @@
 // cell); an exception ends it with an error named by the exception's
 // class, with the stack trace (snippet frames as <cell-N>:line).
 //
-// SIGINT (timeout, interrupt) stops the running snippet with JShell.stop()
-// (the snippet's thread is stopped); the cell ends with an Interrupted
-// error and the definitions are kept. A SIGINT while idle is ignored.
+// A timeout or an interrupt (the driver's SIGINT, then a request
+// {"id", "op": "interrupt"} on fd 3, read while the cell runs) stops the
+// running snippet with JShell.stop() (the snippet's thread is stopped);
+// the cell ends with an Interrupted error and the definitions are kept.
+// SIGINT itself is ignored: the JVM would run its handler late, maybe in
+// the next cell. An interrupt for a command not running is ignored.
 // Snippets see the request's environment: System.getenv (the JVM's map is
 // updated in place, which needs --add-opens java.base/java.util=ALL-UNNAMED)
 // and the processes they start (the C library's environment is updated with
@@ -51,6 +54,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.stream.Collectors;
 
 import jdk.jshell.DeclarationSnippet;
@@ -78,6 +82,7 @@ public class Kernel {
     static final Object RUN_LOCK = new Object();
     static volatile boolean running = false;
     static volatile boolean interrupted = false;
+    static String runningId = null;
     // Where each snippet came from, for stack traces: its cell and the line
     // of the cell it starts on.
     static final Map<String, int[]> origins = new HashMap<>();
@@ -88,8 +93,12 @@ public class Kernel {
         // follow it in the pipe.
         System.setOut(new PrintStream(new FileOutputStream(FileDescriptor.out), true, StandardCharsets.UTF_8));
         System.setErr(new PrintStream(new FileOutputStream(FileDescriptor.err), true, StandardCharsets.UTF_8));
-        // Installed first: a SIGINT while idle must not end the JVM.
-        sun.misc.Signal.handle(new sun.misc.Signal("INT"), sig -> onInterrupt());
+        // Installed first: SIGINT must not end the JVM. It stops nothing
+        // either: the JVM runs a signal's handler later, on a thread of its
+        // own, when the cell it was for may have ended and the next begun.
+        // The driver follows its SIGINT with an interrupt request naming the
+        // command, which stops that command only.
+        sun.misc.Signal.handle(new sun.misc.Signal("INT"), sig -> {});
         BufferedReader in = new BufferedReader(new InputStreamReader(new FileInputStream("/dev/fd/3"), StandardCharsets.UTF_8));
         ctlOut = new FileOutputStream("/dev/fd/4");
         String hello = in.readLine();
@@ -102,9 +111,24 @@ public class Kernel {
         }
         envMap = writableEnv();
         shell = JShell.builder().executionEngine("local").out(System.out).err(System.err).build();
+        // Requests are read as they come, so an interrupt reaches the cell
+        // while it runs; the others wait their turn.
+        LinkedBlockingQueue<Optional<String>> lines = new LinkedBlockingQueue<>();
+        Thread reader = new Thread(() -> {
+            try {
+                for (String l; (l = in.readLine()) != null;) {
+                    if (!interruptRequest(l)) lines.add(Optional.of(l));
+                }
+            } catch (IOException e) {
+                // As closed.
+            }
+            lines.add(Optional.empty());
+        }, "sandboxd-requests");
+        reader.setDaemon(true);
+        reader.start();
         writeCtl("{\"type\":\"ready\",\"pid\":" + ProcessHandle.current().pid() + "}\n");
         for (;;) {
-            String line = in.readLine();
+            String line = lines.take().orElse(null);
             if (line == null) System.exit(0); // the driver closed fd 3
             if (line.isBlank()) continue;
             Map<?, ?> req;
@@ -121,10 +145,27 @@ public class Kernel {
         }
     }
 
-    static void onInterrupt() {
+    // interruptRequest handles {"id", "op": "interrupt"}: the running cell,
+    // when it is that command's, is stopped. It reports whether line was one.
+    static boolean interruptRequest(String line) {
+        if (!line.contains("\"interrupt\"")) return false;
+        String id;
+        try {
+            if (!(new Json(line).value() instanceof Map<?, ?> m) || !"interrupt".equals(m.get("op")) || !(m.get("id") instanceof String i)) return false;
+            id = i;
+        } catch (RuntimeException e) {
+            return false;
+        }
+        Thread t = new Thread(() -> onInterrupt(id), "sandboxd-interrupt");
+        t.setDaemon(true);
+        t.start();
+        return true;
+    }
+
+    static void onInterrupt(String id) {
         int gen;
         synchronized (RUN_LOCK) {
-            if (!running) return;
+            if (!running || !id.equals(runningId)) return;
             gen = cell;
             interrupted = true;
         }
@@ -169,6 +210,7 @@ public class Kernel {
         synchronized (RUN_LOCK) {
             interrupted = false;
             running = true;
+            runningId = curId;
         }
         try {
             if (!runCell((String) req.get("code"))) status = "error";

@@ -82,6 +82,7 @@ func TestIntegrationJava(t *testing.T) {
 	j = java("2 + 2")
 	warm := time.Since(start)
 	t.Logf("first Java result in a running sandbox: %s (JVM and JShell start included); the next: %s", cold.Round(time.Millisecond), warm.Round(time.Millisecond))
+	t.Logf("the Java kernel's RSS after two cells: %s KiB", strings.TrimSpace(mustRunOK(t, m, id, "bash", "ps -o rss= -C java")))
 
 	j = java("import java.util.stream.*;\nint base = 20;\nint twice(int a) { return a * 2; }\nrecord Pair(int a, int b) { int sum() { return a + b; } }")
 	wantOK("definitions", j)
