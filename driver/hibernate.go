@@ -65,8 +65,8 @@ func (d *Driver) runHib(ctx context.Context, c *execContext, q queued, ev *event
 // setWake records how a restore brought the state back, for the context's
 // next exec. restored clears the Python kernel's "state lost" notice that
 // the container's restart left (the globals are back); otherwise the notice
-// says why they are gone. Other kernels' globals (JavaScript, R) are never
-// kept: they stay reported as lost, and are listed here too.
+// says why they are gone. Other kernels' globals (JavaScript, R, Java) are
+// never kept: they stay reported as lost, and are listed here too.
 func (d *Driver) setWake(c *execContext, res *ioproto.HibResult, restored bool) {
 	w := *res
 	for kind, why := range c.lostReasons {

@@ -63,7 +63,8 @@ type kernelRequest struct {
 	SetEnv map[string]string `json:"setenv,omitempty"`
 	// Op and Path ask the Python kernel to save ("snapshot") or load
 	// ("restore") its user's globals in the file Path instead of running
-	// code (hibernate.go).
+	// code (hibernate.go). Op "interrupt" asks the Java kernel to stop
+	// command ID (interrupt).
 	Op   string `json:"op,omitempty"`
 	Path string `json:"path,omitempty"`
 }
@@ -173,7 +174,7 @@ func (l *kernelLauncher) start(lang, dir string, env []string, readyTimeout time
 		closeAll(outR, outW, errR, errW, ctrlR, ctrlW)
 		return nil, err
 	}
-	cmd := exec.Command(bin, spec.args(filepath.Join(l.dir, spec.file))...)
+	cmd := exec.Command(bin, spec.args(bin, filepath.Join(l.dir, spec.file))...)
 	cmd.Dir = dir
 	if env == nil {
 		env = os.Environ()
@@ -306,6 +307,18 @@ func (k *kernel) signal(sig syscall.Signal) {
 		k.killedByDriver = true
 	}
 	_ = syscall.Kill(-k.cmd.Process.Pid, sig)
+}
+
+// interrupt stops command id, which the kernel runs: SIGINT to the
+// process group and, for a kernel that wants it, an interrupt request
+// naming the command.
+func (k *kernel) interrupt(id string) {
+	k.signal(syscall.SIGINT)
+	if k.spec.interruptOp {
+		if err := k.send(kernelRequest{ID: id, Op: "interrupt"}); err != nil {
+			k.log.Warn("kernel: send interrupt", "err", err)
+		}
+	}
 }
 
 // kill ends the kernel and its process group, waits for it and releases

@@ -24,6 +24,8 @@ var (
 	jsKernelSource []byte
 	//go:embed rkernel/kernel.R
 	rKernelSource []byte
+	//go:embed javakernel/Kernel.java
+	javaKernelSource []byte
 )
 
 // Kernel kinds: one running interpreter per kind. JavaScript and TypeScript
@@ -35,6 +37,7 @@ const (
 	kindPython = "python"
 	kindNode   = "node"
 	kindR      = "r"
+	kindJava   = "java"
 )
 
 // kernelSpec says how to run one kind of kernel.
@@ -47,29 +50,77 @@ type kernelSpec struct {
 	source []byte
 	// bins are the interpreter's names, the first found is used.
 	bins []string
-	// args gives the interpreter's arguments for the script at path.
-	args func(path string) []string
+	// args gives the interpreter bin's arguments for the script at path.
+	args func(bin, path string) []string
 	// env is added to the sandbox's environment for the kernel.
 	env []string
+	// interruptOp: the kernel is interrupted by a request {"id", "op":
+	// "interrupt"} after the SIGINT, not by the SIGINT alone (Java, whose
+	// JVM runs a signal handler late, on a thread of its own).
+	interruptOp bool
 }
 
 var kernelSpecs = map[string]*kernelSpec{
 	kindPython: {
 		kind: kindPython, display: "Python", file: "kernel.py", source: kernelSource,
-		args: func(p string) []string { return []string{"-u", p} },
+		args: func(_, p string) []string { return []string{"-u", p} },
 		env:  []string{"PYTHONUNBUFFERED=1"},
 	},
 	kindNode: {
 		kind: kindNode, display: "Node.js", file: "kernel.mjs", source: jsKernelSource,
 		bins: []string{"node", "nodejs"},
-		args: func(p string) []string { return []string{p} },
+		args: func(_, p string) []string { return []string{p} },
 		env:  []string{"NODE_DISABLE_COLORS=1"},
 	},
 	kindR: {
 		kind: kindR, display: "R", file: "kernel.R", source: rKernelSource,
 		bins: []string{"Rscript"},
-		args: func(p string) []string { return []string{"--vanilla", p} },
+		args: func(_, p string) []string { return []string{"--vanilla", p} },
 	},
+	// Java runs on JShell in the kernel's own JVM, started by the
+	// single-file source launcher (the kernel is compiled in memory at each
+	// start). The serial collector, C1 only and no perf data file keep a
+	// JVM that mostly compiles snippets small and quick to start on the
+	// sandbox's CPUs; java.util is opened so the kernel can set the
+	// environment snippets see (Kernel.java).
+	kindJava: {
+		kind: kindJava, display: "Java", file: "Kernel.java", source: javaKernelSource,
+		bins:        []string{"java"},
+		args:        javaArgs,
+		interruptOp: true,
+	},
+}
+
+// javaArgs are the JVM's arguments for the Java kernel at path. The
+// foreign linker of JDK 17 (an incubator module, gone from later JDKs),
+// when the JDK has it, lets the kernel set the environment of the
+// processes snippets start.
+func javaArgs(bin, path string) []string {
+	args := []string{"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
+		"--add-opens", "java.base/java.util=ALL-UNNAMED"}
+	if jdkHasModule(bin, "jdk.incubator.foreign") {
+		args = append(args, "--add-modules", "jdk.incubator.foreign", "--enable-native-access=ALL-UNNAMED")
+	}
+	return append(args, path)
+}
+
+// jdkHasModule reports whether the JDK of the java at bin lists module in
+// its release file.
+func jdkHasModule(bin, module string) bool {
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(real)), "release"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if mods, ok := strings.CutPrefix(line, "MODULES="); ok {
+			return slices.Contains(strings.Fields(strings.Trim(mods, `"`)), module)
+		}
+	}
+	return false
 }
 
 // kernelKind is the kind of kernel that runs a language, "" for bash
@@ -82,6 +133,8 @@ func kernelKind(lang string) string {
 		return kindNode
 	case ioproto.LanguageR:
 		return kindR
+	case ioproto.LanguageJava:
+		return kindJava
 	}
 	return kindPython
 }
@@ -118,7 +171,7 @@ func firstModule(dirs []string) string {
 // probeLanguages lists the languages this image can run: python and bash
 // always (the driver needs them), JavaScript where node and its parser are
 // installed, TypeScript where the TypeScript compiler is too, R where
-// Rscript is. Only file lookups: no interpreter is started, so an idle
+// Rscript is, Java where a JDK's java is (hasJShell). Only file lookups: no interpreter is started, so an idle
 // sandbox costs nothing more.
 func probeLanguages(bins map[string]string) []string {
 	langs := []string{ioproto.LanguagePython, ioproto.LanguageBash}
@@ -131,7 +184,21 @@ func probeLanguages(bins map[string]string) []string {
 	if bins[kindR] != "" {
 		langs = append(langs, ioproto.LanguageR)
 	}
+	if bins[kindJava] != "" && hasJShell(bins[kindJava]) {
+		langs = append(langs, ioproto.LanguageJava)
+	}
 	return langs
+}
+
+// hasJShell reports whether the java at bin is a JDK's, with JShell (a
+// JRE's lacks the jdk.jshell module): its jshell sits next to it.
+func hasJShell(bin string) bool {
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(filepath.Join(filepath.Dir(real), "jshell"))
+	return err == nil
 }
 
 // lookBins finds each kernel kind's interpreter; python is the configured

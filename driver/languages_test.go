@@ -494,6 +494,14 @@ func TestLargeOutputOrderLocal(t *testing.T) {
 				code:   "for (i in 0:99) { cat('<O', i, '>', s, '\\n', sep = ''); cat('<E', i, '>', s, '\\n', sep = '', file = stderr()) }",
 				stdout: o100, stderr: e100},
 		}},
+		{ioproto.LanguageJava, func(n int) string {
+			return fmt.Sprintf("String s = \"x\".repeat(60000);\nfor (int i = 0; i < %d; i++) System.out.println(\"<A\" + i + \">\" + s);\n\"end\"", n)
+		}, `"end"`, "System.out.println(\"B-own\")", []bigCase{
+			{name: "System.err interleaved", code: "for (int i = 0; i < 100; i++) { System.out.println(\"<O\" + i + \">\" + s); System.err.println(\"<E\" + i + \">\" + s); }",
+				stdout: o100, stderr: e100},
+			{name: "child inheriting stdout", code: "System.out.println(\"<A0>\" + s);\nnew ProcessBuilder(\"python3\", \"-c\", " + strconv.Quote(childLines("A", 1, 150)) + ").inheritIO().start().waitFor()",
+				stdout: a150, result: "0"},
+		}},
 		// bash has no markers and no result: its done follows the end of
 		// its output (EOF on both pipes).
 		{ioproto.LanguageBash, func(n int) string {

@@ -166,9 +166,9 @@ func (d *Driver) runKernel(ctx context.Context, c *execContext, q queued, ev *ev
 			force = true
 			flush, flushC = nil, nil
 		case <-st.timeoutC:
-			st.trigger(ioproto.StatusTimeout, d.cfg.Grace, func() { k.signal(syscall.SIGINT) })
+			st.trigger(ioproto.StatusTimeout, d.cfg.Grace, func() { k.interrupt(rec.CommandID) })
 		case <-intr:
-			st.trigger(ioproto.StatusInterrupted, d.cfg.Grace, func() { k.signal(syscall.SIGINT) })
+			st.trigger(ioproto.StatusInterrupted, d.cfg.Grace, func() { k.interrupt(rec.CommandID) })
 		case <-st.graceC:
 			k.signal(syscall.SIGKILL)
 		case <-k.exited:

@@ -68,10 +68,11 @@ const (
 	LanguageJavaScript = "javascript"
 	LanguageTypeScript = "typescript"
 	LanguageR          = "r"
+	LanguageJava       = "java"
 )
 
 // Languages lists every language the protocol knows, in a stable order.
-var Languages = []string{LanguagePython, LanguageBash, LanguageJavaScript, LanguageTypeScript, LanguageR}
+var Languages = []string{LanguagePython, LanguageBash, LanguageJavaScript, LanguageTypeScript, LanguageR, LanguageJava}
 
 // KnownLanguage reports whether lang is one of Languages.
 func KnownLanguage(lang string) bool {

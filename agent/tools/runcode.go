@@ -41,7 +41,7 @@ const runCodeInstructions = `
 You can run code with run_code in a sandbox that belongs to this user:
 - language "python" (the default) runs in one persistent Python 3 interpreter, like a Jupyter kernel: variables, imports and functions defined in one call stay available in later calls and later messages. Do not redefine what already exists unless it must change.
 - language "bash" runs a shell command; each call is a fresh shell, but files persist.
-- languages "javascript" and "typescript" share one persistent Node.js interpreter (top-level await, import statements); "r" runs in one persistent R session. Prefer Python for data work.
+- languages "javascript" and "typescript" share one persistent Node.js interpreter (top-level await, import statements); "r" runs in one persistent R session; "java" in one persistent JShell (statements, methods and classes; the last expression's value is returned). Prefer Python for data work.
 - The working directory is /workspace; files written there persist.
 - Installed: numpy, pandas, scipy, matplotlib, seaborn, plotly and pillow. There is no network access, so pip install and downloads will fail.
 - The value of the last expression is returned, as in a notebook; print anything else you need to see. Very long output is cut in the middle.
@@ -60,7 +60,7 @@ func RunCode(exec Executor, opts RunCodeOptions) Tool {
 		Parameters: map[string]any{
 			"type": "object",
 			"properties": map[string]any{
-				"language": map[string]any{"type": "string", "enum": codeLanguages, "description": "python (default), bash, javascript, typescript or r"},
+				"language": map[string]any{"type": "string", "enum": codeLanguages, "description": "python (default), bash, javascript, typescript, r or java"},
 				"code":     map[string]any{"type": "string", "description": "the code to run"},
 			},
 			"required": []string{"code"},
@@ -82,7 +82,7 @@ func seeFigures(opts RunCodeOptions) string {
 
 // codeLanguages are the languages run_code offers: every language the
 // sandbox image has (a sandbox without one answers that it lacks it).
-var codeLanguages = []string{client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR}
+var codeLanguages = []string{client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR, client.LanguageJava}
 
 // CodeArgs are run_code's arguments.
 type CodeArgs struct {

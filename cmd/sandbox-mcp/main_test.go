@@ -235,7 +235,7 @@ func TestToolsList(t *testing.T) {
 		}
 		if tool.Name == "run_code" {
 			lang := props["language"].(map[string]any)
-			if fmt.Sprint(lang["enum"]) != "[python bash javascript typescript r]" {
+			if fmt.Sprint(lang["enum"]) != "[python bash javascript typescript r java]" {
 				t.Errorf("run_code language enum %v", lang["enum"])
 			}
 			if out, ok := tool.OutputSchema.(map[string]any); !ok || out["properties"].(map[string]any)["command_id"] == nil {

@@ -50,7 +50,7 @@ type (
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's --timeout); the command ends with status timeout when it is reached"`
 	}
 	runOnceIn struct {
-		Language       string `json:"language" jsonschema:"python, bash, javascript, typescript or r (javascript, typescript and r only where the sandbox image has them)"`
+		Language       string `json:"language" jsonschema:"python, bash, javascript, typescript, r or java (javascript, typescript, r and java only where the sandbox image has them)"`
 		Code           string `json:"code" jsonschema:"the source to run"`
 		TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds (default: the server's --timeout)"`
 	}
@@ -181,7 +181,7 @@ func languageSchema[T any]() *jsonschema.Schema {
 	if err != nil {
 		panic(err)
 	}
-	sch.Properties["language"].Enum = []any{"python", "bash", "javascript", "typescript", "r"}
+	sch.Properties["language"].Enum = []any{"python", "bash", "javascript", "typescript", "r", "java"}
 	sch.Properties["timeout_seconds"].Minimum = ptr(0.0)
 	sch.Properties["timeout_seconds"].Maximum = ptr(float64(maxTimeoutSeconds))
 	return sch
@@ -229,10 +229,10 @@ func (s *service) sandbox(ctx context.Context, req *mcp.CallToolRequest, out *ru
 // checkLanguage refuses a language tool does not run.
 func checkLanguage(tool, lang string) error {
 	switch lang {
-	case client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR:
+	case client.LanguagePython, client.LanguageBash, client.LanguageJavaScript, client.LanguageTypeScript, client.LanguageR, client.LanguageJava:
 		return nil
 	}
-	return fmt.Errorf("unknown language %q: %s runs python, bash, javascript, typescript or r", lang, tool)
+	return fmt.Errorf("unknown language %q: %s runs python, bash, javascript, typescript, r or java", lang, tool)
 }
 
 // runTimeout checks a run's code and timeout_seconds and returns the

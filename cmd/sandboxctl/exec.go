@@ -28,7 +28,7 @@ func cmdExec(ctx context.Context, c *cli, args []string) int {
 	sandboxID := fs.String("sandbox", "", "the sandbox that runs the code, by ID (instead of --user)")
 	var out outputFlags
 	out.register(fs)
-	lang := fs.String("language", "python", "python, bash, javascript, typescript or r")
+	lang := fs.String("language", "python", "python, bash, javascript, typescript, r or java")
 	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
 	cmdID := fs.String("command-id", "", "idempotency key; re-running with the same ID replays that command's output instead of running again")
 	env := envFlag{}
@@ -291,7 +291,7 @@ func cmdRun(ctx context.Context, c *cli, args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var out outputFlags
 	out.register(fs)
-	lang := fs.String("language", "python", "python, bash, javascript, typescript or r")
+	lang := fs.String("language", "python", "python, bash, javascript, typescript, r or java")
 	timeout := fs.Duration("timeout", 0, "the command's wall-clock limit (0: the server's default)")
 	env := envFlag{}
 	fs.Var(env, "env", "NAME=VALUE in the sandbox's environment (repeatable)")

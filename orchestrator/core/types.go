@@ -180,8 +180,8 @@ type ExecRequest struct {
 	// CommandID is the caller's idempotency key; generated when empty.
 	CommandID string
 	// Language is "python" (default when empty), "bash", "javascript" (or
-	// "js"), "typescript" (or "ts") or "r" (or "R"); the last three only in
-	// images that have their interpreter.
+	// "js"), "typescript" (or "ts"), "r" (or "R") or "java"; the last four
+	// only in images that have their interpreter.
 	Language string
 	Code     string
 	// Timeout is the command's wall-clock limit; zero means the server default.

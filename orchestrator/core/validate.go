@@ -112,7 +112,7 @@ func CanonicalLanguage(lang string) string {
 }
 
 // validateLanguage checks a command's language: one the /io protocol knows
-// (python, bash, javascript, typescript, r), an alias of one, or empty for
+// (python, bash, javascript, typescript, r, java), an alias of one, or empty for
 // the default (python). Whether the sandbox's image has it is Submit's
 // check (FAILED_PRECONDITION).
 func validateLanguage(lang string) error {

@@ -611,8 +611,8 @@ class Sandbox:
 
         language is "python" (variables persist between commands),
         "bash", "javascript" or "typescript" (one Node.js interpreter whose
-        globals persist, shared by both) or "r" (one R session); the last
-        three only in images that have them. env sets environment variables
+        globals persist, shared by both), "r" (one R session) or "java"
+        (one JShell); the last four only in images that have them. env sets environment variables
         for this command only. timeout (seconds or a timedelta) is the command's wall-clock
         limit; None is the server's default. command_id is the idempotency
         key: a fresh UUID unless given; running again with the ID of an

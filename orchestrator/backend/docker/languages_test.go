@@ -41,6 +41,9 @@ func TestSubmitLanguages(t *testing.T) {
 	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "r-1", Language: "R", Code: "1"}); !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), `"r"`) {
 		t.Fatalf("r without R in the image: %v", err)
 	}
+	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "java-1", Language: "java", Code: "1"}); !errors.Is(err, core.ErrFailedPrecondition) || !strings.Contains(err.Error(), `"java"`) {
+		t.Fatalf("java without a JDK in the image: %v", err)
+	}
 	env := map[string]string{"K": "v"}
 	if _, err := m.Submit(ctx, core.ExecRequest{SandboxID: sb.ID, CommandID: "ts-1", Language: "ts", Code: "1", Env: env}); err != nil {
 		t.Fatalf("typescript: %v", err)

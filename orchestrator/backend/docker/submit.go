@@ -22,8 +22,8 @@ import (
 // wrong. This holds across sandboxd restarts, because the log itself is the
 // record.
 //
-// Language is "python" (the default), "bash", "javascript", "typescript" or
-// "r" (aliases "js", "ts", "R"); a language the sandbox's image lacks is
+// Language is "python" (the default), "bash", "javascript", "typescript",
+// "r" or "java" (aliases "js", "ts", "R"); a language the sandbox's image lacks is
 // ErrFailedPrecondition naming it. Env applies to this command only. Code is at most
 // Config.MaxCodeBytes of UTF-8; Timeout 0 means the server's default and may not
 // exceed its maximum. A dead sandbox refuses new commands with

@@ -55,6 +55,8 @@ func kernelKind(lang string) string {
 		return "node"
 	case ioproto.LanguageR:
 		return "r"
+	case ioproto.LanguageJava:
+		return "java"
 	}
 	return "python"
 }

@@ -212,3 +212,13 @@ func TestStateLostOfTheExecutionItself(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelKinds: each language's executions share the globals of their
+// interpreter, Java's its own.
+func TestKernelKinds(t *testing.T) {
+	for lang, want := range map[string]string{"": "python", "python": "python", "bash": "", "js": "node", "typescript": "node", "R": "r", "java": "java"} {
+		if got := kernelKind(lang); got != want {
+			t.Errorf("kernelKind(%q) = %q; want %q", lang, got, want)
+		}
+	}
+}

@@ -5658,11 +5658,12 @@ type ExecuteRequest struct {
 	// context_id it is ALREADY_EXISTS.
 	CommandId string `protobuf:"bytes,2,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	// language is "python" (the default, when empty), "bash", "javascript"
-	// (alias "js"), "typescript" (alias "ts") or "r" (alias "R"). Python
-	// commands share one interpreter, so variables persist between commands;
-	// so do JavaScript and TypeScript commands, which share one Node.js
-	// interpreter and its globals (TypeScript is transpiled, not type
-	// checked), and R commands, which share one R session. Each bash command
+	// (alias "js"), "typescript" (alias "ts"), "r" (alias "R") or "java".
+	// Python commands share one interpreter, so variables persist between
+	// commands; so do JavaScript and TypeScript commands, which share one
+	// Node.js interpreter and its globals (TypeScript is transpiled, not type
+	// checked), R commands, which share one R session, and Java commands,
+	// which share one JShell (variables, methods, classes, imports). Each bash command
 	// is a fresh shell. All run in /workspace, or in the context's
 	// directory (see context_id), with one interpreter per language and
 	// context. Interpreters other than Python's start at their language's
@@ -6207,7 +6208,7 @@ func (*ExecuteEvent_Done) isExecuteEvent_Event() {}
 type Started struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// language is the command's language ("python", "bash", "javascript",
-	// "typescript" or "r").
+	// "typescript", "r" or "java").
 	Language string `protobuf:"bytes,1,opt,name=language,proto3" json:"language,omitempty"`
 	// time is when the command started (after any queueing).
 	Time *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`
@@ -8281,7 +8282,8 @@ type CommandInfo struct {
 	// SendStdin.
 	CommandId string `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	// language is the command's language ("python", "bash", "javascript",
-	// "typescript" or "r"; empty for a record the sandbox could not parse).
+	// "typescript", "r" or "java"; empty for a record the sandbox could not
+	// parse).
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// state is queued, running or finished.
 	State CommandState `protobuf:"varint,3,opt,name=state,proto3,enum=sandbox.v1.CommandState" json:"state,omitempty"`
@@ -8535,7 +8537,7 @@ type Context struct {
 	// default context, server-chosen ("ctx-" and 16 hex digits) for others.
 	ContextId string `protobuf:"bytes,1,opt,name=context_id,json=contextId,proto3" json:"context_id,omitempty"`
 	// language is the context's language ("python", "bash", "javascript",
-	// "typescript" or "r").
+	// "typescript", "r" or "java").
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// cwd is the context's working directory, relative to /workspace ("."
 	// for /workspace itself).
@@ -8611,7 +8613,7 @@ type CreateContextRequest struct {
 	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
 	// language is the context's language, as ExecuteRequest.language takes
 	// it (aliases included): "python" (the default, when empty), "bash",
-	// "javascript", "typescript" or "r"; one the sandbox's image lacks is
+	// "javascript", "typescript", "r" or "java"; one the sandbox's image lacks is
 	// FAILED_PRECONDITION.
 	Language string `protobuf:"bytes,2,opt,name=language,proto3" json:"language,omitempty"`
 	// cwd is the working directory, relative to /workspace (empty for

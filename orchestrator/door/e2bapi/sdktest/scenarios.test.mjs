@@ -253,6 +253,16 @@ describe('code interpreter', () => {
     assert.equal(r.text, '42')
   })
 
+  test('Java keeps its definitions; errors carry the exception', T, async () => {
+    await sbx.runCode('int jv = 6;\nint times(int a) { return a * jv; }', { language: 'java' })
+    const r = await sbx.runCode('System.out.println("java");\ntimes(7)', { language: 'java' })
+    assert.equal(r.text, '42')
+    assert.deepEqual(r.logs.stdout, ['java\n'])
+    const e = await sbx.runCode('times(7) / 0', { language: 'java' })
+    assert.equal(e.error?.name, 'java.lang.ArithmeticException')
+    assert.equal(e.error?.value, '/ by zero')
+  })
+
   test('execution count goes up', T, async () => {
     const a = await sbx.runCode('1')
     const b = await sbx.runCode('2')
