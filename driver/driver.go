@@ -117,6 +117,11 @@ type Driver struct {
 	stdinPath string
 	launcher  *kernelLauncher
 
+	// pendingMounts is the mounts record in force when the driver started
+	// over on the log, not yet waited for (mounts.go); read and written by
+	// the goroutine reading the log alone.
+	pendingMounts *ioproto.Record
+
 	mu sync.Mutex
 	// seen holds every command ID met in the log, so that none runs twice
 	// even after its files were pruned.
@@ -334,9 +339,9 @@ func (d *Driver) recover(stdin *os.File) (int64, error) {
 			}
 		}
 	}
-	if mounts != nil {
-		d.awaitMounts(*mounts)
-	}
+	// Waited for before the next command, unless a newer record after the
+	// offset replaces it first (mounts.go).
+	d.pendingMounts = mounts
 	d.readOffset, d.savedOffset = st.Offset, st.Offset
 
 	entries, err := os.ReadDir(d.outDir)
@@ -426,12 +431,15 @@ func (d *Driver) handleLine(line ioproto.Line) {
 	case ioproto.KindEnv:
 		d.envRecord(rec, line.Start)
 	case ioproto.KindMounts:
+		d.pendingMounts = nil
 		d.awaitMounts(rec)
 	case ioproto.KindContext:
+		d.awaitPendingMounts()
 		d.contextOp(rec)
 	case ioproto.KindStdin, ioproto.KindStdinClose, ioproto.KindResize:
 		d.stdinRecord(rec)
 	case ioproto.KindExec, ioproto.KindSnapshot, ioproto.KindRestore:
+		d.awaitPendingMounts()
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		if _, dup := d.seen[rec.CommandID]; dup {

@@ -22,6 +22,19 @@ const (
 	mountsPoll        = 10 * time.Millisecond
 )
 
+// awaitPendingMounts waits for the mounts record in force when the driver
+// started over on the log (the last before its offset), once, before the
+// first command after the offset: a newer record read before that command
+// replaces it.
+func (d *Driver) awaitPendingMounts() {
+	if d.pendingMounts == nil {
+		return
+	}
+	rec := *d.pendingMounts
+	d.pendingMounts = nil
+	d.awaitMounts(rec)
+}
+
 // awaitMounts waits, at most Config.MountsWait, until every path of the
 // mounts record rec is a mount point, and logs what is still missing
 // after that.
