@@ -15,9 +15,10 @@
 #
 # each with --platform=systrap, stated rather than left to the binary's
 # default: systrap intercepts system calls with seccomp's SIGSYS and a
-# stub in the sandbox's own address space, where ptrace (the platform of
-# Debian bookworm's 2022 runsc, which runsc used to be) stops the traced
-# thread for each one (BENCHMARKS.md, *gVisor platform*).
+# stub in the sandbox's own address space, where ptrace (the platform
+# Debian bookworm's 2022 runsc, which runsc used to be, ran on here) stops
+# the traced thread for each one: system calls cost a seventh to a tenth
+# (BENCHMARKS.md, *gVisor platform*).
 #
 # The binary is built from gVisor's Go module at a pinned version
 # (RUNSC_VERSION), once, into /usr/local/lib/sandboxd/gvisor-<version>/runsc.
@@ -25,8 +26,8 @@
 # --network=sandbox on kernels from 6.11 on, which show
 # /proc/sys/net/core/rmem_default in every network namespace, the file it
 # took as the mark of the host's ("cannot run with network enabled in root
-# network namespace"; fixed in gVisor in 2024, issue 10704), and it runs
-# on ptrace only.
+# network namespace"; fixed in gVisor in 2024, issue 10704), and it
+# has no systrap (its platforms: ptrace, kvm).
 #
 # Idempotent: when `docker info` lists all three with that binary and
 # exactly those flags, it exits at once. Otherwise it builds the binary if
