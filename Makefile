@@ -64,7 +64,7 @@ help:
 	@echo '  test-unit    the unit tier: go test -short (no Docker, image, API server or browser needed)'
 	@echo '  test-deps    install what the suites need (root + apt-get; a no-op once done): the targets'
 	@echo '               $(TEST_DEPS)'
-	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc and runsc-net registered (installs, builds, reloads dockerd)'
+	@echo '  runsc        make sure dockerd has gVisor'"'"'s runsc, runsc-net and runsc-build registered (builds, reloads dockerd)'
 	@echo '  chromium     install Debian'"'"'s chromium and fonts-dejavu-core (the agent'"'"'s browser test)'
 	@echo '  kernel-test-tools  install node, acorn, typescript and R (the driver'"'"'s kernel tests)'
 	@echo '  npm          install node and npm (for the MCP conformance suite and the E2B SDKs)'
@@ -334,14 +334,14 @@ test-deps-list:
 test-deps-fetch-list:
 	@echo $(TEST_DEPS_FETCH)
 
-# gVisor registered with dockerd twice (the escape, fault, load, hostile-/io
-# and network suites run under it too): runsc (--network=none, Debian's) for
-# sealed sandboxes and runsc-net (--network=sandbox, built once from gVisor's
-# Go module: Debian's refuses it on kernels from 6.11 on) for networked ones.
-# scripts/ensure-docker.sh registers runsc when it installs or starts
-# dockerd; this covers the rest: it installs and builds what is missing,
-# runs `runsc install` and reloads dockerd's configuration (SIGHUP, no
-# restart).
+# gVisor registered with dockerd thrice (the escape, fault, load, hostile-/io
+# and network suites run under it too), one runsc built once from gVisor's
+# Go module on the systrap platform, with three sets of flags: runsc
+# (--network=none) for sealed sandboxes, runsc-net (--network=sandbox) for
+# networked ones, runsc-build (--network=sandbox --overlay2=none) for
+# template builds' steps. scripts/ensure-runsc.sh builds the binary if
+# missing, registers what is missing or different with `runsc install` and
+# reloads dockerd's configuration (SIGHUP, no restart).
 runsc: docker
 	@scripts/ensure-runsc.sh
 

@@ -5,10 +5,11 @@ package e2e
 // Its size is SANDBOXD_LOAD_USERS × SANDBOXD_LOAD_COMMANDS under runc (10 ×
 // 20 by default, seconds on a laptop; CI runs the full 50 × 200, about 20 s
 // on 2 cores) and SANDBOXD_LOAD_RUNSC_USERS × SANDBOXD_LOAD_RUNSC_COMMANDS
-// under gVisor (5 × 10 by default; CI runs 10 × 20: gVisor's ptrace
-// platform runs some 20 commands/s on 2 cores, so 50 × 200 would take
-// ten minutes). A hard time cap (SANDBOXD_LOAD_MINUTES, 5 by default)
-// fails the suite rather than letting it run on.
+// under gVisor (5 × 10 by default; CI runs 10 × 20: gVisor on the ptrace
+// platform of Debian's 2022 runsc ran some 20 commands/s on 2 cores, so
+// 50 × 200 would have taken ten minutes). A hard time cap
+// (SANDBOXD_LOAD_MINUTES, 5 by default) fails the suite rather than
+// letting it run on.
 //
 // Leaks are measured against a baseline taken after a warm-up, once every
 // user's sandbox has been deleted again: sandboxd's goroutines (counted in

@@ -104,15 +104,17 @@ const (
 	// catches is a gateway shared unfairly: the victim's connections queued
 	// behind the flooder's, or its DNS queries dropped with them.
 	//
-	// Under gVisor (the ptrace platform of Debian's runsc) the victim's GET
-	// is itself CPU work: every system call of its Python is a round trip
-	// through ptrace, 6 ms for a GET where runc takes under one. The CPU
-	// the flood takes then stretches it rather than adding a constant, so
-	// the ratio there is netFairnessRunsc (2.57× was seen with another
-	// test process beside the suite, as under make test's shards). A
-	// gateway shared unfairly shows beyond either: a dropped packet costs
-	// a second (netDropped), queueing behind the flood's connections tens
-	// of times the quiet figure.
+	// Under gVisor the victim's GET is itself CPU work: every system call
+	// of its Python is served by gVisor's kernel (6 ms for a GET, where
+	// runc takes under one, on the ptrace platform of Debian's 2022 runsc,
+	// which runsc was when the ratio was set; systrap's round trips are
+	// cheaper, BENCHMARKS.md). The CPU the flood takes then stretches it
+	// rather than adding a constant, so the ratio there is
+	// netFairnessRunsc (2.57× was seen with another test process beside
+	// the suite, as under make test's shards). A gateway shared unfairly
+	// shows beyond either: a dropped packet costs a second (netDropped),
+	// queueing behind the flood's connections tens of times the quiet
+	// figure.
 	netFairness      = 2.0
 	netFairnessRunsc = 3.0
 	netFairnessSlack = 3 * time.Millisecond

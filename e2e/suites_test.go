@@ -70,7 +70,7 @@ func suiteRuntimes(t *testing.T) []string {
 	case slices.Contains(registered, "runsc"):
 		rts = append(rts, "runsc")
 	case testenv.InCI():
-		t.Fatalf("CI=true and dockerd has no runsc runtime (registered: %v); install runsc and register it in /etc/docker/daemon.json (scripts/ensure-docker.sh does both)", registered)
+		t.Fatalf("CI=true and dockerd has no runsc runtime (registered: %v); make runsc builds gVisor and registers it (scripts/ensure-runsc.sh)", registered)
 	default:
 		t.Logf("dockerd has no runsc runtime (registered: %v); running under runc only", registered)
 	}

@@ -2,23 +2,28 @@
 # ensure-docker.sh: make sure a Docker daemon is installed, configured and
 # answering. Idempotent: if `docker info` already works it exits at once.
 #
-# On a fresh Debian machine (as root) it installs docker.io (and runsc when
-# the archive has it), writes/merges /etc/docker/daemon.json, starts dockerd
-# in the background and waits for it to answer.
+# On a fresh Debian machine (as root) it installs docker.io, writes/merges
+# /etc/docker/daemon.json, starts dockerd in the background and waits for
+# it to answer.
+#
+# gVisor is not this script's: scripts/ensure-runsc.sh (make runsc) builds
+# one current runsc and registers its runtimes (runsc, runsc-net,
+# runsc-build) in the same daemon.json, and this script leaves every
+# runtime there as it is, so that starting dockerd again (a reboot, the
+# fault suite's restart of dockerd) keeps them.
 #
 # Environment:
 #   DOCKER_WAIT_SECONDS  how long to wait for the daemon to answer (default 60)
 #   DOCKERD_LOG          where dockerd's output goes (default /var/log/dockerd.log)
-#   DOCKER_DAEMON_JSON, DOCKER_PID_FILE, RUNSC_PATH
-#                        override /etc/docker/daemon.json, /var/run/docker.pid,
-#                        /usr/bin/runsc (for testing this script)
+#   DOCKER_DAEMON_JSON, DOCKER_PID_FILE
+#                        override /etc/docker/daemon.json, /var/run/docker.pid
+#                        (for testing this script)
 set -euo pipefail
 
 WAIT_SECONDS="${DOCKER_WAIT_SECONDS:-60}"
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd.log}"
 DAEMON_JSON="${DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
 PID_FILE="${DOCKER_PID_FILE:-/var/run/docker.pid}"
-RUNSC="${RUNSC_PATH:-/usr/bin/runsc}"
 
 log() { printf 'ensure-docker: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -60,14 +65,6 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; 
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update
 	apt-get install -y docker.io
-	if [ ! -x "$RUNSC" ]; then
-		# gVisor is optional: tolerate its absence.
-		if apt-get install -y runsc; then
-			log "installed runsc"
-		else
-			log "runsc not available from apt; continuing without the gVisor runtime"
-		fi
-	fi
 fi
 command -v dockerd >/dev/null 2>&1 || die "dockerd still not found after install"
 
@@ -80,9 +77,8 @@ fi
 is_root || die "dockerd is installed but not answering, and starting it needs root (uid=$(id -u))."
 
 # --- 2. daemon.json ---------------------------------------------------------
-# Merge our settings into daemon.json without clobbering anything else.
-want_runsc=0
-[ -x "$RUNSC" ] && want_runsc=1
+# Merge our settings into daemon.json without clobbering anything else
+# (the runtimes included: make runsc's).
 
 py=""
 for cand in /usr/bin/python3 python3; do
@@ -94,9 +90,9 @@ done
 
 mkdir -p "$(dirname "$DAEMON_JSON")"
 if [ -n "$py" ]; then
-	"$py" - "$DAEMON_JSON" "$want_runsc" "$RUNSC" <<'PY'
+	"$py" - "$DAEMON_JSON" <<'PY'
 import json, os, sys
-path, want_runsc, runsc = sys.argv[1], sys.argv[2] == "1", sys.argv[3]
+path = sys.argv[1]
 cfg = {}
 if os.path.exists(path) and os.path.getsize(path) > 0:
     try:
@@ -111,11 +107,6 @@ cfg["live-restore"] = True
 # Experimental mode exposes `docker checkpoint` (CRIU under runc, runsc's own
 # checkpoint under gVisor), which hibernation's memory level uses.
 cfg["experimental"] = True
-if want_runsc:
-    rts = cfg.setdefault("runtimes", {})
-    rt = rts.setdefault("runsc", {})
-    rt["path"] = runsc
-    rt["runtimeArgs"] = ["--network=none"]
 if json.dumps(cfg, sort_keys=True) != orig:
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -126,22 +117,7 @@ if json.dumps(cfg, sort_keys=True) != orig:
 PY
 elif [ ! -s "$DAEMON_JSON" ]; then
 	# No python3: only safe to write a fresh file.
-	if [ "$want_runsc" = 1 ]; then
-		cat >"$DAEMON_JSON" <<EOF
-{
-  "live-restore": true,
-  "experimental": true,
-  "runtimes": {
-    "runsc": {
-      "path": "$RUNSC",
-      "runtimeArgs": ["--network=none"]
-    }
-  }
-}
-EOF
-	else
-		printf '{\n  "live-restore": true,\n  "experimental": true\n}\n' >"$DAEMON_JSON"
-	fi
+	printf '{\n  "live-restore": true,\n  "experimental": true\n}\n' >"$DAEMON_JSON"
 	log "wrote $DAEMON_JSON"
 else
 	log "WARNING: python3 not found; leaving existing $DAEMON_JSON untouched (cannot merge safely)"

@@ -1,36 +1,47 @@
 #!/usr/bin/env bash
 # ensure-runsc.sh: make sure the Docker engine has gVisor registered thrice,
 # since the escape, fault, load, hostile-/io and network suites run under
-# it too:
+# it too. The three are one runsc binary with different flags:
 #
-#   runsc      Debian's runsc, --network=none: sealed sandboxes (no network
-#              stack at all)
-#   runsc-net  --network=sandbox: networked sandboxes, gVisor's own netstack
-#              on the interface sandboxd plumbs into the sandbox's network
-#              namespace (orchestrator/backend/docker/network.go)
-#   runsc-build  runsc-net's binary, --network=sandbox --overlay2=none: the
-#              steps of template builds, whose writes must reach the
-#              container's root file system on the host to be committed
-#              (that gVisor keeps a root's writes in memory by default)
+#   runsc        --network=none: sealed sandboxes (no network stack at all)
+#   runsc-net    --network=sandbox: networked sandboxes, gVisor's own
+#                netstack on the interface sandboxd plumbs into the
+#                sandbox's network namespace
+#                (orchestrator/backend/docker/network.go)
+#   runsc-build  --network=sandbox --overlay2=none: the steps of template
+#                builds, whose writes must reach the container's root file
+#                system on the host to be committed (gVisor keeps a root's
+#                writes in memory by default)
 #
-# runsc-net is not Debian's runsc: bookworm's (2022-12) refuses
+# each with --platform=systrap, stated rather than left to the binary's
+# default: systrap intercepts system calls with seccomp's SIGSYS and a
+# stub in the sandbox's own address space, where ptrace (the platform
+# Debian bookworm's 2022 runsc, which runsc used to be, ran on here) stops
+# the traced thread for each one: system calls cost a seventh to a tenth
+# (BENCHMARKS.md, *gVisor platform*).
+#
+# The binary is built from gVisor's Go module at a pinned version
+# (RUNSC_VERSION), once, into /usr/local/lib/sandboxd/gvisor-<version>/runsc.
+# Debian's runsc is not used: bookworm's (2022-12) refuses
 # --network=sandbox on kernels from 6.11 on, which show
 # /proc/sys/net/core/rmem_default in every network namespace, the file it
 # took as the mark of the host's ("cannot run with network enabled in root
-# network namespace"; fixed in gVisor in 2024, issue 10704). It is built
-# from gVisor's Go module at a pinned version (RUNSC_NET_VERSION), once,
-# into /usr/local/lib/sandboxd/gvisor-<version>/runsc.
+# network namespace"; fixed in gVisor in 2024, issue 10704), and it
+# has no systrap (its platforms: ptrace, kvm).
 #
-# Idempotent: when `docker info` lists all three, with that binary, it
-# exits at once. Otherwise it installs Debian's runsc if missing, builds
-# runsc-net's, registers what is missing with `runsc install` (a merge into
-# /etc/docker/daemon.json) and has dockerd reload its configuration (SIGHUP;
-# runtimes are reloadable; dockerd is never restarted). Needs root, Go and
-# a local dockerd.
+# Idempotent: when `docker info` lists all three with that binary and
+# exactly those flags, it exits at once. Otherwise it builds the binary if
+# missing, registers (or re-registers: a runsc of another path, Debian's,
+# or with other flags) what differs with `runsc install` (a merge into
+# /etc/docker/daemon.json that replaces the runtime's entry) and has
+# dockerd reload its configuration (SIGHUP; runtimes are reloadable;
+# dockerd is never restarted). Containers already running keep the runsc
+# they started with; a container started after the reload (a restart, a
+# wake) runs the new one. Needs root, Go and a local dockerd.
 #
 # Environment:
 #   RUNSC_WAIT_SECONDS  how long to wait for dockerd to list them (default 30)
-#   RUNSC_NET_VERSION   gVisor's Go module version for runsc-net
+#   RUNSC_VERSION       gVisor's Go module version to build
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -38,56 +49,61 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 log() { printf 'runsc: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-RUNSC_NET_VERSION=${RUNSC_NET_VERSION:-v0.0.0-20260905035102-160fafc42237}
-net_dir=/usr/local/lib/sandboxd/gvisor-$RUNSC_NET_VERSION
-net_bin=$net_dir/runsc
+RUNSC_VERSION=${RUNSC_VERSION:-v0.0.0-20260905035102-160fafc42237}
+gvisor_dir=/usr/local/lib/sandboxd/gvisor-$RUNSC_VERSION
+bin=$gvisor_dir/runsc
 
-# The runtimes the Docker engine has registered, as "name path" lines.
-runtimes() { docker info --format '{{range $name, $rt := .Runtimes}}{{$name}} {{$rt.Path}}{{"\n"}}{{end}}'; }
-# registered NAME [PATH]: the engine lists NAME (with PATH).
-registered() { awk -v n="$1" -v p="${2:-}" '$1 == n && (p == "" || $2 == p) { f = 1 } END { exit !f }' <<<"$rts"; }
+# Each runtime's flags, in the order runsc install writes them.
+names=(runsc runsc-net runsc-build)
+declare -A flags=(
+	[runsc]="--platform=systrap --network=none"
+	[runsc-net]="--platform=systrap --network=sandbox"
+	[runsc-build]="--platform=systrap --network=sandbox --overlay2=none"
+)
+
+# The runtimes the Docker engine has registered, as "name path args..." lines.
+runtimes() { docker info --format '{{range $name, $rt := .Runtimes}}{{$name}} {{$rt.Path}}{{range $rt.Args}} {{.}}{{end}}{{"\n"}}{{end}}'; }
+# registered NAME: the engine lists NAME with the binary and its flags.
+registered() { grep -qxF -- "$1 $bin ${flags[$1]}" <<<"$rts"; }
+# differing: the names the engine lacks or has otherwise.
+differing() {
+	missing=()
+	local n
+	for n in "${names[@]}"; do
+		registered "$n" || missing+=("$n")
+	done
+}
 
 rts="$(runtimes)" || die "docker info failed (make docker sets up the engine, or says what is wrong)"
-missing=()
-registered runsc || missing+=(runsc)
-registered runsc-net "$net_bin" && [ -x "$net_bin" ] || missing+=(runsc-net)
-registered runsc-build "$net_bin" && [ -x "$net_bin" ] || missing+=(runsc-build)
-if [ "${#missing[@]}" -eq 0 ]; then
-	echo "runsc: runsc ($(runsc --version 2>/dev/null | sed -n 1p || echo 'not on PATH')), runsc-net and runsc-build (gVisor $RUNSC_NET_VERSION) registered with dockerd"
+differing
+if [ "${#missing[@]}" -eq 0 ] && [ -x "$bin" ]; then
+	echo "runsc: runsc, runsc-net and runsc-build registered with dockerd (gVisor $RUNSC_VERSION, systrap)"
 	exit 0
 fi
 if [ "$(id -u)" -ne 0 ]; then
-	die "dockerd lacks ${missing[*]} (runtimes: $(tr '\n' ' ' <<<"$rts")) and registering them needs root: run make runsc as root"
+	die "dockerd lacks ${missing[*]} as this script registers them (runtimes: $(tr '\n' ';' <<<"$rts")) and registering them needs root: run make runsc as root"
+fi
+if [ ! -x "$bin" ]; then
+	command -v go >/dev/null 2>&1 || die "building runsc needs Go (gVisor $RUNSC_VERSION from the module proxy)"
+	log "building gVisor's runsc $RUNSC_VERSION (about a minute)"
+	mkdir -p "$gvisor_dir"
+	GOBIN=$gvisor_dir CGO_ENABLED=0 GOFLAGS=-mod=mod go install "gvisor.dev/gvisor/runsc@$RUNSC_VERSION"
 fi
 for rt in "${missing[@]}"; do
-	case $rt in
-	runsc)
-		command -v runsc >/dev/null 2>&1 || scripts/ensure-debs.sh runsc runsc
-		runsc install --runtime runsc -- --network=none
-		;;
-	runsc-net)
-		if [ ! -x "$net_bin" ]; then
-			command -v go >/dev/null 2>&1 || die "building runsc-net needs Go (gVisor $RUNSC_NET_VERSION from the module proxy)"
-			log "building gVisor's runsc $RUNSC_NET_VERSION for runsc-net (about a minute)"
-			mkdir -p "$net_dir"
-			GOBIN=$net_dir CGO_ENABLED=0 GOFLAGS=-mod=mod go install "gvisor.dev/gvisor/runsc@$RUNSC_NET_VERSION"
-		fi
-		"$net_bin" install --runtime runsc-net -- --network=sandbox
-		;;
-	runsc-build)
-		[ -x "$net_bin" ] || die "runsc-build needs runsc-net's binary ($net_bin)"
-		"$net_bin" install --runtime runsc-build -- --network=sandbox --overlay2=none
-		;;
-	esac
+	old="$(awk -v n="$rt" '$1 == n { $1 = ""; print substr($0, 2) }' <<<"$rts")"
+	log "registering $rt: $bin ${flags[$rt]}${old:+ (was: $old)}"
+	# shellcheck disable=SC2086 # the flags are words
+	"$bin" install --runtime "$rt" -- ${flags[$rt]}
 done
 pid="$(pidof dockerd)" || die "no local dockerd process to reload"
 kill -HUP "$pid"
 for _ in $(seq 1 "${RUNSC_WAIT_SECONDS:-30}"); do
 	rts="$(runtimes)"
-	if registered runsc && registered runsc-net "$net_bin" && registered runsc-build "$net_bin"; then
-		echo "runsc: registered ${missing[*]} with dockerd"
+	differing
+	if [ "${#missing[@]}" -eq 0 ]; then
+		echo "runsc: runsc, runsc-net and runsc-build registered with dockerd (gVisor $RUNSC_VERSION, systrap)"
 		exit 0
 	fi
 	sleep 1
 done
-die "dockerd did not pick up ${missing[*]} (runtimes: $(runtimes | tr '\n' ' '))"
+die "dockerd did not pick up ${missing[*]} (runtimes: $(runtimes | tr '\n' ';'))"

@@ -106,7 +106,7 @@ func HasRuntime(t testing.TB, name string) bool {
 func NeedRuntime(t testing.TB, name string) {
 	t.Helper()
 	if rts := DockerRuntimes(t); !slices.Contains(rts, name) {
-		Unavailable(t, "dockerd has no %s runtime (registered: %v); scripts/ensure-docker.sh installs and registers runsc", name, rts)
+		Unavailable(t, "dockerd has no %s runtime (registered: %v); make runsc builds gVisor and registers runsc, runsc-net and runsc-build", name, rts)
 	}
 }
 

@@ -30,9 +30,10 @@ const runscHandler = "runsc"
 
 // runscBinary is the runsc the nodes run: KUBE_NODE_RUNSC when set, else
 // the one the Docker engine runs as runsc-net (`make runsc` builds it,
-// gVisor at a pinned version: Debian's, of 2022-12, refuses
-// --network=sandbox on this machine's kernel, and a Pod's gVisor needs a
-// network stack for its io sidecar's port).
+// gVisor at a pinned version, the binary of all three of the engine's
+// gVisor runtimes, whose default platform is systrap: Debian's, of
+// 2022-12, refuses --network=sandbox on this machine's kernel, and a
+// Pod's gVisor needs a network stack for its io sidecar's port).
 func runscBinary() (string, error) {
 	if p := os.Getenv("KUBE_NODE_RUNSC"); p != "" {
 		return p, executable(p)

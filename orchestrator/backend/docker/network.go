@@ -75,10 +75,11 @@ const (
 )
 
 // netRuntimeOf is the runtime a networked sandbox runs under: gVisor's
-// runsc is registered twice by scripts/ensure-runsc.sh, "runsc" with
-// --network=none (sealed sandboxes: no network stack at all) and
-// "runsc-net" with --network=sandbox (gVisor's own netstack on the
-// interface plumbed into the holder's namespace).
+// runsc is one binary registered thrice by scripts/ensure-runsc.sh, each
+// on the systrap platform: "runsc" with --network=none (sealed sandboxes:
+// no network stack at all), "runsc-net" with --network=sandbox (gVisor's
+// own netstack on the interface plumbed into the holder's namespace) and
+// "runsc-build" (RuntimeGVisorBuild).
 func netRuntimeOf(runtime string) string {
 	if runtime == core.RuntimeGVisor {
 		return RuntimeGVisorNet
@@ -91,7 +92,7 @@ func netRuntimeOf(runtime string) string {
 const RuntimeGVisorNet = "runsc-net"
 
 // RuntimeGVisorBuild is the runtime of a template build's steps under
-// gVisor (scripts/ensure-runsc.sh): runsc-net's, with the root file
+// gVisor (scripts/ensure-runsc.sh): runsc-net's flags and the root file
 // system's writes on the host (--overlay2=none), so a step's commit
 // keeps them.
 const RuntimeGVisorBuild = "runsc-build"
