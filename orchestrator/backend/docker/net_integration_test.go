@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/sandboxd/sandboxd/internal/nettest"
+	"github.com/sandboxd/sandboxd/internal/sandboxdproc"
 	"github.com/sandboxd/sandboxd/internal/testenv"
 	"github.com/sandboxd/sandboxd/orchestrator/core"
 	"github.com/sandboxd/sandboxd/orchestrator/egress"
@@ -137,9 +137,17 @@ func netTestConfig(t *testing.T, gws *[]*observingGateway) func(*Config) {
 	if os.Geteuid() != 0 {
 		testenv.Unavailable(t, "networked sandboxes need root (netlink, nftables)")
 	}
-	tag := fmt.Sprintf("%04x", rand.IntN(1<<16))
-	names := netNames{table: "sandboxd-test-" + tag, bridge: "sbtgw" + tag, prefix: "st" + tag[:2] + "-"}
-	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{100, 126, byte(rand.IntN(256)), 0}), 24)
+	// A name no bridge has and a /24 no address of this host is in: a run
+	// killed before its clean-ups leaves its bridges behind.
+	en, err := sandboxdproc.NewEgressNet('t', netip.MustParsePrefix("100.126.0.0/16"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := instanceNetNames(en.Instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subnet := en.Subnet
 	t.Cleanup(func() {
 		if err := deleteTable(names.table); err != nil {
 			t.Logf("cleanup: delete table %s: %v", names.table, err)
