@@ -232,18 +232,7 @@ func TestIntegrationFastWakeShapedLimits(t *testing.T) {
 	if _, err := m.Hibernate(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	awaitPoolWithin(t, m, 1, 2*time.Minute)
-	pool := poolContainers(m)
-	if _, _, err := m.Wake(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	got, err := m.Get(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(slices.Collect(maps.Values(pool)), got.ContainerID) {
-		t.Fatalf("woken in container %s, not in the pool's %v: not a fast wake", got.ContainerID, pool)
-	}
+	_, got := wakeInPool(t, ctx, m, m.pool, id)
 	if got.Limits.MemoryBytes != want.MemoryBytes || got.Limits.PidsLimit != want.PidsLimit || got.Limits.NanoCPUs != want.NanoCPUs {
 		t.Errorf("limits after the wake: %+v; want %+v", got.Limits, want)
 	}
@@ -262,4 +251,33 @@ func TestIntegrationFastWakeShapedLimits(t *testing.T) {
 	if d := lastDone(t, evs); d.Status != "killed" || !d.StateLost {
 		t.Errorf("768 MiB in a sandbox of 384 MiB, woken fast, ended %s (state lost %v): %s; want killed", d.Status, d.StateLost, d.Reason)
 	}
+}
+
+// wakeInPool wakes hibernated sandbox id once pool p holds a ready
+// sandbox, and fails unless it woke in one of p's containers (a fast
+// wake); it returns the wake's report and the sandbox after it.
+func wakeInPool(t *testing.T, ctx context.Context, m *validated, p *warmPool, id string) (*core.WakeInfo, core.Sandbox) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.size() < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool (network %v) had no ready sandbox within 2 minutes", p.network)
+		}
+		time.Sleep(20 * time.Millisecond) // polling the pool, bounded by the deadline
+	}
+	pool := containersOfPool(p)
+	start := time.Now()
+	_, w, err := m.Wake(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the wake of %s took %v", id, time.Since(start).Round(time.Millisecond))
+	got, err := m.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(slices.Collect(maps.Values(pool)), got.ContainerID) {
+		t.Fatalf("woken in container %s, not in the pool's %v: not a fast wake", got.ContainerID, pool)
+	}
+	return w, got
 }

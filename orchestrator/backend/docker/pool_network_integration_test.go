@@ -248,23 +248,8 @@ print("rule", get("https://api.test%s"))
 	if _, err := m.Hibernate(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	awaitPools(t, m)
-	pool := containersOfPool(m.netPool)
-	start := time.Now()
-	_, w, err := m.Wake(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("a networked sandbox's wake: %v", time.Since(start).Round(time.Millisecond))
-	if w == nil || w.Level != ioproto.LevelGlobals {
+	if w, _ := wakeInPool(t, ctx, m, m.netPool, id); w == nil || w.Level != ioproto.LevelGlobals {
 		t.Fatalf("wake %+v; want level globals", w)
-	}
-	got, err := m.Get(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Contains(slices.Collect(maps.Values(pool)), got.ContainerID) {
-		t.Fatalf("woken in container %s, not in the pool with network's %v: not a fast wake", got.ContainerID, pool)
 	}
 	if a := m.addrOf(t, id); a != addr {
 		t.Errorf("the woken sandbox's address is %s; want its own %s", a, addr)
@@ -287,7 +272,7 @@ print("rule", get("https://api.test%s"))
 
 	// A fork starts in the pool with network, with the source's options.
 	awaitPools(t, m)
-	pool = containersOfPool(m.netPool)
+	pool := containersOfPool(m.netPool)
 	rs, err := m.Fork(ctx, id, core.ForkRequest{Count: 1, UserIDs: []string{"fwn-fork"}})
 	if err != nil || len(rs) != 1 || rs[0].Err != nil {
 		t.Fatalf("fork: %+v, %v", rs, err)

@@ -72,22 +72,7 @@ touch /mnt/ref/x 2>/dev/null && echo ref-writable || echo ref-readonly`)
 	if _, err := m.Hibernate(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	awaitPoolWithin(t, m, 1, 2*time.Minute)
-	pool := poolContainers(m)
-	if _, _, err := m.Wake(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	got, err := m.Get(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	carried := false
-	for _, cid := range pool {
-		carried = carried || cid == got.ContainerID
-	}
-	if !carried {
-		t.Errorf("woken in %s, not in a pool container (%v): not a fast wake", got.ContainerID, pool)
-	}
+	wakeInPool(t, ctx, m, m.pool, id)
 	check("after a fast wake", "woken")
 
 	// Another tenant's claim: none of the volumes.
