@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -102,16 +103,24 @@ func injectLocked(pid int, ms []hostMount) error {
 	return nil
 }
 
+// maxMountinfo bounds the read of a container's mount table: a sandbox
+// cannot mount (no CAP_SYS_ADMIN), so its table is the runtime's few dozen
+// lines, but the read is bounded all the same.
+const maxMountinfo = 1 << 20
+
 // missing: see mountKernel. It reads the mount points of pid's namespace
-// from /proc/<pid>/mountinfo (the kernel's file, bounded by the number of
-// mounts).
+// from /proc/<pid>/mountinfo, at most maxMountinfo bytes.
 func (linuxMounts) missing(pid int, dsts []string) ([]string, error) {
 	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "mountinfo"))
 	if err != nil {
 		return nil, fmt.Errorf("the mounts of process %d: %w", pid, err)
 	}
 	defer f.Close()
-	ms, err := mountinfo.GetMountsFromReader(f, nil)
+	b, err := readBounded(f, maxMountinfo, "mount table")
+	if err != nil {
+		return nil, fmt.Errorf("the mounts of process %d: %w", pid, err)
+	}
+	ms, err := mountinfo.GetMountsFromReader(bytes.NewReader(b), nil)
 	if err != nil {
 		return nil, fmt.Errorf("the mounts of process %d: %w", pid, err)
 	}

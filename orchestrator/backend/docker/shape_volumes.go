@@ -172,6 +172,12 @@ func (m *Manager) ensureVolumes(ctx context.Context, sb *sandbox) {
 	switch {
 	case err == nil, errors.Is(err, errNoProcess), ctx.Err() != nil:
 		return
+	case errors.Is(err, core.ErrUnavailable), errors.Is(err, core.ErrNotFound):
+		// The engine unreachable, or the container gone (its own event
+		// says so): not the mount's failure. The driver waits; the next
+		// start (or sandboxd's) tries again.
+		m.log.Warn("could not look at the sandbox's container to mount its volumes again", "sandbox_id", sb.id, "error", err)
+		return
 	}
 	m.log.Error("the sandbox's volumes could not be mounted again into its container", "sandbox_id", sb.id, "error", err)
 	m.markDead(sb, core.Truncate("its volumes could not be mounted again into its restarted container: "+err.Error(), 512))
